@@ -1,0 +1,1 @@
+//! cpu-kernels (placeholder: being written)

@@ -1,0 +1,1 @@
+//! emulator (placeholder: being written)

@@ -1,0 +1,2 @@
+//! Strata engine: models, KV cache, sampling, serving; backends over the `cpu-kernels` crate
+//! and (with `--features gpu`) the gfx11 kernels.
