@@ -1,0 +1,130 @@
+//! Activations prepared for the dot kernels.
+//!
+//! f32 activation columns are quantized to the weight type's `vec_dot_type` with `quant`'s
+//! reference quantizer (bit-identical to what `quant::vec_dot` expects), then the blocks are
+//! split into flat arrays the SIMD kernels read without per-block parsing:
+//! `qs` (all int8 quants, column-major by column), `d` (scales as f32), `s` (Q8_0: d·Σq,
+//! Q8_1: the stored s; used by the offset/min terms) and `bsums` (Q8_K sums of 16).
+//! For IQ3_XXS on AVX-512 `perm` additionally holds each Q8_K super-block transposed so that
+//! byte `j*64 + k` is quant `4k + j` (see `x86::iq3`).
+
+use crate::{KernelError, Path};
+use quant::GgmlType;
+use rayon::prelude::*;
+
+pub(crate) struct Acts {
+    pub ty: GgmlType,
+    pub n: usize,
+    pub k: usize,
+    /// `quant::quantize_row` bytes, `raw_row` per column (the portable path uses these).
+    pub raw: Vec<u8>,
+    pub raw_row: usize,
+    pub qs: Vec<i8>,
+    pub d: Vec<f32>,
+    pub s: Vec<f32>,
+    pub bsums: Vec<i16>,
+    pub perm: Vec<i8>,
+    pub f: Vec<f32>,
+    pub h: Vec<u16>,
+}
+
+/// Columns per rayon task when quantizing many activation columns.
+const COLS_PER_TASK: usize = 8;
+
+impl Acts {
+    /// Quantize `n` columns of length `k` (`x = [n][k]`) for weights of type `wty`.
+    pub fn prepare(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path) -> Result<Acts, KernelError> {
+        let ty = wty.vec_dot_type();
+        let raw_row = ty.row_bytes(k).ok_or(KernelError::Shape {
+            what: "activation length (not a multiple of the block size)",
+            expected: ty.block_size(),
+            got: k,
+        })?;
+        let mut a = Acts {
+            ty,
+            n,
+            k,
+            raw: Vec::new(),
+            raw_row,
+            qs: Vec::new(),
+            d: Vec::new(),
+            s: Vec::new(),
+            bsums: Vec::new(),
+            perm: Vec::new(),
+            f: Vec::new(),
+            h: Vec::new(),
+        };
+        if ty == GgmlType::F32 {
+            // No quantization: kernels read `f`, the portable path reads `raw`.
+            a.f = x[..n * k].to_vec();
+            if path == Path::Portable {
+                a.raw = a.f.iter().flat_map(|v| v.to_le_bytes()).collect();
+            }
+            return Ok(a);
+        }
+        a.raw = vec![0u8; n * raw_row];
+        let work = |(c, dst): (usize, &mut [u8])| -> Result<(), KernelError> {
+            for (j, row) in dst.chunks_exact_mut(raw_row).enumerate() {
+                let col = c * COLS_PER_TASK + j;
+                quant::quantize_row(ty, &x[col * k..(col + 1) * k], row)?;
+            }
+            Ok(())
+        };
+        if n >= 2 * COLS_PER_TASK {
+            a.raw.par_chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        } else {
+            a.raw.chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        }
+        if path == Path::Portable {
+            return Ok(a);
+        }
+        let bs = ty.type_size();
+        match ty {
+            GgmlType::F16 | GgmlType::BF16 => {
+                a.h = a.raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+            }
+            GgmlType::Q8_0 | GgmlType::Q8_1 => {
+                let nb = n * k / 32;
+                a.qs.reserve(n * k);
+                a.d.reserve(nb);
+                a.s.reserve(nb);
+                let off = if ty == GgmlType::Q8_0 { 2 } else { 4 };
+                for b in a.raw.chunks_exact(bs) {
+                    let d = quant::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                    let q = &b[off..off + 32];
+                    a.qs.extend(q.iter().map(|&v| v as i8));
+                    a.d.push(d);
+                    if ty == GgmlType::Q8_0 {
+                        let sum: i32 = q.iter().map(|&v| v as i8 as i32).sum();
+                        a.s.push(d * sum as f32);
+                    } else {
+                        a.s.push(quant::f16_to_f32(u16::from_le_bytes([b[2], b[3]])));
+                    }
+                }
+            }
+            GgmlType::Q8K => {
+                let nb = n * k / 256;
+                a.qs.reserve(n * k);
+                a.d.reserve(nb);
+                a.bsums.reserve(nb * 16);
+                for b in a.raw.chunks_exact(bs) {
+                    a.d.push(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                    a.qs.extend(b[4..260].iter().map(|&v| v as i8));
+                    a.bsums.extend(b[260..292].chunks_exact(2).map(|v| i16::from_le_bytes([v[0], v[1]])));
+                }
+                if wty == GgmlType::IQ3XXS && path == Path::Avx512 {
+                    a.perm = vec![0i8; n * k];
+                    for (src, dst) in a.qs.chunks_exact(256).zip(a.perm.chunks_exact_mut(256)) {
+                        for kk in 0..64 {
+                            for j in 0..4 {
+                                dst[j * 64 + kk] = src[4 * kk + j];
+                            }
+                        }
+                    }
+                }
+            }
+            other => return Err(KernelError::Unsupported(other)),
+        }
+        Ok(a)
+    }
+}

@@ -1,0 +1,163 @@
+//! Attention for one query position of one head over a slice of the KV cache.
+//!
+//! The engine calls [`attention_one`] per (query head, position); grouped-query attention is the
+//! caller passing the same K/V rows to several query heads. Keys and values may be stored as
+//! f32, f16 (IEEE half bits) or int8 with one f32 scale per cached row (`value = q * scale`).
+//! Steps: `s_p = scale * dot(q, k_p)`, optional soft-capping `s_p = cap * tanh(s_p / cap)`,
+//! optional additive mask/bias, softmax over p, `out = sum_p softmax(s)_p * v_p`.
+
+use crate::{ops, KernelError};
+
+/// Rows of a K or V cache for one head: row `p` (cached position p) starts at `p * stride`
+/// elements and holds `head_dim` values (`head_dim = q.len()`).
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    F32 { data: &'a [f32], stride: usize },
+    /// IEEE binary16 bit patterns.
+    F16 { data: &'a [u16], stride: usize },
+    /// int8 values, row p scaled by `scales[p * scale_stride]`.
+    I8 { data: &'a [i8], scales: &'a [f32], stride: usize, scale_stride: usize },
+}
+
+impl KvRows<'_> {
+    fn check(&self, n_kv: usize, head_dim: usize, what: &'static str) -> Result<(), KernelError> {
+        if n_kv == 0 {
+            return Ok(());
+        }
+        let (len, stride) = match self {
+            KvRows::F32 { data, stride } => (data.len(), *stride),
+            KvRows::F16 { data, stride } => (data.len(), *stride),
+            KvRows::I8 { data, scales, stride, scale_stride } => {
+                let need = (n_kv - 1) * scale_stride + 1;
+                if scales.len() < need {
+                    return Err(KernelError::Shape { what, expected: need, got: scales.len() });
+                }
+                (data.len(), *stride)
+            }
+        };
+        let need = (n_kv - 1) * stride + head_dim;
+        if len < need {
+            return Err(KernelError::Shape { what, expected: need, got: len });
+        }
+        Ok(())
+    }
+
+    /// dot(q, row p)
+    #[inline]
+    fn dot(&self, p: usize, q: &[f32]) -> f32 {
+        let d = q.len();
+        match *self {
+            KvRows::F32 { data, stride } => dot_f32(q, &data[p * stride..p * stride + d]),
+            KvRows::F16 { data, stride } => crate::float::dot_f32_f16(q, &data[p * stride..p * stride + d]),
+            KvRows::I8 { data, scales, stride, scale_stride } => {
+                let row = &data[p * stride..p * stride + d];
+                let mut acc = [0f32; 8];
+                let mut qc = q.chunks_exact(8);
+                let mut rc = row.chunks_exact(8);
+                for (a, b) in (&mut qc).zip(&mut rc) {
+                    for i in 0..8 {
+                        acc[i] += a[i] * b[i] as f32;
+                    }
+                }
+                let mut s: f32 = acc.iter().sum();
+                for (a, &b) in qc.remainder().iter().zip(rc.remainder()) {
+                    s += a * b as f32;
+                }
+                s * scales[p * scale_stride]
+            }
+        }
+    }
+
+    /// out += w * row p
+    #[inline]
+    fn axpy(&self, p: usize, w: f32, out: &mut [f32]) {
+        let d = out.len();
+        match *self {
+            KvRows::F32 { data, stride } => {
+                for (o, &v) in out.iter_mut().zip(&data[p * stride..p * stride + d]) {
+                    *o += w * v;
+                }
+            }
+            KvRows::F16 { data, stride } => crate::float::axpy_f16(w, &data[p * stride..p * stride + d], out),
+            KvRows::I8 { data, scales, stride, scale_stride } => {
+                let ws = w * scales[p * scale_stride];
+                for (o, &v) in out.iter_mut().zip(&data[p * stride..p * stride + d]) {
+                    *o += ws * v as f32;
+                }
+            }
+        }
+    }
+}
+
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut ac = a.chunks_exact(16);
+    let mut bc = b.chunks_exact(16);
+    for (x, y) in (&mut ac).zip(&mut bc) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
+        s += x * y;
+    }
+    s
+}
+
+/// Parameters of [`attention_one`].
+#[derive(Clone, Copy, Debug)]
+pub struct AttnParams<'a> {
+    /// Multiplies q·k (usually 1/sqrt(head_dim), Gemma 3 uses query_pre_attn_scalar^-0.5).
+    pub scale: f32,
+    /// Soft-capping of the scaled logits (`cap * tanh(s / cap)`); `None` or `Some(0.0)` disables.
+    pub softcap: Option<f32>,
+    /// Optional additive bias per position (e.g. `-inf` for masked sliding-window positions),
+    /// applied after soft-capping. Length must be >= n_kv.
+    pub mask: Option<&'a [f32]>,
+}
+
+/// Attention of one query vector `q` (length head_dim) over cached positions `0..n_kv`.
+/// `scores` is scratch (resized to n_kv; after the call it holds the softmax probabilities);
+/// `out` (length head_dim) receives the weighted sum of values. With n_kv = 0 `out` is zeroed.
+pub fn attention_one(
+    q: &[f32],
+    k: &KvRows,
+    v: &KvRows,
+    n_kv: usize,
+    params: &AttnParams,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let d = q.len();
+    if out.len() != d {
+        return Err(KernelError::Shape { what: "attention out (head_dim)", expected: d, got: out.len() });
+    }
+    k.check(n_kv, d, "attention keys")?;
+    v.check(n_kv, d, "attention values")?;
+    if let Some(m) = params.mask
+        && m.len() < n_kv
+    {
+        return Err(KernelError::Shape { what: "attention mask", expected: n_kv, got: m.len() });
+    }
+    scores.clear();
+    scores.extend((0..n_kv).map(|p| k.dot(p, q) * params.scale));
+    if let Some(cap) = params.softcap
+        && cap != 0.0
+    {
+        ops::softcap(scores, cap);
+    }
+    if let Some(m) = params.mask {
+        for (s, &b) in scores.iter_mut().zip(m) {
+            *s += b;
+        }
+    }
+    ops::softmax(scores);
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (p, &w) in scores.iter().enumerate() {
+        if w != 0.0 {
+            v.axpy(p, w, out);
+        }
+    }
+    Ok(())
+}

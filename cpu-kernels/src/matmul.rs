@@ -1,0 +1,134 @@
+//! Public matvec / matmul / get_row entry points: shape checks, activation preparation, kernel
+//! selection and the rayon split over row chunks.
+
+use crate::acts::Acts;
+use crate::{best_path, KernelError, Path, QTensor};
+use rayon::prelude::*;
+
+/// Row-range kernel: computes `y[c * rows + r]` for `r in r0..r1`, `c in 0..acts.n`.
+///
+/// # Safety
+/// `y` must be valid for writes of `acts.n * w.rows` f32 and no other thread may write the
+/// same (column, row) cells concurrently; `w` must have been validated (`rb` its row bytes) and
+/// the path's CPU features must be present.
+pub(crate) type RowsFn = unsafe fn(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32);
+
+/// Output pointer shared by the row-chunk tasks; each task writes disjoint rows.
+#[derive(Clone, Copy)]
+struct YPtr(*mut f32);
+// SAFETY: tasks write disjoint (row, column) cells of the buffer this points into, which
+// outlives the parallel loop (it is borrowed mutably by the caller for its whole duration).
+unsafe impl Send for YPtr {}
+// SAFETY: see Send; the pointer itself is never mutated.
+unsafe impl Sync for YPtr {}
+
+fn select(path: Path, ty: quant::GgmlType) -> Result<RowsFn, KernelError> {
+    if !path.available() {
+        return Err(KernelError::PathUnavailable(path));
+    }
+    match path {
+        Path::Portable => Ok(crate::portable::rows),
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => crate::x86::avx2_kernel(ty).ok_or(KernelError::Unsupported(ty)),
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => crate::x86::avx512_kernel(ty).ok_or(KernelError::Unsupported(ty)),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => Err(KernelError::PathUnavailable(path)),
+    }
+}
+
+/// `y[rows] = W x` with an explicit kernel path.
+pub fn try_matvec_with(path: Path, w: &QTensor, x: &[f32], y: &mut [f32]) -> Result<(), KernelError> {
+    try_matmul_with(path, w, x, 1, y)
+}
+
+/// `y[n][rows] = x[n][cols] · Wᵀ` with an explicit kernel path.
+pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    let rb = w.validate()?;
+    if x.len() < n * w.cols {
+        return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
+    }
+    if y.len() < n * w.rows {
+        return Err(KernelError::Shape { what: "output y (n * rows)", expected: n * w.rows, got: y.len() });
+    }
+    if n == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let kernel = select(path, w.ty)?;
+    let acts = Acts::prepare(w.ty, x, n, w.cols, path)?;
+    let rows = w.rows;
+    let yp = YPtr(y.as_mut_ptr());
+    let threads = rayon::current_num_threads().max(1);
+    // Work below ~256 KiB of weight traffic is not worth waking the pool.
+    let serial = threads == 1 || rows * rb * n.min(8) < (256 << 10);
+    if serial {
+        // SAFETY: single task covering all rows; y checked above to hold n * rows values;
+        // `select` verified the CPU features.
+        unsafe { kernel(w, rb, &acts, 0, rows, yp.0) };
+        return Ok(());
+    }
+    // ~8 chunks per thread balances the shared-VM noise; at least 16 rows (4 for matmul) per
+    // task keeps the per-task overhead small against the row work.
+    let min_rows = if n == 1 { 16 } else { 4 };
+    let chunk = rows.div_ceil(threads * 8).max(min_rows);
+    let n_chunks = rows.div_ceil(chunk);
+    (0..n_chunks).into_par_iter().for_each(|i| {
+        let r0 = i * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let yp = yp;
+        // SAFETY: chunks are disjoint row ranges, so tasks write disjoint cells of y.
+        unsafe { kernel(w, rb, &acts, r0, r1, yp.0) };
+    });
+    Ok(())
+}
+
+/// [`matvec`] returning errors instead of panicking.
+pub fn try_matvec(w: &QTensor, x: &[f32], y: &mut [f32]) -> Result<(), KernelError> {
+    try_matmul_with(best_path(), w, x, 1, y)
+}
+
+/// [`matmul`] returning errors instead of panicking.
+pub fn try_matmul(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    try_matmul_with(best_path(), w, x, n, y)
+}
+
+/// `y[rows] = W x`; x is quantized to `w.ty.vec_dot_type()` internally.
+/// Panics with the [`KernelError`] message on a shape mismatch (use [`try_matvec`] otherwise).
+pub fn matvec(w: &QTensor, x: &[f32], y: &mut [f32]) {
+    if let Err(e) = try_matvec(w, x, y) {
+        panic!("matvec {:?} {}x{}: {e}", w.ty, w.rows, w.cols);
+    }
+}
+
+/// `y[n][rows] = x[n][cols] · Wᵀ` (n activation columns, e.g. prompt tokens).
+/// Panics with the [`KernelError`] message on a shape mismatch (use [`try_matmul`] otherwise).
+pub fn matmul(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) {
+    if let Err(e) = try_matmul(w, x, n, y) {
+        panic!("matmul {:?} {}x{} n={n}: {e}", w.ty, w.rows, w.cols);
+    }
+}
+
+/// Dequantize row `row` of `w` into `out[..cols]`.
+pub fn try_get_row(w: &QTensor, row: usize, out: &mut [f32]) -> Result<(), KernelError> {
+    let rb = w.row_bytes()?;
+    if row >= w.rows {
+        return Err(KernelError::Shape { what: "get_row row index (< rows)", expected: w.rows, got: row });
+    }
+    if out.len() < w.cols {
+        return Err(KernelError::Shape { what: "get_row out length", expected: w.cols, got: out.len() });
+    }
+    let src = w.data.get(row * rb..(row + 1) * rb).ok_or(KernelError::Shape {
+        what: "weight data bytes",
+        expected: (row + 1) * rb,
+        got: w.data.len(),
+    })?;
+    quant::dequantize_row(w.ty, src, &mut out[..w.cols])?;
+    Ok(())
+}
+
+/// Dequantize one row (embedding lookup). Panics on a bad row index or shape.
+pub fn get_row(w: &QTensor, row: usize, out: &mut [f32]) {
+    if let Err(e) = try_get_row(w, row, out) {
+        panic!("get_row {:?} {}x{} row {row}: {e}", w.ty, w.rows, w.cols);
+    }
+}

@@ -1,0 +1,132 @@
+//! Element-wise and row operations: RMS norm, rotary embeddings (ggml semantics), softmax and the
+//! gated activations. These run on vectors of a few thousand elements per token, so plain loops
+//! that LLVM vectorises are enough; the math follows ggml so logits match llama.cpp.
+
+/// `out = x / sqrt(mean(x^2) + eps) * weight` (ggml `rms_norm` followed by the weight multiply).
+/// The sum of squares is accumulated in f64 like ggml's `ggml_float`, so long rows lose nothing.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len().min(weight.len()).min(out.len());
+    if n == 0 {
+        return;
+    }
+    // Eight f64 partial sums keep the loop vectorisable (f64 adds are not reassociated otherwise).
+    let mut part = [0f64; 8];
+    let mut chunks = x[..n].chunks_exact(8);
+    for c in &mut chunks {
+        for i in 0..8 {
+            part[i] += (c[i] as f64) * (c[i] as f64);
+        }
+    }
+    let mut sum: f64 = part.iter().sum();
+    for &v in chunks.remainder() {
+        sum += (v as f64) * (v as f64);
+    }
+    let scale = (1.0 / ((sum / n as f64) as f32 + eps).sqrt()) as f32;
+    for i in 0..n {
+        out[i] = x[i] * scale * weight[i];
+    }
+}
+
+/// RMS norm in place, without a weight (`ggml_rms_norm` alone).
+pub fn rms_norm_inplace(x: &mut [f32], eps: f32) {
+    let n = x.len();
+    if n == 0 {
+        return;
+    }
+    let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let scale = 1.0 / ((sum / n as f64) as f32 + eps).sqrt();
+    x.iter_mut().for_each(|v| *v *= scale);
+}
+
+/// Rotation angles for one position: `theta_i = pos * freq_scale * freq_base^(-2i/rot_dim)`,
+/// i < rot_dim/2. ggml computes the power iteratively in f32 (`theta *= theta_scale`); we use
+/// `powf` per index, which is closer to the exact value (difference ~1e-6 relative at i = 63).
+fn rope_cos_sin(rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32, cs: &mut Vec<(f32, f32)>) {
+    cs.clear();
+    let half = rot_dim / 2;
+    for i in 0..half {
+        let inv = (freq_base as f64).powf(-2.0 * i as f64 / rot_dim as f64);
+        let theta = pos as f64 * freq_scale as f64 * inv;
+        cs.push((theta.cos() as f32, theta.sin() as f32));
+    }
+}
+
+/// NEOX-style rotary embedding in place on `x = [n_heads][head_dim]`: dimension i is rotated
+/// with dimension i + rot_dim/2 (i < rot_dim/2); dimensions >= rot_dim are left unchanged.
+pub fn rope_neox(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32) {
+    let rot_dim = rot_dim.min(head_dim) & !1;
+    let half = rot_dim / 2;
+    let mut cs = Vec::with_capacity(half);
+    rope_cos_sin(rot_dim, pos, freq_base, freq_scale, &mut cs);
+    for h in x.chunks_exact_mut(head_dim).take(n_heads) {
+        for (i, &(c, s)) in cs.iter().enumerate() {
+            let (a, b) = (h[i], h[i + half]);
+            h[i] = a * c - b * s;
+            h[i + half] = a * s + b * c;
+        }
+    }
+}
+
+/// Normal (GPT-J / llama) rotary embedding in place: pairs (2i, 2i+1) for 2i < rot_dim.
+pub fn rope_norm(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32) {
+    let rot_dim = rot_dim.min(head_dim) & !1;
+    let mut cs = Vec::with_capacity(rot_dim / 2);
+    rope_cos_sin(rot_dim, pos, freq_base, freq_scale, &mut cs);
+    for h in x.chunks_exact_mut(head_dim).take(n_heads) {
+        for (i, &(c, s)) in cs.iter().enumerate() {
+            let (a, b) = (h[2 * i], h[2 * i + 1]);
+            h[2 * i] = a * c - b * s;
+            h[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+/// Numerically stable softmax in place (max subtracted first). An all `-inf` row becomes all 0
+/// instead of NaN, so fully masked attention rows stay harmless.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        x.iter_mut().for_each(|v| *v = 0.0);
+        return;
+    }
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// SiLU: x * sigmoid(x).
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// ggml's GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))).
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+}
+
+/// `out[i] = silu(gate[i]) * up[i]`.
+pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = silu(g) * u;
+    }
+}
+
+/// `out[i] = gelu_tanh(gate[i]) * up[i]` (Gemma's feed-forward).
+pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = gelu_tanh(g) * u;
+    }
+}
+
+/// Logit soft-capping (Gemma 2): `cap * tanh(x / cap)` in place.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    x.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+}

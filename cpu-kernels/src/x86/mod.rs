@@ -1,0 +1,72 @@
+//! x86-64 SIMD kernels.
+//!
+//! Two paths are generated from the same per-type kernel bodies (macros in `fam_*.rs`), each
+//! compiled with its own `#[target_feature]` set and its own small primitive layer:
+//! * `avx2`:   `dp` = `vpmaddubsw` + `vpmaddwd` (u8×i8 → i32 in three instructions).
+//! * `avx512`: `dp` = `vpdpbusd` (AVX-512 VNNI on 256-bit vectors via AVX-512 VL), mask
+//!   registers for bit expansion; IQ3_XXS gets a dedicated 512-bit kernel (`iq3_512`).
+//!
+//! Every kernel computes one weight row against NC (1..4) activation columns so a decoded
+//! weight block is reused across columns; `rows_driver!` walks row ranges × column blocks.
+//! Kernel functions are `unsafe fn` with raw pointers into validated buffers: their safety
+//! contract is the one of [`crate::matmul::RowsFn`] plus "the target features are present",
+//! which the dispatch below checks with `is_x86_feature_detected!`.
+
+use crate::matmul::RowsFn;
+use quant::GgmlType;
+use std::sync::OnceLock;
+
+/// Activation columns per cache block in matmul: 32 columns of Q8_K activations at K = 4096
+/// are ~150 KB, comfortably inside the 1 MiB L2 while the weight row stays in L1.
+pub(crate) const COL_BLOCK: usize = 32;
+
+pub(crate) fn has_avx2() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+            && is_x86_feature_detected!("bmi2")
+    })
+}
+
+pub(crate) fn has_avx512() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| {
+        has_avx2()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    })
+}
+
+/// VBMI (vpermi2b, vpmultishiftqb) + BITALG (vpopcntb, vpshufbitqmb) for the IQ3_XXS kernel.
+pub(crate) fn has_avx512_iq3() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512vbmi") && is_x86_feature_detected!("avx512bitalg"))
+}
+
+#[macro_use]
+mod fam_common;
+#[macro_use]
+mod fam_q8;
+#[macro_use]
+mod fam_k;
+#[macro_use]
+mod fam_f;
+mod avx2;
+mod avx512;
+mod iq3_512;
+pub(crate) mod tables;
+
+pub(crate) fn avx2_kernel(ty: GgmlType) -> Option<RowsFn> {
+    avx2::kernel(ty)
+}
+
+pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
+    if ty == GgmlType::IQ3XXS && has_avx512_iq3() && iq3_512::READY {
+        return Some(iq3_512::rows_iq3_xxs);
+    }
+    avx512::kernel(ty)
+}

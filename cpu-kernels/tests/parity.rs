@@ -1,0 +1,166 @@
+//! Every weight type × every available kernel path against `quant`'s scalar reference
+//! (`quant::vec_dot` on the same `quant::quantize_row` activations), for matvec and matmul
+//! (n = 1..9) over edge shapes: one row, odd row counts, K = one block, K = 4096.
+
+mod common;
+use common::{assert_close, Rng};
+use cpu_kernels::{try_get_row, try_matmul_with, GgmlType, Path, QTensor, SUPPORTED_TYPES};
+
+/// Allowed max error relative to the largest output, per weight type.
+/// The integer kernels compute exactly the reference's integer block sums; what differs is
+/// only the f32 summation order of the per-block terms (lane-parallel here, sequential in the
+/// reference), ~1e-7 per term: 1e-5 leaves room for K = 4096 (128-512 terms). Q4_K/Q5_K
+/// subtract the min term after summing the whole row instead of per block: still ~1e-6.
+/// Float types: f32 FMA chains vs the reference's order, same bound.
+fn tolerance(ty: GgmlType) -> f64 {
+    match ty {
+        GgmlType::Q4K | GgmlType::Q5K => 2e-5,
+        _ => 1e-5,
+    }
+}
+
+fn make_weights(ty: GgmlType, rows: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let rb = ty.row_bytes(k).unwrap();
+    let mut w = vec![0u8; rows * rb];
+    for r in 0..rows {
+        let row = rng.vec(k);
+        quant::quantize_row(ty, &row, &mut w[r * rb..(r + 1) * rb]).unwrap();
+    }
+    w
+}
+
+/// Reference: y[c][r] = quant::vec_dot(w_r, quantize(x_c)).
+fn reference(ty: GgmlType, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize) -> Vec<f64> {
+    let rb = ty.row_bytes(k).unwrap();
+    let at = ty.vec_dot_type();
+    let ab = at.row_bytes(k).unwrap();
+    let mut y = vec![0f64; n * rows];
+    for c in 0..n {
+        let mut act = vec![0u8; ab];
+        quant::quantize_row(at, &x[c * k..(c + 1) * k], &mut act).unwrap();
+        for r in 0..rows {
+            y[c * rows + r] = quant::vec_dot(ty, k, &w[r * rb..(r + 1) * rb], &act).unwrap() as f64;
+        }
+    }
+    y
+}
+
+fn shapes(ty: GgmlType) -> Vec<(usize, usize)> {
+    let bs = ty.block_size();
+    let mut v = vec![(1, bs.max(32)), (7, bs.max(32)), (13, 4096), (3, 1024), (33, 512)];
+    if bs == 1 {
+        v.push((5, 37)); // float rows of any length exercise the scalar tail
+        v.push((2, 1));
+    }
+    v
+}
+
+fn check_type_path(ty: GgmlType, path: Path) {
+    let mut rng = Rng::new(ty as u64 * 31 + 7);
+    for (rows, k) in shapes(ty) {
+        let w = make_weights(ty, rows, k, &mut rng);
+        let t = QTensor { ty, data: &w, rows, cols: k };
+        for n in [1usize, 2, 3, 4, 5, 6, 7, 8, 9] {
+            if k >= 4096 && !matches!(n, 1 | 5 | 9) {
+                continue; // keep the run short; 1, 5, 9 cover the 4-column tiles and tails
+            }
+            let x = rng.vec(n * k);
+            let want = reference(ty, &w, rows, k, &x, n);
+            let mut y = vec![f32::NAN; n * rows];
+            try_matmul_with(path, &t, &x, n, &mut y).unwrap();
+            assert_close(&format!("{} {path:?} rows={rows} k={k} n={n}", ty.name()), &y, &want, tolerance(ty));
+        }
+    }
+}
+
+fn check_type(ty: GgmlType) {
+    for path in Path::all_available() {
+        check_type_path(ty, path);
+    }
+}
+
+macro_rules! parity_tests {
+    ($($name:ident => $ty:expr),* $(,)?) => {
+        $( #[test] fn $name() { check_type($ty); } )*
+    };
+}
+
+parity_tests! {
+    parity_q8_0 => GgmlType::Q8_0,
+    parity_q4_0 => GgmlType::Q4_0,
+    parity_q4_1 => GgmlType::Q4_1,
+    parity_q5_0 => GgmlType::Q5_0,
+    parity_q5_1 => GgmlType::Q5_1,
+    parity_q4_k => GgmlType::Q4K,
+    parity_q5_k => GgmlType::Q5K,
+    parity_q6_k => GgmlType::Q6K,
+    parity_iq3_xxs => GgmlType::IQ3XXS,
+    parity_iq4_nl => GgmlType::IQ4NL,
+    parity_f16 => GgmlType::F16,
+    parity_bf16 => GgmlType::BF16,
+    parity_f32 => GgmlType::F32,
+}
+
+#[test]
+fn paths_reported() {
+    let paths = Path::all_available();
+    eprintln!("available paths: {paths:?}, cpu_features() = {}", cpu_features_name());
+    assert!(paths.contains(&Path::Portable));
+    assert_eq!(SUPPORTED_TYPES.len(), 13);
+}
+
+fn cpu_features_name() -> &'static str {
+    cpu_kernels::cpu_features()
+}
+
+/// Large matrices go through the rayon split (the small ones above run on one thread).
+#[test]
+fn parallel_split_matches() {
+    let mut rng = Rng::new(99);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::F32] {
+        let (rows, k) = (1031, 1024);
+        let w = make_weights(ty, rows, k, &mut rng);
+        let t = QTensor { ty, data: &w, rows, cols: k };
+        for n in [1, 6] {
+            let x = rng.vec(n * k);
+            let want = reference(ty, &w, rows, k, &x, n);
+            for path in Path::all_available() {
+                let mut y = vec![f32::NAN; n * rows];
+                try_matmul_with(path, &t, &x, n, &mut y).unwrap();
+                assert_close(&format!("{} {path:?} parallel n={n}", ty.name()), &y, &want, tolerance(ty));
+            }
+        }
+    }
+}
+
+#[test]
+fn get_row_matches_dequantize() {
+    let mut rng = Rng::new(5);
+    for &ty in SUPPORTED_TYPES {
+        let k = 512;
+        let w = make_weights(ty, 3, k, &mut rng);
+        let t = QTensor { ty, data: &w, rows: 3, cols: k };
+        let rb = ty.row_bytes(k).unwrap();
+        let mut want = vec![0f32; k];
+        quant::dequantize_row(ty, &w[2 * rb..3 * rb], &mut want).unwrap();
+        let mut got = vec![0f32; k];
+        try_get_row(&t, 2, &mut got).unwrap();
+        assert_eq!(got, want, "{}", ty.name());
+        assert!(try_get_row(&t, 3, &mut got).is_err());
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let w = vec![0u8; 34 * 2];
+    let t = QTensor { ty: GgmlType::Q8_0, data: &w, rows: 2, cols: 32 };
+    let mut y = vec![0f32; 2];
+    assert!(try_matmul_with(Path::Portable, &t, &[0.0; 31], 1, &mut y).is_err());
+    assert!(try_matmul_with(Path::Portable, &t, &[0.0; 32], 1, &mut y[..1]).is_err());
+    let t = QTensor { ty: GgmlType::Q8_0, data: &w, rows: 3, cols: 32 };
+    assert!(try_matmul_with(Path::Portable, &t, &[0.0; 32], 1, &mut [0.0; 3]).is_err());
+    let t = QTensor { ty: GgmlType::Q8_0, data: &w, rows: 1, cols: 40 };
+    assert!(try_matmul_with(Path::Portable, &t, &[0.0; 40], 1, &mut [0.0; 1]).is_err());
+    let t = QTensor { ty: GgmlType::Q2K, data: &w, rows: 1, cols: 256 };
+    assert!(try_matmul_with(Path::Portable, &t, &[0.0; 256], 1, &mut [0.0; 1]).is_err());
+}
