@@ -1,1 +1,114 @@
-fn main() {}
+//! Kernel benchmark: matvec GB/s (of weights) and matmul GFLOPS per weight type and path.
+//!
+//! `cargo bench -p cpu-kernels [-- FILTER...]`; a FILTER is matched against the row label
+//! (e.g. `q4_K`, `matmul`, `dram`, `avx2`). Median of several runs after a warm-up; threads =
+//! rayon's default (all cores). Weights: 64 rows quantized from random data by `quant`'s
+//! reference quantizer, repeated to the full size (the kernels' speed does not depend on the
+//! values, and the slow reference quantizers would dominate the run otherwise).
+
+use cpu_kernels::{try_matmul_with, GgmlType, Path, QTensor};
+use std::time::Instant;
+
+fn weights(ty: GgmlType, rows: usize, k: usize) -> Vec<u8> {
+    let rb = ty.row_bytes(k).unwrap();
+    let base_rows = 64.min(rows);
+    let mut seed = 0x1234_5678u64;
+    let mut base = vec![0u8; base_rows * rb];
+    let mut row = vec![0f32; k];
+    for r in 0..base_rows {
+        for v in row.iter_mut() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            *v = ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+        }
+        quant::quantize_row(ty, &row, &mut base[r * rb..(r + 1) * rb]).unwrap();
+    }
+    let mut w = Vec::with_capacity(rows * rb);
+    while w.len() < rows * rb {
+        let take = (rows * rb - w.len()).min(base.len());
+        w.extend_from_slice(&base[..take]);
+    }
+    w
+}
+
+fn median_secs(mut f: impl FnMut(), runs: usize) -> f64 {
+    f(); // warm-up (page faults, rayon pool)
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    t[t.len() / 2]
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wanted = |label: &str| filters.is_empty() || filters.iter().all(|f| label.contains(f.as_str()));
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+        GgmlType::Q5_0,
+        GgmlType::F32,
+        GgmlType::IQ3XXS,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
+        GgmlType::Q5K,
+        GgmlType::IQ4NL,
+        GgmlType::F16,
+        GgmlType::BF16,
+    ];
+    let paths: Vec<Path> = Path::all_available().into_iter().filter(|p| *p != Path::Portable).collect();
+    println!("threads: {}, cpu_features: {}", rayon::current_num_threads(), cpu_kernels::cpu_features());
+    println!("{:<44} {:>10} {:>10} {:>10}", "case", "ms", "GB/s", "GFLOPS");
+    let k = 4096;
+    for &ty in &types {
+        for (rows, tag) in [(4096usize, "4096x4096"), (32768, "32768x4096 dram")] {
+            let any = paths.iter().any(|p| wanted(&format!("matvec {} {tag} {p:?}", ty.name())));
+            if !any {
+                continue;
+            }
+            let w = weights(ty, rows, k);
+            let t = QTensor { ty, data: &w, rows, cols: k };
+            let x: Vec<f32> = (0..k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let mut y = vec![0f32; rows];
+            for &p in &paths {
+                let label = format!("matvec {} {tag} {p:?}", ty.name());
+                if !wanted(&label) {
+                    continue;
+                }
+                let runs = if rows > 4096 { 15 } else { 41 };
+                let s = median_secs(|| try_matmul_with(p, &t, &x, 1, &mut y).unwrap(), runs);
+                let gbs = w.len() as f64 / s / 1e9;
+                let gf = 2.0 * (rows * k) as f64 / s / 1e9;
+                println!("{label:<44} {:>10.3} {gbs:>10.1} {gf:>10.1}", s * 1e3);
+            }
+        }
+    }
+    let n = 512;
+    for &ty in &types {
+        let any = paths.iter().any(|p| wanted(&format!("matmul {} 4096x4096 n=512 {p:?}", ty.name())));
+        if !any {
+            continue;
+        }
+        let rows = 4096;
+        let w = weights(ty, rows, k);
+        let t = QTensor { ty, data: &w, rows, cols: k };
+        let x: Vec<f32> = (0..n * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let mut y = vec![0f32; rows * n];
+        for &p in &paths {
+            let label = format!("matmul {} 4096x4096 n=512 {p:?}", ty.name());
+            if !wanted(&label) {
+                continue;
+            }
+            let s = median_secs(|| try_matmul_with(p, &t, &x, n, &mut y).unwrap(), 3);
+            let gf = 2.0 * (rows * k * n) as f64 / s / 1e9;
+            println!("{label:<44} {:>10.3} {:>10} {gf:>10.1}", s * 1e3, "");
+        }
+    }
+}
