@@ -55,8 +55,8 @@ pub unsafe trait Block: Copy + Sized + 'static {
     /// usually are). Otherwise `None`: fall back to [`Block::read`] per block.
     #[inline]
     fn slice_from_bytes(bytes: &[u8]) -> Option<&[Self]> {
-        if bytes.len() % Self::SIZE != 0
-            || (bytes.as_ptr() as usize) % core::mem::align_of::<Self>() != 0
+        if !bytes.len().is_multiple_of(Self::SIZE)
+            || !(bytes.as_ptr() as usize).is_multiple_of(core::mem::align_of::<Self>())
         {
             return None;
         }

@@ -94,7 +94,11 @@ pub fn dequantize_ref(b: &BlockIQ3XXS, y: &mut [f32; QK_K]) {
             let o = 32 * ib32 + 8 * l;
             for j in 0..4 {
                 let s1 = if signs & (1 << j) != 0 { -1.0 } else { 1.0 };
-                let s2 = if signs & (1 << (j + 4)) != 0 { -1.0 } else { 1.0 };
+                let s2 = if signs & (1 << (j + 4)) != 0 {
+                    -1.0
+                } else {
+                    1.0
+                };
                 y[o + j] = db * g1[j] as f32 * s1;
                 y[o + j + 4] = db * g2[j] as f32 * s2;
             }
@@ -146,7 +150,10 @@ fn fit_group(t: &[f32; 32], s: f32) -> ([u8; 8], f32) {
 /// 3. `d = max_group_multiplier / 7.75` (f16), 4-bit group scales
 ///    `ls = round((4*s/d - 1)/2)`, and a final grid fit at the exact stored multiplier.
 pub fn quantize_ref(x: &[f32; QK_K]) -> BlockIQ3XXS {
-    let mut b = BlockIQ3XXS { d: 0, qs: [0; 3 * QK_K / 8] };
+    let mut b = BlockIQ3XXS {
+        d: 0,
+        qs: [0; 3 * QK_K / 8],
+    };
     let mut targets = [[0.0f32; 32]; 8];
     let mut sign_bits = [[0u8; 4]; 8];
     let mut group_s = [0.0f32; 8];
@@ -171,7 +178,9 @@ pub fn quantize_ref(x: &[f32; QK_K]) -> BlockIQ3XXS {
             }
             sign_bits[g][l] = bits;
         }
-        let amax = targets[g].iter().fold(0.0f32, |m, &v| if v > m { v } else { m });
+        let amax = targets[g]
+            .iter()
+            .fold(0.0f32, |m, &v| if v > m { v } else { m });
         if amax == 0.0 {
             continue;
         }
@@ -186,7 +195,9 @@ pub fn quantize_ref(x: &[f32; QK_K]) -> BlockIQ3XXS {
         }
         group_s[g] = best.1;
     }
-    let max_s = group_s.iter().fold(0.0f32, |m, &v| if v > m { v } else { m });
+    let max_s = group_s
+        .iter()
+        .fold(0.0f32, |m, &v| if v > m { v } else { m });
     if max_s == 0.0 {
         return b;
     }

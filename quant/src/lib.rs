@@ -15,6 +15,9 @@
 //! lengths: it returns [`QuantError::BadLength`].
 #![no_std]
 #![cfg_attr(target_arch = "amdgpu", feature(f16))]
+// The reference code mirrors ggml's C loops index for index on purpose (easier to audit
+// against the C source and to port to GPU kernels).
+#![allow(clippy::needless_range_loop)]
 
 pub mod block;
 pub mod float;

@@ -3,11 +3,11 @@
 //! Layout (18 bytes): `d: f16`, `qs: [u8; 16]`; element `j` (< 16) is the low nibble of
 //! `qs[j]`, element `j + 16` the high nibble.
 
+use crate::GgmlType;
 use crate::block::impl_block;
 use crate::half::{f16_to_f32, f32_to_f16};
 use crate::q8_0::BlockQ8_0;
 use crate::util::fabsf;
-use crate::GgmlType;
 
 /// Elements per block.
 pub const QK4_0: usize = 32;
@@ -58,7 +58,10 @@ pub fn quantize_ref(x: &[f32; QK4_0]) -> BlockQ4_0 {
         let q1 = ((x1 + 8.5) as i8).min(15) as u8;
         qs[j] = q0 | (q1 << 4);
     }
-    BlockQ4_0 { d: f32_to_f16(d), qs }
+    BlockQ4_0 {
+        d: f32_to_f16(d),
+        qs,
+    }
 }
 
 /// `ggml_vec_dot_q4_0_q8_0` (generic) for one block pair: `sumi * dw * da`.

@@ -3,10 +3,10 @@
 //!
 //! Layout (20 bytes): `d: f16`, `m: f16`, `qs: [u8; 16]` (nibbles as in Q4_0).
 
+use crate::GgmlType;
 use crate::block::impl_block;
 use crate::half::{f16_to_f32, f32_to_f16};
 use crate::q8_1::BlockQ8_1;
-use crate::GgmlType;
 
 /// Elements per block.
 pub const QK4_1: usize = 32;
@@ -54,7 +54,11 @@ pub fn quantize_ref(x: &[f32; QK4_1]) -> BlockQ4_1 {
         let q1 = ((x1 + 0.5) as i8).min(15) as u8;
         qs[j] = q0 | (q1 << 4);
     }
-    BlockQ4_1 { d: f32_to_f16(d), m: f32_to_f16(min), qs }
+    BlockQ4_1 {
+        d: f32_to_f16(d),
+        m: f32_to_f16(min),
+        qs,
+    }
 }
 
 /// `ggml_vec_dot_q4_1_q8_1` (generic): `(dw*da)*sumi + mw*sa`.

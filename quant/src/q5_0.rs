@@ -3,11 +3,11 @@
 //! Layout (22 bytes): `d: f16`, `qh: [u8; 4]` (little-endian u32; bit `j` is the 5th bit of
 //! element `j`), `qs: [u8; 16]` (low nibbles as in Q4_0).
 
+use crate::GgmlType;
 use crate::block::impl_block;
 use crate::half::{f16_to_f32, f32_to_f16};
 use crate::q8_0::BlockQ8_0;
 use crate::util::fabsf;
-use crate::GgmlType;
 
 /// Elements per block.
 pub const QK5_0: usize = 32;
@@ -60,7 +60,11 @@ pub fn quantize_ref(x: &[f32; QK5_0]) -> BlockQ5_0 {
         qh |= ((q0 as u32 >> 4) & 1) << j;
         qh |= ((q1 as u32 >> 4) & 1) << (j + 16);
     }
-    BlockQ5_0 { d: f32_to_f16(d), qh: qh.to_le_bytes(), qs }
+    BlockQ5_0 {
+        d: f32_to_f16(d),
+        qh: qh.to_le_bytes(),
+        qs,
+    }
 }
 
 /// `ggml_vec_dot_q5_0_q8_0` (generic): `(dw*da) * sumi`.

@@ -2,11 +2,11 @@
 //!
 //! Layout (24 bytes): `d: f16`, `m: f16`, `qh: [u8; 4]`, `qs: [u8; 16]` (bits as in Q5_0).
 
+use crate::GgmlType;
 use crate::block::impl_block;
 use crate::half::{f16_to_f32, f32_to_f16};
 use crate::q5_0::quant5;
 use crate::q8_1::BlockQ8_1;
-use crate::GgmlType;
 
 /// Elements per block.
 pub const QK5_1: usize = 32;
@@ -56,7 +56,12 @@ pub fn quantize_ref(x: &[f32; QK5_1]) -> BlockQ5_1 {
         qh |= ((q0 as u32 >> 4) & 1) << j;
         qh |= ((q1 as u32 >> 4) & 1) << (j + 16);
     }
-    BlockQ5_1 { d: f32_to_f16(d), m: f32_to_f16(min), qh: qh.to_le_bytes(), qs }
+    BlockQ5_1 {
+        d: f32_to_f16(d),
+        m: f32_to_f16(min),
+        qh: qh.to_le_bytes(),
+        qs,
+    }
 }
 
 /// `ggml_vec_dot_q5_1_q8_1` (generic): `(dw*da)*sumi + mw*sa`.

@@ -10,7 +10,7 @@
 use crate::block::impl_block;
 use crate::half::{f16_to_f32, f32_to_f16};
 use crate::q8_k::BlockQ8K;
-use crate::util::{fabsf, make_qx_quants_rmse1, nearest_int, GROUP_MAX_EPS};
+use crate::util::{GROUP_MAX_EPS, fabsf, make_qx_quants_rmse1, nearest_int};
 use crate::{GgmlType, QK_K};
 
 #[repr(C)]
@@ -62,7 +62,12 @@ pub fn quantize_ref(x: &[f32; QK_K]) -> BlockQ6K {
             max_scale = s;
         }
     }
-    let mut b = BlockQ6K { ql: [0; QK_K / 2], qh: [0; QK_K / 4], scales: [0; 16], d: 0 };
+    let mut b = BlockQ6K {
+        ql: [0; QK_K / 2],
+        qh: [0; QK_K / 4],
+        scales: [0; 16],
+        d: 0,
+    };
     if max_abs_scale < GROUP_MAX_EPS {
         return b;
     }

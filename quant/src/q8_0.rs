@@ -3,10 +3,10 @@
 //!
 //! Layout (34 bytes): `d: f16`, `qs: [i8; 32]`.
 
+use crate::GgmlType;
 use crate::block::impl_block;
 use crate::half::{f16_to_f32, f32_to_f16};
 use crate::util::{fabsf, roundf_i32};
-use crate::GgmlType;
 
 /// Elements per block.
 pub const QK8_0: usize = 32;
@@ -48,7 +48,10 @@ pub fn quantize_ref(x: &[f32; QK8_0]) -> BlockQ8_0 {
     for (q, &v) in qs.iter_mut().zip(x.iter()) {
         *q = roundf_i32(v * id) as i8;
     }
-    BlockQ8_0 { d: f32_to_f16(d), qs }
+    BlockQ8_0 {
+        d: f32_to_f16(d),
+        qs,
+    }
 }
 
 /// Integer dot of the quants (exact).

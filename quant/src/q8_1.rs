@@ -3,10 +3,10 @@
 //!
 //! Layout (36 bytes): `d: f16`, `s: f16`, `qs: [i8; 32]`.
 
+use crate::GgmlType;
 use crate::block::impl_block;
 use crate::half::{f16_to_f32, f32_to_f16};
 use crate::util::{fabsf, roundf_i32};
-use crate::GgmlType;
 
 /// Elements per block.
 pub const QK8_1: usize = 32;
@@ -45,7 +45,11 @@ pub fn quantize_ref(x: &[f32; QK8_1]) -> BlockQ8_1 {
         *q = roundf_i32(v * id) as i8;
         sum += *q as i32;
     }
-    BlockQ8_1 { d: f32_to_f16(d), s: f32_to_f16(sum as f32 * d), qs }
+    BlockQ8_1 {
+        d: f32_to_f16(d),
+        s: f32_to_f16(sum as f32 * d),
+        qs,
+    }
 }
 
 /// Q8_1 · Q8_1 (not a ggml kernel; provided so every type has a `vec_dot`).

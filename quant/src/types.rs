@@ -130,8 +130,8 @@ impl GgmlType {
             Q5_1 => 24,
             Q8_0 => 34,
             Q8_1 => 36,
-            Q2K => 84,   // scales[16] + qs[64] + d + dmin
-            Q3K => 110,  // hmask[32] + qs[64] + scales[12] + d
+            Q2K => 84,  // scales[16] + qs[64] + d + dmin
+            Q3K => 110, // hmask[32] + qs[64] + scales[12] + d
             Q4K => 144,
             Q5K => 176,
             Q6K => 210,
@@ -139,7 +139,7 @@ impl GgmlType {
             IQ2XXS => 66, // d + qs[32] u16
             IQ2XS => 74,  // d + qs[32] u16 + scales[8]
             IQ3XXS => 98,
-            IQ1S => 50,   // d + qs[32] + qh[8] u16
+            IQ1S => 50, // d + qs[32] + qh[8] u16
             IQ4NL => 18,
             IQ3S => 110,  // d + qs[64] + qh[8] + signs[32] + scales[4]
             IQ2S => 82,   // d + qs[64] + qh[8] + scales[8]
@@ -154,7 +154,7 @@ impl GgmlType {
     /// (or the byte count overflows).
     pub const fn row_bytes(self, n: usize) -> Option<usize> {
         let bs = self.block_size();
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size())
@@ -212,15 +212,30 @@ pub enum QuantError {
     Unsupported(GgmlType),
     /// A length does not fit the format. `what` names the argument and the rule;
     /// for "not a multiple of the block size" errors `expected` is the block size.
-    BadLength { ty: GgmlType, what: &'static str, expected: usize, got: usize },
+    BadLength {
+        ty: GgmlType,
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
 }
 
 impl fmt::Display for QuantError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            QuantError::Unsupported(t) => write!(f, "ggml type {t} has no reference implementation"),
-            QuantError::BadLength { ty, what, expected, got } => {
-                write!(f, "{ty}: bad length of {what}: expected {expected}, got {got}")
+            QuantError::Unsupported(t) => {
+                write!(f, "ggml type {t} has no reference implementation")
+            }
+            QuantError::BadLength {
+                ty,
+                what,
+                expected,
+                got,
+            } => {
+                write!(
+                    f,
+                    "{ty}: bad length of {what}: expected {expected}, got {got}"
+                )
             }
         }
     }

@@ -41,7 +41,7 @@ pub fn roundf_i32(x: f32) -> i32 {
 /// significand, rounded to nearest (an exact tie is impossible for square roots).
 pub fn sqrtf(x: f32) -> f32 {
     let b = x.to_bits();
-    if x == 0.0 || x != x || b == 0x7f80_0000 {
+    if x == 0.0 || x.is_nan() || b == 0x7f80_0000 {
         return x; // ±0, NaN, +inf
     }
     if b >> 31 != 0 {
@@ -50,7 +50,11 @@ pub fn sqrtf(x: f32) -> f32 {
     // x = m * 2^e with integer m.
     let exp = (b >> 23) as i32;
     let man = (b & 0x7f_ffff) as u64;
-    let (mut m, mut e) = if exp == 0 { (man, -149) } else { (man | 0x80_0000, exp - 150) };
+    let (mut m, mut e) = if exp == 0 {
+        (man, -149)
+    } else {
+        (man | 0x80_0000, exp - 150)
+    };
     while m < 0x80_0000 {
         m <<= 1; // normalise subnormals to a 24-bit significand
         e -= 1;
