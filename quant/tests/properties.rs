@@ -364,3 +364,53 @@ fn q8_k_bsums_consistent() {
         assert_eq!(b.bsums[k] as i32, s);
     }
 }
+
+/// Rows at any byte alignment give the same results (GGUF offsets are 32-aligned, but slices
+/// of rows handed around by callers need not be).
+#[test]
+fn misaligned_rows_work() {
+    use quant::block::Block;
+    let mut r = Rng::new(21);
+    let x: Vec<f32> = (0..512).map(|_| r.normal() as f32).collect();
+    for ty in [
+        GgmlType::Q8K,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+        GgmlType::Q4_0,
+        GgmlType::Q5_1,
+    ] {
+        let q = quantize(ty, &x);
+        let mut buf = vec![0u8; q.len() + 8];
+        let want = dequantize(ty, &q, x.len());
+        for off in 1..4 {
+            buf[off..off + q.len()].copy_from_slice(&q);
+            let got = dequantize(ty, &buf[off..off + q.len()], x.len());
+            assert_eq!(got, want, "{ty} at offset {off}");
+        }
+    }
+    // zero-copy view when aligned (heap buffers of this size are, in practice), never a
+    // view of a partial block
+    let q = quantize(GgmlType::Q8K, &x);
+    if (q.as_ptr() as usize).is_multiple_of(4) {
+        let blocks = quant::q8_k::BlockQ8K::slice_from_bytes(&q).expect("aligned view");
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks[1].as_bytes(), &q[292..]);
+    }
+    assert!(quant::q8_k::BlockQ8K::slice_from_bytes(&q[4..]).is_none());
+    assert!(quant::q8_k::BlockQ8K::slice_from_bytes(&q[..291]).is_none());
+    assert!(quant::q8_k::BlockQ8K::read(&q[..291]).is_none());
+}
+
+#[test]
+fn errors_display_their_context() {
+    let e = quantize_row(GgmlType::Q4K, &[0.0; 100], &mut [0u8; 144]).unwrap_err();
+    let s = e.to_string();
+    assert!(
+        s.contains("q4_K") && s.contains("256") && s.contains("100"),
+        "{s}"
+    );
+    assert_eq!(
+        QuantError::Unsupported(GgmlType::IQ2XS).to_string(),
+        "ggml type iq2_xs has no reference implementation"
+    );
+}
