@@ -1,0 +1,230 @@
+//! Resolves every qwen4exp tensor (names and ggml shapes as in llama.cpp's loader) into the
+//! layer structs. Shapes are checked exactly; errors name the tensor.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use gguf::GgufFile;
+
+use super::gdn::Gdn;
+use super::gr::HyperConn;
+use super::hparams::{HParams, LayerKind};
+use super::linear::Mat;
+use super::moe::{Moe, SwiGlu};
+use super::ple::Ple;
+use super::qsa::{Indexer, Qsa};
+use super::{GdnMode, Layer, Mixer, Qwen4Exp, Qwen4ExpError};
+
+struct Loader {
+    file: Arc<GgufFile>,
+    index: HashMap<String, usize>,
+}
+
+impl Loader {
+    fn find(&self, name: &str) -> Result<(usize, &gguf::TensorInfo), Qwen4ExpError> {
+        let &i = self.index.get(name).ok_or_else(|| Qwen4ExpError::MissingTensor(name.to_string()))?;
+        Ok((i, &self.file.tensors()[i]))
+    }
+
+    fn check_dims(name: &str, found: &[u64], want: &[usize]) -> Result<(), Qwen4ExpError> {
+        let want: Vec<u64> = want.iter().map(|&d| d as u64).collect();
+        if found != want.as_slice() {
+            return Err(Qwen4ExpError::TensorShape { name: name.into(), expected: want, found: found.to_vec() });
+        }
+        Ok(())
+    }
+
+    /// ggml ne `[cols, rows]` → a `[rows][cols]` matrix.
+    fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, Qwen4ExpError> {
+        let (i, t) = self.find(name)?;
+        Self::check_dims(name, &t.dims, &[cols, rows])?;
+        Mat::mapped(&self.file, i, 0, t.ty, rows, cols)
+            .map_err(|source| Qwen4ExpError::Tensor { name: name.into(), source })
+    }
+
+    /// ggml ne `[cols]` used as a 1-row matrix (the shared-expert gate).
+    fn row(&self, name: &str, cols: usize) -> Result<Mat, Qwen4ExpError> {
+        let (i, t) = self.find(name)?;
+        Self::check_dims(name, &t.dims, &[cols])?;
+        Mat::mapped(&self.file, i, 0, t.ty, 1, cols)
+            .map_err(|source| Qwen4ExpError::Tensor { name: name.into(), source })
+    }
+
+    /// ggml ne `[cols, rows, n]` → n matrices (expert stacks).
+    fn stack(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<Vec<Mat>, Qwen4ExpError> {
+        let (i, t) = self.find(name)?;
+        Self::check_dims(name, &t.dims, &[cols, rows, n])?;
+        let per = t.ty.row_bytes(cols).unwrap_or(0) * rows;
+        (0..n)
+            .map(|e| {
+                Mat::mapped(&self.file, i, e * per, t.ty, rows, cols)
+                    .map_err(|source| Qwen4ExpError::Tensor { name: format!("{name}[{e}]"), source })
+            })
+            .collect()
+    }
+
+    /// A small tensor of exactly `dims` dequantized to f32 (row-major = reversed ne).
+    fn vec(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>, Qwen4ExpError> {
+        let (_, t) = self.find(name)?;
+        Self::check_dims(name, &t.dims, dims)?;
+        let n: usize = dims.iter().product();
+        let mut out = vec![0f32; n];
+        quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out)
+            .map_err(|e| Qwen4ExpError::Dequant { name: name.into(), reason: format!("{e:?}") })?;
+        Ok(out)
+    }
+
+    fn dim(&self, name: &str, axis: usize) -> Result<usize, Qwen4ExpError> {
+        let (_, t) = self.find(name)?;
+        t.dims.get(axis).map(|&d| d as usize).ok_or_else(|| Qwen4ExpError::TensorShape {
+            name: name.into(),
+            expected: vec![0; axis + 1],
+            found: t.dims.clone(),
+        })
+    }
+
+    fn hc(&self, prefix: &str, hp: &HParams, inject: bool) -> Result<HyperConn, Qwen4ExpError> {
+        let (e, hc, lr) = (hp.n_embd, hp.hc, hp.hc_rank);
+        Ok(HyperConn {
+            hc,
+            n_embd: e,
+            eps: hp.eps,
+            norm: self.vec(&format!("{prefix}norm.weight"), &[e, hc])?,
+            down: self.mat(&format!("{prefix}down.weight"), hc * e, lr)?,
+            up: self.mat(&format!("{prefix}up.weight"), lr, hc * e)?,
+            inject: if inject { Some(self.mat(&format!("{prefix}inject.weight"), hc * e, hc)?) } else { None },
+        })
+    }
+}
+
+pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
+    let hp = HParams::from_gguf(&file)?;
+    let index = file.tensors().iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+    let l = Loader { file: file.clone(), index };
+    let (e, v) = (hp.n_embd, hp.n_vocab);
+    let tok_embd = l.mat("token_embd.weight", e, v)?;
+    let output = match l.index.get("output.weight") {
+        Some(_) => l.mat("output.weight", e, v)?,
+        None => l.mat("token_embd.weight", e, v)?, // tied head
+    };
+    let out_hc = l.hc("output_hc_", &hp, false)?;
+
+    let mut layers = Vec::with_capacity(hp.n_layer);
+    for il in 0..hp.n_layer {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let mixer = match hp.layers[il] {
+            LayerKind::Gdn => {
+                let (hk, hv, s, k) = (hp.ssm_k_heads, hp.ssm_v_heads, hp.ssm_state, hp.ssm_conv);
+                let c = (2 * hk + hv) * s;
+                Mixer::Gdn(Gdn {
+                    hk,
+                    hv,
+                    s,
+                    conv_k: k,
+                    eps: hp.eps,
+                    qkv: l.mat(&p("attn_qkv.weight"), e, c)?,
+                    gate: l.mat(&p("attn_gate.weight"), e, hv * s)?,
+                    conv: l.vec(&p("ssm_conv1d.weight"), &[k, c])?,
+                    dt_bias: l.vec(&p("ssm_dt.bias"), &[hv])?,
+                    a: l.vec(&p("ssm_a"), &[hv])?,
+                    beta: l.mat(&p("ssm_beta.weight"), e, hv)?,
+                    alpha: l.mat(&p("ssm_alpha.weight"), e, hv)?,
+                    norm: l.vec(&p("ssm_norm.weight"), &[s])?,
+                    out: l.mat(&p("ssm_out.weight"), hv * s, e)?,
+                })
+            }
+            kind => {
+                let (h, kv, d) = (hp.n_head, hp.n_head_kv, hp.head_dim);
+                let indexer = match kind {
+                    LayerKind::Qsa { ratio } => Some(Indexer {
+                        heads: hp.idx_heads,
+                        dim: hp.idx_dim,
+                        top_k: hp.idx_top_k,
+                        ratio,
+                        q: l.mat(&p("indexer.q_proj.weight"), e, hp.idx_heads * hp.idx_dim)?,
+                        k: l.mat(&p("indexer.k_proj.weight"), e, hp.idx_dim)?,
+                        q_norm: l.vec(&p("indexer.q_norm.weight"), &[hp.idx_dim])?,
+                        k_norm: l.vec(&p("indexer.k_norm.weight"), &[hp.idx_dim])?,
+                    }),
+                    _ => None,
+                };
+                Mixer::Attn(Qsa {
+                    n_head: h,
+                    n_head_kv: kv,
+                    head_dim: d,
+                    n_rot: hp.n_rot,
+                    rope_base: hp.rope_base,
+                    eps: hp.eps,
+                    q: l.mat(&p("attn_q.weight"), e, 2 * h * d)?,
+                    k: l.mat(&p("attn_k.weight"), e, kv * d)?,
+                    v: l.mat(&p("attn_v.weight"), e, kv * d)?,
+                    o: l.mat(&p("attn_output.weight"), h * d, e)?,
+                    q_norm: l.vec(&p("attn_q_norm.weight"), &[d])?,
+                    k_norm: l.vec(&p("attn_k_norm.weight"), &[d])?,
+                    indexer,
+                })
+            }
+        };
+        let ff = l.dim(&p("ffn_gate_exps.weight"), 1)?;
+        let ffs = l.dim(&p("ffn_gate_shexp.weight"), 1)?;
+        let ne = hp.n_expert;
+        let gates = l.stack(&p("ffn_gate_exps.weight"), e, ff, ne)?;
+        let ups = l.stack(&p("ffn_up_exps.weight"), e, ff, ne)?;
+        let downs = l.stack(&p("ffn_down_exps.weight"), ff, e, ne)?;
+        let experts = gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((gate, up), down)| SwiGlu { gate, up, down })
+            .collect();
+        let moe = Moe {
+            n_used: hp.n_expert_used,
+            router: l.mat(&p("ffn_gate_inp.weight"), e, ne)?,
+            experts,
+            shared_gate: l.row(&p("ffn_gate_inp_shexp.weight"), e)?,
+            shared: SwiGlu {
+                gate: l.mat(&p("ffn_gate_shexp.weight"), e, ffs)?,
+                up: l.mat(&p("ffn_up_shexp.weight"), e, ffs)?,
+                down: l.mat(&p("ffn_down_shexp.weight"), ffs, e)?,
+            },
+        };
+        layers.push(Layer {
+            hc_attn: l.hc(&p("hc_attn_"), &hp, true)?,
+            mixer,
+            hc_ffn: l.hc(&p("hc_ffn_"), &hp, true)?,
+            moe,
+        });
+    }
+
+    let ple = match &hp.ple {
+        None => None,
+        Some(pp) => {
+            let (hc, il) = (hp.hc, pp.layer);
+            let p = |s: &str| format!("blk.{il}.{s}");
+            let rows = l.dim("per_layer_token_embd.weight", 1)?;
+            let needed = (0..pp.n_heads()).map(|i| pp.head_offsets[i] + pp.head_vocab_sizes[i]).max().unwrap_or(0);
+            if (rows as u64) < needed {
+                return Err(Qwen4ExpError::TensorShape {
+                    name: "per_layer_token_embd.weight".into(),
+                    expected: vec![pp.head_dim as u64, needed],
+                    found: vec![pp.head_dim as u64, rows as u64],
+                });
+            }
+            Some(Ple {
+                params: pp.clone(),
+                hc,
+                n_embd: e,
+                eps: hp.eps,
+                table: l.mat("per_layer_token_embd.weight", pp.head_dim, rows)?,
+                key: l.mat(&p("ple_key.weight"), e, hc * e)?,
+                value: l.mat(&p("ple_value.weight"), e, e)?,
+                norm_key: l.vec(&p("ple_norm_key.weight"), &[e, hc])?,
+                norm_query: l.vec(&p("ple_norm_query.weight"), &[e, hc])?,
+                norm_conv: l.vec(&p("ple_norm_conv.weight"), &[e, hc])?,
+                conv: l.vec(&p("ple_conv1d.weight"), &[pp.conv_kernel, hc * e])?,
+            })
+        }
+    };
+
+    Ok(Qwen4Exp { hp, file, tok_embd, output, out_hc, layers, ple, gdn_mode: GdnMode::Recurrent })
+}

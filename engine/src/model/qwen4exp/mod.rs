@@ -1,0 +1,244 @@
+//! Qwen3.8-Flash-Next (GGUF architecture `qwen4exp`) on the CPU, matching llama.cpp 0c1e570.
+//!
+//! A hybrid decoder: Gated DeltaNet layers ([`gdn`]) and sparse-attention layers ([`qsa`])
+//! over hyper-connection residual streams ([`gr`]), a 512-expert MoE with a shared expert in
+//! every layer ([`moe`]), and one PLE n-gram table block ([`ple`]) before one GDN layer. The
+//! exact computation (and the numerics that matter: f16 KV/indexer cache rounding, libstdc++
+//! heap-order tie-breaking of the QSA top-k) is described in
+//! `shared/reference/tiny-qwen4exp/README.md`; each module repeats its part.
+//!
+//! ```text
+//! R_t[c] = token_embd[tok_t] for each of the hc streams
+//! per layer: R ← PLE(R) (PLE layer only)
+//!            (x, inj) = HCmix_attn(R); y = GDN(x) or QSA(x); R ← HCcombine(R, y, inj)
+//!            (x, inj) = HCmix_ffn(R);  y = MoE(x);           R ← HCcombine(R, y, inj)
+//! logits = W_out · HCmix_head(R)        (no output_norm; W_out falls back to token_embd)
+//! ```
+//! Use: [`Qwen4Exp::open`], [`Qwen4Exp::new_state`], then [`Qwen4Exp::forward`] with the
+//! tokens of one or more steps; logits come back for every position.
+
+pub mod gdn;
+pub mod gr;
+pub mod hparams;
+pub mod linear;
+mod load;
+pub mod moe;
+pub mod ple;
+pub mod qsa;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use gguf::GgufFile;
+
+pub use gdn::{Gdn, GdnMode, GdnState};
+pub use gr::HyperConn;
+pub use hparams::{HParams, LayerKind, PleParams};
+pub use linear::{Mat, MatError};
+pub use moe::{Moe, SwiGlu};
+pub use ple::{Ple, PleState};
+pub use qsa::{Indexer, Qsa, QsaCache, heap_select};
+
+/// Everything that can go wrong loading or running a qwen4exp model.
+#[derive(Debug, thiserror::Error)]
+pub enum Qwen4ExpError {
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    #[error("general.architecture is {0:?}, not \"qwen4exp\"")]
+    WrongArchitecture(String),
+    #[error("metadata key {key:?} not found")]
+    MissingKey { key: String },
+    #[error("metadata key {key:?}: {reason}")]
+    BadKey { key: String, reason: String },
+    #[error("tensor {0:?} not found")]
+    MissingTensor(String),
+    #[error("tensor {name:?}: shape {found:?}, expected {expected:?}")]
+    TensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
+    #[error("tensor {name:?}: {source}")]
+    Tensor { name: String, source: MatError },
+    #[error("tensor {name:?}: cannot dequantize: {reason}")]
+    Dequant { name: String, reason: String },
+    #[error("forward at position {got}, but the sequence state is at position {expected}")]
+    Position { expected: usize, got: usize },
+    #[error("token {token} at batch index {index} is outside the vocabulary of {n_vocab}")]
+    Token { token: u32, index: usize, n_vocab: usize },
+    #[error("sequence state does not fit this model (layer {layer})")]
+    StateMismatch { layer: usize },
+    #[error("PLE layer {layer}: {reason}")]
+    Ple { layer: usize, reason: String },
+}
+
+/// Element type of the attention K/V and indexer-key caches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// llama.cpp's default: values rounded to f16 (and q, softmax probabilities rounded too).
+    #[default]
+    F16,
+    F32,
+}
+
+/// The token mixer of a layer.
+#[derive(Debug)]
+pub enum Mixer {
+    Gdn(Gdn),
+    /// QSA (with indexer) or dense attention (without).
+    Attn(Qsa),
+}
+
+/// One decoder layer.
+#[derive(Debug)]
+pub struct Layer {
+    pub hc_attn: HyperConn,
+    pub mixer: Mixer,
+    pub hc_ffn: HyperConn,
+    pub moe: Moe,
+}
+
+/// A loaded model (weights reference the memory-mapped GGUF).
+pub struct Qwen4Exp {
+    pub hp: HParams,
+    pub file: Arc<GgufFile>,
+    pub tok_embd: Mat,
+    pub output: Mat,
+    pub out_hc: HyperConn,
+    pub layers: Vec<Layer>,
+    pub ple: Option<Ple>,
+    /// How multi-token GDN passes run (default: token-by-token recurrence).
+    pub gdn_mode: GdnMode,
+}
+
+/// Per-layer sequence state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerState {
+    Gdn(GdnState),
+    Attn(QsaCache),
+}
+
+/// Everything one sequence carries between `forward` calls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqState {
+    /// Tokens consumed so far (the next position).
+    pub pos: usize,
+    pub layers: Vec<LayerState>,
+    pub ple: Option<PleState>,
+}
+
+/// Optional diagnostics of a forward pass.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// `(layer, kept cells per token)` for every indexer-selected attention layer.
+    pub qsa_selections: Vec<(usize, Vec<Vec<usize>>)>,
+}
+
+/// Tokens per internal micro-batch (bounds activation memory like llama.cpp's n_ubatch).
+const UBATCH: usize = 512;
+
+impl Qwen4Exp {
+    /// Opens a GGUF (split siblings included) and resolves every tensor.
+    pub fn open(path: &Path) -> Result<Qwen4Exp, Qwen4ExpError> {
+        Self::from_gguf(GgufFile::open(path)?)
+    }
+
+    pub fn from_gguf(g: GgufFile) -> Result<Qwen4Exp, Qwen4ExpError> {
+        load::load(Arc::new(g))
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.hp.n_vocab
+    }
+
+    /// An empty sequence state.
+    pub fn new_state(&self, kv: KvType) -> SeqState {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| match &l.mixer {
+                Mixer::Gdn(g) => LayerState::Gdn(g.new_state()),
+                Mixer::Attn(_) => LayerState::Attn(QsaCache::new(kv == KvType::F16)),
+            })
+            .collect();
+        SeqState { pos: 0, layers, ple: self.ple.as_ref().map(Ple::new_state) }
+    }
+
+    /// Runs `tokens` at positions `start_pos..` (which must equal `st.pos`) and returns the
+    /// logits of every position, `[tokens.len()][n_vocab]`.
+    pub fn forward(&self, st: &mut SeqState, tokens: &[u32], start_pos: usize) -> Result<Vec<f32>, Qwen4ExpError> {
+        self.forward_traced(st, tokens, start_pos, None)
+    }
+
+    /// [`Qwen4Exp::forward`] that also records diagnostics.
+    pub fn forward_traced(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
+        mut trace: Option<&mut Trace>,
+    ) -> Result<Vec<f32>, Qwen4ExpError> {
+        if st.layers.len() != self.layers.len() || st.ple.is_some() != self.ple.is_some() {
+            return Err(Qwen4ExpError::StateMismatch { layer: st.layers.len().min(self.layers.len()) });
+        }
+        if start_pos != st.pos {
+            return Err(Qwen4ExpError::Position { expected: st.pos, got: start_pos });
+        }
+        if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= self.hp.n_vocab) {
+            return Err(Qwen4ExpError::Token { token, index, n_vocab: self.hp.n_vocab });
+        }
+        let mut logits = vec![0f32; tokens.len() * self.hp.n_vocab];
+        for (ci, chunk) in tokens.chunks(UBATCH).enumerate() {
+            let out = &mut logits[ci * UBATCH * self.hp.n_vocab..][..chunk.len() * self.hp.n_vocab];
+            self.ubatch(st, chunk, out, trace.as_deref_mut())?;
+        }
+        Ok(logits)
+    }
+
+    fn ubatch(
+        &self,
+        st: &mut SeqState,
+        toks: &[u32],
+        logits: &mut [f32],
+        mut trace: Option<&mut Trace>,
+    ) -> Result<(), Qwen4ExpError> {
+        let (n, e, hc) = (toks.len(), self.hp.n_embd, self.hp.hc);
+        let mut r = vec![0f32; n * hc * e];
+        let mut emb = vec![0f32; e];
+        for (t, &tok) in toks.iter().enumerate() {
+            self.tok_embd.get_row(tok as usize, &mut emb);
+            for c in 0..hc {
+                r[(t * hc + c) * e..(t * hc + c + 1) * e].copy_from_slice(&emb);
+            }
+        }
+        let mut x = vec![0f32; n * e];
+        let mut y = vec![0f32; n * e];
+        let mut inj = vec![0f32; n * hc];
+        for (il, layer) in self.layers.iter().enumerate() {
+            if let (Some(ple), Some(ps)) = (&self.ple, st.ple.as_mut()) {
+                if ple.params.layer == il {
+                    ple.forward(&mut r, toks, ps).map_err(|reason| Qwen4ExpError::Ple { layer: il, reason })?;
+                }
+            }
+            layer.hc_attn.mix(&r, n, &mut x, Some(&mut inj));
+            match (&layer.mixer, &mut st.layers[il]) {
+                (Mixer::Gdn(g), LayerState::Gdn(gs)) => g.forward(&x, n, gs, self.gdn_mode, &mut y),
+                (Mixer::Attn(a), LayerState::Attn(cache)) => {
+                    let want = trace.is_some() && a.indexer.is_some();
+                    let sel = a.forward(&x, n, st.pos, cache, &mut y, want);
+                    if let Some(tr) = trace.as_deref_mut().filter(|_| want) {
+                        match tr.qsa_selections.iter_mut().find(|(l, _)| *l == il) {
+                            Some((_, v)) => v.extend(sel),
+                            None => tr.qsa_selections.push((il, sel)),
+                        }
+                    }
+                }
+                _ => return Err(Qwen4ExpError::StateMismatch { layer: il }),
+            }
+            layer.hc_attn.combine(&mut r, n, &y, &inj);
+            layer.hc_ffn.mix(&r, n, &mut x, Some(&mut inj));
+            layer.moe.forward(&x, n, &mut y);
+            layer.hc_ffn.combine(&mut r, n, &y, &inj);
+        }
+        self.out_hc.mix(&r, n, &mut x, None);
+        self.output.matmul(&x, n, logits);
+        st.pos += n;
+        Ok(())
+    }
+}
