@@ -1,0 +1,274 @@
+//! The HIP-shaped device API: modules, memory, launches, statistics.
+use crate::decode::{self, Fam, Inst};
+use crate::error::EmuError;
+use crate::exec::{self, Counters, Ctx, Program, Stop, Wave};
+pub use crate::loader::{KernArg, KernelInfo};
+use crate::loader::{self, KernelDescriptor};
+use crate::memory::{Memory, View};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+pub type DevicePtr = u64;
+
+/// Default per-wave instruction budget before "did not terminate".
+pub const DEFAULT_BUDGET: u64 = 200_000_000;
+
+pub struct Device {
+    mem: Arc<Memory>,
+    fail_pinned_above: Mutex<Option<usize>>,
+    budget: Mutex<u64>,
+}
+
+impl Default for Device { fn default() -> Self { Device::new() } }
+
+struct ModuleInner {
+    prog: Program,
+    kernels: Vec<(KernelInfo, KernelDescriptor)>,
+    base: u64,
+}
+
+/// A loaded code object.
+#[derive(Clone)]
+pub struct Module { inner: Arc<ModuleInner> }
+
+/// One kernel of a module.
+#[derive(Clone)]
+pub struct Function { module: Arc<ModuleInner>, index: usize }
+
+impl Function {
+    pub fn info(&self) -> &KernelInfo { &self.module.kernels[self.index].0 }
+}
+
+impl Module {
+    pub fn function(&self, name: &str) -> Result<Function, EmuError> {
+        let index = self.inner.kernels.iter().position(|(k, _)| k.name == name).ok_or_else(|| EmuError::NoSuchKernel(name.into()))?;
+        Ok(Function { module: self.inner.clone(), index })
+    }
+    pub fn kernels(&self) -> Vec<KernelInfo> { self.inner.kernels.iter().map(|(k, _)| k.clone()).collect() }
+    /// Device address where the code object image starts.
+    pub fn base(&self) -> DevicePtr { self.inner.base }
+}
+
+/// Counters of one launch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaunchStats {
+    pub instructions: u64,
+    pub by_family: BTreeMap<String, u64>,
+    pub lane_ops: u64,
+    pub global_bytes_read: u64,
+    pub global_bytes_written: u64,
+    pub lds_bytes: u64,
+    pub waves: u64,
+}
+
+const FAM_NAMES: [&str; 14] = ["sop2", "sopk", "sop1", "sopc", "sopp", "smem", "valu", "vop3p", "vopd", "ds", "flat", "global", "scratch", "invalid"];
+
+/// Decode every instruction reachable from the kernel entries and function symbols, once.
+fn decode_program(co: &loader::CodeObject, base: u64) -> Program {
+    let words: Vec<u32> = co.image.chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
+    let mut insts = vec![Inst::INVALID; words.len()];
+    let mut errors = std::collections::HashMap::new();
+    let mut seen = vec![false; words.len()];
+    let mut work: Vec<usize> = co.kernels.iter().map(|(_, d)| (d.entry / 4) as usize).collect();
+    work.extend(co.functions.iter().map(|(_, a)| (*a / 4) as usize));
+    let in_text = |idx: usize| co.text.iter().any(|t| (idx as u64 * 4) >= t.0 && (idx as u64 * 4) < t.1);
+    while let Some(idx) = work.pop() {
+        if idx >= words.len() || seen[idx] || !in_text(idx) { continue; }
+        seen[idx] = true;
+        match decode::decode(&words[idx..]) {
+            Ok(i) => {
+                insts[idx] = i;
+                let next = idx + i.len as usize / 4;
+                let sopp = i.fam == Fam::Sopp;
+                let name = i.name();
+                let ends = sopp && (name.starts_with("s_endpgm") || name == "s_branch" || name == "s_code_end")
+                    || (i.fam == Fam::Sop1 && name == "s_setpc_b64");
+                if sopp && (name.starts_with("s_cbranch") || name == "s_branch") {
+                    work.push((idx as i64 + 1 + i.imm as i64) as usize);
+                }
+                if i.fam == Fam::Sopk && name == "s_call_b64" {
+                    work.push((idx as i64 + 1 + i.imm as i64) as usize);
+                }
+                if !ends { work.push(next); }
+            }
+            Err(e) => { errors.insert(idx, format!("{} at {:#x}", e.0, idx * 4)); }
+        }
+    }
+    let kernel_names = co.kernels.iter().map(|(k, d)| (d.entry, k.name.clone())).collect();
+    Program { base, insts, errors, kernel_names }
+}
+
+impl Device {
+    pub fn new() -> Device {
+        Device { mem: Arc::new(Memory::default()), fail_pinned_above: Mutex::new(None), budget: Mutex::new(DEFAULT_BUDGET) }
+    }
+    /// Change the per-wave instruction budget (tests of "did not terminate").
+    pub fn set_instruction_budget(&self, n: u64) { if let Ok(mut b) = self.budget.lock() { *b = n; } }
+
+    pub fn load_module(&self, code_object: &[u8]) -> Result<Module, EmuError> {
+        let co = loader::load(code_object)?;
+        let base = self.mem.alloc(co.image.len())?;
+        self.mem.copy_in(base, &co.image)?;
+        let prog = decode_program(&co, base);
+        Ok(Module { inner: Arc::new(ModuleInner { prog, kernels: co.kernels, base }) })
+    }
+    pub fn malloc(&self, bytes: usize) -> Result<DevicePtr, EmuError> { self.mem.alloc(bytes) }
+    pub fn free(&self, p: DevicePtr) -> Result<(), EmuError> { self.mem.free(p) }
+    /// Pinned host memory stand-in (device-visible); fails above the test threshold.
+    pub fn host_malloc_pinned(&self, bytes: usize) -> Result<DevicePtr, EmuError> {
+        if let Some(t) = *self.fail_pinned_above.lock().map_err(|_| EmuError::Api("lock poisoned".into()))? {
+            if bytes > t {
+                return Err(EmuError::Alloc { bytes, reason: format!("pinned allocation above the test threshold of {t} bytes") });
+            }
+        }
+        self.mem.alloc(bytes)
+    }
+    /// Make `host_malloc_pinned` fail for requests above `bytes_threshold` (None: never).
+    pub fn set_fail_large_pinned_alloc(&self, bytes_threshold: Option<usize>) {
+        if let Ok(mut t) = self.fail_pinned_above.lock() { *t = bytes_threshold; }
+    }
+    pub fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<(), EmuError> { self.mem.copy_in(dst, src) }
+    pub fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), EmuError> { self.mem.copy_out(dst, src) }
+    pub fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<(), EmuError> {
+        let mut tmp = vec![0u8; bytes];
+        self.mem.copy_out(&mut tmp, src)?;
+        self.mem.copy_in(dst, &tmp)
+    }
+    pub fn memset(&self, dst: DevicePtr, byte: u8, bytes: usize) -> Result<(), EmuError> { self.mem.copy_in(dst, &vec![byte; bytes]) }
+
+    /// Run a grid of `grid` workgroups of `block` work-items each.
+    pub fn launch(&self, f: &Function, grid: [u32; 3], block: [u32; 3], dynamic_lds: u32, kernargs: &[u8]) -> Result<LaunchStats, EmuError> {
+        let (info, kd) = &f.module.kernels[f.index];
+        let api = |s: String| EmuError::Api(format!("launch {}: {s}", info.name));
+        if grid.contains(&0) || block.contains(&0) { return Err(api(format!("empty grid {grid:?} / block {block:?}"))); }
+        let threads = block[0] as u64 * block[1] as u64 * block[2] as u64;
+        let max = if info.max_flat_workgroup_size == 0 { 1024 } else { info.max_flat_workgroup_size } as u64;
+        if threads > max.min(1024) { return Err(api(format!("block {block:?} has {threads} work-items, kernel allows {max}"))); }
+        let lds_size = kd.group_segment_size as u64 + dynamic_lds as u64;
+        if lds_size > 65536 { return Err(api(format!("LDS {} static + {dynamic_lds} dynamic bytes exceeds 64 KiB", kd.group_segment_size))); }
+        let explicit_end = info.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).map(|a| a.offset + a.size).max().unwrap_or(0);
+        if (kernargs.len() as u32) < explicit_end {
+            return Err(api(format!("kernel arguments are {} bytes, the kernel reads {explicit_end}", kernargs.len())));
+        }
+        // Kernarg segment: caller bytes, then hidden arguments the metadata declares.
+        let ka_size = (info.kernarg_size.max(kd.kernarg_size) as usize).max(kernargs.len()).max(8);
+        let mut ka = vec![0u8; ka_size];
+        ka[..kernargs.len()].copy_from_slice(kernargs);
+        for a in info.args.iter().filter(|a| a.offset as usize >= kernargs.len()) {
+            let put = |ka: &mut Vec<u8>, v: u64| { let o = a.offset as usize; let n = (a.size as usize).min(8); if o + n <= ka.len() { ka[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]); } };
+            match a.value_kind.as_str() {
+                "hidden_block_count_x" => put(&mut ka, grid[0] as u64),
+                "hidden_block_count_y" => put(&mut ka, grid[1] as u64),
+                "hidden_block_count_z" => put(&mut ka, grid[2] as u64),
+                "hidden_group_size_x" => put(&mut ka, block[0] as u64),
+                "hidden_group_size_y" => put(&mut ka, block[1] as u64),
+                "hidden_group_size_z" => put(&mut ka, block[2] as u64),
+                "hidden_grid_dims" => put(&mut ka, if grid[2] * block[2] > 1 { 3 } else if grid[1] * block[1] > 1 { 2 } else { 1 }),
+                "hidden_dynamic_lds_size" => put(&mut ka, dynamic_lds as u64),
+                _ => {}
+            }
+        }
+        let ka_ptr = self.mem.alloc(ka.len())?;
+        self.mem.copy_in(ka_ptr, &ka)?;
+        // HSA kernel dispatch packet (64 bytes).
+        let mut pkt = [0u8; 64];
+        let dims: u16 = if grid[2] * block[2] > 1 { 3 } else if grid[1] * block[1] > 1 { 2 } else { 1 };
+        pkt[2..4].copy_from_slice(&dims.to_le_bytes());
+        for d in 0..3 {
+            pkt[4 + 2 * d..6 + 2 * d].copy_from_slice(&(block[d] as u16).to_le_bytes());
+            pkt[12 + 4 * d..16 + 4 * d].copy_from_slice(&(grid[d].wrapping_mul(block[d])).to_le_bytes());
+        }
+        pkt[24..28].copy_from_slice(&kd.private_segment_size.to_le_bytes());
+        pkt[28..32].copy_from_slice(&(lds_size as u32).to_le_bytes());
+        pkt[40..48].copy_from_slice(&ka_ptr.to_le_bytes());
+        let pkt_ptr = self.mem.alloc(64)?;
+        self.mem.copy_in(pkt_ptr, &pkt)?;
+
+        let regions = self.mem.snapshot();
+        let budget = *self.budget.lock().map_err(|_| api("lock poisoned".into()))?;
+        let ctx = Ctx {
+            prog: &f.module.prog, kernel: &info.name, regions: &regions, mem: &self.mem, budget,
+            f32_denorm: kd.f32_denorm_mode() == 3, f16_denorm: kd.f16_denorm_mode() == 3,
+            private_size: kd.private_segment_size.max(info.private_segment_size),
+        };
+        let n_groups = grid[0] as u64 * grid[1] as u64 * grid[2] as u64;
+        let run_group = |g: u64| -> Result<Counters, EmuError> {
+            let gid = [(g % grid[0] as u64) as u32, ((g / grid[0] as u64) % grid[1] as u64) as u32, (g / (grid[0] as u64 * grid[1] as u64)) as u32];
+            run_workgroup(&ctx, kd, gid, block, threads as u32, lds_size as usize, pkt_ptr, ka_ptr)
+        };
+        let results: Vec<Result<Counters, EmuError>> = if n_groups > 1 {
+            (0..n_groups).into_par_iter().map(run_group).collect()
+        } else {
+            (0..n_groups).map(run_group).collect()
+        };
+        let _ = self.mem.free(ka_ptr);
+        let _ = self.mem.free(pkt_ptr);
+        let mut st = LaunchStats { waves: n_groups * threads.div_ceil(32), ..Default::default() };
+        for r in results {
+            let c = r?;
+            for (k, n) in c.by_fam.iter().enumerate() {
+                if *n > 0 { *st.by_family.entry(FAM_NAMES[k].into()).or_default() += n; st.instructions += n; }
+            }
+            st.lane_ops += c.lane_ops;
+            st.global_bytes_read += c.global_read;
+            st.global_bytes_written += c.global_written;
+            st.lds_bytes += c.lds_bytes;
+        }
+        Ok(st)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3], threads: u32, lds_size: usize, pkt: u64, ka: u64) -> Result<Counters, EmuError> {
+    let mut lds = vec![0u8; lds_size];
+    let mut view = View::new(ctx.regions);
+    let mut c = Counters::default();
+    let n_waves = threads.div_ceil(32);
+    let mut waves: Vec<Wave> = (0..n_waves).map(|wi| {
+        let mut w = Wave::new(ctx);
+        w.pc = ctx.prog.base + kd.entry;
+        let mut s = 0usize;
+        let mut put = |w: &mut Wave, v: u32| { if s < 106 { w.s[s] = v; } s += 1; };
+        if kd.enable_dispatch_ptr() { put(&mut w, pkt as u32); put(&mut w, (pkt >> 32) as u32); }
+        if kd.enable_queue_ptr() { put(&mut w, 0); put(&mut w, 0); }
+        if kd.enable_kernarg_ptr() { put(&mut w, ka as u32); put(&mut w, (ka >> 32) as u32); }
+        if kd.enable_dispatch_id() { put(&mut w, 0); put(&mut w, 0); }
+        if kd.properties & (1 << 5) != 0 { put(&mut w, 0); put(&mut w, 0); } // flat scratch init
+        if kd.enable_private_segment_size() { put(&mut w, ctx.private_size); }
+        let mut s = kd.user_sgpr_count() as usize;
+        for d in 0..3 { if kd.enable_wg_id(d) { w.s[s] = gid[d]; s += 1; } }
+        if kd.enable_wg_info() { w.s[s] = 0; s += 1; }
+        if kd.enable_private_segment() { w.s[s] = 0; }
+        let mut exec = 0u32;
+        for l in 0..32u32 {
+            let t = wi * 32 + l;
+            if t < threads {
+                exec |= 1 << l;
+                let (x, y, z) = (t % block[0], (t / block[0]) % block[1], t / (block[0] * block[1]));
+                w.v[0][l as usize] = x | y << 10 | z << 20;
+            }
+        }
+        w.s[decode::src::EXEC_LO as usize] = exec;
+        w
+    }).collect();
+    loop {
+        let mut progressed = false;
+        for w in waves.iter_mut() {
+            if w.done || w.at_barrier { continue; }
+            progressed = true;
+            let _ = exec::run(ctx, w, &mut lds, &mut view, &mut c)?;
+        }
+        let all_done = waves.iter().all(|w| w.done);
+        if all_done { break; }
+        if waves.iter().all(|w| w.done || w.at_barrier) {
+            // every live wave is at the barrier: release them (ended waves do not block it)
+            for w in waves.iter_mut() { w.at_barrier = false; }
+        } else if !progressed {
+            let pc = waves.iter().find(|w| !w.done).map(|w| w.pc).unwrap_or(0);
+            return Err(EmuError::Deadlock { kernel: ctx.kernel.into(), pc });
+        }
+    }
+    let _ = Stop::End;
+    Ok(c)
+}

@@ -1,0 +1,297 @@
+//! Disassembler printing the LLVM syntax of `llvm-objdump-22 -d --mcpu=gfx1100` (the
+//! instruction column). Used for `disassemble()` and in every error message.
+use crate::decode::{self, src, valu_desc, Dpp, Enc, Fam, Inst};
+use crate::error::EmuError;
+use std::fmt::Write;
+
+fn sreg(code: u16, n: u8) -> String {
+    let n = n.max(1) as u16;
+    let named = |lo: &str, pair: &str| if n == 2 { pair.to_string() } else { lo.to_string() };
+    match code {
+        0..=105 => if n == 1 { format!("s{code}") } else { format!("s[{}:{}]", code, code + n - 1) },
+        106 => named("vcc_lo", "vcc"),
+        107 => "vcc_hi".into(),
+        108..=123 => if n == 1 { format!("ttmp{}", code - 108) } else { format!("ttmp[{}:{}]", code - 108, code - 108 + n - 1) },
+        124 => "null".into(),
+        125 => "m0".into(),
+        126 => named("exec_lo", "exec"),
+        127 => "exec_hi".into(),
+        _ => format!("?{code}"),
+    }
+}
+
+/// Print a 9-bit source operand. `sh` = shape byte (dwords | 0x10 half), `hi` true16 half.
+fn operand(code: u16, sh: u8, lit: u32, hi: bool, f64op: bool) -> String {
+    let n = (sh & 0xf).max(1);
+    if code >= src::VGPR0 {
+        let r = code - src::VGPR0;
+        if sh & 0x10 != 0 { return format!("v{r}.{}", if hi { 'h' } else { 'l' }); }
+        return if n == 1 { format!("v{r}") } else { format!("v[{}:{}]", r, r + n as u16 - 1) };
+    }
+    match code {
+        0..=127 => sreg(code, n),
+        128..=192 => format!("{}", code - 128),
+        193..=208 => format!("-{}", code - 192),
+        240 => "0.5".into(), 241 => "-0.5".into(), 242 => "1.0".into(), 243 => "-1.0".into(),
+        244 => "2.0".into(), 245 => "-2.0".into(), 246 => "4.0".into(), 247 => "-4.0".into(),
+        248 => "0.15915494".into(),
+        src::SHARED_BASE => "src_shared_base".into(), src::SHARED_LIMIT => "src_shared_limit".into(),
+        src::PRIVATE_BASE => "src_private_base".into(), src::PRIVATE_LIMIT => "src_private_limit".into(),
+        src::VCCZ => "src_vccz".into(), src::EXECZ => "src_execz".into(), src::SCC => "src_scc".into(),
+        src::LITERAL => { let _ = f64op; format!("{lit:#x}") }
+        _ => format!("?{code}"),
+    }
+}
+
+fn vdst(i: &Inst) -> String {
+    let sh = i.shape[0];
+    if sh & 0x20 != 0 { return sreg(i.dst, sh & 0xf); }
+    operand(src::VGPR0 + i.dst, sh, 0, i.opsel & 8 != 0, false)
+}
+
+fn mods(s: String, k: usize, i: &Inst) -> String {
+    let s = if i.abs >> k & 1 != 0 { format!("|{s}|") } else { s };
+    if i.neg >> k & 1 != 0 { format!("-{s}") } else { s }
+}
+
+fn dpp_suffix(i: &Inst) -> String {
+    match i.dpp_kind {
+        Dpp::None => String::new(),
+        Dpp::Dpp8 | Dpp::Dpp8Fi => {
+            let sel: Vec<String> = (0..8).map(|k| ((i.dpp >> (3 * k)) & 7).to_string()).collect();
+            format!(" dpp8:[{}]{}", sel.join(","), if i.dpp_kind == Dpp::Dpp8Fi { " fi:1" } else { "" })
+        }
+        Dpp::Dpp16 => {
+            let c = i.dpp >> 8 & 0x1ff;
+            let ctrl = match c {
+                0..=0xff => format!("quad_perm:[{},{},{},{}]", c & 3, c >> 2 & 3, c >> 4 & 3, c >> 6 & 3),
+                0x101..=0x10f => format!("row_shl:{}", c & 15),
+                0x111..=0x11f => format!("row_shr:{}", c & 15),
+                0x121..=0x12f => format!("row_ror:{}", c & 15),
+                0x140 => "row_mirror".into(), 0x141 => "row_half_mirror".into(),
+                0x150..=0x15f => format!("row_share:{}", c & 15),
+                0x160..=0x16f => format!("row_xmask:{}", c & 15),
+                _ => format!("dpp_ctrl:{c:#x}"),
+            };
+            let mut s = format!(" {ctrl} row_mask:{:#x} bank_mask:{:#x}", i.dpp >> 28, i.dpp >> 24 & 0xf);
+            if i.dpp >> 19 & 1 != 0 { s += " bound_ctrl:1"; }
+            if i.dpp >> 18 & 1 != 0 { s += " fi:1"; }
+            s
+        }
+    }
+}
+
+fn valu_text(i: &Inst) -> String {
+    let Some(d) = valu_desc(i.op) else { return format!("v_unknown_{:#x}", i.op) };
+    let vop3 = matches!(i.enc, Enc::Vop3 | Enc::Vop3sd);
+    let mut name = if vop3 { d.n64.to_string() } else { d.n32.to_string() };
+    if i.dpp_kind != Dpp::None {
+        name = if vop3 { format!("{name}_dpp") } else { format!("{}_dpp", name.trim_end_matches("_e32")) };
+    }
+    let f64op = name.contains("f64");
+    let mut ops: Vec<String> = Vec::new();
+    let is_cmpx = name.starts_with("v_cmpx");
+    if !is_cmpx && (d.dst != 0 || i.enc == Enc::Vopc) {
+        if i.enc == Enc::Vopc { ops.push("vcc_lo".into()); } else { ops.push(vdst(i)); }
+    }
+    if i.enc == Enc::Vop3sd || (i.sdst != 0 && i.enc == Enc::Vop2) { ops.push(sreg(i.sdst, 1)); }
+    let is_fmamk = name.starts_with("v_fmamk");
+    for k in 0..3 {
+        let sh = d.src[k];
+        if sh == 0 { continue; }
+        if is_fmamk && k == 1 { ops.push(format!("{:#x}", i.lit)); }
+        let hi = i.opsel >> k & 1 != 0 && sh & 0x10 != 0;
+        ops.push(mods(operand(i.src[k], sh, i.lit, hi, f64op), k, i));
+    }
+    if name.starts_with("v_fmaak") { ops.push(format!("{:#x}", i.lit)); }
+    let mut s = name;
+    if !ops.is_empty() { s += " "; s += &ops.join(", "); }
+    if vop3 {
+        // op_sel only printed when it is not implied by true16 operand names
+        let nsrc = d.src.iter().filter(|&&x| x != 0).count();
+        let any16 = d.src.iter().any(|x| x & 0x10 != 0) || d.dst & 0x10 != 0;
+        if i.opsel != 0 && any16 {
+            let bits: Vec<String> = (0..nsrc).map(|k| (i.opsel >> k & 1).to_string()).chain(std::iter::once((i.opsel >> 3 & 1).to_string())).collect();
+            s += &format!(" op_sel:[{}]", bits.join(","));
+        } else if i.opsel != 0 {
+            let bits: Vec<String> = (0..nsrc).map(|k| (i.opsel >> k & 1).to_string()).collect();
+            s += &format!(" op_sel:[{}]", bits.join(","));
+        }
+        if i.clamp { s += " clamp"; }
+        match i.omod { 1 => s += " mul:2", 2 => s += " mul:4", 3 => s += " div:2", _ => {} }
+    }
+    s + &dpp_suffix(i)
+}
+
+fn vop3p_text(i: &Inst) -> String {
+    let d = decode::table_of(Fam::Vop3p).and_then(|t| t.get(i.op));
+    let Some(d) = d else { return format!("v_pk_unknown_{:#x}", i.op) };
+    let mut ops = vec![operand(src::VGPR0 + i.dst, d.dst, 0, false, false)];
+    let nsrc = d.src.iter().filter(|&&x| x != 0).count();
+    for k in 0..nsrc { ops.push(operand(i.src[k], d.src[k], i.lit, false, false)); }
+    let mut s = format!("{} {}", d.name, ops.join(", "));
+    let list = |v: u8| (0..nsrc).map(|k| (v >> k & 1).to_string()).collect::<Vec<_>>().join(",");
+    let mix = d.name.starts_with("v_fma_mix");
+    let default_hi = if mix || d.name.starts_with("v_wmma") || d.name.starts_with("v_dot4") || d.name.starts_with("v_dot8") { 0 } else { (1 << nsrc) - 1 };
+    if i.opsel != 0 { s += &format!(" op_sel:[{}]", list(i.opsel)); }
+    if i.opsel_hi & ((1 << nsrc) - 1) != default_hi { s += &format!(" op_sel_hi:[{}]", list(i.opsel_hi)); }
+    if i.neg != 0 { s += &format!(" neg_lo:[{}]", list(i.neg)); }
+    if i.neg_hi != 0 { s += &format!(" neg_hi:[{}]", list(i.neg_hi)); }
+    if i.clamp { s += " clamp"; }
+    s
+}
+
+fn waitcnt(imm: u16) -> String {
+    let (vm, exp, lgkm) = (imm >> 10 & 0x3f, imm & 7, imm >> 4 & 0x3f);
+    let mut p = Vec::new();
+    if vm != 0x3f { p.push(format!("vmcnt({vm})")); }
+    if exp != 7 { p.push(format!("expcnt({exp})")); }
+    if lgkm != 0x3f { p.push(format!("lgkmcnt({lgkm})")); }
+    if p.is_empty() { format!("{imm:#x}") } else { p.join(" ") }
+}
+
+fn delay_alu(imm: u16) -> String {
+    let id = |v: u16| -> String {
+        match v {
+            0 => "NO_DEP".into(), 1..=4 => format!("VALU_DEP_{v}"), 5..=7 => format!("TRANS32_DEP_{}", v - 4),
+            8 => "FMA_ACCUM_CYCLE_1".into(), 9..=11 => format!("SALU_CYCLE_{}", v - 8), _ => format!("{v}"),
+        }
+    };
+    let skip = ["SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4"];
+    let mut s = format!("instid0({})", id(imm & 0xf));
+    let (sk, id1) = (imm >> 4 & 7, imm >> 7 & 0xf);
+    if sk != 0 || id1 != 0 {
+        s += &format!(" | instskip({}) | instid1({})", skip.get(sk as usize).unwrap_or(&"?"), id(id1));
+    }
+    s
+}
+
+/// Text of one instruction as LLVM prints it.
+pub fn text(i: &Inst, _pc: u64) -> String {
+    let name = i.name();
+    match i.fam {
+        Fam::Valu => valu_text(i),
+        Fam::Vop3p => vop3p_text(i),
+        Fam::Vopd => {
+            let nm = |op: u16| valu_desc(op).map(|d| if d.n32.is_empty() { d.n64 } else { d.n32 }).unwrap_or("?")
+                .trim_end_matches("_e32").replacen("v_", "v_dual_", 1);
+            let part = |op: u16, dst: u16, s0: u16, s1: u16| {
+                let n = nm(op);
+                let mut s = format!("{n} v{dst}, {}", operand(s0, 1, i.lit, false, false));
+                if op == crate::optable::vop::V_FMAMK_F32 { s += &format!(", {:#x}", i.lit); }
+                if op != crate::optable::vop::V_MOV_B32 { s += &format!(", {}", operand(s1, 1, 0, false, false)); }
+                if op == crate::optable::vop::V_FMAAK_F32 { s += &format!(", {:#x}", i.lit); }
+                if op == crate::optable::vop::V_CNDMASK_B32 { s += ", vcc_lo"; }
+                s
+            };
+            format!("{} :: {}", part(i.op, i.dst, i.src[0], i.src[1]), part(i.op_y, i.dst_y, i.src_y[0], i.src_y[1]))
+        }
+        Fam::Sop2 => format!("{name} {}, {}, {}", sreg(i.dst, i.shape[0] & 0xf), operand(i.src[0], i.shape[1], i.lit, false, false), operand(i.src[1], i.shape[2], i.lit, false, false)),
+        Fam::Sop1 => {
+            if name == "s_getpc_b64" { return format!("{name} {}", sreg(i.dst, 2)); }
+            if name == "s_setpc_b64" || name == "s_rfe_b64" { return format!("{name} {}", operand(i.src[0], 2, i.lit, false, false)); }
+            format!("{name} {}, {}", sreg(i.dst, i.shape[0] & 0xf), operand(i.src[0], i.shape[1], i.lit, false, false))
+        }
+        Fam::Sopc => format!("{name} {}, {}", operand(i.src[0], i.shape[1], i.lit, false, false), operand(i.src[1], i.shape[2], i.lit, false, false)),
+        Fam::Sopk => match name {
+            "s_version" => format!("{name} {:#x}", i.imm as u16),
+            "s_call_b64" => format!("{name} {}, {}", sreg(i.dst, 2), i.imm),
+            n if n.starts_with("s_waitcnt_") => format!("{name} {}, {:#x}", sreg(i.dst, 1), i.imm as u16),
+            _ => format!("{name} {}, {:#x}", sreg(i.dst, 1), i.imm as u16),
+        },
+        Fam::Sopp => match name {
+            "s_endpgm" | "s_barrier" | "s_icache_inv" | "s_wait_idle" | "s_endpgm_saved" | "s_code_end" | "s_wakeup" | "s_ttracedata"
+                if i.imm == 0 => name.to_string(),
+            "s_waitcnt" => format!("{name} {}", waitcnt(i.imm as u16)),
+            "s_delay_alu" => format!("{name} {}", delay_alu(i.imm as u16)),
+            "s_clause" | "s_set_inst_prefetch_distance" | "s_round_mode" | "s_ttracedata_imm" | "s_wait_event" => format!("{name} {:#x}", i.imm as u16),
+            "s_sendmsg" if i.imm == 3 => "s_sendmsg sendmsg(MSG_DEALLOC_VGPRS)".into(),
+            _ => format!("{name} {}", if name.starts_with("s_cbranch") || name == "s_branch" { i.imm } else { i.imm as u16 as i32 }),
+        },
+        Fam::Smem => {
+            if name == "s_gl1_inv" || name == "s_dcache_inv" { return name.into(); }
+            let buf = name.starts_with("s_buffer");
+            let base = sreg(i.src[0], if buf { 4 } else { 2 });
+            let d = sreg(i.dst, i.shape[0] & 0xf);
+            if i.saddr != src::NULL {
+                let mut s = format!("{name} {d}, {base}, {}", sreg(i.saddr, 1));
+                if i.imm != 0 { s += &format!(" offset:{:#x}", i.imm); }
+                s
+            } else if i.imm == 0 { format!("{name} {d}, {base}, null") } else { format!("{name} {d}, {base}, {:#x}", i.imm) }
+        }
+        Fam::Ds => {
+            let mut ops = Vec::new();
+            if i.shape[0] != 0 { ops.push(operand(src::VGPR0 + i.dst, i.shape[0], 0, false, false)); }
+            for k in 0..3 { if i.shape[k + 1] != 0 { ops.push(operand(src::VGPR0 + i.src[k], i.shape[k + 1], 0, false, false)); } }
+            let mut s = format!("{name} {}", ops.join(", "));
+            if name.contains("2addr") {
+                if i.imm & 0xff != 0 { s += &format!(" offset0:{}", i.imm & 0xff); }
+                if i.imm >> 8 & 0xff != 0 { s += &format!(" offset1:{}", i.imm >> 8 & 0xff); }
+            } else if name == "ds_swizzle_b32" {
+                s += &format!(" offset:{}", swizzle(i.imm as u16));
+            } else if i.imm != 0 { s += &format!(" offset:{}", i.imm); }
+            s
+        }
+        Fam::Flat | Fam::Global | Fam::Scratch => {
+            let store = name.contains("_store") || name.contains("_atomic");
+            let mut ops = Vec::new();
+            let has_dst = i.shape[0] != 0 && !(name.contains("_atomic") && i.flags & 1 == 0);
+            if has_dst { ops.push(operand(src::VGPR0 + i.dst, i.shape[0], 0, false, false)); }
+            let off = i.saddr == src::NULL || i.saddr == 0x7c;
+            let addr = match i.fam {
+                Fam::Flat => operand(src::VGPR0 + i.src[0], 2, 0, false, false),
+                Fam::Global => operand(src::VGPR0 + i.src[0], if off { 2 } else { 1 }, 0, false, false),
+                _ => if i.flags & 8 != 0 { operand(src::VGPR0 + i.src[0], 1, 0, false, false) } else { "off".into() },
+            };
+            ops.push(addr);
+            if store { ops.push(operand(src::VGPR0 + i.src[1], i.shape[2].max(i.shape[1] & 0), 0, false, false)); }
+            if i.fam != Fam::Flat { ops.push(if off { "off".into() } else { sreg(i.saddr, if i.fam == Fam::Global { 2 } else { 1 }) }); }
+            let mut s = format!("{name} {}", ops.join(", "));
+            if i.imm != 0 { s += &format!(" offset:{}", i.imm); }
+            if i.flags & 1 != 0 { s += " glc"; }
+            if i.flags & 2 != 0 { s += " slc"; }
+            if i.flags & 4 != 0 { s += " dlc"; }
+            s
+        }
+        Fam::Invalid => "invalid".into(),
+    }
+}
+
+fn swizzle(off: u16) -> String {
+    if off & 0x8000 != 0 {
+        return format!("swizzle(QUAD_PERM,{},{},{},{})", off & 3, off >> 2 & 3, off >> 4 & 3, off >> 6 & 3);
+    }
+    let (and, or, xor) = (off & 0x1f, off >> 5 & 0x1f, off >> 10 & 0x1f);
+    if and == 0x1f && or == 0 { return format!("swizzle(SWAP,{xor})"); }
+    format!("swizzle(BITMASK_PERM,\"{}\")", (0..5).rev().map(|b| {
+        if and >> b & 1 == 0 { if or >> b & 1 != 0 { '1' } else { '0' } } else if xor >> b & 1 != 0 { 'i' } else { 'p' }
+    }).collect::<String>())
+}
+
+/// Disassemble every function of `.text` (decoded from its symbols), one instruction per line,
+/// in the form `<name>:` then tab-indented instruction text, like `llvm-objdump-22 -d`.
+pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
+    let co = crate::loader::load(code_object)?;
+    let mut out = String::new();
+    let mut funcs = co.functions.clone();
+    funcs.sort_by_key(|f| f.1);
+    for (fi, (name, start)) in funcs.iter().enumerate() {
+        let end = funcs.get(fi + 1).map(|f| f.1).unwrap_or_else(|| co.text.iter().find(|t| *start >= t.0 && *start < t.1).map(|t| t.1).unwrap_or(*start));
+        let _ = writeln!(out, "\n{start:016x} <{name}>:");
+        let mut pc = *start;
+        while pc < end {
+            let words: Vec<u32> = co.image[pc as usize..end as usize].chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
+            match decode::decode(&words) {
+                Ok(i) => {
+                    let _ = writeln!(out, "\t{}", text(&i, pc));
+                    pc += i.len as u64;
+                }
+                Err(_) => {
+                    let _ = writeln!(out, "\t<unknown> {:#010x}", words[0]);
+                    pc += 4;
+                }
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,43 @@
+//! The one error type of the software device. Every variant names what failed (file offset,
+//! kernel, PC, instruction, lane, address) so a failing test explains itself.
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum EmuError {
+    /// The code object is not a well-formed ELF64 AMDGPU shared object.
+    #[error("bad code object: {0}")]
+    BadElf(String),
+    /// A valid AMDGPU ELF for a GPU other than gfx11.
+    #[error("code object is not for gfx11 (e_machine {machine}, EF_AMDGPU_MACH {mach:#x})")]
+    NotGfx11 { machine: u16, mach: u32 },
+    /// The NT_AMDGPU_METADATA note is missing or malformed.
+    #[error("code object metadata: {0}")]
+    Metadata(String),
+    /// A kernel descriptor is missing, out of range, or asks for something unsupported.
+    #[error("kernel descriptor of {kernel}: {what}")]
+    Descriptor { kernel: String, what: String },
+    #[error("kernel {0:?} is not in this module")]
+    NoSuchKernel(String),
+    /// The decoder met an encoding/opcode the device does not implement.
+    #[error("kernel {kernel}: unsupported instruction at pc {pc:#x}: {what}")]
+    Unsupported { kernel: String, pc: u64, what: String },
+    /// A global/flat/LDS/scratch access outside every allocation.
+    #[error("kernel {kernel}: memory fault at pc {pc:#x} `{inst}` lane {lane}: {what} address {addr:#x} ({bytes} bytes)")]
+    MemoryFault { kernel: String, pc: u64, inst: String, lane: u32, addr: u64, bytes: u32, what: &'static str },
+    #[error("kernel {kernel} trapped at pc {pc:#x} (s_trap {code})")]
+    Trap { kernel: String, pc: u64, code: u16 },
+    #[error("kernel {kernel} panicked (loop): branch to itself at pc {pc:#x}")]
+    PanicLoop { kernel: String, pc: u64 },
+    #[error("kernel {kernel} did not terminate within {budget} instructions per wave (pc {pc:#x})")]
+    Budget { kernel: String, pc: u64, budget: u64 },
+    /// A barrier that can never complete (waves of one workgroup disagree).
+    #[error("kernel {kernel}: barrier deadlock at pc {pc:#x}")]
+    Deadlock { kernel: String, pc: u64 },
+    #[error("kernel {kernel}: pc {pc:#x} is outside the decoded program")]
+    BadPc { kernel: String, pc: u64 },
+    /// Host-side API misuse: unknown pointer, copy out of range, bad launch geometry.
+    #[error("{0}")]
+    Api(String),
+    #[error("allocation of {bytes} bytes refused: {reason}")]
+    Alloc { bytes: usize, reason: String },
+}

@@ -1,0 +1,243 @@
+//! Executor: runs the waves of one workgroup over the pre-decoded program.
+//!
+//! A wave is 32 lanes; vector registers are `[u32; 32]` rows so per-instruction lane loops
+//! are tight and vectorisable. Waves of a workgroup are run one after another until each
+//! reaches `s_barrier` (or ends); then all are released. This interleaving makes a missing
+//! barrier visible as wrong results, the way a real GPU would (eventually) show it.
+mod dpp;
+mod mem;
+mod packed;
+mod scalar;
+mod valu;
+mod vcmp;
+mod wmma;
+
+use crate::decode::{src, Fam, Inst};
+use crate::error::EmuError;
+use crate::memory::{self, View};
+use std::sync::Arc;
+
+
+/// Where the decoded program lives: `insts[(pc - base) / 4]`.
+pub struct Program {
+    pub base: u64,
+    pub insts: Vec<Inst>,
+    /// Decode errors of reachable words, reported when executed.
+    pub errors: std::collections::HashMap<usize, String>,
+    /// Disassembly text per instruction index, built lazily for error messages.
+    pub kernel_names: Vec<(u64, String)>,
+}
+
+/// Everything a wave needs that is shared by the whole launch.
+pub struct Ctx<'a> {
+    pub prog: &'a Program,
+    pub kernel: &'a str,
+    pub regions: &'a [Arc<memory::Region>],
+    pub mem: &'a memory::Memory,
+    pub budget: u64,
+    /// f32 denormals kept (mode 3) or flushed (0).
+    pub f32_denorm: bool,
+    pub f16_denorm: bool,
+    pub private_size: u32,
+}
+
+/// Per-wave counters, merged into `LaunchStats`.
+#[derive(Default, Clone)]
+pub struct Counters {
+    pub by_fam: [u64; 14],
+    pub lane_ops: u64,
+    pub global_read: u64,
+    pub global_written: u64,
+    pub lds_bytes: u64,
+}
+
+pub struct Wave {
+    /// Scalar register file: s0-s105, VCC 106/107, TTMP, NULL 124, M0 125, EXEC 126/127.
+    pub s: [u32; 128],
+    pub scc: bool,
+    pub v: Vec<[u32; 32]>,
+    pub pc: u64,
+    pub done: bool,
+    pub at_barrier: bool,
+    pub executed: u64,
+    /// Per-lane scratch (private segment), `private_size` bytes per lane.
+    pub scratch: Vec<u8>,
+    pub f32_denorm: bool,
+    pub f16_denorm: bool,
+}
+
+/// Why `step_until_blocked` returned.
+#[derive(PartialEq, Eq, Debug)]
+pub enum Stop { Barrier, End }
+
+pub const NUM_VGPRS: usize = 256;
+
+impl Wave {
+    pub fn new(ctx: &Ctx) -> Wave {
+        Wave {
+            s: [0; 128], scc: false, v: vec![[0; 32]; NUM_VGPRS], pc: 0, done: false, at_barrier: false,
+            executed: 0, scratch: vec![0; ctx.private_size as usize * 32],
+            f32_denorm: ctx.f32_denorm, f16_denorm: ctx.f16_denorm,
+        }
+    }
+    #[inline(always)]
+    pub fn exec(&self) -> u32 { self.s[src::EXEC_LO as usize] }
+    #[inline(always)]
+    pub fn vcc(&self) -> u32 { self.s[src::VCC_LO as usize] }
+
+    /// 32-bit value of a scalar operand code (SGPR, inline constant, literal, special).
+    #[inline]
+    pub fn sval(&self, code: u16, lit: u32) -> u32 {
+        match code {
+            0..=105 | 106..=123 | 125..=127 => self.s[code as usize],
+            124 => 0,
+            128..=192 => (code - 128) as u32,
+            193..=208 => (-((code - 192) as i32)) as u32,
+            240 => 0.5f32.to_bits(),
+            241 => (-0.5f32).to_bits(),
+            242 => 1.0f32.to_bits(),
+            243 => (-1.0f32).to_bits(),
+            244 => 2.0f32.to_bits(),
+            245 => (-2.0f32).to_bits(),
+            246 => 4.0f32.to_bits(),
+            247 => (-4.0f32).to_bits(),
+            248 => 0x3e22f983, // 1/(2*pi)
+            src::SHARED_BASE => (memory::SHARED_BASE >> 32) as u32,
+            src::SHARED_LIMIT => ((memory::SHARED_BASE + memory::APERTURE_SIZE - 1) >> 32) as u32,
+            src::PRIVATE_BASE => (memory::PRIVATE_BASE >> 32) as u32,
+            src::PRIVATE_LIMIT => ((memory::PRIVATE_BASE + memory::APERTURE_SIZE - 1) >> 32) as u32,
+            src::VCCZ => (self.vcc() == 0) as u32,
+            src::EXECZ => (self.exec() == 0) as u32,
+            src::SCC => self.scc as u32,
+            src::LITERAL => lit,
+            _ => 0,
+        }
+    }
+    /// 16-bit view of a scalar operand: inline float constants become f16.
+    #[inline]
+    pub fn sval16(&self, code: u16, lit: u32) -> u32 {
+        match code {
+            240 => 0x3800, 241 => 0xb800, 242 => 0x3c00, 243 => 0xbc00, 244 => 0x4000, 245 => 0xc000,
+            246 => 0x4400, 247 => 0xc400, 248 => 0x3118,
+            _ => self.sval(code, lit),
+        }
+    }
+    /// 64-bit value of a scalar operand (register pairs, 64-bit inline constants).
+    #[inline]
+    pub fn sval64(&self, code: u16, lit: u32, float: bool) -> u64 {
+        match code {
+            0..=123 | 125..=127 => self.s[code as usize] as u64 | (self.s[(code as usize + 1) & 127] as u64) << 32,
+            124 => 0,
+            128..=192 => (code - 128) as u64,
+            193..=208 => (-((code - 192) as i64)) as u64,
+            240..=247 => {
+                let f = [0.5f64, -0.5, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0][(code - 240) as usize];
+                f.to_bits()
+            }
+            248 => 0x3fc45f306dc9c882,
+            src::LITERAL => if float { (lit as u64) << 32 } else { lit as u64 },
+            src::SHARED_BASE | src::PRIVATE_BASE | src::SHARED_LIMIT | src::PRIVATE_LIMIT => (self.sval(code, lit) as u64) << 32,
+            _ => self.sval(code, lit) as u64,
+        }
+    }
+    #[inline]
+    pub fn swrite(&mut self, code: u16, val: u32) {
+        if (code as usize) < 128 && code != src::NULL { self.s[code as usize] = val; }
+    }
+    #[inline]
+    pub fn swrite64(&mut self, code: u16, val: u64) {
+        self.swrite(code, val as u32);
+        self.swrite(code + 1, (val >> 32) as u32);
+    }
+    /// Per-lane 32-bit value of any operand.
+    #[inline]
+    pub fn vsrc(&self, code: u16, lit: u32) -> [u32; 32] {
+        if code >= src::VGPR0 { self.v[(code - src::VGPR0) as usize] } else { [self.sval(code, lit); 32] }
+    }
+    /// Per-lane 64-bit operand (VGPR pair or 64-bit scalar/constant).
+    #[inline]
+    pub fn vsrc64(&self, code: u16, lit: u32, float: bool) -> [u64; 32] {
+        let mut r = [0u64; 32];
+        if code >= src::VGPR0 {
+            let n = (code - src::VGPR0) as usize;
+            let (lo, hi) = (&self.v[n], &self.v[(n + 1) % NUM_VGPRS]);
+            for l in 0..32 { r[l] = lo[l] as u64 | (hi[l] as u64) << 32; }
+        } else {
+            r = [self.sval64(code, lit, float); 32];
+        }
+        r
+    }
+    /// Write a VGPR row under EXEC.
+    #[inline]
+    pub fn vwrite(&mut self, reg: u16, val: &[u32; 32]) {
+        let exec = self.exec();
+        let d = &mut self.v[reg as usize % NUM_VGPRS];
+        for l in 0..32 { if exec >> l & 1 != 0 { d[l] = val[l]; } }
+    }
+    #[inline]
+    pub fn vwrite64(&mut self, reg: u16, val: &[u64; 32]) {
+        let mut lo = [0u32; 32];
+        let mut hi = [0u32; 32];
+        for l in 0..32 { lo[l] = val[l] as u32; hi[l] = (val[l] >> 32) as u32; }
+        self.vwrite(reg, &lo);
+        self.vwrite(reg + 1, &hi);
+    }
+}
+
+/// Execution error context: builds the error with kernel and PC.
+pub fn unsupported(ctx: &Ctx, pc: u64, inst: &Inst, what: &str) -> EmuError {
+    EmuError::Unsupported { kernel: ctx.kernel.to_string(), pc, what: format!("{} ({what})", crate::disasm::text(inst, pc)) }
+}
+
+/// Run `wave` until it ends or reaches a barrier.
+pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Counters) -> Result<Stop, EmuError> {
+    let prog = ctx.prog;
+    loop {
+        let pc = w.pc;
+        let idx = (pc.wrapping_sub(prog.base) / 4) as usize;
+        let inst = match prog.insts.get(idx) {
+            Some(i) if i.fam != Fam::Invalid && pc >= prog.base && pc & 3 == 0 => *i,
+            _ => {
+                if let Some(e) = prog.errors.get(&idx) {
+                    return Err(EmuError::Unsupported { kernel: ctx.kernel.into(), pc, what: e.clone() });
+                }
+                return Err(EmuError::BadPc { kernel: ctx.kernel.into(), pc });
+            }
+        };
+        w.executed += 1;
+        if w.executed > ctx.budget {
+            return Err(EmuError::Budget { kernel: ctx.kernel.into(), pc, budget: ctx.budget });
+        }
+        c.by_fam[inst.fam as usize] += 1;
+        w.pc = pc + inst.len as u64;
+        match inst.fam {
+            Fam::Sop1 | Fam::Sop2 | Fam::Sopk | Fam::Sopc => scalar::salu(ctx, w, &inst, pc)?,
+            Fam::Sopp => match scalar::sopp(ctx, w, &inst, pc)? {
+                Some(stop) => return Ok(stop),
+                None => {}
+            },
+            Fam::Smem => scalar::smem(ctx, w, &inst, pc, view)?,
+            Fam::Valu => {
+                c.lane_ops += w.exec().count_ones() as u64;
+                valu::exec(ctx, w, &inst, pc)?
+            }
+            Fam::Vopd => {
+                c.lane_ops += 2 * w.exec().count_ones() as u64;
+                valu::vopd(ctx, w, &inst, pc)?
+            }
+            Fam::Vop3p => {
+                c.lane_ops += w.exec().count_ones() as u64;
+                packed::exec(ctx, w, &inst, pc)?
+            }
+            Fam::Ds => mem::ds(ctx, w, &inst, pc, lds, c)?,
+            Fam::Flat | Fam::Global | Fam::Scratch => mem::flat(ctx, w, &inst, pc, lds, view, c)?,
+            Fam::Invalid => unreachable!(),
+        }
+    }
+}
+
+/// Lane-operations per second of the VALU path on one core (a tight loop of `v_fma_f32`
+/// and `v_add_nc_u32` in a hand-assembled program, run without a code object).
+pub fn bench_lane_ops_per_sec() -> f64 {
+    valu::bench()
+}
