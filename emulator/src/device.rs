@@ -62,7 +62,7 @@ pub struct LaunchStats {
     pub waves: u64,
 }
 
-const FAM_NAMES: [&str; 14] = ["sop2", "sopk", "sop1", "sopc", "sopp", "smem", "valu", "vop3p", "vopd", "ds", "flat", "global", "scratch", "invalid"];
+const FAM_NAMES: [&str; 15] = ["sop2", "sopk", "sop1", "sopc", "sopp", "smem", "valu", "vop3p", "vopd", "ds", "flat", "global", "scratch", "invalid", "cache"];
 
 /// Decode every instruction reachable from the kernel entries and function symbols, once.
 fn decode_program(co: &loader::CodeObject, base: u64) -> Program {

@@ -254,6 +254,7 @@ pub fn text(i: &Inst, _pc: u64) -> String {
             s
         }
         Fam::Invalid => "invalid".into(),
+        Fam::Cache => name.into(),
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 /// Instruction family (what the executor dispatches on first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Fam { Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Valu, Vop3p, Vopd, Ds, Flat, Global, Scratch, Invalid }
+pub enum Fam { Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Valu, Vop3p, Vopd, Ds, Flat, Global, Scratch, Invalid, Cache }
 
 /// The encoding as written, for the disassembler and statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +102,7 @@ impl Inst {
             Fam::Valu => valu_desc(self.op).map(|d| if d.n64.is_empty() { d.n32 } else { d.n64 }).unwrap_or("v_?"),
             Fam::Vopd => "v_dual",
             Fam::Invalid => "invalid",
+            Fam::Cache => if self.op == 0x2b { "buffer_gl0_inv" } else { "buffer_gl1_inv" },
             f => table_of(f).and_then(|t| t.get(self.op)).map(|d| d.name).unwrap_or("?"),
         }
     }
@@ -155,9 +156,9 @@ pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
     let w0 = *words.first().ok_or_else(|| DecodeError("end of code".into()))?;
     let w = |i: usize| words.get(i).copied().ok_or_else(|| DecodeError("instruction runs past the end of code".into()));
     match w0 >> 25 {
-        0x7f => return vector::vop1(w0, &w),
-        0x7e => return vector::vopc(w0, &w),
-        x if x < 0x40 => return vector::vop2(w0, &w),
+        0x3f => return vector::vop1(w0, &w),
+        0x3e => return vector::vopc(w0, &w),
+        x if x < 0x3e => return vector::vop2(w0, &w),
         _ => {}
     }
     match w0 >> 23 {
@@ -177,6 +178,15 @@ pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
         0x33 => vector::vop3p(w0, &w),
         0x32 => vector::vopd(w0, &w),
         0x36 => mem::ds(w0, w(1)?),
+        0x38 => {
+            // MUBUF: only the cache invalidations (no-ops here, memory is coherent)
+            let op = ((w0 >> 18) & 0xff) as u16;
+            w(1)?;
+            match op {
+                0x2b | 0x2c => Ok(Inst { len: 8, ..Inst::new(Fam::Cache, Enc::Invalid, op) }),
+                _ => Err(DecodeError(format!("unsupported MUBUF opcode {op:#x} (word {w0:#010x})"))),
+            }
+        }
         0x37 => mem::flat(w0, w(1)?),
         x => Err(DecodeError(format!("unsupported encoding (bits 31:26 = {x:#x}) word {w0:#010x}"))),
     }

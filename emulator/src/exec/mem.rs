@@ -162,7 +162,7 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
         let base = addr[l] as u64;
         if load_n > 0 {
             let mut b = [0u8; 16];
-            a.rw(w, l, Space::Lds, base + off, &mut b[..load_n], false)?;
+            a.rw(w, l, Space::Lds, (base + off) as u32 as u64, &mut b[..load_n], false)?;
             let v = rd32(&b);
             let old = w.v[dst][l];
             let val = match i.op {
@@ -184,7 +184,7 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
             let mut b = [0u8; 16];
             for k in 0..store_n.div_ceil(4) { b[4 * k..4 * k + 4].copy_from_slice(&w.v[d0 + k][l].to_le_bytes()); }
             if matches!(i.op, d::DS_STORE_B8_D16_HI | d::DS_STORE_B16_D16_HI) { let hi = w.v[d0][l] >> 16; b[..4].copy_from_slice(&hi.to_le_bytes()); }
-            a.rw(w, l, Space::Lds, base + off, &mut b[..store_n], true)?;
+            a.rw(w, l, Space::Lds, (base + off) as u32 as u64, &mut b[..store_n], true)?;
         } else if matches!(i.op, d::DS_LOAD_2ADDR_B32 | d::DS_LOAD_2ADDR_STRIDE64_B32 | d::DS_LOAD_2ADDR_B64 | d::DS_LOAD_2ADDR_STRIDE64_B64
             | d::DS_STORE_2ADDR_B32 | d::DS_STORE_2ADDR_STRIDE64_B32 | d::DS_STORE_2ADDR_B64 | d::DS_STORE_2ADDR_STRIDE64_B64) {
             let wide = matches!(i.op, d::DS_LOAD_2ADDR_B64 | d::DS_LOAD_2ADDR_STRIDE64_B64 | d::DS_STORE_2ADDR_B64 | d::DS_STORE_2ADDR_STRIDE64_B64);
@@ -193,7 +193,7 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
             let store = name.starts_with("ds_store");
             for (k, o) in [off0, off1].into_iter().enumerate() {
                 let mut b = [0u8; 8];
-                let ad = base + o * stride;
+                let ad = (base + o * stride) as u32 as u64;
                 if store {
                     let reg = if k == 0 { d0 } else { d1 };
                     b[..4].copy_from_slice(&w.v[reg][l].to_le_bytes());
@@ -208,12 +208,12 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
             }
         } else if let Some((kind, false)) = atomic_kind(name) {
             let mut b = [0u8; 4];
-            a.rw(w, l, Space::Lds, base + off, &mut b, false)?;
+            a.rw(w, l, Space::Lds, (base + off) as u32 as u64, &mut b, false)?;
             let old = rd32(&b);
             // ds_cmpstore: data0 = compare value? LLVM: ds_cmpstore_b32 addr, data(new), cmp
             let (data, cmp) = if kind.starts_with("cmpswap") { (w.v[d0][l], w.v[d1][l]) } else { (w.v[d0][l], 0) };
             let new = atomic32(kind, old, data, cmp);
-            a.rw(w, l, Space::Lds, base + off, &mut new.to_le_bytes(), true)?;
+            a.rw(w, l, Space::Lds, (base + off) as u32 as u64, &mut new.to_le_bytes(), true)?;
             if name.contains("_rtn") { w.v[dst][l] = old; }
         } else {
             return Err(unsupported(ctx, pc, i, "DS opcode not implemented"));

@@ -44,7 +44,7 @@ pub struct Ctx<'a> {
 /// Per-wave counters, merged into `LaunchStats`.
 #[derive(Default, Clone)]
 pub struct Counters {
-    pub by_fam: [u64; 14],
+    pub by_fam: [u64; 15],
     pub lane_ops: u64,
     pub global_read: u64,
     pub global_written: u64,
@@ -231,6 +231,7 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
             }
             Fam::Ds => mem::ds(ctx, w, &inst, pc, lds, c)?,
             Fam::Flat | Fam::Global | Fam::Scratch => mem::flat(ctx, w, &inst, pc, lds, view, c)?,
+            Fam::Cache => {}
             Fam::Invalid => unreachable!(),
         }
     }
