@@ -132,7 +132,7 @@ fn vop3p_text(i: &Inst) -> String {
     let mut s = format!("{} {}", d.name, ops.join(", "));
     let list = |v: u8| (0..nsrc).map(|k| (v >> k & 1).to_string()).collect::<Vec<_>>().join(",");
     let mix = d.name.starts_with("v_fma_mix");
-    let default_hi = if mix || d.name.starts_with("v_wmma") || d.name.starts_with("v_dot4") || d.name.starts_with("v_dot8") { 0 } else { (1 << nsrc) - 1 };
+    let default_hi = if mix { 0 } else { (1 << nsrc) - 1 };
     if i.opsel != 0 { s += &format!(" op_sel:[{}]", list(i.opsel)); }
     if i.opsel_hi & ((1 << nsrc) - 1) != default_hi { s += &format!(" op_sel_hi:[{}]", list(i.opsel_hi)); }
     if i.neg != 0 { s += &format!(" neg_lo:[{}]", list(i.neg)); }
@@ -147,6 +147,14 @@ fn waitcnt(imm: u16) -> String {
     if vm != 0x3f { p.push(format!("vmcnt({vm})")); }
     if exp != 7 { p.push(format!("expcnt({exp})")); }
     if lgkm != 0x3f { p.push(format!("lgkmcnt({lgkm})")); }
+    if p.is_empty() { format!("{imm:#x}") } else { p.join(" ") }
+}
+
+fn depctr(imm: u16) -> String {
+    // (name, shift, width) in LLVM's print order; fields at their maximum are omitted
+    let f = [("hold_cnt", 7, 1), ("sa_sdst", 0, 1), ("va_vdst", 12, 4), ("va_sdst", 9, 3), ("va_ssrc", 8, 1), ("va_vcc", 1, 1), ("vm_vsrc", 2, 3)];
+    let p: Vec<String> = f.iter().filter(|(_, sh, w)| (imm >> sh) & ((1 << w) - 1) != (1 << w) - 1)
+        .map(|(n, sh, w)| format!("depctr_{n}({})", (imm >> sh) & ((1 << w) - 1))).collect();
     if p.is_empty() { format!("{imm:#x}") } else { p.join(" ") }
 }
 
@@ -181,7 +189,6 @@ pub fn text(i: &Inst, _pc: u64) -> String {
                 if op == crate::optable::vop::V_FMAMK_F32 { s += &format!(", {:#x}", i.lit); }
                 if op != crate::optable::vop::V_MOV_B32 { s += &format!(", {}", operand(s1, 1, 0, false, false)); }
                 if op == crate::optable::vop::V_FMAAK_F32 { s += &format!(", {:#x}", i.lit); }
-                if op == crate::optable::vop::V_CNDMASK_B32 { s += ", vcc_lo"; }
                 s
             };
             format!("{} :: {}", part(i.op, i.dst, i.src[0], i.src[1]), part(i.op_y, i.dst_y, i.src_y[0], i.src_y[1]))
@@ -206,7 +213,8 @@ pub fn text(i: &Inst, _pc: u64) -> String {
             "s_delay_alu" => format!("{name} {}", delay_alu(i.imm as u16)),
             "s_clause" | "s_set_inst_prefetch_distance" | "s_round_mode" | "s_ttracedata_imm" | "s_wait_event" => format!("{name} {:#x}", i.imm as u16),
             "s_sendmsg" if i.imm == 3 => "s_sendmsg sendmsg(MSG_DEALLOC_VGPRS)".into(),
-            _ => format!("{name} {}", if name.starts_with("s_cbranch") || name == "s_branch" { i.imm } else { i.imm as u16 as i32 }),
+            "s_waitcnt_depctr" => format!("{name} {}", depctr(i.imm as u16)),
+            _ => format!("{name} {}", i.imm as u16),
         },
         Fam::Smem => {
             if name == "s_gl1_inv" || name == "s_dcache_inv" { return name.into(); }
@@ -282,6 +290,11 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
         let mut pc = *start;
         while pc < end {
             let words: Vec<u32> = co.image[pc as usize..end as usize].chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
+            if words.iter().all(|&x| x == 0) {
+                // objdump elides zero padding the same way
+                let _ = writeln!(out, "\t\t...");
+                break;
+            }
             match decode::decode(&words) {
                 Ok(i) => {
                     let _ = writeln!(out, "\t{}", text(&i, pc));
