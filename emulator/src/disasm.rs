@@ -38,7 +38,18 @@ fn operand(code: u16, sh: u8, lit: u32, hi: bool, f64op: bool) -> String {
         src::SHARED_BASE => "src_shared_base".into(), src::SHARED_LIMIT => "src_shared_limit".into(),
         src::PRIVATE_BASE => "src_private_base".into(), src::PRIVATE_LIMIT => "src_private_limit".into(),
         src::VCCZ => "src_vccz".into(), src::EXECZ => "src_execz".into(), src::SCC => "src_scc".into(),
-        src::LITERAL => { let _ = f64op; format!("{lit:#x}") }
+        src::LITERAL => {
+            // LLVM marks literals that could have been inline constants
+            let _ = f64op;
+            let inline = if sh & 0x10 != 0 {
+                let h = lit & 0xffff;
+                lit >> 16 == 0 && ([0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118].contains(&h) || h <= 64)
+            } else {
+                (lit as i32) >= -16 && (lit as i32) <= 64
+                    || [0.5f32, -0.5, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0].iter().any(|f| f.to_bits() == lit) || lit == 0x3e22f983
+            };
+            if inline { format!("lit({lit:#x})") } else { format!("{lit:#x}") }
+        }
         _ => format!("?{code}"),
     }
 }
@@ -128,15 +139,22 @@ fn vop3p_text(i: &Inst) -> String {
     let Some(d) = d else { return format!("v_pk_unknown_{:#x}", i.op) };
     let mut ops = vec![operand(src::VGPR0 + i.dst, d.dst, 0, false, false)];
     let nsrc = d.src.iter().filter(|&&x| x != 0).count();
-    for k in 0..nsrc { ops.push(operand(i.src[k], d.src[k], i.lit, false, false)); }
+    let mix = d.name.starts_with("v_fma_mix");
+    for k in 0..nsrc {
+        let mut o = operand(i.src[k], d.src[k], i.lit, false, false);
+        if mix {
+            if i.neg_hi >> k & 1 != 0 { o = format!("|{o}|"); }
+            if i.neg >> k & 1 != 0 { o = format!("-{o}"); }
+        }
+        ops.push(o);
+    }
     let mut s = format!("{} {}", d.name, ops.join(", "));
     let list = |v: u8| (0..nsrc).map(|k| (v >> k & 1).to_string()).collect::<Vec<_>>().join(",");
-    let mix = d.name.starts_with("v_fma_mix");
     let default_hi = if mix { 0 } else { (1 << nsrc) - 1 };
     if i.opsel != 0 { s += &format!(" op_sel:[{}]", list(i.opsel)); }
     if i.opsel_hi & ((1 << nsrc) - 1) != default_hi { s += &format!(" op_sel_hi:[{}]", list(i.opsel_hi)); }
-    if i.neg != 0 { s += &format!(" neg_lo:[{}]", list(i.neg)); }
-    if i.neg_hi != 0 { s += &format!(" neg_hi:[{}]", list(i.neg_hi)); }
+    if i.neg != 0 && !mix { s += &format!(" neg_lo:[{}]", list(i.neg)); }
+    if i.neg_hi != 0 && !mix { s += &format!(" neg_hi:[{}]", list(i.neg_hi)); }
     if i.clamp { s += " clamp"; }
     s
 }
@@ -168,9 +186,8 @@ fn delay_alu(imm: u16) -> String {
     let skip = ["SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4"];
     let mut s = format!("instid0({})", id(imm & 0xf));
     let (sk, id1) = (imm >> 4 & 7, imm >> 7 & 0xf);
-    if sk != 0 || id1 != 0 {
-        s += &format!(" | instskip({}) | instid1({})", skip.get(sk as usize).unwrap_or(&"?"), id(id1));
-    }
+    if sk != 0 { s += &format!(" | instskip({})", skip.get(sk as usize).unwrap_or(&"?")); }
+    if id1 != 0 { s += &format!(" | instid1({})", id(id1)); }
     s
 }
 
