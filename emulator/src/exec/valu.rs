@@ -480,29 +480,40 @@ fn special(p: &mut Ops) -> Result<bool, EmuError> {
             p.wu(&r)
         }
         o::V_DIV_SCALE_F32 => {
-            // Scale numerator/denominator so the reciprocal-based division stays in range;
-            // VCC flags lanes that need the final 2^32 correction in v_div_fmas.
+            // Pre-scale numerator/denominator (S2/S1) so the reciprocal iteration stays in
+            // range; VCC tells v_div_fmas to undo a one-sided scale (ISA pseudo-code).
             let (a, b, c) = (p.f(0), p.f(1), p.f(2));
+            let ex = |x: f32| ((x.to_bits() >> 23) & 0xff) as i32;
             let mut r = [0f32; 32];
             let mut vcc = 0u32;
             for l in 0..32 {
-                let (x, den, num) = (a[l], b[l], c[l]);
-                let mut v = x;
-                if den == 0.0 || num == 0.0 || x.is_nan() || den.is_nan() || num.is_nan() || den.is_infinite() || num.is_infinite() {
-                    v = if den == 0.0 || num == 0.0 || den.is_infinite() || num.is_infinite() { x } else { f32::NAN };
-                } else {
-                    let (ed, en) = (frexp(den).1, frexp(num).1);
-                    if en - ed >= 96 || ed <= -126 + 22 || (ed >= 127 - 1 && x == den) {
-                        // large exponent gap or tiny/huge denominator: scale by 2^±64
-                        if x == den { v = ldexp(x, if ed >= 0 { -64 } else { 64 }); } else { v = ldexp(x, 64); vcc |= 1 << l; }
-                    } else if x == num && en <= -126 + 23 {
-                        v = ldexp(x, 64);
-                        vcc |= 1 << l;
-                    }
+                let (s0, den, num) = (a[l], b[l], c[l]);
+                let mut d = s0;
+                let q = num as f64 / den as f64;
+                let tiny = |x: f64| x != 0.0 && x.abs() < f32::MIN_POSITIVE as f64;
+                if num == 0.0 || den == 0.0 {
+                    d = f32::NAN;
+                } else if ex(num) - ex(den) >= 96 {
+                    vcc |= 1 << l;
+                    if s0 == den { d = ldexp(s0, 64); }
+                } else if den.is_subnormal() {
+                    d = ldexp(s0, 64);
+                } else if tiny(1.0 / den as f64) && tiny(q) {
+                    vcc |= 1 << l;
+                    if s0 == den { d = ldexp(s0, 64); }
+                } else if tiny(1.0 / den as f64) {
+                    d = ldexp(s0, -64);
+                } else if tiny(q) {
+                    vcc |= 1 << l;
+                    if s0 == num { d = ldexp(s0, 64); }
+                } else if ex(num) <= 23 {
+                    d = ldexp(s0, 64);
                 }
-                r[l] = v;
+                r[l] = d;
             }
-            p.wf(&r);
+            // the scaled values must not be flushed even in flush mode
+            let bits: R = lanes!(l, r[l].to_bits());
+            p.wu(&bits);
             let sd = p.i.sdst;
             p.wmask(sd, vcc);
         }
@@ -510,8 +521,10 @@ fn special(p: &mut Ops) -> Result<bool, EmuError> {
             let (a, b, c) = (p.f(0), p.f(1), p.f(2));
             let vcc = p.w.vcc();
             let r: [f32; 32] = lanes!(l, {
-                let v = a[l].mul_add(b[l], c[l]);
-                if vcc >> l & 1 != 0 { v * 2f32.powi(if a[l].abs() > 1.0 || frexp(c[l]).1 > 0 { 64 } else { -64 }) } else { v }
+                let v = (a[l] as f64).mul_add(b[l] as f64, c[l] as f64);
+                // undo the one-sided scale: up for huge quotients, down for tiny ones
+                let v = if vcc >> l & 1 != 0 { v * 2f64.powi(if ((c[l].to_bits() >> 23) & 0xff) >= 127 { 64 } else { -64 }) } else { v };
+                v as f32
             });
             p.wf(&r)
         }
