@@ -1,1 +1,19 @@
-//! server (placeholder: being written)
+//! `server`: the `strata --serve` token protocol and the OpenAI-compatible HTTP server.
+//!
+//! - [`protocol`]: serde types of the line-delimited JSON token protocol and [`protocol::serve_loop`],
+//!   the engine side (an engine implements [`protocol::TokenEngine`]).
+//! - [`http`]: the axum server ([`run_server`]) that starts an engine process with `--serve`,
+//!   tokenizes/detokenizes, and serves `/v1/completions` and `/v1/chat/completions`.
+//!
+//! Docs: `docs/serve-protocol.md`, `docs/server.md`.
+
+pub mod config;
+pub mod engine_process;
+pub mod http;
+pub mod openai;
+pub mod protocol;
+pub mod text;
+
+pub use config::{EngineCommand, ServerConfig};
+pub use http::run_server;
+pub use protocol::{FinishReason, GenerateRequest, ModelInfo, SamplingParams, TokenEngine, serve_loop};

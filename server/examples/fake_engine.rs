@@ -1,0 +1,116 @@
+//! A fake engine speaking the `--serve` token protocol, for testing the HTTP server without a
+//! model. It "generates" by echoing the prompt: tokens `prompt[1..]` (the first token is taken
+//! to be BOS), cyclically, so a test can predict the output text from the prompt alone.
+//!
+//! Flags (all optional; `--serve` is accepted and ignored):
+//!   --name S            model name in the hello line (default "fake")
+//!   --vocab N           vocab_size (default 262144, Gemma 3's)
+//!   --context N         context_length (default 4096)
+//!   --eog a,b,c         eog_tokens (default 1,106,212)
+//!   --delay-ms N        sleep before each token (default 0)
+//!   --hello-delay-ms N  sleep before the hello line, like loading a model (default 0)
+//!   --crash-after N     exit(3) abruptly once N tokens were emitted by this process ...
+//!   --crash-marker F    ... but only if file F does not exist yet (it is created), so the
+//!                       restarted engine keeps running
+//!   --log F             append every request as a JSON line to F
+//!   --fail-on-start     exit(2) before the hello line
+
+use server::protocol::{FinishReason, GenerateRequest, ModelInfo, TokenEngine, serve_loop};
+use std::io::{BufReader, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+struct Fake {
+    info: ModelInfo,
+    delay: Duration,
+    crash_after: Option<u64>,
+    crash_marker: Option<PathBuf>,
+    log: Option<PathBuf>,
+    emitted: u64,
+}
+
+impl Fake {
+    fn should_crash(&self) -> bool {
+        match (self.crash_after, &self.crash_marker) {
+            (Some(n), _) if self.emitted < n => false,
+            (Some(_), None) => true,
+            // create_new is atomic: exactly one process gets to crash per marker.
+            (Some(_), Some(m)) => std::fs::OpenOptions::new().write(true).create_new(true).open(m).is_ok(),
+            (None, _) => false,
+        }
+    }
+}
+
+impl TokenEngine for Fake {
+    fn info(&self) -> ModelInfo {
+        self.info.clone()
+    }
+
+    fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
+        if let Some(path) = &self.log {
+            let line = serde_json::to_string(req).map_err(|e| e.to_string())?;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| e.to_string())?;
+            writeln!(f, "{line}").map_err(|e| e.to_string())?;
+        }
+        let echo: &[u32] = if req.tokens.len() > 1 { &req.tokens[1..] } else { &req.tokens };
+        let room = self.info.context_length as usize - req.tokens.len();
+        for i in 0..room {
+            if self.should_crash() {
+                eprintln!("fake_engine: crashing after {} tokens as asked", self.emitted);
+                std::process::exit(3);
+            }
+            std::thread::sleep(self.delay);
+            self.emitted += 1;
+            if !emit(echo[i % echo.len()]) {
+                return Ok(FinishReason::Stop);
+            }
+        }
+        Ok(FinishReason::Length)
+    }
+}
+
+fn main() {
+    let mut fake = Fake {
+        info: ModelInfo {
+            name: "fake".into(),
+            vocab_size: 262_144,
+            context_length: 4096,
+            eog_tokens: vec![1, 106, 212],
+            parallel: 1,
+        },
+        delay: Duration::ZERO,
+        crash_after: None,
+        crash_marker: None,
+        log: None,
+        emitted: 0,
+    };
+    let mut hello_delay = Duration::ZERO;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_else(|| panic!("fake_engine: {a} needs a value"));
+        let num = |s: String| s.parse::<u64>().unwrap_or_else(|_| panic!("fake_engine: bad number {s}"));
+        match a.as_str() {
+            "--serve" => {}
+            "--name" => fake.info.name = val(),
+            "--vocab" => fake.info.vocab_size = num(val()) as u32,
+            "--context" => fake.info.context_length = num(val()) as u32,
+            "--eog" => fake.info.eog_tokens = val().split(',').map(|s| num(s.to_string()) as u32).collect(),
+            "--delay-ms" => fake.delay = Duration::from_millis(num(val())),
+            "--hello-delay-ms" => hello_delay = Duration::from_millis(num(val())),
+            "--crash-after" => fake.crash_after = Some(num(val())),
+            "--crash-marker" => fake.crash_marker = Some(PathBuf::from(val())),
+            "--log" => fake.log = Some(PathBuf::from(val())),
+            "--fail-on-start" => {
+                eprintln!("fake_engine: failing on start as asked");
+                std::process::exit(2);
+            }
+            other => panic!("fake_engine: unknown flag {other}"),
+        }
+    }
+    std::thread::sleep(hello_delay);
+    let stdout = std::io::stdout();
+    if let Err(e) = serve_loop(&mut fake, BufReader::new(std::io::stdin()), stdout.lock()) {
+        eprintln!("fake_engine: {e}");
+        std::process::exit(1);
+    }
+}

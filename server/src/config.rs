@@ -1,0 +1,120 @@
+//! Server configuration: one struct that is both the `strata server` flags (clap) and the
+//! `strata.json` schema (serde). Doc comments are the `--help` text and the file documentation.
+//!
+//! Precedence: command-line flag > config file > built-in default. Every field is optional in
+//! both places so that "was it given?" can be told apart from "is it the default?".
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The engine process the server starts: `<executable> <args...> --serve`.
+#[derive(Clone, Debug, Default, PartialEq, clap::Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineCommand {
+    /// Engine executable (default: the running executable, i.e. `strata` itself). A relative
+    /// path with a `/` is resolved against the config file's directory; a bare name is looked up
+    /// in PATH.
+    #[arg(long = "engine", value_name = "PATH")]
+    pub executable: Option<PathBuf>,
+    /// Engine arguments, before the `--serve` the server appends (e.g. `-m model.gguf
+    /// --device cpu`). Repeat the flag once per argument: `--engine-arg=-m --engine-arg=x.gguf`.
+    #[arg(long = "engine-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub args: Option<Vec<String>>,
+}
+
+/// Options of the OpenAI-compatible HTTP server (`strata server`).
+#[derive(Clone, Debug, Default, PartialEq, clap::Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// JSON config file (`strata.json`) with the fields below; flags override its values.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineCommand,
+    /// GGUF file whose tokenizer the server uses (normally the model the engine runs; only its
+    /// metadata is read). Default: the first `*.gguf` among the engine arguments.
+    #[arg(long, value_name = "GGUF")]
+    pub tokenizer: Option<PathBuf>,
+    /// Model name reported by `/v1/models` and in responses (default: the engine's model name).
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Address to listen on (default 127.0.0.1).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// TCP port (default 8080; 0 picks a free port, printed at startup).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Seconds to wait for a starting engine's hello line (model loading) before giving up on
+    /// that start (default 600).
+    #[arg(long, value_name = "SECS")]
+    pub startup_timeout: Option<u64>,
+}
+
+/// [`ServerConfig`] with the file merged in, defaults applied and paths resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
+    pub executable: PathBuf,
+    pub args: Vec<String>,
+    pub tokenizer: PathBuf,
+    pub model_name: Option<String>,
+    pub host: String,
+    pub port: u16,
+    pub startup_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// Read a config file (no merging).
+    pub fn from_file(path: &Path) -> anyhow::Result<ServerConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        let mut cfg: ServerConfig =
+            serde_json::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
+        // Relative paths in a file mean "next to the file", whatever the working directory.
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if let Some(exe) = &cfg.engine.executable {
+            if exe.is_relative() && exe.components().count() > 1 {
+                cfg.engine.executable = Some(dir.join(exe));
+            }
+        }
+        if let Some(t) = &cfg.tokenizer {
+            if t.is_relative() {
+                cfg.tokenizer = Some(dir.join(t));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Flags (self) over the file named by `--config` over defaults.
+    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+        let file = match &self.config {
+            Some(p) => ServerConfig::from_file(p)?,
+            None => ServerConfig::default(),
+        };
+        let executable = match self.engine.executable.clone().or(file.engine.executable) {
+            Some(p) => p,
+            None => std::env::current_exe().context("finding the running executable (set engine.executable)")?,
+        };
+        let args = self.engine.args.clone().or(file.engine.args).unwrap_or_default();
+        if args.iter().any(|a| a == "--serve") {
+            bail!("engine args must not contain --serve: the server appends it");
+        }
+        let tokenizer = match self.tokenizer.clone().or(file.tokenizer) {
+            Some(t) => t,
+            None => match args.iter().find(|a| a.ends_with(".gguf")) {
+                Some(a) => PathBuf::from(a),
+                None => bail!("no tokenizer: set \"tokenizer\" (a GGUF file) in the config or pass --tokenizer"),
+            },
+        };
+        Ok(Resolved {
+            executable,
+            args,
+            tokenizer,
+            model_name: self.model_name.clone().or(file.model_name),
+            host: self.host.clone().or(file.host).unwrap_or_else(|| "127.0.0.1".into()),
+            port: self.port.or(file.port).unwrap_or(8080),
+            startup_timeout: Duration::from_secs(self.startup_timeout.or(file.startup_timeout).unwrap_or(600)),
+        })
+    }
+}

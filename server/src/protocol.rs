@@ -1,0 +1,436 @@
+//! The `strata --serve` token protocol: line-delimited JSON between a host (the HTTP server)
+//! and an engine process. See `docs/serve-protocol.md` for the normative description.
+//!
+//! Everything here is plain serde types plus [`serve_loop`], the engine side of the protocol.
+//! An engine implements [`TokenEngine`] (model info + "generate tokens for this prompt"), and
+//! `serve_loop` does the rest: the hello line, parsing, validation, `max_tokens`, stop tokens,
+//! cancellation, and turning every malformed line into an error reply instead of a crash.
+//!
+//! Requests are processed one at a time, in the order they arrive (the engine is single-sequence).
+//! Input is read on a separate thread while a request runs, so a `cancel` for the running request
+//! takes effect at the next token.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashSet, VecDeque};
+use std::io::{self, BufRead, Write};
+use std::sync::mpsc;
+use std::time::Instant;
+
+/// Version of this protocol, sent in the hello line. Bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// What the engine says about its model, in the hello line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    /// Model name (e.g. `general.name` of the GGUF).
+    pub name: String,
+    /// Number of token ids the model can produce; valid ids are `0..vocab_size`.
+    pub vocab_size: u32,
+    /// Maximum sequence length (prompt + generated tokens) the engine accepts.
+    pub context_length: u32,
+    /// End-of-generation tokens; used as `stop_tokens` when a request does not give any.
+    #[serde(default)]
+    pub eog_tokens: Vec<u32>,
+    /// How many requests the engine runs at once. `serve_loop` engines are single-sequence: 1.
+    #[serde(default = "one")]
+    pub parallel: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Sampling parameters. Every field has a default (llama.cpp's), so `{}` is valid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// 0 = greedy (argmax).
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 = disabled.
+    pub top_k: u32,
+    /// Nucleus sampling; 1.0 = disabled.
+    pub top_p: f32,
+    /// Drop tokens with p < min_p * p(max); 0.0 = disabled.
+    pub min_p: f32,
+    /// Penalty for tokens among the last `repeat_last_n`; 1.0 = disabled.
+    pub repeat_penalty: f32,
+    /// Window of the repeat penalty, in tokens (prompt included).
+    pub repeat_last_n: u32,
+    /// RNG seed; `None` = engine picks one.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: None,
+        }
+    }
+}
+
+/// One generation request: complete prompt as token ids (BOS included if the model wants one).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenerateRequest {
+    /// Chosen by the host, echoed in every reply. Unique among the requests of one connection.
+    pub id: u64,
+    pub tokens: Vec<u32>,
+    /// Upper bound on generated tokens (the stop token is not counted).
+    pub max_tokens: u32,
+    #[serde(default)]
+    pub sampling: SamplingParams,
+    /// Generation ends (reason `stop`) when one of these is sampled; it is not emitted.
+    /// Absent = the model's `eog_tokens`. An empty list disables stop tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_tokens: Option<Vec<u32>>,
+}
+
+/// Host → engine lines.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HostMessage {
+    Generate(GenerateRequest),
+    /// Stop request `id` (running or queued). Unknown/finished ids are ignored.
+    Cancel { id: u64 },
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A stop token was sampled.
+    Stop,
+    /// `max_tokens` reached, or the context is full.
+    Length,
+    /// A `cancel` arrived.
+    Cancelled,
+    /// The request was invalid or the engine failed; see `error`.
+    Error,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Error => "error",
+        }
+    }
+}
+
+/// Final line of a request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Done {
+    pub id: u64,
+    /// Always `true`; lets a reader spot the final line without looking at `type`.
+    pub done: bool,
+    pub reason: FinishReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub prompt_tokens: u32,
+    pub generated_tokens: u32,
+    /// Milliseconds from reading the request to its first generated token (prompt processing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ms: Option<f64>,
+    /// Milliseconds from reading the request to this line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_ms: Option<f64>,
+}
+
+/// Engine → host lines.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EngineMessage {
+    /// First line, once the model is loaded.
+    Hello { protocol: u32, model: ModelInfo },
+    /// One generated token.
+    Token { id: u64, token: u32 },
+    Done(Done),
+    /// A line that could not be attributed to any request (not JSON, no `id`).
+    Error { error: String },
+}
+
+/// What an engine implements to be driven by [`serve_loop`].
+pub trait TokenEngine {
+    fn info(&self) -> ModelInfo;
+    /// Process `req.tokens` and sample until `emit` returns `false` (stop token, `max_tokens`,
+    /// cancel: all decided by the caller) or the engine cannot go on (context full: return
+    /// `Ok(FinishReason::Length)`). `Err` ends the request with reason `error`; the engine must
+    /// stay usable for the next request. Stop tokens are passed to `emit` like any other token.
+    fn generate(
+        &mut self,
+        req: &GenerateRequest,
+        emit: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<FinishReason, String>;
+}
+
+/// Parse one host line; on failure returns the id (if one could be read) and the message.
+pub fn parse_host_line(line: &str) -> Result<HostMessage, (Option<u64>, String)> {
+    match serde_json::from_str::<HostMessage>(line) {
+        Ok(m) => Ok(m),
+        Err(e) => {
+            // Salvage the id so the host can fail the right request instead of waiting forever.
+            let id = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("id").and_then(|i| i.as_u64()));
+            Err((id, format!("malformed request: {e}")))
+        }
+    }
+}
+
+/// Serialize one message as a line (no trailing newline).
+pub fn to_line<T: Serialize>(msg: &T) -> String {
+    // Serializing these plain structs cannot fail (no maps with non-string keys, no floats
+    // that serde_json rejects: NaN becomes null).
+    serde_json::to_string(msg).unwrap_or_else(|e| format!(r#"{{"type":"error","error":"{e}"}}"#))
+}
+
+fn write_msg(out: &mut impl Write, msg: &EngineMessage) -> io::Result<()> {
+    out.write_all(to_line(msg).as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// Input as seen by the main loop: a line, or the end.
+enum Input {
+    Line(String),
+    Eof,
+}
+
+/// Run the engine side of the protocol until `input` ends. Writes the hello line first.
+/// Returns `Err` only for I/O errors on `output` (e.g. the host went away) or `input`.
+pub fn serve_loop<E: TokenEngine>(
+    engine: &mut E,
+    input: impl BufRead + Send,
+    mut output: impl Write,
+) -> io::Result<()> {
+    let info = engine.info();
+    write_msg(&mut output, &EngineMessage::Hello { protocol: PROTOCOL_VERSION, model: info.clone() })?;
+
+    let (tx, rx) = mpsc::channel::<io::Result<Input>>();
+    std::thread::scope(|scope| {
+        // Reader thread: lets a `cancel` reach us while `generate` is running.
+        scope.spawn(move || {
+            for line in input.lines() {
+                let stop = line.is_err();
+                if tx.send(line.map(Input::Line)).is_err() || stop {
+                    return;
+                }
+            }
+            let _ = tx.send(Ok(Input::Eof));
+        });
+        let mut state = LoopState { queue: VecDeque::new(), cancelled: HashSet::new(), eof: false };
+        loop {
+            // Drain without blocking, then block only if nothing is queued.
+            while let Ok(msg) = rx.try_recv() {
+                state.accept(msg?, &mut output)?;
+            }
+            if let Some(req) = state.queue.pop_front() {
+                run_one(engine, &info, req, &rx, &mut state, &mut output)?;
+                continue;
+            }
+            if state.eof {
+                return Ok(());
+            }
+            match rx.recv() {
+                Ok(msg) => state.accept(msg?, &mut output)?,
+                Err(_) => return Ok(()),
+            }
+        }
+    })
+}
+
+struct LoopState {
+    queue: VecDeque<GenerateRequest>,
+    /// Cancels for requests that have not started yet (or that may still arrive: a cancel can
+    /// overtake nothing here, since lines are ordered, so this only holds queued ids).
+    cancelled: HashSet<u64>,
+    eof: bool,
+}
+
+impl LoopState {
+    fn accept(&mut self, input: Input, out: &mut impl Write) -> io::Result<()> {
+        let line = match input {
+            Input::Eof => {
+                self.eof = true;
+                return Ok(());
+            }
+            Input::Line(l) => l,
+        };
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        match parse_host_line(&line) {
+            Ok(HostMessage::Generate(r)) => self.queue.push_back(r),
+            Ok(HostMessage::Cancel { id }) => {
+                if self.queue.iter().any(|r| r.id == id) {
+                    self.cancelled.insert(id);
+                }
+            }
+            Err((Some(id), error)) => write_msg(out, &error_done(id, error, 0))?,
+            Err((None, error)) => write_msg(out, &EngineMessage::Error { error })?,
+        }
+        Ok(())
+    }
+}
+
+fn error_done(id: u64, error: String, prompt_tokens: u32) -> EngineMessage {
+    EngineMessage::Done(Done {
+        id,
+        done: true,
+        reason: FinishReason::Error,
+        error: Some(error),
+        prompt_tokens,
+        generated_tokens: 0,
+        prompt_ms: None,
+        total_ms: None,
+    })
+}
+
+/// Checks done before the engine sees a request, so every engine gets the same validation.
+fn validate(req: &GenerateRequest, info: &ModelInfo) -> Result<(), String> {
+    if req.tokens.is_empty() {
+        return Err("empty prompt: `tokens` must hold at least one token".into());
+    }
+    if let Some((i, t)) = req.tokens.iter().enumerate().find(|(_, t)| **t >= info.vocab_size) {
+        return Err(format!("token {t} at position {i} is out of range (vocab_size {})", info.vocab_size));
+    }
+    if req.tokens.len() >= info.context_length as usize {
+        return Err(format!(
+            "prompt of {} tokens does not fit the context of {} tokens",
+            req.tokens.len(),
+            info.context_length
+        ));
+    }
+    let s = &req.sampling;
+    if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+        return Err(format!("sampling.temperature must be >= 0, got {}", s.temperature));
+    }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return Err(format!("sampling.top_p must be in (0, 1], got {}", s.top_p));
+    }
+    if !(s.min_p >= 0.0 && s.min_p <= 1.0) {
+        return Err(format!("sampling.min_p must be in [0, 1], got {}", s.min_p));
+    }
+    if !(s.repeat_penalty.is_finite() && s.repeat_penalty > 0.0) {
+        return Err(format!("sampling.repeat_penalty must be > 0, got {}", s.repeat_penalty));
+    }
+    Ok(())
+}
+
+fn run_one<E: TokenEngine>(
+    engine: &mut E,
+    info: &ModelInfo,
+    req: GenerateRequest,
+    rx: &mpsc::Receiver<io::Result<Input>>,
+    state: &mut LoopState,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let start = Instant::now();
+    let prompt_tokens = req.tokens.len() as u32;
+    if state.cancelled.remove(&req.id) {
+        return write_msg(out, &done(req.id, FinishReason::Cancelled, None, prompt_tokens, 0, None, start));
+    }
+    if let Err(e) = validate(&req, info) {
+        return write_msg(out, &error_done(req.id, e, prompt_tokens));
+    }
+    let stop: HashSet<u32> =
+        req.stop_tokens.as_ref().unwrap_or(&info.eog_tokens).iter().copied().collect();
+    let mut generated = 0u32;
+    let mut first_token: Option<f64> = None;
+    // Why the loop (not the engine) ended the request; `None` = the engine stopped on its own.
+    let mut ended: Option<FinishReason> = None;
+    let mut io_err: Option<io::Error> = None;
+    let mut emit = |token: u32| -> bool {
+        if first_token.is_none() {
+            first_token = Some(ms(start));
+        }
+        // Reading input mid-generation is the only way a cancel can arrive in time.
+        while let Ok(msg) = rx.try_recv() {
+            let r = msg.and_then(|m| state.accept_during(req.id, m, out, &mut ended));
+            if let Err(e) = r {
+                io_err = Some(e);
+                return false;
+            }
+        }
+        if ended.is_some() {
+            return false;
+        }
+        if stop.contains(&token) {
+            ended = Some(FinishReason::Stop);
+            return false;
+        }
+        if let Err(e) = write_msg(out, &EngineMessage::Token { id: req.id, token }) {
+            io_err = Some(e);
+            return false;
+        }
+        generated += 1;
+        if generated >= req.max_tokens {
+            ended = Some(FinishReason::Length);
+            return false;
+        }
+        true
+    };
+    let result = if req.max_tokens == 0 { Ok(FinishReason::Length) } else { engine.generate(&req, &mut emit) };
+    if let Some(e) = io_err {
+        return Err(e);
+    }
+    let msg = match (ended, result) {
+        (Some(reason), _) => done(req.id, reason, None, prompt_tokens, generated, first_token, start),
+        (None, Ok(reason)) => done(req.id, reason, None, prompt_tokens, generated, first_token, start),
+        (None, Err(e)) => done(req.id, FinishReason::Error, Some(e), prompt_tokens, generated, first_token, start),
+    };
+    write_msg(out, &msg)
+}
+
+impl LoopState {
+    /// Like `accept`, while request `running` is generating: a cancel for it ends it.
+    fn accept_during(
+        &mut self,
+        running: u64,
+        input: Input,
+        out: &mut impl Write,
+        ended: &mut Option<FinishReason>,
+    ) -> io::Result<()> {
+        if let Input::Line(l) = &input {
+            if let Ok(HostMessage::Cancel { id }) = parse_host_line(l) {
+                if id == running {
+                    ended.get_or_insert(FinishReason::Cancelled);
+                    return Ok(());
+                }
+            }
+        }
+        self.accept(input, out)
+    }
+}
+
+fn ms(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+fn done(
+    id: u64,
+    reason: FinishReason,
+    error: Option<String>,
+    prompt_tokens: u32,
+    generated_tokens: u32,
+    prompt_ms: Option<f64>,
+    start: Instant,
+) -> EngineMessage {
+    EngineMessage::Done(Done {
+        id,
+        done: true,
+        reason,
+        error,
+        prompt_tokens,
+        generated_tokens,
+        prompt_ms,
+        total_ms: Some(ms(start)),
+    })
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the `server` crate (one binary): the token protocol and the HTTP server
+//! against the fake engine (`examples/fake_engine.rs`).
+
+mod http;
+mod protocol;
