@@ -112,6 +112,15 @@ impl Acts {
                     a.qs.extend(b[4..260].iter().map(|&v| v as i8));
                     a.bsums.extend(b[260..292].chunks_exact(2).map(|v| i16::from_le_bytes([v[0], v[1]])));
                 }
+                if wty == GgmlType::Q4K && path == Path::Avx512 {
+                    // Sub-block order 0,2,1,3,4,6,5,7 (see x86::zmm): 32-byte groups swapped.
+                    a.perm = vec![0i8; n * k];
+                    for (src, dst) in a.qs.chunks_exact(256).zip(a.perm.chunks_exact_mut(256)) {
+                        for (o, s) in [0usize, 2, 1, 3, 4, 6, 5, 7].into_iter().enumerate() {
+                            dst[32 * o..32 * o + 32].copy_from_slice(&src[32 * s..32 * s + 32]);
+                        }
+                    }
+                }
                 if wty == GgmlType::IQ3XXS && path == Path::Avx512 {
                     a.perm = vec![0i8; n * k];
                     for (src, dst) in a.qs.chunks_exact(256).zip(a.perm.chunks_exact_mut(256)) {

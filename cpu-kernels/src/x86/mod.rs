@@ -58,6 +58,7 @@ mod fam_f;
 mod avx2;
 mod avx512;
 mod iq3_512;
+mod zmm;
 pub(crate) mod tables;
 
 pub(crate) fn avx2_kernel(ty: GgmlType) -> Option<RowsFn> {
@@ -68,5 +69,23 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
     if ty == GgmlType::IQ3XXS && has_avx512_iq3() && iq3_512::READY {
         return Some(iq3_512::rows_iq3_xxs);
     }
+    let z: Option<RowsFn> = match ty {
+        GgmlType::Q4K => Some(zmm::rows_q4_k),
+        GgmlType::Q6K => Some(zmm::rows_q6_k),
+        GgmlType::Q8_0 => Some(zmm::rows_q8_0),
+        GgmlType::Q4_0 => Some(zmm::rows_q4_0),
+        GgmlType::Q5_0 => Some(zmm::rows_q5_0),
+        GgmlType::IQ4NL => Some(zmm::rows_iq4_nl),
+        _ => None,
+    };
+    if z.is_some() && has_avx512_zmm() {
+        return z;
+    }
     avx512::kernel(ty)
+}
+
+/// The 512-bit kernels additionally use AVX-512 DQ.
+pub(crate) fn has_avx512_zmm() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512dq"))
 }

@@ -1,0 +1,245 @@
+//! 512-bit AVX-512 kernels for the types prompt processing depends on (Q4_K, Q6_K, and the
+//! 32-element signed formats Q8_0 / Q5_0 / Q4_0 / IQ4_NL).
+//!
+//! Why a separate family: the 256-bit kernels spend 3-4 instructions per 32 weights per
+//! activation column (dot, scale multiply, add); here one zmm covers two scale groups and the
+//! sub-block scales are applied by `vpdpwssd` straight from the `vpmaddubsw` i16 pairs
+//! (2 instructions per 64 weights per column).
+//! Q4_K: a 64-byte load of `qs` gives, after masking, sub-blocks (0,2) [low nibbles] and (1,3)
+//! [high nibbles]. The activations are permuted once per call to that order (`Acts::perm`,
+//! sub-blocks 0,2,1,3,4,6,5,7), so no weight shuffling is needed.
+//! Q6_K: 64 bytes of `ql` + the 32 `qh` bytes broadcast to both halves and shifted by a per-half
+//! amount (`vpsrlvw`) give 64 natural-order 6-bit quants; the -32 offset is folded in through
+//! the Q8_K `bsums` like the 256-bit kernel.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use super::COL_BLOCK;
+use crate::acts::Acts;
+use crate::QTensor;
+use core::arch::x86_64::*;
+
+
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+unsafe fn h2f(p: *const u8) -> f32 {
+    let h = u16::from_le_bytes([*p, *p.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+fn hsum256(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+/// i16 lane L of the result = table[idx(L)] where idx(L) = `lo` for L < 16 else `hi`.
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+fn pick2(t16: __m512i, lo: i16, hi: i16) -> __m512i {
+    let idx = _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+    _mm512_permutexvar_epi16(idx, t16)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) -> [f32; NC] {
+    let nb = k / 256;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let dup = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let mut acc = [_mm512_setzero_ps(); NC];
+    let mut accm = [_mm256_setzero_ps(); NC];
+    for i in 0..nb {
+        let p = w.add(i * 144);
+        let (sc, mn) = super::fam_k::k4_scales_u64(&*p.add(4).cast::<[u8; 12]>());
+        let scmn = _mm_set_epi64x(mn as i64, sc as i64);
+        let sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(scmn));
+        let mins16 = _mm256_permutexvar_epi16(dup, _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(scmn, scmn)));
+        let s = [pick2(sc16, 0, 2), pick2(sc16, 1, 3), pick2(sc16, 4, 6), pick2(sc16, 5, 7)];
+        let v0 = _mm512_loadu_si512(p.add(16).cast());
+        let v1 = _mm512_loadu_si512(p.add(80).cast());
+        let q = [
+            _mm512_and_si512(v0, m4),
+            _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
+            _mm512_and_si512(v1, m4),
+            _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
+        ];
+        let d = h2f(p);
+        let dmin = h2f(p.add(2));
+        for c in 0..NC {
+            let col = c0 + c;
+            let x = a.perm.as_ptr().add(col * k + i * 256);
+            let mut isum = _mm512_setzero_si512();
+            for t in 0..4 {
+                let xv = _mm512_loadu_si512(x.add(64 * t).cast());
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q[t], xv), s[t]);
+            }
+            let da = *a.d.get_unchecked(col * nb + i);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * da), acc[c]);
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().add((col * nb + i) * 16).cast());
+            let mm = _mm256_madd_epi16(bs, mins16);
+            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * da), accm[c]);
+        }
+    }
+    let mut out = [0f32; NC];
+    for c in 0..NC {
+        out[c] = _mm512_reduce_add_ps(acc[c]) - hsum256(accm[c]);
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+unsafe fn dot_q6_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) -> [f32; NC] {
+    let nb = k / 256;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m3 = _mm512_set1_epi8(3);
+    // qh bits for the low (q1|q2) and high (q3|q4) vectors: shift 0|2 and 4|6 per 256-bit half.
+    let sh_lo = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    let sh_hi = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    let mut g8 = [0i16; 32];
+    for (l, v) in g8.iter_mut().enumerate() {
+        *v = (l / 8) as i16;
+    }
+    let group8 = _mm512_loadu_si512(g8.as_ptr().cast());
+    let mut acc = [_mm512_setzero_ps(); NC];
+    for i in 0..nb {
+        let p = w.add(i * 210);
+        let scp = p.add(192);
+        let sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp.cast()));
+        let sc16 = _mm512_castsi256_si512(sc16y);
+        let mut q = [_mm512_setzero_si512(); 4];
+        let mut s = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let ql = _mm512_loadu_si512(p.add(64 * h).cast());
+            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(128 + 32 * h).cast()));
+            let hl = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_lo), m3), 4);
+            let hh = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_hi), m3), 4);
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), hl);
+            q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hh);
+            // 16-weight groups: vector 2h covers groups 8h..8h+4, vector 2h+1 groups 8h+4..8h+8;
+            // i16 lane L of the maddubs result belongs to group base + L/8.
+            let idx_lo = _mm512_add_epi16(group8, _mm512_set1_epi16((8 * h) as i16));
+            s[2 * h] = _mm512_permutexvar_epi16(idx_lo, sc16);
+            s[2 * h + 1] = _mm512_permutexvar_epi16(_mm512_add_epi16(idx_lo, _mm512_set1_epi16(4)), sc16);
+        }
+        let d = h2f(p.add(208));
+        for c in 0..NC {
+            let col = c0 + c;
+            let x = a.qs.as_ptr().add(col * k + i * 256);
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().add((col * nb + i) * 16).cast());
+            // Σ_g sc_g · 32 · bsum_g: the "-32" offset of every 6-bit quant.
+            let bias = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16y), 5);
+            let mut isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(bias));
+            for t in 0..4 {
+                let xv = _mm512_loadu_si512(x.add(64 * t).cast());
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q[t], xv), s[t]);
+            }
+            let da = *a.d.get_unchecked(col * nb + i);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * da), acc[c]);
+        }
+    }
+    let mut out = [0f32; NC];
+    for c in 0..NC {
+        out[c] = _mm512_reduce_add_ps(acc[c]);
+    }
+    out
+}
+
+/// Two consecutive 32-element blocks of a signed format decoded to 64 i8 weights.
+macro_rules! signed_pair_kernel {
+    ($name:ident, $bsz:expr, |$p:ident| $decode:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+        #[inline]
+        unsafe fn $name<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) -> [f32; NC] {
+            let nb = k / 32;
+            let mut acc = [_mm512_setzero_ps(); NC];
+            let lanes = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+            // Callers guarantee an even block count (see `pair_rows!`).
+            let mut b = 0;
+            while b + 2 <= nb {
+                let $p = w.add(b * $bsz);
+                let wq: __m512i = $decode;
+                let neg = _mm512_movepi8_mask(wq);
+                let aw = _mm512_abs_epi8(wq);
+                let dw = _mm_setr_ps(h2f($p), h2f($p.add($bsz)), 0.0, 0.0);
+                for c in 0..NC {
+                    let col = c0 + c;
+                    let xv = _mm512_loadu_si512(a.qs.as_ptr().add(col * k + b * 32).cast());
+                    let sx = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                    let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, sx);
+                    let dx = _mm_castpd_ps(_mm_load_sd(a.d.as_ptr().add(col * nb + b).cast()));
+                    // [d0 ×8, d1 ×8]: lanes 0..8 hold block b, 8..16 block b+1.
+                    let dd = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_mul_ps(dw, dx)));
+                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), dd, acc[c]);
+                }
+                b += 2;
+            }
+            let mut out = [0f32; NC];
+            for c in 0..NC {
+                out[c] = _mm512_reduce_add_ps(acc[c]);
+            }
+            out
+        }
+    };
+}
+
+/// 32 bytes from `lo` and 32 from `hi` as one zmm.
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+unsafe fn join(lo: *const u8, hi: *const u8) -> __m512i {
+    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo.cast())), _mm256_loadu_si256(hi.cast()), 1)
+}
+
+/// The 16 nibble bytes of two blocks → 64 values (block0 low, block0 high, block1 low, high).
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+unsafe fn nib_pair(q0: *const u8, q1: *const u8) -> __m512i {
+    let a = _mm_loadu_si128(q0.cast());
+    let b = _mm_loadu_si128(q1.cast());
+    let v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(a, 4), a)),
+        _mm256_set_m128i(_mm_srli_epi16(b, 4), b),
+        1,
+    );
+    _mm512_and_si512(v, _mm512_set1_epi8(0x0F))
+}
+
+signed_pair_kernel!(dot_q8_0, 34, |p| join(p.add(2), p.add(36)));
+signed_pair_kernel!(dot_q4_0, 18, |p| _mm512_sub_epi8(nib_pair(p.add(2), p.add(20)), _mm512_set1_epi8(8)));
+signed_pair_kernel!(dot_q5_0, 22, |p| {
+    let hm = (core::ptr::read_unaligned(p.add(2).cast::<u32>()) as u64) | ((core::ptr::read_unaligned(p.add(24).cast::<u32>()) as u64) << 32);
+    let q = _mm512_mask_add_epi8(nib_pair(p.add(6), p.add(28)), hm, nib_pair(p.add(6), p.add(28)), _mm512_set1_epi8(16));
+    _mm512_sub_epi8(q, _mm512_set1_epi8(16))
+});
+signed_pair_kernel!(dot_iq4_nl, 18, |p| {
+    let kv = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tables::IQ4NL_VALUES.as_ptr().cast()));
+    _mm512_shuffle_epi8(kv, nib_pair(p.add(2), p.add(20)))
+});
+
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q4_k, dot_q4_k);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q6_k, dot_q6_k);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q8_0, dot_q8_0);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q4_0, dot_q4_0);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q5_0, dot_q5_0);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_iq4_nl, dot_iq4_nl);
+
+/// The pair kernels need an even number of 32-element blocks per row; odd rows (K = 32·odd)
+/// go to the 256-bit kernel of the same path.
+macro_rules! pair_rows {
+    ($name:ident, $pair:ident, $fallback:path) => {
+        pub(crate) unsafe fn $name(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
+            if (w.cols / 32) % 2 == 0 {
+                $pair(w, rb, a, r0, r1, y)
+            } else {
+                $fallback(w, rb, a, r0, r1, y)
+            }
+        }
+    };
+}
+pair_rows!(rows_q8_0, pair_rows_q8_0, super::avx512::rows_q8_0);
+pair_rows!(rows_q4_0, pair_rows_q4_0, super::avx512::rows_q4_0);
+pair_rows!(rows_q5_0, pair_rows_q5_0, super::avx512::rows_q5_0);
+pair_rows!(rows_iq4_nl, pair_rows_iq4_nl, super::avx512::rows_iq4_nl);
