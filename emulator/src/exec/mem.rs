@@ -115,7 +115,8 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
     // Cross-lane ops first: they use LDS hardware but no memory.
     match i.op {
         d::DS_SWIZZLE_B32 => {
-            let s = w.v[d0];
+            // the swizzled value travels in the ADDR operand
+            let s = addr;
             let mut r = [0u32; 32];
             for l in 0..32 {
                 let src_lane = if off & 0x8000 != 0 {
