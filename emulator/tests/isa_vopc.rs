@@ -1,0 +1,42 @@
+//! VOPC compares in e32 (VCC) and e64 (SGPR) form, v_cmpx (EXEC), v_cmp_class, v_cndmask.
+mod common;
+use common::*;
+
+fn mask_of(body: &str, input: &[u32]) -> Option<u32> {
+    let out = run(&format!("{body}\n v_mov_b32 v5, s10"), input)?;
+    Some(out[0])
+}
+
+#[test]
+fn compares() {
+    let nan = f32::NAN.to_bits();
+    let i = abc(|l| [f(1.0), f(-2.0), nan, f(0.0), f(-0.0), f(3.0), f(f32::INFINITY), f(5.0)][l % 8] ^ 0,
+                |l| [f(1.0), f(2.0), f(1.0), f(-0.0), f(0.0), f(2.0), f(1.0), nan][l % 8], |l| l as u32);
+    let a = |l: usize| ff(i[l]);
+    let b = |l: usize| ff(i[32 + l]);
+    let expect = |p: &dyn Fn(usize) -> bool| (0..32).filter(|&l| p(l)).fold(0u32, |m, l| m | 1 << l);
+    for (op, p) in [("v_cmp_lt_f32", &(|l| a(l) < b(l)) as &dyn Fn(usize) -> bool), ("v_cmp_eq_f32", &|l| a(l) == b(l)),
+                    ("v_cmp_neq_f32", &|l| !(a(l) == b(l))), ("v_cmp_lg_f32", &|l| a(l) < b(l) || a(l) > b(l)),
+                    ("v_cmp_o_f32", &|l| !a(l).is_nan() && !b(l).is_nan()), ("v_cmp_nge_f32", &|l| !(a(l) >= b(l)))] {
+        let Some(m) = mask_of(&format!("{op}_e64 s10, v2, v3"), &i) else { return };
+        assert_eq!(m, expect(p), "{op}");
+        let Some(m) = mask_of(&format!("{op}_e32 vcc_lo, v2, v3\n s_mov_b32 s10, vcc_lo"), &i) else { return };
+        assert_eq!(m, expect(p), "{op} e32");
+    }
+    let Some(m) = mask_of("v_cmp_gt_i32 s10, v2, v4", &i) else { return };
+    assert_eq!(m, expect(&|l| (i[l] as i32) > l as i32));
+    let Some(m) = mask_of("v_cmp_gt_u32 s10, v2, v4", &i) else { return };
+    assert_eq!(m, expect(&|l| i[l] > l as u32));
+    // class: quiet NaN (bit 1) | -0 (bit 5) | +inf (bit 9)
+    let Some(m) = mask_of("v_mov_b32 v6, 0x222\n v_cmp_class_f32 s10, v2, v6", &i) else { return };
+    assert_eq!(m, expect(&|l| a(l).is_nan() || (a(l) == 0.0 && a(l).is_sign_negative()) || a(l) == f32::INFINITY));
+}
+
+#[test]
+fn cmpx_and_cndmask() {
+    let i = abc(|l| l as u32, |l| 100 + l as u32, |l| 200 + l as u32);
+    let Some(out) = run("v_mov_b32 v5, v3\n v_cmpx_lt_u32 v2, 10\n v_mov_b32 v5, v4\n s_mov_b32 exec_lo, -1", &i) else { return };
+    for l in 0..32 { assert_eq!(out[l], if l < 10 { 200 + l as u32 } else { 100 + l as u32 }); }
+    let Some(out) = run("v_cmp_eq_u32 s8, 1, v2 \n v_and_b32 v6, 1, v2\n v_cmp_eq_u32 vcc_lo, 1, v6\n v_cndmask_b32 v5, v3, v4, vcc_lo", &i) else { return };
+    for l in 0..32 { assert_eq!(out[l], if l % 2 == 1 { 200 + l as u32 } else { 100 + l as u32 }); }
+}
