@@ -19,20 +19,35 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--key") {
         let key = args.get(i + 1).map(String::as_str).unwrap_or("");
         match g.get(key) {
-            Some(gguf::Value::Array(a)) => a.iter().enumerate().for_each(|(j, v)| println!("{j}\t{v}")),
+            Some(gguf::Value::Array(a)) => {
+                a.iter().enumerate().for_each(|(j, v)| println!("{j}\t{v}"))
+            }
             Some(v) => println!("{v}"),
             None => eprintln!("no key {key}"),
         }
         return;
     }
-    println!("files: {:?} (GGUF v{}, alignment {})", g.paths(), g.version(), g.alignment());
+    println!(
+        "files: {:?} (GGUF v{}, alignment {})",
+        g.paths(),
+        g.version(),
+        g.alignment()
+    );
     for (k, v) in g.metadata() {
         println!("{k} = {v}");
     }
     println!("{} tensors", g.tensors().len());
     if args.iter().any(|a| a == "--tensors") {
         for t in g.tensors() {
-            println!("  {:40} {:8} {:?} file {} offset {} bytes {}", t.name, t.ty.name(), t.dims, t.file_index, t.offset, t.n_bytes);
+            println!(
+                "  {:40} {:8} {:?} file {} offset {} bytes {}",
+                t.name,
+                t.ty.name(),
+                t.dims,
+                t.file_index,
+                t.offset,
+                t.n_bytes
+            );
         }
     }
 }

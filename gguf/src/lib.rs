@@ -90,7 +90,10 @@ impl std::fmt::Debug for GgufFile {
 }
 
 fn map_file(path: &Path) -> Result<Backing, GgufError> {
-    let io = |source| GgufError::Io { path: path.to_path_buf(), source };
+    let io = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let file = File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     if len == 0 {
@@ -121,7 +124,9 @@ impl GgufFile {
     /// metadata comes from the first, tensors from every shard.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
         let paths = match split::parse_split_name(path) {
-            Some((prefix, _, count)) if count > 1 => (1..=count).map(|i| split_path(&prefix, i, count)).collect(),
+            Some((prefix, _, count)) if count > 1 => {
+                (1..=count).map(|i| split_path(&prefix, i, count)).collect()
+            }
             _ => vec![path.to_path_buf()],
         };
         let mut parts = Vec::with_capacity(paths.len());
@@ -151,14 +156,28 @@ impl GgufFile {
             for mut t in parsed.tensors {
                 t.file_index = i;
                 if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
-                    return Err(GgufError::DuplicateTensor { path: shard.path.clone(), tensor: t.name, offset: 0 });
+                    return Err(GgufError::DuplicateTensor {
+                        path: shard.path.clone(),
+                        tensor: t.name,
+                        offset: 0,
+                    });
                 }
                 tensors.push(t);
             }
             shards.push(shard);
         }
-        let key_index = metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
-        let g = GgufFile { shards, metadata, key_index, tensors, tensor_index };
+        let key_index = metadata
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), i))
+            .collect();
+        let g = GgufFile {
+            shards,
+            metadata,
+            key_index,
+            tensors,
+            tensor_index,
+        };
         split::check_tensor_total(&g)?;
         Ok(g)
     }
@@ -197,29 +216,40 @@ impl GgufFile {
     }
 
     fn require(&self, key: &str) -> Result<&Value, GgufError> {
-        self.get(key).ok_or_else(|| GgufError::MissingKey { path: self.path0(), key: key.to_string() })
+        self.get(key).ok_or_else(|| GgufError::MissingKey {
+            path: self.path0(),
+            key: key.to_string(),
+        })
     }
 
     fn wrong(&self, key: &str, expected: &'static str, v: &Value) -> GgufError {
-        GgufError::WrongType { path: self.path0(), key: key.to_string(), expected, found: format!("{} {v}", v.type_name()) }
+        GgufError::WrongType {
+            path: self.path0(),
+            key: key.to_string(),
+            expected,
+            found: format!("{} {v}", v.type_name()),
+        }
     }
 
     /// Any integer type whose value fits in u32.
     pub fn get_u32(&self, key: &str) -> Result<u32, GgufError> {
         let v = self.require(key)?;
-        v.as_u32().ok_or_else(|| self.wrong(key, "an integer that fits in u32", v))
+        v.as_u32()
+            .ok_or_else(|| self.wrong(key, "an integer that fits in u32", v))
     }
 
     /// Any integer type whose value fits in u64.
     pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
         let v = self.require(key)?;
-        v.as_u64().ok_or_else(|| self.wrong(key, "an integer that fits in u64", v))
+        v.as_u64()
+            .ok_or_else(|| self.wrong(key, "an integer that fits in u64", v))
     }
 
     /// Any integer type whose value fits in i64.
     pub fn get_i64(&self, key: &str) -> Result<i64, GgufError> {
         let v = self.require(key)?;
-        v.as_i64().ok_or_else(|| self.wrong(key, "an integer that fits in i64", v))
+        v.as_i64()
+            .ok_or_else(|| self.wrong(key, "an integer that fits in i64", v))
     }
 
     /// f32, f64 (narrowed) or an integer.
@@ -260,8 +290,13 @@ impl GgufFile {
     /// The bytes of a tensor. Bounds were validated at open; a `TensorInfo` that did not come
     /// from this file and does not fit gives an empty slice rather than a panic.
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
-        let Some(shard) = self.shards.get(t.file_index) else { return &[] };
-        let start = shard.data_offset.checked_add(t.offset).and_then(|s| usize::try_from(s).ok());
+        let Some(shard) = self.shards.get(t.file_index) else {
+            return &[];
+        };
+        let start = shard
+            .data_offset
+            .checked_add(t.offset)
+            .and_then(|s| usize::try_from(s).ok());
         start
             .and_then(|s| s.checked_add(t.n_bytes).map(|e| (s, e)))
             .and_then(|(s, e)| shard.data.bytes().get(s..e))

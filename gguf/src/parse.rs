@@ -80,7 +80,12 @@ impl<'a> Cursor<'a> {
     }
 
     /// Checks that `count` elements of at least `min_size` bytes each can fit in what is left.
-    fn check_count(&self, count: u64, min_size: usize, what: &dyn Fn() -> String) -> Result<usize, GgufError> {
+    fn check_count(
+        &self,
+        count: u64,
+        min_size: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<usize, GgufError> {
         let fits = count
             .checked_mul(min_size as u64)
             .is_some_and(|b| b <= self.remaining() as u64);
@@ -101,7 +106,9 @@ impl<'a> Cursor<'a> {
     fn string(&mut self, what: &dyn Fn() -> String) -> Result<String, GgufError> {
         let start = self.pos;
         let len = self.u64(what)?;
-        let len = self.check_count(len, 1, &|| format!("{} (string length, at byte {start})", what()))?;
+        let len = self.check_count(len, 1, &|| {
+            format!("{} (string length, at byte {start})", what())
+        })?;
         let bytes = self.take(len, what)?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     }
@@ -144,17 +151,31 @@ impl<'a> Cursor<'a> {
                 }
                 let ety = self.u32(&what)?;
                 if type_name(ety) == "unknown" {
-                    return Err(GgufError::UnknownValueType { path: self.path(), key: key.to_string(), offset: at, ty: ety });
+                    return Err(GgufError::UnknownValueType {
+                        path: self.path(),
+                        key: key.to_string(),
+                        offset: at,
+                        ty: ety,
+                    });
                 }
                 let count = self.u64(&what)?;
-                let n = self.check_count(count, min_encoded_size(ety), &|| format!("array of key {key:?}"))?;
+                let n = self.check_count(count, min_encoded_size(ety), &|| {
+                    format!("array of key {key:?}")
+                })?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
                     v.push(self.value(key, ety, depth + 1)?);
                 }
                 Value::Array(v)
             }
-            _ => return Err(GgufError::UnknownValueType { path: self.path(), key: key.to_string(), offset: at, ty }),
+            _ => {
+                return Err(GgufError::UnknownValueType {
+                    path: self.path(),
+                    key: key.to_string(),
+                    offset: at,
+                    ty,
+                });
+            }
         })
     }
 }
@@ -164,11 +185,17 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
     let mut c = Cursor { path, buf, pos: 0 };
     let magic = c.u32(&|| "magic".into())?;
     if magic != MAGIC {
-        return Err(GgufError::BadMagic { path: c.path(), magic });
+        return Err(GgufError::BadMagic {
+            path: c.path(),
+            magic,
+        });
     }
     let version = c.u32(&|| "version".into())?;
     if version != 2 && version != 3 {
-        return Err(GgufError::UnsupportedVersion { path: c.path(), version });
+        return Err(GgufError::UnsupportedVersion {
+            path: c.path(),
+            version,
+        });
     }
     let n_tensors = c.u64(&|| "tensor count".into())?;
     let n_kv = c.u64(&|| "metadata count".into())?;
@@ -181,7 +208,11 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
         let at = c.pos as u64;
         let key = c.string(&|| format!("key of metadata entry {i}"))?;
         if !keys.insert(key.clone()) {
-            return Err(GgufError::DuplicateKey { path: c.path(), key, offset: at });
+            return Err(GgufError::DuplicateKey {
+                path: c.path(),
+                key,
+                offset: at,
+            });
         }
         let ty = c.u32(&|| format!("type of key {key:?}"))?;
         let v = c.value(&key, ty, 0)?;
@@ -197,7 +228,10 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
                     path: c.path(),
                     key: "general.alignment".into(),
                     offset: 0,
-                    reason: format!("must be a u32 power of two, found {} {other}", other.type_name()),
+                    reason: format!(
+                        "must be a u32 power of two, found {} {other}",
+                        other.type_name()
+                    ),
                 });
             }
         }
@@ -229,7 +263,12 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
         let ty_raw = c.u32(&what)?;
         let offset = c.u64(&what)?;
         let Some(ty) = GgmlType::from_u32(ty_raw) else {
-            return Err(GgufError::UnknownTensorType { path: c.path(), tensor: name, offset: at, ty: ty_raw });
+            return Err(GgufError::UnknownTensorType {
+                path: c.path(),
+                tensor: name,
+                offset: at,
+                ty: ty_raw,
+            });
         };
         let n_bytes = tensor_bytes(&dims, ty).map_err(|reason| GgufError::BadShape {
             path: c.path(),
@@ -239,9 +278,21 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
             reason,
         })?;
         if offset % alignment != 0 {
-            return Err(GgufError::Misaligned { path: c.path(), tensor: name, data_offset: offset, alignment });
+            return Err(GgufError::Misaligned {
+                path: c.path(),
+                tensor: name,
+                data_offset: offset,
+                alignment,
+            });
         }
-        tensors.push(TensorInfo { name, dims, ty, offset, n_bytes, file_index: 0 });
+        tensors.push(TensorInfo {
+            name,
+            dims,
+            ty,
+            offset,
+            n_bytes,
+            file_index: 0,
+        });
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
@@ -249,7 +300,11 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
     let mut names = HashSet::with_capacity(tensors.len());
     for (t, &at) in tensors.iter().zip(&info_offsets) {
         if !names.insert(t.name.as_str()) {
-            return Err(GgufError::DuplicateTensor { path: c.path(), tensor: t.name.clone(), offset: at });
+            return Err(GgufError::DuplicateTensor {
+                path: c.path(),
+                tensor: t.name.clone(),
+                offset: at,
+            });
         }
         let start = data_offset.checked_add(t.offset);
         let end = start.and_then(|s| s.checked_add(t.n_bytes as u64));
@@ -267,7 +322,13 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
         }
     }
     check_overlaps(path, &tensors, data_offset)?;
-    Ok(ParsedFile { version, metadata, tensors, alignment, data_offset })
+    Ok(ParsedFile {
+        version,
+        metadata,
+        tensors,
+        alignment,
+        data_offset,
+    })
 }
 
 /// Bytes of a tensor of shape `dims` and type `ty`, or why the shape is invalid.
@@ -277,7 +338,9 @@ pub(crate) fn tensor_bytes(dims: &[u64], ty: GgmlType) -> Result<usize, String> 
         if d > i64::MAX as u64 {
             return Err(format!("dimension {d} exceeds i64::MAX"));
         }
-        n = n.checked_mul(d).ok_or_else(|| "element count overflows u64".to_string())?;
+        n = n
+            .checked_mul(d)
+            .ok_or_else(|| "element count overflows u64".to_string())?;
     }
     if n > i64::MAX as u64 {
         return Err("element count exceeds i64::MAX".into());
@@ -285,7 +348,10 @@ pub(crate) fn tensor_bytes(dims: &[u64], ty: GgmlType) -> Result<usize, String> 
     let row = dims.first().copied().unwrap_or(1);
     let bs = ty.block_size() as u64;
     if row % bs != 0 {
-        return Err(format!("row length {row} is not a multiple of the {} block size {bs}", ty.name()));
+        return Err(format!(
+            "row length {row} is not a multiple of the {} block size {bs}",
+            ty.name()
+        ));
     }
     (n / bs)
         .checked_mul(ty.type_size() as u64)

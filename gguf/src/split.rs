@@ -48,7 +48,10 @@ fn int_key(path: &Path, meta: &[(String, Value)], key: &str) -> Result<Option<u6
             path: path.to_path_buf(),
             key: key.to_string(),
             offset: 0,
-            reason: format!("expected a non-negative integer, found {} {v}", v.type_name()),
+            reason: format!(
+                "expected a non-negative integer, found {} {v}",
+                v.type_name()
+            ),
         }),
     }
 }
@@ -56,25 +59,34 @@ fn int_key(path: &Path, meta: &[(String, Value)], key: &str) -> Result<Option<u6
 pub(crate) fn check_split_keys(parts: &[(Shard, ParsedFile)]) -> Result<(), GgufError> {
     let n = parts.len() as u64;
     let (first, first_parsed) = &parts[0];
-    if let Some(count) = int_key(&first.path, &first_parsed.metadata, KEY_COUNT)? {
-        if count != n && !(count == 0 && n == 1) {
-            let reason = if n == 1 {
-                format!("{KEY_COUNT} is {count} but the file name does not follow <prefix>-00001-of-{count:05}.gguf")
-            } else {
-                format!("{KEY_COUNT} is {count} but {n} shard files were named")
-            };
-            return Err(GgufError::Split { path: first.path.clone(), reason });
-        }
+    if let Some(count) = int_key(&first.path, &first_parsed.metadata, KEY_COUNT)?
+        && count != n
+        && !(count == 0 && n == 1)
+    {
+        let reason = if n == 1 {
+            format!(
+                "{KEY_COUNT} is {count} but the file name does not follow <prefix>-00001-of-{count:05}.gguf"
+            )
+        } else {
+            format!("{KEY_COUNT} is {count} but {n} shard files were named")
+        };
+        return Err(GgufError::Split {
+            path: first.path.clone(),
+            reason,
+        });
     }
     if n > 1 {
         for (i, (shard, parsed)) in parts.iter().enumerate() {
-            if let Some(no) = int_key(&shard.path, &parsed.metadata, KEY_NO)? {
-                if no != i as u64 {
-                    return Err(GgufError::Split {
-                        path: shard.path.clone(),
-                        reason: format!("{KEY_NO} is {no}, expected {i} (0-based) for shard {} of {n}", i + 1),
-                    });
-                }
+            if let Some(no) = int_key(&shard.path, &parsed.metadata, KEY_NO)?
+                && no != i as u64
+            {
+                return Err(GgufError::Split {
+                    path: shard.path.clone(),
+                    reason: format!(
+                        "{KEY_NO} is {no}, expected {i} (0-based) for shard {} of {n}",
+                        i + 1
+                    ),
+                });
             }
         }
     }
@@ -83,13 +95,16 @@ pub(crate) fn check_split_keys(parts: &[(Shard, ParsedFile)]) -> Result<(), Gguf
 
 pub(crate) fn check_tensor_total(g: &GgufFile) -> Result<(), GgufError> {
     let path = &g.shards[0].path;
-    if let Some(total) = int_key(path, &g.metadata, KEY_TENSORS)? {
-        if total != g.tensors.len() as u64 {
-            return Err(GgufError::Split {
-                path: path.clone(),
-                reason: format!("{KEY_TENSORS} is {total} but the shards hold {} tensors", g.tensors.len()),
-            });
-        }
+    if let Some(total) = int_key(path, &g.metadata, KEY_TENSORS)?
+        && total != g.tensors.len() as u64
+    {
+        return Err(GgufError::Split {
+            path: path.clone(),
+            reason: format!(
+                "{KEY_TENSORS} is {total} but the shards hold {} tensors",
+                g.tensors.len()
+            ),
+        });
     }
     Ok(())
 }
@@ -101,12 +116,24 @@ mod tests {
     #[test]
     fn names() {
         let p = Path::new("/a/b/model-q8-00002-of-00003.gguf");
-        assert_eq!(parse_split_name(p), Some(("/a/b/model-q8".to_string(), 2, 3)));
-        assert_eq!(split_path("/a/b/model-q8", 1, 3), PathBuf::from("/a/b/model-q8-00001-of-00003.gguf"));
+        assert_eq!(
+            parse_split_name(p),
+            Some(("/a/b/model-q8".to_string(), 2, 3))
+        );
+        assert_eq!(
+            split_path("/a/b/model-q8", 1, 3),
+            PathBuf::from("/a/b/model-q8-00001-of-00003.gguf")
+        );
         assert_eq!(parse_split_name(Path::new("model.gguf")), None);
         assert_eq!(parse_split_name(Path::new("m-00004-of-00003.gguf")), None);
         assert_eq!(parse_split_name(Path::new("m-0000x-of-00003.gguf")), None);
-        assert_eq!(parse_split_name(Path::new("é-00001-of-00002.gguf")), Some(("é".to_string(), 1, 2)));
-        assert_eq!(parse_split_name(Path::new("-00001-of-00002.gguf")), Some((String::new(), 1, 2)));
+        assert_eq!(
+            parse_split_name(Path::new("é-00001-of-00002.gguf")),
+            Some(("é".to_string(), 1, 2))
+        );
+        assert_eq!(
+            parse_split_name(Path::new("-00001-of-00002.gguf")),
+            Some((String::new(), 1, 2))
+        );
     }
 }

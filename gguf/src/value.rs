@@ -154,8 +154,8 @@ pub(crate) fn scalar_size(code: u32) -> Option<usize> {
 /// counts that cannot possibly fit in the rest of the file before allocating anything.
 pub(crate) fn min_encoded_size(code: u32) -> usize {
     match code {
-        code::STR => 8,        // u64 length
-        code::ARRAY => 12,     // u32 type + u64 count
+        code::STR => 8,    // u64 length
+        code::ARRAY => 12, // u32 type + u64 count
         c => scalar_size(c).unwrap_or(1),
     }
 }

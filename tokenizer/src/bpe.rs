@@ -46,22 +46,28 @@ impl PreTokenizer {
         use PreTokenizer::*;
         let (pre, clean_spaces, ignore_merges, add_bos) = match name {
             "" | "default" => (Default, true, false, false),
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" => {
-                (Llama3, true, true, true)
-            }
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
+            | "midm-2.0" | "lfm2" => (Llama3, true, true, true),
             "dbrx" | "smaug-bpe" => (Llama3, true, false, false),
-            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de" | "a.x-4.0" | "mellum"
-            | "modern-bert" | "mpt" | "olmo" | "jais" | "exaone4" => (Gpt2, true, false, false),
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
+            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais"
+            | "exaone4" => (Gpt2, true, false, false),
             "trillion" | "granite-docling" => (Gpt2, false, false, false),
-            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" | "grok-2" => {
-                (Qwen2, false, false, false)
-            }
+            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open"
+            | "grok-2" => (Qwen2, false, false, false),
             "stablelm2" | "megrez" => (Qwen2, true, false, false),
-            "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => (Starcoder, true, false, false),
+            "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
+                (Starcoder, true, false, false)
+            }
             "smollm" | "command-r" => (Starcoder, false, false, false),
             _ => return None,
         };
-        Some(PreInfo { pre, clean_spaces, ignore_merges, add_bos })
+        Some(PreInfo {
+            pre,
+            clean_spaces,
+            ignore_merges,
+            add_bos,
+        })
     }
 
     fn regexes(self) -> &'static [Regex] {
@@ -70,7 +76,12 @@ impl PreTokenizer {
             // These patterns are constants; fancy-regex accepts them (covered by tests).
             let r = |s: &str| Regex::new(s).expect("built-in pre-tokenizer regex");
             [
-                vec![r(r"[\p{P}\$\+<=>\^~\|]+"), r(GPT2), r(r"\p{N}+"), r("[0-9][0-9][0-9]")],
+                vec![
+                    r(r"[\p{P}\$\+<=>\^~\|]+"),
+                    r(GPT2),
+                    r(r"\p{N}+"),
+                    r("[0-9][0-9][0-9]"),
+                ],
                 vec![r(GPT2)],
                 vec![r(LLAMA3)],
                 vec![r(QWEN2)],
@@ -118,7 +129,9 @@ fn byte_map() -> &'static ByteMap {
     static MAP: OnceLock<ByteMap> = OnceLock::new();
     MAP.get_or_init(|| {
         // Printable Latin-1 bytes map to themselves; the other 68 take code points 256.. in order.
-        let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let printable = |b: u32| {
+            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+        };
         let mut to_char = ['\0'; 256];
         let mut next = 256u32;
         for b in 0..256u32 {
@@ -130,7 +143,11 @@ fn byte_map() -> &'static ByteMap {
             };
             to_char[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
         }
-        let to_byte = to_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+        let to_byte = to_char
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
         ByteMap { to_char, to_byte }
     })
 }
@@ -156,15 +173,21 @@ struct Sym {
 }
 
 /// Tokenizes one raw-text fragment (no special tokens in it) and appends the ids.
-pub(crate) fn encode(v: &Vocab, pre: PreTokenizer, ranks: &HashMap<(String, String), u32>, text: &str, out: &mut Vec<u32>) {
+pub(crate) fn encode(
+    v: &Vocab,
+    pre: PreTokenizer,
+    ranks: &HashMap<(String, String), u32>,
+    text: &str,
+    out: &mut Vec<u32>,
+) {
     let map = byte_map();
     for word in pre.split(text) {
         let enc: String = word.bytes().map(|b| map.to_char[b as usize]).collect();
-        if v.ignore_merges {
-            if let Some(id) = v.text_to_token(&enc) {
-                out.push(id);
-                continue;
-            }
+        if v.ignore_merges
+            && let Some(id) = v.text_to_token(&enc)
+        {
+            out.push(id);
+            continue;
         }
         merge_word(v, ranks, &enc, out);
     }
@@ -173,7 +196,12 @@ pub(crate) fn encode(v: &Vocab, pre: PreTokenizer, ranks: &HashMap<(String, Stri
 fn merge_word(v: &Vocab, ranks: &HashMap<(String, String), u32>, word: &str, out: &mut Vec<u32>) {
     let mut syms: Vec<Sym> = Vec::new();
     for (i, (start, c)) in word.char_indices().enumerate() {
-        syms.push(Sym { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
+        syms.push(Sym {
+            start,
+            len: c.len_utf8(),
+            prev: i.checked_sub(1),
+            next: None,
+        });
         if i > 0 {
             syms[i - 1].next = Some(i);
         }
@@ -197,7 +225,7 @@ fn merge_word(v: &Vocab, ranks: &HashMap<(String, String), u32>, word: &str, out
         }
         // A pair whose symbols changed since it was queued is stale.
         if syms[l].start + syms[l].len + syms[r].len - syms[l].start != joined.len()
-            || &word[syms[l].start..syms[l].start + joined.len()] != joined
+            || word[syms[l].start..syms[l].start + joined.len()] != joined
         {
             continue;
         }
@@ -218,7 +246,10 @@ fn merge_word(v: &Vocab, ranks: &HashMap<(String, String), u32>, word: &str, out
             Some(id) => out.push(id),
             // llama.cpp then looks up each byte of the (byte-level) text as a one-byte token;
             // only ASCII bytes can match, others are dropped, exactly as there.
-            None => out.extend(s.bytes().filter_map(|b| v.text_to_token(std::str::from_utf8(&[b]).ok()?))),
+            None => out.extend(
+                s.bytes()
+                    .filter_map(|b| v.text_to_token(std::str::from_utf8(&[b]).ok()?)),
+            ),
         }
         i = syms[k].next;
     }
@@ -243,9 +274,20 @@ mod tests {
     #[test]
     fn pre_tokenizer_splits() {
         let s = PreTokenizer::Starcoder.split("The year 1440, books  in\n\nEurope's");
-        assert_eq!(s, vec!["The", " year", " ", "1", "4", "4", "0", ",", " books", " ", " in", "\n", "\n", "Europe", "'s"]);
+        assert_eq!(
+            s,
+            vec![
+                "The", " year", " ", "1", "4", "4", "0", ",", " books", " ", " in", "\n", "\n",
+                "Europe", "'s"
+            ]
+        );
         let q = PreTokenizer::Qwen2.split("Hello world123 it's  ok\n\n");
-        assert_eq!(q, vec!["Hello", " world", "1", "2", "3", " it", "'s", " ", " ok", "\n\n"]);
+        assert_eq!(
+            q,
+            vec![
+                "Hello", " world", "1", "2", "3", " it", "'s", " ", " ok", "\n\n"
+            ]
+        );
         let l = PreTokenizer::Llama3.split("x=12345;");
         assert_eq!(l, vec!["x", "=", "123", "45", ";"]);
         let g = PreTokenizer::Gpt2.split("Ünïcödé 日本語 🎉!");

@@ -24,13 +24,19 @@ pub(crate) enum ChatTemplate {
 
 impl ChatTemplate {
     /// The stored template, else the built-in one for `arch` (or what the vocabulary suggests).
-    pub(crate) fn select(stored: Option<&str>, arch: &str, has_token: impl Fn(&str) -> bool) -> Option<ChatTemplate> {
+    pub(crate) fn select(
+        stored: Option<&str>,
+        arch: &str,
+        has_token: impl Fn(&str) -> bool,
+    ) -> Option<ChatTemplate> {
         if let Some(t) = stored {
             return Some(ChatTemplate::Jinja(t.to_string()));
         }
         match arch {
             "gemma" | "gemma2" | "gemma3" | "gemma3n" => return Some(ChatTemplate::Gemma),
-            "qwen2" | "qwen2moe" | "qwen3" | "qwen3moe" | "qwen4exp" => return Some(ChatTemplate::ChatMl),
+            "qwen2" | "qwen2moe" | "qwen3" | "qwen3moe" | "qwen4exp" => {
+                return Some(ChatTemplate::ChatMl);
+            }
             _ => {}
         }
         if has_token("<|start_header_id|>") && has_token("<|eot_id|>") {
@@ -62,7 +68,9 @@ impl ChatTemplate {
     ) -> Result<String, TokenizerError> {
         let mut s = String::new();
         match self {
-            ChatTemplate::Jinja(src) => return render_jinja(src, messages, add_generation_prompt, bos, eos),
+            ChatTemplate::Jinja(src) => {
+                return render_jinja(src, messages, add_generation_prompt, bos, eos);
+            }
             ChatTemplate::Gemma => {
                 let mut system = String::new();
                 for m in messages {
@@ -70,7 +78,11 @@ impl ChatTemplate {
                         system += trim(&m.content);
                         continue;
                     }
-                    let role = if m.role == "assistant" { "model" } else { m.role.as_str() };
+                    let role = if m.role == "assistant" {
+                        "model"
+                    } else {
+                        m.role.as_str()
+                    };
                     s += &format!("<start_of_turn>{role}\n");
                     if !system.is_empty() && role != "model" {
                         s += &format!("{system}\n\n");
@@ -92,7 +104,11 @@ impl ChatTemplate {
             }
             ChatTemplate::Llama3 => {
                 for m in messages {
-                    s += &format!("<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>", m.role, trim(&m.content));
+                    s += &format!(
+                        "<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>",
+                        m.role,
+                        trim(&m.content)
+                    );
                 }
                 if add_generation_prompt {
                     s += "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -108,7 +124,13 @@ fn trim(s: &str) -> &str {
     s.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0B' | '\x0C'))
 }
 
-fn render_jinja(src: &str, messages: &[ChatMessage], add_gen: bool, bos: &str, eos: &str) -> Result<String, TokenizerError> {
+fn render_jinja(
+    src: &str,
+    messages: &[ChatMessage],
+    add_gen: bool,
+    bos: &str,
+    eos: &str,
+) -> Result<String, TokenizerError> {
     let err = |e: Error| TokenizerError::ChatTemplate(format!("{e:#}"));
     let mut env = Environment::new();
     env.set_trim_blocks(true);
@@ -132,9 +154,24 @@ fn render_jinja(src: &str, messages: &[ChatMessage], add_gen: bool, bos: &str, e
 /// Today's UTC date in a strftime subset (%Y %m %d %e %B %b %H %M %S %%), enough for the
 /// "Today Date: 26 Jul 2024" headers of Llama 3.x templates.
 fn strftime_now(fmt: &str) -> String {
-    const MONTHS: [&str; 12] =
-        ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Civil-from-days (Howard Hinnant's algorithm).
     let z = days + 719_468;

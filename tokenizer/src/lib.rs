@@ -29,7 +29,9 @@ pub enum TokenizerError {
     BadMetadata { key: String, reason: String },
     #[error("unsupported {0}")]
     Unsupported(String),
-    #[error("no chat template: the model stores none and architecture {arch:?} has no built-in one")]
+    #[error(
+        "no chat template: the model stores none and architecture {arch:?} has no built-in one"
+    )]
     NoChatTemplate { arch: String },
     #[error("chat template: {0}")]
     ChatTemplate(String),
@@ -44,7 +46,10 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: &str, content: &str) -> ChatMessage {
-        ChatMessage { role: role.to_string(), content: content.to_string() }
+        ChatMessage {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
     }
 }
 
@@ -75,9 +80,16 @@ impl Tokenizer {
         let v = Vocab::load(g)?;
         let pieces = (0..v.n_tokens() as u32).map(|id| piece(&v, id)).collect();
         let arch = g.architecture().unwrap_or("").to_string();
-        let stored = g.get("tokenizer.chat_template").and_then(gguf::Value::as_str);
+        let stored = g
+            .get("tokenizer.chat_template")
+            .and_then(gguf::Value::as_str);
         let chat = ChatTemplate::select(stored, &arch, |t| v.text_to_token(t).is_some());
-        Ok(Tokenizer { v, pieces, chat, arch })
+        Ok(Tokenizer {
+            v,
+            pieces,
+            chat,
+            arch,
+        })
     }
 
     /// Token ids of `text`, as llama.cpp's `llama_tokenize(text, add_special = add_bos,
@@ -99,7 +111,11 @@ impl Tokenizer {
                 for f in frags {
                     match f {
                         Frag::Text(t) => {
-                            let prefix = if v.add_space_prefix && prev_special { " " } else { "" };
+                            let prefix = if v.add_space_prefix && prev_special {
+                                " "
+                            } else {
+                                ""
+                            };
                             let escaped = format!("{prefix}{t}").replace(' ', "\u{2581}");
                             spm::encode(v, &escaped, &mut out);
                             prev_special = false;
@@ -145,7 +161,11 @@ impl Tokenizer {
                 continue;
             }
             let p = self.token_bytes(id);
-            let p = if strip_space { p.strip_prefix(b" ").unwrap_or(p) } else { p };
+            let p = if strip_space {
+                p.strip_prefix(b" ").unwrap_or(p)
+            } else {
+                p
+            };
             strip_space = false;
             bytes.extend_from_slice(p);
         }
@@ -163,7 +183,10 @@ impl Tokenizer {
     }
 
     fn token_bytes(&self, id: u32) -> &[u8] {
-        self.pieces.get(id as usize).map(Vec::as_slice).unwrap_or(&[])
+        self.pieces
+            .get(id as usize)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     pub fn bos(&self) -> Option<u32> {
@@ -231,10 +254,24 @@ impl Tokenizer {
     /// Renders a conversation with the model's chat template (see [`chat`]). The result is
     /// meant to be encoded with `parse_special = true`. Built-in templates do not emit BOS
     /// (encode adds it); stored Jinja templates may (`bos_token`), as with llama.cpp.
-    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TokenizerError> {
-        let t = self.chat.as_ref().ok_or_else(|| TokenizerError::NoChatTemplate { arch: self.arch.clone() })?;
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let t = self
+            .chat
+            .as_ref()
+            .ok_or_else(|| TokenizerError::NoChatTemplate {
+                arch: self.arch.clone(),
+            })?;
         let text = |id: Option<u32>| id.and_then(|i| self.token_text(i)).unwrap_or("");
-        t.apply(messages, add_generation_prompt, text(self.bos()), text(self.eos()))
+        t.apply(
+            messages,
+            add_generation_prompt,
+            text(self.bos()),
+            text(self.eos()),
+        )
     }
 }
 
@@ -299,7 +336,9 @@ fn clean_spaces(t: &mut Vec<u8>) {
         let n = t.len();
         if t[i - 1] == b' ' && t[i] == b'\'' && i + 1 < n {
             let x1 = t[i + 1];
-            if matches!(x1, b's' | b'm') || (i + 2 < n && matches!((x1, t[i + 2]), (b'r', b'e') | (b'v', b'e'))) {
+            if matches!(x1, b's' | b'm')
+                || (i + 2 < n && matches!((x1, t[i + 2]), (b'r', b'e') | (b'v', b'e')))
+            {
                 *total -= 1;
             }
         }

@@ -17,7 +17,11 @@ fn is_space(b: u8) -> bool {
 }
 
 pub(crate) fn partition<'a>(v: &Vocab, text: &'a str, parse_special: bool) -> Vec<Frag<'a>> {
-    let mut frags = if text.is_empty() { vec![] } else { vec![Frag::Text(text)] };
+    let mut frags = if text.is_empty() {
+        vec![]
+    } else {
+        vec![Frag::Text(text)]
+    };
     for &id in &v.special_cache {
         let a = v.attr(id);
         if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
@@ -25,7 +29,10 @@ pub(crate) fn partition<'a>(v: &Vocab, text: &'a str, parse_special: bool) -> Ve
         }
         let tok = v.texts[id as usize].as_str();
         // Cheap pre-check: most special tokens occur nowhere in the text.
-        if !frags.iter().any(|f| matches!(f, Frag::Text(t) if t.contains(tok))) {
+        if !frags
+            .iter()
+            .any(|f| matches!(f, Frag::Text(t) if t.contains(tok)))
+        {
             continue;
         }
         let mut next = Vec::with_capacity(frags.len() + 2);

@@ -44,7 +44,10 @@ pub(crate) enum Model {
     /// `tokenizer.ggml.model = "llama"`: SentencePiece BPE with scores and byte fallback.
     Spm,
     /// `tokenizer.ggml.model = "gpt2"`: byte-level BPE with merges.
-    Bpe { pre: PreTokenizer, ranks: HashMap<(String, String), u32> },
+    Bpe {
+        pre: PreTokenizer,
+        ranks: HashMap<(String, String), u32>,
+    },
 }
 
 /// Special token ids; `None` where the vocabulary has none.
@@ -85,7 +88,10 @@ pub(crate) struct Vocab {
 }
 
 fn bad(key: &str, reason: impl Into<String>) -> TokenizerError {
-    TokenizerError::BadMetadata { key: key.to_string(), reason: reason.into() }
+    TokenizerError::BadMetadata {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
 }
 
 fn opt_bool(g: &GgufFile, key: &str) -> Option<bool> {
@@ -95,18 +101,33 @@ fn opt_bool(g: &GgufFile, key: &str) -> Option<bool> {
 impl Vocab {
     pub fn load(g: &GgufFile) -> Result<Vocab, TokenizerError> {
         let model_name = g.get_str("tokenizer.ggml.model")?;
-        let pre_name = g.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("");
+        let pre_name = g
+            .get("tokenizer.ggml.pre")
+            .and_then(Value::as_str)
+            .unwrap_or("");
 
         let tokens = g.get_array("tokenizer.ggml.tokens")?;
         let n = tokens.len();
         let mut texts = Vec::with_capacity(n);
         let mut to_id = HashMap::with_capacity(n);
         for (i, v) in tokens.iter().enumerate() {
-            let s = v.as_str().ok_or_else(|| bad("tokenizer.ggml.tokens", format!("element {i} is not a string")))?;
+            let s = v.as_str().ok_or_else(|| {
+                bad(
+                    "tokenizer.ggml.tokens",
+                    format!("element {i} is not a string"),
+                )
+            })?;
             // llama.cpp renames empty tokens so that every text is unique and non-empty.
-            let s = if s.is_empty() { format!("[EMPTY_{i}]") } else { s.to_string() };
+            let s = if s.is_empty() {
+                format!("[EMPTY_{i}]")
+            } else {
+                s.to_string()
+            };
             if let Some(prev) = to_id.insert(s.clone(), i as u32) {
-                return Err(bad("tokenizer.ggml.tokens", format!("duplicate token {s:?} at ids {prev} and {i}")));
+                return Err(bad(
+                    "tokenizer.ggml.tokens",
+                    format!("duplicate token {s:?} at ids {prev} and {i}"),
+                ));
             }
             texts.push(s);
         }
@@ -122,7 +143,12 @@ impl Vocab {
                     _ => Err(bad("tokenizer.ggml.scores", "elements must be f32 or i32")),
                 })
                 .collect::<Result<_, _>>()?,
-            Some(_) => return Err(bad("tokenizer.ggml.scores", format!("must be an array of at least {n} numbers"))),
+            Some(_) => {
+                return Err(bad(
+                    "tokenizer.ggml.scores",
+                    format!("must be an array of at least {n} numbers"),
+                ));
+            }
         };
         let mut attrs = match g.get("tokenizer.ggml.token_type") {
             None => vec![attr::NORMAL; n],
@@ -134,26 +160,46 @@ impl Vocab {
                     _ => Err(bad("tokenizer.ggml.token_type", "elements must be i32")),
                 })
                 .collect::<Result<_, _>>()?,
-            Some(_) => return Err(bad("tokenizer.ggml.token_type", format!("must be an i32 array of at least {n}"))),
+            Some(_) => {
+                return Err(bad(
+                    "tokenizer.ggml.token_type",
+                    format!("must be an i32 array of at least {n}"),
+                ));
+            }
         };
 
         // Per-model defaults (llama.cpp `llama_vocab::impl::load`).
         let mut sp = Specials::default();
         let mut add_eos = false;
-        let (model, mut add_bos, mut add_space_prefix, clean_spaces, ignore_merges) = match model_name {
-            "llama" => {
-                (sp.bos, sp.eos, sp.unk) = (Some(1), Some(2), Some(0));
-                (Model::Spm, true, true, false, false)
-            }
-            "gpt2" => {
-                (sp.bos, sp.eos) = (Some(11), Some(11));
-                let info = PreTokenizer::from_name(pre_name)
-                    .ok_or_else(|| TokenizerError::Unsupported(format!("pre-tokenizer {pre_name:?}")))?;
-                let model = Model::Bpe { pre: info.pre, ranks: load_merges(g)? };
-                (model, info.add_bos, false, info.clean_spaces, info.ignore_merges)
-            }
-            other => return Err(TokenizerError::Unsupported(format!("tokenizer model {other:?}"))),
-        };
+        let (model, mut add_bos, mut add_space_prefix, clean_spaces, ignore_merges) =
+            match model_name {
+                "llama" => {
+                    (sp.bos, sp.eos, sp.unk) = (Some(1), Some(2), Some(0));
+                    (Model::Spm, true, true, false, false)
+                }
+                "gpt2" => {
+                    (sp.bos, sp.eos) = (Some(11), Some(11));
+                    let info = PreTokenizer::from_name(pre_name).ok_or_else(|| {
+                        TokenizerError::Unsupported(format!("pre-tokenizer {pre_name:?}"))
+                    })?;
+                    let model = Model::Bpe {
+                        pre: info.pre,
+                        ranks: load_merges(g)?,
+                    };
+                    (
+                        model,
+                        info.add_bos,
+                        false,
+                        info.clean_spaces,
+                        info.ignore_merges,
+                    )
+                }
+                other => {
+                    return Err(TokenizerError::Unsupported(format!(
+                        "tokenizer model {other:?}"
+                    )));
+                }
+            };
         if let Some(b) = opt_bool(g, "tokenizer.ggml.add_space_prefix") {
             add_space_prefix = b;
         }
@@ -185,10 +231,12 @@ impl Vocab {
             ("middle_token_id", |s| &mut s.fim_mid),
         ];
         for (key, slot) in keyed {
-            if let Some(v) = g.get(&format!("tokenizer.ggml.{key}")).and_then(Value::as_u32) {
-                if (v as usize) < n {
-                    *slot(&mut sp) = Some(v);
-                }
+            if let Some(v) = g
+                .get(&format!("tokenizer.ggml.{key}"))
+                .and_then(Value::as_u32)
+                && (v as usize) < n
+            {
+                *slot(&mut sp) = Some(v);
             }
         }
         if let Some(b) = opt_bool(g, "tokenizer.ggml.add_bos_token") {
@@ -198,18 +246,31 @@ impl Vocab {
             add_eos = b;
         }
         if add_bos && sp.bos.is_none() {
-            return Err(bad("tokenizer.ggml.add_bos_token", "is true but there is no BOS token"));
+            return Err(bad(
+                "tokenizer.ggml.add_bos_token",
+                "is true but there is no BOS token",
+            ));
         }
         if add_eos && sp.eos.is_none() {
-            return Err(bad("tokenizer.ggml.add_eos_token", "is true but there is no EOS token"));
+            return Err(bad(
+                "tokenizer.ggml.add_eos_token",
+                "is true but there is no EOS token",
+            ));
         }
 
         let eog = detect_by_text(&texts, &mut attrs, &mut sp);
         let mut special_cache: Vec<u32> = (0..n as u32)
-            .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+            .filter(|&i| {
+                attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+            })
             .collect();
         // Longest first so that e.g. "<end_of_turn>" wins over a shorter token inside it.
-        special_cache.sort_by(|&a, &b| texts[b as usize].len().cmp(&texts[a as usize].len()).then(a.cmp(&b)));
+        special_cache.sort_by(|&a, &b| {
+            texts[b as usize]
+                .len()
+                .cmp(&texts[a as usize].len())
+                .then(a.cmp(&b))
+        });
 
         Ok(Vocab {
             model,
@@ -246,7 +307,12 @@ fn load_merges(g: &GgufFile) -> Result<HashMap<(String, String), u32>, Tokenizer
     let merges = g.get_array("tokenizer.ggml.merges")?;
     let mut ranks = HashMap::with_capacity(merges.len());
     for (i, m) in merges.iter().enumerate() {
-        let s = m.as_str().ok_or_else(|| bad("tokenizer.ggml.merges", format!("element {i} is not a string")))?;
+        let s = m.as_str().ok_or_else(|| {
+            bad(
+                "tokenizer.ggml.merges",
+                format!("element {i} is not a string"),
+            )
+        })?;
         // Split at the first space after the first byte (a merge part may itself be " ").
         // (Byte index 1 may fall inside a multi-byte character such as "Ġ"; ' ' is ASCII, so
         // the position found is always a character boundary.)
@@ -260,23 +326,81 @@ fn load_merges(g: &GgufFile) -> Result<HashMap<(String, String), u32>, Tokenizer
 }
 
 const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-    "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
 ];
-const FIM_PRE: &[&str] =
-    &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"];
-const FIM_SUF: &[&str] =
-    &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"];
-const FIM_MID: &[&str] =
-    &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"];
+const FIM_PRE: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+];
+const FIM_SUF: &[&str] = &[
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+];
+const FIM_MID: &[&str] = &[
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+];
 const FIM_PAD: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
+const FIM_REP: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
 const FIM_SEP: &[&str] = &["<|file_sep|>"];
 /// Texts llama.cpp treats as end-of-generation whatever the metadata says.
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
-    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
 ];
 
 /// llama.cpp's text-based detection of EOT/EOM/FIM tokens, "unused" control tokens and the
@@ -320,14 +444,16 @@ fn detect_by_text(texts: &[String], attrs: &mut [u32], sp: &mut Specials) -> BTr
     eog.extend(sp.eos);
     eog.extend(sp.eot);
     eog.extend(sp.eom);
-    let find = |eog: &BTreeSet<u32>, name: &str| eog.iter().copied().find(|&i| texts[i as usize] == name);
+    let find =
+        |eog: &BTreeSet<u32>, name: &str| eog.iter().copied().find(|&i| texts[i as usize] == name);
     // gpt-oss / solar-open: "<|end|>" ends a message, not the generation.
     let has = |eog: &BTreeSet<u32>, name: &str| find(eog, name).is_some();
-    if let Some(end) = find(&eog, "<|end|>") {
-        if (has(&eog, "<|return|>") && has(&eog, "<|call|>")) || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>")) {
-            eog.remove(&end);
-            attrs[end as usize] = attr::USER_DEFINED;
-        }
+    if let Some(end) = find(&eog, "<|end|>")
+        && ((has(&eog, "<|return|>") && has(&eog, "<|call|>"))
+            || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>")))
+    {
+        eog.remove(&end);
+        attrs[end as usize] = attr::USER_DEFINED;
     }
     // gemma4 / paddleocr: "</s>" is not an end of generation when "<|tool_response>" exists.
     if let (Some(_), Some(s)) = (find(&eog, "<|tool_response>"), find(&eog, "</s>")) {
@@ -336,7 +462,10 @@ fn detect_by_text(texts: &[String], attrs: &mut [u32], sp: &mut Specials) -> BTr
     }
     // gpt-oss: these are always rendered.
     for (i, t) in texts.iter().enumerate() {
-        if matches!(t.as_str(), "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>") {
+        if matches!(
+            t.as_str(),
+            "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
+        ) {
             attrs[i] = attr::USER_DEFINED;
         }
     }

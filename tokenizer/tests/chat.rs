@@ -10,9 +10,11 @@ const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference")
 const TINY: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf";
 
 fn gemma() -> Tokenizer {
-    let dir = std::env::var_os("STRATA_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
-    });
+    let dir = std::env::var_os("STRATA_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
+        });
     let p = dir.join("gemma-3-270m-q4_k_m.gguf");
     assert!(p.exists(), "default model missing: {}", p.display());
     Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap()
@@ -39,10 +41,15 @@ fn gemma_builtin_template() {
          <start_of_turn>user\nWhat is 2+2?<end_of_turn>\n\
          <start_of_turn>model\n"
     );
-    let s = t.apply_chat_template(&[ChatMessage::new("user", "Hello!")], false).unwrap();
+    let s = t
+        .apply_chat_template(&[ChatMessage::new("user", "Hello!")], false)
+        .unwrap();
     assert_eq!(s, "<start_of_turn>user\nHello!<end_of_turn>\n");
     // Tokenized with specials parsed, this is llama.cpp's reference tokenization of that turn.
-    assert_eq!(t.encode(&s, true, true), vec![2, 105, 2364, 107, 9259, 236888, 106, 107]);
+    assert_eq!(
+        t.encode(&s, true, true),
+        vec![2, 105, 2364, 107, 9259, 236888, 106, 107]
+    );
 }
 
 /// Copies a model's metadata (no tensors) and adds/overrides keys.
@@ -88,7 +95,10 @@ fn stored_jinja_template_is_rendered() {
                 {{- m['content'] | trim }}{{ '<|im_end|>\\n' }}\
                 {%- endfor %}\
                 {%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-    let g = with_metadata(TINY, &[("tokenizer.chat_template", Value::Str(tmpl.into()))]);
+    let g = with_metadata(
+        TINY,
+        &[("tokenizer.chat_template", Value::Str(tmpl.into()))],
+    );
     let t = Tokenizer::from_gguf(&g).unwrap();
     assert_eq!(t.chat_template_name(), Some("jinja"));
     let s = t.apply_chat_template(&conversation(), true).unwrap();
@@ -103,24 +113,42 @@ fn stored_jinja_template_is_rendered() {
         other => panic!("expected a template error, got {other:?}"),
     }
     // A syntax error is a typed error, not a panic.
-    let g = with_metadata(TINY, &[("tokenizer.chat_template", Value::Str("{% for %}".into()))]);
+    let g = with_metadata(
+        TINY,
+        &[("tokenizer.chat_template", Value::Str("{% for %}".into()))],
+    );
     let t = Tokenizer::from_gguf(&g).unwrap();
-    assert!(matches!(t.apply_chat_template(&conversation(), true), Err(TokenizerError::ChatTemplate(_))));
+    assert!(matches!(
+        t.apply_chat_template(&conversation(), true),
+        Err(TokenizerError::ChatTemplate(_))
+    ));
 }
 
 #[test]
 fn no_template_is_an_error() {
-    let g = with_metadata(TINY, &[("general.architecture", Value::Str("mystery".into()))]);
+    let g = with_metadata(
+        TINY,
+        &[("general.architecture", Value::Str("mystery".into()))],
+    );
     // The vocabulary has <|im_start|>/<|im_end|>, so ChatML is still inferred ...
-    assert_eq!(Tokenizer::from_gguf(&g).unwrap().chat_template_name(), Some("chatml"));
+    assert_eq!(
+        Tokenizer::from_gguf(&g).unwrap().chat_template_name(),
+        Some("chatml")
+    );
     // ... but not when those tokens are renamed away.
     let src = GgufFile::open(&Path::new(REF).join(TINY)).unwrap();
     let mut toks: Vec<Value> = src.get_array("tokenizer.ggml.tokens").unwrap().to_vec();
     toks[1] = Value::Str("<|start|>x".into());
     let g = with_metadata(
         TINY,
-        &[("general.architecture", Value::Str("mystery".into())), ("tokenizer.ggml.tokens", Value::Array(toks))],
+        &[
+            ("general.architecture", Value::Str("mystery".into())),
+            ("tokenizer.ggml.tokens", Value::Array(toks)),
+        ],
     );
     let t = Tokenizer::from_gguf(&g).unwrap();
-    assert!(matches!(t.apply_chat_template(&conversation(), true), Err(TokenizerError::NoChatTemplate { .. })));
+    assert!(matches!(
+        t.apply_chat_template(&conversation(), true),
+        Err(TokenizerError::NoChatTemplate { .. })
+    ));
 }
