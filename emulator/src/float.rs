@@ -167,3 +167,28 @@ pub fn class_bit(x: f64, is_snan: bool) -> u32 {
     let k = if x.is_infinite() { 2 } else if x == 0.0 { 5 } else if x.is_subnormal() { 4 } else { 3 };
     if neg { k } else { 11 - k - if k == 2 { 0 } else { 0 } }
 }
+
+/// Lane-wise fused multiply-add. `f32::mul_add` is a libm call unless the CPU's FMA unit is
+/// enabled at compile time, so use it through a runtime-detected `target_feature` path.
+pub fn fma_lanes(a: &[f32; 32], b: &[f32; 32], c: &[f32; 32]) -> [f32; 32] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS_FMA: OnceLock<bool> = OnceLock::new();
+        if *HAS_FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
+            // SAFETY: the CPU supports FMA (checked above); the function only does arithmetic.
+            return unsafe { fma_lanes_fma(a, b, c) };
+        }
+    }
+    let mut r = [0f32; 32];
+    for l in 0..32 { r[l] = a[l].mul_add(b[l], c[l]); }
+    r
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn fma_lanes_fma(a: &[f32; 32], b: &[f32; 32], c: &[f32; 32]) -> [f32; 32] {
+    let mut r = [0f32; 32];
+    for l in 0..32 { r[l] = a[l].mul_add(b[l], c[l]); }
+    r
+}

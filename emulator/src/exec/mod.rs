@@ -240,5 +240,36 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
 /// Lane-operations per second of the VALU path on one core (a tight loop of `v_fma_f32`
 /// and `v_add_nc_u32` in a hand-assembled program, run without a code object).
 pub fn bench_lane_ops_per_sec() -> f64 {
-    valu::bench()
+    use crate::decode::decode;
+    // s_movk_i32 s4, 20000; L: 8 x v_fma_f32 v3, v0, v1, v2; v_add_nc_u32 v4, v4, v1;
+    // s_sub_u32 s4, s4, 1; s_cmp_lg_u32 s4, 0; s_cbranch_scc1 L; s_endpgm
+    let mut words: Vec<u32> = vec![0xB0040000 | 20000];
+    for _ in 0..8 { words.extend([0xD6130003, (256 + 2) << 18 | (256 + 1) << 9 | 256]); }
+    words.push(0x4a000000 | 4 << 17 | (1 << 9) | (256 + 4));
+    words.extend([0x80848104, 0xBF078004]);
+    let back = -((words.len() - 1 + 1) as i32) as u16;
+    words.push(0xBFA20000 | back as u32);
+    words.push(0xBFB00000);
+    let mut insts = vec![Inst::INVALID; words.len()];
+    let mut k = 0;
+    while k < words.len() {
+        let i = decode(&words[k..]).expect("bench program decodes");
+        insts[k] = i;
+        k += i.len as usize / 4;
+    }
+    let prog = Program { base: 0x1000, insts, errors: Default::default(), kernel_names: Vec::new() };
+    let regions = Vec::new();
+    let mem = memory::Memory::default();
+    let ctx = Ctx { prog: &prog, kernel: "bench", regions: &regions, mem: &mem, budget: u64::MAX, f32_denorm: true, f16_denorm: true, private_size: 0 };
+    let mut w = Wave::new(&ctx);
+    w.pc = 0x1000;
+    w.s[src::EXEC_LO as usize] = u32::MAX;
+    for l in 0..32 { w.v[0][l] = (1.0f32 + l as f32).to_bits(); w.v[1][l] = 0.5f32.to_bits(); w.v[2][l] = 0.25f32.to_bits(); }
+    let mut c = Counters::default();
+    let mut view = View::new(&regions);
+    let t = std::time::Instant::now();
+    let r = run(&ctx, &mut w, &mut [], &mut view, &mut c);
+    assert_eq!(r, Ok(Stop::End), "bench program");
+    std::hint::black_box(&w.v[3]);
+    c.lane_ops as f64 / t.elapsed().as_secs_f64()
 }

@@ -288,17 +288,17 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_MIN_F32 => f2!(fmin),
         o::V_MAX_F32 => f2!(fmax),
         o::V_LDEXP_F32 => { let (a, b) = (p.f(0), p.u(1)); let r: [f32; 32] = lanes!(l, ldexp(a[l], b[l] as i32)); p.wf(&r) }
-        o::V_FMA_F32 => f3!(|a: f32, b: f32, c: f32| a.mul_add(b, c)),
+        o::V_FMA_F32 => { let (a, b, c) = (p.f(0), p.f(1), p.f(2)); let r = fma_lanes(&a, &b, &c); p.wf(&r) }
         o::V_FMA_DX9_ZERO_F32 => f3!(|a: f32, b: f32, c: f32| if a == 0.0 || b == 0.0 { c } else { a.mul_add(b, c) }),
         o::V_MIN3_F32 => f3!(|a, b, c| fmin(fmin(a, b), c)),
         o::V_MAX3_F32 => f3!(|a, b, c| fmax(fmax(a, b), c)),
         o::V_MED3_F32 => f3!(fmed3),
         o::V_MAXMIN_F32 => f3!(|a, b, c| fmin(fmax(a, b), c)),
         o::V_MINMAX_F32 => f3!(|a, b, c| fmax(fmin(a, b), c)),
-        o::V_FMAC_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = p.w.v[p.i.dst as usize]; let r: [f32; 32] = lanes!(l, a[l].mul_add(b[l], f32::from_bits(c[l]))); p.wf(&r) }
+        o::V_FMAC_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = p.w.v[p.i.dst as usize].map(f32::from_bits); let r = fma_lanes(&a, &b, &c); p.wf(&r) }
         o::V_FMAC_DX9_ZERO_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = p.w.v[p.i.dst as usize]; let r: [f32; 32] = lanes!(l, if a[l] == 0.0 || b[l] == 0.0 { f32::from_bits(c[l]) } else { a[l].mul_add(b[l], f32::from_bits(c[l])) }); p.wf(&r) }
-        o::V_FMAMK_F32 => { let (a, c) = (p.f(0), p.f(1)); let k = f32::from_bits(p.i.lit); let r: [f32; 32] = lanes!(l, a[l].mul_add(k, c[l])); p.wf(&r) }
-        o::V_FMAAK_F32 => { let (a, b) = (p.f(0), p.f(1)); let k = f32::from_bits(p.i.lit); let r: [f32; 32] = lanes!(l, a[l].mul_add(b[l], k)); p.wf(&r) }
+        o::V_FMAMK_F32 => { let (a, c) = (p.f(0), p.f(1)); let k = [f32::from_bits(p.i.lit); 32]; let r = fma_lanes(&a, &k, &c); p.wf(&r) }
+        o::V_FMAAK_F32 => { let (a, b) = (p.f(0), p.f(1)); let k = [f32::from_bits(p.i.lit); 32]; let r = fma_lanes(&a, &b, &k); p.wf(&r) }
         o::V_FRACT_F32 => f1!(fract),
         o::V_TRUNC_F32 => f1!(f32::trunc),
         o::V_CEIL_F32 => f1!(f32::ceil),
@@ -605,23 +605,3 @@ pub fn vopd(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<(), EmuError> 
     Ok(())
 }
 
-/// Lane-ops/s of a VALU-heavy loop on this core.
-pub fn bench() -> f64 {
-    let prog = super::Program { base: 0, insts: Vec::new(), errors: Default::default(), kernel_names: Vec::new() };
-    let regions = Vec::new();
-    let mem = crate::memory::Memory::default();
-    let ctx = Ctx { prog: &prog, kernel: "bench", regions: &regions, mem: &mem, budget: u64::MAX, f32_denorm: true, f16_denorm: true, private_size: 0 };
-    let mut w = Wave::new(&ctx);
-    w.s[src::EXEC_LO as usize] = u32::MAX;
-    let fma = crate::decode::decode(&[0xD6130000 | 3, (256 + 2) << 18 | (256 + 1) << 9 | 256]).expect("v_fma_f32");
-    let add = crate::decode::decode(&[0x4a000000 | 4 << 17 | (4 << 9) | (256 + 1)]).expect("v_add_nc_u32");
-    for l in 0..32 { w.v[0][l] = (1.0f32 + l as f32).to_bits(); w.v[1][l] = 0.5f32.to_bits(); w.v[2][l] = 0.25f32.to_bits(); }
-    let n = 2_000_000u64;
-    let t = std::time::Instant::now();
-    for _ in 0..n / 2 {
-        exec(&ctx, &mut w, &fma, 0).expect("bench fma");
-        exec(&ctx, &mut w, &add, 0).expect("bench add");
-    }
-    std::hint::black_box(&w.v[3]);
-    (n * 32) as f64 / t.elapsed().as_secs_f64()
-}
