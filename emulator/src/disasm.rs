@@ -260,8 +260,14 @@ pub fn text(i: &Inst, _pc: u64) -> String {
         Fam::Flat | Fam::Global | Fam::Scratch => {
             let store = name.contains("_store") || name.contains("_atomic");
             let mut ops = Vec::new();
-            let has_dst = i.shape[0] != 0 && !(name.contains("_atomic") && i.flags & 1 == 0);
-            if has_dst { ops.push(operand(src::VGPR0 + i.dst, i.shape[0], 0, false, false)); }
+            let atomic = name.contains("_atomic");
+            if atomic && i.flags & 1 != 0 {
+                // returning atomics: the result is as wide as the data (half of it for cmpswap)
+                let w = if name.contains("cmpswap") { (i.shape[2] & 0xf) / 2 } else { i.shape[2] & 0xf };
+                ops.push(operand(src::VGPR0 + i.dst, w, 0, false, false));
+            } else if i.shape[0] != 0 && !atomic {
+                ops.push(operand(src::VGPR0 + i.dst, i.shape[0], 0, false, false));
+            }
             let off = i.saddr == src::NULL || i.saddr == 0x7c;
             let addr = match i.fam {
                 Fam::Flat => operand(src::VGPR0 + i.src[0], 2, 0, false, false),
