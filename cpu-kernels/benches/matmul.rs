@@ -141,6 +141,49 @@ fn main() {
             }
         }
     }
+    // Shapes of the default model (Gemma 3 270M: d_model 640, FFN 2048, vocab 262144; tensors
+    // with K = 640 are Q8_0/Q5_0 since 640 is not a multiple of 256).
+    let gemma: [(GgmlType, usize, usize, &str); 5] = [
+        (GgmlType::Q8_0, 262144, 640, "output"),
+        (GgmlType::Q5_0, 2048, 640, "ffn_up"),
+        (GgmlType::Q8_0, 2048, 640, "ffn_up"),
+        (GgmlType::Q4K, 640, 2048, "ffn_down"),
+        (GgmlType::Q6K, 640, 2048, "ffn_down"),
+    ];
+    for (ty, rows, k, what) in gemma {
+        for n in [1usize, 512] {
+            if n == 512 && rows > 4096 {
+                continue;
+            }
+            let labels: Vec<String> = paths.iter().map(|p| format!("gemma {what} {} {rows}x{k} n={n} {p:?}", ty.name())).collect();
+            if !labels.iter().any(|l| wanted(l)) {
+                continue;
+            }
+            let w = weights(ty, rows, k);
+            let t = QTensor { ty, data: &w, rows, cols: k };
+            let x: Vec<f32> = (0..n * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let mut y = vec![0f32; rows * n];
+            for (&p, label) in paths.iter().zip(&labels) {
+                if !wanted(label) {
+                    continue;
+                }
+                let runs = if n == 1 { 21 } else { 5 };
+                let (s, best) = time_wall(|| try_matmul_with(p, &t, &x, n, &mut y).unwrap(), runs);
+                let c1 = time_1t_cpu(&pool1, || try_matmul_with(p, &t, &x, n, &mut y).unwrap(), runs.min(7));
+                let gb = w.len() as f64 / 1e9;
+                let gf = 2.0 * (rows * k * n) as f64 / 1e9;
+                println!(
+                    "{label:<40} {:>9.3} {:>8.1} {:>8.1} {:>9.1} | {:>8.1} {:>9.1}",
+                    s * 1e3,
+                    gb / s,
+                    gb / best,
+                    gf / s,
+                    gb / c1,
+                    gf / c1
+                );
+            }
+        }
+    }
     let n = 512;
     for &ty in &types {
         let any = paths.iter().any(|p| wanted(&format!("matmul {} 4096x4096 n=512 {p:?}", ty.name())));

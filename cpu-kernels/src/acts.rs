@@ -5,7 +5,8 @@
 //! split into flat arrays the SIMD kernels read without per-block parsing:
 //! `qs` (all int8 quants, column-major by column), `d` (scales as f32), `s` (Q8_0: d·Σq,
 //! Q8_1: the stored s; used by the offset/min terms) and `bsums` (Q8_K sums of 16).
-//! For IQ3_XXS on AVX-512 `perm` additionally holds each Q8_K super-block transposed so that
+//! On AVX-512, `perm` holds Q8_0 quants biased to u8 (x ^ 0x80) for the signed pair kernels,
+//! Q8_K super-blocks in Q4_K's sub-block order, or, for IQ3_XXS, each Q8_K super-block transposed so that
 //! byte `j*64 + k` is quant `4k + j` (see `x86::iq3`).
 
 use crate::{KernelError, Path};
@@ -24,6 +25,8 @@ pub(crate) struct Acts {
     pub s: Vec<f32>,
     pub bsums: Vec<i16>,
     pub perm: Vec<i8>,
+    /// Q8_0 on AVX-512: each block's d repeated 8 times (one zmm per pair of blocks).
+    pub dexp: Vec<f32>,
     pub f: Vec<f32>,
     pub h: Vec<u16>,
 }
@@ -51,6 +54,7 @@ impl Acts {
             s: Vec::new(),
             bsums: Vec::new(),
             perm: Vec::new(),
+            dexp: Vec::new(),
             f: Vec::new(),
             h: Vec::new(),
         };
@@ -100,6 +104,11 @@ impl Acts {
                     } else {
                         a.s.push(quant::f16_to_f32(u16::from_le_bytes([b[2], b[3]])));
                     }
+                }
+                if ty == GgmlType::Q8_0 && path == Path::Avx512 {
+                    a.dexp = a.d.iter().flat_map(|&d| [d; 8]).collect();
+                    // x + 128 as u8 (x ^ 0x80): the unsigned operand of vpdpbusd (x86::zmm).
+                    a.perm = a.qs.iter().map(|&q| (q as u8 ^ 0x80) as i8).collect();
                 }
             }
             GgmlType::Q8K => {

@@ -162,18 +162,19 @@ macro_rules! signed_pair_kernel {
             while b + 2 <= nb {
                 let $p = w.add(b * $bsz);
                 let wq: __m512i = $decode;
-                let neg = _mm512_movepi8_mask(wq);
-                let aw = _mm512_abs_epi8(wq);
-                let dw = _mm_setr_ps(h2f($p), h2f($p.add($bsz)), 0.0, 0.0);
+                // Σ (x+128)·w = Σ x·w + 128·Σ w: start each column's sum at -128·Σ w
+                // (weights only, shared by the columns) and feed x ^ 0x80 as the u8 operand.
+                let corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), wq));
+                // Both f16 scales in one vcvtph2ps, spread to [d0 ×8, d1 ×8].
+                let h01 = (*$p as u32) | ((*$p.add(1) as u32) << 8) | ((*$p.add($bsz) as u32) << 16) | ((*$p.add($bsz + 1) as u32) << 24);
+                let dw = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(h01 as i32))));
                 for c in 0..NC {
                     let col = c0 + c;
-                    let xv = _mm512_loadu_si512(a.qs.as_ptr().add(col * k + b * 32).cast());
-                    let sx = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-                    let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, sx);
-                    let dx = _mm_castpd_ps(_mm_load_sd(a.d.as_ptr().add(col * nb + b).cast()));
-                    // [d0 ×8, d1 ×8]: lanes 0..8 hold block b, 8..16 block b+1.
-                    let dd = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_mul_ps(dw, dx)));
-                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), dd, acc[c]);
+                    let xu = _mm512_loadu_si512(a.perm.as_ptr().add(col * k + b * 32).cast());
+                    let dp = _mm512_dpbusd_epi32(corr, xu, wq);
+                    // Activation scales pre-spread the same way (`Acts::dexp`).
+                    let dx = _mm512_loadu_ps(a.dexp.as_ptr().add((col * nb + b) * 8));
+                    acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dp), dw), dx, acc[c]);
                 }
                 b += 2;
             }
