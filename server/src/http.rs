@@ -278,7 +278,9 @@ async fn drive(
     mut on_text: impl FnMut(String) -> bool,
 ) -> Result<Finish, ApiError> {
     let tok = st.tokenizer.clone();
-    let mut detok = Detokenizer::new(move |t| tok.token_to_bytes(t), stops);
+    // Control tokens (`<start_of_turn>`, ...) are not text: left out, as llama.cpp's server does.
+    let mut detok =
+        Detokenizer::new(move |t| if tok.is_control(t) { Vec::new() } else { tok.token_to_bytes(t) }, stops);
     let mut n = 0u32;
     loop {
         match generation.next().await {
