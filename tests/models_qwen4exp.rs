@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 
 use strata::model::qwen4exp::{KvType, Qwen4Exp};
 
-mod layers {
-    include!("models_qwen4exp_layers.rs");
-}
+mod layers;
 
 fn ref_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/tiny-qwen4exp")
