@@ -98,7 +98,7 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
         let top = ph.p_vaddr(e).checked_add(ph.p_memsz(e)).ok_or_else(|| bad("PT_LOAD segment wraps"))?;
         end = end.max(top);
     }
-    if end == 0 || end > (1 << 30) {
+    if end == 0 || end > (256 << 20) {
         return Err(bad(format!("implausible image size {end:#x}")));
     }
     let mut image = vec![0u8; end as usize];
@@ -149,7 +149,8 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
         let sym = if info.symbol.is_empty() { format!("{}.kd", info.name) } else { info.symbol.clone() };
         let derr = |what: String| EmuError::Descriptor { kernel: info.name.clone(), what };
         let (_, addr, _, _) = syms.iter().find(|s| s.0 == sym).ok_or_else(|| derr(format!("symbol {sym} not found")))?;
-        let kd = image.get(*addr as usize..*addr as usize + 64).ok_or_else(|| derr(format!("descriptor at {addr:#x} outside the image")))?;
+        let kd = usize::try_from(*addr).ok().and_then(|a| image.get(a..a.checked_add(64)?))
+            .ok_or_else(|| derr(format!("descriptor at {addr:#x} outside the image")))?;
         let u32at = |o: usize| u32::from_le_bytes(kd[o..o + 4].try_into().unwrap());
         let entry_off = i64::from_le_bytes(kd[16..24].try_into().unwrap());
         let entry = (*addr as i64).wrapping_add(entry_off) as u64;

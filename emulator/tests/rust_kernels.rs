@@ -126,3 +126,33 @@ fn bad_code_objects_are_errors() {
     assert!(matches!(dev.load_module(&x), Err(EmuError::NotGfx11 { .. })));
     for cut in [64, 500, ELF.len() / 2] { assert!(dev.load_module(&ELF[..cut]).is_err()); }
 }
+
+#[test]
+fn corrupted_code_objects_never_panic() {
+    // flip bytes all over the fixture (headers, notes, descriptors, code): every outcome must
+    // be a Result, never a panic
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut next = || { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; seed };
+    for _ in 0..300 {
+        let mut x = ELF.to_vec();
+        for _ in 0..1 + next() % 8 {
+            let pos = (next() % x.len() as u64) as usize;
+            x[pos] = next() as u8;
+        }
+        let r = std::panic::catch_unwind(|| {
+            let dev = Device::new();
+            let _ = emulator::disassemble(&x);
+            if let Ok(m) = dev.load_module(&x) {
+                if let Ok(f) = m.function("vadd") {
+                    let p = dev.malloc(1024).unwrap();
+                    let mut ka = Vec::new();
+                    for _ in 0..3 { ka.extend_from_slice(&p.to_le_bytes()); }
+                    ka.extend_from_slice(&16u32.to_le_bytes());
+                    dev.set_instruction_budget(100_000);
+                    let _ = dev.launch(&f, [1, 1, 1], [64, 1, 1], 0, &ka);
+                }
+            }
+        });
+        assert!(r.is_ok(), "panic on a corrupted code object");
+    }
+}

@@ -71,11 +71,14 @@ pub struct Wave {
 pub enum Stop { Barrier, End }
 
 pub const NUM_VGPRS: usize = 256;
+/// Extra rows after v255 so multi-dword operands starting near the end of the file (only in
+/// malformed code) cannot index out of bounds.
+pub const VGPR_PAD: usize = 16;
 
 impl Wave {
     pub fn new(ctx: &Ctx) -> Wave {
         Wave {
-            s: [0; 128], scc: false, v: vec![[0; 32]; NUM_VGPRS], pc: 0, done: false, at_barrier: false,
+            s: [0; 128], scc: false, v: vec![[0; 32]; NUM_VGPRS + VGPR_PAD], pc: 0, done: false, at_barrier: false,
             executed: 0, scratch: vec![0; ctx.private_size as usize * 32],
             f32_denorm: ctx.f32_denorm, f16_denorm: ctx.f16_denorm,
         }
