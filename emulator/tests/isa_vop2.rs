@@ -159,3 +159,19 @@ fn ieee_division_sequence() {
         assert!(got == want || (got - want).abs() <= want.abs() * 1.2e-7, "lane {l}: {} / {} = {got}, want {want}", ff(i[l]), ff(i[32 + l]));
     }
 }
+
+#[test]
+fn misc_vop3_ops() {
+    let i = inputs();
+    let (a, b, c) = (|l: usize| i[l], |l: usize| i[32 + l], |l: usize| i[64 + l]);
+    check("v_mad_u32_u16 v5, v2.l, v3.h, v4", &i, |l| (a(l) & 0xffff).wrapping_mul(b(l) >> 16).wrapping_add(c(l)));
+    check("v_sad_u8 v5, v2, v3, v4", &i, |l| (0..4).map(|k| ((a(l) >> (8 * k)) & 0xff).abs_diff((b(l) >> (8 * k)) & 0xff)).sum::<u32>() + c(l));
+    check("v_cvt_pk_u8_f32 v5, 200.0, 2, v4", &i, |l| (c(l) & 0xff00ffff) | 200 << 16);
+    check("v_bcnt_u32_b32 v5, v2, v4", &i, |l| a(l).count_ones() + c(l));
+    check("v_mbcnt_lo_u32_b32 v5, -1, 0", &i, |l| l as u32);
+    check("v_mbcnt_lo_u32_b32 v5, v2, v4", &i, |l| (a(l) & ((1u64 << l) - 1) as u32).count_ones() + c(l));
+    check("v_cvt_f32_ubyte2 v5, v2", &i, |l| f(((a(l) >> 16) & 0xff) as f32));
+    check("v_clz_i32_u32 v5, v4", &i, |l| if c(l) == 0 { u32::MAX } else { c(l).leading_zeros() });
+    check("v_lshlrev_b64 v[5:6], 3, v[2:3]", &i, |l| a(l) << 3);
+    check("v_lshrrev_b64 v[5:6], 4, v[2:3]", &i, |l| (a(l) >> 4) | (b(l) << 28));
+}

@@ -375,6 +375,63 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_LSHLREV_B64 => { let (a, b) = (p.u(0), p.u64(1)); let r: [u64; 32] = lanes!(l, b[l] << (a[l] & 63)); p.wu64(&r) }
         o::V_LSHRREV_B64 => { let (a, b) = (p.u(0), p.u64(1)); let r: [u64; 32] = lanes!(l, b[l] >> (a[l] & 63)); p.wu64(&r) }
         o::V_ASHRREV_I64 => { let (a, b) = (p.u(0), p.u64(1)); let r: [u64; 32] = lanes!(l, ((b[l] as i64) >> (a[l] & 63)) as u64); p.wu64(&r) }
+        o::V_MAD_U16 => { let (a, b, c) = (p.h(0), p.h(1), p.h(2)); let r: [u16; 32] = lanes!(l, a[l].wrapping_mul(b[l]).wrapping_add(c[l])); p.wh(&r) }
+        o::V_MAD_I16 => { let (a, b, c) = (p.h(0), p.h(1), p.h(2)); let r: [u16; 32] = lanes!(l, (a[l] as i16).wrapping_mul(b[l] as i16).wrapping_add(c[l] as i16) as u16); p.wh(&r) }
+        o::V_MAD_U32_U16 => { let (a, b, c) = (p.h(0), p.h(1), p.u(2)); let r: R = lanes!(l, (a[l] as u32 * b[l] as u32).wrapping_add(c[l])); p.wu(&r) }
+        o::V_MAD_I32_I16 => { let (a, b, c) = (p.h(0), p.h(1), p.u(2)); let r: R = lanes!(l, (a[l] as i16 as i32 * b[l] as i16 as i32).wrapping_add(c[l] as i32) as u32); p.wu(&r) }
+        o::V_MIN3_F16 | o::V_MAX3_F16 | o::V_MED3_F16 | o::V_MAXMIN_F16 | o::V_MINMAX_F16 => {
+            let (a, b, c) = (p.hf(0), p.hf(1), p.hf(2));
+            let r: [f32; 32] = lanes!(l, match op {
+                o::V_MIN3_F16 => fmin(fmin(a[l], b[l]), c[l]), o::V_MAX3_F16 => fmax(fmax(a[l], b[l]), c[l]),
+                o::V_MED3_F16 => fmed3(a[l], b[l], c[l]), o::V_MAXMIN_F16 => fmin(fmax(a[l], b[l]), c[l]),
+                _ => fmax(fmin(a[l], b[l]), c[l]),
+            });
+            p.whf(&r)
+        }
+        o::V_MIN3_I16 | o::V_MAX3_I16 | o::V_MED3_I16 => {
+            let (a, b, c) = (p.h(0), p.h(1), p.h(2));
+            let r: [u16; 32] = lanes!(l, { let (a, b, c) = (a[l] as i16, b[l] as i16, c[l] as i16); (match op { o::V_MIN3_I16 => a.min(b).min(c), o::V_MAX3_I16 => a.max(b).max(c), _ => a.min(b).max(a.max(b).min(c)) }) as u16 });
+            p.wh(&r)
+        }
+        o::V_MIN3_U16 | o::V_MAX3_U16 | o::V_MED3_U16 => {
+            let (a, b, c) = (p.h(0), p.h(1), p.h(2));
+            let r: [u16; 32] = lanes!(l, { let (a, b, c) = (a[l], b[l], c[l]); match op { o::V_MIN3_U16 => a.min(b).min(c), o::V_MAX3_U16 => a.max(b).max(c), _ => a.min(b).max(a.max(b).min(c)) } });
+            p.wh(&r)
+        }
+        o::V_CVT_PK_U8_F32 => {
+            // byte S1 of S2 = u8(S0)
+            let (a, b, c) = (p.f(0), p.u(1), p.u(2));
+            let r: R = lanes!(l, { let k = 8 * (b[l] & 3); let v = if a[l].is_nan() { 0 } else { a[l].round_ties_even().clamp(0.0, 255.0) as u32 }; (c[l] & !(0xff << k)) | v << k });
+            p.wu(&r)
+        }
+        o::V_SAD_HI_U8 => u3!(|a: u32, b: u32, c: u32| ((0..4).map(|k| ((a >> 8 * k) as u8).abs_diff((b >> 8 * k) as u8) as u32).sum::<u32>() << 16).wrapping_add(c)),
+        o::V_SAD_U16 => u3!(|a: u32, b: u32, c: u32| ((a as u16).abs_diff(b as u16) as u32 + ((a >> 16) as u16).abs_diff((b >> 16) as u16) as u32).wrapping_add(c)),
+        o::V_MSAD_U8 => u3!(|a: u32, b: u32, c: u32| (0..4).filter(|k| (b >> 8 * k) as u8 != 0).map(|k| ((a >> 8 * k) as u8).abs_diff((b >> 8 * k) as u8) as u32).sum::<u32>().wrapping_add(c)),
+        o::V_LERP_U8 => u3!(|a: u32, b: u32, c: u32| (0..4).map(|k| { let (x, y, r) = ((a >> 8 * k) & 0xff, (b >> 8 * k) & 0xff, (c >> 8 * k) & 1); ((x + y + r) >> 1) << 8 * k }).sum::<u32>()),
+        o::V_SAT_PK_U8_I16 => { let a = p.u(0); let r: [u16; 32] = lanes!(l, ((a[l] as i16).clamp(0, 255) as u16) | (((a[l] >> 16) as i16).clamp(0, 255) as u16) << 8); p.wh(&r) }
+        o::V_CVT_PK_I16_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = |x: f32| if x.is_nan() { 0 } else { x.clamp(-32768.0, 32767.0) as i16 as u16 as u32 }; let r: R = lanes!(l, c(a[l]) | c(b[l]) << 16); p.wu(&r) }
+        o::V_CVT_PK_U16_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = |x: f32| if x.is_nan() { 0 } else { x.clamp(0.0, 65535.0) as u16 as u32 }; let r: R = lanes!(l, c(a[l]) | c(b[l]) << 16); p.wu(&r) }
+        o::V_CVT_PK_NORM_I16_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = |x: f32| if x.is_nan() { 0 } else { (x.clamp(-1.0, 1.0) * 32767.0).round_ties_even() as i16 as u16 as u32 }; let r: R = lanes!(l, c(a[l]) | c(b[l]) << 16); p.wu(&r) }
+        o::V_CVT_PK_NORM_U16_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = |x: f32| if x.is_nan() { 0 } else { (x.clamp(0.0, 1.0) * 65535.0).round_ties_even() as u16 as u32 }; let r: R = lanes!(l, c(a[l]) | c(b[l]) << 16); p.wu(&r) }
+        o::V_CVT_OFF_F32_I4 => { let a = p.u(0); let r: [f32; 32] = lanes!(l, (((a[l] & 0xf) << 28) as i32 >> 28) as f32 * 0.0625); p.wf(&r) }
+        o::V_FREXP_MANT_F16 => h1!(|a: f32| frexp(a).0),
+        o::V_FREXP_EXP_I16_F16 => { let a = p.hf(0); let r: [u16; 32] = lanes!(l, frexp(a[l]).1 as i16 as u16); p.wh(&r) }
+        o::V_SIN_F16 => h1!(|a: f32| (a * std::f32::consts::TAU).sin()),
+        o::V_COS_F16 => h1!(|a: f32| (a * std::f32::consts::TAU).cos()),
+        o::V_MOVRELS_B32 | o::V_MOVRELD_B32 | o::V_MOVRELSD_B32 | o::V_MOVRELSD_2_B32 => {
+            // M0-relative VGPR indexing
+            let m0 = p.w.s[125] as usize;
+            let s = (p.i.src[0].wrapping_sub(crate::decode::src::VGPR0)) as usize;
+            let d = p.i.dst as usize;
+            let (sr, dr) = match op {
+                o::V_MOVRELS_B32 => (s + m0, d), o::V_MOVRELD_B32 => (s, d + m0),
+                o::V_MOVRELSD_B32 => (s + m0, d + m0), _ => (s + (m0 & 0xffff), d + (m0 >> 16)),
+            };
+            if p.i.src[0] < crate::decode::src::VGPR0 && op != o::V_MOVRELD_B32 { return Ok(false); }
+            let v = if p.i.src[0] < crate::decode::src::VGPR0 { p.u(0) } else { p.w.v[sr % 256] };
+            let m = p.mask;
+            for l in 0..32 { if m >> l & 1 != 0 { p.w.v[dr % 256][l] = v[l]; } }
+        }
         _ => return Ok(false),
     }
     Ok(true)
