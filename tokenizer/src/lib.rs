@@ -349,6 +349,13 @@ fn clean_spaces(t: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn tokenizer_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<super::Tokenizer>();
+        check::<gguf::GgufFile>();
+    }
+
+    #[test]
     fn clean_spaces_passes() {
         let mut b = b"Hello , world ! it 's a ' b ' c 're".to_vec();
         super::clean_spaces(&mut b);

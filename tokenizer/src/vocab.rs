@@ -85,6 +85,9 @@ pub(crate) struct Vocab {
     /// Tokens matched in raw text before tokenization (control, user-defined, unknown),
     /// longest text first.
     pub special_cache: Vec<u32>,
+    /// Finds which of `special_cache` occur in a text at all (pattern i = `special_cache[i]`),
+    /// so that partitioning only scans for those; `None` if there are no special tokens.
+    pub special_matcher: Option<aho_corasick::AhoCorasick>,
 }
 
 fn bad(key: &str, reason: impl Into<String>) -> TokenizerError {
@@ -272,6 +275,15 @@ impl Vocab {
                 .then(a.cmp(&b))
         });
 
+        let special_matcher = if special_cache.is_empty() {
+            None
+        } else {
+            let pats = special_cache.iter().map(|&i| texts[i as usize].as_str());
+            // Building can only fail on absurd automaton sizes; partitioning then scans for
+            // every special token instead, which gives the same result, only slower.
+            aho_corasick::AhoCorasick::new(pats).ok()
+        };
+
         Ok(Vocab {
             model,
             texts,
@@ -286,6 +298,7 @@ impl Vocab {
             ignore_merges,
             eog,
             special_cache,
+            special_matcher,
         })
     }
 
