@@ -125,10 +125,14 @@ fn gemma_decode_round_trip_and_reference_texts() {
         .as_array()
         .unwrap()
     {
+        let g = ids(&c["generated_token_ids"]);
         assert_eq!(
-            t.decode_with(&ids(&c["generated_token_ids"]), false),
+            t.decode_with(&g, false),
             c["generated_text"].as_str().unwrap()
         );
+        // 64 tokens without llama_vocab_is_eog stopping: none of them is EOG.
+        assert_eq!(c["stop_reason"], "length");
+        assert!(g.iter().all(|&i| !t.is_eog(i)));
     }
     // Streaming: concatenated token bytes equal the decoded text.
     let s = "Ünïcödé 🎉 naïve";
@@ -198,15 +202,22 @@ fn tiny_qwen3moe_bpe_matches_llama_cpp() {
 #[test]
 fn tiny_qwen3moe_generated_text() {
     let t = load(&Path::new(REF).join("tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf"));
-    for c in json("tiny-qwen3moe/ref-f32/greedy.json")["results"]
-        .as_array()
-        .unwrap()
-    {
-        let g = ids(&c["generated_token_ids"]);
-        assert_eq!(
-            t.decode_with(&g, false),
-            c["generated_text"].as_str().unwrap()
-        );
+    for dir in ["ref-f32", "ref-q8_0", "ref-mixed"] {
+        for c in json(&format!("tiny-qwen3moe/{dir}/greedy.json"))["results"]
+            .as_array()
+            .unwrap()
+        {
+            let g = ids(&c["generated_token_ids"]);
+            // llama-cpp-python's detokenize (control tokens such as <file_sep> left out).
+            assert_eq!(
+                t.decode_with(&g, false),
+                c["generated_text"].as_str().unwrap()
+            );
+            // Generation stopped on llama_vocab_is_eog or at 64 tokens: here always the length
+            // (<file_sep>, id 5, appears and is not EOG), so no generated id may be EOG.
+            assert_eq!(c["stop_reason"], "length");
+            assert!(g.iter().all(|&i| !t.is_eog(i)), "{dir}: {g:?}");
+        }
     }
 }
 
