@@ -270,3 +270,36 @@ fn long_text_is_fast_enough() {
         "a b"
     );
 }
+
+#[test]
+fn long_runs_do_not_blow_up() {
+    let tiny = Tokenizer::from_gguf(&GgufFile::open(&Path::new(REF).join(TINY)).unwrap()).unwrap();
+    let gemma = Tokenizer::from_gguf(&GgufFile::open(&gemma_path()).unwrap()).unwrap();
+    let runs = [
+        format!("{}a", " ".repeat(100_000)),
+        "x".repeat(100_000),
+        "\n".repeat(50_000),
+        "1".repeat(50_000),
+        "!?".repeat(30_000),
+        format!("{}\tb", " \n".repeat(30_000)),
+    ];
+    for s in &runs {
+        for t in [&tiny, &gemma] {
+            let t0 = std::time::Instant::now();
+            let ids = t.encode(s, false, true);
+            let dt = t0.elapsed();
+            assert!(
+                t.decode(&ids) == *s,
+                "{}: run of {:?} does not round-trip",
+                t.model_name(),
+                &s[..4]
+            );
+            assert!(
+                dt.as_secs_f64() < 20.0,
+                "{}: {:?} took {dt:?}",
+                t.model_name(),
+                &s[..4]
+            );
+        }
+    }
+}
