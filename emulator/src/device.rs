@@ -193,14 +193,17 @@ impl Device {
             private_size: kd.private_segment_size.max(info.private_segment_size),
         };
         let n_groups = grid[0] as u64 * grid[1] as u64 * grid[2] as u64;
-        let run_group = |g: u64| -> Result<Counters, EmuError> {
+        // Wave register files are reused between the workgroups a host thread runs (their
+        // initial VGPR contents are undefined on hardware too), which avoids zeroing 35 KB per wave.
+        let run_group = |cache: &mut Vec<Wave>, g: u64| -> Result<Counters, EmuError> {
             let gid = [(g % grid[0] as u64) as u32, ((g / grid[0] as u64) % grid[1] as u64) as u32, (g / (grid[0] as u64 * grid[1] as u64)) as u32];
-            run_workgroup(&ctx, kd, gid, block, threads as u32, lds_size as usize, pkt_ptr, ka_ptr)
+            run_workgroup(&ctx, kd, gid, block, threads as u32, lds_size as usize, pkt_ptr, ka_ptr, cache)
         };
         let results: Vec<Result<Counters, EmuError>> = if n_groups > 1 {
-            (0..n_groups).into_par_iter().map(run_group).collect()
+            (0..n_groups).into_par_iter().map_init(Vec::new, run_group).collect()
         } else {
-            (0..n_groups).map(run_group).collect()
+            let mut cache = Vec::new();
+            (0..n_groups).map(|g| run_group(&mut cache, g)).collect()
         };
         let _ = self.mem.free(ka_ptr);
         let _ = self.mem.free(pkt_ptr);
@@ -220,13 +223,16 @@ impl Device {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3], threads: u32, lds_size: usize, pkt: u64, ka: u64) -> Result<Counters, EmuError> {
+fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3], threads: u32, lds_size: usize, pkt: u64, ka: u64, cache: &mut Vec<Wave>) -> Result<Counters, EmuError> {
     let mut lds = vec![0u8; lds_size];
     let mut view = View::new(ctx.regions);
     let mut c = Counters::default();
     let n_waves = threads.div_ceil(32);
     let mut waves: Vec<Wave> = (0..n_waves).map(|wi| {
-        let mut w = Wave::new(ctx);
+        let mut w = match cache.pop() {
+            Some(mut w) => { w.reset(ctx); w }
+            None => Wave::new(ctx),
+        };
         w.pc = ctx.prog.base + kd.entry;
         let mut s = 0usize;
         let mut put = |w: &mut Wave, v: u32| { if s < 106 { w.s[s] = v; } s += 1; };
@@ -270,5 +276,6 @@ fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3
         }
     }
     let _ = Stop::End;
+    cache.extend(waves);
     Ok(c)
 }

@@ -83,6 +83,20 @@ impl Wave {
             f32_denorm: ctx.f32_denorm, f16_denorm: ctx.f16_denorm,
         }
     }
+    /// Fresh scalar state for reuse by another workgroup (VGPRs keep stale values, as on hardware;
+    /// scratch is cleared because its size may differ between launches).
+    pub fn reset(&mut self, ctx: &Ctx) {
+        self.s = [0; 128];
+        self.scc = false;
+        self.done = false;
+        self.at_barrier = false;
+        self.executed = 0;
+        self.scratch.clear();
+        self.scratch.resize(ctx.private_size as usize * 32, 0);
+        self.f32_denorm = ctx.f32_denorm;
+        self.f16_denorm = ctx.f16_denorm;
+        for row in self.v.iter_mut().take(1) { *row = [0; 32]; }
+    }
     #[inline(always)]
     pub fn exec(&self) -> u32 { self.s[src::EXEC_LO as usize] }
     #[inline(always)]

@@ -58,9 +58,16 @@ fn class(bits: u64, exp_bits: u32, man_bits: u32) -> u32 {
     if neg { k } else { 11 - k }
 }
 
+/// v_cmp_class / v_cmpx_class opcodes (looked up once, not per instruction).
+fn is_class_op(op: u16) -> bool {
+    static T: OnceLock<Vec<bool>> = OnceLock::new();
+    T.get_or_init(|| (0..256u16).map(|o| valu_desc(o).is_some_and(|d| d.n64.contains("class"))).collect())
+        .get(op as usize).copied().unwrap_or(false)
+}
+
 pub fn exec(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<(), EmuError> {
     let p = Ops::new(w, i);
-    let is_class = valu_desc(i.op).is_some_and(|d| d.n64.contains("class"));
+    let is_class = is_class_op(i.op);
     let (x, bits) = if is_class {
         let name = valu_desc(i.op).map(|d| d.n64).unwrap_or("");
         let m = p.u(1);
