@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Check a running Strata server with the official `openai` client (pip install openai).
+
+Usage: openai_client.py BASE_URL [--model NAME]
+  BASE_URL like http://127.0.0.1:8080/v1 (a trailing /v1 is added if missing).
+Exits non-zero on the first failed check. Works against the real engine and the fake one:
+only the shape of the answers is checked, not their text.
+"""
+import argparse
+import sys
+
+import openai
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}", file=sys.stderr)
+        sys.exit(1)
+    print(f"ok: {what}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("base_url")
+    ap.add_argument("--model", default=None, help="model name to send (default: first of /v1/models)")
+    args = ap.parse_args()
+    base = args.base_url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    client = openai.OpenAI(base_url=base, api_key="not-needed", timeout=300, max_retries=0)
+
+    models = client.models.list().data
+    check(len(models) >= 1, f"/v1/models lists a model ({[m.id for m in models]})")
+    model = args.model or models[0].id
+    messages = [{"role": "user", "content": "Write one short sentence about the sea."}]
+
+    r = client.chat.completions.create(model=model, messages=messages, max_tokens=16, temperature=0, seed=1)
+    c = r.choices[0]
+    check(c.message.role == "assistant", "chat: role is assistant")
+    check(isinstance(c.message.content, str), f"chat: content is text ({c.message.content!r})")
+    check(c.finish_reason in ("stop", "length"), f"chat: finish_reason {c.finish_reason}")
+    check(r.usage.prompt_tokens > 0 and r.usage.completion_tokens <= 16, f"chat: usage {r.usage}")
+    check(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "chat: total_tokens")
+
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=16, temperature=0, seed=1, stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, finish, usage, n = "", None, None, 0
+    for chunk in stream:
+        n += 1
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            finish = ch.finish_reason or finish
+    check(n >= 2, f"chat stream: {n} chunks")
+    check(finish in ("stop", "length"), f"chat stream: finish_reason {finish}")
+    check(usage is not None and usage.completion_tokens <= 16, f"chat stream: usage {usage}")
+    # temperature 0 is greedy: streaming and non-streaming must agree.
+    check(text == c.message.content, f"chat stream text equals non-stream text ({text!r})")
+
+    r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    check(isinstance(r.choices[0].text, str), f"completion: text {r.choices[0].text!r}")
+    check(r.choices[0].finish_reason in ("stop", "length"), f"completion: finish_reason {r.choices[0].finish_reason}")
+    check(r.usage.completion_tokens <= 8, f"completion: usage {r.usage}")
+
+    parts = []
+    for chunk in client.completions.create(model=model, prompt="The capital of France is", max_tokens=8,
+                                           temperature=0, stream=True):
+        parts.append(chunk.choices[0].text if chunk.choices else "")
+    check("".join(parts) == r.choices[0].text, f"completion stream text equals non-stream text ({''.join(parts)!r})")
+
+    try:
+        client.chat.completions.create(model=model, messages=messages, temperature=7)
+        check(False, "temperature 7 is rejected")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400, f"bad parameter -> 400 ({e.message})")
+
+    print("openai_client: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
