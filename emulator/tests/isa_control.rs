@@ -33,7 +33,8 @@ fn counters() {
     let Some(r) = launch(&format!("{PROLOGUE} v_add_nc_u32 v5, v2, v3{EPILOGUE}"), None) else { return };
     let st = r.unwrap();
     assert_eq!(st.waves, 4);
-    assert_eq!(st.global_bytes_read, 4 * 64 * 2 * 3);
+    // 3 vector loads per lane + one 16-byte s_load per wave
+    assert_eq!(st.global_bytes_read, 4 * 64 * 2 * 3 + 16 * 4);
     assert_eq!(st.global_bytes_written, 4 * 64 * 2);
     assert_eq!(st.by_family["smem"], 4);
     assert_eq!(st.by_family["global"], 4 * 4);
@@ -57,4 +58,12 @@ fn speed() {
     let r = emulator::bench_lane_ops_per_sec();
     eprintln!("VALU lane-ops/s on one core: {:.1} M", r / 1e6);
     assert!(r > 5e6, "{r}");
+}
+
+#[test]
+fn device_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Device>();
+    check::<emulator::Module>();
+    check::<emulator::Function>();
 }

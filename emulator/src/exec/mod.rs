@@ -233,7 +233,7 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
                 Some(stop) => return Ok(stop),
                 None => {}
             },
-            Fam::Smem => scalar::smem(ctx, w, &inst, pc, view)?,
+            Fam::Smem => scalar::smem(ctx, w, &inst, pc, view, c)?,
             Fam::Valu => {
                 c.lane_ops += w.exec().count_ones() as u64;
                 valu::exec(ctx, w, &inst, pc)?

@@ -234,7 +234,7 @@ pub fn sopp(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<Option<Stop>, 
     Ok(None)
 }
 
-pub fn smem(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, view: &mut View) -> Result<(), EmuError> {
+pub fn smem(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, view: &mut View, c: &mut super::Counters) -> Result<(), EmuError> {
     let n = match i.op {
         m::S_LOAD_B32 | m::S_BUFFER_LOAD_B32 => 1,
         m::S_LOAD_B64 | m::S_BUFFER_LOAD_B64 => 2,
@@ -255,6 +255,7 @@ pub fn smem(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, view: &mut View) -> Resu
     })?;
     let mut buf = [0u8; 64];
     r.read(addr, &mut buf[..bytes as usize]);
+    c.global_read += bytes;
     for k in 0..n {
         w.swrite(i.dst + k as u16, u32::from_le_bytes(buf[4 * k..4 * k + 4].try_into().unwrap()));
     }
