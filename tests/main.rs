@@ -1,1 +1,4 @@
 
+#[cfg(feature = "gpu")]
+mod gpu_kernels;
+mod models_qwen4exp;

@@ -1,0 +1,246 @@
+//! Every raw gfx11 intrinsic the kernels use, each behind a safe (or narrowly `unsafe`)
+//! wrapper. Nothing outside this module declares an LLVM intrinsic or touches the LDS shim.
+//!
+//! Why these and not the obvious alternatives (ISA checked with llvm-objdump-22):
+//! - `llvm.amdgcn.sdot4`/`sudot4` lower to one `v_dot4_i32_iu8`; a byte dot written in plain
+//!   Rust becomes ~8 bfe/mad instructions.
+//! - Wave reductions use DPP `row_xmask` butterflies (folded into `v_add_f32_dpp`) plus one
+//!   `v_permlanex16_b32` across the two 16-lane rows: 6 VALU for 32 lanes. `wave_reduce_*`
+//!   compiles to a 32-trip scalar loop and `ds_swizzle`/`ds_bpermute` need LDS round trips.
+//! - The workgroup barrier is fenced (HIP `__syncthreads`): a bare `s_barrier` on gfx11 is not
+//!   preceded by `s_waitcnt lgkmcnt(0)` and races with pending LDS stores.
+use core::arch::amdgpu;
+
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.amdgcn.sdot4"]
+    fn llvm_sdot4(a: i32, b: i32, c: i32, clamp: bool) -> i32;
+    #[link_name = "llvm.amdgcn.sudot4"]
+    fn llvm_sudot4(a_signed: bool, a: i32, b_signed: bool, b: i32, c: i32, clamp: bool) -> i32;
+}
+
+unsafe extern "C" {
+    /// Generic pointer to the launch-sized LDS region (defined in `lds_shim.ll`).
+    fn strata_lds_base() -> *mut u8;
+    /// fence(workgroup, release); s_barrier; fence(workgroup, acquire).
+    fn strata_barrier_wg();
+}
+
+/// Work-item index in the (1-D) workgroup.
+#[inline(always)]
+pub fn thread_id() -> u32 {
+    amdgpu::workitem_id_x()
+}
+/// Workgroup index (1-D grid).
+#[inline(always)]
+pub fn group_id() -> u32 {
+    amdgpu::workgroup_id_x()
+}
+/// Lane within the wave32.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    amdgpu::workitem_id_x() & 31
+}
+/// Wave index within the workgroup, made wave-uniform (an SGPR) for the compiler.
+#[inline(always)]
+pub fn wave_id() -> u32 {
+    amdgpu::readfirstlane_u32(amdgpu::workitem_id_x() >> 5)
+}
+/// Marks a value the caller knows to be wave-uniform, so it lives in an SGPR.
+#[inline(always)]
+pub fn uniform(x: u32) -> u32 {
+    amdgpu::readfirstlane_u32(x)
+}
+
+/// Signed x signed byte dot: `acc + sum_i a.i8[i] * b.i8[i]` (`v_dot4_i32_iu8 neg_lo:[1,1,0]`).
+#[inline(always)]
+pub fn sdot4(a: u32, b: u32, acc: i32) -> i32 {
+    // SAFETY: a pure arithmetic intrinsic available on every gfx11 target; no memory access.
+    unsafe { llvm_sdot4(a as i32, b as i32, acc, false) }
+}
+/// Unsigned (a) x signed (b) byte dot (`v_dot4_i32_iu8 neg_lo:[0,1,0]`).
+#[inline(always)]
+pub fn usdot4(a: u32, b: u32, acc: i32) -> i32 {
+    // SAFETY: pure arithmetic intrinsic, see `sdot4`.
+    unsafe { llvm_sudot4(false, a as i32, true, b as i32, acc, false) }
+}
+
+/// DPP16 move with `bound_ctrl:1` and all rows/banks enabled; lanes whose source is invalid
+/// read 0. `CTRL` is the gfx10+ dpp_ctrl encoding (0x160 + n = `row_xmask:n`).
+#[inline(always)]
+fn dpp<const CTRL: u32>(x: u32) -> u32 {
+    // SAFETY: a register-only cross-lane move within a 16-lane row; CTRL is a valid gfx11
+    // dpp_ctrl (only row_xmask values are instantiated below). Kernels call it in uniform
+    // control flow (rustc marks GPU functions convergent, so it is not moved across branches).
+    unsafe { amdgpu::update_dpp::<CTRL, 0xF, 0xF, true>(0, x) }
+}
+/// Value of the lane `lane ^ 16` (the other 16-lane row).
+#[inline(always)]
+fn swap_rows(x: u32) -> u32 {
+    // SAFETY: register-only; selects 0x76543210/0xfedcba98 map lane i of one row to lane i of
+    // the other row. All lanes are active where reductions run (uniform control flow).
+    unsafe { amdgpu::permlanex16_u32::<false, false>(0, x, 0x7654_3210, 0xfedc_ba98) }
+}
+
+/// Sum of `x` over aligned groups of `1 << lg` lanes (lg = 0..=5); every lane of a group gets
+/// the group's sum. `lg` must be wave-uniform. Butterfly: `row_xmask` 1, 2, 4, 8 then
+/// `permlanex16` for the two 16-lane halves.
+#[inline(always)]
+pub fn group_sum_f32(x: f32, lg: u32) -> f32 {
+    let mut x = x;
+    if lg >= 1 {
+        x += f32::from_bits(dpp::<0x161>(x.to_bits()));
+    }
+    if lg >= 2 {
+        x += f32::from_bits(dpp::<0x162>(x.to_bits()));
+    }
+    if lg >= 3 {
+        x += f32::from_bits(dpp::<0x164>(x.to_bits()));
+    }
+    if lg >= 4 {
+        x += f32::from_bits(dpp::<0x168>(x.to_bits()));
+    }
+    if lg >= 5 {
+        x += f32::from_bits(swap_rows(x.to_bits()));
+    }
+    x
+}
+
+/// Sum over all 32 lanes (every lane gets it).
+#[inline(always)]
+pub fn wave_sum_i32(x: i32) -> i32 {
+    let x = x.wrapping_add(dpp::<0x161>(x as u32) as i32);
+    let x = x.wrapping_add(dpp::<0x162>(x as u32) as i32);
+    let x = x.wrapping_add(dpp::<0x164>(x as u32) as i32);
+    let x = x.wrapping_add(dpp::<0x168>(x as u32) as i32);
+    x.wrapping_add(swap_rows(x as u32) as i32)
+}
+
+/// Max over all 32 lanes of a non-negative f32 given as bits (monotone as u32).
+#[inline(always)]
+pub fn wave_max_u32(x: u32) -> u32 {
+    let x = x.max(dpp::<0x161>(x));
+    let x = x.max(dpp::<0x162>(x));
+    let x = x.max(dpp::<0x164>(x));
+    let x = x.max(dpp::<0x168>(x));
+    x.max(swap_rows(x))
+}
+/// Min over all 32 lanes.
+#[inline(always)]
+pub fn wave_min_u32(x: u32) -> u32 {
+    // bound_ctrl:1 gives 0 for an invalid source lane, but row_xmask sources are always valid.
+    let x = x.min(dpp::<0x161>(x));
+    let x = x.min(dpp::<0x162>(x));
+    let x = x.min(dpp::<0x164>(x));
+    let x = x.min(dpp::<0x168>(x));
+    x.min(swap_rows(x))
+}
+/// The value of lane `lane ^ 1` (used to pair neighbouring lanes).
+#[inline(always)]
+pub fn xor1_i32(x: i32) -> i32 {
+    dpp::<0x161>(x as u32) as i32
+}
+/// The value `x` of lane `lane` (wave-uniform `lane`), as a scalar.
+#[inline(always)]
+pub fn read_lane(x: u32, lane: u32) -> u32 {
+    // SAFETY: v_readlane_b32 with a wave-uniform lane index < 32 (masked); register only.
+    unsafe { amdgpu::readlane_u32(x, lane & 31) }
+}
+
+/// Workgroup barrier with workgroup-scope release/acquire fences: LDS (and global) writes
+/// before it are visible to the whole workgroup after it. Call in uniform control flow.
+#[inline(always)]
+pub fn barrier() {
+    // SAFETY: the shim only fences and executes s_barrier; every kernel calls it from
+    // workgroup-uniform control flow, so no wave waits for one that never arrives.
+    unsafe { strata_barrier_wg() }
+}
+
+/// The launch's dynamic LDS region. Offsets are in bytes.
+///
+/// Hardware clamps LDS accesses to the allocated size (out-of-range reads give 0, writes are
+/// dropped), so no address outside the workgroup's LDS can be reached; the `unsafe` contract of
+/// the accessors is about data races: between two barriers a byte is written by at most one
+/// lane and not read by others.
+#[derive(Clone, Copy)]
+pub struct Lds {
+    base: *mut u8,
+}
+
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct A16(u128);
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct A8(u64);
+
+impl Lds {
+    #[inline(always)]
+    pub fn get() -> Lds {
+        // SAFETY: returns a constant address (the LDS symbol); no side effects.
+        Lds { base: unsafe { strata_lds_base() } }
+    }
+    /// # Safety
+    /// `off` is 16-byte aligned and inside the launch's LDS; no concurrent writer (see type doc).
+    #[inline(always)]
+    pub unsafe fn ld128(self, off: u32) -> [u32; 4] {
+        // SAFETY: caller contract; A16 makes the access a single ds_load_b128.
+        crate::mem::words4(unsafe { (*(self.base.add(off as usize) as *const A16)).0 })
+    }
+    /// # Safety
+    /// As `ld128`, 8-byte aligned.
+    #[inline(always)]
+    pub unsafe fn ld64(self, off: u32) -> [u32; 2] {
+        // SAFETY: caller contract.
+        let v = unsafe { (*(self.base.add(off as usize) as *const A8)).0 };
+        [v as u32, (v >> 32) as u32]
+    }
+    /// # Safety
+    /// As `ld128`, 4-byte aligned.
+    #[inline(always)]
+    pub unsafe fn ld32(self, off: u32) -> u32 {
+        // SAFETY: caller contract.
+        unsafe { *(self.base.add(off as usize) as *const u32) }
+    }
+    /// # Safety
+    /// 16-byte aligned, inside the LDS, and no other lane touches these bytes before the next
+    /// barrier.
+    #[inline(always)]
+    pub unsafe fn st128(self, off: u32, v: [u32; 4]) {
+        // SAFETY: caller contract.
+        unsafe { *(self.base.add(off as usize) as *mut A16) = A16(crate::mem::join4(v)) }
+    }
+    /// # Safety
+    /// As `st128`, 8-byte aligned.
+    #[inline(always)]
+    pub unsafe fn st64(self, off: u32, v: [u32; 2]) {
+        // SAFETY: caller contract.
+        unsafe { *(self.base.add(off as usize) as *mut A8) = A8(v[0] as u64 | (v[1] as u64) << 32) }
+    }
+    /// # Safety
+    /// As `st128`, 4-byte aligned.
+    #[inline(always)]
+    pub unsafe fn st32(self, off: u32, v: u32) {
+        // SAFETY: caller contract.
+        unsafe { *(self.base.add(off as usize) as *mut u32) = v }
+    }
+}
+
+/// Fused multiply-add `a * b + c` (one rounding, `v_fma_f32`/`v_fmac_f32`). Only for dot
+/// products with a tolerance; never in the byte-exact quantizers.
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    core::intrinsics::fmaf32(a, b, c)
+}
+
+/// Round half away from zero (C `roundf`), as ggml's reference quantizers use.
+#[inline(always)]
+pub fn roundf(x: f32) -> f32 {
+    core::intrinsics::roundf32(x)
+}
+
+/// Panic policy: `s_trap 2` so the queue reports an error. `loop {}` would hang the GPU and
+/// `s_sethalt` lets LLVM delete the bounds check (it is declared `-> !` + willreturn).
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    core::intrinsics::abort()
+}

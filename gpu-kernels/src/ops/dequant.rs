@@ -1,0 +1,211 @@
+//! Dequantization of weight blocks to f32 or f16, one work-item per block. The float
+//! expressions mirror `quant`'s `dequantize_ref` operation by operation (same products in the
+//! same order, no FMA contraction), so f32 results are bit-identical and f16 results are the
+//! RNE conversion of them.
+use crate::abi::{DequantArgs, WType, WG_SIZE};
+use crate::arch::{group_id, thread_id};
+use crate::mem::{f32_to_f16, ld_u16, ld_u32, ld_u32x4, st_f32x4_aligned, st_u32x2};
+use quant::f16_to_f32;
+use quant::iq3_xxs::{IQ3XXS_GRID, ksigns};
+
+/// Where 4 consecutive outputs go.
+trait Sink {
+    /// # Safety
+    /// Outputs `i..i+4` lie in this work-item's part of the output buffer, `i % 4 == 0`.
+    unsafe fn put4(&mut self, i: u32, v: [f32; 4]);
+}
+struct F32Out(*mut f32);
+impl Sink for F32Out {
+    #[inline(always)]
+    unsafe fn put4(&mut self, i: u32, v: [f32; 4]) {
+        // SAFETY: caller contract; the buffer is 16-byte aligned (ABI) and i % 4 == 0.
+        unsafe { st_f32x4_aligned(self.0.add(i as usize), v) }
+    }
+}
+struct F16Out(*mut u8);
+impl Sink for F16Out {
+    #[inline(always)]
+    unsafe fn put4(&mut self, i: u32, v: [f32; 4]) {
+        let lo = f32_to_f16(v[0]) as u32 | (f32_to_f16(v[1]) as u32) << 16;
+        let hi = f32_to_f16(v[2]) as u32 | (f32_to_f16(v[3]) as u32) << 16;
+        // SAFETY: caller contract; 8 bytes at 2*i, 8-byte aligned.
+        unsafe { st_u32x2(self.0.add(2 * i as usize), [lo, hi]) }
+    }
+}
+
+/// Byte `j` of `w`.
+#[inline(always)]
+fn byte(w: u32, j: u32) -> u32 {
+    (w >> (8 * j)) & 0xff
+}
+
+/// # Safety
+/// `b` = 34 readable bytes; `o` accepts outputs `0..32` (relative).
+#[inline(always)]
+unsafe fn q8_0<S: Sink>(b: *const u8, o: &mut S) {
+    // SAFETY: caller contract.
+    let (d, q) = unsafe { (f16_to_f32(ld_u16(b)), [ld_u32x4(b.add(2)), ld_u32x4(b.add(18))]) };
+    for (h, half) in q.iter().enumerate() {
+        for (i, &w) in half.iter().enumerate() {
+            let v = [0, 1, 2, 3].map(|j| byte(w, j) as u8 as i8 as f32 * d);
+            // SAFETY: caller contract.
+            unsafe { o.put4((16 * h + 4 * i) as u32, v) };
+        }
+    }
+}
+
+/// # Safety
+/// `b` = 144 readable bytes; `o` accepts outputs `0..256`.
+#[inline(always)]
+unsafe fn q4_k<S: Sink>(b: *const u8, o: &mut S) {
+    // SAFETY: caller contract.
+    let hdr = unsafe { ld_u32x4(b) };
+    let d = f16_to_f32(hdr[0] as u16);
+    let min = f16_to_f32((hdr[0] >> 16) as u16);
+    let (sc, m) = q4_k_scales(hdr);
+    for c in 0..4u32 {
+        let (d1, m1) = (d * sc[2 * c as usize] as f32, min * m[2 * c as usize] as f32);
+        let (d2, m2) = (d * sc[2 * c as usize + 1] as f32, min * m[2 * c as usize + 1] as f32);
+        // SAFETY: caller contract (qs chunk c at 16 + 32c).
+        let q = unsafe { [ld_u32x4(b.add(16 + 32 * c as usize)), ld_u32x4(b.add(32 + 32 * c as usize))] };
+        for (h, half) in q.iter().enumerate() {
+            for (i, &w) in half.iter().enumerate() {
+                let l = (16 * h + 4 * i) as u32;
+                let lo = [0, 1, 2, 3].map(|j| d1 * (byte(w, j) & 0xf) as f32 - m1);
+                let hi = [0, 1, 2, 3].map(|j| d2 * (byte(w, j) >> 4) as f32 - m2);
+                // SAFETY: caller contract.
+                unsafe {
+                    o.put4(64 * c + l, lo);
+                    o.put4(64 * c + 32 + l, hi);
+                }
+            }
+        }
+    }
+}
+
+/// The 8 six-bit scales and mins of a Q4_K/Q5_K block from its header words
+/// (`hdr[1..4]` = the 12 scale bytes), as `get_scale_min_k4` decodes them.
+#[inline(always)]
+pub(crate) fn q4_k_scales(hdr: [u32; 4]) -> ([u32; 8], [u32; 8]) {
+    let (s0, s1, s2) = (hdr[1], hdr[2], hdr[3]);
+    // j < 4: sc = q[j] & 63, m = q[j+4] & 63.
+    let sc_lo = s0 & 0x3f3f_3f3f;
+    let m_lo = s1 & 0x3f3f_3f3f;
+    // j >= 4: sc = (q[j+4] & 15) | (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4.
+    let sc_hi = (s2 & 0x0f0f_0f0f) | ((s0 >> 2) & 0x3030_3030);
+    let m_hi = ((s2 >> 4) & 0x0f0f_0f0f) | ((s1 >> 2) & 0x3030_3030);
+    let mut sc = [0u32; 8];
+    let mut m = [0u32; 8];
+    for j in 0..4u32 {
+        sc[j as usize] = byte(sc_lo, j);
+        sc[j as usize + 4] = byte(sc_hi, j);
+        m[j as usize] = byte(m_lo, j);
+        m[j as usize + 4] = byte(m_hi, j);
+    }
+    (sc, m)
+}
+
+/// # Safety
+/// `b` = 210 readable bytes; `o` accepts outputs `0..256`.
+#[inline(always)]
+unsafe fn q6_k<S: Sink>(b: *const u8, o: &mut S) {
+    // SAFETY: caller contract (scales at 192, d at 208).
+    let (d, scw) = unsafe { (f16_to_f32(ld_u16(b.add(208))), crate::mem::join4(ld_u32x4(b.add(192)))) };
+    // A shift of one u128, not an array index: a runtime-indexed array would become a stack
+    // (or promoted LDS) object.
+    let sc = |i: u32| (scw >> (8 * i)) as u8 as i8 as f32;
+    for n in 0..2u32 {
+        for i in 0..8u32 {
+            // SAFETY: caller contract: ql at 64n + 4i (+32), qh at 128 + 32n + 4i.
+            let (ql0, ql1, qh) = unsafe {
+                (
+                    ld_u32(b.add((64 * n + 4 * i) as usize)),
+                    ld_u32(b.add((64 * n + 32 + 4 * i) as usize)),
+                    ld_u32(b.add((128 + 32 * n + 4 * i) as usize)),
+                )
+            };
+            let l = 4 * i;
+            let is = l / 16;
+            for (t, (src, shift_lo, shift_hi)) in [(ql0, 0, 0), (ql1, 0, 2), (ql0, 4, 4), (ql1, 4, 6)].into_iter().enumerate() {
+                let s = d * sc(8 * n + is + 2 * t as u32);
+                let v = [0, 1, 2, 3].map(|j| {
+                    let q = ((byte(src, j) >> shift_lo) & 0xf) | ((byte(qh, j) >> shift_hi) & 3) << 4;
+                    s * (q as i32 - 32) as f32
+                });
+                // SAFETY: caller contract.
+                unsafe { o.put4(128 * n + 32 * t as u32 + l, v) };
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `b` = 98 readable bytes; `o` accepts outputs `0..256`.
+#[inline(always)]
+unsafe fn iq3_xxs<S: Sink>(b: *const u8, o: &mut S) {
+    // SAFETY: caller contract.
+    let d = f16_to_f32(unsafe { ld_u16(b) });
+    for ib in 0..8u32 {
+        // SAFETY: caller contract: grid indices at 2 + 8ib, scales/signs at 66 + 4ib.
+        let (qa, qb, aux) = unsafe {
+            (ld_u32(b.add((2 + 8 * ib) as usize)), ld_u32(b.add((6 + 8 * ib) as usize)), ld_u32(b.add((66 + 4 * ib) as usize)))
+        };
+        let db = d * (0.5 + (aux >> 28) as f32) * 0.5;
+        for l in 0..4u32 {
+            let signs = ksigns(aux >> (7 * l)) as u32;
+            let qw = if l < 2 { qa } else { qb };
+            let g1 = IQ3XXS_GRID[byte(qw, 2 * (l % 2)) as usize];
+            let g2 = IQ3XXS_GRID[byte(qw, 2 * (l % 2) + 1) as usize];
+            let v1 = [0, 1, 2, 3].map(|j| db * byte(g1, j) as f32 * if signs & (1 << j) != 0 { -1.0 } else { 1.0 });
+            let v2 = [0, 1, 2, 3].map(|j| db * byte(g2, j) as f32 * if signs & (16 << j) != 0 { -1.0 } else { 1.0 });
+            // SAFETY: caller contract.
+            unsafe {
+                o.put4(32 * ib + 8 * l, v1);
+                o.put4(32 * ib + 8 * l + 4, v2);
+            }
+        }
+    }
+}
+
+/// Shared body: block `g*WG + t` of `nblocks`.
+#[inline(always)]
+fn run(ty: WType, w: *const u8, y: *mut u8, nblocks: u32, f16: bool) {
+    let blk = group_id() * WG_SIZE + thread_id();
+    if blk >= nblocks {
+        return;
+    }
+    let bk = ty.block_k();
+    // SAFETY: ABI (abi::DequantArgs): `w` holds `nblocks` blocks of `ty`, `y` holds
+    // `nblocks * block_k` outputs (16-byte aligned); block `blk` and its outputs belong to this
+    // work-item alone.
+    unsafe {
+        let src = w.add(blk as usize * ty.block_bytes() as usize);
+        macro_rules! go {
+            ($f:ident) => {
+                if f16 {
+                    $f(src, &mut F16Out(y.add(blk as usize * bk as usize * 2)))
+                } else {
+                    $f(src, &mut F32Out((y as *mut f32).add(blk as usize * bk as usize)))
+                }
+            };
+        }
+        match ty {
+            WType::Q8_0 => go!(q8_0),
+            WType::Q4K => go!(q4_k),
+            WType::Q6K => go!(q6_k),
+            WType::IQ3XXS => go!(iq3_xxs),
+        }
+    }
+}
+
+macro_rules! define_dequant {
+    ($($name:ident $ty:ident $out:ident),* $(,)?) => {$(
+        #[unsafe(no_mangle)]
+        pub extern "gpu-kernel" fn $name(w: *const u8, y: *mut u8, nblocks: u32, _pad: u32) {
+            run(WType::$ty, w, y, nblocks, stringify!($out).as_bytes()[1] == b'1');
+        }
+    )*};
+}
+dequant_kernels!(define_dequant);
+
+const _: () = assert!(core::mem::size_of::<DequantArgs>() == 24);

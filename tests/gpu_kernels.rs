@@ -1,0 +1,322 @@
+//! The gfx11 kernels (feature `gpu`): code-object and ISA checks, then every kernel on the
+//! software RDNA3 device against the `quant` crate's scalar references — quantization byte for
+//! byte, dequantization bit for bit, MMVQ within named tolerances of an f64 dot product of the
+//! reference-dequantized weights and activations.
+#![cfg(feature = "gpu")]
+
+use std::sync::OnceLock;
+use strata::gpu::abi::{self, WType};
+use strata::gpu::bench::{random_blocks, waves_per_simd, Rng};
+use strata::gpu::code_objects::code_objects;
+use strata::gpu::emu_kernels::{ActQuant, EmuKernels};
+use quant::GgmlType;
+
+fn kernels() -> &'static EmuKernels {
+    static K: OnceLock<EmuKernels> = OnceLock::new();
+    K.get_or_init(|| EmuKernels::new().expect("load the gfx1100 code object on the software device"))
+}
+
+fn ggml(ty: WType) -> GgmlType {
+    GgmlType::from_u32(ty.ggml_id()).expect("abi ggml id is a GgmlType")
+}
+
+// ---------------------------------------------------------------- code objects and ISA
+
+#[test]
+fn code_objects_are_embedded_for_each_arch() {
+    let objs = code_objects();
+    assert!(!objs.is_empty(), "no code objects embedded");
+    for (arch, bytes) in objs {
+        assert_eq!(&bytes[..4], b"\x7fELF", "{arch}: ELF magic");
+        assert_eq!(bytes.as_ptr() as usize % 16, 0, "{arch}: 16-byte alignment");
+        assert_eq!(bytes[7], 64, "{arch}: EI_OSABI must be AMDGPU_HSA");
+        let e_flags = u32::from_le_bytes(bytes[48..52].try_into().unwrap());
+        let want = match *arch {
+            "gfx1100" => 0x41,
+            "gfx1101" => 0x46,
+            "gfx1102" => 0x47,
+            "gfx11-generic" => 0x54,
+            other => panic!("unexpected arch {other}"),
+        };
+        assert_eq!(e_flags & 0xff, want, "{arch}: EF_AMDGPU_MACH");
+        for k in abi::all_kernels() {
+            let sym = format!("{k}.kd");
+            assert!(bytes.windows(sym.len()).any(|w| w == sym.as_bytes()), "{arch}: kernel descriptor {sym}");
+        }
+    }
+    assert!(strata::gpu::code_object_for("gfx1100:sramecc-:xnack-").is_some());
+    assert!(strata::gpu::code_object_for("gfx906").is_none());
+}
+
+/// Disassembly of one code object: llvm-objdump-22 when installed (the oracle), else the
+/// software device's own disassembler (same syntax).
+fn disassembly(arch: &str, bytes: &[u8]) -> String {
+    let path = std::env::temp_dir().join(format!("strata-gpu-test-{arch}-{}.elf", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let out = std::process::Command::new("llvm-objdump-22").args(["-d", &format!("--mcpu={arch}")]).arg(&path).output();
+    let _ = std::fs::remove_file(&path);
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => emulator::disassemble(bytes).expect("disassemble"),
+    }
+}
+
+/// The instructions of kernel `name` in an objdump-style listing.
+fn kernel_text<'a>(dis: &'a str, name: &str) -> &'a str {
+    let head = format!("<{name}>:");
+    let start = dis.find(&head).unwrap_or_else(|| panic!("{name} not in the disassembly"));
+    let rest = &dis[start + head.len()..];
+    let end = rest.find(">:\n").and_then(|e| rest[..e].rfind('\n')).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn isa_uses_dot4_dpp_and_no_scratch() {
+    for (arch, bytes) in code_objects() {
+        let dis = disassembly(arch, bytes);
+        for name in abi::all_kernels() {
+            let text = kernel_text(&dis, name);
+            assert!(!text.contains("scratch_"), "{arch} {name}: scratch access");
+            if name.starts_with("mmvq_") {
+                assert!(text.contains("v_dot4_i32_iu8"), "{arch} {name}: no v_dot4_i32_iu8");
+                assert!(text.contains("row_xmask:1"), "{arch} {name}: no DPP row_xmask reduction");
+                assert!(text.contains("v_permlanex16_b32"), "{arch} {name}: no permlanex16 across rows");
+            }
+        }
+        // Q8_K: nearest_int(iscale * x) = bits of (iscale * x + 1.5*2^23). The product must be
+        // rounded first: the constant may only appear in plain adds (an FMA/FMAAK would carry it
+        // as its addend). The IEEE divisions legitimately use v_fma internally.
+        let q8k = kernel_text(&dis, abi::QUANTIZE_Q8_K);
+        let magic: Vec<&str> = q8k.lines().filter(|l| l.contains("0x4b400000")).collect();
+        assert!(magic.len() >= 8, "{arch}: quantize_q8_k: expected 8 adds of 1.5*2^23 per lane, found {}", magic.len());
+        for l in &magic {
+            let add_part = l.split("::").find(|p| p.contains("0x4b400000")).unwrap_or(l);
+            assert!(add_part.contains("add_f32") && !add_part.contains("fma"), "{arch}: quantize_q8_k contracts the scale product: {l}");
+        }
+        assert!(q8k.contains("mul_f32"), "{arch}: quantize_q8_k has no v_mul_f32");
+    }
+}
+
+#[test]
+fn kernel_resources_no_scratch_and_print_registers() {
+    let ek = kernels();
+    let mut report = String::new();
+    for name in abi::all_kernels() {
+        let i = ek.kernel_info(name).expect("kernel loaded");
+        assert_eq!(i.private_segment_size, 0, "{name}: scratch");
+        assert_eq!(i.wavefront_size, 32, "{name}");
+        let lds = if let Some((ty, nc, _)) = abi::MMVQ_KERNELS.iter().find(|e| e.2 == name) {
+            abi::mmvq_lds_bytes(*ty, 4096, *nc)
+        } else {
+            0
+        };
+        let w = waves_per_simd(i.vgpr_count, lds + i.group_segment_size, abi::WAVES_PER_WG);
+        report += &format!("{name:<24} vgpr {:>3} sgpr {:>3} lds@k4096 {:>6} waves/SIMD {w}\n", i.vgpr_count, i.sgpr_count, lds);
+        if name.ends_with("_c1") || name.starts_with("quantize") {
+            assert!(w >= 8, "{name}: only {w} waves/SIMD");
+        }
+    }
+    println!("{report}");
+}
+
+// ---------------------------------------------------------------- activation quantization
+
+fn act_vectors(rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
+    let mut v = vec![
+        ("one block".to_string(), (0..256).map(|_| rng.f32()).collect::<Vec<f32>>()),
+        ("zeros".into(), vec![0.0; 512]),
+        ("4096 x 8".into(), (0..4096 * 8).map(|_| rng.f32() * 3.0).collect()),
+    ];
+    // Ties and extremes: equal magnitudes of both signs (first one wins), tiny and huge values,
+    // halves that exercise round-half-away-from-zero.
+    let mut e: Vec<f32> = (0..512).map(|i| ((i % 7) as f32 - 3.0) * 0.5).collect();
+    e[3] = -6.0;
+    e[10] = 6.0;
+    e[300] = 1e-30;
+    e[301] = -3e4;
+    e[302] = 3e4;
+    v.push(("ties/extremes".into(), e));
+    let mut z = vec![0.0f32; 256];
+    z[255] = -1.0;
+    z.extend((0..256).map(|i| if i == 0 { 0.25 } else { 0.0 }));
+    v.push(("sparse".into(), z));
+    v
+}
+
+#[test]
+fn quantize_q8_1_is_byte_exact() {
+    let mut rng = Rng::new(1);
+    for (what, x) in act_vectors(&mut rng) {
+        let (got, st) = kernels().quantize(ActQuant::Q8_1, &x).expect("launch");
+        let mut want = vec![0u8; x.len() / 32 * 36];
+        quant::quantize_row(GgmlType::Q8_1, &x, &mut want).unwrap();
+        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            panic!("{what}: first different byte {i} (block {}): gpu {:#x} ref {:#x}", i / 36, got[i], want[i]);
+        }
+        assert!(st.instructions > 0);
+    }
+}
+
+#[test]
+fn quantize_q8_k_is_byte_exact() {
+    let mut rng = Rng::new(2);
+    for (what, x) in act_vectors(&mut rng) {
+        let (got, _) = kernels().quantize(ActQuant::Q8K, &x).expect("launch");
+        let mut want = vec![0u8; x.len() / 256 * 292];
+        quant::quantize_row(GgmlType::Q8K, &x, &mut want).unwrap();
+        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            panic!("{what}: first different byte {i} (block {}, offset {}): gpu {:#x} ref {:#x}", i / 292, i % 292, got[i], want[i]);
+        }
+    }
+}
+
+#[test]
+fn quantize_rejects_bad_lengths() {
+    assert!(kernels().quantize(ActQuant::Q8_1, &[0.0; 33]).is_err());
+    assert!(kernels().quantize(ActQuant::Q8K, &[0.0; 128]).is_err());
+    assert!(kernels().quantize(ActQuant::Q8_1, &[]).is_err());
+}
+
+// ---------------------------------------------------------------- dequantization
+
+/// Weights: random blocks (all quant bit patterns) plus blocks from the reference quantizer.
+fn weights(ty: WType, nblocks: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut w = random_blocks(ty, nblocks, rng);
+    let bk = ty.block_k() as usize;
+    let nq = (nblocks / 2).max(1).min(nblocks);
+    let x: Vec<f32> = (0..nq * bk).map(|_| rng.f32()).collect();
+    let bb = ty.block_bytes() as usize;
+    quant::quantize_row(ggml(ty), &x, &mut w[..nq * bb]).unwrap();
+    w
+}
+
+#[test]
+fn dequant_matches_reference_bit_for_bit() {
+    let mut rng = Rng::new(3);
+    for ty in WType::ALL {
+        for nblocks in [1usize, 37, 300] {
+            let w = weights(ty, nblocks, &mut rng);
+            let mut want = vec![0f32; nblocks * ty.block_k() as usize];
+            quant::dequantize_row(ggml(ty), &w, &mut want).unwrap();
+            let (got, _) = kernels().dequant_f32(ty, &w).expect("launch f32");
+            if let Some(i) = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits()) {
+                panic!("{ty:?} f32 n={nblocks}: value {i}: gpu {} ref {}", got[i], want[i]);
+            }
+            let (got16, _) = kernels().dequant_f16(ty, &w).expect("launch f16");
+            if let Some(i) = got16.iter().zip(&want).position(|(&a, &b)| a != quant::f32_to_f16(b)) {
+                panic!("{ty:?} f16 n={nblocks}: value {i}: gpu {:#x} ref {:#x}", got16[i], quant::f32_to_f16(want[i]));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- MMVQ
+
+/// Relative tolerance of MMVQ against the f64 reference, as a fraction of sum |w_i * a_i|.
+/// All types accumulate exact int32 block dots scaled in f32; Q4_K also uses the Q8_1 block
+/// sum `s` (stored as f16) for its min term, so it gets the f16 rounding (2^-11) on that term.
+fn tolerance(ty: WType) -> f64 {
+    match ty {
+        WType::Q4K => 1e-3,
+        _ => 2e-5,
+    }
+}
+
+fn check_mmvq(ty: WType, nrows_w: usize, k: usize, ncols: usize, rows: Option<&[u32]>, rng: &mut Rng) {
+    let bk = ty.block_k() as usize;
+    let row_bytes = k / bk * ty.block_bytes() as usize;
+    let w = weights(ty, nrows_w * k / bk, rng);
+    let x: Vec<f32> = (0..ncols * k).map(|_| rng.f32()).collect();
+    let mut xq = vec![0u8; ncols * k / 32 * 36];
+    quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+    let (y, st) = kernels().mmvq(ty, &w, k, &xq, ncols, rows, None).unwrap_or_else(|e| panic!("{ty:?} k={k} ncols={ncols}: {e}"));
+    let ids: Vec<u32> = rows.map_or_else(|| (0..nrows_w as u32).collect(), |r| r.to_vec());
+    assert_eq!(y.len(), ncols * ids.len());
+    let mut a = vec![0f32; k];
+    let mut wr = vec![0f32; k];
+    let mut worst = 0f64;
+    for c in 0..ncols {
+        quant::dequantize_row(GgmlType::Q8_1, &xq[c * k / 32 * 36..(c + 1) * k / 32 * 36], &mut a).unwrap();
+        for (i, &r) in ids.iter().enumerate() {
+            quant::dequantize_row(ggml(ty), &w[r as usize * row_bytes..(r as usize + 1) * row_bytes], &mut wr).unwrap();
+            let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, m), (&p, &q)| (d + p as f64 * q as f64, m + (p as f64 * q as f64).abs()));
+            let got = y[c * ids.len() + i] as f64;
+            let err = (got - dot).abs() / (mag + 1e-30);
+            worst = worst.max(err);
+            assert!(
+                got.is_finite() && err <= tolerance(ty),
+                "{ty:?} k={k} ncols={ncols} col {c} row {i} (W row {r}): gpu {got} ref {dot} (rel err {err:.2e} of sum|wa| {mag:.3e})"
+            );
+        }
+    }
+    println!(
+        "{ty:?} rows={} k={k} ncols={ncols}: worst rel err {worst:.2e}, {} wave instrs, {} B read",
+        ids.len(),
+        st.instructions,
+        st.global_bytes_read
+    );
+}
+
+#[test]
+fn mmvq_one_row_one_block() {
+    let mut rng = Rng::new(4);
+    for ty in WType::ALL {
+        check_mmvq(ty, 1, ty.block_k() as usize, 1, None, &mut rng);
+    }
+}
+
+#[test]
+fn mmvq_k_not_multiple_of_256_q8_0() {
+    let mut rng = Rng::new(5);
+    check_mmvq(WType::Q8_0, 37, 640, 1, None, &mut rng);
+    check_mmvq(WType::Q8_0, 5, 96, 3, None, &mut rng);
+}
+
+#[test]
+fn mmvq_large_k_one_and_eight_columns() {
+    let mut rng = Rng::new(6);
+    for ty in WType::ALL {
+        check_mmvq(ty, 24, 4096, 1, None, &mut rng);
+        check_mmvq(ty, 9, 4096, 8, None, &mut rng);
+    }
+}
+
+#[test]
+fn mmvq_every_column_count() {
+    let mut rng = Rng::new(7);
+    for ty in WType::ALL {
+        for ncols in 1..=abi::MAX_COLS {
+            check_mmvq(ty, 11, 512, ncols, None, &mut rng);
+        }
+    }
+}
+
+#[test]
+fn mmvq_many_rows_several_workgroups() {
+    let mut rng = Rng::new(8);
+    for ty in WType::ALL {
+        check_mmvq(ty, 200, 1024, 2, None, &mut rng);
+    }
+}
+
+#[test]
+fn mmvq_row_indirection_selects_expert_rows() {
+    let mut rng = Rng::new(9);
+    // 8 "experts" of 16 rows; pick experts 5, 0 and 7 (out of order, as a router would).
+    let rows: Vec<u32> = [5u32, 0, 7].iter().flat_map(|e| (0..16).map(move |r| e * 16 + r)).collect();
+    for ty in WType::ALL {
+        check_mmvq(ty, 128, 512, 1, Some(&rows), &mut rng);
+        check_mmvq(ty, 128, 512, 4, Some(&rows[..17]), &mut rng);
+    }
+}
+
+#[test]
+fn mmvq_rejects_bad_shapes() {
+    let ek = kernels();
+    let w = vec![0u8; 144];
+    let xq = vec![0u8; 8 * 36];
+    assert!(ek.mmvq(WType::Q4K, &w, 128, &xq[..4 * 36], 1, None, None).is_err(), "k not a multiple of 256");
+    assert!(ek.mmvq(WType::Q4K, &w, 256, &xq, 9, None, None).is_err(), "9 columns");
+    assert!(ek.mmvq(WType::Q4K, &w, 256, &xq[..36], 1, None, None).is_err(), "short activations");
+    assert!(ek.mmvq(WType::Q4K, &w, 256, &xq, 1, Some(&[1]), None).is_err(), "row index out of range");
+}
