@@ -253,7 +253,7 @@ pub fn text(i: &Inst, _pc: u64) -> String {
                 if i.imm & 0xff != 0 { s += &format!(" offset0:{}", i.imm & 0xff); }
                 if i.imm >> 8 & 0xff != 0 { s += &format!(" offset1:{}", i.imm >> 8 & 0xff); }
             } else if name == "ds_swizzle_b32" {
-                s += &format!(" offset:{}", swizzle(i.imm as u16));
+                if i.imm != 0 { s += &format!(" offset:{}", swizzle(i.imm as u16)); }
             } else if i.imm != 0 { s += &format!(" offset:{}", i.imm); }
             s
         }
@@ -294,7 +294,11 @@ fn swizzle(off: u16) -> String {
         return format!("swizzle(QUAD_PERM,{},{},{},{})", off & 3, off >> 2 & 3, off >> 4 & 3, off >> 6 & 3);
     }
     let (and, or, xor) = (off & 0x1f, off >> 5 & 0x1f, off >> 10 & 0x1f);
-    if and == 0x1f && or == 0 { return format!("swizzle(SWAP,{xor})"); }
+    // the same pattern recognition as LLVM's printer
+    if and == 0x1f && or == 0 && xor.count_ones() == 1 { return format!("swizzle(SWAP,{xor})"); }
+    if and == 0x1f && or == 0 && xor > 0 && (xor + 1).is_power_of_two() { return format!("swizzle(REVERSE,{})", xor + 1); }
+    let group = 1 + (!and & 0x1f);
+    if group > 1 && group.is_power_of_two() && or < group && xor == 0 { return format!("swizzle(BROADCAST,{group},{or})"); }
     format!("swizzle(BITMASK_PERM,\"{}\")", (0..5).rev().map(|b| {
         if and >> b & 1 == 0 { if or >> b & 1 != 0 { '1' } else { '0' } } else if xor >> b & 1 != 0 { 'i' } else { 'p' }
     }).collect::<String>())
@@ -306,6 +310,9 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
     let co = crate::loader::load(code_object)?;
     let mut out = String::new();
     let mut funcs = co.functions.clone();
+    if funcs.is_empty() {
+        funcs = co.text.iter().map(|t| (".text".to_string(), t.0)).collect();
+    }
     funcs.sort_by_key(|f| f.1);
     for (fi, (name, start)) in funcs.iter().enumerate() {
         let end = funcs.get(fi + 1).map(|f| f.1).unwrap_or_else(|| co.text.iter().find(|t| *start >= t.0 && *start < t.1).map(|t| t.1).unwrap_or(*start));

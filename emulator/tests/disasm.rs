@@ -105,6 +105,11 @@ fn handwritten_encodings() {
   ds_add_rtn_u32 v1, v2, v3
   ds_bpermute_b32 v1, v2, v3
   ds_swizzle_b32 v1, v2 offset:swizzle(BITMASK_PERM,"01pip")
+  ds_swizzle_b32 v1, v2 offset:swizzle(SWAP,8)
+  ds_swizzle_b32 v1, v2 offset:swizzle(REVERSE,16)
+  ds_swizzle_b32 v1, v2 offset:swizzle(BROADCAST,4,1)
+  ds_swizzle_b32 v1, v2 offset:swizzle(QUAD_PERM,1,0,3,2)
+  ds_swizzle_b32 v1, v2
   global_load_b128 v[1:4], v5, s[0:1] offset:-16
   global_load_b32 v1, v[2:3], off
   global_store_b16 v1, v2, s[0:1] offset:2
