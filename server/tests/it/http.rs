@@ -448,3 +448,40 @@ fn config_file_and_flags_merge() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+
+/// Send a request and hang up after the first `min_bytes` bytes of the response (0 = without
+/// reading anything, after `wait`).
+async fn hang_up(addr: SocketAddr, body: Value, min_bytes: usize, wait: Duration) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.to_string();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < min_bytes {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    tokio::time::sleep(wait).await;
+    drop(s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_cancels_at_the_engine() {
+    // ~4000 tokens at 20 ms each: a request that is not cancelled would block the queue ~80 s.
+    let srv = start_server(&["--delay-ms", "20"]).await;
+    wait_healthy(&srv).await;
+    for stream in [true, false] {
+        let min_bytes = if stream { 200 } else { 0 };
+        hang_up(srv.addr, json!({"prompt": PROMPT, "stream": stream}), min_bytes, Duration::from_millis(300)).await;
+        let t0 = Instant::now();
+        let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 2})).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(t0.elapsed() < Duration::from_secs(5), "stream={stream}: queued behind an abandoned request");
+    }
+}
