@@ -168,6 +168,19 @@ fn waitcnt(imm: u16) -> String {
     if p.is_empty() { format!("{imm:#x}") } else { p.join(" ") }
 }
 
+fn hwreg(imm: u16) -> String {
+    let (id, off, size) = (imm & 0x3f, imm >> 6 & 0x1f, (imm >> 11) + 1);
+    let name = match id {
+        1 => "HW_REG_MODE", 2 => "HW_REG_STATUS", 3 => "HW_REG_TRAPSTS", 4 => "HW_REG_HW_ID", 5 => "HW_REG_GPR_ALLOC",
+        6 => "HW_REG_LDS_ALLOC", 7 => "HW_REG_IB_STS", 15 => "HW_REG_SH_MEM_BASES", 18 => "HW_REG_PERF_SNAPSHOT_PC_LO",
+        19 => "HW_REG_PERF_SNAPSHOT_PC_HI", 20 => "HW_REG_FLAT_SCR_LO", 21 => "HW_REG_FLAT_SCR_HI", 22 => "HW_REG_XNACK_MASK",
+        23 => "HW_REG_HW_ID1", 24 => "HW_REG_HW_ID2", 25 => "HW_REG_POPS_PACKER", 26 => "HW_REG_PERF_SNAPSHOT_DATA",
+        29 => "HW_REG_SHADER_CYCLES", _ => "",
+    };
+    let n = if name.is_empty() { id.to_string() } else { name.to_string() };
+    if off == 0 && size == 32 { format!("hwreg({n})") } else { format!("hwreg({n}, {off}, {size})") }
+}
+
 fn depctr(imm: u16) -> String {
     // (name, shift, width) in LLVM's print order; fields at their maximum are omitted
     let f = [("hold_cnt", 7, 1), ("sa_sdst", 0, 1), ("va_vdst", 12, 4), ("va_sdst", 9, 3), ("va_ssrc", 8, 1), ("va_vcc", 1, 1), ("vm_vsrc", 2, 3)];
@@ -219,6 +232,9 @@ pub fn text(i: &Inst, _pc: u64) -> String {
         Fam::Sopc => format!("{name} {}, {}", operand(i.src[0], i.shape[1], i.lit, false, false), operand(i.src[1], i.shape[2], i.lit, false, false)),
         Fam::Sopk => match name {
             "s_version" => format!("{name} {:#x}", i.imm as u16),
+            "s_getreg_b32" => format!("{name} {}, {}", sreg(i.dst, 1), hwreg(i.imm as u16)),
+            "s_setreg_b32" => format!("{name} {}, {}", hwreg(i.imm as u16), sreg(i.dst, 1)),
+            "s_setreg_imm32_b32" => format!("{name} {}, {:#x}", hwreg(i.imm as u16), i.lit),
             "s_call_b64" => format!("{name} {}, {}", sreg(i.dst, 2), i.imm),
             n if n.starts_with("s_waitcnt_") => format!("{name} {}, {:#x}", sreg(i.dst, 1), i.imm as u16),
             _ => format!("{name} {}, {:#x}", sreg(i.dst, 1), i.imm as u16),
@@ -231,13 +247,17 @@ pub fn text(i: &Inst, _pc: u64) -> String {
             "s_clause" | "s_set_inst_prefetch_distance" | "s_round_mode" | "s_ttracedata_imm" | "s_wait_event" => format!("{name} {:#x}", i.imm as u16),
             "s_sendmsg" if i.imm == 3 => "s_sendmsg sendmsg(MSG_DEALLOC_VGPRS)".into(),
             "s_waitcnt_depctr" => format!("{name} {}", depctr(i.imm as u16)),
-            _ => format!("{name} {}", i.imm as u16),
+            n if n.starts_with("s_cbranch") || n == "s_branch" => format!("{name} {}", i.imm as u16),
+            // other immediates: decimal when an inline-constant-sized value, else hex
+            _ => if (i.imm as u16) <= 64 { format!("{name} {}", i.imm as u16) } else { format!("{name} {:#x}", i.imm as u16) },
         },
         Fam::Smem => {
             if name == "s_gl1_inv" || name == "s_dcache_inv" { return name.into(); }
-            let buf = name.starts_with("s_buffer");
+            let buf = name.starts_with("s_buffer") || name == "s_atc_probe_buffer";
             let base = sreg(i.src[0], if buf { 4 } else { 2 });
-            let d = sreg(i.dst, i.shape[0] & 0xf);
+            // (a 16-dword shape does not fit the shape byte: read the width off the name)
+            let n = if name.ends_with("b512") { 16 } else if name.ends_with("b256") { 8 } else if name.ends_with("b128") { 4 } else if name.ends_with("b64") { 2 } else { 1 };
+            let d = if name.starts_with("s_atc_probe") { format!("{}", i.dst) } else { sreg(i.dst, n) };
             if i.saddr != src::NULL {
                 let mut s = format!("{name} {d}, {base}, {}", sreg(i.saddr, 1));
                 if i.imm != 0 { s += &format!(" offset:{:#x}", i.imm); }
@@ -269,12 +289,14 @@ pub fn text(i: &Inst, _pc: u64) -> String {
                 ops.push(operand(src::VGPR0 + i.dst, i.shape[0], 0, false, false));
             }
             let off = i.saddr == src::NULL || i.saddr == 0x7c;
+            let addtid = name.contains("addtid");
             let addr = match i.fam {
+                _ if addtid => String::new(),
                 Fam::Flat => operand(src::VGPR0 + i.src[0], 2, 0, false, false),
                 Fam::Global => operand(src::VGPR0 + i.src[0], if off { 2 } else { 1 }, 0, false, false),
                 _ => if i.flags & 8 != 0 { operand(src::VGPR0 + i.src[0], 1, 0, false, false) } else { "off".into() },
             };
-            ops.push(addr);
+            if !addtid { ops.push(addr); }
             if store { ops.push(operand(src::VGPR0 + i.src[1], i.shape[2].max(i.shape[1] & 0), 0, false, false)); }
             if i.fam != Fam::Flat { ops.push(if off { "off".into() } else { sreg(i.saddr, if i.fam == Fam::Global { 2 } else { 1 }) }); }
             let mut s = format!("{name} {}", ops.join(", "));
