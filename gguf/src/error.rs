@@ -15,6 +15,10 @@ pub enum GgufError {
     BadMagic { path: PathBuf, magic: u32 },
     #[error("{path}: unsupported GGUF version {version} at byte 4 (only 2 and 3 are read)")]
     UnsupportedVersion { path: PathBuf, version: u32 },
+    #[error(
+        "{path}: big-endian GGUF (version {version} at byte 4 reads byte-swapped); only little-endian files are supported"
+    )]
+    BigEndian { path: PathBuf, version: u32 },
     #[error("{path}: truncated: {what} needs {needed} bytes at byte {offset}, file has {len}")]
     Truncated {
         path: PathBuf,

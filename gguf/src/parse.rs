@@ -191,6 +191,12 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
         });
     }
     let version = c.u32(&|| "version".into())?;
+    if matches!(version.swap_bytes(), 2 | 3) {
+        return Err(GgufError::BigEndian {
+            path: c.path(),
+            version: version.swap_bytes(),
+        });
+    }
     if version != 2 && version != 3 {
         return Err(GgufError::UnsupportedVersion {
             path: c.path(),

@@ -232,13 +232,19 @@ fn header_errors() {
     let mut b = good.clone();
     b[0] = b'X';
     assert!(matches!(parse(b), Err(GgufError::BadMagic { .. })));
-    for v in [1u32, 4, 0x0300_0000] {
+    for v in [1u32, 4, 0x0400_0000] {
         let mut b = good.clone();
         b[4..8].copy_from_slice(&v.to_le_bytes());
         assert!(
             matches!(parse(b), Err(GgufError::UnsupportedVersion { version, .. }) if version == v)
         );
     }
+    let mut b = good.clone();
+    b[4..8].copy_from_slice(&3u32.to_be_bytes());
+    assert!(matches!(
+        parse(b),
+        Err(GgufError::BigEndian { version: 3, .. })
+    ));
     assert!(matches!(
         parse(good[..10].to_vec()),
         Err(GgufError::Truncated { .. })
