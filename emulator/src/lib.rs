@@ -18,6 +18,8 @@ mod memory;
 mod optable;
 #[allow(dead_code)]
 mod float;
+#[cfg(test)]
+mod coverage;
 
 pub use device::{Device, DevicePtr, Function, KernArg, KernelInfo, LaunchStats, Module};
 pub use disasm::disassemble;

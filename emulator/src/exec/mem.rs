@@ -85,6 +85,20 @@ fn atomic32(kind: &str, old: u32, data: u32, cmp: u32) -> u32 {
     }
 }
 
+fn atomic64(kind: &str, old: u64, dv: u64, cv: u64) -> u64 {
+    match kind {
+        "swap" => dv, "cmpswap" => if old == cv { dv } else { old }, "add" => old.wrapping_add(dv),
+        "sub" => old.wrapping_sub(dv), "rsub" => dv.wrapping_sub(old),
+        "min_i" => (old as i64).min(dv as i64) as u64, "max_i" => (old as i64).max(dv as i64) as u64,
+        "min_u" => old.min(dv), "max_u" => old.max(dv), "and" => old & dv, "or" => old | dv, "xor" => old ^ dv,
+        "inc" => if old >= dv { 0 } else { old + 1 }, "dec" => if old == 0 || old > dv { dv } else { old - 1 },
+        "min_f64" => crate::float::fmin64(f64::from_bits(old), f64::from_bits(dv)).to_bits(),
+        "max_f64" => crate::float::fmax64(f64::from_bits(old), f64::from_bits(dv)).to_bits(),
+        "cmpswap_f64" => if f64::from_bits(old) == f64::from_bits(cv) { dv } else { old },
+        _ => old,
+    }
+}
+
 fn atomic_kind(name: &str) -> Option<(&'static str, bool)> {
     // (kind, 64-bit)
     let n = name.trim_start_matches("flat_atomic_").trim_start_matches("global_atomic_").trim_start_matches("ds_");
@@ -94,7 +108,8 @@ fn atomic_kind(name: &str) -> Option<(&'static str, bool)> {
         "swap_b32" | "storexchg_b32" | "swap_b64" | "storexchg_b64" => "swap",
         "cmpswap_b32" | "cmpstore_b32" | "cmpswap_b64" | "cmpstore_b64" => "cmpswap",
         "cmpswap_f32" | "cmpstore_f32" => "cmpswap_f",
-        "add_u32" | "add_u64" => "add", "sub_u32" | "sub_u64" => "sub", "rsub_u32" => "rsub",
+        "add_u32" | "add_u64" => "add", "sub_u32" | "sub_u64" => "sub", "rsub_u32" | "rsub_u64" => "rsub",
+        "min_f64" => "min_f64", "max_f64" => "max_f64", "cmpswap_f64" | "cmpstore_f64" => "cmpswap_f64",
         "min_i32" | "min_i64" => "min_i", "max_i32" | "max_i64" => "max_i",
         "min_u32" | "min_u64" => "min_u", "max_u32" | "max_u64" => "max_u",
         "and_b32" | "and_b64" => "and", "or_b32" | "or_b64" => "or", "xor_b32" | "xor_b64" => "xor",
@@ -207,6 +222,29 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
                     if wide { w.v[r + 1][l] = rd32(&b[4..]); }
                 }
             }
+        } else if matches!(i.op, d::DS_LOAD_ADDTID_B32 | d::DS_STORE_ADDTID_B32) {
+            // address = M0 + offset + lane * 4 (the ADDR operand is unused)
+            let ad = (w.s[125] as u64 + off + 4 * l as u64) as u32 as u64;
+            let mut b = w.v[d0][l].to_le_bytes();
+            if i.op == d::DS_STORE_ADDTID_B32 { a.rw(w, l, Space::Lds, ad, &mut b, true)?; }
+            else { a.rw(w, l, Space::Lds, ad, &mut b, false)?; w.v[dst][l] = rd32(&b); }
+        } else if matches!(i.op, d::DS_MSKOR_B32 | d::DS_MSKOR_RTN_B32) {
+            let mut b = [0u8; 4];
+            a.rw(w, l, Space::Lds, (base + off) as u32 as u64, &mut b, false)?;
+            let old = rd32(&b);
+            let new = (old & !w.v[d0][l]) | w.v[d1][l];
+            a.rw(w, l, Space::Lds, (base + off) as u32 as u64, &mut new.to_le_bytes(), true)?;
+            if i.op == d::DS_MSKOR_RTN_B32 { w.v[dst][l] = old; }
+        } else if let Some((kind, true)) = atomic_kind(name) {
+            let ad = (base + off) as u32 as u64;
+            let mut b = [0u8; 8];
+            a.rw(w, l, Space::Lds, ad, &mut b, false)?;
+            let old = u64::from_le_bytes(b);
+            let dv = w.v[d0][l] as u64 | (w.v[d0 + 1][l] as u64) << 32;
+            let cv = w.v[d1][l] as u64 | (w.v[d1 + 1][l] as u64) << 32;
+            let new = atomic64(kind, old, dv, cv);
+            a.rw(w, l, Space::Lds, ad, &mut new.to_le_bytes(), true)?;
+            if name.contains("_rtn") { w.v[dst][l] = old as u32; w.v[dst + 1][l] = (old >> 32) as u32; }
         } else if let Some((kind, false)) = atomic_kind(name) {
             let mut b = [0u8; 4];
             a.rw(w, l, Space::Lds, (base + off) as u32 as u64, &mut b, false)?;
@@ -281,13 +319,7 @@ pub fn flat(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], view: &m
                     let old = u64::from_le_bytes(b);
                     let dv = w.v[data][l] as u64 | (w.v[data + 1][l] as u64) << 32;
                     let cv = if kind == "cmpswap" { w.v[data + 2][l] as u64 | (w.v[data + 3][l] as u64) << 32 } else { 0 };
-                    let new = match kind {
-                        "swap" => dv, "cmpswap" => if old == cv { dv } else { old }, "add" => old.wrapping_add(dv),
-                        "sub" => old.wrapping_sub(dv), "min_i" => (old as i64).min(dv as i64) as u64, "max_i" => (old as i64).max(dv as i64) as u64,
-                        "min_u" => old.min(dv), "max_u" => old.max(dv), "and" => old & dv, "or" => old | dv, "xor" => old ^ dv,
-                        "inc" => if old >= dv { 0 } else { old + 1 }, "dec" => if old == 0 || old > dv { dv } else { old - 1 },
-                        _ => old,
-                    };
+                    let new = atomic64(kind, old, dv, cv);
                     a.rw(w, l, sp, ad, &mut new.to_le_bytes(), true)?;
                     if i.flags & 1 != 0 { w.v[dst][l] = old as u32; w.v[dst + 1][l] = (old >> 32) as u32; }
                 } else {

@@ -183,6 +183,15 @@ fn sop1(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, a: u32) -> Result<(), EmuErr
             }
             w.scc = r != 0;
         }
+        s1::S_CLS_I32_I64 => { let x = if (a64 as i64) < 0 { !a64 } else { a64 }; w.swrite(d, if x == 0 { u32::MAX } else { x.leading_zeros() - 1 }) }
+        s1::S_QUADMASK_B32 => { let r = (0..8).fold(0u32, |m, q| m | (((a >> (4 * q)) & 0xf != 0) as u32) << q); w.swrite(d, r); w.scc = r != 0; }
+        s1::S_QUADMASK_B64 => { let r = (0..16).fold(0u64, |m, q| m | (((a64 >> (4 * q)) & 0xf != 0) as u64) << q); w.swrite64(d, r); w.scc = r != 0; }
+        s1::S_WQM_B64 => { let r = (0..16).fold(0u64, |m, q| m | if (a64 >> (4 * q)) & 0xf != 0 { 0xf << (4 * q) } else { 0 }); w.swrite64(d, r); w.scc = r != 0; }
+        s1::S_BITREPLICATE_B64_B32 => { let r = (0..32).fold(0u64, |m, b| m | (((a >> b) & 1) as u64 * 3) << (2 * b)); w.swrite64(d, r) }
+        s1::S_MOVRELS_B32 => { let m0 = w.s[125]; let v = w.sval(i.src[0].wrapping_add(m0 as u16) & 127, 0); w.swrite(d, v) }
+        s1::S_MOVRELS_B64 => { let m0 = w.s[125]; let v = w.sval64(i.src[0].wrapping_add(m0 as u16) & 127, 0, false); w.swrite64(d, v) }
+        s1::S_MOVRELD_B32 => { let m0 = w.s[125]; w.swrite(d.wrapping_add(m0 as u16) & 127, a) }
+        s1::S_MOVRELD_B64 => { let m0 = w.s[125]; w.swrite64(d.wrapping_add(m0 as u16) & 127, a64) }
         s1::S_GETPC_B64 => w.swrite64(d, w.pc),
         s1::S_SETPC_B64 => w.pc = a64,
         s1::S_SWAPPC_B64 => { w.swrite64(d, w.pc); w.pc = a64; }

@@ -432,6 +432,20 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
             let m = p.mask;
             for l in 0..32 { if m >> l & 1 != 0 { p.w.v[dr % 256][l] = v[l]; } }
         }
+        o::V_CVT_NORM_I16_F16 => { let a = p.hf(0); let r: [u16; 32] = lanes!(l, if a[l].is_nan() { 0 } else { (a[l].clamp(-1.0, 1.0) * 32767.0).round_ties_even() as i16 as u16 }); p.wh(&r) }
+        o::V_CVT_NORM_U16_F16 => { let a = p.hf(0); let r: [u16; 32] = lanes!(l, if a[l].is_nan() { 0 } else { (a[l].clamp(0.0, 1.0) * 65535.0).round_ties_even() as u16 }); p.wh(&r) }
+        o::V_CVT_PK_NORM_I16_F16 => { let (a, b) = (p.hf(0), p.hf(1)); let c = |x: f32| if x.is_nan() { 0 } else { (x.clamp(-1.0, 1.0) * 32767.0).round_ties_even() as i16 as u16 as u32 }; let r: R = lanes!(l, c(a[l]) | c(b[l]) << 16); p.wu(&r) }
+        o::V_CVT_PK_NORM_U16_F16 => { let (a, b) = (p.hf(0), p.hf(1)); let c = |x: f32| if x.is_nan() { 0 } else { (x.clamp(0.0, 1.0) * 65535.0).round_ties_even() as u16 as u32 }; let r: R = lanes!(l, c(a[l]) | c(b[l]) << 16); p.wu(&r) }
+        o::V_DIV_FIXUP_F64 => {
+            let (a, b, c) = (p.d(0), p.d(1), p.d(2));
+            let r: [f64; 32] = lanes!(l, {
+                let (q, d, n) = (a[l], b[l], c[l]);
+                let sign = if d.is_sign_negative() ^ n.is_sign_negative() { -1.0 } else { 1.0 };
+                if n.is_nan() { n } else if d.is_nan() { d } else if (d == 0.0 && n == 0.0) || (d.is_infinite() && n.is_infinite()) { f64::NAN }
+                else if d == 0.0 || n.is_infinite() { sign * f64::INFINITY } else if d.is_infinite() || n == 0.0 { sign * 0.0 } else { q }
+            });
+            p.wd(&r)
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -584,6 +598,40 @@ fn special(p: &mut Ops) -> Result<bool, EmuError> {
                 v as f32
             });
             p.wf(&r)
+        }
+        o::V_DIV_SCALE_F64 => {
+            // same decision tree as the f32 form, with f64 limits (exponent gap 768, tiny
+            // numerator exponent <= 53), scaling by 2^128
+            let (a, b, c) = (p.d(0), p.d(1), p.d(2));
+            let ex = |x: f64| ((x.to_bits() >> 52) & 0x7ff) as i32;
+            let mut r = [0f64; 32];
+            let mut vcc = 0u32;
+            for l in 0..32 {
+                let (s0, den, num) = (a[l], b[l], c[l]);
+                let mut d = s0;
+                let tiny = |x: f64| x != 0.0 && x.abs() < f64::MIN_POSITIVE;
+                if num == 0.0 || den == 0.0 { d = f64::NAN; }
+                else if ex(num) - ex(den) >= 768 { vcc |= 1 << l; if s0 == den { d = ldexp64(s0, 128); } }
+                else if den.is_subnormal() { d = ldexp64(s0, 128); }
+                else if tiny(1.0 / den) && tiny(num / den) { vcc |= 1 << l; if s0 == den { d = ldexp64(s0, 128); } }
+                else if tiny(1.0 / den) { d = ldexp64(s0, -128); }
+                else if tiny(num / den) { vcc |= 1 << l; if s0 == num { d = ldexp64(s0, 128); } }
+                else if ex(num) <= 53 { d = ldexp64(s0, 128); }
+                r[l] = d;
+            }
+            let bits: [u64; 32] = lanes!(l, r[l].to_bits());
+            p.wu64(&bits);
+            let sd = p.i.sdst;
+            p.wmask(sd, vcc);
+        }
+        o::V_DIV_FMAS_F64 => {
+            let (a, b, c) = (p.d(0), p.d(1), p.d(2));
+            let vcc = p.w.vcc();
+            let r: [f64; 32] = lanes!(l, {
+                let v = a[l].mul_add(b[l], c[l]);
+                if vcc >> l & 1 != 0 { ldexp64(v, if ((c[l].to_bits() >> 52) & 0x7ff) >= 1023 { 128 } else { -128 }) } else { v }
+            });
+            p.wd(&r)
         }
         o::V_DIV_FIXUP_F32 => {
             // a = quotient estimate, b = denominator, c = numerator
