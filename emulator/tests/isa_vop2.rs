@@ -175,3 +175,25 @@ fn misc_vop3_ops() {
     check("v_lshlrev_b64 v[5:6], 3, v[2:3]", &i, |l| a(l) << 3);
     check("v_lshrrev_b64 v[5:6], 4, v[2:3]", &i, |l| (a(l) >> 4) | (b(l) << 28));
 }
+
+#[test]
+fn f64_ops() {
+    // v[2:3] = a (f64 from two inputs), v4 = small int
+    let vals: Vec<f64> = (0..32).map(|l| l as f64 * 1.25 - 9.5).collect();
+    let i = abc(|l| vals[l].to_bits() as u32, |l| (vals[l].to_bits() >> 32) as u32, |l| l as u32);
+    // the epilogue stores one dword: run twice to fetch the low and high halves
+    for (body, g) in [("v_add_f64 v[6:7], v[2:3], 1.0", (|x: f64, _k: u32| x + 1.0) as fn(f64, u32) -> f64),
+                      ("v_mul_f64 v[6:7], v[2:3], v[2:3]", |x, _| x * x),
+                      ("v_fma_f64 v[6:7], v[2:3], -2.0, v[2:3]", |x, _| x.mul_add(-2.0, x)),
+                      ("v_cvt_f64_i32 v[8:9], v4\n v_add_f64 v[6:7], v[2:3], v[8:9]", |x, k| x + k as f64),
+                      ("v_ldexp_f64 v[6:7], v[2:3], 5", |x, _| x * 32.0)] {
+        let Some(lo) = run(&format!("{body}\n v_mov_b32 v5, v6"), &i) else { return };
+        let Some(hi) = run(&format!("{body}\n v_mov_b32 v5, v7"), &i) else { return };
+        for l in 0..32 {
+            let got = f64::from_bits(lo[l] as u64 | (hi[l] as u64) << 32);
+            assert_eq!(got, g(vals[l], l as u32), "{body} lane {l}");
+        }
+    }
+    let Some(out) = run("v_cvt_i32_f64 v5, v[2:3]", &i) else { return };
+    for l in 0..32 { assert_eq!(out[l] as i32, vals[l] as i32, "cvt lane {l}"); }
+}
