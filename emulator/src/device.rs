@@ -151,11 +151,12 @@ impl Device {
         if (kernargs.len() as u32) < explicit_end {
             return Err(api(format!("kernel arguments are {} bytes, the kernel reads {explicit_end}", kernargs.len())));
         }
-        // Kernarg segment: caller bytes, then hidden arguments the metadata declares.
+        // Kernarg segment: caller bytes, then hidden arguments the metadata declares (owned by
+        // the runtime, as in HIP: filled even when the caller passed bytes there).
         let ka_size = (info.kernarg_size.max(kd.kernarg_size) as usize).max(kernargs.len()).max(8);
         let mut ka = vec![0u8; ka_size];
         ka[..kernargs.len()].copy_from_slice(kernargs);
-        for a in info.args.iter().filter(|a| a.offset as usize >= kernargs.len()) {
+        for a in info.args.iter().filter(|a| a.value_kind.starts_with("hidden_")) {
             let put = |ka: &mut Vec<u8>, v: u64| { let o = a.offset as usize; let n = (a.size as usize).min(8); if o + n <= ka.len() { ka[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]); } };
             match a.value_kind.as_str() {
                 "hidden_block_count_x" => put(&mut ka, grid[0] as u64),

@@ -67,3 +67,26 @@ fn device_is_send_and_sync() {
     check::<emulator::Module>();
     check::<emulator::Function>();
 }
+
+#[test]
+fn hidden_kernel_arguments_are_filled() {
+    let args = "      - { .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .offset: 16, .size: 4, .value_kind: hidden_block_count_x }
+      - { .offset: 20, .size: 4, .value_kind: hidden_block_count_y }
+      - { .offset: 28, .size: 2, .value_kind: hidden_group_size_x }";
+    // out[0] = block_count_x, out[1] = block_count_y, out[2] = group_size_x
+    let body = "  s_load_b64 s[4:5], s[0:1], 0x0\n  s_load_b64 s[6:7], s[0:1], 0x10\n  s_load_b32 s8, s[0:1], 0x1c\n  s_waitcnt lgkmcnt(0)\n  s_and_b32 s8, s8, 0xffff\n  v_mov_b32 v1, 0\n  v_mov_b32 v2, s6\n  v_mov_b32 v3, s7\n  v_mov_b32 v4, s8\n  global_store_b96 v1, v[2:4], s[4:5]\n  s_endpgm";
+    let Some(elf) = assemble_with_args(body, "  .amdhsa_kernarg_size 32", 0, args, 32) else { return };
+    let dev = Device::new();
+    let m = dev.load_module(&elf).unwrap();
+    let f = m.function("k").unwrap();
+    let out = dev.malloc(12).unwrap();
+    let mut ka = out.to_le_bytes().to_vec();
+    ka.extend_from_slice(&out.to_le_bytes());
+    dev.launch(&f, [5, 3, 1], [64, 1, 1], 0, &ka).unwrap();
+    let mut b = [0u8; 12];
+    dev.memcpy_dtoh(&mut b, out).unwrap();
+    let w: Vec<u32> = b.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(w, vec![5, 3, 64]);
+}

@@ -27,6 +27,12 @@ pub const EPILOGUE: &str = "
 
 /// Assemble a full kernel named `k` from `body`; None (with a loud message) without llvm-mc-22.
 pub fn assemble_raw(body: &str, extra_directives: &str, lds: u32) -> Option<Vec<u8>> {
+    let args = "      - { .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global }\n      - { .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global }";
+    assemble_with_args(body, extra_directives, lds, args, 16)
+}
+
+/// Like `assemble_raw` with a custom `.args` list (YAML lines) and kernarg size.
+pub fn assemble_with_args(body: &str, extra_directives: &str, lds: u32, args: &str, kernarg_size: u32) -> Option<Vec<u8>> {
     if Command::new("llvm-mc-22").arg("--version").output().is_err() {
         eprintln!("\n*** SKIPPED: llvm-mc-22 not found; install llvm-22 and lld-22 to run the ISA tests ***\n");
         return None;
@@ -57,7 +63,7 @@ amdhsa.version: [1, 2]
 amdhsa.kernels:
   - .name: k
     .symbol: k.kd
-    .kernarg_segment_size: 16
+    .kernarg_segment_size: {kernarg_size}
     .group_segment_fixed_size: {lds}
     .private_segment_fixed_size: 0
     .kernarg_segment_align: 8
@@ -66,8 +72,7 @@ amdhsa.kernels:
     .vgpr_count: 64
     .max_flat_workgroup_size: 1024
     .args:
-      - {{ .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global }}
-      - {{ .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global }}
+{args}
 ...
 .end_amdgpu_metadata
 "#);
