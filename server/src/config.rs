@@ -73,15 +73,16 @@ impl ServerConfig {
             serde_json::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
         // Relative paths in a file mean "next to the file", whatever the working directory.
         let dir = path.parent().unwrap_or(Path::new("."));
-        if let Some(exe) = &cfg.engine.executable {
-            if exe.is_relative() && exe.components().count() > 1 {
-                cfg.engine.executable = Some(dir.join(exe));
-            }
+        if let Some(exe) = &cfg.engine.executable
+            && exe.is_relative()
+            && exe.components().count() > 1
+        {
+            cfg.engine.executable = Some(dir.join(exe));
         }
-        if let Some(t) = &cfg.tokenizer {
-            if t.is_relative() {
-                cfg.tokenizer = Some(dir.join(t));
-            }
+        if let Some(t) = &cfg.tokenizer
+            && t.is_relative()
+        {
+            cfg.tokenizer = Some(dir.join(t));
         }
         Ok(cfg)
     }
@@ -116,5 +117,38 @@ impl ServerConfig {
             port: self.port.or(file.port).unwrap_or(8080),
             startup_timeout: Duration::from_secs(self.startup_timeout.or(file.startup_timeout).unwrap_or(600)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        server: ServerConfig,
+    }
+
+    #[test]
+    fn flags_parse_including_hyphenated_engine_args() {
+        let cli = Cli::try_parse_from([
+            "strata", "--engine", "/bin/strata", "--engine-arg", "-m", "--engine-arg=m.gguf", "--port", "9001",
+        ])
+        .unwrap();
+        let r = cli.server.resolve().unwrap();
+        assert_eq!(r.executable, PathBuf::from("/bin/strata"));
+        assert_eq!(r.args, vec!["-m", "m.gguf"]);
+        assert_eq!(r.tokenizer, PathBuf::from("m.gguf"), "defaults to the engine's model");
+        assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 9001));
+        assert_eq!(r.startup_timeout, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn serve_flag_in_args_and_missing_tokenizer_are_errors() {
+        let c = ServerConfig { engine: EngineCommand { executable: None, args: Some(vec!["--serve".into()]) }, ..Default::default() };
+        assert!(c.resolve().unwrap_err().to_string().contains("--serve"));
+        assert!(ServerConfig::default().resolve().unwrap_err().to_string().contains("tokenizer"));
     }
 }

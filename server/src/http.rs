@@ -102,10 +102,10 @@ impl AppState {
     /// often already start with it).
     fn tokenize(&self, text: &str) -> Vec<u32> {
         let mut ids = self.tokenizer.encode(text, false, true);
-        if let Some(bos) = self.tokenizer.bos().filter(|_| self.tokenizer.add_bos()) {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
+        if let Some(bos) = self.tokenizer.bos().filter(|_| self.tokenizer.add_bos())
+            && ids.first() != Some(&bos)
+        {
+            ids.insert(0, bos);
         }
         ids
     }

@@ -398,13 +398,12 @@ impl LoopState {
         out: &mut impl Write,
         ended: &mut Option<FinishReason>,
     ) -> io::Result<()> {
-        if let Input::Line(l) = &input {
-            if let Ok(HostMessage::Cancel { id }) = parse_host_line(l) {
-                if id == running {
-                    ended.get_or_insert(FinishReason::Cancelled);
-                    return Ok(());
-                }
-            }
+        if let Input::Line(l) = &input
+            && let Ok(HostMessage::Cancel { id }) = parse_host_line(l)
+            && id == running
+        {
+            ended.get_or_insert(FinishReason::Cancelled);
+            return Ok(());
         }
         self.accept(input, out)
     }

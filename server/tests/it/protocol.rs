@@ -144,6 +144,11 @@ fn prompt_longer_than_context_is_an_error() {
     assert!(done_of(&lines, 1)["error"].as_str().unwrap().contains("context"));
 }
 
+fn send(w: &mut impl Write, line: &str) {
+    w.write_all(line.as_bytes()).unwrap();
+    w.write_all(b"\n").unwrap();
+}
+
 /// A pipe whose reading end yields lines as a test thread writes them.
 fn pipe() -> (std::io::PipeWriter, BufReader<std::io::PipeReader>) {
     let (r, w) = std::io::pipe().expect("pipe");
@@ -161,14 +166,14 @@ fn cancel_stops_the_running_request_and_a_queued_one() {
     let mut line = String::new();
     from_engine.read_line(&mut line).unwrap();
     assert!(line.contains("\"hello\""));
-    writeln!(to_engine, "{}", r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#).unwrap();
-    writeln!(to_engine, "{}", r#"{"type":"generate","id":2,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#).unwrap();
+    send(&mut to_engine, r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#);
+    send(&mut to_engine, r#"{"type":"generate","id":2,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#);
     // Wait for request 1 to be running, then cancel the queued one first, then the running one.
     line.clear();
     from_engine.read_line(&mut line).unwrap();
     assert!(line.contains("\"token\""), "{line}");
-    writeln!(to_engine, "{}", r#"{"type":"cancel","id":2}"#).unwrap();
-    writeln!(to_engine, "{}", r#"{"type":"cancel","id":1}"#).unwrap();
+    send(&mut to_engine, r#"{"type":"cancel","id":2}"#);
+    send(&mut to_engine, r#"{"type":"cancel","id":1}"#);
     drop(to_engine);
     let rest: Vec<serde_json::Value> =
         from_engine.lines().map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
