@@ -25,8 +25,6 @@ pub(crate) struct Acts {
     pub s: Vec<f32>,
     pub bsums: Vec<i16>,
     pub perm: Vec<i8>,
-    /// Q8_0 on AVX-512: each block's d repeated 8 times (one zmm per pair of blocks).
-    pub dexp: Vec<f32>,
     pub f: Vec<f32>,
     pub h: Vec<u16>,
 }
@@ -54,7 +52,6 @@ impl Acts {
             s: Vec::new(),
             bsums: Vec::new(),
             perm: Vec::new(),
-            dexp: Vec::new(),
             f: Vec::new(),
             h: Vec::new(),
         };
@@ -106,7 +103,6 @@ impl Acts {
                     }
                 }
                 if ty == GgmlType::Q8_0 && path == Path::Avx512 {
-                    a.dexp = a.d.iter().flat_map(|&d| [d; 8]).collect();
                     // x + 128 as u8 (x ^ 0x80): the unsigned operand of vpdpbusd (x86::zmm).
                     a.perm = a.qs.iter().map(|&q| (q as u8 ^ 0x80) as i8).collect();
                 }

@@ -2,7 +2,6 @@
 //! sum here stays below 2^15 so it never saturates) + `vpmaddwd`.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use super::COL_BLOCK;
 use crate::acts::Acts;
 use crate::matmul::RowsFn;
 use crate::QTensor;

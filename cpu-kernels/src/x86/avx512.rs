@@ -4,7 +4,6 @@
 //! own 512-bit kernel in `iq3_512` (chosen by the dispatcher when VBMI/BITALG are present).
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use super::COL_BLOCK;
 use crate::acts::Acts;
 use crate::matmul::RowsFn;
 use crate::QTensor;

@@ -58,47 +58,62 @@ macro_rules! common_helpers {
 }
 
 /// Generates `pub(crate) unsafe fn $name: RowsFn` calling `$dot::<NC>` on each row for
-/// column groups of 4 (then 3/2/1), columns blocked by `COL_BLOCK` so activations stay in L2.
+/// column groups of 4 (then 3/2/1), columns blocked by `col_block` so activations stay in L2.
 macro_rules! rows_driver {
     ($feat:literal, $name:ident, $dot:ident) => {
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $name(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
             let rows = w.rows;
             let n = a.n;
-            let mut cb = 0;
-            while cb < n {
-                let ce = (cb + COL_BLOCK).min(n);
-                for r in r0..r1 {
-                    let wp = w.data.as_ptr().add(r * rb);
-                    let mut c = cb;
-                    while c + 4 <= ce {
-                        let v = $dot::<4>(wp, w.cols, a, c);
-                        for (i, v) in v.iter().enumerate() {
-                            *y.add((c + i) * rows + r) = *v;
-                        }
-                        c += 4;
-                    }
-                    match ce - c {
-                        3 => {
-                            let v = $dot::<3>(wp, w.cols, a, c);
+            let esz = match a.ty {
+                quant::GgmlType::F32 => 4,
+                quant::GgmlType::F16 | quant::GgmlType::BF16 => 2,
+                _ => 1,
+            };
+            let col_block = crate::x86::col_block(w.cols, esz);
+            // Rows in groups of ~384 KiB of weights: a group stays in L2 while every column
+            // block streams past it, so weights come from memory once per task, activations
+            // once per row group (from L3).
+            let sub_rows = ((384usize << 10) / rb.max(1)).max(4);
+            let mut rs = r0;
+            while rs < r1 {
+                let re = (rs + sub_rows).min(r1);
+                let mut cb = 0;
+                while cb < n {
+                    let ce = (cb + col_block).min(n);
+                    for r in rs..re {
+                        let wp = w.data.as_ptr().add(r * rb);
+                        let mut c = cb;
+                        while c + 4 <= ce {
+                            let v = $dot::<4>(wp, w.cols, a, c);
                             for (i, v) in v.iter().enumerate() {
                                 *y.add((c + i) * rows + r) = *v;
                             }
+                            c += 4;
                         }
-                        2 => {
-                            let v = $dot::<2>(wp, w.cols, a, c);
-                            for (i, v) in v.iter().enumerate() {
-                                *y.add((c + i) * rows + r) = *v;
+                        match ce - c {
+                            3 => {
+                                let v = $dot::<3>(wp, w.cols, a, c);
+                                for (i, v) in v.iter().enumerate() {
+                                    *y.add((c + i) * rows + r) = *v;
+                                }
                             }
+                            2 => {
+                                let v = $dot::<2>(wp, w.cols, a, c);
+                                for (i, v) in v.iter().enumerate() {
+                                    *y.add((c + i) * rows + r) = *v;
+                                }
+                            }
+                            1 => {
+                                let v = $dot::<1>(wp, w.cols, a, c);
+                                *y.add(c * rows + r) = v[0];
+                            }
+                            _ => {}
                         }
-                        1 => {
-                            let v = $dot::<1>(wp, w.cols, a, c);
-                            *y.add(c * rows + r) = v[0];
-                        }
-                        _ => {}
                     }
+                    cb = ce;
                 }
-                cb = ce;
+                rs = re;
             }
         }
     };

@@ -16,7 +16,6 @@
 //! i32 lane m of the dot holds weights of sub-block m/2, so one `vpmulld` applies the scales.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use super::COL_BLOCK;
 use crate::acts::Acts;
 use crate::QTensor;
 use core::arch::x86_64::*;

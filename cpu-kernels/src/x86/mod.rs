@@ -16,9 +16,12 @@ use crate::matmul::RowsFn;
 use quant::GgmlType;
 use std::sync::OnceLock;
 
-/// Activation columns per cache block in matmul: 32 columns of Q8_K activations at K = 4096
-/// are ~150 KB, comfortably inside the 1 MiB L2 while the weight row stays in L1.
-pub(crate) const COL_BLOCK: usize = 32;
+/// Activation columns per cache block in matmul: about 192 KiB of activations (e.g. 48
+/// columns at K = 4096), comfortably inside Zen 4's 1 MiB L2 while the weight row stays in L1.
+#[inline]
+pub(crate) fn col_block(k: usize, act_elem_bytes: usize) -> usize {
+    ((192 << 10) / (k * act_elem_bytes).max(1)).clamp(4, 64) & !3
+}
 
 pub(crate) fn has_avx2() -> bool {
     static F: OnceLock<bool> = OnceLock::new();

@@ -13,7 +13,6 @@
 //! the Q8_K `bsums` like the 256-bit kernel.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use super::COL_BLOCK;
 use crate::acts::Acts;
 use crate::QTensor;
 use core::arch::x86_64::*;
@@ -172,8 +171,8 @@ macro_rules! signed_pair_kernel {
                     let col = c0 + c;
                     let xu = _mm512_loadu_si512(a.perm.as_ptr().add(col * k + b * 32).cast());
                     let dp = _mm512_dpbusd_epi32(corr, xu, wq);
-                    // Activation scales pre-spread the same way (`Acts::dexp`).
-                    let dx = _mm512_loadu_ps(a.dexp.as_ptr().add((col * nb + b) * 8));
+                    let dx2 = _mm_castpd_ps(_mm_load_sd(a.d.as_ptr().add(col * nb + b).cast()));
+                    let dx = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(dx2));
                     acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dp), dw), dx, acc[c]);
                 }
                 b += 2;
