@@ -69,8 +69,11 @@ pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f3
     }
     // ~8 chunks per thread balances the shared-VM noise; at least 16 rows (4 for matmul) per
     // task keeps the per-task overhead small against the row work.
+    // Each task also gets >= 64 KiB of weight traffic (x n columns) so that small decode-time
+    // matrices are split into a few tasks, not dozens of tiny ones.
     let min_rows = if n == 1 { 16 } else { 4 };
-    let chunk = rows.div_ceil(threads * 8).max(min_rows);
+    let min_bytes_rows = (64usize << 10).div_ceil(rb * n.min(8));
+    let chunk = rows.div_ceil(threads * 8).max(min_rows).max(min_bytes_rows);
     let n_chunks = rows.div_ceil(chunk);
     (0..n_chunks).into_par_iter().for_each(|i| {
         let r0 = i * chunk;
