@@ -97,7 +97,7 @@ fn valu_text(i: &Inst) -> String {
     let vop3 = matches!(i.enc, Enc::Vop3 | Enc::Vop3sd);
     let mut name = if vop3 { d.n64.to_string() } else { d.n32.to_string() };
     if i.dpp_kind != Dpp::None {
-        name = if vop3 { format!("{name}_dpp") } else { format!("{}_dpp", name.trim_end_matches("_e32")) };
+        name = if vop3 { if name.ends_with("_e64") { format!("{name}_dpp") } else { format!("{name}_e64_dpp") } } else { format!("{}_dpp", name.trim_end_matches("_e32")) };
     }
     let f64op = name.contains("f64");
     let mut ops: Vec<String> = Vec::new();

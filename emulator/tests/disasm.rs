@@ -90,6 +90,10 @@ fn handwritten_encodings() {
   v_mov_b32_dpp v1, v2 row_shr:3 row_mask:0x5 bank_mask:0xa
   v_mov_b32_dpp v1, v2 row_share:2 row_mask:0xf bank_mask:0xf fi:1
   v_mov_b32_dpp v1, v2 dpp8:[7,6,5,4,3,2,1,0]
+  v_add_f32_e64_dpp v1, -v2, |v3| quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf
+  v_add_nc_u32_dpp v1, v2, v3 row_xmask:8 row_mask:0xf bank_mask:0xf bound_ctrl:1
+  v_cmp_gt_u32_e64_dpp s4, v2, v3 row_shl:2 row_mask:0xf bank_mask:0xf
+  v_fma_f32_e64_dpp v1, v2, v3, v4 dpp8:[1,0,3,2,5,4,7,6]
   v_dot4_i32_iu8 v1, v2, v3, v4 neg_lo:[1,0,0]
   v_dot2_f32_f16 v1, v2, v3, v4
   v_pk_fma_f16 v1, v2, v3, v4 op_sel:[1,0,0] op_sel_hi:[0,1,1]

@@ -96,3 +96,13 @@ fn ds_cross_lane() {
     let Some(out) = run_x("v_mul_u32_u24 v7, 7, v0\n v_and_b32 v7, 31, v7\n v_lshlrev_b32 v7, 2, v7\n ds_permute_b32 v6, v7, v2\n s_waitcnt lgkmcnt(0)") else { return };
     for l in 0..32 { assert_eq!(out[(l * 7) % 32], l as u32 + 100, "permute lane {l}"); }
 }
+
+#[test]
+fn vop3_dpp() {
+    let i = abc(|l| f(l as f32), |l| f(-(l as f32) * 2.0), |_| 0);
+    // dst = -src0[swizzled] + |src1|
+    let Some(out) = run("v_add_f32_e64_dpp v5, -v2, |v3| quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf", &i) else { return };
+    for l in 0..32 { assert_eq!(ff(out[l]), -((l ^ 1) as f32) + 2.0 * l as f32, "lane {l}"); }
+    let Some(out) = run("v_fma_f32_e64_dpp v5, v2, v3, v2 dpp8:[1,0,3,2,5,4,7,6]", &i) else { return };
+    for l in 0..32 { assert_eq!(ff(out[l]), ((l ^ 1) as f32).mul_add(-(l as f32) * 2.0, l as f32), "fma lane {l}"); }
+}
