@@ -156,3 +156,33 @@ fn corrupted_code_objects_never_panic() {
         assert!(r.is_ok(), "panic on a corrupted code object");
     }
 }
+
+#[test]
+fn f16_and_transcendentals() {
+    let dev = Device::new();
+    let m = dev.load_module(ELF).unwrap();
+    let f = m.function("f16_ops").unwrap();
+    // h = (i - 12) / 4: exact in f16, and h*h + h stays exact
+    let h16 = |x: f32| -> u16 {
+        if x == 0.0 { return 0; }
+        let e = x.abs().log2().floor() as i32;
+        let mant = ((x.abs() / 2f32.powi(e) - 1.0) * 1024.0).round() as u16;
+        (if x < 0.0 { 0x8000 } else { 0 }) | (((e + 15) as u16) << 10) | mant
+    };
+    let hs: Vec<f32> = (0..32).map(|i| (i as f32 - 12.0) / 4.0).collect();
+    let bytes: Vec<u8> = hs.iter().flat_map(|&x| h16(x).to_le_bytes()).collect();
+    let (pa, po) = (dev.malloc(64).unwrap(), dev.malloc(128).unwrap());
+    dev.memcpy_htod(pa, &bytes).unwrap();
+    let mut ka = Vec::new();
+    for p in [pa, po] { ka.extend_from_slice(&p.to_le_bytes()); }
+    ka.extend_from_slice(&32u32.to_le_bytes());
+    dev.launch(&f, [1, 1, 1], [32, 1, 1], 0, &ka).unwrap();
+    let mut out = vec![0u8; 128];
+    dev.memcpy_dtoh(&mut out, po).unwrap();
+    let out = to_f32(&out);
+    for i in 0..32 {
+        let h = hs[i];
+        let want = (h * h + h) / (1.0 + (i as f32).sqrt()) + (i as f32 * 0.1).exp() * 1e-3;
+        assert!((out[i] - want).abs() <= 1e-5 * want.abs().max(1.0), "item {i}: {} vs {want}", out[i]);
+    }
+}
