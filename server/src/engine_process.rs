@@ -105,12 +105,17 @@ pub struct EngineHandle {
 /// A request in flight. Dropping it before the end cancels it at the engine.
 pub struct Generation {
     id: u64,
+    prompt_len: usize,
     instance: Arc<Instance>,
     rx: mpsc::UnboundedReceiver<EngineEvent>,
     finished: bool,
 }
 
 impl Generation {
+    pub fn prompt_len(&self) -> usize {
+        self.prompt_len
+    }
+
     /// Next event; after `Done` or `Failed` the generation is over.
     pub async fn next(&mut self) -> EngineEvent {
         let ev = self.rx.recv().await.unwrap_or_else(|| EngineEvent::Failed("engine dropped the request".into()));
@@ -215,7 +220,7 @@ impl EngineHandle {
             }
             // The writer task keeps lines in order; if it is gone the reader fails the route.
             let _ = instance.stdin.send(to_line(&HostMessage::Generate(req.clone())));
-            return Ok(Generation { id: req.id, instance, rx, finished: false });
+            return Ok(Generation { id: req.id, prompt_len: req.tokens.len(), instance, rx, finished: false });
         }
     }
 }

@@ -256,6 +256,27 @@ async fn make_job(st: &AppState, prompt: Vec<u32>, p: CommonParams) -> Result<Jo
 struct Finish {
     reason: &'static str,
     completion_tokens: u32,
+    /// llama.cpp-style `timings`, measured here: submit → first token → end.
+    timings: Value,
+}
+
+struct Clock {
+    start: std::time::Instant,
+    first: Option<std::time::Instant>,
+}
+
+impl Clock {
+    fn timings(&self, prompt_n: usize, predicted_n: u32) -> Value {
+        let end = std::time::Instant::now();
+        let first = self.first.unwrap_or(end);
+        let prompt_ms = (first - self.start).as_secs_f64() * 1e3;
+        let predicted_ms = (end - first).as_secs_f64() * 1e3;
+        // Tokens after the first, over the time after the first: the decode rate.
+        let per_s = |n: f64, ms: f64| if ms > 0.0 { n * 1e3 / ms } else { 0.0 };
+        json!({"prompt_n": prompt_n, "prompt_ms": prompt_ms, "prompt_per_second": per_s(prompt_n as f64, prompt_ms),
+               "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+               "predicted_per_second": per_s(predicted_n.saturating_sub(1) as f64, predicted_ms)})
+    }
 }
 
 async fn start(st: &AppState, job: &Job) -> Result<Generation, ApiError> {
@@ -282,17 +303,20 @@ async fn drive(
     let mut detok =
         Detokenizer::new(move |t| if tok.is_control(t) { Vec::new() } else { tok.token_to_bytes(t) }, stops);
     let mut n = 0u32;
+    let prompt_n = generation.prompt_len();
+    let mut clock = Clock { start: std::time::Instant::now(), first: None };
     loop {
         match generation.next().await {
             EngineEvent::Token(t) => {
                 n += 1;
+                clock.first.get_or_insert_with(std::time::Instant::now);
                 let step = detok.push(t);
                 if !step.emit.is_empty() && !on_text(step.emit) {
                     return Err(ApiError::server("client went away"));
                 }
                 if step.stopped {
                     // Dropping `generation` cancels it at the engine.
-                    return Ok(Finish { reason: "stop", completion_tokens: n });
+                    return Ok(Finish { reason: "stop", completion_tokens: n, timings: clock.timings(prompt_n, n) });
                 }
             }
             EngineEvent::Done(d) => {
@@ -307,7 +331,7 @@ async fn drive(
                     }
                     _ => "stop",
                 };
-                return Ok(Finish { reason, completion_tokens: n });
+                return Ok(Finish { reason, completion_tokens: n, timings: clock.timings(prompt_n, n) });
             }
             EngineEvent::Failed(e) => return Err(ApiError::server(format!("engine failure: {e}"))),
         }
@@ -344,7 +368,8 @@ async fn run(st: Arc<AppState>, job: Job, kind: Kind) -> Response {
         };
         let object = if kind == Kind::Chat { "chat.completion" } else { "text_completion" };
         return Json(json!({"id": id, "object": object, "created": created, "model": model,
-                           "choices": [choice], "usage": usage(finish.completion_tokens)}))
+                           "choices": [choice], "usage": usage(finish.completion_tokens),
+                           "timings": finish.timings}))
         .into_response();
     }
 
@@ -382,7 +407,9 @@ async fn run(st: Arc<AppState>, job: Job, kind: Kind) -> Response {
         };
         match result {
             Ok(f) => {
-                let _ = tx.send(send(chunk(None, false, Some(f.reason)))); 
+                let mut last = chunk(None, false, Some(f.reason));
+                last["timings"] = f.timings;
+                let _ = tx.send(send(last));
                 if job.include_usage {
                     let mut u = chunk(None, false, None);
                     u["choices"] = json!([]);

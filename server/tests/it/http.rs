@@ -210,6 +210,8 @@ async fn health_models_and_completion_length() {
     assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
     assert_eq!(v["usage"]["completion_tokens"], 4);
     assert_eq!(v["usage"]["total_tokens"], prompt.len() + 4);
+    assert_eq!((v["timings"]["prompt_n"].as_u64(), v["timings"]["predicted_n"].as_u64()), (Some(prompt.len() as u64), Some(4)));
+    assert!(v["timings"]["predicted_ms"].as_f64().unwrap() >= 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
