@@ -201,8 +201,8 @@ fn recurrent(mh: &mut [f32], s: usize, inputs: &[HeadIn]) -> Vec<f32> {
             }
         }
         // δ = β (v − Mᵀk);  M += k δᵀ
-        for j in 0..s {
-            kv[j] = (x.v[j] - kv[j]) * x.beta;
+        for (d, &vj) in kv.iter_mut().zip(x.v) {
+            *d = (vj - *d) * x.beta;
         }
         for i in 0..s {
             let ki = x.k[i];
@@ -287,7 +287,10 @@ fn chunked(mh: &mut [f32], s: usize, inputs: &[HeadIn], chunk: usize) -> Vec<f32
             let k = ch[i].k;
             for a in 0..s {
                 let wk = w * k[a];
-                for (mab, &db) in mh[a * s..(a + 1) * s].iter_mut().zip(&delta[i * s..(i + 1) * s]) {
+                for (mab, &db) in mh[a * s..(a + 1) * s]
+                    .iter_mut()
+                    .zip(&delta[i * s..(i + 1) * s])
+                {
                     *mab += wk * db;
                 }
             }

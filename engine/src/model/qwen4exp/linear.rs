@@ -23,7 +23,12 @@ enum Bytes {
     /// Owned, stored in u64 words so that F32 data is always 4-byte aligned.
     Owned { words: Vec<u64>, len: usize },
     /// `len` bytes at `start` inside tensor number `tensor` of a mapped file.
-    Mapped { file: Arc<GgufFile>, tensor: usize, start: usize, len: usize },
+    Mapped {
+        file: Arc<GgufFile>,
+        tensor: usize,
+        start: usize,
+        len: usize,
+    },
 }
 
 /// A row-major weight matrix `[rows][cols]` (ggml ne = `[cols, rows]`).
@@ -49,7 +54,13 @@ pub enum MatError {
     #[error("row length {cols} is not a whole number of {ty:?} blocks")]
     Ragged { ty: GgmlType, cols: usize },
     #[error("{ty:?} {rows}x{cols} needs {expected} bytes, got {got}")]
-    Size { ty: GgmlType, rows: usize, cols: usize, expected: usize, got: usize },
+    Size {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
 }
 
 fn geometry(ty: GgmlType, rows: usize, cols: usize, got: usize) -> Result<usize, MatError> {
@@ -57,9 +68,21 @@ fn geometry(ty: GgmlType, rows: usize, cols: usize, got: usize) -> Result<usize,
         return Err(MatError::Unsupported(ty));
     }
     let rb = ty.row_bytes(cols).ok_or(MatError::Ragged { ty, cols })?;
-    let expected = rb.checked_mul(rows).ok_or(MatError::Size { ty, rows, cols, expected: usize::MAX, got })?;
+    let expected = rb.checked_mul(rows).ok_or(MatError::Size {
+        ty,
+        rows,
+        cols,
+        expected: usize::MAX,
+        got,
+    })?;
     if expected != got {
-        return Err(MatError::Size { ty, rows, cols, expected, got });
+        return Err(MatError::Size {
+            ty,
+            rows,
+            cols,
+            expected,
+            got,
+        });
     }
     Ok(rb)
 }
@@ -80,7 +103,16 @@ impl Mat {
             b[..c.len()].copy_from_slice(c);
             *w = u64::from_le_bytes(b);
         }
-        Ok(Mat { ty, rows, cols, row_bytes, bytes: Bytes::Owned { words, len: bytes.len() } })
+        Ok(Mat {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            bytes: Bytes::Owned {
+                words,
+                len: bytes.len(),
+            },
+        })
     }
 
     /// A window of `rows` rows starting at byte `start` of tensor `tensor` of `file`.
@@ -94,12 +126,32 @@ impl Mat {
     ) -> Result<Mat, MatError> {
         let row_bytes = ty.row_bytes(cols).ok_or(MatError::Ragged { ty, cols })?;
         let len = row_bytes * rows;
-        let avail = file.tensors().get(tensor).map_or(0, |t| file.tensor_data(t).len().saturating_sub(start));
+        let avail = file
+            .tensors()
+            .get(tensor)
+            .map_or(0, |t| file.tensor_data(t).len().saturating_sub(start));
         if avail < len {
-            return Err(MatError::Size { ty, rows, cols, expected: len, got: avail });
+            return Err(MatError::Size {
+                ty,
+                rows,
+                cols,
+                expected: len,
+                got: avail,
+            });
         }
         geometry(ty, rows, cols, len)?;
-        Ok(Mat { ty, rows, cols, row_bytes, bytes: Bytes::Mapped { file: file.clone(), tensor, start, len } })
+        Ok(Mat {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            bytes: Bytes::Mapped {
+                file: file.clone(),
+                tensor,
+                start,
+                len,
+            },
+        })
     }
 
     /// All bytes of the matrix.
@@ -110,9 +162,12 @@ impl Mat {
                 // requirement and `len <= 8 * words.len()` by construction.
                 unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len) }
             }
-            Bytes::Mapped { file, tensor, start, len } => {
-                &file.tensor_data(&file.tensors()[*tensor])[*start..*start + *len]
-            }
+            Bytes::Mapped {
+                file,
+                tensor,
+                start,
+                len,
+            } => &file.tensor_data(&file.tensors()[*tensor])[*start..*start + *len],
         }
     }
 
@@ -132,9 +187,11 @@ impl Mat {
     fn prepare(&self, x: &[f32]) -> Act {
         match self.ty {
             GgmlType::F32 => Act::F32,
-            GgmlType::F16 => {
-                Act::Bytes(x.iter().flat_map(|&v| quant::f32_to_f16(v).to_le_bytes()).collect())
-            }
+            GgmlType::F16 => Act::Bytes(
+                x.iter()
+                    .flat_map(|&v| quant::f32_to_f16(v).to_le_bytes())
+                    .collect(),
+            ),
             ty if ty.vec_dot_type() == GgmlType::Q8_0 => Act::Bytes(quantize_q8_0_x86(x)),
             ty => {
                 let vt = ty.vec_dot_type();
@@ -180,7 +237,9 @@ impl Mat {
         let (rows, cols) = (self.rows, self.cols);
         for g0 in (0..n).step_by(8) {
             let g = (n - g0).min(8);
-            let acts: Vec<Act> = (0..g).map(|t| self.prepare(&x[(g0 + t) * cols..(g0 + t + 1) * cols])).collect();
+            let acts: Vec<Act> = (0..g)
+                .map(|t| self.prepare(&x[(g0 + t) * cols..(g0 + t + 1) * cols]))
+                .collect();
             // Output for this group, row-major by weight row so rows can be split across threads.
             let mut tmp = vec![0f32; rows * g];
             let work = |(r, out): (usize, &mut [f32])| {
@@ -214,7 +273,10 @@ fn quantize_q8_0_x86(x: &[f32]) -> Vec<u8> {
         let d = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         out.extend_from_slice(&quant::f32_to_f16(d).to_le_bytes());
-        out.extend(b.iter().map(|&v| ((v * id).round_ties_even() as i32).clamp(-128, 127) as i8 as u8));
+        out.extend(
+            b.iter()
+                .map(|&v| ((v * id).round_ties_even() as i32).clamp(-128, 127) as i8 as u8),
+        );
     }
     out
 }
@@ -240,9 +302,8 @@ fn dot_f32_bytes(w: &[u8], x: &[f32]) -> f32 {
         }
     }
     let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for j in n8..x.len() {
-        let o = 4 * j;
-        s += f32::from_le_bytes([w[o], w[o + 1], w[o + 2], w[o + 3]]) * x[j];
+    for (wc, &xv) in w[n8 * 4..x.len() * 4].chunks_exact(4).zip(&x[n8..]) {
+        s += f32::from_le_bytes([wc[0], wc[1], wc[2], wc[3]]) * xv;
     }
     s
 }
@@ -255,7 +316,11 @@ pub fn rms_norm(x: &[f32], gamma: Option<&[f32]>, eps: f32, out: &mut [f32]) {
     let mean = (sum / x.len() as f64) as f32;
     let scale = 1.0 / (mean + eps).sqrt();
     match gamma {
-        Some(g) => out.iter_mut().zip(x).zip(g).for_each(|((o, &v), &g)| *o = (v * scale) * g),
+        Some(g) => out
+            .iter_mut()
+            .zip(x)
+            .zip(g)
+            .for_each(|((o, &v), &g)| *o = (v * scale) * g),
         None => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v * scale),
     }
 }

@@ -22,14 +22,21 @@ struct Loader {
 
 impl Loader {
     fn find(&self, name: &str) -> Result<(usize, &gguf::TensorInfo), Qwen4ExpError> {
-        let &i = self.index.get(name).ok_or_else(|| Qwen4ExpError::MissingTensor(name.to_string()))?;
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| Qwen4ExpError::MissingTensor(name.to_string()))?;
         Ok((i, &self.file.tensors()[i]))
     }
 
     fn check_dims(name: &str, found: &[u64], want: &[usize]) -> Result<(), Qwen4ExpError> {
         let want: Vec<u64> = want.iter().map(|&d| d as u64).collect();
         if found != want.as_slice() {
-            return Err(Qwen4ExpError::TensorShape { name: name.into(), expected: want, found: found.to_vec() });
+            return Err(Qwen4ExpError::TensorShape {
+                name: name.into(),
+                expected: want,
+                found: found.to_vec(),
+            });
         }
         Ok(())
     }
@@ -38,27 +45,41 @@ impl Loader {
     fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, Qwen4ExpError> {
         let (i, t) = self.find(name)?;
         Self::check_dims(name, &t.dims, &[cols, rows])?;
-        Mat::mapped(&self.file, i, 0, t.ty, rows, cols)
-            .map_err(|source| Qwen4ExpError::Tensor { name: name.into(), source })
+        Mat::mapped(&self.file, i, 0, t.ty, rows, cols).map_err(|source| Qwen4ExpError::Tensor {
+            name: name.into(),
+            source,
+        })
     }
 
     /// ggml ne `[cols]` used as a 1-row matrix (the shared-expert gate).
     fn row(&self, name: &str, cols: usize) -> Result<Mat, Qwen4ExpError> {
         let (i, t) = self.find(name)?;
         Self::check_dims(name, &t.dims, &[cols])?;
-        Mat::mapped(&self.file, i, 0, t.ty, 1, cols)
-            .map_err(|source| Qwen4ExpError::Tensor { name: name.into(), source })
+        Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| Qwen4ExpError::Tensor {
+            name: name.into(),
+            source,
+        })
     }
 
     /// ggml ne `[cols, rows, n]` → n matrices (expert stacks).
-    fn stack(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<Vec<Mat>, Qwen4ExpError> {
+    fn stack(
+        &self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        n: usize,
+    ) -> Result<Vec<Mat>, Qwen4ExpError> {
         let (i, t) = self.find(name)?;
         Self::check_dims(name, &t.dims, &[cols, rows, n])?;
         let per = t.ty.row_bytes(cols).unwrap_or(0) * rows;
         (0..n)
             .map(|e| {
-                Mat::mapped(&self.file, i, e * per, t.ty, rows, cols)
-                    .map_err(|source| Qwen4ExpError::Tensor { name: format!("{name}[{e}]"), source })
+                Mat::mapped(&self.file, i, e * per, t.ty, rows, cols).map_err(|source| {
+                    Qwen4ExpError::Tensor {
+                        name: format!("{name}[{e}]"),
+                        source,
+                    }
+                })
             })
             .collect()
     }
@@ -69,18 +90,25 @@ impl Loader {
         Self::check_dims(name, &t.dims, dims)?;
         let n: usize = dims.iter().product();
         let mut out = vec![0f32; n];
-        quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out)
-            .map_err(|e| Qwen4ExpError::Dequant { name: name.into(), reason: format!("{e:?}") })?;
+        quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out).map_err(|e| {
+            Qwen4ExpError::Dequant {
+                name: name.into(),
+                reason: format!("{e:?}"),
+            }
+        })?;
         Ok(out)
     }
 
     fn dim(&self, name: &str, axis: usize) -> Result<usize, Qwen4ExpError> {
         let (_, t) = self.find(name)?;
-        t.dims.get(axis).map(|&d| d as usize).ok_or_else(|| Qwen4ExpError::TensorShape {
-            name: name.into(),
-            expected: vec![0; axis + 1],
-            found: t.dims.clone(),
-        })
+        t.dims
+            .get(axis)
+            .map(|&d| d as usize)
+            .ok_or_else(|| Qwen4ExpError::TensorShape {
+                name: name.into(),
+                expected: vec![0; axis + 1],
+                found: t.dims.clone(),
+            })
     }
 
     fn hc(&self, prefix: &str, hp: &HParams, inject: bool) -> Result<HyperConn, Qwen4ExpError> {
@@ -92,15 +120,27 @@ impl Loader {
             norm: self.vec(&format!("{prefix}norm.weight"), &[e, hc])?,
             down: self.mat(&format!("{prefix}down.weight"), hc * e, lr)?,
             up: self.mat(&format!("{prefix}up.weight"), lr, hc * e)?,
-            inject: if inject { Some(self.mat(&format!("{prefix}inject.weight"), hc * e, hc)?) } else { None },
+            inject: if inject {
+                Some(self.mat(&format!("{prefix}inject.weight"), hc * e, hc)?)
+            } else {
+                None
+            },
         })
     }
 }
 
 pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
     let hp = HParams::from_gguf(&file)?;
-    let index = file.tensors().iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-    let l = Loader { file: file.clone(), index };
+    let index = file
+        .tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), i))
+        .collect();
+    let l = Loader {
+        file: file.clone(),
+        index,
+    };
     let (e, v) = (hp.n_embd, hp.n_vocab);
     let tok_embd = l.mat("token_embd.weight", e, v)?;
     let output = match l.index.get("output.weight") {
@@ -202,7 +242,10 @@ pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
             let (hc, il) = (hp.hc, pp.layer);
             let p = |s: &str| format!("blk.{il}.{s}");
             let rows = l.dim("per_layer_token_embd.weight", 1)?;
-            let needed = (0..pp.n_heads()).map(|i| pp.head_offsets[i] + pp.head_vocab_sizes[i]).max().unwrap_or(0);
+            let needed = (0..pp.n_heads())
+                .map(|i| pp.head_offsets[i] + pp.head_vocab_sizes[i])
+                .max()
+                .unwrap_or(0);
             if (rows as u64) < needed {
                 return Err(Qwen4ExpError::TensorShape {
                     name: "per_layer_token_embd.weight".into(),
@@ -226,5 +269,14 @@ pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
         }
     };
 
-    Ok(Qwen4Exp { hp, file, tok_embd, output, out_hc, layers, ple, gdn_mode: GdnMode::Recurrent })
+    Ok(Qwen4Exp {
+        hp,
+        file,
+        tok_embd,
+        output,
+        out_hc,
+        layers,
+        ple,
+        gdn_mode: GdnMode::Recurrent,
+    })
 }

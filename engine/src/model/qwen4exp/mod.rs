@@ -53,7 +53,11 @@ pub enum Qwen4ExpError {
     #[error("tensor {0:?} not found")]
     MissingTensor(String),
     #[error("tensor {name:?}: shape {found:?}, expected {expected:?}")]
-    TensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
     #[error("tensor {name:?}: {source}")]
     Tensor { name: String, source: MatError },
     #[error("tensor {name:?}: cannot dequantize: {reason}")]
@@ -61,7 +65,11 @@ pub enum Qwen4ExpError {
     #[error("forward at position {got}, but the sequence state is at position {expected}")]
     Position { expected: usize, got: usize },
     #[error("token {token} at batch index {index} is outside the vocabulary of {n_vocab}")]
-    Token { token: u32, index: usize, n_vocab: usize },
+    Token {
+        token: u32,
+        index: usize,
+        n_vocab: usize,
+    },
     #[error("sequence state does not fit this model (layer {layer})")]
     StateMismatch { layer: usize },
     #[error("PLE layer {layer}: {reason}")]
@@ -157,12 +165,21 @@ impl Qwen4Exp {
                 Mixer::Attn(_) => LayerState::Attn(QsaCache::new(kv == KvType::F16)),
             })
             .collect();
-        SeqState { pos: 0, layers, ple: self.ple.as_ref().map(Ple::new_state) }
+        SeqState {
+            pos: 0,
+            layers,
+            ple: self.ple.as_ref().map(Ple::new_state),
+        }
     }
 
     /// Runs `tokens` at positions `start_pos..` (which must equal `st.pos`) and returns the
     /// logits of every position, `[tokens.len()][n_vocab]`.
-    pub fn forward(&self, st: &mut SeqState, tokens: &[u32], start_pos: usize) -> Result<Vec<f32>, Qwen4ExpError> {
+    pub fn forward(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
+    ) -> Result<Vec<f32>, Qwen4ExpError> {
         self.forward_traced(st, tokens, start_pos, None)
     }
 
@@ -175,13 +192,26 @@ impl Qwen4Exp {
         mut trace: Option<&mut Trace>,
     ) -> Result<Vec<f32>, Qwen4ExpError> {
         if st.layers.len() != self.layers.len() || st.ple.is_some() != self.ple.is_some() {
-            return Err(Qwen4ExpError::StateMismatch { layer: st.layers.len().min(self.layers.len()) });
+            return Err(Qwen4ExpError::StateMismatch {
+                layer: st.layers.len().min(self.layers.len()),
+            });
         }
         if start_pos != st.pos {
-            return Err(Qwen4ExpError::Position { expected: st.pos, got: start_pos });
+            return Err(Qwen4ExpError::Position {
+                expected: st.pos,
+                got: start_pos,
+            });
         }
-        if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= self.hp.n_vocab) {
-            return Err(Qwen4ExpError::Token { token, index, n_vocab: self.hp.n_vocab });
+        if let Some((index, &token)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= self.hp.n_vocab)
+        {
+            return Err(Qwen4ExpError::Token {
+                token,
+                index,
+                n_vocab: self.hp.n_vocab,
+            });
         }
         let mut logits = vec![0f32; tokens.len() * self.hp.n_vocab];
         for (ci, chunk) in tokens.chunks(UBATCH).enumerate() {
@@ -211,10 +241,11 @@ impl Qwen4Exp {
         let mut y = vec![0f32; n * e];
         let mut inj = vec![0f32; n * hc];
         for (il, layer) in self.layers.iter().enumerate() {
-            if let (Some(ple), Some(ps)) = (&self.ple, st.ple.as_mut()) {
-                if ple.params.layer == il {
-                    ple.forward(&mut r, toks, ps).map_err(|reason| Qwen4ExpError::Ple { layer: il, reason })?;
-                }
+            if let (Some(ple), Some(ps)) = (&self.ple, st.ple.as_mut())
+                && ple.params.layer == il
+            {
+                ple.forward(&mut r, toks, ps)
+                    .map_err(|reason| Qwen4ExpError::Ple { layer: il, reason })?;
             }
             layer.hc_attn.mix(&r, n, &mut x, Some(&mut inj));
             match (&layer.mixer, &mut st.layers[il]) {

@@ -70,7 +70,9 @@ impl Moe {
         let ne = self.router.rows;
         let mut logits = vec![0f32; n * ne];
         self.router.matmul(x, n, &mut logits);
-        let routes: Vec<Vec<(usize, f32)>> = (0..n).map(|t| self.route(&logits[t * ne..(t + 1) * ne])).collect();
+        let routes: Vec<Vec<(usize, f32)>> = (0..n)
+            .map(|t| self.route(&logits[t * ne..(t + 1) * ne]))
+            .collect();
         y[..n * e].fill(0.0);
         for (ex, expert) in self.experts.iter().enumerate() {
             let toks: Vec<(usize, f32)> = routes
@@ -81,11 +83,17 @@ impl Moe {
             if toks.is_empty() {
                 continue;
             }
-            let xs: Vec<f32> = toks.iter().flat_map(|&(t, _)| x[t * e..(t + 1) * e].iter().copied()).collect();
+            let xs: Vec<f32> = toks
+                .iter()
+                .flat_map(|&(t, _)| x[t * e..(t + 1) * e].iter().copied())
+                .collect();
             let mut ys = vec![0f32; toks.len() * e];
             expert.forward(&xs, toks.len(), &mut ys);
             for (i, &(t, w)) in toks.iter().enumerate() {
-                y[t * e..(t + 1) * e].iter_mut().zip(&ys[i * e..(i + 1) * e]).for_each(|(a, &b)| *a += w * b);
+                y[t * e..(t + 1) * e]
+                    .iter_mut()
+                    .zip(&ys[i * e..(i + 1) * e])
+                    .for_each(|(a, &b)| *a += w * b);
             }
         }
         let mut sh = vec![0f32; n * e];
@@ -94,7 +102,10 @@ impl Moe {
         self.shared_gate.matmul(x, n, &mut sg);
         for t in 0..n {
             let g = sigmoid(sg[t]);
-            y[t * e..(t + 1) * e].iter_mut().zip(&sh[t * e..(t + 1) * e]).for_each(|(a, &b)| *a += g * b);
+            y[t * e..(t + 1) * e]
+                .iter_mut()
+                .zip(&sh[t * e..(t + 1) * e])
+                .for_each(|(a, &b)| *a += g * b);
         }
     }
 }

@@ -66,9 +66,17 @@ impl Ple {
         c.push(ctx[0].unwrap_or(p.eos) as u64);
         let mut cut = false;
         for s in 1..p.ngram {
-            let tok = if cut { None } else { ctx.get(s).copied().flatten() };
+            let tok = if cut {
+                None
+            } else {
+                ctx.get(s).copied().flatten()
+            };
             cut = cut || tok.is_none() || tok == Some(p.eos);
-            c.push(if cut { p.eos as u64 } else { tok.unwrap_or(p.eos) as u64 });
+            c.push(if cut {
+                p.eos as u64
+            } else {
+                tok.unwrap_or(p.eos) as u64
+            });
         }
         let mut rows = Vec::with_capacity(p.n_heads());
         for n in 2..=p.ngram {
@@ -96,13 +104,21 @@ impl Ple {
         for t in 0..n {
             let mut ctx = vec![Some(toks[t])];
             for s in 1..p.ngram {
-                ctx.push(if t >= s { Some(toks[t - s]) } else { st.prev[p.ngram - 1 - (s - t)] });
+                ctx.push(if t >= s {
+                    Some(toks[t - s])
+                } else {
+                    st.prev[p.ngram - 1 - (s - t)]
+                });
             }
             for (i, row) in self.rows(&ctx).into_iter().enumerate() {
                 if row >= self.table.rows as u64 {
-                    return Err(format!("PLE row {row} (head {i}) outside the table of {} rows", self.table.rows));
+                    return Err(format!(
+                        "PLE row {row} (head {i}) outside the table of {} rows",
+                        self.table.rows
+                    ));
                 }
-                self.table.get_row(row as usize, &mut emb[t * e + i * dp..t * e + (i + 1) * dp]);
+                self.table
+                    .get_row(row as usize, &mut emb[t * e + i * dp..t * e + (i + 1) * dp]);
             }
         }
         for &tok in toks {
@@ -123,14 +139,30 @@ impl Ple {
                 let o = t * hce + c * e;
                 let g = &self.norm_key[c * e..(c + 1) * e];
                 rms_norm(&key[o..o + e], Some(g), self.eps, &mut kc);
-                rms_norm(&r[o..o + e], Some(&self.norm_query[c * e..(c + 1) * e]), self.eps, &mut qc);
+                rms_norm(
+                    &r[o..o + e],
+                    Some(&self.norm_query[c * e..(c + 1) * e]),
+                    self.eps,
+                    &mut qc,
+                );
                 let s = kc.iter().zip(&qc).map(|(a, b)| a * b).sum::<f32>() * inv_sqrt_e;
-                let sign = if s > 0.0 { 1.0 } else if s < 0.0 { -1.0 } else { 0.0 };
+                let sign = if s > 0.0 {
+                    1.0
+                } else if s < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                };
                 let gate = sigmoid(sign * s.abs().max(1e-6).sqrt());
                 for (gvv, &vv) in gv[o..o + e].iter_mut().zip(&val[t * e..(t + 1) * e]) {
                     *gvv = gate * vv;
                 }
-                rms_norm(&gv[o..o + e], Some(&self.norm_conv[c * e..(c + 1) * e]), self.eps, &mut nn[o..o + e]);
+                rms_norm(
+                    &gv[o..o + e],
+                    Some(&self.norm_conv[c * e..(c + 1) * e]),
+                    self.eps,
+                    &mut nn[o..o + e],
+                );
             }
         }
 

@@ -75,7 +75,10 @@ pub struct QsaCache {
 
 impl QsaCache {
     pub fn new(f16: bool) -> QsaCache {
-        QsaCache { f16, ..Default::default() }
+        QsaCache {
+            f16,
+            ..Default::default()
+        }
     }
 }
 
@@ -113,8 +116,9 @@ impl Qsa {
         // q heads (normed, roped) and gates; new K/V cells.
         let mut q = vec![0f32; n * nh * d];
         let mut gate = vec![0f32; n * nh * d];
-        let angles: Vec<RopeAngles> =
-            (0..n).map(|t| RopeAngles::new(start + t, self.n_rot, self.rope_base)).collect();
+        let angles: Vec<RopeAngles> = (0..n)
+            .map(|t| RopeAngles::new(start + t, self.n_rot, self.rope_base))
+            .collect();
         for t in 0..n {
             for h in 0..nh {
                 let src = &qf[(t * nh + h) * 2 * d..(t * nh + h) * 2 * d + 2 * d];
@@ -125,11 +129,18 @@ impl Qsa {
             }
             for h in 0..nkv {
                 let mut kh = vec![0f32; d];
-                rms_norm(&kp[(t * nkv + h) * d..(t * nkv + h + 1) * d], Some(&self.k_norm), self.eps, &mut kh);
+                rms_norm(
+                    &kp[(t * nkv + h) * d..(t * nkv + h + 1) * d],
+                    Some(&self.k_norm),
+                    self.eps,
+                    &mut kh,
+                );
                 angles[t].apply(&mut kh);
                 cache.k.extend(kh.iter().map(|&v| rnd(v)));
             }
-            cache.v.extend(vp[t * nkv * d..(t + 1) * nkv * d].iter().map(|&v| rnd(v)));
+            cache
+                .v
+                .extend(vp[t * nkv * d..(t + 1) * nkv * d].iter().map(|&v| rnd(v)));
         }
 
         // Indexer: cache raw keys, pool newly completed blocks, score per query.
@@ -143,7 +154,9 @@ impl Qsa {
                 let b = cache.blocks.len() / ix.dim;
                 let mut mean = vec![0f32; ix.dim];
                 for j in b * ix.ratio..(b + 1) * ix.ratio {
-                    mean.iter_mut().zip(&cache.kappa[j * ix.dim..(j + 1) * ix.dim]).for_each(|(m, &k)| *m += k);
+                    mean.iter_mut()
+                        .zip(&cache.kappa[j * ix.dim..(j + 1) * ix.dim])
+                        .for_each(|(m, &k)| *m += k);
                 }
                 mean.iter_mut().for_each(|m| *m /= ix.ratio as f32);
                 let mut kb = vec![0f32; ix.dim];
@@ -181,7 +194,10 @@ impl Qsa {
             let mut sc = vec![0f32; sel.len()];
             for h in 0..nh {
                 let kvh = h / group;
-                let qh: Vec<f32> = q[(t * nh + h) * d..(t * nh + h + 1) * d].iter().map(|&v| rnd(v)).collect();
+                let qh: Vec<f32> = q[(t * nh + h) * d..(t * nh + h + 1) * d]
+                    .iter()
+                    .map(|&v| rnd(v))
+                    .collect();
                 for (s, &j) in sc.iter_mut().zip(&sel) {
                     let kj = &cache.k[(j * nkv + kvh) * d..(j * nkv + kvh + 1) * d];
                     *s = qh.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
@@ -198,7 +214,9 @@ impl Qsa {
                 selections.push(sel);
             }
         }
-        attn.iter_mut().zip(&gate).for_each(|(a, &g)| *a *= sigmoid(g));
+        attn.iter_mut()
+            .zip(&gate)
+            .for_each(|(a, &g)| *a *= sigmoid(g));
         self.o.matmul(&attn, n, y);
         selections
     }
@@ -273,7 +291,13 @@ pub fn heap_select(vals: &[f32], k: usize) -> Vec<usize> {
 
 /// libstdc++ `__adjust_heap`: move the hole at `hole` down to a leaf along the preferred
 /// children, then push `value` back up towards `hole`'s original place.
-fn adjust_heap(a: &mut [usize], mut hole: usize, len: usize, value: usize, comp: &impl Fn(usize, usize) -> bool) {
+fn adjust_heap(
+    a: &mut [usize],
+    mut hole: usize,
+    len: usize,
+    value: usize,
+    comp: &impl Fn(usize, usize) -> bool,
+) {
     let top = hole;
     let mut second = hole;
     while len >= 2 && second < (len - 1) / 2 {
@@ -284,7 +308,7 @@ fn adjust_heap(a: &mut [usize], mut hole: usize, len: usize, value: usize, comp:
         a[hole] = a[second];
         hole = second;
     }
-    if len % 2 == 0 && len >= 2 && second == (len - 2) / 2 {
+    if len.is_multiple_of(2) && len >= 2 && second == (len - 2) / 2 {
         second = 2 * (second + 1);
         a[hole] = a[second - 1];
         hole = second - 1;
