@@ -237,6 +237,8 @@ fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3
         w.pc = ctx.prog.base + kd.entry;
         let mut s = 0usize;
         let mut put = |w: &mut Wave, v: u32| { if s < 106 { w.s[s] = v; } s += 1; };
+        // private segment buffer descriptor (pre-gfx11 style scratch; unused by the device)
+        if kd.properties & 1 != 0 { for _ in 0..4 { put(&mut w, 0); } }
         if kd.enable_dispatch_ptr() { put(&mut w, pkt as u32); put(&mut w, (pkt >> 32) as u32); }
         if kd.enable_queue_ptr() { put(&mut w, 0); put(&mut w, 0); }
         if kd.enable_kernarg_ptr() { put(&mut w, ka as u32); put(&mut w, (ka >> 32) as u32); }
