@@ -54,10 +54,14 @@ struct TestServer {
 }
 
 async fn start_server(engine_args: &[&str]) -> TestServer {
+    start_server_with(model_path(), engine_args).await
+}
+
+async fn start_server_with(tokenizer: PathBuf, engine_args: &[&str]) -> TestServer {
     let cfg = Resolved {
         executable: fake_engine(),
         args: engine_args.iter().map(|s| s.to_string()).collect(),
-        tokenizer: model_path(),
+        tokenizer,
         model_name: None,
         host: "127.0.0.1".into(),
         port: 0,
@@ -486,4 +490,42 @@ async fn client_disconnect_cancels_at_the_engine() {
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(t0.elapsed() < Duration::from_secs(5), "stream={stream}: queued behind an abandoned request");
     }
+}
+
+/// A byte-level BPE vocabulary (SmolLM2's, cut to 1,024 tokens) instead of Gemma's SentencePiece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bpe_tokenizer_completion_and_chat() {
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf"
+    ));
+    assert!(path.exists(), "missing {}", path.display());
+    let t = Tokenizer::from_gguf(&gguf::GgufFile::open(&path).unwrap()).unwrap();
+    let eog = t.eog_ids().iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let srv = start_server_with(path.clone(), &["--vocab", "1024", "--eog", &eog]).await;
+    let ids = |text: &str| {
+        let mut ids = t.encode(text, false, true);
+        if let Some(b) = t.bos().filter(|_| t.add_bos()) && ids.first() != Some(&b) {
+            ids.insert(0, b);
+        }
+        ids
+    };
+    let text = |ids: &[u32]| {
+        String::from_utf8(ids.iter().filter(|&&i| !t.is_control(i)).flat_map(|&i| t.token_to_bytes(i)).collect()).unwrap()
+    };
+    let prompt = "The quick brown fox jumps over the lazy dog";
+    let p = ids(prompt);
+    let n = p.len() - 1;
+    let r = post(&srv, "/v1/completions", json!({"prompt": prompt, "max_tokens": n})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["choices"][0]["text"], text(&p[1..]));
+
+    let msgs = [tokenizer::ChatMessage { role: "user".into(), content: "hello there".into() }];
+    let p = ids(&t.apply_chat_template(&msgs, true).unwrap());
+    let end = p[1..].iter().position(|&i| t.is_eog(i)).map_or(p.len(), |k| k + 1);
+    let r = post(&srv, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 200})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["message"]["content"], text(&p[1..end]));
+    assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("hello there"));
 }
