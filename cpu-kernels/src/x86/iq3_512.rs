@@ -5,9 +5,12 @@
 //! weights: four 7-bit sign fields + 4-bit scale). Instead of expanding each index to its four
 //! bytes in weight order (a gather), we keep the bytes **transposed**: `g_j[kk]` = byte j of
 //! grid entry `idx[kk]`, for j = 0..3, which is four `vpermi2b` lookups (256-byte table split
-//! in two 128-byte halves, blended on the index's top bit). The activations are transposed the
+//! in two 128-byte halves, blended on the index's top bit; see below for the code tables). The activations are transposed the
 //! same way once per call (`Acts::perm`, byte `j*64 + kk` = quant `4kk + j`), so `vpdpbusd` on
 //! (g_j, x_j) pairs weight 4kk+j with activation 4kk+j and the dot is unchanged.
+//! `vpermi2b` is the expensive instruction here (~0.5/cycle on Zen 4), so the tables hold 3-bit
+//! level codes, two per byte (`tables::iq3xxs_codes`): 4 lookups instead of 8, then `vpshufb`
+//! maps codes to the 8 magnitudes.
 //!
 //! Signs: `vpmultishiftqb` cuts the four 7-bit fields out of each word, `vpopcntb` gives each
 //! field's parity (ggml's 8th sign bit makes the count even), and `vpshufbitqmb` gathers, for
@@ -26,13 +29,18 @@ pub(crate) const READY: bool = true;
 #[inline]
 unsafe fn dot_iq3<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) -> [f32; NC] {
     let nb = k / 256;
-    let t = &super::tables::iq3xxs_byte_tables().0;
-    let mut tb = [[_mm512_setzero_si512(); 4]; 4];
-    for j in 0..4 {
-        for h in 0..4 {
-            tb[j][h] = _mm512_loadu_si512(t[j].as_ptr().add(64 * h).cast());
+    // Checked by the dispatcher (`has_avx512_iq3`); an empty table here would be a bug.
+    let Some(codes) = super::tables::iq3xxs_codes() else { return [f32::NAN; NC] };
+    let mut tb = [[_mm512_setzero_si512(); 4]; 2];
+    for h in 0..2 {
+        for q in 0..4 {
+            tb[h][q] = _mm512_loadu_si512(codes.0[h].as_ptr().add(64 * q).cast());
         }
     }
+    let mut lv = [0u8; 16];
+    lv[..8].copy_from_slice(&super::tables::IQ3_LEVELS);
+    let levels = _mm512_broadcast_i32x4(_mm_loadu_si128(lv.as_ptr().cast()));
+    let m7 = _mm512_set1_epi8(7);
     // vpshufbitqmb control: result bit (8q + r) of mask j = bit (4r + j) of qword q.
     let mut cb = [[0u8; 64]; 4];
     for (j, c) in cb.iter_mut().enumerate() {
@@ -58,10 +66,13 @@ unsafe fn dot_iq3<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) 
         let idx = _mm512_loadu_si512(p.add(2).cast());
         let hi = _mm512_movepi8_mask(idx);
         let mut g = [zero; 4];
-        for j in 0..4 {
-            let lo = _mm512_permutex2var_epi8(tb[j][0], idx, tb[j][1]);
-            let up = _mm512_permutex2var_epi8(tb[j][2], idx, tb[j][3]);
-            g[j] = _mm512_mask_blend_epi8(hi, lo, up);
+        for h in 0..2 {
+            let lo = _mm512_permutex2var_epi8(tb[h][0], idx, tb[h][1]);
+            let up = _mm512_permutex2var_epi8(tb[h][2], idx, tb[h][3]);
+            let c = _mm512_mask_blend_epi8(hi, lo, up);
+            // Two 3-bit level codes per byte → the two magnitudes (vpshufb on 8 levels).
+            g[2 * h] = _mm512_shuffle_epi8(levels, _mm512_and_si512(c, m7));
+            g[2 * h + 1] = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(c, 3), m7));
         }
         let aux = _mm256_loadu_si256(p.add(66).cast());
         let s7 = _mm512_and_si512(_mm512_multishift_epi64_epi8(ms, _mm512_cvtepu32_epi64(aux)), m7f);
@@ -82,12 +93,15 @@ unsafe fn dot_iq3<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) 
         for c in 0..NC {
             let col = c0 + c;
             let x = a.perm.as_ptr().add(col * k + 256 * i);
-            let mut s = zero;
+            // Two dot chains instead of one: the per-super-block dependency chain is what
+            // limits how many super-blocks the out-of-order core overlaps.
+            let mut sp = [zero; 2];
             for j in 0..4 {
                 let xj = _mm512_loadu_si512(x.add(64 * j).cast());
                 let sx = _mm512_mask_sub_epi8(xj, neg[j], zero, xj);
-                s = _mm512_dpbusd_epi32(s, g[j], sx);
+                sp[j & 1] = _mm512_dpbusd_epi32(sp[j & 1], g[j], sx);
             }
+            let s = _mm512_add_epi32(sp[0], sp[1]);
             let t = _mm512_cvtepi32_ps(_mm512_mullo_epi32(s, ls));
             let da = *a.d.get_unchecked(col * nb + i);
             acc[c] = _mm512_fmadd_ps(t, _mm512_set1_ps(d * da), acc[c]);

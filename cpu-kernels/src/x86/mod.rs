@@ -47,7 +47,12 @@ pub(crate) fn has_avx512() -> bool {
 /// VBMI (vpermi2b, vpmultishiftqb) + BITALG (vpopcntb, vpshufbitqmb) for the IQ3_XXS kernel.
 pub(crate) fn has_avx512_iq3() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512vbmi") && is_x86_feature_detected!("avx512bitalg"))
+    *F.get_or_init(|| {
+        has_avx512()
+            && is_x86_feature_detected!("avx512vbmi")
+            && is_x86_feature_detected!("avx512bitalg")
+            && tables::iq3xxs_codes().is_some()
+    })
 }
 
 #[macro_use]

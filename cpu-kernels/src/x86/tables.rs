@@ -12,20 +12,28 @@ pub(crate) fn iq3xxs_grid() -> &'static [u32; 256] {
     &quant::iq3_xxs::IQ3XXS_GRID
 }
 
-/// The IQ3_XXS grid transposed by byte for `vpermi2b`: `[j][idx]` = byte j of entry idx,
-/// 4 tables of 256 bytes (each is two 128-byte halves = 4 zmm registers).
-#[repr(C, align(64))]
-pub(crate) struct Iq3ByteTables(pub [[u8; 256]; 4]);
+/// The eight magnitudes an IQ3_XXS grid byte can take.
+pub(crate) const IQ3_LEVELS: [u8; 8] = [4, 12, 20, 28, 36, 44, 52, 62];
 
-pub(crate) fn iq3xxs_byte_tables() -> &'static Iq3ByteTables {
-    static T: OnceLock<Iq3ByteTables> = OnceLock::new();
+/// The IQ3_XXS grid as two 256-byte tables of 3-bit level codes, for `vpermi2b`:
+/// `codes[h][idx] = code(byte 2h of entry idx) | code(byte 2h+1) << 3`, where code(v) is v's
+/// index in [`IQ3_LEVELS`]. Two lookups (instead of four) give all 4 bytes of 64 entries.
+#[repr(C, align(64))]
+pub(crate) struct Iq3Codes(pub [[u8; 256]; 2]);
+
+/// `None` if some grid byte is not one of [`IQ3_LEVELS`] (then the kernel is not used).
+pub(crate) fn iq3xxs_codes() -> Option<&'static Iq3Codes> {
+    static T: OnceLock<Option<Iq3Codes>> = OnceLock::new();
     T.get_or_init(|| {
-        let mut t = Iq3ByteTables([[0; 256]; 4]);
+        let mut t = Iq3Codes([[0; 256]; 2]);
+        let code = |v: u8| IQ3_LEVELS.iter().position(|&l| l == v).map(|c| c as u8);
         for (idx, &g) in quant::iq3_xxs::IQ3XXS_GRID.iter().enumerate() {
-            for (j, b) in g.to_le_bytes().into_iter().enumerate() {
-                t.0[j][idx] = b;
+            let b = g.to_le_bytes();
+            for h in 0..2 {
+                t.0[h][idx] = code(b[2 * h])? | (code(b[2 * h + 1])? << 3);
             }
         }
-        t
+        Some(t)
     })
+    .as_ref()
 }
