@@ -35,7 +35,8 @@ pub struct ServerConfig {
     #[command(flatten)]
     pub engine: EngineCommand,
     /// GGUF file whose tokenizer the server uses (normally the model the engine runs; only its
-    /// metadata is read). Default: the first `*.gguf` among the engine arguments.
+    /// metadata is read). Default: the first `*.gguf` among the engine arguments, else the
+    /// engine's default model (`$STRATA_MODEL`, or Gemma 3 270M in the model cache).
     #[arg(long, value_name = "GGUF")]
     pub tokenizer: Option<PathBuf>,
     /// Model name reported by `/v1/models` and in responses (default: the engine's model name).
@@ -103,8 +104,8 @@ impl ServerConfig {
         }
         let tokenizer = match self.tokenizer.clone().or(file.tokenizer) {
             Some(t) => t,
-            None => match args.iter().find(|a| a.ends_with(".gguf")) {
-                Some(a) => PathBuf::from(a),
+            None => match args.iter().find(|a| a.ends_with(".gguf")).map(PathBuf::from).or_else(default_model) {
+                Some(p) => p,
                 None => bail!("no tokenizer: set \"tokenizer\" (a GGUF file) in the config or pass --tokenizer"),
             },
         };
@@ -118,6 +119,19 @@ impl ServerConfig {
             startup_timeout: Duration::from_secs(self.startup_timeout.or(file.startup_timeout).unwrap_or(600)),
         })
     }
+}
+
+/// The model the engine loads when given no `-m`: `$STRATA_MODEL`, else the default Gemma 3
+/// file in `$STRATA_MODEL_DIR` (or `~/.cache/strata/models`), if it exists.
+fn default_model() -> Option<PathBuf> {
+    if let Some(m) = std::env::var_os("STRATA_MODEL") {
+        return Some(PathBuf::from(m));
+    }
+    let dir = match std::env::var_os("STRATA_MODEL_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/strata/models"),
+    };
+    Some(dir.join("gemma-3-270m-q4_k_m.gguf")).filter(|p| p.exists())
 }
 
 #[cfg(test)]
@@ -149,6 +163,8 @@ mod tests {
     fn serve_flag_in_args_and_missing_tokenizer_are_errors() {
         let c = ServerConfig { engine: EngineCommand { executable: None, args: Some(vec!["--serve".into()]) }, ..Default::default() };
         assert!(c.resolve().unwrap_err().to_string().contains("--serve"));
-        assert!(ServerConfig::default().resolve().unwrap_err().to_string().contains("tokenizer"));
+        if default_model().is_none() {
+            assert!(ServerConfig::default().resolve().unwrap_err().to_string().contains("tokenizer"));
+        }
     }
 }

@@ -55,6 +55,16 @@ pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// [`run_server`] on its own tokio runtime, for callers without one (the `strata` CLI).
+pub fn run_server_blocking(cfg: ServerConfig) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the tokio runtime: {e}"))?
+        .block_on(run_server(cfg))
+}
+
 /// Tokenizer + engine supervisor for a resolved config (the engine starts in the background).
 pub fn build_state(cfg: &Resolved) -> anyhow::Result<Arc<AppState>> {
     let gguf = gguf::GgufFile::open(&cfg.tokenizer)

@@ -15,5 +15,5 @@ pub mod protocol;
 pub mod text;
 
 pub use config::{EngineCommand, ServerConfig};
-pub use http::run_server;
+pub use http::{run_server, run_server_blocking};
 pub use protocol::{FinishReason, GenerateRequest, ModelInfo, SamplingParams, TokenEngine, serve_loop};
