@@ -16,7 +16,6 @@ use rayon::prelude::*;
 pub(crate) struct Acts {
     pub ty: GgmlType,
     pub n: usize,
-    pub k: usize,
     /// `quant::quantize_row` bytes, `raw_row` per column (the portable path uses these).
     pub raw: Vec<u8>,
     pub raw_row: usize,
@@ -44,7 +43,6 @@ impl Acts {
         let mut a = Acts {
             ty,
             n,
-            k,
             raw: Vec::new(),
             raw_row,
             qs: Vec::new(),

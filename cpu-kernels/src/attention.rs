@@ -7,6 +7,7 @@
 //! optional additive mask/bias, softmax over p, `out = sum_p softmax(s)_p * v_p`.
 
 use crate::{ops, KernelError};
+use rayon::prelude::*;
 
 /// Rows of a K or V cache for one head: row `p` (cached position p) starts at `p * stride`
 /// elements and holds `head_dim` values (`head_dim = q.len()`).
@@ -160,4 +161,85 @@ pub fn attention_one(
         }
     }
     Ok(())
+}
+
+/// Causal attention of `n_q` consecutive query positions of one head (prompt processing).
+///
+/// Query i (row `i` of `q`, `q_stride` elements apart, length `head_dim`) sits at cache
+/// position `pos0 + i` and attends positions `lo..=pos0 + i`, where `lo = pos + 1 - window`
+/// with a sliding window (`Some(window)`, Gemma's local layers) or 0. `k`/`v` must hold at
+/// least `pos0 + n_q` rows. Output row i goes to `out[i * out_stride..][..head_dim]`.
+/// Queries are spread over rayon in groups of 8; `params.mask` must be `None` (the causal and
+/// window masks are implied).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_causal(
+    q: &[f32],
+    q_stride: usize,
+    head_dim: usize,
+    n_q: usize,
+    pos0: usize,
+    k: &KvRows,
+    v: &KvRows,
+    params: &AttnParams,
+    window: Option<usize>,
+    out: &mut [f32],
+    out_stride: usize,
+) -> Result<(), KernelError> {
+    if n_q == 0 {
+        return Ok(());
+    }
+    if params.mask.is_some() {
+        return Err(KernelError::Shape { what: "attention_causal mask (must be None)", expected: 0, got: 1 });
+    }
+    let need_q = (n_q - 1) * q_stride + head_dim;
+    if q.len() < need_q {
+        return Err(KernelError::Shape { what: "attention_causal queries", expected: need_q, got: q.len() });
+    }
+    let need_o = (n_q - 1) * out_stride + head_dim;
+    if out.len() < need_o || out_stride < head_dim {
+        return Err(KernelError::Shape { what: "attention_causal out", expected: need_o, got: out.len() });
+    }
+    k.check(pos0 + n_q, head_dim, "attention keys")?;
+    v.check(pos0 + n_q, head_dim, "attention values")?;
+    const GROUP: usize = 8;
+    let run = |(g, chunk): (usize, &mut [f32])| {
+        let mut scores = Vec::new();
+        let mut tmp = vec![0f32; head_dim];
+        for j in 0..GROUP {
+            let i = g * GROUP + j;
+            if i >= n_q || j * out_stride >= chunk.len() {
+                break;
+            }
+            let pos = pos0 + i;
+            let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w.max(1)));
+            let qi = &q[i * q_stride..i * q_stride + head_dim];
+            let (ks, vs) = (k.skip(lo), v.skip(lo));
+            // Shapes were checked above, so this cannot fail.
+            let _ = attention_one(qi, &ks, &vs, pos + 1 - lo, params, &mut scores, &mut tmp);
+            chunk[j * out_stride..j * out_stride + head_dim].copy_from_slice(&tmp);
+        }
+    };
+    let work = n_q * (pos0 + n_q) * head_dim;
+    if work < (1 << 20) {
+        out.chunks_mut(GROUP * out_stride).enumerate().for_each(run);
+    } else {
+        out.par_chunks_mut(GROUP * out_stride).enumerate().for_each(run);
+    }
+    Ok(())
+}
+
+impl<'a> KvRows<'a> {
+    /// The same rows starting at position `p`.
+    fn skip(&self, p: usize) -> KvRows<'a> {
+        match *self {
+            KvRows::F32 { data, stride } => KvRows::F32 { data: &data[(p * stride).min(data.len())..], stride },
+            KvRows::F16 { data, stride } => KvRows::F16 { data: &data[(p * stride).min(data.len())..], stride },
+            KvRows::I8 { data, scales, stride, scale_stride } => KvRows::I8 {
+                data: &data[(p * stride).min(data.len())..],
+                scales: &scales[(p * scale_stride).min(scales.len())..],
+                stride,
+                scale_stride,
+            },
+        }
+    }
 }

@@ -29,20 +29,33 @@ pub(crate) fn axpy_f16(w: f32, row: &[u16], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot_f32_f16_avx2(q: &[f32], row: &[u16]) -> f32 {
     let n = q.len().min(row.len());
-    let mut acc = _mm256_setzero_ps();
+    // Four independent FMA chains: one chain would be bound by the 4-cycle FMA latency.
+    let mut acc = [_mm256_setzero_ps(); 4];
     let mut i = 0;
+    while i + 32 <= n {
+        for (j, a) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 32 <= n bounds both slices; loadu has no alignment requirement.
+            unsafe {
+                let h = _mm_loadu_si128(row.as_ptr().add(i + 8 * j).cast());
+                let x = _mm256_loadu_ps(q.as_ptr().add(i + 8 * j));
+                *a = _mm256_fmadd_ps(x, _mm256_cvtph_ps(h), *a);
+            }
+        }
+        i += 32;
+    }
     while i + 8 <= n {
-        // SAFETY: i + 8 <= n bounds both slices; loadu has no alignment requirement.
+        // SAFETY: i + 8 <= n bounds both slices.
         unsafe {
             let h = _mm_loadu_si128(row.as_ptr().add(i).cast());
-            let a = _mm256_loadu_ps(q.as_ptr().add(i));
-            acc = _mm256_fmadd_ps(a, _mm256_cvtph_ps(h), acc);
+            let x = _mm256_loadu_ps(q.as_ptr().add(i));
+            acc[0] = _mm256_fmadd_ps(x, _mm256_cvtph_ps(h), acc[0]);
         }
         i += 8;
     }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     let mut t = [0f32; 8];
     // SAFETY: t holds 8 f32.
-    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), acc) };
+    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), sum) };
     let mut s: f32 = t.iter().sum();
     for j in i..n {
         s += q[j] * quant::f16_to_f32(row[j]);

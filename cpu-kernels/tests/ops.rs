@@ -203,3 +203,30 @@ fn attention_all_storage_types() {
     let r = attention_one(&[0.0; 4], &KvRows::F32 { data: &k, stride: 4 }, &KvRows::F32 { data: &k, stride: 4 }, 2, &AttnParams { scale: 1.0, softcap: None, mask: None }, &mut scores, &mut out);
     assert!(r.is_err());
 }
+
+#[test]
+fn attention_causal_matches_f64() {
+    let mut rng = Rng::new(9);
+    for (hd, n_q, pos0, window, stride) in [(64usize, 20usize, 0usize, None, 64usize), (256, 37, 5, Some(16usize), 256), (32, 9, 100, Some(1000), 96)] {
+        let total = pos0 + n_q;
+        let q_stride = hd + 3;
+        let q = rng.vec(n_q * q_stride);
+        let kf = rng.vec(total * stride);
+        let vf = rng.vec(total * stride);
+        let kh: Vec<u16> = kf.iter().map(|&x| quant::f32_to_f16(x)).collect();
+        let vh: Vec<u16> = vf.iter().map(|&x| quant::f32_to_f16(x)).collect();
+        let back = |h: &[u16]| -> Vec<f32> { h.iter().map(|&x| quant::f16_to_f32(x)).collect() };
+        let (kb, vb) = (back(&kh), back(&vh));
+        let params = AttnParams { scale: 0.125, softcap: Some(30.0), mask: None };
+        let out_stride = hd + 1;
+        let mut out = vec![f32::NAN; n_q * out_stride];
+        attention_causal(&q, q_stride, hd, n_q, pos0, &KvRows::F16 { data: &kh, stride }, &KvRows::F16 { data: &vh, stride }, &params, window, &mut out, out_stride).unwrap();
+        for i in 0..n_q {
+            let pos = pos0 + i;
+            let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let rows = |d: &[f32]| -> Vec<Vec<f64>> { (lo..=pos).map(|p| f64v(&d[p * stride..p * stride + hd])).collect() };
+            let want = attn_ref(&q[i * q_stride..i * q_stride + hd], &rows(&kb), &rows(&vb), 0.125, Some(30.0), None);
+            assert_close(&format!("causal hd={hd} i={i} window={window:?}"), &out[i * out_stride..i * out_stride + hd], &want, 1e-5);
+        }
+    }
+}
