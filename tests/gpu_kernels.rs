@@ -94,6 +94,10 @@ fn isa_uses_dot4_dpp_and_no_scratch() {
             assert!(add_part.contains("add_f32") && !add_part.contains("fma"), "{arch}: quantize_q8_k contracts the scale product: {l}");
         }
         assert!(q8k.contains("mul_f32"), "{arch}: quantize_q8_k has no v_mul_f32");
+        // f32 -> f16 must stay "round to f32, then to f16" (no v_fma_mix folding, see arch::fp_fence).
+        for name in abi::all_kernels().filter(|n| n.ends_with("_f16") || *n == abi::QUANTIZE_Q8_1) {
+            assert!(!kernel_text(&dis, name).contains("fma_mix"), "{arch} {name}: f16 conversion fused into v_fma_mix");
+        }
     }
 }
 

@@ -16,6 +16,8 @@ unsafe extern "unadjusted" {
     fn llvm_sdot4(a: i32, b: i32, c: i32, clamp: bool) -> i32;
     #[link_name = "llvm.amdgcn.sudot4"]
     fn llvm_sudot4(a_signed: bool, a: i32, b_signed: bool, b: i32, c: i32, clamp: bool) -> i32;
+    #[link_name = "llvm.arithmetic.fence.f32"]
+    fn llvm_arithmetic_fence_f32(x: f32) -> f32;
 }
 
 unsafe extern "C" {
@@ -230,6 +232,16 @@ impl Lds {
 #[inline(always)]
 pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     core::intrinsics::fmaf32(a, b, c)
+}
+
+/// Returns `x` unchanged but stops LLVM from fusing the operation that produced it with the
+/// one that consumes it. Needed before f32 -> f16 conversions: LLVM folds
+/// `fptrunc(a * b [+ c])` into `v_fma_mix*_f16`, which rounds once (the reference rounds to f32
+/// first, then to f16) and turns `-0.0` products into `+0.0` (it adds +0).
+#[inline(always)]
+pub fn fp_fence(x: f32) -> f32 {
+    // SAFETY: a pure value-preserving intrinsic (no code is emitted for it).
+    unsafe { llvm_arithmetic_fence_f32(x) }
 }
 
 /// Round half away from zero (C `roundf`), as ggml's reference quantizers use.

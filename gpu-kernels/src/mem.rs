@@ -100,7 +100,8 @@ pub unsafe fn st_f32x4_aligned(p: *mut f32, v: [f32; 4]) {
     unsafe { (p as *mut A).write(A(v)) }
 }
 /// f32 → f16 bits, round to nearest even (`v_cvt_f16_f32`), as ggml's `GGML_FP32_TO_FP16`.
+/// `x` is fenced so that the f32 rounding of the expression that produced it is kept.
 #[inline(always)]
 pub fn f32_to_f16(x: f32) -> u16 {
-    (x as f16).to_bits()
+    (crate::arch::fp_fence(x) as f16).to_bits()
 }
