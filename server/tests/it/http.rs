@@ -529,3 +529,15 @@ async fn bpe_tokenizer_completion_and_chat() {
     assert_eq!(v["choices"][0]["message"]["content"], text(&p[1..end]));
     assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("hello there"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_wait_for_a_loading_engine() {
+    let srv = start_server(&["--hello-delay-ms", "1500"]).await;
+    let h = request(srv.addr, "GET", "/health", None).await;
+    assert_eq!(h.status, 503, "{}", h.body);
+    assert_eq!(h.json()["status"], "loading");
+    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 3})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["choices"][0]["text"], text_of(&echo(&prompt_ids(PROMPT), 3).0));
+    assert_eq!(request(srv.addr, "GET", "/health", None).await.status, 200);
+}
