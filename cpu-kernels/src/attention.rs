@@ -202,8 +202,23 @@ pub fn attention_causal(
     k.check(pos0 + n_q, head_dim, "attention keys")?;
     v.check(pos0 + n_q, head_dim, "attention values")?;
     const GROUP: usize = 8;
+    #[cfg(target_arch = "x86_64")]
+    let blocked = head_dim % 8 == 0 && head_dim > 0 && crate::x86::has_avx2();
     let run = |(g, chunk): (usize, &mut [f32])| {
         let mut scores = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        if blocked {
+            let first = g * GROUP;
+            let nq = GROUP.min(n_q - first);
+            let qs: Vec<&[f32]> = (first..first + nq).map(|i| &q[i * q_stride..i * q_stride + head_dim]).collect();
+            let hi: Vec<usize> = (first..first + nq).map(|i| pos0 + i).collect();
+            let lo: Vec<usize> = hi.iter().map(|&p| window.map_or(0, |w| (p + 1).saturating_sub(w.max(1)))).collect();
+            let mut outs: Vec<&mut [f32]> = chunk.chunks_mut(out_stride).take(nq).map(|r| &mut r[..head_dim]).collect();
+            // SAFETY: AVX2/FMA/F16C checked (`blocked`), head_dim % 8 == 0, every query and
+            // output row has head_dim values, and k/v were checked to hold pos0 + n_q rows.
+            unsafe { crate::attn_block::attend_block(&qs, &lo, &hi, head_dim, k, v, params, &mut scores, &mut outs) };
+            return;
+        }
         let mut tmp = vec![0f32; head_dim];
         for j in 0..GROUP {
             let i = g * GROUP + j;

@@ -18,6 +18,8 @@
 //! `*_with(Path, ..)` variants force one implementation (tests and benchmarks).
 
 mod acts;
+#[cfg(target_arch = "x86_64")]
+mod attn_block;
 mod attention;
 pub(crate) mod float;
 mod matmul;

@@ -207,7 +207,7 @@ fn attention_all_storage_types() {
 #[test]
 fn attention_causal_matches_f64() {
     let mut rng = Rng::new(9);
-    for (hd, n_q, pos0, window, stride) in [(64usize, 20usize, 0usize, None, 64usize), (256, 37, 5, Some(16usize), 256), (32, 9, 100, Some(1000), 96)] {
+    for (hd, n_q, pos0, window, stride) in [(64usize, 20usize, 0usize, None, 64usize), (256, 37, 5, Some(16usize), 256), (32, 9, 100, Some(1000), 96), (12, 11, 3, None, 12)] {
         let total = pos0 + n_q;
         let q_stride = hd + 3;
         let q = rng.vec(n_q * q_stride);
