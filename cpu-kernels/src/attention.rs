@@ -258,3 +258,71 @@ impl<'a> KvRows<'a> {
         }
     }
 }
+
+/// Decode-time grouped-query attention: `n_q` query heads (rows of `q`, `q_stride` apart) that
+/// share one KV head, all at the newest position `n_kv - 1`, attending positions
+/// `n_kv - window..n_kv` (`window: None` = all). Equivalent to [`attention_one`] per head (with
+/// no mask), but with AVX2 every K/V row is read once for up to 8 heads.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_shared_kv(
+    q: &[f32],
+    q_stride: usize,
+    head_dim: usize,
+    n_q: usize,
+    n_kv: usize,
+    k: &KvRows,
+    v: &KvRows,
+    params: &AttnParams,
+    window: Option<usize>,
+    out: &mut [f32],
+    out_stride: usize,
+) -> Result<(), KernelError> {
+    if n_q == 0 {
+        return Ok(());
+    }
+    if params.mask.is_some() {
+        return Err(KernelError::Shape { what: "attention_shared_kv mask (must be None)", expected: 0, got: 1 });
+    }
+    let need_q = (n_q - 1) * q_stride + head_dim;
+    if q.len() < need_q {
+        return Err(KernelError::Shape { what: "attention_shared_kv queries", expected: need_q, got: q.len() });
+    }
+    let need_o = (n_q - 1) * out_stride + head_dim;
+    if out.len() < need_o || out_stride < head_dim {
+        return Err(KernelError::Shape { what: "attention_shared_kv out", expected: need_o, got: out.len() });
+    }
+    k.check(n_kv, head_dim, "attention keys")?;
+    v.check(n_kv, head_dim, "attention values")?;
+    if n_kv == 0 {
+        for i in 0..n_q {
+            out[i * out_stride..i * out_stride + head_dim].iter_mut().for_each(|o| *o = 0.0);
+        }
+        return Ok(());
+    }
+    let lo = window.map_or(0, |w| n_kv.saturating_sub(w.max(1)));
+    let mut scores = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    if head_dim % 8 == 0 && crate::x86::has_avx2() {
+        let mut first = 0;
+        while first < n_q {
+            let nq = crate::attn_block::G.min(n_q - first);
+            let qs: Vec<&[f32]> = (first..first + nq).map(|i| &q[i * q_stride..i * q_stride + head_dim]).collect();
+            let los = vec![lo; nq];
+            let his = vec![n_kv - 1; nq];
+            let mut outs: Vec<&mut [f32]> =
+                out[first * out_stride..].chunks_mut(out_stride).take(nq).map(|r| &mut r[..head_dim]).collect();
+            // SAFETY: AVX2/FMA/F16C checked, head_dim % 8 == 0, rows of head_dim values, and
+            // k/v hold n_kv rows (checked above).
+            unsafe { crate::attn_block::attend_block(&qs, &los, &his, head_dim, k, v, params, &mut scores, &mut outs) };
+            first += nq;
+        }
+        return Ok(());
+    }
+    let mut tmp = vec![0f32; head_dim];
+    for i in 0..n_q {
+        let (ks, vs) = (k.skip(lo), v.skip(lo));
+        attention_one(&q[i * q_stride..i * q_stride + head_dim], &ks, &vs, n_kv - lo, params, &mut scores, &mut tmp)?;
+        out[i * out_stride..i * out_stride + head_dim].copy_from_slice(&tmp);
+    }
+    Ok(())
+}

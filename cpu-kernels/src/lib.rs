@@ -28,7 +28,7 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use attention::{attention_causal, attention_one, AttnParams, KvRows};
+pub use attention::{attention_causal, attention_one, attention_shared_kv, AttnParams, KvRows};
 pub use matmul::{
     get_row, matmul, matvec, try_get_row, try_matmul, try_matmul_with, try_matvec, try_matvec_with,
 };

@@ -230,3 +230,36 @@ fn attention_causal_matches_f64() {
         }
     }
 }
+
+#[test]
+fn attention_shared_kv_matches_f64() {
+    let mut rng = Rng::new(10);
+    for (hd, n_q, n_kv, window) in [(256usize, 4usize, 300usize, None), (64, 11, 40, Some(7usize)), (12, 3, 5, None), (16, 2, 1, None)] {
+        let q = rng.vec(n_q * hd);
+        let kf = rng.vec(n_kv * hd);
+        let vf = rng.vec(n_kv * hd);
+        let (kq, ks): (Vec<i8>, Vec<f32>) = {
+            let mut qv = vec![0i8; kf.len()];
+            let mut sc = vec![0f32; n_kv];
+            for p in 0..n_kv {
+                let r = &kf[p * hd..(p + 1) * hd];
+                sc[p] = r.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+                for i in 0..hd {
+                    qv[p * hd + i] = (r[i] / sc[p]).round() as i8;
+                }
+            }
+            (qv, sc)
+        };
+        let params = AttnParams { scale: 0.2, softcap: None, mask: None };
+        let mut out = vec![f32::NAN; n_q * hd];
+        let kr = KvRows::I8 { data: &kq, scales: &ks, stride: hd, scale_stride: 1 };
+        attention_shared_kv(&q, hd, hd, n_q, n_kv, &kr, &KvRows::F32 { data: &vf, stride: hd }, &params, window, &mut out, hd).unwrap();
+        let lo = window.map_or(0, |w| n_kv.saturating_sub(w));
+        let krows: Vec<Vec<f64>> = (lo..n_kv).map(|p| (0..hd).map(|i| kq[p * hd + i] as f64 * ks[p] as f64).collect()).collect();
+        let vrows: Vec<Vec<f64>> = (lo..n_kv).map(|p| f64v(&vf[p * hd..(p + 1) * hd])).collect();
+        for h in 0..n_q {
+            let want = attn_ref(&q[h * hd..(h + 1) * hd], &krows, &vrows, 0.2, None, None);
+            assert_close(&format!("shared_kv hd={hd} head={h}"), &out[h * hd..(h + 1) * hd], &want, 1e-5);
+        }
+    }
+}
