@@ -297,7 +297,7 @@ pub fn text(i: &Inst, _pc: u64) -> String {
                 _ => if i.flags & 8 != 0 { operand(src::VGPR0 + i.src[0], 1, 0, false, false) } else { "off".into() },
             };
             if !addtid { ops.push(addr); }
-            if store { ops.push(operand(src::VGPR0 + i.src[1], i.shape[2].max(i.shape[1] & 0), 0, false, false)); }
+            if store { ops.push(operand(src::VGPR0 + i.src[1], i.shape[2], 0, false, false)); }
             if i.fam != Fam::Flat { ops.push(if off { "off".into() } else { sreg(i.saddr, if i.fam == Fam::Global { 2 } else { 1 }) }); }
             let mut s = format!("{name} {}", ops.join(", "));
             if i.imm != 0 { s += &format!(" offset:{}", i.imm); }

@@ -159,15 +159,6 @@ pub fn fract(x: f32) -> f32 {
     (x - x.floor()).min(f32::from_bits(0x3f7f_ffff))
 }
 
-/// v_cmp_class mask bits: 0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denorm, 5 -0, 6 +0, 7 +denorm,
-/// 8 +normal, 9 +inf.
-pub fn class_bit(x: f64, is_snan: bool) -> u32 {
-    if x.is_nan() { return if is_snan { 0 } else { 1 }; }
-    let neg = x.is_sign_negative();
-    let k = if x.is_infinite() { 2 } else if x == 0.0 { 5 } else if x.is_subnormal() { 4 } else { 3 };
-    if neg { k } else { 11 - k - if k == 2 { 0 } else { 0 } }
-}
-
 /// Lane-wise fused multiply-add. `f32::mul_add` is a libm call unless the CPU's FMA unit is
 /// enabled at compile time, so use it through a runtime-detected `target_feature` path.
 pub fn fma_lanes(a: &[f32; 32], b: &[f32; 32], c: &[f32; 32]) -> [f32; 32] {

@@ -5,6 +5,10 @@
 //! memory and [`Device::launch`] runs a kernel grid. Instructions are decoded once per module
 //! ([`decode`]) into a compact program indexed by PC and executed 32 lanes at a time
 //! ([`exec`]). Every memory access is bounds-checked. See docs/emulator.md.
+// Lane loops index several per-lane arrays by the lane number, and lane-mask tests are written
+// `mask >> lane & 1` throughout: both read better than the iterator/parenthesised forms.
+#![allow(clippy::needless_range_loop, clippy::precedence, clippy::precedence_bits)]
+
 #[allow(dead_code)]
 mod decode;
 mod device;

@@ -169,7 +169,7 @@ pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
     }
     match w0 >> 28 {
         0xb => return scalar::sopk(w0, &w),
-        0x8 | 0x9 | 0xa => return scalar::sop2(w0, &w),
+        0x8..=0xa => return scalar::sop2(w0, &w),
         _ => {}
     }
     match w0 >> 26 {
@@ -193,4 +193,4 @@ pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
 }
 
 /// Length-in-dwords helper for sources that may carry a literal.
-pub(crate) fn uses_literal(src: &[u16]) -> bool { src.iter().any(|&s| s == src::LITERAL) }
+pub(crate) fn uses_literal(src: &[u16]) -> bool { src.contains(&src::LITERAL) }

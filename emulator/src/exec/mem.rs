@@ -148,7 +148,8 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
         }
         d::DS_BPERMUTE_B32 | d::DS_PERMUTE_B32 => {
             let s = w.v[d0];
-            let mut r = if i.op == d::DS_PERMUTE_B32 { [0u32; 32] } else { [0u32; 32] };
+            // lanes nobody writes to (permute) or inactive lanes (bpermute) end up 0
+            let mut r = [0u32; 32];
             for l in 0..32 {
                 if exec >> l & 1 == 0 { continue; }
                 let t = ((addr[l] as u64 + off) / 4 % 32) as usize;
