@@ -197,3 +197,21 @@ fn f64_ops() {
     let Some(out) = run("v_cvt_i32_f64 v5, v[2:3]", &i) else { return };
     for l in 0..32 { assert_eq!(out[l] as i32, vals[l] as i32, "cvt lane {l}"); }
 }
+
+#[test]
+fn f32_denormal_modes() {
+    // 1e-39 is an f32 denormal: kept in mode 3, flushed (inputs and outputs) in mode 0
+    let i = abc(|_| f(1e-39), |_| f(2.0), |_| 0);
+    let body = format!("{PROLOGUE} v_mul_f32 v5, v2, v3{EPILOGUE}");
+    let Some(elf) = assemble_raw(&body, "", 0) else { return };
+    let (out, _) = run_elf(&elf, &i, 32, 32, 0).unwrap();
+    assert_eq!(ff(out[0]), 2e-39);
+    let Some(elf) = assemble_raw(&body, "  .amdhsa_float_denorm_mode_32 0", 0) else { return };
+    let (out, _) = run_elf(&elf, &i, 32, 32, 0).unwrap();
+    assert_eq!(out[0], 0);
+    // s_denorm_mode switches at run time
+    let body = format!("{PROLOGUE} s_denorm_mode 0xf\n v_mul_f32 v5, v2, v3{EPILOGUE}");
+    let Some(elf) = assemble_raw(&body, "  .amdhsa_float_denorm_mode_32 0", 0) else { return };
+    let (out, _) = run_elf(&elf, &i, 32, 32, 0).unwrap();
+    assert_eq!(ff(out[0]), 2e-39);
+}

@@ -37,6 +37,8 @@ pub fn assemble_with_args(body: &str, extra_directives: &str, lds: u32, args: &s
         eprintln!("\n*** SKIPPED: llvm-mc-22 not found; install llvm-22 and lld-22 to run the ISA tests ***\n");
         return None;
     }
+    // default: keep f32/f16 denormals (like Rust kernels); a test may ask for flushing
+    let denorm = if extra_directives.contains("denorm_mode") { "" } else { "  .amdhsa_float_denorm_mode_32 3\n  .amdhsa_float_denorm_mode_16_64 3" };
     let src = format!(r#"
 .amdgcn_target "amdgcn-amd-amdhsa--gfx1100"
 .text
@@ -53,8 +55,7 @@ k:
   .amdhsa_next_free_sgpr 64
   .amdhsa_wavefront_size32 1
   .amdhsa_group_segment_fixed_size {lds}
-  .amdhsa_float_denorm_mode_32 3
-  .amdhsa_float_denorm_mode_16_64 3
+{denorm}
 {extra_directives}
 .end_amdhsa_kernel
 .amdgpu_metadata
