@@ -34,12 +34,11 @@ fn hsum256(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// i16 lane L of the result = table[idx(L)] where idx(L) = `lo` for L < 16 else `hi`.
+/// `vpermw` index: i16 lanes 0..16 take element `lo`, lanes 16..32 element `hi`.
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
 #[inline]
-fn pick2(t16: __m512i, lo: i16, hi: i16) -> __m512i {
-    let idx = _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
-    _mm512_permutexvar_epi16(idx, t16)
+fn idx2(lo: i16, hi: i16) -> __m512i {
+    _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
@@ -48,6 +47,8 @@ unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
     let nb = k / 256;
     let m4 = _mm512_set1_epi8(0x0F);
     let dup = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    // Scale of each i16 lane of the four maddubs results (sub-blocks 0|2, 1|3, 4|6, 5|7).
+    let sidx = [idx2(0, 2), idx2(1, 3), idx2(4, 6), idx2(5, 7)];
     let mut acc = [_mm512_setzero_ps(); NC];
     let mut accm = [_mm256_setzero_ps(); NC];
     for i in 0..nb {
@@ -56,7 +57,7 @@ unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
         let scmn = _mm_set_epi64x(mn as i64, sc as i64);
         let sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(scmn));
         let mins16 = _mm256_permutexvar_epi16(dup, _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(scmn, scmn)));
-        let s = [pick2(sc16, 0, 2), pick2(sc16, 1, 3), pick2(sc16, 4, 6), pick2(sc16, 5, 7)];
+        let s = sidx.map(|ix| _mm512_permutexvar_epi16(ix, sc16));
         let v0 = _mm512_loadu_si512(p.add(16).cast());
         let v1 = _mm512_loadu_si512(p.add(80).cast());
         let q = [
@@ -103,6 +104,8 @@ unsafe fn dot_q6_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
         *v = (l / 8) as i16;
     }
     let group8 = _mm512_loadu_si512(g8.as_ptr().cast());
+    // i16 lane L of vector t (0..4) belongs to 16-weight group 4t + L/8.
+    let gidx: [__m512i; 4] = core::array::from_fn(|t| _mm512_add_epi16(group8, _mm512_set1_epi16(4 * t as i16)));
     let mut acc = [_mm512_setzero_ps(); NC];
     for i in 0..nb {
         let p = w.add(i * 210);
@@ -120,9 +123,8 @@ unsafe fn dot_q6_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
             q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hh);
             // 16-weight groups: vector 2h covers groups 8h..8h+4, vector 2h+1 groups 8h+4..8h+8;
             // i16 lane L of the maddubs result belongs to group base + L/8.
-            let idx_lo = _mm512_add_epi16(group8, _mm512_set1_epi16((8 * h) as i16));
-            s[2 * h] = _mm512_permutexvar_epi16(idx_lo, sc16);
-            s[2 * h + 1] = _mm512_permutexvar_epi16(_mm512_add_epi16(idx_lo, _mm512_set1_epi16(4)), sc16);
+            s[2 * h] = _mm512_permutexvar_epi16(gidx[2 * h], sc16);
+            s[2 * h + 1] = _mm512_permutexvar_epi16(gidx[2 * h + 1], sc16);
         }
         let d = h2f(p.add(208));
         for c in 0..NC {
