@@ -96,7 +96,7 @@ fn decode_program(co: &loader::CodeObject, base: u64) -> Program {
         }
     }
     let kernel_names = co.kernels.iter().map(|(k, d)| (d.entry, k.name.clone())).collect();
-    Program { base, insts, errors, kernel_names }
+    Program { base, insts, errors, kernel_names, words }
 }
 
 impl Device {

@@ -90,3 +90,12 @@ fn hidden_kernel_arguments_are_filled() {
     let w: Vec<u32> = b.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(w, vec![5, 3, 64]);
 }
+
+#[test]
+fn computed_jump_reaches_undecoded_code() {
+    // s_setpc to getpc+16 skips the s_trap; the target is only reachable through the jump
+    let body = format!("{PROLOGUE}  s_getpc_b64 s[4:5]\n  s_add_u32 s4, s4, 16\n  s_addc_u32 s5, s5, 0\n  s_setpc_b64 s[4:5]\n  s_trap 2\n  v_mov_b32 v5, 42{EPILOGUE}");
+    let Some(elf) = assemble_raw(&body, "", 0) else { return };
+    let (out, _) = run_elf(&elf, &[], 32, 32, 0).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.iter().all(|&x| x == 42));
+}

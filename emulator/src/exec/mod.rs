@@ -24,8 +24,11 @@ pub struct Program {
     pub insts: Vec<Inst>,
     /// Decode errors of reachable words, reported when executed.
     pub errors: std::collections::HashMap<usize, String>,
-    /// Disassembly text per instruction index, built lazily for error messages.
+    /// Kernel entry points and names.
     pub kernel_names: Vec<(u64, String)>,
+    /// The raw image words, for instructions reached only through computed jumps
+    /// (`s_setpc_b64` to an address the static walk did not find); decoded on the fly.
+    pub words: Vec<u32>,
 }
 
 /// Everything a wave needs that is shared by the whole launch.
@@ -214,6 +217,12 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
         let idx = (pc.wrapping_sub(prog.base) / 4) as usize;
         let inst = match prog.insts.get(idx) {
             Some(i) if i.fam != Fam::Invalid && pc >= prog.base && pc & 3 == 0 => *i,
+            Some(_) if pc >= prog.base && pc & 3 == 0 && !prog.errors.contains_key(&idx) && idx < prog.words.len() => {
+                match crate::decode::decode(&prog.words[idx..]) {
+                    Ok(i) => i,
+                    Err(e) => return Err(EmuError::Unsupported { kernel: ctx.kernel.into(), pc, what: e.0 }),
+                }
+            }
             _ => {
                 if let Some(e) = prog.errors.get(&idx) {
                     return Err(EmuError::Unsupported { kernel: ctx.kernel.into(), pc, what: e.clone() });
@@ -274,7 +283,7 @@ pub fn bench_lane_ops_per_sec() -> f64 {
         insts[k] = i;
         k += i.len as usize / 4;
     }
-    let prog = Program { base: 0x1000, insts, errors: Default::default(), kernel_names: Vec::new() };
+    let prog = Program { base: 0x1000, insts, errors: Default::default(), kernel_names: Vec::new(), words: Vec::new() };
     let regions = Vec::new();
     let mem = memory::Memory::default();
     let ctx = Ctx { prog: &prog, kernel: "bench", regions: &regions, mem: &mem, budget: u64::MAX, f32_denorm: true, f16_denorm: true, private_size: 0 };
