@@ -26,6 +26,14 @@ struct ModuleInner {
     prog: Program,
     kernels: Vec<(KernelInfo, KernelDescriptor)>,
     base: u64,
+    /// The device memory holding the image, released when the last handle goes.
+    mem: std::sync::Weak<Memory>,
+}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        if let Some(m) = self.mem.upgrade() { let _ = m.free(self.base); }
+    }
 }
 
 /// A loaded code object.
@@ -111,7 +119,7 @@ impl Device {
         let base = self.mem.alloc(co.image.len())?;
         self.mem.copy_in(base, &co.image)?;
         let prog = decode_program(&co, base);
-        Ok(Module { inner: Arc::new(ModuleInner { prog, kernels: co.kernels, base }) })
+        Ok(Module { inner: Arc::new(ModuleInner { prog, kernels: co.kernels, base, mem: Arc::downgrade(&self.mem) }) })
     }
     pub fn malloc(&self, bytes: usize) -> Result<DevicePtr, EmuError> { self.mem.alloc(bytes) }
     pub fn free(&self, p: DevicePtr) -> Result<(), EmuError> { self.mem.free(p) }
