@@ -330,7 +330,7 @@ fn swizzle(off: u16) -> String {
 /// in the form `<name>:` then tab-indented instruction text, like `llvm-objdump-22 -d`.
 pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
     let co = crate::loader::load(code_object)?;
-    let mut out = String::new();
+    let mut out = String::from("\n<code object>:\tfile format elf64-amdgpu\n\nDisassembly of section .text:\n");
     let mut funcs = co.functions.clone();
     if funcs.is_empty() {
         funcs = co.text.iter().map(|t| (".text".to_string(), t.0)).collect();
@@ -349,7 +349,14 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
             }
             match decode::decode(&words) {
                 Ok(i) => {
-                    let _ = writeln!(out, "\t{}", text(&i, pc));
+                    // objdump's layout: text padded to 59 columns, then address and words
+                    let hex: Vec<String> = words[..(i.len as usize / 4).min(words.len())].iter().map(|w| format!("{w:08X}")).collect();
+                    let mut line = format!("\t{:<59}// {pc:012X}: {}", text(&i, pc), hex.join(" "));
+                    if i.fam == Fam::Sopp && (i.name().starts_with("s_cbranch") || i.name() == "s_branch") {
+                        let target = (pc as i64 + 4 + 4 * i.imm as i64) as u64;
+                        let _ = write!(line, " <{name}+{:#x}>", target.wrapping_sub(*start));
+                    }
+                    let _ = writeln!(out, "{line}");
                     pc += i.len as u64;
                 }
                 Err(_) => {
