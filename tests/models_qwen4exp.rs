@@ -21,6 +21,7 @@ use strata::model::qwen4exp::{KvType, Qwen4Exp};
 mod layers;
 mod layers_ffn_ple;
 mod layers_qsa;
+mod synth;
 
 fn ref_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/tiny-qwen4exp")

@@ -25,6 +25,7 @@ mod load;
 pub mod moe;
 pub mod ple;
 pub mod qsa;
+pub mod synth;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,460 @@
+//! Random-weight `qwen4exp` GGUFs for tests and benchmarks (what `make_tiny_qwen4exp.py` does
+//! for the llama.cpp fixtures, with the `gguf` crate's writer): every key and tensor the loader
+//! reads, any layer mix (GDN / QSA / dense attention), optional PLE table in its own shard,
+//! optional tied head, matrices in F32, F16 or Q8_0.
+//!
+//! Weights follow the fixture generator's scales (matrices `N(0, 1/fan_in)`, router and head
+//! 4× larger, gammas `1 + N(0, 0.1)`, `ssm_a = −exp(U(−1, 1))`, `dt_bias ~ N(−1, 0.5)`), so the
+//! logits stay tame over hundreds of positions.
+//!
+//! Not written: the MTP (next-token prediction) head. Its tensor layout at llama.cpp 0c1e570 is
+//! not pinned down by the fixtures, and this forward pass does not use it yet.
+
+use std::path::{Path, PathBuf};
+
+use gguf::{GgufError, GgufWriter, Value};
+use quant::GgmlType;
+
+/// PLE block settings of a synthetic model.
+#[derive(Clone, Debug)]
+pub struct SynthPle {
+    pub layer: usize,
+    pub ngram: usize,
+    pub heads_per_ngram: usize,
+    pub conv_kernel: usize,
+    /// Smallest per-head table size (distinct primes from here up).
+    pub min_head_vocab: u64,
+    pub table_type: GgmlType,
+}
+
+/// Shape and storage of a synthetic model.
+#[derive(Clone, Debug)]
+pub struct SynthConfig {
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    /// One entry per layer: `None` = GDN, `Some(0)` = dense attention, `Some(r)` = QSA ratio r.
+    pub layers: Vec<Option<usize>>,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub rope_base: f32,
+    pub ssm_k_heads: usize,
+    pub ssm_v_heads: usize,
+    pub ssm_state: usize,
+    pub ssm_conv: usize,
+    pub hc: usize,
+    pub hc_rank: usize,
+    pub idx_heads: usize,
+    pub idx_dim: usize,
+    pub idx_top_k: usize,
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    pub n_ff_shexp: usize,
+    pub ple: Option<SynthPle>,
+    /// Type of the big matrices (F32, F16 or Q8_0; Q8_0 falls back to F32 for rows that are not
+    /// whole blocks). Norms, conv taps, router and shared-expert gate stay F32.
+    pub matrix_type: GgmlType,
+    /// Omit `output.weight` (head tied to `token_embd`).
+    pub tied: bool,
+    pub eps: f32,
+}
+
+impl SynthConfig {
+    /// The fixtures' `public` preset: 4 layers G G G A(QSA r=4), hidden 256, PLE on layer 1.
+    pub fn public() -> SynthConfig {
+        SynthConfig {
+            n_vocab: 1024,
+            n_embd: 256,
+            layers: vec![None, None, None, Some(4)],
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            n_rot: 16,
+            rope_base: 1e7,
+            ssm_k_heads: 2,
+            ssm_v_heads: 4,
+            ssm_state: 32,
+            ssm_conv: 4,
+            hc: 4,
+            hc_rank: 32,
+            idx_heads: 4,
+            idx_dim: 32,
+            idx_top_k: 16,
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 128,
+            n_ff_shexp: 256,
+            ple: Some(SynthPle {
+                layer: 1,
+                ngram: 3,
+                heads_per_ngram: 4,
+                conv_kernel: 4,
+                min_head_vocab: 9000,
+                table_type: GgmlType::Q8_0,
+            }),
+            matrix_type: GgmlType::F32,
+            tied: false,
+            eps: 1e-6,
+        }
+    }
+}
+
+/// splitmix64 with Box–Muller normals (deterministic per seed, no dependency).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self, mean: f64, std: f64) -> f32 {
+        let (u, v) = (self.unit(), self.unit());
+        (mean + std * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+    }
+    fn normals(&mut self, n: usize, mean: f64, std: f64) -> Vec<f32> {
+        (0..n).map(|_| self.normal(mean, std)).collect()
+    }
+}
+
+fn is_prime(n: u64) -> bool {
+    n >= 2
+        && (2..)
+            .take_while(|d| d * d <= n)
+            .all(|d| !n.is_multiple_of(d))
+}
+
+struct Builder {
+    w: GgufWriter,
+    rng: Rng,
+    matrix_type: GgmlType,
+    /// Tensors added so far (the PLE table is the last one).
+    n_tensors: usize,
+}
+
+impl Builder {
+    /// A tensor of ggml ne `dims` from row-major `vals` stored as `ty`.
+    fn put(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        vals: &[f32],
+        ty: GgmlType,
+    ) -> Result<(), GgufError> {
+        let ne: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        let bytes = match ty {
+            GgmlType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            GgmlType::F16 => vals
+                .iter()
+                .flat_map(|&v| quant::f32_to_f16(v).to_le_bytes())
+                .collect(),
+            _ => {
+                let rb = ty
+                    .row_bytes(dims[0])
+                    .ok_or_else(|| GgufError::Writer(format!("{name}: ragged rows")))?;
+                let rows = vals.len() / dims[0];
+                let mut out = vec![0u8; rb * rows];
+                for r in 0..rows {
+                    quant::quantize_row(
+                        ty,
+                        &vals[r * dims[0]..(r + 1) * dims[0]],
+                        &mut out[r * rb..(r + 1) * rb],
+                    )
+                    .map_err(|e| GgufError::Writer(format!("{name}: {e:?}")))?;
+                }
+                out
+            }
+        };
+        self.w.add_tensor(name, &ne, ty, bytes);
+        self.n_tensors += 1;
+        Ok(())
+    }
+
+    /// A `[rows][cols]` matrix (ne `[cols, rows, extra...]`) with entries `N(0, scale²/cols)`.
+    fn mat(&mut self, name: &str, dims: &[usize], scale: f64) -> Result<(), GgufError> {
+        let n: usize = dims.iter().product();
+        let vals = self.rng.normals(n, 0.0, scale / (dims[0] as f64).sqrt());
+        let ty = match self.matrix_type {
+            GgmlType::F16 => GgmlType::F16,
+            t if t.row_bytes(dims[0]).is_some() => t,
+            _ => GgmlType::F32,
+        };
+        self.put(name, dims, &vals, ty)
+    }
+
+    fn vec_f32(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        mean: f64,
+        std: f64,
+    ) -> Result<(), GgufError> {
+        let vals = self.rng.normals(dims.iter().product(), mean, std);
+        self.put(name, dims, &vals, GgmlType::F32)
+    }
+}
+
+/// Builds the writer for `cfg` (the PLE table, if any, is the last tensor).
+pub fn build(cfg: &SynthConfig, seed: u64) -> Result<GgufWriter, GgufError> {
+    build_counted(cfg, seed).map(|(w, _)| w)
+}
+
+fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), GgufError> {
+    let a = |k: &str| format!("qwen4exp.{k}");
+    let (e, nl) = (cfg.n_embd, cfg.layers.len());
+    let mut b = Builder {
+        w: GgufWriter::new(),
+        rng: Rng(seed),
+        matrix_type: cfg.matrix_type,
+        n_tensors: 0,
+    };
+    let w = &mut b.w;
+    w.add_metadata("general.architecture", Value::Str("qwen4exp".into()));
+    w.add_metadata(
+        "general.name",
+        Value::Str(format!("synthetic qwen4exp seed {seed}")),
+    );
+    let u32v = |v: usize| Value::U32(v as u32);
+    for (k, v) in [
+        ("context_length", 4096),
+        ("embedding_length", e),
+        ("block_count", nl),
+        ("feed_forward_length", cfg.n_ff_shexp),
+        ("attention.head_count", cfg.n_head),
+        ("attention.head_count_kv", cfg.n_head_kv),
+        ("attention.key_length", cfg.head_dim),
+        ("attention.value_length", cfg.head_dim),
+        ("rope.dimension_count", cfg.n_rot),
+        ("expert_count", cfg.n_expert),
+        ("expert_used_count", cfg.n_expert_used),
+        ("expert_feed_forward_length", cfg.n_ff_exp),
+        ("expert_shared_feed_forward_length", cfg.n_ff_shexp),
+        ("ssm.conv_kernel", cfg.ssm_conv),
+        ("ssm.inner_size", cfg.ssm_v_heads * cfg.ssm_state),
+        ("ssm.state_size", cfg.ssm_state),
+        ("ssm.time_step_rank", cfg.ssm_v_heads),
+        ("ssm.group_count", cfg.ssm_k_heads),
+        ("hyper_connection.count", cfg.hc),
+        ("hyper_connection.low_rank", cfg.hc_rank),
+        ("attention.indexer.head_count", cfg.idx_heads),
+        ("attention.indexer.key_length", cfg.idx_dim),
+        ("attention.indexer.top_k", cfg.idx_top_k),
+    ] {
+        w.add_metadata(a(k), u32v(v));
+    }
+    w.add_metadata(a("attention.layer_norm_rms_epsilon"), Value::F32(cfg.eps));
+    w.add_metadata(a("rope.freq_base"), Value::F32(cfg.rope_base));
+    // IMROPE sections summing to n_rot/2 (text only: the split does not change the result).
+    let q = (cfg.n_rot / 2) as u32;
+    let secs = [q - 2 * (q / 3), q / 3, q / 3, 0];
+    w.add_metadata(
+        a("rope.dimension_sections"),
+        Value::Array(secs.iter().map(|&s| Value::U32(s)).collect()),
+    );
+    w.add_metadata(
+        a("attention.recurrent_layers"),
+        Value::Array(
+            cfg.layers
+                .iter()
+                .map(|l| Value::Bool(l.is_none()))
+                .collect(),
+        ),
+    );
+    w.add_metadata(
+        a("attention.compress_ratios"),
+        Value::Array(
+            cfg.layers
+                .iter()
+                .map(|l| Value::U32(l.unwrap_or(0) as u32))
+                .collect(),
+        ),
+    );
+    let mut ple_rows = 0usize;
+    if let Some(p) = &cfg.ple {
+        let nph = (p.ngram - 1) * p.heads_per_ngram;
+        let dp = e / nph;
+        let mut sizes = Vec::new();
+        let mut n = p.min_head_vocab;
+        while sizes.len() < nph {
+            if is_prime(n) {
+                sizes.push(n);
+            }
+            n += 1;
+        }
+        let offsets: Vec<u64> = sizes
+            .iter()
+            .scan(0, |acc, &s| Some(std::mem::replace(acc, *acc + s)))
+            .collect();
+        ple_rows = sizes.iter().sum::<u64>() as usize;
+        let mults: Vec<u64> = (0..p.ngram)
+            .map(|_| ((b.rng.next() >> 19) | (1 << 40)) | 1)
+            .collect();
+        let arr = |v: &[u64]| Value::Array(v.iter().map(|&x| Value::U64(x)).collect());
+        let w = &mut b.w;
+        w.add_metadata(
+            a("ple.layers"),
+            Value::Array(vec![Value::U32(p.layer as u32)]),
+        );
+        w.add_metadata(a("ple.ngram_size"), u32v(p.ngram));
+        w.add_metadata(a("ple.heads_per_ngram"), u32v(p.heads_per_ngram));
+        w.add_metadata(a("ple.conv_kernel"), u32v(p.conv_kernel));
+        w.add_metadata(a("ple.eos_token_id"), Value::U32(2));
+        w.add_metadata(a("embedding_length_per_layer_input"), u32v(dp));
+        w.add_metadata(a("ple.layer_multipliers"), arr(&mults));
+        w.add_metadata(a("ple.head_offsets"), arr(&offsets));
+        w.add_metadata(a("ple.head_vocab_sizes"), arr(&sizes));
+    }
+    // A byte-level vocabulary: 3 specials, then byte tokens and filler names.
+    let w = &mut b.w;
+    let tokens: Vec<Value> = (0..cfg.n_vocab)
+        .map(|i| {
+            Value::Str(match i {
+                0 => "<unk>".into(),
+                1 => "<s>".into(),
+                2 => "</s>".into(),
+                i if i < 3 + 256 => format!("<0x{:02X}>", i - 3),
+                i => format!("<tok{i}>"),
+            })
+        })
+        .collect();
+    w.add_metadata("tokenizer.ggml.model", Value::Str("gpt2".into()));
+    w.add_metadata("tokenizer.ggml.tokens", Value::Array(tokens));
+    w.add_metadata("tokenizer.ggml.merges", Value::Array(vec![]));
+    w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(1));
+    w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(2));
+
+    let (hc, lr, hce, v) = (cfg.hc, cfg.hc_rank, cfg.hc * e, cfg.n_vocab);
+    b.mat("token_embd.weight", &[e, v], (e as f64).sqrt())?; // N(0, 1)
+    if !cfg.tied {
+        b.mat("output.weight", &[e, v], 4.0)?;
+    }
+    let hc_set = |b: &mut Builder, p: &str, inject: bool| -> Result<(), GgufError> {
+        b.vec_f32(&format!("{p}norm.weight"), &[e, hc], 1.0, 0.1)?;
+        b.mat(&format!("{p}down.weight"), &[hce, lr], 1.0)?;
+        b.mat(&format!("{p}up.weight"), &[lr, hce], 1.0)?;
+        if inject {
+            b.mat(&format!("{p}inject.weight"), &[hce, hc], 1.0)?;
+        }
+        Ok(())
+    };
+    hc_set(&mut b, "output_hc_", false)?;
+    for (il, kind) in cfg.layers.iter().enumerate() {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        hc_set(&mut b, &p("hc_attn_"), true)?;
+        hc_set(&mut b, &p("hc_ffn_"), true)?;
+        match kind {
+            None => {
+                let (hk, hv, s, k) = (
+                    cfg.ssm_k_heads,
+                    cfg.ssm_v_heads,
+                    cfg.ssm_state,
+                    cfg.ssm_conv,
+                );
+                let c = (2 * hk + hv) * s;
+                b.mat(&p("attn_qkv.weight"), &[e, c], 1.0)?;
+                b.mat(&p("attn_gate.weight"), &[e, hv * s], 1.0)?;
+                b.vec_f32(
+                    &p("ssm_conv1d.weight"),
+                    &[k, c],
+                    0.0,
+                    1.0 / (k as f64).sqrt(),
+                )?;
+                b.vec_f32(&p("ssm_dt.bias"), &[hv], -1.0, 0.5)?;
+                let av: Vec<f32> = (0..hv)
+                    .map(|_| -((b.rng.unit() * 2.0 - 1.0).exp() as f32))
+                    .collect();
+                b.put(&p("ssm_a"), &[hv], &av, GgmlType::F32)?;
+                b.mat(&p("ssm_beta.weight"), &[e, hv], 1.0)?;
+                b.mat(&p("ssm_alpha.weight"), &[e, hv], 1.0)?;
+                b.vec_f32(&p("ssm_norm.weight"), &[s], 1.0, 0.1)?;
+                b.mat(&p("ssm_out.weight"), &[hv * s, e], 1.0)?;
+            }
+            Some(ratio) => {
+                let (h, kv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+                b.mat(&p("attn_q.weight"), &[e, 2 * h * d], 1.0)?;
+                b.mat(&p("attn_k.weight"), &[e, kv * d], 1.0)?;
+                b.mat(&p("attn_v.weight"), &[e, kv * d], 1.0)?;
+                b.mat(&p("attn_output.weight"), &[h * d, e], 1.0)?;
+                b.vec_f32(&p("attn_q_norm.weight"), &[d], 1.0, 0.1)?;
+                b.vec_f32(&p("attn_k_norm.weight"), &[d], 1.0, 0.1)?;
+                if *ratio > 0 {
+                    b.mat(
+                        &p("indexer.q_proj.weight"),
+                        &[e, cfg.idx_heads * cfg.idx_dim],
+                        1.0,
+                    )?;
+                    b.mat(&p("indexer.k_proj.weight"), &[e, cfg.idx_dim], 1.0)?;
+                    b.vec_f32(&p("indexer.q_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
+                    b.vec_f32(&p("indexer.k_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
+                }
+            }
+        }
+        if let Some(pp) = cfg.ple.as_ref().filter(|pp| pp.layer == il) {
+            b.mat(&p("ple_key.weight"), &[e, hce], 1.0)?;
+            b.mat(&p("ple_value.weight"), &[e, e], 1.0)?;
+            for n in ["ple_norm_key", "ple_norm_query", "ple_norm_conv"] {
+                b.vec_f32(&p(&format!("{n}.weight")), &[e, hc], 1.0, 0.1)?;
+            }
+            let k = pp.conv_kernel;
+            b.vec_f32(
+                &p("ple_conv1d.weight"),
+                &[k, hce],
+                0.0,
+                1.0 / (k as f64).sqrt(),
+            )?;
+        }
+        let (ne, ff, ffs) = (cfg.n_expert, cfg.n_ff_exp, cfg.n_ff_shexp);
+        let router = b.rng.normals(ne * e, 0.0, 4.0 / (e as f64).sqrt());
+        b.put(&p("ffn_gate_inp.weight"), &[e, ne], &router, GgmlType::F32)?;
+        b.mat(&p("ffn_gate_exps.weight"), &[e, ff, ne], 1.0)?;
+        b.mat(&p("ffn_up_exps.weight"), &[e, ff, ne], 1.0)?;
+        b.mat(&p("ffn_down_exps.weight"), &[ff, e, ne], 1.0)?;
+        b.vec_f32(
+            &p("ffn_gate_inp_shexp.weight"),
+            &[e],
+            0.0,
+            1.0 / (e as f64).sqrt(),
+        )?;
+        b.mat(&p("ffn_gate_shexp.weight"), &[e, ffs], 1.0)?;
+        b.mat(&p("ffn_up_shexp.weight"), &[e, ffs], 1.0)?;
+        b.mat(&p("ffn_down_shexp.weight"), &[ffs, e], 1.0)?;
+    }
+    if let Some(p) = &cfg.ple {
+        let dp = e / ((p.ngram - 1) * p.heads_per_ngram);
+        let vals = b.rng.normals(ple_rows * dp, 0.0, 1.0);
+        b.put(
+            "per_layer_token_embd.weight",
+            &[dp, ple_rows],
+            &vals,
+            p.table_type,
+        )?;
+    }
+    Ok((b.w, b.n_tensors))
+}
+
+/// Writes `cfg` to `<prefix>.gguf`, or with `split_ple` (and a PLE table) to
+/// `<prefix>-00001-of-00002.gguf` + `<prefix>-00002-of-00002.gguf` with the table alone in the
+/// second shard, as the real release ships it. Returns the paths.
+pub fn write(
+    cfg: &SynthConfig,
+    seed: u64,
+    prefix: &Path,
+    split_ple: bool,
+) -> Result<Vec<PathBuf>, GgufError> {
+    let (w, n) = build_counted(cfg, seed)?;
+    let p = prefix.to_string_lossy().into_owned();
+    if split_ple && cfg.ple.is_some() {
+        w.write_split_at(&p, &[0, n - 1, n])
+    } else {
+        let path = PathBuf::from(format!("{p}.gguf"));
+        w.write(&path)?;
+        Ok(vec![path])
+    }
+}
