@@ -35,7 +35,11 @@ impl Fake {
             (Some(n), _) if self.emitted < n => false,
             (Some(_), None) => true,
             // create_new is atomic: exactly one process gets to crash per marker.
-            (Some(_), Some(m)) => std::fs::OpenOptions::new().write(true).create_new(true).open(m).is_ok(),
+            (Some(_), Some(m)) => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(m)
+                .is_ok(),
             (None, _) => false,
         }
     }
@@ -46,17 +50,32 @@ impl TokenEngine for Fake {
         self.info.clone()
     }
 
-    fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
+    fn generate(
+        &mut self,
+        req: &GenerateRequest,
+        emit: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<FinishReason, String> {
         if let Some(path) = &self.log {
             let line = serde_json::to_string(req).map_err(|e| e.to_string())?;
-            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| e.to_string())?;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| e.to_string())?;
             writeln!(f, "{line}").map_err(|e| e.to_string())?;
         }
-        let echo: &[u32] = if req.tokens.len() > 1 { &req.tokens[1..] } else { &req.tokens };
+        let echo: &[u32] = if req.tokens.len() > 1 {
+            &req.tokens[1..]
+        } else {
+            &req.tokens
+        };
         let room = self.info.context_length as usize - req.tokens.len();
         for i in 0..room {
             if self.should_crash() {
-                eprintln!("fake_engine: crashing after {} tokens as asked", self.emitted);
+                eprintln!(
+                    "fake_engine: crashing after {} tokens as asked",
+                    self.emitted
+                );
                 std::process::exit(3);
             }
             std::thread::sleep(self.delay);
@@ -87,14 +106,25 @@ fn main() {
     let mut hello_delay = Duration::ZERO;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = || args.next().unwrap_or_else(|| panic!("fake_engine: {a} needs a value"));
-        let num = |s: String| s.parse::<u64>().unwrap_or_else(|_| panic!("fake_engine: bad number {s}"));
+        let mut val = || {
+            args.next()
+                .unwrap_or_else(|| panic!("fake_engine: {a} needs a value"))
+        };
+        let num = |s: String| {
+            s.parse::<u64>()
+                .unwrap_or_else(|_| panic!("fake_engine: bad number {s}"))
+        };
         match a.as_str() {
             "--serve" => {}
             "--name" => fake.info.name = val(),
             "--vocab" => fake.info.vocab_size = num(val()) as u32,
             "--context" => fake.info.context_length = num(val()) as u32,
-            "--eog" => fake.info.eog_tokens = val().split(',').map(|s| num(s.to_string()) as u32).collect(),
+            "--eog" => {
+                fake.info.eog_tokens = val()
+                    .split(',')
+                    .map(|s| num(s.to_string()) as u32)
+                    .collect()
+            }
             "--delay-ms" => fake.delay = Duration::from_millis(num(val())),
             "--hello-delay-ms" => hello_delay = Duration::from_millis(num(val())),
             "--crash-after" => fake.crash_after = Some(num(val())),

@@ -69,9 +69,10 @@ pub struct Resolved {
 impl ServerConfig {
     /// Read a config file (no merging).
     pub fn from_file(path: &Path) -> anyhow::Result<ServerConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
-        let mut cfg: ServerConfig =
-            serde_json::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        let mut cfg: ServerConfig = serde_json::from_str(&text)
+            .with_context(|| format!("parsing config {}", path.display()))?;
         // Relative paths in a file mean "next to the file", whatever the working directory.
         let dir = path.parent().unwrap_or(Path::new("."));
         if let Some(exe) = &cfg.engine.executable
@@ -96,17 +97,30 @@ impl ServerConfig {
         };
         let executable = match self.engine.executable.clone().or(file.engine.executable) {
             Some(p) => p,
-            None => std::env::current_exe().context("finding the running executable (set engine.executable)")?,
+            None => std::env::current_exe()
+                .context("finding the running executable (set engine.executable)")?,
         };
-        let args = self.engine.args.clone().or(file.engine.args).unwrap_or_default();
+        let args = self
+            .engine
+            .args
+            .clone()
+            .or(file.engine.args)
+            .unwrap_or_default();
         if args.iter().any(|a| a == "--serve") {
             bail!("engine args must not contain --serve: the server appends it");
         }
         let tokenizer = match self.tokenizer.clone().or(file.tokenizer) {
             Some(t) => t,
-            None => match args.iter().find(|a| a.ends_with(".gguf")).map(PathBuf::from).or_else(default_model) {
+            None => match args
+                .iter()
+                .find(|a| a.ends_with(".gguf"))
+                .map(PathBuf::from)
+                .or_else(default_model)
+            {
                 Some(p) => p,
-                None => bail!("no tokenizer: set \"tokenizer\" (a GGUF file) in the config or pass --tokenizer"),
+                None => bail!(
+                    "no tokenizer: set \"tokenizer\" (a GGUF file) in the config or pass --tokenizer"
+                ),
             },
         };
         Ok(Resolved {
@@ -114,9 +128,15 @@ impl ServerConfig {
             args,
             tokenizer,
             model_name: self.model_name.clone().or(file.model_name),
-            host: self.host.clone().or(file.host).unwrap_or_else(|| "127.0.0.1".into()),
+            host: self
+                .host
+                .clone()
+                .or(file.host)
+                .unwrap_or_else(|| "127.0.0.1".into()),
             port: self.port.or(file.port).unwrap_or(8080),
-            startup_timeout: Duration::from_secs(self.startup_timeout.or(file.startup_timeout).unwrap_or(600)),
+            startup_timeout: Duration::from_secs(
+                self.startup_timeout.or(file.startup_timeout).unwrap_or(600),
+            ),
         })
     }
 }
@@ -148,23 +168,46 @@ mod tests {
     #[test]
     fn flags_parse_including_hyphenated_engine_args() {
         let cli = Cli::try_parse_from([
-            "strata", "--engine", "/bin/strata", "--engine-arg", "-m", "--engine-arg=m.gguf", "--port", "9001",
+            "strata",
+            "--engine",
+            "/bin/strata",
+            "--engine-arg",
+            "-m",
+            "--engine-arg=m.gguf",
+            "--port",
+            "9001",
         ])
         .unwrap();
         let r = cli.server.resolve().unwrap();
         assert_eq!(r.executable, PathBuf::from("/bin/strata"));
         assert_eq!(r.args, vec!["-m", "m.gguf"]);
-        assert_eq!(r.tokenizer, PathBuf::from("m.gguf"), "defaults to the engine's model");
+        assert_eq!(
+            r.tokenizer,
+            PathBuf::from("m.gguf"),
+            "defaults to the engine's model"
+        );
         assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 9001));
         assert_eq!(r.startup_timeout, Duration::from_secs(600));
     }
 
     #[test]
     fn serve_flag_in_args_and_missing_tokenizer_are_errors() {
-        let c = ServerConfig { engine: EngineCommand { executable: None, args: Some(vec!["--serve".into()]) }, ..Default::default() };
+        let c = ServerConfig {
+            engine: EngineCommand {
+                executable: None,
+                args: Some(vec!["--serve".into()]),
+            },
+            ..Default::default()
+        };
         assert!(c.resolve().unwrap_err().to_string().contains("--serve"));
         if default_model().is_none() {
-            assert!(ServerConfig::default().resolve().unwrap_err().to_string().contains("tokenizer"));
+            assert!(
+                ServerConfig::default()
+                    .resolve()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("tokenizer")
+            );
         }
     }
 }

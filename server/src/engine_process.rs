@@ -10,7 +10,9 @@
 //! Lifecycle: Starting (spawned, waiting for hello) → Ready → (stdout EOF) Down → backoff →
 //! Starting ... Backoff doubles from 250 ms to 10 s and resets once an engine ran for 30 s.
 
-use crate::protocol::{Done, EngineMessage, GenerateRequest, HostMessage, ModelInfo, PROTOCOL_VERSION, to_line};
+use crate::protocol::{
+    Done, EngineMessage, GenerateRequest, HostMessage, ModelInfo, PROTOCOL_VERSION, to_line,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -42,7 +44,10 @@ pub enum EngineStatus {
     Starting,
     Ready(Arc<Instance>),
     /// Dead, a restart is scheduled. `startup_failure`: it died before saying hello.
-    Down { error: String, startup_failure: bool },
+    Down {
+        error: String,
+        startup_failure: bool,
+    },
 }
 
 /// One running engine process.
@@ -79,7 +84,11 @@ impl Instance {
     }
 
     fn in_flight(&self) -> usize {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner()).map.len()
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .len()
     }
 }
 
@@ -118,7 +127,11 @@ impl Generation {
 
     /// Next event; after `Done` or `Failed` the generation is over.
     pub async fn next(&mut self) -> EngineEvent {
-        let ev = self.rx.recv().await.unwrap_or_else(|| EngineEvent::Failed("engine dropped the request".into()));
+        let ev = self
+            .rx
+            .recv()
+            .await
+            .unwrap_or_else(|| EngineEvent::Failed("engine dropped the request".into()));
         if !matches!(ev, EngineEvent::Token(_)) {
             self.finished = true;
         }
@@ -131,14 +144,21 @@ impl Drop for Generation {
         if !self.finished {
             // The route stays until the engine's `done` (or death) so the permit is held while the
             // engine is still busy with this request.
-            let _ = self.instance.stdin.send(to_line(&HostMessage::Cancel { id: self.id }));
+            let _ = self
+                .instance
+                .stdin
+                .send(to_line(&HostMessage::Cancel { id: self.id }));
         }
     }
 }
 
 impl EngineHandle {
     /// Start supervising `executable args... --serve`. Must be called inside a tokio runtime.
-    pub fn spawn(executable: PathBuf, args: Vec<String>, startup_timeout: Duration) -> EngineHandle {
+    pub fn spawn(
+        executable: PathBuf,
+        args: Vec<String>,
+        startup_timeout: Duration,
+    ) -> EngineHandle {
         let (status, _) = watch::channel(EngineStatus::Starting);
         let shared = Arc::new(Shared {
             executable,
@@ -173,16 +193,31 @@ impl EngineHandle {
             EngineStatus::Ready(i) => i.in_flight(),
             _ => 0,
         };
-        (self.shared.restarts.load(Ordering::Relaxed), self.shared.waiting.load(Ordering::Relaxed), in_flight)
+        (
+            self.shared.restarts.load(Ordering::Relaxed),
+            self.shared.waiting.load(Ordering::Relaxed),
+            in_flight,
+        )
     }
 
     /// Wait until the engine is ready (or is known to fail to start).
     pub async fn ready(&self) -> Result<Arc<Instance>, EngineError> {
         let mut rx = self.shared.status.subscribe();
-        let wait = rx.wait_for(|s| matches!(s, EngineStatus::Ready(_) | EngineStatus::Down { startup_failure: true, .. }));
+        let wait = rx.wait_for(|s| {
+            matches!(
+                s,
+                EngineStatus::Ready(_)
+                    | EngineStatus::Down {
+                        startup_failure: true,
+                        ..
+                    }
+            )
+        });
         let res = tokio::time::timeout(self.shared.startup_timeout, wait).await;
         match res {
-            Err(_) => Err(EngineError::Unavailable("timed out waiting for the engine to start".into())),
+            Err(_) => Err(EngineError::Unavailable(
+                "timed out waiting for the engine to start".into(),
+            )),
             Ok(Err(_)) => Err(EngineError::Unavailable("engine supervisor stopped".into())),
             Ok(Ok(s)) => match &*s {
                 EngineStatus::Ready(i) => Ok(i.clone()),
@@ -208,7 +243,9 @@ impl EngineHandle {
                 if routes.closed {
                     false
                 } else {
-                    let p = permit.take().expect("permit is taken once, right before returning");
+                    let p = permit
+                        .take()
+                        .expect("permit is taken once, right before returning");
                     routes.map.insert(req.id, Route { tx, _permit: p });
                     true
                 }
@@ -219,8 +256,16 @@ impl EngineHandle {
                 continue;
             }
             // The writer task keeps lines in order; if it is gone the reader fails the route.
-            let _ = instance.stdin.send(to_line(&HostMessage::Generate(req.clone())));
-            return Ok(Generation { id: req.id, prompt_len: req.tokens.len(), instance, rx, finished: false });
+            let _ = instance
+                .stdin
+                .send(to_line(&HostMessage::Generate(req.clone())));
+            return Ok(Generation {
+                id: req.id,
+                prompt_len: req.tokens.len(),
+                instance,
+                rx,
+                finished: false,
+            });
         }
     }
 }
@@ -236,21 +281,33 @@ async fn supervise(shared: Arc<Shared>) {
                 let started = Instant::now();
                 eprintln!(
                     "strata server: engine ready (pid {:?}, model {:?}, vocab {}, context {})",
-                    instance.pid, instance.info.name, instance.info.vocab_size, instance.info.context_length
+                    instance.pid,
+                    instance.info.name,
+                    instance.info.vocab_size,
+                    instance.info.context_length
                 );
-                shared.status.send_replace(EngineStatus::Ready(instance.clone()));
+                shared
+                    .status
+                    .send_replace(EngineStatus::Ready(instance.clone()));
                 let error = run_instance(&instance, child, stdout).await;
                 eprintln!("strata server: {error}; restarting");
-                instance.fail_all(&error);
+                // State first, then the failures: a client that got its error sees the restart.
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
                 if started.elapsed() > Duration::from_secs(30) {
                     backoff = MIN_BACKOFF;
                 }
-                shared.status.send_replace(EngineStatus::Down { error, startup_failure: false });
+                shared.status.send_replace(EngineStatus::Down {
+                    error: error.clone(),
+                    startup_failure: false,
+                });
+                instance.fail_all(&error);
             }
             Err(error) => {
                 eprintln!("strata server: engine failed to start: {error}");
-                shared.status.send_replace(EngineStatus::Down { error, startup_failure: true });
+                shared.status.send_replace(EngineStatus::Down {
+                    error,
+                    startup_failure: true,
+                });
             }
         }
         tokio::time::sleep(backoff).await;
@@ -259,7 +316,10 @@ async fn supervise(shared: Arc<Shared>) {
 }
 
 fn set_permits(shared: &Shared, parallel: u32) {
-    let mut sized = shared.permits_sized.lock().unwrap_or_else(|p| p.into_inner());
+    let mut sized = shared
+        .permits_sized
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if !*sized {
         *sized = true;
         shared.permits.add_permits(parallel.max(1) as usize - 1);
@@ -292,12 +352,19 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
                 Ok(_) => {}
             }
             match serde_json::from_str::<EngineMessage>(&line) {
-                Ok(EngineMessage::Hello { protocol, model }) if protocol == PROTOCOL_VERSION => return Ok(model),
+                Ok(EngineMessage::Hello { protocol, model }) if protocol == PROTOCOL_VERSION => {
+                    return Ok(model);
+                }
                 Ok(EngineMessage::Hello { protocol, .. }) => {
-                    return Err(format!("engine speaks protocol {protocol}, this server {PROTOCOL_VERSION}"));
+                    return Err(format!(
+                        "engine speaks protocol {protocol}, this server {PROTOCOL_VERSION}"
+                    ));
                 }
                 // Tolerate stray output before the hello (e.g. a library printing a banner).
-                _ => eprintln!("strata server: ignoring engine output before hello: {}", line.trim_end()),
+                _ => eprintln!(
+                    "strata server: ignoring engine output before hello: {}",
+                    line.trim_end()
+                ),
             }
         }
     };
@@ -318,7 +385,12 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
             }
         }
     });
-    let instance = Arc::new(Instance { info, pid, stdin: tx, routes: Mutex::new(Routes::default()) });
+    let instance = Arc::new(Instance {
+        info,
+        pid,
+        stdin: tx,
+        routes: Mutex::new(Routes::default()),
+    });
     Ok((instance, child, stdout))
 }
 
@@ -330,7 +402,11 @@ async fn with_exit_status(msg: String, child: &mut Child) -> String {
 }
 
 /// Route engine lines until stdout ends; returns why the engine is considered dead.
-async fn run_instance(instance: &Instance, mut child: Child, mut stdout: BufReader<ChildStdout>) -> String {
+async fn run_instance(
+    instance: &Instance,
+    mut child: Child,
+    mut stdout: BufReader<ChildStdout>,
+) -> String {
     let mut line = String::new();
     let why = loop {
         line.clear();
@@ -347,18 +423,34 @@ async fn run_instance(instance: &Instance, mut child: Child, mut stdout: BufRead
                 }
             }
             Ok(EngineMessage::Done(d)) => {
-                let route = instance.routes.lock().unwrap_or_else(|p| p.into_inner()).map.remove(&d.id);
+                let route = instance
+                    .routes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .map
+                    .remove(&d.id);
                 if let Some(r) = route {
                     let _ = r.tx.send(EngineEvent::Done(d));
                 }
             }
-            Ok(EngineMessage::Error { error }) => eprintln!("strata server: engine reported: {error}"),
-            Ok(EngineMessage::Hello { .. }) => eprintln!("strata server: unexpected second hello from engine"),
-            Err(e) => eprintln!("strata server: unparsable engine line ({e}): {}", line.trim_end()),
+            Ok(EngineMessage::Error { error }) => {
+                eprintln!("strata server: engine reported: {error}")
+            }
+            Ok(EngineMessage::Hello { .. }) => {
+                eprintln!("strata server: unexpected second hello from engine")
+            }
+            Err(e) => eprintln!(
+                "strata server: unparsable engine line ({e}): {}",
+                line.trim_end()
+            ),
         }
     };
     // Stop routing first so nothing new is sent to a dying process, then reap it.
-    instance.routes.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+    instance
+        .routes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .closed = true;
     let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
         Ok(Ok(s)) => s.to_string(),
         _ => {

@@ -41,12 +41,17 @@ pub struct AppState {
 /// Load the tokenizer, start the engine and serve until Ctrl-C.
 pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
     let resolved = cfg.resolve()?;
-    let listener = tokio::net::TcpListener::bind((resolved.host.as_str(), resolved.port)).await.map_err(|e| {
-        anyhow::anyhow!("cannot listen on {}:{}: {e}", resolved.host, resolved.port)
-    })?;
+    let listener = tokio::net::TcpListener::bind((resolved.host.as_str(), resolved.port))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("cannot listen on {}:{}: {e}", resolved.host, resolved.port)
+        })?;
     let state = build_state(&resolved)?;
     // The line tests and scripts wait for; keep its shape.
-    eprintln!("strata server: listening on http://{}", listener.local_addr()?);
+    eprintln!(
+        "strata server: listening on http://{}",
+        listener.local_addr()?
+    );
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -72,7 +77,11 @@ pub fn build_state(cfg: &Resolved) -> anyhow::Result<Arc<AppState>> {
     let tokenizer = Tokenizer::from_gguf(&gguf)
         .map_err(|e| anyhow::anyhow!("loading tokenizer from {}: {e}", cfg.tokenizer.display()))?;
     let eog = tokenizer.eog_ids();
-    let engine = EngineHandle::spawn(cfg.executable.clone(), cfg.args.clone(), cfg.startup_timeout);
+    let engine = EngineHandle::spawn(
+        cfg.executable.clone(),
+        cfg.args.clone(),
+        cfg.startup_timeout,
+    );
     Ok(Arc::new(AppState {
         engine,
         tokenizer: Arc::new(tokenizer),
@@ -93,7 +102,10 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl AppState {
@@ -101,11 +113,19 @@ impl AppState {
         if let Some(n) = &self.model_name {
             return n.clone();
         }
-        self.engine.info().map(|i| i.name).filter(|n| !n.is_empty()).unwrap_or_else(|| "strata".into())
+        self.engine
+            .info()
+            .map(|i| i.name)
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "strata".into())
     }
 
     fn next_id(&self, prefix: &str) -> String {
-        format!("{prefix}-{}-{}", self.created, self.counter.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "{prefix}-{}-{}",
+            self.created,
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     /// Tokenize with specials parsed; BOS prepended once if the model wants one (chat templates
@@ -126,7 +146,9 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
     let (code, status, error) = match st.engine.status() {
         EngineStatus::Ready(_) => (StatusCode::OK, "ok", None),
         EngineStatus::Starting => (StatusCode::SERVICE_UNAVAILABLE, "loading", None),
-        EngineStatus::Down { error, .. } => (StatusCode::SERVICE_UNAVAILABLE, "restarting", Some(error)),
+        EngineStatus::Down { error, .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, "restarting", Some(error))
+        }
     };
     let body = json!({
         "status": status, "error": error, "engine_restarts": restarts,
@@ -137,7 +159,8 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 
 async fn models(State(st): State<Arc<AppState>>) -> Response {
     let info = st.engine.info();
-    let meta = info.map(|i| json!({"vocab_size": i.vocab_size, "context_length": i.context_length}));
+    let meta =
+        info.map(|i| json!({"vocab_size": i.vocab_size, "context_length": i.context_length}));
     Json(json!({"object": "list", "data": [{
         "id": st.model_name(), "object": "model", "created": st.created, "owned_by": "strata", "meta": meta,
     }]}))
@@ -168,7 +191,11 @@ async fn completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
             Prompt::Texts(v) if v.len() == 1 => st.tokenize(&v[0]),
             Prompt::Tokens(t) => t,
             Prompt::TokenLists(mut v) if v.len() == 1 => v.remove(0),
-            _ => return Err(ApiError::bad_request("only one prompt per request is supported")),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "only one prompt per request is supported",
+                ));
+            }
         };
         let job = make_job(&st, prompt, req.params).await?;
         Ok(run(st.clone(), job, Kind::Completion).await)
@@ -188,7 +215,10 @@ async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> Respo
                 Some(c) => c.into_text()?,
                 None => String::new(),
             };
-            messages.push(ChatMessage { role: m.role, content });
+            messages.push(ChatMessage {
+                role: m.role,
+                content,
+            });
         }
         let text = st
             .tokenizer
@@ -211,30 +241,40 @@ async fn make_job(st: &AppState, prompt: Vec<u32>, p: CommonParams) -> Result<Jo
     }
     let vocab = st.tokenizer.vocab_size() as u32;
     if let Some(t) = prompt.iter().find(|&&t| t >= vocab) {
-        return Err(ApiError::bad_request(format!("token id {t} is out of range (vocabulary of {vocab})")));
+        return Err(ApiError::bad_request(format!(
+            "token id {t} is out of range (vocabulary of {vocab})"
+        )));
     }
     let mut s = SamplingParams::default();
     if let Some(t) = p.temperature {
         if !(t.is_finite() && (0.0..=2.0).contains(&t)) {
-            return Err(ApiError::bad_request(format!("temperature must be in [0, 2], got {t}")));
+            return Err(ApiError::bad_request(format!(
+                "temperature must be in [0, 2], got {t}"
+            )));
         }
         s.temperature = t;
     }
     if let Some(t) = p.top_p {
         if !(t > 0.0 && t <= 1.0) {
-            return Err(ApiError::bad_request(format!("top_p must be in (0, 1], got {t}")));
+            return Err(ApiError::bad_request(format!(
+                "top_p must be in (0, 1], got {t}"
+            )));
         }
         s.top_p = t;
     }
     if let Some(m) = p.min_p {
         if !(0.0..=1.0).contains(&m) {
-            return Err(ApiError::bad_request(format!("min_p must be in [0, 1], got {m}")));
+            return Err(ApiError::bad_request(format!(
+                "min_p must be in [0, 1], got {m}"
+            )));
         }
         s.min_p = m;
     }
     if let Some(r) = p.repeat_penalty {
         if !(r.is_finite() && r > 0.0) {
-            return Err(ApiError::bad_request(format!("repeat_penalty must be > 0, got {r}")));
+            return Err(ApiError::bad_request(format!(
+                "repeat_penalty must be > 0, got {r}"
+            )));
         }
         s.repeat_penalty = r;
     }
@@ -243,15 +283,27 @@ async fn make_job(st: &AppState, prompt: Vec<u32>, p: CommonParams) -> Result<Jo
     s.seed = p.seed.and_then(|v| u64::try_from(v).ok());
     let stops = p.stop.map(|s| s.into_vec()).unwrap_or_default();
     // Context: known once the engine said hello; wait for it so the check is always made.
-    let ctx = st.engine.ready().await.map_err(|e| ApiError::unavailable(e.to_string()))?.info.context_length;
+    let ctx = st
+        .engine
+        .ready()
+        .await
+        .map_err(|e| ApiError::unavailable(e.to_string()))?
+        .info
+        .context_length;
     let room = ctx.saturating_sub(prompt.len() as u32);
     if room == 0 {
         return Err(ApiError {
             code: Some("context_length_exceeded"),
-            ..ApiError::bad_request(format!("prompt of {} tokens does not fit the context of {ctx}", prompt.len()))
+            ..ApiError::bad_request(format!(
+                "prompt of {} tokens does not fit the context of {ctx}",
+                prompt.len()
+            ))
         });
     }
-    let max_tokens = p.max_completion_tokens.or(p.max_tokens).map_or(room, |m| m.min(room));
+    let max_tokens = p
+        .max_completion_tokens
+        .or(p.max_tokens)
+        .map_or(room, |m| m.min(room));
     Ok(Job {
         prompt,
         max_tokens,
@@ -295,9 +347,16 @@ async fn start(st: &AppState, job: &Job) -> Result<Generation, ApiError> {
         tokens: job.prompt.clone(),
         max_tokens: job.max_tokens,
         sampling: job.sampling.clone(),
-        stop_tokens: if st.eog.is_empty() { None } else { Some(st.eog.clone()) },
+        stop_tokens: if st.eog.is_empty() {
+            None
+        } else {
+            Some(st.eog.clone())
+        },
     };
-    st.engine.submit(req).await.map_err(|e| ApiError::unavailable(e.to_string()))
+    st.engine
+        .submit(req)
+        .await
+        .map_err(|e| ApiError::unavailable(e.to_string()))
 }
 
 /// Drive one generation, calling `on_text` for every text delta. Ends on the engine's done, a
@@ -310,11 +369,22 @@ async fn drive(
 ) -> Result<Finish, ApiError> {
     let tok = st.tokenizer.clone();
     // Control tokens (`<start_of_turn>`, ...) are not text: left out, as llama.cpp's server does.
-    let mut detok =
-        Detokenizer::new(move |t| if tok.is_control(t) { Vec::new() } else { tok.token_to_bytes(t) }, stops);
+    let mut detok = Detokenizer::new(
+        move |t| {
+            if tok.is_control(t) {
+                Vec::new()
+            } else {
+                tok.token_to_bytes(t)
+            }
+        },
+        stops,
+    );
     let mut n = 0u32;
     let prompt_n = generation.prompt_len();
-    let mut clock = Clock { start: std::time::Instant::now(), first: None };
+    let mut clock = Clock {
+        start: std::time::Instant::now(),
+        first: None,
+    };
     loop {
         match generation.next().await {
             EngineEvent::Token(t) => {
@@ -326,7 +396,11 @@ async fn drive(
                 }
                 if step.stopped {
                     // Dropping `generation` cancels it at the engine.
-                    return Ok(Finish { reason: "stop", completion_tokens: n, timings: clock.timings(prompt_n, n) });
+                    return Ok(Finish {
+                        reason: "stop",
+                        completion_tokens: n,
+                        timings: clock.timings(prompt_n, n),
+                    });
                 }
             }
             EngineEvent::Done(d) => {
@@ -337,11 +411,18 @@ async fn drive(
                 let reason = match d.reason {
                     FinishReason::Length if !step.stopped => "length",
                     FinishReason::Error => {
-                        return Err(ApiError::server(format!("engine error: {}", d.error.unwrap_or_default())));
+                        return Err(ApiError::server(format!(
+                            "engine error: {}",
+                            d.error.unwrap_or_default()
+                        )));
                     }
                     _ => "stop",
                 };
-                return Ok(Finish { reason, completion_tokens: n, timings: clock.timings(prompt_n, n) });
+                return Ok(Finish {
+                    reason,
+                    completion_tokens: n,
+                    timings: clock.timings(prompt_n, n),
+                });
             }
             EngineEvent::Failed(e) => return Err(ApiError::server(format!("engine failure: {e}"))),
         }
@@ -353,8 +434,15 @@ async fn run(st: Arc<AppState>, job: Job, kind: Kind) -> Response {
         Ok(g) => g,
         Err(e) => return e.into_response(),
     };
-    let (id, created, model) =
-        (st.next_id(if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }), now(), st.model_name());
+    let (id, created, model) = (
+        st.next_id(if kind == Kind::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        }),
+        now(),
+        st.model_name(),
+    );
     let prompt_tokens = job.prompt.len() as u32;
     let usage = move |completion: u32| {
         json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
@@ -374,19 +462,31 @@ async fn run(st: Arc<AppState>, job: Job, kind: Kind) -> Response {
         let choice = match kind {
             Kind::Chat => json!({"index": 0, "message": {"role": "assistant", "content": text},
                                  "finish_reason": finish.reason, "logprobs": null}),
-            Kind::Completion => json!({"index": 0, "text": text, "finish_reason": finish.reason, "logprobs": null}),
+            Kind::Completion => {
+                json!({"index": 0, "text": text, "finish_reason": finish.reason, "logprobs": null})
+            }
         };
-        let object = if kind == Kind::Chat { "chat.completion" } else { "text_completion" };
-        return Json(json!({"id": id, "object": object, "created": created, "model": model,
+        let object = if kind == Kind::Chat {
+            "chat.completion"
+        } else {
+            "text_completion"
+        };
+        return Json(
+            json!({"id": id, "object": object, "created": created, "model": model,
                            "choices": [choice], "usage": usage(finish.completion_tokens),
-                           "timings": finish.timings}))
+                           "timings": finish.timings}),
+        )
         .into_response();
     }
 
     // Streaming: a task produces SSE events into a channel; a closed channel (client gone) ends
     // the task, which drops the generation and so cancels it at the engine.
     let (tx, rx) = mpsc::unbounded_channel::<Result<Event, Infallible>>();
-    let object = if kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
+    let object = if kind == Kind::Chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    };
     let chunk = move |delta: Option<&str>, role: bool, finish: Option<&str>| -> Value {
         let choice = match kind {
             Kind::Chat => {
@@ -399,7 +499,9 @@ async fn run(st: Arc<AppState>, job: Job, kind: Kind) -> Response {
                 }
                 json!({"index": 0, "delta": d, "finish_reason": finish, "logprobs": null})
             }
-            Kind::Completion => json!({"index": 0, "text": delta.unwrap_or(""), "finish_reason": finish, "logprobs": null}),
+            Kind::Completion => {
+                json!({"index": 0, "text": delta.unwrap_or(""), "finish_reason": finish, "logprobs": null})
+            }
         };
         json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
     };
@@ -434,5 +536,7 @@ async fn run(st: Arc<AppState>, job: Job, kind: Kind) -> Response {
             }
         }
     });
-    Sse::new(UnboundedReceiverStream::new(rx)).keep_alive(KeepAlive::default()).into_response()
+    Sse::new(UnboundedReceiverStream::new(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }

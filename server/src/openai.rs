@@ -109,7 +109,11 @@ impl Content {
                 for p in parts {
                     match (p.kind.as_str(), p.text) {
                         ("text", Some(t)) => out.push_str(&t),
-                        (k, _) => return Err(ApiError::bad_request(format!("unsupported content part type {k:?}"))),
+                        (k, _) => {
+                            return Err(ApiError::bad_request(format!(
+                                "unsupported content part type {k:?}"
+                            )));
+                        }
                     }
                 }
                 Ok(out)
@@ -129,13 +133,28 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), kind: "invalid_request_error", code: None }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            code: None,
+        }
     }
     pub fn server(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), kind: "server_error", code: None }
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            code: None,
+        }
     }
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into(), kind: "server_error", code: None }
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            code: None,
+        }
     }
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({"error": {
@@ -153,5 +172,6 @@ impl IntoResponse for ApiError {
 /// Parse a JSON body ourselves so malformed input gets an OpenAI-style 400 (axum's `Json`
 /// extractor answers in plain text and insists on a content type).
 pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
 }

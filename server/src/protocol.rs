@@ -96,7 +96,9 @@ pub struct GenerateRequest {
 pub enum HostMessage {
     Generate(GenerateRequest),
     /// Stop request `id` (running or queued). Unknown/finished ids are ignored.
-    Cancel { id: u64 },
+    Cancel {
+        id: u64,
+    },
 }
 
 /// Why a generation ended.
@@ -148,12 +150,20 @@ pub struct Done {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EngineMessage {
     /// First line, once the model is loaded.
-    Hello { protocol: u32, model: ModelInfo },
+    Hello {
+        protocol: u32,
+        model: ModelInfo,
+    },
     /// One generated token.
-    Token { id: u64, token: u32 },
+    Token {
+        id: u64,
+        token: u32,
+    },
     Done(Done),
     /// A line that could not be attributed to any request (not JSON, no `id`).
-    Error { error: String },
+    Error {
+        error: String,
+    },
 }
 
 /// What an engine implements to be driven by [`serve_loop`].
@@ -211,7 +221,13 @@ pub fn serve_loop<E: TokenEngine>(
     mut output: impl Write,
 ) -> io::Result<()> {
     let info = engine.info();
-    write_msg(&mut output, &EngineMessage::Hello { protocol: PROTOCOL_VERSION, model: info.clone() })?;
+    write_msg(
+        &mut output,
+        &EngineMessage::Hello {
+            protocol: PROTOCOL_VERSION,
+            model: info.clone(),
+        },
+    )?;
 
     let (tx, rx) = mpsc::channel::<io::Result<Input>>();
     std::thread::scope(|scope| {
@@ -225,7 +241,11 @@ pub fn serve_loop<E: TokenEngine>(
             }
             let _ = tx.send(Ok(Input::Eof));
         });
-        let mut state = LoopState { queue: VecDeque::new(), cancelled: HashSet::new(), eof: false };
+        let mut state = LoopState {
+            queue: VecDeque::new(),
+            cancelled: HashSet::new(),
+            eof: false,
+        };
         loop {
             // Drain without blocking, then block only if nothing is queued.
             while let Ok(msg) = rx.try_recv() {
@@ -298,8 +318,16 @@ fn validate(req: &GenerateRequest, info: &ModelInfo) -> Result<(), String> {
     if req.tokens.is_empty() {
         return Err("empty prompt: `tokens` must hold at least one token".into());
     }
-    if let Some((i, t)) = req.tokens.iter().enumerate().find(|(_, t)| **t >= info.vocab_size) {
-        return Err(format!("token {t} at position {i} is out of range (vocab_size {})", info.vocab_size));
+    if let Some((i, t)) = req
+        .tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t >= info.vocab_size)
+    {
+        return Err(format!(
+            "token {t} at position {i} is out of range (vocab_size {})",
+            info.vocab_size
+        ));
     }
     if req.tokens.len() >= info.context_length as usize {
         return Err(format!(
@@ -310,7 +338,10 @@ fn validate(req: &GenerateRequest, info: &ModelInfo) -> Result<(), String> {
     }
     let s = &req.sampling;
     if !(s.temperature.is_finite() && s.temperature >= 0.0) {
-        return Err(format!("sampling.temperature must be >= 0, got {}", s.temperature));
+        return Err(format!(
+            "sampling.temperature must be >= 0, got {}",
+            s.temperature
+        ));
     }
     if !(s.top_p > 0.0 && s.top_p <= 1.0) {
         return Err(format!("sampling.top_p must be in (0, 1], got {}", s.top_p));
@@ -319,7 +350,10 @@ fn validate(req: &GenerateRequest, info: &ModelInfo) -> Result<(), String> {
         return Err(format!("sampling.min_p must be in [0, 1], got {}", s.min_p));
     }
     if !(s.repeat_penalty.is_finite() && s.repeat_penalty > 0.0) {
-        return Err(format!("sampling.repeat_penalty must be > 0, got {}", s.repeat_penalty));
+        return Err(format!(
+            "sampling.repeat_penalty must be > 0, got {}",
+            s.repeat_penalty
+        ));
     }
     Ok(())
 }
@@ -335,13 +369,29 @@ fn run_one<E: TokenEngine>(
     let start = Instant::now();
     let prompt_tokens = req.tokens.len() as u32;
     if state.cancelled.remove(&req.id) {
-        return write_msg(out, &done(req.id, FinishReason::Cancelled, None, prompt_tokens, 0, None, start));
+        return write_msg(
+            out,
+            &done(
+                req.id,
+                FinishReason::Cancelled,
+                None,
+                prompt_tokens,
+                0,
+                None,
+                start,
+            ),
+        );
     }
     if let Err(e) = validate(&req, info) {
         return write_msg(out, &error_done(req.id, e, prompt_tokens));
     }
-    let stop: HashSet<u32> =
-        req.stop_tokens.as_ref().unwrap_or(&info.eog_tokens).iter().copied().collect();
+    let stop: HashSet<u32> = req
+        .stop_tokens
+        .as_ref()
+        .unwrap_or(&info.eog_tokens)
+        .iter()
+        .copied()
+        .collect();
     let mut generated = 0u32;
     let mut first_token: Option<f64> = None;
     // Why the loop (not the engine) ended the request; `None` = the engine stopped on its own.
@@ -377,14 +427,42 @@ fn run_one<E: TokenEngine>(
         }
         true
     };
-    let result = if req.max_tokens == 0 { Ok(FinishReason::Length) } else { engine.generate(&req, &mut emit) };
+    let result = if req.max_tokens == 0 {
+        Ok(FinishReason::Length)
+    } else {
+        engine.generate(&req, &mut emit)
+    };
     if let Some(e) = io_err {
         return Err(e);
     }
     let msg = match (ended, result) {
-        (Some(reason), _) => done(req.id, reason, None, prompt_tokens, generated, first_token, start),
-        (None, Ok(reason)) => done(req.id, reason, None, prompt_tokens, generated, first_token, start),
-        (None, Err(e)) => done(req.id, FinishReason::Error, Some(e), prompt_tokens, generated, first_token, start),
+        (Some(reason), _) => done(
+            req.id,
+            reason,
+            None,
+            prompt_tokens,
+            generated,
+            first_token,
+            start,
+        ),
+        (None, Ok(reason)) => done(
+            req.id,
+            reason,
+            None,
+            prompt_tokens,
+            generated,
+            first_token,
+            start,
+        ),
+        (None, Err(e)) => done(
+            req.id,
+            FinishReason::Error,
+            Some(e),
+            prompt_tokens,
+            generated,
+            first_token,
+            start,
+        ),
     };
     write_msg(out, &msg)
 }

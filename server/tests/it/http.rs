@@ -16,11 +16,17 @@ use tokenizer::Tokenizer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn model_path() -> PathBuf {
-    let dir = std::env::var_os("STRATA_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
-    });
+    let dir = std::env::var_os("STRATA_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
+        });
     let p = dir.join("gemma-3-270m-q4_k_m.gguf");
-    assert!(p.exists(), "default model missing: {} (set STRATA_MODEL_DIR)", p.display());
+    assert!(
+        p.exists(),
+        "default model missing: {} (set STRATA_MODEL_DIR)",
+        p.display()
+    );
     p
 }
 
@@ -35,8 +41,16 @@ fn tok() -> &'static Tokenizer {
 /// `cargo test` builds examples next to `deps/`, where this test binary lives.
 fn fake_engine() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let p = exe.parent().and_then(|d| d.parent()).expect("target dir").join("examples/fake_engine");
-    assert!(p.exists(), "{} missing: run through `cargo test -p server` (it builds examples)", p.display());
+    let p = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("examples/fake_engine");
+    assert!(
+        p.exists(),
+        "{} missing: run through `cargo test -p server` (it builds examples)",
+        p.display()
+    );
     p
 }
 
@@ -68,7 +82,9 @@ async fn start_server_with(tokenizer: PathBuf, engine_args: &[&str]) -> TestServ
         startup_timeout: Duration::from_secs(20),
     };
     let state = server::http::build_state(&cfg).expect("server state");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, server::http::router(state)).await });
     TestServer { addr }
@@ -85,7 +101,11 @@ impl Resp {
     }
     /// `data:` payloads of an SSE body, in order.
     fn sse(&self) -> Vec<String> {
-        self.body.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.trim_start().to_string()).collect()
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.trim_start().to_string())
+            .collect()
     }
 }
 
@@ -100,22 +120,39 @@ async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>)
     s.write_all(head.as_bytes()).await.unwrap();
     s.write_all(body.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut raw)).await.expect("response in time").unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut raw))
+        .await
+        .expect("response in time")
+        .unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("header end");
     let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
     let mut payload = raw[split + 4..].to_vec();
     if head.contains("transfer-encoding: chunked") {
         payload = dechunk(&payload);
     }
-    Resp { status, body: String::from_utf8(payload).expect("UTF-8 body") }
+    Resp {
+        status,
+        body: String::from_utf8(payload).expect("UTF-8 body"),
+    }
 }
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).expect("chunk size");
+        let eol = b
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16)
+            .expect("chunk size");
         if size == 0 {
             return out;
         }
@@ -135,7 +172,11 @@ async fn wait_healthy(srv: &TestServer) -> Value {
         if r.status == 200 {
             return r.json();
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "server not healthy: {}", r.body);
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "server not healthy: {}",
+            r.body
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -164,19 +205,34 @@ fn echo(prompt: &[u32], max: usize) -> (Vec<u32>, bool) {
 
 /// Text of generated tokens: raw piece bytes, control tokens left out.
 fn text_of(ids: &[u32]) -> String {
-    let bytes: Vec<u8> =
-        ids.iter().filter(|&&t| !tok().is_control(t)).flat_map(|&t| tok().token_to_bytes(t)).collect();
+    let bytes: Vec<u8> = ids
+        .iter()
+        .filter(|&&t| !tok().is_control(t))
+        .flat_map(|&t| tok().token_to_bytes(t))
+        .collect();
     String::from_utf8(bytes).expect("test prompts decode to valid UTF-8")
 }
 
 fn chunk_texts(r: &Resp, chat: bool) -> (String, Vec<Value>) {
     let data = r.sse();
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "stream ends with [DONE]: {}", r.body);
-    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(
+        data.last().map(String::as_str),
+        Some("[DONE]"),
+        "stream ends with [DONE]: {}",
+        r.body
+    );
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
     let mut text = String::new();
     for c in &chunks {
         for ch in c["choices"].as_array().unwrap() {
-            let piece = if chat { &ch["delta"]["content"] } else { &ch["text"] };
+            let piece = if chat {
+                &ch["delta"]["content"]
+            } else {
+                &ch["text"]
+            };
             text.push_str(piece.as_str().unwrap_or(""));
         }
     }
@@ -202,7 +258,12 @@ async fn health_models_and_completion_length() {
     assert_eq!(m["data"][0]["id"], "fake-gemma");
     assert_eq!(m["data"][0]["meta"]["vocab_size"], 262144);
 
-    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 4})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": PROMPT, "max_tokens": 4}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     let prompt = prompt_ids(PROMPT);
@@ -214,7 +275,13 @@ async fn health_models_and_completion_length() {
     assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
     assert_eq!(v["usage"]["completion_tokens"], 4);
     assert_eq!(v["usage"]["total_tokens"], prompt.len() + 4);
-    assert_eq!((v["timings"]["prompt_n"].as_u64(), v["timings"]["predicted_n"].as_u64()), (Some(prompt.len() as u64), Some(4)));
+    assert_eq!(
+        (
+            v["timings"]["prompt_n"].as_u64(),
+            v["timings"]["predicted_n"].as_u64()
+        ),
+        (Some(prompt.len() as u64), Some(4))
+    );
     assert!(v["timings"]["predicted_ms"].as_f64().unwrap() >= 0.0);
 }
 
@@ -245,10 +312,16 @@ async fn stop_strings_cut_text_streaming_and_not() {
 }
 
 fn chat_expectation(user: &str) -> (Vec<u32>, String) {
-    let msgs = [tokenizer::ChatMessage { role: "user".into(), content: user.into() }];
+    let msgs = [tokenizer::ChatMessage {
+        role: "user".into(),
+        content: user.into(),
+    }];
     let prompt = prompt_ids(&tok().apply_chat_template(&msgs, true).unwrap());
     let (generated, stopped) = echo(&prompt, 1000);
-    assert!(stopped, "the echoed chat prompt contains an end-of-turn token");
+    assert!(
+        stopped,
+        "the echoed chat prompt contains an end-of-turn token"
+    );
     (prompt, text_of(&generated))
 }
 
@@ -270,7 +343,14 @@ async fn chat_non_streaming_passes_sampling_params() {
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
 
-    let logged: Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().lines().next().unwrap()).unwrap();
+    let logged: Value = serde_json::from_str(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(logged["tokens"], json!(prompt));
     assert_eq!(logged["sampling"]["temperature"], 0.5);
     assert!((logged["sampling"]["top_p"].as_f64().unwrap() - 0.9).abs() < 1e-6);
@@ -291,11 +371,18 @@ async fn chat_streaming_with_usage() {
     let (text, chunks) = chunk_texts(&r, true);
     assert_eq!(text, expected);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
     assert_eq!(finish_reasons(&chunks), vec!["stop"]);
     let usage = &chunks.last().unwrap()["usage"];
     assert_eq!(usage["prompt_tokens"], prompt.len());
-    assert_eq!(usage["completion_tokens"].as_u64().unwrap() as usize, echo(&prompt, 1000).0.len());
+    assert_eq!(
+        usage["completion_tokens"].as_u64().unwrap() as usize,
+        echo(&prompt, 1000).0.len()
+    );
 }
 
 /// Byte-fallback token whose piece is exactly `b`.
@@ -311,13 +398,26 @@ async fn multibyte_character_split_over_byte_tokens() {
     let mut prompt = vec![tok().bos().unwrap()];
     prompt.extend("é😀".bytes().map(byte_token));
     let n = prompt.len() - 1;
-    let r = post(&srv, "/v1/completions", json!({"prompt": prompt, "max_tokens": n, "stream": true})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": n, "stream": true}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let (text, chunks) = chunk_texts(&r, false);
     assert_eq!(text, "é😀");
-    assert!(!r.body.contains('\u{fffd}') && !r.body.contains("\\ufffd"), "no replacement characters: {}", r.body);
+    assert!(
+        !r.body.contains('\u{fffd}') && !r.body.contains("\\ufffd"),
+        "no replacement characters: {}",
+        r.body
+    );
     // One text chunk per completed character, then the finish chunk.
-    let texts: Vec<&str> = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).filter(|t| !t.is_empty()).collect();
+    let texts: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
     assert_eq!(texts, vec!["é", "😀"]);
     assert_eq!(finish_reasons(&chunks), vec!["length"]);
 }
@@ -329,14 +429,35 @@ async fn bad_requests_get_openai_style_400() {
     let bad = [
         ("/v1/chat/completions", "{not json".to_string()),
         ("/v1/chat/completions", json!({"messages": []}).to_string()),
-        ("/v1/chat/completions", json!({"prompt": "no messages"}).to_string()),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "temperature": 3}).to_string()),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "n": 2}).to_string()),
-        ("/v1/completions", json!({"prompt": "x", "top_p": 0}).to_string()),
-        ("/v1/completions", json!({"prompt": "x", "max_tokens": -5}).to_string()),
-        ("/v1/completions", json!({"prompt": [2, 999999]}).to_string()),
+        (
+            "/v1/chat/completions",
+            json!({"prompt": "no messages"}).to_string(),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "temperature": 3}).to_string(),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "n": 2}).to_string(),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "top_p": 0}).to_string(),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "max_tokens": -5}).to_string(),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": [2, 999999]}).to_string(),
+        ),
         ("/v1/completions", json!({"prompt": ["a", "b"]}).to_string()),
-        ("/v1/completions", json!({"prompt": "word ".repeat(40)}).to_string()),
+        (
+            "/v1/completions",
+            json!({"prompt": "word ".repeat(40)}).to_string(),
+        ),
     ];
     for (path, body) in bad {
         let r = request(srv.addr, "POST", path, Some(&body)).await;
@@ -345,10 +466,20 @@ async fn bad_requests_get_openai_style_400() {
         assert_eq!(v["error"]["type"], "invalid_request_error", "{body}");
         assert!(!v["error"]["message"].as_str().unwrap().is_empty());
     }
-    let r = post(&srv, "/v1/completions", json!({"prompt": "word ".repeat(40)})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": "word ".repeat(40)}),
+    )
+    .await;
     assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
     // Still serving.
-    let r = post(&srv, "/v1/completions", json!({"prompt": "x y", "max_tokens": 2})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": "x y", "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -365,7 +496,11 @@ async fn concurrent_requests_all_complete_correctly() {
             let body = json!({"prompt": prompt, "max_tokens": 6, "stream": stream});
             let r = request(addr, "POST", "/v1/completions", Some(&body.to_string())).await;
             assert_eq!(r.status, 200, "{}", r.body);
-            let text = if stream { chunk_texts(&r, false).0 } else { r.json()["choices"][0]["text"].as_str().unwrap().to_string() };
+            let text = if stream {
+                chunk_texts(&r, false).0
+            } else {
+                r.json()["choices"][0]["text"].as_str().unwrap().to_string()
+            };
             (prompt, text)
         }));
     }
@@ -379,7 +514,15 @@ async fn concurrent_requests_all_complete_correctly() {
 async fn engine_crash_fails_in_flight_request_then_restarts() {
     let dir = scratch_dir();
     let marker = dir.join("crashed");
-    let srv = start_server(&["--crash-after", "3", "--crash-marker", marker.to_str().unwrap(), "--delay-ms", "10"]).await;
+    let srv = start_server(&[
+        "--crash-after",
+        "3",
+        "--crash-marker",
+        marker.to_str().unwrap(),
+        "--delay-ms",
+        "10",
+    ])
+    .await;
     wait_healthy(&srv).await;
     // Two concurrent requests: the one at the engine fails when it crashes at its 3rd token; the
     // one waiting in the server's queue runs on the restarted engine.
@@ -393,12 +536,27 @@ async fn engine_crash_fails_in_flight_request_then_restarts() {
     assert_eq!(statuses, [200, 500], "a: {} b: {}", a.body, b.body);
     let failed = if a.status == 500 { &a } else { &b };
     assert_eq!(failed.json()["error"]["type"], "server_error");
-    assert!(failed.json()["error"]["message"].as_str().unwrap().contains("engine"), "{}", failed.body);
+    assert!(
+        failed.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("engine"),
+        "{}",
+        failed.body
+    );
     let ok = if a.status == 200 { &a } else { &b };
-    assert_eq!(ok.json()["choices"][0]["text"], text_of(&echo(&prompt_ids(PROMPT), 6).0));
+    assert_eq!(
+        ok.json()["choices"][0]["text"],
+        text_of(&echo(&prompt_ids(PROMPT), 6).0)
+    );
     let h = wait_healthy(&srv).await;
     assert_eq!(h["engine_restarts"], 1);
-    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 2})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": PROMPT, "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -406,7 +564,13 @@ async fn engine_crash_fails_in_flight_request_then_restarts() {
 async fn engine_crash_during_stream_sends_error_event() {
     let dir = scratch_dir();
     let marker = dir.join("crashed");
-    let srv = start_server(&["--crash-after", "3", "--crash-marker", marker.to_str().unwrap()]).await;
+    let srv = start_server(&[
+        "--crash-after",
+        "3",
+        "--crash-marker",
+        marker.to_str().unwrap(),
+    ])
+    .await;
     let body = json!({"messages": [{"role": "user", "content": "Hello there friend"}], "stream": true, "max_tokens": 50});
     let r = post(&srv, "/v1/chat/completions", body.clone()).await;
     assert_eq!(r.status, 200);
@@ -426,8 +590,16 @@ async fn engine_that_cannot_start_gives_503() {
     let t0 = Instant::now();
     let r = post(&srv, "/v1/completions", json!({"prompt": "x"})).await;
     assert_eq!(r.status, 503, "{}", r.body);
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("engine"));
-    assert!(t0.elapsed() < Duration::from_secs(5), "fails fast, does not wait for the startup timeout");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("engine")
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "fails fast, does not wait for the startup timeout"
+    );
     let h = request(srv.addr, "GET", "/health", None).await;
     assert_eq!(h.status, 503);
 }
@@ -442,18 +614,31 @@ fn config_file_and_flags_merge() {
             "model_name": "gemma", "host": "0.0.0.0", "port": 9000}"#,
     )
     .unwrap();
-    let cfg = server::ServerConfig { config: Some(file.clone()), port: Some(8081), ..Default::default() };
+    let cfg = server::ServerConfig {
+        config: Some(file.clone()),
+        port: Some(8081),
+        ..Default::default()
+    };
     let r = cfg.resolve().unwrap();
     assert_eq!(r.executable, dir.join("bin/strata"));
     assert_eq!(r.args, vec!["-m", "m.gguf"]);
     assert_eq!(r.tokenizer, dir.join("m.gguf"));
-    assert_eq!((r.host.as_str(), r.port, r.model_name.as_deref()), ("0.0.0.0", 8081, Some("gemma")));
-    std::fs::write(&file, r#"{"engine": {"executable": "x"}, "tokenizr": "typo.gguf"}"#).unwrap();
+    assert_eq!(
+        (r.host.as_str(), r.port, r.model_name.as_deref()),
+        ("0.0.0.0", 8081, Some("gemma"))
+    );
+    std::fs::write(
+        &file,
+        r#"{"engine": {"executable": "x"}, "tokenizr": "typo.gguf"}"#,
+    )
+    .unwrap();
     let err = format!("{:#}", cfg.resolve().unwrap_err());
-    assert!(err.contains("tokenizr"), "unknown keys are rejected by name: {err}");
+    assert!(
+        err.contains("tokenizr"),
+        "unknown keys are rejected by name: {err}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
-
 
 /// Send a request and hang up after the first `min_bytes` bytes of the response (0 = without
 /// reading anything, after `wait`).
@@ -484,11 +669,25 @@ async fn client_disconnect_cancels_at_the_engine() {
     wait_healthy(&srv).await;
     for stream in [true, false] {
         let min_bytes = if stream { 200 } else { 0 };
-        hang_up(srv.addr, json!({"prompt": PROMPT, "stream": stream}), min_bytes, Duration::from_millis(300)).await;
+        hang_up(
+            srv.addr,
+            json!({"prompt": PROMPT, "stream": stream}),
+            min_bytes,
+            Duration::from_millis(300),
+        )
+        .await;
         let t0 = Instant::now();
-        let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 2})).await;
+        let r = post(
+            &srv,
+            "/v1/completions",
+            json!({"prompt": PROMPT, "max_tokens": 2}),
+        )
+        .await;
         assert_eq!(r.status, 200, "{}", r.body);
-        assert!(t0.elapsed() < Duration::from_secs(5), "stream={stream}: queued behind an abandoned request");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "stream={stream}: queued behind an abandoned request"
+        );
     }
 }
 
@@ -501,33 +700,67 @@ async fn bpe_tokenizer_completion_and_chat() {
     ));
     assert!(path.exists(), "missing {}", path.display());
     let t = Tokenizer::from_gguf(&gguf::GgufFile::open(&path).unwrap()).unwrap();
-    let eog = t.eog_ids().iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let eog = t
+        .eog_ids()
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let srv = start_server_with(path.clone(), &["--vocab", "1024", "--eog", &eog]).await;
     let ids = |text: &str| {
         let mut ids = t.encode(text, false, true);
-        if let Some(b) = t.bos().filter(|_| t.add_bos()) && ids.first() != Some(&b) {
+        if let Some(b) = t.bos().filter(|_| t.add_bos())
+            && ids.first() != Some(&b)
+        {
             ids.insert(0, b);
         }
         ids
     };
     let text = |ids: &[u32]| {
-        String::from_utf8(ids.iter().filter(|&&i| !t.is_control(i)).flat_map(|&i| t.token_to_bytes(i)).collect()).unwrap()
+        String::from_utf8(
+            ids.iter()
+                .filter(|&&i| !t.is_control(i))
+                .flat_map(|&i| t.token_to_bytes(i))
+                .collect(),
+        )
+        .unwrap()
     };
     let prompt = "The quick brown fox jumps over the lazy dog";
     let p = ids(prompt);
     let n = p.len() - 1;
-    let r = post(&srv, "/v1/completions", json!({"prompt": prompt, "max_tokens": n})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": n}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["choices"][0]["text"], text(&p[1..]));
 
-    let msgs = [tokenizer::ChatMessage { role: "user".into(), content: "hello there".into() }];
+    let msgs = [tokenizer::ChatMessage {
+        role: "user".into(),
+        content: "hello there".into(),
+    }];
     let p = ids(&t.apply_chat_template(&msgs, true).unwrap());
-    let end = p[1..].iter().position(|&i| t.is_eog(i)).map_or(p.len(), |k| k + 1);
-    let r = post(&srv, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 200})).await;
+    let end = p[1..]
+        .iter()
+        .position(|&i| t.is_eog(i))
+        .map_or(p.len(), |k| k + 1);
+    let r = post(
+        &srv,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 200}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     assert_eq!(v["choices"][0]["message"]["content"], text(&p[1..end]));
-    assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("hello there"));
+    assert!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("hello there")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -536,8 +769,16 @@ async fn requests_wait_for_a_loading_engine() {
     let h = request(srv.addr, "GET", "/health", None).await;
     assert_eq!(h.status, 503, "{}", h.body);
     assert_eq!(h.json()["status"], "loading");
-    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 3})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": PROMPT, "max_tokens": 3}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.json()["choices"][0]["text"], text_of(&echo(&prompt_ids(PROMPT), 3).0));
+    assert_eq!(
+        r.json()["choices"][0]["text"],
+        text_of(&echo(&prompt_ids(PROMPT), 3).0)
+    );
     assert_eq!(request(srv.addr, "GET", "/health", None).await.status, 200);
 }
