@@ -441,3 +441,52 @@ fn gdn_split_batches_are_bit_identical() {
     assert_eq!(y, y2);
     assert_eq!(st, st2);
 }
+
+// ------------------------------------------------------------------- weight types in Mat
+
+/// K-quant matrices (routed to the SIMD kernels) against the f64 product with their exactly
+/// dequantized weights; batched products equal single-token products bit for bit. The
+/// activation is quantized to Q8_K (8-bit, one scale per 256), so 1 % of the output's range
+/// is the expected error level, far below what a block-layout error gives.
+#[test]
+fn mat_kquant_products_match_dequantized_reference() {
+    let mut rng = Rng(30);
+    let (rows, cols, n) = (48, 512, 5);
+    for ty in [quant::GgmlType::Q4K, quant::GgmlType::Q6K] {
+        let vals = rng.vec(rows * cols, 1.0);
+        let rb = ty.row_bytes(cols).unwrap();
+        let mut bytes = vec![0u8; rows * rb];
+        for r in 0..rows {
+            quant::quantize_row(
+                ty,
+                &vals[r * cols..(r + 1) * cols],
+                &mut bytes[r * rb..(r + 1) * rb],
+            )
+            .unwrap();
+        }
+        let m = Mat::from_raw(ty, rows, cols, &bytes).unwrap();
+        let mut deq = vec![0f32; rows * cols];
+        for r in 0..rows {
+            m.get_row(r, &mut deq[r * cols..(r + 1) * cols]);
+        }
+        let x = rng.vec(n * cols, 1.0);
+        let mut y = vec![0f32; n * rows];
+        m.matmul(&x, n, &mut y);
+        for t in 0..n {
+            let want = mv(&deq, rows, cols, &to64(&x[t * cols..(t + 1) * cols]));
+            let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+            let got = &y[t * rows..(t + 1) * rows];
+            let err = got
+                .iter()
+                .zip(&want)
+                .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
+            assert!(
+                err <= 1e-2 * scale,
+                "{ty:?} token {t}: max err {err} vs scale {scale}"
+            );
+            let mut single = vec![0f32; rows];
+            m.matvec(&x[t * cols..(t + 1) * cols], &mut single);
+            assert_eq!(single, got, "{ty:?} token {t}: batched != single");
+        }
+    }
+}

@@ -7,7 +7,9 @@
 //! the weight type's `vec_dot_type` (Q8_0 for Q8_0/Q5_0/IQ4_NL, f16 for F16 weights, unchanged
 //! for F32) and every output element is one `vec_dot` of a weight row with that activation.
 //! Because every output element of [`Mat::matmul`] is computed by the very same function as in
-//! [`Mat::matvec`], a batched pass is bit-identical to token-by-token passes.
+//! [`Mat::matvec`], a batched pass is bit-identical to token-by-token passes. F32, F16 and the
+//! Q8_0-paired types (Q8_0, Q5_0, Q4_0, IQ4_NL) run here, with llama.cpp's x86 activation
+//! rounding; K-quant/IQ weights go to `cpu_kernels`' SIMD kernels one token at a time.
 //!
 //! The f32 helpers copy the ggml formulas where rounding matters: RMSNorm sums squares in f64
 //! (`ggml_float`), rope angles are built iteratively in f32 (`θ_i = t·s^i`).
@@ -216,6 +218,9 @@ impl Mat {
     /// `y[rows] = W x`.
     pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
         debug_assert_eq!(x.len(), self.cols);
+        if self.simd_kernel(x, y) {
+            return;
+        }
         let act = self.prepare(x);
         let y = &mut y[..self.rows];
         if self.rows * self.cols >= PAR_MIN {
@@ -231,10 +236,37 @@ impl Mat {
         }
     }
 
+    /// K-quant, IQ and Q8_1-paired weights go to the SIMD kernels of `cpu_kernels` (one token
+    /// per call, so batched and single-token results stay identical). F32, F16 and the Q8_0
+    /// family stay on the exact path above: there the activation rounding must copy llama.cpp's
+    /// x86 quantizer, which the shared kernels do not. Returns false to fall back.
+    fn simd_kernel(&self, x: &[f32], y: &mut [f32]) -> bool {
+        let vt = self.ty.vec_dot_type();
+        if matches!(self.ty, GgmlType::F32 | GgmlType::F16) || vt == GgmlType::Q8_0 {
+            return false;
+        }
+        let w = cpu_kernels::QTensor {
+            ty: self.ty,
+            data: self.data(),
+            rows: self.rows,
+            cols: self.cols,
+        };
+        cpu_kernels::try_matvec(&w, x, &mut y[..self.rows]).is_ok()
+    }
+
     /// `y[n][rows] = x[n][cols] Wᵀ`. Tokens go in groups of up to 8 that share each weight row
     /// read ("fused read"); every element is the same `dot` as in [`Mat::matvec`].
     pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
         let (rows, cols) = (self.rows, self.cols);
+        if n > 0 && self.simd_kernel(&x[..cols], &mut y[..rows]) {
+            for t in 1..n {
+                self.matvec(
+                    &x[t * cols..(t + 1) * cols],
+                    &mut y[t * rows..(t + 1) * rows],
+                );
+            }
+            return;
+        }
         for g0 in (0..n).step_by(8) {
             let g = (n - g0).min(8);
             let acts: Vec<Act> = (0..g)
