@@ -1,4 +1,21 @@
 //! Strata engine: models, KV cache, sampling, serving; backends over the `cpu-kernels` crate
 //! and (with `--features gpu`) the gfx11 kernels.
+//!
+//! Flow: [`fetch`] (default model) → [`model::Model::load`] (GGUF → hyperparameters and
+//! weights) → [`engine::Engine`] (model + tokenizer) → [`model::forward::Session`] per sequence
+//! (KV cache, [`kv_cache`]) → [`sampler`]. [`cli`] is the command line.
+
+pub mod cli;
+pub mod engine;
+pub mod error;
+pub mod f16;
+pub mod fetch;
+pub mod kv_cache;
+pub mod model;
+pub mod npy;
+pub mod sampler;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+
+pub use engine::{Engine, RunOptions};
+pub use error::EngineError;

@@ -1,0 +1,138 @@
+//! `strata bench`: prompt-processing and decode speed, llama-bench style.
+//!
+//! pp: one evaluation of `--pp` tokens on an empty cache; tg: `--tg` single-token evaluations
+//! (greedy argmax of the previous logits) after a short prompt. Each is repeated `--reps` times
+//! after one warm-up; we report min and median tokens/s and the process's peak RSS.
+
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use clap::Args;
+
+use crate::engine::Engine;
+use crate::model::forward::Logits;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Prompt length for the prompt-processing test.
+    #[arg(long, default_value_t = 512)]
+    pub pp: usize,
+    /// Number of generated tokens for the decode test.
+    #[arg(long, default_value_t = 128)]
+    pub tg: usize,
+    /// Repetitions of each test (after one warm-up run).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Print the results as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchResult {
+    pub model: String,
+    pub threads: usize,
+    pub cpu_features: &'static str,
+    pub pp: usize,
+    pub pp_tok_s: Vec<f64>,
+    pub pp_min: f64,
+    pub pp_median: f64,
+    pub tg: usize,
+    pub tg_tok_s: Vec<f64>,
+    pub tg_min: f64,
+    pub tg_median: f64,
+    pub peak_rss_mb: f64,
+}
+
+fn min_median(v: &[f64]) -> (f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    (s[0], s[s.len() / 2])
+}
+
+/// Peak resident set size of this process in MiB (VmHWM), 0 where /proc is unavailable.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
+    if a.pp == 0 || a.tg == 0 || a.reps == 0 {
+        bail!("--pp, --tg and --reps must be >= 1");
+    }
+    let nv = e.model.n_vocab as u32;
+    // Deterministic pseudo-text: ids spread over the vocabulary, BOS first.
+    let mut prompt: Vec<u32> = (0..a.pp as u32).map(|i| (i.wrapping_mul(2_654_435_761) % nv.max(1)).max(3)).collect();
+    if let Some(b) = e.tokenizer.bos() {
+        prompt[0] = b;
+    }
+    let cap = (a.pp).max(a.tg + 8);
+    let mut sess = e.model.new_session(e.opts.kv, cap, e.opts.prefill);
+    let mut logits = Vec::new();
+    let mut pp_tok_s = Vec::new();
+    for rep in 0..=a.reps {
+        sess.reset();
+        let t = Instant::now();
+        e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits)?;
+        let dt = t.elapsed().as_secs_f64();
+        if rep > 0 {
+            pp_tok_s.push(a.pp as f64 / dt);
+        }
+    }
+    let mut tg_tok_s = Vec::new();
+    for rep in 0..=a.reps {
+        sess.reset();
+        e.model.eval(&mut sess, &prompt[..prompt.len().min(8)], Logits::Last, &mut logits)?;
+        let t = Instant::now();
+        for _ in 0..a.tg {
+            let next = argmax(&logits);
+            e.model.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
+        }
+        let dt = t.elapsed().as_secs_f64();
+        if rep > 0 {
+            tg_tok_s.push(a.tg as f64 / dt);
+        }
+    }
+    let (pp_min, pp_median) = min_median(&pp_tok_s);
+    let (tg_min, tg_median) = min_median(&tg_tok_s);
+    Ok(BenchResult {
+        model: e.model.path.display().to_string(),
+        threads: rayon::current_num_threads(),
+        cpu_features: cpu_kernels::cpu_features(),
+        pp: a.pp,
+        pp_tok_s,
+        pp_min,
+        pp_median,
+        tg: a.tg,
+        tg_tok_s,
+        tg_min,
+        tg_median,
+        peak_rss_mb: peak_rss_mb(),
+    })
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in x.iter().enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0 as u32
+}
+
+pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
+    let r = bench(e, a)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("model: {} ({} threads, {}, kv {:?})", r.model, r.threads, r.cpu_features, e.opts.kv);
+        println!("pp{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.pp, r.pp_min, r.pp_median, r.pp_tok_s);
+        println!("tg{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.tg, r.tg_min, r.tg_median, r.tg_tok_s);
+        println!("peak RSS: {:.1} MB", r.peak_rss_mb);
+    }
+    Ok(())
+}

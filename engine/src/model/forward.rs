@@ -1,0 +1,250 @@
+//! The decoder forward pass, written once for every supported architecture.
+//!
+//! Tokens are processed in chunks of `prefill_chunk` rows: every projection is one
+//! `cpu_kernels::matmul` over the chunk (a `matvec` for single-token decode), attention reads the
+//! per-sequence KV cache. Scratch buffers live in the [`Session`] and only grow, so steady-state
+//! decoding allocates nothing.
+
+use cpu_kernels as ck;
+
+use super::{Ffn, LayerKind, Model, RopeKind, W};
+use crate::error::{EngineError, Result};
+use crate::kv_cache::{KvCache, KvType, LayerCache};
+
+/// Which positions of an evaluation produce logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token (generation).
+    Last,
+    /// Every token (perplexity, `strata logits`).
+    All,
+}
+
+/// Per-sequence state: KV cache, position, and reusable scratch buffers.
+pub struct Session {
+    pub cache: KvCache,
+    /// Number of positions already in the cache.
+    pub n_past: usize,
+    /// Maximum rows per forward chunk (`--prefill`).
+    pub prefill_chunk: usize,
+    s: Scratch,
+}
+
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    head: Vec<f32>,
+    pub(crate) moe: super::moe::MoeScratch,
+}
+
+/// Grows `v` to at least `n` elements (never shrinks: no steady-state allocation).
+#[inline]
+pub(crate) fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+impl Session {
+    /// Forgets the sequence (the cache contents are overwritten by the next evaluation).
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+    }
+    pub fn capacity(&self) -> usize {
+        self.cache.capacity
+    }
+}
+
+impl Model {
+    /// A fresh sequence with room for `max_ctx` positions.
+    pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session {
+        Session {
+            cache: KvCache::new(kv, max_ctx, &self.cache_shape()),
+            n_past: 0,
+            prefill_chunk: prefill_chunk.max(1),
+            s: Scratch::default(),
+        }
+    }
+
+    /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack).
+    #[inline]
+    pub(crate) fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+        let t = self.qt(w, e);
+        let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
+        if n == 1 { ck::matvec(&t, x, y) } else { ck::matmul(&t, x, n, y) }
+    }
+
+    /// Appends `tokens` to the sequence and writes logits to `out`
+    /// (`[1][vocab]` for [`Logits::Last`], `[tokens.len()][vocab]` for [`Logits::All`]).
+    pub fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.n_vocab) {
+            return Err(EngineError::BadToken { id, vocab: self.n_vocab });
+        }
+        let needed = s.n_past + tokens.len();
+        if needed > s.cache.capacity {
+            return Err(EngineError::ContextFull { needed, capacity: s.cache.capacity });
+        }
+        let nv = self.n_vocab;
+        let rows = if want == Logits::All { tokens.len() } else { 1 };
+        if out.len() != rows * nv {
+            out.resize(rows * nv, 0.0);
+        }
+        let chunk = s.prefill_chunk;
+        let n_chunks = tokens.len().div_ceil(chunk);
+        for (ci, toks) in tokens.chunks(chunk).enumerate() {
+            let last = ci + 1 == n_chunks;
+            let dst = match want {
+                Logits::All => Some(&mut out[ci * chunk * nv..(ci * chunk + toks.len()) * nv]),
+                Logits::Last if last => Some(&mut out[..]),
+                Logits::Last => None,
+            };
+            self.forward_chunk(s, toks, want, dst);
+            s.n_past += toks.len();
+        }
+        Ok(())
+    }
+
+    fn forward_chunk(&self, sess: &mut Session, toks: &[u32], want: Logits, logits: Option<&mut [f32]>) {
+        let hp = &self.hp;
+        let n = toks.len();
+        let (d, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
+        let (nq, nk) = (nh * hd, nkv * hd);
+        let pos0 = sess.n_past;
+        let s = &mut sess.s;
+        let ff = match &hp.moe {
+            Some(m) => m.n_ff_exp,
+            None => hp.n_ff,
+        };
+        grow(&mut s.x, n * d);
+        grow(&mut s.xn, n * d.max(nq));
+        grow(&mut s.q, n * nq);
+        grow(&mut s.k, n * nk);
+        grow(&mut s.v, n * nk);
+        grow(&mut s.att, n * nq);
+        grow(&mut s.o, n * d);
+        grow(&mut s.gate, n * ff);
+        grow(&mut s.up, n * ff);
+        grow(&mut s.head, hd);
+
+        // Embeddings.
+        let emb = self.qt(&self.tok_embd, 0);
+        for (i, &t) in toks.iter().enumerate() {
+            let row = &mut s.x[i * d..(i + 1) * d];
+            ck::get_row(&emb, t as usize, row);
+            if let Some(sc) = hp.embd_scale {
+                row.iter_mut().for_each(|v| *v *= sc);
+            }
+        }
+
+        for (il, lw) in self.layers.iter().enumerate() {
+            let LayerKind::Attention(spec) = &hp.layers[il];
+            let LayerCache::Attention(kv) = &mut sess.cache.layers[il];
+            let a = &lw.attn;
+
+            // Attention block.
+            for i in 0..n {
+                ck::rms_norm(&s.x[i * d..(i + 1) * d], &a.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
+            }
+            self.mm(&a.wq, 0, &s.xn, n, &mut s.q);
+            self.mm(&a.wk, 0, &s.xn, n, &mut s.k);
+            self.mm(&a.wv, 0, &s.xn, n, &mut s.v);
+            for (buf, b, w) in [(&mut s.q, &a.bq, nq), (&mut s.k, &a.bk, nk), (&mut s.v, &a.bv, nk)] {
+                if let Some(b) = b {
+                    for row in buf[..n * w].chunks_exact_mut(w) {
+                        row.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                    }
+                }
+            }
+            for (buf, norm, w) in [(&mut s.q, &a.q_norm, nq), (&mut s.k, &a.k_norm, nk)] {
+                if let Some(norm) = norm {
+                    for h in buf[..n * w].chunks_exact_mut(hd) {
+                        s.head[..hd].copy_from_slice(h);
+                        ck::rms_norm(&s.head[..hd], norm, hp.rms_eps, h);
+                    }
+                }
+            }
+            for i in 0..n {
+                let pos = pos0 + i;
+                let (q, k) = (&mut s.q[i * nq..(i + 1) * nq], &mut s.k[i * nk..(i + 1) * nk]);
+                let rope: fn(&mut [f32], usize, usize, usize, usize, f32, f32) = match hp.rope {
+                    RopeKind::Neox => ck::rope_neox,
+                    RopeKind::Norm => ck::rope_norm,
+                };
+                rope(q, nh, hd, hp.rope_dim, pos, spec.rope_base, spec.rope_scale);
+                rope(k, nkv, hd, hp.rope_dim, pos, spec.rope_base, spec.rope_scale);
+                if hp.q_scale != 1.0 {
+                    q.iter_mut().for_each(|v| *v *= hp.q_scale);
+                }
+                kv.write(pos, k, &s.v[i * nk..(i + 1) * nk]);
+            }
+            super::attention::attend(
+                kv,
+                &s.q[..n * nq],
+                &mut s.att[..n * nq],
+                super::attention::Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window: spec.window, kq_scale: hp.kq_scale },
+            );
+            self.mm(&a.wo, 0, &s.att, n, &mut s.o);
+            add_residual(&mut s.x[..n * d], &s.o[..n * d], a.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d);
+
+            // FFN block.
+            let f = &lw.ffn;
+            for i in 0..n {
+                ck::rms_norm(&s.x[i * d..(i + 1) * d], &f.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
+            }
+            match &f.ffn {
+                Ffn::Dense { gate, up, down } => {
+                    self.mm(gate, 0, &s.xn, n, &mut s.gate);
+                    self.mm(up, 0, &s.xn, n, &mut s.up);
+                    let (g, u) = (&mut s.gate[..n * ff], &s.up[..n * ff]);
+                    // Activation in place into `gate` (kernels take distinct in/out slices: use `att`).
+                    grow(&mut s.att, n * ff);
+                    let act = &mut s.att[..n * ff];
+                    match hp.act {
+                        super::Act::Silu => ck::swiglu(g, u, act),
+                        super::Act::GeluTanh => ck::geglu(g, u, act),
+                    }
+                    self.mm(down, 0, act, n, &mut s.o);
+                }
+                Ffn::Moe { router, gate, up, down } => {
+                    let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+                    super::moe::moe_ffn(self, spec, [router, gate, up, down], &s.xn[..n * d], n, &mut s.o[..n * d], &mut s.moe);
+                }
+            }
+            add_residual(&mut s.x[..n * d], &s.o[..n * d], f.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d);
+        }
+
+        // Output head on the rows that need logits.
+        if let Some(logits) = logits {
+            let first = if want == Logits::All { 0 } else { n - 1 };
+            let m = n - first;
+            for (j, i) in (first..n).enumerate() {
+                ck::rms_norm(&s.x[i * d..(i + 1) * d], &self.output_norm, hp.rms_eps, &mut s.xn[j * d..(j + 1) * d]);
+            }
+            self.mm(&self.output, 0, &s.xn, m, logits);
+        }
+    }
+}
+
+/// `x += post_norm(o)` (or `x += o`), row by row; `tmp` holds at least one row.
+fn add_residual(x: &mut [f32], o: &[f32], post_norm: Option<&[f32]>, eps: f32, tmp: &mut [f32], d: usize) {
+    match post_norm {
+        Some(w) => {
+            for (xr, or) in x.chunks_exact_mut(d).zip(o.chunks_exact(d)) {
+                ck::rms_norm(or, w, eps, &mut tmp[..d]);
+                xr.iter_mut().zip(&tmp[..d]).for_each(|(a, b)| *a += b);
+            }
+        }
+        None => x.iter_mut().zip(o).for_each(|(a, b)| *a += b),
+    }
+}

@@ -1,0 +1,172 @@
+//! Hyperparameters shared by the decoder architectures, read from `<arch>.*` GGUF keys.
+//!
+//! Each architecture file builds an [`HParams`] with [`Keys`], documenting its defaults where
+//! llama.cpp has them; the forward pass only reads this struct.
+
+use crate::error::{EngineError, Result};
+use gguf::GgufFile;
+
+/// Rotary embedding flavour: which pairs of a head are rotated together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeKind {
+    /// Pairs (i, i + rot_dim/2): GPT-NeoX, Gemma, Qwen.
+    Neox,
+    /// Adjacent pairs (2i, 2i + 1): LLaMA (its GGUF Q/K rows are permuted for this).
+    Norm,
+}
+
+/// FFN gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    Silu,
+    GeluTanh,
+}
+
+/// What one layer does; the cache kind follows from it (see `kv_cache::LayerCache`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerKind {
+    /// Softmax attention with optional sliding window and its own rope parameters.
+    Attention(AttnSpec),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnSpec {
+    /// A position attends to keys `pos - window + 1 ..= pos` (None: all previous positions).
+    pub window: Option<usize>,
+    pub rope_base: f32,
+    pub rope_scale: f32,
+}
+
+/// Mixture-of-experts FFN shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeSpec {
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    /// Renormalise the selected experts' softmax weights to sum to 1.
+    pub norm_weights: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HParams {
+    pub arch: String,
+    pub n_layer: usize,
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    /// Dense FFN width (unused by MoE layers).
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub rms_eps: f32,
+    pub rope: RopeKind,
+    pub rope_dim: usize,
+    pub act: Act,
+    /// Q is multiplied by this after rope (Gemma's query_pre_attn_scalar); 1 elsewhere.
+    pub q_scale: f32,
+    /// Scale applied to Q.K inside the softmax (1/sqrt(head_dim) for most models).
+    pub kq_scale: f32,
+    /// Input embeddings are multiplied by this (sqrt(n_embd) for Gemma).
+    pub embd_scale: Option<f32>,
+    pub qk_norm: bool,
+    pub qkv_bias: bool,
+    /// Gemma's extra norms after attention and after the FFN.
+    pub post_norms: bool,
+    pub moe: Option<MoeSpec>,
+    pub layers: Vec<LayerKind>,
+}
+
+/// Typed access to `<arch>.<name>` keys with errors naming the key.
+pub struct Keys<'a> {
+    pub g: &'a GgufFile,
+    pub arch: &'a str,
+}
+
+impl<'a> Keys<'a> {
+    fn key(&self, name: &str) -> String {
+        format!("{}.{}", self.arch, name)
+    }
+    pub fn has(&self, name: &str) -> bool {
+        self.g.get(&self.key(name)).is_some()
+    }
+    pub fn u32(&self, name: &str) -> Result<usize> {
+        let k = self.key(name);
+        self.g
+            .get_u32(&k)
+            .map(|v| v as usize)
+            .map_err(|e| EngineError::BadMetadata { key: k, why: e.to_string() })
+    }
+    pub fn u32_or(&self, name: &str, default: usize) -> Result<usize> {
+        if self.has(name) { self.u32(name) } else { Ok(default) }
+    }
+    pub fn f32(&self, name: &str) -> Result<f32> {
+        let k = self.key(name);
+        self.g.get_f32(&k).map_err(|e| EngineError::BadMetadata { key: k, why: e.to_string() })
+    }
+    pub fn f32_or(&self, name: &str, default: f32) -> Result<f32> {
+        if self.has(name) { self.f32(name) } else { Ok(default) }
+    }
+    pub fn bool_or(&self, name: &str, default: bool) -> bool {
+        match self.g.get(&self.key(name)) {
+            Some(gguf::Value::Bool(b)) => *b,
+            _ => default,
+        }
+    }
+    /// Linear rope scaling: `rope.scaling.factor` f (freq_scale = 1/f) when the type is linear.
+    pub fn rope_freq_scale(&self) -> Result<f32> {
+        let ty = self.g.get(&self.key("rope.scaling.type"));
+        let linear = matches!(ty, Some(gguf::Value::Str(s)) if s == "linear");
+        let factor = self.f32_or("rope.scaling.factor", 0.0)?;
+        // llama.cpp: freq_scale = 1/factor when a factor is given (0 = none).
+        Ok(if factor > 0.0 && (linear || ty.is_none()) { 1.0 / factor } else { 1.0 })
+    }
+
+    /// The block count, embedding width, head layout and eps every architecture has.
+    pub fn common(&self) -> Result<CommonKeys> {
+        let n_layer = self.u32("block_count")?;
+        let n_embd = self.u32("embedding_length")?;
+        let n_head = self.u32("attention.head_count")?;
+        if n_head == 0 || n_layer == 0 || n_embd == 0 {
+            return Err(EngineError::BadMetadata {
+                key: self.key("attention.head_count"),
+                why: "block_count, embedding_length and head_count must be > 0".into(),
+            });
+        }
+        // Defaults as in llama.cpp: n_head_kv = n_head, head_dim = n_embd / n_head.
+        let n_head_kv = self.u32_or("attention.head_count_kv", n_head)?;
+        let head_dim = self.u32_or("attention.key_length", n_embd / n_head)?;
+        if n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(EngineError::BadMetadata {
+                key: self.key("attention.head_count_kv"),
+                why: format!("{n_head_kv} does not divide head_count {n_head}"),
+            });
+        }
+        Ok(CommonKeys {
+            n_layer,
+            n_embd,
+            n_head,
+            n_head_kv,
+            head_dim,
+            // Not every model stores the training context; 4096 only sizes the default cache.
+            n_ctx_train: self.u32_or("context_length", 4096)?,
+            n_ff: self.u32_or("feed_forward_length", 0)?,
+            rms_eps: self.f32_or("attention.layer_norm_rms_epsilon", 1e-6)?,
+            // llama.cpp silently defaults a missing freq_base to 10000.
+            rope_base: self.f32_or("rope.freq_base", 10000.0)?,
+            rope_dim: self.u32_or("rope.dimension_count", head_dim)?,
+        })
+    }
+}
+
+pub struct CommonKeys {
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_ctx_train: usize,
+    pub n_ff: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    pub rope_dim: usize,
+}

@@ -1,0 +1,247 @@
+//! Models: `general.architecture` → hyperparameters (one file per architecture) → weights
+//! (references into the memory-mapped GGUF) → one shared decoder forward pass.
+//!
+//! The architectures we support are all pre-norm decoders that differ in a handful of switches
+//! (rope flavour, biases, Q/K norms, post norms, activation, MoE FFN); those live in
+//! [`HParams`], so `forward.rs` is written once. Layers are a [`LayerKind`] enum so hybrid
+//! models can add recurrent layers with their own cache kind.
+
+pub mod attention;
+pub mod forward;
+pub mod gemma3;
+pub mod hparams;
+pub mod llama;
+pub mod moe;
+pub mod qwen2;
+pub mod qwen3;
+pub mod qwen3moe;
+/// Qwen3.8-Flash-Next (`qwen4exp`): a hybrid GDN/sparse-attention model with its own forward
+/// pass and state (written by the qwen4exp helper; not yet behind [`Model`]).
+pub mod qwen4exp;
+
+use std::path::{Path, PathBuf};
+
+use cpu_kernels::QTensor;
+use gguf::{GgufFile, TensorInfo};
+use quant::GgmlType;
+
+use crate::error::{EngineError, Result};
+pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
+
+/// A weight matrix (or a stack of expert matrices) inside the GGUF mapping.
+#[derive(Clone, Debug)]
+pub struct W {
+    tensor: usize,
+    pub ty: GgmlType,
+    /// Output features (per expert for a stack).
+    pub rows: usize,
+    /// Input features (row length).
+    pub cols: usize,
+    /// 1 for a plain matrix.
+    pub n_mat: usize,
+}
+
+pub(crate) struct AttnWeights {
+    pub norm: Vec<f32>,
+    pub wq: W,
+    pub wk: W,
+    pub wv: W,
+    pub wo: W,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub post_norm: Option<Vec<f32>>,
+}
+
+pub(crate) enum Ffn {
+    Dense { gate: W, up: W, down: W },
+    Moe { router: W, gate: W, up: W, down: W },
+}
+
+pub(crate) struct FfnWeights {
+    pub norm: Vec<f32>,
+    pub ffn: Ffn,
+    pub post_norm: Option<Vec<f32>>,
+}
+
+pub(crate) struct LayerWeights {
+    pub attn: AttnWeights,
+    pub ffn: FfnWeights,
+}
+
+/// A loaded model: hyperparameters plus weights referencing the mapped file.
+pub struct Model {
+    pub hp: HParams,
+    pub path: PathBuf,
+    pub gguf: GgufFile,
+    pub(crate) tok_embd: W,
+    pub(crate) output: W,
+    pub(crate) output_norm: Vec<f32>,
+    pub(crate) layers: Vec<LayerWeights>,
+    pub n_vocab: usize,
+}
+
+impl Model {
+    /// Opens a GGUF file and resolves every tensor the architecture needs.
+    pub fn load(path: &Path) -> Result<Model> {
+        let gguf = GgufFile::open(path)
+            .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+        Self::from_gguf(gguf, path)
+    }
+
+    pub fn from_gguf(gguf: GgufFile, path: &Path) -> Result<Model> {
+        let arch = gguf
+            .architecture()
+            .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?
+            .to_string();
+        let keys = hparams::Keys { g: &gguf, arch: &arch };
+        let hp = match arch.as_str() {
+            "gemma3" => gemma3::hparams(&keys)?,
+            "llama" => llama::hparams(&keys)?,
+            "qwen2" => qwen2::hparams(&keys)?,
+            "qwen3" => qwen3::hparams(&keys)?,
+            "qwen3moe" => qwen3moe::hparams(&keys)?,
+            other => return Err(EngineError::UnsupportedArch(other.to_string())),
+        };
+        let l = Loader { g: &gguf };
+        let (d, hd) = (hp.n_embd, hp.head_dim);
+        let tok_embd = l.mat("token_embd.weight", d, None)?;
+        let n_vocab = tok_embd.rows;
+        let output = match gguf.tensor("output.weight") {
+            Some(_) => l.mat("output.weight", d, Some(n_vocab))?,
+            None => tok_embd.clone(), // tied head
+        };
+        let output_norm = l.vec("output_norm.weight", d)?;
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let p = |s: &str| format!("blk.{il}.{s}");
+            let (nq, nkv) = (hp.n_head * hd, hp.n_head_kv * hd);
+            let opt_vec = |name: &str, n: usize, on: bool| -> Result<Option<Vec<f32>>> {
+                if on { l.vec(&p(name), n).map(Some) } else { Ok(None) }
+            };
+            let attn = AttnWeights {
+                norm: l.vec(&p("attn_norm.weight"), d)?,
+                wq: l.mat(&p("attn_q.weight"), d, Some(nq))?,
+                wk: l.mat(&p("attn_k.weight"), d, Some(nkv))?,
+                wv: l.mat(&p("attn_v.weight"), d, Some(nkv))?,
+                wo: l.mat(&p("attn_output.weight"), nq, Some(d))?,
+                bq: opt_vec("attn_q.bias", nq, hp.qkv_bias)?,
+                bk: opt_vec("attn_k.bias", nkv, hp.qkv_bias)?,
+                bv: opt_vec("attn_v.bias", nkv, hp.qkv_bias)?,
+                q_norm: opt_vec("attn_q_norm.weight", hd, hp.qk_norm)?,
+                k_norm: opt_vec("attn_k_norm.weight", hd, hp.qk_norm)?,
+                post_norm: opt_vec("post_attention_norm.weight", d, hp.post_norms)?,
+            };
+            let ffn = match &hp.moe {
+                None => Ffn::Dense {
+                    gate: l.mat(&p("ffn_gate.weight"), d, Some(hp.n_ff))?,
+                    up: l.mat(&p("ffn_up.weight"), d, Some(hp.n_ff))?,
+                    down: l.mat(&p("ffn_down.weight"), hp.n_ff, Some(d))?,
+                },
+                Some(m) => Ffn::Moe {
+                    router: l.mat(&p("ffn_gate_inp.weight"), d, Some(m.n_expert))?,
+                    gate: l.stack(&p("ffn_gate_exps.weight"), d, m.n_ff_exp, m.n_expert)?,
+                    up: l.stack(&p("ffn_up_exps.weight"), d, m.n_ff_exp, m.n_expert)?,
+                    down: l.stack(&p("ffn_down_exps.weight"), m.n_ff_exp, d, m.n_expert)?,
+                },
+            };
+            let ffn = FfnWeights {
+                norm: l.vec(&p("ffn_norm.weight"), d)?,
+                ffn,
+                post_norm: opt_vec("post_ffw_norm.weight", d, hp.post_norms)?,
+            };
+            layers.push(LayerWeights { attn, ffn });
+        }
+        Ok(Model { hp, path: path.to_path_buf(), tok_embd, output, output_norm, layers, n_vocab, gguf })
+    }
+
+    /// The matrix `w` (expert `e` of a stack) as a kernel operand.
+    #[inline]
+    pub(crate) fn qt(&self, w: &W, e: usize) -> QTensor<'_> {
+        let info: &TensorInfo = &self.gguf.tensors()[w.tensor];
+        let data = self.gguf.tensor_data(info);
+        let per = data.len() / w.n_mat;
+        QTensor { ty: w.ty, data: &data[e * per..(e + 1) * per], rows: w.rows, cols: w.cols }
+    }
+
+    /// Per-layer (n_head_kv, head_dim) for the KV cache.
+    pub fn cache_shape(&self) -> Vec<(usize, usize)> {
+        self.hp
+            .layers
+            .iter()
+            .map(|k| match k {
+                LayerKind::Attention(_) => (self.hp.n_head_kv, self.hp.head_dim),
+            })
+            .collect()
+    }
+}
+
+/// Tensor lookup with shape/type checks that name the tensor.
+struct Loader<'a> {
+    g: &'a GgufFile,
+}
+
+impl Loader<'_> {
+    fn find(&self, name: &str) -> Result<(usize, &TensorInfo)> {
+        self.g
+            .tensors()
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.name == name)
+            .ok_or_else(|| EngineError::MissingTensor(name.to_string()))
+    }
+
+    fn check_type(name: &str, ty: GgmlType) -> Result<()> {
+        if ty.has_reference() {
+            Ok(())
+        } else {
+            Err(EngineError::TensorType { name: name.into(), ty: ty.name(), why: "no kernel for this type" })
+        }
+    }
+
+    /// A `[rows][cols]` matrix (`rows` None: any).
+    fn mat(&self, name: &str, cols: usize, rows: Option<usize>) -> Result<W> {
+        let (tensor, t) = self.find(name)?;
+        let ok = t.dims.len() == 2
+            && t.dims[0] as usize == cols
+            && rows.is_none_or(|r| t.dims[1] as usize == r);
+        if !ok {
+            return Err(EngineError::TensorShape {
+                name: name.into(),
+                expected: vec![cols as u64, rows.unwrap_or(0) as u64],
+                found: t.dims.clone(),
+            });
+        }
+        Self::check_type(name, t.ty)?;
+        Ok(W { tensor, ty: t.ty, rows: t.dims[1] as usize, cols, n_mat: 1 })
+    }
+
+    /// `n` matrices `[rows][cols]` stored back to back (expert stacks).
+    fn stack(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<W> {
+        let (tensor, t) = self.find(name)?;
+        let want = vec![cols as u64, rows as u64, n as u64];
+        if t.dims != want {
+            return Err(EngineError::TensorShape { name: name.into(), expected: want, found: t.dims.clone() });
+        }
+        Self::check_type(name, t.ty)?;
+        Ok(W { tensor, ty: t.ty, rows, cols, n_mat: n })
+    }
+
+    /// A vector of `n` values (norm weights, biases), dequantized to f32.
+    fn vec(&self, name: &str, n: usize) -> Result<Vec<f32>> {
+        let (_, t) = self.find(name)?;
+        let total: u64 = t.dims.iter().product();
+        if total as usize != n {
+            return Err(EngineError::TensorShape { name: name.into(), expected: vec![n as u64], found: t.dims.clone() });
+        }
+        let mut out = vec![0f32; n];
+        quant::dequantize_row(t.ty, self.g.tensor_data(t), &mut out).map_err(|e| EngineError::TensorType {
+            name: format!("{name} ({e:?})"),
+            ty: t.ty.name(),
+            why: "cannot dequantize",
+        })?;
+        Ok(out)
+    }
+}
