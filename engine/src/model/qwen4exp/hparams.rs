@@ -62,6 +62,10 @@ pub struct HParams {
     pub rope_sections: Vec<u32>,
     pub n_expert: usize,
     pub n_expert_used: usize,
+    /// `expert_feed_forward_length` (absent: taken from the expert tensors).
+    pub n_ff_exp: Option<usize>,
+    /// `expert_shared_feed_forward_length`, else `feed_forward_length` (absent: from tensors).
+    pub n_ff_shexp: Option<usize>,
     pub ssm_conv: usize,
     pub ssm_inner: usize,
     pub ssm_state: usize,
@@ -186,6 +190,17 @@ impl HParams {
                 format!("{n_expert_used} > expert_count {n_expert}"),
             ));
         }
+        let opt_pos = |k: &str| -> Result<Option<usize>, Qwen4ExpError> {
+            match g.get(&key(k)) {
+                None => Ok(None),
+                Some(_) => positive(g, k).map(Some),
+            }
+        };
+        let n_ff_exp = opt_pos("expert_feed_forward_length")?;
+        let n_ff_shexp = match opt_pos("expert_shared_feed_forward_length")? {
+            Some(v) => Some(v),
+            None => opt_pos("feed_forward_length")?,
+        };
         let ssm_conv = positive(g, "ssm.conv_kernel")?;
         let ssm_inner = positive(g, "ssm.inner_size")?;
         let ssm_state = positive(g, "ssm.state_size")?;
@@ -335,6 +350,8 @@ impl HParams {
             rope_sections,
             n_expert,
             n_expert_used,
+            n_ff_exp,
+            n_ff_shexp,
             ssm_conv,
             ssm_inner,
             ssm_state,

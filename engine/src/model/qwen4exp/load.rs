@@ -205,8 +205,16 @@ pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
                 })
             }
         };
-        let ff = l.dim(&p("ffn_gate_exps.weight"), 1)?;
-        let ffs = l.dim(&p("ffn_gate_shexp.weight"), 1)?;
+        // Expert widths: the keys when present (checked by the shape checks below), else what
+        // the tensors say (llama.cpp falls back the same way).
+        let ff = match hp.n_ff_exp {
+            Some(v) => v,
+            None => l.dim(&p("ffn_gate_exps.weight"), 1)?,
+        };
+        let ffs = match hp.n_ff_shexp {
+            Some(v) => v,
+            None => l.dim(&p("ffn_gate_shexp.weight"), 1)?,
+        };
         let ne = hp.n_expert;
         let gates = l.stack(&p("ffn_gate_exps.weight"), e, ff, ne)?;
         let ups = l.stack(&p("ffn_up_exps.weight"), e, ff, ne)?;
