@@ -61,6 +61,9 @@ macro_rules! common_helpers {
 /// column groups of 4 (then 3/2/1), columns blocked by `col_block` so activations stay in L2.
 macro_rules! rows_driver {
     ($feat:literal, $name:ident, $dot:ident) => {
+        rows_driver!($feat, $name, $dot, 4);
+    };
+    ($feat:literal, $name:ident, $dot:ident, $tile:literal) => {
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $name(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
             let rows = w.rows;
@@ -84,6 +87,14 @@ macro_rules! rows_driver {
                     for r in rs..re {
                         let wp = w.data.as_ptr().add(r * rb);
                         let mut c = cb;
+                        // Wide tiles (8 columns) for kernels whose weight decode is expensive.
+                        while $tile == 8 && c + 8 <= ce {
+                            let v = $dot::<8>(wp, w.cols, a, c);
+                            for (i, v) in v.iter().enumerate() {
+                                *y.add((c + i) * rows + r) = *v;
+                            }
+                            c += 8;
+                        }
                         while c + 4 <= ce {
                             let v = $dot::<4>(wp, w.cols, a, c);
                             for (i, v) in v.iter().enumerate() {

@@ -124,5 +124,6 @@ unsafe fn f16(p: *const u8) -> f32 {
 rows_driver!(
     "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx512bitalg",
     rows_iq3_xxs,
-    dot_iq3
+    dot_iq3,
+    8
 );

@@ -221,12 +221,12 @@ signed_pair_kernel!(dot_iq4_nl, 18, |p| {
     _mm512_shuffle_epi8(kv, nib_pair(p.add(2), p.add(20)))
 });
 
-rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q4_k, dot_q4_k);
-rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q6_k, dot_q6_k);
-rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q8_0, dot_q8_0);
-rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q4_0, dot_q4_0);
-rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q5_0, dot_q5_0);
-rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_iq4_nl, dot_iq4_nl);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q4_k, dot_q4_k, 8);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q6_k, dot_q6_k, 8);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q8_0, dot_q8_0, 8);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q4_0, dot_q4_0, 8);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q5_0, dot_q5_0, 8);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_iq4_nl, dot_iq4_nl, 8);
 
 /// The pair kernels need an even number of 32-element blocks per row; odd rows (K = 32·odd)
 /// go to the 256-bit kernel of the same path.
