@@ -24,6 +24,9 @@ pub(crate) struct Acts {
     pub s: Vec<f32>,
     pub bsums: Vec<i16>,
     pub perm: Vec<i8>,
+    /// Q4_K on AVX-512: per column, super-block and 32-quant sub-block, d · Σ quants (f32), so
+    /// the min term is one FMA per super-block (x86::zmm).
+    pub mb: Vec<f32>,
     pub f: Vec<f32>,
     pub h: Vec<u16>,
 }
@@ -50,6 +53,7 @@ impl Acts {
             s: Vec::new(),
             bsums: Vec::new(),
             perm: Vec::new(),
+            mb: Vec::new(),
             f: Vec::new(),
             h: Vec::new(),
         };
@@ -116,6 +120,12 @@ impl Acts {
                     a.bsums.extend(b[260..292].chunks_exact(2).map(|v| i16::from_le_bytes([v[0], v[1]])));
                 }
                 if wty == GgmlType::Q4K && path == Path::Avx512 {
+                    a.mb = a
+                        .bsums
+                        .chunks_exact(16)
+                        .zip(&a.d)
+                        .flat_map(|(bs, &d)| (0..8).map(move |s| d * (bs[2 * s] as i32 + bs[2 * s + 1] as i32) as f32))
+                        .collect();
                     // Sub-block order 0,2,1,3,4,6,5,7 (see x86::zmm): 32-byte groups swapped.
                     a.perm = vec![0i8; n * k];
                     for (src, dst) in a.qs.chunks_exact(256).zip(a.perm.chunks_exact_mut(256)) {

@@ -46,7 +46,6 @@ fn idx2(lo: i16, hi: i16) -> __m512i {
 unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) -> [f32; NC] {
     let nb = k / 256;
     let m4 = _mm512_set1_epi8(0x0F);
-    let dup = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     // Scale of each i16 lane of the four maddubs results (sub-blocks 0|2, 1|3, 4|6, 5|7).
     let sidx = [idx2(0, 2), idx2(1, 3), idx2(4, 6), idx2(5, 7)];
     let mut acc = [_mm512_setzero_ps(); NC];
@@ -56,7 +55,8 @@ unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
         let (sc, mn) = super::fam_k::k4_scales_u64(&*p.add(4).cast::<[u8; 12]>());
         let scmn = _mm_set_epi64x(mn as i64, sc as i64);
         let sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(scmn));
-        let mins16 = _mm256_permutexvar_epi16(dup, _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(scmn, scmn)));
+        // dmin · m_s per sub-block; the activations carry d_x · Σx per sub-block (`Acts::mb`).
+        let wm8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scmn, scmn))), _mm256_set1_ps(h2f(p.add(2))));
         let s = sidx.map(|ix| _mm512_permutexvar_epi16(ix, sc16));
         let v0 = _mm512_loadu_si512(p.add(16).cast());
         let v1 = _mm512_loadu_si512(p.add(80).cast());
@@ -67,7 +67,6 @@ unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
             _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
         ];
         let d = h2f(p);
-        let dmin = h2f(p.add(2));
         for c in 0..NC {
             let col = c0 + c;
             let x = a.perm.as_ptr().add(col * k + i * 256);
@@ -78,9 +77,7 @@ unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
             }
             let da = *a.d.get_unchecked(col * nb + i);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * da), acc[c]);
-            let bs = _mm256_loadu_si256(a.bsums.as_ptr().add((col * nb + i) * 16).cast());
-            let mm = _mm256_madd_epi16(bs, mins16);
-            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * da), accm[c]);
+            accm[c] = _mm256_fmadd_ps(wm8, _mm256_loadu_ps(a.mb.as_ptr().add((col * nb + i) * 8)), accm[c]);
         }
     }
     let mut out = [0f32; NC];
