@@ -164,7 +164,8 @@ macro_rules! signed_pair_kernel {
                 // (weights only, shared by the columns) and feed x ^ 0x80 as the u8 operand.
                 let corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), wq));
                 // Both f16 scales in one vcvtph2ps, spread to [d0 ×8, d1 ×8].
-                let h01 = (*$p as u32) | ((*$p.add(1) as u32) << 8) | ((*$p.add($bsz) as u32) << 16) | ((*$p.add($bsz + 1) as u32) << 24);
+                let h01 = (core::ptr::read_unaligned($p.cast::<u16>()) as u32)
+                    | ((core::ptr::read_unaligned($p.add($bsz).cast::<u16>()) as u32) << 16);
                 let dw = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(h01 as i32))));
                 for c in 0..NC {
                     let col = c0 + c;
