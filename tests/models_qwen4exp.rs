@@ -334,20 +334,27 @@ fn qwen4exp_errors_are_typed() {
 
     // Copies of the f32 model with one key dropped or one tensor reshaped.
     let g = gguf::GgufFile::open(&ref_dir().join("tiny-qwen4exp-public-f32.gguf")).unwrap();
+    let rebuild_with =
+        |drop_key: Option<&str>, drop_tensor: Option<&str>, set: Option<(&str, gguf::Value)>| {
+            let mut w = gguf::GgufWriter::new();
+            for (k, v) in g.metadata() {
+                if Some(k.as_str()) != drop_key {
+                    w.add_metadata(k.clone(), v.clone());
+                }
+            }
+            if let Some((k, v)) = set {
+                w.add_metadata(k, v);
+            }
+            for t in g.tensors() {
+                if Some(t.name.as_str()) != drop_tensor {
+                    w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec());
+                }
+            }
+            let bytes = w.to_bytes().unwrap();
+            Qwen4Exp::from_gguf(gguf::GgufFile::from_bytes("copy.gguf", bytes).unwrap())
+        };
     let rebuild = |drop_key: Option<&str>, drop_tensor: Option<&str>| {
-        let mut w = gguf::GgufWriter::new();
-        for (k, v) in g.metadata() {
-            if Some(k.as_str()) != drop_key {
-                w.add_metadata(k.clone(), v.clone());
-            }
-        }
-        for t in g.tensors() {
-            if Some(t.name.as_str()) != drop_tensor {
-                w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec());
-            }
-        }
-        let bytes = w.to_bytes().unwrap();
-        Qwen4Exp::from_gguf(gguf::GgufFile::from_bytes("copy.gguf", bytes).unwrap())
+        rebuild_with(drop_key, drop_tensor, None)
     };
     let err = rebuild(Some("qwen4exp.ssm.state_size"), None)
         .err()
@@ -364,6 +371,28 @@ fn qwen4exp_errors_are_typed() {
         matches!(&err, Qwen4ExpError::MissingTensor(n) if n == "blk.3.indexer.k_norm.weight"),
         "{err}"
     );
+    // Values llama.cpp rejects (or aborts on) are load errors naming the key.
+    use gguf::Value;
+    for (key, v) in [
+        ("qwen4exp.hyper_connection.count", Value::U32(1)),
+        ("qwen4exp.ple.ngram_size", Value::U32(9)),
+        ("qwen4exp.rope.dimension_count", Value::U32(48)),
+        ("qwen4exp.attention.head_count_kv", Value::U32(3)),
+        ("qwen4exp.ple.layers", Value::Array(vec![Value::U32(3)])),
+        ("qwen4exp.ssm.inner_size", Value::U32(100)),
+        (
+            "qwen4exp.attention.compress_ratios",
+            Value::Array(vec![Value::U32(0); 2]),
+        ),
+    ] {
+        let err = rebuild_with(None, None, Some((key, v)))
+            .err()
+            .unwrap_or_else(|| panic!("{key} must be rejected"));
+        assert!(
+            matches!(err, Qwen4ExpError::BadKey { .. }) && err.to_string().contains(key),
+            "{key}: {err}"
+        );
+    }
     // output.weight is optional: the head falls back to the tied token embeddings.
     let tied = rebuild(None, Some("output.weight")).expect("tied head loads");
     let mut st = tied.new_state(KvType::F32);
