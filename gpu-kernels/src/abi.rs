@@ -190,6 +190,16 @@ pub const fn mmvq_lds_bytes(ty: WType, k: u32, ncols: u32) -> u32 {
     ty.table_lds_bytes() + ncols * act_col_bytes(k)
 }
 
+/// Dynamic LDS a dequant launch needs (IQ3_XXS: its grid, staged once per workgroup so the
+/// 64 lookups per block do not read global memory).
+#[inline(always)]
+pub const fn dequant_lds_bytes(ty: WType) -> u32 {
+    match ty {
+        WType::IQ3XXS => IQ3_GRID_LDS_BYTES,
+        _ => 0,
+    }
+}
+
 /// Every MMVQ instantiation: `symbol, weight type, columns`. Invokes `$m!` with the list.
 
 macro_rules! mmvq_kernels {

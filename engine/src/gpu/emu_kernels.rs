@@ -182,7 +182,8 @@ impl EmuKernels {
         }
         let args = DequantArgs { w, y, nblocks, _pad: 0 };
         let groups = nblocks.div_ceil(abi::WG_SIZE);
-        self.dev.launch(self.func(name)?, [groups, 1, 1], [abi::WG_SIZE, 1, 1], 0, &args.to_bytes()).map_err(emu(name))
+        let lds = abi::dequant_lds_bytes(ty);
+        self.dev.launch(self.func(name)?, [groups, 1, 1], [abi::WG_SIZE, 1, 1], lds, &args.to_bytes()).map_err(emu(name))
     }
 
     /// MMVQ launch on device buffers (see `abi::MmvqArgs` for the contract).

@@ -3,7 +3,7 @@
 //! same order, no FMA contraction), so f32 results are bit-identical and f16 results are the
 //! RNE conversion of them.
 use crate::abi::{DequantArgs, WType, WG_SIZE};
-use crate::arch::{group_id, thread_id};
+use crate::arch::{barrier, group_id, thread_id, Lds};
 use crate::mem::{f32_to_f16, ld_u16, ld_u32, ld_u32x4, st_f32x4_aligned, st_u32x2};
 use quant::f16_to_f32;
 use quant::iq3_xxs::{IQ3XXS_GRID, ksigns};
@@ -140,9 +140,12 @@ unsafe fn q6_k<S: Sink>(b: *const u8, o: &mut S) {
 }
 
 /// # Safety
-/// `b` = 98 readable bytes; `o` accepts outputs `0..256`.
+/// `b` = 98 readable bytes; `o` accepts outputs `0..256`; the grid is staged in LDS.
 #[inline(always)]
 unsafe fn iq3_xxs<S: Sink>(b: *const u8, o: &mut S) {
+    let lds = Lds::get();
+    // SAFETY: index < 256 words of the grid staged before the barrier in `run`; read-only.
+    let grid = |i: u32| unsafe { lds.ld32(4 * (i & 255)) };
     // SAFETY: caller contract.
     let d = f16_to_f32(unsafe { ld_u16(b) });
     for ib in 0..8u32 {
@@ -154,8 +157,8 @@ unsafe fn iq3_xxs<S: Sink>(b: *const u8, o: &mut S) {
         for l in 0..4u32 {
             let signs = ksigns(aux >> (7 * l)) as u32;
             let qw = if l < 2 { qa } else { qb };
-            let g1 = IQ3XXS_GRID[byte(qw, 2 * (l % 2)) as usize];
-            let g2 = IQ3XXS_GRID[byte(qw, 2 * (l % 2) + 1) as usize];
+            let g1 = grid(byte(qw, 2 * (l % 2)));
+            let g2 = grid(byte(qw, 2 * (l % 2) + 1));
             let v1 = [0, 1, 2, 3].map(|j| db * byte(g1, j) as f32 * if signs & (1 << j) != 0 { -1.0 } else { 1.0 });
             let v2 = [0, 1, 2, 3].map(|j| db * byte(g2, j) as f32 * if signs & (16 << j) != 0 { -1.0 } else { 1.0 });
             // SAFETY: caller contract.
@@ -171,6 +174,12 @@ unsafe fn iq3_xxs<S: Sink>(b: *const u8, o: &mut S) {
 #[inline(always)]
 fn run(ty: WType, w: *const u8, y: *mut u8, nblocks: u32, f16: bool) {
     let blk = group_id() * WG_SIZE + thread_id();
+    if ty == WType::IQ3XXS {
+        // SAFETY: the launch has dequant_lds_bytes(IQ3XXS) = 1 KiB of LDS; each of the
+        // WG_SIZE = 256 work-items writes its own grid word before the barrier.
+        unsafe { Lds::get().st32(4 * thread_id(), IQ3XXS_GRID[(thread_id() & 255) as usize]) };
+        barrier();
+    }
     if blk >= nblocks {
         return;
     }
