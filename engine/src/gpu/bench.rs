@@ -149,7 +149,8 @@ pub fn bench_kernels(quick: bool) -> String {
             match r {
                 Ok(st) => {
                     let ideal = (wd.len() + nrows * k * if f16 { 2 } else { 4 }) as u64;
-                    row(&mut out, name, &format!("{nrows}x{k}"), &st, ek.kernel_info(name), 0, ideal, (nrows * k) as u64)
+                    let lds = abi::dequant_lds_bytes(ty);
+                    row(&mut out, name, &format!("{nrows}x{k}"), &st, ek.kernel_info(name), lds, ideal, (nrows * k) as u64)
                 }
                 Err(e) => {
                     let _ = writeln!(out, "{name}: {e}");
