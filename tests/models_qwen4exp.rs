@@ -240,6 +240,21 @@ fn qwen4exp_f32_kvf32_matches_llama_cpp() {
     assert!(g.max_abs <= TOL, "generation logits: {g:?} > {TOL}");
 }
 
+/// The convenience greedy loop reproduces llama.cpp's 24 greedy ids (F16 caches, like the
+/// `f32` reference run).
+#[test]
+fn qwen4exp_generate_greedy_matches_llama_cpp_ids() {
+    let m = model("tiny-qwen4exp-public-f32.gguf");
+    for s in load_refs("f32") {
+        let mut st = m.new_state(KvType::F16);
+        let ids = m
+            .generate_greedy(&mut st, &s.tokens, s.greedy.len())
+            .unwrap();
+        assert_eq!(ids, s.greedy, "{}", s.name);
+        assert_eq!(st.pos, s.tokens.len() + s.greedy.len() - 1);
+    }
+}
+
 /// f32 weights, llama.cpp's default F16 caches (K, V and raw indexer keys rounded to f16).
 #[test]
 fn qwen4exp_f32_kvf16_matches_llama_cpp() {

@@ -222,6 +222,42 @@ impl Qwen4Exp {
         Ok(logits)
     }
 
+    /// Greedy decoding: feeds `prompt` (positions from `st.pos`), then `n_gen` argmax tokens
+    /// one forward call each (lowest id on ties). Returns the generated ids.
+    pub fn generate_greedy(
+        &self,
+        st: &mut SeqState,
+        prompt: &[u32],
+        n_gen: usize,
+    ) -> Result<Vec<u32>, Qwen4ExpError> {
+        let v = self.hp.n_vocab;
+        let argmax = |row: &[f32]| {
+            let mut best = 0;
+            for (i, &x) in row.iter().enumerate() {
+                if x > row[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        };
+        let mut out = Vec::with_capacity(n_gen);
+        if n_gen == 0 {
+            return Ok(out);
+        }
+        let pos = st.pos;
+        let logits = self.forward(st, prompt, pos)?;
+        let Some(last) = logits.len().checked_sub(v).map(|o| &logits[o..]) else {
+            return Ok(out); // empty prompt: nothing to continue from
+        };
+        out.push(argmax(last));
+        while out.len() < n_gen {
+            let pos = st.pos;
+            let l = self.forward(st, &out[out.len() - 1..], pos)?;
+            out.push(argmax(&l));
+        }
+        Ok(out)
+    }
+
     fn ubatch(
         &self,
         st: &mut SeqState,
