@@ -324,3 +324,22 @@ fn mmvq_rejects_bad_shapes() {
     assert!(ek.mmvq(WType::Q4K, &w, 256, &xq[..36], 1, None, None).is_err(), "short activations");
     assert!(ek.mmvq(WType::Q4K, &w, 256, &xq, 1, Some(&[1]), None).is_err(), "row index out of range");
 }
+
+#[test]
+fn every_arch_code_object_runs_on_the_software_device() {
+    // gfx1101 receives the workgroup id in s4 instead of s15 (no USER_SGPR_COUNT padding), so
+    // its ISA differs from gfx1100; gfx1102 is gfx1100's ISA with other e_flags.
+    let mut rng = Rng::new(10);
+    let x: Vec<f32> = (0..4096 * 3).map(|_| rng.f32()).collect();
+    let mut want = vec![0u8; x.len() / 32 * 36];
+    quant::quantize_row(GgmlType::Q8_1, &x, &mut want).unwrap();
+    let w = weights(WType::Q4K, 40 * 16, &mut rng);
+    for (arch, _) in code_objects() {
+        let ek = EmuKernels::for_arch(emulator::Device::new(), arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let (got, _) = ek.quantize(ActQuant::Q8_1, &x).unwrap();
+        assert!(got == want, "{arch}: quantize_q8_1 differs from the reference");
+        let (y, _) = ek.mmvq(WType::Q4K, &w, 4096, &want[..4096 / 32 * 36], 1, None, Some(16)).unwrap();
+        let (y0, _) = kernels().mmvq(WType::Q4K, &w, 4096, &want[..4096 / 32 * 36], 1, None, Some(16)).unwrap();
+        assert_eq!(y, y0, "{arch}: mmvq_q4_k differs from gfx1100 (3 workgroups)");
+    }
+}

@@ -136,8 +136,14 @@ impl EmuKernels {
 
     /// Loads the gfx1100 code object on `dev` and validates every kernel of `abi.rs`.
     pub fn with_device(dev: Device) -> Result<Self> {
-        let co = code_object_for("gfx1100").ok_or_else(|| GpuKernelError::NoCodeObject("gfx1100".into()))?;
-        let module = dev.load_module(co).map_err(emu("<module gfx1100>"))?;
+        Self::for_arch(dev, "gfx1100")
+    }
+
+    /// Loads the code object of `arch` (e.g. `gfx1101`, whose kernels find the workgroup id in
+    /// another SGPR) on `dev` and validates every kernel of `abi.rs`.
+    pub fn for_arch(dev: Device, arch: &str) -> Result<Self> {
+        let co = code_object_for(arch).ok_or_else(|| GpuKernelError::NoCodeObject(arch.into()))?;
+        let module = dev.load_module(co).map_err(emu("<module>"))?;
         let mut funcs = HashMap::new();
         for name in abi::all_kernels() {
             let f = module.function(name).map_err(emu(name))?;
