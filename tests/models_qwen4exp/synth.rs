@@ -49,6 +49,7 @@ fn small(matrix_type: quant::GgmlType) -> SynthConfig {
         }),
         matrix_type,
         tied: true,
+        mtp_stub: false,
         eps: 1e-6,
     }
 }
@@ -146,4 +147,26 @@ fn synthetic_public_preset_matches_fixture_hparams() {
     let l = ours.forward(&mut st, &[1, 2, 3, 4], 0).unwrap();
     assert!(l.iter().all(|v| v.is_finite() && v.abs() < 100.0));
     std::fs::remove_file(&paths[0]).ok();
+}
+
+/// A checkpoint that counts its MTP block in `block_count` (`nextn_predict_layers = 1`, as the
+/// real release does) runs the same trunk: identical logits to the file without the block.
+#[test]
+fn synthetic_mtp_block_is_skipped_by_the_trunk() {
+    let mut cfg = small(quant::GgmlType::F32);
+    let plain = write(&cfg, 42, &tmp("trunk"), false).unwrap();
+    cfg.mtp_stub = true;
+    let with_mtp = write(&cfg, 42, &tmp("trunk-mtp"), false).unwrap();
+    let (a, b) = (
+        Qwen4Exp::open(&plain[0]).unwrap(),
+        Qwen4Exp::open(&with_mtp[0]).unwrap(),
+    );
+    assert_eq!((b.hp.n_layer, b.hp.n_nextn), (4, 1));
+    assert!(b.file.tensor("blk.4.nextn.eh_proj.weight").is_some());
+    let toks: Vec<u32> = (0..12).map(|t| t * 7 % 300).collect();
+    let (mut sa, mut sb) = (a.new_state(KvType::F16), b.new_state(KvType::F16));
+    assert!(a.forward(&mut sa, &toks, 0).unwrap() == b.forward(&mut sb, &toks, 0).unwrap());
+    for p in plain.iter().chain(&with_mtp) {
+        std::fs::remove_file(p).ok();
+    }
 }

@@ -52,7 +52,11 @@ pub struct HParams {
     pub n_vocab: usize,
     pub n_ctx_train: usize,
     pub n_embd: usize,
+    /// Trunk layers run by the forward pass: `block_count − nextn_predict_layers`.
     pub n_layer: usize,
+    /// MTP (next-token prediction) blocks stored after the trunk (`nextn_predict_layers`,
+    /// default 0); loaded by nothing yet.
+    pub n_nextn: usize,
     pub eps: f32,
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -143,7 +147,16 @@ impl HParams {
             .ok_or_else(|| Qwen4ExpError::MissingTensor("token_embd.weight".into()))?
             as usize;
         let n_embd = positive(g, "embedding_length")?;
-        let n_layer = positive(g, "block_count")?;
+        let n_block = positive(g, "block_count")?;
+        // The real checkpoints count the MTP block in block_count (49 = 48 trunk + 1 MTP).
+        let n_nextn = opt_usize(g, "nextn_predict_layers", 0)?;
+        if n_nextn >= n_block {
+            return Err(bad(
+                "nextn_predict_layers",
+                format!("{n_nextn} leaves no trunk layer of {n_block} blocks"),
+            ));
+        }
+        let n_layer = n_block - n_nextn;
         let n_ctx_train = positive(g, "context_length")?;
         let eps = g.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
         // llama.cpp reads n_head without a default check; 0 gives a tensor shape mismatch there.
@@ -236,7 +249,7 @@ impl HParams {
                     .map(|x| x.as_bool().or_else(|| x.as_u32().map(|u| u != 0)))
                     .collect();
                 let v = v.ok_or_else(|| bad("attention.recurrent_layers", "expected bools"))?;
-                if v.len() != n_layer {
+                if v.len() < n_layer {
                     return Err(bad(
                         "attention.recurrent_layers",
                         format!("{} entries for {n_layer} layers", v.len()),
@@ -341,6 +354,7 @@ impl HParams {
             n_ctx_train,
             n_embd,
             n_layer,
+            n_nextn,
             eps,
             n_head,
             n_head_kv,

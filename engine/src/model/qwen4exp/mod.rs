@@ -71,6 +71,8 @@ pub enum Qwen4ExpError {
         index: usize,
         n_vocab: usize,
     },
+    #[error("this file holds only the MTP (nextn) draft head, not the model trunk")]
+    MtpOnly,
     #[error("sequence state does not fit this model (layer {layer})")]
     StateMismatch { layer: usize },
     #[error("PLE layer {layer}: {reason}")]

@@ -58,6 +58,10 @@ pub struct SynthConfig {
     pub matrix_type: GgmlType,
     /// Omit `output.weight` (head tied to `token_embd`).
     pub tied: bool,
+    /// Count a placeholder MTP block in `block_count` (`nextn_predict_layers = 1`) with stand-in
+    /// `nextn.eh_proj/enorm/hnorm` tensors, as the real checkpoints store it after the trunk.
+    /// Not a usable draft head: it only checks that the trunk loader skips it.
+    pub mtp_stub: bool,
     pub eps: f32,
 }
 
@@ -96,6 +100,7 @@ impl SynthConfig {
             }),
             matrix_type: GgmlType::F32,
             tied: false,
+            mtp_stub: false,
             eps: 1e-6,
         }
     }
@@ -225,7 +230,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     for (k, v) in [
         ("context_length", 4096),
         ("embedding_length", e),
-        ("block_count", nl),
+        ("block_count", nl + cfg.mtp_stub as usize),
         ("feed_forward_length", cfg.n_ff_shexp),
         ("attention.head_count", cfg.n_head),
         ("attention.head_count_kv", cfg.n_head_kv),
@@ -249,6 +254,9 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     ] {
         w.add_metadata(a(k), u32v(v));
     }
+    if cfg.mtp_stub {
+        w.add_metadata(a("nextn_predict_layers"), Value::U32(1));
+    }
     w.add_metadata(a("attention.layer_norm_rms_epsilon"), Value::F32(cfg.eps));
     w.add_metadata(a("rope.freq_base"), Value::F32(cfg.rope_base));
     // IMROPE sections summing to n_rot/2 (text only: the split does not change the result).
@@ -258,12 +266,16 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
         a("rope.dimension_sections"),
         Value::Array(secs.iter().map(|&s| Value::U32(s)).collect()),
     );
+    // The MTP block is an attention block (entries exist for every block_count layer).
+    let mtp_kind = cfg.mtp_stub.then_some(Value::Bool(false));
+    let mtp_ratio = cfg.mtp_stub.then_some(Value::U32(0));
     w.add_metadata(
         a("attention.recurrent_layers"),
         Value::Array(
             cfg.layers
                 .iter()
                 .map(|l| Value::Bool(l.is_none()))
+                .chain(mtp_kind)
                 .collect(),
         ),
     );
@@ -273,6 +285,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
             cfg.layers
                 .iter()
                 .map(|l| Value::U32(l.unwrap_or(0) as u32))
+                .chain(mtp_ratio)
                 .collect(),
         ),
     );
@@ -425,6 +438,15 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
         b.mat(&p("ffn_gate_shexp.weight"), &[e, ffs], 1.0)?;
         b.mat(&p("ffn_up_shexp.weight"), &[e, ffs], 1.0)?;
         b.mat(&p("ffn_down_shexp.weight"), &[ffs, e], 1.0)?;
+    }
+    if cfg.mtp_stub {
+        // Own random stream, so the trunk's weights do not depend on the stub.
+        let trunk_rng = std::mem::replace(&mut b.rng, Rng(seed ^ 0x006d_7470_7374_7562));
+        let p = |s: &str| format!("blk.{nl}.nextn.{s}");
+        b.mat(&p("eh_proj.weight"), &[2 * e, e], 1.0)?;
+        b.vec_f32(&p("enorm.weight"), &[e], 1.0, 0.1)?;
+        b.vec_f32(&p("hnorm.weight"), &[e], 1.0, 0.1)?;
+        b.rng = trunk_rng;
     }
     if let Some(p) = &cfg.ple {
         let dp = e / ((p.ngram - 1) * p.heads_per_ngram);
