@@ -416,3 +416,44 @@ fn qwen4exp_errors_are_typed() {
         3 * tied.n_vocab()
     );
 }
+
+/// Selection statistics recorded from llama.cpp's own top-k tensors (fixture `checks/`:
+/// `qsa_selection_seq{2,3}.txt`, `numpy_f32*.json`): rows that drop cells (45 / 281) and rows
+/// whose kept set takes only part of a fully visible block (34 / 211, the heap-order ties).
+#[test]
+fn qwen4exp_qsa_selection_statistics_match_llama_cpp() {
+    use strata::model::qwen4exp::Trace;
+    let m = model("tiny-qwen4exp-public-f32.gguf");
+    let refs = load_refs("f32");
+    for (s, want_dropped, want_partial) in [(&refs[1], 45, 34), (&refs[2], 281, 211)] {
+        let mut st = m.new_state(KvType::F16);
+        let mut tr = Trace::default();
+        m.forward_traced(&mut st, &s.tokens, 0, Some(&mut tr))
+            .unwrap();
+        assert_eq!(tr.qsa_selections.len(), 1);
+        let (layer, sel) = &tr.qsa_selections[0];
+        assert_eq!(*layer, 3);
+        let r = 4;
+        let dropped = sel
+            .iter()
+            .enumerate()
+            .filter(|(t, c)| c.len() < t + 1)
+            .count();
+        let partial = sel
+            .iter()
+            .enumerate()
+            .filter(|(t, c)| {
+                (0..(t + 1) / r).any(|b| {
+                    let k = c.iter().filter(|&&j| j / r == b).count();
+                    k > 0 && k < r
+                })
+            })
+            .count();
+        assert_eq!(
+            (dropped, partial),
+            (want_dropped, want_partial),
+            "{}",
+            s.name
+        );
+    }
+}
