@@ -11,7 +11,6 @@
 //!   (`mmvq_kernels!`, `dequant_kernels!`): the device crate defines one kernel per entry, the
 //!   host builds its name tables from the same lists.
 //! - Plain `no_std` Rust without dependencies: this file compiles for amdgcn and for the host.
-#![allow(dead_code)]
 
 /// Work-items per workgroup of every kernel in this crate (8 wave32 waves).
 pub const WG_SIZE: u32 = 256;
@@ -148,10 +147,10 @@ macro_rules! impl_args_bytes {
         impl $t {
             pub const SIZE: usize = core::mem::size_of::<$t>();
             /// Kernarg bytes (the layout is `#[repr(C)]`, fields are plain integers).
-            pub fn to_bytes(&self) -> [u8; core::mem::size_of::<$t>()] {
+            pub fn to_bytes(self) -> [u8; core::mem::size_of::<$t>()] {
                 // SAFETY: the struct is `#[repr(C)]`, made of u64/u32 fields whose sizes add up
                 // to its size (asserted below), so it has no padding and every byte is initialised.
-                unsafe { core::mem::transmute_copy(self) }
+                unsafe { core::mem::transmute_copy(&self) }
             }
         }
     )*};
@@ -201,7 +200,6 @@ pub const fn dequant_lds_bytes(ty: WType) -> u32 {
 }
 
 /// Every MMVQ instantiation: `symbol, weight type, columns`. Invokes `$m!` with the list.
-
 macro_rules! mmvq_kernels {
     ($m:ident) => {
         $m! {
@@ -223,7 +221,6 @@ macro_rules! mmvq_kernels {
 }
 
 /// Every dequant kernel: `symbol, weight type, output (f32 | f16)`.
-
 macro_rules! dequant_kernels {
     ($m:ident) => {
         $m! {

@@ -50,10 +50,11 @@ pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut Rng) -> Vec<u8> {
 /// allocated in granules of 24; 128 KiB LDS per WGP of 4 SIMDs; at most 16 waves).
 pub fn waves_per_simd(vgprs: u32, lds_per_wg: u32, waves_per_wg: u32) -> u32 {
     let by_vgpr = 1536 / vgprs.max(1).next_multiple_of(24);
-    let by_lds = if lds_per_wg == 0 { 16 } else { (131072 / lds_per_wg) * waves_per_wg / 4 };
+    let by_lds = 131072u32.checked_div(lds_per_wg).map_or(16, |wgs| wgs * waves_per_wg / 4);
     by_vgpr.min(by_lds).min(16)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn row(out: &mut String, name: &str, shape: &str, st: &LaunchStats, info: Option<&KernelInfo>, lds: u32, ideal: u64, weights: u64) {
     let moved = st.global_bytes_read + st.global_bytes_written;
     let (v, s, static_lds) = info.map_or((0, 0, 0), |i| (i.vgpr_count, i.sgpr_count, i.group_segment_size));

@@ -172,7 +172,7 @@ impl EmuKernels {
             ActQuant::Q8_1 => (abi::QUANTIZE_Q8_1, abi::QK8_1, abi::WG_SIZE),
             ActQuant::Q8K => (abi::QUANTIZE_Q8_K, abi::QK_K, abi::WAVES_PER_WG),
         };
-        if n == 0 || n % qk != 0 {
+        if n == 0 || !n.is_multiple_of(qk) {
             return Err(shape(name, format!("n = {n} is not a positive multiple of {qk}")));
         }
         let groups = (n / qk).div_ceil(per_wg);
@@ -197,7 +197,7 @@ impl EmuKernels {
         let name = abi::mmvq_kernel(ty, ncols)
             .ok_or_else(|| shape("mmvq", format!("{ncols} columns (1..={})", abi::MAX_COLS)))?;
         let bk = ty.block_k();
-        if args.k == 0 || args.k % bk != 0 {
+        if args.k == 0 || !args.k.is_multiple_of(bk) {
             return Err(shape(name, format!("k = {} is not a positive multiple of {bk}", args.k)));
         }
         if args.nrows == 0 || args.rows_per_wg == 0 || args.y_stride < args.nrows {
@@ -217,7 +217,7 @@ impl EmuKernels {
             ActQuant::Q8_1 => (abi::QUANTIZE_Q8_1, abi::QK8_1 as usize, abi::Q8_1_BYTES as usize),
             ActQuant::Q8K => (abi::QUANTIZE_Q8_K, abi::QK_K as usize, abi::Q8_K_BYTES as usize),
         };
-        if x.is_empty() || x.len() % qk != 0 || x.len() > u32::MAX as usize {
+        if x.is_empty() || !x.len().is_multiple_of(qk) || x.len() > u32::MAX as usize {
             return Err(shape(name, format!("{} values is not a positive multiple of {qk}", x.len())));
         }
         let out = x.len() / qk * bytes;
@@ -240,7 +240,7 @@ impl EmuKernels {
     fn dequant(&self, ty: WType, w: &[u8], f16: bool) -> Result<(Vec<u8>, LaunchStats)> {
         let name = abi::dequant_kernel(ty, f16).unwrap_or("dequant");
         let bb = ty.block_bytes() as usize;
-        if w.is_empty() || w.len() % bb != 0 {
+        if w.is_empty() || !w.len().is_multiple_of(bb) {
             return Err(shape(name, format!("{} bytes is not a positive multiple of the {bb}-byte block", w.len())));
         }
         let nblocks = w.len() / bb;
@@ -254,6 +254,7 @@ impl EmuKernels {
     /// `y[c][i] = W[row(i)] · x[c]` for `ncols` Q8_1 columns `x_q8_1` (each `k / 32` blocks),
     /// `W` = `w` (row-major, `k` weights per row); `rows` selects rows of `W` (None: all).
     /// Returns `ncols * nrows` values, column-major (`y[c * nrows + i]`).
+    #[allow(clippy::too_many_arguments)]
     pub fn mmvq(
         &self,
         ty: WType,
@@ -266,11 +267,11 @@ impl EmuKernels {
     ) -> Result<(Vec<f32>, LaunchStats)> {
         let name = abi::mmvq_kernel(ty, ncols as u32).unwrap_or("mmvq");
         let bk = ty.block_k() as usize;
-        if k == 0 || k % bk != 0 || k > u32::MAX as usize {
+        if k == 0 || !k.is_multiple_of(bk) || k > u32::MAX as usize {
             return Err(shape(name, format!("k = {k} is not a positive multiple of {bk}")));
         }
         let row_bytes = k / bk * ty.block_bytes() as usize;
-        if w.len() % row_bytes != 0 {
+        if !w.len().is_multiple_of(row_bytes) {
             return Err(shape(name, format!("{} weight bytes is not a whole number of {row_bytes}-byte rows", w.len())));
         }
         let wrows = w.len() / row_bytes;
