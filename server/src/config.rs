@@ -52,6 +52,11 @@ pub struct ServerConfig {
     /// that start (default 600).
     #[arg(long, value_name = "SECS")]
     pub startup_timeout: Option<u64>,
+    /// Seconds a running engine may stay silent (no output line) while it has requests in
+    /// flight before it is considered hung, killed and restarted. Off by default: prompt
+    /// processing on a slow device can legitimately take minutes.
+    #[arg(long, value_name = "SECS")]
+    pub engine_timeout: Option<u64>,
 }
 
 /// [`ServerConfig`] with the file merged in, defaults applied and paths resolved.
@@ -64,6 +69,7 @@ pub struct Resolved {
     pub host: String,
     pub port: u16,
     pub startup_timeout: Duration,
+    pub engine_timeout: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -137,6 +143,11 @@ impl ServerConfig {
             startup_timeout: Duration::from_secs(
                 self.startup_timeout.or(file.startup_timeout).unwrap_or(600),
             ),
+            engine_timeout: self
+                .engine_timeout
+                .or(file.engine_timeout)
+                .filter(|&s| s > 0)
+                .map(Duration::from_secs),
         })
     }
 }

@@ -57,6 +57,8 @@ pub struct Instance {
     pub pid: Option<u32>,
     stdin: mpsc::UnboundedSender<String>,
     routes: Mutex<Routes>,
+    /// Last engine output line or request sent, for `engine_timeout`.
+    last_activity: Mutex<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +85,17 @@ impl Instance {
         }
     }
 
+    fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    fn silent_for(&self) -> Duration {
+        self.last_activity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+
     fn in_flight(&self) -> usize {
         self.routes
             .lock()
@@ -96,6 +109,7 @@ struct Shared {
     executable: PathBuf,
     args: Vec<String>,
     startup_timeout: Duration,
+    engine_timeout: Option<Duration>,
     status: watch::Sender<EngineStatus>,
     permits: Arc<Semaphore>,
     /// Extra permits beyond the first are added once, from the first hello.
@@ -158,12 +172,14 @@ impl EngineHandle {
         executable: PathBuf,
         args: Vec<String>,
         startup_timeout: Duration,
+        engine_timeout: Option<Duration>,
     ) -> EngineHandle {
         let (status, _) = watch::channel(EngineStatus::Starting);
         let shared = Arc::new(Shared {
             executable,
             args,
             startup_timeout,
+            engine_timeout,
             status,
             permits: Arc::new(Semaphore::new(1)),
             permits_sized: Mutex::new(false),
@@ -247,6 +263,8 @@ impl EngineHandle {
                         .take()
                         .expect("permit is taken once, right before returning");
                     routes.map.insert(req.id, Route { tx, _permit: p });
+                    // A request that just arrived has not been waiting on a silent engine.
+                    instance.touch();
                     true
                 }
             };
@@ -289,7 +307,7 @@ async fn supervise(shared: Arc<Shared>) {
                 shared
                     .status
                     .send_replace(EngineStatus::Ready(instance.clone()));
-                let error = run_instance(&instance, child, stdout).await;
+                let error = run_instance(&instance, child, stdout, shared.engine_timeout).await;
                 eprintln!("strata server: {error}; restarting");
                 // State first, then the failures: a client that got its error sees the restart.
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
@@ -390,6 +408,7 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
         pid,
         stdin: tx,
         routes: Mutex::new(Routes::default()),
+        last_activity: Mutex::new(Instant::now()),
     });
     Ok((instance, child, stdout))
 }
@@ -406,14 +425,15 @@ async fn run_instance(
     instance: &Instance,
     mut child: Child,
     mut stdout: BufReader<ChildStdout>,
+    engine_timeout: Option<Duration>,
 ) -> String {
     let mut line = String::new();
     let why = loop {
         line.clear();
-        match stdout.read_line(&mut line).await {
+        match read_or_hang(instance, &mut stdout, &mut line, engine_timeout).await {
             Ok(0) => break "engine process closed its output".to_string(),
-            Err(e) => break format!("reading engine output: {e}"),
-            Ok(_) => {}
+            Err(e) => break e,
+            Ok(_) => instance.touch(),
         }
         match serde_json::from_str::<EngineMessage>(&line) {
             Ok(EngineMessage::Token { id, token }) => {
@@ -446,6 +466,9 @@ async fn run_instance(
         }
     };
     // Stop routing first so nothing new is sent to a dying process, then reap it.
+    if why.contains("no output") {
+        let _ = child.start_kill();
+    }
     instance
         .routes
         .lock()
@@ -459,4 +482,34 @@ async fn run_instance(
         }
     };
     format!("{why} ({status})")
+}
+
+/// One line from the engine; `Err` if reading fails or, with `engine_timeout`, if the engine
+/// stays silent that long while requests are in flight (a hung engine).
+async fn read_or_hang(
+    instance: &Instance,
+    stdout: &mut BufReader<ChildStdout>,
+    line: &mut String,
+    engine_timeout: Option<Duration>,
+) -> Result<usize, String> {
+    let Some(limit) = engine_timeout else {
+        return stdout
+            .read_line(line)
+            .await
+            .map_err(|e| format!("reading engine output: {e}"));
+    };
+    // The read future is kept across timer ticks (read_line is not cancel-safe).
+    let read = stdout.read_line(line);
+    tokio::pin!(read);
+    let tick = limit.min(Duration::from_secs(1)) / 2;
+    loop {
+        tokio::select! {
+            r = &mut read => return r.map_err(|e| format!("reading engine output: {e}")),
+            _ = tokio::time::sleep(tick) => {
+                if instance.in_flight() > 0 && instance.silent_for() > limit {
+                    return Err(format!("engine produced no output for {limit:?} with requests in flight; killed"));
+                }
+            }
+        }
+    }
 }

@@ -81,6 +81,7 @@ pub fn build_state(cfg: &Resolved) -> anyhow::Result<Arc<AppState>> {
         cfg.executable.clone(),
         cfg.args.clone(),
         cfg.startup_timeout,
+        cfg.engine_timeout,
     );
     Ok(Arc::new(AppState {
         engine,

@@ -72,6 +72,14 @@ async fn start_server(engine_args: &[&str]) -> TestServer {
 }
 
 async fn start_server_with(tokenizer: PathBuf, engine_args: &[&str]) -> TestServer {
+    start_server_full(tokenizer, engine_args, None).await
+}
+
+async fn start_server_full(
+    tokenizer: PathBuf,
+    engine_args: &[&str],
+    engine_timeout: Option<Duration>,
+) -> TestServer {
     let cfg = Resolved {
         executable: fake_engine(),
         args: engine_args.iter().map(|s| s.to_string()).collect(),
@@ -80,6 +88,7 @@ async fn start_server_with(tokenizer: PathBuf, engine_args: &[&str]) -> TestServ
         host: "127.0.0.1".into(),
         port: 0,
         startup_timeout: Duration::from_secs(20),
+        engine_timeout,
     };
     let state = server::http::build_state(&cfg).expect("server state");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -781,4 +790,39 @@ async fn requests_wait_for_a_loading_engine() {
         text_of(&echo(&prompt_ids(PROMPT), 3).0)
     );
     assert_eq!(request(srv.addr, "GET", "/health", None).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_engine_is_killed_after_engine_timeout() {
+    let srv = start_server_full(
+        model_path(),
+        &["--delay-ms", "3000"],
+        Some(Duration::from_millis(700)),
+    )
+    .await;
+    wait_healthy(&srv).await;
+    // Idle time does not count: only silence while a request is in flight.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let t0 = Instant::now();
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": PROMPT, "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no output"),
+        "{}",
+        r.body
+    );
+    assert!(
+        t0.elapsed() < Duration::from_millis(2900),
+        "killed before its first token: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(wait_healthy(&srv).await["engine_restarts"], 1);
 }
