@@ -38,7 +38,7 @@ pub use hparams::{HParams, LayerKind, PleParams};
 pub use linear::{Mat, MatError};
 pub use moe::{Moe, SwiGlu};
 pub use ple::{Ple, PleState};
-pub use qsa::{Indexer, Qsa, QsaCache, heap_select};
+pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache, heap_select};
 
 /// Everything that can go wrong loading or running a qwen4exp model.
 #[derive(Debug, thiserror::Error)]

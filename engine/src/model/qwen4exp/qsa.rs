@@ -16,7 +16,7 @@
 //! - Softmax over the kept cells of `q·k/√D`, GQA (`kv head = h / (H/KV)`), then
 //!   `o_h ⊙ σ(gate_h)` and `W_o`.
 //!
-//! With an F16 cache (llama.cpp's default) K, V and κ are stored rounded to f16, q is rounded
+//! With an F16 cache (llama.cpp's default) K, V and κ are stored as f16, q is rounded
 //! to f16 for `q·k` and the probabilities are rounded to f16 before the product with V (ggml's
 //! non-flash attention path); the indexer scores stay f32.
 
@@ -59,26 +59,81 @@ pub struct Qsa {
     pub indexer: Option<Indexer>,
 }
 
-/// Per-sequence cache of one attention layer. Values are kept as f32 even for the F16 cache
-/// type: they are then exactly representable in f16 (rounded on insertion).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Cache rows as llama.cpp stores them: f32, or f16 (`type_k`/`type_v` = f16, the default).
+#[derive(Clone, Debug, PartialEq)]
+pub enum CacheBuf {
+    F32(Vec<f32>),
+    /// IEEE half bits (values rounded to nearest-even on insertion).
+    F16(Vec<u16>),
+}
+
+impl CacheBuf {
+    fn new(f16: bool) -> CacheBuf {
+        if f16 {
+            CacheBuf::F16(Vec::new())
+        } else {
+            CacheBuf::F32(Vec::new())
+        }
+    }
+
+    /// Stored values.
+    pub fn len(&self) -> usize {
+        match self {
+            CacheBuf::F32(v) => v.len(),
+            CacheBuf::F16(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn push(&mut self, vals: &[f32]) {
+        match self {
+            CacheBuf::F32(v) => v.extend_from_slice(vals),
+            CacheBuf::F16(v) => v.extend(vals.iter().map(|&x| quant::f32_to_f16(x))),
+        }
+    }
+
+    /// Values `start..start + out.len()` as f32 (exact for f16).
+    pub fn read(&self, start: usize, out: &mut [f32]) {
+        let end = start + out.len();
+        match self {
+            CacheBuf::F32(v) => out.copy_from_slice(&v[start..end]),
+            CacheBuf::F16(v) => {
+                for (o, &h) in out.iter_mut().zip(&v[start..end]) {
+                    *o = quant::f16_to_f32(h);
+                }
+            }
+        }
+    }
+}
+
+/// Per-sequence cache of one attention layer: one cell per position.
+#[derive(Clone, Debug, PartialEq)]
 pub struct QsaCache {
-    pub f16: bool,
     /// `[cells][KV·D]` after norm and rope.
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-    /// Raw indexer keys `[cells][Di]`.
-    pub kappa: Vec<f32>,
-    /// Block keys of the complete blocks `[blocks][Di]` (a pure function of `kappa`).
+    pub k: CacheBuf,
+    pub v: CacheBuf,
+    /// Raw indexer keys `[cells][Di]` (same type as K, like llama.cpp's third cache).
+    pub kappa: CacheBuf,
+    /// Block keys of the complete blocks `[blocks][Di]`, f32 (a pure function of `kappa`).
     pub blocks: Vec<f32>,
 }
 
 impl QsaCache {
     pub fn new(f16: bool) -> QsaCache {
         QsaCache {
-            f16,
-            ..Default::default()
+            k: CacheBuf::new(f16),
+            v: CacheBuf::new(f16),
+            kappa: CacheBuf::new(f16),
+            blocks: Vec::new(),
         }
+    }
+
+    /// Whether values are stored as f16 (and q / probabilities rounded accordingly).
+    pub fn is_f16(&self) -> bool {
+        matches!(self.k, CacheBuf::F16(_))
     }
 }
 
@@ -104,7 +159,7 @@ impl Qsa {
         want_selection: bool,
     ) -> Vec<Vec<usize>> {
         let (nh, nkv, d) = (self.n_head, self.n_head_kv, self.head_dim);
-        let f16 = cache.f16;
+        let f16 = cache.is_f16();
         let rnd = |v: f32| if f16 { round_f16(v) } else { v };
         let mut qf = vec![0f32; n * 2 * nh * d];
         self.q.matmul(x, n, &mut qf);
@@ -136,11 +191,9 @@ impl Qsa {
                     &mut kh,
                 );
                 angles[t].apply(&mut kh);
-                cache.k.extend(kh.iter().map(|&v| rnd(v)));
+                cache.k.push(&kh);
             }
-            cache
-                .v
-                .extend(vp[t * nkv * d..(t + 1) * nkv * d].iter().map(|&v| rnd(v)));
+            cache.v.push(&vp[t * nkv * d..(t + 1) * nkv * d]);
         }
 
         // Indexer: cache raw keys, pool newly completed blocks, score per query.
@@ -148,15 +201,15 @@ impl Qsa {
         if let Some(ix) = &self.indexer {
             let mut kap = vec![0f32; n * ix.dim];
             ix.k.matmul(x, n, &mut kap);
-            cache.kappa.extend(kap.iter().map(|&v| rnd(v)));
+            cache.kappa.push(&kap);
             let cells = cache.kappa.len() / ix.dim;
+            let mut row = vec![0f32; ix.dim];
             while (cache.blocks.len() / ix.dim + 1) * ix.ratio <= cells {
                 let b = cache.blocks.len() / ix.dim;
                 let mut mean = vec![0f32; ix.dim];
                 for j in b * ix.ratio..(b + 1) * ix.ratio {
-                    mean.iter_mut()
-                        .zip(&cache.kappa[j * ix.dim..(j + 1) * ix.dim])
-                        .for_each(|(m, &k)| *m += k);
+                    cache.kappa.read(j * ix.dim, &mut row);
+                    mean.iter_mut().zip(&row).for_each(|(m, &k)| *m += k);
                 }
                 mean.iter_mut().for_each(|m| *m /= ix.ratio as f32);
                 let mut kb = vec![0f32; ix.dim];
@@ -192,6 +245,7 @@ impl Qsa {
                 _ => (0..visible).collect(),
             };
             let mut sc = vec![0f32; sel.len()];
+            let mut cell = vec![0f32; d];
             for h in 0..nh {
                 let kvh = h / group;
                 let qh: Vec<f32> = q[(t * nh + h) * d..(t * nh + h + 1) * d]
@@ -199,15 +253,15 @@ impl Qsa {
                     .map(|&v| rnd(v))
                     .collect();
                 for (s, &j) in sc.iter_mut().zip(&sel) {
-                    let kj = &cache.k[(j * nkv + kvh) * d..(j * nkv + kvh + 1) * d];
-                    *s = qh.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
+                    cache.k.read((j * nkv + kvh) * d, &mut cell);
+                    *s = qh.iter().zip(&cell).map(|(a, b)| a * b).sum::<f32>() * scale;
                 }
                 softmax_f32(&mut sc);
                 let oh = &mut attn[(t * nh + h) * d..(t * nh + h + 1) * d];
                 for (&p, &j) in sc.iter().zip(&sel) {
                     let p = rnd(p);
-                    let vj = &cache.v[(j * nkv + kvh) * d..(j * nkv + kvh + 1) * d];
-                    oh.iter_mut().zip(vj).for_each(|(o, &v)| *o += p * v);
+                    cache.v.read((j * nkv + kvh) * d, &mut cell);
+                    oh.iter_mut().zip(&cell).for_each(|(o, &v)| *o += p * v);
                 }
             }
             if want_selection {
