@@ -203,7 +203,7 @@ pub fn attention_causal(
     v.check(pos0 + n_q, head_dim, "attention values")?;
     const GROUP: usize = 8;
     #[cfg(target_arch = "x86_64")]
-    let blocked = head_dim % 8 == 0 && head_dim > 0 && crate::x86::has_avx2();
+    let blocked = head_dim.is_multiple_of(8) && head_dim > 0 && crate::x86::has_avx2();
     let run = |(g, chunk): (usize, &mut [f32])| {
         let mut scores = Vec::new();
         #[cfg(target_arch = "x86_64")]
@@ -302,7 +302,7 @@ pub fn attention_shared_kv(
     let lo = window.map_or(0, |w| n_kv.saturating_sub(w.max(1)));
     let mut scores = Vec::new();
     #[cfg(target_arch = "x86_64")]
-    if head_dim % 8 == 0 && crate::x86::has_avx2() {
+    if head_dim.is_multiple_of(8) && crate::x86::has_avx2() {
         let mut first = 0;
         while first < n_q {
             let nq = crate::attn_block::G.min(n_q - first);

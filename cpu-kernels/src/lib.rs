@@ -17,6 +17,10 @@
 //! the short names panic with that error's message (shapes are engine invariants).
 //! `*_with(Path, ..)` variants force one implementation (tests and benchmarks).
 
+// SIMD kernels index fixed-size register arrays by column/lane on purpose, and the
+// attention/kernel entry points take their shapes as plain arguments.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
 mod acts;
 #[cfg(target_arch = "x86_64")]
 mod attn_block;

@@ -78,6 +78,9 @@ pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f3
     (0..n_chunks).into_par_iter().for_each(|i| {
         let r0 = i * chunk;
         let r1 = (r0 + chunk).min(rows);
+        // Capture the whole Send wrapper, not its raw-pointer field (edition-2021 closures
+        // capture disjoint fields, and `*mut f32` alone is not Send).
+        #[allow(clippy::redundant_locals)]
         let yp = yp;
         // SAFETY: chunks are disjoint row ranges, so tasks write disjoint cells of y.
         unsafe { kernel(w, rb, &acts, r0, r1, yp.0) };

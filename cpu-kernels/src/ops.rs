@@ -21,7 +21,7 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     for &v in chunks.remainder() {
         sum += (v as f64) * (v as f64);
     }
-    let scale = (1.0 / ((sum / n as f64) as f32 + eps).sqrt()) as f32;
+    let scale = 1.0 / ((sum / n as f64) as f32 + eps).sqrt();
     for i in 0..n {
         out[i] = x[i] * scale * weight[i];
     }

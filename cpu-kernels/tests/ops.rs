@@ -32,6 +32,7 @@ fn rms_norm_matches_f64() {
 }
 
 /// f64 rope per ggml: theta_i = pos * freq_scale * base^(-2i/rot_dim).
+#[allow(clippy::too_many_arguments)]
 fn rope_ref(x: &[f32], n_heads: usize, hd: usize, rot: usize, pos: usize, base: f64, scale: f64, neox: bool) -> Vec<f64> {
     let mut y = f64v(x);
     for h in 0..n_heads {

@@ -20,7 +20,7 @@ impl Rng {
     /// Roughly normal (sum of 4 uniforms), with occasional outliers like real weights.
     pub fn normalish(&mut self) -> f32 {
         let s = self.uniform() + self.uniform() + self.uniform() + self.uniform();
-        if self.next_u64() % 97 == 0 { s * 4.0 } else { s * 0.5 }
+        if self.next_u64().is_multiple_of(97) { s * 4.0 } else { s * 0.5 }
     }
     pub fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.normalish()).collect()
