@@ -1,6 +1,6 @@
 //! Run the HTTP server on its own, as `strata server` does:
 //! `cargo run -p server --example serve -- --config strata.json` (any `ServerConfig` flag works).
-//! Useful with `--engine <path to examples/fake_engine>` to try clients without a model.
+//! Useful with `--engine <path to target/release/fake_engine>` to try clients without a model.
 
 use clap::Parser;
 

@@ -1,6 +1,7 @@
 //! A fake engine speaking the `--serve` token protocol, for testing the HTTP server without a
-//! model. It "generates" by echoing the prompt: tokens `prompt[1..]` (the first token is taken
-//! to be BOS), cyclically, so a test can predict the output text from the prompt alone.
+//! model (a bin target, not an example, so integration tests always get it built). It
+//! "generates" by echoing the prompt: tokens `prompt[1..]` (the first token is taken to be
+//! BOS), cyclically, so a test can predict the output text from the prompt alone.
 //!
 //! Flags (all optional; `--serve` is accepted and ignored):
 //!   --name S            model name in the hello line (default "fake")

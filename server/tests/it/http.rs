@@ -1,4 +1,4 @@
-//! The HTTP server against the fake engine (`examples/fake_engine.rs`), with Gemma 3's real
+//! The HTTP server against the fake engine (`src/bin/fake_engine.rs`), with Gemma 3's real
 //! tokenizer. The fake engine echoes `prompt[1..]`, so the expected text of every answer is
 //! computed here from the tokenizer alone (an independent path: token bytes concatenated and cut
 //! by hand), not by the server's detokenizer.
@@ -38,20 +38,9 @@ fn tok() -> &'static Tokenizer {
     })
 }
 
-/// `cargo test` builds examples next to `deps/`, where this test binary lives.
+/// A bin target of this package, so cargo builds it for every integration test run.
 fn fake_engine() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let p = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("examples/fake_engine");
-    assert!(
-        p.exists(),
-        "{} missing: run through `cargo test -p server` (it builds examples)",
-        p.display()
-    );
-    p
+    PathBuf::from(env!("CARGO_BIN_EXE_fake_engine"))
 }
 
 fn scratch_dir() -> PathBuf {

@@ -1,5 +1,5 @@
 //! Integration tests of the `server` crate (one binary): the token protocol and the HTTP server
-//! against the fake engine (`examples/fake_engine.rs`).
+//! against the fake engine (`src/bin/fake_engine.rs`).
 
 mod http;
 mod protocol;
