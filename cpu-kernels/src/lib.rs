@@ -34,7 +34,8 @@ mod x86;
 
 pub use attention::{attention_causal, attention_one, attention_shared_kv, AttnParams, KvRows};
 pub use matmul::{
-    get_row, matmul, matvec, try_get_row, try_matmul, try_matmul_with, try_matvec, try_matvec_with,
+    get_row, matmul, matvec, prepare_acts, prepare_acts_with, try_get_row, try_matmul, try_matmul_prepared,
+    try_matmul_with, try_matvec, try_matvec_with, PreparedActs,
 };
 pub use ops::{
     gelu_tanh, geglu, rms_norm, rms_norm_inplace, rope_neox, rope_norm, silu, softcap, softmax,

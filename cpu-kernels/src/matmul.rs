@@ -56,16 +56,80 @@ pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f3
     }
     let kernel = select(path, w.ty)?;
     let acts = Acts::prepare(w.ty, x, n, w.cols, path)?;
+    run(kernel, w, rb, &acts, y);
+    Ok(())
+}
+
+/// Activations quantized once for several weight matrices of the same type and row length
+/// (e.g. Q/K/V or gate/up projections of the same hidden state). Made by [`prepare_acts`].
+pub struct PreparedActs {
+    acts: Acts,
+    wty: quant::GgmlType,
+    cols: usize,
+    path: Path,
+}
+
+impl PreparedActs {
+    /// Number of activation columns.
+    pub fn n(&self) -> usize {
+        self.acts.n
+    }
+}
+
+/// Quantize `x = [n][cols]` for weights of type `wty` on the best path.
+pub fn prepare_acts(wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> Result<PreparedActs, KernelError> {
+    prepare_acts_with(best_path(), wty, x, n, cols)
+}
+
+/// [`prepare_acts`] for an explicit path.
+pub fn prepare_acts_with(path: Path, wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> Result<PreparedActs, KernelError> {
+    if !crate::kernel_supported(wty) {
+        return Err(KernelError::Unsupported(wty));
+    }
+    if !path.available() {
+        return Err(KernelError::PathUnavailable(path));
+    }
+    if x.len() < n * cols {
+        return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * cols, got: x.len() });
+    }
+    Ok(PreparedActs { acts: Acts::prepare(wty, x, n, cols, path)?, wty, cols, path })
+}
+
+/// `y[n][rows] = x · Wᵀ` with activations from [`prepare_acts`]; `w.ty` and `w.cols` must be
+/// the ones the activations were prepared for.
+pub fn try_matmul_prepared(w: &QTensor, acts: &PreparedActs, y: &mut [f32]) -> Result<(), KernelError> {
+    let rb = w.validate()?;
+    if w.ty != acts.wty {
+        return Err(KernelError::Shape { what: "prepared activations weight type (GgmlType as u32)", expected: acts.wty as usize, got: w.ty as usize });
+    }
+    if w.cols != acts.cols {
+        return Err(KernelError::Shape { what: "prepared activations cols", expected: acts.cols, got: w.cols });
+    }
+    let n = acts.acts.n;
+    if y.len() < n * w.rows {
+        return Err(KernelError::Shape { what: "output y (n * rows)", expected: n * w.rows, got: y.len() });
+    }
+    if n == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let kernel = select(acts.path, w.ty)?;
+    run(kernel, w, rb, &acts.acts, y);
+    Ok(())
+}
+
+/// Split the rows of `w` over rayon and run `kernel` (y already checked to hold n * rows).
+fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
+    let n = acts.n;
     let rows = w.rows;
     let yp = YPtr(y.as_mut_ptr());
     let threads = rayon::current_num_threads().max(1);
     // Work below ~256 KiB of weight traffic is not worth waking the pool.
     let serial = threads == 1 || rows * rb * n.min(8) < (256 << 10);
     if serial {
-        // SAFETY: single task covering all rows; y checked above to hold n * rows values;
-        // `select` verified the CPU features.
-        unsafe { kernel(w, rb, &acts, 0, rows, yp.0) };
-        return Ok(());
+        // SAFETY: single task covering all rows; the callers checked y holds n * rows values
+        // and `select` verified the CPU features.
+        unsafe { kernel(w, rb, acts, 0, rows, yp.0) };
+        return;
     }
     // ~8 chunks per thread balances the shared-VM noise; at least 16 rows (4 for matmul) per
     // task keeps the per-task overhead small against the row work.
@@ -83,9 +147,8 @@ pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f3
         #[allow(clippy::redundant_locals)]
         let yp = yp;
         // SAFETY: chunks are disjoint row ranges, so tasks write disjoint cells of y.
-        unsafe { kernel(w, rb, &acts, r0, r1, yp.0) };
+        unsafe { kernel(w, rb, acts, r0, r1, yp.0) };
     });
-    Ok(())
 }
 
 /// [`matvec`] returning errors instead of panicking.

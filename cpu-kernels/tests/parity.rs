@@ -4,7 +4,9 @@
 
 mod common;
 use common::{assert_close, Rng};
-use cpu_kernels::{try_get_row, try_matmul_with, GgmlType, Path, QTensor, SUPPORTED_TYPES};
+use cpu_kernels::{
+    prepare_acts_with, try_get_row, try_matmul_prepared, try_matmul_with, GgmlType, Path, QTensor, SUPPORTED_TYPES,
+};
 
 /// Allowed max error relative to the largest output, per weight type.
 /// The integer kernels compute exactly the reference's integer block sums; what differs is
@@ -163,4 +165,31 @@ fn bad_shapes_are_errors() {
     assert!(try_matmul_with(Path::Portable, &t, &[0.0; 40], 1, &mut [0.0; 1]).is_err());
     let t = QTensor { ty: GgmlType::Q2K, data: &w, rows: 1, cols: 256 };
     assert!(try_matmul_with(Path::Portable, &t, &[0.0; 256], 1, &mut [0.0; 1]).is_err());
+}
+
+/// Activations prepared once serve several matrices of the same type (and are rejected for
+/// another type or row length).
+#[test]
+fn prepared_activations_match() {
+    let mut rng = Rng::new(77);
+    for &ty in SUPPORTED_TYPES {
+        let k = 512;
+        let n = 6;
+        let x = rng.vec(n * k);
+        for path in Path::all_available() {
+            let acts = prepare_acts_with(path, ty, &x, n, k).unwrap();
+            for rows in [5usize, 40] {
+                let w = make_weights(ty, rows, k, &mut rng);
+                let t = QTensor { ty, data: &w, rows, cols: k };
+                let mut y = vec![f32::NAN; n * rows];
+                try_matmul_prepared(&t, &acts, &mut y).unwrap();
+                let want = reference(ty, &w, rows, k, &x, n);
+                assert_close(&format!("{} {path:?} prepared rows={rows}", ty.name()), &y, &want, tolerance(ty));
+            }
+            let other = if ty == GgmlType::F32 { GgmlType::F16 } else { GgmlType::F32 };
+            let w = make_weights(other, 2, k, &mut rng);
+            let t = QTensor { ty: other, data: &w, rows: 2, cols: k };
+            assert!(try_matmul_prepared(&t, &acts, &mut [0.0; 12]).is_err());
+        }
+    }
 }
