@@ -315,12 +315,22 @@ fn mmvq_row_indirection_selects_expert_rows() {
 }
 
 #[test]
+fn mmvq_splits_columns_that_do_not_fit_lds() {
+    // 8 columns of k = 8192 need 8 x 8.7 KB > 64 KiB of staged activations.
+    let mut rng = Rng::new(11);
+    check_mmvq(WType::Q8_0, 3, 8192, 8, None, &mut rng);
+    check_mmvq(WType::IQ3XXS, 3, 8192, 8, None, &mut rng);
+    // More than MAX_COLS columns: 8 + 3.
+    check_mmvq(WType::Q6K, 5, 512, 11, None, &mut rng);
+}
+
+#[test]
 fn mmvq_rejects_bad_shapes() {
     let ek = kernels();
     let w = vec![0u8; 144];
     let xq = vec![0u8; 8 * 36];
     assert!(ek.mmvq(WType::Q4K, &w, 128, &xq[..4 * 36], 1, None, None).is_err(), "k not a multiple of 256");
-    assert!(ek.mmvq(WType::Q4K, &w, 256, &xq, 9, None, None).is_err(), "9 columns");
+    assert!(ek.mmvq(WType::Q4K, &w, 256, &[], 0, None, None).is_err(), "0 columns");
     assert!(ek.mmvq(WType::Q4K, &w, 256, &xq[..36], 1, None, None).is_err(), "short activations");
     assert!(ek.mmvq(WType::Q4K, &w, 256, &xq, 1, Some(&[1]), None).is_err(), "row index out of range");
 }

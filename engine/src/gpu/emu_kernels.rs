@@ -253,7 +253,8 @@ impl EmuKernels {
 
     /// `y[c][i] = W[row(i)] · x[c]` for `ncols` Q8_1 columns `x_q8_1` (each `k / 32` blocks),
     /// `W` = `w` (row-major, `k` weights per row); `rows` selects rows of `W` (None: all).
-    /// Returns `ncols * nrows` values, column-major (`y[c * nrows + i]`).
+    /// Returns `ncols * nrows` values, column-major (`y[c * nrows + i]`). Columns that do not fit
+    /// the LDS together (k x ncols too large) are split over several launches (stats summed).
     #[allow(clippy::too_many_arguments)]
     pub fn mmvq(
         &self,
@@ -265,7 +266,10 @@ impl EmuKernels {
         rows: Option<&[u32]>,
         rows_per_wg: Option<u32>,
     ) -> Result<(Vec<f32>, LaunchStats)> {
-        let name = abi::mmvq_kernel(ty, ncols as u32).unwrap_or("mmvq");
+        let name = abi::mmvq_kernel(ty, ncols.min(abi::MAX_COLS) as u32).unwrap_or("mmvq");
+        if ncols == 0 {
+            return Err(shape(name, "no columns".into()));
+        }
         let bk = ty.block_k() as usize;
         if k == 0 || !k.is_multiple_of(bk) || k > u32::MAX as usize {
             return Err(shape(name, format!("k = {k} is not a positive multiple of {bk}")));
@@ -293,19 +297,44 @@ impl EmuKernels {
             Some(r) => Some(DevBuf::with(&self.dev, &r.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), name)?),
             None => None,
         };
-        let args = MmvqArgs {
-            w: wb.ptr,
-            x: xb.ptr,
-            y: yb.ptr,
-            rows: rb.as_ref().map_or(0, |b| b.ptr),
-            nrows: nrows as u32,
-            k: k as u32,
-            y_stride: nrows as u32,
-            rows_per_wg: rows_per_wg.unwrap_or_else(|| default_rows_per_wg(ty, k as u32, nrows as u32)),
-        };
-        let st = self.launch_mmvq(ty, ncols as u32, &args)?;
+        // Columns per launch: as many as fit in LDS (64 KiB), at most MAX_COLS; more are split
+        // over launches.
+        let fit = (abi::MAX_LDS_BYTES.saturating_sub(ty.table_lds_bytes()) / abi::act_col_bytes(k as u32)) as usize;
+        if fit == 0 {
+            return Err(shape(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
+        }
+        let mut st = LaunchStats::default();
+        let mut c0 = 0;
+        while c0 < ncols {
+            let nc = (ncols - c0).min(fit).min(abi::MAX_COLS);
+            let args = MmvqArgs {
+                w: wb.ptr,
+                x: xb.ptr + (c0 * k / 32 * abi::Q8_1_BYTES as usize) as u64,
+                y: yb.ptr + (c0 * nrows * 4) as u64,
+                rows: rb.as_ref().map_or(0, |b| b.ptr),
+                nrows: nrows as u32,
+                k: k as u32,
+                y_stride: nrows as u32,
+                rows_per_wg: rows_per_wg.unwrap_or_else(|| default_rows_per_wg(ty, k as u32, nrows as u32)),
+            };
+            add_stats(&mut st, &self.launch_mmvq(ty, nc as u32, &args)?);
+            c0 += nc;
+        }
         let bytes = yb.read(ncols * nrows * 4, name)?;
         Ok((bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(), st))
+    }
+}
+
+/// Accumulates the counters of one launch into `acc`.
+fn add_stats(acc: &mut LaunchStats, s: &LaunchStats) {
+    acc.instructions += s.instructions;
+    acc.lane_ops += s.lane_ops;
+    acc.global_bytes_read += s.global_bytes_read;
+    acc.global_bytes_written += s.global_bytes_written;
+    acc.lds_bytes += s.lds_bytes;
+    acc.waves += s.waves;
+    for (k, v) in &s.by_family {
+        *acc.by_family.entry(k.clone()).or_default() += v;
     }
 }
 
