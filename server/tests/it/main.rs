@@ -3,3 +3,4 @@
 
 mod http;
 mod protocol;
+mod support;
