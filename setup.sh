@@ -78,5 +78,5 @@ case "$mode" in
     python3 -m pip install -q openai >/dev/null
     echo "==> cargo test --release --features gpu --workspace"
     cargo test --release --features gpu --workspace
-    tests/openai_e2e.sh ;;
+    server/tests/openai_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model" ;;
 esac
