@@ -2,6 +2,8 @@
 #[cfg(feature = "gpu")]
 mod gpu_kernels;
 mod models_qwen4exp;
+#[cfg(feature = "gpu")]
+mod gpu_device;
 mod models_util;
 mod models_gemma3;
 mod models_qwen3;

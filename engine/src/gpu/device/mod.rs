@@ -1,0 +1,420 @@
+//! The device boundary of the GPU backend: [`GpuApi`], one object-safe trait with two
+//! implementations behind `Box<dyn GpuApi>`:
+//!
+//! - [`hip::HipApi`]: `libamdhip64.so` (+ `libhipblas.so`, `libhipblaslt.so`) opened at run
+//!   time with `libloading` through a small hand-written table of the functions used, so one
+//!   binary serves CPU-only and AMD machines and no ROCm is needed to build;
+//! - [`emu::EmuApi`]: the software RDNA3 device (`emulator::Device`), which executes the same
+//!   embedded code objects; its GEMM is a host implementation ([`gemm_ref`]).
+//!
+//! The engine above this trait is the same for both, so kernel choice, argument packing, grid
+//! math, stream order and graph replay are exercised in CI without an AMD GPU.
+//!
+//! Kernel metadata (kernarg extent, static LDS, scratch, wave size, max workgroup size) is read
+//! from the code object itself (the emulator's ELF/msgpack reader, used as a parser on both
+//! backends) and checked twice: at [`GpuApi::function`] against the caller's [`KernelSpec`],
+//! and at every [`GpuApi::launch`] against the actual geometry, with named errors, before any
+//! runtime call. See docs/amd-hip.md.
+//!
+//! Handles ([`Module`], [`Kernel`], [`Stream`], [`Event`], [`Graph`], [`HostBuf`]) are plain
+//! values owned by the caller and released through the API (`*_destroy`, `free`), like HIP's.
+pub mod emu;
+pub mod error;
+pub mod gemm_ref;
+pub mod hip;
+mod kernel_check;
+
+pub use emu::EmuApi;
+pub use error::{GpuError, Result};
+pub use hip::{HipApi, HipConfig};
+pub use kernel_check::{check_launch, check_spec, kernarg_extent};
+
+pub use emulator::{DevicePtr, KernelInfo, LaunchStats};
+use std::sync::Arc;
+use std::sync::Mutex;
+
+/// Which device [`open_device`] opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A real gfx11 GPU through HIP when one is present and usable; otherwise an error saying
+    /// why (`GpuError::NoUsableGpu`), on which the engine uses the CPU. Never the emulator.
+    Auto,
+    /// HIP only (error if unavailable).
+    Hip,
+    /// The software RDNA3 device (slow; tests, debugging, instruction counts).
+    Emu,
+}
+
+impl std::str::FromStr for DeviceKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(DeviceKind::Auto),
+            "hip" => Ok(DeviceKind::Hip),
+            "emu" => Ok(DeviceKind::Emu),
+            other => Err(format!("unknown GPU device {other:?} (auto, hip, emu)")),
+        }
+    }
+}
+
+/// Opens a device. `Hip` and `Auto` use [`HipConfig::from_env`] (`ROCM_PATH`, `/opt/rocm`,
+/// the system library path). Never panics: a missing runtime, no device or an unsupported
+/// architecture is an error that names the library, version and architecture.
+pub fn open_device(kind: DeviceKind) -> Result<Box<dyn GpuApi>> {
+    match kind {
+        DeviceKind::Emu => Ok(Box::new(EmuApi::new()?)),
+        DeviceKind::Hip => Ok(Box::new(HipApi::open(&HipConfig::from_env())?)),
+        DeviceKind::Auto => match HipApi::open(&HipConfig::from_env()) {
+            Ok(h) => Ok(Box::new(h)),
+            Err(e) => Err(GpuError::NoUsableGpu(Box::new(e))),
+        },
+    }
+}
+
+/// The embedded code object for a device arch (`gcnArchName`, features stripped), with a
+/// named error listing what this build has.
+pub fn code_object_for_arch(arch: &str) -> Result<&'static [u8]> {
+    crate::gpu::code_objects::code_object_for(arch).ok_or_else(|| GpuError::NoCodeObject {
+        arch: arch_base(arch).to_string(),
+        available: embedded_archs().join(", "),
+    })
+}
+
+/// Architectures this build embeds code objects for.
+pub fn embedded_archs() -> Vec<&'static str> {
+    crate::gpu::code_objects::code_objects().iter().map(|(a, _)| *a).collect()
+}
+
+/// `gfx1100:sramecc-:xnack-` → `gfx1100`.
+pub fn arch_base(arch: &str) -> &str {
+    arch.split(':').next().unwrap_or(arch).trim()
+}
+
+/// Which implementation a [`GpuApi`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Hip,
+    Emu,
+}
+
+/// What was found at open.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub backend: Backend,
+    /// Index among the devices the runtime sees (after `HIP_VISIBLE_DEVICES`).
+    pub index: u32,
+    pub name: String,
+    /// `gcnArchName` as reported, e.g. `gfx1100` or `gfx1100:sramecc-:xnack-`.
+    pub arch: String,
+    pub wave_size: u32,
+    pub vram_bytes: u64,
+    pub compute_units: u32,
+    /// e.g. "HIP runtime 6.4.43483 at /opt/rocm/lib/libamdhip64.so" or "software RDNA3 device".
+    pub runtime: String,
+    /// hipBLAS library and API flavour, or the host GEMM; None when GEMM is unavailable.
+    pub blas: Option<String>,
+    /// hipBLASLt library path when present.
+    pub blas_lt: Option<String>,
+}
+
+/// A loaded code object.
+#[derive(Debug)]
+pub struct Module {
+    pub(crate) id: u64,
+    /// Every kernel of the code object, from its metadata.
+    pub kernels: Vec<KernelInfo>,
+}
+
+/// A kernel whose metadata passed [`check_spec`]; launch it with [`GpuApi::launch`].
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub(crate) id: u64,
+    pub info: KernelInfo,
+    /// Bytes of explicit kernel arguments (what the host packs).
+    pub kernarg_bytes: u32,
+}
+
+/// What the host will launch a kernel with; [`GpuApi::function`] checks it against the code
+/// object's metadata.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSpec<'a> {
+    pub name: &'a str,
+    /// Bytes of the `#[repr(C)]` argument struct the host packs; must equal the extent of the
+    /// kernel's explicit arguments.
+    pub kernarg_bytes: u32,
+    /// The largest workgroup the host will launch (work-items = product).
+    pub max_block: [u32; 3],
+    /// The most dynamic LDS bytes the host will request.
+    pub max_dynamic_lds: u32,
+    /// Whether the kernel may use scratch (private segment); hot kernels must not.
+    pub allow_scratch: bool,
+}
+
+/// Launch geometry: `grid` = workgroups per dimension (like `hipModuleLaunchKernel`), `block` =
+/// work-items per workgroup, `dynamic_lds` = bytes of LDS beyond the kernel's static size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub dynamic_lds: u32,
+}
+
+/// An ordered queue of device work. [`Stream::DEFAULT`] is HIP's null stream (cannot be captured).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Stream(pub(crate) u64);
+impl Stream {
+    pub const DEFAULT: Stream = Stream(0);
+}
+
+/// A marker recorded on a stream.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Event(pub(crate) u64);
+
+/// An instantiated, replayable graph of captured work.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Graph(pub(crate) u64);
+
+/// Options of [`GpuApi::host_alloc`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostAllocOptions {
+    /// Map the pinned buffer into the device address space ([`HostBuf::device_ptr`]).
+    pub mapped: bool,
+    /// When pinning fails (common on ROCm for large sizes even with free RAM), return pageable
+    /// memory instead of an error; [`HostBuf::fallback`] says why.
+    pub allow_pageable_fallback: bool,
+}
+
+/// Where a [`HostBuf`]'s bytes live (private: only backends build these).
+#[derive(Debug)]
+pub(crate) enum HostStorage {
+    /// HIP: pinned (`hipHostMalloc`) or pageable (`std::alloc`) host memory.
+    Raw { ptr: *mut u8, pinned: bool },
+    /// Emulator: the device-visible stand-in for pinned memory.
+    Emu { ptr: DevicePtr },
+    /// Pageable host memory of the emulator backend (shared with captured graphs).
+    Heap(Arc<Mutex<Vec<u8>>>),
+}
+
+/// Host memory for transfers: pinned (and possibly device-mapped) or the pageable fallback.
+/// Read and write it through [`GpuApi::host_write`]/[`GpuApi::host_read`]; free it with
+/// [`GpuApi::host_free`] (which waits for the device first, like `hipHostFree`).
+#[derive(Debug)]
+pub struct HostBuf {
+    pub(crate) storage: HostStorage,
+    pub(crate) bytes: usize,
+    pub(crate) device_ptr: Option<DevicePtr>,
+    pub(crate) fallback: Option<String>,
+}
+
+// SAFETY: the raw pointer of `HostStorage::Raw` is owned by this buffer and only accessed by
+// whole-range copies through the API (`host_read`/`host_write`, async copies); synchronising
+// those with device work is the caller's contract, exactly as with HIP pinned memory.
+unsafe impl Send for HostBuf {}
+// SAFETY: see `Send`; `&HostBuf` gives no unsynchronised interior access beyond those copies.
+unsafe impl Sync for HostBuf {}
+
+impl HostBuf {
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+    /// True when the memory is pinned (page-locked or the emulator's device-visible stand-in).
+    pub fn is_pinned(&self) -> bool {
+        matches!(self.storage, HostStorage::Raw { pinned: true, .. } | HostStorage::Emu { .. })
+    }
+    /// Device address of a mapped pinned buffer (kernels may read/write it directly).
+    pub fn device_ptr(&self) -> Option<DevicePtr> {
+        self.device_ptr
+    }
+    /// Why pinning failed, when this is the pageable fallback.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+    pub(crate) fn check_range(&self, call: &'static str, offset: usize, bytes: usize) -> Result<()> {
+        match offset.checked_add(bytes) {
+            Some(end) if end <= self.bytes => Ok(()),
+            _ => Err(error::invalid(call, format!("range {offset}+{bytes} outside the {}-byte host buffer", self.bytes))),
+        }
+    }
+}
+
+/// Element types of the GEMM entry point (`hipDataType` values on HIP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+impl DType {
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+}
+
+/// Accumulation type (`hipblasComputeType_t`). `alpha`/`beta` are passed as f32 for `F32` and
+/// converted to f16 for `F16`, as hipBLAS expects scalars of the compute type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComputeType {
+    F32,
+    F16,
+}
+
+/// `op(X)` of BLAS: `N` (as stored) or `T` (transposed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transpose {
+    N,
+    T,
+}
+
+/// Strided-batched GEMM, column-major like BLAS (`hipblasGemmStridedBatchedEx`):
+/// `C_i = alpha * op(A_i) * op(B_i) + beta * C_i` for `i < batch`, `op(A)` m×k, `op(B)` k×n,
+/// `C` m×n; `X_i` starts `i * stride_x` elements after `x`. A row-major `Y[n][m] = X[n][k] ·
+/// W[m][k]ᵀ` (the usual dense layer) is `trans_a = T, a = W, lda = k, trans_b = N, b = X, ldb = k,
+/// c = Y, ldc = m`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gemm {
+    pub trans_a: Transpose,
+    pub trans_b: Transpose,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f32,
+    pub a: DevicePtr,
+    pub a_type: DType,
+    pub lda: usize,
+    pub stride_a: usize,
+    pub b: DevicePtr,
+    pub b_type: DType,
+    pub ldb: usize,
+    pub stride_b: usize,
+    pub beta: f32,
+    pub c: DevicePtr,
+    pub c_type: DType,
+    pub ldc: usize,
+    pub stride_c: usize,
+    pub batch: usize,
+    pub compute: ComputeType,
+}
+
+impl Gemm {
+    /// Checks shapes and leading dimensions (both backends call this first).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |why: String| Err(GpuError::Gemm(why));
+        if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
+            return bad(format!("empty GEMM m={} n={} k={} batch={}", self.m, self.n, self.k, self.batch));
+        }
+        let lim = i32::MAX as usize;
+        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("lda", self.lda), ("ldb", self.ldb), ("ldc", self.ldc), ("batch", self.batch)] {
+            if v > lim {
+                return bad(format!("{what} = {v} exceeds i32"));
+            }
+        }
+        let rows_a = if self.trans_a == Transpose::N { self.m } else { self.k };
+        let rows_b = if self.trans_b == Transpose::N { self.k } else { self.n };
+        if self.lda < rows_a || self.ldb < rows_b || self.ldc < self.m {
+            return bad(format!(
+                "leading dimensions lda={} (needs >= {rows_a}), ldb={} (needs >= {rows_b}), ldc={} (needs >= {})",
+                self.lda, self.ldb, self.ldc, self.m
+            ));
+        }
+        if self.a_type != self.b_type {
+            return bad(format!("A is {:?} but B is {:?}", self.a_type, self.b_type));
+        }
+        if self.compute == ComputeType::F16 && (self.a_type != DType::F16 || self.c_type != DType::F16) {
+            return bad("f16 compute needs f16 A, B and C".into());
+        }
+        Ok(())
+    }
+    /// Elements each operand spans (for bounds checks): `(a, b, c)`.
+    pub fn extents(&self) -> (usize, usize, usize) {
+        let cols_a = if self.trans_a == Transpose::N { self.k } else { self.m };
+        let cols_b = if self.trans_b == Transpose::N { self.n } else { self.k };
+        let last = self.batch - 1;
+        (
+            last * self.stride_a + self.lda * (cols_a - 1) + if self.trans_a == Transpose::N { self.m } else { self.k },
+            last * self.stride_b + self.ldb * (cols_b - 1) + if self.trans_b == Transpose::N { self.k } else { self.n },
+            last * self.stride_c + self.ldc * (self.n - 1) + self.m,
+        )
+    }
+}
+
+/// The boundary between the engine and a device. Object safe; `Send + Sync`.
+///
+/// Asynchronous calls take a [`Stream`]; on the emulator they run immediately in call order,
+/// on HIP they are queued. Between [`GpuApi::begin_capture`] and [`GpuApi::end_capture`] work
+/// issued on the capturing stream is recorded, not run; [`GpuApi::launch_graph`] replays it,
+/// reading device buffers (and host buffers) at replay time and kernel arguments as captured.
+pub trait GpuApi: Send + Sync {
+    fn info(&self) -> &DeviceInfo;
+
+    // ---- modules and kernels
+    /// Loads the embedded code object for this device's architecture.
+    fn load_module(&self) -> Result<Module> {
+        let co = code_object_for_arch(&self.info().arch)?;
+        self.load_module_data(co)
+    }
+    /// Loads a given code object (tests, tools).
+    fn load_module_data(&self, code_object: &[u8]) -> Result<Module>;
+    /// Looks a kernel up and checks its metadata against `spec` ([`check_spec`]).
+    fn function(&self, module: &Module, spec: &KernelSpec) -> Result<Kernel>;
+
+    // ---- device memory
+    fn malloc(&self, bytes: usize) -> Result<DevicePtr>;
+    fn free(&self, ptr: DevicePtr) -> Result<()>;
+
+    // ---- host memory
+    /// Pinned host memory (`hipHostMalloc`), optionally device-mapped; with
+    /// `allow_pageable_fallback`, a failed pin returns pageable memory and says why.
+    fn host_alloc(&self, bytes: usize, opts: HostAllocOptions) -> Result<HostBuf>;
+    fn host_free(&self, buf: HostBuf) -> Result<()>;
+    fn host_write(&self, buf: &HostBuf, offset: usize, src: &[u8]) -> Result<()>;
+    fn host_read(&self, buf: &HostBuf, offset: usize, dst: &mut [u8]) -> Result<()>;
+
+    // ---- synchronous copies (complete on return)
+    fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()>;
+    fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()>;
+    fn memset(&self, dst: DevicePtr, byte: u8, bytes: usize) -> Result<()>;
+
+    // ---- copies on a stream (host side must be a HostBuf that outlives the copy)
+    fn memcpy_htod_async(&self, stream: &Stream, dst: DevicePtr, src: &HostBuf, offset: usize, bytes: usize) -> Result<()>;
+    fn memcpy_dtoh_async(&self, stream: &Stream, dst: &HostBuf, offset: usize, src: DevicePtr, bytes: usize) -> Result<()>;
+    fn memcpy_dtod_async(&self, stream: &Stream, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()>;
+    fn memset_async(&self, stream: &Stream, dst: DevicePtr, byte: u8, bytes: usize) -> Result<()>;
+
+    // ---- streams and events
+    fn stream_create(&self) -> Result<Stream>;
+    fn stream_destroy(&self, stream: Stream) -> Result<()>;
+    fn stream_synchronize(&self, stream: &Stream) -> Result<()>;
+    fn stream_wait_event(&self, stream: &Stream, event: &Event) -> Result<()>;
+    fn event_create(&self) -> Result<Event>;
+    fn event_destroy(&self, event: Event) -> Result<()>;
+    fn event_record(&self, event: &Event, stream: &Stream) -> Result<()>;
+    fn event_synchronize(&self, event: &Event) -> Result<()>;
+    /// Waits for all work on the device.
+    fn synchronize(&self) -> Result<()>;
+
+    // ---- kernels
+    /// Launches after [`check_launch`] (kernarg length, block size, LDS, empty grid).
+    fn launch(&self, stream: &Stream, kernel: &Kernel, cfg: &LaunchConfig, kernargs: &[u8]) -> Result<()>;
+
+    // ---- graphs
+    fn begin_capture(&self, stream: &Stream) -> Result<()>;
+    /// Ends the capture and instantiates the graph.
+    fn end_capture(&self, stream: &Stream) -> Result<Graph>;
+    fn launch_graph(&self, graph: &Graph, stream: &Stream) -> Result<()>;
+    fn graph_destroy(&self, graph: Graph) -> Result<()>;
+
+    // ---- dense GEMM
+    fn gemm(&self, stream: &Stream, g: &Gemm) -> Result<()>;
+
+    /// Counters summed over the launches since the last call (emulator only; HIP: None).
+    fn take_stats(&self) -> Option<LaunchStats> {
+        None
+    }
+}
