@@ -6,7 +6,7 @@
 //! `qs` (all int8 quants, column-major by column), `d` (scales as f32), `s` (Q8_0: d·Σq,
 //! Q8_1: the stored s; used by the offset/min terms) and `bsums` (Q8_K sums of 16).
 //! On AVX-512, `perm` holds Q8_0 quants biased to u8 (x ^ 0x80) for the signed pair kernels,
-//! Q8_K super-blocks in Q4_K's sub-block order, or, for IQ3_XXS, each Q8_K super-block transposed so that
+//! Q8_K super-blocks in Q4_K's sub-block order, or, for IQ3_XXS, biased to u8 and each Q8_K super-block transposed so that
 //! byte `j*64 + k` is quant `4k + j` (see `x86::iq3`).
 
 use crate::{KernelError, Path};
@@ -139,7 +139,8 @@ impl Acts {
                     for (src, dst) in a.qs.chunks_exact(256).zip(a.perm.chunks_exact_mut(256)) {
                         for kk in 0..64 {
                             for j in 0..4 {
-                                dst[j * 64 + kk] = src[4 * kk + j];
+                                // Biased to u8 (x ^ 0x80 = x + 128), see x86::iq3_512.
+                                dst[j * 64 + kk] = (src[4 * kk + j] as u8 ^ 0x80) as i8;
                             }
                         }
                     }

@@ -14,9 +14,11 @@
 //!
 //! Signs: `vpmultishiftqb` cuts the four 7-bit fields out of each word, `vpopcntb` gives each
 //! field's parity (ggml's 8th sign bit makes the count even), and `vpshufbitqmb` gathers, for
-//! each j, the sign bits of weights 4kk+j into a 64-bit mask, which negates the activation
-//! bytes with one masked subtract (activations are in [-127, 127], so this is exact).
-//! i32 lane m of the dot holds weights of sub-block m/2, so one `vpmulld` applies the scales.
+//! each j, the sign bits of weights 4kk+j into a 64-bit mask, which negates the weight bytes
+//! with one masked subtract per super-block (shared by all activation columns); the
+//! activations are fed as u8 (x + 128) with the bias removed through -128·Σ weights.
+//! i32 lane m of the dot holds weights of sub-block m/2, so one per-lane f32 scale vector
+//! applies the 8 sub-block scales.
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use crate::acts::Acts;
@@ -89,22 +91,47 @@ unsafe fn dot_iq3<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) 
             _mm512_srli_epi32(_mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(aux)), 27),
             _mm512_set1_epi32(1),
         );
-        let d = f16(p) * 0.25;
-        for c in 0..NC {
-            let col = c0 + c;
-            let x = a.perm.as_ptr().add(col * k + 256 * i);
-            // Two dot chains instead of one: the per-super-block dependency chain is what
-            // limits how many super-blocks the out-of-order core overlaps.
+        if NC == 1 {
+            // One column (matvec): negating the activations costs the same as negating the
+            // weights and needs no bias correction.
+            let x = a.perm.as_ptr().add(c0 * k + 256 * i);
+            let b80 = _mm512_set1_epi8(-128);
             let mut sp = [zero; 2];
             for j in 0..4 {
-                let xj = _mm512_loadu_si512(x.add(64 * j).cast());
+                let xj = _mm512_xor_si512(_mm512_loadu_si512(x.add(64 * j).cast()), b80);
                 let sx = _mm512_mask_sub_epi8(xj, neg[j], zero, xj);
                 sp[j & 1] = _mm512_dpbusd_epi32(sp[j & 1], g[j], sx);
             }
-            let s = _mm512_add_epi32(sp[0], sp[1]);
-            let t = _mm512_cvtepi32_ps(_mm512_mullo_epi32(s, ls));
+            let t = _mm512_cvtepi32_ps(_mm512_mullo_epi32(_mm512_add_epi32(sp[0], sp[1]), ls));
+            let da = *a.d.get_unchecked(c0 * nb + i);
+            acc[0] = _mm512_fmadd_ps(t, _mm512_set1_ps(f16(p) * 0.25 * da), acc[0]);
+            continue;
+        }
+        // Signs go on the weights (shared by the NC columns): gs_j = ±g_j in [-62, 62]. The
+        // activations come biased to u8 (x + 128, `Acts::perm`), so each column's sum starts
+        // at -128·Σ gs (also shared): Σ (x+128)·gs - 128·Σ gs = Σ x·gs.
+        let gs: [__m512i; 4] = core::array::from_fn(|j| _mm512_mask_sub_epi8(g[j], neg[j], zero, g[j]));
+        let b80 = _mm512_set1_epi8(-128);
+        let mut wsum = _mm512_dpbusd_epi32(zero, b80, gs[0]);
+        for gj in &gs[1..] {
+            wsum = _mm512_dpbusd_epi32(wsum, b80, *gj);
+        }
+        let corr = _mm512_sub_epi32(zero, wsum);
+        // Per-lane float scale: ls · d_w / 4 (d_x multiplies per column).
+        let wls = _mm512_mul_ps(_mm512_cvtepi32_ps(ls), _mm512_set1_ps(f16(p) * 0.25));
+        for c in 0..NC {
+            let col = c0 + c;
+            let x = a.perm.as_ptr().add(col * k + 256 * i);
+            // Two dot chains: the per-super-block dependency chain limits how many
+            // super-blocks the out-of-order core overlaps.
+            let mut sp = [corr, zero];
+            for j in 0..4 {
+                let xj = _mm512_loadu_si512(x.add(64 * j).cast());
+                sp[j & 1] = _mm512_dpbusd_epi32(sp[j & 1], xj, gs[j]);
+            }
+            let t = _mm512_cvtepi32_ps(_mm512_add_epi32(sp[0], sp[1]));
             let da = *a.d.get_unchecked(col * nb + i);
-            acc[c] = _mm512_fmadd_ps(t, _mm512_set1_ps(d * da), acc[c]);
+            acc[c] = _mm512_fmadd_ps(t, _mm512_mul_ps(wls, _mm512_set1_ps(da)), acc[c]);
         }
     }
     let mut out = [0f32; NC];
