@@ -21,3 +21,13 @@ define void @strata_barrier_wg() #1 {
 declare void @llvm.amdgcn.s.barrier() #2
 attributes #1 = { alwaysinline nounwind convergent }
 attributes #2 = { nounwind convergent willreturn }
+
+; Static LDS for per-type lookup tables (IQ3_XXS grid + sign masks, 3 KiB). Unlike the dynamic
+; region, whose address is only known after LDS allocation (an `add 0` before every access),
+; a static variable's address folds into the ds_* offset field. Allocated only in kernels that
+; reach it.
+@strata_lds_tables = internal addrspace(3) global [3072 x i8] poison, align 16
+
+define ptr @strata_lds_tables_base() #0 {
+  ret ptr addrspacecast (ptr addrspace(3) @strata_lds_tables to ptr)
+}

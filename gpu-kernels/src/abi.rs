@@ -83,8 +83,9 @@ impl WType {
             _ => None,
         }
     }
-    /// Bytes of LDS at the start of the region holding per-type lookup tables
-    /// (IQ3_XXS: 256-entry grid as u32 + 128 sign masks of 16 bytes).
+    /// Static LDS of the type's MMVQ kernels (lookup tables; IQ3_XXS: 256-entry grid as u32 +
+    /// 128 sign masks of 16 bytes). It is in the code object's group segment, not in the
+    /// launch's dynamic LDS, but counts against the 64 KiB.
     pub const fn table_lds_bytes(self) -> u32 {
         match self {
             WType::IQ3XXS => IQ3_GRID_LDS_BYTES + IQ3_SIGNS_LDS_BYTES,
@@ -183,20 +184,17 @@ pub const fn act_ds_bytes(k: u32) -> u32 {
 pub const fn act_col_bytes(k: u32) -> u32 {
     act_q_bytes(k) + act_ds_bytes(k)
 }
-/// Dynamic LDS an MMVQ launch needs: type tables, then `ncols` staged columns.
+/// Dynamic LDS an MMVQ launch passes: the `ncols` staged columns (the type's tables are static).
 #[inline(always)]
-pub const fn mmvq_lds_bytes(ty: WType, k: u32, ncols: u32) -> u32 {
-    ty.table_lds_bytes() + ncols * act_col_bytes(k)
+pub const fn mmvq_lds_bytes(_ty: WType, k: u32, ncols: u32) -> u32 {
+    ncols * act_col_bytes(k)
 }
 
-/// Dynamic LDS a dequant launch needs (IQ3_XXS: its grid, staged once per workgroup so the
-/// 64 lookups per block do not read global memory).
+/// Dynamic LDS a dequant launch passes: none (IQ3_XXS stages its grid, once per workgroup so
+/// the 64 lookups per block do not read global memory, in the static table region).
 #[inline(always)]
-pub const fn dequant_lds_bytes(ty: WType) -> u32 {
-    match ty {
-        WType::IQ3XXS => IQ3_GRID_LDS_BYTES,
-        _ => 0,
-    }
+pub const fn dequant_lds_bytes(_ty: WType) -> u32 {
+    0
 }
 
 /// Every MMVQ instantiation: `symbol, weight type, columns`. Invokes `$m!` with the list.

@@ -23,6 +23,8 @@ unsafe extern "unadjusted" {
 unsafe extern "C" {
     /// Generic pointer to the launch-sized LDS region (defined in `lds_shim.ll`).
     fn strata_lds_base() -> *mut u8;
+    /// Generic pointer to the 3 KiB static LDS table region (defined in `lds_shim.ll`).
+    fn strata_lds_tables_base() -> *mut u8;
     /// fence(workgroup, release); s_barrier; fence(workgroup, acquire).
     fn strata_barrier_wg();
 }
@@ -107,6 +109,27 @@ pub fn group_sum_f32(x: f32, lg: u32) -> f32 {
     x
 }
 
+/// `group_sum_f32` of every element of `acc`, with one wave-uniform branch per butterfly step
+/// for all columns (not one per column and step).
+#[inline(always)]
+pub fn group_sum_f32xn<const N: usize>(acc: &mut [f32; N], lg: u32) {
+    if lg >= 1 {
+        crate::ops::unroll::<N>(|c| acc[c] += f32::from_bits(dpp::<0x161>(acc[c].to_bits())));
+    }
+    if lg >= 2 {
+        crate::ops::unroll::<N>(|c| acc[c] += f32::from_bits(dpp::<0x162>(acc[c].to_bits())));
+    }
+    if lg >= 3 {
+        crate::ops::unroll::<N>(|c| acc[c] += f32::from_bits(dpp::<0x164>(acc[c].to_bits())));
+    }
+    if lg >= 4 {
+        crate::ops::unroll::<N>(|c| acc[c] += f32::from_bits(dpp::<0x168>(acc[c].to_bits())));
+    }
+    if lg >= 5 {
+        crate::ops::unroll::<N>(|c| acc[c] += f32::from_bits(swap_rows(acc[c].to_bits())));
+    }
+}
+
 /// Sum over all 32 lanes (every lane gets it).
 #[inline(always)]
 pub fn wave_sum_i32(x: i32) -> i32 {
@@ -180,6 +203,13 @@ impl Lds {
     pub fn get() -> Lds {
         // SAFETY: returns a constant address (the LDS symbol); no side effects.
         Lds { base: unsafe { strata_lds_base() } }
+    }
+    /// The static table region (`abi::STATIC_TABLE_LDS_BYTES`), allocated in the kernels that
+    /// use it, before the dynamic region.
+    #[inline(always)]
+    pub fn tables() -> Lds {
+        // SAFETY: returns a constant address (the LDS symbol); no side effects.
+        Lds { base: unsafe { strata_lds_tables_base() } }
     }
     /// # Safety
     /// `off` is 16-byte aligned and inside the launch's LDS; no concurrent writer (see type doc).

@@ -204,7 +204,7 @@ impl EmuKernels {
             return Err(shape(name, format!("nrows {} rows_per_wg {} y_stride {}", args.nrows, args.rows_per_wg, args.y_stride)));
         }
         let lds = abi::mmvq_lds_bytes(ty, args.k, ncols);
-        if lds > abi::MAX_LDS_BYTES {
+        if lds + ty.table_lds_bytes() > abi::MAX_LDS_BYTES {
             return Err(shape(name, format!("k = {} x {ncols} columns needs {lds} bytes of LDS (> 64 KiB): split the columns", args.k)));
         }
         let groups = args.nrows.div_ceil(args.rows_per_wg);

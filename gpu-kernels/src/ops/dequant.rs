@@ -143,7 +143,7 @@ unsafe fn q6_k<S: Sink>(b: *const u8, o: &mut S) {
 /// `b` = 98 readable bytes; `o` accepts outputs `0..256`; the grid is staged in LDS.
 #[inline(always)]
 unsafe fn iq3_xxs<S: Sink>(b: *const u8, o: &mut S) {
-    let lds = Lds::get();
+    let lds = Lds::tables();
     // SAFETY: index < 256 words of the grid staged before the barrier in `run`; read-only.
     let grid = |i: u32| unsafe { lds.ld32(4 * (i & 255)) };
     // SAFETY: caller contract.
@@ -175,9 +175,9 @@ unsafe fn iq3_xxs<S: Sink>(b: *const u8, o: &mut S) {
 fn run(ty: WType, w: *const u8, y: *mut u8, nblocks: u32, f16: bool) {
     let blk = group_id() * WG_SIZE + thread_id();
     if ty == WType::IQ3XXS {
-        // SAFETY: the launch has dequant_lds_bytes(IQ3XXS) = 1 KiB of LDS; each of the
-        // WG_SIZE = 256 work-items writes its own grid word before the barrier.
-        unsafe { Lds::get().st32(4 * thread_id(), IQ3XXS_GRID[(thread_id() & 255) as usize]) };
+        // SAFETY: the static table region holds 3 KiB; each of the WG_SIZE = 256 work-items
+        // writes its own grid word before the barrier.
+        unsafe { Lds::tables().st32(4 * thread_id(), IQ3XXS_GRID[(thread_id() & 255) as usize]) };
         barrier();
     }
     if blk >= nblocks {

@@ -14,7 +14,7 @@
 use super::unroll;
 use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS};
 use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{barrier, group_id, group_sum_f32, lane_id, thread_id, uniform, wave_id, Lds};
+use crate::arch::{barrier, group_id, group_sum_f32xn, lane_id, thread_id, uniform, wave_id, Lds};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
 
@@ -80,8 +80,8 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
     rows_per_wg: u32,
 ) {
     let lds = Lds::get();
-    let tb = B::TY.table_lds_bytes();
-    B::stage_tables(lds);
+    let tb = 0; // the type's tables are in static LDS (Lds::tables)
+    B::stage_tables(Lds::tables());
     // SAFETY: caller contract.
     unsafe { stage_activations::<NC>(lds, x, k, tb) };
     barrier();
@@ -120,7 +120,7 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
             }
         }
         // Uniform control flow again: all lanes take part in the butterflies.
-        unroll::<NC>(|c| acc[c] = group_sum_f32(acc[c], lg));
+        group_sum_f32xn(&mut acc, lg);
         if valid && li == 0 {
             unroll::<NC>(|c| {
                 // SAFETY: `y` holds NC columns of `y_stride >= nrows` f32 (ABI); one writer per output.

@@ -213,7 +213,7 @@ impl MmvqBlock for IQ3XXS {
     }
     #[inline(always)]
     unsafe fn dot<const NC: usize>(b: *const u8, t: u32, cols: &ActCols, acc: &mut [f32; NC]) {
-        let lds = cols.lds;
+        let lds = Lds::tables();
         // SAFETY: caller contract: d at 0.
         let d = f16_to_f32(unsafe { ld_u16(b) });
         let mut s = [0f32; NC];
