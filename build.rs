@@ -74,7 +74,8 @@ fn main() {
     let tc = detect_toolchain().unwrap_or_else(|why| {
         panic!("\n\nstrata build: {why}\n{INSTALL_HELP}\n");
     });
-    println!("cargo:warning=building gfx11 kernels with the {} toolchain route", tc.route);
+    // stderr, not cargo:warning (cargo would replay a warning on every rebuild of the crate).
+    eprintln!("building gfx11 kernels with the {} toolchain route", tc.route);
 
     // Stable nested target dir: survives OUT_DIR changes (host RUSTFLAGS, profile), so core is
     // only rebuilt when the kernel toolchain itself changes.
