@@ -342,10 +342,12 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
         let mut pc = *start;
         while pc < end {
             let words: Vec<u32> = co.image[pc as usize..end as usize].chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
-            if words.iter().all(|&x| x == 0) {
-                // objdump elides zero padding the same way
+            // objdump skips runs of at least 8 zero bytes (in multiples of 4)
+            let zeros = co.image[pc as usize..end as usize].iter().take_while(|&&b| b == 0).count();
+            if zeros >= 8 {
                 let _ = writeln!(out, "\t\t...");
-                break;
+                pc += (zeros & !3) as u64;
+                continue;
             }
             match decode::decode(&words) {
                 Ok(i) => {
@@ -360,7 +362,9 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
                     pc += i.len as u64;
                 }
                 Err(_) => {
-                    let _ = writeln!(out, "\t<unknown> {:#010x}", words[0]);
+                    // a lone zero word is gfx11's v_illegal encoding
+                    let t = if words[0] == 0 { "v_illegal" } else { "<unknown>" };
+                    let _ = writeln!(out, "\t{t:<59}// {pc:012X}: {:08X}", words[0]);
                     pc += 4;
                 }
             }
