@@ -544,3 +544,67 @@ fn hip_loader_refuses_unsupported_stand_ins_with_clear_messages() {
         }
     }
 }
+
+// ---------------------------------------------------------------- mapped-memory handoff
+
+/// Host worker thread ↔ captured graph, both directions, several rounds with changing payloads
+/// and a late host producer: the graph waits for the host's weights (`device_recv`), dequantizes
+/// them with the real kernel and hands the result back (`device_send`); the host thread checks
+/// every round against the `quant` reference.
+fn mailbox_rounds(pinned_fails: bool) {
+    let ty = WType::Q8_0;
+    let (api, _m, k) = emu_with_dequant(ty);
+    if pinned_fails {
+        api.device().set_fail_large_pinned_alloc(Some(0));
+    }
+    let nblocks = 40usize;
+    let (wbytes, n) = (nblocks * ty.block_bytes() as usize, nblocks * 32);
+    let to_gpu = strata::gpu::device::Mailbox::new(&api, wbytes).unwrap();
+    let from_gpu = strata::gpu::device::Mailbox::new(&api, n * 4).unwrap();
+    if pinned_fails {
+        let why = to_gpu.fallback().expect("fallback reported");
+        assert!(why.contains("pageable") && why.contains("device memory"), "{why}");
+    } else {
+        assert!(to_gpu.fallback().is_none());
+    }
+    let (dw, dy) = (api.malloc(wbytes).unwrap(), api.malloc(n * 4).unwrap());
+    let s = api.stream_create().unwrap();
+    api.begin_capture(&s).unwrap();
+    to_gpu.device_recv(&api, &s, dw, wbytes).unwrap();
+    dequant_launch(&api, &s, &k, dw, dy, nblocks as u32);
+    from_gpu.device_send(&api, &s, dy, n * 4).unwrap();
+    let g = api.end_capture(&s).unwrap();
+
+    let rounds = 4;
+    std::thread::scope(|sc| {
+        let worker = sc.spawn(|| {
+            let mut rng = Rng::new(99);
+            for round in 0..rounds {
+                let w = random_blocks(ty, nblocks, &mut rng);
+                std::thread::sleep(std::time::Duration::from_millis(if round % 2 == 0 { 40 } else { 0 })); // late producer
+                to_gpu.host_send(&api, &w).unwrap();
+                let got = f32s(&from_gpu.host_recv(&api, n * 4).unwrap());
+                let mut want = vec![0f32; n];
+                quant::dequantize_row(ggml(ty), &w, &mut want).unwrap();
+                assert_eq!(got, want, "round {round}: handoff result differs from the quant reference");
+            }
+        });
+        for _ in 0..rounds {
+            api.launch_graph(&g, &s).expect("graph replay waits for the host producer");
+        }
+        worker.join().expect("host worker");
+    });
+    api.graph_destroy(g).unwrap();
+    to_gpu.free(&api).unwrap();
+    from_gpu.free(&api).unwrap();
+}
+
+#[test]
+fn emu_mailbox_handoff_both_directions_with_graph_replay() {
+    mailbox_rounds(false);
+}
+
+#[test]
+fn emu_mailbox_handoff_falls_back_to_device_memory_when_pinning_fails() {
+    mailbox_rounds(true);
+}

@@ -14,10 +14,12 @@ use super::gemm_ref::gemm_host;
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
     Backend, DeviceInfo, DevicePtr, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec,
-    LaunchConfig, LaunchStats, Module, Stream,
+    LaunchConfig, LaunchStats, Module, Stream, WaitCond,
 };
 use emulator::{Device, Function};
 use std::collections::{HashMap, HashSet};
+use super::handoff::WAIT_TIMEOUT;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The architecture the software device implements.
@@ -39,6 +41,8 @@ enum Op {
     DtoD { dst: DevicePtr, src: DevicePtr, bytes: usize },
     Memset { dst: DevicePtr, byte: u8, bytes: usize },
     Gemm(Gemm),
+    WaitValue { ptr: DevicePtr, value: u64, cond: WaitCond },
+    WriteValue { ptr: DevicePtr, value: u64 },
 }
 
 #[derive(Default)]
@@ -166,6 +170,30 @@ impl EmuApi {
             Op::DtoD { dst, src, bytes } => self.dev.memcpy_dtod(*dst, *src, *bytes).map_err(emu("copy device to device")),
             Op::Memset { dst, byte, bytes } => self.dev.memset(*dst, *byte, *bytes).map_err(emu("memset")),
             Op::Gemm(g) => self.run_gemm(g),
+            Op::WaitValue { ptr, value, cond } => {
+                // Streams run on the calling thread: poll until another thread (a host
+                // producer) has published, like the command processor polling the word.
+                let start = std::time::Instant::now();
+                loop {
+                    let mut w = [0u8; 8];
+                    self.dev.memcpy_dtoh(&mut w, *ptr).map_err(emu("stream_wait_value64"))?;
+                    if cond.holds(u64::from_le_bytes(w), *value) {
+                        fence(Ordering::Acquire);
+                        return Ok(());
+                    }
+                    if start.elapsed() > WAIT_TIMEOUT {
+                        return Err(GpuError::Capture(format!(
+                            "stream_wait_value64: the word at {ptr:#x} is {} after {WAIT_TIMEOUT:?}, waiting for {cond:?} {value} (no producer?)",
+                            u64::from_le_bytes(w)
+                        )));
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+            }
+            Op::WriteValue { ptr, value } => {
+                fence(Ordering::Release);
+                self.dev.memcpy_htod(*ptr, &value.to_le_bytes()).map_err(emu("stream_write_value64"))
+            }
         }
     }
 
@@ -350,6 +378,23 @@ impl GpuApi for EmuApi {
     }
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn stream_wait_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64, cond: WaitCond) -> Result<()> {
+        self.submit(stream, "stream_wait_value64", Op::WaitValue { ptr, value, cond })
+    }
+    fn stream_write_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64) -> Result<()> {
+        self.submit(stream, "stream_write_value64", Op::WriteValue { ptr, value })
+    }
+    fn host_load_u64(&self, buf: &HostBuf, offset: usize) -> Result<u64> {
+        let mut w = [0u8; 8];
+        self.host_read(buf, offset, &mut w)?;
+        fence(Ordering::Acquire);
+        Ok(u64::from_le_bytes(w))
+    }
+    fn host_store_u64(&self, buf: &HostBuf, offset: usize, value: u64) -> Result<()> {
+        fence(Ordering::Release);
+        self.host_write(buf, offset, &value.to_le_bytes())
     }
 
     fn launch(&self, stream: &Stream, kernel: &Kernel, cfg: &LaunchConfig, kernargs: &[u8]) -> Result<()> {

@@ -21,11 +21,13 @@
 pub mod emu;
 pub mod error;
 pub mod gemm_ref;
+pub mod handoff;
 pub mod hip;
 mod kernel_check;
 
 pub use emu::EmuApi;
 pub use error::{GpuError, Result};
+pub use handoff::Mailbox;
 pub use hip::{HipApi, HipConfig};
 pub use kernel_check::{check_launch, check_spec, kernarg_extent};
 
@@ -173,6 +175,21 @@ pub struct Event(pub(crate) u64);
 /// An instantiated, replayable graph of captured work.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Graph(pub(crate) u64);
+
+/// Condition of [`GpuApi::stream_wait_value64`] (`hipStreamWaitValueGte` / `Eq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitCond {
+    Ge,
+    Eq,
+}
+impl WaitCond {
+    pub fn holds(self, word: u64, value: u64) -> bool {
+        match self {
+            WaitCond::Ge => word >= value,
+            WaitCond::Eq => word == value,
+        }
+    }
+}
 
 /// Options of [`GpuApi::host_alloc`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -398,6 +415,18 @@ pub trait GpuApi: Send + Sync {
     fn event_synchronize(&self, event: &Event) -> Result<()>;
     /// Waits for all work on the device.
     fn synchronize(&self) -> Result<()>;
+
+    // ---- sequence words (mapped-memory handoff, see [`handoff`])
+    /// Makes `stream` wait until the u64 at `ptr` (device memory or a mapped host buffer's
+    /// [`HostBuf::device_ptr`]) satisfies `cond` against `value` (`hipStreamWaitValue64`). On
+    /// the software device the calling thread polls (up to [`handoff::WAIT_TIMEOUT`]).
+    fn stream_wait_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64, cond: WaitCond) -> Result<()>;
+    /// Writes `value` to the u64 at `ptr` after all earlier work of `stream` (`hipStreamWriteValue64`).
+    fn stream_write_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64) -> Result<()>;
+    /// Acquire-load of a u64 in a host buffer (a sequence word written by the device).
+    fn host_load_u64(&self, buf: &HostBuf, offset: usize) -> Result<u64>;
+    /// Release-store of a u64 in a host buffer (everything written before is visible first).
+    fn host_store_u64(&self, buf: &HostBuf, offset: usize, value: u64) -> Result<()>;
 
     // ---- kernels
     /// Launches after [`check_launch`] (kernarg length, block size, LDS, empty grid).

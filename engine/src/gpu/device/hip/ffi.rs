@@ -177,6 +177,14 @@ fn_table!(
     hipGraphDestroy: fn(Ptr) -> HipError;
 });
 
+/// `hipStreamWaitValue64(stream, ptr, value, flags, mask)` and
+/// `hipStreamWriteValue64(stream, ptr, value, flags)`; resolved optionally.
+pub type WaitValue64Fn = unsafe extern "C" fn(Ptr, Ptr, u64, u32, u64) -> HipError;
+pub type WriteValue64Fn = unsafe extern "C" fn(Ptr, Ptr, u64, u32) -> HipError;
+/// `hipStreamWaitValueGte`, `hipStreamWaitValueEq`.
+pub const WAIT_VALUE_GTE: u32 = 0x0;
+pub const WAIT_VALUE_EQ: u32 = 0x1;
+
 /// `(void** ptr, size_t bytes, unsigned flags)`: `hipHostMalloc` and its successors.
 pub type HostAllocFn = unsafe extern "C" fn(*mut Ptr, usize, u32) -> HipError;
 

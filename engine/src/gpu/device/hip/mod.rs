@@ -25,7 +25,7 @@ use super::error::{invalid, GpuError, Result};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
     arch_base, code_object_for_arch, embedded_archs, Backend, ComputeType, DType, DeviceInfo, DevicePtr, Event, Gemm, GpuApi,
-    Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, Module, Stream, Transpose,
+    Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, Module, Stream, Transpose, WaitCond,
 };
 use ffi::*;
 use libloading::Library;
@@ -80,6 +80,8 @@ struct Blas {
 pub struct HipApi {
     fns: HipFns,
     host_alloc_fn: HostAllocFn,
+    wait_value64: Option<WaitValue64Fn>,
+    write_value64: Option<WriteValue64Fn>,
     info: DeviceInfo,
     blas: std::result::Result<Blas, String>,
     _blas_lt: Option<Library>,
@@ -239,7 +241,10 @@ impl HipApi {
             blas: blas_desc,
             blas_lt: lt.as_ref().map(|(_, p)| p.display().to_string()),
         };
-        Ok(HipApi { fns, host_alloc_fn, info, blas, _blas_lt: lt.map(|(l, _)| l), _lib: lib })
+        // SAFETY: the signatures of the ROCm 6.x/7.x headers (see ffi).
+        let wait_value64 = unsafe { sym_opt::<WaitValue64Fn>(&lib, "hipStreamWaitValue64") };
+        let write_value64 = unsafe { sym_opt::<WriteValue64Fn>(&lib, "hipStreamWriteValue64") };
+        Ok(HipApi { fns, host_alloc_fn, wait_value64, write_value64, info, blas, _blas_lt: lt.map(|(l, _)| l), _lib: lib })
     }
 
     /// Makes this API's device current on the calling thread (HIP's current device is per
@@ -493,6 +498,41 @@ impl GpuApi for HipApi {
         self.bind()?;
         // SAFETY: no arguments.
         self.check("hipDeviceSynchronize", unsafe { (self.fns.hipDeviceSynchronize)() }, String::new)
+    }
+
+    fn stream_wait_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64, cond: WaitCond) -> Result<()> {
+        let flags = if cond == WaitCond::Ge { WAIT_VALUE_GTE } else { WAIT_VALUE_EQ };
+        let f = self.wait_value64.ok_or_else(|| invalid("stream_wait_value64", "this HIP runtime lacks hipStreamWaitValue64"))?;
+        // SAFETY: stream from this API; `ptr` is device or mapped memory (the runtime checks).
+        self.check("hipStreamWaitValue64", unsafe { f(as_ptr(stream.0), as_ptr(ptr), value, flags, u64::MAX) }, String::new)
+    }
+    fn stream_write_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64) -> Result<()> {
+        let f = self.write_value64.ok_or_else(|| invalid("stream_write_value64", "this HIP runtime lacks hipStreamWriteValue64"))?;
+        // SAFETY: as above.
+        self.check("hipStreamWriteValue64", unsafe { f(as_ptr(stream.0), as_ptr(ptr), value, 0) }, String::new)
+    }
+    fn host_load_u64(&self, buf: &HostBuf, offset: usize) -> Result<u64> {
+        buf.check_range("host_load_u64", offset, 8)?;
+        if offset % 8 != 0 {
+            return Err(invalid("host_load_u64", format!("offset {offset} is not 8-byte aligned")));
+        }
+        let p = Self::raw(buf, "host_load_u64")?;
+        // SAFETY: in range and aligned (allocations are at least 64-byte aligned); volatile
+        // because the device writes this word behind the compiler's back.
+        let v = unsafe { std::ptr::read_volatile(p.add(offset) as *const u64) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        Ok(u64::from_le(v))
+    }
+    fn host_store_u64(&self, buf: &HostBuf, offset: usize, value: u64) -> Result<()> {
+        buf.check_range("host_store_u64", offset, 8)?;
+        if offset % 8 != 0 {
+            return Err(invalid("host_store_u64", format!("offset {offset} is not 8-byte aligned")));
+        }
+        let p = Self::raw(buf, "host_store_u64")?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        // SAFETY: in range and aligned; volatile so the store is not elided or merged.
+        unsafe { std::ptr::write_volatile(p.add(offset) as *mut u64, value.to_le()) };
+        Ok(())
     }
 
     fn launch(&self, stream: &Stream, kernel: &Kernel, cfg: &LaunchConfig, kernargs: &[u8]) -> Result<()> {
