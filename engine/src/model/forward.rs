@@ -248,3 +248,4 @@ fn add_residual(x: &mut [f32], o: &[f32], post_norm: Option<&[f32]>, eps: f32, t
         None => x.iter_mut().zip(o).for_each(|(a, b)| *a += b),
     }
 }
+
