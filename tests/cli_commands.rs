@@ -30,10 +30,12 @@ fn cli_help_documents_every_command_and_flag() {
 #[test]
 fn cli_generate_greedy_prints_llama_cpp_text() {
     let g = read_json("gemma3-270m-q4_k_m/reference.json");
-    let r = &g["greedy"][0];
+    // Prompt 2: prompt 1 reaches a near tie of llama.cpp at token 11 (see models_gemma3).
+    let r = &g["greedy"][1];
     let m = default_model_path();
     let out = run_ok(&["generate", "-m", m.to_str().unwrap(), "-p", r["prompt"].as_str().unwrap(), "-n", "16", "--temp", "0", "--threads", "2"]);
-    assert_eq!(out.trim_end_matches('\n'), r["text16"].as_str().unwrap());
+    // generate ends its output with one newline.
+    assert_eq!(out.strip_suffix('\n').unwrap_or(&out), r["text16"].as_str().unwrap());
 }
 
 #[test]
