@@ -298,13 +298,12 @@ fn check(fns: &HipFns, call: &'static str, rc: HipError, ctx: impl FnOnce() -> S
 
 impl Drop for HipApi {
     fn drop(&mut self) {
-        if let Ok(b) = &self.blas {
-            if let Ok(h) = b.handle.lock() {
-                if *h != 0 {
-                    // SAFETY: the handle was created by hipblasCreate and is destroyed once.
-                    unsafe { (b.fns.hipblasDestroy)(*h as Ptr) };
-                }
-            }
+        if let Ok(b) = &self.blas
+            && let Ok(h) = b.handle.lock()
+            && *h != 0
+        {
+            // SAFETY: the handle was created by hipblasCreate and is destroyed once.
+            unsafe { (b.fns.hipblasDestroy)(*h as Ptr) };
         }
     }
 }
@@ -513,7 +512,7 @@ impl GpuApi for HipApi {
     }
     fn host_load_u64(&self, buf: &HostBuf, offset: usize) -> Result<u64> {
         buf.check_range("host_load_u64", offset, 8)?;
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(invalid("host_load_u64", format!("offset {offset} is not 8-byte aligned")));
         }
         let p = Self::raw(buf, "host_load_u64")?;
@@ -525,7 +524,7 @@ impl GpuApi for HipApi {
     }
     fn host_store_u64(&self, buf: &HostBuf, offset: usize, value: u64) -> Result<()> {
         buf.check_range("host_store_u64", offset, 8)?;
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(invalid("host_store_u64", format!("offset {offset} is not 8-byte aligned")));
         }
         let p = Self::raw(buf, "host_store_u64")?;
