@@ -230,7 +230,7 @@ fn rand_ple(rng: &mut Rng, table_ty: quant::GgmlType) -> (Ple, PleRef) {
         hc,
         n_embd: e,
         eps: 1e-6,
-        table,
+        table: table.into(),
         key,
         value,
         norm_key: nk.clone(),

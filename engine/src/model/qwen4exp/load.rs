@@ -12,6 +12,7 @@ use super::hparams::{HParams, LayerKind};
 use super::linear::Mat;
 use super::moe::{Moe, SwiGlu};
 use super::ple::Ple;
+use super::ple_io::{PleOptions, PleTable};
 use super::qsa::{Indexer, Qsa};
 use super::{GdnMode, Layer, Mixer, Qwen4Exp, Qwen4ExpError};
 
@@ -129,7 +130,32 @@ impl Loader {
     }
 }
 
-pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
+const PLE_TABLE: &str = "per_layer_token_embd.weight";
+
+/// Finds the PLE table: in `opt.ple_gguf` if given, else in the model (split siblings
+/// included). Returns the file, the tensor index, the path of the shard holding it and the
+/// absolute byte offset of its data there; `None` if absent.
+#[allow(clippy::type_complexity)]
+fn find_table(
+    main: &Arc<GgufFile>,
+    opt: &PleOptions,
+) -> Result<(Option<(Arc<GgufFile>, usize, std::path::PathBuf, u64)>, Vec<std::path::PathBuf>), Qwen4ExpError> {
+    let file = match &opt.ple_gguf {
+        Some(p) => Arc::new(GgufFile::open(p)?),
+        None => main.clone(),
+    };
+    let searched = file.paths().iter().map(|p| p.to_path_buf()).collect();
+    let Some(i) = file.tensors().iter().position(|t| t.name == PLE_TABLE) else {
+        return Ok((None, searched));
+    };
+    let t = &file.tensors()[i];
+    let path = file.paths()[t.file_index].to_path_buf();
+    let abs = file.data_offset(t.file_index).unwrap_or(0) + t.offset;
+    Ok((Some((file.clone(), i, path, abs)), searched))
+}
+
+pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qwen4ExpError> {
+    let mut warnings = Vec::new();
     let hp = HParams::from_gguf(&file)?;
     let index = file
         .tensors()
@@ -249,31 +275,63 @@ pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
         Some(pp) => {
             let (hc, il) = (hp.hc, pp.layer);
             let p = |s: &str| format!("blk.{il}.{s}");
-            let rows = l.dim("per_layer_token_embd.weight", 1)?;
-            let needed = (0..pp.n_heads())
-                .map(|i| pp.head_offsets[i] + pp.head_vocab_sizes[i])
-                .max()
-                .unwrap_or(0);
-            if (rows as u64) < needed {
-                return Err(Qwen4ExpError::TensorShape {
-                    name: "per_layer_token_embd.weight".into(),
-                    expected: vec![pp.head_dim as u64, needed],
-                    found: vec![pp.head_dim as u64, rows as u64],
-                });
+            match find_table(&file, opt)? {
+                (None, searched) if opt.ple_skip => {
+                    let w = format!(
+                        "PLE table {PLE_TABLE} not found in {searched:?}; --ple-skip: the PLE \
+                         block of layer {il} is skipped (adds nothing), outputs differ from the model"
+                    );
+                    eprintln!("strata: warning: {w}");
+                    warnings.push(w);
+                    None
+                }
+                (None, searched) => return Err(Qwen4ExpError::PleTableMissing { searched }),
+                (Some((tfile, ti, tpath, abs)), _) => {
+                    let t = &tfile.tensors()[ti];
+                    let dims_err = || Qwen4ExpError::TensorShape {
+                        name: PLE_TABLE.into(),
+                        expected: vec![pp.head_dim as u64, 0],
+                        found: t.dims.clone(),
+                    };
+                    if t.dims.len() != 2 || t.dims[0] != pp.head_dim as u64 {
+                        return Err(dims_err());
+                    }
+                    let rows = t.dims[1] as usize;
+                    let needed = (0..pp.n_heads())
+                        .map(|i| pp.head_offsets[i] + pp.head_vocab_sizes[i])
+                        .max()
+                        .unwrap_or(0);
+                    if (rows as u64) < needed {
+                        return Err(Qwen4ExpError::TensorShape {
+                            name: PLE_TABLE.into(),
+                            expected: vec![pp.head_dim as u64, needed],
+                            found: vec![pp.head_dim as u64, rows as u64],
+                        });
+                    }
+                    let mapped = Mat::mapped(&tfile, ti, 0, t.ty, rows, pp.head_dim).map_err(
+                        |source| Qwen4ExpError::Tensor {
+                            name: PLE_TABLE.into(),
+                            source,
+                        },
+                    )?;
+                    let table = PleTable::open(mapped, &tpath, abs, opt)
+                        .map_err(|reason| Qwen4ExpError::PleIo { path: tpath.clone(), reason })?;
+                    warnings.extend(table.warnings());
+                    Some(Ple {
+                        params: pp.clone(),
+                        hc,
+                        n_embd: e,
+                        eps: hp.eps,
+                        table,
+                        key: l.mat(&p("ple_key.weight"), e, hc * e)?,
+                        value: l.mat(&p("ple_value.weight"), e, e)?,
+                        norm_key: l.vec(&p("ple_norm_key.weight"), &[e, hc])?,
+                        norm_query: l.vec(&p("ple_norm_query.weight"), &[e, hc])?,
+                        norm_conv: l.vec(&p("ple_norm_conv.weight"), &[e, hc])?,
+                        conv: l.vec(&p("ple_conv1d.weight"), &[pp.conv_kernel, hc * e])?,
+                    })
+                }
             }
-            Some(Ple {
-                params: pp.clone(),
-                hc,
-                n_embd: e,
-                eps: hp.eps,
-                table: l.mat("per_layer_token_embd.weight", pp.head_dim, rows)?,
-                key: l.mat(&p("ple_key.weight"), e, hc * e)?,
-                value: l.mat(&p("ple_value.weight"), e, e)?,
-                norm_key: l.vec(&p("ple_norm_key.weight"), &[e, hc])?,
-                norm_query: l.vec(&p("ple_norm_query.weight"), &[e, hc])?,
-                norm_conv: l.vec(&p("ple_norm_conv.weight"), &[e, hc])?,
-                conv: l.vec(&p("ple_conv1d.weight"), &[pp.conv_kernel, hc * e])?,
-            })
         }
     };
 
@@ -286,5 +344,6 @@ pub(super) fn load(file: Arc<GgufFile>) -> Result<Qwen4Exp, Qwen4ExpError> {
         layers,
         ple,
         gdn_mode: GdnMode::Recurrent,
+        warnings,
     })
 }

@@ -24,6 +24,7 @@ pub mod linear;
 mod load;
 pub mod moe;
 pub mod ple;
+pub mod ple_io;
 pub mod qsa;
 pub mod synth;
 
@@ -38,6 +39,7 @@ pub use hparams::{HParams, LayerKind, PleParams};
 pub use linear::{Mat, MatError};
 pub use moe::{Moe, SwiGlu};
 pub use ple::{Ple, PleState};
+pub use ple_io::{PleCacheStats, PleIo, PleOptions, PleTable, RowCache};
 pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache, heap_select};
 
 /// Everything that can go wrong loading or running a qwen4exp model.
@@ -75,6 +77,16 @@ pub enum Qwen4ExpError {
     MtpOnly,
     #[error("sequence state does not fit this model (layer {layer})")]
     StateMismatch { layer: usize },
+    #[error(
+        "PLE table `per_layer_token_embd.weight` not found in {searched:?}: pass the PLE shard \
+         (--ple-gguf FILE), or --ple-skip to run without it (outputs then differ from the model)"
+    )]
+    PleTableMissing { searched: Vec<std::path::PathBuf> },
+    #[error("PLE table {path:?}: {reason}")]
+    PleIo {
+        path: std::path::PathBuf,
+        reason: String,
+    },
     #[error("PLE layer {layer}: {reason}")]
     Ple { layer: usize, reason: String },
 }
@@ -116,6 +128,8 @@ pub struct Qwen4Exp {
     pub ple: Option<Ple>,
     /// How multi-token GDN passes run (default: token-by-token recurrence).
     pub gdn_mode: GdnMode,
+    /// Load-time warnings (PLE skipped, O_DIRECT fallback), also printed to stderr.
+    pub warnings: Vec<String>,
 }
 
 /// Per-layer sequence state.
@@ -134,6 +148,16 @@ pub struct SeqState {
     pub ple: Option<PleState>,
 }
 
+/// What a speculative verify must restore: the recurrent state (GDN layers, PLE predecessors
+/// and conv history) is copied; the attention caches are not (they are truncated instead).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    pub pos: usize,
+    /// `Some` for GDN layers, `None` for attention layers.
+    pub gdn: Vec<Option<GdnState>>,
+    pub ple: Option<PleState>,
+}
+
 /// Optional diagnostics of a forward pass.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
@@ -147,11 +171,25 @@ const UBATCH: usize = 512;
 impl Qwen4Exp {
     /// Opens a GGUF (split siblings included) and resolves every tensor.
     pub fn open(path: &Path) -> Result<Qwen4Exp, Qwen4ExpError> {
-        Self::from_gguf(GgufFile::open(path)?)
+        Self::open_with(path, &PleOptions::default())
+    }
+
+    /// [`Qwen4Exp::open`] with PLE table options (shard path, I/O mode, cache, skip).
+    pub fn open_with(path: &Path, opt: &PleOptions) -> Result<Qwen4Exp, Qwen4ExpError> {
+        Self::from_gguf_with(GgufFile::open(path)?, opt)
     }
 
     pub fn from_gguf(g: GgufFile) -> Result<Qwen4Exp, Qwen4ExpError> {
-        load::load(Arc::new(g))
+        Self::from_gguf_with(g, &PleOptions::default())
+    }
+
+    pub fn from_gguf_with(g: GgufFile, opt: &PleOptions) -> Result<Qwen4Exp, Qwen4ExpError> {
+        load::load(Arc::new(g), opt)
+    }
+
+    /// Row-cache and read counters of the PLE table (`None` without a PLE block).
+    pub fn ple_stats(&self) -> Option<PleCacheStats> {
+        self.ple.as_ref().map(|p| p.table.stats())
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -222,6 +260,49 @@ impl Qwen4Exp {
             self.ubatch(st, chunk, out, trace.as_deref_mut())?;
         }
         Ok(logits)
+    }
+
+    /// A checkpoint of `st` for [`Qwen4Exp::restore`]: copies only the fixed-size recurrent
+    /// state, so its cost does not grow with the context.
+    pub fn checkpoint(&self, st: &SeqState) -> Checkpoint {
+        Checkpoint {
+            pos: st.pos,
+            gdn: st
+                .layers
+                .iter()
+                .map(|l| match l {
+                    LayerState::Gdn(g) => Some(g.clone()),
+                    LayerState::Attn(_) => None,
+                })
+                .collect(),
+            ple: st.ple.clone(),
+        }
+    }
+
+    /// Brings `st` back to `cp` (taken from this sequence, which has only advanced since):
+    /// recurrent state restored, attention caches truncated to `cp.pos` cells. The result
+    /// equals the state at the checkpoint.
+    pub fn restore(&self, st: &mut SeqState, cp: Checkpoint) -> Result<(), Qwen4ExpError> {
+        if cp.gdn.len() != st.layers.len() || cp.pos > st.pos {
+            return Err(Qwen4ExpError::Position {
+                expected: st.pos,
+                got: cp.pos,
+            });
+        }
+        let cur = st.pos;
+        for (il, (ls, g)) in st.layers.iter_mut().zip(cp.gdn).enumerate() {
+            match (ls, g, &self.layers[il].mixer) {
+                (LayerState::Gdn(s), Some(g), _) => *s = g,
+                (LayerState::Attn(c), None, Mixer::Attn(a)) => {
+                    let block = a.indexer.as_ref().map(|ix| (ix.ratio, ix.dim));
+                    c.truncate(cp.pos, cur, block);
+                }
+                _ => return Err(Qwen4ExpError::StateMismatch { layer: il }),
+            }
+        }
+        st.ple = cp.ple;
+        st.pos = cp.pos;
+        Ok(())
     }
 
     /// Greedy decoding: feeds `prompt` (positions from `st.pos`), then `n_gen` argmax tokens

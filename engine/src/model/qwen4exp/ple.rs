@@ -14,10 +14,12 @@
 //! R ← R + Gv + conv
 //! ```
 //! Table rows are dequantized exactly (Q8_0/Q5_0/Q5_1/IQ4_NL/F16/F32 via `quant`); the table may
-//! live in another GGUF shard, which [`Mat`] hides.
+//! live in another GGUF shard and is read by row through [`PleTable`] (direct I/O, mmap or RAM,
+//! with a row cache).
 
 use super::hparams::PleParams;
 use super::linear::{Mat, rms_norm, sigmoid, silu};
+use super::ple_io::PleTable;
 
 /// Weights of the PLE block.
 #[derive(Debug)]
@@ -26,8 +28,8 @@ pub struct Ple {
     pub hc: usize,
     pub n_embd: usize,
     pub eps: f32,
-    /// `per_layer_token_embd`: `[rows][Dp]`.
-    pub table: Mat,
+    /// `per_layer_token_embd`: `[rows][Dp]`, read by row (see [`super::ple_io`]).
+    pub table: PleTable,
     /// `[hc·E][E]`.
     pub key: Mat,
     /// `[E][E]`.
@@ -118,7 +120,7 @@ impl Ple {
                     ));
                 }
                 self.table
-                    .get_row(row as usize, &mut emb[t * e + i * dp..t * e + (i + 1) * dp]);
+                    .get_row(row as usize, &mut emb[t * e + i * dp..t * e + (i + 1) * dp])?;
             }
         }
         for &tok in toks {

@@ -95,6 +95,14 @@ impl CacheBuf {
         }
     }
 
+    /// Keeps the first `n` values.
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            CacheBuf::F32(v) => v.truncate(n),
+            CacheBuf::F16(v) => v.truncate(n),
+        }
+    }
+
     /// Values `start..start + out.len()` as f32 (exact for f16).
     pub fn read(&self, start: usize, out: &mut [f32]) {
         let end = start + out.len();
@@ -128,6 +136,23 @@ impl QsaCache {
             v: CacheBuf::new(f16),
             kappa: CacheBuf::new(f16),
             blocks: Vec::new(),
+        }
+    }
+
+    /// Keeps the first `cells` of `cur_cells` cells (speculative-decoding rollback). Per-cell
+    /// widths follow from the current lengths; `block = (ratio, Di)` of an indexed layer drops
+    /// the pooled keys of blocks that are no longer complete (they are a pure function of the
+    /// kept `kappa`, so the result equals a cache that never saw the dropped cells).
+    pub fn truncate(&mut self, cells: usize, cur_cells: usize, block: Option<(usize, usize)>) {
+        if cur_cells == 0 || cells >= cur_cells {
+            return;
+        }
+        for b in [&mut self.k, &mut self.v, &mut self.kappa] {
+            let per = b.len() / cur_cells;
+            b.truncate(cells * per);
+        }
+        if let Some((ratio, dim)) = block {
+            self.blocks.truncate(cells / ratio * dim);
         }
     }
 

@@ -1,0 +1,457 @@
+//! Where the PLE n-gram table rows come from: the release table is 29–51 GB and lives in its
+//! own GGUF shard on an SSD, so it is read by row, never as a whole matrix.
+//!
+//! Three sources ([`PleIo`]):
+//! - `Direct`: `O_DIRECT` reads of the 4096-aligned span around each row into an aligned
+//!   buffer, the row copied out. The page cache is never filled with table pages (the shard is
+//!   still mapped by the GGUF reader, but no page of the table is touched through the mapping).
+//!   If the file system refuses `O_DIRECT` (older tmpfs, some FUSE mounts; at open or at the
+//!   first read), the table falls back to buffered `pread`s and records a warning.
+//! - `Mmap`: rows are read through the GGUF memory map (the kernel pages them in and keeps them).
+//! - `Ram`: the whole table is copied into memory at load.
+//!
+//! In front of every source sits a row cache ([`RowCache`], CLOCK replacement, capacity in
+//! bytes of raw rows): n-gram rows of frequent contexts repeat, and a hit saves an SSD read.
+//! The cache stores the rows' raw (quantized) bytes, so cached and uncached rows dequantize
+//! identically and every mode gives bit-identical logits.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use quant::GgmlType;
+
+use super::linear::Mat;
+
+/// How PLE table rows are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PleIo {
+    /// `O_DIRECT` aligned reads (page cache stays free); buffered fallback with a warning.
+    Direct,
+    /// Through the GGUF memory map.
+    #[default]
+    Mmap,
+    /// The whole table loaded into memory at start.
+    Ram,
+}
+
+/// PLE loading options (what `--ple-gguf`, `--ple-io`, `--ple-cache`, `--ple-skip` set).
+#[derive(Clone, Debug)]
+pub struct PleOptions {
+    /// GGUF file holding `per_layer_token_embd.weight`. `None`: look in the model itself (its
+    /// split siblings included).
+    pub ple_gguf: Option<PathBuf>,
+    pub ple_io: PleIo,
+    /// Row cache capacity in bytes of raw table rows (0 = no cache).
+    pub ple_cache_bytes: usize,
+    /// Run without the table if it is not found: the PLE block is skipped (adds nothing) and a
+    /// warning is recorded. Outputs then differ from the real model.
+    pub ple_skip: bool,
+    /// Test hook: behave as if the file system refused `O_DIRECT` at open.
+    #[doc(hidden)]
+    pub simulate_direct_refusal: bool,
+}
+
+impl Default for PleOptions {
+    fn default() -> PleOptions {
+        PleOptions {
+            ple_gguf: None,
+            ple_io: PleIo::Mmap,
+            ple_cache_bytes: 64 << 20,
+            ple_skip: false,
+            simulate_direct_refusal: false,
+        }
+    }
+}
+
+/// Counters of the row cache and the reads behind it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PleCacheStats {
+    /// Row lookups served from the cache.
+    pub hits: u64,
+    /// Row lookups that went to the source (mapping, RAM copy or file).
+    pub misses: u64,
+    /// Rows dropped to make room.
+    pub evictions: u64,
+    /// Rows the cache can hold.
+    pub capacity_rows: usize,
+    /// Rows currently held.
+    pub resident_rows: usize,
+    /// `pread` calls (Direct/buffered file source only).
+    pub file_reads: u64,
+    /// Bytes those reads transferred (aligned spans for O_DIRECT).
+    pub file_bytes: u64,
+}
+
+/// A CLOCK (second-chance) cache of raw rows of equal length.
+#[derive(Debug)]
+pub struct RowCache {
+    row_bytes: usize,
+    cap: usize,
+    data: Vec<u8>,
+    owner: Vec<u64>,
+    referenced: Vec<bool>,
+    map: HashMap<u64, usize>,
+    hand: usize,
+    evictions: u64,
+}
+
+impl RowCache {
+    pub fn new(row_bytes: usize, capacity_rows: usize) -> RowCache {
+        RowCache {
+            row_bytes,
+            cap: capacity_rows,
+            data: Vec::new(),
+            owner: Vec::new(),
+            referenced: Vec::new(),
+            map: HashMap::new(),
+            hand: 0,
+            evictions: 0,
+        }
+    }
+
+    pub fn capacity_rows(&self) -> usize {
+        self.cap
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The cached bytes of `row`, marking it recently used.
+    pub fn get(&mut self, row: u64) -> Option<&[u8]> {
+        let &slot = self.map.get(&row)?;
+        self.referenced[slot] = true;
+        Some(&self.data[slot * self.row_bytes..(slot + 1) * self.row_bytes])
+    }
+
+    /// Stores `bytes` for `row` (which must not be cached), evicting a row not used since the
+    /// hand last passed it.
+    pub fn insert(&mut self, row: u64, bytes: &[u8]) {
+        if self.cap == 0 || bytes.len() != self.row_bytes {
+            return;
+        }
+        let slot = if self.owner.len() < self.cap {
+            self.owner.push(row);
+            self.referenced.push(false);
+            self.data.extend_from_slice(bytes);
+            self.owner.len() - 1
+        } else {
+            while self.referenced[self.hand] {
+                self.referenced[self.hand] = false;
+                self.hand = (self.hand + 1) % self.cap;
+            }
+            let s = self.hand;
+            self.hand = (self.hand + 1) % self.cap;
+            self.map.remove(&self.owner[s]);
+            self.evictions += 1;
+            self.owner[s] = row;
+            self.referenced[s] = false;
+            self.data[s * self.row_bytes..(s + 1) * self.row_bytes].copy_from_slice(bytes);
+            s
+        };
+        self.map.insert(row, slot);
+    }
+}
+
+const ALIGN: u64 = 4096;
+
+#[cfg(target_arch = "aarch64")]
+const O_DIRECT: i32 = 0o200000;
+#[cfg(not(target_arch = "aarch64"))]
+const O_DIRECT: i32 = 0o40000;
+const EINVAL: i32 = 22;
+
+enum Source {
+    /// A window of the mapping, or an owned copy (`Ram`).
+    Mat(Mat),
+    /// Rows read from `path` at `base + row · row_bytes`.
+    File { path: PathBuf, base: u64 },
+}
+
+struct Inner {
+    cache: RowCache,
+    hits: u64,
+    misses: u64,
+    file_reads: u64,
+    file_bytes: u64,
+    /// The open file and whether it is in O_DIRECT mode.
+    file: Option<(File, bool)>,
+    /// Over-allocated so an ALIGN-aligned window fits.
+    scratch: Vec<u8>,
+    row: Vec<u8>,
+}
+
+/// The PLE table `[rows][cols]` (`cols` = PLE head dim) with its row source and cache.
+pub struct PleTable {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_bytes: usize,
+    /// The mode actually in use.
+    pub io: PleIo,
+    source: Source,
+    inner: Mutex<Inner>,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl std::fmt::Debug for PleTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PleTable({} {}x{}, {:?}, direct {})",
+            self.ty.name(),
+            self.rows,
+            self.cols,
+            self.io,
+            self.direct_active()
+        )
+    }
+}
+
+fn open_file(path: &Path, direct: bool) -> std::io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true);
+    if direct {
+        o.custom_flags(O_DIRECT);
+    }
+    o.open(path)
+}
+
+impl From<Mat> for PleTable {
+    /// A table over an existing matrix (tests, synthetic layers), read like `Mmap`, no cache.
+    fn from(m: Mat) -> PleTable {
+        let (ty, rows, cols) = (m.ty, m.rows, m.cols);
+        PleTable::build(Source::Mat(m), ty, rows, cols, PleIo::Mmap, 0, None)
+    }
+}
+
+impl PleTable {
+    fn build(
+        source: Source,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        io: PleIo,
+        cache_bytes: usize,
+        file: Option<(File, bool)>,
+    ) -> PleTable {
+        let row_bytes = ty.row_bytes(cols).unwrap_or(0);
+        let cap = cache_bytes.checked_div(row_bytes).unwrap_or(0);
+        PleTable {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            io,
+            source,
+            inner: Mutex::new(Inner {
+                cache: RowCache::new(row_bytes, cap),
+                hits: 0,
+                misses: 0,
+                file_reads: 0,
+                file_bytes: 0,
+                file,
+                scratch: Vec::new(),
+                row: vec![0; row_bytes],
+            }),
+            warnings: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Opens the table held by `mapped` (a window of the GGUF mapping) in mode `opt.ple_io`.
+    /// `path`/`abs_offset` locate the same bytes in the file for direct reads.
+    pub(crate) fn open(
+        mapped: Mat,
+        path: &Path,
+        abs_offset: u64,
+        opt: &PleOptions,
+    ) -> Result<PleTable, String> {
+        let (ty, rows, cols) = (mapped.ty, mapped.rows, mapped.cols);
+        let cache = opt.ple_cache_bytes;
+        match opt.ple_io {
+            PleIo::Mmap => Ok(Self::build(Source::Mat(mapped), ty, rows, cols, PleIo::Mmap, cache, None)),
+            PleIo::Ram => {
+                let owned = Mat::from_raw(ty, rows, cols, mapped.data()).map_err(|e| e.to_string())?;
+                Ok(Self::build(Source::Mat(owned), ty, rows, cols, PleIo::Ram, cache, None))
+            }
+            PleIo::Direct => {
+                let mut warn = None;
+                let refused = if opt.simulate_direct_refusal {
+                    Err(std::io::Error::from_raw_os_error(EINVAL))
+                } else {
+                    open_file(path, true)
+                };
+                let file = match refused {
+                    Ok(f) => (f, true),
+                    Err(e) if e.raw_os_error() == Some(EINVAL) => {
+                        warn = Some(format!(
+                            "{}: O_DIRECT refused ({e}); PLE rows use buffered reads (page cache)",
+                            path.display()
+                        ));
+                        let f = open_file(path, false)
+                            .map_err(|e| format!("{}: {e}", path.display()))?;
+                        (f, false)
+                    }
+                    Err(e) => return Err(format!("{}: {e}", path.display())),
+                };
+                let t = Self::build(
+                    Source::File {
+                        path: path.to_path_buf(),
+                        base: abs_offset,
+                    },
+                    ty,
+                    rows,
+                    cols,
+                    PleIo::Direct,
+                    cache,
+                    Some(file),
+                );
+                if let Some(w) = warn {
+                    t.warn(w);
+                }
+                Ok(t)
+            }
+        }
+    }
+
+    fn warn(&self, w: String) {
+        eprintln!("strata: warning: {w}");
+        if let Ok(mut v) = self.warnings.lock() {
+            v.push(w);
+        }
+    }
+
+    /// Warnings recorded so far (O_DIRECT fallback).
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// True while rows are read with `O_DIRECT`.
+    pub fn direct_active(&self) -> bool {
+        self.inner
+            .lock()
+            .map(|i| matches!(i.file, Some((_, true))))
+            .unwrap_or(false)
+    }
+
+    pub fn stats(&self) -> PleCacheStats {
+        let Ok(i) = self.inner.lock() else {
+            return PleCacheStats::default();
+        };
+        PleCacheStats {
+            hits: i.hits,
+            misses: i.misses,
+            evictions: i.cache.evictions,
+            capacity_rows: i.cache.capacity_rows(),
+            resident_rows: i.cache.len(),
+            file_reads: i.file_reads,
+            file_bytes: i.file_bytes,
+        }
+    }
+
+    /// Dequantizes row `r` into `out[..cols]`; errors name the row and the file.
+    pub fn get_row(&self, r: usize, out: &mut [f32]) -> Result<(), String> {
+        if r >= self.rows {
+            return Err(format!("PLE row {r} outside the table of {} rows", self.rows));
+        }
+        let mut g = self.inner.lock().map_err(|_| "PLE table lock poisoned".to_string())?;
+        let inner = &mut *g;
+        let row = r as u64;
+        if let Some(b) = inner.cache.get(row) {
+            inner.hits += 1;
+            return dequant(self.ty, b, &mut out[..self.cols]);
+        }
+        inner.misses += 1;
+        match &self.source {
+            Source::Mat(m) => {
+                let b = m.row_data(r);
+                inner.cache.insert(row, b);
+                dequant(self.ty, b, &mut out[..self.cols])
+            }
+            Source::File { path, base } => {
+                let mut fallback = None;
+                self.read_file_row(inner, path, base + row * self.row_bytes as u64, &mut fallback)?;
+                if let Some(w) = fallback {
+                    self.warn(w);
+                }
+                let b = std::mem::take(&mut inner.row);
+                inner.cache.insert(row, &b);
+                let res = dequant(self.ty, &b, &mut out[..self.cols]);
+                inner.row = b;
+                res
+            }
+        }
+    }
+
+    /// Reads the row at absolute `off` into `inner.row`. O_DIRECT: the aligned span around the
+    /// row into an aligned window of `scratch`. An EINVAL from an O_DIRECT read (file systems
+    /// that accept the flag at open but not the read) reopens the file buffered and retries.
+    fn read_file_row(
+        &self,
+        inner: &mut Inner,
+        path: &Path,
+        off: u64,
+        fallback: &mut Option<String>,
+    ) -> Result<(), String> {
+        let rb = self.row_bytes as u64;
+        let err = |e: std::io::Error| format!("{}: PLE row read at byte {off}: {e}", path.display());
+        loop {
+            let Some((file, direct)) = inner.file.as_ref() else {
+                return Err(format!("{}: PLE table file not open", path.display()));
+            };
+            let direct = *direct;
+            let (start, len) = if direct {
+                let s = off / ALIGN * ALIGN;
+                (s, (off + rb).div_ceil(ALIGN) * ALIGN - s)
+            } else {
+                (off, rb)
+            };
+            let need = (off + rb - start) as usize;
+            if inner.scratch.len() < len as usize + ALIGN as usize {
+                inner.scratch = vec![0; len as usize + ALIGN as usize];
+            }
+            let shift = inner.scratch.as_ptr().align_offset(ALIGN as usize);
+            let buf = &mut inner.scratch[shift..shift + len as usize];
+            let mut got = 0usize;
+            let mut einval = false;
+            while got < need {
+                match file.read_at(&mut buf[got..], start + got as u64) {
+                    Ok(0) => return Err(err(std::io::ErrorKind::UnexpectedEof.into())),
+                    Ok(n) => {
+                        inner.file_reads += 1;
+                        inner.file_bytes += n as u64;
+                        got += n;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if direct && e.raw_os_error() == Some(EINVAL) => {
+                        *fallback = Some(format!(
+                            "{}: O_DIRECT read refused ({e}); PLE rows use buffered reads",
+                            path.display()
+                        ));
+                        einval = true;
+                        break;
+                    }
+                    Err(e) => return Err(err(e)),
+                }
+            }
+            if einval {
+                inner.file = Some((open_file(path, false).map_err(err)?, false));
+                continue;
+            }
+            let at = (off - start) as usize;
+            inner.row.copy_from_slice(&buf[at..at + self.row_bytes]);
+            return Ok(());
+        }
+    }
+}
+
+fn dequant(ty: GgmlType, b: &[u8], out: &mut [f32]) -> Result<(), String> {
+    quant::dequantize_row(ty, b, out).map_err(|e| format!("PLE row dequantize: {e:?}"))
+}
