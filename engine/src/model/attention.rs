@@ -82,3 +82,47 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
         out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| work(i, o));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv_cache::{KvCache, KvType, LayerCache};
+
+    /// Sliding window and GQA head mapping against a direct computation on the stored rows.
+    #[test]
+    fn window_and_gqa_match_direct_softmax() {
+        let (hd, nkv, nh, cap) = (8, 2, 4, 12);
+        let mut cache = KvCache::new(KvType::F16, cap, &[(nkv, hd)]);
+        let LayerCache::Attention(kv) = &mut cache.layers[0];
+        let val = |p: usize, i: usize| ((p * 31 + i * 7) % 17) as f32 * 0.1 - 0.8;
+        let mut rows_k = Vec::new();
+        let mut rows_v = Vec::new();
+        for p in 0..cap {
+            let k: Vec<f32> = (0..nkv * hd).map(|i| crate::f16::round_f16(val(p, i))).collect();
+            let v: Vec<f32> = (0..nkv * hd).map(|i| crate::f16::round_f16(val(p + 3, i) * 0.5)).collect();
+            kv.write(p, &k, &v);
+            rows_k.push(k);
+            rows_v.push(v);
+        }
+        let q: Vec<f32> = (0..nh * hd).map(|i| crate::f16::round_f16((i % 5) as f32 * 0.25 - 0.5)).collect();
+        for window in [None, Some(3)] {
+            let pos = 9;
+            let mut out = vec![0f32; nh * hd];
+            attend(kv, &q, &mut out, Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0: pos, window, kq_scale: 0.5 });
+            let lo = window.map_or(0, |w| pos + 1 - w);
+            for h in 0..nh {
+                let g = h / (nh / nkv);
+                let s: Vec<f64> = (lo..=pos)
+                    .map(|j| (0..hd).map(|t| q[h * hd + t] as f64 * rows_k[j][g * hd + t] as f64).sum::<f64>() * 0.5)
+                    .collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                for t in 0..hd {
+                    let want: f64 = (lo..=pos).zip(&s).map(|(j, x)| (x - m).exp() / z * rows_v[j][g * hd + t] as f64).sum();
+                    let got = out[h * hd + t] as f64;
+                    assert!((got - want).abs() < 2e-3, "window {window:?} head {h} dim {t}: {got} vs {want}");
+                }
+            }
+        }
+    }
+}
