@@ -10,3 +10,4 @@ mod models_qwen3;
 mod models_qwen3moe;
 mod cli_commands;
 mod cli_fetch;
+mod spec_decoding;

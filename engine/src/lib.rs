@@ -14,6 +14,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod npy;
 pub mod sampler;
+pub mod spec;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 

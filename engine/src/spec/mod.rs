@@ -1,0 +1,209 @@
+//! Lossless speculative decoding (greedy).
+//!
+//! A [`Drafter`] proposes up to N next tokens from the history; the target model scores
+//! `[last accepted token, d1..dk]` in ONE forward call; the longest prefix of drafts that equals
+//! the model's own argmax is accepted, and the model's argmax after it (the token it would have
+//! produced anyway) is appended. Every emitted token is therefore an argmax of target logits
+//! computed over exactly the accepted history, so the output equals plain greedy decoding
+//! (bit-identical as long as the model's batched forward is bit-identical to single steps,
+//! which the qwen4exp pass guarantees and the tests check).
+//!
+//! ```text
+//! window  = [last] + drafts[..k]          k ≤ N ≤ 8, each draft p ≥ min_p (and all before it)
+//! logits  = forward(window)               one call, k+1 rows
+//! m       = longest prefix with argmax(logits[i]) == drafts[i]
+//! emit drafts[..m], then argmax(logits[m])
+//! if m < k: rollback the state to "consumed last + drafts[..m]"
+//! ```
+//! Rollback goes through [`VerifyModel::checkpoint`] / [`VerifyModel::rollback`]: a model with
+//! only a KV cache truncates it (no recomputation); a recurrent model (qwen4exp: GDN and PLE
+//! state) restores its checkpoint and re-runs the accepted prefix (see [`qwen4exp`]).
+//!
+//! Drafters here: [`SuffixDrafter`] (prompt lookup, no weights). The MTP head is not
+//! implemented (its numerics are not pinned down by the fixtures).
+
+mod qwen4exp;
+mod suffix;
+
+pub use suffix::SuffixDrafter;
+
+/// Longest verify window: drafts per step.
+pub const MAX_DRAFT: usize = 8;
+
+/// One proposed token with the drafter's probability for it (see each drafter's docs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Draft {
+    pub token: u32,
+    pub p: f32,
+}
+
+/// Proposes continuations of a token history.
+pub trait Drafter {
+    /// Up to `max` tokens that may follow `history` (the prompt and every emitted token).
+    fn propose(&mut self, history: &[u32], max: usize) -> Vec<Draft>;
+}
+
+/// A target model that can score a window and roll back.
+pub trait VerifyModel {
+    type State;
+    /// What [`VerifyModel::rollback`] needs (a KV-only model: just the position).
+    type Checkpoint;
+    type Error;
+
+    fn n_vocab(&self) -> usize;
+    /// Tokens consumed by `st` (the position of the next token).
+    fn position(&self, st: &Self::State) -> usize;
+    /// Runs `tokens` at `position(st)..`; logits `[tokens.len()][n_vocab]`.
+    fn forward(&self, st: &mut Self::State, tokens: &[u32]) -> Result<Vec<f32>, Self::Error>;
+    fn checkpoint(&self, st: &Self::State) -> Self::Checkpoint;
+    /// `st` has consumed `keep` + rejected tokens since `cp`; afterwards it must equal the
+    /// state after consuming `keep` only (its forward logits are not needed). Returns how many
+    /// tokens had to be recomputed (0 for a KV truncation).
+    fn rollback(
+        &self,
+        st: &mut Self::State,
+        cp: Self::Checkpoint,
+        keep: &[u32],
+    ) -> Result<usize, Self::Error>;
+}
+
+/// `--spec N` and `--spec-min-p P`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpecConfig {
+    /// Drafts per verify window, 1..=8 (clamped; 0 disables speculation).
+    pub n_draft: usize,
+    /// A draft enters the window only while it and every earlier draft have p ≥ this.
+    pub min_p: f32,
+}
+
+impl Default for SpecConfig {
+    fn default() -> SpecConfig {
+        SpecConfig {
+            n_draft: 4,
+            min_p: 0.0,
+        }
+    }
+}
+
+/// Counters of one speculative generation (for `strata bench`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpecStats {
+    /// Target forward calls of the decode phase that produced tokens (windows, with or
+    /// without drafts; the prompt pass is not counted).
+    pub verify_steps: u64,
+    /// Windows that held at least one draft.
+    pub windows_with_drafts: u64,
+    /// Drafts put into windows / accepted.
+    pub drafted: u64,
+    pub accepted: u64,
+    /// Windows with a rejected draft (rolled back), and the tokens the rollbacks recomputed
+    /// (recurrent models re-run the accepted prefix; KV-only models recompute nothing).
+    pub rollbacks: u64,
+    pub rollback_tokens: u64,
+    /// Tokens emitted in the decode phase (all but the first generated token).
+    pub decoded: u64,
+}
+
+impl SpecStats {
+    /// accepted / drafted (0 without drafts).
+    pub fn acceptance_rate(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+
+    /// Tokens emitted per verify step (1.0 = no gain).
+    pub fn tokens_per_verify(&self) -> f64 {
+        if self.verify_steps == 0 {
+            0.0
+        } else {
+            self.decoded as f64 / self.verify_steps as f64
+        }
+    }
+}
+
+/// Lowest id on ties (the greedy rule used everywhere in Strata).
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy generation of `n_gen` tokens after `prompt` with speculation. Output and final
+/// state equal plain greedy decoding (prompt in one call, then one token per call): `st` has
+/// consumed the prompt and all generated tokens but the last.
+pub fn generate_greedy_spec<M: VerifyModel, D: Drafter + ?Sized>(
+    model: &M,
+    st: &mut M::State,
+    prompt: &[u32],
+    n_gen: usize,
+    drafter: &mut D,
+    cfg: SpecConfig,
+) -> Result<(Vec<u32>, SpecStats), M::Error> {
+    let v = model.n_vocab();
+    let mut stats = SpecStats::default();
+    let mut out = Vec::with_capacity(n_gen);
+    if n_gen == 0 || prompt.is_empty() {
+        return Ok((out, stats));
+    }
+    let logits = model.forward(st, prompt)?;
+    out.push(argmax(&logits[logits.len() - v..]));
+    let mut history: Vec<u32> = prompt.to_vec();
+    history.push(out[0]);
+    let n_draft = cfg.n_draft.min(MAX_DRAFT);
+    while out.len() < n_gen {
+        let last = out[out.len() - 1];
+        // A window with k drafts emits at most k + 1 tokens: never draft past n_gen.
+        let budget = n_draft.min(n_gen - out.len() - 1);
+        let drafts: Vec<u32> = if budget == 0 {
+            Vec::new()
+        } else {
+            drafter
+                .propose(&history, budget)
+                .into_iter()
+                .take(budget)
+                .take_while(|d| d.p >= cfg.min_p && (d.token as usize) < v)
+                .map(|d| d.token)
+                .collect()
+        };
+        stats.verify_steps += 1;
+        if drafts.is_empty() {
+            let l = model.forward(st, &[last])?;
+            let t = argmax(&l);
+            out.push(t);
+            history.push(t);
+            stats.decoded += 1;
+            continue;
+        }
+        let k = drafts.len();
+        stats.windows_with_drafts += 1;
+        stats.drafted += k as u64;
+        let cp = model.checkpoint(st);
+        let mut window = Vec::with_capacity(k + 1);
+        window.push(last);
+        window.extend_from_slice(&drafts);
+        let l = model.forward(st, &window)?;
+        let mut m = 0;
+        while m < k && argmax(&l[m * v..(m + 1) * v]) == drafts[m] {
+            m += 1;
+        }
+        let next = argmax(&l[m * v..(m + 1) * v]);
+        if m < k {
+            stats.rollback_tokens += model.rollback(st, cp, &window[..m + 1])? as u64;
+            stats.rollbacks += 1;
+        }
+        stats.accepted += m as u64;
+        out.extend_from_slice(&drafts[..m]);
+        out.push(next);
+        history.extend_from_slice(&drafts[..m]);
+        history.push(next);
+        stats.decoded += (m + 1) as u64;
+    }
+    Ok((out, stats))
+}

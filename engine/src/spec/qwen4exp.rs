@@ -1,0 +1,48 @@
+//! [`VerifyModel`] for qwen4exp. The GDN layers and the PLE block carry recurrent state that
+//! cannot be truncated, so a checkpoint copies it ([`Qwen4Exp::checkpoint`]: fixed size, no
+//! KV copy) and a rollback restores it, truncates the attention caches to the checkpoint and
+//! re-runs the accepted prefix `[last, accepted drafts]` in one call. Cheaper alternatives
+//! (keeping the GDN state after every window position during the verify pass) would save that
+//! re-run; this choice keeps the forward pass untouched and costs one extra batched call of
+//! m + 1 tokens per window with a rejection.
+
+use crate::model::qwen4exp::{Checkpoint, Qwen4Exp, Qwen4ExpError, SeqState};
+
+use super::VerifyModel;
+
+impl VerifyModel for Qwen4Exp {
+    type State = SeqState;
+    type Checkpoint = Checkpoint;
+    type Error = Qwen4ExpError;
+
+    fn n_vocab(&self) -> usize {
+        self.hp.n_vocab
+    }
+
+    fn position(&self, st: &SeqState) -> usize {
+        st.pos
+    }
+
+    fn forward(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<f32>, Qwen4ExpError> {
+        let pos = st.pos;
+        Qwen4Exp::forward(self, st, tokens, pos)
+    }
+
+    fn checkpoint(&self, st: &SeqState) -> Checkpoint {
+        Qwen4Exp::checkpoint(self, st)
+    }
+
+    fn rollback(
+        &self,
+        st: &mut SeqState,
+        cp: Checkpoint,
+        keep: &[u32],
+    ) -> Result<usize, Qwen4ExpError> {
+        self.restore(st, cp)?;
+        if !keep.is_empty() {
+            let pos = st.pos;
+            Qwen4Exp::forward(self, st, keep, pos)?;
+        }
+        Ok(keep.len())
+    }
+}

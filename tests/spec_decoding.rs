@@ -1,0 +1,246 @@
+//! Speculative decoding is lossless: greedy output with `--spec N` (N = 1..8, several
+//! `--spec-min-p`) is token-for-token identical to plain greedy decoding (prompt in one call,
+//! then one token per call), and so is the final sequence state, on every tiny qwen4exp model:
+//! the llama.cpp fixtures (f32, q8_0 two-shard) and synthetic models whose greedy output
+//! repeats, so that suffix drafts are accepted. An oracle drafter that is right for the first
+//! j drafts of every window and wrong at j forces rejections mid-window (GDN/PLE rollback).
+//! The plain greedy ids of the f32 fixture are also llama.cpp's (models_qwen4exp checks that),
+//! so the speculative ids are checked against llama.cpp too.
+
+use std::path::{Path, PathBuf};
+
+use strata::model::qwen4exp::synth::{SynthConfig, write};
+use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
+use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+
+fn ref_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/tiny-qwen4exp")
+}
+
+fn ref_tokens(variant: &str) -> Vec<(Vec<u32>, Vec<u32>)> {
+    let j: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(ref_dir().join("ref").join(variant).join("ref.json")).unwrap(),
+    )
+    .unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    };
+    j["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (ids(&s["token_ids"]), ids(&s["greedy_ids"])))
+        .collect()
+}
+
+fn plain(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize) -> (Vec<u32>, SeqState) {
+    let mut st = m.new_state(kv);
+    let ids = m.generate_greedy(&mut st, prompt, n).unwrap();
+    (ids, st)
+}
+
+fn spec<D: Drafter>(
+    m: &Qwen4Exp,
+    kv: KvType,
+    prompt: &[u32],
+    n: usize,
+    d: &mut D,
+    cfg: SpecConfig,
+) -> (Vec<u32>, SeqState, SpecStats) {
+    let mut st = m.new_state(kv);
+    let (ids, stats) = generate_greedy_spec(m, &mut st, prompt, n, d, cfg).unwrap();
+    (ids, st, stats)
+}
+
+/// Checks every N in 1..=8 and min-p in `min_ps`; returns the summed stats.
+fn check_all(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize, what: &str) -> SpecStats {
+    let (want, want_st) = plain(m, kv, prompt, n);
+    eprintln!("{what}: greedy {want:?}");
+    let mut total = SpecStats::default();
+    for n_draft in 1..=8 {
+        for min_p in [0.0f32, 0.5, 1.0] {
+            let mut d = SuffixDrafter {
+                min_match: 1,
+                ..SuffixDrafter::default()
+            };
+            let cfg = SpecConfig { n_draft, min_p };
+            let (got, st, s) = spec(m, kv, prompt, n, &mut d, cfg);
+            assert_eq!(got, want, "{what}: N={n_draft} min_p={min_p}: ids differ ({s:?})");
+            assert!(st == want_st, "{what}: N={n_draft} min_p={min_p}: final state differs");
+            assert_eq!(s.decoded as usize, n - 1);
+            eprintln!(
+                "  {what} N={n_draft} min_p={min_p}: acceptance {:.3} tokens/verify {:.3} drafted {} rollbacks {}",
+                s.acceptance_rate(),
+                s.tokens_per_verify(),
+                s.drafted,
+                s.rollbacks
+            );
+            assert!(s.drafted >= s.accepted);
+            assert_eq!(s.verify_steps + s.accepted, s.decoded);
+            total.verify_steps += s.verify_steps;
+            total.windows_with_drafts += s.windows_with_drafts;
+            total.drafted += s.drafted;
+            total.accepted += s.accepted;
+            total.rollbacks += s.rollbacks;
+            total.rollback_tokens += s.rollback_tokens;
+            total.decoded += s.decoded;
+        }
+    }
+    eprintln!(
+        "{what}: acceptance {:.3}, tokens/verify {:.3}, {total:?}",
+        total.acceptance_rate(),
+        total.tokens_per_verify()
+    );
+    total
+}
+
+#[test]
+fn spec_lossless_on_llama_cpp_fixtures() {
+    for (file, variant, kv) in [
+        ("tiny-qwen4exp-public-f32.gguf", "f32", KvType::F16),
+        ("tiny-qwen4exp-public-f32.gguf", "f32-kvf32", KvType::F32),
+        (
+            "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf",
+            "q8_0-split",
+            KvType::F16,
+        ),
+    ] {
+        let m = Qwen4Exp::open(&ref_dir().join(file)).unwrap();
+        // seq1 (8 tokens) only on the f32 model; seq2 (64 tokens, an EOS inside) everywhere:
+        // its suffix drafts exist and are rejected, which exercises the rollback.
+        let seqs = ref_tokens(variant);
+        let first = if variant == "f32" { 0 } else { 1 };
+        for (i, (prompt, greedy)) in seqs.into_iter().enumerate().take(2).skip(first) {
+            let n = greedy.len();
+            check_all(&m, kv, &prompt, n, &format!("{variant} seq{}", i + 1));
+            if variant != "q8_0-split" {
+                // Plain greedy == llama.cpp's ids here, so speculative ids are llama.cpp's too.
+                let (ids, _) = plain(&m, kv, &prompt, n);
+                assert_eq!(ids, greedy);
+            }
+        }
+    }
+}
+
+/// Proposes the true greedy continuation but corrupts the draft at window index `wrong_at`:
+/// every window with more than `wrong_at` drafts is rejected there.
+struct Oracle {
+    truth: Vec<u32>,
+    wrong_at: usize,
+    n_vocab: u32,
+}
+
+impl Drafter for Oracle {
+    fn propose(&mut self, history: &[u32], max: usize) -> Vec<Draft> {
+        let at = history.len();
+        (0..max)
+            .filter_map(|i| self.truth.get(at + i).map(|&t| (i, t)))
+            .map(|(i, t)| Draft {
+                token: if i == self.wrong_at { (t + 1) % self.n_vocab } else { t },
+                p: 1.0,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn spec_rollback_mid_window_is_lossless() {
+    for (file, kv) in [
+        ("tiny-qwen4exp-public-f32.gguf", KvType::F16),
+        ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", KvType::F16),
+    ] {
+        let m = Qwen4Exp::open(&ref_dir().join(file)).unwrap();
+        // seq2 holds an EOS (PLE n-gram cut), and its continuation crosses a QSA block edge.
+        let prompt = ref_tokens("f32")[1].0.clone();
+        let n = 24;
+        let (want, want_st) = plain(&m, kv, &prompt, n);
+        let mut truth = prompt.clone();
+        truth.extend_from_slice(&want);
+        for n_draft in [1, 2, 3, 5, 8] {
+            for wrong_at in 0..=n_draft {
+                let mut d = Oracle {
+                    truth: truth.clone(),
+                    wrong_at,
+                    n_vocab: m.n_vocab() as u32,
+                };
+                let cfg = SpecConfig {
+                    n_draft,
+                    min_p: 0.0,
+                };
+                let (got, st, s) = spec(&m, kv, &prompt, n, &mut d, cfg);
+                assert_eq!(got, want, "{file} N={n_draft} wrong_at={wrong_at}: {s:?}");
+                assert!(st == want_st, "{file} N={n_draft} wrong_at={wrong_at}: state");
+                if wrong_at < n_draft {
+                    // Every full window accepts exactly wrong_at drafts, then rolls back.
+                    assert!(s.rollbacks > 0, "{s:?}");
+                    assert!(s.accepted <= s.windows_with_drafts * wrong_at as u64);
+                    if wrong_at > 0 {
+                        assert!(s.accepted > 0, "{s:?}");
+                    }
+                } else {
+                    // The oracle is right: every draft accepted, no rollback.
+                    assert_eq!((s.rollbacks, s.accepted), (0, s.drafted), "{s:?}");
+                    let ideal = (n - 1).div_ceil(n_draft + 1) as u64;
+                    assert_eq!(s.verify_steps, ideal, "{s:?}");
+                }
+            }
+        }
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("strata-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// Synthetic models (the public shape, a tied head: random tied models tend to fall into
+/// short greedy cycles, which the suffix drafter then predicts).
+#[test]
+fn spec_lossless_with_accepted_drafts_on_synth_models() {
+    for (i, (ty, split)) in [
+        (quant::GgmlType::F32, false),
+        (quant::GgmlType::Q8_0, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut cfg = SynthConfig::public();
+        cfg.matrix_type = ty;
+        cfg.tied = true;
+        let paths = write(&cfg, 11 + i as u64, &tmp(&format!("synth-{i}")), split).unwrap();
+        let m = Qwen4Exp::open(&paths[0]).unwrap();
+        let base: Vec<u32> = (0..12).map(|k| (k * 37 + 5) % 1000).collect();
+        let mut prompt = base.clone();
+        prompt.extend_from_slice(&base);
+        prompt.extend_from_slice(&base[..6]);
+        let s = check_all(&m, KvType::F16, &prompt, 40, &format!("synth {ty:?}"));
+        assert!(s.accepted > 0, "synth {ty:?}: no draft accepted: {s:?}");
+        assert!(s.tokens_per_verify() > 1.0);
+    }
+}
+
+#[test]
+fn spec_suffix_drafter_probabilities() {
+    let mut d = SuffixDrafter::default();
+    // "1 2" occurred twice, followed by 3 both times: p = 1. Then "1 2 3" occurred twice,
+    // followed by 9 and 7: tie, the most recent (7) with p = 1/2. Then "3 7" (as the longest
+    // match "1 2 3 7") occurred once, followed by 1.
+    let h = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2];
+    let got = d.propose(&h, 3);
+    let want = [(3, 1.0), (7, 0.5), (1, 1.0)];
+    assert_eq!(
+        got.iter().map(|x| (x.token, x.p)).collect::<Vec<_>>(),
+        want.to_vec()
+    );
+    // Nothing matched (every suffix of length ≥ 2 is new): no draft.
+    assert!(d.propose(&[1, 2, 3, 4], 4).is_empty());
+    // min_match 1 matches single tokens; the most frequent follower wins over the most recent.
+    let d1 = SuffixDrafter {
+        min_match: 1,
+        ..SuffixDrafter::default()
+    };
+    let got = d1.predict(&[5, 6, 5, 6, 5, 8, 4, 5]).unwrap();
+    assert_eq!((got.token, got.p), (6, 2.0 / 3.0));
+    assert!(d.propose(&[], 4).is_empty());
+}
