@@ -244,3 +244,78 @@ fn spec_suffix_drafter_probabilities() {
     assert_eq!((got.token, got.p), (6, 2.0 / 3.0));
     assert!(d.propose(&[], 4).is_empty());
 }
+
+/// A KV-only style model (rollback = truncation, nothing recomputed) whose next token is a
+/// fixed function of the last token: checks the generic loop, `min_p` windows and the counters
+/// against hand-derived values.
+struct Cycle {
+    next: Vec<u32>,
+}
+
+impl strata::spec::VerifyModel for Cycle {
+    type State = Vec<u32>;
+    type Checkpoint = usize;
+    type Error = String;
+    fn n_vocab(&self) -> usize {
+        self.next.len()
+    }
+    fn position(&self, st: &Vec<u32>) -> usize {
+        st.len()
+    }
+    fn forward(&self, st: &mut Vec<u32>, tokens: &[u32]) -> Result<Vec<f32>, String> {
+        let v = self.next.len();
+        let mut out = vec![0f32; tokens.len() * v];
+        for (i, &t) in tokens.iter().enumerate() {
+            st.push(t);
+            out[i * v + self.next[t as usize] as usize] = 1.0;
+        }
+        Ok(out)
+    }
+    fn checkpoint(&self, st: &Vec<u32>) -> usize {
+        st.len()
+    }
+    fn rollback(&self, st: &mut Vec<u32>, cp: usize, keep: &[u32]) -> Result<usize, String> {
+        st.truncate(cp + keep.len());
+        Ok(0)
+    }
+}
+
+#[test]
+fn spec_generic_loop_min_p_and_counters() {
+    // 0→1→2→3→0 cycle.
+    let m = Cycle {
+        next: vec![1, 2, 3, 0],
+    };
+    let prompt = [0, 1, 2, 3, 0, 1];
+    let n = 13;
+    let want: Vec<u32> = (0..n as u32).map(|i| (i + 2) % 4).collect();
+    for (n_draft, min_p) in [(1, 0.0), (3, 0.0), (8, 0.0), (8, 1.0)] {
+        let mut st = Vec::new();
+        let mut d = SuffixDrafter::default();
+        let cfg = SpecConfig { n_draft, min_p };
+        let (got, s) = generate_greedy_spec(&m, &mut st, &prompt, n, &mut d, cfg).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(st.len(), prompt.len() + n - 1);
+        // The cycle is fully predictable (p = 1): every draft accepted, windows full.
+        assert_eq!((s.accepted, s.rollbacks), (s.drafted, 0));
+        assert_eq!(s.verify_steps, (n as u64 - 1).div_ceil(n_draft as u64 + 1));
+    }
+    // After "0 1" this history continued once with 3, once with 2: the suffix drafter gives
+    // the newer follower 2 with p = 1/2, so min_p 0.5 admits it and 0.6 does not.
+    let m = Cycle {
+        next: vec![1, 2, 3, 0, 0, 0, 0, 0],
+    };
+    let h = [5, 0, 1, 3, 6, 0, 1, 2, 7, 0, 1];
+    let d = SuffixDrafter::default();
+    let p = d.predict(&h).unwrap();
+    assert_eq!((p.token, p.p), (2, 0.5));
+    let prompt = &h[..h.len() - 1]; // ends in 0: the prompt pass yields 1
+    for (min_p, drafted, steps) in [(0.0f32, 1, 1), (0.5, 1, 1), (0.6, 0, 2)] {
+        let mut st = Vec::new();
+        let mut d = SuffixDrafter::default();
+        let cfg = SpecConfig { n_draft: 1, min_p };
+        let (got, s) = generate_greedy_spec(&m, &mut st, prompt, 3, &mut d, cfg).unwrap();
+        assert_eq!(got, vec![1, 2, 3]);
+        assert_eq!((s.drafted, s.accepted, s.verify_steps), (drafted, drafted, steps), "{min_p}");
+    }
+}
