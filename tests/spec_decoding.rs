@@ -23,7 +23,11 @@ fn ref_tokens(variant: &str) -> Vec<(Vec<u32>, Vec<u32>)> {
     )
     .unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
     };
     j["sequences"]
         .as_array()
@@ -65,8 +69,14 @@ fn check_all(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize, what: &str) -> 
             };
             let cfg = SpecConfig { n_draft, min_p };
             let (got, st, s) = spec(m, kv, prompt, n, &mut d, cfg);
-            assert_eq!(got, want, "{what}: N={n_draft} min_p={min_p}: ids differ ({s:?})");
-            assert!(st == want_st, "{what}: N={n_draft} min_p={min_p}: final state differs");
+            assert_eq!(
+                got, want,
+                "{what}: N={n_draft} min_p={min_p}: ids differ ({s:?})"
+            );
+            assert!(
+                st == want_st,
+                "{what}: N={n_draft} min_p={min_p}: final state differs"
+            );
             assert_eq!(s.decoded as usize, n - 1);
             eprintln!(
                 "  {what} N={n_draft} min_p={min_p}: acceptance {:.3} tokens/verify {:.3} drafted {} rollbacks {}",
@@ -136,7 +146,11 @@ impl Drafter for Oracle {
         (0..max)
             .filter_map(|i| self.truth.get(at + i).map(|&t| (i, t)))
             .map(|(i, t)| Draft {
-                token: if i == self.wrong_at { (t + 1) % self.n_vocab } else { t },
+                token: if i == self.wrong_at {
+                    (t + 1) % self.n_vocab
+                } else {
+                    t
+                },
                 p: 1.0,
             })
             .collect()
@@ -147,7 +161,10 @@ impl Drafter for Oracle {
 fn spec_rollback_mid_window_is_lossless() {
     for (file, kv) in [
         ("tiny-qwen4exp-public-f32.gguf", KvType::F16),
-        ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", KvType::F16),
+        (
+            "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf",
+            KvType::F16,
+        ),
     ] {
         let m = Qwen4Exp::open(&ref_dir().join(file)).unwrap();
         // seq2 holds an EOS (PLE n-gram cut), and its continuation crosses a QSA block edge.
@@ -169,7 +186,10 @@ fn spec_rollback_mid_window_is_lossless() {
                 };
                 let (got, st, s) = spec(&m, kv, &prompt, n, &mut d, cfg);
                 assert_eq!(got, want, "{file} N={n_draft} wrong_at={wrong_at}: {s:?}");
-                assert!(st == want_st, "{file} N={n_draft} wrong_at={wrong_at}: state");
+                assert!(
+                    st == want_st,
+                    "{file} N={n_draft} wrong_at={wrong_at}: state"
+                );
                 if wrong_at < n_draft {
                     // Every full window accepts exactly wrong_at drafts, then rolls back.
                     assert!(s.rollbacks > 0, "{s:?}");
@@ -198,12 +218,9 @@ fn tmp(name: &str) -> PathBuf {
 /// short greedy cycles, which the suffix drafter then predicts).
 #[test]
 fn spec_lossless_with_accepted_drafts_on_synth_models() {
-    for (i, (ty, split)) in [
-        (quant::GgmlType::F32, false),
-        (quant::GgmlType::Q8_0, true),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, (ty, split)) in [(quant::GgmlType::F32, false), (quant::GgmlType::Q8_0, true)]
+        .into_iter()
+        .enumerate()
     {
         let mut cfg = SynthConfig::public();
         cfg.matrix_type = ty;
@@ -316,6 +333,10 @@ fn spec_generic_loop_min_p_and_counters() {
         let cfg = SpecConfig { n_draft: 1, min_p };
         let (got, s) = generate_greedy_spec(&m, &mut st, prompt, 3, &mut d, cfg).unwrap();
         assert_eq!(got, vec![1, 2, 3]);
-        assert_eq!((s.drafted, s.accepted, s.verify_steps), (drafted, drafted, steps), "{min_p}");
+        assert_eq!(
+            (s.drafted, s.accepted, s.verify_steps),
+            (drafted, drafted, steps),
+            "{min_p}"
+        );
     }
 }

@@ -58,7 +58,11 @@ fn ple_io_modes_and_cache_sizes_are_bit_identical() {
                 let s = m.ple_stats().unwrap();
                 let n = n_lookups(&m);
                 eprintln!("{file} {io:?} cache {cache}: {s:?}");
-                assert_eq!(s.hits + s.misses, n, "{io:?} {cache}: every lookup counted once");
+                assert_eq!(
+                    s.hits + s.misses,
+                    n,
+                    "{io:?} {cache}: every lookup counted once"
+                );
                 assert_eq!(s.capacity_rows, cache / t.row_bytes);
                 assert!(s.resident_rows <= s.capacity_rows);
                 if cache == 0 {
@@ -71,7 +75,11 @@ fn ple_io_modes_and_cache_sizes_are_bit_identical() {
                     assert_eq!(s.misses as usize, s.resident_rows + s.evictions as usize);
                 }
                 if io == PleIo::Direct {
-                    assert!(t.direct_active(), "ext4 accepts O_DIRECT: {:?}", t.warnings());
+                    assert!(
+                        t.direct_active(),
+                        "ext4 accepts O_DIRECT: {:?}",
+                        t.warnings()
+                    );
                     assert!(s.file_reads >= s.misses);
                     assert_eq!(s.file_bytes % 4096, 0, "O_DIRECT reads whole aligned pages");
                 } else {
@@ -127,21 +135,37 @@ fn ple_table_from_explicit_file_missing_table_and_skip() {
             ..PleOptions::default()
         };
         let m = Qwen4Exp::open_with(&trunk, &opt).unwrap();
-        assert!(logits(&m) == base, "explicit ple_gguf {io:?}: logits differ");
+        assert!(
+            logits(&m) == base,
+            "explicit ple_gguf {io:?}: logits differ"
+        );
         assert!(m.warnings.is_empty(), "{:?}", m.warnings);
     }
 
     // No table anywhere: a typed error naming the searched file and the options.
-    let err = Qwen4Exp::open(&trunk).err().expect("a model without its PLE table must not load");
-    assert!(matches!(&err, Qwen4ExpError::PleTableMissing { searched } if searched == &vec![trunk.clone()]), "{err}");
+    let err = Qwen4Exp::open(&trunk)
+        .err()
+        .expect("a model without its PLE table must not load");
+    assert!(
+        matches!(&err, Qwen4ExpError::PleTableMissing { searched } if searched == &vec![trunk.clone()]),
+        "{err}"
+    );
     let msg = err.to_string();
-    assert!(msg.contains("per_layer_token_embd.weight") && msg.contains("--ple-gguf") && msg.contains("--ple-skip"), "{msg}");
+    assert!(
+        msg.contains("per_layer_token_embd.weight")
+            && msg.contains("--ple-gguf")
+            && msg.contains("--ple-skip"),
+        "{msg}"
+    );
     // An explicit file that lacks the table is the same error, naming that file.
     let opt = PleOptions {
         ple_gguf: Some(trunk.clone()),
         ..PleOptions::default()
     };
-    assert!(matches!(Qwen4Exp::open_with(&trunk, &opt), Err(Qwen4ExpError::PleTableMissing { .. })));
+    assert!(matches!(
+        Qwen4Exp::open_with(&trunk, &opt),
+        Err(Qwen4ExpError::PleTableMissing { .. })
+    ));
     // An explicit file that does not exist: the GGUF error names it.
     let opt = PleOptions {
         ple_gguf: Some(tmp_dir().join("nope.gguf")),
@@ -205,7 +229,10 @@ fn ple_direct_io_falls_back_to_buffered_reads() {
         let direct = m.ple.as_ref().unwrap().table.direct_active();
         let got = logits(&m);
         let direct_after = m.ple.as_ref().unwrap().table.direct_active();
-        eprintln!("tmpfs O_DIRECT: open {direct}, after reads {direct_after}, warnings {:?}", m.ple.as_ref().unwrap().table.warnings());
+        eprintln!(
+            "tmpfs O_DIRECT: open {direct}, after reads {direct_after}, warnings {:?}",
+            m.ple.as_ref().unwrap().table.warnings()
+        );
         let _ = std::fs::remove_file(&p);
         assert!(got == base);
         if !direct_after {

@@ -72,7 +72,12 @@ impl SuffixDrafter {
                 continue;
             }
             let count = followers.iter().filter(|f| f.0 == t).count();
-            let last = followers.iter().filter(|f| f.0 == t).map(|f| f.1).max().unwrap_or(0);
+            let last = followers
+                .iter()
+                .filter(|f| f.0 == t)
+                .map(|f| f.1)
+                .max()
+                .unwrap_or(0);
             if best.is_none_or(|b| count > b.1 || (count == b.1 && last > b.2)) {
                 best = Some((t, count, last));
             }

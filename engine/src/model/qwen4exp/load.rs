@@ -139,7 +139,13 @@ const PLE_TABLE: &str = "per_layer_token_embd.weight";
 fn find_table(
     main: &Arc<GgufFile>,
     opt: &PleOptions,
-) -> Result<(Option<(Arc<GgufFile>, usize, std::path::PathBuf, u64)>, Vec<std::path::PathBuf>), Qwen4ExpError> {
+) -> Result<
+    (
+        Option<(Arc<GgufFile>, usize, std::path::PathBuf, u64)>,
+        Vec<std::path::PathBuf>,
+    ),
+    Qwen4ExpError,
+> {
     let file = match &opt.ple_gguf {
         Some(p) => Arc::new(GgufFile::open(p)?),
         None => main.clone(),
@@ -308,14 +314,19 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qw
                             found: vec![pp.head_dim as u64, rows as u64],
                         });
                     }
-                    let mapped = Mat::mapped(&tfile, ti, 0, t.ty, rows, pp.head_dim).map_err(
-                        |source| Qwen4ExpError::Tensor {
-                            name: PLE_TABLE.into(),
-                            source,
-                        },
-                    )?;
-                    let table = PleTable::open(mapped, &tpath, abs, opt)
-                        .map_err(|reason| Qwen4ExpError::PleIo { path: tpath.clone(), reason })?;
+                    let mapped =
+                        Mat::mapped(&tfile, ti, 0, t.ty, rows, pp.head_dim).map_err(|source| {
+                            Qwen4ExpError::Tensor {
+                                name: PLE_TABLE.into(),
+                                source,
+                            }
+                        })?;
+                    let table = PleTable::open(mapped, &tpath, abs, opt).map_err(|reason| {
+                        Qwen4ExpError::PleIo {
+                            path: tpath.clone(),
+                            reason,
+                        }
+                    })?;
                     warnings.extend(table.warnings());
                     Some(Ple {
                         params: pp.clone(),

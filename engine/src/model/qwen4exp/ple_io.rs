@@ -276,10 +276,27 @@ impl PleTable {
         let (ty, rows, cols) = (mapped.ty, mapped.rows, mapped.cols);
         let cache = opt.ple_cache_bytes;
         match opt.ple_io {
-            PleIo::Mmap => Ok(Self::build(Source::Mat(mapped), ty, rows, cols, PleIo::Mmap, cache, None)),
+            PleIo::Mmap => Ok(Self::build(
+                Source::Mat(mapped),
+                ty,
+                rows,
+                cols,
+                PleIo::Mmap,
+                cache,
+                None,
+            )),
             PleIo::Ram => {
-                let owned = Mat::from_raw(ty, rows, cols, mapped.data()).map_err(|e| e.to_string())?;
-                Ok(Self::build(Source::Mat(owned), ty, rows, cols, PleIo::Ram, cache, None))
+                let owned =
+                    Mat::from_raw(ty, rows, cols, mapped.data()).map_err(|e| e.to_string())?;
+                Ok(Self::build(
+                    Source::Mat(owned),
+                    ty,
+                    rows,
+                    cols,
+                    PleIo::Ram,
+                    cache,
+                    None,
+                ))
             }
             PleIo::Direct => {
                 let mut warn = None;
@@ -359,9 +376,15 @@ impl PleTable {
     /// Dequantizes row `r` into `out[..cols]`; errors name the row and the file.
     pub fn get_row(&self, r: usize, out: &mut [f32]) -> Result<(), String> {
         if r >= self.rows {
-            return Err(format!("PLE row {r} outside the table of {} rows", self.rows));
+            return Err(format!(
+                "PLE row {r} outside the table of {} rows",
+                self.rows
+            ));
         }
-        let mut g = self.inner.lock().map_err(|_| "PLE table lock poisoned".to_string())?;
+        let mut g = self
+            .inner
+            .lock()
+            .map_err(|_| "PLE table lock poisoned".to_string())?;
         let inner = &mut *g;
         let row = r as u64;
         if let Some(b) = inner.cache.get(row) {
@@ -377,7 +400,12 @@ impl PleTable {
             }
             Source::File { path, base } => {
                 let mut fallback = None;
-                self.read_file_row(inner, path, base + row * self.row_bytes as u64, &mut fallback)?;
+                self.read_file_row(
+                    inner,
+                    path,
+                    base + row * self.row_bytes as u64,
+                    &mut fallback,
+                )?;
                 if let Some(w) = fallback {
                     self.warn(w);
                 }
@@ -401,7 +429,8 @@ impl PleTable {
         fallback: &mut Option<String>,
     ) -> Result<(), String> {
         let rb = self.row_bytes as u64;
-        let err = |e: std::io::Error| format!("{}: PLE row read at byte {off}: {e}", path.display());
+        let err =
+            |e: std::io::Error| format!("{}: PLE row read at byte {off}: {e}", path.display());
         loop {
             let Some((file, direct)) = inner.file.as_ref() else {
                 return Err(format!("{}: PLE table file not open", path.display()));
