@@ -214,8 +214,10 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
-/// Synthetic models (the public shape, a tied head: random tied models tend to fall into
-/// short greedy cycles, which the suffix drafter then predicts).
+/// Synthetic models (the public shape with a tied head). Their greedy output repeats the last
+/// prompt token (the tied head favours the current token; untied random models do not repeat
+/// at all), which the suffix drafter predicts after first proposing, and having rejected, the
+/// prompt's own pattern: accepted drafts, long windows and rollbacks in one run.
 #[test]
 fn spec_lossless_with_accepted_drafts_on_synth_models() {
     for (i, (ty, split)) in [(quant::GgmlType::F32, false), (quant::GgmlType::Q8_0, true)]
