@@ -11,3 +11,5 @@ mod models_qwen3moe;
 mod cli_commands;
 mod cli_fetch;
 mod spec_decoding;
+#[cfg(feature = "gpu")]
+mod cli_emu;

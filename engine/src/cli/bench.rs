@@ -14,6 +14,14 @@ use crate::model::forward::Logits;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// What to measure: the model (default), or `kernels`: every gfx11 kernel on the software
+    /// RDNA3 device (instructions, bytes moved vs ideal, registers, occupancy; needs a
+    /// `--features gpu` build) plus the device's own speed in lane-operations per second.
+    #[arg(value_enum)]
+    pub target: Option<BenchTarget>,
+    /// With `kernels`: small shapes only (about a second instead of half a minute).
+    #[arg(long)]
+    pub quick: bool,
     /// Prompt length for the prompt-processing test.
     #[arg(long, default_value_t = 512)]
     pub pp: usize,
@@ -42,6 +50,31 @@ pub struct BenchResult {
     pub tg_min: f64,
     pub tg_median: f64,
     pub peak_rss_mb: f64,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchTarget {
+    /// The model given with -m (or the default model).
+    Model,
+    /// The gfx11 kernels on the software device.
+    Kernels,
+}
+
+/// `strata bench kernels`.
+pub fn run_kernels(a: &BenchArgs) -> Result<()> {
+    #[cfg(feature = "gpu")]
+    print!("{}", crate::gpu::bench_kernels(a.quick));
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = a;
+        bail!("this strata was built without the gfx11 kernels: rebuild with `cargo build --release --features gpu` (./setup.sh --backend hip)");
+    }
+    #[cfg(feature = "gpu")]
+    {
+        let ops = emulator::bench_lane_ops_per_sec();
+        println!("software device speed: {:.0} million lane-operations/s on one core (target >= 50)", ops / 1e6);
+        Ok(())
+    }
 }
 
 fn min_median(v: &[f64]) -> (f64, f64) {

@@ -2,6 +2,7 @@
 //! plain values, then dispatched to one function per command. `main` only calls [`run`].
 
 mod bench;
+pub mod emu;
 mod generate;
 mod logits;
 mod perplexity;
@@ -69,6 +70,8 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Run the OpenAI-compatible HTTP server (it starts `strata --serve` as its engine).
     Server(server::ServerConfig),
+    /// The software RDNA3 device: disassemble, list or run kernels of a gfx11 code object.
+    Emu(emu::EmuArgs),
 }
 
 /// Sampling flags shared by commands that generate.
@@ -175,7 +178,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Perplexity(a)) => perplexity::run(&load(&common)?, &a),
         Some(Cmd::Tokenize(a)) => tokenize::run(&load(&common)?, &a),
         Some(Cmd::Logits(a)) => logits::run(&load(&common)?, &a),
+        Some(Cmd::Bench(a)) if a.target == Some(bench::BenchTarget::Kernels) => bench::run_kernels(&a),
         Some(Cmd::Bench(a)) => bench::run(&load(&common)?, &a),
+        Some(Cmd::Emu(a)) => emu::run(&a),
         Some(Cmd::Server(cfg)) => serve::run_http(common.model.as_deref(), cfg),
     }
 }

@@ -1,0 +1,102 @@
+//! `strata emu ...` and `strata bench kernels` end to end: the disassembly of every embedded
+//! code object equals llvm-objdump-22's, and a kernel run from the command line (buffers from
+//! files, scalars inline) gives the `quant` crate's reference result.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn strata() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("strata-cli-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn write_object(arch: &str) -> PathBuf {
+    let p = tmp(&format!("kernels-{arch}.elf"));
+    std::fs::write(&p, strata::gpu::code_object_for(arch).expect("embedded code object")).unwrap();
+    p
+}
+
+#[test]
+fn emu_disasm_matches_llvm_objdump_on_every_embedded_object() {
+    for arch in ["gfx1100", "gfx1101", "gfx1102"] {
+        let elf = write_object(arch);
+        let objdump = match Command::new("llvm-objdump-22").args(["-d", &format!("--mcpu={arch}")]).arg(&elf).output() {
+            Ok(o) => o,
+            Err(e) => panic!("llvm-objdump-22 is needed for this test (apt-get install llvm-22): {e}"),
+        };
+        assert!(objdump.status.success());
+        let ours = strata().args(["emu", "disasm"]).arg(&elf).output().unwrap();
+        assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+        let (a, b) = (String::from_utf8(ours.stdout).unwrap(), String::from_utf8(objdump.stdout).unwrap());
+        let n = b.lines().count();
+        assert!(n > 1000, "{arch}: objdump printed only {n} lines");
+        for (i, (x, y)) in a.lines().zip(b.lines()).enumerate() {
+            assert_eq!(x, y, "{arch}: line {} differs", i + 1);
+        }
+        assert_eq!(a.lines().count(), n, "{arch}: line counts differ");
+    }
+}
+
+#[test]
+fn emu_run_dequant_from_files_matches_reference() {
+    use quant::GgmlType;
+    let elf = write_object("gfx1100");
+    // 5 random Q8_0 blocks (deterministic LCG), reference-dequantized by the quant crate.
+    let mut s = 0x1234_5678u64;
+    let mut next = || {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (s >> 33) as u32
+    };
+    let x: Vec<f32> = (0..160).map(|_| (next() % 2001) as f32 / 100.0 - 10.0).collect();
+    let mut w = vec![0u8; GgmlType::Q8_0.row_bytes(160).unwrap()];
+    quant::quantize_row(GgmlType::Q8_0, &x, &mut w).unwrap();
+    let mut want = vec![0f32; 160];
+    quant::dequantize_row(GgmlType::Q8_0, &w, &mut want).unwrap();
+    let (win, yout) = (tmp("w.bin"), tmp("y.bin"));
+    std::fs::write(&win, &w).unwrap();
+    let out = strata()
+        .args(["emu", "run"])
+        .arg(&elf)
+        .args(["dequant_q8_0_f32", "--grid", "1", "--block", "256"])
+        .arg(format!("--arg=in={}", win.display()))
+        .arg(format!("--arg=out={}:640", yout.display()))
+        .args(["--arg=u32=5", "--arg=u32=0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stats = String::from_utf8(out.stdout).unwrap();
+    assert!(stats.contains("waves") && stats.contains("valu"), "{stats}");
+    let got: Vec<f32> = std::fs::read(&yout).unwrap().chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(got.len(), 160);
+    for (i, (g, r)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.to_bits(), r.to_bits(), "element {i}: {g} vs {r}");
+    }
+}
+
+#[test]
+fn emu_run_rejects_bad_arguments_with_a_clear_message() {
+    let elf = write_object("gfx1100");
+    let out = strata().args(["emu", "run"]).arg(&elf).args(["dequant_q8_0_f32", "--arg=u32=5"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("takes 4 arguments, 1 given"), "{err}");
+    let out = strata().args(["emu", "run"]).arg(&elf).args(["no_such_kernel"]).output().unwrap();
+    assert!(!out.status.success());
+    let out = strata().args(["emu", "disasm", "/nonexistent.elf"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.elf"));
+}
+
+#[test]
+fn bench_kernels_reports_every_mmvq_type_and_device_speed() {
+    let out = strata().args(["bench", "kernels", "--quick"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for k in ["mmvq_q8_0", "mmvq_q4_k", "mmvq_q6_k", "mmvq_iq3_xxs", "lane-operations/s"] {
+        assert!(text.to_lowercase().contains(k), "bench kernels output lacks {k}:\n{text}");
+    }
+}
