@@ -101,8 +101,9 @@ impl Ple {
         let (hc, e, n) = (self.hc, self.n_embd, toks.len());
         let hce = hc * e;
         let dp = p.head_dim;
-        // Gather the n-gram rows.
-        let mut emb = vec![0f32; n * e];
+        // Gather the n-gram rows (one batched table read: the file source reads the rows of
+        // the whole batch in parallel). Heads are contiguous: n_heads · Dp = E.
+        let mut rows = Vec::with_capacity(n * p.n_heads());
         for t in 0..n {
             let mut ctx = vec![Some(toks[t])];
             for s in 1..p.ngram {
@@ -119,8 +120,17 @@ impl Ple {
                         self.table.rows
                     ));
                 }
+                rows.push(row as usize);
+            }
+        }
+        let mut emb = vec![0f32; n * e];
+        if p.n_heads() * dp == e {
+            self.table.get_rows(&rows, &mut emb)?;
+        } else {
+            for (k, &row) in rows.iter().enumerate() {
+                let (t, i) = (k / p.n_heads(), k % p.n_heads());
                 self.table
-                    .get_row(row as usize, &mut emb[t * e + i * dp..t * e + (i + 1) * dp])?;
+                    .get_row(row, &mut emb[t * e + i * dp..t * e + (i + 1) * dp])?;
             }
         }
         for &tok in toks {

@@ -124,6 +124,11 @@ impl RowCache {
         self.map.is_empty()
     }
 
+    /// Whether `row` is cached (does not count as a use).
+    pub fn contains(&self, row: u64) -> bool {
+        self.map.contains_key(&row)
+    }
+
     /// The cached bytes of `row`, marking it recently used.
     pub fn get(&mut self, row: u64) -> Option<&[u8]> {
         let &slot = self.map.get(&row)?;
@@ -183,8 +188,6 @@ struct Inner {
     file_bytes: u64,
     /// The open file and whether it is in O_DIRECT mode.
     file: Option<(File, bool)>,
-    /// Over-allocated so an ALIGN-aligned window fits.
-    scratch: Vec<u8>,
     row: Vec<u8>,
 }
 
@@ -258,7 +261,6 @@ impl PleTable {
                 file_reads: 0,
                 file_bytes: 0,
                 file,
-                scratch: Vec::new(),
                 row: vec![0; row_bytes],
             }),
             warnings: Mutex::new(Vec::new()),
@@ -418,9 +420,119 @@ impl PleTable {
         }
     }
 
-    /// Reads the row at absolute `off` into `inner.row`. O_DIRECT: the aligned span around the
-    /// row into an aligned window of `scratch`. An EINVAL from an O_DIRECT read (file systems
-    /// that accept the flag at open but not the read) reopens the file buffered and retries.
+    /// Rows `rows[k]` dequantized into `out[k·cols..]`. Same results and hit/miss/eviction
+    /// counts as `get_row` per row in order; for a file source the rows that are not cached
+    /// at the start are first read once each, in parallel (an SSD needs queue depth, not one
+    /// read at a time).
+    pub fn get_rows(&self, rows: &[usize], out: &mut [f32]) -> Result<(), String> {
+        let c = self.cols;
+        if let Some(&r) = rows.iter().find(|&&r| r >= self.rows) {
+            return Err(format!(
+                "PLE row {r} outside the table of {} rows",
+                self.rows
+            ));
+        }
+        let Source::File { path, base } = &self.source else {
+            for (k, &r) in rows.iter().enumerate() {
+                self.get_row(r, &mut out[k * c..(k + 1) * c])?;
+            }
+            return Ok(());
+        };
+        let mut g = self
+            .inner
+            .lock()
+            .map_err(|_| "PLE table lock poisoned".to_string())?;
+        let inner = &mut *g;
+        let mut want: Vec<u64> = rows
+            .iter()
+            .map(|&r| r as u64)
+            .filter(|&r| !inner.cache.contains(r))
+            .collect();
+        want.sort_unstable();
+        want.dedup();
+        let fetched = self.fetch_parallel(inner, path, *base, &want)?;
+        for (k, &r) in rows.iter().enumerate() {
+            let dst = &mut out[k * c..(k + 1) * c];
+            let row = r as u64;
+            if let Some(b) = inner.cache.get(row) {
+                inner.hits += 1;
+                dequant(self.ty, b, dst)?;
+                continue;
+            }
+            inner.misses += 1;
+            if let Some(b) = fetched.get(&row) {
+                inner.cache.insert(row, b);
+                dequant(self.ty, b, dst)?;
+                continue;
+            }
+            // Cached at the start but evicted within this batch: read it again.
+            let mut fallback = None;
+            self.read_file_row(
+                inner,
+                path,
+                base + row * self.row_bytes as u64,
+                &mut fallback,
+            )?;
+            if let Some(w) = fallback {
+                self.warn(w);
+            }
+            let b = std::mem::take(&mut inner.row);
+            inner.cache.insert(row, &b);
+            let res = dequant(self.ty, &b, dst);
+            inner.row = b;
+            res?;
+        }
+        Ok(())
+    }
+
+    /// Reads rows `want` (table indices) in parallel; an O_DIRECT EINVAL reopens the file
+    /// buffered (with a warning) and reads them all again.
+    fn fetch_parallel(
+        &self,
+        inner: &mut Inner,
+        path: &Path,
+        base: u64,
+        want: &[u64],
+    ) -> Result<HashMap<u64, Vec<u8>>, String> {
+        use rayon::prelude::*;
+        let rb = self.row_bytes;
+        loop {
+            let Some((file, direct)) = inner.file.as_ref() else {
+                return Err(format!("{}: PLE table file not open", path.display()));
+            };
+            let direct = *direct;
+            let res: Vec<_> = want
+                .par_iter()
+                .map(|&r| read_row(file, direct, base + r * rb as u64, rb).map(|x| (r, x)))
+                .collect();
+            if direct
+                && res
+                    .iter()
+                    .any(|x| matches!(x, Err(e) if e.raw_os_error() == Some(EINVAL)))
+            {
+                self.warn(format!(
+                    "{}: O_DIRECT read refused; PLE rows use buffered reads",
+                    path.display()
+                ));
+                let f = open_file(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
+                inner.file = Some((f, false));
+                continue;
+            }
+            let mut map = HashMap::with_capacity(want.len());
+            for x in res {
+                let (r, (b, n, bytes)) =
+                    x.map_err(|e| format!("{}: PLE row read (base {base}): {e}", path.display()))?;
+                inner.file_reads += n;
+                inner.file_bytes += bytes;
+                map.insert(r, b);
+            }
+            return Ok(map);
+        }
+    }
+
+    /// Reads the row at absolute `off` into `inner.row` ([`read_row`]). An EINVAL from an
+    /// O_DIRECT read (file systems that accept the flag at open but not the read) reopens the
+    /// file buffered and retries.
     fn read_file_row(
         &self,
         inner: &mut Inner,
@@ -428,7 +540,6 @@ impl PleTable {
         off: u64,
         fallback: &mut Option<String>,
     ) -> Result<(), String> {
-        let rb = self.row_bytes as u64;
         let err =
             |e: std::io::Error| format!("{}: PLE row read at byte {off}: {e}", path.display());
         loop {
@@ -436,49 +547,59 @@ impl PleTable {
                 return Err(format!("{}: PLE table file not open", path.display()));
             };
             let direct = *direct;
-            let (start, len) = if direct {
-                let s = off / ALIGN * ALIGN;
-                (s, (off + rb).div_ceil(ALIGN) * ALIGN - s)
-            } else {
-                (off, rb)
-            };
-            let need = (off + rb - start) as usize;
-            if inner.scratch.len() < len as usize + ALIGN as usize {
-                inner.scratch = vec![0; len as usize + ALIGN as usize];
-            }
-            let shift = inner.scratch.as_ptr().align_offset(ALIGN as usize);
-            let buf = &mut inner.scratch[shift..shift + len as usize];
-            let mut got = 0usize;
-            let mut einval = false;
-            while got < need {
-                match file.read_at(&mut buf[got..], start + got as u64) {
-                    Ok(0) => return Err(err(std::io::ErrorKind::UnexpectedEof.into())),
-                    Ok(n) => {
-                        inner.file_reads += 1;
-                        inner.file_bytes += n as u64;
-                        got += n;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) if direct && e.raw_os_error() == Some(EINVAL) => {
-                        *fallback = Some(format!(
-                            "{}: O_DIRECT read refused ({e}); PLE rows use buffered reads",
-                            path.display()
-                        ));
-                        einval = true;
-                        break;
-                    }
-                    Err(e) => return Err(err(e)),
+            match read_row(file, direct, off, self.row_bytes) {
+                Ok((b, n, bytes)) => {
+                    inner.file_reads += n;
+                    inner.file_bytes += bytes;
+                    inner.row.copy_from_slice(&b);
+                    return Ok(());
                 }
+                Err(e) if direct && e.raw_os_error() == Some(EINVAL) => {
+                    *fallback = Some(format!(
+                        "{}: O_DIRECT read refused ({e}); PLE rows use buffered reads",
+                        path.display()
+                    ));
+                    inner.file = Some((open_file(path, false).map_err(err)?, false));
+                }
+                Err(e) => return Err(err(e)),
             }
-            if einval {
-                inner.file = Some((open_file(path, false).map_err(err)?, false));
-                continue;
-            }
-            let at = (off - start) as usize;
-            inner.row.copy_from_slice(&buf[at..at + self.row_bytes]);
-            return Ok(());
         }
     }
+}
+
+/// Reads `rb` bytes at absolute `off`: with `direct`, the 4096-aligned span around them into
+/// a 4096-aligned buffer (O_DIRECT requires aligned offset, length and address), then copies
+/// the row out. Returns (row, pread calls, bytes transferred).
+fn read_row(
+    file: &File,
+    direct: bool,
+    off: u64,
+    rb: usize,
+) -> std::io::Result<(Vec<u8>, u64, u64)> {
+    let (start, len) = if direct {
+        let s = off / ALIGN * ALIGN;
+        (s, (off + rb as u64).div_ceil(ALIGN) * ALIGN - s)
+    } else {
+        (off, rb as u64)
+    };
+    let (len, need) = (len as usize, (off - start) as usize + rb);
+    let mut scratch = vec![0u8; len + ALIGN as usize];
+    let shift = scratch.as_ptr().align_offset(ALIGN as usize);
+    let buf = &mut scratch[shift..shift + len];
+    let (mut got, mut calls) = (0usize, 0u64);
+    while got < need {
+        match file.read_at(&mut buf[got..], start + got as u64) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                calls += 1;
+                got += n;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let at = (off - start) as usize;
+    Ok((buf[at..at + rb].to_vec(), calls, got as u64))
 }
 
 fn dequant(ty: GgmlType, b: &[u8], out: &mut [f32]) -> Result<(), String> {
