@@ -1,7 +1,13 @@
 //! Rough throughput of the device on a memory-bound kernel (the `vadd` Rust fixture):
-//! `cargo run -p emulator --release --example throughput`.
+//! `cargo run -p emulator --release --example throughput -- FIXTURE.elf` (the test suite builds
+//! the fixture into target/tmp/rust-kernels-fixture/target/amdgcn-amd-amdhsa/release/lds_stable.elf).
 fn main() {
-    let elf = include_bytes!("../tests/fixtures/rust_kernels.elf");
+    let Some(path) = std::env::args().nth(1) else {
+        eprintln!("usage: throughput FIXTURE.elf  (see the module doc for where the tests build it)");
+        std::process::exit(2);
+    };
+    let elf = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let elf = &elf[..];
     let dev = emulator::Device::new();
     let m = dev.load_module(elf).expect("load");
     let f = m.function("vadd").expect("vadd");

@@ -25,7 +25,7 @@ fn compare(what: &str, elf: &[u8]) {
 
 #[test]
 fn rust_fixture() {
-    compare("rust_kernels.elf", include_bytes!("fixtures/rust_kernels.elf"));
+    compare("rust_kernels.elf", common::fixture::rust_kernels_elf());
 }
 
 #[test]

@@ -3,7 +3,11 @@
 //! against plain host computations.
 use emulator::{Device, EmuError};
 
-const ELF: &[u8] = include_bytes!("fixtures/rust_kernels.elf");
+mod common;
+
+fn elf() -> &'static [u8] {
+    common::fixture::rust_kernels_elf()
+}
 
 fn f32s(v: &[f32]) -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() }
 fn to_f32(b: &[u8]) -> Vec<f32> { b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() }
@@ -16,7 +20,7 @@ fn args(ptrs: &[u64], tail: &[u32]) -> Vec<u8> {
 #[test]
 fn vadd() {
     let dev = Device::new();
-    let m = dev.load_module(ELF).unwrap();
+    let m = dev.load_module(elf()).unwrap();
     let f = m.function("vadd").unwrap();
     let n = 200usize;
     let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
@@ -36,7 +40,7 @@ fn vadd() {
 #[test]
 fn wave_sum_dpp_permlanex16() {
     let dev = Device::new();
-    let m = dev.load_module(ELF).unwrap();
+    let m = dev.load_module(elf()).unwrap();
     let f = m.function("wave_sum").unwrap();
     let a: Vec<f32> = (0..64).map(|i| (i * i % 17) as f32).collect();
     let (pa, po) = (dev.malloc(64 * 4).unwrap(), dev.malloc(8).unwrap());
@@ -51,7 +55,7 @@ fn wave_sum_dpp_permlanex16() {
 #[test]
 fn dot4_signed() {
     let dev = Device::new();
-    let m = dev.load_module(ELF).unwrap();
+    let m = dev.load_module(elf()).unwrap();
     let f = m.function("dot4").unwrap();
     let n = 5usize;
     let a: Vec<i32> = (0..32 * n).map(|i| (i as i32).wrapping_mul(0x9E37_79B9u32 as i32)).collect();
@@ -76,7 +80,7 @@ fn dot4_signed() {
 #[test]
 fn dispatch_packet() {
     let dev = Device::new();
-    let m = dev.load_module(ELF).unwrap();
+    let m = dev.load_module(elf()).unwrap();
     let f = m.function("dims").unwrap();
     let po = dev.malloc(3 * 64 * 4).unwrap();
     dev.launch(&f, [3, 1, 1], [64, 1, 1], 0, &args(&[po], &[])).unwrap();
@@ -88,7 +92,7 @@ fn dispatch_packet() {
 #[test]
 fn lds_reverse_with_barrier() {
     let dev = Device::new();
-    let m = dev.load_module(ELF).unwrap();
+    let m = dev.load_module(elf()).unwrap();
     let a: Vec<f32> = (0..512).map(|i| i as f32).collect();
     let pa = dev.malloc(512 * 4).unwrap();
     dev.memcpy_htod(pa, &f32s(&a)).unwrap();
@@ -106,7 +110,7 @@ fn lds_reverse_with_barrier() {
 #[test]
 fn out_of_bounds_is_a_named_fault() {
     let dev = Device::new();
-    let m = dev.load_module(ELF).unwrap();
+    let m = dev.load_module(elf()).unwrap();
     let f = m.function("vadd").unwrap();
     let (pa, pb, po) = (dev.malloc(64).unwrap(), dev.malloc(64).unwrap(), dev.malloc(64).unwrap());
     let e = dev.launch(&f, [1, 1, 1], [64, 1, 1], 0, &args(&[pa, pb, po], &[64])).unwrap_err();
@@ -121,10 +125,10 @@ fn out_of_bounds_is_a_named_fault() {
 fn bad_code_objects_are_errors() {
     let dev = Device::new();
     assert!(matches!(dev.load_module(b"not an elf"), Err(EmuError::BadElf(_))));
-    let mut x = ELF.to_vec();
+    let mut x = elf().to_vec();
     x[48] = 0x2c; // e_flags: gfx906
     assert!(matches!(dev.load_module(&x), Err(EmuError::NotGfx11 { .. })));
-    for cut in [64, 500, ELF.len() / 2] { assert!(dev.load_module(&ELF[..cut]).is_err()); }
+    for cut in [64, 500, elf().len() / 2] { assert!(dev.load_module(&elf()[..cut]).is_err()); }
 }
 
 #[test]
@@ -134,7 +138,7 @@ fn corrupted_code_objects_never_panic() {
     let mut seed = 0x1234_5678_9abc_def0u64;
     let mut next = || { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; seed };
     for _ in 0..300 {
-        let mut x = ELF.to_vec();
+        let mut x = elf().to_vec();
         for _ in 0..1 + next() % 8 {
             let pos = (next() % x.len() as u64) as usize;
             x[pos] = next() as u8;
@@ -160,7 +164,7 @@ fn corrupted_code_objects_never_panic() {
 #[test]
 fn f16_and_transcendentals() {
     let dev = Device::new();
-    let m = dev.load_module(ELF).unwrap();
+    let m = dev.load_module(elf()).unwrap();
     let f = m.function("f16_ops").unwrap();
     // h = (i - 12) / 4: exact in f16, and h*h + h stays exact
     let h16 = |x: f32| -> u16 {

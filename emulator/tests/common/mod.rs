@@ -120,3 +120,4 @@ pub fn abc(a: impl Fn(usize) -> u32, b: impl Fn(usize) -> u32, c: impl Fn(usize)
 }
 pub fn f(x: f32) -> u32 { x.to_bits() }
 pub fn ff(x: u32) -> f32 { f32::from_bits(x) }
+pub mod fixture;
