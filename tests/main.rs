@@ -13,3 +13,4 @@ mod cli_fetch;
 mod spec_decoding;
 #[cfg(feature = "gpu")]
 mod cli_emu;
+mod cli_qwen4exp;

@@ -109,7 +109,7 @@ fn gemma3_greedy_matches_llama_cpp_reference_json() {
 fn gemma3_top10_logits_close_to_llama_cpp() {
     let g = read_json("gemma3-270m-q4_k_m/greedy.json");
     let e = gemma();
-    let nv = e.model.n_vocab;
+    let nv = e.model.n_vocab();
     let mut worst = 0f64;
     for r in g["results"].as_array().unwrap() {
         let prompt = ids(&r["prompt_token_ids"]);
@@ -143,7 +143,7 @@ fn gemma3_last_logits_close_to_llama_cpp() {
     let g = read_json("gemma3-270m-q4_k_m/greedy.json");
     let prompt = ids(&g["results"][0]["prompt_token_ids"]);
     let e = gemma();
-    assert_eq!(shape, vec![e.model.n_vocab]);
+    assert_eq!(shape, vec![e.model.n_vocab()]);
     let mut sess = e.new_session();
     let mut logits = Vec::new();
     e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
@@ -207,7 +207,7 @@ fn gemma3_chunked_prefill_and_int8_cache_agree() {
     // Same math, different matmul batching: only summation order differs.
     assert!(maxd(&whole, &chunked) < 0.05, "chunked prefill differs by {}", maxd(&whole, &chunked));
     // int8 KV is an approximation: logits stay within a loose band and greedy at the end agrees.
-    let nv = e.model.n_vocab;
+    let nv = e.model.n_vocab();
     let last = |l: &[f32]| {
         let r = &l[l.len() - nv..];
         r.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0

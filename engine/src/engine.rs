@@ -1,5 +1,10 @@
 //! The engine facade the commands and the server use: a model, its tokenizer, and helpers to
-//! run sequences (prefill + sampled decode) on a [`Session`].
+//! run sequences (prefill + sampled decode) on an [`AnySession`].
+//!
+//! Two model families sit behind one API: the shared decoder ([`Model`]: gemma3, llama, qwen2,
+//! qwen3, qwen3moe) and Flash-Next ([`Qwen4Exp`], its own forward pass and recurrent state).
+//! [`AnyModel`] / [`AnySession`] dispatch between them by `general.architecture`, so every
+//! command runs on either without knowing which.
 
 use std::path::Path;
 
@@ -9,28 +14,140 @@ use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
 use crate::model::Model;
 use crate::model::forward::{Logits, Session};
+use crate::model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
 
 /// How sessions are built (from the validated CLI config).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct RunOptions {
     pub kv: KvType,
     /// KV capacity in positions (0: the model's training context).
     pub max_context: usize,
     /// Tokens per prefill chunk.
     pub prefill: usize,
+    /// PLE table options (Flash-Next models only).
+    pub ple: PleOptions,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { kv: KvType::F16, max_context: 4096, prefill: 512 }
+        RunOptions { kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default() }
+    }
+}
+
+/// Either model family (chosen by `general.architecture`).
+pub enum AnyModel {
+    /// The shared decoder (gemma3, llama, qwen2, qwen3, qwen3moe).
+    Std(Model),
+    /// Flash-Next (`qwen4exp`).
+    Flash(Box<Qwen4Exp>),
+}
+
+/// A sequence of either model family.
+pub enum AnySession {
+    Std(Session),
+    Flash(FlashSession),
+}
+
+/// A Flash-Next sequence: its state plus the capacity limit the commands enforce.
+pub struct FlashSession {
+    pub st: q4::SeqState,
+    pub capacity: usize,
+    /// The empty state, for [`AnySession::reset`].
+    fresh: q4::SeqState,
+}
+
+impl AnySession {
+    /// Positions already evaluated.
+    pub fn n_past(&self) -> usize {
+        match self {
+            AnySession::Std(s) => s.n_past,
+            AnySession::Flash(f) => f.st.pos,
+        }
+    }
+    pub fn capacity(&self) -> usize {
+        match self {
+            AnySession::Std(s) => s.capacity(),
+            AnySession::Flash(f) => f.capacity,
+        }
+    }
+    /// Forgets the sequence.
+    pub fn reset(&mut self) {
+        match self {
+            AnySession::Std(s) => s.reset(),
+            AnySession::Flash(f) => f.st = f.fresh.clone(),
+        }
+    }
+}
+
+impl AnyModel {
+    pub fn n_vocab(&self) -> usize {
+        match self {
+            AnyModel::Std(m) => m.n_vocab,
+            AnyModel::Flash(m) => m.n_vocab(),
+        }
+    }
+
+    /// The GGUF the model was loaded from (first shard).
+    pub fn gguf(&self) -> &gguf::GgufFile {
+        match self {
+            AnyModel::Std(m) => &m.gguf,
+            AnyModel::Flash(m) => &m.file,
+        }
+    }
+
+    /// Training context length (0 if the file does not say).
+    pub fn n_ctx_train(&self) -> usize {
+        match self {
+            AnyModel::Std(m) => m.hp.n_ctx_train,
+            AnyModel::Flash(m) => m.hp.n_ctx_train,
+        }
+    }
+
+    /// A fresh sequence with room for `max_ctx` positions. Flash-Next caches are f16 (the
+    /// engine checks `--kv` at load).
+    pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> AnySession {
+        match self {
+            AnyModel::Std(m) => AnySession::Std(m.new_session(kv, max_ctx, prefill_chunk)),
+            AnyModel::Flash(m) => {
+                let st = m.new_state(q4::KvType::F16);
+                AnySession::Flash(FlashSession { fresh: st.clone(), st, capacity: max_ctx })
+            }
+        }
+    }
+
+    /// Appends `tokens` to the sequence and writes logits to `out` (see [`Model::eval`]).
+    pub fn eval(&self, s: &mut AnySession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        match (self, s) {
+            (AnyModel::Std(m), AnySession::Std(s)) => m.eval(s, tokens, want, out),
+            (AnyModel::Flash(m), AnySession::Flash(f)) => {
+                if tokens.is_empty() {
+                    return Err(EngineError::EmptyInput);
+                }
+                let needed = f.st.pos + tokens.len();
+                if needed > f.capacity {
+                    return Err(EngineError::ContextFull { needed, capacity: f.capacity });
+                }
+                let pos = f.st.pos;
+                let mut l = m.forward(&mut f.st, tokens, pos)?;
+                if want == Logits::Last {
+                    let nv = m.n_vocab();
+                    l.drain(..l.len() - nv);
+                }
+                *out = l;
+                Ok(())
+            }
+            _ => Err(EngineError::SessionMismatch),
+        }
     }
 }
 
 pub struct Engine {
-    pub model: Model,
+    pub model: AnyModel,
     pub tokenizer: Tokenizer,
     pub opts: RunOptions,
+    /// The file given to [`Engine::load`].
+    pub path: std::path::PathBuf,
 }
 
 /// Why generation stopped.
@@ -46,18 +163,33 @@ pub enum Stop {
 
 impl Engine {
     pub fn load(path: &Path, opts: RunOptions) -> Result<Engine> {
-        let model = Model::load(path)?;
-        let tokenizer = Tokenizer::from_gguf(&model.gguf)
+        let gguf = gguf::GgufFile::open(path)
+            .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+        let arch = gguf.architecture().map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+        let model = if arch == "qwen4exp" {
+            if opts.kv != KvType::F16 {
+                return Err(EngineError::Unsupported(format!(
+                    "qwen4exp models run with --kv f16 only (got {:?})",
+                    opts.kv
+                )));
+            }
+            let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple)
+                .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source })?;
+            AnyModel::Flash(Box::new(m))
+        } else {
+            AnyModel::Std(Model::from_gguf(gguf, path)?)
+        };
+        let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
-        Ok(Engine { model, tokenizer, opts })
+        Ok(Engine { model, tokenizer, opts, path: path.to_path_buf() })
     }
 
     /// KV capacity for new sessions.
     pub fn context_size(&self) -> usize {
-        if self.opts.max_context == 0 { self.model.hp.n_ctx_train } else { self.opts.max_context }
+        if self.opts.max_context == 0 { self.model.n_ctx_train().max(1) } else { self.opts.max_context }
     }
 
-    pub fn new_session(&self) -> Session {
+    pub fn new_session(&self) -> AnySession {
         self.model.new_session(self.opts.kv, self.context_size(), self.opts.prefill)
     }
 
@@ -71,13 +203,13 @@ impl Engine {
     /// `on_token` for each (return false to stop). Returns the tokens and why it stopped.
     pub fn generate(
         &self,
-        sess: &mut Session,
+        sess: &mut AnySession,
         prompt: &[u32],
         n: usize,
         sampler: &mut Sampler,
         mut on_token: impl FnMut(u32) -> bool,
     ) -> Result<(Vec<u32>, Stop)> {
-        let needed = sess.n_past + prompt.len() + n.saturating_sub(1);
+        let needed = sess.n_past() + prompt.len() + n.saturating_sub(1);
         if needed > sess.capacity() {
             return Err(EngineError::ContextFull { needed, capacity: sess.capacity() });
         }

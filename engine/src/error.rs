@@ -29,6 +29,15 @@ pub enum EngineError {
     #[error("default model: {0}")]
     Fetch(String),
     #[error("{path}: {source}")]
+    Qwen4Exp { path: PathBuf, source: crate::model::qwen4exp::Qwen4ExpError },
+    /// A qwen4exp forward error (the file was named when it loaded).
+    #[error("qwen4exp: {0}")]
+    Flash(#[from] crate::model::qwen4exp::Qwen4ExpError),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("session of one model family passed to the other")]
+    SessionMismatch,
+    #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }
 

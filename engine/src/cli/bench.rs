@@ -34,6 +34,8 @@ pub struct BenchArgs {
     /// Print the results as one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub spec: super::SpecArgs,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -50,6 +52,20 @@ pub struct BenchResult {
     pub tg_min: f64,
     pub tg_median: f64,
     pub peak_rss_mb: f64,
+    /// With `--spec N`: greedy speculative decode of `tg` tokens after a repetitive prompt.
+    pub spec: Option<SpecBench>,
+}
+
+/// `strata bench --spec N` results.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SpecBench {
+    pub n_draft: usize,
+    pub tok_s: f64,
+    pub acceptance_rate: f64,
+    pub tokens_per_verify: f64,
+    pub stats_drafted: u64,
+    pub stats_accepted: u64,
+    pub verify_steps: u64,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +112,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     if a.pp == 0 || a.tg == 0 || a.reps == 0 {
         bail!("--pp, --tg and --reps must be >= 1");
     }
-    let nv = e.model.n_vocab as u32;
+    let nv = e.model.n_vocab() as u32;
     // Deterministic pseudo-text: ids spread over the vocabulary, BOS first.
     let mut prompt: Vec<u32> = (0..a.pp as u32).map(|i| (i.wrapping_mul(2_654_435_761) % nv.max(1)).max(3)).collect();
     if let Some(b) = e.tokenizer.bos() {
@@ -129,10 +145,29 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
             tg_tok_s.push(a.tg as f64 / dt);
         }
     }
+    let spec = match a.spec.to_config()? {
+        None => None,
+        Some(sc) => {
+            // The pseudo-text never repeats; the drafter needs repetition, so the prompt is a
+            // 16-token phrase said three times.
+            let phrase = &prompt[..prompt.len().min(16)];
+            let p: Vec<u32> = phrase.iter().chain(phrase).chain(phrase).copied().collect();
+            let (_, st, dt) = super::generate::spec_generate(e, &p, a.tg, sc)?;
+            Some(SpecBench {
+                n_draft: sc.n_draft,
+                tok_s: st.decoded as f64 / dt.max(1e-9),
+                acceptance_rate: st.acceptance_rate(),
+                tokens_per_verify: st.tokens_per_verify(),
+                stats_drafted: st.drafted,
+                stats_accepted: st.accepted,
+                verify_steps: st.verify_steps,
+            })
+        }
+    };
     let (pp_min, pp_median) = min_median(&pp_tok_s);
     let (tg_min, tg_median) = min_median(&tg_tok_s);
     Ok(BenchResult {
-        model: e.model.path.display().to_string(),
+        model: e.path.display().to_string(),
         threads: rayon::current_num_threads(),
         cpu_features: cpu_kernels::cpu_features(),
         pp: a.pp,
@@ -144,6 +179,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         tg_min,
         tg_median,
         peak_rss_mb: peak_rss_mb(),
+        spec,
     })
 }
 
@@ -165,6 +201,19 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
         println!("model: {} ({} threads, {}, kv {:?})", r.model, r.threads, r.cpu_features, e.opts.kv);
         println!("pp{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.pp, r.pp_min, r.pp_median, r.pp_tok_s);
         println!("tg{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.tg, r.tg_min, r.tg_median, r.tg_tok_s);
+        if let Some(sp) = &r.spec {
+            println!(
+                "spec{} (suffix drafter, tg{} incl. prompt pass): {:.1} tok/s, acceptance rate {:.1}% ({}/{} drafts), {:.2} tokens per verify step ({} steps)",
+                sp.n_draft,
+                r.tg,
+                sp.tok_s,
+                100.0 * sp.acceptance_rate,
+                sp.stats_accepted,
+                sp.stats_drafted,
+                sp.tokens_per_verify,
+                sp.verify_steps
+            );
+        }
         println!("peak RSS: {:.1} MB", r.peak_rss_mb);
     }
     Ok(())

@@ -6,14 +6,19 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::engine::{Engine, TextStream};
+use crate::EngineError;
+use crate::engine::{AnyModel, Engine, TextStream};
+use crate::spec::{SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 use crate::sampler::Sampler;
 
 #[derive(Args, Debug, Clone)]
 pub struct GenerateArgs {
     /// Prompt text.
-    #[arg(short = 'p', long)]
-    pub prompt: String,
+    #[arg(short = 'p', long, required_unless_present = "tokens")]
+    pub prompt: Option<String>,
+    /// Alternatively the prompt as comma-separated token ids (used as given: no BOS added).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "chat"])]
+    pub tokens: Vec<u32>,
     /// Maximum number of tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
     pub n_predict: usize,
@@ -28,6 +33,8 @@ pub struct GenerateArgs {
     pub show_ids: bool,
     #[command(flatten)]
     pub sampling: super::SamplingArgs,
+    #[command(flatten)]
+    pub spec: super::SpecArgs,
 }
 
 pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
@@ -35,17 +42,27 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
         bail!("-n must be >= 1");
     }
     let cfg = a.sampling.to_config()?;
-    let prompt = if a.chat {
+    let spec = a.spec.to_config()?;
+    if spec.is_some() && cfg.temperature > 0.0 {
+        bail!("--spec is lossless greedy decoding only: add --temp 0 (or drop --spec to sample)");
+    }
+    let text = a.prompt.clone().unwrap_or_default();
+    let prompt = if !a.tokens.is_empty() {
+        a.tokens.clone()
+    } else if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
             msgs.push(tokenizer::ChatMessage { role: "system".into(), content: s.clone() });
         }
-        msgs.push(tokenizer::ChatMessage { role: "user".into(), content: a.prompt.clone() });
+        msgs.push(tokenizer::ChatMessage { role: "user".into(), content: text.clone() });
         let text = e.tokenizer.apply_chat_template(&msgs, true)?;
         chat_ids(e, &text)
     } else {
-        e.encode(&a.prompt, false)
+        e.encode(&text, false)
     };
+    if let Some(sc) = spec {
+        return run_spec(e, a, &prompt, sc);
+    }
     let mut sess = e.new_session();
     let mut sampler = Sampler::new(cfg);
     let mut stream = TextStream::default();
@@ -87,6 +104,62 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
         eprintln!("ids: {ids:?}");
     }
     Ok(())
+}
+
+/// `generate --spec N`: greedy with the suffix drafter; the text is printed once generation
+/// ends (a window can emit several tokens at once), cut at the first end-of-generation token
+/// like plain generation.
+fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Result<()> {
+    let (ids, stats, dt) = spec_generate(e, prompt, a.n_predict, sc)?;
+    let (ids, stop) = match ids.iter().position(|&t| e.tokenizer.is_eog(t)) {
+        Some(i) => (&ids[..i], "Eog"),
+        None => (&ids[..], "Length"),
+    };
+    let mut stream = TextStream::default();
+    let mut text = String::new();
+    for &t in ids {
+        text.push_str(&stream.push(&e.tokenizer.token_to_bytes(t)));
+    }
+    text.push_str(&stream.finish());
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")?;
+    eprintln!(
+        "\n[{} prompt tokens; {} generated in {:.3}s; stop: {stop}; spec: {} verify steps, {:.2} tokens/step, acceptance {:.1}% ({}/{} drafts)]",
+        prompt.len(),
+        ids.len(),
+        dt,
+        stats.verify_steps,
+        stats.tokens_per_verify(),
+        100.0 * stats.acceptance_rate(),
+        stats.accepted,
+        stats.drafted
+    );
+    if a.show_ids {
+        eprintln!("ids: {ids:?}");
+    }
+    Ok(())
+}
+
+/// Greedy speculative generation of `n` tokens after `prompt` on a fresh sequence of either
+/// model family (EOG not handled: the caller cuts). Returns ids, counters and seconds.
+pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Result<(Vec<u32>, SpecStats, f64)> {
+    let needed = prompt.len() + n.saturating_sub(1);
+    if needed > e.context_size() {
+        return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
+    }
+    let mut drafter = SuffixDrafter::default();
+    let t0 = Instant::now();
+    let (ids, stats) = match &e.model {
+        AnyModel::Std(m) => {
+            let mut sess = m.new_session(e.opts.kv, e.context_size(), e.opts.prefill);
+            generate_greedy_spec(m, &mut sess, prompt, n, &mut drafter, sc)?
+        }
+        AnyModel::Flash(m) => {
+            let mut st = m.new_state(crate::model::qwen4exp::KvType::F16);
+            generate_greedy_spec(&**m, &mut st, prompt, n, &mut drafter, sc)?
+        }
+    };
+    Ok((ids, stats, t0.elapsed().as_secs_f64()))
 }
 
 /// Tokenizes a rendered chat prompt: special tokens parsed; BOS added once (unless the

@@ -3,7 +3,7 @@
 
 mod bench;
 pub mod emu;
-mod generate;
+pub mod generate;
 mod logits;
 mod perplexity;
 pub mod serve;
@@ -54,6 +54,29 @@ pub struct CommonArgs {
     /// (0 = the model's training context length).
     #[arg(long, global = true, default_value_t = 4096)]
     pub max_context: usize,
+    /// Flash-Next (qwen4exp) only: GGUF file holding the PLE table
+    /// (`per_layer_token_embd.weight`) when it is not in the model file or its split siblings.
+    #[arg(long, global = true)]
+    pub ple_gguf: Option<PathBuf>,
+    /// Flash-Next only: how PLE table rows are read: `direct` (O_DIRECT reads, page cache left
+    /// free), `mmap` (through the memory map) or `ram` (whole table loaded at start).
+    #[arg(long, value_enum, global = true, default_value_t = PleIoArg::Mmap)]
+    pub ple_io: PleIoArg,
+    /// Flash-Next only: PLE row cache size in MiB (0 = no cache).
+    #[arg(long, global = true, default_value_t = 64)]
+    pub ple_cache_mb: usize,
+    /// Flash-Next only: run without the PLE table if it cannot be found (a warning is printed;
+    /// outputs then differ from the real model).
+    #[arg(long, global = true)]
+    pub ple_skip: bool,
+}
+
+/// `--ple-io` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PleIoArg {
+    Direct,
+    Mmap,
+    Ram,
 }
 
 #[derive(Subcommand, Debug)]
@@ -72,6 +95,33 @@ pub enum Cmd {
     Server(server::ServerConfig),
     /// The software RDNA3 device: disassemble, list or run kernels of a gfx11 code object.
     Emu(emu::EmuArgs),
+}
+
+/// Speculative decoding flags (greedy only).
+#[derive(Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding: up to N draft tokens per verify step from the prompt-lookup
+    /// (suffix) drafter, checked by the model in one batched pass (0 = off, max 8). Lossless:
+    /// the output equals plain greedy decoding. Greedy only (needs --temp 0).
+    #[arg(long, default_value_t = 0)]
+    pub spec: usize,
+    /// With --spec: a draft enters the verify window only while it (and every draft before it)
+    /// has drafter probability >= P.
+    #[arg(long, default_value_t = 0.0)]
+    pub spec_min_p: f32,
+}
+
+impl SpecArgs {
+    /// The validated config (`None` when speculation is off).
+    pub fn to_config(&self) -> Result<Option<crate::spec::SpecConfig>> {
+        if self.spec > crate::spec::MAX_DRAFT {
+            bail!("--spec must be in 0..={} (got {})", crate::spec::MAX_DRAFT, self.spec);
+        }
+        if !(0.0..=1.0).contains(&self.spec_min_p) {
+            bail!("--spec-min-p must be in [0, 1] (got {})", self.spec_min_p);
+        }
+        Ok((self.spec > 0).then_some(crate::spec::SpecConfig { n_draft: self.spec, min_p: self.spec_min_p }))
+    }
 }
 
 /// Sampling flags shared by commands that generate.
@@ -154,7 +204,23 @@ impl CommonArgs {
         {
             bail!("model file {} not found", p.display());
         }
-        Ok(Common { model: self.model.clone(), run: RunOptions { kv: self.kv, max_context: self.max_context, prefill: self.prefill } })
+        if let Some(p) = &self.ple_gguf
+            && !p.is_file()
+        {
+            bail!("PLE file {} (--ple-gguf) not found", p.display());
+        }
+        let ple = crate::model::qwen4exp::PleOptions {
+            ple_gguf: self.ple_gguf.clone(),
+            ple_io: match self.ple_io {
+                PleIoArg::Direct => crate::model::qwen4exp::PleIo::Direct,
+                PleIoArg::Mmap => crate::model::qwen4exp::PleIo::Mmap,
+                PleIoArg::Ram => crate::model::qwen4exp::PleIo::Ram,
+            },
+            ple_cache_bytes: self.ple_cache_mb.checked_mul(1 << 20).context("--ple-cache-mb is too large")?,
+            ple_skip: self.ple_skip,
+            ..Default::default()
+        };
+        Ok(Common { model: self.model.clone(), run: RunOptions { kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple } })
     }
 }
 
@@ -164,6 +230,7 @@ fn load(c: &Common) -> Result<Engine> {
         Some(p) => p.clone(),
         None => crate::fetch::default_model(true)?,
     };
+    // (qwen4exp load warnings, e.g. a skipped PLE table, are printed by the loader.)
     Engine::load(&path, c.run.clone()).with_context(|| format!("loading {}", path.display()))
 }
 

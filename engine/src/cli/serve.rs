@@ -9,13 +9,14 @@ use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
 
 use crate::EngineError;
 use crate::engine::Engine;
-use crate::model::forward::{Logits, Session};
+use crate::engine::AnySession;
+use crate::model::forward::Logits;
 use crate::sampler::{Sampler, SamplerConfig};
 
 /// The engine behind the token protocol: one sequence at a time, the session reused.
 pub struct ServeEngine<'e> {
     e: &'e Engine,
-    sess: Session,
+    sess: AnySession,
     logits: Vec<f32>,
 }
 
@@ -42,14 +43,14 @@ impl TokenEngine for ServeEngine<'_> {
     fn info(&self) -> ModelInfo {
         let m = &self.e.model;
         let name = m
-            .gguf
+            .gguf()
             .get_str("general.name")
             .map(str::to_string)
-            .unwrap_or_else(|_| m.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
-        let eog_tokens = (0..m.n_vocab as u32).filter(|&t| self.e.tokenizer.is_eog(t)).collect();
+            .unwrap_or_else(|_| self.e.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let eog_tokens = (0..m.n_vocab() as u32).filter(|&t| self.e.tokenizer.is_eog(t)).collect();
         ModelInfo {
             name,
-            vocab_size: m.n_vocab as u32,
+            vocab_size: m.n_vocab() as u32,
             context_length: self.sess.capacity() as u32,
             eog_tokens,
             parallel: 1,
@@ -73,7 +74,7 @@ impl TokenEngine for ServeEngine<'_> {
             if !emit(t) {
                 return Ok(FinishReason::Stop);
             }
-            if sess.n_past >= sess.capacity() {
+            if sess.n_past() >= sess.capacity() {
                 return Ok(FinishReason::Length);
             }
             m.eval(sess, &[t], Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;

@@ -23,6 +23,7 @@
 //! implemented (its numerics are not pinned down by the fixtures).
 
 mod qwen4exp;
+mod standard;
 mod suffix;
 
 pub use suffix::SuffixDrafter;

@@ -1,0 +1,200 @@
+//! The `strata` binary on Flash-Next (qwen4exp) models and with `--spec`: logits and greedy ids
+//! against llama.cpp's vectors for the tiny public model, speculative output equal to plain
+//! greedy (qwen4exp and the default Gemma model), and the PLE table options.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::models_util::{default_model_path, ids, read_json, reference};
+
+const F32: &str = "tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf";
+const Q8: &str = "tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("running strata")
+}
+
+fn run_ok(args: &[&str]) -> (String, String) {
+    let out = strata(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "strata {args:?} failed: {err}");
+    (String::from_utf8(out.stdout).expect("utf-8 stdout"), err)
+}
+
+/// The `ids: [..]` line `generate --show-ids` prints to stderr.
+fn shown_ids(stderr: &str) -> Vec<u32> {
+    let line = stderr.lines().find_map(|l| l.strip_prefix("ids: ")).unwrap_or_else(|| panic!("no ids line in {stderr}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("ids line {line:?}: {e}"))
+}
+
+fn csv(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("strata-cli-qwen4exp-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// (prompt ids, greedy ids) of reference sequence `i` of a variant (`f32`, `q8_0-split`).
+fn ref_seq(variant: &str, i: usize) -> (Vec<u32>, Vec<u32>) {
+    let r = read_json(&format!("tiny-qwen4exp/ref/{variant}/ref.json"));
+    let s = &r["sequences"][i];
+    (ids(&s["token_ids"]), ids(&s["greedy_ids"]))
+}
+
+/// `strata logits` on the f32 model (the engine's f16 caches, like llama.cpp's default) equals
+/// llama.cpp's `ref/f32` logits within the model test's tolerance for that run (1e-3).
+#[test]
+fn cli_qwen4exp_logits_match_llama_cpp() {
+    const TOL: f32 = 1e-3;
+    let m = reference(F32);
+    let (toks, _) = ref_seq("f32", 0);
+    let npy = tmp("seq1.npy");
+    run_ok(&["logits", "-m", m.to_str().unwrap(), "--tokens", &csv(&toks), "--out", npy.to_str().unwrap(), "-t", "2"]);
+    let (shape, got) = strata::npy::read_f32(&npy).unwrap();
+    let (wshape, want) = strata::npy::read_f32(&reference("tiny-qwen4exp/ref/f32/seq1_logits.npy")).unwrap();
+    assert_eq!(shape, wshape);
+    let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max <= TOL, "max |logit diff| {max} > {TOL}");
+    let _ = std::fs::remove_file(npy);
+}
+
+/// `strata generate --temp 0` prints llama.cpp's greedy ids, for the f32 model and the
+/// two-shard q8_0 model (PLE table in shard 2, opened automatically).
+#[test]
+fn cli_qwen4exp_generate_greedy_matches_llama_cpp() {
+    for (file, variant) in [(F32, "f32"), (Q8, "q8_0-split")] {
+        let m = reference(file);
+        let (toks, greedy) = ref_seq(variant, 0);
+        let n = greedy.len().to_string();
+        let (_, err) = run_ok(&["generate", "-m", m.to_str().unwrap(), "--tokens", &csv(&toks), "-n", &n, "--temp", "0", "--show-ids", "-t", "2"]);
+        // The reference ignores EOG; plain generate stops there, so compare up to it.
+        let got = shown_ids(&err);
+        assert_eq!(got[..], greedy[..got.len()], "{variant}");
+        assert!(got.len() == greedy.len() || err.contains("stop: Eog"), "{variant}: {err}");
+    }
+}
+
+fn spec_equals_plain(model: &Path, prompt_args: &[&str], n: usize) -> String {
+    let m = model.to_str().unwrap();
+    let n = n.to_string();
+    let run = |spec: &str| {
+        let mut a = vec!["generate", "-m", m, "-n", &n, "--temp", "0", "--show-ids", "-t", "2", "--spec", spec];
+        a.extend_from_slice(prompt_args);
+        run_ok(&a)
+    };
+    let (out0, err0) = run("0");
+    let (out4, err4) = run("4");
+    assert_eq!(shown_ids(&err4), shown_ids(&err0), "--spec 4 ids differ from --spec 0");
+    assert_eq!(out4, out0);
+    err4
+}
+
+/// Number of drafts a `--spec` run put into verify windows (from its stderr summary).
+fn drafted(err: &str) -> u64 {
+    let s = err.split(" drafts)").next().and_then(|s| s.rsplit('/').next()).unwrap_or_else(|| panic!("no spec summary in {err}"));
+    s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"))
+}
+
+/// Lossless speculation on qwen4exp: the prompt repeats the reference prompt after a piece of
+/// its continuation, so the suffix drafter proposes that continuation again and the model (in
+/// the new context) rejects parts of it: the GDN/PLE rollback path runs, the ids stay equal.
+#[test]
+fn cli_qwen4exp_spec_equals_greedy() {
+    let m = reference(F32);
+    let (toks, greedy) = ref_seq("f32", 0);
+    let mut prompt = toks.clone();
+    prompt.extend_from_slice(&greedy[..6]);
+    prompt.extend_from_slice(&toks);
+    let p = csv(&prompt);
+    let err = spec_equals_plain(&m, &["--tokens", &p], 24);
+    assert!(drafted(&err) > 0, "no drafts were verified: {err}");
+}
+
+/// The same on the default Gemma model with a repetitive prompt (drafts get accepted).
+#[test]
+fn cli_gemma_spec_equals_greedy() {
+    let m = default_model_path();
+    let p = "One, two, three, four, five. One, two, three, four, five. One, two, three,";
+    let err = spec_equals_plain(&m, &["-p", p], 24);
+    assert!(drafted(&err) > 0, "no drafts were verified: {err}");
+    assert!(err.contains("acceptance"), "{err}");
+}
+
+#[test]
+fn cli_spec_refuses_sampling_and_bad_values() {
+    let m = reference(F32);
+    let m = m.to_str().unwrap();
+    for (args, want) in [
+        (&["--temp", "0.8", "--spec", "4"][..], "--temp 0"),
+        (&["--temp", "0", "--spec", "9"][..], "--spec must be in 0..=8"),
+    ] {
+        let mut a = vec!["generate", "-m", m, "--tokens", "1,2,3", "-n", "4"];
+        a.extend_from_slice(args);
+        let out = strata(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// `bench --spec` reports the acceptance rate and tokens per verify step.
+#[test]
+fn cli_bench_spec_reports_acceptance() {
+    let m = reference(F32);
+    let (out, _) = run_ok(&["bench", "-m", m.to_str().unwrap(), "--pp", "16", "--tg", "8", "--reps", "1", "--spec", "4", "-t", "2"]);
+    assert!(out.contains("acceptance rate") && out.contains("tokens per verify step"), "{out}");
+}
+
+/// The q8_0 model rewritten as a trunk without the PLE table plus a file holding the table.
+fn trunk_and_table() -> (PathBuf, PathBuf) {
+    let g = gguf::GgufFile::open(&reference(Q8)).unwrap();
+    let (trunk, table) = (tmp("trunk.gguf"), tmp("ple-table.gguf"));
+    let mut wt = gguf::GgufWriter::new();
+    let mut wp = gguf::GgufWriter::new();
+    for (k, v) in g.metadata() {
+        if !k.starts_with("split.") {
+            wt.add_metadata(k.clone(), v.clone());
+        }
+    }
+    wp.add_metadata("general.architecture", gguf::Value::Str("qwen4exp".into()));
+    for t in g.tensors() {
+        let w = if t.name == "per_layer_token_embd.weight" { &mut wp } else { &mut wt };
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec());
+    }
+    wt.write(&trunk).unwrap();
+    wp.write(&table).unwrap();
+    (trunk, table)
+}
+
+/// Without its PLE table the model does not load and the error says which flags help;
+/// `--ple-gguf` restores the reference output (every I/O mode); `--ple-skip` runs with a warning.
+#[test]
+fn cli_qwen4exp_ple_options() {
+    let (trunk, table) = trunk_and_table();
+    let (toks, greedy) = ref_seq("q8_0-split", 0);
+    let (t, tp) = (trunk.to_str().unwrap(), table.to_str().unwrap());
+    let p = csv(&toks);
+    let base = ["generate", "-m", t, "--tokens", &p, "-n", "8", "--temp", "0", "--show-ids", "-t", "2"];
+
+    let out = strata(&base);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "loaded without the PLE table");
+    assert!(err.contains("per_layer_token_embd.weight") && err.contains("--ple-gguf") && err.contains("--ple-skip"), "{err}");
+
+    for io in ["direct", "mmap", "ram"] {
+        let mut a = base.to_vec();
+        a.extend_from_slice(&["--ple-gguf", tp, "--ple-io", io, "--ple-cache-mb", "1"]);
+        let (_, err) = run_ok(&a);
+        assert_eq!(shown_ids(&err)[..], greedy[..8], "--ple-io {io}");
+    }
+
+    let mut a = base.to_vec();
+    a.push("--ple-skip");
+    let (_, err) = run_ok(&a);
+    assert!(err.contains("warning"), "--ple-skip gave no warning: {err}");
+    assert_eq!(shown_ids(&err).len(), 8);
+    let _ = std::fs::remove_file(trunk);
+    let _ = std::fs::remove_file(table);
+}
