@@ -198,3 +198,32 @@ fn cli_qwen4exp_ple_options() {
     let _ = std::fs::remove_file(trunk);
     let _ = std::fs::remove_file(table);
 }
+
+/// `strata --serve` on qwen4exp: a greedy request streams llama.cpp's greedy ids.
+#[test]
+fn cli_qwen4exp_serve_streams_greedy_ids() {
+    use std::io::Write;
+    let m = reference(F32);
+    let (toks, greedy) = ref_seq("f32", 0);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["-m", m.to_str().unwrap(), "--serve", "-t", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting strata --serve");
+    let req = serde_json::json!({"type": "generate", "id": 1, "tokens": toks, "max_tokens": 6,
+        "sampling": {"temperature": 0.0}, "stop_tokens": []});
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{req}").unwrap();
+    drop(stdin); // EOF: the engine finishes the request, then exits
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got: Vec<u32> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "token")
+        .map(|v| v["token"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(got[..], greedy[..6], "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+}
