@@ -38,15 +38,15 @@ impl Default for RunOptions {
 /// Either model family (chosen by `general.architecture`).
 pub enum AnyModel {
     /// The shared decoder (gemma3, llama, qwen2, qwen3, qwen3moe).
-    Std(Model),
+    Std(Box<Model>),
     /// Flash-Next (`qwen4exp`).
     Flash(Box<Qwen4Exp>),
 }
 
 /// A sequence of either model family.
 pub enum AnySession {
-    Std(Session),
-    Flash(FlashSession),
+    Std(Box<Session>),
+    Flash(Box<FlashSession>),
 }
 
 /// A Flash-Next sequence: its state plus the capacity limit the commands enforce.
@@ -108,10 +108,10 @@ impl AnyModel {
     /// engine checks `--kv` at load).
     pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> AnySession {
         match self {
-            AnyModel::Std(m) => AnySession::Std(m.new_session(kv, max_ctx, prefill_chunk)),
+            AnyModel::Std(m) => AnySession::Std(Box::new(m.new_session(kv, max_ctx, prefill_chunk))),
             AnyModel::Flash(m) => {
                 let st = m.new_state(q4::KvType::F16);
-                AnySession::Flash(FlashSession { fresh: st.clone(), st, capacity: max_ctx })
+                AnySession::Flash(Box::new(FlashSession { fresh: st.clone(), st, capacity: max_ctx }))
             }
         }
     }
@@ -174,10 +174,10 @@ impl Engine {
                 )));
             }
             let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple)
-                .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source })?;
+                .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) })?;
             AnyModel::Flash(Box::new(m))
         } else {
-            AnyModel::Std(Model::from_gguf(gguf, path)?)
+            AnyModel::Std(Box::new(Model::from_gguf(gguf, path)?))
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;

@@ -29,16 +29,23 @@ pub enum EngineError {
     #[error("default model: {0}")]
     Fetch(String),
     #[error("{path}: {source}")]
-    Qwen4Exp { path: PathBuf, source: crate::model::qwen4exp::Qwen4ExpError },
-    /// A qwen4exp forward error (the file was named when it loaded).
+    Qwen4Exp { path: PathBuf, source: Box<crate::model::qwen4exp::Qwen4ExpError> },
+    /// A qwen4exp forward error (the file was named when it loaded). Boxed: the error type is
+    /// large and `Result<_, EngineError>` is returned on hot paths.
     #[error("qwen4exp: {0}")]
-    Flash(#[from] crate::model::qwen4exp::Qwen4ExpError),
+    Flash(Box<crate::model::qwen4exp::Qwen4ExpError>),
     #[error("{0}")]
     Unsupported(String),
     #[error("session of one model family passed to the other")]
     SessionMismatch,
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+}
+
+impl From<crate::model::qwen4exp::Qwen4ExpError> for EngineError {
+    fn from(e: crate::model::qwen4exp::Qwen4ExpError) -> Self {
+        EngineError::Flash(Box::new(e))
+    }
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -152,7 +152,7 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Re
     let (ids, stats) = match &e.model {
         AnyModel::Std(m) => {
             let mut sess = m.new_session(e.opts.kv, e.context_size(), e.opts.prefill);
-            generate_greedy_spec(m, &mut sess, prompt, n, &mut drafter, sc)?
+            generate_greedy_spec(&**m, &mut sess, prompt, n, &mut drafter, sc)?
         }
         AnyModel::Flash(m) => {
             let mut st = m.new_state(crate::model::qwen4exp::KvType::F16);
