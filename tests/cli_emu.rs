@@ -15,8 +15,9 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
-fn write_object(arch: &str) -> PathBuf {
-    let p = tmp(&format!("kernels-{arch}.elf"));
+/// Each test writes its own copy (tests run in parallel; a shared file could be read half written).
+fn write_object(arch: &str, test: &str) -> PathBuf {
+    let p = tmp(&format!("{test}-kernels-{arch}.elf"));
     std::fs::write(&p, strata::gpu::code_object_for(arch).expect("embedded code object")).unwrap();
     p
 }
@@ -24,12 +25,12 @@ fn write_object(arch: &str) -> PathBuf {
 #[test]
 fn emu_disasm_matches_llvm_objdump_on_every_embedded_object() {
     for arch in ["gfx1100", "gfx1101", "gfx1102"] {
-        let elf = write_object(arch);
+        let elf = write_object(arch, "disasm");
         let objdump = match Command::new("llvm-objdump-22").args(["-d", &format!("--mcpu={arch}")]).arg(&elf).output() {
             Ok(o) => o,
             Err(e) => panic!("llvm-objdump-22 is needed for this test (apt-get install llvm-22): {e}"),
         };
-        assert!(objdump.status.success());
+        assert!(objdump.status.success(), "llvm-objdump-22 failed on {}: {}", elf.display(), String::from_utf8_lossy(&objdump.stderr));
         let ours = strata().args(["emu", "disasm"]).arg(&elf).output().unwrap();
         assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
         let (a, b) = (String::from_utf8(ours.stdout).unwrap(), String::from_utf8(objdump.stdout).unwrap());
@@ -45,7 +46,7 @@ fn emu_disasm_matches_llvm_objdump_on_every_embedded_object() {
 #[test]
 fn emu_run_dequant_from_files_matches_reference() {
     use quant::GgmlType;
-    let elf = write_object("gfx1100");
+    let elf = write_object("gfx1100", "run");
     // 5 random Q8_0 blocks (deterministic LCG), reference-dequantized by the quant crate.
     let mut s = 0x1234_5678u64;
     let mut next = || {
@@ -80,7 +81,7 @@ fn emu_run_dequant_from_files_matches_reference() {
 
 #[test]
 fn emu_run_rejects_bad_arguments_with_a_clear_message() {
-    let elf = write_object("gfx1100");
+    let elf = write_object("gfx1100", "bad-args");
     let out = strata().args(["emu", "run"]).arg(&elf).args(["dequant_q8_0_f32", "--arg=u32=5"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
