@@ -76,7 +76,7 @@ case "$mode" in
     exec "$strata" server --config "$cfg" --port "$port" ;;
   test)
     python3 -m pip install -q openai >/dev/null
-    echo "==> cargo test --release --features gpu --workspace"
-    cargo test --release --features gpu --workspace
+    echo "==> cargo test --release --features gpu --workspace --no-fail-fast"
+    cargo test --release --features gpu --workspace --no-fail-fast
     server/tests/openai_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model" ;;
 esac
