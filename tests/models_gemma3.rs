@@ -6,65 +6,37 @@ use strata::sampler::{Sampler, SamplerConfig};
 
 use crate::models_util::{gemma, ids, read_json, reference};
 
-/// Top-10 logits at the first 16 generated positions: max |ours - llama.cpp|.
-/// Gemma 3's residual stream has large outliers, which makes its logits sensitive to the last
-/// bit of the Q8_0/Q8_K activation quantization: with exact f32 activations (dequantized
-/// weights, f64 dots) the logits differ from llama.cpp's by up to ~0.3 too, and llama.cpp's
-/// CPU backend itself mixes quantizers (x86 SIMD Q8_0, repacked Q4_K with its own Q8_K
-/// rounding for batches). So this bound measures "same model, same quantized weights",
-/// not bit-exactness; the greedy tests check the decisions.
+/// Top-10 logits at the first 16 generated positions (teacher-forced): max |ours - llama.cpp|.
+/// Gemma 3's residual stream has large outliers, so a one-ulp difference anywhere flips a later
+/// Q8 activation quant and moves logits by ~0.1; the forward pass therefore copies llama.cpp's
+/// CPU float order (forward::ggml_exact). That copy covers batches of < TILED_MIN_BATCH
+/// tokens (measured: identical logits); a longer prompt batch goes through llama.cpp's tiled
+/// K-quant GEMM, which we do not reproduce, so the long prompt only gets this bound.
 const TOP10_LOGIT_TOL: f64 = 1.0;
-/// Last-position logits of prompt 1 over the whole vocabulary: max |diff| and RMS diff
-/// (same reasoning as TOP10_LOGIT_TOL; the tails of the distribution move the most).
-const LAST_LOGITS_MAX_TOL: f64 = 1.5;
-const LAST_LOGITS_RMS_TOL: f64 = 0.3;
+/// Prompts shorter than this run through kernels we copy exactly.
+const TILED_MIN_BATCH: usize = 8;
+/// Same, for those prompts (measured 0; room for libm differences only).
+const TOP10_EXACT_TOL: f64 = 1e-3;
+/// Last-position logits of prompt 1 (6 tokens, one batch) over the whole vocabulary: measured
+/// bit-identical to llama.cpp (max |diff| 0); the bound only leaves room for libm differences.
+const LAST_LOGITS_MAX_TOL: f64 = 1e-3;
+const LAST_LOGITS_RMS_TOL: f64 = 1e-4;
 /// Perplexity relative to llama.cpp's.
 const PPL_REL_TOL: f64 = 0.01;
 
-/// Where llama.cpp's own top-1 / top-2 logit gap is below this, the choice is a coin flip at
-/// the numeric agreement we reach (activation quantization differs in the last bit between
-/// kernels, see TOP10_LOGIT_TOL), so a divergence there is accepted and reported.
-const NEAR_TIE: f64 = 0.05;
+/// Greedy tokens that must equal llama.cpp's (the brief: first 16 of every prompt). Measured:
+/// all 64 of greedy.json's short prompts and all 24 of reference.json's; the long
+/// printing-press prompt (a 180-token batch, llama.cpp's tiled K-quant GEMM) 17 of 64.
+const GREEDY_IDENTICAL: usize = 16;
 
-/// llama.cpp's top-1 minus top-2 logit at each of the first 16 generated steps of `prompt`.
-fn llama_margins(prompt: &[u32]) -> Vec<f64> {
-    let g = read_json("gemma3-270m-q4_k_m/greedy.json");
-    let Some(r) = g["results"].as_array().unwrap().iter().find(|r| ids(&r["prompt_token_ids"]) == prompt) else {
-        return Vec::new(); // no recorded margins: no near-tie allowance
-    };
-    r["top10_first16"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t[0][1].as_f64().unwrap() - t[1][1].as_f64().unwrap())
-        .collect()
-}
-
-/// Known gap: reference.json's third prompt has no recorded logits (so no near-tie check is
-/// possible) and diverges after 9 tokens; we require this many until the kernels reproduce
-/// llama.cpp's activation quantization bit for bit.
-const MIN_IDENTICAL_WITHOUT_MARGINS: usize = 8;
-
-/// Identical for at least 16 tokens, or diverging exactly at a near tie of llama.cpp.
-fn check_greedy(label: &str, prompt: &[u32], got: &[u32], want: &[u32]) {
+/// Identical for at least GREEDY_IDENTICAL tokens.
+fn check_greedy(label: &str, got: &[u32], want: &[u32]) {
     let ok = first_mismatch(got, want).unwrap_or(got.len().min(want.len()));
-    let margins = llama_margins(prompt);
     eprintln!("{label}: {ok}/{} greedy tokens identical to llama.cpp", want.len());
-    if ok >= 16.min(want.len()) {
-        return;
-    }
-    if margins.is_empty() {
-        eprintln!("{label}: KNOWN GAP: diverged at {ok} (no llama.cpp margins recorded for this prompt)");
-        assert!(ok >= MIN_IDENTICAL_WITHOUT_MARGINS, "{label}: diverged at {ok}\n got  {got:?}\n want {want:?}");
-        return;
-    }
-    let gap = margins.get(ok).copied().unwrap_or(f64::INFINITY);
     assert!(
-        gap < NEAR_TIE,
-        "{label}: diverged at token {ok} where llama.cpp's top-2 gap is {:.3} (>= {NEAR_TIE})\n got  {got:?}\n want {want:?}",
-        gap
+        ok >= GREEDY_IDENTICAL.min(want.len()),
+        "{label}: diverged at token {ok}\n got  {got:?}\n want {want:?}"
     );
-    eprintln!("{label}: divergence at token {ok} is a near tie in llama.cpp (gap {gap:.3} < {NEAR_TIE})");
 }
 
 fn greedy(prompt: &[u32], n: usize) -> Vec<u32> {
@@ -86,7 +58,7 @@ fn gemma3_greedy_matches_llama_cpp_greedy_json() {
         let text = r["prompt"].as_str().unwrap();
         let want = ids(&r["generated_token_ids"]);
         let got = greedy(&prompt, want.len());
-        check_greedy(text, &prompt, &got, &want);
+        check_greedy(text, &got, &want);
     }
 }
 
@@ -98,7 +70,7 @@ fn gemma3_greedy_matches_llama_cpp_reference_json() {
         let prompt = ids(&r["prompt_ids"]);
         let want = ids(&r["ids"]);
         let got = greedy(&prompt, want.len());
-        check_greedy(r["prompt"].as_str().unwrap(), &prompt, &got, &want);
+        check_greedy(r["prompt"].as_str().unwrap(), &got, &want);
         if first_mismatch(&got[..16], &want[..16]).is_none() {
             assert_eq!(e.tokenizer.decode(&got[..16]), r["text16"].as_str().unwrap());
         }
@@ -115,17 +87,21 @@ fn gemma3_top10_logits_close_to_llama_cpp() {
         let prompt = ids(&r["prompt_token_ids"]);
         let generated = ids(&r["generated_token_ids"]);
         let top = r["top10_first16"].as_array().unwrap();
-        // Teacher-forced: prompt + llama.cpp's tokens, logits at every position.
-        let mut seq = prompt.clone();
-        seq.extend_from_slice(&generated[..top.len() - 1]);
+        // Teacher-forced in llama.cpp's schedule: the prompt as one batch, then llama.cpp's
+        // tokens one at a time (batch size decides which ggml kernels run, hence the rounding).
         let mut sess = e.new_session();
         let mut logits = Vec::new();
-        e.model.eval(&mut sess, &seq, Logits::All, &mut logits).unwrap();
+        e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
+        let tol = if prompt.len() < TILED_MIN_BATCH { TOP10_EXACT_TOL } else { TOP10_LOGIT_TOL };
         for (k, entries) in top.iter().enumerate() {
-            let row = &logits[(prompt.len() - 1 + k) * nv..(prompt.len() + k) * nv];
+            if k > 0 {
+                e.model.eval(&mut sess, &generated[k - 1..k], Logits::Last, &mut logits).unwrap();
+            }
+            let row = &logits[..nv];
             for ent in entries.as_array().unwrap() {
                 let (id, want) = (ent[0].as_u64().unwrap() as usize, ent[1].as_f64().unwrap());
                 let d = (row[id] as f64 - want).abs();
+                assert!(d <= tol, "{:?} step {k} token {id}: {} vs {want} (tolerance {tol})", r["prompt"], row[id]);
                 if d > worst {
                     worst = d;
                     eprintln!("top-10: new worst {d:.4} at {:?} step {k} token {id}: {} vs {want}", r["prompt"], row[id]);
@@ -189,6 +165,9 @@ fn gemma3_tokenizer_matches_llama_cpp() {
     }
 }
 
+/// RMS logit difference allowed between prefill chunk sizes (see the test; measured ~0.2).
+const CHUNKED_RMS_TOL: f64 = 0.5;
+
 #[test]
 fn gemma3_chunked_prefill_and_int8_cache_agree() {
     let e = gemma();
@@ -204,8 +183,12 @@ fn gemma3_chunked_prefill_and_int8_cache_agree() {
     let chunked = run(strata::kv_cache::KvType::F16, 3);
     let int8 = run(strata::kv_cache::KvType::Int8, 512);
     let maxd = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-    // Same math, different matmul batching: only summation order differs.
-    assert!(maxd(&whole, &chunked) < 0.05, "chunked prefill differs by {}", maxd(&whole, &chunked));
+    // Same math, different batching: llama.cpp (which we copy) uses other kernels, hence other
+    // summation orders, for batches of 3 and of 20 tokens, and on Gemma 3 that alone moves
+    // logits by up to ~1 (one flipped activation quant is enough). So: close, not equal.
+    let rms_chunked = (whole.iter().zip(&chunked).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>() / whole.len() as f64).sqrt();
+    eprintln!("chunked prefill vs whole: max |diff| {}, rms {rms_chunked:.4}", maxd(&whole, &chunked));
+    assert!(rms_chunked < CHUNKED_RMS_TOL, "chunked prefill: rms logit difference {rms_chunked}");
     // int8 KV is an approximation: logits stay within a loose band and greedy at the end agrees.
     let nv = e.model.n_vocab();
     let last = |l: &[f32]| {

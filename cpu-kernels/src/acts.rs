@@ -151,3 +151,19 @@ impl Acts {
         Ok(a)
     }
 }
+
+/// Q8_0 activation blocks as llama.cpp's x86 `quantize_row_q8_0` (AVX path) writes them: the
+/// stored scale is `d = amax/127` (f16), but the quants are `round_half_even(x * (127/amax))`,
+/// not `roundf(x / d)` like the reference quantizer: the two differ in the last bit of the
+/// multiplier and on ties, which flips a quant now and then.
+pub(crate) fn quantize_q8_0_x86(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        ob[..2].copy_from_slice(&quant::f32_to_f16(d).to_le_bytes());
+        for (o, &v) in ob[2..].iter_mut().zip(xb) {
+            *o = ((v * id).round_ties_even() as i32).clamp(-128, 127) as i8 as u8;
+        }
+    }
+}

@@ -151,6 +151,45 @@ fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
     });
 }
 
+/// `y[n][rows] = x · Wᵀ` computed in exactly the float order of llama.cpp's x86 CPU backend
+/// (commit 0c1e570 on an AVX2/AVX-512 machine, batches of < 8 rows): Q8_0/Q5_0 with x86-rounded
+/// Q8_0 activations and ggml's lane layout, Q4_K like the repacked 8x8 GEMV (1 row) / GEMM
+/// (groups of 4 rows), Q6_K like `ggml_vec_dot_q6_K_q8_K` (AVX2). Other types, or CPUs
+/// without AVX2, use the fast kernels. Slower than [`matmul`]; for models whose logits are
+/// so sensitive to the last bit that matching llama.cpp token for token needs it (Gemma 3).
+pub fn try_matmul_ggml(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = crate::x86::ggml_kernel(w.ty) {
+        let rb = w.validate()?;
+        if x.len() < n * w.cols {
+            return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
+        }
+        if y.len() < n * w.rows {
+            return Err(KernelError::Shape { what: "output y (n * rows)", expected: n * w.rows, got: y.len() });
+        }
+        if n == 0 || w.rows == 0 {
+            return Ok(());
+        }
+        // The portable preparation fills only the raw quantized rows, which these kernels read.
+        let mut acts = Acts::prepare(w.ty, x, n, w.cols, Path::Portable)?;
+        if acts.ty == quant::GgmlType::Q8_0 {
+            for (c, row) in acts.raw.chunks_exact_mut(acts.raw_row).enumerate() {
+                crate::acts::quantize_q8_0_x86(&x[c * w.cols..(c + 1) * w.cols], row);
+            }
+        }
+        run(kernel, w, rb, &acts, y);
+        return Ok(());
+    }
+    try_matmul(w, x, n, y)
+}
+
+/// [`try_matmul_ggml`], panicking on bad shapes like [`matmul`].
+pub fn matmul_ggml(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) {
+    if let Err(e) = try_matmul_ggml(w, x, n, y) {
+        panic!("matmul_ggml {:?} {}x{} n={n}: {e}", w.ty, w.rows, w.cols);
+    }
+}
+
 /// [`matvec`] returning errors instead of panicking.
 pub fn try_matvec(w: &QTensor, x: &[f32], y: &mut [f32]) -> Result<(), KernelError> {
     try_matmul_with(best_path(), w, x, 1, y)

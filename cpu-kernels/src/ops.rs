@@ -130,3 +130,66 @@ pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
 pub fn softcap(x: &mut [f32], cap: f32) {
     x.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
 }
+
+// ---- Bit-exact copies of llama.cpp's CPU ops (x86 build with GCC, which contracts a*b + c
+// into FMAs). Gemma 3's logits move by ~0.1 when a single activation quant flips, so matching
+// llama.cpp token for token needs the same rounding everywhere, not just the same math.
+
+/// ggml `rms_norm` (+ the fused weight multiply): squares rounded to f32, summed in order in
+/// f64, `scale = 1/sqrtf(mean + eps)`, `y = x * scale * w`.
+pub fn rms_norm_ggml(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len().min(weight.len()).min(out.len());
+    if n == 0 {
+        return;
+    }
+    let mut sum = 0f64;
+    for &v in &x[..n] {
+        sum += (v * v) as f64;
+    }
+    let scale = 1.0 / ((sum / n as f64) as f32 + eps).sqrt();
+    for i in 0..n {
+        out[i] = x[i] * scale * weight[i];
+    }
+}
+
+/// ggml NEOX rope: angles from the f32 recurrence `theta *= powf(base, -2/n_dims)` (not powf
+/// per index), `cosf`/`sinf` in f32, and the rotation as GCC compiles it:
+/// `fma(a, cos, -(b*sin))`, `fma(a, sin, b*cos)`.
+pub fn rope_neox_ggml(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32) {
+    let rot_dim = rot_dim.min(head_dim) & !1;
+    let half = rot_dim / 2;
+    let theta_scale = freq_base.powf(-2.0 / rot_dim as f32);
+    let mut cs = Vec::with_capacity(half);
+    let mut theta = pos as f32;
+    for _ in 0..half {
+        let t = freq_scale * theta;
+        cs.push((t.cos(), t.sin()));
+        theta *= theta_scale;
+    }
+    for h in x.chunks_exact_mut(head_dim).take(n_heads) {
+        for (i, &(c, s)) in cs.iter().enumerate() {
+            let (a, b) = (h[i], h[i + half]);
+            h[i] = a.mul_add(c, -(b * s));
+            h[i + half] = a.mul_add(s, b * c);
+        }
+    }
+}
+
+/// ggml's `geglu` with `GGML_GELU_FP16`: the gate is rounded to f16 and looked up in a table of
+/// f16-rounded `gelu(f16)` values (computed with GCC's FMA contraction of `1 + A*x*x`);
+/// 0 below -10, identity above 10.
+pub fn geglu_ggml(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    const S: f32 = 0.797_884_6;
+    const A: f32 = 0.044715;
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = if g <= -10.0 {
+            0.0
+        } else if g >= 10.0 {
+            g * u
+        } else {
+            let h = quant::f16_to_f32(quant::f32_to_f16(g));
+            let ge = 0.5 * h * (1.0 + (S * h * (A * h).mul_add(h, 1.0)).tanh());
+            quant::f16_to_f32(quant::f32_to_f16(ge)) * u
+        };
+    }
+}

@@ -128,6 +128,16 @@ impl KvLayer {
         matches!(self.k, Store::F16(_))
     }
 
+    /// Raw f16 K and V rows of (pos, head) (None for an int8 cache).
+    pub fn rows_f16(&self, pos: usize, head: usize) -> Option<(&[u16], &[u16])> {
+        let hd = self.head_dim;
+        let off = (pos * self.n_head_kv + head) * hd;
+        match (&self.k, &self.v) {
+            (Store::F16(k), Store::F16(v)) => Some((&k[off..off + hd], &v[off..off + hd])),
+            _ => None,
+        }
+    }
+
     /// `q . K[pos, head]`; with an f16 cache `q` must already be f16-rounded by the caller.
     #[inline]
     pub fn dot_k(&self, pos: usize, head: usize, q: &[f32]) -> f32 {

@@ -67,6 +67,9 @@ mod avx2;
 mod avx512;
 mod iq3_512;
 mod zmm;
+mod ggml_q4k;
+mod ggml_q6k;
+mod ggml_q8;
 pub(crate) mod tables;
 
 pub(crate) fn avx2_kernel(ty: GgmlType) -> Option<RowsFn> {
@@ -96,4 +99,18 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
 pub(crate) fn has_avx512_zmm() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
     *F.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512dq"))
+}
+
+/// Kernels that reproduce the float summation order of llama.cpp's x86 kernels bit for bit
+/// (see `ggml_q8`, `ggml_q4k`, `ggml_q6k`); None for types without one. Needs AVX2 + FMA.
+pub(crate) fn ggml_kernel(ty: GgmlType) -> Option<RowsFn> {
+    if !has_avx2() {
+        return None;
+    }
+    match ty {
+        GgmlType::Q8_0 | GgmlType::Q5_0 => Some(ggml_q8::rows),
+        GgmlType::Q4K => Some(ggml_q4k::rows),
+        GgmlType::Q6K => Some(ggml_q6k::rows),
+        _ => None,
+    }
 }

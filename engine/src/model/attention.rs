@@ -25,6 +25,8 @@ pub struct Shape {
     /// Keys further back than `window - 1` positions are masked.
     pub window: Option<usize>,
     pub kq_scale: f32,
+    /// Copy llama.cpp's CPU float order exactly (f16 cache only; see [`attend_ggml`]).
+    pub ggml_exact: bool,
 }
 
 thread_local! {
@@ -37,6 +39,9 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     let hd = sh.head_dim;
     let group = sh.n_head / sh.n_head_kv;
     let f16 = kv.is_f16();
+    if f16 && sh.ggml_exact {
+        return attend_ggml(kv, q, out, sh);
+    }
     let work = |idx: usize, o: &mut [f32]| {
         let (i, h) = (idx / sh.n_head, idx % sh.n_head);
         let pos = sh.pos0 + i;
@@ -83,6 +88,118 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     }
 }
 
+/// llama.cpp's non-flash attention with an f16 cache, in its exact float order: `K·q` and
+/// `V·p` are f16 matmuls (llamafile's tinyBLAS for batches of >= 2 tokens, `ggml_vec_dot_f16`
+/// for one), over `n_kv` = the used cells padded to 256; softmax with ggml's AVX-512 `expf`
+/// polynomial, sums of 16-lane chunks accumulated in f64.
+fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
+    let hd = sh.head_dim;
+    let batch = out.len() / hd / sh.n_head >= 2;
+    out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
+        let (i, h) = (idx / sh.n_head, idx % sh.n_head);
+        let pos = sh.pos0 + i;
+        let lo = sh.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let kvh = h / (sh.n_head / sh.n_head_kv);
+        let dot = if batch { tinyblas_dot } else { vec_dot_f16 };
+        let qr: Vec<f32> = q[idx * hd..(idx + 1) * hd].iter().map(|&v| round_f16(v)).collect();
+        let n_kv = (pos + 1).div_ceil(256) * 256;
+        let mut sc = vec![f32::NEG_INFINITY; n_kv];
+        let mut row = vec![0f32; hd.max(n_kv)];
+        for j in lo..=pos {
+            let Some((k, _)) = kv.rows_f16(j, kvh) else { return };
+            row[..hd].iter_mut().zip(k).for_each(|(a, &b)| *a = f16_to_f32(b));
+            sc[j] = dot(&row[..hd], &qr) * sh.kq_scale;
+        }
+        let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f64;
+        for c in sc.chunks_mut(16) {
+            let mut e = [0f32; 16];
+            for (l, v) in c.iter_mut().enumerate() {
+                *v = v_expf(*v - max);
+                e[l] = *v;
+            }
+            sum += reduce16(&e) as f64;
+        }
+        let inv = (1.0 / sum) as f32;
+        let p: Vec<f32> = sc.iter().map(|&v| round_f16(v * inv)).collect();
+        let vrows: Vec<&[u16]> = (0..=pos).filter_map(|j| kv.rows_f16(j, kvh).map(|r| r.1)).collect();
+        for (t, ot) in o.iter_mut().enumerate() {
+            for (j, r) in row[..n_kv].iter_mut().enumerate() {
+                *r = vrows.get(j).map_or(0.0, |v| f16_to_f32(v[t]));
+            }
+            *ot = dot(&row[..n_kv], &p);
+        }
+    });
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    quant::f16_to_f32(h)
+}
+
+/// `_mm512_reduce_add_ps` as GCC expands it (halves added pairwise down to one lane).
+fn reduce16(a: &[f32; 16]) -> f32 {
+    let mut t8 = [0f32; 8];
+    for i in 0..8 {
+        t8[i] = a[i] + a[i + 8];
+    }
+    let t4 = [t8[0] + t8[4], t8[1] + t8[5], t8[2] + t8[6], t8[3] + t8[7]];
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
+
+/// `ggml_vec_dot_f16` on AVX-512: four 16-lane FMA accumulators over steps of 64, reduced
+/// (0+2, 1+3, then 0+1) and summed across lanes; leftovers added in f64.
+fn vec_dot_f16(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len();
+    let np = n & !63;
+    let mut acc = [[0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (l, al) in a.iter_mut().enumerate() {
+                let k = i + j * 16 + l;
+                *al = x[k].mul_add(y[k], *al);
+            }
+        }
+    }
+    let mut r = [0f32; 16];
+    for l in 0..16 {
+        r[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let mut s = reduce16(&r) as f64;
+    for k in np..n {
+        s += (x[k] * y[k]) as f64;
+    }
+    s as f32
+}
+
+/// llamafile tinyBLAS f16 dot on AVX-512: one 16-lane FMA accumulator, then reduced.
+fn tinyblas_dot(x: &[f32], y: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    for (k, (a, b)) in x.iter().zip(y).enumerate() {
+        acc[k % 16] = a.mul_add(*b, acc[k % 16]);
+    }
+    reduce16(&acc)
+}
+
+/// One lane of ggml's AVX-512 `ggml_v_expf` (range reduction by 2^n, degree-5 polynomial,
+/// `scalef`); 0 / inf beyond |n| > 192.
+fn v_expf(x: f32) -> f32 {
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
+    let n = z - r;
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    let b = (-n).mul_add(f32::from_bits(0x35bf_be8e), (-n).mul_add(f32::from_bits(0x3f31_7200), x));
+    let u = b * b;
+    let c = |bits: u32| f32::from_bits(bits);
+    let j = c(0x3c07_2010)
+        .mul_add(b, c(0x3d2b_9f17))
+        .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
+        .mul_add(u, c(0x3f7f_fff6).mul_add(b, 1.0));
+    // scalef: exact power-of-two scaling, one rounding (matters only for subnormal results).
+    ((j as f64) * 2f64.powi(n as i32)) as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,7 +225,7 @@ mod tests {
         for window in [None, Some(3)] {
             let pos = 9;
             let mut out = vec![0f32; nh * hd];
-            attend(kv, &q, &mut out, Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0: pos, window, kq_scale: 0.5 });
+            attend(kv, &q, &mut out, Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0: pos, window, kq_scale: 0.5, ggml_exact: false });
             let lo = window.map_or(0, |w| pos + 1 - w);
             for h in 0..nh {
                 let g = h / (nh / nkv);

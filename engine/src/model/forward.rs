@@ -79,7 +79,13 @@ impl Model {
     pub(crate) fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         let t = self.qt(w, e);
         let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
-        if n == 1 { ck::matvec(&t, x, y) } else { ck::matmul(&t, x, n, y) }
+        if ggml_exact(&self.hp) {
+            ck::matmul_ggml(&t, x, n, y)
+        } else if n == 1 {
+            ck::matvec(&t, x, y)
+        } else {
+            ck::matmul(&t, x, n, y)
+        }
     }
 
     /// Appends `tokens` to the sequence and writes logits to `out`
@@ -122,6 +128,8 @@ impl Model {
         let (nq, nk) = (nh * hd, nkv * hd);
         let pos0 = sess.n_past;
         let s = &mut sess.s;
+        let exact = ggml_exact(hp);
+        let norm: fn(&[f32], &[f32], f32, &mut [f32]) = if exact { ck::rms_norm_ggml } else { ck::rms_norm };
         let ff = match &hp.moe {
             Some(m) => m.n_ff_exp,
             None => hp.n_ff,
@@ -154,7 +162,7 @@ impl Model {
 
             // Attention block.
             for i in 0..n {
-                ck::rms_norm(&s.x[i * d..(i + 1) * d], &a.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
+                norm(&s.x[i * d..(i + 1) * d], &a.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
             }
             self.mm(&a.wq, 0, &s.xn, n, &mut s.q);
             self.mm(&a.wk, 0, &s.xn, n, &mut s.k);
@@ -166,11 +174,12 @@ impl Model {
                     }
                 }
             }
+            let norm_fn = norm;
             for (buf, norm, w) in [(&mut s.q, &a.q_norm, nq), (&mut s.k, &a.k_norm, nk)] {
                 if let Some(norm) = norm {
                     for h in buf[..n * w].chunks_exact_mut(hd) {
                         s.head[..hd].copy_from_slice(h);
-                        ck::rms_norm(&s.head[..hd], norm, hp.rms_eps, h);
+                        norm_fn(&s.head[..hd], norm, hp.rms_eps, h);
                     }
                 }
             }
@@ -178,6 +187,7 @@ impl Model {
                 let pos = pos0 + i;
                 let (q, k) = (&mut s.q[i * nq..(i + 1) * nq], &mut s.k[i * nk..(i + 1) * nk]);
                 let rope: fn(&mut [f32], usize, usize, usize, usize, f32, f32) = match hp.rope {
+                    RopeKind::Neox if exact => ck::rope_neox_ggml,
                     RopeKind::Neox => ck::rope_neox,
                     RopeKind::Norm => ck::rope_norm,
                 };
@@ -192,15 +202,23 @@ impl Model {
                 kv,
                 &s.q[..n * nq],
                 &mut s.att[..n * nq],
-                super::attention::Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window: spec.window, kq_scale: hp.kq_scale },
+                super::attention::Shape {
+                    n_head: nh,
+                    n_head_kv: nkv,
+                    head_dim: hd,
+                    pos0,
+                    window: spec.window,
+                    kq_scale: hp.kq_scale,
+                    ggml_exact: exact,
+                },
             );
             self.mm(&a.wo, 0, &s.att, n, &mut s.o);
-            add_residual(&mut s.x[..n * d], &s.o[..n * d], a.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d);
+            add_residual(&mut s.x[..n * d], &s.o[..n * d], a.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d, norm);
 
             // FFN block.
             let f = &lw.ffn;
             for i in 0..n {
-                ck::rms_norm(&s.x[i * d..(i + 1) * d], &f.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
+                norm(&s.x[i * d..(i + 1) * d], &f.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
             }
             match &f.ffn {
                 Ffn::Dense { gate, up, down } => {
@@ -212,6 +230,7 @@ impl Model {
                     let act = &mut s.att[..n * ff];
                     match hp.act {
                         super::Act::Silu => ck::swiglu(g, u, act),
+                        super::Act::GeluTanh if exact => ck::geglu_ggml(g, u, act),
                         super::Act::GeluTanh => ck::geglu(g, u, act),
                     }
                     self.mm(down, 0, act, n, &mut s.o);
@@ -221,7 +240,7 @@ impl Model {
                     super::moe::moe_ffn(self, spec, [router, gate, up, down], &s.xn[..n * d], n, &mut s.o[..n * d], &mut s.moe);
                 }
             }
-            add_residual(&mut s.x[..n * d], &s.o[..n * d], f.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d);
+            add_residual(&mut s.x[..n * d], &s.o[..n * d], f.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d, norm);
         }
 
         // Output head on the rows that need logits.
@@ -229,19 +248,38 @@ impl Model {
             let first = if want == Logits::All { 0 } else { n - 1 };
             let m = n - first;
             for (j, i) in (first..n).enumerate() {
-                ck::rms_norm(&s.x[i * d..(i + 1) * d], &self.output_norm, hp.rms_eps, &mut s.xn[j * d..(j + 1) * d]);
+                norm(&s.x[i * d..(i + 1) * d], &self.output_norm, hp.rms_eps, &mut s.xn[j * d..(j + 1) * d]);
             }
             self.mm(&self.output, 0, &s.xn, m, logits);
         }
     }
 }
 
+/// Whether the forward pass copies llama.cpp's CPU rounding bit for bit (ggml-order matmul
+/// kernels, x86 Q8_0 activation rounding, f16 GELU table, ggml rope/RMS norm/attention).
+/// Gemma 3 needs it: its residual stream has outliers large enough that a one-ulp difference
+/// flips a later Q8 activation quant and moves logits by ~0.1 (measured: our own AVX-512 vs
+/// portable kernels differ by 0.09-0.2 mean |logit| on prompt 1). With it, prompt 1's last
+/// logits equal llama.cpp's exactly. The exact kernels are slower, so other models keep the
+/// fast ones (they match llama.cpp without it).
+pub(crate) fn ggml_exact(hp: &super::HParams) -> bool {
+    hp.arch == "gemma3"
+}
+
 /// `x += post_norm(o)` (or `x += o`), row by row; `tmp` holds at least one row.
-fn add_residual(x: &mut [f32], o: &[f32], post_norm: Option<&[f32]>, eps: f32, tmp: &mut [f32], d: usize) {
+fn add_residual(
+    x: &mut [f32],
+    o: &[f32],
+    post_norm: Option<&[f32]>,
+    eps: f32,
+    tmp: &mut [f32],
+    d: usize,
+    rms_norm: fn(&[f32], &[f32], f32, &mut [f32]),
+) {
     match post_norm {
         Some(w) => {
             for (xr, or) in x.chunks_exact_mut(d).zip(o.chunks_exact(d)) {
-                ck::rms_norm(or, w, eps, &mut tmp[..d]);
+                rms_norm(or, w, eps, &mut tmp[..d]);
                 xr.iter_mut().zip(&tmp[..d]).for_each(|(a, b)| *a += b);
             }
         }
