@@ -1,0 +1,55 @@
+//! `matmul_ggml` (llama.cpp's x86 summation order) against a plain f64 reference: dequantized
+//! weights times the dequantized activations each kernel pairs them with. The order differs
+//! from f64 only in rounding, so the results agree to float precision relative to Σ|w·x|.
+//! (Bit-exactness against llama.cpp itself is checked end to end in tests/models_gemma3.rs.)
+
+use cpu_kernels::{matmul_ggml, QTensor};
+use quant::GgmlType;
+
+/// xorshift, so the test needs no dependencies.
+fn rng(seed: &mut u64) -> f32 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
+
+#[test]
+fn ggml_order_matches_f64_reference() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4K, GgmlType::Q6K] {
+        let (rows, cols) = (16, 512);
+        let rb = ty.row_bytes(cols).unwrap();
+        let mut w = vec![0u8; rows * rb];
+        let mut wf = vec![0f32; rows * cols];
+        for r in 0..rows {
+            let src: Vec<f32> = (0..cols).map(|_| rng(&mut seed)).collect();
+            quant::quantize_row(ty, &src, &mut w[r * rb..(r + 1) * rb]).unwrap();
+            quant::dequantize_row(ty, &w[r * rb..(r + 1) * rb], &mut wf[r * cols..(r + 1) * cols]).unwrap();
+        }
+        let t = QTensor::new(ty, &w, rows, cols).unwrap();
+        for n in [1usize, 3, 4, 6] {
+            // Activations with Gemma-like outliers.
+            let x: Vec<f32> = (0..n * cols).map(|i| rng(&mut seed) * if i % 97 == 0 { 300.0 } else { 2.0 }).collect();
+            let mut y = vec![0f32; n * rows];
+            matmul_ggml(&t, &x, n, &mut y);
+            let aty = ty.vec_dot_type();
+            let ab = aty.row_bytes(cols).unwrap();
+            for c in 0..n {
+                let mut aq = vec![0u8; ab];
+                quant::quantize_row(aty, &x[c * cols..(c + 1) * cols], &mut aq).unwrap();
+                let mut xf = vec![0f32; cols];
+                quant::dequantize_row(aty, &aq, &mut xf).unwrap();
+                for r in 0..rows {
+                    let wr = &wf[r * cols..(r + 1) * cols];
+                    let want: f64 = wr.iter().zip(&xf).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let scale: f64 = wr.iter().zip(&xf).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                    let got = y[c * rows + r] as f64;
+                    // 1e-3: the x86 Q8_0 activation rounding may differ from the reference
+                    // quantizer in a few quants; everything else is float rounding (~1e-6).
+                    assert!((got - want).abs() <= 1e-3 * scale, "{ty:?} n={n} col {c} row {r}: {got} vs {want}");
+                }
+            }
+        }
+    }
+}
