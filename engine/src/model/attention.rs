@@ -105,10 +105,10 @@ fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
         let n_kv = (pos + 1).div_ceil(256) * 256;
         let mut sc = vec![f32::NEG_INFINITY; n_kv];
         let mut row = vec![0f32; hd.max(n_kv)];
-        for j in lo..=pos {
+        for (j, s) in sc.iter_mut().enumerate().take(pos + 1).skip(lo) {
             let Some((k, _)) = kv.rows_f16(j, kvh) else { return };
             row[..hd].iter_mut().zip(k).for_each(|(a, &b)| *a = f16_to_f32(b));
-            sc[j] = dot(&row[..hd], &qr) * sh.kq_scale;
+            *s = dot(&row[..hd], &qr) * sh.kq_scale;
         }
         let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f64;
