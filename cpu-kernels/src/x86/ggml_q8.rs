@@ -12,10 +12,18 @@ use crate::acts::Acts;
 use crate::QTensor;
 use quant::GgmlType;
 
+/// f16 -> f32 with F16C (exact, like the software conversion).
+#[inline(always)]
+fn f16c(h: u16) -> f32 {
+    // SAFETY: callers run inside `rows`, whose contract requires AVX2 (which implies F16C on
+    // every CPU `has_avx2` accepts: it checks f16c explicitly).
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))) }
+}
+
 /// Decodes one weight block to 32 signed quants and its scale.
 #[inline(always)]
 fn decode(ty: GgmlType, b: &[u8], q: &mut [i8; 32]) -> f32 {
-    let d = quant::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+    let d = f16c(u16::from_le_bytes([b[0], b[1]]));
     match ty {
         GgmlType::Q8_0 => {
             for (o, &v) in q.iter_mut().zip(&b[2..34]) {
@@ -38,13 +46,20 @@ fn decode(ty: GgmlType, b: &[u8], q: &mut [i8; 32]) -> f32 {
 
 /// # Safety
 /// The [`crate::matmul::RowsFn`] contract, plus AVX2 and FMA present.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     let nb = w.cols / 32;
     let bs = w.ty.type_size();
     let mut wq = vec![0i8; w.cols];
     let mut wd = vec![0f32; nb];
     let ones = _mm256_set1_epi16(1);
+    // Activation scales as f32 once per call (f16 -> f32 is exact).
+    let ad: Vec<f32> = (0..a.n)
+        .flat_map(|c| {
+            let act = &a.raw[c * a.raw_row..(c + 1) * a.raw_row];
+            (0..nb).map(move |ib| f16c(u16::from_le_bytes([act[ib * 34], act[ib * 34 + 1]])))
+        })
+        .collect();
     for r in r0..r1 {
         let row = &w.data[r * rb..(r + 1) * rb];
         for ib in 0..nb {
@@ -57,7 +72,7 @@ pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize
             let mut acc = _mm256_setzero_ps();
             for ib in 0..nb {
                 let ab = &act[ib * 34..ib * 34 + 34];
-                let da = quant::f16_to_f32(u16::from_le_bytes([ab[0], ab[1]]));
+                let da = ad[c * nb + ib];
                 let d = _mm256_set1_ps(wd[ib] * da);
                 // SAFETY: wq holds nb * 32 bytes and ab 34; unaligned loads.
                 let (x, yv) = unsafe {
