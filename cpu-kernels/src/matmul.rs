@@ -158,8 +158,11 @@ fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
 /// without AVX2, use the fast kernels. Slower than [`matmul`]; for models whose logits are
 /// so sensitive to the last bit that matching llama.cpp token for token needs it (Gemma 3).
 pub fn try_matmul_ggml(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    // From 8 rows on, llama.cpp runs K-quants through its tiled GEMM, whose order we do not
+    // copy: there the fast kernels are as close and much quicker.
+    let tiled = n >= 8 && matches!(w.ty, quant::GgmlType::Q4K | quant::GgmlType::Q6K);
     #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = crate::x86::ggml_kernel(w.ty) {
+    if let Some(kernel) = crate::x86::ggml_kernel(w.ty).filter(|_| !tiled) {
         let rb = w.validate()?;
         if x.len() < n * w.cols {
             return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
