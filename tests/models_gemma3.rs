@@ -42,7 +42,7 @@ fn check_greedy(label: &str, got: &[u32], want: &[u32]) {
 
 fn greedy(prompt: &[u32], n: usize) -> Vec<u32> {
     let e = gemma();
-    let mut sess = e.new_session();
+    let mut sess = e.new_session().unwrap();
     let mut s = Sampler::new(SamplerConfig::greedy());
     e.generate(&mut sess, prompt, n, &mut s, |_| true).expect("generate").0
 }
@@ -90,7 +90,7 @@ fn gemma3_top10_logits_close_to_llama_cpp() {
         let top = r["top10_first16"].as_array().unwrap();
         // Teacher-forced in llama.cpp's schedule: the prompt as one batch, then llama.cpp's
         // tokens one at a time (batch size decides which ggml kernels run, hence the rounding).
-        let mut sess = e.new_session();
+        let mut sess = e.new_session().unwrap();
         let mut logits = Vec::new();
         e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
         let tol = if prompt.len() < TILED_MIN_BATCH { TOP10_EXACT_TOL } else { TOP10_LOGIT_TOL };
@@ -121,7 +121,7 @@ fn gemma3_last_logits_close_to_llama_cpp() {
     let prompt = ids(&g["results"][0]["prompt_token_ids"]);
     let e = gemma();
     assert_eq!(shape, vec![e.model.n_vocab()]);
-    let mut sess = e.new_session();
+    let mut sess = e.new_session().unwrap();
     let mut logits = Vec::new();
     e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
     let (mut max, mut sq, mut at) = (0f64, 0f64, 0);
@@ -175,7 +175,7 @@ fn gemma3_chunked_prefill_and_int8_cache_agree() {
     let g = read_json("gemma3-270m-q4_k_m/greedy.json");
     let prompt = ids(&g["results"][1]["prompt_token_ids"]);
     let run = |kv, chunk| {
-        let mut sess = e.model.new_session(kv, 64, chunk);
+        let mut sess = e.model.new_session(kv, 64, chunk).unwrap();
         let mut logits = Vec::new();
         e.model.eval(&mut sess, &prompt, Logits::All, &mut logits).unwrap();
         logits
@@ -205,7 +205,7 @@ fn gemma3_chunked_prefill_and_int8_cache_agree() {
 #[test]
 fn gemma3_context_overflow_is_a_clear_error() {
     let e = gemma();
-    let mut sess = e.model.new_session(strata::kv_cache::KvType::F16, 8, 512);
+    let mut sess = e.model.new_session(strata::kv_cache::KvType::F16, 8, 512).unwrap();
     let mut logits = Vec::new();
     let err = e.model.eval(&mut sess, &[2; 9], Logits::Last, &mut logits).unwrap_err();
     assert!(matches!(err, strata::EngineError::ContextFull { needed: 9, capacity: 8 }), "{err}");

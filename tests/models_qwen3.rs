@@ -15,7 +15,7 @@ const F32_LOGIT_TOL: f64 = 5e-3;
 const Q8_LOGIT_TOL: f64 = 0.1;
 
 pub fn qwen3_cfg() -> TinyCfg {
-    TinyCfg { n_vocab: 96, n_embd: 64, n_layer: 2, n_head: 4, n_head_kv: 2, head_dim: 32, n_ff: 96, moe: None, rope_base: 10000.0, eps: 1e-6 }
+    TinyCfg { n_vocab: 96, n_embd: 64, n_layer: 2, n_head: 4, n_head_kv: 2, head_dim: 32, n_ff: 96, moe: None, rope_base: 10000.0, eps: 1e-6, gemma_window: None }
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {

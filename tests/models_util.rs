@@ -80,6 +80,9 @@ pub struct TinyCfg {
     pub moe: Option<(usize, usize)>,
     pub rope_base: f32,
     pub eps: f32,
+    /// Write a Gemma-3-shaped model (`gemma3`: this sliding window, post norms, GELU, scaled
+    /// and tied embeddings) instead of qwen3/qwen3moe. `reference_logits` does not model it.
+    pub gemma_window: Option<usize>,
 }
 
 pub struct TinyLayer {
@@ -172,7 +175,11 @@ impl TinyModel {
     /// Writes the model as a GGUF with every matrix in `ty` (F32, F16 or Q8_0).
     pub fn write_gguf(&self, path: &std::path::Path, ty: GgmlType) {
         let c = &self.cfg;
-        let arch = if c.moe.is_some() { "qwen3moe" } else { "qwen3" };
+        let arch = match (c.gemma_window, c.moe) {
+            (Some(_), _) => "gemma3",
+            (None, Some(_)) => "qwen3moe",
+            (None, None) => "qwen3",
+        };
         let mut w = GgufWriter::new();
         w.add_metadata("general.architecture", Value::Str(arch.into()));
         let k = |s: &str| format!("{arch}.{s}");
@@ -186,6 +193,9 @@ impl TinyModel {
         w.add_metadata(k("attention.value_length"), Value::U32(c.head_dim as u32));
         w.add_metadata(k("attention.layer_norm_rms_epsilon"), Value::F32(c.eps));
         w.add_metadata(k("rope.freq_base"), Value::F32(c.rope_base));
+        if let Some(win) = c.gemma_window {
+            w.add_metadata(k("attention.sliding_window"), Value::U32(win as u32));
+        }
         if let Some((ne, nu)) = c.moe {
             w.add_metadata(k("expert_count"), Value::U32(ne as u32));
             w.add_metadata(k("expert_used_count"), Value::U32(nu as u32));
@@ -204,7 +214,9 @@ impl TinyModel {
         let (nq, nk) = (c.n_head as u64 * hd, c.n_head_kv as u64 * hd);
         w.add_tensor("token_embd.weight", &[d, c.n_vocab as u64], ty, enc(&self.tok_embd, d as usize, ty));
         w.add_tensor("output_norm.weight", &[d], GgmlType::F32, f32v(&self.output_norm));
-        w.add_tensor("output.weight", &[d, c.n_vocab as u64], ty, enc(&self.output, d as usize, ty));
+        if c.gemma_window.is_none() {
+            w.add_tensor("output.weight", &[d, c.n_vocab as u64], ty, enc(&self.output, d as usize, ty));
+        }
         for (il, l) in self.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{il}.{s}");
             w.add_tensor(n("attn_norm.weight"), &[d], GgmlType::F32, f32v(&l.attn_norm));
@@ -215,6 +227,12 @@ impl TinyModel {
             w.add_tensor(n("attn_q_norm.weight"), &[hd], GgmlType::F32, f32v(&l.q_norm));
             w.add_tensor(n("attn_k_norm.weight"), &[hd], GgmlType::F32, f32v(&l.k_norm));
             w.add_tensor(n("ffn_norm.weight"), &[d], GgmlType::F32, f32v(&l.ffn_norm));
+            if c.gemma_window.is_some() {
+                // Gemma's post norms: reuse the pre-norm weights reversed (any values work).
+                let rev = |v: &[f32]| v.iter().rev().copied().collect::<Vec<f32>>();
+                w.add_tensor(n("post_attention_norm.weight"), &[d], GgmlType::F32, f32v(&rev(&l.attn_norm)));
+                w.add_tensor(n("post_ffw_norm.weight"), &[d], GgmlType::F32, f32v(&rev(&l.ffn_norm)));
+            }
             match c.moe {
                 None => {
                     w.add_tensor(n("ffn_gate.weight"), &[d, ff], ty, enc(&l.gate[0], d as usize, ty));

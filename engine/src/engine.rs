@@ -17,9 +17,38 @@ use crate::model::forward::{Logits, Session};
 use crate::model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
 
+/// Where the forward pass runs (`--device`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Device {
+    /// A usable AMD gfx11 GPU through HIP when one is present, otherwise the CPU (saying why
+    /// when a ROCm runtime was found but could not be used).
+    #[default]
+    Auto,
+    /// The CPU backend.
+    Cpu,
+    /// An AMD gfx11 GPU through ROCm's HIP runtime (loaded at run time); an error if none.
+    Hip,
+    /// The software RDNA3 device running the same gfx1100 kernels (slow: tests, debugging,
+    /// instruction and byte counts).
+    Emu,
+}
+
+impl Device {
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Auto => "auto",
+            Device::Cpu => "cpu",
+            Device::Hip => "hip",
+            Device::Emu => "emu",
+        }
+    }
+}
+
 /// How sessions are built (from the validated CLI config).
 #[derive(Clone, Debug)]
 pub struct RunOptions {
+    /// Backend of the shared-decoder models (Flash-Next runs on the CPU).
+    pub device: Device,
     pub kv: KvType,
     /// KV capacity in positions (0: the model's training context).
     pub max_context: usize,
@@ -31,7 +60,7 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default() }
+        RunOptions { device: Device::Cpu, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default() }
     }
 }
 
@@ -41,12 +70,17 @@ pub enum AnyModel {
     Std(Box<Model>),
     /// Flash-Next (`qwen4exp`).
     Flash(Box<Qwen4Exp>),
+    /// The shared decoder resident on a gfx11 device (hip or the software device).
+    #[cfg(feature = "gpu")]
+    Gpu(Box<crate::gpu::model::GpuModel>),
 }
 
 /// A sequence of either model family.
 pub enum AnySession {
     Std(Box<Session>),
     Flash(Box<FlashSession>),
+    #[cfg(feature = "gpu")]
+    Gpu(Box<crate::gpu::model::GpuSession>),
 }
 
 /// A Flash-Next sequence: its state plus the capacity limit the commands enforce.
@@ -63,12 +97,16 @@ impl AnySession {
         match self {
             AnySession::Std(s) => s.n_past,
             AnySession::Flash(f) => f.st.pos,
+            #[cfg(feature = "gpu")]
+            AnySession::Gpu(g) => g.n_past,
         }
     }
     pub fn capacity(&self) -> usize {
         match self {
             AnySession::Std(s) => s.capacity(),
             AnySession::Flash(f) => f.capacity,
+            #[cfg(feature = "gpu")]
+            AnySession::Gpu(g) => g.capacity,
         }
     }
     /// Forgets the sequence.
@@ -76,6 +114,9 @@ impl AnySession {
         match self {
             AnySession::Std(s) => s.reset(),
             AnySession::Flash(f) => f.st = f.fresh.clone(),
+            // The cache rows are overwritten by the next evaluation.
+            #[cfg(feature = "gpu")]
+            AnySession::Gpu(g) => g.n_past = 0,
         }
     }
 }
@@ -85,6 +126,8 @@ impl AnyModel {
         match self {
             AnyModel::Std(m) => m.n_vocab,
             AnyModel::Flash(m) => m.n_vocab(),
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => m.n_vocab(),
         }
     }
 
@@ -93,6 +136,8 @@ impl AnyModel {
         match self {
             AnyModel::Std(m) => &m.gguf,
             AnyModel::Flash(m) => &m.file,
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => &m.model.gguf,
         }
     }
 
@@ -101,17 +146,34 @@ impl AnyModel {
         match self {
             AnyModel::Std(m) => m.hp.n_ctx_train,
             AnyModel::Flash(m) => m.hp.n_ctx_train,
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => m.model.hp.n_ctx_train,
         }
     }
 
     /// A fresh sequence with room for `max_ctx` positions. Flash-Next caches are f16 (the
     /// engine checks `--kv` at load).
-    pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> AnySession {
-        match self {
+    /// Fails only when device memory cannot be allocated.
+    pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<AnySession> {
+        Ok(match self {
             AnyModel::Std(m) => AnySession::Std(Box::new(m.new_session(kv, max_ctx, prefill_chunk))),
             AnyModel::Flash(m) => {
                 let st = m.new_state(q4::KvType::F16);
                 AnySession::Flash(Box::new(FlashSession { fresh: st.clone(), st, capacity: max_ctx }))
+            }
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => AnySession::Gpu(Box::new(m.new_session(kv, max_ctx)?)),
+        })
+    }
+
+    /// Which backend runs the forward pass, for messages (`cpu`, `hip (gfx1100 ...)`, `emu`).
+    pub fn backend(&self) -> String {
+        match self {
+            AnyModel::Std(_) | AnyModel::Flash(_) => "cpu".into(),
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => {
+                let i = m.api().info();
+                format!("{:?} ({}, {})", i.backend, i.name, i.arch).to_lowercase()
             }
         }
     }
@@ -137,6 +199,8 @@ impl AnyModel {
                 *out = l;
                 Ok(())
             }
+            #[cfg(feature = "gpu")]
+            (AnyModel::Gpu(m), AnySession::Gpu(s)) => m.eval(s, tokens, want, out),
             _ => Err(EngineError::SessionMismatch),
         }
     }
@@ -148,6 +212,42 @@ pub struct Engine {
     pub opts: RunOptions,
     /// The file given to [`Engine::load`].
     pub path: std::path::PathBuf,
+}
+
+/// Puts a shared-decoder model on the chosen device.
+fn place(model: Model, device: Device) -> Result<AnyModel> {
+    #[cfg(feature = "gpu")]
+    {
+        use crate::gpu::device::{DeviceKind, GpuError, open_device};
+        let kind = match device {
+            Device::Cpu => return Ok(AnyModel::Std(Box::new(model))),
+            Device::Auto => DeviceKind::Auto,
+            Device::Hip => DeviceKind::Hip,
+            Device::Emu => DeviceKind::Emu,
+        };
+        let api = match open_device(kind) {
+            Ok(api) => api,
+            Err(GpuError::NoUsableGpu(why)) => {
+                // No ROCm at all is the normal CPU-only machine: stay quiet then.
+                if !matches!(*why, GpuError::LibraryNotFound { .. }) {
+                    eprintln!("strata: no usable GPU ({why}); running on the CPU");
+                }
+                return Ok(AnyModel::Std(Box::new(model)));
+            }
+            Err(e) => return Err(EngineError::Gpu(format!("--device {}: {e}", device.name()))),
+        };
+        let opts = crate::gpu::model::GpuOptions::from_env().map_err(EngineError::Gpu)?;
+        let m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
+        Ok(AnyModel::Gpu(Box::new(m)))
+    }
+    #[cfg(not(feature = "gpu"))]
+    match device {
+        Device::Cpu | Device::Auto => Ok(AnyModel::Std(Box::new(model))),
+        Device::Hip | Device::Emu => Err(EngineError::Unsupported(format!(
+            "--device {} needs a build with GPU support (cargo build --features gpu)",
+            device.name()
+        ))),
+    }
 }
 
 /// Why generation stopped.
@@ -167,6 +267,12 @@ impl Engine {
             .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
         let arch = gguf.architecture().map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
         let model = if arch == "qwen4exp" {
+            if matches!(opts.device, Device::Hip | Device::Emu) {
+                return Err(EngineError::Unsupported(format!(
+                    "qwen4exp models run on the CPU only so far (got --device {})",
+                    opts.device.name()
+                )));
+            }
             if opts.kv != KvType::F16 {
                 return Err(EngineError::Unsupported(format!(
                     "qwen4exp models run with --kv f16 only (got {:?})",
@@ -177,7 +283,7 @@ impl Engine {
                 .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) })?;
             AnyModel::Flash(Box::new(m))
         } else {
-            AnyModel::Std(Box::new(Model::from_gguf(gguf, path)?))
+            place(Model::from_gguf(gguf, path)?, opts.device)?
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
@@ -189,7 +295,7 @@ impl Engine {
         if self.opts.max_context == 0 { self.model.n_ctx_train().max(1) } else { self.opts.max_context }
     }
 
-    pub fn new_session(&self) -> AnySession {
+    pub fn new_session(&self) -> Result<AnySession> {
         self.model.new_session(self.opts.kv, self.context_size(), self.opts.prefill)
     }
 

@@ -38,6 +38,9 @@ pub enum EngineError {
     Unsupported(String),
     #[error("session of one model family passed to the other")]
     SessionMismatch,
+    /// A GPU backend failure (device, kernel launch, upload), with what was being done.
+    #[error("GPU: {0}")]
+    Gpu(String),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }

@@ -119,7 +119,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         prompt[0] = b;
     }
     let cap = (a.pp).max(a.tg + 8);
-    let mut sess = e.model.new_session(e.opts.kv, cap, e.opts.prefill);
+    let mut sess = e.model.new_session(e.opts.kv, cap, e.opts.prefill)?;
     let mut logits = Vec::new();
     let mut pp_tok_s = Vec::new();
     for rep in 0..=a.reps {

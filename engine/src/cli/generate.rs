@@ -63,7 +63,7 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
     if let Some(sc) = spec {
         return run_spec(e, a, &prompt, sc);
     }
-    let mut sess = e.new_session();
+    let mut sess = e.new_session()?;
     let mut sampler = Sampler::new(cfg);
     let mut stream = TextStream::default();
     let stdout = std::io::stdout();
@@ -157,6 +157,10 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Re
         AnyModel::Flash(m) => {
             let mut st = m.new_state(crate::model::qwen4exp::KvType::F16);
             generate_greedy_spec(&**m, &mut st, prompt, n, &mut drafter, sc)?
+        }
+        #[cfg(feature = "gpu")]
+        AnyModel::Gpu(_) => {
+            return Err(EngineError::Unsupported("--spec runs on the CPU backend only so far (use --device cpu)".into()).into());
         }
     };
     Ok((ids, stats, t0.elapsed().as_secs_f64()))

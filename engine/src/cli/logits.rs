@@ -30,7 +30,7 @@ pub fn run(e: &Engine, a: &LogitsArgs) -> Result<()> {
     if ids.is_empty() {
         bail!("no tokens given");
     }
-    let mut sess = e.new_session();
+    let mut sess = e.new_session()?;
     let mut logits = Vec::new();
     e.model.eval(&mut sess, &ids, Logits::All, &mut logits)?;
     crate::npy::write_f32(&a.out, &[ids.len(), e.model.n_vocab()], &logits)

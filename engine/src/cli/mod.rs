@@ -44,6 +44,12 @@ pub struct CommonArgs {
     /// Worker threads for the compute pool (default: all available cores).
     #[arg(short = 't', long, global = true)]
     pub threads: Option<usize>,
+    /// Where the forward pass runs: auto (an AMD gfx11 GPU through HIP when one is usable,
+    /// else the CPU), cpu, hip (error if no usable GPU) or emu (the software RDNA3 device
+    /// running the same gfx1100 kernels: slow, for tests and instruction counts).
+    /// Flash-Next (qwen4exp) models run on the CPU.
+    #[arg(long, value_enum, global = true, default_value_t = crate::engine::Device::Auto)]
+    pub device: crate::engine::Device,
     /// KV cache storage: f16 (like llama.cpp) or int8 (per-row scale, half the memory).
     #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]
     pub kv: KvType,
@@ -220,7 +226,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model: self.model.clone(), run: RunOptions { kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple } })
+        Ok(Common { model: self.model.clone(), run: RunOptions { device: self.device, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple } })
     }
 }
 

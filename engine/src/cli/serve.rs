@@ -21,8 +21,8 @@ pub struct ServeEngine<'e> {
 }
 
 impl<'e> ServeEngine<'e> {
-    pub fn new(e: &'e Engine) -> Self {
-        ServeEngine { e, sess: e.new_session(), logits: Vec::new() }
+    pub fn new(e: &'e Engine) -> crate::error::Result<Self> {
+        Ok(ServeEngine { e, sess: e.new_session()?, logits: Vec::new() })
     }
 }
 
@@ -84,7 +84,7 @@ impl TokenEngine for ServeEngine<'_> {
 
 /// `strata --serve`: protocol on stdin/stdout until stdin closes.
 pub fn serve_stdio(e: &Engine) -> Result<()> {
-    let mut se = ServeEngine::new(e);
+    let mut se = ServeEngine::new(e)?;
     // serve_loop reads its input on another thread, so it needs an owned (Send) reader.
     let stdin = std::io::BufReader::new(std::io::stdin());
     server::serve_loop(&mut se, stdin, std::io::stdout().lock()).context("token protocol")

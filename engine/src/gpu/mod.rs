@@ -16,6 +16,8 @@ pub mod bench;
 pub mod code_objects;
 pub mod device;
 pub mod emu_kernels;
+pub mod model;
+pub mod ops;
 
 pub use abi::WType;
 pub use bench::bench_kernels;

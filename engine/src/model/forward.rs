@@ -27,6 +27,9 @@ pub struct Session {
     pub n_past: usize,
     /// Maximum rows per forward chunk (`--prefill`).
     pub prefill_chunk: usize,
+    /// When set, the residual stream after every layer of the next forward chunk is copied
+    /// here (`[layer][tokens * n_embd]`; backend parity tests).
+    pub trace: Option<Vec<Vec<f32>>>,
     s: Scratch,
 }
 
@@ -70,6 +73,7 @@ impl Model {
             cache: KvCache::new(kv, max_ctx, &self.cache_shape()),
             n_past: 0,
             prefill_chunk: prefill_chunk.max(1),
+            trace: None,
             s: Scratch::default(),
         }
     }
@@ -127,6 +131,10 @@ impl Model {
         let (d, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
         let (nq, nk) = (nh * hd, nkv * hd);
         let pos0 = sess.n_past;
+        let mut trace = sess.trace.take();
+        if let Some(t) = trace.as_mut() {
+            t.clear();
+        }
         let s = &mut sess.s;
         let exact = ggml_exact(hp);
         let norm: fn(&[f32], &[f32], f32, &mut [f32]) = if exact { ck::rms_norm_ggml } else { ck::rms_norm };
@@ -241,7 +249,11 @@ impl Model {
                 }
             }
             add_residual(&mut s.x[..n * d], &s.o[..n * d], f.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d, norm);
+            if let Some(t) = trace.as_mut() {
+                t.push(s.x[..n * d].to_vec());
+            }
         }
+        sess.trace = trace;
 
         // Output head on the rows that need logits.
         if let Some(logits) = logits {

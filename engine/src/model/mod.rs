@@ -31,7 +31,7 @@ pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
 /// A weight matrix (or a stack of expert matrices) inside the GGUF mapping.
 #[derive(Clone, Debug)]
 pub struct W {
-    tensor: usize,
+    pub(crate) tensor: usize,
     pub ty: GgmlType,
     /// Output features (per expert for a stack).
     pub rows: usize,

@@ -1,0 +1,698 @@
+//! The shared decoder (gemma3, llama, qwen2, qwen3, qwen3moe) on a gfx11 device, through
+//! [`GpuOps`] over `dyn GpuApi`: the same code drives the software RDNA3 device (`emu`) and a
+//! real card (`hip`).
+//!
+//! Weights are uploaded once, as stored: the MMVQ types (Q8_0, Q4_K, Q6_K, IQ3_XXS) stay
+//! quantized and run through `mmvq` against Q8_1 activations; every other type is dequantized
+//! on the host to f32 at upload and runs through the GEMM entry point (hipBLAS on a card, a host
+//! GEMM on the software device). Tokens are evaluated in windows of up to [`MAX_COLS`] (one
+//! MMVQ launch per projection per window, the speculative-verification shape); a longer prompt
+//! is a sequence of such windows.
+//!
+//! The routed-expert FFN reads the router's choice back to the host (one small synchronous copy
+//! per MoE layer and window) and launches each selected expert on the tokens that chose it,
+//! like the CPU backend; the rest of a window is launch-only, so it is graph-capturable.
+//!
+//! Numerics differ from the CPU backend only where the kernels do: Q8_1 instead of Q8_K
+//! activations, the GELU/SiLU and norm reductions. Attention has an ordered mode
+//! ([`AttnMode::Ordered`], the default) that is bit-identical to
+//! `model::attention::attend_ordered` (tests/gpu_model.rs checks layers and greedy tokens).
+
+use std::sync::Arc;
+
+use super::abi::{MAX_COLS, WType};
+use super::device::{DType, DevicePtr, Gemm, GpuApi, GpuError, Stream, Transpose};
+use super::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
+use crate::error::{EngineError, Result};
+use crate::kv_cache::KvType;
+use crate::model::forward::{Logits, ggml_exact};
+use crate::model::{Act, Ffn, LayerKind, Model, RopeKind, W};
+use quant::GgmlType;
+
+fn gpu_err(what: &str) -> impl FnOnce(GpuError) -> EngineError + '_ {
+    move |e| EngineError::Gpu(format!("{what}: {e}"))
+}
+
+/// How a weight matrix runs on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MatKind {
+    /// Quantized blocks, MMVQ against Q8_1 activations.
+    Q(WType),
+    /// f32 rows (dequantized at upload when the file type has no MMVQ kernel), GEMM.
+    F32,
+}
+
+/// A weight matrix (or expert stack) in device memory.
+#[derive(Clone, Copy, Debug)]
+struct DevMat {
+    ptr: DevicePtr,
+    kind: MatKind,
+    rows: usize,
+    cols: usize,
+    /// Bytes of one matrix of a stack.
+    mat_bytes: usize,
+}
+
+impl DevMat {
+    fn expert(&self, e: usize) -> DevicePtr {
+        self.ptr + (e * self.mat_bytes) as u64
+    }
+}
+
+struct DevAttn {
+    norm: DevicePtr,
+    wq: DevMat,
+    wk: DevMat,
+    wv: DevMat,
+    wo: DevMat,
+    bq: Option<DevicePtr>,
+    bk: Option<DevicePtr>,
+    bv: Option<DevicePtr>,
+    q_norm: Option<DevicePtr>,
+    k_norm: Option<DevicePtr>,
+    post_norm: Option<DevicePtr>,
+}
+
+enum DevFfn {
+    Dense { gate: DevMat, up: DevMat, down: DevMat },
+    Moe { router: DevMat, gate: DevMat, up: DevMat, down: DevMat },
+}
+
+struct DevLayer {
+    attn: DevAttn,
+    norm: DevicePtr,
+    ffn: DevFfn,
+    post_norm: Option<DevicePtr>,
+    /// Index into the session's rope tables.
+    rope_table: usize,
+    window: u32,
+}
+
+/// Options of the GPU backend.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuOptions {
+    pub attn: AttnMode,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions { attn: AttnMode::Ordered }
+    }
+}
+
+impl GpuOptions {
+    /// `STRATA_GPU_ATTN=ordered|fast` overrides the default attention mode.
+    pub fn from_env() -> std::result::Result<GpuOptions, String> {
+        let mut o = GpuOptions::default();
+        if let Ok(v) = std::env::var("STRATA_GPU_ATTN") {
+            o.attn = match v.to_ascii_lowercase().as_str() {
+                "ordered" => AttnMode::Ordered,
+                "fast" => AttnMode::Fast,
+                other => return Err(format!("STRATA_GPU_ATTN={other:?}: expected ordered or fast")),
+            };
+        }
+        Ok(o)
+    }
+}
+
+/// A model resident on a device.
+pub struct GpuModel {
+    pub model: Model,
+    ops: GpuOps,
+    opts: GpuOptions,
+    stream: Stream,
+    tok_embd: (DevicePtr, RowType),
+    output: DevMat,
+    output_norm: DevicePtr,
+    layers: Vec<DevLayer>,
+    /// Distinct (rope base, rope scale) pairs; sessions build one cos/sin table per entry.
+    rope_params: Vec<(f32, f32)>,
+    allocs: Vec<DevicePtr>,
+    /// Bytes of weights uploaded.
+    pub weight_bytes: usize,
+}
+
+/// Per-sequence device state: KV cache, rope tables, scratch.
+pub struct GpuSession {
+    pub n_past: usize,
+    pub capacity: usize,
+    kv: Vec<[DevicePtr; 4]>,
+    fmt: KvFormat,
+    rope_tables: Vec<DevicePtr>,
+    sc: Scratch,
+    allocs: Vec<DevicePtr>,
+    api: Arc<dyn GpuApi>,
+    /// When set, the residual stream after every layer of the next evaluation is copied here
+    /// (`[layer][tokens * n_embd]`; parity tests).
+    pub trace: Option<Vec<Vec<f32>>>,
+}
+
+impl Drop for GpuSession {
+    fn drop(&mut self) {
+        for p in self.allocs.drain(..) {
+            let _ = self.api.free(p);
+        }
+    }
+}
+
+impl Drop for GpuModel {
+    fn drop(&mut self) {
+        let api = self.ops.api().clone();
+        for p in self.allocs.drain(..) {
+            let _ = api.free(p);
+        }
+    }
+}
+
+/// Device scratch sized for one window of [`MAX_COLS`] tokens.
+struct Scratch {
+    ids: DevicePtr,
+    pos: DevicePtr,
+    x: DevicePtr,
+    xn: DevicePtr,
+    q: DevicePtr,
+    k: DevicePtr,
+    v: DevicePtr,
+    att: DevicePtr,
+    o: DevicePtr,
+    gate: DevicePtr,
+    up: DevicePtr,
+    act: DevicePtr,
+    /// Q8_1 activations of up to MAX_COLS columns of the widest input.
+    xq: DevicePtr,
+    logits: DevicePtr,
+    // MoE
+    router: DevicePtr,
+    sel_ids: DevicePtr,
+    sel_w: DevicePtr,
+    map: DevicePtr,
+    /// Q8_1 activations gathered per expert.
+    xq_e: DevicePtr,
+    /// Expert outputs, one row of n_embd per (token, slot).
+    y_e: DevicePtr,
+}
+
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding or invalid bit patterns; the slice covers exactly its bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+fn u32_bytes(v: &[u32]) -> &[u8] {
+    // SAFETY: as for f32.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn wtype(ty: GgmlType) -> Option<WType> {
+    WType::from_ggml_id(ty as u32)
+}
+
+/// Bytes of Q8_1 activations for `n` values.
+fn q8_1_bytes(n: usize) -> usize {
+    n / 32 * 36
+}
+
+impl GpuModel {
+    /// Uploads `model` to the device behind `api`.
+    pub fn new(model: Model, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuModel> {
+        let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
+        let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
+        let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0 };
+        let hp = &model.hp;
+        for (what, n) in [("n_embd", hp.n_embd), ("n_head * head_dim", hp.n_head * hp.head_dim)] {
+            if n % 32 != 0 {
+                return Err(EngineError::Unsupported(format!(
+                    "GPU backend: {what} = {n} is not a multiple of 32 (Q8_1 activation blocks)"
+                )));
+            }
+        }
+        let tok_embd = {
+            let w = &model.tok_embd;
+            let data = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+            let ty = match w.ty {
+                GgmlType::F32 => RowType::F32,
+                GgmlType::F16 => RowType::F16,
+                t => match wtype(t) {
+                    Some(wt) => RowType::W(wt),
+                    None => RowType::F32,
+                },
+            };
+            let ptr = if ty == RowType::F32 && w.ty != GgmlType::F32 {
+                up.f32s(&dequant_all(&model, w, "token_embd.weight")?)?
+            } else {
+                up.bytes(data)?
+            };
+            (ptr, ty)
+        };
+        let output = up.mat(&model, &model.output, "output.weight")?;
+        let output_norm = up.f32s(&model.output_norm)?;
+        let mut rope_params: Vec<(f32, f32)> = Vec::new();
+        let mut layers = Vec::with_capacity(model.layers.len());
+        for (il, lw) in model.layers.iter().enumerate() {
+            let LayerKind::Attention(spec) = &hp.layers[il];
+            let key = (spec.rope_base, spec.rope_scale);
+            let rope_table = match rope_params.iter().position(|&p| p == key) {
+                Some(i) => i,
+                None => {
+                    rope_params.push(key);
+                    rope_params.len() - 1
+                }
+            };
+            let a = &lw.attn;
+            let name = |s: &str| format!("blk.{il}.{s}");
+            let attn = DevAttn {
+                norm: up.f32s(&a.norm)?,
+                wq: up.mat(&model, &a.wq, &name("attn_q.weight"))?,
+                wk: up.mat(&model, &a.wk, &name("attn_k.weight"))?,
+                wv: up.mat(&model, &a.wv, &name("attn_v.weight"))?,
+                wo: up.mat(&model, &a.wo, &name("attn_output.weight"))?,
+                bq: up.opt(&a.bq)?,
+                bk: up.opt(&a.bk)?,
+                bv: up.opt(&a.bv)?,
+                q_norm: up.opt(&a.q_norm)?,
+                k_norm: up.opt(&a.k_norm)?,
+                post_norm: up.opt(&a.post_norm)?,
+            };
+            let f = &lw.ffn;
+            let ffn = match &f.ffn {
+                Ffn::Dense { gate, up: u, down } => DevFfn::Dense {
+                    gate: up.mat(&model, gate, &name("ffn_gate.weight"))?,
+                    up: up.mat(&model, u, &name("ffn_up.weight"))?,
+                    down: up.mat(&model, down, &name("ffn_down.weight"))?,
+                },
+                Ffn::Moe { router, gate, up: u, down } => DevFfn::Moe {
+                    router: up.mat(&model, router, &name("ffn_gate_inp.weight"))?,
+                    gate: up.mat(&model, gate, &name("ffn_gate_exps.weight"))?,
+                    up: up.mat(&model, u, &name("ffn_up_exps.weight"))?,
+                    down: up.mat(&model, down, &name("ffn_down_exps.weight"))?,
+                },
+            };
+            layers.push(DevLayer {
+                attn,
+                norm: up.f32s(&f.norm)?,
+                ffn,
+                post_norm: up.opt(&f.post_norm)?,
+                rope_table,
+                window: spec.window.map_or(0, |w| w as u32),
+            });
+        }
+        let (allocs, weight_bytes) = (up.allocs, up.bytes);
+        Ok(GpuModel { model, ops, opts, stream, tok_embd, output, output_norm, layers, rope_params, allocs, weight_bytes })
+    }
+
+    pub fn api(&self) -> &Arc<dyn GpuApi> {
+        self.ops.api()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.model.n_vocab
+    }
+
+    /// A fresh sequence with room for `max_ctx` positions.
+    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuSession> {
+        let api = self.ops.api().clone();
+        let hp = &self.model.hp;
+        let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0 };
+        let fmt = match kv {
+            KvType::F16 => KvFormat::F16,
+            KvType::Int8 => KvFormat::Int8,
+        };
+        let row = hp.n_head_kv * hp.head_dim;
+        let mut kvs = Vec::with_capacity(hp.n_layer);
+        for _ in 0..hp.n_layer {
+            let (data, scale) = match fmt {
+                KvFormat::F16 => (max_ctx * row * 2, 0),
+                KvFormat::Int8 => (max_ctx * row, max_ctx * hp.n_head_kv * 4),
+            };
+            let k = up.zeroed(data)?;
+            let ks = if scale > 0 { up.zeroed(scale)? } else { 0 };
+            let v = up.zeroed(data)?;
+            let vs = if scale > 0 { up.zeroed(scale)? } else { 0 };
+            kvs.push([k, ks, v, vs]);
+        }
+        let exact = ggml_exact(hp);
+        let mut rope_tables = Vec::new();
+        for &(base, scale) in &self.rope_params {
+            let t = if exact {
+                rope_table_ggml(base, scale, hp.rope_dim.min(hp.head_dim), max_ctx)
+            } else {
+                GpuOps::rope_table(base, scale, hp.rope_dim.min(hp.head_dim), max_ctx)
+            };
+            rope_tables.push(up.f32s(&t)?);
+        }
+        let (d, nq, nk) = (hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim);
+        let (ff, k_used, n_exp) = match &hp.moe {
+            Some(m) => (m.n_ff_exp, m.n_expert_used, m.n_expert),
+            None => (hp.n_ff, 1, 1),
+        };
+        let c = MAX_COLS;
+        let f = |n: usize| n * 4;
+        let widest = d.max(nq).max(ff);
+        let sc = Scratch {
+            ids: up.zeroed(c * 4)?,
+            pos: up.zeroed(c * 4)?,
+            x: up.zeroed(f(c * d))?,
+            xn: up.zeroed(f(c * d.max(nq)))?,
+            q: up.zeroed(f(c * nq))?,
+            k: up.zeroed(f(c * nk))?,
+            v: up.zeroed(f(c * nk))?,
+            att: up.zeroed(f(c * nq))?,
+            o: up.zeroed(f(c * d))?,
+            gate: up.zeroed(f(c * k_used * ff))?,
+            up: up.zeroed(f(c * k_used * ff))?,
+            act: up.zeroed(f(c * k_used * ff))?,
+            xq: up.zeroed(q8_1_bytes(c * widest.next_multiple_of(32)))?,
+            logits: up.zeroed(f(c * self.model.n_vocab))?,
+            router: up.zeroed(f(c * n_exp))?,
+            sel_ids: up.zeroed(c * k_used * 4)?,
+            sel_w: up.zeroed(f(c * k_used))?,
+            map: up.zeroed(c * k_used * 4)?,
+            // Gathered expert inputs: Q8_1 columns, or f32 rows for dequantized experts.
+            xq_e: up.zeroed(c * k_used * ff.max(d).next_multiple_of(32) * 4)?,
+            y_e: up.zeroed(f(c * k_used * d))?,
+        };
+        Ok(GpuSession {
+            n_past: 0,
+            capacity: max_ctx,
+            kv: kvs,
+            fmt,
+            rope_tables,
+            sc,
+            allocs: up.allocs,
+            api: api.clone(),
+            trace: None,
+        })
+    }
+
+    /// Appends `tokens` to the sequence and writes logits to `out`, like `Model::eval`.
+    pub fn eval(&self, s: &mut GpuSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        let nv = self.model.n_vocab;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= nv) {
+            return Err(EngineError::BadToken { id, vocab: nv });
+        }
+        let needed = s.n_past + tokens.len();
+        if needed > s.capacity {
+            return Err(EngineError::ContextFull { needed, capacity: s.capacity });
+        }
+        let rows = if want == Logits::All { tokens.len() } else { 1 };
+        out.resize(rows * nv, 0.0);
+        let n_win = tokens.len().div_ceil(MAX_COLS);
+        for (wi, win) in tokens.chunks(MAX_COLS).enumerate() {
+            let last = wi + 1 == n_win;
+            let first_row = match want {
+                Logits::All => Some(0),
+                Logits::Last if last => Some(win.len() - 1),
+                Logits::Last => None,
+            };
+            self.window(s, win, first_row).map_err(gpu_err("GPU forward"))?;
+            if let Some(first) = first_row {
+                let m = win.len() - first;
+                let dst = match want {
+                    Logits::All => &mut out[wi * MAX_COLS * nv..(wi * MAX_COLS + m) * nv],
+                    Logits::Last => &mut out[..],
+                };
+                let api = self.ops.api();
+                api.stream_synchronize(&self.stream).map_err(gpu_err("GPU forward"))?;
+                let mut bytes = vec![0u8; m * nv * 4];
+                api.memcpy_dtoh(&mut bytes, s.sc.logits).map_err(gpu_err("reading logits"))?;
+                for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *d = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+                }
+            }
+            s.n_past += win.len();
+        }
+        Ok(())
+    }
+
+    /// `y[n][rows] = x[n][cols] · Wᵀ` for expert `e`; `xq` must hold `x`'s Q8_1 quantization
+    /// when `w` is quantized (the caller quantizes once per input).
+    fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+        let s = &self.stream;
+        match w.kind {
+            MatKind::Q(ty) => self.ops.mmvq(s, ty, n as u32, w.expert(e), xq, y, None, w.rows as u32, w.cols as u32, w.rows as u32),
+            MatKind::F32 => self.ops.api().gemm(
+                s,
+                &Gemm {
+                    trans_a: Transpose::T,
+                    trans_b: Transpose::N,
+                    m: w.rows,
+                    n,
+                    k: w.cols,
+                    alpha: 1.0,
+                    a: w.expert(e),
+                    a_type: DType::F32,
+                    lda: w.cols,
+                    stride_a: 0,
+                    b: x,
+                    b_type: DType::F32,
+                    ldb: w.cols,
+                    stride_b: 0,
+                    beta: 0.0,
+                    c: y,
+                    c_type: DType::F32,
+                    ldc: w.rows,
+                    stride_c: 0,
+                    batch: 1,
+                    compute: super::device::ComputeType::F32,
+                },
+            ),
+        }
+    }
+
+    /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
+    fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
+        if k % 32 == 0 { self.ops.quantize_q8_1(&self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
+    }
+
+    /// One window of up to MAX_COLS tokens at positions `s.n_past..`; logits of rows
+    /// `first_row..` land in `s.sc.logits`.
+    fn window(&self, sess: &mut GpuSession, toks: &[u32], first_row: Option<usize>) -> std::result::Result<(), GpuError> {
+        let hp = &self.model.hp;
+        let api = self.ops.api();
+        let st = &self.stream;
+        let ops = &self.ops;
+        let n = toks.len();
+        let (d, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
+        let (nq, nk) = (nh * hd, nkv * hd);
+        let eps = hp.rms_eps;
+        let exact = ggml_exact(hp);
+        let pos: Vec<u32> = (0..n).map(|i| (sess.n_past + i) as u32).collect();
+        let sc = &sess.sc;
+        api.stream_synchronize(st)?;
+        api.memcpy_htod(sc.ids, u32_bytes(toks))?;
+        api.memcpy_htod(sc.pos, u32_bytes(&pos))?;
+
+        let (emb, ety) = self.tok_embd;
+        ops.get_rows(st, ety, emb, sc.ids, n as u32, d as u32, sc.x, hp.embd_scale.unwrap_or(1.0))?;
+        let mut trace = sess.trace.take();
+        if let Some(t) = trace.as_mut() {
+            t.clear();
+        }
+        for (il, l) in self.layers.iter().enumerate() {
+            let a = &l.attn;
+            ops.rms_norm(st, sc.x, a.norm, sc.xn, d as u32, n as u32, eps)?;
+            self.quantize(sc.xn, sc.xq, n, d)?;
+            self.matmul(&a.wq, 0, sc.xn, sc.xq, n, sc.q)?;
+            self.matmul(&a.wk, 0, sc.xn, sc.xq, n, sc.k)?;
+            self.matmul(&a.wv, 0, sc.xn, sc.xq, n, sc.v)?;
+            for (buf, b, w) in [(sc.q, a.bq, nq), (sc.k, a.bk, nk), (sc.v, a.bv, nk)] {
+                if let Some(b) = b {
+                    ops.add_rows(st, buf, b, w as u32, n as u32, 0)?;
+                }
+            }
+            for (buf, norm, heads) in [(sc.q, a.q_norm, nh), (sc.k, a.k_norm, nkv)] {
+                if let Some(norm) = norm {
+                    ops.rms_norm(st, buf, norm, buf, hd as u32, (n * heads) as u32, eps)?;
+                }
+            }
+            let table = sess.rope_tables[l.rope_table];
+            let neox = hp.rope == RopeKind::Neox;
+            let rd = hp.rope_dim.min(hd) as u32;
+            ops.rope(st, sc.q, sc.pos, table, n as u32, nh as u32, hd as u32, rd, neox, exact && neox)?;
+            ops.rope(st, sc.k, sc.pos, table, n as u32, nkv as u32, hd as u32, rd, neox, exact && neox)?;
+            if hp.q_scale != 1.0 {
+                ops.scale(st, sc.q, (n * nq) as u32, hp.q_scale)?;
+            }
+            let [kc, ks, vc, vs] = sess.kv[il];
+            ops.kv_store(st, sess.fmt, sc.k, kc, ks, sc.pos, n as u32, nkv as u32, hd as u32)?;
+            ops.kv_store(st, sess.fmt, sc.v, vc, vs, sc.pos, n as u32, nkv as u32, hd as u32)?;
+            ops.attention(
+                st, self.opts.attn, sess.fmt, sc.q, kc, ks, vc, vs, sc.att, sc.pos, n as u32, nh as u32, nkv as u32,
+                hd as u32, l.window, hp.kq_scale,
+            )?;
+            self.quantize(sc.att, sc.xq, n, nq)?;
+            self.matmul(&a.wo, 0, sc.att, sc.xq, n, sc.o)?;
+            if let Some(p) = a.post_norm {
+                ops.rms_norm(st, sc.o, p, sc.o, d as u32, n as u32, eps)?;
+            }
+            ops.add_rows(st, sc.x, sc.o, d as u32, n as u32, d as u32)?;
+
+            ops.rms_norm(st, sc.x, l.norm, sc.xn, d as u32, n as u32, eps)?;
+            self.quantize(sc.xn, sc.xq, n, d)?;
+            match &l.ffn {
+                DevFfn::Dense { gate, up, down } => {
+                    let ff = gate.rows;
+                    self.matmul(gate, 0, sc.xn, sc.xq, n, sc.gate)?;
+                    self.matmul(up, 0, sc.xn, sc.xq, n, sc.up)?;
+                    let act = match hp.act {
+                        Act::Silu => GluAct::Silu,
+                        Act::GeluTanh => GluAct::GeluTanh,
+                    };
+                    ops.glu(st, sc.gate, sc.up, sc.act, (n * ff) as u32, act)?;
+                    self.quantize(sc.act, sc.xq, n, ff)?;
+                    self.matmul(down, 0, sc.act, sc.xq, n, sc.o)?;
+                }
+                DevFfn::Moe { router, gate, up, down } => self.moe(sc, n, [router, gate, up, down])?,
+            }
+            if let Some(p) = l.post_norm {
+                ops.rms_norm(st, sc.o, p, sc.o, d as u32, n as u32, eps)?;
+            }
+            ops.add_rows(st, sc.x, sc.o, d as u32, n as u32, d as u32)?;
+            if let Some(t) = trace.as_mut() {
+                api.stream_synchronize(st)?;
+                let mut b = vec![0u8; n * d * 4];
+                api.memcpy_dtoh(&mut b, sc.x)?;
+                t.push(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect());
+            }
+        }
+        sess.trace = trace;
+
+        if let Some(first) = first_row {
+            let m = n - first;
+            let xf = sc.x + (first * d * 4) as u64;
+            ops.rms_norm(st, xf, self.output_norm, sc.xn, d as u32, m as u32, eps)?;
+            self.quantize(sc.xn, sc.xq, m, d)?;
+            self.matmul(&self.output, 0, sc.xn, sc.xq, m, sc.logits)?;
+        }
+        Ok(())
+    }
+
+    /// Routed experts for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`); output
+    /// in `sc.o`.
+    fn moe(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<(), GpuError> {
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router)?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        // The choice comes back to the host: which experts run, on which tokens.
+        api.stream_synchronize(st)?;
+        let mut b = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
+        let sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+        if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
+            return Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("selected expert {bad} of {ne}") });
+        }
+        let quantized = matches!(gate.kind, MatKind::Q(_));
+        if gate.kind != up.kind {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "expert gate and up weights of different kinds".into() });
+        }
+        let (xcol, xbytes) = if quantized { (sc.xq, q8_1_bytes(d)) } else { (sc.xn, d * 4) };
+        let mut map = vec![0u32; n * k];
+        let mut row = 0usize; // next free row of y_e
+        for e in 0..ne {
+            let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
+            if slots.is_empty() {
+                continue;
+            }
+            // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS.
+            for group in slots.chunks(MAX_COLS) {
+                let r = group.len();
+                for (c, &j) in group.iter().enumerate() {
+                    let t = j / k;
+                    api.memcpy_dtod_async(st, sc.xq_e + (c * xbytes) as u64, xcol + (t * xbytes) as u64, xbytes)?;
+                }
+                let (xin, xinq) = if quantized { (0, sc.xq_e) } else { (sc.xq_e, 0) };
+                self.matmul(gate, e, xin, xinq, r, sc.gate)?;
+                self.matmul(up, e, xin, xinq, r, sc.up)?;
+                ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
+                let dq = sc.xq_e; // reuse: the gathered inputs are consumed
+                let quant_down = matches!(down.kind, MatKind::Q(_));
+                if quant_down {
+                    self.quantize(sc.act, dq, r, ff)?;
+                }
+                let yrow = sc.y_e + (row * d * 4) as u64;
+                self.matmul(down, e, sc.act, dq, r, yrow)?;
+                for (c, &j) in group.iter().enumerate() {
+                    map[j] = (row + c) as u32;
+                }
+                row += r;
+            }
+        }
+        api.memcpy_htod(sc.map, u32_bytes(&map))?;
+        ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)
+    }
+}
+
+/// Cos/sin table of `cpu_kernels::rope_neox_ggml` (ggml's iterative theta), `[pos][dim/2]`.
+fn rope_table_ggml(freq_base: f32, freq_scale: f32, rope_dim: usize, n_pos: usize) -> Vec<f32> {
+    let half = (rope_dim & !1) / 2;
+    let theta_scale = freq_base.powf(-2.0 / (rope_dim & !1) as f32);
+    let mut t = Vec::with_capacity(n_pos * half * 2);
+    for pos in 0..n_pos {
+        let mut theta = pos as f32;
+        for _ in 0..half {
+            let a = freq_scale * theta;
+            t.push(a.cos());
+            t.push(a.sin());
+            theta *= theta_scale;
+        }
+    }
+    t
+}
+
+fn dequant_all(model: &Model, w: &W, name: &str) -> Result<Vec<f32>> {
+    let mut out = vec![0f32; w.rows * w.cols * w.n_mat];
+    // A stack's matrices are contiguous, so the whole tensor dequantizes as one row.
+    let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+    quant::dequantize_row(w.ty, all, &mut out).map_err(|e| EngineError::TensorType {
+        name: format!("{name} ({e:?})"),
+        ty: w.ty.name(),
+        why: "cannot dequantize for the GPU",
+    })?;
+    Ok(out)
+}
+
+/// Allocates and fills device buffers, remembering them for release.
+struct Uploader<'a> {
+    api: &'a dyn GpuApi,
+    allocs: Vec<DevicePtr>,
+    bytes: usize,
+}
+
+impl Uploader<'_> {
+    fn bytes(&mut self, data: &[u8]) -> Result<DevicePtr> {
+        let p = self.zeroed(data.len())?;
+        self.api.memcpy_htod(p, data).map_err(gpu_err("uploading weights"))?;
+        Ok(p)
+    }
+    fn zeroed(&mut self, n: usize) -> Result<DevicePtr> {
+        let p = self.api.malloc(n.max(16)).map_err(gpu_err("device allocation"))?;
+        self.allocs.push(p);
+        self.bytes += n;
+        self.api.memset(p, 0, n.max(16)).map_err(gpu_err("device memset"))?;
+        Ok(p)
+    }
+    fn f32s(&mut self, v: &[f32]) -> Result<DevicePtr> {
+        self.bytes(f32_bytes(v))
+    }
+    fn opt(&mut self, v: &Option<Vec<f32>>) -> Result<Option<DevicePtr>> {
+        v.as_ref().map(|v| self.f32s(v)).transpose()
+    }
+    fn mat(&mut self, model: &Model, w: &W, name: &str) -> Result<DevMat> {
+        let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+        match wtype(w.ty) {
+            Some(ty) if w.cols % ty.block_k() as usize == 0 => {
+                let ptr = self.bytes(all)?;
+                Ok(DevMat { ptr, kind: MatKind::Q(ty), rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat })
+            }
+            _ => {
+                let f = dequant_all(model, w, name)?;
+                let ptr = self.f32s(&f)?;
+                Ok(DevMat { ptr, kind: MatKind::F32, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 4 })
+            }
+        }
+    }
+}
