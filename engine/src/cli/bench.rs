@@ -54,6 +54,20 @@ pub struct BenchResult {
     pub peak_rss_mb: f64,
     /// With `--spec N`: greedy speculative decode of `tg` tokens after a repetitive prompt.
     pub spec: Option<SpecBench>,
+    /// Backend of the forward pass (`cpu`, `hip (...)`, `emu (...)`).
+    pub device: String,
+    /// On the software device: per decode token, instructions and global bytes per part of
+    /// the forward pass against the ideal bytes (the proxy for a real card's decode speed).
+    pub gpu_decode_profile: Option<Vec<GpuPart>>,
+}
+
+/// One part of the forward pass in `gpu_decode_profile` (values per decoded token).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GpuPart {
+    pub part: String,
+    pub instructions: f64,
+    pub global_bytes: f64,
+    pub ideal_bytes: f64,
 }
 
 /// `strata bench --spec N` results.
@@ -166,7 +180,10 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     };
     let (pp_min, pp_median) = min_median(&pp_tok_s);
     let (tg_min, tg_median) = min_median(&tg_tok_s);
+    let gpu_decode_profile = gpu_profile(e, &prompt[..prompt.len().min(8)], a.tg.min(8))?;
     Ok(BenchResult {
+        device: e.model.backend(),
+        gpu_decode_profile,
         model: e.path.display().to_string(),
         threads: rayon::current_num_threads(),
         cpu_features: cpu_kernels::cpu_features(),
@@ -181,6 +198,49 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         peak_rss_mb: peak_rss_mb(),
         spec,
     })
+}
+
+/// Decodes `steps` tokens after `prompt` with the device counters on (software device only).
+#[cfg(feature = "gpu")]
+fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<GpuPart>>> {
+    use crate::engine::AnyModel;
+    let AnyModel::Gpu(m) = &e.model else { return Ok(None) };
+    if m.api().info().backend != crate::gpu::device::Backend::Emu {
+        return Ok(None);
+    }
+    let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1)?;
+    let mut logits = Vec::new();
+    m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
+    sess.profile = Some(Default::default());
+    for _ in 0..steps {
+        let next = argmax(&logits);
+        m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
+    }
+    let p = sess.profile.take().expect("set above");
+    let per = |x: u64| x as f64 / p.tokens.max(1) as f64;
+    let mut parts: Vec<GpuPart> = p
+        .parts
+        .iter()
+        .map(|(k, v)| GpuPart {
+            part: k.to_string(),
+            instructions: per(v.launches_instructions),
+            global_bytes: per(v.global_bytes),
+            ideal_bytes: per(v.ideal_bytes),
+        })
+        .collect();
+    let total = |f: fn(&GpuPart) -> f64, parts: &[GpuPart]| parts.iter().map(f).sum::<f64>();
+    parts.push(GpuPart {
+        part: "total".into(),
+        instructions: total(|p| p.instructions, &parts),
+        global_bytes: total(|p| p.global_bytes, &parts),
+        ideal_bytes: total(|p| p.ideal_bytes, &parts),
+    });
+    Ok(Some(parts))
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_profile(_: &Engine, _: &[u32], _: usize) -> Result<Option<Vec<GpuPart>>> {
+    Ok(None)
 }
 
 fn argmax(x: &[f32]) -> u32 {
@@ -198,7 +258,7 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!("model: {} ({} threads, {}, kv {:?})", r.model, r.threads, r.cpu_features, e.opts.kv);
+        println!("model: {} (device {}, {} threads, {}, kv {:?})", r.model, r.device, r.threads, r.cpu_features, e.opts.kv);
         println!("pp{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.pp, r.pp_min, r.pp_median, r.pp_tok_s);
         println!("tg{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.tg, r.tg_min, r.tg_median, r.tg_tok_s);
         if let Some(sp) = &r.spec {
@@ -213,6 +273,20 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
                 sp.tokens_per_verify,
                 sp.verify_steps
             );
+        }
+        if let Some(parts) = &r.gpu_decode_profile {
+            println!("software-device decode profile, per token (global bytes vs the ideal: weights + KV + activations):");
+            println!("  {:<10} {:>14} {:>14} {:>14} {:>7}", "part", "instructions", "global bytes", "ideal bytes", "ratio");
+            for p in parts {
+                println!(
+                    "  {:<10} {:>14.0} {:>14.0} {:>14.0} {:>7.3}",
+                    p.part,
+                    p.instructions,
+                    p.global_bytes,
+                    p.ideal_bytes,
+                    p.global_bytes / p.ideal_bytes.max(1.0)
+                );
+            }
         }
         println!("peak RSS: {:.1} MB", r.peak_rss_mb);
     }

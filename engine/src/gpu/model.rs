@@ -92,11 +92,14 @@ struct DevLayer {
 #[derive(Clone, Copy, Debug)]
 pub struct GpuOptions {
     pub attn: AttnMode,
+    /// Capture each decode window's launches once per window size and replay the graph with
+    /// new inputs in device buffers (models without routed experts; see the module docs).
+    pub graphs: bool,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true }
     }
 }
 
@@ -109,6 +112,13 @@ impl GpuOptions {
                 "ordered" => AttnMode::Ordered,
                 "fast" => AttnMode::Fast,
                 other => return Err(format!("STRATA_GPU_ATTN={other:?}: expected ordered or fast")),
+            };
+        }
+        if let Ok(v) = std::env::var("STRATA_GPU_GRAPHS") {
+            o.graphs = match v.as_str() {
+                "1" | "on" => true,
+                "0" | "off" => false,
+                other => return Err(format!("STRATA_GPU_GRAPHS={other:?}: expected on or off")),
             };
         }
         Ok(o)
@@ -145,10 +155,37 @@ pub struct GpuSession {
     /// When set, the residual stream after every layer of the next evaluation is copied here
     /// (`[layer][tokens * n_embd]`; parity tests).
     pub trace: Option<Vec<Vec<f32>>>,
+    /// When set, device counters (software device only) are summed per part of the forward
+    /// pass (`strata bench --device emu`).
+    pub profile: Option<Profile>,
+    /// Captured decode windows, by (tokens, first logits row).
+    graphs: Vec<((usize, usize), super::device::Graph)>,
+    /// Graph replays and eager windows so far (tests, bench).
+    pub graph_replays: usize,
+    pub eager_windows: usize,
+}
+
+/// Counters of one part of the forward pass, summed over windows.
+#[derive(Clone, Debug, Default)]
+pub struct PartStats {
+    pub launches_instructions: u64,
+    pub global_bytes: u64,
+    /// Bytes the part must move at least: weights read + KV read/written + activations.
+    pub ideal_bytes: u64,
+}
+
+/// Per-part counters: `embed`, `attention`, `ffn` (dense or routed), `head`.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    pub parts: std::collections::BTreeMap<&'static str, PartStats>,
+    pub tokens: u64,
 }
 
 impl Drop for GpuSession {
     fn drop(&mut self) {
+        for (_, g) in self.graphs.drain(..) {
+            let _ = self.api.graph_destroy(g);
+        }
         for p in self.allocs.drain(..) {
             let _ = self.api.free(p);
         }
@@ -379,6 +416,10 @@ impl GpuModel {
             allocs: up.allocs,
             api: api.clone(),
             trace: None,
+            profile: None,
+            graphs: Vec::new(),
+            graph_replays: 0,
+            eager_windows: 0,
         })
     }
 
@@ -466,42 +507,101 @@ impl GpuModel {
     }
 
     /// One window of up to MAX_COLS tokens at positions `s.n_past..`; logits of rows
-    /// `first_row..` land in `s.sc.logits`.
+    /// `first_row..` land in `s.sc.logits`. Token ids and positions go to device buffers
+    /// first; the launches that follow read them there, so a decode window is captured once
+    /// per shape and replayed ([`GpuOptions::graphs`]).
     fn window(&self, sess: &mut GpuSession, toks: &[u32], first_row: Option<usize>) -> std::result::Result<(), GpuError> {
+        let api = self.ops.api();
+        let st = &self.stream;
+        let n = toks.len();
+        let pos: Vec<u32> = (0..n).map(|i| (sess.n_past + i) as u32).collect();
+        api.stream_synchronize(st)?;
+        api.memcpy_htod(sess.sc.ids, u32_bytes(toks))?;
+        api.memcpy_htod(sess.sc.pos, u32_bytes(&pos))?;
+        // Routed experts read the router's choice on the host, tracing and profiling copy
+        // between parts: those windows run eagerly.
+        let capturable =
+            self.opts.graphs && self.model.hp.moe.is_none() && sess.trace.is_none() && sess.profile.is_none();
+        if !capturable {
+            sess.eager_windows += 1;
+            return self.launches(sess, n, first_row);
+        }
+        let key = (n, first_row.unwrap_or(usize::MAX));
+        if let Some((_, g)) = sess.graphs.iter().find(|(k, _)| *k == key) {
+            sess.graph_replays += 1;
+            return api.launch_graph(g, st);
+        }
+        api.begin_capture(st)?;
+        let recorded = self.launches(sess, n, first_row);
+        let graph = api.end_capture(st);
+        recorded?;
+        let graph = graph?;
+        api.launch_graph(&graph, st)?;
+        sess.graphs.push((key, graph));
+        sess.graph_replays += 1;
+        Ok(())
+    }
+
+    /// Adds the device counters since the last call to `part` (profiling only).
+    fn count(&self, sess: &mut GpuSession, part: &'static str, ideal: u64) {
+        if let Some(p) = sess.profile.as_mut() {
+            let s = self.ops.api().take_stats().unwrap_or_default();
+            let e = p.parts.entry(part).or_default();
+            e.launches_instructions += s.instructions;
+            e.global_bytes += s.global_bytes_read + s.global_bytes_written;
+            e.ideal_bytes += ideal;
+        }
+    }
+
+    /// Every launch of one window (inputs already in `ids`/`pos`).
+    fn launches(&self, sess: &mut GpuSession, n: usize, first_row: Option<usize>) -> std::result::Result<(), GpuError> {
         let hp = &self.model.hp;
         let api = self.ops.api();
         let st = &self.stream;
         let ops = &self.ops;
-        let n = toks.len();
         let (d, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
         let (nq, nk) = (nh * hd, nkv * hd);
         let eps = hp.rms_eps;
         let exact = ggml_exact(hp);
-        let pos: Vec<u32> = (0..n).map(|i| (sess.n_past + i) as u32).collect();
         let sc = &sess.sc;
-        api.stream_synchronize(st)?;
-        api.memcpy_htod(sc.ids, u32_bytes(toks))?;
-        api.memcpy_htod(sc.pos, u32_bytes(&pos))?;
+        let (ids, posb) = (sc.ids, sc.pos);
+        let [x, xn, q, k, v, att, o, gate, up, act, xq, logits] =
+            [sc.x, sc.xn, sc.q, sc.k, sc.v, sc.att, sc.o, sc.gate, sc.up, sc.act, sc.xq, sc.logits];
+        let act_bytes = (n * d * 4) as u64;
+        if sess.profile.is_some() {
+            let _ = api.take_stats();
+            sess.profile.as_mut().expect("checked").tokens += n as u64;
+        }
 
         let (emb, ety) = self.tok_embd;
-        ops.get_rows(st, ety, emb, sc.ids, n as u32, d as u32, sc.x, hp.embd_scale.unwrap_or(1.0))?;
+        ops.get_rows(st, ety, emb, ids, n as u32, d as u32, x, hp.embd_scale.unwrap_or(1.0))?;
+        let row_bytes = match ety {
+            RowType::W(t) => d / t.block_k() as usize * t.block_bytes() as usize,
+            RowType::F16 => d * 2,
+            RowType::F32 => d * 4,
+        };
+        self.count(sess, "embed", (n * row_bytes) as u64 + act_bytes);
         let mut trace = sess.trace.take();
         if let Some(t) = trace.as_mut() {
             t.clear();
         }
+        let kv_elem = match sess.fmt {
+            KvFormat::F16 => 2.0,
+            KvFormat::Int8 => 1.0 + 4.0 / hd as f64,
+        };
         for (il, l) in self.layers.iter().enumerate() {
             let a = &l.attn;
-            ops.rms_norm(st, sc.x, a.norm, sc.xn, d as u32, n as u32, eps)?;
-            self.quantize(sc.xn, sc.xq, n, d)?;
-            self.matmul(&a.wq, 0, sc.xn, sc.xq, n, sc.q)?;
-            self.matmul(&a.wk, 0, sc.xn, sc.xq, n, sc.k)?;
-            self.matmul(&a.wv, 0, sc.xn, sc.xq, n, sc.v)?;
-            for (buf, b, w) in [(sc.q, a.bq, nq), (sc.k, a.bk, nk), (sc.v, a.bv, nk)] {
+            ops.rms_norm(st, x, a.norm, xn, d as u32, n as u32, eps)?;
+            self.quantize(xn, xq, n, d)?;
+            self.matmul(&a.wq, 0, xn, xq, n, q)?;
+            self.matmul(&a.wk, 0, xn, xq, n, k)?;
+            self.matmul(&a.wv, 0, xn, xq, n, v)?;
+            for (buf, b, w) in [(q, a.bq, nq), (k, a.bk, nk), (v, a.bv, nk)] {
                 if let Some(b) = b {
                     ops.add_rows(st, buf, b, w as u32, n as u32, 0)?;
                 }
             }
-            for (buf, norm, heads) in [(sc.q, a.q_norm, nh), (sc.k, a.k_norm, nkv)] {
+            for (buf, norm, heads) in [(q, a.q_norm, nh), (k, a.k_norm, nkv)] {
                 if let Some(norm) = norm {
                     ops.rms_norm(st, buf, norm, buf, hd as u32, (n * heads) as u32, eps)?;
                 }
@@ -509,50 +609,67 @@ impl GpuModel {
             let table = sess.rope_tables[l.rope_table];
             let neox = hp.rope == RopeKind::Neox;
             let rd = hp.rope_dim.min(hd) as u32;
-            ops.rope(st, sc.q, sc.pos, table, n as u32, nh as u32, hd as u32, rd, neox, exact && neox)?;
-            ops.rope(st, sc.k, sc.pos, table, n as u32, nkv as u32, hd as u32, rd, neox, exact && neox)?;
+            ops.rope(st, q, posb, table, n as u32, nh as u32, hd as u32, rd, neox, exact && neox)?;
+            ops.rope(st, k, posb, table, n as u32, nkv as u32, hd as u32, rd, neox, exact && neox)?;
             if hp.q_scale != 1.0 {
-                ops.scale(st, sc.q, (n * nq) as u32, hp.q_scale)?;
+                ops.scale(st, q, (n * nq) as u32, hp.q_scale)?;
             }
             let [kc, ks, vc, vs] = sess.kv[il];
-            ops.kv_store(st, sess.fmt, sc.k, kc, ks, sc.pos, n as u32, nkv as u32, hd as u32)?;
-            ops.kv_store(st, sess.fmt, sc.v, vc, vs, sc.pos, n as u32, nkv as u32, hd as u32)?;
+            ops.kv_store(st, sess.fmt, k, kc, ks, posb, n as u32, nkv as u32, hd as u32)?;
+            ops.kv_store(st, sess.fmt, v, vc, vs, posb, n as u32, nkv as u32, hd as u32)?;
             ops.attention(
-                st, self.opts.attn, sess.fmt, sc.q, kc, ks, vc, vs, sc.att, sc.pos, n as u32, nh as u32, nkv as u32,
-                hd as u32, l.window, hp.kq_scale,
+                st, self.opts.attn, sess.fmt, q, kc, ks, vc, vs, att, posb, n as u32, nh as u32, nkv as u32, hd as u32,
+                l.window, hp.kq_scale,
             )?;
-            self.quantize(sc.att, sc.xq, n, nq)?;
-            self.matmul(&a.wo, 0, sc.att, sc.xq, n, sc.o)?;
+            self.quantize(att, xq, n, nq)?;
+            self.matmul(&a.wo, 0, att, xq, n, o)?;
             if let Some(p) = a.post_norm {
-                ops.rms_norm(st, sc.o, p, sc.o, d as u32, n as u32, eps)?;
+                ops.rms_norm(st, o, p, o, d as u32, n as u32, eps)?;
             }
-            ops.add_rows(st, sc.x, sc.o, d as u32, n as u32, d as u32)?;
+            ops.add_rows(st, x, o, d as u32, n as u32, d as u32)?;
+            if sess.profile.is_some() {
+                // Cells read: each token attends to its window (the cache holds n_past + n).
+                let cells: usize = (0..n)
+                    .map(|i| {
+                        let p = sess.n_past + i + 1;
+                        if l.window > 0 { p.min(l.window as usize) } else { p }
+                    })
+                    .sum();
+                let kv = (cells as f64 * 2.0 * nk as f64 * kv_elem) as u64 + (n as f64 * 2.0 * nk as f64 * kv_elem) as u64;
+                let w = [&a.wq, &a.wk, &a.wv, &a.wo].iter().map(|m| m.mat_bytes as u64).sum::<u64>();
+                self.count(sess, "attention", w + kv + 2 * act_bytes);
+            }
 
-            ops.rms_norm(st, sc.x, l.norm, sc.xn, d as u32, n as u32, eps)?;
-            self.quantize(sc.xn, sc.xq, n, d)?;
-            match &l.ffn {
-                DevFfn::Dense { gate, up, down } => {
-                    let ff = gate.rows;
-                    self.matmul(gate, 0, sc.xn, sc.xq, n, sc.gate)?;
-                    self.matmul(up, 0, sc.xn, sc.xq, n, sc.up)?;
-                    let act = match hp.act {
+            ops.rms_norm(st, x, l.norm, xn, d as u32, n as u32, eps)?;
+            self.quantize(xn, xq, n, d)?;
+            let (part, w_bytes) = match &l.ffn {
+                DevFfn::Dense { gate: wg, up: wu, down: wd } => {
+                    let ff = wg.rows;
+                    self.matmul(wg, 0, xn, xq, n, gate)?;
+                    self.matmul(wu, 0, xn, xq, n, up)?;
+                    let g = match hp.act {
                         Act::Silu => GluAct::Silu,
                         Act::GeluTanh => GluAct::GeluTanh,
                     };
-                    ops.glu(st, sc.gate, sc.up, sc.act, (n * ff) as u32, act)?;
-                    self.quantize(sc.act, sc.xq, n, ff)?;
-                    self.matmul(down, 0, sc.act, sc.xq, n, sc.o)?;
+                    ops.glu(st, gate, up, act, (n * ff) as u32, g)?;
+                    self.quantize(act, xq, n, ff)?;
+                    self.matmul(wd, 0, act, xq, n, o)?;
+                    ("ffn", (wg.mat_bytes + wu.mat_bytes + wd.mat_bytes) as u64)
                 }
-                DevFfn::Moe { router, gate, up, down } => self.moe(sc, n, [router, gate, up, down])?,
-            }
+                DevFfn::Moe { router, gate: wg, up: wu, down: wd } => {
+                    let experts = self.moe(&sess.sc, n, [router, wg, wu, wd])?;
+                    ("moe", (router.mat_bytes + experts * (wg.mat_bytes + wu.mat_bytes + wd.mat_bytes)) as u64)
+                }
+            };
             if let Some(p) = l.post_norm {
-                ops.rms_norm(st, sc.o, p, sc.o, d as u32, n as u32, eps)?;
+                ops.rms_norm(st, o, p, o, d as u32, n as u32, eps)?;
             }
-            ops.add_rows(st, sc.x, sc.o, d as u32, n as u32, d as u32)?;
+            ops.add_rows(st, x, o, d as u32, n as u32, d as u32)?;
+            self.count(sess, part, w_bytes + 2 * act_bytes);
             if let Some(t) = trace.as_mut() {
                 api.stream_synchronize(st)?;
                 let mut b = vec![0u8; n * d * 4];
-                api.memcpy_dtoh(&mut b, sc.x)?;
+                api.memcpy_dtoh(&mut b, x)?;
                 t.push(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect());
             }
         }
@@ -560,17 +677,18 @@ impl GpuModel {
 
         if let Some(first) = first_row {
             let m = n - first;
-            let xf = sc.x + (first * d * 4) as u64;
-            ops.rms_norm(st, xf, self.output_norm, sc.xn, d as u32, m as u32, eps)?;
-            self.quantize(sc.xn, sc.xq, m, d)?;
-            self.matmul(&self.output, 0, sc.xn, sc.xq, m, sc.logits)?;
+            let xf = x + (first * d * 4) as u64;
+            ops.rms_norm(st, xf, self.output_norm, xn, d as u32, m as u32, eps)?;
+            self.quantize(xn, xq, m, d)?;
+            self.matmul(&self.output, 0, xn, xq, m, logits)?;
+            self.count(sess, "head", (self.output.mat_bytes + m * d * 4 + m * self.model.n_vocab * 4) as u64);
         }
         Ok(())
     }
 
     /// Routed experts for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`); output
-    /// in `sc.o`.
-    fn moe(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<(), GpuError> {
+    /// in `sc.o`. Returns how many distinct experts ran.
+    fn moe(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
         let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
@@ -592,11 +710,13 @@ impl GpuModel {
         let (xcol, xbytes) = if quantized { (sc.xq, q8_1_bytes(d)) } else { (sc.xn, d * 4) };
         let mut map = vec![0u32; n * k];
         let mut row = 0usize; // next free row of y_e
+        let mut ran = 0;
         for e in 0..ne {
             let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
             if slots.is_empty() {
                 continue;
             }
+            ran += 1;
             // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS.
             for group in slots.chunks(MAX_COLS) {
                 let r = group.len();
@@ -622,7 +742,8 @@ impl GpuModel {
             }
         }
         api.memcpy_htod(sc.map, u32_bytes(&map))?;
-        ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)
+        ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
+        Ok(ran)
     }
 }
 
