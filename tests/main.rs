@@ -15,4 +15,6 @@ mod cli_fetch;
 mod spec_decoding;
 #[cfg(feature = "gpu")]
 mod cli_emu;
+#[cfg(feature = "gpu")]
+mod cli_gpu;
 mod cli_qwen4exp;
