@@ -16,8 +16,10 @@ pub mod bench;
 pub mod code_objects;
 pub mod device;
 pub mod emu_kernels;
+pub mod ops;
 
 pub use abi::WType;
 pub use bench::bench_kernels;
 pub use code_objects::code_object_for;
 pub use emu_kernels::{EmuKernels, GpuKernelError};
+pub use ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
