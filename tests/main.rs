@@ -4,6 +4,8 @@ mod gpu_kernels;
 mod models_qwen4exp;
 #[cfg(feature = "gpu")]
 mod gpu_device;
+#[cfg(feature = "gpu")]
+mod gpu_ops;
 mod models_util;
 mod models_gemma3;
 mod models_qwen3;
