@@ -54,7 +54,9 @@ struct Case {
     cfg: TinyCfg,
     ty: GgmlType,
     kv: KvType,
-    /// Largest relative difference of any layer's residual stream.
+    /// Largest relative difference of any layer's residual stream (measured on emu: q8_0 and f32
+    /// 1e-7..7e-7 — Q8_1 and Q8_0 activations are the same integers; Q4_K 2e-2 — Q8_1 against
+    /// the CPU's Q8_K; gemma3 7e-3 — the CPU copies llama.cpp's x86 rounding there).
     layer_tol: f64,
 }
 
@@ -107,24 +109,24 @@ fn run_case(c: &Case) {
 
 #[test]
 fn gpu_model_qwen3_q8_0_matches_cpu() {
-    run_case(&Case { name: "qwen3-q8_0", cfg: qwen3_cfg(), ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 2e-2 });
+    run_case(&Case { name: "qwen3-q8_0", cfg: qwen3_cfg(), ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5 });
 }
 
 #[test]
 fn gpu_model_qwen3_f32_int8_kv_matches_cpu() {
-    run_case(&Case { name: "qwen3-f32-int8kv", cfg: qwen3_cfg(), ty: GgmlType::F32, kv: KvType::Int8, layer_tol: 1e-3 });
+    run_case(&Case { name: "qwen3-f32-int8kv", cfg: qwen3_cfg(), ty: GgmlType::F32, kv: KvType::Int8, layer_tol: 1e-5 });
 }
 
 #[test]
 fn gpu_model_qwen3_q4_k_matches_cpu() {
     let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
-    run_case(&Case { name: "qwen3-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 3e-2 });
+    run_case(&Case { name: "qwen3-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2 });
 }
 
 #[test]
 fn gpu_model_qwen3moe_q8_0_matches_cpu() {
     let cfg = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
-    run_case(&Case { name: "qwen3moe-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 2e-2 });
+    run_case(&Case { name: "qwen3moe-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5 });
 }
 
 #[test]
@@ -132,4 +134,40 @@ fn gpu_model_gemma3_q8_0_matches_cpu() {
     // 6 layers: layers 0-4 slide over a 4-token window, layer 5 is global.
     let cfg = TinyCfg { n_layer: 6, gemma_window: Some(4), ..qwen3_cfg() };
     run_case(&Case { name: "gemma3-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 2e-2 });
+}
+
+/// Decode windows captured as graphs and replayed with new inputs in device buffers give the
+/// same logits, bit for bit, as eager launches.
+#[test]
+fn gpu_model_graph_replay_equals_eager() {
+    let path = tmp("graphs.gguf");
+    TinyModel::random(qwen3_cfg(), 3).write_gguf(&path, GgmlType::Q8_0);
+    for (dev, api) in devices() {
+        let mut runs = Vec::new();
+        for graphs in [false, true] {
+            let opts = GpuOptions { graphs, ..GpuOptions::default() };
+            let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+            let mut s = gpu.new_session(KvType::F16, 64).unwrap();
+            let mut l = Vec::new();
+            let mut all = Vec::new();
+            gpu.eval(&mut s, &[1, 5, 9], Logits::Last, &mut l).unwrap();
+            for _ in 0..12 {
+                let t = argmax(&l);
+                gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+                all.extend_from_slice(&l);
+            }
+            // A verify-shaped window of 5 tokens as well.
+            gpu.eval(&mut s, &[2, 4, 6, 8, 10], Logits::All, &mut l).unwrap();
+            all.extend_from_slice(&l);
+            if graphs {
+                assert!(s.graph_replays >= 13 && s.eager_windows == 0, "[{dev}] replays {} eager {}", s.graph_replays, s.eager_windows);
+            } else {
+                assert_eq!(s.graph_replays, 0);
+            }
+            runs.push(all);
+        }
+        let same = runs[0].iter().zip(&runs[1]).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "[{dev}] graph replay differs from eager launches");
+    }
+    let _ = std::fs::remove_file(&path);
 }

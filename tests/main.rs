@@ -6,6 +6,8 @@ mod models_qwen4exp;
 mod gpu_device;
 #[cfg(feature = "gpu")]
 mod gpu_model;
+#[cfg(feature = "gpu")]
+mod gpu_ops;
 mod models_util;
 mod models_gemma3;
 mod models_qwen3;

@@ -107,6 +107,23 @@ impl Store {
     }
 }
 
+/// Raw rows of one cache tensor (K or V): `[cell][n_head_kv][head_dim]`, f16 bits or int8
+/// with one f32 scale per `[cell][n_head_kv]` (the layout the GPU `kv_store` writes).
+#[derive(Clone, Copy, Debug)]
+pub enum RawRows<'a> {
+    F16(&'a [u16]),
+    Int8 { q: &'a [i8], scale: &'a [f32] },
+}
+
+impl Store {
+    fn raw(&self) -> RawRows<'_> {
+        match self {
+            Store::F16(v) => RawRows::F16(v),
+            Store::Int8 { q, scale } => RawRows::Int8 { q, scale },
+        }
+    }
+}
+
 impl KvLayer {
     fn new(ty: KvType, capacity: usize, n_head_kv: usize, head_dim: usize) -> KvLayer {
         KvLayer {
@@ -121,6 +138,21 @@ impl KvLayer {
     pub fn write(&mut self, pos: usize, k: &[f32], v: &[f32]) {
         self.k.write(pos, k, self.head_dim);
         self.v.write(pos, v, self.head_dim);
+    }
+
+    /// The raw K rows.
+    pub fn k_raw(&self) -> RawRows<'_> {
+        self.k.raw()
+    }
+    /// The raw V rows.
+    pub fn v_raw(&self) -> RawRows<'_> {
+        self.v.raw()
+    }
+    pub fn n_head_kv(&self) -> usize {
+        self.n_head_kv
+    }
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
     }
 
     /// Whether this layer rounds the query and the probabilities to f16 like ggml's f16 matmul.

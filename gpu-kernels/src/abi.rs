@@ -142,6 +142,233 @@ pub struct DequantArgs {
     pub _pad: u32,
 }
 
+// ---------------------------------------------------------------- forward-pass ops
+// Every f32 scalar argument travels as its bits in a u32 field (`*_bits`); the device side
+// declares it `f32` (same 4-byte by-value kernarg).
+
+/// `rms_norm_f32`: per row `y = x * (1 / sqrt(mean(x^2) + eps)) * w` (cpu_kernels::rms_norm
+/// order when `ggml == 0`: 8 f64 partial sums of exact squares; `ggml == 1`: rms_norm_ggml's
+/// one chain of f32-rounded squares). One wave per row, `WAVES_PER_WG` rows per workgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RmsNormArgs {
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+    pub n: u32,
+    pub n_rows: u32,
+    pub eps_bits: u32,
+    pub ggml: u32,
+}
+
+/// `rope_f32`: in place on `x[n_tokens][n_heads][head_dim]`, angles from `table`
+/// (`[pos][rope_dim/2]` (cos, sin) pairs). `neox`/`fma` are 0/1. One work-item per rotated pair.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RopeArgs {
+    pub x: u64,
+    pub pos: u64,
+    pub table: u64,
+    pub n_tokens: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub rope_dim: u32,
+    pub neox: u32,
+    pub fma: u32,
+}
+
+/// `glu_f32`: `out[i] = act(gate[i]) * up[i]`, `act` 0 = SiLU, 1 = GELU (tanh). One work-item
+/// per element.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GluArgs {
+    pub gate: u64,
+    pub up: u64,
+    pub out: u64,
+    pub n: u32,
+    pub act: u32,
+}
+
+/// `add_rows_f32`: `x[r*n+i] += b[r*b_stride+i]`. One work-item per element.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddRowsArgs {
+    pub x: u64,
+    pub b: u64,
+    pub n: u32,
+    pub n_rows: u32,
+    pub b_stride: u32,
+    pub _pad: u32,
+}
+
+/// `scale_f32`: `x[i] *= factor`. `softmax_f32`: per row of `n` (one wave per row).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScaleArgs {
+    pub x: u64,
+    pub n: u32,
+    pub factor_bits: u32,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SoftmaxArgs {
+    pub x: u64,
+    pub n: u32,
+    pub n_rows: u32,
+}
+
+/// `get_rows_*`: `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when
+/// scale == 1.0). Quantized types: one work-item per block; f32/f16: one per element.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GetRowsArgs {
+    pub table: u64,
+    pub ids: u64,
+    pub out: u64,
+    pub n_ids: u32,
+    pub k: u32,
+    pub scale_bits: u32,
+    pub _pad: u32,
+}
+
+/// `kv_store_f16` / `kv_store_i8`: row `pos[t]` of a K or V cache (engine/src/kv_cache.rs
+/// layout: `[pos][n_head_kv * head_dim]` f16 or i8, int8 scales `[pos][n_head_kv]` f32) from
+/// `src[t]`. One wave per (token, kv head); `head_dim` <= 256.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvStoreArgs {
+    pub src: u64,
+    pub cache: u64,
+    pub scale: u64,
+    pub pos: u64,
+    pub n_tokens: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    pub _pad: u32,
+}
+
+/// `attn_*`: causal attention of `n_tokens` query rows over the cache (see
+/// `attend_ordered` in engine/src/model/attention.rs for the exact order). One wave (a
+/// workgroup of `ATTN_BLOCK`) per (token, head); dynamic LDS `attn_lds_bytes(head_dim, max_kv)`;
+/// a window of more than `max_kv` cells traps.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttnArgs {
+    pub q: u64,
+    pub k: u64,
+    pub k_scale: u64,
+    pub v: u64,
+    pub v_scale: u64,
+    pub out: u64,
+    pub pos: u64,
+    pub n_tokens: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub window: u32,
+    pub kq_scale_bits: u32,
+    pub max_kv: u32,
+}
+/// Work-items per attention workgroup (one wave).
+pub const ATTN_BLOCK: u32 = 32;
+/// Head dims with an attention kernel.
+pub const ATTN_HEAD_DIMS: [u32; 5] = [16, 32, 64, 128, 256];
+/// Dynamic LDS of an attention launch: the staged query, then one f32 score per cell.
+pub const fn attn_lds_bytes(head_dim: u32, max_kv: u32) -> u32 {
+    head_dim * 4 + max_kv * 4
+}
+
+/// `moe_router`: per token softmax over `n_expert` (<= 256) logits, top-`k` (<= 8; ties to
+/// the lower index), optional renormalisation. One wave per token.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeRouterArgs {
+    pub logits: u64,
+    pub ids: u64,
+    pub w: u64,
+    pub n_tokens: u32,
+    pub n_expert: u32,
+    pub k: u32,
+    pub renorm: u32,
+}
+pub const MOE_MAX_EXPERTS: u32 = 256;
+pub const MOE_MAX_K: u32 = 8;
+
+/// `moe_combine`: `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, added in order j = 0..k
+/// from 0.0. One work-item per output element.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeCombineArgs {
+    pub y: u64,
+    pub map: u64,
+    pub w: u64,
+    pub out: u64,
+    pub d: u32,
+    pub n_tokens: u32,
+    pub k: u32,
+    pub _pad: u32,
+}
+
+pub const RMS_NORM: &str = "rms_norm_f32";
+pub const ROPE: &str = "rope_f32";
+pub const GLU: &str = "glu_f32";
+pub const ADD_ROWS: &str = "add_rows_f32";
+pub const SCALE: &str = "scale_f32";
+pub const SOFTMAX: &str = "softmax_f32";
+pub const KV_STORE_F16: &str = "kv_store_f16";
+pub const KV_STORE_I8: &str = "kv_store_i8";
+pub const MOE_ROUTER: &str = "moe_router";
+pub const MOE_COMBINE: &str = "moe_combine";
+pub const GET_ROWS_F32: &str = "get_rows_f32";
+pub const GET_ROWS_F16: &str = "get_rows_f16";
+
+/// Every get_rows kernel for quantized tables: `symbol, weight type`.
+macro_rules! get_rows_kernels {
+    ($m:ident) => {
+        $m! { get_rows_q8_0 Q8_0, get_rows_q4_k Q4K, get_rows_q6_k Q6K, get_rows_iq3_xxs IQ3XXS, }
+    };
+}
+/// Every attention kernel: `symbol, int8 cache, head_dim`.
+macro_rules! attn_kernels {
+    ($m:ident) => {
+        $m! {
+            attn_f16_d16 false 16, attn_f16_d32 false 32, attn_f16_d64 false 64,
+            attn_f16_d128 false 128, attn_f16_d256 false 256,
+            attn_i8_d16 true 16, attn_i8_d32 true 32, attn_i8_d64 true 64,
+            attn_i8_d128 true 128, attn_i8_d256 true 256,
+        }
+    };
+}
+macro_rules! get_rows_name_table {
+    ($($name:ident $ty:ident),* $(,)?) => {
+        /// `(type, symbol)` of every quantized get_rows kernel.
+        pub const GET_ROWS_KERNELS: &[(WType, &str)] = &[$((WType::$ty, stringify!($name))),*];
+    };
+}
+get_rows_kernels!(get_rows_name_table);
+macro_rules! attn_name_table {
+    ($($name:ident $i8:literal $hd:literal),* $(,)?) => {
+        /// `(int8 cache, head_dim, symbol)` of every attention kernel.
+        pub const ATTN_KERNELS: &[(bool, u32, &str)] = &[$(($i8, $hd, stringify!($name))),*];
+    };
+}
+attn_kernels!(attn_name_table);
+/// Symbol of the quantized get_rows kernel for `ty`.
+pub fn get_rows_kernel(ty: WType) -> Option<&'static str> {
+    GET_ROWS_KERNELS.iter().find(|(t, _)| *t == ty).map(|(_, s)| *s)
+}
+/// Symbol of the attention kernel for a cache format and head dim.
+pub fn attn_kernel(int8: bool, head_dim: u32) -> Option<&'static str> {
+    ATTN_KERNELS.iter().find(|(i, h, _)| *i == int8 && *h == head_dim).map(|(_, _, s)| *s)
+}
+/// Every kernel of the forward-pass ops (not in `all_kernels`, whose list EmuKernels validates
+/// against the older argument layouts).
+pub fn op_kernels() -> impl Iterator<Item = &'static str> {
+    [RMS_NORM, ROPE, GLU, ADD_ROWS, SCALE, SOFTMAX, KV_STORE_F16, KV_STORE_I8, MOE_ROUTER, MOE_COMBINE, GET_ROWS_F32, GET_ROWS_F16]
+        .into_iter()
+        .chain(GET_ROWS_KERNELS.iter().map(|e| e.1))
+        .chain(ATTN_KERNELS.iter().map(|e| e.2))
+}
+
 /// Little-endian bytes of a `#[repr(C)]` args struct made only of u64/u32 fields.
 macro_rules! impl_args_bytes {
     ($($t:ty),*) => {$(
@@ -156,10 +383,24 @@ macro_rules! impl_args_bytes {
         }
     )*};
 }
-impl_args_bytes!(MmvqArgs, QuantizeArgs, DequantArgs);
+impl_args_bytes!(
+    MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, SoftmaxArgs, GetRowsArgs,
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs
+);
 const _: () = assert!(core::mem::size_of::<MmvqArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<QuantizeArgs>() == 24);
 const _: () = assert!(core::mem::size_of::<DequantArgs>() == 24);
+const _: () = assert!(core::mem::size_of::<RmsNormArgs>() == 40);
+const _: () = assert!(core::mem::size_of::<RopeArgs>() == 48);
+const _: () = assert!(core::mem::size_of::<GluArgs>() == 32);
+const _: () = assert!(core::mem::size_of::<AddRowsArgs>() == 32);
+const _: () = assert!(core::mem::size_of::<ScaleArgs>() == 16);
+const _: () = assert!(core::mem::size_of::<SoftmaxArgs>() == 16);
+const _: () = assert!(core::mem::size_of::<GetRowsArgs>() == 40);
+const _: () = assert!(core::mem::size_of::<KvStoreArgs>() == 48);
+const _: () = assert!(core::mem::size_of::<AttnArgs>() == 80);
+const _: () = assert!(core::mem::size_of::<MoeRouterArgs>() == 40);
+const _: () = assert!(core::mem::size_of::<MoeCombineArgs>() == 48);
 const _: () = assert!(cfg!(target_endian = "little"));
 
 /// LDS layout of the staged Q8_1 activations of one column: the quants, with 16 bytes of

@@ -159,6 +159,27 @@ pub fn wave_min_u32(x: u32) -> u32 {
     let x = x.min(dpp::<0x168>(x));
     x.min(swap_rows(x))
 }
+/// Max over all 32 lanes of an f32 (`v_max_f32`; every lane gets it). NaN-free inputs.
+#[inline(always)]
+pub fn wave_max_f32(x: f32) -> f32 {
+    let m = |a: f32, b: u32| a.max(f32::from_bits(b));
+    let x = m(x, dpp::<0x161>(x.to_bits()));
+    let x = m(x, dpp::<0x162>(x.to_bits()));
+    let x = m(x, dpp::<0x164>(x.to_bits()));
+    let x = m(x, dpp::<0x168>(x.to_bits()));
+    m(x, swap_rows(x.to_bits()))
+}
+/// The f64 `x` of lane `lane` (wave-uniform), as a scalar.
+#[inline(always)]
+pub fn read_lane_f64(x: f64, lane: u32) -> f64 {
+    let b = x.to_bits();
+    f64::from_bits(read_lane(b as u32, lane) as u64 | (read_lane((b >> 32) as u32, lane) as u64) << 32)
+}
+/// The f32 `x` of lane `lane` (wave-uniform), as a scalar.
+#[inline(always)]
+pub fn read_lane_f32(x: f32, lane: u32) -> f32 {
+    f32::from_bits(read_lane(x.to_bits(), lane))
+}
 /// The value of lane `lane ^ 1` (used to pair neighbouring lanes).
 #[inline(always)]
 pub fn xor1_i32(x: i32) -> i32 {

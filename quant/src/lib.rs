@@ -21,6 +21,7 @@
 
 pub mod block;
 pub mod float;
+pub mod fmath;
 pub mod half;
 pub mod iq3_xxs;
 pub mod iq4_nl;

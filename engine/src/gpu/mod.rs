@@ -23,3 +23,4 @@ pub use abi::WType;
 pub use bench::bench_kernels;
 pub use code_objects::code_object_for;
 pub use emu_kernels::{EmuKernels, GpuKernelError};
+pub use ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};

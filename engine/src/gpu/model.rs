@@ -347,6 +347,16 @@ impl GpuModel {
     pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuSession> {
         let api = self.ops.api().clone();
         let hp = &self.model.hp;
+        if max_ctx > super::ops::ATTN_MAX_KV_LIMIT as usize {
+            return Err(EngineError::Unsupported(format!(
+                "GPU attention keeps at most {} cells per query in LDS: use --max-context {} or less",
+                super::ops::ATTN_MAX_KV_LIMIT,
+                super::ops::ATTN_MAX_KV_LIMIT
+            )));
+        }
+        if max_ctx as u32 > self.ops.attn_max_kv() {
+            self.ops.set_attn_max_kv(max_ctx as u32).map_err(gpu_err("attention window"))?;
+        }
         let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0 };
         let fmt = match kv {
             KvType::F16 => KvFormat::F16,
@@ -369,7 +379,7 @@ impl GpuModel {
         let mut rope_tables = Vec::new();
         for &(base, scale) in &self.rope_params {
             let t = if exact {
-                rope_table_ggml(base, scale, hp.rope_dim.min(hp.head_dim), max_ctx)
+                GpuOps::rope_table_ggml(base, scale, hp.rope_dim.min(hp.head_dim), max_ctx)
             } else {
                 GpuOps::rope_table(base, scale, hp.rope_dim.min(hp.head_dim), max_ctx)
             };
@@ -563,6 +573,10 @@ impl GpuModel {
         let (nq, nk) = (nh * hd, nkv * hd);
         let eps = hp.rms_eps;
         let exact = ggml_exact(hp);
+        // The exact (llama.cpp-order) norm where the CPU backend uses it.
+        let rms_norm = |x, w, y, n: usize, rows: usize| {
+            if exact { ops.rms_norm_ggml(st, x, w, y, n as u32, rows as u32, eps) } else { ops.rms_norm(st, x, w, y, n as u32, rows as u32, eps) }
+        };
         let sc = &sess.sc;
         let (ids, posb) = (sc.ids, sc.pos);
         let [x, xn, q, k, v, att, o, gate, up, act, xq, logits] =
@@ -591,7 +605,7 @@ impl GpuModel {
         };
         for (il, l) in self.layers.iter().enumerate() {
             let a = &l.attn;
-            ops.rms_norm(st, x, a.norm, xn, d as u32, n as u32, eps)?;
+            rms_norm(x, a.norm, xn, d, n)?;
             self.quantize(xn, xq, n, d)?;
             self.matmul(&a.wq, 0, xn, xq, n, q)?;
             self.matmul(&a.wk, 0, xn, xq, n, k)?;
@@ -603,7 +617,7 @@ impl GpuModel {
             }
             for (buf, norm, heads) in [(q, a.q_norm, nh), (k, a.k_norm, nkv)] {
                 if let Some(norm) = norm {
-                    ops.rms_norm(st, buf, norm, buf, hd as u32, (n * heads) as u32, eps)?;
+                    rms_norm(buf, norm, buf, hd, n * heads)?;
                 }
             }
             let table = sess.rope_tables[l.rope_table];
@@ -624,7 +638,7 @@ impl GpuModel {
             self.quantize(att, xq, n, nq)?;
             self.matmul(&a.wo, 0, att, xq, n, o)?;
             if let Some(p) = a.post_norm {
-                ops.rms_norm(st, o, p, o, d as u32, n as u32, eps)?;
+                rms_norm(o, p, o, d, n)?;
             }
             ops.add_rows(st, x, o, d as u32, n as u32, d as u32)?;
             if sess.profile.is_some() {
@@ -640,7 +654,7 @@ impl GpuModel {
                 self.count(sess, "attention", w + kv + 2 * act_bytes);
             }
 
-            ops.rms_norm(st, x, l.norm, xn, d as u32, n as u32, eps)?;
+            rms_norm(x, l.norm, xn, d, n)?;
             self.quantize(xn, xq, n, d)?;
             let (part, w_bytes) = match &l.ffn {
                 DevFfn::Dense { gate: wg, up: wu, down: wd } => {
@@ -662,7 +676,7 @@ impl GpuModel {
                 }
             };
             if let Some(p) = l.post_norm {
-                ops.rms_norm(st, o, p, o, d as u32, n as u32, eps)?;
+                rms_norm(o, p, o, d, n)?;
             }
             ops.add_rows(st, x, o, d as u32, n as u32, d as u32)?;
             self.count(sess, part, w_bytes + 2 * act_bytes);
@@ -678,7 +692,7 @@ impl GpuModel {
         if let Some(first) = first_row {
             let m = n - first;
             let xf = x + (first * d * 4) as u64;
-            ops.rms_norm(st, xf, self.output_norm, xn, d as u32, m as u32, eps)?;
+            rms_norm(xf, self.output_norm, xn, d, m)?;
             self.quantize(xn, xq, m, d)?;
             self.matmul(&self.output, 0, xn, xq, m, logits)?;
             self.count(sess, "head", (self.output.mat_bytes + m * d * 4 + m * self.model.n_vocab * 4) as u64);
@@ -745,23 +759,6 @@ impl GpuModel {
         ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
         Ok(ran)
     }
-}
-
-/// Cos/sin table of `cpu_kernels::rope_neox_ggml` (ggml's iterative theta), `[pos][dim/2]`.
-fn rope_table_ggml(freq_base: f32, freq_scale: f32, rope_dim: usize, n_pos: usize) -> Vec<f32> {
-    let half = (rope_dim & !1) / 2;
-    let theta_scale = freq_base.powf(-2.0 / (rope_dim & !1) as f32);
-    let mut t = Vec::with_capacity(n_pos * half * 2);
-    for pos in 0..n_pos {
-        let mut theta = pos as f32;
-        for _ in 0..half {
-            let a = freq_scale * theta;
-            t.push(a.cos());
-            t.push(a.sin());
-            theta *= theta_scale;
-        }
-    }
-    t
 }
 
 fn dequant_all(model: &Model, w: &W, name: &str) -> Result<Vec<f32>> {

@@ -1,30 +1,499 @@
-//! TEMPORARY compile stub of the GpuOps contract (replaced by the helper's implementation).
-#![allow(unused_variables, dead_code, clippy::too_many_arguments)]
-use super::abi::WType;
-use super::device::{DevicePtr, GpuApi, Result, Stream};
+//! [`GpuOps`]: the host launch layer of every gfx11 kernel over `Arc<dyn GpuApi>`, so the same
+//! code drives the software device and HIP. Each method checks its shape, packs the kernel's
+//! `#[repr(C)]` argument struct from `abi.rs` and launches asynchronously on a stream; all
+//! pointers are device addresses ([`DevicePtr`]), buffers f32 row-major unless stated.
+//!
+//! Numerics (what each op equals on the CPU; tests/gpu_ops.rs checks every line):
+//! - bit-identical: quantize (quant's reference), dequant / get_rows (quant's dequantizers,
+//!   times `scale`), rms_norm (`cpu_kernels::rms_norm`; [`GpuOps::rms_norm_ggml`]:
+//!   `rms_norm_ggml`), rope (`rope_neox` / `rope_norm` with [`GpuOps::rope_table`];
+//!   `rope_neox_ggml` with `fma` and [`GpuOps::rope_table_ggml`]), add_rows, scale, kv_store
+//!   (engine/src/kv_cache.rs), attention in [`AttnMode::Ordered`]
+//!   (`model::attention::attend_ordered`), moe_combine (adds in order j = 0..k);
+//! - within named tolerances (`quant::fmath::expf` instead of libm): glu, softmax, moe_router
+//!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
+use super::abi::{self, WType};
+use super::device::{DevicePtr, GpuApi, GpuError, Kernel, KernelSpec, LaunchConfig, Module, Result, Stream};
+use super::emu_kernels::default_rows_per_wg;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-pub struct GpuOps { api: Arc<dyn GpuApi> }
-#[derive(Clone, Copy, Debug, PartialEq, Eq)] pub enum GluAct { Silu, GeluTanh }
-#[derive(Clone, Copy, Debug, PartialEq, Eq)] pub enum AttnMode { Ordered, Fast }
-#[derive(Clone, Copy, Debug, PartialEq, Eq)] pub enum KvFormat { F16, Int8 }
-#[derive(Clone, Copy, Debug, PartialEq, Eq)] pub enum RowType { W(WType), F32, F16 }
+
+/// Gated activation of [`GpuOps::glu`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluAct {
+    Silu,
+    GeluTanh,
+}
+
+/// Attention numerics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnMode {
+    /// Bit-identical to `model::attention::attend_ordered` (fixed accumulation order).
+    Ordered,
+    /// The fastest kernel available; today the ordered kernel (see docs/kernels.md).
+    Fast,
+}
+
+/// KV cache format; layouts equal to engine/src/kv_cache.rs: rows `[cell][n_head_kv][head_dim]`
+/// of f16, or of i8 with f32 scales `[cell][n_head_kv]` in a separate buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvFormat {
+    F16,
+    Int8,
+}
+
+/// Element type of a [`GpuOps::get_rows`] table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowType {
+    W(WType),
+    F32,
+    F16,
+}
+
+/// Default largest attention window (cells) a launch supports: its scores live in LDS.
+pub const DEFAULT_ATTN_MAX_KV: u32 = 8192;
+/// Hard limit: `attn_lds_bytes(256, n)` must fit 64 KiB.
+pub const ATTN_MAX_KV_LIMIT: u32 = (abi::MAX_LDS_BYTES - 256 * 4) / 4;
+
+/// Every kernel of the code object, looked up and checked once, with their launchers.
+pub struct GpuOps {
+    api: Arc<dyn GpuApi>,
+    #[allow(dead_code)]
+    module: Module,
+    kernels: HashMap<&'static str, Kernel>,
+    attn_max_kv: AtomicU32,
+}
+
+fn bad(kernel: &str, what: impl Into<String>) -> GpuError {
+    GpuError::Launch { kernel: kernel.to_string(), what: what.into() }
+}
+
+fn groups(items: u64, per: u32, kernel: &str) -> Result<u32> {
+    let g = items.div_ceil(per as u64);
+    if g == 0 || g > u32::MAX as u64 {
+        return Err(bad(kernel, format!("{items} work items: empty or too many")));
+    }
+    Ok(g as u32)
+}
+
 impl GpuOps {
-  pub fn new(api: Arc<dyn GpuApi>) -> Result<GpuOps> { Ok(GpuOps{api}) }
-  pub fn api(&self) -> &Arc<dyn GpuApi> { &self.api }
-  pub fn quantize_q8_1(&self, s:&Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> { todo!() }
-  pub fn quantize_q8_k(&self, s:&Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> { todo!() }
-  pub fn dequant(&self, s:&Stream, ty: WType, f16: bool, w: DevicePtr, y: DevicePtr, nblocks: u32) -> Result<()> { todo!() }
-  pub fn mmvq(&self, s:&Stream, ty: WType, ncols: u32, w: DevicePtr, x: DevicePtr, y: DevicePtr, rows: Option<DevicePtr>, nrows: u32, k: u32, y_stride: u32) -> Result<()> { todo!() }
-  pub fn rms_norm(&self, s:&Stream, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: u32, n_rows: u32, eps: f32) -> Result<()> { todo!() }
-  pub fn rope(&self, s:&Stream, x: DevicePtr, pos: DevicePtr, table: DevicePtr, n_tokens: u32, n_heads: u32, head_dim: u32, rope_dim: u32, neox: bool, fma: bool) -> Result<()> { todo!() }
-  pub fn rope_table(freq_base: f32, freq_scale: f32, rope_dim: usize, n_pos: usize) -> Vec<f32> { todo!() }
-  pub fn glu(&self, s:&Stream, gate: DevicePtr, up: DevicePtr, out: DevicePtr, n: u32, act: GluAct) -> Result<()> { todo!() }
-  pub fn add_rows(&self, s:&Stream, x: DevicePtr, b: DevicePtr, n: u32, n_rows: u32, b_stride: u32) -> Result<()> { todo!() }
-  pub fn scale(&self, s:&Stream, x: DevicePtr, n: u32, factor: f32) -> Result<()> { todo!() }
-  pub fn softmax(&self, s:&Stream, x: DevicePtr, n: u32, n_rows: u32) -> Result<()> { todo!() }
-  pub fn get_rows(&self, s:&Stream, ty: RowType, table: DevicePtr, ids: DevicePtr, n_ids: u32, k: u32, out: DevicePtr, scale: f32) -> Result<()> { todo!() }
-  pub fn kv_store(&self, s:&Stream, fmt: KvFormat, src: DevicePtr, cache: DevicePtr, cache_scale: DevicePtr, pos: DevicePtr, n_tokens: u32, n_head_kv: u32, head_dim: u32) -> Result<()> { todo!() }
-  pub fn attention(&self, s:&Stream, mode: AttnMode, fmt: KvFormat, q: DevicePtr, k_cache: DevicePtr, k_scale: DevicePtr, v_cache: DevicePtr, v_scale: DevicePtr, out: DevicePtr, pos: DevicePtr, n_tokens: u32, n_head: u32, n_head_kv: u32, head_dim: u32, window: u32, kq_scale: f32) -> Result<()> { todo!() }
-  pub fn moe_router(&self, s:&Stream, logits: DevicePtr, ids_out: DevicePtr, w_out: DevicePtr, n_tokens: u32, n_expert: u32, k: u32, renorm: bool) -> Result<()> { todo!() }
-  pub fn moe_combine(&self, s:&Stream, y: DevicePtr, map: DevicePtr, w: DevicePtr, out: DevicePtr, d: u32, n_tokens: u32, k: u32) -> Result<()> { todo!() }
+    /// Loads the code object for the device's arch and looks up every kernel, checking its
+    /// metadata (kernarg size = the abi.rs struct, wave32, workgroup size, LDS, no scratch
+    /// except in the dequantizers) against how this layer launches it.
+    pub fn new(api: Arc<dyn GpuApi>) -> Result<GpuOps> {
+        let module = api.load_module()?;
+        let mut kernels = HashMap::new();
+        let mut add = |name: &'static str, kernarg: usize, block: u32, lds: u32, scratch: bool| -> Result<()> {
+            let spec = KernelSpec {
+                name,
+                kernarg_bytes: kernarg as u32,
+                max_block: [block, 1, 1],
+                max_dynamic_lds: lds,
+                allow_scratch: scratch,
+            };
+            kernels.insert(name, api.function(&module, &spec)?);
+            Ok(())
+        };
+        let wg = abi::WG_SIZE;
+        add(abi::QUANTIZE_Q8_1, abi::QuantizeArgs::SIZE, wg, 0, false)?;
+        add(abi::QUANTIZE_Q8_K, abi::QuantizeArgs::SIZE, wg, 0, false)?;
+        for &(ty, _, name) in abi::MMVQ_KERNELS {
+            add(name, abi::MmvqArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
+        }
+        for &(_, _, name) in abi::DEQUANT_KERNELS {
+            add(name, abi::DequantArgs::SIZE, wg, 0, true)?;
+        }
+        add(abi::RMS_NORM, abi::RmsNormArgs::SIZE, wg, 0, false)?;
+        add(abi::ROPE, abi::RopeArgs::SIZE, wg, 0, false)?;
+        add(abi::GLU, abi::GluArgs::SIZE, wg, 0, false)?;
+        add(abi::ADD_ROWS, abi::AddRowsArgs::SIZE, wg, 0, false)?;
+        add(abi::SCALE, abi::ScaleArgs::SIZE, wg, 0, false)?;
+        add(abi::SOFTMAX, abi::SoftmaxArgs::SIZE, wg, 0, false)?;
+        add(abi::KV_STORE_F16, abi::KvStoreArgs::SIZE, wg, 0, false)?;
+        add(abi::KV_STORE_I8, abi::KvStoreArgs::SIZE, wg, 0, false)?;
+        add(abi::MOE_ROUTER, abi::MoeRouterArgs::SIZE, wg, 0, false)?;
+        add(abi::MOE_COMBINE, abi::MoeCombineArgs::SIZE, wg, 0, false)?;
+        add(abi::GET_ROWS_F32, abi::GetRowsArgs::SIZE, wg, 0, false)?;
+        add(abi::GET_ROWS_F16, abi::GetRowsArgs::SIZE, wg, 0, false)?;
+        for &(_, name) in abi::GET_ROWS_KERNELS {
+            add(name, abi::GetRowsArgs::SIZE, wg, 0, false)?;
+        }
+        for &(_, hd, name) in abi::ATTN_KERNELS {
+            add(name, abi::AttnArgs::SIZE, abi::ATTN_BLOCK, abi::attn_lds_bytes(hd, ATTN_MAX_KV_LIMIT), false)?;
+        }
+        Ok(GpuOps { api, module, kernels, attn_max_kv: AtomicU32::new(DEFAULT_ATTN_MAX_KV) })
+    }
+
+    pub fn api(&self) -> &Arc<dyn GpuApi> {
+        &self.api
+    }
+
+    /// The checked kernel `name` (metadata: registers, LDS, scratch).
+    pub fn kernel(&self, name: &str) -> Option<&Kernel> {
+        self.kernels.get(name)
+    }
+
+    /// Largest attention window (cells attended by one query) later launches support; it sizes
+    /// their LDS (`4 * (head_dim + n)` bytes). At most [`ATTN_MAX_KV_LIMIT`]. A launch whose
+    /// window is larger traps on the device (a kernel error), it never reads past its LDS.
+    pub fn set_attn_max_kv(&self, n: u32) -> Result<()> {
+        if n == 0 || n > ATTN_MAX_KV_LIMIT {
+            return Err(bad("attention", format!("max_kv {n} outside 1..={ATTN_MAX_KV_LIMIT}")));
+        }
+        self.attn_max_kv.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+    pub fn attn_max_kv(&self) -> u32 {
+        self.attn_max_kv.load(Ordering::Relaxed)
+    }
+
+    fn launch(&self, s: &Stream, name: &str, grid: u32, block: u32, lds: u32, args: &[u8]) -> Result<()> {
+        let k = self.kernels.get(name).ok_or_else(|| GpuError::NoSuchKernel { kernel: name.to_string() })?;
+        let cfg = LaunchConfig { grid: [grid, 1, 1], block: [block, 1, 1], dynamic_lds: lds };
+        self.api.launch(s, k, &cfg, args)
+    }
+
+    // ------------------------------------------------------------------ existing kernels
+
+    /// f32 → Q8_1 (36-byte blocks of 32), byte-exact with quant; `n % 32 == 0` (columns back to back).
+    pub fn quantize_q8_1(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
+        let name = abi::QUANTIZE_Q8_1;
+        if n == 0 || n % abi::QK8_1 != 0 {
+            return Err(bad(name, format!("n = {n} is not a positive multiple of 32")));
+        }
+        let g = groups((n / abi::QK8_1) as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::QuantizeArgs { x, y, n, _pad: 0 }.to_bytes())
+    }
+
+    /// f32 → Q8_K (292-byte blocks of 256), byte-exact; `n % 256 == 0`.
+    pub fn quantize_q8_k(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
+        let name = abi::QUANTIZE_Q8_K;
+        if n == 0 || n % abi::QK_K != 0 {
+            return Err(bad(name, format!("n = {n} is not a positive multiple of 256")));
+        }
+        let g = groups((n / abi::QK_K) as u64, abi::WAVES_PER_WG, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::QuantizeArgs { x, y, n, _pad: 0 }.to_bytes())
+    }
+
+    /// `nblocks` blocks of `ty` to f32 (or f16 when `f16`), bit-exact with quant.
+    pub fn dequant(&self, s: &Stream, ty: WType, f16: bool, w: DevicePtr, y: DevicePtr, nblocks: u32) -> Result<()> {
+        let name = abi::dequant_kernel(ty, f16).ok_or_else(|| bad("dequant", format!("no kernel for {ty:?}")))?;
+        let g = groups(nblocks as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, abi::dequant_lds_bytes(ty), &abi::DequantArgs { w, y, nblocks, _pad: 0 }.to_bytes())
+    }
+
+    /// `y[c * y_stride + i] = W[row(i)] · x[c]` for `ncols` (1..=8) Q8_1 columns (semantics of
+    /// `abi::MmvqArgs`; `rows` = optional device list of `nrows` weight-row indices). Columns
+    /// that do not fit the 64 KiB LDS together are split over launches.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmvq(
+        &self,
+        s: &Stream,
+        ty: WType,
+        ncols: u32,
+        w: DevicePtr,
+        x_q8_1: DevicePtr,
+        y: DevicePtr,
+        rows: Option<DevicePtr>,
+        nrows: u32,
+        k: u32,
+        y_stride: u32,
+    ) -> Result<()> {
+        let name = abi::mmvq_kernel(ty, ncols.clamp(1, abi::MAX_COLS as u32)).unwrap_or("mmvq");
+        if ncols == 0 || ncols as usize > abi::MAX_COLS {
+            return Err(bad(name, format!("{ncols} columns (1..={})", abi::MAX_COLS)));
+        }
+        let bk = ty.block_k();
+        if k == 0 || k % bk != 0 {
+            return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
+        }
+        if nrows == 0 || y_stride < nrows {
+            return Err(bad(name, format!("nrows {nrows}, y_stride {y_stride} (needs >= nrows)")));
+        }
+        let fit = (abi::MAX_LDS_BYTES - ty.table_lds_bytes()) / abi::act_col_bytes(k);
+        if fit == 0 {
+            return Err(bad(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
+        }
+        // TODO(coordinator merge): abi::mmvq_rows_per_wg once the foundation branch adds it.
+        let rows_per_wg = default_rows_per_wg(ty, k, nrows);
+        let mut c0 = 0;
+        while c0 < ncols {
+            let nc = (ncols - c0).min(fit);
+            let kname = abi::mmvq_kernel(ty, nc).unwrap_or(name);
+            let args = abi::MmvqArgs {
+                w,
+                x: x_q8_1 + (c0 as u64) * (k / 32 * abi::Q8_1_BYTES) as u64,
+                y: y + (c0 as u64) * y_stride as u64 * 4,
+                rows: rows.unwrap_or(0),
+                nrows,
+                k,
+                y_stride,
+                rows_per_wg,
+            };
+            let g = groups(nrows as u64, rows_per_wg, kname)?;
+            self.launch(s, kname, g, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
+            c0 += nc;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ forward-pass ops
+
+    /// Per row of `n`: `y = x / sqrt(mean(x²) + eps) * w`, bit-identical to
+    /// `cpu_kernels::rms_norm`. `y` may equal `x`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm(&self, s: &Stream, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: u32, n_rows: u32, eps: f32) -> Result<()> {
+        self.rms_norm_impl(s, x, w, y, n, n_rows, eps, false)
+    }
+    /// As [`GpuOps::rms_norm`], bit-identical to `cpu_kernels::rms_norm_ggml` (llama.cpp's order:
+    /// one sequential chain per row, slower).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm_ggml(&self, s: &Stream, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: u32, n_rows: u32, eps: f32) -> Result<()> {
+        self.rms_norm_impl(s, x, w, y, n, n_rows, eps, true)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_impl(&self, s: &Stream, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: u32, n_rows: u32, eps: f32, ggml: bool) -> Result<()> {
+        let name = abi::RMS_NORM;
+        if n == 0 {
+            return Err(bad(name, "n = 0"));
+        }
+        let g = groups(n_rows as u64, abi::WAVES_PER_WG, name)?;
+        let a = abi::RmsNormArgs { x, w, y, n, n_rows, eps_bits: eps.to_bits(), ggml: ggml as u32 };
+        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+    }
+
+    /// RoPE in place on `x = [n_tokens][n_heads][head_dim]`, token `t` at position `pos[t]`
+    /// (device u32), angles from `table` ([`GpuOps::rope_table`] / [`GpuOps::rope_table_ggml`]
+    /// with the same `rope_dim`, uploaded, covering every position). `rope_dim` is even and
+    /// <= head_dim. `fma == true` rotates as `rope_neox_ggml`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        s: &Stream,
+        x: DevicePtr,
+        pos: DevicePtr,
+        table: DevicePtr,
+        n_tokens: u32,
+        n_heads: u32,
+        head_dim: u32,
+        rope_dim: u32,
+        neox: bool,
+        fma: bool,
+    ) -> Result<()> {
+        let name = abi::ROPE;
+        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+            return Err(bad(name, format!("rope_dim {rope_dim} must be even and in 2..=head_dim ({head_dim})")));
+        }
+        let g = groups(n_tokens as u64 * n_heads as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
+        let a = abi::RopeArgs { x, pos, table, n_tokens, n_heads, head_dim, rope_dim, neox: neox as u32, fma: fma as u32 };
+        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+    }
+
+    /// `[pos][rope_dim/2]` (cos, sin) pairs exactly as `cpu_kernels::rope_neox` / `rope_norm`
+    /// compute them: `theta = pos * freq_scale * freq_base^(-2i/rope_dim)` in f64, rounded.
+    pub fn rope_table(freq_base: f32, freq_scale: f32, rope_dim: usize, n_pos: usize) -> Vec<f32> {
+        let half = rope_dim / 2;
+        let mut t = Vec::with_capacity(n_pos * half * 2);
+        for pos in 0..n_pos {
+            for i in 0..half {
+                let inv = (freq_base as f64).powf(-2.0 * i as f64 / rope_dim as f64);
+                let theta = pos as f64 * freq_scale as f64 * inv;
+                t.push(theta.cos() as f32);
+                t.push(theta.sin() as f32);
+            }
+        }
+        t
+    }
+
+    /// The table of `cpu_kernels::rope_neox_ggml`: f32 recurrence `theta *= base^(-2/rope_dim)`,
+    /// `cosf`/`sinf` of `freq_scale * theta`.
+    pub fn rope_table_ggml(freq_base: f32, freq_scale: f32, rope_dim: usize, n_pos: usize) -> Vec<f32> {
+        let half = rope_dim / 2;
+        let theta_scale = freq_base.powf(-2.0 / rope_dim as f32);
+        let mut t = Vec::with_capacity(n_pos * half * 2);
+        for pos in 0..n_pos {
+            let mut theta = pos as f32;
+            for _ in 0..half {
+                let a = freq_scale * theta;
+                t.push(a.cos());
+                t.push(a.sin());
+                theta *= theta_scale;
+            }
+        }
+        t
+    }
+
+    /// `out[i] = act(gate[i]) * up[i]` (`quant::fmath` SiLU / GELU-tanh).
+    pub fn glu(&self, s: &Stream, gate: DevicePtr, up: DevicePtr, out: DevicePtr, n: u32, act: GluAct) -> Result<()> {
+        let name = abi::GLU;
+        let g = groups(n as u64, abi::WG_SIZE, name)?;
+        let a = abi::GluArgs { gate, up, out, n, act: (act == GluAct::GeluTanh) as u32 };
+        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+    }
+
+    /// `x[r*n+i] += b[r*b_stride+i]` (residual add; `b_stride = 0` broadcasts one row).
+    pub fn add_rows(&self, s: &Stream, x: DevicePtr, b: DevicePtr, n: u32, n_rows: u32, b_stride: u32) -> Result<()> {
+        let name = abi::ADD_ROWS;
+        let g = groups(n as u64 * n_rows as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::AddRowsArgs { x, b, n, n_rows, b_stride, _pad: 0 }.to_bytes())
+    }
+
+    /// `x[i] *= factor`.
+    pub fn scale(&self, s: &Stream, x: DevicePtr, n: u32, factor: f32) -> Result<()> {
+        let name = abi::SCALE;
+        let g = groups(n as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::ScaleArgs { x, n, factor_bits: factor.to_bits() }.to_bytes())
+    }
+
+    /// Softmax of each of `n_rows` rows of `n`, in place.
+    pub fn softmax(&self, s: &Stream, x: DevicePtr, n: u32, n_rows: u32) -> Result<()> {
+        let name = abi::SOFTMAX;
+        if n == 0 {
+            return Err(bad(name, "n = 0"));
+        }
+        let g = groups(n_rows as u64, abi::WAVES_PER_WG, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::SoftmaxArgs { x, n, n_rows }.to_bytes())
+    }
+
+    /// `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when scale == 1.0);
+    /// `ids` = `n_ids` device u32. Quantized rows: `k % block_k == 0`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_rows(&self, s: &Stream, ty: RowType, table: DevicePtr, ids: DevicePtr, n_ids: u32, k: u32, out: DevicePtr, scale: f32) -> Result<()> {
+        let a = abi::GetRowsArgs { table, ids, out, n_ids, k, scale_bits: scale.to_bits(), _pad: 0 };
+        match ty {
+            RowType::W(wt) => {
+                let name = abi::get_rows_kernel(wt).ok_or_else(|| bad("get_rows", format!("no kernel for {wt:?}")))?;
+                if k == 0 || k % wt.block_k() != 0 {
+                    return Err(bad(name, format!("k = {k} is not a positive multiple of {}", wt.block_k())));
+                }
+                let g = groups(n_ids as u64 * (k / wt.block_k()) as u64, abi::WG_SIZE, name)?;
+                self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+            }
+            RowType::F32 | RowType::F16 => {
+                let name = if ty == RowType::F32 { abi::GET_ROWS_F32 } else { abi::GET_ROWS_F16 };
+                let g = groups(n_ids as u64 * k as u64, abi::WG_SIZE, name)?;
+                self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+            }
+        }
+    }
+
+    /// Stores `src = [n_tokens][n_head_kv * head_dim]` f32 into row `pos[t]` of one cache
+    /// tensor (K or V) in engine/src/kv_cache.rs's layout and rounding (bitwise equal);
+    /// `cache_scale` = the int8 scales `[cell][n_head_kv]` (0 for f16). head_dim <= 256.
+    #[allow(clippy::too_many_arguments)]
+    pub fn kv_store(
+        &self,
+        s: &Stream,
+        fmt: KvFormat,
+        src: DevicePtr,
+        cache: DevicePtr,
+        cache_scale: DevicePtr,
+        pos: DevicePtr,
+        n_tokens: u32,
+        n_head_kv: u32,
+        head_dim: u32,
+    ) -> Result<()> {
+        let name = if fmt == KvFormat::F16 { abi::KV_STORE_F16 } else { abi::KV_STORE_I8 };
+        if head_dim == 0 || head_dim > 256 {
+            return Err(bad(name, format!("head_dim {head_dim} (1..=256)")));
+        }
+        if fmt == KvFormat::Int8 && cache_scale == 0 {
+            return Err(bad(name, "int8 cache without a scale buffer"));
+        }
+        let g = groups(n_tokens as u64 * n_head_kv as u64, abi::WAVES_PER_WG, name)?;
+        let a = abi::KvStoreArgs { src, cache, scale: cache_scale, pos, n_tokens, n_head_kv, head_dim, _pad: 0 };
+        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+    }
+
+    /// Causal attention: token `t` (query row `q[t]`, position `pos[t]`) attends to cells
+    /// `lo..=pos[t]`, `lo = pos + 1 - window` when `window > 0` and that is positive, else 0;
+    /// `out[t][h] = softmax(kq_scale * q·K) · V` per head, GQA (`n_head % n_head_kv == 0`).
+    /// head_dim ∈ {16, 32, 64, 128, 256}; windows up to [`GpuOps::attn_max_kv`] cells.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        s: &Stream,
+        mode: AttnMode,
+        fmt: KvFormat,
+        q: DevicePtr,
+        k_cache: DevicePtr,
+        k_scale: DevicePtr,
+        v_cache: DevicePtr,
+        v_scale: DevicePtr,
+        out: DevicePtr,
+        pos: DevicePtr,
+        n_tokens: u32,
+        n_head: u32,
+        n_head_kv: u32,
+        head_dim: u32,
+        window: u32,
+        kq_scale: f32,
+    ) -> Result<()> {
+        let _ = mode; // Fast == Ordered today (docs/kernels.md)
+        let int8 = fmt == KvFormat::Int8;
+        let name = abi::attn_kernel(int8, head_dim)
+            .ok_or_else(|| bad("attention", format!("head_dim {head_dim} (supported: {:?})", abi::ATTN_HEAD_DIMS)))?;
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(bad(name, format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")));
+        }
+        if int8 && (k_scale == 0 || v_scale == 0) {
+            return Err(bad(name, "int8 cache without scale buffers"));
+        }
+        let max_kv = self.attn_max_kv();
+        let g = groups(n_tokens as u64 * n_head as u64, 1, name)?;
+        let a = abi::AttnArgs {
+            q,
+            k: k_cache,
+            k_scale,
+            v: v_cache,
+            v_scale,
+            out,
+            pos,
+            n_tokens,
+            n_head,
+            n_head_kv,
+            window,
+            kq_scale_bits: kq_scale.to_bits(),
+            max_kv,
+        };
+        self.launch(s, name, g, abi::ATTN_BLOCK, abi::attn_lds_bytes(head_dim, max_kv), &a.to_bytes())
+    }
+
+    /// Per token: softmax over `n_expert` (<= 256) logits, top-`k` (<= 8, ties to the lower
+    /// index) into `ids_out` (u32) / `w_out` (f32) in rank order, optionally renormalised by
+    /// their sum clamped at 6.103515625e-5 (== model/moe.rs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_router(
+        &self,
+        s: &Stream,
+        logits: DevicePtr,
+        ids_out: DevicePtr,
+        w_out: DevicePtr,
+        n_tokens: u32,
+        n_expert: u32,
+        k: u32,
+        renorm: bool,
+    ) -> Result<()> {
+        let name = abi::MOE_ROUTER;
+        if n_expert == 0 || n_expert > abi::MOE_MAX_EXPERTS || k == 0 || k > abi::MOE_MAX_K || k > n_expert {
+            return Err(bad(name, format!("n_expert {n_expert} (1..=256), k {k} (1..=8, <= n_expert)")));
+        }
+        let g = groups(n_tokens as u64, abi::WAVES_PER_WG, name)?;
+        let a = abi::MoeRouterArgs { logits, ids: ids_out, w: w_out, n_tokens, n_expert, k, renorm: renorm as u32 };
+        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+    }
+
+    /// `out[t] = sum_{j<k} w[t*k+j] * y[map[t*k+j]]` (rows of `d`), added from 0.0 in order
+    /// j = 0..k. model/moe.rs adds a token's experts in increasing expert id: pass each token's
+    /// `map`/`w` in that order to be bit-identical.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_combine(&self, s: &Stream, y: DevicePtr, map: DevicePtr, w: DevicePtr, out: DevicePtr, d: u32, n_tokens: u32, k: u32) -> Result<()> {
+        let name = abi::MOE_COMBINE;
+        if k == 0 {
+            return Err(bad(name, "k = 0"));
+        }
+        let g = groups(d as u64 * n_tokens as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
+    }
 }

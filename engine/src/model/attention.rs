@@ -88,6 +88,91 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     }
 }
 
+/// Attention in a fixed, documented float order, the CPU reference of the GPU's ordered
+/// mode (`GpuOps::attention(AttnMode::Ordered, ..)`, gpu-kernels/src/ops/attention.rs), which
+/// is bit-identical to it. For query row `i` (position `pos = pos0 + i`), head `h`, kv head
+/// `g = h / (n_head / n_head_kv)`, cells `lo..=pos` (`lo` from the window), `m = pos + 1 - lo`:
+///
+/// 1. `qr = f16(q)` for an f16 cache (as ggml's f16 matmul), `q` for int8;
+///    `s_j = (sum_{d = 0..hd} K[lo+j][g][d] * qr[d], in d order)` (int8: `* k_scale`), `* kq_scale`;
+/// 2. `mx = max_j s_j`; `e_j = fmath::expf(s_j - mx)`; 32 partial sums `part[l] = sum of e_j
+///    for j ≡ l (mod 32)` in increasing j, then `part[l] = part[l] + part[l ^ b]` for
+///    b = 1, 2, 4, 8, 16 (a GPU wave's butterfly); `inv = 1 / part[0]`;
+/// 3. `p_j = e_j * inv` (f16-rounded for an f16 cache); `out[d] = sum_j p_j * V[lo+j][g][d]`
+///    in increasing j from 0.0 (int8: `(p_j * v_scale) * q`).
+///
+/// Every step is a plain f32 `+ - * /` (no FMA) or `expf` from the no_std `quant` crate.
+pub fn attend_ordered(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
+    use crate::kv_cache::RawRows;
+    let hd = sh.head_dim;
+    let nkv = sh.n_head_kv;
+    let group = sh.n_head / nkv;
+    let (kr, vr) = (kv.k_raw(), kv.v_raw());
+    let f16 = matches!(kr, RawRows::F16(_));
+    let elem = |r: &RawRows, cell: usize, d: usize| -> f32 {
+        match r {
+            RawRows::F16(v) => quant::f16_to_f32(v[cell * hd + d]),
+            RawRows::Int8 { q, .. } => q[cell * hd + d] as f32,
+        }
+    };
+    let row_scale = |r: &RawRows, cell: usize| -> f32 {
+        match r {
+            RawRows::F16(_) => 1.0,
+            RawRows::Int8 { scale, .. } => scale[cell],
+        }
+    };
+    let work = |idx: usize, o: &mut [f32]| {
+        let (i, h) = (idx / sh.n_head, idx % sh.n_head);
+        let pos = sh.pos0 + i;
+        let lo = sh.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let g = h / group;
+        let qr: Vec<f32> = q[idx * hd..(idx + 1) * hd].iter().map(|&v| if f16 { round_f16(v) } else { v }).collect();
+        let m = pos + 1 - lo;
+        let mut sc = vec![0f32; m];
+        for (j, s) in sc.iter_mut().enumerate() {
+            let cell = (lo + j) * nkv + g;
+            let mut acc = 0f32;
+            for (d, &qd) in qr.iter().enumerate() {
+                acc += elem(&kr, cell, d) * qd;
+            }
+            if !f16 {
+                acc *= row_scale(&kr, cell);
+            }
+            *s = acc * sh.kq_scale;
+        }
+        let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut part = [0f32; 32];
+        for (j, s) in sc.iter_mut().enumerate() {
+            *s = quant::fmath::expf(*s - mx);
+            part[j % 32] += *s;
+        }
+        for b in [1, 2, 4, 8, 16] {
+            let prev = part;
+            for l in 0..32 {
+                part[l] = prev[l] + prev[l ^ b];
+            }
+        }
+        let inv = 1.0 / part[0];
+        o.fill(0.0);
+        for (j, &e) in sc.iter().enumerate() {
+            let cell = (lo + j) * nkv + g;
+            let p = e * inv;
+            if f16 {
+                let p = round_f16(p);
+                for (d, od) in o.iter_mut().enumerate() {
+                    *od += p * elem(&vr, cell, d);
+                }
+            } else {
+                let ps = p * row_scale(&vr, cell);
+                for (d, od) in o.iter_mut().enumerate() {
+                    *od += ps * elem(&vr, cell, d);
+                }
+            }
+        }
+    };
+    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| work(i, o));
+}
+
 /// llama.cpp's non-flash attention with an f16 cache, in its exact float order: `K·q` and
 /// `V·p` are f16 matmuls (llamafile's tinyBLAS for batches of >= 2 tokens, `ggml_vec_dot_f16`
 /// for one), over `n_kv` = the used cells padded to 256; softmax with ggml's AVX-512 `expf`

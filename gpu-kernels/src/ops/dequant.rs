@@ -218,3 +218,85 @@ macro_rules! define_dequant {
 dequant_kernels!(define_dequant);
 
 const _: () = assert!(core::mem::size_of::<DequantArgs>() == 24);
+
+/// f32 output times a scale (skipped when it is 1.0): `get_rows`.
+struct ScaledF32Out(*mut f32, f32);
+impl Sink for ScaledF32Out {
+    #[inline(always)]
+    unsafe fn put4(&mut self, i: u32, v: [f32; 4]) {
+        let s = self.1;
+        let v = if s != 1.0 { v.map(|x| x * s) } else { v };
+        // SAFETY: caller contract; the output row is 16-byte aligned (k % 32 == 0, ABI).
+        unsafe { st_f32x4_aligned(self.0.add(i as usize), v) }
+    }
+}
+
+/// get_rows for a quantized table: block `g` of the `n_ids * k / block_k` output blocks.
+#[inline(always)]
+fn get_rows_run(ty: WType, table: *const u8, ids: *const u32, out: *mut f32, n_ids: u32, k: u32, scale: f32) {
+    let blk = group_id() * WG_SIZE + thread_id();
+    if ty == WType::IQ3XXS {
+        // SAFETY: as in `run`: every work-item writes its own grid word before the barrier.
+        unsafe { Lds::tables().st32(4 * thread_id(), IQ3XXS_GRID[(thread_id() & 255) as usize]) };
+        barrier();
+    }
+    let bk = ty.block_k();
+    let nb = k / bk;
+    if nb == 0 || blk >= n_ids * nb {
+        return;
+    }
+    let (i, b) = (blk / nb, blk % nb);
+    // SAFETY: ABI (abi::GetRowsArgs): ids holds n_ids row indices of `table` (rows of nb
+    // blocks), out = [n_ids][k] f32 (16-byte aligned); block (i, b) is this work-item's.
+    unsafe {
+        let row = *ids.add(i as usize);
+        let src = table.add(((row * nb + b) as usize) * ty.block_bytes() as usize);
+        let mut o = ScaledF32Out(out.add((i * k + b * bk) as usize), scale);
+        match ty {
+            WType::Q8_0 => q8_0(src, &mut o),
+            WType::Q4K => q4_k(src, &mut o),
+            WType::Q6K => q6_k(src, &mut o),
+            WType::IQ3XXS => iq3_xxs(src, &mut o),
+        }
+    }
+}
+
+macro_rules! define_get_rows {
+    ($($name:ident $ty:ident),* $(,)?) => {$(
+        #[unsafe(no_mangle)]
+        pub extern "gpu-kernel" fn $name(table: *const u8, ids: *const u32, out: *mut f32, n_ids: u32, k: u32, scale: f32, _pad: u32) {
+            get_rows_run(WType::$ty, table, ids, out, n_ids, k, scale);
+        }
+    )*};
+}
+get_rows_kernels!(define_get_rows);
+
+/// get_rows for an f32 table, one work-item per element.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn get_rows_f32(table: *const f32, ids: *const u32, out: *mut f32, n_ids: u32, k: u32, scale: f32, _pad: u32) {
+    let g = group_id() * WG_SIZE + thread_id();
+    if k == 0 || g >= n_ids * k {
+        return;
+    }
+    // SAFETY: ABI (abi::GetRowsArgs) with f32 rows of k values.
+    unsafe {
+        let row = *ids.add((g / k) as usize);
+        let x = *table.add((row * k + g % k) as usize);
+        *out.add(g as usize) = if scale != 1.0 { x * scale } else { x };
+    }
+}
+
+/// get_rows for an f16 table, one work-item per element.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn get_rows_f16(table: *const u16, ids: *const u32, out: *mut f32, n_ids: u32, k: u32, scale: f32, _pad: u32) {
+    let g = group_id() * WG_SIZE + thread_id();
+    if k == 0 || g >= n_ids * k {
+        return;
+    }
+    // SAFETY: ABI (abi::GetRowsArgs) with f16 rows of k values.
+    unsafe {
+        let row = *ids.add((g / k) as usize);
+        let x = f16_to_f32(*table.add((row * k + g % k) as usize));
+        *out.add(g as usize) = if scale != 1.0 { x * scale } else { x };
+    }
+}

@@ -1,0 +1,398 @@
+//! Element-wise and row kernels of the forward pass: RMS norm, RoPE, GLU, residual add,
+//! scale, softmax, KV-cache stores, MoE router and combine. Each states which host reference it
+//! equals bit for bit (or, for the ones built on [`quant::fmath`], which tolerance applies) in
+//! the matching `GpuOps` method (engine/src/gpu/ops.rs).
+//!
+//! Index math is u32; every kernel returns early for work-items past the end (wave-uniform
+//! where a wave owns a row). Row kernels use one wave per row and no LDS.
+use super::unroll;
+use crate::abi::{WAVES_PER_WG, WG_SIZE};
+use crate::arch::{fma, group_id, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
+    wave_id, wave_max_f32, wave_max_u32, wave_min_u32};
+use crate::mem::f32_to_f16;
+use quant::fmath::{expf, gelu_tanh, silu};
+use quant::util::sqrtf;
+
+#[inline(always)]
+fn gid() -> u32 {
+    group_id() * WG_SIZE + thread_id()
+}
+#[inline(always)]
+fn wave_row() -> u32 {
+    group_id() * WAVES_PER_WG + wave_id()
+}
+
+/// One wave per row. `ggml == 0`: cpu_kernels::rms_norm (8 f64 partial sums of exact
+/// squares over stride-8 lanes, summed 0..7, then the remainder); `ggml != 0`:
+/// cpu_kernels::rms_norm_ggml (one chain of f32-rounded squares in f64). Then
+/// `scale = 1 / sqrtf((sum / n) as f32 + eps)` (correctly rounded sqrt and division) and
+/// `y = (x * scale) * w`: bit-identical to the CPU. `y` may equal `x`.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn rms_norm_f32(x: *const f32, w: *const f32, y: *mut f32, n: u32, n_rows: u32, eps: f32, ggml: u32) {
+    let row = wave_row();
+    if row >= n_rows || n == 0 {
+        return;
+    }
+    let lane = lane_id();
+    // SAFETY: ABI (abi::RmsNormArgs): x and y hold n_rows rows of n f32, w holds n f32; this
+    // wave owns row `row`; every element is read before this lane writes it (y may alias x).
+    unsafe {
+        let xr = x.add((row * n) as usize);
+        let yr = y.add((row * n) as usize);
+        let sum = if ggml != 0 {
+            let mut s = 0f64;
+            if lane == 0 {
+                for i in 0..n {
+                    let v = *xr.add(i as usize);
+                    s += (v * v) as f64;
+                }
+            }
+            read_lane_f64(s, 0)
+        } else {
+            let nc = n / 8;
+            let mut p = 0f64;
+            if lane < 8 {
+                for c in 0..nc {
+                    let v = *xr.add((8 * c + lane) as usize) as f64;
+                    p += v * v;
+                }
+            }
+            let mut s = read_lane_f64(p, 0);
+            for l in 1..8 {
+                s += read_lane_f64(p, l);
+            }
+            for i in nc * 8..n {
+                let v = *xr.add(i as usize) as f64;
+                s += v * v;
+            }
+            s
+        };
+        let scale = 1.0 / sqrtf((sum / n as f64) as f32 + eps);
+        let mut i = lane;
+        while i < n {
+            *yr.add(i as usize) = *xr.add(i as usize) * scale * *w.add(i as usize);
+            i += 32;
+        }
+    }
+}
+
+/// One work-item per rotated pair. NEOX pairs (i, i + rd/2), normal pairs (2i, 2i+1);
+/// `a*c - b*s`, `a*s + b*c` (cpu_kernels::rope_neox / rope_norm) or with `fma`
+/// `fma(a, c, -(b*s))`, `fma(a, s, b*c)` (rope_neox_ggml). Angles from the host table.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn rope_f32(
+    x: *mut f32,
+    pos: *const u32,
+    table: *const f32,
+    n_tokens: u32,
+    n_heads: u32,
+    head_dim: u32,
+    rope_dim: u32,
+    neox: u32,
+    use_fma: u32,
+) {
+    let half = rope_dim / 2;
+    let g = gid();
+    if half == 0 || n_heads == 0 || g >= n_tokens * n_heads * half {
+        return;
+    }
+    let i = g % half;
+    let th = g / half;
+    let t = th / n_heads;
+    // SAFETY: ABI (abi::RopeArgs): x = [n_tokens][n_heads][head_dim] f32, pos = n_tokens u32,
+    // table = [n_pos][half] (cos, sin) with pos[t] < n_pos; pair (th, i) is this item's alone.
+    unsafe {
+        let p = *pos.add(t as usize);
+        let cs = table.add((2 * (p * half + i)) as usize);
+        let (c, s) = (*cs, *cs.add(1));
+        let base = x.add((th * head_dim) as usize);
+        let (ia, ib) = if neox != 0 { (i, i + half) } else { (2 * i, 2 * i + 1) };
+        let (a, b) = (*base.add(ia as usize), *base.add(ib as usize));
+        let (na, nb) = if use_fma != 0 { (fma(a, c, -(b * s)), fma(a, s, b * c)) } else { (a * c - b * s, a * s + b * c) };
+        *base.add(ia as usize) = na;
+        *base.add(ib as usize) = nb;
+    }
+}
+
+/// `out = act(gate) * up`, act 0 = SiLU, 1 = GELU-tanh, both from `quant::fmath`.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn glu_f32(gate: *const f32, up: *const f32, out: *mut f32, n: u32, act: u32) {
+    let i = gid();
+    if i >= n {
+        return;
+    }
+    // SAFETY: ABI (abi::GluArgs): three buffers of n f32; element i is this item's.
+    unsafe {
+        let g = *gate.add(i as usize);
+        let a = if act == 0 { silu(g) } else { gelu_tanh(g) };
+        *out.add(i as usize) = a * *up.add(i as usize);
+    }
+}
+
+/// `x[r*n+i] += b[r*b_stride+i]`.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn add_rows_f32(x: *mut f32, b: *const f32, n: u32, n_rows: u32, b_stride: u32, _pad: u32) {
+    let g = gid();
+    if n == 0 || g >= n * n_rows {
+        return;
+    }
+    let (r, i) = (g / n, g % n);
+    // SAFETY: ABI (abi::AddRowsArgs): x = n_rows * n f32, b holds row r at r*b_stride + n.
+    unsafe { *x.add(g as usize) += *b.add((r * b_stride + i) as usize) }
+}
+
+/// `x[i] *= factor`.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn scale_f32(x: *mut f32, n: u32, factor: f32) {
+    let i = gid();
+    if i < n {
+        // SAFETY: ABI (abi::ScaleArgs): x holds n f32.
+        unsafe { *x.add(i as usize) *= factor }
+    }
+}
+
+/// Softmax of each row in place, one wave per row: max, `expf(x - max)`, lane sums (stride
+/// 32) added by a butterfly, times `1 / sum`. An all -inf row becomes zeros (as the CPU).
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn softmax_f32(x: *mut f32, n: u32, n_rows: u32) {
+    let row = wave_row();
+    if row >= n_rows {
+        return;
+    }
+    let lane = lane_id();
+    // SAFETY: ABI (abi::SoftmaxArgs): x = n_rows rows of n f32; this wave owns row `row`,
+    // each lane reads and writes its own elements (stride 32).
+    unsafe {
+        let xr = x.add((row * n) as usize);
+        let mut mx = f32::NEG_INFINITY;
+        let mut i = lane;
+        while i < n {
+            mx = mx.max(*xr.add(i as usize));
+            i += 32;
+        }
+        let mx = wave_max_f32(mx);
+        let mut sum = 0f32;
+        i = lane;
+        while i < n {
+            let e = if mx == f32::NEG_INFINITY { 0.0 } else { expf(*xr.add(i as usize) - mx) };
+            *xr.add(i as usize) = e;
+            sum += e;
+            i += 32;
+        }
+        let total = group_sum_f32(sum, 5);
+        let inv = if mx == f32::NEG_INFINITY { 0.0 } else { 1.0 / total };
+        i = lane;
+        while i < n {
+            *xr.add(i as usize) *= inv;
+            i += 32;
+        }
+    }
+}
+
+/// Loads this lane's values of one (token, kv head) row: element `lane + 32 r` in `v[r]`.
+///
+/// # Safety
+/// `src` holds `hd` f32.
+#[inline(always)]
+unsafe fn load_row8(src: *const f32, hd: u32) -> [f32; 8] {
+    let lane = lane_id();
+    let mut v = [0f32; 8];
+    unroll::<8>(|r| {
+        let i = lane + 32 * r as u32;
+        if i < hd {
+            // SAFETY: caller contract, i < hd.
+            v[r] = unsafe { *src.add(i as usize) };
+        }
+    });
+    v
+}
+
+/// f16 KV store: one wave per (token, kv head), `cache[pos[t]][h][..]` = RNE f16 of the row.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn kv_store_f16(
+    src: *const f32,
+    cache: *mut u16,
+    _scale: *mut f32,
+    pos: *const u32,
+    n_tokens: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    _pad: u32,
+) {
+    let th = wave_row();
+    if th >= n_tokens * n_head_kv || head_dim > 256 {
+        return;
+    }
+    let (t, h) = (th / n_head_kv, th % n_head_kv);
+    let lane = lane_id();
+    // SAFETY: ABI (abi::KvStoreArgs): src = [n_tokens][n_head_kv*head_dim], cache rows of
+    // n_head_kv*head_dim f16 with pos[t] < capacity; (t, h) is this wave's, lanes own elements.
+    unsafe {
+        let v = load_row8(src.add((th * head_dim) as usize), head_dim);
+        let p = *pos.add(t as usize);
+        let dst = cache.add(((p * n_head_kv + h) * head_dim) as usize);
+        unroll::<8>(|r| {
+            let i = lane + 32 * r as u32;
+            if i < head_dim {
+                *dst.add(i as usize) = f32_to_f16(v[r]);
+            }
+        });
+    }
+}
+
+/// int8 KV store (kv_cache.rs `Store::write`): `d = amax / 127`, `id = 1/d` (0 if d == 0),
+/// `q = clamp(roundf(x * id), -127, 127)`, scale `[pos][h] = d`.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn kv_store_i8(
+    src: *const f32,
+    cache: *mut i8,
+    scale: *mut f32,
+    pos: *const u32,
+    n_tokens: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    _pad: u32,
+) {
+    let th = wave_row();
+    if th >= n_tokens * n_head_kv || head_dim > 256 {
+        return;
+    }
+    let (t, h) = (th / n_head_kv, th % n_head_kv);
+    let lane = lane_id();
+    // SAFETY: as kv_store_f16; scale holds [capacity][n_head_kv] f32.
+    unsafe {
+        let v = load_row8(src.add((th * head_dim) as usize), head_dim);
+        let mut amax = 0u32;
+        unroll::<8>(|r| amax = amax.max(v[r].to_bits() & 0x7fff_ffff));
+        let amax = f32::from_bits(wave_max_u32(amax));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let p = *pos.add(t as usize);
+        let dst = cache.add(((p * n_head_kv + h) * head_dim) as usize);
+        unroll::<8>(|r| {
+            let i = lane + 32 * r as u32;
+            if i < head_dim {
+                *dst.add(i as usize) = roundf(v[r] * id).clamp(-127.0, 127.0) as i8;
+            }
+        });
+        if lane == 0 {
+            *scale.add((p * n_head_kv + h) as usize) = d;
+        }
+    }
+}
+
+/// MoE router, one wave per token: softmax (`expf`, lane sums + butterfly, times 1/sum),
+/// top-k by probability with ties to the lower expert, optional renormalisation by the sum
+/// of the selected weights (added in rank order, clamped at 6.103515625e-5) as model/moe.rs.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn moe_router(
+    logits: *const f32,
+    ids: *mut u32,
+    w: *mut f32,
+    n_tokens: u32,
+    n_expert: u32,
+    k: u32,
+    renorm: u32,
+) {
+    let t = wave_row();
+    if t >= n_tokens || n_expert > 256 || k > 8 || k > n_expert {
+        return;
+    }
+    let lane = lane_id();
+    // SAFETY: ABI (abi::MoeRouterArgs): logits = [n_tokens][n_expert], ids/w = [n_tokens][k];
+    // this wave owns token t; lane j < k writes entry j.
+    unsafe {
+        let row = logits.add((t * n_expert) as usize);
+        let mut v = [f32::NEG_INFINITY; 8];
+        unroll::<8>(|r| {
+            let e = lane + 32 * r as u32;
+            if e < n_expert {
+                v[r] = *row.add(e as usize);
+            }
+        });
+        let mut mx = f32::NEG_INFINITY;
+        unroll::<8>(|r| mx = mx.max(v[r]));
+        let mx = wave_max_f32(mx);
+        let mut sum = 0f32;
+        unroll::<8>(|r| {
+            let e = lane + 32 * r as u32;
+            v[r] = if e < n_expert { expf(v[r] - mx) } else { 0.0 };
+            sum += v[r];
+        });
+        let inv = 1.0 / group_sum_f32(sum, 5);
+        // key = probability bits + 1 (probabilities are >= 0, so bits order like values);
+        // 0 = not available.
+        let mut key = [0u32; 8];
+        unroll::<8>(|r| {
+            let e = lane + 32 * r as u32;
+            if e < n_expert {
+                key[r] = (v[r] * inv).to_bits() + 1;
+            }
+        });
+        let mut my_w = 0f32;
+        let mut my_id = 0u32;
+        for j in 0..k {
+            let mut best = 0u32;
+            unroll::<8>(|r| best = best.max(key[r]));
+            let kmax = wave_max_u32(best);
+            let mut cand = u32::MAX;
+            unroll::<8>(|r| {
+                if key[r] == kmax && cand == u32::MAX {
+                    cand = lane + 32 * r as u32;
+                }
+            });
+            let id = wave_min_u32(cand);
+            unroll::<8>(|r| {
+                if lane + 32 * r as u32 == id {
+                    key[r] = 0;
+                }
+            });
+            if lane == j {
+                my_w = f32::from_bits(kmax - 1);
+                my_id = id;
+            }
+        }
+        if renorm != 0 {
+            let mut s = 0f32;
+            for j in 0..k {
+                s += read_lane_f32(my_w, j);
+            }
+            let s = s.max(6.103_515_6e-5);
+            my_w /= s;
+        }
+        if lane < k {
+            *ids.add((t * k + lane) as usize) = my_id;
+            *w.add((t * k + lane) as usize) = my_w;
+        }
+    }
+    let _ = read_lane;
+}
+
+/// `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, from 0.0 in order j = 0..k.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn moe_combine(
+    y: *const f32,
+    map: *const u32,
+    w: *const f32,
+    out: *mut f32,
+    d: u32,
+    n_tokens: u32,
+    k: u32,
+    _pad: u32,
+) {
+    let g = gid();
+    if d == 0 || g >= d * n_tokens {
+        return;
+    }
+    let (t, i) = (g / d, g % d);
+    // SAFETY: ABI (abi::MoeCombineArgs): map/w = [n_tokens*k], map entries are rows of y (d
+    // f32 each), out = [n_tokens][d]; element g is this item's.
+    unsafe {
+        let mut acc = 0f32;
+        for j in 0..k {
+            let m = *map.add((t * k + j) as usize);
+            acc += *w.add((t * k + j) as usize) * *y.add((m * d + i) as usize);
+        }
+        *out.add(g as usize) = acc;
+    }
+}

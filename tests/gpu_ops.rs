@@ -1,0 +1,606 @@
+//! `GpuOps` (engine/src/gpu/ops.rs), one test per op: the same body computes the CPU reference
+//! and runs the op on every available device — the software RDNA3 device always, a real gfx11
+//! GPU through HIP whenever `open_device(DeviceKind::Hip)` succeeds (on machines without ROCm it
+//! fails cleanly and only emu runs). Bitwise where the contract says so, otherwise within the
+//! named tolerances below. Random inputs plus edge shapes (one row, remainders, head_dim
+//! 16..256, window cutting, GQA, int8 KV, verification windows of 8 tokens).
+#![cfg(feature = "gpu")]
+
+use std::sync::Arc;
+
+use quant::GgmlType;
+use strata::gpu::abi::WType;
+use strata::gpu::bench::{random_blocks, Rng};
+use strata::gpu::device::{open_device, DeviceKind, DevicePtr, EmuApi, GpuApi, Stream};
+use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
+use strata::kv_cache::{KvCache, KvType, LayerCache, RawRows};
+use strata::model::attention::{attend, attend_ordered, Shape};
+
+/// `|gpu - cpu| <= GLU_TOL * max(1, |cpu|)`: SiLU/GELU use `quant::fmath::expf`/`tanhf`
+/// (<= 2 ulp, ~1e-7 absolute) where the CPU calls libm.
+const GLU_TOL: f32 = 2e-6;
+/// Softmax / router probabilities: absolute difference (values in [0, 1]).
+const PROB_TOL: f32 = 1e-6;
+/// `attend_ordered` (f32, expf) against the CPU `attend` (libm exp, f64 sums): absolute.
+const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;
+
+fn devices() -> Vec<(&'static str, GpuOps)> {
+    let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().expect("software device"));
+    let mut v = vec![("emu", GpuOps::new(emu).expect("GpuOps on emu: every kernel present and checked"))];
+    match open_device(DeviceKind::Hip) {
+        Ok(h) => v.push(("hip", GpuOps::new(Arc::from(h)).expect("GpuOps on hip"))),
+        Err(e) => eprintln!("hip not available ({e}); testing emu only"),
+    }
+    v
+}
+
+/// A device buffer freed on drop.
+struct Buf<'a> {
+    ops: &'a GpuOps,
+    ptr: DevicePtr,
+    len: usize,
+}
+impl Drop for Buf<'_> {
+    fn drop(&mut self) {
+        let _ = self.ops.api().free(self.ptr);
+    }
+}
+impl Buf<'_> {
+    fn bytes(&self) -> Vec<u8> {
+        let api = self.ops.api();
+        api.synchronize().expect("synchronize");
+        let mut v = vec![0u8; self.len];
+        api.memcpy_dtoh(&mut v, self.ptr).expect("dtoh");
+        v
+    }
+    fn f32s(&self) -> Vec<f32> {
+        self.bytes().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+    fn u32s(&self) -> Vec<u32> {
+        self.bytes().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+}
+fn up<'a>(ops: &'a GpuOps, bytes: &[u8]) -> Buf<'a> {
+    let api = ops.api();
+    let ptr = api.malloc(bytes.len().max(16)).expect("malloc");
+    api.memcpy_htod(ptr, bytes).expect("htod");
+    Buf { ops, ptr, len: bytes.len() }
+}
+fn zeros(ops: &GpuOps, n: usize) -> Buf<'_> {
+    up(ops, &vec![0u8; n])
+}
+fn upf<'a>(ops: &'a GpuOps, v: &[f32]) -> Buf<'a> {
+    up(ops, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+fn upu<'a>(ops: &'a GpuOps, v: &[u32]) -> Buf<'a> {
+    up(ops, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+fn rand_f32(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.f32() * scale).collect()
+}
+fn ggml(ty: WType) -> GgmlType {
+    GgmlType::from_u32(ty.ggml_id()).expect("ggml type")
+}
+fn assert_bits(dev: &str, what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{dev} {what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.to_bits() == w.to_bits(), "{dev} {what}: element {i}: gpu {g:e} ({:#x}) cpu {w:e} ({:#x})", g.to_bits(), w.to_bits());
+    }
+}
+const S: Stream = Stream::DEFAULT;
+
+// ---------------------------------------------------------------- existing kernels via GpuOps
+
+#[test]
+fn gpu_ops_quantize_q8_1_and_q8_k_byte_exact() {
+    let mut rng = Rng::new(1);
+    for (name, ops) in devices() {
+        for n in [256usize, 4096 * 3] {
+            let mut x = rand_f32(&mut rng, n, 3.0);
+            x[5] = 0.0;
+            x[..32].fill(0.0); // an all-zero block
+            let xb = upf(&ops, &x);
+            let y1 = zeros(&ops, n / 32 * 36);
+            ops.quantize_q8_1(&S, xb.ptr, y1.ptr, n as u32).unwrap();
+            let mut want = vec![0u8; n / 32 * 36];
+            quant::quantize_row(GgmlType::Q8_1, &x, &mut want).unwrap();
+            assert_eq!(y1.bytes(), want, "{name} q8_1 n={n}");
+            let yk = zeros(&ops, n / 256 * 292);
+            ops.quantize_q8_k(&S, xb.ptr, yk.ptr, n as u32).unwrap();
+            let mut want = vec![0u8; n / 256 * 292];
+            quant::quantize_row(GgmlType::Q8K, &x, &mut want).unwrap();
+            assert_eq!(yk.bytes(), want, "{name} q8_k n={n}");
+        }
+        assert!(ops.quantize_q8_1(&S, 0, 0, 33).is_err());
+        assert!(ops.quantize_q8_k(&S, 0, 0, 0).is_err());
+    }
+}
+
+#[test]
+fn gpu_ops_dequant_bit_exact() {
+    let mut rng = Rng::new(2);
+    for (name, ops) in devices() {
+        for ty in WType::ALL {
+            for nblocks in [1usize, 37, 300] {
+                let w = random_blocks(ty, nblocks, &mut rng);
+                let n = nblocks * ty.block_k() as usize;
+                let mut want = vec![0f32; n];
+                quant::dequantize_row(ggml(ty), &w, &mut want).unwrap();
+                let wb = up(&ops, &w);
+                let y = zeros(&ops, n * 4);
+                ops.dequant(&S, ty, false, wb.ptr, y.ptr, nblocks as u32).unwrap();
+                assert_bits(name, &format!("dequant {ty:?} x{nblocks}"), &y.f32s(), &want);
+                let yh = zeros(&ops, n * 2);
+                ops.dequant(&S, ty, true, wb.ptr, yh.ptr, nblocks as u32).unwrap();
+                let got: Vec<u16> = yh.bytes().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+                let wanth: Vec<u16> = want.iter().map(|&v| quant::f32_to_f16(v)).collect();
+                assert_eq!(got, wanth, "{name} dequant f16 {ty:?} x{nblocks}");
+            }
+        }
+    }
+}
+
+/// MMVQ through GpuOps, 1 and 8 columns (and the split of columns that do not fit LDS), with
+/// tests/gpu_kernels.rs' tolerance: relative to sum |w a| of the dequantized operands.
+#[test]
+fn gpu_ops_mmvq_1_and_8_columns() {
+    let mut rng = Rng::new(3);
+    for (name, ops) in devices() {
+        for ty in WType::ALL {
+            for (nrows, k, ncols, rowsel) in [(1usize, 256usize, 1usize, false), (200, 1024, 1, false), (130, 512, 8, false), (64, 512, 1, true), (16, 8192, 9, false)] {
+                let ncols_ok = ncols.min(8);
+                let bk = ty.block_k() as usize;
+                let row_bytes = k / bk * ty.block_bytes() as usize;
+                let w = random_blocks(ty, nrows * k / bk, &mut rng);
+                let x = rand_f32(&mut rng, ncols_ok * k, 1.0);
+                let mut xq = vec![0u8; ncols_ok * k / 32 * 36];
+                quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+                let ids: Vec<u32> = if rowsel { (0..nrows as u32).rev().step_by(3).collect() } else { (0..nrows as u32).collect() };
+                let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
+                let rb = upu(&ops, &ids);
+                let y_stride = ids.len() as u32 + 3;
+                let y = zeros(&ops, ncols_ok * y_stride as usize * 4);
+                let r = ops.mmvq(&S, ty, ncols as u32, wb.ptr, xb.ptr, y.ptr, rowsel.then_some(rb.ptr), ids.len() as u32, k as u32, y_stride);
+                if ncols > 8 {
+                    assert!(r.is_err(), "{name}: 9 columns must be refused");
+                    continue;
+                }
+                r.unwrap_or_else(|e| panic!("{name} mmvq {ty:?}: {e}"));
+                let yv = y.f32s();
+                let mut a = vec![0f32; k];
+                let mut wr = vec![0f32; k];
+                for c in 0..ncols {
+                    quant::dequantize_row(GgmlType::Q8_1, &xq[c * k / 32 * 36..(c + 1) * k / 32 * 36], &mut a).unwrap();
+                    for (i, &rw) in ids.iter().enumerate() {
+                        quant::dequantize_row(ggml(ty), &w[rw as usize * row_bytes..(rw as usize + 1) * row_bytes], &mut wr).unwrap();
+                        let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, m), (&p, &q)| (d + p as f64 * q as f64, m + (p as f64 * q as f64).abs()));
+                        let got = yv[c * y_stride as usize + i] as f64;
+                        let tol = if ty == WType::Q4K { 1e-4 } else { 1e-6 };
+                        assert!((got - dot).abs() <= tol * (mag + 1e-30), "{name} {ty:?} k={k} col {c} row {i}: {got} vs {dot}");
+                    }
+                }
+            }
+            // Column split: 8 columns of k = 8192 do not fit 64 KiB of LDS together.
+            let k = 8192usize;
+            let bk = ty.block_k() as usize;
+            let w = random_blocks(ty, 4 * k / bk, &mut rng);
+            let x = rand_f32(&mut rng, 8 * k, 1.0);
+            let mut xq = vec![0u8; 8 * k / 32 * 36];
+            quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+            let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
+            let y = zeros(&ops, 8 * 4 * 4);
+            ops.mmvq(&S, ty, 8, wb.ptr, xb.ptr, y.ptr, None, 4, k as u32, 4).unwrap();
+            let yv = y.f32s();
+            let mut a = vec![0f32; k];
+            let mut wr = vec![0f32; k];
+            let row_bytes = k / bk * ty.block_bytes() as usize;
+            for c in 0..8 {
+                quant::dequantize_row(GgmlType::Q8_1, &xq[c * k / 32 * 36..(c + 1) * k / 32 * 36], &mut a).unwrap();
+                for i in 0..4 {
+                    quant::dequantize_row(ggml(ty), &w[i * row_bytes..(i + 1) * row_bytes], &mut wr).unwrap();
+                    let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, m), (&p, &q)| (d + p as f64 * q as f64, m + (p as f64 * q as f64).abs()));
+                    let tol = if ty == WType::Q4K { 1e-4 } else { 1e-6 };
+                    assert!((yv[c * 4 + i] as f64 - dot).abs() <= tol * mag, "{name} {ty:?} split col {c} row {i}");
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- forward-pass ops
+
+#[test]
+fn gpu_ops_rms_norm_bitwise() {
+    let mut rng = Rng::new(4);
+    for (name, ops) in devices() {
+        for (n, rows) in [(4096usize, 1usize), (100, 3), (7, 2), (2560, 9)] {
+            let x = rand_f32(&mut rng, n * rows, 4.0);
+            let w = rand_f32(&mut rng, n, 2.0);
+            let eps = 1e-6;
+            for ggml in [false, true] {
+                let mut want = vec![0f32; n * rows];
+                for r in 0..rows {
+                    let f = if ggml { cpu_kernels::rms_norm_ggml } else { cpu_kernels::rms_norm };
+                    f(&x[r * n..(r + 1) * n], &w, eps, &mut want[r * n..(r + 1) * n]);
+                }
+                let (xb, wb) = (upf(&ops, &x), upf(&ops, &w));
+                let y = zeros(&ops, n * rows * 4);
+                let f = if ggml { GpuOps::rms_norm_ggml } else { GpuOps::rms_norm };
+                f(&ops, &S, xb.ptr, wb.ptr, y.ptr, n as u32, rows as u32, eps).unwrap();
+                assert_bits(name, &format!("rms_norm ggml={ggml} n={n} rows={rows}"), &y.f32s(), &want);
+                // In place (y == x).
+                f(&ops, &S, xb.ptr, wb.ptr, xb.ptr, n as u32, rows as u32, eps).unwrap();
+                assert_bits(name, &format!("rms_norm in place ggml={ggml} n={n}"), &xb.f32s(), &want);
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_ops_rope_bitwise() {
+    let mut rng = Rng::new(5);
+    for (name, ops) in devices() {
+        for (hd, rd, nh, nt) in [(64usize, 64usize, 4usize, 1usize), (128, 128, 2, 3), (128, 64, 3, 2), (256, 256, 1, 8), (32, 32, 4, 5)] {
+            let (base, fscale) = (10000.0f32, 1.0f32);
+            let n_pos = 300;
+            let pos: Vec<u32> = (0..nt).map(|i| if i == 0 { n_pos as u32 - 1 } else { (rng.next_u64() % n_pos as u64) as u32 }).collect();
+            let x = rand_f32(&mut rng, nt * nh * hd, 2.0);
+            for (neox, fma) in [(true, false), (false, false), (true, true)] {
+                let table = if fma { GpuOps::rope_table_ggml(base, fscale, rd, n_pos) } else { GpuOps::rope_table(base, fscale, rd, n_pos) };
+                let mut want = x.clone();
+                for (t, &p) in pos.iter().enumerate() {
+                    let xt = &mut want[t * nh * hd..(t + 1) * nh * hd];
+                    let f = match (neox, fma) {
+                        (true, true) => cpu_kernels::rope_neox_ggml,
+                        (true, false) => cpu_kernels::rope_neox,
+                        _ => cpu_kernels::rope_norm,
+                    };
+                    f(xt, nh, hd, rd, p as usize, base, fscale);
+                }
+                let xb = upf(&ops, &x);
+                let (pb, tb) = (upu(&ops, &pos), upf(&ops, &table));
+                ops.rope(&S, xb.ptr, pb.ptr, tb.ptr, nt as u32, nh as u32, hd as u32, rd as u32, neox, fma).unwrap();
+                assert_bits(name, &format!("rope hd={hd} rd={rd} neox={neox} fma={fma}"), &xb.f32s(), &want);
+            }
+        }
+        assert!(ops.rope(&S, 0, 0, 0, 1, 1, 64, 65, true, false).is_err(), "odd rope_dim refused");
+        assert!(ops.rope(&S, 0, 0, 0, 1, 1, 64, 128, true, false).is_err(), "rope_dim > head_dim refused");
+    }
+}
+
+#[test]
+fn gpu_ops_glu_within_tolerance() {
+    let mut rng = Rng::new(6);
+    for (name, ops) in devices() {
+        for n in [1usize, 1000, 8192] {
+            let mut g = rand_f32(&mut rng, n, 12.0);
+            if n > 10 {
+                g[..6].copy_from_slice(&[0.0, -0.0, 30.0, -30.0, 1e-8, -95.0]);
+            }
+            let u = rand_f32(&mut rng, n, 3.0);
+            for act in [GluAct::Silu, GluAct::GeluTanh] {
+                let mut want = vec![0f32; n];
+                match act {
+                    GluAct::Silu => cpu_kernels::swiglu(&g, &u, &mut want),
+                    GluAct::GeluTanh => cpu_kernels::geglu(&g, &u, &mut want),
+                }
+                let (gb, ub) = (upf(&ops, &g), upf(&ops, &u));
+                let o = zeros(&ops, n * 4);
+                ops.glu(&S, gb.ptr, ub.ptr, o.ptr, n as u32, act).unwrap();
+                let mut worst = 0f32;
+                for (i, (a, b)) in o.f32s().iter().zip(&want).enumerate() {
+                    let e = (a - b).abs() / b.abs().max(1.0);
+                    worst = worst.max(e);
+                    assert!(e <= GLU_TOL, "{name} {act:?} n={n} [{i}] gate {}: gpu {a} cpu {b}", g[i]);
+                }
+                println!("{name} glu {act:?} n={n}: worst {worst:.2e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_ops_add_rows_and_scale_bitwise() {
+    let mut rng = Rng::new(7);
+    for (name, ops) in devices() {
+        for (n, rows, stride) in [(1usize, 1usize, 1usize), (300, 4, 300), (64, 3, 0), (100, 2, 128)] {
+            let x = rand_f32(&mut rng, n * rows, 5.0);
+            let b = rand_f32(&mut rng, stride * rows + n, 5.0);
+            let mut want = x.clone();
+            for r in 0..rows {
+                for i in 0..n {
+                    want[r * n + i] += b[r * stride + i];
+                }
+            }
+            let (xb, bb) = (upf(&ops, &x), upf(&ops, &b));
+            ops.add_rows(&S, xb.ptr, bb.ptr, n as u32, rows as u32, stride as u32).unwrap();
+            assert_bits(name, &format!("add_rows n={n} rows={rows} stride={stride}"), &xb.f32s(), &want);
+            ops.scale(&S, xb.ptr, (n * rows) as u32, 0.3).unwrap();
+            let want: Vec<f32> = want.iter().map(|v| v * 0.3).collect();
+            assert_bits(name, "scale", &xb.f32s(), &want);
+        }
+    }
+}
+
+#[test]
+fn gpu_ops_softmax_within_tolerance() {
+    let mut rng = Rng::new(8);
+    for (name, ops) in devices() {
+        for (n, rows) in [(1usize, 1usize), (37, 3), (4096, 2), (151, 9)] {
+            let mut x = rand_f32(&mut rng, n * rows, 20.0);
+            if n > 4 {
+                x[1] = f32::NEG_INFINITY; // masked entry
+            }
+            let mut want = x.clone();
+            want.chunks_mut(n).for_each(cpu_kernels::softmax);
+            let xb = upf(&ops, &x);
+            ops.softmax(&S, xb.ptr, n as u32, rows as u32).unwrap();
+            for (i, (a, b)) in xb.f32s().iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= PROB_TOL, "{name} softmax n={n} [{i}]: gpu {a} cpu {b}");
+            }
+        }
+        // A fully masked row becomes zeros, as on the CPU.
+        let xb = upf(&ops, &[f32::NEG_INFINITY; 5]);
+        ops.softmax(&S, xb.ptr, 5, 1).unwrap();
+        assert_eq!(xb.f32s(), vec![0.0; 5], "{name}");
+    }
+}
+
+#[test]
+fn gpu_ops_get_rows_bit_exact() {
+    let mut rng = Rng::new(9);
+    for (name, ops) in devices() {
+        let ids: Vec<u32> = vec![3, 0, 7, 3, 1];
+        let nrows = 8usize;
+        for scale in [1.0f32, 2.5] {
+            for ty in WType::ALL {
+                let k = 512usize;
+                let bk = ty.block_k() as usize;
+                let row_bytes = k / bk * ty.block_bytes() as usize;
+                let table = random_blocks(ty, nrows * k / bk, &mut rng);
+                let mut want = vec![0f32; ids.len() * k];
+                for (i, &r) in ids.iter().enumerate() {
+                    let o = &mut want[i * k..(i + 1) * k];
+                    quant::dequantize_row(ggml(ty), &table[r as usize * row_bytes..(r as usize + 1) * row_bytes], o).unwrap();
+                    if scale != 1.0 {
+                        o.iter_mut().for_each(|v| *v *= scale);
+                    }
+                }
+                let (tb, ib) = (up(&ops, &table), upu(&ops, &ids));
+                let o = zeros(&ops, want.len() * 4);
+                ops.get_rows(&S, RowType::W(ty), tb.ptr, ib.ptr, ids.len() as u32, k as u32, o.ptr, scale).unwrap();
+                assert_bits(name, &format!("get_rows {ty:?} scale {scale}"), &o.f32s(), &want);
+            }
+            let k = 40usize;
+            let tf = rand_f32(&mut rng, nrows * k, 3.0);
+            let th: Vec<u16> = tf.iter().map(|&v| quant::f32_to_f16(v)).collect();
+            for f16 in [false, true] {
+                let mut want = vec![0f32; ids.len() * k];
+                for (i, &r) in ids.iter().enumerate() {
+                    for j in 0..k {
+                        let v = if f16 { quant::f16_to_f32(th[r as usize * k + j]) } else { tf[r as usize * k + j] };
+                        want[i * k + j] = if scale != 1.0 { v * scale } else { v };
+                    }
+                }
+                let tb = if f16 { up(&ops, &th.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()) } else { upf(&ops, &tf) };
+                let ib = upu(&ops, &ids);
+                let o = zeros(&ops, want.len() * 4);
+                let ty = if f16 { RowType::F16 } else { RowType::F32 };
+                ops.get_rows(&S, ty, tb.ptr, ib.ptr, ids.len() as u32, k as u32, o.ptr, scale).unwrap();
+                assert_bits(name, &format!("get_rows {ty:?} scale {scale}"), &o.f32s(), &want);
+            }
+        }
+        assert!(ops.get_rows(&S, RowType::W(WType::Q4K), 0, 0, 1, 100, 0, 1.0).is_err());
+    }
+}
+
+/// Raw cache bytes of one tensor: (rows, scales).
+fn raw_bytes(r: RawRows) -> (Vec<u8>, Vec<u8>) {
+    match r {
+        RawRows::F16(v) => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), Vec::new()),
+        RawRows::Int8 { q, scale } => (q.iter().map(|&x| x as u8).collect(), scale.iter().flat_map(|x| x.to_le_bytes()).collect()),
+    }
+}
+
+#[test]
+fn gpu_ops_kv_store_bitwise() {
+    let mut rng = Rng::new(10);
+    for (name, ops) in devices() {
+        for (fmt, ty) in [(KvFormat::F16, KvType::F16), (KvFormat::Int8, KvType::Int8)] {
+            for (nkv, hd, nt) in [(2usize, 64usize, 1usize), (1, 256, 3), (4, 128, 8), (3, 16, 2)] {
+                let cap = 20usize;
+                let mut cache = KvCache::new(ty, cap, &[(nkv, hd)]);
+                let LayerCache::Attention(layer) = &mut cache.layers[0];
+                let pos: Vec<u32> = (0..nt as u32).map(|i| (i * 7 + 3) % cap as u32).collect();
+                let mut k = rand_f32(&mut rng, nt * nkv * hd, 3.0);
+                let v = rand_f32(&mut rng, nt * nkv * hd, 0.5);
+                k[..hd].fill(0.0); // an all-zero row: scale 0
+                k[hd + 1] = 1e-30;
+                let w = nkv * hd;
+                for t in 0..nt {
+                    layer.write(pos[t] as usize, &k[t * w..(t + 1) * w], &v[t * w..(t + 1) * w]);
+                }
+                let esz = if fmt == KvFormat::F16 { 2 } else { 1 };
+                let pb = upu(&ops, &pos);
+                for (src, raw) in [(&k, layer.k_raw()), (&v, layer.v_raw())] {
+                    let (want_rows, want_scales) = raw_bytes(raw);
+                    let cb = zeros(&ops, cap * w * esz);
+                    let sb = zeros(&ops, cap * nkv * 4);
+                    let xb = upf(&ops, src);
+                    let scale_ptr = if fmt == KvFormat::Int8 { sb.ptr } else { 0 };
+                    ops.kv_store(&S, fmt, xb.ptr, cb.ptr, scale_ptr, pb.ptr, nt as u32, nkv as u32, hd as u32).unwrap();
+                    assert_eq!(cb.bytes(), want_rows, "{name} kv_store {fmt:?} nkv={nkv} hd={hd} rows");
+                    if fmt == KvFormat::Int8 {
+                        assert_eq!(sb.bytes(), want_scales, "{name} kv_store int8 scales");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Fills a cache (via the CPU `KvLayer::write`) and returns it with its raw device copies.
+struct KvSetup {
+    cache: KvCache,
+}
+fn kv_setup(ty: KvType, cap: usize, nkv: usize, hd: usize, rng: &mut Rng) -> KvSetup {
+    let mut cache = KvCache::new(ty, cap, &[(nkv, hd)]);
+    let LayerCache::Attention(layer) = &mut cache.layers[0];
+    for p in 0..cap {
+        let k = rand_f32(rng, nkv * hd, 1.5);
+        let v = rand_f32(rng, nkv * hd, 1.0);
+        layer.write(p, &k, &v);
+    }
+    KvSetup { cache }
+}
+
+#[test]
+fn gpu_ops_attention_ordered_bitwise() {
+    let mut rng = Rng::new(11);
+    let devs = devices();
+    // (format, head_dim, n_head, n_head_kv, n_tokens, last position, window)
+    let cases: &[(KvType, usize, usize, usize, usize, usize, Option<usize>)] = &[
+        (KvType::F16, 64, 4, 2, 1, 0, None),     // first token: one cell
+        (KvType::F16, 128, 8, 2, 1, 77, None),   // decode, GQA 4:1
+        (KvType::F16, 256, 2, 1, 8, 40, None),   // verification window of 8
+        (KvType::F16, 64, 4, 4, 3, 100, Some(17)), // window cuts the past
+        (KvType::F16, 32, 4, 2, 5, 9, Some(4)),
+        (KvType::F16, 16, 2, 2, 2, 33, None),
+        (KvType::Int8, 64, 4, 2, 1, 50, None),
+        (KvType::Int8, 128, 4, 1, 8, 70, Some(32)),
+        (KvType::Int8, 256, 2, 2, 2, 12, None),
+    ];
+    for &(ty, hd, nh, nkv, nt, last, window) in cases {
+        let cap = last + 1;
+        let kv = kv_setup(ty, cap, nkv, hd, &mut rng);
+        let LayerCache::Attention(layer) = &kv.cache.layers[0];
+        let q = rand_f32(&mut rng, nt * nh * hd, 1.0);
+        let pos0 = cap - nt;
+        let kq_scale = 1.0 / (hd as f32).sqrt();
+        let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale, ggml_exact: false };
+        let mut want = vec![0f32; nt * nh * hd];
+        attend_ordered(layer, &q, &mut want, sh);
+        // The ordered reference is a faithful attention: close to the engine's `attend`.
+        let mut normal = vec![0f32; want.len()];
+        attend(layer, &q, &mut normal, sh);
+        for (i, (a, b)) in want.iter().zip(&normal).enumerate() {
+            assert!((a - b).abs() <= ORDERED_VS_ATTEND_TOL, "{ty:?} hd={hd}: attend_ordered [{i}] {a} vs attend {b}");
+        }
+        let (kr, ks) = raw_bytes(layer.k_raw());
+        let (vr, vs) = raw_bytes(layer.v_raw());
+        let fmt = if ty == KvType::F16 { KvFormat::F16 } else { KvFormat::Int8 };
+        let pos: Vec<u32> = (0..nt).map(|i| (pos0 + i) as u32).collect();
+        for (name, ops) in &devs {
+            let (kb, vb) = (up(ops, &kr), up(ops, &vr));
+            let (ksb, vsb) = (up(ops, &ks), up(ops, &vs));
+            let (qb, pb) = (upf(ops, &q), upu(ops, &pos));
+            let ob = zeros(ops, want.len() * 4);
+            let (ksp, vsp) = if fmt == KvFormat::Int8 { (ksb.ptr, vsb.ptr) } else { (0, 0) };
+            for mode in [AttnMode::Ordered, AttnMode::Fast] {
+                ops.attention(&S, mode, fmt, qb.ptr, kb.ptr, ksp, vb.ptr, vsp, ob.ptr, pb.ptr, nt as u32, nh as u32, nkv as u32, hd as u32, window.unwrap_or(0) as u32, kq_scale)
+                    .unwrap_or_else(|e| panic!("{name} attention {ty:?} hd={hd}: {e}"));
+                let got = ob.f32s();
+                if mode == AttnMode::Ordered {
+                    assert_bits(name, &format!("attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} pos={last} window={window:?}"), &got, &want);
+                } else {
+                    for (a, b) in got.iter().zip(&normal) {
+                        assert!((a - b).abs() <= ORDERED_VS_ATTEND_TOL, "{name} fast attention {a} vs {b}");
+                    }
+                }
+            }
+        }
+    }
+    for (name, ops) in &devs {
+        assert!(ops.attention(&S, AttnMode::Ordered, KvFormat::F16, 0, 0, 0, 0, 0, 0, 0, 1, 4, 3, 64, 0, 1.0).is_err(), "{name}: GQA mismatch");
+        assert!(ops.attention(&S, AttnMode::Ordered, KvFormat::F16, 0, 0, 0, 0, 0, 0, 0, 1, 4, 2, 96, 0, 1.0).is_err(), "{name}: head_dim 96");
+        assert!(ops.attention(&S, AttnMode::Ordered, KvFormat::Int8, 0, 0, 0, 0, 0, 0, 0, 1, 4, 2, 64, 0, 1.0).is_err(), "{name}: int8 without scales");
+    }
+}
+
+/// A window longer than `attn_max_kv` traps on the device instead of overrunning LDS.
+#[test]
+fn gpu_ops_attention_window_over_limit_is_an_error() {
+    let mut rng = Rng::new(12);
+    let kv = kv_setup(KvType::F16, 40, 1, 32, &mut rng);
+    let LayerCache::Attention(layer) = &kv.cache.layers[0];
+    let (kr, _) = raw_bytes(layer.k_raw());
+    let (vr, _) = raw_bytes(layer.v_raw());
+    let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().unwrap());
+    let ops = GpuOps::new(emu).unwrap();
+    ops.set_attn_max_kv(16).unwrap();
+    assert!(ops.set_attn_max_kv(0).is_err());
+    let (kb, vb) = (up(&ops, &kr), up(&ops, &vr));
+    let q = rand_f32(&mut rng, 32, 1.0);
+    let (qb, pb) = (upf(&ops, &q), upu(&ops, &[39]));
+    let ob = zeros(&ops, 32 * 4);
+    let r = ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 0, 1.0);
+    let e = r.expect_err("40 cells > max_kv 16 must fail").to_string();
+    assert!(e.contains("trap"), "{e}");
+    // With a window of 16 it fits.
+    ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 16, 1.0).unwrap();
+}
+
+#[test]
+fn gpu_ops_moe_router_matches_cpu() {
+    let mut rng = Rng::new(13);
+    for (name, ops) in devices() {
+        for (ne, k, nt, renorm) in [(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true)] {
+            let mut logits = rand_f32(&mut rng, nt * ne, 4.0);
+            if ne > 8 {
+                // exact ties: lower index first
+                logits[3] = 9.0;
+                logits[7] = 9.0;
+                logits[5] = 9.0;
+            }
+            let mut want_ids = Vec::new();
+            let mut want_w = Vec::new();
+            for t in 0..nt {
+                let mut p = logits[t * ne..(t + 1) * ne].to_vec();
+                cpu_kernels::softmax(&mut p);
+                let mut sel = Vec::new();
+                strata::model::moe::top_k(&p, k, &mut sel);
+                if renorm {
+                    let sum: f32 = sel.iter().map(|&(_, w)| w).sum();
+                    let sum = sum.max(6.103515625e-5);
+                    sel.iter_mut().for_each(|(_, w)| *w /= sum);
+                }
+                want_ids.extend(sel.iter().map(|&(e, _)| e as u32));
+                want_w.extend(sel.iter().map(|&(_, w)| w));
+            }
+            let lb = upf(&ops, &logits);
+            let (ib, wb) = (zeros(&ops, nt * k * 4), zeros(&ops, nt * k * 4));
+            ops.moe_router(&S, lb.ptr, ib.ptr, wb.ptr, nt as u32, ne as u32, k as u32, renorm).unwrap();
+            assert_eq!(ib.u32s(), want_ids, "{name} router ids ne={ne} k={k}");
+            for (a, b) in wb.f32s().iter().zip(&want_w) {
+                assert!((a - b).abs() <= PROB_TOL, "{name} router weight {a} vs {b}");
+            }
+        }
+        assert!(ops.moe_router(&S, 0, 0, 0, 1, 300, 8, true).is_err());
+        assert!(ops.moe_router(&S, 0, 0, 0, 1, 8, 9, true).is_err());
+    }
+}
+
+#[test]
+fn gpu_ops_moe_combine_bitwise() {
+    let mut rng = Rng::new(14);
+    for (name, ops) in devices() {
+        for (d, nt, k, ny) in [(64usize, 1usize, 2usize, 4usize), (300, 5, 8, 40), (1, 3, 1, 3)] {
+            let y = rand_f32(&mut rng, ny * d, 2.0);
+            let map: Vec<u32> = (0..nt * k).map(|_| (rng.next_u64() % ny as u64) as u32).collect();
+            let w = rand_f32(&mut rng, nt * k, 1.0);
+            let mut want = vec![0f32; nt * d];
+            for t in 0..nt {
+                for j in 0..k {
+                    let (m, wj) = (map[t * k + j] as usize, w[t * k + j]);
+                    for i in 0..d {
+                        want[t * d + i] += wj * y[m * d + i];
+                    }
+                }
+            }
+            let (yb, mb, wb) = (upf(&ops, &y), upu(&ops, &map), upf(&ops, &w));
+            let ob = zeros(&ops, nt * d * 4);
+            ops.moe_combine(&S, yb.ptr, mb.ptr, wb.ptr, ob.ptr, d as u32, nt as u32, k as u32).unwrap();
+            assert_bits(name, &format!("moe_combine d={d} k={k}"), &ob.f32s(), &want);
+        }
+    }
+}
