@@ -466,6 +466,9 @@ fn gpu_ops_attention_ordered_bitwise() {
         (KvType::F16, 64, 4, 4, 3, 100, Some(17)), // window cuts the past
         (KvType::F16, 32, 4, 2, 5, 9, Some(4)),
         (KvType::F16, 16, 2, 2, 2, 33, None),
+        (KvType::F16, 32, 4, 2, 1, 7, None),     // head_dim 32 past 8 cells
+        (KvType::F16, 32, 4, 2, 8, 20, None),
+        (KvType::Int8, 32, 4, 2, 3, 40, None),
         (KvType::Int8, 64, 4, 2, 1, 50, None),
         (KvType::Int8, 128, 4, 1, 8, 70, Some(32)),
         (KvType::Int8, 256, 2, 2, 2, 12, None),

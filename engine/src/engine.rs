@@ -49,6 +49,8 @@ impl Device {
 pub struct RunOptions {
     /// Backend of the shared-decoder models (Flash-Next runs on the CPU).
     pub device: Device,
+    /// CPU backend: attention in the GPU's ordered float order (`attention::attend_ordered`).
+    pub ordered_attention: bool,
     pub kv: KvType,
     /// KV capacity in positions (0: the model's training context).
     pub max_context: usize,
@@ -60,7 +62,7 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default() }
+        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default() }
     }
 }
 
@@ -155,14 +157,23 @@ impl AnyModel {
     /// engine checks `--kv` at load).
     /// Fails only when device memory cannot be allocated.
     pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<AnySession> {
+        self.new_session_with(kv, max_ctx, prefill_chunk, false)
+    }
+
+    /// [`AnyModel::new_session`] with the CPU backend's attention order chosen.
+    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, ordered_attention: bool) -> Result<AnySession> {
         Ok(match self {
-            AnyModel::Std(m) => AnySession::Std(Box::new(m.new_session(kv, max_ctx, prefill_chunk))),
+            AnyModel::Std(m) => {
+                let mut s = m.new_session(kv, max_ctx, prefill_chunk);
+                s.ordered_attention = ordered_attention;
+                AnySession::Std(Box::new(s))
+            }
             AnyModel::Flash(m) => {
                 let st = m.new_state(q4::KvType::F16);
                 AnySession::Flash(Box::new(FlashSession { fresh: st.clone(), st, capacity: max_ctx }))
             }
             #[cfg(feature = "gpu")]
-            AnyModel::Gpu(m) => AnySession::Gpu(Box::new(m.new_session(kv, max_ctx)?)),
+            AnyModel::Gpu(m) => AnySession::Gpu(Box::new(m.new_session(kv, max_ctx, prefill_chunk)?)),
         })
     }
 
@@ -296,7 +307,7 @@ impl Engine {
     }
 
     pub fn new_session(&self) -> Result<AnySession> {
-        self.model.new_session(self.opts.kv, self.context_size(), self.opts.prefill)
+        self.model.new_session_with(self.opts.kv, self.context_size(), self.opts.prefill, self.opts.ordered_attention)
     }
 
     /// Encodes a prompt the way llama.cpp's examples do (BOS per the model, no special parsing

@@ -133,7 +133,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         prompt[0] = b;
     }
     let cap = (a.pp).max(a.tg + 8);
-    let mut sess = e.model.new_session(e.opts.kv, cap, e.opts.prefill)?;
+    let mut sess = e.model.new_session_with(e.opts.kv, cap, e.opts.prefill, e.opts.ordered_attention)?;
     let mut logits = Vec::new();
     let mut pp_tok_s = Vec::new();
     for rep in 0..=a.reps {
@@ -208,7 +208,7 @@ fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<Gp
     if m.api().info().backend != crate::gpu::device::Backend::Emu {
         return Ok(None);
     }
-    let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1)?;
+    let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1, e.opts.prefill)?;
     let mut logits = Vec::new();
     m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
     sess.profile = Some(Default::default());

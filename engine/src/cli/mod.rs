@@ -50,6 +50,10 @@ pub struct CommonArgs {
     /// Flash-Next (qwen4exp) models run on the CPU.
     #[arg(long, value_enum, global = true, default_value_t = crate::engine::Device::Auto)]
     pub device: crate::engine::Device,
+    /// CPU backend: compute attention in the fixed float order the GPU's ordered mode uses,
+    /// so `--device cpu` and `--device emu|hip` give the same attention bit for bit (slower).
+    #[arg(long, global = true)]
+    pub ordered_attention: bool,
     /// KV cache storage: f16 (like llama.cpp) or int8 (per-row scale, half the memory).
     #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]
     pub kv: KvType,
@@ -226,7 +230,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model: self.model.clone(), run: RunOptions { device: self.device, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple } })
+        Ok(Common { model: self.model.clone(), run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple } })
     }
 }
 

@@ -95,11 +95,29 @@ pub struct GpuOptions {
     /// Capture each decode window's launches once per window size and replay the graph with
     /// new inputs in device buffers (models without routed experts; see the module docs).
     pub graphs: bool,
+    /// How quantized projections of prompt chunks longer than a window run.
+    pub prefill: PrefillPath,
+}
+
+/// Prefill path for quantized projections (`STRATA_GPU_PREFILL`).
+///
+/// Rule (`Auto`): a chunk of at most [`MAX_COLS`] tokens runs MMVQ (one launch per projection);
+/// a longer chunk dequantizes each layer matrix to f32 in a scratch buffer and runs one GEMM over
+/// the whole chunk (hipBLAS on a card), which reads the weights once instead of once per 8
+/// tokens. Matrices larger than the scratch (the output head, expert stacks) keep MMVQ in
+/// windows of 8 columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillPath {
+    Auto,
+    /// Always MMVQ in windows of 8 columns.
+    Mmvq,
+    /// Dequantize + GEMM whenever a chunk has more than one token.
+    DequantGemm,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto }
     }
 }
 
@@ -112,6 +130,14 @@ impl GpuOptions {
                 "ordered" => AttnMode::Ordered,
                 "fast" => AttnMode::Fast,
                 other => return Err(format!("STRATA_GPU_ATTN={other:?}: expected ordered or fast")),
+            };
+        }
+        if let Ok(v) = std::env::var("STRATA_GPU_PREFILL") {
+            o.prefill = match v.to_ascii_lowercase().as_str() {
+                "auto" => PrefillPath::Auto,
+                "mmvq" => PrefillPath::Mmvq,
+                "gemm" | "dequant-gemm" => PrefillPath::DequantGemm,
+                other => return Err(format!("STRATA_GPU_PREFILL={other:?}: expected auto, mmvq or gemm")),
             };
         }
         if let Ok(v) = std::env::var("STRATA_GPU_GRAPHS") {
@@ -140,12 +166,16 @@ pub struct GpuModel {
     allocs: Vec<DevicePtr>,
     /// Bytes of weights uploaded.
     pub weight_bytes: usize,
+    /// f32 bytes of the largest quantized layer matrix (the GEMM path's scratch).
+    dequant_scratch_bytes: usize,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
 pub struct GpuSession {
     pub n_past: usize,
     pub capacity: usize,
+    /// Most tokens one forward call takes (a window, or a prompt chunk on the GEMM path).
+    pub chunk: usize,
     kv: Vec<[DevicePtr; 4]>,
     fmt: KvFormat,
     rope_tables: Vec<DevicePtr>,
@@ -227,6 +257,8 @@ struct Scratch {
     xq_e: DevicePtr,
     /// Expert outputs, one row of n_embd per (token, slot).
     y_e: DevicePtr,
+    /// f32 copy of one layer matrix (dequantize + GEMM prefill path; 0 when unused).
+    wdq: DevicePtr,
 }
 
 fn f32_bytes(v: &[f32]) -> &[u8] {
@@ -332,7 +364,30 @@ impl GpuModel {
             });
         }
         let (allocs, weight_bytes) = (up.allocs, up.bytes);
-        Ok(GpuModel { model, ops, opts, stream, tok_embd, output, output_norm, layers, rope_params, allocs, weight_bytes })
+        let layer_mats = layers.iter().flat_map(|l: &DevLayer| {
+            let a = &l.attn;
+            let mut v = vec![a.wq, a.wk, a.wv, a.wo];
+            if let DevFfn::Dense { gate, up, down } = &l.ffn {
+                v.extend([*gate, *up, *down]);
+            }
+            v
+        });
+        let dequant_scratch_bytes =
+            layer_mats.filter(|m| matches!(m.kind, MatKind::Q(_))).map(|m| m.rows * m.cols * 4).max().unwrap_or(0);
+        Ok(GpuModel {
+            model,
+            ops,
+            opts,
+            stream,
+            tok_embd,
+            output,
+            output_norm,
+            layers,
+            rope_params,
+            allocs,
+            weight_bytes,
+            dequant_scratch_bytes,
+        })
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {
@@ -343,8 +398,18 @@ impl GpuModel {
         self.model.n_vocab
     }
 
+    /// Tokens per forward call for a `--prefill` chunk: longer than a window only when the
+    /// dequantize + GEMM path may run (see [`PrefillPath`]).
+    fn chunk_cols(&self, prefill_chunk: usize) -> usize {
+        match self.opts.prefill {
+            PrefillPath::Mmvq => MAX_COLS,
+            PrefillPath::Auto | PrefillPath::DequantGemm => prefill_chunk.max(MAX_COLS),
+        }
+    }
+
     /// A fresh sequence with room for `max_ctx` positions.
-    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuSession> {
+    /// `prefill_chunk`: tokens per prompt chunk (`--prefill`); scratch is sized for it.
+    pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<GpuSession> {
         let api = self.ops.api().clone();
         let hp = &self.model.hp;
         if max_ctx > super::ops::ATTN_MAX_KV_LIMIT as usize {
@@ -390,7 +455,7 @@ impl GpuModel {
             Some(m) => (m.n_ff_exp, m.n_expert_used, m.n_expert),
             None => (hp.n_ff, 1, 1),
         };
-        let c = MAX_COLS;
+        let c = self.chunk_cols(prefill_chunk.clamp(1, max_ctx.max(1)));
         let f = |n: usize| n * 4;
         let widest = d.max(nq).max(ff);
         let sc = Scratch {
@@ -415,10 +480,12 @@ impl GpuModel {
             // Gathered expert inputs: Q8_1 columns, or f32 rows for dequantized experts.
             xq_e: up.zeroed(c * k_used * ff.max(d).next_multiple_of(32) * 4)?,
             y_e: up.zeroed(f(c * k_used * d))?,
+            wdq: if c > MAX_COLS { up.zeroed(self.dequant_scratch_bytes)? } else { 0 },
         };
         Ok(GpuSession {
             n_past: 0,
             capacity: max_ctx,
+            chunk: c,
             kv: kvs,
             fmt,
             rope_tables,
@@ -448,8 +515,9 @@ impl GpuModel {
         }
         let rows = if want == Logits::All { tokens.len() } else { 1 };
         out.resize(rows * nv, 0.0);
-        let n_win = tokens.len().div_ceil(MAX_COLS);
-        for (wi, win) in tokens.chunks(MAX_COLS).enumerate() {
+        let c = s.chunk;
+        let n_win = tokens.len().div_ceil(c);
+        for (wi, win) in tokens.chunks(c).enumerate() {
             let last = wi + 1 == n_win;
             let first_row = match want {
                 Logits::All => Some(0),
@@ -460,7 +528,7 @@ impl GpuModel {
             if let Some(first) = first_row {
                 let m = win.len() - first;
                 let dst = match want {
-                    Logits::All => &mut out[wi * MAX_COLS * nv..(wi * MAX_COLS + m) * nv],
+                    Logits::All => &mut out[wi * c * nv..(wi * c + m) * nv],
                     Logits::Last => &mut out[..],
                 };
                 let api = self.ops.api();
@@ -477,38 +545,60 @@ impl GpuModel {
     }
 
     /// `y[n][rows] = x[n][cols] · Wᵀ` for expert `e`; `xq` must hold `x`'s Q8_1 quantization
-    /// when `w` is quantized (the caller quantizes once per input).
-    fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+    /// when `w` is quantized (the caller quantizes once per input). `wdq`: the session's
+    /// dequantization scratch (0: none) for the GEMM prefill path.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, wdq: DevicePtr) -> std::result::Result<(), GpuError> {
         let s = &self.stream;
-        match w.kind {
-            MatKind::Q(ty) => self.ops.mmvq(s, ty, n as u32, w.expert(e), xq, y, None, w.rows as u32, w.cols as u32, w.rows as u32),
-            MatKind::F32 => self.ops.api().gemm(
-                s,
-                &Gemm {
-                    trans_a: Transpose::T,
-                    trans_b: Transpose::N,
-                    m: w.rows,
-                    n,
-                    k: w.cols,
-                    alpha: 1.0,
-                    a: w.expert(e),
-                    a_type: DType::F32,
-                    lda: w.cols,
-                    stride_a: 0,
-                    b: x,
-                    b_type: DType::F32,
-                    ldb: w.cols,
-                    stride_b: 0,
-                    beta: 0.0,
-                    c: y,
-                    c_type: DType::F32,
-                    ldc: w.rows,
-                    stride_c: 0,
-                    batch: 1,
-                    compute: super::device::ComputeType::F32,
-                },
-            ),
+        let MatKind::Q(ty) = w.kind else { return self.gemm_f32(w.expert(e), w, x, n, y) };
+        let gemm = match self.opts.prefill {
+            PrefillPath::Mmvq => false,
+            PrefillPath::Auto => n > MAX_COLS,
+            PrefillPath::DequantGemm => n > 1,
+        };
+        if gemm && wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
+            let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
+            self.ops.dequant(s, ty, false, w.expert(e), wdq, nblocks)?;
+            return self.gemm_f32(wdq, w, x, n, y);
         }
+        // MMVQ, 8 columns per launch.
+        let xb = q8_1_bytes(w.cols) as u64;
+        for c0 in (0..n).step_by(MAX_COLS) {
+            let nc = (n - c0).min(MAX_COLS);
+            let (xc, yc) = (xq + c0 as u64 * xb, y + (c0 * w.rows * 4) as u64);
+            self.ops.mmvq(s, ty, nc as u32, w.expert(e), xc, yc, None, w.rows as u32, w.cols as u32, w.rows as u32)?;
+        }
+        Ok(())
+    }
+
+    /// `y[n][rows] = x[n][cols] · Aᵀ` for f32 `a` shaped like `w` (hipBLAS / host GEMM).
+    fn gemm_f32(&self, a: DevicePtr, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+        self.ops.api().gemm(
+            &self.stream,
+            &Gemm {
+                trans_a: Transpose::T,
+                trans_b: Transpose::N,
+                m: w.rows,
+                n,
+                k: w.cols,
+                alpha: 1.0,
+                a,
+                a_type: DType::F32,
+                lda: w.cols,
+                stride_a: 0,
+                b: x,
+                b_type: DType::F32,
+                ldb: w.cols,
+                stride_b: 0,
+                beta: 0.0,
+                c: y,
+                c_type: DType::F32,
+                ldc: w.rows,
+                stride_c: 0,
+                batch: 1,
+                compute: super::device::ComputeType::F32,
+            },
+        )
     }
 
     /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
@@ -579,8 +669,8 @@ impl GpuModel {
         };
         let sc = &sess.sc;
         let (ids, posb) = (sc.ids, sc.pos);
-        let [x, xn, q, k, v, att, o, gate, up, act, xq, logits] =
-            [sc.x, sc.xn, sc.q, sc.k, sc.v, sc.att, sc.o, sc.gate, sc.up, sc.act, sc.xq, sc.logits];
+        let [x, xn, q, k, v, att, o, gate, up, act, xq, logits, wdq] =
+            [sc.x, sc.xn, sc.q, sc.k, sc.v, sc.att, sc.o, sc.gate, sc.up, sc.act, sc.xq, sc.logits, sc.wdq];
         let act_bytes = (n * d * 4) as u64;
         if sess.profile.is_some() {
             let _ = api.take_stats();
@@ -607,9 +697,9 @@ impl GpuModel {
             let a = &l.attn;
             rms_norm(x, a.norm, xn, d, n)?;
             self.quantize(xn, xq, n, d)?;
-            self.matmul(&a.wq, 0, xn, xq, n, q)?;
-            self.matmul(&a.wk, 0, xn, xq, n, k)?;
-            self.matmul(&a.wv, 0, xn, xq, n, v)?;
+            self.matmul(&a.wq, 0, xn, xq, n, q, wdq)?;
+            self.matmul(&a.wk, 0, xn, xq, n, k, wdq)?;
+            self.matmul(&a.wv, 0, xn, xq, n, v, wdq)?;
             for (buf, b, w) in [(q, a.bq, nq), (k, a.bk, nk), (v, a.bv, nk)] {
                 if let Some(b) = b {
                     ops.add_rows(st, buf, b, w as u32, n as u32, 0)?;
@@ -636,7 +726,7 @@ impl GpuModel {
                 l.window, hp.kq_scale,
             )?;
             self.quantize(att, xq, n, nq)?;
-            self.matmul(&a.wo, 0, att, xq, n, o)?;
+            self.matmul(&a.wo, 0, att, xq, n, o, wdq)?;
             if let Some(p) = a.post_norm {
                 rms_norm(o, p, o, d, n)?;
             }
@@ -659,15 +749,15 @@ impl GpuModel {
             let (part, w_bytes) = match &l.ffn {
                 DevFfn::Dense { gate: wg, up: wu, down: wd } => {
                     let ff = wg.rows;
-                    self.matmul(wg, 0, xn, xq, n, gate)?;
-                    self.matmul(wu, 0, xn, xq, n, up)?;
+                    self.matmul(wg, 0, xn, xq, n, gate, wdq)?;
+                    self.matmul(wu, 0, xn, xq, n, up, wdq)?;
                     let g = match hp.act {
                         Act::Silu => GluAct::Silu,
                         Act::GeluTanh => GluAct::GeluTanh,
                     };
                     ops.glu(st, gate, up, act, (n * ff) as u32, g)?;
                     self.quantize(act, xq, n, ff)?;
-                    self.matmul(wd, 0, act, xq, n, o)?;
+                    self.matmul(wd, 0, act, xq, n, o, wdq)?;
                     ("ffn", (wg.mat_bytes + wu.mat_bytes + wd.mat_bytes) as u64)
                 }
                 DevFfn::Moe { router, gate: wg, up: wu, down: wd } => {
@@ -694,7 +784,7 @@ impl GpuModel {
             let xf = x + (first * d * 4) as u64;
             rms_norm(xf, self.output_norm, xn, d, m)?;
             self.quantize(xn, xq, m, d)?;
-            self.matmul(&self.output, 0, xn, xq, m, logits)?;
+            self.matmul(&self.output, 0, xn, xq, m, logits, 0)?;
             self.count(sess, "head", (self.output.mat_bytes + m * d * 4 + m * self.model.n_vocab * 4) as u64);
         }
         Ok(())
@@ -707,7 +797,7 @@ impl GpuModel {
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
         let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
         let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
-        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router)?;
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, 0)?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
         // The choice comes back to the host: which experts run, on which tokens.
         api.stream_synchronize(st)?;
@@ -739,8 +829,8 @@ impl GpuModel {
                     api.memcpy_dtod_async(st, sc.xq_e + (c * xbytes) as u64, xcol + (t * xbytes) as u64, xbytes)?;
                 }
                 let (xin, xinq) = if quantized { (0, sc.xq_e) } else { (sc.xq_e, 0) };
-                self.matmul(gate, e, xin, xinq, r, sc.gate)?;
-                self.matmul(up, e, xin, xinq, r, sc.up)?;
+                self.matmul(gate, e, xin, xinq, r, sc.gate, 0)?;
+                self.matmul(up, e, xin, xinq, r, sc.up, 0)?;
                 ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
                 let dq = sc.xq_e; // reuse: the gathered inputs are consumed
                 let quant_down = matches!(down.kind, MatKind::Q(_));
@@ -748,7 +838,7 @@ impl GpuModel {
                     self.quantize(sc.act, dq, r, ff)?;
                 }
                 let yrow = sc.y_e + (row * d * 4) as u64;
-                self.matmul(down, e, sc.act, dq, r, yrow)?;
+                self.matmul(down, e, sc.act, dq, r, yrow, 0)?;
                 for (c, &j) in group.iter().enumerate() {
                     map[j] = (row + c) as u32;
                 }

@@ -30,6 +30,9 @@ pub struct Session {
     /// When set, the residual stream after every layer of the next forward chunk is copied
     /// here (`[layer][tokens * n_embd]`; backend parity tests).
     pub trace: Option<Vec<Vec<f32>>>,
+    /// Attention in the fixed float order of `attention::attend_ordered`, the order the GPU's
+    /// ordered mode uses, so both backends compute it bit for bit alike (`--ordered-attention`).
+    pub ordered_attention: bool,
     s: Scratch,
 }
 
@@ -74,6 +77,7 @@ impl Model {
             n_past: 0,
             prefill_chunk: prefill_chunk.max(1),
             trace: None,
+            ordered_attention: false,
             s: Scratch::default(),
         }
     }
@@ -131,6 +135,7 @@ impl Model {
         let (d, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
         let (nq, nk) = (nh * hd, nkv * hd);
         let pos0 = sess.n_past;
+        let ordered_attention = sess.ordered_attention;
         let mut trace = sess.trace.take();
         if let Some(t) = trace.as_mut() {
             t.clear();
@@ -206,20 +211,20 @@ impl Model {
                 }
                 kv.write(pos, k, &s.v[i * nk..(i + 1) * nk]);
             }
-            super::attention::attend(
-                kv,
-                &s.q[..n * nq],
-                &mut s.att[..n * nq],
-                super::attention::Shape {
-                    n_head: nh,
-                    n_head_kv: nkv,
-                    head_dim: hd,
-                    pos0,
-                    window: spec.window,
-                    kq_scale: hp.kq_scale,
-                    ggml_exact: exact,
-                },
-            );
+            let shape = super::attention::Shape {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                pos0,
+                window: spec.window,
+                kq_scale: hp.kq_scale,
+                ggml_exact: exact,
+            };
+            if ordered_attention {
+                super::attention::attend_ordered(kv, &s.q[..n * nq], &mut s.att[..n * nq], shape);
+            } else {
+                super::attention::attend(kv, &s.q[..n * nq], &mut s.att[..n * nq], shape);
+            }
             self.mm(&a.wo, 0, &s.att, n, &mut s.o);
             add_residual(&mut s.x[..n * d], &s.o[..n * d], a.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d, norm);
 
