@@ -188,7 +188,7 @@ fn gpu_model_prefill_paths_match_cpu() {
     TinyModel::random(qwen3_cfg(), 5).write_gguf(&path, GgmlType::Q8_0);
     let cpu = Model::load(&path).unwrap();
     let nv = cpu.n_vocab;
-    let prompt: Vec<u32> = (0..21).map(|i| (i * 37 + 11) % nv as u32).collect();
+    let prompt: Vec<u32> = (0..41).map(|i| (i * 37 + 11) % nv as u32).collect();
     // The CPU one token at a time: its matrix-vector kernels quantize activations exactly as
     // MMVQ does (its batched kernels round differently).
     let mut cs = cpu.new_session(KvType::F16, 64, 1);
@@ -203,8 +203,8 @@ fn gpu_model_prefill_paths_match_cpu() {
         for (path_kind, tol) in [(PrefillPath::Mmvq, 3e-2), (PrefillPath::DequantGemm, 3e-2), (PrefillPath::Auto, 3e-2)] {
             let opts = GpuOptions { prefill: path_kind, ..GpuOptions::default() };
             let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
-            // Chunks of 16: one GEMM chunk of 16 then 5 tokens (Auto: MMVQ for the 5).
-            let mut gs = gpu.new_session(KvType::F16, 64, 16).unwrap();
+            // Chunks of 32: one GEMM chunk of 32 then 9 tokens (Auto: MMVQ for the 9).
+            let mut gs = gpu.new_session(KvType::F16, 64, 32).unwrap();
             let mut got = Vec::new();
             gpu.eval(&mut gs, &prompt, Logits::All, &mut got).unwrap();
             assert_eq!(got.len(), want.len());
@@ -220,3 +220,35 @@ fn gpu_model_prefill_paths_match_cpu() {
     let _ = std::fs::remove_file(&path);
 }
 
+
+/// Speculative decoding on the device is lossless: greedy with `--spec` equals plain greedy.
+#[test]
+fn gpu_model_speculative_equals_greedy() {
+    use strata::spec::{SpecConfig, SuffixDrafter, generate_greedy_spec};
+    let path = tmp("spec.gguf");
+    TinyModel::random(qwen3_cfg(), 9).write_gguf(&path, GgmlType::Q8_0);
+    for (dev, api) in devices() {
+        let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
+        let phrase = [5u32, 17, 33, 2, 71, 40];
+        let prompt: Vec<u32> = phrase.iter().chain(&phrase).chain(&phrase).copied().collect();
+        let n = 24;
+        let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+        let mut l = Vec::new();
+        gpu.eval(&mut s, &prompt, Logits::Last, &mut l).unwrap();
+        let mut plain = Vec::new();
+        for _ in 0..n {
+            let t = argmax(&l);
+            plain.push(t);
+            gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+        }
+        for n_draft in [1, 4, 8] {
+            let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+            let cfg = SpecConfig { n_draft, min_p: 0.0 };
+            let (got, st) = generate_greedy_spec(&gpu, &mut s, &prompt, n, &mut SuffixDrafter::default(), cfg).unwrap();
+            eprintln!("[{dev}] spec {n_draft}: {}/{} drafts accepted in {} verify steps", st.accepted, st.drafted, st.verify_steps);
+            assert_eq!(got, plain, "[{dev}] spec {n_draft} differs from greedy");
+            assert!(st.drafted > 0, "[{dev}] the drafter proposed nothing: the test checks nothing");
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}

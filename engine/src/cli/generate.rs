@@ -159,8 +159,9 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Re
             generate_greedy_spec(&**m, &mut st, prompt, n, &mut drafter, sc)?
         }
         #[cfg(feature = "gpu")]
-        AnyModel::Gpu(_) => {
-            return Err(EngineError::Unsupported("--spec runs on the CPU backend only so far (use --device cpu)".into()).into());
+        AnyModel::Gpu(m) => {
+            let mut sess = m.new_session(e.opts.kv, e.context_size(), e.opts.prefill)?;
+            generate_greedy_spec(&**m, &mut sess, prompt, n, &mut drafter, sc)?
         }
     };
     Ok((ids, stats, t0.elapsed().as_secs_f64()))

@@ -101,11 +101,15 @@ pub struct GpuOptions {
 
 /// Prefill path for quantized projections (`STRATA_GPU_PREFILL`).
 ///
-/// Rule (`Auto`): a chunk of at most [`MAX_COLS`] tokens runs MMVQ (one launch per projection);
-/// a longer chunk dequantizes each layer matrix to f32 in a scratch buffer and runs one GEMM over
-/// the whole chunk (hipBLAS on a card), which reads the weights once instead of once per 8
-/// tokens. Matrices larger than the scratch (the output head, expert stacks) keep MMVQ in
-/// windows of 8 columns.
+/// Rule (`Auto`): a chunk of fewer than [`GEMM_MIN_TOKENS`] tokens runs MMVQ, 8 columns per
+/// launch — decode steps and speculative-verification windows (up to 9 tokens), whose columns
+/// are then computed exactly like single steps; a longer chunk (a prompt) dequantizes each layer
+/// matrix to f32 in a scratch buffer and runs one GEMM over the whole chunk (hipBLAS on a card),
+/// reading the weights once instead of once per 8 tokens. Matrices larger than the scratch (the
+/// output head, expert stacks) keep MMVQ.
+/// Shortest chunk the `Auto` rule sends to the dequantize + GEMM path.
+pub const GEMM_MIN_TOKENS: usize = 32;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillPath {
     Auto,
@@ -553,7 +557,7 @@ impl GpuModel {
         let MatKind::Q(ty) = w.kind else { return self.gemm_f32(w.expert(e), w, x, n, y) };
         let gemm = match self.opts.prefill {
             PrefillPath::Mmvq => false,
-            PrefillPath::Auto => n > MAX_COLS,
+            PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
             PrefillPath::DequantGemm => n > 1,
         };
         if gemm && wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {

@@ -38,3 +38,36 @@ impl VerifyModel for Model {
         Ok(0)
     }
 }
+
+/// The shared decoder on a gfx11 device: the same KV-only rollback. A verify window of up to
+/// 9 tokens runs MMVQ (8 + 1 columns), whose columns are computed exactly as single-token
+/// steps, so speculative output equals plain greedy output on the device too.
+#[cfg(feature = "gpu")]
+impl VerifyModel for crate::gpu::model::GpuModel {
+    type State = crate::gpu::model::GpuSession;
+    type Checkpoint = usize;
+    type Error = EngineError;
+
+    fn n_vocab(&self) -> usize {
+        self.model.n_vocab
+    }
+
+    fn position(&self, st: &Self::State) -> usize {
+        st.n_past
+    }
+
+    fn forward(&self, st: &mut Self::State, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let mut out = Vec::new();
+        self.eval(st, tokens, Logits::All, &mut out)?;
+        Ok(out)
+    }
+
+    fn checkpoint(&self, st: &Self::State) -> usize {
+        st.n_past
+    }
+
+    fn rollback(&self, st: &mut Self::State, cp: usize, keep: &[u32]) -> Result<usize, EngineError> {
+        st.n_past = cp + keep.len();
+        Ok(0)
+    }
+}
