@@ -86,6 +86,7 @@ fn main() {
     // lifts its 1024-work-item register cap (192 VGPRs) for the wide multi-column kernels.
     let csv = base.join("kernel_attrs.csv");
     let attrs: String = abi::all_kernels()
+        .chain(abi::REDUCE_KERNELS.iter().map(|e| e.2))
         .map(|k| format!("{k},amdgpu-flat-work-group-size=1,{}\n", abi::WG_SIZE))
         .collect();
     write_if_changed(&csv, attrs.as_bytes());
