@@ -14,3 +14,4 @@ mod spec_decoding;
 #[cfg(feature = "gpu")]
 mod cli_emu;
 mod cli_qwen4exp;
+mod kernel_toolchain;
