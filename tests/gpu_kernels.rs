@@ -381,7 +381,7 @@ fn mmvq_rows_per_wg_rule() {
                 for nrows in [1u32, 7, 200, 4096, 32768] {
                     let r = abi::mmvq_rows_per_wg(ty, k, nrows, ncols);
                     let what = format!("{ty:?} k={k} nrows={nrows} ncols={ncols}: {r} rows/WG");
-                    assert!(r > 0 && r % per_step == 0, "{what}: not a multiple of the {per_step} rows of a wave step");
+                    assert!(r > 0 && r.is_multiple_of(per_step), "{what}: not a multiple of the {per_step} rows of a wave step");
                     assert!(r <= nrows.next_multiple_of(per_step), "{what}: more rows than the matrix");
                     let groups = nrows.div_ceil(r) as u64;
                     // Staged bytes of all workgroups within the overhead budget of the weights,
