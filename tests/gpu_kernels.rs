@@ -314,6 +314,22 @@ fn mmvq_many_rows_several_workgroups() {
     }
 }
 
+/// The multi-column geometry (up to 288 rows per workgroup, many wave steps per workgroup, a
+/// partial last workgroup) against the reference: K = 4096, 4 and 8 columns, default
+/// `rows_per_wg`, one full workgroup + 37 rows.
+#[test]
+fn mmvq_multi_column_geometry_two_workgroups() {
+    let mut rng = Rng::new(13);
+    for ty in WType::ALL {
+        for ncols in [4usize, 8] {
+            let r = abi::mmvq_rows_per_wg(ty, 4096, 4096, ncols as u32) as usize;
+            let n = r + 37;
+            assert_eq!(n.div_ceil(abi::mmvq_rows_per_wg(ty, 4096, n as u32, ncols as u32) as usize), 2, "{ty:?} c{ncols}: 2 workgroups");
+            check_mmvq(ty, n, 4096, ncols, None, &mut rng);
+        }
+    }
+}
+
 #[test]
 fn mmvq_row_indirection_selects_expert_rows() {
     let mut rng = Rng::new(9);
