@@ -118,7 +118,7 @@ pub fn bench_kernels(quick: bool) -> String {
             let lds = abi::mmvq_lds_bytes(ty, k as u32, ncols as u32);
             match mmvq_bytes(&ek, ty, &w, k, ncols, &mut rng) {
                 Ok(m) => {
-                    let flag = if m.ratio() <= MMVQ_BYTES_TARGET { "ok".to_string() } else { format!("MISS (> {MMVQ_BYTES_TARGET}x)") };
+                    let flag = if m.ratio() <= MMVQ_BYTES_TARGET { "ok".to_string() } else { format!("MISS (> {MMVQ_BYTES_TARGET:.2}x)") };
                     let extra = format!(" {:>4} {flag}", m.workgroups);
                     row_with(&mut out, name, &format!("{big}x{k}"), &m.stats, ek.kernel_info(name), lds, m.ideal, (big * k * ncols) as u64, &extra);
                     if m.ratio() > MMVQ_BYTES_TARGET {
@@ -167,13 +167,13 @@ pub fn bench_kernels(quick: bool) -> String {
         out,
         "wave-instrs = wave instructions executed; i/256w = per 256 weights (and column); ratio = bytes moved / ideal \
          (weights + activations + outputs once); w/s = waves per SIMD allowed by VGPRs and LDS (gfx1100); \
-         wgs = MMVQ workgroups (abi::mmvq_rows_per_wg), flag = MMVQ ratio against the {MMVQ_BYTES_TARGET}x target"
+         wgs = MMVQ workgroups (abi::mmvq_rows_per_wg), flag = MMVQ ratio against the {MMVQ_BYTES_TARGET:.2}x target"
     );
     if !quick {
         if misses.is_empty() {
-            let _ = writeln!(out, "MMVQ bytes: every type and column count within {MMVQ_BYTES_TARGET}x of ideal on {big}x{k}");
+            let _ = writeln!(out, "MMVQ bytes: every type and column count within {MMVQ_BYTES_TARGET:.2}x of ideal on {big}x{k}");
         } else {
-            let _ = writeln!(out, "MMVQ bytes: {} MISS the {MMVQ_BYTES_TARGET}x target: {}", misses.len(), misses.join(", "));
+            let _ = writeln!(out, "MMVQ bytes: {} MISS the {MMVQ_BYTES_TARGET:.2}x target: {}", misses.len(), misses.join(", "));
         }
     }
     out += &reduction_table(&ek);
