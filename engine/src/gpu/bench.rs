@@ -229,9 +229,9 @@ pub fn mmvq_bytes(ek: &EmuKernels, ty: WType, w: &[u8], k: usize, ncols: usize, 
 fn reduce_method(m: u32) -> (&'static str, &'static str) {
     match m {
         0 => ("none (baseline: * 1/32 + loop)", "absolute marginal cost of the loop body without a sum"),
-        1 => ("DPP row_xmask + permlanex16", "VALU only: DPP is a source modifier folded into v_add_f32_dpp; permlanex16 is one VALU op + 1 add; no LDS, no waits"),
+        1 => ("DPP row_xmask + permlanex16", "VALU only: DPP is a source modifier folded into v_add_f32_dpp; permlanex16 = 1 VALU + v_mov (tied old) + add; no LDS, no waits"),
         2 => ("DPP row_xmask + readlane x2", "VALU + 2 v_readlane_b32 (VALU -> SGPR) + an add of two SGPRs; result wave-uniform"),
-        3 => ("permlane16 + permlanex16", "VALU only but not foldable: permlane + add per step, lane selects in SGPRs"),
+        3 => ("permlane16 + permlanex16", "VALU only, nothing folds: permlane + v_mov (tied old) + add per step, lane selects in SGPRs"),
         4 => ("ds_swizzle (xor)", "LDS unit (no memory): every step issues to the DS pipe and waits s_waitcnt lgkmcnt"),
         5 => ("ds_bpermute (lane^m)*4", "LDS unit (no memory) with a per-lane address (xor + shift VALU): waits lgkmcnt per step"),
         _ => ("?", ""),
