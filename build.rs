@@ -20,28 +20,14 @@ use std::{
 #[path = "gpu-kernels/src/abi.rs"]
 mod abi;
 
-const INSTALL_HELP: &str = "\
-no toolchain that can build the gfx11 kernels (feature `gpu`) was found. Install one of:
-  Route 1 (Debian packages, offline):
-      apt-get install rustc-web cargo-web rust-web-src clang-22 lld-22 llvm-22
-  Route 2 (rustup):
-      rustup toolchain install nightly && rustup component add rust-src --toolchain nightly
-      (and llvm-22 for llvm-as-22: apt-get install llvm-22)
-or point KERNEL_CARGO / KERNEL_RUSTC / KERNEL_RUST_SRC at a rustc with the amdgcn-amd-amdhsa
-target and its matching library source. Or build without `--features gpu` (CPU only).";
-
-/// How the nested cargo is run.
-struct Toolchain {
-    route: &'static str,
-    cargo: Vec<String>,
-    rustc: Option<String>,
-    src_root: Option<String>,
-    /// Debian's rustc must link through the clang-22 driver (its rust-lld flavour ICEs on cdylibs).
-    clang: Option<String>,
-}
+/// Toolchain detection and nested-build flags (tested by tests/kernel_toolchain.rs).
+#[path = "build/toolchain.rs"]
+mod toolchain;
+use toolchain::{Toolchain, INSTALL_HELP};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/toolchain.rs");
     if env::var_os("CARGO_FEATURE_GPU").is_none() {
         return; // CPU-only build: no kernels, no toolchain needed.
     }
@@ -71,7 +57,7 @@ fn main() {
         println!("cargo:rerun-if-env-changed={v}");
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let tc = detect_toolchain().unwrap_or_else(|why| {
+    let tc = toolchain::detect_toolchain(&|k| env::var(k).ok()).unwrap_or_else(|why| {
         panic!("\n\nstrata build: {why}\n{INSTALL_HELP}\n");
     });
     // stderr, not cargo:warning (cargo would replay a warning on every rebuild of the crate).
@@ -87,6 +73,7 @@ fn main() {
     let csv = base.join("kernel_attrs.csv");
     let attrs: String = abi::all_kernels()
         .chain(abi::op_kernels())
+        .chain(abi::REDUCE_KERNELS.iter().map(|e| e.2))
         .map(|k| format!("{k},amdgpu-flat-work-group-size=1,{}\n", abi::WG_SIZE))
         .collect();
     write_if_changed(&csv, attrs.as_bytes());
@@ -127,97 +114,10 @@ fn write_if_changed(path: &Path, bytes: &[u8]) {
     }
 }
 
-fn find_in_path(exe: &str) -> Option<String> {
-    let path = env::var_os("PATH")?;
-    env::split_paths(&path).map(|d| d.join(exe)).find(|p| p.is_file()).map(|p| p.display().to_string())
-}
-
-fn output_of(cmd: &mut Command) -> Option<String> {
-    let o = cmd.output().ok()?;
-    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
-}
-
-/// Route 1: a system rustc (Debian's 1.96 has LLVM 22 with amdgcn) + its library source +
-/// clang-22. Route 2: rustup nightly with the rust-src component. `KERNEL_*` overrides win.
-fn detect_toolchain() -> Result<Toolchain, String> {
-    let route = env::var("KERNEL_ROUTE").ok();
-    let mut notes = Vec::new();
-    if route.as_deref() != Some("rustup") {
-        match detect_debian() {
-            Ok(t) => return Ok(t),
-            Err(e) => notes.push(format!("route 1 (system rustc + clang-22): {e}")),
-        }
-    }
-    if route.as_deref() != Some("debian") {
-        match detect_rustup() {
-            Ok(t) => return Ok(t),
-            Err(e) => notes.push(format!("route 2 (rustup nightly + rust-src): {e}")),
-        }
-    }
-    Err(notes.join("\n  "))
-}
-
-fn detect_debian() -> Result<Toolchain, String> {
-    let rustc = env::var("KERNEL_RUSTC").unwrap_or_else(|_| "/usr/bin/rustc".into());
-    let cargo = env::var("KERNEL_CARGO").unwrap_or_else(|_| "/usr/bin/cargo".into());
-    if !Path::new(&cargo).is_file() {
-        return Err(format!("{cargo} not found"));
-    }
-    let version = output_of(Command::new(&rustc).env_clear().arg("--version"))
-        .ok_or_else(|| format!("{rustc} --version failed"))?;
-    // "rustc 1.96.0 (ac68faa20 2026-05-25) (built from a source tarball)"
-    let ver = version.split_whitespace().nth(1).ok_or_else(|| format!("cannot parse `{version}`"))?.to_string();
-    let src = match env::var("KERNEL_RUST_SRC") {
-        Ok(s) => s,
-        Err(_) => format!("/usr/src/rustc-{ver}/library"),
-    };
-    if !Path::new(&src).join("core").is_dir() {
-        return Err(format!("library source for rustc {ver} not found at {src} (package rust-web-src)"));
-    }
-    let targets = output_of(Command::new(&rustc).env_clear().args(["--print", "target-list"])).unwrap_or_default();
-    if !targets.lines().any(|l| l == "amdgcn-amd-amdhsa") {
-        return Err(format!("{rustc} ({ver}) has no amdgcn-amd-amdhsa target"));
-    }
-    let clang = find_in_path("clang-22").ok_or("clang-22 not found in PATH (package clang-22)")?;
-    find_in_path("ld.lld-22").ok_or("ld.lld-22 not found in PATH (package lld-22)")?;
-    find_in_path("llvm-as-22").ok_or("llvm-as-22 not found in PATH (package llvm-22)")?;
-    Ok(Toolchain { route: "debian", cargo: vec![cargo], rustc: Some(rustc), src_root: Some(src), clang: Some(clang) })
-}
-
-fn detect_rustup() -> Result<Toolchain, String> {
-    let rustup = find_in_path("rustup").ok_or("rustup not found in PATH")?;
-    let sysroot = output_of(Command::new(&rustup).args(["run", "nightly", "rustc", "--print", "sysroot"]))
-        .ok_or("`rustup run nightly rustc` failed (no nightly toolchain)")?;
-    let lib = Path::new(&sysroot).join("lib/rustlib/src/rust/library");
-    if !lib.join("core").is_dir() {
-        return Err(format!("{} missing: the rust-src component is not installed", lib.display()));
-    }
-    find_in_path("llvm-as-22").ok_or("llvm-as-22 not found in PATH (package llvm-22), needed for the LDS shim")?;
-    Ok(Toolchain {
-        route: "rustup",
-        cargo: vec![rustup, "run".into(), "nightly".into(), "cargo".into()],
-        rustc: None,
-        src_root: None,
-        clang: None,
-    })
-}
-
 /// Runs the nested cargo for one arch and returns the code object's path.
 fn build_arch(tc: &Toolchain, kdir: &Path, base: &Path, gfx: &str, csv: &Path, extra: &str) -> PathBuf {
     let tdir = base.join(format!("kernels-{gfx}"));
-    let mut flags = vec!["-Zunstable-options".to_string(), format!("-Ctarget-cpu={gfx}"), "-Clinker-plugin-lto".into()];
-    if let Some(clang) = &tc.clang {
-        flags.extend([
-            "-Clinker-flavor=gnu-lld-cc".to_string(),
-            format!("-Clinker={clang}"),
-            "-Clink-arg=--target=amdgcn-amd-amdhsa".into(),
-            format!("-Clink-arg=-mcpu={gfx}"),
-            "-Clink-arg=-nostdlib".into(),
-            "-Clink-arg=-flto".into(),
-            "-Clink-arg=-O3".into(),
-        ]);
-    }
-    flags.extend(extra.split_whitespace().map(String::from));
+    let flags = toolchain::nested_rustflags(tc, gfx, extra);
 
     let mut cmd = Command::new(&tc.cargo[0]);
     cmd.args(&tc.cargo[1..]);
@@ -229,14 +129,8 @@ fn build_arch(tc: &Toolchain, kdir: &Path, base: &Path, gfx: &str, csv: &Path, e
             cmd.env(keep, v);
         }
     }
-    if let Some(rustc) = &tc.rustc {
-        cmd.env("RUSTC", rustc).env("RUSTC_BOOTSTRAP", "1");
-    }
-    if let Some(src) = &tc.src_root {
-        cmd.env("__CARGO_TESTS_ONLY_SRC_ROOT", src);
-    }
-    if tc.clang.is_none() {
-        cmd.env("KERNEL_LINKER_RUST_LLD", "1");
+    for (k, v) in toolchain::nested_env(tc) {
+        cmd.env(k, v);
     }
     if let Ok(v) = env::var("KERNEL_LLVM_AS") {
         cmd.env("KERNEL_LLVM_AS", v);

@@ -100,4 +100,17 @@ fn bench_kernels_reports_every_mmvq_type_and_device_speed() {
     for k in ["mmvq_q8_0", "mmvq_q4_k", "mmvq_q6_k", "mmvq_iq3_xxs", "lane-operations/s"] {
         assert!(text.to_lowercase().contains(k), "bench kernels output lacks {k}:\n{text}");
     }
+    // MMVQ rows carry the byte-ratio flag for 1, 2, 4 and 8 columns.
+    for c in [1, 2, 4, 8] {
+        let row = text.lines().find(|l| l.starts_with(&format!("mmvq_q4_k_q8_1_c{c} ")) && !l.contains("rows["));
+        let row = row.unwrap_or_else(|| panic!("no q4_k c{c} row:\n{text}"));
+        assert!(row.ends_with(" ok") || row.contains("MISS"), "no byte flag: {row}");
+    }
+    // The cross-lane reduction table: every method, all exact, and the choice.
+    for m in ["DPP row_xmask + permlanex16", "readlane", "permlane16 + permlanex16", "ds_swizzle", "ds_bpermute", "chosen: DPP"] {
+        assert!(text.contains(m), "reduction table lacks {m}:\n{text}");
+    }
+    let reduce_rows: Vec<&str> = text.lines().filter(|l| l.contains(" | ") && !l.contains("listing")).collect();
+    assert_eq!(reduce_rows.len(), 12, "6 methods x v1/v8:\n{}", reduce_rows.join("\n"));
+    assert!(reduce_rows.iter().all(|l| l.contains("| yes ")), "a reduction variant differs from the CPU butterfly:\n{text}");
 }

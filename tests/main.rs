@@ -20,3 +20,4 @@ mod cli_emu;
 #[cfg(feature = "gpu")]
 mod cli_gpu;
 mod cli_qwen4exp;
+mod kernel_toolchain;

@@ -431,6 +431,114 @@ pub const fn mmvq_lds_bytes(_ty: WType, k: u32, ncols: u32) -> u32 {
     ncols * act_col_bytes(k)
 }
 
+/// log2 of the lanes an MMVQ kernel spreads one row over: a row of `nt = k / block_k` blocks
+/// (one block per lane and step) gets `min(32, next_pow2(nt))` lanes, so a wave works on
+/// `32 >> lg` rows at once.
+#[inline(always)]
+pub const fn mmvq_lanes_log2(ty: WType, k: u32) -> u32 {
+    let nt = k / ty.block_k();
+    if nt <= 1 {
+        0
+    } else {
+        let lg = 32 - (nt - 1).leading_zeros();
+        if lg > 5 {
+            5
+        } else {
+            lg
+        }
+    }
+}
+
+/// Global bytes one MMVQ workgroup reads besides its weight rows, as the software device counts
+/// them: the `ncols` staged Q8_1 columns (each workgroup stages every column in full: no cache
+/// shares them between workgroups), the type's tables (IQ3_XXS: the 1 KiB grid and 128 sign
+/// bytes from the code object) and the kernel arguments each of the 8 waves loads.
+#[inline(always)]
+pub const fn mmvq_wg_overhead_bytes(ty: WType, k: u32, ncols: u32) -> u32 {
+    let tables = match ty {
+        WType::IQ3XXS => IQ3_GRID_LDS_BYTES + 128,
+        _ => 0,
+    };
+    ncols * (k / 32) * Q8_1_BYTES + tables + WAVES_PER_WG * MmvqArgs::SIZE as u32
+}
+
+/// The MMVQ geometry targets: the per-workgroup overhead (`mmvq_wg_overhead_bytes`) stays at
+/// most this percentage of the workgroup's weight bytes, which keeps a whole launch under
+/// 1.10x the ideal global bytes (weights + activations + outputs once) for every type and
+/// column count; and a workgroup has at least `MMVQ_MIN_ROWS_PER_WG` rows.
+pub const MMVQ_OVERHEAD_PERCENT: u32 = 9;
+pub const MMVQ_MIN_ROWS_PER_WG: u32 = 64;
+
+/// Rows per workgroup of an MMVQ launch of `ty` with `k` weights per row, `nrows` output rows
+/// and `ncols` activation columns: the single rule every launcher uses (docs/kernels.md,
+/// "MMVQ launch geometry").
+///
+/// Every workgroup stages all `ncols` activation columns, so the bytes beyond the ideal grow
+/// with `ncols x workgroups`: the rule takes the fewest rows that keep that overhead within
+/// `MMVQ_OVERHEAD_PERCENT` of the weight bytes (at least `MMVQ_MIN_ROWS_PER_WG`), rounded up to
+/// a multiple of the rows the 8 waves cover per step, then spreads `nrows` evenly over the
+/// resulting number of workgroups. More columns => more rows per workgroup => fewer
+/// workgroups (4096 rows: 64 with 1 column; 43 / 22 / 32 / 16 for Q8_0 / Q4_K / Q6_K /
+/// IQ3_XXS with 8 columns). Never more rows than `nrows` (rounded up to the rows of one wave
+/// step).
+pub const fn mmvq_rows_per_wg(ty: WType, k: u32, nrows: u32, ncols: u32) -> u32 {
+    let per_step = 32 >> mmvq_lanes_log2(ty, k);
+    let step = WAVES_PER_WG * per_step;
+    let nt = if k / ty.block_k() == 0 { 1 } else { k / ty.block_k() };
+    let row_bytes = nt as u64 * ty.block_bytes() as u64;
+    let extra = mmvq_wg_overhead_bytes(ty, k, if ncols == 0 { 1 } else { ncols }) as u64;
+    let need = (extra * 100).div_ceil(row_bytes * MMVQ_OVERHEAD_PERCENT as u64);
+    let mut r = MMVQ_MIN_ROWS_PER_WG as u64;
+    if need > r {
+        r = need;
+    }
+    r = r.div_ceil(step as u64) * step as u64;
+    let n = if nrows == 0 { 1 } else { nrows as u64 };
+    // Same number of workgroups, rows spread evenly (the last one is not left nearly empty).
+    let groups = n.div_ceil(r);
+    r = n.div_ceil(groups).div_ceil(step as u64) * step as u64;
+    let cap = n.div_ceil(per_step as u64) * per_step as u64;
+    (if r < cap { r } else { cap }) as u32
+}
+
+/// Cross-lane reduction micro-benchmarks (`strata bench kernels`, docs/kernels.md): wave `w`
+/// (of `n_waves`, `WAVES_PER_WG` per workgroup) loads `V` values per lane, `x[(w * V + j) * 32 +
+/// lane]`, then `reps` times replaces each by its 32-lane sum with cross-lane method `M`
+/// (`arch::XL_*`; 0 = no sum, the baseline) times 1/32, and lane 0 stores them to `y[w * V + j]`.
+/// Launching with two `reps` values gives the exact marginal cost of one sum. Not used by the
+/// engine.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReduceArgs {
+    pub x: u64,
+    pub y: u64,
+    pub n_waves: u32,
+    pub reps: u32,
+}
+impl_args_bytes!(ReduceArgs);
+const _: () = assert!(core::mem::size_of::<ReduceArgs>() == 24);
+
+/// Every reduction benchmark: `symbol, method (arch::XL_*), values per lane`.
+macro_rules! reduce_kernels {
+    ($m:ident) => {
+        $m! {
+            reduce_none_v1 0 1, reduce_none_v8 0 8,
+            reduce_dpp_permlanex16_v1 1 1, reduce_dpp_permlanex16_v8 1 8,
+            reduce_dpp_readlane_v1 2 1, reduce_dpp_readlane_v8 2 8,
+            reduce_permlane16_v1 3 1, reduce_permlane16_v8 3 8,
+            reduce_ds_swizzle_v1 4 1, reduce_ds_swizzle_v8 4 8,
+            reduce_ds_bpermute_v1 5 1, reduce_ds_bpermute_v8 5 8,
+        }
+    };
+}
+macro_rules! reduce_name_table {
+    ($($name:ident $m:literal $v:literal),* $(,)?) => {
+        /// `(method, values per lane, symbol)` of every reduction benchmark.
+        pub const REDUCE_KERNELS: &[(u32, u32, &str)] = &[$(($m, $v, stringify!($name))),*];
+    };
+}
+reduce_kernels!(reduce_name_table);
+
 /// Dynamic LDS a dequant launch passes: none (IQ3_XXS stages its grid, once per workgroup so
 /// the 64 lookups per block do not read global memory, in the static table region).
 #[inline(always)]

@@ -18,6 +18,8 @@ unsafe extern "unadjusted" {
     fn llvm_sudot4(a_signed: bool, a: i32, b_signed: bool, b: i32, c: i32, clamp: bool) -> i32;
     #[link_name = "llvm.arithmetic.fence.f32"]
     fn llvm_arithmetic_fence_f32(x: f32) -> f32;
+    #[link_name = "llvm.amdgcn.ds.swizzle"]
+    fn llvm_ds_swizzle(x: i32, pattern: i32) -> i32;
 }
 
 unsafe extern "C" {
@@ -190,6 +192,89 @@ pub fn xor1_i32(x: i32) -> i32 {
 pub fn read_lane(x: u32, lane: u32) -> u32 {
     // SAFETY: v_readlane_b32 with a wave-uniform lane index < 32 (masked); register only.
     unsafe { amdgpu::readlane_u32(x, lane & 31) }
+}
+
+// ---- Cross-lane sum variants, measured by the `reduce_*` micro-benchmarks (docs/kernels.md,
+// "Cross-lane reductions"). Every variant is the same xor butterfly (lane ^ 1, 2, 4, 8, 16 in
+// that order), so all give bit-identical sums; they differ only in the instructions that move
+// the values. Production code uses `XL_DPP_X16` (`group_sum_f32`, `wave_sum_i32`, ...).
+
+/// DPP `row_xmask` 1, 2, 4, 8 (folded into `v_add_f32_dpp`) + `v_permlanex16_b32`.
+pub const XL_DPP_X16: u32 = 1;
+/// DPP `row_xmask` 1, 2, 4, 8 + `v_readlane_b32` of lanes 0 and 16 (scalar result).
+pub const XL_DPP_READLANE: u32 = 2;
+/// `v_permlane16_b32` (xor 1, 2, 4, 8 inside each row) + `v_permlanex16_b32`: no DPP.
+pub const XL_PERMLANE: u32 = 3;
+/// `ds_swizzle_b32` in bitmask mode, xor 1, 2, 4, 8, 16 (through the LDS unit).
+pub const XL_SWIZZLE: u32 = 4;
+/// `ds_bpermute_b32` from lane `lane ^ m` (through the LDS unit, address per lane).
+pub const XL_BPERMUTE: u32 = 5;
+
+/// `v_permlane16_b32` lane selects (low 8 lanes, high 8 lanes of a row) for `lane ^ m`.
+const fn permlane_xor_sel(m: u32, high: bool) -> u32 {
+    let mut v = 0u32;
+    let mut i = 0;
+    while i < 8 {
+        let lane = i + if high { 8 } else { 0 };
+        v |= ((lane ^ m) & 15) << (4 * i);
+        i += 1;
+    }
+    v
+}
+#[inline(always)]
+fn permlane_xor<const M: u32>(x: u32) -> u32 {
+    // SAFETY: register-only; the selects are wave-uniform constants naming lanes of the same row.
+    // Called in uniform control flow with all lanes active.
+    unsafe { amdgpu::permlane16_u32::<false, false>(0, x, const { permlane_xor_sel(M, false) }, const { permlane_xor_sel(M, true) }) }
+}
+#[inline(always)]
+fn swizzle_xor<const M: u32>(x: u32) -> u32 {
+    // SAFETY: ds_swizzle_b32 moves values between lanes through the LDS crossbar without
+    // touching LDS memory; bitmask mode (bit 15 = 0), and_mask 0x1f, xor_mask M.
+    unsafe { llvm_ds_swizzle(x as i32, (0x1f | (M << 10)) as i32) as u32 }
+}
+#[inline(always)]
+fn bpermute_xor(x: u32, m: u32) -> u32 {
+    // SAFETY: ds_bpermute_b32 reads lane `addr / 4 % 32` of `x` (register data through the LDS
+    // crossbar, no LDS memory); all lanes are active.
+    unsafe { amdgpu::ds_bpermute((lane_id() ^ m) << 2, x) }
+}
+
+/// Sum of `x` over the 32 lanes with cross-lane method `M` (`XL_*`); 0 = no reduction (the
+/// benchmark's baseline). Every lane gets the sum except with `XL_DPP_READLANE`, whose result is
+/// wave-uniform (computed from two scalars).
+#[inline(always)]
+pub fn wave_sum_f32_by<const M: u32>(x: f32) -> f32 {
+    let f = f32::from_bits;
+    match M {
+        XL_DPP_X16 => group_sum_f32(x, 5),
+        XL_DPP_READLANE => {
+            let x = group_sum_f32(x, 4);
+            f(read_lane(x.to_bits(), 0)) + f(read_lane(x.to_bits(), 16))
+        }
+        XL_PERMLANE => {
+            let x = x + f(permlane_xor::<1>(x.to_bits()));
+            let x = x + f(permlane_xor::<2>(x.to_bits()));
+            let x = x + f(permlane_xor::<4>(x.to_bits()));
+            let x = x + f(permlane_xor::<8>(x.to_bits()));
+            x + f(swap_rows(x.to_bits()))
+        }
+        XL_SWIZZLE => {
+            let x = x + f(swizzle_xor::<1>(x.to_bits()));
+            let x = x + f(swizzle_xor::<2>(x.to_bits()));
+            let x = x + f(swizzle_xor::<4>(x.to_bits()));
+            let x = x + f(swizzle_xor::<8>(x.to_bits()));
+            x + f(swizzle_xor::<16>(x.to_bits()))
+        }
+        XL_BPERMUTE => {
+            let x = x + f(bpermute_xor(x.to_bits(), 1));
+            let x = x + f(bpermute_xor(x.to_bits(), 2));
+            let x = x + f(bpermute_xor(x.to_bits(), 4));
+            let x = x + f(bpermute_xor(x.to_bits(), 8));
+            x + f(bpermute_xor(x.to_bits(), 16))
+        }
+        _ => x,
+    }
 }
 
 /// Workgroup barrier with workgroup-scope release/acquire fences: LDS (and global) writes

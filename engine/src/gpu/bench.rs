@@ -56,13 +56,18 @@ pub fn waves_per_simd(vgprs: u32, lds_per_wg: u32, waves_per_wg: u32) -> u32 {
 
 #[allow(clippy::too_many_arguments)]
 fn row(out: &mut String, name: &str, shape: &str, st: &LaunchStats, info: Option<&KernelInfo>, lds: u32, ideal: u64, weights: u64) {
+    row_with(out, name, shape, st, info, lds, ideal, weights, "")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row_with(out: &mut String, name: &str, shape: &str, st: &LaunchStats, info: Option<&KernelInfo>, lds: u32, ideal: u64, weights: u64, extra: &str) {
     let moved = st.global_bytes_read + st.global_bytes_written;
     let (v, s, static_lds) = info.map_or((0, 0, 0), |i| (i.vgpr_count, i.sgpr_count, i.group_segment_size));
     let lds = lds + static_lds;
     let per256 = if weights > 0 { format!("{:8.2}", st.instructions as f64 * 256.0 / weights as f64) } else { "       -".into() };
     let _ = writeln!(
         out,
-        "{name:<24} {shape:<16} {:>12} {per256} {:>12} {:>12} {:>6.3} {v:>4} {s:>4} {lds:>6} {:>3}",
+        "{name:<24} {shape:<16} {:>12} {per256} {:>12} {:>12} {:>6.3} {v:>4} {s:>4} {lds:>6} {:>3}{extra}",
         st.instructions,
         moved,
         ideal,
@@ -81,9 +86,10 @@ pub fn bench_kernels(quick: bool) -> String {
     };
     let _ = writeln!(
         out,
-        "{:<24} {:<16} {:>12} {:>8} {:>12} {:>12} {:>6} {:>4} {:>4} {:>6} {:>3}",
-        "kernel", "shape", "wave-instrs", "i/256w", "bytes moved", "ideal bytes", "ratio", "vgpr", "sgpr", "lds", "w/s"
+        "{:<24} {:<16} {:>12} {:>8} {:>12} {:>12} {:>6} {:>4} {:>4} {:>6} {:>3} {:>4}",
+        "kernel", "shape", "wave-instrs", "i/256w", "bytes moved", "ideal bytes", "ratio", "vgpr", "sgpr", "lds", "w/s", "wgs"
     );
+    let mut misses = Vec::new();
     let mut rng = Rng::new(0x5eed);
     let (big, k) = if quick { (512usize, 1024usize) } else { (4096, 4096) };
 
@@ -107,19 +113,17 @@ pub fn bench_kernels(quick: bool) -> String {
     for ty in WType::ALL {
         let row_bytes = k / ty.block_k() as usize * ty.block_bytes() as usize;
         let w = random_blocks(ty, big * k / ty.block_k() as usize, &mut rng);
-        for ncols in [1usize, 8] {
-            let xs: Vec<f32> = (0..k * ncols).map(|_| rng.f32()).collect();
-            let mut xq = vec![0u8; ncols * k / 32 * 36];
-            if let Err(e) = quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq) {
-                let _ = writeln!(out, "quantize: {e:?}");
-                continue;
-            }
+        for ncols in MMVQ_BENCH_COLS {
             let name = abi::mmvq_kernel(ty, ncols as u32).unwrap_or("?");
             let lds = abi::mmvq_lds_bytes(ty, k as u32, ncols as u32);
-            match ek.mmvq(ty, &w, k, &xq, ncols, None, None) {
-                Ok((_, st)) => {
-                    let ideal = (w.len() + xq.len() + ncols * big * 4) as u64;
-                    row(&mut out, name, &format!("{big}x{k}"), &st, ek.kernel_info(name), lds, ideal, (big * k * ncols) as u64)
+            match mmvq_bytes(&ek, ty, &w, k, ncols, &mut rng) {
+                Ok(m) => {
+                    let flag = if m.ratio() <= MMVQ_BYTES_TARGET { "ok".to_string() } else { format!("MISS (> {MMVQ_BYTES_TARGET:.2}x)") };
+                    let extra = format!(" {:>4} {flag}", m.workgroups);
+                    row_with(&mut out, name, &format!("{big}x{k}"), &m.stats, ek.kernel_info(name), lds, m.ideal, (big * k * ncols) as u64, &extra);
+                    if m.ratio() > MMVQ_BYTES_TARGET {
+                        misses.push(format!("{name} {big}x{k}: {:.3}x", m.ratio()));
+                    }
                 }
                 Err(e) => {
                     let _ = writeln!(out, "{name} {big}x{k}: {e}");
@@ -162,7 +166,240 @@ pub fn bench_kernels(quick: bool) -> String {
     let _ = writeln!(
         out,
         "wave-instrs = wave instructions executed; i/256w = per 256 weights (and column); ratio = bytes moved / ideal \
-         (weights + activations + outputs once); w/s = waves per SIMD allowed by VGPRs and LDS (gfx1100)"
+         (weights + activations + outputs once); w/s = waves per SIMD allowed by VGPRs and LDS (gfx1100); \
+         wgs = MMVQ workgroups (abi::mmvq_rows_per_wg), flag = MMVQ ratio against the {MMVQ_BYTES_TARGET:.2}x target"
     );
+    if !quick {
+        if misses.is_empty() {
+            let _ = writeln!(out, "MMVQ bytes: every type and column count within {MMVQ_BYTES_TARGET:.2}x of ideal on {big}x{k}");
+        } else {
+            let _ = writeln!(out, "MMVQ bytes: {} MISS the {MMVQ_BYTES_TARGET:.2}x target: {}", misses.len(), misses.join(", "));
+        }
+    }
+    out += &reduction_table(&ek);
+    out
+}
+
+/// Column counts `strata bench kernels` (and the byte test) run MMVQ with.
+pub const MMVQ_BENCH_COLS: [usize; 4] = [1, 2, 4, 8];
+/// Issue 2's target: an MMVQ launch on a 4096 x 4096 matrix moves at most this many times the
+/// ideal global bytes (weights + activations + outputs, each once).
+pub const MMVQ_BYTES_TARGET: f64 = 1.10;
+
+/// Global bytes of one MMVQ launch (default geometry) against the ideal.
+pub struct MmvqBytes {
+    pub stats: LaunchStats,
+    pub moved: u64,
+    pub ideal: u64,
+    pub workgroups: u32,
+    pub rows_per_wg: u32,
+}
+impl MmvqBytes {
+    pub fn ratio(&self) -> f64 {
+        self.moved as f64 / self.ideal.max(1) as f64
+    }
+}
+
+/// Runs MMVQ of weights `w` (`k` per row, whole rows) with `ncols` random activation columns and
+/// the default geometry (`abi::mmvq_rows_per_wg`); returns the counted global bytes and the ideal
+/// (weights + Q8_1 activations + f32 outputs, each once). Counted bytes do not depend on the data.
+pub fn mmvq_bytes(ek: &EmuKernels, ty: WType, w: &[u8], k: usize, ncols: usize, rng: &mut Rng) -> Result<MmvqBytes, super::GpuKernelError> {
+    let row_bytes = k / ty.block_k() as usize * ty.block_bytes() as usize;
+    let nrows = w.len() / row_bytes.max(1);
+    let xs: Vec<f32> = (0..k * ncols).map(|_| rng.f32()).collect();
+    let mut xq = vec![0u8; ncols * k / 32 * abi::Q8_1_BYTES as usize];
+    quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).map_err(|e| super::GpuKernelError::Shape {
+        kernel: "quantize_q8_1 (host)".into(),
+        what: format!("{e:?}"),
+    })?;
+    let (_, stats) = ek.mmvq(ty, w, k, &xq, ncols, None, None)?;
+    let rows_per_wg = abi::mmvq_rows_per_wg(ty, k as u32, nrows as u32, ncols as u32);
+    Ok(MmvqBytes {
+        moved: stats.global_bytes_read + stats.global_bytes_written,
+        ideal: (w.len() + xq.len() + ncols * nrows * 4) as u64,
+        workgroups: (nrows as u32).div_ceil(rows_per_wg),
+        rows_per_wg,
+        stats,
+    })
+}
+
+// ---------------------------------------------------------------- cross-lane reductions
+
+/// What the RDNA3 ISA guide and the emitted code say about each method's cost class.
+fn reduce_method(m: u32) -> (&'static str, &'static str) {
+    match m {
+        0 => ("none (baseline: * 1/32 + loop)", "absolute marginal cost of the loop body without a sum"),
+        1 => ("DPP row_xmask + permlanex16", "VALU only: DPP is a source modifier folded into v_add_f32_dpp; permlanex16 = 1 VALU + v_mov (tied old) + add; no LDS, no waits"),
+        2 => ("DPP row_xmask + readlane x2", "VALU + 2 v_readlane_b32 (VALU -> SGPR) + an add of two SGPRs; result wave-uniform"),
+        3 => ("permlane16 + permlanex16", "VALU only, nothing folds: permlane + v_mov (tied old) + add per step, lane selects in SGPRs"),
+        4 => ("ds_swizzle (xor)", "LDS unit (no memory): every step issues to the DS pipe and waits s_waitcnt lgkmcnt"),
+        5 => ("ds_bpermute (lane^m)*4", "LDS unit (no memory) with a per-lane address (xor + shift VALU): waits lgkmcnt per step"),
+        _ => ("?", ""),
+    }
+}
+
+/// One reduction benchmark's measurement: the marginal dynamic cost of one 32-lane sum (launch
+/// with `reps` = 9 minus `reps` = 1, per sum, minus the same marginal of the baseline kernel,
+/// whose loop does only the `* 1/32`), static counts of the instructions that matter in its
+/// listing, and whether its sums equal the CPU butterfly bit for bit.
+pub struct ReduceMeasure {
+    pub method: u32,
+    pub values: u32,
+    pub name: &'static str,
+    pub instrs_per_sum: f64,
+    pub valu_per_sum: f64,
+    pub ds_per_sum: f64,
+    /// SOPP: `s_waitcnt`, `s_delay_alu`, `s_nop`, branches.
+    pub sopp_per_sum: f64,
+    /// Other scalar instructions (SOP1/SOP2/SOPK/SOPC/SMEM).
+    pub salu_per_sum: f64,
+    pub static_waitcnt: usize,
+    pub static_dpp: usize,
+    pub static_permlane: usize,
+    pub static_readlane: usize,
+    pub static_ds: usize,
+    /// Sums that differ from the CPU reference (bits), over both launches.
+    pub mismatches: usize,
+}
+
+/// The xor butterfly every variant computes (lane ^ 1, 2, 4, 8, 16, in that order), in place:
+/// every lane ends with the same bits (each step adds a commutative pair).
+pub fn butterfly(x: &mut [f32; 32]) {
+    for m in [1usize, 2, 4, 8, 16] {
+        let prev = *x;
+        for (l, xl) in x.iter_mut().enumerate() {
+            *xl = prev[l] + prev[l ^ m];
+        }
+    }
+}
+
+/// The lines of kernel `name` in a disassembly listing (objdump syntax).
+pub fn kernel_listing<'a>(dis: &'a str, name: &str) -> Option<&'a str> {
+    let head = format!("<{name}>:");
+    let start = dis.find(&head)?;
+    let rest = &dis[start + head.len()..];
+    let end = rest.find(">:\n").and_then(|e| rest[..e].rfind('\n')).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// Per-family counters of one launch, as f64.
+fn fam(s: &LaunchStats, f: &[&str]) -> f64 {
+    f.iter().map(|k| s.by_family.get(*k).copied().unwrap_or(0)).sum::<u64>() as f64
+}
+const VALU: &[&str] = &["valu", "vop3p", "vopd"];
+const SALU: &[&str] = &["sop1", "sop2", "sopk", "sopc", "smem"];
+
+/// Runs every `reduce_*` benchmark kernel of the gfx1100 code object on `ek`'s device.
+pub fn measure_reductions(ek: &EmuKernels) -> Result<Vec<ReduceMeasure>, String> {
+    let co = super::code_object_for("gfx1100").ok_or("no gfx1100 code object")?;
+    let dev = ek.device();
+    let module = dev.load_module(co).map_err(|e| e.to_string())?;
+    let dis = emulator::disassemble(co).map_err(|e| e.to_string())?;
+    let n_waves = 64u32;
+    let (r_lo, r_hi) = (1u32, 9u32);
+    let mut rng = Rng::new(0x7ed);
+    // Marginal per-sum counters [instrs, valu, ds, sopp, salu] of the baseline, by V.
+    let mut base: std::collections::HashMap<u32, [f64; 5]> = Default::default();
+    let mut res = Vec::new();
+    // The baselines (method 0) come first in abi::REDUCE_KERNELS.
+    for &(m, v, name) in abi::REDUCE_KERNELS {
+        let f = module.function(name).map_err(|e| format!("{name}: {e}"))?;
+        let nsum = (n_waves * v) as usize;
+        let x: Vec<f32> = (0..nsum * 32).map(|_| rng.f32() * 100.0).collect();
+        let xb: Vec<u8> = x.iter().flat_map(|f| f.to_le_bytes()).collect();
+        let xp = dev.malloc(xb.len()).map_err(|e| e.to_string())?;
+        let yp = dev.malloc(nsum * 4).map_err(|e| e.to_string())?;
+        dev.memcpy_htod(xp, &xb).map_err(|e| e.to_string())?;
+        let mut stats = Vec::new();
+        let mut mismatches = 0;
+        for reps in [r_lo, r_hi] {
+            let args = abi::ReduceArgs { x: xp, y: yp, n_waves, reps };
+            let groups = n_waves.div_ceil(abi::WAVES_PER_WG);
+            let st = dev.launch(&f, [groups, 1, 1], [abi::WG_SIZE, 1, 1], 0, &args.to_bytes()).map_err(|e| format!("{name}: {e}"))?;
+            let mut yb = vec![0u8; nsum * 4];
+            dev.memcpy_dtoh(&mut yb, yp).map_err(|e| e.to_string())?;
+            for i in 0..nsum {
+                let mut lanes: [f32; 32] = x[i * 32..i * 32 + 32].try_into().expect("32 lanes");
+                for _ in 0..reps {
+                    if m != 0 {
+                        butterfly(&mut lanes);
+                    }
+                    lanes = lanes.map(|l| l * (1.0 / 32.0));
+                }
+                let got = f32::from_le_bytes([yb[4 * i], yb[4 * i + 1], yb[4 * i + 2], yb[4 * i + 3]]);
+                mismatches += usize::from(got.to_bits() != lanes[0].to_bits());
+            }
+            stats.push(st);
+        }
+        let _ = dev.free(xp);
+        let _ = dev.free(yp);
+        let per = ((r_hi - r_lo) as usize * nsum) as f64;
+        let d = |g: &dyn Fn(&LaunchStats) -> f64| (g(&stats[1]) - g(&stats[0])) / per;
+        let marg = [
+            d(&|s| s.instructions as f64),
+            d(&|s| fam(s, VALU)),
+            d(&|s| fam(s, &["ds"])),
+            d(&|s| fam(s, &["sopp"])),
+            d(&|s| fam(s, SALU)),
+        ];
+        let b = *base.entry(v).or_insert(marg);
+        let c: Vec<f64> = (0..5).map(|i| if m == 0 { marg[i] } else { marg[i] - b[i] }).collect();
+        let text = kernel_listing(&dis, name).unwrap_or("");
+        let count = |pat: &str| text.lines().filter(|l| l.contains(pat)).count();
+        res.push(ReduceMeasure {
+            method: m,
+            values: v,
+            name,
+            instrs_per_sum: c[0],
+            valu_per_sum: c[1],
+            ds_per_sum: c[2],
+            sopp_per_sum: c[3],
+            salu_per_sum: c[4],
+            static_waitcnt: count("s_waitcnt"),
+            static_dpp: count("_dpp "),
+            static_permlane: count("v_permlane"),
+            static_readlane: count("v_readlane"),
+            static_ds: count("ds_swizzle") + count("ds_bpermute"),
+            mismatches,
+        });
+    }
+    Ok(res)
+}
+
+/// The reduction comparison printed by `strata bench kernels`.
+fn reduction_table(ek: &EmuKernels) -> String {
+    let mut out = String::from(
+        "\ncross-lane 32-lane f32 sum (wave32): wave instructions per sum, marginal (reps 9 - reps 1) minus the baseline; \
+         v1 = one sum in flight per wave, v8 = 8 independent sums (as MMVQ with 8 columns):\n",
+    );
+    let rows = match measure_reductions(ek) {
+        Ok(r) => r,
+        Err(e) => return out + &format!("reduction benchmarks failed: {e}\n"),
+    };
+    let _ = writeln!(
+        out,
+        "{:<28} {:>2} {:>6} {:>5} {:>4} {:>5} {:>5} | listing: {:>4} {:>3} {:>4} {:>4} {:>3} | {:<5} cost class",
+        "method", "v", "instrs", "valu", "ds", "sopp", "salu", "wait", "dpp", "perm", "rdln", "ds", "exact"
+    );
+    for r in &rows {
+        let (label, class) = reduce_method(r.method);
+        let _ = writeln!(
+            out,
+            "{label:<28} {:>2} {:>6.2} {:>5.2} {:>4.2} {:>5.2} {:>5.2} |          {:>4} {:>3} {:>4} {:>4} {:>3} | {:<5} {class}",
+            r.values,
+            r.instrs_per_sum,
+            r.valu_per_sum,
+            r.ds_per_sum,
+            r.sopp_per_sum,
+            r.salu_per_sum,
+            r.static_waitcnt,
+            r.static_dpp,
+            r.static_permlane,
+            r.static_readlane,
+            r.static_ds,
+            if r.mismatches == 0 { "yes" } else { "NO" },
+        );
+    }
+    out += "chosen: DPP row_xmask + permlanex16 (fewest instructions, all VALU, no LDS round trips or waits; every lane gets the sum)\n";
     out
 }

@@ -117,17 +117,6 @@ fn validate(info: &KernelInfo) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Rows per workgroup of an MMVQ launch: enough that every wave of the workgroup has rows
-/// (`WAVES_PER_WG * rows per wave iteration`), and at least 64 so the activation staging
-/// (one copy per workgroup) stays a few percent of the weight traffic at K = 4096.
-pub fn default_rows_per_wg(ty: WType, k: u32, nrows: u32) -> u32 {
-    let nt = (k / ty.block_k()).max(1);
-    let lg = if nt <= 1 { 0 } else { (32 - (nt - 1).leading_zeros()).min(5) };
-    let per_iter = 32 >> lg;
-    let min = abi::WAVES_PER_WG * per_iter;
-    min.max(64).min(nrows.max(1).next_multiple_of(per_iter))
-}
-
 impl EmuKernels {
     /// Loads the gfx1100 code object on a new software device.
     pub fn new() -> Result<Self> {
@@ -315,7 +304,7 @@ impl EmuKernels {
                 nrows: nrows as u32,
                 k: k as u32,
                 y_stride: nrows as u32,
-                rows_per_wg: rows_per_wg.unwrap_or_else(|| default_rows_per_wg(ty, k as u32, nrows as u32)),
+                rows_per_wg: rows_per_wg.unwrap_or_else(|| abi::mmvq_rows_per_wg(ty, k as u32, nrows as u32, nc as u32)),
             };
             add_stats(&mut st, &self.launch_mmvq(ty, nc as u32, &args)?);
             c0 += nc;

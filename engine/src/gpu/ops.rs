@@ -14,7 +14,6 @@
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 use super::abi::{self, WType};
 use super::device::{DevicePtr, GpuApi, GpuError, Kernel, KernelSpec, LaunchConfig, Module, Result, Stream};
-use super::emu_kernels::default_rows_per_wg;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -215,12 +214,11 @@ impl GpuOps {
         if fit == 0 {
             return Err(bad(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
         }
-        // TODO(coordinator merge): abi::mmvq_rows_per_wg once the foundation branch adds it.
-        let rows_per_wg = default_rows_per_wg(ty, k, nrows);
         let mut c0 = 0;
         while c0 < ncols {
             let nc = (ncols - c0).min(fit);
             let kname = abi::mmvq_kernel(ty, nc).unwrap_or(name);
+            let rows_per_wg = abi::mmvq_rows_per_wg(ty, k, nrows, nc);
             let args = abi::MmvqArgs {
                 w,
                 x: x_q8_1 + (c0 as u64) * (k / 32 * abi::Q8_1_BYTES) as u64,

@@ -13,7 +13,7 @@
 //! Row indirection (`rows`) lets one launch compute the rows of selected MoE experts.
 use super::unroll;
 use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS};
-use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, mmvq_lanes_log2, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
 use crate::arch::{barrier, group_id, group_sum_f32xn, lane_id, thread_id, uniform, wave_id, Lds};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
@@ -53,16 +53,6 @@ unsafe fn stage_activations<const NC: usize>(lds: Lds, x: *const u8, k: u32, tb:
     });
 }
 
-/// ceil(log2(n)) clamped to 0..=5: lanes per row are `1 << lg`.
-#[inline(always)]
-fn lanes_log2(n: u32) -> u32 {
-    if n <= 1 {
-        0
-    } else {
-        (32 - (n - 1).leading_zeros()).min(5)
-    }
-}
-
 /// The kernel body for weight type `B` and `NC` columns (arguments as `abi::MmvqArgs`).
 ///
 /// # Safety
@@ -87,7 +77,7 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
     barrier();
 
     let nt = k / B::TY.block_k();
-    let lg = uniform(lanes_log2(nt));
+    let lg = uniform(mmvq_lanes_log2(B::TY, k));
     let lanes = 1u32 << lg;
     let rows_per_iter = 32 >> lg;
     let lane = lane_id();

@@ -7,6 +7,7 @@ pub mod fwd;
 pub mod mmvq;
 mod mmvq_blocks;
 pub mod quantize;
+pub mod reduce;
 
 /// Calls `f(0), .., f(N-1)` as straight-line code. After inlining every index is a constant,
 /// so arrays indexed by it stay in registers; a plain `for` loop that LLVM chooses not to
