@@ -48,7 +48,9 @@ fn operand(code: u16, sh: u8, lit: u32, hi: bool, f64op: bool) -> String {
                 (lit as i32) >= -16 && (lit as i32) <= 64
                     || [0.5f32, -0.5, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0].iter().any(|f| f.to_bits() == lit) || lit == 0x3e22f983
             };
-            if inline { format!("lit({lit:#x})") } else { format!("{lit:#x}") }
+            // A 16-bit operand reads the literal's low half (LLVM prints just that).
+            let shown = if sh & 0x10 != 0 { lit & 0xffff } else { lit };
+            if inline { format!("lit({shown:#x})") } else { format!("{shown:#x}") }
         }
         _ => format!("?{code}"),
     }
@@ -227,6 +229,16 @@ pub fn text(i: &Inst, _pc: u64) -> String {
         Fam::Sop1 => {
             if name == "s_getpc_b64" { return format!("{name} {}", sreg(i.dst, 2)); }
             if name == "s_setpc_b64" || name == "s_rfe_b64" { return format!("{name} {}", operand(i.src[0], 2, i.lit, false, false)); }
+            if name.starts_with("s_sendmsg_rtn") {
+                // The source field is the message id, not an operand (LLVM's names).
+                const RTN: [&str; 6] = ["MSG_RTN_GET_DOORBELL", "MSG_RTN_GET_DDID", "MSG_RTN_GET_TMA", "MSG_RTN_GET_REALTIME", "MSG_RTN_SAVE_WAVE", "MSG_RTN_GET_TBA"];
+                let id = i.src[0] as usize;
+                let msg = match id.checked_sub(128).and_then(|j| RTN.get(j)) {
+                    Some(m) => format!("sendmsg({m})"),
+                    None => format!("sendmsg({id})"),
+                };
+                return format!("{name} {}, {msg}", sreg(i.dst, i.shape[0] & 0xf));
+            }
             format!("{name} {}, {}", sreg(i.dst, i.shape[0] & 0xf), operand(i.src[0], i.shape[1], i.lit, false, false))
         }
         Fam::Sopc => format!("{name} {}, {}", operand(i.src[0], i.shape[1], i.lit, false, false), operand(i.src[1], i.shape[2], i.lit, false, false)),
@@ -246,6 +258,8 @@ pub fn text(i: &Inst, _pc: u64) -> String {
             "s_delay_alu" => format!("{name} {}", delay_alu(i.imm as u16)),
             "s_clause" | "s_set_inst_prefetch_distance" | "s_round_mode" | "s_ttracedata_imm" | "s_wait_event" => format!("{name} {:#x}", i.imm as u16),
             "s_sendmsg" if i.imm == 3 => "s_sendmsg sendmsg(MSG_DEALLOC_VGPRS)".into(),
+            // (LLVM's trap lowering raises an interrupt before s_trap.)
+            "s_sendmsg" if i.imm == 1 => "s_sendmsg sendmsg(MSG_INTERRUPT)".into(),
             "s_waitcnt_depctr" => format!("{name} {}", depctr(i.imm as u16)),
             n if n.starts_with("s_cbranch") || n == "s_branch" => format!("{name} {}", i.imm as u16),
             // other immediates: decimal when an inline-constant-sized value, else hex
