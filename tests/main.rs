@@ -11,6 +11,8 @@ mod models_qwen3moe;
 mod cli_commands;
 mod cli_fetch;
 mod spec_decoding;
+mod spec_mtp;
 #[cfg(feature = "gpu")]
 mod cli_emu;
 mod cli_qwen4exp;
+mod cli_mtp;

@@ -58,6 +58,7 @@ pub enum Preset {
 pub enum MatType {
     F32,
     F16,
+    #[value(name = "q8_0")]
     Q8_0,
 }
 
