@@ -542,10 +542,11 @@ pub struct SynthMtp {
     /// embedding through (identity on the first E columns, zeros on the hidden half),
     /// attention and expert outputs are scaled by 0.1 (they still run and still depend on
     /// the cache), the head multiplies the normed state by the embedding table
-    /// (`shared_head_norm` = 6/E, so the draft probability is moderate, not 1). Synthetic
-    /// models with a tied head settle into repeating a token, which this head then predicts:
-    /// accepted drafts for tests and benchmarks. With `own_tables` the head's table is its own
-    /// embedding, so echo works for an untied model too; without, it relies on a tied model.
+    /// (`shared_head_norm` = 8/E: a moderate draft probability, about 0.7 at E = 256 and
+    /// V = 1024). Synthetic models with a tied head settle into repeating a token, which this
+    /// head then predicts: accepted drafts for tests and benchmarks. With `own_tables` the
+    /// head's table is its own embedding, so echo works for an untied model too; without, it
+    /// relies on a tied model.
     pub echo: bool,
 }
 
@@ -647,7 +648,7 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     b.vec_f32(&format!("blk.{nl}.post_attention_norm.weight"), &[e], 1.0, 0.1)?;
     moe_tensors(&mut b, cfg, nl, inner)?;
     if m.echo {
-        let g = 6.0 / e as f32;
+        let g = 8.0 / e as f32;
         b.put(&nx("shared_head_norm.weight"), &[e], &vec![g; e], GgmlType::F32)?;
     } else {
         b.vec_f32(&nx("shared_head_norm.weight"), &[e], 1.0, 0.1)?;
