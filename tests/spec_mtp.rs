@@ -73,7 +73,13 @@ fn plain(c: &Case, n: usize) -> (Vec<u32>, SeqState, Vec<f32>) {
 }
 
 /// Runs one configuration, checks losslessness and the proposals; returns the stats.
-fn run(c: &Case, n: usize, cfg: SpecConfig, wrong_at: Option<usize>, want: &(Vec<u32>, SeqState, Vec<f32>)) -> SpecStats {
+fn run(
+    c: &Case,
+    n: usize,
+    cfg: SpecConfig,
+    wrong_at: Option<usize>,
+    want: &(Vec<u32>, SeqState, Vec<f32>),
+) -> SpecStats {
     let (m, e) = (&c.model, c.model.hp.n_embd);
     let mut rec = Recorder {
         inner: MtpDrafter::new(m, &c.mtp, c.kv, cfg.min_p),
@@ -83,7 +89,10 @@ fn run(c: &Case, n: usize, cfg: SpecConfig, wrong_at: Option<usize>, want: &(Vec
     };
     let mut st = m.new_state(c.kv);
     let (ids, s) = generate_greedy_spec(m, &mut st, &c.prompt, n, &mut rec, cfg).unwrap();
-    let tag = format!("{} N={} min_p={} wrong_at={wrong_at:?}", c.what, cfg.n_draft, cfg.min_p);
+    let tag = format!(
+        "{} N={} min_p={} wrong_at={wrong_at:?}",
+        c.what, cfg.n_draft, cfg.min_p
+    );
     assert_eq!(ids, want.0, "{tag}: ids differ ({s:?})");
     assert!(st == want.1, "{tag}: final state differs");
     assert_eq!(s.decoded as usize, n - 1, "{tag}");
@@ -99,12 +108,18 @@ fn run(c: &Case, n: usize, cfg: SpecConfig, wrong_at: Option<usize>, want: &(Vec
         let again = fresh.propose(&seq[..*hl], *max);
         assert!(
             again.len() == drafts.len()
-                && again.iter().zip(drafts).all(|(a, b)| a.token == b.token && a.p.to_bits() == b.p.to_bits()),
+                && again
+                    .iter()
+                    .zip(drafts)
+                    .all(|(a, b)| a.token == b.token && a.p.to_bits() == b.p.to_bits()),
             "{tag}: proposal at history {hl}: {drafts:?}, fresh head: {again:?}"
         );
         assert!(drafts.iter().all(|d| (0.0..=1.0).contains(&d.p)));
         // Chaining stops at the first draft below min-p.
-        assert!(drafts.iter().rev().skip(1).all(|d| d.p >= cfg.min_p), "{tag}: {drafts:?}");
+        assert!(
+            drafts.iter().rev().skip(1).all(|d| d.p >= cfg.min_p),
+            "{tag}: {drafts:?}"
+        );
     }
     s
 }
@@ -163,13 +178,24 @@ fn synth_case(what: &str, cfg: &SynthConfig, seed: u64, split: bool, head: &Synt
 fn spec_mtp_random_head_lossless_with_rollbacks() {
     let n = 26;
     for (what, ty, split, tied, head) in [
-        ("f32-random", quant::GgmlType::F32, false, true, SynthMtp::default()),
+        (
+            "f32-random",
+            quant::GgmlType::F32,
+            false,
+            true,
+            SynthMtp::default(),
+        ),
         (
             "q8_0-random-sparse-own",
             quant::GgmlType::Q8_0,
             true,
             false,
-            SynthMtp { matrix_type: quant::GgmlType::Q8_0, ratio: 2, own_tables: true, echo: false },
+            SynthMtp {
+                matrix_type: quant::GgmlType::Q8_0,
+                ratio: 2,
+                own_tables: true,
+                echo: false,
+            },
         ),
     ] {
         let mut cfg = SynthConfig::tiny();
@@ -189,12 +215,25 @@ fn spec_mtp_random_head_lossless_with_rollbacks() {
 fn spec_mtp_echo_head_accepted_and_partial_windows() {
     let n = 30;
     for (what, ty, split, head) in [
-        ("f32-echo", quant::GgmlType::F32, false, SynthMtp { echo: true, ..SynthMtp::default() }),
+        (
+            "f32-echo",
+            quant::GgmlType::F32,
+            false,
+            SynthMtp {
+                echo: true,
+                ..SynthMtp::default()
+            },
+        ),
         (
             "q8_0-echo-own",
             quant::GgmlType::Q8_0,
             true,
-            SynthMtp { matrix_type: quant::GgmlType::Q8_0, ratio: 0, own_tables: true, echo: true },
+            SynthMtp {
+                matrix_type: quant::GgmlType::Q8_0,
+                ratio: 0,
+                own_tables: true,
+                echo: true,
+            },
         ),
     ] {
         let mut cfg = SynthConfig::tiny();
@@ -202,14 +241,23 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
         cfg.tied = true;
         let c = synth_case(what, &cfg, 41, split, &head);
         let t = check_all(&c, n);
-        assert!(t.accepted > 0 && t.tokens_per_verify() > 1.5, "{what}: {t:?}");
+        assert!(
+            t.accepted > 0 && t.tokens_per_verify() > 1.5,
+            "{what}: {t:?}"
+        );
         let want = plain(&c, n);
         for n_draft in [2, 3, 5, 8] {
             for j in 0..n_draft {
-                let cfg = SpecConfig { n_draft, min_p: 0.0 };
+                let cfg = SpecConfig {
+                    n_draft,
+                    min_p: 0.0,
+                };
                 let s = run(&c, n, cfg, Some(j), &want);
                 assert!(s.rollbacks > 0, "{what} N={n_draft} j={j}: {s:?}");
-                assert!(s.accepted <= s.windows_with_drafts * j as u64, "{what}: {s:?}");
+                assert!(
+                    s.accepted <= s.windows_with_drafts * j as u64,
+                    "{what}: {s:?}"
+                );
                 if j > 0 {
                     assert!(s.accepted > 0, "{what} N={n_draft} j={j}: {s:?}");
                 }
@@ -227,20 +275,42 @@ fn spec_mtp_lossless_on_llama_cpp_fixture() {
     let j: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("ref/f32/ref.json")).unwrap()).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
     };
     let s = &j["sequences"][1];
     let (prompt, greedy) = (ids(&s["token_ids"]), ids(&s["greedy_ids"]));
     let mp = tmp("fixture-mtp.gguf");
     write_mtp(&SynthConfig::public(), &SynthMtp::default(), 3, &mp).unwrap();
     let mtp = Mtp::open(&model, &mp).unwrap_or_else(|e| panic!("{e}"));
-    let c = Case { what: "llama.cpp f32 fixture".into(), model, mtp, prompt, kv: KvType::F16 };
+    let c = Case {
+        what: "llama.cpp f32 fixture".into(),
+        model,
+        mtp,
+        prompt,
+        kv: KvType::F16,
+    };
     let n = greedy.len();
     assert_eq!(plain(&c, n).0, greedy);
     let want = plain(&c, n);
     let mut t = SpecStats::default();
     for n_draft in [1, 4, 8] {
-        add(&mut t, &run(&c, n, SpecConfig { n_draft, min_p: 0.0 }, None, &want));
+        add(
+            &mut t,
+            &run(
+                &c,
+                n,
+                SpecConfig {
+                    n_draft,
+                    min_p: 0.0,
+                },
+                None,
+                &want,
+            ),
+        );
     }
     assert!(t.drafted > 0 && t.rollbacks > 0, "{t:?}");
 }
@@ -308,7 +378,16 @@ fn spec_mtp_bad_files_give_named_errors() {
     let mut other = cfg.clone();
     other.n_vocab = 250;
     let p = tmp("bad-vocab.gguf");
-    write_mtp(&other, &SynthMtp { own_tables: true, ..SynthMtp::default() }, 1, &p).unwrap();
+    write_mtp(
+        &other,
+        &SynthMtp {
+            own_tables: true,
+            ..SynthMtp::default()
+        },
+        1,
+        &p,
+    )
+    .unwrap();
     cases.push((p, vec!["blk.4.nextn.embed_tokens.weight", "250", "300"]));
     // Missing tensors and keys, wrong shapes, wrong architecture.
     let p = tmp("bad-missing.gguf");
@@ -331,13 +410,24 @@ fn spec_mtp_bad_files_give_named_errors() {
     });
     cases.push((p, vec!["blk.4.nextn.hnorm.weight", "[64]", "[128]"]));
     let p = tmp("bad-nextn-key.gguf");
-    rewrite(&good, &p, |k, v| (k != "qwen4exp.nextn_predict_layers").then(|| v.clone()), keep_t);
+    rewrite(
+        &good,
+        &p,
+        |k, v| (k != "qwen4exp.nextn_predict_layers").then(|| v.clone()),
+        keep_t,
+    );
     cases.push((p, vec!["qwen4exp.nextn_predict_layers", "not found"]));
     let p = tmp("bad-arch.gguf");
     rewrite(
         &good,
         &p,
-        |k, v| Some(if k == "general.architecture" { gguf::Value::Str("llama".into()) } else { v.clone() }),
+        |k, v| {
+            Some(if k == "general.architecture" {
+                gguf::Value::Str("llama".into())
+            } else {
+                v.clone()
+            })
+        },
         keep_t,
     );
     cases.push((p, vec!["\"llama\"", "qwen4exp"]));
@@ -370,7 +460,10 @@ fn spec_mtp_bad_files_give_named_errors() {
     for (p, needles) in &cases {
         let e = err_of(&m, p);
         eprintln!("{}: {e}", p.display());
-        assert!(e.contains(&p.display().to_string()), "error does not name the file: {e}");
+        assert!(
+            e.contains(&p.display().to_string()),
+            "error does not name the file: {e}"
+        );
         for n in needles {
             assert!(e.contains(n), "{}: error {e:?} lacks {n:?}", p.display());
         }
@@ -389,7 +482,10 @@ fn spec_mtp_bad_files_give_named_errors() {
     let e = err_of(&m, &one);
     assert!(e.contains("2 GGUF files") && e.contains("head.gguf"), "{e}");
     let e = err_of(&m, &tmp("no-such-file.gguf"));
-    assert!(e.contains("no-such-file.gguf") && e.contains("not found"), "{e}");
+    assert!(
+        e.contains("no-such-file.gguf") && e.contains("not found"),
+        "{e}"
+    );
 
     // The head given as the model: a typed error that says what it is.
     match Qwen4Exp::open(&good) {

@@ -120,7 +120,10 @@ fn reference(
         t64(mg, &b("attn_v.weight")),
         t64(mg, &b("attn_output.weight")),
     );
-    let (qn, kn) = (t64(mg, &b("attn_q_norm.weight")), t64(mg, &b("attn_k_norm.weight")));
+    let (qn, kn) = (
+        t64(mg, &b("attn_q_norm.weight")),
+        t64(mg, &b("attn_k_norm.weight")),
+    );
     let router = t64(mg, &b("ffn_gate_inp.weight"));
     let (ge, ue, de) = (
         t64(mg, &b("ffn_gate_exps.weight")),
@@ -142,7 +145,10 @@ fn reference(
     let mut out = Vec::new();
     for (p, &tok) in tokens.iter().enumerate() {
         let emb = &embd[tok as usize * e..(tok as usize + 1) * e];
-        let h: Vec<f64> = hidden[p * e..(p + 1) * e].iter().map(|&x| x as f64).collect();
+        let h: Vec<f64> = hidden[p * e..(p + 1) * e]
+            .iter()
+            .map(|&x| x as f64)
+            .collect();
         let mut cat = rms(emb, &enorm, eps);
         cat.extend(rms(&h, &hnorm, eps));
         let mut x = mv(&eh, &cat);
@@ -207,7 +213,9 @@ fn reference(
                 ff,
                 &u,
             );
-            y.iter_mut().zip(&ye).for_each(|(a, b)| *a += pr[ex] / wsum * b);
+            y.iter_mut()
+                .zip(&ye)
+                .for_each(|(a, b)| *a += pr[ex] / wsum * b);
         }
         let sg = sigmoid(shg.iter().zip(&u).map(|(a, b)| a * b).sum());
         let ysh = swiglu(&gs, &us, &ds, ffs, &u);
@@ -239,7 +247,11 @@ fn setup(tag: &str, tied: bool, own_tables: bool) -> (SynthConfig, Qwen4Exp, Pat
 
 #[test]
 fn mtp_forward_matches_scalar_reference() {
-    for (tag, tied, own) in [("shared", false, false), ("tied", true, false), ("own", false, true)] {
+    for (tag, tied, own) in [
+        ("shared", false, false),
+        ("tied", true, false),
+        ("own", false, true),
+    ] {
         let (cfg, m, mp) = setup(tag, tied, own);
         let head = Mtp::open(&m, &mp).unwrap();
         assert_eq!(head.block, 4);
@@ -278,18 +290,30 @@ fn mtp_forward_matches_scalar_reference() {
         let mut rows = Vec::new();
         for p in 0..toks.len() {
             let o = head
-                .forward(&m, &mut one, &toks[p..p + 1], &hidden[p * e..(p + 1) * e], false)
+                .forward(
+                    &m,
+                    &mut one,
+                    &toks[p..p + 1],
+                    &hidden[p * e..(p + 1) * e],
+                    false,
+                )
                 .unwrap();
             rows.extend(o.logits);
         }
-        assert!(rows == got.logits, "{tag}: single-pair calls differ from one batch");
+        assert!(
+            rows == got.logits,
+            "{tag}: single-pair calls differ from one batch"
+        );
         assert!(one == ms, "{tag}: cache differs");
         head.truncate(&mut one, 9);
         assert_eq!(head.cells(&one), 9);
         let o = head
             .forward(&m, &mut one, &toks[9..], &hidden[9 * e..], true)
             .unwrap();
-        assert!(o.logits[..] == got.logits[9 * cfg.n_vocab..], "{tag}: redo after truncate");
+        assert!(
+            o.logits[..] == got.logits[9 * cfg.n_vocab..],
+            "{tag}: redo after truncate"
+        );
         assert!(one == ms, "{tag}: cache after truncate + redo");
     }
 }
@@ -321,9 +345,18 @@ fn mtp_sparse_f16_and_embedded_block() {
     let mut b = head.new_state(KvType::F16);
     for p in 0..39 {
         let o = head
-            .forward(&m, &mut b, &seq[p + 1..p + 2], &hidden[p * e..(p + 1) * e], false)
+            .forward(
+                &m,
+                &mut b,
+                &seq[p + 1..p + 2],
+                &hidden[p * e..(p + 1) * e],
+                false,
+            )
             .unwrap();
-        assert!(o.logits[..] == all.logits[p * cfg.n_vocab..(p + 1) * cfg.n_vocab], "pair {p}");
+        assert!(
+            o.logits[..] == all.logits[p * cfg.n_vocab..(p + 1) * cfg.n_vocab],
+            "pair {p}"
+        );
     }
     assert!(a == b);
     // Truncating into a complete indexer block drops its pooled key; redoing restores it.
@@ -358,6 +391,11 @@ fn mtp_sparse_f16_and_embedded_block() {
     assert_eq!((m2.hp.n_layer, m2.hp.n_nextn), (4, 1));
     let head2 = Mtp::open(&m2, &both).unwrap();
     let mut c = head2.new_state(KvType::F16);
-    let again = head2.forward(&m2, &mut c, &seq[1..], &hidden, true).unwrap();
-    assert!(again == all, "embedded NextN block differs from the separate file");
+    let again = head2
+        .forward(&m2, &mut c, &seq[1..], &hidden, true)
+        .unwrap();
+    assert!(
+        again == all,
+        "embedded NextN block differs from the separate file"
+    );
 }

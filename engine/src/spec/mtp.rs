@@ -143,18 +143,19 @@ impl Drafter for MtpDrafter<'_> {
         self.stats.recomputed += (self.committed - start) as u64;
         self.mtp.truncate(&mut self.st, start);
         let h = &self.hidden[(start - self.hid_start) * e..];
-        let out = match self
-            .mtp
-            .forward(self.model, &mut self.st, &history[start + 1..=p], h, false)
-        {
-            Ok(o) => o,
-            Err(_) => {
-                self.stats.errors += 1;
-                self.mtp.truncate(&mut self.st, start);
-                self.committed = start;
-                return Vec::new();
-            }
-        };
+        let out =
+            match self
+                .mtp
+                .forward(self.model, &mut self.st, &history[start + 1..=p], h, false)
+            {
+                Ok(o) => o,
+                Err(_) => {
+                    self.stats.errors += 1;
+                    self.mtp.truncate(&mut self.st, start);
+                    self.committed = start;
+                    return Vec::new();
+                }
+            };
         self.stats.real_rows += (p - start) as u64;
         self.committed = p;
         // Keep h_{p-1}: a proposal without new tokens re-runs the last real pair.

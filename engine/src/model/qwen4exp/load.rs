@@ -312,7 +312,12 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qw
 
 /// The attention weights of block `il` (`blk.{il}.attn_*`, and `blk.{il}.indexer.*` when
 /// `ratio > 0`). Also builds the MTP block's attention.
-pub(super) fn attention(l: &Loader, hp: &HParams, il: usize, ratio: usize) -> Result<Qsa, Qwen4ExpError> {
+pub(super) fn attention(
+    l: &Loader,
+    hp: &HParams,
+    il: usize,
+    ratio: usize,
+) -> Result<Qsa, Qwen4ExpError> {
     let e = hp.n_embd;
     let p = |s: &str| format!("blk.{il}.{s}");
     let (h, kv, d) = (hp.n_head, hp.n_head_kv, hp.head_dim);

@@ -68,7 +68,11 @@ impl std::fmt::Debug for Mtp {
             "Mtp(blk.{} of {:?}, {} attention, own embed {}, own head {})",
             self.block,
             self.path,
-            if self.attn.indexer.is_some() { "sparse" } else { "dense" },
+            if self.attn.indexer.is_some() {
+                "sparse"
+            } else {
+                "dense"
+            },
             self.embed.is_some(),
             self.head.is_some()
         )
@@ -132,7 +136,10 @@ pub fn resolve_path(path: &Path) -> Result<PathBuf, Qwen4ExpError> {
         _ => Err(file_err(format!(
             "directory holds {} GGUF files ({:?}); pass the MTP file itself",
             ggufs.len(),
-            ggufs.iter().filter_map(|p| p.file_name()).collect::<Vec<_>>()
+            ggufs
+                .iter()
+                .filter_map(|p| p.file_name())
+                .collect::<Vec<_>>()
         ))),
     }
 }
@@ -381,7 +388,12 @@ impl Mtp {
             embed.get_row(tokens[t] as usize, &mut emb);
             let row = &mut cat[t * 2 * e..(t + 1) * 2 * e];
             rms_norm(&emb, Some(&self.enorm), self.eps, &mut row[..e]);
-            rms_norm(&hidden[t * e..(t + 1) * e], Some(&self.hnorm), self.eps, &mut row[e..]);
+            rms_norm(
+                &hidden[t * e..(t + 1) * e],
+                Some(&self.hnorm),
+                self.eps,
+                &mut row[e..],
+            );
         }
         let mut x = vec![0f32; n * e];
         self.eh_proj.matmul(&cat, n, &mut x);
@@ -389,12 +401,18 @@ impl Mtp {
         let mut y = vec![0f32; n * e];
         let norm_rows = |x: &[f32], gamma: &[f32], u: &mut [f32]| {
             for t in 0..n {
-                rms_norm(&x[t * e..(t + 1) * e], Some(gamma), self.eps, &mut u[t * e..(t + 1) * e]);
+                rms_norm(
+                    &x[t * e..(t + 1) * e],
+                    Some(gamma),
+                    self.eps,
+                    &mut u[t * e..(t + 1) * e],
+                );
             }
         };
         norm_rows(&x, &self.attn_norm, &mut u);
         let start = self.cells(st);
-        self.attn.forward(&u, n, start, &mut st.cache, &mut y, false);
+        self.attn
+            .forward(&u, n, start, &mut st.cache, &mut y, false);
         x.iter_mut().zip(&y).for_each(|(a, &b)| *a += b);
         norm_rows(&x, &self.ffn_norm, &mut u);
         self.moe.forward(&u, n, &mut y);
@@ -405,7 +423,12 @@ impl Mtp {
         let rows = n - first;
         let mut z = vec![0f32; rows * e];
         for (i, t) in (first..n).enumerate() {
-            rms_norm(&x[t * e..(t + 1) * e], Some(&self.head_norm), self.eps, &mut z[i * e..(i + 1) * e]);
+            rms_norm(
+                &x[t * e..(t + 1) * e],
+                Some(&self.head_norm),
+                self.eps,
+                &mut z[i * e..(i + 1) * e],
+            );
         }
         let mut logits = vec![0f32; rows * v];
         head.matmul(&z, rows, &mut logits);

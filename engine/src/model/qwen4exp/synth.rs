@@ -645,11 +645,21 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     let inner = if m.echo { 0.1 } else { 1.0 };
     b.vec_f32(&format!("blk.{nl}.attn_norm.weight"), &[e], 1.0, 0.1)?;
     attn_tensors(&mut b, cfg, nl, m.ratio, inner)?;
-    b.vec_f32(&format!("blk.{nl}.post_attention_norm.weight"), &[e], 1.0, 0.1)?;
+    b.vec_f32(
+        &format!("blk.{nl}.post_attention_norm.weight"),
+        &[e],
+        1.0,
+        0.1,
+    )?;
     moe_tensors(&mut b, cfg, nl, inner)?;
     if m.echo {
         let g = 8.0 / e as f32;
-        b.put(&nx("shared_head_norm.weight"), &[e], &vec![g; e], GgmlType::F32)?;
+        b.put(
+            &nx("shared_head_norm.weight"),
+            &[e],
+            &vec![g; e],
+            GgmlType::F32,
+        )?;
     } else {
         b.vec_f32(&nx("shared_head_norm.weight"), &[e], 1.0, 0.1)?;
     }
