@@ -318,6 +318,32 @@ fn mtp_forward_matches_scalar_reference() {
     }
 }
 
+/// Misuse gives typed errors, not panics: a hidden input of the wrong length, a token outside
+/// the vocabulary, a different model than the one the head was loaded for.
+#[test]
+fn mtp_forward_rejects_bad_inputs() {
+    use strata::model::qwen4exp::Qwen4ExpError;
+    let (cfg, m, mp) = setup("misuse", true, false);
+    let head = Mtp::open(&m, &mp).unwrap();
+    let e = cfg.n_embd;
+    let mut st = head.new_state(KvType::F16);
+    let r = head.forward(&m, &mut st, &[1, 2], &vec![0.5; e], false);
+    assert!(
+        matches!(r, Err(Qwen4ExpError::MtpInput { got, tokens: 2, .. }) if got == e),
+        "{r:?}"
+    );
+    let r = head.forward(&m, &mut st, &[300], &vec![0.5; e], false);
+    assert!(
+        matches!(r, Err(Qwen4ExpError::Token { token: 300, .. })),
+        "{r:?}"
+    );
+    let other = write(&SynthConfig::public(), 1, &tmp("misuse-public"), false).unwrap();
+    let other = Qwen4Exp::open(&other[0]).unwrap();
+    let r = head.forward(&other, &mut st, &[1], &vec![0.5; e], false);
+    assert!(matches!(r, Err(Qwen4ExpError::MtpMismatch { .. })), "{r:?}");
+    assert_eq!(head.cells(&st), 0, "failed calls must not touch the cache");
+}
+
 /// The head also runs on an F16 cache and with the sparse (indexer) attention, finite and
 /// batch-invariant; a model file that stores the NextN block itself serves as its own MTP file.
 #[test]

@@ -90,6 +90,12 @@ pub enum Qwen4ExpError {
         path: std::path::PathBuf,
         source: Box<Qwen4ExpError>,
     },
+    #[error("MTP head input: {got} hidden values for {tokens} tokens of width {width}")]
+    MtpInput {
+        got: usize,
+        tokens: usize,
+        width: usize,
+    },
     #[error("metadata key {key:?} is {mtp} in the MTP file but {model} in the model")]
     MtpMismatch {
         key: String,

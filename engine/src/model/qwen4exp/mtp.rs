@@ -362,6 +362,14 @@ impl Mtp {
         all_logits: bool,
     ) -> Result<MtpOut, Qwen4ExpError> {
         let (n, e, v) = (tokens.len(), self.n_embd, self.n_vocab);
+        let hp = &model.hp;
+        if (hp.n_embd, hp.n_vocab, hp.n_layer) != (e, v, self.block) {
+            return Err(Qwen4ExpError::MtpMismatch {
+                key: "model (embedding, vocabulary, trunk layers)".into(),
+                mtp: format!("({e}, {v}, {})", self.block),
+                model: format!("({}, {}, {})", hp.n_embd, hp.n_vocab, hp.n_layer),
+            });
+        }
         if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= v) {
             return Err(Qwen4ExpError::Token {
                 token,
@@ -370,9 +378,10 @@ impl Mtp {
             });
         }
         if hidden.len() != n * e {
-            return Err(Qwen4ExpError::BadKey {
-                key: "mtp hidden input".into(),
-                reason: format!("{} values for {n} tokens of width {e}", hidden.len()),
+            return Err(Qwen4ExpError::MtpInput {
+                got: hidden.len(),
+                tokens: n,
+                width: e,
             });
         }
         if n == 0 {
