@@ -263,6 +263,23 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
                 }
             }
         }
+        // The echo head's probability is about 0.9 here: min-p 0.99 keeps every draft out of
+        // the windows (and `run` checks the head stopped chaining after the first one).
+        let s = run(
+            &c,
+            n,
+            SpecConfig {
+                n_draft: 4,
+                min_p: 0.99,
+            },
+            None,
+            &want,
+        );
+        assert_eq!(
+            (s.drafted, s.verify_steps),
+            (0, n as u64 - 1),
+            "{what}: {s:?}"
+        );
     }
 }
 
