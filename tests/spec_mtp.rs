@@ -100,9 +100,20 @@ fn run(
     let ms = rec.inner.stats;
     assert_eq!((ms.desyncs, ms.errors), (0, 0), "{tag}: {ms:?}");
     // Every proposal == a fresh head over the accepted history (plain pass hidden states).
+    // (Every 3rd proposal with min-p > 0, to keep the test fast: min-p changes only where the
+    // chain stops, which is checked on every proposal.)
     let mut seq = c.prompt.clone();
     seq.extend_from_slice(&want.0);
-    for (hl, max, drafts) in &rec.log {
+    let every = if cfg.min_p > 0.0 { 3 } else { 1 };
+    for (i, (hl, max, drafts)) in rec.log.iter().enumerate() {
+        assert!(drafts.iter().all(|d| (0.0..=1.0).contains(&d.p)));
+        assert!(
+            drafts.iter().rev().skip(1).all(|d| d.p >= cfg.min_p),
+            "{tag}: chain did not stop below min-p: {drafts:?}"
+        );
+        if i % every != 0 {
+            continue;
+        }
         let mut fresh = MtpDrafter::new(m, &c.mtp, c.kv, cfg.min_p);
         fresh.observe(&seq[..hl - 1], &want.2[..(hl - 1) * e]);
         let again = fresh.propose(&seq[..*hl], *max);
@@ -113,12 +124,6 @@ fn run(
                     .zip(drafts)
                     .all(|(a, b)| a.token == b.token && a.p.to_bits() == b.p.to_bits()),
             "{tag}: proposal at history {hl}: {drafts:?}, fresh head: {again:?}"
-        );
-        assert!(drafts.iter().all(|d| (0.0..=1.0).contains(&d.p)));
-        // Chaining stops at the first draft below min-p.
-        assert!(
-            drafts.iter().rev().skip(1).all(|d| d.p >= cfg.min_p),
-            "{tag}: {drafts:?}"
         );
     }
     s
@@ -176,7 +181,7 @@ fn synth_case(what: &str, cfg: &SynthConfig, seed: u64, split: bool, head: &Synt
 /// MTP attention, model-shared and own tables.
 #[test]
 fn spec_mtp_random_head_lossless_with_rollbacks() {
-    let n = 26;
+    let n = 24;
     for (what, ty, split, tied, head) in [
         (
             "f32-random",
@@ -213,7 +218,7 @@ fn spec_mtp_random_head_lossless_with_rollbacks() {
 /// roll back (the accepted part's real hidden states feed the head).
 #[test]
 fn spec_mtp_echo_head_accepted_and_partial_windows() {
-    let n = 30;
+    let n = 24;
     for (what, ty, split, head) in [
         (
             "f32-echo",
@@ -246,7 +251,7 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
             "{what}: {t:?}"
         );
         let want = plain(&c, n);
-        for n_draft in [2, 3, 5, 8] {
+        for n_draft in [3, 8] {
             for j in 0..n_draft {
                 let cfg = SpecConfig {
                     n_draft,
