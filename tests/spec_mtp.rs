@@ -288,6 +288,28 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
     }
 }
 
+/// A prompt longer than the head's 512-pair micro-batch: the catch-up pass is split, the
+/// output and the proposals stay exact.
+#[test]
+fn spec_mtp_long_prompt() {
+    let mut cfg = SynthConfig::tiny();
+    cfg.tied = true;
+    let mut c = synth_case("long", &cfg, 61, false, &SynthMtp::default());
+    c.prompt = (0..600).map(|k| (k * 7 + 3) % 300).collect();
+    let want = plain(&c, 8);
+    let s = run(
+        &c,
+        8,
+        SpecConfig {
+            n_draft: 3,
+            min_p: 0.0,
+        },
+        None,
+        &want,
+    );
+    assert!(s.drafted > 0, "{s:?}");
+}
+
 /// The llama.cpp f32 fixture with a synthetic head of its shape: speculative ids == plain
 /// greedy == llama.cpp's recorded greedy ids.
 #[test]

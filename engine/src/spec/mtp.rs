@@ -23,6 +23,9 @@ use crate::model::qwen4exp::{KvType, Mtp, MtpState, Qwen4Exp};
 
 use super::{Draft, Drafter, argmax};
 
+/// Pairs per head call when catching up (bounds activation memory on long prompts).
+const UBATCH: usize = 512;
+
 /// Counters of an [`MtpDrafter`].
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MtpDrafterStats {
@@ -143,19 +146,25 @@ impl Drafter for MtpDrafter<'_> {
         self.stats.recomputed += (self.committed - start) as u64;
         self.mtp.truncate(&mut self.st, start);
         let h = &self.hidden[(start - self.hid_start) * e..];
-        let out =
-            match self
-                .mtp
-                .forward(self.model, &mut self.st, &history[start + 1..=p], h, false)
-            {
-                Ok(o) => o,
+        // In micro-batches (a long prompt's pairs), like the trunk; only the last row's
+        // logits are needed.
+        let toks = &history[start + 1..=p];
+        let mut last = None;
+        for (ci, chunk) in toks.chunks(UBATCH).enumerate() {
+            let hc = &h[ci * UBATCH * e..][..chunk.len() * e];
+            match self.mtp.forward(self.model, &mut self.st, chunk, hc, false) {
+                Ok(o) => last = Some(o),
                 Err(_) => {
                     self.stats.errors += 1;
                     self.mtp.truncate(&mut self.st, start);
                     self.committed = start;
                     return Vec::new();
                 }
-            };
+            }
+        }
+        let Some(out) = last else {
+            return self.desync();
+        };
         self.stats.real_rows += (p - start) as u64;
         self.committed = p;
         // Keep h_{p-1}: a proposal without new tokens re-runs the last real pair.
