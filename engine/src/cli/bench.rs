@@ -69,6 +69,8 @@ pub struct SpecBench {
     pub stats_drafted: u64,
     pub stats_accepted: u64,
     pub verify_steps: u64,
+    /// With `--mtp`: rows the MTP head ran (catch-up pairs incl. the prompt, and chained drafts).
+    pub mtp_head_rows: Option<u64>,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +160,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
             let run = super::generate::spec_generate(e, &p, a.tg, sc, a.spec.mtp.as_deref())?;
             let (st, dt) = (run.stats, run.secs);
             Some(SpecBench {
+                mtp_head_rows: run.mtp.map(|m| m.real_rows + m.chained_rows),
                 drafter: run.drafter,
                 min_p: sc.min_p,
                 n_draft: sc.n_draft,
@@ -221,6 +224,9 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
                 sp.tokens_per_verify,
                 sp.verify_steps
             );
+            if let Some(rows) = sp.mtp_head_rows {
+                println!("  MTP head: {rows} rows ({:.2} per decoded token, prompt included)", rows as f64 / r.tg.max(1) as f64);
+            }
         }
         println!("peak RSS: {:.1} MB", r.peak_rss_mb);
     }
