@@ -156,42 +156,58 @@ pub struct SpecRun {
     pub mtp: Option<MtpDrafterStats>,
 }
 
-/// Greedy speculative generation of `n` tokens after `prompt` on a fresh sequence of either
-/// model family (EOG not handled: the caller cuts), drafting with the suffix drafter or, given
-/// `mtp`, with the Flash-Next model's MTP head read from that path.
+/// Greedy speculative generation with the suffix drafter or, given `mtp`, with the Flash-Next
+/// model's MTP head read from that path (see [`suffix_generate`] / [`mtp_generate`]).
 pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: Option<&Path>) -> Result<SpecRun> {
+    if let Some(p) = mtp {
+        return mtp_generate(e, prompt, n, sc, p);
+    }
+    let (ids, stats, secs) = suffix_generate(e, prompt, n, sc)?;
+    Ok(SpecRun { ids, stats, secs, drafter: "suffix", mtp: None })
+}
+
+/// `--spec N --mtp PATH`: greedy speculative generation of `n` tokens after `prompt` on a fresh
+/// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts).
+pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+    let AnyModel::Flash(m) = &e.model else {
+        bail!(
+            "--mtp {}: MTP heads are read for Flash-Next (qwen4exp) models only; this model is {:?} (drop --mtp to use the suffix drafter)",
+            path.display(),
+            e.model.gguf().architecture().unwrap_or("?")
+        );
+    };
+    let needed = prompt.len() + n.saturating_sub(1);
+    if needed > e.context_size() {
+        return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
+    }
+    let head = Mtp::open(m, path)?;
+    let mut d = MtpDrafter::new(m, &head, q4::KvType::F16, sc.min_p);
+    let mut st = m.new_state(q4::KvType::F16);
+    let t0 = Instant::now();
+    let (ids, stats) = generate_greedy_spec(&**m, &mut st, prompt, n, &mut d, sc)?;
+    Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
+}
+
+/// Greedy speculative generation of `n` tokens after `prompt` on a fresh sequence of either
+/// model family (EOG not handled: the caller cuts). Returns ids, counters and seconds.
+fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Result<(Vec<u32>, SpecStats, f64)> {
     let needed = prompt.len() + n.saturating_sub(1);
     if needed > e.context_size() {
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
     }
     let mut drafter = SuffixDrafter::default();
-    match (&e.model, mtp) {
-        (AnyModel::Std(m), None) => {
+    let t0 = Instant::now();
+    let (ids, stats) = match &e.model {
+        AnyModel::Std(m) => {
             let mut sess = m.new_session(e.opts.kv, e.context_size(), e.opts.prefill);
-            let t0 = Instant::now();
-            let (ids, stats) = generate_greedy_spec(&**m, &mut sess, prompt, n, &mut drafter, sc)?;
-            Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "suffix", mtp: None })
+            generate_greedy_spec(&**m, &mut sess, prompt, n, &mut drafter, sc)?
         }
-        (AnyModel::Std(_), Some(p)) => bail!(
-            "--mtp {}: MTP heads are read for Flash-Next (qwen4exp) models only; this model is {:?} (drop --mtp to use the suffix drafter)",
-            p.display(),
-            e.model.gguf().architecture().unwrap_or("?")
-        ),
-        (AnyModel::Flash(m), None) => {
-            let mut st = m.new_state(q4::KvType::F16);
-            let t0 = Instant::now();
-            let (ids, stats) = generate_greedy_spec(&**m, &mut st, prompt, n, &mut drafter, sc)?;
-            Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "suffix", mtp: None })
+        AnyModel::Flash(m) => {
+            let mut st = m.new_state(crate::model::qwen4exp::KvType::F16);
+            generate_greedy_spec(&**m, &mut st, prompt, n, &mut drafter, sc)?
         }
-        (AnyModel::Flash(m), Some(p)) => {
-            let head = Mtp::open(m, p)?;
-            let mut d = MtpDrafter::new(m, &head, q4::KvType::F16, sc.min_p);
-            let mut st = m.new_state(q4::KvType::F16);
-            let t0 = Instant::now();
-            let (ids, stats) = generate_greedy_spec(&**m, &mut st, prompt, n, &mut d, sc)?;
-            Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
-        }
-    }
+    };
+    Ok((ids, stats, t0.elapsed().as_secs_f64()))
 }
 
 /// Tokenizes a rendered chat prompt: special tokens parsed; BOS added once (unless the
