@@ -8,11 +8,11 @@ mod models_util;
 mod models_gemma3;
 mod models_qwen3;
 mod models_qwen3moe;
+mod spec_mtp;
+mod cli_mtp;
 mod cli_commands;
 mod cli_fetch;
 mod spec_decoding;
-mod spec_mtp;
 #[cfg(feature = "gpu")]
 mod cli_emu;
 mod cli_qwen4exp;
-mod cli_mtp;
