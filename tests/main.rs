@@ -12,6 +12,8 @@ mod models_util;
 mod models_gemma3;
 mod models_qwen3;
 mod models_qwen3moe;
+mod spec_mtp;
+mod cli_mtp;
 mod cli_commands;
 mod cli_fetch;
 mod spec_decoding;

@@ -21,6 +21,7 @@ use strata::model::qwen4exp::{KvType, Qwen4Exp};
 mod layers;
 mod layers_ffn_ple;
 mod layers_qsa;
+mod mtp;
 mod ple_io;
 mod synth;
 

@@ -73,6 +73,9 @@ pub struct GpuPart {
 /// `strata bench --spec N` results.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SpecBench {
+    /// `suffix`, or `MTP` with `--mtp`.
+    pub drafter: &'static str,
+    pub min_p: f32,
     pub n_draft: usize,
     pub tok_s: f64,
     pub acceptance_rate: f64,
@@ -80,6 +83,8 @@ pub struct SpecBench {
     pub stats_drafted: u64,
     pub stats_accepted: u64,
     pub verify_steps: u64,
+    /// With `--mtp`: rows the MTP head ran (catch-up pairs incl. the prompt, and chained drafts).
+    pub mtp_head_rows: Option<u64>,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,8 +171,12 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
             // 16-token phrase said three times.
             let phrase = &prompt[..prompt.len().min(16)];
             let p: Vec<u32> = phrase.iter().chain(phrase).chain(phrase).copied().collect();
-            let (_, st, dt) = super::generate::spec_generate(e, &p, a.tg, sc)?;
+            let run = super::generate::spec_generate(e, &p, a.tg, sc, a.spec.mtp.as_deref())?;
+            let (st, dt) = (run.stats, run.secs);
             Some(SpecBench {
+                mtp_head_rows: run.mtp.map(|m| m.real_rows + m.chained_rows),
+                drafter: run.drafter,
+                min_p: sc.min_p,
                 n_draft: sc.n_draft,
                 tok_s: st.decoded as f64 / dt.max(1e-9),
                 acceptance_rate: st.acceptance_rate(),
@@ -263,8 +272,10 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
         println!("tg{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.tg, r.tg_min, r.tg_median, r.tg_tok_s);
         if let Some(sp) = &r.spec {
             println!(
-                "spec{} (suffix drafter, tg{} incl. prompt pass): {:.1} tok/s, acceptance rate {:.1}% ({}/{} drafts), {:.2} tokens per verify step ({} steps)",
+                "spec{} ({} drafter, min-p {}, tg{} incl. prompt pass): {:.1} tok/s, acceptance rate {:.1}% ({}/{} drafts), {:.2} tokens per verify step ({} steps)",
                 sp.n_draft,
+                sp.drafter,
+                sp.min_p,
                 r.tg,
                 sp.tok_s,
                 100.0 * sp.acceptance_rate,
@@ -273,6 +284,9 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
                 sp.tokens_per_verify,
                 sp.verify_steps
             );
+            if let Some(rows) = sp.mtp_head_rows {
+                println!("  MTP head: {rows} rows ({:.2} per decoded token, prompt included)", rows as f64 / r.tg.max(1) as f64);
+            }
         }
         if let Some(parts) = &r.gpu_decode_profile {
             println!("software-device decode profile, per token (global bytes vs the ideal: weights + KV + activations):");

@@ -1,6 +1,7 @@
 //! `strata generate`: prompt → streamed continuation on stdout, timings on stderr.
 
 use std::io::Write;
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
@@ -8,7 +9,8 @@ use clap::Args;
 
 use crate::EngineError;
 use crate::engine::{AnyModel, Engine, TextStream};
-use crate::spec::{SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+use crate::model::qwen4exp::{self as q4, Mtp};
+use crate::spec::{MtpDrafter, MtpDrafterStats, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 use crate::sampler::Sampler;
 
 #[derive(Args, Debug, Clone)]
@@ -110,7 +112,8 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
 /// ends (a window can emit several tokens at once), cut at the first end-of-generation token
 /// like plain generation.
 fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Result<()> {
-    let (ids, stats, dt) = spec_generate(e, prompt, a.n_predict, sc)?;
+    let run = spec_generate(e, prompt, a.n_predict, sc, a.spec.mtp.as_deref())?;
+    let (ids, stats, dt) = (run.ids, run.stats, run.secs);
     let (ids, stop) = match ids.iter().position(|&t| e.tokenizer.is_eog(t)) {
         Some(i) => (&ids[..i], "Eog"),
         None => (&ids[..], "Length"),
@@ -124,10 +127,11 @@ fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Res
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}")?;
     eprintln!(
-        "\n[{} prompt tokens; {} generated in {:.3}s; stop: {stop}; spec: {} verify steps, {:.2} tokens/step, acceptance {:.1}% ({}/{} drafts)]",
+        "\n[{} prompt tokens; {} generated in {:.3}s; stop: {stop}; spec ({} drafter): {} verify steps, {:.2} tokens/step, acceptance {:.1}% ({}/{} drafts)]",
         prompt.len(),
         ids.len(),
         dt,
+        run.drafter,
         stats.verify_steps,
         stats.tokens_per_verify(),
         100.0 * stats.acceptance_rate(),
@@ -140,9 +144,53 @@ fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Res
     Ok(())
 }
 
+/// A speculative generation: ids, counters, seconds (prompt pass included, head loading not)
+/// and which drafter ran.
+pub struct SpecRun {
+    pub ids: Vec<u32>,
+    pub stats: SpecStats,
+    pub secs: f64,
+    /// `suffix` or `MTP`.
+    pub drafter: &'static str,
+    /// MTP drafter counters (with `--mtp`).
+    pub mtp: Option<MtpDrafterStats>,
+}
+
+/// Greedy speculative generation with the suffix drafter or, given `mtp`, with the Flash-Next
+/// model's MTP head read from that path (see [`suffix_generate`] / [`mtp_generate`]).
+pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: Option<&Path>) -> Result<SpecRun> {
+    if let Some(p) = mtp {
+        return mtp_generate(e, prompt, n, sc, p);
+    }
+    let (ids, stats, secs) = suffix_generate(e, prompt, n, sc)?;
+    Ok(SpecRun { ids, stats, secs, drafter: "suffix", mtp: None })
+}
+
+/// `--spec N --mtp PATH`: greedy speculative generation of `n` tokens after `prompt` on a fresh
+/// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts).
+pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+    let AnyModel::Flash(m) = &e.model else {
+        bail!(
+            "--mtp {}: MTP heads are read for Flash-Next (qwen4exp) models only; this model is {:?} (drop --mtp to use the suffix drafter)",
+            path.display(),
+            e.model.gguf().architecture().unwrap_or("?")
+        );
+    };
+    let needed = prompt.len() + n.saturating_sub(1);
+    if needed > e.context_size() {
+        return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
+    }
+    let head = Mtp::open(m, path)?;
+    let mut d = MtpDrafter::new(m, &head, q4::KvType::F16, sc.min_p);
+    let mut st = m.new_state(q4::KvType::F16);
+    let t0 = Instant::now();
+    let (ids, stats) = generate_greedy_spec(&**m, &mut st, prompt, n, &mut d, sc)?;
+    Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
+}
+
 /// Greedy speculative generation of `n` tokens after `prompt` on a fresh sequence of either
 /// model family (EOG not handled: the caller cuts). Returns ids, counters and seconds.
-pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Result<(Vec<u32>, SpecStats, f64)> {
+fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Result<(Vec<u32>, SpecStats, f64)> {
     let needed = prompt.len() + n.saturating_sub(1);
     if needed > e.context_size() {
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());

@@ -7,6 +7,7 @@ pub mod generate;
 mod logits;
 mod perplexity;
 pub mod serve;
+pub mod synth;
 mod tokenize;
 
 pub use bench::{BenchResult, bench, peak_rss_mb};
@@ -105,20 +106,27 @@ pub enum Cmd {
     Server(server::ServerConfig),
     /// The software RDNA3 device: disassemble, list or run kernels of a gfx11 code object.
     Emu(emu::EmuArgs),
+    /// Write a small random-weight Flash-Next (qwen4exp) model, optionally with an MTP head.
+    Synth(synth::SynthArgs),
 }
 
 /// Speculative decoding flags (greedy only).
 #[derive(Args, Debug, Clone)]
 pub struct SpecArgs {
     /// Speculative decoding: up to N draft tokens per verify step from the prompt-lookup
-    /// (suffix) drafter, checked by the model in one batched pass (0 = off, max 8). Lossless:
-    /// the output equals plain greedy decoding. Greedy only (needs --temp 0).
+    /// (suffix) drafter, or the MTP head with --mtp, checked by the model in one batched pass
+    /// (0 = off, max 8). Lossless: the output equals plain greedy decoding. Greedy only (needs
+    /// --temp 0).
     #[arg(long, default_value_t = 0)]
     pub spec: usize,
     /// With --spec: a draft enters the verify window only while it (and every draft before it)
-    /// has drafter probability >= P.
+    /// has drafter probability >= P (the MTP head's softmax probability with --mtp).
     #[arg(long, default_value_t = 0.0)]
     pub spec_min_p: f32,
+    /// Flash-Next only, with --spec: draft with the model's MTP (NextN) head, read from this
+    /// GGUF (or a directory holding one; the model file itself if it stores the head).
+    #[arg(long)]
+    pub mtp: Option<PathBuf>,
 }
 
 impl SpecArgs {
@@ -129,6 +137,9 @@ impl SpecArgs {
         }
         if !(0.0..=1.0).contains(&self.spec_min_p) {
             bail!("--spec-min-p must be in [0, 1] (got {})", self.spec_min_p);
+        }
+        if self.mtp.is_some() && self.spec == 0 {
+            bail!("--mtp drafts for speculative decoding: add --spec N (1..={})", crate::spec::MAX_DRAFT);
         }
         Ok((self.spec > 0).then_some(crate::spec::SpecConfig { n_draft: self.spec, min_p: self.spec_min_p }))
     }
@@ -258,6 +269,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Bench(a)) if a.target == Some(bench::BenchTarget::Kernels) => bench::run_kernels(&a),
         Some(Cmd::Bench(a)) => bench::run(&load(&common)?, &a),
         Some(Cmd::Emu(a)) => emu::run(&a),
+        Some(Cmd::Synth(a)) => synth::run(&a),
         Some(Cmd::Server(cfg)) => serve::run_http(common.model.as_deref(), cfg),
     }
 }

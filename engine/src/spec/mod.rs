@@ -19,13 +19,19 @@
 //! only a KV cache truncates it (no recomputation); a recurrent model (qwen4exp: GDN and PLE
 //! state) restores its checkpoint and re-runs the accepted prefix (see [`qwen4exp`]).
 //!
-//! Drafters here: [`SuffixDrafter`] (prompt lookup, no weights). The MTP head is not
-//! implemented (its numerics are not pinned down by the fixtures).
+//! Drafters here: [`SuffixDrafter`] (prompt lookup, no weights) and [`MtpDrafter`] (the
+//! qwen4exp model's own multi-token-prediction head). A drafter that needs the target's hidden
+//! states says so ([`Drafter::wants_hidden`]); the loop then runs the target through
+//! [`VerifyModel::forward_hidden`] and hands the drafter every consumed token with its hidden
+//! state ([`Drafter::observe`]): the prompt, each single step, and of a verify window only the
+//! accepted part (whose hidden states the verify pass computed over the accepted history).
 
+mod mtp;
 mod qwen4exp;
 mod standard;
 mod suffix;
 
+pub use mtp::{MtpDrafter, MtpDrafterStats};
 pub use suffix::SuffixDrafter;
 
 /// Longest verify window: drafts per step.
@@ -42,6 +48,18 @@ pub struct Draft {
 pub trait Drafter {
     /// Up to `max` tokens that may follow `history` (the prompt and every emitted token).
     fn propose(&mut self, history: &[u32], max: usize) -> Vec<Draft>;
+
+    /// Whether [`Drafter::observe`] needs the target's hidden states (default: no).
+    fn wants_hidden(&self) -> bool {
+        false
+    }
+
+    /// The target consumed `tokens` (in order, continuing everything observed before) and
+    /// produced `hidden [tokens.len()][d]` for them (empty when the model has none or the
+    /// drafter did not ask). Rejected drafts are never observed. Default: ignored.
+    fn observe(&mut self, tokens: &[u32], hidden: &[f32]) {
+        let _ = (tokens, hidden);
+    }
 }
 
 /// A target model that can score a window and roll back.
@@ -56,6 +74,15 @@ pub trait VerifyModel {
     fn position(&self, st: &Self::State) -> usize;
     /// Runs `tokens` at `position(st)..`; logits `[tokens.len()][n_vocab]`.
     fn forward(&self, st: &mut Self::State, tokens: &[u32]) -> Result<Vec<f32>, Self::Error>;
+    /// [`VerifyModel::forward`] that also returns the final hidden state of every position
+    /// (`[tokens.len()][d]`, what the output head reads). Default: no hidden states (empty).
+    fn forward_hidden(
+        &self,
+        st: &mut Self::State,
+        tokens: &[u32],
+    ) -> Result<(Vec<f32>, Vec<f32>), Self::Error> {
+        Ok((self.forward(st, tokens)?, Vec::new()))
+    }
     fn checkpoint(&self, st: &Self::State) -> Self::Checkpoint;
     /// `st` has consumed `keep` + rejected tokens since `cp`; afterwards it must equal the
     /// state after consuming `keep` only (its forward logits are not needed). Returns how many
@@ -153,7 +180,16 @@ pub fn generate_greedy_spec<M: VerifyModel, D: Drafter + ?Sized>(
     if n_gen == 0 || prompt.is_empty() {
         return Ok((out, stats));
     }
-    let logits = model.forward(st, prompt)?;
+    let want_hidden = drafter.wants_hidden();
+    let run = |st: &mut M::State, toks: &[u32]| -> Result<(Vec<f32>, Vec<f32>), M::Error> {
+        if want_hidden {
+            model.forward_hidden(st, toks)
+        } else {
+            Ok((model.forward(st, toks)?, Vec::new()))
+        }
+    };
+    let (logits, hidden) = run(st, prompt)?;
+    drafter.observe(prompt, &hidden);
     out.push(argmax(&logits[logits.len() - v..]));
     let mut history: Vec<u32> = prompt.to_vec();
     history.push(out[0]);
@@ -175,7 +211,8 @@ pub fn generate_greedy_spec<M: VerifyModel, D: Drafter + ?Sized>(
         };
         stats.verify_steps += 1;
         if drafts.is_empty() {
-            let l = model.forward(st, &[last])?;
+            let (l, h) = run(st, &[last])?;
+            drafter.observe(&[last], &h);
             let t = argmax(&l);
             out.push(t);
             history.push(t);
@@ -189,12 +226,15 @@ pub fn generate_greedy_spec<M: VerifyModel, D: Drafter + ?Sized>(
         let mut window = Vec::with_capacity(k + 1);
         window.push(last);
         window.extend_from_slice(&drafts);
-        let l = model.forward(st, &window)?;
+        let (l, h) = run(st, &window)?;
         let mut m = 0;
         while m < k && argmax(&l[m * v..(m + 1) * v]) == drafts[m] {
             m += 1;
         }
         let next = argmax(&l[m * v..(m + 1) * v]);
+        // Rows 0..=m saw only accepted tokens: their hidden states are the real ones.
+        let d = h.len() / window.len();
+        drafter.observe(&window[..m + 1], &h[..(m + 1) * d]);
         if m < k {
             stats.rollback_tokens += model.rollback(st, cp, &window[..m + 1])? as u64;
             stats.rollbacks += 1;

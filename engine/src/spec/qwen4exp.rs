@@ -28,6 +28,15 @@ impl VerifyModel for Qwen4Exp {
         Qwen4Exp::forward(self, st, tokens, pos)
     }
 
+    fn forward_hidden(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+    ) -> Result<(Vec<f32>, Vec<f32>), Qwen4ExpError> {
+        let pos = st.pos;
+        Qwen4Exp::forward_hidden(self, st, tokens, pos)
+    }
+
     fn checkpoint(&self, st: &SeqState) -> Checkpoint {
         Qwen4Exp::checkpoint(self, st)
     }

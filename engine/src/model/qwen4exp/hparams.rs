@@ -55,7 +55,7 @@ pub struct HParams {
     /// Trunk layers run by the forward pass: `block_count − nextn_predict_layers`.
     pub n_layer: usize,
     /// MTP (next-token prediction) blocks stored after the trunk (`nextn_predict_layers`,
-    /// default 0); loaded by nothing yet.
+    /// default 0); the trunk skips them, [`super::Mtp`] loads the first.
     pub n_nextn: usize,
     pub eps: f32,
     pub n_head: usize,

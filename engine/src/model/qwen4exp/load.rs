@@ -16,12 +16,26 @@ use super::ple_io::{PleOptions, PleTable};
 use super::qsa::{Indexer, Qsa};
 use super::{GdnMode, Layer, Mixer, Qwen4Exp, Qwen4ExpError};
 
-struct Loader {
-    file: Arc<GgufFile>,
-    index: HashMap<String, usize>,
+pub(super) struct Loader {
+    pub(super) file: Arc<GgufFile>,
+    pub(super) index: HashMap<String, usize>,
 }
 
 impl Loader {
+    pub(super) fn new(file: Arc<GgufFile>) -> Loader {
+        let index = file
+            .tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Loader { file, index }
+    }
+
+    pub(super) fn has(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
     fn find(&self, name: &str) -> Result<(usize, &gguf::TensorInfo), Qwen4ExpError> {
         let &i = self
             .index
@@ -43,7 +57,7 @@ impl Loader {
     }
 
     /// ggml ne `[cols, rows]` → a `[rows][cols]` matrix.
-    fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, Qwen4ExpError> {
+    pub(super) fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, Qwen4ExpError> {
         let (i, t) = self.find(name)?;
         Self::check_dims(name, &t.dims, &[cols, rows])?;
         Mat::mapped(&self.file, i, 0, t.ty, rows, cols).map_err(|source| Qwen4ExpError::Tensor {
@@ -53,7 +67,7 @@ impl Loader {
     }
 
     /// ggml ne `[cols]` used as a 1-row matrix (the shared-expert gate).
-    fn row(&self, name: &str, cols: usize) -> Result<Mat, Qwen4ExpError> {
+    pub(super) fn row(&self, name: &str, cols: usize) -> Result<Mat, Qwen4ExpError> {
         let (i, t) = self.find(name)?;
         Self::check_dims(name, &t.dims, &[cols])?;
         Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| Qwen4ExpError::Tensor {
@@ -63,7 +77,7 @@ impl Loader {
     }
 
     /// ggml ne `[cols, rows, n]` → n matrices (expert stacks).
-    fn stack(
+    pub(super) fn stack(
         &self,
         name: &str,
         cols: usize,
@@ -86,7 +100,7 @@ impl Loader {
     }
 
     /// A small tensor of exactly `dims` dequantized to f32 (row-major = reversed ne).
-    fn vec(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>, Qwen4ExpError> {
+    pub(super) fn vec(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>, Qwen4ExpError> {
         let (_, t) = self.find(name)?;
         Self::check_dims(name, &t.dims, dims)?;
         let n: usize = dims.iter().product();
@@ -100,7 +114,7 @@ impl Loader {
         Ok(out)
     }
 
-    fn dim(&self, name: &str, axis: usize) -> Result<usize, Qwen4ExpError> {
+    pub(super) fn dim(&self, name: &str, axis: usize) -> Result<usize, Qwen4ExpError> {
         let (_, t) = self.find(name)?;
         t.dims
             .get(axis)
@@ -162,17 +176,13 @@ fn find_table(
 
 pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qwen4ExpError> {
     let mut warnings = Vec::new();
+    if file.tensor("token_embd.weight").is_none()
+        && file.tensors().iter().any(|t| t.name.contains(".nextn."))
+    {
+        return Err(Qwen4ExpError::MtpOnly);
+    }
     let hp = HParams::from_gguf(&file)?;
-    let index = file
-        .tensors()
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.clone(), i))
-        .collect();
-    let l = Loader {
-        file: file.clone(),
-        index,
-    };
+    let l = Loader::new(file.clone());
     let (e, v) = (hp.n_embd, hp.n_vocab);
     let tok_embd = l.mat("token_embd.weight", e, v)?;
     let output = match l.index.get("output.weight") {
@@ -205,69 +215,10 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qw
                     out: l.mat(&p("ssm_out.weight"), hv * s, e)?,
                 })
             }
-            kind => {
-                let (h, kv, d) = (hp.n_head, hp.n_head_kv, hp.head_dim);
-                let indexer = match kind {
-                    LayerKind::Qsa { ratio } => Some(Indexer {
-                        heads: hp.idx_heads,
-                        dim: hp.idx_dim,
-                        top_k: hp.idx_top_k,
-                        ratio,
-                        q: l.mat(&p("indexer.q_proj.weight"), e, hp.idx_heads * hp.idx_dim)?,
-                        k: l.mat(&p("indexer.k_proj.weight"), e, hp.idx_dim)?,
-                        q_norm: l.vec(&p("indexer.q_norm.weight"), &[hp.idx_dim])?,
-                        k_norm: l.vec(&p("indexer.k_norm.weight"), &[hp.idx_dim])?,
-                    }),
-                    _ => None,
-                };
-                Mixer::Attn(Qsa {
-                    n_head: h,
-                    n_head_kv: kv,
-                    head_dim: d,
-                    n_rot: hp.n_rot,
-                    rope_base: hp.rope_base,
-                    eps: hp.eps,
-                    q: l.mat(&p("attn_q.weight"), e, 2 * h * d)?,
-                    k: l.mat(&p("attn_k.weight"), e, kv * d)?,
-                    v: l.mat(&p("attn_v.weight"), e, kv * d)?,
-                    o: l.mat(&p("attn_output.weight"), h * d, e)?,
-                    q_norm: l.vec(&p("attn_q_norm.weight"), &[d])?,
-                    k_norm: l.vec(&p("attn_k_norm.weight"), &[d])?,
-                    indexer,
-                })
-            }
+            LayerKind::Qsa { ratio } => Mixer::Attn(attention(&l, &hp, il, ratio)?),
+            LayerKind::Dense => Mixer::Attn(attention(&l, &hp, il, 0)?),
         };
-        // Expert widths: the keys when present (checked by the shape checks below), else what
-        // the tensors say (llama.cpp falls back the same way).
-        let ff = match hp.n_ff_exp {
-            Some(v) => v,
-            None => l.dim(&p("ffn_gate_exps.weight"), 1)?,
-        };
-        let ffs = match hp.n_ff_shexp {
-            Some(v) => v,
-            None => l.dim(&p("ffn_gate_shexp.weight"), 1)?,
-        };
-        let ne = hp.n_expert;
-        let gates = l.stack(&p("ffn_gate_exps.weight"), e, ff, ne)?;
-        let ups = l.stack(&p("ffn_up_exps.weight"), e, ff, ne)?;
-        let downs = l.stack(&p("ffn_down_exps.weight"), ff, e, ne)?;
-        let experts = gates
-            .into_iter()
-            .zip(ups)
-            .zip(downs)
-            .map(|((gate, up), down)| SwiGlu { gate, up, down })
-            .collect();
-        let moe = Moe {
-            n_used: hp.n_expert_used,
-            router: l.mat(&p("ffn_gate_inp.weight"), e, ne)?,
-            experts,
-            shared_gate: l.row(&p("ffn_gate_inp_shexp.weight"), e)?,
-            shared: SwiGlu {
-                gate: l.mat(&p("ffn_gate_shexp.weight"), e, ffs)?,
-                up: l.mat(&p("ffn_up_shexp.weight"), e, ffs)?,
-                down: l.mat(&p("ffn_down_shexp.weight"), ffs, e)?,
-            },
-        };
+        let moe = moe(&l, &hp, il)?;
         layers.push(Layer {
             hc_attn: l.hc(&p("hc_attn_"), &hp, true)?,
             mixer,
@@ -356,5 +307,84 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qw
         ple,
         gdn_mode: GdnMode::Recurrent,
         warnings,
+    })
+}
+
+/// The attention weights of block `il` (`blk.{il}.attn_*`, and `blk.{il}.indexer.*` when
+/// `ratio > 0`). Also builds the MTP block's attention.
+pub(super) fn attention(
+    l: &Loader,
+    hp: &HParams,
+    il: usize,
+    ratio: usize,
+) -> Result<Qsa, Qwen4ExpError> {
+    let e = hp.n_embd;
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let (h, kv, d) = (hp.n_head, hp.n_head_kv, hp.head_dim);
+    let indexer = if ratio > 0 {
+        Some(Indexer {
+            heads: hp.idx_heads,
+            dim: hp.idx_dim,
+            top_k: hp.idx_top_k,
+            ratio,
+            q: l.mat(&p("indexer.q_proj.weight"), e, hp.idx_heads * hp.idx_dim)?,
+            k: l.mat(&p("indexer.k_proj.weight"), e, hp.idx_dim)?,
+            q_norm: l.vec(&p("indexer.q_norm.weight"), &[hp.idx_dim])?,
+            k_norm: l.vec(&p("indexer.k_norm.weight"), &[hp.idx_dim])?,
+        })
+    } else {
+        None
+    };
+    Ok(Qsa {
+        n_head: h,
+        n_head_kv: kv,
+        head_dim: d,
+        n_rot: hp.n_rot,
+        rope_base: hp.rope_base,
+        eps: hp.eps,
+        q: l.mat(&p("attn_q.weight"), e, 2 * h * d)?,
+        k: l.mat(&p("attn_k.weight"), e, kv * d)?,
+        v: l.mat(&p("attn_v.weight"), e, kv * d)?,
+        o: l.mat(&p("attn_output.weight"), h * d, e)?,
+        q_norm: l.vec(&p("attn_q_norm.weight"), &[d])?,
+        k_norm: l.vec(&p("attn_k_norm.weight"), &[d])?,
+        indexer,
+    })
+}
+
+/// The MoE FFN of block `il` (`blk.{il}.ffn_*`). Also builds the MTP block's FFN.
+pub(super) fn moe(l: &Loader, hp: &HParams, il: usize) -> Result<Moe, Qwen4ExpError> {
+    let e = hp.n_embd;
+    let p = |s: &str| format!("blk.{il}.{s}");
+    // Expert widths: the keys when present (checked by the shape checks below), else what
+    // the tensors say (llama.cpp falls back the same way).
+    let ff = match hp.n_ff_exp {
+        Some(v) => v,
+        None => l.dim(&p("ffn_gate_exps.weight"), 1)?,
+    };
+    let ffs = match hp.n_ff_shexp {
+        Some(v) => v,
+        None => l.dim(&p("ffn_gate_shexp.weight"), 1)?,
+    };
+    let ne = hp.n_expert;
+    let gates = l.stack(&p("ffn_gate_exps.weight"), e, ff, ne)?;
+    let ups = l.stack(&p("ffn_up_exps.weight"), e, ff, ne)?;
+    let downs = l.stack(&p("ffn_down_exps.weight"), ff, e, ne)?;
+    let experts = gates
+        .into_iter()
+        .zip(ups)
+        .zip(downs)
+        .map(|((gate, up), down)| SwiGlu { gate, up, down })
+        .collect();
+    Ok(Moe {
+        n_used: hp.n_expert_used,
+        router: l.mat(&p("ffn_gate_inp.weight"), e, ne)?,
+        experts,
+        shared_gate: l.row(&p("ffn_gate_inp_shexp.weight"), e)?,
+        shared: SwiGlu {
+            gate: l.mat(&p("ffn_gate_shexp.weight"), e, ffs)?,
+            up: l.mat(&p("ffn_up_shexp.weight"), e, ffs)?,
+            down: l.mat(&p("ffn_down_shexp.weight"), ffs, e)?,
+        },
     })
 }

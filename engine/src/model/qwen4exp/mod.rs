@@ -24,6 +24,7 @@ pub mod linear;
 mod load;
 pub mod moe;
 pub mod ple;
+pub mod mtp;
 pub mod ple_io;
 pub mod qsa;
 pub mod synth;
@@ -38,6 +39,7 @@ pub use gr::HyperConn;
 pub use hparams::{HParams, LayerKind, PleParams};
 pub use linear::{Mat, MatError};
 pub use moe::{Moe, SwiGlu};
+pub use mtp::{Mtp, MtpState};
 pub use ple::{Ple, PleState};
 pub use ple_io::{PleCacheStats, PleIo, PleOptions, PleTable, RowCache};
 pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache, heap_select};
@@ -73,8 +75,33 @@ pub enum Qwen4ExpError {
         index: usize,
         n_vocab: usize,
     },
-    #[error("this file holds only the MTP (nextn) draft head, not the model trunk")]
+    #[error(
+        "this file holds only the MTP (nextn) draft head, not the model trunk: pass it with \
+         --mtp and the trunk with -m"
+    )]
     MtpOnly,
+    #[error("MTP head {path:?}: {reason}")]
+    MtpFile {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("MTP head {path:?}: {source}")]
+    Mtp {
+        path: std::path::PathBuf,
+        source: Box<Qwen4ExpError>,
+    },
+    #[error("MTP head input: {got} hidden values for {tokens} tokens of width {width}")]
+    MtpInput {
+        got: usize,
+        tokens: usize,
+        width: usize,
+    },
+    #[error("metadata key {key:?} is {mtp} in the MTP file but {model} in the model")]
+    MtpMismatch {
+        key: String,
+        mtp: String,
+        model: String,
+    },
     #[error("sequence state does not fit this model (layer {layer})")]
     StateMismatch { layer: usize },
     #[error(
@@ -230,7 +257,32 @@ impl Qwen4Exp {
         st: &mut SeqState,
         tokens: &[u32],
         start_pos: usize,
+        trace: Option<&mut Trace>,
+    ) -> Result<Vec<f32>, Qwen4ExpError> {
+        self.forward_full(st, tokens, start_pos, trace, None)
+    }
+
+    /// [`Qwen4Exp::forward`] that also returns the final hidden state of every position,
+    /// `[tokens.len()][n_embd]`: the head mixer's output that the output matrix multiplies
+    /// (this model has no output norm). The MTP head reads it.
+    pub fn forward_hidden(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>), Qwen4ExpError> {
+        let mut hidden = vec![0f32; tokens.len() * self.hp.n_embd];
+        let logits = self.forward_full(st, tokens, start_pos, None, Some(&mut hidden))?;
+        Ok((logits, hidden))
+    }
+
+    fn forward_full(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
         mut trace: Option<&mut Trace>,
+        mut hidden: Option<&mut [f32]>,
     ) -> Result<Vec<f32>, Qwen4ExpError> {
         if st.layers.len() != self.layers.len() || st.ple.is_some() != self.ple.is_some() {
             return Err(Qwen4ExpError::StateMismatch {
@@ -257,7 +309,11 @@ impl Qwen4Exp {
         let mut logits = vec![0f32; tokens.len() * self.hp.n_vocab];
         for (ci, chunk) in tokens.chunks(UBATCH).enumerate() {
             let out = &mut logits[ci * UBATCH * self.hp.n_vocab..][..chunk.len() * self.hp.n_vocab];
-            self.ubatch(st, chunk, out, trace.as_deref_mut())?;
+            let e = self.hp.n_embd;
+            let h = hidden
+                .as_deref_mut()
+                .map(|h| &mut h[ci * UBATCH * e..][..chunk.len() * e]);
+            self.ubatch(st, chunk, out, trace.as_deref_mut(), h)?;
         }
         Ok(logits)
     }
@@ -347,6 +403,7 @@ impl Qwen4Exp {
         toks: &[u32],
         logits: &mut [f32],
         mut trace: Option<&mut Trace>,
+        hidden: Option<&mut [f32]>,
     ) -> Result<(), Qwen4ExpError> {
         let (n, e, hc) = (toks.len(), self.hp.n_embd, self.hp.hc);
         let mut r = vec![0f32; n * hc * e];
@@ -388,6 +445,9 @@ impl Qwen4Exp {
             layer.hc_ffn.combine(&mut r, n, &y, &inj);
         }
         self.out_hc.mix(&r, n, &mut x, None);
+        if let Some(h) = hidden {
+            h.copy_from_slice(&x);
+        }
         self.output.matmul(&x, n, logits);
         st.pos += n;
         Ok(())

@@ -7,8 +7,9 @@
 //! 4× larger, gammas `1 + N(0, 0.1)`, `ssm_a = −exp(U(−1, 1))`, `dt_bias ~ N(−1, 0.5)`), so the
 //! logits stay tame over hundreds of positions.
 //!
-//! Not written: the MTP (next-token prediction) head. Its tensor layout at llama.cpp 0c1e570 is
-//! not pinned down by the fixtures, and this forward pass does not use it yet.
+//! The MTP (NextN) draft head is written to its own GGUF by [`write_mtp`] ([`SynthMtp`]:
+//! random, or an "echo" head whose drafts repeat the last token); its format is documented in
+//! [`super::mtp`].
 
 use std::path::{Path, PathBuf};
 
@@ -60,7 +61,8 @@ pub struct SynthConfig {
     pub tied: bool,
     /// Count a placeholder MTP block in `block_count` (`nextn_predict_layers = 1`) with stand-in
     /// `nextn.eh_proj/enorm/hnorm` tensors, as the real checkpoints store it after the trunk.
-    /// Not a usable draft head: it only checks that the trunk loader skips it.
+    /// Not a usable draft head (see [`write_mtp`] for one): it only checks that the trunk
+    /// loader skips it.
     pub mtp_stub: bool,
     pub eps: f32,
 }
@@ -96,6 +98,48 @@ impl SynthConfig {
                 heads_per_ngram: 4,
                 conv_kernel: 4,
                 min_head_vocab: 9000,
+                table_type: GgmlType::Q8_0,
+            }),
+            matrix_type: GgmlType::F32,
+            tied: false,
+            mtp_stub: false,
+            eps: 1e-6,
+        }
+    }
+}
+
+impl SynthConfig {
+    /// A smaller shape for fast tests: 4 layers G, QSA (r=2), dense attention, G (PLE on layer
+    /// 3), hidden 128, vocab 300, 4 experts.
+    pub fn tiny() -> SynthConfig {
+        SynthConfig {
+            n_vocab: 300,
+            n_embd: 128,
+            layers: vec![None, Some(2), Some(0), None],
+            n_head: 4,
+            n_head_kv: 1,
+            head_dim: 32,
+            n_rot: 8,
+            rope_base: 10_000.0,
+            ssm_k_heads: 1,
+            ssm_v_heads: 2,
+            ssm_state: 32,
+            ssm_conv: 3,
+            hc: 2,
+            hc_rank: 32,
+            idx_heads: 2,
+            idx_dim: 32,
+            idx_top_k: 6,
+            n_expert: 4,
+            n_expert_used: 2,
+            n_ff_exp: 64,
+            n_ff_shexp: 96,
+            ple: Some(SynthPle {
+                layer: 3,
+                ngram: 2,
+                heads_per_ngram: 4,
+                conv_kernel: 2,
+                min_head_vocab: 500,
                 table_type: GgmlType::Q8_0,
             }),
             matrix_type: GgmlType::F32,
@@ -389,25 +433,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
                 b.vec_f32(&p("ssm_norm.weight"), &[s], 1.0, 0.1)?;
                 b.mat(&p("ssm_out.weight"), &[hv * s, e], 1.0)?;
             }
-            Some(ratio) => {
-                let (h, kv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-                b.mat(&p("attn_q.weight"), &[e, 2 * h * d], 1.0)?;
-                b.mat(&p("attn_k.weight"), &[e, kv * d], 1.0)?;
-                b.mat(&p("attn_v.weight"), &[e, kv * d], 1.0)?;
-                b.mat(&p("attn_output.weight"), &[h * d, e], 1.0)?;
-                b.vec_f32(&p("attn_q_norm.weight"), &[d], 1.0, 0.1)?;
-                b.vec_f32(&p("attn_k_norm.weight"), &[d], 1.0, 0.1)?;
-                if *ratio > 0 {
-                    b.mat(
-                        &p("indexer.q_proj.weight"),
-                        &[e, cfg.idx_heads * cfg.idx_dim],
-                        1.0,
-                    )?;
-                    b.mat(&p("indexer.k_proj.weight"), &[e, cfg.idx_dim], 1.0)?;
-                    b.vec_f32(&p("indexer.q_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
-                    b.vec_f32(&p("indexer.k_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
-                }
-            }
+            Some(ratio) => attn_tensors(&mut b, cfg, il, *ratio, 1.0)?,
         }
         if let Some(pp) = cfg.ple.as_ref().filter(|pp| pp.layer == il) {
             b.mat(&p("ple_key.weight"), &[e, hce], 1.0)?;
@@ -423,21 +449,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
                 1.0 / (k as f64).sqrt(),
             )?;
         }
-        let (ne, ff, ffs) = (cfg.n_expert, cfg.n_ff_exp, cfg.n_ff_shexp);
-        let router = b.rng.normals(ne * e, 0.0, 4.0 / (e as f64).sqrt());
-        b.put(&p("ffn_gate_inp.weight"), &[e, ne], &router, GgmlType::F32)?;
-        b.mat(&p("ffn_gate_exps.weight"), &[e, ff, ne], 1.0)?;
-        b.mat(&p("ffn_up_exps.weight"), &[e, ff, ne], 1.0)?;
-        b.mat(&p("ffn_down_exps.weight"), &[ff, e, ne], 1.0)?;
-        b.vec_f32(
-            &p("ffn_gate_inp_shexp.weight"),
-            &[e],
-            0.0,
-            1.0 / (e as f64).sqrt(),
-        )?;
-        b.mat(&p("ffn_gate_shexp.weight"), &[e, ffs], 1.0)?;
-        b.mat(&p("ffn_up_shexp.weight"), &[e, ffs], 1.0)?;
-        b.mat(&p("ffn_down_shexp.weight"), &[ffs, e], 1.0)?;
+        moe_tensors(&mut b, cfg, il, 1.0)?;
     }
     if cfg.mtp_stub {
         // Own random stream, so the trunk's weights do not depend on the stub.
@@ -459,6 +471,215 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
         )?;
     }
     Ok((b.w, b.n_tensors))
+}
+
+/// `blk.{il}.attn_*` (and `indexer.*` when `ratio > 0`); `out_scale` scales `attn_output`.
+fn attn_tensors(
+    b: &mut Builder,
+    cfg: &SynthConfig,
+    il: usize,
+    ratio: usize,
+    out_scale: f64,
+) -> Result<(), GgufError> {
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let (e, h, kv, d) = (cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    b.mat(&p("attn_q.weight"), &[e, 2 * h * d], 1.0)?;
+    b.mat(&p("attn_k.weight"), &[e, kv * d], 1.0)?;
+    b.mat(&p("attn_v.weight"), &[e, kv * d], 1.0)?;
+    b.mat(&p("attn_output.weight"), &[h * d, e], out_scale)?;
+    b.vec_f32(&p("attn_q_norm.weight"), &[d], 1.0, 0.1)?;
+    b.vec_f32(&p("attn_k_norm.weight"), &[d], 1.0, 0.1)?;
+    if ratio > 0 {
+        b.mat(
+            &p("indexer.q_proj.weight"),
+            &[e, cfg.idx_heads * cfg.idx_dim],
+            1.0,
+        )?;
+        b.mat(&p("indexer.k_proj.weight"), &[e, cfg.idx_dim], 1.0)?;
+        b.vec_f32(&p("indexer.q_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
+        b.vec_f32(&p("indexer.k_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
+    }
+    Ok(())
+}
+
+/// `blk.{il}.ffn_*` (router, experts, shared expert); `down_scale` scales the down matrices.
+fn moe_tensors(
+    b: &mut Builder,
+    cfg: &SynthConfig,
+    il: usize,
+    down_scale: f64,
+) -> Result<(), GgufError> {
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let (e, ne, ff, ffs) = (cfg.n_embd, cfg.n_expert, cfg.n_ff_exp, cfg.n_ff_shexp);
+    let router = b.rng.normals(ne * e, 0.0, 4.0 / (e as f64).sqrt());
+    b.put(&p("ffn_gate_inp.weight"), &[e, ne], &router, GgmlType::F32)?;
+    b.mat(&p("ffn_gate_exps.weight"), &[e, ff, ne], 1.0)?;
+    b.mat(&p("ffn_up_exps.weight"), &[e, ff, ne], 1.0)?;
+    b.mat(&p("ffn_down_exps.weight"), &[ff, e, ne], down_scale)?;
+    b.vec_f32(
+        &p("ffn_gate_inp_shexp.weight"),
+        &[e],
+        0.0,
+        1.0 / (e as f64).sqrt(),
+    )?;
+    b.mat(&p("ffn_gate_shexp.weight"), &[e, ffs], 1.0)?;
+    b.mat(&p("ffn_up_shexp.weight"), &[e, ffs], 1.0)?;
+    b.mat(&p("ffn_down_shexp.weight"), &[ffs, e], down_scale)?;
+    Ok(())
+}
+
+/// The random-weight MTP (NextN) head of a synthetic model, in its own GGUF.
+#[derive(Clone, Debug)]
+pub struct SynthMtp {
+    /// Type of the big matrices (F32, F16 or Q8_0, as [`SynthConfig::matrix_type`]).
+    pub matrix_type: GgmlType,
+    /// Compress ratio of the NextN block's attention (0 = dense; > 0 adds the block indexer).
+    pub ratio: usize,
+    /// Write `nextn.embed_tokens` and `nextn.shared_head_head` (else the model's embedding and
+    /// output matrix are used).
+    pub own_tables: bool,
+    /// An "echo" head that predicts its input token again: `eh_proj` passes the normed
+    /// embedding through (identity on the first E columns, zeros on the hidden half),
+    /// attention and expert outputs are scaled by 0.1 (they still run and still depend on
+    /// the cache), the head multiplies the normed state by the embedding table
+    /// (`shared_head_norm` = 8/E: a moderate draft probability, about 0.7 at E = 256 and
+    /// V = 1024). Synthetic models with a tied head settle into repeating a token, which this
+    /// head then predicts: accepted drafts for tests and benchmarks. With `own_tables` the
+    /// head's table is its own embedding, so echo works for an untied model too; without, it
+    /// relies on a tied model.
+    pub echo: bool,
+}
+
+impl Default for SynthMtp {
+    fn default() -> SynthMtp {
+        SynthMtp {
+            matrix_type: GgmlType::F32,
+            ratio: 0,
+            own_tables: false,
+            echo: false,
+        }
+    }
+}
+
+/// Builds the MTP GGUF for the model `cfg` (its trunk has `cfg.layers.len()` layers; the
+/// NextN block is `blk.{that}`): the metadata the MTP loader checks, and the block's tensors.
+pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWriter, GgufError> {
+    let a = |k: &str| format!("qwen4exp.{k}");
+    let (e, nl, v) = (cfg.n_embd, cfg.layers.len(), cfg.n_vocab);
+    let mut b = Builder {
+        w: GgufWriter::new(),
+        rng: Rng(seed ^ 0x6d74_705f_6865_6164),
+        matrix_type: m.matrix_type,
+        n_tensors: 0,
+    };
+    let w = &mut b.w;
+    w.add_metadata("general.architecture", Value::Str("qwen4exp".into()));
+    w.add_metadata(
+        "general.name",
+        Value::Str(format!(
+            "synthetic qwen4exp MTP head seed {seed}{}",
+            if m.echo { " (echo)" } else { "" }
+        )),
+    );
+    for (k, val) in [
+        ("block_count", nl + 1),
+        ("nextn_predict_layers", 1),
+        ("embedding_length", e),
+        ("attention.head_count", cfg.n_head),
+        ("attention.head_count_kv", cfg.n_head_kv),
+        ("attention.key_length", cfg.head_dim),
+        ("attention.value_length", cfg.head_dim),
+        ("rope.dimension_count", cfg.n_rot),
+        ("expert_count", cfg.n_expert),
+        ("expert_used_count", cfg.n_expert_used),
+        ("expert_feed_forward_length", cfg.n_ff_exp),
+        ("expert_shared_feed_forward_length", cfg.n_ff_shexp),
+        ("attention.indexer.head_count", cfg.idx_heads),
+        ("attention.indexer.key_length", cfg.idx_dim),
+        ("attention.indexer.top_k", cfg.idx_top_k),
+    ] {
+        w.add_metadata(a(k), Value::U32(val as u32));
+    }
+    w.add_metadata(a("attention.layer_norm_rms_epsilon"), Value::F32(cfg.eps));
+    w.add_metadata(a("rope.freq_base"), Value::F32(cfg.rope_base));
+    w.add_metadata(
+        a("attention.recurrent_layers"),
+        Value::Array(
+            cfg.layers
+                .iter()
+                .map(|l| Value::Bool(l.is_none()))
+                .chain([Value::Bool(false)])
+                .collect(),
+        ),
+    );
+    w.add_metadata(
+        a("attention.compress_ratios"),
+        Value::Array(
+            cfg.layers
+                .iter()
+                .map(|l| Value::U32(l.unwrap_or(0) as u32))
+                .chain([Value::U32(m.ratio as u32)])
+                .collect(),
+        ),
+    );
+
+    let nx = |s: &str| format!("blk.{nl}.nextn.{s}");
+    let ty = match m.matrix_type {
+        GgmlType::F16 => GgmlType::F16,
+        t if t.row_bytes(2 * e).is_some() => t,
+        _ => GgmlType::F32,
+    };
+    if m.echo {
+        let mut eh = vec![0f32; e * 2 * e];
+        for r in 0..e {
+            eh[r * 2 * e + r] = 1.0;
+        }
+        b.put(&nx("eh_proj.weight"), &[2 * e, e], &eh, ty)?;
+        b.put(&nx("enorm.weight"), &[e], &vec![1.0; e], GgmlType::F32)?;
+        b.put(&nx("hnorm.weight"), &[e], &vec![1.0; e], GgmlType::F32)?;
+    } else {
+        b.mat(&nx("eh_proj.weight"), &[2 * e, e], 1.0)?;
+        b.vec_f32(&nx("enorm.weight"), &[e], 1.0, 0.1)?;
+        b.vec_f32(&nx("hnorm.weight"), &[e], 1.0, 0.1)?;
+    }
+    let inner = if m.echo { 0.1 } else { 1.0 };
+    b.vec_f32(&format!("blk.{nl}.attn_norm.weight"), &[e], 1.0, 0.1)?;
+    attn_tensors(&mut b, cfg, nl, m.ratio, inner)?;
+    b.vec_f32(
+        &format!("blk.{nl}.post_attention_norm.weight"),
+        &[e],
+        1.0,
+        0.1,
+    )?;
+    moe_tensors(&mut b, cfg, nl, inner)?;
+    if m.echo {
+        let g = 8.0 / e as f32;
+        b.put(
+            &nx("shared_head_norm.weight"),
+            &[e],
+            &vec![g; e],
+            GgmlType::F32,
+        )?;
+    } else {
+        b.vec_f32(&nx("shared_head_norm.weight"), &[e], 1.0, 0.1)?;
+    }
+    if m.own_tables {
+        // One table for both ends (what makes the echo head repeat its input).
+        let table = b.rng.normals(v * e, 0.0, 1.0);
+        let tty = if ty == GgmlType::F16 || ty.row_bytes(e).is_some() {
+            ty
+        } else {
+            GgmlType::F32
+        };
+        b.put(&nx("embed_tokens.weight"), &[e, v], &table, tty)?;
+        b.put(&nx("shared_head_head.weight"), &[e, v], &table, tty)?;
+    }
+    Ok(b.w)
+}
+
+/// Writes [`build_mtp`] to `path`.
+pub fn write_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64, path: &Path) -> Result<(), GgufError> {
+    build_mtp(cfg, m, seed)?.write(path)
 }
 
 /// Writes `cfg` to `<prefix>.gguf`, or with `split_ple` (and a PLE table) to

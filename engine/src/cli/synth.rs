@@ -1,0 +1,110 @@
+//! `strata synth`: writes a small random-weight Flash-Next (`qwen4exp`) model, and optionally
+//! its MTP draft head, with [`crate::model::qwen4exp::synth`] (for tests, benchmarks, demos).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use quant::GgmlType;
+
+use crate::model::qwen4exp::synth::{SynthConfig, SynthMtp, write, write_mtp};
+
+#[derive(Args, Debug, Clone)]
+pub struct SynthArgs {
+    /// Output prefix: writes PREFIX.gguf (or PREFIX-0000K-of-00002.gguf with --split-ple) and,
+    /// with --mtp, PREFIX-mtp.gguf.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Shape: `public` (the llama.cpp fixtures' shape: 4 layers, hidden 256, vocab 1024) or
+    /// `tiny` (4 layers G/QSA/dense/G, hidden 128, vocab 300: fastest).
+    #[arg(long, value_enum, default_value_t = Preset::Public)]
+    pub preset: Preset,
+    /// Type of the big matrices.
+    #[arg(long = "type", value_enum, default_value_t = MatType::F32)]
+    pub ty: MatType,
+    /// Tie the output head to the token embedding (no output.weight). Tied synthetic models
+    /// settle into repeating a token, so drafters get accepted.
+    #[arg(long)]
+    pub tied: bool,
+    /// Put the PLE table in a second shard, as the release does.
+    #[arg(long)]
+    pub split_ple: bool,
+    /// Random seed of the weights.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write an MTP (NextN) draft head: `random`, or `echo` (a head whose drafts repeat
+    /// its input token; see the model writer's docs).
+    #[arg(long, value_enum)]
+    pub mtp: Option<MtpKind>,
+    /// Type of the MTP head's matrices (default: --type).
+    #[arg(long, value_enum)]
+    pub mtp_type: Option<MatType>,
+    /// Compress ratio of the MTP block's attention (0 = dense; > 0 = sparse with indexer).
+    #[arg(long, default_value_t = 0)]
+    pub mtp_ratio: usize,
+    /// Give the MTP head its own embedding and output tables (nextn.embed_tokens,
+    /// nextn.shared_head_head) instead of sharing the model's.
+    #[arg(long)]
+    pub mtp_own_tables: bool,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    Public,
+    Tiny,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatType {
+    F32,
+    F16,
+    #[value(name = "q8_0")]
+    Q8_0,
+}
+
+impl MatType {
+    fn ggml(self) -> GgmlType {
+        match self {
+            MatType::F32 => GgmlType::F32,
+            MatType::F16 => GgmlType::F16,
+            MatType::Q8_0 => GgmlType::Q8_0,
+        }
+    }
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MtpKind {
+    Random,
+    Echo,
+}
+
+pub fn run(a: &SynthArgs) -> Result<()> {
+    let mut cfg = match a.preset {
+        Preset::Public => SynthConfig::public(),
+        Preset::Tiny => SynthConfig::tiny(),
+    };
+    cfg.matrix_type = a.ty.ggml();
+    cfg.tied = a.tied;
+    if a.mtp_ratio > 64 {
+        anyhow::bail!("--mtp-ratio must be in 0..=64 (got {})", a.mtp_ratio);
+    }
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let paths = write(&cfg, a.seed, &a.out, a.split_ple).with_context(|| format!("writing {}", a.out.display()))?;
+    for p in &paths {
+        println!("{}", p.display());
+    }
+    if let Some(kind) = a.mtp {
+        let m = SynthMtp {
+            matrix_type: a.mtp_type.unwrap_or(a.ty).ggml(),
+            ratio: a.mtp_ratio,
+            own_tables: a.mtp_own_tables,
+            echo: kind == MtpKind::Echo,
+        };
+        let path = PathBuf::from(format!("{}-mtp.gguf", a.out.display()));
+        write_mtp(&cfg, &m, a.seed, &path).with_context(|| format!("writing {}", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}

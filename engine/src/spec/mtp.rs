@@ -1,0 +1,201 @@
+//! [`MtpDrafter`]: drafts with the qwen4exp model's own MTP head ([`Mtp`]).
+//!
+//! The head turns a pair (trunk hidden state `h_p`, token `t_{p+1}`) at position p into logits
+//! for `t_{p+2}`. Its attention cache holds one cell per position, and a cell is only kept if
+//! it came from a *real* pair (a hidden state of the target over accepted tokens):
+//!
+//! ```text
+//! target consumed t_0..t_{P-1} (hidden h_0..h_{P-1} observed), last = t_P not consumed yet
+//! propose: truncate the cache to the committed cells c, run the real pairs
+//!          (h_c, t_{c+1}) .. (h_{P-1}, t_P) at positions c..P-1 in one batch → d1, h'
+//!          commit c = P; then chain: (h', d_i) at position P+i-1 → d_{i+1}, h' ← its output
+//! ```
+//! The chained cells (positions ≥ P) are built from the head's own `h'` and unverified
+//! drafts, so the next proposal truncates them away before it adds the real pairs of the
+//! tokens accepted meanwhile — with the hidden states the verify pass computed for them. A
+//! rejected draft therefore never stays in the cache, and the drafts of every step equal those
+//! of a fresh head run over the accepted history (the tests check this bit for bit).
+//!
+//! Each draft carries the head's softmax probability of its (argmax) token; chaining stops at
+//! the first draft below `min_p` (the loop would cut the window there anyway).
+
+use crate::model::qwen4exp::{KvType, Mtp, MtpState, Qwen4Exp};
+
+use super::{Draft, Drafter, argmax};
+
+/// Pairs per head call when catching up (bounds activation memory on long prompts).
+const UBATCH: usize = 512;
+
+/// Counters of an [`MtpDrafter`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MtpDrafterStats {
+    /// Calls of `propose` that returned drafts.
+    pub proposals: u64,
+    /// Real pairs run through the head (the prompt included) and chained steps run.
+    pub real_rows: u64,
+    pub chained_rows: u64,
+    /// Committed real pairs that had to be run again (a proposal without new tokens).
+    pub recomputed: u64,
+    /// Proposals refused because the history did not continue what was observed, or hidden
+    /// states were missing (the drafter then proposes nothing; never happens in the spec loop).
+    pub desyncs: u64,
+    /// Head forward errors (none expected: tokens are checked by the loop).
+    pub errors: u64,
+}
+
+/// Drafter over a qwen4exp model's MTP head (see the module docs).
+pub struct MtpDrafter<'a> {
+    model: &'a Qwen4Exp,
+    mtp: &'a Mtp,
+    kv: KvType,
+    st: MtpState,
+    /// Cells `0..committed` of the head's cache come from real pairs.
+    committed: usize,
+    /// Trunk hidden states of positions `hid_start..`, row-major `[.][n_embd]`.
+    hidden: Vec<f32>,
+    hid_start: usize,
+    /// Tokens the target has consumed (sum of observed lengths).
+    consumed: usize,
+    /// An observation came without (or with ragged) hidden states.
+    broken: bool,
+    /// Stop chaining after a draft whose probability is below this.
+    pub min_p: f32,
+    pub stats: MtpDrafterStats,
+}
+
+impl<'a> MtpDrafter<'a> {
+    /// A drafter for one sequence; `kv` should be the target's cache type.
+    pub fn new(model: &'a Qwen4Exp, mtp: &'a Mtp, kv: KvType, min_p: f32) -> MtpDrafter<'a> {
+        MtpDrafter {
+            model,
+            mtp,
+            kv,
+            st: mtp.new_state(kv),
+            committed: 0,
+            hidden: Vec::new(),
+            hid_start: 0,
+            consumed: 0,
+            broken: false,
+            min_p,
+            stats: MtpDrafterStats::default(),
+        }
+    }
+
+    /// Forgets the sequence (a new one starts at position 0).
+    pub fn reset(&mut self) {
+        *self = MtpDrafter::new(self.model, self.mtp, self.kv, self.min_p);
+    }
+
+    /// The head's cache (tests compare it with a fresh run).
+    pub fn state(&self) -> &MtpState {
+        &self.st
+    }
+
+    /// Cells built from real pairs.
+    pub fn committed(&self) -> usize {
+        self.committed
+    }
+
+    fn desync(&mut self) -> Vec<Draft> {
+        self.stats.desyncs += 1;
+        Vec::new()
+    }
+}
+
+/// The argmax (lowest id on ties) and its softmax probability.
+fn top(logits: &[f32]) -> Draft {
+    let token = argmax(logits);
+    let max = logits[token as usize];
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    Draft {
+        token,
+        p: (1.0 / sum) as f32,
+    }
+}
+
+impl Drafter for MtpDrafter<'_> {
+    fn wants_hidden(&self) -> bool {
+        true
+    }
+
+    fn observe(&mut self, tokens: &[u32], hidden: &[f32]) {
+        let e = self.mtp.n_embd;
+        if hidden.len() != tokens.len() * e {
+            self.broken = true;
+        } else {
+            self.hidden.extend_from_slice(hidden);
+        }
+        self.consumed += tokens.len();
+    }
+
+    fn propose(&mut self, history: &[u32], max: usize) -> Vec<Draft> {
+        let (e, p) = (self.mtp.n_embd, self.consumed);
+        if max == 0 {
+            return Vec::new();
+        }
+        // The target consumed everything but the last history token.
+        if self.broken || p == 0 || history.len() != p + 1 {
+            return self.desync();
+        }
+        // Real pairs from the first uncommitted cell (at least the last one, which yields d1).
+        let start = self.committed.min(p - 1);
+        let rows = self.hidden.len() / e;
+        if self.hid_start > start || self.hid_start + rows != p {
+            return self.desync();
+        }
+        self.stats.recomputed += (self.committed - start) as u64;
+        self.mtp.truncate(&mut self.st, start);
+        let h = &self.hidden[(start - self.hid_start) * e..];
+        // In micro-batches (a long prompt's pairs), like the trunk; only the last row's
+        // logits are needed.
+        let toks = &history[start + 1..=p];
+        let mut last = None;
+        for (ci, chunk) in toks.chunks(UBATCH).enumerate() {
+            let hc = &h[ci * UBATCH * e..][..chunk.len() * e];
+            match self.mtp.forward(self.model, &mut self.st, chunk, hc, false) {
+                Ok(o) => last = Some(o),
+                Err(_) => {
+                    self.stats.errors += 1;
+                    self.mtp.truncate(&mut self.st, start);
+                    self.committed = start;
+                    return Vec::new();
+                }
+            }
+        }
+        let Some(out) = last else {
+            return self.desync();
+        };
+        self.stats.real_rows += (p - start) as u64;
+        self.committed = p;
+        // Keep h_{p-1}: a proposal without new tokens re-runs the last real pair.
+        let drop = (p - 1 - self.hid_start) * e;
+        self.hidden.drain(..drop);
+        self.hid_start = p - 1;
+
+        let mut drafts = Vec::with_capacity(max);
+        let mut d = top(&out.logits);
+        let mut h_cur = out.hidden[out.hidden.len() - e..].to_vec();
+        loop {
+            drafts.push(d);
+            if drafts.len() == max || d.p < self.min_p {
+                break;
+            }
+            match self
+                .mtp
+                .forward(self.model, &mut self.st, &[d.token], &h_cur, false)
+            {
+                Ok(o) => {
+                    self.stats.chained_rows += 1;
+                    d = top(&o.logits);
+                    h_cur = o.hidden;
+                }
+                Err(_) => {
+                    self.stats.errors += 1;
+                    break;
+                }
+            }
+        }
+        self.stats.proposals += 1;
+        drafts
+    }
+}
