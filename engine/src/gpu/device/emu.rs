@@ -209,7 +209,13 @@ impl EmuApi {
         // C is read even when beta = 0: the gaps between ldc columns must be preserved.
         let mut c = read(g.c, ec * g.c_type.size(), "C")?;
         gemm_host(g, &a, &b, &mut c);
-        self.dev.memcpy_htod(g.c, &c).map_err(|e| GpuError::Gemm(format!("writing C: {e}")))
+        self.dev.memcpy_htod(g.c, &c).map_err(|e| GpuError::Gemm(format!("writing C: {e}")))?;
+        // The host GEMM stands in for hipBLAS: count the traffic an ideal GEMM has (A and B
+        // read once, C written once; no instructions), so per-part byte profiles stay whole.
+        let mut st = self.state()?;
+        st.stats.global_bytes_read += (a.len() + b.len()) as u64;
+        st.stats.global_bytes_written += (g.m * g.n * g.batch * g.c_type.size()) as u64;
+        Ok(())
     }
 }
 
