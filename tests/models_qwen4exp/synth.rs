@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use strata::model::qwen4exp::synth::{SynthConfig, SynthPle, write};
+use strata::model::qwen4exp::synth::{SynthConfig, write};
 use strata::model::qwen4exp::{KvType, LayerKind, Qwen4Exp};
 
 fn tmp(name: &str) -> PathBuf {
@@ -16,42 +16,13 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
+/// The writer's tiny shape with a Q5_0 PLE table, a tied head and `matrix_type` matrices.
 fn small(matrix_type: quant::GgmlType) -> SynthConfig {
-    SynthConfig {
-        n_vocab: 300,
-        n_embd: 128,
-        layers: vec![None, Some(2), Some(0), None],
-        n_head: 4,
-        n_head_kv: 1,
-        head_dim: 32,
-        n_rot: 8,
-        rope_base: 10_000.0,
-        ssm_k_heads: 1,
-        ssm_v_heads: 2,
-        ssm_state: 32,
-        ssm_conv: 3,
-        hc: 2,
-        hc_rank: 32,
-        idx_heads: 2,
-        idx_dim: 32,
-        idx_top_k: 6,
-        n_expert: 4,
-        n_expert_used: 2,
-        n_ff_exp: 64,
-        n_ff_shexp: 96,
-        ple: Some(SynthPle {
-            layer: 3,
-            ngram: 2,
-            heads_per_ngram: 4,
-            conv_kernel: 2,
-            min_head_vocab: 500,
-            table_type: quant::GgmlType::Q5_0,
-        }),
-        matrix_type,
-        tied: true,
-        mtp_stub: false,
-        eps: 1e-6,
+    let mut c = SynthConfig::tiny();
+    if let Some(p) = c.ple.as_mut() {
+        p.table_type = quant::GgmlType::Q5_0;
     }
+    SynthConfig { matrix_type, tied: true, ..c }
 }
 
 #[test]
