@@ -23,6 +23,9 @@ const GLU_TOL: f32 = 2e-6;
 const PROB_TOL: f32 = 1e-6;
 /// `attend_ordered` (f32, expf) against the CPU `attend` (libm exp, f64 sums): absolute.
 const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;
+/// Fast (WMMA f16) attention against the CPU `attend`, absolute, relative to max |V| (here ~1):
+/// f16 query and probabilities rounded at other points (online softmax), hardware exp2.
+const FAST_ATTN_TOL: f32 = 1e-3; // observed <= 2.7e-4
 
 fn devices() -> Vec<(&'static str, GpuOps)> {
     let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().expect("software device"));
@@ -455,7 +458,7 @@ fn kv_setup(ty: KvType, cap: usize, nkv: usize, hd: usize, rng: &mut Rng) -> KvS
 }
 
 #[test]
-fn gpu_ops_attention_ordered_bitwise() {
+fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
     let mut rng = Rng::new(11);
     let devs = devices();
     // (format, head_dim, n_head, n_head_kv, n_tokens, last position, window)
@@ -469,6 +472,8 @@ fn gpu_ops_attention_ordered_bitwise() {
         (KvType::Int8, 64, 4, 2, 1, 50, None),
         (KvType::Int8, 128, 4, 1, 8, 70, Some(32)),
         (KvType::Int8, 256, 2, 2, 2, 12, None),
+        (KvType::F16, 128, 16, 2, 4, 600, None), // long context: many cell blocks per wave, 2 row tiles
+        (KvType::Int8, 64, 8, 8, 1, 300, Some(128)),
     ];
     for &(ty, hd, nh, nkv, nt, last, window) in cases {
         let cap = last + 1;
@@ -503,9 +508,12 @@ fn gpu_ops_attention_ordered_bitwise() {
                 if mode == AttnMode::Ordered {
                     assert_bits(name, &format!("attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} pos={last} window={window:?}"), &got, &want);
                 } else {
-                    for (a, b) in got.iter().zip(&normal) {
-                        assert!((a - b).abs() <= ORDERED_VS_ATTEND_TOL, "{name} fast attention {a} vs {b}");
+                    let mut worst = 0f32;
+                    for (i, (a, b)) in got.iter().zip(&normal).enumerate() {
+                        worst = worst.max((a - b).abs());
+                        assert!((a - b).abs() <= FAST_ATTN_TOL, "{name} fast attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} [{i}]: {a} vs {b}");
                     }
+                    println!("{name} fast attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} pos={last} window={window:?}: worst {worst:.2e}");
                 }
             }
         }

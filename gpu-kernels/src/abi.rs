@@ -338,6 +338,37 @@ macro_rules! attn_kernels {
         }
     };
 }
+/// Every fast (WMMA f16) attention kernel: `symbol, int8 cache, head_dim`.
+macro_rules! attn_fast_kernels {
+    ($m:ident) => {
+        $m! {
+            attn_fast_f16_d16 false 16, attn_fast_f16_d32 false 32, attn_fast_f16_d64 false 64,
+            attn_fast_f16_d128 false 128, attn_fast_f16_d256 false 256,
+            attn_fast_i8_d16 true 16, attn_fast_i8_d32 true 32, attn_fast_i8_d64 true 64,
+            attn_fast_i8_d128 true 128, attn_fast_i8_d256 true 256,
+        }
+    };
+}
+/// Waves (and work-items) of a fast-attention workgroup: the cells are split over the waves
+/// in blocks of 16, each wave keeps an online softmax, the workgroup combines them in LDS.
+pub const ATTN_FAST_WAVES: u32 = 4;
+pub const ATTN_FAST_BLOCK: u32 = ATTN_FAST_WAVES * 32;
+/// Dynamic LDS of a fast-attention launch: the query tile (16 rows of f16), per-wave row
+/// maxima and sums, the combined output tile (16 rows of f32).
+pub const fn attn_fast_lds_bytes(head_dim: u32) -> u32 {
+    32 * head_dim + 2 * ATTN_FAST_WAVES * 64 + 64 * head_dim
+}
+macro_rules! attn_fast_name_table {
+    ($($name:ident $i8:literal $hd:literal),* $(,)?) => {
+        /// `(int8 cache, head_dim, symbol)` of every fast attention kernel.
+        pub const ATTN_FAST_KERNELS: &[(bool, u32, &str)] = &[$(($i8, $hd, stringify!($name))),*];
+    };
+}
+attn_fast_kernels!(attn_fast_name_table);
+/// Symbol of the fast attention kernel for a cache format and head dim.
+pub fn attn_fast_kernel(int8: bool, head_dim: u32) -> Option<&'static str> {
+    ATTN_FAST_KERNELS.iter().find(|(i, h, _)| *i == int8 && *h == head_dim).map(|(_, _, s)| *s)
+}
 macro_rules! get_rows_name_table {
     ($($name:ident $ty:ident),* $(,)?) => {
         /// `(type, symbol)` of every quantized get_rows kernel.
@@ -367,6 +398,7 @@ pub fn op_kernels() -> impl Iterator<Item = &'static str> {
         .into_iter()
         .chain(GET_ROWS_KERNELS.iter().map(|e| e.1))
         .chain(ATTN_KERNELS.iter().map(|e| e.2))
+        .chain(ATTN_FAST_KERNELS.iter().map(|e| e.2))
 }
 
 /// Little-endian bytes of a `#[repr(C)]` args struct made only of u64/u32 fields.

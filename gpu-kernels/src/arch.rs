@@ -16,6 +16,9 @@ unsafe extern "unadjusted" {
     fn llvm_sdot4(a: i32, b: i32, c: i32, clamp: bool) -> i32;
     #[link_name = "llvm.amdgcn.sudot4"]
     fn llvm_sudot4(a_signed: bool, a: i32, b_signed: bool, b: i32, c: i32, clamp: bool) -> i32;
+    #[allow(improper_ctypes)]
+    #[link_name = "llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16"]
+    fn llvm_wmma_f32_f16(a: F16x16, b: F16x16, c: F32x8) -> F32x8;
     #[link_name = "llvm.arithmetic.fence.f32"]
     fn llvm_arithmetic_fence_f32(x: f32) -> f32;
 }
@@ -192,6 +195,38 @@ pub fn read_lane(x: u32, lane: u32) -> u32 {
     unsafe { amdgpu::readlane_u32(x, lane & 31) }
 }
 
+/// The f32 of lane `lane ^ 16` (the other 16-lane half).
+#[inline(always)]
+pub fn other_half_f32(x: f32) -> f32 {
+    f32::from_bits(swap_rows(x.to_bits()))
+}
+
+/// A WMMA f16 operand: 16 halves (lane `l` holds row/column `l % 16`, element k in VGPR k/2,
+/// half k%2).
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct F16x16(pub [f16; 16]);
+/// A WMMA f32 accumulator: element v of lane l is row `2v + l/16`, column `l % 16`.
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct F32x8(pub [f32; 8]);
+
+/// `D = A * B + C` on 16x16x16 f16 tiles with f32 accumulation (`v_wmma_f32_16x16x16_f16`).
+/// `a`/`b` are the 8 packed-half words of the lane's fragment. Call with all 32 lanes active.
+#[inline(always)]
+pub fn wmma_f32_f16(a: [u32; 8], b: [u32; 8], c: [f32; 8]) -> [f32; 8] {
+    // SAFETY: same-size plain-data transmutes (32-byte vectors); the intrinsic is register-only
+    // and every caller runs it in wave-uniform control flow with EXEC full.
+    unsafe {
+        let r = llvm_wmma_f32_f16(
+            core::mem::transmute::<[u32; 8], F16x16>(a),
+            core::mem::transmute::<[u32; 8], F16x16>(b),
+            core::mem::transmute::<[f32; 8], F32x8>(c),
+        );
+        core::mem::transmute::<F32x8, [f32; 8]>(r)
+    }
+}
+
 /// Workgroup barrier with workgroup-scope release/acquire fences: LDS (and global) writes
 /// before it are visible to the whole workgroup after it. Call in uniform control flow.
 #[inline(always)]
@@ -231,6 +266,11 @@ impl Lds {
     pub fn tables() -> Lds {
         // SAFETY: returns a constant address (the LDS symbol); no side effects.
         Lds { base: unsafe { strata_lds_tables_base() } }
+    }
+    /// Generic pointer to byte `off` of the region (for accesses the helpers below lack).
+    #[inline(always)]
+    pub fn ptr(self, off: u32) -> *mut u8 {
+        self.base.wrapping_add(off as usize)
     }
     /// # Safety
     /// `off` is 16-byte aligned and inside the launch's LDS; no concurrent writer (see type doc).

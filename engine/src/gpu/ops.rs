@@ -31,7 +31,8 @@ pub enum GluAct {
 pub enum AttnMode {
     /// Bit-identical to `model::attention::attend_ordered` (fixed accumulation order).
     Ordered,
-    /// The fastest kernel available; today the ordered kernel (see docs/kernels.md).
+    /// WMMA f16 tiles (`v_wmma_f32_16x16x16_f16`), GQA heads sharing K/V loads, cells split
+    /// over 4 waves with an online softmax: within a tolerance of the CPU (tests/gpu_ops.rs).
     Fast,
 }
 
@@ -121,6 +122,9 @@ impl GpuOps {
         }
         for &(_, hd, name) in abi::ATTN_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_BLOCK, abi::attn_lds_bytes(hd, ATTN_MAX_KV_LIMIT), false)?;
+        }
+        for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
+            add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
         }
         Ok(GpuOps { api, module, kernels, attn_max_kv: AtomicU32::new(DEFAULT_ATTN_MAX_KV) })
     }
@@ -409,7 +413,8 @@ impl GpuOps {
     /// Causal attention: token `t` (query row `q[t]`, position `pos[t]`) attends to cells
     /// `lo..=pos[t]`, `lo = pos + 1 - window` when `window > 0` and that is positive, else 0;
     /// `out[t][h] = softmax(kq_scale * q·K) · V` per head, GQA (`n_head % n_head_kv == 0`).
-    /// head_dim ∈ {16, 32, 64, 128, 256}; windows up to [`GpuOps::attn_max_kv`] cells.
+    /// head_dim ∈ {16, 32, 64, 128, 256}; Ordered: windows up to [`GpuOps::attn_max_kv`] cells
+    /// (Fast: any length).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -430,7 +435,6 @@ impl GpuOps {
         window: u32,
         kq_scale: f32,
     ) -> Result<()> {
-        let _ = mode; // Fast == Ordered today (docs/kernels.md)
         let int8 = fmt == KvFormat::Int8;
         let name = abi::attn_kernel(int8, head_dim)
             .ok_or_else(|| bad("attention", format!("head_dim {head_dim} (supported: {:?})", abi::ATTN_HEAD_DIMS)))?;
@@ -441,7 +445,13 @@ impl GpuOps {
             return Err(bad(name, "int8 cache without scale buffers"));
         }
         let max_kv = self.attn_max_kv();
-        let g = groups(n_tokens as u64 * n_head as u64, 1, name)?;
+        let fast = abi::attn_fast_kernel(int8, head_dim).unwrap_or(name);
+        let g = if mode == AttnMode::Fast {
+            let rows = n_tokens as u64 * (n_head / n_head_kv) as u64;
+            groups(rows.div_ceil(16) * n_head_kv as u64, 1, fast)?
+        } else {
+            groups(n_tokens as u64 * n_head as u64, 1, name)?
+        };
         let a = abi::AttnArgs {
             q,
             k: k_cache,
@@ -457,6 +467,9 @@ impl GpuOps {
             kq_scale_bits: kq_scale.to_bits(),
             max_kv,
         };
+        if mode == AttnMode::Fast {
+            return self.launch(s, fast, g, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(head_dim), &a.to_bytes());
+        }
         self.launch(s, name, g, abi::ATTN_BLOCK, abi::attn_lds_bytes(head_dim, max_kv), &a.to_bytes())
     }
 
