@@ -612,3 +612,36 @@ fn gpu_ops_moe_combine_bitwise() {
         }
     }
 }
+
+/// The fused gate/up MMVQ + GLU launch equals MMVQ(gate), MMVQ(up) and GLU on the same
+/// device bit for bit (same dot order, same `quant::fmath` activation), for every type, 1..8
+/// columns, row lists, and both activations.
+#[test]
+fn gpu_ops_mmvq_glu_fused_equals_unfused() {
+    let mut rng = Rng::new(15);
+    for (name, ops) in devices() {
+        for ty in WType::ALL {
+            for (nrows, k, ncols, rowsel, act) in
+                [(70usize, 512usize, 1u32, false, GluAct::Silu), (33, 256, 8, false, GluAct::GeluTanh), (40, 1024, 3, true, GluAct::Silu)]
+            {
+                let bk = ty.block_k() as usize;
+                let wg = random_blocks(ty, nrows * k / bk, &mut rng);
+                let wu = random_blocks(ty, nrows * k / bk, &mut rng);
+                let x = rand_f32(&mut rng, ncols as usize * k, 1.0);
+                let mut xq = vec![0u8; ncols as usize * k / 32 * 36];
+                quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+                let ids: Vec<u32> = if rowsel { (0..nrows as u32).rev().step_by(2).collect() } else { (0..nrows as u32).collect() };
+                let n = ids.len() as u32;
+                let (gb, ub, xb, rb) = (up(&ops, &wg), up(&ops, &wu), up(&ops, &xq), upu(&ops, &ids));
+                let rows = rowsel.then_some(rb.ptr);
+                let total = (ncols * n) as usize;
+                let (yg, yu, ya, yf) = (zeros(&ops, total * 4), zeros(&ops, total * 4), zeros(&ops, total * 4), zeros(&ops, total * 4));
+                ops.mmvq(&S, ty, ncols, gb.ptr, xb.ptr, yg.ptr, rows, n, k as u32, n).unwrap();
+                ops.mmvq(&S, ty, ncols, ub.ptr, xb.ptr, yu.ptr, rows, n, k as u32, n).unwrap();
+                ops.glu(&S, yg.ptr, yu.ptr, ya.ptr, total as u32, act).unwrap();
+                ops.mmvq_glu(&S, ty, ncols, gb.ptr, ub.ptr, xb.ptr, yf.ptr, rows, n, k as u32, n, act).unwrap();
+                assert_bits(name, &format!("mmvq_glu {ty:?} ncols={ncols} {act:?}"), &yf.f32s(), &ya.f32s());
+            }
+        }
+    }
+}

@@ -399,6 +399,7 @@ pub fn op_kernels() -> impl Iterator<Item = &'static str> {
         .chain(GET_ROWS_KERNELS.iter().map(|e| e.1))
         .chain(ATTN_KERNELS.iter().map(|e| e.2))
         .chain(ATTN_FAST_KERNELS.iter().map(|e| e.2))
+        .chain(MMVQ_GLU_KERNELS.iter().map(|e| e.2))
 }
 
 /// Little-endian bytes of a `#[repr(C)]` args struct made only of u64/u32 fields.
@@ -417,8 +418,9 @@ macro_rules! impl_args_bytes {
 }
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, SoftmaxArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs
 );
+const _: () = assert!(core::mem::size_of::<MmvqGluArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<MmvqArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<QuantizeArgs>() == 24);
 const _: () = assert!(core::mem::size_of::<DequantArgs>() == 24);
@@ -491,6 +493,40 @@ macro_rules! mmvq_kernels {
     };
 }
 
+/// Every fused gate/up MMVQ + GLU instantiation: `symbol, weight type, columns` (1..=4).
+macro_rules! mmvq_glu_kernels {
+    ($m:ident) => {
+        $m! {
+            mmvq_glu_q8_0_c1 Q8_0 1, mmvq_glu_q8_0_c2 Q8_0 2, mmvq_glu_q8_0_c3 Q8_0 3, mmvq_glu_q8_0_c4 Q8_0 4,
+            mmvq_glu_q4_k_c1 Q4K 1, mmvq_glu_q4_k_c2 Q4K 2, mmvq_glu_q4_k_c3 Q4K 3, mmvq_glu_q4_k_c4 Q4K 4,
+            mmvq_glu_q6_k_c1 Q6K 1, mmvq_glu_q6_k_c2 Q6K 2, mmvq_glu_q6_k_c3 Q6K 3, mmvq_glu_q6_k_c4 Q6K 4,
+            mmvq_glu_iq3_xxs_c1 IQ3XXS 1, mmvq_glu_iq3_xxs_c2 IQ3XXS 2, mmvq_glu_iq3_xxs_c3 IQ3XXS 3,
+            mmvq_glu_iq3_xxs_c4 IQ3XXS 4,
+        }
+    };
+}
+/// Most columns of one fused MMVQ + GLU launch (more spill registers; the host splits).
+pub const MAX_GLU_COLS: u32 = 4;
+
+/// Arguments of `mmvq_glu_*`: `y[c * y_stride + i] = act(Wg[row(i)] · x[c]) * (Wu[row(i)] ·
+/// x[c])`, otherwise exactly `MmvqArgs` (same launch geometry and LDS); `act` 0 = SiLU,
+/// 1 = GELU-tanh.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmvqGluArgs {
+    pub wg: u64,
+    pub wu: u64,
+    pub x: u64,
+    pub y: u64,
+    pub rows: u64,
+    pub nrows: u32,
+    pub k: u32,
+    pub y_stride: u32,
+    pub rows_per_wg: u32,
+    pub act: u32,
+    pub _pad: u32,
+}
+
 /// Every dequant kernel: `symbol, weight type, output (f32 | f16)`.
 macro_rules! dequant_kernels {
     ($m:ident) => {
@@ -534,4 +570,16 @@ pub fn all_kernels() -> impl Iterator<Item = &'static str> {
         .into_iter()
         .chain(MMVQ_KERNELS.iter().map(|e| e.2))
         .chain(DEQUANT_KERNELS.iter().map(|e| e.2))
+}
+
+macro_rules! mmvq_glu_name_table {
+    ($($name:ident $ty:ident $nc:literal),* $(,)?) => {
+        /// `(type, columns, symbol)` of every fused gate/up MMVQ + GLU kernel.
+        pub const MMVQ_GLU_KERNELS: &[(WType, u32, &str)] = &[$((WType::$ty, $nc, stringify!($name))),*];
+    };
+}
+mmvq_glu_kernels!(mmvq_glu_name_table);
+/// Symbol of the fused MMVQ + GLU kernel for `ty` with `ncols` columns.
+pub fn mmvq_glu_kernel(ty: WType, ncols: u32) -> Option<&'static str> {
+    MMVQ_GLU_KERNELS.iter().find(|(t, n, _)| *t == ty && *n == ncols).map(|(_, _, s)| *s)
 }

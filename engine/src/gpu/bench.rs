@@ -294,6 +294,32 @@ pub fn bench_ops(quick: bool) -> String {
     run(&mut out, abi::MOE_ROUTER, "8x128 k8".into(), 8 * 128 * 4 + 8 * 8 * 8, 0, w8, r);
     let r = ops.moe_combine(&s, ymoe, mapp, mwp, yp, d as u32, 8, 8);
     run(&mut out, abi::MOE_COMBINE, format!("8x8x{d}"), 64 * d * 4 + 8 * d * 4 + 64 * 8, 0, w8, r);
+    // Fused gate/up MMVQ + SiLU, one column (i/256w counts both matrices' weights).
+    let (nr, kk) = if quick { (512usize, 1024usize) } else { (4096, 4096) };
+    let xs: Vec<f32> = (0..kk).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let mut xq = vec![0u8; kk / 32 * 36];
+    if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
+        for ty in WType::ALL {
+            let nblk = nr * kk / ty.block_k() as usize;
+            let wg = random_blocks(ty, nblk, &mut Rng::new(21));
+            let wu = random_blocks(ty, nblk, &mut Rng::new(22));
+            let (gp, up, xp, yp) = (alloc(&wg), alloc(&wu), alloc(&xq), alloc(&vec![0u8; nr * 4]));
+            let _ = api.take_stats();
+            let r = ops.mmvq_glu(&s, ty, 1, gp, up, xp, yp, None, nr as u32, kk as u32, nr as u32, GluAct::Silu);
+            let st = api.take_stats().unwrap_or_default();
+            let name = abi::mmvq_glu_kernel(ty, 1).unwrap_or("?");
+            match r {
+                Ok(()) => {
+                    let info = ops.kernel(name).map(|k| k.info.clone());
+                    let lds = abi::mmvq_lds_bytes(ty, kk as u32, 1);
+                    row(&mut out, name, &format!("2x{nr}x{kk}"), &st, info.as_ref(), lds, (2 * wg.len() + xq.len() + nr * 4) as u64, (2 * nr * kk) as u64);
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "{name}: {e}");
+                }
+            }
+        }
+    }
     for p in bufs {
         let _ = api.free(p);
     }

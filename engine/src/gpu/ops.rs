@@ -123,6 +123,9 @@ impl GpuOps {
         for &(_, hd, name) in abi::ATTN_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_BLOCK, abi::attn_lds_bytes(hd, ATTN_MAX_KV_LIMIT), false)?;
         }
+        for &(ty, _, name) in abi::MMVQ_GLU_KERNELS {
+            add(name, abi::MmvqGluArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
+        }
         for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
         }
@@ -234,6 +237,66 @@ impl GpuOps {
                 k,
                 y_stride,
                 rows_per_wg,
+            };
+            let g = groups(nrows as u64, rows_per_wg, kname)?;
+            self.launch(s, kname, g, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
+            c0 += nc;
+        }
+        Ok(())
+    }
+
+    /// Fused gate/up projection and GLU in one launch: `y[c * y_stride + i] =
+    /// act(Wg[row(i)] · x[c]) * (Wu[row(i)] · x[c])`, `wg`/`wu` of the same shape and type, other
+    /// arguments as [`GpuOps::mmvq`] (1..=8 columns, launched in groups of at most
+    /// `abi::MAX_GLU_COLS`). Bit-identical to `mmvq(wg)`, `mmvq(wu)` then [`GpuOps::glu`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmvq_glu(
+        &self,
+        s: &Stream,
+        ty: WType,
+        ncols: u32,
+        wg: DevicePtr,
+        wu: DevicePtr,
+        x_q8_1: DevicePtr,
+        y: DevicePtr,
+        rows: Option<DevicePtr>,
+        nrows: u32,
+        k: u32,
+        y_stride: u32,
+        act: GluAct,
+    ) -> Result<()> {
+        let name = abi::mmvq_glu_kernel(ty, ncols.clamp(1, abi::MAX_GLU_COLS)).unwrap_or("mmvq_glu");
+        if ncols == 0 || ncols as usize > abi::MAX_COLS {
+            return Err(bad(name, format!("{ncols} columns (1..={})", abi::MAX_COLS)));
+        }
+        let bk = ty.block_k();
+        if k == 0 || k % bk != 0 {
+            return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
+        }
+        if nrows == 0 || y_stride < nrows {
+            return Err(bad(name, format!("nrows {nrows}, y_stride {y_stride} (needs >= nrows)")));
+        }
+        let fit = (abi::MAX_LDS_BYTES - ty.table_lds_bytes()) / abi::act_col_bytes(k);
+        if fit == 0 {
+            return Err(bad(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
+        }
+        let rows_per_wg = default_rows_per_wg(ty, k, nrows);
+        let mut c0 = 0;
+        while c0 < ncols {
+            let nc = (ncols - c0).min(fit).min(abi::MAX_GLU_COLS);
+            let kname = abi::mmvq_glu_kernel(ty, nc).unwrap_or(name);
+            let args = abi::MmvqGluArgs {
+                wg,
+                wu,
+                x: x_q8_1 + (c0 as u64) * (k / 32 * abi::Q8_1_BYTES) as u64,
+                y: y + (c0 as u64) * y_stride as u64 * 4,
+                rows: rows.unwrap_or(0),
+                nrows,
+                k,
+                y_stride,
+                rows_per_wg,
+                act: (act == GluAct::GeluTanh) as u32,
+                _pad: 0,
             };
             let g = groups(nrows as u64, rows_per_wg, kname)?;
             self.launch(s, kname, g, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
