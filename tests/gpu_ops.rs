@@ -645,3 +645,51 @@ fn gpu_ops_mmvq_glu_fused_equals_unfused() {
         }
     }
 }
+
+/// MMQ (int8 WMMA) against a scalar CPU reference in its documented order (per 32-block the
+/// exact integer dot, `acc += dot as f32 * (d_w * d_x)`): bitwise; and against an f64 dot of
+/// the dequantized operands (tolerance as MMVQ).
+#[test]
+fn gpu_ops_mmq_q8_0_wmma_bitwise() {
+    let mut rng = Rng::new(16);
+    for (name, ops) in devices() {
+        for (m, n, k) in [(16usize, 16usize, 32usize), (200, 37, 256), (5, 3, 96), (130, 64, 1024)] {
+            let w = random_blocks(WType::Q8_0, m * k / 32, &mut rng);
+            let x = rand_f32(&mut rng, n * k, 1.0);
+            let mut xq = vec![0u8; n * k / 32 * 36];
+            quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+            let nb = k / 32;
+            let mut want = vec![0f32; n * m];
+            for c in 0..n {
+                for r in 0..m {
+                    let mut acc = 0f32;
+                    for b in 0..nb {
+                        let wb = &w[(r * nb + b) * 34..(r * nb + b + 1) * 34];
+                        let xb = &xq[(c * nb + b) * 36..(c * nb + b + 1) * 36];
+                        let dot: i32 = (0..32).map(|i| wb[2 + i] as i8 as i32 * xb[4 + i] as i8 as i32).sum();
+                        let dw = quant::f16_to_f32(u16::from_le_bytes([wb[0], wb[1]]));
+                        let dx = quant::f16_to_f32(u16::from_le_bytes([xb[0], xb[1]]));
+                        acc += dot as f32 * (dw * dx);
+                    }
+                    want[c * m + r] = acc;
+                }
+            }
+            let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
+            let y = zeros(&ops, n * m * 4);
+            ops.mmq(&S, WType::Q8_0, wb.ptr, xb.ptr, y.ptr, m as u32, n as u32, k as u32, m as u32).unwrap();
+            let got = y.f32s();
+            assert_bits(name, &format!("mmq q8_0 {m}x{n}x{k}"), &got, &want);
+            let mut a = vec![0f32; k];
+            let mut wr = vec![0f32; k];
+            for c in 0..n {
+                quant::dequantize_row(GgmlType::Q8_1, &xq[c * nb * 36..(c + 1) * nb * 36], &mut a).unwrap();
+                for r in 0..m {
+                    quant::dequantize_row(GgmlType::Q8_0, &w[r * nb * 34..(r + 1) * nb * 34], &mut wr).unwrap();
+                    let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, mg), (&p, &q)| (d + p as f64 * q as f64, mg + (p as f64 * q as f64).abs()));
+                    assert!((got[c * m + r] as f64 - dot).abs() <= 1e-6 * mag + 1e-30, "{name} mmq vs f64 dot");
+                }
+            }
+        }
+        assert!(ops.mmq(&S, WType::Q4K, 0, 0, 0, 16, 16, 256, 16).is_err());
+    }
+}

@@ -48,7 +48,14 @@ fn operand(code: u16, sh: u8, lit: u32, hi: bool, f64op: bool) -> String {
                 (lit as i32) >= -16 && (lit as i32) <= 64
                     || [0.5f32, -0.5, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0].iter().any(|f| f.to_bits() == lit) || lit == 0x3e22f983
             };
-            if inline { format!("lit({lit:#x})") } else { format!("{lit:#x}") }
+            if inline {
+                format!("lit({lit:#x})")
+            } else if sh & 0x10 != 0 {
+                // a 16-bit operand's literal: llvm-objdump prints its low half
+                format!("{:#x}", lit & 0xffff)
+            } else {
+                format!("{lit:#x}")
+            }
         }
         _ => format!("?{code}"),
     }
@@ -227,6 +234,13 @@ pub fn text(i: &Inst, _pc: u64) -> String {
         Fam::Sop1 => {
             if name == "s_getpc_b64" { return format!("{name} {}", sreg(i.dst, 2)); }
             if name == "s_setpc_b64" || name == "s_rfe_b64" { return format!("{name} {}", operand(i.src[0], 2, i.lit, false, false)); }
+            if name.starts_with("s_sendmsg_rtn") {
+                // The source field is the message id itself (gfx11 MSG_RTN_*), as llvm-objdump prints it.
+                const MSGS: [&str; 6] = ["GET_DOORBELL", "GET_DDID", "GET_TMA", "GET_REALTIME", "SAVE_WAVE", "GET_TBA"];
+                let id = i.src[0] as usize;
+                let msg = id.checked_sub(128).and_then(|k| MSGS.get(k)).map_or(format!("{id}"), |m| format!("sendmsg(MSG_RTN_{m})"));
+                return format!("{name} {}, {msg}", sreg(i.dst, i.shape[0] & 0xf));
+            }
             format!("{name} {}, {}", sreg(i.dst, i.shape[0] & 0xf), operand(i.src[0], i.shape[1], i.lit, false, false))
         }
         Fam::Sopc => format!("{name} {}, {}", operand(i.src[0], i.shape[1], i.lit, false, false), operand(i.src[1], i.shape[2], i.lit, false, false)),
@@ -246,6 +260,7 @@ pub fn text(i: &Inst, _pc: u64) -> String {
             "s_delay_alu" => format!("{name} {}", delay_alu(i.imm as u16)),
             "s_clause" | "s_set_inst_prefetch_distance" | "s_round_mode" | "s_ttracedata_imm" | "s_wait_event" => format!("{name} {:#x}", i.imm as u16),
             "s_sendmsg" if i.imm == 3 => "s_sendmsg sendmsg(MSG_DEALLOC_VGPRS)".into(),
+            "s_sendmsg" if i.imm == 1 => "s_sendmsg sendmsg(MSG_INTERRUPT)".into(),
             "s_waitcnt_depctr" => format!("{name} {}", depctr(i.imm as u16)),
             n if n.starts_with("s_cbranch") || n == "s_branch" => format!("{name} {}", i.imm as u16),
             // other immediates: decimal when an inline-constant-sized value, else hex

@@ -400,6 +400,7 @@ pub fn op_kernels() -> impl Iterator<Item = &'static str> {
         .chain(ATTN_KERNELS.iter().map(|e| e.2))
         .chain(ATTN_FAST_KERNELS.iter().map(|e| e.2))
         .chain(MMVQ_GLU_KERNELS.iter().map(|e| e.2))
+        .chain([MMQ_Q8_0])
 }
 
 /// Little-endian bytes of a `#[repr(C)]` args struct made only of u64/u32 fields.
@@ -418,8 +419,9 @@ macro_rules! impl_args_bytes {
 }
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, SoftmaxArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs
 );
+const _: () = assert!(core::mem::size_of::<MmqArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<MmvqGluArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<MmvqArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<QuantizeArgs>() == 24);
@@ -526,6 +528,25 @@ pub struct MmvqGluArgs {
     pub act: u32,
     pub _pad: u32,
 }
+
+/// Arguments of `mmq_q8_0` (prefill): `y[c * y_stride + i] = W[i] · x[c]` for `ncols` Q8_1
+/// activation columns and `nrows` Q8_0 weight rows of `k` (multiple of 32), computed on
+/// `v_wmma_i32_16x16x16_iu8` tiles: per 32-block the exact int32 dot, then
+/// `acc += (dot as f32) * (d_w * d_x)` in block order (bit-identical to that scalar order).
+/// Workgroup = `WAVES_PER_WG` waves, each a 16-row x 16-column tile; grid =
+/// `ceil(nrows / 128) * ceil(ncols / 16)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmqArgs {
+    pub w: u64,
+    pub x: u64,
+    pub y: u64,
+    pub nrows: u32,
+    pub ncols: u32,
+    pub k: u32,
+    pub y_stride: u32,
+}
+pub const MMQ_Q8_0: &str = "mmq_q8_0";
 
 /// Every dequant kernel: `symbol, weight type, output (f32 | f16)`.
 macro_rules! dequant_kernels {

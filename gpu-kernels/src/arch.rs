@@ -17,6 +17,9 @@ unsafe extern "unadjusted" {
     #[link_name = "llvm.amdgcn.sudot4"]
     fn llvm_sudot4(a_signed: bool, a: i32, b_signed: bool, b: i32, c: i32, clamp: bool) -> i32;
     #[allow(improper_ctypes)]
+    #[link_name = "llvm.amdgcn.wmma.i32.16x16x16.iu8.v8i32.v4i32"]
+    fn llvm_wmma_i32_iu8(a_signed: bool, a: I32x4, b_signed: bool, b: I32x4, c: I32x8, clamp: bool) -> I32x8;
+    #[allow(improper_ctypes)]
     #[link_name = "llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16"]
     fn llvm_wmma_f32_f16(a: F16x16, b: F16x16, c: F32x8) -> F32x8;
     #[link_name = "llvm.arithmetic.fence.f32"]
@@ -210,6 +213,34 @@ pub struct F16x16(pub [f16; 16]);
 #[repr(simd)]
 #[derive(Clone, Copy)]
 pub struct F32x8(pub [f32; 8]);
+
+/// A WMMA iu8 operand: 16 bytes (element k in VGPR k/4, byte k%4).
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct I32x4(pub [i32; 4]);
+/// A WMMA i32 accumulator (layout of [`F32x8`]).
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct I32x8(pub [i32; 8]);
+
+/// `D = A * B + C` on 16x16x16 signed-int8 tiles with i32 accumulation
+/// (`v_wmma_i32_16x16x16_iu8 neg_lo:[1,1,0]`). Call with all 32 lanes active.
+#[inline(always)]
+pub fn wmma_i32_i8(a: [u32; 4], b: [u32; 4], c: [i32; 8]) -> [i32; 8] {
+    // SAFETY: same-size plain-data transmutes; register-only intrinsic, called in wave-uniform
+    // control flow with EXEC full.
+    unsafe {
+        let r = llvm_wmma_i32_iu8(
+            true,
+            core::mem::transmute::<[u32; 4], I32x4>(a),
+            true,
+            core::mem::transmute::<[u32; 4], I32x4>(b),
+            core::mem::transmute::<[i32; 8], I32x8>(c),
+            false,
+        );
+        core::mem::transmute::<I32x8, [i32; 8]>(r)
+    }
+}
 
 /// `D = A * B + C` on 16x16x16 f16 tiles with f32 accumulation (`v_wmma_f32_16x16x16_f16`).
 /// `a`/`b` are the 8 packed-half words of the lane's fragment. Call with all 32 lanes active.

@@ -126,6 +126,7 @@ impl GpuOps {
         for &(ty, _, name) in abi::MMVQ_GLU_KERNELS {
             add(name, abi::MmvqGluArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
         }
+        add(abi::MMQ_Q8_0, abi::MmqArgs::SIZE, wg, 0, false)?;
         for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
         }
@@ -303,6 +304,22 @@ impl GpuOps {
             c0 += nc;
         }
         Ok(())
+    }
+
+    /// Prefill matmul on int8 WMMA tiles: `y[c * y_stride + i] = W[i] · x[c]` for `ncols`
+    /// Q8_1 activation columns (e.g. from [`GpuOps::quantize_q8_1`]) and `nrows` weight rows of
+    /// `k`. Only Q8_0 weights so far (semantics and order: `abi::MmqArgs`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmq(&self, s: &Stream, ty: WType, w: DevicePtr, x_q8_1: DevicePtr, y: DevicePtr, nrows: u32, ncols: u32, k: u32, y_stride: u32) -> Result<()> {
+        let name = abi::MMQ_Q8_0;
+        if ty != WType::Q8_0 {
+            return Err(bad(name, format!("MMQ supports Q8_0 weights only (got {ty:?}); use dequant + GEMM or mmvq")));
+        }
+        if k == 0 || k % 32 != 0 || nrows == 0 || ncols == 0 || y_stride < nrows {
+            return Err(bad(name, format!("k {k} (multiple of 32), nrows {nrows}, ncols {ncols}, y_stride {y_stride} (>= nrows)")));
+        }
+        let g = groups(nrows.div_ceil(16 * abi::WAVES_PER_WG) as u64 * ncols.div_ceil(16) as u64, 1, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MmqArgs { w, x: x_q8_1, y, nrows, ncols, k, y_stride }.to_bytes())
     }
 
     // ------------------------------------------------------------------ forward-pass ops
