@@ -294,7 +294,7 @@ pub const MOE_MAX_EXPERTS: u32 = 256;
 pub const MOE_MAX_K: u32 = 8;
 
 /// `moe_combine`: `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, added in order j = 0..k
-/// from 0.0. One work-item per output element.
+/// from 0.0. One work-item per output element, `ceil(d / WG_SIZE)` workgroups per token.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MoeCombineArgs {

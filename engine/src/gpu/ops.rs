@@ -586,7 +586,7 @@ impl GpuOps {
         if k == 0 {
             return Err(bad(name, "k = 0"));
         }
-        let g = groups(d as u64 * n_tokens as u64, abi::WG_SIZE, name)?;
+        let g = groups(d.div_ceil(abi::WG_SIZE) as u64 * n_tokens as u64, 1, name)?;
         self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
     }
 }

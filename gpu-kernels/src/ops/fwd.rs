@@ -369,6 +369,8 @@ pub extern "gpu-kernel" fn moe_router(
 }
 
 /// `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, from 0.0 in order j = 0..k.
+/// Workgroup `g` = token `g / ceil(d / WG_SIZE)`, so the token's map and weights are
+/// workgroup-uniform (scalar loads) and each work-item reads only its y elements.
 #[unsafe(no_mangle)]
 pub extern "gpu-kernel" fn moe_combine(
     y: *const f32,
@@ -380,19 +382,24 @@ pub extern "gpu-kernel" fn moe_combine(
     k: u32,
     _pad: u32,
 ) {
-    let g = gid();
-    if d == 0 || g >= d * n_tokens {
+    let chunks = d.div_ceil(WG_SIZE);
+    let g = group_id();
+    if chunks == 0 || g >= chunks * n_tokens {
         return;
     }
-    let (t, i) = (g / d, g % d);
+    let t = g / chunks;
+    let i = (g % chunks) * WG_SIZE + thread_id();
+    if i >= d {
+        return;
+    }
     // SAFETY: ABI (abi::MoeCombineArgs): map/w = [n_tokens*k], map entries are rows of y (d
-    // f32 each), out = [n_tokens][d]; element g is this item's.
+    // f32 each), out = [n_tokens][d]; element (t, i) is this item's.
     unsafe {
         let mut acc = 0f32;
         for j in 0..k {
             let m = *map.add((t * k + j) as usize);
             acc += *w.add((t * k + j) as usize) * *y.add((m * d + i) as usize);
         }
-        *out.add(g as usize) = acc;
+        *out.add((t * d + i) as usize) = acc;
     }
 }
