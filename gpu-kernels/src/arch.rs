@@ -198,6 +198,11 @@ pub fn read_lane(x: u32, lane: u32) -> u32 {
     unsafe { amdgpu::readlane_u32(x, lane & 31) }
 }
 
+/// The u32 of lane `lane ^ 16` (the other 16-lane half).
+#[inline(always)]
+pub fn other_half_u32(x: u32) -> u32 {
+    swap_rows(x)
+}
 /// The f32 of lane `lane ^ 16` (the other 16-lane half).
 #[inline(always)]
 pub fn other_half_f32(x: f32) -> f32 {

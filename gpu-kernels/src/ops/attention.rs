@@ -186,7 +186,7 @@ attn_kernels!(define_attn);
 // Numerics: f16 query / probabilities (as ggml's f16 path), f32 accumulation, hardware exp2:
 // tolerance-checked against the CPU, not bit-identical.
 use crate::abi::{attn_fast_lds_bytes, ATTN_FAST_BLOCK, ATTN_FAST_WAVES};
-use crate::arch::{other_half_f32, thread_id, wave_id, wave_max_u32, wave_min_u32, wmma_f32_f16};
+use crate::arch::{other_half_f32, other_half_u32, read_lane_f32, thread_id, wave_id, wave_max_u32, wave_min_u32, wmma_f32_f16};
 
 #[inline(always)]
 fn exp2(x: f32) -> f32 {
@@ -280,30 +280,43 @@ unsafe fn attn_fast<const HD: usize, const I8: bool>(
             let mut s = [0f32; 8];
             let mut c = 0u32;
             while c < hd {
-                let a: [u32; 8] = if I8 {
-                    let wv = ld_u32x4(krow.add(c as usize));
+                // Each half-wave loads half of the 16-dim chunk; the halves swap (permlanex16)
+                // so every lane holds the whole fragment, with every byte loaded once.
+                let mine: [u32; 4] = if I8 {
+                    let wv = ld_u32x2(krow.add((c + 8 * half) as usize));
                     core::array::from_fn(|i| {
                         let lo8 = ((wv[i / 2] >> (16 * (i % 2))) & 0xff) as u8 as i8;
                         let hi8 = ((wv[i / 2] >> (16 * (i % 2) + 8)) & 0xff) as u8 as i8;
                         (lo8 as f16).to_bits() as u32 | ((hi8 as f16).to_bits() as u32) << 16
                     })
                 } else {
-                    let x0 = ld_u32x4(krow.add(2 * c as usize));
-                    let x1 = ld_u32x4(krow.add(2 * c as usize + 16));
-                    [x0[0], x0[1], x0[2], x0[3], x1[0], x1[1], x1[2], x1[3]]
+                    ld_u32x4(krow.add((2 * c + 16 * half) as usize))
                 };
+                let a = join_halves(mine, half);
                 let q0 = lds.ld128(32 * row * hd / 16 + 2 * c);
                 let q1 = lds.ld128(32 * row * hd / 16 + 2 * c + 16);
                 s = wmma_f32_f16(a, [q0[0], q0[1], q0[2], q0[3], q1[0], q1[1], q1[2], q1[3]], s);
                 c += 16;
             }
+            // int8 row scales: lane loads the scale of cell key0 + row; element v needs cell
+            // 2v + half's, read from that lane (v_readlane).
+            let (ksl, vsl) = if I8 {
+                let cell = (kc * n_head_kv + kvh) as usize;
+                (*k_scale.add(cell), *v_scale.add(cell))
+            } else {
+                (1.0, 1.0)
+            };
+            let pick = |x: f32, vi: usize| {
+                let (a, b) = (read_lane_f32(x, 2 * vi as u32), read_lane_f32(x, 2 * vi as u32 + 1));
+                if half == 0 { a } else { b }
+            };
             // Scale, mask, block max of this row.
             let mut bmax = f32::NEG_INFINITY;
             unroll::<8>(|vi| {
                 let key = key0 + 2 * vi as u32 + half;
                 let mut x = s[vi] * kq_scale;
                 if I8 {
-                    x *= *k_scale.add((key.min(kend - 1) * n_head_kv + kvh) as usize);
+                    x *= pick(ksl, vi);
                 }
                 s[vi] = if valid_row && key >= lo && key <= p { x } else { f32::NEG_INFINITY };
                 bmax = bmax.max(s[vi]);
@@ -317,8 +330,7 @@ unsafe fn attn_fast<const HD: usize, const I8: bool>(
                 let pv = if s[vi] == f32::NEG_INFINITY { 0.0 } else { exp2((s[vi] - m_new) * LOG2E) };
                 psum += pv;
                 let pv = if I8 {
-                    let key = (key0 + 2 * vi as u32 + half).min(kend - 1);
-                    pv * *v_scale.add((key * n_head_kv + kvh) as usize)
+                    pv * pick(vsl, vi)
                 } else {
                     pv
                 };
@@ -342,8 +354,10 @@ unsafe fn attn_fast<const HD: usize, const I8: bool>(
             });
             for dt in 0..HD / 16 {
                 let d = (16 * dt) as u32 + row;
-                let a: [u32; 8] = core::array::from_fn(|i| {
-                    let (c0, c1) = (vrow[2 * i] + d, vrow[2 * i + 1] + d);
+                // Half h gathers cells 8h .. 8h + 8 (words 4h .. 4h + 4), then the halves swap.
+                let mine: [u32; 4] = core::array::from_fn(|i| {
+                    let (c0, c1) = if half == 0 { (vrow[2 * i], vrow[2 * i + 1]) } else { (vrow[2 * i + 8], vrow[2 * i + 9]) };
+                    let (c0, c1) = (c0 + d, c1 + d);
                     if I8 {
                         let x0 = *v.add(c0 as usize) as i8 as f16;
                         let x1 = *v.add(c1 as usize) as i8 as f16;
@@ -354,6 +368,7 @@ unsafe fn attn_fast<const HD: usize, const I8: bool>(
                         x0 as u32 | (x1 as u32) << 16
                     }
                 });
+                let a = join_halves(mine, half);
                 let mut acc = o[dt];
                 unroll::<8>(|vi| acc[vi] *= alpha);
                 o[dt] = wmma_f32_f16(a, pf, acc);
@@ -408,6 +423,15 @@ unsafe fn attn_fast<const HD: usize, const I8: bool>(
             e += ATTN_FAST_BLOCK;
         }
     }
+}
+
+/// The 8-word fragment from this half's 4 words and the other half's: words 0..4 come from
+/// half 0, 4..8 from half 1 (4 `v_permlanex16_b32`).
+#[inline(always)]
+fn join_halves(mine: [u32; 4], half: u32) -> [u32; 8] {
+    let other = mine.map(other_half_u32);
+    let (lo, hi) = if half == 0 { (mine, other) } else { (other, mine) };
+    [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
 }
 
 /// Generic pointer to LDS byte `off` (for 2-byte stores).
