@@ -162,7 +162,9 @@ pub struct RmsNormArgs {
 }
 
 /// `rope_f32`: in place on `x[n_tokens][n_heads][head_dim]`, angles from `table`
-/// (`[pos][rope_dim/2]` (cos, sin) pairs). `neox`/`fma` are 0/1. One work-item per rotated pair.
+/// (`[pos][rope_dim/2]` (cos, sin) pairs). `neox`/`fma` are 0/1. One work-item per (token,
+/// group of `ROPE_HEADS` heads, rotated pair).
+pub const ROPE_HEADS: u32 = 8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RopeArgs {

@@ -369,7 +369,7 @@ impl GpuOps {
         if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
             return Err(bad(name, format!("rope_dim {rope_dim} must be even and in 2..=head_dim ({head_dim})")));
         }
-        let g = groups(n_tokens as u64 * n_heads as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
+        let g = groups(n_tokens as u64 * n_heads.div_ceil(abi::ROPE_HEADS) as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
         let a = abi::RopeArgs { x, pos, table, n_tokens, n_heads, head_dim, rope_dim, neox: neox as u32, fma: fma as u32 };
         self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
     }
