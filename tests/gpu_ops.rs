@@ -462,7 +462,8 @@ fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
     let mut rng = Rng::new(11);
     let devs = devices();
     // (format, head_dim, n_head, n_head_kv, n_tokens, last position, window)
-    let cases: &[(KvType, usize, usize, usize, usize, usize, Option<usize>)] = &[
+    type Case = (KvType, usize, usize, usize, usize, usize, Option<usize>);
+    let cases: &[Case] = &[
         (KvType::F16, 64, 4, 2, 1, 0, None),     // first token: one cell
         (KvType::F16, 128, 8, 2, 1, 77, None),   // decode, GQA 4:1
         (KvType::F16, 256, 2, 1, 8, 40, None),   // verification window of 8
@@ -569,7 +570,7 @@ fn gpu_ops_moe_router_matches_cpu() {
                 strata::model::moe::top_k(&p, k, &mut sel);
                 if renorm {
                     let sum: f32 = sel.iter().map(|&(_, w)| w).sum();
-                    let sum = sum.max(6.103515625e-5);
+                    let sum = sum.max(6.103_515_6e-5);
                     sel.iter_mut().for_each(|(_, w)| *w /= sum);
                 }
                 want_ids.extend(sel.iter().map(|&(e, _)| e as u32));

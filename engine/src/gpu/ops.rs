@@ -167,7 +167,7 @@ impl GpuOps {
     /// f32 → Q8_1 (36-byte blocks of 32), byte-exact with quant; `n % 32 == 0` (columns back to back).
     pub fn quantize_q8_1(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
         let name = abi::QUANTIZE_Q8_1;
-        if n == 0 || n % abi::QK8_1 != 0 {
+        if n == 0 || !n.is_multiple_of(abi::QK8_1) {
             return Err(bad(name, format!("n = {n} is not a positive multiple of 32")));
         }
         let g = groups((n / abi::QK8_1) as u64, abi::WG_SIZE, name)?;
@@ -177,7 +177,7 @@ impl GpuOps {
     /// f32 → Q8_K (292-byte blocks of 256), byte-exact; `n % 256 == 0`.
     pub fn quantize_q8_k(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
         let name = abi::QUANTIZE_Q8_K;
-        if n == 0 || n % abi::QK_K != 0 {
+        if n == 0 || !n.is_multiple_of(abi::QK_K) {
             return Err(bad(name, format!("n = {n} is not a positive multiple of 256")));
         }
         let g = groups((n / abi::QK_K) as u64, abi::WAVES_PER_WG, name)?;
@@ -213,7 +213,7 @@ impl GpuOps {
             return Err(bad(name, format!("{ncols} columns (1..={})", abi::MAX_COLS)));
         }
         let bk = ty.block_k();
-        if k == 0 || k % bk != 0 {
+        if k == 0 || !k.is_multiple_of(bk) {
             return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
         }
         if nrows == 0 || y_stride < nrows {
@@ -271,7 +271,7 @@ impl GpuOps {
             return Err(bad(name, format!("{ncols} columns (1..={})", abi::MAX_COLS)));
         }
         let bk = ty.block_k();
-        if k == 0 || k % bk != 0 {
+        if k == 0 || !k.is_multiple_of(bk) {
             return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
         }
         if nrows == 0 || y_stride < nrows {
@@ -315,7 +315,7 @@ impl GpuOps {
         if ty != WType::Q8_0 {
             return Err(bad(name, format!("MMQ supports Q8_0 weights only (got {ty:?}); use dequant + GEMM or mmvq")));
         }
-        if k == 0 || k % 32 != 0 || nrows == 0 || ncols == 0 || y_stride < nrows {
+        if k == 0 || !k.is_multiple_of(32) || nrows == 0 || ncols == 0 || y_stride < nrows {
             return Err(bad(name, format!("k {k} (multiple of 32), nrows {nrows}, ncols {ncols}, y_stride {y_stride} (>= nrows)")));
         }
         let g = groups(nrows.div_ceil(16 * abi::WAVES_PER_WG) as u64 * ncols.div_ceil(16) as u64, 1, name)?;
@@ -366,7 +366,7 @@ impl GpuOps {
         fma: bool,
     ) -> Result<()> {
         let name = abi::ROPE;
-        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+        if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
             return Err(bad(name, format!("rope_dim {rope_dim} must be even and in 2..=head_dim ({head_dim})")));
         }
         let g = groups(n_tokens as u64 * n_heads.div_ceil(abi::ROPE_HEADS) as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
@@ -448,7 +448,7 @@ impl GpuOps {
         match ty {
             RowType::W(wt) => {
                 let name = abi::get_rows_kernel(wt).ok_or_else(|| bad("get_rows", format!("no kernel for {wt:?}")))?;
-                if k == 0 || k % wt.block_k() != 0 {
+                if k == 0 || !k.is_multiple_of(wt.block_k()) {
                     return Err(bad(name, format!("k = {k} is not a positive multiple of {}", wt.block_k())));
                 }
                 let g = groups(n_ids as u64 * (k / wt.block_k()) as u64, abi::WG_SIZE, name)?;
@@ -518,7 +518,7 @@ impl GpuOps {
         let int8 = fmt == KvFormat::Int8;
         let name = abi::attn_kernel(int8, head_dim)
             .ok_or_else(|| bad("attention", format!("head_dim {head_dim} (supported: {:?})", abi::ATTN_HEAD_DIMS)))?;
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
             return Err(bad(name, format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")));
         }
         if int8 && (k_scale == 0 || v_scale == 0) {
