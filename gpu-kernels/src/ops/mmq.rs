@@ -4,7 +4,8 @@
 //! l % 16), C lane l = row l % 16 for tokens 2v + l / 16. Per 32-value block two WMMA steps give
 //! the exact int32 dots; `acc += (dot as f32) * (d_w * d_x)` in block order.
 use crate::abi::WAVES_PER_WG;
-use crate::arch::{group_id, lane_id, wave_id, wmma_i32_i8};
+use super::unroll;
+use crate::arch::{group_id, lane_id, read_lane_f32, wave_id, wmma_i32_i8};
 use crate::mem::{ld_u16, ld_u32x4};
 use quant::f16_to_f32;
 
@@ -39,14 +40,18 @@ pub extern "gpu-kernel" fn mmq_q8_0(w: *const u8, x: *const u8, y: *mut f32, nro
             let wb = wrow.add((b * 34) as usize);
             let xb = xcol.add((b * 36) as usize);
             let dw = f16_to_f32(ld_u16(wb));
+            // This lane's token scale; element v needs token 2v + half's (v_readlane).
+            let dxl = f16_to_f32(ld_u16(xb));
+            // Both half-waves load the whole 16-byte fragments (same addresses: one memory
+            // transaction on hardware; splitting them with permlanex16 cost more instructions).
             let mut c = [0i32; 8];
             c = wmma_i32_i8(ld_u32x4(xb.add(4)), ld_u32x4(wb.add(2)), c);
             c = wmma_i32_i8(ld_u32x4(xb.add(20)), ld_u32x4(wb.add(18)), c);
-            for v in 0..8u32 {
-                let t = (c0 + 2 * v + half).min(ncols - 1);
-                let dx = f16_to_f32(ld_u16(x.add(((t * nb + b) * 36) as usize)));
-                acc[v as usize] += c[v as usize] as f32 * (dw * dx);
-            }
+            unroll::<8>(|v| {
+                let (a, b2) = (read_lane_f32(dxl, 2 * v as u32), read_lane_f32(dxl, 2 * v as u32 + 1));
+                let dx = if half == 0 { a } else { b2 };
+                acc[v] += c[v] as f32 * (dw * dx);
+            });
         }
         let r = r0 + me;
         if r < nrows {
