@@ -23,6 +23,9 @@ const GLU_TOL: f32 = 2e-6;
 const PROB_TOL: f32 = 1e-6;
 /// `attend_ordered` (f32, expf) against the CPU `attend` (libm exp, f64 sums): absolute.
 const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;
+/// Fast (WMMA f16) attention against the CPU `attend`, absolute, relative to max |V| (here ~1):
+/// f16 query and probabilities rounded at other points (online softmax), hardware exp2.
+const FAST_ATTN_TOL: f32 = 1e-3; // observed <= 2.7e-4
 
 fn devices() -> Vec<(&'static str, GpuOps)> {
     let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().expect("software device"));
@@ -455,11 +458,12 @@ fn kv_setup(ty: KvType, cap: usize, nkv: usize, hd: usize, rng: &mut Rng) -> KvS
 }
 
 #[test]
-fn gpu_ops_attention_ordered_bitwise() {
+fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
     let mut rng = Rng::new(11);
     let devs = devices();
     // (format, head_dim, n_head, n_head_kv, n_tokens, last position, window)
-    let cases: &[(KvType, usize, usize, usize, usize, usize, Option<usize>)] = &[
+    type Case = (KvType, usize, usize, usize, usize, usize, Option<usize>);
+    let cases: &[Case] = &[
         (KvType::F16, 64, 4, 2, 1, 0, None),     // first token: one cell
         (KvType::F16, 128, 8, 2, 1, 77, None),   // decode, GQA 4:1
         (KvType::F16, 256, 2, 1, 8, 40, None),   // verification window of 8
@@ -472,6 +476,8 @@ fn gpu_ops_attention_ordered_bitwise() {
         (KvType::Int8, 64, 4, 2, 1, 50, None),
         (KvType::Int8, 128, 4, 1, 8, 70, Some(32)),
         (KvType::Int8, 256, 2, 2, 2, 12, None),
+        (KvType::F16, 128, 16, 2, 4, 600, None), // long context: many cell blocks per wave, 2 row tiles
+        (KvType::Int8, 64, 8, 8, 1, 300, Some(128)),
     ];
     for &(ty, hd, nh, nkv, nt, last, window) in cases {
         let cap = last + 1;
@@ -506,9 +512,12 @@ fn gpu_ops_attention_ordered_bitwise() {
                 if mode == AttnMode::Ordered {
                     assert_bits(name, &format!("attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} pos={last} window={window:?}"), &got, &want);
                 } else {
-                    for (a, b) in got.iter().zip(&normal) {
-                        assert!((a - b).abs() <= ORDERED_VS_ATTEND_TOL, "{name} fast attention {a} vs {b}");
+                    let mut worst = 0f32;
+                    for (i, (a, b)) in got.iter().zip(&normal).enumerate() {
+                        worst = worst.max((a - b).abs());
+                        assert!((a - b).abs() <= FAST_ATTN_TOL, "{name} fast attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} [{i}]: {a} vs {b}");
                     }
+                    println!("{name} fast attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} pos={last} window={window:?}: worst {worst:.2e}");
                 }
             }
         }
@@ -564,7 +573,7 @@ fn gpu_ops_moe_router_matches_cpu() {
                 strata::model::moe::top_k(&p, k, &mut sel);
                 if renorm {
                     let sum: f32 = sel.iter().map(|&(_, w)| w).sum();
-                    let sum = sum.max(6.103515625e-5);
+                    let sum = sum.max(6.103_515_6e-5);
                     sel.iter_mut().for_each(|(_, w)| *w /= sum);
                 }
                 want_ids.extend(sel.iter().map(|&(e, _)| e as u32));
@@ -605,5 +614,86 @@ fn gpu_ops_moe_combine_bitwise() {
             ops.moe_combine(&S, yb.ptr, mb.ptr, wb.ptr, ob.ptr, d as u32, nt as u32, k as u32).unwrap();
             assert_bits(name, &format!("moe_combine d={d} k={k}"), &ob.f32s(), &want);
         }
+    }
+}
+
+/// The fused gate/up MMVQ + GLU launch equals MMVQ(gate), MMVQ(up) and GLU on the same
+/// device bit for bit (same dot order, same `quant::fmath` activation), for every type, 1..8
+/// columns, row lists, and both activations.
+#[test]
+fn gpu_ops_mmvq_glu_fused_equals_unfused() {
+    let mut rng = Rng::new(15);
+    for (name, ops) in devices() {
+        for ty in WType::ALL {
+            for (nrows, k, ncols, rowsel, act) in
+                [(70usize, 512usize, 1u32, false, GluAct::Silu), (33, 256, 8, false, GluAct::GeluTanh), (40, 1024, 3, true, GluAct::Silu)]
+            {
+                let bk = ty.block_k() as usize;
+                let wg = random_blocks(ty, nrows * k / bk, &mut rng);
+                let wu = random_blocks(ty, nrows * k / bk, &mut rng);
+                let x = rand_f32(&mut rng, ncols as usize * k, 1.0);
+                let mut xq = vec![0u8; ncols as usize * k / 32 * 36];
+                quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+                let ids: Vec<u32> = if rowsel { (0..nrows as u32).rev().step_by(2).collect() } else { (0..nrows as u32).collect() };
+                let n = ids.len() as u32;
+                let (gb, ub, xb, rb) = (up(&ops, &wg), up(&ops, &wu), up(&ops, &xq), upu(&ops, &ids));
+                let rows = rowsel.then_some(rb.ptr);
+                let total = (ncols * n) as usize;
+                let (yg, yu, ya, yf) = (zeros(&ops, total * 4), zeros(&ops, total * 4), zeros(&ops, total * 4), zeros(&ops, total * 4));
+                ops.mmvq(&S, ty, ncols, gb.ptr, xb.ptr, yg.ptr, rows, n, k as u32, n).unwrap();
+                ops.mmvq(&S, ty, ncols, ub.ptr, xb.ptr, yu.ptr, rows, n, k as u32, n).unwrap();
+                ops.glu(&S, yg.ptr, yu.ptr, ya.ptr, total as u32, act).unwrap();
+                ops.mmvq_glu(&S, ty, ncols, gb.ptr, ub.ptr, xb.ptr, yf.ptr, rows, n, k as u32, n, act).unwrap();
+                assert_bits(name, &format!("mmvq_glu {ty:?} ncols={ncols} {act:?}"), &yf.f32s(), &ya.f32s());
+            }
+        }
+    }
+}
+
+/// MMQ (int8 WMMA) against a scalar CPU reference in its documented order (per 32-block the
+/// exact integer dot, `acc += dot as f32 * (d_w * d_x)`): bitwise; and against an f64 dot of
+/// the dequantized operands (tolerance as MMVQ).
+#[test]
+fn gpu_ops_mmq_q8_0_wmma_bitwise() {
+    let mut rng = Rng::new(16);
+    for (name, ops) in devices() {
+        for (m, n, k) in [(16usize, 16usize, 32usize), (200, 37, 256), (5, 3, 96), (130, 64, 1024)] {
+            let w = random_blocks(WType::Q8_0, m * k / 32, &mut rng);
+            let x = rand_f32(&mut rng, n * k, 1.0);
+            let mut xq = vec![0u8; n * k / 32 * 36];
+            quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+            let nb = k / 32;
+            let mut want = vec![0f32; n * m];
+            for c in 0..n {
+                for r in 0..m {
+                    let mut acc = 0f32;
+                    for b in 0..nb {
+                        let wb = &w[(r * nb + b) * 34..(r * nb + b + 1) * 34];
+                        let xb = &xq[(c * nb + b) * 36..(c * nb + b + 1) * 36];
+                        let dot: i32 = (0..32).map(|i| wb[2 + i] as i8 as i32 * xb[4 + i] as i8 as i32).sum();
+                        let dw = quant::f16_to_f32(u16::from_le_bytes([wb[0], wb[1]]));
+                        let dx = quant::f16_to_f32(u16::from_le_bytes([xb[0], xb[1]]));
+                        acc += dot as f32 * (dw * dx);
+                    }
+                    want[c * m + r] = acc;
+                }
+            }
+            let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
+            let y = zeros(&ops, n * m * 4);
+            ops.mmq(&S, WType::Q8_0, wb.ptr, xb.ptr, y.ptr, m as u32, n as u32, k as u32, m as u32).unwrap();
+            let got = y.f32s();
+            assert_bits(name, &format!("mmq q8_0 {m}x{n}x{k}"), &got, &want);
+            let mut a = vec![0f32; k];
+            let mut wr = vec![0f32; k];
+            for c in 0..n {
+                quant::dequantize_row(GgmlType::Q8_1, &xq[c * nb * 36..(c + 1) * nb * 36], &mut a).unwrap();
+                for r in 0..m {
+                    quant::dequantize_row(GgmlType::Q8_0, &w[r * nb * 34..(r + 1) * nb * 34], &mut wr).unwrap();
+                    let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, mg), (&p, &q)| (d + p as f64 * q as f64, mg + (p as f64 * q as f64).abs()));
+                    assert!((got[c * m + r] as f64 - dot).abs() <= 1e-6 * mag + 1e-30, "{name} mmq vs f64 dot");
+                }
+            }
+        }
+        assert!(ops.mmq(&S, WType::Q4K, 0, 0, 0, 16, 16, 256, 16).is_err());
     }
 }

@@ -162,7 +162,9 @@ pub struct RmsNormArgs {
 }
 
 /// `rope_f32`: in place on `x[n_tokens][n_heads][head_dim]`, angles from `table`
-/// (`[pos][rope_dim/2]` (cos, sin) pairs). `neox`/`fma` are 0/1. One work-item per rotated pair.
+/// (`[pos][rope_dim/2]` (cos, sin) pairs). `neox`/`fma` are 0/1. One work-item per (token,
+/// group of `ROPE_HEADS` heads, rotated pair).
+pub const ROPE_HEADS: u32 = 8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RopeArgs {
@@ -294,7 +296,7 @@ pub const MOE_MAX_EXPERTS: u32 = 256;
 pub const MOE_MAX_K: u32 = 8;
 
 /// `moe_combine`: `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, added in order j = 0..k
-/// from 0.0. One work-item per output element.
+/// from 0.0. One work-item per output element, `ceil(d / WG_SIZE)` workgroups per token.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MoeCombineArgs {
@@ -338,6 +340,37 @@ macro_rules! attn_kernels {
         }
     };
 }
+/// Every fast (WMMA f16) attention kernel: `symbol, int8 cache, head_dim`.
+macro_rules! attn_fast_kernels {
+    ($m:ident) => {
+        $m! {
+            attn_fast_f16_d16 false 16, attn_fast_f16_d32 false 32, attn_fast_f16_d64 false 64,
+            attn_fast_f16_d128 false 128, attn_fast_f16_d256 false 256,
+            attn_fast_i8_d16 true 16, attn_fast_i8_d32 true 32, attn_fast_i8_d64 true 64,
+            attn_fast_i8_d128 true 128, attn_fast_i8_d256 true 256,
+        }
+    };
+}
+/// Waves (and work-items) of a fast-attention workgroup: the cells are split over the waves
+/// in blocks of 16, each wave keeps an online softmax, the workgroup combines them in LDS.
+pub const ATTN_FAST_WAVES: u32 = 4;
+pub const ATTN_FAST_BLOCK: u32 = ATTN_FAST_WAVES * 32;
+/// Dynamic LDS of a fast-attention launch: the query tile (16 rows of f16), per-wave row
+/// maxima and sums, the combined output tile (16 rows of f32).
+pub const fn attn_fast_lds_bytes(head_dim: u32) -> u32 {
+    32 * head_dim + 2 * ATTN_FAST_WAVES * 64 + 64 * head_dim
+}
+macro_rules! attn_fast_name_table {
+    ($($name:ident $i8:literal $hd:literal),* $(,)?) => {
+        /// `(int8 cache, head_dim, symbol)` of every fast attention kernel.
+        pub const ATTN_FAST_KERNELS: &[(bool, u32, &str)] = &[$(($i8, $hd, stringify!($name))),*];
+    };
+}
+attn_fast_kernels!(attn_fast_name_table);
+/// Symbol of the fast attention kernel for a cache format and head dim.
+pub fn attn_fast_kernel(int8: bool, head_dim: u32) -> Option<&'static str> {
+    ATTN_FAST_KERNELS.iter().find(|(i, h, _)| *i == int8 && *h == head_dim).map(|(_, _, s)| *s)
+}
 macro_rules! get_rows_name_table {
     ($($name:ident $ty:ident),* $(,)?) => {
         /// `(type, symbol)` of every quantized get_rows kernel.
@@ -367,6 +400,9 @@ pub fn op_kernels() -> impl Iterator<Item = &'static str> {
         .into_iter()
         .chain(GET_ROWS_KERNELS.iter().map(|e| e.1))
         .chain(ATTN_KERNELS.iter().map(|e| e.2))
+        .chain(ATTN_FAST_KERNELS.iter().map(|e| e.2))
+        .chain(MMVQ_GLU_KERNELS.iter().map(|e| e.2))
+        .chain([MMQ_Q8_0])
 }
 
 /// Little-endian bytes of a `#[repr(C)]` args struct made only of u64/u32 fields.
@@ -385,8 +421,10 @@ macro_rules! impl_args_bytes {
 }
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, SoftmaxArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs
 );
+const _: () = assert!(core::mem::size_of::<MmqArgs>() == 40);
+const _: () = assert!(core::mem::size_of::<MmvqGluArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<MmvqArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<QuantizeArgs>() == 24);
 const _: () = assert!(core::mem::size_of::<DequantArgs>() == 24);
@@ -567,6 +605,59 @@ macro_rules! mmvq_kernels {
     };
 }
 
+/// Every fused gate/up MMVQ + GLU instantiation: `symbol, weight type, columns` (1..=4).
+macro_rules! mmvq_glu_kernels {
+    ($m:ident) => {
+        $m! {
+            mmvq_glu_q8_0_c1 Q8_0 1, mmvq_glu_q8_0_c2 Q8_0 2, mmvq_glu_q8_0_c3 Q8_0 3, mmvq_glu_q8_0_c4 Q8_0 4,
+            mmvq_glu_q4_k_c1 Q4K 1, mmvq_glu_q4_k_c2 Q4K 2, mmvq_glu_q4_k_c3 Q4K 3, mmvq_glu_q4_k_c4 Q4K 4,
+            mmvq_glu_q6_k_c1 Q6K 1, mmvq_glu_q6_k_c2 Q6K 2, mmvq_glu_q6_k_c3 Q6K 3, mmvq_glu_q6_k_c4 Q6K 4,
+            mmvq_glu_iq3_xxs_c1 IQ3XXS 1, mmvq_glu_iq3_xxs_c2 IQ3XXS 2, mmvq_glu_iq3_xxs_c3 IQ3XXS 3,
+            mmvq_glu_iq3_xxs_c4 IQ3XXS 4,
+        }
+    };
+}
+/// Most columns of one fused MMVQ + GLU launch (more spill registers; the host splits).
+pub const MAX_GLU_COLS: u32 = 4;
+
+/// Arguments of `mmvq_glu_*`: `y[c * y_stride + i] = act(Wg[row(i)] · x[c]) * (Wu[row(i)] ·
+/// x[c])`, otherwise exactly `MmvqArgs` (same launch geometry and LDS); `act` 0 = SiLU,
+/// 1 = GELU-tanh.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmvqGluArgs {
+    pub wg: u64,
+    pub wu: u64,
+    pub x: u64,
+    pub y: u64,
+    pub rows: u64,
+    pub nrows: u32,
+    pub k: u32,
+    pub y_stride: u32,
+    pub rows_per_wg: u32,
+    pub act: u32,
+    pub _pad: u32,
+}
+
+/// Arguments of `mmq_q8_0` (prefill): `y[c * y_stride + i] = W[i] · x[c]` for `ncols` Q8_1
+/// activation columns and `nrows` Q8_0 weight rows of `k` (multiple of 32), computed on
+/// `v_wmma_i32_16x16x16_iu8` tiles: per 32-block the exact int32 dot, then
+/// `acc += (dot as f32) * (d_w * d_x)` in block order (bit-identical to that scalar order).
+/// Workgroup = `WAVES_PER_WG` waves, each a 16-row x 16-column tile; grid =
+/// `ceil(nrows / 128) * ceil(ncols / 16)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmqArgs {
+    pub w: u64,
+    pub x: u64,
+    pub y: u64,
+    pub nrows: u32,
+    pub ncols: u32,
+    pub k: u32,
+    pub y_stride: u32,
+}
+pub const MMQ_Q8_0: &str = "mmq_q8_0";
+
 /// Every dequant kernel: `symbol, weight type, output (f32 | f16)`.
 macro_rules! dequant_kernels {
     ($m:ident) => {
@@ -610,4 +701,16 @@ pub fn all_kernels() -> impl Iterator<Item = &'static str> {
         .into_iter()
         .chain(MMVQ_KERNELS.iter().map(|e| e.2))
         .chain(DEQUANT_KERNELS.iter().map(|e| e.2))
+}
+
+macro_rules! mmvq_glu_name_table {
+    ($($name:ident $ty:ident $nc:literal),* $(,)?) => {
+        /// `(type, columns, symbol)` of every fused gate/up MMVQ + GLU kernel.
+        pub const MMVQ_GLU_KERNELS: &[(WType, u32, &str)] = &[$((WType::$ty, $nc, stringify!($name))),*];
+    };
+}
+mmvq_glu_kernels!(mmvq_glu_name_table);
+/// Symbol of the fused MMVQ + GLU kernel for `ty` with `ncols` columns.
+pub fn mmvq_glu_kernel(ty: WType, ncols: u32) -> Option<&'static str> {
+    MMVQ_GLU_KERNELS.iter().find(|(t, n, _)| *t == ty && *n == ncols).map(|(_, _, s)| *s)
 }

@@ -16,6 +16,12 @@ unsafe extern "unadjusted" {
     fn llvm_sdot4(a: i32, b: i32, c: i32, clamp: bool) -> i32;
     #[link_name = "llvm.amdgcn.sudot4"]
     fn llvm_sudot4(a_signed: bool, a: i32, b_signed: bool, b: i32, c: i32, clamp: bool) -> i32;
+    #[allow(improper_ctypes)]
+    #[link_name = "llvm.amdgcn.wmma.i32.16x16x16.iu8.v8i32.v4i32"]
+    fn llvm_wmma_i32_iu8(a_signed: bool, a: I32x4, b_signed: bool, b: I32x4, c: I32x8, clamp: bool) -> I32x8;
+    #[allow(improper_ctypes)]
+    #[link_name = "llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16"]
+    fn llvm_wmma_f32_f16(a: F16x16, b: F16x16, c: F32x8) -> F32x8;
     #[link_name = "llvm.arithmetic.fence.f32"]
     fn llvm_arithmetic_fence_f32(x: f32) -> f32;
     #[link_name = "llvm.amdgcn.ds.swizzle"]
@@ -194,6 +200,72 @@ pub fn read_lane(x: u32, lane: u32) -> u32 {
     unsafe { amdgpu::readlane_u32(x, lane & 31) }
 }
 
+/// The u32 of lane `lane ^ 16` (the other 16-lane half).
+#[inline(always)]
+pub fn other_half_u32(x: u32) -> u32 {
+    swap_rows(x)
+}
+/// The f32 of lane `lane ^ 16` (the other 16-lane half).
+#[inline(always)]
+pub fn other_half_f32(x: f32) -> f32 {
+    f32::from_bits(swap_rows(x.to_bits()))
+}
+
+/// A WMMA f16 operand: 16 halves (lane `l` holds row/column `l % 16`, element k in VGPR k/2,
+/// half k%2).
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct F16x16(pub [f16; 16]);
+/// A WMMA f32 accumulator: element v of lane l is row `2v + l/16`, column `l % 16`.
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct F32x8(pub [f32; 8]);
+
+/// A WMMA iu8 operand: 16 bytes (element k in VGPR k/4, byte k%4).
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct I32x4(pub [i32; 4]);
+/// A WMMA i32 accumulator (layout of [`F32x8`]).
+#[repr(simd)]
+#[derive(Clone, Copy)]
+pub struct I32x8(pub [i32; 8]);
+
+/// `D = A * B + C` on 16x16x16 signed-int8 tiles with i32 accumulation
+/// (`v_wmma_i32_16x16x16_iu8 neg_lo:[1,1,0]`). Call with all 32 lanes active.
+#[inline(always)]
+pub fn wmma_i32_i8(a: [u32; 4], b: [u32; 4], c: [i32; 8]) -> [i32; 8] {
+    // SAFETY: same-size plain-data transmutes; register-only intrinsic, called in wave-uniform
+    // control flow with EXEC full.
+    unsafe {
+        let r = llvm_wmma_i32_iu8(
+            true,
+            core::mem::transmute::<[u32; 4], I32x4>(a),
+            true,
+            core::mem::transmute::<[u32; 4], I32x4>(b),
+            core::mem::transmute::<[i32; 8], I32x8>(c),
+            false,
+        );
+        core::mem::transmute::<I32x8, [i32; 8]>(r)
+    }
+}
+
+/// `D = A * B + C` on 16x16x16 f16 tiles with f32 accumulation (`v_wmma_f32_16x16x16_f16`).
+/// `a`/`b` are the 8 packed-half words of the lane's fragment. Call with all 32 lanes active.
+#[inline(always)]
+pub fn wmma_f32_f16(a: [u32; 8], b: [u32; 8], c: [f32; 8]) -> [f32; 8] {
+    // SAFETY: same-size plain-data transmutes (32-byte vectors); the intrinsic is register-only
+    // and every caller runs it in wave-uniform control flow with EXEC full.
+    unsafe {
+        let r = llvm_wmma_f32_f16(
+            core::mem::transmute::<[u32; 8], F16x16>(a),
+            core::mem::transmute::<[u32; 8], F16x16>(b),
+            core::mem::transmute::<[f32; 8], F32x8>(c),
+        );
+        core::mem::transmute::<F32x8, [f32; 8]>(r)
+    }
+}
+
+
 // ---- Cross-lane sum variants, measured by the `reduce_*` micro-benchmarks (docs/kernels.md,
 // "Cross-lane reductions"). Every variant is the same xor butterfly (lane ^ 1, 2, 4, 8, 16 in
 // that order), so all give bit-identical sums; they differ only in the instructions that move
@@ -316,6 +388,11 @@ impl Lds {
     pub fn tables() -> Lds {
         // SAFETY: returns a constant address (the LDS symbol); no side effects.
         Lds { base: unsafe { strata_lds_tables_base() } }
+    }
+    /// Generic pointer to byte `off` of the region (for accesses the helpers below lack).
+    #[inline(always)]
+    pub fn ptr(self, off: u32) -> *mut u8 {
+        self.base.wrapping_add(off as usize)
     }
     /// # Safety
     /// `off` is 16-byte aligned and inside the launch's LDS; no concurrent writer (see type doc).

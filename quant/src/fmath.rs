@@ -25,7 +25,7 @@ fn pow2i(k: i32) -> f32 {
 /// (identically on host and device).
 #[inline(always)]
 pub fn expf(x: f32) -> f32 {
-    if x != x {
+    if x.is_nan() {
         return x;
     }
     if x > 88.722_84 {

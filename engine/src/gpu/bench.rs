@@ -163,6 +163,7 @@ pub fn bench_kernels(quick: bool) -> String {
             }
         }
     }
+    out.push_str(&bench_ops(quick));
     let _ = writeln!(
         out,
         "wave-instrs = wave instructions executed; i/256w = per 256 weights (and column); ratio = bytes moved / ideal \
@@ -401,5 +402,184 @@ fn reduction_table(ek: &EmuKernels) -> String {
         );
     }
     out += "chosen: DPP row_xmask + permlanex16 (fewest instructions, all VALU, no LDS round trips or waits; every lane gets the sum)\n";
+    out
+}
+
+/// The forward-pass ops of [`super::ops::GpuOps`] on the software device through `GpuApi`
+/// (decode shapes of a 4096-wide, 32-head / 8-KV-head, head_dim 128 model): one table row per
+/// launch, same columns as [`bench_kernels`] (i/256w is blank; bytes are global bytes against
+/// the ideal: every input and output byte once, K/V rows once per KV head).
+pub fn bench_ops(quick: bool) -> String {
+    use super::device::{EmuApi, GpuApi, Stream};
+    use super::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
+    use std::sync::Arc;
+    let mut out = String::new();
+    let api: Arc<dyn GpuApi> = match EmuApi::new() {
+        Ok(a) => Arc::new(a),
+        Err(e) => return format!("cannot open the software device: {e}\n"),
+    };
+    let ops = match GpuOps::new(api.clone()) {
+        Ok(o) => o,
+        Err(e) => return format!("cannot load the kernels: {e}\n"),
+    };
+    let s = Stream::DEFAULT;
+    let mut rng = Rng::new(0x0b5);
+    let mut bufs = Vec::new();
+    let mut alloc = |bytes: &[u8]| -> u64 {
+        let p = api.malloc(bytes.len().max(16)).unwrap_or(0);
+        if p != 0 {
+            let _ = api.memcpy_htod(p, bytes);
+            bufs.push(p);
+        }
+        p
+    };
+    let f32b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let u32b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let (d, nh, nkv, hd, ff) = (4096usize, 32usize, 8usize, 128usize, 14336usize);
+    let kv_len = if quick { 256usize } else { 2048 };
+    let mut rnd = |n: usize, sc: f32| -> Vec<f32> { (0..n).map(|_| rng.f32() * sc).collect() };
+    let x8 = rnd(8 * d, 2.0);
+    let wn = rnd(d, 1.0);
+    let gate = rnd(ff, 4.0);
+    let upv = rnd(ff, 1.0);
+    let q = rnd(8 * nh * hd, 1.0);
+    let kvrow = rnd(8 * nkv * hd, 1.0);
+    let logits = rnd(8 * 128, 3.0);
+    let emb = random_blocks(WType::Q4K, 1000 * d / 256, &mut Rng::new(7));
+    let ids8: Vec<u32> = (0..8).map(|i| i * 97 % 1000).collect();
+    let pos8: Vec<u32> = (0..8).map(|i| (kv_len - 8 + i) as u32).collect();
+    let table = GpuOps::rope_table(10000.0, 1.0, hd, kv_len);
+    let (xp, wp, yp) = (alloc(&f32b(&x8)), alloc(&f32b(&wn)), alloc(&vec![0u8; 8 * d * 4]));
+    let (gp, upp, op) = (alloc(&f32b(&gate)), alloc(&f32b(&upv)), alloc(&vec![0u8; ff * 4]));
+    let (qp, kvp, qout) = (alloc(&f32b(&q)), alloc(&f32b(&kvrow)), alloc(&vec![0u8; 8 * nh * hd * 4]));
+    let (posp, tabp) = (alloc(&u32b(&pos8)), alloc(&f32b(&table)));
+    let kcache: Vec<u8> = (0..kv_len * nkv * hd).flat_map(|_| quant::f32_to_f16(rnd(1, 1.0)[0]).to_le_bytes()).collect();
+    let kc = alloc(&kcache);
+    let vc = alloc(&kcache);
+    let k8: Vec<u8> = (0..kv_len * nkv * hd).map(|i| (i * 37 % 255) as u8).collect();
+    let scales = f32b(&vec![0.01f32; kv_len * nkv]);
+    let (k8p, v8p, ks, vs) = (alloc(&k8), alloc(&k8), alloc(&scales), alloc(&scales));
+    let (embp, idp, embout) = (alloc(&emb), alloc(&u32b(&ids8)), alloc(&vec![0u8; 8 * d * 4]));
+    let (lp, rid, rw) = (alloc(&f32b(&logits)), alloc(&vec![0u8; 8 * 8 * 4]), alloc(&vec![0u8; 8 * 8 * 4]));
+    let ymoe = alloc(&f32b(&rnd(64 * d, 1.0)));
+    let map: Vec<u32> = (0..64).collect();
+    let (mapp, mwp) = (alloc(&u32b(&map)), alloc(&f32b(&vec![0.125f32; 64])));
+    let _ = api.take_stats();
+    let run = |out: &mut String, name: &str, shape: String, ideal: usize, lds: u32, waves: u32, r: super::device::Result<()>| {
+        let st = api.take_stats().unwrap_or_default();
+        if let Err(e) = r {
+            let _ = writeln!(out, "{name} {shape}: {e}");
+            return;
+        }
+        let info = ops.kernel(name).map(|k| k.info.clone());
+        let moved = st.global_bytes_read + st.global_bytes_written;
+        let (v, sg, static_lds) = info.as_ref().map_or((0, 0, 0), |i| (i.vgpr_count, i.sgpr_count, i.group_segment_size));
+        let _ = writeln!(
+            out,
+            "{name:<24} {shape:<16} {:>12}        - {:>12} {:>12} {:>6.3} {v:>4} {sg:>4} {:>6} {:>3}",
+            st.instructions,
+            moved,
+            ideal,
+            moved as f64 / ideal.max(1) as f64,
+            lds + static_lds,
+            waves_per_simd(v, lds + static_lds, waves),
+        );
+    };
+    let w8 = abi::WAVES_PER_WG;
+    for rows in [1usize, 8] {
+        let r = ops.rms_norm(&s, xp, wp, yp, d as u32, rows as u32, 1e-6);
+        run(&mut out, abi::RMS_NORM, format!("{rows}x{d}"), rows * d * 8 + d * 4, 0, w8, r);
+    }
+    let r = ops.rms_norm_ggml(&s, xp, wp, yp, d as u32, 1, 1e-6);
+    run(&mut out, abi::RMS_NORM, format!("ggml 1x{d}"), d * 12, 0, w8, r);
+    for nt in [1usize, 8] {
+        let r = ops.rope(&s, qp, posp, tabp, nt as u32, nh as u32, hd as u32, hd as u32, true, false);
+        run(&mut out, abi::ROPE, format!("{nt}x{nh}x{hd}"), nt * nh * hd * 8 + nt * hd * 4 + nt * 4, 0, w8, r);
+    }
+    let r = ops.glu(&s, gp, upp, op, ff as u32, GluAct::Silu);
+    run(&mut out, abi::GLU, format!("silu {ff}"), ff * 12, 0, w8, r);
+    let r = ops.glu(&s, gp, upp, op, ff as u32, GluAct::GeluTanh);
+    run(&mut out, abi::GLU, format!("gelu {ff}"), ff * 12, 0, w8, r);
+    let r = ops.add_rows(&s, yp, xp, d as u32, 8, d as u32);
+    run(&mut out, abi::ADD_ROWS, format!("8x{d}"), 8 * d * 12, 0, w8, r);
+    let r = ops.scale(&s, yp, (8 * d) as u32, 0.5);
+    run(&mut out, abi::SCALE, format!("{}", 8 * d), 8 * d * 8, 0, w8, r);
+    let r = ops.softmax(&s, yp, d as u32, 8);
+    run(&mut out, abi::SOFTMAX, format!("8x{d}"), 8 * d * 8, 0, w8, r);
+    let r = ops.get_rows(&s, RowType::W(WType::Q4K), embp, idp, 8, d as u32, embout, 1.0);
+    let name = abi::get_rows_kernel(WType::Q4K).unwrap_or("?");
+    run(&mut out, name, format!("8x{d} q4_K"), 8 * (d / 256 * 144 + d * 4 + 4), 0, w8, r);
+    for (fmt, name, cache, sc, esz) in [(KvFormat::F16, abi::KV_STORE_F16, kc, 0, 2usize), (KvFormat::Int8, abi::KV_STORE_I8, k8p, ks, 1)] {
+        let r = ops.kv_store(&s, fmt, kvp, cache, sc, posp, 8, nkv as u32, hd as u32);
+        let ideal = 8 * nkv * hd * (4 + esz) + 8 * 4 + if esz == 1 { 8 * nkv * 4 } else { 0 };
+        run(&mut out, name, format!("8x{nkv}x{hd}"), ideal, 0, w8, r);
+    }
+    for (fmt, k, v, ksp, vsp, esz) in [(KvFormat::F16, kc, vc, 0, 0, 2usize), (KvFormat::Int8, k8p, v8p, ks, vs, 1)] {
+        for nt in [1usize, 8] {
+            let r = ops.attention(&s, AttnMode::Ordered, fmt, qp, k, ksp, v, vsp, qout, posp, nt as u32, nh as u32, nkv as u32, hd as u32, 0, 0.088);
+            let name = abi::attn_kernel(fmt == KvFormat::Int8, hd as u32).unwrap_or("?");
+            let ideal = 2 * nt * nh * hd * 4 + 2 * kv_len * nkv * hd * esz + if esz == 1 { 2 * kv_len * nkv * 4 } else { 0 } + nt * 4;
+            let lds = abi::attn_lds_bytes(hd as u32, ops.attn_max_kv());
+            run(&mut out, name, format!("{nt}x{nh}/{nkv} kv{kv_len}"), ideal, lds, 1, r);
+            let r = ops.attention(&s, AttnMode::Fast, fmt, qp, k, ksp, v, vsp, qout, posp, nt as u32, nh as u32, nkv as u32, hd as u32, 0, 0.088);
+            let name = abi::attn_fast_kernel(fmt == KvFormat::Int8, hd as u32).unwrap_or("?");
+            let lds = abi::attn_fast_lds_bytes(hd as u32);
+            run(&mut out, name, format!("{nt}x{nh}/{nkv} kv{kv_len}"), ideal, lds, abi::ATTN_FAST_WAVES, r);
+        }
+    }
+    let r = ops.moe_router(&s, lp, rid, rw, 8, 128, 8, true);
+    run(&mut out, abi::MOE_ROUTER, "8x128 k8".into(), 8 * 128 * 4 + 8 * 8 * 8, 0, w8, r);
+    let r = ops.moe_combine(&s, ymoe, mapp, mwp, yp, d as u32, 8, 8);
+    run(&mut out, abi::MOE_COMBINE, format!("8x8x{d}"), 64 * d * 4 + 8 * d * 4 + 64 * 8, 0, w8, r);
+    // Fused gate/up MMVQ + SiLU, one column (i/256w counts both matrices' weights).
+    let (nr, kk) = if quick { (512usize, 1024usize) } else { (4096, 4096) };
+    let xs: Vec<f32> = (0..kk).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let mut xq = vec![0u8; kk / 32 * 36];
+    if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
+        for ty in WType::ALL {
+            let nblk = nr * kk / ty.block_k() as usize;
+            let wg = random_blocks(ty, nblk, &mut Rng::new(21));
+            let wu = random_blocks(ty, nblk, &mut Rng::new(22));
+            let (gp, up, xp, yp) = (alloc(&wg), alloc(&wu), alloc(&xq), alloc(&vec![0u8; nr * 4]));
+            let _ = api.take_stats();
+            let r = ops.mmvq_glu(&s, ty, 1, gp, up, xp, yp, None, nr as u32, kk as u32, nr as u32, GluAct::Silu);
+            let st = api.take_stats().unwrap_or_default();
+            let name = abi::mmvq_glu_kernel(ty, 1).unwrap_or("?");
+            match r {
+                Ok(()) => {
+                    let info = ops.kernel(name).map(|k| k.info.clone());
+                    let lds = abi::mmvq_lds_bytes(ty, kk as u32, 1);
+                    row(&mut out, name, &format!("2x{nr}x{kk}"), &st, info.as_ref(), lds, (2 * wg.len() + xq.len() + nr * 4) as u64, (2 * nr * kk) as u64);
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "{name}: {e}");
+                }
+            }
+        }
+    }
+    // MMQ prefill: Q8_0 weights x 64 Q8_1 token columns.
+    let ntok = 64usize;
+    let xs: Vec<f32> = (0..ntok * kk).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let mut xq = vec![0u8; ntok * kk / 32 * 36];
+    if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
+        let w = random_blocks(WType::Q8_0, nr * kk / 32, &mut Rng::new(23));
+        let (wp, xp, yp) = (alloc(&w), alloc(&xq), alloc(&vec![0u8; ntok * nr * 4]));
+        let _ = api.take_stats();
+        let r = ops.mmq(&s, WType::Q8_0, wp, xp, yp, nr as u32, ntok as u32, kk as u32, nr as u32);
+        let st = api.take_stats().unwrap_or_default();
+        match r {
+            Ok(()) => {
+                let info = ops.kernel(abi::MMQ_Q8_0).map(|k| k.info.clone());
+                let ideal = (w.len() + xq.len() + ntok * nr * 4) as u64;
+                row(&mut out, abi::MMQ_Q8_0, &format!("{nr}x{kk}x{ntok}"), &st, info.as_ref(), 0, ideal, (nr * kk * ntok) as u64);
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{}: {e}", abi::MMQ_Q8_0);
+            }
+        }
+    }
+    for p in bufs {
+        let _ = api.free(p);
+    }
     out
 }

@@ -30,7 +30,8 @@ pub enum GluAct {
 pub enum AttnMode {
     /// Bit-identical to `model::attention::attend_ordered` (fixed accumulation order).
     Ordered,
-    /// The fastest kernel available; today the ordered kernel (see docs/kernels.md).
+    /// WMMA f16 tiles (`v_wmma_f32_16x16x16_f16`), GQA heads sharing K/V loads, cells split
+    /// over 4 waves with an online softmax: within a tolerance of the CPU (tests/gpu_ops.rs).
     Fast,
 }
 
@@ -121,6 +122,13 @@ impl GpuOps {
         for &(_, hd, name) in abi::ATTN_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_BLOCK, abi::attn_lds_bytes(hd, ATTN_MAX_KV_LIMIT), false)?;
         }
+        for &(ty, _, name) in abi::MMVQ_GLU_KERNELS {
+            add(name, abi::MmvqGluArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
+        }
+        add(abi::MMQ_Q8_0, abi::MmqArgs::SIZE, wg, 0, false)?;
+        for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
+            add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
+        }
         Ok(GpuOps { api, module, kernels, attn_max_kv: AtomicU32::new(DEFAULT_ATTN_MAX_KV) })
     }
 
@@ -158,7 +166,7 @@ impl GpuOps {
     /// f32 → Q8_1 (36-byte blocks of 32), byte-exact with quant; `n % 32 == 0` (columns back to back).
     pub fn quantize_q8_1(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
         let name = abi::QUANTIZE_Q8_1;
-        if n == 0 || n % abi::QK8_1 != 0 {
+        if n == 0 || !n.is_multiple_of(abi::QK8_1) {
             return Err(bad(name, format!("n = {n} is not a positive multiple of 32")));
         }
         let g = groups((n / abi::QK8_1) as u64, abi::WG_SIZE, name)?;
@@ -168,7 +176,7 @@ impl GpuOps {
     /// f32 → Q8_K (292-byte blocks of 256), byte-exact; `n % 256 == 0`.
     pub fn quantize_q8_k(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
         let name = abi::QUANTIZE_Q8_K;
-        if n == 0 || n % abi::QK_K != 0 {
+        if n == 0 || !n.is_multiple_of(abi::QK_K) {
             return Err(bad(name, format!("n = {n} is not a positive multiple of 256")));
         }
         let g = groups((n / abi::QK_K) as u64, abi::WAVES_PER_WG, name)?;
@@ -204,7 +212,7 @@ impl GpuOps {
             return Err(bad(name, format!("{ncols} columns (1..={})", abi::MAX_COLS)));
         }
         let bk = ty.block_k();
-        if k == 0 || k % bk != 0 {
+        if k == 0 || !k.is_multiple_of(bk) {
             return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
         }
         if nrows == 0 || y_stride < nrows {
@@ -234,6 +242,83 @@ impl GpuOps {
             c0 += nc;
         }
         Ok(())
+    }
+
+    /// Fused gate/up projection and GLU in one launch: `y[c * y_stride + i] =
+    /// act(Wg[row(i)] · x[c]) * (Wu[row(i)] · x[c])`, `wg`/`wu` of the same shape and type, other
+    /// arguments as [`GpuOps::mmvq`] (1..=8 columns, launched in groups of at most
+    /// `abi::MAX_GLU_COLS`). Bit-identical to `mmvq(wg)`, `mmvq(wu)` then [`GpuOps::glu`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmvq_glu(
+        &self,
+        s: &Stream,
+        ty: WType,
+        ncols: u32,
+        wg: DevicePtr,
+        wu: DevicePtr,
+        x_q8_1: DevicePtr,
+        y: DevicePtr,
+        rows: Option<DevicePtr>,
+        nrows: u32,
+        k: u32,
+        y_stride: u32,
+        act: GluAct,
+    ) -> Result<()> {
+        let name = abi::mmvq_glu_kernel(ty, ncols.clamp(1, abi::MAX_GLU_COLS)).unwrap_or("mmvq_glu");
+        if ncols == 0 || ncols as usize > abi::MAX_COLS {
+            return Err(bad(name, format!("{ncols} columns (1..={})", abi::MAX_COLS)));
+        }
+        let bk = ty.block_k();
+        if k == 0 || !k.is_multiple_of(bk) {
+            return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
+        }
+        if nrows == 0 || y_stride < nrows {
+            return Err(bad(name, format!("nrows {nrows}, y_stride {y_stride} (needs >= nrows)")));
+        }
+        let fit = (abi::MAX_LDS_BYTES - ty.table_lds_bytes()) / abi::act_col_bytes(k);
+        if fit == 0 {
+            return Err(bad(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
+        }
+        // The single-column geometry (the fused kernel was tuned and tested with it).
+        let rows_per_wg = abi::mmvq_rows_per_wg(ty, k, nrows, 1);
+        let mut c0 = 0;
+        while c0 < ncols {
+            let nc = (ncols - c0).min(fit).min(abi::MAX_GLU_COLS);
+            let kname = abi::mmvq_glu_kernel(ty, nc).unwrap_or(name);
+            let args = abi::MmvqGluArgs {
+                wg,
+                wu,
+                x: x_q8_1 + (c0 as u64) * (k / 32 * abi::Q8_1_BYTES) as u64,
+                y: y + (c0 as u64) * y_stride as u64 * 4,
+                rows: rows.unwrap_or(0),
+                nrows,
+                k,
+                y_stride,
+                rows_per_wg,
+                act: (act == GluAct::GeluTanh) as u32,
+                _pad: 0,
+            };
+            let g = groups(nrows as u64, rows_per_wg, kname)?;
+            self.launch(s, kname, g, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
+            c0 += nc;
+        }
+        Ok(())
+    }
+
+    /// Prefill matmul on int8 WMMA tiles: `y[c * y_stride + i] = W[i] · x[c]` for `ncols`
+    /// Q8_1 activation columns (e.g. from [`GpuOps::quantize_q8_1`]) and `nrows` weight rows of
+    /// `k`. Only Q8_0 weights so far (semantics and order: `abi::MmqArgs`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmq(&self, s: &Stream, ty: WType, w: DevicePtr, x_q8_1: DevicePtr, y: DevicePtr, nrows: u32, ncols: u32, k: u32, y_stride: u32) -> Result<()> {
+        let name = abi::MMQ_Q8_0;
+        if ty != WType::Q8_0 {
+            return Err(bad(name, format!("MMQ supports Q8_0 weights only (got {ty:?}); use dequant + GEMM or mmvq")));
+        }
+        if k == 0 || !k.is_multiple_of(32) || nrows == 0 || ncols == 0 || y_stride < nrows {
+            return Err(bad(name, format!("k {k} (multiple of 32), nrows {nrows}, ncols {ncols}, y_stride {y_stride} (>= nrows)")));
+        }
+        let g = groups(nrows.div_ceil(16 * abi::WAVES_PER_WG) as u64 * ncols.div_ceil(16) as u64, 1, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MmqArgs { w, x: x_q8_1, y, nrows, ncols, k, y_stride }.to_bytes())
     }
 
     // ------------------------------------------------------------------ forward-pass ops
@@ -280,10 +365,10 @@ impl GpuOps {
         fma: bool,
     ) -> Result<()> {
         let name = abi::ROPE;
-        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+        if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
             return Err(bad(name, format!("rope_dim {rope_dim} must be even and in 2..=head_dim ({head_dim})")));
         }
-        let g = groups(n_tokens as u64 * n_heads as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
+        let g = groups(n_tokens as u64 * n_heads.div_ceil(abi::ROPE_HEADS) as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
         let a = abi::RopeArgs { x, pos, table, n_tokens, n_heads, head_dim, rope_dim, neox: neox as u32, fma: fma as u32 };
         self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
     }
@@ -362,7 +447,7 @@ impl GpuOps {
         match ty {
             RowType::W(wt) => {
                 let name = abi::get_rows_kernel(wt).ok_or_else(|| bad("get_rows", format!("no kernel for {wt:?}")))?;
-                if k == 0 || k % wt.block_k() != 0 {
+                if k == 0 || !k.is_multiple_of(wt.block_k()) {
                     return Err(bad(name, format!("k = {k} is not a positive multiple of {}", wt.block_k())));
                 }
                 let g = groups(n_ids as u64 * (k / wt.block_k()) as u64, abi::WG_SIZE, name)?;
@@ -407,7 +492,8 @@ impl GpuOps {
     /// Causal attention: token `t` (query row `q[t]`, position `pos[t]`) attends to cells
     /// `lo..=pos[t]`, `lo = pos + 1 - window` when `window > 0` and that is positive, else 0;
     /// `out[t][h] = softmax(kq_scale * q·K) · V` per head, GQA (`n_head % n_head_kv == 0`).
-    /// head_dim ∈ {16, 32, 64, 128, 256}; windows up to [`GpuOps::attn_max_kv`] cells.
+    /// head_dim ∈ {16, 32, 64, 128, 256}; Ordered: windows up to [`GpuOps::attn_max_kv`] cells
+    /// (Fast: any length).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -428,18 +514,23 @@ impl GpuOps {
         window: u32,
         kq_scale: f32,
     ) -> Result<()> {
-        let _ = mode; // Fast == Ordered today (docs/kernels.md)
         let int8 = fmt == KvFormat::Int8;
         let name = abi::attn_kernel(int8, head_dim)
             .ok_or_else(|| bad("attention", format!("head_dim {head_dim} (supported: {:?})", abi::ATTN_HEAD_DIMS)))?;
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
             return Err(bad(name, format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")));
         }
         if int8 && (k_scale == 0 || v_scale == 0) {
             return Err(bad(name, "int8 cache without scale buffers"));
         }
         let max_kv = self.attn_max_kv();
-        let g = groups(n_tokens as u64 * n_head as u64, 1, name)?;
+        let fast = abi::attn_fast_kernel(int8, head_dim).unwrap_or(name);
+        let g = if mode == AttnMode::Fast {
+            let rows = n_tokens as u64 * (n_head / n_head_kv) as u64;
+            groups(rows.div_ceil(16) * n_head_kv as u64, 1, fast)?
+        } else {
+            groups(n_tokens as u64 * n_head as u64, 1, name)?
+        };
         let a = abi::AttnArgs {
             q,
             k: k_cache,
@@ -455,6 +546,9 @@ impl GpuOps {
             kq_scale_bits: kq_scale.to_bits(),
             max_kv,
         };
+        if mode == AttnMode::Fast {
+            return self.launch(s, fast, g, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(head_dim), &a.to_bytes());
+        }
         self.launch(s, name, g, abi::ATTN_BLOCK, abi::attn_lds_bytes(head_dim, max_kv), &a.to_bytes())
     }
 
@@ -491,7 +585,7 @@ impl GpuOps {
         if k == 0 {
             return Err(bad(name, "k = 0"));
         }
-        let g = groups(d as u64 * n_tokens as u64, abi::WG_SIZE, name)?;
+        let g = groups(d.div_ceil(abi::WG_SIZE) as u64 * n_tokens as u64, 1, name)?;
         self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
     }
 }

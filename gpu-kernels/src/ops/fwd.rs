@@ -6,7 +6,7 @@
 //! Index math is u32; every kernel returns early for work-items past the end (wave-uniform
 //! where a wave owns a row). Row kernels use one wave per row and no LDS.
 use super::unroll;
-use crate::abi::{WAVES_PER_WG, WG_SIZE};
+use crate::abi::{ROPE_HEADS, WAVES_PER_WG, WG_SIZE};
 use crate::arch::{fma, group_id, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
     wave_id, wave_max_f32, wave_max_u32, wave_min_u32};
 use crate::mem::f32_to_f16;
@@ -76,9 +76,10 @@ pub extern "gpu-kernel" fn rms_norm_f32(x: *const f32, w: *const f32, y: *mut f3
     }
 }
 
-/// One work-item per rotated pair. NEOX pairs (i, i + rd/2), normal pairs (2i, 2i+1);
-/// `a*c - b*s`, `a*s + b*c` (cpu_kernels::rope_neox / rope_norm) or with `fma`
-/// `fma(a, c, -(b*s))`, `fma(a, s, b*c)` (rope_neox_ggml). Angles from the host table.
+
+/// One work-item per (token, group of `ROPE_HEADS` heads, pair). NEOX pairs (i, i + rd/2),
+/// normal pairs (2i, 2i+1); `a*c - b*s`, `a*s + b*c` (cpu_kernels::rope_neox / rope_norm) or
+/// with `fma` `fma(a, c, -(b*s))`, `fma(a, s, b*c)` (rope_neox_ggml). Angles from the host table.
 #[unsafe(no_mangle)]
 pub extern "gpu-kernel" fn rope_f32(
     x: *mut f32,
@@ -92,25 +93,32 @@ pub extern "gpu-kernel" fn rope_f32(
     use_fma: u32,
 ) {
     let half = rope_dim / 2;
+    let chunks = n_heads.div_ceil(ROPE_HEADS);
     let g = gid();
-    if half == 0 || n_heads == 0 || g >= n_tokens * n_heads * half {
+    if half == 0 || chunks == 0 || g >= n_tokens * chunks * half {
         return;
     }
     let i = g % half;
-    let th = g / half;
-    let t = th / n_heads;
+    let rest = g / half;
+    let (hc, t) = (rest % chunks, rest / chunks);
     // SAFETY: ABI (abi::RopeArgs): x = [n_tokens][n_heads][head_dim] f32, pos = n_tokens u32,
-    // table = [n_pos][half] (cos, sin) with pos[t] < n_pos; pair (th, i) is this item's alone.
+    // table = [n_pos][half] (cos, sin) with pos[t] < n_pos; pair i of heads hc*8.. of token t
+    // is this item's alone.
     unsafe {
         let p = *pos.add(t as usize);
         let cs = table.add((2 * (p * half + i)) as usize);
         let (c, s) = (*cs, *cs.add(1));
-        let base = x.add((th * head_dim) as usize);
         let (ia, ib) = if neox != 0 { (i, i + half) } else { (2 * i, 2 * i + 1) };
-        let (a, b) = (*base.add(ia as usize), *base.add(ib as usize));
-        let (na, nb) = if use_fma != 0 { (fma(a, c, -(b * s)), fma(a, s, b * c)) } else { (a * c - b * s, a * s + b * c) };
-        *base.add(ia as usize) = na;
-        *base.add(ib as usize) = nb;
+        let h1 = (hc * ROPE_HEADS + ROPE_HEADS).min(n_heads);
+        let mut h = hc * ROPE_HEADS;
+        while h < h1 {
+            let base = x.add(((t * n_heads + h) * head_dim) as usize);
+            let (a, b) = (*base.add(ia as usize), *base.add(ib as usize));
+            let (na, nb) = if use_fma != 0 { (fma(a, c, -(b * s)), fma(a, s, b * c)) } else { (a * c - b * s, a * s + b * c) };
+            *base.add(ia as usize) = na;
+            *base.add(ib as usize) = nb;
+            h += 1;
+        }
     }
 }
 
@@ -369,6 +377,8 @@ pub extern "gpu-kernel" fn moe_router(
 }
 
 /// `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, from 0.0 in order j = 0..k.
+/// Workgroup `g` = token `g / ceil(d / WG_SIZE)`, so the token's map and weights are
+/// workgroup-uniform (scalar loads) and each work-item reads only its y elements.
 #[unsafe(no_mangle)]
 pub extern "gpu-kernel" fn moe_combine(
     y: *const f32,
@@ -380,19 +390,24 @@ pub extern "gpu-kernel" fn moe_combine(
     k: u32,
     _pad: u32,
 ) {
-    let g = gid();
-    if d == 0 || g >= d * n_tokens {
+    let chunks = d.div_ceil(WG_SIZE);
+    let g = group_id();
+    if chunks == 0 || g >= chunks * n_tokens {
         return;
     }
-    let (t, i) = (g / d, g % d);
+    let t = g / chunks;
+    let i = (g % chunks) * WG_SIZE + thread_id();
+    if i >= d {
+        return;
+    }
     // SAFETY: ABI (abi::MoeCombineArgs): map/w = [n_tokens*k], map entries are rows of y (d
-    // f32 each), out = [n_tokens][d]; element g is this item's.
+    // f32 each), out = [n_tokens][d]; element (t, i) is this item's.
     unsafe {
         let mut acc = 0f32;
         for j in 0..k {
             let m = *map.add((t * k + j) as usize);
             acc += *w.add((t * k + j) as usize) * *y.add((m * d + i) as usize);
         }
-        *out.add(g as usize) = acc;
+        *out.add((t * d + i) as usize) = acc;
     }
 }

@@ -69,6 +69,30 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
     y_stride: u32,
     rows_per_wg: u32,
 ) {
+    // SAFETY: caller contract.
+    unsafe { mmvq_impl::<B, NC, false>(w, core::ptr::null(), x, y, rows, nrows, k, y_stride, rows_per_wg, 0) }
+}
+
+/// The shared body; with `GLU` it also computes `u = W2[row] · x` (same rows, same order of
+/// operations) and stores `act(y) * u` (act 0 = SiLU, 1 = GELU-tanh, `quant::fmath`), so the
+/// fused result equals the separate MMVQ + GLU launches bit for bit.
+///
+/// # Safety
+/// As `mmvq`; with `GLU`, `w2` has the shape of `w`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn mmvq_impl<B: MmvqBlock, const NC: usize, const GLU: bool>(
+    w: *const u8,
+    w2: *const u8,
+    x: *const u8,
+    y: *mut f32,
+    rows: *const u32,
+    nrows: u32,
+    k: u32,
+    y_stride: u32,
+    rows_per_wg: u32,
+    act: u32,
+) {
     let lds = Lds::get();
     let tb = 0; // the type's tables are in static LDS (Lds::tables)
     B::stage_tables(Lds::tables());
@@ -97,6 +121,7 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
         let valid = i < wg_rows;
         let out = row0 + i;
         let mut acc = [0f32; NC];
+        let mut acc2 = [0f32; NC];
         if valid {
             // SAFETY: `rows` (when not null) holds `nrows` indices of rows of `w` (ABI).
             let r = if rows.is_null() { out } else { unsafe { *rows.add(out as usize) } };
@@ -108,13 +133,32 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
                 unsafe { B::dot::<NC>(wrow.add(t as usize * B::TY.block_bytes() as usize), t, &cols, &mut acc) };
                 t += lanes;
             }
+            if GLU {
+                // SAFETY: `w2` has the shape of `w` (caller contract).
+                let wrow2 = unsafe { w2.add(r as usize * row_bytes) };
+                let mut t = li;
+                while t < nt {
+                    // SAFETY: task t < nt is block t of the row.
+                    unsafe { B::dot::<NC>(wrow2.add(t as usize * B::TY.block_bytes() as usize), t, &cols, &mut acc2) };
+                    t += lanes;
+                }
+            }
         }
         // Uniform control flow again: all lanes take part in the butterflies.
         group_sum_f32xn(&mut acc, lg);
+        if GLU {
+            group_sum_f32xn(&mut acc2, lg);
+        }
         if valid && li == 0 {
             unroll::<NC>(|c| {
+                let v = if GLU {
+                    let a = if act == 0 { quant::fmath::silu(acc[c]) } else { quant::fmath::gelu_tanh(acc[c]) };
+                    a * acc2[c]
+                } else {
+                    acc[c]
+                };
                 // SAFETY: `y` holds NC columns of `y_stride >= nrows` f32 (ABI); one writer per output.
-                unsafe { *y.add((c as u32 * y_stride + out) as usize) = acc[c] };
+                unsafe { *y.add((c as u32 * y_stride + out) as usize) = v };
             });
         }
         g += WAVES_PER_WG * rows_per_iter;
@@ -134,3 +178,18 @@ macro_rules! define_mmvq {
     )*};
 }
 mmvq_kernels!(define_mmvq);
+
+macro_rules! define_mmvq_glu {
+    ($($name:ident $ty:ident $nc:literal),* $(,)?) => {$(
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "gpu-kernel" fn $name(
+            wg: *const u8, wu: *const u8, x: *const u8, y: *mut f32, rows: *const u32,
+            nrows: u32, k: u32, y_stride: u32, rows_per_wg: u32, act: u32, _pad: u32,
+        ) {
+            // SAFETY: the host launches per abi::MmvqGluArgs (engine/src/gpu/ops.rs).
+            unsafe { mmvq_impl::<$ty, $nc, true>(wg, wu, x, y, rows, nrows, k, y_stride, rows_per_wg, act) }
+        }
+    )*};
+}
+mmvq_glu_kernels!(define_mmvq_glu);

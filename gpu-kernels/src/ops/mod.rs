@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod dequant;
 pub mod fwd;
+pub mod mmq;
 pub mod mmvq;
 mod mmvq_blocks;
 pub mod quantize;
