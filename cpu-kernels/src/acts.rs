@@ -152,6 +152,58 @@ impl Acts {
     }
 }
 
+impl Acts {
+    /// Activations for the ggml-order kernels (`x86::ggml_kernel`): only `raw` (Q8_0 blocks
+    /// rounded like llama.cpp's x86 `quantize_row_q8_0`, or the reference Q8_K quantizer), plus
+    /// on AVX-512 for Q8_0/Q5_0 weights the biased quants and f32 scales of `ggml_q8_512`.
+    pub fn prepare_ggml(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path) -> Result<Acts, KernelError> {
+        let ty = wty.vec_dot_type();
+        let raw_row = ty.row_bytes(k).ok_or(KernelError::Shape {
+            what: "activation length (not a multiple of the block size)",
+            expected: ty.block_size(),
+            got: k,
+        })?;
+        let mut a = Acts {
+            ty,
+            n,
+            raw: vec![0u8; n * raw_row],
+            raw_row,
+            qs: Vec::new(),
+            d: Vec::new(),
+            s: Vec::new(),
+            bsums: Vec::new(),
+            perm: Vec::new(),
+            mb: Vec::new(),
+            f: Vec::new(),
+            h: Vec::new(),
+        };
+        let work = |(c, dst): (usize, &mut [u8])| -> Result<(), KernelError> {
+            for (j, row) in dst.chunks_exact_mut(raw_row).enumerate() {
+                let col = c * COLS_PER_TASK + j;
+                let src = &x[col * k..(col + 1) * k];
+                if ty == GgmlType::Q8_0 {
+                    quantize_q8_0_x86(src, row);
+                } else {
+                    quant::quantize_row(ty, src, row)?;
+                }
+            }
+            Ok(())
+        };
+        if n >= 2 * COLS_PER_TASK {
+            a.raw.par_chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        } else {
+            a.raw.chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if ty == GgmlType::Q8_0 && path == Path::Avx512 {
+            crate::x86::ggml_q8_512::prepare(&mut a);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = path;
+        Ok(a)
+    }
+}
+
 /// Q8_0 activation blocks as llama.cpp's x86 `quantize_row_q8_0` (AVX path) writes them: the
 /// stored scale is `d = amax/127` (f16), but the quants are `round_half_even(x * (127/amax))`,
 /// not `roundf(x / d)` like the reference quantizer: the two differ in the last bit of the

@@ -154,15 +154,24 @@ fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
 /// `y[n][rows] = x · Wᵀ` computed in exactly the float order of llama.cpp's x86 CPU backend
 /// (commit 0c1e570 on an AVX2/AVX-512 machine, batches of < 8 rows): Q8_0/Q5_0 with x86-rounded
 /// Q8_0 activations and ggml's lane layout, Q4_K like the repacked 8x8 GEMV (1 row) / GEMM
-/// (groups of 4 rows), Q6_K like `ggml_vec_dot_q6_K_q8_K` (AVX2). Other types, or CPUs
-/// without AVX2, use the fast kernels. Slower than [`matmul`]; for models whose logits are
-/// so sensitive to the last bit that matching llama.cpp token for token needs it (Gemma 3).
+/// (groups of 4 rows), Q6_K like `ggml_vec_dot_q6_K_q8_K` (AVX2). Other types use the fast
+/// kernels. Slower than [`matmul`]; for models whose logits are so sensitive to the last bit
+/// that matching llama.cpp token for token needs it (Gemma 3). Every [`Path`] gives identical
+/// bits (tests/ggml_order.rs); the best available one runs.
 pub fn try_matmul_ggml(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    try_matmul_ggml_with(best_path(), w, x, n, y)
+}
+
+/// [`try_matmul_ggml`] on an explicit path (tests, benchmarks).
+pub fn try_matmul_ggml_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    if !path.available() {
+        return Err(KernelError::PathUnavailable(path));
+    }
     // From 8 rows on, llama.cpp runs K-quants through its tiled GEMM, whose order we do not
     // copy: there the fast kernels are as close and much quicker.
     let tiled = n >= 8 && matches!(w.ty, quant::GgmlType::Q4K | quant::GgmlType::Q6K);
     #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = crate::x86::ggml_kernel(w.ty).filter(|_| !tiled) {
+    if let Some(kernel) = crate::x86::ggml_kernel(path, w.ty).filter(|_| !tiled) {
         let rb = w.validate()?;
         if x.len() < n * w.cols {
             return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
@@ -173,17 +182,11 @@ pub fn try_matmul_ggml(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Resul
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
-        // The portable preparation fills only the raw quantized rows, which these kernels read.
-        let mut acts = Acts::prepare(w.ty, x, n, w.cols, Path::Portable)?;
-        if acts.ty == quant::GgmlType::Q8_0 {
-            for (c, row) in acts.raw.chunks_exact_mut(acts.raw_row).enumerate() {
-                crate::acts::quantize_q8_0_x86(&x[c * w.cols..(c + 1) * w.cols], row);
-            }
-        }
+        let acts = Acts::prepare_ggml(w.ty, x, n, w.cols, path)?;
         run(kernel, w, rb, &acts, y);
         return Ok(());
     }
-    try_matmul(w, x, n, y)
+    try_matmul_with(path, w, x, n, y)
 }
 
 /// [`try_matmul_ggml`], panicking on bad shapes like [`matmul`].
