@@ -39,7 +39,7 @@ pub use matmul::{
 };
 pub use ops::{
     geglu_ggml, gelu_tanh, geglu, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_neox,
-    rope_neox_ggml, rope_norm, silu, softcap, softmax, swiglu,
+    rope_cs_ggml, rope_neox_ggml, rope_neox_ggml_cs, rope_norm, silu, softcap, softmax, swiglu,
 };
 pub use quant::GgmlType;
 

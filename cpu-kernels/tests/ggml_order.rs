@@ -112,3 +112,69 @@ fn ggml_order_paths_bit_identical() {
         }
     }
 }
+
+/// `geglu_ggml` (table lookup) equals the per-element definition (f16-rounded gate, GELU with
+/// `tanh`, f16-rounded result) bit for bit, over every f16 gate value and random ones.
+#[test]
+fn geglu_ggml_table_matches_definition() {
+    fn def(g: f32, u: f32) -> f32 {
+        const S: f32 = 0.797_884_6;
+        const A: f32 = 0.044715;
+        if g <= -10.0 {
+            0.0
+        } else if g >= 10.0 {
+            g * u
+        } else {
+            let h = quant::f16_to_f32(quant::f32_to_f16(g));
+            let ge = 0.5 * h * (1.0 + (S * h * (A * h).mul_add(h, 1.0)).tanh());
+            quant::f16_to_f32(quant::f32_to_f16(ge)) * u
+        }
+    }
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut gate: Vec<f32> = (0..=u16::MAX).map(quant::f16_to_f32).filter(|v| !v.is_nan()).collect();
+    gate.extend((0..100_000).map(|_| rng(&mut seed) * 12.0));
+    let up: Vec<f32> = gate.iter().map(|_| rng(&mut seed) * 4.0).collect();
+    let mut out = vec![0f32; gate.len()];
+    cpu_kernels::geglu_ggml(&gate, &up, &mut out);
+    for i in 0..gate.len() {
+        assert_eq!(out[i].to_bits(), def(gate[i], up[i]).to_bits(), "gate {} up {}", gate[i], up[i]);
+    }
+}
+
+/// `rope_neox_ggml` with precomputed angles (`rope_cs_ggml` + `rope_neox_ggml_cs`, the forward
+/// pass's form) equals the definition: f32 angle recurrence, `fma(a, c, -(b s))`, `fma(a, s, b c)`.
+#[test]
+fn rope_neox_ggml_matches_definition() {
+    let mut seed = 0x0bad_cafe_f00d_1234u64;
+    for (nh, hd, rot) in [(4usize, 256usize, 256usize), (1, 64, 32), (3, 128, 128)] {
+        for pos in [0usize, 1, 7, 511, 4095, 31999] {
+            for (base, scale) in [(10000f32, 1f32), (1e6, 0.25)] {
+                let x: Vec<f32> = (0..nh * hd).map(|_| rng(&mut seed) * 50.0).collect();
+                let mut want = x.clone();
+                let half = rot / 2;
+                let ts = base.powf(-2.0 / rot as f32);
+                for h in want.chunks_exact_mut(hd) {
+                    let mut theta = pos as f32;
+                    for i in 0..half {
+                        let t = scale * theta;
+                        let (c, s) = (t.cos(), t.sin());
+                        let (a, b) = (h[i], h[i + half]);
+                        h[i] = a.mul_add(c, -(b * s));
+                        h[i + half] = a.mul_add(s, b * c);
+                        theta *= ts;
+                    }
+                }
+                let mut got = x.clone();
+                cpu_kernels::rope_neox_ggml(&mut got, nh, hd, rot, pos, base, scale);
+                let mut cs = Vec::new();
+                cpu_kernels::rope_cs_ggml(rot, pos, base, scale, &mut cs);
+                let mut got2 = x.clone();
+                cpu_kernels::rope_neox_ggml_cs(&mut got2, nh, hd, &cs);
+                for i in 0..x.len() {
+                    assert_eq!(got[i].to_bits(), want[i].to_bits(), "rope nh {nh} hd {hd} pos {pos} [{i}]");
+                    assert_eq!(got2[i].to_bits(), want[i].to_bits(), "rope_cs nh {nh} hd {hd} pos {pos} [{i}]");
+                }
+            }
+        }
+    }
+}

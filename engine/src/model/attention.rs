@@ -93,6 +93,15 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
 /// for one), over `n_kv` = the used cells padded to 256; softmax with ggml's AVX-512 `expf`
 /// polynomial, sums of 16-lane chunks accumulated in f64.
 fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
+    #[cfg(target_arch = "x86_64")]
+    if sh.head_dim % 64 == 0 && simd::available() {
+        return simd::attend_ggml(kv, q, out, sh);
+    }
+    attend_ggml_scalar(kv, q, out, sh)
+}
+
+/// The scalar definition of [`attend_ggml`]'s float order (and the fallback without AVX-512).
+pub(crate) fn attend_ggml_scalar(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     let hd = sh.head_dim;
     let batch = out.len() / hd / sh.n_head >= 2;
     out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
@@ -130,6 +139,173 @@ fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
             *ot = dot(&row[..n_kv], &p);
         }
     });
+}
+
+/// AVX-512 form of [`attend_ggml_scalar`] with the same float operations per value:
+/// * `K·q`: the 16-lane (tinyBLAS) or 4x16-lane (`ggml_vec_dot_f16`) FMA accumulators are zmm
+///   registers, reduced like `_mm512_reduce_add_ps`;
+/// * softmax: ggml's `ggml_v_expf` on zmm (the scalar `v_expf` copies it), chunk sums in f64;
+/// * `V·p`: accumulator lane `l` of output `t` (`j % 16`, or `j % 64` for the 4x16 form) is a
+///   row of accumulators vectorised over `t`, so every (t, lane) gets the same FMA sequence
+///   over positions `j` as in the scalar dot. Positions outside `lo..=pos` have `p = 0` there
+///   and are skipped (adding `0·v` leaves an accumulator that is never -0 unchanged; cached V
+///   values are finite).
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    #![allow(unsafe_op_in_unsafe_fn)]
+    use super::*;
+    use core::arch::x86_64::*;
+
+    pub(super) fn available() -> bool {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma")
+    }
+
+    thread_local! {
+        static BUF: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
+        let hd = sh.head_dim;
+        let batch = out.len() / hd / sh.n_head >= 2;
+        let work = |(idx, o): (usize, &mut [f32])| {
+            BUF.with(|cell| {
+                let buf = &mut *cell.borrow_mut();
+                // SAFETY: `available()` was checked by the caller; head_dim % 64 == 0.
+                unsafe { item(kv, &q[idx * hd..(idx + 1) * hd], o, idx, sh, batch, buf) }
+            })
+        };
+        if out.len() / hd <= 1 {
+            out.chunks_mut(hd).enumerate().for_each(work);
+        } else {
+            out.par_chunks_mut(hd).enumerate().for_each(work);
+        }
+    }
+
+    /// `_mm512_reduce_add_ps` as GCC expands it.
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    #[inline]
+    unsafe fn reduce(v: __m512) -> f32 {
+        let mut a = [0f32; 16];
+        _mm512_storeu_ps(a.as_mut_ptr(), v);
+        reduce16(&a)
+    }
+
+    /// f16-rounded copy of 16 floats.
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    #[inline]
+    unsafe fn round16(v: __m512) -> __m512 {
+        _mm512_cvtph_ps(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v))
+    }
+
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    #[inline]
+    unsafe fn load_h(p: *const u16) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
+    }
+
+    /// `ggml_v_expf` (AVX-512).
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    #[inline]
+    unsafe fn v_expf16(x: __m512) -> __m512 {
+        let c = |b: u32| _mm512_set1_ps(f32::from_bits(b));
+        let r = c(0x4b40_0000);
+        let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
+        let n = _mm512_sub_ps(z, r);
+        let b = _mm512_fnmadd_ps(n, c(0x35bf_be8e), _mm512_fnmadd_ps(n, c(0x3f31_7200), x));
+        let d = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+        let u = _mm512_mul_ps(b, b);
+        let j = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(_mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)), u, _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb))),
+            u,
+            _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
+        );
+        let res = _mm512_scalef_ps(j, n);
+        if d == 0 {
+            return res;
+        }
+        let zero = _mm512_setzero_ps();
+        let alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, zero), _mm512_set1_ps(f32::INFINITY), zero);
+        _mm512_mask_blend_ps(d, res, alt)
+    }
+
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    unsafe fn item(kv: &KvLayer, q: &[f32], o: &mut [f32], idx: usize, sh: Shape, batch: bool, buf: &mut Vec<f32>) {
+        let hd = sh.head_dim;
+        let (i, h) = (idx / sh.n_head, idx % sh.n_head);
+        let pos = sh.pos0 + i;
+        let lo = sh.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let kvh = h / (sh.n_head / sh.n_head_kv);
+        let n_kv = (pos + 1).div_ceil(256) * 256;
+        let nacc = if batch { 16 } else { 64 };
+        // buf: q (hd) | scores (n_kv) | V accumulators (nacc * hd)
+        let need = hd + n_kv + nacc * hd;
+        if buf.len() < need {
+            buf.resize(need, 0.0);
+        }
+        let (qr, rest) = buf.split_at_mut(hd);
+        let (sc, accs) = rest.split_at_mut(n_kv);
+        let accs = &mut accs[..nacc * hd];
+        for c in 0..hd / 16 {
+            _mm512_storeu_ps(qr.as_mut_ptr().add(16 * c), round16(_mm512_loadu_ps(q.as_ptr().add(16 * c))));
+        }
+        sc.fill(f32::NEG_INFINITY);
+        for j in lo..=pos {
+            let Some((k, _)) = kv.rows_f16(j, kvh) else { return };
+            let s = if batch {
+                let mut acc = _mm512_setzero_ps();
+                for c in 0..hd / 16 {
+                    acc = _mm512_fmadd_ps(load_h(k.as_ptr().add(16 * c)), _mm512_loadu_ps(qr.as_ptr().add(16 * c)), acc);
+                }
+                reduce(acc)
+            } else {
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for c in 0..hd / 64 {
+                    for (a, acc) in acc.iter_mut().enumerate() {
+                        let e = 64 * c + 16 * a;
+                        *acc = _mm512_fmadd_ps(load_h(k.as_ptr().add(e)), _mm512_loadu_ps(qr.as_ptr().add(e)), *acc);
+                    }
+                }
+                reduce(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])))
+            };
+            sc[j] = s * sh.kq_scale;
+        }
+        let max = sc[lo..=pos].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let vmax = _mm512_set1_ps(max);
+        let mut sum = 0f64;
+        for c in lo / 16..=pos / 16 {
+            let e = v_expf16(_mm512_sub_ps(_mm512_loadu_ps(sc.as_ptr().add(16 * c)), vmax));
+            _mm512_storeu_ps(sc.as_mut_ptr().add(16 * c), e);
+            sum += reduce(e) as f64;
+        }
+        let inv = _mm512_set1_ps((1.0 / sum) as f32);
+        for c in lo / 16..=pos / 16 {
+            let p = sc.as_mut_ptr().add(16 * c);
+            _mm512_storeu_ps(p, round16(_mm512_mul_ps(_mm512_loadu_ps(p), inv)));
+        }
+        accs.fill(0.0);
+        for j in lo..=pos {
+            let Some((_, v)) = kv.rows_f16(j, kvh) else { return };
+            let p = _mm512_set1_ps(sc[j]);
+            let a = accs.as_mut_ptr().add((j % nacc) * hd);
+            for c in 0..hd / 16 {
+                let ap = a.add(16 * c);
+                _mm512_storeu_ps(ap, _mm512_fmadd_ps(load_h(v.as_ptr().add(16 * c)), p, _mm512_loadu_ps(ap)));
+            }
+        }
+        let ld = |l: usize, c: usize| _mm512_loadu_ps(accs.as_ptr().add(l * hd + 16 * c));
+        for c in 0..hd / 16 {
+            // Per output t: r[l] over the 16 lanes (for the 4x16 form first (a0+a2)+(a1+a3)).
+            let r: [__m512; 16] = if batch {
+                core::array::from_fn(|l| ld(l, c))
+            } else {
+                core::array::from_fn(|l| _mm512_add_ps(_mm512_add_ps(ld(l, c), ld(l + 32, c)), _mm512_add_ps(ld(l + 16, c), ld(l + 48, c))))
+            };
+            let t8: [__m512; 8] = core::array::from_fn(|l| _mm512_add_ps(r[l], r[l + 8]));
+            let t4: [__m512; 4] = core::array::from_fn(|l| _mm512_add_ps(t8[l], t8[l + 4]));
+            let res = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+            _mm512_storeu_ps(o.as_mut_ptr().add(16 * c), res);
+        }
+    }
 }
 
 fn f16_to_f32(h: u16) -> f32 {
