@@ -381,6 +381,39 @@ mod tests {
     use super::*;
     use crate::kv_cache::{KvCache, KvType, LayerCache};
 
+    /// The SIMD ggml-order attention gives the same bits as the scalar definition: one token
+    /// (`ggml_vec_dot_f16` order) and batches (tinyBLAS order), positions across several
+    /// 256-cell pads, sliding windows, GQA, values with a wide range.
+    #[test]
+    fn attend_ggml_simd_matches_scalar_bitwise() {
+        let (hd, nkv, nh, cap) = (256, 1, 4, 700);
+        let mut cache = KvCache::new(KvType::F16, cap, &[(nkv, hd)]);
+        let LayerCache::Attention(kv) = &mut cache.layers[0];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        for p in 0..cap {
+            let k: Vec<f32> = (0..nkv * hd).map(|i| rnd() * if i % 37 == 0 { 40.0 } else { 3.0 }).collect();
+            let v: Vec<f32> = (0..nkv * hd).map(|_| rnd() * 5.0).collect();
+            kv.write(p, &k, &v);
+        }
+        for (pos0, n, window) in [(0usize, 1usize, None), (5, 1, None), (255, 1, None), (256, 1, Some(512)), (699, 1, Some(512)), (0, 7, None), (250, 12, None), (600, 100, Some(512)), (0, 3, Some(2))] {
+            let q: Vec<f32> = (0..n * nh * hd).map(|_| rnd() * 2.0).collect();
+            let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale: 1.0, ggml_exact: true };
+            let mut want = vec![0f32; n * nh * hd];
+            attend_ggml_scalar(kv, &q, &mut want, sh);
+            let mut got = vec![f32::NAN; n * nh * hd];
+            attend_ggml(kv, &q, &mut got, sh);
+            for i in 0..want.len() {
+                assert_eq!(got[i].to_bits(), want[i].to_bits(), "pos0 {pos0} n {n} window {window:?} [{i}]: {} vs {}", got[i], want[i]);
+            }
+        }
+    }
+
     /// Sliding window and GQA head mapping against a direct computation on the stored rows.
     #[test]
     fn window_and_gqa_match_direct_softmax() {
