@@ -29,6 +29,8 @@ pub(crate) struct Acts {
     pub mb: Vec<f32>,
     pub f: Vec<f32>,
     pub h: Vec<u16>,
+    /// ggml-order Q8_0/Q5_0 on AVX-512: per block 8 lane corrections (`x86::ggml_q8_512`).
+    pub lcorr: Vec<i32>,
 }
 
 /// Columns per rayon task when quantizing many activation columns.
@@ -56,6 +58,7 @@ impl Acts {
             mb: Vec::new(),
             f: Vec::new(),
             h: Vec::new(),
+            lcorr: Vec::new(),
         };
         if ty == GgmlType::F32 {
             // No quantization: kernels read `f`, the portable path reads `raw`.
@@ -176,6 +179,7 @@ impl Acts {
             mb: Vec::new(),
             f: Vec::new(),
             h: Vec::new(),
+            lcorr: Vec::new(),
         };
         let work = |(c, dst): (usize, &mut [u8])| -> Result<(), KernelError> {
             for (j, row) in dst.chunks_exact_mut(raw_row).enumerate() {
@@ -196,7 +200,7 @@ impl Acts {
         }
         #[cfg(target_arch = "x86_64")]
         if ty == GgmlType::Q8_0 && path == Path::Avx512 {
-            crate::x86::ggml_q8_512::prepare(&mut a);
+            crate::x86::ggml_q8_512::prepare(&mut a, wty);
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = path;

@@ -5,9 +5,10 @@
 //! are formed differs (integers are exact in any order):
 //! * one zmm holds two weight rows (lanes 0-7 row r, 8-15 row r+1), the 32 activation quants
 //!   of the block are broadcast to both halves;
-//! * activations are stored biased to u8 (`a + 128`, `Acts::perm`) so `vpdpbusd` multiplies
-//!   them with the signed weights; the accumulator starts at `-128·Σw` per lane (itself a
-//!   `vpdpbusd` of ones with the weights), so the lane sum is exactly `Σ w·a`;
+//! * weights are made unsigned (`Q5_0`: the 5-bit code `q = w + 16`; `Q8_0`: `w + 128`) and are
+//!   the u8 operand of `vpdpbusd` with the signed activations; the accumulator starts at
+//!   `-B·Σa` over the lane's four activations (`B` = 16 or 128, precomputed per column and
+//!   block in `Acts::lcorr`), so the lane sum is exactly `Σ w·a`;
 //! * a tile is 2 row pairs x up to 4 columns (8 accumulators): each weight block is decoded
 //!   once per 4 columns, each activation block loaded once per 4 rows.
 #![allow(unsafe_op_in_unsafe_fn)]
@@ -20,28 +21,36 @@ use quant::GgmlType;
 
 const ROWS_PER_TILE: usize = 4;
 const COLS_PER_TILE: usize = 4;
+const PF_DIST: usize = 16;
+fn pf_on() -> bool { static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new(); *F.get_or_init(|| std::env::var("STRATA_NO_PF").is_err()) }
 
+/// The 32 quants of one block of two rows (lanes 0-31 `b0`, 32-63 `b1`) plus the bias `B`
+/// (16 for Q5_0, 128 for Q8_0), as u8.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn h2f(p: *const u8) -> f32 {
-    let h = u16::from_le_bytes([*p, *p.add(1)]);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-}
-
-/// The 32 signed quants of one weight block.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn quants<const Q5: bool>(b: *const u8) -> __m256i {
+unsafe fn quants2<const Q5: bool>(b0: *const u8, b1: *const u8) -> __m512i {
     if Q5 {
         // Q5_0: d, qh (u32), 16 bytes of nibbles; element j uses bit j of qh as its 5th bit.
-        let qh = (b.add(2) as *const u32).read_unaligned();
-        let x = _mm_loadu_si128(b.add(6).cast());
-        let nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
-        // (nib | bit << 4) - 16 == nib - 16 where the bit is clear.
-        _mm256_mask_sub_epi8(nib, !qh, nib, _mm256_set1_epi8(16))
+        let qh = (b0.add(2) as *const u32).read_unaligned() as u64 | (((b1.add(2) as *const u32).read_unaligned() as u64) << 32);
+        let x0 = _mm_loadu_si128(b0.add(6).cast());
+        let x1 = _mm_loadu_si128(b1.add(6).cast());
+        let y0 = _mm256_inserti128_si256(_mm256_castsi128_si256(x0), _mm_srli_epi16(x0, 4), 1);
+        let y1 = _mm256_inserti128_si256(_mm256_castsi128_si256(x1), _mm_srli_epi16(x1, 4), 1);
+        let nib = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8(0x0F));
+        _mm512_mask_add_epi8(nib, qh, nib, _mm512_set1_epi8(16))
     } else {
-        _mm256_loadu_si256(b.add(2).cast())
+        let v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(b0.add(2).cast())), _mm256_loadu_si256(b1.add(2).cast()), 1);
+        _mm512_xor_si512(v, _mm512_set1_epi8(-128))
     }
+}
+
+/// Both rows' f16 block scales as f32: lanes 0-7 `d(b0)`, lanes 8-15 `d(b1)`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn scales2(b0: *const u8, b1: *const u8) -> __m512 {
+    let h0 = _mm_set1_epi16((b0 as *const i16).read_unaligned());
+    let h1 = _mm_set1_epi16((b1 as *const i16).read_unaligned());
+    _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1))
 }
 
 /// `hsum_float_8` of lanes `8h..8h+8`: `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
@@ -56,7 +65,7 @@ fn hsum_half(v: &[f32; 16], h: usize) -> f32 {
 /// columns starting at `c0`. Returns the accumulators.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn tile<const Q5: bool, const P: usize, const C: usize>(
+unsafe fn tile<const Q5: bool, const P: usize, const C: usize, const PF: bool>(
     w: &QTensor,
     rb: usize,
     a: &Acts,
@@ -66,7 +75,6 @@ unsafe fn tile<const Q5: bool, const P: usize, const C: usize>(
     let k = w.cols;
     let nb = k / 32;
     let bs = if Q5 { 22 } else { 34 };
-    let ones = _mm512_set1_epi8(1);
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); C]; P];
     let base = w.data.as_ptr();
@@ -76,24 +84,29 @@ unsafe fn tile<const Q5: bool, const P: usize, const C: usize>(
     }
     let act = a.perm.as_ptr();
     let ad = a.d.as_ptr();
+    let lc = a.lcorr.as_ptr();
     for ib in 0..nb {
         let mut wv = [zero; P];
-        let mut corr = [zero; P];
         let mut wd = [_mm512_setzero_ps(); P];
         for p in 0..P {
             let (b0, b1) = (rp[2 * p].add(ib * bs), rp[2 * p + 1].add(ib * bs));
-            let v = _mm512_inserti64x4(_mm512_castsi256_si512(quants::<Q5>(b0)), quants::<Q5>(b1), 1);
+            if PF {
+                // Weights stream from DRAM for big matrices (the output head): fetch the
+                // tile after the next one while this one computes.
+                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PF_DIST * rb).cast());
+                _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PF_DIST * rb).cast());
+            }
+            let v = quants2::<Q5>(b0, b1);
             wv[p] = v;
-            let sw = _mm512_dpbusd_epi32(zero, ones, v);
-            corr[p] = _mm512_sub_epi32(zero, _mm512_slli_epi32(sw, 7));
-            wd[p] = _mm512_mask_mov_ps(_mm512_set1_ps(h2f(b0)), 0xFF00, _mm512_set1_ps(h2f(b1)));
+            wd[p] = scales2(b0, b1);
         }
         for c in 0..C {
             let col = c0 + c;
             let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(act.add(col * k + ib * 32).cast()));
             let da = _mm512_set1_ps(*ad.add(col * nb + ib));
+            let corr = _mm512_broadcast_i64x4(_mm256_loadu_si256(lc.add((col * nb + ib) * 8).cast()));
             for p in 0..P {
-                let s = _mm512_dpbusd_epi32(corr[p], av, wv[p]);
+                let s = _mm512_dpbusd_epi32(corr, wv[p], av);
                 let d = _mm512_mul_ps(wd[p], da);
                 acc[p][c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p][c]);
             }
@@ -113,7 +126,7 @@ unsafe fn run_tile<const Q5: bool, const P: usize, const C: usize>(
     c0: usize,
     y: *mut f32,
 ) {
-    let acc = tile::<Q5, P, C>(w, rb, a, rows, c0);
+    let acc = if pf_on() && C == 1 && w.rows * rb > 0 { tile::<Q5, P, C, true>(w, rb, a, rows, c0) } else { tile::<Q5, P, C, false>(w, rb, a, rows, c0) };
     let mut lanes = [0f32; 16];
     for p in 0..P {
         for c in 0..C {
@@ -177,16 +190,21 @@ pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize
     }
 }
 
-/// Fills `a.perm` (quants + 128 as u8, column-major `[n][cols]`) and `a.d` (f32 block scales,
-/// `[n][cols/32]`) from the Q8_0 blocks in `a.raw`.
-pub(crate) fn prepare(a: &mut Acts) {
+/// Fills `a.perm` (the signed quants, `[n][cols]`), `a.d` (f32 block scales, `[n][cols/32]`)
+/// and `a.lcorr` (per block 8 lanes of `-B·Σ` four quants, `B` = 16 for Q5_0 and 128 for Q8_0
+/// weights) from the Q8_0 blocks in `a.raw`.
+pub(crate) fn prepare(a: &mut Acts, wty: GgmlType) {
+    let bias = if wty == GgmlType::Q5_0 { 16 } else { 128 };
     let nblocks = a.raw.len() / 34;
     a.perm.clear();
     a.perm.reserve(nblocks * 32);
     a.d.clear();
     a.d.reserve(nblocks);
+    a.lcorr.clear();
+    a.lcorr.reserve(nblocks * 8);
     for b in a.raw.chunks_exact(34) {
         a.d.push(quant::f16_to_f32(u16::from_le_bytes([b[0], b[1]])));
-        a.perm.extend(b[2..34].iter().map(|&q| (q ^ 0x80) as i8));
+        a.perm.extend(b[2..34].iter().map(|&q| q as i8));
+        a.lcorr.extend(b[2..34].chunks_exact(4).map(|l| -bias * l.iter().map(|&q| q as i8 as i32).sum::<i32>()));
     }
 }
