@@ -9,8 +9,8 @@
 //!   the u8 operand of `vpdpbusd` with the signed activations; the accumulator starts at
 //!   `-B·Σa` over the lane's four activations (`B` = 16 or 128, precomputed per column and
 //!   block in `Acts::lcorr`), so the lane sum is exactly `Σ w·a`;
-//! * a tile is 2 row pairs x up to 4 columns (8 accumulators): each weight block is decoded
-//!   once per 4 columns, each activation block loaded once per 4 rows.
+//! * a tile is 2 row pairs x up to 8 columns (16 accumulators): each weight block is decoded
+//!   once per 8 columns, each activation block loaded once per 4 rows.
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use core::arch::x86_64::*;
@@ -20,7 +20,7 @@ use crate::QTensor;
 use quant::GgmlType;
 
 const ROWS_PER_TILE: usize = 4;
-const COLS_PER_TILE: usize = 4;
+const COLS_PER_TILE: usize = 8;
 const PF_DIST: usize = 16;
 fn pf_on() -> bool { static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new(); *F.get_or_init(|| std::env::var("STRATA_NO_PF").is_err()) }
 
@@ -155,10 +155,11 @@ unsafe fn rows_impl<const Q5: bool>(w: &QTensor, rb: usize, a: &Acts, r0: usize,
             let rows: [usize; ROWS_PER_TILE] = core::array::from_fn(|i| r + i.min(m - 1));
             let mut c = cs;
             while c < ce {
-                let nc = (ce - c).min(COLS_PER_TILE);
+                let nc = if ce - c >= 8 { 8 } else { (ce - c).min(4) };
                 macro_rules! go {
                     ($p:literal) => {
                         match nc {
+                            8 => run_tile::<Q5, $p, 8>(w, rb, a, rows, m, c, y),
                             4 => run_tile::<Q5, $p, 4>(w, rb, a, rows, m, c, y),
                             3 => run_tile::<Q5, $p, 3>(w, rb, a, rows, m, c, y),
                             2 => run_tile::<Q5, $p, 2>(w, rb, a, rows, m, c, y),
