@@ -167,6 +167,17 @@ mod simd {
     pub(super) fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
         let hd = sh.head_dim;
         let batch = out.len() / hd / sh.n_head >= 2;
+        if batch {
+            // (token, KV head) items: the query heads of a group share each converted K block.
+            let g = sh.n_head / sh.n_head_kv;
+            return out.par_chunks_mut(g * hd).enumerate().for_each(|(idx, o)| {
+                BUF.with(|cell| {
+                    let buf = &mut *cell.borrow_mut();
+                    // SAFETY: `available()` was checked by the caller; head_dim % 64 == 0.
+                    unsafe { item_batch(kv, &q[idx * g * hd..(idx + 1) * g * hd], o, idx, sh, buf) }
+                })
+            });
+        }
         let work = |(idx, o): (usize, &mut [f32])| {
             BUF.with(|cell| {
                 let buf = &mut *cell.borrow_mut();
@@ -226,6 +237,120 @@ mod simd {
         let zero = _mm512_setzero_ps();
         let alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, zero), _mm512_set1_ps(f32::INFINITY), zero);
         _mm512_mask_blend_ps(d, res, alt)
+    }
+
+    /// `reduce16` of 16 vectors at once: lane `x` of the result is `reduce16(a[x])`, computed
+    /// with the same additions (pairs `i, i+8`, then `i, i+4`, then `(0+2) + (1+3)`).
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    #[inline]
+    unsafe fn reduce16x16(a: &[__m512; 16]) -> __m512 {
+        let l1: [__m512; 8] = core::array::from_fn(|k| {
+            let (x, y) = (a[2 * k], a[2 * k + 1]);
+            _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(x, y), _mm512_shuffle_f32x4::<0xEE>(x, y))
+        });
+        let l2: [__m512; 4] = core::array::from_fn(|k| {
+            let (x, y) = (l1[2 * k], l1[2 * k + 1]);
+            _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(x, y), _mm512_shuffle_f32x4::<0xDD>(x, y))
+        });
+        let l3: [__m512; 2] = core::array::from_fn(|k| {
+            let (x, y) = (l2[2 * k], l2[2 * k + 1]);
+            _mm512_add_ps(_mm512_shuffle_ps::<0x44>(x, y), _mm512_shuffle_ps::<0xEE>(x, y))
+        });
+        let r = _mm512_add_ps(_mm512_shuffle_ps::<0x88>(l3[0], l3[1]), _mm512_shuffle_ps::<0xDD>(l3[0], l3[1]));
+        // Lane 4r + m holds a[4m + r].
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r)
+    }
+
+    /// Batch (tinyBLAS order) attention of one token for the query heads of one KV head.
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    unsafe fn item_batch(kv: &KvLayer, q: &[f32], o: &mut [f32], idx: usize, sh: Shape, buf: &mut Vec<f32>) {
+        let hd = sh.head_dim;
+        let g = sh.n_head / sh.n_head_kv;
+        let (i, kvh) = (idx / sh.n_head_kv, idx % sh.n_head_kv);
+        let pos = sh.pos0 + i;
+        let lo = sh.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let n_kv = (pos + 1).div_ceil(256) * 256;
+        let nc = hd / 16;
+        // buf: rounded q (g * hd) | scores (g * n_kv) | one K block as f32 (16 * hd)
+        let need = g * hd + g * n_kv + 16 * hd;
+        if buf.len() < need {
+            buf.resize(need, 0.0);
+        }
+        let (qr, rest) = buf.split_at_mut(g * hd);
+        let (sc, kb) = rest.split_at_mut(g * n_kv);
+        for c in 0..g * nc {
+            _mm512_storeu_ps(qr.as_mut_ptr().add(16 * c), round16(_mm512_loadu_ps(q.as_ptr().add(16 * c))));
+        }
+        sc.fill(f32::NEG_INFINITY);
+        let scale = _mm512_set1_ps(sh.kq_scale);
+        for jb in lo / 16..=pos / 16 {
+            // K rows of the block as f32 (positions past `pos` repeat row `pos`; masked below).
+            for l in 0..16 {
+                let j = (16 * jb + l).min(pos);
+                let Some((k, _)) = kv.rows_f16(j, kvh) else { return };
+                for c in 0..nc {
+                    _mm512_storeu_ps(kb.as_mut_ptr().add(l * hd + 16 * c), load_h(k.as_ptr().add(16 * c)));
+                }
+            }
+            for h in 0..g {
+                let mut acc = [_mm512_setzero_ps(); 16];
+                for c in 0..nc {
+                    let qv = _mm512_loadu_ps(qr.as_ptr().add(h * hd + 16 * c));
+                    for l in 0..16 {
+                        acc[l] = _mm512_fmadd_ps(_mm512_loadu_ps(kb.as_ptr().add(l * hd + 16 * c)), qv, acc[l]);
+                    }
+                }
+                let s = _mm512_mul_ps(reduce16x16(&acc), scale);
+                let j0 = 16 * jb;
+                let valid = (0..16).fold(0u16, |m, l| if (lo..=pos).contains(&(j0 + l)) { m | (1 << l) } else { m });
+                let dst = sc.as_mut_ptr().add(h * n_kv + j0);
+                _mm512_storeu_ps(dst, _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), s));
+            }
+        }
+        for h in 0..g {
+            let sc = &mut sc[h * n_kv..(h + 1) * n_kv];
+            let max = sc[lo..=pos].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let vmax = _mm512_set1_ps(max);
+            let mut sum = 0f64;
+            for c in lo / 16..=pos / 16 {
+                let e = v_expf16(_mm512_sub_ps(_mm512_loadu_ps(sc.as_ptr().add(16 * c)), vmax));
+                _mm512_storeu_ps(sc.as_mut_ptr().add(16 * c), e);
+                sum += reduce(e) as f64;
+            }
+            let inv = _mm512_set1_ps((1.0 / sum) as f32);
+            for c in lo / 16..=pos / 16 {
+                let p = sc.as_mut_ptr().add(16 * c);
+                _mm512_storeu_ps(p, round16(_mm512_mul_ps(_mm512_loadu_ps(p), inv)));
+            }
+            // V: for each 16-wide slice of the output, the 16 lane accumulators (j % 16) stay in
+            // registers over all positions.
+            let oh = &mut o[h * hd..(h + 1) * hd];
+            for c in 0..nc {
+                let mut acc = [_mm512_setzero_ps(); 16];
+                for jb in lo / 16..=pos / 16 {
+                    let j0 = 16 * jb;
+                    if j0 >= lo && j0 + 15 <= pos {
+                        for l in 0..16 {
+                            let Some((_, v)) = kv.rows_f16(j0 + l, kvh) else { return };
+                            acc[l] = _mm512_fmadd_ps(load_h(v.as_ptr().add(16 * c)), _mm512_set1_ps(sc[j0 + l]), acc[l]);
+                        }
+                    } else {
+                        for l in 0..16 {
+                            let j = j0 + l;
+                            if j < lo || j > pos {
+                                continue;
+                            }
+                            let Some((_, v)) = kv.rows_f16(j, kvh) else { return };
+                            acc[l] = _mm512_fmadd_ps(load_h(v.as_ptr().add(16 * c)), _mm512_set1_ps(sc[j]), acc[l]);
+                        }
+                    }
+                }
+                let t8: [__m512; 8] = core::array::from_fn(|l| _mm512_add_ps(acc[l], acc[l + 8]));
+                let t4: [__m512; 4] = core::array::from_fn(|l| _mm512_add_ps(t8[l], t8[l + 4]));
+                let res = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+                _mm512_storeu_ps(oh.as_mut_ptr().add(16 * c), res);
+            }
+        }
     }
 
     #[target_feature(enable = "avx512f,f16c,fma")]
