@@ -94,7 +94,7 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
 /// polynomial, sums of 16-lane chunks accumulated in f64.
 fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     #[cfg(target_arch = "x86_64")]
-    if sh.head_dim % 64 == 0 && simd::available() {
+    if sh.head_dim % 64 == 0 && simd::available() && kv.is_f16() {
         return simd::attend_ggml(kv, q, out, sh);
     }
     attend_ggml_scalar(kv, q, out, sh)
@@ -163,6 +163,9 @@ mod simd {
     thread_local! {
         static BUF: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     }
+
+    /// f16 zeros standing in for the V rows past the last position of a block.
+    static ZERO_ROW: [u16; 16] = [0; 16];
 
     pub(super) fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
         let hd = sh.head_dim;
@@ -323,25 +326,28 @@ mod simd {
                 _mm512_storeu_ps(p, round16(_mm512_mul_ps(_mm512_loadu_ps(p), inv)));
             }
             // V: for each 16-wide slice of the output, the 16 lane accumulators (j % 16) stay in
-            // registers over all positions.
+            // registers over all positions. Positions outside lo..=pos have p = 0 (as in the
+            // scalar dot, which also multiplies the rows below `lo` by 0 and uses zero rows past
+            // `pos`), so whole aligned blocks are processed.
+            let Some((_, vall)) = kv.planes_f16() else { return };
+            let stride = sh.n_head_kv * hd;
+            assert!(vall.len() >= (pos + 1) * stride);
+            let vbase = vall.as_ptr().add(kvh * hd);
             let oh = &mut o[h * hd..(h + 1) * hd];
+            let p = sc.as_ptr();
             for c in 0..nc {
                 let mut acc = [_mm512_setzero_ps(); 16];
                 for jb in lo / 16..=pos / 16 {
                     let j0 = 16 * jb;
-                    if j0 >= lo && j0 + 15 <= pos {
+                    if j0 + 15 <= pos {
+                        let vb = vbase.add(j0 * stride + 16 * c);
                         for l in 0..16 {
-                            let Some((_, v)) = kv.rows_f16(j0 + l, kvh) else { return };
-                            acc[l] = _mm512_fmadd_ps(load_h(v.as_ptr().add(16 * c)), _mm512_set1_ps(sc[j0 + l]), acc[l]);
+                            acc[l] = _mm512_fmadd_ps(load_h(vb.add(l * stride)), _mm512_set1_ps(*p.add(j0 + l)), acc[l]);
                         }
                     } else {
                         for l in 0..16 {
-                            let j = j0 + l;
-                            if j < lo || j > pos {
-                                continue;
-                            }
-                            let Some((_, v)) = kv.rows_f16(j, kvh) else { return };
-                            acc[l] = _mm512_fmadd_ps(load_h(v.as_ptr().add(16 * c)), _mm512_set1_ps(sc[j]), acc[l]);
+                            let r = if j0 + l <= pos { vbase.add((j0 + l) * stride + 16 * c) } else { ZERO_ROW.as_ptr() };
+                            acc[l] = _mm512_fmadd_ps(load_h(r), _mm512_set1_ps(*p.add(j0 + l)), acc[l]);
                         }
                     }
                 }
