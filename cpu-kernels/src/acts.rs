@@ -225,6 +225,7 @@ pub(crate) fn quantize_q8_0_x86(x: &[f32], out: &mut [u8]) {
 /// `vroundps` to nearest even, `vcvtps2dq`): the same values for every non-NaN input.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
+#[allow(unsafe_op_in_unsafe_fn)]
 unsafe fn quantize_q8_0_x86_avx2(x: &[f32], out: &mut [u8]) {
     use core::arch::x86_64::*;
     let sign = _mm256_set1_ps(-0.0);

@@ -227,6 +227,41 @@ fn gelu_table() -> &'static [f32] {
 /// 0 below -10, identity above 10.
 pub fn geglu_ggml(gate: &[f32], up: &[f32], out: &mut [f32]) {
     let t = gelu_table();
+    #[cfg(target_arch = "x86_64")]
+    if crate::x86::has_avx2() {
+        // SAFETY: AVX2/F16C present (checked).
+        return unsafe { geglu_ggml_f16c(t, gate, up, out) };
+    }
+    geglu_ggml_scalar(t, gate, up, out)
+}
+
+/// [`geglu_ggml`] with the f32 -> f16 rounding done 8 at a time by F16C (same values).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(unsafe_op_in_unsafe_fn)]
+unsafe fn geglu_ggml_f16c(t: &[f32], gate: &[f32], up: &[f32], out: &mut [f32]) {
+    use core::arch::x86_64::*;
+    let n = out.len().min(gate.len()).min(up.len());
+    let n8 = n & !7;
+    let mut h = [0u16; 8];
+    for i in (0..n8).step_by(8) {
+        let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+        _mm_storeu_si128(h.as_mut_ptr().cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(g));
+        for l in 0..8 {
+            let (g, u) = (gate[i + l], up[i + l]);
+            out[i + l] = if g <= -10.0 {
+                0.0
+            } else if g >= 10.0 {
+                g * u
+            } else {
+                t[h[l] as usize] * u
+            };
+        }
+    }
+    geglu_ggml_scalar(t, &gate[n8..n], &up[n8..n], &mut out[n8..n])
+}
+
+fn geglu_ggml_scalar(t: &[f32], gate: &[f32], up: &[f32], out: &mut [f32]) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = if g <= -10.0 {
             0.0
