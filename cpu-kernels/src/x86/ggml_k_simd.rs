@@ -26,15 +26,6 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
-#[inline]
-fn scale_min(j: usize, q: &[u8]) -> (i16, i16) {
-    if j < 4 {
-        ((q[j] & 63) as i16, (q[j + 4] & 63) as i16)
-    } else {
-        (((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4)) as i16, ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as i16)
-    }
-}
-
 /// Columns handled per pass over a row (decoded super-block reused across them).
 const NCOL: usize = 4;
 
@@ -58,16 +49,12 @@ pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
                 let b = row.add(ib * 144);
                 let dw = h2f(b);
                 let dmin = h2f(b.add(2));
-                let sc = core::slice::from_raw_parts(b.add(4), 12);
-                let mut scv = [0i16; 8];
-                let mut mnv = [0i16; 16];
-                for s in 0..8 {
-                    let (x, m) = scale_min(s, sc);
-                    scv[s] = x;
-                    mnv[2 * s] = m;
-                    mnv[2 * s + 1] = m;
-                }
-                let mins = _mm256_loadu_si256(mnv.as_ptr().cast());
+                let (scu, mnu) = super::fam_k::k4_scales_u64(&*(b.add(4) as *const [u8; 12]));
+                // i16 lanes 2s, 2s+1 = min_s (madd pairs them with bsum[2s], bsum[2s+1]).
+                let m8 = _mm_cvtsi64_si128(mnu as i64);
+                let mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+                // Scale s broadcast to every i16 lane (vpshufb of the 8 widened scales).
+                let sc8 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(scu as i64)));
                 let mut lo = [_mm256_setzero_si256(); 4];
                 let mut hi = [_mm256_setzero_si256(); 4];
                 for j in 0..4 {
@@ -75,7 +62,7 @@ pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
                     lo[j] = _mm256_and_si256(x, m4);
                     hi[j] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
                 }
-                let s16: [__m256i; 8] = core::array::from_fn(|s| _mm256_set1_epi16(scv[s]));
+                let s16: [__m256i; 8] = core::array::from_fn(|s| _mm256_shuffle_epi8(sc8, _mm256_set1_epi16((((2 * s + 1) << 8) | (2 * s)) as i16)));
                 for c in 0..nc {
                     let col = c0 + c;
                     let ab = a.raw.as_ptr().add(col * a.raw_row + ib * 292);
