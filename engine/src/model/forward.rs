@@ -90,6 +90,17 @@ impl Model {
         }
     }
 
+    /// Exact-path ([`ggml_exact`]) products of the same activations with several matrices in
+    /// one parallel region (`cpu_kernels::try_matmul_ggml_multi`; same bits as [`Self::mm`]).
+    fn mm_multi<const K: usize>(&self, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
+        let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| self.qt(w, 0)).collect();
+        let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
+        let cols = ts[0].cols;
+        if let Err(e) = ck::try_matmul_ggml_multi(&ts, &x[..n * cols], n, &mut ys) {
+            panic!("matmul_ggml_multi n={n}: {e}");
+        }
+    }
+
     /// Appends `tokens` to the sequence and writes logits to `out`
     /// (`[1][vocab]` for [`Logits::Last`], `[tokens.len()][vocab]` for [`Logits::All`]).
     pub fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
@@ -164,9 +175,13 @@ impl Model {
 
             // Attention block.
             norm_rows(norm, &s.x[..n * d], &a.norm, hp.rms_eps, &mut s.xn[..n * d], d);
-            self.mm(&a.wq, 0, &s.xn, n, &mut s.q);
-            self.mm(&a.wk, 0, &s.xn, n, &mut s.k);
-            self.mm(&a.wv, 0, &s.xn, n, &mut s.v);
+            if exact {
+                self.mm_multi(&s.xn, n, [(&a.wq, &mut s.q[..]), (&a.wk, &mut s.k[..]), (&a.wv, &mut s.v[..])]);
+            } else {
+                self.mm(&a.wq, 0, &s.xn, n, &mut s.q);
+                self.mm(&a.wk, 0, &s.xn, n, &mut s.k);
+                self.mm(&a.wv, 0, &s.xn, n, &mut s.v);
+            }
             for (buf, b, w) in [(&mut s.q, &a.bq, nq), (&mut s.k, &a.bk, nk), (&mut s.v, &a.bv, nk)] {
                 if let Some(b) = b {
                     for row in buf[..n * w].chunks_exact_mut(w) {
@@ -234,8 +249,12 @@ impl Model {
             norm_rows(norm, &s.x[..n * d], &f.norm, hp.rms_eps, &mut s.xn[..n * d], d);
             match &f.ffn {
                 Ffn::Dense { gate, up, down } => {
-                    self.mm(gate, 0, &s.xn, n, &mut s.gate);
-                    self.mm(up, 0, &s.xn, n, &mut s.up);
+                    if exact {
+                        self.mm_multi(&s.xn, n, [(gate, &mut s.gate[..]), (up, &mut s.up[..])]);
+                    } else {
+                        self.mm(gate, 0, &s.xn, n, &mut s.gate);
+                        self.mm(up, 0, &s.xn, n, &mut s.up);
+                    }
                     let (g, u) = (&mut s.gate[..n * ff], &s.up[..n * ff]);
                     // Activation in place into `gate` (kernels take distinct in/out slices: use `att`).
                     grow(&mut s.att, n * ff);
