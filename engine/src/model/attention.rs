@@ -94,7 +94,7 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
 /// polynomial, sums of 16-lane chunks accumulated in f64.
 fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     #[cfg(target_arch = "x86_64")]
-    if sh.head_dim % 64 == 0 && simd::available() && kv.is_f16() {
+    if sh.head_dim.is_multiple_of(64) && simd::available() && kv.is_f16() {
         return simd::attend_ggml(kv, q, out, sh);
     }
     attend_ggml_scalar(kv, q, out, sh)
@@ -152,7 +152,7 @@ pub(crate) fn attend_ggml_scalar(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: S
 ///   values are finite).
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    #![allow(unsafe_op_in_unsafe_fn)]
+    #![allow(unsafe_op_in_unsafe_fn, clippy::needless_range_loop)]
     use super::*;
     use core::arch::x86_64::*;
 

@@ -30,6 +30,9 @@ pub struct Session {
     s: Scratch,
 }
 
+/// Rope angles of one chunk: ((base bits, scale bits, pos0, n), `[n][rot/2]` (cos, sin)).
+type RopeCs = ((u32, u32, usize, usize), Vec<(f32, f32)>);
+
 #[derive(Default)]
 struct Scratch {
     x: Vec<f32>,
@@ -43,7 +46,7 @@ struct Scratch {
     up: Vec<f32>,
     head: Vec<f32>,
     /// ggml rope angles of the current chunk: ((base bits, scale bits, pos0, n), [n][rot/2]).
-    rope_cs: Vec<((u32, u32, usize, usize), Vec<(f32, f32)>)>,
+    rope_cs: Vec<RopeCs>,
     pub(crate) moe: super::moe::MoeScratch,
 }
 
