@@ -218,7 +218,7 @@ impl Acts {
 /// same bytes: AVX2 for blocks of finite values, the reference for anything else.
 pub(crate) fn quantize_q8_k(x: &[f32], out: &mut [u8]) -> Result<(), KernelError> {
     #[cfg(target_arch = "x86_64")]
-    if crate::x86::has_avx2() && x.len() % 256 == 0 && out.len() == x.len() / 256 * 292 {
+    if crate::x86::has_avx2() && x.len().is_multiple_of(256) && out.len() == x.len() / 256 * 292 {
         for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(292)) {
             // SAFETY: AVX2 present (checked); 256 inputs and 292 output bytes.
             if !unsafe { quantize_q8_k_block_avx2(xb, ob) } {
