@@ -184,6 +184,51 @@ fn main() {
             }
         }
     }
+    // The exact (llama.cpp float order) kernels Gemma 3 runs, `matmul_ggml`, per path (the
+    // portable path is the scalar definition). n = 1 decode, 4 (< 8: K-quants exact), 512 prompt.
+    let ggml_shapes: [(GgmlType, usize, usize, &str); 6] = [
+        (GgmlType::Q8_0, 262144, 640, "output"),
+        (GgmlType::Q5_0, 2048, 640, "ffn_up"),
+        (GgmlType::Q5_0, 1024, 640, "attn_q"),
+        (GgmlType::Q8_0, 256, 640, "attn_v"),
+        (GgmlType::Q4K, 640, 2048, "ffn_down"),
+        (GgmlType::Q6K, 640, 2048, "ffn_down"),
+    ];
+    let all_paths = Path::all_available();
+    for (ty, rows, k, what) in ggml_shapes {
+        for n in [1usize, 4, 512] {
+            if (n > 1 && rows > 4096) || (n == 512 && matches!(ty, GgmlType::Q4K | GgmlType::Q6K)) {
+                continue;
+            }
+            let labels: Vec<String> = all_paths.iter().map(|p| format!("ggml {what} {} {rows}x{k} n={n} {p:?}", ty.name())).collect();
+            if !labels.iter().any(|l| wanted(l)) {
+                continue;
+            }
+            let w = weights(ty, rows, k);
+            let t = QTensor { ty, data: &w, rows, cols: k };
+            let x: Vec<f32> = (0..n * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let mut y = vec![0f32; rows * n];
+            for (&p, label) in all_paths.iter().zip(&labels) {
+                if !wanted(label) || (p == Path::Portable && n * rows * k > (1 << 28)) {
+                    continue;
+                }
+                let runs = if n == 1 { 21 } else { 5 };
+                let (s, best) = time_wall(|| cpu_kernels::try_matmul_ggml_with(p, &t, &x, n, &mut y).unwrap(), runs);
+                let c1 = time_1t_cpu(&pool1, || cpu_kernels::try_matmul_ggml_with(p, &t, &x, n, &mut y).unwrap(), runs.min(7));
+                let gb = w.len() as f64 / 1e9;
+                let gf = 2.0 * (rows * k * n) as f64 / 1e9;
+                println!(
+                    "{label:<40} {:>9.3} {:>8.1} {:>8.1} {:>9.1} | {:>8.1} {:>9.1}",
+                    s * 1e3,
+                    gb / s,
+                    gb / best,
+                    gf / s,
+                    gb / c1,
+                    gf / c1
+                );
+            }
+        }
+    }
     // Prompt attention: 512 causal queries of one head (head_dim 256, f16 KV), Gemma-like.
     if wanted("attention causal") {
         use cpu_kernels::{attention_causal, AttnParams, KvRows};

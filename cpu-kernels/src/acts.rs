@@ -29,6 +29,8 @@ pub(crate) struct Acts {
     pub mb: Vec<f32>,
     pub f: Vec<f32>,
     pub h: Vec<u16>,
+    /// ggml-order Q8_0/Q5_0 on AVX-512: per block 8 lane corrections (`x86::ggml_q8_512`).
+    pub lcorr: Vec<i32>,
 }
 
 /// Columns per rayon task when quantizing many activation columns.
@@ -56,6 +58,7 @@ impl Acts {
             mb: Vec::new(),
             f: Vec::new(),
             h: Vec::new(),
+            lcorr: Vec::new(),
         };
         if ty == GgmlType::F32 {
             // No quantization: kernels read `f`, the portable path reads `raw`.
@@ -69,7 +72,11 @@ impl Acts {
         let work = |(c, dst): (usize, &mut [u8])| -> Result<(), KernelError> {
             for (j, row) in dst.chunks_exact_mut(raw_row).enumerate() {
                 let col = c * COLS_PER_TASK + j;
-                quant::quantize_row(ty, &x[col * k..(col + 1) * k], row)?;
+                if ty == GgmlType::Q8K {
+                    quantize_q8_k(&x[col * k..(col + 1) * k], row)?;
+                } else {
+                    quant::quantize_row(ty, &x[col * k..(col + 1) * k], row)?;
+                }
             }
             Ok(())
         };
@@ -152,11 +159,177 @@ impl Acts {
     }
 }
 
+impl Acts {
+    /// Activations for the ggml-order kernels (`x86::ggml_kernel`): only `raw` (Q8_0 blocks
+    /// rounded like llama.cpp's x86 `quantize_row_q8_0`, or the reference Q8_K quantizer), plus
+    /// on AVX-512 for Q8_0/Q5_0 weights the biased quants and f32 scales of `ggml_q8_512`.
+    pub fn prepare_ggml(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path) -> Result<Acts, KernelError> {
+        let ty = wty.vec_dot_type();
+        let raw_row = ty.row_bytes(k).ok_or(KernelError::Shape {
+            what: "activation length (not a multiple of the block size)",
+            expected: ty.block_size(),
+            got: k,
+        })?;
+        let mut a = Acts {
+            ty,
+            n,
+            raw: vec![0u8; n * raw_row],
+            raw_row,
+            qs: Vec::new(),
+            d: Vec::new(),
+            s: Vec::new(),
+            bsums: Vec::new(),
+            perm: Vec::new(),
+            mb: Vec::new(),
+            f: Vec::new(),
+            h: Vec::new(),
+            lcorr: Vec::new(),
+        };
+        let work = |(c, dst): (usize, &mut [u8])| -> Result<(), KernelError> {
+            for (j, row) in dst.chunks_exact_mut(raw_row).enumerate() {
+                let col = c * COLS_PER_TASK + j;
+                let src = &x[col * k..(col + 1) * k];
+                if ty == GgmlType::Q8_0 {
+                    quantize_q8_0_x86(src, row);
+                } else if ty == GgmlType::Q8K {
+                    quantize_q8_k(src, row)?;
+                } else {
+                    quant::quantize_row(ty, src, row)?;
+                }
+            }
+            Ok(())
+        };
+        if n >= 2 * COLS_PER_TASK {
+            a.raw.par_chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        } else {
+            a.raw.chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if ty == GgmlType::Q8_0 && path == Path::Avx512 {
+            crate::x86::ggml_q8_512::prepare(&mut a, wty);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = path;
+        Ok(a)
+    }
+}
+
+/// `quant::quantize_row(Q8K, ..)` (the reference quantizer llama.cpp also uses on x86), with the
+/// same bytes: AVX2 for blocks of finite values, the reference for anything else.
+pub(crate) fn quantize_q8_k(x: &[f32], out: &mut [u8]) -> Result<(), KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    if crate::x86::has_avx2() && x.len().is_multiple_of(256) && out.len() == x.len() / 256 * 292 {
+        for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(292)) {
+            // SAFETY: AVX2 present (checked); 256 inputs and 292 output bytes.
+            if !unsafe { quantize_q8_k_block_avx2(xb, ob) } {
+                quant::quantize_row(GgmlType::Q8K, xb, ob)?;
+            }
+        }
+        return Ok(());
+    }
+    quant::quantize_row(GgmlType::Q8K, x, out)?;
+    Ok(())
+}
+
+/// One Q8_K block like `quant::q8_k::quantize_ref`: amax and the first value reaching it,
+/// `iscale = -127/max`, quants `nearest_int(iscale·x)` (round half to even), `d = 1/iscale`,
+/// sums of 16. Returns false (nothing written) if the block holds a NaN or an infinity.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(unsafe_op_in_unsafe_fn)]
+unsafe fn quantize_q8_k_block_avx2(x: &[f32], out: &mut [u8]) -> bool {
+    use core::arch::x86_64::*;
+    let sign = _mm256_set1_ps(-0.0);
+    let inf = _mm256_set1_ps(f32::INFINITY);
+    let mut m = _mm256_setzero_ps();
+    let mut bad = _mm256_setzero_ps();
+    for i in 0..32 {
+        let a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x.as_ptr().add(8 * i)));
+        m = _mm256_max_ps(m, a);
+        // NaN (unordered) or |x| == inf
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps::<_CMP_NLT_UQ>(a, inf));
+    }
+    if _mm256_movemask_ps(bad) != 0 {
+        return false;
+    }
+    let m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    if amax == 0.0 {
+        out.fill(0);
+        return true;
+    }
+    let first = x.iter().position(|v| v.abs() == amax).expect("amax is one of the values");
+    let max = x[first];
+    let iscale = -127.0 / max;
+    let mul = _mm256_set1_ps(iscale);
+    let c127 = _mm256_set1_epi32(127);
+    let mut q = [0i8; 256];
+    for i in 0..8 {
+        let v: [__m256i; 4] = core::array::from_fn(|j| {
+            let p = _mm256_mul_ps(mul, _mm256_loadu_ps(x.as_ptr().add(32 * i + 8 * j)));
+            _mm256_min_epi32(_mm256_cvtps_epi32(p), c127)
+        });
+        let p8 = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        let p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q.as_mut_ptr().add(32 * i).cast(), p8);
+    }
+    out[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    for (o, &v) in out[4..260].iter_mut().zip(&q) {
+        *o = v as u8;
+    }
+    for k in 0..16 {
+        let s: i32 = q[16 * k..16 * k + 16].iter().map(|&v| v as i32).sum();
+        out[260 + 2 * k..262 + 2 * k].copy_from_slice(&(s as i16).to_le_bytes());
+    }
+    true
+}
+
 /// Q8_0 activation blocks as llama.cpp's x86 `quantize_row_q8_0` (AVX path) writes them: the
 /// stored scale is `d = amax/127` (f16), but the quants are `round_half_even(x * (127/amax))`,
 /// not `roundf(x / d)` like the reference quantizer: the two differ in the last bit of the
 /// multiplier and on ties, which flips a quant now and then.
 pub(crate) fn quantize_q8_0_x86(x: &[f32], out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::x86::has_avx2() {
+        // SAFETY: AVX2/FMA/F16C present (checked).
+        return unsafe { quantize_q8_0_x86_avx2(x, out) };
+    }
+    quantize_q8_0_x86_scalar(x, out)
+}
+
+/// [`quantize_q8_0_x86`] as ggml's AVX2 code does it (max of |x| in 8 lanes, `vmulps`,
+/// `vroundps` to nearest even, `vcvtps2dq`): the same values for every non-NaN input.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(unsafe_op_in_unsafe_fn)]
+unsafe fn quantize_q8_0_x86_avx2(x: &[f32], out: &mut [u8]) {
+    use core::arch::x86_64::*;
+    let sign = _mm256_set1_ps(-0.0);
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
+        let v: [__m256; 4] = core::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
+        let m = v.iter().fold(_mm256_setzero_ps(), |m, &x| _mm256_max_ps(m, _mm256_andnot_ps(sign, x)));
+        let m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        let amax = _mm_cvtss_f32(m4);
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        ob[..2].copy_from_slice(&quant::f32_to_f16(d).to_le_bytes());
+        let mul = _mm256_set1_ps(id);
+        let q: [__m256i; 4] = core::array::from_fn(|i| {
+            _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v[i], mul)))
+        });
+        // Pack to i8 with saturation (values are within [-127, 127]) and undo the lane interleave.
+        let p16a = _mm256_packs_epi32(q[0], q[1]);
+        let p16b = _mm256_packs_epi32(q[2], q[3]);
+        let p8 = _mm256_packs_epi16(p16a, p16b);
+        let p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(ob.as_mut_ptr().add(2).cast(), p8);
+    }
+}
+
+fn quantize_q8_0_x86_scalar(x: &[f32], out: &mut [u8]) {
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
@@ -164,6 +337,66 @@ pub(crate) fn quantize_q8_0_x86(x: &[f32], out: &mut [u8]) {
         ob[..2].copy_from_slice(&quant::f32_to_f16(d).to_le_bytes());
         for (o, &v) in ob[2..].iter_mut().zip(xb) {
             *o = ((v * id).round_ties_even() as i32).clamp(-128, 127) as i8 as u8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The AVX2 x86 Q8_0 quantizer writes the same bytes as the scalar definition (outliers,
+    /// zeros, ties such as x * 127/amax = k + 0.5, tiny and huge magnitudes).
+    #[test]
+    fn quantize_q8_0_x86_simd_matches_scalar() {
+        let mut seed = 0x1357_9bdf_2468_ace0u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let mut x: Vec<f32> = (0..32 * 4000).map(|i| rnd() * [1e-30, 1e-3, 1.0, 7.0, 3e4][i / 32 % 5]).collect();
+        x[32..64].fill(0.0);
+        for (i, v) in x[64..96].iter_mut().enumerate() {
+            *v = (i as f32 - 16.0) * 0.5 + 0.25; // ties after scaling
+        }
+        x[96] = 127.0;
+        let mut a = vec![0u8; 4000 * 34];
+        let mut b = vec![0u8; 4000 * 34];
+        super::quantize_q8_0_x86(&x, &mut a);
+        super::quantize_q8_0_x86_scalar(&x, &mut b);
+        assert_eq!(a, b);
+    }
+
+    /// The AVX2 Q8_K quantizer writes the reference's bytes: random scales, the maximum
+    /// reached by both signs (first one wins), zero blocks, ties after scaling, NaN/inf blocks
+    /// (reference fallback).
+    #[test]
+    fn quantize_q8_k_simd_matches_reference() {
+        let mut seed = 0x0123_4567_89ab_cdefu64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let nb = 600;
+        let mut x: Vec<f32> = (0..256 * nb).map(|i| rnd() * [1e-30, 1e-3, 1.0, 7.0, 3e4, 300.0][i / 256 % 6]).collect();
+        x[256..512].fill(0.0);
+        x[512 + 3] = 5.0;
+        x[512 + 9] = -5.0;
+        x[768 + 9] = -5.0;
+        x[768 + 100] = 5.0;
+        for (i, v) in x[1024..1280].iter_mut().enumerate() {
+            *v = (i as f32 - 128.0) * 0.5; // ties after scaling by -127/-64
+        }
+        x[1280 + 7] = f32::NAN;
+        x[1536 + 8] = f32::INFINITY;
+        let mut a = vec![0u8; nb * 292];
+        let mut b = vec![0u8; nb * 292];
+        super::quantize_q8_k(&x, &mut a).unwrap();
+        quant::quantize_row(quant::GgmlType::Q8K, &x, &mut b).unwrap();
+        for i in 0..nb {
+            assert_eq!(a[i * 292..(i + 1) * 292], b[i * 292..(i + 1) * 292], "block {i}");
         }
     }
 }

@@ -154,15 +154,24 @@ fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
 /// `y[n][rows] = x · Wᵀ` computed in exactly the float order of llama.cpp's x86 CPU backend
 /// (commit 0c1e570 on an AVX2/AVX-512 machine, batches of < 8 rows): Q8_0/Q5_0 with x86-rounded
 /// Q8_0 activations and ggml's lane layout, Q4_K like the repacked 8x8 GEMV (1 row) / GEMM
-/// (groups of 4 rows), Q6_K like `ggml_vec_dot_q6_K_q8_K` (AVX2). Other types, or CPUs
-/// without AVX2, use the fast kernels. Slower than [`matmul`]; for models whose logits are
-/// so sensitive to the last bit that matching llama.cpp token for token needs it (Gemma 3).
+/// (groups of 4 rows), Q6_K like `ggml_vec_dot_q6_K_q8_K` (AVX2). Other types use the fast
+/// kernels. Slower than [`matmul`]; for models whose logits are so sensitive to the last bit
+/// that matching llama.cpp token for token needs it (Gemma 3). Every [`Path`] gives identical
+/// bits (tests/ggml_order.rs); the best available one runs.
 pub fn try_matmul_ggml(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    try_matmul_ggml_with(best_path(), w, x, n, y)
+}
+
+/// [`try_matmul_ggml`] on an explicit path (tests, benchmarks).
+pub fn try_matmul_ggml_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    if !path.available() {
+        return Err(KernelError::PathUnavailable(path));
+    }
     // From 8 rows on, llama.cpp runs K-quants through its tiled GEMM, whose order we do not
     // copy: there the fast kernels are as close and much quicker.
     let tiled = n >= 8 && matches!(w.ty, quant::GgmlType::Q4K | quant::GgmlType::Q6K);
     #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = crate::x86::ggml_kernel(w.ty).filter(|_| !tiled) {
+    if let Some(kernel) = crate::x86::ggml_kernel(path, w.ty).filter(|_| !tiled) {
         let rb = w.validate()?;
         if x.len() < n * w.cols {
             return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
@@ -173,17 +182,80 @@ pub fn try_matmul_ggml(w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Resul
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
-        // The portable preparation fills only the raw quantized rows, which these kernels read.
-        let mut acts = Acts::prepare(w.ty, x, n, w.cols, Path::Portable)?;
-        if acts.ty == quant::GgmlType::Q8_0 {
-            for (c, row) in acts.raw.chunks_exact_mut(acts.raw_row).enumerate() {
-                crate::acts::quantize_q8_0_x86(&x[c * w.cols..(c + 1) * w.cols], row);
-            }
-        }
+        let acts = Acts::prepare_ggml(w.ty, x, n, w.cols, path)?;
         run(kernel, w, rb, &acts, y);
         return Ok(());
     }
-    try_matmul(w, x, n, y)
+    try_matmul_with(path, w, x, n, y)
+}
+
+/// Several [`try_matmul_ggml`] products of the same activations `x = [n][cols]` (e.g. the
+/// Q/K/V or gate/up projections) in one parallel region: activations are quantized once per
+/// weight type and the rows of all matrices are split over rayon together, so decode pays one
+/// fork/join instead of one per matrix. Results are identical to separate calls.
+pub fn try_matmul_ggml_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<(), KernelError> {
+    let path = best_path();
+    if ws.len() != ys.len() {
+        return Err(KernelError::Shape { what: "outputs (one per matrix)", expected: ws.len(), got: ys.len() });
+    }
+    #[cfg(target_arch = "x86_64")]
+    let kernels: Option<Vec<RowsFn>> = if n < 8 || ws.iter().all(|w| !matches!(w.ty, quant::GgmlType::Q4K | quant::GgmlType::Q6K)) {
+        ws.iter().map(|w| crate::x86::ggml_kernel(path, w.ty)).collect()
+    } else {
+        None
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let kernels: Option<Vec<RowsFn>> = None;
+    let Some(kernels) = kernels.filter(|_| n > 0) else {
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            try_matmul_ggml_with(path, w, x, n, y)?;
+        }
+        return Ok(());
+    };
+    let mut rbs = Vec::with_capacity(ws.len());
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        rbs.push(w.validate()?);
+        if x.len() < n * w.cols {
+            return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
+        }
+        if y.len() < n * w.rows {
+            return Err(KernelError::Shape { what: "output y (n * rows)", expected: n * w.rows, got: y.len() });
+        }
+    }
+    // One activation preparation per distinct (weight type, cols).
+    let mut acts: Vec<(quant::GgmlType, usize, Acts)> = Vec::new();
+    for w in ws {
+        if !acts.iter().any(|(t, c, _)| *t == w.ty && *c == w.cols) {
+            acts.push((w.ty, w.cols, Acts::prepare_ggml(w.ty, x, n, w.cols, path)?));
+        }
+    }
+    let act_of = |w: &QTensor| &acts.iter().find(|(t, c, _)| *t == w.ty && *c == w.cols).expect("prepared above").2;
+    let threads = rayon::current_num_threads().max(1);
+    let total: usize = ws.iter().zip(&rbs).map(|(w, rb)| w.rows * rb).sum();
+    // (matrix, r0, r1) tasks of roughly equal weight traffic.
+    let target = (total / (threads * 8)).max(64 << 10);
+    let mut tasks = Vec::new();
+    for (i, (w, &rb)) in ws.iter().zip(&rbs).enumerate() {
+        let chunk = (target / rb).max(if n == 1 { 16 } else { 4 }).min(w.rows.max(1));
+        let mut r0 = 0;
+        while r0 < w.rows {
+            tasks.push((i, r0, (r0 + chunk).min(w.rows)));
+            r0 += chunk;
+        }
+    }
+    let yps: Vec<YPtr> = ys.iter_mut().map(|y| YPtr(y.as_mut_ptr())).collect();
+    let one = |&(i, r0, r1): &(usize, usize, usize)| {
+        let yp = yps[i];
+        // SAFETY: tasks cover disjoint row ranges of their matrix, outputs were checked to hold
+        // n * rows values and the kernels' CPU features are those of `path` (available).
+        unsafe { kernels[i](&ws[i], rbs[i], act_of(&ws[i]), r0, r1, yp.0) };
+    };
+    if threads == 1 || total * n.min(8) < (256 << 10) || tasks.len() == 1 {
+        tasks.iter().for_each(one);
+    } else {
+        tasks.par_iter().for_each(one);
+    }
+    Ok(())
 }
 
 /// [`try_matmul_ggml`], panicking on bad shapes like [`matmul`].

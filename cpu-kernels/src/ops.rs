@@ -156,18 +156,41 @@ pub fn rms_norm_ggml(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// per index), `cosf`/`sinf` in f32, and the rotation as GCC compiles it:
 /// `fma(a, cos, -(b*sin))`, `fma(a, sin, b*cos)`.
 pub fn rope_neox_ggml(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32) {
-    let rot_dim = rot_dim.min(head_dim) & !1;
+    let mut cs = Vec::new();
+    rope_cs_ggml(rot_dim.min(head_dim), pos, freq_base, freq_scale, &mut cs);
+    rope_neox_ggml_cs(x, n_heads, head_dim, &cs);
+}
+
+/// The `(cos, sin)` pairs [`rope_neox_ggml`] uses at position `pos` (`rot_dim / 2` of them),
+/// appended to `out`: compute them once per position and reuse them for Q and K of every layer
+/// with the same base and scale ([`rope_neox_ggml_cs`]).
+pub fn rope_cs_ggml(rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32, out: &mut Vec<(f32, f32)>) {
+    let rot_dim = rot_dim & !1;
     let half = rot_dim / 2;
     let theta_scale = freq_base.powf(-2.0 / rot_dim as f32);
-    let mut cs = Vec::with_capacity(half);
     let mut theta = pos as f32;
     for _ in 0..half {
         let t = freq_scale * theta;
-        cs.push((t.cos(), t.sin()));
+        out.push((t.cos(), t.sin()));
         theta *= theta_scale;
     }
+}
+
+/// [`rope_neox_ggml`] with precomputed angles from [`rope_cs_ggml`] (`cs.len()` = rot_dim / 2).
+pub fn rope_neox_ggml_cs(x: &mut [f32], n_heads: usize, head_dim: usize, cs: &[(f32, f32)]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::float::has_fma() {
+        // SAFETY: FMA is present (checked).
+        return unsafe { rope_rotate_fma(x, n_heads, head_dim, cs) };
+    }
+    rope_rotate(x, n_heads, head_dim, cs)
+}
+
+#[inline(always)]
+fn rope_rotate(x: &mut [f32], n_heads: usize, head_dim: usize, cs: &[(f32, f32)]) {
+    let half = cs.len().min(head_dim / 2);
     for h in x.chunks_exact_mut(head_dim).take(n_heads) {
-        for (i, &(c, s)) in cs.iter().enumerate() {
+        for (i, &(c, s)) in cs[..half].iter().enumerate() {
             let (a, b) = (h[i], h[i + half]);
             h[i] = a.mul_add(c, -(b * s));
             h[i + half] = a.mul_add(s, b * c);
@@ -175,21 +198,77 @@ pub fn rope_neox_ggml(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: u
     }
 }
 
+/// `mul_add` inlined as FMA instructions instead of `fmaf` calls.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn rope_rotate_fma(x: &mut [f32], n_heads: usize, head_dim: usize, cs: &[(f32, f32)]) {
+    rope_rotate(x, n_heads, head_dim, cs)
+}
+
+/// f16-rounded `gelu(h)` for every f16 value `h` (ggml's `ggml_table_gelu_f16`), as f32.
+fn gelu_table() -> &'static [f32] {
+    use std::sync::OnceLock;
+    static T: OnceLock<Vec<f32>> = OnceLock::new();
+    T.get_or_init(|| {
+        const S: f32 = 0.797_884_6;
+        const A: f32 = 0.044715;
+        (0..=u16::MAX)
+            .map(|bits| {
+                let h = quant::f16_to_f32(bits);
+                let ge = 0.5 * h * (1.0 + (S * h * (A * h).mul_add(h, 1.0)).tanh());
+                quant::f16_to_f32(quant::f32_to_f16(ge))
+            })
+            .collect()
+    })
+}
+
 /// ggml's `geglu` with `GGML_GELU_FP16`: the gate is rounded to f16 and looked up in a table of
 /// f16-rounded `gelu(f16)` values (computed with GCC's FMA contraction of `1 + A*x*x`);
 /// 0 below -10, identity above 10.
 pub fn geglu_ggml(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    const S: f32 = 0.797_884_6;
-    const A: f32 = 0.044715;
+    let t = gelu_table();
+    #[cfg(target_arch = "x86_64")]
+    if crate::x86::has_avx2() {
+        // SAFETY: AVX2/F16C present (checked).
+        return unsafe { geglu_ggml_f16c(t, gate, up, out) };
+    }
+    geglu_ggml_scalar(t, gate, up, out)
+}
+
+/// [`geglu_ggml`] with the f32 -> f16 rounding done 8 at a time by F16C (same values).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(unsafe_op_in_unsafe_fn)]
+unsafe fn geglu_ggml_f16c(t: &[f32], gate: &[f32], up: &[f32], out: &mut [f32]) {
+    use core::arch::x86_64::*;
+    let n = out.len().min(gate.len()).min(up.len());
+    let n8 = n & !7;
+    let mut h = [0u16; 8];
+    for i in (0..n8).step_by(8) {
+        let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+        _mm_storeu_si128(h.as_mut_ptr().cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(g));
+        for l in 0..8 {
+            let (g, u) = (gate[i + l], up[i + l]);
+            out[i + l] = if g <= -10.0 {
+                0.0
+            } else if g >= 10.0 {
+                g * u
+            } else {
+                t[h[l] as usize] * u
+            };
+        }
+    }
+    geglu_ggml_scalar(t, &gate[n8..n], &up[n8..n], &mut out[n8..n])
+}
+
+fn geglu_ggml_scalar(t: &[f32], gate: &[f32], up: &[f32], out: &mut [f32]) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = if g <= -10.0 {
             0.0
         } else if g >= 10.0 {
             g * u
         } else {
-            let h = quant::f16_to_f32(quant::f32_to_f16(g));
-            let ge = 0.5 * h * (1.0 + (S * h * (A * h).mul_add(h, 1.0)).tanh());
-            quant::f16_to_f32(quant::f32_to_f16(ge)) * u
+            t[quant::f32_to_f16(g) as usize] * u
         };
     }
 }

@@ -160,6 +160,15 @@ impl KvLayer {
         matches!(self.k, Store::F16(_))
     }
 
+    /// The whole f16 K and V stores (None for an int8 cache): row (pos, head) starts at
+    /// `(pos * n_head_kv + head) * head_dim`, the capacity is `len / (n_head_kv * head_dim)`.
+    pub fn planes_f16(&self) -> Option<(&[u16], &[u16])> {
+        match (&self.k, &self.v) {
+            (Store::F16(k), Store::F16(v)) => Some((k, v)),
+            _ => None,
+        }
+    }
+
     /// Raw f16 K and V rows of (pos, head) (None for an int8 cache).
     pub fn rows_f16(&self, pos: usize, head: usize) -> Option<(&[u16], &[u16])> {
         let hd = self.head_dim;

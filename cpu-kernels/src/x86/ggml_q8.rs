@@ -96,3 +96,55 @@ pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize
         }
     }
 }
+
+/// Scalar version of [`rows`] (the same lanes, products and f32 operations, without SIMD):
+/// the reference the SIMD kernels are tested against, and the path for CPUs without AVX2.
+///
+/// # Safety
+/// The [`crate::matmul::RowsFn`] contract.
+pub(crate) unsafe fn rows_scalar(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
+    let nb = w.cols / 32;
+    let bs = w.ty.type_size();
+    let mut wq = vec![0i8; w.cols];
+    let mut wd = vec![0f32; nb];
+    for r in r0..r1 {
+        let row = &w.data[r * rb..(r + 1) * rb];
+        for ib in 0..nb {
+            let mut q = [0i8; 32];
+            wd[ib] = quant::f16_to_f32(u16::from_le_bytes([row[ib * bs], row[ib * bs + 1]]));
+            decode_q(w.ty, &row[ib * bs..(ib + 1) * bs], &mut q);
+            wq[ib * 32..ib * 32 + 32].copy_from_slice(&q);
+        }
+        for c in 0..a.n {
+            let act = &a.raw[c * a.raw_row..(c + 1) * a.raw_row];
+            let mut acc = [0f32; 8];
+            for ib in 0..nb {
+                let ab = &act[ib * 34..ib * 34 + 34];
+                let da = quant::f16_to_f32(u16::from_le_bytes([ab[0], ab[1]]));
+                let d = wd[ib] * da;
+                for (l, al) in acc.iter_mut().enumerate() {
+                    let s: i32 = (0..4).map(|t| wq[ib * 32 + 4 * l + t] as i32 * ab[2 + 4 * l + t] as i8 as i32).sum();
+                    *al = d.mul_add(s as f32, *al);
+                }
+            }
+            // SAFETY: (c, r) is inside the n x rows output and only this task writes row r.
+            unsafe { *y.add(c * w.rows + r) = super::ggml_q6k::hsum8(&acc) };
+        }
+    }
+}
+
+/// The 32 signed quants of a Q8_0 / Q5_0 block (without the f16 conversion).
+fn decode_q(ty: GgmlType, b: &[u8], q: &mut [i8; 32]) {
+    match ty {
+        GgmlType::Q8_0 => q.iter_mut().zip(&b[2..34]).for_each(|(o, &v)| *o = v as i8),
+        _ => {
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            for j in 0..16 {
+                let lo = (b[6 + j] & 0x0f) as u32 | (((qh >> j) & 1) << 4);
+                let hi = (b[6 + j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
+                q[j] = lo as i8 - 16;
+                q[j + 16] = hi as i8 - 16;
+            }
+        }
+    }
+}

@@ -70,6 +70,8 @@ mod zmm;
 mod ggml_q4k;
 mod ggml_q6k;
 mod ggml_q8;
+pub(crate) mod ggml_q8_512;
+mod ggml_k_simd;
 pub(crate) mod tables;
 
 pub(crate) fn avx2_kernel(ty: GgmlType) -> Option<RowsFn> {
@@ -102,15 +104,29 @@ pub(crate) fn has_avx512_zmm() -> bool {
 }
 
 /// Kernels that reproduce the float summation order of llama.cpp's x86 kernels bit for bit
-/// (see `ggml_q8`, `ggml_q4k`, `ggml_q6k`); None for types without one. Needs AVX2 + FMA.
-pub(crate) fn ggml_kernel(ty: GgmlType) -> Option<RowsFn> {
-    if !has_avx2() {
+/// (see `ggml_q8`, `ggml_q4k`, `ggml_q6k`); None for types without one. Every path computes
+/// identical results: `Portable` runs the scalar kernels that define the order, `Avx2` the
+/// 256-bit ones (Q8_0/Q5_0 `ggml_q8`, Q4_K/Q6_K `ggml_k_simd`), `Avx512` the tiled 512-bit
+/// Q8_0/Q5_0 kernel (`ggml_q8_512`, needs `Acts::perm`/`d`, see `ggml_q8_512::prepare`).
+pub(crate) fn ggml_kernel(path: crate::Path, ty: GgmlType) -> Option<RowsFn> {
+    use crate::Path;
+    if !path.available() {
         return None;
     }
-    match ty {
-        GgmlType::Q8_0 | GgmlType::Q5_0 => Some(ggml_q8::rows),
-        GgmlType::Q4K => Some(ggml_q4k::rows),
-        GgmlType::Q6K => Some(ggml_q6k::rows),
-        _ => None,
+    let q8 = matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0);
+    match path {
+        Path::Portable if q8 => Some(ggml_q8::rows_scalar),
+        Path::Avx2 if q8 => Some(ggml_q8::rows),
+        Path::Avx512 if q8 => Some(ggml_q8_512::rows),
+        Path::Portable => match ty {
+            GgmlType::Q4K => Some(ggml_q4k::rows),
+            GgmlType::Q6K => Some(ggml_q6k::rows),
+            _ => None,
+        },
+        Path::Avx2 | Path::Avx512 => match ty {
+            GgmlType::Q4K => Some(ggml_k_simd::rows_q4k),
+            GgmlType::Q6K => Some(ggml_k_simd::rows_q6k),
+            _ => None,
+        },
     }
 }

@@ -36,6 +36,9 @@ pub struct Session {
     s: Scratch,
 }
 
+/// Rope angles of one chunk: ((base bits, scale bits, pos0, n), `[n][rot/2]` (cos, sin)).
+type RopeCs = ((u32, u32, usize, usize), Vec<(f32, f32)>);
+
 #[derive(Default)]
 struct Scratch {
     x: Vec<f32>,
@@ -48,6 +51,8 @@ struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     head: Vec<f32>,
+    /// ggml rope angles of the current chunk: ((base bits, scale bits, pos0, n), [n][rot/2]).
+    rope_cs: Vec<RopeCs>,
     pub(crate) moe: super::moe::MoeScratch,
 }
 
@@ -93,6 +98,17 @@ impl Model {
             ck::matvec(&t, x, y)
         } else {
             ck::matmul(&t, x, n, y)
+        }
+    }
+
+    /// Exact-path ([`ggml_exact`]) products of the same activations with several matrices in
+    /// one parallel region (`cpu_kernels::try_matmul_ggml_multi`; same bits as [`Self::mm`]).
+    fn mm_multi<const K: usize>(&self, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
+        let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| self.qt(w, 0)).collect();
+        let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
+        let cols = ts[0].cols;
+        if let Err(e) = ck::try_matmul_ggml_multi(&ts, &x[..n * cols], n, &mut ys) {
+            panic!("matmul_ggml_multi n={n}: {e}");
         }
     }
 
@@ -174,12 +190,14 @@ impl Model {
             let a = &lw.attn;
 
             // Attention block.
-            for i in 0..n {
-                norm(&s.x[i * d..(i + 1) * d], &a.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
+            norm_rows(norm, &s.x[..n * d], &a.norm, hp.rms_eps, &mut s.xn[..n * d], d);
+            if exact {
+                self.mm_multi(&s.xn, n, [(&a.wq, &mut s.q[..]), (&a.wk, &mut s.k[..]), (&a.wv, &mut s.v[..])]);
+            } else {
+                self.mm(&a.wq, 0, &s.xn, n, &mut s.q);
+                self.mm(&a.wk, 0, &s.xn, n, &mut s.k);
+                self.mm(&a.wv, 0, &s.xn, n, &mut s.v);
             }
-            self.mm(&a.wq, 0, &s.xn, n, &mut s.q);
-            self.mm(&a.wk, 0, &s.xn, n, &mut s.k);
-            self.mm(&a.wv, 0, &s.xn, n, &mut s.v);
             for (buf, b, w) in [(&mut s.q, &a.bq, nq), (&mut s.k, &a.bk, nk), (&mut s.v, &a.bv, nk)] {
                 if let Some(b) = b {
                     for row in buf[..n * w].chunks_exact_mut(w) {
@@ -187,25 +205,39 @@ impl Model {
                     }
                 }
             }
-            let norm_fn = norm;
-            for (buf, norm, w) in [(&mut s.q, &a.q_norm, nq), (&mut s.k, &a.k_norm, nk)] {
-                if let Some(norm) = norm {
-                    for h in buf[..n * w].chunks_exact_mut(hd) {
-                        s.head[..hd].copy_from_slice(h);
-                        norm_fn(&s.head[..hd], norm, hp.rms_eps, h);
-                    }
+            for (buf, nrm, w) in [(&mut s.q, &a.q_norm, nq), (&mut s.k, &a.k_norm, nk)] {
+                if let Some(nrm) = nrm {
+                    norm_rows_inplace(norm, &mut buf[..n * w], nrm, hp.rms_eps, hd);
                 }
             }
+            // ggml rope angles: once per (position, base, scale) for the whole chunk.
+            let cs_key = (spec.rope_base.to_bits(), spec.rope_scale.to_bits(), pos0, n);
+            let cs_half = hp.rope_dim.min(hd) / 2;
+            if exact && matches!(hp.rope, RopeKind::Neox) && !s.rope_cs.iter().any(|(k, _)| *k == cs_key) {
+                let mut t = Vec::with_capacity(n * cs_half);
+                for i in 0..n {
+                    ck::rope_cs_ggml(hp.rope_dim.min(hd), pos0 + i, spec.rope_base, spec.rope_scale, &mut t);
+                }
+                s.rope_cs.retain(|(k, _)| k.2 == pos0 && k.3 == n);
+                s.rope_cs.push((cs_key, t));
+            }
+            let cs_all = s.rope_cs.iter().find(|(k, _)| *k == cs_key).map(|(_, t)| t.as_slice());
             for i in 0..n {
                 let pos = pos0 + i;
                 let (q, k) = (&mut s.q[i * nq..(i + 1) * nq], &mut s.k[i * nk..(i + 1) * nk]);
-                let rope: fn(&mut [f32], usize, usize, usize, usize, f32, f32) = match hp.rope {
-                    RopeKind::Neox if exact => ck::rope_neox_ggml,
-                    RopeKind::Neox => ck::rope_neox,
-                    RopeKind::Norm => ck::rope_norm,
-                };
-                rope(q, nh, hd, hp.rope_dim, pos, spec.rope_base, spec.rope_scale);
-                rope(k, nkv, hd, hp.rope_dim, pos, spec.rope_base, spec.rope_scale);
+                if let (true, RopeKind::Neox, Some(cs_all)) = (exact, hp.rope, cs_all) {
+                    let cs = &cs_all[i * cs_half..(i + 1) * cs_half];
+                    ck::rope_neox_ggml_cs(q, nh, hd, cs);
+                    ck::rope_neox_ggml_cs(k, nkv, hd, cs);
+                } else {
+                    let rope: fn(&mut [f32], usize, usize, usize, usize, f32, f32) = match hp.rope {
+                        RopeKind::Neox if exact => ck::rope_neox_ggml,
+                        RopeKind::Neox => ck::rope_neox,
+                        RopeKind::Norm => ck::rope_norm,
+                    };
+                    rope(q, nh, hd, hp.rope_dim, pos, spec.rope_base, spec.rope_scale);
+                    rope(k, nkv, hd, hp.rope_dim, pos, spec.rope_base, spec.rope_scale);
+                }
                 if hp.q_scale != 1.0 {
                     q.iter_mut().for_each(|v| *v *= hp.q_scale);
                 }
@@ -230,20 +262,22 @@ impl Model {
 
             // FFN block.
             let f = &lw.ffn;
-            for i in 0..n {
-                norm(&s.x[i * d..(i + 1) * d], &f.norm, hp.rms_eps, &mut s.xn[i * d..(i + 1) * d]);
-            }
+            norm_rows(norm, &s.x[..n * d], &f.norm, hp.rms_eps, &mut s.xn[..n * d], d);
             match &f.ffn {
                 Ffn::Dense { gate, up, down } => {
-                    self.mm(gate, 0, &s.xn, n, &mut s.gate);
-                    self.mm(up, 0, &s.xn, n, &mut s.up);
+                    if exact {
+                        self.mm_multi(&s.xn, n, [(gate, &mut s.gate[..]), (up, &mut s.up[..])]);
+                    } else {
+                        self.mm(gate, 0, &s.xn, n, &mut s.gate);
+                        self.mm(up, 0, &s.xn, n, &mut s.up);
+                    }
                     let (g, u) = (&mut s.gate[..n * ff], &s.up[..n * ff]);
                     // Activation in place into `gate` (kernels take distinct in/out slices: use `att`).
                     grow(&mut s.att, n * ff);
                     let act = &mut s.att[..n * ff];
                     match hp.act {
                         super::Act::Silu => ck::swiglu(g, u, act),
-                        super::Act::GeluTanh if exact => ck::geglu_ggml(g, u, act),
+                        super::Act::GeluTanh if exact => par_elementwise(ck::geglu_ggml, g, u, act),
                         super::Act::GeluTanh => ck::geglu(g, u, act),
                     }
                     self.mm(down, 0, act, n, &mut s.o);
@@ -283,6 +317,46 @@ pub(crate) fn ggml_exact(hp: &super::HParams) -> bool {
     hp.arch == "gemma3"
 }
 
+/// Rows at which the per-row helpers below go parallel.
+const PAR_ROWS: usize = 16;
+
+/// `out[r] = norm(x[r])` for rows of `d` values (rayon over rows for large batches).
+fn norm_rows(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &[f32], w: &[f32], eps: f32, out: &mut [f32], d: usize) {
+    use rayon::prelude::*;
+    if x.len() / d >= PAR_ROWS {
+        out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, xr)| norm(xr, w, eps, o));
+    } else {
+        out.chunks_mut(d).zip(x.chunks(d)).for_each(|(o, xr)| norm(xr, w, eps, o));
+    }
+}
+
+/// `x[r] = norm(x[r])` in place for rows of `d` values (one row of scratch per task).
+fn norm_rows_inplace(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &mut [f32], w: &[f32], eps: f32, d: usize) {
+    use rayon::prelude::*;
+    let one = |xr: &mut [f32], tmp: &mut Vec<f32>| {
+        tmp.clear();
+        tmp.extend_from_slice(xr);
+        norm(tmp, w, eps, xr);
+    };
+    if x.len() / d >= PAR_ROWS {
+        x.par_chunks_mut(d).for_each_with(Vec::with_capacity(d), |tmp, xr| one(xr, tmp));
+    } else {
+        let mut tmp = Vec::with_capacity(d);
+        x.chunks_mut(d).for_each(|xr| one(xr, &mut tmp));
+    }
+}
+
+/// An element-wise `f(a, b, out)` split over rayon for large inputs.
+fn par_elementwise(f: fn(&[f32], &[f32], &mut [f32]), a: &[f32], b: &[f32], out: &mut [f32]) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 16 << 10;
+    if out.len() >= 4 * CHUNK {
+        out.par_chunks_mut(CHUNK).zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK))).for_each(|(o, (a, b))| f(a, b, o));
+    } else {
+        f(a, b, out)
+    }
+}
+
 /// `x += post_norm(o)` (or `x += o`), row by row; `tmp` holds at least one row.
 fn add_residual(
     x: &mut [f32],
@@ -294,6 +368,13 @@ fn add_residual(
     rms_norm: fn(&[f32], &[f32], f32, &mut [f32]),
 ) {
     match post_norm {
+        Some(w) if x.len() / d >= PAR_ROWS => {
+            use rayon::prelude::*;
+            x.par_chunks_exact_mut(d).zip(o.par_chunks_exact(d)).for_each_with(vec![0f32; d], |tmp, (xr, or)| {
+                rms_norm(or, w, eps, tmp);
+                xr.iter_mut().zip(tmp.iter()).for_each(|(a, b)| *a += b);
+            });
+        }
         Some(w) => {
             for (xr, or) in x.chunks_exact_mut(d).zip(o.chunks_exact(d)) {
                 rms_norm(or, w, eps, &mut tmp[..d]);

@@ -1,0 +1,211 @@
+//! AVX-512 version of `ggml_q8` (Q8_0 / Q5_0 weights x x86-rounded Q8_0 activations), bit for
+//! bit the same results: for every (row, column) the same eight f32 lanes, lane `l` of block
+//! `b` = the exact integer `Σ_{t<4} w[4l+t]·a[4l+t]`, accumulated by one FMA per block with
+//! `d_w·d_a`, and reduced like `hsum_float_8` at the end. Only the way the integer lane sums
+//! are formed differs (integers are exact in any order):
+//! * one zmm holds two weight rows (lanes 0-7 row r, 8-15 row r+1), the 32 activation quants
+//!   of the block are broadcast to both halves;
+//! * weights are made unsigned (`Q5_0`: the 5-bit code `q = w + 16`; `Q8_0`: `w + 128`) and are
+//!   the u8 operand of `vpdpbusd` with the signed activations; the accumulator starts at
+//!   `-B·Σa` over the lane's four activations (`B` = 16 or 128, precomputed per column and
+//!   block in `Acts::lcorr`), so the lane sum is exactly `Σ w·a`;
+//! * a tile is 2 row pairs x up to 8 columns (16 accumulators): each weight block is decoded
+//!   once per 8 columns, each activation block loaded once per 4 rows.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use core::arch::x86_64::*;
+
+use crate::acts::Acts;
+use crate::QTensor;
+use quant::GgmlType;
+
+const ROWS_PER_TILE: usize = 4;
+const COLS_PER_TILE: usize = 8;
+const PF_DIST: usize = 16;
+fn pf_on() -> bool { static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new(); *F.get_or_init(|| std::env::var("STRATA_NO_PF").is_err()) }
+
+/// The 32 quants of one block of two rows (lanes 0-31 `b0`, 32-63 `b1`) plus the bias `B`
+/// (16 for Q5_0, 128 for Q8_0), as u8.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn quants2<const Q5: bool>(b0: *const u8, b1: *const u8) -> __m512i {
+    if Q5 {
+        // Q5_0: d, qh (u32), 16 bytes of nibbles; element j uses bit j of qh as its 5th bit.
+        let qh = (b0.add(2) as *const u32).read_unaligned() as u64 | (((b1.add(2) as *const u32).read_unaligned() as u64) << 32);
+        let x0 = _mm_loadu_si128(b0.add(6).cast());
+        let x1 = _mm_loadu_si128(b1.add(6).cast());
+        let y0 = _mm256_inserti128_si256(_mm256_castsi128_si256(x0), _mm_srli_epi16(x0, 4), 1);
+        let y1 = _mm256_inserti128_si256(_mm256_castsi128_si256(x1), _mm_srli_epi16(x1, 4), 1);
+        let nib = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8(0x0F));
+        _mm512_mask_add_epi8(nib, qh, nib, _mm512_set1_epi8(16))
+    } else {
+        let v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(b0.add(2).cast())), _mm256_loadu_si256(b1.add(2).cast()), 1);
+        _mm512_xor_si512(v, _mm512_set1_epi8(-128))
+    }
+}
+
+/// Both rows' f16 block scales as f32: lanes 0-7 `d(b0)`, lanes 8-15 `d(b1)`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn scales2(b0: *const u8, b1: *const u8) -> __m512 {
+    let h0 = _mm_set1_epi16((b0 as *const i16).read_unaligned());
+    let h1 = _mm_set1_epi16((b1 as *const i16).read_unaligned());
+    _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1))
+}
+
+/// `hsum_float_8` of lanes `8h..8h+8`: `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
+#[inline]
+fn hsum_half(v: &[f32; 16], h: usize) -> f32 {
+    let l = &v[8 * h..8 * h + 8];
+    let r = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// One tile: `P` row pairs (`rows[2p]`, `rows[2p+1]`; duplicates allowed for padding) x `C`
+/// columns starting at `c0`. Returns the accumulators.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn tile<const Q5: bool, const P: usize, const C: usize, const PF: bool>(
+    w: &QTensor,
+    rb: usize,
+    a: &Acts,
+    rows: [usize; ROWS_PER_TILE],
+    c0: usize,
+) -> [[__m512; C]; P] {
+    let k = w.cols;
+    let nb = k / 32;
+    let bs = if Q5 { 22 } else { 34 };
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); C]; P];
+    let base = w.data.as_ptr();
+    let mut rp = [base; ROWS_PER_TILE];
+    for (i, &r) in rows.iter().enumerate().take(2 * P) {
+        rp[i] = base.add(r * rb);
+    }
+    let act = a.perm.as_ptr();
+    let ad = a.d.as_ptr();
+    let lc = a.lcorr.as_ptr();
+    for ib in 0..nb {
+        let mut wv = [zero; P];
+        let mut wd = [_mm512_setzero_ps(); P];
+        for p in 0..P {
+            let (b0, b1) = (rp[2 * p].add(ib * bs), rp[2 * p + 1].add(ib * bs));
+            if PF {
+                // Weights stream from DRAM for big matrices (the output head): fetch the
+                // tile after the next one while this one computes.
+                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PF_DIST * rb).cast());
+                _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PF_DIST * rb).cast());
+            }
+            let v = quants2::<Q5>(b0, b1);
+            wv[p] = v;
+            wd[p] = scales2(b0, b1);
+        }
+        for c in 0..C {
+            let col = c0 + c;
+            let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(act.add(col * k + ib * 32).cast()));
+            let da = _mm512_set1_ps(*ad.add(col * nb + ib));
+            let corr = _mm512_broadcast_i64x4(_mm256_loadu_si256(lc.add((col * nb + ib) * 8).cast()));
+            for p in 0..P {
+                let s = _mm512_dpbusd_epi32(corr, wv[p], av);
+                let d = _mm512_mul_ps(wd[p], da);
+                acc[p][c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p][c]);
+            }
+        }
+    }
+    acc
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn run_tile<const Q5: bool, const P: usize, const C: usize>(
+    w: &QTensor,
+    rb: usize,
+    a: &Acts,
+    rows: [usize; ROWS_PER_TILE],
+    n_rows: usize,
+    c0: usize,
+    y: *mut f32,
+) {
+    let acc = if pf_on() && C == 1 && w.rows * rb > 0 { tile::<Q5, P, C, true>(w, rb, a, rows, c0) } else { tile::<Q5, P, C, false>(w, rb, a, rows, c0) };
+    let mut lanes = [0f32; 16];
+    for p in 0..P {
+        for c in 0..C {
+            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[p][c]);
+            for h in 0..2 {
+                let i = 2 * p + h;
+                if i < n_rows {
+                    *y.add((c0 + c) * w.rows + rows[i]) = hsum_half(&lanes, h);
+                }
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_impl<const Q5: bool>(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
+    // Columns in blocks whose activations stay in L2 while the row tiles sweep over them.
+    let cb = super::col_block(w.cols, 1).max(COLS_PER_TILE);
+    let mut cs = 0;
+    while cs < a.n {
+        let ce = (cs + cb).min(a.n);
+        let mut r = r0;
+        while r < r1 {
+            let m = (r1 - r).min(ROWS_PER_TILE);
+            // Pad with the last row (its duplicate results are not stored).
+            let rows: [usize; ROWS_PER_TILE] = core::array::from_fn(|i| r + i.min(m - 1));
+            let mut c = cs;
+            while c < ce {
+                let nc = if ce - c >= 8 { 8 } else { (ce - c).min(4) };
+                macro_rules! go {
+                    ($p:literal) => {
+                        match nc {
+                            8 => run_tile::<Q5, $p, 8>(w, rb, a, rows, m, c, y),
+                            4 => run_tile::<Q5, $p, 4>(w, rb, a, rows, m, c, y),
+                            3 => run_tile::<Q5, $p, 3>(w, rb, a, rows, m, c, y),
+                            2 => run_tile::<Q5, $p, 2>(w, rb, a, rows, m, c, y),
+                            _ => run_tile::<Q5, $p, 1>(w, rb, a, rows, m, c, y),
+                        }
+                    };
+                }
+                if m > 2 {
+                    go!(2)
+                } else {
+                    go!(1)
+                }
+                c += nc;
+            }
+            r += m;
+        }
+        cs = ce;
+    }
+}
+
+/// # Safety
+/// The [`crate::matmul::RowsFn`] contract, AVX-512 F/BW/VL/VNNI present, and `a.perm` / `a.d`
+/// filled by [`prepare`].
+pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
+    if w.ty == GgmlType::Q5_0 {
+        rows_impl::<true>(w, rb, a, r0, r1, y)
+    } else {
+        rows_impl::<false>(w, rb, a, r0, r1, y)
+    }
+}
+
+/// Fills `a.perm` (the signed quants, `[n][cols]`), `a.d` (f32 block scales, `[n][cols/32]`)
+/// and `a.lcorr` (per block 8 lanes of `-B·Σ` four quants, `B` = 16 for Q5_0 and 128 for Q8_0
+/// weights) from the Q8_0 blocks in `a.raw`.
+pub(crate) fn prepare(a: &mut Acts, wty: GgmlType) {
+    let bias = if wty == GgmlType::Q5_0 { 16 } else { 128 };
+    let nblocks = a.raw.len() / 34;
+    a.perm.clear();
+    a.perm.reserve(nblocks * 32);
+    a.d.clear();
+    a.d.reserve(nblocks);
+    a.lcorr.clear();
+    a.lcorr.reserve(nblocks * 8);
+    for b in a.raw.chunks_exact(34) {
+        a.d.push(quant::f16_to_f32(u16::from_le_bytes([b[0], b[1]])));
+        a.perm.extend(b[2..34].iter().map(|&q| q as i8));
+        a.lcorr.extend(b[2..34].chunks_exact(4).map(|l| -bias * l.iter().map(|&q| q as i8 as i32).sum::<i32>()));
+    }
+}
