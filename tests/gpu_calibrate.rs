@@ -433,4 +433,13 @@ fn hip_calibration_against_a_stand_in_hipblaslt() {
     let e = CalibrationTable::load(&p, &api2.info().arch, &v2).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, CalibrationError::Mismatch { .. }) && msg.contains("0.12.1") && msg.contains("0.13.0") && msg.contains("refused"), "{msg}");
+
+    // A hipBLASLt older than the hipDataType API (0.6.0): off, with the reason; HIP still opens.
+    let Some(dir3) = fake_hip_lt("lt-0.5.0", 500) else { return };
+    let api3 = HipApi::open(&HipConfig::only_dir(&dir3)).unwrap();
+    assert_eq!((api3.info().blas_lt.as_deref(), api3.info().blas_lt_version.as_deref()), (None, None));
+    let e = api3.gemm_lt_candidates(&g, 4).unwrap_err().to_string();
+    assert!(e.contains("hipBLASLt unavailable") && e.contains("0.5.0") && e.contains("0.6.0"), "{e}");
+    let e = cal::calibrate(&api3, &shapes, &opts, &mut |_| {}).unwrap_err();
+    assert!(matches!(e, CalibrationError::NoLt(_)) && e.to_string().contains("0.6.0"), "{e}");
 }

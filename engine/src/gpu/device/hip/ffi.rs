@@ -269,7 +269,8 @@ pub const LT_HEURISTIC_STATE_OFFSET: usize = 32;
 /// `hipblasLtMatmulDescAttributes_t`: `HIPBLASLT_MATMUL_DESC_TRANSA`, `_TRANSB` (int32 hipblasOperation_t).
 pub const LT_DESC_TRANSA: u32 = 0;
 pub const LT_DESC_TRANSB: u32 = 1;
-/// `hipblasLtMatrixLayoutAttribute_t`: batch count (int32), strided batch offset (int64).
+/// `hipblasLtMatrixLayoutAttribute_t`: batch count (int32), strided batch offset (int64), as
+/// in the ROCm 6.x/7.x header; only set for batch > 1, which the engine never sends here.
 pub const LT_LAYOUT_BATCH_COUNT: u32 = 0;
 pub const LT_LAYOUT_STRIDED_BATCH_OFFSET: u32 = 1;
 /// `hipblasLtMatmulPreferenceAttributes_t`: `HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES` (uint64).
@@ -279,6 +280,10 @@ pub const LT_PREF_MAX_WORKSPACE_BYTES: u32 = 1;
 pub type EventElapsedFn = unsafe extern "C" fn(*mut f32, Ptr, Ptr) -> HipError;
 /// `hipEventDefault` (timing enabled).
 pub const EVENT_DEFAULT: u32 = 0x0;
+
+/// hipBLASLt 0.6.0 (ROCm 6.0) replaced `hipblasLtDatatype_t`/`hipblasLtComputeType_t` by
+/// `hipDataType`/`hipblasComputeType_t`, the values this table passes; older ones are refused.
+pub const LT_MIN_VERSION: i32 = 600;
 
 /// hipBLASLt's `hipblasLtGetVersion` encoding: major * 100000 + minor * 100 + patch.
 pub fn lt_version_string(v: i32) -> String {

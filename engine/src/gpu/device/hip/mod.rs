@@ -109,6 +109,14 @@ fn open_lt(cfg: &HipConfig) -> std::result::Result<(Lt, String), String> {
         return Err(format!("hipblasLtGetVersion failed with status {s} ({})", blas_status_name(s)));
     }
     let version = lt_version_string(v);
+    if v < LT_MIN_VERSION {
+        // SAFETY: created above, destroyed once.
+        unsafe { (fns.hipblasLtDestroy)(h) };
+        return Err(format!(
+            "{} is hipBLASLt {version}; 0.6.0 (ROCm 6.0) or newer is needed (hipDataType / hipblasComputeType_t API)",
+            real.display()
+        ));
+    }
     let desc = real.display().to_string();
     Ok((Lt { fns, handle: h as usize, version, _lib: lib }, desc))
 }
