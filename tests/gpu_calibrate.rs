@@ -255,6 +255,18 @@ fn cli_calibrate_emu_table_is_used_by_generate_with_identical_output() {
     let used: u64 = line.rsplit(": ").next().and_then(|s| s.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"));
     assert!(used > 0 && line.contains(" 0 on hipBLAS"), "{line}");
 
+    // A table with only the head's rows: the other shapes fall back to hipBLAS (the host GEMM
+    // here), the output is still the same.
+    let mut head_only = t.clone();
+    head_only.rows.retain(|r| r.n == 1024);
+    let partial = tmp("emu-table-head-only.json");
+    head_only.save(&partial).unwrap();
+    let (with_partial, err) = generate(&m, Some(&partial));
+    assert_eq!(with_partial, plain, "a partial table changed the output");
+    let line = err.lines().find(|l| l.contains("hipBLASLt calibration")).unwrap_or_else(|| panic!("no usage line: {err}"));
+    let nums: Vec<u64> = line.rsplit(": ").next().unwrap().split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    assert!(nums.len() == 2 && nums[0] > 0 && nums[1] > 0 && nums[1] > nums[0], "head only: {line}");
+
     // The same table with another arch is refused by generate, naming it.
     let bad = tmp("emu-table-gfx1101.json");
     std::fs::write(&bad, std::fs::read_to_string(&table).unwrap().replace("\"gfx1100\"", "\"gfx1101\"")).unwrap();
