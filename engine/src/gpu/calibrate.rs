@@ -283,12 +283,13 @@ impl LtDispatch {
         &self.table
     }
 
-    /// Runs `g` through hipBLASLt when the table has a row for its shape (`g` must be the
-    /// dense-layer form: `trans_a = T`, `trans_b = N`, batch 1; m = N, k = K, n = T).
+    /// Runs `g` through hipBLASLt when the table has a row for its shape and `g` has the form
+    /// the rows were measured in (the dense layer: `trans_a = T`, `trans_b = N`, batch 1,
+    /// alpha 1, beta 0, f32 output and compute; m = N, k = K, n = T).
     /// Returns false when the caller must use hipBLAS (no row, another form, or the
     /// algorithm failed: then that row is not tried again and a message is printed once).
     pub fn try_gemm(&self, api: &dyn GpuApi, stream: &Stream, g: &Gemm) -> bool {
-        let dense = g.trans_a == Transpose::T && g.trans_b == Transpose::N && g.batch == 1 && g.a_type == g.b_type && g.compute == ComputeType::F32;
+        let dense = g.trans_a == Transpose::T && g.trans_b == Transpose::N && g.batch == 1 && g.a_type == g.b_type && g.c_type == DType::F32 && g.compute == ComputeType::F32 && g.alpha == 1.0 && g.beta == 0.0;
         let name = dtype_name(g.a_type);
         let algo = if dense {
             self.index.get(&(name, g.m, g.k)).and_then(|rows| rows.iter().find(|(t, _)| *t >= g.n).or(rows.last()))
