@@ -243,12 +243,15 @@ impl CalibrationTable {
 
 // ---------------------------------------------------------------- engine use
 
+/// (dtype, N, K) → (T, algorithm) sorted by T.
+type AlgoIndex = HashMap<(&'static str, usize, usize), Vec<(usize, LtAlgo)>>;
+
 /// A loaded table bound to a device: routes dense GEMMs whose shape has a row through
 /// hipBLASLt. Counts what it did and says so on drop (one stderr line).
 pub struct LtDispatch {
     table: CalibrationTable,
     /// (dtype, n, k) → rows sorted by T, resolved once.
-    index: HashMap<(&'static str, usize, usize), Vec<(usize, LtAlgo)>>,
+    index: AlgoIndex,
     source: PathBuf,
     workspace: DevicePtr,
     workspace_bytes: usize,
@@ -262,7 +265,7 @@ pub struct LtDispatch {
 impl LtDispatch {
     /// `workspace`: device memory of `workspace_bytes` (at least [`LtDispatch::workspace_needed`]).
     pub fn new(table: CalibrationTable, source: PathBuf, workspace: DevicePtr, workspace_bytes: usize) -> Self {
-        let mut index: HashMap<(&'static str, usize, usize), Vec<(usize, LtAlgo)>> = HashMap::new();
+        let mut index = AlgoIndex::new();
         for r in &table.rows {
             if let Some(d) = parse_dtype(&r.dtype) {
                 index.entry((dtype_name(d), r.n, r.k)).or_default().push((r.t, CalibrationTable::algo(r)));
