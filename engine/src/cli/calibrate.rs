@@ -71,6 +71,9 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
             let model = crate::model::Model::load(path).with_context(|| format!("loading {}", path.display()))?;
             cal::model_shapes(&model, &dtypes)
         }
+        None if kind == DeviceKind::Emu => {
+            bail!("the built-in shapes (up to 12288x4096) would take hours on the software device: give -m MODEL (a small one)")
+        }
         None => cal::builtin_shapes(if dtypes.is_empty() { &[DType::F16, DType::BF16, DType::F32] } else { &dtypes }),
     };
     if shapes.is_empty() {
