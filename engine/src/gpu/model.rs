@@ -598,36 +598,43 @@ impl GpuModel {
 
     /// `y[n][rows] = x[n][cols] · Aᵀ` for f32 `a` shaped like `w` (hipBLAS / host GEMM).
     fn gemm_f32(&self, a: DevicePtr, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
-        let g = Gemm {
-            trans_a: Transpose::T,
-            trans_b: Transpose::N,
-            m: w.rows,
-            n,
-            k: w.cols,
-            alpha: 1.0,
-            a,
-            a_type: DType::F32,
-            lda: w.cols,
-            stride_a: 0,
-            b: x,
-            b_type: DType::F32,
-            ldb: w.cols,
-            stride_b: 0,
-            beta: 0.0,
-            c: y,
-            c_type: DType::F32,
-            ldc: w.rows,
-            stride_c: 0,
-            batch: 1,
-            compute: super::device::ComputeType::F32,
-        };
-        // hipBLASLt when the calibration table has this shape, else hipBLAS.
+        self.gemm_dispatch(
+            &self.stream,
+            &Gemm {
+                trans_a: Transpose::T,
+                trans_b: Transpose::N,
+                m: w.rows,
+                n,
+                k: w.cols,
+                alpha: 1.0,
+                a,
+                a_type: DType::F32,
+                lda: w.cols,
+                stride_a: 0,
+                b: x,
+                b_type: DType::F32,
+                ldb: w.cols,
+                stride_b: 0,
+                beta: 0.0,
+                c: y,
+                c_type: DType::F32,
+                ldc: w.rows,
+                stride_c: 0,
+                batch: 1,
+                compute: super::device::ComputeType::F32,
+            },
+        )
+    }
+
+    /// hipBLASLt when the calibration table has a row for this shape (calibrate.rs), else
+    /// hipBLAS (`GpuApi::gemm`).
+    fn gemm_dispatch(&self, stream: &Stream, g: &Gemm) -> std::result::Result<(), GpuError> {
         if let Some(lt) = &self.lt
-            && lt.try_gemm(&**self.ops.api(), &self.stream, &g)
+            && lt.try_gemm(&**self.ops.api(), stream, g)
         {
             return Ok(());
         }
-        self.ops.api().gemm(&self.stream, &g)
+        self.ops.api().gemm(stream, g)
     }
 
     /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
