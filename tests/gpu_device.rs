@@ -392,7 +392,7 @@ fn hip_open_without_rocm_is_a_clean_error_and_auto_falls_back() {
 
 /// A stand-in `libamdhip64.so`: the functions `HipApi` resolves, with device memory as host
 /// memory; behaviour chosen by -D flags (ARCH, WARP, VERSION, OMIT_GRAPH).
-const FAKE_HIP_C: &str = r#"
+pub(crate) const FAKE_HIP_C: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
@@ -439,9 +439,13 @@ E hipStreamCreateWithFlags(void **s, unsigned f) { *s = malloc(1); return 0; }
 E hipStreamDestroy(void *s) { free(s); return 0; }
 E hipStreamSynchronize(void *s) { return 0; }
 E hipStreamWaitEvent(void *s, void *e, unsigned f) { return 0; }
-E hipEventCreateWithFlags(void **e, unsigned f) { *e = malloc(1); return 0; }
+/* Simulated device clock (ms): stand-in libraries linked against this one (hipBLASLt) advance
+   it by a fixed cost per operation; events record it, so timings are deterministic. */
+double fake_clock_ms = 0.0;
+E hipEventCreateWithFlags(void **e, unsigned f) { *e = calloc(1, sizeof(double)); return 0; }
 E hipEventDestroy(void *e) { free(e); return 0; }
-E hipEventRecord(void *e, void *s) { return 0; }
+E hipEventRecord(void *e, void *s) { *(double *)e = fake_clock_ms; return 0; }
+E hipEventElapsedTime(float *ms, void *a, void *b) { *ms = (float)(*(double *)b - *(double *)a); return 0; }
 E hipEventSynchronize(void *e) { return 0; }
 E hipStreamBeginCapture(void *s, int mode) { return s ? 0 : 1; }
 E hipStreamEndCapture(void *s, void **g) { *g = (void *)0x3000; return 0; }
@@ -454,7 +458,7 @@ E hipGraphDestroy(void *g) { return 0; }
 "#;
 
 /// Builds the stand-in with `defines` into its own directory; None when gcc is unavailable.
-fn fake_hip(variant: &str, defines: &[&str]) -> Option<std::path::PathBuf> {
+pub(crate) fn fake_hip(variant: &str, defines: &[&str]) -> Option<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("strata-fakehip-{}-{variant}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let src = dir.join("fake_hip.c");

@@ -5,6 +5,8 @@ mod models_qwen4exp;
 #[cfg(feature = "gpu")]
 mod gpu_device;
 #[cfg(feature = "gpu")]
+mod gpu_calibrate;
+#[cfg(feature = "gpu")]
 mod gpu_model;
 #[cfg(feature = "gpu")]
 mod gpu_ops;

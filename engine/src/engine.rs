@@ -58,11 +58,14 @@ pub struct RunOptions {
     pub prefill: usize,
     /// PLE table options (Flash-Next models only).
     pub ple: PleOptions,
+    /// hipBLASLt calibration table for the GPU backends (`--calibration`); None: the default
+    /// location for the device (`gpu::calibrate::default_path`) when such a file exists.
+    pub calibration: Option<std::path::PathBuf>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default() }
+        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None }
     }
 }
 
@@ -226,7 +229,7 @@ pub struct Engine {
 }
 
 /// Puts a shared-decoder model on the chosen device.
-fn place(model: Model, device: Device) -> Result<AnyModel> {
+fn place(model: Model, device: Device, calibration: Option<&Path>) -> Result<AnyModel> {
     #[cfg(feature = "gpu")]
     {
         use crate::gpu::device::{DeviceKind, GpuError, open_device};
@@ -248,9 +251,12 @@ fn place(model: Model, device: Device) -> Result<AnyModel> {
             Err(e) => return Err(EngineError::Gpu(format!("--device {}: {e}", device.name()))),
         };
         let opts = crate::gpu::model::GpuOptions::from_env().map_err(EngineError::Gpu)?;
-        let m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
+        let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
+        attach_calibration(&mut m, calibration)?;
         Ok(AnyModel::Gpu(Box::new(m)))
     }
+    #[cfg(not(feature = "gpu"))]
+    let _ = calibration;
     #[cfg(not(feature = "gpu"))]
     match device {
         Device::Cpu | Device::Auto => Ok(AnyModel::Std(Box::new(model))),
@@ -258,6 +264,36 @@ fn place(model: Model, device: Device) -> Result<AnyModel> {
             "--device {} needs a build with GPU support (cargo build --features gpu)",
             device.name()
         ))),
+    }
+}
+
+/// Loads the hipBLASLt calibration table (gpu/calibrate.rs): the one given (`--calibration`,
+/// an error when it cannot be used), else the device's default file when present (a warning
+/// when it cannot be used). Without hipBLASLt on the device, a given table is an error.
+#[cfg(feature = "gpu")]
+fn attach_calibration(m: &mut crate::gpu::model::GpuModel, given: Option<&Path>) -> Result<()> {
+    use crate::gpu::calibrate::{CalibrationTable, default_path};
+    let info = m.api().info().clone();
+    let Some(ver) = info.blas_lt_version.as_deref() else {
+        if let Some(p) = given {
+            return Err(EngineError::Gpu(format!("--calibration {}: this device has no usable hipBLASLt ({})", p.display(), info.blas_lt.as_deref().unwrap_or("not found"))));
+        }
+        return Ok(());
+    };
+    let (path, explicit) = match given {
+        Some(p) => (p.to_path_buf(), true),
+        None => match default_path(&info.arch, ver) {
+            Some(p) if p.is_file() => (p, false),
+            _ => return Ok(()),
+        },
+    };
+    match CalibrationTable::load(&path, &info.arch, ver) {
+        Ok(t) => m.set_calibration(t, path),
+        Err(e) if explicit => Err(EngineError::Gpu(e.to_string())),
+        Err(e) => {
+            eprintln!("strata: ignoring the default calibration table: {e}");
+            Ok(())
+        }
     }
 }
 
@@ -294,7 +330,7 @@ impl Engine {
                 .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) })?;
             AnyModel::Flash(Box::new(m))
         } else {
-            place(Model::from_gguf(gguf, path)?, opts.device)?
+            place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref())?
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;

@@ -2,6 +2,7 @@
 //! plain values, then dispatched to one function per command. `main` only calls [`run`].
 
 mod bench;
+pub mod calibrate;
 pub mod emu;
 pub mod generate;
 mod logits;
@@ -76,6 +77,11 @@ pub struct CommonArgs {
     /// Flash-Next only: PLE row cache size in MiB (0 = no cache).
     #[arg(long, global = true, default_value_t = 64)]
     pub ple_cache_mb: usize,
+    /// GPU backends: hipBLASLt calibration table written by `strata calibrate` (default:
+    /// ~/.cache/strata/calibration/<arch>-hipblaslt-<version>.json when present). A table for
+    /// another GPU architecture or hipBLASLt version is refused.
+    #[arg(long, global = true, env = "STRATA_CALIBRATION")]
+    pub calibration: Option<PathBuf>,
     /// Flash-Next only: run without the PLE table if it cannot be found (a warning is printed;
     /// outputs then differ from the real model).
     #[arg(long, global = true)]
@@ -106,6 +112,9 @@ pub enum Cmd {
     Server(server::ServerConfig),
     /// The software RDNA3 device: disassemble, list or run kernels of a gfx11 code object.
     Emu(emu::EmuArgs),
+    /// Measure hipBLASLt algorithms for the dense GEMM shapes of a model (-m) or a built-in
+    /// list on the GPU (--device hip, or emu) and write the calibration table.
+    Calibrate(calibrate::CalibrateArgs),
     /// Write a small random-weight Flash-Next (qwen4exp) model, optionally with an MTP head.
     Synth(synth::SynthArgs),
 }
@@ -241,7 +250,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model: self.model.clone(), run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple } })
+        Ok(Common { model: self.model.clone(), run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone() } })
     }
 }
 
@@ -270,6 +279,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Bench(a)) => bench::run(&load(&common)?, &a),
         Some(Cmd::Emu(a)) => emu::run(&a),
         Some(Cmd::Synth(a)) => synth::run(&a),
+        Some(Cmd::Calibrate(a)) => calibrate::run(&common, &a),
         Some(Cmd::Server(cfg)) => serve::run_http(common.model.as_deref(), cfg),
     }
 }

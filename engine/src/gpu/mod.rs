@@ -7,12 +7,14 @@
 //! - [`emu_kernels`]: [`emu_kernels::EmuKernels`] loads the gfx1100 object into an
 //!   `emulator::Device`, packs kernargs (checked against the code object's metadata), launches
 //!   with the grid math of each kernel, and returns results with `LaunchStats`.
+//! - [`calibrate`]: hipBLASLt calibration tables (`strata calibrate`) and their use.
 //! - [`bench`]: `bench_kernels` (instructions, bytes vs ideal, registers, occupancy).
 
 #[macro_use]
 #[path = "../../../gpu-kernels/src/abi.rs"]
 pub mod abi;
 pub mod bench;
+pub mod calibrate;
 pub mod code_objects;
 pub mod device;
 pub mod emu_kernels;

@@ -172,6 +172,8 @@ pub struct GpuModel {
     pub weight_bytes: usize,
     /// f32 bytes of the largest quantized layer matrix (the GEMM path's scratch).
     dequant_scratch_bytes: usize,
+    /// hipBLASLt calibration table (`--calibration`), consulted by `gemm_f32`; None: hipBLAS only.
+    lt: Option<super::calibrate::LtDispatch>,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -391,7 +393,26 @@ impl GpuModel {
             allocs,
             weight_bytes,
             dequant_scratch_bytes,
+            lt: None,
         })
+    }
+
+    /// Routes dense GEMMs whose shape has a row in `table` through hipBLASLt (calibrate.rs);
+    /// the others stay on hipBLAS. `source` names the table in messages.
+    pub fn set_calibration(&mut self, table: super::calibrate::CalibrationTable, source: std::path::PathBuf) -> Result<()> {
+        let api = self.ops.api().clone();
+        let ws = super::calibrate::LtDispatch::workspace_needed(&table);
+        let p = if ws > 0 { api.malloc(ws).map_err(gpu_err("hipBLASLt workspace"))? } else { 0 };
+        if p != 0 {
+            self.allocs.push(p);
+        }
+        self.lt = Some(super::calibrate::LtDispatch::new(table, source, p, ws));
+        Ok(())
+    }
+
+    /// The calibration table in use, if any.
+    pub fn calibration(&self) -> Option<&super::calibrate::LtDispatch> {
+        self.lt.as_ref()
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {
@@ -577,7 +598,7 @@ impl GpuModel {
 
     /// `y[n][rows] = x[n][cols] · Aᵀ` for f32 `a` shaped like `w` (hipBLAS / host GEMM).
     fn gemm_f32(&self, a: DevicePtr, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
-        self.ops.api().gemm(
+        self.gemm_dispatch(
             &self.stream,
             &Gemm {
                 trans_a: Transpose::T,
@@ -603,6 +624,17 @@ impl GpuModel {
                 compute: super::device::ComputeType::F32,
             },
         )
+    }
+
+    /// hipBLASLt when the calibration table has a row for this shape (calibrate.rs), else
+    /// hipBLAS (`GpuApi::gemm`).
+    fn gemm_dispatch(&self, stream: &Stream, g: &Gemm) -> std::result::Result<(), GpuError> {
+        if let Some(lt) = &self.lt
+            && lt.try_gemm(&**self.ops.api(), stream, g)
+        {
+            return Ok(());
+        }
+        self.ops.api().gemm(stream, g)
     }
 
     /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.

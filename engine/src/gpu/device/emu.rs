@@ -9,11 +9,16 @@
 //!   `device().set_fail_large_pinned_alloc(Some(n))` makes larger requests fail, which tests
 //!   the pageable fallback.
 //! - GEMM runs on the host ([`super::gemm_ref`]) over copies of the device buffers.
+//! - hipBLASLt stand-in: [`GpuApi::gemm_lt_candidates`] offers [`EMU_LT_TILES`].len()
+//!   "algorithms", blockings of the host GEMM that give results identical to [`GpuApi::gemm`]
+//!   bit for bit (only the visiting order differs), so `strata calibrate --device emu` and
+//!   the table lookup run end to end on the software device. Their timings are host timings
+//!   and say nothing about a card.
 use super::error::{emu, invalid, GpuError, Result};
-use super::gemm_ref::gemm_host;
+use super::gemm_ref::{gemm_host, gemm_host_tiled};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
-    Backend, DeviceInfo, DevicePtr, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec,
+    Backend, DeviceInfo, DevicePtr, Event, Gemm, GpuApi, LtAlgo, Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec,
     LaunchConfig, LaunchStats, Module, Stream, WaitCond,
 };
 use emulator::{Device, Function};
@@ -24,6 +29,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The architecture the software device implements.
 pub const EMU_ARCH: &str = "gfx1100";
+
+/// The blockings (tile rows × tile columns of C) offered as hipBLASLt candidates.
+pub const EMU_LT_TILES: [(usize, usize); 3] = [(usize::MAX, 1), (16, 16), (64, 4)];
+/// Magic prefix of the software device's algorithm bytes.
+const EMU_LT_MAGIC: &[u8; 6] = b"emu-lt";
 
 /// Host side of an asynchronous copy, resolved when the operation runs.
 #[derive(Clone)]
@@ -41,6 +51,7 @@ enum Op {
     DtoD { dst: DevicePtr, src: DevicePtr, bytes: usize },
     Memset { dst: DevicePtr, byte: u8, bytes: usize },
     Gemm(Gemm),
+    GemmTiled(Gemm, (usize, usize)),
     WaitValue { ptr: DevicePtr, value: u64, cond: WaitCond },
     WriteValue { ptr: DevicePtr, value: u64 },
 }
@@ -102,7 +113,8 @@ impl EmuApi {
             compute_units: 96,
             runtime: format!("emulator {}", env!("CARGO_PKG_VERSION")),
             blas: Some("host GEMM (gemm_ref)".into()),
-            blas_lt: None,
+            blas_lt: Some(format!("host GEMM blockings ({} candidates, software device)", EMU_LT_TILES.len())),
+            blas_lt_version: Some(format!("emu-{}", env!("CARGO_PKG_VERSION"))),
         };
         EmuApi { dev, info, state: Mutex::new(State::default()) }
     }
@@ -170,6 +182,7 @@ impl EmuApi {
             Op::DtoD { dst, src, bytes } => self.dev.memcpy_dtod(*dst, *src, *bytes).map_err(emu("copy device to device")),
             Op::Memset { dst, byte, bytes } => self.dev.memset(*dst, *byte, *bytes).map_err(emu("memset")),
             Op::Gemm(g) => self.run_gemm(g),
+            Op::GemmTiled(g, t) => self.run_gemm_tiled(g, *t),
             Op::WaitValue { ptr, value, cond } => {
                 // Streams run on the calling thread: poll until another thread (a host
                 // producer) has published, like the command processor polling the word.
@@ -212,6 +225,29 @@ impl EmuApi {
         self.dev.memcpy_htod(g.c, &c).map_err(|e| GpuError::Gemm(format!("writing C: {e}")))?;
         // The host GEMM stands in for hipBLAS: count the traffic an ideal GEMM has (A and B
         // read once, C written once; no instructions), so per-part byte profiles stay whole.
+        let mut st = self.state()?;
+        st.stats.global_bytes_read += (a.len() + b.len()) as u64;
+        st.stats.global_bytes_written += (g.m * g.n * g.batch * g.c_type.size()) as u64;
+        Ok(())
+    }
+}
+
+/// The hipBLASLt stand-in (see the module docs).
+impl EmuApi {
+    /// `g` with the host GEMM blocked in `tile_m` × `tile_n` tiles of C (results identical to
+    /// `run_gemm`); counts the same ideal traffic as a GEMM (A and B read once, C written once).
+    fn run_gemm_tiled(&self, g: &Gemm, (tile_m, tile_n): (usize, usize)) -> Result<()> {
+        let (ea, eb, ec) = g.extents();
+        let read = |p: DevicePtr, n: usize, what: &str| -> Result<Vec<u8>> {
+            let mut v = vec![0u8; n];
+            self.dev.memcpy_dtoh(&mut v, p).map_err(|e| GpuError::Gemm(format!("reading {what} ({n} bytes at {p:#x}): {e}")))?;
+            Ok(v)
+        };
+        let a = read(g.a, ea * g.a_type.size(), "A")?;
+        let b = read(g.b, eb * g.b_type.size(), "B")?;
+        let mut c = read(g.c, ec * g.c_type.size(), "C")?;
+        gemm_host_tiled(g, &a, &b, &mut c, tile_m, tile_n);
+        self.dev.memcpy_htod(g.c, &c).map_err(|e| GpuError::Gemm(format!("writing C: {e}")))?;
         let mut st = self.state()?;
         st.stats.global_bytes_read += (a.len() + b.len()) as u64;
         st.stats.global_bytes_written += (g.m * g.n * g.batch * g.c_type.size()) as u64;
@@ -458,6 +494,26 @@ impl GpuApi for EmuApi {
     fn gemm(&self, stream: &Stream, g: &Gemm) -> Result<()> {
         g.validate()?;
         self.submit(stream, "gemm", Op::Gemm(*g))
+    }
+
+    fn gemm_lt_candidates(&self, g: &Gemm, max: usize) -> Result<Vec<LtAlgo>> {
+        g.validate()?;
+        Ok((0..EMU_LT_TILES.len().min(max))
+            .map(|i| {
+                let mut bytes = EMU_LT_MAGIC.to_vec();
+                bytes.push(i as u8);
+                LtAlgo { index: i as u32, bytes, workspace: 0 }
+            })
+            .collect())
+    }
+
+    fn gemm_lt(&self, stream: &Stream, g: &Gemm, algo: &LtAlgo, _workspace: DevicePtr, _workspace_bytes: usize) -> Result<()> {
+        g.validate()?;
+        let tile = match algo.bytes.split_last() {
+            Some((&i, magic)) if magic == EMU_LT_MAGIC && (i as usize) < EMU_LT_TILES.len() => EMU_LT_TILES[i as usize],
+            _ => return Err(GpuError::Gemm(format!("algorithm bytes {:02x?} are not a software-device blocking", algo.bytes))),
+        };
+        self.submit(stream, "gemm_lt", Op::GemmTiled(*g, tile))
     }
 
     fn take_stats(&self) -> Option<LaunchStats> {

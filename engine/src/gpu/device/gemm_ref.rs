@@ -25,25 +25,50 @@ fn store(ty: DType, bytes: &mut [u8], i: usize, v: f32) {
 /// `beta == 0` ignores the old contents of C (NaN included), as BLAS does.
 pub fn gemm_host(g: &Gemm, a: &[u8], b: &[u8], c: &mut [u8]) {
     for batch in 0..g.batch {
-        let (oa, ob, oc) = (batch * g.stride_a, batch * g.stride_b, batch * g.stride_c);
         for j in 0..g.n {
             for i in 0..g.m {
-                let mut acc = 0f32;
-                for l in 0..g.k {
-                    let ai = oa + if g.trans_a == Transpose::N { i + l * g.lda } else { l + i * g.lda };
-                    let bi = ob + if g.trans_b == Transpose::N { l + j * g.ldb } else { j + l * g.ldb };
-                    acc += load(g.a_type, a, ai) * load(g.b_type, b, bi);
-                }
-                let ci = oc + i + j * g.ldc;
-                let mut v = g.alpha * acc;
-                if g.beta != 0.0 {
-                    v += g.beta * load(g.c_type, c, ci);
-                }
-                if g.compute == ComputeType::F16 {
-                    v = quant::f16_to_f32(quant::f32_to_f16(v));
-                }
-                store(g.c_type, c, ci, v);
+                gemm_elem(g, a, b, c, batch, i, j);
             }
         }
     }
+}
+
+/// The same GEMM visiting C in tiles of `tile_m` × `tile_n` elements (rows inner): the
+/// software device's stand-ins for hipBLASLt algorithms. Every element is computed by the
+/// same function in the same `l` order, so all blockings give results identical to
+/// [`gemm_host`] bit for bit; only the memory access order (and so host speed) differs.
+pub fn gemm_host_tiled(g: &Gemm, a: &[u8], b: &[u8], c: &mut [u8], tile_m: usize, tile_n: usize) {
+    let (tm, tn) = (tile_m.max(1), tile_n.max(1));
+    for batch in 0..g.batch {
+        for j0 in (0..g.n).step_by(tn) {
+            for i0 in (0..g.m).step_by(tm) {
+                for j in j0..(j0 + tn).min(g.n) {
+                    for i in i0..(i0 + tm).min(g.m) {
+                        gemm_elem(g, a, b, c, batch, i, j);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `C[i, j]` of batch `batch`.
+#[inline]
+fn gemm_elem(g: &Gemm, a: &[u8], b: &[u8], c: &mut [u8], batch: usize, i: usize, j: usize) {
+    let (oa, ob, oc) = (batch * g.stride_a, batch * g.stride_b, batch * g.stride_c);
+    let mut acc = 0f32;
+    for l in 0..g.k {
+        let ai = oa + if g.trans_a == Transpose::N { i + l * g.lda } else { l + i * g.lda };
+        let bi = ob + if g.trans_b == Transpose::N { l + j * g.ldb } else { j + l * g.ldb };
+        acc += load(g.a_type, a, ai) * load(g.b_type, b, bi);
+    }
+    let ci = oc + i + j * g.ldc;
+    let mut v = g.alpha * acc;
+    if g.beta != 0.0 {
+        v += g.beta * load(g.c_type, c, ci);
+    }
+    if g.compute == ComputeType::F16 {
+        v = quant::f16_to_f32(quant::f32_to_f16(v));
+    }
+    store(g.c_type, c, ci, v);
 }

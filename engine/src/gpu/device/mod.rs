@@ -115,8 +115,25 @@ pub struct DeviceInfo {
     pub runtime: String,
     /// hipBLAS library and API flavour, or the host GEMM; None when GEMM is unavailable.
     pub blas: Option<String>,
-    /// hipBLASLt library path when present.
+    /// hipBLASLt library path when present (the emulator: its host GEMM blockings).
     pub blas_lt: Option<String>,
+    /// hipBLASLt version (`hipblasLtGetVersion`, e.g. "0.12.1"), or the software device's
+    /// `emu-<strata version>`; None when hipBLASLt is unusable. Calibration tables are tied to it.
+    pub blas_lt_version: Option<String>,
+}
+
+/// One candidate algorithm for a [`Gemm`] through [`GpuApi::gemm_lt`]: on HIP the opaque
+/// `hipblasLtMatmulAlgo_t` bytes returned by `hipblasLtMatmulAlgoGetHeuristic` (serializable
+/// and valid for the same hipBLASLt version, per its header), on the software device a host
+/// GEMM blocking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LtAlgo {
+    /// Position in the candidate list it came from.
+    pub index: u32,
+    /// Opaque algorithm bytes (24 on HIP: `uint8_t data[16]; size_t max_workspace_bytes`).
+    pub bytes: Vec<u8>,
+    /// Workspace the algorithm needs (bytes); pass at least this much to [`GpuApi::gemm_lt`].
+    pub workspace: usize,
 }
 
 /// A loaded code object.
@@ -258,7 +275,7 @@ impl HostBuf {
 }
 
 /// Element types of the GEMM entry point (`hipDataType` values on HIP).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
     F16,
@@ -441,6 +458,32 @@ pub trait GpuApi: Send + Sync {
 
     // ---- dense GEMM
     fn gemm(&self, stream: &Stream, g: &Gemm) -> Result<()>;
+
+    // ---- hipBLASLt (optional; see gpu::calibrate)
+    /// Up to `max` candidate algorithms for `g` (hipBLASLt's heuristic on HIP). Backends
+    /// without hipBLASLt return an error saying why.
+    fn gemm_lt_candidates(&self, g: &Gemm, max: usize) -> Result<Vec<LtAlgo>> {
+        let _ = (g, max);
+        Err(GpuError::Gemm(format!("hipBLASLt unavailable on {}", self.info().runtime)))
+    }
+    /// `g` with algorithm `algo` and `workspace_bytes` of device workspace at `workspace`
+    /// (0/0 when the algorithm needs none). Same semantics as [`GpuApi::gemm`].
+    fn gemm_lt(&self, stream: &Stream, g: &Gemm, algo: &LtAlgo, workspace: DevicePtr, workspace_bytes: usize) -> Result<()> {
+        let _ = (stream, g, algo, workspace, workspace_bytes);
+        Err(GpuError::Gemm(format!("hipBLASLt unavailable on {}", self.info().runtime)))
+    }
+
+    // ---- timing
+    /// An event that can be timed with [`GpuApi::event_elapsed_ms`] (HIP: `hipEventDefault`).
+    fn event_create_timing(&self) -> Result<Event> {
+        self.event_create()
+    }
+    /// Milliseconds between two completed timing events; `None` when the backend has no
+    /// device timer (the software device runs synchronously: callers use the wall clock).
+    fn event_elapsed_ms(&self, start: &Event, end: &Event) -> Result<Option<f32>> {
+        let _ = (start, end);
+        Ok(None)
+    }
 
     /// Counters summed over the launches since the last call (emulator only; HIP: None).
     fn take_stats(&self) -> Option<LaunchStats> {

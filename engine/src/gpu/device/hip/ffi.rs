@@ -237,3 +237,55 @@ pub fn blas_status_name(s: i32) -> &'static str {
         _ => "unknown hipblasStatus_t",
     }
 }
+
+fn_table!(
+    /// `libhipblaslt` functions (hipblaslt.h of ROCm 6.x and 7.x; all return `hipblasStatus_t`).
+    /// Descriptors are pointers; `hipDataType`, `hipblasComputeType_t` and the attribute enums
+    /// are C ints; rows/cols are `uint64_t`, leading dimensions `int64_t`.
+    LtFns, "libhipblaslt" {
+    hipblasLtCreate: fn(*mut Ptr) -> i32;
+    hipblasLtDestroy: fn(Ptr) -> i32;
+    hipblasLtGetVersion: fn(Ptr, *mut i32) -> i32;
+    hipblasLtMatmulDescCreate: fn(*mut Ptr, u32, u32) -> i32;
+    hipblasLtMatmulDescSetAttribute: fn(Ptr, u32, *const c_void, usize) -> i32;
+    hipblasLtMatmulDescDestroy: fn(Ptr) -> i32;
+    hipblasLtMatrixLayoutCreate: fn(*mut Ptr, u32, u64, u64, i64) -> i32;
+    hipblasLtMatrixLayoutSetAttribute: fn(Ptr, u32, *const c_void, usize) -> i32;
+    hipblasLtMatrixLayoutDestroy: fn(Ptr) -> i32;
+    hipblasLtMatmulPreferenceCreate: fn(*mut Ptr) -> i32;
+    hipblasLtMatmulPreferenceSetAttribute: fn(Ptr, u32, *const c_void, usize) -> i32;
+    hipblasLtMatmulPreferenceDestroy: fn(Ptr) -> i32;
+    hipblasLtMatmulAlgoGetHeuristic: fn(Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, i32, *mut c_void, *mut i32) -> i32;
+    hipblasLtMatmul: fn(Ptr, Ptr, *const c_void, *const c_void, Ptr, *const c_void, Ptr, *const c_void, *const c_void, Ptr, Ptr, Ptr, *const c_void, Ptr, usize, Ptr) -> i32;
+});
+
+/// `hipblasLtMatmulAlgo_t`: `uint8_t data[16]; size_t max_workspace_bytes;` (24 bytes).
+pub const LT_ALGO_BYTES: usize = 24;
+/// `hipblasLtMatmulHeuristicResult_t`: algo (24), `size_t workspaceSize` (at 24),
+/// `hipblasStatus_t state` (at 32), `float wavesCount`, `int reserved[4]`: 56 bytes.
+pub const LT_HEURISTIC_BYTES: usize = 56;
+pub const LT_HEURISTIC_WORKSPACE_OFFSET: usize = 24;
+pub const LT_HEURISTIC_STATE_OFFSET: usize = 32;
+/// `hipblasLtMatmulDescAttributes_t`: `HIPBLASLT_MATMUL_DESC_TRANSA`, `_TRANSB` (int32 hipblasOperation_t).
+pub const LT_DESC_TRANSA: u32 = 0;
+pub const LT_DESC_TRANSB: u32 = 1;
+/// `hipblasLtMatrixLayoutAttribute_t`: batch count (int32), strided batch offset (int64), as
+/// in the ROCm 6.x/7.x header; only set for batch > 1, which the engine never sends here.
+pub const LT_LAYOUT_BATCH_COUNT: u32 = 0;
+pub const LT_LAYOUT_STRIDED_BATCH_OFFSET: u32 = 1;
+/// `hipblasLtMatmulPreferenceAttributes_t`: `HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES` (uint64).
+pub const LT_PREF_MAX_WORKSPACE_BYTES: u32 = 1;
+
+/// `hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop)` (optional).
+pub type EventElapsedFn = unsafe extern "C" fn(*mut f32, Ptr, Ptr) -> HipError;
+/// `hipEventDefault` (timing enabled).
+pub const EVENT_DEFAULT: u32 = 0x0;
+
+/// hipBLASLt 0.6.0 (ROCm 6.0) replaced `hipblasLtDatatype_t`/`hipblasLtComputeType_t` by
+/// `hipDataType`/`hipblasComputeType_t`, the values this table passes; older ones are refused.
+pub const LT_MIN_VERSION: i32 = 600;
+
+/// hipBLASLt's `hipblasLtGetVersion` encoding: major * 100000 + minor * 100 + patch.
+pub fn lt_version_string(v: i32) -> String {
+    format!("{}.{}.{}", v / 100_000, (v / 100) % 1000, v % 100)
+}

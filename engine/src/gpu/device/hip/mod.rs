@@ -18,14 +18,16 @@
 //! 5. Checks: gfx11 arch with an embedded code object, wave32, VRAM ≥ [`HipConfig::min_vram_bytes`];
 //!    otherwise [`GpuError::UnsupportedDevice`] naming the GPU, arch, library and version.
 //! 6. hipBLAS and hipBLASLt are optional: when missing, GEMM returns an error saying so and
-//!    everything else works.
+//!    everything else works. hipBLASLt ([`ffi::LtFns`]) is opened, a handle created and its
+//!    version read (`hipblasLtGetVersion`) at open; any failure leaves it off with the reason
+//!    (`gemm_lt*` report it) and `DeviceInfo::blas_lt_version` None.
 pub mod ffi;
 
 use super::error::{invalid, GpuError, Result};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
     arch_base, code_object_for_arch, embedded_archs, Backend, ComputeType, DType, DeviceInfo, DevicePtr, Event, Gemm, GpuApi,
-    Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, Module, Stream, Transpose, WaitCond,
+    Graph, LtAlgo, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, Module, Stream, Transpose, WaitCond,
 };
 use ffi::*;
 use libloading::Library;
@@ -37,6 +39,8 @@ use std::sync::Mutex;
 const PROP_NAME_OFFSET: usize = 0;
 const PROP_GCN_ARCH_OFFSET: usize = 1160;
 const PROP_BUF_BYTES: usize = 4096;
+/// Largest workspace a hipBLASLt candidate may ask for (the heuristic's preference).
+pub const LT_MAX_WORKSPACE: usize = 32 << 20;
 
 /// Where and what to open.
 #[derive(Clone, Debug)]
@@ -76,6 +80,126 @@ struct Blas {
     _lib: Library,
 }
 
+/// hipBLASLt: function table, one handle (created at open to read the version).
+struct Lt {
+    fns: LtFns,
+    handle: usize,
+    version: String,
+    _lib: Library,
+}
+
+/// Opens hipBLASLt, creates a handle and reads its version; Err = why it is off.
+fn open_lt(cfg: &HipConfig) -> std::result::Result<(Lt, String), String> {
+    let names = ["libhipblaslt.so", "libhipblaslt.so.1", "libhipblaslt.so.0"];
+    let (lib, path) = open_library("libhipblaslt", &names, &cfg.lib_dirs, cfg.system_search).map_err(|e| e.to_string())?;
+    let fns = LtFns::load(&lib, &path).map_err(|e| e.to_string())?;
+    let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    let mut h: Ptr = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    let s = unsafe { (fns.hipblasLtCreate)(&mut h) };
+    if s != 0 || h.is_null() {
+        return Err(format!("hipblasLtCreate failed with status {s} ({}) at {}", blas_status_name(s), real.display()));
+    }
+    let mut v = 0i32;
+    // SAFETY: handle from hipblasLtCreate, valid out-pointer.
+    let s = unsafe { (fns.hipblasLtGetVersion)(h, &mut v) };
+    if s != 0 {
+        // SAFETY: created above, destroyed once.
+        unsafe { (fns.hipblasLtDestroy)(h) };
+        return Err(format!("hipblasLtGetVersion failed with status {s} ({})", blas_status_name(s)));
+    }
+    let version = lt_version_string(v);
+    if v < LT_MIN_VERSION {
+        // SAFETY: created above, destroyed once.
+        unsafe { (fns.hipblasLtDestroy)(h) };
+        return Err(format!(
+            "{} is hipBLASLt {version}; 0.6.0 (ROCm 6.0) or newer is needed (hipDataType / hipblasComputeType_t API)",
+            real.display()
+        ));
+    }
+    let desc = real.display().to_string();
+    Ok((Lt { fns, handle: h as usize, version, _lib: lib }, desc))
+}
+
+/// Descriptors of one hipBLASLt problem, destroyed on drop.
+struct LtProblem<'a> {
+    fns: &'a LtFns,
+    desc: Ptr,
+    layouts: [Ptr; 3],
+}
+
+impl Drop for LtProblem<'_> {
+    fn drop(&mut self) {
+        // SAFETY: each non-null descriptor was created by this table and is destroyed once.
+        unsafe {
+            for l in self.layouts {
+                if !l.is_null() {
+                    (self.fns.hipblasLtMatrixLayoutDestroy)(l);
+                }
+            }
+            if !self.desc.is_null() {
+                (self.fns.hipblasLtMatmulDescDestroy)(self.desc);
+            }
+        }
+    }
+}
+
+fn lt_check(call: &'static str, s: i32, g: &Gemm) -> Result<()> {
+    if s == 0 {
+        Ok(())
+    } else {
+        Err(GpuError::Blas { call, status: s, name: blas_status_name(s), context: format!(" (hipBLASLt, m={} n={} k={} batch={})", g.m, g.n, g.k, g.batch) })
+    }
+}
+
+fn hip_dtype(t: DType) -> u32 {
+    match t {
+        DType::F32 => HIP_R_32F,
+        DType::F16 => HIP_R_16F,
+        DType::BF16 => HIP_R_16BF,
+    }
+}
+
+fn hip_op(t: Transpose) -> u32 {
+    if t == Transpose::N { HIPBLAS_OP_N } else { HIPBLAS_OP_T }
+}
+
+impl Lt {
+    /// Matmul descriptor (compute type, scale type, transposes) and the A, B, C(=D) layouts.
+    fn problem(&self, g: &Gemm) -> Result<LtProblem<'_>> {
+        let mut p = LtProblem { fns: &self.fns, desc: std::ptr::null_mut(), layouts: [std::ptr::null_mut(); 3] };
+        let (compute, scale) = match g.compute {
+            ComputeType::F32 => (HIPBLAS_COMPUTE_32F, HIP_R_32F),
+            ComputeType::F16 => (HIPBLAS_COMPUTE_16F, HIP_R_16F),
+        };
+        // SAFETY (block): out-pointers are valid; attribute buffers are the documented types
+        // (int32 hipblasOperation_t, int32 batch count, int64 stride) and outlive the calls.
+        unsafe {
+            lt_check("hipblasLtMatmulDescCreate", (self.fns.hipblasLtMatmulDescCreate)(&mut p.desc, compute, scale), g)?;
+            let (ta, tb) = (hip_op(g.trans_a) as i32, hip_op(g.trans_b) as i32);
+            let set = self.fns.hipblasLtMatmulDescSetAttribute;
+            lt_check("hipblasLtMatmulDescSetAttribute", set(p.desc, LT_DESC_TRANSA, &ta as *const i32 as _, 4), g)?;
+            lt_check("hipblasLtMatmulDescSetAttribute", set(p.desc, LT_DESC_TRANSB, &tb as *const i32 as _, 4), g)?;
+            let dims = [
+                (g.a_type, if g.trans_a == Transpose::N { (g.m, g.k) } else { (g.k, g.m) }, g.lda, g.stride_a),
+                (g.b_type, if g.trans_b == Transpose::N { (g.k, g.n) } else { (g.n, g.k) }, g.ldb, g.stride_b),
+                (g.c_type, (g.m, g.n), g.ldc, g.stride_c),
+            ];
+            for (i, (ty, (rows, cols), ld, stride)) in dims.into_iter().enumerate() {
+                let rc = (self.fns.hipblasLtMatrixLayoutCreate)(&mut p.layouts[i], hip_dtype(ty), rows as u64, cols as u64, ld as i64);
+                lt_check("hipblasLtMatrixLayoutCreate", rc, g)?;
+                if g.batch > 1 {
+                    let (b, st) = (g.batch as i32, stride as i64);
+                    let setl = self.fns.hipblasLtMatrixLayoutSetAttribute;
+                    lt_check("hipblasLtMatrixLayoutSetAttribute", setl(p.layouts[i], LT_LAYOUT_BATCH_COUNT, &b as *const i32 as _, 4), g)?;
+                    lt_check("hipblasLtMatrixLayoutSetAttribute", setl(p.layouts[i], LT_LAYOUT_STRIDED_BATCH_OFFSET, &st as *const i64 as _, 8), g)?;
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
 /// The HIP implementation of [`GpuApi`].
 pub struct HipApi {
     fns: HipFns,
@@ -84,7 +208,8 @@ pub struct HipApi {
     write_value64: Option<WriteValue64Fn>,
     info: DeviceInfo,
     blas: std::result::Result<Blas, String>,
-    _blas_lt: Option<Library>,
+    lt: std::result::Result<Lt, String>,
+    event_elapsed: Option<EventElapsedFn>,
     // Declared last: dropped after everything that points into it.
     _lib: Library,
 }
@@ -228,7 +353,10 @@ impl HipApi {
             Ok((b, d)) => (Ok(b), Some(d)),
             Err(why) => (Err(format!("hipBLAS unavailable: {why}")), None),
         };
-        let lt = open_library("libhipblaslt", &["libhipblaslt.so", "libhipblaslt.so.1", "libhipblaslt.so.0"], &cfg.lib_dirs, cfg.system_search).ok();
+        let (lt, lt_desc) = match open_lt(cfg) {
+            Ok((l, d)) => (Ok(l), Some(d)),
+            Err(why) => (Err(format!("hipBLASLt unavailable: {why}")), None),
+        };
         let info = DeviceInfo {
             backend: Backend::Hip,
             index: cfg.device,
@@ -239,12 +367,15 @@ impl HipApi {
             compute_units,
             runtime,
             blas: blas_desc,
-            blas_lt: lt.as_ref().map(|(_, p)| p.display().to_string()),
+            blas_lt: lt_desc,
+            blas_lt_version: lt.as_ref().ok().map(|l| l.version.clone()),
         };
         // SAFETY: the signatures of the ROCm 6.x/7.x headers (see ffi).
         let wait_value64 = unsafe { sym_opt::<WaitValue64Fn>(&lib, "hipStreamWaitValue64") };
         let write_value64 = unsafe { sym_opt::<WriteValue64Fn>(&lib, "hipStreamWriteValue64") };
-        Ok(HipApi { fns, host_alloc_fn, wait_value64, write_value64, info, blas, _blas_lt: lt.map(|(l, _)| l), _lib: lib })
+        // SAFETY: the signature of hip_runtime_api.h (6.x and 7.x).
+        let event_elapsed = unsafe { sym_opt::<EventElapsedFn>(&lib, "hipEventElapsedTime") };
+        Ok(HipApi { fns, host_alloc_fn, wait_value64, write_value64, info, blas, lt, event_elapsed, _lib: lib })
     }
 
     /// Makes this API's device current on the calling thread (HIP's current device is per
@@ -304,6 +435,10 @@ impl Drop for HipApi {
         {
             // SAFETY: the handle was created by hipblasCreate and is destroyed once.
             unsafe { (b.fns.hipblasDestroy)(*h as Ptr) };
+        }
+        if let Ok(l) = &self.lt {
+            // SAFETY: created by hipblasLtCreate at open, destroyed once.
+            unsafe { (l.fns.hipblasLtDestroy)(l.handle as Ptr) };
         }
     }
 }
@@ -632,5 +767,97 @@ impl GpuApi for HipApi {
             GpuError::Blas { call, status, name, .. } => GpuError::Blas { call, status, name, context: format!(" (m={} n={} k={} batch={})", g.m, g.n, g.k, g.batch) },
             e => e,
         })
+    }
+
+    fn gemm_lt_candidates(&self, g: &Gemm, max: usize) -> Result<Vec<LtAlgo>> {
+        g.validate()?;
+        let lt = self.lt.as_ref().map_err(|why| GpuError::Gemm(why.clone()))?;
+        self.bind()?;
+        let p = lt.problem(g)?;
+        let max = max.clamp(1, 1024);
+        let mut pref: Ptr = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        lt_check("hipblasLtMatmulPreferenceCreate", unsafe { (lt.fns.hipblasLtMatmulPreferenceCreate)(&mut pref) }, g)?;
+        let ws: u64 = LT_MAX_WORKSPACE as u64;
+        let mut results = vec![0u64; max * LT_HEURISTIC_BYTES / 8];
+        let mut count = 0i32;
+        // SAFETY: uint64 attribute; `results` holds `max` 56-byte heuristic records (8-aligned);
+        // the descriptors come from `problem` (C doubles as D).
+        let rc = unsafe {
+            let r = (lt.fns.hipblasLtMatmulPreferenceSetAttribute)(pref, LT_PREF_MAX_WORKSPACE_BYTES, &ws as *const u64 as _, 8);
+            if r != 0 {
+                r
+            } else {
+                (lt.fns.hipblasLtMatmulAlgoGetHeuristic)(
+                    lt.handle as Ptr, p.desc, p.layouts[0], p.layouts[1], p.layouts[2], p.layouts[2], pref, max as i32,
+                    results.as_mut_ptr() as *mut c_void, &mut count,
+                )
+            }
+        };
+        // SAFETY: created above, destroyed once.
+        unsafe { (lt.fns.hipblasLtMatmulPreferenceDestroy)(pref) };
+        lt_check("hipblasLtMatmulAlgoGetHeuristic", rc, g)?;
+        let bytes: Vec<u8> = results.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let count = (count.max(0) as usize).min(max);
+        let mut out = Vec::new();
+        for (i, r) in bytes.chunks_exact(LT_HEURISTIC_BYTES).take(count).enumerate() {
+            let state = i32::from_ne_bytes(r[LT_HEURISTIC_STATE_OFFSET..LT_HEURISTIC_STATE_OFFSET + 4].try_into().expect("4"));
+            if state != 0 {
+                continue;
+            }
+            let workspace = u64::from_ne_bytes(r[LT_HEURISTIC_WORKSPACE_OFFSET..LT_HEURISTIC_WORKSPACE_OFFSET + 8].try_into().expect("8")) as usize;
+            out.push(LtAlgo { index: i as u32, bytes: r[..LT_ALGO_BYTES].to_vec(), workspace });
+        }
+        Ok(out)
+    }
+
+    fn gemm_lt(&self, stream: &Stream, g: &Gemm, algo: &LtAlgo, workspace: DevicePtr, workspace_bytes: usize) -> Result<()> {
+        g.validate()?;
+        let lt = self.lt.as_ref().map_err(|why| GpuError::Gemm(why.clone()))?;
+        if algo.bytes.len() != LT_ALGO_BYTES {
+            return Err(GpuError::Gemm(format!("hipBLASLt algorithm of {} bytes (hipblasLtMatmulAlgo_t has {LT_ALGO_BYTES})", algo.bytes.len())));
+        }
+        if workspace_bytes < algo.workspace {
+            return Err(GpuError::Gemm(format!("hipBLASLt algorithm needs {} workspace bytes, {workspace_bytes} given", algo.workspace)));
+        }
+        self.bind()?;
+        let p = lt.problem(g)?;
+        // 8-byte aligned copy of the algorithm struct.
+        let mut a = [0u64; LT_ALGO_BYTES / 8];
+        for (w, c) in a.iter_mut().zip(algo.bytes.chunks_exact(8)) {
+            *w = u64::from_ne_bytes(c.try_into().expect("8"));
+        }
+        let (a32, b32) = (g.alpha, g.beta);
+        let (a16, b16) = (quant::f32_to_f16(g.alpha), quant::f32_to_f16(g.beta));
+        let (alpha, beta): (*const c_void, *const c_void) = match g.compute {
+            ComputeType::F32 => (&a32 as *const f32 as _, &b32 as *const f32 as _),
+            ComputeType::F16 => (&a16 as *const u16 as _, &b16 as *const u16 as _),
+        };
+        // SAFETY: descriptors from `problem`; device pointers are the runtime's to check;
+        // scalars (host pointer mode, the default) and the algo copy outlive the call.
+        let s = unsafe {
+            (lt.fns.hipblasLtMatmul)(
+                lt.handle as Ptr, p.desc, alpha, as_ptr(g.a), p.layouts[0], as_ptr(g.b), p.layouts[1], beta,
+                as_ptr(g.c), p.layouts[2], as_ptr(g.c), p.layouts[2], a.as_ptr() as *const c_void,
+                as_ptr(workspace), workspace_bytes, as_ptr(stream.0),
+            )
+        };
+        lt_check("hipblasLtMatmul", s, g)
+    }
+
+    fn event_create_timing(&self) -> Result<Event> {
+        self.bind()?;
+        let mut e: Ptr = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        self.check("hipEventCreateWithFlags", unsafe { (self.fns.hipEventCreateWithFlags)(&mut e, EVENT_DEFAULT) }, String::new)?;
+        Ok(Event(e as usize as u64))
+    }
+
+    fn event_elapsed_ms(&self, start: &Event, end: &Event) -> Result<Option<f32>> {
+        let Some(f) = self.event_elapsed else { return Ok(None) };
+        let mut ms = 0f32;
+        // SAFETY: timing events from event_create_timing, both recorded and completed.
+        self.check("hipEventElapsedTime", unsafe { f(&mut ms, as_ptr(start.0), as_ptr(end.0)) }, String::new)?;
+        Ok(Some(ms))
     }
 }
