@@ -471,6 +471,7 @@ fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
         (KvType::F16, 32, 4, 2, 5, 9, Some(4)),
         (KvType::F16, 16, 2, 2, 2, 33, None),
         (KvType::F16, 32, 4, 2, 1, 7, None),     // head_dim 32 past 8 cells
+        (KvType::F16, 32, 4, 2, 6, 5, None),     // a whole 6-token prompt from position 0
         (KvType::F16, 32, 4, 2, 8, 20, None),
         (KvType::Int8, 32, 4, 2, 3, 40, None),
         (KvType::Int8, 64, 4, 2, 1, 50, None),
@@ -480,11 +481,12 @@ fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
         (KvType::Int8, 64, 8, 8, 1, 300, Some(128)),
     ];
     for &(ty, hd, nh, nkv, nt, last, window) in cases {
-        let cap = last + 1;
+        // Free cells past the last position, as in a real cache (kernels must not read them).
+        let cap = last + 1 + 9;
         let kv = kv_setup(ty, cap, nkv, hd, &mut rng);
         let LayerCache::Attention(layer) = &kv.cache.layers[0];
         let q = rand_f32(&mut rng, nt * nh * hd, 1.0);
-        let pos0 = cap - nt;
+        let pos0 = last + 1 - nt;
         let kq_scale = 1.0 / (hd as f32).sqrt();
         let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale, ggml_exact: false };
         let mut want = vec![0f32; nt * nh * hd];

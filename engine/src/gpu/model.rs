@@ -97,6 +97,9 @@ pub struct GpuOptions {
     pub graphs: bool,
     /// How quantized projections of prompt chunks longer than a window run.
     pub prefill: PrefillPath,
+    /// Dense FFNs in decode/verify windows: one fused gate/up MMVQ + GLU launch instead of
+    /// three (bit-identical; `STRATA_GPU_FUSED_GLU=off` disables it).
+    pub fused_glu: bool,
 }
 
 /// Prefill path for quantized projections (`STRATA_GPU_PREFILL`).
@@ -117,11 +120,15 @@ pub enum PrefillPath {
     Mmvq,
     /// Dequantize + GEMM whenever a chunk has more than one token.
     DequantGemm,
+    /// MMQ (int8 WMMA tiles, `mmq_q8_0`) for Q8_0 matrices from [`GEMM_MIN_TOKENS`] tokens,
+    /// dequantize + GEMM for the other types. Not the default: without LDS tiling the kernel
+    /// moves ~15x the ideal bytes (docs/kernels.md).
+    Mmq,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true }
     }
 }
 
@@ -141,7 +148,15 @@ impl GpuOptions {
                 "auto" => PrefillPath::Auto,
                 "mmvq" => PrefillPath::Mmvq,
                 "gemm" | "dequant-gemm" => PrefillPath::DequantGemm,
-                other => return Err(format!("STRATA_GPU_PREFILL={other:?}: expected auto, mmvq or gemm")),
+                "mmq" => PrefillPath::Mmq,
+                other => return Err(format!("STRATA_GPU_PREFILL={other:?}: expected auto, mmvq, gemm or mmq")),
+            };
+        }
+        if let Ok(v) = std::env::var("STRATA_GPU_FUSED_GLU") {
+            o.fused_glu = match v.as_str() {
+                "1" | "on" => true,
+                "0" | "off" => false,
+                other => return Err(format!("STRATA_GPU_FUSED_GLU={other:?}: expected on or off")),
             };
         }
         if let Ok(v) = std::env::var("STRATA_GPU_GRAPHS") {
@@ -428,7 +443,7 @@ impl GpuModel {
     fn chunk_cols(&self, prefill_chunk: usize) -> usize {
         match self.opts.prefill {
             PrefillPath::Mmvq => MAX_COLS,
-            PrefillPath::Auto | PrefillPath::DequantGemm => prefill_chunk.max(MAX_COLS),
+            PrefillPath::Auto | PrefillPath::DequantGemm | PrefillPath::Mmq => prefill_chunk.max(MAX_COLS),
         }
     }
 
@@ -580,6 +595,10 @@ impl GpuModel {
             PrefillPath::Mmvq => false,
             PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
             PrefillPath::DequantGemm => n > 1,
+            PrefillPath::Mmq if ty == WType::Q8_0 && n >= GEMM_MIN_TOKENS => {
+                return self.ops.mmq(s, ty, w.expert(e), xq, y, w.rows as u32, n as u32, w.cols as u32, w.rows as u32);
+            }
+            PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
         };
         if gemm && wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
             let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
@@ -785,13 +804,21 @@ impl GpuModel {
             let (part, w_bytes) = match &l.ffn {
                 DevFfn::Dense { gate: wg, up: wu, down: wd } => {
                     let ff = wg.rows;
-                    self.matmul(wg, 0, xn, xq, n, gate, wdq)?;
-                    self.matmul(wu, 0, xn, xq, n, up, wdq)?;
                     let g = match hp.act {
                         Act::Silu => GluAct::Silu,
                         Act::GeluTanh => GluAct::GeluTanh,
                     };
-                    ops.glu(st, gate, up, act, (n * ff) as u32, g)?;
+                    match (wg.kind, wu.kind) {
+                        // Decode / verify windows: gate, up and the activation in one launch.
+                        (MatKind::Q(tg), MatKind::Q(tu)) if tg == tu && self.opts.fused_glu && n <= MAX_COLS => {
+                            ops.mmvq_glu(st, tg, n as u32, wg.ptr, wu.ptr, xq, act, None, ff as u32, d as u32, ff as u32, g)?;
+                        }
+                        _ => {
+                            self.matmul(wg, 0, xn, xq, n, gate, wdq)?;
+                            self.matmul(wu, 0, xn, xq, n, up, wdq)?;
+                            ops.glu(st, gate, up, act, (n * ff) as u32, g)?;
+                        }
+                    }
                     self.quantize(act, xq, n, ff)?;
                     self.matmul(wd, 0, act, xq, n, o, wdq)?;
                     ("ffn", (wg.mat_bytes + wu.mat_bytes + wd.mat_bytes) as u64)
