@@ -227,7 +227,7 @@ fn generate(model: &Path, calibration: Option<&Path>) -> (String, String) {
 
 #[test]
 fn cli_calibrate_emu_table_is_used_by_generate_with_identical_output() {
-    // Mixed: F16 attention and head (dequantized to f32 on the device: the GEMM path).
+    // Mixed: F16 attention and head (f16 GEMMs on the device).
     let m = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-mixed.gguf");
     let table = tmp("emu-table.json");
     let out = strata()
@@ -240,10 +240,11 @@ fn cli_calibrate_emu_table_is_used_by_generate_with_identical_output() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("wrote {}", table.display())));
     let api = EmuApi::new().unwrap();
     let t = CalibrationTable::load(&table, "gfx1100", api.info().blas_lt_version.as_deref().unwrap()).expect("written table loads");
-    // The model's GEMM shapes (f32): head 1024x256, wq/wo 256x256, wk/wv 128x256, router 8x256.
-    for (n, k) in [(1024, 256), (256, 256), (128, 256), (8, 256)] {
+    // The model's GEMM shapes: F16 head 1024x256, wq/wo 256x256, wk/wv 128x256 (f16 GEMMs), and
+    // the f32 router 8x256.
+    for (dt, n, k) in [(DType::F16, 1024, 256), (DType::F16, 256, 256), (DType::F16, 128, 256), (DType::F32, 8, 256)] {
         for tt in [1, 8, 32] {
-            assert!(t.lookup(DType::F32, n, k, tt).is_some_and(|r| r.t == tt), "no row N={n} K={k} T={tt}:\n{text}");
+            assert!(t.lookup(dt, n, k, tt).is_some_and(|r| r.t == tt), "no row {dt:?} N={n} K={k} T={tt}:\n{text}");
         }
     }
     assert_eq!(t.rows.len(), 12, "{text}");

@@ -203,6 +203,16 @@ pub struct AddRowsArgs {
     pub _pad: u32,
 }
 
+/// `convert_f32_f16`: `y[i] = f16(x[i])` (round to nearest even), one work-item per value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConvertArgs {
+    pub x: u64,
+    pub y: u64,
+    pub n: u32,
+    pub _pad: u32,
+}
+
 /// `scale_f32`: `x[i] *= factor`. `softmax_f32`: per row of `n` (one wave per row).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -315,6 +325,7 @@ pub const ROPE: &str = "rope_f32";
 pub const GLU: &str = "glu_f32";
 pub const ADD_ROWS: &str = "add_rows_f32";
 pub const SCALE: &str = "scale_f32";
+pub const CONVERT_F32_F16: &str = "convert_f32_f16";
 pub const SOFTMAX: &str = "softmax_f32";
 pub const KV_STORE_F16: &str = "kv_store_f16";
 pub const KV_STORE_I8: &str = "kv_store_i8";
@@ -396,7 +407,7 @@ pub fn attn_kernel(int8: bool, head_dim: u32) -> Option<&'static str> {
 /// Every kernel of the forward-pass ops (not in `all_kernels`, whose list EmuKernels validates
 /// against the older argument layouts).
 pub fn op_kernels() -> impl Iterator<Item = &'static str> {
-    [RMS_NORM, ROPE, GLU, ADD_ROWS, SCALE, SOFTMAX, KV_STORE_F16, KV_STORE_I8, MOE_ROUTER, MOE_COMBINE, GET_ROWS_F32, GET_ROWS_F16]
+    [RMS_NORM, ROPE, GLU, ADD_ROWS, SCALE, CONVERT_F32_F16, SOFTMAX, KV_STORE_F16, KV_STORE_I8, MOE_ROUTER, MOE_COMBINE, GET_ROWS_F32, GET_ROWS_F16]
         .into_iter()
         .chain(GET_ROWS_KERNELS.iter().map(|e| e.1))
         .chain(ATTN_KERNELS.iter().map(|e| e.2))
@@ -420,7 +431,7 @@ macro_rules! impl_args_bytes {
     )*};
 }
 impl_args_bytes!(
-    MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, SoftmaxArgs, GetRowsArgs,
+    MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, GetRowsArgs,
     KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs
 );
 const _: () = assert!(core::mem::size_of::<MmqArgs>() == 40);
@@ -433,6 +444,7 @@ const _: () = assert!(core::mem::size_of::<RopeArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<GluArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<AddRowsArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<ScaleArgs>() == 16);
+const _: () = assert!(core::mem::size_of::<ConvertArgs>() == 24);
 const _: () = assert!(core::mem::size_of::<SoftmaxArgs>() == 16);
 const _: () = assert!(core::mem::size_of::<GetRowsArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<KvStoreArgs>() == 48);

@@ -631,10 +631,10 @@ fn measure(
     Ok(ProblemReport { shape: sh, t, row, why_none })
 }
 
-/// The dense projection shapes `GpuModel` sends to the GEMM entry point for `model`, as
-/// f32 (the device dequantizes non-MMVQ weights to f32 at upload) and, for each extra dtype
-/// in `extra`, the same shapes in that type. Matrices of MMVQ types use the GEMM only for
-/// prompt chunks of [`super::model::GEMM_MIN_TOKENS`] tokens or more (`min_t`).
+/// The dense projection shapes `GpuModel` sends to the GEMM entry point for `model`, in the
+/// type it uses — f16 for F16 weights and for MMVQ-type layer matrices (dequantized to f16 for
+/// prompt chunks of [`super::model::GEMM_MIN_TOKENS`] tokens or more, `min_t`), f32 for the
+/// rest (widened at upload) — and, for each extra dtype in `extra`, the same shapes in that type.
 pub fn model_shapes(model: &crate::model::Model, extra: &[DType]) -> Vec<Shape> {
     use crate::model::{Ffn, W};
     let mut mats: Vec<(&W, bool)> = vec![(&model.output, false)];
@@ -654,7 +654,8 @@ pub fn model_shapes(model: &crate::model::Model, extra: &[DType]) -> Vec<Shape> 
             continue;
         }
         let min_t = if mmvq { super::model::GEMM_MIN_TOKENS } else { 1 };
-        for dtype in std::iter::once(DType::F32).chain(extra.iter().copied().filter(|&d| d != DType::F32)) {
+        let used = if mmvq || w.ty == quant::GgmlType::F16 { DType::F16 } else { DType::F32 };
+        for dtype in std::iter::once(used).chain(extra.iter().copied().filter(|&d| d != used)) {
             let s = Shape { dtype, n: w.rows, k: w.cols, min_t };
             match out.iter_mut().find(|o| o.dtype == s.dtype && o.n == s.n && o.k == s.k) {
                 Some(o) => o.min_t = o.min_t.min(min_t),

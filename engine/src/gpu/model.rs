@@ -40,6 +40,17 @@ enum MatKind {
     Q(WType),
     /// f32 rows (dequantized at upload when the file type has no MMVQ kernel), GEMM.
     F32,
+    /// f16 rows as stored; activations are converted to f16 for the GEMM (as ggml does).
+    F16,
+}
+
+/// Per-session temporaries a projection may need.
+#[derive(Clone, Copy)]
+struct Tmp {
+    /// f16 copy of one layer matrix (dequantize + GEMM prefill path; 0: not available).
+    wdq: DevicePtr,
+    /// f16 copy of the activations (f16 GEMMs).
+    xh: DevicePtr,
 }
 
 /// A weight matrix (or expert stack) in device memory.
@@ -187,7 +198,7 @@ pub struct GpuModel {
     pub weight_bytes: usize,
     /// f32 bytes of the largest quantized layer matrix (the GEMM path's scratch).
     dequant_scratch_bytes: usize,
-    /// hipBLASLt calibration table (`--calibration`), consulted by `gemm_f32`; None: hipBLAS only.
+    /// hipBLASLt calibration table (`--calibration`), consulted by `gemm`; None: hipBLAS only.
     lt: Option<super::calibrate::LtDispatch>,
 }
 
@@ -278,8 +289,10 @@ struct Scratch {
     xq_e: DevicePtr,
     /// Expert outputs, one row of n_embd per (token, slot).
     y_e: DevicePtr,
-    /// f32 copy of one layer matrix (dequantize + GEMM prefill path; 0 when unused).
+    /// f16 copy of one layer matrix (dequantize + GEMM prefill path; 0 when unused).
     wdq: DevicePtr,
+    /// f16 activations for f16 GEMMs.
+    xh: DevicePtr,
 }
 
 fn f32_bytes(v: &[f32]) -> &[u8] {
@@ -521,6 +534,7 @@ impl GpuModel {
             xq_e: up.zeroed(c * k_used * ff.max(d).next_multiple_of(32) * 4)?,
             y_e: up.zeroed(f(c * k_used * d))?,
             wdq: if c > MAX_COLS { up.zeroed(self.dequant_scratch_bytes)? } else { 0 },
+            xh: up.zeroed(c * k_used.max(1) * widest.max(d).next_multiple_of(32) * 2)?,
         };
         Ok(GpuSession {
             n_past: 0,
@@ -585,12 +599,18 @@ impl GpuModel {
     }
 
     /// `y[n][rows] = x[n][cols] · Wᵀ` for expert `e`; `xq` must hold `x`'s Q8_1 quantization
-    /// when `w` is quantized (the caller quantizes once per input). `wdq`: the session's
-    /// dequantization scratch (0: none) for the GEMM prefill path.
+    /// when `w` is quantized (the caller quantizes once per input).
     #[allow(clippy::too_many_arguments)]
-    fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, wdq: DevicePtr) -> std::result::Result<(), GpuError> {
+    fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, tmp: Tmp) -> std::result::Result<(), GpuError> {
         let s = &self.stream;
-        let MatKind::Q(ty) = w.kind else { return self.gemm_f32(w.expert(e), w, x, n, y) };
+        let ty = match w.kind {
+            MatKind::F32 => return self.gemm(w.expert(e), DType::F32, w, x, n, y),
+            MatKind::F16 => {
+                self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
+                return self.gemm(w.expert(e), DType::F16, w, tmp.xh, n, y);
+            }
+            MatKind::Q(ty) => ty,
+        };
         let gemm = match self.opts.prefill {
             PrefillPath::Mmvq => false,
             PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
@@ -600,10 +620,12 @@ impl GpuModel {
             }
             PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
         };
-        if gemm && wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
+        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
+            // Dequantize to f16, activations to f16, one GEMM with f32 accumulation.
             let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
-            self.ops.dequant(s, ty, false, w.expert(e), wdq, nblocks)?;
-            return self.gemm_f32(wdq, w, x, n, y);
+            self.ops.dequant(s, ty, true, w.expert(e), tmp.wdq, nblocks)?;
+            self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
+            return self.gemm(tmp.wdq, DType::F16, w, tmp.xh, n, y);
         }
         // MMVQ, 8 columns per launch.
         let xb = q8_1_bytes(w.cols) as u64;
@@ -615,8 +637,9 @@ impl GpuModel {
         Ok(())
     }
 
-    /// `y[n][rows] = x[n][cols] · Aᵀ` for f32 `a` shaped like `w` (hipBLAS / host GEMM).
-    fn gemm_f32(&self, a: DevicePtr, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+    /// `y[n][rows] = x[n][cols] · Aᵀ` with `a` and `x` of type `t` shaped like `w`, f32 output
+    /// and accumulation (hipBLASLt by the calibration table, else hipBLAS / the host GEMM).
+    fn gemm(&self, a: DevicePtr, t: DType, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
         self.gemm_dispatch(
             &self.stream,
             &Gemm {
@@ -627,11 +650,11 @@ impl GpuModel {
                 k: w.cols,
                 alpha: 1.0,
                 a,
-                a_type: DType::F32,
+                a_type: t,
                 lda: w.cols,
                 stride_a: 0,
                 b: x,
-                b_type: DType::F32,
+                b_type: t,
                 ldb: w.cols,
                 stride_b: 0,
                 beta: 0.0,
@@ -724,8 +747,9 @@ impl GpuModel {
         };
         let sc = &sess.sc;
         let (ids, posb) = (sc.ids, sc.pos);
-        let [x, xn, q, k, v, att, o, gate, up, act, xq, logits, wdq] =
-            [sc.x, sc.xn, sc.q, sc.k, sc.v, sc.att, sc.o, sc.gate, sc.up, sc.act, sc.xq, sc.logits, sc.wdq];
+        let [x, xn, q, k, v, att, o, gate, up, act, xq, logits] =
+            [sc.x, sc.xn, sc.q, sc.k, sc.v, sc.att, sc.o, sc.gate, sc.up, sc.act, sc.xq, sc.logits];
+        let tmp = Tmp { wdq: sc.wdq, xh: sc.xh };
         let act_bytes = (n * d * 4) as u64;
         if sess.profile.is_some() {
             let _ = api.take_stats();
@@ -752,9 +776,9 @@ impl GpuModel {
             let a = &l.attn;
             rms_norm(x, a.norm, xn, d, n)?;
             self.quantize(xn, xq, n, d)?;
-            self.matmul(&a.wq, 0, xn, xq, n, q, wdq)?;
-            self.matmul(&a.wk, 0, xn, xq, n, k, wdq)?;
-            self.matmul(&a.wv, 0, xn, xq, n, v, wdq)?;
+            self.matmul(&a.wq, 0, xn, xq, n, q, tmp)?;
+            self.matmul(&a.wk, 0, xn, xq, n, k, tmp)?;
+            self.matmul(&a.wv, 0, xn, xq, n, v, tmp)?;
             for (buf, b, w) in [(q, a.bq, nq), (k, a.bk, nk), (v, a.bv, nk)] {
                 if let Some(b) = b {
                     ops.add_rows(st, buf, b, w as u32, n as u32, 0)?;
@@ -781,7 +805,7 @@ impl GpuModel {
                 l.window, hp.kq_scale,
             )?;
             self.quantize(att, xq, n, nq)?;
-            self.matmul(&a.wo, 0, att, xq, n, o, wdq)?;
+            self.matmul(&a.wo, 0, att, xq, n, o, tmp)?;
             if let Some(p) = a.post_norm {
                 rms_norm(o, p, o, d, n)?;
             }
@@ -814,13 +838,13 @@ impl GpuModel {
                             ops.mmvq_glu(st, tg, n as u32, wg.ptr, wu.ptr, xq, act, None, ff as u32, d as u32, ff as u32, g)?;
                         }
                         _ => {
-                            self.matmul(wg, 0, xn, xq, n, gate, wdq)?;
-                            self.matmul(wu, 0, xn, xq, n, up, wdq)?;
+                            self.matmul(wg, 0, xn, xq, n, gate, tmp)?;
+                            self.matmul(wu, 0, xn, xq, n, up, tmp)?;
                             ops.glu(st, gate, up, act, (n * ff) as u32, g)?;
                         }
                     }
                     self.quantize(act, xq, n, ff)?;
-                    self.matmul(wd, 0, act, xq, n, o, wdq)?;
+                    self.matmul(wd, 0, act, xq, n, o, tmp)?;
                     ("ffn", (wg.mat_bytes + wu.mat_bytes + wd.mat_bytes) as u64)
                 }
                 DevFfn::Moe { router, gate: wg, up: wu, down: wd } => {
@@ -847,7 +871,7 @@ impl GpuModel {
             let xf = x + (first * d * 4) as u64;
             rms_norm(xf, self.output_norm, xn, d, m)?;
             self.quantize(xn, xq, m, d)?;
-            self.matmul(&self.output, 0, xn, xq, m, logits, 0)?;
+            self.matmul(&self.output, 0, xn, xq, m, logits, Tmp { wdq: 0, ..tmp })?;
             self.count(sess, "head", (self.output.mat_bytes + m * d * 4 + m * self.model.n_vocab * 4) as u64);
         }
         Ok(())
@@ -860,7 +884,7 @@ impl GpuModel {
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
         let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
         let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
-        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, 0)?;
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
         // The choice comes back to the host: which experts run, on which tokens.
         api.stream_synchronize(st)?;
@@ -892,8 +916,8 @@ impl GpuModel {
                     api.memcpy_dtod_async(st, sc.xq_e + (c * xbytes) as u64, xcol + (t * xbytes) as u64, xbytes)?;
                 }
                 let (xin, xinq) = if quantized { (0, sc.xq_e) } else { (sc.xq_e, 0) };
-                self.matmul(gate, e, xin, xinq, r, sc.gate, 0)?;
-                self.matmul(up, e, xin, xinq, r, sc.up, 0)?;
+                self.matmul(gate, e, xin, xinq, r, sc.gate, Tmp { wdq: 0, xh: sc.xh })?;
+                self.matmul(up, e, xin, xinq, r, sc.up, Tmp { wdq: 0, xh: sc.xh })?;
                 ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
                 let dq = sc.xq_e; // reuse: the gathered inputs are consumed
                 let quant_down = matches!(down.kind, MatKind::Q(_));
@@ -901,7 +925,7 @@ impl GpuModel {
                     self.quantize(sc.act, dq, r, ff)?;
                 }
                 let yrow = sc.y_e + (row * d * 4) as u64;
-                self.matmul(down, e, sc.act, dq, r, yrow, 0)?;
+                self.matmul(down, e, sc.act, dq, r, yrow, Tmp { wdq: 0, xh: sc.xh })?;
                 for (c, &j) in group.iter().enumerate() {
                     map[j] = (row + c) as u32;
                 }
@@ -958,6 +982,10 @@ impl Uploader<'_> {
             Some(ty) if w.cols % ty.block_k() as usize == 0 => {
                 let ptr = self.bytes(all)?;
                 Ok(DevMat { ptr, kind: MatKind::Q(ty), rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat })
+            }
+            _ if w.ty == GgmlType::F16 => {
+                let ptr = self.bytes(all)?;
+                Ok(DevMat { ptr, kind: MatKind::F16, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 2 })
             }
             _ => {
                 let f = dequant_all(model, w, name)?;
