@@ -20,13 +20,15 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 echo "== strata ($threads threads)"
 "$strata" bench -m "$model" --threads "$threads" --pp 512 --tg 128 --reps 3 --json
-echo "== llama.cpp via llama-cpp-python ($threads threads)"
-"$venv/bin/python" - "$model" "$threads" <<'PY'
+# llama.cpp twice: flash attention off (its default here) and on (its fastest prompt path).
+for fa in 0 1; do
+echo "== llama.cpp via llama-cpp-python ($threads threads, flash_attn=$fa)"
+"$venv/bin/python" - "$model" "$threads" "$fa" <<'PY'
 import json, resource, statistics, sys, time
 import numpy as np
 from llama_cpp import Llama
-model, threads = sys.argv[1], int(sys.argv[2])
-llm = Llama(model_path=model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=threads, verbose=False)
+model, threads, fa = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+llm = Llama(model_path=model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=threads, flash_attn=fa, verbose=False)
 toks = [2] + [(i * 7919) % 200000 + 1000 for i in range(511)]
 def pp():
     llm.reset(); t = time.perf_counter(); llm.eval(toks); return 512 / (time.perf_counter() - t)
@@ -37,7 +39,8 @@ def tg():
     return 128 / (time.perf_counter() - t)
 pp(); tg()
 p = [pp() for _ in range(3)]; g = [tg() for _ in range(3)]
-print(json.dumps({"threads": threads, "pp_min": min(p), "pp_median": statistics.median(p),
+print(json.dumps({"threads": threads, "flash_attn": fa, "pp_min": min(p), "pp_median": statistics.median(p),
                   "tg_min": min(g), "tg_median": statistics.median(g),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 PY
+done
