@@ -179,7 +179,7 @@ pub fn attend_ordered(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
 /// polynomial, sums of 16-lane chunks accumulated in f64.
 fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     #[cfg(target_arch = "x86_64")]
-    if sh.head_dim.is_multiple_of(64) && simd::available() && kv.is_f16() {
+    if sh.head_dim.is_multiple_of(64) && sh.n_head / sh.n_head_kv <= 16 && simd::available() && kv.is_f16() {
         return simd::attend_ggml(kv, q, out, sh);
     }
     attend_ggml_scalar(kv, q, out, sh)
@@ -256,13 +256,17 @@ mod simd {
         let hd = sh.head_dim;
         let batch = out.len() / hd / sh.n_head >= 2;
         if batch {
-            // (token, KV head) items: the query heads of a group share each converted K block.
+            // Groups of consecutive tokens share each K/V row load (up to MAX_QV query vectors);
+            // small batches use one token per item so both threads get work.
             let g = sh.n_head / sh.n_head_kv;
-            return out.par_chunks_mut(g * hd).enumerate().for_each(|(idx, o)| {
+            let n = out.len() / (sh.n_head * hd);
+            let tg = (MAX_QV / g).max(1).min(n.div_ceil(rayon::current_num_threads()).max(1));
+            return out.par_chunks_mut(tg * sh.n_head * hd).enumerate().for_each(|(gi, o)| {
                 BUF.with(|cell| {
                     let buf = &mut *cell.borrow_mut();
-                    // SAFETY: `available()` was checked by the caller; head_dim % 64 == 0.
-                    unsafe { item_batch(kv, &q[idx * g * hd..(idx + 1) * g * hd], o, idx, sh, buf) }
+                    // SAFETY: `available()` was checked by the caller; head_dim % 64 == 0 and
+                    // at most MAX_QV query vectors per KV head (checked by the caller).
+                    unsafe { group_batch(kv, q, o, gi * tg, sh, buf) }
                 })
             });
         }
@@ -349,97 +353,152 @@ mod simd {
         _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r)
     }
 
-    /// Batch (tinyBLAS order) attention of one token for the query heads of one KV head.
+    /// Query vectors (tokens x heads of one KV head) a batch work item computes at once: they
+    /// share every K and V row load. 16 accumulators fit the 32 zmm registers with room for
+    /// the operands.
+    const MAX_QV: usize = 16;
+
+    /// Batch (tinyBLAS order) attention of `nt` consecutive tokens starting at token `t0`, all
+    /// heads. Same float operations per value as [`attend_ggml_scalar`]; only the loop order
+    /// across independent accumulators changes, so a token's K/V rows are loaded once for all
+    /// its query vectors:
+    /// * `K·q` in 4-row x 4-query tiles over the head dimension, reduced with `reduce16x16`;
+    /// * `V·p` one accumulator lane `l` (positions `j % 16 == l`) at a time for all query
+    ///   vectors, the probabilities stored transposed so each FMA broadcasts one from memory.
+    ///   Blocks outside a token's own range have `p = 0` (see the module note on `0·v`).
     #[target_feature(enable = "avx512f,f16c,fma")]
-    unsafe fn item_batch(kv: &KvLayer, q: &[f32], o: &mut [f32], idx: usize, sh: Shape, buf: &mut Vec<f32>) {
-        let hd = sh.head_dim;
-        let g = sh.n_head / sh.n_head_kv;
-        let (i, kvh) = (idx / sh.n_head_kv, idx % sh.n_head_kv);
-        let pos = sh.pos0 + i;
-        let lo = sh.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let n_kv = (pos + 1).div_ceil(256) * 256;
+    unsafe fn group_batch(kv: &KvLayer, q: &[f32], o: &mut [f32], t0: usize, sh: Shape, buf: &mut Vec<f32>) {
+        let (hd, nh, nkvh) = (sh.head_dim, sh.n_head, sh.n_head_kv);
+        let g = nh / nkvh;
+        let nt = o.len() / (nh * hd);
+        let nq = nt * g;
+        debug_assert!(nq <= MAX_QV);
+        match nq.div_ceil(4) * 4 {
+            4 => group_batch_n::<4>(kv, q, o, t0, nt, sh, buf),
+            8 => group_batch_n::<8>(kv, q, o, t0, nt, sh, buf),
+            12 => group_batch_n::<12>(kv, q, o, t0, nt, sh, buf),
+            _ => group_batch_n::<16>(kv, q, o, t0, nt, sh, buf),
+        }
+    }
+
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    unsafe fn group_batch_n<const NQ: usize>(kv: &KvLayer, q: &[f32], o: &mut [f32], t0: usize, nt: usize, sh: Shape, buf: &mut Vec<f32>) {
+        let (hd, nh, nkvh) = (sh.head_dim, sh.n_head, sh.n_head_kv);
+        let g = nh / nkvh;
+        let nq = nt * g;
         let nc = hd / 16;
-        // buf: rounded q (g * hd) | scores (g * n_kv) | one K block as f32 (16 * hd)
-        let need = g * hd + g * n_kv + 16 * hd;
+        let pos_of = |ti: usize| sh.pos0 + t0 + ti;
+        let lo_of = |ti: usize| sh.window.map_or(0, |w| (pos_of(ti) + 1).saturating_sub(w));
+        let hi = pos_of(nt - 1);
+        let (b_lo, b_hi) = (lo_of(0) / 16, hi / 16);
+        let nb = b_hi - b_lo + 1;
+        // buf: rounded q (NQ * hd) | scores (NQ * nb * 16) | p transposed (nb * 16 * NQ) |
+        //      tile scratch (NQ * 16 vectors of 16)
+        let need = NQ * hd + 2 * NQ * nb * 16 + NQ * 256;
         if buf.len() < need {
             buf.resize(need, 0.0);
         }
-        let (qr, rest) = buf.split_at_mut(g * hd);
-        let (sc, kb) = rest.split_at_mut(g * n_kv);
-        for c in 0..g * nc {
-            _mm512_storeu_ps(qr.as_mut_ptr().add(16 * c), round16(_mm512_loadu_ps(q.as_ptr().add(16 * c))));
-        }
-        sc.fill(f32::NEG_INFINITY);
+        let (qr, rest) = buf.split_at_mut(NQ * hd);
+        let (sc, rest) = rest.split_at_mut(NQ * nb * 16);
+        let (pt, rest) = rest.split_at_mut(NQ * nb * 16);
+        let tmp = rest[..NQ * 256].as_mut_ptr();
+        let Some((kall, vall)) = kv.planes_f16() else { return };
+        let stride = nkvh * hd;
+        assert!(kall.len() >= (hi + 1) * stride && vall.len() >= (hi + 1) * stride);
         let scale = _mm512_set1_ps(sh.kq_scale);
-        for jb in lo / 16..=pos / 16 {
-            // K rows of the block as f32 (positions past `pos` repeat row `pos`; masked below).
-            for l in 0..16 {
-                let j = (16 * jb + l).min(pos);
-                let Some((k, _)) = kv.rows_f16(j, kvh) else { return };
+        for kvh in 0..nkvh {
+            // Query vector m = (token m / g, head kvh * g + m % g); padding vectors are zero.
+            qr.fill(0.0);
+            for m in 0..nq {
+                let src = q.as_ptr().add((t0 + m / g) * nh * hd + (kvh * g + m % g) * hd);
                 for c in 0..nc {
-                    _mm512_storeu_ps(kb.as_mut_ptr().add(l * hd + 16 * c), load_h(k.as_ptr().add(16 * c)));
+                    _mm512_storeu_ps(qr.as_mut_ptr().add(m * hd + 16 * c), round16(_mm512_loadu_ps(src.add(16 * c))));
                 }
             }
-            for h in 0..g {
-                let mut acc = [_mm512_setzero_ps(); 16];
-                for c in 0..nc {
-                    let qv = _mm512_loadu_ps(qr.as_ptr().add(h * hd + 16 * c));
+            sc.fill(f32::NEG_INFINITY);
+            let kbase = kall.as_ptr().add(kvh * hd);
+            for b in 0..nb {
+                let j0 = 16 * (b_lo + b);
+                for rg in 0..4 {
+                    // Rows past the last position repeat it (masked below).
+                    let krow: [*const u16; 4] = core::array::from_fn(|r| kbase.add((j0 + 4 * rg + r).min(hi) * stride));
+                    for mg in (0..NQ).step_by(4) {
+                        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+                        for c in 0..nc {
+                            let kv4: [__m512; 4] = core::array::from_fn(|r| load_h(krow[r].add(16 * c)));
+                            for mi in 0..4 {
+                                let qv = _mm512_loadu_ps(qr.as_ptr().add((mg + mi) * hd + 16 * c));
+                                for r in 0..4 {
+                                    acc[r][mi] = _mm512_fmadd_ps(kv4[r], qv, acc[r][mi]);
+                                }
+                            }
+                        }
+                        for mi in 0..4 {
+                            for r in 0..4 {
+                                _mm512_storeu_ps(tmp.add(((mg + mi) * 16 + 4 * rg + r) * 16), acc[r][mi]);
+                            }
+                        }
+                    }
+                }
+                for m in 0..nq {
+                    let a: [__m512; 16] = core::array::from_fn(|l| _mm512_loadu_ps(tmp.add((m * 16 + l) * 16)));
+                    let s = _mm512_mul_ps(reduce16x16(&a), scale);
+                    let (lo, pos) = (lo_of(m / g), pos_of(m / g));
+                    let valid = (0..16).fold(0u16, |v, l| if (lo..=pos).contains(&(j0 + l)) { v | (1 << l) } else { v });
+                    let dst = sc.as_mut_ptr().add(m * nb * 16 + 16 * b);
+                    _mm512_storeu_ps(dst, _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), s));
+                }
+            }
+            // Softmax per query vector over its own blocks; p lands transposed in `pt`.
+            pt.fill(0.0);
+            for m in 0..nq {
+                let (lo, pos) = (lo_of(m / g), pos_of(m / g));
+                let s = &mut sc[m * nb * 16..(m + 1) * nb * 16];
+                let base = 16 * b_lo;
+                let max = s[lo - base..=pos - base].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let vmax = _mm512_set1_ps(max);
+                let mut sum = 0f64;
+                for c in lo / 16..=pos / 16 {
+                    let p = s.as_mut_ptr().add(16 * (c - b_lo));
+                    let e = v_expf16(_mm512_sub_ps(_mm512_loadu_ps(p), vmax));
+                    _mm512_storeu_ps(p, e);
+                    sum += reduce(e) as f64;
+                }
+                let inv = _mm512_set1_ps((1.0 / sum) as f32);
+                for c in lo / 16..=pos / 16 {
+                    let p = s.as_mut_ptr().add(16 * (c - b_lo));
+                    _mm512_storeu_ps(p, round16(_mm512_mul_ps(_mm512_loadu_ps(p), inv)));
                     for l in 0..16 {
-                        acc[l] = _mm512_fmadd_ps(_mm512_loadu_ps(kb.as_ptr().add(l * hd + 16 * c)), qv, acc[l]);
+                        pt[(16 * (c - b_lo) + l) * NQ + m] = *p.add(l);
                     }
                 }
-                let s = _mm512_mul_ps(reduce16x16(&acc), scale);
-                let j0 = 16 * jb;
-                let valid = (0..16).fold(0u16, |m, l| if (lo..=pos).contains(&(j0 + l)) { m | (1 << l) } else { m });
-                let dst = sc.as_mut_ptr().add(h * n_kv + j0);
-                _mm512_storeu_ps(dst, _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), s));
             }
-        }
-        for h in 0..g {
-            let sc = &mut sc[h * n_kv..(h + 1) * n_kv];
-            let max = sc[lo..=pos].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let vmax = _mm512_set1_ps(max);
-            let mut sum = 0f64;
-            for c in lo / 16..=pos / 16 {
-                let e = v_expf16(_mm512_sub_ps(_mm512_loadu_ps(sc.as_ptr().add(16 * c)), vmax));
-                _mm512_storeu_ps(sc.as_mut_ptr().add(16 * c), e);
-                sum += reduce(e) as f64;
-            }
-            let inv = _mm512_set1_ps((1.0 / sum) as f32);
-            for c in lo / 16..=pos / 16 {
-                let p = sc.as_mut_ptr().add(16 * c);
-                _mm512_storeu_ps(p, round16(_mm512_mul_ps(_mm512_loadu_ps(p), inv)));
-            }
-            // V: for each 16-wide slice of the output, the 16 lane accumulators (j % 16) stay in
-            // registers over all positions. Positions outside lo..=pos have p = 0 (as in the
-            // scalar dot, which also multiplies the rows below `lo` by 0 and uses zero rows past
-            // `pos`), so whole aligned blocks are processed.
-            let Some((_, vall)) = kv.planes_f16() else { return };
-            let stride = sh.n_head_kv * hd;
-            assert!(vall.len() >= (pos + 1) * stride);
+            // V: pass (c, l) keeps the lane-l accumulators of all query vectors in registers.
             let vbase = vall.as_ptr().add(kvh * hd);
-            let oh = &mut o[h * hd..(h + 1) * hd];
-            let p = sc.as_ptr();
             for c in 0..nc {
-                let mut acc = [_mm512_setzero_ps(); 16];
-                for jb in lo / 16..=pos / 16 {
-                    let j0 = 16 * jb;
-                    if j0 + 15 <= pos {
-                        let vb = vbase.add(j0 * stride + 16 * c);
-                        for l in 0..16 {
-                            acc[l] = _mm512_fmadd_ps(load_h(vb.add(l * stride)), _mm512_set1_ps(*p.add(j0 + l)), acc[l]);
-                        }
-                    } else {
-                        for l in 0..16 {
-                            let r = if j0 + l <= pos { vbase.add((j0 + l) * stride + 16 * c) } else { ZERO_ROW.as_ptr() };
-                            acc[l] = _mm512_fmadd_ps(load_h(r), _mm512_set1_ps(*p.add(j0 + l)), acc[l]);
+                for l in 0..16 {
+                    let mut acc = [_mm512_setzero_ps(); NQ];
+                    for b in 0..nb {
+                        let j = 16 * (b_lo + b) + l;
+                        let row = if j <= hi { vbase.add(j * stride + 16 * c) } else { ZERO_ROW.as_ptr() };
+                        let v = load_h(row);
+                        let pr = pt.as_ptr().add((16 * b + l) * NQ);
+                        for m in 0..NQ {
+                            acc[m] = _mm512_fmadd_ps(v, _mm512_set1_ps(*pr.add(m)), acc[m]);
                         }
                     }
+                    for m in 0..NQ {
+                        _mm512_storeu_ps(tmp.add((m * 16 + l) * 16), acc[m]);
+                    }
                 }
-                let t8: [__m512; 8] = core::array::from_fn(|l| _mm512_add_ps(acc[l], acc[l + 8]));
-                let t4: [__m512; 4] = core::array::from_fn(|l| _mm512_add_ps(t8[l], t8[l + 4]));
-                let res = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
-                _mm512_storeu_ps(oh.as_mut_ptr().add(16 * c), res);
+                for m in 0..nq {
+                    let r: [__m512; 16] = core::array::from_fn(|l| _mm512_loadu_ps(tmp.add((m * 16 + l) * 16)));
+                    let t8: [__m512; 8] = core::array::from_fn(|l| _mm512_add_ps(r[l], r[l + 8]));
+                    let t4: [__m512; 4] = core::array::from_fn(|l| _mm512_add_ps(t8[l], t8[l + 4]));
+                    let res = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+                    let dst = o.as_mut_ptr().add((m / g) * nh * hd + (kvh * g + m % g) * hd + 16 * c);
+                    _mm512_storeu_ps(dst, res);
+                }
             }
         }
     }
@@ -602,7 +661,13 @@ mod tests {
     /// 256-cell pads, sliding windows, GQA, values with a wide range.
     #[test]
     fn attend_ggml_simd_matches_scalar_bitwise() {
-        let (hd, nkv, nh, cap) = (256, 1, 4, 700);
+        for (nkv, nh) in [(1, 4), (2, 6)] {
+            simd_matches_scalar(nkv, nh);
+        }
+    }
+
+    fn simd_matches_scalar(nkv: usize, nh: usize) {
+        let (hd, cap) = (256, 700);
         let mut cache = KvCache::new(KvType::F16, cap, &[(nkv, hd)]);
         let LayerCache::Attention(kv) = &mut cache.layers[0];
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -617,7 +682,7 @@ mod tests {
             let v: Vec<f32> = (0..nkv * hd).map(|_| rnd() * 5.0).collect();
             kv.write(p, &k, &v);
         }
-        for (pos0, n, window) in [(0usize, 1usize, None), (5, 1, None), (255, 1, None), (256, 1, Some(512)), (699, 1, Some(512)), (0, 7, None), (250, 12, None), (600, 100, Some(512)), (0, 3, Some(2))] {
+        for (pos0, n, window) in [(0usize, 1usize, None), (5, 1, None), (255, 1, None), (256, 1, Some(512)), (699, 1, Some(512)), (0, 7, None), (250, 12, None), (600, 100, Some(512)), (0, 3, Some(2)), (3, 5, None), (100, 37, Some(40)), (17, 18, Some(20))] {
             let q: Vec<f32> = (0..n * nh * hd).map(|_| rnd() * 2.0).collect();
             let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale: 1.0, ggml_exact: true };
             let mut want = vec![0f32; n * nh * hd];
