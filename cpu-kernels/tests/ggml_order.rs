@@ -76,7 +76,7 @@ fn ggml_order_paths_bit_identical() {
                     quant::quantize_row(ty, &src, &mut w[r * rb..(r + 1) * rb]).unwrap();
                 }
                 let t = QTensor::new(ty, &w, rows, cols).unwrap();
-                let ns: &[usize] = if ty.block_size() == 32 { &[1, 2, 3, 4, 5, 7, 8, 9, 12] } else { &[1, 2, 3, 4, 5, 6, 7] };
+                let ns: &[usize] = if ty.block_size() == 32 { &[1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 21, 77] } else { &[1, 2, 3, 4, 5, 6, 7] };
                 for &n in ns {
                     let x: Vec<f32> = (0..n * cols)
                         .map(|i| {
