@@ -302,6 +302,35 @@ fn gpu_ops_glu_within_tolerance() {
     }
 }
 
+/// `convert_f32_f16` / `convert_f32_bf16` equal `quant::f32_to_f16` / `f32_to_bf16` bit for
+/// bit: random values of every magnitude plus ties, subnormals, overflow, ±0, ±inf and NaN.
+#[test]
+fn gpu_ops_convert_f16_and_bf16_bitwise() {
+    let mut rng = Rng::new(17);
+    let mut x: Vec<f32> = (0..4000).map(|i| rng.f32() * 2f32.powi(i % 60 - 30)).collect();
+    x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 65504.0, 65520.0, 1e-8, -6e-5, 3.4e38]);
+    // Exact ties: halfway between two bf16 / f16 values (round to even both ways).
+    x.extend([f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::from_bits(0x3f80_1000), f32::from_bits(0x3f80_3000)]);
+    x.extend([f32::from_bits(0x7fc0_0001), f32::from_bits(0xff80_0001)]); // NaN payloads
+    let n = x.len();
+    for (name, ops) in devices() {
+        let xb = upf(&ops, &x);
+        let y = zeros(&ops, n * 2);
+        for (what, bf) in [("f16", false), ("bf16", true)] {
+            if bf {
+                ops.convert_f32_bf16(&S, xb.ptr, y.ptr, n as u32).unwrap();
+            } else {
+                ops.convert_f32_f16(&S, xb.ptr, y.ptr, n as u32).unwrap();
+            }
+            let got: Vec<u16> = y.bytes().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+            for (i, &v) in x.iter().enumerate() {
+                let want = if bf { quant::f32_to_bf16(v) } else { quant::f32_to_f16(v) };
+                assert_eq!(got[i], want, "{name} {what} of {v:e} ({:#x}) [{i}]", v.to_bits());
+            }
+        }
+    }
+}
+
 #[test]
 fn gpu_ops_add_rows_and_scale_bitwise() {
     let mut rng = Rng::new(7);

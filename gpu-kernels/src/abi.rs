@@ -203,7 +203,8 @@ pub struct AddRowsArgs {
     pub _pad: u32,
 }
 
-/// `convert_f32_f16`: `y[i] = f16(x[i])` (round to nearest even), one work-item per value.
+/// `convert_f32_f16` / `convert_f32_bf16`: `y[i] = f16(x[i])` / `bf16(x[i])` (round to nearest
+/// even), one work-item per value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConvertArgs {
@@ -326,6 +327,7 @@ pub const GLU: &str = "glu_f32";
 pub const ADD_ROWS: &str = "add_rows_f32";
 pub const SCALE: &str = "scale_f32";
 pub const CONVERT_F32_F16: &str = "convert_f32_f16";
+pub const CONVERT_F32_BF16: &str = "convert_f32_bf16";
 pub const SOFTMAX: &str = "softmax_f32";
 pub const KV_STORE_F16: &str = "kv_store_f16";
 pub const KV_STORE_I8: &str = "kv_store_i8";

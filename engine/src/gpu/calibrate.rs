@@ -654,7 +654,12 @@ pub fn model_shapes(model: &crate::model::Model, extra: &[DType]) -> Vec<Shape> 
             continue;
         }
         let min_t = if mmvq { super::model::GEMM_MIN_TOKENS } else { 1 };
-        let used = if mmvq || w.ty == quant::GgmlType::F16 { DType::F16 } else { DType::F32 };
+        let used = match w.ty {
+            _ if mmvq => DType::F16,
+            quant::GgmlType::F16 => DType::F16,
+            quant::GgmlType::BF16 => DType::BF16,
+            _ => DType::F32,
+        };
         for dtype in std::iter::once(used).chain(extra.iter().copied().filter(|&d| d != used)) {
             let s = Shape { dtype, n: w.rows, k: w.cols, min_t };
             match out.iter_mut().find(|o| o.dtype == s.dtype && o.n == s.n && o.k == s.k) {

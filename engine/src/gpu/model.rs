@@ -42,6 +42,8 @@ enum MatKind {
     F32,
     /// f16 rows as stored; activations are converted to f16 for the GEMM (as ggml does).
     F16,
+    /// bf16 rows as stored; activations are converted to bf16 for the GEMM (as ggml does).
+    BF16,
 }
 
 /// Per-session temporaries a projection may need.
@@ -49,7 +51,7 @@ enum MatKind {
 struct Tmp {
     /// f16 copy of one layer matrix (dequantize + GEMM prefill path; 0: not available).
     wdq: DevicePtr,
-    /// f16 copy of the activations (f16 GEMMs).
+    /// f16 / bf16 copy of the activations (f16 and bf16 GEMMs).
     xh: DevicePtr,
 }
 
@@ -609,6 +611,10 @@ impl GpuModel {
                 self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
                 return self.gemm(w.expert(e), DType::F16, w, tmp.xh, n, y);
             }
+            MatKind::BF16 => {
+                self.ops.convert_f32_bf16(s, x, tmp.xh, (n * w.cols) as u32)?;
+                return self.gemm(w.expert(e), DType::BF16, w, tmp.xh, n, y);
+            }
             MatKind::Q(ty) => ty,
         };
         let gemm = match self.opts.prefill {
@@ -983,9 +989,10 @@ impl Uploader<'_> {
                 let ptr = self.bytes(all)?;
                 Ok(DevMat { ptr, kind: MatKind::Q(ty), rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat })
             }
-            _ if w.ty == GgmlType::F16 => {
+            _ if matches!(w.ty, GgmlType::F16 | GgmlType::BF16) => {
                 let ptr = self.bytes(all)?;
-                Ok(DevMat { ptr, kind: MatKind::F16, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 2 })
+                let kind = if w.ty == GgmlType::F16 { MatKind::F16 } else { MatKind::BF16 };
+                Ok(DevMat { ptr, kind, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 2 })
             }
             _ => {
                 let f = dequant_all(model, w, name)?;

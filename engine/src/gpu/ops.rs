@@ -110,6 +110,7 @@ impl GpuOps {
         add(abi::ADD_ROWS, abi::AddRowsArgs::SIZE, wg, 0, false)?;
         add(abi::SCALE, abi::ScaleArgs::SIZE, wg, 0, false)?;
         add(abi::CONVERT_F32_F16, abi::ConvertArgs::SIZE, wg, 0, false)?;
+        add(abi::CONVERT_F32_BF16, abi::ConvertArgs::SIZE, wg, 0, false)?;
         add(abi::SOFTMAX, abi::SoftmaxArgs::SIZE, wg, 0, false)?;
         add(abi::KV_STORE_F16, abi::KvStoreArgs::SIZE, wg, 0, false)?;
         add(abi::KV_STORE_I8, abi::KvStoreArgs::SIZE, wg, 0, false)?;
@@ -433,6 +434,13 @@ impl GpuOps {
     /// `y[i] = f16(x[i])` for `n` values (round to nearest even, as `quant::f32_to_f16`).
     pub fn convert_f32_f16(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
         let name = abi::CONVERT_F32_F16;
+        let g = groups(n as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::ConvertArgs { x, y, n, _pad: 0 }.to_bytes())
+    }
+
+    /// `y[i] = bf16(x[i])` for `n` values (round to nearest even, as `quant::f32_to_bf16`).
+    pub fn convert_f32_bf16(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
+        let name = abi::CONVERT_F32_BF16;
         let g = groups(n as u64, abi::WG_SIZE, name)?;
         self.launch(s, name, g, abi::WG_SIZE, 0, &abi::ConvertArgs { x, y, n, _pad: 0 }.to_bytes())
     }

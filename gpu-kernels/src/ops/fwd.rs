@@ -170,6 +170,17 @@ pub extern "gpu-kernel" fn convert_f32_f16(x: *const f32, y: *mut u16, n: u32, _
     }
 }
 
+/// `y[i] = bf16(x[i])`, round to nearest even, NaN kept quiet (the activations of the bf16
+/// GEMM path), bit-identical to `quant::f32_to_bf16`.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn convert_f32_bf16(x: *const f32, y: *mut u16, n: u32, _pad: u32) {
+    let i = gid();
+    if i < n {
+        // SAFETY: ABI (abi::ConvertArgs): x holds n f32, y holds n u16.
+        unsafe { *y.add(i as usize) = quant::f32_to_bf16(*x.add(i as usize)) }
+    }
+}
+
 /// Softmax of each row in place, one wave per row: max, `expf(x - max)`, lane sums (stride
 /// 32) added by a butterfly, times `1 / sum`. An all -inf row becomes zeros (as the CPU).
 #[unsafe(no_mangle)]
