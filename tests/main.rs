@@ -9,6 +9,8 @@ mod gpu_calibrate;
 #[cfg(feature = "gpu")]
 mod gpu_model;
 #[cfg(feature = "gpu")]
+mod gpu_model_ordered;
+#[cfg(feature = "gpu")]
 mod gpu_ops;
 mod models_util;
 mod models_gemma3;

@@ -1,0 +1,151 @@
+//! The ordered-numerics mode (`GpuOptions::ordered` on the device, `Session::ordered` on the
+//! CPU; the CLI's `--ordered`): the residual stream after EVERY layer and the logits are
+//! bit-identical (`to_bits`) between the CPU backend and the GPU backend, for a prompt window,
+//! a prompt longer than a window, and 20 greedy decode steps (each step's trace and logits
+//! compared), on random-weight qwen3 (Q8_0, Q4_K, F32 with int8 KV), qwen3moe (Q8_0, Q4_K) and
+//! gemma3-shaped models. Runs on the software RDNA3 device, and on a card when one is present.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use quant::GgmlType;
+use strata::gpu::device::{DeviceKind, GpuApi, open_device};
+use strata::gpu::model::{GpuModel, GpuOptions};
+use strata::kv_cache::KvType;
+use strata::model::Model;
+use strata::model::forward::Logits;
+
+use crate::models_qwen3::qwen3_cfg;
+use crate::models_util::{Prng, TinyCfg, TinyModel};
+
+fn devices() -> Vec<(&'static str, Arc<dyn GpuApi>)> {
+    let mut v: Vec<(&'static str, Arc<dyn GpuApi>)> = vec![("emu", Arc::from(open_device(DeviceKind::Emu).expect("software device")))];
+    if let Ok(h) = open_device(DeviceKind::Hip) {
+        v.push(("hip", Arc::from(h)));
+    }
+    v
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("strata-gpu-ordered-{}-{name}", std::process::id()))
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+/// Panics with the first differing element (index, both values, max |diff|) unless `a` and
+/// `b` are equal bit for bit.
+fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    if let Some(i) = a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()) {
+        let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+        panic!("{what}: not bit-identical: {n} of {} differ, first at {i}: gpu {:e} cpu {:e}; max |diff| {worst:e}", a.len(), a[i], b[i]);
+    }
+}
+
+fn ordered_cpu_session(cpu: &Model, kv: KvType) -> strata::model::forward::Session {
+    let mut cs = cpu.new_session(kv, 64, 512);
+    cs.ordered = true;
+    cs.ordered_attention = true;
+    cs
+}
+
+fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
+    let path = tmp(&format!("{name}.gguf"));
+    TinyModel::random(cfg.clone(), 7).write_gguf(&path, ty);
+    let cpu = Model::load(&path).unwrap();
+    let nv = cpu.n_vocab;
+    let mut r = Prng::new(99);
+    let mut tok = || ((r.uniform(1.0) + 1.0) * 0.5 * (nv - 1) as f32) as u32;
+    // 7 tokens: one GPU window (traces line up with the CPU's single chunk).
+    let prompt: Vec<u32> = (0..7).map(|_| tok()).collect();
+    // 19 tokens: GPU windows of 8 + 8 + 3 against one CPU chunk (logits only).
+    let long: Vec<u32> = (0..19).map(|_| tok()).collect();
+    for (dev, api) in devices() {
+        let opts = GpuOptions { ordered: true, ..GpuOptions::default() };
+        let gpu = GpuModel::new(Model::load(&path).unwrap(), api, opts).unwrap();
+
+        let mut cs = ordered_cpu_session(&cpu, kv);
+        let mut gs = gpu.new_session(kv, 64, 512).unwrap();
+        let (mut cl, mut gl) = (Vec::new(), Vec::new());
+        cpu.eval(&mut cs, &long, Logits::All, &mut cl).unwrap();
+        gpu.eval(&mut gs, &long, Logits::All, &mut gl).unwrap();
+        assert_bits(&format!("{name} [{dev}] 19-token prompt logits"), &gl, &cl);
+
+        let mut cs = ordered_cpu_session(&cpu, kv);
+        let mut gs = gpu.new_session(kv, 64, 512).unwrap();
+        cs.trace = Some(Vec::new());
+        gs.trace = Some(Vec::new());
+        cpu.eval(&mut cs, &prompt, Logits::All, &mut cl).unwrap();
+        gpu.eval(&mut gs, &prompt, Logits::All, &mut gl).unwrap();
+        let check_trace = |step: &str, cs: &mut strata::model::forward::Session, gs: &mut strata::gpu::model::GpuSession| {
+            let (ct, gt) = (cs.trace.replace(Vec::new()).unwrap(), gs.trace.replace(Vec::new()).unwrap());
+            assert_eq!(ct.len(), cfg.n_layer);
+            assert_eq!(gt.len(), cfg.n_layer);
+            for (il, (g, c)) in gt.iter().zip(&ct).enumerate() {
+                assert_bits(&format!("{name} [{dev}] {step}: residual after layer {il}"), g, c);
+            }
+        };
+        check_trace("prompt", &mut cs, &mut gs);
+        assert_bits(&format!("{name} [{dev}] prompt logits"), &gl, &cl);
+
+        let (mut tc, mut tg) = (argmax(&cl[(prompt.len() - 1) * nv..]), argmax(&gl[(prompt.len() - 1) * nv..]));
+        let (mut oc, mut og) = (vec![tc], vec![tg]);
+        for step in 0..20 {
+            cpu.eval(&mut cs, &[tc], Logits::Last, &mut cl).unwrap();
+            gpu.eval(&mut gs, &[tg], Logits::Last, &mut gl).unwrap();
+            check_trace(&format!("decode step {step}"), &mut cs, &mut gs);
+            assert_bits(&format!("{name} [{dev}] decode step {step} logits"), &gl, &cl);
+            tc = argmax(&cl);
+            tg = argmax(&gl);
+            oc.push(tc);
+            og.push(tg);
+        }
+        let distinct = {
+            let mut v = oc.clone();
+            v.sort();
+            v.dedup();
+            v.len()
+        };
+        eprintln!("{name} [{dev}] ordered: every layer and logits bit-identical; 21/21 greedy tokens identical ({distinct} distinct): {og:?}");
+        assert_eq!(oc, og, "{name} [{dev}] greedy tokens");
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn gpu_model_ordered_qwen3_q8_0_bit_identical() {
+    run_ordered("qwen3-q8_0", qwen3_cfg(), GgmlType::Q8_0, KvType::F16);
+}
+
+#[test]
+fn gpu_model_ordered_qwen3_f32_int8_kv_bit_identical() {
+    run_ordered("qwen3-f32-int8kv", qwen3_cfg(), GgmlType::F32, KvType::Int8);
+}
+
+#[test]
+fn gpu_model_ordered_qwen3_q4_k_bit_identical() {
+    let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
+    run_ordered("qwen3-q4_k", cfg, GgmlType::Q4K, KvType::F16);
+}
+
+#[test]
+fn gpu_model_ordered_qwen3moe_q8_0_bit_identical() {
+    let cfg = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
+    run_ordered("qwen3moe-q8_0", cfg, GgmlType::Q8_0, KvType::F16);
+}
+
+#[test]
+fn gpu_model_ordered_qwen3moe_q4_k_bit_identical() {
+    let cfg = TinyCfg { moe: Some((8, 2)), n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
+    run_ordered("qwen3moe-q4_k", cfg, GgmlType::Q4K, KvType::F16);
+}
+
+#[test]
+fn gpu_model_ordered_gemma3_q8_0_bit_identical() {
+    // Layers 0-4 slide over a 4-token window, layer 5 is global; GELU through the f16 table.
+    let cfg = TinyCfg { n_layer: 6, gemma_window: Some(4), ..qwen3_cfg() };
+    run_ordered("gemma3-q8_0", cfg, GgmlType::Q8_0, KvType::F16);
+}
