@@ -25,5 +25,7 @@ mod spec_decoding;
 mod cli_emu;
 #[cfg(feature = "gpu")]
 mod cli_gpu;
+#[cfg(feature = "gpu")]
+mod cli_ordered;
 mod cli_qwen4exp;
 mod kernel_toolchain;
