@@ -343,6 +343,8 @@ fn q8_1_bytes(n: usize) -> usize {
 impl GpuModel {
     /// Uploads `model` to the device behind `api`.
     pub fn new(model: Model, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuModel> {
+        // The ordered mode's attention is the ordered kernel, whatever `attn` says.
+        let opts = if opts.ordered { GpuOptions { attn: AttnMode::Ordered, ..opts } } else { opts };
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
         let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0, ordered: opts.ordered };
