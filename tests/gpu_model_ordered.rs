@@ -246,3 +246,55 @@ fn gpu_model_ordered_kernels_equal_cpu_code() {
         eprintln!("[{dev}] ordered kernels: quantize_ref (6 activation types), mmv_ordered ({} weight types), geglu_table bit-identical", types.len());
     }
 }
+
+/// Rust never contracts `a * b + c`, and the ordered kernels must keep it that way: no FMA in
+/// `mmv_ordered` or `geglu_table_f32`, and in `quantize_ref` only the ones inside IEEE f32
+/// divisions (between `v_div_scale_f32` and `v_div_fixup_f32`: the correctly rounded division
+/// sequence); no f16
+/// conversion folded into `v_fma_mix`. Checked on every embedded code object.
+#[test]
+fn gpu_model_ordered_kernels_isa_has_no_contraction() {
+    use strata::gpu::abi;
+    use strata::gpu::code_objects::code_objects;
+    for (arch, bytes) in code_objects() {
+        let path = std::env::temp_dir().join(format!("strata-ordered-isa-{arch}-{}.elf", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        let out = std::process::Command::new("llvm-objdump-22").args(["-d", &format!("--mcpu={arch}")]).arg(&path).output();
+        let _ = std::fs::remove_file(&path);
+        let dis = match out {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            _ => emulator::disassemble(bytes).expect("disassemble"),
+        };
+        let text = |name: &str| -> Vec<String> {
+            let head = format!("<{name}>:");
+            let start = dis.find(&head).unwrap_or_else(|| panic!("{arch}: {name} not in the disassembly"));
+            dis[start + head.len()..].lines().skip(1).take_while(|l| !l.ends_with(">:")).map(str::to_string).collect()
+        };
+        let count = |lines: &[String], pats: &[&str]| lines.iter().filter(|l| pats.iter().any(|p| l.trim_start().starts_with(p))).count();
+        let fmas = ["v_fma_f32", "v_fmac_f32", "v_fmamk_f32", "v_fmaak_f32", "v_fma_mix", "v_dot2", "v_fma_f16", "v_pk_fma"];
+        for k in [abi::MMV_ORDERED, abi::GEGLU_TABLE] {
+            let t = text(k);
+            assert!(t.len() > 10, "{arch} {k}: empty");
+            assert_eq!(count(&t, &fmas), 0, "{arch} {k}: contracted multiply-add");
+        }
+        let q = text(abi::QUANTIZE_REF);
+        let divs = count(&q, &["v_div_fixup_f32"]);
+        assert!(divs >= 4, "{arch}: quantize_ref: {divs} divisions");
+        // Every FMA sits between a division's first v_div_scale_f32 and its v_div_fixup_f32.
+        let (mut open, mut outside, mut inside) = (0usize, 0usize, 0usize);
+        for l in &q {
+            let l = l.trim_start();
+            if l.starts_with("v_div_scale_f32") && open == 0 {
+                open = 1;
+            } else if l.starts_with("v_div_fixup_f32") {
+                open = 0;
+            } else if fmas.iter().any(|p| l.starts_with(p)) {
+                if open > 0 { inside += 1 } else { outside += 1 }
+            }
+        }
+        assert_eq!(outside, 0, "{arch}: quantize_ref: {outside} FMAs outside the IEEE divisions");
+        assert!(inside >= 3 * divs, "{arch}: quantize_ref: {inside} FMAs in {divs} divisions");
+        assert_eq!(count(&q, &["v_fma_mix"]), 0, "{arch}: quantize_ref: f16 conversion fused");
+        eprintln!("{arch}: ordered kernels: no contraction ({divs} IEEE divisions in quantize_ref)");
+    }
+}
