@@ -63,6 +63,7 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
     let prompt: Vec<u32> = (0..7).map(|_| tok()).collect();
     // 19 tokens: GPU windows of 8 + 8 + 3 against one CPU chunk (logits only).
     let long: Vec<u32> = (0..19).map(|_| tok()).collect();
+    let forced: Vec<u32> = (0..6).map(|_| tok()).collect();
     for (dev, api) in devices() {
         let opts = GpuOptions { ordered: true, ..GpuOptions::default() };
         let gpu = GpuModel::new(Model::load(&path).unwrap(), api, opts).unwrap();
@@ -111,6 +112,15 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
         };
         eprintln!("{name} [{dev}] ordered: every layer and logits bit-identical; 21/21 greedy tokens identical ({distinct} distinct): {og:?}");
         assert_eq!(oc, og, "{name} [{dev}] greedy tokens");
+        // Forced, varied decode inputs too (the Gemma-shaped model's greedy output repeats one
+        // token: its tied, scaled embeddings echo the input).
+        for step in 0..6 {
+            let t = forced[step];
+            cpu.eval(&mut cs, &[t], Logits::Last, &mut cl).unwrap();
+            gpu.eval(&mut gs, &[t], Logits::Last, &mut gl).unwrap();
+            check_trace(&format!("forced step {step}"), &mut cs, &mut gs);
+            assert_bits(&format!("{name} [{dev}] forced step {step} logits"), &gl, &cl);
+        }
     }
     let _ = std::fs::remove_file(&path);
 }
@@ -148,6 +158,17 @@ fn gpu_model_ordered_gemma3_q8_0_bit_identical() {
     // Layers 0-4 slide over a 4-token window, layer 5 is global; GELU through the f16 table.
     let cfg = TinyCfg { n_layer: 6, gemma_window: Some(4), ..qwen3_cfg() };
     run_ordered("gemma3-q8_0", cfg, GgmlType::Q8_0, KvType::F16);
+}
+
+#[test]
+fn gpu_model_ordered_gemma3_q4_k_bit_identical() {
+    let cfg = TinyCfg { n_layer: 3, gemma_window: Some(4), n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
+    run_ordered("gemma3-q4_k", cfg, GgmlType::Q4K, KvType::F16);
+}
+
+#[test]
+fn gpu_model_ordered_qwen3_f16_bit_identical() {
+    run_ordered("qwen3-f16", qwen3_cfg(), GgmlType::F16, KvType::F16);
 }
 
 /// The ordered kernels against the CPU code they copy, for every weight type with a reference
@@ -298,3 +319,4 @@ fn gpu_model_ordered_kernels_isa_has_no_contraction() {
         eprintln!("{arch}: ordered kernels: no contraction ({divs} IEEE divisions in quantize_ref)");
     }
 }
+
