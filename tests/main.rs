@@ -9,6 +9,8 @@ mod gpu_calibrate;
 #[cfg(feature = "gpu")]
 mod gpu_model;
 #[cfg(feature = "gpu")]
+mod gpu_model_ordered;
+#[cfg(feature = "gpu")]
 mod gpu_ops;
 mod models_util;
 mod models_gemma3;
@@ -23,5 +25,7 @@ mod spec_decoding;
 mod cli_emu;
 #[cfg(feature = "gpu")]
 mod cli_gpu;
+#[cfg(feature = "gpu")]
+mod cli_ordered;
 mod cli_qwen4exp;
 mod kernel_toolchain;

@@ -38,7 +38,7 @@ pub use matmul::{
     try_matmul_ggml, try_matmul_ggml_multi, try_matmul_ggml_with, try_matmul_with, try_matvec, try_matvec_with, PreparedActs,
 };
 pub use ops::{
-    geglu_ggml, gelu_tanh, geglu, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_neox,
+    geglu_ggml, gelu_f16_table, gelu_tanh, geglu, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_neox,
     rope_cs_ggml, rope_neox_ggml, rope_neox_ggml_cs, rope_norm, silu, softcap, softmax, swiglu,
 };
 pub use quant::GgmlType;

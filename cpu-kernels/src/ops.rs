@@ -206,6 +206,12 @@ unsafe fn rope_rotate_fma(x: &mut [f32], n_heads: usize, head_dim: usize, cs: &[
 }
 
 /// f16-rounded `gelu(h)` for every f16 value `h` (ggml's `ggml_table_gelu_f16`), as f32.
+/// The f16 GELU table of [`geglu_ggml`]: entry `h` = f16-rounded `gelu(f16 h)` (65536 f32),
+/// for backends that must reproduce it bit for bit (the GPU's ordered mode uploads it).
+pub fn gelu_f16_table() -> &'static [f32] {
+    gelu_table()
+}
+
 fn gelu_table() -> &'static [f32] {
     use std::sync::OnceLock;
     static T: OnceLock<Vec<f32>> = OnceLock::new();

@@ -20,8 +20,9 @@ fn sreg(code: u16, n: u8) -> String {
     }
 }
 
-/// Print a 9-bit source operand. `sh` = shape byte (dwords | 0x10 half), `hi` true16 half.
-fn operand(code: u16, sh: u8, lit: u32, hi: bool, f64op: bool) -> String {
+/// Print a 9-bit source operand. `sh` = shape byte (dwords | 0x10 half), `hi` true16 half,
+/// `int16`: an operand of a 16-bit integer op (whose inline constants are integers only).
+fn operand(code: u16, sh: u8, lit: u32, hi: bool, int16: bool) -> String {
     let n = (sh & 0xf).max(1);
     if code >= src::VGPR0 {
         let r = code - src::VGPR0;
@@ -40,8 +41,10 @@ fn operand(code: u16, sh: u8, lit: u32, hi: bool, f64op: bool) -> String {
         src::VCCZ => "src_vccz".into(), src::EXECZ => "src_execz".into(), src::SCC => "src_scc".into(),
         src::LITERAL => {
             // LLVM marks literals that could have been inline constants
-            let _ = f64op;
-            let inline = if sh & 0x10 != 0 {
+            let inline = if sh & 0x10 != 0 && int16 {
+                // e.g. `v_add_nc_u16 v0.h, 0x4000, v1.l`: f16 bit patterns are not inline here.
+                lit >> 16 == 0 && (lit & 0xffff) <= 64
+            } else if sh & 0x10 != 0 {
                 let h = lit & 0xffff;
                 lit >> 16 == 0 && ([0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118].contains(&h) || h <= 64)
             } else {
@@ -101,7 +104,7 @@ fn valu_text(i: &Inst) -> String {
     if i.dpp_kind != Dpp::None {
         name = if vop3 { if name.ends_with("_e64") { format!("{name}_dpp") } else { format!("{name}_e64_dpp") } } else { format!("{}_dpp", name.trim_end_matches("_e32")) };
     }
-    let f64op = name.contains("f64");
+    let int16 = name.contains("_u16") || name.contains("_i16");
     let mut ops: Vec<String> = Vec::new();
     let is_cmpx = name.starts_with("v_cmpx");
     if !is_cmpx && (d.dst != 0 || i.enc == Enc::Vopc) {
@@ -114,7 +117,7 @@ fn valu_text(i: &Inst) -> String {
         if sh == 0 { continue; }
         if is_fmamk && k == 1 { ops.push(format!("{:#x}", i.lit)); }
         let hi = i.opsel >> k & 1 != 0 && sh & 0x10 != 0;
-        ops.push(mods(operand(i.src[k], sh, i.lit, hi, f64op), k, i));
+        ops.push(mods(operand(i.src[k], sh, i.lit, hi, int16), k, i));
     }
     if name.starts_with("v_fmaak") { ops.push(format!("{:#x}", i.lit)); }
     let mut s = name;

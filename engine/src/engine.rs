@@ -49,7 +49,10 @@ impl Device {
 pub struct RunOptions {
     /// Backend of the shared-decoder models (Flash-Next runs on the CPU).
     pub device: Device,
-    /// CPU backend: attention in the GPU's ordered float order (`attention::attend_ordered`).
+    /// Ordered-numerics mode on both backends (`--ordered`, alias `--ordered-attention`): the
+    /// CPU session runs `Session::ordered` (ordered attention, the `quant` crate's scalar
+    /// matmul, fmath activations) and the GPU `GpuOptions::ordered`, so `--device cpu` and
+    /// `--device emu|hip` compute whole layers and logits bit for bit alike.
     pub ordered_attention: bool,
     pub kv: KvType,
     /// KV capacity in positions (0: the model's training context).
@@ -163,12 +166,14 @@ impl AnyModel {
         self.new_session_with(kv, max_ctx, prefill_chunk, false)
     }
 
-    /// [`AnyModel::new_session`] with the CPU backend's attention order chosen.
-    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, ordered_attention: bool) -> Result<AnySession> {
+    /// [`AnyModel::new_session`] with the CPU backend's ordered-numerics mode chosen
+    /// (`Session::ordered`; a GPU model's mode is fixed at load, `GpuOptions::ordered`).
+    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, ordered: bool) -> Result<AnySession> {
         Ok(match self {
             AnyModel::Std(m) => {
                 let mut s = m.new_session(kv, max_ctx, prefill_chunk);
-                s.ordered_attention = ordered_attention;
+                s.ordered_attention = ordered;
+                s.ordered = ordered;
                 AnySession::Std(Box::new(s))
             }
             AnyModel::Flash(m) => {
@@ -229,7 +234,7 @@ pub struct Engine {
 }
 
 /// Puts a shared-decoder model on the chosen device.
-fn place(model: Model, device: Device, calibration: Option<&Path>) -> Result<AnyModel> {
+fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool) -> Result<AnyModel> {
     #[cfg(feature = "gpu")]
     {
         use crate::gpu::device::{DeviceKind, GpuError, open_device};
@@ -250,13 +255,14 @@ fn place(model: Model, device: Device, calibration: Option<&Path>) -> Result<Any
             }
             Err(e) => return Err(EngineError::Gpu(format!("--device {}: {e}", device.name()))),
         };
-        let opts = crate::gpu::model::GpuOptions::from_env().map_err(EngineError::Gpu)?;
+        let mut opts = crate::gpu::model::GpuOptions::from_env().map_err(EngineError::Gpu)?;
+        opts.ordered |= ordered;
         let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
         attach_calibration(&mut m, calibration)?;
         Ok(AnyModel::Gpu(Box::new(m)))
     }
     #[cfg(not(feature = "gpu"))]
-    let _ = calibration;
+    let _ = (calibration, ordered);
     #[cfg(not(feature = "gpu"))]
     match device {
         Device::Cpu | Device::Auto => Ok(AnyModel::Std(Box::new(model))),
@@ -330,7 +336,7 @@ impl Engine {
                 .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) })?;
             AnyModel::Flash(Box::new(m))
         } else {
-            place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref())?
+            place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref(), opts.ordered_attention)?
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;

@@ -52,9 +52,11 @@ pub struct CommonArgs {
     /// Flash-Next (qwen4exp) models run on the CPU.
     #[arg(long, value_enum, global = true, default_value_t = crate::engine::Device::Auto)]
     pub device: crate::engine::Device,
-    /// CPU backend: compute attention in the fixed float order the GPU's ordered mode uses,
-    /// so `--device cpu` and `--device emu|hip` give the same attention bit for bit (slower).
-    #[arg(long, global = true)]
+    /// Ordered numerics on both backends: attention, matrix products (the `quant` crate's
+    /// reference quantizer and dot, one output at a time), activations and MoE routing in one
+    /// fixed float order, so `--device cpu` and `--device emu|hip` give the same logits bit for
+    /// bit (much slower; for parity checks). `--ordered-attention` is the old name.
+    #[arg(long = "ordered", visible_alias = "ordered-attention", global = true)]
     pub ordered_attention: bool,
     /// KV cache storage: f16 (like llama.cpp) or int8 (per-row scale, half the memory).
     #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]

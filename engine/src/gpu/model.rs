@@ -17,6 +17,9 @@
 //! activations, the GELU/SiLU and norm reductions. Attention has an ordered mode
 //! ([`AttnMode::Ordered`], the default) that is bit-identical to
 //! `model::attention::attend_ordered` (tests/gpu_model.rs checks layers and greedy tokens).
+//! The ordered-numerics mode ([`GpuOptions::ordered`]) removes the other differences: with the
+//! CPU's `Session::ordered`, every layer and the logits are bit-identical
+//! (tests/gpu_model_ordered.rs).
 
 use std::sync::Arc;
 
@@ -44,6 +47,9 @@ enum MatKind {
     F16,
     /// bf16 rows as stored; activations are converted to bf16 for the GEMM (as ggml does).
     BF16,
+    /// Bytes as stored in the file, of type [`DevMat::ty`], for the ordered-numerics mode
+    /// ([`GpuOptions::ordered`]): `quantize_ref` + `mmv_ordered`, whatever the type.
+    Raw,
 }
 
 /// Per-session temporaries a projection may need.
@@ -64,6 +70,8 @@ struct DevMat {
     cols: usize,
     /// Bytes of one matrix of a stack.
     mat_bytes: usize,
+    /// Element type of the bytes at `ptr` (F32 for matrices widened at upload).
+    ty: GgmlType,
 }
 
 impl DevMat {
@@ -113,6 +121,13 @@ pub struct GpuOptions {
     /// Dense FFNs in decode/verify windows: one fused gate/up MMVQ + GLU launch instead of
     /// three (bit-identical; `STRATA_GPU_FUSED_GLU=off` disables it).
     pub fused_glu: bool,
+    /// Ordered-numerics mode (`STRATA_GPU_ORDERED=1`, the CLI's `--ordered`): every matrix
+    /// product runs `quantize_ref` + `mmv_ordered` (the `quant` crate's reference quantizer
+    /// and `vec_dot`, one work-item per output) on the weights as stored, Gemma's GELU uses the
+    /// CPU's f16 table, windows are at most [`MAX_COLS`] tokens and MoE layers use the
+    /// host-readback expert path. With the CPU backend's ordered mode (`Session::ordered`)
+    /// whole layers and logits are bit-identical. Much slower (docs/amd-hip-performance.md).
+    pub ordered: bool,
 }
 
 /// Prefill path for quantized projections (`STRATA_GPU_PREFILL`).
@@ -141,7 +156,7 @@ pub enum PrefillPath {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false }
     }
 }
 
@@ -170,6 +185,13 @@ impl GpuOptions {
                 "1" | "on" => true,
                 "0" | "off" => false,
                 other => return Err(format!("STRATA_GPU_FUSED_GLU={other:?}: expected on or off")),
+            };
+        }
+        if let Ok(v) = std::env::var("STRATA_GPU_ORDERED") {
+            o.ordered = match v.as_str() {
+                "1" | "on" => true,
+                "0" | "off" => false,
+                other => return Err(format!("STRATA_GPU_ORDERED={other:?}: expected on or off")),
             };
         }
         if let Ok(v) = std::env::var("STRATA_GPU_GRAPHS") {
@@ -202,6 +224,11 @@ pub struct GpuModel {
     dequant_scratch_bytes: usize,
     /// hipBLASLt calibration table (`--calibration`), consulted by `gemm`; None: hipBLAS only.
     lt: Option<super::calibrate::LtDispatch>,
+    /// Ordered mode: activations quantized for `mmv_ordered` (room for [`MAX_COLS`] columns
+    /// of the widest input as f32; windows are at most that wide) and the f16 GELU table
+    /// (Gemma); 0 otherwise.
+    xo: DevicePtr,
+    gelu_table: DevicePtr,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -318,9 +345,11 @@ fn q8_1_bytes(n: usize) -> usize {
 impl GpuModel {
     /// Uploads `model` to the device behind `api`.
     pub fn new(model: Model, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuModel> {
+        // The ordered mode's attention is the ordered kernel, whatever `attn` says.
+        let opts = if opts.ordered { GpuOptions { attn: AttnMode::Ordered, ..opts } } else { opts };
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
-        let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0 };
+        let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0, ordered: opts.ordered };
         let hp = &model.hp;
         for (what, n) in [("n_embd", hp.n_embd), ("n_head * head_dim", hp.n_head * hp.head_dim)] {
             if n % 32 != 0 {
@@ -399,6 +428,15 @@ impl GpuModel {
                 window: spec.window.map_or(0, |w| w as u32),
             });
         }
+        let (mut xo, mut gelu_table) = (0, 0);
+        if opts.ordered {
+            let ff = hp.moe.as_ref().map_or(hp.n_ff, |m| m.n_ff_exp.max(hp.n_ff));
+            let widest = hp.n_embd.max(hp.n_head * hp.head_dim).max(ff);
+            xo = up.zeroed(MAX_COLS * widest * 4)?;
+            if ggml_exact(hp) && hp.act == Act::GeluTanh {
+                gelu_table = up.f32s(cpu_kernels::gelu_f16_table())?;
+            }
+        }
         let (allocs, weight_bytes) = (up.allocs, up.bytes);
         let layer_mats = layers.iter().flat_map(|l: &DevLayer| {
             let a = &l.attn;
@@ -424,6 +462,8 @@ impl GpuModel {
             weight_bytes,
             dequant_scratch_bytes,
             lt: None,
+            xo,
+            gelu_table,
         })
     }
 
@@ -456,6 +496,9 @@ impl GpuModel {
     /// Tokens per forward call for a `--prefill` chunk: longer than a window only when the
     /// dequantize + GEMM path may run (see [`PrefillPath`]).
     fn chunk_cols(&self, prefill_chunk: usize) -> usize {
+        if self.opts.ordered {
+            return MAX_COLS; // the ordered kernels gain nothing from longer chunks
+        }
         match self.opts.prefill {
             PrefillPath::Mmvq => MAX_COLS,
             PrefillPath::Auto | PrefillPath::DequantGemm | PrefillPath::Mmq => prefill_chunk.max(MAX_COLS),
@@ -477,7 +520,7 @@ impl GpuModel {
         if max_ctx as u32 > self.ops.attn_max_kv() {
             self.ops.set_attn_max_kv(max_ctx as u32).map_err(gpu_err("attention window"))?;
         }
-        let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0 };
+        let mut up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0, ordered: self.opts.ordered };
         let fmt = match kv {
             KvType::F16 => KvFormat::F16,
             KvType::Int8 => KvFormat::Int8,
@@ -605,7 +648,13 @@ impl GpuModel {
     #[allow(clippy::too_many_arguments)]
     fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, tmp: Tmp) -> std::result::Result<(), GpuError> {
         let s = &self.stream;
+        if self.opts.ordered {
+            return self.matmul_ordered(w, e, x, n, y);
+        }
         let ty = match w.kind {
+            MatKind::Raw => {
+                return Err(GpuError::Launch { kernel: "matmul".into(), what: "raw weights outside the ordered mode".into() });
+            }
             MatKind::F32 => return self.gemm(w.expert(e), DType::F32, w, x, n, y),
             MatKind::F16 => {
                 self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
@@ -641,6 +690,23 @@ impl GpuModel {
             self.ops.mmvq(s, ty, nc as u32, w.expert(e), xc, yc, None, w.rows as u32, w.cols as u32, w.rows as u32)?;
         }
         Ok(())
+    }
+
+    /// Ordered mode: `x` (f32, `n <= MAX_COLS` columns) quantized to the weight type's
+    /// `vec_dot_type` by `quantize_ref`, then `mmv_ordered`: the CPU's ordered matmul bit for bit.
+    fn matmul_ordered(&self, w: &DevMat, e: usize, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+        let s = &self.stream;
+        if n > MAX_COLS || self.xo == 0 {
+            return Err(GpuError::Launch { kernel: "mmv_ordered".into(), what: format!("{n} columns (at most {MAX_COLS} in ordered mode)") });
+        }
+        let at = w.ty.vec_dot_type();
+        let a = if at == GgmlType::F32 {
+            x
+        } else {
+            self.ops.quantize_ref(s, at, x, self.xo, (n * w.cols) as u32)?;
+            self.xo
+        };
+        self.ops.mmv_ordered(s, w.ty, w.expert(e), a, y, w.rows as u32, n as u32, w.cols as u32)
     }
 
     /// `y[n][rows] = x[n][cols] · Aᵀ` with `a` and `x` of type `t` shaped like `w`, f32 output
@@ -686,7 +752,11 @@ impl GpuModel {
     }
 
     /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
+    /// Nothing in ordered mode (each matmul quantizes for its weight type).
     fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
+        if self.opts.ordered {
+            return Ok(());
+        }
         if k % 32 == 0 { self.ops.quantize_q8_1(&self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
     }
 
@@ -843,6 +913,12 @@ impl GpuModel {
                         (MatKind::Q(tg), MatKind::Q(tu)) if tg == tu && self.opts.fused_glu && n <= MAX_COLS => {
                             ops.mmvq_glu(st, tg, n as u32, wg.ptr, wu.ptr, xq, act, None, ff as u32, d as u32, ff as u32, g)?;
                         }
+                        // Ordered mode, Gemma: the CPU's f16 GELU table.
+                        _ if self.gelu_table != 0 && g == GluAct::GeluTanh => {
+                            self.matmul(wg, 0, xn, xq, n, gate, tmp)?;
+                            self.matmul(wu, 0, xn, xq, n, up, tmp)?;
+                            ops.geglu_table(st, gate, up, act, self.gelu_table, (n * ff) as u32)?;
+                        }
                         _ => {
                             self.matmul(wg, 0, xn, xq, n, gate, tmp)?;
                             self.matmul(wu, 0, xn, xq, n, up, tmp)?;
@@ -900,7 +976,7 @@ impl GpuModel {
         if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
             return Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("selected expert {bad} of {ne}") });
         }
-        let quantized = matches!(gate.kind, MatKind::Q(_));
+        let quantized = matches!(gate.kind, MatKind::Q(_)); // false in ordered mode (Raw)
         if gate.kind != up.kind {
             return Err(GpuError::Launch { kernel: "moe".into(), what: "expert gate and up weights of different kinds".into() });
         }
@@ -961,6 +1037,8 @@ struct Uploader<'a> {
     api: &'a dyn GpuApi,
     allocs: Vec<DevicePtr>,
     bytes: usize,
+    /// Ordered mode: matrices stay as stored ([`MatKind::Raw`]).
+    ordered: bool,
 }
 
 impl Uploader<'_> {
@@ -984,20 +1062,27 @@ impl Uploader<'_> {
     }
     fn mat(&mut self, model: &Model, w: &W, name: &str) -> Result<DevMat> {
         let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+        if self.ordered {
+            if !w.ty.has_reference() || w.ty.row_bytes(w.cols).is_none() {
+                return Err(EngineError::TensorType { name: name.to_string(), ty: w.ty.name(), why: "has no reference dot product for the ordered GPU mode" });
+            }
+            let ptr = self.bytes(all)?;
+            return Ok(DevMat { ptr, kind: MatKind::Raw, rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat, ty: w.ty });
+        }
         match wtype(w.ty) {
             Some(ty) if w.cols % ty.block_k() as usize == 0 => {
                 let ptr = self.bytes(all)?;
-                Ok(DevMat { ptr, kind: MatKind::Q(ty), rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat })
+                Ok(DevMat { ptr, kind: MatKind::Q(ty), rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat, ty: w.ty })
             }
             _ if matches!(w.ty, GgmlType::F16 | GgmlType::BF16) => {
                 let ptr = self.bytes(all)?;
                 let kind = if w.ty == GgmlType::F16 { MatKind::F16 } else { MatKind::BF16 };
-                Ok(DevMat { ptr, kind, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 2 })
+                Ok(DevMat { ptr, kind, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 2, ty: w.ty })
             }
             _ => {
                 let f = dequant_all(model, w, name)?;
                 let ptr = self.f32s(&f)?;
-                Ok(DevMat { ptr, kind: MatKind::F32, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 4 })
+                Ok(DevMat { ptr, kind: MatKind::F32, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 4, ty: GgmlType::F32 })
             }
         }
     }

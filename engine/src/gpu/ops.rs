@@ -10,6 +10,9 @@
 //!   `rope_neox_ggml` with `fma` and [`GpuOps::rope_table_ggml`]), add_rows, scale, kv_store
 //!   (engine/src/kv_cache.rs), attention in [`AttnMode::Ordered`]
 //!   (`model::attention::attend_ordered`), moe_combine (adds in order j = 0..k);
+//! - bit-identical by construction (ordered-numerics mode, the `quant` crate's scalar code per
+//!   work-item): quantize_ref (`quant::quantize_row`), mmv_ordered
+//!   (`model::forward::matmul_ordered`), geglu_table (`cpu_kernels::geglu_ggml`);
 //! - within named tolerances (`quant::fmath::expf` instead of libm): glu, softmax, moe_router
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 use super::abi::{self, WType};
@@ -131,6 +134,11 @@ impl GpuOps {
         for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
         }
+        // Ordered-numerics mode: the quant crate's scalar code per lane (Q4_K's dot unpacks
+        // 256 quants, Q8_K's quantizer holds its block: scratch allowed).
+        add(abi::QUANTIZE_REF, abi::QuantizeRefArgs::SIZE, wg, 0, true)?;
+        add(abi::MMV_ORDERED, abi::MmvOrderedArgs::SIZE, wg, 0, true)?;
+        add(abi::GEGLU_TABLE, abi::GegluTableArgs::SIZE, wg, 0, false)?;
         Ok(GpuOps { api, module, kernels, attn_max_kv: AtomicU32::new(DEFAULT_ATTN_MAX_KV) })
     }
 
@@ -415,6 +423,45 @@ impl GpuOps {
         let g = groups(n as u64, abi::WG_SIZE, name)?;
         let a = abi::GluArgs { gate, up, out, n, act: (act == GluAct::GeluTanh) as u32 };
         self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+    }
+
+    // ------------------------------------------------------------------ ordered-numerics mode
+
+    /// `n` f32 (columns back to back) to the activation type `ty` (Q8_0, Q8_1, Q8_K, F16,
+    /// BF16 or F32) with `quant`'s reference quantizer: byte-identical to `quant::quantize_row`.
+    pub fn quantize_ref(&self, s: &Stream, ty: quant::GgmlType, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
+        use quant::GgmlType as G;
+        let name = abi::QUANTIZE_REF;
+        if !matches!(ty, G::Q8_0 | G::Q8_1 | G::Q8K | G::F16 | G::BF16 | G::F32) {
+            return Err(bad(name, format!("{} is not an activation type", ty.name())));
+        }
+        let qk = ty.block_size() as u32;
+        if n == 0 || !n.is_multiple_of(qk) {
+            return Err(bad(name, format!("n = {n} is not a positive multiple of {qk} ({})", ty.name())));
+        }
+        let g = groups((n / qk) as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::QuantizeRefArgs { x, y, n, ty: ty as u32 }.to_bytes())
+    }
+
+    /// `y[c * nrows + r] = quant::vec_dot(ty, k, W[r], a[c])` for `ncols` activation columns
+    /// `a` of `ty.vec_dot_type()` (from [`GpuOps::quantize_ref`]): bit-identical to the CPU's
+    /// ordered matmul (one work-item per output, the scalar reference dot).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmv_ordered(&self, s: &Stream, ty: quant::GgmlType, w: DevicePtr, a: DevicePtr, y: DevicePtr, nrows: u32, ncols: u32, k: u32) -> Result<()> {
+        let name = abi::MMV_ORDERED;
+        if !ty.has_reference() || ty.row_bytes(k as usize).is_none() || ty.vec_dot_type().row_bytes(k as usize).is_none() {
+            return Err(bad(name, format!("no reference dot for {} rows of {k}", ty.name())));
+        }
+        let g = groups(nrows as u64 * ncols as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MmvOrderedArgs { w, a, y, nrows, ncols, k, ty: ty as u32 }.to_bytes())
+    }
+
+    /// `out = geglu_ggml(gate, up)` with the f16 GELU table (`cpu_kernels::gelu_f16_table`,
+    /// 65536 f32) at `table`: bit-identical to `cpu_kernels::geglu_ggml`.
+    pub fn geglu_table(&self, s: &Stream, gate: DevicePtr, up: DevicePtr, out: DevicePtr, table: DevicePtr, n: u32) -> Result<()> {
+        let name = abi::GEGLU_TABLE;
+        let g = groups(n as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::GegluTableArgs { gate, up, out, table, n, _pad: 0 }.to_bytes())
     }
 
     /// `x[r*n+i] += b[r*b_stride+i]` (residual add; `b_stride = 0` broadcasts one row).

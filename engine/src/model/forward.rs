@@ -33,6 +33,12 @@ pub struct Session {
     /// Attention in the fixed float order of `attention::attend_ordered`, the order the GPU's
     /// ordered mode uses, so both backends compute it bit for bit alike (`--ordered-attention`).
     pub ordered_attention: bool,
+    /// Ordered-numerics mode (`--ordered`): besides ordered attention, every matrix product is
+    /// [`matmul_ordered`] (the `quant` crate's reference quantizer and `vec_dot`, the code the
+    /// GPU's `mmv_ordered` kernel runs per output), SiLU / non-Gemma GELU use `quant::fmath`,
+    /// and MoE routing/combining follow the GPU kernels' order. With `GpuOptions::ordered` the
+    /// GPU backend computes every layer and the logits bit for bit alike. Slower.
+    pub ordered: bool,
     s: Scratch,
 }
 
@@ -83,6 +89,7 @@ impl Model {
             prefill_chunk: prefill_chunk.max(1),
             trace: None,
             ordered_attention: false,
+            ordered: false,
             s: Scratch::default(),
         }
     }
@@ -98,6 +105,18 @@ impl Model {
             ck::matvec(&t, x, y)
         } else {
             ck::matmul(&t, x, n, y)
+        }
+    }
+
+    /// [`Self::mm`], or [`matmul_ordered`] in the ordered-numerics mode.
+    #[inline]
+    pub(crate) fn mm_o(&self, ordered: bool, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+        if !ordered {
+            return self.mm(w, e, x, n, y);
+        }
+        let t = self.qt(w, e);
+        if let Err(err) = matmul_ordered(&t, &x[..n * w.cols], n, &mut y[..n * w.rows]) {
+            panic!("matmul_ordered {:?} {}x{} n={n}: {err}", t.ty, t.rows, t.cols);
         }
     }
 
@@ -151,7 +170,8 @@ impl Model {
         let (d, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
         let (nq, nk) = (nh * hd, nkv * hd);
         let pos0 = sess.n_past;
-        let ordered_attention = sess.ordered_attention;
+        let ordered = sess.ordered;
+        let ordered_attention = sess.ordered_attention || ordered;
         let mut trace = sess.trace.take();
         if let Some(t) = trace.as_mut() {
             t.clear();
@@ -191,12 +211,12 @@ impl Model {
 
             // Attention block.
             norm_rows(norm, &s.x[..n * d], &a.norm, hp.rms_eps, &mut s.xn[..n * d], d);
-            if exact {
+            if exact && !ordered {
                 self.mm_multi(&s.xn, n, [(&a.wq, &mut s.q[..]), (&a.wk, &mut s.k[..]), (&a.wv, &mut s.v[..])]);
             } else {
-                self.mm(&a.wq, 0, &s.xn, n, &mut s.q);
-                self.mm(&a.wk, 0, &s.xn, n, &mut s.k);
-                self.mm(&a.wv, 0, &s.xn, n, &mut s.v);
+                self.mm_o(ordered, &a.wq, 0, &s.xn, n, &mut s.q);
+                self.mm_o(ordered, &a.wk, 0, &s.xn, n, &mut s.k);
+                self.mm_o(ordered, &a.wv, 0, &s.xn, n, &mut s.v);
             }
             for (buf, b, w) in [(&mut s.q, &a.bq, nq), (&mut s.k, &a.bk, nk), (&mut s.v, &a.bv, nk)] {
                 if let Some(b) = b {
@@ -257,7 +277,7 @@ impl Model {
             } else {
                 super::attention::attend(kv, &s.q[..n * nq], &mut s.att[..n * nq], shape);
             }
-            self.mm(&a.wo, 0, &s.att, n, &mut s.o);
+            self.mm_o(ordered, &a.wo, 0, &s.att, n, &mut s.o);
             add_residual(&mut s.x[..n * d], &s.o[..n * d], a.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d, norm);
 
             // FFN block.
@@ -265,26 +285,29 @@ impl Model {
             norm_rows(norm, &s.x[..n * d], &f.norm, hp.rms_eps, &mut s.xn[..n * d], d);
             match &f.ffn {
                 Ffn::Dense { gate, up, down } => {
-                    if exact {
+                    if exact && !ordered {
                         self.mm_multi(&s.xn, n, [(gate, &mut s.gate[..]), (up, &mut s.up[..])]);
                     } else {
-                        self.mm(gate, 0, &s.xn, n, &mut s.gate);
-                        self.mm(up, 0, &s.xn, n, &mut s.up);
+                        self.mm_o(ordered, gate, 0, &s.xn, n, &mut s.gate);
+                        self.mm_o(ordered, up, 0, &s.xn, n, &mut s.up);
                     }
                     let (g, u) = (&mut s.gate[..n * ff], &s.up[..n * ff]);
                     // Activation in place into `gate` (kernels take distinct in/out slices: use `att`).
                     grow(&mut s.att, n * ff);
                     let act = &mut s.att[..n * ff];
                     match hp.act {
+                        super::Act::Silu if ordered => glu_fmath(quant::fmath::silu, g, u, act),
                         super::Act::Silu => ck::swiglu(g, u, act),
+                        // The GPU's ordered mode uploads this f16 table (`geglu_table_f32`).
                         super::Act::GeluTanh if exact => par_elementwise(ck::geglu_ggml, g, u, act),
+                        super::Act::GeluTanh if ordered => glu_fmath(quant::fmath::gelu_tanh, g, u, act),
                         super::Act::GeluTanh => ck::geglu(g, u, act),
                     }
-                    self.mm(down, 0, act, n, &mut s.o);
+                    self.mm_o(ordered, down, 0, act, n, &mut s.o);
                 }
                 Ffn::Moe { router, gate, up, down } => {
                     let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
-                    super::moe::moe_ffn(self, spec, [router, gate, up, down], &s.xn[..n * d], n, &mut s.o[..n * d], &mut s.moe);
+                    super::moe::moe_ffn(self, spec, [router, gate, up, down], &s.xn[..n * d], n, &mut s.o[..n * d], &mut s.moe, ordered);
                 }
             }
             add_residual(&mut s.x[..n * d], &s.o[..n * d], f.post_norm.as_deref(), hp.rms_eps, &mut s.xn, d, norm);
@@ -301,7 +324,7 @@ impl Model {
             for (j, i) in (first..n).enumerate() {
                 norm(&s.x[i * d..(i + 1) * d], &self.output_norm, hp.rms_eps, &mut s.xn[j * d..(j + 1) * d]);
             }
-            self.mm(&self.output, 0, &s.xn, m, logits);
+            self.mm_o(ordered, &self.output, 0, &s.xn, m, logits);
         }
     }
 }
@@ -315,6 +338,55 @@ impl Model {
 /// fast ones (they match llama.cpp without it).
 pub(crate) fn ggml_exact(hp: &super::HParams) -> bool {
     hp.arch == "gemma3"
+}
+
+/// `y[n][rows] = x[n][cols] · Wᵀ` in the ordered-numerics mode: each column of `x` quantized
+/// to `w.ty.vec_dot_type()` by `quant::quantize_row` (the reference quantizer), each output
+/// `quant::vec_dot` of a weight row with a column (integer sums inside blocks, f32 — F32/F16/
+/// BF16: f64 — accumulation across blocks in order). The GPU's `quantize_ref` + `mmv_ordered`
+/// kernels run this very code per block / per output, so the two agree bit for bit. Rows are
+/// split over rayon (the order inside a dot is fixed).
+pub fn matmul_ordered(w: &ck::QTensor, x: &[f32], n: usize, y: &mut [f32]) -> std::result::Result<(), String> {
+    use rayon::prelude::*;
+    let (k, rows, at) = (w.cols, w.rows, w.ty.vec_dot_type());
+    let (Some(rb), Some(ab)) = (w.ty.row_bytes(k), at.row_bytes(k)) else {
+        return Err(format!("{} rows of {k} (not a whole number of blocks)", w.ty.name()));
+    };
+    if !w.ty.has_reference() {
+        return Err(format!("{} has no reference dot product", w.ty.name()));
+    }
+    if x.len() < n * k || y.len() < n * rows || w.data.len() < rows * rb {
+        return Err(format!("shapes: x {} (need {}), y {} (need {}), weights {} bytes (need {})", x.len(), n * k, y.len(), n * rows, w.data.len(), rows * rb));
+    }
+    let mut acts = vec![0u8; n * ab];
+    for (c, a) in acts.chunks_exact_mut(ab).enumerate() {
+        quant::quantize_row(at, &x[c * k..(c + 1) * k], a).map_err(|e| format!("{e:?}"))?;
+    }
+    // Row-major results (rows split over the pool), then transposed to [n][rows].
+    let mut t = vec![0f32; rows * n];
+    const ROWS_PER_TASK: usize = 16;
+    t.par_chunks_mut(ROWS_PER_TASK * n).enumerate().for_each(|(i, ch)| {
+        for (j, out) in ch.chunks_exact_mut(n).enumerate() {
+            let r = i * ROWS_PER_TASK + j;
+            let wr = &w.data[r * rb..(r + 1) * rb];
+            for (c, o) in out.iter_mut().enumerate() {
+                *o = quant::vec_dot(w.ty, k, wr, &acts[c * ab..(c + 1) * ab]).unwrap_or(f32::NAN);
+            }
+        }
+    });
+    for r in 0..rows {
+        for c in 0..n {
+            y[c * rows + r] = t[r * n + c];
+        }
+    }
+    Ok(())
+}
+
+/// `out[i] = act(gate[i]) * up[i]` with a `quant::fmath` activation (the GPU's `glu_f32`).
+fn glu_fmath(act: fn(f32) -> f32, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = act(g) * u;
+    }
 }
 
 /// Rows at which the per-row helpers below go parallel.

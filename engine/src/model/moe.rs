@@ -23,6 +23,8 @@ pub(crate) struct MoeScratch {
     up: Vec<f32>,
     act: Vec<f32>,
     down: Vec<f32>,
+    /// Ordered mode: every (token, slot)'s expert output, combined in rank order at the end.
+    slots: Vec<f32>,
 }
 
 /// Top-`k` of `probs` in descending order; equal values keep the lower index first.
@@ -44,7 +46,34 @@ pub fn top_k(probs: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
     }
 }
 
+/// Softmax in the float order of the GPU's `moe_router` kernel (one wave per token): max,
+/// `quant::fmath::expf(x - max)`, lane `l` sums experts `l, l + 32, ..` from 0, the 32 lane
+/// sums added by the xor butterfly (1, 2, 4, 8, 16), times `1 / sum`.
+pub fn softmax_wave_order(x: &mut [f32]) {
+    let mx = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    x.iter_mut().for_each(|v| *v = quant::fmath::expf(*v - mx));
+    let mut lanes = [0f32; 32];
+    for (l, s) in lanes.iter_mut().enumerate() {
+        for v in x.iter().skip(l).step_by(32) {
+            *s += *v;
+        }
+    }
+    for step in [1usize, 2, 4, 8, 16] {
+        let prev = lanes;
+        for (l, s) in lanes.iter_mut().enumerate() {
+            *s = prev[l] + prev[l ^ step];
+        }
+    }
+    let inv = 1.0 / lanes[0];
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// `out[n][d] = Σ_selected w_e · down_e(silu(gate_e x) * up_e x)` for every row of `xn`.
+///
+/// `ordered` (`Session::ordered`): the GPU ordered mode's numerics — [`Model::mm_o`] products,
+/// [`softmax_wave_order`], `quant::fmath::silu`, and each token's expert outputs added in rank
+/// order from 0.0 (`moe_combine`) instead of by increasing expert id.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_ffn(
     m: &Model,
     spec: &MoeSpec,
@@ -53,15 +82,20 @@ pub(crate) fn moe_ffn(
     n: usize,
     out: &mut [f32],
     s: &mut MoeScratch,
+    ordered: bool,
 ) {
     let d = router.cols;
     let (ne, k, ff) = (spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
     grow(&mut s.logits, n * ne);
-    m.mm(router, 0, xn, n, &mut s.logits);
+    m.mm_o(ordered, router, 0, xn, n, &mut s.logits);
     s.sel.clear();
     for i in 0..n {
         let probs = &mut s.logits[i * ne..(i + 1) * ne];
-        ck::softmax(probs);
+        if ordered {
+            softmax_wave_order(probs);
+        } else {
+            ck::softmax(probs);
+        }
         let start = s.sel.len();
         top_k(probs, k, &mut s.sel);
         if spec.norm_weights {
@@ -71,6 +105,9 @@ pub(crate) fn moe_ffn(
         }
     }
     out[..n * d].fill(0.0);
+    if ordered {
+        grow(&mut s.slots, n * k * d);
+    }
     for e in 0..ne {
         s.rows.clear();
         s.rows.extend((0..n * k).filter(|&j| s.sel[j].0 == e));
@@ -87,14 +124,34 @@ pub(crate) fn moe_ffn(
             let i = sj / k;
             s.xin[j * d..(j + 1) * d].copy_from_slice(&xn[i * d..(i + 1) * d]);
         }
-        m.mm(gate, e, &s.xin, r, &mut s.gate);
-        m.mm(up, e, &s.xin, r, &mut s.up);
-        ck::swiglu(&s.gate[..r * ff], &s.up[..r * ff], &mut s.act[..r * ff]);
-        m.mm(down, e, &s.act, r, &mut s.down);
+        m.mm_o(ordered, gate, e, &s.xin, r, &mut s.gate);
+        m.mm_o(ordered, up, e, &s.xin, r, &mut s.up);
+        if ordered {
+            let act = &mut s.act[..r * ff];
+            act.iter_mut().zip(&s.gate[..r * ff]).zip(&s.up[..r * ff]).for_each(|((o, &g), &u)| *o = quant::fmath::silu(g) * u);
+        } else {
+            ck::swiglu(&s.gate[..r * ff], &s.up[..r * ff], &mut s.act[..r * ff]);
+        }
+        m.mm_o(ordered, down, e, &s.act, r, &mut s.down);
+        if ordered {
+            for (j, &sj) in s.rows.iter().enumerate() {
+                s.slots[sj * d..(sj + 1) * d].copy_from_slice(&s.down[j * d..(j + 1) * d]);
+            }
+            continue;
+        }
         for (j, &sj) in s.rows.iter().enumerate() {
             let (i, w) = (sj / k, s.sel[sj].1);
             let dst = &mut out[i * d..(i + 1) * d];
             dst.iter_mut().zip(&s.down[j * d..(j + 1) * d]).for_each(|(o, x)| *o += w * x);
+        }
+    }
+    if ordered {
+        for i in 0..n {
+            let dst = &mut out[i * d..(i + 1) * d];
+            for j in 0..k {
+                let (sj, w) = (i * k + j, s.sel[i * k + j].1);
+                dst.iter_mut().zip(&s.slots[sj * d..(sj + 1) * d]).for_each(|(o, x)| *o += w * x);
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod dequant;
 pub mod fwd;
 pub mod mmq;
 pub mod mmvq;
+pub mod ordered;
 mod mmvq_blocks;
 pub mod quantize;
 pub mod reduce;
