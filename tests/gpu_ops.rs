@@ -664,8 +664,8 @@ fn mmq_tolerance(ty: WType) -> f64 {
 }
 
 /// MMQ, both variants (int8 WMMA and dot4), every weight type, ragged shapes (rows and
-/// columns that are not multiples of the 128 x 64 tile or of 16, K with a partial 256-chunk
-/// for Q8_0): WMMA and dot4 bit-identical; Q8_0 bitwise against a scalar CPU reference in the
+/// columns that are not multiples of the 256 x 64 tile or of 16, two row and two column tiles,
+/// K with a partial 128-chunk for Q8_0): WMMA and dot4 bit-identical; Q8_0 bitwise against a scalar CPU reference in the
 /// documented order (per 32-block the exact integer dot, `acc = acc + dot as f32 * (d_w * d_x)`);
 /// every type within `mmq_tolerance` of the f64 dot of quant's dequantized operands.
 #[test]
@@ -675,9 +675,9 @@ fn gpu_ops_mmq_all_types_wmma_dot4() {
     for (name, ops) in devices() {
         for ty in WType::ALL {
             let shapes: &[(usize, usize, usize)] = if ty == WType::Q8_0 {
-                &[(16, 16, 32), (200, 37, 256), (5, 3, 96), (130, 70, 1056)]
+                &[(16, 16, 32), (200, 37, 256), (5, 3, 96), (130, 70, 1056), (300, 65, 160)]
             } else {
-                &[(5, 3, 256), (200, 37, 512), (130, 70, 256)]
+                &[(5, 3, 256), (200, 37, 512), (130, 70, 256), (300, 65, 512)]
             };
             for &(m, n, k) in shapes {
                 let (bk, bb) = (ty.block_k() as usize, ty.block_bytes() as usize);

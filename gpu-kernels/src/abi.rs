@@ -655,13 +655,13 @@ pub struct MmvqGluArgs {
 /// `ncols` Q8_1 activation columns (`k / 32` blocks each, back to back) and `nrows` weight
 /// rows of `k` (a multiple of the type's block size).
 ///
-/// Tiling: a workgroup (8 waves) computes `MMQ_ROWS` (128) rows x `MMQ_COLS` (64) columns;
-/// grid = `ceil(nrows / 128) * ceil(ncols / 64)`, workgroup `g` = row tile `g % row_tiles`,
-/// column tile `g / row_tiles`. K is walked in chunks of `MMQ_KC` (256) values: the workgroup
-/// stages the chunk of its 64 activation columns (quants, `d`, `s`) and of its 128 weight rows,
+/// Tiling: a workgroup (8 waves) computes `MMQ_ROWS` (256) rows x `MMQ_COLS` (64) columns;
+/// grid = `ceil(nrows / 256) * ceil(ncols / 64)`, workgroup `g` = row tile `g % row_tiles`,
+/// column tile `g / row_tiles`. K is walked in chunks of `MMQ_KC` (128) values: the workgroup
+/// stages the chunk of its 64 activation columns (quants, `d`, `s`) and of its 256 weight rows,
 /// decoded to signed int8 plus one f32 scale per 32 values (Q6_K: per 16) and, for Q4_K, the
 /// min `dmin * m` per 32 values, in LDS (`mmq_lds_bytes`); every global byte is read once per
-/// workgroup. Wave `w` then computes rows `16w..16w+16` for all 64 columns, on
+/// workgroup. Wave `w` then computes rows `32w..32w+32` for all 64 columns, on
 /// `v_wmma_i32_16x16x16_iu8` tiles (`*_wmma`) or with `v_dot4_i32_iu8` (`*_dot4`).
 ///
 /// Accumulation order (both variants, bit-identical to each other): per 32-value block `b` of
@@ -685,12 +685,12 @@ pub struct MmqArgs {
     pub k: u32,
     pub y_stride: u32,
 }
-/// Weight rows per MMQ workgroup (8 waves x 16).
-pub const MMQ_ROWS: u32 = 16 * WAVES_PER_WG;
+/// Weight rows per MMQ workgroup (8 waves x 2 x 16).
+pub const MMQ_ROWS: u32 = 32 * WAVES_PER_WG;
 /// Activation columns per MMQ workgroup (4 WMMA tiles of 16 per wave).
 pub const MMQ_COLS: u32 = 64;
-/// Values of K staged per step (one K-quant super-block, 8 Q8_0 blocks).
-pub const MMQ_KC: u32 = 256;
+/// Values of K staged per step (half a K-quant super-block, 4 Q8_0 blocks).
+pub const MMQ_KC: u32 = 128;
 /// LDS layout of an MMQ workgroup (byte offsets): int8 weights `[step of 16][row][16]`,
 /// activations `[step][column][16]`, activation `d` and `s` as f32 `[block of 32][column']`
 /// with column' = `16 t + 8 (i % 2) + i / 2` for column `16 t + i` (so each lane reads its 8

@@ -1,16 +1,18 @@
 //! MMQ (prefill): quantized weights x Q8_1 activation columns, tiled through LDS
 //! (semantics, tiling, LDS layout and accumulation order: `abi::MmqArgs`).
 //!
-//! A workgroup owns 128 weight rows x 64 activation columns. Per chunk of 256 values of K it
-//! stages (every global byte read once per workgroup, wide loads):
+//! A workgroup owns 256 weight rows x 64 activation columns. Per chunk of 128 values of K (half
+//! a K-quant super-block) it stages (every global byte read once per workgroup, except the
+//! K-quant headers, read once per half; wide loads):
 //! - the 64 columns' Q8_1 quants (`[step of 16][column][16 bytes]`) and their `d`, `s` as f32;
-//! - the 128 rows' weights decoded to signed int8 (`[step][row][16 bytes]`: one WMMA operand
+//! - the 256 rows' weights decoded to signed int8 (`[step][row][16 bytes]`: one WMMA operand
 //!   per ds_load_b128) with one f32 scale per 32 values (Q6_K: per 16) and Q4_K's mins.
 //!
-//! Wave `w` then computes rows `16w..16w+16` x all 64 columns as 4 output tiles with the WMMA C
-//! layout (lane `l`: row `l % 16`, columns `16t + 2v + l / 16`, v = 0..8):
+//! Wave `w` then computes rows `32w..32w+32` (two groups of 16) x all 64 columns as 8 output
+//! tiles with the WMMA C layout (lane `l`: row `l % 16` of the group, columns
+//! `16t + 2v + l / 16`, v = 0..8):
 //! - `*_wmma`: A = 16 activation columns, B = 16 weight rows; per 16-value step one
-//!   `v_wmma_i32_16x16x16_iu8` per tile (1 B + 4 A fragment loads for 4 WMMAs);
+//!   `v_wmma_i32_16x16x16_iu8` per tile (2 B + 4 A fragment loads for 8 WMMAs);
 //! - `*_dot4`: the same outputs per lane with `v_dot4_i32_iu8` (4 per output and step).
 //!
 //! Both give the exact int32 dot of each 32-value block (16 for Q6_K), then scale it in the
@@ -91,7 +93,7 @@ impl MmqBlock for Q8_0 {
     #[inline(always)]
     unsafe fn stage_w(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, nbc: u32) {
         let tid = thread_id();
-        // 128 rows x 8 blocks = 4 items per work-item; neighbours read neighbouring blocks.
+        // 256 rows x 4 blocks = 4 items per work-item; neighbours read neighbouring blocks.
         unroll::<4>(|i| {
             let idx = tid + WG_SIZE * i as u32;
             let (r, j) = (idx / BLKS, idx % BLKS);
@@ -114,8 +116,10 @@ impl MmqBlock for Q4K {
     const MIN: bool = true;
     #[inline(always)]
     unsafe fn stage_w(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, _nbc: u32) {
-        // One super-block per row: work-items 0..128 (the header is read once).
+        // One row per work-item: half `hf` of super-block `kc / 256` (its 16-byte header is
+        // read by both halves).
         let r = thread_id();
+        let hf = (kc / 128) % 2;
         if r < MMQ_ROWS && r0 + r < nrows {
             let wm = mmq_wm_offset(WType::Q4K);
             // SAFETY: block kc/256 of row r0 + r exists (caller contract); this work-item is
@@ -126,15 +130,17 @@ impl MmqBlock for Q4K {
                 let d = f16_to_f32(hdr[0] as u16);
                 let dmin = f16_to_f32((hdr[0] >> 16) as u16);
                 let (sc, m) = q4_k_scales(hdr);
-                unroll::<4>(|p| {
-                    let q = ld8(b.add(16 + 32 * p));
+                unroll::<2>(|p| {
+                    let q = ld8(b.add(16 + 64 * hf as usize + 32 * p));
                     let p = p as u32;
                     put_w32(lds, r, 2 * p, q.map(|x| x & 0x0f0f_0f0f));
                     put_w32(lds, r, 2 * p + 1, q.map(|x| (x >> 4) & 0x0f0f_0f0f));
                 });
-                unroll::<8>(|j| {
-                    put_ws(lds, r, j as u32, d * sc[j] as f32);
-                    lds.st32(wm + (j as u32 * MMQ_ROWS + r) * 4, (dmin * m[j] as f32).to_bits());
+                unroll::<4>(|j| {
+                    // Sub-block 4 hf + j, selected without a run-time array index.
+                    let (s_, m_) = if hf == 0 { (sc[j], m[j]) } else { (sc[j + 4], m[j + 4]) };
+                    put_ws(lds, r, j as u32, d * s_ as f32);
+                    lds.st32(wm + (j as u32 * MMQ_ROWS + r) * 4, (dmin * m_ as f32).to_bits());
                 });
             }
         }
@@ -153,31 +159,31 @@ impl MmqBlock for Q6K {
     #[inline(always)]
     unsafe fn stage_w(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, _nbc: u32) {
         let r = thread_id();
+        let n = ((kc / 128) % 2) as usize;
         if r < MMQ_ROWS && r0 + r < nrows {
-            // SAFETY: as Q4K (ql at 0, qh at 128, scales at 192, d at 208).
+            // SAFETY: as Q4K (ql at 0, qh at 128, scales at 192, d at 208); half n uses
+            // ql[64n..64n+64], qh[32n..32n+32], scales[8n..8n+8].
             unsafe {
                 let b = w.add((r0 + r) as usize * row_bytes as usize + (kc / 256 * 210) as usize);
-                let (scw, d) = (ld_u32x4(b.add(192)), f16_to_f32(ld_u16(b.add(208))));
-                unroll::<4>(|wi| {
+                let (scw, d) = (ld_u32x2(b.add(192 + 8 * n)), f16_to_f32(ld_u16(b.add(208))));
+                unroll::<2>(|wi| {
                     unroll::<4>(|bi| {
                         let sc = (scw[wi] >> (8 * bi)) as u8 as i8;
                         put_ws(lds, r, (4 * wi + bi) as u32, d * sc as f32);
                     });
                 });
-                unroll::<2>(|n| {
-                    let (ql0, ql1, qh) = (ld8(b.add(64 * n)), ld8(b.add(64 * n + 32)), ld8(b.add(128 + 32 * n)));
-                    unroll::<4>(|tt| {
-                        let wq: [u32; 8] = core::array::from_fn(|i| {
-                            let v = match tt {
-                                0 => (ql0[i] & 0x0f0f_0f0f) | ((qh[i] << 4) & 0x3030_3030),
-                                1 => (ql1[i] & 0x0f0f_0f0f) | ((qh[i] << 2) & 0x3030_3030),
-                                2 => ((ql0[i] >> 4) & 0x0f0f_0f0f) | (qh[i] & 0x3030_3030),
-                                _ => ((ql1[i] >> 4) & 0x0f0f_0f0f) | ((qh[i] >> 2) & 0x3030_3030),
-                            };
-                            q6_signed(v)
-                        });
-                        put_w32(lds, r, (4 * n + tt) as u32, wq);
+                let (ql0, ql1, qh) = (ld8(b.add(64 * n)), ld8(b.add(64 * n + 32)), ld8(b.add(128 + 32 * n)));
+                unroll::<4>(|tt| {
+                    let wq: [u32; 8] = core::array::from_fn(|i| {
+                        let v = match tt {
+                            0 => (ql0[i] & 0x0f0f_0f0f) | ((qh[i] << 4) & 0x3030_3030),
+                            1 => (ql1[i] & 0x0f0f_0f0f) | ((qh[i] << 2) & 0x3030_3030),
+                            2 => ((ql0[i] >> 4) & 0x0f0f_0f0f) | (qh[i] & 0x3030_3030),
+                            _ => ((ql1[i] >> 4) & 0x0f0f_0f0f) | ((qh[i] >> 2) & 0x3030_3030),
+                        };
+                        q6_signed(v)
                     });
+                    put_w32(lds, r, tt as u32, wq);
                 });
             }
         }
@@ -200,8 +206,10 @@ impl MmqBlock for IQ3XXS {
             unsafe {
                 let b = w.add((r0 + r) as usize * row_bytes as usize + (kc / 256 * 98) as usize);
                 let d = f16_to_f32(ld_u16(b));
-                for ib in 0..8u32 {
-                    let (q, aux) = (ld_u32x2(b.add(2 + 8 * ib as usize)), ld_u32(b.add(66 + 4 * ib as usize)));
+                let h4 = 4 * ((kc / 128) % 2);
+                for ib in 0..4u32 {
+                    let g = h4 + ib;
+                    let (q, aux) = (ld_u32x2(b.add(2 + 8 * g as usize)), ld_u32(b.add(66 + 4 * g as usize)));
                     let mut wq = [0u32; 8];
                     unroll::<4>(|l| {
                         let l = l as u32;
@@ -236,7 +244,8 @@ fn col_perm(c: u32) -> u32 {
 #[inline(always)]
 unsafe fn stage_x(lds: Lds, x: *const u8, c0: u32, ncols: u32, nb: u32, b0: u32, nbc: u32) {
     let tid = thread_id();
-    unroll::<2>(|i| {
+    const { assert!(MMQ_COLS * BLKS == WG_SIZE) };
+    unroll::<1>(|i| {
         let idx = tid + WG_SIZE * i as u32;
         let (c, j) = (idx / BLKS, idx % BLKS);
         if j < nbc {
@@ -285,35 +294,103 @@ macro_rules! rep {
     }};
 }
 
-/// Adds one block's (or half-block's) int dots `q` with weight scale `slot` (and, for Q4_K,
-/// the min term of block `j`) to the accumulators, in the order of `abi::MmqArgs`.
-/// (A macro, not a function, for the reason given at `rep!`.)
+/// Adds one block's (or half-block's) int dots `q` (64: row group `g`, tile `t`, element `v`
+/// at `32g + 8t + v`) with weight scale `slot` (and, for Q4_K, the min term of block `j`) to the
+/// accumulators, in the order of `abi::MmqArgs`. (A macro, not a function, for the reason given
+/// at `rep!`.)
 macro_rules! apply {
     ($B:ty, $lds:expr, $row:expr, $half:expr, $j:expr, $slot:expr, $q:expr, $acc:expr) => {{
         // SAFETY: LDS staged for the chunk (read-only phase); 4-byte (scales) and 16-byte
         // (d/s: (j*64 + 16t + 8half)*4 is a multiple of 32) aligned reads inside the regions.
         unsafe {
-            let ws = f32::from_bits($lds.ld32(MMQ_WS + ($slot * MMQ_ROWS + $row) * 4));
-            let wm = if <$B>::MIN { f32::from_bits($lds.ld32(mmq_wm_offset(<$B>::TY) + ($j * MMQ_ROWS + $row) * 4)) } else { 0.0 };
+            let ws = [
+                f32::from_bits($lds.ld32(MMQ_WS + ($slot * MMQ_ROWS + $row) * 4)),
+                f32::from_bits($lds.ld32(MMQ_WS + ($slot * MMQ_ROWS + $row + 16) * 4)),
+            ];
+            let wm = if <$B>::MIN {
+                let o = mmq_wm_offset(<$B>::TY) + ($j * MMQ_ROWS + $row) * 4;
+                [f32::from_bits($lds.ld32(o)), f32::from_bits($lds.ld32(o + 64))]
+            } else {
+                [0.0; 2]
+            };
             rep!(4, t, {
                 let o = ($j * MMQ_COLS + 16 * t + 8 * $half) * 4;
                 let (d0, d1) = ($lds.ld128(MMQ_XD + o), $lds.ld128(MMQ_XD + o + 16));
                 let dx = [d0[0], d0[1], d0[2], d0[3], d1[0], d1[1], d1[2], d1[3]];
-                rep!(8, v, {
-                    let i = (8 * t + v) as usize;
-                    $acc[i] = $acc[i] + ($q[i] as f32) * (ws * f32::from_bits(dx[v as usize]));
+                rep!(2, g, {
+                    rep!(8, v, {
+                        let i = (32 * g + 8 * t + v) as usize;
+                        $acc[i] = $acc[i] + ($q[i] as f32) * (ws[g as usize] * f32::from_bits(dx[v as usize]));
+                    });
                 });
                 if <$B>::MIN {
                     let (s0, s1) = ($lds.ld128(MMQ_XS + o), $lds.ld128(MMQ_XS + o + 16));
                     let sx = [s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]];
-                    rep!(8, v, {
-                        let i = (8 * t + v) as usize;
-                        $acc[i] = $acc[i] - wm * f32::from_bits(sx[v as usize]);
+                    rep!(2, g, {
+                        rep!(8, v, {
+                            let i = (32 * g + 8 * t + v) as usize;
+                            $acc[i] = $acc[i] - wm[g as usize] * f32::from_bits(sx[v as usize]);
+                        });
                     });
                 }
             });
         }
     }};
+}
+
+/// The dot4 variant of one 32-value block `j`: output by output (the same outputs and, per
+/// output, the same sequence of f32 operations as the WMMA path + `apply!`), so only one int
+/// dot is live at a time.
+///
+/// # Safety
+/// LDS staged for the chunk (read-only phase); `row + 16 < MMQ_ROWS`, `j < BLKS`.
+#[inline(always)]
+unsafe fn dot4_block<B: MmqBlock>(lds: Lds, row: u32, half: u32, j: u32, acc: &mut [f32; 64]) {
+    // SAFETY: caller contract; aligned offsets inside the staged regions.
+    unsafe {
+        let wq = |s: u32, g: u32| lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row + 16 * g) * 16);
+        let bw = [[wq(2 * j, 0), wq(2 * j, 1)], [wq(2 * j + 1, 0), wq(2 * j + 1, 1)]];
+        let wsl = |slot: u32, g: u32| f32::from_bits(lds.ld32(MMQ_WS + (slot * MMQ_ROWS + row + 16 * g) * 4));
+        let ws = if B::PER16 { [[wsl(2 * j, 0), wsl(2 * j, 1)], [wsl(2 * j + 1, 0), wsl(2 * j + 1, 1)]] } else { [[wsl(j, 0), wsl(j, 1)]; 2] };
+        let wm = if B::MIN {
+            let o = mmq_wm_offset(B::TY) + (j * MMQ_ROWS + row) * 4;
+            [f32::from_bits(lds.ld32(o)), f32::from_bits(lds.ld32(o + 64))]
+        } else {
+            [0.0; 2]
+        };
+        let dot = |a: [u32; 4], b: [u32; 4], c: i32| sdot4(a[3], b[3], sdot4(a[2], b[2], sdot4(a[1], b[1], sdot4(a[0], b[0], c))));
+        rep!(4, t, {
+            let o = (j * MMQ_COLS + 16 * t + 8 * half) * 4;
+            let (d0, d1) = (lds.ld128(MMQ_XD + o), lds.ld128(MMQ_XD + o + 16));
+            let dx = [d0[0], d0[1], d0[2], d0[3], d1[0], d1[1], d1[2], d1[3]];
+            let sx = if B::MIN {
+                let (s0, s1) = (lds.ld128(MMQ_XS + o), lds.ld128(MMQ_XS + o + 16));
+                [s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]]
+            } else {
+                [0; 8]
+            };
+            rep!(8, v, {
+                let col = 16 * t + 2 * v + half;
+                let a0 = lds.ld128(MMQ_XQ + ((2 * j) * MMQ_COLS + col) * 16);
+                let a1 = lds.ld128(MMQ_XQ + ((2 * j + 1) * MMQ_COLS + col) * 16);
+                let dxv = f32::from_bits(dx[v as usize]);
+                rep!(2, g, {
+                    let (i, gi) = ((32 * g + 8 * t + v) as usize, g as usize);
+                    if B::PER16 {
+                        let (q0, q1) = (dot(a0, bw[0][gi], 0), dot(a1, bw[1][gi], 0));
+                        acc[i] = acc[i] + (q0 as f32) * (ws[0][gi] * dxv);
+                        acc[i] = acc[i] + (q1 as f32) * (ws[1][gi] * dxv);
+                    } else {
+                        let q = dot(a1, bw[1][gi], dot(a0, bw[0][gi], 0));
+                        acc[i] = acc[i] + (q as f32) * (ws[0][gi] * dxv);
+                        if B::MIN {
+                            acc[i] = acc[i] - wm[gi] * f32::from_bits(sx[v as usize]);
+                        }
+                    }
+                });
+            });
+        });
+    }
 }
 
 /// The kernel body (arguments as `abi::MmqArgs`).
@@ -335,8 +412,9 @@ unsafe fn mmq<B: MmqBlock, const DOT4: bool>(w: *const u8, x: *const u8, y: *mut
     let row_bytes = k / B::TY.block_k() * B::TY.block_bytes();
     let lane = lane_id();
     let (me, half) = (lane & 15, lane >> 4);
-    let row = wave_id() * 16 + me;
-    let mut acc = [0f32; 32];
+    // Tile rows of this lane: `row` (group 0) and `row + 16` (group 1).
+    let row = wave_id() * 32 + me;
+    let mut acc = [0f32; 64];
     let mut kc = 0;
     while kc < k {
         let nbc = ((k - kc) / 32).min(BLKS);
@@ -349,38 +427,31 @@ unsafe fn mmq<B: MmqBlock, const DOT4: bool>(w: *const u8, x: *const u8, y: *mut
         }
         barrier();
         for j in 0..nbc {
-            let mut q = [0i32; 32];
+            if DOT4 {
+                // SAFETY: as below.
+                unsafe { dot4_block::<B>(lds, row, half, j, &mut acc) };
+                continue;
+            }
+            let mut q = [0i32; 64];
             rep!(2, h, {
                 let s = 2 * j + h;
                 // SAFETY: staged chunk, read-only until the next barrier; 16-byte aligned
                 // offsets inside WQ / XQ.
-                let b = unsafe { lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row) * 16) };
-                if DOT4 {
-                    rep!(4, t, {
-                        rep!(8, v, {
-                            // SAFETY: as above.
-                            let a = unsafe { lds.ld128(MMQ_XQ + (s * MMQ_COLS + 16 * t + 2 * v + half) * 16) };
-                            let i = (8 * t + v) as usize;
-                            let d = sdot4(a[0], b[0], q[i]);
-                            let d = sdot4(a[1], b[1], d);
-                            let d = sdot4(a[2], b[2], d);
-                            q[i] = sdot4(a[3], b[3], d);
-                        });
-                    });
-                } else {
-                    rep!(4, t, {
-                        // SAFETY: as above.
-                        let a = unsafe { lds.ld128(MMQ_XQ + (s * MMQ_COLS + 16 * t + me) * 16) };
-                        let i = (8 * t) as usize;
-                        let c = wmma_i32_i8(a, b, [q[i], q[i + 1], q[i + 2], q[i + 3], q[i + 4], q[i + 5], q[i + 6], q[i + 7]]);
+                let b = unsafe { [lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row) * 16), lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row + 16) * 16)] };
+                rep!(4, t, {
+                    // SAFETY: as above.
+                    let a = unsafe { lds.ld128(MMQ_XQ + (s * MMQ_COLS + 16 * t + me) * 16) };
+                    rep!(2, g, {
+                        let i = (32 * g + 8 * t) as usize;
+                        let c = wmma_i32_i8(a, b[g as usize], [q[i], q[i + 1], q[i + 2], q[i + 3], q[i + 4], q[i + 5], q[i + 6], q[i + 7]]);
                         rep!(8, v, {
                             q[i + v as usize] = c[v as usize];
                         });
                     });
-                }
+                });
                 if B::PER16 {
                     apply!(B, lds, row, half, j, s, q, acc);
-                    q = [0; 32];
+                    q = [0; 64];
                 }
             });
             if !B::PER16 {
@@ -389,19 +460,21 @@ unsafe fn mmq<B: MmqBlock, const DOT4: bool>(w: *const u8, x: *const u8, y: *mut
         }
         kc += MMQ_KC;
     }
-    let r = r0 + row;
-    if r < nrows {
-        rep!(4, t, {
-            rep!(8, v, {
-                let c = c0 + 16 * t + 2 * v + half;
-                if c < ncols {
-                    // SAFETY: `y` holds `ncols` columns of `y_stride >= nrows` f32 (ABI); each
-                    // output has one writer.
-                    unsafe { *y.add((c * y_stride + r) as usize) = acc[(8 * t + v) as usize] };
-                }
+    rep!(2, g, {
+        let r = r0 + row + 16 * g;
+        if r < nrows {
+            rep!(4, t, {
+                rep!(8, v, {
+                    let c = c0 + 16 * t + 2 * v + half;
+                    if c < ncols {
+                        // SAFETY: `y` holds `ncols` columns of `y_stride >= nrows` f32 (ABI);
+                        // each output has one writer.
+                        unsafe { *y.add((c * y_stride + r) as usize) = acc[(32 * g + 8 * t + v) as usize] };
+                    }
+                });
             });
-        });
-    }
+        }
+    });
 }
 
 macro_rules! define_mmq {
