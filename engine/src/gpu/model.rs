@@ -133,7 +133,7 @@ pub enum PrefillPath {
     Mmvq,
     /// Dequantize + GEMM whenever a chunk has more than one token.
     DequantGemm,
-    /// MMQ (`mmq_*`: int8 weights x Q8_1 activations, 128 x 64 tiles staged in LDS, WMMA or
+    /// MMQ (`mmq_*`: int8 weights x Q8_1 activations, 256 x 64 tiles staged in LDS, WMMA or
     /// dot4 by [`GpuOptions::mmq`]) for every matrix type with an MMQ kernel (Q8_0, Q4_K,
     /// Q6_K, IQ3_XXS) from [`GEMM_MIN_TOKENS`] tokens; other types (F32, F16) take the
     /// `Auto` rule. Reads each weight once per 64 tokens, no dequantized scratch copy, but

@@ -319,7 +319,7 @@ impl GpuOps {
 
     /// Prefill matmul: `y[c * y_stride + i] = W[i] · x[c]` for `ncols` Q8_1 activation columns
     /// (e.g. from [`GpuOps::quantize_q8_1`]) and `nrows` weight rows of `k` (a multiple of the
-    /// type's block size), for Q8_0, Q4_K, Q6_K and IQ3_XXS weights. Tiles of 128 rows x 64
+    /// type's block size), for Q8_0, Q4_K, Q6_K and IQ3_XXS weights. Tiles of 256 rows x 64
     /// columns staged in LDS; `variant` picks int8 WMMA or `v_dot4_i32_iu8`, which give
     /// bit-identical results (semantics and accumulation order: `abi::MmqArgs`).
     #[allow(clippy::too_many_arguments)]
