@@ -656,12 +656,12 @@ pub struct MmvqGluArgs {
 /// rows of `k` (a multiple of the type's block size).
 ///
 /// Tiling: a workgroup (8 waves) computes `MMQ_ROWS` (256) rows x `MMQ_COLS` (64) columns;
-/// grid = `ceil(nrows / 256) * ceil(ncols / 64)`, workgroup `g` = row tile `g % row_tiles`,
-/// column tile `g / row_tiles`. K is walked in chunks of `MMQ_KC` (128) values: the workgroup
+/// grid = `ceil(nrows / 256) * ceil(ncols / 64)`, workgroup `g` = column tile `g % col_tiles`,
+/// row tile `g / col_tiles` (the column tiles of one weight tile are dispatched together). K is walked in chunks of `MMQ_KC` (128) values: the workgroup
 /// stages the chunk of its 64 activation columns (quants, `d`, `s`) and of its 256 weight rows,
 /// decoded to signed int8 plus one f32 scale per 32 values (Q6_K: per 16) and, for Q4_K, the
 /// min `dmin * m` per 32 values, in LDS (`mmq_lds_bytes`); every global byte is read once per
-/// workgroup. Wave `w` then computes rows `32w..32w+32` for all 64 columns, on
+/// workgroup (a K-quant super-block's header / scale once per half). Wave `w` then computes rows `32w..32w+32` for all 64 columns, on
 /// `v_wmma_i32_16x16x16_iu8` tiles (`*_wmma`) or with `v_dot4_i32_iu8` (`*_dot4`).
 ///
 /// Accumulation order (both variants, bit-identical to each other): per 32-value block `b` of
@@ -689,7 +689,7 @@ pub struct MmqArgs {
 pub const MMQ_ROWS: u32 = 32 * WAVES_PER_WG;
 /// Activation columns per MMQ workgroup (4 WMMA tiles of 16 per wave).
 pub const MMQ_COLS: u32 = 64;
-/// Values of K staged per step (half a K-quant super-block, 4 Q8_0 blocks).
+/// Values of K staged per chunk (half a K-quant super-block, 4 Q8_0 blocks).
 pub const MMQ_KC: u32 = 128;
 /// LDS layout of an MMQ workgroup (byte offsets): int8 weights `[step of 16][row][16]`,
 /// activations `[step][column][16]`, activation `d` and `s` as f32 `[block of 32][column']`

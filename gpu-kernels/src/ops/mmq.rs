@@ -400,12 +400,14 @@ unsafe fn dot4_block<B: MmqBlock>(lds: Lds, row: u32, half: u32, j: u32, acc: &m
 /// `mmq_lds_bytes(B::TY)` bytes of dynamic LDS.
 #[inline(always)]
 unsafe fn mmq<B: MmqBlock, const DOT4: bool>(w: *const u8, x: *const u8, y: *mut f32, nrows: u32, ncols: u32, k: u32, y_stride: u32) {
-    let n_rt = nrows.div_ceil(MMQ_ROWS);
+    let n_ct = ncols.div_ceil(MMQ_COLS);
     let g = group_id();
-    if n_rt == 0 || g >= n_rt * ncols.div_ceil(MMQ_COLS) {
+    if n_ct == 0 || g >= n_ct * nrows.div_ceil(MMQ_ROWS) {
         return; // workgroup-uniform: no barrier is skipped by part of the group
     }
-    let (r0, c0) = ((g % n_rt) * MMQ_ROWS, (g / n_rt) * MMQ_COLS);
+    // Column tile fastest: the workgroups that read the same weight rows run side by side, so
+    // on a card all but the first read of a weight tile can hit L2.
+    let (r0, c0) = ((g / n_ct) * MMQ_ROWS, (g % n_ct) * MMQ_COLS);
     let lds = Lds::get();
     B::stage_tables(Lds::tables());
     let nb = k / 32;
