@@ -707,7 +707,7 @@ fn gpu_ops_mmq_all_types_wmma_dot4() {
                                 let dot: i32 = (0..32).map(|i| wb[2 + i] as i8 as i32 * xb[4 + i] as i8 as i32).sum();
                                 let dw = quant::f16_to_f32(u16::from_le_bytes([wb[0], wb[1]]));
                                 let dx = quant::f16_to_f32(u16::from_le_bytes([xb[0], xb[1]]));
-                                acc = acc + dot as f32 * (dw * dx);
+                                acc += dot as f32 * (dw * dx);
                             }
                             want[c * m + r] = acc;
                         }
