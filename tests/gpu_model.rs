@@ -233,6 +233,95 @@ fn gpu_model_prefill_paths_match_cpu() {
 }
 
 
+/// `PrefillPath::Mmq` on every weight type with an MMQ kernel (qwen3-shaped, 256-wide so the
+/// K-quants fit): a 41-token prompt in chunks of 32 (one MMQ chunk, then 9 tokens of MMVQ),
+/// then 16 greedy tokens. The WMMA and dot4 variants give bit-identical logits. Against the CPU
+/// backend (one token at a time, ordered attention) the prompt logits are within `tol`
+/// (as `gpu_model_prefill_paths_match_cpu` for Q8_0: the same Q8 integers; as the Q4_K parity
+/// case for K-quants, where the CPU quantizes activations to Q8_K and the GPU to Q8_1); the
+/// greedy tokens equal the CPU's for Q8_0 (all 16); for the K-quants they may part only at a
+/// near tie of the CPU's logits (top two within `tol`: these random models alternate between
+/// two close tokens, and Q8_K vs Q8_1 activations alone flip such ties). MMQ vs the same GPU
+/// model prefilled with MMVQ: prompt logits within `MMQ_VS_MMVQ_TOL` (the same int8 dots,
+/// scaled and added in another order).
+/// Relative logit difference between the MMQ and MMVQ prefills of one GPU model.
+const MMQ_VS_MMVQ_TOL: f64 = 3e-2;
+
+#[test]
+fn gpu_model_mmq_prefill_types_match_cpu() {
+    use strata::gpu::model::PrefillPath;
+    use strata::gpu::ops::MmqVariant;
+    let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
+    for (ty, tol) in [(GgmlType::Q8_0, 3e-2), (GgmlType::Q4K, 5e-2), (GgmlType::Q6K, 5e-2), (GgmlType::IQ3XXS, 5e-2)] {
+        let path = tmp(&format!("mmq-{ty:?}.gguf"));
+        TinyModel::random(cfg.clone(), 13).write_gguf(&path, ty);
+        let cpu = Model::load(&path).unwrap();
+        let nv = cpu.n_vocab;
+        let prompt: Vec<u32> = (0..41).map(|i| (i * 37 + 11) % nv as u32).collect();
+        let mut cs = cpu.new_session(KvType::F16, 96, 1);
+        cs.ordered_attention = true;
+        let mut want = Vec::new();
+        cpu.eval(&mut cs, &prompt, Logits::All, &mut want).unwrap();
+        let n_gen = 16;
+        let mut cpu_logits = vec![want[(prompt.len() - 1) * nv..].to_vec()];
+        let mut cpu_toks = vec![argmax(&cpu_logits[0])];
+        let mut cl = Vec::new();
+        for _ in 1..n_gen {
+            cpu.eval(&mut cs, &[*cpu_toks.last().unwrap()], Logits::Last, &mut cl).unwrap();
+            cpu_toks.push(argmax(&cl));
+            cpu_logits.push(cl.clone());
+        }
+        for (dev, api) in devices() {
+            let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
+                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let mut gs = gpu.new_session(KvType::F16, 96, 32).unwrap();
+                let mut got = Vec::new();
+                gpu.eval(&mut gs, &prompt, Logits::All, &mut got).unwrap();
+                let mut toks = vec![argmax(&got[(prompt.len() - 1) * nv..])];
+                let mut gl = Vec::new();
+                for _ in 1..n_gen {
+                    gpu.eval(&mut gs, &[*toks.last().unwrap()], Logits::Last, &mut gl).unwrap();
+                    toks.push(argmax(&gl));
+                }
+                (got, toks)
+            };
+            let (base, base_toks) = run(GpuOptions { prefill: PrefillPath::Mmvq, ..GpuOptions::default() });
+            let mut first: Option<Vec<f32>> = None;
+            for variant in [MmqVariant::Wmma, MmqVariant::Dot4] {
+                let (got, toks) = run(GpuOptions { prefill: PrefillPath::Mmq, mmq: variant, ..GpuOptions::default() });
+                let (e, em) = (rel_err(&got, &want), rel_err(&got, &base));
+                eprintln!("[{dev}] {ty:?} mmq {variant:?}: prompt logits rel err vs cpu {e:.2e} (tol {tol:.0e}), vs mmvq {em:.2e}");
+                assert!(e <= tol, "[{dev}] {ty:?} mmq {variant:?}: prompt logits rel err {e:.3e} > {tol}");
+                assert!(em <= MMQ_VS_MMVQ_TOL, "[{dev}] {ty:?} mmq {variant:?}: vs mmvq prefill {em:.3e} > {MMQ_VS_MMVQ_TOL}");
+                match &first {
+                    None => first = Some(got.clone()),
+                    Some(f) => assert!(
+                        f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "[{dev}] {ty:?}: dot4 and WMMA prefill logits differ"
+                    ),
+                }
+                let same = toks.iter().zip(&cpu_toks).take_while(|(a, b)| a == b).count();
+                let same_mmvq = base_toks.iter().zip(&cpu_toks).take_while(|(a, b)| a == b).count();
+                eprintln!("[{dev}] {ty:?} mmq {variant:?}: greedy {same}/{n_gen} tokens as the CPU (mmvq prefill: {same_mmvq})");
+                if ty == GgmlType::Q8_0 {
+                    assert_eq!(toks, cpu_toks, "[{dev}] {ty:?} mmq {variant:?}: greedy tokens differ from the CPU");
+                } else if same < n_gen {
+                    // A divergence is only allowed at a near tie of the CPU's logits: the top
+                    // two within the logit tolerance.
+                    let l = &cpu_logits[same];
+                    let scale = l.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
+                    let margin = (l[cpu_toks[same] as usize] - l[toks[same] as usize]) as f64;
+                    assert!(
+                        margin <= tol * scale,
+                        "[{dev}] {ty:?} mmq {variant:?}: greedy token {same} differs from the CPU with margin {margin:.3e} > {tol} x {scale:.3e}\n cpu {cpu_toks:?}\n gpu {toks:?}"
+                    );
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
 /// Speculative decoding on the device is lossless: greedy with `--spec` equals plain greedy.
 #[test]
 fn gpu_model_speculative_equals_greedy() {

@@ -681,50 +681,87 @@ fn gpu_ops_mmvq_glu_fused_equals_unfused() {
     }
 }
 
-/// MMQ (int8 WMMA) against a scalar CPU reference in its documented order (per 32-block the
-/// exact integer dot, `acc += dot as f32 * (d_w * d_x)`): bitwise; and against an f64 dot of
-/// the dequantized operands (tolerance as MMVQ).
+/// Relative tolerance of MMQ against the f64 dot of quant's dequantized weights and Q8_1
+/// activations, as a fraction of sum |w_i * a_i| (as MMVQ, tests/gpu_kernels.rs): exact int32
+/// block dots scaled and added in f32; Q4_K's min term uses the Q8_1 block sum `s` stored as
+/// f16 (2^-11 relative on that term).
+fn mmq_tolerance(ty: WType) -> f64 {
+    match ty {
+        WType::Q4K => 1e-4,
+        _ => 1e-6,
+    }
+}
+
+/// MMQ, both variants (int8 WMMA and dot4), every weight type, ragged shapes (rows and
+/// columns that are not multiples of the 256 x 64 tile or of 16, two row and two column tiles,
+/// K with a partial 128-chunk for Q8_0): WMMA and dot4 bit-identical; Q8_0 bitwise against a scalar CPU reference in the
+/// documented order (per 32-block the exact integer dot, `acc = acc + dot as f32 * (d_w * d_x)`);
+/// every type within `mmq_tolerance` of the f64 dot of quant's dequantized operands.
 #[test]
-fn gpu_ops_mmq_q8_0_wmma_bitwise() {
+fn gpu_ops_mmq_all_types_wmma_dot4() {
+    use strata::gpu::ops::MmqVariant;
     let mut rng = Rng::new(16);
     for (name, ops) in devices() {
-        for (m, n, k) in [(16usize, 16usize, 32usize), (200, 37, 256), (5, 3, 96), (130, 64, 1024)] {
-            let w = random_blocks(WType::Q8_0, m * k / 32, &mut rng);
-            let x = rand_f32(&mut rng, n * k, 1.0);
-            let mut xq = vec![0u8; n * k / 32 * 36];
-            quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
-            let nb = k / 32;
-            let mut want = vec![0f32; n * m];
-            for c in 0..n {
-                for r in 0..m {
-                    let mut acc = 0f32;
-                    for b in 0..nb {
-                        let wb = &w[(r * nb + b) * 34..(r * nb + b + 1) * 34];
-                        let xb = &xq[(c * nb + b) * 36..(c * nb + b + 1) * 36];
-                        let dot: i32 = (0..32).map(|i| wb[2 + i] as i8 as i32 * xb[4 + i] as i8 as i32).sum();
-                        let dw = quant::f16_to_f32(u16::from_le_bytes([wb[0], wb[1]]));
-                        let dx = quant::f16_to_f32(u16::from_le_bytes([xb[0], xb[1]]));
-                        acc += dot as f32 * (dw * dx);
+        for ty in WType::ALL {
+            let shapes: &[(usize, usize, usize)] = if ty == WType::Q8_0 {
+                &[(16, 16, 32), (200, 37, 256), (5, 3, 96), (130, 70, 1056), (300, 65, 160)]
+            } else {
+                &[(5, 3, 256), (200, 37, 512), (130, 70, 256), (300, 65, 512)]
+            };
+            for &(m, n, k) in shapes {
+                let (bk, bb) = (ty.block_k() as usize, ty.block_bytes() as usize);
+                let w = random_blocks(ty, m * k / bk, &mut rng);
+                let x = rand_f32(&mut rng, n * k, 1.0);
+                let mut xq = vec![0u8; n * k / 32 * 36];
+                quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+                let nb = k / 32;
+                let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
+                let mut outs = Vec::new();
+                for variant in [MmqVariant::Wmma, MmqVariant::Dot4] {
+                    let y = zeros(&ops, n * m * 4);
+                    ops.mmq(&S, ty, variant, wb.ptr, xb.ptr, y.ptr, m as u32, n as u32, k as u32, m as u32).unwrap();
+                    outs.push(y.f32s());
+                }
+                let what = format!("mmq {ty:?} {m}x{n}x{k}");
+                assert_bits(name, &format!("{what} dot4 vs wmma"), &outs[1], &outs[0]);
+                let got = &outs[0];
+                if ty == WType::Q8_0 {
+                    let mut want = vec![0f32; n * m];
+                    for c in 0..n {
+                        for r in 0..m {
+                            let mut acc = 0f32;
+                            for b in 0..nb {
+                                let wb = &w[(r * nb + b) * 34..(r * nb + b + 1) * 34];
+                                let xb = &xq[(c * nb + b) * 36..(c * nb + b + 1) * 36];
+                                let dot: i32 = (0..32).map(|i| wb[2 + i] as i8 as i32 * xb[4 + i] as i8 as i32).sum();
+                                let dw = quant::f16_to_f32(u16::from_le_bytes([wb[0], wb[1]]));
+                                let dx = quant::f16_to_f32(u16::from_le_bytes([xb[0], xb[1]]));
+                                acc += dot as f32 * (dw * dx);
+                            }
+                            want[c * m + r] = acc;
+                        }
                     }
-                    want[c * m + r] = acc;
+                    assert_bits(name, &format!("{what} vs scalar order"), got, &want);
                 }
-            }
-            let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
-            let y = zeros(&ops, n * m * 4);
-            ops.mmq(&S, WType::Q8_0, wb.ptr, xb.ptr, y.ptr, m as u32, n as u32, k as u32, m as u32).unwrap();
-            let got = y.f32s();
-            assert_bits(name, &format!("mmq q8_0 {m}x{n}x{k}"), &got, &want);
-            let mut a = vec![0f32; k];
-            let mut wr = vec![0f32; k];
-            for c in 0..n {
-                quant::dequantize_row(GgmlType::Q8_1, &xq[c * nb * 36..(c + 1) * nb * 36], &mut a).unwrap();
+                let row_bytes = k / bk * bb;
+                let mut a = vec![0f32; k];
+                let mut wr = vec![0f32; k];
+                let mut worst = 0f64;
                 for r in 0..m {
-                    quant::dequantize_row(GgmlType::Q8_0, &w[r * nb * 34..(r + 1) * nb * 34], &mut wr).unwrap();
-                    let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, mg), (&p, &q)| (d + p as f64 * q as f64, mg + (p as f64 * q as f64).abs()));
-                    assert!((got[c * m + r] as f64 - dot).abs() <= 1e-6 * mag + 1e-30, "{name} mmq vs f64 dot");
+                    quant::dequantize_row(ggml(ty), &w[r * row_bytes..(r + 1) * row_bytes], &mut wr).unwrap();
+                    for c in 0..n {
+                        quant::dequantize_row(GgmlType::Q8_1, &xq[c * nb * 36..(c + 1) * nb * 36], &mut a).unwrap();
+                        let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, mg), (&p, &q)| (d + p as f64 * q as f64, mg + (p as f64 * q as f64).abs()));
+                        let g = got[c * m + r] as f64;
+                        let err = (g - dot).abs() / (mag + 1e-30);
+                        worst = worst.max(err);
+                        assert!(g.is_finite() && err <= mmq_tolerance(ty), "{name} {what} row {r} col {c}: gpu {g} ref {dot} (rel err {err:.2e})");
+                    }
                 }
+                eprintln!("{name} {what}: worst rel err {worst:.2e} (tolerance {:.0e})", mmq_tolerance(ty));
             }
         }
-        assert!(ops.mmq(&S, WType::Q4K, 0, 0, 0, 16, 16, 256, 16).is_err());
+        assert!(ops.mmq(&S, WType::Q4K, MmqVariant::Wmma, 0, 0, 0, 16, 16, 96, 16).is_err(), "k not a multiple of 256");
+        assert!(ops.mmq(&S, WType::Q8_0, MmqVariant::Dot4, 0, 0, 0, 16, 16, 64, 8).is_err(), "y_stride < nrows");
     }
 }

@@ -3,6 +3,7 @@
 //! global bytes moved against the ideal (each weight, activation and output byte once),
 //! registers, LDS, and the waves per SIMD those allow.
 use super::abi::{self, WType};
+use super::ops::MmqVariant;
 use super::emu_kernels::{ActQuant, EmuKernels};
 use emulator::{KernelInfo, LaunchStats};
 use std::fmt::Write;
@@ -557,24 +558,51 @@ pub fn bench_ops(quick: bool) -> String {
             }
         }
     }
-    // MMQ prefill: Q8_0 weights x 64 Q8_1 token columns.
+    // MMQ prefill: every type and variant, weights x 64 Q8_1 token columns (one column tile).
     let ntok = 64usize;
+    let xs: Vec<f32> = (0..ntok * kk).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let mut xq = vec![0u8; ntok * kk / 32 * 36];
+    if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
+        for ty in WType::ALL {
+            let w = random_blocks(ty, nr * kk / ty.block_k() as usize, &mut Rng::new(23));
+            let (wp, xp, yp) = (alloc(&w), alloc(&xq), alloc(&vec![0u8; ntok * nr * 4]));
+            for variant in [MmqVariant::Wmma, MmqVariant::Dot4] {
+                let name = abi::mmq_kernel(ty, variant == MmqVariant::Dot4).unwrap_or("mmq");
+                let _ = api.take_stats();
+                let r = ops.mmq(&s, ty, variant, wp, xp, yp, nr as u32, ntok as u32, kk as u32, nr as u32);
+                let st = api.take_stats().unwrap_or_default();
+                match r {
+                    Ok(()) => {
+                        let info = ops.kernel(name).map(|k| k.info.clone());
+                        let ideal = (w.len() + xq.len() + ntok * nr * 4) as u64;
+                        row(&mut out, name, &format!("{nr}x{kk}x{ntok}"), &st, info.as_ref(), abi::mmq_lds_bytes(ty), ideal, (nr * kk * ntok) as u64);
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "{name}: {e}");
+                    }
+                }
+            }
+        }
+    }
+    // A prompt-sized chunk: 512 tokens = 8 column tiles, each reading the weights again.
+    let ntok = if quick { 128usize } else { 512 };
     let xs: Vec<f32> = (0..ntok * kk).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     let mut xq = vec![0u8; ntok * kk / 32 * 36];
     if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
         let w = random_blocks(WType::Q8_0, nr * kk / 32, &mut Rng::new(23));
         let (wp, xp, yp) = (alloc(&w), alloc(&xq), alloc(&vec![0u8; ntok * nr * 4]));
+        let name = abi::mmq_kernel(WType::Q8_0, false).unwrap_or("mmq");
         let _ = api.take_stats();
-        let r = ops.mmq(&s, WType::Q8_0, wp, xp, yp, nr as u32, ntok as u32, kk as u32, nr as u32);
+        let r = ops.mmq(&s, WType::Q8_0, MmqVariant::Wmma, wp, xp, yp, nr as u32, ntok as u32, kk as u32, nr as u32);
         let st = api.take_stats().unwrap_or_default();
         match r {
             Ok(()) => {
-                let info = ops.kernel(abi::MMQ_Q8_0).map(|k| k.info.clone());
+                let info = ops.kernel(name).map(|k| k.info.clone());
                 let ideal = (w.len() + xq.len() + ntok * nr * 4) as u64;
-                row(&mut out, abi::MMQ_Q8_0, &format!("{nr}x{kk}x{ntok}"), &st, info.as_ref(), 0, ideal, (nr * kk * ntok) as u64);
+                row(&mut out, name, &format!("{nr}x{kk}x{ntok}"), &st, info.as_ref(), abi::mmq_lds_bytes(WType::Q8_0), ideal, (nr * kk * ntok) as u64);
             }
             Err(e) => {
-                let _ = writeln!(out, "{}: {e}", abi::MMQ_Q8_0);
+                let _ = writeln!(out, "{name}: {e}");
             }
         }
     }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::abi::{MAX_COLS, WType};
 use super::device::{DType, DevicePtr, Gemm, GpuApi, GpuError, Stream, Transpose};
-use super::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
+use super::ops::{AttnMode, GluAct, GpuOps, KvFormat, MmqVariant, RowType};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
 use crate::model::forward::{Logits, ggml_exact};
@@ -128,6 +128,8 @@ pub struct GpuOptions {
     /// host-readback expert path. With the CPU backend's ordered mode (`Session::ordered`)
     /// whole layers and logits are bit-identical. Much slower (docs/amd-hip-performance.md).
     pub ordered: bool,
+    /// Inner product of the MMQ prefill path (`STRATA_GPU_MMQ=wmma|dot4`; bit-identical).
+    pub mmq: MmqVariant,
 }
 
 /// Prefill path for quantized projections (`STRATA_GPU_PREFILL`).
@@ -148,20 +150,23 @@ pub enum PrefillPath {
     Mmvq,
     /// Dequantize + GEMM whenever a chunk has more than one token.
     DequantGemm,
-    /// MMQ (int8 WMMA tiles, `mmq_q8_0`) for Q8_0 matrices from [`GEMM_MIN_TOKENS`] tokens,
-    /// dequantize + GEMM for the other types. Not the default: without LDS tiling the kernel
-    /// moves ~15x the ideal bytes (docs/kernels.md).
+    /// MMQ (`mmq_*`: int8 weights x Q8_1 activations, 256 x 64 tiles staged in LDS, WMMA or
+    /// dot4 by [`GpuOptions::mmq`]) for every matrix type with an MMQ kernel (Q8_0, Q4_K,
+    /// Q6_K, IQ3_XXS) from [`GEMM_MIN_TOKENS`] tokens; other types (F32, F16) take the
+    /// `Auto` rule. Reads each weight once per 64 tokens, no dequantized scratch copy, but
+    /// exact int8 dots of Q8_1-rounded activations (not the f16 GEMM's numerics).
     Mmq,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma }
     }
 }
 
 impl GpuOptions {
-    /// `STRATA_GPU_ATTN=ordered|fast` overrides the default attention mode.
+    /// Environment overrides: `STRATA_GPU_ATTN=ordered|fast`, `STRATA_GPU_PREFILL=auto|mmvq|gemm|mmq`,
+    /// `STRATA_GPU_MMQ=wmma|dot4`, `STRATA_GPU_FUSED_GLU=on|off`, `STRATA_GPU_GRAPHS=on|off`.
     pub fn from_env() -> std::result::Result<GpuOptions, String> {
         let mut o = GpuOptions::default();
         if let Ok(v) = std::env::var("STRATA_GPU_ATTN") {
@@ -178,6 +183,13 @@ impl GpuOptions {
                 "gemm" | "dequant-gemm" => PrefillPath::DequantGemm,
                 "mmq" => PrefillPath::Mmq,
                 other => return Err(format!("STRATA_GPU_PREFILL={other:?}: expected auto, mmvq, gemm or mmq")),
+            };
+        }
+        if let Ok(v) = std::env::var("STRATA_GPU_MMQ") {
+            o.mmq = match v.to_ascii_lowercase().as_str() {
+                "wmma" => MmqVariant::Wmma,
+                "dot4" => MmqVariant::Dot4,
+                other => return Err(format!("STRATA_GPU_MMQ={other:?}: expected wmma or dot4")),
             };
         }
         if let Ok(v) = std::env::var("STRATA_GPU_FUSED_GLU") {
@@ -670,8 +682,9 @@ impl GpuModel {
             PrefillPath::Mmvq => false,
             PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
             PrefillPath::DequantGemm => n > 1,
-            PrefillPath::Mmq if ty == WType::Q8_0 && n >= GEMM_MIN_TOKENS => {
-                return self.ops.mmq(s, ty, w.expert(e), xq, y, w.rows as u32, n as u32, w.cols as u32, w.rows as u32);
+            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => {
+                let (rows, cols) = (w.rows as u32, w.cols as u32);
+                return self.ops.mmq(s, ty, self.opts.mmq, w.expert(e), xq, y, rows, n as u32, cols, rows);
             }
             PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
         };

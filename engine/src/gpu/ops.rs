@@ -38,6 +38,15 @@ pub enum AttnMode {
     Fast,
 }
 
+/// Inner product of [`GpuOps::mmq`] (`STRATA_GPU_MMQ=wmma|dot4`): int8 WMMA tiles
+/// (`v_wmma_i32_16x16x16_iu8`) or `v_dot4_i32_iu8`. Bit-identical results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MmqVariant {
+    #[default]
+    Wmma,
+    Dot4,
+}
+
 /// KV cache format; layouts equal to engine/src/kv_cache.rs: rows `[cell][n_head_kv][head_dim]`
 /// of f16, or of i8 with f32 scales `[cell][n_head_kv]` in a separate buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,7 +139,9 @@ impl GpuOps {
         for &(ty, _, name) in abi::MMVQ_GLU_KERNELS {
             add(name, abi::MmvqGluArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
         }
-        add(abi::MMQ_Q8_0, abi::MmqArgs::SIZE, wg, 0, false)?;
+        for &(ty, _, name) in abi::MMQ_KERNELS {
+            add(name, abi::MmqArgs::SIZE, wg, abi::mmq_lds_bytes(ty), false)?;
+        }
         for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
         }
@@ -315,20 +326,34 @@ impl GpuOps {
         Ok(())
     }
 
-    /// Prefill matmul on int8 WMMA tiles: `y[c * y_stride + i] = W[i] · x[c]` for `ncols`
-    /// Q8_1 activation columns (e.g. from [`GpuOps::quantize_q8_1`]) and `nrows` weight rows of
-    /// `k`. Only Q8_0 weights so far (semantics and order: `abi::MmqArgs`).
+    /// Prefill matmul: `y[c * y_stride + i] = W[i] · x[c]` for `ncols` Q8_1 activation columns
+    /// (e.g. from [`GpuOps::quantize_q8_1`]) and `nrows` weight rows of `k` (a multiple of the
+    /// type's block size), for Q8_0, Q4_K, Q6_K and IQ3_XXS weights. Tiles of 256 rows x 64
+    /// columns staged in LDS; `variant` picks int8 WMMA or `v_dot4_i32_iu8`, which give
+    /// bit-identical results (semantics and accumulation order: `abi::MmqArgs`).
     #[allow(clippy::too_many_arguments)]
-    pub fn mmq(&self, s: &Stream, ty: WType, w: DevicePtr, x_q8_1: DevicePtr, y: DevicePtr, nrows: u32, ncols: u32, k: u32, y_stride: u32) -> Result<()> {
-        let name = abi::MMQ_Q8_0;
-        if ty != WType::Q8_0 {
-            return Err(bad(name, format!("MMQ supports Q8_0 weights only (got {ty:?}); use dequant + GEMM or mmvq")));
+    pub fn mmq(
+        &self,
+        s: &Stream,
+        ty: WType,
+        variant: MmqVariant,
+        w: DevicePtr,
+        x_q8_1: DevicePtr,
+        y: DevicePtr,
+        nrows: u32,
+        ncols: u32,
+        k: u32,
+        y_stride: u32,
+    ) -> Result<()> {
+        let name = abi::mmq_kernel(ty, variant == MmqVariant::Dot4).ok_or_else(|| bad("mmq", format!("no MMQ kernel for {ty:?}")))?;
+        let bk = ty.block_k();
+        if k == 0 || !k.is_multiple_of(bk) || nrows == 0 || ncols == 0 || y_stride < nrows {
+            return Err(bad(name, format!("k {k} (positive multiple of {bk}), nrows {nrows}, ncols {ncols} (both > 0), y_stride {y_stride} (>= nrows)")));
         }
-        if k == 0 || !k.is_multiple_of(32) || nrows == 0 || ncols == 0 || y_stride < nrows {
-            return Err(bad(name, format!("k {k} (multiple of 32), nrows {nrows}, ncols {ncols}, y_stride {y_stride} (>= nrows)")));
-        }
-        let g = groups(nrows.div_ceil(16 * abi::WAVES_PER_WG) as u64 * ncols.div_ceil(16) as u64, 1, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MmqArgs { w, x: x_q8_1, y, nrows, ncols, k, y_stride }.to_bytes())
+        let tiles = nrows.div_ceil(abi::MMQ_ROWS) as u64 * ncols.div_ceil(abi::MMQ_COLS) as u64;
+        let g = groups(tiles, 1, name)?;
+        let args = abi::MmqArgs { w, x: x_q8_1, y, nrows, ncols, k, y_stride };
+        self.launch(s, name, g, abi::WG_SIZE, abi::mmq_lds_bytes(ty), &args.to_bytes())
     }
 
     // ------------------------------------------------------------------ forward-pass ops
