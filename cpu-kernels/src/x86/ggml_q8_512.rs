@@ -61,6 +61,35 @@ fn hsum_half(v: &[f32; 16], h: usize) -> f32 {
     (r[0] + r[2]) + (r[1] + r[3])
 }
 
+/// One block `ib` of a tile: its decoded row pairs (`wv`, `wd`) times `C` columns from `c0`,
+/// added to the accumulators. Every (row pair, column) gets one `vpdpbusd`, one `d_w·d_a`
+/// multiply and one FMA, whatever the caller's loop order.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn block_columns<const P: usize, const C: usize>(wv: &[__m512i; P], wd: &[__m512; P], a: &Acts, k: usize, ib: usize, c0: usize, acc: &mut [[__m512; C]; P]) {
+    let nb = k / 32;
+    for c in 0..C {
+        let col = c0 + c;
+        let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(a.perm.as_ptr().add(col * k + ib * 32).cast()));
+        let da = _mm512_set1_ps(*a.d.as_ptr().add(col * nb + ib));
+        let corr = _mm512_broadcast_i64x4(_mm256_loadu_si256(a.lcorr.as_ptr().add((col * nb + ib) * 8).cast()));
+        for p in 0..P {
+            let s = _mm512_dpbusd_epi32(corr, wv[p], av);
+            let d = _mm512_mul_ps(wd[p], da);
+            acc[p][c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p][c]);
+        }
+    }
+}
+
+/// Where a tile's weights come from.
+#[derive(Clone, Copy)]
+enum Weights {
+    /// Decoded block by block inside the tile (few columns: decode, the output head).
+    Stored,
+    /// Decoded once per row tile by [`decode_rows`]: `2 * nb` quant and scale vectors.
+    Decoded(*const __m512i, *const __m512),
+}
+
 /// One tile: `P` row pairs (`rows[2p]`, `rows[2p+1]`; duplicates allowed for padding) x `C`
 /// columns starting at `c0`. Returns the accumulators.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -71,75 +100,38 @@ unsafe fn tile<const Q5: bool, const P: usize, const C: usize, const PF: bool>(
     a: &Acts,
     rows: [usize; ROWS_PER_TILE],
     c0: usize,
+    src: Weights,
 ) -> [[__m512; C]; P] {
     let k = w.cols;
     let nb = k / 32;
     let bs = if Q5 { 22 } else { 34 };
-    let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); C]; P];
     let base = w.data.as_ptr();
-    let mut rp = [base; ROWS_PER_TILE];
-    for (i, &r) in rows.iter().enumerate().take(2 * P) {
-        rp[i] = base.add(r * rb);
-    }
-    let act = a.perm.as_ptr();
-    let ad = a.d.as_ptr();
-    let lc = a.lcorr.as_ptr();
+    let rp: [*const u8; ROWS_PER_TILE] = core::array::from_fn(|i| base.add(rows[i] * rb));
     for ib in 0..nb {
-        let mut wv = [zero; P];
-        let mut wd = [_mm512_setzero_ps(); P];
-        for p in 0..P {
-            let (b0, b1) = (rp[2 * p].add(ib * bs), rp[2 * p + 1].add(ib * bs));
-            if PF {
-                // Weights stream from DRAM for big matrices (the output head): fetch the
-                // tile after the next one while this one computes.
-                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PF_DIST * rb).cast());
-                _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PF_DIST * rb).cast());
+        let (wv, wd): ([__m512i; P], [__m512; P]) = match src {
+            Weights::Decoded(dq, ds) => (
+                core::array::from_fn(|p| _mm512_load_si512(dq.add(2 * ib + p).cast())),
+                core::array::from_fn(|p| _mm512_load_ps(ds.add(2 * ib + p).cast())),
+            ),
+            Weights::Stored => {
+                let pair = |p: usize| (rp[2 * p].add(ib * bs), rp[2 * p + 1].add(ib * bs));
+                if PF {
+                    // Weights stream from DRAM for big matrices (the output head): fetch the
+                    // tile after the next one while this one computes.
+                    for p in 0..P {
+                        let (b0, b1) = pair(p);
+                        _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PF_DIST * rb).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PF_DIST * rb).cast());
+                    }
+                }
+                (
+                    core::array::from_fn(|p| quants2::<Q5>(pair(p).0, pair(p).1)),
+                    core::array::from_fn(|p| scales2(pair(p).0, pair(p).1)),
+                )
             }
-            let v = quants2::<Q5>(b0, b1);
-            wv[p] = v;
-            wd[p] = scales2(b0, b1);
-        }
-        for c in 0..C {
-            let col = c0 + c;
-            let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(act.add(col * k + ib * 32).cast()));
-            let da = _mm512_set1_ps(*ad.add(col * nb + ib));
-            let corr = _mm512_broadcast_i64x4(_mm256_loadu_si256(lc.add((col * nb + ib) * 8).cast()));
-            for p in 0..P {
-                let s = _mm512_dpbusd_epi32(corr, wv[p], av);
-                let d = _mm512_mul_ps(wd[p], da);
-                acc[p][c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p][c]);
-            }
-        }
-    }
-    acc
-}
-
-/// [`tile`] over weights decoded beforehand by [`decode_rows`] (`dq`/`ds`: per block two row
-/// pairs of quants and scales), so a row tile is decoded once for all its column tiles
-/// instead of once per 8 columns. Same operations per accumulator.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn tile_pre<const P: usize, const C: usize>(k: usize, dq: *const __m512i, ds: *const __m512, a: &Acts, c0: usize) -> [[__m512; C]; P] {
-    let nb = k / 32;
-    let mut acc = [[_mm512_setzero_ps(); C]; P];
-    let act = a.perm.as_ptr();
-    let ad = a.d.as_ptr();
-    let lc = a.lcorr.as_ptr();
-    for ib in 0..nb {
-        let wv: [__m512i; P] = core::array::from_fn(|p| _mm512_load_si512(dq.add(2 * ib + p).cast()));
-        let wd: [__m512; P] = core::array::from_fn(|p| _mm512_load_ps(ds.add(2 * ib + p).cast()));
-        for c in 0..C {
-            let col = c0 + c;
-            let av = _mm512_broadcast_i64x4(_mm256_loadu_si256(act.add(col * k + ib * 32).cast()));
-            let da = _mm512_set1_ps(*ad.add(col * nb + ib));
-            let corr = _mm512_broadcast_i64x4(_mm256_loadu_si256(lc.add((col * nb + ib) * 8).cast()));
-            for p in 0..P {
-                let s = _mm512_dpbusd_epi32(corr, wv[p], av);
-                let d = _mm512_mul_ps(wd[p], da);
-                acc[p][c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p][c]);
-            }
-        }
+        };
+        block_columns(&wv, &wd, a, k, ib, c0, &mut acc);
     }
     acc
 }
@@ -160,33 +152,19 @@ unsafe fn decode_rows<const Q5: bool>(w: &QTensor, rb: usize, rows: [usize; ROWS
     }
 }
 
-/// Stores the tile's sums (see [`hsum_half`]) for its first `n_rows` rows.
-#[inline]
-unsafe fn store_tile<const P: usize, const C: usize>(acc: &[[__m512; C]; P], rows: [usize; ROWS_PER_TILE], n_rows: usize, c0: usize, y: *mut f32, ldy: usize) {
-    let mut lanes = [0f32; 16];
-    for p in 0..P {
-        for c in 0..C {
-            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[p][c]);
-            for h in 0..2 {
-                let i = 2 * p + h;
-                if i < n_rows {
-                    *y.add((c0 + c) * ldy + rows[i]) = hsum_half(&lanes, h);
-                }
-            }
-        }
-    }
-}
-
 thread_local! {
     /// Decoded weights of one row tile (grows to the largest K seen).
     static DECODED: core::cell::RefCell<(Vec<__m512i>, Vec<__m512>)> = const { core::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Batches of at least this many columns decode each row tile once ([`tile_pre`]).
+/// Batches of at least this many columns decode each row tile once per column block instead
+/// of once per 8-column tile (the decode is ~1/4 of the work per block otherwise).
 const PREDECODE_MIN_COLS: usize = 16;
 
+/// Runs one tile and stores its sums ([`hsum_half`]) for the first `n_rows` rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
+#[allow(clippy::too_many_arguments)]
 unsafe fn run_tile<const Q5: bool, const P: usize, const C: usize>(
     w: &QTensor,
     rb: usize,
@@ -194,104 +172,77 @@ unsafe fn run_tile<const Q5: bool, const P: usize, const C: usize>(
     rows: [usize; ROWS_PER_TILE],
     n_rows: usize,
     c0: usize,
+    src: Weights,
     y: *mut f32,
 ) {
-    let acc = if pf_on() && C == 1 && w.rows * rb > 0 { tile::<Q5, P, C, true>(w, rb, a, rows, c0) } else { tile::<Q5, P, C, false>(w, rb, a, rows, c0) };
-    store_tile(&acc, rows, n_rows, c0, y, w.rows);
+    let prefetch = matches!(src, Weights::Stored) && pf_on() && C == 1;
+    let acc = if prefetch { tile::<Q5, P, C, true>(w, rb, a, rows, c0, src) } else { tile::<Q5, P, C, false>(w, rb, a, rows, c0, src) };
+    let mut lanes = [0f32; 16];
+    for p in 0..P {
+        for c in 0..C {
+            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[p][c]);
+            for h in 0..2 {
+                let i = 2 * p + h;
+                if i < n_rows {
+                    *y.add((c0 + c) * w.rows + rows[i]) = hsum_half(&lanes, h);
+                }
+            }
+        }
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn rows_impl<const Q5: bool>(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
-    if a.n >= PREDECODE_MIN_COLS {
-        return DECODED.with(|cell| {
-            let (dq, ds) = &mut *cell.borrow_mut();
-            rows_predecoded::<Q5>(w, rb, a, r0, r1, y, dq, ds)
-        });
-    }
-    // Columns in blocks whose activations stay in L2 while the row tiles sweep over them.
-    let cb = super::col_block(w.cols, 1).max(COLS_PER_TILE);
-    let mut cs = 0;
-    while cs < a.n {
-        let ce = (cs + cb).min(a.n);
-        let mut r = r0;
-        while r < r1 {
-            let m = (r1 - r).min(ROWS_PER_TILE);
-            // Pad with the last row (its duplicate results are not stored).
-            let rows: [usize; ROWS_PER_TILE] = core::array::from_fn(|i| r + i.min(m - 1));
-            let mut c = cs;
-            while c < ce {
-                let nc = if ce - c >= 8 { 8 } else { (ce - c).min(4) };
-                macro_rules! go {
-                    ($p:literal) => {
-                        match nc {
-                            8 => run_tile::<Q5, $p, 8>(w, rb, a, rows, m, c, y),
-                            4 => run_tile::<Q5, $p, 4>(w, rb, a, rows, m, c, y),
-                            3 => run_tile::<Q5, $p, 3>(w, rb, a, rows, m, c, y),
-                            2 => run_tile::<Q5, $p, 2>(w, rb, a, rows, m, c, y),
-                            _ => run_tile::<Q5, $p, 1>(w, rb, a, rows, m, c, y),
-                        }
-                    };
-                }
-                if m > 2 {
-                    go!(2)
-                } else {
-                    go!(1)
-                }
-                c += nc;
-            }
-            r += m;
+    let predecode = a.n >= PREDECODE_MIN_COLS;
+    let nb = w.cols / 32;
+    DECODED.with(|cell| {
+        let (dq, ds) = &mut *cell.borrow_mut();
+        if predecode && dq.len() < 2 * nb {
+            dq.resize(2 * nb, _mm512_setzero_si512());
+            ds.resize(2 * nb, _mm512_setzero_ps());
         }
-        cs = ce;
-    }
-}
-
-/// [`rows_impl`] for batches: each row tile is decoded once, then swept over all columns.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_predecoded<const Q5: bool>(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32, dq: &mut Vec<__m512i>, ds: &mut Vec<__m512>) {
-    let (k, nb) = (w.cols, w.cols / 32);
-    if dq.len() < 2 * nb {
-        dq.resize(2 * nb, _mm512_setzero_si512());
-        ds.resize(2 * nb, _mm512_setzero_ps());
-    }
-    // Columns in blocks whose activations stay in L2 while the row tiles sweep over them;
-    // a row tile is decoded once per column block.
-    let cb = super::col_block(w.cols, 1).max(COLS_PER_TILE);
-    let mut cs = 0;
-    while cs < a.n {
-        let ce = (cs + cb).min(a.n);
-        let mut r = r0;
-        while r < r1 {
-            let m = (r1 - r).min(ROWS_PER_TILE);
-            // Pad with the last row (its duplicate results are not stored).
-            let rows: [usize; ROWS_PER_TILE] = core::array::from_fn(|i| r + i.min(m - 1));
-            decode_rows::<Q5>(w, rb, rows, dq, ds);
-            let (dqp, dsp) = (dq.as_ptr(), ds.as_ptr());
-            let mut c = cs;
-            while c < ce {
-                let nc = if ce - c >= 8 { 8 } else { (ce - c).min(4) };
-                macro_rules! go {
-                    ($p:literal) => {
-                        match nc {
-                            8 => store_tile(&tile_pre::<$p, 8>(k, dqp, dsp, a, c), rows, m, c, y, w.rows),
-                            4 => store_tile(&tile_pre::<$p, 4>(k, dqp, dsp, a, c), rows, m, c, y, w.rows),
-                            3 => store_tile(&tile_pre::<$p, 3>(k, dqp, dsp, a, c), rows, m, c, y, w.rows),
-                            2 => store_tile(&tile_pre::<$p, 2>(k, dqp, dsp, a, c), rows, m, c, y, w.rows),
-                            _ => store_tile(&tile_pre::<$p, 1>(k, dqp, dsp, a, c), rows, m, c, y, w.rows),
-                        }
-                    };
-                }
-                if m > 2 {
-                    go!(2)
+        // Columns in blocks whose activations stay in L2 while the row tiles sweep over them.
+        let cb = super::col_block(w.cols, 1).max(COLS_PER_TILE);
+        let mut cs = 0;
+        while cs < a.n {
+            let ce = (cs + cb).min(a.n);
+            let mut r = r0;
+            while r < r1 {
+                let m = (r1 - r).min(ROWS_PER_TILE);
+                // Pad with the last row (its duplicate results are not stored).
+                let rows: [usize; ROWS_PER_TILE] = core::array::from_fn(|i| r + i.min(m - 1));
+                let src = if predecode {
+                    decode_rows::<Q5>(w, rb, rows, dq, ds);
+                    Weights::Decoded(dq.as_ptr(), ds.as_ptr())
                 } else {
-                    go!(1)
+                    Weights::Stored
+                };
+                let mut c = cs;
+                while c < ce {
+                    let nc = if ce - c >= 8 { 8 } else { (ce - c).min(4) };
+                    macro_rules! go {
+                        ($p:literal) => {
+                            match nc {
+                                8 => run_tile::<Q5, $p, 8>(w, rb, a, rows, m, c, src, y),
+                                4 => run_tile::<Q5, $p, 4>(w, rb, a, rows, m, c, src, y),
+                                3 => run_tile::<Q5, $p, 3>(w, rb, a, rows, m, c, src, y),
+                                2 => run_tile::<Q5, $p, 2>(w, rb, a, rows, m, c, src, y),
+                                _ => run_tile::<Q5, $p, 1>(w, rb, a, rows, m, c, src, y),
+                            }
+                        };
+                    }
+                    if m > 2 {
+                        go!(2)
+                    } else {
+                        go!(1)
+                    }
+                    c += nc;
                 }
-                c += nc;
+                r += m;
             }
-            r += m;
+            cs = ce;
         }
-        cs = ce;
-    }
+    })
 }
 
 /// # Safety
