@@ -126,6 +126,9 @@ impl GpuOps {
         for &(ty, _, name) in abi::MMVQ_GLU_KERNELS {
             add(name, abi::MmvqGluArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
         }
+        for &(ty, _, _, name) in abi::MMVQ_MOE_KERNELS {
+            add(name, abi::MmvqMoeArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
+        }
         add(abi::MMQ_Q8_0, abi::MmqArgs::SIZE, wg, 0, false)?;
         for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
@@ -304,6 +307,77 @@ impl GpuOps {
             c0 += nc;
         }
         Ok(())
+    }
+
+    /// MMVQ over the experts the router chose, read from the device (`abi::MmvqMoeArgs`): for
+    /// slot `s < n_slots` (token `s / k_used`, rank `s % k_used`) and row `i < nrows`,
+    /// `y[s * nrows + i] = W_e[i] · x[s / x_div]` with `e = ids[s]`, `W_e = w + e * expert_bytes`;
+    /// with `glu = Some((w2, act))`, `act(W_e[i] · x) * (U_e[i] · x)`, `U_e = w2 + e * expert_bytes`.
+    /// Bit-identical, per slot, to `mmvq` (and `mmvq_glu`) of expert `e` on that column. Slots
+    /// sharing an expert are computed together, up to `max_group` columns per pass (the largest
+    /// number of slots that may share one: the tokens of the window); an id `>= n_expert` traps.
+    /// Nothing is read back, so the launch is graph-capturable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmvq_moe(
+        &self,
+        s: &Stream,
+        ty: WType,
+        glu: Option<(DevicePtr, GluAct)>,
+        w: DevicePtr,
+        expert_bytes: u64,
+        n_expert: u32,
+        x_q8_1: DevicePtr,
+        x_div: u32,
+        ids: DevicePtr,
+        n_slots: u32,
+        y: DevicePtr,
+        nrows: u32,
+        k: u32,
+        max_group: u32,
+    ) -> Result<()> {
+        let name = if glu.is_some() { "mmvq_moe_glu" } else { "mmvq_moe" };
+        if n_slots == 0 || n_slots > abi::MOE_MAX_SLOTS {
+            return Err(bad(name, format!("{n_slots} slots (1..={})", abi::MOE_MAX_SLOTS)));
+        }
+        if x_div == 0 || !n_slots.is_multiple_of(x_div) {
+            return Err(bad(name, format!("x_div {x_div} does not divide {n_slots} slots")));
+        }
+        let bk = ty.block_k();
+        if k == 0 || !k.is_multiple_of(bk) {
+            return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
+        }
+        let mat = nrows as u64 * (k / bk) as u64 * ty.block_bytes() as u64;
+        if nrows == 0 || n_expert == 0 || expert_bytes < mat {
+            return Err(bad(name, format!("nrows {nrows}, n_expert {n_expert}, expert_bytes {expert_bytes} (a matrix is {mat})")));
+        }
+        // Columns per pass: 1 for decode; else the widest instantiation whose columns fit LDS.
+        let fit = (abi::MAX_LDS_BYTES - ty.table_lds_bytes()) / abi::act_col_bytes(k);
+        if fit == 0 {
+            return Err(bad(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
+        }
+        let wide = abi::mmvq_moe_max_group(ty, glu.is_some());
+        let g = if max_group <= 1 || fit < wide { 1 } else { wide };
+        let kname = abi::mmvq_moe_kernel(ty, glu.is_some(), g).ok_or_else(|| bad(name, format!("no kernel for {ty:?}")))?;
+        let rows_per_wg = abi::mmvq_rows_per_wg(ty, k, nrows, 1);
+        let (w2, act) = glu.map_or((0, 0), |(p, a)| (p, (a == GluAct::GeluTanh) as u32));
+        let args = abi::MmvqMoeArgs {
+            w,
+            w2,
+            x: x_q8_1,
+            y,
+            ids,
+            expert_bytes,
+            n_slots,
+            x_div,
+            nrows,
+            k,
+            rows_per_wg,
+            n_expert,
+            act,
+            _pad: 0,
+        };
+        let grid = groups(n_slots as u64 * nrows.div_ceil(rows_per_wg) as u64, 1, kname)?;
+        self.launch(s, kname, grid, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, g), &args.to_bytes())
     }
 
     /// Prefill matmul on int8 WMMA tiles: `y[c * y_stride + i] = W[i] · x[c]` for `ncols`

@@ -18,22 +18,24 @@ use crate::arch::{barrier, group_id, group_sum_f32xn, lane_id, thread_id, unifor
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
 
-/// Copies `NC` Q8_1 columns of `k` values into LDS (layout: `abi::act_*`).
+/// Copies `NC` Q8_1 columns of `k` values into LDS (layout: `abi::act_*`): staged column `c`
+/// is column `xcol[c]` of `x`.
 ///
 /// # Safety
-/// `x` holds `NC * k / 32` Q8_1 blocks (4-byte aligned); the launch has
+/// `x` holds columns `xcol[c]` of `k / 32` Q8_1 blocks each (4-byte aligned); the launch has
 /// `mmvq_lds_bytes(ty, k, NC)` bytes of LDS and `tb` is the type's table size.
 #[inline(always)]
-unsafe fn stage_activations<const NC: usize>(lds: Lds, x: *const u8, k: u32, tb: u32) {
+unsafe fn stage_activations<const NC: usize>(lds: Lds, x: *const u8, k: u32, tb: u32, xcol: &[u32; NC]) {
     let nblk = k / 32;
     let colb = act_col_bytes(k);
     let qb = act_q_bytes(k);
     let tid = thread_id();
     unroll::<NC>(|c| {
+        let xc = xcol[c];
         let c = c as u32;
         let mut j = tid;
         while j < nblk {
-            let src = (c * nblk + j) * Q8_1_BYTES;
+            let src = (xc * nblk + j) * Q8_1_BYTES;
             // SAFETY: block (c, j) is inside `x` (caller contract).
             let (h, q0, q1) = unsafe {
                 let p = x.add(src as usize);
@@ -69,16 +71,29 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
     y_stride: u32,
     rows_per_wg: u32,
 ) {
+    let (xcol, ycol) = identity_cols::<NC>(y_stride);
     // SAFETY: caller contract.
-    unsafe { mmvq_impl::<B, NC, false>(w, core::ptr::null(), x, y, rows, nrows, k, y_stride, rows_per_wg, 0) }
+    unsafe {
+        mmvq_impl::<B, NC, false>(w, core::ptr::null(), x, y, rows, nrows, k, rows_per_wg, 0, group_id() * rows_per_wg, &xcol, &ycol)
+    }
+}
+
+/// Columns `0..NC` of `x`, outputs at `c * y_stride` (the plain MMVQ layout).
+#[inline(always)]
+fn identity_cols<const NC: usize>(y_stride: u32) -> ([u32; NC], [u32; NC]) {
+    (core::array::from_fn(|c| c as u32), core::array::from_fn(|c| c as u32 * y_stride))
 }
 
 /// The shared body; with `GLU` it also computes `u = W2[row] · x` (same rows, same order of
 /// operations) and stores `act(y) * u` (act 0 = SiLU, 1 = GELU-tanh, `quant::fmath`), so the
 /// fused result equals the separate MMVQ + GLU launches bit for bit.
 ///
+/// The workgroup computes rows `row0 .. row0 + rows_per_wg` of staged column `c` = column
+/// `xcol[c]` of `x`, storing row `i` at `y[ycol[c] + i]`.
+///
 /// # Safety
-/// As `mmvq`; with `GLU`, `w2` has the shape of `w`.
+/// As `mmvq`; with `GLU`, `w2` has the shape of `w`; `x` holds the columns `xcol` and `y` the
+/// outputs `ycol[c] + i` for `i < nrows`, distinct per (c, i).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn mmvq_impl<B: MmvqBlock, const NC: usize, const GLU: bool>(
@@ -89,15 +104,17 @@ unsafe fn mmvq_impl<B: MmvqBlock, const NC: usize, const GLU: bool>(
     rows: *const u32,
     nrows: u32,
     k: u32,
-    y_stride: u32,
     rows_per_wg: u32,
     act: u32,
+    row0: u32,
+    xcol: &[u32; NC],
+    ycol: &[u32; NC],
 ) {
     let lds = Lds::get();
     let tb = 0; // the type's tables are in static LDS (Lds::tables)
     B::stage_tables(Lds::tables());
     // SAFETY: caller contract.
-    unsafe { stage_activations::<NC>(lds, x, k, tb) };
+    unsafe { stage_activations::<NC>(lds, x, k, tb, xcol) };
     barrier();
 
     let nt = k / B::TY.block_k();
@@ -107,7 +124,6 @@ unsafe fn mmvq_impl<B: MmvqBlock, const NC: usize, const GLU: bool>(
     let lane = lane_id();
     let sub = lane >> lg;
     let li = lane & (lanes - 1);
-    let row0 = group_id() * rows_per_wg;
     if row0 >= nrows {
         return;
     }
@@ -157,8 +173,8 @@ unsafe fn mmvq_impl<B: MmvqBlock, const NC: usize, const GLU: bool>(
                 } else {
                     acc[c]
                 };
-                // SAFETY: `y` holds NC columns of `y_stride >= nrows` f32 (ABI); one writer per output.
-                unsafe { *y.add((c as u32 * y_stride + out) as usize) = v };
+                // SAFETY: `y` holds every output `ycol[c] + out` (caller contract); one writer per output.
+                unsafe { *y.add((ycol[c] + out) as usize) = v };
             });
         }
         g += WAVES_PER_WG * rows_per_iter;
@@ -187,9 +203,146 @@ macro_rules! define_mmvq_glu {
             wg: *const u8, wu: *const u8, x: *const u8, y: *mut f32, rows: *const u32,
             nrows: u32, k: u32, y_stride: u32, rows_per_wg: u32, act: u32, _pad: u32,
         ) {
+            let (xcol, ycol) = identity_cols::<$nc>(y_stride);
             // SAFETY: the host launches per abi::MmvqGluArgs (engine/src/gpu/ops.rs).
-            unsafe { mmvq_impl::<$ty, $nc, true>(wg, wu, x, y, rows, nrows, k, y_stride, rows_per_wg, act) }
+            unsafe {
+                mmvq_impl::<$ty, $nc, true>(wg, wu, x, y, rows, nrows, k, rows_per_wg, act, group_id() * rows_per_wg, &xcol, &ycol)
+            }
         }
     )*};
 }
 mmvq_glu_kernels!(define_mmvq_glu);
+
+/// One pass of `mmvq_moe`: the next `NC` slots of `mask` (lowest first) as staged columns.
+///
+/// # Safety
+/// As `mmvq_impl`; `mask` has at least `NC` bits set, all `< n_slots`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn moe_pass<B: MmvqBlock, const NC: usize, const GLU: bool>(
+    w: *const u8,
+    w2: *const u8,
+    x: *const u8,
+    y: *mut f32,
+    mask: &mut u64,
+    x_div: u32,
+    nrows: u32,
+    k: u32,
+    rows_per_wg: u32,
+    act: u32,
+    row0: u32,
+) {
+    let mut xcol = [0u32; NC];
+    let mut ycol = [0u32; NC];
+    unroll::<NC>(|c| {
+        let s = mask.trailing_zeros();
+        *mask &= *mask - 1;
+        xcol[c] = s / x_div;
+        ycol[c] = s * nrows;
+    });
+    // SAFETY: caller contract (rows: the identity).
+    unsafe { mmvq_impl::<B, NC, GLU>(w, w2, x, y, core::ptr::null(), nrows, k, rows_per_wg, act, row0, &xcol, &ycol) }
+}
+
+/// Expert-dispatch MMVQ (`abi::MmvqMoeArgs`): workgroup `g` = (slot `g / row_groups`, row
+/// group `g % row_groups`). The slot's expert is read from `ids`; the first slot of each
+/// expert gathers every slot with that expert into a bit mask and computes them `G` columns
+/// per pass (a barrier between passes, which reuse the LDS); the other slots' workgroups exit.
+///
+/// # Safety
+/// The buffers satisfy `abi::MmvqMoeArgs`' contract and the launch has `WG_SIZE` work-items
+/// and `mmvq_lds_bytes(B::TY, k, G)` bytes of dynamic LDS.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
+    w: *const u8,
+    w2: *const u8,
+    x: *const u8,
+    y: *mut f32,
+    ids: *const u32,
+    expert_bytes: u64,
+    n_slots: u32,
+    x_div: u32,
+    nrows: u32,
+    k: u32,
+    rows_per_wg: u32,
+    n_expert: u32,
+    act: u32,
+) {
+    if rows_per_wg == 0 || x_div == 0 || n_slots > crate::abi::MOE_MAX_SLOTS {
+        return; // the host never launches this (GpuOps::mmvq_moe checks)
+    }
+    let row_groups = uniform(nrows.div_ceil(rows_per_wg));
+    let gid = group_id();
+    let s = uniform(gid / row_groups);
+    if s >= n_slots {
+        return;
+    }
+    let row0 = (gid - s * row_groups) * rows_per_wg;
+    // SAFETY: `ids` holds `n_slots` u32 (ABI) and s < n_slots.
+    let e = uniform(unsafe { *ids.add(s as usize) });
+    if e >= n_expert {
+        // A corrupt choice must not index past the expert stack.
+        core::intrinsics::abort();
+    }
+    let mut mask = 0u64;
+    let mut j = 0;
+    while j < n_slots {
+        // SAFETY: j < n_slots (ABI).
+        if uniform(unsafe { *ids.add(j as usize) }) == e {
+            if j < s {
+                return; // an earlier slot leads this expert
+            }
+            mask |= 1u64 << j;
+        }
+        j += 1;
+    }
+    let off = e as usize * expert_bytes as usize;
+    // SAFETY: e < n_expert: expert e's matrices lie inside the stacks (ABI).
+    let (we, w2e) = unsafe { (w.add(off), if GLU { w2.add(off) } else { w2 }) };
+    let mut first = true;
+    while mask != 0 {
+        if !first {
+            barrier(); // every wave is done with the previous pass's LDS
+        }
+        first = false;
+        let n = mask.count_ones();
+        let n = if n < G as u32 { n } else { G as u32 };
+        // SAFETY: `mask` has >= n bits, all slots < n_slots; caller contract for the rest.
+        unsafe {
+            macro_rules! pass {
+                ($nc:literal) => {
+                    moe_pass::<B, $nc, GLU>(we, w2e, x, y, &mut mask, x_div, nrows, k, rows_per_wg, act, row0)
+                };
+            }
+            match n {
+                1 => pass!(1),
+                2 if G >= 2 => pass!(2),
+                3 if G >= 3 => pass!(3),
+                4 if G >= 4 => pass!(4),
+                5 if G >= 5 => pass!(5),
+                6 if G >= 6 => pass!(6),
+                7 if G >= 7 => pass!(7),
+                8 if G >= 8 => pass!(8),
+                _ => core::intrinsics::abort(),
+            }
+        }
+    }
+}
+
+macro_rules! define_mmvq_moe {
+    ($($name:ident $ty:ident $g:literal $glu:literal),* $(,)?) => {$(
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "gpu-kernel" fn $name(
+            w: *const u8, w2: *const u8, x: *const u8, y: *mut f32, ids: *const u32, expert_bytes: u64,
+            n_slots: u32, x_div: u32, nrows: u32, k: u32, rows_per_wg: u32, n_expert: u32, act: u32, _pad: u32,
+        ) {
+            // SAFETY: the host launches per abi::MmvqMoeArgs (engine/src/gpu/ops.rs).
+            unsafe {
+                mmvq_moe::<$ty, $g, $glu>(w, w2, x, y, ids, expert_bytes, n_slots, x_div, nrows, k, rows_per_wg, n_expert, act)
+            }
+        }
+    )*};
+}
+mmvq_moe_kernels!(define_mmvq_moe);
