@@ -632,7 +632,7 @@ macro_rules! mmvq_kernels {
 /// expert's weights are read once per window as on the host-readback path. The per-row order
 /// of operations is `mmvq_*`'s, so results are bit-identical to it. An id `>= n_expert`
 /// traps (`s_trap 2`): no out-of-bounds read. Grid: `n_slots * ceil(nrows / rows_per_wg)`
-/// workgroups of `WG_SIZE`, dynamic LDS `mmvq_lds_bytes(ty, k, G)`.
+/// workgroups of `WG_SIZE`, dynamic LDS `mmvq_moe_lds_bytes(ty, k, G)`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MmvqMoeArgs {
@@ -681,6 +681,18 @@ macro_rules! mmvq_moe_name_table {
     };
 }
 mmvq_moe_kernels!(mmvq_moe_name_table);
+/// LDS offset of the 16-byte group record of an expert-dispatch launch (`[mask lo, mask hi,
+/// expert, leads]`, written by wave 0 after it scanned `ids`, read by every wave): after the
+/// staged columns.
+#[inline(always)]
+pub const fn mmvq_moe_info_offset(ty: WType, k: u32, g: u32) -> u32 {
+    (mmvq_lds_bytes(ty, k, g) + 15) & !15
+}
+/// Dynamic LDS an expert-dispatch launch passes: `g` staged columns and the group record.
+#[inline(always)]
+pub const fn mmvq_moe_lds_bytes(ty: WType, k: u32, g: u32) -> u32 {
+    mmvq_moe_info_offset(ty, k, g) + 16
+}
 /// Most columns per pass of the expert-dispatch kernels for `ty` (GLU form or not).
 pub fn mmvq_moe_max_group(ty: WType, glu: bool) -> u32 {
     MMVQ_MOE_KERNELS.iter().filter(|(t, _, f, _)| *t == ty && *f == glu).map(|e| e.1).max().unwrap_or(1)

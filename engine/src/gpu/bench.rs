@@ -593,7 +593,8 @@ pub fn bench_ops(quick: bool) -> String {
                 continue;
             }
             let (idp, xp, ap) = (alloc(&u32b(&ids)), alloc(&xq), alloc(&aq));
-            let (yp, dyp) = (alloc(&vec![0u8; ns * mff * 4]), alloc(&vec![0u8; ns * md * 4]));
+            // (yp has room for a second output: the host-path rows use it as a temporary.)
+            let (yp, dyp) = (alloc(&vec![0u8; 2 * ns * mff * 4]), alloc(&vec![0u8; ns * md.max(mff) * 4]));
             let ne = distinct.len();
             for (glu, w, k, nrows, xin, xlen, y, x_div) in
                 [(true, gp, md, mff, xp, xq.len(), yp, mk), (false, dp, mff, md, ap, aq.len(), dyp, 1)]
@@ -609,12 +610,42 @@ pub fn bench_ops(quick: bool) -> String {
                 match r {
                     Ok(()) => {
                         let info = ops.kernel(name).map(|k| k.info.clone());
-                        let lds = abi::mmvq_lds_bytes(ty, k as u32, group);
+                        let lds = abi::mmvq_moe_lds_bytes(ty, k as u32, group);
                         let ideal = (nmat * ne * mat + xlen + ns * nrows * 4 + ns * 4) as u64;
                         row(&mut out, name, &shape, &st, info.as_ref(), lds, ideal, (nmat * ne * nrows * k) as u64);
                     }
                     Err(e) => {
                         let _ = writeln!(out, "{name} {shape}: {e}");
+                    }
+                }
+                if nt == 1 {
+                    // The host-readback path's launches for the same slots (one token: one
+                    // column per expert): mmvq per expert (gate, up, then glu; or down).
+                    let _ = api.take_stats();
+                    let colb = (k / 32 * 36) as u64;
+                    let mut res = Ok(());
+                    for (sl, &e) in ids.iter().enumerate() {
+                        let xc = xin + (sl / x_div) as u64 * colb;
+                        let yo = y + (sl * nrows * 4) as u64;
+                        let we = w + e as u64 * mat as u64;
+                        res = res.and_then(|_| ops.mmvq(&s, ty, 1, we, xc, yo, None, nrows as u32, k as u32, nrows as u32));
+                        if glu {
+                            let (tg, tu) = (yp + (ns * nrows * 4) as u64, dyp);
+                            let ue = upp + e as u64 * mat as u64;
+                            res = res
+                                .and_then(|_| ops.mmvq(&s, ty, 1, ue, xc, tg, None, nrows as u32, k as u32, nrows as u32))
+                                .and_then(|_| ops.glu(&s, yo, tg, tu, nrows as u32, GluAct::Silu));
+                        }
+                    }
+                    let st = api.take_stats().unwrap_or_default();
+                    let name = abi::mmvq_kernel(ty, 1).unwrap_or("?");
+                    let ideal = (nmat * ne * mat + xlen + ns * nrows * 4) as u64;
+                    let label = format!("host: {}{}", name, if glu { "+glu" } else { "" });
+                    match res {
+                        Ok(()) => row(&mut out, &label, &shape, &st, None, 0, ideal, (nmat * ne * nrows * k) as u64),
+                        Err(e) => {
+                            let _ = writeln!(out, "{label} {shape}: {e}");
+                        }
                     }
                 }
             }

@@ -351,14 +351,16 @@ impl GpuOps {
             return Err(bad(name, format!("nrows {nrows}, n_expert {n_expert}, expert_bytes {expert_bytes} (a matrix is {mat})")));
         }
         // Columns per pass: 1 for decode; else the widest instantiation whose columns fit LDS.
-        let fit = (abi::MAX_LDS_BYTES - ty.table_lds_bytes()) / abi::act_col_bytes(k);
-        if fit == 0 {
+        let room = abi::MAX_LDS_BYTES - ty.table_lds_bytes();
+        if abi::mmvq_moe_lds_bytes(ty, k, 1) > room {
             return Err(bad(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
         }
         let wide = abi::mmvq_moe_max_group(ty, glu.is_some());
-        let g = if max_group <= 1 || fit < wide { 1 } else { wide };
+        let g = if max_group <= 1 || abi::mmvq_moe_lds_bytes(ty, k, wide) > room { 1 } else { wide };
         let kname = abi::mmvq_moe_kernel(ty, glu.is_some(), g).ok_or_else(|| bad(name, format!("no kernel for {ty:?}")))?;
-        let rows_per_wg = abi::mmvq_rows_per_wg(ty, k, nrows, 1);
+        // Geometry of a pass as wide as the largest possible group (fewer row groups: each
+        // stages its group's columns once).
+        let rows_per_wg = abi::mmvq_rows_per_wg(ty, k, nrows, g.min(max_group.max(1)));
         let (w2, act) = glu.map_or((0, 0), |(p, a)| (p, (a == GluAct::GeluTanh) as u32));
         let args = abi::MmvqMoeArgs {
             w,
@@ -377,7 +379,7 @@ impl GpuOps {
             _pad: 0,
         };
         let grid = groups(n_slots as u64 * nrows.div_ceil(rows_per_wg) as u64, 1, kname)?;
-        self.launch(s, kname, grid, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, g), &args.to_bytes())
+        self.launch(s, kname, grid, abi::WG_SIZE, abi::mmvq_moe_lds_bytes(ty, k, g), &args.to_bytes())
     }
 
     /// Prefill matmul on int8 WMMA tiles: `y[c * y_stride + i] = W[i] · x[c]` for `ncols`

@@ -245,13 +245,14 @@ unsafe fn moe_pass<B: MmvqBlock, const NC: usize, const GLU: bool>(
 }
 
 /// Expert-dispatch MMVQ (`abi::MmvqMoeArgs`): workgroup `g` = (slot `g / row_groups`, row
-/// group `g % row_groups`). The slot's expert is read from `ids`; the first slot of each
-/// expert gathers every slot with that expert into a bit mask and computes them `G` columns
-/// per pass (a barrier between passes, which reuse the LDS); the other slots' workgroups exit.
+/// group `g % row_groups`). The slot's expert is read from `ids` (by wave 0, which shares the
+/// result through LDS); the first slot of each expert gathers every slot with that expert into
+/// a bit mask and computes them `G` columns per pass (a barrier between passes, which reuse
+/// the LDS); the other slots' workgroups exit.
 ///
 /// # Safety
 /// The buffers satisfy `abi::MmvqMoeArgs`' contract and the launch has `WG_SIZE` work-items
-/// and `mmvq_lds_bytes(B::TY, k, G)` bytes of dynamic LDS.
+/// and `mmvq_moe_lds_bytes(B::TY, k, G)` bytes of dynamic LDS.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
@@ -279,24 +280,45 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
         return;
     }
     let row0 = (gid - s * row_groups) * rows_per_wg;
-    // SAFETY: `ids` holds `n_slots` u32 (ABI) and s < n_slots.
-    let e = uniform(unsafe { *ids.add(s as usize) });
-    if e >= n_expert {
-        // A corrupt choice must not index past the expert stack.
-        core::intrinsics::abort();
-    }
-    let mut mask = 0u64;
-    let mut j = 0;
-    while j < n_slots {
-        // SAFETY: j < n_slots (ABI).
-        if uniform(unsafe { *ids.add(j as usize) }) == e {
-            if j < s {
-                return; // an earlier slot leads this expert
-            }
-            mask |= 1u64 << j;
+    // Wave 0 scans the choice and leaves the group record in LDS (the other waves would read
+    // the same ids again).
+    let lds = Lds::get();
+    let info = crate::abi::mmvq_moe_info_offset(B::TY, k, G as u32);
+    if wave_id() == 0 {
+        // SAFETY: `ids` holds `n_slots` u32 (ABI) and s < n_slots.
+        let e = uniform(unsafe { *ids.add(s as usize) });
+        if e >= n_expert {
+            // A corrupt choice must not index past the expert stack.
+            core::intrinsics::abort();
         }
-        j += 1;
+        let mut mask = 0u64;
+        let mut lead = 1;
+        let mut j = 0;
+        while j < n_slots {
+            // SAFETY: j < n_slots (ABI).
+            if uniform(unsafe { *ids.add(j as usize) }) == e {
+                if j < s {
+                    lead = 0; // an earlier slot leads this expert
+                    break;
+                }
+                mask |= 1u64 << j;
+            }
+            j += 1;
+        }
+        if lane_id() == 0 {
+            // SAFETY: the record lies after the staged columns inside the launch's LDS
+            // (mmvq_moe_lds_bytes), 16-byte aligned; one writer, read after the barrier.
+            unsafe { lds.st128(info, [mask as u32, (mask >> 32) as u32, e, lead]) };
+        }
     }
+    barrier();
+    // SAFETY: written before the barrier, read-only from now on.
+    let rec = unsafe { lds.ld128(info) };
+    if uniform(rec[3]) == 0 {
+        return;
+    }
+    let e = uniform(rec[2]);
+    let mut mask = uniform(rec[0]) as u64 | (uniform(rec[1]) as u64) << 32;
     let off = e as usize * expert_bytes as usize;
     // SAFETY: e < n_expert: expert e's matrices lie inside the stacks (ABI).
     let (we, w2e) = unsafe { (w.add(off), if GLU { w2.add(off) } else { w2 }) };
