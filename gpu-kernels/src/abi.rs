@@ -631,8 +631,9 @@ macro_rules! mmvq_kernels {
 /// others' workgroups exit), up to `G` columns per pass (the kernel's `_g<G>` suffix), so each
 /// expert's weights are read once per window as on the host-readback path. The per-row order
 /// of operations is `mmvq_*`'s, so results are bit-identical to it. An id `>= n_expert`
-/// traps (`s_trap 2`): no out-of-bounds read. Grid: `n_slots * ceil(nrows / rows_per_wg)`
-/// workgroups of `WG_SIZE`, dynamic LDS `mmvq_moe_lds_bytes(ty, k, G)`.
+/// traps (`s_trap 2`): no out-of-bounds read. Grid: 2-D, `[ceil(nrows / rows_per_wg),
+/// n_slots, 1]` workgroups (x = row group, y = slot) of `WG_SIZE`, dynamic LDS
+/// `mmvq_moe_lds_bytes(ty, k, G)`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MmvqMoeArgs {

@@ -47,6 +47,11 @@ pub fn thread_id() -> u32 {
 pub fn group_id() -> u32 {
     amdgpu::workgroup_id_x()
 }
+/// Workgroup index along y (2-D grids).
+#[inline(always)]
+pub fn group_id_y() -> u32 {
+    amdgpu::workgroup_id_y()
+}
 /// Lane within the wave32.
 #[inline(always)]
 pub fn lane_id() -> u32 {

@@ -378,8 +378,10 @@ impl GpuOps {
             act,
             _pad: 0,
         };
-        let grid = groups(n_slots as u64 * nrows.div_ceil(rows_per_wg) as u64, 1, kname)?;
-        self.launch(s, kname, grid, abi::WG_SIZE, abi::mmvq_moe_lds_bytes(ty, k, g), &args.to_bytes())
+        // 2-D grid: x = row group, y = slot (no divisions in the kernel).
+        let k_ = self.kernels.get(kname).ok_or_else(|| GpuError::NoSuchKernel { kernel: kname.to_string() })?;
+        let cfg = LaunchConfig { grid: [nrows.div_ceil(rows_per_wg), n_slots, 1], block: [abi::WG_SIZE, 1, 1], dynamic_lds: abi::mmvq_moe_lds_bytes(ty, k, g) };
+        self.api.launch(s, k_, &cfg, &args.to_bytes())
     }
 
     /// Prefill matmul on int8 WMMA tiles: `y[c * y_stride + i] = W[i] · x[c]` for `ncols`

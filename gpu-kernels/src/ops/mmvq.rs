@@ -14,7 +14,7 @@
 use super::unroll;
 use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS};
 use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, mmvq_lanes_log2, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{barrier, group_id, group_sum_f32xn, lane_id, thread_id, uniform, wave_id, Lds};
+use crate::arch::{barrier, group_id, group_id_y, group_sum_f32xn, lane_id, thread_id, uniform, wave_id, Lds};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
 
@@ -244,8 +244,7 @@ unsafe fn moe_pass<B: MmvqBlock, const NC: usize, const GLU: bool>(
     unsafe { mmvq_impl::<B, NC, GLU>(w, w2, x, y, core::ptr::null(), nrows, k, rows_per_wg, act, row0, &xcol, &ycol) }
 }
 
-/// Expert-dispatch MMVQ (`abi::MmvqMoeArgs`): workgroup `g` = (slot `g / row_groups`, row
-/// group `g % row_groups`). The slot's expert is read from `ids` (by wave 0, which shares the
+/// Expert-dispatch MMVQ (`abi::MmvqMoeArgs`): workgroup (x, y) = (row group, slot). The slot's expert is read from `ids` (by wave 0, which shares the
 /// result through LDS); the first slot of each expert gathers every slot with that expert into
 /// a bit mask and computes them `G` columns per pass (a barrier between passes, which reuse
 /// the LDS); the other slots' workgroups exit.
@@ -270,16 +269,14 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
     n_expert: u32,
     act: u32,
 ) {
-    if rows_per_wg == 0 || x_div == 0 || n_slots > crate::abi::MOE_MAX_SLOTS {
+    if x_div == 0 || n_slots > crate::abi::MOE_MAX_SLOTS {
         return; // the host never launches this (GpuOps::mmvq_moe checks)
     }
-    let row_groups = uniform(nrows.div_ceil(rows_per_wg));
-    let gid = group_id();
-    let s = uniform(gid / row_groups);
-    if s >= n_slots {
+    let s = group_id_y();
+    let row0 = group_id() * rows_per_wg;
+    if s >= n_slots || row0 >= nrows {
         return;
     }
-    let row0 = (gid - s * row_groups) * rows_per_wg;
     // Wave 0 scans the choice and leaves the group record in LDS (the other waves would read
     // the same ids again).
     let lds = Lds::get();
