@@ -14,7 +14,7 @@
 use super::unroll;
 use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS};
 use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, mmvq_lanes_log2, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{barrier, group_id, group_id_y, group_sum_f32xn, lane_id, thread_id, uniform, wave_id, Lds};
+use crate::arch::{ballot, barrier, group_id, group_id_y, group_sum_f32xn, lane_id, thread_id, uniform, wave_id, Lds};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
 
@@ -288,21 +288,17 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
             // A corrupt choice must not index past the expert stack.
             core::intrinsics::abort();
         }
-        let mut mask = 0u64;
-        let mut lead = 1;
-        let mut j = 0;
-        while j < n_slots {
-            // SAFETY: j < n_slots (ABI).
-            if uniform(unsafe { *ids.add(j as usize) }) == e {
-                if j < s {
-                    lead = 0; // an earlier slot leads this expert
-                    break;
-                }
-                mask |= 1u64 << j;
-            }
-            j += 1;
-        }
-        if lane_id() == 0 {
+        // Lane l compares slots l and l + 32 (n_slots <= 64): two coalesced loads, two ballots.
+        let l = lane_id();
+        // SAFETY: only slots < n_slots are read (ABI: `ids` holds n_slots u32).
+        let (a, b) = unsafe {
+            (if l < n_slots { *ids.add(l as usize) } else { u32::MAX }, if l + 32 < n_slots { *ids.add(l as usize + 32) } else { u32::MAX })
+        };
+        let all = ballot(a == e) as u64 | (ballot(b == e) as u64) << 32;
+        // Slots before s with the same expert: one of them leads.
+        let lead = ((all & ((1u64 << s) - 1)) == 0) as u32;
+        let mask = all & !((1u64 << s) - 1);
+        if l == 0 {
             // SAFETY: the record lies after the staged columns inside the launch's LDS
             // (mmvq_moe_lds_bytes), 16-byte aligned; one writer, read after the barrier.
             unsafe { lds.st128(info, [mask as u32, (mask >> 32) as u32, e, lead]) };
