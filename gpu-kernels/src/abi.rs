@@ -660,14 +660,15 @@ pub const MOE_MAX_SLOTS: u32 = MAX_COLS as u32 * MOE_MAX_K;
 
 /// Every expert-dispatch MMVQ instantiation: `symbol, weight type, columns per pass, GLU`.
 /// `g1`: decode (one token: every expert has one slot); `g8` / `g4`: windows of 2..=8 tokens
-/// (the GLU forms keep 4 columns per pass and Q6_K 2: more spill to scratch, Q6_K g4 on
-/// gfx1102 whose VGPR file is smaller).
+/// (the GLU forms keep 4 columns per pass: 8 would spill). Q6_K's plain g4 has two bodies, 1
+/// and 4 columns (a pass of 2-3 slots pads to 4): with the 2- and 3-column bodies as well its
+/// registers spilled to scratch on gfx1102, whose VGPR file is smaller.
 macro_rules! mmvq_moe_kernels {
     ($m:ident) => {
         $m! {
             mmvq_moe_q8_0_g1 Q8_0 1 false, mmvq_moe_q8_0_g8 Q8_0 8 false,
             mmvq_moe_q4_k_g1 Q4K 1 false, mmvq_moe_q4_k_g8 Q4K 8 false,
-            mmvq_moe_q6_k_g1 Q6K 1 false, mmvq_moe_q6_k_g2 Q6K 2 false,
+            mmvq_moe_q6_k_g1 Q6K 1 false, mmvq_moe_q6_k_g4 Q6K 4 false,
             mmvq_moe_iq3_xxs_g1 IQ3XXS 1 false, mmvq_moe_iq3_xxs_g8 IQ3XXS 8 false,
             mmvq_moe_glu_q8_0_g1 Q8_0 1 true, mmvq_moe_glu_q8_0_g4 Q8_0 4 true,
             mmvq_moe_glu_q4_k_g1 Q4K 1 true, mmvq_moe_glu_q4_k_g4 Q4K 4 true,

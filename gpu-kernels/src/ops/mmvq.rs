@@ -78,6 +78,9 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
     }
 }
 
+/// `ycol` entry of a padding column: computed, not stored.
+const NO_COL: u32 = u32::MAX;
+
 /// Columns `0..NC` of `x`, outputs at `c * y_stride` (the plain MMVQ layout).
 #[inline(always)]
 fn identity_cols<const NC: usize>(y_stride: u32) -> ([u32; NC], [u32; NC]) {
@@ -173,8 +176,11 @@ unsafe fn mmvq_impl<B: MmvqBlock, const NC: usize, const GLU: bool>(
                 } else {
                     acc[c]
                 };
-                // SAFETY: `y` holds every output `ycol[c] + out` (caller contract); one writer per output.
-                unsafe { *y.add((ycol[c] + out) as usize) = v };
+                // Padding columns (`NO_COL`, expert dispatch) are computed but not stored.
+                if ycol[c] != NO_COL {
+                    // SAFETY: `y` holds every output `ycol[c] + out` (caller contract); one writer per output.
+                    unsafe { *y.add((ycol[c] + out) as usize) = v };
+                }
             });
         }
         g += WAVES_PER_WG * rows_per_iter;
@@ -213,10 +219,11 @@ macro_rules! define_mmvq_glu {
 }
 mmvq_glu_kernels!(define_mmvq_glu);
 
-/// One pass of `mmvq_moe`: the next `NC` slots of `mask` (lowest first) as staged columns.
+/// One pass of `mmvq_moe`: the next `NC` slots of `mask` (lowest first) as staged columns;
+/// when `mask` has fewer, the rest are padding columns (computed on a copy, not stored).
 ///
 /// # Safety
-/// As `mmvq_impl`; `mask` has at least `NC` bits set, all `< n_slots`.
+/// As `mmvq_impl`; `mask` has at least one bit set, all `< n_slots`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn moe_pass<B: MmvqBlock, const NC: usize, const GLU: bool>(
@@ -235,10 +242,16 @@ unsafe fn moe_pass<B: MmvqBlock, const NC: usize, const GLU: bool>(
     let mut xcol = [0u32; NC];
     let mut ycol = [0u32; NC];
     unroll::<NC>(|c| {
-        let s = mask.trailing_zeros();
-        *mask &= *mask - 1;
-        xcol[c] = s / x_div;
-        ycol[c] = s * nrows;
+        if *mask != 0 {
+            let s = mask.trailing_zeros();
+            *mask &= *mask - 1;
+            xcol[c] = s / x_div;
+            ycol[c] = s * nrows;
+        } else {
+            // Padding (fewer slots than NC): stage the previous column again, store nothing.
+            xcol[c] = if c > 0 { xcol[c - 1] } else { 0 };
+            ycol[c] = NO_COL;
+        }
     });
     // SAFETY: caller contract (rows: the identity).
     unsafe { mmvq_impl::<B, NC, GLU>(w, w2, x, y, core::ptr::null(), nrows, k, rows_per_wg, act, row0, &xcol, &ycol) }
@@ -329,6 +342,25 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
                 ($nc:literal) => {
                     moe_pass::<B, $nc, GLU>(we, w2e, x, y, &mut mask, x_div, nrows, k, rows_per_wg, act, row0)
                 };
+            }
+            // Q6_K: one 1-column body and one G-column body with padding, since the register
+            // allocation of all G bodies in one kernel spills on gfx1102 (see abi.rs).
+            if matches!(B::TY, crate::abi::WType::Q6K) && !GLU && n > 1 {
+                macro_rules! padded {
+                    ($nc:literal) => {
+                        if G == $nc {
+                            pass!($nc)
+                        }
+                    };
+                }
+                padded!(2);
+                padded!(3);
+                padded!(4);
+                padded!(8);
+                if !matches!(G, 2 | 3 | 4 | 8) {
+                    core::intrinsics::abort(); // no padded body: never instantiated (abi.rs)
+                }
+                continue;
             }
             match n {
                 1 => pass!(1),
