@@ -107,7 +107,8 @@ struct DevLayer {
 pub struct GpuOptions {
     pub attn: AttnMode,
     /// Capture each decode window's launches once per window size and replay the graph with
-    /// new inputs in device buffers (models without routed experts; see the module docs).
+    /// new inputs in device buffers (MoE models: the windows whose experts run by device
+    /// dispatch, see [`MoePath`]).
     pub graphs: bool,
     /// How quantized projections of prompt chunks longer than a window run.
     pub prefill: PrefillPath,
