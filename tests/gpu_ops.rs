@@ -744,8 +744,8 @@ fn gpu_ops_mmvq_moe_matches_mmvq_and_cpu() {
                         .unwrap_or_else(|e| panic!("{name} {} glu: {e}", what(form)));
                     // The same slots through the existing kernels, one launch per slot.
                     let (want, wantf) = (zeros(&ops, ns * nrows * 4), zeros(&ops, ns * nrows * 4));
-                    for s in 0..ns {
-                        let e = ids[s] as u64;
+                    for (s, &e) in ids.iter().enumerate() {
+                        let e = e as u64;
                         let xc = xb.ptr + (s / x_div) as u64 * colb;
                         let yo = (s * nrows * 4) as u64;
                         ops.mmvq(&S, ty, 1, gb.ptr + e * mat as u64, xc, want.ptr + yo, None, nrows as u32, kd as u32, nrows as u32).unwrap();
