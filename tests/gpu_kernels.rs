@@ -94,6 +94,13 @@ fn isa_uses_dot4_dpp_and_no_scratch() {
                 }
             }
         }
+        // The fused GLU and expert-dispatch MMVQ kernels (GpuOps refuses kernels with scratch,
+        // so one spilling instantiation on one arch would disable the backend there).
+        for name in abi::MMVQ_GLU_KERNELS.iter().map(|e| e.2).chain(abi::MMVQ_MOE_KERNELS.iter().map(|e| e.3)) {
+            let text = kernel_text(&dis, name);
+            assert!(!text.contains("scratch_"), "{arch} {name}: scratch access");
+            assert!(text.contains("v_dot4_i32_iu8"), "{arch} {name}: no v_dot4_i32_iu8");
+        }
         // Q8_K: nearest_int(iscale * x) = bits of (iscale * x + 1.5*2^23). The product must be
         // rounded first: the constant may only appear in plain adds (an FMA/FMAAK would carry it
         // as its addend). The IEEE divisions legitimately use v_fma internally.

@@ -58,6 +58,8 @@ struct Case {
     /// 1e-7..7e-7 — Q8_1 and Q8_0 activations are the same integers; Q4_K 2e-2 — Q8_1 against
     /// the CPU's Q8_K; gemma3 7e-3 — the CPU copies llama.cpp's x86 rounding there).
     layer_tol: f64,
+    /// Greedy tokens that must agree with the CPU (21 decoded): 16 unless stated.
+    min_greedy: usize,
 }
 
 fn run_case(c: &Case) {
@@ -108,19 +110,23 @@ fn run_case(c: &Case) {
         let same = oc.iter().zip(&og).take_while(|(a, b)| a == b).count();
         eprintln!("{} [{dev}] greedy: {same}/{} tokens identical, decode logits rel err <= {worst:.2e}", c.name, oc.len());
         assert!(worst <= 2.0 * c.layer_tol, "{} [{dev}] decode logits rel err {worst}", c.name);
-        assert!(same >= 16, "{} [{dev}] greedy diverged at {same}\n cpu {oc:?}\n gpu {og:?}", c.name);
+        assert!(same >= c.min_greedy, "{} [{dev}] greedy diverged at {same}\n cpu {oc:?}\n gpu {og:?}", c.name);
+        if c.cfg.moe.is_some() {
+            // Decode windows of MoE models run by device dispatch, captured and replayed.
+            assert!(gs.graph_replays >= 20, "{} [{dev}] only {} graph replays", c.name, gs.graph_replays);
+        }
     }
     let _ = std::fs::remove_file(&path);
 }
 
 #[test]
 fn gpu_model_qwen3_q8_0_matches_cpu() {
-    run_case(&Case { name: "qwen3-q8_0", cfg: qwen3_cfg(), ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5 });
+    run_case(&Case { name: "qwen3-q8_0", cfg: qwen3_cfg(), ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5, min_greedy: 16 });
 }
 
 #[test]
 fn gpu_model_qwen3_f32_int8_kv_matches_cpu() {
-    run_case(&Case { name: "qwen3-f32-int8kv", cfg: qwen3_cfg(), ty: GgmlType::F32, kv: KvType::Int8, layer_tol: 1e-5 });
+    run_case(&Case { name: "qwen3-f32-int8kv", cfg: qwen3_cfg(), ty: GgmlType::F32, kv: KvType::Int8, layer_tol: 1e-5, min_greedy: 16 });
 }
 
 /// F16 and BF16 weights stay 16-bit on the device: activations are converted (f16 / bf16,
@@ -131,27 +137,36 @@ fn gpu_model_qwen3_f32_int8_kv_matches_cpu() {
 /// <= 2.7e-4, logits 5.6e-4; bf16 layers 1.1e-7, decode logits 2.2e-3; 21/21 greedy tokens.
 #[test]
 fn gpu_model_qwen3_f16_and_bf16_match_cpu() {
-    run_case(&Case { name: "qwen3-f16", cfg: qwen3_cfg(), ty: GgmlType::F16, kv: KvType::F16, layer_tol: 1e-3 });
-    run_case(&Case { name: "qwen3-bf16", cfg: qwen3_cfg(), ty: GgmlType::BF16, kv: KvType::F16, layer_tol: 4e-3 });
+    run_case(&Case { name: "qwen3-f16", cfg: qwen3_cfg(), ty: GgmlType::F16, kv: KvType::F16, layer_tol: 1e-3, min_greedy: 16 });
+    run_case(&Case { name: "qwen3-bf16", cfg: qwen3_cfg(), ty: GgmlType::BF16, kv: KvType::F16, layer_tol: 4e-3, min_greedy: 16 });
 }
 
 #[test]
 fn gpu_model_qwen3_q4_k_matches_cpu() {
     let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
-    run_case(&Case { name: "qwen3-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2 });
+    run_case(&Case { name: "qwen3-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2, min_greedy: 16 });
 }
 
 #[test]
 fn gpu_model_qwen3moe_q8_0_matches_cpu() {
     let cfg = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
-    run_case(&Case { name: "qwen3moe-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5 });
+    run_case(&Case { name: "qwen3moe-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5, min_greedy: 16 });
+}
+
+#[test]
+fn gpu_model_qwen3moe_q4_k_matches_cpu() {
+    // Q8_1 (GPU) against Q8_K (CPU) activations: layers within 2e-2 as for dense Q4_K, but
+    // this random model's logits are flat enough that greedy flips at step 9 (measured 9/21;
+    // the device-dispatch and host-readback paths give identical bits, see below).
+    let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, moe: Some((8, 2)), ..qwen3_cfg() };
+    run_case(&Case { name: "qwen3moe-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2, min_greedy: 8 });
 }
 
 #[test]
 fn gpu_model_gemma3_q8_0_matches_cpu() {
     // 6 layers: layers 0-4 slide over a 4-token window, layer 5 is global.
     let cfg = TinyCfg { n_layer: 6, gemma_window: Some(4), ..qwen3_cfg() };
-    run_case(&Case { name: "gemma3-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 2e-2 });
+    run_case(&Case { name: "gemma3-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 2e-2, min_greedy: 16 });
 }
 
 /// Decode windows captured as graphs and replayed with new inputs in device buffers give the
@@ -397,3 +412,65 @@ fn gpu_model_fused_glu_and_fast_attention() {
     let _ = std::fs::remove_file(&path);
 }
 
+
+/// Routed experts by device dispatch (`mmvq_moe_*` reading the router's choice on the device)
+/// against the host-readback path: the same logits bit for bit over a 20-token prompt (one
+/// chunk: host path under `Auto`, token groups of 8 under `Device`), 14 decode steps with
+/// changing tokens and positions, and a 5-token verify window; the device-dispatch decode
+/// windows are captured and replayed as graphs (replays > 0, no eager window after the prompt)
+/// and equal eager launches. Q8_0, Q4_K, and Q4_K with Q6_K expert down matrices; 8 experts,
+/// 2 per token (tokens share experts in the prompt and the verify window).
+#[test]
+fn gpu_model_qwen3moe_device_dispatch_equals_host_and_graphs() {
+    use strata::gpu::model::MoePath;
+    let small = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
+    let wide = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, moe: Some((8, 2)), ..qwen3_cfg() };
+    for (label, cfg, ty, down) in [
+        ("q8_0", small, GgmlType::Q8_0, GgmlType::Q8_0),
+        ("q4_k", wide.clone(), GgmlType::Q4K, GgmlType::Q4K),
+        ("q4_k+q6_k", wide, GgmlType::Q4K, GgmlType::Q6K),
+    ] {
+        let path = tmp(&format!("moe-dispatch-{label}.gguf"));
+        TinyModel::random(cfg, 21).write_gguf_mixed(&path, ty, down);
+        let nv = Model::load(&path).unwrap().n_vocab;
+        let prompt: Vec<u32> = (0..20).map(|i| (i * 29 + 3) % nv as u32).collect();
+        for (dev, api) in devices() {
+            let mut runs = Vec::new();
+            for (moe, graphs, fused_glu) in
+                [(MoePath::Host, false, true), (MoePath::Auto, false, true), (MoePath::Auto, true, true), (MoePath::Device, true, false)]
+            {
+                let opts = GpuOptions { moe, graphs, fused_glu, ..GpuOptions::default() };
+                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+                let (mut l, mut all, mut toks) = (Vec::new(), Vec::new(), Vec::new());
+                gpu.eval(&mut s, &prompt, Logits::All, &mut l).unwrap();
+                all.extend_from_slice(&l);
+                let eager_after_prompt = s.eager_windows;
+                for i in 0..14 {
+                    // Greedy, but every third step another token: inputs change between replays.
+                    let t = if i % 3 == 2 { (argmax(&l[l.len() - nv..]) + 7) % nv as u32 } else { argmax(&l[l.len() - nv..]) };
+                    toks.push(t);
+                    gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+                    all.extend_from_slice(&l);
+                }
+                gpu.eval(&mut s, &[2, 4, 6, 8, 10], Logits::All, &mut l).unwrap();
+                all.extend_from_slice(&l);
+                eprintln!("{label} [{dev}] {moe:?} graphs={graphs} fused={fused_glu}: replays {} eager {} tokens {toks:?}", s.graph_replays, s.eager_windows);
+                if graphs {
+                    assert!(s.graph_replays >= 15, "{label} [{dev}] {moe:?}: {} graph replays", s.graph_replays);
+                    assert_eq!(s.eager_windows, eager_after_prompt, "{label} [{dev}] {moe:?}: decode windows ran eagerly");
+                } else {
+                    assert_eq!(s.graph_replays, 0);
+                }
+                runs.push((format!("{moe:?} graphs={graphs} fused={fused_glu}"), all));
+            }
+            let (base_name, base) = &runs[0];
+            for (n, r) in &runs[1..] {
+                assert_eq!(r.len(), base.len());
+                let diff = r.iter().zip(base).position(|(a, b)| a.to_bits() != b.to_bits());
+                assert!(diff.is_none(), "{label} [{dev}] {n} differs from {base_name} at logit {}", diff.unwrap_or(0));
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}

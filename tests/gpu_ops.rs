@@ -765,3 +765,96 @@ fn gpu_ops_mmq_all_types_wmma_dot4() {
         assert!(ops.mmq(&S, WType::Q8_0, MmqVariant::Dot4, 0, 0, 0, 16, 16, 64, 8).is_err(), "y_stride < nrows");
     }
 }
+
+/// Expert-dispatch MMVQ (`mmvq_moe_*`, the router's choice read on the device): for every
+/// type, 1..=8 tokens, k = 1..8 experts per token, shared and distinct experts, the plain, GLU
+/// and down (`x_div` = 1) forms equal `mmvq` / `mmvq_glu` of the chosen expert on that column
+/// bit for bit, and the CPU scalar reference (quant's dequantizers, f64 dot) within the MMVQ
+/// tolerance. An out-of-range expert id traps instead of reading past the stack.
+#[test]
+fn gpu_ops_mmvq_moe_matches_mmvq_and_cpu() {
+    let mut rng = Rng::new(17);
+    for (name, ops) in devices() {
+        for ty in WType::ALL {
+            let bk = ty.block_k() as usize;
+            // (tokens, k used, experts, rows, k)
+            for (nt, ku, ne, nrows, kd) in [(1usize, 2usize, 4usize, 40usize, 256usize), (1, 8, 16, 64, 512), (3, 2, 3, 70, 256), (8, 8, 12, 33, 256), (5, 1, 2, 16, 768)] {
+                let mat = nrows * kd / bk * ty.block_bytes() as usize;
+                let row_bytes = kd / bk * ty.block_bytes() as usize;
+                let wg = random_blocks(ty, ne * nrows * kd / bk, &mut rng);
+                let wu = random_blocks(ty, ne * nrows * kd / bk, &mut rng);
+                let ns = nt * ku;
+                // Each token picks ku distinct experts (some shared between tokens).
+                let mut ids = Vec::new();
+                for _ in 0..nt {
+                    let mut pick: Vec<u32> = (0..ne as u32).collect();
+                    for i in 0..ku {
+                        let j = i + (rng.next_u64() as usize) % (ne - i);
+                        pick.swap(i, j);
+                    }
+                    ids.extend_from_slice(&pick[..ku]);
+                }
+                let x = rand_f32(&mut rng, ns * kd, 1.0);
+                let mut xq = vec![0u8; ns * kd / 32 * 36];
+                quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
+                let (gb, ub, xb, ib) = (up(&ops, &wg), up(&ops, &wu), up(&ops, &xq), upu(&ops, &ids));
+                let colb = (kd / 32 * 36) as u64;
+                let what = |f: &str| format!("{f} {ty:?} tokens={nt} k={ku} experts={ne} rows={nrows} k={kd}");
+                for (form, x_div) in [("gate/up", ku), ("down", 1)] {
+                    let y = zeros(&ops, ns * nrows * 4);
+                    let yf = zeros(&ops, ns * nrows * 4);
+                    ops.mmvq_moe(&S, ty, None, gb.ptr, mat as u64, ne as u32, xb.ptr, x_div as u32, ib.ptr, ns as u32, y.ptr, nrows as u32, kd as u32, nt as u32)
+                        .unwrap_or_else(|e| panic!("{name} {}: {e}", what(form)));
+                    let glu = Some((ub.ptr, GluAct::Silu));
+                    ops.mmvq_moe(&S, ty, glu, gb.ptr, mat as u64, ne as u32, xb.ptr, x_div as u32, ib.ptr, ns as u32, yf.ptr, nrows as u32, kd as u32, nt as u32)
+                        .unwrap_or_else(|e| panic!("{name} {} glu: {e}", what(form)));
+                    // The same slots through the existing kernels, one launch per slot.
+                    let (want, wantf) = (zeros(&ops, ns * nrows * 4), zeros(&ops, ns * nrows * 4));
+                    for (s, &e) in ids.iter().enumerate() {
+                        let e = e as u64;
+                        let xc = xb.ptr + (s / x_div) as u64 * colb;
+                        let yo = (s * nrows * 4) as u64;
+                        ops.mmvq(&S, ty, 1, gb.ptr + e * mat as u64, xc, want.ptr + yo, None, nrows as u32, kd as u32, nrows as u32).unwrap();
+                        ops.mmvq_glu(&S, ty, 1, gb.ptr + e * mat as u64, ub.ptr + e * mat as u64, xc, wantf.ptr + yo, None, nrows as u32, kd as u32, nrows as u32, GluAct::Silu)
+                            .unwrap();
+                    }
+                    let yv = y.f32s();
+                    assert_bits(name, &what(form), &yv, &want.f32s());
+                    assert_bits(name, &format!("{} glu", what(form)), &yf.f32s(), &wantf.f32s());
+                    // CPU scalar reference: dequantized expert rows against the Q8_1 column.
+                    let mut a = vec![0f32; kd];
+                    let mut wr = vec![0f32; kd];
+                    for s in 0..ns {
+                        let c = s / x_div;
+                        quant::dequantize_row(GgmlType::Q8_1, &xq[c * kd / 32 * 36..(c + 1) * kd / 32 * 36], &mut a).unwrap();
+                        for i in 0..nrows {
+                            let off = ids[s] as usize * mat + i * row_bytes;
+                            quant::dequantize_row(ggml(ty), &wg[off..off + row_bytes], &mut wr).unwrap();
+                            let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, m), (&p, &q)| (d + p as f64 * q as f64, m + (p as f64 * q as f64).abs()));
+                            let got = yv[s * nrows + i] as f64;
+                            // Q4_K's min term uses Q8_1's f16 block sums `s` (the reference
+                            // dequantizes the quants): over these 64 x 33 rows up to ~2e-4.
+                            let tol = if ty == WType::Q4K { 1e-3 } else { 1e-6 };
+                            assert!((got - dot).abs() <= tol * (mag + 1e-30), "{name} {}: slot {s} row {i}: {got} vs {dot}", what(form));
+                        }
+                    }
+                }
+            }
+        }
+        // Refused shapes, and a corrupt expert id: a trap, never a read past the stack.
+        let ty = WType::Q8_0;
+        let w = random_blocks(ty, 2 * 32 * 256 / 32, &mut rng);
+        let mat = (32 * 256 / 32 * 34) as u64;
+        let xq = vec![0u8; 2 * 256 / 32 * 36];
+        let (wb, xb, y) = (up(&ops, &w), up(&ops, &xq), zeros(&ops, 2 * 32 * 4));
+        assert!(ops.mmvq_moe(&S, ty, None, wb.ptr, mat, 2, xb.ptr, 1, 0, 65, y.ptr, 32, 256, 8).is_err(), "65 slots");
+        assert!(ops.mmvq_moe(&S, ty, None, wb.ptr, mat - 1, 2, xb.ptr, 1, 0, 2, y.ptr, 32, 256, 1).is_err(), "short expert stride");
+        assert!(ops.mmvq_moe(&S, ty, None, wb.ptr, mat, 2, xb.ptr, 2, 0, 3, y.ptr, 32, 256, 1).is_err(), "x_div not dividing");
+        if name == "emu" {
+            let ib = upu(&ops, &[1, 2]);
+            let r = ops.mmvq_moe(&S, ty, None, wb.ptr, mat, 2, xb.ptr, 1, ib.ptr, 2, y.ptr, 32, 256, 1);
+            let e = r.expect_err("expert id 2 of 2 must fail").to_string();
+            assert!(e.contains("trap"), "{e}");
+        }
+    }
+}

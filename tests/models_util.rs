@@ -174,6 +174,12 @@ impl TinyModel {
 
     /// Writes the model as a GGUF with every matrix in `ty` (F32, F16 or Q8_0).
     pub fn write_gguf(&self, path: &std::path::Path, ty: GgmlType) {
+        self.write_gguf_mixed(path, ty, ty)
+    }
+
+    /// As `write_gguf`, with the FFN down matrices (dense or experts) in `down_ty` (as
+    /// llama.cpp's Q4_K_M keeps `ffn_down` in Q6_K).
+    pub fn write_gguf_mixed(&self, path: &std::path::Path, ty: GgmlType, down_ty: GgmlType) {
         let c = &self.cfg;
         let arch = match (c.gemma_window, c.moe) {
             (Some(_), _) => "gemma3",
@@ -237,14 +243,14 @@ impl TinyModel {
                 None => {
                     w.add_tensor(n("ffn_gate.weight"), &[d, ff], ty, enc(&l.gate[0], d as usize, ty));
                     w.add_tensor(n("ffn_up.weight"), &[d, ff], ty, enc(&l.up[0], d as usize, ty));
-                    w.add_tensor(n("ffn_down.weight"), &[ff, d], ty, enc(&l.down[0], ff as usize, ty));
+                    w.add_tensor(n("ffn_down.weight"), &[ff, d], down_ty, enc(&l.down[0], ff as usize, down_ty));
                 }
                 Some((ne, _)) => {
                     let cat = |m: &[Vec<f32>]| m.concat();
                     w.add_tensor(n("ffn_gate_inp.weight"), &[d, ne as u64], GgmlType::F32, f32v(&l.router));
                     w.add_tensor(n("ffn_gate_exps.weight"), &[d, ff, ne as u64], ty, enc(&cat(&l.gate), d as usize, ty));
                     w.add_tensor(n("ffn_up_exps.weight"), &[d, ff, ne as u64], ty, enc(&cat(&l.up), d as usize, ty));
-                    w.add_tensor(n("ffn_down_exps.weight"), &[ff, d, ne as u64], ty, enc(&cat(&l.down), ff as usize, ty));
+                    w.add_tensor(n("ffn_down_exps.weight"), &[ff, d, ne as u64], down_ty, enc(&cat(&l.down), ff as usize, down_ty));
                 }
             }
         }

@@ -416,6 +416,7 @@ pub fn op_kernels() -> impl Iterator<Item = &'static str> {
         .chain(ATTN_FAST_KERNELS.iter().map(|e| e.2))
         .chain(MMVQ_GLU_KERNELS.iter().map(|e| e.2))
         .chain(MMQ_KERNELS.iter().map(|e| e.2))
+        .chain(MMVQ_MOE_KERNELS.iter().map(|e| e.3))
 }
 
 /// Little-endian bytes of a `#[repr(C)]` args struct made only of u64/u32 fields.
@@ -617,6 +618,93 @@ macro_rules! mmvq_kernels {
             mmvq_iq3_xxs_q8_1_c7 IQ3XXS 7, mmvq_iq3_xxs_q8_1_c8 IQ3XXS 8,
         }
     };
+}
+
+/// Arguments of `mmvq_moe_*` (and `mmvq_moe_glu_*`): MMVQ over the experts the router chose,
+/// with the choice read on the device (`ids` = `n_slots` u32 written by `moe_router`, slot
+/// `s` = token `s / k`, rank `s % k`). For every slot `s < n_slots` and row `i < nrows`:
+/// `y[s * nrows + i] = dot(W_e[i], x[s / x_div])` with `e = ids[s]` and
+/// `W_e = w + e * expert_bytes` (row-major, `k` weights per row); the GLU form stores
+/// `act(W_e[i] · x) * (U_e[i] · x)` with `U_e = w2 + e * expert_bytes` (`act` 0 = SiLU,
+/// 1 = GELU-tanh). `x` = Q8_1 columns of `k / 32` blocks (gate/up: `x_div` = k, the token's
+/// normed input; down: 1, the slot's own activation).
+///
+/// Slots that chose the same expert are computed together (the first of them leads; the
+/// others' workgroups exit), up to `G` columns per pass (the kernel's `_g<G>` suffix), so each
+/// expert's weights are read once per window as on the host-readback path. The per-row order
+/// of operations is `mmvq_*`'s, so results are bit-identical to it. An id `>= n_expert`
+/// traps (`s_trap 2`): no out-of-bounds read. Grid: 2-D, `[ceil(nrows / rows_per_wg),
+/// n_slots, 1]` workgroups (x = row group, y = slot) of `WG_SIZE`, dynamic LDS
+/// `mmvq_moe_lds_bytes(ty, k, G)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmvqMoeArgs {
+    pub w: u64,
+    /// Up weights of the GLU form (0 for the plain kernels).
+    pub w2: u64,
+    pub x: u64,
+    pub y: u64,
+    pub ids: u64,
+    pub expert_bytes: u64,
+    pub n_slots: u32,
+    pub x_div: u32,
+    pub nrows: u32,
+    pub k: u32,
+    pub rows_per_wg: u32,
+    pub n_expert: u32,
+    pub act: u32,
+    pub _pad: u32,
+}
+impl_args_bytes!(MmvqMoeArgs);
+const _: () = assert!(core::mem::size_of::<MmvqMoeArgs>() == 80);
+/// Most slots (tokens x experts per token) of one `mmvq_moe_*` launch (a u64 slot mask).
+pub const MOE_MAX_SLOTS: u32 = MAX_COLS as u32 * MOE_MAX_K;
+
+/// Every expert-dispatch MMVQ instantiation: `symbol, weight type, columns per pass, GLU`.
+/// `g1`: decode (one token: every expert has one slot); `g8` / `g4`: windows of 2..=8 tokens
+/// (the GLU forms keep 4 columns per pass: 8 would spill). Q6_K's plain g4 has two bodies, 1
+/// and 4 columns (a pass of 2-3 slots pads to 4): with the 2- and 3-column bodies as well its
+/// registers spilled to scratch on gfx1102, whose VGPR file is smaller.
+macro_rules! mmvq_moe_kernels {
+    ($m:ident) => {
+        $m! {
+            mmvq_moe_q8_0_g1 Q8_0 1 false, mmvq_moe_q8_0_g8 Q8_0 8 false,
+            mmvq_moe_q4_k_g1 Q4K 1 false, mmvq_moe_q4_k_g8 Q4K 8 false,
+            mmvq_moe_q6_k_g1 Q6K 1 false, mmvq_moe_q6_k_g4 Q6K 4 false,
+            mmvq_moe_iq3_xxs_g1 IQ3XXS 1 false, mmvq_moe_iq3_xxs_g8 IQ3XXS 8 false,
+            mmvq_moe_glu_q8_0_g1 Q8_0 1 true, mmvq_moe_glu_q8_0_g4 Q8_0 4 true,
+            mmvq_moe_glu_q4_k_g1 Q4K 1 true, mmvq_moe_glu_q4_k_g4 Q4K 4 true,
+            mmvq_moe_glu_q6_k_g1 Q6K 1 true, mmvq_moe_glu_q6_k_g4 Q6K 4 true,
+            mmvq_moe_glu_iq3_xxs_g1 IQ3XXS 1 true, mmvq_moe_glu_iq3_xxs_g4 IQ3XXS 4 true,
+        }
+    };
+}
+macro_rules! mmvq_moe_name_table {
+    ($($name:ident $ty:ident $g:literal $glu:literal),* $(,)?) => {
+        /// `(type, columns per pass, GLU, symbol)` of every expert-dispatch MMVQ kernel.
+        pub const MMVQ_MOE_KERNELS: &[(WType, u32, bool, &str)] = &[$((WType::$ty, $g, $glu, stringify!($name))),*];
+    };
+}
+mmvq_moe_kernels!(mmvq_moe_name_table);
+/// LDS offset of the 16-byte group record of an expert-dispatch launch (`[mask lo, mask hi,
+/// expert, leads]`, written by wave 0 after it scanned `ids`, read by every wave): after the
+/// staged columns.
+#[inline(always)]
+pub const fn mmvq_moe_info_offset(ty: WType, k: u32, g: u32) -> u32 {
+    (mmvq_lds_bytes(ty, k, g) + 15) & !15
+}
+/// Dynamic LDS an expert-dispatch launch passes: `g` staged columns and the group record.
+#[inline(always)]
+pub const fn mmvq_moe_lds_bytes(ty: WType, k: u32, g: u32) -> u32 {
+    mmvq_moe_info_offset(ty, k, g) + 16
+}
+/// Most columns per pass of the expert-dispatch kernels for `ty` (GLU form or not).
+pub fn mmvq_moe_max_group(ty: WType, glu: bool) -> u32 {
+    MMVQ_MOE_KERNELS.iter().filter(|(t, _, f, _)| *t == ty && *f == glu).map(|e| e.1).max().unwrap_or(1)
+}
+/// Symbol of the expert-dispatch MMVQ kernel for `ty`, GLU form or not, `g` columns per pass.
+pub fn mmvq_moe_kernel(ty: WType, glu: bool, g: u32) -> Option<&'static str> {
+    MMVQ_MOE_KERNELS.iter().find(|(t, n, f, _)| *t == ty && *n == g && *f == glu).map(|e| e.3)
 }
 
 /// Every fused gate/up MMVQ + GLU instantiation: `symbol, weight type, columns` (1..=4).

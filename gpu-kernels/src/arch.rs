@@ -26,6 +26,16 @@ unsafe extern "unadjusted" {
     fn llvm_arithmetic_fence_f32(x: f32) -> f32;
     #[link_name = "llvm.amdgcn.ds.swizzle"]
     fn llvm_ds_swizzle(x: i32, pattern: i32) -> i32;
+    #[link_name = "llvm.amdgcn.ballot.i32"]
+    fn llvm_ballot_i32(b: bool) -> i32;
+}
+
+/// Bit `l` set for every active lane `l` of the wave whose `b` is true (`v_cmp` into an SGPR;
+/// wave-uniform result). Call in uniform control flow.
+#[inline(always)]
+pub fn ballot(b: bool) -> u32 {
+    // SAFETY: a pure cross-lane intrinsic with no memory access.
+    unsafe { llvm_ballot_i32(b) as u32 }
 }
 
 unsafe extern "C" {
@@ -46,6 +56,11 @@ pub fn thread_id() -> u32 {
 #[inline(always)]
 pub fn group_id() -> u32 {
     amdgpu::workgroup_id_x()
+}
+/// Workgroup index along y (2-D grids).
+#[inline(always)]
+pub fn group_id_y() -> u32 {
+    amdgpu::workgroup_id_y()
 }
 /// Lane within the wave32.
 #[inline(always)]

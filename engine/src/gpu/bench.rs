@@ -558,6 +558,100 @@ pub fn bench_ops(quick: bool) -> String {
             }
         }
     }
+    // Expert dispatch (`mmvq_moe_*`, the router's choice read on the device): a
+    // Qwen3-30B-A3B-shaped layer (d 2048, expert ff 768, 8 experts per token) over a stack of
+    // 32 experts; fused gate/up + SiLU and down, 1 token (8 slots) and 8 tokens (64 slots, the
+    // experts shared between tokens computed together). Ideal = every chosen expert's matrices
+    // once + the activation columns + the outputs + the ids.
+    let (md, mff, mne, mk) = if quick { (512usize, 256usize, 16usize, 8usize) } else { (2048, 768, 32, 8) };
+    for ty in WType::ALL {
+        let mat_blocks = mff * md / ty.block_k() as usize;
+        let mat = mat_blocks * ty.block_bytes() as usize;
+        let wg = random_blocks(ty, mne * mat_blocks, &mut Rng::new(31));
+        let wu = random_blocks(ty, mne * mat_blocks, &mut Rng::new(32));
+        let wd = random_blocks(ty, mne * mat_blocks, &mut Rng::new(33));
+        let (gp, upp, dp) = (alloc(&wg), alloc(&wu), alloc(&wd));
+        for nt in [1usize, 8] {
+            let ns = nt * mk;
+            let mut r = Rng::new(34 + nt as u64);
+            let mut ids = Vec::new();
+            for _ in 0..nt {
+                let mut pick: Vec<u32> = (0..mne as u32).collect();
+                for i in 0..mk {
+                    let j = i + (r.next_u64() as usize) % (mne - i);
+                    pick.swap(i, j);
+                }
+                ids.extend_from_slice(&pick[..mk]);
+            }
+            let mut distinct = ids.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let xs: Vec<f32> = (0..ns * mff.max(md)).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let (mut xq, mut aq) = (vec![0u8; nt * md / 32 * 36], vec![0u8; ns * mff / 32 * 36]);
+            if quant::quantize_row(quant::GgmlType::Q8_1, &xs[..nt * md], &mut xq).is_err()
+                || quant::quantize_row(quant::GgmlType::Q8_1, &xs[..ns * mff], &mut aq).is_err()
+            {
+                continue;
+            }
+            let (idp, xp, ap) = (alloc(&u32b(&ids)), alloc(&xq), alloc(&aq));
+            // (yp has room for a second output: the host-path rows use it as a temporary.)
+            let (yp, dyp) = (alloc(&vec![0u8; 2 * ns * mff * 4]), alloc(&vec![0u8; ns * md.max(mff) * 4]));
+            let ne = distinct.len();
+            for (glu, w, k, nrows, xin, xlen, y, x_div) in
+                [(true, gp, md, mff, xp, xq.len(), yp, mk), (false, dp, mff, md, ap, aq.len(), dyp, 1)]
+            {
+                let _ = api.take_stats();
+                let g = glu.then_some((upp, GluAct::Silu));
+                let r = ops.mmvq_moe(&s, ty, g, w, mat as u64, mne as u32, xin, x_div as u32, idp, ns as u32, y, nrows as u32, k as u32, nt as u32);
+                let st = api.take_stats().unwrap_or_default();
+                let group = if nt == 1 { 1 } else { abi::mmvq_moe_max_group(ty, glu) };
+                let name = abi::mmvq_moe_kernel(ty, glu, group).unwrap_or("?");
+                let nmat = if glu { 2 } else { 1 };
+                let shape = format!("{}{nt}t {ne}e {nrows}x{k}", if glu { "2x" } else { "" });
+                match r {
+                    Ok(()) => {
+                        let info = ops.kernel(name).map(|k| k.info.clone());
+                        let lds = abi::mmvq_moe_lds_bytes(ty, k as u32, group);
+                        let ideal = (nmat * ne * mat + xlen + ns * nrows * 4 + ns * 4) as u64;
+                        row(&mut out, name, &shape, &st, info.as_ref(), lds, ideal, (nmat * ne * nrows * k) as u64);
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "{name} {shape}: {e}");
+                    }
+                }
+                if nt == 1 {
+                    // The host-readback path's launches for the same slots (one token: one
+                    // column per expert): mmvq per expert (gate, up, then glu; or down).
+                    let _ = api.take_stats();
+                    let colb = (k / 32 * 36) as u64;
+                    let mut res = Ok(());
+                    for (sl, &e) in ids.iter().enumerate() {
+                        let xc = xin + (sl / x_div) as u64 * colb;
+                        let yo = y + (sl * nrows * 4) as u64;
+                        let we = w + e as u64 * mat as u64;
+                        res = res.and_then(|_| ops.mmvq(&s, ty, 1, we, xc, yo, None, nrows as u32, k as u32, nrows as u32));
+                        if glu {
+                            let (tg, tu) = (yp + (ns * nrows * 4) as u64, dyp);
+                            let ue = upp + e as u64 * mat as u64;
+                            res = res
+                                .and_then(|_| ops.mmvq(&s, ty, 1, ue, xc, tg, None, nrows as u32, k as u32, nrows as u32))
+                                .and_then(|_| ops.glu(&s, yo, tg, tu, nrows as u32, GluAct::Silu));
+                        }
+                    }
+                    let st = api.take_stats().unwrap_or_default();
+                    let name = abi::mmvq_kernel(ty, 1).unwrap_or("?");
+                    let ideal = (nmat * ne * mat + xlen + ns * nrows * 4) as u64;
+                    let label = format!("host: {}{}", name, if glu { "+glu" } else { "" });
+                    match res {
+                        Ok(()) => row(&mut out, &label, &shape, &st, None, 0, ideal, (nmat * ne * nrows * k) as u64),
+                        Err(e) => {
+                            let _ = writeln!(out, "{label} {shape}: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
     // MMQ prefill: every type and variant, weights x 64 Q8_1 token columns (one column tile).
     let ntok = 64usize;
     let xs: Vec<f32> = (0..ntok * kk).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();

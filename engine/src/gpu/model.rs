@@ -9,9 +9,12 @@
 //! MMVQ launch per projection per window, the speculative-verification shape); a longer prompt
 //! is a sequence of such windows.
 //!
-//! The routed-expert FFN reads the router's choice back to the host (one small synchronous copy
-//! per MoE layer and window) and launches each selected expert on the tokens that chose it,
-//! like the CPU backend; the rest of a window is launch-only, so it is graph-capturable.
+//! The routed-expert FFN has two paths ([`MoePath`]): device dispatch (decode windows) — the
+//! `mmvq_moe_*` kernels read the router's choice from a device buffer, so the whole window is
+//! launch-only and graph-capturable; and host readback (long prompt chunks, F32/F16 experts,
+//! the ordered-numerics mode) — the choice is copied to the host (one small synchronous copy
+//! per MoE layer and window) and each selected expert runs on the tokens that chose it, like
+//! the CPU backend. Both give the same bits.
 //!
 //! Numerics differ from the CPU backend only where the kernels do: Q8_1 instead of Q8_K
 //! activations, the GELU/SiLU and norm reductions. Attention has an ordered mode
@@ -114,12 +117,14 @@ struct DevLayer {
 pub struct GpuOptions {
     pub attn: AttnMode,
     /// Capture each decode window's launches once per window size and replay the graph with
-    /// new inputs in device buffers (models without routed experts; see the module docs).
+    /// new inputs in device buffers (MoE models: the windows whose experts run by device
+    /// dispatch, see [`MoePath`]).
     pub graphs: bool,
     /// How quantized projections of prompt chunks longer than a window run.
     pub prefill: PrefillPath,
     /// Dense FFNs in decode/verify windows: one fused gate/up MMVQ + GLU launch instead of
-    /// three (bit-identical; `STRATA_GPU_FUSED_GLU=off` disables it).
+    /// three (bit-identical; `STRATA_GPU_FUSED_GLU=off` disables it; also the MoE device path's
+    /// fused gate/up form).
     pub fused_glu: bool,
     /// Ordered-numerics mode (`STRATA_GPU_ORDERED=1`, the CLI's `--ordered`): every matrix
     /// product runs `quantize_ref` + `mmv_ordered` (the `quant` crate's reference quantizer
@@ -130,6 +135,26 @@ pub struct GpuOptions {
     pub ordered: bool,
     /// Inner product of the MMQ prefill path (`STRATA_GPU_MMQ=wmma|dot4`; bit-identical).
     pub mmq: MmqVariant,
+    /// Routed experts: device dispatch or host readback (`STRATA_GPU_MOE`).
+    pub moe: MoePath,
+}
+
+/// How the routed-expert FFN finds the router's choice (`STRATA_GPU_MOE=auto|device|host`).
+///
+/// Rule (`Auto`): windows of up to [`MAX_COLS`] tokens (decode steps, speculative
+/// verification) use device dispatch — `mmvq_moe_*` reads `sel_ids` on the device, no host
+/// synchronisation, so the window is captured as a graph and replayed; longer prompt chunks
+/// use the host readback, which groups a chunk's tokens by expert in launches of 8 columns
+/// (device dispatch would read each chosen expert once per 8 tokens as well, but it launches
+/// every (token group, slot) workgroup and so is only used for windows). Experts without an
+/// MMVQ type (F32/F16) always use the host path. Both paths give identical bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoePath {
+    Auto,
+    /// Device dispatch for every chunk (in groups of 8 tokens) when the experts are quantized.
+    Device,
+    /// Always read the choice back to the host (no graphs for MoE models).
+    Host,
 }
 
 /// Prefill path for quantized projections (`STRATA_GPU_PREFILL`).
@@ -160,7 +185,7 @@ pub enum PrefillPath {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto }
     }
 }
 
@@ -206,6 +231,14 @@ impl GpuOptions {
                 other => return Err(format!("STRATA_GPU_ORDERED={other:?}: expected on or off")),
             };
         }
+        if let Ok(v) = std::env::var("STRATA_GPU_MOE") {
+            o.moe = match v.to_ascii_lowercase().as_str() {
+                "auto" => MoePath::Auto,
+                "device" => MoePath::Device,
+                "host" => MoePath::Host,
+                other => return Err(format!("STRATA_GPU_MOE={other:?}: expected auto, device or host")),
+            };
+        }
         if let Ok(v) = std::env::var("STRATA_GPU_GRAPHS") {
             o.graphs = match v.as_str() {
                 "1" | "on" => true,
@@ -241,6 +274,8 @@ pub struct GpuModel {
     /// (Gemma); 0 otherwise.
     xo: DevicePtr,
     gelu_table: DevicePtr,
+    /// Every MoE layer's expert gate/up/down matrices have an MMVQ type (device dispatch possible).
+    moe_quantized: bool,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -330,6 +365,8 @@ struct Scratch {
     xq_e: DevicePtr,
     /// Expert outputs, one row of n_embd per (token, slot).
     y_e: DevicePtr,
+    /// The identity slot map `0..chunk * k` (device dispatch: slot s's output is row s of y_e).
+    map_id: DevicePtr,
     /// f16 copy of one layer matrix (dequantize + GEMM prefill path; 0 when unused).
     wdq: DevicePtr,
     /// f16 activations for f16 GEMMs.
@@ -460,6 +497,10 @@ impl GpuModel {
         });
         let dequant_scratch_bytes =
             layer_mats.filter(|m| matches!(m.kind, MatKind::Q(_))).map(|m| m.rows * m.cols * 4).max().unwrap_or(0);
+        let moe_quantized = layers.iter().all(|l| match &l.ffn {
+            DevFfn::Moe { gate, up, down, .. } => [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))),
+            DevFfn::Dense { .. } => true,
+        });
         Ok(GpuModel {
             model,
             ops,
@@ -476,6 +517,7 @@ impl GpuModel {
             lt: None,
             xo,
             gelu_table,
+            moe_quantized,
         })
     }
 
@@ -590,6 +632,7 @@ impl GpuModel {
             // Gathered expert inputs: Q8_1 columns, or f32 rows for dequantized experts.
             xq_e: up.zeroed(c * k_used * ff.max(d).next_multiple_of(32) * 4)?,
             y_e: up.zeroed(f(c * k_used * d))?,
+            map_id: up.bytes(u32_bytes(&(0..(c * k_used) as u32).collect::<Vec<u32>>()))?,
             wdq: if c > MAX_COLS { up.zeroed(self.dequant_scratch_bytes)? } else { 0 },
             xh: up.zeroed(c * k_used.max(1) * widest.max(d).next_multiple_of(32) * 2)?,
         };
@@ -785,10 +828,12 @@ impl GpuModel {
         api.stream_synchronize(st)?;
         api.memcpy_htod(sess.sc.ids, u32_bytes(toks))?;
         api.memcpy_htod(sess.sc.pos, u32_bytes(&pos))?;
-        // Routed experts read the router's choice on the host, tracing and profiling copy
-        // between parts: those windows run eagerly.
-        let capturable =
-            self.opts.graphs && self.model.hp.moe.is_none() && sess.trace.is_none() && sess.profile.is_none();
+        // Routed experts on the host-readback path read the router's choice on the host,
+        // tracing and profiling copy between parts: those windows run eagerly.
+        let capturable = self.opts.graphs
+            && (self.model.hp.moe.is_none() || self.moe_on_device(n))
+            && sess.trace.is_none()
+            && sess.profile.is_none();
         if !capturable {
             sess.eager_windows += 1;
             return self.launches(sess, n, first_row);
@@ -943,7 +988,11 @@ impl GpuModel {
                     ("ffn", (wg.mat_bytes + wu.mat_bytes + wd.mat_bytes) as u64)
                 }
                 DevFfn::Moe { router, gate: wg, up: wu, down: wd } => {
-                    let experts = self.moe(&sess.sc, n, [router, wg, wu, wd])?;
+                    let experts = if self.moe_on_device(n) {
+                        self.moe_device(&sess.sc, n, [router, wg, wu, wd], sess.profile.is_some())?
+                    } else {
+                        self.moe(&sess.sc, n, [router, wg, wu, wd])?
+                    };
                     ("moe", (router.mat_bytes + experts * (wg.mat_bytes + wu.mat_bytes + wd.mat_bytes)) as u64)
                 }
             };
@@ -972,8 +1021,74 @@ impl GpuModel {
         Ok(())
     }
 
+    /// Whether a window of `n` tokens runs its routed experts by device dispatch
+    /// ([`MoePath`]'s rule). The single switch between the two paths: a mode that needs the
+    /// host-readback path (e.g. ordered numerics) makes this false.
+    fn moe_on_device(&self, n: usize) -> bool {
+        // Ordered mode keeps the host path: it runs every expert through `matmul` (ordered).
+        !self.opts.ordered
+            && self.moe_quantized
+            && match self.opts.moe {
+                MoePath::Host => false,
+                MoePath::Device => true,
+                MoePath::Auto => n <= MAX_COLS,
+            }
+    }
+
+    /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /
+    /// `sc.xq`; output in `sc.o`. The router's choice stays on the device: `mmvq_moe_*` reads
+    /// it (fused gate/up + SiLU when both have one type, then down), `moe_combine` adds the
+    /// slots through the identity map in rank order, exactly as [`GpuModel::moe`] does. With
+    /// `count` (profiling) the choice is read back afterwards to count the distinct experts
+    /// (the return value); otherwise 0.
+    fn moe_device(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4], count: bool) -> std::result::Result<usize, GpuError> {
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
+        let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (gate.kind, up.kind, down.kind) else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "device dispatch needs quantized experts".into() });
+        };
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        let (xb, ab) = (q8_1_bytes(d) as u64, q8_1_bytes(ff) as u64);
+        // Groups of up to MAX_COLS tokens: at most 64 slots per launch.
+        for t0 in (0..n).step_by(MAX_COLS) {
+            let nt = (n - t0).min(MAX_COLS);
+            let (s0, ns) = (t0 * k, (nt * k) as u32);
+            let ids = sc.sel_ids + (s0 * 4) as u64;
+            let xq = sc.xq + t0 as u64 * xb;
+            let act = sc.act + (s0 * ff * 4) as u64;
+            let g = nt as u32; // slots of one expert: at most one per token
+            if tg == tu && self.opts.fused_glu {
+                let glu = Some((up.ptr, GluAct::Silu));
+                ops.mmvq_moe(st, tg, glu, gate.ptr, gate.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, act, ff as u32, d as u32, g)?;
+            } else {
+                let (yg, yu) = (sc.gate + (s0 * ff * 4) as u64, sc.up + (s0 * ff * 4) as u64);
+                ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, yg, ff as u32, d as u32, g)?;
+                ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, yu, ff as u32, d as u32, g)?;
+                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu)?;
+            }
+            let aq = sc.xq_e + s0 as u64 * ab;
+            self.quantize(act, aq, nt * k, ff)?;
+            let y = sc.y_e + (s0 * d * 4) as u64;
+            ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne as u32, aq, 1, ids, ns, y, d as u32, ff as u32, g)?;
+        }
+        ops.moe_combine(st, sc.y_e, sc.map_id, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
+        if !count {
+            return Ok(0);
+        }
+        api.stream_synchronize(st)?;
+        let mut b = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
+        let mut sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+        sel.sort_unstable();
+        sel.dedup();
+        Ok(sel.len())
+    }
+
     /// Routed experts for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`); output
-    /// in `sc.o`. Returns how many distinct experts ran.
+    /// in `sc.o`. Returns how many distinct experts ran. Host readback path ([`MoePath`]).
     fn moe(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");

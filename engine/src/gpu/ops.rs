@@ -142,6 +142,9 @@ impl GpuOps {
         for &(ty, _, name) in abi::MMQ_KERNELS {
             add(name, abi::MmqArgs::SIZE, wg, abi::mmq_lds_bytes(ty), false)?;
         }
+        for &(ty, _, _, name) in abi::MMVQ_MOE_KERNELS {
+            add(name, abi::MmvqMoeArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
+        }
         for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
             add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
         }
@@ -324,6 +327,81 @@ impl GpuOps {
             c0 += nc;
         }
         Ok(())
+    }
+
+    /// MMVQ over the experts the router chose, read from the device (`abi::MmvqMoeArgs`): for
+    /// slot `s < n_slots` (token `s / k_used`, rank `s % k_used`) and row `i < nrows`,
+    /// `y[s * nrows + i] = W_e[i] · x[s / x_div]` with `e = ids[s]`, `W_e = w + e * expert_bytes`;
+    /// with `glu = Some((w2, act))`, `act(W_e[i] · x) * (U_e[i] · x)`, `U_e = w2 + e * expert_bytes`.
+    /// Bit-identical, per slot, to `mmvq` (and `mmvq_glu`) of expert `e` on that column. Slots
+    /// sharing an expert are computed together, up to `max_group` columns per pass (the largest
+    /// number of slots that may share one: the tokens of the window); an id `>= n_expert` traps.
+    /// Nothing is read back, so the launch is graph-capturable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmvq_moe(
+        &self,
+        s: &Stream,
+        ty: WType,
+        glu: Option<(DevicePtr, GluAct)>,
+        w: DevicePtr,
+        expert_bytes: u64,
+        n_expert: u32,
+        x_q8_1: DevicePtr,
+        x_div: u32,
+        ids: DevicePtr,
+        n_slots: u32,
+        y: DevicePtr,
+        nrows: u32,
+        k: u32,
+        max_group: u32,
+    ) -> Result<()> {
+        let name = if glu.is_some() { "mmvq_moe_glu" } else { "mmvq_moe" };
+        if n_slots == 0 || n_slots > abi::MOE_MAX_SLOTS {
+            return Err(bad(name, format!("{n_slots} slots (1..={})", abi::MOE_MAX_SLOTS)));
+        }
+        if x_div == 0 || !n_slots.is_multiple_of(x_div) {
+            return Err(bad(name, format!("x_div {x_div} does not divide {n_slots} slots")));
+        }
+        let bk = ty.block_k();
+        if k == 0 || !k.is_multiple_of(bk) {
+            return Err(bad(name, format!("k = {k} is not a positive multiple of {bk}")));
+        }
+        let mat = nrows as u64 * (k / bk) as u64 * ty.block_bytes() as u64;
+        if nrows == 0 || n_expert == 0 || expert_bytes < mat {
+            return Err(bad(name, format!("nrows {nrows}, n_expert {n_expert}, expert_bytes {expert_bytes} (a matrix is {mat})")));
+        }
+        // Columns per pass: 1 for decode; else the widest instantiation whose columns fit LDS.
+        let room = abi::MAX_LDS_BYTES - ty.table_lds_bytes();
+        if abi::mmvq_moe_lds_bytes(ty, k, 1) > room {
+            return Err(bad(name, format!("k = {k}: one staged column does not fit in 64 KiB of LDS")));
+        }
+        let wide = abi::mmvq_moe_max_group(ty, glu.is_some());
+        let g = if max_group <= 1 || abi::mmvq_moe_lds_bytes(ty, k, wide) > room { 1 } else { wide };
+        let kname = abi::mmvq_moe_kernel(ty, glu.is_some(), g).ok_or_else(|| bad(name, format!("no kernel for {ty:?}")))?;
+        // Geometry of a pass as wide as the largest possible group (fewer row groups: each
+        // stages its group's columns once).
+        let rows_per_wg = abi::mmvq_rows_per_wg(ty, k, nrows, g.min(max_group.max(1)));
+        let (w2, act) = glu.map_or((0, 0), |(p, a)| (p, (a == GluAct::GeluTanh) as u32));
+        let args = abi::MmvqMoeArgs {
+            w,
+            w2,
+            x: x_q8_1,
+            y,
+            ids,
+            expert_bytes,
+            n_slots,
+            x_div,
+            nrows,
+            k,
+            rows_per_wg,
+            n_expert,
+            act,
+            _pad: 0,
+        };
+        // 2-D grid: x = row group, y = slot (no divisions in the kernel).
+        let k_ = self.kernels.get(kname).ok_or_else(|| GpuError::NoSuchKernel { kernel: kname.to_string() })?;
+        let cfg = LaunchConfig { grid: [nrows.div_ceil(rows_per_wg), n_slots, 1], block: [abi::WG_SIZE, 1, 1], dynamic_lds: abi::mmvq_moe_lds_bytes(ty, k, g) };
+        self.api.launch(s, k_, &cfg, &args.to_bytes())
     }
 
     /// Prefill matmul: `y[c * y_stride + i] = W[i] · x[c]` for `ncols` Q8_1 activation columns
