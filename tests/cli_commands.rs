@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::models_util::{default_model_path, ids, read_json};
+use crate::models_util::{gemma_path, ids, read_json};
 
 fn strata() -> Command {
     Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -32,7 +32,7 @@ fn cli_generate_greedy_prints_llama_cpp_text() {
     let g = read_json("gemma3-270m-q4_k_m/reference.json");
     // Prompt 2: prompt 1 reaches a near tie of llama.cpp at token 11 (see models_gemma3).
     let r = &g["greedy"][1];
-    let m = default_model_path();
+    let m = gemma_path();
     let out = run_ok(&["generate", "-m", m.to_str().unwrap(), "-p", r["prompt"].as_str().unwrap(), "-n", "16", "--temp", "0", "--threads", "2"]);
     // generate ends its output with one newline.
     assert_eq!(out.strip_suffix('\n').unwrap_or(&out), r["text16"].as_str().unwrap());
@@ -42,7 +42,7 @@ fn cli_generate_greedy_prints_llama_cpp_text() {
 fn cli_tokenize_and_logits() {
     let g = read_json("gemma3-270m-q4_k_m/reference.json");
     let r = &g["greedy"][1];
-    let m = default_model_path();
+    let m = gemma_path();
     let m = m.to_str().unwrap();
     let out = run_ok(&["tokenize", "-m", m, "-p", r["prompt"].as_str().unwrap()]);
     let got: Vec<u32> = serde_json::from_str(out.trim()).unwrap();
@@ -57,7 +57,7 @@ fn cli_tokenize_and_logits() {
 
 #[test]
 fn cli_errors_are_clear() {
-    let m = default_model_path();
+    let m = gemma_path();
     let m = m.to_str().unwrap();
     let out = strata().args(["generate", "-m", m, "-p", "one two three four five six", "-n", "4", "--max-context", "4"]).output().unwrap();
     assert!(!out.status.success());
@@ -72,7 +72,7 @@ fn cli_errors_are_clear() {
 
 #[test]
 fn cli_bench_reports_json() {
-    let m = default_model_path();
+    let m = gemma_path();
     let out = run_ok(&["bench", "-m", m.to_str().unwrap(), "--pp", "32", "--tg", "4", "--reps", "1", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["pp_median"].as_f64().unwrap() > 0.0);

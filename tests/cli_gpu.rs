@@ -1,6 +1,6 @@
 //! `--device` end to end through the binary: `generate --device emu` prints the same greedy
 //! text as `--device cpu` (and as llama.cpp) on the synthetic MoE models of
-//! shared/reference/tiny-qwen3moe; `--device hip` fails over with a clear message where there
+//! testdata/reference/tiny-qwen3moe; `--device hip` fails over with a clear message where there
 //! is no ROCm; `bench --device emu` reports the per-part decode profile.
 
 use std::process::Command;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::models_util::{default_model_path, ids, read_json, reference};
+use crate::models_util::{gemma_path, ids, read_json, reference};
 
 const F32: &str = "tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf";
 const Q8: &str = "tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
@@ -116,7 +116,7 @@ fn cli_qwen4exp_spec_equals_greedy() {
 /// The same on the default Gemma model with a repetitive prompt (drafts get accepted).
 #[test]
 fn cli_gemma_spec_equals_greedy() {
-    let m = default_model_path();
+    let m = gemma_path();
     let p = "One, two, three, four, five. One, two, three, four, five. One, two, three,";
     let err = spec_equals_plain(&m, &["-p", p], 24);
     assert!(drafted(&err) > 0, "no drafts were verified: {err}");

@@ -19,7 +19,8 @@ mod models_qwen3moe;
 mod spec_mtp;
 mod cli_mtp;
 mod cli_commands;
-mod cli_fetch;
+mod cli_default_model;
+mod repo_self_contained;
 mod spec_decoding;
 #[cfg(feature = "gpu")]
 mod cli_emu;

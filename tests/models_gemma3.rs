@@ -1,5 +1,5 @@
 //! Gemma 3 270M Q4_K_M (the default model) against llama.cpp's recorded outputs in
-//! shared/reference/gemma3-270m-q4_k_m (see make_reference.py there).
+//! testdata/reference/gemma3-270m-q4_k_m (see make_reference.py there).
 
 use strata::model::forward::Logits;
 use strata::sampler::{Sampler, SamplerConfig};

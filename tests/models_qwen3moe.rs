@@ -1,5 +1,5 @@
 //! Qwen3-MoE: random-weight models against the float64 reference (`models_util`), and the
-//! synthetic models of shared/reference/tiny-qwen3moe against llama.cpp's logits.
+//! synthetic models of testdata/reference/tiny-qwen3moe against llama.cpp's logits.
 
 use strata::kv_cache::KvType;
 use strata::model::Model;

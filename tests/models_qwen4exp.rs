@@ -1,5 +1,5 @@
 //! qwen4exp (Qwen3.8-Flash-Next) on the CPU against llama.cpp's recorded logits for the tiny
-//! random-weight fixtures in `shared/reference/tiny-qwen4exp/` (README there), plus each layer
+//! random-weight fixtures in `testdata/reference/tiny-qwen4exp/` (README there), plus each layer
 //! type alone against a plain f64 scalar reference written here (no code shared with the
 //! engine).
 //!
@@ -26,7 +26,7 @@ mod ple_io;
 mod synth;
 
 fn ref_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/tiny-qwen4exp")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen4exp")
 }
 
 /// Reads a little-endian float32 C-order `.npy`: (shape, data).

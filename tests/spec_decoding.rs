@@ -14,7 +14,7 @@ use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
 use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 
 fn ref_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/tiny-qwen4exp")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen4exp")
 }
 
 fn ref_tokens(variant: &str) -> Vec<(Vec<u32>, Vec<u32>)> {

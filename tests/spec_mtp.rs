@@ -314,7 +314,7 @@ fn spec_mtp_long_prompt() {
 /// greedy == llama.cpp's recorded greedy ids.
 #[test]
 fn spec_mtp_lossless_on_llama_cpp_fixture() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/tiny-qwen4exp");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen4exp");
     let model = Qwen4Exp::open(&dir.join("tiny-qwen4exp-public-f32.gguf")).unwrap();
     let j: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("ref/f32/ref.json")).unwrap()).unwrap();

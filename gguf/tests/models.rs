@@ -1,5 +1,5 @@
 //! Real files: the default Gemma 3 model and the two-shard tiny-qwen4exp fixture. Expected
-//! facts come from shared/reference (llama.cpp's view of these files, and the generator's
+//! facts come from testdata/reference (llama.cpp's view of these files, and the generator's
 //! tensor list), not from this reader.
 
 use std::collections::BTreeMap;
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use gguf::GgufFile;
 use quant::GgmlType;
 
-const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference");
+const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reference");
 
 fn gemma_path() -> PathBuf {
     let dir = std::env::var_os("STRATA_MODEL_DIR")
@@ -40,7 +40,7 @@ fn gemma3_default_model() {
         1e-6
     );
     assert_eq!(g.get_array("tokenizer.ggml.tokens").unwrap().len(), 262_144);
-    // Tensor types per shared/reference/README.md.
+    // Tensor types per testdata/reference/README.md.
     let mut by_type: BTreeMap<&str, usize> = BTreeMap::new();
     for t in g.tensors() {
         *by_type.entry(t.ty.name()).or_default() += 1;

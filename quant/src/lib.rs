@@ -5,7 +5,7 @@
 //! `amdgcn-amd-amdhsa`) and the tests all compile the very same structs and reference
 //! functions. Every faster implementation (SIMD, GPU) is checked against the `*_ref` code here,
 //! and the code here is checked byte-for-byte against llama.cpp's own outputs
-//! (`shared/reference/quant-vectors`).
+//! (`testdata/reference/quant-vectors`).
 //!
 //! Layout: one module per format (`q4_0`, `q4_k`, `iq3_xxs`, ...), each with a `#[repr(C)]`
 //! block struct (size asserted at compile time) and three functions on single blocks:

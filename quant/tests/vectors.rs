@@ -1,5 +1,5 @@
 //! Byte-exact checks against llama.cpp's own reference functions
-//! (`shared/reference/quant-vectors`, see its `index.json`): our reference quantizers must
+//! (`testdata/reference/quant-vectors`, see its `index.json`): our reference quantizers must
 //! reproduce `quantize_row_q8_{K,1,0}_ref` bytes, and our dequantizers must reproduce
 //! `dequantize_row_*` bit for bit.
 
@@ -7,7 +7,7 @@ use quant::{GgmlType, dequantize_row, quantize_row};
 
 const DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/reference/quant-vectors/"
+    "/../testdata/reference/quant-vectors/"
 );
 
 fn read(name: &str) -> Vec<u8> {

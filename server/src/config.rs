@@ -152,7 +152,11 @@ impl ServerConfig {
     }
 }
 
-/// The model the engine loads when given no `-m`: `$STRATA_MODEL`, else the default Gemma 3
+/// File name of the engine's default model in its cache (the engine's `fetch::DEFAULT_MODEL`;
+/// a test there keeps the two equal).
+pub const DEFAULT_MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+/// The model the engine loads when given no `-m`: `$STRATA_MODEL`, else the default model's
 /// file in `$STRATA_MODEL_DIR` (or `~/.cache/strata/models`), if it exists.
 fn default_model() -> Option<PathBuf> {
     if let Some(m) = std::env::var_os("STRATA_MODEL") {
@@ -162,7 +166,7 @@ fn default_model() -> Option<PathBuf> {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/strata/models"),
     };
-    Some(dir.join("gemma-3-270m-q4_k_m.gguf")).filter(|p| p.exists())
+    Some(dir.join(DEFAULT_MODEL_FILE)).filter(|p| p.exists())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Each qwen4exp layer type alone, on random weights, against a plain scalar f64 reference
-//! written here from the formulas in `shared/reference/tiny-qwen4exp/README.md` (nothing is
+//! written here from the formulas in `testdata/reference/tiny-qwen4exp/README.md` (nothing is
 //! shared with the engine code), plus the batching invariants: chunked GDN prefill equals the
 //! token-by-token recurrence, a multi-token pass equals single-token passes, the GR fused read
 //! of up to 8 tokens is bit-identical to single-token reads.

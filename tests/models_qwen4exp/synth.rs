@@ -89,7 +89,7 @@ fn synthetic_public_preset_matches_fixture_hparams() {
     let ours = Qwen4Exp::open(&paths[0]).unwrap();
     let fixture = Qwen4Exp::open(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/reference/tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf"),
+            .join("testdata/reference/tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf"),
     )
     .unwrap();
     let (a, b) = (&ours.hp, &fixture.hp);

