@@ -1,7 +1,7 @@
 //! Typed errors. Every variant that comes from a file names the file and, where it applies,
 //! the key or tensor and the byte offset at which the problem was found.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
@@ -73,11 +73,14 @@ pub enum GgufError {
         reason: String,
     },
     #[error(
-        "{path}: tensor {tensor:?}: data offset {data_offset} is not a multiple of the alignment {alignment}"
+        "{path}: tensor {tensor:?} at byte {offset}: data offset {data_offset} is not a multiple of the alignment {alignment}"
     )]
     Misaligned {
         path: PathBuf,
         tensor: String,
+        /// Where the tensor info starts.
+        offset: u64,
+        /// The offset stored in the info, relative to the data section.
         data_offset: u64,
         alignment: u64,
     },
@@ -115,4 +118,56 @@ pub enum GgufError {
     },
     #[error("writer: {0}")]
     Writer(String),
+}
+
+impl GgufError {
+    /// A stable name for the kind of problem (machine-readable output, e.g. `strata gguf --json`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GgufError::Io { .. } => "io",
+            GgufError::BadMagic { .. } => "bad_magic",
+            GgufError::UnsupportedVersion { .. } => "unsupported_version",
+            GgufError::BigEndian { .. } => "big_endian",
+            GgufError::Truncated { .. } => "truncated",
+            GgufError::CountTooLarge { .. } => "count_too_large",
+            GgufError::UnknownValueType { .. } => "unknown_value_type",
+            GgufError::BadValue { .. } => "bad_value",
+            GgufError::DuplicateKey { .. } => "duplicate_key",
+            GgufError::UnknownTensorType { .. } => "unknown_tensor_type",
+            GgufError::BadShape { .. } => "bad_shape",
+            GgufError::Misaligned { .. } => "misaligned",
+            GgufError::OutOfRange { .. } => "out_of_range",
+            GgufError::Overlap { .. } => "overlap",
+            GgufError::DuplicateTensor { .. } => "duplicate_tensor",
+            GgufError::Split { .. } => "split",
+            GgufError::MissingKey { .. } => "missing_key",
+            GgufError::WrongType { .. } => "wrong_type",
+            GgufError::Writer(_) => "writer",
+        }
+    }
+
+    /// The file the problem is in (none for writer errors).
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            GgufError::Io { path, .. }
+            | GgufError::BadMagic { path, .. }
+            | GgufError::UnsupportedVersion { path, .. }
+            | GgufError::BigEndian { path, .. }
+            | GgufError::Truncated { path, .. }
+            | GgufError::CountTooLarge { path, .. }
+            | GgufError::UnknownValueType { path, .. }
+            | GgufError::BadValue { path, .. }
+            | GgufError::DuplicateKey { path, .. }
+            | GgufError::UnknownTensorType { path, .. }
+            | GgufError::BadShape { path, .. }
+            | GgufError::Misaligned { path, .. }
+            | GgufError::OutOfRange { path, .. }
+            | GgufError::Overlap { path, .. }
+            | GgufError::DuplicateTensor { path, .. }
+            | GgufError::Split { path, .. }
+            | GgufError::MissingKey { path, .. }
+            | GgufError::WrongType { path, .. } => Some(path),
+            GgufError::Writer(_) => None,
+        }
+    }
 }

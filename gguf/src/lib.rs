@@ -8,9 +8,13 @@
 //! Afterwards [`GgufFile::tensor_data`] is a plain slice of the mapping. Every failure is a
 //! [`GgufError`] naming the file, key or tensor and byte offset; nothing panics on bad input.
 //!
+//! [`inspect`] reads a model the forgiving way for diagnosis (`strata gguf`): everything that
+//! can be read, and every problem rather than the first (module [`check`]).
+//!
 //! [`GgufWriter`] writes the same format (one file or N shards), which the tests use to build
 //! synthetic models and corrupt them.
 
+pub mod check;
 mod error;
 mod parse;
 mod split;
@@ -21,6 +25,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+pub use check::{FileReport, ModelReport, TensorEntry, inspect, inspect_bytes};
 pub use error::GgufError;
 pub use split::{split_path, split_prefix};
 pub use value::Value;
@@ -95,7 +100,12 @@ fn map_file(path: &Path) -> Result<Backing, GgufError> {
         source,
     };
     let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        // Opening a directory succeeds on Unix; mapping it fails with an obscure ENODEV.
+        return Err(io(std::io::Error::other("is a directory, not a GGUF file")));
+    }
+    let len = meta.len();
     if len == 0 {
         // Mapping an empty file fails on some systems; the parser reports it as truncated.
         return Ok(Backing::Owned(Vec::new()));
@@ -153,13 +163,13 @@ impl GgufFile {
             if i == 0 {
                 metadata = parsed.metadata;
             }
-            for mut t in parsed.tensors {
+            for (mut t, info_offset) in parsed.tensors.into_iter().zip(parsed.info_offsets) {
                 t.file_index = i;
                 if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
                     return Err(GgufError::DuplicateTensor {
                         path: shard.path.clone(),
                         tensor: t.name,
-                        offset: 0,
+                        offset: info_offset,
                     });
                 }
                 tensors.push(t);

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use quant::GgmlType;
 
+use crate::check::{FileReport, TensorEntry};
 use crate::value::{code, min_encoded_size, type_name};
 use crate::{GgufError, TensorInfo, Value};
 
@@ -29,6 +30,8 @@ pub(crate) struct ParsedFile {
     pub metadata: Vec<(String, Value)>,
     /// `file_index` is left 0; the caller sets it.
     pub tensors: Vec<TensorInfo>,
+    /// Where each tensor's info starts (for error messages).
+    pub info_offsets: Vec<u64>,
     pub alignment: u64,
     /// Absolute byte offset of the data section.
     pub data_offset: u64,
@@ -180,9 +183,80 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Parses and validates one file. `len` checks: every tensor lies inside `buf`.
+/// Parses and validates one file: the file, or the first problem [`scan`] found.
 pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
-    let mut c = Cursor { path, buf, pos: 0 };
+    let report = scan(path, buf);
+    if let Some(e) = report.problems.into_iter().next() {
+        return Err(e);
+    }
+    // With no problem every tensor has a known type and size and the data offset is known;
+    // the fallbacks below only keep this panic-free.
+    let data_offset = report.data_offset.unwrap_or(0);
+    let mut tensors = Vec::with_capacity(report.tensors.len());
+    let mut info_offsets = Vec::with_capacity(report.tensors.len());
+    for t in report.tensors {
+        let (Some(ty), Some(n_bytes)) = (t.ty, t.n_bytes.and_then(|n| usize::try_from(n).ok()))
+        else {
+            return Err(GgufError::BadShape {
+                path: path.to_path_buf(),
+                tensor: t.name,
+                offset: t.info_offset,
+                dims: t.dims,
+                reason: "size could not be determined".into(),
+            });
+        };
+        info_offsets.push(t.info_offset);
+        tensors.push(TensorInfo {
+            name: t.name,
+            dims: t.dims,
+            ty,
+            offset: t.offset,
+            n_bytes,
+            file_index: 0,
+        });
+    }
+    Ok(ParsedFile {
+        version: report.version.unwrap_or(0),
+        metadata: report.metadata,
+        tensors,
+        info_offsets,
+        alignment: report.alignment,
+        data_offset,
+    })
+}
+
+/// Reads one file as far as its structure allows and records every problem on the way, in the
+/// order a strict reader meets them (so the first one is what [`parse`] reports). Problems that
+/// leave the layout readable (a duplicate key, a bad alignment value, a bad tensor type, shape
+/// or offset) are recorded and reading goes on; the others (bad magic, truncation, an
+/// unreadable value) end it.
+pub(crate) fn scan(path: &Path, buf: &[u8]) -> FileReport {
+    let mut report = FileReport {
+        path: path.to_path_buf(),
+        len: buf.len() as u64,
+        version: None,
+        tensor_count: None,
+        kv_count: None,
+        alignment: DEFAULT_ALIGNMENT,
+        data_offset: None,
+        metadata: Vec::new(),
+        tensors: Vec::new(),
+        problems: Vec::new(),
+    };
+    if let Err(e) = scan_into(&mut report, buf) {
+        report.problems.push(e);
+    }
+    report
+}
+
+/// [`scan`]'s body: `Err` is a problem after which nothing more can be read.
+fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
+    let path = r.path.clone();
+    let mut c = Cursor {
+        path: &path,
+        buf,
+        pos: 0,
+    };
     let magic = c.u32(&|| "magic".into())?;
     if magic != MAGIC {
         return Err(GgufError::BadMagic {
@@ -203,138 +277,142 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
             version,
         });
     }
+    r.version = Some(version);
     let n_tensors = c.u64(&|| "tensor count".into())?;
+    r.tensor_count = Some(n_tensors);
     let n_kv = c.u64(&|| "metadata count".into())?;
+    r.kv_count = Some(n_kv);
     // A key/value needs at least 8 (key length) + 4 (type) + 1 bytes.
     let n_kv = c.check_count(n_kv, 13, &|| "metadata count".into())?;
 
-    let mut metadata: Vec<(String, Value)> = Vec::with_capacity(n_kv);
+    r.metadata.reserve(n_kv);
     let mut keys = HashSet::with_capacity(n_kv);
     for i in 0..n_kv {
         let at = c.pos as u64;
         let key = c.string(&|| format!("key of metadata entry {i}"))?;
         if !keys.insert(key.clone()) {
-            return Err(GgufError::DuplicateKey {
+            r.problems.push(GgufError::DuplicateKey {
                 path: c.path(),
-                key,
+                key: key.clone(),
                 offset: at,
             });
         }
         let ty = c.u32(&|| format!("type of key {key:?}"))?;
         let v = c.value(&key, ty, 0)?;
-        metadata.push((key, v));
+        r.metadata.push((key, v));
     }
 
-    let mut alignment = DEFAULT_ALIGNMENT;
-    if let Some((_, v)) = metadata.iter().find(|(k, _)| k == "general.alignment") {
+    if let Some((_, v)) = r.metadata.iter().find(|(k, _)| k == "general.alignment") {
         match v {
-            Value::U32(a) if a.is_power_of_two() => alignment = *a as u64,
-            other => {
-                return Err(GgufError::BadValue {
-                    path: c.path(),
-                    key: "general.alignment".into(),
-                    offset: 0,
-                    reason: format!(
-                        "must be a u32 power of two, found {} {other}",
-                        other.type_name()
-                    ),
-                });
-            }
+            Value::U32(a) if a.is_power_of_two() => r.alignment = *a as u64,
+            // Reading goes on with the default, as the tensor infos do not depend on it.
+            other => r.problems.push(GgufError::BadValue {
+                path: c.path(),
+                key: "general.alignment".into(),
+                offset: 0,
+                reason: format!(
+                    "must be a u32 power of two, found {} {other}",
+                    other.type_name()
+                ),
+            }),
         }
     }
+    let alignment = r.alignment;
 
     // name (>= 8) + n_dims (4) + type (4) + offset (8)
     let n_tensors = c.check_count(n_tensors, 24, &|| "tensor count".into())?;
-    let mut tensors = Vec::with_capacity(n_tensors);
-    let mut info_offsets = Vec::with_capacity(n_tensors);
+    r.tensors.reserve(n_tensors);
     for i in 0..n_tensors {
         let at = c.pos as u64;
-        info_offsets.push(at);
         let name = c.string(&|| format!("name of tensor {i}"))?;
         let what = || format!("info of tensor {name:?}");
         let n_dims = c.u32(&what)?;
         if n_dims > MAX_DIMS {
-            return Err(GgufError::BadShape {
+            // Stop here: a corrupt count would misplace every info after this one.
+            r.problems.push(GgufError::BadShape {
                 path: c.path(),
                 tensor: name,
                 offset: at,
                 dims: vec![],
-                reason: format!("{n_dims} dimensions (at most {MAX_DIMS})"),
+                reason: format!(
+                    "{n_dims} dimensions (at most {MAX_DIMS}); the tensor infos after it cannot be located"
+                ),
             });
+            return Ok(());
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for _ in 0..n_dims {
             dims.push(c.u64(&what)?);
         }
-        let ty_raw = c.u32(&what)?;
+        let type_code = c.u32(&what)?;
         let offset = c.u64(&what)?;
-        let Some(ty) = GgmlType::from_u32(ty_raw) else {
-            return Err(GgufError::UnknownTensorType {
+        let ty = GgmlType::from_u32(type_code);
+        let mut n_bytes = None;
+        match ty {
+            None => r.problems.push(GgufError::UnknownTensorType {
                 path: c.path(),
-                tensor: name,
+                tensor: name.clone(),
                 offset: at,
-                ty: ty_raw,
-            });
-        };
-        let n_bytes = tensor_bytes(&dims, ty).map_err(|reason| GgufError::BadShape {
-            path: c.path(),
-            tensor: name.clone(),
-            offset: at,
-            dims: dims.clone(),
-            reason,
-        })?;
+                ty: type_code,
+            }),
+            Some(ty) => match tensor_bytes(&dims, ty) {
+                Ok(n) => n_bytes = Some(n as u64),
+                Err(reason) => r.problems.push(GgufError::BadShape {
+                    path: c.path(),
+                    tensor: name.clone(),
+                    offset: at,
+                    dims: dims.clone(),
+                    reason,
+                }),
+            },
+        }
         if offset % alignment != 0 {
-            return Err(GgufError::Misaligned {
+            r.problems.push(GgufError::Misaligned {
                 path: c.path(),
-                tensor: name,
+                tensor: name.clone(),
+                offset: at,
                 data_offset: offset,
                 alignment,
             });
         }
-        tensors.push(TensorInfo {
+        r.tensors.push(TensorEntry {
             name,
             dims,
+            type_code,
             ty,
             offset,
             n_bytes,
-            file_index: 0,
+            info_offset: at,
         });
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    r.data_offset = Some(data_offset);
     let len = buf.len() as u64;
-    let mut names = HashSet::with_capacity(tensors.len());
-    for (t, &at) in tensors.iter().zip(&info_offsets) {
+    let mut names = HashSet::with_capacity(r.tensors.len());
+    for t in &r.tensors {
         if !names.insert(t.name.as_str()) {
-            return Err(GgufError::DuplicateTensor {
+            r.problems.push(GgufError::DuplicateTensor {
                 path: c.path(),
                 tensor: t.name.clone(),
-                offset: at,
+                offset: t.info_offset,
             });
         }
+        let Some(n_bytes) = t.n_bytes else { continue };
         let start = data_offset.checked_add(t.offset);
-        let end = start.and_then(|s| s.checked_add(t.n_bytes as u64));
-        match (start, end) {
-            (Some(_), Some(e)) if e <= len => {}
-            _ => {
-                return Err(GgufError::OutOfRange {
-                    path: c.path(),
-                    tensor: t.name.clone(),
-                    start: start.unwrap_or(u64::MAX),
-                    end: end.unwrap_or(u64::MAX),
-                    len,
-                });
-            }
+        let end = start.and_then(|s| s.checked_add(n_bytes));
+        if !end.is_some_and(|e| e <= len) {
+            r.problems.push(GgufError::OutOfRange {
+                path: c.path(),
+                tensor: t.name.clone(),
+                start: start.unwrap_or(u64::MAX),
+                end: end.unwrap_or(u64::MAX),
+                len,
+            });
         }
     }
-    check_overlaps(path, &tensors, data_offset)?;
-    Ok(ParsedFile {
-        version,
-        metadata,
-        tensors,
-        alignment,
-        data_offset,
-    })
+    check_overlaps(r, data_offset);
+    Ok(())
 }
 
 /// Bytes of a tensor of shape `dims` and type `ty`, or why the shape is invalid.
@@ -365,19 +443,37 @@ pub(crate) fn tensor_bytes(dims: &[u64], ty: GgmlType) -> Result<usize, String> 
         .ok_or_else(|| "byte size overflows".to_string())
 }
 
-fn check_overlaps(path: &Path, tensors: &[TensorInfo], data_offset: u64) -> Result<(), GgufError> {
-    let mut order: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
-    order.sort_by_key(|t| t.offset);
-    for w in order.windows(2) {
-        // Offsets were range-checked against the file length, so this cannot overflow.
-        if w[0].offset + w[0].n_bytes as u64 > w[1].offset {
-            return Err(GgufError::Overlap {
-                path: path.to_path_buf(),
-                first: w[0].name.clone(),
-                second: w[1].name.clone(),
-                offset: data_offset + w[1].offset,
-            });
+/// Every pair of tensors whose data overlap (among those of known size inside the file).
+fn check_overlaps(r: &mut FileReport, data_offset: u64) {
+    let mut order: Vec<(u64, u64, &str)> = r
+        .tensors
+        .iter()
+        .filter_map(|t| {
+            let start = data_offset.checked_add(t.offset)?;
+            let end = start.checked_add(t.n_bytes?)?;
+            (end > start && end <= r.len).then_some((start, end, t.name.as_str()))
+        })
+        .collect();
+    order.sort_by_key(|&(start, _, _)| start);
+    // Compared with the tensor reaching furthest so far, so an overlap with any earlier tensor
+    // is found; with no overlap before it, that is simply the previous one.
+    let mut furthest: Option<(u64, &str)> = None;
+    let mut found = Vec::new();
+    for &(start, end, name) in &order {
+        if let Some((f_end, f_name)) = furthest {
+            if f_end > start {
+                found.push(GgufError::Overlap {
+                    path: r.path.clone(),
+                    first: f_name.to_string(),
+                    second: name.to_string(),
+                    offset: start,
+                });
+            }
+            if end <= f_end {
+                continue;
+            }
         }
+        furthest = Some((end, name));
     }
-    Ok(())
+    r.problems.extend(found);
 }

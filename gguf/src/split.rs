@@ -41,7 +41,11 @@ pub(crate) fn parse_split_name(path: &Path) -> Option<(String, u32, u32)> {
     Some((stem[..stem.len() - 15].to_string(), no, count))
 }
 
-fn int_key(path: &Path, meta: &[(String, Value)], key: &str) -> Result<Option<u64>, GgufError> {
+pub(crate) fn int_key(
+    path: &Path,
+    meta: &[(String, Value)],
+    key: &str,
+) -> Result<Option<u64>, GgufError> {
     match meta.iter().find(|(k, _)| k == key) {
         None => Ok(None),
         Some((_, v)) => v.as_u64().map(Some).ok_or_else(|| GgufError::BadValue {

