@@ -12,6 +12,8 @@ mod gpu_model;
 mod gpu_model_ordered;
 #[cfg(feature = "gpu")]
 mod gpu_ops;
+#[cfg(feature = "gpu")]
+mod gpu_selftest;
 mod models_util;
 mod models_gemma3;
 mod models_qwen3;

@@ -9,6 +9,7 @@
 //!   with the grid math of each kernel, and returns results with `LaunchStats`.
 //! - [`calibrate`]: hipBLASLt calibration tables (`strata calibrate`) and their use.
 //! - [`bench`]: `bench_kernels` (instructions, bytes vs ideal, registers, occupancy).
+//! - [`selftest`]: `strata device --selftest`, every kernel against a CPU reference, timed.
 
 #[macro_use]
 #[path = "../../../gpu-kernels/src/abi.rs"]
@@ -20,6 +21,7 @@ pub mod device;
 pub mod emu_kernels;
 pub mod model;
 pub mod ops;
+pub mod selftest;
 
 pub use abi::WType;
 pub use bench::bench_kernels;
