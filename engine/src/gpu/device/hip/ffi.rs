@@ -70,7 +70,7 @@ pub fn open_library(lib: &'static str, names: &[&str], dirs: &[PathBuf], system:
         for name in names {
             // SAFETY: as above, by bare name through the loader's search path.
             match unsafe { Library::new(name) } {
-                Ok(l) => return Ok((l, PathBuf::from(name))),
+                Ok(l) => return Ok((l, loaded_path(name))),
                 Err(e) => {
                     let msg = e.to_string();
                     // "cannot open shared object file" is the ordinary not-installed case.
@@ -83,6 +83,16 @@ pub fn open_library(lib: &'static str, names: &[&str], dirs: &[PathBuf], system:
         searched.push("the system library path".into());
     }
     Err(GpuError::LibraryNotFound { lib, searched: searched.join(", ") })
+}
+
+/// The file the dynamic loader mapped for a library opened by bare `name` (from
+/// `/proc/self/maps`, so messages name the real file); `name` itself when it cannot be told.
+fn loaded_path(name: &str) -> PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.starts_with('/') && Path::new(p).file_name().is_some_and(|f| f.to_string_lossy().starts_with(name)))
+        .map_or_else(|| PathBuf::from(name), PathBuf::from)
 }
 
 /// Resolves one symbol to a function pointer of type `T`.
@@ -124,6 +134,8 @@ macro_rules! fn_table {
             $(pub $field: unsafe extern "C" fn($($arg),*) -> $ret,)*
         }
         impl $table {
+            /// The symbol names of the table, in order.
+            pub const SYMBOLS: &'static [&'static str] = &[$(stringify!($field)),*];
             /// Resolves every function; the first missing one is a named error.
             pub fn load(lib: &Library, path: &Path) -> Result<Self> {
                 Ok($table {

@@ -2,7 +2,9 @@
 //!
 //! Opening ([`HipApi::open`]):
 //! 1. `libamdhip64.so` (then `.so.7`, `.so.6`) from `$ROCM_PATH/lib`, `/opt/rocm/lib`, then the
-//!    system library path; missing → [`GpuError::LibraryNotFound`] naming every place searched.
+//!    system library path; when none exists, the same places for `.so.5` / `.so.4`, which
+//!    step 2 then reports as too old; nothing at all → [`GpuError::LibraryNotFound`] naming
+//!    every place searched.
 //! 2. `hipRuntimeGetVersion`: below 6.0 → [`GpuError::RuntimeTooOld`]; then the function table
 //!    ([`ffi::HipFns`]), a missing symbol → [`GpuError::MissingSymbol`].
 //! 3. `hipInit`, `hipGetDeviceCount` (no device → [`GpuError::NoDevice`]), `hipSetDevice`.
@@ -39,6 +41,10 @@ use std::sync::Mutex;
 const PROP_NAME_OFFSET: usize = 0;
 const PROP_GCN_ARCH_OFFSET: usize = 1160;
 const PROP_BUF_BYTES: usize = 4096;
+/// Runtime file names this build speaks, searched first everywhere.
+pub const HIP_NAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"];
+/// Older runtimes, opened only when none of [`HIP_NAMES`] exists, to report their version.
+pub const HIP_OLD_NAMES: [&str; 2] = ["libamdhip64.so.5", "libamdhip64.so.4"];
 /// Largest workspace a hipBLASLt candidate may ask for (the heuristic's preference).
 pub const LT_MAX_WORKSPACE: usize = 32 << 20;
 
@@ -261,8 +267,14 @@ fn open_blas(cfg: &HipConfig) -> std::result::Result<(Blas, String), String> {
 impl HipApi {
     /// Opens the runtime and checks the device (see the module docs for every step).
     pub fn open(cfg: &HipConfig) -> Result<Self> {
-        let names = ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"];
-        let (lib, path) = open_library("libamdhip64", &names, &cfg.lib_dirs, cfg.system_search)?;
+        let (lib, path) = match open_library("libamdhip64", &HIP_NAMES, &cfg.lib_dirs, cfg.system_search) {
+            Ok(found) => found,
+            // Only an old runtime (e.g. Debian's libamdhip64.so.5): open it to say so by version.
+            Err(not_found @ GpuError::LibraryNotFound { .. }) => {
+                open_library("libamdhip64", &HIP_OLD_NAMES, &cfg.lib_dirs, cfg.system_search).map_err(|_| not_found)?
+            }
+            Err(e) => return Err(e),
+        };
         let pstr = path.display().to_string();
         // SAFETY: `hipError_t hipRuntimeGetVersion(int*)` in every HIP release.
         let get_version: unsafe extern "C" fn(*mut i32) -> HipError = unsafe { sym(&lib, &path, "libamdhip64", "hipRuntimeGetVersion")? };
