@@ -402,3 +402,38 @@ fn setup_rocm_wheels_from_a_stand_in_index() {
         assert_has(&text, &["libamdhip64 and libhipblas present in", "(not opened: CPU build)", "==> ROCm ready"]);
     }
 }
+
+#[test]
+fn setup_start_script_exports_the_rocm_environment() {
+    // hip_write_start of scripts/setup-hip.sh with the values hip_detect / hip_find_rocm set,
+    // and a stand-in `strata` that prints what it receives.
+    let t = TempDir::new("start-script");
+    let fake_bin = t.0.join("fake-strata");
+    std::fs::write(&fake_bin, "#!/bin/sh\necho \"ROCM_PATH=$ROCM_PATH\"\necho \"LD_LIBRARY_PATH=$LD_LIBRARY_PATH\"\n\
+                               echo \"ROCR_VISIBLE_DEVICES=$ROCR_VISIBLE_DEVICES\"\necho \"STRATA_HIP_DEVICE=$STRATA_HIP_DEVICE\"\necho \"args=$*\"\n")
+        .unwrap();
+    Command::new("chmod").arg("+x").arg(&fake_bin).status().unwrap();
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-hip.sh");
+    let script = format!(
+        ". '{}'; det_name='AMD Radeon RX 7900 XTX' det_arch=gfx1100; rocm_root='/opt/my rocm' rocm_ld=/w/core/lib:/w/libs/lib \
+         hip_rocr=GPU-1122334455667788 hip_device=0; hip_write_start /models/m.gguf '{}' 9001",
+        helper.display(),
+        fake_bin.display()
+    );
+    let out = Command::new("bash").arg("-euc").arg(&script).current_dir(&t.0).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cfg = server::ServerConfig::from_file(&t.0.join("strata-server.json")).expect("a valid server config");
+    assert_eq!(cfg.engine.executable.as_deref(), Some(fake_bin.as_path()));
+    assert_eq!(cfg.engine.args.as_deref(), Some(&["--device".to_string(), "hip".to_string()][..]));
+    assert_eq!((cfg.tokenizer.as_deref(), cfg.port), (Some(Path::new("/models/m.gguf")), Some(9001)));
+    let run = Command::new(t.0.join("run-strata.sh")).arg("--port").arg("9002").env("LD_LIBRARY_PATH", "/before").output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{text}{}", String::from_utf8_lossy(&run.stderr));
+    assert_has(&text, &[
+        "ROCM_PATH=/opt/my rocm\n",
+        "LD_LIBRARY_PATH=/w/core/lib:/w/libs/lib:/before\n",
+        "ROCR_VISIBLE_DEVICES=GPU-1122334455667788\n",
+        "STRATA_HIP_DEVICE=0\n",
+        &format!("args=server --config {}/strata-server.json --port 9002\n", t.0.display()),
+    ]);
+}

@@ -265,11 +265,9 @@ pub fn discover(root: &Path, supported: &[String]) -> Result<KfdReport, KfdError
         }
         let opt = |k: &str| props.get(k).copied();
         let simd_per_cu = get_u32(&props, &path, "simd_per_cu")?;
-        let compute_units = if simd_per_cu > 0 {
-            simd_count / simd_per_cu
-        } else {
-            (opt("array_count").unwrap_or(0) * opt("cu_per_simd_array").unwrap_or(0)) as u32
-        };
+        let compute_units = simd_count
+            .checked_div(simd_per_cu)
+            .unwrap_or_else(|| (opt("array_count").unwrap_or(0) * opt("cu_per_simd_array").unwrap_or(0)) as u32);
         let drm_render_minor = opt("drm_render_minor").filter(|&m| m > 0).map(|m| m as u32);
         let (mut vram_bytes, mut product) = (None, None);
         if let Some(minor) = drm_render_minor {
