@@ -15,17 +15,13 @@ use strata::gpu::device::{open_device, DeviceKind, DevicePtr, EmuApi, GpuApi, St
 use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
 use strata::kv_cache::{KvCache, KvType, LayerCache, RawRows};
 use strata::model::attention::{attend, attend_ordered, Shape};
+// The references and tolerances shared with `strata device --selftest`: GLU_TOL (SiLU/GELU
+// against libm, relative with a floor of 1), PROB_TOL (softmax / router probabilities,
+// absolute), FAST_ATTN_TOL (WMMA f16 attention against `attend`, absolute, |V| ~ 1).
+use strata::gpu::selftest::reference::{q8_0_scalar_order, raw_kv_bytes, router_reference, FAST_ATTN_TOL, GLU_TOL, PROB_TOL};
 
-/// `|gpu - cpu| <= GLU_TOL * max(1, |cpu|)`: SiLU/GELU use `quant::fmath::expf`/`tanhf`
-/// (<= 2 ulp, ~1e-7 absolute) where the CPU calls libm.
-const GLU_TOL: f32 = 2e-6;
-/// Softmax / router probabilities: absolute difference (values in [0, 1]).
-const PROB_TOL: f32 = 1e-6;
 /// `attend_ordered` (f32, expf) against the CPU `attend` (libm exp, f64 sums): absolute.
 const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;
-/// Fast (WMMA f16) attention against the CPU `attend`, absolute, relative to max |V| (here ~1):
-/// f16 query and probabilities rounded at other points (online softmax), hardware exp2.
-const FAST_ATTN_TOL: f32 = 1e-3; // observed <= 2.7e-4
 
 fn devices() -> Vec<(&'static str, GpuOps)> {
     let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().expect("software device"));
@@ -294,7 +290,7 @@ fn gpu_ops_glu_within_tolerance() {
                 for (i, (a, b)) in o.f32s().iter().zip(&want).enumerate() {
                     let e = (a - b).abs() / b.abs().max(1.0);
                     worst = worst.max(e);
-                    assert!(e <= GLU_TOL, "{name} {act:?} n={n} [{i}] gate {}: gpu {a} cpu {b}", g[i]);
+                    assert!(e as f64 <= GLU_TOL, "{name} {act:?} n={n} [{i}] gate {}: gpu {a} cpu {b}", g[i]);
                 }
                 println!("{name} glu {act:?} n={n}: worst {worst:.2e}");
             }
@@ -368,7 +364,7 @@ fn gpu_ops_softmax_within_tolerance() {
             let xb = upf(&ops, &x);
             ops.softmax(&S, xb.ptr, n as u32, rows as u32).unwrap();
             for (i, (a, b)) in xb.f32s().iter().zip(&want).enumerate() {
-                assert!((a - b).abs() <= PROB_TOL, "{name} softmax n={n} [{i}]: gpu {a} cpu {b}");
+                assert!(((a - b).abs() as f64) <= PROB_TOL, "{name} softmax n={n} [{i}]: gpu {a} cpu {b}");
             }
         }
         // A fully masked row becomes zeros, as on the CPU.
@@ -428,10 +424,7 @@ fn gpu_ops_get_rows_bit_exact() {
 
 /// Raw cache bytes of one tensor: (rows, scales).
 fn raw_bytes(r: RawRows) -> (Vec<u8>, Vec<u8>) {
-    match r {
-        RawRows::F16(v) => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), Vec::new()),
-        RawRows::Int8 { q, scale } => (q.iter().map(|&x| x as u8).collect(), scale.iter().flat_map(|x| x.to_le_bytes()).collect()),
-    }
+    raw_kv_bytes(r)
 }
 
 #[test]
@@ -546,7 +539,7 @@ fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
                     let mut worst = 0f32;
                     for (i, (a, b)) in got.iter().zip(&normal).enumerate() {
                         worst = worst.max((a - b).abs());
-                        assert!((a - b).abs() <= FAST_ATTN_TOL, "{name} fast attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} [{i}]: {a} vs {b}");
+                        assert!(((a - b).abs() as f64) <= FAST_ATTN_TOL, "{name} fast attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} [{i}]: {a} vs {b}");
                     }
                     println!("{name} fast attention {ty:?} hd={hd} nh={nh}/{nkv} nt={nt} pos={last} window={window:?}: worst {worst:.2e}");
                 }
@@ -595,27 +588,15 @@ fn gpu_ops_moe_router_matches_cpu() {
                 logits[7] = 9.0;
                 logits[5] = 9.0;
             }
-            let mut want_ids = Vec::new();
-            let mut want_w = Vec::new();
-            for t in 0..nt {
-                let mut p = logits[t * ne..(t + 1) * ne].to_vec();
-                cpu_kernels::softmax(&mut p);
-                let mut sel = Vec::new();
-                strata::model::moe::top_k(&p, k, &mut sel);
-                if renorm {
-                    let sum: f32 = sel.iter().map(|&(_, w)| w).sum();
-                    let sum = sum.max(6.103_515_6e-5);
-                    sel.iter_mut().for_each(|(_, w)| *w /= sum);
-                }
-                want_ids.extend(sel.iter().map(|&(e, _)| e as u32));
-                want_w.extend(sel.iter().map(|&(_, w)| w));
-            }
+            // softmax (cpu_kernels), moe::top_k (ties to the lower index), renorm clamped at
+            // 6.103515625e-5, per token.
+            let (want_ids, want_w) = router_reference(&logits, ne, k, renorm);
             let lb = upf(&ops, &logits);
             let (ib, wb) = (zeros(&ops, nt * k * 4), zeros(&ops, nt * k * 4));
             ops.moe_router(&S, lb.ptr, ib.ptr, wb.ptr, nt as u32, ne as u32, k as u32, renorm).unwrap();
             assert_eq!(ib.u32s(), want_ids, "{name} router ids ne={ne} k={k}");
             for (a, b) in wb.f32s().iter().zip(&want_w) {
-                assert!((a - b).abs() <= PROB_TOL, "{name} router weight {a} vs {b}");
+                assert!(((a - b).abs() as f64) <= PROB_TOL, "{name} router weight {a} vs {b}");
             }
         }
         assert!(ops.moe_router(&S, 0, 0, 0, 1, 300, 8, true).is_err());
@@ -726,21 +707,8 @@ fn gpu_ops_mmq_all_types_wmma_dot4() {
                 assert_bits(name, &format!("{what} dot4 vs wmma"), &outs[1], &outs[0]);
                 let got = &outs[0];
                 if ty == WType::Q8_0 {
-                    let mut want = vec![0f32; n * m];
-                    for c in 0..n {
-                        for r in 0..m {
-                            let mut acc = 0f32;
-                            for b in 0..nb {
-                                let wb = &w[(r * nb + b) * 34..(r * nb + b + 1) * 34];
-                                let xb = &xq[(c * nb + b) * 36..(c * nb + b + 1) * 36];
-                                let dot: i32 = (0..32).map(|i| wb[2 + i] as i8 as i32 * xb[4 + i] as i8 as i32).sum();
-                                let dw = quant::f16_to_f32(u16::from_le_bytes([wb[0], wb[1]]));
-                                let dx = quant::f16_to_f32(u16::from_le_bytes([xb[0], xb[1]]));
-                                acc += dot as f32 * (dw * dx);
-                            }
-                            want[c * m + r] = acc;
-                        }
-                    }
+                    // Per 32-block the exact integer dot, `acc = acc + dot as f32 * (d_w * d_x)`.
+                    let want = q8_0_scalar_order(&w, &xq, m, n, k);
                     assert_bits(name, &format!("{what} vs scalar order"), got, &want);
                 }
                 let row_bytes = k / bk * bb;

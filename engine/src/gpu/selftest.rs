@@ -470,7 +470,15 @@ pub fn run_cli(common: &crate::cli::Common, args: &crate::cli::device::DeviceArg
         Device::Hip | Device::Auto => DeviceKind::Hip,
         Device::Cpu => bail!("the selftest checks the GPU kernels: use --device hip (a card) or --device emu (the software RDNA3 device)"),
     };
-    let api = open_device(kind).map_err(|e| {
+    // `--gpu N` picks a HIP device by the index `strata device` lists (else STRATA_HIP_DEVICE).
+    let opened = match (kind, args.gpu) {
+        (DeviceKind::Hip, Some(n)) => {
+            let cfg = crate::gpu::device::HipConfig { device: n as u32, ..crate::gpu::device::HipConfig::from_env() };
+            crate::gpu::device::HipApi::open(&cfg).map(|h| Box::new(h) as Box<dyn GpuApi>)
+        }
+        _ => open_device(kind),
+    };
+    let api = opened.map_err(|e| {
         anyhow::anyhow!("--device {}: {e}\n(the kernels can be checked on the software RDNA3 device: strata device --selftest --device emu)", common.run.device.name())
     })?;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
@@ -495,7 +503,9 @@ pub fn run_cli(common: &crate::cli::Common, args: &crate::cli::device::DeviceArg
     };
     let info = api.info().clone();
     let arch = crate::gpu::device::arch_base(&info.arch).to_string();
-    println!("strata selftest on {} ({arch}, {}), {}", info.name, info.runtime, if info.backend == crate::gpu::device::Backend::Emu { "small shapes, no times" } else { "full shapes, timed" });
+    let emu = info.backend == crate::gpu::device::Backend::Emu;
+    let shape_name = opts.shapes.unwrap_or(if emu { Shapes::Small } else { Shapes::Full }).name();
+    println!("strata selftest on {} ({arch}, {}): {shape_name} shapes{}", info.name, info.runtime, if emu { ", no device clock (times null)" } else { "" });
     let peak = peak_of(&opts, &info);
     println!("{}", report::table_header());
     let rep = run_suite(Arc::from(api), &opts, &mut |r| println!("{}", report::table_row(r, peak.as_ref()))).context("selftest")?;

@@ -166,8 +166,8 @@ fn scale(cx: &mut Cx) -> CheckResultOf<()> {
 }
 
 fn convert(cx: &mut Cx, bf16: bool) -> CheckResultOf<()> {
-    let n_random = if cx.full { 4096 * 64 } else { 4000 };
-    let mut x: Vec<f32> = (0..n_random).map(|i| cx.rng.f32() * 2f32.powi(i as i32 % 60 - 30)).collect();
+    let n_random: i32 = if cx.full { 4096 * 64 } else { 4000 };
+    let mut x: Vec<f32> = (0..n_random).map(|i| cx.rng.f32() * 2f32.powi(i % 60 - 30)).collect();
     x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 65504.0, 65520.0, 1e-8, -6e-5, 3.4e38]);
     // Exact ties halfway between two bf16 / f16 values (round to even both ways), NaN payloads.
     x.extend([0x3f80_8000u32, 0x3f81_8000, 0x3f80_1000, 0x3f80_3000, 0x7fc0_0001, 0xff80_0001].map(f32::from_bits));

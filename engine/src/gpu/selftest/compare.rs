@@ -185,7 +185,7 @@ fn scaled(what: &str, metric: Metric, got: &[f32], want: impl Iterator<Item = (f
         let g = g as f64;
         // A non-finite result where the reference is finite (or the other way) always fails.
         let err = if g.is_finite() && w.is_finite() { diff(g, w) / s } else if g.to_bits() == w.to_bits() { 0.0 } else { f64::INFINITY };
-        c.note(i, err, !(err <= tol), || format!("gpu {g:e}, cpu {w:e} (error {err:.3e}, tolerance {tol:.1e})"));
+        c.note(i, err, err.is_nan() || err > tol, || format!("gpu {g:e}, cpu {w:e} (error {err:.3e}, tolerance {tol:.1e})"));
     }
     c
 }

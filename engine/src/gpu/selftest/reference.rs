@@ -78,7 +78,9 @@ pub fn dot_reference(ty: WType, w: &[u8], k: usize, xq: &[u8], ncols: usize, row
     // Q8_1 block sums `s` (f16 at bytes 2..4 of each 36-byte block), for Q4_K's min term.
     let sums: Vec<f64> = xq.chunks_exact(36).map(|b| quant::f16_to_f32(u16::from_le_bytes([b[2], b[3]])).abs() as f64).collect();
     let row_bytes = k / ty.block_k() as usize * ty.block_bytes() as usize;
-    let per_row: Vec<Result<Vec<(f64, f64, f64)>, String>> = rows
+    // Per row: (dot, magnitude, min term) for every column.
+    type RowDots = Result<Vec<(f64, f64, f64)>, String>;
+    let per_row: Vec<RowDots> = rows
         .par_iter()
         .map(|&r| {
             let src = w.get(r as usize * row_bytes..(r as usize + 1) * row_bytes).ok_or_else(|| format!("row {r} outside the weights"))?;

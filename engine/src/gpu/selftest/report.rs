@@ -270,7 +270,11 @@ pub fn table_row(r: &CheckResult, peak: Option<&PeakBandwidth>) -> String {
     let status = if r.pass() { "ok" } else { "FAIL" };
     let w = r.worst();
     let err = w.map_or("-".into(), |w| format!("{:.2e}", w.max_error));
-    let tol = w.map_or("-".into(), |w| if w.metric.is_exact() { "exact".into() } else { format!("{:.0e}", w.tolerance) });
+    let tol = w.map_or("-".into(), |w| match w.metric {
+        m if m.is_exact() => "exact".into(),
+        super::Metric::RelBound => "bound".into(),
+        _ => format!("{:.0e}", w.tolerance),
+    });
     let t = r.timing.as_ref();
     let time = t.and_then(|t| t.time_us).map_or("-".into(), |v| format!("{v:.2}"));
     let gbs = t.and_then(|t| t.gbs());
