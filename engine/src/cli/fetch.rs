@@ -20,7 +20,7 @@ pub fn run(a: &FetchArgs) -> Result<()> {
         println!("{:<20} {:>7}  {:<8} about", "name", "MB", "cached");
         for m in KNOWN_MODELS {
             let cached = if m.cached_path().is_file() { "yes" } else { "no" };
-            let default = if std::ptr::eq(m, DEFAULT_MODEL) { " [default]" } else { "" };
+            let default = if m.name == DEFAULT_MODEL.name { " [default]" } else { "" };
             println!("{:<20} {:>7.0}  {:<8} {}{default}", m.name, m.bytes as f64 / 1e6, cached, m.about);
         }
         println!("cache: {}", fetch::model_dir().display());
