@@ -72,6 +72,7 @@ fn gpu_selftest_emu_report_every_kernel_passes() {
     for key in ["runtime", "hipblas", "hipblaslt", "hipblaslt_version"] {
         assert!(v["device"][key].is_string(), "device.{key}: {}", v["device"]);
     }
+    assert!(v["device"]["hip_version"].is_null(), "{}", v["device"]);
     assert_eq!(v["shapes"], "small");
     assert_eq!(v["timed"], false);
     assert!(v["peak_bandwidth_gbs"].is_null());
@@ -302,6 +303,7 @@ fn gpu_selftest_timed_device_reports_gbs_and_peak_share() {
     let mut info = inner.info().clone();
     info.backend = Backend::Hip;
     info.name = "AMD Radeon RX 7900 XTX".into();
+    info.runtime = "HIP runtime 6.4.43483 at /opt/rocm/lib/libamdhip64.so".into();
     let card = SimulatedCard { inner, info, launches: AtomicU32::new(0), marks: Mutex::new(Vec::new()) };
     let opts = Options { shapes: Some(Shapes::Small), only: vec!["rms_norm_f32".into(), "mmvq_q8_0_q8_1_c1".into()], ..Default::default() };
     let mut seen = 0;
@@ -313,6 +315,7 @@ fn gpu_selftest_timed_device_reports_gbs_and_peak_share() {
     let v = rep.to_json();
     assert_eq!(v["peak_bandwidth_gbs"], 960.0);
     assert_eq!(v["device"]["backend"], "hip");
+    assert_eq!(v["device"]["hip_version"], "6.4.43483");
     let checks = v["checks"].as_array().unwrap();
     assert!(checks.len() >= 3, "{}", checks.len()); // rms_norm_f32, its ggml order, mmvq c1 (+ row list)
     for c in checks {

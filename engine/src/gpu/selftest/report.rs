@@ -236,6 +236,8 @@ impl Report {
                 "vram_bytes": i.vram_bytes,
                 "wave_size": i.wave_size,
                 "runtime": i.runtime,
+                // "HIP runtime 6.4.43483 at /opt/rocm/lib/libamdhip64.so" -> "6.4.43483".
+                "hip_version": i.runtime.strip_prefix("HIP runtime ").and_then(|r| r.split(" at ").next()),
                 "hipblas": i.blas,
                 "hipblaslt": i.blas_lt,
                 "hipblaslt_version": i.blas_lt_version,
