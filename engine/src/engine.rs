@@ -18,7 +18,8 @@ use crate::model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
 
 /// Where the forward pass runs (`--device`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Device {
     /// A usable AMD gfx11 GPU through HIP when one is present, otherwise the CPU (saying why
     /// when a ROCm runtime was found but could not be used).

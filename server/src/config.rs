@@ -36,7 +36,7 @@ pub struct ServerConfig {
     pub engine: EngineCommand,
     /// GGUF file whose tokenizer the server uses (normally the model the engine runs; only its
     /// metadata is read). Default: the first `*.gguf` among the engine arguments, else the
-    /// engine's default model (`$STRATA_MODEL`, or Gemma 3 270M in the model cache).
+    /// engine's default model (`$STRATA_MODEL`, or Qwen2.5-Coder-0.5B-Instruct in the model cache).
     #[arg(long, value_name = "GGUF")]
     pub tokenizer: Option<PathBuf>,
     /// Model name reported by `/v1/models` and in responses (default: the engine's model name).

@@ -151,9 +151,10 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
             (StatusCode::SERVICE_UNAVAILABLE, "restarting", Some(error))
         }
     };
+    let engine = st.engine.info().and_then(|i| i.engine);
     let body = json!({
         "status": status, "error": error, "engine_restarts": restarts,
-        "requests_waiting": waiting, "requests_in_flight": in_flight,
+        "requests_waiting": waiting, "requests_in_flight": in_flight, "engine": engine,
     });
     (code, Json(body)).into_response()
 }

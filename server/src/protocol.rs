@@ -34,6 +34,10 @@ pub struct ModelInfo {
     /// How many requests the engine runs at once. `serve_loop` engines are single-sequence: 1.
     #[serde(default = "one")]
     pub parallel: u32,
+    /// The settings the engine runs with (free-form JSON: backend, KV type, context, threads,
+    /// ...), shown by the HTTP server's `/health` so a client can see what it talks to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<serde_json::Value>,
 }
 
 fn one() -> u32 {

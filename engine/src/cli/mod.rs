@@ -39,8 +39,11 @@ pub struct Cli {
     pub common: CommonArgs,
 }
 
-/// Options every command accepts (before or after the subcommand name).
-#[derive(Args, Debug, Clone)]
+/// Options every command accepts (before or after the subcommand name): the engine's one
+/// configuration. The same struct is its JSON form (`--engine-config`, what `strata server`
+/// hands its engine process), so a flag and its JSON field cannot drift apart.
+#[derive(Args, Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CommonArgs {
     /// Model file (GGUF), or the name of a model `strata fetch --list` knows (fetched on first
     /// use). Default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (`qwen2.5-coder-0.5b`), fetched once
@@ -61,6 +64,7 @@ pub struct CommonArgs {
     /// fixed float order, so `--device cpu` and `--device emu|hip` give the same logits bit for
     /// bit (much slower; for parity checks). `--ordered-attention` is the old name.
     #[arg(long = "ordered", visible_alias = "ordered-attention", global = true)]
+    #[serde(rename = "ordered")]
     pub ordered_attention: bool,
     /// KV cache storage: f16 (like llama.cpp) or int8 (per-row scale, half the memory).
     #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]
@@ -92,10 +96,37 @@ pub struct CommonArgs {
     /// outputs then differ from the real model).
     #[arg(long, global = true)]
     pub ple_skip: bool,
+    /// All of the options above as one JSON object (field names as the flags', e.g.
+    /// `{"device":"emu","kv":"int8","max_context":512}`; absent fields take the flags'
+    /// defaults). How `strata server` configures its engine process; no other option of this
+    /// list may be given with it.
+    #[arg(long, global = true, value_name = "JSON")]
+    #[serde(skip)]
+    pub engine_config: Option<String>,
+}
+
+impl Default for CommonArgs {
+    /// The flags' defaults (clap's, so there is one list of them).
+    fn default() -> Self {
+        Cli::parse_from(["strata"]).common
+    }
+}
+
+impl CommonArgs {
+    /// The configuration in effect: `--engine-config` when given (alone), else the flags.
+    pub fn effective(&self) -> Result<CommonArgs> {
+        let Some(json) = &self.engine_config else { return Ok(self.clone()) };
+        let flags = CommonArgs { engine_config: None, ..self.clone() };
+        if flags != CommonArgs::default() {
+            bail!("--engine-config replaces the other engine options: give them inside its JSON, not as flags");
+        }
+        serde_json::from_str(json).context("--engine-config: not a valid engine configuration")
+    }
 }
 
 /// `--ple-io` values.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PleIoArg {
     Direct,
     Mmap,
@@ -284,7 +315,8 @@ fn load(c: &Common) -> Result<Engine> {
 
 /// Entry point of the binary.
 pub fn run(cli: Cli) -> Result<()> {
-    let common = cli.common.validate()?;
+    let args = cli.common.effective()?;
+    let common = args.validate()?;
     match cli.command {
         None if cli.serve => serve::serve_stdio(&load(&common)?),
         None => bail!("no command given: try `strata --help`"),
@@ -301,6 +333,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Fetch(a)) => fetch::run(&a),
         Some(Cmd::Gguf(a)) => gguf::run(&a),
         Some(Cmd::Calibrate(a)) => calibrate::run(&common, &a),
-        Some(Cmd::Server(cfg)) => serve::run_http(common.model.as_deref(), cfg),
+        Some(Cmd::Server(cfg)) => serve::run_http(&args, &common, cfg),
     }
 }

@@ -48,12 +48,24 @@ impl TokenEngine for ServeEngine<'_> {
             .map(str::to_string)
             .unwrap_or_else(|_| self.e.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
         let eog_tokens = (0..m.n_vocab() as u32).filter(|&t| self.e.tokenizer.is_eog(t)).collect();
+        let o = &self.e.opts;
+        let engine = serde_json::json!({
+            "backend": m.backend(),
+            "device": o.device,
+            "kv": o.kv,
+            "max_context": o.max_context,
+            "prefill": o.prefill,
+            "ordered": o.ordered_attention,
+            "threads": rayon::current_num_threads(),
+            "model_path": self.e.path,
+        });
         ModelInfo {
             name,
             vocab_size: m.n_vocab() as u32,
             context_length: self.sess.capacity() as u32,
             eog_tokens,
             parallel: 1,
+            engine: Some(engine),
         }
     }
 
@@ -91,16 +103,27 @@ pub fn serve_stdio(e: &Engine) -> Result<()> {
 }
 
 /// `strata server`: the HTTP server; its engine process is this executable with `--serve`.
-pub fn run_http(model: Option<&std::path::Path>, mut cfg: server::ServerConfig) -> Result<()> {
-    // Without explicit engine arguments, run the engine on the model this command was given
-    // (or the default model) and use that file's tokenizer.
-    if cfg.engine.args.is_none() && cfg.config.is_none() {
-        let m = match model {
-            Some(m) => m.to_path_buf(),
+///
+/// Unless the engine command is configured explicitly (`--engine-arg`, or `engine.args` in the
+/// config file), the engine process gets this command's whole engine configuration
+/// (`--engine-config`, with the model resolved: the one given, or the default model) and the
+/// server uses that model's tokenizer.
+pub fn run_http(args: &super::CommonArgs, common: &super::Common, mut cfg: server::ServerConfig) -> Result<()> {
+    let file_sets_engine = match &cfg.config {
+        Some(p) => server::config::ServerConfig::from_file(p)?.engine.args.is_some(),
+        None => false,
+    };
+    if cfg.engine.args.is_none() && !file_sets_engine {
+        let m = match &common.model {
+            Some(m) => m.clone(),
             None => crate::fetch::default_model(true)?,
         };
-        cfg.engine.args = Some(vec!["-m".into(), m.display().to_string()]);
+        let child = super::CommonArgs { model: Some(m.clone()), engine_config: None, ..args.clone() };
+        let json = serde_json::to_string(&child).context("serialising the engine configuration")?;
+        cfg.engine.args = Some(vec!["--engine-config".into(), json]);
         cfg.tokenizer.get_or_insert(m);
+    } else if *args != (super::CommonArgs { model: args.model.clone(), ..Default::default() }) {
+        eprintln!("strata server: the engine command is configured explicitly (engine args), so the engine options given here do not reach it");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     rt.block_on(server::run_server(cfg))

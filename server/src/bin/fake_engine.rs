@@ -97,6 +97,7 @@ fn main() {
             context_length: 4096,
             eog_tokens: vec![1, 106, 212],
             parallel: 1,
+            engine: Some(serde_json::json!({"backend": "fake"})),
         },
         delay: Duration::ZERO,
         crash_after: None,

@@ -19,6 +19,7 @@ impl TokenEngine for Counting {
             context_length: 64,
             eog_tokens: vec![103],
             parallel: 1,
+            engine: None,
         }
     }
     fn generate(
