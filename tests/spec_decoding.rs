@@ -342,3 +342,24 @@ fn spec_generic_loop_min_p_and_counters() {
         );
     }
 }
+
+/// `generate --spec N` runs on the engine's own session, so `--ordered` (and every other run
+/// option) applies to it: on a prompt where the ordered numerics change the greedy text of the
+/// Q8_0 MoE model, `--spec 4 --ordered` prints the `--ordered` text, not the default one.
+#[test]
+fn cli_spec_honours_ordered() {
+    let m = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["generate", "-m", m.to_str().unwrap(), "-p", "Hello, my name is", "-n", "48", "--temp", "0", "--device", "cpu"])
+            .args(extra)
+            .output()
+            .expect("running strata");
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (fast, ordered) = (run(&[]), run(&["--ordered"]));
+    assert_ne!(fast, ordered, "premise: the two modes give different greedy text on this prompt");
+    assert_eq!(run(&["--ordered", "--spec", "4"]), ordered);
+    assert_eq!(run(&["--spec", "4"]), fast);
+}

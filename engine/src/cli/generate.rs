@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 
 use crate::EngineError;
-use crate::engine::{AnyModel, Engine, TextStream};
+use crate::engine::{AnyModel, AnySession, Engine, TextStream};
 use crate::model::qwen4exp::{self as q4, Mtp};
 use crate::spec::{MtpDrafter, MtpDrafterStats, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 use crate::sampler::Sampler;
@@ -196,21 +196,15 @@ fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Resu
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
     }
     let mut drafter = SuffixDrafter::default();
+    // The engine's own session, so every run option (--kv, --prefill, --ordered) applies.
+    let sess = e.new_session()?;
     let t0 = Instant::now();
-    let (ids, stats) = match &e.model {
-        AnyModel::Std(m) => {
-            let mut sess = m.new_session(e.opts.kv, e.context_size(), e.opts.prefill);
-            generate_greedy_spec(&**m, &mut sess, prompt, n, &mut drafter, sc)?
-        }
-        AnyModel::Flash(m) => {
-            let mut st = m.new_state(crate::model::qwen4exp::KvType::F16);
-            generate_greedy_spec(&**m, &mut st, prompt, n, &mut drafter, sc)?
-        }
+    let (ids, stats) = match (&e.model, sess) {
+        (AnyModel::Std(m), AnySession::Std(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
+        (AnyModel::Flash(m), AnySession::Flash(mut s)) => generate_greedy_spec(&**m, &mut s.st, prompt, n, &mut drafter, sc)?,
         #[cfg(feature = "gpu")]
-        AnyModel::Gpu(m) => {
-            let mut sess = m.new_session(e.opts.kv, e.context_size(), e.opts.prefill)?;
-            generate_greedy_spec(&**m, &mut sess, prompt, n, &mut drafter, sc)?
-        }
+        (AnyModel::Gpu(m), AnySession::Gpu(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
+        _ => bail!("internal error: a session of another model family"),
     };
     Ok((ids, stats, t0.elapsed().as_secs_f64()))
 }
