@@ -58,6 +58,7 @@ hip_detect() {
     return 0
   fi
   json=$("$bin" device --json ${gpu:+--gpu "$gpu"}) || hip_die "\`$bin device --json\` failed"
+  det_backend=cpu det_reason="\`strata device --json\` gave no readable answer" det_selection_error= det_index= det_arch= det_name= det_rocr=
   hip_read_fields det_ < <(printf '%s' "$json" | hip_json_fields)
   [ -z "$det_selection_error" ] || hip_die "$det_selection_error"
 }
@@ -70,6 +71,7 @@ hip_try_env() {
   [ -n "$root" ] && env_args+=(ROCM_PATH="$root")
   [ -n "$ld" ] && env_args+=(LD_LIBRARY_PATH="$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   [ -n "$rocr" ] && env_args+=(ROCR_VISIBLE_DEVICES="$rocr")
+  try_hip_built=1 try_hip_count=0 try_hip_blas= try_hip_lt= try_hip_refused= try_hip_error="\`$bin device --json\` failed with this ROCm"
   hip_read_fields try_ < <("${env_args[@]}" "$bin" device --json | hip_json_fields)
 }
 

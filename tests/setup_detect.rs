@@ -173,6 +173,19 @@ fn setup_detect_no_kfd_picks_cpu() {
 }
 
 #[test]
+fn setup_detect_malformed_sysfs_is_a_precise_error_and_cpu() {
+    let mut t = xtx("malformed");
+    t.node("simd_count 192\nsimd_per_cu 2\ngfx_target_version 11O000\n");
+    let (ok, out) = setup(t.root(), &["--detect-only"], &[]);
+    assert!(ok, "{out}");
+    assert_has(&out, &[
+        "error: ",
+        "sys/class/kfd/kfd/topology/nodes/2/properties: line 3: gfx_target_version value \"11O000\" is not an unsigned integer",
+        "==> backend: cpu",
+    ]);
+}
+
+#[test]
 fn setup_detect_explicit_cpu_stays_cpu() {
     let t = xtx("xtx-cpu");
     let (ok, out) = setup(t.root(), &["--detect-only", "--backend", "cpu"], &[]);
