@@ -40,7 +40,7 @@ fn cli_server_passes_its_engine_options_to_the_engine_process() {
     // The software device when this build has it: the child must run there too, not on the CPU.
     let gpu = cfg!(feature = "gpu");
     if gpu {
-        args.extend(["--device", "emu"]);
+        args.extend(["--device", "emu", "--gpu-attn", "fast", "--gpu-graphs", "off"]);
     }
     let port_s = port.to_string();
     args.extend(["--port", &port_s]);
@@ -63,6 +63,9 @@ fn cli_server_passes_its_engine_options_to_the_engine_process() {
     if gpu {
         assert_eq!(engine["device"], "emu", "{engine}");
         assert!(engine["backend"].as_str().unwrap().starts_with("emu"), "{engine}");
+        assert_eq!(engine["gpu"]["attn"], "fast", "{engine}");
+        assert_eq!(engine["gpu"]["graphs"], false, "{engine}");
+        assert_eq!(engine["gpu"]["prefill"], "auto", "{engine}");
     }
     // The context the server enforces is the engine's (192), not the model's 4096.
     let models = get_json(port, "/v1/models").unwrap();
@@ -83,4 +86,26 @@ fn cli_engine_config_is_the_flags_in_json_and_not_both() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("kv_type") && err.contains("--engine-config"), "{err}");
+}
+
+/// The `STRATA_GPU_*` variables are the GPU flags' documented overrides, parsed by the same
+/// definition: a bad value names the variable and the values it takes.
+#[test]
+fn cli_gpu_env_overrides_are_checked_with_the_flags() {
+    let model = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .env("STRATA_GPU_ATTN", "bogus")
+        .args(["tokenize", "-m", model.to_str().unwrap(), "-p", "x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bogus") && err.contains("--gpu-attn") && err.contains("ordered") && err.contains("fast"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .env("STRATA_GPU_GRAPHS", "off")
+        .env("STRATA_GPU_PREFILL", "MMQ")
+        .args(["tokenize", "-m", model.to_str().unwrap(), "-p", "x"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

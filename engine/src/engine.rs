@@ -65,11 +65,14 @@ pub struct RunOptions {
     /// hipBLASLt calibration table for the GPU backends (`--calibration`); None: the default
     /// location for the device (`gpu::calibrate::default_path`) when such a file exists.
     pub calibration: Option<std::path::PathBuf>,
+    /// GPU backend settings (`--gpu-*` flags / `STRATA_GPU_*`); `ordered` is set from
+    /// `ordered_attention` at load.
+    pub gpu: crate::gpu_options::GpuOptions,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None }
+        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, gpu: Default::default() }
     }
 }
 
@@ -235,7 +238,7 @@ pub struct Engine {
 }
 
 /// Puts a shared-decoder model on the chosen device.
-fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool) -> Result<AnyModel> {
+fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool, gpu: crate::gpu_options::GpuOptions) -> Result<AnyModel> {
     #[cfg(feature = "gpu")]
     {
         use crate::gpu::device::{DeviceKind, GpuError, open_device};
@@ -256,14 +259,14 @@ fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool
             }
             Err(e) => return Err(EngineError::Gpu(format!("--device {}: {e}", device.name()))),
         };
-        let mut opts = crate::gpu::model::GpuOptions::from_env().map_err(EngineError::Gpu)?;
+        let mut opts = gpu;
         opts.ordered |= ordered;
         let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
         attach_calibration(&mut m, calibration)?;
         Ok(AnyModel::Gpu(Box::new(m)))
     }
     #[cfg(not(feature = "gpu"))]
-    let _ = (calibration, ordered);
+    let _ = (calibration, ordered, gpu);
     #[cfg(not(feature = "gpu"))]
     match device {
         Device::Cpu | Device::Auto => Ok(AnyModel::Std(Box::new(model))),
@@ -337,7 +340,7 @@ impl Engine {
                 .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) })?;
             AnyModel::Flash(Box::new(m))
         } else {
-            place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref(), opts.ordered_attention)?
+            place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu)?
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod f16;
 pub mod fetch;
+pub mod gpu_options;
 pub mod kfd;
 pub mod kv_cache;
 pub mod model;

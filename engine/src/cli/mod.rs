@@ -103,6 +103,8 @@ pub struct CommonArgs {
     #[arg(long, global = true, value_name = "JSON")]
     #[serde(skip)]
     pub engine_config: Option<String>,
+    #[command(flatten)]
+    pub gpu: crate::gpu_options::GpuOptions,
 }
 
 impl Default for CommonArgs {
@@ -299,7 +301,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone() } })
+        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), gpu: self.gpu } })
     }
 }
 

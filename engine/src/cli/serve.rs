@@ -57,6 +57,7 @@ impl TokenEngine for ServeEngine<'_> {
             "prefill": o.prefill,
             "ordered": o.ordered_attention,
             "threads": rayon::current_num_threads(),
+            "gpu": o.gpu,
             "model_path": self.e.path,
         });
         ModelInfo {

@@ -28,7 +28,8 @@ use std::sync::Arc;
 
 use super::abi::{MAX_COLS, WType};
 use super::device::{DType, DevicePtr, Gemm, GpuApi, GpuError, Stream, Transpose};
-use super::ops::{AttnMode, GluAct, GpuOps, KvFormat, MmqVariant, RowType};
+use super::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
+pub use crate::gpu_options::{GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
 use crate::model::forward::{Logits, ggml_exact};
@@ -110,144 +111,6 @@ struct DevLayer {
     /// Index into the session's rope tables.
     rope_table: usize,
     window: u32,
-}
-
-/// Options of the GPU backend.
-#[derive(Clone, Copy, Debug)]
-pub struct GpuOptions {
-    pub attn: AttnMode,
-    /// Capture each decode window's launches once per window size and replay the graph with
-    /// new inputs in device buffers (MoE models: the windows whose experts run by device
-    /// dispatch, see [`MoePath`]).
-    pub graphs: bool,
-    /// How quantized projections of prompt chunks longer than a window run.
-    pub prefill: PrefillPath,
-    /// Dense FFNs in decode/verify windows: one fused gate/up MMVQ + GLU launch instead of
-    /// three (bit-identical; `STRATA_GPU_FUSED_GLU=off` disables it; also the MoE device path's
-    /// fused gate/up form).
-    pub fused_glu: bool,
-    /// Ordered-numerics mode (`STRATA_GPU_ORDERED=1`, the CLI's `--ordered`): every matrix
-    /// product runs `quantize_ref` + `mmv_ordered` (the `quant` crate's reference quantizer
-    /// and `vec_dot`, one work-item per output) on the weights as stored, Gemma's GELU uses the
-    /// CPU's f16 table, windows are at most [`MAX_COLS`] tokens and MoE layers use the
-    /// host-readback expert path. With the CPU backend's ordered mode (`Session::ordered`)
-    /// whole layers and logits are bit-identical. Much slower (docs/amd-hip-performance.md).
-    pub ordered: bool,
-    /// Inner product of the MMQ prefill path (`STRATA_GPU_MMQ=wmma|dot4`; bit-identical).
-    pub mmq: MmqVariant,
-    /// Routed experts: device dispatch or host readback (`STRATA_GPU_MOE`).
-    pub moe: MoePath,
-}
-
-/// How the routed-expert FFN finds the router's choice (`STRATA_GPU_MOE=auto|device|host`).
-///
-/// Rule (`Auto`): windows of up to [`MAX_COLS`] tokens (decode steps, speculative
-/// verification) use device dispatch — `mmvq_moe_*` reads `sel_ids` on the device, no host
-/// synchronisation, so the window is captured as a graph and replayed; longer prompt chunks
-/// use the host readback, which groups a chunk's tokens by expert in launches of 8 columns
-/// (device dispatch would read each chosen expert once per 8 tokens as well, but it launches
-/// every (token group, slot) workgroup and so is only used for windows). Experts without an
-/// MMVQ type (F32/F16) always use the host path. Both paths give identical bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoePath {
-    Auto,
-    /// Device dispatch for every chunk (in groups of 8 tokens) when the experts are quantized.
-    Device,
-    /// Always read the choice back to the host (no graphs for MoE models).
-    Host,
-}
-
-/// Prefill path for quantized projections (`STRATA_GPU_PREFILL`).
-///
-/// Rule (`Auto`): a chunk of fewer than [`GEMM_MIN_TOKENS`] tokens runs MMVQ, 8 columns per
-/// launch — decode steps and speculative-verification windows (up to 9 tokens), whose columns
-/// are then computed exactly like single steps; a longer chunk (a prompt) dequantizes each layer
-/// matrix to f32 in a scratch buffer and runs one GEMM over the whole chunk (hipBLAS on a card),
-/// reading the weights once instead of once per 8 tokens. Matrices larger than the scratch (the
-/// output head, expert stacks) keep MMVQ.
-/// Shortest chunk the `Auto` rule sends to the dequantize + GEMM path.
-pub const GEMM_MIN_TOKENS: usize = 32;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrefillPath {
-    Auto,
-    /// Always MMVQ in windows of 8 columns.
-    Mmvq,
-    /// Dequantize + GEMM whenever a chunk has more than one token.
-    DequantGemm,
-    /// MMQ (`mmq_*`: int8 weights x Q8_1 activations, 256 x 64 tiles staged in LDS, WMMA or
-    /// dot4 by [`GpuOptions::mmq`]) for every matrix type with an MMQ kernel (Q8_0, Q4_K,
-    /// Q6_K, IQ3_XXS) from [`GEMM_MIN_TOKENS`] tokens; other types (F32, F16) take the
-    /// `Auto` rule. Reads each weight once per 64 tokens, no dequantized scratch copy, but
-    /// exact int8 dots of Q8_1-rounded activations (not the f16 GEMM's numerics).
-    Mmq,
-}
-
-impl Default for GpuOptions {
-    fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto }
-    }
-}
-
-impl GpuOptions {
-    /// Environment overrides: `STRATA_GPU_ATTN=ordered|fast`, `STRATA_GPU_PREFILL=auto|mmvq|gemm|mmq`,
-    /// `STRATA_GPU_MMQ=wmma|dot4`, `STRATA_GPU_FUSED_GLU=on|off`, `STRATA_GPU_GRAPHS=on|off`.
-    pub fn from_env() -> std::result::Result<GpuOptions, String> {
-        let mut o = GpuOptions::default();
-        if let Ok(v) = std::env::var("STRATA_GPU_ATTN") {
-            o.attn = match v.to_ascii_lowercase().as_str() {
-                "ordered" => AttnMode::Ordered,
-                "fast" => AttnMode::Fast,
-                other => return Err(format!("STRATA_GPU_ATTN={other:?}: expected ordered or fast")),
-            };
-        }
-        if let Ok(v) = std::env::var("STRATA_GPU_PREFILL") {
-            o.prefill = match v.to_ascii_lowercase().as_str() {
-                "auto" => PrefillPath::Auto,
-                "mmvq" => PrefillPath::Mmvq,
-                "gemm" | "dequant-gemm" => PrefillPath::DequantGemm,
-                "mmq" => PrefillPath::Mmq,
-                other => return Err(format!("STRATA_GPU_PREFILL={other:?}: expected auto, mmvq, gemm or mmq")),
-            };
-        }
-        if let Ok(v) = std::env::var("STRATA_GPU_MMQ") {
-            o.mmq = match v.to_ascii_lowercase().as_str() {
-                "wmma" => MmqVariant::Wmma,
-                "dot4" => MmqVariant::Dot4,
-                other => return Err(format!("STRATA_GPU_MMQ={other:?}: expected wmma or dot4")),
-            };
-        }
-        if let Ok(v) = std::env::var("STRATA_GPU_FUSED_GLU") {
-            o.fused_glu = match v.as_str() {
-                "1" | "on" => true,
-                "0" | "off" => false,
-                other => return Err(format!("STRATA_GPU_FUSED_GLU={other:?}: expected on or off")),
-            };
-        }
-        if let Ok(v) = std::env::var("STRATA_GPU_ORDERED") {
-            o.ordered = match v.as_str() {
-                "1" | "on" => true,
-                "0" | "off" => false,
-                other => return Err(format!("STRATA_GPU_ORDERED={other:?}: expected on or off")),
-            };
-        }
-        if let Ok(v) = std::env::var("STRATA_GPU_MOE") {
-            o.moe = match v.to_ascii_lowercase().as_str() {
-                "auto" => MoePath::Auto,
-                "device" => MoePath::Device,
-                "host" => MoePath::Host,
-                other => return Err(format!("STRATA_GPU_MOE={other:?}: expected auto, device or host")),
-            };
-        }
-        if let Ok(v) = std::env::var("STRATA_GPU_GRAPHS") {
-            o.graphs = match v.as_str() {
-                "1" | "on" => true,
-                "0" | "off" => false,
-                other => return Err(format!("STRATA_GPU_GRAPHS={other:?}: expected on or off")),
-            };
-        }
-        Ok(o)
-    }
 }
 
 /// A model resident on a device.

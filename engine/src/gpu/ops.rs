@@ -28,24 +28,7 @@ pub enum GluAct {
     GeluTanh,
 }
 
-/// Attention numerics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttnMode {
-    /// Bit-identical to `model::attention::attend_ordered` (fixed accumulation order).
-    Ordered,
-    /// WMMA f16 tiles (`v_wmma_f32_16x16x16_f16`), GQA heads sharing K/V loads, cells split
-    /// over 4 waves with an online softmax: within a tolerance of the CPU (tests/gpu_ops.rs).
-    Fast,
-}
-
-/// Inner product of [`GpuOps::mmq`] (`STRATA_GPU_MMQ=wmma|dot4`): int8 WMMA tiles
-/// (`v_wmma_i32_16x16x16_iu8`) or `v_dot4_i32_iu8`. Bit-identical results.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum MmqVariant {
-    #[default]
-    Wmma,
-    Dot4,
-}
+pub use crate::gpu_options::{AttnMode, MmqVariant};
 
 /// KV cache format; layouts equal to engine/src/kv_cache.rs: rows `[cell][n_head_kv][head_dim]`
 /// of f16, or of i8 with f32 scales `[cell][n_head_kv]` in a separate buffer.

@@ -1,0 +1,122 @@
+//! The GPU backend's settings: part of the engine configuration (`cli::CommonArgs`, so they are
+//! flags, `--engine-config` JSON fields and `STRATA_GPU_*` environment overrides at once, all
+//! parsed by clap in one place) and read by `gpu::model::GpuModel`. Plain data, compiled with or
+//! without the `gpu` feature, so a CPU-only build accepts and forwards the same configuration.
+
+use clap::builder::BoolishValueParser;
+
+/// Shortest prompt chunk the `Auto` prefill rule sends to the dequantize + GEMM path.
+pub const GEMM_MIN_TOKENS: usize = 32;
+
+/// Options of the GPU backend (`--device hip|emu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "GPU backend (--device hip|emu)")]
+pub struct GpuOptions {
+    /// Attention numerics on the device: ordered (bit-identical to the CPU's ordered
+    /// attention) or fast (WMMA f16 tiles, within a tolerance).
+    #[arg(id = "gpu_attn", long = "gpu-attn", value_enum, ignore_case = true, global = true, env = "STRATA_GPU_ATTN", default_value_t = AttnMode::Ordered)]
+    pub attn: AttnMode,
+    /// Capture each decode window's launches once per window size and replay the graph with
+    /// new inputs in device buffers (MoE models: the windows whose experts run by device
+    /// dispatch, see --gpu-moe).
+    #[arg(id = "gpu_graphs", long = "gpu-graphs", global = true, env = "STRATA_GPU_GRAPHS", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub graphs: bool,
+    /// How quantized projections of prompt chunks longer than a window run: auto (MMVQ below
+    /// 32 tokens, from 32 dequantize + one GEMM), mmvq, gemm or mmq (LDS-tiled int8 kernels).
+    #[arg(id = "gpu_prefill", long = "gpu-prefill", value_enum, ignore_case = true, global = true, env = "STRATA_GPU_PREFILL", default_value_t = PrefillPath::Auto)]
+    pub prefill: PrefillPath,
+    /// Dense FFNs in decode/verify windows (and the MoE device path): one fused gate/up MMVQ +
+    /// GLU launch instead of three (bit-identical).
+    #[arg(id = "gpu_fused_glu", long = "gpu-fused-glu", global = true, env = "STRATA_GPU_FUSED_GLU", value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub fused_glu: bool,
+    /// Ordered-numerics mode: every matrix product runs `quantize_ref` + `mmv_ordered` (the
+    /// `quant` crate's reference quantizer and `vec_dot`, one work-item per output) on the
+    /// weights as stored, Gemma's GELU uses the CPU's f16 table, windows are at most
+    /// `abi::MAX_COLS` tokens and MoE layers use the host-readback expert path. With the CPU
+    /// backend's ordered mode (`Session::ordered`) whole layers and logits are bit-identical.
+    /// Much slower (docs/amd-hip-performance.md). Set by the engine's `--ordered`.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub ordered: bool,
+    /// Inner product of the MMQ prefill path: wmma (int8 WMMA tiles) or dot4
+    /// (`v_dot4_i32_iu8`); bit-identical.
+    #[arg(id = "gpu_mmq", long = "gpu-mmq", value_enum, ignore_case = true, global = true, env = "STRATA_GPU_MMQ", default_value_t = MmqVariant::Wmma)]
+    pub mmq: MmqVariant,
+    /// Routed experts: auto (device dispatch for decode windows, host readback for longer
+    /// chunks), device or host.
+    #[arg(id = "gpu_moe", long = "gpu-moe", value_enum, ignore_case = true, global = true, env = "STRATA_GPU_MOE", default_value_t = MoePath::Auto)]
+    pub moe: MoePath,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto }
+    }
+}
+
+/// Attention numerics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttnMode {
+    /// Bit-identical to `model::attention::attend_ordered` (fixed accumulation order).
+    Ordered,
+    /// WMMA f16 tiles (`v_wmma_f32_16x16x16_f16`), GQA heads sharing K/V loads, cells split
+    /// over 4 waves with an online softmax: within a tolerance of the CPU (tests/gpu_ops.rs).
+    Fast,
+}
+
+/// Inner product of `GpuOps::mmq`: int8 WMMA tiles (`v_wmma_i32_16x16x16_iu8`) or
+/// `v_dot4_i32_iu8`. Bit-identical results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MmqVariant {
+    #[default]
+    Wmma,
+    Dot4,
+}
+
+/// How the routed-expert FFN finds the router's choice.
+///
+/// Rule (`Auto`): windows of up to `abi::MAX_COLS` tokens (decode steps, speculative
+/// verification) use device dispatch — `mmvq_moe_*` reads `sel_ids` on the device, no host
+/// synchronisation, so the window is captured as a graph and replayed; longer prompt chunks
+/// use the host readback, which groups a chunk's tokens by expert in launches of 8 columns
+/// (device dispatch would read each chosen expert once per 8 tokens as well, but it launches
+/// every (token group, slot) workgroup and so is only used for windows). Experts without an
+/// MMVQ type (F32/F16) always use the host path. Both paths give identical bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MoePath {
+    Auto,
+    /// Device dispatch for every chunk (in groups of 8 tokens) when the experts are quantized.
+    Device,
+    /// Always read the choice back to the host (no graphs for MoE models).
+    Host,
+}
+
+/// Prefill path for quantized projections.
+///
+/// Rule (`Auto`): a chunk of fewer than [`GEMM_MIN_TOKENS`] tokens runs MMVQ, 8 columns per
+/// launch — decode steps and speculative-verification windows (up to 9 tokens), whose columns
+/// are then computed exactly like single steps; a longer chunk (a prompt) dequantizes each layer
+/// matrix to f32 in a scratch buffer and runs one GEMM over the whole chunk (hipBLAS on a card),
+/// reading the weights once instead of once per 8 tokens. Matrices larger than the scratch (the
+/// output head, expert stacks) keep MMVQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrefillPath {
+    Auto,
+    /// Always MMVQ in windows of 8 columns.
+    Mmvq,
+    /// Dequantize + GEMM whenever a chunk has more than one token.
+    #[value(name = "gemm", alias = "dequant-gemm")]
+    #[serde(rename = "gemm")]
+    DequantGemm,
+    /// MMQ (`mmq_*`: int8 weights x Q8_1 activations, 256 x 64 tiles staged in LDS, WMMA or
+    /// dot4 by [`GpuOptions::mmq`]) for every matrix type with an MMQ kernel (Q8_0, Q4_K,
+    /// Q6_K, IQ3_XXS) from [`GEMM_MIN_TOKENS`] tokens; other types (F32, F16) take the
+    /// `Auto` rule. Reads each weight once per 64 tokens, no dequantized scratch copy, but
+    /// exact int8 dots of Q8_1-rounded activations (not the f16 GEMM's numerics).
+    Mmq,
+}
