@@ -127,10 +127,8 @@ case "$mode" in
   chat)
     "$strata" generate --chat -p "$prompt" -n 64 --temp 0 ;;
   serve)
-    cfg=$(mktemp --suffix=.json)
-    printf '{"engine":{"executable":"%s","args":[]},"tokenizer":"%s","model_name":"qwen2.5-coder-0.5b"}\n' \
-      "$PWD/$strata" "$model" > "$cfg"
-    exec "$strata" server --config "$cfg" --port "$port" ;;
+    # The server runs `strata --serve` on the same model with the same engine options.
+    exec "$strata" server -m "$model" --port "$port" ;;
   test)
     python3 -m pip install -q openai >/dev/null
     # The tests' real models (Gemma 3 is the llama.cpp reference; SmolLM2 is also the vocabulary
