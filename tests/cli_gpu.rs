@@ -35,7 +35,7 @@ fn cli_generate_device_emu_equals_cpu_on_tiny_moe() {
 
 #[test]
 fn cli_device_hip_fails_over_cleanly_without_rocm() {
-    if strata::gpu::device::open_device(strata::gpu::device::DeviceKind::Hip).is_ok() {
+    if strata::gpu::device::open_device(strata::gpu::device::Device::Hip).is_ok() {
         eprintln!("a HIP device is present: nothing to check here");
         return;
     }

@@ -10,7 +10,7 @@ use quant::GgmlType;
 use strata::gpu::abi::{self, DequantArgs, WType};
 use strata::gpu::bench::{random_blocks, Rng};
 use strata::gpu::device::{
-    open_device, ComputeType, DType, DeviceKind, EmuApi, Gemm, GpuApi, GpuError, HipApi, HipConfig, HostAllocOptions, Kernel,
+    open_device, ComputeType, DType, Device, EmuApi, Gemm, GpuApi, GpuError, HipApi, HipConfig, HostAllocOptions, Kernel,
     KernelSpec, LaunchConfig, Module, Stream, Transpose,
 };
 
@@ -98,7 +98,7 @@ fn module_metadata_lists_every_abi_kernel() {
 
 #[test]
 fn emu_malloc_copy_round_trip() {
-    let api = open_device(DeviceKind::Emu).expect("emu opens");
+    let api = open_device(Device::Emu).expect("emu opens");
     assert_eq!(api.info().arch, "gfx1100");
     let n = 4099usize; // odd size: no alignment assumptions
     let src: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
@@ -369,7 +369,7 @@ fn rocm_installed() -> bool {
 
 #[test]
 fn hip_open_without_rocm_is_a_clean_error_and_auto_falls_back() {
-    match open_device(DeviceKind::Hip) {
+    match open_device(Device::Hip) {
         Err(GpuError::LibraryNotFound { lib, searched }) => {
             assert_eq!(lib, "libamdhip64");
             assert!(searched.contains("/opt/rocm/lib"), "{searched}");
@@ -377,7 +377,7 @@ fn hip_open_without_rocm_is_a_clean_error_and_auto_falls_back() {
         Err(e) => assert!(rocm_installed(), "without ROCm the error must be LibraryNotFound, got: {e}"),
         Ok(d) => eprintln!("a real HIP device is present: {:?}", d.info()),
     }
-    match open_device(DeviceKind::Auto) {
+    match open_device(Device::Auto) {
         Err(e @ GpuError::NoUsableGpu(_)) => {
             let msg = e.to_string();
             assert!(msg.contains("using the CPU"), "{msg}");
@@ -386,7 +386,7 @@ fn hip_open_without_rocm_is_a_clean_error_and_auto_falls_back() {
             }
         }
         Err(e) => panic!("auto must wrap the reason in NoUsableGpu: {e}"),
-        Ok(d) => assert_eq!(d.info().backend, strata::gpu::device::Backend::Hip),
+        Ok(d) => assert_eq!(d.info().backend, strata::gpu::device::Device::Hip),
     }
     let e = HipApi::open(&HipConfig::only_dir(std::env::temp_dir().join("strata-no-such-dir"))).err().expect("no library there");
     assert!(e.to_string().contains("libamdhip64 not found"), "{e}");

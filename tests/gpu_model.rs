@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use quant::GgmlType;
-use strata::gpu::device::{DeviceKind, GpuApi, open_device};
+use strata::gpu::device::{Device, GpuApi, open_device};
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
 use strata::model::Model;
@@ -23,8 +23,8 @@ use crate::models_util::{Prng, TinyCfg, TinyModel};
 
 /// Every device the test can use: the software device, plus HIP when a card is present.
 fn devices() -> Vec<(&'static str, Arc<dyn GpuApi>)> {
-    let mut v: Vec<(&'static str, Arc<dyn GpuApi>)> = vec![("emu", Arc::from(open_device(DeviceKind::Emu).expect("software device")))];
-    if let Ok(h) = open_device(DeviceKind::Hip) {
+    let mut v: Vec<(&'static str, Arc<dyn GpuApi>)> = vec![("emu", Arc::from(open_device(Device::Emu).expect("software device")))];
+    if let Ok(h) = open_device(Device::Hip) {
         v.push(("hip", Arc::from(h)));
     }
     v

@@ -1,6 +1,6 @@
 //! `GpuOps` (engine/src/gpu/ops.rs), one test per op: the same body computes the CPU reference
 //! and runs the op on every available device — the software RDNA3 device always, a real gfx11
-//! GPU through HIP whenever `open_device(DeviceKind::Hip)` succeeds (on machines without ROCm it
+//! GPU through HIP whenever `open_device(Device::Hip)` succeeds (on machines without ROCm it
 //! fails cleanly and only emu runs). Bitwise where the contract says so, otherwise within the
 //! named tolerances below. Random inputs plus edge shapes (one row, remainders, head_dim
 //! 16..256, window cutting, GQA, int8 KV, verification windows of 8 tokens).
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use quant::GgmlType;
 use strata::gpu::abi::WType;
 use strata::gpu::bench::{random_blocks, Rng};
-use strata::gpu::device::{open_device, DeviceKind, DevicePtr, EmuApi, GpuApi, Stream};
+use strata::gpu::device::{open_device, Device, DevicePtr, EmuApi, GpuApi, Stream};
 use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
 use strata::kv_cache::{KvCache, KvType, LayerCache, RawRows};
 use strata::model::attention::{attend, attend_ordered, Shape};
@@ -26,7 +26,7 @@ const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;
 fn devices() -> Vec<(&'static str, GpuOps)> {
     let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().expect("software device"));
     let mut v = vec![("emu", GpuOps::new(emu).expect("GpuOps on emu: every kernel present and checked"))];
-    match open_device(DeviceKind::Hip) {
+    match open_device(Device::Hip) {
         Ok(h) => v.push(("hip", GpuOps::new(Arc::from(h)).expect("GpuOps on hip"))),
         Err(e) => eprintln!("hip not available ({e}); testing emu only"),
     }

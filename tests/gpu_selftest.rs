@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use strata::gpu::abi;
 use strata::gpu::device::{
-    Backend, DeviceInfo, DevicePtr, EmuApi, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec, LaunchConfig, LaunchStats,
+    Device, DeviceInfo, DevicePtr, EmuApi, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec, LaunchConfig, LaunchStats,
     Module, Result as GpuResult, Stream, WaitCond,
 };
 use strata::gpu::selftest::{self, Options, Shapes};
@@ -301,7 +301,7 @@ impl GpuApi for SimulatedCard {
 fn gpu_selftest_timed_device_reports_gbs_and_peak_share() {
     let inner = EmuApi::new().unwrap();
     let mut info = inner.info().clone();
-    info.backend = Backend::Hip;
+    info.backend = Device::Hip;
     info.name = "AMD Radeon RX 7900 XTX".into();
     info.runtime = "HIP runtime 6.4.43483 at /opt/rocm/lib/libamdhip64.so".into();
     let card = SimulatedCard { inner, info, launches: AtomicU32::new(0), marks: Mutex::new(Vec::new()) };

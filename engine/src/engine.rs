@@ -241,12 +241,12 @@ pub struct Engine {
 fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool, gpu: crate::gpu_options::GpuOptions) -> Result<AnyModel> {
     #[cfg(feature = "gpu")]
     {
-        use crate::gpu::device::{DeviceKind, GpuError, open_device};
+        use crate::gpu::device::{Device, GpuError, open_device};
         let kind = match device {
             Device::Cpu => return Ok(AnyModel::Std(Box::new(model))),
-            Device::Auto => DeviceKind::Auto,
-            Device::Hip => DeviceKind::Hip,
-            Device::Emu => DeviceKind::Emu,
+            Device::Auto => Device::Auto,
+            Device::Hip => Device::Hip,
+            Device::Emu => Device::Emu,
         };
         let api = match open_device(kind) {
             Ok(api) => api,

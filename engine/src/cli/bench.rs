@@ -214,7 +214,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
 fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<GpuPart>>> {
     use crate::engine::AnyModel;
     let AnyModel::Gpu(m) = &e.model else { return Ok(None) };
-    if m.api().info().backend != crate::gpu::device::Backend::Emu {
+    if m.api().info().backend != crate::gpu::device::Device::Emu {
         return Ok(None);
     }
     let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1, e.opts.prefill)?;

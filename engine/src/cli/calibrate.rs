@@ -45,7 +45,7 @@ pub fn run(_c: &Common, _a: &CalibrateArgs) -> Result<()> {
 pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
     use crate::engine::Device;
     use crate::gpu::calibrate::{self as cal, CalibrateOptions};
-    use crate::gpu::device::{DType, DeviceKind, open_device};
+    use crate::gpu::device::{DType, open_device};
     use anyhow::Context;
 
     if a.tokens.is_empty() || a.tokens.contains(&0) {
@@ -62,8 +62,8 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
         }
     }
     let kind = match c.run.device {
-        Device::Hip | Device::Auto => DeviceKind::Hip,
-        Device::Emu => DeviceKind::Emu,
+        Device::Hip | Device::Auto => Device::Hip,
+        Device::Emu => Device::Emu,
         Device::Cpu => bail!("`strata calibrate` measures a GPU: use --device hip (or emu for the software device)"),
     };
     let shapes = match &c.model {
@@ -71,7 +71,7 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
             let model = crate::model::Model::load(path).with_context(|| format!("loading {}", path.display()))?;
             cal::model_shapes(&model, &dtypes)
         }
-        None if kind == DeviceKind::Emu => {
+        None if kind == Device::Emu => {
             bail!("the built-in shapes (up to 12288x4096) would take hours on the software device: give -m MODEL (a small one)")
         }
         None => cal::builtin_shapes(if dtypes.is_empty() { &[DType::F16, DType::BF16, DType::F32] } else { &dtypes }),

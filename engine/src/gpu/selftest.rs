@@ -370,7 +370,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(&CheckResult)) -> Result<Report, GpuError> {
     let t0 = std::time::Instant::now();
     let info = api.info().clone();
-    let shapes = opts.shapes.unwrap_or(if info.backend == super::device::Backend::Emu { Shapes::Small } else { Shapes::Full });
+    let shapes = opts.shapes.unwrap_or(if info.backend == super::device::Device::Emu { Shapes::Small } else { Shapes::Full });
     let recorder = Arc::new(Recorder::new(api));
     let ops = GpuOps::new(recorder.clone())?;
     let module = recorder.load_module()?;
@@ -463,16 +463,16 @@ fn peak_of(opts: &Options, info: &super::device::DeviceInfo) -> Option<PeakBandw
 /// corrupt the reference of matching checks).
 pub fn run_cli(common: &crate::cli::Common, args: &crate::cli::device::DeviceArgs) -> anyhow::Result<()> {
     use crate::engine::Device;
-    use crate::gpu::device::{open_device, DeviceKind};
+    use crate::gpu::device::open_device;
     use anyhow::{bail, Context};
     let kind = match common.run.device {
-        Device::Emu => DeviceKind::Emu,
-        Device::Hip | Device::Auto => DeviceKind::Hip,
+        Device::Emu => Device::Emu,
+        Device::Hip | Device::Auto => Device::Hip,
         Device::Cpu => bail!("the selftest checks the GPU kernels: use --device hip (a card) or --device emu (the software RDNA3 device)"),
     };
     // `--gpu N` picks a HIP device by the index `strata device` lists (else STRATA_HIP_DEVICE).
     let opened = match (kind, args.gpu) {
-        (DeviceKind::Hip, Some(n)) => {
+        (Device::Hip, Some(n)) => {
             let cfg = crate::gpu::device::HipConfig { device: n as u32, ..crate::gpu::device::HipConfig::from_env() };
             crate::gpu::device::HipApi::open(&cfg).map(|h| Box::new(h) as Box<dyn GpuApi>)
         }
@@ -503,7 +503,7 @@ pub fn run_cli(common: &crate::cli::Common, args: &crate::cli::device::DeviceArg
     };
     let info = api.info().clone();
     let arch = crate::gpu::device::arch_base(&info.arch).to_string();
-    let emu = info.backend == crate::gpu::device::Backend::Emu;
+    let emu = info.backend == crate::gpu::device::Device::Emu;
     let shape_name = opts.shapes.unwrap_or(if emu { Shapes::Small } else { Shapes::Full }).name();
     println!("strata selftest on {} ({arch}, {}): {shape_name} shapes{}", info.name, info.runtime, if emu { ", no device clock (times null)" } else { "" });
     let peak = peak_of(&opts, &info);

@@ -18,7 +18,7 @@ use super::error::{emu, invalid, GpuError, Result};
 use super::gemm_ref::{gemm_host, gemm_host_tiled};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
-    Backend, DeviceInfo, DevicePtr, Event, Gemm, GpuApi, LtAlgo, Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec,
+    DeviceInfo, DevicePtr, Event, Gemm, GpuApi, LtAlgo, Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec,
     LaunchConfig, LaunchStats, Module, Stream, WaitCond,
 };
 use emulator::{Device, Function};
@@ -103,7 +103,7 @@ impl EmuApi {
     /// Wraps an existing software device (e.g. one with a changed instruction budget).
     pub fn with_device(dev: Device) -> Self {
         let info = DeviceInfo {
-            backend: Backend::Emu,
+            backend: crate::engine::Device::Emu,
             index: 0,
             name: "software RDNA3 device".into(),
             arch: EMU_ARCH.into(),

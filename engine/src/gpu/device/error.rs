@@ -26,6 +26,9 @@ pub enum GpuError {
     /// A device exists but this build cannot use it.
     #[error("GPU {index} \"{name}\" ({arch}) via {lib} {version} is not supported: {why}")]
     UnsupportedDevice { index: u32, name: String, arch: String, lib: &'static str, version: String, why: String },
+    /// `open_device` was asked for the CPU, which is not a GPU device.
+    #[error("--device cpu is not a GPU device (use auto, hip or emu)")]
+    NotAGpu,
     /// `auto` found no usable GPU; the caller runs on the CPU.
     #[error("no usable AMD GPU, using the CPU: {0}")]
     NoUsableGpu(Box<GpuError>),

@@ -35,38 +35,19 @@ pub use emulator::{DevicePtr, KernelInfo, LaunchStats};
 use std::sync::Arc;
 use std::sync::Mutex;
 
-/// Which device [`open_device`] opens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceKind {
-    /// A real gfx11 GPU through HIP when one is present and usable; otherwise an error saying
-    /// why (`GpuError::NoUsableGpu`), on which the engine uses the CPU. Never the emulator.
-    Auto,
-    /// HIP only (error if unavailable).
-    Hip,
-    /// The software RDNA3 device (slow; tests, debugging, instruction counts).
-    Emu,
-}
-
-impl std::str::FromStr for DeviceKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(DeviceKind::Auto),
-            "hip" => Ok(DeviceKind::Hip),
-            "emu" => Ok(DeviceKind::Emu),
-            other => Err(format!("unknown GPU device {other:?} (auto, hip, emu)")),
-        }
-    }
-}
+/// The one device enum of the engine (`--device`): [`open_device`] takes its GPU values and
+/// [`DeviceInfo::backend`] says which of `Hip` / `Emu` a [`GpuApi`] is.
+pub use crate::engine::Device;
 
 /// Opens a device. `Hip` and `Auto` use [`HipConfig::from_env`] (`ROCM_PATH`, `/opt/rocm`,
 /// the system library path). Never panics: a missing runtime, no device or an unsupported
 /// architecture is an error that names the library, version and architecture.
-pub fn open_device(kind: DeviceKind) -> Result<Box<dyn GpuApi>> {
+pub fn open_device(kind: Device) -> Result<Box<dyn GpuApi>> {
     match kind {
-        DeviceKind::Emu => Ok(Box::new(EmuApi::new()?)),
-        DeviceKind::Hip => Ok(Box::new(HipApi::open(&HipConfig::from_env())?)),
-        DeviceKind::Auto => match HipApi::open(&HipConfig::from_env()) {
+        Device::Cpu => Err(GpuError::NotAGpu),
+        Device::Emu => Ok(Box::new(EmuApi::new()?)),
+        Device::Hip => Ok(Box::new(HipApi::open(&HipConfig::from_env())?)),
+        Device::Auto => match HipApi::open(&HipConfig::from_env()) {
             Ok(h) => Ok(Box::new(h)),
             Err(e) => Err(GpuError::NoUsableGpu(Box::new(e))),
         },
@@ -92,17 +73,13 @@ pub fn arch_base(arch: &str) -> &str {
     arch.split(':').next().unwrap_or(arch).trim()
 }
 
-/// Which implementation a [`GpuApi`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Hip,
-    Emu,
-}
+
 
 /// What was found at open.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
-    pub backend: Backend,
+    /// `Device::Hip` or `Device::Emu`: which implementation this is.
+    pub backend: Device,
     /// Index among the devices the runtime sees (after `HIP_VISIBLE_DEVICES`).
     pub index: u32,
     pub name: String,

@@ -1,7 +1,7 @@
 //! The selftest report: the device, every check, a per-kernel summary, the table printed to
 //! stdout and the JSON written to `--report`; and the peak bandwidth a card is compared with.
 use super::{CheckResult, Comparison, Shapes};
-use crate::gpu::device::{arch_base, Backend, DeviceInfo};
+use crate::gpu::device::{arch_base, Device, DeviceInfo};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -33,7 +33,7 @@ const CARDS: &[(&str, f64)] = &[
 /// The peak bandwidth of the device by its name (gfx11 cards only); `None` for the software
 /// device and for cards not in the table.
 pub fn peak_bandwidth(info: &DeviceInfo) -> Option<PeakBandwidth> {
-    if info.backend == Backend::Emu || !arch_base(&info.arch).starts_with("gfx11") {
+    if info.backend == Device::Emu || !arch_base(&info.arch).starts_with("gfx11") {
         return None;
     }
     // "7900 XT" is a prefix of "7900 XTX": the table lists the longer name first, and a match
@@ -227,7 +227,7 @@ impl Report {
             "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "pass": self.pass(),
             "device": {
-                "backend": if i.backend == Backend::Emu { "emu" } else { "hip" },
+                "backend": if i.backend == Device::Emu { "emu" } else { "hip" },
                 "index": i.index,
                 "name": i.name,
                 "arch": arch_base(&i.arch),
@@ -297,7 +297,7 @@ mod tests {
 
     fn card(name: &str) -> DeviceInfo {
         DeviceInfo {
-            backend: Backend::Hip,
+            backend: Device::Hip,
             index: 0,
             name: name.into(),
             arch: "gfx1100".into(),
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(peak_bandwidth(&card("AMD Radeon RX 7600 XT")).map(|p| p.gbs), Some(288.0));
         assert_eq!(peak_bandwidth(&card("AMD Radeon Graphics")), None);
         let mut emu = card("AMD Radeon RX 7900 XTX");
-        emu.backend = Backend::Emu;
+        emu.backend = Device::Emu;
         assert_eq!(peak_bandwidth(&emu), None);
     }
 }

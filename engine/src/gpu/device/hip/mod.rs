@@ -28,7 +28,7 @@ pub mod ffi;
 use super::error::{invalid, GpuError, Result};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
-    arch_base, code_object_for_arch, embedded_archs, Backend, ComputeType, DType, DeviceInfo, DevicePtr, Event, Gemm, GpuApi,
+    arch_base, code_object_for_arch, embedded_archs, Device, ComputeType, DType, DeviceInfo, DevicePtr, Event, Gemm, GpuApi,
     Graph, LtAlgo, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, Module, Stream, Transpose, WaitCond,
 };
 use ffi::*;
@@ -370,7 +370,7 @@ impl HipApi {
             Err(why) => (Err(format!("hipBLASLt unavailable: {why}")), None),
         };
         let info = DeviceInfo {
-            backend: Backend::Hip,
+            backend: Device::Hip,
             index: cfg.device,
             name,
             arch,
