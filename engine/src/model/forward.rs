@@ -337,7 +337,7 @@ impl Model {
 /// logits equal llama.cpp's exactly. The exact kernels are slower, so other models keep the
 /// fast ones (they match llama.cpp without it).
 pub(crate) fn ggml_exact(hp: &super::HParams) -> bool {
-    hp.arch == "gemma3"
+    hp.arch == super::Arch::Gemma3
 }
 
 /// `y[n][rows] = x[n][cols] · Wᵀ` in the ordered-numerics mode: each column of `x` quantized

@@ -33,7 +33,7 @@ pub fn hparams(k: &Keys) -> Result<HParams> {
     // query_pre_attn_scalar: head_dim, except the 27B model (62 layers) which uses n_embd/n_head.
     let q_pre = if c.n_layer == 62 { c.n_embd / c.n_head } else { c.head_dim };
     Ok(HParams {
-        arch: "gemma3".into(),
+        arch: super::Arch::Gemma3,
         n_layer: c.n_layer,
         n_ctx_train: c.n_ctx_train,
         n_embd: c.n_embd,

@@ -49,7 +49,7 @@ pub struct MoeSpec {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct HParams {
-    pub arch: String,
+    pub arch: super::Arch,
     pub n_layer: usize,
     pub n_ctx_train: usize,
     pub n_embd: usize,
@@ -79,7 +79,7 @@ pub struct HParams {
 /// Typed access to `<arch>.<name>` keys with errors naming the key.
 pub struct Keys<'a> {
     pub g: &'a GgufFile,
-    pub arch: &'a str,
+    pub arch: super::Arch,
 }
 
 impl<'a> Keys<'a> {

@@ -8,7 +8,7 @@ pub fn hparams(k: &Keys) -> Result<HParams> {
     let c = k.common()?;
     let rope_scale = k.rope_freq_scale()?;
     Ok(HParams {
-        arch: k.arch.into(),
+        arch: k.arch,
         n_layer: c.n_layer,
         n_ctx_train: c.n_ctx_train,
         n_embd: c.n_embd,

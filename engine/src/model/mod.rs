@@ -6,6 +6,7 @@
 //! [`HParams`], so `forward.rs` is written once. Layers are a [`LayerKind`] enum so hybrid
 //! models can add recurrent layers with their own cache kind.
 
+pub mod arch;
 pub mod attention;
 pub mod forward;
 pub mod gemma3;
@@ -26,6 +27,7 @@ use gguf::{GgufFile, TensorInfo};
 use quant::GgmlType;
 
 use crate::error::{EngineError, Result};
+pub use arch::Arch;
 pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
 
 /// A weight matrix (or a stack of expert matrices) inside the GGUF mapping.
@@ -92,18 +94,17 @@ impl Model {
     }
 
     pub fn from_gguf(gguf: GgufFile, path: &Path) -> Result<Model> {
-        let arch = gguf
-            .architecture()
-            .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?
-            .to_string();
-        let keys = hparams::Keys { g: &gguf, arch: &arch };
-        let hp = match arch.as_str() {
-            "gemma3" => gemma3::hparams(&keys)?,
-            "llama" => llama::hparams(&keys)?,
-            "qwen2" => qwen2::hparams(&keys)?,
-            "qwen3" => qwen3::hparams(&keys)?,
-            "qwen3moe" => qwen3moe::hparams(&keys)?,
-            other => return Err(EngineError::UnsupportedArch(other.to_string())),
+        let arch = Arch::of(&gguf, path)?;
+        let keys = hparams::Keys { g: &gguf, arch };
+        let hp = match arch {
+            Arch::Gemma3 => gemma3::hparams(&keys)?,
+            Arch::Llama => llama::hparams(&keys)?,
+            Arch::Qwen2 => qwen2::hparams(&keys)?,
+            Arch::Qwen3 => qwen3::hparams(&keys)?,
+            Arch::Qwen3Moe => qwen3moe::hparams(&keys)?,
+            Arch::Qwen4Exp => {
+                return Err(EngineError::Unsupported(format!("{}: qwen4exp models load through model::qwen4exp", path.display())));
+            }
         };
         let l = Loader { g: &gguf };
         let (d, hd) = (hp.n_embd, hp.head_dim);
