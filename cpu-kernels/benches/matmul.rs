@@ -229,22 +229,6 @@ fn main() {
             }
         }
     }
-    // Prompt attention: 512 causal queries of one head (head_dim 256, f16 KV), Gemma-like.
-    if wanted("attention causal") {
-        use cpu_kernels::{attention_causal, AttnParams, KvRows};
-        let (hd, nq) = (256usize, 512usize);
-        let q: Vec<f32> = (0..nq * hd).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-        let kv: Vec<u16> = (0..nq * hd).map(|i| quant::f32_to_f16(((i * 104729) % 1000) as f32 / 500.0 - 1.0)).collect();
-        let mut out = vec![0f32; nq * hd];
-        let params = AttnParams { scale: 0.0625, softcap: None, mask: None };
-        let mut f = || {
-            attention_causal(&q, hd, hd, nq, 0, &KvRows::F16 { data: &kv, stride: hd }, &KvRows::F16 { data: &kv, stride: hd }, &params, None, &mut out, hd).unwrap()
-        };
-        let (s, best) = time_wall(&mut f, 5);
-        let c1 = time_1t_cpu(&pool1, &mut f, 3);
-        let gf = 4.0 * (nq * (nq + 1) / 2 * hd) as f64 / 1e9;
-        println!("{:<40} {:>9.3} {:>8} {:>8} {:>9.1} | {:>8} {:>9.1}  (best 2t {:.1})", "attention causal f16 512q hd256", s * 1e3, "", "", gf / s, "", gf / c1, gf / best);
-    }
     let n = 512;
     for &ty in &types {
         let any = paths.iter().any(|p| wanted(&format!("matmul {} 4096x4096 n=512 {p:?}", ty.name())));

@@ -10,21 +10,19 @@
 //!   rows × 4 activation columns so each decoded weight block serves four columns.
 //! * [`get_row`], [`rms_norm`], [`rope_neox`], [`rope_norm`], [`softmax`], [`silu`],
 //!   [`gelu_tanh`], [`swiglu`], [`geglu`] (ggml semantics).
-//! * [`attention_one`]: one query position of one head over a KV cache slice whose rows are
-//!   f32, f16 or int8 with a per-row scale ([`KvRows`]), with optional soft-capping and mask.
+//!
+//! Attention is not here: the engine's one implementation (ggml order, exact batch tiles and the
+//! ordered mode) lives with the KV cache it reads, in `engine/src/model/attention.rs`.
 //!
 //! `matvec`/`matmul`/`get_row` have `try_*` variants returning [`KernelError`] on bad shapes;
 //! the short names panic with that error's message (shapes are engine invariants).
 //! `*_with(Path, ..)` variants force one implementation (tests and benchmarks).
 
-// SIMD kernels index fixed-size register arrays by column/lane on purpose, and the
-// attention/kernel entry points take their shapes as plain arguments.
+// SIMD kernels index fixed-size register arrays by column/lane on purpose, and the kernel
+// entry points take their shapes as plain arguments.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
 mod acts;
-#[cfg(target_arch = "x86_64")]
-mod attn_block;
-mod attention;
 pub(crate) mod float;
 mod matmul;
 mod ops;
@@ -32,7 +30,6 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use attention::{attention_causal, attention_one, attention_shared_kv, AttnParams, KvRows};
 pub use matmul::{
     get_row, matmul, matmul_ggml, matvec, prepare_acts, prepare_acts_with, try_get_row, try_matmul, try_matmul_prepared,
     try_matmul_ggml, try_matmul_ggml_multi, try_matmul_ggml_with, try_matmul_with, try_matvec, try_matvec_with, PreparedActs,
