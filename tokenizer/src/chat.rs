@@ -5,6 +5,7 @@
 //! built-in template is chosen from the architecture, written to match llama.cpp's built-in
 //! formats (`llm_chat_apply_template`).
 
+use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, Value as JValue, context};
 
 use crate::{ChatMessage, TokenizerError};
@@ -69,7 +70,14 @@ impl ChatTemplate {
         let mut s = String::new();
         match self {
             ChatTemplate::Jinja(src) => {
-                return render_jinja(src, messages, add_generation_prompt, bos, eos);
+                return render_jinja(
+                    src,
+                    &JValue::from_serialize(messages),
+                    None,
+                    add_generation_prompt,
+                    bos,
+                    eos,
+                );
             }
             ChatTemplate::Gemma => {
                 let mut system = String::new();
@@ -124,9 +132,13 @@ fn trim(s: &str) -> &str {
     s.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0B' | '\x0C'))
 }
 
-fn render_jinja(
+/// Renders a stored template. `messages` and `tools` are in Hugging Face's chat format (what
+/// `apply_chat_template(messages, tools=...)` gets); `tools` is `none` when absent, so
+/// `{% if tools %}` templates render their plain branch.
+pub(crate) fn render_jinja(
     src: &str,
-    messages: &[ChatMessage],
+    messages: &JValue,
+    tools: Option<&JValue>,
     add_gen: bool,
     bos: &str,
     eos: &str,
@@ -140,15 +152,76 @@ fn render_jinja(
         Err(Error::new(ErrorKind::InvalidOperation, msg))
     });
     env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
+    env.add_filter("tojson", tojson);
     env.add_template("chat", src).map_err(err)?;
     let tmpl = env.get_template("chat").map_err(err)?;
     tmpl.render(context! {
         messages => messages,
+        tools => tools,
         add_generation_prompt => add_gen,
         bos_token => bos,
         eos_token => eos,
     })
     .map_err(err)
+}
+
+/// Hugging Face's `tojson` (Python's `json.dumps(x, ensure_ascii=False, indent=indent)`):
+/// `", "` and `": "` separators, nothing HTML-escaped, unlike minijinja's built-in, so tool
+/// definitions and call arguments reach the model exactly as the template's authors trained it.
+fn tojson(value: &JValue, indent: Option<JValue>, kwargs: Kwargs) -> Result<String, Error> {
+    let indent = match indent {
+        Some(i) => Some(i),
+        None => kwargs.get::<Option<JValue>>("indent")?,
+    };
+    // Python's other json.dumps options (sort_keys, separators, ...) are accepted and ignored.
+    for key in kwargs.args() {
+        let _ = kwargs.get::<JValue>(key);
+    }
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(usize::try_from(v)?),
+    };
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let pad = " ".repeat(n);
+            let f = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
+            serde::Serialize::serialize(
+                value,
+                &mut serde_json::Serializer::with_formatter(&mut out, f),
+            )
+        }
+        None => serde::Serialize::serialize(
+            value,
+            &mut serde_json::Serializer::with_formatter(&mut out, PythonSpacing),
+        ),
+    };
+    written.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    String::from_utf8(out).map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))
+}
+
+/// serde_json's compact output with Python's default `", "` / `": "` separators.
+struct PythonSpacing;
+
+impl serde_json::ser::Formatter for PythonSpacing {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
 }
 
 /// Today's UTC date in a strftime subset (%Y %m %d %e %B %b %H %M %S %%), enough for the

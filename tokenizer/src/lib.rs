@@ -251,6 +251,56 @@ impl Tokenizer {
         self.chat.as_ref().map(ChatTemplate::name)
     }
 
+    /// The stored Jinja chat template's source, if the model has one (built-in formats have
+    /// none). Lets a caller see which features (tools, tool-call syntax) the template knows.
+    pub fn chat_template_source(&self) -> Option<&str> {
+        match &self.chat {
+            Some(ChatTemplate::Jinja(src)) => Some(src),
+            _ => None,
+        }
+    }
+
+    /// Renders a conversation with tools through the stored Jinja template: `messages` and
+    /// `tools` in Hugging Face's chat format (messages with `role`, `content`, `tool_calls`,
+    /// `tool_call_id`; tools as `{"type": "function", "function": {...}}`), any `Serialize`
+    /// value. Struct fields keep their order in the template (HF renders dicts in insertion
+    /// order). Built-in formats cannot render tools: an error.
+    pub fn apply_chat_template_with_tools<M, T>(
+        &self,
+        messages: &M,
+        tools: Option<&T>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError>
+    where
+        M: serde::Serialize + ?Sized,
+        T: serde::Serialize + ?Sized,
+    {
+        let src = match &self.chat {
+            Some(ChatTemplate::Jinja(src)) => src,
+            Some(t) => {
+                return Err(TokenizerError::ChatTemplate(format!(
+                    "the built-in {} format has no tool calls",
+                    t.name()
+                )));
+            }
+            None => {
+                return Err(TokenizerError::NoChatTemplate {
+                    arch: self.arch.clone(),
+                });
+            }
+        };
+        let text = |id: Option<u32>| id.and_then(|i| self.token_text(i)).unwrap_or("");
+        let tools = tools.map(minijinja::Value::from_serialize);
+        chat::render_jinja(
+            src,
+            &minijinja::Value::from_serialize(messages),
+            tools.as_ref(),
+            add_generation_prompt,
+            text(self.bos()),
+            text(self.eos()),
+        )
+    }
+
     /// Renders a conversation with the model's chat template (see [`chat`]). The result is
     /// meant to be encoded with `parse_special = true`. Built-in templates do not emit BOS
     /// (encode adds it); stored Jinja templates may (`bos_token`), as with llama.cpp.

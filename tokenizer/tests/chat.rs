@@ -152,3 +152,50 @@ fn no_template_is_an_error() {
         Err(TokenizerError::NoChatTemplate { .. })
     ));
 }
+
+#[test]
+fn tools_render_like_hugging_face() {
+    // The tool parts of Qwen2.5's template: `tools | tojson` and the call arguments.
+    let tmpl = "{%- if tools %}{%- for tool in tools %}{{ tool | tojson }}\n{% endfor %}{%- endif %}\
+                {%- for m in messages %}{{ m.role }}:{{ m.content }}\
+                {%- for c in m.tool_calls %}[{{ c.function.name }} {{ c.function.arguments | tojson }}]{% endfor %}\
+                {%- if m.tool_call_id %}({{ m.tool_call_id }}){% endif %}|{% endfor %}\
+                {{ {'b': [1, 2], 'a': none} | tojson(indent=2) }}";
+    let g = with_metadata(
+        TINY,
+        &[("tokenizer.chat_template", Value::Str(tmpl.into()))],
+    );
+    let t = Tokenizer::from_gguf(&g).unwrap();
+    assert!(t.chat_template_source().unwrap().contains("tools"));
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Weather <now> & 'later'", "parameters": {"type": "object"}}}]);
+    let messages = serde_json::json!([
+        {"role": "user", "content": "Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+    ]);
+    let s = t
+        .apply_chat_template_with_tools(&messages, Some(&tools), true)
+        .unwrap();
+    // serde_json's maps are sorted here; struct fields would keep their order.
+    assert_eq!(
+        s,
+        "{\"function\": {\"description\": \"Weather <now> & 'later'\", \"name\": \"get_weather\", \
+         \"parameters\": {\"type\": \"object\"}}, \"type\": \"function\"}\n\
+         user:Paris?|assistant:[get_weather {\"city\": \"Paris\", \"days\": [1, 2]}]|tool:sunny(call_1)|\
+         {\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": null\n}"
+    );
+    // Without tools the template's plain branch renders; built-in formats refuse tools.
+    let plain = t
+        .apply_chat_template_with_tools(&messages, None::<&serde_json::Value>, true)
+        .unwrap();
+    assert!(plain.starts_with("user:Paris?|"), "{plain}");
+    let builtin =
+        Tokenizer::from_gguf(&GgufFile::open(&Path::new(REF).join(TINY)).unwrap()).unwrap();
+    assert!(builtin.chat_template_source().is_none());
+    assert!(matches!(
+        builtin.apply_chat_template_with_tools(&messages, Some(&tools), true),
+        Err(TokenizerError::ChatTemplate(_))
+    ));
+}
