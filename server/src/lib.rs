@@ -3,16 +3,23 @@
 //! - [`protocol`]: serde types of the line-delimited JSON token protocol and [`protocol::serve_loop`],
 //!   the engine side (an engine implements [`protocol::TokenEngine`]).
 //! - [`http`]: the axum server ([`run_server`]) that starts an engine process with `--serve`,
-//!   tokenizes/detokenizes, and serves `/v1/completions` and `/v1/chat/completions`.
+//!   tokenizes/detokenizes, and serves OpenAI's `/v1/completions` and `/v1/chat/completions`
+//!   ([`openai`]) and Anthropic's `/v1/messages` ([`anthropic`]), both through one pipeline
+//!   ([`generate`]; conversations and tools: [`chat`], [`tools`]).
 //!
 //! Docs: `docs/serve-protocol.md`, `docs/server.md`.
 
+pub mod anthropic;
+pub mod chat;
 pub mod config;
 pub mod engine_process;
+pub mod error;
+pub mod generate;
 pub mod http;
 pub mod openai;
 pub mod protocol;
 pub mod text;
+pub mod tools;
 
 pub use config::{EngineCommand, ServerConfig};
 pub use http::{run_server, run_server_blocking};

@@ -1,12 +1,25 @@
-//! OpenAI API request types (what we accept) and error bodies.
+//! OpenAI's API: `/v1/completions` and `/v1/chat/completions` — what we accept, and the
+//! generation's pieces in OpenAI's response and chunk shapes.
 //!
 //! Unknown fields are ignored, as OpenAI-compatible servers commonly do, so clients that send
 //! e.g. `user` or `logit_bias: {}` keep working. Fields we cannot honour and that change the
 //! meaning of the answer (`n > 1`) are rejected with 400.
 
-use axum::http::StatusCode;
+use crate::chat::{Conversation, ToolChoice, ToolDef, Turn, TurnCall};
+use crate::error::read_body;
+pub use crate::error::{ApiError, parse_body};
+use crate::generate::{self, EventSink, Finish, GenParams, Job};
+use crate::http::{AppState, now};
+use crate::tools::{ParsedCall, Piece, ToolCallParser};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// Parameters shared by `/v1/completions` and `/v1/chat/completions`.
 #[derive(Debug, Default, Deserialize)]
@@ -31,6 +44,30 @@ pub struct CommonParams {
     pub n: Option<u32>,
 }
 
+impl CommonParams {
+    fn gen_params(&self) -> Result<GenParams, ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::bad_request("only n = 1 is supported"));
+        }
+        Ok(GenParams {
+            max_tokens: self.max_completion_tokens.or(self.max_tokens),
+            temperature: self.temperature,
+            temperature_max: 2.0,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed,
+            stops: match &self.stop {
+                None => Vec::new(),
+                Some(Stop::One(s)) => vec![s.clone()],
+                Some(Stop::Many(v)) => v.clone(),
+            },
+        })
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct StreamOptions {
@@ -42,15 +79,6 @@ pub struct StreamOptions {
 pub enum Stop {
     One(String),
     Many(Vec<String>),
-}
-
-impl Stop {
-    pub fn into_vec(self) -> Vec<String> {
-        match self {
-            Stop::One(s) => vec![s],
-            Stop::Many(v) => v,
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,6 +101,11 @@ pub enum Prompt {
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessageIn>,
+    #[serde(default)]
+    pub tools: Option<Vec<ToolIn>>,
+    /// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function": {"name": ...}}`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
     #[serde(flatten)]
     pub params: CommonParams,
 }
@@ -82,6 +115,43 @@ pub struct ChatMessageIn {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// Assistant turns: the calls it made.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+    /// Tool turns: the call answered.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ToolIn {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionIn,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FunctionIn {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub parameters: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ToolCallIn {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub function: FunctionCallIn,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FunctionCallIn {
+    pub name: String,
+    /// A JSON string, as OpenAI sends it (an object is accepted too).
+    #[serde(default)]
+    pub arguments: Option<Value>,
 }
 
 /// Message content: a string or a list of parts, of which only `text` parts are supported.
@@ -122,56 +192,264 @@ impl Content {
     }
 }
 
-/// An error answered in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
-    pub kind: &'static str,
-    pub code: Option<&'static str>,
+impl ChatRequest {
+    /// The messages in the template's format, with the tools and the tool choice.
+    fn conversation(self) -> Result<Conversation, ApiError> {
+        let mut turns = Vec::with_capacity(self.messages.len());
+        for m in self.messages {
+            let role = match m.role.as_str() {
+                "developer" => "system", // OpenAI's newer name for the system prompt
+                r @ ("system" | "user" | "assistant" | "tool") => r,
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "unknown message role {other:?} (system, developer, user, assistant, tool)"
+                    )));
+                }
+            };
+            let content = match m.content {
+                Some(c) => c.into_text()?,
+                None => String::new(),
+            };
+            let mut turn = Turn::new(role, content);
+            for call in m.tool_calls.unwrap_or_default() {
+                if role != "assistant" {
+                    return Err(ApiError::bad_request(
+                        "only assistant messages have tool_calls",
+                    ));
+                }
+                let arguments = call_arguments(call.function.arguments)?;
+                turn.tool_calls
+                    .push(TurnCall::new(call.id, call.function.name, arguments));
+            }
+            if role == "tool" {
+                turn.tool_call_id = m.tool_call_id;
+            }
+            turns.push(turn);
+        }
+        let mut tools = Vec::new();
+        for t in self.tools.unwrap_or_default() {
+            if t.kind != "function" {
+                return Err(ApiError::bad_request(format!(
+                    "unsupported tool type {:?} (only \"function\")",
+                    t.kind
+                )));
+            }
+            let f = t.function;
+            tools.push(ToolDef::new(f.name, f.description, f.parameters)?);
+        }
+        let tool_choice = match self.tool_choice {
+            None => ToolChoice::Auto,
+            Some(Value::String(s)) => match s.as_str() {
+                "none" => ToolChoice::None,
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                _ => return Err(bad_tool_choice()),
+            },
+            Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+                Some(name) if v["type"] == "function" => ToolChoice::Named(name.to_string()),
+                _ => return Err(bad_tool_choice()),
+            },
+        };
+        Ok(Conversation {
+            turns,
+            tools,
+            tool_choice,
+            assistant_prefix: String::new(),
+        })
+    }
 }
 
-impl ApiError {
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            kind: "invalid_request_error",
-            code: None,
-        }
-    }
-    pub fn server(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            message: message.into(),
-            kind: "server_error",
-            code: None,
-        }
-    }
-    pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: message.into(),
-            kind: "server_error",
-            code: None,
-        }
-    }
-    pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({"error": {
-            "message": self.message, "type": self.kind, "param": null, "code": self.code,
-        }})
+fn bad_tool_choice() -> ApiError {
+    ApiError::bad_request(
+        "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+    )
+}
+
+/// OpenAI sends arguments as a JSON string; templates want the object.
+fn call_arguments(arguments: Option<Value>) -> Result<Value, ApiError> {
+    match arguments {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(Value::String(s)) => serde_json::from_str(&s).map_err(|e| {
+            ApiError::bad_request(format!("tool call arguments are not JSON ({e}): {s:?}"))
+        }),
+        Some(v) => Ok(v),
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+pub async fn completions(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let req: CompletionRequest = parse_body(&read_body(body)?)?;
+        let prompt = match req.prompt {
+            Prompt::Text(t) => st.tokenize(&t),
+            Prompt::Texts(v) if v.len() == 1 => st.tokenize(&v[0]),
+            Prompt::Tokens(t) => t,
+            Prompt::TokenLists(mut v) if v.len() == 1 => v.remove(0),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "only one prompt per request is supported",
+                ));
+            }
+        };
+        let job = generate::make_job(&st, prompt, req.params.gen_params()?).await?;
+        Ok(run(st.clone(), job, &req.params, None, Kind::Completion).await)
+    };
+    result.await.unwrap_or_else(|e: ApiError| e.into_response())
+}
+
+pub async fn chat_completions(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let mut req: ChatRequest = parse_body(&read_body(body)?)?;
+        let params = std::mem::take(&mut req.params);
+        let prompt = req.conversation()?.render(&st)?;
+        let job = generate::make_job(&st, prompt.tokens, params.gen_params()?).await?;
+        Ok(run(st.clone(), job, &params, prompt.parser, Kind::Chat).await)
+    };
+    result.await.unwrap_or_else(|e: ApiError| e.into_response())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Completion,
+    Chat,
+}
+
+/// OpenAI's form of a call the model made.
+fn tool_call_json(st: &AppState, call: &ParsedCall) -> Value {
+    json!({"id": st.next_id("call"), "type": "function",
+           "function": {"name": call.name, "arguments": Value::Object(call.arguments.clone()).to_string()}})
+}
+
+fn finish_reason(finish: &Finish, calls: usize) -> &'static str {
+    if calls > 0 {
+        "tool_calls"
+    } else {
+        finish.openai_reason()
     }
 }
 
-/// Parse a JSON body ourselves so malformed input gets an OpenAI-style 400 (axum's `Json`
-/// extractor answers in plain text and insists on a content type).
-pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+async fn run(
+    st: Arc<AppState>,
+    job: Job,
+    params: &CommonParams,
+    parser: Option<ToolCallParser>,
+    kind: Kind,
+) -> Response {
+    let generation = match generate::start(&st, &job).await {
+        Ok(g) => g,
+        Err(e) => return e.into_response(),
+    };
+    let id = st.next_id(if kind == Kind::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    });
+    let (created, model) = (now(), st.model_name());
+    let prompt_tokens = job.prompt.len() as u32;
+    let usage = move |completion: u32| {
+        json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+               "total_tokens": prompt_tokens + completion})
+    };
+    if !params.stream {
+        let (mut text, mut calls) = (String::new(), Vec::new());
+        let on_piece = |piece| {
+            match piece {
+                Piece::Text(t) => text.push_str(&t),
+                Piece::Call(c) => calls.push(tool_call_json(&st, &c)),
+            }
+            true
+        };
+        let finish =
+            match generate::drive_pieces(&st, generation, job.stops, parser, on_piece).await {
+                Ok(f) => f,
+                Err(e) => return e.into_response(),
+            };
+        let reason = finish_reason(&finish, calls.len());
+        let (object, choice) = match kind {
+            Kind::Chat => {
+                let mut message = json!({"role": "assistant", "content": text});
+                if !calls.is_empty() {
+                    if text.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                    message["tool_calls"] = Value::Array(calls);
+                }
+                let choice = json!({"index": 0, "message": message, "finish_reason": reason, "logprobs": null});
+                ("chat.completion", choice)
+            }
+            Kind::Completion => {
+                let choice =
+                    json!({"index": 0, "text": text, "finish_reason": reason, "logprobs": null});
+                ("text_completion", choice)
+            }
+        };
+        return Json(
+            json!({"id": id, "object": object, "created": created, "model": model,
+                           "choices": [choice], "usage": usage(finish.completion_tokens),
+                           "timings": finish.timings}),
+        )
+        .into_response();
+    }
+
+    let object = if kind == Kind::Chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    };
+    // One chunk: a chat `delta` (role, content or tool_calls) or a completion's text.
+    let chunk = move |delta: Value, finish: Option<&str>| -> Value {
+        let choice = match kind {
+            Kind::Chat => {
+                json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null})
+            }
+            Kind::Completion => {
+                let text = delta.get("content").cloned().unwrap_or(json!(""));
+                json!({"index": 0, "text": text, "finish_reason": finish, "logprobs": null})
+            }
+        };
+        json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
+    };
+    let include_usage = params
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
+    generate::sse_response(move |tx: EventSink| async move {
+        let send = |v: Value| tx.send(Ok(Event::default().data(v.to_string()))).is_ok();
+        if kind == Kind::Chat && !send(chunk(json!({"role": "assistant", "content": ""}), None)) {
+            return;
+        }
+        let mut calls = 0;
+        let on_piece = |piece| match piece {
+            Piece::Text(t) => send(chunk(json!({"content": t}), None)),
+            Piece::Call(c) => {
+                let mut call = tool_call_json(&st, &c);
+                call["index"] = calls.into();
+                calls += 1;
+                send(chunk(json!({"tool_calls": [call]}), None))
+            }
+        };
+        match generate::drive_pieces(&st, generation, job.stops, parser, on_piece).await {
+            Ok(f) => {
+                let mut last = chunk(json!({}), Some(finish_reason(&f, calls)));
+                last["timings"] = f.timings;
+                send(last);
+                if include_usage {
+                    let mut u = chunk(json!({}), None);
+                    u["choices"] = json!([]);
+                    u["usage"] = usage(f.completion_tokens);
+                    send(u);
+                }
+                let _ = tx.send(Ok(Event::default().data("[DONE]")));
+            }
+            // OpenAI clients raise on a data chunk carrying `error`; no [DONE] after it.
+            Err(e) => {
+                send(e.body());
+            }
+        }
+    })
 }

@@ -61,6 +61,8 @@ pub struct StopMatcher {
     stops: Vec<String>,
     /// Text not yet emitted.
     held: String,
+    /// The stop string that ended the text, once one did.
+    matched: Option<usize>,
 }
 
 /// Result of feeding text to a [`StopMatcher`].
@@ -77,7 +79,13 @@ impl StopMatcher {
         StopMatcher {
             stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
             held: String::new(),
+            matched: None,
         }
+    }
+
+    /// The stop string that was found, if one was (Anthropic's `stop_sequence`).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|i| self.stops[i].as_str())
     }
 
     pub fn push(&mut self, text: &str) -> StopStep {
@@ -86,9 +94,11 @@ impl StopMatcher {
         let hit = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
+            .enumerate()
+            .filter_map(|(i, s)| self.held.find(s.as_str()).map(|pos| (pos, i)))
             .min();
-        if let Some(pos) = hit {
+        if let Some((pos, which)) = hit {
+            self.matched = Some(which);
             let emit = self.held[..pos].to_string();
             self.held.clear();
             return StopStep {
@@ -141,6 +151,11 @@ impl<'a> Detokenizer<'a> {
     pub fn push(&mut self, token: u32) -> StopStep {
         let text = self.utf8.push(&(self.bytes_of)(token));
         self.stop.push(&text)
+    }
+
+    /// The stop string that ended the text, if one did.
+    pub fn matched_stop(&self) -> Option<&str> {
+        self.stop.matched()
     }
 
     /// Generation ended (not by a stop string): flush buffered bytes and held text.
@@ -228,6 +243,7 @@ mod tests {
                 stopped: true
             }
         );
+        assert_eq!(m.matched(), Some("é!"));
     }
 
     #[test]

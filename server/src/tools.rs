@@ -1,0 +1,227 @@
+//! Tool calls: what the chat template needs to render `tools` (a template that knows them), and
+//! the model's calls parsed back out of its text.
+//!
+//! The format parsed is the one of Qwen2.5/Qwen3 and Hermes templates: each call a JSON object
+//! `{"name": ..., "arguments": {...}}` between `<tool_call>` and `</tool_call>`. Text around the
+//! calls stays text. Streaming works on any split of the text: a suffix that could begin
+//! `<tool_call>` is held back until it is known, as stop strings are.
+
+use serde_json::{Map, Value};
+
+pub const CALL_OPEN: &str = "<tool_call>";
+pub const CALL_CLOSE: &str = "</tool_call>";
+
+/// Whether a stored chat template renders `tools` in the format [`ToolCallParser`] reads.
+pub fn template_supports_tools(source: Option<&str>) -> bool {
+    source.is_some_and(|s| s.contains("tools") && s.contains(CALL_OPEN))
+}
+
+/// One call the model made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParsedCall {
+    pub name: String,
+    /// Always a JSON object.
+    pub arguments: Map<String, Value>,
+}
+
+/// A piece of the model's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Piece {
+    Text(String),
+    Call(ParsedCall),
+}
+
+/// Splits streamed text into [`Piece`]s.
+#[derive(Debug, Default)]
+pub struct ToolCallParser {
+    /// Text not yet classified: inside a call, or a possible start of one.
+    buf: String,
+    in_call: bool,
+    /// Whitespace held back: between or around calls it is dropped, before text it is kept.
+    blank: String,
+    /// Right after a call: leading whitespace of the next text is dropped.
+    after_call: bool,
+    calls: usize,
+}
+
+impl ToolCallParser {
+    /// A parser that has already seen `prefix` (text the prompt put in the model's mouth, e.g.
+    /// `<tool_call>\n` to make it call a tool).
+    pub fn new(prefix: &str) -> ToolCallParser {
+        let mut p = ToolCallParser::default();
+        let early = p.push(prefix);
+        debug_assert!(early.is_empty(), "a prefix opens a call, it emits nothing");
+        p
+    }
+
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        self.buf.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            if self.in_call {
+                let Some(end) = self.buf.find(CALL_CLOSE) else {
+                    break;
+                };
+                let inner: String = self.buf.drain(..end + CALL_CLOSE.len()).collect();
+                self.in_call = false;
+                let inner = &inner[..end];
+                match parse_call(inner) {
+                    Some(call) => self.call(call, &mut out),
+                    None => self.text(format!("{CALL_OPEN}{inner}{CALL_CLOSE}"), &mut out),
+                }
+            } else if let Some(start) = self.buf.find(CALL_OPEN) {
+                let before: String = self.buf.drain(..start + CALL_OPEN.len()).collect();
+                self.text(before[..start].to_string(), &mut out);
+                self.in_call = true;
+            } else {
+                // Keep the longest suffix that could still grow into `<tool_call>`.
+                let keep = (1..CALL_OPEN.len().min(self.buf.len() + 1))
+                    .rev()
+                    .find(|&k| {
+                        self.buf.is_char_boundary(self.buf.len() - k)
+                            && CALL_OPEN.starts_with(&self.buf[self.buf.len() - k..])
+                    })
+                    .unwrap_or(0);
+                let text: String = self.buf.drain(..self.buf.len() - keep).collect();
+                self.text(text, &mut out);
+                break;
+            }
+        }
+        out
+    }
+
+    /// End of the answer: an unfinished call is parsed if it is complete JSON (generation was
+    /// stopped at `</tool_call>`), else it is text, as is anything held back.
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let rest = std::mem::take(&mut self.buf);
+        if self.in_call {
+            self.in_call = false;
+            match parse_call(&rest) {
+                Some(call) => self.call(call, &mut out),
+                None => self.text(format!("{CALL_OPEN}{rest}"), &mut out),
+            }
+        } else {
+            self.text(rest, &mut out);
+        }
+        if self.calls == 0 && !self.blank.is_empty() {
+            out.push(Piece::Text(std::mem::take(&mut self.blank)));
+        }
+        out
+    }
+
+    /// Text outside calls. Whitespace at its edges is held back: dropped where it only
+    /// separates calls from each other or from the text, kept inside text and in answers
+    /// without calls, so those come out exactly as generated.
+    fn text(&mut self, text: String, out: &mut Vec<Piece>) {
+        let (body, tail) = text.split_at(text.trim_end().len());
+        if !body.is_empty() {
+            let mut piece = std::mem::take(&mut self.blank);
+            let body = if self.after_call {
+                piece.clear();
+                body.trim_start()
+            } else {
+                body
+            };
+            self.after_call = false;
+            piece.push_str(body);
+            out.push(Piece::Text(piece));
+        }
+        self.blank.push_str(tail);
+    }
+
+    fn call(&mut self, call: ParsedCall, out: &mut Vec<Piece>) {
+        self.calls += 1;
+        self.blank.clear();
+        self.after_call = true;
+        out.push(Piece::Call(call));
+    }
+}
+
+/// `{"name": "f", "arguments": {...}}` (also `"parameters"`, or arguments as a JSON string).
+fn parse_call(inner: &str) -> Option<ParsedCall> {
+    let v: Value = serde_json::from_str(inner.trim()).ok()?;
+    let name = v.get("name")?.as_str()?.to_string();
+    let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(Value::String(s)) => match serde_json::from_str(s).ok()? {
+            Value::Object(m) => m,
+            _ => return None,
+        },
+        Some(_) => return None,
+    };
+    Some(ParsedCall { name, arguments })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(name: &str, args: Value) -> Piece {
+        Piece::Call(ParsedCall {
+            name: name.into(),
+            arguments: args.as_object().unwrap().clone(),
+        })
+    }
+
+    fn feed(parts: &[&str]) -> Vec<Piece> {
+        let mut p = ToolCallParser::new("");
+        let mut out: Vec<Piece> = parts.iter().flat_map(|t| p.push(t)).collect();
+        out.extend(p.finish());
+        // Adjacent text pieces are one text.
+        let mut merged: Vec<Piece> = Vec::new();
+        for piece in out {
+            match (merged.last_mut(), piece) {
+                (Some(Piece::Text(a)), Piece::Text(b)) => a.push_str(&b),
+                (_, piece) => merged.push(piece),
+            }
+        }
+        merged
+    }
+
+    #[test]
+    fn calls_split_anywhere_are_found() {
+        let text = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+        let expected = vec![
+            Piece::Text("Let me look.".into()),
+            call("get_weather", json!({"city": "Paris"})),
+            call("now", json!({})),
+        ];
+        for split in 0..text.len() {
+            if text.is_char_boundary(split) {
+                assert_eq!(feed(&[&text[..split], &text[split..]]), expected, "{split}");
+            }
+        }
+        let chars: Vec<String> = text.chars().map(String::from).collect();
+        let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
+        assert_eq!(feed(&refs), expected);
+    }
+
+    #[test]
+    fn plain_text_is_untouched_and_bad_calls_stay_text() {
+        assert_eq!(
+            feed(&["a < b <tool", " and  \n"]),
+            vec![Piece::Text("a < b <tool and  \n".into())]
+        );
+        let bad = "<tool_call>{not json}</tool_call> after";
+        assert_eq!(feed(&[bad]), vec![Piece::Text(bad.into())]);
+        assert_eq!(
+            feed(&[
+                "<tool_call>{\"name\": \"f\"",
+                ", \"arguments\": \"{\\\"x\\\": 1}\"}"
+            ]),
+            vec![call("f", json!({"x": 1}))],
+            "cut off at a stop string `</tool_call>`, and string arguments"
+        );
+        assert_eq!(
+            feed(&["<tool_call>{\"name\": \"f\", \"argu"]),
+            vec![Piece::Text("<tool_call>{\"name\": \"f\", \"argu".into())]
+        );
+        let mut forced = ToolCallParser::new("<tool_call>\n{\"name\": \"f\", \"arguments\": ");
+        let mut out = forced.push("{\"q\": \"é\"}}\n</tool_call>");
+        out.extend(forced.finish());
+        assert_eq!(out, vec![call("f", json!({"q": "é"}))]);
+    }
+}
