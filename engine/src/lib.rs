@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod engine;
 pub mod error;
+pub mod experts;
 pub mod f16;
 pub mod fetch;
 pub mod gpu_options;
