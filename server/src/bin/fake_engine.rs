@@ -14,6 +14,8 @@
 //!   --crash-marker F    ... but only if file F does not exist yet (it is created), so the
 //!                       restarted engine keeps running
 //!   --log F             append every request as a JSON line to F
+//!   --reply-tokens a,b  answer every request with these tokens, then the first EOG token
+//!                       (instead of the echo): scripts an answer, e.g. a tool call
 //!   --fail-on-start     exit(2) before the hello line
 
 use server::protocol::{FinishReason, GenerateRequest, ModelInfo, TokenEngine, serve_loop};
@@ -27,6 +29,7 @@ struct Fake {
     crash_after: Option<u64>,
     crash_marker: Option<PathBuf>,
     log: Option<PathBuf>,
+    reply: Option<Vec<u32>>,
     emitted: u64,
 }
 
@@ -64,6 +67,16 @@ impl TokenEngine for Fake {
                 .open(path)
                 .map_err(|e| e.to_string())?;
             writeln!(f, "{line}").map_err(|e| e.to_string())?;
+        }
+        if let Some(reply) = &self.reply {
+            for &t in reply.iter().chain(self.info.eog_tokens.first()) {
+                std::thread::sleep(self.delay);
+                self.emitted += 1;
+                if !emit(t) {
+                    break;
+                }
+            }
+            return Ok(FinishReason::Stop);
         }
         let echo: &[u32] = if req.tokens.len() > 1 {
             &req.tokens[1..]
@@ -103,6 +116,7 @@ fn main() {
         crash_after: None,
         crash_marker: None,
         log: None,
+        reply: None,
         emitted: 0,
     };
     let mut hello_delay = Duration::ZERO;
@@ -132,6 +146,15 @@ fn main() {
             "--crash-after" => fake.crash_after = Some(num(val())),
             "--crash-marker" => fake.crash_marker = Some(PathBuf::from(val())),
             "--log" => fake.log = Some(PathBuf::from(val())),
+            "--reply-tokens" => {
+                fake.reply = Some(
+                    val()
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(|s| num(s.to_string()) as u32)
+                        .collect(),
+                )
+            }
             "--fail-on-start" => {
                 eprintln!("fake_engine: failing on start as asked");
                 std::process::exit(2);

@@ -8,11 +8,9 @@
 
 use crate::support::*;
 use serde_json::{Value, json};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokenizer::Tokenizer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PROMPT: &str = "Hello world, this is a test of the server";
 
@@ -407,28 +405,6 @@ fn config_file_and_flags_merge() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Send a request and hang up after the first `min_bytes` bytes of the response (0 = without
-/// reading anything, after `wait`).
-async fn hang_up(addr: SocketAddr, body: Value, min_bytes: usize, wait: Duration) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let body = body.to_string();
-    let head = format!(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body.as_bytes()).await.unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.len() < min_bytes {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0, "connection closed early");
-        got.extend_from_slice(&buf[..n]);
-    }
-    tokio::time::sleep(wait).await;
-    drop(s);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_cancels_at_the_engine() {
     // ~4000 tokens at 20 ms each: a request that is not cancelled would block the queue ~80 s.
@@ -438,6 +414,7 @@ async fn client_disconnect_cancels_at_the_engine() {
         let min_bytes = if stream { 200 } else { 0 };
         hang_up(
             srv.addr,
+            "/v1/completions",
             json!({"prompt": PROMPT, "stream": stream}),
             min_bytes,
             Duration::from_millis(300),

@@ -94,6 +94,21 @@ impl Resp {
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
+    /// Named SSE events (`event:` + `data:` JSON), in order, as Anthropic's stream sends them.
+    pub fn events(&self) -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        let mut name = None;
+        for line in self.body.lines() {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = Some(n.trim().to_string());
+            } else if let Some(d) = line.strip_prefix("data:") {
+                let data = serde_json::from_str(d.trim())
+                    .unwrap_or_else(|e| panic!("event data not JSON ({e}): {d}"));
+                out.push((name.take().expect("data after an event line"), data));
+            }
+        }
+        out
+    }
     /// `data:` payloads of an SSE body, in order.
     pub fn sse(&self) -> Vec<String> {
         self.body
@@ -158,6 +173,56 @@ pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
 
 pub async fn post(srv: &TestServer, path: &str, body: Value) -> Resp {
     request(srv.addr, "POST", path, Some(&body.to_string())).await
+}
+
+/// Send a request and hang up after the first `min_bytes` bytes of the response (0 = without
+/// reading anything, after `wait`).
+pub async fn hang_up(addr: SocketAddr, path: &str, body: Value, min_bytes: usize, wait: Duration) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.to_string();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < min_bytes {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    tokio::time::sleep(wait).await;
+    drop(s);
+}
+
+/// The default chat model (Qwen2.5-Coder-0.5B-Instruct): its template renders tools.
+pub fn qwen_path() -> PathBuf {
+    let p = model_path().with_file_name(server::config::DEFAULT_MODEL_FILE);
+    assert!(
+        p.exists(),
+        "default model missing: {} (strata fetch)",
+        p.display()
+    );
+    p
+}
+
+pub fn qwen() -> &'static Tokenizer {
+    static T: OnceLock<Tokenizer> = OnceLock::new();
+    T.get_or_init(|| {
+        let g = gguf::GgufFile::open(&qwen_path()).expect("open gguf");
+        Tokenizer::from_gguf(&g).expect("tokenizer")
+    })
+}
+
+/// The requests a `--log` fake engine received.
+pub fn logged_requests(log: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 pub async fn wait_healthy(srv: &TestServer) -> Value {
