@@ -130,7 +130,7 @@ case "$mode" in
     # The server runs `strata --serve` on the same model with the same engine options.
     exec "$strata" server -m "$model" --port "$port" ;;
   test)
-    python3 -m pip install -q openai >/dev/null
+    python3 -m pip install -q openai anthropic >/dev/null
     # The tests' real models (Gemma 3 is the llama.cpp reference; SmolLM2 is also the vocabulary
     # of the synthetic models) and the synthetic models themselves (testdata/README.md).
     "$strata" fetch gemma3-270m >/dev/null
@@ -138,5 +138,5 @@ case "$mode" in
     STRATA_BIN="$strata" scripts/make-testdata.sh
     echo "==> cargo test --release --features gpu --workspace --no-fail-fast"
     cargo test --release --features gpu --workspace --no-fail-fast
-    server/tests/openai_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model" ;;
+    server/tests/clients_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model" ;;
 esac

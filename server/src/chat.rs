@@ -119,7 +119,7 @@ pub enum ToolChoice {
     None,
     #[default]
     Auto,
-    /// Some tool: the answer is made to start with `<tool_call>`.
+    /// Some tool: the answer is made to start with a call (`<tool_call>` and `{"name": "`).
     Required,
     /// This tool: the answer is made to start with a call of it.
     Named(String),
@@ -177,7 +177,8 @@ impl Conversation {
         text.push_str(&self.assistant_prefix);
         let forced = match &self.tool_choice {
             _ if !offer_tools => String::new(),
-            ToolChoice::Required => format!("{CALL_OPEN}\n"),
+            // Up to the name: after a bare `<tool_call>` small models tend to end the turn.
+            ToolChoice::Required => format!("{CALL_OPEN}\n{{\"name\": \""),
             ToolChoice::Named(name) => {
                 if !self.tools.iter().any(|t| &t.function.name == name) {
                     return Err(ApiError::bad_request(format!(
@@ -195,7 +196,10 @@ impl Conversation {
         text.push_str(&forced);
         Ok(ChatPrompt {
             tokens: st.tokenize(&text),
-            parser: offer_tools.then(|| ToolCallParser::new(&forced)),
+            parser: offer_tools.then(|| {
+                let names = self.tools.iter().map(|t| t.function.name.clone()).collect();
+                ToolCallParser::new(&forced, names)
+            }),
         })
     }
 }

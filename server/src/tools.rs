@@ -4,7 +4,10 @@
 //! The format parsed is the one of Qwen2.5/Qwen3 and Hermes templates: each call a JSON object
 //! `{"name": ..., "arguments": {...}}` between `<tool_call>` and `</tool_call>`. Text around the
 //! calls stays text. Streaming works on any split of the text: a suffix that could begin
-//! `<tool_call>` is held back until it is known, as stop strings are.
+//! `<tool_call>` is held back until it is known, as stop strings are. Small models often drop
+//! the tags (Qwen2.5-Coder-0.5B answers a bare `{"name": ...}`), so an answer that starts with
+//! `{` is held back to its end and is a call if all of it is calls of offered tools (as
+//! llama.cpp's Hermes parser accepts).
 
 use serde_json::{Map, Value};
 
@@ -42,13 +45,22 @@ pub struct ToolCallParser {
     /// Right after a call: leading whitespace of the next text is dropped.
     after_call: bool,
     calls: usize,
+    /// The answer has begun (something other than whitespace arrived).
+    started: bool,
+    /// The answer began with `{`: held back whole, maybe untagged calls.
+    bare: bool,
+    /// Names of the offered tools (an untagged call must name one).
+    known: Vec<String>,
 }
 
 impl ToolCallParser {
     /// A parser that has already seen `prefix` (text the prompt put in the model's mouth, e.g.
     /// `<tool_call>\n` to make it call a tool).
-    pub fn new(prefix: &str) -> ToolCallParser {
-        let mut p = ToolCallParser::default();
+    pub fn new(prefix: &str, known: Vec<String>) -> ToolCallParser {
+        let mut p = ToolCallParser {
+            known,
+            ..ToolCallParser::default()
+        };
         let early = p.push(prefix);
         debug_assert!(early.is_empty(), "a prefix opens a call, it emits nothing");
         p
@@ -57,6 +69,18 @@ impl ToolCallParser {
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
         let mut out = Vec::new();
+        if !self.started && !self.in_call {
+            match self.buf.trim_start().chars().next() {
+                None => return out, // only whitespace so far
+                Some(first) => {
+                    self.started = true;
+                    self.bare = first == '{' && !self.known.is_empty();
+                }
+            }
+        }
+        if self.bare {
+            return out;
+        }
         loop {
             if self.in_call {
                 let Some(end) = self.buf.find(CALL_CLOSE) else {
@@ -95,7 +119,12 @@ impl ToolCallParser {
     pub fn finish(&mut self) -> Vec<Piece> {
         let mut out = Vec::new();
         let rest = std::mem::take(&mut self.buf);
-        if self.in_call {
+        if std::mem::take(&mut self.bare) {
+            match parse_untagged(&rest, &self.known) {
+                Some(calls) => calls.into_iter().for_each(|c| self.call(c, &mut out)),
+                None => self.text(rest, &mut out),
+            }
+        } else if self.in_call {
             self.in_call = false;
             match parse_call(&rest) {
                 Some(call) => self.call(call, &mut out),
@@ -140,7 +169,23 @@ impl ToolCallParser {
 
 /// `{"name": "f", "arguments": {...}}` (also `"parameters"`, or arguments as a JSON string).
 fn parse_call(inner: &str) -> Option<ParsedCall> {
-    let v: Value = serde_json::from_str(inner.trim()).ok()?;
+    call_of(serde_json::from_str(inner.trim()).ok()?)
+}
+
+/// A whole answer of untagged calls (one or more JSON objects), each of an offered tool.
+fn parse_untagged(text: &str, known: &[String]) -> Option<Vec<ParsedCall>> {
+    let mut calls = Vec::new();
+    for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
+        let call = call_of(v.ok()?)?;
+        if !known.contains(&call.name) {
+            return None;
+        }
+        calls.push(call);
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+fn call_of(v: Value) -> Option<ParsedCall> {
     let name = v.get("name")?.as_str()?.to_string();
     let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
         None | Some(Value::Null) => Map::new(),
@@ -167,7 +212,7 @@ mod tests {
     }
 
     fn feed(parts: &[&str]) -> Vec<Piece> {
-        let mut p = ToolCallParser::new("");
+        let mut p = ToolCallParser::new("", vec!["get_weather".into(), "now".into(), "f".into()]);
         let mut out: Vec<Piece> = parts.iter().flat_map(|t| p.push(t)).collect();
         out.extend(p.finish());
         // Adjacent text pieces are one text.
@@ -200,6 +245,28 @@ mod tests {
     }
 
     #[test]
+    fn untagged_calls_of_offered_tools() {
+        assert_eq!(
+            feed(&[
+                "\n{\"name\": \"get_weather\", ",
+                "\"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"now\"}"
+            ]),
+            vec![
+                call("get_weather", json!({"city": "Paris"})),
+                call("now", json!({}))
+            ]
+        );
+        // Not a call: unknown tool, or JSON that is no call, or more than calls.
+        for text in [
+            "{\"name\": \"other\", \"arguments\": {}}",
+            "{\"a\": 1}",
+            "{\"name\": \"now\"} and more",
+        ] {
+            assert_eq!(feed(&[text]), vec![Piece::Text(text.into())]);
+        }
+    }
+
+    #[test]
     fn plain_text_is_untouched_and_bad_calls_stay_text() {
         assert_eq!(
             feed(&["a < b <tool", " and  \n"]),
@@ -219,7 +286,8 @@ mod tests {
             feed(&["<tool_call>{\"name\": \"f\", \"argu"]),
             vec![Piece::Text("<tool_call>{\"name\": \"f\", \"argu".into())]
         );
-        let mut forced = ToolCallParser::new("<tool_call>\n{\"name\": \"f\", \"arguments\": ");
+        let mut forced =
+            ToolCallParser::new("<tool_call>\n{\"name\": \"f\", \"arguments\": ", vec![]);
         let mut out = forced.push("{\"q\": \"é\"}}\n</tool_call>");
         out.extend(forced.finish());
         assert_eq!(out, vec![call("f", json!({"q": "é"}))]);

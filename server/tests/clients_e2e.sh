@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# End-to-end check of `strata server` with the official `openai` Python client.
-# Usage: server/tests/openai_e2e.sh STRATA_BINARY [extra `strata server` flags, e.g. -m model.gguf]
-# Starts the server on a free port, waits for /health, runs openai_client.py, stops the server.
-# Exit code: the client's (non-zero on any failed check or if the server never became healthy).
+# End-to-end check of `strata server` with the official `openai` and `anthropic` Python clients.
+# Usage: server/tests/clients_e2e.sh STRATA_BINARY [extra `strata server` flags, e.g. -m model.gguf]
+# Starts the server on a free port, waits for /health, runs openai_client.py and
+# anthropic_client.py (tool calls included; CLIENT_ARGS=--no-tools for a model whose template
+# has none), stops the server.
+# Exit code: non-zero if a client failed a check or the server never became healthy.
 set -u
-bin=${1:?usage: openai_e2e.sh STRATA_BINARY [server flags...]}
+bin=${1:?usage: clients_e2e.sh STRATA_BINARY [server flags...]}
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai || exit 1
+python3 -c "import openai, anthropic" 2>/dev/null || python3 -m pip install --quiet openai anthropic || exit 1
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
 "$bin" server --port "$port" "$@" >"$log" 2>&1 &
@@ -18,11 +20,14 @@ for _ in $(seq 1 300); do
         break
     fi
     if ! kill -0 $pid 2>/dev/null; then
-        echo "openai_e2e: server exited:" >&2; cat "$log" >&2; exit 1
+        echo "clients_e2e: server exited:" >&2; cat "$log" >&2; exit 1
     fi
     sleep 0.5
 done
-python3 "$here/openai_client.py" "http://127.0.0.1:$port/v1"
-rc=$?
-[ $rc -eq 0 ] || { echo "openai_e2e: server log:" >&2; cat "$log" >&2; }
+rc=0
+# shellcheck disable=SC2086 # CLIENT_ARGS is a list of flags
+python3 "$here/openai_client.py" "http://127.0.0.1:$port/v1" ${CLIENT_ARGS:-} || rc=1
+# shellcheck disable=SC2086
+python3 "$here/anthropic_client.py" "http://127.0.0.1:$port" ${CLIENT_ARGS:-} || rc=1
+[ $rc -eq 0 ] || { echo "clients_e2e: server log:" >&2; cat "$log" >&2; }
 exit $rc

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Check a running Strata server with the official `openai` client (pip install openai).
 
-Usage: openai_client.py BASE_URL [--model NAME]
+Usage: openai_client.py BASE_URL [--model NAME] [--no-tools]
   BASE_URL like http://127.0.0.1:8080/v1 (a trailing /v1 is added if missing).
 Exits non-zero on the first failed check. Works against the real engine and the fake one:
-only the shape of the answers is checked, not their text.
+only the shape of the answers is checked, not their text. What the model did with the tool is
+printed, not judged (a 0.5B model need not pick the right tool).
 """
 import argparse
+import json
 import sys
 
 import openai
@@ -23,6 +25,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("base_url")
     ap.add_argument("--model", default=None, help="model name to send (default: first of /v1/models)")
+    ap.add_argument("--no-tools", dest="tools", action="store_false",
+                    help="skip the tool-call checks (for models whose template has no tools)")
     args = ap.parse_args()
     base = args.base_url.rstrip("/")
     if not base.endswith("/v1"):
@@ -77,7 +81,50 @@ def main():
     except openai.BadRequestError as e:
         check(e.status_code == 400, f"bad parameter -> 400 ({e.message})")
 
+    if args.tools:
+        tools(client, model)
     print("openai_client: all checks passed")
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
+                   "required": ["city"]}}}
+
+
+def tools(client, model):
+    ask = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    r = client.chat.completions.create(model=model, messages=ask, tools=[WEATHER_TOOL], max_tokens=96, temperature=0)
+    c = r.choices[0]
+    calls = c.message.tool_calls or []
+    print(f"tools (auto): finish_reason {c.finish_reason}, calls "
+          f"{[(t.function.name, t.function.arguments) for t in calls]}, content {c.message.content!r}")
+    check(c.finish_reason in ("tool_calls", "stop", "length"), f"tools: finish_reason {c.finish_reason}")
+    check((c.finish_reason == "tool_calls") == bool(calls), "tools: finish_reason tool_calls iff calls")
+    check(all(isinstance(json.loads(t.function.arguments), dict) and t.type == "function" for t in calls),
+          "tools: arguments are JSON objects")
+
+    stream = client.chat.completions.create(model=model, messages=ask, tools=[WEATHER_TOOL], max_tokens=96,
+                                            temperature=0, stream=True, tool_choice="required")
+    name, arguments, call_id, finish = "", "", None, None
+    for chunk in stream:
+        for ch in chunk.choices:
+            for t in ch.delta.tool_calls or []:
+                call_id = t.id or call_id
+                name += t.function.name or ""
+                arguments += t.function.arguments or ""
+            finish = ch.finish_reason or finish
+    print(f"tools (required, streamed): {name} {arguments}")
+    check(finish == "tool_calls" and name == "get_weather" and isinstance(json.loads(arguments), dict),
+          "tools: a required call streams as tool_calls")
+
+    follow = ask + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": json.dumps({"temperature_c": 18, "sky": "clear"})}]
+    r = client.chat.completions.create(model=model, messages=follow, tools=[WEATHER_TOOL], max_tokens=48, temperature=0)
+    print(f"tools (after the result): {r.choices[0].finish_reason} {r.choices[0].message.content!r}")
+    check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), "tools: answer after the tool result")
 
 
 if __name__ == "__main__":

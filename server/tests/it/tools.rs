@@ -201,7 +201,7 @@ async fn tool_choice_forces_or_removes_tools() {
     let mut body = openai_body(false);
     body["tool_choice"] = json!("required");
     post(&srv, "/v1/chat/completions", body).await;
-    assert!(prompt_text(&log, 1).ends_with("<|im_start|>assistant\n<tool_call>\n"));
+    assert!(prompt_text(&log, 1).ends_with("<|im_start|>assistant\n<tool_call>\n{\"name\": \""));
 
     // "none": no tools in the prompt, nothing parsed (the history is still rendered).
     let mut body = openai_body(false);
