@@ -16,6 +16,7 @@ pub mod kfd;
 pub mod kv_cache;
 pub mod model;
 pub mod npy;
+pub mod rng;
 pub mod sampler;
 pub mod spec;
 #[cfg(feature = "gpu")]

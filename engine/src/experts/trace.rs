@@ -108,23 +108,7 @@ impl TraceShape {
     }
 }
 
-/// SplitMix64: small, seedable, good enough for traces.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use crate::rng::SplitMix64 as Rng;
 
 /// A synthetic routing trace of the given shape, token-major (all layers of token 0, then 1, ...).
 pub fn synthetic(s: &TraceShape) -> Vec<Routing> {

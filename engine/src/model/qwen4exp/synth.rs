@@ -150,28 +150,8 @@ impl SynthConfig {
     }
 }
 
-/// splitmix64 with Box–Muller normals (deterministic per seed, no dependency).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self, mean: f64, std: f64) -> f32 {
-        let (u, v) = (self.unit(), self.unit());
-        (mean + std * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-    }
-    fn normals(&mut self, n: usize, mean: f64, std: f64) -> Vec<f32> {
-        (0..n).map(|_| self.normal(mean, std)).collect()
-    }
-}
+/// The engine's seeded RNG (normals by Box–Muller).
+use crate::rng::SplitMix64 as Rng;
 
 fn is_prime(n: u64) -> bool {
     n >= 2
@@ -351,7 +331,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
             .collect();
         ple_rows = sizes.iter().sum::<u64>() as usize;
         let mults: Vec<u64> = (0..p.ngram)
-            .map(|_| ((b.rng.next() >> 19) | (1 << 40)) | 1)
+            .map(|_| ((b.rng.next_u64() >> 19) | (1 << 40)) | 1)
             .collect();
         let arr = |v: &[u64]| Value::Array(v.iter().map(|&x| Value::U64(x)).collect());
         let w = &mut b.w;
