@@ -5,14 +5,16 @@
 //! `{"name": ..., "arguments": {...}}` between `<tool_call>` and `</tool_call>`. Text around the
 //! calls stays text. Streaming works on any split of the text: a suffix that could begin
 //! `<tool_call>` is held back until it is known, as stop strings are. Small models often drop
-//! the tags (Qwen2.5-Coder-0.5B answers a bare `{"name": ...}`), so an answer that starts with
-//! `{` is held back to its end and is a call if all of it is calls of offered tools (as
-//! llama.cpp's Hermes parser accepts).
+//! the tags (Qwen2.5-Coder-0.5B answers a bare `{"name": ...}`, or one in a ```json fence), so
+//! an answer that starts with `{` or ```json is held back to its end and is a call if all of
+//! it is calls of offered tools (as llama.cpp's Hermes parser accepts).
 
 use serde_json::{Map, Value};
 
 pub const CALL_OPEN: &str = "<tool_call>";
 pub const CALL_CLOSE: &str = "</tool_call>";
+/// How models fence JSON in markdown; an answer that starts with it may be an untagged call.
+const JSON_FENCE: &str = "```json";
 
 /// Whether a stored chat template renders `tools` in the format [`ToolCallParser`] reads.
 pub fn template_supports_tools(source: Option<&str>) -> bool {
@@ -70,13 +72,13 @@ impl ToolCallParser {
         self.buf.push_str(text);
         let mut out = Vec::new();
         if !self.started && !self.in_call {
-            match self.buf.trim_start().chars().next() {
-                None => return out, // only whitespace so far
-                Some(first) => {
-                    self.started = true;
-                    self.bare = first == '{' && !self.known.is_empty();
-                }
+            let head = self.buf.trim_start();
+            if head.is_empty() || (JSON_FENCE.starts_with(head) && !self.known.is_empty()) {
+                return out; // undecided: only whitespace, or maybe a ```json fence, so far
             }
+            self.started = true;
+            self.bare =
+                !self.known.is_empty() && (head.starts_with('{') || head.starts_with(JSON_FENCE));
         }
         if self.bare {
             return out;
@@ -172,8 +174,13 @@ fn parse_call(inner: &str) -> Option<ParsedCall> {
     call_of(serde_json::from_str(inner.trim()).ok()?)
 }
 
-/// A whole answer of untagged calls (one or more JSON objects), each of an offered tool.
+/// A whole answer of untagged calls (one or more JSON objects, maybe in a ```json fence), each
+/// of an offered tool.
 fn parse_untagged(text: &str, known: &[String]) -> Option<Vec<ParsedCall>> {
+    let mut text = text.trim();
+    if let Some(fenced) = text.strip_prefix(JSON_FENCE) {
+        text = fenced.strip_suffix("```")?;
+    }
     let mut calls = Vec::new();
     for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
         let call = call_of(v.ok()?)?;
@@ -255,6 +262,18 @@ mod tests {
                 call("get_weather", json!({"city": "Paris"})),
                 call("now", json!({}))
             ]
+        );
+        assert_eq!(
+            feed(&[
+                "`",
+                "``json\n{\n  \"name\": \"now\",\n  \"arguments\": {}\n}\n`",
+                "``"
+            ]),
+            vec![call("now", json!({}))]
+        );
+        assert_eq!(
+            feed(&["``", "`rust\nfn x() {}\n```"]),
+            vec![Piece::Text("```rust\nfn x() {}\n```".into())]
         );
         // Not a call: unknown tool, or JSON that is no call, or more than calls.
         for text in [
