@@ -238,6 +238,18 @@ async fn bad_requests_get_openai_style_400() {
     )
     .await;
     assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    // Over the body limit: 413, still in OpenAI's shape.
+    let huge = json!({"prompt": "a".repeat(3 << 20)}).to_string();
+    let r = request(srv.addr, "POST", "/v1/completions", Some(&huge)).await;
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    let r = post(
+        &srv,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "wizard", "content": "x"}]}),
+    )
+    .await;
+    assert_eq!(r.status, 400, "unknown role: {}", r.body);
     // Still serving.
     let r = post(
         &srv,
