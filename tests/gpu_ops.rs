@@ -1,18 +1,18 @@
-//! `GpuOps` (engine/src/gpu/ops.rs), one test per op: the same body computes the CPU reference
-//! and runs the op on every available device — the software RDNA3 device always, a real gfx11
-//! GPU through HIP whenever `open_device(Device::Hip)` succeeds (on machines without ROCm it
-//! fails cleanly and only emu runs). Bitwise where the contract says so, otherwise within the
-//! named tolerances below. Random inputs plus edge shapes (one row, remainders, head_dim
-//! 16..256, window cutting, GQA, int8 KV, verification windows of 8 tokens).
+//! `GpuOps` (engine/src/gpu/ops.rs), one test body per op, written once with `test_device!`:
+//! it computes the CPU reference and runs the op on one device, as `<name>::emu` (the software
+//! RDNA3 device, always) and `<name>::hip` (a real gfx11 GPU whenever `open_device(Device::Hip)`
+//! opens one; otherwise it prints why and passes), so the report says which device ran what.
+//! Bitwise where the contract says so, otherwise within the named tolerances below. Random
+//! inputs plus edge shapes (one row, remainders, head_dim 16..256, window cutting, GQA, int8 KV,
+//! verification windows of 8 tokens).
 #![cfg(feature = "gpu")]
-
-use std::sync::Arc;
 
 use quant::GgmlType;
 use strata::gpu::abi::WType;
 use strata::gpu::bench::{random_blocks, Rng};
-use strata::gpu::device::{open_device, Device, DevicePtr, EmuApi, GpuApi, Stream};
+use strata::gpu::device::{DevicePtr, Stream};
 use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
+use strata::test_device;
 use strata::kv_cache::{KvCache, KvType, LayerCache, RawRows};
 use strata::model::attention::{attend, attend_ordered, Shape};
 // The references and tolerances shared with `strata device --selftest`: GLU_TOL (SiLU/GELU
@@ -23,14 +23,9 @@ use strata::gpu::selftest::reference::{q8_0_scalar_order, raw_kv_bytes, router_r
 /// `attend_ordered` (f32, expf) against the CPU `attend` (libm exp, f64 sums): absolute.
 const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;
 
-fn devices() -> Vec<(&'static str, GpuOps)> {
-    let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().expect("software device"));
-    let mut v = vec![("emu", GpuOps::new(emu).expect("GpuOps on emu: every kernel present and checked"))];
-    match open_device(Device::Hip) {
-        Ok(h) => v.push(("hip", GpuOps::new(Arc::from(h)).expect("GpuOps on hip"))),
-        Err(e) => eprintln!("hip not available ({e}); testing emu only"),
-    }
-    v
+/// `emu` or `hip`, for messages.
+fn device_name(ops: &GpuOps) -> &'static str {
+    ops.api().info().backend.name()
 }
 
 /// A device buffer freed on drop.
@@ -90,10 +85,10 @@ const S: Stream = Stream::DEFAULT;
 
 // ---------------------------------------------------------------- existing kernels via GpuOps
 
-#[test]
-fn gpu_ops_quantize_q8_1_and_q8_k_byte_exact() {
-    let mut rng = Rng::new(1);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_quantize_q8_1_and_q8_k_byte_exact(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(1);
         for n in [256usize, 4096 * 3] {
             let mut x = rand_f32(&mut rng, n, 3.0);
             x[5] = 0.0;
@@ -113,12 +108,12 @@ fn gpu_ops_quantize_q8_1_and_q8_k_byte_exact() {
         assert!(ops.quantize_q8_1(&S, 0, 0, 33).is_err());
         assert!(ops.quantize_q8_k(&S, 0, 0, 0).is_err());
     }
-}
+);
 
-#[test]
-fn gpu_ops_dequant_bit_exact() {
-    let mut rng = Rng::new(2);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_dequant_bit_exact(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(2);
         for ty in WType::ALL {
             for nblocks in [1usize, 37, 300] {
                 let w = random_blocks(ty, nblocks, &mut rng);
@@ -137,14 +132,14 @@ fn gpu_ops_dequant_bit_exact() {
             }
         }
     }
-}
+);
 
-/// MMVQ through GpuOps, 1 and 8 columns (and the split of columns that do not fit LDS), with
-/// tests/gpu_kernels.rs' tolerance: relative to sum |w a| of the dequantized operands.
-#[test]
-fn gpu_ops_mmvq_1_and_8_columns() {
-    let mut rng = Rng::new(3);
-    for (name, ops) in devices() {
+test_device!(
+    /// MMVQ through GpuOps, 1 and 8 columns (and the split of columns that do not fit LDS), with
+    /// tests/gpu_kernels.rs' tolerance: relative to sum |w a| of the dequantized operands.
+    fn gpu_ops_mmvq_1_and_8_columns(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(3);
         for ty in WType::ALL {
             for (nrows, k, ncols, rowsel) in [(1usize, 256usize, 1usize, false), (200, 1024, 1, false), (130, 512, 8, false), (64, 512, 1, true), (16, 8192, 9, false)] {
                 let ncols_ok = ncols.min(8);
@@ -204,14 +199,14 @@ fn gpu_ops_mmvq_1_and_8_columns() {
             }
         }
     }
-}
+);
 
 // ---------------------------------------------------------------- forward-pass ops
 
-#[test]
-fn gpu_ops_rms_norm_bitwise() {
-    let mut rng = Rng::new(4);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_rms_norm_bitwise(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(4);
         for (n, rows) in [(4096usize, 1usize), (100, 3), (7, 2), (2560, 9)] {
             let x = rand_f32(&mut rng, n * rows, 4.0);
             let w = rand_f32(&mut rng, n, 2.0);
@@ -233,12 +228,12 @@ fn gpu_ops_rms_norm_bitwise() {
             }
         }
     }
-}
+);
 
-#[test]
-fn gpu_ops_rope_bitwise() {
-    let mut rng = Rng::new(5);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_rope_bitwise(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(5);
         for (hd, rd, nh, nt) in [(64usize, 64usize, 4usize, 1usize), (128, 128, 2, 3), (128, 64, 3, 2), (256, 256, 1, 8), (32, 32, 4, 5)] {
             let (base, fscale) = (10000.0f32, 1.0f32);
             let n_pos = 300;
@@ -265,12 +260,12 @@ fn gpu_ops_rope_bitwise() {
         assert!(ops.rope(&S, 0, 0, 0, 1, 1, 64, 65, true, false).is_err(), "odd rope_dim refused");
         assert!(ops.rope(&S, 0, 0, 0, 1, 1, 64, 128, true, false).is_err(), "rope_dim > head_dim refused");
     }
-}
+);
 
-#[test]
-fn gpu_ops_glu_within_tolerance() {
-    let mut rng = Rng::new(6);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_glu_within_tolerance(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(6);
         for n in [1usize, 1000, 8192] {
             let mut g = rand_f32(&mut rng, n, 12.0);
             if n > 10 {
@@ -296,20 +291,20 @@ fn gpu_ops_glu_within_tolerance() {
             }
         }
     }
-}
+);
 
-/// `convert_f32_f16` / `convert_f32_bf16` equal `quant::f32_to_f16` / `f32_to_bf16` bit for
-/// bit: random values of every magnitude plus ties, subnormals, overflow, ±0, ±inf and NaN.
-#[test]
-fn gpu_ops_convert_f16_and_bf16_bitwise() {
-    let mut rng = Rng::new(17);
-    let mut x: Vec<f32> = (0..4000).map(|i| rng.f32() * 2f32.powi(i % 60 - 30)).collect();
-    x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 65504.0, 65520.0, 1e-8, -6e-5, 3.4e38]);
-    // Exact ties: halfway between two bf16 / f16 values (round to even both ways).
-    x.extend([f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::from_bits(0x3f80_1000), f32::from_bits(0x3f80_3000)]);
-    x.extend([f32::from_bits(0x7fc0_0001), f32::from_bits(0xff80_0001)]); // NaN payloads
-    let n = x.len();
-    for (name, ops) in devices() {
+test_device!(
+    /// `convert_f32_f16` / `convert_f32_bf16` equal `quant::f32_to_f16` / `f32_to_bf16` bit for
+    /// bit: random values of every magnitude plus ties, subnormals, overflow, ±0, ±inf and NaN.
+    fn gpu_ops_convert_f16_and_bf16_bitwise(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(17);
+        let mut x: Vec<f32> = (0..4000).map(|i| rng.f32() * 2f32.powi(i % 60 - 30)).collect();
+        x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 65504.0, 65520.0, 1e-8, -6e-5, 3.4e38]);
+        // Exact ties: halfway between two bf16 / f16 values (round to even both ways).
+        x.extend([f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::from_bits(0x3f80_1000), f32::from_bits(0x3f80_3000)]);
+        x.extend([f32::from_bits(0x7fc0_0001), f32::from_bits(0xff80_0001)]); // NaN payloads
+        let n = x.len();
         let xb = upf(&ops, &x);
         let y = zeros(&ops, n * 2);
         for (what, bf) in [("f16", false), ("bf16", true)] {
@@ -325,12 +320,12 @@ fn gpu_ops_convert_f16_and_bf16_bitwise() {
             }
         }
     }
-}
+);
 
-#[test]
-fn gpu_ops_add_rows_and_scale_bitwise() {
-    let mut rng = Rng::new(7);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_add_rows_and_scale_bitwise(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(7);
         for (n, rows, stride) in [(1usize, 1usize, 1usize), (300, 4, 300), (64, 3, 0), (100, 2, 128)] {
             let x = rand_f32(&mut rng, n * rows, 5.0);
             let b = rand_f32(&mut rng, stride * rows + n, 5.0);
@@ -348,12 +343,12 @@ fn gpu_ops_add_rows_and_scale_bitwise() {
             assert_bits(name, "scale", &xb.f32s(), &want);
         }
     }
-}
+);
 
-#[test]
-fn gpu_ops_softmax_within_tolerance() {
-    let mut rng = Rng::new(8);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_softmax_within_tolerance(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(8);
         for (n, rows) in [(1usize, 1usize), (37, 3), (4096, 2), (151, 9)] {
             let mut x = rand_f32(&mut rng, n * rows, 20.0);
             if n > 4 {
@@ -372,12 +367,12 @@ fn gpu_ops_softmax_within_tolerance() {
         ops.softmax(&S, xb.ptr, 5, 1).unwrap();
         assert_eq!(xb.f32s(), vec![0.0; 5], "{name}");
     }
-}
+);
 
-#[test]
-fn gpu_ops_get_rows_bit_exact() {
-    let mut rng = Rng::new(9);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_get_rows_bit_exact(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(9);
         let ids: Vec<u32> = vec![3, 0, 7, 3, 1];
         let nrows = 8usize;
         for scale in [1.0f32, 2.5] {
@@ -420,17 +415,17 @@ fn gpu_ops_get_rows_bit_exact() {
         }
         assert!(ops.get_rows(&S, RowType::W(WType::Q4K), 0, 0, 1, 100, 0, 1.0).is_err());
     }
-}
+);
 
 /// Raw cache bytes of one tensor: (rows, scales).
 fn raw_bytes(r: RawRows) -> (Vec<u8>, Vec<u8>) {
     raw_kv_bytes(r)
 }
 
-#[test]
-fn gpu_ops_kv_store_bitwise() {
-    let mut rng = Rng::new(10);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_kv_store_bitwise(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(10);
         for (fmt, ty) in [(KvFormat::F16, KvType::F16), (KvFormat::Int8, KvType::Int8)] {
             for (nkv, hd, nt) in [(2usize, 64usize, 1usize), (1, 256, 3), (4, 128, 8), (3, 16, 2)] {
                 let cap = 20usize;
@@ -462,7 +457,7 @@ fn gpu_ops_kv_store_bitwise() {
             }
         }
     }
-}
+);
 
 /// Fills a cache (via the CPU `KvLayer::write`) and returns it with its raw device copies.
 struct KvSetup {
@@ -479,51 +474,50 @@ fn kv_setup(ty: KvType, cap: usize, nkv: usize, hd: usize, rng: &mut Rng) -> KvS
     KvSetup { cache }
 }
 
-#[test]
-fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
-    let mut rng = Rng::new(11);
-    let devs = devices();
-    // (format, head_dim, n_head, n_head_kv, n_tokens, last position, window)
-    type Case = (KvType, usize, usize, usize, usize, usize, Option<usize>);
-    let cases: &[Case] = &[
-        (KvType::F16, 64, 4, 2, 1, 0, None),     // first token: one cell
-        (KvType::F16, 128, 8, 2, 1, 77, None),   // decode, GQA 4:1
-        (KvType::F16, 256, 2, 1, 8, 40, None),   // verification window of 8
-        (KvType::F16, 64, 4, 4, 3, 100, Some(17)), // window cuts the past
-        (KvType::F16, 32, 4, 2, 5, 9, Some(4)),
-        (KvType::F16, 16, 2, 2, 2, 33, None),
-        (KvType::F16, 32, 4, 2, 1, 7, None),     // head_dim 32 past 8 cells
-        (KvType::F16, 32, 4, 2, 6, 5, None),     // a whole 6-token prompt from position 0
-        (KvType::F16, 32, 4, 2, 8, 20, None),
-        (KvType::Int8, 32, 4, 2, 3, 40, None),
-        (KvType::Int8, 64, 4, 2, 1, 50, None),
-        (KvType::Int8, 128, 4, 1, 8, 70, Some(32)),
-        (KvType::Int8, 256, 2, 2, 2, 12, None),
-        (KvType::F16, 128, 16, 2, 4, 600, None), // long context: many cell blocks per wave, 2 row tiles
-        (KvType::Int8, 64, 8, 8, 1, 300, Some(128)),
-    ];
-    for &(ty, hd, nh, nkv, nt, last, window) in cases {
-        // Free cells past the last position, as in a real cache (kernels must not read them).
-        let cap = last + 1 + 9;
-        let kv = kv_setup(ty, cap, nkv, hd, &mut rng);
-        let LayerCache::Attention(layer) = &kv.cache.layers[0];
-        let q = rand_f32(&mut rng, nt * nh * hd, 1.0);
-        let pos0 = last + 1 - nt;
-        let kq_scale = 1.0 / (hd as f32).sqrt();
-        let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale, ggml_exact: false };
-        let mut want = vec![0f32; nt * nh * hd];
-        attend_ordered(layer, &q, &mut want, sh);
-        // The ordered reference is a faithful attention: close to the engine's `attend`.
-        let mut normal = vec![0f32; want.len()];
-        attend(layer, &q, &mut normal, sh);
-        for (i, (a, b)) in want.iter().zip(&normal).enumerate() {
-            assert!((a - b).abs() <= ORDERED_VS_ATTEND_TOL, "{ty:?} hd={hd}: attend_ordered [{i}] {a} vs attend {b}");
-        }
-        let (kr, ks) = raw_bytes(layer.k_raw());
-        let (vr, vs) = raw_bytes(layer.v_raw());
-        let fmt = if ty == KvType::F16 { KvFormat::F16 } else { KvFormat::Int8 };
-        let pos: Vec<u32> = (0..nt).map(|i| (pos0 + i) as u32).collect();
-        for (name, ops) in &devs {
+test_device!(
+    fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(11);
+        // (format, head_dim, n_head, n_head_kv, n_tokens, last position, window)
+        type Case = (KvType, usize, usize, usize, usize, usize, Option<usize>);
+        let cases: &[Case] = &[
+            (KvType::F16, 64, 4, 2, 1, 0, None),     // first token: one cell
+            (KvType::F16, 128, 8, 2, 1, 77, None),   // decode, GQA 4:1
+            (KvType::F16, 256, 2, 1, 8, 40, None),   // verification window of 8
+            (KvType::F16, 64, 4, 4, 3, 100, Some(17)), // window cuts the past
+            (KvType::F16, 32, 4, 2, 5, 9, Some(4)),
+            (KvType::F16, 16, 2, 2, 2, 33, None),
+            (KvType::F16, 32, 4, 2, 1, 7, None),     // head_dim 32 past 8 cells
+            (KvType::F16, 32, 4, 2, 6, 5, None),     // a whole 6-token prompt from position 0
+            (KvType::F16, 32, 4, 2, 8, 20, None),
+            (KvType::Int8, 32, 4, 2, 3, 40, None),
+            (KvType::Int8, 64, 4, 2, 1, 50, None),
+            (KvType::Int8, 128, 4, 1, 8, 70, Some(32)),
+            (KvType::Int8, 256, 2, 2, 2, 12, None),
+            (KvType::F16, 128, 16, 2, 4, 600, None), // long context: many cell blocks per wave, 2 row tiles
+            (KvType::Int8, 64, 8, 8, 1, 300, Some(128)),
+        ];
+        for &(ty, hd, nh, nkv, nt, last, window) in cases {
+            // Free cells past the last position, as in a real cache (kernels must not read them).
+            let cap = last + 1 + 9;
+            let kv = kv_setup(ty, cap, nkv, hd, &mut rng);
+            let LayerCache::Attention(layer) = &kv.cache.layers[0];
+            let q = rand_f32(&mut rng, nt * nh * hd, 1.0);
+            let pos0 = last + 1 - nt;
+            let kq_scale = 1.0 / (hd as f32).sqrt();
+            let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale, ggml_exact: false };
+            let mut want = vec![0f32; nt * nh * hd];
+            attend_ordered(layer, &q, &mut want, sh);
+            // The ordered reference is a faithful attention: close to the engine's `attend`.
+            let mut normal = vec![0f32; want.len()];
+            attend(layer, &q, &mut normal, sh);
+            for (i, (a, b)) in want.iter().zip(&normal).enumerate() {
+                assert!((a - b).abs() <= ORDERED_VS_ATTEND_TOL, "{ty:?} hd={hd}: attend_ordered [{i}] {a} vs attend {b}");
+            }
+            let (kr, ks) = raw_bytes(layer.k_raw());
+            let (vr, vs) = raw_bytes(layer.v_raw());
+            let fmt = if ty == KvType::F16 { KvFormat::F16 } else { KvFormat::Int8 };
+            let pos: Vec<u32> = (0..nt).map(|i| (pos0 + i) as u32).collect();
             let (kb, vb) = (up(ops, &kr), up(ops, &vr));
             let (ksb, vsb) = (up(ops, &ks), up(ops, &vs));
             let (qb, pb) = (upf(ops, &q), upu(ops, &pos));
@@ -545,41 +539,39 @@ fn gpu_ops_attention_ordered_bitwise_and_fast_within_tolerance() {
                 }
             }
         }
-    }
-    for (name, ops) in &devs {
         assert!(ops.attention(&S, AttnMode::Ordered, KvFormat::F16, 0, 0, 0, 0, 0, 0, 0, 1, 4, 3, 64, 0, 1.0).is_err(), "{name}: GQA mismatch");
         assert!(ops.attention(&S, AttnMode::Ordered, KvFormat::F16, 0, 0, 0, 0, 0, 0, 0, 1, 4, 2, 96, 0, 1.0).is_err(), "{name}: head_dim 96");
         assert!(ops.attention(&S, AttnMode::Ordered, KvFormat::Int8, 0, 0, 0, 0, 0, 0, 0, 1, 4, 2, 64, 0, 1.0).is_err(), "{name}: int8 without scales");
     }
-}
+);
 
-/// A window longer than `attn_max_kv` traps on the device instead of overrunning LDS.
-#[test]
-fn gpu_ops_attention_window_over_limit_is_an_error() {
-    let mut rng = Rng::new(12);
-    let kv = kv_setup(KvType::F16, 40, 1, 32, &mut rng);
-    let LayerCache::Attention(layer) = &kv.cache.layers[0];
-    let (kr, _) = raw_bytes(layer.k_raw());
-    let (vr, _) = raw_bytes(layer.v_raw());
-    let emu: Arc<dyn GpuApi> = Arc::new(EmuApi::new().unwrap());
-    let ops = GpuOps::new(emu).unwrap();
-    ops.set_attn_max_kv(16).unwrap();
-    assert!(ops.set_attn_max_kv(0).is_err());
-    let (kb, vb) = (up(&ops, &kr), up(&ops, &vr));
-    let q = rand_f32(&mut rng, 32, 1.0);
-    let (qb, pb) = (upf(&ops, &q), upu(&ops, &[39]));
-    let ob = zeros(&ops, 32 * 4);
-    let r = ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 0, 1.0);
-    let e = r.expect_err("40 cells > max_kv 16 must fail").to_string();
-    assert!(e.contains("trap"), "{e}");
-    // With a window of 16 it fits.
-    ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 16, 1.0).unwrap();
-}
+test_device!(
+    /// A window longer than `attn_max_kv` traps on the device instead of overrunning LDS (the
+    /// software device only, as before: a trap on a card aborts its queue).
+    emu_only fn gpu_ops_attention_window_over_limit_is_an_error(ops) {
+        let mut rng = Rng::new(12);
+        let kv = kv_setup(KvType::F16, 40, 1, 32, &mut rng);
+        let LayerCache::Attention(layer) = &kv.cache.layers[0];
+        let (kr, _) = raw_bytes(layer.k_raw());
+        let (vr, _) = raw_bytes(layer.v_raw());
+        ops.set_attn_max_kv(16).unwrap();
+        assert!(ops.set_attn_max_kv(0).is_err());
+        let (kb, vb) = (up(&ops, &kr), up(&ops, &vr));
+        let q = rand_f32(&mut rng, 32, 1.0);
+        let (qb, pb) = (upf(&ops, &q), upu(&ops, &[39]));
+        let ob = zeros(&ops, 32 * 4);
+        let r = ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 0, 1.0);
+        let e = r.expect_err("40 cells > max_kv 16 must fail").to_string();
+        assert!(e.contains("trap"), "{e}");
+        // With a window of 16 it fits.
+        ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 16, 1.0).unwrap();
+    }
+);
 
-#[test]
-fn gpu_ops_moe_router_matches_cpu() {
-    let mut rng = Rng::new(13);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_moe_router_matches_cpu(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(13);
         for (ne, k, nt, renorm) in [(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true)] {
             let mut logits = rand_f32(&mut rng, nt * ne, 4.0);
             if ne > 8 {
@@ -602,12 +594,12 @@ fn gpu_ops_moe_router_matches_cpu() {
         assert!(ops.moe_router(&S, 0, 0, 0, 1, 300, 8, true).is_err());
         assert!(ops.moe_router(&S, 0, 0, 0, 1, 8, 9, true).is_err());
     }
-}
+);
 
-#[test]
-fn gpu_ops_moe_combine_bitwise() {
-    let mut rng = Rng::new(14);
-    for (name, ops) in devices() {
+test_device!(
+    fn gpu_ops_moe_combine_bitwise(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(14);
         for (d, nt, k, ny) in [(64usize, 1usize, 2usize, 4usize), (300, 5, 8, 40), (1, 3, 1, 3)] {
             let y = rand_f32(&mut rng, ny * d, 2.0);
             let map: Vec<u32> = (0..nt * k).map(|_| (rng.next_u64() % ny as u64) as u32).collect();
@@ -627,15 +619,15 @@ fn gpu_ops_moe_combine_bitwise() {
             assert_bits(name, &format!("moe_combine d={d} k={k}"), &ob.f32s(), &want);
         }
     }
-}
+);
 
-/// The fused gate/up MMVQ + GLU launch equals MMVQ(gate), MMVQ(up) and GLU on the same
-/// device bit for bit (same dot order, same `quant::fmath` activation), for every type, 1..8
-/// columns, row lists, and both activations.
-#[test]
-fn gpu_ops_mmvq_glu_fused_equals_unfused() {
-    let mut rng = Rng::new(15);
-    for (name, ops) in devices() {
+test_device!(
+    /// The fused gate/up MMVQ + GLU launch equals MMVQ(gate), MMVQ(up) and GLU on the same
+    /// device bit for bit (same dot order, same `quant::fmath` activation), for every type, 1..8
+    /// columns, row lists, and both activations.
+    fn gpu_ops_mmvq_glu_fused_equals_unfused(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(15);
         for ty in WType::ALL {
             for (nrows, k, ncols, rowsel, act) in
                 [(70usize, 512usize, 1u32, false, GluAct::Silu), (33, 256, 8, false, GluAct::GeluTanh), (40, 1024, 3, true, GluAct::Silu)]
@@ -660,7 +652,7 @@ fn gpu_ops_mmvq_glu_fused_equals_unfused() {
             }
         }
     }
-}
+);
 
 /// Relative tolerance of MMQ against the f64 dot of quant's dequantized weights and Q8_1
 /// activations, as a fraction of sum |w_i * a_i| (as MMVQ, tests/gpu_kernels.rs): exact int32
@@ -673,16 +665,16 @@ fn mmq_tolerance(ty: WType) -> f64 {
     }
 }
 
-/// MMQ, both variants (int8 WMMA and dot4), every weight type, ragged shapes (rows and
-/// columns that are not multiples of the 256 x 64 tile or of 16, two row and two column tiles,
-/// K with a partial 128-chunk for Q8_0): WMMA and dot4 bit-identical; Q8_0 bitwise against a scalar CPU reference in the
-/// documented order (per 32-block the exact integer dot, `acc = acc + dot as f32 * (d_w * d_x)`);
-/// every type within `mmq_tolerance` of the f64 dot of quant's dequantized operands.
-#[test]
-fn gpu_ops_mmq_all_types_wmma_dot4() {
-    use strata::gpu::ops::MmqVariant;
-    let mut rng = Rng::new(16);
-    for (name, ops) in devices() {
+test_device!(
+    /// MMQ, both variants (int8 WMMA and dot4), every weight type, ragged shapes (rows and
+    /// columns that are not multiples of the 256 x 64 tile or of 16, two row and two column tiles,
+    /// K with a partial 128-chunk for Q8_0): WMMA and dot4 bit-identical; Q8_0 bitwise against a scalar CPU reference in the
+    /// documented order (per 32-block the exact integer dot, `acc = acc + dot as f32 * (d_w * d_x)`);
+    /// every type within `mmq_tolerance` of the f64 dot of quant's dequantized operands.
+    fn gpu_ops_mmq_all_types_wmma_dot4(ops) {
+        let name = device_name(ops);
+        use strata::gpu::ops::MmqVariant;
+        let mut rng = Rng::new(16);
         for ty in WType::ALL {
             let shapes: &[(usize, usize, usize)] = if ty == WType::Q8_0 {
                 &[(16, 16, 32), (200, 37, 256), (5, 3, 96), (130, 70, 1056), (300, 65, 160)]
@@ -732,17 +724,17 @@ fn gpu_ops_mmq_all_types_wmma_dot4() {
         assert!(ops.mmq(&S, WType::Q4K, MmqVariant::Wmma, 0, 0, 0, 16, 16, 96, 16).is_err(), "k not a multiple of 256");
         assert!(ops.mmq(&S, WType::Q8_0, MmqVariant::Dot4, 0, 0, 0, 16, 16, 64, 8).is_err(), "y_stride < nrows");
     }
-}
+);
 
-/// Expert-dispatch MMVQ (`mmvq_moe_*`, the router's choice read on the device): for every
-/// type, 1..=8 tokens, k = 1..8 experts per token, shared and distinct experts, the plain, GLU
-/// and down (`x_div` = 1) forms equal `mmvq` / `mmvq_glu` of the chosen expert on that column
-/// bit for bit, and the CPU scalar reference (quant's dequantizers, f64 dot) within the MMVQ
-/// tolerance. An out-of-range expert id traps instead of reading past the stack.
-#[test]
-fn gpu_ops_mmvq_moe_matches_mmvq_and_cpu() {
-    let mut rng = Rng::new(17);
-    for (name, ops) in devices() {
+test_device!(
+    /// Expert-dispatch MMVQ (`mmvq_moe_*`, the router's choice read on the device): for every
+    /// type, 1..=8 tokens, k = 1..8 experts per token, shared and distinct experts, the plain, GLU
+    /// and down (`x_div` = 1) forms equal `mmvq` / `mmvq_glu` of the chosen expert on that column
+    /// bit for bit, and the CPU scalar reference (quant's dequantizers, f64 dot) within the MMVQ
+    /// tolerance. An out-of-range expert id traps instead of reading past the stack.
+    fn gpu_ops_mmvq_moe_matches_mmvq_and_cpu(ops) {
+        let name = device_name(ops);
+        let mut rng = Rng::new(17);
         for ty in WType::ALL {
             let bk = ty.block_k() as usize;
             // (tokens, k used, experts, rows, k)
@@ -825,4 +817,4 @@ fn gpu_ops_mmvq_moe_matches_mmvq_and_cpu() {
             assert!(e.contains("trap"), "{e}");
         }
     }
-}
+);

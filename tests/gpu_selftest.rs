@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use strata::gpu::abi;
+use strata::gpu::registry;
 use strata::gpu::device::{
     Device, DeviceInfo, DevicePtr, EmuApi, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec, LaunchConfig, LaunchStats,
     Module, Result as GpuResult, Stream, WaitCond,
@@ -22,16 +22,10 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("strata-selftest-{}-{name}", std::process::id()))
 }
 
-/// Every kernel the suite must cover, from sources independent of the suite: abi.rs's lists
-/// and the names in the embedded gfx1100 code object's metadata.
+/// Every kernel the suite must cover, from sources independent of the suite: the kernel
+/// registry and the names in the embedded gfx1100 code object's metadata.
 fn expected_kernels() -> BTreeSet<String> {
-    let mut k: BTreeSet<String> = abi::all_kernels()
-        .chain(abi::op_kernels())
-        .chain([abi::CONVERT_F32_BF16])
-        .chain(abi::ORDERED_KERNELS)
-        .chain(abi::REDUCE_KERNELS.iter().map(|e| e.2))
-        .map(str::to_string)
-        .collect();
+    let mut k: BTreeSet<String> = registry::all().map(|e| e.name.to_string()).collect();
     let module = EmuApi::new().expect("software device").load_module().expect("gfx1100 code object");
     k.extend(module.kernels.iter().map(|i| i.name.clone()));
     k
@@ -148,7 +142,7 @@ fn gpu_selftest_corrupted_reference_fails() {
 #[test]
 fn gpu_selftest_every_registry_kernel_has_a_check() {
     let module = EmuApi::new().unwrap().load_module().unwrap();
-    let registry: BTreeSet<String> = selftest::registry(&module).into_iter().collect();
+    let registry: BTreeSet<String> = selftest::registry("gfx1100", &module).into_iter().collect();
     assert!(registry.is_superset(&expected_kernels()));
     let checks = selftest::all_checks();
     let covered: BTreeSet<&str> = checks.iter().flat_map(|c| c.kernels.iter().copied()).collect();

@@ -7,9 +7,10 @@
 //!   `#[repr(C)]` `*Args` struct here. A struct passed *by value* to a Rust `gpu-kernel` would
 //!   become a pointer (ABI trap), so the device side takes the fields as separate parameters and
 //!   the host packs this struct's bytes, checked against the code object's kernarg metadata.
-//! - Every symbol name is produced by `stringify!` from the single lists below
-//!   (`mmvq_kernels!`, `dequant_kernels!`): the device crate defines one kernel per entry, the
-//!   host builds its name tables from the same lists.
+//! - Every symbol name is a `pub const` here or produced by `stringify!` from the single lists
+//!   below (`mmvq_kernels!`, `dequant_kernels!`, ...): the device crate defines one kernel per
+//!   entry, the host builds its name tables from the same lists, and `registry.rs` (next to
+//!   this file, host and build.rs only) lists every kernel once with how it is launched.
 //! - Plain `no_std` Rust without dependencies: this file compiles for amdgcn and for the host.
 
 /// Work-items per workgroup of every kernel in this crate (8 wave32 waves).
@@ -406,19 +407,6 @@ pub fn get_rows_kernel(ty: WType) -> Option<&'static str> {
 pub fn attn_kernel(int8: bool, head_dim: u32) -> Option<&'static str> {
     ATTN_KERNELS.iter().find(|(i, h, _)| *i == int8 && *h == head_dim).map(|(_, _, s)| *s)
 }
-/// Every kernel of the forward-pass ops (not in `all_kernels`, whose list EmuKernels validates
-/// against the older argument layouts).
-pub fn op_kernels() -> impl Iterator<Item = &'static str> {
-    [RMS_NORM, ROPE, GLU, ADD_ROWS, SCALE, CONVERT_F32_F16, SOFTMAX, KV_STORE_F16, KV_STORE_I8, MOE_ROUTER, MOE_COMBINE, GET_ROWS_F32, GET_ROWS_F16]
-        .into_iter()
-        .chain(GET_ROWS_KERNELS.iter().map(|e| e.1))
-        .chain(ATTN_KERNELS.iter().map(|e| e.2))
-        .chain(ATTN_FAST_KERNELS.iter().map(|e| e.2))
-        .chain(MMVQ_GLU_KERNELS.iter().map(|e| e.2))
-        .chain(MMQ_KERNELS.iter().map(|e| e.2))
-        .chain(MMVQ_MOE_KERNELS.iter().map(|e| e.3))
-}
-
 /// Little-endian bytes of a `#[repr(C)]` args struct made only of u64/u32 fields.
 macro_rules! impl_args_bytes {
     ($($t:ty),*) => {$(
@@ -873,14 +861,6 @@ pub fn mmvq_kernel(ty: WType, ncols: u32) -> Option<&'static str> {
 pub fn dequant_kernel(ty: WType, f16: bool) -> Option<&'static str> {
     DEQUANT_KERNELS.iter().find(|(t, h, _)| *t == ty && *h == f16).map(|(_, _, s)| *s)
 }
-/// Every kernel symbol of the code object.
-pub fn all_kernels() -> impl Iterator<Item = &'static str> {
-    [QUANTIZE_Q8_1, QUANTIZE_Q8_K]
-        .into_iter()
-        .chain(MMVQ_KERNELS.iter().map(|e| e.2))
-        .chain(DEQUANT_KERNELS.iter().map(|e| e.2))
-}
-
 macro_rules! mmvq_glu_name_table {
     ($($name:ident $ty:ident $nc:literal),* $(,)?) => {
         /// `(type, columns, symbol)` of every fused gate/up MMVQ + GLU kernel.
@@ -939,5 +919,3 @@ const _: () = assert!(core::mem::size_of::<GegluTableArgs>() == 40);
 pub const QUANTIZE_REF: &str = "quantize_ref";
 pub const MMV_ORDERED: &str = "mmv_ordered";
 pub const GEGLU_TABLE: &str = "geglu_table_f32";
-/// Every kernel of the ordered-numerics mode.
-pub const ORDERED_KERNELS: [&str; 3] = [QUANTIZE_REF, MMV_ORDERED, GEGLU_TABLE];

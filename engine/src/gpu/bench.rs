@@ -1,12 +1,17 @@
 //! `strata bench kernels`: every gfx11 kernel on the software device, with the numbers that
 //! predict its speed on a real RX 7900 XTX: wave instructions executed (and per 256 weights),
 //! global bytes moved against the ideal (each weight, activation and output byte once),
-//! registers, LDS, and the waves per SIMD those allow.
+//! registers, LDS, and the waves per SIMD those allow. Every launch goes through [`GpuOps`]
+//! over `GpuApi` (the engine's argument packing and grid math); the counters are the software
+//! device's, read per launch with `GpuApi::take_stats`.
 use super::abi::{self, WType};
-use super::ops::MmqVariant;
-use super::emu_kernels::{ActQuant, EmuKernels};
+use super::device::{EmuApi, GpuApi, GpuError, Stream};
+use super::ops::{GpuOps, MmqVariant};
+use super::ops_host::ActQuant;
+use super::registry::{self, Family};
 use emulator::{KernelInfo, LaunchStats};
 use std::fmt::Write;
+use std::sync::Arc;
 
 /// Deterministic test data (SplitMix64).
 pub struct Rng(u64);
@@ -81,10 +86,11 @@ fn row_with(out: &mut String, name: &str, shape: &str, st: &LaunchStats, info: O
 /// 8 columns, an MoE-style row selection) and returns a table. `quick` uses smaller shapes.
 pub fn bench_kernels(quick: bool) -> String {
     let mut out = String::new();
-    let ek = match EmuKernels::new() {
-        Ok(k) => k,
-        Err(e) => return format!("cannot load the kernels: {e}\n"),
+    let ops = match EmuApi::new().and_then(|api| GpuOps::new(Arc::new(api))) {
+        Ok(o) => o,
+        Err(e) => return format!("cannot load the kernels on the software device: {e}\n"),
     };
+    let info = |name: &str| ops.kernel(name).map(|k| &k.info);
     let _ = writeln!(
         out,
         "{:<24} {:<16} {:>12} {:>8} {:>12} {:>12} {:>6} {:>4} {:>4} {:>6} {:>3} {:>4}",
@@ -100,10 +106,10 @@ pub fn bench_kernels(quick: bool) -> String {
         (ActQuant::Q8_1, abi::QUANTIZE_Q8_1, abi::Q8_1_BYTES, abi::QK8_1),
         (ActQuant::Q8K, abi::QUANTIZE_Q8_K, abi::Q8_K_BYTES, abi::QK_K),
     ] {
-        match ek.quantize(kind, &x) {
+        match ops.host_quantize(kind, &x) {
             Ok((_, st)) => {
                 let ideal = (x.len() * 4 + x.len() / qk as usize * bytes as usize) as u64;
-                row(&mut out, name, &format!("{}", x.len()), &st, ek.kernel_info(name), 0, ideal, 0)
+                row(&mut out, name, &format!("{}", x.len()), &st.unwrap_or_default(), info(name), 0, ideal, 0)
             }
             Err(e) => {
                 let _ = writeln!(out, "{name}: {e}");
@@ -117,11 +123,11 @@ pub fn bench_kernels(quick: bool) -> String {
         for ncols in MMVQ_BENCH_COLS {
             let name = abi::mmvq_kernel(ty, ncols as u32).unwrap_or("?");
             let lds = abi::mmvq_lds_bytes(ty, k as u32, ncols as u32);
-            match mmvq_bytes(&ek, ty, &w, k, ncols, &mut rng) {
+            match mmvq_bytes(&ops, ty, &w, k, ncols, &mut rng) {
                 Ok(m) => {
                     let flag = if m.ratio() <= MMVQ_BYTES_TARGET { "ok".to_string() } else { format!("MISS (> {MMVQ_BYTES_TARGET:.2}x)") };
                     let extra = format!(" {:>4} {flag}", m.workgroups);
-                    row_with(&mut out, name, &format!("{big}x{k}"), &m.stats, ek.kernel_info(name), lds, m.ideal, (big * k * ncols) as u64, &extra);
+                    row_with(&mut out, name, &format!("{big}x{k}"), &m.stats, info(name), lds, m.ideal, (big * k * ncols) as u64, &extra);
                     if m.ratio() > MMVQ_BYTES_TARGET {
                         misses.push(format!("{name} {big}x{k}: {:.3}x", m.ratio()));
                     }
@@ -139,11 +145,11 @@ pub fn bench_kernels(quick: bool) -> String {
         let mut xq = vec![0u8; k / 32 * 36];
         if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() && !experts.is_empty() {
             let name = abi::mmvq_kernel(ty, 1).unwrap_or("?");
-            if let Ok((_, st)) = ek.mmvq(ty, wsel, k, &xq, 1, Some(&experts), None) {
+            if let Ok((_, st)) = ops.host_mmvq(ty, wsel, k, &xq, 1, Some(&experts)) {
                 let n = experts.len();
                 let ideal = (n * row_bytes + xq.len() + n * 4 + n * 4) as u64;
                 let lds = abi::mmvq_lds_bytes(ty, k as u32, 1);
-                row(&mut out, name, &format!("rows[{n}]x{k}"), &st, ek.kernel_info(name), lds, ideal, (n * k) as u64);
+                row(&mut out, name, &format!("rows[{n}]x{k}"), &st.unwrap_or_default(), info(name), lds, ideal, (n * k) as u64);
             }
         }
         // Dequantization of 256 rows.
@@ -151,12 +157,12 @@ pub fn bench_kernels(quick: bool) -> String {
         let wd = &w[..nrows * row_bytes];
         for f16 in [false, true] {
             let name = abi::dequant_kernel(ty, f16).unwrap_or("?");
-            let r = if f16 { ek.dequant_f16(ty, wd).map(|(_, s)| s) } else { ek.dequant_f32(ty, wd).map(|(_, s)| s) };
+            let r = if f16 { ops.host_dequant_f16(ty, wd).map(|(_, s)| s) } else { ops.host_dequant_f32(ty, wd).map(|(_, s)| s) };
             match r {
                 Ok(st) => {
                     let ideal = (wd.len() + nrows * k * if f16 { 2 } else { 4 }) as u64;
                     let lds = abi::dequant_lds_bytes(ty);
-                    row(&mut out, name, &format!("{nrows}x{k}"), &st, ek.kernel_info(name), lds, ideal, (nrows * k) as u64)
+                    row(&mut out, name, &format!("{nrows}x{k}"), &st.unwrap_or_default(), info(name), lds, ideal, (nrows * k) as u64)
                 }
                 Err(e) => {
                     let _ = writeln!(out, "{name}: {e}");
@@ -178,8 +184,27 @@ pub fn bench_kernels(quick: bool) -> String {
             let _ = writeln!(out, "MMVQ bytes: {} MISS the {MMVQ_BYTES_TARGET:.2}x target: {}", misses.len(), misses.join(", "));
         }
     }
-    out += &reduction_table(&ek);
+    out += &reduction_table(&ops);
+    out += &registry_coverage(&out, &ops.api().info().arch);
     out
+}
+
+/// Which registry kernels of `arch` have a row in `table` (rows start with the kernel name;
+/// the reduction table covers every `Family::Reduce` kernel), by family.
+fn registry_coverage(table: &str, arch: &str) -> String {
+    let benched: std::collections::BTreeSet<&str> = table.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    let (mut with_row, mut total) = (0, 0);
+    let mut without: std::collections::BTreeMap<String, usize> = Default::default();
+    for e in registry::for_arch(arch) {
+        total += 1;
+        if benched.contains(e.name) || e.family == Family::Reduce {
+            with_row += 1;
+        } else {
+            *without.entry(format!("{:?}", e.family)).or_default() += 1;
+        }
+    }
+    let rest: Vec<String> = without.iter().map(|(f, n)| format!("{f} {n}")).collect();
+    format!("kernel registry ({arch}): {with_row} of {total} kernels measured above; the others by family: {}\n", rest.join(", "))
 }
 
 /// Column counts `strata bench kernels` (and the byte test) run MMVQ with.
@@ -203,18 +228,18 @@ impl MmvqBytes {
 }
 
 /// Runs MMVQ of weights `w` (`k` per row, whole rows) with `ncols` random activation columns and
-/// the default geometry (`abi::mmvq_rows_per_wg`); returns the counted global bytes and the ideal
-/// (weights + Q8_1 activations + f32 outputs, each once). Counted bytes do not depend on the data.
-pub fn mmvq_bytes(ek: &EmuKernels, ty: WType, w: &[u8], k: usize, ncols: usize, rng: &mut Rng) -> Result<MmvqBytes, super::GpuKernelError> {
+/// the default geometry (`abi::mmvq_rows_per_wg`) on `ops`, which must be the software device
+/// (its byte counters); returns the counted global bytes and the ideal (weights + Q8_1
+/// activations + f32 outputs, each once). Counted bytes do not depend on the data.
+pub fn mmvq_bytes(ops: &GpuOps, ty: WType, w: &[u8], k: usize, ncols: usize, rng: &mut Rng) -> Result<MmvqBytes, GpuError> {
     let row_bytes = k / ty.block_k() as usize * ty.block_bytes() as usize;
     let nrows = w.len() / row_bytes.max(1);
     let xs: Vec<f32> = (0..k * ncols).map(|_| rng.f32()).collect();
     let mut xq = vec![0u8; ncols * k / 32 * abi::Q8_1_BYTES as usize];
-    quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).map_err(|e| super::GpuKernelError::Shape {
-        kernel: "quantize_q8_1 (host)".into(),
-        what: format!("{e:?}"),
-    })?;
-    let (_, stats) = ek.mmvq(ty, w, k, &xq, ncols, None, None)?;
+    quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq)
+        .map_err(|e| GpuError::Launch { kernel: "quantize_q8_1 (host reference)".into(), what: format!("{e:?}") })?;
+    let (_, stats) = ops.host_mmvq(ty, w, k, &xq, ncols, None)?;
+    let stats = stats.ok_or_else(|| no_counters(ops))?;
     let rows_per_wg = abi::mmvq_rows_per_wg(ty, k as u32, nrows as u32, ncols as u32);
     Ok(MmvqBytes {
         moved: stats.global_bytes_read + stats.global_bytes_written,
@@ -291,12 +316,20 @@ fn fam(s: &LaunchStats, f: &[&str]) -> f64 {
 const VALU: &[&str] = &["valu", "vop3p", "vopd"];
 const SALU: &[&str] = &["sop1", "sop2", "sopk", "sopc", "smem"];
 
-/// Runs every `reduce_*` benchmark kernel of the gfx1100 code object on `ek`'s device.
-pub fn measure_reductions(ek: &EmuKernels) -> Result<Vec<ReduceMeasure>, String> {
-    let co = super::code_object_for("gfx1100").ok_or("no gfx1100 code object")?;
-    let dev = ek.device();
-    let module = dev.load_module(co).map_err(|e| e.to_string())?;
+/// The error of a measurement that needs the software device's counters on another device.
+fn no_counters(ops: &GpuOps) -> GpuError {
+    let info = ops.api().info();
+    GpuError::InvalidArgument { call: "take_stats", why: format!("{} counts no instructions or bytes (use the software device)", info.name) }
+}
+
+/// Runs every `reduce_*` benchmark kernel of the code object on `ops` (the software device:
+/// its instruction counters per launch) and reads their listings from the same object.
+pub fn measure_reductions(ops: &GpuOps) -> Result<Vec<ReduceMeasure>, String> {
+    let api = ops.api();
+    let arch = super::device::arch_base(&api.info().arch).to_string();
+    let co = super::code_object_for(&arch).ok_or_else(|| format!("no {arch} code object"))?;
     let dis = emulator::disassemble(co).map_err(|e| e.to_string())?;
+    let s = Stream::DEFAULT;
     let n_waves = 64u32;
     let (r_lo, r_hi) = (1u32, 9u32);
     let mut rng = Rng::new(0x7ed);
@@ -305,21 +338,21 @@ pub fn measure_reductions(ek: &EmuKernels) -> Result<Vec<ReduceMeasure>, String>
     let mut res = Vec::new();
     // The baselines (method 0) come first in abi::REDUCE_KERNELS.
     for &(m, v, name) in abi::REDUCE_KERNELS {
-        let f = module.function(name).map_err(|e| format!("{name}: {e}"))?;
         let nsum = (n_waves * v) as usize;
         let x: Vec<f32> = (0..nsum * 32).map(|_| rng.f32() * 100.0).collect();
         let xb: Vec<u8> = x.iter().flat_map(|f| f.to_le_bytes()).collect();
-        let xp = dev.malloc(xb.len()).map_err(|e| e.to_string())?;
-        let yp = dev.malloc(nsum * 4).map_err(|e| e.to_string())?;
-        dev.memcpy_htod(xp, &xb).map_err(|e| e.to_string())?;
+        let xp = api.malloc(xb.len()).map_err(|e| e.to_string())?;
+        let yp = api.malloc(nsum * 4).map_err(|e| e.to_string())?;
+        api.memcpy_htod(xp, &xb).map_err(|e| e.to_string())?;
         let mut stats = Vec::new();
         let mut mismatches = 0;
         for reps in [r_lo, r_hi] {
-            let args = abi::ReduceArgs { x: xp, y: yp, n_waves, reps };
-            let groups = n_waves.div_ceil(abi::WAVES_PER_WG);
-            let st = dev.launch(&f, [groups, 1, 1], [abi::WG_SIZE, 1, 1], 0, &args.to_bytes()).map_err(|e| format!("{name}: {e}"))?;
+            let _ = api.take_stats();
+            ops.reduce_bench(&s, name, xp, yp, n_waves, reps).map_err(|e| e.to_string())?;
+            api.synchronize().map_err(|e| e.to_string())?;
+            let st = api.take_stats().ok_or_else(|| no_counters(ops).to_string())?;
             let mut yb = vec![0u8; nsum * 4];
-            dev.memcpy_dtoh(&mut yb, yp).map_err(|e| e.to_string())?;
+            api.memcpy_dtoh(&mut yb, yp).map_err(|e| e.to_string())?;
             for i in 0..nsum {
                 let mut lanes: [f32; 32] = x[i * 32..i * 32 + 32].try_into().expect("32 lanes");
                 for _ in 0..reps {
@@ -333,8 +366,8 @@ pub fn measure_reductions(ek: &EmuKernels) -> Result<Vec<ReduceMeasure>, String>
             }
             stats.push(st);
         }
-        let _ = dev.free(xp);
-        let _ = dev.free(yp);
+        let _ = api.free(xp);
+        let _ = api.free(yp);
         let per = ((r_hi - r_lo) as usize * nsum) as f64;
         let d = |g: &dyn Fn(&LaunchStats) -> f64| (g(&stats[1]) - g(&stats[0])) / per;
         let marg = [
@@ -369,12 +402,12 @@ pub fn measure_reductions(ek: &EmuKernels) -> Result<Vec<ReduceMeasure>, String>
 }
 
 /// The reduction comparison printed by `strata bench kernels`.
-fn reduction_table(ek: &EmuKernels) -> String {
+fn reduction_table(ops: &GpuOps) -> String {
     let mut out = String::from(
         "\ncross-lane 32-lane f32 sum (wave32): wave instructions per sum, marginal (reps 9 - reps 1) minus the baseline; \
          v1 = one sum in flight per wave, v8 = 8 independent sums (as MMVQ with 8 columns):\n",
     );
-    let rows = match measure_reductions(ek) {
+    let rows = match measure_reductions(ops) {
         Ok(r) => r,
         Err(e) => return out + &format!("reduction benchmarks failed: {e}\n"),
     };
@@ -411,9 +444,7 @@ fn reduction_table(ek: &EmuKernels) -> String {
 /// launch, same columns as [`bench_kernels`] (i/256w is blank; bytes are global bytes against
 /// the ideal: every input and output byte once, K/V rows once per KV head).
 pub fn bench_ops(quick: bool) -> String {
-    use super::device::{EmuApi, GpuApi, Stream};
-    use super::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
-    use std::sync::Arc;
+    use super::ops::{AttnMode, GluAct, KvFormat, RowType};
     let mut out = String::new();
     let api: Arc<dyn GpuApi> = match EmuApi::new() {
         Ok(a) => Arc::new(a),

@@ -16,7 +16,8 @@
 //! - within named tolerances (`quant::fmath::expf` instead of libm): glu, softmax, moe_router
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 use super::abi::{self, WType};
-use super::device::{DevicePtr, GpuApi, GpuError, Kernel, KernelSpec, LaunchConfig, Module, Result, Stream};
+use super::device::{arch_base, DevicePtr, GpuApi, GpuError, Kernel, KernelInfo, KernelSpec, LaunchConfig, Module, Result, Stream};
+use super::registry::{self, Family, KernelEntry, Scratch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -48,16 +49,49 @@ pub enum RowType {
 
 /// Default largest attention window (cells) a launch supports: its scores live in LDS.
 pub const DEFAULT_ATTN_MAX_KV: u32 = 8192;
-/// Hard limit: `attn_lds_bytes(256, n)` must fit 64 KiB.
-pub const ATTN_MAX_KV_LIMIT: u32 = (abi::MAX_LDS_BYTES - 256 * 4) / 4;
+/// Hard limit: `attn_lds_bytes(256, n)` must fit 64 KiB (the registry sizes the attention
+/// kernels' LDS with it).
+pub use super::registry::ATTN_MAX_KV_LIMIT;
 
-/// Every kernel of the code object, looked up and checked once, with their launchers.
+/// What [`GpuApi::function`] checks a registry entry against.
+pub fn kernel_spec(entry: &KernelEntry) -> KernelSpec<'static> {
+    KernelSpec {
+        name: entry.name,
+        kernarg_bytes: entry.args.bytes,
+        max_block: [entry.block, 1, 1],
+        max_dynamic_lds: entry.max_dynamic_lds,
+        allow_scratch: entry.scratch == Scratch::Allowed,
+    }
+}
+
+/// The code object's explicit kernel arguments must be the entry's struct field by field (a
+/// reordered or resized parameter with the same total size would otherwise pass).
+pub fn check_arg_layout(entry: &KernelEntry, info: &KernelInfo) -> Result<()> {
+    let declared: Vec<(u32, u32)> = info.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).map(|a| (a.offset, a.size)).collect();
+    let expected: Vec<(u32, u32)> = entry.args.fields().collect();
+    if declared != expected {
+        return Err(GpuError::KernelCheck {
+            kernel: entry.name.to_string(),
+            what: format!("arguments (offset, size) {declared:?}, but abi::{} packs {expected:?}", entry.args.name),
+        });
+    }
+    Ok(())
+}
+
+/// Every kernel of the registry for the device's arch, looked up and checked once, with their
+/// launchers.
 pub struct GpuOps {
     api: Arc<dyn GpuApi>,
     #[allow(dead_code)]
     module: Module,
-    kernels: HashMap<&'static str, Kernel>,
+    kernels: HashMap<&'static str, Loaded>,
     attn_max_kv: AtomicU32,
+}
+
+/// A checked kernel and the registry entry every launch of it follows (block, LDS bound).
+struct Loaded {
+    kernel: Kernel,
+    entry: &'static KernelEntry,
 }
 
 fn bad(kernel: &str, what: impl Into<String>) -> GpuError {
@@ -73,69 +107,22 @@ fn groups(items: u64, per: u32, kernel: &str) -> Result<u32> {
 }
 
 impl GpuOps {
-    /// Loads the code object for the device's arch and looks up every kernel, checking its
-    /// metadata (kernarg size = the abi.rs struct, wave32, workgroup size, LDS, no scratch
-    /// except in the dequantizers) against how this layer launches it.
+    /// Loads the code object for the device's arch and looks up every kernel of the registry
+    /// for that arch, checking its metadata against the entry (`check_spec`: kernarg size,
+    /// wave32, workgroup size, LDS, scratch; here: every explicit argument's offset and size
+    /// equal to the entry's `#[repr(C)]` struct), so a mismatch is an error before any launch.
     pub fn new(api: Arc<dyn GpuApi>) -> Result<GpuOps> {
         let module = api.load_module()?;
+        let arch = arch_base(&api.info().arch).to_string();
         let mut kernels = HashMap::new();
-        let mut add = |name: &'static str, kernarg: usize, block: u32, lds: u32, scratch: bool| -> Result<()> {
-            let spec = KernelSpec {
-                name,
-                kernarg_bytes: kernarg as u32,
-                max_block: [block, 1, 1],
-                max_dynamic_lds: lds,
-                allow_scratch: scratch,
-            };
-            kernels.insert(name, api.function(&module, &spec)?);
-            Ok(())
-        };
-        let wg = abi::WG_SIZE;
-        add(abi::QUANTIZE_Q8_1, abi::QuantizeArgs::SIZE, wg, 0, false)?;
-        add(abi::QUANTIZE_Q8_K, abi::QuantizeArgs::SIZE, wg, 0, false)?;
-        for &(ty, _, name) in abi::MMVQ_KERNELS {
-            add(name, abi::MmvqArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
+        for entry in registry::for_arch(&arch) {
+            let kernel = api.function(&module, &kernel_spec(entry))?;
+            check_arg_layout(entry, &kernel.info)?;
+            kernels.insert(entry.name, Loaded { kernel, entry });
         }
-        for &(_, _, name) in abi::DEQUANT_KERNELS {
-            add(name, abi::DequantArgs::SIZE, wg, 0, true)?;
+        if kernels.is_empty() {
+            return Err(GpuError::KernelCheck { kernel: "<registry>".into(), what: format!("no kernel of the registry is built for {arch}") });
         }
-        add(abi::RMS_NORM, abi::RmsNormArgs::SIZE, wg, 0, false)?;
-        add(abi::ROPE, abi::RopeArgs::SIZE, wg, 0, false)?;
-        add(abi::GLU, abi::GluArgs::SIZE, wg, 0, false)?;
-        add(abi::ADD_ROWS, abi::AddRowsArgs::SIZE, wg, 0, false)?;
-        add(abi::SCALE, abi::ScaleArgs::SIZE, wg, 0, false)?;
-        add(abi::CONVERT_F32_F16, abi::ConvertArgs::SIZE, wg, 0, false)?;
-        add(abi::CONVERT_F32_BF16, abi::ConvertArgs::SIZE, wg, 0, false)?;
-        add(abi::SOFTMAX, abi::SoftmaxArgs::SIZE, wg, 0, false)?;
-        add(abi::KV_STORE_F16, abi::KvStoreArgs::SIZE, wg, 0, false)?;
-        add(abi::KV_STORE_I8, abi::KvStoreArgs::SIZE, wg, 0, false)?;
-        add(abi::MOE_ROUTER, abi::MoeRouterArgs::SIZE, wg, 0, false)?;
-        add(abi::MOE_COMBINE, abi::MoeCombineArgs::SIZE, wg, 0, false)?;
-        add(abi::GET_ROWS_F32, abi::GetRowsArgs::SIZE, wg, 0, false)?;
-        add(abi::GET_ROWS_F16, abi::GetRowsArgs::SIZE, wg, 0, false)?;
-        for &(_, name) in abi::GET_ROWS_KERNELS {
-            add(name, abi::GetRowsArgs::SIZE, wg, 0, false)?;
-        }
-        for &(_, hd, name) in abi::ATTN_KERNELS {
-            add(name, abi::AttnArgs::SIZE, abi::ATTN_BLOCK, abi::attn_lds_bytes(hd, ATTN_MAX_KV_LIMIT), false)?;
-        }
-        for &(ty, _, name) in abi::MMVQ_GLU_KERNELS {
-            add(name, abi::MmvqGluArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
-        }
-        for &(ty, _, name) in abi::MMQ_KERNELS {
-            add(name, abi::MmqArgs::SIZE, wg, abi::mmq_lds_bytes(ty), false)?;
-        }
-        for &(ty, _, _, name) in abi::MMVQ_MOE_KERNELS {
-            add(name, abi::MmvqMoeArgs::SIZE, wg, abi::MAX_LDS_BYTES - ty.table_lds_bytes(), false)?;
-        }
-        for &(_, hd, name) in abi::ATTN_FAST_KERNELS {
-            add(name, abi::AttnArgs::SIZE, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(hd), false)?;
-        }
-        // Ordered-numerics mode: the quant crate's scalar code per lane (Q4_K's dot unpacks
-        // 256 quants, Q8_K's quantizer holds its block: scratch allowed).
-        add(abi::QUANTIZE_REF, abi::QuantizeRefArgs::SIZE, wg, 0, true)?;
-        add(abi::MMV_ORDERED, abi::MmvOrderedArgs::SIZE, wg, 0, true)?;
-        add(abi::GEGLU_TABLE, abi::GegluTableArgs::SIZE, wg, 0, false)?;
         Ok(GpuOps { api, module, kernels, attn_max_kv: AtomicU32::new(DEFAULT_ATTN_MAX_KV) })
     }
 
@@ -145,7 +132,7 @@ impl GpuOps {
 
     /// The checked kernel `name` (metadata: registers, LDS, scratch).
     pub fn kernel(&self, name: &str) -> Option<&Kernel> {
-        self.kernels.get(name)
+        self.kernels.get(name).map(|l| &l.kernel)
     }
 
     /// Largest attention window (cells attended by one query) later launches support; it sizes
@@ -162,10 +149,17 @@ impl GpuOps {
         self.attn_max_kv.load(Ordering::Relaxed)
     }
 
-    fn launch(&self, s: &Stream, name: &str, grid: u32, block: u32, lds: u32, args: &[u8]) -> Result<()> {
-        let k = self.kernels.get(name).ok_or_else(|| GpuError::NoSuchKernel { kernel: name.to_string() })?;
-        let cfg = LaunchConfig { grid: [grid, 1, 1], block: [block, 1, 1], dynamic_lds: lds };
-        self.api.launch(s, k, &cfg, args)
+    /// Launches `name` on a 1-D grid of `grid` workgroups with its registry entry's block.
+    fn launch(&self, s: &Stream, name: &str, grid: u32, lds: u32, args: &[u8]) -> Result<()> {
+        self.launch_grid(s, name, [grid, 1, 1], lds, args)
+    }
+    fn launch_grid(&self, s: &Stream, name: &str, grid: [u32; 3], lds: u32, args: &[u8]) -> Result<()> {
+        let l = self.kernels.get(name).ok_or_else(|| GpuError::NoSuchKernel { kernel: name.to_string() })?;
+        if lds > l.entry.max_dynamic_lds {
+            return Err(bad(name, format!("{lds} bytes of dynamic LDS, the registry allows {}", l.entry.max_dynamic_lds)));
+        }
+        let cfg = LaunchConfig { grid, block: [l.entry.block, 1, 1], dynamic_lds: lds };
+        self.api.launch(s, &l.kernel, &cfg, args)
     }
 
     // ------------------------------------------------------------------ existing kernels
@@ -177,7 +171,7 @@ impl GpuOps {
             return Err(bad(name, format!("n = {n} is not a positive multiple of 32")));
         }
         let g = groups((n / abi::QK8_1) as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::QuantizeArgs { x, y, n, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::QuantizeArgs { x, y, n, _pad: 0 }.to_bytes())
     }
 
     /// f32 → Q8_K (292-byte blocks of 256), byte-exact; `n % 256 == 0`.
@@ -187,14 +181,14 @@ impl GpuOps {
             return Err(bad(name, format!("n = {n} is not a positive multiple of 256")));
         }
         let g = groups((n / abi::QK_K) as u64, abi::WAVES_PER_WG, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::QuantizeArgs { x, y, n, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::QuantizeArgs { x, y, n, _pad: 0 }.to_bytes())
     }
 
     /// `nblocks` blocks of `ty` to f32 (or f16 when `f16`), bit-exact with quant.
     pub fn dequant(&self, s: &Stream, ty: WType, f16: bool, w: DevicePtr, y: DevicePtr, nblocks: u32) -> Result<()> {
         let name = abi::dequant_kernel(ty, f16).ok_or_else(|| bad("dequant", format!("no kernel for {ty:?}")))?;
         let g = groups(nblocks as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, abi::dequant_lds_bytes(ty), &abi::DequantArgs { w, y, nblocks, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, abi::dequant_lds_bytes(ty), &abi::DequantArgs { w, y, nblocks, _pad: 0 }.to_bytes())
     }
 
     /// `y[c * y_stride + i] = W[row(i)] · x[c]` for `ncols` (1..=8) Q8_1 columns (semantics of
@@ -245,7 +239,7 @@ impl GpuOps {
                 rows_per_wg,
             };
             let g = groups(nrows as u64, rows_per_wg, kname)?;
-            self.launch(s, kname, g, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
+            self.launch(s, kname, g, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
             c0 += nc;
         }
         Ok(())
@@ -306,7 +300,7 @@ impl GpuOps {
                 _pad: 0,
             };
             let g = groups(nrows as u64, rows_per_wg, kname)?;
-            self.launch(s, kname, g, abi::WG_SIZE, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
+            self.launch(s, kname, g, abi::mmvq_lds_bytes(ty, k, nc), &args.to_bytes())?;
             c0 += nc;
         }
         Ok(())
@@ -382,9 +376,7 @@ impl GpuOps {
             _pad: 0,
         };
         // 2-D grid: x = row group, y = slot (no divisions in the kernel).
-        let k_ = self.kernels.get(kname).ok_or_else(|| GpuError::NoSuchKernel { kernel: kname.to_string() })?;
-        let cfg = LaunchConfig { grid: [nrows.div_ceil(rows_per_wg), n_slots, 1], block: [abi::WG_SIZE, 1, 1], dynamic_lds: abi::mmvq_moe_lds_bytes(ty, k, g) };
-        self.api.launch(s, k_, &cfg, &args.to_bytes())
+        self.launch_grid(s, kname, [nrows.div_ceil(rows_per_wg), n_slots, 1], abi::mmvq_moe_lds_bytes(ty, k, g), &args.to_bytes())
     }
 
     /// Prefill matmul: `y[c * y_stride + i] = W[i] · x[c]` for `ncols` Q8_1 activation columns
@@ -414,7 +406,7 @@ impl GpuOps {
         let tiles = nrows.div_ceil(abi::MMQ_ROWS) as u64 * ncols.div_ceil(abi::MMQ_COLS) as u64;
         let g = groups(tiles, 1, name)?;
         let args = abi::MmqArgs { w, x: x_q8_1, y, nrows, ncols, k, y_stride };
-        self.launch(s, name, g, abi::WG_SIZE, abi::mmq_lds_bytes(ty), &args.to_bytes())
+        self.launch(s, name, g, abi::mmq_lds_bytes(ty), &args.to_bytes())
     }
 
     // ------------------------------------------------------------------ forward-pass ops
@@ -439,7 +431,7 @@ impl GpuOps {
         }
         let g = groups(n_rows as u64, abi::WAVES_PER_WG, name)?;
         let a = abi::RmsNormArgs { x, w, y, n, n_rows, eps_bits: eps.to_bits(), ggml: ggml as u32 };
-        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+        self.launch(s, name, g, 0, &a.to_bytes())
     }
 
     /// RoPE in place on `x = [n_tokens][n_heads][head_dim]`, token `t` at position `pos[t]`
@@ -466,7 +458,7 @@ impl GpuOps {
         }
         let g = groups(n_tokens as u64 * n_heads.div_ceil(abi::ROPE_HEADS) as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
         let a = abi::RopeArgs { x, pos, table, n_tokens, n_heads, head_dim, rope_dim, neox: neox as u32, fma: fma as u32 };
-        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+        self.launch(s, name, g, 0, &a.to_bytes())
     }
 
     /// `[pos][rope_dim/2]` (cos, sin) pairs exactly as `cpu_kernels::rope_neox` / `rope_norm`
@@ -508,7 +500,7 @@ impl GpuOps {
         let name = abi::GLU;
         let g = groups(n as u64, abi::WG_SIZE, name)?;
         let a = abi::GluArgs { gate, up, out, n, act: (act == GluAct::GeluTanh) as u32 };
-        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+        self.launch(s, name, g, 0, &a.to_bytes())
     }
 
     // ------------------------------------------------------------------ ordered-numerics mode
@@ -526,7 +518,7 @@ impl GpuOps {
             return Err(bad(name, format!("n = {n} is not a positive multiple of {qk} ({})", ty.name())));
         }
         let g = groups((n / qk) as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::QuantizeRefArgs { x, y, n, ty: ty as u32 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::QuantizeRefArgs { x, y, n, ty: ty as u32 }.to_bytes())
     }
 
     /// `y[c * nrows + r] = quant::vec_dot(ty, k, W[r], a[c])` for `ncols` activation columns
@@ -539,7 +531,7 @@ impl GpuOps {
             return Err(bad(name, format!("no reference dot for {} rows of {k}", ty.name())));
         }
         let g = groups(nrows as u64 * ncols as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MmvOrderedArgs { w, a, y, nrows, ncols, k, ty: ty as u32 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::MmvOrderedArgs { w, a, y, nrows, ncols, k, ty: ty as u32 }.to_bytes())
     }
 
     /// `out = geglu_ggml(gate, up)` with the f16 GELU table (`cpu_kernels::gelu_f16_table`,
@@ -547,35 +539,35 @@ impl GpuOps {
     pub fn geglu_table(&self, s: &Stream, gate: DevicePtr, up: DevicePtr, out: DevicePtr, table: DevicePtr, n: u32) -> Result<()> {
         let name = abi::GEGLU_TABLE;
         let g = groups(n as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::GegluTableArgs { gate, up, out, table, n, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::GegluTableArgs { gate, up, out, table, n, _pad: 0 }.to_bytes())
     }
 
     /// `x[r*n+i] += b[r*b_stride+i]` (residual add; `b_stride = 0` broadcasts one row).
     pub fn add_rows(&self, s: &Stream, x: DevicePtr, b: DevicePtr, n: u32, n_rows: u32, b_stride: u32) -> Result<()> {
         let name = abi::ADD_ROWS;
         let g = groups(n as u64 * n_rows as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::AddRowsArgs { x, b, n, n_rows, b_stride, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::AddRowsArgs { x, b, n, n_rows, b_stride, _pad: 0 }.to_bytes())
     }
 
     /// `x[i] *= factor`.
     pub fn scale(&self, s: &Stream, x: DevicePtr, n: u32, factor: f32) -> Result<()> {
         let name = abi::SCALE;
         let g = groups(n as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::ScaleArgs { x, n, factor_bits: factor.to_bits() }.to_bytes())
+        self.launch(s, name, g, 0, &abi::ScaleArgs { x, n, factor_bits: factor.to_bits() }.to_bytes())
     }
 
     /// `y[i] = f16(x[i])` for `n` values (round to nearest even, as `quant::f32_to_f16`).
     pub fn convert_f32_f16(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
         let name = abi::CONVERT_F32_F16;
         let g = groups(n as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::ConvertArgs { x, y, n, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::ConvertArgs { x, y, n, _pad: 0 }.to_bytes())
     }
 
     /// `y[i] = bf16(x[i])` for `n` values (round to nearest even, as `quant::f32_to_bf16`).
     pub fn convert_f32_bf16(&self, s: &Stream, x: DevicePtr, y: DevicePtr, n: u32) -> Result<()> {
         let name = abi::CONVERT_F32_BF16;
         let g = groups(n as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::ConvertArgs { x, y, n, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::ConvertArgs { x, y, n, _pad: 0 }.to_bytes())
     }
 
     /// Softmax of each of `n_rows` rows of `n`, in place.
@@ -585,7 +577,7 @@ impl GpuOps {
             return Err(bad(name, "n = 0"));
         }
         let g = groups(n_rows as u64, abi::WAVES_PER_WG, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::SoftmaxArgs { x, n, n_rows }.to_bytes())
+        self.launch(s, name, g, 0, &abi::SoftmaxArgs { x, n, n_rows }.to_bytes())
     }
 
     /// `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when scale == 1.0);
@@ -600,12 +592,12 @@ impl GpuOps {
                     return Err(bad(name, format!("k = {k} is not a positive multiple of {}", wt.block_k())));
                 }
                 let g = groups(n_ids as u64 * (k / wt.block_k()) as u64, abi::WG_SIZE, name)?;
-                self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+                self.launch(s, name, g, 0, &a.to_bytes())
             }
             RowType::F32 | RowType::F16 => {
                 let name = if ty == RowType::F32 { abi::GET_ROWS_F32 } else { abi::GET_ROWS_F16 };
                 let g = groups(n_ids as u64 * k as u64, abi::WG_SIZE, name)?;
-                self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+                self.launch(s, name, g, 0, &a.to_bytes())
             }
         }
     }
@@ -635,7 +627,7 @@ impl GpuOps {
         }
         let g = groups(n_tokens as u64 * n_head_kv as u64, abi::WAVES_PER_WG, name)?;
         let a = abi::KvStoreArgs { src, cache, scale: cache_scale, pos, n_tokens, n_head_kv, head_dim, _pad: 0 };
-        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+        self.launch(s, name, g, 0, &a.to_bytes())
     }
 
     /// Causal attention: token `t` (query row `q[t]`, position `pos[t]`) attends to cells
@@ -696,9 +688,9 @@ impl GpuOps {
             max_kv,
         };
         if mode == AttnMode::Fast {
-            return self.launch(s, fast, g, abi::ATTN_FAST_BLOCK, abi::attn_fast_lds_bytes(head_dim), &a.to_bytes());
+            return self.launch(s, fast, g, abi::attn_fast_lds_bytes(head_dim), &a.to_bytes());
         }
-        self.launch(s, name, g, abi::ATTN_BLOCK, abi::attn_lds_bytes(head_dim, max_kv), &a.to_bytes())
+        self.launch(s, name, g, abi::attn_lds_bytes(head_dim, max_kv), &a.to_bytes())
     }
 
     /// Per token: softmax over `n_expert` (<= 256) logits, top-`k` (<= 8, ties to the lower
@@ -722,7 +714,7 @@ impl GpuOps {
         }
         let g = groups(n_tokens as u64, abi::WAVES_PER_WG, name)?;
         let a = abi::MoeRouterArgs { logits, ids: ids_out, w: w_out, n_tokens, n_expert, k, renorm: renorm as u32 };
-        self.launch(s, name, g, abi::WG_SIZE, 0, &a.to_bytes())
+        self.launch(s, name, g, 0, &a.to_bytes())
     }
 
     /// `out[t] = sum_{j<k} w[t*k+j] * y[map[t*k+j]]` (rows of `d`), added from 0.0 in order
@@ -735,6 +727,18 @@ impl GpuOps {
             return Err(bad(name, "k = 0"));
         }
         let g = groups(d.div_ceil(abi::WG_SIZE) as u64 * n_tokens as u64, 1, name)?;
-        self.launch(s, name, g, abi::WG_SIZE, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
+    }
+
+    // ------------------------------------------------------------------ micro-benchmarks
+
+    /// Cross-lane reduction benchmark `name` (an `abi::REDUCE_KERNELS` symbol, semantics of
+    /// `abi::ReduceArgs`): `n_waves` waves, `reps` sums per value.
+    pub fn reduce_bench(&self, s: &Stream, name: &str, x: DevicePtr, y: DevicePtr, n_waves: u32, reps: u32) -> Result<()> {
+        if registry::find(name).map(|e| e.family) != Some(Family::Reduce) {
+            return Err(bad(name, "not a reduction benchmark kernel"));
+        }
+        let g = groups(n_waves as u64, abi::WAVES_PER_WG, name)?;
+        self.launch(s, name, g, 0, &abi::ReduceArgs { x, y, n_waves, reps }.to_bytes())
     }
 }

@@ -108,17 +108,11 @@ pub fn all_checks() -> Vec<Check> {
     v
 }
 
-/// Every kernel the suite must cover: the kernels of the code object (its metadata) and of
-/// abi.rs's lists, sorted.
-pub fn registry(module: &Module) -> Vec<String> {
-    use super::abi;
+/// Every kernel the suite must cover: the kernel registry's entries for `arch` and the kernels
+/// of the loaded code object (its metadata, in case the two ever differ), sorted.
+pub fn registry(arch: &str, module: &Module) -> Vec<String> {
     let mut names: std::collections::BTreeSet<String> = module.kernels.iter().map(|k| k.name.clone()).collect();
-    let lists = abi::all_kernels()
-        .chain(abi::op_kernels())
-        .chain([abi::CONVERT_F32_BF16])
-        .chain(abi::ORDERED_KERNELS)
-        .chain(abi::REDUCE_KERNELS.iter().map(|e| e.2));
-    names.extend(lists.map(str::to_string));
+    names.extend(super::registry::for_arch(arch).map(|k| k.name.to_string()));
     names.into_iter().collect()
 }
 
@@ -189,8 +183,6 @@ pub struct Cx<'a> {
     pub ops: &'a GpuOps,
     pub api: &'a dyn GpuApi,
     pub s: &'a Stream,
-    /// The loaded code object (checks of kernels outside `GpuOps`: the reduction benchmarks).
-    pub module: &'a Module,
     pub full: bool,
     pub rng: Rng,
     corrupt: bool,
@@ -386,7 +378,7 @@ pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(
     };
     let checks = all_checks();
     let covered: std::collections::BTreeSet<&str> = checks.iter().flat_map(|c| c.kernels.iter().copied()).collect();
-    let registry = registry(&module);
+    let registry = registry(&info.arch, &module);
     let unchecked: Vec<String> = registry.iter().filter(|k| !covered.contains(k.as_str())).cloned().collect();
     let mut results = Vec::new();
     for check in checks.iter().filter(|c| opts.only.is_empty() || opts.only.iter().any(|o| c.name.contains(o.as_str()))) {
@@ -395,7 +387,6 @@ pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(
             ops: &ops,
             api: &*recorder,
             s: &stream,
-            module: &module,
             full: shapes == Shapes::Full,
             rng: Rng::new(seed(&check.name)),
             corrupt,

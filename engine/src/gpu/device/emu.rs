@@ -119,6 +119,16 @@ impl EmuApi {
         EmuApi { dev, info, state: Mutex::new(State::default()) }
     }
 
+    /// A software device that reports `arch` (e.g. `gfx1101`), so [`GpuApi::load_module`] (and
+    /// `GpuOps`) take that arch's embedded code object, as on a card of that arch. The device
+    /// executes all gfx11 objects: gfx1101 receives the workgroup id in another SGPR, gfx1102 is
+    /// gfx1100's ISA with other ELF flags.
+    pub fn with_arch(dev: Device, arch: &str) -> Self {
+        let mut api = Self::with_device(dev);
+        api.info.arch = arch.to_string();
+        api
+    }
+
     /// The underlying device (test knobs: `set_fail_large_pinned_alloc`, instruction budget).
     pub fn device(&self) -> &Device {
         &self.dev

@@ -6,7 +6,7 @@
 use super::reference::{self as refs, raw_kv_bytes, router_reference};
 use super::{Check, CheckResultOf, Cx};
 use crate::gpu::abi;
-use crate::gpu::device::{DevicePtr, GpuError, KernelSpec, LaunchConfig, Stream};
+use crate::gpu::device::{DevicePtr, GpuError, Stream};
 use crate::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat};
 use crate::kv_cache::{KvCache, KvType, LayerCache};
 use crate::model::attention::{attend, attend_ordered, Shape};
@@ -405,17 +405,12 @@ fn geglu_table(cx: &mut Cx) -> CheckResultOf<()> {
 /// A `reduce_*` benchmark kernel (not used by the engine): `reps` 32-lane sums (`x = sum(x) /
 /// 32`; the baseline only scales), bitwise against the host butterfly, with 1 and 9 reps.
 fn reduce(cx: &mut Cx, name: &'static str, method: u32, values: u32) -> CheckResultOf<()> {
-    let api = cx.api;
-    let spec = KernelSpec { name, kernarg_bytes: abi::ReduceArgs::SIZE as u32, max_block: [abi::WG_SIZE, 1, 1], max_dynamic_lds: 0, allow_scratch: true };
-    let kernel = api.function(cx.module, &spec)?;
     let n_waves = if cx.full { 4096u32 } else { 64 };
     let nsum = (n_waves * values) as usize;
     let x: Vec<f32> = (0..nsum * 32).map(|_| cx.rng.f32() * 100.0).collect();
     let (xb, yb) = (cx.upf(&x)?, cx.zeros(nsum * 4)?);
-    let cfg = LaunchConfig { grid: [n_waves.div_ceil(abi::WAVES_PER_WG), 1, 1], block: [abi::WG_SIZE, 1, 1], dynamic_lds: 0 };
     for reps in [1u32, 9] {
-        let args = abi::ReduceArgs { x: xb, y: yb, n_waves, reps };
-        api.launch(cx.s, &kernel, &cfg, &args.to_bytes())?;
+        cx.ops.reduce_bench(cx.s, name, xb, yb, n_waves, reps)?;
         let got = cx.read_f32(yb, nsum)?;
         let want: Vec<f32> = (0..nsum)
             .map(|i| {
@@ -433,6 +428,5 @@ fn reduce(cx: &mut Cx, name: &'static str, method: u32, values: u32) -> CheckRes
         cx.cmp_bits(&format!("{reps} sums per value"), &got, &want);
     }
     cx.set_shape(format!("{n_waves} waves x {values} values"));
-    let args = abi::ReduceArgs { x: xb, y: yb, n_waves, reps: 1 }.to_bytes();
-    cx.bench((nsum * 33 * 4) as u64, &|_, s| api.launch(s, &kernel, &cfg, &args))
+    cx.bench((nsum * 33 * 4) as u64, &|o, s| o.reduce_bench(s, name, xb, yb, n_waves, 1))
 }

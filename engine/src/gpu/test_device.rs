@@ -1,0 +1,75 @@
+//! Device tests written once, run per device: [`test_device!`](crate::test_device) turns one
+//! test body over a `&GpuOps` into a module of tests, one per device, so a test report says
+//! which device ran what:
+//!
+//! ```text
+//! test gpu_ops::gpu_ops_rms_norm_bitwise::emu ... ok     the software RDNA3 device, always
+//! test gpu_ops::gpu_ops_rms_norm_bitwise::hip ... ok     a card through HIP; when
+//!                                                         open_device(Device::Hip) fails it
+//!                                                         prints why and passes
+//! ```
+//!
+//! (`name::emu` rather than `name_emu`: `macro_rules!` cannot build new identifiers, and a
+//! crate to paste them is not worth a dependency.) Each test opens its own device, so the
+//! software device's launch counters (`GpuApi::take_stats`) are that test's alone.
+use super::device::{open_device, Device, GpuApi};
+use super::ops::GpuOps;
+use std::sync::Arc;
+
+/// Opens `device` for a device test. The software device must open (a panic otherwise); a card
+/// that is absent is `Err(why)`, the test's reason to skip; a card that opens but whose kernels
+/// do not load is a panic (a failure, not a skip).
+pub fn open_ops(device: Device) -> Result<GpuOps, String> {
+    let api: Arc<dyn GpuApi> = match open_device(device) {
+        Ok(api) => Arc::from(api),
+        Err(e) if device == Device::Emu => panic!("the software device does not open: {e}"),
+        Err(e) => return Err(e.to_string()),
+    };
+    let info = api.info().clone();
+    Ok(GpuOps::new(api).unwrap_or_else(|e| panic!("{} ({}) opened but its kernels do not load: {e}", info.name, info.arch)))
+}
+
+/// Defines one test per device from one body: `test_device!(fn name(ops) { .. })` makes the
+/// tests `name::emu` and `name::hip`, each running the body with `ops: &GpuOps` on its device
+/// (`hip` skips, printing why, when no card opens). `test_device!(emu_only fn name(ops) { .. })`
+/// makes only `name::emu`, for bodies that need the software device (its instruction and byte
+/// counters, traps). The body sees the items of the enclosing module.
+#[macro_export]
+macro_rules! test_device {
+    ($(#[$meta:meta])* fn $name:ident($ops:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn emu() {
+                let ops = $crate::gpu::test_device::open_ops($crate::gpu::device::Device::Emu).unwrap_or_else(|e| panic!("{e}"));
+                let $ops: &$crate::gpu::ops::GpuOps = &ops;
+                $body
+            }
+            #[test]
+            fn hip() {
+                match $crate::gpu::test_device::open_ops($crate::gpu::device::Device::Hip) {
+                    Ok(ops) => {
+                        let $ops: &$crate::gpu::ops::GpuOps = &ops;
+                        $body
+                    }
+                    Err(why) => eprintln!("skipped: no card opens through HIP ({why})"),
+                }
+            }
+        }
+    };
+    ($(#[$meta:meta])* emu_only fn $name:ident($ops:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn emu() {
+                let ops = $crate::gpu::test_device::open_ops($crate::gpu::device::Device::Emu).unwrap_or_else(|e| panic!("{e}"));
+                let $ops: &$crate::gpu::ops::GpuOps = &ops;
+                $body
+            }
+        }
+    };
+}
