@@ -322,8 +322,7 @@ impl Engine {
     pub fn load(path: &Path, opts: RunOptions) -> Result<Engine> {
         let gguf = gguf::GgufFile::open(path)
             .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
-        let arch = gguf.architecture().map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
-        let model = if arch == "qwen4exp" {
+        let model = if crate::model::Arch::of(&gguf, path)? == crate::model::Arch::Qwen4Exp {
             if matches!(opts.device, Device::Hip | Device::Emu) {
                 return Err(EngineError::Unsupported(format!(
                     "qwen4exp models run on the CPU only so far (got --device {})",
