@@ -75,14 +75,17 @@ const FAM_NAMES: [&str; 15] = ["sop2", "sopk", "sop1", "sopc", "sopp", "smem", "
 /// Decode every instruction reachable from the kernel entries and function symbols, once.
 fn decode_program(co: &loader::CodeObject, base: u64) -> Program {
     let words: Vec<u32> = co.image.chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
-    let mut insts = vec![Inst::INVALID; words.len()];
+    // Instructions live in text: decoded entries up to the end of the last executable segment
+    // only (a large zero-filled data segment must not cost an `Inst` per word).
+    let text_words = co.text.iter().map(|t| t.1.div_ceil(4) as usize).max().unwrap_or(0).min(words.len());
+    let mut insts = vec![Inst::INVALID; text_words];
     let mut errors = std::collections::HashMap::new();
-    let mut seen = vec![false; words.len()];
+    let mut seen = vec![false; text_words];
     let mut work: Vec<usize> = co.kernels.iter().map(|(_, d)| (d.entry / 4) as usize).collect();
     work.extend(co.functions.iter().map(|(_, a)| (*a / 4) as usize));
     let in_text = |idx: usize| co.text.iter().any(|t| (idx as u64 * 4) >= t.0 && (idx as u64 * 4) < t.1);
     while let Some(idx) = work.pop() {
-        if idx >= words.len() || seen[idx] || !in_text(idx) { continue; }
+        if idx >= text_words || seen[idx] || !in_text(idx) { continue; }
         seen[idx] = true;
         match decode::decode(&words[idx..]) {
             Ok(i) => {

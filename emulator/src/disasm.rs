@@ -358,7 +358,10 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
         let _ = writeln!(out, "\n{start:016x} <{name}>:");
         let mut pc = *start;
         while pc < end {
-            let words: Vec<u32> = co.image[pc as usize..end as usize].chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
+            // An instruction is at most 16 bytes: decode from that window, not from the rest of
+            // the function (which made a long function quadratic to disassemble).
+            let window = &co.image[pc as usize..end.min(pc + 16) as usize];
+            let words: Vec<u32> = window.chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
             // objdump skips runs of at least 8 zero bytes (in multiples of 4)
             let zeros = co.image[pc as usize..end as usize].iter().take_while(|&&b| b == 0).count();
             if zeros >= 8 {

@@ -110,6 +110,14 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
             if bytes.len() as u64 > ph.p_memsz(e) {
                 return Err(bad("PT_LOAD filesz > memsz"));
             }
+            // Code comes from the file: a zero-filled executable tail would only be v_illegal
+            // words, and the decoder keeps one entry per word of text.
+            if ph.p_flags(e) & object::elf::PF_X != 0 && (bytes.len() as u64) < ph.p_memsz(e) {
+                return Err(bad(format!(
+                    "executable PT_LOAD at {:#x} is {:#x} bytes in memory but {:#x} in the file (zero-filled code)",
+                    ph.p_vaddr(e), ph.p_memsz(e), bytes.len()
+                )));
+            }
             let va = ph.p_vaddr(e) as usize;
             image[va..va + bytes.len()].copy_from_slice(bytes);
             if ph.p_flags(e) & object::elf::PF_X != 0 {
