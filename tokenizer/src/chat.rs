@@ -132,6 +132,12 @@ fn trim(s: &str) -> &str {
     s.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0B' | '\x0C'))
 }
 
+/// Instructions a stored template may execute for one rendering. The template comes with the
+/// model file, so it is not trusted: `{% for a in range(100000) %}{% for b in range(100000) %}`
+/// would run for hours. Real templates take a few hundred per message (Qwen2.5's, with tools,
+/// about 120 000 for 300 messages); this bound stops a runaway one within a few seconds.
+pub(crate) const TEMPLATE_FUEL: u64 = 20_000_000;
+
 /// Renders a stored template. `messages` and `tools` are in Hugging Face's chat format (what
 /// `apply_chat_template(messages, tools=...)` gets); `tools` is `none` when absent, so
 /// `{% if tools %}` templates render their plain branch.
@@ -143,8 +149,14 @@ pub(crate) fn render_jinja(
     bos: &str,
     eos: &str,
 ) -> Result<String, TokenizerError> {
-    let err = |e: Error| TokenizerError::ChatTemplate(format!("{e:#}"));
+    let err = |e: Error| match e.kind() {
+        ErrorKind::OutOfFuel => TokenizerError::ChatTemplate(format!(
+            "the template ran more than {TEMPLATE_FUEL} instructions for this conversation (a loop that does not end?)"
+        )),
+        _ => TokenizerError::ChatTemplate(format!("{e:#}")),
+    };
     let mut env = Environment::new();
+    env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
