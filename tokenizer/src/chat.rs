@@ -134,8 +134,9 @@ fn trim(s: &str) -> &str {
 
 /// Instructions a stored template may execute for one rendering. The template comes with the
 /// model file, so it is not trusted: `{% for a in range(100000) %}{% for b in range(100000) %}`
-/// would run for hours. Real templates take a few hundred per message (Qwen2.5's, with tools,
-/// about 120 000 for 300 messages); this bound stops a runaway one within a few seconds.
+/// would run for hours. Real templates take a few dozen per message (Qwen2.5-Coder's, with a
+/// tool, renders 500 000 messages within it, in under a second); a runaway one stops after
+/// about a second.
 pub(crate) const TEMPLATE_FUEL: u64 = 20_000_000;
 
 /// Renders a stored template. `messages` and `tools` are in Hugging Face's chat format (what
