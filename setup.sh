@@ -138,5 +138,6 @@ case "$mode" in
     STRATA_BIN="$strata" scripts/make-testdata.sh
     echo "==> cargo test --release --features gpu --workspace --no-fail-fast"
     cargo test --release --features gpu --workspace --no-fail-fast
+    scripts/fuzz-smoke.sh   # every fuzz target briefly on its committed corpus (docs/reliability.md)
     server/tests/clients_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model" ;;
 esac

@@ -4,7 +4,7 @@
 # the tree is not touched). Fails on any crash, panic, timeout (a unit over 10 s) or
 # out-of-memory (over 2 GB), printing how to reproduce it.
 #
-#   scripts/fuzz-smoke.sh [SECONDS_PER_TARGET]      default 15 ($FUZZ_SMOKE_SECS)
+#   scripts/fuzz-smoke.sh [SECONDS_PER_TARGET]      default 10 ($FUZZ_SMOKE_SECS)
 #
 # Build: cargo-fuzz's instrumentation (libFuzzer, sancov coverage, cfg(fuzzing), debug
 # assertions and overflow checks) applied with plain cargo, so CI needs no cargo-fuzz, but
@@ -14,7 +14,7 @@
 # testdata/reference (scripts/make-testdata.sh) and the cached test models when present.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-secs=${1:-${FUZZ_SMOKE_SECS:-15}}
+secs=${1:-${FUZZ_SMOKE_SECS:-10}}
 triple=$(rustc -vV | sed -n 's/^host: //p')
 target_dir="$root/fuzz/target/smoke"
 
@@ -54,7 +54,7 @@ for spec in "${targets[@]}"; do
   pid=$!
   wait $pid || status=$?
   rm -rf "/dev/shm/strata-fuzz-split-$pid" "${TMPDIR:-/tmp}/strata-fuzz-split-$pid"
-  done_line=$(grep -E '^#[0-9]+ +DONE' "$log" | tail -1 || true)
+  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
   if [ $status -ne 0 ] || [ -z "$done_line" ]; then
     failed=1
     echo "FAIL $t (exit $status):"
