@@ -184,17 +184,116 @@ pub trait TokenEngine {
     ) -> Result<FinishReason, String>;
 }
 
-/// Parse one host line; on failure returns the id (if one could be read) and the message.
-pub fn parse_host_line(line: &str) -> Result<HostMessage, (Option<u64>, String)> {
+/// One parsed host message, or why it is malformed with the request id if one could be read.
+pub type Parsed = Result<HostMessage, (Option<u64>, String)>;
+
+/// Parse one host line; on failure returns the id (if one could be read) and the message. A
+/// type error names the field (`field `max_tokens`: invalid value: integer `-5`, expected u32`).
+pub fn parse_host_line(line: &str) -> Parsed {
     match serde_json::from_str::<HostMessage>(line) {
         Ok(m) => Ok(m),
+        Err(e) => match serde_json::from_str::<serde_json::Value>(line) {
+            // Valid JSON of the wrong shape: say which field, and salvage the id so the host
+            // can fail the right request instead of waiting forever.
+            Ok(v) => parse_value(v),
+            Err(_) => Err((None, format!("malformed request: {e}"))),
+        },
+    }
+}
+
+/// Parse one line as `serve_loop` reads it (bytes, without the `\n`): one entry per request it
+/// names. A blank line gives none. A line that is not UTF-8, or that holds more than one JSON
+/// value, is malformed: every value on it with a readable `id` gets an error for that id (so
+/// the host fails those requests instead of waiting), and a line with no readable id one
+/// unattributed error.
+pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
+    let text = match std::str::from_utf8(line) {
+        Ok(t) => t,
         Err(e) => {
-            // Salvage the id so the host can fail the right request instead of waiting forever.
-            let id = serde_json::from_str::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v.get("id").and_then(|i| i.as_u64()));
-            Err((id, format!("malformed request: {e}")))
+            let at = e.valid_up_to();
+            let why = format!(
+                "malformed request: the line is not valid UTF-8 (byte 0x{:02x} at offset {at})",
+                line[at]
+            );
+            let (values, _) = json_values(&String::from_utf8_lossy(line));
+            return attribute(&values, why);
         }
+    };
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    let (mut values, rest) = json_values(text);
+    match (values.len(), rest) {
+        (0, Some((e, _))) => vec![Err((None, format!("malformed request: {e}")))],
+        (1, None) => vec![parse_value(values.pop().expect("one value"))],
+        (n, rest) => {
+            let why = match rest {
+                None => format!("malformed request: {n} JSON values on one line (one request per line)"),
+                Some((_, col)) => format!(
+                    "malformed request: unexpected characters after {} at column {col} (one request per line)",
+                    if n == 1 { "the JSON value".to_string() } else { format!("{n} JSON values") }
+                ),
+            };
+            attribute(&values, why)
+        }
+    }
+}
+
+/// The JSON values at the start of `text`, and the error (with its column) where the rest is
+/// not a JSON value.
+fn json_values(text: &str) -> (Vec<serde_json::Value>, Option<(serde_json::Error, usize)>) {
+    let mut values = Vec::new();
+    for v in serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>() {
+        match v {
+            Ok(v) => values.push(v),
+            Err(e) => {
+                let col = e.column();
+                return (values, Some((e, col)));
+            }
+        }
+    }
+    (values, None)
+}
+
+/// The same error for every value with a readable id; one unattributed error if none has one.
+fn attribute(values: &[serde_json::Value], why: String) -> Vec<Parsed> {
+    let ids: Vec<u64> = values.iter().filter_map(|v| v.get("id")?.as_u64()).collect();
+    if ids.is_empty() {
+        return vec![Err((None, why))];
+    }
+    ids.into_iter().map(|id| Err((Some(id), why.clone()))).collect()
+}
+
+/// A host message from one JSON value; a type error names the field it is about.
+fn parse_value(v: serde_json::Value) -> Parsed {
+    let e = match HostMessage::deserialize(&v) {
+        Ok(m) => return Ok(m),
+        Err(e) => e,
+    };
+    let id = v.get("id").and_then(|i| i.as_u64());
+    // The tagged enum reports no path; the variant's struct, deserialized on its own, does.
+    let field = match v.get("type").and_then(|t| t.as_str()) {
+        Some("generate") => field_error::<GenerateRequest>(&v),
+        Some("cancel") => field_error::<CancelFields>(&v),
+        _ => None,
+    };
+    let why = match field {
+        Some((path, inner)) if path != "." => format!("field `{path}`: {inner}"),
+        _ => e.to_string(),
+    };
+    Err((id, format!("malformed request: {why}")))
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct CancelFields {
+    id: u64,
+}
+
+fn field_error<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> Option<(String, String)> {
+    match serde_path_to_error::deserialize::<_, T>(v) {
+        Ok(_) => None,
+        Err(e) => Some((e.path().to_string(), e.inner().to_string())),
     }
 }
 
@@ -211,9 +310,9 @@ fn write_msg(out: &mut impl Write, msg: &EngineMessage) -> io::Result<()> {
     out.flush()
 }
 
-/// Input as seen by the main loop: a line, or the end.
+/// Input as seen by the main loop: a line (bytes, without its `\n` or `\r\n`), or the end.
 enum Input {
-    Line(String),
+    Line(Vec<u8>),
     Eof,
 }
 
@@ -236,11 +335,30 @@ pub fn serve_loop<E: TokenEngine>(
     let (tx, rx) = mpsc::channel::<io::Result<Input>>();
     std::thread::scope(|scope| {
         // Reader thread: lets a `cancel` reach us while `generate` is running.
+        // Lines are split as bytes, so a line that is not UTF-8 is one malformed request
+        // (`parse_host_bytes`), not the end of the input.
         scope.spawn(move || {
-            for line in input.lines() {
-                let stop = line.is_err();
-                if tx.send(line.map(Input::Line)).is_err() || stop {
-                    return;
+            let mut input = input;
+            loop {
+                let mut line = Vec::new();
+                match input.read_until(b'\n', &mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        if line.last() == Some(&b'\n') {
+                            line.pop();
+                            if line.last() == Some(&b'\r') {
+                                line.pop();
+                            }
+                        }
+                        if tx.send(Ok(Input::Line(line))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
                 }
             }
             let _ = tx.send(Ok(Input::Eof));
@@ -287,10 +405,14 @@ impl LoopState {
             }
             Input::Line(l) => l,
         };
-        if line.trim().is_empty() {
-            return Ok(());
+        for parsed in parse_host_bytes(&line) {
+            self.handle(parsed, out)?;
         }
-        match parse_host_line(&line) {
+        Ok(())
+    }
+
+    fn handle(&mut self, parsed: Parsed, out: &mut impl Write) -> io::Result<()> {
+        match parsed {
             Ok(HostMessage::Generate(r)) => self.queue.push_back(r),
             Ok(HostMessage::Cancel { id }) => {
                 if self.queue.iter().any(|r| r.id == id) {
@@ -480,14 +602,19 @@ impl LoopState {
         out: &mut impl Write,
         ended: &mut Option<FinishReason>,
     ) -> io::Result<()> {
-        if let Input::Line(l) = &input
-            && let Ok(HostMessage::Cancel { id }) = parse_host_line(l)
-            && id == running
-        {
-            ended.get_or_insert(FinishReason::Cancelled);
-            return Ok(());
+        let line = match input {
+            Input::Line(l) => l,
+            eof => return self.accept(eof, out),
+        };
+        for parsed in parse_host_bytes(&line) {
+            match parsed {
+                Ok(HostMessage::Cancel { id }) if id == running => {
+                    ended.get_or_insert(FinishReason::Cancelled);
+                }
+                other => self.handle(other, out)?,
+            }
         }
-        self.accept(input, out)
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! against the fake engine (`src/bin/fake_engine.rs`).
 
 mod anthropic;
+mod bad_lines;
 mod http;
 mod protocol;
 mod support;
