@@ -11,7 +11,7 @@ fn try_exec(words: &[u32]) -> Option<Result<(), String>> {
     insts[0] = i;
     // s_endpgm after it
     insts[i.len as usize / 4] = decode(&[0xBFB00000]).ok()?;
-    let prog = Program { base: 0x1000, insts, errors: Default::default(), kernel_names: Vec::new(), words: Vec::new() };
+    let prog = Program { base: 0x1000, insts, kernel_names: Vec::new(), words: Vec::new() };
     let mem = Memory::default();
     let ctx = Ctx { prog: &prog, kernel: "cov", regions: &[], mem: &mem, budget: 100, f32_denorm: true, f16_denorm: true, private_size: 64 };
     let mut w = Wave::new(&ctx);

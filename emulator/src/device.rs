@@ -72,19 +72,22 @@ pub struct LaunchStats {
 
 const FAM_NAMES: [&str; 15] = ["sop2", "sopk", "sop1", "sopc", "sopp", "smem", "valu", "vop3p", "vopd", "ds", "flat", "global", "scratch", "invalid", "cache"];
 
-/// Decode every instruction reachable from the kernel entries and function symbols, once.
-fn decode_program(co: &loader::CodeObject, base: u64) -> Program {
+/// Decode every instruction reachable from the kernel entries and function symbols, once. A
+/// reachable word that is no known instruction refuses the whole code object (naming the
+/// kernel or function it was reached from, its address and its words): never a guess.
+fn decode_program(co: &loader::CodeObject, base: u64) -> Result<Program, EmuError> {
     let words: Vec<u32> = co.image.chunks(4).map(|c| { let mut b = [0u8; 4]; b[..c.len()].copy_from_slice(c); u32::from_le_bytes(b) }).collect();
     // Instructions live in text: decoded entries up to the end of the last executable segment
     // only (a large zero-filled data segment must not cost an `Inst` per word).
     let text_words = co.text.iter().map(|t| t.1.div_ceil(4) as usize).max().unwrap_or(0).min(words.len());
     let mut insts = vec![Inst::INVALID; text_words];
-    let mut errors = std::collections::HashMap::new();
     let mut seen = vec![false; text_words];
-    let mut work: Vec<usize> = co.kernels.iter().map(|(_, d)| (d.entry / 4) as usize).collect();
-    work.extend(co.functions.iter().map(|(_, a)| (*a / 4) as usize));
+    // (word index, root): root < kernels.len() is a kernel, else a function symbol
+    let nk = co.kernels.len();
+    let mut work: Vec<(usize, usize)> = co.kernels.iter().enumerate().map(|(r, (_, d))| ((d.entry / 4) as usize, r)).collect();
+    work.extend(co.functions.iter().enumerate().map(|(r, (_, a))| ((*a / 4) as usize, nk + r)));
     let in_text = |idx: usize| co.text.iter().any(|t| (idx as u64 * 4) >= t.0 && (idx as u64 * 4) < t.1);
-    while let Some(idx) = work.pop() {
+    while let Some((idx, root)) = work.pop() {
         if idx >= text_words || seen[idx] || !in_text(idx) { continue; }
         seen[idx] = true;
         match decode::decode(&words[idx..]) {
@@ -96,18 +99,22 @@ fn decode_program(co: &loader::CodeObject, base: u64) -> Program {
                 let ends = sopp && (name.starts_with("s_endpgm") || name == "s_branch" || name == "s_code_end")
                     || (i.fam == Fam::Sop1 && name == "s_setpc_b64");
                 if sopp && (name.starts_with("s_cbranch") || name == "s_branch") {
-                    work.push((idx as i64 + 1 + i.imm as i64) as usize);
+                    work.push(((idx as i64 + 1 + i.imm as i64) as usize, root));
                 }
                 if i.fam == Fam::Sopk && name == "s_call_b64" {
-                    work.push((idx as i64 + 1 + i.imm as i64) as usize);
+                    work.push(((idx as i64 + 1 + i.imm as i64) as usize, root));
                 }
-                if !ends { work.push(next); }
+                if !ends { work.push((next, root)); }
             }
-            Err(e) => { errors.insert(idx, format!("{} at {:#x}", e.0, idx * 4)); }
+            Err(e) => {
+                let kernel = if root < nk { co.kernels[root].0.name.clone() } else { co.functions[root - nk].0.clone() };
+                let n = decode::shown_words(words[idx]).min(words.len() - idx);
+                return Err(EmuError::UnknownEncoding { kernel, pc: idx as u64 * 4, words: words[idx..idx + n].to_vec(), what: e.0 });
+            }
         }
     }
     let kernel_names = co.kernels.iter().map(|(k, d)| (d.entry, k.name.clone())).collect();
-    Program { base, insts, errors, kernel_names, words }
+    Ok(Program { base, insts, kernel_names, words })
 }
 
 impl Device {
@@ -120,8 +127,11 @@ impl Device {
     pub fn load_module(&self, code_object: &[u8]) -> Result<Module, EmuError> {
         let co = loader::load(code_object)?;
         let base = self.mem.alloc(co.image.len())?;
+        let prog = match decode_program(&co, base) {
+            Ok(p) => p,
+            Err(e) => { let _ = self.mem.free(base); return Err(e); }
+        };
         self.mem.copy_in(base, &co.image)?;
-        let prog = decode_program(&co, base);
         Ok(Module { inner: Arc::new(ModuleInner { prog, kernels: co.kernels, base, mem: Arc::downgrade(&self.mem) }) })
     }
     pub fn malloc(&self, bytes: usize) -> Result<DevicePtr, EmuError> { self.mem.alloc(bytes) }

@@ -348,13 +348,19 @@ fn swizzle(off: u16) -> String {
 pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
     let co = crate::loader::load(code_object)?;
     let mut out = String::from("\n<code object>:\tfile format elf64-amdgpu\n\nDisassembly of section .text:\n");
-    let mut funcs = co.functions.clone();
+    // (name, start, symbol size or 0)
+    let mut funcs: Vec<(String, u64, u64)> = co.functions.iter().zip(&co.function_sizes).map(|((n, a), s)| (n.clone(), *a, *s)).collect();
     if funcs.is_empty() {
-        funcs = co.text.iter().map(|t| (".text".to_string(), t.0)).collect();
+        funcs = co.text.iter().map(|t| (".text".to_string(), t.0, 0)).collect();
     }
     funcs.sort_by_key(|f| f.1);
-    for (fi, (name, start)) in funcs.iter().enumerate() {
+    for (fi, (name, start, size)) in funcs.iter().enumerate() {
         let end = funcs.get(fi + 1).map(|f| f.1).unwrap_or_else(|| co.text.iter().find(|t| *start >= t.0 && *start < t.1).map(|t| t.1).unwrap_or(*start));
+        // Within the symbol's extent (all of the range when the symbol has no size) every word
+        // must be an instruction; past it (padding up to the next symbol, which ld.lld fills
+        // with s_code_end, or data) bytes are listed the way objdump lists them, with
+        // `<unknown>` for words that are no instruction: they are not code of any function.
+        let sym_end = if *size == 0 { end } else { (start + size).min(end) };
         let _ = writeln!(out, "\n{start:016x} <{name}>:");
         let mut pc = *start;
         while pc < end {
@@ -381,11 +387,19 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
                     let _ = writeln!(out, "{line}");
                     pc += i.len as u64;
                 }
-                Err(_) => {
-                    // a lone zero word is gfx11's v_illegal encoding
-                    let t = if words[0] == 0 { "v_illegal" } else { "<unknown>" };
-                    let _ = writeln!(out, "\t{t:<59}// {pc:012X}: {:08X}", words[0]);
+                // a lone zero word is gfx11's v_illegal encoding (LLVM names it; it never executes)
+                Err(_) if words[0] == 0 => {
+                    let _ = writeln!(out, "\t{:<59}// {pc:012X}: {:08X}", "v_illegal", words[0]);
                     pc += 4;
+                }
+                Err(_) if pc >= sym_end => {
+                    let _ = writeln!(out, "\t{:<59}// {pc:012X}: {:08X}", "<unknown>", words[0]);
+                    pc += 4;
+                }
+                // anything else unknown is an error, never a guess at where the next instruction starts
+                Err(e) => {
+                    let n = decode::shown_words(words[0]).min(words.len());
+                    return Err(EmuError::UnknownEncoding { kernel: name.clone(), pc, words: words[..n].to_vec(), what: e.0 });
                 }
             }
         }

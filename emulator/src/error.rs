@@ -21,6 +21,12 @@ pub enum EmuError {
     /// The decoder met an encoding/opcode the device does not implement.
     #[error("kernel {kernel}: unsupported instruction at pc {pc:#x}: {what}")]
     Unsupported { kernel: String, pc: u64, what: String },
+    /// Words that are no instruction the device knows (an unimplemented encoding such as
+    /// MUBUF/MTBUF/MIMG/EXP, an unknown opcode): refused by the loader for every reachable
+    /// instruction, by the disassembler, and when reached through a computed jump. `pc` is
+    /// the code-object address (as llvm-objdump prints it); `words` the instruction's dwords.
+    #[error("kernel {kernel}: unknown instruction encoding at pc {pc:#x} ({}): {what}", hex_words(.words))]
+    UnknownEncoding { kernel: String, pc: u64, words: Vec<u32>, what: String },
     /// A global/flat/LDS/scratch access outside every allocation.
     #[error("kernel {kernel}: memory fault at pc {pc:#x} `{inst}` lane {lane}: {what} address {addr:#x} ({bytes} bytes)")]
     MemoryFault { kernel: String, pc: u64, inst: String, lane: u32, addr: u64, bytes: u32, what: &'static str },
@@ -40,4 +46,8 @@ pub enum EmuError {
     Api(String),
     #[error("allocation of {bytes} bytes refused: {reason}")]
     Alloc { bytes: usize, reason: String },
+}
+
+fn hex_words(w: &[u32]) -> String {
+    w.iter().map(|x| format!("{x:08X}")).collect::<Vec<_>>().join(" ")
 }

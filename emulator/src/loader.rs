@@ -77,6 +77,8 @@ pub struct CodeObject {
     pub kernels: Vec<(KernelInfo, KernelDescriptor)>,
     /// Function symbols (name, address): extra decode roots and disassembly labels.
     pub functions: Vec<(String, u64)>,
+    /// The symbol sizes of `functions` (0 when the symbol does not say).
+    pub function_sizes: Vec<u64>,
 }
 
 fn bad(what: impl Into<String>) -> EmuError { EmuError::BadElf(what.into()) }
@@ -149,9 +151,10 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
             }
         }
     }
-    let functions: Vec<(String, u64)> = syms.iter()
-        .filter(|s| s.3 == object::elf::STT_FUNC && text.iter().any(|t| s.1 >= t.0 && s.1 < t.1))
-        .map(|s| (s.0.clone(), s.1)).collect();
+    let func_syms: Vec<_> = syms.iter()
+        .filter(|s| s.3 == object::elf::STT_FUNC && text.iter().any(|t| s.1 >= t.0 && s.1 < t.1)).collect();
+    let functions: Vec<(String, u64)> = func_syms.iter().map(|s| (s.0.clone(), s.1)).collect();
+    let function_sizes: Vec<u64> = func_syms.iter().map(|s| s.2).collect();
     let mut kernels = Vec::new();
     for info in infos {
         let sym = if info.symbol.is_empty() { format!("{}.kd", info.name) } else { info.symbol.clone() };
@@ -175,7 +178,7 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
         }
         kernels.push((info, d));
     }
-    Ok(CodeObject { arch, image, text, kernels, functions })
+    Ok(CodeObject { arch, image, text, kernels, functions, function_sizes })
 }
 
 /// Parse the msgpack `amdhsa.kernels` list.

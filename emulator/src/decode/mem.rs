@@ -5,10 +5,10 @@ pub fn ds(w0: u32, w1: u32) -> Result<Inst, DecodeError> {
     let op = ((w0 >> 18) & 0xff) as u16;
     let mut i = Inst::new(Fam::Ds, Enc::Ds, op);
     let d = table_of(Fam::Ds).and_then(|t| t.get(op))
-        .ok_or_else(|| DecodeError(format!("unknown DS opcode {op} (word {w0:#010x})")))?;
+        .ok_or_else(|| DecodeError(format!("unknown DS opcode {op}")))?;
     i.shape = [d.dst, d.src[0], d.src[1], d.src[2]];
     if (w0 >> 17) & 1 != 0 {
-        return Err(DecodeError(format!("DS with gds is not supported (word {w0:#010x})")));
+        return Err(DecodeError("DS with gds is not supported".into()));
     }
     i.len = 8;
     i.imm = (w0 & 0xffff) as i32;
@@ -23,11 +23,11 @@ pub fn flat(w0: u32, w1: u32) -> Result<Inst, DecodeError> {
         0 => (Fam::Flat, "FLAT"),
         1 => (Fam::Scratch, "SCRATCH"),
         2 => (Fam::Global, "GLOBAL"),
-        _ => return Err(DecodeError(format!("FLAT segment 3 (word {w0:#010x})"))),
+        _ => return Err(DecodeError("FLAT segment 3 is not an encoding".into())),
     };
     let mut i = Inst::new(fam, Enc::Flat, op);
     let d = table_of(fam).and_then(|t| t.get(op))
-        .ok_or_else(|| DecodeError(format!("unknown {what} opcode {op} (word {w0:#010x})")))?;
+        .ok_or_else(|| DecodeError(format!("unknown {what} opcode {op}")))?;
     i.shape = [d.dst, d.src[0], d.src[1], d.src[2]];
     i.len = 8;
     i.imm = ((w0 & 0x1fff) << 19) as i32 >> 19;

@@ -155,6 +155,9 @@ pub fn valu_desc(op: u16) -> Option<&'static ValuDesc> {
 pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
     let w0 = *words.first().ok_or_else(|| DecodeError("end of code".into()))?;
     let w = |i: usize| words.get(i).copied().ok_or_else(|| DecodeError("instruction runs past the end of code".into()));
+    if w0 == 0 {
+        return Err(DecodeError("v_illegal (the all-zero word)".into()));
+    }
     match w0 >> 25 {
         0x3f => return vector::vop1(w0, &w),
         0x3e => return vector::vopc(w0, &w),
@@ -175,21 +178,34 @@ pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
     match w0 >> 26 {
         0x3d => scalar::smem(w0, w(1)?),
         0x35 => vector::vop3(w0, &w),
-        0x33 => vector::vop3p(w0, &w),
+        // bits 31:24 = 0xcc is VOP3P; 0xcd VINTERP and 0xce LDSDIR share bits 31:26
+        0x33 if w0 >> 24 == 0xcc => vector::vop3p(w0, &w),
+        0x33 => Err(DecodeError(format!("{} encoding (bits 31:24 = {:#x}) is not implemented", if w0 >> 24 == 0xcd { "VINTERP" } else if w0 >> 24 == 0xce { "LDSDIR" } else { "unknown" }, w0 >> 24))),
         0x32 => vector::vopd(w0, &w),
         0x36 => mem::ds(w0, w(1)?),
         0x38 => {
-            // MUBUF: only the cache invalidations (no-ops here, memory is coherent)
+            // MUBUF: only the cache invalidations (no-ops here, memory is coherent); every
+            // other opcode (buffer loads, stores, atomics) is refused, never guessed.
             let op = ((w0 >> 18) & 0xff) as u16;
             w(1)?;
             match op {
                 0x2b | 0x2c => Ok(Inst { len: 8, ..Inst::new(Fam::Cache, Enc::Invalid, op) }),
-                _ => Err(DecodeError(format!("unsupported MUBUF opcode {op:#x} (word {w0:#010x})"))),
+                _ => Err(DecodeError(format!("MUBUF opcode {op:#x} is not implemented (buffer resource access)"))),
             }
         }
         0x37 => mem::flat(w0, w(1)?),
-        x => Err(DecodeError(format!("unsupported encoding (bits 31:26 = {x:#x}) word {w0:#010x}"))),
+        0x3a => Err(DecodeError(format!("MTBUF opcode {:#x} is not implemented (typed buffer access)", (w0 >> 15) & 0xf))),
+        0x3c => Err(DecodeError(format!("MIMG opcode {:#x} is not implemented (image access)", (w0 >> 18) & 0xff))),
+        0x3e => Err(DecodeError("EXP (export) is not implemented".into())),
+        x => Err(DecodeError(format!("no gfx11 encoding has bits 31:26 = {x:#x}"))),
     }
+}
+
+/// How many dwords of an undecodable instruction an error shows: both words of the 64-bit
+/// encodings (bits 31:26 from 0x32: VOPD, VOP3P, VOP3, DS, FLAT, MUBUF, MTBUF, MIMG, SMEM,
+/// EXP, VINTERP), the first word otherwise (LDSDIR is one word).
+pub fn shown_words(w0: u32) -> usize {
+    if w0 >> 26 >= 0x32 && w0 >> 26 != 0x3f && w0 >> 24 != 0xce { 2 } else { 1 }
 }
 
 /// Length-in-dwords helper for sources that may carry a literal.

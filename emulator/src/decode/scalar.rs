@@ -3,10 +3,10 @@ use super::{src, table_of, DecodeError, Enc, Fam, Inst};
 
 type W<'a> = &'a dyn Fn(usize) -> Result<u32, DecodeError>;
 
-fn known(f: Fam, op: u16, what: &str, w0: u32) -> Result<[u8; 4], DecodeError> {
+fn known(f: Fam, op: u16, what: &str, _w0: u32) -> Result<[u8; 4], DecodeError> {
     match table_of(f).and_then(|t| t.get(op)) {
         Some(d) => Ok([d.dst, d.src[0], d.src[1], d.src[2]]),
-        None => Err(DecodeError(format!("unknown {what} opcode {op} (word {w0:#010x})"))),
+        None => Err(DecodeError(format!("unknown {what} opcode {op}"))),
     }
 }
 

@@ -9,10 +9,10 @@ pub fn is_fmak(op: u16) -> bool {
     matches!(op, vop::V_FMAMK_F32 | vop::V_FMAAK_F32 | vop::V_FMAMK_F16 | vop::V_FMAAK_F16)
 }
 
-fn shapes(op: u16, what: &str, w0: u32) -> Result<[u8; 4], DecodeError> {
+fn shapes(op: u16, what: &str, _w0: u32) -> Result<[u8; 4], DecodeError> {
     match valu_desc(op) {
         Some(d) => Ok([d.dst, d.src[0], d.src[1], d.src[2]]),
-        None => Err(DecodeError(format!("unknown {what} opcode {:#x} (word {w0:#010x})", op))),
+        None => Err(DecodeError(format!("unknown {what} opcode {:#x}", op))),
     }
 }
 
@@ -157,7 +157,7 @@ pub fn vop3p(w0: u32, w: W) -> Result<Inst, DecodeError> {
     let op = ((w0 >> 16) & 0x7f) as u16;
     let mut i = Inst::new(Fam::Vop3p, Enc::Vop3p, op);
     let d = super::table_of(Fam::Vop3p).and_then(|t| t.get(op))
-        .ok_or_else(|| DecodeError(format!("unknown VOP3P opcode {op:#x} (word {w0:#010x})")))?;
+        .ok_or_else(|| DecodeError(format!("unknown VOP3P opcode {op:#x}")))?;
     i.shape = [d.dst, d.src[0], d.src[1], d.src[2]];
     i.len = 8;
     i.dst = (w0 & 0xff) as u16;
@@ -168,7 +168,7 @@ pub fn vop3p(w0: u32, w: W) -> Result<Inst, DecodeError> {
     i.src = [(w1 & 0x1ff) as u16, ((w1 >> 9) & 0x1ff) as u16, ((w1 >> 18) & 0x1ff) as u16];
     i.neg = ((w1 >> 29) & 7) as u8;
     if i.src[0] == src::DPP16 || i.src[0] == src::DPP8 || i.src[0] == src::DPP8FI {
-        return Err(DecodeError(format!("VOP3P with DPP is not supported (word {w0:#010x})")));
+        return Err(DecodeError("VOP3P with DPP is not supported".into()));
     }
     if super::uses_literal(&i.src) {
         i.lit = w(2)?;
@@ -191,7 +191,7 @@ pub fn vopd_op(x: u16) -> Option<u16> {
 pub fn vopd(w0: u32, w: W) -> Result<Inst, DecodeError> {
     let w1 = w(1)?;
     let (ox, oy) = (((w0 >> 22) & 0xf) as u16, ((w0 >> 17) & 0x1f) as u16);
-    let bad = |o| DecodeError(format!("unsupported VOPD opcode {o} (word {w0:#010x})"));
+    let bad = |o| DecodeError(format!("unsupported VOPD opcode {o}"));
     let opx = vopd_op(ox).ok_or_else(|| bad(ox))?;
     let opy = vopd_op(oy).filter(|_| oy != 13).ok_or_else(|| bad(oy))?;
     let mut i = Inst::new(Fam::Vopd, Enc::Vopd, opx);

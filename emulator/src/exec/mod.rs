@@ -22,8 +22,6 @@ use std::sync::Arc;
 pub struct Program {
     pub base: u64,
     pub insts: Vec<Inst>,
-    /// Decode errors of reachable words, reported when executed.
-    pub errors: std::collections::HashMap<usize, String>,
     /// Kernel entry points and names.
     pub kernel_names: Vec<(u64, String)>,
     /// The raw image words, for instructions reached only through computed jumps
@@ -217,18 +215,17 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
         let idx = (pc.wrapping_sub(prog.base) / 4) as usize;
         let inst = match prog.insts.get(idx) {
             Some(i) if i.fam != Fam::Invalid && pc >= prog.base && pc & 3 == 0 => *i,
-            Some(_) if pc >= prog.base && pc & 3 == 0 && !prog.errors.contains_key(&idx) && idx < prog.words.len() => {
+            Some(_) if pc >= prog.base && pc & 3 == 0 && idx < prog.words.len() => {
+                // reached only through a computed jump: decoded now, refused if unknown
                 match crate::decode::decode(&prog.words[idx..]) {
                     Ok(i) => i,
-                    Err(e) => return Err(EmuError::Unsupported { kernel: ctx.kernel.into(), pc, what: e.0 }),
+                    Err(e) => {
+                        let n = crate::decode::shown_words(prog.words[idx]).min(prog.words.len() - idx);
+                        return Err(EmuError::UnknownEncoding { kernel: ctx.kernel.into(), pc: pc - prog.base, words: prog.words[idx..idx + n].to_vec(), what: e.0 });
+                    }
                 }
             }
-            _ => {
-                if let Some(e) = prog.errors.get(&idx) {
-                    return Err(EmuError::Unsupported { kernel: ctx.kernel.into(), pc, what: e.clone() });
-                }
-                return Err(EmuError::BadPc { kernel: ctx.kernel.into(), pc });
-            }
+            _ => return Err(EmuError::BadPc { kernel: ctx.kernel.into(), pc }),
         };
         w.executed += 1;
         if w.executed > ctx.budget {
@@ -284,7 +281,7 @@ pub fn bench_lane_ops_per_sec() -> f64 {
         insts[k] = i;
         k += i.len as usize / 4;
     }
-    let prog = Program { base: 0x1000, insts, errors: Default::default(), kernel_names: Vec::new(), words: Vec::new() };
+    let prog = Program { base: 0x1000, insts, kernel_names: Vec::new(), words: Vec::new() };
     let regions = Vec::new();
     let mem = memory::Memory::default();
     let ctx = Ctx { prog: &prog, kernel: "bench", regions: &regions, mem: &mem, budget: u64::MAX, f32_denorm: true, f16_denorm: true, private_size: 0 };
