@@ -1,6 +1,7 @@
 //! The HIP-shaped device API: modules, memory, launches, statistics.
 use crate::decode::{self, Fam, Inst};
 use crate::error::EmuError;
+use crate::exec::race::{self, RaceState};
 use crate::exec::{self, Counters, Ctx, Program, Stop, Wave};
 pub use crate::loader::{KernArg, KernelInfo};
 use crate::loader::{self, KernelDescriptor};
@@ -14,10 +15,32 @@ pub type DevicePtr = u64;
 /// Default per-wave instruction budget before "did not terminate".
 pub const DEFAULT_BUDGET: u64 = 200_000_000;
 
+/// Options of every launch on a [`Device`] (see [`Device::set_options`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// Per-wave instruction budget before "did not terminate".
+    pub instruction_budget: u64,
+    /// Race mode: `Some(seed)` runs the waves of each workgroup in a random interleaving drawn
+    /// from `seed` (switching waves at every barrier and after random instruction counts) and
+    /// fails a launch whose waves race on LDS or global memory with [`EmuError::DataRace`].
+    /// Slower; `None` (the default) is the normal scheduler. [`Device::new`] takes it from
+    /// `STRATA_EMU_RACE_SEED` ([`RACE_SEED_ENV`]).
+    pub race_seed: Option<u64>,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self { LaunchOptions { instruction_budget: DEFAULT_BUDGET, race_seed: None } }
+}
+
+pub use race::RACE_SEED_ENV;
+
 pub struct Device {
     mem: Arc<Memory>,
     fail_pinned_above: Mutex<Option<usize>>,
-    budget: Mutex<u64>,
+    options: Mutex<LaunchOptions>,
+    /// A malformed `STRATA_EMU_RACE_SEED`: every launch fails with it (rather than silently
+    /// running without the race checks that were asked for).
+    env_error: Option<String>,
 }
 
 impl Default for Device { fn default() -> Self { Device::new() } }
@@ -118,11 +141,27 @@ fn decode_program(co: &loader::CodeObject, base: u64) -> Result<Program, EmuErro
 }
 
 impl Device {
+    /// A device with default options, except race mode when `STRATA_EMU_RACE_SEED` is set.
     pub fn new() -> Device {
-        Device { mem: Arc::new(Memory::default()), fail_pinned_above: Mutex::new(None), budget: Mutex::new(DEFAULT_BUDGET) }
+        let (race_seed, env_error) = match race::race_seed_from_env() {
+            Ok(s) => (s, None),
+            Err(e) => (None, Some(e)),
+        };
+        Device {
+            mem: Arc::new(Memory::default()),
+            fail_pinned_above: Mutex::new(None),
+            options: Mutex::new(LaunchOptions { race_seed, ..LaunchOptions::default() }),
+            env_error,
+        }
     }
+    /// The options launches use now.
+    pub fn options(&self) -> LaunchOptions { self.options.lock().map(|o| o.clone()).unwrap_or_default() }
+    /// Replace the launch options (race mode, instruction budget).
+    pub fn set_options(&self, o: LaunchOptions) { if let Ok(mut x) = self.options.lock() { *x = o; } }
     /// Change the per-wave instruction budget (tests of "did not terminate").
-    pub fn set_instruction_budget(&self, n: u64) { if let Ok(mut b) = self.budget.lock() { *b = n; } }
+    pub fn set_instruction_budget(&self, n: u64) { if let Ok(mut x) = self.options.lock() { x.instruction_budget = n; } }
+    /// Race mode on (`Some(seed)`) or off for the following launches.
+    pub fn set_race_seed(&self, seed: Option<u64>) { if let Ok(mut x) = self.options.lock() { x.race_seed = seed; } }
 
     pub fn load_module(&self, code_object: &[u8]) -> Result<Module, EmuError> {
         let co = loader::load(code_object)?;
@@ -162,6 +201,8 @@ impl Device {
     pub fn launch(&self, f: &Function, grid: [u32; 3], block: [u32; 3], dynamic_lds: u32, kernargs: &[u8]) -> Result<LaunchStats, EmuError> {
         let (info, kd) = &f.module.kernels[f.index];
         let api = |s: String| EmuError::Api(format!("launch {}: {s}", info.name));
+        if let Some(e) = &self.env_error { return Err(api(e.clone())); }
+        let opts = self.options.lock().map_err(|_| api("lock poisoned".into()))?.clone();
         if grid.contains(&0) || block.contains(&0) { return Err(api(format!("empty grid {grid:?} / block {block:?}"))); }
         let threads = block[0] as u64 * block[1] as u64 * block[2] as u64;
         let max = if info.max_flat_workgroup_size == 0 { 1024 } else { info.max_flat_workgroup_size } as u64;
@@ -208,23 +249,24 @@ impl Device {
         self.mem.copy_in(pkt_ptr, &pkt)?;
 
         let regions = self.mem.snapshot();
-        let budget = *self.budget.lock().map_err(|_| api("lock poisoned".into()))?;
         let ctx = Ctx {
-            prog: &f.module.prog, kernel: &info.name, regions: &regions, mem: &self.mem, budget,
+            prog: &f.module.prog, kernel: &info.name, regions: &regions, mem: &self.mem, budget: opts.instruction_budget,
             f32_denorm: kd.f32_denorm_mode() == 3, f16_denorm: kd.f16_denorm_mode() == 3,
             private_size: kd.private_segment_size.max(info.private_segment_size),
         };
         let n_groups = grid[0] as u64 * grid[1] as u64 * grid[2] as u64;
         // Wave register files are reused between the workgroups a host thread runs (their
         // initial VGPR contents are undefined on hardware too), which avoids zeroing 35 KB per wave.
-        let run_group = |cache: &mut Vec<Wave>, g: u64| -> Result<Counters, EmuError> {
+        let seed = opts.race_seed;
+        let new_cache = || GroupCache { waves: Vec::new(), race: seed.map(RaceState::new) };
+        let run_group = |cache: &mut GroupCache, g: u64| -> Result<Counters, EmuError> {
             let gid = [(g % grid[0] as u64) as u32, ((g / grid[0] as u64) % grid[1] as u64) as u32, (g / (grid[0] as u64 * grid[1] as u64)) as u32];
             run_workgroup(&ctx, kd, gid, block, threads as u32, lds_size as usize, pkt_ptr, ka_ptr, cache)
         };
         let results: Vec<Result<Counters, EmuError>> = if n_groups > 1 {
-            (0..n_groups).into_par_iter().map_init(Vec::new, run_group).collect()
+            (0..n_groups).into_par_iter().map_init(new_cache, run_group).collect()
         } else {
-            let mut cache = Vec::new();
+            let mut cache = new_cache();
             (0..n_groups).map(|g| run_group(&mut cache, g)).collect()
         };
         let _ = self.mem.free(ka_ptr);
@@ -244,8 +286,16 @@ impl Device {
     }
 }
 
+/// What a host thread keeps between the workgroups it runs.
+struct GroupCache {
+    waves: Vec<Wave>,
+    /// Race-mode state (None in the normal mode).
+    race: Option<RaceState>,
+}
+
 #[allow(clippy::too_many_arguments)]
-fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3], threads: u32, lds_size: usize, pkt: u64, ka: u64, cache: &mut Vec<Wave>) -> Result<Counters, EmuError> {
+fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3], threads: u32, lds_size: usize, pkt: u64, ka: u64, gc: &mut GroupCache) -> Result<Counters, EmuError> {
+    let cache = &mut gc.waves;
     let mut lds = vec![0u8; lds_size];
     let mut view = View::new(ctx.regions);
     let mut c = Counters::default();
@@ -282,15 +332,26 @@ fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3
         w.s[decode::src::EXEC_LO as usize] = exec;
         w
     }).collect();
+    let r = match gc.race.as_mut() {
+        None => schedule_in_order(ctx, &mut waves, &mut lds, &mut view, &mut c),
+        Some(race) => schedule_random(ctx, &mut waves, &mut lds, &mut view, &mut c, race, gid),
+    };
+    gc.waves.extend(waves);
+    r.map(|()| c)
+}
+
+/// The normal scheduler: each wave in turn runs until it ends or reaches a barrier; when every
+/// live wave waits, all are released.
+fn schedule_in_order(ctx: &Ctx, waves: &mut [Wave], lds: &mut [u8], view: &mut View, c: &mut Counters) -> Result<(), EmuError> {
     loop {
         let mut progressed = false;
         for w in waves.iter_mut() {
             if w.done || w.at_barrier { continue; }
             progressed = true;
-            let _ = exec::run(ctx, w, &mut lds, &mut view, &mut c)?;
+            let _ = exec::run(ctx, w, lds, view, c)?;
         }
         let all_done = waves.iter().all(|w| w.done);
-        if all_done { break; }
+        if all_done { return Ok(()); }
         if waves.iter().all(|w| w.done || w.at_barrier) {
             // every live wave is at the barrier: release them (ended waves do not block it)
             for w in waves.iter_mut() { w.at_barrier = false; }
@@ -299,7 +360,27 @@ fn run_workgroup(ctx: &Ctx, kd: &KernelDescriptor, gid: [u32; 3], block: [u32; 3
             return Err(EmuError::Deadlock { kernel: ctx.kernel.into(), pc });
         }
     }
-    let _ = Stop::End;
-    cache.extend(waves);
-    Ok(c)
+}
+
+/// Race mode: a random runnable wave runs for a random number of instructions (or until it
+/// ends or reaches a barrier), again and again; the race checks see every LDS/global access.
+fn schedule_random(ctx: &Ctx, waves: &mut [Wave], lds: &mut [u8], view: &mut View, c: &mut Counters, race: &mut RaceState, gid: [u32; 3]) -> Result<(), EmuError> {
+    race.start_workgroup(gid, lds.len());
+    let mut runnable: Vec<usize> = Vec::with_capacity(waves.len());
+    loop {
+        runnable.clear();
+        runnable.extend((0..waves.len()).filter(|&k| !waves[k].done && !waves[k].at_barrier));
+        if runnable.is_empty() {
+            if waves.iter().all(|w| w.done) { return Ok(()); }
+            for w in waves.iter_mut() { w.at_barrier = false; }
+            race.barrier();
+            continue;
+        }
+        let k = runnable[race.rng.below(runnable.len() as u64) as usize];
+        race.wave = k as u16;
+        race.slice = race.pick_slice();
+        match exec::run_with(ctx, &mut waves[k], lds, view, c, race)? {
+            Stop::Barrier | Stop::End | Stop::Slice => {}
+        }
+    }
 }

@@ -27,6 +27,10 @@ pub enum EmuError {
     /// the code-object address (as llvm-objdump prints it); `words` the instruction's dwords.
     #[error("kernel {kernel}: unknown instruction encoding at pc {pc:#x} ({}): {what}", hex_words(.words))]
     UnknownEncoding { kernel: String, pc: u64, words: Vec<u32>, what: String },
+    /// Race mode (`LaunchOptions::race_seed`, `STRATA_EMU_RACE_SEED`): two waves of one
+    /// workgroup accessed the same byte with no `s_barrier` between the accesses (see [`DataRace`]).
+    #[error("{0}")]
+    DataRace(Box<DataRace>),
     /// A global/flat/LDS/scratch access outside every allocation.
     #[error("kernel {kernel}: memory fault at pc {pc:#x} `{inst}` lane {lane}: {what} address {addr:#x} ({bytes} bytes)")]
     MemoryFault { kernel: String, pc: u64, inst: String, lane: u32, addr: u64, bytes: u32, what: &'static str },
@@ -50,4 +54,38 @@ pub enum EmuError {
 
 fn hex_words(w: &[u32]) -> String {
     w.iter().map(|x| format!("{x:08X}")).collect::<Vec<_>>().join(" ")
+}
+
+/// A data race found in race mode: two accesses to one byte from different waves of a
+/// workgroup with no `s_barrier` between them, at least one a write (atomics race only with
+/// plain accesses). `addr` is the LDS offset or the global address; PCs are code-object
+/// addresses, as llvm-objdump prints them; `first` is the earlier access.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("kernel {kernel}: data race on {space} address {addr:#x} in workgroup {workgroup:?} (race seed {seed}): {first} and {second}, with no s_barrier between them")]
+pub struct DataRace {
+    pub kernel: String,
+    /// "LDS" or "global".
+    pub space: &'static str,
+    pub addr: u64,
+    pub workgroup: [u32; 3],
+    pub seed: u64,
+    pub first: RaceAccess,
+    pub second: RaceAccess,
+}
+
+/// One side of a [`DataRace`]: which wave and lane of the workgroup, the instruction's
+/// code-object address and text, and whether it read, wrote or did an atomic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaceAccess {
+    pub wave: u32,
+    pub lane: u32,
+    pub pc: u64,
+    pub kind: &'static str,
+    pub inst: String,
+}
+
+impl std::fmt::Display for RaceAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "wave {} lane {} {} at pc {:#x} `{}`", self.wave, self.lane, self.kind, self.pc, self.inst)
+    }
 }

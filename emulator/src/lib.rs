@@ -25,7 +25,7 @@ mod float;
 #[cfg(test)]
 mod coverage;
 
-pub use device::{Device, DevicePtr, Function, KernArg, KernelInfo, LaunchStats, Module};
+pub use device::{Device, DevicePtr, Function, KernArg, KernelInfo, LaunchOptions, LaunchStats, Module, RACE_SEED_ENV};
 pub use disasm::disassemble;
-pub use error::EmuError;
+pub use error::{DataRace, EmuError, RaceAccess};
 pub use exec::bench_lane_ops_per_sec;

@@ -7,25 +7,32 @@ use crate::error::EmuError;
 use crate::float::{fmax, fmin};
 use crate::memory::{View, APERTURE_SIZE, PRIVATE_BASE, SHARED_BASE};
 use crate::optable::dsop as d;
+use super::race::{self, Hooks, Kind};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Space { Global, Lds, Scratch }
 
-struct Acc<'a, 'b> {
+struct Acc<'a, 'b, H: Hooks> {
     ctx: &'a Ctx<'a>,
     i: &'a Inst,
     pc: u64,
     lds: &'a mut [u8],
     view: Option<&'a mut View<'b>>,
     c: &'a mut Counters,
+    /// Race-mode hooks; `atomic`: the instruction is a read-modify-write (for the race check).
+    h: &'a mut H,
+    atomic: bool,
 }
 
-impl Acc<'_, '_> {
+impl<H: Hooks> Acc<'_, '_, H> {
     fn fault(&self, lane: usize, addr: u64, n: usize, what: &'static str) -> EmuError {
         EmuError::MemoryFault {
             kernel: self.ctx.kernel.into(), pc: self.pc, inst: crate::disasm::text(self.i, self.pc),
             lane: lane as u32, addr, bytes: n as u32, what,
         }
+    }
+    fn kind(&self, write: bool) -> Kind {
+        if self.atomic { Kind::Atomic } else if write { Kind::Write } else { Kind::Read }
     }
     /// Route a FLAT address to its segment.
     fn route(space: Space, addr: u64) -> (Space, u64) {
@@ -43,6 +50,7 @@ impl Acc<'_, '_> {
                     Some(r) => r,
                     None => return Err(self.fault(lane, addr, n, if write { "global write to" } else { "global read from" })),
                 };
+                if H::RACE { self.h.access(self.ctx, race::Space::Global, addr, n, self.kind(write), self.pc, lane as u32)?; }
                 if write { r.write(addr, buf); self.c.global_written += n as u64; } else { r.read(addr, buf); self.c.global_read += n as u64; }
             }
             Space::Lds => {
@@ -50,6 +58,7 @@ impl Acc<'_, '_> {
                 if addr + n as u64 > self.lds.len() as u64 {
                     return Err(self.fault(lane, addr, n, if write { "LDS write to" } else { "LDS read from" }));
                 }
+                if H::RACE { self.h.access(self.ctx, race::Space::Lds, addr, n, self.kind(write), self.pc, lane as u32)?; }
                 if write { self.lds[a..a + n].copy_from_slice(buf); } else { buf.copy_from_slice(&self.lds[a..a + n]); }
                 self.c.lds_bytes += n as u64;
             }
@@ -120,7 +129,7 @@ fn atomic_kind(name: &str) -> Option<(&'static str, bool)> {
     Some((k, wide))
 }
 
-pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Counters) -> Result<(), EmuError> {
+pub fn ds<H: Hooks>(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Counters, h: &mut H) -> Result<(), EmuError> {
     let exec = w.exec();
     let addr = w.v[i.src[0] as usize];
     let (d0, d1) = (i.src[1] as usize, i.src[2] as usize);
@@ -165,7 +174,7 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
         _ => {}
     }
     let name = i.name();
-    let mut a = Acc { ctx, i, pc, lds, view: None, c };
+    let mut a = Acc { ctx, i, pc, lds, view: None, c, h, atomic: false };
     let (load_n, store_n): (usize, usize) = match i.op {
         d::DS_LOAD_B32 => (4, 0), d::DS_LOAD_B64 => (8, 0), d::DS_LOAD_B96 => (12, 0), d::DS_LOAD_B128 => (16, 0),
         d::DS_LOAD_U8 | d::DS_LOAD_I8 | d::DS_LOAD_U8_D16 | d::DS_LOAD_U8_D16_HI | d::DS_LOAD_I8_D16 | d::DS_LOAD_I8_D16_HI => (1, 0),
@@ -174,6 +183,9 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
         d::DS_STORE_B8 | d::DS_STORE_B8_D16_HI => (0, 1), d::DS_STORE_B16 | d::DS_STORE_B16_D16_HI => (0, 2),
         _ => (0, 0),
     };
+    if H::RACE {
+        a.atomic = load_n == 0 && store_n == 0 && (matches!(i.op, d::DS_MSKOR_B32 | d::DS_MSKOR_RTN_B32) || atomic_kind(name).is_some());
+    }
     for l in 0..32 {
         if exec >> l & 1 == 0 { continue; }
         let base = addr[l] as u64;
@@ -262,7 +274,8 @@ pub fn ds(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], c: &mut Co
     Ok(())
 }
 
-pub fn flat(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], view: &mut View, c: &mut Counters) -> Result<(), EmuError> {
+#[allow(clippy::too_many_arguments)]
+pub fn flat<H: Hooks>(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], view: &mut View, c: &mut Counters, h: &mut H) -> Result<(), EmuError> {
     let exec = w.exec();
     let space = if i.fam == Fam::Scratch { Space::Scratch } else { Space::Global };
     let vaddr = i.src[0] as usize;
@@ -270,7 +283,8 @@ pub fn flat(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], view: &m
     let dst = i.dst as usize;
     let name = i.name();
     let op = i.op;
-    let mut a = Acc { ctx, i, pc, lds, view: Some(view), c };
+    let atomic = H::RACE && !matches!(op, 16..=37);
+    let mut a = Acc { ctx, i, pc, lds, view: Some(view), c, h, atomic };
     for l in 0..32 {
         if exec >> l & 1 == 0 { continue; }
         let addr = match i.fam {
@@ -284,7 +298,7 @@ pub fn flat(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, lds: &mut [u8], view: &m
                 s + v
             }
         }.wrapping_add(i.imm as i64 as u64);
-        let (sp, ad) = Acc::route(space, addr);
+        let (sp, ad) = Acc::<H>::route(space, addr);
         match op {
             16..=23 | 30..=35 => {
                 let n = match op { 16 | 17 | 30 | 31 | 33 | 34 => 1, 18 | 19 | 32 | 35 => 2, 20 => 4, 21 => 8, 22 => 12, _ => 16 };

@@ -3,10 +3,12 @@
 //! A wave is 32 lanes; vector registers are `[u32; 32]` rows so per-instruction lane loops
 //! are tight and vectorisable. Waves of a workgroup are run one after another until each
 //! reaches `s_barrier` (or ends); then all are released. This interleaving makes a missing
-//! barrier visible as wrong results, the way a real GPU would (eventually) show it.
+//! barrier visible as wrong results, the way a real GPU would (eventually) show it. Race mode
+//! ([`race`]) instead interleaves the waves at random and checks their memory accesses.
 mod dpp;
 mod mem;
 mod packed;
+pub mod race;
 mod scalar;
 mod valu;
 mod vcmp;
@@ -67,9 +69,9 @@ pub struct Wave {
     pub f16_denorm: bool,
 }
 
-/// Why `step_until_blocked` returned.
+/// Why `run` returned: the wave waits at a barrier, ended, or (race mode) used up its slice.
 #[derive(PartialEq, Eq, Debug)]
-pub enum Stop { Barrier, End }
+pub enum Stop { Barrier, End, Slice }
 
 pub const NUM_VGPRS: usize = 256;
 /// Extra rows after v255 so multi-dword operands starting near the end of the file (only in
@@ -209,8 +211,14 @@ pub fn unsupported(ctx: &Ctx, pc: u64, inst: &Inst, what: &str) -> EmuError {
 
 /// Run `wave` until it ends or reaches a barrier.
 pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Counters) -> Result<Stop, EmuError> {
+    run_with(ctx, w, lds, view, c, &mut race::NoHooks)
+}
+
+/// Run `wave` until it ends, reaches a barrier, or `h` ends its slice (race mode).
+pub fn run_with<H: race::Hooks>(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Counters, h: &mut H) -> Result<Stop, EmuError> {
     let prog = ctx.prog;
     loop {
+        if H::RACE && h.tick() { return Ok(Stop::Slice); }
         let pc = w.pc;
         let idx = (pc.wrapping_sub(prog.base) / 4) as usize;
         let inst = match prog.insts.get(idx) {
@@ -239,7 +247,7 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
                 Some(stop) => return Ok(stop),
                 None => {}
             },
-            Fam::Smem => scalar::smem(ctx, w, &inst, pc, view, c)?,
+            Fam::Smem => scalar::smem(ctx, w, &inst, pc, view, c, h)?,
             Fam::Valu => {
                 c.lane_ops += w.exec().count_ones() as u64;
                 valu::exec(ctx, w, &inst, pc)?
@@ -252,8 +260,8 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
                 c.lane_ops += w.exec().count_ones() as u64;
                 packed::exec(ctx, w, &inst, pc)?
             }
-            Fam::Ds => mem::ds(ctx, w, &inst, pc, lds, c)?,
-            Fam::Flat | Fam::Global | Fam::Scratch => mem::flat(ctx, w, &inst, pc, lds, view, c)?,
+            Fam::Ds => mem::ds(ctx, w, &inst, pc, lds, c, h)?,
+            Fam::Flat | Fam::Global | Fam::Scratch => mem::flat(ctx, w, &inst, pc, lds, view, c, h)?,
             Fam::Cache => {}
             Fam::Invalid => unreachable!(),
         }

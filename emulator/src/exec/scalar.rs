@@ -243,7 +243,7 @@ pub fn sopp(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<Option<Stop>, 
     Ok(None)
 }
 
-pub fn smem(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, view: &mut View, c: &mut super::Counters) -> Result<(), EmuError> {
+pub fn smem<H: super::race::Hooks>(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, view: &mut View, c: &mut super::Counters, h: &mut H) -> Result<(), EmuError> {
     let n = match i.op {
         m::S_LOAD_B32 | m::S_BUFFER_LOAD_B32 => 1,
         m::S_LOAD_B64 | m::S_BUFFER_LOAD_B64 => 2,
@@ -262,6 +262,7 @@ pub fn smem(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64, view: &mut View, c: &mut
     let r = view.find(addr, bytes).ok_or_else(|| EmuError::MemoryFault {
         kernel: ctx.kernel.into(), pc, inst: crate::disasm::text(i, pc), lane: 0, addr, bytes: bytes as u32, what: "scalar load from",
     })?;
+    if H::RACE { h.access(ctx, super::race::Space::Global, addr, bytes as usize, super::race::Kind::Read, pc, 0)?; }
     let mut buf = [0u8; 64];
     r.read(addr, &mut buf[..bytes as usize]);
     c.global_read += bytes;
