@@ -6,10 +6,11 @@
 //! cannot honour (images, documents, thinking) are a 400, not silently dropped.
 
 use crate::chat::{Conversation, ToolChoice, ToolDef, Turn, TurnCall};
+use crate::engine_process::Generation;
 use crate::error::{Anthropic, ApiError, parse_body, read_body};
-use crate::generate::{self, Ending, EventSink, Finish, GenParams};
+use crate::generate::{self, Ending, EventSink, Finish, GenParams, Job};
 use crate::http::AppState;
-use crate::tools::{CALL_CLOSE, ParsedCall, Piece};
+use crate::tools::{CALL_CLOSE, ParsedCall, Piece, ToolCallParser};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -317,6 +318,22 @@ async fn run(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result<R
     let prompt = req.conversation()?.render(&st)?;
     let job = generate::make_job(&st, prompt.tokens, req.gen_params()).await?;
     let generation = generate::start(&st, &job).await?;
+    let queue = generate::QueueInfo::of(&generation);
+    let mut resp = respond(st, req, job, prompt.parser, generation)
+        .await
+        .unwrap_or_else(|e| Anthropic(e).into_response());
+    queue.apply(&mut resp);
+    Ok(resp)
+}
+
+/// The answer to a request the engine has started.
+async fn respond(
+    st: Arc<AppState>,
+    req: MessagesRequest,
+    job: Job,
+    parser: Option<ToolCallParser>,
+    generation: Generation,
+) -> Result<Response, ApiError> {
     let (id, model) = (st.next_id("msg"), st.model_name());
     let input_tokens = job.prompt.len();
 
@@ -339,8 +356,7 @@ async fn run(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result<R
             }
             true
         };
-        let finish =
-            generate::drive_pieces(&st, generation, job.stops, prompt.parser, on_piece).await?;
+        let finish = generate::drive_pieces(&st, generation, job.stops, parser, on_piece).await?;
         if content.is_empty() {
             content.push(json!({"type": "text", "text": ""}));
         }
@@ -367,8 +383,7 @@ async fn run(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result<R
         }
         let mut blocks = BlockStream::default();
         let on_piece = |piece| blocks.piece(&st, piece, &send);
-        let result =
-            generate::drive_pieces(&st, generation, job.stops, prompt.parser, on_piece).await;
+        let result = generate::drive_pieces(&st, generation, job.stops, parser, on_piece).await;
         match result {
             Ok(finish) => {
                 blocks.end(&send);

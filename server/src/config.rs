@@ -53,10 +53,25 @@ pub struct ServerConfig {
     #[arg(long, value_name = "SECS")]
     pub startup_timeout: Option<u64>,
     /// Seconds a running engine may stay silent (no output line) while it has requests in
-    /// flight before it is considered hung, killed and restarted. Off by default: prompt
-    /// processing on a slow device can legitimately take minutes.
+    /// flight before it is considered hung: it is killed and restarted, and its requests fail
+    /// with 504 (`engine_timeout`). Default 300; 0 = never. It must exceed the longest prompt
+    /// processing, which sends nothing until the first token.
     #[arg(long, value_name = "SECS")]
     pub engine_timeout: Option<u64>,
+    /// Seconds a client may leave response data unread (the connection's send buffer full, no
+    /// byte accepted) before the server closes the connection, which cancels its request at the
+    /// engine. Default 30; 0 = never.
+    #[arg(long, value_name = "SECS")]
+    pub send_timeout: Option<u64>,
+}
+
+/// Default `engine_timeout` (seconds).
+pub const DEFAULT_ENGINE_TIMEOUT: u64 = 300;
+/// Default `send_timeout` (seconds).
+pub const DEFAULT_SEND_TIMEOUT: u64 = 30;
+
+fn secs(s: u64) -> Option<Duration> {
+    (s > 0).then(|| Duration::from_secs(s))
 }
 
 /// [`ServerConfig`] with the file merged in, defaults applied and paths resolved.
@@ -143,12 +158,24 @@ impl ServerConfig {
             startup_timeout: Duration::from_secs(
                 self.startup_timeout.or(file.startup_timeout).unwrap_or(600),
             ),
-            engine_timeout: self
-                .engine_timeout
-                .or(file.engine_timeout)
-                .filter(|&s| s > 0)
-                .map(Duration::from_secs),
+            engine_timeout: secs(
+                self.engine_timeout
+                    .or(file.engine_timeout)
+                    .unwrap_or(DEFAULT_ENGINE_TIMEOUT),
+            ),
         })
+    }
+
+    /// The `send_timeout` in effect (flag > file > default; `None` = never). Not part of
+    /// [`Resolved`], whose literal other crates build.
+    pub fn send_timeout(&self) -> anyhow::Result<Option<Duration>> {
+        let file = match (&self.send_timeout, &self.config) {
+            (None, Some(p)) => ServerConfig::from_file(p)?.send_timeout,
+            _ => None,
+        };
+        Ok(secs(
+            self.send_timeout.or(file).unwrap_or(DEFAULT_SEND_TIMEOUT),
+        ))
     }
 }
 
@@ -203,6 +230,33 @@ mod tests {
         );
         assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 9001));
         assert_eq!(r.startup_timeout, Duration::from_secs(600));
+        assert_eq!(r.engine_timeout, Some(Duration::from_secs(300)));
+        assert_eq!(
+            cli.server.send_timeout().unwrap(),
+            Some(Duration::from_secs(30))
+        );
+    }
+
+    #[test]
+    fn zero_turns_the_timeouts_off() {
+        let cli = Cli::try_parse_from([
+            "strata",
+            "--tokenizer",
+            "t.gguf",
+            "--engine-timeout",
+            "0",
+            "--send-timeout",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(cli.server.resolve().unwrap().engine_timeout, None);
+        assert_eq!(cli.server.send_timeout().unwrap(), None);
+        let cli = Cli::try_parse_from(["strata", "--tokenizer", "t.gguf", "--engine-timeout", "7"])
+            .unwrap();
+        assert_eq!(
+            cli.server.resolve().unwrap().engine_timeout,
+            Some(Duration::from_secs(7))
+        );
     }
 
     #[test]

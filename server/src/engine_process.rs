@@ -9,11 +9,16 @@
 //!
 //! Lifecycle: Starting (spawned, waiting for hello) → Ready → (stdout EOF) Down → backoff →
 //! Starting ... Backoff doubles from 250 ms to 10 s and resets once an engine ran for 30 s.
+//!
+//! The engine's stderr is a pipe read by a thread of the server, which forwards it to the
+//! server's own stderr (best effort: a full disk behind the log does not reach the engine) and
+//! keeps its last lines for the error a failed start or a death is reported with.
 
 use crate::protocol::{
     Done, EngineMessage, GenerateRequest, HostMessage, ModelInfo, PROTOCOL_VERSION, to_line,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +35,8 @@ pub enum EngineEvent {
     Done(Done),
     /// The engine process died (or could not be written to) while the request was in flight.
     Failed(String),
+    /// The engine was silent for `engine_timeout` with requests in flight: killed as hung.
+    TimedOut(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +66,8 @@ pub struct Instance {
     routes: Mutex<Routes>,
     /// Last engine output line or request sent, for `engine_timeout`.
     last_activity: Mutex<Instant>,
+    /// The engine's last stderr lines.
+    stderr: Arc<StderrTail>,
 }
 
 #[derive(Debug, Default)]
@@ -77,11 +86,16 @@ struct Route {
 }
 
 impl Instance {
-    fn fail_all(&self, error: &str) {
+    fn fail_all(&self, error: &str, timed_out: bool) {
         let mut r = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         r.closed = true;
         for (_, route) in r.map.drain() {
-            let _ = route.tx.send(EngineEvent::Failed(error.to_string()));
+            let e = error.to_string();
+            let _ = route.tx.send(if timed_out {
+                EngineEvent::TimedOut(e)
+            } else {
+                EngineEvent::Failed(e)
+            });
         }
     }
 
@@ -117,6 +131,8 @@ struct Shared {
     next_id: AtomicU64,
     restarts: AtomicU64,
     waiting: AtomicU64,
+    /// Origin of the queue timestamps ([`Generation::queued_us`]).
+    epoch: Instant,
 }
 
 /// Cheap to clone; all clones drive the same engine process.
@@ -129,6 +145,8 @@ pub struct EngineHandle {
 pub struct Generation {
     id: u64,
     prompt_len: usize,
+    queued_us: u64,
+    started_us: u64,
     instance: Arc<Instance>,
     rx: mpsc::UnboundedReceiver<EngineEvent>,
     finished: bool,
@@ -137,6 +155,22 @@ pub struct Generation {
 impl Generation {
     pub fn prompt_len(&self) -> usize {
         self.prompt_len
+    }
+
+    /// The protocol id. Ids are assigned when a request leaves the queue for the engine, so
+    /// with one engine slot (`parallel` 1) their order is the order of service.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// When the request entered the queue, in µs since the engine supervisor started.
+    pub fn queued_us(&self) -> u64 {
+        self.queued_us
+    }
+
+    /// When it was sent to the engine (same clock as [`Generation::queued_us`]).
+    pub fn started_us(&self) -> u64 {
+        self.started_us
     }
 
     /// Next event; after `Done` or `Failed` the generation is over.
@@ -186,6 +220,7 @@ impl EngineHandle {
             next_id: AtomicU64::new(1),
             restarts: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         tokio::spawn(supervise(shared.clone()));
         EngineHandle { shared }
@@ -199,6 +234,14 @@ impl EngineHandle {
     pub fn info(&self) -> Option<ModelInfo> {
         match &*self.shared.status.borrow() {
             EngineStatus::Ready(i) => Some(i.info.clone()),
+            _ => None,
+        }
+    }
+
+    /// Process id of the running engine, if one is up.
+    pub fn engine_pid(&self) -> Option<u32> {
+        match &*self.shared.status.borrow() {
+            EngineStatus::Ready(i) => i.pid,
             _ => None,
         }
     }
@@ -245,6 +288,7 @@ impl EngineHandle {
 
     /// Queue `req` (its `id` is replaced) and send it once the engine has room.
     pub async fn submit(&self, mut req: GenerateRequest) -> Result<Generation, EngineError> {
+        let queued = self.shared.epoch.elapsed();
         self.shared.waiting.fetch_add(1, Ordering::Relaxed);
         let permit = self.shared.permits.clone().acquire_owned().await;
         self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -280,6 +324,8 @@ impl EngineHandle {
             return Ok(Generation {
                 id: req.id,
                 prompt_len: req.tokens.len(),
+                queued_us: queued.as_micros() as u64,
+                started_us: self.shared.epoch.elapsed().as_micros() as u64,
                 instance,
                 rx,
                 finished: false,
@@ -297,7 +343,7 @@ async fn supervise(shared: Arc<Shared>) {
             Ok((instance, child, stdout)) => {
                 set_permits(&shared, instance.info.parallel);
                 let started = Instant::now();
-                eprintln!(
+                log_line!(
                     "strata server: engine ready (pid {:?}, model {:?}, vocab {}, context {})",
                     instance.pid,
                     instance.info.name,
@@ -307,8 +353,9 @@ async fn supervise(shared: Arc<Shared>) {
                 shared
                     .status
                     .send_replace(EngineStatus::Ready(instance.clone()));
-                let error = run_instance(&instance, child, stdout, shared.engine_timeout).await;
-                eprintln!("strata server: {error}; restarting");
+                let (error, timed_out) =
+                    run_instance(&instance, child, stdout, shared.engine_timeout).await;
+                log_line!("strata server: {error}; restarting");
                 // State first, then the failures: a client that got its error sees the restart.
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
                 if started.elapsed() > Duration::from_secs(30) {
@@ -318,10 +365,10 @@ async fn supervise(shared: Arc<Shared>) {
                     error: error.clone(),
                     startup_failure: false,
                 });
-                instance.fail_all(&error);
+                instance.fail_all(&error, timed_out);
             }
             Err(error) => {
-                eprintln!("strata server: engine failed to start: {error}");
+                log_line!("strata server: engine failed to start: {error}");
                 shared.status.send_replace(EngineStatus::Down {
                     error,
                     startup_failure: true,
@@ -351,13 +398,14 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
         .arg("--serve")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", shared.executable.display()))?;
     let pid = child.id();
     let stdout = child.stdout.take().ok_or("engine stdout not captured")?;
     let mut stdin = child.stdin.take().ok_or("engine stdin not captured")?;
+    let stderr = StderrTail::forward(child.stderr.take());
     let mut stdout = BufReader::new(stdout);
 
     let hello = async {
@@ -379,7 +427,7 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
                     ));
                 }
                 // Tolerate stray output before the hello (e.g. a library printing a banner).
-                _ => eprintln!(
+                _ => log_line!(
                     "strata server: ignoring engine output before hello: {}",
                     line.trim_end()
                 ),
@@ -388,8 +436,14 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
     };
     let info = match tokio::time::timeout(shared.startup_timeout, hello).await {
         Ok(Ok(info)) => info,
-        Ok(Err(e)) => return Err(with_exit_status(e, &mut child).await),
-        Err(_) => return Err(format!("no hello line within {:?}", shared.startup_timeout)),
+        Ok(Err(e)) => {
+            let e = with_exit_status(e, &mut child).await;
+            return Err(stderr.annotate(e).await);
+        }
+        Err(_) => {
+            let e = format!("no hello line within {:?}", shared.startup_timeout);
+            return Err(stderr.annotate(e).await);
+        }
     };
 
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
@@ -409,6 +463,7 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
         stdin: tx,
         routes: Mutex::new(Routes::default()),
         last_activity: Mutex::new(Instant::now()),
+        stderr,
     });
     Ok((instance, child, stdout))
 }
@@ -420,19 +475,25 @@ async fn with_exit_status(msg: String, child: &mut Child) -> String {
     }
 }
 
-/// Route engine lines until stdout ends; returns why the engine is considered dead.
+/// Route engine lines until stdout ends; returns why the engine is considered dead, and
+/// whether it was killed as hung (`engine_timeout`).
 async fn run_instance(
     instance: &Instance,
     mut child: Child,
     mut stdout: BufReader<ChildStdout>,
     engine_timeout: Option<Duration>,
-) -> String {
+) -> (String, bool) {
     let mut line = String::new();
+    let mut hung = false;
     let why = loop {
         line.clear();
         match read_or_hang(instance, &mut stdout, &mut line, engine_timeout).await {
             Ok(0) => break "engine process closed its output".to_string(),
-            Err(e) => break e,
+            Err(Silence::Hung(e)) => {
+                hung = true;
+                break e;
+            }
+            Err(Silence::Io(e)) => break e,
             Ok(_) => instance.touch(),
         }
         match serde_json::from_str::<EngineMessage>(&line) {
@@ -454,19 +515,19 @@ async fn run_instance(
                 }
             }
             Ok(EngineMessage::Error { error }) => {
-                eprintln!("strata server: engine reported: {error}")
+                log_line!("strata server: engine reported: {error}")
             }
             Ok(EngineMessage::Hello { .. }) => {
-                eprintln!("strata server: unexpected second hello from engine")
+                log_line!("strata server: unexpected second hello from engine")
             }
-            Err(e) => eprintln!(
+            Err(e) => log_line!(
                 "strata server: unparsable engine line ({e}): {}",
                 line.trim_end()
             ),
         }
     };
     // Stop routing first so nothing new is sent to a dying process, then reap it.
-    if why.contains("no output") {
+    if hung {
         let _ = child.start_kill();
     }
     instance
@@ -481,7 +542,20 @@ async fn run_instance(
             "killed after closing its output".to_string()
         }
     };
-    format!("{why} ({status})")
+    let why = format!("{why} ({status})");
+    // A hung engine's last words are old news; a crash's (a panic message) are the reason.
+    let why = if hung {
+        why
+    } else {
+        instance.stderr.annotate(why).await
+    };
+    (why, hung)
+}
+
+enum Silence {
+    /// Silent past `engine_timeout` with requests in flight.
+    Hung(String),
+    Io(String),
 }
 
 /// One line from the engine; `Err` if reading fails or, with `engine_timeout`, if the engine
@@ -491,12 +565,10 @@ async fn read_or_hang(
     stdout: &mut BufReader<ChildStdout>,
     line: &mut String,
     engine_timeout: Option<Duration>,
-) -> Result<usize, String> {
+) -> Result<usize, Silence> {
+    let io = |e: std::io::Error| Silence::Io(format!("reading engine output: {e}"));
     let Some(limit) = engine_timeout else {
-        return stdout
-            .read_line(line)
-            .await
-            .map_err(|e| format!("reading engine output: {e}"));
+        return stdout.read_line(line).await.map_err(io);
     };
     // The read future is kept across timer ticks (read_line is not cancel-safe).
     let read = stdout.read_line(line);
@@ -504,12 +576,125 @@ async fn read_or_hang(
     let tick = limit.min(Duration::from_secs(1)) / 2;
     loop {
         tokio::select! {
-            r = &mut read => return r.map_err(|e| format!("reading engine output: {e}")),
+            r = &mut read => return r.map_err(io),
             _ = tokio::time::sleep(tick) => {
                 if instance.in_flight() > 0 && instance.silent_for() > limit {
-                    return Err(format!("engine produced no output for {limit:?} with requests in flight; killed"));
+                    return Err(Silence::Hung(format!(
+                        "engine produced no output for {limit:?} with requests in flight \
+                         (engine_timeout); killed"
+                    )));
                 }
             }
         }
+    }
+}
+
+/// The last lines an engine wrote to stderr, forwarded to the server's stderr by a thread.
+#[derive(Debug, Default)]
+pub struct StderrTail {
+    state: Mutex<TailState>,
+}
+
+#[derive(Debug, Default)]
+struct TailState {
+    lines: VecDeque<String>,
+    /// Bytes after the last line break.
+    partial: Vec<u8>,
+    eof: bool,
+}
+
+impl StderrTail {
+    const LINES: usize = 4;
+    const LINE_CHARS: usize = 400;
+
+    /// Start forwarding `stderr` (None: nothing to forward).
+    fn forward(stderr: Option<tokio::process::ChildStderr>) -> Arc<StderrTail> {
+        let tail = Arc::new(StderrTail::default());
+        let fd = stderr.and_then(|s| s.into_owned_fd().ok());
+        let Some(fd) = fd else {
+            tail.state.lock().unwrap_or_else(|p| p.into_inner()).eof = true;
+            return tail;
+        };
+        let t = tail.clone();
+        let spawned = std::thread::Builder::new()
+            .name("engine-stderr".into())
+            .spawn(move || {
+                let mut f = std::fs::File::from(fd);
+                let mut buf = [0u8; 8192];
+                loop {
+                    let n = match f.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => break,
+                    };
+                    // Best effort: an unwritable log must not stop the engine.
+                    let _ = std::io::stderr().write_all(&buf[..n]);
+                    t.push(&buf[..n]);
+                }
+                t.close();
+            });
+        if spawned.is_err() {
+            tail.close();
+        }
+        tail
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for &b in bytes {
+            if b == b'\n' || b == b'\r' {
+                let line = std::mem::take(&mut s.partial);
+                s.add_line(&line);
+            } else if s.partial.len() < 4 * Self::LINE_CHARS {
+                s.partial.push(b);
+            }
+        }
+    }
+
+    fn close(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let line = std::mem::take(&mut s.partial);
+        s.add_line(&line);
+        s.eof = true;
+    }
+
+    /// The last lines (oldest first), once the engine closed its stderr or after at most 1 s.
+    pub async fn last_lines(&self) -> Vec<String> {
+        let t0 = Instant::now();
+        loop {
+            {
+                let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if s.eof || t0.elapsed() > Duration::from_secs(1) {
+                    return s.lines.iter().cloned().collect();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// `msg` with the engine's last stderr lines appended, if it wrote any.
+    async fn annotate(&self, msg: String) -> String {
+        let lines = self.last_lines().await;
+        if lines.is_empty() {
+            msg
+        } else {
+            format!("{msg}; engine stderr: {}", lines.join(" | "))
+        }
+    }
+}
+
+impl TailState {
+    fn add_line(&mut self, raw: &[u8]) {
+        let text = String::from_utf8_lossy(raw);
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        let text: String = text.chars().take(StderrTail::LINE_CHARS).collect();
+        if self.lines.len() == StderrTail::LINES {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(text);
     }
 }

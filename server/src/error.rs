@@ -36,6 +36,15 @@ impl ApiError {
             code: None,
         }
     }
+    /// The engine hung (`engine_timeout`): 504, `code: "engine_timeout"`.
+    pub fn timeout(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            message: message.into(),
+            kind: "server_error",
+            code: Some("engine_timeout"),
+        }
+    }
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -62,6 +71,7 @@ impl ApiError {
             404 => "not_found_error",
             413 => "request_too_large",
             429 => "rate_limit_error",
+            504 => "timeout_error",
             529 => "overloaded_error",
             _ => "api_error",
         };

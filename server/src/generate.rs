@@ -254,6 +254,9 @@ pub async fn drive(
                 });
             }
             EngineEvent::Failed(e) => return Err(ApiError::server(format!("engine failure: {e}"))),
+            EngineEvent::TimedOut(e) => {
+                return Err(ApiError::timeout(format!("engine timeout: {e}")));
+            }
         }
     }
 }
@@ -279,6 +282,39 @@ pub async fn drive_pieces(
         }
     }
     Ok(finish)
+}
+
+/// A started request's place in the engine queue, sent as response headers so a client (the
+/// load test) can check the order of service: `x-strata-request-id` (the protocol id; ids are
+/// assigned as requests leave the queue, so with one engine slot they follow the order of
+/// service), `x-strata-queued-us` and `x-strata-started-us` (when the request entered the queue
+/// and when it was sent to the engine, in µs on one server clock).
+#[derive(Clone, Copy, Debug)]
+pub struct QueueInfo {
+    pub id: u64,
+    pub queued_us: u64,
+    pub started_us: u64,
+}
+
+impl QueueInfo {
+    pub fn of(g: &Generation) -> QueueInfo {
+        QueueInfo {
+            id: g.id(),
+            queued_us: g.queued_us(),
+            started_us: g.started_us(),
+        }
+    }
+
+    pub fn apply(&self, resp: &mut Response) {
+        let h = resp.headers_mut();
+        for (name, v) in [
+            ("x-strata-request-id", self.id),
+            ("x-strata-queued-us", self.queued_us),
+            ("x-strata-started-us", self.started_us),
+        ] {
+            h.insert(name, v.into());
+        }
+    }
 }
 
 /// Where a streaming handler sends its Server-Sent Events.

@@ -8,6 +8,7 @@
 
 use crate::config::{Resolved, ServerConfig};
 use crate::engine_process::{EngineHandle, EngineStatus};
+use crate::net::GuardedListener;
 use crate::{anthropic, openai};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -36,6 +37,7 @@ pub struct AppState {
 /// Load the tokenizer, start the engine and serve until Ctrl-C.
 pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
     let resolved = cfg.resolve()?;
+    let send_timeout = cfg.send_timeout()?;
     let listener = tokio::net::TcpListener::bind((resolved.host.as_str(), resolved.port))
         .await
         .map_err(|e| {
@@ -43,11 +45,11 @@ pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
         })?;
     let state = build_state(&resolved)?;
     // The line tests and scripts wait for; keep its shape.
-    eprintln!(
+    log_line!(
         "strata server: listening on http://{}",
         listener.local_addr()?
     );
-    axum::serve(listener, router(state))
+    axum::serve(GuardedListener::new(listener, send_timeout), router(state))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
@@ -155,6 +157,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
     let body = json!({
         "status": status, "error": error, "engine_restarts": restarts,
         "requests_waiting": waiting, "requests_in_flight": in_flight, "engine": engine,
+        "engine_pid": st.engine.engine_pid(),
     });
     (code, Json(body)).into_response()
 }

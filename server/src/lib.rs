@@ -7,7 +7,17 @@
 //!   ([`openai`]) and Anthropic's `/v1/messages` ([`anthropic`]), both through one pipeline
 //!   ([`generate`]; conversations and tools: [`chat`], [`tools`]).
 //!
-//! Docs: `docs/serve-protocol.md`, `docs/server.md`.
+//! Docs: `docs/serve-protocol.md`, `docs/server.md`; load and fault tests:
+//! `docs/reliability-load.md` ([`load`] is their HTTP client and load generator).
+
+/// `eprintln!` that never panics: a log line that cannot be written (stderr closed, or a full
+/// disk behind it) is dropped and the server keeps serving.
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 pub mod anthropic;
 pub mod chat;
@@ -16,6 +26,8 @@ pub mod engine_process;
 pub mod error;
 pub mod generate;
 pub mod http;
+pub mod load;
+pub mod net;
 pub mod openai;
 pub mod protocol;
 pub mod text;

@@ -6,6 +6,7 @@
 //! meaning of the answer (`n > 1`) are rejected with 400.
 
 use crate::chat::{Conversation, ToolChoice, ToolDef, Turn, TurnCall};
+use crate::engine_process::Generation;
 use crate::error::read_body;
 pub use crate::error::{ApiError, parse_body};
 use crate::generate::{self, EventSink, Finish, GenParams, Job};
@@ -344,6 +345,21 @@ async fn run(
         Ok(g) => g,
         Err(e) => return e.into_response(),
     };
+    let queue = generate::QueueInfo::of(&generation);
+    let mut resp = respond(st, job, params, parser, kind, generation).await;
+    queue.apply(&mut resp);
+    resp
+}
+
+/// The answer to a request the engine has started.
+async fn respond(
+    st: Arc<AppState>,
+    job: Job,
+    params: &CommonParams,
+    parser: Option<ToolCallParser>,
+    kind: Kind,
+    generation: Generation,
+) -> Response {
     let id = st.next_id(if kind == Kind::Chat {
         "chatcmpl"
     } else {

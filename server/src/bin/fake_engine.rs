@@ -13,6 +13,9 @@
 //!   --crash-after N     exit(3) abruptly once N tokens were emitted by this process ...
 //!   --crash-marker F    ... but only if file F does not exist yet (it is created), so the
 //!                       restarted engine keeps running
+//!   --hang-after N      stop (sleep for ever, silent but alive) once N tokens were emitted by
+//!                       this process ...
+//!   --hang-marker F     ... but only if file F does not exist yet (it is created)
 //!   --log F             append every request as a JSON line to F
 //!   --reply-tokens a,b  answer every request with these tokens, then the first EOG token
 //!                       (instead of the echo): scripts an answer, e.g. a tool call
@@ -28,23 +31,43 @@ struct Fake {
     delay: Duration,
     crash_after: Option<u64>,
     crash_marker: Option<PathBuf>,
+    hang_after: Option<u64>,
+    hang_marker: Option<PathBuf>,
     log: Option<PathBuf>,
     reply: Option<Vec<u32>>,
     emitted: u64,
 }
 
+/// Whether a fault armed after `after` tokens fires now (`marker`: at most once per file).
+fn fires(after: Option<u64>, marker: &Option<PathBuf>, emitted: u64) -> bool {
+    match (after, marker) {
+        (Some(n), _) if emitted < n => false,
+        (Some(_), None) => true,
+        // create_new is atomic: exactly one process fires per marker.
+        (Some(_), Some(m)) => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(m)
+            .is_ok(),
+        (None, _) => false,
+    }
+}
+
 impl Fake {
     fn should_crash(&self) -> bool {
-        match (self.crash_after, &self.crash_marker) {
-            (Some(n), _) if self.emitted < n => false,
-            (Some(_), None) => true,
-            // create_new is atomic: exactly one process gets to crash per marker.
-            (Some(_), Some(m)) => std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(m)
-                .is_ok(),
-            (None, _) => false,
+        fires(self.crash_after, &self.crash_marker, self.emitted)
+    }
+
+    fn hang_if_asked(&mut self) {
+        if fires(self.hang_after, &self.hang_marker, self.emitted) {
+            eprintln!(
+                "fake_engine: hanging after {} tokens as asked",
+                self.emitted
+            );
+            self.hang_after = None;
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
         }
     }
 }
@@ -92,6 +115,7 @@ impl TokenEngine for Fake {
                 );
                 std::process::exit(3);
             }
+            self.hang_if_asked();
             std::thread::sleep(self.delay);
             self.emitted += 1;
             if !emit(echo[i % echo.len()]) {
@@ -115,6 +139,8 @@ fn main() {
         delay: Duration::ZERO,
         crash_after: None,
         crash_marker: None,
+        hang_after: None,
+        hang_marker: None,
         log: None,
         reply: None,
         emitted: 0,
@@ -145,6 +171,8 @@ fn main() {
             "--hello-delay-ms" => hello_delay = Duration::from_millis(num(val())),
             "--crash-after" => fake.crash_after = Some(num(val())),
             "--crash-marker" => fake.crash_marker = Some(PathBuf::from(val())),
+            "--hang-after" => fake.hang_after = Some(num(val())),
+            "--hang-marker" => fake.hang_marker = Some(PathBuf::from(val())),
             "--log" => fake.log = Some(PathBuf::from(val())),
             "--reply-tokens" => {
                 fake.reply = Some(

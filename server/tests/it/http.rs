@@ -557,7 +557,8 @@ async fn silent_engine_is_killed_after_engine_timeout() {
         json!({"prompt": PROMPT, "max_tokens": 2}),
     )
     .await;
-    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.status, 504, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], "engine_timeout", "{}", r.body);
     assert!(
         r.json()["error"]["message"]
             .as_str()

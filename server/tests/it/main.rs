@@ -3,6 +3,7 @@
 
 mod anthropic;
 mod bad_lines;
+mod faults;
 mod http;
 mod protocol;
 mod support;

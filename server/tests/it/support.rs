@@ -66,6 +66,17 @@ pub async fn start_server_full(
     engine_args: &[&str],
     engine_timeout: Option<Duration>,
 ) -> TestServer {
+    start_server_opts(tokenizer, engine_args, engine_timeout, None).await
+}
+
+/// The server on the fake engine, with `engine_timeout` and `send_timeout` (as `run_server`
+/// sets them up: connections through `GuardedListener`).
+pub async fn start_server_opts(
+    tokenizer: PathBuf,
+    engine_args: &[&str],
+    engine_timeout: Option<Duration>,
+    send_timeout: Option<Duration>,
+) -> TestServer {
     let cfg = Resolved {
         executable: fake_engine(),
         args: engine_args.iter().map(|s| s.to_string()).collect(),
@@ -81,6 +92,7 @@ pub async fn start_server_full(
         .await
         .expect("bind");
     let addr = listener.local_addr().unwrap();
+    let listener = server::net::GuardedListener::new(listener, send_timeout);
     tokio::spawn(async move { axum::serve(listener, server::http::router(state)).await });
     TestServer { addr }
 }
