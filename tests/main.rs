@@ -25,6 +25,7 @@ mod cli_gguf;
 mod cli_default_model;
 mod repo_self_contained;
 mod cli_server_config;
+mod server_faults;
 mod experts_source;
 mod spec_decoding;
 #[cfg(feature = "gpu")]

@@ -360,6 +360,17 @@ fn ms(t0: Instant) -> f64 {
 
 /// Send `spec` and follow its answer to the end (or to the planned hang-up).
 pub async fn run_one(addr: SocketAddr, spec: &Spec, t0: Instant) -> Outcome {
+    run_one_notify(addr, spec, t0, None).await
+}
+
+/// [`run_one`], telling `first` when the first text delta arrives (fault tests inject their
+/// fault mid-stream).
+pub async fn run_one_notify(
+    addr: SocketAddr,
+    spec: &Spec,
+    t0: Instant,
+    first: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Outcome {
     let mut o = Outcome {
         api: Some(spec.api),
         stream: spec.stream,
@@ -368,7 +379,7 @@ pub async fn run_one(addr: SocketAddr, spec: &Spec, t0: Instant) -> Outcome {
         ..Default::default()
     };
     let body = spec.body().to_string();
-    let res = follow(addr, spec, &body, t0, &mut o).await;
+    let res = follow(addr, spec, &body, t0, &mut o, first).await;
     o.end_ms = ms(t0);
     if let Err(e) = res {
         o.ok = false;
@@ -383,6 +394,7 @@ async fn follow(
     body: &str,
     t0: Instant,
     o: &mut Outcome,
+    mut first: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<(), String> {
     let (head, mut b) = send(addr, "POST", spec.api.path(), Some(body))
         .await
@@ -475,6 +487,9 @@ async fn follow(
             if text {
                 o.text_deltas += 1;
                 o.first_token_ms.get_or_insert_with(|| ms(t0));
+                if let Some(tx) = first.take() {
+                    let _ = tx.send(());
+                }
                 if spec.cancel {
                     // Hang up mid-stream: the connection is dropped with `b`.
                     o.cancelled = true;
