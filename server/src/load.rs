@@ -603,8 +603,13 @@ impl LoadOptions {
 #[derive(Clone, Debug, Serialize)]
 pub struct RssSample {
     pub t_s: f64,
+    /// VmRSS.
     pub server_kb: Option<u64>,
     pub engine_kb: Option<u64>,
+    /// RssAnon: the heap and stacks, what a leak grows (VmRSS also counts the pages of the
+    /// memory-mapped model that decoding has touched so far).
+    pub server_anon_kb: Option<u64>,
+    pub engine_anon_kb: Option<u64>,
     pub engine_pid: Option<u32>,
 }
 
@@ -685,6 +690,8 @@ pub struct LoadReport {
     pub order: OrderCheck,
     pub server_rss: Option<RssSummary>,
     pub engine_rss: Option<RssSummary>,
+    pub server_anon: Option<RssSummary>,
+    pub engine_anon: Option<RssSummary>,
     pub engine_pids: Vec<u32>,
     pub rss_growth_limit_kb: u64,
     pub rss: Vec<RssSample>,
@@ -694,9 +701,18 @@ pub struct LoadReport {
 
 /// VmRSS of a process in KiB (None if it is gone).
 pub fn rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmRSS:")
+}
+
+/// RssAnon of a process in KiB.
+pub fn rss_anon_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "RssAnon:")
+}
+
+fn status_kb(pid: u32, key: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
 }
@@ -745,6 +761,8 @@ pub async fn run_load(opts: &LoadOptions) -> LoadReport {
                     t_s: t0.elapsed().as_secs_f64(),
                     server_kb: server_pid.and_then(rss_kb),
                     engine_kb: engine_pid.and_then(rss_kb),
+                    server_anon_kb: server_pid.and_then(rss_anon_kb),
+                    engine_anon_kb: engine_pid.and_then(rss_anon_kb),
                     engine_pid,
                 });
                 tokio::time::sleep(every).await;
@@ -925,6 +943,10 @@ fn report(
     r.engine_rss = summarize_rss(&series(&|s| {
         s.engine_kb.filter(|_| s.engine_pid == last_pid)
     }));
+    r.server_anon = summarize_rss(&series(&|s| s.server_anon_kb));
+    r.engine_anon = summarize_rss(&series(&|s| {
+        s.engine_anon_kb.filter(|_| s.engine_pid == last_pid)
+    }));
     let mut pids: Vec<u32> = samples.iter().filter_map(|s| s.engine_pid).collect();
     pids.dedup();
     r.engine_pids = pids;
@@ -947,12 +969,17 @@ fn report(
     if o.requests == 0 {
         verdict.push("no queue headers (x-strata-request-id): cannot check the order".into());
     }
-    for (name, s) in [("server", &r.server_rss), ("engine", &r.engine_rss)] {
+    for (name, s) in [
+        ("server RSS", &r.server_rss),
+        ("engine RSS", &r.engine_rss),
+        ("server RssAnon", &r.server_anon),
+        ("engine RssAnon", &r.engine_anon),
+    ] {
         if let Some(s) = s
             && s.last_kb > s.first_kb + opts.rss_growth_limit_kb
         {
             verdict.push(format!(
-                "{name} RSS grew {} KiB after warm-up (limit {})",
+                "{name} grew {} KiB after warm-up (limit {})",
                 s.last_kb - s.first_kb,
                 opts.rss_growth_limit_kb
             ));
@@ -1023,7 +1050,9 @@ impl LoadReport {
             o.client_inversions
         );
         s += &format!("server RSS: {}\n", rss(&self.server_rss));
+        s += &format!("  of which RssAnon: {}\n", rss(&self.server_anon));
         s += &format!("engine RSS: {}\n", rss(&self.engine_rss));
+        s += &format!("  of which RssAnon: {}\n", rss(&self.engine_anon));
         s += &format!("engine pids: {:?}\n", self.engine_pids);
         for f in &self.failures {
             s += &format!("failure: {f}\n");

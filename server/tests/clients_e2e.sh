@@ -3,7 +3,8 @@
 # Usage: server/tests/clients_e2e.sh STRATA_BINARY [extra `strata server` flags, e.g. -m model.gguf]
 # Starts the server on a free port, waits for /health, runs openai_client.py and
 # anthropic_client.py (tool calls included; CLIENT_ARGS=--no-tools for a model whose template
-# has none), stops the server.
+# has none), then the CI load test (the `loadtest` binary next to STRATA_BINARY, `--ci`: 8
+# clients x 30 s, docs/reliability-load.md; LOADTEST=0 skips it), stops the server.
 # Exit code: non-zero if a client failed a check or the server never became healthy.
 set -u
 bin=${1:?usage: clients_e2e.sh STRATA_BINARY [server flags...]}
@@ -29,5 +30,14 @@ rc=0
 python3 "$here/openai_client.py" "http://127.0.0.1:$port/v1" ${CLIENT_ARGS:-} || rc=1
 # shellcheck disable=SC2086
 python3 "$here/anthropic_client.py" "http://127.0.0.1:$port" ${CLIENT_ARGS:-} || rc=1
+if [ "${LOADTEST:-1}" != 0 ]; then
+    loadtest="$(dirname "$bin")/loadtest"
+    if [ -x "$loadtest" ]; then
+        "$loadtest" --ci --url "http://127.0.0.1:$port" --server-pid $pid || rc=1
+    else
+        echo "clients_e2e: $loadtest missing (cargo build --release -p server --bins)" >&2
+        rc=1
+    fi
+fi
 [ $rc -eq 0 ] || { echo "clients_e2e: server log:" >&2; cat "$log" >&2; }
 exit $rc
