@@ -13,7 +13,8 @@ use tokenizer::Tokenizer;
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
 use crate::model::Model;
-use crate::model::forward::{Logits, Session};
+use crate::cpu::Session;
+use crate::model::Logits;
 use crate::model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
 
