@@ -20,6 +20,7 @@ pub mod npy;
 pub mod rng;
 pub mod sampler;
 pub mod spec;
+pub mod synth;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 

@@ -8,6 +8,7 @@
 
 pub mod attention;
 mod chunk;
+pub mod flash_next;
 mod matmul;
 pub mod moe;
 
