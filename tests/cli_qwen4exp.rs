@@ -227,3 +227,17 @@ fn cli_qwen4exp_serve_streams_greedy_ids() {
         .collect();
     assert_eq!(got[..], greedy[..6], "{text}\n{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// On the software device, a qwen4exp model is refused at load by the GPU executor walking the
+/// model's program: the error names the first operation without a gfx11 kernel (no silent CPU
+/// fallback), and the exit status is non-zero.
+#[cfg(feature = "gpu")]
+#[test]
+fn cli_qwen4exp_on_emu_names_the_missing_operation() {
+    let m = reference(F32);
+    let out = strata(&["generate", "-m", m.to_str().unwrap(), "--device", "emu", "-p", "hi", "-n", "1", "--temp", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "qwen4exp on emu must fail until its kernels exist: {err}");
+    assert!(err.contains("operation `embed (hyper-connection streams)` (layer 0) is not on this backend yet"), "{err}");
+    assert!(err.contains("--device emu"), "{err}");
+}

@@ -16,7 +16,7 @@ use strata::gpu::device::{Device, GpuApi, open_device};
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
 use strata::model::Model;
-use strata::model::forward::Logits;
+use strata::model::Logits;
 
 use crate::models_qwen3::qwen3_cfg;
 use crate::models_util::{Prng, TinyCfg, TinyModel};

@@ -13,7 +13,7 @@ use strata::gpu::device::{Device, GpuApi, open_device};
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
 use strata::model::Model;
-use strata::model::forward::Logits;
+use strata::model::Logits;
 
 use crate::models_qwen3::qwen3_cfg;
 use crate::models_util::{Prng, TinyCfg, TinyModel};
@@ -45,7 +45,7 @@ fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
     }
 }
 
-fn ordered_cpu_session(cpu: &Model, kv: KvType) -> strata::model::forward::Session {
+fn ordered_cpu_session(cpu: &Model, kv: KvType) -> strata::cpu::Session {
     let mut cs = cpu.new_session(kv, 64, 512);
     cs.ordered = true;
     cs.ordered_attention = true;
@@ -81,7 +81,7 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
         gs.trace = Some(Vec::new());
         cpu.eval(&mut cs, &prompt, Logits::All, &mut cl).unwrap();
         gpu.eval(&mut gs, &prompt, Logits::All, &mut gl).unwrap();
-        let check_trace = |step: &str, cs: &mut strata::model::forward::Session, gs: &mut strata::gpu::model::GpuSession| {
+        let check_trace = |step: &str, cs: &mut strata::cpu::Session, gs: &mut strata::gpu::model::GpuSession| {
             let (ct, gt) = (cs.trace.replace(Vec::new()).unwrap(), gs.trace.replace(Vec::new()).unwrap());
             assert_eq!(ct.len(), cfg.n_layer);
             assert_eq!(gt.len(), cfg.n_layer);
@@ -173,14 +173,14 @@ fn gpu_model_ordered_qwen3_f16_bit_identical() {
 
 /// The ordered kernels against the CPU code they copy, for every weight type with a reference
 /// dot: `quantize_ref` = `quant::quantize_row` byte for byte (Q8_0, Q8_1, Q8_K, F16, BF16, F32
-/// activations), `mmv_ordered` = `forward::matmul_ordered` bit for bit (37 rows, 5 columns,
+/// activations), `mmv_ordered` = `cpu::matmul_ordered` bit for bit (37 rows, 5 columns,
 /// k = 512, activations with outliers and exact zeros), `geglu_table` = `geglu_ggml` bit for bit
 /// (gates around the ±10 cut-offs, tiny and huge values).
 #[test]
 fn gpu_model_ordered_kernels_equal_cpu_code() {
     use strata::gpu::bench::Rng;
     use strata::gpu::ops::GpuOps;
-    use strata::model::forward::matmul_ordered;
+    use strata::cpu::matmul_ordered;
     let (rows, ncols, k) = (37usize, 5usize, 512usize);
     let mut rng = Rng::new(5);
     let mut x: Vec<f32> = (0..ncols * k).map(|_| rng.f32()).collect();

@@ -14,7 +14,7 @@ use strata::gpu::device::{DevicePtr, Stream};
 use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};
 use strata::test_device;
 use strata::kv_cache::{KvCache, KvType, LayerCache, RawRows};
-use strata::model::attention::{attend, attend_ordered, Shape};
+use strata::cpu::attention::{attend, attend_ordered, Shape};
 // The references and tolerances shared with `strata device --selftest`: GLU_TOL (SiLU/GELU
 // against libm, relative with a floor of 1), PROB_TOL (softmax / router probabilities,
 // absolute), FAST_ATTN_TOL (WMMA f16 attention against `attend`, absolute, |V| ~ 1).

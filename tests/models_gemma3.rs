@@ -1,7 +1,7 @@
 //! Gemma 3 270M Q4_K_M (the default model) against llama.cpp's recorded outputs in
 //! testdata/reference/gemma3-270m-q4_k_m (see make_reference.py there).
 
-use strata::model::forward::Logits;
+use strata::model::Logits;
 use strata::sampler::{Sampler, SamplerConfig};
 
 use crate::models_util::{gemma, ids, read_json, reference};
@@ -9,7 +9,7 @@ use crate::models_util::{gemma, ids, read_json, reference};
 /// Top-10 logits at the first 16 generated positions (teacher-forced): max |ours - llama.cpp|.
 /// Gemma 3's residual stream has large outliers, so a one-ulp difference anywhere flips a later
 /// Q8 activation quant and moves logits by ~0.1; the forward pass therefore copies llama.cpp's
-/// CPU float order (forward::ggml_exact). That copy covers batches of < TILED_MIN_BATCH
+/// CPU float order (`Arch::ggml_exact`). That copy covers batches of < TILED_MIN_BATCH
 /// tokens (measured: identical logits); a longer prompt batch goes through llama.cpp's tiled
 /// K-quant GEMM, which we do not reproduce, so the long prompt only gets this bound.
 const TOP10_LOGIT_TOL: f64 = 1.0;

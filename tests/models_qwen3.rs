@@ -3,7 +3,7 @@
 
 use strata::kv_cache::KvType;
 use strata::model::Model;
-use strata::model::forward::Logits;
+use strata::model::Logits;
 
 use crate::models_util::{TinyCfg, TinyModel, max_abs_diff};
 

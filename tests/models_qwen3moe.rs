@@ -3,7 +3,7 @@
 
 use strata::kv_cache::KvType;
 use strata::model::Model;
-use strata::model::forward::Logits;
+use strata::model::Logits;
 
 use crate::models_qwen3::check_against_reference;
 use crate::models_util::{TinyCfg, TinyModel, ids, read_json, reference};

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use strata::model::qwen4exp::synth::{SynthConfig, write};
+use strata::synth::qwen4exp::{SynthConfig, write};
 use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
 use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use strata::model::qwen4exp::synth::{SynthConfig, SynthMtp, write, write_mtp};
+use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, Qwen4ExpError, SeqState};
 use strata::spec::{Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
 

@@ -13,7 +13,8 @@ use tokenizer::Tokenizer;
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
 use crate::model::Model;
-use crate::model::forward::{Logits, Session};
+use crate::cpu::Session;
+use crate::model::Logits;
 use crate::model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
 
@@ -323,20 +324,25 @@ impl Engine {
         let gguf = gguf::GgufFile::open(path)
             .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
         let model = if crate::model::Arch::of(&gguf, path)? == crate::model::Arch::Qwen4Exp {
-            if matches!(opts.device, Device::Hip | Device::Emu) {
-                return Err(EngineError::Unsupported(format!(
-                    "qwen4exp models run on the CPU only so far (got --device {})",
-                    opts.device.name()
-                )));
-            }
             if opts.kv != KvType::F16 {
                 return Err(EngineError::Unsupported(format!(
                     "qwen4exp models run with --kv f16 only (got {:?})",
                     opts.kv
                 )));
             }
-            let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple)
-                .map_err(|source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) })?;
+            let q4_err = |source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) };
+            let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;
+            // The GPU executor walks the model's program and names the first operation it
+            // cannot run yet; `auto` keeps the CPU until every one has a kernel.
+            match opts.device {
+                #[cfg(feature = "gpu")]
+                Device::Hip | Device::Emu => crate::gpu::flash_next::check(&m, opts.device.name()).map_err(q4_err)?,
+                #[cfg(not(feature = "gpu"))]
+                Device::Hip | Device::Emu => {
+                    return Err(EngineError::Unsupported(format!("--device {} needs a build with GPU support (cargo build --features gpu)", opts.device.name())));
+                }
+                Device::Cpu | Device::Auto => {}
+            }
             AnyModel::Flash(Box::new(m))
         } else {
             place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu)?

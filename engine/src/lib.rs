@@ -2,10 +2,11 @@
 //! and (with `--features gpu`) the gfx11 kernels.
 //!
 //! Flow: [`fetch`] (default model) → [`model::Model::load`] (GGUF → hyperparameters and
-//! weights) → [`engine::Engine`] (model + tokenizer) → [`model::forward::Session`] per sequence
+//! weights) → [`engine::Engine`] (model + tokenizer) → [`cpu::Session`] per sequence
 //! (KV cache, [`kv_cache`]) → [`sampler`]. [`cli`] is the command line.
 
 pub mod cli;
+pub mod cpu;
 pub mod engine;
 pub mod error;
 pub mod experts;
@@ -19,6 +20,7 @@ pub mod npy;
 pub mod rng;
 pub mod sampler;
 pub mod spec;
+pub mod synth;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 

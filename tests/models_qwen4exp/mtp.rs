@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 
 use gguf::GgufFile;
-use strata::model::qwen4exp::synth::{SynthConfig, SynthMtp, write, write_mtp};
+use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp};
 
 const TOL_REL: f64 = 1e-4;

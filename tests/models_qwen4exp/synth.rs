@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use strata::model::qwen4exp::synth::{SynthConfig, write};
+use strata::synth::qwen4exp::{SynthConfig, write};
 use strata::model::qwen4exp::{KvType, LayerKind, Qwen4Exp};
 
 fn tmp(name: &str) -> PathBuf {

@@ -10,7 +10,7 @@ use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
 use crate::EngineError;
 use crate::engine::Engine;
 use crate::engine::AnySession;
-use crate::model::forward::Logits;
+use crate::model::Logits;
 use crate::sampler::{Sampler, SamplerConfig};
 
 /// The engine behind the token protocol: one sequence at a time, the session reused.

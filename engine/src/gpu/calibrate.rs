@@ -637,8 +637,8 @@ fn measure(
 /// rest (widened at upload) — and, for each extra dtype in `extra`, the same shapes in that type.
 pub fn model_shapes(model: &crate::model::Model, extra: &[DType]) -> Vec<Shape> {
     use crate::model::{Ffn, W};
-    let mut mats: Vec<(&W, bool)> = vec![(&model.output, false)];
-    for l in &model.layers {
+    let mut mats: Vec<(&W, bool)> = vec![(&model.w.output, false)];
+    for l in &model.w.layers {
         let a = &l.attn;
         mats.extend([(&a.wq, true), (&a.wk, true), (&a.wv, true), (&a.wo, true)]);
         match &l.ffn.ffn {

@@ -9,10 +9,10 @@
 //!   `rms_norm_ggml`), rope (`rope_neox` / `rope_norm` with [`GpuOps::rope_table`];
 //!   `rope_neox_ggml` with `fma` and [`GpuOps::rope_table_ggml`]), add_rows, scale, kv_store
 //!   (engine/src/kv_cache.rs), attention in [`AttnMode::Ordered`]
-//!   (`model::attention::attend_ordered`), moe_combine (adds in order j = 0..k);
+//!   (`cpu::attention::attend_ordered`), moe_combine (adds in order j = 0..k);
 //! - bit-identical by construction (ordered-numerics mode, the `quant` crate's scalar code per
 //!   work-item): quantize_ref (`quant::quantize_row`), mmv_ordered
-//!   (`model::forward::matmul_ordered`), geglu_table (`cpu_kernels::geglu_ggml`);
+//!   (`cpu::matmul_ordered`), geglu_table (`cpu_kernels::geglu_ggml`);
 //! - within named tolerances (`quant::fmath::expf` instead of libm): glu, softmax, moe_router
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 use super::abi::{self, WType};

@@ -36,6 +36,18 @@ impl Arch {
         Arch::ALL.into_iter().find(|a| a.gguf_name() == name)
     }
 
+    /// Whether both backends copy llama.cpp's CPU rounding bit for bit for this architecture
+    /// (ggml-order matmul kernels, x86 Q8_0 activation rounding, the f16 GELU table, ggml's
+    /// rope, RMS norm and attention order). Gemma 3 needs it: its residual stream has
+    /// outliers large enough that a one-ulp difference flips a later Q8 activation quant and
+    /// moves logits by ~0.1 (measured: our own AVX-512 vs portable kernels differ by
+    /// 0.09-0.2 mean |logit| on prompt 1). With it, prompt 1's last logits equal llama.cpp's
+    /// exactly. The exact kernels are slower, so other models keep the fast ones (they match
+    /// llama.cpp without it).
+    pub fn ggml_exact(self) -> bool {
+        self == Arch::Gemma3
+    }
+
     /// The architecture of an opened GGUF file; an unknown one is a named error.
     pub fn of(g: &GgufFile, path: &std::path::Path) -> Result<Arch> {
         let name = g.architecture().map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;

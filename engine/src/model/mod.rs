@@ -1,18 +1,18 @@
-//! Models: `general.architecture` → hyperparameters (one file per architecture) → weights
-//! (references into the memory-mapped GGUF) → one shared decoder forward pass.
+//! The model architectures, described once and run by every backend: `general.architecture`
+//! → [`Arch`] → hyperparameters (one file per architecture: named GGUF keys, commented
+//! defaults) → weights (references into the memory-mapped GGUF) → the layer program.
 //!
-//! The architectures we support are all pre-norm decoders that differ in a handful of switches
-//! (rope flavour, biases, Q/K norms, post norms, activation, MoE FFN); those live in
-//! [`HParams`], so `forward.rs` is written once. Layers are a [`LayerKind`] enum so hybrid
+//! The shared decoders (gemma3, llama, qwen2, qwen3, qwen3moe) are pre-norm decoders that
+//! differ in a handful of switches (rope flavour, biases, Q/K norms, post norms, activation,
+//! MoE FFN); those live in [`HParams`], and [`decoder`] holds their one program and weight
+//! list. `crate::cpu` and `crate::gpu` execute it. Layers are a [`LayerKind`] enum so hybrid
 //! models can add recurrent layers with their own cache kind.
 
 pub mod arch;
-pub mod attention;
-pub mod forward;
+pub mod decoder;
 pub mod gemma3;
 pub mod hparams;
 pub mod llama;
-pub mod moe;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;
@@ -28,6 +28,7 @@ use quant::GgmlType;
 
 use crate::error::{EngineError, Result};
 pub use arch::Arch;
+pub use decoder::{AttnWeights, DecoderWeights, Ffn, FfnWeights, LayerWeights, Logits};
 pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
 
 /// A weight matrix (or a stack of expert matrices) inside the GGUF mapping.
@@ -43,45 +44,13 @@ pub struct W {
     pub n_mat: usize,
 }
 
-pub(crate) struct AttnWeights {
-    pub norm: Vec<f32>,
-    pub wq: W,
-    pub wk: W,
-    pub wv: W,
-    pub wo: W,
-    pub bq: Option<Vec<f32>>,
-    pub bk: Option<Vec<f32>>,
-    pub bv: Option<Vec<f32>>,
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
-    pub post_norm: Option<Vec<f32>>,
-}
-
-pub(crate) enum Ffn {
-    Dense { gate: W, up: W, down: W },
-    Moe { router: W, gate: W, up: W, down: W },
-}
-
-pub(crate) struct FfnWeights {
-    pub norm: Vec<f32>,
-    pub ffn: Ffn,
-    pub post_norm: Option<Vec<f32>>,
-}
-
-pub(crate) struct LayerWeights {
-    pub attn: AttnWeights,
-    pub ffn: FfnWeights,
-}
-
 /// A loaded model: hyperparameters plus weights referencing the mapped file.
 pub struct Model {
     pub hp: HParams,
     pub path: PathBuf,
     pub gguf: GgufFile,
-    pub(crate) tok_embd: W,
-    pub(crate) output: W,
-    pub(crate) output_norm: Vec<f32>,
-    pub(crate) layers: Vec<LayerWeights>,
+    /// Every weight, as described by [`decoder::DecoderWeights`].
+    pub(crate) w: DecoderWeights<W, Vec<f32>>,
     pub n_vocab: usize,
 }
 
@@ -155,7 +124,8 @@ impl Model {
             };
             layers.push(LayerWeights { attn, ffn });
         }
-        Ok(Model { hp, path: path.to_path_buf(), tok_embd, output, output_norm, layers, n_vocab, gguf })
+        let w = DecoderWeights { tok_embd, output, output_norm, layers };
+        Ok(Model { hp, path: path.to_path_buf(), w, n_vocab, gguf })
     }
 
     /// The matrix `w` (expert `e` of a stack) as a kernel operand.

@@ -4,7 +4,8 @@
 
 use crate::error::EngineError;
 use crate::model::Model;
-use crate::model::forward::{Logits, Session};
+use crate::cpu::Session;
+use crate::model::Logits;
 
 use super::VerifyModel;
 

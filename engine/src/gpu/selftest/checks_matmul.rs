@@ -1,7 +1,7 @@
 //! Selftest checks of the quantized kernels: activation quantizers, dequantizers, MMVQ (every
 //! type and column count, row lists), the fused gate/up GLU, MMQ, expert dispatch, get_rows,
 //! and the ordered-numerics quantizer and dot. References: the `quant` crate (quantize_row,
-//! dequantize_row, vec_dot via `forward::matmul_ordered`) and f64 dots of its dequantized
+//! dequantize_row, vec_dot via `cpu::matmul_ordered`) and f64 dots of its dequantized
 //! operands (reference.rs).
 use super::reference::{self as refs, dot_reference, ggml, glu_reference};
 use super::{Check, CheckResultOf, Cx, Metric};
@@ -88,7 +88,7 @@ pub fn checks() -> Vec<Check> {
         v.push(Check::new(
             format!("{} {}", abi::MMV_ORDERED, ty.name()),
             vec![abi::MMV_ORDERED],
-            "forward::matmul_ordered (quant::quantize_row + quant::vec_dot)",
+            "cpu::matmul_ordered (quant::quantize_row + quant::vec_dot)",
             move |cx| mmv_ordered(cx, ty),
         ));
     }
@@ -459,7 +459,7 @@ fn mmv_ordered_one(cx: &mut Cx, ty: GgmlType, rows: usize, ncols: usize, k: usiz
     }
     let t = cpu_kernels::QTensor::new(ty, &w, rows, k).map_err(|e| format!("QTensor: {e:?}"))?;
     let mut want = vec![0f32; ncols * rows];
-    crate::model::forward::matmul_ordered(&t, &x, ncols, &mut want)?;
+    crate::cpu::matmul_ordered(&t, &x, ncols, &mut want)?;
     let at = ty.vec_dot_type();
     let ab = at.row_bytes(k).ok_or_else(|| format!("{} rows of {k}", at.name()))?;
     let (xd, wd, ad, yd) = (cx.upf(&x)?, cx.up(&w)?, cx.zeros(ncols * ab)?, cx.zeros(ncols * rows * 4)?);

@@ -2,14 +2,14 @@
 //! ggml), glu, add_rows, scale, converts, softmax, kv_store, attention (ordered and WMMA fast,
 //! every head dim and cache format), the MoE router and combine, the ordered GELU table, and
 //! the cross-lane reduction kernels. References: `cpu_kernels`, engine/src/kv_cache.rs,
-//! `model::attention::{attend, attend_ordered}`, `model::moe::top_k`, `quant`'s conversions.
+//! `cpu::attention::{attend, attend_ordered}`, `cpu::moe::top_k`, `quant`'s conversions.
 use super::reference::{self as refs, raw_kv_bytes, router_reference};
 use super::{Check, CheckResultOf, Cx};
 use crate::gpu::abi;
 use crate::gpu::device::{DevicePtr, GpuError, Stream};
 use crate::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat};
 use crate::kv_cache::{KvCache, KvType, LayerCache};
-use crate::model::attention::{attend, attend_ordered, Shape};
+use crate::cpu::attention::{attend, attend_ordered, Shape};
 
 type NormLaunch = fn(&GpuOps, &Stream, DevicePtr, DevicePtr, DevicePtr, u32, u32, f32) -> Result<(), GpuError>;
 type NormRef = fn(&[f32], &[f32], f32, &mut [f32]);

@@ -164,7 +164,7 @@ pub fn router_reference(logits: &[f32], n_expert: usize, k: usize, renorm: bool)
         let mut p = row.to_vec();
         cpu_kernels::softmax(&mut p);
         let mut sel = Vec::new();
-        crate::model::moe::top_k(&p, k, &mut sel);
+        crate::cpu::moe::top_k(&p, k, &mut sel);
         if renorm {
             let sum: f32 = sel.iter().map(|&(_, w)| w).sum();
             let sum = sum.max(6.103_515_6e-5);

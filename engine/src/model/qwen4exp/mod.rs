@@ -26,8 +26,8 @@ pub mod moe;
 pub mod ple;
 pub mod mtp;
 pub mod ple_io;
+pub mod program;
 pub mod qsa;
-pub mod synth;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -116,6 +116,8 @@ pub enum Qwen4ExpError {
     },
     #[error("PLE layer {layer}: {reason}")]
     Ple { layer: usize, reason: String },
+    #[error("qwen4exp on --device {backend}: operation `{op}` (layer {layer}) is not on this backend yet (it has no gfx11 kernel; run with --device cpu)")]
+    NotOnBackend { backend: &'static str, op: &'static str, layer: usize },
 }
 
 /// Element type of the attention K/V and indexer-key caches.
@@ -397,59 +399,18 @@ impl Qwen4Exp {
         Ok(out)
     }
 
+    /// One micro-batch at `st.pos`: the program of [`program::forward`] on the CPU.
     fn ubatch(
         &self,
         st: &mut SeqState,
         toks: &[u32],
         logits: &mut [f32],
-        mut trace: Option<&mut Trace>,
+        trace: Option<&mut Trace>,
         hidden: Option<&mut [f32]>,
     ) -> Result<(), Qwen4ExpError> {
-        let (n, e, hc) = (toks.len(), self.hp.n_embd, self.hp.hc);
-        let mut r = vec![0f32; n * hc * e];
-        let mut emb = vec![0f32; e];
-        for (t, &tok) in toks.iter().enumerate() {
-            self.tok_embd.get_row(tok as usize, &mut emb);
-            for c in 0..hc {
-                r[(t * hc + c) * e..(t * hc + c + 1) * e].copy_from_slice(&emb);
-            }
-        }
-        let mut x = vec![0f32; n * e];
-        let mut y = vec![0f32; n * e];
-        let mut inj = vec![0f32; n * hc];
-        for (il, layer) in self.layers.iter().enumerate() {
-            if let (Some(ple), Some(ps)) = (&self.ple, st.ple.as_mut())
-                && ple.params.layer == il
-            {
-                ple.forward(&mut r, toks, ps)
-                    .map_err(|reason| Qwen4ExpError::Ple { layer: il, reason })?;
-            }
-            layer.hc_attn.mix(&r, n, &mut x, Some(&mut inj));
-            match (&layer.mixer, &mut st.layers[il]) {
-                (Mixer::Gdn(g), LayerState::Gdn(gs)) => g.forward(&x, n, gs, self.gdn_mode, &mut y),
-                (Mixer::Attn(a), LayerState::Attn(cache)) => {
-                    let want = trace.is_some() && a.indexer.is_some();
-                    let sel = a.forward(&x, n, st.pos, cache, &mut y, want);
-                    if let Some(tr) = trace.as_deref_mut().filter(|_| want) {
-                        match tr.qsa_selections.iter_mut().find(|(l, _)| *l == il) {
-                            Some((_, v)) => v.extend(sel),
-                            None => tr.qsa_selections.push((il, sel)),
-                        }
-                    }
-                }
-                _ => return Err(Qwen4ExpError::StateMismatch { layer: il }),
-            }
-            layer.hc_attn.combine(&mut r, n, &y, &inj);
-            layer.hc_ffn.mix(&r, n, &mut x, Some(&mut inj));
-            layer.moe.forward(&x, n, &mut y);
-            layer.hc_ffn.combine(&mut r, n, &y, &inj);
-        }
-        self.out_hc.mix(&r, n, &mut x, None);
-        if let Some(h) = hidden {
-            h.copy_from_slice(&x);
-        }
-        self.output.matmul(&x, n, logits);
-        st.pos += n;
+        let mut chunk = crate::cpu::flash_next::CpuFlashChunk::new(self, st, toks, logits, trace, hidden);
+        program::forward(&mut chunk, self)?;
+        st.pos += toks.len();
         Ok(())
     }
 }

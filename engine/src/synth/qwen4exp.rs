@@ -9,7 +9,7 @@
 //!
 //! The MTP (NextN) draft head is written to its own GGUF by [`write_mtp`] ([`SynthMtp`]:
 //! random, or an "echo" head whose drafts repeat the last token); its format is documented in
-//! [`super::mtp`].
+//! [`crate::model::qwen4exp::mtp`].
 
 use std::path::{Path, PathBuf};
 

@@ -8,8 +8,8 @@
 
 use cpu_kernels as ck;
 
-use super::forward::grow;
-use super::{MoeSpec, Model, W};
+use super::grow;
+use crate::model::{MoeSpec, Model, W};
 
 /// Reusable buffers (only grow).
 #[derive(Default)]

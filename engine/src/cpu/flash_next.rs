@@ -1,0 +1,114 @@
+//! Flash-Next's operations ([`FlashNextOps`]) on the host, for one micro-batch: each calls the
+//! layer's CPU implementation in `model::qwen4exp` (GDN, QSA, GR, MoE, PLE), which match
+//! llama.cpp on the public fixtures.
+
+use crate::model::qwen4exp::program::{FlashNextOps, Site};
+use crate::model::qwen4exp::{LayerState, Mixer, Qwen4Exp, Qwen4ExpError, SeqState, Trace};
+
+/// One micro-batch of a Flash-Next sequence on the CPU.
+pub struct CpuFlashChunk<'a> {
+    m: &'a Qwen4Exp,
+    st: &'a mut SeqState,
+    toks: &'a [u32],
+    /// The hyper-connection residual streams, `[n][hc][n_embd]`.
+    r: Vec<f32>,
+    x: Vec<f32>,
+    y: Vec<f32>,
+    /// Per-stream injection weights of the last mix, `[n][hc]`.
+    inj: Vec<f32>,
+    logits: &'a mut [f32],
+    trace: Option<&'a mut Trace>,
+    /// The head mixer's output (the MTP head's input), when wanted.
+    hidden: Option<&'a mut [f32]>,
+}
+
+impl<'a> CpuFlashChunk<'a> {
+    pub fn new(
+        m: &'a Qwen4Exp,
+        st: &'a mut SeqState,
+        toks: &'a [u32],
+        logits: &'a mut [f32],
+        trace: Option<&'a mut Trace>,
+        hidden: Option<&'a mut [f32]>,
+    ) -> Self {
+        let (n, e, hc) = (toks.len(), m.hp.n_embd, m.hp.hc);
+        CpuFlashChunk { m, st, toks, r: vec![0.0; n * hc * e], x: vec![0.0; n * e], y: vec![0.0; n * e], inj: vec![0.0; n * hc], logits, trace, hidden }
+    }
+
+    fn hc(&self, layer: usize, site: Site) -> &'a crate::model::qwen4exp::HyperConn {
+        let l = &self.m.layers[layer];
+        match site {
+            Site::Mixer => &l.hc_attn,
+            Site::Ffn => &l.hc_ffn,
+        }
+    }
+}
+
+impl FlashNextOps for CpuFlashChunk<'_> {
+    fn embed(&mut self) -> Result<(), Qwen4ExpError> {
+        let (e, hc) = (self.m.hp.n_embd, self.m.hp.hc);
+        let mut emb = vec![0f32; e];
+        for (t, &tok) in self.toks.iter().enumerate() {
+            self.m.tok_embd.get_row(tok as usize, &mut emb);
+            for c in 0..hc {
+                self.r[(t * hc + c) * e..(t * hc + c + 1) * e].copy_from_slice(&emb);
+            }
+        }
+        Ok(())
+    }
+
+    fn ple(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+        if let (Some(ple), Some(ps)) = (&self.m.ple, self.st.ple.as_mut()) {
+            ple.forward(&mut self.r, self.toks, ps).map_err(|reason| Qwen4ExpError::Ple { layer, reason })?;
+        }
+        Ok(())
+    }
+
+    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), Qwen4ExpError> {
+        self.hc(layer, site).mix(&self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
+        Ok(())
+    }
+
+    fn gdn(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+        match (&self.m.layers[layer].mixer, &mut self.st.layers[layer]) {
+            (Mixer::Gdn(g), LayerState::Gdn(gs)) => g.forward(&self.x, self.toks.len(), gs, self.m.gdn_mode, &mut self.y),
+            _ => return Err(Qwen4ExpError::StateMismatch { layer }),
+        }
+        Ok(())
+    }
+
+    fn attention(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+        let (Mixer::Attn(a), LayerState::Attn(cache)) = (&self.m.layers[layer].mixer, &mut self.st.layers[layer]) else {
+            return Err(Qwen4ExpError::StateMismatch { layer });
+        };
+        let want = self.trace.is_some() && a.indexer.is_some();
+        let sel = a.forward(&self.x, self.toks.len(), self.st.pos, cache, &mut self.y, want);
+        if let Some(tr) = self.trace.as_deref_mut().filter(|_| want) {
+            match tr.qsa_selections.iter_mut().find(|(l, _)| *l == layer) {
+                Some((_, v)) => v.extend(sel),
+                None => tr.qsa_selections.push((layer, sel)),
+            }
+        }
+        Ok(())
+    }
+
+    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), Qwen4ExpError> {
+        self.hc(layer, site).combine(&mut self.r, self.toks.len(), &self.y, &self.inj);
+        Ok(())
+    }
+
+    fn moe(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+        self.m.layers[layer].moe.forward(&self.x, self.toks.len(), &mut self.y);
+        Ok(())
+    }
+
+    fn head(&mut self) -> Result<(), Qwen4ExpError> {
+        let n = self.toks.len();
+        self.m.out_hc.mix(&self.r, n, &mut self.x, None);
+        if let Some(h) = self.hidden.as_deref_mut() {
+            h.copy_from_slice(&self.x);
+        }
+        self.m.output.matmul(&self.x, n, self.logits);
+        Ok(())
+    }
+}

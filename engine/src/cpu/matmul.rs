@@ -1,0 +1,167 @@
+//! Matrix products and row-wise helpers of the CPU executor.
+//!
+//! [`Model::mm`] is the default product (ggml-order kernels for the architectures whose
+//! numerics copy llama.cpp's, `Arch::ggml_exact`), [`matmul_ordered`] the ordered-numerics
+//! mode's (the code the GPU's `mmv_ordered` kernel runs per output).
+
+use cpu_kernels as ck;
+
+use crate::model::{Model, W};
+
+impl Model {
+    /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack).
+    #[inline]
+    pub(crate) fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+        let t = self.qt(w, e);
+        let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
+        if self.hp.arch.ggml_exact() {
+            ck::matmul_ggml(&t, x, n, y)
+        } else if n == 1 {
+            ck::matvec(&t, x, y)
+        } else {
+            ck::matmul(&t, x, n, y)
+        }
+    }
+
+    /// [`Self::mm`], or [`matmul_ordered`] in the ordered-numerics mode.
+    #[inline]
+    pub(crate) fn mm_o(&self, ordered: bool, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+        if !ordered {
+            return self.mm(w, e, x, n, y);
+        }
+        let t = self.qt(w, e);
+        if let Err(err) = matmul_ordered(&t, &x[..n * w.cols], n, &mut y[..n * w.rows]) {
+            panic!("matmul_ordered {:?} {}x{} n={n}: {err}", t.ty, t.rows, t.cols);
+        }
+    }
+
+    /// Exact-path ([`ggml_exact`]) products of the same activations with several matrices in
+    /// one parallel region (`cpu_kernels::try_matmul_ggml_multi`; same bits as [`Self::mm`]).
+    pub(super) fn mm_multi<const K: usize>(&self, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
+        let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| self.qt(w, 0)).collect();
+        let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
+        let cols = ts[0].cols;
+        if let Err(e) = ck::try_matmul_ggml_multi(&ts, &x[..n * cols], n, &mut ys) {
+            panic!("matmul_ggml_multi n={n}: {e}");
+        }
+    }
+
+}
+
+/// `y[n][rows] = x[n][cols] · Wᵀ` in the ordered-numerics mode: each column of `x` quantized
+/// to `w.ty.vec_dot_type()` by `quant::quantize_row` (the reference quantizer), each output
+/// `quant::vec_dot` of a weight row with a column (integer sums inside blocks, f32 — F32/F16/
+/// BF16: f64 — accumulation across blocks in order). The GPU's `quantize_ref` + `mmv_ordered`
+/// kernels run this very code per block / per output, so the two agree bit for bit. Rows are
+/// split over rayon (the order inside a dot is fixed).
+pub fn matmul_ordered(w: &ck::QTensor, x: &[f32], n: usize, y: &mut [f32]) -> std::result::Result<(), String> {
+    use rayon::prelude::*;
+    let (k, rows, at) = (w.cols, w.rows, w.ty.vec_dot_type());
+    let (Some(rb), Some(ab)) = (w.ty.row_bytes(k), at.row_bytes(k)) else {
+        return Err(format!("{} rows of {k} (not a whole number of blocks)", w.ty.name()));
+    };
+    if !w.ty.has_reference() {
+        return Err(format!("{} has no reference dot product", w.ty.name()));
+    }
+    if x.len() < n * k || y.len() < n * rows || w.data.len() < rows * rb {
+        return Err(format!("shapes: x {} (need {}), y {} (need {}), weights {} bytes (need {})", x.len(), n * k, y.len(), n * rows, w.data.len(), rows * rb));
+    }
+    let mut acts = vec![0u8; n * ab];
+    for (c, a) in acts.chunks_exact_mut(ab).enumerate() {
+        quant::quantize_row(at, &x[c * k..(c + 1) * k], a).map_err(|e| format!("{e:?}"))?;
+    }
+    // Row-major results (rows split over the pool), then transposed to [n][rows].
+    let mut t = vec![0f32; rows * n];
+    const ROWS_PER_TASK: usize = 16;
+    t.par_chunks_mut(ROWS_PER_TASK * n).enumerate().for_each(|(i, ch)| {
+        for (j, out) in ch.chunks_exact_mut(n).enumerate() {
+            let r = i * ROWS_PER_TASK + j;
+            let wr = &w.data[r * rb..(r + 1) * rb];
+            for (c, o) in out.iter_mut().enumerate() {
+                *o = quant::vec_dot(w.ty, k, wr, &acts[c * ab..(c + 1) * ab]).unwrap_or(f32::NAN);
+            }
+        }
+    });
+    for r in 0..rows {
+        for c in 0..n {
+            y[c * rows + r] = t[r * n + c];
+        }
+    }
+    Ok(())
+}
+
+/// `out[i] = act(gate[i]) * up[i]` with a `quant::fmath` activation (the GPU's `glu_f32`).
+pub(super) fn glu_fmath(act: fn(f32) -> f32, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = act(g) * u;
+    }
+}
+
+/// Rows at which the per-row helpers below go parallel.
+const PAR_ROWS: usize = 16;
+
+/// `out[r] = norm(x[r])` for rows of `d` values (rayon over rows for large batches).
+pub(super) fn norm_rows(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &[f32], w: &[f32], eps: f32, out: &mut [f32], d: usize) {
+    use rayon::prelude::*;
+    if x.len() / d >= PAR_ROWS {
+        out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, xr)| norm(xr, w, eps, o));
+    } else {
+        out.chunks_mut(d).zip(x.chunks(d)).for_each(|(o, xr)| norm(xr, w, eps, o));
+    }
+}
+
+/// `x[r] = norm(x[r])` in place for rows of `d` values (one row of scratch per task).
+pub(super) fn norm_rows_inplace(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &mut [f32], w: &[f32], eps: f32, d: usize) {
+    use rayon::prelude::*;
+    let one = |xr: &mut [f32], tmp: &mut Vec<f32>| {
+        tmp.clear();
+        tmp.extend_from_slice(xr);
+        norm(tmp, w, eps, xr);
+    };
+    if x.len() / d >= PAR_ROWS {
+        x.par_chunks_mut(d).for_each_with(Vec::with_capacity(d), |tmp, xr| one(xr, tmp));
+    } else {
+        let mut tmp = Vec::with_capacity(d);
+        x.chunks_mut(d).for_each(|xr| one(xr, &mut tmp));
+    }
+}
+
+/// An element-wise `f(a, b, out)` split over rayon for large inputs.
+pub(super) fn par_elementwise(f: fn(&[f32], &[f32], &mut [f32]), a: &[f32], b: &[f32], out: &mut [f32]) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 16 << 10;
+    if out.len() >= 4 * CHUNK {
+        out.par_chunks_mut(CHUNK).zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK))).for_each(|(o, (a, b))| f(a, b, o));
+    } else {
+        f(a, b, out)
+    }
+}
+
+/// `x += post_norm(o)` (or `x += o`), row by row; `tmp` holds at least one row.
+pub(super) fn add_residual(
+    x: &mut [f32],
+    o: &[f32],
+    post_norm: Option<&[f32]>,
+    eps: f32,
+    tmp: &mut [f32],
+    d: usize,
+    rms_norm: fn(&[f32], &[f32], f32, &mut [f32]),
+) {
+    match post_norm {
+        Some(w) if x.len() / d >= PAR_ROWS => {
+            use rayon::prelude::*;
+            x.par_chunks_exact_mut(d).zip(o.par_chunks_exact(d)).for_each_with(vec![0f32; d], |tmp, (xr, or)| {
+                rms_norm(or, w, eps, tmp);
+                xr.iter_mut().zip(tmp.iter()).for_each(|(a, b)| *a += b);
+            });
+        }
+        Some(w) => {
+            for (xr, or) in x.chunks_exact_mut(d).zip(o.chunks_exact(d)) {
+                rms_norm(or, w, eps, &mut tmp[..d]);
+                xr.iter_mut().zip(&tmp[..d]).for_each(|(a, b)| *a += b);
+            }
+        }
+        None => x.iter_mut().zip(o).for_each(|(a, b)| *a += b),
+    }
+}
+

@@ -1,0 +1,160 @@
+//! The CPU executor of the shared decoder: it runs the program of `model::decoder` with
+//! `cpu_kernels` (the operations are in [`chunk`]).
+//!
+//! Tokens are processed in chunks of `prefill_chunk` rows: every projection is one
+//! `cpu_kernels::matmul` over the chunk (a `matvec` for single-token decode), attention reads the
+//! per-sequence KV cache. Scratch buffers live in the [`Session`] and only grow, so steady-state
+//! decoding allocates nothing.
+
+pub mod attention;
+mod chunk;
+pub mod flash_next;
+mod matmul;
+pub mod moe;
+
+use crate::error::{EngineError, Result};
+use crate::kv_cache::{KvCache, KvType};
+use crate::model::{Logits, Model, decoder};
+pub use matmul::matmul_ordered;
+
+/// Per-sequence state: KV cache, position, and reusable scratch buffers.
+pub struct Session {
+    pub cache: KvCache,
+    /// Number of positions already in the cache.
+    pub n_past: usize,
+    /// Maximum rows per forward chunk (`--prefill`).
+    pub prefill_chunk: usize,
+    /// When set, the residual stream after every layer of the next forward chunk is copied
+    /// here (`[layer][tokens * n_embd]`; backend parity tests).
+    pub trace: Option<Vec<Vec<f32>>>,
+    /// Attention in the fixed float order of `attention::attend_ordered`, the order the GPU's
+    /// ordered mode uses, so both backends compute it bit for bit alike (`--ordered-attention`).
+    pub ordered_attention: bool,
+    /// Ordered-numerics mode (`--ordered`): besides ordered attention, every matrix product is
+    /// [`matmul::matmul_ordered`] (the `quant` crate's reference quantizer and `vec_dot`, the code the
+    /// GPU's `mmv_ordered` kernel runs per output), SiLU / non-Gemma GELU use `quant::fmath`,
+    /// and MoE routing/combining follow the GPU kernels' order. With `GpuOptions::ordered` the
+    /// GPU backend computes every layer and the logits bit for bit alike. Slower.
+    pub ordered: bool,
+    s: Scratch,
+}
+
+/// Rope angles of one chunk: ((base bits, scale bits, pos0, n), `[n][rot/2]` (cos, sin)).
+type RopeCs = ((u32, u32, usize, usize), Vec<(f32, f32)>);
+
+/// The activation buffers of [`decoder::Buf`] plus the FFN's and rope's own.
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    act: Vec<f32>,
+    /// ggml rope angles of the current chunk: ((base bits, scale bits, pos0, n), [n][rot/2]).
+    rope_cs: Vec<RopeCs>,
+    moe: moe::MoeScratch,
+}
+
+/// Grows `v` to at least `n` elements (never shrinks: no steady-state allocation).
+#[inline]
+pub(crate) fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+impl Session {
+    /// Forgets the sequence (the cache contents are overwritten by the next evaluation).
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+    }
+    pub fn capacity(&self) -> usize {
+        self.cache.capacity
+    }
+}
+
+impl Model {
+    /// A fresh sequence with room for `max_ctx` positions.
+    pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session {
+        Session {
+            cache: KvCache::new(kv, max_ctx, &self.cache_shape()),
+            n_past: 0,
+            prefill_chunk: prefill_chunk.max(1),
+            trace: None,
+            ordered_attention: false,
+            ordered: false,
+            s: Scratch::default(),
+        }
+    }
+
+    /// Appends `tokens` to the sequence and writes logits to `out`
+    /// (`[1][vocab]` for [`Logits::Last`], `[tokens.len()][vocab]` for [`Logits::All`]).
+    pub fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.n_vocab) {
+            return Err(EngineError::BadToken { id, vocab: self.n_vocab });
+        }
+        let needed = s.n_past + tokens.len();
+        if needed > s.cache.capacity {
+            return Err(EngineError::ContextFull { needed, capacity: s.cache.capacity });
+        }
+        let nv = self.n_vocab;
+        let rows = if want == Logits::All { tokens.len() } else { 1 };
+        if out.len() != rows * nv {
+            out.resize(rows * nv, 0.0);
+        }
+        let chunk = s.prefill_chunk;
+        let n_chunks = tokens.len().div_ceil(chunk);
+        for (ci, toks) in tokens.chunks(chunk).enumerate() {
+            let last = ci + 1 == n_chunks;
+            let dst = match want {
+                Logits::All => Some(&mut out[ci * chunk * nv..(ci * chunk + toks.len()) * nv]),
+                Logits::Last if last => Some(&mut out[..]),
+                Logits::Last => None,
+            };
+            self.forward_chunk(s, toks, want, dst)?;
+            s.n_past += toks.len();
+        }
+        Ok(())
+    }
+
+    fn forward_chunk(&self, sess: &mut Session, toks: &[u32], want: Logits, logits: Option<&mut [f32]>) -> Result<()> {
+        let hp = &self.hp;
+        let n = toks.len();
+        let (d, nq, nk) = (hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim);
+        let ff = hp.moe.as_ref().map_or(hp.n_ff, |m| m.n_ff_exp);
+        let s = &mut sess.s;
+        for (buf, len) in [(&mut s.x, n * d), (&mut s.xn, n * d.max(nq)), (&mut s.q, n * nq), (&mut s.k, n * nk), (&mut s.v, n * nk)] {
+            grow(buf, len);
+        }
+        for (buf, len) in [(&mut s.att, n * nq), (&mut s.o, n * d), (&mut s.gate, n * ff), (&mut s.up, n * ff), (&mut s.act, n * ff)] {
+            grow(buf, len);
+        }
+        let logits_from = logits.is_some().then(|| if want == Logits::All { 0 } else { n - 1 });
+        let mut trace = sess.trace.take();
+        if let Some(t) = trace.as_mut() {
+            t.clear();
+        }
+        let mut chunk = chunk::CpuChunk {
+            m: self,
+            s: &mut sess.s,
+            cache: &mut sess.cache,
+            toks,
+            pos0: sess.n_past,
+            ordered: sess.ordered,
+            ordered_attention: sess.ordered_attention || sess.ordered,
+            trace: trace.as_mut(),
+            logits,
+        };
+        let r = decoder::forward(&mut chunk, hp, &self.w, logits_from);
+        sess.trace = trace;
+        r
+    }
+}

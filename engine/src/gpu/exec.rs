@@ -1,0 +1,390 @@
+//! The decoder's operations ([`DecoderOps`]) as gfx11 launches, for one window of tokens
+//! (or one prompt chunk on the GEMM path), through [`GpuOps`](super::ops::GpuOps) on one
+//! stream: the same launches on a real card and on the software device, and what a decode
+//! graph captures.
+//!
+//! Every projection's input is quantized to Q8_1 once ([`GpuModel::quantize`]) and each
+//! matrix runs by its [`MatKind`]: MMVQ, MMQ or dequantize + GEMM for quantized types (by
+//! `--gpu-prefill` and the token count), GEMM for f32/f16/bf16, `mmv_ordered` in the
+//! ordered-numerics mode.
+
+use super::abi::MAX_COLS;
+use super::device::{DType, DevicePtr, Gemm, GpuError, Stream, Transpose};
+use super::model::{DevMat, GpuModel, GpuSession, MatKind, Tmp, q8_1_bytes};
+use super::ops::{GluAct, KvFormat, RowType};
+use crate::gpu_options::{GEMM_MIN_TOKENS, PrefillPath};
+use crate::model::decoder::{Block, Buf, DecoderOps};
+use crate::model::{Act, AttnSpec, Ffn, MoeSpec};
+use quant::GgmlType;
+
+/// One window of a device session.
+pub(super) struct GpuChunk<'a> {
+    pub g: &'a GpuModel,
+    pub sess: &'a mut GpuSession,
+    /// Tokens in the window.
+    pub n: usize,
+    /// The residual after every layer, when tracing.
+    pub trace: Option<Vec<Vec<f32>>>,
+    /// Distinct experts the last MoE block ran (profiling).
+    pub moe_experts: usize,
+}
+
+impl GpuChunk<'_> {
+    fn ptr(&self, b: Buf) -> DevicePtr {
+        let sc = &self.sess.sc;
+        match b {
+            Buf::X => sc.x,
+            Buf::Xn => sc.xn,
+            Buf::Q => sc.q,
+            Buf::K => sc.k,
+            Buf::V => sc.v,
+            Buf::Att => sc.att,
+            Buf::O => sc.o,
+            Buf::Act => sc.act,
+        }
+    }
+    /// Row width of a buffer.
+    fn width(&self, b: Buf) -> usize {
+        let hp = &self.g.model.hp;
+        match b {
+            Buf::Q | Buf::Att => hp.n_head * hp.head_dim,
+            Buf::K | Buf::V => hp.n_head_kv * hp.head_dim,
+            Buf::Act => hp.moe.as_ref().map_or(hp.n_ff, |m| m.n_ff_exp),
+            Buf::X | Buf::Xn | Buf::O => hp.n_embd,
+        }
+    }
+    fn tmp(&self) -> Tmp {
+        Tmp { wdq: self.sess.sc.wdq, xh: self.sess.sc.xh }
+    }
+    /// The norm kernel whose float order matches the CPU backend's for this architecture.
+    fn rms_norm(&self, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: usize, rows: usize) -> Result<(), GpuError> {
+        let (ops, st, eps) = (&self.g.ops, &self.g.stream, self.g.model.hp.rms_eps);
+        if self.g.model.hp.arch.ggml_exact() {
+            ops.rms_norm_ggml(st, x, w, y, n as u32, rows as u32, eps)
+        } else {
+            ops.rms_norm(st, x, w, y, n as u32, rows as u32, eps)
+        }
+    }
+    /// Adds the device counters since the last call to `part` (profiling only).
+    fn count(&mut self, part: &'static str, ideal: u64) {
+        if let Some(p) = self.sess.profile.as_mut() {
+            let s = self.g.ops.api().take_stats().unwrap_or_default();
+            let e = p.parts.entry(part).or_default();
+            e.launches_instructions += s.instructions;
+            e.global_bytes += s.global_bytes_read + s.global_bytes_written;
+            e.ideal_bytes += ideal;
+        }
+    }
+    fn act_bytes(&self) -> u64 {
+        (self.n * self.g.model.hp.n_embd * 4) as u64
+    }
+}
+
+impl DecoderOps for GpuChunk<'_> {
+    type Mat = DevMat;
+    type Vector = DevicePtr;
+    type Error = GpuError;
+
+    fn embed(&mut self, emb: &DevMat, scale: Option<f32>) -> Result<(), GpuError> {
+        let (n, d) = (self.n, self.g.model.hp.n_embd);
+        let (ety, row_bytes) = match emb.kind {
+            MatKind::Q(t) => (RowType::W(t), d / t.block_k() as usize * t.block_bytes() as usize),
+            MatKind::F16 => (RowType::F16, d * 2),
+            _ => (RowType::F32, d * 4),
+        };
+        let sc = &self.sess.sc;
+        self.g.ops.get_rows(&self.g.stream, ety, emb.ptr, sc.ids, n as u32, d as u32, sc.x, scale.unwrap_or(1.0))?;
+        let ab = self.act_bytes();
+        self.count("embed", (n * row_bytes) as u64 + ab);
+        Ok(())
+    }
+
+    fn norm(&mut self, src: Buf, w: &DevicePtr, dst: Buf) -> Result<(), GpuError> {
+        self.rms_norm(self.ptr(src), *w, self.ptr(dst), self.width(src), self.n)
+    }
+
+    fn head_norm(&mut self, buf: Buf, w: &DevicePtr, heads: usize) -> Result<(), GpuError> {
+        let p = self.ptr(buf);
+        self.rms_norm(p, *w, p, self.g.model.hp.head_dim, self.n * heads)
+    }
+
+    fn project(&mut self, src: Buf, outs: &[(&DevMat, Buf)]) -> Result<(), GpuError> {
+        let (x, xq, n, tmp) = (self.ptr(src), self.sess.sc.xq, self.n, self.tmp());
+        let Some((first, _)) = outs.first() else { return Ok(()) };
+        self.g.quantize(x, xq, n, first.cols)?;
+        for (w, dst) in outs {
+            self.g.matmul(w, 0, x, xq, n, self.ptr(*dst), tmp)?;
+        }
+        Ok(())
+    }
+
+    fn add_bias(&mut self, buf: Buf, b: &DevicePtr) -> Result<(), GpuError> {
+        self.g.ops.add_rows(&self.g.stream, self.ptr(buf), *b, self.width(buf) as u32, self.n as u32, 0)
+    }
+
+    fn rope(&mut self, buf: Buf, heads: usize, spec: &AttnSpec) -> Result<(), GpuError> {
+        let hp = &self.g.model.hp;
+        let key = (spec.rope_base, spec.rope_scale);
+        let Some(i) = self.g.rope_params.iter().position(|&p| p == key) else {
+            return Err(GpuError::Launch { kernel: "rope".into(), what: format!("no table for rope base {} scale {}", key.0, key.1) });
+        };
+        let (neox, exact) = (hp.rope == crate::model::RopeKind::Neox, hp.arch.ggml_exact());
+        let (hd, rd) = (hp.head_dim as u32, hp.rope_dim.min(hp.head_dim) as u32);
+        let (table, posb) = (self.sess.rope_tables[i], self.sess.sc.pos);
+        self.g.ops.rope(&self.g.stream, self.ptr(buf), posb, table, self.n as u32, heads as u32, hd, rd, neox, exact && neox)
+    }
+
+    fn scale(&mut self, buf: Buf, s: f32) -> Result<(), GpuError> {
+        self.g.ops.scale(&self.g.stream, self.ptr(buf), (self.n * self.width(buf)) as u32, s)
+    }
+
+    fn kv_store(&mut self, layer: usize) -> Result<(), GpuError> {
+        let hp = &self.g.model.hp;
+        let (n, nkv, hd) = (self.n as u32, hp.n_head_kv as u32, hp.head_dim as u32);
+        let [kc, ks, vc, vs] = self.sess.kv[layer];
+        let (ops, st, fmt, posb) = (&self.g.ops, &self.g.stream, self.sess.fmt, self.sess.sc.pos);
+        ops.kv_store(st, fmt, self.ptr(Buf::K), kc, ks, posb, n, nkv, hd)?;
+        ops.kv_store(st, fmt, self.ptr(Buf::V), vc, vs, posb, n, nkv, hd)
+    }
+
+    fn attend(&mut self, layer: usize, spec: &AttnSpec) -> Result<(), GpuError> {
+        let hp = &self.g.model.hp;
+        let [kc, ks, vc, vs] = self.sess.kv[layer];
+        let (nh, nkv, hd) = (hp.n_head as u32, hp.n_head_kv as u32, hp.head_dim as u32);
+        let window = spec.window.map_or(0, |w| w as u32);
+        let (q, att, posb) = (self.ptr(Buf::Q), self.ptr(Buf::Att), self.sess.sc.pos);
+        let g = self.g;
+        g.ops.attention(&g.stream, g.opts.attn, self.sess.fmt, q, kc, ks, vc, vs, att, posb, self.n as u32, nh, nkv, hd, window, hp.kq_scale)
+    }
+
+    fn glu(&mut self, src: Buf, wg: &DevMat, wu: &DevMat, act: Act) -> Result<(), GpuError> {
+        let g = self.g;
+        let (ops, st, sc, n) = (&g.ops, &g.stream, &self.sess.sc, self.n);
+        let (xn, xq, out, tmp) = (self.ptr(src), sc.xq, sc.act, self.tmp());
+        let (d, ff) = (wg.cols, wg.rows);
+        g.quantize(xn, xq, n, d)?;
+        let ga = match act {
+            Act::Silu => GluAct::Silu,
+            Act::GeluTanh => GluAct::GeluTanh,
+        };
+        match (wg.kind, wu.kind) {
+            // Decode / verify windows: gate, up and the activation in one launch.
+            (MatKind::Q(tg), MatKind::Q(tu)) if tg == tu && g.opts.fused_glu && n <= MAX_COLS => {
+                ops.mmvq_glu(st, tg, n as u32, wg.ptr, wu.ptr, xq, out, None, ff as u32, d as u32, ff as u32, ga)
+            }
+            // Ordered mode, Gemma: the CPU's f16 GELU table.
+            _ if g.gelu_table != 0 && ga == GluAct::GeluTanh => {
+                g.matmul(wg, 0, xn, xq, n, sc.gate, tmp)?;
+                g.matmul(wu, 0, xn, xq, n, sc.up, tmp)?;
+                ops.geglu_table(st, sc.gate, sc.up, out, g.gelu_table, (n * ff) as u32)
+            }
+            _ => {
+                g.matmul(wg, 0, xn, xq, n, sc.gate, tmp)?;
+                g.matmul(wu, 0, xn, xq, n, sc.up, tmp)?;
+                ops.glu(st, sc.gate, sc.up, out, (n * ff) as u32, ga)
+            }
+        }
+    }
+
+    fn moe(&mut self, src: Buf, w: [&DevMat; 4], _spec: &MoeSpec) -> Result<(), GpuError> {
+        if src != Buf::Xn {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("routed experts read Xn, not {src:?}") });
+        }
+        let (g, n, d) = (self.g, self.n, self.g.model.hp.n_embd);
+        g.quantize(self.sess.sc.xn, self.sess.sc.xq, n, d)?;
+        let profiling = self.sess.profile.is_some();
+        self.moe_experts = if g.moe_on_device(n) { g.moe_device(&self.sess.sc, n, w, profiling)? } else { g.moe(&self.sess.sc, n, w)? };
+        Ok(())
+    }
+
+    fn residual(&mut self, src: Buf, post_norm: Option<&DevicePtr>) -> Result<(), GpuError> {
+        let (o, x, d, n) = (self.ptr(src), self.sess.sc.x, self.g.model.hp.n_embd, self.n);
+        if let Some(p) = post_norm {
+            self.rms_norm(o, *p, o, d, n)?;
+        }
+        self.g.ops.add_rows(&self.g.stream, x, o, d as u32, n as u32, d as u32)
+    }
+
+    fn end_block(&mut self, layer: usize, block: Block) -> Result<(), GpuError> {
+        if self.sess.profile.is_none() {
+            return Ok(());
+        }
+        let (g, n, ab) = (self.g, self.n, self.act_bytes());
+        let l = &g.w.layers[layer];
+        match block {
+            Block::Attention => {
+                let hp = &g.model.hp;
+                let nk = hp.n_head_kv * hp.head_dim;
+                let kv_elem = match self.sess.fmt {
+                    KvFormat::F16 => 2.0,
+                    KvFormat::Int8 => 1.0 + 4.0 / hp.head_dim as f64,
+                };
+                let crate::model::LayerKind::Attention(spec) = &hp.layers[layer];
+                // Cells read: each token attends to its window (the cache holds n_past + n).
+                let cells: usize = (0..n)
+                    .map(|i| {
+                        let p = self.sess.n_past + i + 1;
+                        spec.window.map_or(p, |w| p.min(w))
+                    })
+                    .sum();
+                let kv = (cells as f64 * 2.0 * nk as f64 * kv_elem) as u64 + (n as f64 * 2.0 * nk as f64 * kv_elem) as u64;
+                let a = &l.attn;
+                let w = [&a.wq, &a.wk, &a.wv, &a.wo].iter().map(|m| m.mat_bytes as u64).sum::<u64>();
+                self.count("attention", w + kv + 2 * ab);
+            }
+            Block::Ffn => {
+                let (part, w) = match &l.ffn.ffn {
+                    Ffn::Dense { gate, up, down } => ("ffn", gate.mat_bytes + up.mat_bytes + down.mat_bytes),
+                    Ffn::Moe { router, gate, up, down } => {
+                        ("moe", router.mat_bytes + self.moe_experts * (gate.mat_bytes + up.mat_bytes + down.mat_bytes))
+                    }
+                };
+                self.count(part, w as u64 + 2 * ab);
+            }
+        }
+        Ok(())
+    }
+
+    fn end_layer(&mut self, _layer: usize) -> Result<(), GpuError> {
+        let Some(t) = self.trace.as_mut() else { return Ok(()) };
+        let (api, d) = (self.g.ops.api(), self.n * self.g.model.hp.n_embd);
+        api.stream_synchronize(&self.g.stream)?;
+        let mut b = vec![0u8; d * 4];
+        api.memcpy_dtoh(&mut b, self.sess.sc.x)?;
+        t.push(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect());
+        Ok(())
+    }
+
+    fn head(&mut self, first: usize, norm: &DevicePtr, output: &DevMat) -> Result<(), GpuError> {
+        let (g, n, d) = (self.g, self.n, self.g.model.hp.n_embd);
+        let sc = &self.sess.sc;
+        let m = n - first;
+        let xf = sc.x + (first * d * 4) as u64;
+        self.rms_norm(xf, *norm, sc.xn, d, m)?;
+        g.quantize(sc.xn, sc.xq, m, d)?;
+        g.matmul(output, 0, sc.xn, sc.xq, m, sc.logits, Tmp { wdq: 0, ..self.tmp() })?;
+        let bytes = output.mat_bytes + m * d * 4 + m * g.model.n_vocab * 4;
+        self.count("head", bytes as u64);
+        Ok(())
+    }
+}
+
+impl GpuModel {
+    /// `y[n][rows] = x[n][cols] · Wᵀ` for expert `e`; `xq` must hold `x`'s Q8_1 quantization
+    /// when `w` is quantized (the caller quantizes once per input).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, tmp: Tmp) -> std::result::Result<(), GpuError> {
+        let s = &self.stream;
+        if self.opts.ordered {
+            return self.matmul_ordered(w, e, x, n, y);
+        }
+        let ty = match w.kind {
+            MatKind::Raw => {
+                return Err(GpuError::Launch { kernel: "matmul".into(), what: "raw weights outside the ordered mode".into() });
+            }
+            MatKind::F32 => return self.gemm(w.expert(e), DType::F32, w, x, n, y),
+            MatKind::F16 => {
+                self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
+                return self.gemm(w.expert(e), DType::F16, w, tmp.xh, n, y);
+            }
+            MatKind::BF16 => {
+                self.ops.convert_f32_bf16(s, x, tmp.xh, (n * w.cols) as u32)?;
+                return self.gemm(w.expert(e), DType::BF16, w, tmp.xh, n, y);
+            }
+            MatKind::Q(ty) => ty,
+        };
+        let gemm = match self.opts.prefill {
+            PrefillPath::Mmvq => false,
+            PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
+            PrefillPath::DequantGemm => n > 1,
+            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => {
+                let (rows, cols) = (w.rows as u32, w.cols as u32);
+                return self.ops.mmq(s, ty, self.opts.mmq, w.expert(e), xq, y, rows, n as u32, cols, rows);
+            }
+            PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
+        };
+        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
+            // Dequantize to f16, activations to f16, one GEMM with f32 accumulation.
+            let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
+            self.ops.dequant(s, ty, true, w.expert(e), tmp.wdq, nblocks)?;
+            self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
+            return self.gemm(tmp.wdq, DType::F16, w, tmp.xh, n, y);
+        }
+        // MMVQ, 8 columns per launch.
+        let xb = q8_1_bytes(w.cols) as u64;
+        for c0 in (0..n).step_by(MAX_COLS) {
+            let nc = (n - c0).min(MAX_COLS);
+            let (xc, yc) = (xq + c0 as u64 * xb, y + (c0 * w.rows * 4) as u64);
+            self.ops.mmvq(s, ty, nc as u32, w.expert(e), xc, yc, None, w.rows as u32, w.cols as u32, w.rows as u32)?;
+        }
+        Ok(())
+    }
+
+    /// Ordered mode: `x` (f32, `n <= MAX_COLS` columns) quantized to the weight type's
+    /// `vec_dot_type` by `quantize_ref`, then `mmv_ordered`: the CPU's ordered matmul bit for bit.
+    fn matmul_ordered(&self, w: &DevMat, e: usize, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+        let s = &self.stream;
+        if n > MAX_COLS || self.xo == 0 {
+            return Err(GpuError::Launch { kernel: "mmv_ordered".into(), what: format!("{n} columns (at most {MAX_COLS} in ordered mode)") });
+        }
+        let at = w.ty.vec_dot_type();
+        let a = if at == GgmlType::F32 {
+            x
+        } else {
+            self.ops.quantize_ref(s, at, x, self.xo, (n * w.cols) as u32)?;
+            self.xo
+        };
+        self.ops.mmv_ordered(s, w.ty, w.expert(e), a, y, w.rows as u32, n as u32, w.cols as u32)
+    }
+
+    /// `y[n][rows] = x[n][cols] · Aᵀ` with `a` and `x` of type `t` shaped like `w`, f32 output
+    /// and accumulation (hipBLASLt by the calibration table, else hipBLAS / the host GEMM).
+    fn gemm(&self, a: DevicePtr, t: DType, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+        self.gemm_dispatch(
+            &self.stream,
+            &Gemm {
+                trans_a: Transpose::T,
+                trans_b: Transpose::N,
+                m: w.rows,
+                n,
+                k: w.cols,
+                alpha: 1.0,
+                a,
+                a_type: t,
+                lda: w.cols,
+                stride_a: 0,
+                b: x,
+                b_type: t,
+                ldb: w.cols,
+                stride_b: 0,
+                beta: 0.0,
+                c: y,
+                c_type: DType::F32,
+                ldc: w.rows,
+                stride_c: 0,
+                batch: 1,
+                compute: super::device::ComputeType::F32,
+            },
+        )
+    }
+
+    /// hipBLASLt when the calibration table has a row for this shape (calibrate.rs), else
+    /// hipBLAS (`GpuApi::gemm`).
+    fn gemm_dispatch(&self, stream: &Stream, g: &Gemm) -> std::result::Result<(), GpuError> {
+        if let Some(lt) = &self.lt
+            && lt.try_gemm(&**self.ops.api(), stream, g)
+        {
+            return Ok(());
+        }
+        self.ops.api().gemm(stream, g)
+    }
+
+    /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
+    /// Nothing in ordered mode (each matmul quantizes for its weight type).
+    pub(super) fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
+        if self.opts.ordered {
+            return Ok(());
+        }
+        if k % 32 == 0 { self.ops.quantize_q8_1(&self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
+    }
+}

@@ -1,0 +1,138 @@
+//! The routed-expert FFN on the device, by its two paths ([`MoePath`]): device dispatch (the
+//! router's choice stays in a device buffer that the `mmvq_moe_*` kernels read; launch-only,
+//! graph-capturable) and host readback (the choice is copied back and each selected expert
+//! runs on the tokens that chose it, like the CPU backend). Both give the same bits.
+
+use super::abi::MAX_COLS;
+use super::device::GpuError;
+use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, q8_1_bytes, u32_bytes};
+use super::ops::GluAct;
+use crate::gpu_options::MoePath;
+
+impl GpuModel {
+    /// Whether a window of `n` tokens runs its routed experts by device dispatch
+    /// ([`MoePath`]'s rule). The single switch between the two paths: a mode that needs the
+    /// host-readback path (e.g. ordered numerics) makes this false.
+    pub(super) fn moe_on_device(&self, n: usize) -> bool {
+        // Ordered mode keeps the host path: it runs every expert through `matmul` (ordered).
+        !self.opts.ordered
+            && self.moe_quantized
+            && match self.opts.moe {
+                MoePath::Host => false,
+                MoePath::Device => true,
+                MoePath::Auto => n <= MAX_COLS,
+            }
+    }
+
+    /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /
+    /// `sc.xq`; output in `sc.o`. The router's choice stays on the device: `mmvq_moe_*` reads
+    /// it (fused gate/up + SiLU when both have one type, then down), `moe_combine` adds the
+    /// slots through the identity map in rank order, exactly as [`GpuModel::moe`] does. With
+    /// `count` (profiling) the choice is read back afterwards to count the distinct experts
+    /// (the return value); otherwise 0.
+    pub(super) fn moe_device(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4], count: bool) -> std::result::Result<usize, GpuError> {
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
+        let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (gate.kind, up.kind, down.kind) else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "device dispatch needs quantized experts".into() });
+        };
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        let (xb, ab) = (q8_1_bytes(d) as u64, q8_1_bytes(ff) as u64);
+        // Groups of up to MAX_COLS tokens: at most 64 slots per launch.
+        for t0 in (0..n).step_by(MAX_COLS) {
+            let nt = (n - t0).min(MAX_COLS);
+            let (s0, ns) = (t0 * k, (nt * k) as u32);
+            let ids = sc.sel_ids + (s0 * 4) as u64;
+            let xq = sc.xq + t0 as u64 * xb;
+            let act = sc.act + (s0 * ff * 4) as u64;
+            let g = nt as u32; // slots of one expert: at most one per token
+            if tg == tu && self.opts.fused_glu {
+                let glu = Some((up.ptr, GluAct::Silu));
+                ops.mmvq_moe(st, tg, glu, gate.ptr, gate.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, act, ff as u32, d as u32, g)?;
+            } else {
+                let (yg, yu) = (sc.gate + (s0 * ff * 4) as u64, sc.up + (s0 * ff * 4) as u64);
+                ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, yg, ff as u32, d as u32, g)?;
+                ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, yu, ff as u32, d as u32, g)?;
+                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu)?;
+            }
+            let aq = sc.xq_e + s0 as u64 * ab;
+            self.quantize(act, aq, nt * k, ff)?;
+            let y = sc.y_e + (s0 * d * 4) as u64;
+            ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne as u32, aq, 1, ids, ns, y, d as u32, ff as u32, g)?;
+        }
+        ops.moe_combine(st, sc.y_e, sc.map_id, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
+        if !count {
+            return Ok(0);
+        }
+        api.stream_synchronize(st)?;
+        let mut b = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
+        let mut sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+        sel.sort_unstable();
+        sel.dedup();
+        Ok(sel.len())
+    }
+
+    /// Routed experts for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`); output
+    /// in `sc.o`. Returns how many distinct experts ran. Host readback path ([`MoePath`]).
+    pub(super) fn moe(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        // The choice comes back to the host: which experts run, on which tokens.
+        api.stream_synchronize(st)?;
+        let mut b = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
+        let sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+        if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
+            return Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("selected expert {bad} of {ne}") });
+        }
+        let quantized = matches!(gate.kind, MatKind::Q(_)); // false in ordered mode (Raw)
+        if gate.kind != up.kind {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "expert gate and up weights of different kinds".into() });
+        }
+        let (xcol, xbytes) = if quantized { (sc.xq, q8_1_bytes(d)) } else { (sc.xn, d * 4) };
+        let mut map = vec![0u32; n * k];
+        let mut row = 0usize; // next free row of y_e
+        let mut ran = 0;
+        for e in 0..ne {
+            let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
+            if slots.is_empty() {
+                continue;
+            }
+            ran += 1;
+            // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS.
+            for group in slots.chunks(MAX_COLS) {
+                let r = group.len();
+                for (c, &j) in group.iter().enumerate() {
+                    let t = j / k;
+                    api.memcpy_dtod_async(st, sc.xq_e + (c * xbytes) as u64, xcol + (t * xbytes) as u64, xbytes)?;
+                }
+                let (xin, xinq) = if quantized { (0, sc.xq_e) } else { (sc.xq_e, 0) };
+                self.matmul(gate, e, xin, xinq, r, sc.gate, Tmp { wdq: 0, xh: sc.xh })?;
+                self.matmul(up, e, xin, xinq, r, sc.up, Tmp { wdq: 0, xh: sc.xh })?;
+                ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
+                let dq = sc.xq_e; // reuse: the gathered inputs are consumed
+                let quant_down = matches!(down.kind, MatKind::Q(_));
+                if quant_down {
+                    self.quantize(sc.act, dq, r, ff)?;
+                }
+                let yrow = sc.y_e + (row * d * 4) as u64;
+                self.matmul(down, e, sc.act, dq, r, yrow, Tmp { wdq: 0, xh: sc.xh })?;
+                for (c, &j) in group.iter().enumerate() {
+                    map[j] = (row + c) as u32;
+                }
+                row += r;
+            }
+        }
+        api.memcpy_htod(sc.map, u32_bytes(&map))?;
+        ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
+        Ok(ran)
+    }
+}
