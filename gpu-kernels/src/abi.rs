@@ -262,7 +262,7 @@ pub struct KvStoreArgs {
 }
 
 /// `attn_*`: causal attention of `n_tokens` query rows over the cache (see
-/// `attend_ordered` in engine/src/model/attention.rs for the exact order). One wave (a
+/// `attend_ordered` in engine/src/cpu/attention.rs for the exact order). One wave (a
 /// workgroup of `ATTN_BLOCK`) per (token, head); dynamic LDS `attn_lds_bytes(head_dim, max_kv)`;
 /// a window of more than `max_kv` cells traps.
 #[repr(C)]

@@ -1,5 +1,5 @@
 //! Attention for decode / verification windows in **ordered FP32** mode: every float
-//! operation happens in the order of `model::attention::attend_ordered` (engine), so GPU
+//! operation happens in the order of `cpu::attention::attend_ordered` (engine), so GPU
 //! and CPU results are bit-identical. One wave (workgroup of `ATTN_BLOCK`) per (token, head):
 //!
 //! 1. the query row (rounded to f16 for an f16 cache, as ggml's f16 matmul does) is staged in
