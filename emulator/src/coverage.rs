@@ -13,7 +13,7 @@ fn try_exec(words: &[u32]) -> Option<Result<(), String>> {
     insts[i.len as usize / 4] = decode(&[0xBFB00000]).ok()?;
     let prog = Program { base: 0x1000, insts, kernel_names: Vec::new(), words: Vec::new() };
     let mem = Memory::default();
-    let ctx = Ctx { prog: &prog, kernel: "cov", regions: &[], mem: &mem, budget: 100, f32_denorm: true, f16_denorm: true, private_size: 64 };
+    let ctx = Ctx { prog: &prog, kernel: "cov", regions: &[], mem: &mem, budget: 100, f32_denorm: true, f16_denorm: true, ieee: true, private_size: 64 };
     let mut w = Wave::new(&ctx);
     w.pc = 0x1000;
     w.s[126] = u32::MAX;

@@ -251,7 +251,7 @@ impl Device {
         let regions = self.mem.snapshot();
         let ctx = Ctx {
             prog: &f.module.prog, kernel: &info.name, regions: &regions, mem: &self.mem, budget: opts.instruction_budget,
-            f32_denorm: kd.f32_denorm_mode() == 3, f16_denorm: kd.f16_denorm_mode() == 3,
+            f32_denorm: kd.f32_denorm_mode() == 3, f16_denorm: kd.f16_denorm_mode() == 3, ieee: kd.ieee(),
             private_size: kd.private_segment_size.max(info.private_segment_size),
         };
         let n_groups = grid[0] as u64 * grid[1] as u64 * grid[2] as u64;

@@ -125,3 +125,39 @@ fn wmma_f32_f16_and_iu8() {
         }
     }
 }
+
+/// Special values of the packed f16 and mixed-precision ops (expected bits by hand, from the
+/// ISA pseudo-code): fmas round once to the destination's precision, min/max keep the IEEE NaN
+/// rules per half, generated NaNs are the default NaN.
+#[test]
+fn packed_and_mix_special_values() {
+    // a*b + c = 1 + 5*2^-11 + 2^-31: just above a midpoint whose even neighbour is below, so
+    // one rounding gives 0x3c03 and f32-then-f16 would give 0x3c02
+    let (a, b, c) = (0x9001u32, 0x3bfeu32, 0x3c03u32);
+    let i = abc(|l| if l == 0 { a | a << 16 } else { 0x7c00 | 0x3c00 << 16 }, |l| if l == 0 { b | b << 16 } else { 0 | 0x7d00 << 16 }, |l| if l == 0 { c | c << 16 } else { 0x3c00 | 0x3c00 << 16 });
+    let Some(out) = run("v_pk_fma_f16 v5, v2, v3, v4", &i) else { return };
+    assert_eq!(out[0], 0x3c03_3c03, "pk_fma_f16 rounds once: {:#x}", out[0]);
+    // lo: inf * 0 + 1 = the default NaN; hi: 1 * sNaN + 1 = that NaN quieted
+    assert_eq!(out[1], 0x7f00_fe00, "pk_fma_f16 NaNs: {:#x}", out[1]);
+    // the mix forms: f16 sources, f16 (lo/hi) or f32 result, one rounding
+    let Some(out) = run("v_mov_b32 v5, 0\n v_fma_mixlo_f16 v5, v2, v3, v4 op_sel_hi:[1,1,1]", &i) else { return };
+    assert_eq!(out[0] & 0xffff, 0x3c03, "fma_mixlo_f16 rounds once: {:#x}", out[0]);
+    assert_eq!(out[1] & 0xffff, 0xfe00, "fma_mixlo_f16 inf*0: {:#x}", out[1]);
+    let Some(out) = run("v_mov_b32 v5, 0x1234\n v_fma_mixhi_f16 v5, v2, v3, v4 op_sel_hi:[1,1,1]", &i) else { return };
+    assert_eq!(out[0], 0x3c03_1234, "fma_mixhi_f16 keeps the low half: {:#x}", out[0]);
+    let Some(out) = run("v_fma_mix_f32 v5, v2, v3, v4 op_sel_hi:[1,1,1]", &i) else { return };
+    // exact in f32: 1 + 5*2^-11 + 2^-31 rounds to 1 + 5*2^-11 (2^-31 < half an ulp)
+    assert_eq!(out[0], f(1.0 + 5.0 * 2f32.powi(-11)), "fma_mix_f32: {:#x}", out[0]);
+    assert_eq!(out[1], 0xffc0_0000, "fma_mix_f32 inf*0: {:#x}", out[1]);
+    // f32 sources in the mix: fma(2^-140, 2^-10, 0) = 2^-150, a tie -> 0
+    let i = abc(|_| f(2f32.powi(-140)), |_| f(2f32.powi(-10)), |_| 0);
+    let Some(out) = run("v_fma_mix_f32 v5, v2, v3, v4", &i) else { return };
+    assert_eq!(out[0], 0, "{:#x}", out[0]);
+    // pk_min/pk_max: sNaN -> quieted, qNaN -> the other half's operand, -0 < +0
+    let i = abc(|_| 0x7d00 | 0x8000 << 16, |_| 0x3c00 | 0x0000 << 16, |_| 0);
+    let Some(out) = run("v_pk_min_f16 v5, v2, v3", &i) else { return };
+    assert_eq!(out[0], 0x8000_7f00, "pk_min_f16: {:#x}", out[0]);
+    let i = abc(|_| 0x7e01 | 0x8000 << 16, |_| 0xbc00 | 0x0000 << 16, |_| 0);
+    let Some(out) = run("v_pk_max_f16 v5, v2, v3", &i) else { return };
+    assert_eq!(out[0], 0x0000_bc00, "pk_max_f16: {:#x}", out[0]);
+}

@@ -41,6 +41,8 @@ pub struct Ctx<'a> {
     /// f32 denormals kept (mode 3) or flushed (0).
     pub f32_denorm: bool,
     pub f16_denorm: bool,
+    /// RSRC1 IEEE mode (min/max NaN rules).
+    pub ieee: bool,
     pub private_size: u32,
 }
 
@@ -67,6 +69,7 @@ pub struct Wave {
     pub scratch: Vec<u8>,
     pub f32_denorm: bool,
     pub f16_denorm: bool,
+    pub ieee: bool,
 }
 
 /// Why `run` returned: the wave waits at a barrier, ended, or (race mode) used up its slice.
@@ -83,7 +86,7 @@ impl Wave {
         Wave {
             s: [0; 128], scc: false, v: vec![[0; 32]; NUM_VGPRS + VGPR_PAD], pc: 0, done: false, at_barrier: false,
             executed: 0, scratch: vec![0; ctx.private_size as usize * 32],
-            f32_denorm: ctx.f32_denorm, f16_denorm: ctx.f16_denorm,
+            f32_denorm: ctx.f32_denorm, f16_denorm: ctx.f16_denorm, ieee: ctx.ieee,
         }
     }
     /// Fresh scalar state for reuse by another workgroup (VGPRs keep stale values, as on hardware;
@@ -98,6 +101,7 @@ impl Wave {
         self.scratch.resize(ctx.private_size as usize * 32, 0);
         self.f32_denorm = ctx.f32_denorm;
         self.f16_denorm = ctx.f16_denorm;
+        self.ieee = ctx.ieee;
         for row in self.v.iter_mut().take(1) { *row = [0; 32]; }
     }
     #[inline(always)]
@@ -292,7 +296,7 @@ pub fn bench_lane_ops_per_sec() -> f64 {
     let prog = Program { base: 0x1000, insts, kernel_names: Vec::new(), words: Vec::new() };
     let regions = Vec::new();
     let mem = memory::Memory::default();
-    let ctx = Ctx { prog: &prog, kernel: "bench", regions: &regions, mem: &mem, budget: u64::MAX, f32_denorm: true, f16_denorm: true, private_size: 0 };
+    let ctx = Ctx { prog: &prog, kernel: "bench", regions: &regions, mem: &mem, budget: u64::MAX, f32_denorm: true, f16_denorm: true, ieee: true, private_size: 0 };
     let mut w = Wave::new(&ctx);
     w.pc = 0x1000;
     w.s[src::EXEC_LO as usize] = u32::MAX;

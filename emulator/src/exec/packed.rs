@@ -25,6 +25,16 @@ fn halves(w: &Wave, i: &Inst, k: usize, float: bool) -> ([u16; 32], [u16; 32]) {
     (lo, hi)
 }
 
+/// An f16 result in f16 denormal mode 0 loses its denormals (the sign stays).
+fn flush16(w: &Wave, h: u32) -> u32 { if !w.f16_denorm && h & 0x7c00 == 0 { h & 0x8000 } else { h } }
+
+/// v_pk_fma_f16 on one half: rounded once; a NaN from numbers is 0xfe00.
+fn fma16_bits(a: u16, b: u16, c: u16) -> u16 {
+    let (x, y, z) = (f16_to_f32(a), f16_to_f32(b), f16_to_f32(c));
+    let r = fma_once_f16(x as f64, y as f64, z as f64);
+    if r & 0x7c00 == 0x7c00 && r & 0x3ff != 0 && !(x.is_nan() || y.is_nan() || z.is_nan()) { DEFAULT_NAN16 } else { r }
+}
+
 fn write(w: &mut Wave, i: &Inst, v: &[u32; 32]) {
     let e = w.exec();
     let d = &mut w.v[i.dst as usize];
@@ -42,9 +52,20 @@ pub fn exec(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<(), EmuError> 
             let h = |x: f32| { let x = if i.clamp { if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) } } else { x }; f32_to_f16(x) as u32 };
             let lo = $f(f16_to_f32(a.0[l]), f16_to_f32(b.0[l]), f16_to_f32(c.0[l]));
             let hi = $f(f16_to_f32(a.1[l]), f16_to_f32(b.1[l]), f16_to_f32(c.1[l]));
-            out[l] = h(lo) | h(hi) << 16;
+            out[l] = flush16(w, h(lo)) | flush16(w, h(hi)) << 16;
         }
     }}; }
+    // on raw f16 bits: min/max (signalling NaNs must survive) and the once-rounded fma
+    macro_rules! pk_h { ($n:expr, $f:expr) => {{
+        let a = halves(w, i, 0, true);
+        let b = halves(w, i, 1, true);
+        let c = if $n == 3 { halves(w, i, 2, true) } else { ([0; 32], [0; 32]) };
+        let h = |x: u16| { if i.clamp { let v = f16_to_f32(x); if v.is_nan() { 0 } else { f32_to_f16(v.clamp(0.0, 1.0)) as u32 } } else { x as u32 } };
+        for l in 0..32 {
+            out[l] = flush16(w, h($f(a.0[l], b.0[l], c.0[l]))) | flush16(w, h($f(a.1[l], b.1[l], c.1[l]))) << 16;
+        }
+    }}; }
+    let ieee = w.ieee;
     macro_rules! pk_i { ($n:expr, $f:expr) => {{
         let a = halves(w, i, 0, false);
         let b = halves(w, i, 1, false);
@@ -56,9 +77,9 @@ pub fn exec(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<(), EmuError> 
     match op {
         o::V_PK_ADD_F16 => pk_f!(2, |a: f32, b: f32, _c| a + b),
         o::V_PK_MUL_F16 => pk_f!(2, |a: f32, b: f32, _c| a * b),
-        o::V_PK_MIN_F16 => pk_f!(2, |a: f32, b: f32, _c| fmin(a, b)),
-        o::V_PK_MAX_F16 => pk_f!(2, |a: f32, b: f32, _c| fmax(a, b)),
-        o::V_PK_FMA_F16 => pk_f!(3, |a: f32, b: f32, c: f32| (a as f64 * b as f64 + c as f64) as f32),
+        o::V_PK_MIN_F16 => pk_h!(2, |a: u16, b: u16, _c| min16_ieee(a, b, ieee)),
+        o::V_PK_MAX_F16 => pk_h!(2, |a: u16, b: u16, _c| max16_ieee(a, b, ieee)),
+        o::V_PK_FMA_F16 => pk_h!(3, |a: u16, b: u16, c: u16| fma16_bits(a, b, c)),
         o::V_PK_ADD_U16 => pk_i!(2, |a: u16, b: u16, _c| if i.clamp { a.saturating_add(b) } else { a.wrapping_add(b) }),
         o::V_PK_SUB_U16 => pk_i!(2, |a: u16, b: u16, _c| if i.clamp { a.saturating_sub(b) } else { a.wrapping_sub(b) }),
         o::V_PK_ADD_I16 => pk_i!(2, |a: u16, b: u16, _c| if i.clamp { (a as i16).saturating_add(b as i16) as u16 } else { a.wrapping_add(b) }),
@@ -121,12 +142,21 @@ pub fn exec(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<(), EmuError> 
             }
             let old = w.v[i.dst as usize];
             for l in 0..32 {
-                let mut r = s[0][l].mul_add(s[1][l], s[2][l]);
-                if i.clamp { r = if r.is_nan() { 0.0 } else { r.clamp(0.0, 1.0) }; }
-                out[l] = match op {
-                    o::V_FMA_MIX_F32 => r.to_bits(),
-                    o::V_FMA_MIXLO_F16 => (old[l] & 0xffff_0000) | f32_to_f16(r) as u32,
-                    _ => (old[l] & 0xffff) | (f32_to_f16(r) as u32) << 16,
+                // one rounding, to the destination's precision (the f16 forms do not round to
+                // f32 first)
+                let (x, y, z) = (s[0][l] as f64, s[1][l] as f64, s[2][l] as f64);
+                let generated = |nan: bool| nan && !(s[0][l].is_nan() || s[1][l].is_nan() || s[2][l].is_nan());
+                out[l] = if op == o::V_FMA_MIX_F32 {
+                    let mut r = fma_once_f32(x, y, z);
+                    if generated(r.is_nan()) { r = f32::from_bits(DEFAULT_NAN32); }
+                    if i.clamp { r = if r.is_nan() { 0.0 } else { r.clamp(0.0, 1.0) }; }
+                    r.to_bits()
+                } else {
+                    let mut h = fma_once_f16(x, y, z);
+                    if generated(h & 0x7c00 == 0x7c00 && h & 0x3ff != 0) { h = DEFAULT_NAN16; }
+                    if i.clamp { let v = f16_to_f32(h); h = if v.is_nan() { 0 } else { f32_to_f16(v.clamp(0.0, 1.0)) }; }
+                    let h = flush16(w, h as u32);
+                    if op == o::V_FMA_MIXLO_F16 { (old[l] & 0xffff_0000) | h } else { (old[l] & 0xffff) | h << 16 }
                 };
             }
         }

@@ -61,19 +61,27 @@ impl<'a> Ops<'a> {
         for l in 0..32 { out[l] = if hi { (r[l] >> 16) as u16 } else { r[l] as u16 }; }
         out
     }
-    /// f16 source as f32, with modifiers.
+    /// f16 source as f32, with modifiers (f16 denormals flushed in f16 denormal mode 0).
     #[inline]
     pub fn hf(&self, k: usize) -> [f32; 32] {
-        let r = self.h(k);
-        let (ab, ng) = (self.i.abs >> k & 1 != 0, self.i.neg >> k & 1 != 0);
+        let r = self.hm(k);
         let mut out = [0f32; 32];
-        for l in 0..32 {
-            let mut b = r[l];
-            if ab { b &= 0x7fff; }
-            if ng { b ^= 0x8000; }
-            out[l] = f16_to_f32(b);
-        }
+        for l in 0..32 { out[l] = f16_to_f32(r[l]); }
         out
+    }
+    /// f16 source bits with abs/neg and the denormal mode applied (for the ops that must see
+    /// a signalling NaN as such: a conversion to f32 quiets it).
+    #[inline]
+    pub fn hm(&self, k: usize) -> [u16; 32] {
+        let mut r = self.h(k);
+        let (ab, ng) = (self.i.abs >> k & 1 != 0, self.i.neg >> k & 1 != 0);
+        let flush = !self.w.f16_denorm;
+        for b in r.iter_mut() {
+            if ab { *b &= 0x7fff; }
+            if ng { *b ^= 0x8000; }
+            if flush && *b & 0x7c00 == 0 { *b &= 0x8000; }
+        }
+        r
     }
     pub fn d(&self, k: usize) -> [f64; 32] {
         let r = self.w.vsrc64(self.i.src[k], self.i.lit, true);
@@ -127,6 +135,19 @@ impl<'a> Ops<'a> {
             let mut x = v[l];
             if self.i.clamp { x = if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }; }
             r[l] = f32_to_f16(x);
+        }
+        self.whm(&r);
+    }
+    /// f16 result bits: clamp, f16 denormal flush (mode 0), into the op_sel[3] half.
+    pub fn whm(&mut self, v: &[u16; 32]) {
+        let mut r = *v;
+        let flush = !self.w.f16_denorm;
+        for b in r.iter_mut() {
+            if self.i.clamp {
+                let x = f16_to_f32(*b);
+                *b = if x.is_nan() { 0 } else { f32_to_f16(x.clamp(0.0, 1.0)) };
+            }
+            if flush && *b & 0x7c00 == 0 { *b &= 0x8000; }
         }
         self.wh(&r);
     }
@@ -185,6 +206,13 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
     macro_rules! f3 { ($f:expr) => {{ let (a, b, c) = (p.f(0), p.f(1), p.f(2)); let r: [f32; 32] = lanes!(l, $f(a[l], b[l], c[l])); p.wf(&r); }}; }
     macro_rules! h2 { ($f:expr) => {{ let (a, b) = (p.hf(0), p.hf(1)); let r: [f32; 32] = lanes!(l, $f(a[l], b[l])); p.whf(&r); }}; }
     macro_rules! h1 { ($f:expr) => {{ let a = p.hf(0); let r: [f32; 32] = lanes!(l, $f(a[l])); p.whf(&r); }}; }
+    // f16 transcendentals: a NaN from a number is the default NaN (0xfe00)
+    macro_rules! h1n { ($f:expr) => {{ let a = p.hf(0); let r: [f32; 32] = lanes!(l, nan_result32(a[l], $f(a[l]))); p.whf(&r); }}; }
+    // f32 transcendentals: "denormals are flushed" (inputs and results, in every denormal
+    // mode); a NaN from a number is the default NaN (0xffc00000)
+    macro_rules! tr1 { ($f:expr) => {{ let a = p.f(0); let r: [f32; 32] = lanes!(l, { let x = ftz(a[l]); ftz(nan_result32(x, $f(x))) }); p.wf(&r); }}; }
+    // f16 min/max family on raw bits
+    macro_rules! m16 { ($f:expr) => {{ let (a, b, c) = (p.hm(0), p.hm(1), p.hm(2)); let ieee = p.w.ieee; let r: [u16; 32] = lanes!(l, $f(a[l], b[l], c[l], ieee)); p.whm(&r); }}; }
     macro_rules! i2 { ($f:expr) => {{ let (a, b) = (p.h(0), p.h(1)); let r: [u16; 32] = lanes!(l, $f(a[l], b[l])); p.wh(&r); }}; }
     macro_rules! d2 { ($f:expr) => {{ let (a, b) = (p.d(0), p.d(1)); let r: [f64; 32] = lanes!(l, $f(a[l], b[l])); p.wd(&r); }}; }
     macro_rules! d1 { ($f:expr) => {{ let a = p.d(0); let r: [f64; 32] = lanes!(l, $f(a[l])); p.wd(&r); }}; }
@@ -285,16 +313,16 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_SUBREV_F32 => f2!(|a: f32, b: f32| b - a),
         o::V_MUL_F32 => f2!(|a: f32, b: f32| a * b),
         o::V_MUL_DX9_ZERO_F32 => f2!(|a: f32, b: f32| if a == 0.0 || b == 0.0 { 0.0 } else { a * b }),
-        o::V_MIN_F32 => f2!(fmin),
-        o::V_MAX_F32 => f2!(fmax),
+        o::V_MIN_F32 => { let ieee = p.w.ieee; f2!(|a, b| min_ieee(a, b, ieee)) }
+        o::V_MAX_F32 => { let ieee = p.w.ieee; f2!(|a, b| max_ieee(a, b, ieee)) }
         o::V_LDEXP_F32 => { let (a, b) = (p.f(0), p.u(1)); let r: [f32; 32] = lanes!(l, ldexp(a[l], b[l] as i32)); p.wf(&r) }
         o::V_FMA_F32 => { let (a, b, c) = (p.f(0), p.f(1), p.f(2)); let r = fma_lanes(&a, &b, &c); p.wf(&r) }
         o::V_FMA_DX9_ZERO_F32 => f3!(|a: f32, b: f32, c: f32| if a == 0.0 || b == 0.0 { c } else { a.mul_add(b, c) }),
-        o::V_MIN3_F32 => f3!(|a, b, c| fmin(fmin(a, b), c)),
-        o::V_MAX3_F32 => f3!(|a, b, c| fmax(fmax(a, b), c)),
-        o::V_MED3_F32 => f3!(fmed3),
-        o::V_MAXMIN_F32 => f3!(|a, b, c| fmin(fmax(a, b), c)),
-        o::V_MINMAX_F32 => f3!(|a, b, c| fmax(fmin(a, b), c)),
+        o::V_MIN3_F32 => { let e = p.w.ieee; f3!(|a, b, c| min_ieee(min_ieee(a, b, e), c, e)) }
+        o::V_MAX3_F32 => { let e = p.w.ieee; f3!(|a, b, c| max_ieee(max_ieee(a, b, e), c, e)) }
+        o::V_MED3_F32 => { let e = p.w.ieee; f3!(|a, b, c| med3_ieee(a, b, c, e)) }
+        o::V_MAXMIN_F32 => { let e = p.w.ieee; f3!(|a, b, c| min_ieee(max_ieee(a, b, e), c, e)) }
+        o::V_MINMAX_F32 => { let e = p.w.ieee; f3!(|a, b, c| max_ieee(min_ieee(a, b, e), c, e)) }
         o::V_FMAC_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = p.w.v[p.i.dst as usize].map(f32::from_bits); let r = fma_lanes(&a, &b, &c); p.wf(&r) }
         o::V_FMAC_DX9_ZERO_F32 => { let (a, b) = (p.f(0), p.f(1)); let c = p.w.v[p.i.dst as usize]; let r: [f32; 32] = lanes!(l, if a[l] == 0.0 || b[l] == 0.0 { f32::from_bits(c[l]) } else { a[l].mul_add(b[l], f32::from_bits(c[l])) }); p.wf(&r) }
         o::V_FMAMK_F32 => { let (a, c) = (p.f(0), p.f(1)); let k = [f32::from_bits(p.i.lit); 32]; let r = fma_lanes(&a, &k, &c); p.wf(&r) }
@@ -304,37 +332,39 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_CEIL_F32 => f1!(f32::ceil),
         o::V_FLOOR_F32 => f1!(f32::floor),
         o::V_RNDNE_F32 => f1!(rndne),
-        o::V_EXP_F32 => f1!(f32::exp2),
-        o::V_LOG_F32 => f1!(f32::log2),
-        o::V_RCP_F32 | o::V_RCP_IFLAG_F32 => f1!(|a: f32| 1.0 / a),
-        o::V_RSQ_F32 => f1!(|a: f32| 1.0 / a.sqrt()),
-        o::V_SQRT_F32 => f1!(f32::sqrt),
-        o::V_SIN_F32 => f1!(|a: f32| (a * std::f32::consts::TAU).sin()),
-        o::V_COS_F32 => f1!(|a: f32| (a * std::f32::consts::TAU).cos()),
+        o::V_EXP_F32 => tr1!(f32::exp2),
+        o::V_LOG_F32 => tr1!(f32::log2),
+        o::V_RCP_F32 | o::V_RCP_IFLAG_F32 => tr1!(|a: f32| 1.0 / a),
+        o::V_RSQ_F32 => tr1!(|a: f32| 1.0 / a.sqrt()),
+        o::V_SQRT_F32 => tr1!(f32::sqrt),
+        // sin(S0 * 2 pi) in f64 with exact turn reduction; denormals supported
+        o::V_SIN_F32 => f1!(|a: f32| nan_result32(a, sin_turns(a as f64, false) as f32)),
+        o::V_COS_F32 => f1!(|a: f32| nan_result32(a, sin_turns(a as f64, true) as f32)),
         o::V_FREXP_MANT_F32 => f1!(|a: f32| frexp(a).0),
         o::V_FREXP_EXP_I32_F32 => { let a = p.f(0); let r: R = lanes!(l, frexp(a[l]).1 as u32); p.wu(&r) }
         o::V_ADD_F16 => h2!(|a: f32, b: f32| a + b),
         o::V_SUB_F16 => h2!(|a: f32, b: f32| a - b),
         o::V_SUBREV_F16 => h2!(|a: f32, b: f32| b - a),
         o::V_MUL_F16 => h2!(|a: f32, b: f32| a * b),
-        o::V_MIN_F16 => h2!(fmin),
-        o::V_MAX_F16 => h2!(fmax),
+        o::V_MIN_F16 => m16!(|a, b, _c, e| min16_ieee(a, b, e)),
+        o::V_MAX_F16 => m16!(|a, b, _c, e| max16_ieee(a, b, e)),
         o::V_LDEXP_F16 => { let (a, b) = (p.hf(0), p.h(1)); let r: [f32; 32] = lanes!(l, ldexp(a[l], b[l] as i16 as i32)); p.whf(&r) }
-        o::V_FMA_F16 => { let (a, b, c) = (p.hf(0), p.hf(1), p.hf(2)); let r: [f32; 32] = lanes!(l, (a[l] as f64 * b[l] as f64 + c[l] as f64) as f32); p.whf(&r) }
+        // f16 FMAs round once (through f32 they would round twice)
+        o::V_FMA_F16 => { let (a, b, c) = (p.hf(0), p.hf(1), p.hf(2)); let r: [u16; 32] = lanes!(l, fma16(a[l], b[l], c[l])); p.whm(&r) }
         o::V_FMAC_F16 => {
             let (a, b) = (p.hf(0), p.hf(1));
             let hi = p.i.opsel & 8 != 0;
             let c = p.w.v[p.i.dst as usize];
-            let r: [f32; 32] = lanes!(l, (a[l] as f64 * b[l] as f64 + f16_to_f32(if hi { (c[l] >> 16) as u16 } else { c[l] as u16 }) as f64) as f32);
-            p.whf(&r)
+            let r: [u16; 32] = lanes!(l, fma16(a[l], b[l], f16_to_f32(if hi { (c[l] >> 16) as u16 } else { c[l] as u16 })));
+            p.whm(&r)
         }
-        o::V_FMAMK_F16 => { let (a, c) = (p.hf(0), p.hf(1)); let k = f16_to_f32(p.i.lit as u16); let r: [f32; 32] = lanes!(l, (a[l] as f64 * k as f64 + c[l] as f64) as f32); p.whf(&r) }
-        o::V_FMAAK_F16 => { let (a, b) = (p.hf(0), p.hf(1)); let k = f16_to_f32(p.i.lit as u16); let r: [f32; 32] = lanes!(l, (a[l] as f64 * b[l] as f64 + k as f64) as f32); p.whf(&r) }
-        o::V_SQRT_F16 => h1!(f32::sqrt),
-        o::V_RCP_F16 => h1!(|a: f32| 1.0 / a),
-        o::V_RSQ_F16 => h1!(|a: f32| 1.0 / a.sqrt()),
-        o::V_EXP_F16 => h1!(f32::exp2),
-        o::V_LOG_F16 => h1!(f32::log2),
+        o::V_FMAMK_F16 => { let (a, c) = (p.hf(0), p.hf(1)); let k = f16_to_f32(p.i.lit as u16); let r: [u16; 32] = lanes!(l, fma16(a[l], k, c[l])); p.whm(&r) }
+        o::V_FMAAK_F16 => { let (a, b) = (p.hf(0), p.hf(1)); let k = f16_to_f32(p.i.lit as u16); let r: [u16; 32] = lanes!(l, fma16(a[l], b[l], k)); p.whm(&r) }
+        o::V_SQRT_F16 => h1n!(f32::sqrt),
+        o::V_RCP_F16 => h1n!(|a: f32| 1.0 / a),
+        o::V_RSQ_F16 => h1n!(|a: f32| 1.0 / a.sqrt()),
+        o::V_EXP_F16 => h1n!(f32::exp2),
+        o::V_LOG_F16 => h1n!(f32::log2),
         o::V_FLOOR_F16 => h1!(f32::floor),
         o::V_CEIL_F16 => h1!(f32::ceil),
         o::V_TRUNC_F16 => h1!(f32::trunc),
@@ -358,8 +388,8 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_NOT_B16 => { let a = p.h(0); let r: [u16; 32] = lanes!(l, !a[l]); p.wh(&r) }
         o::V_ADD_F64 => d2!(|a: f64, b: f64| a + b),
         o::V_MUL_F64 => d2!(|a: f64, b: f64| a * b),
-        o::V_MIN_F64 => d2!(fmin64),
-        o::V_MAX_F64 => d2!(fmax64),
+        o::V_MIN_F64 => { let e = p.w.ieee; d2!(|a, b| min64_ieee(a, b, e)) }
+        o::V_MAX_F64 => { let e = p.w.ieee; d2!(|a, b| max64_ieee(a, b, e)) }
         o::V_FMA_F64 => { let (a, b, c) = (p.d(0), p.d(1), p.d(2)); let r: [f64; 32] = lanes!(l, a[l].mul_add(b[l], c[l])); p.wd(&r) }
         o::V_LDEXP_F64 => { let (a, b) = (p.d(0), p.u(1)); let r: [f64; 32] = lanes!(l, ldexp64(a[l], b[l] as i32)); p.wd(&r) }
         o::V_RCP_F64 => d1!(|a: f64| 1.0 / a),
@@ -369,7 +399,7 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_CEIL_F64 => d1!(f64::ceil),
         o::V_FLOOR_F64 => d1!(f64::floor),
         o::V_RNDNE_F64 => d1!(f64::round_ties_even),
-        o::V_FRACT_F64 => d1!(|a: f64| if a.is_finite() { (a - a.floor()).min(f64::from_bits(0x3fef_ffff_ffff_ffff)) } else { f64::NAN }),
+        o::V_FRACT_F64 => d1!(|a: f64| if a.is_finite() { (a - a.floor()).min(f64::from_bits(0x3fef_ffff_ffff_ffff)) } else if a.is_nan() { quiet64(a) } else { f64::from_bits(DEFAULT_NAN64) }),
         o::V_FREXP_MANT_F64 => d1!(|a: f64| frexp64(a).0),
         o::V_FREXP_EXP_I32_F64 => { let a = p.d(0); let r: R = lanes!(l, frexp64(a[l]).1 as u32); p.wu(&r) }
         o::V_LSHLREV_B64 => { let (a, b) = (p.u(0), p.u64(1)); let r: [u64; 32] = lanes!(l, b[l] << (a[l] & 63)); p.wu64(&r) }
@@ -379,15 +409,11 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_MAD_I16 => { let (a, b, c) = (p.h(0), p.h(1), p.h(2)); let r: [u16; 32] = lanes!(l, (a[l] as i16).wrapping_mul(b[l] as i16).wrapping_add(c[l] as i16) as u16); p.wh(&r) }
         o::V_MAD_U32_U16 => { let (a, b, c) = (p.h(0), p.h(1), p.u(2)); let r: R = lanes!(l, (a[l] as u32 * b[l] as u32).wrapping_add(c[l])); p.wu(&r) }
         o::V_MAD_I32_I16 => { let (a, b, c) = (p.h(0), p.h(1), p.u(2)); let r: R = lanes!(l, (a[l] as i16 as i32 * b[l] as i16 as i32).wrapping_add(c[l] as i32) as u32); p.wu(&r) }
-        o::V_MIN3_F16 | o::V_MAX3_F16 | o::V_MED3_F16 | o::V_MAXMIN_F16 | o::V_MINMAX_F16 => {
-            let (a, b, c) = (p.hf(0), p.hf(1), p.hf(2));
-            let r: [f32; 32] = lanes!(l, match op {
-                o::V_MIN3_F16 => fmin(fmin(a[l], b[l]), c[l]), o::V_MAX3_F16 => fmax(fmax(a[l], b[l]), c[l]),
-                o::V_MED3_F16 => fmed3(a[l], b[l], c[l]), o::V_MAXMIN_F16 => fmin(fmax(a[l], b[l]), c[l]),
-                _ => fmax(fmin(a[l], b[l]), c[l]),
-            });
-            p.whf(&r)
-        }
+        o::V_MIN3_F16 => m16!(|a, b, c, e| min16_ieee(min16_ieee(a, b, e), c, e)),
+        o::V_MAX3_F16 => m16!(|a, b, c, e| max16_ieee(max16_ieee(a, b, e), c, e)),
+        o::V_MED3_F16 => m16!(med3_16_ieee),
+        o::V_MAXMIN_F16 => m16!(|a, b, c, e| min16_ieee(max16_ieee(a, b, e), c, e)),
+        o::V_MINMAX_F16 => m16!(|a, b, c, e| max16_ieee(min16_ieee(a, b, e), c, e)),
         o::V_MIN3_I16 | o::V_MAX3_I16 | o::V_MED3_I16 => {
             let (a, b, c) = (p.h(0), p.h(1), p.h(2));
             let r: [u16; 32] = lanes!(l, { let (a, b, c) = (a[l] as i16, b[l] as i16, c[l] as i16); (match op { o::V_MIN3_I16 => a.min(b).min(c), o::V_MAX3_I16 => a.max(b).max(c), _ => a.min(b).max(a.max(b).min(c)) }) as u16 });
@@ -416,8 +442,8 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_CVT_OFF_F32_I4 => { let a = p.u(0); let r: [f32; 32] = lanes!(l, (((a[l] & 0xf) << 28) as i32 >> 28) as f32 * 0.0625); p.wf(&r) }
         o::V_FREXP_MANT_F16 => h1!(|a: f32| frexp(a).0),
         o::V_FREXP_EXP_I16_F16 => { let a = p.hf(0); let r: [u16; 32] = lanes!(l, frexp(a[l]).1 as i16 as u16); p.wh(&r) }
-        o::V_SIN_F16 => h1!(|a: f32| (a * std::f32::consts::TAU).sin()),
-        o::V_COS_F16 => h1!(|a: f32| (a * std::f32::consts::TAU).cos()),
+        o::V_SIN_F16 => h1n!(|a: f32| sin_turns(a as f64, false) as f32),
+        o::V_COS_F16 => h1n!(|a: f32| sin_turns(a as f64, true) as f32),
         o::V_MOVRELS_B32 | o::V_MOVRELD_B32 | o::V_MOVRELSD_B32 | o::V_MOVRELSD_2_B32 => {
             // M0-relative VGPR indexing
             let m0 = p.w.s[125] as usize;
@@ -438,12 +464,7 @@ fn alu(p: &mut Ops) -> Result<bool, EmuError> {
         o::V_CVT_PK_NORM_U16_F16 => { let (a, b) = (p.hf(0), p.hf(1)); let c = |x: f32| if x.is_nan() { 0 } else { (x.clamp(0.0, 1.0) * 65535.0).round_ties_even() as u16 as u32 }; let r: R = lanes!(l, c(a[l]) | c(b[l]) << 16); p.wu(&r) }
         o::V_DIV_FIXUP_F64 => {
             let (a, b, c) = (p.d(0), p.d(1), p.d(2));
-            let r: [f64; 32] = lanes!(l, {
-                let (q, d, n) = (a[l], b[l], c[l]);
-                let sign = if d.is_sign_negative() ^ n.is_sign_negative() { -1.0 } else { 1.0 };
-                if n.is_nan() { n } else if d.is_nan() { d } else if (d == 0.0 && n == 0.0) || (d.is_infinite() && n.is_infinite()) { f64::NAN }
-                else if d == 0.0 || n.is_infinite() { sign * f64::INFINITY } else if d.is_infinite() || n == 0.0 { sign * 0.0 } else { q }
-            });
+            let r: [f64; 32] = lanes!(l, div_fixup64(a[l], b[l], c[l]));
             p.wd(&r)
         }
         _ => return Ok(false),
@@ -570,8 +591,12 @@ fn special(p: &mut Ops) -> Result<bool, EmuError> {
                 } else if den.is_subnormal() {
                     d = ldexp(s0, 64);
                 } else if tiny(1.0 / den as f64) && tiny(q) {
+                    // 1/d and n/d both denormal: the pseudo-code's ldexp(S0, 64) would take a
+                    // denominator near 2^127 to inf; scaling it down (and the quotient up,
+                    // VCC for v_div_fmas) is what keeps v_rcp_f32 (which flushes denormals)
+                    // in range and the division correctly rounded
                     vcc |= 1 << l;
-                    if s0 == den { d = ldexp(s0, 64); }
+                    if s0 == den { d = ldexp(s0, -64); }
                 } else if tiny(1.0 / den as f64) {
                     d = ldexp(s0, -64);
                 } else if tiny(q) {
@@ -589,13 +614,25 @@ fn special(p: &mut Ops) -> Result<bool, EmuError> {
             p.wmask(sd, vcc);
         }
         o::V_DIV_FMAS_F32 => {
-            let (a, b, c) = (p.f(0), p.f(1), p.f(2));
+            // "Input denormals are not flushed, but output flushing is allowed." The scale is
+            // fused: applied to the exact fma, then one rounding (a denormal quotient rounds
+            // once). The pseudo-code's fixed 2^32 cannot be literal (v_div_scale scales by
+            // 2^64 in either direction): the direction undoes the one-sided scale, up for huge
+            // quotients (S2 >= 1), down for tiny ones, as LLVM's division sequence needs.
+            let raw = |k: usize| -> [f32; 32] {
+                let r = p.raw(k, false);
+                let (ab, ng) = (p.i.abs >> k & 1 != 0, p.i.neg >> k & 1 != 0);
+                lanes!(l, f32::from_bits((if ab { r[l] & 0x7fff_ffff } else { r[l] }) ^ if ng { 0x8000_0000 } else { 0 }))
+            };
+            let (a, b, c) = (raw(0), raw(1), raw(2));
             let vcc = p.w.vcc();
             let r: [f32; 32] = lanes!(l, {
-                let v = (a[l] as f64).mul_add(b[l] as f64, c[l] as f64);
-                // undo the one-sided scale: up for huge quotients, down for tiny ones
-                let v = if vcc >> l & 1 != 0 { v * 2f64.powi(if ((c[l].to_bits() >> 23) & 0xff) >= 127 { 64 } else { -64 }) } else { v };
-                v as f32
+                let (x, y, z) = (a[l] as f64, b[l] as f64, c[l] as f64);
+                if vcc >> l & 1 == 0 || !(x * y).is_finite() || !z.is_finite() { fma_once_f32(x, y, z) } else {
+                    let (s, e) = two_sum(x * y, z);
+                    let k = 2f64.powi(if ((c[l].to_bits() >> 23) & 0xff) >= 127 { 64 } else { -64 });
+                    round_pair_f32(s * k, e * k)
+                }
             });
             p.wf(&r)
         }
@@ -613,7 +650,7 @@ fn special(p: &mut Ops) -> Result<bool, EmuError> {
                 if num == 0.0 || den == 0.0 { d = f64::NAN; }
                 else if ex(num) - ex(den) >= 768 { vcc |= 1 << l; if s0 == den { d = ldexp64(s0, 128); } }
                 else if den.is_subnormal() { d = ldexp64(s0, 128); }
-                else if tiny(1.0 / den) && tiny(num / den) { vcc |= 1 << l; if s0 == den { d = ldexp64(s0, 128); } }
+                else if tiny(1.0 / den) && tiny(num / den) { vcc |= 1 << l; if s0 == den { d = ldexp64(s0, -128); } }
                 else if tiny(1.0 / den) { d = ldexp64(s0, -128); }
                 else if tiny(num / den) { vcc |= 1 << l; if s0 == num { d = ldexp64(s0, 128); } }
                 else if ex(num) <= 53 { d = ldexp64(s0, 128); }
@@ -634,14 +671,14 @@ fn special(p: &mut Ops) -> Result<bool, EmuError> {
             p.wd(&r)
         }
         o::V_DIV_FIXUP_F32 => {
-            // a = quotient estimate, b = denominator, c = numerator
+            // a = quotient estimate, b = denominator, c = numerator (ISA pseudo-code)
             let (a, b, c) = (p.f(0), p.f(1), p.f(2));
-            let r: [f32; 32] = lanes!(l, div_fixup(a[l], b[l], c[l]));
+            let r: [f32; 32] = lanes!(l, div_fixup32(a[l], b[l], c[l]));
             p.wf(&r)
         }
         o::V_DIV_FIXUP_F16 => {
             let (a, b, c) = (p.hf(0), p.hf(1), p.hf(2));
-            let r: [f32; 32] = lanes!(l, div_fixup(a[l], b[l], c[l]));
+            let r: [f32; 32] = lanes!(l, div_fixup16(a[l], b[l], c[l]));
             p.whf(&r)
         }
         o::V_SWAP_B32 => {
@@ -679,17 +716,10 @@ pub fn dot2_f16(a: u32, b: u32, c: f32) -> f32 {
     p0 + p1 + c
 }
 
-/// Special-case handling after an IEEE division sequence: quotient `q`, denominator `d`,
-/// numerator `n`.
-pub fn div_fixup(q: f32, d: f32, n: f32) -> f32 {
-    let sign = if (d.is_sign_negative()) ^ (n.is_sign_negative()) { -1.0f32 } else { 1.0 };
-    if n.is_nan() { return n; }
-    if d.is_nan() { return d; }
-    if d == 0.0 && n == 0.0 { return f32::NAN; }
-    if d.is_infinite() && n.is_infinite() { return f32::NAN; }
-    if d == 0.0 || n.is_infinite() { return sign * f32::INFINITY; }
-    if d.is_infinite() || n == 0.0 { return sign * 0.0; }
-    q
+/// f16 fma of f16 values (as f32), rounded once to f16 bits; a NaN from numbers is 0xfe00.
+fn fma16(a: f32, b: f32, c: f32) -> u16 {
+    let r = fma_once_f16(a as f64, b as f64, c as f64);
+    if r & 0x7c00 == 0x7c00 && r & 0x3ff != 0 && !(a.is_nan() || b.is_nan() || c.is_nan()) { DEFAULT_NAN16 } else { r }
 }
 
 /// VOPD: two independent VALU ops; all sources are read before either result is written.
