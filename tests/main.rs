@@ -39,3 +39,4 @@ mod kernel_toolchain;
 mod setup_detect;
 #[cfg(feature = "gpu")]
 mod hip_debian;
+#[cfg(feature = "gpu")] mod emu_race;
