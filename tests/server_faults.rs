@@ -445,6 +445,7 @@ fn ple_table_deleted_or_truncated_mid_run_direct_io() {
     assert_eq!(done["reason"], "error", "truncated table: {done} after {got:?}");
     let msg = done["error"].as_str().unwrap_or("");
     assert!(msg.contains("ple-table.gguf") && msg.contains("PLE"), "{msg}");
+    println!("truncated table (direct): {msg}");
     assert!(got.iter().zip(&greedy).all(|(a, b)| a == b), "tokens before the error are exact: {got:?}");
     // Still serving; whole again, exact again.
     let (_, done) = e.generate(3, &toks, 6).expect("engine alive");

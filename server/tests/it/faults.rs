@@ -181,6 +181,10 @@ async fn hung_engine_mid_stream_times_out_and_is_replaced() {
         hung_for >= Duration::from_millis(900) && hung_for < Duration::from_secs(4),
         "timed out after {hung_for:?}"
     );
+    println!(
+        "hung engine: timeout error {hung_for:?} after the last token: {}",
+        o.error.as_deref().unwrap_or("")
+    );
     let q = queued.await.unwrap();
     assert!(q.ok, "{q:?}");
     wait_new_engine(addr, old, Instant::now()).await;
