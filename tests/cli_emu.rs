@@ -114,3 +114,44 @@ fn bench_kernels_reports_every_mmvq_type_and_device_speed() {
     assert_eq!(reduce_rows.len(), 12, "6 methods x v1/v8:\n{}", reduce_rows.join("\n"));
     assert!(reduce_rows.iter().all(|l| l.contains("| yes ")), "a reduction variant differs from the CPU butterfly:\n{text}");
 }
+
+/// Huge grids and buffers (issue 14 item 6) are errors before anything runs or is allocated,
+/// not an aborted allocation (SIGABRT), a `capacity overflow` panic or minutes of work; a grid
+/// within the wave limit stops at the launch budget.
+#[test]
+fn emu_run_bounds_grids_buffers_and_total_work() {
+    let elf = write_object("gfx1100", "bounds");
+    let w = tmp("bounds-w.bin");
+    std::fs::write(&w, vec![0u8; 34 * 5]).unwrap();
+    let run = |extra: &[&str], out_arg: &str| {
+        let t0 = std::time::Instant::now();
+        let o = strata()
+            .args(["emu", "run"])
+            .arg(&elf)
+            .arg("dequant_q8_0_f32")
+            .args(extra)
+            .arg(format!("--arg=in={}", w.display()))
+            .arg(format!("--arg={out_arg}"))
+            .args(["--arg=u32=5", "--arg=u32=0"])
+            .output()
+            .unwrap();
+        assert!(t0.elapsed().as_secs() < 30, "{extra:?} {out_arg}: took {:?}", t0.elapsed());
+        assert_eq!(o.status.code(), Some(1), "{extra:?} {out_arg}: {o:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let y = tmp("bounds-y.bin");
+    let out = format!("out={}:640", y.display());
+    let e = run(&["--grid", "4294967295,1,1", "--block", "256"], &out);
+    assert!(e.contains("--grid 4294967295,1,1 --block 256,1,1: 34359738360 waves (4294967295 workgroups), more than --max-waves 1048576"), "{e}");
+    let e = run(&["--grid", "4294967295,1,1", "--block", "2", "--max-waves", "18446744073709551615"], &out);
+    assert!(e.contains("is 8589934590 work-items in dimension 0, more than the 4294967295 a dispatch holds"), "{e}");
+    let e = run(&["--grid", "1000000", "--block", "32", "--launch-budget", "100000"], &out);
+    assert!(e.contains("the launch ran more than 100000 instructions in all (its launch budget)"), "{e}");
+    let e = run(&[], &format!("out={}:68719476736", y.display()));
+    assert!(e.contains("a buffer of 68719476736 bytes (64.0 GiB) does not fit") && e.contains("of memory available"), "{e}");
+    let e = run(&[], "zero=18446744073709551615");
+    assert!(e.contains("--arg zero=18446744073709551615: a buffer of 18446744073709551615 bytes"), "{e}");
+    let e = run(&[], "zero=18446744073709551616");
+    assert!(e.contains("'18446744073709551616' is not a byte count"), "{e}");
+    assert!(!e.contains("panicked") && !e.contains("capacity overflow"), "{e}");
+}

@@ -26,10 +26,14 @@ pub struct LaunchOptions {
     /// Slower; `None` (the default) is the normal scheduler. [`Device::new`] takes it from
     /// `STRATA_EMU_RACE_SEED` ([`RACE_SEED_ENV`]).
     pub race_seed: Option<u64>,
+    /// Instructions of one whole launch, all waves together (None: unbounded, the default).
+    /// Checked before each workgroup starts, so a launch past it stops within the work of the
+    /// workgroups already running, with an error naming the budget.
+    pub launch_budget: Option<u64>,
 }
 
 impl Default for LaunchOptions {
-    fn default() -> Self { LaunchOptions { instruction_budget: DEFAULT_BUDGET, race_seed: None } }
+    fn default() -> Self { LaunchOptions { instruction_budget: DEFAULT_BUDGET, race_seed: None, launch_budget: None } }
 }
 
 pub use race::RACE_SEED_ENV;
@@ -160,6 +164,8 @@ impl Device {
     pub fn set_options(&self, o: LaunchOptions) { if let Ok(mut x) = self.options.lock() { *x = o; } }
     /// Change the per-wave instruction budget (tests of "did not terminate").
     pub fn set_instruction_budget(&self, n: u64) { if let Ok(mut x) = self.options.lock() { x.instruction_budget = n; } }
+    /// Bound the instructions of one launch, all waves together (None: unbounded).
+    pub fn set_launch_budget(&self, n: Option<u64>) { if let Ok(mut x) = self.options.lock() { x.launch_budget = n; } }
     /// Race mode on (`Some(seed)`) or off for the following launches.
     pub fn set_race_seed(&self, seed: Option<u64>) { if let Ok(mut x) = self.options.lock() { x.race_seed = seed; } }
 
@@ -205,6 +211,14 @@ impl Device {
         let opts = self.options.lock().map_err(|_| api("lock poisoned".into()))?.clone();
         if grid.contains(&0) || block.contains(&0) { return Err(api(format!("empty grid {grid:?} / block {block:?}"))); }
         let threads = block[0] as u64 * block[1] as u64 * block[2] as u64;
+        // The dispatch packet holds the grid size in work-items, 32 bits per dimension.
+        if let Some(d) = (0..3).find(|&d| grid[d] as u64 * block[d] as u64 > u32::MAX as u64) {
+            return Err(api(format!("grid {grid:?} x block {block:?} is {} work-items in dimension {d}, more than the 4294967295 a dispatch holds", grid[d] as u64 * block[d] as u64)));
+        }
+        let groups = (grid[0] as u64).checked_mul(grid[1] as u64).and_then(|n| n.checked_mul(grid[2] as u64));
+        if groups.and_then(|n| n.checked_mul(threads.div_ceil(32))).is_none() {
+            return Err(api(format!("grid {grid:?} x block {block:?} has more than 2^64 waves")));
+        }
         let max = if info.max_flat_workgroup_size == 0 { 1024 } else { info.max_flat_workgroup_size } as u64;
         if threads > max.min(1024) { return Err(api(format!("block {block:?} has {threads} work-items, kernel allows {max}"))); }
         let lds_size = kd.group_segment_size as u64 + dynamic_lds as u64;
@@ -259,29 +273,52 @@ impl Device {
         // initial VGPR contents are undefined on hardware too), which avoids zeroing 35 KB per wave.
         let seed = opts.race_seed;
         let new_cache = || GroupCache { waves: Vec::new(), race: seed.map(RaceState::new) };
+        let launch_budget = opts.launch_budget.unwrap_or(u64::MAX);
+        let spent = std::sync::atomic::AtomicU64::new(0);
         let run_group = |cache: &mut GroupCache, g: u64| -> Result<Counters, EmuError> {
             let gid = [(g % grid[0] as u64) as u32, ((g / grid[0] as u64) % grid[1] as u64) as u32, (g / (grid[0] as u64 * grid[1] as u64)) as u32];
-            run_workgroup(&ctx, kd, gid, block, threads as u32, lds_size as usize, pkt_ptr, ka_ptr, cache)
+            let r = run_workgroup(&ctx, kd, gid, block, threads as u32, lds_size as usize, pkt_ptr, ka_ptr, cache);
+            let ran = match &r { Ok(c) => c.by_fam.iter().sum(), Err(EmuError::Budget { budget, .. }) => *budget, Err(_) => 0 };
+            spent.fetch_add(ran, std::sync::atomic::Ordering::Relaxed);
+            r
         };
-        let results: Vec<Result<Counters, EmuError>> = if n_groups > 1 {
-            (0..n_groups).into_par_iter().map_init(new_cache, run_group).collect()
+        // Counters are summed as workgroups finish (not kept per workgroup: 3 M workgroups
+        // took 494 MB); the error reported is the one of the first workgroup that failed, as if
+        // they ran in order. A workgroup that would start past the launch budget stops the
+        // launch (Err(its index)).
+        type Acc = (Counters, Option<(u64, EmuError)>);
+        let add = |mut a: Acc, b: Acc| -> Result<Acc, u64> {
+            for (x, y) in a.0.by_fam.iter_mut().zip(b.0.by_fam) { *x += y; }
+            a.0.lane_ops += b.0.lane_ops;
+            a.0.global_read += b.0.global_read;
+            a.0.global_written += b.0.global_written;
+            a.0.lds_bytes += b.0.lds_bytes;
+            if let Some(e) = b.1 && a.1.as_ref().is_none_or(|f| e.0 < f.0) { a.1 = Some(e); }
+            Ok(a)
+        };
+        let one = |cache: &mut GroupCache, g: u64| -> Result<Acc, u64> {
+            if spent.load(std::sync::atomic::Ordering::Relaxed) > launch_budget { return Err(g); }
+            Ok(match run_group(cache, g) { Ok(c) => (c, None), Err(e) => (Counters::default(), Some((g, e))) })
+        };
+        let result = if n_groups > 1 {
+            (0..n_groups).into_par_iter().map_init(new_cache, one).try_reduce(|| (Counters::default(), None), add)
         } else {
-            let mut cache = new_cache();
-            (0..n_groups).map(|g| run_group(&mut cache, g)).collect()
+            one(&mut new_cache(), 0)
         };
         let _ = self.mem.free(ka_ptr);
         let _ = self.mem.free(pkt_ptr);
+        let (c, err) = result.map_err(|g| api(format!(
+            "the launch ran more than {launch_budget} instructions in all (its launch budget), stopped before workgroup {g} of {n_groups}"
+        )))?;
+        if let Some((_, e)) = err { return Err(e); }
         let mut st = LaunchStats { waves: n_groups * threads.div_ceil(32), ..Default::default() };
-        for r in results {
-            let c = r?;
-            for (k, n) in c.by_fam.iter().enumerate() {
-                if *n > 0 { *st.by_family.entry(FAM_NAMES[k].into()).or_default() += n; st.instructions += n; }
-            }
-            st.lane_ops += c.lane_ops;
-            st.global_bytes_read += c.global_read;
-            st.global_bytes_written += c.global_written;
-            st.lds_bytes += c.lds_bytes;
+        for (k, n) in c.by_fam.iter().enumerate() {
+            if *n > 0 { *st.by_family.entry(FAM_NAMES[k].into()).or_default() += n; st.instructions += n; }
         }
+        st.lane_ops = c.lane_ops;
+        st.global_bytes_read = c.global_read;
+        st.global_bytes_written = c.global_written;
+        st.lds_bytes = c.lds_bytes;
         Ok(st)
     }
 }

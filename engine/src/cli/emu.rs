@@ -64,7 +64,21 @@ pub struct RunArgs {
     /// Stop a kernel after this many instructions per wave (catches kernels that never end).
     #[arg(long)]
     pub budget: Option<u64>,
+    /// Stop the launch once all its waves together have run this many instructions (bounds
+    /// the work of a large grid, which the per-wave budget does not).
+    #[arg(long, default_value_t = DEFAULT_LAUNCH_BUDGET)]
+    pub launch_budget: u64,
+    /// Refuse a grid of more waves than this (every wave costs time and memory, however
+    /// little it does).
+    #[arg(long, default_value_t = DEFAULT_MAX_WAVES)]
+    pub max_waves: u64,
 }
+
+/// `--launch-budget` default: 10^9 instructions, a minute or two of the software device (about
+/// 10 M wave instructions per second per core).
+pub const DEFAULT_LAUNCH_BUDGET: u64 = 1_000_000_000;
+/// `--max-waves` default: 2^20 waves (33.5 M work-items of wave32).
+pub const DEFAULT_MAX_WAVES: u64 = 1 << 20;
 
 fn parse_dim3(s: &str) -> Result<[u32; 3], String> {
     let v: Vec<&str> = s.split(',').collect();
@@ -123,16 +137,62 @@ enum Arg {
     Scalar(Vec<u8>),
 }
 
-fn parse_arg(dev: &Device, spec: &str) -> Result<Arg> {
+/// Host memory the buffers of one `emu run` may use (`MemAvailable`; None: unknown).
+fn memory_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Buffer bytes of one run so far, against half the memory available (the rest of the machine
+/// keeps the other half): a buffer that cannot fit is an error naming it, not an aborted
+/// allocation or the OOM killer.
+struct BufferBudget {
+    used: u64,
+    available: Option<u64>,
+}
+
+impl BufferBudget {
+    fn take(&mut self, spec: &str, bytes: u64) -> Result<()> {
+        let need = self.used.saturating_add(bytes);
+        if let Some(avail) = self.available
+            && need > avail / 2
+        {
+            bail!(
+                "--arg {spec}: a buffer of {bytes} bytes ({}) does not fit: the buffers of this run would need {}, more than half of the {} of memory available",
+                gib(bytes),
+                gib(need),
+                gib(avail)
+            );
+        }
+        self.used = need;
+        Ok(())
+    }
+}
+
+fn parse_arg(dev: &Device, spec: &str, mem: &mut BufferBudget) -> Result<Arg> {
     if spec == "null" {
         return Ok(Arg::Null);
     }
     let (kind, val) = spec.split_once('=').with_context(|| format!("--arg '{spec}': expected KIND=VALUE"))?;
-    let buffer = |data: Vec<u8>, write_back: Option<PathBuf>| -> Result<Arg> {
-        let bytes = data.len();
-        let ptr = dev.malloc(bytes.max(1))?;
-        dev.memcpy_htod(ptr, &data)?;
+    // A zeroed device buffer (the device zero-fills), then the file's bytes if any.
+    let zeroed = |bytes: usize, write_back: Option<PathBuf>| -> Result<Arg> {
+        let ptr = dev.malloc(bytes.max(1)).with_context(|| format!("--arg {spec}"))?;
         Ok(Arg::Buffer { ptr, bytes, write_back })
+    };
+    let from_file = |file: &str, write_back: bool, mem: &mut BufferBudget| -> Result<Arg> {
+        let len = std::fs::metadata(file).with_context(|| format!("--arg {spec}: reading {file}"))?.len();
+        mem.take(spec, len)?;
+        let data = std::fs::read(file).with_context(|| format!("--arg {spec}: reading {file}"))?;
+        let arg = zeroed(data.len(), write_back.then(|| file.into()))?;
+        if let Arg::Buffer { ptr, .. } = &arg {
+            dev.memcpy_htod(*ptr, &data)?;
+        }
+        Ok(arg)
     };
     let num = |what: &str| -> Result<i128> {
         val.parse::<i128>().with_context(|| format!("--arg {spec}: '{val}' is not a {what}"))
@@ -144,15 +204,23 @@ fn parse_arg(dev: &Device, spec: &str) -> Result<Arg> {
         }
         Ok(Arg::Scalar((v as u64).to_le_bytes()[..width].to_vec()))
     };
+    let count = |n: &str| -> Result<usize> {
+        n.parse().with_context(|| format!("--arg {spec}: '{n}' is not a byte count"))
+    };
     match kind {
-        "in" => buffer(std::fs::read(val).with_context(|| format!("--arg {spec}: reading {val}"))?, None),
-        "inout" => buffer(std::fs::read(val).with_context(|| format!("--arg {spec}: reading {val}"))?, Some(val.into())),
+        "in" => from_file(val, false, mem),
+        "inout" => from_file(val, true, mem),
         "out" => {
             let (file, n) = val.split_once(':').with_context(|| format!("--arg {spec}: expected out=FILE:BYTES"))?;
-            let n: usize = n.parse().with_context(|| format!("--arg {spec}: '{n}' is not a byte count"))?;
-            buffer(vec![0; n], Some(file.into()))
+            let n = count(n)?;
+            mem.take(spec, n as u64)?;
+            zeroed(n, Some(file.into()))
         }
-        "zero" => buffer(vec![0; val.parse().with_context(|| format!("--arg {spec}: bad byte count"))?], None),
+        "zero" => {
+            let n = count(val)?;
+            mem.take(spec, n as u64)?;
+            zeroed(n, None)
+        }
         "u8" => int(0, u8::MAX as i128, 1),
         "u16" => int(0, u16::MAX as i128, 2),
         "u32" => int(0, u32::MAX as i128, 4),
@@ -172,6 +240,16 @@ fn run_kernel(r: &RunArgs) -> Result<()> {
     if let Some(b) = r.budget {
         dev.set_instruction_budget(b);
     }
+    dev.set_launch_budget(Some(r.launch_budget));
+    // Refused before anything is allocated: the waves of the grid.
+    let groups = r.grid.iter().map(|&g| g as u128).product::<u128>();
+    let waves = groups * (r.block.iter().map(|&b| b as u128).product::<u128>()).div_ceil(32);
+    if waves > r.max_waves as u128 {
+        bail!(
+            "--grid {} --block {}: {waves} waves ({groups} workgroups), more than --max-waves {} (raise it to run this launch)",
+            dims(r.grid), dims(r.block), r.max_waves
+        );
+    }
     let module = dev.load_module(&read_object(&r.file)?).with_context(|| format!("loading {}", r.file.display()))?;
     let f = module.function(&r.kernel)?;
     let info = f.info().clone();
@@ -181,8 +259,9 @@ fn run_kernel(r: &RunArgs) -> Result<()> {
     }
     let mut kernargs = vec![0u8; info.kernarg_size as usize];
     let mut args = Vec::new();
+    let mut mem = BufferBudget { used: 0, available: memory_available() };
     for (i, (spec, decl)) in r.args.iter().zip(&declared).enumerate() {
-        let arg = parse_arg(&dev, spec)?;
+        let arg = parse_arg(&dev, spec, &mut mem)?;
         let bytes: Vec<u8> = match &arg {
             Arg::Buffer { ptr, .. } => ptr.to_le_bytes().to_vec(),
             Arg::Null => 0u64.to_le_bytes().to_vec(),
@@ -206,12 +285,30 @@ fn run_kernel(r: &RunArgs) -> Result<()> {
     let stats = dev.launch(&f, r.grid, r.block, r.lds, &kernargs)?;
     for a in &args {
         if let Arg::Buffer { ptr, bytes, write_back: Some(path) } = a {
-            let mut out = vec![0u8; *bytes];
-            dev.memcpy_dtoh(&mut out, *ptr)?;
-            std::fs::write(path, &out).with_context(|| format!("writing {}", path.display()))?;
+            copy_to_file(&dev, *ptr, *bytes, path).with_context(|| format!("writing {}", path.display()))?;
         }
     }
     write_stdout(&format_stats(&info.name, &stats))
+}
+
+/// Copies a device buffer to a file in 16 MiB pieces (no second whole copy in host memory).
+fn copy_to_file(dev: &Device, ptr: DevicePtr, bytes: usize, path: &Path) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut buf = vec![0u8; bytes.min(16 << 20)];
+    let mut done = 0;
+    while done < bytes {
+        let n = (bytes - done).min(buf.len());
+        dev.memcpy_dtoh(&mut buf[..n], ptr + done as u64)?;
+        f.write_all(&buf[..n])?;
+        done += n;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+fn dims(d: [u32; 3]) -> String {
+    format!("{},{},{}", d[0], d[1], d[2])
 }
 
 /// Writes to stdout; a closed pipe (`strata emu disasm x.elf | head`) is not an error.
