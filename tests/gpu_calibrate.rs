@@ -8,6 +8,7 @@
 //! enumeration, timing, rejection and choice are checked exactly.
 #![cfg(feature = "gpu")]
 
+use strata::rng::SplitMix64;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -120,16 +121,6 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn lcg(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
 /// A dense-layer GEMM `Y[t][n] = X[t][k] · W[n][k]ᵀ` in device memory; returns (gemm, c bytes).
 fn dense_gemm(api: &dyn GpuApi, n: usize, k: usize, t: usize, dtype: DType) -> (Gemm, usize) {
     let enc = |v: &[f32]| -> Vec<u8> {
@@ -139,7 +130,7 @@ fn dense_gemm(api: &dyn GpuApi, n: usize, k: usize, t: usize, dtype: DType) -> (
             DType::BF16 => v.iter().flat_map(|&x| quant::f32_to_bf16(x).to_le_bytes()).collect(),
         }
     };
-    let (w, x) = (enc(&lcg(n * k, 1)), enc(&lcg(t * k, 2)));
+    let (w, x) = (enc(&SplitMix64::new(1).symmetric_vec(n * k, 1.0)), enc(&SplitMix64::new(2).symmetric_vec(t * k, 1.0)));
     let (dw, dx, dc) = (api.malloc(w.len()).unwrap(), api.malloc(x.len()).unwrap(), api.malloc(n * t * 4).unwrap());
     api.memcpy_htod(dw, &w).unwrap();
     api.memcpy_htod(dx, &x).unwrap();

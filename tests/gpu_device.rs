@@ -8,7 +8,8 @@
 
 use quant::GgmlType;
 use strata::gpu::abi::{self, DequantArgs, WType};
-use strata::gpu::bench::{random_blocks, Rng};
+use strata::gpu::bench::random_blocks;
+use strata::rng::SplitMix64;
 use strata::gpu::device::{
     open_device, ComputeType, DType, Device, EmuApi, Gemm, GpuApi, GpuError, HipApi, HipConfig, HostAllocOptions, Kernel,
     KernelSpec, LaunchConfig, Module, Stream, Transpose,
@@ -182,7 +183,7 @@ fn emu_pinned_failure_falls_back_to_pageable() {
 fn emu_dequant_launch_matches_quant_reference() {
     for ty in [WType::Q8_0, WType::Q4K, WType::Q6K] {
         let (api, _m, k) = emu_with_dequant(ty);
-        let mut rng = Rng::new(0x5EED ^ ty.ggml_id() as u64);
+        let mut rng = SplitMix64::new(0x5EED ^ ty.ggml_id() as u64);
         let nblocks = 300usize; // two workgroups, the second partial
         let w = random_blocks(ty, nblocks, &mut rng);
         let n = nblocks * ty.block_k() as usize;
@@ -238,7 +239,7 @@ fn emu_graph_replay_after_input_change_equals_eager() {
     api.memcpy_dtoh(&mut z, dz).unwrap();
     assert!(z.iter().all(|&b| b == 0), "captured work must not run at capture time");
 
-    let mut rng = Rng::new(42);
+    let mut rng = SplitMix64::new(42);
     let mut z_want = vec![0f32; n];
     for step in 0..3 {
         let w = random_blocks(ty, nblocks, &mut rng);
@@ -297,7 +298,7 @@ fn gemm_ref(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f64]) {
 #[test]
 fn emu_gemm_matches_f64_reference_all_transposes_f32_and_f16() {
     let api = EmuApi::new().unwrap();
-    let mut rng = Rng::new(7);
+    let mut rng = SplitMix64::new(7);
     let (m, n, k, batch) = (13usize, 5usize, 37usize, 2usize);
     for dtype in [DType::F32, DType::F16] {
         for (ta, tb) in [(Transpose::N, Transpose::N), (Transpose::T, Transpose::N), (Transpose::N, Transpose::T), (Transpose::T, Transpose::T)] {
@@ -308,9 +309,9 @@ fn emu_gemm_matches_f64_reference_all_transposes_f32_and_f16() {
             let cols_b = if tb == Transpose::N { n } else { k };
             let (sa, sb, sc) = (lda * cols_a, ldb * cols_b, ldc * n);
             let round = |x: f32| if dtype == DType::F16 { quant::f16_to_f32(quant::f32_to_f16(x)) } else { x };
-            let a: Vec<f32> = (0..sa * batch).map(|_| round(rng.f32() * 2.0 - 1.0)).collect();
-            let b: Vec<f32> = (0..sb * batch).map(|_| round(rng.f32() * 2.0 - 1.0)).collect();
-            let c0: Vec<f32> = (0..sc * batch).map(|_| round(rng.f32())).collect();
+            let a: Vec<f32> = (0..sa * batch).map(|_| round(rng.symmetric() * 2.0 - 1.0)).collect();
+            let b: Vec<f32> = (0..sb * batch).map(|_| round(rng.symmetric() * 2.0 - 1.0)).collect();
+            let c0: Vec<f32> = (0..sc * batch).map(|_| round(rng.symmetric())).collect();
             let enc = |v: &[f32]| -> Vec<u8> {
                 match dtype {
                     DType::F16 => v.iter().flat_map(|&x| quant::f32_to_f16(x).to_le_bytes()).collect(),
@@ -586,7 +587,7 @@ fn mailbox_rounds(pinned_fails: bool) {
     let rounds = 4;
     std::thread::scope(|sc| {
         let worker = sc.spawn(|| {
-            let mut rng = Rng::new(99);
+            let mut rng = SplitMix64::new(99);
             for round in 0..rounds {
                 let w = random_blocks(ty, nblocks, &mut rng);
                 std::thread::sleep(std::time::Duration::from_millis(if round % 2 == 0 { 40 } else { 0 })); // late producer

@@ -10,7 +10,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use strata::gpu::abi::{self, WType};
-use strata::gpu::bench::{self, random_blocks, waves_per_simd, Rng};
+use strata::gpu::bench::{self, random_blocks, waves_per_simd};
+use strata::rng::SplitMix64;
 use strata::gpu::code_objects::code_objects;
 use strata::gpu::device::{Device, EmuApi, GpuApi};
 use strata::gpu::ops::GpuOps;
@@ -217,11 +218,11 @@ test_device!(
 
 // ---------------------------------------------------------------- activation quantization
 
-fn act_vectors(rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
+fn act_vectors(rng: &mut SplitMix64) -> Vec<(String, Vec<f32>)> {
     let mut v = vec![
-        ("one block".to_string(), (0..256).map(|_| rng.f32()).collect::<Vec<f32>>()),
+        ("one block".to_string(), (0..256).map(|_| rng.symmetric()).collect::<Vec<f32>>()),
         ("zeros".into(), vec![0.0; 512]),
-        ("4096 x 8".into(), (0..4096 * 8).map(|_| rng.f32() * 3.0).collect()),
+        ("4096 x 8".into(), (0..4096 * 8).map(|_| rng.symmetric() * 3.0).collect()),
     ];
     // Ties and extremes: equal magnitudes of both signs (first one wins), tiny and huge values,
     // halves that exercise round-half-away-from-zero.
@@ -241,7 +242,7 @@ fn act_vectors(rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
 
 test_device!(
     fn quantize_q8_1_is_byte_exact(ops) {
-        let mut rng = Rng::new(1);
+        let mut rng = SplitMix64::new(1);
         for (what, x) in act_vectors(&mut rng) {
             let (got, st) = ops.host_quantize(ActQuant::Q8_1, &x).expect("launch");
             let mut want = vec![0u8; x.len() / 32 * 36];
@@ -258,7 +259,7 @@ test_device!(
 
 test_device!(
     fn quantize_q8_k_is_byte_exact(ops) {
-        let mut rng = Rng::new(2);
+        let mut rng = SplitMix64::new(2);
         for (what, x) in act_vectors(&mut rng) {
             let (got, _) = ops.host_quantize(ActQuant::Q8K, &x).expect("launch");
             let mut want = vec![0u8; x.len() / 256 * 292];
@@ -281,11 +282,11 @@ test_device!(
 // ---------------------------------------------------------------- dequantization
 
 /// Weights: random blocks (all quant bit patterns) plus blocks from the reference quantizer.
-fn weights(ty: WType, nblocks: usize, rng: &mut Rng) -> Vec<u8> {
+fn weights(ty: WType, nblocks: usize, rng: &mut SplitMix64) -> Vec<u8> {
     let mut w = random_blocks(ty, nblocks, rng);
     let bk = ty.block_k() as usize;
     let nq = (nblocks / 2).max(1).min(nblocks);
-    let x: Vec<f32> = (0..nq * bk).map(|_| rng.f32()).collect();
+    let x: Vec<f32> = (0..nq * bk).map(|_| rng.symmetric()).collect();
     let bb = ty.block_bytes() as usize;
     quant::quantize_row(ggml(ty), &x, &mut w[..nq * bb]).unwrap();
     w
@@ -293,7 +294,7 @@ fn weights(ty: WType, nblocks: usize, rng: &mut Rng) -> Vec<u8> {
 
 test_device!(
     fn dequant_matches_reference_bit_for_bit(ops) {
-        let mut rng = Rng::new(3);
+        let mut rng = SplitMix64::new(3);
         for ty in WType::ALL {
             for nblocks in [1usize, 37, 300] {
                 let w = weights(ty, nblocks, &mut rng);
@@ -324,11 +325,11 @@ fn tolerance(ty: WType) -> f64 {
     }
 }
 
-fn check_mmvq(ops: &GpuOps, ty: WType, nrows_w: usize, k: usize, ncols: usize, rows: Option<&[u32]>, rng: &mut Rng) {
+fn check_mmvq(ops: &GpuOps, ty: WType, nrows_w: usize, k: usize, ncols: usize, rows: Option<&[u32]>, rng: &mut SplitMix64) {
     let bk = ty.block_k() as usize;
     let row_bytes = k / bk * ty.block_bytes() as usize;
     let w = weights(ty, nrows_w * k / bk, rng);
-    let x: Vec<f32> = (0..ncols * k).map(|_| rng.f32()).collect();
+    let x: Vec<f32> = (0..ncols * k).map(|_| rng.symmetric()).collect();
     let mut xq = vec![0u8; ncols * k / 32 * 36];
     quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
     let (y, st) = ops.host_mmvq(ty, &w, k, &xq, ncols, rows).unwrap_or_else(|e| panic!("{ty:?} k={k} ncols={ncols}: {e}"));
@@ -357,7 +358,7 @@ fn check_mmvq(ops: &GpuOps, ty: WType, nrows_w: usize, k: usize, ncols: usize, r
 
 test_device!(
     fn mmvq_one_row_one_block(ops) {
-        let mut rng = Rng::new(4);
+        let mut rng = SplitMix64::new(4);
         for ty in WType::ALL {
             check_mmvq(ops, ty, 1, ty.block_k() as usize, 1, None, &mut rng);
         }
@@ -366,7 +367,7 @@ test_device!(
 
 test_device!(
     fn mmvq_k_not_multiple_of_256_q8_0(ops) {
-        let mut rng = Rng::new(5);
+        let mut rng = SplitMix64::new(5);
         check_mmvq(ops, WType::Q8_0, 37, 640, 1, None, &mut rng);
         check_mmvq(ops, WType::Q8_0, 5, 96, 3, None, &mut rng);
     }
@@ -374,7 +375,7 @@ test_device!(
 
 test_device!(
     fn mmvq_large_k_one_and_eight_columns(ops) {
-        let mut rng = Rng::new(6);
+        let mut rng = SplitMix64::new(6);
         for ty in WType::ALL {
             check_mmvq(ops, ty, 24, 4096, 1, None, &mut rng);
             check_mmvq(ops, ty, 9, 4096, 8, None, &mut rng);
@@ -384,7 +385,7 @@ test_device!(
 
 test_device!(
     fn mmvq_every_column_count(ops) {
-        let mut rng = Rng::new(7);
+        let mut rng = SplitMix64::new(7);
         for ty in WType::ALL {
             for ncols in 1..=abi::MAX_COLS {
                 check_mmvq(ops, ty, 11, 512, ncols, None, &mut rng);
@@ -395,7 +396,7 @@ test_device!(
 
 test_device!(
     fn mmvq_many_rows_several_workgroups(ops) {
-        let mut rng = Rng::new(8);
+        let mut rng = SplitMix64::new(8);
         for ty in WType::ALL {
             check_mmvq(ops, ty, 200, 1024, 2, None, &mut rng);
         }
@@ -407,7 +408,7 @@ test_device!(
     /// partial last workgroup) against the reference: K = 4096, 4 and 8 columns, default
     /// `rows_per_wg`, one full workgroup + 37 rows.
     fn mmvq_multi_column_geometry_two_workgroups(ops) {
-        let mut rng = Rng::new(13);
+        let mut rng = SplitMix64::new(13);
         for ty in WType::ALL {
             for ncols in [4usize, 8] {
                 let r = abi::mmvq_rows_per_wg(ty, 4096, 4096, ncols as u32) as usize;
@@ -421,7 +422,7 @@ test_device!(
 
 test_device!(
     fn mmvq_row_indirection_selects_expert_rows(ops) {
-        let mut rng = Rng::new(9);
+        let mut rng = SplitMix64::new(9);
         // 8 "experts" of 16 rows; pick experts 5, 0 and 7 (out of order, as a router would).
         let rows: Vec<u32> = [5u32, 0, 7].iter().flat_map(|e| (0..16).map(move |r| e * 16 + r)).collect();
         for ty in WType::ALL {
@@ -434,7 +435,7 @@ test_device!(
 test_device!(
     fn mmvq_splits_columns_that_do_not_fit_lds(ops) {
         // 8 columns of k = 8192 need 8 x 8.7 KB > 64 KiB of staged activations.
-        let mut rng = Rng::new(11);
+        let mut rng = SplitMix64::new(11);
         check_mmvq(ops, WType::Q8_0, 3, 8192, 8, None, &mut rng);
         check_mmvq(ops, WType::IQ3XXS, 3, 8192, 8, None, &mut rng);
         // More than MAX_COLS columns: 8 + 3.
@@ -460,8 +461,8 @@ test_device!(
 fn every_arch_code_object_runs_on_the_software_device() {
     // gfx1101 receives the workgroup id in s4 instead of s15 (no USER_SGPR_COUNT padding), so
     // its ISA differs from gfx1100; gfx1102 is gfx1100's ISA with other e_flags.
-    let mut rng = Rng::new(10);
-    let x: Vec<f32> = (0..4096 * 3).map(|_| rng.f32()).collect();
+    let mut rng = SplitMix64::new(10);
+    let x: Vec<f32> = (0..4096 * 3).map(|_| rng.symmetric()).collect();
     let mut want = vec![0u8; x.len() / 32 * 36];
     quant::quantize_row(GgmlType::Q8_1, &x, &mut want).unwrap();
     // 130 rows of 4096: the default geometry spreads them over 3 workgroups.
@@ -531,7 +532,7 @@ test_device!(
     /// matrix would not check the launch that matters.
     emu_only fn mmvq_moves_at_most_1_10x_ideal_bytes_on_4096x4096(ops) {
         let (n, k) = (4096usize, 4096usize);
-        let mut rng = Rng::new(12);
+        let mut rng = SplitMix64::new(12);
         let mut report = String::new();
         let mut misses = Vec::new();
         for ty in WType::ALL {

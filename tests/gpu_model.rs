@@ -19,7 +19,8 @@ use strata::model::Model;
 use strata::model::Logits;
 
 use crate::models_qwen3::qwen3_cfg;
-use crate::models_util::{Prng, TinyCfg, TinyModel};
+use crate::models_util::{TinyCfg, TinyModel};
+use strata::rng::SplitMix64;
 
 /// Every device the test can use: the software device, plus HIP when a card is present.
 fn devices() -> Vec<(&'static str, Arc<dyn GpuApi>)> {
@@ -67,9 +68,9 @@ fn run_case(c: &Case) {
     TinyModel::random(c.cfg.clone(), 7).write_gguf(&path, c.ty);
     let cpu = Model::load(&path).unwrap();
     let nv = cpu.n_vocab;
-    let mut r = Prng::new(99);
+    let mut r = SplitMix64::new(99);
     // 7 prompt tokens: one window on the GPU, one chunk on the CPU, so traces line up.
-    let prompt: Vec<u32> = (0..7).map(|_| ((r.uniform(1.0) + 1.0) * 0.5 * (nv - 1) as f32) as u32).collect();
+    let prompt: Vec<u32> = (0..7).map(|_| ((r.symmetric() + 1.0) * 0.5 * (nv - 1) as f32) as u32).collect();
     for (dev, api) in devices() {
         let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
         let mut cs = cpu.new_session(c.kv, 64, 512);

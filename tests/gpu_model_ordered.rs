@@ -16,7 +16,8 @@ use strata::model::Model;
 use strata::model::Logits;
 
 use crate::models_qwen3::qwen3_cfg;
-use crate::models_util::{Prng, TinyCfg, TinyModel};
+use crate::models_util::{TinyCfg, TinyModel};
+use strata::rng::SplitMix64;
 
 fn devices() -> Vec<(&'static str, Arc<dyn GpuApi>)> {
     let mut v: Vec<(&'static str, Arc<dyn GpuApi>)> = vec![("emu", Arc::from(open_device(Device::Emu).expect("software device")))];
@@ -57,8 +58,8 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
     TinyModel::random(cfg.clone(), 7).write_gguf(&path, ty);
     let cpu = Model::load(&path).unwrap();
     let nv = cpu.n_vocab;
-    let mut r = Prng::new(99);
-    let mut tok = || ((r.uniform(1.0) + 1.0) * 0.5 * (nv - 1) as f32) as u32;
+    let mut r = SplitMix64::new(99);
+    let mut tok = || ((r.symmetric() + 1.0) * 0.5 * (nv - 1) as f32) as u32;
     // 7 tokens: one GPU window (traces line up with the CPU's single chunk).
     let prompt: Vec<u32> = (0..7).map(|_| tok()).collect();
     // 19 tokens: GPU windows of 8 + 8 + 3 against one CPU chunk (logits only).
@@ -178,16 +179,15 @@ fn gpu_model_ordered_qwen3_f16_bit_identical() {
 /// (gates around the ±10 cut-offs, tiny and huge values).
 #[test]
 fn gpu_model_ordered_kernels_equal_cpu_code() {
-    use strata::gpu::bench::Rng;
     use strata::gpu::ops::GpuOps;
     use strata::cpu::matmul_ordered;
     let (rows, ncols, k) = (37usize, 5usize, 512usize);
-    let mut rng = Rng::new(5);
-    let mut x: Vec<f32> = (0..ncols * k).map(|_| rng.f32()).collect();
+    let mut rng = SplitMix64::new(5);
+    let mut x: Vec<f32> = (0..ncols * k).map(|_| rng.symmetric()).collect();
     x[3] = 40.0;
     x[k + 7] = -75.5;
     x[2 * k..2 * k + 256].iter_mut().for_each(|v| *v = 0.0); // an all-zero Q8_K block
-    let wf: Vec<f32> = (0..rows * k).map(|_| rng.f32() * 0.5).collect();
+    let wf: Vec<f32> = (0..rows * k).map(|_| rng.symmetric() * 0.5).collect();
     let types = [
         GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K,
         GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::IQ4NL, GgmlType::F16, GgmlType::BF16, GgmlType::F32,
@@ -248,12 +248,12 @@ fn gpu_model_ordered_kernels_equal_cpu_code() {
                 1 => 10.0,
                 2 => -10.000001,
                 3 => 9.999999,
-                4 => rng.f32() * 1e-6,
-                5 => rng.f32() * 1e4,
-                _ => rng.f32() * 12.0,
+                4 => rng.symmetric() * 1e-6,
+                5 => rng.symmetric() * 1e4,
+                _ => rng.symmetric() * 12.0,
             })
             .collect();
-        let upv: Vec<f32> = (0..n).map(|_| rng.f32() * 3.0).collect();
+        let upv: Vec<f32> = (0..n).map(|_| rng.symmetric() * 3.0).collect();
         let mut want = vec![0f32; n];
         cpu_kernels::geglu_ggml(&gate, &upv, &mut want);
         let b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();

@@ -13,6 +13,8 @@ mod gpu_model_ordered;
 #[cfg(feature = "gpu")]
 mod gpu_ops;
 #[cfg(feature = "gpu")]
+mod gpu_ops_attention;
+#[cfg(feature = "gpu")]
 mod gpu_selftest;
 mod models_util;
 mod models_gemma3;

@@ -2,6 +2,7 @@
 //! random-weight GGUF builder for the Qwen3 family, and an independent float64 scalar forward
 //! pass (no code shared with the engine) to check the engine against.
 
+use strata::rng::SplitMix64;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -44,28 +45,6 @@ pub fn gemma() -> &'static strata::Engine {
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().expect("array of ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
-}
-
-/// Deterministic pseudo-random numbers (splitmix64) for weights.
-pub struct Prng(u64);
-impl Prng {
-    pub fn new(seed: u64) -> Prng {
-        Prng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-a, a).
-    pub fn uniform(&mut self, a: f32) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-    }
-    pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(a)).collect()
-    }
 }
 
 /// Shape of a small Qwen3 / Qwen3-MoE model.
@@ -113,32 +92,32 @@ pub struct TinyModel {
 
 impl TinyModel {
     pub fn random(cfg: TinyCfg, seed: u64) -> TinyModel {
-        let mut r = Prng::new(seed);
+        let mut r = SplitMix64::new(seed);
         let (d, hd) = (cfg.n_embd, cfg.head_dim);
         let (nq, nk) = (cfg.n_head * hd, cfg.n_head_kv * hd);
-        let norm = |r: &mut Prng, n: usize| -> Vec<f32> { (0..n).map(|_| 1.0 + r.uniform(0.2)).collect() };
+        let norm = |r: &mut SplitMix64, n: usize| -> Vec<f32> { (0..n).map(|_| 1.0 + r.symmetric() * 0.2).collect() };
         let s = |n: usize| 1.0 / (n as f32).sqrt() * 1.7;
         let n_mats = cfg.moe.map(|m| m.0).unwrap_or(1);
         let layers = (0..cfg.n_layer)
             .map(|_| TinyLayer {
                 attn_norm: norm(&mut r, d),
-                wq: r.vec(nq * d, s(d)),
-                wk: r.vec(nk * d, s(d)),
-                wv: r.vec(nk * d, s(d)),
-                wo: r.vec(d * nq, s(nq)),
+                wq: r.symmetric_vec(nq * d, s(d)),
+                wk: r.symmetric_vec(nk * d, s(d)),
+                wv: r.symmetric_vec(nk * d, s(d)),
+                wo: r.symmetric_vec(d * nq, s(nq)),
                 q_norm: norm(&mut r, hd),
                 k_norm: norm(&mut r, hd),
                 ffn_norm: norm(&mut r, d),
-                gate: (0..n_mats).map(|_| r.vec(cfg.n_ff * d, s(d))).collect(),
-                up: (0..n_mats).map(|_| r.vec(cfg.n_ff * d, s(d))).collect(),
-                down: (0..n_mats).map(|_| r.vec(d * cfg.n_ff, s(cfg.n_ff))).collect(),
-                router: cfg.moe.map(|(ne, _)| r.vec(ne * d, 2.0 * s(d))).unwrap_or_default(),
+                gate: (0..n_mats).map(|_| r.symmetric_vec(cfg.n_ff * d, s(d))).collect(),
+                up: (0..n_mats).map(|_| r.symmetric_vec(cfg.n_ff * d, s(d))).collect(),
+                down: (0..n_mats).map(|_| r.symmetric_vec(d * cfg.n_ff, s(cfg.n_ff))).collect(),
+                router: cfg.moe.map(|(ne, _)| r.symmetric_vec(ne * d, 2.0 * s(d))).unwrap_or_default(),
             })
             .collect();
         TinyModel {
-            tok_embd: r.vec(cfg.n_vocab * d, 1.0),
+            tok_embd: r.symmetric_vec(cfg.n_vocab * d, 1.0),
             output_norm: norm(&mut r, d),
-            output: r.vec(cfg.n_vocab * d, s(d)),
+            output: r.symmetric_vec(cfg.n_vocab * d, s(d)),
             layers,
             cfg,
         }

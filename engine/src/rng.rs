@@ -6,6 +6,9 @@
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -20,6 +23,14 @@ impl SplitMix64 {
     /// Uniform in `0..n` (n > 0; the modulo bias is negligible for the small n used here).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
+    }
+    /// Uniform in [-1, 1) in steps of 2^-23 (the top 24 bits): exact f32 test data.
+    pub fn symmetric(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    /// `n` values uniform in [-scale, scale) ([`Self::symmetric`] times `scale`).
+    pub fn symmetric_vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.symmetric() * scale).collect()
     }
     /// A normal sample (Box–Muller).
     pub fn normal(&mut self, mean: f64, std: f64) -> f32 {

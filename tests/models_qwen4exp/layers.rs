@@ -15,34 +15,16 @@ pub(super) const TOL_REL: f64 = 1e-4;
 
 // ------------------------------------------------------------------------------ test helpers
 
-/// splitmix64: deterministic test data without a rand dependency.
-pub(super) struct Rng(pub(super) u64);
+pub(super) use strata::rng::SplitMix64;
 
-impl Rng {
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    pub(super) fn uni(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    /// `n` values uniform in [-s, s).
-    pub(super) fn vec(&mut self, n: usize, s: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uni() * s).collect()
-    }
-    /// Gammas around 1.
-    pub(super) fn gamma(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| 1.0 + 0.2 * self.uni()).collect()
-    }
+/// Gammas around 1: `1 + 0.2 · U[-1, 1)`.
+pub(super) fn gamma(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
+    (0..n).map(|_| 1.0 + 0.2 * rng.symmetric()).collect()
 }
 
 /// A random F32 matrix plus its values (row-major `[rows][cols]`) for the reference.
-pub(super) fn rand_mat(rng: &mut Rng, rows: usize, cols: usize) -> (Mat, Vec<f32>) {
-    let w = rng.vec(rows * cols, 1.0 / (cols as f32).sqrt() * 1.7);
+pub(super) fn rand_mat(rng: &mut SplitMix64, rows: usize, cols: usize) -> (Mat, Vec<f32>) {
+    let w = rng.symmetric_vec(rows * cols, 1.0 / (cols as f32).sqrt() * 1.7);
     (Mat::from_f32(rows, cols, &w).unwrap(), w)
 }
 
@@ -133,8 +115,8 @@ impl HcRef {
     }
 }
 
-fn rand_hc(rng: &mut Rng, hc: usize, e: usize, lr: usize) -> (HyperConn, HcRef) {
-    let norm = rng.gamma(hc * e);
+fn rand_hc(rng: &mut SplitMix64, hc: usize, e: usize, lr: usize) -> (HyperConn, HcRef) {
+    let norm = gamma(rng, hc * e);
     let (down, dv) = rand_mat(rng, lr, hc * e);
     let (up, uv) = rand_mat(rng, hc * e, lr);
     let (inj, iv) = rand_mat(rng, hc, hc * e);
@@ -163,14 +145,14 @@ fn rand_hc(rng: &mut Rng, hc: usize, e: usize, lr: usize) -> (HyperConn, HcRef) 
 
 #[test]
 fn gr_mix_and_combine_match_f64_reference() {
-    let mut rng = Rng(1);
+    let mut rng = SplitMix64(1);
     let (hc, e, lr, n) = (4, 64, 16, 5);
     let (m, rf) = rand_hc(&mut rng, hc, e, lr);
-    let r = rng.vec(n * hc * e, 2.0);
+    let r = rng.symmetric_vec(n * hc * e, 2.0);
     let mut x = vec![0f32; n * e];
     let mut inj = vec![0f32; n * hc];
     m.mix(&r, n, &mut x, Some(&mut inj));
-    let y = rng.vec(n * e, 1.0);
+    let y = rng.symmetric_vec(n * e, 1.0);
     let mut r2 = r.clone();
     m.combine(&mut r2, n, &y, &inj);
     for t in 0..n {
@@ -193,7 +175,7 @@ fn gr_mix_and_combine_match_f64_reference() {
 /// ragged tail).
 #[test]
 fn gr_fused_read_is_bit_identical_to_single_token_reads() {
-    let mut rng = Rng(2);
+    let mut rng = SplitMix64(2);
     let (hc, e, lr) = (4, 64, 32);
     for q8 in [false, true] {
         let (mut m, _) = rand_hc(&mut rng, hc, e, lr);
@@ -221,7 +203,7 @@ fn gr_fused_read_is_bit_identical_to_single_token_reads() {
             m.inject = Some(requant(m.inject.as_ref().unwrap()));
         }
         for n in [1, 3, 8, 11] {
-            let r = rng.vec(n * hc * e, 2.0);
+            let r = rng.symmetric_vec(n * hc * e, 2.0);
             let (mut x, mut inj) = (vec![0f32; n * e], vec![0f32; n * hc]);
             m.mix(&r, n, &mut x, Some(&mut inj));
             for t in 0..n {
@@ -327,7 +309,7 @@ impl GdnRef {
     }
 }
 
-fn rand_gdn(rng: &mut Rng) -> (Gdn, GdnRef) {
+fn rand_gdn(rng: &mut SplitMix64) -> (Gdn, GdnRef) {
     let (hk, hv, s, k, e) = (2, 4, 16, 4, 64);
     let c = (2 * hk + hv) * s;
     let (qkv, qv) = rand_mat(rng, c, e);
@@ -335,10 +317,10 @@ fn rand_gdn(rng: &mut Rng) -> (Gdn, GdnRef) {
     let (beta, bv) = rand_mat(rng, hv, e);
     let (alpha, av) = rand_mat(rng, hv, e);
     let (out, ov) = rand_mat(rng, e, hv * s);
-    let conv = rng.vec(c * k, 0.5);
-    let dt: Vec<f32> = rng.vec(hv, 0.5).into_iter().map(|v| v - 1.0).collect();
-    let a: Vec<f32> = rng.vec(hv, 1.0).into_iter().map(|v| -v.exp()).collect();
-    let norm = rng.gamma(s);
+    let conv = rng.symmetric_vec(c * k, 0.5);
+    let dt: Vec<f32> = rng.symmetric_vec(hv, 0.5).into_iter().map(|v| v - 1.0).collect();
+    let a: Vec<f32> = rng.symmetric_vec(hv, 1.0).into_iter().map(|v| -v.exp()).collect();
+    let norm = gamma(rng, s);
     let g = Gdn {
         hk,
         hv,
@@ -376,10 +358,10 @@ fn rand_gdn(rng: &mut Rng) -> (Gdn, GdnRef) {
 
 #[test]
 fn gdn_matches_f64_recurrence() {
-    let mut rng = Rng(3);
+    let mut rng = SplitMix64(3);
     let (g, rf) = rand_gdn(&mut rng);
     let n = 37;
-    let x = rng.vec(n * 64, 1.5);
+    let x = rng.symmetric_vec(n * 64, 1.5);
     let mut st = g.new_state();
     let mut y = vec![0f32; n * 64];
     g.forward(&x, n, &mut st, GdnMode::Recurrent, &mut y);
@@ -390,10 +372,10 @@ fn gdn_matches_f64_recurrence() {
 /// the batch) gives the recurrence's outputs and final state, to f32 rounding.
 #[test]
 fn gdn_chunked_prefill_equals_recurrence() {
-    let mut rng = Rng(4);
+    let mut rng = SplitMix64(4);
     let (g, _) = rand_gdn(&mut rng);
     let n = 50;
-    let x = rng.vec(n * 64, 1.5);
+    let x = rng.symmetric_vec(n * 64, 1.5);
     let mut st_r = g.new_state();
     let mut y_r = vec![0f32; n * 64];
     g.forward(&x, n, &mut st_r, GdnMode::Recurrent, &mut y_r);
@@ -405,7 +387,7 @@ fn gdn_chunked_prefill_equals_recurrence() {
         assert_close(&format!("chunk {cs}: state"), &st_c.m, &to64(&st_r.m));
         assert_eq!(st_c.conv, st_r.conv, "chunk {cs}: conv history");
         // A chunked prefill followed by recurrent decode continues correctly.
-        let x2 = rng.vec(3 * 64, 1.5);
+        let x2 = rng.symmetric_vec(3 * 64, 1.5);
         let (mut a, mut b) = (vec![0f32; 3 * 64], vec![0f32; 3 * 64]);
         let mut sr = st_r.clone();
         g.forward(&x2, 3, &mut sr, GdnMode::Recurrent, &mut a);
@@ -418,10 +400,10 @@ fn gdn_chunked_prefill_equals_recurrence() {
 /// one pass.
 #[test]
 fn gdn_split_batches_are_bit_identical() {
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64(5);
     let (g, _) = rand_gdn(&mut rng);
     let n = 20;
-    let x = rng.vec(n * 64, 1.5);
+    let x = rng.symmetric_vec(n * 64, 1.5);
     let mut st = g.new_state();
     let mut y = vec![0f32; n * 64];
     g.forward(&x, n, &mut st, GdnMode::Recurrent, &mut y);
@@ -450,10 +432,10 @@ fn gdn_split_batches_are_bit_identical() {
 /// is the expected error level, far below what a block-layout error gives.
 #[test]
 fn mat_kquant_products_match_dequantized_reference() {
-    let mut rng = Rng(30);
+    let mut rng = SplitMix64(30);
     let (rows, cols, n) = (48, 512, 5);
     for ty in [quant::GgmlType::Q4K, quant::GgmlType::Q6K] {
-        let vals = rng.vec(rows * cols, 1.0);
+        let vals = rng.symmetric_vec(rows * cols, 1.0);
         let rb = ty.row_bytes(cols).unwrap();
         let mut bytes = vec![0u8; rows * rb];
         for r in 0..rows {
@@ -469,7 +451,7 @@ fn mat_kquant_products_match_dequantized_reference() {
         for r in 0..rows {
             m.get_row(r, &mut deq[r * cols..(r + 1) * cols]);
         }
-        let x = rng.vec(n * cols, 1.0);
+        let x = rng.symmetric_vec(n * cols, 1.0);
         let mut y = vec![0f32; n * rows];
         m.matmul(&x, n, &mut y);
         for t in 0..n {

@@ -4,13 +4,13 @@
 use strata::model::qwen4exp::hparams::PleParams;
 use strata::model::qwen4exp::{Mat, Moe, Ple, SwiGlu};
 
-use super::layers::{Rng, assert_close, mv, rand_mat, rms64, sig, silu64, to64};
+use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, silu64, to64};
 
 // --------------------------------------------------------------------------------------- MoE
 
 #[test]
 fn moe_matches_f64_reference() {
-    let mut rng = Rng(9);
+    let mut rng = SplitMix64(9);
     let (e, ff, ffs, ne, nu, n) = (64, 32, 48, 6, 2, 7);
     let (router, rv) = rand_mat(&mut rng, ne, e);
     let mut experts = Vec::new();
@@ -41,7 +41,7 @@ fn moe_matches_f64_reference() {
             down: d,
         },
     };
-    let x = rng.vec(n * e, 1.5);
+    let x = rng.symmetric_vec(n * e, 1.5);
     let mut y = vec![0f32; n * e];
     moe.forward(&x, n, &mut y);
     let swiglu = |gw: &[f32], uw: &[f32], dw: &[f32], f: usize, x: &[f64]| -> Vec<f64> {
@@ -174,7 +174,7 @@ impl PleRef {
     }
 }
 
-fn rand_ple(rng: &mut Rng, table_ty: quant::GgmlType) -> (Ple, PleRef) {
+fn rand_ple(rng: &mut SplitMix64, table_ty: quant::GgmlType) -> (Ple, PleRef) {
     let (hc, e, ngram, hpn, kp) = (3, 128, 3, 2, 3); // Dp = 32: quantized tables need whole blocks
     let nph = (ngram - 1) * hpn;
     let dp = e / nph;
@@ -195,12 +195,12 @@ fn rand_ple(rng: &mut Rng, table_ty: quant::GgmlType) -> (Ple, PleRef) {
         conv_kernel: kp,
         eos: 2,
         head_dim: dp,
-        multipliers: (0..ngram).map(|_| (rng.next() >> 19) | 1).collect(),
+        multipliers: (0..ngram).map(|_| (rng.next_u64() >> 19) | 1).collect(),
         head_offsets: offsets,
         head_vocab_sizes: sizes,
     };
     // Table in the requested block type; the reference sees the dequantized values.
-    let vals = rng.vec(rows * dp, 1.0);
+    let vals = rng.symmetric_vec(rows * dp, 1.0);
     let rb = table_ty.row_bytes(dp).unwrap();
     let mut bytes = vec![0u8; rows * rb];
     for r in 0..rows {
@@ -223,8 +223,8 @@ fn rand_ple(rng: &mut Rng, table_ty: quant::GgmlType) -> (Ple, PleRef) {
     }
     let (key, kv) = rand_mat(rng, hc * e, e);
     let (value, vv) = rand_mat(rng, e, e);
-    let (nk, nq, nc) = (rng.gamma(hc * e), rng.gamma(hc * e), rng.gamma(hc * e));
-    let conv = rng.vec(hc * e * kp, 0.6);
+    let (nk, nq, nc) = (gamma(rng, hc * e), gamma(rng, hc * e), gamma(rng, hc * e));
+    let conv = rng.symmetric_vec(hc * e * kp, 0.6);
     let m = Ple {
         params: params.clone(),
         hc,
@@ -259,14 +259,14 @@ fn rand_ple(rng: &mut Rng, table_ty: quant::GgmlType) -> (Ple, PleRef) {
 fn ple_matches_f64_reference_for_every_table_type() {
     use quant::GgmlType::*;
     for (i, ty) in [Q8_0, Q5_0, Q5_1, IQ4NL, F32].into_iter().enumerate() {
-        let mut rng = Rng(10 + i as u64);
+        let mut rng = SplitMix64(10 + i as u64);
         let (m, rf) = rand_ple(&mut rng, ty);
         // EOS (2) inside the sequence resets the n-gram window for the following tokens.
         let toks: Vec<u32> = vec![
             5, 9, 2, 7, 7, 1000, 3, 2, 2, 11, 12, 13, 14, 15, 16, 17, 5, 9,
         ];
         let n = toks.len();
-        let r = rng.vec(n * 3 * 128, 1.0);
+        let r = rng.symmetric_vec(n * 3 * 128, 1.0);
         let mut got = r.clone();
         let mut st = m.new_state();
         m.forward(&mut got, &toks, &mut st).unwrap();
@@ -284,11 +284,11 @@ fn ple_matches_f64_reference_for_every_table_type() {
 /// bit-identical to one pass (the EOS reset included).
 #[test]
 fn ple_split_batches_are_bit_identical() {
-    let mut rng = Rng(20);
+    let mut rng = SplitMix64(20);
     let (m, _) = rand_ple(&mut rng, quant::GgmlType::Q8_0);
     let toks: Vec<u32> = vec![4, 2, 8, 15, 16, 23, 42, 2, 2, 4, 8, 15, 16, 23];
     let n = toks.len();
-    let r = rng.vec(n * 3 * 128, 1.0);
+    let r = rng.symmetric_vec(n * 3 * 128, 1.0);
     let mut a = r.clone();
     let mut sa = m.new_state();
     m.forward(&mut a, &toks, &mut sa).unwrap();

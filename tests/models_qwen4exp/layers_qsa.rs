@@ -3,7 +3,7 @@
 
 use strata::model::qwen4exp::{Indexer, Qsa, QsaCache, heap_select};
 
-use super::layers::{Rng, assert_close, mv, rand_mat, rms64, sig, to64};
+use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, to64};
 
 // ------------------------------------------------------------------------- QSA / attention
 
@@ -66,14 +66,14 @@ fn ref_partial_sort_set(v: &[f64], k: usize) -> Vec<usize> {
 
 #[test]
 fn heap_select_matches_partial_sort_and_keeps_the_largest() {
-    let mut rng = Rng(6);
+    let mut rng = SplitMix64(6);
     for case in 0..400 {
-        let n = 1 + (rng.next() % 90) as usize;
-        let k = (rng.next() % (n as u64 + 2)) as usize;
+        let n = 1 + (rng.next_u64() % 90) as usize;
+        let k = (rng.next_u64() % (n as u64 + 2)) as usize;
         // Heavy ties: values from a few blocks, like the indexer's per-block scores.
-        let r = 1 + (rng.next() % 6) as usize;
+        let r = 1 + (rng.next_u64() % 6) as usize;
         let blocks: Vec<f32> = (0..n.div_ceil(r))
-            .map(|_| (rng.next() % 7) as f32)
+            .map(|_| (rng.next_u64() % 7) as f32)
             .collect();
         let vals: Vec<f32> = (0..n).map(|j| blocks[j / r]).collect();
         let got = heap_select(&vals, k);
@@ -237,7 +237,7 @@ impl QsaRef {
     }
 }
 
-fn rand_qsa(rng: &mut Rng) -> (Qsa, QsaRef) {
+fn rand_qsa(rng: &mut SplitMix64) -> (Qsa, QsaRef) {
     let (h, kv, d, n_rot, e, ki, di, top_k, r) = (4, 2, 32, 8, 64, 2, 16, 8, 4);
     let (q, qv) = rand_mat(rng, 2 * h * d, e);
     let (k, kvv) = rand_mat(rng, kv * d, e);
@@ -245,7 +245,7 @@ fn rand_qsa(rng: &mut Rng) -> (Qsa, QsaRef) {
     let (o, ov) = rand_mat(rng, e, h * d);
     let (iq, iqv) = rand_mat(rng, ki * di, e);
     let (ik, ikv) = rand_mat(rng, di, e);
-    let (qn, kn, iqn, ikn) = (rng.gamma(d), rng.gamma(d), rng.gamma(di), rng.gamma(di));
+    let (qn, kn, iqn, ikn) = (gamma(rng, d), gamma(rng, d), gamma(rng, di), gamma(rng, di));
     let base = 10_000.0;
     let m = Qsa {
         n_head: h,
@@ -298,10 +298,10 @@ fn rand_qsa(rng: &mut Rng) -> (Qsa, QsaRef) {
 
 #[test]
 fn qsa_matches_f64_reference_with_selection() {
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64(7);
     let (m, rf) = rand_qsa(&mut rng);
     let n = 45;
-    let x = rng.vec(n * 64, 1.5);
+    let x = rng.symmetric_vec(n * 64, 1.5);
     let mut cache = QsaCache::new(false);
     let mut y = vec![0f32; n * 64];
     let sel = m.forward(&x, n, 0, &mut cache, &mut y, true);
@@ -322,10 +322,10 @@ fn qsa_matches_f64_reference_with_selection() {
 /// is bit-identical to one batched pass, for both cache types.
 #[test]
 fn qsa_decode_is_bit_identical_to_prefill() {
-    let mut rng = Rng(8);
+    let mut rng = SplitMix64(8);
     let (m, _) = rand_qsa(&mut rng);
     let n = 30;
-    let x = rng.vec(n * 64, 1.5);
+    let x = rng.symmetric_vec(n * 64, 1.5);
     for f16 in [false, true] {
         let mut c1 = QsaCache::new(f16);
         let mut y1 = vec![0f32; n * 64];

@@ -13,29 +13,12 @@ use emulator::{KernelInfo, LaunchStats};
 use std::fmt::Write;
 use std::sync::Arc;
 
-/// Deterministic test data (SplitMix64).
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    pub fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
+use crate::rng::SplitMix64;
 
 /// `nblocks` random blocks of `ty`: random quant bytes, scales set to finite f16 values in a
 /// realistic range (so every bit pattern of the quants is exercised, not just what a quantizer
 /// produces).
-pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut Rng) -> Vec<u8> {
+pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut SplitMix64) -> Vec<u8> {
     let bb = ty.block_bytes() as usize;
     let mut v: Vec<u8> = (0..nblocks * bb).map(|_| rng.next_u64() as u8).collect();
     let scale_offsets: &[usize] = match ty {
@@ -45,7 +28,7 @@ pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut Rng) -> Vec<u8> {
     };
     for b in v.chunks_exact_mut(bb) {
         for &o in scale_offsets {
-            let d = quant::f32_to_f16(1e-3 + 1e-2 * (rng.f32() * 0.5 + 0.5));
+            let d = quant::f32_to_f16(1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5));
             b[o..o + 2].copy_from_slice(&d.to_le_bytes());
         }
     }
@@ -97,11 +80,11 @@ pub fn bench_kernels(quick: bool) -> String {
         "kernel", "shape", "wave-instrs", "i/256w", "bytes moved", "ideal bytes", "ratio", "vgpr", "sgpr", "lds", "w/s", "wgs"
     );
     let mut misses = Vec::new();
-    let mut rng = Rng::new(0x5eed);
+    let mut rng = SplitMix64::new(0x5eed);
     let (big, k) = if quick { (512usize, 1024usize) } else { (4096, 4096) };
 
     // Activation quantization.
-    let x: Vec<f32> = (0..k * 8).map(|_| rng.f32()).collect();
+    let x: Vec<f32> = (0..k * 8).map(|_| rng.symmetric()).collect();
     for (kind, name, bytes, qk) in [
         (ActQuant::Q8_1, abi::QUANTIZE_Q8_1, abi::Q8_1_BYTES, abi::QK8_1),
         (ActQuant::Q8K, abi::QUANTIZE_Q8_K, abi::Q8_K_BYTES, abi::QK_K),
@@ -141,7 +124,7 @@ pub fn bench_kernels(quick: bool) -> String {
         let experts: Vec<u32> = (0..8u32).flat_map(|e| (0..64u32).map(move |r| ((e * 7 + 3) % 64) * 64 + r)).collect();
         let wsel = &w[..(4096.min(big) / 64 * 64) * row_bytes];
         let experts: Vec<u32> = experts.into_iter().filter(|&r| (r as usize) < wsel.len() / row_bytes).collect();
-        let xs: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
+        let xs: Vec<f32> = (0..k).map(|_| rng.symmetric()).collect();
         let mut xq = vec![0u8; k / 32 * 36];
         if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() && !experts.is_empty() {
             let name = abi::mmvq_kernel(ty, 1).unwrap_or("?");
@@ -231,10 +214,10 @@ impl MmvqBytes {
 /// the default geometry (`abi::mmvq_rows_per_wg`) on `ops`, which must be the software device
 /// (its byte counters); returns the counted global bytes and the ideal (weights + Q8_1
 /// activations + f32 outputs, each once). Counted bytes do not depend on the data.
-pub fn mmvq_bytes(ops: &GpuOps, ty: WType, w: &[u8], k: usize, ncols: usize, rng: &mut Rng) -> Result<MmvqBytes, GpuError> {
+pub fn mmvq_bytes(ops: &GpuOps, ty: WType, w: &[u8], k: usize, ncols: usize, rng: &mut SplitMix64) -> Result<MmvqBytes, GpuError> {
     let row_bytes = k / ty.block_k() as usize * ty.block_bytes() as usize;
     let nrows = w.len() / row_bytes.max(1);
-    let xs: Vec<f32> = (0..k * ncols).map(|_| rng.f32()).collect();
+    let xs: Vec<f32> = (0..k * ncols).map(|_| rng.symmetric()).collect();
     let mut xq = vec![0u8; ncols * k / 32 * abi::Q8_1_BYTES as usize];
     quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq)
         .map_err(|e| GpuError::Launch { kernel: "quantize_q8_1 (host reference)".into(), what: format!("{e:?}") })?;
@@ -332,14 +315,14 @@ pub fn measure_reductions(ops: &GpuOps) -> Result<Vec<ReduceMeasure>, String> {
     let s = Stream::DEFAULT;
     let n_waves = 64u32;
     let (r_lo, r_hi) = (1u32, 9u32);
-    let mut rng = Rng::new(0x7ed);
+    let mut rng = SplitMix64::new(0x7ed);
     // Marginal per-sum counters [instrs, valu, ds, sopp, salu] of the baseline, by V.
     let mut base: std::collections::HashMap<u32, [f64; 5]> = Default::default();
     let mut res = Vec::new();
     // The baselines (method 0) come first in abi::REDUCE_KERNELS.
     for &(m, v, name) in abi::REDUCE_KERNELS {
         let nsum = (n_waves * v) as usize;
-        let x: Vec<f32> = (0..nsum * 32).map(|_| rng.f32() * 100.0).collect();
+        let x: Vec<f32> = (0..nsum * 32).map(|_| rng.symmetric() * 100.0).collect();
         let xb: Vec<u8> = x.iter().flat_map(|f| f.to_le_bytes()).collect();
         let xp = api.malloc(xb.len()).map_err(|e| e.to_string())?;
         let yp = api.malloc(nsum * 4).map_err(|e| e.to_string())?;
@@ -455,7 +438,7 @@ pub fn bench_ops(quick: bool) -> String {
         Err(e) => return format!("cannot load the kernels: {e}\n"),
     };
     let s = Stream::DEFAULT;
-    let mut rng = Rng::new(0x0b5);
+    let mut rng = SplitMix64::new(0x0b5);
     let mut bufs = Vec::new();
     let mut alloc = |bytes: &[u8]| -> u64 {
         let p = api.malloc(bytes.len().max(16)).unwrap_or(0);
@@ -469,7 +452,7 @@ pub fn bench_ops(quick: bool) -> String {
     let u32b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let (d, nh, nkv, hd, ff) = (4096usize, 32usize, 8usize, 128usize, 14336usize);
     let kv_len = if quick { 256usize } else { 2048 };
-    let mut rnd = |n: usize, sc: f32| -> Vec<f32> { (0..n).map(|_| rng.f32() * sc).collect() };
+    let mut rnd = |n: usize, sc: f32| -> Vec<f32> { (0..n).map(|_| rng.symmetric() * sc).collect() };
     let x8 = rnd(8 * d, 2.0);
     let wn = rnd(d, 1.0);
     let gate = rnd(ff, 4.0);
@@ -477,7 +460,7 @@ pub fn bench_ops(quick: bool) -> String {
     let q = rnd(8 * nh * hd, 1.0);
     let kvrow = rnd(8 * nkv * hd, 1.0);
     let logits = rnd(8 * 128, 3.0);
-    let emb = random_blocks(WType::Q4K, 1000 * d / 256, &mut Rng::new(7));
+    let emb = random_blocks(WType::Q4K, 1000 * d / 256, &mut SplitMix64::new(7));
     let ids8: Vec<u32> = (0..8).map(|i| i * 97 % 1000).collect();
     let pos8: Vec<u32> = (0..8).map(|i| (kv_len - 8 + i) as u32).collect();
     let table = GpuOps::rope_table(10000.0, 1.0, hd, kv_len);
@@ -570,8 +553,8 @@ pub fn bench_ops(quick: bool) -> String {
     if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
         for ty in WType::ALL {
             let nblk = nr * kk / ty.block_k() as usize;
-            let wg = random_blocks(ty, nblk, &mut Rng::new(21));
-            let wu = random_blocks(ty, nblk, &mut Rng::new(22));
+            let wg = random_blocks(ty, nblk, &mut SplitMix64::new(21));
+            let wu = random_blocks(ty, nblk, &mut SplitMix64::new(22));
             let (gp, up, xp, yp) = (alloc(&wg), alloc(&wu), alloc(&xq), alloc(&vec![0u8; nr * 4]));
             let _ = api.take_stats();
             let r = ops.mmvq_glu(&s, ty, 1, gp, up, xp, yp, None, nr as u32, kk as u32, nr as u32, GluAct::Silu);
@@ -598,13 +581,13 @@ pub fn bench_ops(quick: bool) -> String {
     for ty in WType::ALL {
         let mat_blocks = mff * md / ty.block_k() as usize;
         let mat = mat_blocks * ty.block_bytes() as usize;
-        let wg = random_blocks(ty, mne * mat_blocks, &mut Rng::new(31));
-        let wu = random_blocks(ty, mne * mat_blocks, &mut Rng::new(32));
-        let wd = random_blocks(ty, mne * mat_blocks, &mut Rng::new(33));
+        let wg = random_blocks(ty, mne * mat_blocks, &mut SplitMix64::new(31));
+        let wu = random_blocks(ty, mne * mat_blocks, &mut SplitMix64::new(32));
+        let wd = random_blocks(ty, mne * mat_blocks, &mut SplitMix64::new(33));
         let (gp, upp, dp) = (alloc(&wg), alloc(&wu), alloc(&wd));
         for nt in [1usize, 8] {
             let ns = nt * mk;
-            let mut r = Rng::new(34 + nt as u64);
+            let mut r = SplitMix64::new(34 + nt as u64);
             let mut ids = Vec::new();
             for _ in 0..nt {
                 let mut pick: Vec<u32> = (0..mne as u32).collect();
@@ -689,7 +672,7 @@ pub fn bench_ops(quick: bool) -> String {
     let mut xq = vec![0u8; ntok * kk / 32 * 36];
     if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
         for ty in WType::ALL {
-            let w = random_blocks(ty, nr * kk / ty.block_k() as usize, &mut Rng::new(23));
+            let w = random_blocks(ty, nr * kk / ty.block_k() as usize, &mut SplitMix64::new(23));
             let (wp, xp, yp) = (alloc(&w), alloc(&xq), alloc(&vec![0u8; ntok * nr * 4]));
             for variant in [MmqVariant::Wmma, MmqVariant::Dot4] {
                 let name = abi::mmq_kernel(ty, variant == MmqVariant::Dot4).unwrap_or("mmq");
@@ -714,7 +697,7 @@ pub fn bench_ops(quick: bool) -> String {
     let xs: Vec<f32> = (0..ntok * kk).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     let mut xq = vec![0u8; ntok * kk / 32 * 36];
     if quant::quantize_row(quant::GgmlType::Q8_1, &xs, &mut xq).is_ok() {
-        let w = random_blocks(WType::Q8_0, nr * kk / 32, &mut Rng::new(23));
+        let w = random_blocks(WType::Q8_0, nr * kk / 32, &mut SplitMix64::new(23));
         let (wp, xp, yp) = (alloc(&w), alloc(&xq), alloc(&vec![0u8; ntok * nr * 4]));
         let name = abi::mmq_kernel(WType::Q8_0, false).unwrap_or("mmq");
         let _ = api.take_stats();

@@ -25,7 +25,8 @@ pub use compare::{Comparison, Metric};
 pub use record::Recorder;
 pub use report::{peak_bandwidth, KernelSummary, PeakBandwidth, Report};
 
-use super::bench::{random_blocks, Rng};
+use super::bench::random_blocks;
+use crate::rng::SplitMix64;
 use super::device::{DevicePtr, Event, GpuApi, GpuError, Module, Stream};
 use super::ops::GpuOps;
 use super::WType;
@@ -184,7 +185,7 @@ pub struct Cx<'a> {
     pub api: &'a dyn GpuApi,
     pub s: &'a Stream,
     pub full: bool,
-    pub rng: Rng,
+    pub rng: SplitMix64,
     corrupt: bool,
     clock: &'a Clock,
     bufs: Vec<DevicePtr>,
@@ -206,7 +207,7 @@ impl Cx<'_> {
         self.shape = shape.into();
     }
     pub fn rand_f32(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.rng.f32() * scale).collect()
+        (0..n).map(|_| self.rng.symmetric() * scale).collect()
     }
     /// `nblocks` random blocks of `ty` (every quant bit pattern, realistic scales).
     pub fn blocks(&mut self, ty: WType, nblocks: usize) -> Vec<u8> {
@@ -388,7 +389,7 @@ pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(
             api: &*recorder,
             s: &stream,
             full: shapes == Shapes::Full,
-            rng: Rng::new(seed(&check.name)),
+            rng: SplitMix64::new(seed(&check.name)),
             corrupt,
             clock: &clock,
             bufs: Vec::new(),

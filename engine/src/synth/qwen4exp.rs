@@ -151,7 +151,7 @@ impl SynthConfig {
 }
 
 /// The engine's seeded RNG (normals by Box–Muller).
-use crate::rng::SplitMix64 as Rng;
+use crate::rng::SplitMix64;
 
 fn is_prime(n: u64) -> bool {
     n >= 2
@@ -162,7 +162,7 @@ fn is_prime(n: u64) -> bool {
 
 struct Builder {
     w: GgufWriter,
-    rng: Rng,
+    rng: SplitMix64,
     matrix_type: GgmlType,
     /// Tensors added so far (the PLE table is the last one).
     n_tensors: usize,
@@ -240,7 +240,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     let (e, nl) = (cfg.n_embd, cfg.layers.len());
     let mut b = Builder {
         w: GgufWriter::new(),
-        rng: Rng(seed),
+        rng: SplitMix64(seed),
         matrix_type: cfg.matrix_type,
         n_tensors: 0,
     };
@@ -433,7 +433,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     }
     if cfg.mtp_stub {
         // Own random stream, so the trunk's weights do not depend on the stub.
-        let trunk_rng = std::mem::replace(&mut b.rng, Rng(seed ^ 0x006d_7470_7374_7562));
+        let trunk_rng = std::mem::replace(&mut b.rng, SplitMix64(seed ^ 0x006d_7470_7374_7562));
         let p = |s: &str| format!("blk.{nl}.nextn.{s}");
         b.mat(&p("eh_proj.weight"), &[2 * e, e], 1.0)?;
         b.vec_f32(&p("enorm.weight"), &[e], 1.0, 0.1)?;
@@ -548,7 +548,7 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     let (e, nl, v) = (cfg.n_embd, cfg.layers.len(), cfg.n_vocab);
     let mut b = Builder {
         w: GgufWriter::new(),
-        rng: Rng(seed ^ 0x6d74_705f_6865_6164),
+        rng: SplitMix64(seed ^ 0x6d74_705f_6865_6164),
         matrix_type: m.matrix_type,
         n_tensors: 0,
     };

@@ -167,7 +167,7 @@ fn scale(cx: &mut Cx) -> CheckResultOf<()> {
 
 fn convert(cx: &mut Cx, bf16: bool) -> CheckResultOf<()> {
     let n_random: i32 = if cx.full { 4096 * 64 } else { 4000 };
-    let mut x: Vec<f32> = (0..n_random).map(|i| cx.rng.f32() * 2f32.powi(i % 60 - 30)).collect();
+    let mut x: Vec<f32> = (0..n_random).map(|i| cx.rng.symmetric() * 2f32.powi(i % 60 - 30)).collect();
     x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 65504.0, 65520.0, 1e-8, -6e-5, 3.4e38]);
     // Exact ties halfway between two bf16 / f16 values (round to even both ways), NaN payloads.
     x.extend([0x3f80_8000u32, 0x3f81_8000, 0x3f80_1000, 0x3f80_3000, 0x7fc0_0001, 0xff80_0001].map(f32::from_bits));
@@ -386,9 +386,9 @@ fn geglu_table(cx: &mut Cx) -> CheckResultOf<()> {
             1 => 10.0,
             2 => -10.000001,
             3 => 9.999999,
-            4 => cx.rng.f32() * 1e-6,
-            5 => cx.rng.f32() * 1e4,
-            _ => cx.rng.f32() * 12.0,
+            4 => cx.rng.symmetric() * 1e-6,
+            5 => cx.rng.symmetric() * 1e4,
+            _ => cx.rng.symmetric() * 12.0,
         })
         .collect();
     let upv = cx.rand_f32(n, 3.0);
@@ -407,7 +407,7 @@ fn geglu_table(cx: &mut Cx) -> CheckResultOf<()> {
 fn reduce(cx: &mut Cx, name: &'static str, method: u32, values: u32) -> CheckResultOf<()> {
     let n_waves = if cx.full { 4096u32 } else { 64 };
     let nsum = (n_waves * values) as usize;
-    let x: Vec<f32> = (0..nsum * 32).map(|_| cx.rng.f32() * 100.0).collect();
+    let x: Vec<f32> = (0..nsum * 32).map(|_| cx.rng.symmetric() * 100.0).collect();
     let (xb, yb) = (cx.upf(&x)?, cx.zeros(nsum * 4)?);
     for reps in [1u32, 9] {
         cx.ops.reduce_bench(cx.s, name, xb, yb, n_waves, reps)?;
