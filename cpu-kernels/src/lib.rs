@@ -22,11 +22,23 @@
 // entry points take their shapes as plain arguments.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
+// Module layers (each imports only from the layers above it; `scripts/module-cycles.py
+// cpu-kernels` checks there is no cycle):
+// * plain types: `tensor` (QTensor, KernelError, Path, best_path, RowsFn), `acts` (the Acts
+//   struct), and CPU feature detection `x86::cpu`, `float`;
+// * kernels: `portable`, `ops`, the x86 kernel files (`x86::*`, over the shared helpers
+//   `x86::common` / `x86::tables` / the `fam_*` macro templates), the SIMD activation
+//   quantizers `x86::quantize`;
+// * dispatchers: `x86` (mod.rs: kernel per type and ISA), `prepare` (activation quantization
+//   and layout for a path), `matmul` (entry points);
+// * this file: the public API, re-exported.
 mod acts;
 pub(crate) mod float;
 mod matmul;
 mod ops;
 mod portable;
+mod prepare;
+mod tensor;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -39,146 +51,5 @@ pub use ops::{
     rope_cs_ggml, rope_neox_ggml, rope_neox_ggml_cs, rope_norm, silu, softcap, softmax, swiglu,
 };
 pub use quant::GgmlType;
+pub use tensor::{best_path, cpu_features, KernelError, Path, QTensor, SUPPORTED_TYPES};
 
-/// A weight matrix as stored in GGUF: `rows` rows of `cols` elements (cols = K, the row length,
-/// ggml's `ne[0]`), each row `ty.row_bytes(cols)` bytes, rows contiguous.
-#[derive(Clone, Copy, Debug)]
-pub struct QTensor<'a> {
-    pub ty: GgmlType,
-    pub data: &'a [u8],
-    pub rows: usize,
-    pub cols: usize,
-}
-
-impl<'a> QTensor<'a> {
-    /// Validated constructor (same checks the kernels do).
-    pub fn new(ty: GgmlType, data: &'a [u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
-        let t = QTensor { ty, data, rows, cols };
-        t.validate()?;
-        Ok(t)
-    }
-
-    /// Bytes per row.
-    pub fn row_bytes(&self) -> Result<usize, KernelError> {
-        self.ty.row_bytes(self.cols).ok_or(KernelError::Shape {
-            what: "weight cols (not a multiple of the block size)",
-            expected: self.ty.block_size(),
-            got: self.cols,
-        })
-    }
-
-    pub(crate) fn validate(&self) -> Result<usize, KernelError> {
-        if !kernel_supported(self.ty) {
-            return Err(KernelError::Unsupported(self.ty));
-        }
-        let rb = self.row_bytes()?;
-        let need = rb * self.rows;
-        if self.data.len() < need {
-            return Err(KernelError::Shape { what: "weight data bytes", expected: need, got: self.data.len() });
-        }
-        Ok(rb)
-    }
-}
-
-/// Errors of the kernel entry points.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum KernelError {
-    #[error("bad shape: {what}: expected {expected}, got {got}")]
-    Shape { what: &'static str, expected: usize, got: usize },
-    #[error("weight type {0:?} has no CPU kernel")]
-    Unsupported(GgmlType),
-    #[error("kernel path {0:?} is not available on this CPU")]
-    PathUnavailable(Path),
-    #[error("quant: {0:?}")]
-    Quant(quant::QuantError),
-}
-
-impl From<quant::QuantError> for KernelError {
-    fn from(e: quant::QuantError) -> Self {
-        KernelError::Quant(e)
-    }
-}
-
-/// Weight types with matvec/matmul kernels.
-pub const SUPPORTED_TYPES: &[GgmlType] = &[
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::IQ3XXS,
-    GgmlType::IQ4NL,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::F32,
-];
-
-pub(crate) fn kernel_supported(ty: GgmlType) -> bool {
-    SUPPORTED_TYPES.contains(&ty)
-}
-
-/// One implementation of the dot-product kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Path {
-    /// `quant`'s scalar reference `vec_dot`, row by row (any CPU).
-    Portable,
-    /// AVX2 + FMA + F16C + BMI2.
-    Avx2,
-    /// AVX-512 F/BW/VL/VNNI (+ VBMI, BITALG for IQ3_XXS; falls back to the AVX2 IQ3 kernel
-    /// without them).
-    Avx512,
-}
-
-impl Path {
-    /// Whether this CPU can run the path.
-    pub fn available(self) -> bool {
-        match self {
-            Path::Portable => true,
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => x86::has_avx2(),
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => x86::has_avx512(),
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
-    }
-
-    /// All paths this CPU can run, slowest first.
-    pub fn all_available() -> Vec<Path> {
-        [Path::Portable, Path::Avx2, Path::Avx512].into_iter().filter(|p| p.available()).collect()
-    }
-}
-
-/// The fastest available path (detected once).
-pub fn best_path() -> Path {
-    use std::sync::OnceLock;
-    static BEST: OnceLock<Path> = OnceLock::new();
-    *BEST.get_or_init(|| {
-        if std::env::var("STRATA_CPU_PATH").as_deref() == Ok("portable") {
-            return Path::Portable;
-        }
-        if std::env::var("STRATA_CPU_PATH").as_deref() == Ok("avx2") && Path::Avx2.available() {
-            return Path::Avx2;
-        }
-        if Path::Avx512.available() {
-            Path::Avx512
-        } else if Path::Avx2.available() {
-            Path::Avx2
-        } else {
-            Path::Portable
-        }
-    })
-}
-
-/// Name of the kernel family in use: "avx512vnni", "avx2" or "portable".
-/// `STRATA_CPU_PATH=avx2|portable` forces a slower path (for comparisons).
-pub fn cpu_features() -> &'static str {
-    match best_path() {
-        Path::Avx512 => "avx512vnni",
-        Path::Avx2 => "avx2",
-        Path::Portable => "portable",
-    }
-}

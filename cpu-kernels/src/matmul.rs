@@ -2,16 +2,9 @@
 //! selection and the rayon split over row chunks.
 
 use crate::acts::Acts;
-use crate::{best_path, KernelError, Path, QTensor};
+use crate::prepare;
+use crate::tensor::{best_path, kernel_supported, KernelError, Path, QTensor, RowsFn};
 use rayon::prelude::*;
-
-/// Row-range kernel: computes `y[c * rows + r]` for `r in r0..r1`, `c in 0..acts.n`.
-///
-/// # Safety
-/// `y` must be valid for writes of `acts.n * w.rows` f32 and no other thread may write the
-/// same (column, row) cells concurrently; `w` must have been validated (`rb` its row bytes) and
-/// the path's CPU features must be present.
-pub(crate) type RowsFn = unsafe fn(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32);
 
 /// Output pointer shared by the row-chunk tasks; each task writes disjoint rows.
 #[derive(Clone, Copy)]
@@ -55,7 +48,7 @@ pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f3
         return Ok(());
     }
     let kernel = select(path, w.ty)?;
-    let acts = Acts::prepare(w.ty, x, n, w.cols, path)?;
+    let acts = prepare::acts(w.ty, x, n, w.cols, path)?;
     run(kernel, w, rb, &acts, y);
     Ok(())
 }
@@ -83,7 +76,7 @@ pub fn prepare_acts(wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> R
 
 /// [`prepare_acts`] for an explicit path.
 pub fn prepare_acts_with(path: Path, wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> Result<PreparedActs, KernelError> {
-    if !crate::kernel_supported(wty) {
+    if !kernel_supported(wty) {
         return Err(KernelError::Unsupported(wty));
     }
     if !path.available() {
@@ -92,7 +85,7 @@ pub fn prepare_acts_with(path: Path, wty: quant::GgmlType, x: &[f32], n: usize, 
     if x.len() < n * cols {
         return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * cols, got: x.len() });
     }
-    Ok(PreparedActs { acts: Acts::prepare(wty, x, n, cols, path)?, wty, cols, path })
+    Ok(PreparedActs { acts: prepare::acts(wty, x, n, cols, path)?, wty, cols, path })
 }
 
 /// `y[n][rows] = x · Wᵀ` with activations from [`prepare_acts`]; `w.ty` and `w.cols` must be
@@ -182,7 +175,7 @@ pub fn try_matmul_ggml_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mu
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
-        let acts = Acts::prepare_ggml(w.ty, x, n, w.cols, path)?;
+        let acts = prepare::acts_ggml(w.ty, x, n, w.cols, path)?;
         run(kernel, w, rb, &acts, y);
         return Ok(());
     }
@@ -226,7 +219,7 @@ pub fn try_matmul_ggml_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut
     let mut acts: Vec<(quant::GgmlType, usize, Acts)> = Vec::new();
     for w in ws {
         if !acts.iter().any(|(t, c, _)| *t == w.ty && *c == w.cols) {
-            acts.push((w.ty, w.cols, Acts::prepare_ggml(w.ty, x, n, w.cols, path)?));
+            acts.push((w.ty, w.cols, prepare::acts_ggml(w.ty, x, n, w.cols, path)?));
         }
     }
     let act_of = |w: &QTensor| &acts.iter().find(|(t, c, _)| *t == w.ty && *c == w.cols).expect("prepared above").2;

@@ -234,7 +234,7 @@ fn gelu_table() -> &'static [f32] {
 pub fn geglu_ggml(gate: &[f32], up: &[f32], out: &mut [f32]) {
     let t = gelu_table();
     #[cfg(target_arch = "x86_64")]
-    if crate::x86::has_avx2() {
+    if crate::x86::cpu::has_avx2() {
         // SAFETY: AVX2/F16C present (checked).
         return unsafe { geglu_ggml_f16c(t, gate, up, out) };
     }

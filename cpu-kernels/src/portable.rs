@@ -2,9 +2,9 @@
 //! It is the correctness baseline on any CPU and what runs when no SIMD path is available.
 
 use crate::acts::Acts;
-use crate::QTensor;
+use crate::tensor::QTensor;
 
-/// See [`crate::matmul::RowsFn`].
+/// See [`crate::tensor::RowsFn`].
 ///
 /// # Safety
 /// Same contract as `RowsFn`: `y` valid for `a.n * w.rows` writes, rows disjoint per task.

@@ -3,8 +3,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use crate::acts::Acts;
-use crate::matmul::RowsFn;
-use crate::QTensor;
+use crate::tensor::{QTensor, RowsFn};
 use core::arch::x86_64::*;
 use quant::GgmlType;
 

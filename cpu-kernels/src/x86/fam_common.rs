@@ -73,7 +73,7 @@ macro_rules! rows_driver {
                 quant::GgmlType::F16 | quant::GgmlType::BF16 => 2,
                 _ => 1,
             };
-            let col_block = crate::x86::col_block(w.cols, esz);
+            let col_block = crate::x86::common::col_block(w.cols, esz);
             // Rows in groups of ~384 KiB of weights: a group stays in L2 while every column
             // block streams past it, so weights come from memory once per task, activations
             // once per row group (from L3).

@@ -6,29 +6,6 @@
 //! converted once and scaled by `d_w · d_x`. Offsets that do not depend on the weights'
 //! low bits (Q4_K/Q5_K mins, Q6_K's -32) come from the Q8_K `bsums` (sums of 16 quants).
 
-/// Q4_K / Q5_K 6-bit scales and mins packed in 12 bytes (ggml `get_scale_min_k4`), as two
-/// little-endian u64 of 8 bytes each (scales, mins), computed with 32-bit word operations:
-/// j < 4: sc = s[j] & 63, m = s[j+4] & 63; j >= 4: the low 4 bits come from s[j+4] (low /
-/// high nibble), the top 2 bits from the top 2 bits of s[j-4] / s[j].
-#[inline(always)]
-pub(crate) fn k4_scales_u64(s: &[u8; 12]) -> (u64, u64) {
-    let a = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-    let b = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
-    let c = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
-    let sc_lo = a & 0x3f3f_3f3f;
-    let mn_lo = b & 0x3f3f_3f3f;
-    let sc_hi = (c & 0x0f0f_0f0f) | ((a >> 2) & 0x3030_3030);
-    let mn_hi = ((c >> 4) & 0x0f0f_0f0f) | ((b >> 2) & 0x3030_3030);
-    ((sc_lo as u64) | ((sc_hi as u64) << 32), (mn_lo as u64) | ((mn_hi as u64) << 32))
-}
-
-/// Q4_K / Q5_K 6-bit scales and mins packed in 12 bytes (ggml `get_scale_min_k4`).
-#[inline(always)]
-pub(crate) fn k4_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
-    let (sc, mn) = k4_scales_u64(s);
-    (sc.to_le_bytes(), mn.to_le_bytes())
-}
-
 macro_rules! fam_k {
     ($feat:literal) => {
         /// The Q4_K/Q5_K tail: converts the per-column sums of one super-block.
@@ -70,7 +47,7 @@ macro_rules! fam_k {
             let mut accm = [_mm256_setzero_ps(); NC];
             for i in 0..nb {
                 let p = w.add(i * 144);
-                let (sc, mn) = crate::x86::fam_k::k4_scales(&*p.add(4).cast::<[u8; 12]>());
+                let (sc, mn) = crate::x86::common::k4_scales(&*p.add(4).cast::<[u8; 12]>());
                 let mut isum = [_mm256_setzero_si256(); NC];
                 for j in 0..4 {
                     let v = ld(p.add(16 + 32 * j));
@@ -103,7 +80,7 @@ macro_rules! fam_k {
             let mut accm = [_mm256_setzero_ps(); NC];
             for i in 0..nb {
                 let p = w.add(i * 176);
-                let (sc, mn) = crate::x86::fam_k::k4_scales(&*p.add(4).cast::<[u8; 12]>());
+                let (sc, mn) = crate::x86::common::k4_scales(&*p.add(4).cast::<[u8; 12]>());
                 let qh = ld(p.add(16));
                 let mut isum = [_mm256_setzero_si256(); NC];
                 for j in 0..4 {

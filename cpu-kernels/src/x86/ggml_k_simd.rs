@@ -8,7 +8,7 @@
 use core::arch::x86_64::*;
 
 use crate::acts::Acts;
-use crate::QTensor;
+use crate::tensor::QTensor;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -32,7 +32,7 @@ const NCOL: usize = 4;
 /// Q4_K: see `ggml_q4k` for the float order.
 ///
 /// # Safety
-/// The [`crate::matmul::RowsFn`] contract, AVX2 + FMA + F16C present.
+/// The [`crate::tensor::RowsFn`] contract, AVX2 + FMA + F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     let nb = w.cols / 256;
@@ -49,7 +49,7 @@ pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
                 let b = row.add(ib * 144);
                 let dw = h2f(b);
                 let dmin = h2f(b.add(2));
-                let (scu, mnu) = super::fam_k::k4_scales_u64(&*(b.add(4) as *const [u8; 12]));
+                let (scu, mnu) = super::common::k4_scales_u64(&*(b.add(4) as *const [u8; 12]));
                 // i16 lanes 2s, 2s+1 = min_s (madd pairs them with bsum[2s], bsum[2s+1]).
                 let m8 = _mm_cvtsi64_si128(mnu as i64);
                 let mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
@@ -108,7 +108,7 @@ pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
 /// Q6_K: see `ggml_q6k` for the float order.
 ///
 /// # Safety
-/// The [`crate::matmul::RowsFn`] contract, AVX2 + FMA + F16C present.
+/// The [`crate::tensor::RowsFn`] contract, AVX2 + FMA + F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows_q6k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     let nb = w.cols / 256;
@@ -165,7 +165,7 @@ pub(crate) unsafe fn rows_q6k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
             for c in 0..nc {
                 let mut l = [0f32; 8];
                 _mm256_storeu_ps(l.as_mut_ptr(), acc[c]);
-                *y.add((c0 + c) * w.rows + r) = super::ggml_q6k::hsum8(&l);
+                *y.add((c0 + c) * w.rows + r) = super::common::hsum8(&l);
             }
             c0 += nc;
         }

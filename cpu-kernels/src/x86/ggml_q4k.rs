@@ -5,7 +5,7 @@
 //! FMA with `d_w · d_a` and `dmin_w · d_a` into two accumulators, subtracted at the end.
 
 use crate::acts::Acts;
-use crate::QTensor;
+use crate::tensor::QTensor;
 
 #[inline]
 fn scale_min(j: usize, q: &[u8]) -> (i32, i32) {
@@ -17,7 +17,7 @@ fn scale_min(j: usize, q: &[u8]) -> (i32, i32) {
 }
 
 /// # Safety
-/// The [`crate::matmul::RowsFn`] contract.
+/// The [`crate::tensor::RowsFn`] contract.
 pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     let nb = w.cols / 256;
     let mut q4 = [0i32; 256];

@@ -4,17 +4,12 @@
 //! 2L+1), converted to f32 and accumulated by FMA with `d_a * d_w`; lanes reduced like
 //! `hsum_float_8`. Scalar: the order, not the speed, is the point.
 
+use super::common::hsum8;
 use crate::acts::Acts;
-use crate::QTensor;
-
-#[inline]
-pub(crate) fn hsum8(l: &[f32; 8]) -> f32 {
-    let r = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
-    (r[0] + r[2]) + (r[1] + r[3])
-}
+use crate::tensor::QTensor;
 
 /// # Safety
-/// The [`crate::matmul::RowsFn`] contract.
+/// The [`crate::tensor::RowsFn`] contract.
 pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     let nb = w.cols / 256;
     let mut q6 = vec![0i32; 256];

@@ -9,7 +9,7 @@
 use core::arch::x86_64::*;
 
 use crate::acts::Acts;
-use crate::QTensor;
+use crate::tensor::QTensor;
 use quant::GgmlType;
 
 /// f16 -> f32 with F16C (exact, like the software conversion).
@@ -45,7 +45,7 @@ fn decode(ty: GgmlType, b: &[u8], q: &mut [i8; 32]) -> f32 {
 }
 
 /// # Safety
-/// The [`crate::matmul::RowsFn`] contract, plus AVX2 and FMA present.
+/// The [`crate::tensor::RowsFn`] contract, plus AVX2 and FMA present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     let nb = w.cols / 32;
@@ -101,7 +101,7 @@ pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize
 /// the reference the SIMD kernels are tested against, and the path for CPUs without AVX2.
 ///
 /// # Safety
-/// The [`crate::matmul::RowsFn`] contract.
+/// The [`crate::tensor::RowsFn`] contract.
 pub(crate) unsafe fn rows_scalar(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     let nb = w.cols / 32;
     let bs = w.ty.type_size();
@@ -128,7 +128,7 @@ pub(crate) unsafe fn rows_scalar(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1
                 }
             }
             // SAFETY: (c, r) is inside the n x rows output and only this task writes row r.
-            unsafe { *y.add(c * w.rows + r) = super::ggml_q6k::hsum8(&acc) };
+            unsafe { *y.add(c * w.rows + r) = super::common::hsum8(&acc) };
         }
     }
 }

@@ -16,7 +16,7 @@
 use core::arch::x86_64::*;
 
 use crate::acts::Acts;
-use crate::QTensor;
+use crate::tensor::QTensor;
 use quant::GgmlType;
 
 const ROWS_PER_TILE: usize = 4;
@@ -202,7 +202,7 @@ unsafe fn rows_impl<const Q5: bool>(w: &QTensor, rb: usize, a: &Acts, r0: usize,
             ds.resize(2 * nb, _mm512_setzero_ps());
         }
         // Columns in blocks whose activations stay in L2 while the row tiles sweep over them.
-        let cb = super::col_block(w.cols, 1).max(COLS_PER_TILE);
+        let cb = super::common::col_block(w.cols, 1).max(COLS_PER_TILE);
         let mut cs = 0;
         while cs < a.n {
             let ce = (cs + cb).min(a.n);
@@ -246,7 +246,7 @@ unsafe fn rows_impl<const Q5: bool>(w: &QTensor, rb: usize, a: &Acts, r0: usize,
 }
 
 /// # Safety
-/// The [`crate::matmul::RowsFn`] contract, AVX-512 F/BW/VL/VNNI present, and `a.perm` / `a.d`
+/// The [`crate::tensor::RowsFn`] contract, AVX-512 F/BW/VL/VNNI present, and `a.perm` / `a.d`
 /// filled by [`prepare`].
 pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
     if w.ty == GgmlType::Q5_0 {

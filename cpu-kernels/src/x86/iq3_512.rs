@@ -22,7 +22,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use crate::acts::Acts;
-use crate::QTensor;
+use crate::tensor::QTensor;
 use core::arch::x86_64::*;
 
 pub(crate) const READY: bool = true;

@@ -9,40 +9,18 @@
 //! Every kernel computes one weight row against NC (1..4) activation columns so a decoded
 //! weight block is reused across columns; `rows_driver!` walks row ranges × column blocks.
 //! Kernel functions are `unsafe fn` with raw pointers into validated buffers: their safety
-//! contract is the one of [`crate::matmul::RowsFn`] plus "the target features are present",
-//! which the dispatch below checks with `is_x86_feature_detected!`.
+//! contract is the one of [`crate::tensor::RowsFn`] plus "the target features are present",
+//! which the dispatch below checks with `is_x86_feature_detected!` (`cpu`).
+//!
+//! This file is the dispatcher: it picks a kernel per weight type and path and is the only x86
+//! module that names kernel files. The kernel files import only the shared helpers (`cpu`,
+//! `common`, `tables`, the `fam_*` macro templates) and the crate's plain types, never each
+//! other or this file.
 
-use crate::matmul::RowsFn;
+use crate::tensor::RowsFn;
+use cpu::{has_avx512, has_avx512_zmm};
 use quant::GgmlType;
 use std::sync::OnceLock;
-
-/// Activation columns per cache block in matmul: about 192 KiB of activations (e.g. 48
-/// columns at K = 4096), comfortably inside Zen 4's 1 MiB L2 while the weight row stays in L1.
-#[inline]
-pub(crate) fn col_block(k: usize, act_elem_bytes: usize) -> usize {
-    ((192 << 10) / (k * act_elem_bytes).max(1)).clamp(4, 64) & !3
-}
-
-pub(crate) fn has_avx2() -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-            && is_x86_feature_detected!("bmi2")
-    })
-}
-
-pub(crate) fn has_avx512() -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| {
-        has_avx2()
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
-    })
-}
 
 /// VBMI (vpermi2b, vpmultishiftqb) + BITALG (vpopcntb, vpshufbitqmb) for the IQ3_XXS kernel.
 pub(crate) fn has_avx512_iq3() -> bool {
@@ -55,6 +33,11 @@ pub(crate) fn has_avx512_iq3() -> bool {
     })
 }
 
+// Shared helpers (no kernels).
+pub(crate) mod common;
+pub(crate) mod cpu;
+pub(crate) mod tables;
+// Macro templates of the kernel families, instantiated per path by `avx2` / `avx512`.
 #[macro_use]
 mod fam_common;
 #[macro_use]
@@ -72,7 +55,8 @@ mod ggml_q6k;
 mod ggml_q8;
 pub(crate) mod ggml_q8_512;
 mod ggml_k_simd;
-pub(crate) mod tables;
+// SIMD activation quantizers (called by `crate::prepare`).
+pub(crate) mod quantize;
 
 pub(crate) fn avx2_kernel(ty: GgmlType) -> Option<RowsFn> {
     avx2::kernel(ty)
@@ -85,10 +69,10 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
     let z: Option<RowsFn> = match ty {
         GgmlType::Q4K => Some(zmm::rows_q4_k),
         GgmlType::Q6K => Some(zmm::rows_q6_k),
-        GgmlType::Q8_0 => Some(zmm::rows_q8_0),
-        GgmlType::Q4_0 => Some(zmm::rows_q4_0),
-        GgmlType::Q5_0 => Some(zmm::rows_q5_0),
-        GgmlType::IQ4NL => Some(zmm::rows_iq4_nl),
+        GgmlType::Q8_0 => Some(zmm_rows_q8_0),
+        GgmlType::Q4_0 => Some(zmm_rows_q4_0),
+        GgmlType::Q5_0 => Some(zmm_rows_q5_0),
+        GgmlType::IQ4NL => Some(zmm_rows_iq4_nl),
         _ => None,
     };
     if z.is_some() && has_avx512_zmm() {
@@ -97,19 +81,36 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
     avx512::kernel(ty)
 }
 
-/// The 512-bit kernels additionally use AVX-512 DQ.
-pub(crate) fn has_avx512_zmm() -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512dq"))
+/// The zmm pair kernels need an even number of 32-element blocks per row; odd rows (K = 32·odd)
+/// go to the 256-bit kernel of the same path.
+macro_rules! pair_rows {
+    ($name:ident, $pair:path, $fallback:path) => {
+        /// # Safety
+        /// The [`RowsFn`] contract, AVX-512 with DQ present (`has_avx512_zmm`).
+        unsafe fn $name(w: &crate::tensor::QTensor, rb: usize, a: &crate::acts::Acts, r0: usize, r1: usize, y: *mut f32) {
+            // SAFETY: both kernels have this function's contract.
+            unsafe {
+                if (w.cols / 32) % 2 == 0 {
+                    $pair(w, rb, a, r0, r1, y)
+                } else {
+                    $fallback(w, rb, a, r0, r1, y)
+                }
+            }
+        }
+    };
 }
+pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0);
+pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0);
+pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0);
+pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl);
 
 /// Kernels that reproduce the float summation order of llama.cpp's x86 kernels bit for bit
 /// (see `ggml_q8`, `ggml_q4k`, `ggml_q6k`); None for types without one. Every path computes
 /// identical results: `Portable` runs the scalar kernels that define the order, `Avx2` the
 /// 256-bit ones (Q8_0/Q5_0 `ggml_q8`, Q4_K/Q6_K `ggml_k_simd`), `Avx512` the tiled 512-bit
 /// Q8_0/Q5_0 kernel (`ggml_q8_512`, needs `Acts::perm`/`d`, see `ggml_q8_512::prepare`).
-pub(crate) fn ggml_kernel(path: crate::Path, ty: GgmlType) -> Option<RowsFn> {
-    use crate::Path;
+pub(crate) fn ggml_kernel(path: crate::tensor::Path, ty: GgmlType) -> Option<RowsFn> {
+    use crate::tensor::Path;
     if !path.available() {
         return None;
     }

@@ -14,7 +14,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use crate::acts::Acts;
-use crate::QTensor;
+use crate::tensor::QTensor;
 use core::arch::x86_64::*;
 
 
@@ -52,7 +52,7 @@ unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
     let mut accm = [_mm256_setzero_ps(); NC];
     for i in 0..nb {
         let p = w.add(i * 144);
-        let (sc, mn) = super::fam_k::k4_scales_u64(&*p.add(4).cast::<[u8; 12]>());
+        let (sc, mn) = super::common::k4_scales_u64(&*p.add(4).cast::<[u8; 12]>());
         let scmn = _mm_set_epi64x(mn as i64, sc as i64);
         let sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(scmn));
         // dmin · m_s per sub-block; the activations carry d_x · Σx per sub-block (`Acts::mb`).
@@ -155,7 +155,7 @@ macro_rules! signed_pair_kernel {
             let nb = k / 32;
             let mut acc = [_mm512_setzero_ps(); NC];
             let lanes = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
-            // Callers guarantee an even block count (see `pair_rows!`).
+            // Callers guarantee an even block count (see `pair_rows!` in x86/mod.rs).
             let mut b = 0;
             while b + 2 <= nb {
                 let $p = w.add(b * $bsz);
@@ -225,21 +225,3 @@ rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq",
 rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q4_0, dot_q4_0, 8);
 rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q5_0, dot_q5_0, 8);
 rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_iq4_nl, dot_iq4_nl, 8);
-
-/// The pair kernels need an even number of 32-element blocks per row; odd rows (K = 32·odd)
-/// go to the 256-bit kernel of the same path.
-macro_rules! pair_rows {
-    ($name:ident, $pair:ident, $fallback:path) => {
-        pub(crate) unsafe fn $name(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32) {
-            if (w.cols / 32) % 2 == 0 {
-                $pair(w, rb, a, r0, r1, y)
-            } else {
-                $fallback(w, rb, a, r0, r1, y)
-            }
-        }
-    };
-}
-pair_rows!(rows_q8_0, pair_rows_q8_0, super::avx512::rows_q8_0);
-pair_rows!(rows_q4_0, pair_rows_q4_0, super::avx512::rows_q4_0);
-pair_rows!(rows_q5_0, pair_rows_q5_0, super::avx512::rows_q5_0);
-pair_rows!(rows_iq4_nl, pair_rows_iq4_nl, super::avx512::rows_iq4_nl);

@@ -1,0 +1,39 @@
+//! Plain helpers shared by the x86 kernel files (no kernels, no dispatch): cache blocking,
+//! K-quant scale unpacking, the `hsum_float_8` reduction.
+
+/// Activation columns per cache block in matmul: about 192 KiB of activations (e.g. 48
+/// columns at K = 4096), comfortably inside Zen 4's 1 MiB L2 while the weight row stays in L1.
+#[inline]
+pub(crate) fn col_block(k: usize, act_elem_bytes: usize) -> usize {
+    ((192 << 10) / (k * act_elem_bytes).max(1)).clamp(4, 64) & !3
+}
+
+/// Q4_K / Q5_K 6-bit scales and mins packed in 12 bytes (ggml `get_scale_min_k4`), as two
+/// little-endian u64 of 8 bytes each (scales, mins), computed with 32-bit word operations:
+/// j < 4: sc = s[j] & 63, m = s[j+4] & 63; j >= 4: the low 4 bits come from s[j+4] (low /
+/// high nibble), the top 2 bits from the top 2 bits of s[j-4] / s[j].
+#[inline(always)]
+pub(crate) fn k4_scales_u64(s: &[u8; 12]) -> (u64, u64) {
+    let a = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let b = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+    let c = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    let sc_lo = a & 0x3f3f_3f3f;
+    let mn_lo = b & 0x3f3f_3f3f;
+    let sc_hi = (c & 0x0f0f_0f0f) | ((a >> 2) & 0x3030_3030);
+    let mn_hi = ((c >> 4) & 0x0f0f_0f0f) | ((b >> 2) & 0x3030_3030);
+    ((sc_lo as u64) | ((sc_hi as u64) << 32), (mn_lo as u64) | ((mn_hi as u64) << 32))
+}
+
+/// Q4_K / Q5_K 6-bit scales and mins packed in 12 bytes (ggml `get_scale_min_k4`).
+#[inline(always)]
+pub(crate) fn k4_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let (sc, mn) = k4_scales_u64(s);
+    (sc.to_le_bytes(), mn.to_le_bytes())
+}
+
+/// ggml's `hsum_float_8` order: lanes (0+4, 1+5, 2+6, 3+7), then (0+2) + (1+3).
+#[inline]
+pub(crate) fn hsum8(l: &[f32; 8]) -> f32 {
+    let r = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+    (r[0] + r[2]) + (r[1] + r[3])
+}
