@@ -11,7 +11,8 @@
 
 use std::sync::Arc;
 use strata::gpu::abi::WType;
-use strata::gpu::bench::{random_blocks, Rng};
+use strata::gpu::bench::random_blocks;
+use strata::rng::SplitMix64;
 use strata::gpu::device::{DevicePtr, EmuApi, Stream};
 use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, MmqVariant, RowType};
 
@@ -86,8 +87,8 @@ fn source_chain(e: &dyn std::error::Error) -> String {
     s.join(" / ")
 }
 
-fn rand_f32(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.f32() * scale).collect()
+fn rand_f32(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.symmetric() * scale).collect()
 }
 
 fn q8_1(x: &[f32]) -> Vec<u8> {
@@ -122,7 +123,7 @@ fn check(family: &str, workload: impl Fn(&mut Run)) {
 #[test]
 fn quantize_and_dequant() {
     check("quantize/dequant", |r| {
-        let mut rng = Rng::new(1);
+        let mut rng = SplitMix64::new(1);
         let x = rand_f32(&mut rng, 4096 * 2, 3.0);
         let xb = r.f32s(&x);
         let n = x.len();
@@ -147,7 +148,7 @@ fn quantize_and_dequant() {
 #[test]
 fn mmvq_glu_and_expert_dispatch() {
     check("mmvq", |r| {
-        let mut rng = Rng::new(2);
+        let mut rng = SplitMix64::new(2);
         for ty in WType::ALL {
             let bk = ty.block_k() as usize;
             // 70 rows: two workgroups for one column; 1, 4 and 8 staged columns; a row list
@@ -199,7 +200,7 @@ fn mmvq_glu_and_expert_dispatch() {
 #[test]
 fn mmq_wmma_and_dot4() {
     check("mmq", |r| {
-        let mut rng = Rng::new(3);
+        let mut rng = SplitMix64::new(3);
         for ty in WType::ALL {
             // two row tiles and a ragged column tile
             let (m, n, k) = (300usize, 37usize, 256usize);
@@ -219,7 +220,7 @@ fn mmq_wmma_and_dot4() {
 #[test]
 fn forward_pass_elementwise_ops() {
     check("elementwise", |r| {
-        let mut rng = Rng::new(4);
+        let mut rng = SplitMix64::new(4);
         for (n, rows) in [(4096usize, 2usize), (100, 3), (2560, 9)] {
             let x = rand_f32(&mut rng, n * rows, 4.0);
             let w = rand_f32(&mut rng, n, 2.0);
@@ -298,18 +299,18 @@ fn forward_pass_elementwise_ops() {
 #[test]
 fn attention_ordered_and_fast() {
     check("attention", |r| {
-        let mut rng = Rng::new(5);
+        let mut rng = SplitMix64::new(5);
         // (int8 cache, head_dim, n_head, n_head_kv, n_tokens, last position, window)
         for (int8, hd, nh, nkv, nt, last, window) in
             [(false, 64usize, 4usize, 2usize, 1usize, 77usize, 0u32), (false, 128, 8, 2, 8, 300, 0), (true, 64, 4, 2, 3, 150, 32), (true, 128, 4, 1, 2, 40, 0)]
         {
             let cap = last + 10;
             let cell = nkv * hd;
-            let raw = |rng: &mut Rng| -> Vec<u8> {
+            let raw = |rng: &mut SplitMix64| -> Vec<u8> {
                 if int8 {
                     (0..cap * cell).map(|_| (rng.next_u64() % 255) as u8).collect()
                 } else {
-                    (0..cap * cell).flat_map(|_| quant::f32_to_f16(rng.f32()).to_le_bytes()).collect()
+                    (0..cap * cell).flat_map(|_| quant::f32_to_f16(rng.symmetric()).to_le_bytes()).collect()
                 }
             };
             let (kr, vr) = (raw(&mut rng), raw(&mut rng));
@@ -336,7 +337,7 @@ fn attention_ordered_and_fast() {
 #[test]
 fn ordered_numerics_kernels() {
     check("ordered", |r| {
-        let mut rng = Rng::new(6);
+        let mut rng = SplitMix64::new(6);
         let x = rand_f32(&mut rng, 1024, 2.0);
         let xb = r.f32s(&x);
         for (ty, bytes) in [(quant::GgmlType::Q8_1, 1024 / 32 * 36), (quant::GgmlType::Q8K, 1024 / 256 * 292)] {

@@ -190,6 +190,16 @@ impl AnyModel {
         })
     }
 
+    /// The GPU expert cache's counters, as a line for the user (`--expert-cache` with fewer
+    /// slots than experts; None otherwise).
+    pub fn expert_cache_report(&self) -> Option<String> {
+        match self {
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => m.expert_cache_stats().map(|s| s.to_string()),
+            _ => None,
+        }
+    }
+
     /// Which backend runs the forward pass, for messages (`cpu`, `hip (gfx1100 ...)`, `emu`).
     pub fn backend(&self) -> String {
         match self {

@@ -47,11 +47,18 @@ pub struct GpuOptions {
     /// chunks), device or host.
     #[arg(id = "gpu_moe", long = "gpu-moe", value_enum, ignore_case = true, global = true, env = "STRATA_GPU_MOE", default_value_t = MoePath::Auto)]
     pub moe: MoePath,
+    /// VRAM slots per MoE layer for routed experts (default: every expert resident). With
+    /// fewer slots than experts, an expert is copied into a free slot on first use and, once
+    /// the slots are full, computed on the CPU from the mapped file; the cache's hits and
+    /// lookups are printed after generation. MoE layers then read the router's choice back
+    /// (no decode graphs). Bit-identical to the all-resident run with --ordered.
+    #[arg(id = "expert_cache", long = "expert-cache", global = true, env = "STRATA_EXPERT_CACHE", value_name = "N")]
+    pub expert_cache: Option<u32>,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None }
     }
 }
 

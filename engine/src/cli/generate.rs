@@ -102,6 +102,9 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
         ids.len().saturating_sub(1) as f64 / tg.max(1e-9),
         stop
     );
+    if let Some(line) = e.model.expert_cache_report() {
+        eprintln!("[{line}]");
+    }
     if a.show_ids {
         eprintln!("ids: {ids:?}");
     }
@@ -138,6 +141,9 @@ fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Res
         stats.accepted,
         stats.drafted
     );
+    if let Some(line) = e.model.expert_cache_report() {
+        eprintln!("[{line}]");
+    }
     if a.show_ids {
         eprintln!("ids: {ids:?}");
     }

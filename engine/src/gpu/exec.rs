@@ -186,14 +186,14 @@ impl DecoderOps for GpuChunk<'_> {
         }
     }
 
-    fn moe(&mut self, src: Buf, w: [&DevMat; 4], _spec: &MoeSpec) -> Result<(), GpuError> {
+    fn moe(&mut self, layer: usize, src: Buf, w: [&DevMat; 4], _spec: &MoeSpec) -> Result<(), GpuError> {
         if src != Buf::Xn {
             return Err(GpuError::Launch { kernel: "moe".into(), what: format!("routed experts read Xn, not {src:?}") });
         }
         let (g, n, d) = (self.g, self.n, self.g.model.hp.n_embd);
         g.quantize(self.sess.sc.xn, self.sess.sc.xq, n, d)?;
         let profiling = self.sess.profile.is_some();
-        self.moe_experts = if g.moe_on_device(n) { g.moe_device(&self.sess.sc, n, w, profiling)? } else { g.moe(&self.sess.sc, n, w)? };
+        self.moe_experts = if g.moe_on_device(n) { g.moe_device(&self.sess.sc, n, w, profiling)? } else { g.moe(&self.sess.sc, layer, n, w)? };
         Ok(())
     }
 

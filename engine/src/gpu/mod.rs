@@ -24,6 +24,7 @@ pub mod calibrate;
 pub mod code_objects;
 pub mod device;
 pub mod exec;
+pub mod expert_cache;
 pub mod flash_next;
 pub mod model;
 pub mod moe;

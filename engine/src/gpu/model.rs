@@ -32,6 +32,7 @@ use super::ops::{AttnMode, GpuOps, KvFormat};
 pub use crate::gpu_options::{GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
+use super::expert_cache::{CacheStats, ExpertCache};
 use crate::model::decoder::WeightName;
 use crate::model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model, W};
 use quant::GgmlType;
@@ -108,6 +109,9 @@ pub struct GpuModel {
     pub(super) gelu_table: DevicePtr,
     /// Every MoE layer's expert gate/up/down matrices have an MMVQ type (device dispatch possible).
     pub(super) moe_quantized: bool,
+    /// `--expert-cache N` with fewer slots than experts: the expert stacks on the device are
+    /// `N` slots per layer ([`ExpertCache`]); None: every expert resident.
+    pub(super) expert_cache: Option<ExpertCache>,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -205,7 +209,7 @@ pub(super) struct Scratch {
     pub xh: DevicePtr,
 }
 
-fn f32_bytes(v: &[f32]) -> &[u8] {
+pub(super) fn f32_bytes(v: &[f32]) -> &[u8] {
     // SAFETY: f32 has no padding or invalid bit patterns; the slice covers exactly its bytes.
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
@@ -241,9 +245,18 @@ impl GpuModel {
         }
         // Every weight through one uploader, in `DecoderWeights`' order.
         let up = std::cell::RefCell::new(up);
+        // A partial expert cache: expert stacks become `slots` empty slots, filled on use.
+        let cache_slots = match (&hp.moe, opts.expert_cache) {
+            (Some(m), Some(n)) if (n as usize) < m.n_expert => Some(n as usize),
+            _ => None,
+        };
+        let is_stack = |s: &str| matches!(s, "ffn_gate_exps.weight" | "ffn_up_exps.weight" | "ffn_down_exps.weight");
         let w = model.w.try_map(
             |m, name| match name {
                 WeightName::TokEmbd => up.borrow_mut().embedding(&model, m),
+                WeightName::Layer(_, s) if is_stack(s) && cache_slots.is_some() => {
+                    up.borrow_mut().slots(&model, m, &name.to_string(), cache_slots.unwrap_or(0))
+                }
                 _ => up.borrow_mut().mat(&model, m, &name.to_string()),
             },
             |v, _| up.borrow_mut().f32s(v),
@@ -279,6 +292,7 @@ impl GpuModel {
             Ffn::Moe { gate, up, down, .. } => [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))),
             Ffn::Dense { .. } => true,
         });
+        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::new(hp.n_layer, m.n_expert, n));
         Ok(GpuModel {
             model,
             ops,
@@ -293,6 +307,7 @@ impl GpuModel {
             xo,
             gelu_table,
             moe_quantized,
+            expert_cache,
         })
     }
 
@@ -312,6 +327,11 @@ impl GpuModel {
     /// The calibration table in use, if any.
     pub fn calibration(&self) -> Option<&super::calibrate::LtDispatch> {
         self.lt.as_ref()
+    }
+
+    /// The expert cache's counters (`--expert-cache` with fewer slots than experts).
+    pub fn expert_cache_stats(&self) -> Option<CacheStats> {
+        self.expert_cache.as_ref().map(ExpertCache::stats)
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {
@@ -567,6 +587,29 @@ impl Uploader<'_> {
     fn f32s(&mut self, v: &[f32]) -> Result<DevicePtr> {
         self.bytes(f32_bytes(v))
     }
+    /// Empty device room for `n` experts of the stack `w` (laid out as `mat` would upload it:
+    /// as stored, for MMVQ or the ordered mode's `mmv_ordered`), filled by the expert cache.
+    fn slots(&mut self, model: &Model, w: &W, name: &str, n: usize) -> Result<DevMat> {
+        let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+        let mat_bytes = all.len() / w.n_mat;
+        let kind = if self.ordered && w.ty.has_reference() && w.ty.row_bytes(w.cols).is_some() {
+            MatKind::Raw
+        } else {
+            match wtype(w.ty) {
+                Some(ty) if !self.ordered && w.cols % ty.block_k() as usize == 0 => MatKind::Q(ty),
+                _ => {
+                    return Err(EngineError::TensorType {
+                        name: name.to_string(),
+                        ty: w.ty.name(),
+                        why: "--expert-cache needs experts of a type the device runs as stored (Q8_0, Q4_K, Q6_K, IQ3_XXS; any reference type with --ordered)",
+                    });
+                }
+            }
+        };
+        let ptr = self.zeroed(n * mat_bytes)?;
+        Ok(DevMat { ptr, kind, rows: w.rows, cols: w.cols, mat_bytes, ty: w.ty })
+    }
+
     /// The token embedding table, rows as stored when the row-gather kernel reads the type,
     /// else widened to f32 (never [`MatKind::Raw`]: gathering rows needs no dot product).
     fn embedding(&mut self, model: &Model, w: &W) -> Result<DevMat> {

@@ -5,7 +5,9 @@
 
 use super::abi::MAX_COLS;
 use super::device::GpuError;
-use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, q8_1_bytes, u32_bytes};
+use super::expert_cache::Placement;
+use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, f32_bytes, q8_1_bytes, u32_bytes};
+use crate::model::Ffn;
 use super::ops::GluAct;
 use crate::gpu_options::MoePath;
 
@@ -17,6 +19,7 @@ impl GpuModel {
         // Ordered mode keeps the host path: it runs every expert through `matmul` (ordered).
         !self.opts.ordered
             && self.moe_quantized
+            && self.expert_cache.is_none()
             && match self.opts.moe {
                 MoePath::Host => false,
                 MoePath::Device => true,
@@ -76,9 +79,11 @@ impl GpuModel {
         Ok(sel.len())
     }
 
-    /// Routed experts for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`); output
-    /// in `sc.o`. Returns how many distinct experts ran. Host readback path ([`MoePath`]).
-    pub(super) fn moe(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
+    /// Routed experts of `layer` for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`);
+    /// output in `sc.o`. Returns how many distinct experts ran. Host readback path
+    /// ([`MoePath`]); with an expert cache, each chosen expert runs from its slot, from a slot
+    /// it is admitted into, or on the CPU ([`ExpertCache::place`]).
+    pub(super) fn moe(&self, sc: &Scratch, layer: usize, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
         let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
@@ -101,12 +106,37 @@ impl GpuModel {
         let mut map = vec![0u32; n * k];
         let mut row = 0usize; // next free row of y_e
         let mut ran = 0;
+        let mut host_xn: Option<Vec<f32>> = None; // read back at the first CPU expert
         for e in 0..ne {
             let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
             if slots.is_empty() {
                 continue;
             }
             ran += 1;
+            // The expert's index in the device stacks (its slot with a cache).
+            let e_dev = match self.expert_cache.as_ref().map(|c| c.place(layer, e, slots.len())) {
+                None => e,
+                Some(Placement::Hit(s)) => s,
+                Some(Placement::Admit(s)) => {
+                    self.upload_expert(layer, e, s, [gate, up, down])?;
+                    s
+                }
+                Some(Placement::Cpu) => {
+                    if host_xn.is_none() {
+                        let mut b = vec![0u8; n * d * 4];
+                        api.memcpy_dtoh(&mut b, sc.xn)?;
+                        host_xn = Some(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect());
+                    }
+                    let xs = host_xn.as_deref().unwrap_or_default();
+                    let y = self.expert_on_cpu(layer, e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]))?;
+                    api.memcpy_htod(sc.y_e + (row * d * 4) as u64, f32_bytes(&y))?;
+                    for (c, &j) in slots.iter().enumerate() {
+                        map[j] = (row + c) as u32;
+                    }
+                    row += slots.len();
+                    continue;
+                }
+            };
             // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS.
             for group in slots.chunks(MAX_COLS) {
                 let r = group.len();
@@ -115,8 +145,8 @@ impl GpuModel {
                     api.memcpy_dtod_async(st, sc.xq_e + (c * xbytes) as u64, xcol + (t * xbytes) as u64, xbytes)?;
                 }
                 let (xin, xinq) = if quantized { (0, sc.xq_e) } else { (sc.xq_e, 0) };
-                self.matmul(gate, e, xin, xinq, r, sc.gate, Tmp { wdq: 0, xh: sc.xh })?;
-                self.matmul(up, e, xin, xinq, r, sc.up, Tmp { wdq: 0, xh: sc.xh })?;
+                self.matmul(gate, e_dev, xin, xinq, r, sc.gate, Tmp { wdq: 0, xh: sc.xh })?;
+                self.matmul(up, e_dev, xin, xinq, r, sc.up, Tmp { wdq: 0, xh: sc.xh })?;
                 ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
                 let dq = sc.xq_e; // reuse: the gathered inputs are consumed
                 let quant_down = matches!(down.kind, MatKind::Q(_));
@@ -124,7 +154,7 @@ impl GpuModel {
                     self.quantize(sc.act, dq, r, ff)?;
                 }
                 let yrow = sc.y_e + (row * d * 4) as u64;
-                self.matmul(down, e, sc.act, dq, r, yrow, Tmp { wdq: 0, xh: sc.xh })?;
+                self.matmul(down, e_dev, sc.act, dq, r, yrow, Tmp { wdq: 0, xh: sc.xh })?;
                 for (c, &j) in group.iter().enumerate() {
                     map[j] = (row + c) as u32;
                 }
@@ -134,5 +164,42 @@ impl GpuModel {
         api.memcpy_htod(sc.map, u32_bytes(&map))?;
         ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
         Ok(ran)
+    }
+
+    /// Copies expert `e` of `layer` (gate, up, down, as stored in the mapped file) into slot
+    /// `slot` of the device stacks.
+    fn upload_expert(&self, layer: usize, e: usize, slot: usize, dev: [&DevMat; 3]) -> std::result::Result<(), GpuError> {
+        let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
+        };
+        for (w, d) in [gate, up, down].into_iter().zip(dev) {
+            let all = self.model.gguf.tensor_data(&self.model.gguf.tensors()[w.tensor]);
+            let per = all.len() / w.n_mat;
+            self.ops.api().memcpy_htod(d.expert(slot), &all[e * per..(e + 1) * per])?;
+        }
+        Ok(())
+    }
+
+    /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
+    /// up x)` with the CPU backend's products — its ordered-numerics ones in the ordered mode,
+    /// the same code the device's `mmv_ordered` runs — returned as `[rows][n_embd]`.
+    fn expert_on_cpu<'x>(&self, layer: usize, e: usize, xs: impl Iterator<Item = &'x [f32]>) -> std::result::Result<Vec<f32>, GpuError> {
+        let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
+        };
+        let x: Vec<f32> = xs.flatten().copied().collect();
+        let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.opts.ordered);
+        let (mut g, mut u, mut y) = (vec![0f32; r * ff], vec![0f32; r * ff], vec![0f32; r * down.rows]);
+        self.model.mm_o(ordered, gate, e, &x, r, &mut g);
+        self.model.mm_o(ordered, up, e, &x, r, &mut u);
+        let act: Vec<f32> = if ordered {
+            g.iter().zip(&u).map(|(&a, &b)| quant::fmath::silu(a) * b).collect()
+        } else {
+            let mut a = vec![0f32; r * ff];
+            cpu_kernels::swiglu(&g, &u, &mut a);
+            a
+        };
+        self.model.mm_o(ordered, down, e, &act, r, &mut y);
+        Ok(y)
     }
 }

@@ -207,8 +207,9 @@ pub trait DecoderOps {
     fn attend(&mut self, layer: usize, spec: &AttnSpec) -> Result<(), Self::Error>;
     /// `Act = act(src · gateᵀ) ⊙ (src · upᵀ)`.
     fn glu(&mut self, src: Buf, gate: &Self::Mat, up: &Self::Mat, act: Act) -> Result<(), Self::Error>;
-    /// `O = Σ_top-k w_e · down_e(silu(gate_e src) ⊙ up_e src)`, the router over `src`.
-    fn moe(&mut self, src: Buf, w: [&Self::Mat; 4], spec: &MoeSpec) -> Result<(), Self::Error>;
+    /// `O = Σ_top-k w_e · down_e(silu(gate_e src) ⊙ up_e src)`, the router over `src`, for the
+    /// routed experts of layer `layer` (where an expert cache keeps its residents).
+    fn moe(&mut self, layer: usize, src: Buf, w: [&Self::Mat; 4], spec: &MoeSpec) -> Result<(), Self::Error>;
     /// `X += post_norm(src)` (or `X += src`).
     fn residual(&mut self, src: Buf, post_norm: Option<&Self::Vector>) -> Result<(), Self::Error>;
     /// A block of layer `layer` is done (backends count its cost here).
@@ -232,7 +233,7 @@ pub fn forward<B: DecoderOps>(
         let LayerKind::Attention(spec) = &hp.layers[il];
         attention(b, hp, il, spec, &lw.attn)?;
         b.end_block(il, Block::Attention)?;
-        ffn(b, hp, &lw.ffn)?;
+        ffn(b, hp, il, &lw.ffn)?;
         b.end_block(il, Block::Ffn)?;
         b.end_layer(il)?;
     }
@@ -266,7 +267,7 @@ fn attention<B: DecoderOps>(b: &mut B, hp: &HParams, il: usize, spec: &AttnSpec,
     b.residual(Buf::O, a.post_norm.as_ref())
 }
 
-fn ffn<B: DecoderOps>(b: &mut B, hp: &HParams, f: &FfnWeights<B::Mat, B::Vector>) -> Result<(), B::Error> {
+fn ffn<B: DecoderOps>(b: &mut B, hp: &HParams, il: usize, f: &FfnWeights<B::Mat, B::Vector>) -> Result<(), B::Error> {
     b.norm(Buf::X, &f.norm, Buf::Xn)?;
     match &f.ffn {
         Ffn::Dense { gate, up, down } => {
@@ -275,7 +276,7 @@ fn ffn<B: DecoderOps>(b: &mut B, hp: &HParams, f: &FfnWeights<B::Mat, B::Vector>
         }
         Ffn::Moe { router, gate, up, down } => {
             let spec = hp.moe.as_ref().expect("an MoE layer has MoE hyperparameters (checked at load)");
-            b.moe(Buf::Xn, [router, gate, up, down], spec)?;
+            b.moe(il, Buf::Xn, [router, gate, up, down], spec)?;
         }
     }
     b.residual(Buf::O, f.post_norm.as_ref())

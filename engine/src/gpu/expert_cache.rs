@@ -1,0 +1,128 @@
+//! The VRAM expert cache (`--expert-cache N`): `N` device slots per MoE layer for routed
+//! experts, so a model whose experts do not all fit on the card still runs on it. An expert the
+//! router picks is a **hit** when it holds a slot (computed on the device from the slot), is
+//! **admitted** into a free slot on first use (copied from the mapped GGUF, then computed on
+//! the device), and otherwise is a **miss**, computed on the CPU from the mapped file by the
+//! CPU backend's kernels (the rows land in the device's expert-output buffer, and the
+//! router weights are applied in the device's combine, so the result does not depend on which
+//! side computed an expert: bit-identical to the all-resident run in the ordered-numerics mode).
+//!
+//! This is the host-readback MoE path (`gpu/moe.rs`): the router's choice is read back per MoE
+//! layer, so decode windows with a partial cache are not captured as graphs. The per-layer
+//! mapped-memory handoff, a CPU worker pool, adaptive residency and profile-filled slots are
+//! the rest of issue 12 (docs/expert-tiering.md).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of the cache since load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Slots per MoE layer.
+    pub slots: usize,
+    /// Routing decisions (token, chosen expert).
+    pub lookups: u64,
+    /// Decisions whose expert held a slot.
+    pub hits: u64,
+    /// Experts copied into a free slot on first use.
+    pub admitted: u64,
+    /// Decisions computed on the CPU (their expert had no slot and none was free).
+    pub cpu: u64,
+}
+
+/// Where one expert runs for this layer's tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// On the device, from this slot (already resident).
+    Hit(usize),
+    /// On the device from this free slot, after the caller copies the expert into it.
+    Admit(usize),
+    /// On the CPU.
+    Cpu,
+}
+
+pub struct ExpertCache {
+    slots: usize,
+    /// Per layer, per expert: its slot.
+    slot_of: Mutex<Vec<Vec<Option<u32>>>>,
+    lookups: AtomicU64,
+    hits: AtomicU64,
+    admitted: AtomicU64,
+    cpu: AtomicU64,
+}
+
+impl ExpertCache {
+    pub fn new(n_layer: usize, n_expert: usize, slots: usize) -> ExpertCache {
+        ExpertCache {
+            slots,
+            slot_of: Mutex::new(vec![vec![None; n_expert]; n_layer]),
+            lookups: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            cpu: AtomicU64::new(0),
+        }
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Where expert `e` of `layer` runs for `uses` routing decisions; a free slot is taken
+    /// (the caller must fill it before computing from it).
+    pub fn place(&self, layer: usize, e: usize, uses: usize) -> Placement {
+        let uses = uses as u64;
+        self.lookups.fetch_add(uses, Ordering::Relaxed);
+        let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
+        let row = &mut table[layer];
+        if let Some(s) = row[e] {
+            self.hits.fetch_add(uses, Ordering::Relaxed);
+            return Placement::Hit(s as usize);
+        }
+        let used = row.iter().filter(|s| s.is_some()).count();
+        if used < self.slots {
+            row[e] = Some(used as u32);
+            self.admitted.fetch_add(1, Ordering::Relaxed);
+            return Placement::Admit(used);
+        }
+        self.cpu.fetch_add(uses, Ordering::Relaxed);
+        Placement::Cpu
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            slots: self.slots,
+            lookups: self.lookups.load(Ordering::Relaxed),
+            hits: self.hits.load(Ordering::Relaxed),
+            admitted: self.admitted.load(Ordering::Relaxed),
+            cpu: self.cpu.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl std::fmt::Display for CacheStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pct = if self.lookups == 0 { 0.0 } else { 100.0 * self.hits as f64 / self.lookups as f64 };
+        write!(
+            f,
+            "expert cache: {} hits / {} lookups ({pct:.1}%), {} admitted on first use, {} computed on the CPU; {} slots per layer",
+            self.hits, self.lookups, self.admitted, self.cpu, self.slots
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admits_until_full_then_misses_go_to_the_cpu() {
+        let c = ExpertCache::new(2, 4, 2);
+        assert_eq!(c.place(0, 3, 1), Placement::Admit(0));
+        assert_eq!(c.place(0, 1, 2), Placement::Admit(1));
+        assert_eq!(c.place(0, 3, 1), Placement::Hit(0));
+        assert_eq!(c.place(0, 2, 1), Placement::Cpu);
+        assert_eq!(c.place(1, 2, 1), Placement::Admit(0), "layers have their own slots");
+        let s = c.stats();
+        assert_eq!((s.lookups, s.hits, s.admitted, s.cpu), (6, 1, 3, 1));
+    }
+}

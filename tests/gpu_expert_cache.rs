@@ -1,0 +1,159 @@
+//! The GPU expert cache (`--expert-cache N`, gpu/expert_cache.rs) on the software device, on
+//! the synthetic MoE model llama.cpp's references were recorded on (tiny-qwen3moe: 2 layers, 8
+//! experts, top 2): with 0 slots (every expert on the CPU), 3 slots (admitted on first use, the
+//! rest on the CPU) and every expert resident, the ordered-numerics mode gives logits bit for bit
+//! equal to the CPU backend's ordered mode; the fast mode's greedy tokens equal the CPU's; the
+//! counters add up; `strata generate` prints them; experts of a type the device cannot run as
+//! stored are refused by name.
+#![cfg(feature = "gpu")]
+
+use std::process::Command;
+use std::sync::Arc;
+
+use strata::gpu::device::{Device, open_device};
+use strata::gpu::model::{GpuModel, GpuOptions};
+use strata::kv_cache::KvType;
+use strata::model::{Logits, Model};
+
+use crate::models_util::reference;
+
+const Q8: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf";
+const F32: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf";
+
+fn prompt() -> Vec<u32> {
+    (0..13).map(|i| (i * 37 + 5) % 1024).collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+fn gpu(path: &std::path::Path, ordered: bool, slots: Option<u32>) -> GpuModel {
+    let api = Arc::from(open_device(Device::Emu).expect("software device"));
+    let opts = GpuOptions { ordered, expert_cache: slots, ..GpuOptions::default() };
+    GpuModel::new(Model::load(path).unwrap(), api, opts).unwrap()
+}
+
+/// Prompt logits (all rows) plus 6 greedy decode steps' logits.
+fn run_gpu(g: &GpuModel) -> Vec<f32> {
+    let mut s = g.new_session(KvType::F16, 64, 512).unwrap();
+    let mut out = Vec::new();
+    let mut all = Vec::new();
+    g.eval(&mut s, &prompt(), Logits::All, &mut out).unwrap();
+    all.extend_from_slice(&out);
+    let nv = g.n_vocab();
+    let mut t = argmax(&out[out.len() - nv..]);
+    for _ in 0..6 {
+        g.eval(&mut s, &[t], Logits::Last, &mut out).unwrap();
+        all.extend_from_slice(&out);
+        t = argmax(&out);
+    }
+    all
+}
+
+fn run_cpu_ordered(path: &std::path::Path) -> Vec<f32> {
+    let m = Model::load(path).unwrap();
+    let mut s = m.new_session(KvType::F16, 64, 512);
+    (s.ordered, s.ordered_attention) = (true, true);
+    let mut out = Vec::new();
+    let mut all = Vec::new();
+    m.eval(&mut s, &prompt(), Logits::All, &mut out).unwrap();
+    all.extend_from_slice(&out);
+    let nv = m.n_vocab;
+    let mut t = argmax(&out[out.len() - nv..]);
+    for _ in 0..6 {
+        m.eval(&mut s, &[t], Logits::Last, &mut out).unwrap();
+        all.extend_from_slice(&out);
+        t = argmax(&out);
+    }
+    all
+}
+
+fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    assert_eq!(n, 0, "{what}: {n} of {} logits differ", a.len());
+}
+
+#[test]
+fn expert_cache_ordered_is_bit_identical_to_the_cpu_at_every_size() {
+    let path = reference(Q8);
+    let want = run_cpu_ordered(&path);
+    for slots in [Some(0), Some(3), None] {
+        let g = gpu(&path, true, slots);
+        assert_bits(&format!("q8_0, {slots:?} slots"), &run_gpu(&g), &want);
+        let stats = g.expert_cache_stats();
+        match slots {
+            None => assert!(stats.is_none()),
+            Some(n) => {
+                let s = stats.expect("a partial cache reports counters");
+                // 13 prompt tokens + 6 steps, 2 layers, top 2.
+                assert_eq!(s.lookups, (13 + 6) * 2 * 2, "{s}");
+                assert_eq!(s.admitted as usize, if n == 0 { 0 } else { 2 * n as usize }, "3 slots fill in both layers: {s}");
+                assert_eq!(s.hits + s.cpu + admitted_uses(&s), s.lookups, "{s}");
+                if n == 0 {
+                    assert_eq!((s.hits, s.cpu), (0, s.lookups), "{s}");
+                } else {
+                    assert!(s.hits > 0 && s.cpu > 0, "3 of 8 slots: both hits and CPU experts: {s}");
+                }
+            }
+        }
+    }
+}
+
+/// Decisions served by the admission of their expert (the first use of each admitted expert
+/// within its layer's chunk): what is neither a hit nor a CPU expert.
+fn admitted_uses(s: &strata::gpu::expert_cache::CacheStats) -> u64 {
+    s.lookups - s.hits - s.cpu
+}
+
+#[test]
+fn expert_cache_fast_mode_greedy_equals_the_cpu() {
+    let path = reference(Q8);
+    let cpu = Model::load(&path).unwrap();
+    let mut cs = cpu.new_session(KvType::F16, 64, 512);
+    let mut out = Vec::new();
+    cpu.eval(&mut cs, &prompt(), Logits::Last, &mut out).unwrap();
+    let mut want = vec![argmax(&out)];
+    for _ in 0..8 {
+        cpu.eval(&mut cs, &[*want.last().unwrap()], Logits::Last, &mut out).unwrap();
+        want.push(argmax(&out));
+    }
+    let g = gpu(&path, false, Some(3));
+    let mut s = g.new_session(KvType::F16, 64, 512).unwrap();
+    g.eval(&mut s, &prompt(), Logits::Last, &mut out).unwrap();
+    let mut got = vec![argmax(&out)];
+    for _ in 0..8 {
+        g.eval(&mut s, &[*got.last().unwrap()], Logits::Last, &mut out).unwrap();
+        got.push(argmax(&out));
+    }
+    assert_eq!(got, want);
+}
+
+#[test]
+fn expert_cache_refuses_experts_the_device_cannot_run_as_stored() {
+    let api = Arc::from(open_device(Device::Emu).expect("software device"));
+    let opts = GpuOptions { expert_cache: Some(2), ..GpuOptions::default() };
+    let err = GpuModel::new(Model::load(&reference(F32)).unwrap(), api, opts).err().expect("f32 experts are widened at upload");
+    let msg = err.to_string();
+    assert!(msg.contains("blk.0.ffn_gate_exps.weight") && msg.contains("--expert-cache"), "{msg}");
+}
+
+#[test]
+fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {
+    let m = reference(Q8);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "8", "--temp", "0", "--show-ids", "--ordered"];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {err}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+    };
+    let (cpu_text, cpu_err) = run(&["--device", "cpu"]);
+    let (emu_text, emu_err) = run(&["--device", "emu", "--expert-cache", "3"]);
+    assert_eq!(emu_text, cpu_text);
+    let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
+    assert_eq!(ids(&emu_err), ids(&cpu_err));
+    assert!(emu_err.contains("expert cache: ") && emu_err.contains("lookups") && emu_err.contains("3 slots per layer"), "{emu_err}");
+}
