@@ -157,3 +157,41 @@ fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {
     assert_eq!(ids(&emu_err), ids(&cpu_err));
     assert!(emu_err.contains("expert cache: ") && emu_err.contains("lookups") && emu_err.contains("3 slots per layer"), "{emu_err}");
 }
+
+/// `--expert-profile-save` writes a run's routing counts as an STRP profile; a new run with
+/// `--expert-profile` starts with the slots filled from it (the most-routed experts), so more
+/// decisions hit and none is admitted on first use; the text is unchanged. Bad uses are errors.
+#[test]
+fn cli_expert_profile_round_trip_preloads_the_most_routed_experts() {
+    let m = reference(Q8);
+    let dir = std::env::temp_dir().join(format!("strata-expert-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prof = dir.join("run.strp");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", m.to_str().unwrap(), "-p", "The capital of France", "-n", "12", "--temp", "0", "--show-ids", "--device", "emu", "--expert-cache", "3"];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap()
+    };
+    let stat = |err: &str, what: &str| -> u64 {
+        let line = err.lines().find(|l| l.contains("expert cache: ") && l.contains("lookups")).unwrap_or_else(|| panic!("no counters in {err}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let i = words.iter().position(|w| *w == what).unwrap_or_else(|| panic!("{what} in {line}"));
+        words[i - 1].trim_start_matches('[').parse().unwrap()
+    };
+    let first = run(&["--expert-profile-save", prof.to_str().unwrap()]);
+    let e1 = String::from_utf8_lossy(&first.stderr).into_owned();
+    assert!(first.status.success(), "{e1}");
+    let p = strata::experts::Profile::read(&prof).unwrap();
+    assert_eq!((p.n_layers, p.n_expert, p.slots), (2, 8, 3));
+    let second = run(&["--expert-profile", prof.to_str().unwrap()]);
+    let e2 = String::from_utf8_lossy(&second.stderr).into_owned();
+    assert!(second.status.success(), "{e2}");
+    assert_eq!(second.stdout, first.stdout, "same text with a preloaded cache");
+    assert_eq!(stat(&e2, "preloaded"), 6, "3 slots x 2 layers from the profile: {e2}");
+    assert_eq!(stat(&e2, "admitted"), 0, "{e2}");
+    assert!(stat(&e2, "hits") > stat(&e1, "hits"), "profile-filled slots hit more often than first-use ones:\n{e1}\n{e2}");
+    // The profile is for this model's shape; without --expert-cache it is refused.
+    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["generate", "-m", m.to_str().unwrap(), "-p", "x", "-n", "1", "--expert-profile", prof.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("give --expert-cache N"), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

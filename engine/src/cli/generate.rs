@@ -102,9 +102,7 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
         ids.len().saturating_sub(1) as f64 / tg.max(1e-9),
         stop
     );
-    if let Some(line) = e.model.expert_cache_report() {
-        eprintln!("[{line}]");
-    }
+    report_expert_cache(e)?;
     if a.show_ids {
         eprintln!("ids: {ids:?}");
     }
@@ -141,9 +139,7 @@ fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Res
         stats.accepted,
         stats.drafted
     );
-    if let Some(line) = e.model.expert_cache_report() {
-        eprintln!("[{line}]");
-    }
+    report_expert_cache(e)?;
     if a.show_ids {
         eprintln!("ids: {ids:?}");
     }
@@ -226,4 +222,18 @@ pub fn chat_ids(e: &Engine, text: &str) -> Vec<u32> {
         ids.insert(0, bos);
     }
     ids
+}
+
+/// The GPU expert cache's counters after generation, and its profile when asked for.
+fn report_expert_cache(e: &Engine) -> Result<()> {
+    if let Some(line) = e.model.expert_cache_report() {
+        eprintln!("[{line}]");
+    }
+    if let Some(p) = &e.opts.expert_profile_save {
+        if !e.model.save_expert_profile(p)? {
+            anyhow::bail!("--expert-profile-save {}: this model has no GPU expert cache (--device emu|hip, --expert-cache N below its expert count)", p.display());
+        }
+        eprintln!("[expert profile written to {}]", p.display());
+    }
+    Ok(())
 }

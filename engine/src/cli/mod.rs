@@ -93,6 +93,14 @@ pub struct CommonArgs {
     /// another GPU architecture or hipBLASLt version is refused.
     #[arg(long, global = true, env = "STRATA_CALIBRATION")]
     pub calibration: Option<PathBuf>,
+    /// GPU expert cache (--expert-cache N): fill its slots at start from this STRP v1 expert
+    /// profile, most-routed experts first (docs/expert-tiering.md), instead of by first use.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub expert_profile: Option<PathBuf>,
+    /// GPU expert cache: after `generate`, write this run's routing counts as an STRP v1
+    /// profile (for --expert-profile).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub expert_profile_save: Option<PathBuf>,
     /// Flash-Next only: run without the PLE table if it cannot be found (a warning is printed;
     /// outputs then differ from the real model).
     #[arg(long, global = true)]
@@ -294,6 +302,14 @@ impl CommonArgs {
         {
             bail!("PLE file {} (--ple-gguf) not found", p.display());
         }
+        if let Some(p) = &self.expert_profile {
+            if !p.is_file() {
+                bail!("expert profile {} (--expert-profile) not found", p.display());
+            }
+        }
+        if (self.expert_profile.is_some() || self.expert_profile_save.is_some()) && self.gpu.expert_cache.is_none() {
+            bail!("--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N (and --device emu|hip)");
+        }
         let ple = crate::model::qwen4exp::PleOptions {
             ple_gguf: self.ple_gguf.clone(),
             ple_io: match self.ple_io {
@@ -305,7 +321,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), gpu: self.gpu } })
+        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu } })
     }
 }
 

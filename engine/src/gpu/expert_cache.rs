@@ -28,6 +28,8 @@ pub struct CacheStats {
     pub admitted: u64,
     /// Decisions computed on the CPU (their expert had no slot and none was free).
     pub cpu: u64,
+    /// Experts put into slots at start from `--expert-profile`.
+    pub preloaded: u64,
 }
 
 /// Where one expert runs for this layer's tokens.
@@ -45,6 +47,9 @@ pub struct ExpertCache {
     slots: usize,
     /// Per layer, per expert: its slot.
     slot_of: Mutex<Vec<Vec<Option<u32>>>>,
+    /// Per layer, per expert: routing decisions so far (`--expert-profile-save`).
+    counts: Mutex<Vec<Vec<u64>>>,
+    preloaded: AtomicU64,
     lookups: AtomicU64,
     hits: AtomicU64,
     admitted: AtomicU64,
@@ -56,6 +61,8 @@ impl ExpertCache {
         ExpertCache {
             slots,
             slot_of: Mutex::new(vec![vec![None; n_expert]; n_layer]),
+            counts: Mutex::new(vec![vec![0; n_expert]; n_layer]),
+            preloaded: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
@@ -72,6 +79,7 @@ impl ExpertCache {
     pub fn place(&self, layer: usize, e: usize, uses: usize) -> Placement {
         let uses = uses as u64;
         self.lookups.fetch_add(uses, Ordering::Relaxed);
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())[layer][e] += uses;
         let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
         let row = &mut table[layer];
         if let Some(s) = row[e] {
@@ -88,6 +96,25 @@ impl ExpertCache {
         Placement::Cpu
     }
 
+    /// A free slot of `layer` for expert `e` at start (profile order), or None when the layer's
+    /// slots are full or `e` already holds one. The caller fills the slot.
+    pub fn reserve(&self, layer: usize, e: usize) -> Option<usize> {
+        let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
+        let row = table.get_mut(layer)?;
+        let used = row.iter().filter(|s| s.is_some()).count();
+        if row.get(e)?.is_some() || used >= self.slots {
+            return None;
+        }
+        row[e] = Some(used as u32);
+        self.preloaded.fetch_add(1, Ordering::Relaxed);
+        Some(used)
+    }
+
+    /// Routing decisions so far, `[layer][expert]`.
+    pub fn counts(&self) -> Vec<Vec<u64>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             slots: self.slots,
@@ -95,6 +122,7 @@ impl ExpertCache {
             hits: self.hits.load(Ordering::Relaxed),
             admitted: self.admitted.load(Ordering::Relaxed),
             cpu: self.cpu.load(Ordering::Relaxed),
+            preloaded: self.preloaded.load(Ordering::Relaxed),
         }
     }
 }
@@ -104,8 +132,8 @@ impl std::fmt::Display for CacheStats {
         let pct = if self.lookups == 0 { 0.0 } else { 100.0 * self.hits as f64 / self.lookups as f64 };
         write!(
             f,
-            "expert cache: {} hits / {} lookups ({pct:.1}%), {} admitted on first use, {} computed on the CPU; {} slots per layer",
-            self.hits, self.lookups, self.admitted, self.cpu, self.slots
+            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} computed on the CPU; {} slots per layer",
+            self.hits, self.lookups, self.preloaded, self.admitted, self.cpu, self.slots
         )
     }
 }
@@ -124,5 +152,18 @@ mod tests {
         assert_eq!(c.place(1, 2, 1), Placement::Admit(0), "layers have their own slots");
         let s = c.stats();
         assert_eq!((s.lookups, s.hits, s.admitted, s.cpu), (6, 1, 3, 1));
+        assert_eq!(c.counts()[0], vec![0, 2, 1, 2]);
+    }
+
+    #[test]
+    fn reserve_fills_free_slots_in_order_and_never_twice() {
+        let c = ExpertCache::new(1, 4, 2);
+        assert_eq!(c.reserve(0, 2), Some(0));
+        assert_eq!(c.reserve(0, 2), None, "already resident");
+        assert_eq!(c.reserve(0, 0), Some(1));
+        assert_eq!(c.reserve(0, 1), None, "full");
+        assert_eq!(c.reserve(1, 0), None, "no such layer");
+        assert_eq!(c.place(0, 2, 1), Placement::Hit(0));
+        assert_eq!(c.stats().preloaded, 2);
     }
 }
