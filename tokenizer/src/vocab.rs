@@ -233,14 +233,22 @@ impl Vocab {
             ("suffix_token_id", |s| &mut s.fim_suf),
             ("middle_token_id", |s| &mut s.fim_mid),
         ];
+        // An id the file states must name a token: llama.cpp warns and keeps its default (a
+        // BOS of 999999 quietly became token 1), which runs the model on the wrong prompt.
         for (key, slot) in keyed {
-            if let Some(v) = g
-                .get(&format!("tokenizer.ggml.{key}"))
-                .and_then(Value::as_u32)
-                && (v as usize) < n
-            {
-                *slot(&mut sp) = Some(v);
+            let key = format!("tokenizer.ggml.{key}");
+            let Some(v) = g.get(&key) else { continue };
+            let id = v.as_u32().ok_or_else(|| match v.as_int() {
+                Some(i) => bad(&key, format!("token id {i} is out of range (the vocabulary has {n} tokens)")),
+                None => bad(&key, format!("must be a token id (an unsigned integer), not a {}", v.type_name())),
+            })?;
+            if id as usize >= n {
+                return Err(bad(
+                    &key,
+                    format!("token id {id} is out of range (the vocabulary has {n} tokens)"),
+                ));
             }
+            *slot(&mut sp) = Some(id);
         }
         if let Some(b) = opt_bool(g, "tokenizer.ggml.add_bos_token") {
             add_bos = b;

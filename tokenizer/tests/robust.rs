@@ -163,13 +163,19 @@ fn bad_metadata_is_a_typed_error() {
         matches!(e, TokenizerError::BadMetadata { ref key, .. } if key == "tokenizer.ggml.add_bos_token"),
         "{e}"
     );
-    // Out-of-range special ids from the file are ignored, as llama.cpp does.
-    let t = build(&[
-        m("llama"),
-        ("tokenizer.ggml.tokens", toks),
-        ("tokenizer.ggml.eos_token_id", Value::U32(99)),
-    ])
-    .unwrap();
+    // A special id the file states must name a token (llama.cpp warns and keeps its default,
+    // so a BOS of 999999 quietly became token 1): an error naming the key (issue 14 item 6).
+    for (k, v, why) in [
+        ("tokenizer.ggml.eos_token_id", Value::U32(99), "token id 99 is out of range (the vocabulary has 3 tokens)"),
+        ("tokenizer.ggml.bos_token_id", Value::U32(999_999), "token id 999999 is out of range (the vocabulary has 3 tokens)"),
+        ("tokenizer.ggml.padding_token_id", Value::I32(-1), "token id -1 is out of range (the vocabulary has 3 tokens)"),
+        ("tokenizer.ggml.unknown_token_id", Value::Str("0".into()), "must be a token id (an unsigned integer), not a string"),
+    ] {
+        let e = build(&[m("llama"), ("tokenizer.ggml.tokens", toks.clone()), (k, v)]).unwrap_err();
+        assert_eq!(e.to_string(), format!("tokenizer metadata {k:?}: {why}"));
+    }
+    // The llama defaults (bos 1, eos 2, unk 0) apply when the file states none.
+    let t = build(&[m("llama"), ("tokenizer.ggml.tokens", toks)]).unwrap();
     assert_eq!(t.eos(), Some(2));
     assert!(t.decode(&[7, 99, u32::MAX]).is_empty());
 }
