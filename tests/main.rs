@@ -25,6 +25,7 @@ mod models_qwen3moe;
 mod spec_mtp;
 mod cli_mtp;
 mod cli_commands;
+mod cli_bad_input;
 mod cli_gguf;
 mod cli_default_model;
 mod repo_self_contained;

@@ -76,7 +76,27 @@ pub struct HParams {
     pub layers: Vec<LayerKind>,
 }
 
-/// Typed access to `<arch>.<name>` keys with errors naming the key.
+/// An RMS-norm epsilon a forward pass can use: finite, in (0, 1). NaN made every logit NaN;
+/// a negative one can take the square root of a negative number.
+pub fn check_rms_eps(v: f32) -> std::result::Result<f32, String> {
+    if v.is_finite() && v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a usable RMS norm epsilon (a finite number in (0, 1), e.g. 1e-6)"))
+    }
+}
+
+/// A rope frequency base: finite and > 1 (the frequencies base^(-2i/d) then lie in (1/base, 1]);
+/// NaN, 0 or a negative base turns every rotation angle into NaN or infinity.
+pub fn check_rope_base(v: f32) -> std::result::Result<f32, String> {
+    if v.is_finite() && v > 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a usable rope frequency base (a finite number > 1, e.g. 10000)"))
+    }
+}
+
+/// Typed access to `<arch>.<name>` keys with errors naming the key. Floats must be finite.
 pub struct Keys<'a> {
     pub g: &'a GgufFile,
     pub arch: super::Arch,
@@ -101,7 +121,16 @@ impl<'a> Keys<'a> {
     }
     pub fn f32(&self, name: &str) -> Result<f32> {
         let k = self.key(name);
-        self.g.get_f32(&k).map_err(|e| EngineError::BadMetadata { key: k, why: e.to_string() })
+        let v = self.g.get_f32(&k).map_err(|e| EngineError::BadMetadata { key: k.clone(), why: e.to_string() })?;
+        if !v.is_finite() {
+            return Err(EngineError::BadMetadata { key: k, why: format!("{v} is not a finite number") });
+        }
+        Ok(v)
+    }
+    /// [`Keys::f32_or`], then `check` (a range check returning why the value is unusable).
+    pub fn f32_checked(&self, name: &str, default: f32, check: fn(f32) -> std::result::Result<f32, String>) -> Result<f32> {
+        let v = self.f32_or(name, default)?;
+        check(v).map_err(|why| EngineError::BadMetadata { key: self.key(name), why })
     }
     pub fn f32_or(&self, name: &str, default: f32) -> Result<f32> {
         if self.has(name) { self.f32(name) } else { Ok(default) }
@@ -116,7 +145,9 @@ impl<'a> Keys<'a> {
     pub fn rope_freq_scale(&self) -> Result<f32> {
         let ty = self.g.get(&self.key("rope.scaling.type"));
         let linear = matches!(ty, Some(gguf::Value::Str(s)) if s == "linear");
-        let factor = self.f32_or("rope.scaling.factor", 0.0)?;
+        let factor = self.f32_checked("rope.scaling.factor", 0.0, |f| {
+            if f >= 0.0 { Ok(f) } else { Err(format!("{f} is negative (0 = no scaling)")) }
+        })?;
         // llama.cpp: freq_scale = 1/factor when a factor is given (0 = none).
         Ok(if factor > 0.0 && (linear || ty.is_none()) { 1.0 / factor } else { 1.0 })
     }
@@ -150,9 +181,9 @@ impl<'a> Keys<'a> {
             // Not every model stores the training context; 4096 only sizes the default cache.
             n_ctx_train: self.u32_or("context_length", 4096)?,
             n_ff: self.u32_or("feed_forward_length", 0)?,
-            rms_eps: self.f32_or("attention.layer_norm_rms_epsilon", 1e-6)?,
+            rms_eps: self.f32_checked("attention.layer_norm_rms_epsilon", 1e-6, check_rms_eps)?,
             // llama.cpp silently defaults a missing freq_base to 10000.
-            rope_base: self.f32_or("rope.freq_base", 10000.0)?,
+            rope_base: self.f32_checked("rope.freq_base", 10000.0, check_rope_base)?,
             rope_dim: self.u32_or("rope.dimension_count", head_dim)?,
         })
     }

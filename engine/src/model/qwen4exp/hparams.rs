@@ -158,7 +158,8 @@ impl HParams {
         }
         let n_layer = n_block - n_nextn;
         let n_ctx_train = positive(g, "context_length")?;
-        let eps = g.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
+        let eps = crate::model::hparams::check_rms_eps(g.get_f32(&key("attention.layer_norm_rms_epsilon"))?)
+            .map_err(|why| bad("attention.layer_norm_rms_epsilon", why))?;
         // llama.cpp reads n_head without a default check; 0 gives a tensor shape mismatch there.
         let n_head = positive(g, "attention.head_count")?;
         let n_head_kv = opt_usize(g, "attention.head_count_kv", n_head)?; // default: n_head (MHA)
@@ -179,7 +180,8 @@ impl HParams {
         let n_rot = opt_usize(g, "rope.dimension_count", head_dim)?; // default: full rotary
         let rope_base = match g.get(&key("rope.freq_base")) {
             None => 10_000.0, // llama.cpp default
-            Some(_) => g.get_f32(&key("rope.freq_base"))?,
+            Some(_) => crate::model::hparams::check_rope_base(g.get_f32(&key("rope.freq_base"))?)
+                .map_err(|why| bad("rope.freq_base", why))?,
         };
         let secs =
             array(g, "rope.dimension_sections")?.ok_or_else(|| Qwen4ExpError::MissingKey {

@@ -1,0 +1,92 @@
+//! Bad input from the command line (issue 14 items 6 and 7), end to end through the `strata`
+//! binary: a model path that is not a file, GGUF errors (said once), NaN and out-of-range
+//! metadata (refused at load, naming the key), NaN weights (an error naming the position, and
+//! with STRATA_CHECK_FINITE=1 the layer), and bytes that are not UTF-8 on `--serve`'s stdin.
+//! The bad models are the synthetic fixture rewritten with one thing changed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use gguf::{GgufFile, GgufWriter, Value};
+
+fn strata() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+}
+
+/// The tiny qwen3moe model (1024 tokens, q8_0), from scripts/make-testdata.sh.
+fn fixture() -> PathBuf {
+    let p = crate::models_util::reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
+    assert!(p.is_file(), "missing {} (scripts/make-testdata.sh)", p.display());
+    p
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("strata-bad-input-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// The fixture with metadata `key` set to `value` (None: removed), tensor bytes patched.
+fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mut Vec<u8>)) -> PathBuf {
+    let g = GgufFile::open(&fixture()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        match edits.iter().find(|(e, _)| e == k) {
+            Some((_, Some(nv))) => w.add_metadata(k.clone(), nv.clone()),
+            Some((_, None)) => &mut w,
+            None => w.add_metadata(k.clone(), v.clone()),
+        };
+    }
+    for (k, v) in edits {
+        if g.get(k).is_none()
+            && let Some(v) = v
+        {
+            w.add_metadata(k.to_string(), v.clone());
+        }
+    }
+    for t in g.tensors() {
+        let mut d = g.tensor_data(t).to_vec();
+        patch(&t.name, &mut d);
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, d);
+    }
+    let p = tmp(name);
+    w.write(&p).unwrap();
+    p
+}
+
+/// Runs `strata ARGS`, expects exit status 1 and no panic; returns stderr.
+fn fails(args: &[&str]) -> String {
+    let o = strata().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "strata {args:?}: {o:?}");
+    assert!(!err.contains("panicked"), "strata {args:?}: {err}");
+    err
+}
+
+fn gen_args(model: &Path, tokens: &str) -> Vec<String> {
+    ["generate", "-m", model.to_str().unwrap(), "--tokens", tokens, "-n", "4", "--temp", "0"].map(String::from).to_vec()
+}
+
+fn fails_gen(model: &Path, tokens: &str) -> String {
+    let a = gen_args(model, tokens);
+    fails(&a.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[test]
+fn nan_and_out_of_range_metadata_is_refused_at_load() {
+    let cases: [(&str, Value, &str); 7] = [
+        ("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(f32::NAN), "NaN is not a finite number"),
+        ("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(-1e-6), "-0.000001 is not a usable RMS norm epsilon (a finite number in (0, 1)"),
+        ("qwen3moe.rope.freq_base", Value::F32(f32::NAN), "NaN is not a finite number"),
+        ("qwen3moe.rope.freq_base", Value::F32(-1.0), "-1 is not a usable rope frequency base (a finite number > 1"),
+        ("qwen3moe.rope.freq_base", Value::F32(0.0), "0 is not a usable rope frequency base"),
+        ("tokenizer.ggml.bos_token_id", Value::U32(999_999), "token id 999999 is out of range (the vocabulary has 1024 tokens)"),
+        ("tokenizer.ggml.eos_token_id", Value::Str("two".into()), "must be a token id (an unsigned integer), not a string"),
+    ];
+    for (i, (key, value, want)) in cases.into_iter().enumerate() {
+        let p = rewrite(&format!("meta-{i}.gguf"), &[(key, Some(value))], |_, _| {});
+        let err = fails_gen(&p, "1,2");
+        assert!(err.contains(key) && err.contains(want), "{key}: {err}");
+    }
+}
