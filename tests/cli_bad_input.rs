@@ -90,3 +90,38 @@ fn nan_and_out_of_range_metadata_is_refused_at_load() {
         assert!(err.contains(key) && err.contains(want), "{key}: {err}");
     }
 }
+
+/// Row `row` of the q8_0 `token_embd.weight` (256 columns: 8 blocks of 34 bytes, f16 scale
+/// first) with every block scale NaN.
+fn nan_row(row: usize) -> impl Fn(&str, &mut Vec<u8>) {
+    move |name, d| {
+        if name == "token_embd.weight" {
+            for b in 0..8 {
+                let at = row * 8 * 34 + b * 34;
+                d[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+            }
+        }
+    }
+}
+
+#[test]
+fn nan_weights_are_an_error_naming_the_position() {
+    let p = rewrite("nan-embd-row-5.gguf", &[], nan_row(5));
+    // The prompt does not use row 5: the model runs.
+    let ok = strata().args(gen_args(&p, "3,7")).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    // It does: greedy decoding used to pick token 0 from all-NaN logits and exit 0. The NaN of
+    // position 1 reaches the last position's logits through attention.
+    let err = fails_gen(&p, "3,5,7");
+    assert!(err.contains("non-finite logits at position 2 (token 7): 1024 of 1024 values are NaN or infinite; the model's weights or metadata hold NaN or infinity (STRATA_CHECK_FINITE=1 names the first layer that produces one)"), "{err}");
+    // Every position's logits: the first bad one is the token itself.
+    let npy = tmp("nan.npy");
+    let err = fails(&["logits", "-m", p.to_str().unwrap(), "--tokens", "3,5,7", "--out", npy.to_str().unwrap()]);
+    assert!(err.contains("non-finite logits at position 1 (token 5)"), "{err}");
+    // The per-layer scan names the layer and position where it starts.
+    let a = gen_args(&p, "3,5,7");
+    let o = strata().args(&a).env("STRATA_CHECK_FINITE", "1").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("non-finite values in the residual stream after layer 0 at position 1 (token 5): 256 of 256 values are NaN or infinite"), "{err}");
+}

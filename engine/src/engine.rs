@@ -66,10 +66,6 @@ pub struct RunOptions {
     /// hipBLASLt calibration table for the GPU backends (`--calibration`); None: the default
     /// location for the device (`gpu::calibrate::default_path`) when such a file exists.
     pub calibration: Option<std::path::PathBuf>,
-    /// STRP profile that fills the GPU expert cache at start (`--expert-profile`).
-    pub expert_profile: Option<std::path::PathBuf>,
-    /// Where `generate` writes this run's routing counts (`--expert-profile-save`).
-    pub expert_profile_save: Option<std::path::PathBuf>,
     /// GPU backend settings (`--gpu-*` flags / `STRATA_GPU_*`); `ordered` is set from
     /// `ordered_attention` at load.
     pub gpu: crate::gpu_options::GpuOptions,
@@ -77,7 +73,7 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default() }
+        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, gpu: Default::default() }
     }
 }
 
@@ -108,7 +104,65 @@ pub struct FlashSession {
     fresh: q4::SeqState,
 }
 
+/// `STRATA_CHECK_FINITE=1`: scan the residual stream after every layer (read once).
+fn check_layers() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("STRATA_CHECK_FINITE").is_ok_and(|v| v == "1"))
+}
+
+/// The first row of `logits` (rows of `n_vocab`; the last token's row for `Logits::Last`)
+/// holding a NaN or an infinity is an error naming its position and token.
+fn check_logits(logits: &[f32], n_vocab: usize, pos0: usize, tokens: &[u32], want: Logits) -> Result<()> {
+    if n_vocab == 0 || logits.iter().all(|x| x.is_finite()) {
+        return Ok(());
+    }
+    let first_row = if want == Logits::All { 0 } else { tokens.len().saturating_sub(1) };
+    for (r, row) in logits.chunks(n_vocab).enumerate() {
+        let count = row.iter().filter(|x| !x.is_finite()).count();
+        if count > 0 {
+            let i = (first_row + r).min(tokens.len().saturating_sub(1));
+            return Err(EngineError::NonFinite { position: pos0 + i, token: tokens.get(i).copied().unwrap_or(0), layer: None, count, of: row.len() });
+        }
+    }
+    Ok(())
+}
+
+/// In a per-layer trace (`[layer][tokens * n_embd]`), the first layer holding a non-finite
+/// value: (layer, token row, non-finite values in that row, row width).
+fn first_non_finite_layer(trace: &[Vec<f32>], n_tokens: usize) -> Option<(usize, usize, usize, usize)> {
+    trace.iter().enumerate().find_map(|(layer, x)| {
+        let d = x.len() / n_tokens.max(1);
+        if d == 0 {
+            return None;
+        }
+        x.chunks(d).enumerate().find_map(|(row, v)| {
+            let count = v.iter().filter(|x| !x.is_finite()).count();
+            (count > 0).then_some((layer, row, count, d))
+        })
+    })
+}
+
 impl AnySession {
+    /// Tokens per forward chunk of a session with a per-layer trace (None: Flash-Next).
+    fn trace_chunk(&self) -> Option<usize> {
+        match self {
+            AnySession::Std(s) => Some(s.prefill_chunk.max(1)),
+            AnySession::Flash(_) => None,
+            #[cfg(feature = "gpu")]
+            AnySession::Gpu(g) => Some(g.chunk.max(1)),
+        }
+    }
+
+    /// Sets the per-layer trace, returning the previous one.
+    fn set_trace(&mut self, t: Option<Vec<Vec<f32>>>) -> Option<Vec<Vec<f32>>> {
+        match self {
+            AnySession::Std(s) => std::mem::replace(&mut s.trace, t),
+            AnySession::Flash(_) => None,
+            #[cfg(feature = "gpu")]
+            AnySession::Gpu(g) => std::mem::replace(&mut g.trace, t),
+        }
+    }
+
     /// Positions already evaluated.
     pub fn n_past(&self) -> usize {
         match self {
@@ -204,19 +258,6 @@ impl AnyModel {
         }
     }
 
-    /// Writes the GPU expert cache's routing counts (`--expert-profile-save`); Ok(false) when
-    /// the model has no expert cache.
-    pub fn save_expert_profile(&self, path: &Path) -> Result<bool> {
-        match self {
-            #[cfg(feature = "gpu")]
-            AnyModel::Gpu(m) if m.expert_cache_stats().is_some() => m.save_expert_profile(path).map(|()| true),
-            _ => {
-                let _ = path;
-                Ok(false)
-            }
-        }
-    }
-
     /// Which backend runs the forward pass, for messages (`cpu`, `hip (gfx1100 ...)`, `emu`).
     pub fn backend(&self) -> String {
         match self {
@@ -230,7 +271,50 @@ impl AnyModel {
     }
 
     /// Appends `tokens` to the sequence and writes logits to `out` (see [`Model::eval`]).
+    ///
+    /// Logits that are not all finite are an error ([`EngineError::NonFinite`], naming the
+    /// position): NaN weights or metadata otherwise make greedy sampling pick token 0 forever.
+    /// With `STRATA_CHECK_FINITE=1`, the shared decoder runs chunk by chunk with the session's
+    /// per-layer trace on, and the error names the first layer whose output held a NaN or
+    /// infinity (slower: the residual stream is copied after every layer).
     pub fn eval(&self, s: &mut AnySession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        let pos0 = s.n_past();
+        if check_layers()
+            && let Some(chunk) = s.trace_chunk()
+        {
+            return self.eval_checked(s, chunk, tokens, want, out);
+        }
+        self.eval_backend(s, tokens, want, out)?;
+        check_logits(out, self.n_vocab(), pos0, tokens, want)
+    }
+
+    /// [`AnyModel::eval`] with the per-layer scan (`STRATA_CHECK_FINITE=1`).
+    fn eval_checked(&self, s: &mut AnySession, chunk: usize, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        out.clear();
+        let mut piece_out = Vec::new();
+        let n_pieces = tokens.len().div_ceil(chunk);
+        for (i, piece) in tokens.chunks(chunk).enumerate() {
+            let pos = s.n_past();
+            s.set_trace(Some(Vec::new()));
+            let r = self.eval_backend(s, piece, if want == Logits::All { Logits::All } else { Logits::Last }, &mut piece_out);
+            let trace = s.set_trace(None).unwrap_or_default();
+            r?;
+            if let Some((layer, row, count, of)) = first_non_finite_layer(&trace, piece.len()) {
+                return Err(EngineError::NonFinite { position: pos + row, token: piece[row], layer: Some(layer), count, of });
+            }
+            check_logits(&piece_out, self.n_vocab(), pos, piece, want)?;
+            if want == Logits::All || i + 1 == n_pieces {
+                out.extend_from_slice(&piece_out);
+            }
+        }
+        Ok(())
+    }
+
+    /// The backend's forward pass, unchecked.
+    fn eval_backend(&self, s: &mut AnySession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         match (self, s) {
             (AnyModel::Std(m), AnySession::Std(s)) => m.eval(s, tokens, want, out),
             (AnyModel::Flash(m), AnySession::Flash(f)) => {
@@ -266,9 +350,7 @@ pub struct Engine {
 }
 
 /// Puts a shared-decoder model on the chosen device.
-fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
-    let (device, calibration, ordered, gpu) = (opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu);
-    let expert_profile = opts.expert_profile.as_deref();
+fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool, gpu: crate::gpu_options::GpuOptions) -> Result<AnyModel> {
     #[cfg(feature = "gpu")]
     {
         use crate::gpu::device::{Device, GpuError, open_device};
@@ -293,14 +375,10 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
         opts.ordered |= ordered;
         let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
         attach_calibration(&mut m, calibration)?;
-        if let Some(p) = expert_profile {
-            let n = m.fill_expert_cache(p)?;
-            eprintln!("strata: expert cache: {n} experts copied from {}", p.display());
-        }
         Ok(AnyModel::Gpu(Box::new(m)))
     }
     #[cfg(not(feature = "gpu"))]
-    let _ = (calibration, ordered, gpu, expert_profile);
+    let _ = (calibration, ordered, gpu);
     #[cfg(not(feature = "gpu"))]
     match device {
         Device::Cpu | Device::Auto => Ok(AnyModel::Std(Box::new(model))),
@@ -378,7 +456,7 @@ impl Engine {
             }
             AnyModel::Flash(Box::new(m))
         } else {
-            place(Model::from_gguf(gguf, path)?, &opts)?
+            place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu)?
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;

@@ -43,6 +43,15 @@ pub enum EngineError {
     Gpu(String),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// The forward pass produced NaN or infinity: the model file's weights or metadata hold a
+    /// non-finite value. `layer`: the first layer after which the residual stream held one
+    /// (found with `STRATA_CHECK_FINITE=1`); None: seen in the logits.
+    #[error(
+        "non-finite {} at position {position} (token {token}): {count} of {of} values are NaN or infinite; the model's weights or metadata hold NaN or infinity{}",
+        .layer.map_or("logits".to_string(), |l| format!("values in the residual stream after layer {l}")),
+        if .layer.is_none() { " (STRATA_CHECK_FINITE=1 names the first layer that produces one)" } else { "" }
+    )]
+    NonFinite { position: usize, token: u32, layer: Option<usize>, count: usize, of: usize },
 }
 
 impl From<crate::model::qwen4exp::Qwen4ExpError> for EngineError {
