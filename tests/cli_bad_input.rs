@@ -74,6 +74,43 @@ fn fails_gen(model: &Path, tokens: &str) -> String {
 }
 
 #[test]
+fn model_path_that_is_not_a_file_says_what_it_is() {
+    let d = tmp("a-directory");
+    std::fs::create_dir_all(&d).unwrap();
+    let fifo = tmp("a-fifo");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let link = tmp("a-dangling-link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/nonexistent/model.gguf", &link).unwrap();
+    let cases = [
+        (d.clone(), "is a directory, not a GGUF file"),
+        (fifo.clone(), "is a FIFO (named pipe), not a regular file"),
+        (link.clone(), "is a symbolic link to /nonexistent/model.gguf, which does not exist"),
+        (PathBuf::from("/nonexistent/model.gguf"), "not found (nor is it a model name of `strata fetch --list`)"),
+    ];
+    for (p, want) in cases {
+        let err = fails(&["generate", "-m", p.to_str().unwrap(), "-p", "hi", "-n", "1"]);
+        assert!(err.contains(&format!("model file {} {want}", p.display())), "{err}");
+    }
+}
+
+#[test]
+fn gguf_errors_are_printed_once() {
+    let bytes = std::fs::read(fixture()).unwrap();
+    let cut = tmp("truncated.gguf");
+    std::fs::write(&cut, &bytes[..5000]).unwrap();
+    let err = fails_gen(&cut, "1,2");
+    let msg = "array of key \"tokenizer.ggml.tokens\" at byte 905: count 1024 cannot fit in the 4095 bytes left";
+    assert_eq!(err.matches(msg).count(), 1, "{err}");
+    assert_eq!(err.trim_end(), format!("error: loading {p}: {p}: {msg}", p = cut.display()));
+    let text = tmp("not-a-model.txt");
+    std::fs::write(&text, "just some text, no GGUF magic here\n").unwrap();
+    let err = fails_gen(&text, "1");
+    assert_eq!(err.matches("not a GGUF file (magic 0x7473756a at byte 0)").count(), 1, "{err}");
+}
+
+#[test]
 fn nan_and_out_of_range_metadata_is_refused_at_load() {
     let cases: [(&str, Value, &str); 7] = [
         ("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(f32::NAN), "NaN is not a finite number"),

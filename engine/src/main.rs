@@ -7,7 +7,7 @@ fn main() -> std::process::ExitCode {
     match strata::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", strata::cli::error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }

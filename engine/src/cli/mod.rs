@@ -93,14 +93,6 @@ pub struct CommonArgs {
     /// another GPU architecture or hipBLASLt version is refused.
     #[arg(long, global = true, env = "STRATA_CALIBRATION")]
     pub calibration: Option<PathBuf>,
-    /// GPU expert cache (--expert-cache N): fill its slots at start from this STRP v1 expert
-    /// profile, most-routed experts first (docs/expert-tiering.md), instead of by first use.
-    #[arg(long, global = true, value_name = "FILE")]
-    pub expert_profile: Option<PathBuf>,
-    /// GPU expert cache: after `generate`, write this run's routing counts as an STRP v1
-    /// profile (for --expert-profile).
-    #[arg(long, global = true, value_name = "FILE")]
-    pub expert_profile_save: Option<PathBuf>,
     /// Flash-Next only: run without the PLE table if it cannot be found (a warning is printed;
     /// outputs then differ from the real model).
     #[arg(long, global = true)]
@@ -270,6 +262,47 @@ impl SamplingArgs {
     }
 }
 
+/// Why `-m PATH` (not a regular file, nor a known model name) cannot be loaded: it does not
+/// exist, is a directory, a FIFO or other special file, or a symbolic link to nothing.
+fn model_path_problem(p: &std::path::Path) -> String {
+    let shown = p.display();
+    let meta = match std::fs::symlink_metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return format!("model file {shown} not found (nor is it a model name of `strata fetch --list`)");
+        }
+        Err(e) => return format!("model file {shown}: {e}"),
+        Ok(m) => m,
+    };
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        let target = std::fs::read_link(p).map(|t| t.display().to_string()).unwrap_or_else(|_| "?".into());
+        return match std::fs::metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                format!("model file {shown} is a symbolic link to {target}, which does not exist")
+            }
+            Err(e) => format!("model file {shown} (a symbolic link to {target}): {e}"),
+            Ok(m) => format!("model file {shown} is a symbolic link to {target}, {}", kind_of(&m.file_type())),
+        };
+    }
+    format!("model file {shown} is {}", kind_of(&ft))
+}
+
+/// What a non-regular file is, for messages ("a directory, not a GGUF file").
+fn kind_of(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory, not a GGUF file (give the .gguf file inside it; for a split model, its first shard)"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe), not a regular file: a GGUF model is memory-mapped, so it must be a file"
+    } else if ft.is_socket() {
+        "a socket, not a regular file"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device file, not a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// Validated common options.
 #[derive(Debug, Clone)]
 pub struct Common {
@@ -293,7 +326,7 @@ impl CommonArgs {
         let model = match &self.model {
             Some(p) if !p.is_file() => match p.to_str().and_then(crate::fetch::find) {
                 Some(known) => Some(crate::fetch::ensure(known, true)?),
-                None => bail!("model file {} not found (nor is it a model name of `strata fetch --list`)", p.display()),
+                None => bail!("{}", model_path_problem(p)),
             },
             other => other.clone(),
         };
@@ -301,14 +334,6 @@ impl CommonArgs {
             && !p.is_file()
         {
             bail!("PLE file {} (--ple-gguf) not found", p.display());
-        }
-        if let Some(p) = &self.expert_profile {
-            if !p.is_file() {
-                bail!("expert profile {} (--expert-profile) not found", p.display());
-            }
-        }
-        if (self.expert_profile.is_some() || self.expert_profile_save.is_some()) && self.gpu.expert_cache.is_none() {
-            bail!("--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N (and --device emu|hip)");
         }
         let ple = crate::model::qwen4exp::PleOptions {
             ple_gguf: self.ple_gguf.clone(),
@@ -321,7 +346,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu } })
+        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), gpu: self.gpu } })
     }
 }
 
@@ -333,6 +358,22 @@ fn load(c: &Common) -> Result<Engine> {
     };
     // (qwen4exp load warnings, e.g. a skipped PLE table, are printed by the loader.)
     Engine::load(&path, c.run.clone()).with_context(|| format!("loading {}", path.display()))
+}
+
+/// An error and its causes on one line, `outer: inner: ...`, each said once. Many error types
+/// print their cause as part of their own message (`EngineError::Gguf` is the GGUF error's
+/// text, a GGUF I/O error ends with the OS error), so a cause whose text the line already ends
+/// with is not repeated (`anyhow`'s `{:#}` printed every GGUF error twice).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let m = cause.to_string();
+        if !line.ends_with(&m) {
+            line.push_str(": ");
+            line.push_str(&m);
+        }
+    }
+    line
 }
 
 /// Entry point of the binary.
