@@ -162,3 +162,61 @@ fn nan_weights_are_an_error_naming_the_position() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err.contains("non-finite values in the residual stream after layer 0 at position 1 (token 5): 256 of 256 values are NaN or infinite"), "{err}");
 }
+
+fn serve(model: &Path, input: &[u8]) -> (Vec<serde_json::Value>, std::process::Output) {
+    let mut child = strata()
+        .args(["--serve", "-m", model.to_str().unwrap(), "--max-context", "64"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let lines = String::from_utf8(o.stdout.clone())
+        .expect("engine output is UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    (lines, o)
+}
+
+fn done(lines: &[serde_json::Value], id: u64) -> &serde_json::Value {
+    let d: Vec<_> = lines.iter().filter(|l| l["type"] == "done" && l["id"] == id).collect();
+    assert_eq!(d.len(), 1, "one done for {id}: {lines:?}");
+    d[0]
+}
+
+#[test]
+fn serve_answers_a_line_that_is_not_utf8_and_goes_on() {
+    let req = |id: u32| format!("{{\"type\":\"generate\",\"id\":{id},\"tokens\":[1,2],\"max_tokens\":2,\"sampling\":{{\"temperature\":0}}}}\n");
+    let mut input = req(1).into_bytes();
+    input.extend_from_slice(b"\xff\n");
+    input.extend_from_slice(req(2).as_bytes());
+    let (lines, o) = serve(&fixture(), &input);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(lines[0]["type"], "hello");
+    for id in [1, 2] {
+        assert_eq!(done(&lines, id)["generated_tokens"], 2, "{lines:?}");
+    }
+    let errors: Vec<_> = lines.iter().filter(|l| l["type"] == "error").collect();
+    assert_eq!(errors.len(), 1, "{lines:?}");
+    assert_eq!(errors[0]["error"], "malformed request: the line is not valid UTF-8 (byte 0xff at offset 0)");
+}
+
+#[test]
+fn serve_fails_a_request_with_nan_logits_and_serves_the_next() {
+    let p = rewrite("nan-embd-row-5-serve.gguf", &[], nan_row(5));
+    let input = concat!(
+        "{\"type\":\"generate\",\"id\":1,\"tokens\":[3,5,7],\"max_tokens\":2}\n",
+        "{\"type\":\"generate\",\"id\":2,\"tokens\":[3,7],\"max_tokens\":2,\"sampling\":{\"temperature\":0}}\n",
+        "{\"type\":\"generate\",\"id\":3,\"tokens\":[1],\"max_tokens\":-5}\n",
+    );
+    let (lines, o) = serve(&p, input.as_bytes());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = done(&lines, 1);
+    assert_eq!(d["reason"], "error");
+    assert!(d["error"].as_str().unwrap().starts_with("non-finite logits at position 2 (token 7)"), "{d}");
+    assert_eq!(done(&lines, 2)["generated_tokens"], 2);
+    assert_eq!(done(&lines, 3)["error"], "malformed request: field `max_tokens`: invalid value: integer `-5`, expected u32");
+}
