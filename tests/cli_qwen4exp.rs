@@ -241,3 +241,20 @@ fn cli_qwen4exp_on_emu_names_the_missing_operation() {
     assert!(err.contains("operation `embed (hyper-connection streams)` (layer 0) is not on this backend yet"), "{err}");
     assert!(err.contains("--device emu"), "{err}");
 }
+
+/// `--dump-routing` on Flash-Next (CPU): one record per token and MoE layer (every layer of the
+/// 4-layer fixture has routed experts), ids inside the expert count, weights renormalised.
+#[test]
+fn cli_qwen4exp_dump_routing_records_every_token_and_layer() {
+    let m = reference(F32);
+    let f = tmp("routing.bin");
+    let (_, err) = run_ok(&["generate", "-m", m.to_str().unwrap(), "--tokens", "1,2,3,4,5", "-n", "6", "--temp", "0", "--dump-routing", f.to_str().unwrap(), "-t", "2"]);
+    assert!(err.contains("records written"), "{err}");
+    let recs = strata::experts::trace::read(&f, None).unwrap();
+    assert_eq!(recs.len(), (5 + 5) * 4, "{err}");
+    for r in &recs {
+        assert!(r.layer < 4 && !r.ids.is_empty(), "{r:?}");
+        assert!((r.weights.iter().sum::<f32>() - 1.0).abs() < 1e-4, "{r:?}");
+    }
+    let _ = std::fs::remove_file(f);
+}

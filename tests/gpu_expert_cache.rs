@@ -195,3 +195,33 @@ fn cli_expert_profile_round_trip_preloads_the_most_routed_experts() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("give --expert-cache N"), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--dump-routing` records every routing decision: one record per token and MoE layer with
+/// the top-k ids and weights; the CPU and the software device (host-readback path, forced on
+/// by the dump) record the same experts in the same order, and `strata experts simulate`
+/// reads the file.
+#[test]
+fn cli_dump_routing_cpu_and_emu_agree_and_simulate_reads_it() {
+    let m = reference(Q8);
+    let dir = std::env::temp_dir().join(format!("strata-dump-routing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dump = |dev: &str| {
+        let f = dir.join(format!("{dev}.routing"));
+        let args = ["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "6", "--temp", "0", "--ordered", "--device", dev, "--dump-routing", f.to_str().unwrap()];
+        let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("routing: ") && err.contains("records written"), "{err}");
+        (f.clone(), strata::experts::trace::read(&f, Some(8)).unwrap())
+    };
+    let (cpu_file, cpu) = dump("cpu");
+    let (_, emu) = dump("emu");
+    // 5 prompt tokens + 5 decode steps (the 6th token is sampled, not evaluated), 2 layers.
+    assert_eq!(cpu.len(), (5 + 5) * 2);
+    assert!(cpu.iter().all(|r| r.ids.len() == 2 && r.layer < 2 && (r.weights.iter().sum::<f32>() - 1.0).abs() < 1e-5), "{cpu:?}");
+    let ids = |t: &[strata::experts::trace::Routing]| t.iter().map(|r| (r.layer, r.ids.clone())).collect::<Vec<_>>();
+    assert_eq!(ids(&emu), ids(&cpu));
+    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["experts", "simulate", "--trace", cpu_file.to_str().unwrap(), "--experts", "8", "--slots", "3"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -93,6 +93,19 @@ pub struct CommonArgs {
     /// another GPU architecture or hipBLASLt version is refused.
     #[arg(long, global = true, env = "STRATA_CALIBRATION")]
     pub calibration: Option<PathBuf>,
+    /// GPU expert cache (--expert-cache N): fill its slots at start from this STRP v1 expert
+    /// profile, most-routed experts first (docs/expert-tiering.md), instead of by first use.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub expert_profile: Option<PathBuf>,
+    /// GPU expert cache: after `generate`, write this run's routing counts as an STRP v1
+    /// profile (for --expert-profile).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub expert_profile_save: Option<PathBuf>,
+    /// Record every routing decision of MoE models (CPU and GPU) into FILE: per token and MoE
+    /// layer `i32 layer, i32 k, k x i32 expert, k x f32 weight` (the C++ engine's format),
+    /// input of `strata experts simulate --trace FILE`. On the GPU it turns device dispatch off.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub dump_routing: Option<PathBuf>,
     /// Flash-Next only: run without the PLE table if it cannot be found (a warning is printed;
     /// outputs then differ from the real model).
     #[arg(long, global = true)]
@@ -335,6 +348,14 @@ impl CommonArgs {
         {
             bail!("PLE file {} (--ple-gguf) not found", p.display());
         }
+        if let Some(p) = &self.expert_profile {
+            if !p.is_file() {
+                bail!("expert profile {} (--expert-profile) not found", p.display());
+            }
+        }
+        if (self.expert_profile.is_some() || self.expert_profile_save.is_some()) && self.gpu.expert_cache.is_none() {
+            bail!("--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N (and --device emu|hip)");
+        }
         let ple = crate::model::qwen4exp::PleOptions {
             ple_gguf: self.ple_gguf.clone(),
             ple_io: match self.ple_io {
@@ -346,7 +367,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), gpu: self.gpu } })
+        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu } })
     }
 }
 
@@ -380,23 +401,36 @@ pub fn error_chain(e: &anyhow::Error) -> String {
 pub fn run(cli: Cli) -> Result<()> {
     let args = cli.common.effective()?;
     let common = args.validate()?;
+    // `strata server` hands the flag to its engine, which writes the dump.
+    if let Some(p) = args.dump_routing.as_ref().filter(|_| !matches!(cli.command, Some(Cmd::Server(_)))) {
+        crate::experts::trace::dump_to(p)?;
+    }
+    let result = run_command(cli, &args, &common);
+    match crate::experts::trace::finish_dump()? {
+        Some((path, n)) if result.is_ok() => eprintln!("[routing: {n} records written to {}]", path.display()),
+        _ => {}
+    }
+    result
+}
+
+fn run_command(cli: Cli, args: &CommonArgs, common: &Common) -> Result<()> {
     match cli.command {
-        None if cli.serve => serve::serve_stdio(&load(&common)?),
+        None if cli.serve => serve::serve_stdio(&load(common)?),
         None => bail!("no command given: try `strata --help`"),
         Some(_) if cli.serve => bail!("--serve cannot be combined with a subcommand"),
-        Some(Cmd::Generate(a)) => generate::run(&load(&common)?, &a),
-        Some(Cmd::Perplexity(a)) => perplexity::run(&load(&common)?, &a),
-        Some(Cmd::Tokenize(a)) => tokenize::run(&load(&common)?, &a),
-        Some(Cmd::Logits(a)) => logits::run(&load(&common)?, &a),
+        Some(Cmd::Generate(a)) => generate::run(&load(common)?, &a),
+        Some(Cmd::Perplexity(a)) => perplexity::run(&load(common)?, &a),
+        Some(Cmd::Tokenize(a)) => tokenize::run(&load(common)?, &a),
+        Some(Cmd::Logits(a)) => logits::run(&load(common)?, &a),
         Some(Cmd::Bench(a)) if a.target == Some(bench::BenchTarget::Kernels) => bench::run_kernels(&a),
-        Some(Cmd::Bench(a)) => bench::run(&load(&common)?, &a),
+        Some(Cmd::Bench(a)) => bench::run(&load(common)?, &a),
         Some(Cmd::Emu(a)) => emu::run(&a),
         Some(Cmd::Synth(a)) => synth::run(&a),
-        Some(Cmd::Device(a)) => device::run(&common, &a),
+        Some(Cmd::Device(a)) => device::run(common, &a),
         Some(Cmd::Fetch(a)) => fetch::run(&a),
         Some(Cmd::Experts(a)) => experts::run(&a),
         Some(Cmd::Gguf(a)) => gguf::run(&a),
-        Some(Cmd::Calibrate(a)) => calibrate::run(&common, &a),
-        Some(Cmd::Server(cfg)) => serve::run_http(&args, &common, cfg),
+        Some(Cmd::Calibrate(a)) => calibrate::run(common, &a),
+        Some(Cmd::Server(cfg)) => serve::run_http(args, common, cfg),
     }
 }

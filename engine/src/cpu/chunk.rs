@@ -230,10 +230,10 @@ impl DecoderOps for CpuChunk<'_> {
         Ok(())
     }
 
-    fn moe(&mut self, _layer: usize, src: Buf, w: [&W; 4], spec: &MoeSpec) -> Result<(), EngineError> {
+    fn moe(&mut self, layer: usize, src: Buf, w: [&W; 4], spec: &MoeSpec) -> Result<(), EngineError> {
         let (d, n, m, ordered) = (self.m.hp.n_embd, self.n(), self.m, self.ordered);
         let mut moe = take(&mut self.s.moe);
-        self.with_src(src, |c, x| super::moe::moe_ffn(m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, ordered));
+        self.with_src(src, |c, x| super::moe::moe_ffn(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, ordered));
         self.s.moe = moe;
         Ok(())
     }

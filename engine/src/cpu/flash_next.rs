@@ -98,7 +98,7 @@ impl FlashNextOps for CpuFlashChunk<'_> {
     }
 
     fn moe(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
-        self.m.layers[layer].moe.forward(&self.x, self.toks.len(), &mut self.y);
+        self.m.layers[layer].moe.forward_layer(Some(layer), &self.x, self.toks.len(), &mut self.y);
         Ok(())
     }
 

@@ -75,6 +75,7 @@ pub fn softmax_wave_order(x: &mut [f32]) {
 /// order from 0.0 (`moe_combine`) instead of by increasing expert id.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_ffn(
+    layer: usize,
     m: &Model,
     spec: &MoeSpec,
     [router, gate, up, down]: [&W; 4],
@@ -102,6 +103,10 @@ pub(crate) fn moe_ffn(
             let sum: f32 = s.sel[start..].iter().map(|&(_, w)| w).sum();
             let sum = sum.max(6.103515625e-5);
             s.sel[start..].iter_mut().for_each(|(_, w)| *w /= sum);
+        }
+        if crate::experts::trace::dumping() {
+            let (ids, ws): (Vec<u32>, Vec<f32>) = s.sel[start..].iter().map(|&(e, w)| (e as u32, w)).unzip();
+            crate::experts::trace::dump(layer, &ids, &ws);
         }
     }
     out[..n * d].fill(0.0);

@@ -81,6 +81,65 @@ pub fn to_bytes(trace: &[Routing]) -> Vec<u8> {
     out
 }
 
+// ------------------------------------------------------------------ recording (--dump-routing)
+
+/// The process's routing dump (`--dump-routing FILE`): a diagnostic of the whole run, like a
+/// log, so it is one process-wide writer that every MoE implementation (CPU, GPU, Flash-Next)
+/// appends to without threading a handle through the forward pass. Records of a forward chunk
+/// come layer by layer, token by token within a layer.
+struct Dump {
+    path: std::path::PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+    records: u64,
+    error: Option<std::io::Error>,
+}
+
+static DUMP: std::sync::Mutex<Option<Dump>> = std::sync::Mutex::new(None);
+static DUMPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts recording every routing decision into `path` (created or truncated).
+pub fn dump_to(path: &Path) -> Result<(), TraceError> {
+    let file = std::fs::File::create(path).map_err(|source| TraceError::Io { path: path.display().to_string(), source })?;
+    let d = Dump { path: path.to_path_buf(), out: std::io::BufWriter::new(file), records: 0, error: None };
+    *DUMP.lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+    DUMPING.store(true, std::sync::atomic::Ordering::Release);
+    Ok(())
+}
+
+/// Whether `--dump-routing` is on (one relaxed load: free when off).
+#[inline]
+pub fn dumping() -> bool {
+    DUMPING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Appends one record (a write error is kept and reported by [`finish_dump`]).
+pub fn dump(layer: usize, ids: &[u32], weights: &[f32]) {
+    use std::io::Write;
+    let mut g = DUMP.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(d) = g.as_mut() else { return };
+    if d.error.is_some() {
+        return;
+    }
+    let r = Routing { layer: layer as u32, ids: ids.to_vec(), weights: weights.to_vec() };
+    if let Err(e) = d.out.write_all(&to_bytes(std::slice::from_ref(&r))) {
+        d.error = Some(e);
+    }
+    d.records += 1;
+}
+
+/// Flushes and closes the dump: the number of records, or the first write error.
+pub fn finish_dump() -> Result<Option<(std::path::PathBuf, u64)>, TraceError> {
+    use std::io::Write;
+    DUMPING.store(false, std::sync::atomic::Ordering::Release);
+    let Some(mut d) = DUMP.lock().unwrap_or_else(|p| p.into_inner()).take() else { return Ok(None) };
+    let io = |source| TraceError::Io { path: d.path.display().to_string(), source };
+    if let Some(e) = d.error.take() {
+        return Err(io(e));
+    }
+    d.out.flush().map_err(|source| TraceError::Io { path: d.path.display().to_string(), source })?;
+    Ok(Some((d.path, d.records)))
+}
+
 /// Parameters of [`synthetic`].
 #[derive(Clone, Copy, Debug)]
 pub struct TraceShape {

@@ -20,6 +20,7 @@ impl GpuModel {
         !self.opts.ordered
             && self.moe_quantized
             && self.expert_cache.is_none()
+            && !crate::experts::trace::dumping()
             && match self.opts.moe {
                 MoePath::Host => false,
                 MoePath::Device => true,
@@ -97,6 +98,14 @@ impl GpuModel {
         let sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
         if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
             return Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("selected expert {bad} of {ne}") });
+        }
+        if crate::experts::trace::dumping() {
+            let mut wb = vec![0u8; n * k * 4];
+            api.memcpy_dtoh(&mut wb, sc.sel_w)?;
+            let ws: Vec<f32> = wb.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+            for t in 0..n {
+                crate::experts::trace::dump(layer, &sel[t * k..(t + 1) * k], &ws[t * k..(t + 1) * k]);
+            }
         }
         let quantized = matches!(gate.kind, MatKind::Q(_)); // false in ordered mode (Raw)
         if gate.kind != up.kind {

@@ -66,6 +66,11 @@ impl Moe {
 
     /// `y [n][E]` for `x [n][E]`. Tokens routed to the same expert are batched.
     pub fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        self.forward_layer(None, x, n, y)
+    }
+
+    /// [`Self::forward`] as MoE layer `layer` of a model: its routing goes to `--dump-routing`.
+    pub fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]) {
         let e = self.router.cols;
         let ne = self.router.rows;
         let mut logits = vec![0f32; n * ne];
@@ -73,6 +78,12 @@ impl Moe {
         let routes: Vec<Vec<(usize, f32)>> = (0..n)
             .map(|t| self.route(&logits[t * ne..(t + 1) * ne]))
             .collect();
+        if let Some(l) = layer.filter(|_| crate::experts::trace::dumping()) {
+            for r in &routes {
+                let (ids, ws): (Vec<u32>, Vec<f32>) = r.iter().map(|&(e, w)| (e as u32, w)).unzip();
+                crate::experts::trace::dump(l, &ids, &ws);
+            }
+        }
         y[..n * e].fill(0.0);
         for (ex, expert) in self.experts.iter().enumerate() {
             let toks: Vec<(usize, f32)> = routes
