@@ -66,6 +66,10 @@ pub struct RunOptions {
     /// hipBLASLt calibration table for the GPU backends (`--calibration`); None: the default
     /// location for the device (`gpu::calibrate::default_path`) when such a file exists.
     pub calibration: Option<std::path::PathBuf>,
+    /// STRP profile that fills the GPU expert cache at start (`--expert-profile`).
+    pub expert_profile: Option<std::path::PathBuf>,
+    /// Where `generate` writes this run's routing counts (`--expert-profile-save`).
+    pub expert_profile_save: Option<std::path::PathBuf>,
     /// GPU backend settings (`--gpu-*` flags / `STRATA_GPU_*`); `ordered` is set from
     /// `ordered_attention` at load.
     pub gpu: crate::gpu_options::GpuOptions,
@@ -73,7 +77,7 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, gpu: Default::default() }
+        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default() }
     }
 }
 
@@ -258,6 +262,19 @@ impl AnyModel {
         }
     }
 
+    /// Writes the GPU expert cache's routing counts (`--expert-profile-save`); Ok(false) when
+    /// the model has no expert cache.
+    pub fn save_expert_profile(&self, path: &Path) -> Result<bool> {
+        match self {
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) if m.expert_cache_stats().is_some() => m.save_expert_profile(path).map(|()| true),
+            _ => {
+                let _ = path;
+                Ok(false)
+            }
+        }
+    }
+
     /// Which backend runs the forward pass, for messages (`cpu`, `hip (gfx1100 ...)`, `emu`).
     pub fn backend(&self) -> String {
         match self {
@@ -350,7 +367,9 @@ pub struct Engine {
 }
 
 /// Puts a shared-decoder model on the chosen device.
-fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool, gpu: crate::gpu_options::GpuOptions) -> Result<AnyModel> {
+fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
+    let (device, calibration, ordered, gpu) = (opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu);
+    let expert_profile = opts.expert_profile.as_deref();
     #[cfg(feature = "gpu")]
     {
         use crate::gpu::device::{Device, GpuError, open_device};
@@ -375,10 +394,14 @@ fn place(model: Model, device: Device, calibration: Option<&Path>, ordered: bool
         opts.ordered |= ordered;
         let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
         attach_calibration(&mut m, calibration)?;
+        if let Some(p) = expert_profile {
+            let n = m.fill_expert_cache(p)?;
+            eprintln!("strata: expert cache: {n} experts copied from {}", p.display());
+        }
         Ok(AnyModel::Gpu(Box::new(m)))
     }
     #[cfg(not(feature = "gpu"))]
-    let _ = (calibration, ordered, gpu);
+    let _ = (calibration, ordered, gpu, expert_profile);
     #[cfg(not(feature = "gpu"))]
     match device {
         Device::Cpu | Device::Auto => Ok(AnyModel::Std(Box::new(model))),
@@ -456,7 +479,7 @@ impl Engine {
             }
             AnyModel::Flash(Box::new(m))
         } else {
-            place(Model::from_gguf(gguf, path)?, opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu)?
+            place(Model::from_gguf(gguf, path)?, &opts)?
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
