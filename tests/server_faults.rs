@@ -1,10 +1,12 @@
 //! Fault injection on the real engine (docs/reliability-load.md, "Fault injection"):
 //! `strata server` on the default model with its engine killed (SIGKILL) or stopped (SIGSTOP)
 //! mid-stream under load, an unreadable model and a full disk at start, and the PLE table of a
-//! Flash-Next model truncated or deleted while `strata --serve` runs. The same server faults
-//! against the fake engine: server/tests/it/faults.rs.
+//! Flash-Next model truncated or deleted while `strata --serve` (direct and mmap reads) or
+//! `strata server` (mmap) runs. The same server faults against the fake engine:
+//! server/tests/it/faults.rs.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -412,90 +414,110 @@ impl Drop for Serve {
     }
 }
 
-/// The table read with `--ple-io direct` and no row cache, so every token reads the file.
-/// Deleted mid-run: the engine's open descriptor keeps the data, answers stay exact. Truncated
-/// mid-run: the request ends with `done` reason `error` naming the table file, the engine keeps
-/// serving (and errs the same way until the file is whole again), no crash, no garbage.
+/// The table read with `--ple-io direct` and with the default `--ple-io mmap`, no row cache,
+/// so every token reads the file. Deleted mid-run: the engine's open descriptor (and mapping)
+/// keeps the data, answers stay exact. Truncated mid-run: the request ends with `done` reason
+/// `error` naming the table file, the engine keeps serving (and errs the same way until the
+/// file is whole again), no crash, no garbage. With mmap a read through the mapping past the
+/// new end would be a SIGBUS; the engine checks the file's length first.
 #[test]
-fn ple_table_deleted_or_truncated_mid_run_direct_io() {
-    let d = tmp_dir("ple-direct");
-    let (trunk, table) = trunk_and_table(&d);
-    let r = read_json("tiny-qwen4exp/ref/q8_0-split/ref.json");
-    let (toks, greedy) = (ids(&r["sequences"][0]["token_ids"]), ids(&r["sequences"][0]["greedy_ids"]));
-    let args = ["-m", trunk.to_str().unwrap(), "--ple-gguf", table.to_str().unwrap(), "--ple-io", "direct", "--ple-cache-mb", "0", "-t", "2"];
+fn ple_table_deleted_or_truncated_mid_run_direct_and_mmap() {
+    for io in ["direct", "mmap"] {
+        let d = tmp_dir(&format!("ple-{io}"));
+        let (trunk, table) = trunk_and_table(&d);
+        let r = read_json("tiny-qwen4exp/ref/q8_0-split/ref.json");
+        let (toks, greedy) = (ids(&r["sequences"][0]["token_ids"]), ids(&r["sequences"][0]["greedy_ids"]));
+        let args = ["-m", trunk.to_str().unwrap(), "--ple-gguf", table.to_str().unwrap(), "--ple-io", io, "--ple-cache-mb", "0", "-t", "2"];
 
-    // Deleted.
-    let mut e = Serve::start(&args);
-    let (got, done) = e.generate(1, &toks, 6).unwrap();
-    assert_eq!((got.as_slice(), &done["reason"]), (&greedy[..6], &json!("length")), "{done}");
-    let saved = std::fs::read(&table).unwrap();
-    std::fs::remove_file(&table).unwrap();
-    let (got, done) = e.generate(2, &toks, 6).expect("engine alive after the table was deleted");
-    assert_eq!((got.as_slice(), &done["reason"]), (&greedy[..6], &json!("length")), "deleted table: {done}");
-    drop(e);
+        // Deleted.
+        let mut e = Serve::start(&args);
+        let (got, done) = e.generate(1, &toks, 6).unwrap();
+        assert_eq!((got.as_slice(), &done["reason"]), (&greedy[..6], &json!("length")), "{io}: {done}");
+        let saved = std::fs::read(&table).unwrap();
+        std::fs::remove_file(&table).unwrap();
+        let (got, done) = e.generate(2, &toks, 6).expect("engine alive after the table was deleted");
+        assert_eq!((got.as_slice(), &done["reason"]), (&greedy[..6], &json!("length")), "{io}: deleted table: {done}");
+        drop(e);
 
-    // Truncated (the same inode, so the engine sees it).
-    std::fs::write(&table, &saved).unwrap();
-    let mut e = Serve::start(&args);
-    let (got, _) = e.generate(1, &toks, 6).unwrap();
-    assert_eq!(got, greedy[..6]);
-    let f = std::fs::OpenOptions::new().write(true).open(&table).unwrap();
-    f.set_len(4096).unwrap();
-    let (got, done) = e.generate(2, &toks, 6).expect("engine alive after the table was truncated");
-    assert_eq!(done["reason"], "error", "truncated table: {done} after {got:?}");
-    let msg = done["error"].as_str().unwrap_or("");
-    assert!(msg.contains("ple-table.gguf") && msg.contains("PLE"), "{msg}");
-    println!("truncated table (direct): {msg}");
-    assert!(got.iter().zip(&greedy).all(|(a, b)| a == b), "tokens before the error are exact: {got:?}");
-    // Still serving; whole again, exact again.
-    let (_, done) = e.generate(3, &toks, 6).expect("engine alive");
-    assert_eq!(done["reason"], "error", "{done}");
-    f.set_len(0).unwrap();
-    drop(f);
-    std::fs::OpenOptions::new().write(true).open(&table).unwrap().write_all(&saved).unwrap();
-    let (got, done) = e.generate(4, &toks, 6).expect("engine alive");
-    assert_eq!((got.as_slice(), &done["reason"]), (&greedy[..6], &json!("length")), "restored: {done}");
-    let _ = std::fs::remove_dir_all(&d);
+        // Truncated (the same inode, so the engine sees it).
+        std::fs::write(&table, &saved).unwrap();
+        let mut e = Serve::start(&args);
+        let (got, _) = e.generate(1, &toks, 6).unwrap();
+        assert_eq!(got, greedy[..6], "{io}");
+        let f = std::fs::OpenOptions::new().write(true).open(&table).unwrap();
+        f.set_len(4096).unwrap();
+        let (got, done) = e.generate(2, &toks, 6).expect("engine alive after the table was truncated");
+        assert_eq!(done["reason"], "error", "{io}: truncated table: {done} after {got:?}");
+        let msg = done["error"].as_str().unwrap_or("");
+        assert!(msg.contains("ple-table.gguf") && msg.contains("PLE"), "{io}: {msg}");
+        if io == "mmap" {
+            assert!(msg.contains("PLE row ") && msg.contains("(4096 bytes now)"), "{msg}");
+        }
+        println!("truncated table ({io}): {msg}");
+        assert!(got.iter().zip(&greedy).all(|(a, b)| a == b), "{io}: tokens before the error are exact: {got:?}");
+        // Still serving; whole again, exact again.
+        let (_, done) = e.generate(3, &toks, 6).expect("engine alive");
+        assert_eq!(done["reason"], "error", "{io}: {done}");
+        f.set_len(0).unwrap();
+        drop(f);
+        std::fs::OpenOptions::new().write(true).open(&table).unwrap().write_all(&saved).unwrap();
+        let (got, done) = e.generate(4, &toks, 6).expect("engine alive");
+        assert_eq!((got.as_slice(), &done["reason"]), (&greedy[..6], &json!("length")), "{io}: restored: {done}");
+        drop(e);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
 
 /// The same through `strata server` with the default `--ple-io mmap`: truncating the mapped
-/// table makes the engine's next read of it fault (SIGBUS: the engine process dies), so the
-/// request in flight gets a 500 in OpenAI's shape naming the signal, and the restarted engine
-/// cannot load the truncated table: 503 naming the file. The server stays up throughout.
-/// (An error reply from the engine itself, without dying, needs the mmap source to check the
-/// file; that is engine work, see docs/reliability-load.md.)
+/// table makes the request in flight fail with a 500 in OpenAI's shape whose message is the
+/// engine's error naming the file (`engine error: ...`), while the engine keeps running (same
+/// `engine_pid`, no restart) and serving: another request errs the same way, and once the file
+/// is whole again the answer is the one before the truncation. The server stays up throughout.
 #[test]
 fn ple_table_truncated_mid_run_mmap_through_the_server() {
-    let d = tmp_dir("ple-mmap");
+    let d = tmp_dir("ple-mmap-server");
     let (trunk, table) = trunk_and_table(&d);
     let r = read_json("tiny-qwen4exp/ref/q8_0-split/ref.json");
-    let (toks, greedy) = (ids(&r["sequences"][0]["token_ids"]), ids(&r["sequences"][0]["greedy_ids"]));
+    let toks = ids(&r["sequences"][0]["token_ids"]);
     let srv = server_on(&["-m", trunk.to_str().unwrap(), "--ple-gguf", table.to_str().unwrap(), "--ple-cache-mb", "0", "-t", "2"]);
     let addr = srv.addr;
     let body = json!({"prompt": toks, "max_tokens": 6, "temperature": 0.0}).to_string();
     let (table2, log) = (table.clone(), srv.log.clone());
     rt().block_on(async move {
         load::wait_healthy(addr, Duration::from_secs(120)).await.unwrap();
+        let pid = health(addr).await["engine_pid"].as_u64().expect("engine_pid");
         let (h, b) = load::request(addr, "POST", "/v1/completions", Some(&body)).await.unwrap();
         assert_eq!(h.status, 200, "{b}");
         let v: Value = serde_json::from_str(&b).unwrap();
         assert_eq!(v["usage"]["completion_tokens"], 6, "{v}");
-        let _ = greedy;
-        std::fs::OpenOptions::new().write(true).open(&table2).unwrap().set_len(4096).unwrap();
-        let (h, b) = load::request(addr, "POST", "/v1/completions", Some(&body)).await.unwrap();
-        let v: Value = serde_json::from_str(&b).unwrap_or(Value::Null);
-        let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
-        match h.status {
-            // The engine died reading the table (the expected case with mmap).
-            500 => assert!(msg.contains("SIGBUS") || msg.contains("engine"), "{b}"),
-            // Or it reported the read error itself.
-            s => panic!("truncated table: status {s}: {b}\n{}", log.lock().unwrap()),
+        let text = v["choices"][0]["text"].clone();
+        let saved = std::fs::read(&table2).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&table2).unwrap();
+        f.set_len(4096).unwrap();
+        for round in 0..2 {
+            let (h, b) = load::request(addr, "POST", "/v1/completions", Some(&body)).await.unwrap();
+            let v: Value = serde_json::from_str(&b).unwrap_or(Value::Null);
+            let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
+            assert_eq!(h.status, 500, "truncated table (round {round}): {b}\n{}", log.lock().unwrap());
+            assert_eq!(v["error"]["type"], "server_error", "{b}");
+            assert!(
+                msg.starts_with("engine error: ") && msg.contains("ple-table.gguf") && msg.contains("PLE row "),
+                "the engine's error names the table: {b}"
+            );
+            if round == 0 {
+                println!("mmap table truncated: {msg}");
+            }
+            let hl = health(addr).await;
+            assert_eq!((&hl["status"], hl["engine_pid"].as_u64(), &hl["engine_restarts"]), (&json!("ok"), Some(pid), &json!(0)), "the engine kept running: {hl}");
         }
-        println!("mmap table truncated: {msg}");
+        f.set_len(0).unwrap();
+        f.write_all_at(&saved, 0).unwrap();
+        drop(f);
         let (h, b) = load::request(addr, "POST", "/v1/completions", Some(&body)).await.unwrap();
-        assert_eq!(h.status, 503, "{b}");
-        assert!(b.contains("ple-table.gguf"), "the restart error names the table: {b}");
-        println!("after: {b}");
+        assert_eq!(h.status, 200, "restored: {b}");
+        let v: Value = serde_json::from_str(&b).unwrap();
+        assert_eq!((&v["choices"][0]["text"], &v["usage"]["completion_tokens"]), (&text, &json!(6)), "restored: {v}");
+        assert_eq!(health(addr).await["engine_pid"].as_u64(), Some(pid));
     });
     assert!(srv.child.id() > 0);
     let _ = std::fs::remove_dir_all(&d);

@@ -1,11 +1,13 @@
 //! PLE table I/O: every read mode (O_DIRECT, mmap, RAM) and cache size gives bit-identical
 //! logits; the cache counters add up; the table may come from an explicit `ple_gguf` file; a
 //! model without its table refuses to load unless told to skip; refused O_DIRECT falls back to
-//! buffered reads with a warning.
+//! buffered reads with a warning; a table file truncated after load is an error of the
+//! forward pass in every file-backed mode (not a SIGBUS through the mapping).
 //!
 //! The baseline is the default (mmap) load, whose logits the other tests compare with
 //! llama.cpp's; here only exact equality across modes is asserted.
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use strata::model::qwen4exp::{KvType, PleIo, PleOptions, Qwen4Exp, Qwen4ExpError};
@@ -260,5 +262,60 @@ fn ple_direct_io_falls_back_to_buffered_reads() {
         if !direct_after {
             assert!(!m.ple.as_ref().unwrap().table.warnings().is_empty());
         }
+    }
+}
+
+/// A table file truncated under a loaded model (the q8_0 split fixture, whose second shard
+/// holds only the table): the next forward pass is an error naming the file, the row, its
+/// offset and the file's length, in the default `Mmap` mode (where a read through the mapping
+/// past the new end would be a SIGBUS that kills the process) as in `Direct` mode (a short
+/// read); once the file is whole again the same model gives the same logits as before.
+#[test]
+fn ple_table_truncated_after_load_is_an_error_not_sigbus() {
+    let base = logits(&Qwen4Exp::open(&ref_dir().join(Q8)).unwrap());
+    let shard2 = Q8.replace("00001-of", "00002-of");
+    let saved = std::fs::read(ref_dir().join(&shard2)).unwrap();
+    for io in [PleIo::Mmap, PleIo::Direct] {
+        let d = tmp_dir().join(format!("truncated-{io:?}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::copy(ref_dir().join(Q8), d.join(Q8)).unwrap();
+        let table = d.join(&shard2);
+        std::fs::write(&table, &saved).unwrap();
+        // No row cache: every token reads the table.
+        let m = open(&d.join(Q8), io, 0);
+        assert!(logits(&m) == base, "{io:?}: intact copy");
+
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&table)
+            .unwrap();
+        f.set_len(4096).unwrap();
+        let toks = &load_refs("f32")[1].tokens;
+        let err = m
+            .forward(&mut m.new_state(KvType::F16), toks, 0)
+            .err()
+            .unwrap_or_else(|| panic!("{io:?}: a truncated table must fail the forward pass"));
+        let msg = err.to_string();
+        eprintln!("{io:?}: {msg}");
+        assert!(
+            msg.contains(&shard2) && msg.contains("PLE"),
+            "{io:?}: {msg}"
+        );
+        if io == PleIo::Mmap {
+            assert!(
+                msg.contains("PLE row ")
+                    && msg.contains(" at byte ")
+                    && msg.contains("(4096 bytes now)"),
+                "names the row, its offset and the file's length: {msg}"
+            );
+        }
+        // Still usable: the same error again, then whole again, the same logits.
+        assert!(m.forward(&mut m.new_state(KvType::F16), toks, 0).is_err());
+        f.set_len(0).unwrap();
+        f.write_all_at(&saved, 0).unwrap();
+        drop(f);
+        assert!(logits(&m) == base, "{io:?}: restored table");
+        drop(m);
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

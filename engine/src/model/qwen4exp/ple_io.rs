@@ -8,6 +8,13 @@
 //!   If the file system refuses `O_DIRECT` (older tmpfs, some FUSE mounts; at open or at the
 //!   first read), the table falls back to buffered `pread`s and records a warning.
 //! - `Mmap`: rows are read through the GGUF memory map (the kernel pages them in and keeps them).
+//!   A mapping read past the end of a file that was truncated after it was mapped is a SIGBUS,
+//!   which would kill the process, so before each row is read through the mapping the table
+//!   file's current length is checked (`fstat` on a descriptor opened at load, one call per row
+//!   not in the cache): a row past the end is an error naming the file, the row, its offset and
+//!   the file's length, as a short read is in `Direct` mode. What remains is a race: a
+//!   truncation between that check and the read of the row (a copy of `row_bytes` bytes right
+//!   after it) still faults. See [`PleTable::get_row`].
 //! - `Ram`: the whole table is copied into memory at load.
 //!
 //! In front of every source sits a row cache ([`RowCache`], CLOCK replacement, capacity in
@@ -174,8 +181,18 @@ const O_DIRECT: i32 = 0o40000;
 const EINVAL: i32 = 22;
 
 enum Source {
-    /// A window of the mapping, or an owned copy (`Ram`).
+    /// An owned copy (`Ram`), a test's matrix, or a table of a GGUF built in memory: nothing
+    /// that a truncated file could take away.
     Mat(Mat),
+    /// A window of the GGUF mapping of `path` (`Mmap`), the table at byte `base` of the file.
+    /// `file` is the same file opened at load; its length is checked before a row is read
+    /// through the mapping (a read past the end of a truncated file would be a SIGBUS).
+    Mapped {
+        mat: Mat,
+        path: PathBuf,
+        base: u64,
+        file: File,
+    },
     /// Rows read from `path` at `base + row · row_bytes`.
     File { path: PathBuf, base: u64 },
 }
@@ -278,15 +295,18 @@ impl PleTable {
         let (ty, rows, cols) = (mapped.ty, mapped.rows, mapped.cols);
         let cache = opt.ple_cache_bytes;
         match opt.ple_io {
-            PleIo::Mmap => Ok(Self::build(
-                Source::Mat(mapped),
-                ty,
-                rows,
-                cols,
-                PleIo::Mmap,
-                cache,
-                None,
-            )),
+            PleIo::Mmap => {
+                let source = Self::mapped_source(mapped, path, abs_offset)?;
+                Ok(Self::build(
+                    source,
+                    ty,
+                    rows,
+                    cols,
+                    PleIo::Mmap,
+                    cache,
+                    None,
+                ))
+            }
             PleIo::Ram => {
                 let owned =
                     Mat::from_raw(ty, rows, cols, mapped.data()).map_err(|e| e.to_string())?;
@@ -340,6 +360,39 @@ impl PleTable {
         }
     }
 
+    /// The `Mmap` source: the table read through the mapping, guarded by a descriptor of the
+    /// file at `path` whose length is checked before each row is read (`mapped_row`).
+    ///
+    /// A table in no file mapping (a GGUF built in memory, `GgufFile::from_bytes`: its `path` is
+    /// only a name) cannot be truncated and is read unchecked; /proc/self/maps tells which. The
+    /// descriptor is opened after the GGUF reader mapped the file, by the same path: a path
+    /// replaced in between (renamed over) would be checked instead of the mapped file, which the
+    /// length check at load only partly catches (the table must fit in the file opened).
+    fn mapped_source(mapped: Mat, path: &Path, base: u64) -> Result<Source, String> {
+        let table = mapped.data();
+        if !table.is_empty() && matches!(in_file_mapping(table.as_ptr() as usize), Ok(false)) {
+            return Ok(Source::Mat(mapped));
+        }
+        let file = open_file(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
+        let len = file
+            .metadata()
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .len();
+        let end = base + table.len() as u64;
+        if len < end {
+            return Err(format!(
+                "{}: PLE table [{base}, {end}) lies past the end of the file ({len} bytes)",
+                path.display()
+            ));
+        }
+        Ok(Source::Mapped {
+            mat: mapped,
+            path: path.to_path_buf(),
+            base,
+            file,
+        })
+    }
+
     fn warn(&self, w: String) {
         eprintln!("strata: warning: {w}");
         if let Ok(mut v) = self.warnings.lock() {
@@ -376,6 +429,10 @@ impl PleTable {
     }
 
     /// Dequantizes row `r` into `out[..cols]`; errors name the row and the file.
+    ///
+    /// A mapped table (`Mmap`) checks the file's length before the row is read through the
+    /// mapping (`mapped_row`), so a file truncated under a running engine gives an
+    /// error here instead of a SIGBUS, except in the window between that check and the read.
     pub fn get_row(&self, r: usize, out: &mut [f32]) -> Result<(), String> {
         if r >= self.rows {
             return Err(format!(
@@ -397,6 +454,16 @@ impl PleTable {
         match &self.source {
             Source::Mat(m) => {
                 let b = m.row_data(r);
+                inner.cache.insert(row, b);
+                dequant(self.ty, b, &mut out[..self.cols])
+            }
+            Source::Mapped {
+                mat,
+                path,
+                base,
+                file,
+            } => {
+                let b = self.mapped_row(mat, path, *base, file, r)?;
                 inner.cache.insert(row, b);
                 dequant(self.ty, b, &mut out[..self.cols])
             }
@@ -485,6 +552,36 @@ impl PleTable {
         Ok(())
     }
 
+    /// Row `r` of a mapped table, once `fstat` on `file` shows that the file still holds it.
+    ///
+    /// Race window: the file may still be truncated between this check and the caller's read
+    /// of the returned slice (copied into the cache and dequantized at once, `row_bytes` bytes);
+    /// a read past the new end in that window is a SIGBUS, as before the check existed. Closing
+    /// it would take reading rows with `pread` (no mapping) or a SIGBUS handler around the copy.
+    fn mapped_row<'a>(
+        &self,
+        mat: &'a Mat,
+        path: &Path,
+        base: u64,
+        file: &File,
+        r: usize,
+    ) -> Result<&'a [u8], String> {
+        let rb = self.row_bytes as u64;
+        let off = base + r as u64 * rb;
+        let len = file
+            .metadata()
+            .map_err(|e| format!("{}: PLE row {r}: fstat: {e}", path.display()))?
+            .len();
+        if off + rb > len {
+            return Err(format!(
+                "{}: PLE row {r} at byte {off} ({rb} bytes) lies past the end of the file \
+                 ({len} bytes now): the table file was truncated after it was mapped",
+                path.display()
+            ));
+        }
+        Ok(mat.row_data(r))
+    }
+
     /// Reads rows `want` (table indices) in parallel; an O_DIRECT EINVAL reopens the file
     /// buffered (with a warning) and reads them all again.
     fn fetch_parallel(
@@ -565,6 +662,30 @@ impl PleTable {
             }
         }
     }
+}
+
+/// Whether address `addr` lies in a mapping of a file (an inode), by /proc/self/maps; `false`
+/// for anonymous memory (heap, no mapping at all).
+fn in_file_mapping(addr: usize) -> std::io::Result<bool> {
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    for line in maps.lines() {
+        // start-end perms offset dev inode [path]
+        let mut f = line.split_ascii_whitespace();
+        let (Some(range), Some(inode)) = (f.next(), f.nth(3)) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if (lo..hi).contains(&addr) {
+            return Ok(inode.parse::<u64>().is_ok_and(|i| i != 0));
+        }
+    }
+    Ok(false)
 }
 
 /// Reads `rb` bytes at absolute `off`: with `direct`, the 4096-aligned span around them into
