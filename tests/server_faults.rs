@@ -255,8 +255,10 @@ fn unreadable_model_at_start_is_a_clear_error() {
         assert_eq!(o.status, 503, "{o:?}");
         let msg = error_message(&o);
         assert!(msg.contains("truncated.gguf") && msg.contains("exit status: 1"), "{msg}");
+        // Not ready: waiting out the restart backoff, or already loading the next attempt
+        // (which of the two depends on timing on a busy machine).
         let h = health(addr).await;
-        assert_eq!(h["status"], "restarting", "{h}");
+        assert!(h["status"] == "restarting" || h["status"] == "loading", "{h}");
     });
     let _ = std::fs::remove_dir_all(&d);
 }
