@@ -27,8 +27,9 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
-/// The fixture with metadata `key` set to `value` (None: removed), tensor bytes patched.
-fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mut Vec<u8>)) -> PathBuf {
+/// The fixture with metadata `key` set to `value` (None: removed), tensors patched (shape and
+/// bytes).
+fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mut Vec<u64>, &mut Vec<u8>)) -> PathBuf {
     let g = GgufFile::open(&fixture()).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
@@ -46,9 +47,9 @@ fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mu
         }
     }
     for t in g.tensors() {
-        let mut d = g.tensor_data(t).to_vec();
-        patch(&t.name, &mut d);
-        w.add_tensor(t.name.clone(), &t.dims, t.ty, d);
+        let (mut dims, mut d) = (t.dims.clone(), g.tensor_data(t).to_vec());
+        patch(&t.name, &mut dims, &mut d);
+        w.add_tensor(t.name.clone(), &dims, t.ty, d);
     }
     let p = tmp(name);
     w.write(&p).unwrap();
@@ -122,16 +123,35 @@ fn nan_and_out_of_range_metadata_is_refused_at_load() {
         ("tokenizer.ggml.eos_token_id", Value::Str("two".into()), "must be a token id (an unsigned integer), not a string"),
     ];
     for (i, (key, value, want)) in cases.into_iter().enumerate() {
-        let p = rewrite(&format!("meta-{i}.gguf"), &[(key, Some(value))], |_, _| {});
+        let p = rewrite(&format!("meta-{i}.gguf"), &[(key, Some(value))], |_, _, _| {});
         let err = fails_gen(&p, "1,2");
         assert!(err.contains(key) && err.contains(want), "{key}: {err}");
     }
 }
 
+#[test]
+fn wrong_types_missing_keys_and_a_vocab_mismatch_are_refused_at_load() {
+    let p = rewrite("type.gguf", &[("qwen3moe.block_count", Some(Value::Str("two".into())))], |_, _, _| {});
+    let err = fails_gen(&p, "1,2");
+    assert_eq!(err.trim_end(), format!("error: loading {p}: {p}: metadata key \"qwen3moe.block_count\": expected an integer that fits in u32, found string \"two\"", p = p.display()));
+    let p = rewrite("nohead.gguf", &[("qwen3moe.attention.head_count", None)], |_, _, _| {});
+    let err = fails_gen(&p, "1,2");
+    assert!(err.contains("metadata key \"qwen3moe.attention.head_count\" not found"), "{err}");
+    // 1000 embedding and output rows for the tokenizer's 1024 tokens (llama.cpp refuses it too).
+    let p = rewrite("vocab.gguf", &[], |name, dims, d| {
+        if name == "token_embd.weight" || name == "output.weight" {
+            dims[1] = 1000;
+            d.truncate(1000 * 8 * 34);
+        }
+    });
+    let err = fails_gen(&p, "1,2");
+    assert!(err.contains("vocabulary mismatch: the tokenizer has 1024 tokens but token_embd.weight has 1000 rows"), "{err}");
+}
+
 /// Row `row` of the q8_0 `token_embd.weight` (256 columns: 8 blocks of 34 bytes, f16 scale
 /// first) with every block scale NaN.
-fn nan_row(row: usize) -> impl Fn(&str, &mut Vec<u8>) {
-    move |name, d| {
+fn nan_row(row: usize) -> impl Fn(&str, &mut Vec<u64>, &mut Vec<u8>) {
+    move |name, _, d| {
         if name == "token_embd.weight" {
             for b in 0..8 {
                 let at = row * 8 * 34 + b * 34;

@@ -483,6 +483,11 @@ impl Engine {
         };
         let tokenizer = Tokenizer::from_gguf(model.gguf())
             .map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
+        // As llama.cpp: one vocabulary. A tokenizer larger than the embedding makes ids the
+        // model cannot take; a smaller one, ids the model samples that decode to nothing.
+        if tokenizer.vocab_size() != model.n_vocab() {
+            return Err(EngineError::VocabMismatch { tokenizer: tokenizer.vocab_size(), tensor: "token_embd.weight", rows: model.n_vocab() });
+        }
         Ok(Engine { model, tokenizer, opts, path: path.to_path_buf() })
     }
 

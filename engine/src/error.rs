@@ -22,6 +22,10 @@ pub enum EngineError {
         "request needs {needed} positions but the context holds {capacity} (raise --max-context)"
     )]
     ContextFull { needed: usize, capacity: usize },
+    #[error(
+        "vocabulary mismatch: the tokenizer has {tokenizer} tokens but {tensor} has {rows} rows (a model and tokenizer of different vocabularies)"
+    )]
+    VocabMismatch { tokenizer: usize, tensor: &'static str, rows: usize },
     #[error("token id {id} out of range (vocabulary has {vocab} tokens)")]
     BadToken { id: u32, vocab: usize },
     #[error("empty input: nothing to evaluate")]

@@ -109,19 +109,20 @@ impl<'a> Keys<'a> {
     pub fn has(&self, name: &str) -> bool {
         self.g.get(&self.key(name)).is_some()
     }
+    /// A GGUF error (missing key, wrong type) as it is: it names the file and the key.
+    fn gguf_err(&self, source: gguf::GgufError) -> EngineError {
+        let path = self.g.paths().first().map(|p| p.to_path_buf()).unwrap_or_default();
+        EngineError::Gguf { path, source }
+    }
     pub fn u32(&self, name: &str) -> Result<usize> {
-        let k = self.key(name);
-        self.g
-            .get_u32(&k)
-            .map(|v| v as usize)
-            .map_err(|e| EngineError::BadMetadata { key: k, why: e.to_string() })
+        self.g.get_u32(&self.key(name)).map(|v| v as usize).map_err(|e| self.gguf_err(e))
     }
     pub fn u32_or(&self, name: &str, default: usize) -> Result<usize> {
         if self.has(name) { self.u32(name) } else { Ok(default) }
     }
     pub fn f32(&self, name: &str) -> Result<f32> {
         let k = self.key(name);
-        let v = self.g.get_f32(&k).map_err(|e| EngineError::BadMetadata { key: k.clone(), why: e.to_string() })?;
+        let v = self.g.get_f32(&k).map_err(|e| self.gguf_err(e))?;
         if !v.is_finite() {
             return Err(EngineError::BadMetadata { key: k, why: format!("{v} is not a finite number") });
         }
