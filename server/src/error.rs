@@ -106,8 +106,73 @@ pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
 }
 
 /// Parse a JSON body ourselves so malformed input gets a 400 in the API's shape (axum's `Json`
-/// extractor answers in plain text and insists on a content type).
+/// extractor answers in plain text and insists on a content type). A value of the wrong type
+/// names its field (`field `max_tokens`: invalid value: integer `-1`, expected u32 at line 1
+/// column 61`).
 pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let bad = |why: String| ApiError::bad_request(format!("invalid request body: {why}"));
+    let v = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let mut path = e.path().to_string();
+        let inner = e.into_inner();
+        // Fields of a `#[serde(flatten)]` struct (the sampling parameters) come without a
+        // path: a type error there is located by its position instead.
+        let typed = ["invalid type", "invalid value", "invalid length"].iter().any(|p| inner.to_string().starts_with(p));
+        if path == "." && typed && let Some(key) = top_level_key_at(body, byte_offset(body, inner.line(), inner.column())) {
+            path = key;
+        }
+        bad(if path == "." { inner.to_string() } else { format!("field `{path}`: {inner}") })
+    })?;
+    de.end().map_err(|e| bad(e.to_string()))?;
+    Ok(v)
+}
+
+/// The byte offset of serde_json's (line, column), both 1-based (column 0: the line's start).
+fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
+    let start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
+    (start + column).saturating_sub(1).min(body.len())
+}
+
+/// The key of the top-level object member whose value spans byte `at` (its terminating `,` or
+/// `}` included, where serde_json reports an error after a value).
+fn top_level_key_at(body: &[u8], at: usize) -> Option<String> {
+    let (mut depth, mut in_str, mut esc, mut expect_key) = (0usize, false, false, false);
+    let (mut key_start, mut key, mut value_start): (Option<usize>, Option<String>, Option<usize>) = (None, None, None);
+    for (i, &c) in body.iter().enumerate() {
+        if in_str {
+            if esc {
+                esc = false;
+            } else if c == b'\\' {
+                esc = true;
+            } else if c == b'"' {
+                in_str = false;
+                if let Some(s) = key_start.take() {
+                    key = Some(String::from_utf8_lossy(&body[s..i]).into_owned());
+                }
+            }
+            continue;
+        }
+        let ends_member = (depth == 1 && c == b',') || (depth == 1 && c == b'}');
+        if ends_member && let Some(s) = value_start.take() && (s..=i).contains(&at) {
+            return key;
+        }
+        match c {
+            b'"' => {
+                in_str = true;
+                if depth == 1 && expect_key {
+                    key_start = Some(i + 1);
+                    expect_key = false;
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                expect_key = depth == 1 && c == b'{';
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 1 => value_start = Some(i + 1),
+            b',' if depth == 1 => expect_key = true,
+            _ => {}
+        }
+    }
+    None
 }

@@ -135,3 +135,20 @@ fn type_errors_name_the_field() {
     // The id is still salvaged for the done line.
     assert!(matches!(parse_host_line(r#"{"type":"generate","id":9,"tokens":[1],"max_tokens":-5}"#), Err((Some(9), _))));
 }
+
+/// HTTP bodies: a value of the wrong type names its field too, trailing characters are still
+/// refused, and bytes that are not UTF-8 are a 400 with serde's position.
+#[test]
+fn http_body_type_errors_name_the_field() {
+    use server::openai::{ChatRequest, CompletionRequest, parse_body};
+    let msg = |r: Result<ChatRequest, server::openai::ApiError>| r.err().expect("refused").message;
+    assert_eq!(
+        msg(parse_body(br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":-1}"#)),
+        "invalid request body: field `max_tokens`: invalid value: integer `-1`, expected u32 at line 1 column 61"
+    );
+    assert!(msg(parse_body(br#"{"messages":[{"role":"user","content":"hi"}]} x"#)).starts_with("invalid request body: trailing characters"));
+    let m = msg(parse_body(b"{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}"));
+    assert_eq!(m, "invalid request body: field `messages[0].content`: invalid unicode code point at line 1 column 43");
+    let c: Result<CompletionRequest, _> = parse_body(br#"{"prompt":"hi","temperature":"hot"}"#);
+    assert!(c.err().unwrap().message.starts_with("invalid request body: field `temperature`: invalid type: string \"hot\""));
+}
