@@ -360,7 +360,7 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
         // must be an instruction; past it (padding up to the next symbol, which ld.lld fills
         // with s_code_end, or data) bytes are listed the way objdump lists them, with
         // `<unknown>` for words that are no instruction: they are not code of any function.
-        let sym_end = if *size == 0 { end } else { (start + size).min(end) };
+        let sym_end = if *size == 0 { end } else { start.saturating_add(*size).min(end) }; // st_size is from the file
         let _ = writeln!(out, "\n{start:016x} <{name}>:");
         let mut pc = *start;
         while pc < end {
