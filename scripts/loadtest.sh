@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The load test of `strata server` on the default model (docs/reliability-load.md).
+# The load test of `strata server` on the default model (docs/reliability.md).
 #   scripts/loadtest.sh                 # the full measurement: 32 clients x 300 s
 #   scripts/loadtest.sh --ci            # the CI run: 8 clients x 30 s
 #   scripts/loadtest.sh --clients 16 --seconds 60 --max-tokens 24   # any loadtest flag

@@ -1,4 +1,4 @@
-//! Fault injection on the real engine (docs/reliability-load.md, "Fault injection"):
+//! Fault injection on the real engine (docs/reliability.md, "Fault injection"):
 //! `strata server` on the default model with its engine killed (SIGKILL) or stopped (SIGSTOP)
 //! mid-stream under load, an unreadable model and a full disk at start, and the PLE table of a
 //! Flash-Next model truncated or deleted while `strata --serve` (direct and mmap reads) or

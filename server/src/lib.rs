@@ -8,7 +8,7 @@
 //!   ([`generate`]; conversations and tools: [`chat`], [`tools`]).
 //!
 //! Docs: `docs/serve-protocol.md`, `docs/server.md`; load and fault tests:
-//! `docs/reliability-load.md` ([`load`] is their HTTP client and load generator).
+//! `docs/reliability.md` ([`load`] is their HTTP client and load generator).
 
 /// `eprintln!` that never panics: a log line that cannot be written (stderr closed, or a full
 /// disk behind it) is dropped and the server keeps serving.

@@ -1,4 +1,4 @@
-//! Load and fault testing of `strata server` (docs/reliability-load.md): a small HTTP/1.1
+//! Load and fault testing of `strata server` (docs/reliability.md): a small HTTP/1.1
 //! client that reads responses as they arrive (Server-Sent Events included, de-chunked, with
 //! the time of the first token), the request mix of the load test, the load runner with its
 //! checks (no failed request, service in arrival order, RSS flat after warm-up), and helpers to

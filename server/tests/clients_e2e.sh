@@ -4,7 +4,7 @@
 # Starts the server on a free port, waits for /health, runs openai_client.py and
 # anthropic_client.py (tool calls included; CLIENT_ARGS=--no-tools for a model whose template
 # has none), then the CI load test (the `loadtest` binary next to STRATA_BINARY, `--ci`: 8
-# clients x 30 s, docs/reliability-load.md; LOADTEST=0 skips it), stops the server.
+# clients x 30 s, docs/reliability.md; LOADTEST=0 skips it), stops the server.
 # Exit code: non-zero if a client failed a check or the server never became healthy.
 set -u
 bin=${1:?usage: clients_e2e.sh STRATA_BINARY [server flags...]}

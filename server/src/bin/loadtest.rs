@@ -1,4 +1,4 @@
-//! Load test of `strata server` (docs/reliability-load.md): N concurrent clients for T seconds,
+//! Load test of `strata server` (docs/reliability.md): N concurrent clients for T seconds,
 //! a rotating mix of `/v1/chat/completions`, `/v1/completions` and `/v1/messages`, streaming
 //! and not, with some streams hung up after their first token, `max_tokens` small so requests
 //! cycle. Reports failed requests (must be 0), the order of service against the order of
@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(about = "Load test of strata server (docs/reliability-load.md)")]
+#[command(about = "Load test of strata server (docs/reliability.md)")]
 struct Cli {
     /// A running server (http://HOST:PORT on loopback).
     #[arg(long, conflicts_with = "strata")]
