@@ -376,6 +376,21 @@ mod tests {
     }
 
     #[test]
+    fn api_key_flags() {
+        let cli = Cli::try_parse_from(["strata", "--api-key", "k1"]).unwrap();
+        assert!(cli.server.api_key_with_env(None).unwrap().unwrap().matches(b"k1"));
+        let cli = Cli::try_parse_from(["strata", "--api-key-file", "/nonexistent/k"]).unwrap();
+        assert_eq!(cli.server.api_key_file, Some(PathBuf::from("/nonexistent/k")));
+        assert!(cli.server.api_key_with_env(None).is_err(), "a missing file is an error");
+        assert!(
+            Cli::try_parse_from(["strata", "--api-key", "a", "--api-key-file", "f"]).is_err(),
+            "not both"
+        );
+        let none = Cli::try_parse_from(["strata"]).unwrap();
+        assert_eq!(none.server.api_key_with_env(None).unwrap(), None);
+    }
+
+    #[test]
     fn serve_flag_in_args_and_missing_tokenizer_are_errors() {
         let c = ServerConfig {
             engine: EngineCommand {

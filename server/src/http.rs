@@ -8,8 +8,8 @@
 
 use crate::config::{ApiKey, Resolved, ServerConfig, exposure_warning};
 use crate::engine_process::{EngineHandle, EngineStatus};
-use crate::net::GuardedListener;
 use crate::error::{Anthropic, ApiError};
+use crate::net::GuardedListener;
 use crate::{anthropic, openai};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -55,11 +55,14 @@ pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
         "strata server: listening on http://{}",
         listener.local_addr()?
     );
-    axum::serve(GuardedListener::new(listener, send_timeout), router_with_key(state, api_key))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    axum::serve(
+        GuardedListener::new(listener, send_timeout),
+        router_with_key(state, api_key),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(())
 }
 
@@ -114,40 +117,48 @@ pub fn router_with_key(state: Arc<AppState>, key: Option<ApiKey>) -> Router {
     let router = router(state);
     match key {
         None => router,
-        Some(key) => router.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
-            let key = key.clone();
-            async move {
-                if req.uri().path() == "/health" {
-                    return next.run(req).await;
-                }
-                match check_key(&key, req.headers()) {
-                    Ok(()) => next.run(req).await,
-                    Err(e) => {
-                        let anthropic = req.uri().path().starts_with("/v1/messages");
-                        let mut r = if anthropic {
-                            Anthropic(e).into_response()
-                        } else {
-                            e.into_response()
-                        };
-                        r.headers_mut().insert(
-                            header::WWW_AUTHENTICATE,
-                            header::HeaderValue::from_static("Bearer"),
-                        );
-                        r
+        Some(key) => router.layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let key = key.clone();
+                async move {
+                    if req.uri().path() == "/health" {
+                        return next.run(req).await;
+                    }
+                    match check_key(&key, req.headers()) {
+                        Ok(()) => next.run(req).await,
+                        Err(e) => {
+                            let anthropic = req.uri().path().starts_with("/v1/messages");
+                            let mut r = if anthropic {
+                                Anthropic(e).into_response()
+                            } else {
+                                e.into_response()
+                            };
+                            r.headers_mut().insert(
+                                header::WWW_AUTHENTICATE,
+                                header::HeaderValue::from_static("Bearer"),
+                            );
+                            r
+                        }
                     }
                 }
-            }
-        })),
+            },
+        )),
     }
 }
 
 /// `Ok` if `Authorization: Bearer` or `x-api-key` holds the key (either one suffices).
 fn check_key(key: &ApiKey, headers: &HeaderMap) -> Result<(), ApiError> {
-    let bearer = headers.get_all(header::AUTHORIZATION).iter().filter_map(|v| {
-        let v = v.as_bytes();
-        (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| v[7..].trim_ascii())
-    });
-    let x_api_key = headers.get_all("x-api-key").iter().map(|v| v.as_bytes().trim_ascii());
+    let bearer = headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .filter_map(|v| {
+            let v = v.as_bytes();
+            (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| v[7..].trim_ascii())
+        });
+    let x_api_key = headers
+        .get_all("x-api-key")
+        .iter()
+        .map(|v| v.as_bytes().trim_ascii());
     let mut given = bearer.chain(x_api_key).peekable();
     if given.peek().is_none() {
         return Err(ApiError::unauthorized(

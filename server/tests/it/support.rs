@@ -104,7 +104,9 @@ pub async fn start_server_keyed(
         .expect("bind");
     let addr = listener.local_addr().unwrap();
     let listener = server::net::GuardedListener::new(listener, send_timeout);
-    tokio::spawn(async move { axum::serve(listener, server::http::router_with_key(state, api_key)).await });
+    tokio::spawn(async move {
+        axum::serve(listener, server::http::router_with_key(state, api_key)).await
+    });
     TestServer { addr }
 }
 
@@ -157,7 +159,10 @@ pub async fn request_with(
 ) -> Resp {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let body = body.unwrap_or("");
-    let extra: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+    let extra: String = headers
+        .iter()
+        .map(|(n, v)| format!("{n}: {v}\r\n"))
+        .collect();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
