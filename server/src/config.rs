@@ -63,6 +63,66 @@ pub struct ServerConfig {
     /// engine. Default 30; 0 = never.
     #[arg(long, value_name = "SECS")]
     pub send_timeout: Option<u64>,
+    /// API key clients must send (`Authorization: Bearer KEY` or `x-api-key: KEY`) on every
+    /// `/v1` request; `/health` stays open. Also `--api-key-file`, or `$STRATA_API_KEY`.
+    /// Default: none (no check). Precedence: `--api-key` > `--api-key-file` > `$STRATA_API_KEY`
+    /// > the config's `api_key` > its `api_key_file`. An empty key is an error.
+    #[arg(long, value_name = "KEY", conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// File whose first line (trimmed) is the API key (a relative path in the config file is
+    /// resolved against the config file's directory).
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+}
+
+/// The environment variable that sets the API key (below `--api-key` and `--api-key-file`).
+pub const API_KEY_ENV: &str = "STRATA_API_KEY";
+
+/// An API key clients must present. Never printed (`Debug` shows `ApiKey(..)`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(std::sync::Arc<str>);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(..)")
+    }
+}
+
+impl ApiKey {
+    /// A key from its text, trimmed; `from` names the source in errors. Empty (or blank) and
+    /// control characters (which no HTTP header can carry) are errors.
+    pub fn new(text: &str, from: &str) -> anyhow::Result<ApiKey> {
+        let key = text.trim();
+        if key.is_empty() {
+            bail!("the API key from {from} is empty (leave it unset for no key)");
+        }
+        if key.chars().any(char::is_control) {
+            bail!("the API key from {from} contains a control character");
+        }
+        Ok(ApiKey(key.into()))
+    }
+
+    /// The first line of a file, trimmed.
+    pub fn from_file(path: &Path) -> anyhow::Result<ApiKey> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading API key file {}", path.display()))?;
+        ApiKey::new(
+            text.lines().next().unwrap_or(""),
+            &format!("file {} (first line)", path.display()),
+        )
+    }
+
+    /// Whether `given` is this key, in time that depends only on `given`'s length (every byte
+    /// is compared; no early exit on the first difference).
+    pub fn matches(&self, given: &[u8]) -> bool {
+        let key = self.0.as_bytes();
+        let mut diff = (key.len() != given.len()) as u8;
+        for (i, &b) in given.iter().enumerate() {
+            // `key` is never empty (`new` refuses it).
+            diff |= b ^ key[i % key.len()];
+        }
+        std::hint::black_box(diff) == 0
+    }
 }
 
 /// Default `engine_timeout` (seconds).
@@ -106,6 +166,11 @@ impl ServerConfig {
             && t.is_relative()
         {
             cfg.tokenizer = Some(dir.join(t));
+        }
+        if let Some(t) = &cfg.api_key_file
+            && t.is_relative()
+        {
+            cfg.api_key_file = Some(dir.join(t));
         }
         Ok(cfg)
     }
@@ -177,6 +242,57 @@ impl ServerConfig {
             self.send_timeout.or(file).unwrap_or(DEFAULT_SEND_TIMEOUT),
         ))
     }
+}
+
+impl ServerConfig {
+    /// The API key in effect (`None`: no check): `--api-key` > `--api-key-file` >
+    /// `$STRATA_API_KEY` > the config's `api_key` > its `api_key_file`. Not part of
+    /// [`Resolved`], whose literal other crates build.
+    pub fn api_key(&self) -> anyhow::Result<Option<ApiKey>> {
+        self.api_key_with_env(std::env::var(API_KEY_ENV).ok())
+    }
+
+    /// [`ServerConfig::api_key`] with `$STRATA_API_KEY` given (`None`: unset).
+    pub fn api_key_with_env(&self, env: Option<String>) -> anyhow::Result<Option<ApiKey>> {
+        if let Some(k) = &self.api_key {
+            return ApiKey::new(k, "--api-key").map(Some);
+        }
+        if let Some(p) = &self.api_key_file {
+            return ApiKey::from_file(p).map(Some);
+        }
+        if let Some(k) = env {
+            return ApiKey::new(&k, API_KEY_ENV).map(Some);
+        }
+        let file = match &self.config {
+            Some(p) => ServerConfig::from_file(p)?,
+            None => return Ok(None),
+        };
+        if let Some(k) = &file.api_key {
+            return ApiKey::new(k, "the config's api_key").map(Some);
+        }
+        match &file.api_key_file {
+            Some(p) => ApiKey::from_file(p).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The warning `strata server` prints when it listens on `host` without an API key and `host`
+/// is not a loopback address (`None`: nothing to warn about).
+pub fn exposure_warning(host: &str, has_key: bool) -> Option<String> {
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    (!has_key && !loopback).then(|| {
+        format!(
+            "strata server: warning: listening on {host} (not a loopback address) without an API \
+             key: anyone who can reach it can use the server. Set a key with --api-key KEY, \
+             --api-key-file FILE, ${API_KEY_ENV} or \"api_key\" in the --config file"
+        )
+    })
 }
 
 /// File name of the engine's default model in its cache (the engine's `fetch::DEFAULT_MODEL`;
@@ -257,6 +373,21 @@ mod tests {
             cli.server.resolve().unwrap().engine_timeout,
             Some(Duration::from_secs(7))
         );
+    }
+
+    #[test]
+    fn api_key_flags() {
+        let cli = Cli::try_parse_from(["strata", "--api-key", "k1"]).unwrap();
+        assert!(cli.server.api_key_with_env(None).unwrap().unwrap().matches(b"k1"));
+        let cli = Cli::try_parse_from(["strata", "--api-key-file", "/nonexistent/k"]).unwrap();
+        assert_eq!(cli.server.api_key_file, Some(PathBuf::from("/nonexistent/k")));
+        assert!(cli.server.api_key_with_env(None).is_err(), "a missing file is an error");
+        assert!(
+            Cli::try_parse_from(["strata", "--api-key", "a", "--api-key-file", "f"]).is_err(),
+            "not both"
+        );
+        let none = Cli::try_parse_from(["strata"]).unwrap();
+        assert_eq!(none.server.api_key_with_env(None).unwrap(), None);
     }
 
     #[test]

@@ -45,6 +45,16 @@ impl ApiError {
             code: Some("engine_timeout"),
         }
     }
+    /// A missing or wrong API key: 401, `code: "invalid_api_key"` (Anthropic's
+    /// `authentication_error`).
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+            kind: "invalid_request_error",
+            code: Some("invalid_api_key"),
+        }
+    }
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,

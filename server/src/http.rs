@@ -6,12 +6,14 @@
 //! engine process only sees token ids (see `protocol`). Stop strings are applied here, on the
 //! detokenized text, and never sent to the client.
 
-use crate::config::{Resolved, ServerConfig};
+use crate::config::{ApiKey, Resolved, ServerConfig, exposure_warning};
 use crate::engine_process::{EngineHandle, EngineStatus};
+use crate::error::{Anthropic, ApiError};
 use crate::net::GuardedListener;
 use crate::{anthropic, openai};
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -38,22 +40,29 @@ pub struct AppState {
 pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
     let resolved = cfg.resolve()?;
     let send_timeout = cfg.send_timeout()?;
+    let api_key = cfg.api_key()?;
     let listener = tokio::net::TcpListener::bind((resolved.host.as_str(), resolved.port))
         .await
         .map_err(|e| {
             anyhow::anyhow!("cannot listen on {}:{}: {e}", resolved.host, resolved.port)
         })?;
     let state = build_state(&resolved)?;
+    if let Some(w) = exposure_warning(&resolved.host, api_key.is_some()) {
+        log_line!("{w}");
+    }
     // The line tests and scripts wait for; keep its shape.
     log_line!(
         "strata server: listening on http://{}",
         listener.local_addr()?
     );
-    axum::serve(GuardedListener::new(listener, send_timeout), router(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    axum::serve(
+        GuardedListener::new(listener, send_timeout),
+        router_with_key(state, api_key),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(())
 }
 
@@ -99,6 +108,70 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .with_state(state)
+}
+
+/// [`router`] behind an API key (`None`: the plain router): every request but `/health` must
+/// carry it as `Authorization: Bearer KEY` or `x-api-key: KEY`, else it gets a 401 in the
+/// shape of the API it called (Anthropic's under `/v1/messages`, OpenAI's elsewhere).
+pub fn router_with_key(state: Arc<AppState>, key: Option<ApiKey>) -> Router {
+    let router = router(state);
+    match key {
+        None => router,
+        Some(key) => router.layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let key = key.clone();
+                async move {
+                    if req.uri().path() == "/health" {
+                        return next.run(req).await;
+                    }
+                    match check_key(&key, req.headers()) {
+                        Ok(()) => next.run(req).await,
+                        Err(e) => {
+                            let anthropic = req.uri().path().starts_with("/v1/messages");
+                            let mut r = if anthropic {
+                                Anthropic(e).into_response()
+                            } else {
+                                e.into_response()
+                            };
+                            r.headers_mut().insert(
+                                header::WWW_AUTHENTICATE,
+                                header::HeaderValue::from_static("Bearer"),
+                            );
+                            r
+                        }
+                    }
+                }
+            },
+        )),
+    }
+}
+
+/// `Ok` if `Authorization: Bearer` or `x-api-key` holds the key (either one suffices).
+fn check_key(key: &ApiKey, headers: &HeaderMap) -> Result<(), ApiError> {
+    let bearer = headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .filter_map(|v| {
+            let v = v.as_bytes();
+            (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| v[7..].trim_ascii())
+        });
+    let x_api_key = headers
+        .get_all("x-api-key")
+        .iter()
+        .map(|v| v.as_bytes().trim_ascii());
+    let mut given = bearer.chain(x_api_key).peekable();
+    if given.peek().is_none() {
+        return Err(ApiError::unauthorized(
+            "missing API key: send it as `Authorization: Bearer KEY` or `x-api-key: KEY`",
+        ));
+    }
+    // Every candidate is compared (no short cut), each in constant time.
+    let ok = given.fold(false, |ok, g| key.matches(g) | ok);
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("invalid API key"))
+    }
 }
 
 /// Seconds since the Unix epoch (the APIs' `created`).

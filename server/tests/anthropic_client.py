@@ -39,11 +39,28 @@ def main():
     ap.add_argument("--model", default="strata", help="model name to send (the server ignores it)")
     ap.add_argument("--no-tools", dest="tools", action="store_false",
                     help="skip the tool-call checks (for models whose template has no tools)")
+    ap.add_argument("--api-key", default=None,
+                    help="the server's API key: checks that a wrong one is refused (401), then uses it")
+    ap.add_argument("--auth-only", action="store_true",
+                    help="with --api-key: only the key checks and one request")
     args = ap.parse_args()
     base = args.base_url.rstrip("/")
     if base.endswith("/v1"):
         base = base[: -len("/v1")]
-    client = anthropic.Anthropic(base_url=base, api_key="not-needed", timeout=300, max_retries=0)
+    if args.api_key is not None:
+        wrong = anthropic.Anthropic(base_url=base, api_key=args.api_key + "-wrong", timeout=300, max_retries=0)
+        try:
+            wrong.messages.create(model="strata", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+            check(False, "a wrong API key is refused")
+        except anthropic.AuthenticationError as e:
+            kind = (e.body or {}).get("error", {}).get("type")
+            check(e.status_code == 401 and kind == "authentication_error",
+                  f"a wrong API key (x-api-key) is refused: {e.status_code} {kind}")
+    client = anthropic.Anthropic(base_url=base, api_key=args.api_key or "not-needed", timeout=300, max_retries=0)
+    if args.auth_only:
+        r = client.messages.create(model="strata", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        check(r is not None, "the right API key (x-api-key) is accepted")
+        return
     model = args.model
     system = "You answer in one short sentence."
     messages = [

@@ -27,11 +27,27 @@ def main():
     ap.add_argument("--model", default=None, help="model name to send (default: first of /v1/models)")
     ap.add_argument("--no-tools", dest="tools", action="store_false",
                     help="skip the tool-call checks (for models whose template has no tools)")
+    ap.add_argument("--api-key", default=None,
+                    help="the server's API key: checks that a wrong one is refused (401), then uses it")
+    ap.add_argument("--auth-only", action="store_true",
+                    help="with --api-key: only the key checks and one request")
     args = ap.parse_args()
     base = args.base_url.rstrip("/")
     if not base.endswith("/v1"):
         base += "/v1"
-    client = openai.OpenAI(base_url=base, api_key="not-needed", timeout=300, max_retries=0)
+    if args.api_key is not None:
+        wrong = openai.OpenAI(base_url=base, api_key=args.api_key + "-wrong", timeout=300, max_retries=0)
+        try:
+            wrong.chat.completions.create(model="strata", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+            check(False, "a wrong API key is refused")
+        except openai.AuthenticationError as e:
+            check(e.status_code == 401 and e.code == "invalid_api_key",
+                  f"a wrong API key (Authorization: Bearer) is refused: {e.status_code} {e.code}")
+    client = openai.OpenAI(base_url=base, api_key=args.api_key or "not-needed", timeout=300, max_retries=0)
+    if args.auth_only:
+        r = client.chat.completions.create(model="strata", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        check(r is not None, "the right API key (Authorization: Bearer) is accepted")
+        return
 
     models = client.models.list().data
     check(len(models) >= 1, f"/v1/models lists a model ({[m.id for m in models]})")

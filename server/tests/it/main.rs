@@ -2,6 +2,7 @@
 //! against the fake engine (`src/bin/fake_engine.rs`).
 
 mod anthropic;
+mod auth;
 mod bad_lines;
 mod faults;
 mod http;

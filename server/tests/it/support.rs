@@ -77,6 +77,17 @@ pub async fn start_server_opts(
     engine_timeout: Option<Duration>,
     send_timeout: Option<Duration>,
 ) -> TestServer {
+    start_server_keyed(tokenizer, engine_args, engine_timeout, send_timeout, None).await
+}
+
+/// [`start_server_opts`] behind an API key (`None`: none), as `run_server` serves it.
+pub async fn start_server_keyed(
+    tokenizer: PathBuf,
+    engine_args: &[&str],
+    engine_timeout: Option<Duration>,
+    send_timeout: Option<Duration>,
+    api_key: Option<server::config::ApiKey>,
+) -> TestServer {
     let cfg = Resolved {
         executable: fake_engine(),
         args: engine_args.iter().map(|s| s.to_string()).collect(),
@@ -93,7 +104,9 @@ pub async fn start_server_opts(
         .expect("bind");
     let addr = listener.local_addr().unwrap();
     let listener = server::net::GuardedListener::new(listener, send_timeout);
-    tokio::spawn(async move { axum::serve(listener, server::http::router(state)).await });
+    tokio::spawn(async move {
+        axum::serve(listener, server::http::router_with_key(state, api_key)).await
+    });
     TestServer { addr }
 }
 
@@ -133,10 +146,25 @@ impl Resp {
 
 /// One HTTP/1.1 request with `Connection: close`; the body is de-chunked.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Resp {
+    request_with(addr, method, path, body, &[]).await
+}
+
+/// [`request`] with extra header lines (`name`, `value`).
+pub async fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Resp {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let body = body.unwrap_or("");
+    let extra: String = headers
+        .iter()
+        .map(|(n, v)| format!("{n}: {v}\r\n"))
+        .collect();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
