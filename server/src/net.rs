@@ -14,6 +14,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
+/// The kernel send buffer of a guarded connection (Linux doubles it): about 25 s of tokens
+/// at 50 tokens/s, and far more than any non-streaming answer needs to be in flight.
+const SEND_BUFFER_BYTES: usize = 128 * 1024;
+
 /// A TCP listener whose connections fail a write that is stuck for `send_timeout`.
 pub struct GuardedListener {
     inner: TcpListener,
@@ -57,6 +61,11 @@ impl GuardedStream {
     pub fn new(inner: TcpStream, send_timeout: Option<Duration>) -> GuardedStream {
         // Latency over batching: SSE events are small and a client waits for each.
         let _ = inner.set_nodelay(true);
+        if send_timeout.is_some() {
+            // The stall clock starts only when the kernel buffer is full, and Linux grows that
+            // buffer to megabytes (tcp_wmem): minutes of tokens for a client that reads nothing.
+            let _ = socket2::SockRef::from(&inner).set_send_buffer_size(SEND_BUFFER_BYTES);
+        }
         GuardedStream {
             inner,
             send_timeout,

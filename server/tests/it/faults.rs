@@ -217,7 +217,9 @@ async fn hung_engine_mid_stream_times_out_and_is_replaced() {
 async fn client_that_stops_reading_is_dropped_after_send_timeout() {
     let srv = start_server_opts(
         model_path(),
-        &["--context", "1000000"],
+        // 1 ms a token: the engine cannot reach the end of the context within the test, so
+        // only the send timeout can free the queue.
+        &["--context", "1000000", "--delay-ms", "1"],
         None,
         Some(Duration::from_secs(1)),
     )
