@@ -231,6 +231,70 @@ pub struct SoftmaxArgs {
     pub n_rows: u32,
 }
 
+/// Gated DeltaNet kernels (ops/gdn.rs). `gdn_conv_silu_f32`: one work-item per conv channel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdnConvArgs {
+    pub m: u64,
+    pub state: u64,
+    pub taps: u64,
+    pub u: u64,
+    pub n_tokens: u32,
+    pub channels: u32,
+    pub conv_k: u32,
+    pub _pad: u32,
+}
+/// `gdn_l2_norm_f32`: one wave per (token, head) row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdnL2NormArgs {
+    pub x: u64,
+    pub n_tokens: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub token_stride: u32,
+    pub eps_bits: u32,
+    pub _pad: u32,
+}
+/// `gdn_delta_rule_f32`: one workgroup of [`GDN_DELTA_BLOCK`] per value head.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdnDeltaArgs {
+    pub u: u64,
+    pub beta: u64,
+    pub alpha: u64,
+    pub dt_bias: u64,
+    pub ssm_a: u64,
+    pub state: u64,
+    pub o: u64,
+    pub n_tokens: u32,
+    pub hk: u32,
+    pub hv: u32,
+    pub s: u32,
+    pub channels: u32,
+    pub _pad: u32,
+}
+/// Most tokens of one GDN launch (a decode window; longer prompts go in windows of this).
+pub const GDN_MAX_TOKENS: u32 = 8;
+/// Work-items of a delta-rule workgroup (each owns state columns j, j + 128, ..).
+pub const GDN_DELTA_BLOCK: u32 = 128;
+/// `gdn_gated_norm_f32`: one wave per row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdnGatedNormArgs {
+    pub o: u64,
+    pub z: u64,
+    pub w: u64,
+    pub n_rows: u32,
+    pub n: u32,
+    pub eps_bits: u32,
+    pub _pad: u32,
+}
+pub const GDN_CONV_SILU: &str = "gdn_conv_silu_f32";
+pub const GDN_L2_NORM: &str = "gdn_l2_norm_f32";
+pub const GDN_DELTA_RULE: &str = "gdn_delta_rule_f32";
+pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";
+
 /// `get_rows_*`: `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when
 /// scale == 1.0). Quantized types: one work-item per block; f32/f16: one per element.
 #[repr(C)]
@@ -423,8 +487,13 @@ macro_rules! impl_args_bytes {
 }
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs, GdnConvArgs, GdnL2NormArgs, GdnDeltaArgs,
+    GdnGatedNormArgs
 );
+const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);
+const _: () = assert!(core::mem::size_of::<GdnL2NormArgs>() == 32);
+const _: () = assert!(core::mem::size_of::<GdnDeltaArgs>() == 80);
+const _: () = assert!(core::mem::size_of::<GdnGatedNormArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<MmqArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<MmvqGluArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<MmvqArgs>() == 48);

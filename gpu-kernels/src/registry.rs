@@ -43,6 +43,8 @@ pub enum Family {
     AttentionFast,
     /// Router and combine.
     Moe,
+    /// Gated DeltaNet: conv, q/k norms, delta rule, gated norm (Flash-Next).
+    Gdn,
     /// Ordered-numerics mode (the `quant` crate's scalar code per work-item).
     Ordered,
     /// Cross-lane reduction micro-benchmarks (not used by the engine).
@@ -145,6 +147,10 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::MOE_COMBINE, Family::Moe, arg_struct!(MoeCombineArgs, 4)),
     entry(abi::GET_ROWS_F32, Family::GetRows, GET_ROWS_ARGS),
     entry(abi::GET_ROWS_F16, Family::GetRows, GET_ROWS_ARGS),
+    entry(abi::GDN_CONV_SILU, Family::Gdn, arg_struct!(GdnConvArgs, 4)),
+    entry(abi::GDN_L2_NORM, Family::Gdn, arg_struct!(GdnL2NormArgs, 1)),
+    entry(abi::GDN_DELTA_RULE, Family::Gdn, arg_struct!(GdnDeltaArgs, 7)).block(abi::GDN_DELTA_BLOCK),
+    entry(abi::GDN_GATED_NORM, Family::Gdn, arg_struct!(GdnGatedNormArgs, 3)),
     // Ordered-numerics mode: the quant crate's scalar code per lane (Q4_K's dot unpacks 256
     // quants, Q8_K's quantizer holds its block: scratch allowed).
     entry(abi::QUANTIZE_REF, Family::Ordered, arg_struct!(QuantizeRefArgs, 2)).scratch_allowed(),

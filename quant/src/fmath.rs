@@ -75,6 +75,56 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + tanhf(SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)))
 }
 
+/// Natural log for positive normal finite `x` (the only inputs its users pass: `1 + e^x`):
+/// `x = 2^k m` with `m` in [√½, √2), `ln m = 2 atanh(f / (2 + f))` (f = m − 1, exact) as an odd
+/// series to s⁹, then `k ln 2` in two parts. Within 2 ulp; x <= 0 gives NaN, +inf gives +inf.
+#[inline(always)]
+pub fn logf(x: f32) -> f32 {
+    if x.is_nan() || x <= 0.0 {
+        return f32::NAN;
+    }
+    if x == f32::INFINITY {
+        return x;
+    }
+    let bits = x.to_bits();
+    let mut k = ((bits >> 23) & 0xff) as i32 - 127;
+    let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+    if m > core::f32::consts::SQRT_2 {
+        m *= 0.5;
+        k += 1;
+    }
+    let f = m - 1.0;
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let mut p: f32 = 2.0 / 11.0;
+    p = p * z + 2.0 / 9.0;
+    p = p * z + 2.0 / 7.0;
+    p = p * z + 2.0 / 5.0;
+    p = p * z + 2.0 / 3.0;
+    let lm = 2.0 * s + s * (z * p);
+    let kf = k as f32;
+    kf * LN2_HI + (kf * LN2_LO + lm)
+}
+
+/// `ln(1 + y)` for y >= 0, accurate for small y (Goldberg: `ln(u) · y / (u − 1)`, u = 1 + y).
+#[inline(always)]
+pub fn log1pf(y: f32) -> f32 {
+    let u = 1.0 + y;
+    if u == 1.0 { y } else { logf(u) * (y / (u - 1.0)) }
+}
+
+/// ggml's softplus `ln(1 + e^x)`, linear above 20, with [`expf`] and [`log1pf`].
+#[inline(always)]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { log1pf(expf(x)) }
+}
+
+/// Logistic sigmoid `1 / (1 + e^-x)` with [`expf`].
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + expf(-x))
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -99,6 +149,37 @@ mod tests {
         assert_eq!(expf(100.0), f32::INFINITY);
         assert!(expf(f32::NAN).is_nan());
         assert_eq!(expf(f32::NEG_INFINITY), 0.0);
+    }
+
+    #[test]
+    fn logf_log1pf_softplus_sigmoid_close_to_f64() {
+        let ulps = |got: f32, want: f32| (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs();
+        let mut x = 1e-30f32;
+        let mut worst = 0;
+        while x < 1e30 {
+            worst = worst.max(ulps(logf(x), (x as f64).ln() as f32));
+            x *= 1.000_73;
+        }
+        assert!(worst <= 2, "logf worst ulp distance {worst}");
+        assert_eq!(logf(1.0), 0.0);
+        assert!(logf(0.0).is_nan() && logf(-1.0).is_nan() && logf(f32::NAN).is_nan());
+        assert_eq!(logf(f32::INFINITY), f32::INFINITY);
+        let mut y = 1e-12f32;
+        while y < 1e9 {
+            let want = (y as f64).ln_1p();
+            let got = log1pf(y) as f64;
+            assert!((got - want).abs() <= 4e-7 * want, "log1pf {y}: {got} vs {want}");
+            y *= 1.0013;
+        }
+        let mut x = -30.0f32;
+        while x < 30.0 {
+            let want = if x > 20.0 { x as f64 } else { (x as f64).exp().ln_1p() };
+            let got = softplus(x) as f64;
+            assert!((got - want).abs() <= 5e-7 * want, "softplus {x}: {got} vs {want}");
+            let sg = 1.0 / (1.0 + (-x as f64).exp());
+            assert!((sigmoid(x) as f64 - sg).abs() <= 3e-7 * sg, "sigmoid {x}");
+            x += 0.0173;
+        }
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //!   (`cpu::matmul_ordered`), geglu_table (`cpu_kernels::geglu_ggml`);
 //! - within named tolerances (`quant::fmath::expf` instead of libm): glu, softmax, moe_router
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
+mod gdn;
+pub use gdn::{GdnBuffers, GdnShape};
+
 use super::abi::{self, WType};
 use super::device::{arch_base, DevicePtr, GpuApi, GpuError, Kernel, KernelInfo, KernelSpec, LaunchConfig, Module, Result, Stream};
 use super::registry::{self, Family, KernelEntry, Scratch};

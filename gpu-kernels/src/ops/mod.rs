@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod dequant;
 pub mod fwd;
+pub mod gdn;
 pub mod mmq;
 pub mod mmvq;
 pub mod ordered;

@@ -93,18 +93,38 @@ impl Gdn {
 
     /// Runs `n` tokens `x [n][E]`, advancing `st`; writes `y [n][E]`.
     pub fn forward(&self, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]) {
-        let (hk, hv, s, kk) = (self.hk, self.hv, self.s, self.conv_k);
-        let c = self.channels();
-        let vd = hv * s;
+        let (c, hv, vd) = (self.channels(), self.hv, self.hv * self.s);
         let mut m = vec![0f32; n * c];
         self.qkv.matmul(x, n, &mut m);
         let mut z = vec![0f32; n * vd];
         self.gate.matmul(x, n, &mut z);
         let mut beta = vec![0f32; n * hv];
         self.beta.matmul(x, n, &mut beta);
-        beta.iter_mut().for_each(|b| *b = sigmoid(*b));
-        let mut g = vec![0f32; n * hv];
-        self.alpha.matmul(x, n, &mut g);
+        let mut alpha = vec![0f32; n * hv];
+        self.alpha.matmul(x, n, &mut alpha);
+        let o = self.mix(&m, &z, &beta, &alpha, n, st, mode);
+        self.out.matmul(&o, n, y);
+    }
+
+    /// The token mixer between the projections, what the GPU's `gdn_*` kernels compute: conv
+    /// inputs `m [n][C]`, gate `z [n][Hv·S]`, β and α logits `[n][Hv]`; returns the gated,
+    /// normalised head outputs `o [n][Hv·S]` (the input of `ssm_out`), advancing `st`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mix(
+        &self,
+        m: &[f32],
+        z: &[f32],
+        beta_logit: &[f32],
+        alpha_logit: &[f32],
+        n: usize,
+        st: &mut GdnState,
+        mode: GdnMode,
+    ) -> Vec<f32> {
+        let (hk, hv, s, kk) = (self.hk, self.hv, self.s, self.conv_k);
+        let c = self.channels();
+        let vd = hv * s;
+        let beta: Vec<f32> = beta_logit[..n * hv].iter().map(|&b| sigmoid(b)).collect();
+        let mut g = alpha_logit[..n * hv].to_vec();
         for t in 0..n {
             for h in 0..hv {
                 let v = &mut g[t * hv + h];
@@ -115,7 +135,7 @@ impl Gdn {
         // Causal depthwise conv over [history | new], then keep the last K−1 inputs.
         let mut hist = Vec::with_capacity((kk - 1 + n) * c);
         hist.extend_from_slice(&st.conv);
-        hist.extend_from_slice(&m);
+        hist.extend_from_slice(&m[..n * c]);
         let mut u = vec![0f32; n * c];
         for t in 0..n {
             for ch in 0..c {
@@ -180,7 +200,7 @@ impl Gdn {
                 }
             }
         }
-        self.out.matmul(&o, n, y);
+        o
     }
 }
 

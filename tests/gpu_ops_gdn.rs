@@ -1,0 +1,173 @@
+//! The Gated DeltaNet mixer on the device (`GpuOps::gdn_mix`: conv + SiLU, q/k L2 norms, the
+//! delta rule, the gated norm) against the CPU's `Gdn::mix`, the implementation that matches
+//! llama.cpp on the tiny-qwen4exp fixtures. The order of every sum is the CPU's; the device's
+//! exp/softplus/sigmoid are `quant::fmath`'s (within 2 ulp of libm), hence `GDN_TOL`. A window
+//! of up to 8 tokens must equal the same tokens one launch at a time bit for bit, and the state
+//! carries across calls. Runs as `<name>::emu` and `<name>::hip` through `test_device!`.
+#![cfg(feature = "gpu")]
+
+use crate::gpu_ops::*;
+use strata::gpu::ops::{GdnBuffers, GdnShape, GpuOps};
+use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};
+use strata::model::qwen4exp::linear::Mat;
+use strata::rng::SplitMix64;
+use strata::test_device;
+
+/// Device against CPU, relative with a floor of 1 (outputs and states are O(1)); shared with
+/// `strata device --selftest`.
+const GDN_TOL: f32 = strata::gpu::selftest::reference::GDN_TOL as f32;
+
+fn unused() -> Mat {
+    Mat::from_f32(1, 1, &[0.0]).expect("1x1")
+}
+
+/// A GDN layer with random constants (the projections are not part of the mixer).
+fn layer(rng: &mut SplitMix64, hk: usize, hv: usize, s: usize, k: usize) -> Gdn {
+    let c = (2 * hk + hv) * s;
+    Gdn {
+        hk,
+        hv,
+        s,
+        conv_k: k,
+        eps: 1e-6,
+        qkv: unused(),
+        gate: unused(),
+        conv: rand_f32(rng, c * k, 0.6),
+        dt_bias: (0..hv).map(|_| -1.0 + 0.5 * rng.symmetric()).collect(),
+        a: (0..hv).map(|_| -(rng.symmetric()).exp()).collect(),
+        beta: unused(),
+        alpha: unused(),
+        norm: (0..s).map(|_| 1.0 + 0.1 * rng.symmetric()).collect(),
+        out: unused(),
+    }
+}
+
+fn shape(g: &Gdn) -> GdnShape {
+    GdnShape { hk: g.hk as u32, hv: g.hv as u32, head_dim: g.s as u32, conv_k: g.conv_k as u32, eps: g.eps }
+}
+
+/// Largest |gpu − cpu| / max(1, |cpu|).
+fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "{dev} {what}: length");
+    let mut worst = 0f32;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.is_finite(), "{dev} {what}: element {i} is {g}");
+        let e = (g - w).abs() / w.abs().max(1.0);
+        assert!(e <= GDN_TOL, "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GDN_TOL:e})");
+        worst = worst.max(e);
+    }
+    worst
+}
+
+/// The device side of one sequence: constants and state uploaded once, inputs per call.
+struct DevLayer<'a> {
+    ops: &'a GpuOps,
+    shape: GdnShape,
+    consts: [Buf<'a>; 4],
+    conv_state: Buf<'a>,
+    delta_state: Buf<'a>,
+}
+
+impl<'a> DevLayer<'a> {
+    fn new(ops: &'a GpuOps, g: &Gdn, st: &GdnState) -> DevLayer<'a> {
+        DevLayer {
+            ops,
+            shape: shape(g),
+            consts: [upf(ops, &g.conv), upf(ops, &g.dt_bias), upf(ops, &g.a), upf(ops, &g.norm)],
+            conv_state: upf(ops, &st.conv),
+            delta_state: upf(ops, &st.m),
+        }
+    }
+    /// Runs `n` tokens; returns `o [n][Hv S]`.
+    fn mix(&self, m: &[f32], z: &[f32], beta: &[f32], alpha: &[f32], n: usize) -> Vec<f32> {
+        let ops = self.ops;
+        let (mb, zb, bb, ab) = (upf(ops, m), upf(ops, z), upf(ops, beta), upf(ops, alpha));
+        let c = self.shape.channels() as usize;
+        let vd = (self.shape.hv * self.shape.head_dim) as usize;
+        let (u, o) = (zeros(ops, n * c * 4), zeros(ops, n * vd * 4));
+        let b = GdnBuffers {
+            m: mb.ptr,
+            z: zb.ptr,
+            beta: bb.ptr,
+            alpha: ab.ptr,
+            taps: self.consts[0].ptr,
+            dt_bias: self.consts[1].ptr,
+            ssm_a: self.consts[2].ptr,
+            norm: self.consts[3].ptr,
+            conv_state: self.conv_state.ptr,
+            delta_state: self.delta_state.ptr,
+            u: u.ptr,
+            o: o.ptr,
+        };
+        ops.gdn_mix(&S, &self.shape, &b, n as u32).expect("gdn_mix");
+        o.f32s()
+    }
+}
+
+/// Random per-token inputs of `n` tokens: (m, z, beta logits, alpha logits).
+fn inputs(rng: &mut SplitMix64, g: &Gdn, n: usize) -> [Vec<f32>; 4] {
+    let c = (2 * g.hk + g.hv) * g.s;
+    [rand_f32(rng, n * c, 2.0), rand_f32(rng, n * g.hv * g.s, 3.0), rand_f32(rng, n * g.hv, 3.0), rand_f32(rng, n * g.hv, 2.0)]
+}
+
+test_device!(
+    fn gpu_ops_gdn_mix_matches_cpu(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0x6d4);
+        // (Hk, Hv, S, K): the fixtures' two layer shapes, Hv not a multiple of Hk, the real
+        // head dim of Flash-Next (128) with a state wider than one work-item a column.
+        for (hk, hv, s, k) in [(2usize, 4usize, 32usize, 4usize), (1, 2, 32, 3), (2, 3, 16, 2), (1, 2, 128, 4), (1, 1, 8, 1)] {
+            let g = layer(&mut rng, hk, hv, s, k);
+            let mut st = g.new_state();
+            // A state as after earlier tokens.
+            st.conv = rand_f32(&mut rng, st.conv.len(), 1.5);
+            st.m = rand_f32(&mut rng, st.m.len(), 0.3);
+            let dl = DevLayer::new(ops, &g, &st);
+            let mut worst = 0f32;
+            for (call, n) in [1usize, 8, 3, 1].into_iter().enumerate() {
+                let [m, z, b, a] = inputs(&mut rng, &g, n);
+                let want = g.mix(&m, &z, &b, &a, n, &mut st, GdnMode::Recurrent);
+                let got = dl.mix(&m, &z, &b, &a, n);
+                let what = format!("Hk={hk} Hv={hv} S={s} K={k} call {call} ({n} tokens)");
+                worst = worst.max(max_rel(dev, &format!("{what}: o"), &got, &want));
+                worst = worst.max(max_rel(dev, &format!("{what}: conv state"), &dl.conv_state.f32s(), &st.conv));
+                worst = worst.max(max_rel(dev, &format!("{what}: delta state"), &dl.delta_state.f32s(), &st.m));
+            }
+            println!("{dev} gdn_mix Hk={hk} Hv={hv} S={s} K={k}: worst relative error {worst:e} (tolerance {GDN_TOL:e})");
+        }
+    }
+);
+
+test_device!(
+    fn gpu_ops_gdn_window_equals_single_tokens_bitwise(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0x77);
+        let g = layer(&mut rng, 2, 4, 32, 4);
+        let mut st = g.new_state();
+        st.m = rand_f32(&mut rng, st.m.len(), 0.3);
+        let (window, single) = (DevLayer::new(ops, &g, &st), DevLayer::new(ops, &g, &st));
+        let n = 8;
+        let [m, z, b, a] = inputs(&mut rng, &g, n);
+        let got = window.mix(&m, &z, &b, &a, n);
+        let (c, vd) = ((2 * g.hk + g.hv) * g.s, g.hv * g.s);
+        let mut want = Vec::new();
+        for t in 0..n {
+            let r = |v: &[f32], w: usize| v[t * w..(t + 1) * w].to_vec();
+            want.extend(single.mix(&r(&m, c), &r(&z, vd), &r(&b, g.hv), &r(&a, g.hv), 1));
+        }
+        assert_bits(dev, "8-token window vs 8 single tokens: o", &got, &want);
+        assert_bits(dev, "conv state", &window.conv_state.f32s(), &single.conv_state.f32s());
+        assert_bits(dev, "delta state", &window.delta_state.f32s(), &single.delta_state.f32s());
+    }
+);
+
+test_device!(
+    fn gpu_ops_gdn_refuses_unsupported_shapes(ops) {
+        let z = GdnBuffers { m: 0, z: 0, beta: 0, alpha: 0, taps: 0, dt_bias: 0, ssm_a: 0, norm: 0, conv_state: 0, delta_state: 0, u: 0, o: 0 };
+        let ok = GdnShape { hk: 1, hv: 1, head_dim: 8, conv_k: 2, eps: 1e-6 };
+        for (shape, n, what) in [(ok, 0u32, "0 tokens"), (ok, 9, "9 tokens"), (GdnShape { head_dim: 0, ..ok }, 1, "head dim 0"), (GdnShape { conv_k: 0, ..ok }, 1, "conv width 0")] {
+            let e = ops.gdn_mix(&S, &shape, &z, n).expect_err(what).to_string();
+            assert!(e.contains("gdn"), "{what}: {e}");
+        }
+    }
+);
