@@ -17,6 +17,7 @@ mod gpu_ops;
 #[cfg(feature = "gpu")]
 mod gpu_ops_attention;
 mod gpu_ops_gdn;
+mod gpu_ops_gr;
 #[cfg(feature = "gpu")]
 mod gpu_selftest;
 mod models_util;

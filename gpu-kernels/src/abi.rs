@@ -295,6 +295,27 @@ pub const GDN_L2_NORM: &str = "gdn_l2_norm_f32";
 pub const GDN_DELTA_RULE: &str = "gdn_delta_rule_f32";
 pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";
 
+/// Hyper-connection kernels (ops/gr.rs), one struct for the four: three buffers, then the
+/// rows or tokens, the embedding width, the stream count and (norm only) eps.
+/// `gr_stream_norm_f32` (r, gamma, flat; n_rows = tokens x hc): one wave per row;
+/// `gr_lowrank_act_f32` (lo; n values): `gr_gate_mix_f32` (flat, gate, x) and `gr_combine_f32`
+/// (r, y, inj): one work-item per value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrArgs {
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub n: u32,
+    pub e: u32,
+    pub hc: u32,
+    pub eps_bits: u32,
+}
+pub const GR_STREAM_NORM: &str = "gr_stream_norm_f32";
+pub const GR_LOWRANK_ACT: &str = "gr_lowrank_act_f32";
+pub const GR_GATE_MIX: &str = "gr_gate_mix_f32";
+pub const GR_COMBINE: &str = "gr_combine_f32";
+
 /// `get_rows_*`: `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when
 /// scale == 1.0). Quantized types: one work-item per block; f32/f16: one per element.
 #[repr(C)]
@@ -488,8 +509,9 @@ macro_rules! impl_args_bytes {
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, GetRowsArgs,
     KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs, GdnConvArgs, GdnL2NormArgs, GdnDeltaArgs,
-    GdnGatedNormArgs
+    GdnGatedNormArgs, GrArgs
 );
+const _: () = assert!(core::mem::size_of::<GrArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<GdnL2NormArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<GdnDeltaArgs>() == 80);

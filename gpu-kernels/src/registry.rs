@@ -45,6 +45,8 @@ pub enum Family {
     Moe,
     /// Gated DeltaNet: conv, q/k norms, delta rule, gated norm (Flash-Next).
     Gdn,
+    /// Hyper-connection streams: read (norm, low-rank act, gate mix) and write (Flash-Next).
+    Gr,
     /// Ordered-numerics mode (the `quant` crate's scalar code per work-item).
     Ordered,
     /// Cross-lane reduction micro-benchmarks (not used by the engine).
@@ -123,6 +125,7 @@ const ATTN_ARGS: ArgStruct = arg_struct!(AttnArgs, 7);
 const GET_ROWS_ARGS: ArgStruct = arg_struct!(GetRowsArgs, 3);
 const CONVERT_ARGS: ArgStruct = arg_struct!(ConvertArgs, 2);
 const KV_STORE_ARGS: ArgStruct = arg_struct!(KvStoreArgs, 4);
+const GR_ARGS: ArgStruct = arg_struct!(GrArgs, 3);
 
 /// The LDS an MMVQ-style launch may stage (64 KiB minus the type's static tables).
 const fn mmvq_lds(ty: WType) -> u32 {
@@ -151,6 +154,10 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::GDN_L2_NORM, Family::Gdn, arg_struct!(GdnL2NormArgs, 1)),
     entry(abi::GDN_DELTA_RULE, Family::Gdn, arg_struct!(GdnDeltaArgs, 7)).block(abi::GDN_DELTA_BLOCK),
     entry(abi::GDN_GATED_NORM, Family::Gdn, arg_struct!(GdnGatedNormArgs, 3)),
+    entry(abi::GR_STREAM_NORM, Family::Gr, GR_ARGS),
+    entry(abi::GR_LOWRANK_ACT, Family::Gr, GR_ARGS),
+    entry(abi::GR_GATE_MIX, Family::Gr, GR_ARGS),
+    entry(abi::GR_COMBINE, Family::Gr, GR_ARGS),
     // Ordered-numerics mode: the quant crate's scalar code per lane (Q4_K's dot unpacks 256
     // quants, Q8_K's quantizer holds its block: scratch allowed).
     entry(abi::QUANTIZE_REF, Family::Ordered, arg_struct!(QuantizeRefArgs, 2)).scratch_allowed(),

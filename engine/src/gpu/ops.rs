@@ -16,7 +16,9 @@
 //! - within named tolerances (`quant::fmath::expf` instead of libm): glu, softmax, moe_router
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 mod gdn;
+mod gr;
 pub use gdn::{GdnBuffers, GdnShape};
+pub use gr::GrShape;
 
 use super::abi::{self, WType};
 use super::device::{arch_base, DevicePtr, GpuApi, GpuError, Kernel, KernelInfo, KernelSpec, LaunchConfig, Module, Result, Stream};

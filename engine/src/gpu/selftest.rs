@@ -14,7 +14,7 @@
 //! Shapes: small on `emu` (the whole suite in well under a minute), full-size (4096-wide
 //! decode shapes) on a card. Checks live in `selftest/checks_*.rs`, references and
 //! tolerances in `selftest/reference.rs`, the pass/fail logic in `selftest/compare.rs`.
-mod checks_gdn;
+mod checks_flash_next;
 mod checks_matmul;
 mod checks_ops;
 pub mod compare;
@@ -107,7 +107,7 @@ impl Check {
 pub fn all_checks() -> Vec<Check> {
     let mut v = checks_matmul::checks();
     v.extend(checks_ops::checks());
-    v.extend(checks_gdn::checks());
+    v.extend(checks_flash_next::checks());
     v
 }
 

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod dequant;
 pub mod fwd;
 pub mod gdn;
+pub mod gr;
 pub mod mmq;
 pub mod mmvq;
 pub mod ordered;

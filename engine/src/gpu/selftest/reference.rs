@@ -14,6 +14,9 @@ pub const PROB_TOL: f64 = 1e-6;
 /// |cpu|)` for outputs and states; the sums are in the CPU's order, the gap is `quant::fmath`'s
 /// exp/softplus/sigmoid (<= 2 ulp) carried through a few tokens of recurrence.
 pub const GDN_TOL: f64 = 4e-6;
+/// The GR kernels against `HyperConn`'s steps: `|gpu - cpu| <= GR_TOL * max(1, |cpu|)`
+/// (sigmoid/SiLU with `quant::fmath::expf`; the stream norm is compared bit for bit).
+pub const GR_TOL: f64 = 2e-6;
 /// Fast (WMMA f16) attention against the CPU `attend`, absolute, for |V| <= ~1 (f16 query and
 /// probabilities rounded at other points, online softmax, hardware exp2). Observed <= 2.7e-4.
 pub const FAST_ATTN_TOL: f64 = 1e-3;

@@ -1,0 +1,132 @@
+//! Selftest checks of Flash-Next's layer kernels against the CPU implementation that matches
+//! llama.cpp: the Gated DeltaNet kernels (conv + SiLU, q/k L2 norms, delta rule, gated norm),
+//! launched together as `GpuOps::gdn_mix`, against `qwen4exp::gdn::Gdn::mix` (outputs and both
+//! states); the hyper-connection kernels against `qwen4exp::gr::HyperConn`'s steps.
+use super::reference::{GDN_TOL, GR_TOL};
+use super::{Check, CheckResultOf, Cx};
+use crate::gpu::abi;
+use crate::gpu::ops::{GdnBuffers, GdnShape, GrShape};
+use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
+use crate::model::qwen4exp::gr::HyperConn;
+use crate::model::qwen4exp::linear::Mat;
+
+pub fn checks() -> Vec<Check> {
+    vec![
+        Check::new(
+            "gdn_mix",
+            vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_RULE, abi::GDN_GATED_NORM],
+            "qwen4exp::gdn::Gdn::mix (recurrent)",
+            gdn_mix,
+        ),
+        Check::new(
+            "gr read and write",
+            vec![abi::GR_STREAM_NORM, abi::GR_LOWRANK_ACT, abi::GR_GATE_MIX, abi::GR_COMBINE],
+            "qwen4exp::gr::HyperConn (norm_streams bitwise, lowrank_act, gate_mix, combine)",
+            gr,
+        ),
+    ]
+}
+
+fn gdn_mix(cx: &mut Cx) -> CheckResultOf<()> {
+    // Flash-Next's layer (16 key / 48 value heads of 128, K = 4) on a card; fewer heads on emu.
+    let (hk, hv, s, k, n) = if cx.full { (16usize, 48usize, 128usize, 4usize, 8usize) } else { (2, 4, 128, 4, 3) };
+    let c = (2 * hk + hv) * s;
+    let unused = || Mat::from_f32(1, 1, &[0.0]).expect("1x1 matrix");
+    let g = Gdn {
+        hk,
+        hv,
+        s,
+        conv_k: k,
+        eps: 1e-6,
+        qkv: unused(),
+        gate: unused(),
+        conv: cx.rand_f32(c * k, 0.6),
+        dt_bias: cx.rand_f32(hv, 0.5).iter().map(|v| v - 1.0).collect(),
+        a: cx.rand_f32(hv, 1.0).iter().map(|v| -v.exp()).collect(),
+        beta: unused(),
+        alpha: unused(),
+        norm: cx.rand_f32(s, 0.1).iter().map(|v| 1.0 + v).collect(),
+        out: unused(),
+    };
+    let mut st = g.new_state();
+    st.conv = cx.rand_f32(st.conv.len(), 1.5);
+    st.m = cx.rand_f32(st.m.len(), 0.3);
+    let (m, z) = (cx.rand_f32(n * c, 2.0), cx.rand_f32(n * hv * s, 3.0));
+    let (beta, alpha) = (cx.rand_f32(n * hv, 3.0), cx.rand_f32(n * hv, 2.0));
+    let shape = GdnShape { hk: hk as u32, hv: hv as u32, head_dim: s as u32, conv_k: k as u32, eps: g.eps };
+    let b = GdnBuffers {
+        m: cx.upf(&m)?,
+        z: cx.upf(&z)?,
+        beta: cx.upf(&beta)?,
+        alpha: cx.upf(&alpha)?,
+        taps: cx.upf(&g.conv)?,
+        dt_bias: cx.upf(&g.dt_bias)?,
+        ssm_a: cx.upf(&g.a)?,
+        norm: cx.upf(&g.norm)?,
+        conv_state: cx.upf(&st.conv)?,
+        delta_state: cx.upf(&st.m)?,
+        u: cx.zeros(n * c * 4)?,
+        o: cx.zeros(n * hv * s * 4)?,
+    };
+    let want = g.mix(&m, &z, &beta, &alpha, n, &mut st, GdnMode::Recurrent);
+    cx.ops.gdn_mix(cx.s, &shape, &b, n as u32)?;
+    let got = cx.read_f32(b.o, n * hv * s)?;
+    cx.cmp_rel_floor1("o", &got, &want, GDN_TOL);
+    let got = cx.read_f32(b.conv_state, st.conv.len())?;
+    cx.cmp_rel_floor1("conv state", &got, &st.conv, GDN_TOL);
+    let got = cx.read_f32(b.delta_state, st.m.len())?;
+    cx.cmp_rel_floor1("delta state", &got, &st.m, GDN_TOL);
+    cx.set_shape(format!("Hk {hk} Hv {hv} S {s} K {k}, {n} tokens"));
+    // Ideal bytes: the state read and written once, inputs and outputs once.
+    let ideal = 4 * (2 * st.m.len() + 2 * st.conv.len() + n * (c + 2 * hv * s + 2 * hv) + n * hv * s);
+    cx.bench(ideal as u64, &|o, s_| o.gdn_mix(s_, &shape, &b, n as u32))
+}
+
+fn gr(cx: &mut Cx) -> CheckResultOf<()> {
+    // Flash-Next: 4 streams of 2560, low rank 320 (the matmuls run on the host here).
+    let (hc, e, lr, n) = if cx.full { (4usize, 2560usize, 320usize, 8usize) } else { (4, 256, 32, 3) };
+    let mat = |cx: &mut Cx, rows: usize, cols: usize| Mat::from_f32(rows, cols, &cx.rand_f32(rows * cols, 0.05)).expect("f32 matrix");
+    let h = HyperConn {
+        hc,
+        n_embd: e,
+        eps: 1e-6,
+        norm: cx.rand_f32(hc * e, 0.1).iter().map(|v| 1.0 + v).collect(),
+        down: mat(cx, lr, hc * e),
+        up: mat(cx, hc * e, lr),
+        inject: None,
+    };
+    let shape = GrShape { hc: hc as u32, e: e as u32, eps: h.eps };
+    let r = cx.rand_f32(n * hc * e, 2.0);
+    let want_flat = h.norm_streams(&r, n);
+    let (rb, gb, fb) = (cx.upf(&r)?, cx.upf(&h.norm)?, cx.zeros(n * hc * e * 4)?);
+    cx.ops.gr_stream_norm(cx.s, &shape, rb, gb, fb, n as u32)?;
+    let got = cx.read_f32(fb, n * hc * e)?;
+    cx.cmp_bits("stream norm", &got, &want_flat);
+
+    let mut lo = vec![0f32; n * lr];
+    h.down.matmul(&want_flat, n, &mut lo);
+    let lob = cx.upf(&lo)?;
+    h.lowrank_act(&mut lo);
+    cx.ops.gr_lowrank_act(cx.s, &shape, lob, (n * lr) as u32)?;
+    let got = cx.read_f32(lob, n * lr)?;
+    cx.cmp_rel_floor1("low-rank act", &got, &lo, GR_TOL);
+
+    let mut gate = vec![0f32; n * hc * e];
+    h.up.matmul(&lo, n, &mut gate);
+    let mut want_x = vec![0f32; n * e];
+    h.gate_mix(&want_flat, &gate, n, &mut want_x);
+    let (gab, xb) = (cx.upf(&gate)?, cx.zeros(n * e * 4)?);
+    cx.ops.gr_gate_mix(cx.s, &shape, fb, gab, xb, n as u32)?;
+    let got = cx.read_f32(xb, n * e)?;
+    cx.cmp_rel_floor1("gate mix", &got, &want_x, GR_TOL);
+
+    let (y, inj) = (cx.rand_f32(n * e, 1.0), cx.rand_f32(n * hc, 4.0));
+    let mut want_r = r.clone();
+    h.combine(&mut want_r, n, &y, &inj);
+    let (yb, ib) = (cx.upf(&y)?, cx.upf(&inj)?);
+    cx.ops.gr_combine(cx.s, &shape, rb, yb, ib, n as u32)?;
+    let got = cx.read_f32(rb, n * hc * e)?;
+    cx.cmp_rel_floor1("combine", &got, &want_r, GR_TOL);
+    cx.set_shape(format!("{hc} streams x {e}, {n} tokens"));
+    cx.bench((n * hc * e * 8 + hc * e * 4) as u64, &|o, s| o.gr_stream_norm(s, &shape, rb, gb, fb, n as u32))
+}
