@@ -43,7 +43,13 @@ fn layer(rng: &mut SplitMix64, hk: usize, hv: usize, s: usize, k: usize) -> Gdn 
 }
 
 fn shape(g: &Gdn) -> GdnShape {
-    GdnShape { hk: g.hk as u32, hv: g.hv as u32, head_dim: g.s as u32, conv_k: g.conv_k as u32, eps: g.eps }
+    GdnShape {
+        hk: g.hk as u32,
+        hv: g.hv as u32,
+        head_dim: g.s as u32,
+        conv_k: g.conv_k as u32,
+        eps: g.eps,
+    }
 }
 
 /// Largest |gpu − cpu| / max(1, |cpu|).
@@ -53,7 +59,10 @@ fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(g.is_finite(), "{dev} {what}: element {i} is {g}");
         let e = (g - w).abs() / w.abs().max(1.0);
-        assert!(e <= GDN_TOL, "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GDN_TOL:e})");
+        assert!(
+            e <= GDN_TOL,
+            "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GDN_TOL:e})"
+        );
         worst = worst.max(e);
     }
     worst
@@ -73,7 +82,12 @@ impl<'a> DevLayer<'a> {
         DevLayer {
             ops,
             shape: shape(g),
-            consts: [upf(ops, &g.conv), upf(ops, &g.dt_bias), upf(ops, &g.a), upf(ops, &g.norm)],
+            consts: [
+                upf(ops, &g.conv),
+                upf(ops, &g.dt_bias),
+                upf(ops, &g.a),
+                upf(ops, &g.norm),
+            ],
             conv_state: upf(ops, &st.conv),
             delta_state: upf(ops, &st.m),
         }
@@ -107,7 +121,12 @@ impl<'a> DevLayer<'a> {
 /// Random per-token inputs of `n` tokens: (m, z, beta logits, alpha logits).
 fn inputs(rng: &mut SplitMix64, g: &Gdn, n: usize) -> [Vec<f32>; 4] {
     let c = (2 * g.hk + g.hv) * g.s;
-    [rand_f32(rng, n * c, 2.0), rand_f32(rng, n * g.hv * g.s, 3.0), rand_f32(rng, n * g.hv, 3.0), rand_f32(rng, n * g.hv, 2.0)]
+    [
+        rand_f32(rng, n * c, 2.0),
+        rand_f32(rng, n * g.hv * g.s, 3.0),
+        rand_f32(rng, n * g.hv, 3.0),
+        rand_f32(rng, n * g.hv, 2.0),
+    ]
 }
 
 test_device!(
@@ -142,7 +161,9 @@ test_device!(
     fn gpu_ops_gdn_window_equals_single_tokens_bitwise(ops) {
         let dev = device_name(ops);
         let mut rng = SplitMix64::new(0x77);
-        let g = layer(&mut rng, 2, 4, 32, 4);
+        // The generic kernel (S = 32) and the register-state one (S = 128).
+        for s in [32, 128] {
+        let g = layer(&mut rng, 2, 4, s, 4);
         let mut st = g.new_state();
         st.m = rand_f32(&mut rng, st.m.len(), 0.3);
         let (window, single) = (DevLayer::new(ops, &g, &st), DevLayer::new(ops, &g, &st));
@@ -155,9 +176,10 @@ test_device!(
             let r = |v: &[f32], w: usize| v[t * w..(t + 1) * w].to_vec();
             want.extend(single.mix(&r(&m, c), &r(&z, vd), &r(&b, g.hv), &r(&a, g.hv), 1));
         }
-        assert_bits(dev, "8-token window vs 8 single tokens: o", &got, &want);
-        assert_bits(dev, "conv state", &window.conv_state.f32s(), &single.conv_state.f32s());
-        assert_bits(dev, "delta state", &window.delta_state.f32s(), &single.delta_state.f32s());
+        assert_bits(dev, &format!("S={s}: 8-token window vs 8 single tokens: o"), &got, &want);
+        assert_bits(dev, &format!("S={s}: conv state"), &window.conv_state.f32s(), &single.conv_state.f32s());
+        assert_bits(dev, &format!("S={s}: delta state"), &window.delta_state.f32s(), &single.delta_state.f32s());
+        }
     }
 );
 

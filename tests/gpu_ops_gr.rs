@@ -15,35 +15,55 @@ use strata::test_device;
 const GR_TOL: f32 = strata::gpu::selftest::reference::GR_TOL as f32;
 
 fn mixer(rng: &mut SplitMix64, hc: usize, e: usize, lr: usize) -> HyperConn {
-    let mut mat = |rows: usize, cols: usize| Mat::from_f32(rows, cols, &rand_f32(rng, rows * cols, 0.05)).expect("f32 matrix");
+    let mut mat = |rows: usize, cols: usize| {
+        Mat::from_f32(rows, cols, &rand_f32(rng, rows * cols, 0.05)).expect("f32 matrix")
+    };
     let (down, up, inject) = (mat(lr, hc * e), mat(hc * e, lr), Some(mat(hc, hc * e)));
-    HyperConn { hc, n_embd: e, eps: 1e-6, norm: (0..hc * e).map(|i| 1.0 + 0.01 * (i % 17) as f32).collect(), down, up, inject }
+    HyperConn {
+        hc,
+        n_embd: e,
+        eps: 1e-6,
+        norm: (0..hc * e).map(|i| 1.0 + 0.01 * (i % 17) as f32).collect(),
+        down,
+        up,
+        inject,
+    }
 }
 
 fn assert_close(dev: &str, what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{dev} {what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let e = (g - w).abs() / w.abs().max(1.0);
-        assert!(e <= GR_TOL, "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GR_TOL:e})");
+        assert!(
+            e <= GR_TOL,
+            "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GR_TOL:e})"
+        );
     }
 }
 
 /// One GR read on the device, the matmuls on the host between the kernels: (flat, block input).
 fn read_on_device(ops: &GpuOps, h: &HyperConn, r: &[f32], n: usize) -> (Vec<f32>, Vec<f32>) {
     let (hc, e, lr) = (h.hc, h.n_embd, h.down.rows);
-    let shape = GrShape { hc: hc as u32, e: e as u32, eps: h.eps };
+    let shape = GrShape {
+        hc: hc as u32,
+        e: e as u32,
+        eps: h.eps,
+    };
     let (rb, gb, fb) = (upf(ops, r), upf(ops, &h.norm), zeros(ops, n * hc * e * 4));
-    ops.gr_stream_norm(&S, &shape, rb.ptr, gb.ptr, fb.ptr, n as u32).unwrap();
+    ops.gr_stream_norm(&S, &shape, rb.ptr, gb.ptr, fb.ptr, n as u32)
+        .unwrap();
     let flat = fb.f32s();
     let mut lo = vec![0f32; n * lr];
     h.down.matmul(&flat, n, &mut lo);
     let lob = upf(ops, &lo);
-    ops.gr_lowrank_act(&S, &shape, lob.ptr, (n * lr) as u32).unwrap();
+    ops.gr_lowrank_act(&S, &shape, lob.ptr, (n * lr) as u32)
+        .unwrap();
     let lo = lob.f32s();
     let mut gate = vec![0f32; n * hc * e];
     h.up.matmul(&lo, n, &mut gate);
     let (gab, xb) = (upf(ops, &gate), zeros(ops, n * e * 4));
-    ops.gr_gate_mix(&S, &shape, fb.ptr, gab.ptr, xb.ptr, n as u32).unwrap();
+    ops.gr_gate_mix(&S, &shape, fb.ptr, gab.ptr, xb.ptr, n as u32)
+        .unwrap();
     (flat, xb.f32s())
 }
 
