@@ -291,6 +291,48 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
     }
 }
 
+/// The echo head in the published layout (wide residual in, GR, own `hc_head` mixer) on the
+/// public-shape tied model `strata synth --preset public --tied --mtp echo --seed 11` writes,
+/// with `strata bench --pp 16`'s prompt: every draft is accepted at N = 1, 4, 8, and the ids
+/// are plain greedy's.
+#[test]
+fn spec_mtp_echo_head_full_acceptance_public() {
+    let mut cfg = SynthConfig::public();
+    cfg.tied = true;
+    let paths = write(&cfg, 11, &tmp("echo-pub-trunk"), false).unwrap();
+    let mp = tmp("echo-pub-mtp.gguf");
+    let echo = SynthMtp {
+        echo: true,
+        ..SynthMtp::default()
+    };
+    write_mtp(&cfg, &echo, 11, &mp).unwrap();
+    let m = Qwen4Exp::open(&paths[0]).unwrap();
+    let head = Mtp::open(&m, &mp).unwrap();
+    assert!(head.hc_head.is_some() && head.hnorm.len() == cfg.hc * cfg.n_embd);
+    let nv = cfg.n_vocab as u32;
+    let prompt: Vec<u32> = (0..16u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) % nv).max(3))
+        .collect();
+    let n = 64;
+    let plain = m
+        .generate_greedy(&mut m.new_state(KvType::F16), &prompt, n)
+        .unwrap();
+    for n_draft in [1, 4, 8] {
+        let mut d = MtpDrafter::new(&m, &head, KvType::F16, 0.0);
+        let mut st = m.new_state(KvType::F16);
+        let cfg = SpecConfig {
+            n_draft,
+            min_p: 0.0,
+        };
+        let (ids, s) = generate_greedy_spec(&m, &mut st, &prompt, n, &mut d, cfg).unwrap();
+        assert_eq!(ids, plain, "N={n_draft}: ids differ");
+        assert!(
+            s.drafted > 0 && s.accepted == s.drafted && s.rollbacks == 0,
+            "N={n_draft}: {s:?}"
+        );
+    }
+}
+
 /// A prompt longer than the head's 512-pair micro-batch: the catch-up pass is split, the
 /// output and the proposals stay exact.
 #[test]
