@@ -14,9 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
-use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, Qwen4ExpError, SeqState};
 use strata::spec::{Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
+use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("strata-spec-mtp-{}", std::process::id()));
@@ -522,7 +522,11 @@ fn spec_mtp_bad_files_give_named_errors() {
     });
     cases.push((
         p,
-        vec!["blk.4.nextn.hc_head_down.weight", "[128, 32]", "expected [256, 32]"],
+        vec![
+            "blk.4.nextn.hc_head_down.weight",
+            "[128, 32]",
+            "expected [256, 32]",
+        ],
     ));
     let p = tmp("bad-missing-hc-attn.gguf");
     rewrite(&good, &p, keep_meta, |t, b| {

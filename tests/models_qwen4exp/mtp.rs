@@ -14,8 +14,8 @@
 use std::path::PathBuf;
 
 use gguf::GgufFile;
-use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp};
+use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 
 const TOL_REL: f64 = 1e-4;
 
@@ -114,9 +114,18 @@ impl Gr {
             .collect();
         let gate = mv(&self.up, &a);
         let x = (0..e)
-            .map(|i| (0..hc).map(|c| flat[c * e + i] * sigmoid(gate[c * e + i])).sum::<f64>() / hc as f64)
+            .map(|i| {
+                (0..hc)
+                    .map(|c| flat[c * e + i] * sigmoid(gate[c * e + i]))
+                    .sum::<f64>()
+                    / hc as f64
+            })
             .collect();
-        let inj = self.inject.as_ref().map(|w| mv(w, &flat)).unwrap_or_default();
+        let inj = self
+            .inject
+            .as_ref()
+            .map(|w| mv(w, &flat))
+            .unwrap_or_default();
         (x, inj)
     }
 }
@@ -208,7 +217,10 @@ fn reference(
         // Every stream c: eh_proj([enorm(emb) ‖ hnorm_c(R_p[c])]).
         let mut r: Vec<f64> = Vec::with_capacity(hc * e);
         for c in 0..hc {
-            let h: Vec<f64> = wide[(p * hc + c) * e..][..e].iter().map(|&x| x as f64).collect();
+            let h: Vec<f64> = wide[(p * hc + c) * e..][..e]
+                .iter()
+                .map(|&x| x as f64)
+                .collect();
             let mut cat = en.clone();
             cat.extend(rms(&h, &hnorm[c * e..(c + 1) * e], eps));
             r.extend(mv(&eh, &cat));
@@ -331,7 +343,10 @@ fn mtp_trunk_hands_off_the_wide_residual() {
     m.out_hc.mix(&wide, seq.len(), &mut x, None);
     let mut again = vec![0f32; logits.len()];
     m.output.matmul(&x, seq.len(), &mut again);
-    assert!(again == logits, "wide residual is not what the head mixer reads");
+    assert!(
+        again == logits,
+        "wide residual is not what the head mixer reads"
+    );
     let mut plain = m.new_state(KvType::F16);
     assert!(m.forward(&mut plain, &seq, 0).unwrap() == logits);
 }
@@ -384,7 +399,9 @@ fn mtp_forward_matches_scalar_reference() {
         let d = 17u32;
         let r_last = got.hidden[got.hidden.len() - w..].to_vec();
         let mut chained = ms.clone();
-        let o = head.forward(&m, &mut chained, &[d], &r_last, false).unwrap();
+        let o = head
+            .forward(&m, &mut chained, &[d], &r_last, false)
+            .unwrap();
         let mut toks2 = toks.to_vec();
         toks2.push(d);
         let mut wide2 = hidden.clone();

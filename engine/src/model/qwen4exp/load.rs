@@ -145,7 +145,12 @@ impl Loader {
         Self::check_dims(name, &t.dims, dims)
     }
 
-    pub(super) fn hc(&self, prefix: &str, hp: &HParams, inject: bool) -> Result<HyperConn, Qwen4ExpError> {
+    pub(super) fn hc(
+        &self,
+        prefix: &str,
+        hp: &HParams,
+        inject: bool,
+    ) -> Result<HyperConn, Qwen4ExpError> {
         let (e, hc, lr) = (hp.n_embd, hp.hc, hp.hc_rank);
         Ok(HyperConn {
             hc,

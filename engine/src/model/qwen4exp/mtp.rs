@@ -440,7 +440,8 @@ impl Mtp {
         let (mut x, mut y, mut inj) = (vec![0f32; n * e], vec![0f32; n * e], vec![0f32; n * hc]);
         self.hc_attn.mix(&r, n, &mut x, Some(&mut inj));
         let start = self.cells(st);
-        self.attn.forward(&x, n, start, &mut st.cache, &mut y, false);
+        self.attn
+            .forward(&x, n, start, &mut st.cache, &mut y, false);
         self.hc_attn.combine(&mut r, n, &y, &inj);
         self.hc_ffn.mix(&r, n, &mut x, Some(&mut inj));
         self.moe.forward(&x, n, &mut y);
