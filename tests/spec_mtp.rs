@@ -8,14 +8,15 @@
 //! - every proposal equals, bit for bit (tokens and probabilities), what a fresh head run
 //!   over the accepted history with the plain pass's hidden states proposes — so no rejected
 //!   draft or stale hidden state survives a rollback in the head's cache;
-//! - bad MTP files (wrong dims, missing tensors, truncated, wrong architecture, directories)
-//!   give errors that name the file and the key or tensor.
+//! - bad MTP files (wrong dims, missing tensors, the old single-stream `hnorm`, a partial
+//!   `hc_head` mixer, truncated, wrong architecture, directories) give errors that name the
+//!   file and the key or tensor, and the expected shape.
 
 use std::path::{Path, PathBuf};
 
-use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, Qwen4ExpError, SeqState};
 use strata::spec::{Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
+use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("strata-spec-mtp-{}", std::process::id()));
@@ -80,7 +81,8 @@ fn run(
     wrong_at: Option<usize>,
     want: &(Vec<u32>, SeqState, Vec<f32>),
 ) -> SpecStats {
-    let (m, e) = (&c.model, c.model.hp.n_embd);
+    // One row of hidden state per position: the trunk's wide residual.
+    let (m, e) = (&c.model, c.mtp.width());
     let mut rec = Recorder {
         inner: MtpDrafter::new(m, &c.mtp, c.kv, cfg.min_p),
         log: Vec::new(),
@@ -199,7 +201,7 @@ fn spec_mtp_random_head_lossless_with_rollbacks() {
                 matrix_type: quant::GgmlType::Q8_0,
                 ratio: 2,
                 own_tables: true,
-                echo: false,
+                ..SynthMtp::default()
             },
         ),
     ] {
@@ -238,6 +240,7 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
                 ratio: 0,
                 own_tables: true,
                 echo: true,
+                ..SynthMtp::default()
             },
         ),
     ] {
@@ -284,6 +287,48 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
             (s.drafted, s.verify_steps),
             (0, n as u64 - 1),
             "{what}: {s:?}"
+        );
+    }
+}
+
+/// The echo head in the published layout (wide residual in, GR, own `hc_head` mixer) on the
+/// public-shape tied model `strata synth --preset public --tied --mtp echo --seed 11` writes,
+/// with `strata bench --pp 16`'s prompt: every draft is accepted at N = 1, 4, 8, and the ids
+/// are plain greedy's.
+#[test]
+fn spec_mtp_echo_head_full_acceptance_public() {
+    let mut cfg = SynthConfig::public();
+    cfg.tied = true;
+    let paths = write(&cfg, 11, &tmp("echo-pub-trunk"), false).unwrap();
+    let mp = tmp("echo-pub-mtp.gguf");
+    let echo = SynthMtp {
+        echo: true,
+        ..SynthMtp::default()
+    };
+    write_mtp(&cfg, &echo, 11, &mp).unwrap();
+    let m = Qwen4Exp::open(&paths[0]).unwrap();
+    let head = Mtp::open(&m, &mp).unwrap();
+    assert!(head.hc_head.is_some() && head.hnorm.len() == cfg.hc * cfg.n_embd);
+    let nv = cfg.n_vocab as u32;
+    let prompt: Vec<u32> = (0..16u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) % nv).max(3))
+        .collect();
+    let n = 64;
+    let plain = m
+        .generate_greedy(&mut m.new_state(KvType::F16), &prompt, n)
+        .unwrap();
+    for n_draft in [1, 4, 8] {
+        let mut d = MtpDrafter::new(&m, &head, KvType::F16, 0.0);
+        let mut st = m.new_state(KvType::F16);
+        let cfg = SpecConfig {
+            n_draft,
+            min_p: 0.0,
+        };
+        let (ids, s) = generate_greedy_spec(&m, &mut st, &prompt, n, &mut d, cfg).unwrap();
+        assert_eq!(ids, plain, "N={n_draft}: ids differ");
+        assert!(
+            s.drafted > 0 && s.accepted == s.drafted && s.rollbacks == 0,
+            "N={n_draft}: {s:?}"
         );
     }
 }
@@ -444,15 +489,53 @@ fn spec_mtp_bad_files_give_named_errors() {
         (t.name != "blk.4.ffn_down_shexp.weight").then(|| (t.dims.clone(), b.to_vec()))
     });
     cases.push((p, vec!["blk.4.ffn_down_shexp.weight", "not found"]));
+    // The old single-stream reading: `hnorm` over one stream [E] instead of the wide
+    // residual [hc·E] (tiny: 2 streams of 128).
     let p = tmp("bad-shape.gguf");
     rewrite(&good, &p, keep_meta, |t, b| {
         if t.name == "blk.4.nextn.hnorm.weight" {
-            Some((vec![64], b[..256].to_vec()))
+            Some((vec![128], b[..512].to_vec()))
         } else {
             Some((t.dims.clone(), b.to_vec()))
         }
     });
-    cases.push((p, vec!["blk.4.nextn.hnorm.weight", "[64]", "[128]"]));
+    cases.push((
+        p,
+        vec!["blk.4.nextn.hnorm.weight", "shape [128]", "expected [256]"],
+    ));
+    // One of the head mixer's three tensors missing (all three absent = the trunk's mixer).
+    let p = tmp("bad-missing-hc-head.gguf");
+    rewrite(&good, &p, keep_meta, |t, b| {
+        (t.name != "blk.4.nextn.hc_head_up.weight").then(|| (t.dims.clone(), b.to_vec()))
+    });
+    cases.push((
+        p,
+        vec!["blk.4.nextn.hc_head_up.weight", "not found", "[32, 256]"],
+    ));
+    let p = tmp("bad-hc-head-down.gguf");
+    rewrite(&good, &p, keep_meta, |t, b| {
+        if t.name == "blk.4.nextn.hc_head_down.weight" {
+            Some((vec![128, 32], b[..128 * 32 * 4].to_vec()))
+        } else {
+            Some((t.dims.clone(), b.to_vec()))
+        }
+    });
+    cases.push((
+        p,
+        vec![
+            "blk.4.nextn.hc_head_down.weight",
+            "[128, 32]",
+            "expected [256, 32]",
+        ],
+    ));
+    let p = tmp("bad-missing-hc-attn.gguf");
+    rewrite(&good, &p, keep_meta, |t, b| {
+        (t.name != "blk.4.hc_attn_inject.weight").then(|| (t.dims.clone(), b.to_vec()))
+    });
+    cases.push((
+        p,
+        vec!["blk.4.hc_attn_inject.weight", "not found", "[256, 2]"],
+    ));
     let p = tmp("bad-nextn-key.gguf");
     rewrite(
         &good,

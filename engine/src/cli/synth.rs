@@ -39,9 +39,14 @@ pub struct SynthArgs {
     /// Type of the MTP head's matrices (default: --type).
     #[arg(long, value_enum)]
     pub mtp_type: Option<MatType>,
-    /// Compress ratio of the MTP block's attention (0 = dense; > 0 = sparse with indexer).
+    /// Compress ratio recorded for the MTP block; > 0 also writes its `indexer.*` tensors, as
+    /// the published heads carry them (the head attends densely either way).
     #[arg(long, default_value_t = 0)]
     pub mtp_ratio: usize,
+    /// Omit the head's own output mixer (`nextn.hc_head_*`): the model's `output_hc_*` is used.
+    /// Not with `--mtp echo`.
+    #[arg(long)]
+    pub mtp_no_hc_head: bool,
     /// Give the MTP head its own embedding and output tables (nextn.embed_tokens,
     /// nextn.shared_head_head) instead of sharing the model's.
     #[arg(long)]
@@ -100,6 +105,7 @@ pub fn run(a: &SynthArgs) -> Result<()> {
             matrix_type: a.mtp_type.unwrap_or(a.ty).ggml(),
             ratio: a.mtp_ratio,
             own_tables: a.mtp_own_tables,
+            hc_head: !a.mtp_no_hc_head,
             echo: kind == MtpKind::Echo,
         };
         let path = PathBuf::from(format!("{}-mtp.gguf", a.out.display()));

@@ -18,7 +18,7 @@ pub struct CpuFlashChunk<'a> {
     inj: Vec<f32>,
     logits: &'a mut [f32],
     trace: Option<&'a mut Trace>,
-    /// The head mixer's output (the MTP head's input), when wanted.
+    /// The wide residual `R` before the head mixer (the MTP head's input), when wanted.
     hidden: Option<&'a mut [f32]>,
 }
 
@@ -104,10 +104,10 @@ impl FlashNextOps for CpuFlashChunk<'_> {
 
     fn head(&mut self) -> Result<(), Qwen4ExpError> {
         let n = self.toks.len();
-        self.m.out_hc.mix(&self.r, n, &mut self.x, None);
         if let Some(h) = self.hidden.as_deref_mut() {
-            h.copy_from_slice(&self.x);
+            h.copy_from_slice(&self.r);
         }
+        self.m.out_hc.mix(&self.r, n, &mut self.x, None);
         self.m.output.matmul(&self.x, n, self.logits);
         Ok(())
     }

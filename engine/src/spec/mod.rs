@@ -74,8 +74,9 @@ pub trait VerifyModel {
     fn position(&self, st: &Self::State) -> usize;
     /// Runs `tokens` at `position(st)..`; logits `[tokens.len()][n_vocab]`.
     fn forward(&self, st: &mut Self::State, tokens: &[u32]) -> Result<Vec<f32>, Self::Error>;
-    /// [`VerifyModel::forward`] that also returns the final hidden state of every position
-    /// (`[tokens.len()][d]`, what the output head reads). Default: no hidden states (empty).
+    /// [`VerifyModel::forward`] that also returns a hidden state of every position
+    /// (`[tokens.len()][d]`; qwen4exp: the wide residual its MTP head reads). Default: no
+    /// hidden states (empty).
     fn forward_hidden(
         &self,
         st: &mut Self::State,

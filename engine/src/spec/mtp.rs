@@ -1,7 +1,7 @@
 //! [`MtpDrafter`]: drafts with the qwen4exp model's own MTP head ([`Mtp`]).
 //!
-//! The head turns a pair (trunk hidden state `h_p`, token `t_{p+1}`) at position p into logits
-//! for `t_{p+2}`. Its attention cache holds one cell per position, and a cell is only kept if
+//! The head turns a pair (the trunk's wide residual `h_p`: all hc streams; token `t_{p+1}`)
+//! at position p into logits for `t_{p+2}`. Its attention cache holds one cell per position, and a cell is only kept if
 //! it came from a *real* pair (a hidden state of the target over accepted tokens):
 //!
 //! ```text
@@ -51,7 +51,7 @@ pub struct MtpDrafter<'a> {
     st: MtpState,
     /// Cells `0..committed` of the head's cache come from real pairs.
     committed: usize,
-    /// Trunk hidden states of positions `hid_start..`, row-major `[.][n_embd]`.
+    /// Trunk wide residuals of positions `hid_start..`, row-major `[.][hc·n_embd]`.
     hidden: Vec<f32>,
     hid_start: usize,
     /// Tokens the target has consumed (sum of observed lengths).
@@ -119,7 +119,7 @@ impl Drafter for MtpDrafter<'_> {
     }
 
     fn observe(&mut self, tokens: &[u32], hidden: &[f32]) {
-        let e = self.mtp.n_embd;
+        let e = self.mtp.width();
         if hidden.len() != tokens.len() * e {
             self.broken = true;
         } else {
@@ -129,7 +129,7 @@ impl Drafter for MtpDrafter<'_> {
     }
 
     fn propose(&mut self, history: &[u32], max: usize) -> Vec<Draft> {
-        let (e, p) = (self.mtp.n_embd, self.consumed);
+        let (e, p) = (self.mtp.width(), self.consumed);
         if max == 0 {
             return Vec::new();
         }

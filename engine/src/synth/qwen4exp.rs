@@ -8,8 +8,8 @@
 //! logits stay tame over hundreds of positions.
 //!
 //! The MTP (NextN) draft head is written to its own GGUF by [`write_mtp`] ([`SynthMtp`]:
-//! random, or an "echo" head whose drafts repeat the last token); its format is documented in
-//! [`crate::model::qwen4exp::mtp`].
+//! random, or an "echo" head whose drafts repeat the last token) in the published Flash-Next
+//! layout documented in [`crate::model::qwen4exp::mtp`].
 
 use std::path::{Path, PathBuf};
 
@@ -210,12 +210,17 @@ impl Builder {
     fn mat(&mut self, name: &str, dims: &[usize], scale: f64) -> Result<(), GgufError> {
         let n: usize = dims.iter().product();
         let vals = self.rng.normals(n, 0.0, scale / (dims[0] as f64).sqrt());
+        self.put_mat(name, dims, &vals)
+    }
+
+    /// A matrix of given values in the matrix type (F32 for rows that are not whole blocks).
+    fn put_mat(&mut self, name: &str, dims: &[usize], vals: &[f32]) -> Result<(), GgufError> {
         let ty = match self.matrix_type {
             GgmlType::F16 => GgmlType::F16,
             t if t.row_bytes(dims[0]).is_some() => t,
             _ => GgmlType::F32,
         };
-        self.put(name, dims, &vals, ty)
+        self.put(name, dims, vals, ty)
     }
 
     fn vec_f32(
@@ -367,25 +372,16 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(1));
     w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(2));
 
-    let (hc, lr, hce, v) = (cfg.hc, cfg.hc_rank, cfg.hc * e, cfg.n_vocab);
+    let (hc, hce, v) = (cfg.hc, cfg.hc * e, cfg.n_vocab);
     b.mat("token_embd.weight", &[e, v], (e as f64).sqrt())?; // N(0, 1)
     if !cfg.tied {
         b.mat("output.weight", &[e, v], 4.0)?;
     }
-    let hc_set = |b: &mut Builder, p: &str, inject: bool| -> Result<(), GgufError> {
-        b.vec_f32(&format!("{p}norm.weight"), &[e, hc], 1.0, 0.1)?;
-        b.mat(&format!("{p}down.weight"), &[hce, lr], 1.0)?;
-        b.mat(&format!("{p}up.weight"), &[lr, hce], 1.0)?;
-        if inject {
-            b.mat(&format!("{p}inject.weight"), &[hce, hc], 1.0)?;
-        }
-        Ok(())
-    };
-    hc_set(&mut b, "output_hc_", false)?;
+    hc_tensors(&mut b, cfg, "output_hc_", false)?;
     for (il, kind) in cfg.layers.iter().enumerate() {
         let p = |s: &str| format!("blk.{il}.{s}");
-        hc_set(&mut b, &p("hc_attn_"), true)?;
-        hc_set(&mut b, &p("hc_ffn_"), true)?;
+        hc_tensors(&mut b, cfg, &p("hc_attn_"), true)?;
+        hc_tensors(&mut b, cfg, &p("hc_ffn_"), true)?;
         match kind {
             None => {
                 let (hk, hv, s, k) = (
@@ -437,7 +433,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
         let p = |s: &str| format!("blk.{nl}.nextn.{s}");
         b.mat(&p("eh_proj.weight"), &[2 * e, e], 1.0)?;
         b.vec_f32(&p("enorm.weight"), &[e], 1.0, 0.1)?;
-        b.vec_f32(&p("hnorm.weight"), &[e], 1.0, 0.1)?;
+        b.vec_f32(&p("hnorm.weight"), &[hce], 1.0, 0.1)?;
         b.rng = trunk_rng;
     }
     if let Some(p) = &cfg.ple {
@@ -451,6 +447,24 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
         )?;
     }
     Ok((b.w, b.n_tensors))
+}
+
+/// A hyper-connection mixer `{prefix}{norm,down,up[,inject]}.weight` in the trunk's shapes.
+fn hc_tensors(
+    b: &mut Builder,
+    cfg: &SynthConfig,
+    prefix: &str,
+    inject: bool,
+) -> Result<(), GgufError> {
+    let (e, hc, lr) = (cfg.n_embd, cfg.hc, cfg.hc_rank);
+    let hce = hc * e;
+    b.vec_f32(&format!("{prefix}norm.weight"), &[e, hc], 1.0, 0.1)?;
+    b.mat(&format!("{prefix}down.weight"), &[hce, lr], 1.0)?;
+    b.mat(&format!("{prefix}up.weight"), &[lr, hce], 1.0)?;
+    if inject {
+        b.mat(&format!("{prefix}inject.weight"), &[hce, hc], 1.0)?;
+    }
+    Ok(())
 }
 
 /// `blk.{il}.attn_*` (and `indexer.*` when `ratio > 0`); `out_scale` scales `attn_output`.
@@ -508,25 +522,32 @@ fn moe_tensors(
     Ok(())
 }
 
-/// The random-weight MTP (NextN) head of a synthetic model, in its own GGUF.
+/// The random-weight MTP (NextN) head of a synthetic model, in its own GGUF, in the layout
+/// of the published Flash-Next heads (wide-residual input, GR around attention and MoE, own
+/// `hc_head` mixer; see [`crate::model::qwen4exp::mtp`]).
 #[derive(Clone, Debug)]
 pub struct SynthMtp {
     /// Type of the big matrices (F32, F16 or Q8_0, as [`SynthConfig::matrix_type`]).
     pub matrix_type: GgmlType,
-    /// Compress ratio of the NextN block's attention (0 = dense; > 0 adds the block indexer).
+    /// Compress ratio recorded for the NextN block; > 0 also writes `indexer.*` tensors, as
+    /// the published files carry them (the head attends densely either way).
     pub ratio: usize,
     /// Write `nextn.embed_tokens` and `nextn.shared_head_head` (else the model's embedding and
     /// output matrix are used).
     pub own_tables: bool,
+    /// Write the head's own output mixer `nextn.hc_head_{norm,down,up}` (else the model's
+    /// `output_hc_*` is used, as for files without them).
+    pub hc_head: bool,
     /// An "echo" head that predicts its input token again: `eh_proj` passes the normed
-    /// embedding through (identity on the first E columns, zeros on the hidden half),
-    /// attention and expert outputs are scaled by 0.1 (they still run and still depend on
-    /// the cache), the head multiplies the normed state by the embedding table
-    /// (`shared_head_norm` = 8/E: a moderate draft probability, about 0.7 at E = 256 and
-    /// V = 1024). Synthetic models with a tied head settle into repeating a token, which this
-    /// head then predicts: accepted drafts for tests and benchmarks. With `own_tables` the
-    /// head's table is its own embedding, so echo works for an untied model too; without, it
-    /// relies on a tied model.
+    /// embedding through to every stream (identity on the first E columns, zeros on the
+    /// stream half), attention and expert outputs are scaled by 0.1 (they still run and still
+    /// depend on the cache), and the `hc_head` mixer has a zero `down` matrix (every stream
+    /// gate σ(0) = ½) and norm gamma 16/E, so the head multiplies about (8/E)·rms(emb) by
+    /// the output table: a moderate draft probability, about 0.7 at E = 256 and V = 1024.
+    /// Synthetic models with a tied head settle into repeating a token, which this head then
+    /// predicts: accepted drafts for tests and benchmarks. With `own_tables` the head's table
+    /// is its own embedding, so echo works for an untied model too; without, it relies on a
+    /// tied model. Needs `hc_head`.
     pub echo: bool,
 }
 
@@ -536,6 +557,7 @@ impl Default for SynthMtp {
             matrix_type: GgmlType::F32,
             ratio: 0,
             own_tables: false,
+            hc_head: true,
             echo: false,
         }
     }
@@ -546,6 +568,11 @@ impl Default for SynthMtp {
 pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWriter, GgufError> {
     let a = |k: &str| format!("qwen4exp.{k}");
     let (e, nl, v) = (cfg.n_embd, cfg.layers.len(), cfg.n_vocab);
+    if m.echo && !m.hc_head {
+        return Err(GgufError::Writer(
+            "an echo MTP head needs its own hc_head mixer".into(),
+        ));
+    }
     let mut b = Builder {
         w: GgufWriter::new(),
         rng: SplitMix64(seed ^ 0x6d74_705f_6865_6164),
@@ -604,55 +631,48 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     );
 
     let nx = |s: &str| format!("blk.{nl}.nextn.{s}");
-    let ty = match m.matrix_type {
-        GgmlType::F16 => GgmlType::F16,
-        t if t.row_bytes(2 * e).is_some() => t,
-        _ => GgmlType::F32,
-    };
+    let blk = |s: &str| format!("blk.{nl}.{s}");
+    let hce = cfg.hc * e;
     if m.echo {
         let mut eh = vec![0f32; e * 2 * e];
         for r in 0..e {
             eh[r * 2 * e + r] = 1.0;
         }
-        b.put(&nx("eh_proj.weight"), &[2 * e, e], &eh, ty)?;
+        b.put_mat(&nx("eh_proj.weight"), &[2 * e, e], &eh)?;
         b.put(&nx("enorm.weight"), &[e], &vec![1.0; e], GgmlType::F32)?;
-        b.put(&nx("hnorm.weight"), &[e], &vec![1.0; e], GgmlType::F32)?;
+        b.put(&nx("hnorm.weight"), &[hce], &vec![1.0; hce], GgmlType::F32)?;
     } else {
         b.mat(&nx("eh_proj.weight"), &[2 * e, e], 1.0)?;
         b.vec_f32(&nx("enorm.weight"), &[e], 1.0, 0.1)?;
-        b.vec_f32(&nx("hnorm.weight"), &[e], 1.0, 0.1)?;
+        b.vec_f32(&nx("hnorm.weight"), &[hce], 1.0, 0.1)?;
     }
     let inner = if m.echo { 0.1 } else { 1.0 };
-    b.vec_f32(&format!("blk.{nl}.attn_norm.weight"), &[e], 1.0, 0.1)?;
+    hc_tensors(&mut b, cfg, &blk("hc_attn_"), true)?;
     attn_tensors(&mut b, cfg, nl, m.ratio, inner)?;
-    b.vec_f32(
-        &format!("blk.{nl}.post_attention_norm.weight"),
-        &[e],
-        1.0,
-        0.1,
-    )?;
+    hc_tensors(&mut b, cfg, &blk("hc_ffn_"), true)?;
     moe_tensors(&mut b, cfg, nl, inner)?;
-    if m.echo {
-        let g = 8.0 / e as f32;
-        b.put(
-            &nx("shared_head_norm.weight"),
-            &[e],
-            &vec![g; e],
-            GgmlType::F32,
-        )?;
-    } else {
-        b.vec_f32(&nx("shared_head_norm.weight"), &[e], 1.0, 0.1)?;
+    if m.hc_head {
+        let (norm, down, up) = (
+            nx("hc_head_norm.weight"),
+            nx("hc_head_down.weight"),
+            nx("hc_head_up.weight"),
+        );
+        let lr = cfg.hc_rank;
+        if m.echo {
+            let g = 16.0 / e as f32;
+            b.put(&norm, &[hce], &vec![g; hce], GgmlType::F32)?;
+            b.put_mat(&down, &[hce, lr], &vec![0.0; hce * lr])?;
+        } else {
+            b.vec_f32(&norm, &[hce], 1.0, 0.1)?;
+            b.mat(&down, &[hce, lr], 1.0)?;
+        }
+        b.mat(&up, &[lr, hce], 1.0)?;
     }
     if m.own_tables {
         // One table for both ends (what makes the echo head repeat its input).
         let table = b.rng.normals(v * e, 0.0, 1.0);
-        let tty = if ty == GgmlType::F16 || ty.row_bytes(e).is_some() {
-            ty
-        } else {
-            GgmlType::F32
-        };
-        b.put(&nx("embed_tokens.weight"), &[e, v], &table, tty)?;
-        b.put(&nx("shared_head_head.weight"), &[e, v], &table, tty)?;
+        b.put_mat(&nx("embed_tokens.weight"), &[e, v], &table)?;
+        b.put_mat(&nx("shared_head_head.weight"), &[e, v], &table)?;
     }
     Ok(b.w)
 }

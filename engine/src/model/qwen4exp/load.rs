@@ -44,6 +44,19 @@ impl Loader {
         Ok((i, &self.file.tensors()[i]))
     }
 
+    /// [`Loader::find`] for a tensor of known shape: a missing one is reported with the shape
+    /// it should have had (what a user needs to fix a converted file).
+    fn find_shaped(
+        &self,
+        name: &str,
+        want: &[usize],
+    ) -> Result<(usize, &gguf::TensorInfo), Qwen4ExpError> {
+        self.find(name).map_err(|_| Qwen4ExpError::MissingShaped {
+            name: name.into(),
+            expected: want.iter().map(|&d| d as u64).collect(),
+        })
+    }
+
     fn check_dims(name: &str, found: &[u64], want: &[usize]) -> Result<(), Qwen4ExpError> {
         let want: Vec<u64> = want.iter().map(|&d| d as u64).collect();
         if found != want.as_slice() {
@@ -58,7 +71,7 @@ impl Loader {
 
     /// ggml ne `[cols, rows]` → a `[rows][cols]` matrix.
     pub(super) fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, Qwen4ExpError> {
-        let (i, t) = self.find(name)?;
+        let (i, t) = self.find_shaped(name, &[cols, rows])?;
         Self::check_dims(name, &t.dims, &[cols, rows])?;
         Mat::mapped(&self.file, i, 0, t.ty, rows, cols).map_err(|source| Qwen4ExpError::Tensor {
             name: name.into(),
@@ -68,7 +81,7 @@ impl Loader {
 
     /// ggml ne `[cols]` used as a 1-row matrix (the shared-expert gate).
     pub(super) fn row(&self, name: &str, cols: usize) -> Result<Mat, Qwen4ExpError> {
-        let (i, t) = self.find(name)?;
+        let (i, t) = self.find_shaped(name, &[cols])?;
         Self::check_dims(name, &t.dims, &[cols])?;
         Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| Qwen4ExpError::Tensor {
             name: name.into(),
@@ -84,7 +97,7 @@ impl Loader {
         rows: usize,
         n: usize,
     ) -> Result<Vec<Mat>, Qwen4ExpError> {
-        let (i, t) = self.find(name)?;
+        let (i, t) = self.find_shaped(name, &[cols, rows, n])?;
         Self::check_dims(name, &t.dims, &[cols, rows, n])?;
         let per = t.ty.row_bytes(cols).unwrap_or(0) * rows;
         (0..n)
@@ -101,7 +114,7 @@ impl Loader {
 
     /// A small tensor of exactly `dims` dequantized to f32 (row-major = reversed ne).
     pub(super) fn vec(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>, Qwen4ExpError> {
-        let (_, t) = self.find(name)?;
+        let (_, t) = self.find_shaped(name, dims)?;
         Self::check_dims(name, &t.dims, dims)?;
         let n: usize = dims.iter().product();
         let mut out = vec![0f32; n];
@@ -126,7 +139,18 @@ impl Loader {
             })
     }
 
-    fn hc(&self, prefix: &str, hp: &HParams, inject: bool) -> Result<HyperConn, Qwen4ExpError> {
+    /// Checks only that `name` exists with ggml shape `dims` (tensors read but not used).
+    pub(super) fn check(&self, name: &str, dims: &[usize]) -> Result<(), Qwen4ExpError> {
+        let (_, t) = self.find_shaped(name, dims)?;
+        Self::check_dims(name, &t.dims, dims)
+    }
+
+    pub(super) fn hc(
+        &self,
+        prefix: &str,
+        hp: &HParams,
+        inject: bool,
+    ) -> Result<HyperConn, Qwen4ExpError> {
         let (e, hc, lr) = (hp.n_embd, hp.hc, hp.hc_rank);
         Ok(HyperConn {
             hc,

@@ -57,6 +57,8 @@ pub enum Qwen4ExpError {
     BadKey { key: String, reason: String },
     #[error("tensor {0:?} not found")]
     MissingTensor(String),
+    #[error("tensor {name:?} not found (expected ggml shape {expected:?})")]
+    MissingShaped { name: String, expected: Vec<u64> },
     #[error("tensor {name:?}: shape {found:?}, expected {expected:?}")]
     TensorShape {
         name: String,
@@ -264,16 +266,16 @@ impl Qwen4Exp {
         self.forward_full(st, tokens, start_pos, trace, None)
     }
 
-    /// [`Qwen4Exp::forward`] that also returns the final hidden state of every position,
-    /// `[tokens.len()][n_embd]`: the head mixer's output that the output matrix multiplies
-    /// (this model has no output norm). The MTP head reads it.
+    /// [`Qwen4Exp::forward`] that also returns every position's wide residual, the `hc`
+    /// hyper-connection streams before the output mixer, `[tokens.len()][hc][n_embd]`: what
+    /// the MTP head reads (the published heads' `nextn.hnorm` is `[hc·n_embd]`).
     pub fn forward_hidden(
         &self,
         st: &mut SeqState,
         tokens: &[u32],
         start_pos: usize,
     ) -> Result<(Vec<f32>, Vec<f32>), Qwen4ExpError> {
-        let mut hidden = vec![0f32; tokens.len() * self.hp.n_embd];
+        let mut hidden = vec![0f32; tokens.len() * self.hp.hc * self.hp.n_embd];
         let logits = self.forward_full(st, tokens, start_pos, None, Some(&mut hidden))?;
         Ok((logits, hidden))
     }
@@ -311,10 +313,10 @@ impl Qwen4Exp {
         let mut logits = vec![0f32; tokens.len() * self.hp.n_vocab];
         for (ci, chunk) in tokens.chunks(UBATCH).enumerate() {
             let out = &mut logits[ci * UBATCH * self.hp.n_vocab..][..chunk.len() * self.hp.n_vocab];
-            let e = self.hp.n_embd;
+            let w = self.hp.hc * self.hp.n_embd;
             let h = hidden
                 .as_deref_mut()
-                .map(|h| &mut h[ci * UBATCH * e..][..chunk.len() * e]);
+                .map(|h| &mut h[ci * UBATCH * w..][..chunk.len() * w]);
             self.ubatch(st, chunk, out, trace.as_deref_mut(), h)?;
         }
         Ok(logits)

@@ -1,35 +1,38 @@
-//! The MTP (multi-token prediction, "NextN") draft head of a qwen4exp model, after llama.cpp's
-//! NextN convention (DeepSeek-V3, GLM-4.5, Qwen3-Next): one extra block `blk.{N}` stored after
-//! the `N` trunk layers, in its own GGUF or in the model file itself.
+//! The MTP (multi-token prediction, "NextN") draft head of a qwen4exp model in the layout of
+//! the published Flash-Next MTP GGUFs (llama.cpp's `qwen4exp` loader): one extra block
+//! `blk.{N}` after the `N` trunk layers, in its own GGUF or in the model file itself.
 //!
-//! For position p it reads the trunk's final hidden state `h_p` (the head mixer's output that
-//! the output matrix multiplies; this model has no output norm) and the embedding of the token
-//! `t_{p+1}` that followed, and predicts `t_{p+2}`:
+//! For position p it reads the trunk's **wide residual** `R_p` (all `hc` hyper-connection
+//! streams, before the output mixer) and the token `t_{p+1}` that followed, and predicts
+//! `t_{p+2}`:
 //!
 //! ```text
-//! x  = W_eh · [rms(emb(t_{p+1}); enorm) ‖ rms(h_p; hnorm)]        eh_proj: [2E → E]
-//! x += Attn(rms(x; attn_norm))     gated GQA attention (QSA code), own KV cache, position p
-//! x += MoE(rms(x; post_attention_norm))           router, experts, sigmoid-gated shared expert
-//! h' = x                                           (fed back as h when the head chains itself)
-//! logits = W_head · rms(x; shared_head_norm)       W_head = shared_head_head, else output.weight
+//! e    = rms(emb(t_{p+1}); enorm)                                   [E]
+//! R[c] = W_eh · [e ‖ rms(R_p[c]; hnorm[c])]      per stream c, eh_proj [2E → E], shared
+//! x, inj = HCmix_attn(R); y = Attn(x); R = HCcombine(R, y, inj)   dense gated GQA, own cache
+//! x, inj = HCmix_ffn(R);  y = MoE(x);  R = HCcombine(R, y, inj)   experts + shared expert
+//! logits = W_out · HCmix_head(R)                 hc_head mixer (no inject), trunk's W_out
+//! R' = R                                         (fed back as R_p when the head chains itself)
 //! ```
-//! `emb` is `nextn.embed_tokens` when present, else the model's `token_embd`. The block is a
-//! plain pre-norm residual block (no hyper-connection streams): its attention and MoE weights
-//! use the trunk's names and shapes (`blk.{N}.attn_*`, `blk.{N}.ffn_*`), so the same modules
-//! run it. The attention is dense unless `attention.compress_ratios[N] > 0` (then the block
-//! indexer runs too, with `blk.{N}.indexer.*`).
+//! The GR read/write is the trunk's ([`HyperConn`]); there is no attention / FFN / head norm
+//! beyond the mixers' per-stream norms, as in the trunk. `hc_head_*` absent (all three) means
+//! the trunk's `output_hc_*` mixer. The `indexer.*` tensors of the published files are
+//! shape-checked and not used: the implementations that load these files attend densely.
+//! `emb` / `W_out` are `nextn.embed_tokens` / `nextn.shared_head_head` when present (the
+//! NextN convention of other models; the Flash-Next files carry neither).
 //!
 //! The file must agree with the model: architecture `qwen4exp`, `nextn_predict_layers ≥ 1`
 //! (the first NextN block is used), `block_count − nextn_predict_layers` = the model's trunk
-//! layers, the same embedding width, and every attention / expert key it carries equal to the
-//! model's; tensor shapes are checked against the model's dimensions. Errors name the file and
-//! the key or tensor.
+//! layers, the same embedding width and hyper-connection shape, and every attention / expert
+//! key it carries equal to the model's; every tensor's ggml shape is checked against the
+//! model's dimensions. Errors name the file, the key or tensor, and the expected shape.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gguf::{GgufFile, Value};
 
+use super::gr::HyperConn;
 use super::linear::{Mat, rms_norm};
 use super::load::{Loader, attention, moe};
 use super::moe::Moe;
@@ -44,17 +47,22 @@ pub struct Mtp {
     /// Block index N (= the model's trunk layers).
     pub block: usize,
     pub n_embd: usize,
+    /// Hyper-connection streams (the model's).
+    pub hc: usize,
     pub n_vocab: usize,
     pub eps: f32,
     pub enorm: Vec<f32>,
+    /// `[hc][E]`: one gamma row per stream of the wide residual.
     pub hnorm: Vec<f32>,
-    /// `[E][2E]`: columns `0..E` take the normed embedding, `E..2E` the normed hidden state.
+    /// `[E][2E]`: columns `0..E` take the normed embedding, `E..2E` one normed stream.
     pub eh_proj: Mat,
-    pub attn_norm: Vec<f32>,
+    pub hc_attn: HyperConn,
+    /// Dense attention (the indexer is never built for the head).
     pub attn: Qsa,
-    pub ffn_norm: Vec<f32>,
+    pub hc_ffn: HyperConn,
     pub moe: Moe,
-    pub head_norm: Vec<f32>,
+    /// `nextn.hc_head_*` (`None`: the model's `output_hc_*`).
+    pub hc_head: Option<HyperConn>,
     /// `nextn.embed_tokens` (`None`: the model's `token_embd`).
     pub embed: Option<Mat>,
     /// `nextn.shared_head_head` (`None`: the model's output matrix).
@@ -65,14 +73,11 @@ impl std::fmt::Debug for Mtp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Mtp(blk.{} of {:?}, {} attention, own embed {}, own head {})",
+            "Mtp(blk.{} of {:?}, {} streams, own hc_head {}, own embed {}, own head {})",
             self.block,
             self.path,
-            if self.attn.indexer.is_some() {
-                "sparse"
-            } else {
-                "dense"
-            },
+            self.hc,
+            self.hc_head.is_some(),
             self.embed.is_some(),
             self.head.is_some()
         )
@@ -90,7 +95,7 @@ pub struct MtpState {
 pub struct MtpOut {
     /// `[rows][n_vocab]`: every position, or only the last one.
     pub logits: Vec<f32>,
-    /// `[n][n_embd]` block outputs `h'` (before `shared_head_norm`), for chaining.
+    /// `[n][hc][n_embd]` wide residual after the block (before the head mixer), for chaining.
     pub hidden: Vec<f32>,
 }
 
@@ -250,6 +255,8 @@ impl Mtp {
             ("attention.indexer.head_count", hp.idx_heads),
             ("attention.indexer.key_length", hp.idx_dim),
             ("attention.indexer.top_k", hp.idx_top_k),
+            ("hyper_connection.count", hp.hc),
+            ("hyper_connection.low_rank", hp.hc_rank),
         ] {
             same_u32(&g, k, v)?;
         }
@@ -271,7 +278,7 @@ impl Mtp {
             });
         }
         let n = hp.n_layer;
-        // The NextN block must be an attention block; its ratio picks dense or sparse.
+        // The NextN block must be an attention block (dense whatever its compress ratio).
         let entry = |k: &str| -> Option<Value> {
             g.get(&key(k))
                 .and_then(Value::as_array)
@@ -285,22 +292,8 @@ impl Mtp {
                 reason: format!("block {n} (the NextN block) is recurrent; it must be attention"),
             });
         }
-        let ratio = match entry("attention.compress_ratios") {
-            None => 0,
-            Some(v) => v.as_u32().ok_or_else(|| Qwen4ExpError::BadKey {
-                key: key("attention.compress_ratios"),
-                reason: format!("entry {n} is not an integer"),
-            })? as usize,
-        };
-        if ratio > 64 {
-            return Err(Qwen4ExpError::BadKey {
-                key: key("attention.compress_ratios"),
-                reason: format!("block {n}: ratio {ratio} > 64"),
-            });
-        }
-
         let l = Loader::new(g.clone());
-        let v = hp.n_vocab;
+        let (v, hc, lr) = (hp.n_vocab, hp.hc, hp.hc_rank);
         let p = |s: &str| format!("blk.{n}.{s}");
         let nx = |s: &str| format!("blk.{n}.nextn.{s}");
         let opt_mat = |name: String| -> Result<Option<Mat>, Qwen4ExpError> {
@@ -310,24 +303,57 @@ impl Mtp {
                 Ok(None)
             }
         };
+        // The published files carry the indexer; the head attends densely, so only its shape
+        // is checked (a wrong one means the file is not for this model).
+        for (t, dims) in [
+            ("indexer.q_proj.weight", vec![e, hp.idx_heads * hp.idx_dim]),
+            ("indexer.k_proj.weight", vec![e, hp.idx_dim]),
+            ("indexer.q_norm.weight", vec![hp.idx_dim]),
+            ("indexer.k_norm.weight", vec![hp.idx_dim]),
+        ] {
+            if l.has(&p(t)) {
+                l.check(&p(t), &dims)?;
+            }
+        }
+        // The head's own output mixer: all three tensors, or none (then the trunk's).
+        let head_names = ["norm", "down", "up"].map(|s| nx(&format!("hc_head_{s}.weight")));
+        let hc_head = if head_names.iter().any(|t| l.has(t)) {
+            Some(HyperConn {
+                hc,
+                n_embd: e,
+                eps: hp.eps,
+                norm: l.vec(&head_names[0], &[hc * e])?,
+                down: l.mat(&head_names[1], hc * e, lr)?,
+                up: l.mat(&head_names[2], lr, hc * e)?,
+                inject: None,
+            })
+        } else {
+            None
+        };
         Ok(Mtp {
             path: path.to_path_buf(),
             file: g.clone(),
             block: n,
             n_embd: e,
+            hc,
             n_vocab: v,
             eps: hp.eps,
-            eh_proj: l.mat(&nx("eh_proj.weight"), 2 * e, e)?,
             enorm: l.vec(&nx("enorm.weight"), &[e])?,
-            hnorm: l.vec(&nx("hnorm.weight"), &[e])?,
-            attn_norm: l.vec(&p("attn_norm.weight"), &[e])?,
-            attn: attention(&l, hp, n, ratio)?,
-            ffn_norm: l.vec(&p("post_attention_norm.weight"), &[e])?,
+            hnorm: l.vec(&nx("hnorm.weight"), &[hc * e])?,
+            eh_proj: l.mat(&nx("eh_proj.weight"), 2 * e, e)?,
+            hc_attn: l.hc(&p("hc_attn_"), hp, true)?,
+            attn: attention(&l, hp, n, 0)?,
+            hc_ffn: l.hc(&p("hc_ffn_"), hp, true)?,
             moe: moe(&l, hp, n)?,
-            head_norm: l.vec(&nx("shared_head_norm.weight"), &[e])?,
+            hc_head,
             embed: opt_mat(nx("embed_tokens.weight"))?,
             head: opt_mat(nx("shared_head_head.weight"))?,
         })
+    }
+
+    /// Width of one position's input and output state: the `hc` streams of the residual.
+    pub fn width(&self) -> usize {
+        self.hc * self.n_embd
     }
 
     /// An empty state (`kv` as the model's: F16 rounds K/V, q and probabilities like llama.cpp).
@@ -346,28 +372,28 @@ impl Mtp {
     /// that never saw them.
     pub fn truncate(&self, st: &mut MtpState, cells: usize) {
         let cur = self.cells(st);
-        let block = self.attn.indexer.as_ref().map(|ix| (ix.ratio, ix.dim));
-        st.cache.truncate(cells, cur, block);
+        st.cache.truncate(cells, cur, None);
     }
 
-    /// Runs the pairs `(tokens[i], hidden[i])` at positions `cells(st)..` (`hidden [n][E]`:
-    /// the trunk's final hidden state of the position before each token, or the head's own
-    /// `h'` when chaining). Logits for every pair (`all_logits`) or only the last.
+    /// Runs the pairs `(tokens[i], wide[i])` at positions `cells(st)..` (`wide [n][hc][E]`:
+    /// the trunk's wide residual of the position before each token, or the head's own output
+    /// `R'` when chaining). Logits for every pair (`all_logits`) or only the last.
     pub fn forward(
         &self,
         model: &Qwen4Exp,
         st: &mut MtpState,
         tokens: &[u32],
-        hidden: &[f32],
+        wide: &[f32],
         all_logits: bool,
     ) -> Result<MtpOut, Qwen4ExpError> {
-        let (n, e, v) = (tokens.len(), self.n_embd, self.n_vocab);
+        let (n, e, v, hc) = (tokens.len(), self.n_embd, self.n_vocab, self.hc);
+        let w = self.width();
         let hp = &model.hp;
-        if (hp.n_embd, hp.n_vocab, hp.n_layer) != (e, v, self.block) {
+        if (hp.n_embd, hp.n_vocab, hp.n_layer, hp.hc) != (e, v, self.block, hc) {
             return Err(Qwen4ExpError::MtpMismatch {
-                key: "model (embedding, vocabulary, trunk layers)".into(),
-                mtp: format!("({e}, {v}, {})", self.block),
-                model: format!("({}, {}, {})", hp.n_embd, hp.n_vocab, hp.n_layer),
+                key: "model (embedding, vocabulary, trunk layers, streams)".into(),
+                mtp: format!("({e}, {v}, {}, {hc})", self.block),
+                model: format!("({}, {}, {}, {})", hp.n_embd, hp.n_vocab, hp.n_layer, hp.hc),
             });
         }
         if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= v) {
@@ -377,11 +403,11 @@ impl Mtp {
                 n_vocab: v,
             });
         }
-        if hidden.len() != n * e {
+        if wide.len() != n * w {
             return Err(Qwen4ExpError::MtpInput {
-                got: hidden.len(),
+                got: wide.len(),
                 tokens: n,
-                width: e,
+                width: w,
             });
         }
         if n == 0 {
@@ -390,57 +416,45 @@ impl Mtp {
                 hidden: Vec::new(),
             });
         }
+        // One `[e ‖ hnorm_c(R_p[c])]` row per (token, stream): eh_proj maps every stream.
         let embed = self.embed.as_ref().unwrap_or(&model.tok_embd);
-        let mut cat = vec![0f32; n * 2 * e];
-        let mut emb = vec![0f32; e];
+        let mut cat = vec![0f32; n * hc * 2 * e];
+        let (mut emb, mut en) = (vec![0f32; e], vec![0f32; e]);
         for t in 0..n {
             embed.get_row(tokens[t] as usize, &mut emb);
-            let row = &mut cat[t * 2 * e..(t + 1) * 2 * e];
-            rms_norm(&emb, Some(&self.enorm), self.eps, &mut row[..e]);
-            rms_norm(
-                &hidden[t * e..(t + 1) * e],
-                Some(&self.hnorm),
-                self.eps,
-                &mut row[e..],
-            );
-        }
-        let mut x = vec![0f32; n * e];
-        self.eh_proj.matmul(&cat, n, &mut x);
-        let mut u = vec![0f32; n * e];
-        let mut y = vec![0f32; n * e];
-        let norm_rows = |x: &[f32], gamma: &[f32], u: &mut [f32]| {
-            for t in 0..n {
+            rms_norm(&emb, Some(&self.enorm), self.eps, &mut en);
+            for c in 0..hc {
+                let row = &mut cat[(t * hc + c) * 2 * e..][..2 * e];
+                row[..e].copy_from_slice(&en);
                 rms_norm(
-                    &x[t * e..(t + 1) * e],
-                    Some(gamma),
+                    &wide[(t * hc + c) * e..][..e],
+                    Some(&self.hnorm[c * e..(c + 1) * e]),
                     self.eps,
-                    &mut u[t * e..(t + 1) * e],
+                    &mut row[e..],
                 );
             }
-        };
-        norm_rows(&x, &self.attn_norm, &mut u);
+        }
+        let mut r = vec![0f32; n * w];
+        self.eh_proj.matmul(&cat, n * hc, &mut r);
+
+        let (mut x, mut y, mut inj) = (vec![0f32; n * e], vec![0f32; n * e], vec![0f32; n * hc]);
+        self.hc_attn.mix(&r, n, &mut x, Some(&mut inj));
         let start = self.cells(st);
         self.attn
-            .forward(&u, n, start, &mut st.cache, &mut y, false);
-        x.iter_mut().zip(&y).for_each(|(a, &b)| *a += b);
-        norm_rows(&x, &self.ffn_norm, &mut u);
-        self.moe.forward(&u, n, &mut y);
-        x.iter_mut().zip(&y).for_each(|(a, &b)| *a += b);
+            .forward(&x, n, start, &mut st.cache, &mut y, false);
+        self.hc_attn.combine(&mut r, n, &y, &inj);
+        self.hc_ffn.mix(&r, n, &mut x, Some(&mut inj));
+        self.moe.forward(&x, n, &mut y);
+        self.hc_ffn.combine(&mut r, n, &y, &inj);
 
+        let mixer = self.hc_head.as_ref().unwrap_or(&model.out_hc);
         let head = self.head.as_ref().unwrap_or(&model.output);
         let first = if all_logits { 0 } else { n - 1 };
         let rows = n - first;
         let mut z = vec![0f32; rows * e];
-        for (i, t) in (first..n).enumerate() {
-            rms_norm(
-                &x[t * e..(t + 1) * e],
-                Some(&self.head_norm),
-                self.eps,
-                &mut z[i * e..(i + 1) * e],
-            );
-        }
+        mixer.mix(&r[first * w..], rows, &mut z, None);
         let mut logits = vec![0f32; rows * v];
         head.matmul(&z, rows, &mut logits);
-        Ok(MtpOut { logits, hidden: x })
+        Ok(MtpOut { logits, hidden: r })
     }
 }
