@@ -6,6 +6,8 @@
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
+use crate::engine_process::ProcessEnv;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -73,6 +75,22 @@ pub struct ServerConfig {
     /// resolved against the config file's directory).
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// The C++ engine's config keys (file only), mapped onto ours by [`ServerConfig::from_file`]:
+    /// `exe` = `engine.executable`, `args` = `engine.args` (giving both forms is an error).
+    #[arg(skip)]
+    pub exe: Option<PathBuf>,
+    #[arg(skip)]
+    pub args: Option<Vec<String>>,
+    /// Working directory of the engine process (relative: to the config file's directory).
+    #[arg(skip)]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables of the engine process (`{"NAME": "value"}`).
+    #[arg(skip)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Directories put in front of the engine's `LD_LIBRARY_PATH` (relative: to the config
+    /// file's directory).
+    #[arg(skip)]
+    pub lib_dirs: Option<Vec<PathBuf>>,
 }
 
 /// The environment variable that sets the API key (below `--api-key` and `--api-key-file`).
@@ -145,6 +163,8 @@ pub struct Resolved {
     pub port: u16,
     pub startup_timeout: Duration,
     pub engine_timeout: Option<Duration>,
+    /// The engine's working directory and environment (config file only).
+    pub process: ProcessEnv,
 }
 
 impl ServerConfig {
@@ -154,8 +174,37 @@ impl ServerConfig {
             .with_context(|| format!("reading config {}", path.display()))?;
         let mut cfg: ServerConfig = serde_json::from_str(&text)
             .with_context(|| format!("parsing config {}", path.display()))?;
+        // The C++ engine's names for the engine command.
+        if let Some(exe) = cfg.exe.take() {
+            if cfg.engine.executable.is_some() {
+                bail!(
+                    "config {}: both `exe` and `engine.executable` are given; use one",
+                    path.display()
+                );
+            }
+            cfg.engine.executable = Some(exe);
+        }
+        if let Some(args) = cfg.args.take() {
+            if cfg.engine.args.is_some() {
+                bail!(
+                    "config {}: both `args` and `engine.args` are given; use one",
+                    path.display()
+                );
+            }
+            cfg.engine.args = Some(args);
+        }
         // Relative paths in a file mean "next to the file", whatever the working directory.
         let dir = path.parent().unwrap_or(Path::new("."));
+        if let Some(c) = &cfg.cwd
+            && c.is_relative()
+        {
+            cfg.cwd = Some(dir.join(c));
+        }
+        if let Some(dirs) = &mut cfg.lib_dirs {
+            for d in dirs.iter_mut().filter(|d| d.is_relative()) {
+                *d = dir.join(&*d);
+            }
+        }
         if let Some(exe) = &cfg.engine.executable
             && exe.is_relative()
             && exe.components().count() > 1
@@ -185,6 +234,15 @@ impl ServerConfig {
             Some(p) => p,
             None => std::env::current_exe()
                 .context("finding the running executable (set engine.executable)")?,
+        };
+        // A relative program path is unspecified once the child's working directory differs.
+        let executable = if file.cwd.is_some()
+            && executable.is_relative()
+            && executable.components().count() > 1
+        {
+            std::path::absolute(&executable).unwrap_or(executable)
+        } else {
+            executable
         };
         let args = self
             .engine
@@ -228,6 +286,11 @@ impl ServerConfig {
                     .or(file.engine_timeout)
                     .unwrap_or(DEFAULT_ENGINE_TIMEOUT),
             ),
+            process: ProcessEnv {
+                cwd: file.cwd,
+                env: file.env.unwrap_or_default().into_iter().collect(),
+                lib_dirs: file.lib_dirs.unwrap_or_default(),
+            },
         })
     }
 

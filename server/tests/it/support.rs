@@ -97,6 +97,7 @@ pub async fn start_server_keyed(
         port: 0,
         startup_timeout: Duration::from_secs(20),
         engine_timeout,
+        process: Default::default(),
     };
     let state = server::http::build_state(&cfg).expect("server state");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
