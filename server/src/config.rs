@@ -4,9 +4,9 @@
 //! Precedence: command-line flag > config file > built-in default. Every field is optional in
 //! both places so that "was it given?" can be told apart from "is it the default?".
 
+use crate::engine_process::ProcessEnv;
 use anyhow::{Context, bail};
 use serde::Deserialize;
-use crate::engine_process::ProcessEnv;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -172,8 +172,19 @@ impl ServerConfig {
     pub fn from_file(path: &Path) -> anyhow::Result<ServerConfig> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
-        let mut cfg: ServerConfig = serde_json::from_str(&text)
-            .with_context(|| format!("parsing config {}", path.display()))?;
+        // With the path of a value of the wrong type (`env.A: invalid type ...`).
+        let mut cfg: ServerConfig =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+                .map_err(|e| {
+                    let path_s = e.path().to_string();
+                    let inner = e.into_inner();
+                    if path_s == "." {
+                        anyhow::anyhow!("{inner}")
+                    } else {
+                        anyhow::anyhow!("`{path_s}`: {inner}")
+                    }
+                })
+                .with_context(|| format!("parsing config {}", path.display()))?;
         // The C++ engine's names for the engine command.
         if let Some(exe) = cfg.exe.take() {
             if cfg.engine.executable.is_some() {
@@ -441,10 +452,22 @@ mod tests {
     #[test]
     fn api_key_flags() {
         let cli = Cli::try_parse_from(["strata", "--api-key", "k1"]).unwrap();
-        assert!(cli.server.api_key_with_env(None).unwrap().unwrap().matches(b"k1"));
+        assert!(
+            cli.server
+                .api_key_with_env(None)
+                .unwrap()
+                .unwrap()
+                .matches(b"k1")
+        );
         let cli = Cli::try_parse_from(["strata", "--api-key-file", "/nonexistent/k"]).unwrap();
-        assert_eq!(cli.server.api_key_file, Some(PathBuf::from("/nonexistent/k")));
-        assert!(cli.server.api_key_with_env(None).is_err(), "a missing file is an error");
+        assert_eq!(
+            cli.server.api_key_file,
+            Some(PathBuf::from("/nonexistent/k"))
+        );
+        assert!(
+            cli.server.api_key_with_env(None).is_err(),
+            "a missing file is an error"
+        );
         assert!(
             Cli::try_parse_from(["strata", "--api-key", "a", "--api-key-file", "f"]).is_err(),
             "not both"

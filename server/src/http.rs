@@ -166,10 +166,41 @@ pub fn router_with_key(state: Arc<AppState>, key: Option<ApiKey>) -> Router {
             },
         )),
     };
-    router.layer(axum::middleware::from_fn_with_state(
-        metrics,
-        crate::metrics::track,
-    ))
+    router
+        .layer(axum::middleware::from_fn(limit_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            crate::metrics::track,
+        ))
+}
+
+/// Most header bytes (names and values) a request may carry. hyper itself refuses more than
+/// 100 headers (431, no body) and a head over ~400 KB; this refuses one huge header early.
+pub const MAX_HEADER_BYTES: usize = 32 << 10;
+
+/// 431 in the API's shape for a request whose headers exceed [`MAX_HEADER_BYTES`].
+async fn limit_headers(req: Request, next: Next) -> Response {
+    let size: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if size <= MAX_HEADER_BYTES {
+        return next.run(req).await;
+    }
+    let e = ApiError {
+        status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        message: format!(
+            "request headers of {size} bytes exceed the limit of {MAX_HEADER_BYTES} bytes"
+        ),
+        kind: "invalid_request_error",
+        code: None,
+    };
+    if req.uri().path().starts_with("/v1/messages") {
+        Anthropic(e).into_response()
+    } else {
+        e.into_response()
+    }
 }
 
 /// `Ok` if `Authorization: Bearer` or `x-api-key` holds the key (either one suffices).

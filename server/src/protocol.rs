@@ -257,10 +257,16 @@ pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
         (1, None) => vec![parse_value(values.pop().expect("one value"))],
         (n, rest) => {
             let why = match rest {
-                None => format!("malformed request: {n} JSON values on one line (one request per line)"),
+                None => {
+                    format!("malformed request: {n} JSON values on one line (one request per line)")
+                }
                 Some((_, col)) => format!(
                     "malformed request: unexpected characters after {} at column {col} (one request per line)",
-                    if n == 1 { "the JSON value".to_string() } else { format!("{n} JSON values") }
+                    if n == 1 {
+                        "the JSON value".to_string()
+                    } else {
+                        format!("{n} JSON values")
+                    }
                 ),
             };
             attribute(&values, why)
@@ -286,11 +292,16 @@ fn json_values(text: &str) -> (Vec<serde_json::Value>, Option<(serde_json::Error
 
 /// The same error for every value with a readable id; one unattributed error if none has one.
 fn attribute(values: &[serde_json::Value], why: String) -> Vec<Parsed> {
-    let ids: Vec<u64> = values.iter().filter_map(|v| v.get("id")?.as_u64()).collect();
+    let ids: Vec<u64> = values
+        .iter()
+        .filter_map(|v| v.get("id")?.as_u64())
+        .collect();
     if ids.is_empty() {
         return vec![Err((None, why))];
     }
-    ids.into_iter().map(|id| Err((Some(id), why.clone()))).collect()
+    ids.into_iter()
+        .map(|id| Err((Some(id), why.clone())))
+        .collect()
 }
 
 /// A host message from one JSON value; a type error names the field it is about.

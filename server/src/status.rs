@@ -129,8 +129,10 @@ pub fn gpus(root: &Path) -> Vec<Value> {
             if total.is_none() && used.is_none() && busy.is_none() {
                 return None;
             }
-            Some(json!({"card": name, "vram_total_bytes": total, "vram_used_bytes": used,
-                        "busy_percent": busy.filter(|&b| b <= 100)}))
+            Some(
+                json!({"card": name, "vram_total_bytes": total, "vram_used_bytes": used,
+                        "busy_percent": busy.filter(|&b| b <= 100)}),
+            )
         })
         .collect()
 }
@@ -144,17 +146,11 @@ mod tests {
         let cpu = "processor\t: 0\nmodel name\t: AMD Ryzen 9 7950X 16-Core Processor\n\nprocessor\t: 1\nmodel name\t: AMD Ryzen 9 7950X 16-Core Processor\n";
         assert_eq!(
             parse_cpuinfo(cpu),
-            (
-                Some("AMD Ryzen 9 7950X 16-Core Processor".into()),
-                Some(2)
-            )
+            (Some("AMD Ryzen 9 7950X 16-Core Processor".into()), Some(2))
         );
         assert_eq!(parse_cpuinfo("garbage\n:\n"), (None, None));
         let mem = "MemTotal:       65536 kB\nMemFree:  1 kB\nMemAvailable:   32768 kB\n";
-        assert_eq!(
-            parse_meminfo(mem),
-            (Some(65536 * 1024), Some(32768 * 1024))
-        );
+        assert_eq!(parse_meminfo(mem), (Some(65536 * 1024), Some(32768 * 1024)));
         assert_eq!(parse_meminfo("MemTotal: lots kB\n"), (None, None));
     }
 
