@@ -180,7 +180,7 @@ fn type_errors_name_the_field() {
 #[test]
 fn http_body_type_errors_name_the_field() {
     use server::openai::{ChatRequest, CompletionRequest, parse_body};
-    let msg = |r: Result<ChatRequest, server::openai::ApiError>| r.err().expect("refused").message;
+    let msg = |r: Result<ChatRequest, server::openai::ApiError>| r.expect_err("refused").message;
     assert_eq!(
         msg(parse_body(
             br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":-1}"#
