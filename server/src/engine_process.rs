@@ -193,6 +193,8 @@ pub struct Generation {
     instance: Arc<Instance>,
     rx: mpsc::UnboundedReceiver<EngineEvent>,
     finished: bool,
+    /// Records the request for `/metrics` when dropped, if the generation is never driven.
+    recording: Option<crate::metrics::Recording>,
 }
 
 impl Generation {
@@ -214,6 +216,15 @@ impl Generation {
     /// When it was sent to the engine (same clock as [`Generation::queued_us`]).
     pub fn started_us(&self) -> u64 {
         self.started_us
+    }
+
+    /// Attach the request's metrics record (dropped with the generation unless taken).
+    pub fn set_recording(&mut self, r: crate::metrics::Recording) {
+        self.recording = Some(r);
+    }
+
+    pub fn take_recording(&mut self) -> Option<crate::metrics::Recording> {
+        self.recording.take()
     }
 
     /// Next event; after `Done` or `Failed` the generation is over.
@@ -375,6 +386,7 @@ impl EngineHandle {
                 instance,
                 rx,
                 finished: false,
+                recording: None,
             });
         }
     }

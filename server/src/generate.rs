@@ -179,13 +179,13 @@ pub async fn start(st: &AppState, job: &Job) -> Result<Generation, ApiError> {
             Some(st.eog.clone())
         },
     };
-    let g = st
+    let mut g = st
         .engine
         .submit(req)
         .await
         .map_err(|e| ApiError::unavailable(e.to_string()))?;
     let queue_ms = g.started_us().saturating_sub(g.queued_us()) as f64 / 1e3;
-    st.metrics.sent(g.id(), g.prompt_len(), queue_ms);
+    g.set_recording(st.metrics.sent(g.id(), g.prompt_len(), queue_ms));
     Ok(g)
 }
 
@@ -217,7 +217,9 @@ pub async fn drive(
         first: None,
     };
     // Records the request for /metrics and /v1/status when this function returns or is dropped.
-    let mut rec = st.metrics.recording(generation.id());
+    let mut rec = generation
+        .take_recording()
+        .unwrap_or_else(|| st.metrics.recording(generation.id()));
     let stopped_by = |detok: &Detokenizer| {
         Ending::StopString(detok.matched_stop().unwrap_or_default().to_string())
     };

@@ -244,8 +244,8 @@ impl Metrics {
     }
 
     /// A request was sent to the engine (called in its handler's task, which knows the
-    /// endpoint).
-    pub fn sent(&self, id: u64, prompt_tokens: usize, queue_ms: f64) {
+    /// endpoint); the guard records it when dropped.
+    pub fn sent(self: &Arc<Self>, id: u64, prompt_tokens: usize, queue_ms: f64) -> Recording {
         let endpoint = ENDPOINT.try_with(|e| *e).unwrap_or("other");
         lock(&self.live.state).active.insert(
             id,
@@ -258,6 +258,7 @@ impl Metrics {
                 generated: 0,
             },
         );
+        self.recording(id)
     }
 
     /// The guard that records generation `id` when dropped.

@@ -147,3 +147,43 @@ async fn live_state_shows_the_running_request_and_the_recent_rate() {
     assert_eq!(s["live"]["running"], json!([]));
     assert_eq!(s["live"]["tokens_per_second"], 60.0 / 10.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_is_recorded_as_cancelled() {
+    let srv = start_server(&["--delay-ms", "10"]).await;
+    wait_healthy(&srv).await;
+    for stream in [true, false] {
+        let body = json!({"prompt": "Hello world", "max_tokens": 500, "stream": stream});
+        hang_up(
+            srv.addr,
+            "/v1/completions",
+            body,
+            stream as usize,
+            Duration::from_millis(200),
+        )
+        .await;
+    }
+    let t0 = std::time::Instant::now();
+    let s = loop {
+        let s = status(&srv).await;
+        if s["recent"].as_array().unwrap().len() == 2 {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(s["live"]["running"], json!([]));
+    let mut generated = 0;
+    for r in s["recent"].as_array().unwrap() {
+        assert_eq!(r["finish"], "cancelled", "{r}");
+        assert_eq!(r["status"], Value::Null, "{r}");
+        let n = r["completion_tokens"].as_u64().unwrap();
+        assert!((1..500).contains(&n), "{r}");
+        generated += n;
+    }
+    let m = scrape(srv.addr, &[]).await;
+    assert_eq!(
+        sample(&m, "strata_completion_tokens_total", &[]),
+        Some(generated as f64)
+    );
+}
