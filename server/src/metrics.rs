@@ -197,7 +197,7 @@ impl Metrics {
             "Tokens the engine generated (usage.completion_tokens / output_tokens)",
             completion_tokens.clone(),
         );
-        let buckets = || Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        let buckets = || Histogram::new(exponential_buckets(1.0, 2.0, 17));
         let prompt_rate = buckets();
         registry.register(
             "prompt_tokens_per_second",
