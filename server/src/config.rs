@@ -4,8 +4,10 @@
 //! Precedence: command-line flag > config file > built-in default. Every field is optional in
 //! both places so that "was it given?" can be told apart from "is it the default?".
 
+use crate::engine_process::ProcessEnv;
 use anyhow::{Context, bail};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -73,6 +75,22 @@ pub struct ServerConfig {
     /// resolved against the config file's directory).
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// The C++ engine's config keys (file only), mapped onto ours by [`ServerConfig::from_file`]:
+    /// `exe` = `engine.executable`, `args` = `engine.args` (giving both forms is an error).
+    #[arg(skip)]
+    pub exe: Option<PathBuf>,
+    #[arg(skip)]
+    pub args: Option<Vec<String>>,
+    /// Working directory of the engine process (relative: to the config file's directory).
+    #[arg(skip)]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables of the engine process (`{"NAME": "value"}`).
+    #[arg(skip)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Directories put in front of the engine's `LD_LIBRARY_PATH` (relative: to the config
+    /// file's directory).
+    #[arg(skip)]
+    pub lib_dirs: Option<Vec<PathBuf>>,
 }
 
 /// The environment variable that sets the API key (below `--api-key` and `--api-key-file`).
@@ -145,6 +163,8 @@ pub struct Resolved {
     pub port: u16,
     pub startup_timeout: Duration,
     pub engine_timeout: Option<Duration>,
+    /// The engine's working directory and environment (config file only).
+    pub process: ProcessEnv,
 }
 
 impl ServerConfig {
@@ -152,10 +172,50 @@ impl ServerConfig {
     pub fn from_file(path: &Path) -> anyhow::Result<ServerConfig> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
-        let mut cfg: ServerConfig = serde_json::from_str(&text)
-            .with_context(|| format!("parsing config {}", path.display()))?;
+        // With the path of a value of the wrong type (`env.A: invalid type ...`).
+        let mut cfg: ServerConfig =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+                .map_err(|e| {
+                    let path_s = e.path().to_string();
+                    let inner = e.into_inner();
+                    if path_s == "." {
+                        anyhow::anyhow!("{inner}")
+                    } else {
+                        anyhow::anyhow!("`{path_s}`: {inner}")
+                    }
+                })
+                .with_context(|| format!("parsing config {}", path.display()))?;
+        // The C++ engine's names for the engine command.
+        if let Some(exe) = cfg.exe.take() {
+            if cfg.engine.executable.is_some() {
+                bail!(
+                    "config {}: both `exe` and `engine.executable` are given; use one",
+                    path.display()
+                );
+            }
+            cfg.engine.executable = Some(exe);
+        }
+        if let Some(args) = cfg.args.take() {
+            if cfg.engine.args.is_some() {
+                bail!(
+                    "config {}: both `args` and `engine.args` are given; use one",
+                    path.display()
+                );
+            }
+            cfg.engine.args = Some(args);
+        }
         // Relative paths in a file mean "next to the file", whatever the working directory.
         let dir = path.parent().unwrap_or(Path::new("."));
+        if let Some(c) = &cfg.cwd
+            && c.is_relative()
+        {
+            cfg.cwd = Some(dir.join(c));
+        }
+        if let Some(dirs) = &mut cfg.lib_dirs {
+            for d in dirs.iter_mut().filter(|d| d.is_relative()) {
+                *d = dir.join(&*d);
+            }
+        }
         if let Some(exe) = &cfg.engine.executable
             && exe.is_relative()
             && exe.components().count() > 1
@@ -185,6 +245,15 @@ impl ServerConfig {
             Some(p) => p,
             None => std::env::current_exe()
                 .context("finding the running executable (set engine.executable)")?,
+        };
+        // A relative program path is unspecified once the child's working directory differs.
+        let executable = if file.cwd.is_some()
+            && executable.is_relative()
+            && executable.components().count() > 1
+        {
+            std::path::absolute(&executable).unwrap_or(executable)
+        } else {
+            executable
         };
         let args = self
             .engine
@@ -228,6 +297,11 @@ impl ServerConfig {
                     .or(file.engine_timeout)
                     .unwrap_or(DEFAULT_ENGINE_TIMEOUT),
             ),
+            process: ProcessEnv {
+                cwd: file.cwd,
+                env: file.env.unwrap_or_default().into_iter().collect(),
+                lib_dirs: file.lib_dirs.unwrap_or_default(),
+            },
         })
     }
 
@@ -378,10 +452,22 @@ mod tests {
     #[test]
     fn api_key_flags() {
         let cli = Cli::try_parse_from(["strata", "--api-key", "k1"]).unwrap();
-        assert!(cli.server.api_key_with_env(None).unwrap().unwrap().matches(b"k1"));
+        assert!(
+            cli.server
+                .api_key_with_env(None)
+                .unwrap()
+                .unwrap()
+                .matches(b"k1")
+        );
         let cli = Cli::try_parse_from(["strata", "--api-key-file", "/nonexistent/k"]).unwrap();
-        assert_eq!(cli.server.api_key_file, Some(PathBuf::from("/nonexistent/k")));
-        assert!(cli.server.api_key_with_env(None).is_err(), "a missing file is an error");
+        assert_eq!(
+            cli.server.api_key_file,
+            Some(PathBuf::from("/nonexistent/k"))
+        );
+        assert!(
+            cli.server.api_key_with_env(None).is_err(),
+            "a missing file is an error"
+        );
         assert!(
             Cli::try_parse_from(["strata", "--api-key", "a", "--api-key-file", "f"]).is_err(),
             "not both"

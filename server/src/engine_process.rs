@@ -119,9 +119,52 @@ impl Instance {
     }
 }
 
+/// How the engine process is started besides its command line (the C++ engine's config keys
+/// `cwd`, `env` and `lib_dirs`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcessEnv {
+    /// Working directory of the engine (default: the server's).
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables of the engine, set over the server's own.
+    pub env: Vec<(String, String)>,
+    /// Directories put in front of the engine's `LD_LIBRARY_PATH`.
+    pub lib_dirs: Vec<PathBuf>,
+}
+
+impl ProcessEnv {
+    fn apply(&self, cmd: &mut Command) {
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if !self.lib_dirs.is_empty() {
+            // After `env`, so a LD_LIBRARY_PATH given there is extended too.
+            let current = self
+                .env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "LD_LIBRARY_PATH")
+                .map(|(_, v)| std::ffi::OsString::from(v))
+                .or_else(|| std::env::var_os("LD_LIBRARY_PATH"))
+                .filter(|v| !v.is_empty());
+            let paths = self.lib_dirs.iter().cloned().chain(
+                current
+                    .iter()
+                    .flat_map(|c| std::env::split_paths(c).collect::<Vec<_>>()),
+            );
+            if let Ok(joined) = std::env::join_paths(paths) {
+                cmd.env("LD_LIBRARY_PATH", joined);
+            }
+        }
+    }
+}
+
 struct Shared {
     executable: PathBuf,
     args: Vec<String>,
+    process: ProcessEnv,
     startup_timeout: Duration,
     engine_timeout: Option<Duration>,
     status: watch::Sender<EngineStatus>,
@@ -150,6 +193,8 @@ pub struct Generation {
     instance: Arc<Instance>,
     rx: mpsc::UnboundedReceiver<EngineEvent>,
     finished: bool,
+    /// Records the request for `/metrics` when dropped, if the generation is never driven.
+    recording: Option<crate::metrics::Recording>,
 }
 
 impl Generation {
@@ -171,6 +216,15 @@ impl Generation {
     /// When it was sent to the engine (same clock as [`Generation::queued_us`]).
     pub fn started_us(&self) -> u64 {
         self.started_us
+    }
+
+    /// Attach the request's metrics record (dropped with the generation unless taken).
+    pub fn set_recording(&mut self, r: crate::metrics::Recording) {
+        self.recording = Some(r);
+    }
+
+    pub fn take_recording(&mut self) -> Option<crate::metrics::Recording> {
+        self.recording.take()
     }
 
     /// Next event; after `Done` or `Failed` the generation is over.
@@ -201,10 +255,12 @@ impl Drop for Generation {
 }
 
 impl EngineHandle {
-    /// Start supervising `executable args... --serve`. Must be called inside a tokio runtime.
+    /// Start supervising `executable args... --serve` (in `process`'s directory and
+    /// environment). Must be called inside a tokio runtime.
     pub fn spawn(
         executable: PathBuf,
         args: Vec<String>,
+        process: ProcessEnv,
         startup_timeout: Duration,
         engine_timeout: Option<Duration>,
     ) -> EngineHandle {
@@ -212,6 +268,7 @@ impl EngineHandle {
         let shared = Arc::new(Shared {
             executable,
             args,
+            process,
             startup_timeout,
             engine_timeout,
             status,
@@ -329,6 +386,7 @@ impl EngineHandle {
                 instance,
                 rx,
                 finished: false,
+                recording: None,
             });
         }
     }
@@ -393,7 +451,9 @@ fn set_permits(shared: &Shared, parallel: u32) {
 
 /// Spawn the process and wait for its hello line.
 async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<ChildStdout>), String> {
-    let mut child = Command::new(&shared.executable)
+    let mut cmd = Command::new(&shared.executable);
+    shared.process.apply(&mut cmd);
+    let mut child = cmd
         .args(&shared.args)
         .arg("--serve")
         .stdin(Stdio::piped())

@@ -75,7 +75,7 @@ impl ApiError {
     /// after the status as in Anthropic's error table.
     pub fn anthropic_body(&self) -> Value {
         let kind = match self.status.as_u16() {
-            400 | 422 => "invalid_request_error",
+            400 | 422 | 431 => "invalid_request_error",
             401 => "authentication_error",
             403 => "permission_error",
             404 => "not_found_error",
@@ -127,11 +127,21 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         let inner = e.into_inner();
         // Fields of a `#[serde(flatten)]` struct (the sampling parameters) come without a
         // path: a type error there is located by its position instead.
-        let typed = ["invalid type", "invalid value", "invalid length"].iter().any(|p| inner.to_string().starts_with(p));
-        if path == "." && typed && let Some(key) = top_level_key_at(body, byte_offset(body, inner.line(), inner.column())) {
+        let typed = ["invalid type", "invalid value", "invalid length"]
+            .iter()
+            .any(|p| inner.to_string().starts_with(p));
+        if path == "."
+            && typed
+            && let Some(key) =
+                top_level_key_at(body, byte_offset(body, inner.line(), inner.column()))
+        {
             path = key;
         }
-        bad(if path == "." { inner.to_string() } else { format!("field `{path}`: {inner}") })
+        bad(if path == "." {
+            inner.to_string()
+        } else {
+            format!("field `{path}`: {inner}")
+        })
     })?;
     de.end().map_err(|e| bad(e.to_string()))?;
     Ok(v)
@@ -139,7 +149,11 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
 
 /// The byte offset of serde_json's (line, column), both 1-based (column 0: the line's start).
 fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
-    let start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
+    let start: usize = body
+        .split(|&b| b == b'\n')
+        .take(line.saturating_sub(1))
+        .map(|l| l.len() + 1)
+        .sum();
     (start + column).saturating_sub(1).min(body.len())
 }
 
@@ -147,7 +161,8 @@ fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
 /// `}` included, where serde_json reports an error after a value).
 fn top_level_key_at(body: &[u8], at: usize) -> Option<String> {
     let (mut depth, mut in_str, mut esc, mut expect_key) = (0usize, false, false, false);
-    let (mut key_start, mut key, mut value_start): (Option<usize>, Option<String>, Option<usize>) = (None, None, None);
+    let (mut key_start, mut key, mut value_start): (Option<usize>, Option<String>, Option<usize>) =
+        (None, None, None);
     for (i, &c) in body.iter().enumerate() {
         if in_str {
             if esc {
@@ -163,7 +178,10 @@ fn top_level_key_at(body: &[u8], at: usize) -> Option<String> {
             continue;
         }
         let ends_member = (depth == 1 && c == b',') || (depth == 1 && c == b'}');
-        if ends_member && let Some(s) = value_start.take() && (s..=i).contains(&at) {
+        if ends_member
+            && let Some(s) = value_start.take()
+            && (s..=i).contains(&at)
+        {
             return key;
         }
         match c {

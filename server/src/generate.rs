@@ -6,6 +6,7 @@
 use crate::engine_process::{EngineEvent, Generation};
 use crate::error::ApiError;
 use crate::http::AppState;
+use crate::metrics::Outcome;
 use crate::protocol::{FinishReason, GenerateRequest, SamplingParams};
 use crate::text::Detokenizer;
 use crate::tools::{Piece, ToolCallParser};
@@ -178,10 +179,14 @@ pub async fn start(st: &AppState, job: &Job) -> Result<Generation, ApiError> {
             Some(st.eog.clone())
         },
     };
-    st.engine
+    let mut g = st
+        .engine
         .submit(req)
         .await
-        .map_err(|e| ApiError::unavailable(e.to_string()))
+        .map_err(|e| ApiError::unavailable(e.to_string()))?;
+    let queue_ms = g.started_us().saturating_sub(g.queued_us()) as f64 / 1e3;
+    g.set_recording(st.metrics.sent(g.id(), g.prompt_len(), queue_ms));
+    Ok(g)
 }
 
 /// Drive one generation, calling `on_text` for every text delta. Ends on the engine's done, a
@@ -211,6 +216,10 @@ pub async fn drive(
         start: Instant::now(),
         first: None,
     };
+    // Records the request for /metrics and /v1/status when this function returns or is dropped.
+    let mut rec = generation
+        .take_recording()
+        .unwrap_or_else(|| st.metrics.recording(generation.id()));
     let stopped_by = |detok: &Detokenizer| {
         Ending::StopString(detok.matched_stop().unwrap_or_default().to_string())
     };
@@ -219,11 +228,13 @@ pub async fn drive(
             EngineEvent::Token(t) => {
                 n += 1;
                 clock.first.get_or_insert_with(Instant::now);
+                rec.token();
                 let step = detok.push(t);
                 if !step.emit.is_empty() && !on_text(step.emit) {
                     return Err(ApiError::server("client went away"));
                 }
                 if step.stopped {
+                    rec.outcome = Outcome::Finished("stop_sequence");
                     return Ok(Finish {
                         ending: stopped_by(&detok),
                         completion_tokens: n,
@@ -232,6 +243,7 @@ pub async fn drive(
                 }
             }
             EngineEvent::Done(d) => {
+                rec.stats = d.stats.clone();
                 let step = detok.finish();
                 if !step.emit.is_empty() {
                     on_text(step.emit);
@@ -240,6 +252,7 @@ pub async fn drive(
                     _ if step.stopped => stopped_by(&detok),
                     FinishReason::Length => Ending::Length,
                     FinishReason::Error => {
+                        rec.outcome = Outcome::Failed(500);
                         return Err(ApiError::server(format!(
                             "engine error: {}",
                             d.error.unwrap_or_default()
@@ -247,14 +260,23 @@ pub async fn drive(
                     }
                     _ => Ending::EndOfGeneration,
                 };
+                rec.outcome = Outcome::Finished(match ending {
+                    Ending::EndOfGeneration => "stop",
+                    Ending::StopString(_) => "stop_sequence",
+                    Ending::Length => "length",
+                });
                 return Ok(Finish {
                     ending,
                     completion_tokens: n,
                     timings: clock.timings(prompt_n, n),
                 });
             }
-            EngineEvent::Failed(e) => return Err(ApiError::server(format!("engine failure: {e}"))),
+            EngineEvent::Failed(e) => {
+                rec.outcome = Outcome::Failed(500);
+                return Err(ApiError::server(format!("engine failure: {e}")));
+            }
             EngineEvent::TimedOut(e) => {
+                rec.outcome = Outcome::Failed(504);
                 return Err(ApiError::timeout(format!("engine timeout: {e}")));
             }
         }

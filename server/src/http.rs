@@ -9,8 +9,9 @@
 use crate::config::{ApiKey, Resolved, ServerConfig, exposure_warning};
 use crate::engine_process::{EngineHandle, EngineStatus};
 use crate::error::{Anthropic, ApiError};
+use crate::metrics::Metrics;
 use crate::net::GuardedListener;
-use crate::{anthropic, openai};
+use crate::{anthropic, openai, status};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
@@ -34,6 +35,10 @@ pub struct AppState {
     pub model_name: Option<String>,
     pub created: u64,
     counter: AtomicU64,
+    /// `/metrics` and the live parts of `/v1/status`.
+    pub metrics: Arc<Metrics>,
+    /// The tokenizer GGUF's `general.architecture` (normally the model's), for `/v1/status`.
+    pub arch: Option<String>,
 }
 
 /// Load the tokenizer, start the engine and serve until Ctrl-C.
@@ -83,25 +88,39 @@ pub fn build_state(cfg: &Resolved) -> anyhow::Result<Arc<AppState>> {
     let tokenizer = Tokenizer::from_gguf(&gguf)
         .map_err(|e| anyhow::anyhow!("loading tokenizer from {}: {e}", cfg.tokenizer.display()))?;
     let eog = tokenizer.eog_ids();
+    let arch = gguf
+        .get_str("general.architecture")
+        .ok()
+        .map(str::to_string);
     let engine = EngineHandle::spawn(
         cfg.executable.clone(),
         cfg.args.clone(),
+        cfg.process.clone(),
         cfg.startup_timeout,
         cfg.engine_timeout,
     );
     Ok(Arc::new(AppState {
+        metrics: Arc::new(Metrics::new(engine.clone())),
         engine,
         tokenizer: Arc::new(tokenizer),
         eog,
         model_name: cfg.model_name.clone(),
         created: now(),
         counter: AtomicU64::new(0),
+        arch,
     }))
 }
 
+/// The routes, with request metrics, without an API key ([`router_with_key`] with `None`).
 pub fn router(state: Arc<AppState>) -> Router {
+    router_with_key(state, None)
+}
+
+fn routes(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/status", get(status::status))
         .route("/v1/models", get(models))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
@@ -110,12 +129,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// [`router`] behind an API key (`None`: the plain router): every request but `/health` must
-/// carry it as `Authorization: Bearer KEY` or `x-api-key: KEY`, else it gets a 401 in the
-/// shape of the API it called (Anthropic's under `/v1/messages`, OpenAI's elsewhere).
+/// The routes behind an API key (`None`: no check): every request but `/health` (`/metrics`
+/// and `/v1/status` included, as llama-server keeps its `/metrics`) must carry it as
+/// `Authorization: Bearer KEY` or `x-api-key: KEY`, else it gets a 401 in the shape of the API
+/// it called (Anthropic's under `/v1/messages`, OpenAI's elsewhere). Outermost, every answer
+/// (401s too) is counted for `/metrics`.
 pub fn router_with_key(state: Arc<AppState>, key: Option<ApiKey>) -> Router {
-    let router = router(state);
-    match key {
+    let metrics = state.metrics.clone();
+    let router = routes(state);
+    let router = match key {
         None => router,
         Some(key) => router.layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
@@ -143,6 +165,41 @@ pub fn router_with_key(state: Arc<AppState>, key: Option<ApiKey>) -> Router {
                 }
             },
         )),
+    };
+    router
+        .layer(axum::middleware::from_fn(limit_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            crate::metrics::track,
+        ))
+}
+
+/// Most header bytes (names and values) a request may carry. hyper itself refuses more than
+/// 100 headers (431, no body) and a head over ~400 KB; this refuses one huge header early.
+pub const MAX_HEADER_BYTES: usize = 32 << 10;
+
+/// 431 in the API's shape for a request whose headers exceed [`MAX_HEADER_BYTES`].
+async fn limit_headers(req: Request, next: Next) -> Response {
+    let size: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if size <= MAX_HEADER_BYTES {
+        return next.run(req).await;
+    }
+    let e = ApiError {
+        status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        message: format!(
+            "request headers of {size} bytes exceed the limit of {MAX_HEADER_BYTES} bytes"
+        ),
+        kind: "invalid_request_error",
+        code: None,
+    };
+    if req.uri().path().starts_with("/v1/messages") {
+        Anthropic(e).into_response()
+    } else {
+        e.into_response()
     }
 }
 
@@ -247,4 +304,16 @@ async fn models(State(st): State<Arc<AppState>>) -> Response {
         "type": "model", "display_name": name,
     }], "has_more": false, "first_id": name, "last_id": name}))
     .into_response()
+}
+
+/// `GET /metrics`: Prometheus text format 0.0.4.
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        st.metrics.render(),
+    )
+        .into_response()
 }

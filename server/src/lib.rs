@@ -27,9 +27,11 @@ pub mod error;
 pub mod generate;
 pub mod http;
 pub mod load;
+pub mod metrics;
 pub mod net;
 pub mod openai;
 pub mod protocol;
+pub mod status;
 pub mod text;
 pub mod tools;
 

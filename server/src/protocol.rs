@@ -147,6 +147,29 @@ pub struct Done {
     /// Milliseconds from reading the request to this line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_ms: Option<f64>,
+    /// Counters the engine measured for this request, if it measures any
+    /// ([`TokenEngine::request_stats`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<RequestStats>,
+}
+
+/// Counters an engine may report for one request in its `done` line; each is optional (absent:
+/// the engine does not measure it). The HTTP server sums them into `/metrics` and shows them in
+/// `/v1/status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestStats {
+    /// Expert-cache lookups (MoE models with an expert cache) that found the expert resident.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_cache_hits: Option<u64>,
+    /// Expert-cache lookups in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_cache_lookups: Option<u64>,
+    /// Speculative decoding: draft tokens the model accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_accepted: Option<u64>,
+    /// Speculative decoding: draft tokens offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_offered: Option<u64>,
 }
 
 /// Engine → host lines.
@@ -182,6 +205,12 @@ pub trait TokenEngine {
         req: &GenerateRequest,
         emit: &mut dyn FnMut(u32) -> bool,
     ) -> Result<FinishReason, String>;
+
+    /// Counters of the request `generate` just ran (sent in its `done` line), if the engine
+    /// measures any. Default: none.
+    fn request_stats(&mut self) -> Option<RequestStats> {
+        None
+    }
 }
 
 /// One parsed host message, or why it is malformed with the request id if one could be read.
@@ -228,10 +257,16 @@ pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
         (1, None) => vec![parse_value(values.pop().expect("one value"))],
         (n, rest) => {
             let why = match rest {
-                None => format!("malformed request: {n} JSON values on one line (one request per line)"),
+                None => {
+                    format!("malformed request: {n} JSON values on one line (one request per line)")
+                }
                 Some((_, col)) => format!(
                     "malformed request: unexpected characters after {} at column {col} (one request per line)",
-                    if n == 1 { "the JSON value".to_string() } else { format!("{n} JSON values") }
+                    if n == 1 {
+                        "the JSON value".to_string()
+                    } else {
+                        format!("{n} JSON values")
+                    }
                 ),
             };
             attribute(&values, why)
@@ -257,11 +292,16 @@ fn json_values(text: &str) -> (Vec<serde_json::Value>, Option<(serde_json::Error
 
 /// The same error for every value with a readable id; one unattributed error if none has one.
 fn attribute(values: &[serde_json::Value], why: String) -> Vec<Parsed> {
-    let ids: Vec<u64> = values.iter().filter_map(|v| v.get("id")?.as_u64()).collect();
+    let ids: Vec<u64> = values
+        .iter()
+        .filter_map(|v| v.get("id")?.as_u64())
+        .collect();
     if ids.is_empty() {
         return vec![Err((None, why))];
     }
-    ids.into_iter().map(|id| Err((Some(id), why.clone()))).collect()
+    ids.into_iter()
+        .map(|id| Err((Some(id), why.clone())))
+        .collect()
 }
 
 /// A host message from one JSON value; a type error names the field it is about.
@@ -436,6 +476,7 @@ fn error_done(id: u64, error: String, prompt_tokens: u32) -> EngineMessage {
         generated_tokens: 0,
         prompt_ms: None,
         total_ms: None,
+        stats: None,
     })
 }
 
@@ -561,7 +602,7 @@ fn run_one<E: TokenEngine>(
     if let Some(e) = io_err {
         return Err(e);
     }
-    let msg = match (ended, result) {
+    let mut msg = match (ended, result) {
         (Some(reason), _) => done(
             req.id,
             reason,
@@ -590,6 +631,9 @@ fn run_one<E: TokenEngine>(
             start,
         ),
     };
+    if let EngineMessage::Done(d) = &mut msg {
+        d.stats = engine.request_stats();
+    }
     write_msg(out, &msg)
 }
 
@@ -640,5 +684,6 @@ fn done(
         generated_tokens,
         prompt_ms,
         total_ms: Some(ms(start)),
+        stats: None,
     })
 }

@@ -20,8 +20,15 @@
 //!   --reply-tokens a,b  answer every request with these tokens, then the first EOG token
 //!                       (instead of the echo): scripts an answer, e.g. a tool call
 //!   --fail-on-start     exit(2) before the hello line
+//!   --report-env NAME   put the environment variable NAME (null if unset) in the hello's
+//!                       `engine.env` object (repeatable); `engine.cwd` is always the working
+//!                       directory
+//!   --stats h,l,a,o     report these counters in every done line (`stats`: expert cache
+//!                       hits, lookups, drafts accepted, offered)
 
-use server::protocol::{FinishReason, GenerateRequest, ModelInfo, TokenEngine, serve_loop};
+use server::protocol::{
+    FinishReason, GenerateRequest, ModelInfo, RequestStats, TokenEngine, serve_loop,
+};
 use std::io::{BufReader, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -35,6 +42,7 @@ struct Fake {
     hang_marker: Option<PathBuf>,
     log: Option<PathBuf>,
     reply: Option<Vec<u32>>,
+    stats: Option<RequestStats>,
     emitted: u64,
 }
 
@@ -75,6 +83,10 @@ impl Fake {
 impl TokenEngine for Fake {
     fn info(&self) -> ModelInfo {
         self.info.clone()
+    }
+
+    fn request_stats(&mut self) -> Option<RequestStats> {
+        self.stats.clone()
     }
 
     fn generate(
@@ -143,8 +155,10 @@ fn main() {
         hang_marker: None,
         log: None,
         reply: None,
+        stats: None,
         emitted: 0,
     };
+    let mut report_env = serde_json::Map::new();
     let mut hello_delay = Duration::ZERO;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -183,11 +197,33 @@ fn main() {
                         .collect(),
                 )
             }
+            "--report-env" => {
+                let name = val();
+                let v = std::env::var(&name).ok();
+                report_env.insert(name, v.into());
+            }
+            "--stats" => {
+                let n: Vec<u64> = val().split(',').map(|s| num(s.to_string())).collect();
+                assert_eq!(n.len(), 4, "fake_engine: --stats takes 4 numbers");
+                fake.stats = Some(RequestStats {
+                    expert_cache_hits: Some(n[0]),
+                    expert_cache_lookups: Some(n[1]),
+                    draft_accepted: Some(n[2]),
+                    draft_offered: Some(n[3]),
+                });
+            }
             "--fail-on-start" => {
                 eprintln!("fake_engine: failing on start as asked");
                 std::process::exit(2);
             }
             other => panic!("fake_engine: unknown flag {other}"),
+        }
+    }
+    if let Some(serde_json::Value::Object(e)) = &mut fake.info.engine {
+        let cwd = std::env::current_dir().ok();
+        e.insert("cwd".into(), serde_json::json!(cwd));
+        if !report_env.is_empty() {
+            e.insert("env".into(), report_env.into());
         }
     }
     std::thread::sleep(hello_delay);

@@ -20,6 +20,8 @@ fn endpoints() -> Vec<(&'static str, &'static str, Option<Value>, u16)> {
     let msgs = json!([{"role": "user", "content": "Hello there"}]);
     vec![
         ("GET", "/v1/models", None, 200),
+        ("GET", "/metrics", None, 200),
+        ("GET", "/v1/status", None, 200),
         (
             "POST",
             "/v1/completions",

@@ -42,7 +42,10 @@ fn run(input: &[u8]) -> Vec<serde_json::Value> {
 }
 
 fn dones(lines: &[serde_json::Value], id: u64) -> Vec<&serde_json::Value> {
-    lines.iter().filter(|l| l["type"] == "done" && l["id"] == id).collect()
+    lines
+        .iter()
+        .filter(|l| l["type"] == "done" && l["id"] == id)
+        .collect()
 }
 
 fn error_of(lines: &[serde_json::Value], id: u64) -> String {
@@ -60,8 +63,12 @@ fn ok(id: u64, max_tokens: u32) -> String {
 fn a_line_that_is_not_utf8_is_an_error_and_the_loop_goes_on() {
     let mut input = ok(1, 2).into_bytes();
     input.extend_from_slice(b"\xff\n"); // one bad byte: no id to read
-    input.extend_from_slice(b"{\"type\":\"generate\",\"id\":2,\"tokens\":[1],\"max_tokens\":1}\xfe\n");
-    input.extend_from_slice(b"{\"type\":\"generate\",\"id\":3,\"tokens\":[1],\"max\xc3\x28\":1}\r\n");
+    input.extend_from_slice(
+        b"{\"type\":\"generate\",\"id\":2,\"tokens\":[1],\"max_tokens\":1}\xfe\n",
+    );
+    input.extend_from_slice(
+        b"{\"type\":\"generate\",\"id\":3,\"tokens\":[1],\"max\xc3\x28\":1}\r\n",
+    );
     input.extend_from_slice(ok(4, 3).as_bytes());
     let lines = run(&input);
     assert_eq!(lines[0]["type"], "hello");
@@ -86,7 +93,9 @@ fn a_line_that_is_not_utf8_is_an_error_and_the_loop_goes_on() {
 fn invalid_utf8_parses_to_one_error() {
     let r = parse_host_bytes(b"\x80");
     assert_eq!(r.len(), 1);
-    assert!(matches!(&r[0], Err((None, e)) if e.contains("not valid UTF-8 (byte 0x80 at offset 0)")));
+    assert!(
+        matches!(&r[0], Err((None, e)) if e.contains("not valid UTF-8 (byte 0x80 at offset 0)"))
+    );
     assert!(parse_host_bytes(b"  ").is_empty());
     assert!(parse_host_bytes(b"").is_empty());
 }
@@ -109,19 +118,43 @@ fn two_requests_on_one_line_fail_both_ids() {
     );
     assert_eq!(dones(&lines, 8)[0]["reason"], "length");
     assert!(lines.iter().all(|l| l["type"] != "error"), "{lines:?}");
-    assert!(lines.iter().all(|l| l["type"] != "token" || l["id"] == 8), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l["type"] != "token" || l["id"] == 8),
+        "{lines:?}"
+    );
 }
 
 #[test]
 fn type_errors_name_the_field() {
     let cases = [
-        (r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":-5}"#, "field `max_tokens`: invalid value: integer `-5`, expected u32"),
-        (r#"{"type":"generate","id":1,"tokens":[1,"a"],"max_tokens":1}"#, "field `tokens[1]`: invalid type: string \"a\", expected u32"),
-        (r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":1,"sampling":{"top_k":1.5}}"#, "field `sampling.top_k`: invalid type: floating point `1.5`, expected u32"),
-        (r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":1,"sampling":{"seed":-1}}"#, "field `sampling.seed`: invalid value: integer `-1`, expected u64"),
-        (r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":1,"stop_tokens":7}"#, "field `stop_tokens`: invalid type: integer `7`, expected a sequence"),
-        (r#"{"type":"generate","id":1,"tokens":[1]}"#, "missing field `max_tokens`"),
-        (r#"{"type":"cancel","id":"x"}"#, "field `id`: invalid type: string \"x\", expected u64"),
+        (
+            r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":-5}"#,
+            "field `max_tokens`: invalid value: integer `-5`, expected u32",
+        ),
+        (
+            r#"{"type":"generate","id":1,"tokens":[1,"a"],"max_tokens":1}"#,
+            "field `tokens[1]`: invalid type: string \"a\", expected u32",
+        ),
+        (
+            r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":1,"sampling":{"top_k":1.5}}"#,
+            "field `sampling.top_k`: invalid type: floating point `1.5`, expected u32",
+        ),
+        (
+            r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":1,"sampling":{"seed":-1}}"#,
+            "field `sampling.seed`: invalid value: integer `-1`, expected u64",
+        ),
+        (
+            r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":1,"stop_tokens":7}"#,
+            "field `stop_tokens`: invalid type: integer `7`, expected a sequence",
+        ),
+        (
+            r#"{"type":"generate","id":1,"tokens":[1]}"#,
+            "missing field `max_tokens`",
+        ),
+        (
+            r#"{"type":"cancel","id":"x"}"#,
+            "field `id`: invalid type: string \"x\", expected u64",
+        ),
     ];
     for (line, want) in cases {
         let got = match parse_host_line(line) {
@@ -130,10 +163,16 @@ fn type_errors_name_the_field() {
         };
         assert_eq!(got, format!("malformed request: {want}"), "{line}");
         let bytes = parse_host_bytes(line.as_bytes());
-        assert!(matches!(&bytes[..], [Err((_, e))] if *e == got), "{line}: {bytes:?}");
+        assert!(
+            matches!(&bytes[..], [Err((_, e))] if *e == got),
+            "{line}: {bytes:?}"
+        );
     }
     // The id is still salvaged for the done line.
-    assert!(matches!(parse_host_line(r#"{"type":"generate","id":9,"tokens":[1],"max_tokens":-5}"#), Err((Some(9), _))));
+    assert!(matches!(
+        parse_host_line(r#"{"type":"generate","id":9,"tokens":[1],"max_tokens":-5}"#),
+        Err((Some(9), _))
+    ));
 }
 
 /// HTTP bodies: a value of the wrong type names its field too, trailing characters are still
@@ -141,14 +180,31 @@ fn type_errors_name_the_field() {
 #[test]
 fn http_body_type_errors_name_the_field() {
     use server::openai::{ChatRequest, CompletionRequest, parse_body};
-    let msg = |r: Result<ChatRequest, server::openai::ApiError>| r.err().expect("refused").message;
+    let msg = |r: Result<ChatRequest, server::openai::ApiError>| r.expect_err("refused").message;
     assert_eq!(
-        msg(parse_body(br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":-1}"#)),
+        msg(parse_body(
+            br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":-1}"#
+        )),
         "invalid request body: field `max_tokens`: invalid value: integer `-1`, expected u32 at line 1 column 61"
     );
-    assert!(msg(parse_body(br#"{"messages":[{"role":"user","content":"hi"}]} x"#)).starts_with("invalid request body: trailing characters"));
-    let m = msg(parse_body(b"{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}"));
-    assert_eq!(m, "invalid request body: field `messages[0].content`: invalid unicode code point at line 1 column 43");
+    assert!(
+        msg(parse_body(
+            br#"{"messages":[{"role":"user","content":"hi"}]} x"#
+        ))
+        .starts_with("invalid request body: trailing characters")
+    );
+    let m = msg(parse_body(
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}",
+    ));
+    assert_eq!(
+        m,
+        "invalid request body: field `messages[0].content`: invalid unicode code point at line 1 column 43"
+    );
     let c: Result<CompletionRequest, _> = parse_body(br#"{"prompt":"hi","temperature":"hot"}"#);
-    assert!(c.err().unwrap().message.starts_with("invalid request body: field `temperature`: invalid type: string \"hot\""));
+    assert!(
+        c.err()
+            .unwrap()
+            .message
+            .starts_with("invalid request body: field `temperature`: invalid type: string \"hot\"")
+    );
 }

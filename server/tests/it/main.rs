@@ -4,8 +4,12 @@
 mod anthropic;
 mod auth;
 mod bad_lines;
+mod config;
 mod faults;
 mod http;
+mod limits;
+mod metrics;
 mod protocol;
+mod status;
 mod support;
 mod tools;

@@ -97,8 +97,19 @@ pub async fn start_server_keyed(
         port: 0,
         startup_timeout: Duration::from_secs(20),
         engine_timeout,
+        process: Default::default(),
     };
-    let state = server::http::build_state(&cfg).expect("server state");
+    serve_resolved(&cfg, send_timeout, api_key).await
+}
+
+/// Serve a resolved config in-process, as `run_server` does (a free port, whatever
+/// `cfg.port` says).
+pub async fn serve_resolved(
+    cfg: &Resolved,
+    send_timeout: Option<Duration>,
+    api_key: Option<server::config::ApiKey>,
+) -> TestServer {
+    let state = server::http::build_state(cfg).expect("server state");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -345,4 +356,29 @@ pub fn finish_reasons(chunks: &[Value]) -> Vec<String> {
         .flat_map(|c| c["choices"].as_array().unwrap().iter())
         .filter_map(|ch| ch["finish_reason"].as_str().map(String::from))
         .collect()
+}
+
+/// `GET /metrics`, parsed with a Prometheus text parser.
+pub async fn scrape(addr: SocketAddr, headers: &[(&str, &str)]) -> prometheus_parse::Scrape {
+    let r = request_with(addr, "GET", "/metrics", None, headers).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let lines = r.body.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines).expect("Prometheus text")
+}
+
+/// The value of a counter or gauge sample `name` whose labels include `labels` (`None`: no
+/// such sample).
+pub fn sample(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    use prometheus_parse::Value as V;
+    s.samples
+        .iter()
+        .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| match &x.value {
+            V::Counter(v) | V::Gauge(v) | V::Untyped(v) => *v,
+            V::Histogram(b) => b
+                .iter()
+                .find(|c| c.less_than.is_infinite())
+                .map_or(0.0, |c| c.count),
+            V::Summary(_) => panic!("{name} is a summary"),
+        })
 }
