@@ -225,3 +225,46 @@ fn cli_dump_routing_cpu_and_emu_agree_and_simulate_reads_it() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `strata --serve` with an expert cache reports each request's hits and lookups in its `done`
+/// line (the server sums them into /metrics): lookups = generated-and-prompt tokens x layers x
+/// top-k, hits <= lookups; a second identical request finds its experts resident, so hits more.
+#[test]
+fn serve_done_line_reports_expert_cache_counters_per_request() {
+    use std::io::Write;
+    let m = reference(Q8);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["-m", m.to_str().unwrap(), "--serve", "--device", "emu", "--expert-cache", "3", "--ordered"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting strata --serve");
+    let mut stdin = child.stdin.take().unwrap();
+    for id in [1, 2] {
+        let req = serde_json::json!({"type": "generate", "id": id, "tokens": prompt(), "max_tokens": 4,
+            "sampling": {"temperature": 0.0}, "stop_tokens": []});
+        writeln!(stdin, "{req}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let done: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "done")
+        .collect();
+    assert_eq!(done.len(), 2, "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let hp = Model::load(&m).unwrap().hp;
+    let moe = (hp.n_layer as u64, hp.moe.expect("an MoE model").n_expert_used as u64);
+    let stat = |d: &serde_json::Value, k: &str| d["stats"][k].as_u64().unwrap_or_else(|| panic!("no stats.{k} in {d}"));
+    // Prompt tokens + the 3 decode evaluations after the first sampled token.
+    let evaluated = (prompt().len() + 3) as u64;
+    let mut hits = Vec::new();
+    for d in &done {
+        assert_eq!(stat(d, "expert_cache_lookups"), evaluated * moe.0 * moe.1, "{d}");
+        assert!(stat(d, "expert_cache_hits") <= stat(d, "expert_cache_lookups"), "{d}");
+        hits.push(stat(d, "expert_cache_hits"));
+    }
+    assert!(hits[1] >= hits[0], "the second request starts with the first one's experts resident: {hits:?}");
+}

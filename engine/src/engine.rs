@@ -262,6 +262,15 @@ impl AnyModel {
         }
     }
 
+    /// The GPU expert cache's (hits, lookups) since load; None without an expert cache.
+    pub fn expert_cache_counts(&self) -> Option<(u64, u64)> {
+        match self {
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => m.expert_cache_stats().map(|s| (s.hits, s.lookups)),
+            _ => None,
+        }
+    }
+
     /// Writes the GPU expert cache's routing counts (`--expert-profile-save`); Ok(false) when
     /// the model has no expert cache.
     pub fn save_expert_profile(&self, path: &Path) -> Result<bool> {

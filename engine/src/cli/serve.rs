@@ -18,11 +18,13 @@ pub struct ServeEngine<'e> {
     e: &'e Engine,
     sess: AnySession,
     logits: Vec<f32>,
+    /// Expert-cache (hits, lookups) when the running request started.
+    cache_at_start: Option<(u64, u64)>,
 }
 
 impl<'e> ServeEngine<'e> {
     pub fn new(e: &'e Engine) -> crate::error::Result<Self> {
-        Ok(ServeEngine { e, sess: e.new_session()?, logits: Vec::new() })
+        Ok(ServeEngine { e, sess: e.new_session()?, logits: Vec::new(), cache_at_start: None })
     }
 }
 
@@ -71,6 +73,7 @@ impl TokenEngine for ServeEngine<'_> {
     }
 
     fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
+        self.cache_at_start = self.e.model.expert_cache_counts();
         let (m, sess) = (&self.e.model, &mut self.sess);
         sess.reset();
         if req.tokens.len() > sess.capacity() {
@@ -92,6 +95,16 @@ impl TokenEngine for ServeEngine<'_> {
             }
             m.eval(sess, &[t], Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
         }
+    }
+
+    /// The expert cache's hits and lookups of this request (GPU with `--expert-cache`).
+    fn request_stats(&mut self) -> Option<server::protocol::RequestStats> {
+        let ((h0, l0), (h1, l1)) = (self.cache_at_start?, self.e.model.expert_cache_counts()?);
+        Some(server::protocol::RequestStats {
+            expert_cache_hits: Some(h1 - h0),
+            expert_cache_lookups: Some(l1 - l0),
+            ..Default::default()
+        })
     }
 }
 
