@@ -421,7 +421,7 @@ test_device!(
     fn gpu_ops_moe_router_matches_cpu(ops) {
         let name = device_name(ops);
         let mut rng = SplitMix64::new(13);
-        for (ne, k, nt, renorm) in [(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true)] {
+        for (ne, k, nt, renorm) in [(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true), (512, 10, 3, true), (300, 16, 2, false)] {
             let mut logits = rand_f32(&mut rng, nt * ne, 4.0);
             if ne > 8 {
                 // exact ties: lower index first
@@ -440,8 +440,38 @@ test_device!(
                 assert!(((a - b).abs() as f64) <= PROB_TOL, "{name} router weight {a} vs {b}");
             }
         }
-        assert!(ops.moe_router(&S, 0, 0, 0, 1, 300, 8, true).is_err());
+        assert!(ops.moe_router(&S, 0, 0, 0, 1, 513, 8, true).is_err());
         assert!(ops.moe_router(&S, 0, 0, 0, 1, 8, 9, true).is_err());
+        assert!(ops.moe_router(&S, 0, 0, 0, 1, 512, 17, true).is_err());
+    }
+);
+
+test_device!(
+    /// Flash-Next's routing (512 experts, top-10, renormalised) against its own CPU router,
+    /// `qwen4exp::moe::Moe::route`: the same experts in the same order, weights within PROB_TOL.
+    fn gpu_ops_moe_router_matches_flash_next_route(ops) {
+        use strata::model::qwen4exp::linear::Mat;
+        use strata::model::qwen4exp::moe::{Moe, SwiGlu};
+        let name = device_name(ops);
+        let unused = || Mat::from_f32(1, 1, &[0.0]).unwrap();
+        let moe = Moe { n_used: 10, router: unused(), experts: Vec::new(), shared_gate: unused(), shared: SwiGlu { gate: unused(), up: unused(), down: unused() } };
+        let (ne, nt) = (512usize, 4usize);
+        let mut rng = SplitMix64::new(15);
+        let mut logits = rand_f32(&mut rng, nt * ne, 6.0);
+        logits[100] = 9.0; // exact ties in token 0: lower index first
+        logits[40] = 9.0;
+        let lb = upf(&ops, &logits);
+        let (ib, wb) = (zeros(&ops, nt * 10 * 4), zeros(&ops, nt * 10 * 4));
+        ops.moe_router(&S, lb.ptr, ib.ptr, wb.ptr, nt as u32, ne as u32, 10, true).unwrap();
+        let (ids, ws) = (ib.u32s(), wb.f32s());
+        for t in 0..nt {
+            let want = moe.route(&logits[t * ne..(t + 1) * ne]);
+            let got_ids: Vec<usize> = ids[t * 10..(t + 1) * 10].iter().map(|&i| i as usize).collect();
+            assert_eq!(got_ids, want.iter().map(|r| r.0).collect::<Vec<_>>(), "{name} token {t} experts");
+            for (j, (&g, &(_, w))) in ws[t * 10..(t + 1) * 10].iter().zip(&want).enumerate() {
+                assert!(((g - w).abs() as f64) <= PROB_TOL, "{name} token {t} rank {j}: weight {g} vs {w}");
+            }
+        }
     }
 );
 

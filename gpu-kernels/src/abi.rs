@@ -376,8 +376,9 @@ pub const fn attn_lds_bytes(head_dim: u32, max_kv: u32) -> u32 {
     head_dim * 4 + max_kv * 4
 }
 
-/// `moe_router`: per token softmax over `n_expert` (<= 256) logits, top-`k` (<= 8; ties to
-/// the lower index), optional renormalisation. One wave per token.
+/// `moe_router`: per token softmax over `n_expert` (<= 512: Flash-Next's 512) logits,
+/// top-`k` (<= 16: Flash-Next routes 10; ties to the lower index), optional renormalisation.
+/// One wave per token, 16 logits a lane.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MoeRouterArgs {
@@ -389,8 +390,8 @@ pub struct MoeRouterArgs {
     pub k: u32,
     pub renorm: u32,
 }
-pub const MOE_MAX_EXPERTS: u32 = 256;
-pub const MOE_MAX_K: u32 = 8;
+pub const MOE_MAX_EXPERTS: u32 = 512;
+pub const MOE_MAX_K: u32 = 16;
 
 /// `moe_combine`: `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, added in order j = 0..k
 /// from 0.0. One work-item per output element, `ceil(d / WG_SIZE)` workgroups per token.
@@ -736,8 +737,10 @@ pub struct MmvqMoeArgs {
 }
 impl_args_bytes!(MmvqMoeArgs);
 const _: () = assert!(core::mem::size_of::<MmvqMoeArgs>() == 80);
-/// Most slots (tokens x experts per token) of one `mmvq_moe_*` launch (a u64 slot mask).
-pub const MOE_MAX_SLOTS: u32 = MAX_COLS as u32 * MOE_MAX_K;
+/// Most slots (tokens x experts per token) of one `mmvq_moe_*` launch: 8 tokens x 8 experts,
+/// a u64 slot mask (a wider routing, e.g. Flash-Next's top-10, launches fewer tokens at once).
+pub const MOE_MAX_SLOTS: u32 = MAX_COLS as u32 * 8;
+const _: () = assert!(MOE_MAX_SLOTS <= 64);
 
 /// Every expert-dispatch MMVQ instantiation: `symbol, weight type, columns per pass, GLU`.
 /// `g1`: decode (one token: every expert has one slot); `g8` / `g4`: windows of 2..=8 tokens

@@ -698,7 +698,7 @@ impl GpuOps {
         self.launch(s, name, g, abi::attn_lds_bytes(head_dim, max_kv), &a.to_bytes())
     }
 
-    /// Per token: softmax over `n_expert` (<= 256) logits, top-`k` (<= 8, ties to the lower
+    /// Per token: softmax over `n_expert` (<= 512) logits, top-`k` (<= 16, ties to the lower
     /// index) into `ids_out` (u32) / `w_out` (f32) in rank order, optionally renormalised by
     /// their sum clamped at 6.103515625e-5 (== model/moe.rs).
     #[allow(clippy::too_many_arguments)]
@@ -715,7 +715,7 @@ impl GpuOps {
     ) -> Result<()> {
         let name = abi::MOE_ROUTER;
         if n_expert == 0 || n_expert > abi::MOE_MAX_EXPERTS || k == 0 || k > abi::MOE_MAX_K || k > n_expert {
-            return Err(bad(name, format!("n_expert {n_expert} (1..=256), k {k} (1..=8, <= n_expert)")));
+            return Err(bad(name, format!("n_expert {n_expert} (1..={}), k {k} (1..={}, <= n_expert)", abi::MOE_MAX_EXPERTS, abi::MOE_MAX_K)));
         }
         let g = groups(n_tokens as u64, abi::WAVES_PER_WG, name)?;
         let a = abi::MoeRouterArgs { logits, ids: ids_out, w: w_out, n_tokens, n_expert, k, renorm: renorm as u32 };

@@ -6,7 +6,7 @@
 //! Index math is u32; every kernel returns early for work-items past the end (wave-uniform
 //! where a wave owns a row). Row kernels use one wave per row and no LDS.
 use super::unroll;
-use crate::abi::{ROPE_HEADS, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{MOE_MAX_EXPERTS, MOE_MAX_K, ROPE_HEADS, WAVES_PER_WG, WG_SIZE};
 use crate::arch::{fma, group_id, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
     wave_id, wave_max_f32, wave_max_u32, wave_min_u32};
 use crate::mem::f32_to_f16;
@@ -16,6 +16,11 @@ use quant::util::sqrtf;
 #[inline(always)]
 fn gid() -> u32 {
     group_id() * WG_SIZE + thread_id()
+}
+/// `f(0) .. f(15)` as straight-line code (the router's 16 logits a lane stay in VGPRs).
+#[inline(always)]
+fn each16(mut f: impl FnMut(usize)) {
+    unroll::<2>(|h| unroll::<8>(|r| f(8 * h + r)));
 }
 #[inline(always)]
 fn wave_row() -> u32 {
@@ -325,7 +330,7 @@ pub extern "gpu-kernel" fn moe_router(
     renorm: u32,
 ) {
     let t = wave_row();
-    if t >= n_tokens || n_expert > 256 || k > 8 || k > n_expert {
+    if t >= n_tokens || n_expert > MOE_MAX_EXPERTS || k > MOE_MAX_K || k > n_expert {
         return;
     }
     let lane = lane_id();
@@ -333,18 +338,18 @@ pub extern "gpu-kernel" fn moe_router(
     // this wave owns token t; lane j < k writes entry j.
     unsafe {
         let row = logits.add((t * n_expert) as usize);
-        let mut v = [f32::NEG_INFINITY; 8];
-        unroll::<8>(|r| {
+        let mut v = [f32::NEG_INFINITY; 16];
+        each16(|r| {
             let e = lane + 32 * r as u32;
             if e < n_expert {
                 v[r] = *row.add(e as usize);
             }
         });
         let mut mx = f32::NEG_INFINITY;
-        unroll::<8>(|r| mx = mx.max(v[r]));
+        each16(|r| mx = mx.max(v[r]));
         let mx = wave_max_f32(mx);
         let mut sum = 0f32;
-        unroll::<8>(|r| {
+        each16(|r| {
             let e = lane + 32 * r as u32;
             v[r] = if e < n_expert { expf(v[r] - mx) } else { 0.0 };
             sum += v[r];
@@ -352,8 +357,8 @@ pub extern "gpu-kernel" fn moe_router(
         let inv = 1.0 / group_sum_f32(sum, 5);
         // key = probability bits + 1 (probabilities are >= 0, so bits order like values);
         // 0 = not available.
-        let mut key = [0u32; 8];
-        unroll::<8>(|r| {
+        let mut key = [0u32; 16];
+        each16(|r| {
             let e = lane + 32 * r as u32;
             if e < n_expert {
                 key[r] = (v[r] * inv).to_bits() + 1;
@@ -363,16 +368,16 @@ pub extern "gpu-kernel" fn moe_router(
         let mut my_id = 0u32;
         for j in 0..k {
             let mut best = 0u32;
-            unroll::<8>(|r| best = best.max(key[r]));
+            each16(|r| best = best.max(key[r]));
             let kmax = wave_max_u32(best);
             let mut cand = u32::MAX;
-            unroll::<8>(|r| {
+            each16(|r| {
                 if key[r] == kmax && cand == u32::MAX {
                     cand = lane + 32 * r as u32;
                 }
             });
             let id = wave_min_u32(cand);
-            unroll::<8>(|r| {
+            each16(|r| {
                 if lane + 32 * r as u32 == id {
                     key[r] = 0;
                 }

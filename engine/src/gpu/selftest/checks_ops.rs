@@ -323,10 +323,12 @@ fn attention_one(cx: &mut Cx, mode: AttnMode, int8: bool, hd: usize, case: AttnC
 
 fn moe_router(cx: &mut Cx) -> CheckResultOf<()> {
     // (experts, k, tokens, renorm)
-    let mut shapes = vec![(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true)];
+    let mut shapes = vec![(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true), (300, 16, 2, false)];
     if cx.full {
         shapes.push((128, 8, 64, true));
     }
+    // Flash-Next's routing (timed).
+    shapes.push((512, 10, if cx.full { 8 } else { 3 }, true));
     let mut timed = (0, 0, 0, 0, 0, 0, true);
     for (ne, k, nt, renorm) in shapes {
         let mut logits = cx.rand_f32(nt * ne, 4.0);
