@@ -293,6 +293,12 @@ pub struct GdnGatedNormArgs {
 pub const GDN_CONV_SILU: &str = "gdn_conv_silu_f32";
 pub const GDN_L2_NORM: &str = "gdn_l2_norm_f32";
 pub const GDN_DELTA_RULE: &str = "gdn_delta_rule_f32";
+/// The delta rule for head dim 128 with the state in registers (same ABI).
+pub const GDN_DELTA_RULE_S128: &str = "gdn_delta_rule_s128_f32";
+/// Work-items of its workgroup (two per state column) and its LDS (two partial sums a column,
+/// then the token's k and q).
+pub const GDN_S128_BLOCK: u32 = 256;
+pub const GDN_S128_LDS_BYTES: u32 = 4 * 128 * 4;
 pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";
 
 /// Hyper-connection kernels (ops/gr.rs), one struct for the four: three buffers, then the

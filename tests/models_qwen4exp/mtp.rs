@@ -1,5 +1,5 @@
 //! The MTP (NextN) head alone against a plain f64 reference written here from the published
-//! layout (docs/qwen4exp.md, ../shared/docs/flash-next-mtp.md; nothing shared with the engine:
+//! layout (docs/qwen4exp.md, "MTP drafter"; nothing shared with the engine:
 //! weights are read straight from the GGUF bytes, the GR mixers included), on F32 synthetic
 //! heads: with the model's embedding and head, with its own tables, and without `hc_head`
 //! (the trunk's output mixer). Inputs are the trunk's real wide residuals (`forward_hidden`),
@@ -143,7 +143,7 @@ fn combine(r: &mut [f64], inj: &[f64], y: &[f64]) {
 
 /// The reference head: logits `[n][V]` and output residuals `[n][hc][E]` of the pairs
 /// `(wide[p], tokens[p])` at positions `0..n`, from the MTP file `mg` and the model file `tg`,
-/// following docs/qwen4exp.md and ../shared/docs/flash-next-mtp.md.
+/// following docs/qwen4exp.md ("MTP drafter").
 fn reference(
     cfg: &SynthConfig,
     mg: &GgufFile,

@@ -6,8 +6,8 @@
 //! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu_ops_gdn.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{group_id, lane_id, read_lane_f64, thread_id, wave_id};
+use crate::abi::{GDN_DELTA_BLOCK, GDN_S128_BLOCK, WAVES_PER_WG, WG_SIZE};
+use crate::arch::{barrier, fp_fence, group_id, lane_id, read_lane_f64, thread_id, wave_id, Lds};
 use quant::fmath::{expf, sigmoid, silu, softplus};
 use quant::util::sqrtf;
 
@@ -154,6 +154,108 @@ pub extern "gpu-kernel" fn gdn_delta_rule_f32(
                 j += GDN_DELTA_BLOCK;
             }
         }
+    }
+}
+
+/// `each64!(|i| { .. })`: the block 64 times with `i` = 0..63 as a constant, so a `[f32; 64]`
+/// indexed by it stays in VGPRs. (Nested `unroll` closures are not always inlined at this
+/// size; a closure left as a call indexes the array at run time and puts it in scratch.)
+macro_rules! each64 {
+    (|$i:ident| $body:block) => {
+        each64!(@ $i $body; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63)
+    };
+    (@ $i:ident $body:block; $($n:literal)*) => {{
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    }};
+}
+
+/// The delta rule for head dim S = 128 (Flash-Next) with the state in registers for the whole
+/// window: the state is read and written once a launch, not read twice and written once a
+/// token. One workgroup of [`GDN_S128_BLOCK`] = 256 per value head; work-item `(half, j)` holds
+/// rows `64·half .. 64·half + 63` of column j (64 VGPRs: a whole column spills). Each Σ over
+/// the 128 rows is the two halves' sequential sums added low half first, through LDS (`[2][128]`
+/// f32 partial sums, then the token's k and q); otherwise the arithmetic is
+/// [`gdn_delta_rule_f32`]'s.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn gdn_delta_rule_s128_f32(
+    u: *const f32,
+    beta: *const f32,
+    alpha: *const f32,
+    dt_bias: *const f32,
+    ssm_a: *const f32,
+    state: *mut f32,
+    o: *mut f32,
+    n_tokens: u32,
+    hk: u32,
+    hv: u32,
+    s: u32,
+    channels: u32,
+    _pad: u32,
+) {
+    const S: u32 = 128;
+    let h = group_id();
+    // Wave-uniform (the whole workgroup returns together: no barrier is left waiting).
+    if h >= hv || hk == 0 || s != S {
+        return;
+    }
+    let (half, j) = (thread_id() / S, thread_id() % S);
+    let (kd, vd) = (hk * S, hv * S);
+    let scale = 1.0 / sqrtf(S as f32);
+    let lds = Lds::get();
+    // Both halves' partial sums of column j, then their total (low half first).
+    let exchange = |part: f32| -> f32 {
+        // SAFETY: the launch has GDN_S128_LDS_BYTES of LDS, words 0..256 the partial sums;
+        // (half, j) alone writes word half * 128 + j, and the barriers order the writes, the
+        // reads and the next writes.
+        unsafe {
+            lds.st32(4 * (half * S + j), part.to_bits());
+            barrier();
+            let total = f32::from_bits(lds.ld32(4 * j)) + f32::from_bits(lds.ld32(4 * (S + j)));
+            barrier();
+            total
+        }
+    };
+    // SAFETY: ABI (abi::GdnDeltaArgs) with s = 128; this workgroup owns head h's state and
+    // outputs, work-item (half, j) its 64 rows of column j; o[t][h][j] is written by half 0.
+    unsafe {
+        let mh = state.add((h * S * S + half * 64 * S + j) as usize);
+        let mut col = [0f32; 64];
+        each64!(|i| { col[i] = *mh.add(i * S as usize) });
+        let (dt, a) = (*dt_bias.add(h as usize), *ssm_a.add(h as usize));
+        for t in 0..n_tokens {
+            let b = sigmoid(*beta.add((t * hv + h) as usize));
+            let decay = expf(softplus(*alpha.add((t * hv + h) as usize) + dt) * a);
+            let row = u.add((t * channels) as usize);
+            // Stage the token's k (words 256..384) and q (384..512) once a workgroup: every
+            // work-item reads 64 of each, the same for the whole wave. The previous token's
+            // reads are behind the last exchange's barrier.
+            let src = if half == 0 { kd + (h % hk) * S + j } else { (h % hk) * S + j };
+            lds.st32(4 * (2 * S + half * S + j), (*row.add(src as usize)).to_bits());
+            barrier();
+            let (k_off, q_off) = (4 * (2 * S + half * 64), 4 * (3 * S + half * 64));
+            let k = |i: usize| f32::from_bits(lds.ld32(k_off + 4 * i as u32));
+            let q = |i: usize| f32::from_bits(lds.ld32(q_off + 4 * i as u32));
+            let mut kv = 0f32;
+            each64!(|i| { kv += (col[i] * decay) * k(i) });
+            let kv = exchange(kv);
+            let d = (*row.add((2 * kd + h * S + j) as usize) - kv) * b;
+            let mut acc = 0f32;
+            each64!(|i| {
+                // `fp_fence`: CSE of `col[i] * decay` with the first pass would keep 64 more
+                // products alive.
+                let nm = fp_fence(col[i]) * decay + k(i) * d;
+                col[i] = nm;
+                acc += nm * q(i);
+            });
+            let acc = exchange(acc);
+            if half == 0 {
+                *o.add((t * vd + h * S + j) as usize) = acc * scale;
+            }
+        }
+        each64!(|i| { *mh.add(i * S as usize) = col[i] });
     }
 }
 

@@ -89,7 +89,8 @@ impl GpuOps {
         let a = abi::GdnL2NormArgs { x: b.u, n_tokens, n_heads: heads, head_dim: shape.head_dim, token_stride: c, eps_bits: shape.eps.to_bits(), _pad: 0 };
         self.launch(s, name, groups(n_tokens as u64 * heads as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())?;
 
-        let name = abi::GDN_DELTA_RULE;
+        // Flash-Next's head dim keeps the state in registers across the window.
+        let (name, lds) = if shape.head_dim == 128 { (abi::GDN_DELTA_RULE_S128, abi::GDN_S128_LDS_BYTES) } else { (abi::GDN_DELTA_RULE, 0) };
         let a = abi::GdnDeltaArgs {
             u: b.u,
             beta: b.beta,
@@ -105,7 +106,7 @@ impl GpuOps {
             channels: c,
             _pad: 0,
         };
-        self.launch(s, name, shape.hv, 0, &a.to_bytes())?;
+        self.launch(s, name, shape.hv, lds, &a.to_bytes())?;
 
         let name = abi::GDN_GATED_NORM;
         let rows = n_tokens * shape.hv;

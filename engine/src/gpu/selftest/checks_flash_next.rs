@@ -14,9 +14,15 @@ pub fn checks() -> Vec<Check> {
     vec![
         Check::new(
             "gdn_mix",
+            vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_RULE_S128, abi::GDN_GATED_NORM],
+            "qwen4exp::gdn::Gdn::mix (recurrent)",
+            |cx| gdn_mix(cx, 128),
+        ),
+        Check::new(
+            "gdn_mix head dim 64",
             vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_RULE, abi::GDN_GATED_NORM],
             "qwen4exp::gdn::Gdn::mix (recurrent)",
-            gdn_mix,
+            |cx| gdn_mix(cx, 64),
         ),
         Check::new(
             "gr read and write",
@@ -27,9 +33,10 @@ pub fn checks() -> Vec<Check> {
     ]
 }
 
-fn gdn_mix(cx: &mut Cx) -> CheckResultOf<()> {
+/// `s` = 128: the register-state kernel; any other head dim: the generic one.
+fn gdn_mix(cx: &mut Cx, s: usize) -> CheckResultOf<()> {
     // Flash-Next's layer (16 key / 48 value heads of 128, K = 4) on a card; fewer heads on emu.
-    let (hk, hv, s, k, n) = if cx.full { (16usize, 48usize, 128usize, 4usize, 8usize) } else { (2, 4, 128, 4, 3) };
+    let (hk, hv, k, n) = if cx.full { (16usize, 48usize, 4usize, 8usize) } else { (2, 4, 4, 3) };
     let c = (2 * hk + hv) * s;
     let unused = || Mat::from_f32(1, 1, &[0.0]).expect("1x1 matrix");
     let g = Gdn {
