@@ -16,6 +16,7 @@ mod gpu_expert_cache;
 mod gpu_ops;
 #[cfg(feature = "gpu")]
 mod gpu_ops_attention;
+mod gpu_ops_flash_moe;
 mod gpu_ops_gdn;
 mod gpu_ops_gr;
 #[cfg(feature = "gpu")]

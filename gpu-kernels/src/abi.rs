@@ -399,6 +399,19 @@ pub struct MoeRouterArgs {
 pub const MOE_MAX_EXPERTS: u32 = 512;
 pub const MOE_MAX_K: u32 = 16;
 
+/// `moe_shared_add_f32`: `out[t][i] += sigmoid(gate[t]) * sh[t][i]` (Flash-Next's shared
+/// expert). One work-item per value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeSharedArgs {
+    pub out: u64,
+    pub sh: u64,
+    pub gate: u64,
+    pub d: u32,
+    pub n_tokens: u32,
+}
+pub const MOE_SHARED_ADD: &str = "moe_shared_add_f32";
+
 /// `moe_combine`: `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, added in order j = 0..k
 /// from 0.0. One work-item per output element, `ceil(d / WG_SIZE)` workgroups per token.
 #[repr(C)]
@@ -516,8 +529,9 @@ macro_rules! impl_args_bytes {
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, GetRowsArgs,
     KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs, GdnConvArgs, GdnL2NormArgs, GdnDeltaArgs,
-    GdnGatedNormArgs, GrArgs
+    GdnGatedNormArgs, GrArgs, MoeSharedArgs
 );
+const _: () = assert!(core::mem::size_of::<MoeSharedArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<GrArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<GdnL2NormArgs>() == 32);

@@ -735,6 +735,14 @@ impl GpuOps {
         self.launch(s, name, g, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
     }
 
+    /// Flash-Next's sigmoid-gated shared expert: `out[t] += σ(gate[t]) · sh[t]` (rows of `d`;
+    /// `gate` the shared-expert gate logits `[n_tokens]`).
+    pub fn moe_shared_add(&self, s: &Stream, out: DevicePtr, sh: DevicePtr, gate: DevicePtr, d: u32, n_tokens: u32) -> Result<()> {
+        let name = abi::MOE_SHARED_ADD;
+        let g = groups(d as u64 * n_tokens as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, 0, &abi::MoeSharedArgs { out, sh, gate, d, n_tokens }.to_bytes())
+    }
+
     // ------------------------------------------------------------------ micro-benchmarks
 
     /// Cross-lane reduction benchmark `name` (an `abi::REDUCE_KERNELS` symbol, semantics of

@@ -10,7 +10,7 @@ use crate::abi::{MOE_MAX_EXPERTS, MOE_MAX_K, ROPE_HEADS, WAVES_PER_WG, WG_SIZE};
 use crate::arch::{fma, group_id, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
     wave_id, wave_max_f32, wave_max_u32, wave_min_u32};
 use crate::mem::f32_to_f16;
-use quant::fmath::{expf, gelu_tanh, silu};
+use quant::fmath::{expf, gelu_tanh, sigmoid, silu};
 use quant::util::sqrtf;
 
 #[inline(always)]
@@ -401,6 +401,22 @@ pub extern "gpu-kernel" fn moe_router(
         }
     }
     let _ = read_lane;
+}
+
+/// The sigmoid-gated shared expert (Flash-Next): `out[t][i] += σ(gate[t]) · sh[t][i]`,
+/// `σ` with `quant::fmath::expf` (the CPU's `qwen4exp::moe` uses libm). One item per value.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn moe_shared_add_f32(out: *mut f32, sh: *const f32, gate: *const f32, d: u32, n_tokens: u32) {
+    let g = gid();
+    if d == 0 || g >= d * n_tokens {
+        return;
+    }
+    // SAFETY: ABI (abi::MoeSharedArgs): out and sh are [n_tokens][d], gate [n_tokens]; item g
+    // owns out's element g.
+    unsafe {
+        let w = sigmoid(*gate.add((g / d) as usize));
+        *out.add(g as usize) += w * *sh.add(g as usize);
+    }
 }
 
 /// `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, from 0.0 in order j = 0..k.

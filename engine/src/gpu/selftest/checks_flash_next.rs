@@ -8,7 +8,7 @@ use crate::gpu::abi;
 use crate::gpu::ops::{GdnBuffers, GdnShape, GrShape};
 use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
 use crate::model::qwen4exp::gr::HyperConn;
-use crate::model::qwen4exp::linear::Mat;
+use crate::model::qwen4exp::linear::{sigmoid, Mat};
 
 pub fn checks() -> Vec<Check> {
     vec![
@@ -30,7 +30,24 @@ pub fn checks() -> Vec<Check> {
             "qwen4exp::gr::HyperConn (norm_streams bitwise, lowrank_act, gate_mix, combine)",
             gr,
         ),
+        Check::new(abi::MOE_SHARED_ADD, vec![abi::MOE_SHARED_ADD], "qwen4exp::moe's shared-expert add (libm sigmoid)", moe_shared_add),
     ]
+}
+
+fn moe_shared_add(cx: &mut Cx) -> CheckResultOf<()> {
+    let (d, n) = if cx.full { (2560usize, 8usize) } else { (300, 3) };
+    let (out, sh, gate) = (cx.rand_f32(n * d, 2.0), cx.rand_f32(n * d, 2.0), cx.rand_f32(n, 6.0));
+    let mut want = out.clone();
+    for t in 0..n {
+        let g = sigmoid(gate[t]);
+        want[t * d..(t + 1) * d].iter_mut().zip(&sh[t * d..(t + 1) * d]).for_each(|(a, &b)| *a += g * b);
+    }
+    let (ob, sb, gb) = (cx.upf(&out)?, cx.upf(&sh)?, cx.upf(&gate)?);
+    cx.ops.moe_shared_add(cx.s, ob, sb, gb, d as u32, n as u32)?;
+    let got = cx.read_f32(ob, n * d)?;
+    cx.cmp_rel_floor1("out", &got, &want, GR_TOL);
+    cx.set_shape(format!("{n} x {d}"));
+    cx.bench((n * d * 12 + n * 4) as u64, &|o, s| o.moe_shared_add(s, ob, sb, gb, d as u32, n as u32))
 }
 
 /// `s` = 128: the register-state kernel; any other head dim: the generic one.

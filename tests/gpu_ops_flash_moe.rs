@@ -1,0 +1,72 @@
+//! Flash-Next's MoE FFN with its device kernels against the CPU's `qwen4exp::moe::Moe::forward`:
+//! router (`moe_router`, 512 experts top-10 renormalised), the routed experts' outputs combined
+//! on the device (`moe_combine`, rank order; the CPU adds in expert order, hence a tolerance),
+//! the sigmoid-gated shared expert (`moe_shared_add`). The expert FFNs themselves run on the
+//! host here (their device matmuls are the existing MMVQ paths). Runs as `<name>::emu` and
+//! `<name>::hip` through `test_device!`.
+#![cfg(feature = "gpu")]
+
+use crate::gpu_ops::*;
+use strata::model::qwen4exp::linear::Mat;
+use strata::model::qwen4exp::moe::{Moe, SwiGlu};
+use strata::rng::SplitMix64;
+use strata::test_device;
+
+/// Combined FFN output, device against CPU: relative with a floor of 1.
+const MOE_TOL: f32 = 1e-5;
+
+fn mat(rng: &mut SplitMix64, rows: usize, cols: usize, scale: f32) -> Mat {
+    Mat::from_f32(rows, cols, &rand_f32(rng, rows * cols, scale)).expect("f32 matrix")
+}
+
+fn swiglu(rng: &mut SplitMix64, e: usize, ff: usize) -> SwiGlu {
+    SwiGlu { gate: mat(rng, ff, e, 0.3), up: mat(rng, ff, e, 0.3), down: mat(rng, e, ff, 0.3) }
+}
+
+test_device!(
+    fn gpu_ops_flash_next_moe_with_shared_expert_matches_cpu(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0x4d6f65);
+        let (e, ff, ne, k, n) = (32usize, 16usize, 512usize, 10usize, 3usize);
+        let moe = Moe {
+            n_used: k,
+            router: mat(&mut rng, ne, e, 1.0),
+            experts: (0..ne).map(|_| swiglu(&mut rng, e, ff)).collect(),
+            shared_gate: mat(&mut rng, 1, e, 1.0),
+            shared: swiglu(&mut rng, e, ff),
+        };
+        let x = rand_f32(&mut rng, n * e, 1.0);
+        let mut want = vec![0f32; n * e];
+        moe.forward(&x, n, &mut want);
+
+        let mut logits = vec![0f32; n * ne];
+        moe.router.matmul(&x, n, &mut logits);
+        let lb = upf(ops, &logits);
+        let (ib, wb) = (zeros(ops, n * k * 4), zeros(ops, n * k * 4));
+        ops.moe_router(&S, lb.ptr, ib.ptr, wb.ptr, n as u32, ne as u32, k as u32, true).unwrap();
+        let ids = ib.u32s();
+        // Every (token, rank) slot's expert output, one row per slot; the map is the slot.
+        let mut y = vec![0f32; n * k * e];
+        for t in 0..n {
+            for j in 0..k {
+                let ex = &moe.experts[ids[t * k + j] as usize];
+                ex.forward(&x[t * e..(t + 1) * e], 1, &mut y[(t * k + j) * e..(t * k + j + 1) * e]);
+            }
+        }
+        let map: Vec<u32> = (0..(n * k) as u32).collect();
+        let (yb, mb, out) = (upf(ops, &y), upu(ops, &map), zeros(ops, n * e * 4));
+        ops.moe_combine(&S, yb.ptr, mb.ptr, wb.ptr, out.ptr, e as u32, n as u32, k as u32).unwrap();
+        let mut sh = vec![0f32; n * e];
+        moe.shared.forward(&x, n, &mut sh);
+        let mut gate = vec![0f32; n];
+        moe.shared_gate.matmul(&x, n, &mut gate);
+        let (shb, gb) = (upf(ops, &sh), upf(ops, &gate));
+        ops.moe_shared_add(&S, out.ptr, shb.ptr, gb.ptr, e as u32, n as u32).unwrap();
+        let got = out.f32s();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let err = (g - w).abs() / w.abs().max(1.0);
+            assert!(err <= MOE_TOL, "{dev} MoE output {i}: gpu {g:e} cpu {w:e} (rel {err:e})");
+        }
+        assert!(ops.moe_shared_add(&S, 0, 0, 0, e as u32, 0).is_err(), "no tokens is an error");
+    }
+);
