@@ -49,6 +49,7 @@ fn app() -> &'static App {
             port: 0,
             startup_timeout: Duration::from_secs(5),
             engine_timeout: None,
+            process: Default::default(),
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
         let state = rt.block_on(async { server::http::build_state(&cfg) }).expect("server state");
