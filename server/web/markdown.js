@@ -1,6 +1,6 @@
 // Minimal, safe markdown for model answers: fenced code blocks (with a copy button), inline
 // code, **bold**, paragraphs and line breaks. It builds DOM nodes with textContent only, so
-// model text can never become markup (no innerHTML anywhere).
+// model text can never become markup (no HTML is ever parsed from a string).
 
 import { el, copyButton } from "./common.js";
 

@@ -66,6 +66,7 @@ function show(s) {
 
 function chart() {
   const c = $("tps-chart");
+  if (c.clientWidth && c.width !== c.clientWidth) c.width = c.clientWidth; // sharp, not stretched
   const g = c.getContext("2d");
   const w = c.width, h = c.height;
   g.clearRect(0, 0, w, h);
