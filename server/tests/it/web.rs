@@ -14,7 +14,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// GET `path`: (status, lower-cased head, body).
 async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let extra: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+    let extra: String = headers
+        .iter()
+        .map(|(n, v)| format!("{n}: {v}\r\n"))
+        .collect();
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
@@ -24,7 +27,11 @@ async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, St
         .unwrap();
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("head");
     let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
     let mut body = raw[split + 4..].to_vec();
     if head.contains("transfer-encoding: chunked") {
         body = dechunk(&body);
@@ -66,9 +73,19 @@ async fn assets_answer_with_their_types() {
     for a in ASSETS {
         let (status, head, body) = get(srv.addr, a.route, &[]).await;
         assert_eq!(status, 200, "{}", a.route);
-        assert_eq!(header(&head, "content-type"), Some(expect(a.route)), "{}", a.route);
+        assert_eq!(
+            header(&head, "content-type"),
+            Some(expect(a.route)),
+            "{}",
+            a.route
+        );
         assert_eq!(a.content_type, expect(a.route));
-        assert_eq!(header(&head, "cache-control"), Some("no-cache"), "{}", a.route);
+        assert_eq!(
+            header(&head, "cache-control"),
+            Some("no-cache"),
+            "{}",
+            a.route
+        );
         assert_eq!(header(&head, "x-content-type-options"), Some("nosniff"));
         let csp = header(&head, "content-security-policy").expect("CSP");
         assert!(csp.starts_with("default-src 'self'"), "{csp}");
@@ -88,7 +105,14 @@ async fn pages_reference_only_same_origin_assets() {
     let srv = start_server(&[]).await;
     for a in ASSETS {
         let lower = a.body.to_lowercase();
-        for bad in ["http://", "https://", "//cdn", "innerhtml", "outerhtml", "eval("] {
+        for bad in [
+            "http://",
+            "https://",
+            "//cdn",
+            "innerhtml",
+            "outerhtml",
+            "eval(",
+        ] {
             assert!(!lower.contains(bad), "{} contains {bad:?}", a.route);
         }
         for r in references(a.route, a.body) {
