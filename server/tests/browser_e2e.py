@@ -9,8 +9,9 @@ Usage: browser_e2e.py STRATA_BINARY [--model GGUF] [--only fake,key,real] [--out
   tokenizer from $STRATA_MODEL_DIR or ~/.cache/strata/models). The chat page: a message is
   typed and sent, the streamed answer (the fake engine echoes the prompt) appears, with the
   model's `<b>` shown as text, not markup, and `code` rendered; a second answer is stopped
-  with the stop button; the conversation survives a reload (localStorage). The Monitor shows
-  the model name and state of /v1/status and the two requests. Screenshots: chat.png,
+  with the stop button; the conversation survives a reload (localStorage); a fenced code
+  block is rendered with a copy button. The Monitor shows the model name and state of
+  /v1/status and the three requests. Screenshots: chat.png,
   monitor.png.
 - key: the server with --api-key: the pages load without it, the Monitor shows the 401 until
   the key is typed in, then the data; the chat page uses the stored key.
@@ -36,6 +37,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.support.ui import WebDriverWait
 
 FAILED = []
@@ -176,7 +178,9 @@ def screenshot(drv, out, name):
 
 def wait(drv, cond, timeout, what):
     try:
-        WebDriverWait(drv, timeout, poll_frequency=0.1).until(lambda d: cond(d))
+        # The page re-renders messages: an element found a moment ago may be gone; poll again.
+        WebDriverWait(drv, timeout, poll_frequency=0.1,
+                      ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)).until(cond)
         return check(True, what)
     except Exception as e:  # TimeoutException, or the condition raising
         return check(False, f"{what} ({type(e).__name__})")
@@ -272,7 +276,22 @@ def run_fake(drv, args, out):
         drv.find_element(By.ID, "new-chat").click()
         check(len(drv.find_elements(By.CSS_SELECTOR, "#conversations li")) == 2, "new chat listed")
 
-        monitor(drv, srv, out, "monitor.png", min_recent=2)
+        # A fenced code block (typed with newlines) is rendered with its own copy button.
+        box = drv.find_element(By.ID, "prompt")
+        drv.execute_script("arguments[0].value = arguments[1]", box, "Code:\n```python\nprint(1 < 2)\n```\ndone")
+        n = len(answers(drv))
+        drv.find_element(By.ID, "send").click()
+        wait(drv, lambda d: done(d, n), 30, "code answer finishes")
+        a = answers(drv)[n]
+        code = a.find_elements(By.CSS_SELECTOR, ".codeblock pre code")
+        check(len(code) == 1 and code[0].text == "print(1 < 2)", f"code block rendered: {[c.text for c in code]}")
+        btn = a.find_elements(By.CSS_SELECTOR, ".codebar button.copy")
+        check(len(btn) == 1 and btn[0].text == "Copy code", "copy-code button")
+        if btn:
+            btn[0].click()
+            wait(drv, lambda d: btn[0].text in ("Copied", "Copy failed"), 5, f"copy-code clicked: {btn[0].text!r}")
+
+        monitor(drv, srv, out, "monitor.png", min_recent=3)
     except Exception:
         print(srv.log_text(), file=sys.stderr)
         raise
@@ -282,7 +301,9 @@ def run_fake(drv, args, out):
 
 def run_key(drv, args, out):
     key = "browser-key-%d" % os.getpid()
-    flags = ["--engine", args.fake_engine, "--tokenizer", args.tokenizer, "--model-name", "keyed-fake", "--api-key", key]
+    flags = ["--engine", args.fake_engine, "--tokenizer", args.tokenizer, "--model-name", "keyed-fake", "--api-key", key,
+             # Explicit engine args: without any, `strata server` gives the engine its own options.
+             "--engine-arg=--name", "--engine-arg=fake"]
     srv = Server(args.binary, flags, timeout=60, key=key, standalone=args.standalone)
     try:
         drv.get(srv.base + "/monitor")

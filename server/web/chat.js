@@ -140,6 +140,13 @@ async function send(text) {
   $("send").disabled = true;
   $("stop").disabled = false;
   let finish = null;
+  // Re-render the answer at most once a frame, however fast the tokens come.
+  let painting = false;
+  const paint = () => {
+    painting = false;
+    bodyEl.replaceChildren(renderMarkdown(answer.content));
+    box.scrollTop = box.scrollHeight;
+  };
   try {
     const resp = await apiFetch("/v1/chat/completions", {
       method: "POST",
@@ -156,8 +163,7 @@ async function send(text) {
       if (!ch) return true;
       if (ch.delta && ch.delta.content) {
         answer.content += ch.delta.content;
-        bodyEl.replaceChildren(renderMarkdown(answer.content));
-        box.scrollTop = box.scrollHeight;
+        if (!painting) { painting = true; requestAnimationFrame(paint); }
       }
       if (ch.finish_reason) finish = ch.finish_reason;
       return true;
