@@ -36,7 +36,8 @@ function show(s) {
   const r = l.reported || {};
   set("live-hits", pair(r.expert_cache_hits, r.expert_cache_lookups));
   set("live-drafts", pair(r.draft_accepted, r.draft_offered));
-  $("running").replaceChildren(...(l.running || []).map((q) => row([
+  const running = l.running || [];
+  $("running").replaceChildren(...(running.length ? [] : [row(["–", "idle", "", "", "", "", ""])]), ...running.map((q) => row([
     q.id, q.endpoint, q.phase + (q.prompt_progress !== null && q.prompt_progress !== undefined ? " " + fmt(q.prompt_progress * 100, 0) + "%" : ""),
     q.prompt_tokens, q.generated_tokens, fmt(q.elapsed_ms, 0) + " ms", fmt(q.queue_ms, 1) + " ms",
   ])));
