@@ -18,6 +18,7 @@ Usage: browser_e2e.py STRATA_BINARY [--model GGUF] [--only fake,key,real] [--out
 - real: the real engine on --model (default: `STRATA_BINARY fetch`, the default chat model):
   one chat answer, the Monitor. Screenshots: chat-real.png, monitor-real.png.
 Every screenshot must be a valid PNG with many distinct colours. Exit code non-zero on failure.
+$CHROMIUM and $CHROMEDRIVER override /usr/bin/chromium and /usr/bin/chromedriver.
 """
 
 import argparse
