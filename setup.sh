@@ -5,6 +5,7 @@
 #   ./setup.sh [--backend cpu|hip|auto] [--prompt TEXT]   build, fetch, answer one chat prompt
 #   ./setup.sh --serve [--port N]                    build, fetch, start the OpenAI server
 #   ./setup.sh --test                                install everything, run the whole test suite
+#                                                    (BROWSER=0: without the headless-Chromium test)
 #
 # --backend hip builds the gfx11 kernels (needs the kernel toolchain, installed here via apt);
 # the binary still runs on CPU when no AMD GPU / ROCm is present at run time. With a supported
@@ -139,5 +140,16 @@ case "$mode" in
     echo "==> cargo test --release --features gpu --workspace --no-fail-fast"
     cargo test --release --features gpu --workspace --no-fail-fast
     scripts/fuzz-smoke.sh   # every fuzz target briefly on its committed corpus (docs/reliability.md)
-    server/tests/clients_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model" ;;
+    server/tests/clients_e2e.sh target/release/strata --engine-arg=-m --engine-arg="$model"
+    # The web UI in headless Chromium against the fake and the real engine (docs/server.md,
+    # "Web UI"); BROWSER=0 skips it for a local run, CI runs it.
+    if [ "${BROWSER:-1}" != 0 ]; then
+      if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+        echo "==> installing chromium and chromium-driver (the browser test)"
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+      fi
+      python3 -c "import selenium" 2>/dev/null || python3 -m pip install -q selenium >/dev/null
+      python3 server/tests/browser_e2e.py target/release/strata --model "$model"
+    fi ;;
 esac

@@ -11,7 +11,7 @@ use crate::engine_process::{EngineHandle, EngineStatus};
 use crate::error::{Anthropic, ApiError};
 use crate::metrics::Metrics;
 use crate::net::GuardedListener;
-use crate::{anthropic, openai, status};
+use crate::{anthropic, openai, status, web};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
@@ -126,10 +126,12 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .merge(web::routes())
         .with_state(state)
 }
 
-/// The routes behind an API key (`None`: no check): every request but `/health` (`/metrics`
+/// The routes behind an API key (`None`: no check): every request but `/health` and the web
+/// UI's assets ([`web::ASSETS`]: pages, scripts, styles, no data) (`/metrics`
 /// and `/v1/status` included, as llama-server keeps its `/metrics`) must carry it as
 /// `Authorization: Bearer KEY` or `x-api-key: KEY`, else it gets a 401 in the shape of the API
 /// it called (Anthropic's under `/v1/messages`, OpenAI's elsewhere). Outermost, every answer
@@ -143,7 +145,8 @@ pub fn router_with_key(state: Arc<AppState>, key: Option<ApiKey>) -> Router {
             move |req: Request, next: Next| {
                 let key = key.clone();
                 async move {
-                    if req.uri().path() == "/health" {
+                    // The web UI's assets hold no data; its pages send the key themselves.
+                    if req.uri().path() == "/health" || web::is_asset(req.uri().path()) {
                         return next.run(req).await;
                     }
                     match check_key(&key, req.headers()) {

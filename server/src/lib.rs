@@ -7,6 +7,8 @@
 //!   ([`openai`]) and Anthropic's `/v1/messages` ([`anthropic`]), both through one pipeline
 //!   ([`generate`]; conversations and tools: [`chat`], [`tools`]).
 //!
+//! - [`web`]: the chat page (`/`) and the Monitor (`/monitor`), embedded HTML/CSS/JS.
+//!
 //! Docs: `docs/serve-protocol.md`, `docs/server.md`; load and fault tests:
 //! `docs/reliability.md` ([`load`] is their HTTP client and load generator).
 
@@ -34,6 +36,7 @@ pub mod protocol;
 pub mod status;
 pub mod text;
 pub mod tools;
+pub mod web;
 
 pub use config::{EngineCommand, ServerConfig};
 pub use http::{run_server, run_server_blocking};

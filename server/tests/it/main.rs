@@ -13,3 +13,4 @@ mod protocol;
 mod status;
 mod support;
 mod tools;
+mod web;
