@@ -17,7 +17,7 @@
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 mod gdn;
 mod gr;
-pub use gdn::{GdnBuffers, GdnShape};
+pub use gdn::{GdnBuffers, GdnDeviceState, GdnShape};
 pub use gr::GrShape;
 
 use super::abi::{self, WType};

@@ -6,6 +6,14 @@ use super::{bad, groups, GpuOps};
 use crate::gpu::abi;
 use crate::gpu::device::{DevicePtr, Result, Stream};
 
+/// Where one sequence's GDN state lives on the device: conv `[(K-1)][C]` and delta rule
+/// `[Hv][S][S]` f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnDeviceState {
+    pub conv: DevicePtr,
+    pub delta: DevicePtr,
+}
+
 /// Dimensions of one GDN layer (`ssm.*` of the GGUF).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GdnShape {
@@ -71,6 +79,18 @@ pub struct GdnBuffers {
 }
 
 impl GpuOps {
+    /// Copies a sequence's GDN state `from` → `to` on `s` (a snapshot before a speculative
+    /// window, and the restore when drafts are rejected): the recurrence has no cache to
+    /// truncate, so rollback is a copy back.
+    pub fn gdn_state_copy(&self, s: &Stream, shape: &GdnShape, from: GdnDeviceState, to: GdnDeviceState) -> Result<()> {
+        shape.check()?;
+        let api = self.api();
+        if shape.conv_k > 1 {
+            api.memcpy_dtod_async(s, to.conv, from.conv, shape.conv_state_len() * 4)?;
+        }
+        api.memcpy_dtod_async(s, to.delta, from.delta, shape.delta_state_len() * 4)
+    }
+
     /// The GDN token mixer for `n_tokens` (1..=`abi::GDN_MAX_TOKENS`) of one sequence: conv +
     /// SiLU, q/k L2 norms, the delta rule token by token, the gated RMS norm; `o` is the input
     /// of the output projection. Four launches on `s`.
