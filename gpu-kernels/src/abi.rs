@@ -231,97 +231,6 @@ pub struct SoftmaxArgs {
     pub n_rows: u32,
 }
 
-/// Gated DeltaNet kernels (ops/gdn.rs). `gdn_conv_silu_f32`: one work-item per conv channel.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GdnConvArgs {
-    pub m: u64,
-    pub state: u64,
-    pub taps: u64,
-    pub u: u64,
-    pub n_tokens: u32,
-    pub channels: u32,
-    pub conv_k: u32,
-    pub _pad: u32,
-}
-/// `gdn_l2_norm_f32`: one wave per (token, head) row.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GdnL2NormArgs {
-    pub x: u64,
-    pub n_tokens: u32,
-    pub n_heads: u32,
-    pub head_dim: u32,
-    pub token_stride: u32,
-    pub eps_bits: u32,
-    pub _pad: u32,
-}
-/// `gdn_delta_rule_f32`: one workgroup of [`GDN_DELTA_BLOCK`] per value head.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GdnDeltaArgs {
-    pub u: u64,
-    pub beta: u64,
-    pub alpha: u64,
-    pub dt_bias: u64,
-    pub ssm_a: u64,
-    pub state: u64,
-    pub o: u64,
-    pub n_tokens: u32,
-    pub hk: u32,
-    pub hv: u32,
-    pub s: u32,
-    pub channels: u32,
-    pub _pad: u32,
-}
-/// Most tokens of one GDN launch (a decode window; longer prompts go in windows of this).
-pub const GDN_MAX_TOKENS: u32 = 8;
-/// Work-items of a delta-rule workgroup (each owns state columns j, j + 128, ..).
-pub const GDN_DELTA_BLOCK: u32 = 128;
-/// `gdn_gated_norm_f32`: one wave per row.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GdnGatedNormArgs {
-    pub o: u64,
-    pub z: u64,
-    pub w: u64,
-    pub n_rows: u32,
-    pub n: u32,
-    pub eps_bits: u32,
-    pub _pad: u32,
-}
-pub const GDN_CONV_SILU: &str = "gdn_conv_silu_f32";
-pub const GDN_L2_NORM: &str = "gdn_l2_norm_f32";
-pub const GDN_DELTA_RULE: &str = "gdn_delta_rule_f32";
-/// The delta rule for head dim 128 with the state in registers (same ABI).
-pub const GDN_DELTA_RULE_S128: &str = "gdn_delta_rule_s128_f32";
-/// Work-items of its workgroup (two per state column) and its LDS (two partial sums a column,
-/// then the token's k and q).
-pub const GDN_S128_BLOCK: u32 = 256;
-pub const GDN_S128_LDS_BYTES: u32 = 4 * 128 * 4;
-pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";
-
-/// Hyper-connection kernels (ops/gr.rs), one struct for the four: three buffers, then the
-/// rows or tokens, the embedding width, the stream count and (norm only) eps.
-/// `gr_stream_norm_f32` (r, gamma, flat; n_rows = tokens x hc): one wave per row;
-/// `gr_lowrank_act_f32` (lo; n values): `gr_gate_mix_f32` (flat, gate, x) and `gr_combine_f32`
-/// (r, y, inj): one work-item per value.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GrArgs {
-    pub a: u64,
-    pub b: u64,
-    pub c: u64,
-    pub n: u32,
-    pub e: u32,
-    pub hc: u32,
-    pub eps_bits: u32,
-}
-pub const GR_STREAM_NORM: &str = "gr_stream_norm_f32";
-pub const GR_LOWRANK_ACT: &str = "gr_lowrank_act_f32";
-pub const GR_GATE_MIX: &str = "gr_gate_mix_f32";
-pub const GR_COMBINE: &str = "gr_combine_f32";
-
 /// `get_rows_*`: `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when
 /// scale == 1.0). Quantized types: one work-item per block; f32/f16: one per element.
 #[repr(C)]
@@ -398,19 +307,6 @@ pub struct MoeRouterArgs {
 }
 pub const MOE_MAX_EXPERTS: u32 = 512;
 pub const MOE_MAX_K: u32 = 16;
-
-/// `moe_shared_add_f32`: `out[t][i] += sigmoid(gate[t]) * sh[t][i]` (Flash-Next's shared
-/// expert). One work-item per value.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MoeSharedArgs {
-    pub out: u64,
-    pub sh: u64,
-    pub gate: u64,
-    pub d: u32,
-    pub n_tokens: u32,
-}
-pub const MOE_SHARED_ADD: &str = "moe_shared_add_f32";
 
 /// `moe_combine`: `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, added in order j = 0..k
 /// from 0.0. One work-item per output element, `ceil(d / WG_SIZE)` workgroups per token.
@@ -528,15 +424,13 @@ macro_rules! impl_args_bytes {
 }
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs, GdnConvArgs, GdnL2NormArgs, GdnDeltaArgs,
-    GdnGatedNormArgs, GrArgs, MoeSharedArgs
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs
 );
-const _: () = assert!(core::mem::size_of::<MoeSharedArgs>() == 32);
-const _: () = assert!(core::mem::size_of::<GrArgs>() == 40);
-const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);
-const _: () = assert!(core::mem::size_of::<GdnL2NormArgs>() == 32);
-const _: () = assert!(core::mem::size_of::<GdnDeltaArgs>() == 80);
-const _: () = assert!(core::mem::size_of::<GdnGatedNormArgs>() == 40);
+
+// Flash-Next's layer kernels (GDN, GR, the shared expert): their own file, after the macro.
+#[path = "abi_flash_next.rs"]
+mod flash_next;
+pub use flash_next::*;
 const _: () = assert!(core::mem::size_of::<MmqArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<MmvqGluArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<MmvqArgs>() == 48);
