@@ -20,7 +20,11 @@ fn mat(rng: &mut SplitMix64, rows: usize, cols: usize, scale: f32) -> Mat {
 }
 
 fn swiglu(rng: &mut SplitMix64, e: usize, ff: usize) -> SwiGlu {
-    SwiGlu { gate: mat(rng, ff, e, 0.3), up: mat(rng, ff, e, 0.3), down: mat(rng, e, ff, 0.3) }
+    SwiGlu {
+        gate: mat(rng, ff, e, 0.3),
+        up: mat(rng, ff, e, 0.3),
+        down: mat(rng, e, ff, 0.3),
+    }
 }
 
 test_device!(

@@ -2,7 +2,7 @@
 //! Flash-Next's recurrent layers between its projections, equal to
 //! `model::qwen4exp::gdn::Gdn::mix` in the order of every sum, with `quant::fmath`'s exp,
 //! softplus and sigmoid instead of libm (a few ulp; tests/gpu_ops_gdn.rs names the tolerance).
-use super::{bad, groups, GpuOps};
+use super::{GpuOps, bad, groups};
 use crate::gpu::abi;
 use crate::gpu::device::{DevicePtr, Result, Stream};
 
@@ -44,12 +44,20 @@ impl GdnShape {
     fn check(&self) -> Result<()> {
         let name = "gdn";
         if self.hk == 0 || self.hv == 0 || self.head_dim == 0 || self.conv_k == 0 {
-            return Err(bad(name, format!("{self:?}: every dimension must be at least 1")));
+            return Err(bad(
+                name,
+                format!("{self:?}: every dimension must be at least 1"),
+            ));
         }
         // Every index of the kernels is u32.
         let state = self.hv as u64 * self.head_dim as u64 * self.head_dim as u64;
-        if state > u32::MAX as u64 || self.channels() as u64 * abi::GDN_MAX_TOKENS as u64 > u32::MAX as u64 {
-            return Err(bad(name, format!("{self:?}: state or conv rows exceed 32-bit indexing")));
+        if state > u32::MAX as u64
+            || self.channels() as u64 * abi::GDN_MAX_TOKENS as u64 > u32::MAX as u64
+        {
+            return Err(bad(
+                name,
+                format!("{self:?}: state or conv rows exceed 32-bit indexing"),
+            ));
         }
         Ok(())
     }
@@ -82,7 +90,13 @@ impl GpuOps {
     /// Copies a sequence's GDN state `from` → `to` on `s` (a snapshot before a speculative
     /// window, and the restore when drafts are rejected): the recurrence has no cache to
     /// truncate, so rollback is a copy back.
-    pub fn gdn_state_copy(&self, s: &Stream, shape: &GdnShape, from: GdnDeviceState, to: GdnDeviceState) -> Result<()> {
+    pub fn gdn_state_copy(
+        &self,
+        s: &Stream,
+        shape: &GdnShape,
+        from: GdnDeviceState,
+        to: GdnDeviceState,
+    ) -> Result<()> {
         shape.check()?;
         let api = self.api();
         if shape.conv_k > 1 {
@@ -94,23 +108,68 @@ impl GpuOps {
     /// The GDN token mixer for `n_tokens` (1..=`abi::GDN_MAX_TOKENS`) of one sequence: conv +
     /// SiLU, q/k L2 norms, the delta rule token by token, the gated RMS norm; `o` is the input
     /// of the output projection. Four launches on `s`.
-    pub fn gdn_mix(&self, s: &Stream, shape: &GdnShape, b: &GdnBuffers, n_tokens: u32) -> Result<()> {
+    pub fn gdn_mix(
+        &self,
+        s: &Stream,
+        shape: &GdnShape,
+        b: &GdnBuffers,
+        n_tokens: u32,
+    ) -> Result<()> {
         shape.check()?;
         if n_tokens == 0 || n_tokens > abi::GDN_MAX_TOKENS {
-            return Err(bad("gdn", format!("{n_tokens} tokens, the kernels take 1..={}", abi::GDN_MAX_TOKENS)));
+            return Err(bad(
+                "gdn",
+                format!(
+                    "{n_tokens} tokens, the kernels take 1..={}",
+                    abi::GDN_MAX_TOKENS
+                ),
+            ));
         }
         let c = shape.channels();
         let name = abi::GDN_CONV_SILU;
-        let a = abi::GdnConvArgs { m: b.m, state: b.conv_state, taps: b.taps, u: b.u, n_tokens, channels: c, conv_k: shape.conv_k, _pad: 0 };
-        self.launch(s, name, groups(c as u64, abi::WG_SIZE, name)?, 0, &a.to_bytes())?;
+        let a = abi::GdnConvArgs {
+            m: b.m,
+            state: b.conv_state,
+            taps: b.taps,
+            u: b.u,
+            n_tokens,
+            channels: c,
+            conv_k: shape.conv_k,
+            _pad: 0,
+        };
+        self.launch(
+            s,
+            name,
+            groups(c as u64, abi::WG_SIZE, name)?,
+            0,
+            &a.to_bytes(),
+        )?;
 
         let name = abi::GDN_L2_NORM;
         let heads = 2 * shape.hk;
-        let a = abi::GdnL2NormArgs { x: b.u, n_tokens, n_heads: heads, head_dim: shape.head_dim, token_stride: c, eps_bits: shape.eps.to_bits(), _pad: 0 };
-        self.launch(s, name, groups(n_tokens as u64 * heads as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())?;
+        let a = abi::GdnL2NormArgs {
+            x: b.u,
+            n_tokens,
+            n_heads: heads,
+            head_dim: shape.head_dim,
+            token_stride: c,
+            eps_bits: shape.eps.to_bits(),
+            _pad: 0,
+        };
+        self.launch(
+            s,
+            name,
+            groups(n_tokens as u64 * heads as u64, abi::WAVES_PER_WG, name)?,
+            0,
+            &a.to_bytes(),
+        )?;
 
         // Flash-Next's head dim keeps the state in registers across the window.
-        let (name, lds) = if shape.head_dim == 128 { (abi::GDN_DELTA_RULE_S128, abi::GDN_S128_LDS_BYTES) } else { (abi::GDN_DELTA_RULE, 0) };
+        let (name, lds) = if shape.head_dim == 128 {
+            (abi::GDN_DELTA_RULE_S128, abi::GDN_S128_LDS_BYTES)
+        } else {
+            (abi::GDN_DELTA_RULE, 0)
+        };
         let a = abi::GdnDeltaArgs {
             u: b.u,
             beta: b.beta,
@@ -130,7 +189,21 @@ impl GpuOps {
 
         let name = abi::GDN_GATED_NORM;
         let rows = n_tokens * shape.hv;
-        let a = abi::GdnGatedNormArgs { o: b.o, z: b.z, w: b.norm, n_rows: rows, n: shape.head_dim, eps_bits: shape.eps.to_bits(), _pad: 0 };
-        self.launch(s, name, groups(rows as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())
+        let a = abi::GdnGatedNormArgs {
+            o: b.o,
+            z: b.z,
+            w: b.norm,
+            n_rows: rows,
+            n: shape.head_dim,
+            eps_bits: shape.eps.to_bits(),
+            _pad: 0,
+        };
+        self.launch(
+            s,
+            name,
+            groups(rows as u64, abi::WAVES_PER_WG, name)?,
+            0,
+            &a.to_bytes(),
+        )
     }
 }

@@ -8,52 +8,90 @@ use crate::gpu::abi;
 use crate::gpu::ops::{GdnBuffers, GdnShape, GrShape};
 use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
 use crate::model::qwen4exp::gr::HyperConn;
-use crate::model::qwen4exp::linear::{sigmoid, Mat};
+use crate::model::qwen4exp::linear::{Mat, sigmoid};
 
 pub fn checks() -> Vec<Check> {
     vec![
         Check::new(
             "gdn_mix",
-            vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_RULE_S128, abi::GDN_GATED_NORM],
+            vec![
+                abi::GDN_CONV_SILU,
+                abi::GDN_L2_NORM,
+                abi::GDN_DELTA_RULE_S128,
+                abi::GDN_GATED_NORM,
+            ],
             "qwen4exp::gdn::Gdn::mix (recurrent)",
             |cx| gdn_mix(cx, 128),
         ),
         Check::new(
             "gdn_mix head dim 64",
-            vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_RULE, abi::GDN_GATED_NORM],
+            vec![
+                abi::GDN_CONV_SILU,
+                abi::GDN_L2_NORM,
+                abi::GDN_DELTA_RULE,
+                abi::GDN_GATED_NORM,
+            ],
             "qwen4exp::gdn::Gdn::mix (recurrent)",
             |cx| gdn_mix(cx, 64),
         ),
         Check::new(
             "gr read and write",
-            vec![abi::GR_STREAM_NORM, abi::GR_LOWRANK_ACT, abi::GR_GATE_MIX, abi::GR_COMBINE],
+            vec![
+                abi::GR_STREAM_NORM,
+                abi::GR_LOWRANK_ACT,
+                abi::GR_GATE_MIX,
+                abi::GR_COMBINE,
+            ],
             "qwen4exp::gr::HyperConn (norm_streams bitwise, lowrank_act, gate_mix, combine)",
             gr,
         ),
-        Check::new(abi::MOE_SHARED_ADD, vec![abi::MOE_SHARED_ADD], "qwen4exp::moe's shared-expert add (libm sigmoid)", moe_shared_add),
+        Check::new(
+            abi::MOE_SHARED_ADD,
+            vec![abi::MOE_SHARED_ADD],
+            "qwen4exp::moe's shared-expert add (libm sigmoid)",
+            moe_shared_add,
+        ),
     ]
 }
 
 fn moe_shared_add(cx: &mut Cx) -> CheckResultOf<()> {
-    let (d, n) = if cx.full { (2560usize, 8usize) } else { (300, 3) };
-    let (out, sh, gate) = (cx.rand_f32(n * d, 2.0), cx.rand_f32(n * d, 2.0), cx.rand_f32(n, 6.0));
+    let (d, n) = if cx.full {
+        (2560usize, 8usize)
+    } else {
+        (300, 3)
+    };
+    let (out, sh, gate) = (
+        cx.rand_f32(n * d, 2.0),
+        cx.rand_f32(n * d, 2.0),
+        cx.rand_f32(n, 6.0),
+    );
     let mut want = out.clone();
     for t in 0..n {
         let g = sigmoid(gate[t]);
-        want[t * d..(t + 1) * d].iter_mut().zip(&sh[t * d..(t + 1) * d]).for_each(|(a, &b)| *a += g * b);
+        want[t * d..(t + 1) * d]
+            .iter_mut()
+            .zip(&sh[t * d..(t + 1) * d])
+            .for_each(|(a, &b)| *a += g * b);
     }
     let (ob, sb, gb) = (cx.upf(&out)?, cx.upf(&sh)?, cx.upf(&gate)?);
-    cx.ops.moe_shared_add(cx.s, ob, sb, gb, d as u32, n as u32)?;
+    cx.ops
+        .moe_shared_add(cx.s, ob, sb, gb, d as u32, n as u32)?;
     let got = cx.read_f32(ob, n * d)?;
     cx.cmp_rel_floor1("out", &got, &want, GR_TOL);
     cx.set_shape(format!("{n} x {d}"));
-    cx.bench((n * d * 12 + n * 4) as u64, &|o, s| o.moe_shared_add(s, ob, sb, gb, d as u32, n as u32))
+    cx.bench((n * d * 12 + n * 4) as u64, &|o, s| {
+        o.moe_shared_add(s, ob, sb, gb, d as u32, n as u32)
+    })
 }
 
 /// `s` = 128: the register-state kernel; any other head dim: the generic one.
 fn gdn_mix(cx: &mut Cx, s: usize) -> CheckResultOf<()> {
     // Flash-Next's layer (16 key / 48 value heads of 128, K = 4) on a card; fewer heads on emu.
-    let (hk, hv, k, n) = if cx.full { (16usize, 48usize, 4usize, 8usize) } else { (2, 4, 4, 3) };
+    let (hk, hv, k, n) = if cx.full {
+        (16usize, 48usize, 4usize, 8usize)
+    } else {
+        (2, 4, 4, 3)
+    };
     let c = (2 * hk + hv) * s;
     let unused = || Mat::from_f32(1, 1, &[0.0]).expect("1x1 matrix");
     let g = Gdn {
@@ -77,7 +115,13 @@ fn gdn_mix(cx: &mut Cx, s: usize) -> CheckResultOf<()> {
     st.m = cx.rand_f32(st.m.len(), 0.3);
     let (m, z) = (cx.rand_f32(n * c, 2.0), cx.rand_f32(n * hv * s, 3.0));
     let (beta, alpha) = (cx.rand_f32(n * hv, 3.0), cx.rand_f32(n * hv, 2.0));
-    let shape = GdnShape { hk: hk as u32, hv: hv as u32, head_dim: s as u32, conv_k: k as u32, eps: g.eps };
+    let shape = GdnShape {
+        hk: hk as u32,
+        hv: hv as u32,
+        head_dim: s as u32,
+        conv_k: k as u32,
+        eps: g.eps,
+    };
     let b = GdnBuffers {
         m: cx.upf(&m)?,
         z: cx.upf(&z)?,
@@ -102,14 +146,21 @@ fn gdn_mix(cx: &mut Cx, s: usize) -> CheckResultOf<()> {
     cx.cmp_rel_floor1("delta state", &got, &st.m, GDN_TOL);
     cx.set_shape(format!("Hk {hk} Hv {hv} S {s} K {k}, {n} tokens"));
     // Ideal bytes: the state read and written once, inputs and outputs once.
-    let ideal = 4 * (2 * st.m.len() + 2 * st.conv.len() + n * (c + 2 * hv * s + 2 * hv) + n * hv * s);
+    let ideal =
+        4 * (2 * st.m.len() + 2 * st.conv.len() + n * (c + 2 * hv * s + 2 * hv) + n * hv * s);
     cx.bench(ideal as u64, &|o, s_| o.gdn_mix(s_, &shape, &b, n as u32))
 }
 
 fn gr(cx: &mut Cx) -> CheckResultOf<()> {
     // Flash-Next: 4 streams of 2560, low rank 320 (the matmuls run on the host here).
-    let (hc, e, lr, n) = if cx.full { (4usize, 2560usize, 320usize, 8usize) } else { (4, 256, 32, 3) };
-    let mat = |cx: &mut Cx, rows: usize, cols: usize| Mat::from_f32(rows, cols, &cx.rand_f32(rows * cols, 0.05)).expect("f32 matrix");
+    let (hc, e, lr, n) = if cx.full {
+        (4usize, 2560usize, 320usize, 8usize)
+    } else {
+        (4, 256, 32, 3)
+    };
+    let mat = |cx: &mut Cx, rows: usize, cols: usize| {
+        Mat::from_f32(rows, cols, &cx.rand_f32(rows * cols, 0.05)).expect("f32 matrix")
+    };
     let h = HyperConn {
         hc,
         n_embd: e,
@@ -119,7 +170,11 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
         up: mat(cx, hc * e, lr),
         inject: None,
     };
-    let shape = GrShape { hc: hc as u32, e: e as u32, eps: h.eps };
+    let shape = GrShape {
+        hc: hc as u32,
+        e: e as u32,
+        eps: h.eps,
+    };
     let r = cx.rand_f32(n * hc * e, 2.0);
     let want_flat = h.norm_streams(&r, n);
     let (rb, gb, fb) = (cx.upf(&r)?, cx.upf(&h.norm)?, cx.zeros(n * hc * e * 4)?);
@@ -152,5 +207,7 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
     let got = cx.read_f32(rb, n * hc * e)?;
     cx.cmp_rel_floor1("combine", &got, &want_r, GR_TOL);
     cx.set_shape(format!("{hc} streams x {e}, {n} tokens"));
-    cx.bench((n * hc * e * 8 + hc * e * 4) as u64, &|o, s| o.gr_stream_norm(s, &shape, rb, gb, fb, n as u32))
+    cx.bench((n * hc * e * 8 + hc * e * 4) as u64, &|o, s| {
+        o.gr_stream_norm(s, &shape, rb, gb, fb, n as u32)
+    })
 }
