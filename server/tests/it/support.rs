@@ -123,6 +123,8 @@ pub async fn serve_resolved(
 
 pub struct Resp {
     pub status: u16,
+    /// The status line and headers, lower-cased.
+    pub head: String,
     pub body: String,
 }
 
@@ -201,6 +203,7 @@ pub async fn request_with(
     }
     Resp {
         status,
+        head,
         body: String::from_utf8(payload).expect("UTF-8 body"),
     }
 }

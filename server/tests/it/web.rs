@@ -8,35 +8,11 @@ use crate::support::*;
 use server::config::ApiKey;
 use server::web::ASSETS;
 use std::net::SocketAddr;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// GET `path`: (status, lower-cased head, body).
 async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let extra: String = headers
-        .iter()
-        .map(|(n, v)| format!("{n}: {v}\r\n"))
-        .collect();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
-        .await
-        .expect("response in time")
-        .unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("head");
-    let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    let mut body = raw[split + 4..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    (status, head, String::from_utf8(body).expect("UTF-8"))
+    let r = request_with(addr, "GET", path, None, headers).await;
+    (r.status, r.head, r.body)
 }
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
