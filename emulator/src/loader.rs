@@ -81,6 +81,9 @@ pub struct CodeObject {
     pub function_sizes: Vec<u64>,
 }
 
+/// How far the loaded image may extend beyond the file's own size.
+const MAX_IMAGE_SLACK: u64 = 4 << 20;
+
 fn bad(what: impl Into<String>) -> EmuError { EmuError::BadElf(what.into()) }
 
 /// Parse and validate a code object.
@@ -98,10 +101,25 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
     let mut end = 0u64;
     for ph in phdrs.iter().filter(|p| p.p_type(e) == PT_LOAD) {
         let top = ph.p_vaddr(e).checked_add(ph.p_memsz(e)).ok_or_else(|| bad("PT_LOAD segment wraps"))?;
+        // Code comes from the file: a zero-filled executable tail would only be v_illegal
+        // words, and the decoder keeps one entry per word of text.
+        if ph.p_flags(e) & object::elf::PF_X != 0 && ph.p_filesz(e) < ph.p_memsz(e) {
+            return Err(bad(format!(
+                "executable PT_LOAD at {:#x} is {:#x} bytes in memory but {:#x} in the file (zero-filled code)",
+                ph.p_vaddr(e), ph.p_memsz(e), ph.p_filesz(e)
+            )));
+        }
         end = end.max(top);
     }
-    if end == 0 || end > (256 << 20) {
-        return Err(bad(format!("implausible image size {end:#x}")));
+    // Address gaps and zero-filled data beyond the file stay small in real code objects
+    // (page alignment, .bss of a few KiB); a fuzzed header can claim 256 MiB for a 1 KiB file,
+    // and the image, its device copy and the disassembler's copy would all be that large.
+    let limit = data.len() as u64 + MAX_IMAGE_SLACK;
+    if end == 0 || end > limit {
+        return Err(bad(format!(
+            "implausible image size {end:#x}: PT_LOAD segments end there, but a {:#x}-byte file allows at most {limit:#x}",
+            data.len()
+        )));
     }
     let mut image = vec![0u8; end as usize];
     let mut text = Vec::new();
@@ -111,14 +129,6 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
             let bytes = ph.data(e, data).map_err(|_| bad(format!("PT_LOAD at offset {:#x} outside file", ph.p_offset(e))))?;
             if bytes.len() as u64 > ph.p_memsz(e) {
                 return Err(bad("PT_LOAD filesz > memsz"));
-            }
-            // Code comes from the file: a zero-filled executable tail would only be v_illegal
-            // words, and the decoder keeps one entry per word of text.
-            if ph.p_flags(e) & object::elf::PF_X != 0 && (bytes.len() as u64) < ph.p_memsz(e) {
-                return Err(bad(format!(
-                    "executable PT_LOAD at {:#x} is {:#x} bytes in memory but {:#x} in the file (zero-filled code)",
-                    ph.p_vaddr(e), ph.p_memsz(e), bytes.len()
-                )));
             }
             let va = ph.p_vaddr(e) as usize;
             image[va..va + bytes.len()].copy_from_slice(bytes);

@@ -189,3 +189,30 @@ fn huge_symbol_size_does_not_overflow() {
     let _ = emulator::disassemble(&co);
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
 }
+
+/// Found by `scripts/fuzz-smoke.sh` in CI (`emulator_loader`, out-of-memory at 2.2 GB under
+/// ASan): a data PT_LOAD claiming far more memory than the file holds. The image, its device
+/// copy and the disassembler's copy were each that large. The image may now extend at most
+/// 4 MiB beyond the file's size.
+#[test]
+fn data_segment_far_beyond_the_file_is_refused() {
+    let mut co = bytes(MINIMAL);
+    let ph1 = 64 + 56; // program header 1, the PT_NOTE: make it a 200 MiB read-only PT_LOAD
+    co[ph1..ph1 + 4].copy_from_slice(&1u32.to_le_bytes());
+    co[ph1 + 40..ph1 + 48].copy_from_slice(&(200u64 << 20).to_le_bytes());
+    let t = Instant::now();
+    let load = Device::new().load_module(&co).err().expect("loads");
+    let dis = emulator::disassemble(&co).expect_err("disassembles");
+    for e in [load, dis] {
+        assert!(
+            matches!(&e, EmuError::BadElf(m) if m.contains("implausible image size 0xc8000b0") && m.contains("0x4a0-byte file")),
+            "{e}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+
+    // Slack within the limit (a small .bss) still loads.
+    co[ph1 + 40..ph1 + 48].copy_from_slice(&(1u64 << 20).to_le_bytes());
+    let e = Device::new().load_module(&co).err().expect("no metadata note now");
+    assert!(matches!(&e, EmuError::Metadata(m) if m.contains("no NT_AMDGPU_METADATA")), "{e}");
+}
