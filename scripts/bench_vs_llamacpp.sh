@@ -1,46 +1,56 @@
 #!/usr/bin/env bash
-# Side-by-side CPU speed of Strata and llama.cpp on the same model, threads and machine, in one
-# run (the VM's noise is large: compare numbers from the same run only).
-#   scripts/bench_vs_llamacpp.sh [MODEL.gguf] [THREADS]
-# llama.cpp comes from PyPI's llama-cpp-python (built from source by pip: ~10-20 min on 2 cores,
-# once, into a venv under ~/.cache/strata/bench-venv). Both sides measure the same thing:
-# pp = one evaluation of 512 prompt tokens on an empty cache, tg = 128 single-token steps;
-# 3 runs after a warm-up, min and median tokens/s, and peak RSS.
+# Strata against llama.cpp on the CPU, side by side in one run (the VM's noise is large: compare
+# figures from the same run only). docs/performance.md keeps only figures from this command.
+#
+#   scripts/bench_vs_llamacpp.sh [--rounds N] [--threads T] [--pp P] [--tg G] [MODEL...]
+#
+# Models: names `strata fetch --list` knows or GGUF paths; default the three of issue 16
+# (gemma3-270m, smollm2-135m, qwen2.5-coder-0.5b), fetched on first use. Defaults: 5 rounds,
+# 2 threads, pp 512, tg 128. Each round runs Strata, llama.cpp with flash attention off, then
+# on (scripts/bench_vs_llamacpp.py says how each is measured).
+#
+# llama.cpp is PyPI's llama-cpp-python 0.3.36, built from source by pip once (~10-20 min on 2
+# cores) into ~/.cache/strata/bench-venv with GGML_NATIVE=ON, except on CPUs that report AMX:
+# there the VM does not grant the AMX tile state (ldtilecfg faults, llama.cpp crashes on its
+# first evaluation), so the build lists the native ISA extensions explicitly, minus AMX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model="${1:-${STRATA_MODEL_DIR:-$HOME/.cache/strata/models}/gemma-3-270m-q4_k_m.gguf}"
-threads="${2:-2}"
-cargo build --release -q
-strata=target/release/strata
-[ -f "$model" ] || "$strata" tokenize -p warm-up >/dev/null
-venv="$HOME/.cache/strata/bench-venv"
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-  CMAKE_ARGS="-DGGML_NATIVE=ON" "$venv/bin/pip" install -q llama-cpp-python==0.3.36
-fi
-echo "== strata ($threads threads)"
-"$strata" bench -m "$model" --threads "$threads" --pp 512 --tg 128 --reps 3 --json
-# llama.cpp twice: flash attention off (its default here) and on (its fastest prompt path).
-for fa in 0 1; do
-echo "== llama.cpp via llama-cpp-python ($threads threads, flash_attn=$fa)"
-"$venv/bin/python" - "$model" "$threads" "$fa" <<'PY'
-import json, resource, statistics, sys, time
-import numpy as np
-from llama_cpp import Llama
-model, threads, fa = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-llm = Llama(model_path=model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=threads, flash_attn=fa, verbose=False)
-toks = [2] + [(i * 7919) % 200000 + 1000 for i in range(511)]
-def pp():
-    llm.reset(); t = time.perf_counter(); llm.eval(toks); return 512 / (time.perf_counter() - t)
-def tg():
-    llm.reset(); llm.eval(toks[:8]); t = time.perf_counter()
-    for _ in range(128):
-        llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
-    return 128 / (time.perf_counter() - t)
-pp(); tg()
-p = [pp() for _ in range(3)]; g = [tg() for _ in range(3)]
-print(json.dumps({"threads": threads, "flash_attn": fa, "pp_min": min(p), "pp_median": statistics.median(p),
-                  "tg_min": min(g), "tg_median": statistics.median(g),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-PY
+rounds=5 threads=2 pp=512 tg=128 models=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --pp) pp=$2; shift 2 ;;
+    --tg) tg=$2; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) models+=("$1"); shift ;;
+  esac
 done
+[ ${#models[@]} -gt 0 ] || models=(gemma3-270m smollm2-135m qwen2.5-coder-0.5b)
+
+cargo build --release -q -p strata
+strata="${CARGO_TARGET_DIR:-target}/release/strata"
+paths=()
+for m in "${models[@]}"; do
+  if [ -f "$m" ]; then paths+=("$m"); else paths+=("$("$strata" fetch "$m")"); fi
+done
+
+venv="$HOME/.cache/strata/bench-venv"
+if ! "$venv/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
+  python3 -m venv "$venv"
+  if grep -qw amx_tile /proc/cpuinfo; then
+    flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    for f in avx_vnni:GGML_AVX_VNNI avx512f:GGML_AVX512 avx512vbmi:GGML_AVX512_VBMI avx512_vnni:GGML_AVX512_VNNI avx512_bf16:GGML_AVX512_BF16; do
+      grep -qw "${f%%:*}" /proc/cpuinfo && flags+=" -D${f##*:}=ON"
+    done
+    flags+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  else
+    flags="-DGGML_NATIVE=ON"
+  fi
+  echo "== building llama-cpp-python 0.3.36 ($flags): 10-20 min, once" >&2
+  CMAKE_ARGS="$flags" "$venv/bin/pip" install -q numpy llama-cpp-python==0.3.36
+fi
+
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), strata $(git rev-parse --short HEAD)"
+exec python3 scripts/bench_vs_llamacpp.py --strata "$strata" --python "$venv/bin/python" \
+  --rounds "$rounds" --threads "$threads" --pp "$pp" --tg "$tg" --models "${paths[@]}"

@@ -25,7 +25,7 @@
 // Module layers (each imports only from the layers above it; `scripts/module-cycles.py
 // cpu-kernels` checks there is no cycle):
 // * plain types: `tensor` (QTensor, KernelError, Path, best_path, RowsFn), `acts` (the Acts
-//   struct), and CPU feature detection `x86::cpu`, `float`;
+//   struct), `team` (the spinning thread team of an evaluation), and CPU feature detection `x86::cpu`, `float`;
 // * kernels: `portable`, `ops`, the x86 kernel files (`x86::*`, over the shared helpers
 //   `x86::common` / `x86::tables` / the `fam_*` macro templates), the SIMD activation
 //   quantizers `x86::quantize`;
@@ -39,6 +39,7 @@ mod ops;
 mod portable;
 mod prepare;
 mod tensor;
+pub mod team;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

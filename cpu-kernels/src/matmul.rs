@@ -4,7 +4,6 @@
 use crate::acts::Acts;
 use crate::prepare;
 use crate::tensor::{best_path, kernel_supported, KernelError, Path, QTensor, RowsFn};
-use rayon::prelude::*;
 
 /// Output pointer shared by the row-chunk tasks; each task writes disjoint rows.
 #[derive(Clone, Copy)]
@@ -132,7 +131,7 @@ fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
     let min_bytes_rows = (64usize << 10).div_ceil(rb * n.min(8));
     let chunk = rows.div_ceil(threads * 8).max(min_rows).max(min_bytes_rows);
     let n_chunks = rows.div_ceil(chunk);
-    (0..n_chunks).into_par_iter().for_each(|i| {
+    crate::team::for_each(n_chunks, |i| {
         let r0 = i * chunk;
         let r1 = (r0 + chunk).min(rows);
         // Capture the whole Send wrapper, not its raw-pointer field (edition-2021 closures
@@ -246,7 +245,7 @@ pub fn try_matmul_ggml_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut
     if threads == 1 || total * n.min(8) < (256 << 10) || tasks.len() == 1 {
         tasks.iter().for_each(one);
     } else {
-        tasks.par_iter().for_each(one);
+        crate::team::for_each(tasks.len(), |t| one(&tasks[t]));
     }
     Ok(())
 }

@@ -6,7 +6,6 @@
 use crate::acts::Acts;
 use crate::tensor::{KernelError, Path};
 use quant::GgmlType;
-use rayon::prelude::*;
 
 /// Columns per rayon task when quantizing many activation columns.
 const COLS_PER_TASK: usize = 8;
@@ -55,7 +54,7 @@ pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path) -> 
         Ok(())
     };
     if n >= 2 * COLS_PER_TASK {
-        a.raw.par_chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        crate::team::try_chunks_mut(&mut a.raw, COLS_PER_TASK * raw_row, |c, dst| work((c, dst)))?;
     } else {
         a.raw.chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
     }
@@ -172,7 +171,7 @@ pub(crate) fn acts_ggml(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path
         Ok(())
     };
     if n >= 2 * COLS_PER_TASK {
-        a.raw.par_chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
+        crate::team::try_chunks_mut(&mut a.raw, COLS_PER_TASK * raw_row, |c, dst| work((c, dst)))?;
     } else {
         a.raw.chunks_mut(COLS_PER_TASK * raw_row).enumerate().try_for_each(work)?;
     }

@@ -34,6 +34,15 @@ pub struct BenchArgs {
     /// Print the results as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Also time every operation of the forward pass (CPU executor): one prompt pass of
+    /// `--pp` tokens and `--tg` decode steps, printed as ms per token and share of the total.
+    #[arg(long)]
+    pub profile: bool,
+    /// Also measure this machine's memory read bandwidth (all threads streaming 1 GiB) and
+    /// report the decode speed as a share of the memory roofline: bandwidth / bytes one
+    /// decode step reads (weights, norms and the K/V cache at the test's mean position).
+    #[arg(long)]
+    pub roofline: bool,
     #[command(flatten)]
     pub spec: super::SpecArgs,
 }
@@ -41,6 +50,10 @@ pub struct BenchArgs {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BenchResult {
     pub model: String,
+    /// The vocabulary size and BOS id the prompt was made with (a peer can rebuild it: ids
+    /// `max(i * 2654435761 mod 2^32 mod n_vocab, 3)`, BOS first).
+    pub n_vocab: usize,
+    pub bos: Option<u32>,
     pub threads: usize,
     pub cpu_features: &'static str,
     pub pp: usize,
@@ -59,6 +72,35 @@ pub struct BenchResult {
     /// On the software device: per decode token, instructions and global bytes per part of
     /// the forward pass against the ideal bytes (the proxy for a real card's decode speed).
     pub gpu_decode_profile: Option<Vec<GpuPart>>,
+    /// With `--profile` on the CPU: wall time per operation of a decode step...
+    pub cpu_decode_profile: Option<Vec<CpuPart>>,
+    /// ...and of one prompt pass (per prompt token).
+    pub cpu_prompt_profile: Option<Vec<CpuPart>>,
+    /// With `--roofline`.
+    pub roofline: Option<Roofline>,
+}
+
+/// `strata bench --roofline`: decode against the memory bandwidth.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Roofline {
+    /// Bytes a decode step reads at the test's mean position.
+    pub decode_bytes_per_token: f64,
+    /// Best of five reads of 1 GiB by every thread of the pool.
+    pub read_gb_s: f64,
+    /// `read_gb_s / decode_bytes_per_token`.
+    pub roofline_tok_s: f64,
+    /// Median decode speed over the roofline.
+    pub share: f64,
+}
+
+/// One operation in `cpu_*_profile` (per token; the last row, `(between ops)`, is the time of
+/// the forward chunk outside every operation).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CpuPart {
+    pub op: String,
+    pub calls_per_token: f64,
+    pub ms_per_token: f64,
+    pub share: f64,
 }
 
 /// One part of the forward pass in `gpu_decode_profile` (values per decoded token).
@@ -190,7 +232,28 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     let (pp_min, pp_median) = min_median(&pp_tok_s);
     let (tg_min, tg_median) = min_median(&tg_tok_s);
     let gpu_decode_profile = gpu_profile(e, &prompt[..prompt.len().min(8)], a.tg.min(8))?;
+    let (cpu_prompt_profile, cpu_decode_profile) = match &e.model {
+        crate::engine::AnyModel::Std(m) if a.profile => {
+            let (p, d) = cpu_profile(m, e, &prompt, a.tg)?;
+            (Some(p), Some(d))
+        }
+        _ => (None, None),
+    };
+    let roofline = match &e.model {
+        crate::engine::AnyModel::Std(m) if a.roofline => {
+            let kv_bytes = if e.opts.kv == crate::kv_cache::KvType::F16 { 2.0 } else { 1.0 };
+            let bytes = m.decode_bytes(8 + a.tg / 2, kv_bytes);
+            let bw = read_bandwidth_gb_s();
+            Some(Roofline { decode_bytes_per_token: bytes, read_gb_s: bw, roofline_tok_s: bw * 1e9 / bytes, share: tg_median * bytes / (bw * 1e9) })
+        }
+        _ => None,
+    };
     Ok(BenchResult {
+        n_vocab: nv as usize,
+        bos: e.tokenizer.bos(),
+        roofline,
+        cpu_decode_profile,
+        cpu_prompt_profile,
         device: e.model.backend(),
         gpu_decode_profile,
         model: e.path.display().to_string(),
@@ -207,6 +270,70 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         peak_rss_mb: peak_rss_mb(),
         spec,
     })
+}
+
+/// Read bandwidth of the pool's threads streaming over 1 GiB (best of five passes), GB/s.
+fn read_bandwidth_gb_s() -> f64 {
+    let buf = vec![1u64; (1usize << 30) / 8];
+    let chunk = buf.len().div_ceil(rayon::current_num_threads() * 4);
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let sum = std::sync::atomic::AtomicU64::new(0);
+        cpu_kernels::team::with_team(|| {
+            cpu_kernels::team::for_each(buf.len().div_ceil(chunk), |i| {
+                let c = &buf[i * chunk..((i + 1) * chunk).min(buf.len())];
+                let lanes = c.chunks_exact(8).fold([0u64; 8], |mut acc, v| {
+                    for j in 0..8 {
+                        acc[j] = acc[j].wrapping_add(v[j]);
+                    }
+                    acc
+                });
+                sum.fetch_add(lanes.iter().sum::<u64>(), std::sync::atomic::Ordering::Relaxed);
+            })
+        });
+        std::hint::black_box(sum);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (buf.len() * 8) as f64 / best / 1e9
+}
+
+/// One timed prompt pass over `prompt`, then `steps` timed decode steps (CPU executor).
+fn cpu_profile(m: &crate::model::Model, e: &Engine, prompt: &[u32], steps: usize) -> Result<(Vec<CpuPart>, Vec<CpuPart>)> {
+    use crate::model::op_profile::OpProfile;
+    let mut sess = m.new_session(e.opts.kv, prompt.len().max(steps + 8) + 1, e.opts.prefill);
+    sess.ordered_attention = e.opts.ordered_attention;
+    let mut logits = Vec::new();
+    m.eval(&mut sess, &prompt[..prompt.len().min(8)], Logits::Last, &mut logits)?; // warm-up
+    sess.reset();
+    sess.profile = Some(OpProfile::default());
+    m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
+    let pp = parts(&sess.profile.replace(OpProfile::default()).expect("set above"), prompt.len());
+    sess.reset();
+    sess.profile = None;
+    m.eval(&mut sess, &prompt[..prompt.len().min(8)], Logits::Last, &mut logits)?;
+    sess.profile = Some(OpProfile::default());
+    for _ in 0..steps {
+        let next = argmax(&logits);
+        m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
+    }
+    let tg = parts(&sess.profile.take().expect("set above"), steps);
+    Ok((pp, tg))
+}
+
+/// Per-token rows of a profile, the slowest first, then the time between operations.
+fn parts(p: &crate::model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / tokens.max(1) as f64;
+    let total = per(p.total).max(1e-12);
+    let mut v: Vec<CpuPart> = p
+        .ops
+        .iter()
+        .map(|(op, (d, n))| CpuPart { op: op.to_string(), calls_per_token: *n as f64 / tokens.max(1) as f64, ms_per_token: per(*d), share: per(*d) / total })
+        .collect();
+    v.sort_by(|a, b| b.ms_per_token.total_cmp(&a.ms_per_token));
+    let between = per(p.unaccounted());
+    v.push(CpuPart { op: "(between ops)".into(), calls_per_token: 0.0, ms_per_token: between, share: between / total });
+    v
 }
 
 /// Decodes `steps` tokens after `prompt` with the device counters on (software device only).
@@ -287,6 +414,24 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
             if let Some(rows) = sp.mtp_head_rows {
                 println!("  MTP head: {rows} rows ({:.2} per decoded token, prompt included)", rows as f64 / r.tg.max(1) as f64);
             }
+        }
+        for (what, prof) in [("prompt pass, per prompt token", &r.cpu_prompt_profile), ("decode, per token", &r.cpu_decode_profile)] {
+            let Some(prof) = prof else { continue };
+            let total: f64 = prof.iter().map(|p| p.ms_per_token).sum();
+            println!("CPU {what}: {total:.3} ms ({:.1} tok/s while timed)", 1e3 / total.max(1e-12));
+            println!("  {:<22} {:>8} {:>10} {:>7}", "operation", "calls", "ms", "share");
+            for p in prof {
+                println!("  {:<22} {:>8.1} {:>10.4} {:>6.1}%", p.op, p.calls_per_token, p.ms_per_token, 100.0 * p.share);
+            }
+        }
+        if let Some(rl) = &r.roofline {
+            println!(
+                "roofline: {:.1} MB read per decode token, memory read {:.1} GB/s -> at most {:.1} tok/s; decode reached {:.1}% of it",
+                rl.decode_bytes_per_token / 1e6,
+                rl.read_gb_s,
+                rl.roofline_tok_s,
+                100.0 * rl.share
+            );
         }
         if let Some(parts) = &r.gpu_decode_profile {
             println!("software-device decode profile, per token (global bytes vs the ideal: weights + KV + activations):");

@@ -10,7 +10,7 @@
 
 use std::cell::RefCell;
 
-use rayon::prelude::*;
+use cpu_kernels::team;
 
 use crate::f16::round_f16;
 use crate::kv_cache::KvLayer;
@@ -84,7 +84,7 @@ pub fn attend(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     if n_items <= 1 {
         out.chunks_mut(hd).enumerate().for_each(|(i, o)| work(i, o));
     } else {
-        out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| work(i, o));
+        team::chunks_mut(out, hd, |i, o| work(i, o));
     }
 }
 
@@ -170,7 +170,7 @@ pub fn attend_ordered(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
             }
         }
     };
-    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| work(i, o));
+    team::chunks_mut(out, hd, |i, o| work(i, o));
 }
 
 /// llama.cpp's non-flash attention with an f16 cache, in its exact float order: `K·q` and
@@ -189,7 +189,7 @@ fn attend_ggml(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
 pub(crate) fn attend_ggml_scalar(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
     let hd = sh.head_dim;
     let batch = out.len() / hd / sh.n_head >= 2;
-    out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
+    team::chunks_mut(out, hd, |idx, o| {
         let (i, h) = (idx / sh.n_head, idx % sh.n_head);
         let pos = sh.pos0 + i;
         let lo = sh.window.map_or(0, |w| (pos + 1).saturating_sub(w));
@@ -261,7 +261,7 @@ mod simd {
             let g = sh.n_head / sh.n_head_kv;
             let n = out.len() / (sh.n_head * hd);
             let tg = (MAX_QV / g).max(1).min(n.div_ceil(rayon::current_num_threads()).max(1));
-            return out.par_chunks_mut(tg * sh.n_head * hd).enumerate().for_each(|(gi, o)| {
+            return team::chunks_mut(out, tg * sh.n_head * hd, |gi, o| {
                 BUF.with(|cell| {
                     let buf = &mut *cell.borrow_mut();
                     // SAFETY: `available()` was checked by the caller; head_dim % 64 == 0 and
@@ -280,7 +280,7 @@ mod simd {
         if out.len() / hd <= 1 {
             out.chunks_mut(hd).enumerate().for_each(work);
         } else {
-            out.par_chunks_mut(hd).enumerate().for_each(work);
+            team::chunks_mut(out, hd, |i, o| work((i, o)));
         }
     }
 

@@ -5,6 +5,7 @@
 //! mode's (the code the GPU's `mmv_ordered` kernel runs per output).
 
 use cpu_kernels as ck;
+use cpu_kernels::team;
 
 use crate::model::{Model, W};
 
@@ -55,7 +56,6 @@ impl Model {
 /// kernels run this very code per block / per output, so the two agree bit for bit. Rows are
 /// split over rayon (the order inside a dot is fixed).
 pub fn matmul_ordered(w: &ck::QTensor, x: &[f32], n: usize, y: &mut [f32]) -> std::result::Result<(), String> {
-    use rayon::prelude::*;
     let (k, rows, at) = (w.cols, w.rows, w.ty.vec_dot_type());
     let (Some(rb), Some(ab)) = (w.ty.row_bytes(k), at.row_bytes(k)) else {
         return Err(format!("{} rows of {k} (not a whole number of blocks)", w.ty.name()));
@@ -73,7 +73,7 @@ pub fn matmul_ordered(w: &ck::QTensor, x: &[f32], n: usize, y: &mut [f32]) -> st
     // Row-major results (rows split over the pool), then transposed to [n][rows].
     let mut t = vec![0f32; rows * n];
     const ROWS_PER_TASK: usize = 16;
-    t.par_chunks_mut(ROWS_PER_TASK * n).enumerate().for_each(|(i, ch)| {
+    team::chunks_mut(&mut t, ROWS_PER_TASK * n, |i, ch| {
         for (j, out) in ch.chunks_exact_mut(n).enumerate() {
             let r = i * ROWS_PER_TASK + j;
             let wr = &w.data[r * rb..(r + 1) * rb];
@@ -102,9 +102,8 @@ const PAR_ROWS: usize = 16;
 
 /// `out[r] = norm(x[r])` for rows of `d` values (rayon over rows for large batches).
 pub(super) fn norm_rows(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &[f32], w: &[f32], eps: f32, out: &mut [f32], d: usize) {
-    use rayon::prelude::*;
     if x.len() / d >= PAR_ROWS {
-        out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, xr)| norm(xr, w, eps, o));
+        team::chunks_mut(&mut out[..x.len()], d, |r, o| norm(&x[r * d..(r + 1) * d], w, eps, o));
     } else {
         out.chunks_mut(d).zip(x.chunks(d)).for_each(|(o, xr)| norm(xr, w, eps, o));
     }
@@ -112,14 +111,13 @@ pub(super) fn norm_rows(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &[f32], w:
 
 /// `x[r] = norm(x[r])` in place for rows of `d` values (one row of scratch per task).
 pub(super) fn norm_rows_inplace(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &mut [f32], w: &[f32], eps: f32, d: usize) {
-    use rayon::prelude::*;
     let one = |xr: &mut [f32], tmp: &mut Vec<f32>| {
         tmp.clear();
         tmp.extend_from_slice(xr);
         norm(tmp, w, eps, xr);
     };
     if x.len() / d >= PAR_ROWS {
-        x.par_chunks_mut(d).for_each_with(Vec::with_capacity(d), |tmp, xr| one(xr, tmp));
+        team::chunks_mut(x, d, |_, xr| one(xr, &mut Vec::with_capacity(d)));
     } else {
         let mut tmp = Vec::with_capacity(d);
         x.chunks_mut(d).for_each(|xr| one(xr, &mut tmp));
@@ -128,10 +126,12 @@ pub(super) fn norm_rows_inplace(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &m
 
 /// An element-wise `f(a, b, out)` split over rayon for large inputs.
 pub(super) fn par_elementwise(f: fn(&[f32], &[f32], &mut [f32]), a: &[f32], b: &[f32], out: &mut [f32]) {
-    use rayon::prelude::*;
     const CHUNK: usize = 16 << 10;
     if out.len() >= 4 * CHUNK {
-        out.par_chunks_mut(CHUNK).zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK))).for_each(|(o, (a, b))| f(a, b, o));
+        team::chunks_mut(out, CHUNK, |i, o| {
+            let r = i * CHUNK..i * CHUNK + o.len();
+            f(&a[r.clone()], &b[r], o)
+        });
     } else {
         f(a, b, out)
     }
@@ -149,9 +149,10 @@ pub(super) fn add_residual(
 ) {
     match post_norm {
         Some(w) if x.len() / d >= PAR_ROWS => {
-            use rayon::prelude::*;
-            x.par_chunks_exact_mut(d).zip(o.par_chunks_exact(d)).for_each_with(vec![0f32; d], |tmp, (xr, or)| {
-                rms_norm(or, w, eps, tmp);
+            let rows = x.len() / d;
+            team::chunks_mut(&mut x[..rows * d], d, |r, xr| {
+                let mut tmp = vec![0f32; d];
+                rms_norm(&o[r * d..(r + 1) * d], w, eps, &mut tmp);
                 xr.iter_mut().zip(tmp.iter()).for_each(|(a, b)| *a += b);
             });
         }

@@ -14,6 +14,7 @@ pub mod moe;
 
 use crate::error::{EngineError, Result};
 use crate::kv_cache::{KvCache, KvType};
+use crate::model::op_profile::{OpProfile, Timed};
 use crate::model::{Logits, Model, decoder};
 pub use matmul::matmul_ordered;
 
@@ -36,6 +37,9 @@ pub struct Session {
     /// and MoE routing/combining follow the GPU kernels' order. With `GpuOptions::ordered` the
     /// GPU backend computes every layer and the logits bit for bit alike. Slower.
     pub ordered: bool,
+    /// When set, every operation of the following forward chunks is timed into it
+    /// (`strata bench --profile`).
+    pub profile: Option<OpProfile>,
     s: Scratch,
 }
 
@@ -88,13 +92,19 @@ impl Model {
             trace: None,
             ordered_attention: false,
             ordered: false,
+            profile: None,
             s: Scratch::default(),
         }
     }
 
     /// Appends `tokens` to the sequence and writes logits to `out`
     /// (`[1][vocab]` for [`Logits::Last`], `[tokens.len()][vocab]` for [`Logits::All`]).
+    /// Runs with the pool's threads as one spinning team (`cpu_kernels::team::with_team`).
     pub fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        cpu_kernels::team::with_team(|| self.eval_on_team(s, tokens, want, out))
+    }
+
+    fn eval_on_team(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
@@ -153,7 +163,15 @@ impl Model {
             trace: trace.as_mut(),
             logits,
         };
-        let r = decoder::forward(&mut chunk, hp, &self.w, logits_from);
+        let r = match sess.profile.as_mut() {
+            None => decoder::forward(&mut chunk, hp, &self.w, logits_from),
+            Some(profile) => {
+                let t = std::time::Instant::now();
+                let r = decoder::forward(&mut Timed { inner: &mut chunk, profile: &mut *profile }, hp, &self.w, logits_from);
+                profile.add_chunk(t.elapsed());
+                r
+            }
+        };
         sess.trace = trace;
         r
     }

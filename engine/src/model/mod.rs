@@ -12,6 +12,7 @@ pub mod arch;
 pub mod decoder;
 pub mod gemma3;
 pub mod hparams;
+pub mod op_profile;
 pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
@@ -138,6 +139,31 @@ impl Model {
     }
 
     /// Per-layer (n_head_kv, head_dim) for the KV cache.
+    /// Bytes one decode step at position `pos` reads: every weight matrix (the routed experts'
+    /// top-k share of their stacks, one row of the token embedding), the norm vectors and the
+    /// K/V cache up to `pos` with `kv_bytes_per_value` (the roofline of `strata bench --roofline`).
+    pub fn decode_bytes(&self, pos: usize, kv_bytes_per_value: f64) -> f64 {
+        let top_k = self.hp.moe.as_ref().map(|m| m.n_expert_used as f64 / m.n_expert.max(1) as f64);
+        let (mut mats, mut vecs) = (0.0, 0.0);
+        let _ = self.w.try_map::<(), (), ()>(
+            |m, name| {
+                let row = m.ty.row_bytes(m.cols).unwrap_or(0) as f64;
+                mats += match name {
+                    decoder::WeightName::TokEmbd => row,
+                    _ if m.n_mat > 1 => row * (m.rows * m.n_mat) as f64 * top_k.unwrap_or(1.0),
+                    _ => row * m.rows as f64,
+                };
+                Ok(())
+            },
+            |v, _| {
+                vecs += 4.0 * v.len() as f64;
+                Ok(())
+            },
+        );
+        let kv: usize = self.cache_shape().iter().map(|(h, d)| 2 * h * d).sum();
+        mats + vecs + kv as f64 * pos as f64 * kv_bytes_per_value
+    }
+
     pub fn cache_shape(&self) -> Vec<(usize, usize)> {
         self.hp
             .layers
