@@ -73,6 +73,7 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
         GgmlType::Q4_0 => Some(zmm_rows_q4_0),
         GgmlType::Q5_0 => Some(zmm_rows_q5_0),
         GgmlType::IQ4NL => Some(zmm_rows_iq4_nl),
+        GgmlType::Q4_1 => Some(zmm_rows_q4_1),
         _ => None,
     };
     if z.is_some() && has_avx512_zmm() {
@@ -103,6 +104,7 @@ pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0);
 pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0);
 pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0);
 pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl);
+pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1);
 
 /// Kernels that reproduce the float summation order of llama.cpp's x86 kernels bit for bit
 /// (see `ggml_q8`, `ggml_q4k`, `ggml_q6k`); None for types without one. Every path computes

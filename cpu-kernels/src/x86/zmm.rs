@@ -1,5 +1,5 @@
-//! 512-bit AVX-512 kernels for the types prompt processing depends on (Q4_K, Q6_K, and the
-//! 32-element signed formats Q8_0 / Q5_0 / Q4_0 / IQ4_NL).
+//! 512-bit AVX-512 kernels for the types prompt processing depends on (Q4_K, Q6_K, the
+//! 32-element signed formats Q8_0 / Q5_0 / Q4_0 / IQ4_NL, and Q4_1).
 //!
 //! Why a separate family: the 256-bit kernels spend 3-4 instructions per 32 weights per
 //! activation column (dot, scale multiply, add); here one zmm covers two scale groups and the
@@ -219,7 +219,48 @@ signed_pair_kernel!(dot_iq4_nl, 18, |p| {
     _mm512_shuffle_epi8(kv, nib_pair(p.add(2), p.add(20)))
 });
 
+/// Q4_1 (`d·q + m`, unsigned nibbles) against Q8_1 activations, two blocks per zmm: the
+/// nibbles are the u8 operand of `vpdpbusd` with the signed activation quants (no sign
+/// trick), and `m · s_x` (`s_x` = Q8_1's stored `d_x · Σ x`) is accumulated on all eight lanes
+/// of its block, so the lane sum is 8x the term, divided out exactly at the end.
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+unsafe fn dot_q4_1<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize) -> [f32; NC] {
+    let nb = k / 32;
+    let lanes = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+    // [d0, m0, d1, m1] → d: lanes 0-7 d0, 8-15 d1; m likewise.
+    let d_idx = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
+    let m_idx = _mm512_inserti64x4(_mm512_set1_epi32(1), _mm256_set1_epi32(3), 1);
+    let mut acc = [_mm512_setzero_ps(); NC];
+    let mut macc = [_mm512_setzero_ps(); NC];
+    // Callers guarantee an even block count (see `pair_rows!` in x86/mod.rs).
+    let mut b = 0;
+    while b + 2 <= nb {
+        let p = w.add(b * 20);
+        let wq = nib_pair(p.add(4), p.add(24));
+        let dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, core::ptr::read_unaligned(p.add(20).cast::<i32>()), core::ptr::read_unaligned(p.cast::<i32>()))));
+        let dw = _mm512_permutexvar_ps(d_idx, dm);
+        let mw = _mm512_permutexvar_ps(m_idx, dm);
+        for c in 0..NC {
+            let col = c0 + c;
+            let x = _mm512_loadu_si512(a.qs.as_ptr().add(col * k + b * 32).cast());
+            let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, x);
+            let dx = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(a.d.as_ptr().add(col * nb + b).cast()))));
+            let sx = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(a.s.as_ptr().add(col * nb + b).cast()))));
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dp), dw), dx, acc[c]);
+            macc[c] = _mm512_fmadd_ps(mw, sx, macc[c]);
+        }
+        b += 2;
+    }
+    let mut out = [0f32; NC];
+    for c in 0..NC {
+        out[c] = _mm512_reduce_add_ps(acc[c]) + _mm512_reduce_add_ps(macc[c]) * 0.125;
+    }
+    out
+}
+
 rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q4_k, dot_q4_k, 8);
+rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q4_1, dot_q4_1, 8);
 rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", rows_q6_k, dot_q6_k, 8);
 rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q8_0, dot_q8_0, 8);
 rows_driver!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq", pair_rows_q4_0, dot_q4_0, 8);
