@@ -204,6 +204,35 @@ pub fn try_matmul_ggml_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut
         }
         return Ok(());
     };
+    multi_region(ws, x, n, ys, &kernels, |w| prepare::acts_ggml(w.ty, x, n, w.cols, path))
+}
+
+/// Several [`matmul`] products of the same activations `x = [n][cols]` (Q/K/V, gate/up) in
+/// one parallel region, with the fast kernels: activations quantized once per (weight type,
+/// cols), the rows of all matrices split over the threads together. Results are identical to
+/// separate [`try_matmul`] calls.
+pub fn try_matmul_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<(), KernelError> {
+    let path = best_path();
+    if ws.len() != ys.len() {
+        return Err(KernelError::Shape { what: "outputs (one per matrix)", expected: ws.len(), got: ys.len() });
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let kernels = ws.iter().map(|w| select(path, w.ty)).collect::<Result<Vec<_>, _>>()?;
+    multi_region(ws, x, n, ys, &kernels, |w| prepare::acts(w.ty, x, n, w.cols, path))
+}
+
+/// The shared body of the `*_multi` products: checks, one [`Acts`] per distinct (type, cols)
+/// from `prep`, then `(matrix, r0, r1)` tasks of roughly equal weight traffic in one region.
+fn multi_region(
+    ws: &[QTensor],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+    kernels: &[RowsFn],
+    prep: impl Fn(&QTensor) -> Result<Acts, KernelError>,
+) -> Result<(), KernelError> {
     let mut rbs = Vec::with_capacity(ws.len());
     for (w, y) in ws.iter().zip(ys.iter()) {
         rbs.push(w.validate()?);
@@ -218,7 +247,7 @@ pub fn try_matmul_ggml_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut
     let mut acts: Vec<(quant::GgmlType, usize, Acts)> = Vec::new();
     for w in ws {
         if !acts.iter().any(|(t, c, _)| *t == w.ty && *c == w.cols) {
-            acts.push((w.ty, w.cols, prepare::acts_ggml(w.ty, x, n, w.cols, path)?));
+            acts.push((w.ty, w.cols, prep(w)?));
         }
     }
     let act_of = |w: &QTensor| &acts.iter().find(|(t, c, _)| *t == w.ty && *c == w.cols).expect("prepared above").2;

@@ -179,15 +179,20 @@ fn rope_neox_ggml_matches_definition() {
     }
 }
 
-/// `try_matmul_ggml_multi` (several matrices, one parallel region) equals separate calls bit
-/// for bit, for mixed weight types sharing the activations and for batches on both sides of 8.
+/// `try_matmul_ggml_multi` and `try_matmul_multi` (several matrices, one parallel region)
+/// equal separate `try_matmul_ggml` / `try_matmul` calls bit for bit, for mixed weight types
+/// sharing the activations and for batches on both sides of 8.
 #[test]
-fn ggml_multi_matches_separate_calls() {
-    use cpu_kernels::{try_matmul_ggml, try_matmul_ggml_multi};
+fn multi_matches_separate_calls() {
+    use cpu_kernels::{try_matmul, try_matmul_ggml, try_matmul_ggml_multi, try_matmul_multi};
+    type Multi = fn(&[QTensor], &[f32], usize, &mut [&mut [f32]]) -> Result<(), cpu_kernels::KernelError>;
+    type Single = fn(&QTensor, &[f32], usize, &mut [f32]) -> Result<(), cpu_kernels::KernelError>;
+    let pairs: [(&str, Multi, Single); 2] = [("ggml", try_matmul_ggml_multi, try_matmul_ggml), ("fast", try_matmul_multi, try_matmul)];
     let mut seed = 0x5851_f42d_4c95_7f2du64;
     for (cols, specs) in [
         (640usize, vec![(GgmlType::Q5_0, 1024usize), (GgmlType::Q5_0, 256), (GgmlType::Q8_0, 256)]),
         (512, vec![(GgmlType::Q4K, 300), (GgmlType::Q6K, 77), (GgmlType::Q8_0, 5)]),
+        (576, vec![(GgmlType::Q4_1, 576), (GgmlType::Q4_1, 192), (GgmlType::Q4_1, 192)]),
     ] {
         let data: Vec<Vec<u8>> = specs
             .iter()
@@ -202,15 +207,17 @@ fn ggml_multi_matches_separate_calls() {
             })
             .collect();
         let ts: Vec<QTensor> = specs.iter().zip(&data).map(|(&(ty, rows), w)| QTensor::new(ty, w, rows, cols).unwrap()).collect();
-        for n in [1usize, 3, 9] {
-            let x: Vec<f32> = (0..n * cols).map(|_| rng(&mut seed) * 4.0).collect();
-            let mut outs: Vec<Vec<f32>> = ts.iter().map(|t| vec![f32::NAN; n * t.rows]).collect();
-            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-            try_matmul_ggml_multi(&ts, &x, n, &mut refs).unwrap();
-            for (t, got) in ts.iter().zip(&outs) {
-                let mut want = vec![0f32; n * t.rows];
-                try_matmul_ggml(t, &x, n, &mut want).unwrap();
-                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{:?} n {n}", t.ty);
+        for (name, multi, single) in pairs {
+            for n in [1usize, 3, 9, 20] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng(&mut seed) * 4.0).collect();
+                let mut outs: Vec<Vec<f32>> = ts.iter().map(|t| vec![f32::NAN; n * t.rows]).collect();
+                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+                multi(&ts, &x, n, &mut refs).unwrap();
+                for (t, got) in ts.iter().zip(&outs) {
+                    let mut want = vec![0f32; n * t.rows];
+                    single(t, &x, n, &mut want).unwrap();
+                    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} {:?} n {n}", t.ty);
+                }
             }
         }
     }

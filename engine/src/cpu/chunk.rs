@@ -67,12 +67,12 @@ impl CpuChunk<'_> {
     /// Products of `x` with several matrices: one parallel region on the exact path (same
     /// bits as one product at a time), else one product each.
     fn products(&mut self, x: &[f32], outs: &mut [(&W, &mut Vec<f32>)]) {
-        let (m, n, ordered) = (self.m, self.n(), self.ordered);
-        if self.exact() && !ordered {
+        let (m, n, ordered, exact) = (self.m, self.n(), self.ordered, self.exact());
+        if !ordered {
             match outs {
-                [(a, ya), (b, yb)] => return m.mm_multi(x, n, [(*a, &mut ya[..]), (*b, &mut yb[..])]),
+                [(a, ya), (b, yb)] => return m.mm_multi(exact, x, n, [(*a, &mut ya[..]), (*b, &mut yb[..])]),
                 [(a, ya), (b, yb), (c, yc)] => {
-                    return m.mm_multi(x, n, [(*a, &mut ya[..]), (*b, &mut yb[..]), (*c, &mut yc[..])]);
+                    return m.mm_multi(exact, x, n, [(*a, &mut ya[..]), (*b, &mut yb[..]), (*c, &mut yc[..])]);
                 }
                 _ => {}
             }

@@ -36,14 +36,16 @@ impl Model {
         }
     }
 
-    /// Exact-path ([`ggml_exact`]) products of the same activations with several matrices in
-    /// one parallel region (`cpu_kernels::try_matmul_ggml_multi`; same bits as [`Self::mm`]).
-    pub(super) fn mm_multi<const K: usize>(&self, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
+    /// Products of the same activations with several matrices in one parallel region
+    /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi` otherwise;
+    /// same bits as one [`Self::mm`] per matrix).
+    pub(super) fn mm_multi<const K: usize>(&self, exact: bool, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
         let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| self.qt(w, 0)).collect();
         let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
         let cols = ts[0].cols;
-        if let Err(e) = ck::try_matmul_ggml_multi(&ts, &x[..n * cols], n, &mut ys) {
-            panic!("matmul_ggml_multi n={n}: {e}");
+        let r = if exact { ck::try_matmul_ggml_multi(&ts, &x[..n * cols], n, &mut ys) } else { ck::try_matmul_multi(&ts, &x[..n * cols], n, &mut ys) };
+        if let Err(e) = r {
+            panic!("matmul multi (exact: {exact}) n={n}: {e}");
         }
     }
 
