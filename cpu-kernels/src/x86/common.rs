@@ -37,3 +37,34 @@ pub(crate) fn hsum8(l: &[f32; 8]) -> f32 {
     let r = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
     (r[0] + r[2]) + (r[1] + r[3])
 }
+
+/// Rows of `rb` bytes ahead the decode (one-column) kernels prefetch: about 2 KiB.
+pub(crate) fn pf_rows(rb: usize) -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let bytes = *N.get_or_init(|| std::env::var("STRATA_PF_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(2048));
+    bytes.div_ceil(rb.max(1)).max(1)
+}
+
+/// Software prefetch in the decode kernels (`STRATA_NO_PF` turns it off, for comparisons).
+pub(crate) fn prefetch_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("STRATA_NO_PF").is_none())
+}
+
+/// Decode streams every weight once from DRAM, and on the VMs we run on the hardware
+/// prefetchers do not keep up (SmolLM2 decode 85 -> 140 tok/s with this): ask for the row
+/// [`pf_rows`] ahead of row `wp` while it computes. Called once per row by one-column kernels.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_ahead(wp: *const u8, rb: usize) {
+    if !prefetch_on() {
+        return;
+    }
+    use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let ahead = wp.wrapping_add(pf_rows(rb) * rb);
+    let mut l = 0;
+    while l < rb {
+        // SAFETY: a prefetch never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast()) };
+        l += 64;
+    }
+}

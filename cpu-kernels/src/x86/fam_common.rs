@@ -86,6 +86,9 @@ macro_rules! rows_driver {
                     let ce = (cb + col_block).min(n);
                     for r in rs..re {
                         let wp = w.data.as_ptr().add(r * rb);
+                        if n == 1 {
+                            crate::x86::common::prefetch_ahead(wp, rb);
+                        }
                         let mut c = cb;
                         // Wide tiles (8 columns) for kernels whose weight decode is expensive.
                         while $tile == 8 && c + 8 <= ce {

@@ -40,6 +40,9 @@ pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
     let gemm_cols = a.n - a.n % 4;
     for r in r0..r1 {
         let row = w.data.as_ptr().add(r * rb);
+        if a.n == 1 {
+            super::common::prefetch_ahead(row, rb);
+        }
         let mut c0 = 0;
         while c0 < a.n {
             let nc = (a.n - c0).min(NCOL);
@@ -117,6 +120,9 @@ pub(crate) unsafe fn rows_q6k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
     let m32 = _mm256_set1_epi32(32);
     for r in r0..r1 {
         let row = w.data.as_ptr().add(r * rb);
+        if a.n == 1 {
+            super::common::prefetch_ahead(row, rb);
+        }
         let mut c0 = 0;
         while c0 < a.n {
             let nc = (a.n - c0).min(NCOL);
