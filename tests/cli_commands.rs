@@ -79,3 +79,40 @@ fn cli_bench_reports_json() {
     assert!(v["tg_median"].as_f64().unwrap() > 0.0);
     assert!(v["peak_rss_mb"].as_f64().unwrap() > 0.0);
 }
+
+/// `bench --profile` times every decoder operation (each decode step runs the head once and the
+/// Q/K/V projection once per layer; the rows add up to the step) and `--roofline` counts the
+/// bytes of a decode step as the GGUF's own tensor table gives them: every tensor once (the
+/// tied token embedding is the output head), one embedding row, and the f16 K/V cache.
+#[test]
+fn cli_bench_profile_and_roofline() {
+    let m = gemma_path();
+    let (tg, pp) = (6usize, 16usize);
+    let out = run_ok(&["bench", "-m", m.to_str().unwrap(), "--pp", &pp.to_string(), "--tg", &tg.to_string(), "--reps", "1", "--json", "--profile", "--roofline"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let g = gguf::GgufFile::open(&m).unwrap();
+    let n_layer = g.tensors().iter().filter(|t| t.name.ends_with("attn_q.weight")).count();
+    let op = |prof: &serde_json::Value, name: &str| prof.as_array().unwrap().iter().find(|p| p["op"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {prof}"));
+    let dec = &v["cpu_decode_profile"];
+    assert_eq!(op(dec, "head (norm, output)")["calls_per_token"].as_f64().unwrap(), 1.0);
+    assert_eq!(op(dec, "project q,k,v")["calls_per_token"].as_f64().unwrap(), n_layer as f64);
+    assert_eq!(op(dec, "attend")["calls_per_token"].as_f64().unwrap(), n_layer as f64);
+    let shares: f64 = dec.as_array().unwrap().iter().map(|p| p["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-6, "shares sum to {shares}");
+    let pre = &v["cpu_prompt_profile"];
+    assert!(op(pre, "glu (gate, up, act)")["ms_per_token"].as_f64().unwrap() > 0.0);
+
+    let emb = g.tensor("token_embd.weight").unwrap();
+    let tied = g.tensor("output.weight").is_none();
+    let all: usize = g.tensors().iter().map(|t| t.n_bytes).sum();
+    let row = emb.n_bytes / emb.dims[1] as usize;
+    let weights = if tied { all + row } else { all - emb.n_bytes + row };
+    let kv_per_pos: u64 = 2 * n_layer as u64 * g.get_u32("gemma3.attention.head_count_kv").unwrap() as u64 * g.get_u32("gemma3.attention.key_length").unwrap() as u64;
+    let pos = 8 + tg / 2;
+    let want = weights as f64 + (kv_per_pos * pos as u64 * 2) as f64;
+    let rl = &v["roofline"];
+    assert_eq!(rl["decode_bytes_per_token"].as_f64().unwrap(), want);
+    assert!(rl["read_gb_s"].as_f64().unwrap() > 0.1);
+    let share = rl["share"].as_f64().unwrap();
+    assert!((share - v["tg_median"].as_f64().unwrap() / rl["roofline_tok_s"].as_f64().unwrap()).abs() < 1e-9);
+}
