@@ -22,7 +22,6 @@ use quant::GgmlType;
 const ROWS_PER_TILE: usize = 4;
 const COLS_PER_TILE: usize = 8;
 const PF_DIST: usize = 16;
-fn pf_on() -> bool { static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new(); *F.get_or_init(|| std::env::var("STRATA_NO_PF").is_err()) }
 
 /// The 32 quants of one block of two rows (lanes 0-31 `b0`, 32-63 `b1`) plus the bias `B`
 /// (16 for Q5_0, 128 for Q8_0), as u8.
@@ -175,7 +174,7 @@ unsafe fn run_tile<const Q5: bool, const P: usize, const C: usize>(
     src: Weights,
     y: *mut f32,
 ) {
-    let prefetch = matches!(src, Weights::Stored) && pf_on() && C == 1;
+    let prefetch = matches!(src, Weights::Stored) && super::common::prefetch_on() && C == 1;
     let acc = if prefetch { tile::<Q5, P, C, true>(w, rb, a, rows, c0, src) } else { tile::<Q5, P, C, false>(w, rb, a, rows, c0, src) };
     let mut lanes = [0f32; 16];
     for p in 0..P {

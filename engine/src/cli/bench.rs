@@ -308,9 +308,8 @@ fn cpu_profile(m: &crate::model::Model, e: &Engine, prompt: &[u32], steps: usize
     sess.reset();
     sess.profile = Some(OpProfile::default());
     m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
-    let pp = parts(&sess.profile.replace(OpProfile::default()).expect("set above"), prompt.len());
+    let pp = parts(&sess.profile.take().expect("set above"), prompt.len());
     sess.reset();
-    sess.profile = None;
     m.eval(&mut sess, &prompt[..prompt.len().min(8)], Logits::Last, &mut logits)?;
     sess.profile = Some(OpProfile::default());
     for _ in 0..steps {

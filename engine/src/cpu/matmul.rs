@@ -56,7 +56,7 @@ impl Model {
 /// `quant::vec_dot` of a weight row with a column (integer sums inside blocks, f32 — F32/F16/
 /// BF16: f64 — accumulation across blocks in order). The GPU's `quantize_ref` + `mmv_ordered`
 /// kernels run this very code per block / per output, so the two agree bit for bit. Rows are
-/// split over rayon (the order inside a dot is fixed).
+/// split over the thread team (the order inside a dot is fixed).
 pub fn matmul_ordered(w: &ck::QTensor, x: &[f32], n: usize, y: &mut [f32]) -> std::result::Result<(), String> {
     let (k, rows, at) = (w.cols, w.rows, w.ty.vec_dot_type());
     let (Some(rb), Some(ab)) = (w.ty.row_bytes(k), at.row_bytes(k)) else {
