@@ -9,10 +9,11 @@
 //! GELU/SiLU and softmax reductions run in a different order; attention runs in ordered mode.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use quant::GgmlType;
-use strata::gpu::device::{Device, GpuApi, open_device};
+use strata::gpu::device::Device;
+use strata::gpu::test_device::api_for;
+use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
 use strata::model::Model;
@@ -22,17 +23,11 @@ use crate::models_qwen3::qwen3_cfg;
 use crate::models_util::{TinyCfg, TinyModel};
 use strata::rng::SplitMix64;
 
-/// Every device the test can use: the software device, plus HIP when a card is present.
-fn devices() -> Vec<(&'static str, Arc<dyn GpuApi>)> {
-    let mut v: Vec<(&'static str, Arc<dyn GpuApi>)> = vec![("emu", Arc::from(open_device(Device::Emu).expect("software device")))];
-    if let Ok(h) = open_device(Device::Hip) {
-        v.push(("hip", Arc::from(h)));
-    }
-    v
-}
-
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("strata-gpu-model-{}-{name}", std::process::id()))
+    // One file per call: the emu and hip tests of one body run at once when a card is present.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("strata-gpu-model-{}-{n}-{name}", std::process::id()))
 }
 
 /// `max |a - b| / max |b|` over a layer's rows.
@@ -63,7 +58,7 @@ struct Case {
     min_greedy: usize,
 }
 
-fn run_case(c: &Case) {
+fn run_case(c: &Case, device: Device) {
     let path = tmp(&format!("{}.gguf", c.name));
     TinyModel::random(c.cfg.clone(), 7).write_gguf(&path, c.ty);
     let cpu = Model::load(&path).unwrap();
@@ -71,7 +66,7 @@ fn run_case(c: &Case) {
     let mut r = SplitMix64::new(99);
     // 7 prompt tokens: one window on the GPU, one chunk on the CPU, so traces line up.
     let prompt: Vec<u32> = (0..7).map(|_| ((r.symmetric() + 1.0) * 0.5 * (nv - 1) as f32) as u32).collect();
-    for (dev, api) in devices() {
+    if let Some((dev, api)) = api_for(device) {
         let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
         let mut cs = cpu.new_session(c.kv, 64, 512);
         cs.ordered_attention = true;
@@ -120,63 +115,57 @@ fn run_case(c: &Case) {
     let _ = std::fs::remove_file(&path);
 }
 
-#[test]
-fn gpu_model_qwen3_q8_0_matches_cpu() {
-    run_case(&Case { name: "qwen3-q8_0", cfg: qwen3_cfg(), ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5, min_greedy: 16 });
-}
+test_device!(model fn gpu_model_qwen3_q8_0_matches_cpu(device) {
+    run_case(&Case { name: "qwen3-q8_0", cfg: qwen3_cfg(), ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5, min_greedy: 16 }, device);
+});
 
-#[test]
-fn gpu_model_qwen3_f32_int8_kv_matches_cpu() {
-    run_case(&Case { name: "qwen3-f32-int8kv", cfg: qwen3_cfg(), ty: GgmlType::F32, kv: KvType::Int8, layer_tol: 1e-5, min_greedy: 16 });
-}
+test_device!(model fn gpu_model_qwen3_f32_int8_kv_matches_cpu(device) {
+    run_case(&Case { name: "qwen3-f32-int8kv", cfg: qwen3_cfg(), ty: GgmlType::F32, kv: KvType::Int8, layer_tol: 1e-5, min_greedy: 16 }, device);
+});
 
-/// F16 and BF16 weights stay 16-bit on the device: activations are converted (f16 / bf16,
-/// as the CPU does) and one GEMM with f32 accumulation runs (emu: the host GEMM, `l` order).
-/// The products are exact in f32 on both sides; only the summation order differs, but an
-/// activation whose f32 value differs in the last bit may round to the neighbouring 16-bit
-/// value (one f16 ulp = 2^-11, one bf16 ulp = 2^-8 relative). Measured on emu: f16 layers
-/// <= 2.7e-4, logits 5.6e-4; bf16 layers 1.1e-7, decode logits 2.2e-3; 21/21 greedy tokens.
-#[test]
-fn gpu_model_qwen3_f16_and_bf16_match_cpu() {
-    run_case(&Case { name: "qwen3-f16", cfg: qwen3_cfg(), ty: GgmlType::F16, kv: KvType::F16, layer_tol: 1e-3, min_greedy: 16 });
-    run_case(&Case { name: "qwen3-bf16", cfg: qwen3_cfg(), ty: GgmlType::BF16, kv: KvType::F16, layer_tol: 4e-3, min_greedy: 16 });
-}
+test_device!(
+    /// F16 and BF16 weights stay 16-bit on the device: activations are converted (f16 / bf16,
+    /// as the CPU does) and one GEMM with f32 accumulation runs (emu: the host GEMM, `l` order).
+    /// The products are exact in f32 on both sides; only the summation order differs, but an
+    /// activation whose f32 value differs in the last bit may round to the neighbouring 16-bit
+    /// value (one f16 ulp = 2^-11, one bf16 ulp = 2^-8 relative). Measured on emu: f16 layers
+    /// <= 2.7e-4, logits 5.6e-4; bf16 layers 1.1e-7, decode logits 2.2e-3; 21/21 greedy tokens.
+    model fn gpu_model_qwen3_f16_and_bf16_match_cpu(device) {
+    run_case(&Case { name: "qwen3-f16", cfg: qwen3_cfg(), ty: GgmlType::F16, kv: KvType::F16, layer_tol: 1e-3, min_greedy: 16 }, device);
+    run_case(&Case { name: "qwen3-bf16", cfg: qwen3_cfg(), ty: GgmlType::BF16, kv: KvType::F16, layer_tol: 4e-3, min_greedy: 16 }, device);
+});
 
-#[test]
-fn gpu_model_qwen3_q4_k_matches_cpu() {
+test_device!(model fn gpu_model_qwen3_q4_k_matches_cpu(device) {
     let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
-    run_case(&Case { name: "qwen3-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2, min_greedy: 16 });
-}
+    run_case(&Case { name: "qwen3-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2, min_greedy: 16 }, device);
+});
 
-#[test]
-fn gpu_model_qwen3moe_q8_0_matches_cpu() {
+test_device!(model fn gpu_model_qwen3moe_q8_0_matches_cpu(device) {
     let cfg = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
-    run_case(&Case { name: "qwen3moe-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5, min_greedy: 16 });
-}
+    run_case(&Case { name: "qwen3moe-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 1e-5, min_greedy: 16 }, device);
+});
 
-#[test]
-fn gpu_model_qwen3moe_q4_k_matches_cpu() {
+test_device!(model fn gpu_model_qwen3moe_q4_k_matches_cpu(device) {
     // Q8_1 (GPU) against Q8_K (CPU) activations: layers within 2e-2 as for dense Q4_K, but
     // this random model's logits are flat enough that greedy flips at step 9 (measured 9/21;
     // the device-dispatch and host-readback paths give identical bits, see below).
     let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, moe: Some((8, 2)), ..qwen3_cfg() };
-    run_case(&Case { name: "qwen3moe-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2, min_greedy: 8 });
-}
+    run_case(&Case { name: "qwen3moe-q4_k", cfg, ty: GgmlType::Q4K, kv: KvType::F16, layer_tol: 5e-2, min_greedy: 8 }, device);
+});
 
-#[test]
-fn gpu_model_gemma3_q8_0_matches_cpu() {
+test_device!(model fn gpu_model_gemma3_q8_0_matches_cpu(device) {
     // 6 layers: layers 0-4 slide over a 4-token window, layer 5 is global.
     let cfg = TinyCfg { n_layer: 6, gemma_window: Some(4), ..qwen3_cfg() };
-    run_case(&Case { name: "gemma3-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 2e-2, min_greedy: 16 });
-}
+    run_case(&Case { name: "gemma3-q8_0", cfg, ty: GgmlType::Q8_0, kv: KvType::F16, layer_tol: 2e-2, min_greedy: 16 }, device);
+});
 
-/// Decode windows captured as graphs and replayed with new inputs in device buffers give the
-/// same logits, bit for bit, as eager launches.
-#[test]
-fn gpu_model_graph_replay_equals_eager() {
+test_device!(
+    /// Decode windows captured as graphs and replayed with new inputs in device buffers give the
+    /// same logits, bit for bit, as eager launches.
+    model fn gpu_model_graph_replay_equals_eager(device) {
     let path = tmp("graphs.gguf");
     TinyModel::random(qwen3_cfg(), 3).write_gguf(&path, GgmlType::Q8_0);
-    for (dev, api) in devices() {
+    if let Some((dev, api)) = api_for(device) {
         let mut runs = Vec::new();
         for graphs in [false, true] {
             let opts = GpuOptions { graphs, ..GpuOptions::default() };
@@ -204,13 +193,13 @@ fn gpu_model_graph_replay_equals_eager() {
         assert!(same, "[{dev}] graph replay differs from eager launches");
     }
     let _ = std::fs::remove_file(&path);
-}
+});
 
-/// Prompt chunks longer than a window: the dequantize + GEMM path and MMVQ in windows of 8
-/// both agree with the CPU backend (the GEMM path skips the Q8 activation rounding, so its
-/// tolerance is that rounding's size), and a decode after each continues identically.
-#[test]
-fn gpu_model_prefill_paths_match_cpu() {
+test_device!(
+    /// Prompt chunks longer than a window: the dequantize + GEMM path and MMVQ in windows of 8
+    /// both agree with the CPU backend (the GEMM path skips the Q8 activation rounding, so its
+    /// tolerance is that rounding's size), and a decode after each continues identically.
+    model fn gpu_model_prefill_paths_match_cpu(device) {
     use strata::gpu::model::PrefillPath;
     let path = tmp("prefill.gguf");
     TinyModel::random(qwen3_cfg(), 5).write_gguf(&path, GgmlType::Q8_0);
@@ -223,7 +212,7 @@ fn gpu_model_prefill_paths_match_cpu() {
     cs.ordered_attention = true;
     let mut want = Vec::new();
     cpu.eval(&mut cs, &prompt, Logits::All, &mut want).unwrap();
-    for (dev, api) in devices() {
+    if let Some((dev, api)) = api_for(device) {
         // MMVQ computes the same Q8 integers as the CPU, but per-block sums are added in another
         // order; rows 0-6 agree to 1e-7, then (measured) row 7 jumps to 2e-2 and the later rows
         // stay near 1e-2: a last-bit difference flipping one f16 or Q8 rounding, whose size is
@@ -246,7 +235,7 @@ fn gpu_model_prefill_paths_match_cpu() {
         }
     }
     let _ = std::fs::remove_file(&path);
-}
+});
 
 
 /// `PrefillPath::Mmq` on every weight type with an MMQ kernel (qwen3-shaped, 256-wide so the
@@ -263,8 +252,7 @@ fn gpu_model_prefill_paths_match_cpu() {
 /// Relative logit difference between the MMQ and MMVQ prefills of one GPU model.
 const MMQ_VS_MMVQ_TOL: f64 = 3e-2;
 
-#[test]
-fn gpu_model_mmq_prefill_types_match_cpu() {
+test_device!(model fn gpu_model_mmq_prefill_types_match_cpu(device) {
     use strata::gpu::model::PrefillPath;
     use strata::gpu::ops::MmqVariant;
     let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
@@ -287,7 +275,7 @@ fn gpu_model_mmq_prefill_types_match_cpu() {
             cpu_toks.push(argmax(&cl));
             cpu_logits.push(cl.clone());
         }
-        for (dev, api) in devices() {
+        if let Some((dev, api)) = api_for(device) {
             let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
                 let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
                 let mut gs = gpu.new_session(KvType::F16, 96, 32).unwrap();
@@ -336,15 +324,15 @@ fn gpu_model_mmq_prefill_types_match_cpu() {
         }
         let _ = std::fs::remove_file(&path);
     }
-}
+});
 
-/// Speculative decoding on the device is lossless: greedy with `--spec` equals plain greedy.
-#[test]
-fn gpu_model_speculative_equals_greedy() {
+test_device!(
+    /// Speculative decoding on the device is lossless: greedy with `--spec` equals plain greedy.
+    model fn gpu_model_speculative_equals_greedy(device) {
     use strata::spec::{SpecConfig, SuffixDrafter, generate_greedy_spec};
     let path = tmp("spec.gguf");
     TinyModel::random(qwen3_cfg(), 9).write_gguf(&path, GgmlType::Q8_0);
-    for (dev, api) in devices() {
+    if let Some((dev, api)) = api_for(device) {
         let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
         let phrase = [5u32, 17, 33, 2, 71, 40];
         let prompt: Vec<u32> = phrase.iter().chain(&phrase).chain(&phrase).copied().collect();
@@ -368,17 +356,17 @@ fn gpu_model_speculative_equals_greedy() {
         }
     }
     let _ = std::fs::remove_file(&path);
-}
+});
 
-/// The fused gate/up MMVQ + GLU launch gives the same logits, bit for bit, as three launches;
-/// the fast (WMMA f16) attention mode stays within tolerance of the ordered one.
-#[test]
-fn gpu_model_fused_glu_and_fast_attention() {
+test_device!(
+    /// The fused gate/up MMVQ + GLU launch gives the same logits, bit for bit, as three launches;
+    /// the fast (WMMA f16) attention mode stays within tolerance of the ordered one.
+    model fn gpu_model_fused_glu_and_fast_attention(device) {
     use strata::gpu::ops::AttnMode;
     let path = tmp("fused.gguf");
     TinyModel::random(qwen3_cfg(), 13).write_gguf(&path, GgmlType::Q8_0);
     let prompt = [3u32, 14, 15, 92, 65, 35];
-    for (dev, api) in devices() {
+    if let Some((dev, api)) = api_for(device) {
         let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
             let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
             let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
@@ -411,18 +399,18 @@ fn gpu_model_fused_glu_and_fast_attention() {
         assert!(same >= 1, "[{dev}] fast attention changed the first greedy token");
     }
     let _ = std::fs::remove_file(&path);
-}
+});
 
 
-/// Routed experts by device dispatch (`mmvq_moe_*` reading the router's choice on the device)
-/// against the host-readback path: the same logits bit for bit over a 20-token prompt (one
-/// chunk: host path under `Auto`, token groups of 8 under `Device`), 14 decode steps with
-/// changing tokens and positions, and a 5-token verify window; the device-dispatch decode
-/// windows are captured and replayed as graphs (replays > 0, no eager window after the prompt)
-/// and equal eager launches. Q8_0, Q4_K, and Q4_K with Q6_K expert down matrices; 8 experts,
-/// 2 per token (tokens share experts in the prompt and the verify window).
-#[test]
-fn gpu_model_qwen3moe_device_dispatch_equals_host_and_graphs() {
+test_device!(
+    /// Routed experts by device dispatch (`mmvq_moe_*` reading the router's choice on the device)
+    /// against the host-readback path: the same logits bit for bit over a 20-token prompt (one
+    /// chunk: host path under `Auto`, token groups of 8 under `Device`), 14 decode steps with
+    /// changing tokens and positions, and a 5-token verify window; the device-dispatch decode
+    /// windows are captured and replayed as graphs (replays > 0, no eager window after the prompt)
+    /// and equal eager launches. Q8_0, Q4_K, and Q4_K with Q6_K expert down matrices; 8 experts,
+    /// 2 per token (tokens share experts in the prompt and the verify window).
+    model fn gpu_model_qwen3moe_device_dispatch_equals_host_and_graphs(device) {
     use strata::gpu::model::MoePath;
     let small = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
     let wide = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, moe: Some((8, 2)), ..qwen3_cfg() };
@@ -435,7 +423,7 @@ fn gpu_model_qwen3moe_device_dispatch_equals_host_and_graphs() {
         TinyModel::random(cfg, 21).write_gguf_mixed(&path, ty, down);
         let nv = Model::load(&path).unwrap().n_vocab;
         let prompt: Vec<u32> = (0..20).map(|i| (i * 29 + 3) % nv as u32).collect();
-        for (dev, api) in devices() {
+        if let Some((dev, api)) = api_for(device) {
             let mut runs = Vec::new();
             for (moe, graphs, fused_glu) in
                 [(MoePath::Host, false, true), (MoePath::Auto, false, true), (MoePath::Auto, true, true), (MoePath::Device, true, false)]
@@ -474,4 +462,4 @@ fn gpu_model_qwen3moe_device_dispatch_equals_host_and_graphs() {
         }
         let _ = std::fs::remove_file(&path);
     }
-}
+});

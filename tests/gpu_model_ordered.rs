@@ -6,10 +6,11 @@
 //! gemma3-shaped models. Runs on the software RDNA3 device, and on a card when one is present.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use quant::GgmlType;
-use strata::gpu::device::{Device, GpuApi, open_device};
+use strata::gpu::device::Device;
+use strata::gpu::test_device::api_for;
+use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
 use strata::model::Model;
@@ -19,16 +20,11 @@ use crate::models_qwen3::qwen3_cfg;
 use crate::models_util::{TinyCfg, TinyModel};
 use strata::rng::SplitMix64;
 
-fn devices() -> Vec<(&'static str, Arc<dyn GpuApi>)> {
-    let mut v: Vec<(&'static str, Arc<dyn GpuApi>)> = vec![("emu", Arc::from(open_device(Device::Emu).expect("software device")))];
-    if let Ok(h) = open_device(Device::Hip) {
-        v.push(("hip", Arc::from(h)));
-    }
-    v
-}
-
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("strata-gpu-ordered-{}-{name}", std::process::id()))
+    // One file per call: the emu and hip tests of one body run at once when a card is present.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("strata-gpu-ordered-{}-{n}-{name}", std::process::id()))
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -53,7 +49,7 @@ fn ordered_cpu_session(cpu: &Model, kv: KvType) -> strata::cpu::Session {
     cs
 }
 
-fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
+fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType, device: Device) {
     let path = tmp(&format!("{name}.gguf"));
     TinyModel::random(cfg.clone(), 7).write_gguf(&path, ty);
     let cpu = Model::load(&path).unwrap();
@@ -65,7 +61,7 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
     // 19 tokens: GPU windows of 8 + 8 + 3 against one CPU chunk (logits only).
     let long: Vec<u32> = (0..19).map(|_| tok()).collect();
     let forced: Vec<u32> = (0..6).map(|_| tok()).collect();
-    for (dev, api) in devices() {
+    if let Some((dev, api)) = api_for(device) {
         let opts = GpuOptions { ordered: true, ..GpuOptions::default() };
         let gpu = GpuModel::new(Model::load(&path).unwrap(), api, opts).unwrap();
 
@@ -126,59 +122,51 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType) {
     let _ = std::fs::remove_file(&path);
 }
 
-#[test]
-fn gpu_model_ordered_qwen3_q8_0_bit_identical() {
-    run_ordered("qwen3-q8_0", qwen3_cfg(), GgmlType::Q8_0, KvType::F16);
-}
+test_device!(model fn gpu_model_ordered_qwen3_q8_0_bit_identical(device) {
+    run_ordered("qwen3-q8_0", qwen3_cfg(), GgmlType::Q8_0, KvType::F16, device);
+});
 
-#[test]
-fn gpu_model_ordered_qwen3_f32_int8_kv_bit_identical() {
-    run_ordered("qwen3-f32-int8kv", qwen3_cfg(), GgmlType::F32, KvType::Int8);
-}
+test_device!(model fn gpu_model_ordered_qwen3_f32_int8_kv_bit_identical(device) {
+    run_ordered("qwen3-f32-int8kv", qwen3_cfg(), GgmlType::F32, KvType::Int8, device);
+});
 
-#[test]
-fn gpu_model_ordered_qwen3_q4_k_bit_identical() {
+test_device!(model fn gpu_model_ordered_qwen3_q4_k_bit_identical(device) {
     let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
-    run_ordered("qwen3-q4_k", cfg, GgmlType::Q4K, KvType::F16);
-}
+    run_ordered("qwen3-q4_k", cfg, GgmlType::Q4K, KvType::F16, device);
+});
 
-#[test]
-fn gpu_model_ordered_qwen3moe_q8_0_bit_identical() {
+test_device!(model fn gpu_model_ordered_qwen3moe_q8_0_bit_identical(device) {
     let cfg = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
-    run_ordered("qwen3moe-q8_0", cfg, GgmlType::Q8_0, KvType::F16);
-}
+    run_ordered("qwen3moe-q8_0", cfg, GgmlType::Q8_0, KvType::F16, device);
+});
 
-#[test]
-fn gpu_model_ordered_qwen3moe_q4_k_bit_identical() {
+test_device!(model fn gpu_model_ordered_qwen3moe_q4_k_bit_identical(device) {
     let cfg = TinyCfg { moe: Some((8, 2)), n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
-    run_ordered("qwen3moe-q4_k", cfg, GgmlType::Q4K, KvType::F16);
-}
+    run_ordered("qwen3moe-q4_k", cfg, GgmlType::Q4K, KvType::F16, device);
+});
 
-#[test]
-fn gpu_model_ordered_gemma3_q8_0_bit_identical() {
+test_device!(model fn gpu_model_ordered_gemma3_q8_0_bit_identical(device) {
     // Layers 0-4 slide over a 4-token window, layer 5 is global; GELU through the f16 table.
     let cfg = TinyCfg { n_layer: 6, gemma_window: Some(4), ..qwen3_cfg() };
-    run_ordered("gemma3-q8_0", cfg, GgmlType::Q8_0, KvType::F16);
-}
+    run_ordered("gemma3-q8_0", cfg, GgmlType::Q8_0, KvType::F16, device);
+});
 
-#[test]
-fn gpu_model_ordered_gemma3_q4_k_bit_identical() {
+test_device!(model fn gpu_model_ordered_gemma3_q4_k_bit_identical(device) {
     let cfg = TinyCfg { n_layer: 3, gemma_window: Some(4), n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
-    run_ordered("gemma3-q4_k", cfg, GgmlType::Q4K, KvType::F16);
-}
+    run_ordered("gemma3-q4_k", cfg, GgmlType::Q4K, KvType::F16, device);
+});
 
-#[test]
-fn gpu_model_ordered_qwen3_f16_bit_identical() {
-    run_ordered("qwen3-f16", qwen3_cfg(), GgmlType::F16, KvType::F16);
-}
+test_device!(model fn gpu_model_ordered_qwen3_f16_bit_identical(device) {
+    run_ordered("qwen3-f16", qwen3_cfg(), GgmlType::F16, KvType::F16, device);
+});
 
-/// The ordered kernels against the CPU code they copy, for every weight type with a reference
-/// dot: `quantize_ref` = `quant::quantize_row` byte for byte (Q8_0, Q8_1, Q8_K, F16, BF16, F32
-/// activations), `mmv_ordered` = `cpu::matmul_ordered` bit for bit (37 rows, 5 columns,
-/// k = 512, activations with outliers and exact zeros), `geglu_table` = `geglu_ggml` bit for bit
-/// (gates around the ±10 cut-offs, tiny and huge values).
-#[test]
-fn gpu_model_ordered_kernels_equal_cpu_code() {
+test_device!(
+    /// The ordered kernels against the CPU code they copy, for every weight type with a reference
+    /// dot: `quantize_ref` = `quant::quantize_row` byte for byte (Q8_0, Q8_1, Q8_K, F16, BF16, F32
+    /// activations), `mmv_ordered` = `cpu::matmul_ordered` bit for bit (37 rows, 5 columns,
+    /// k = 512, activations with outliers and exact zeros), `geglu_table` = `geglu_ggml` bit for bit
+    /// (gates around the ±10 cut-offs, tiny and huge values).
+    model fn gpu_model_ordered_kernels_equal_cpu_code(device) {
     use strata::gpu::ops::GpuOps;
     use strata::cpu::matmul_ordered;
     let (rows, ncols, k) = (37usize, 5usize, 512usize);
@@ -192,7 +180,7 @@ fn gpu_model_ordered_kernels_equal_cpu_code() {
         GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K,
         GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::IQ4NL, GgmlType::F16, GgmlType::BF16, GgmlType::F32,
     ];
-    for (dev, api) in devices() {
+    if let Some((dev, api)) = api_for(device) {
         let ops = GpuOps::new(api.clone()).expect("kernels load and pass the metadata checks");
         let st = api.stream_create().unwrap();
         let put = |b: &[u8]| {
@@ -266,7 +254,7 @@ fn gpu_model_ordered_kernels_equal_cpu_code() {
         }
         eprintln!("[{dev}] ordered kernels: quantize_ref (6 activation types), mmv_ordered ({} weight types), geglu_table bit-identical", types.len());
     }
-}
+});
 
 /// Rust never contracts `a * b + c`, and the ordered kernels must keep it that way: no FMA in
 /// `mmv_ordered` or `geglu_table_f32`, and in `quantize_ref` only the ones inside IEEE f32

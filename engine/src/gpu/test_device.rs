@@ -29,11 +29,29 @@ pub fn open_ops(device: Device) -> Result<GpuOps, String> {
     Ok(GpuOps::new(api).unwrap_or_else(|e| panic!("{} ({}) opened but its kernels do not load: {e}", info.name, info.arch)))
 }
 
+/// The device a model-level test runs on, as `(name, api)`: the software device always (a
+/// panic if it does not open); a card through HIP when one opens, else `None` after printing
+/// why (the test's reason to skip). Model tests build whole sessions over the `GpuApi`, so they
+/// take the api, not a [`GpuOps`].
+pub fn api_for(device: Device) -> Option<(&'static str, Arc<dyn GpuApi>)> {
+    match open_device(device) {
+        Ok(api) => Some((if device == Device::Emu { "emu" } else { "hip" }, Arc::from(api))),
+        Err(e) if device == Device::Emu => panic!("the software device does not open: {e}"),
+        Err(e) => {
+            eprintln!("skipped: no card opens through HIP ({e})");
+            None
+        }
+    }
+}
+
 /// Defines one test per device from one body: `test_device!(fn name(ops) { .. })` makes the
 /// tests `name::emu` and `name::hip`, each running the body with `ops: &GpuOps` on its device
 /// (`hip` skips, printing why, when no card opens). `test_device!(emu_only fn name(ops) { .. })`
 /// makes only `name::emu`, for bodies that need the software device (its instruction and byte
-/// counters, traps). The body sees the items of the enclosing module.
+/// counters, traps). `test_device!(model fn name(device) { .. })` runs the body with
+/// `device: Device` (`Emu` or `Hip`) for tests that build whole models on it ([`api_for`]);
+/// its `hip` test returns before the body when no card opens. The body sees the items of the
+/// enclosing module.
 #[macro_export]
 macro_rules! test_device {
     ($(#[$meta:meta])* fn $name:ident($ops:ident) $body:block) => {
@@ -56,6 +74,26 @@ macro_rules! test_device {
                     }
                     Err(why) => eprintln!("skipped: no card opens through HIP ({why})"),
                 }
+            }
+        }
+    };
+    ($(#[$meta:meta])* model fn $name:ident($device:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn emu() {
+                let $device = $crate::gpu::device::Device::Emu;
+                $body
+            }
+            #[test]
+            fn hip() {
+                if $crate::gpu::test_device::api_for($crate::gpu::device::Device::Hip).is_none() {
+                    return;
+                }
+                let $device = $crate::gpu::device::Device::Hip;
+                $body
             }
         }
     };
