@@ -342,18 +342,16 @@ fn dot_f32_bytes(w: &[u8], x: &[f32]) -> f32 {
 
 // ------------------------------------------------------------------------------ f32 helpers
 
-/// `out = x / sqrt(mean(x²) + eps) · γ` (γ optional); squares summed in f64 like ggml_rms_norm.
+/// `out = x / sqrt(mean(x²) + eps) · γ` (γ optional): ggml's rms_norm, the shared
+/// `cpu_kernels::rms_norm_ggml` (squares summed in f64); without γ the same with no multiply.
 pub fn rms_norm(x: &[f32], gamma: Option<&[f32]>, eps: f32, out: &mut [f32]) {
-    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
-    let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
     match gamma {
-        Some(g) => out
-            .iter_mut()
-            .zip(x)
-            .zip(g)
-            .for_each(|((o, &v), &g)| *o = (v * scale) * g),
-        None => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v * scale),
+        Some(g) => cpu_kernels::rms_norm_ggml(x, g, eps, out),
+        None => {
+            let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+            let scale = 1.0 / ((sum / x.len() as f64) as f32 + eps).sqrt();
+            out.iter_mut().zip(x).for_each(|(o, &v)| *o = v * scale);
+        }
     }
 }
 
@@ -398,19 +396,14 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
+pub use cpu_kernels::silu;
 
 /// ggml_softplus: `log(1 + e^x)`, linear above 20 where the exp would only add rounding.
 pub fn softplus(x: f32) -> f32 {
     if x > 20.0 { x } else { x.exp().ln_1p() }
 }
 
-/// Rounds through f16 and back (what an F16 cache or an F16 mat-mul input does to a value).
-pub fn round_f16(x: f32) -> f32 {
-    quant::f16_to_f32(quant::f32_to_f16(x))
-}
+pub use crate::f16::round_f16;
 
 /// Row-major `[n][len]` buffer helper: the `t`-th row.
 pub fn row(buf: &[f32], t: usize, len: usize) -> &[f32] {
