@@ -8,9 +8,10 @@
 #![cfg(feature = "gpu")]
 
 use std::process::Command;
-use std::sync::Arc;
 
-use strata::gpu::device::{Device, open_device};
+use strata::gpu::device::Device;
+use strata::gpu::test_device::api_for;
+use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
 use strata::model::{Logits, Model};
@@ -28,8 +29,8 @@ fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
-fn gpu(path: &std::path::Path, ordered: bool, slots: Option<u32>) -> GpuModel {
-    let api = Arc::from(open_device(Device::Emu).expect("software device"));
+fn gpu(path: &std::path::Path, ordered: bool, slots: Option<u32>, device: Device) -> GpuModel {
+    let (_, api) = api_for(device).expect("the test_device! body runs only on a device that opens");
     let opts = GpuOptions { ordered, expert_cache: slots, ..GpuOptions::default() };
     GpuModel::new(Model::load(path).unwrap(), api, opts).unwrap()
 }
@@ -75,31 +76,32 @@ fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
     assert_eq!(n, 0, "{what}: {n} of {} logits differ", a.len());
 }
 
-#[test]
-fn expert_cache_ordered_is_bit_identical_to_the_cpu_at_every_size() {
-    let path = reference(Q8);
-    let want = run_cpu_ordered(&path);
-    for slots in [Some(0), Some(3), None] {
-        let g = gpu(&path, true, slots);
-        assert_bits(&format!("q8_0, {slots:?} slots"), &run_gpu(&g), &want);
-        let stats = g.expert_cache_stats();
-        match slots {
-            None => assert!(stats.is_none()),
-            Some(n) => {
-                let s = stats.expect("a partial cache reports counters");
-                // 13 prompt tokens + 6 steps, 2 layers, top 2.
-                assert_eq!(s.lookups, (13 + 6) * 2 * 2, "{s}");
-                assert_eq!(s.admitted as usize, if n == 0 { 0 } else { 2 * n as usize }, "3 slots fill in both layers: {s}");
-                assert_eq!(s.hits + s.cpu + admitted_uses(&s), s.lookups, "{s}");
-                if n == 0 {
-                    assert_eq!((s.hits, s.cpu), (0, s.lookups), "{s}");
-                } else {
-                    assert!(s.hits > 0 && s.cpu > 0, "3 of 8 slots: both hits and CPU experts: {s}");
+test_device!(
+    model fn expert_cache_ordered_is_bit_identical_to_the_cpu_at_every_size(device) {
+        let path = reference(Q8);
+        let want = run_cpu_ordered(&path);
+        for slots in [Some(0), Some(3), None] {
+            let g = gpu(&path, true, slots, device);
+            assert_bits(&format!("q8_0, {slots:?} slots"), &run_gpu(&g), &want);
+            let stats = g.expert_cache_stats();
+            match slots {
+                None => assert!(stats.is_none()),
+                Some(n) => {
+                    let s = stats.expect("a partial cache reports counters");
+                    // 13 prompt tokens + 6 steps, 2 layers, top 2.
+                    assert_eq!(s.lookups, (13 + 6) * 2 * 2, "{s}");
+                    assert_eq!(s.admitted as usize, if n == 0 { 0 } else { 2 * n as usize }, "3 slots fill in both layers: {s}");
+                    assert_eq!(s.hits + s.cpu + admitted_uses(&s), s.lookups, "{s}");
+                    if n == 0 {
+                        assert_eq!((s.hits, s.cpu), (0, s.lookups), "{s}");
+                    } else {
+                        assert!(s.hits > 0 && s.cpu > 0, "3 of 8 slots: both hits and CPU experts: {s}");
+                    }
                 }
             }
         }
     }
-}
+);
 
 /// Decisions served by the admission of their expert (the first use of each admitted expert
 /// within its layer's chunk): what is neither a hit nor a CPU expert.
@@ -107,37 +109,39 @@ fn admitted_uses(s: &strata::gpu::expert_cache::CacheStats) -> u64 {
     s.lookups - s.hits - s.cpu
 }
 
-#[test]
-fn expert_cache_fast_mode_greedy_equals_the_cpu() {
-    let path = reference(Q8);
-    let cpu = Model::load(&path).unwrap();
-    let mut cs = cpu.new_session(KvType::F16, 64, 512);
-    let mut out = Vec::new();
-    cpu.eval(&mut cs, &prompt(), Logits::Last, &mut out).unwrap();
-    let mut want = vec![argmax(&out)];
-    for _ in 0..8 {
-        cpu.eval(&mut cs, &[*want.last().unwrap()], Logits::Last, &mut out).unwrap();
-        want.push(argmax(&out));
+test_device!(
+    model fn expert_cache_fast_mode_greedy_equals_the_cpu(device) {
+        let path = reference(Q8);
+        let cpu = Model::load(&path).unwrap();
+        let mut cs = cpu.new_session(KvType::F16, 64, 512);
+        let mut out = Vec::new();
+        cpu.eval(&mut cs, &prompt(), Logits::Last, &mut out).unwrap();
+        let mut want = vec![argmax(&out)];
+        for _ in 0..8 {
+            cpu.eval(&mut cs, &[*want.last().unwrap()], Logits::Last, &mut out).unwrap();
+            want.push(argmax(&out));
+        }
+        let g = gpu(&path, false, Some(3), device);
+        let mut s = g.new_session(KvType::F16, 64, 512).unwrap();
+        g.eval(&mut s, &prompt(), Logits::Last, &mut out).unwrap();
+        let mut got = vec![argmax(&out)];
+        for _ in 0..8 {
+            g.eval(&mut s, &[*got.last().unwrap()], Logits::Last, &mut out).unwrap();
+            got.push(argmax(&out));
+        }
+        assert_eq!(got, want);
     }
-    let g = gpu(&path, false, Some(3));
-    let mut s = g.new_session(KvType::F16, 64, 512).unwrap();
-    g.eval(&mut s, &prompt(), Logits::Last, &mut out).unwrap();
-    let mut got = vec![argmax(&out)];
-    for _ in 0..8 {
-        g.eval(&mut s, &[*got.last().unwrap()], Logits::Last, &mut out).unwrap();
-        got.push(argmax(&out));
-    }
-    assert_eq!(got, want);
-}
+);
 
-#[test]
-fn expert_cache_refuses_experts_the_device_cannot_run_as_stored() {
-    let api = Arc::from(open_device(Device::Emu).expect("software device"));
-    let opts = GpuOptions { expert_cache: Some(2), ..GpuOptions::default() };
-    let err = GpuModel::new(Model::load(&reference(F32)).unwrap(), api, opts).err().expect("f32 experts are widened at upload");
-    let msg = err.to_string();
-    assert!(msg.contains("blk.0.ffn_gate_exps.weight") && msg.contains("--expert-cache"), "{msg}");
-}
+test_device!(
+    model fn expert_cache_refuses_experts_the_device_cannot_run_as_stored(device) {
+        let (_, api) = api_for(device).expect("the test_device! body runs only on a device that opens");
+        let opts = GpuOptions { expert_cache: Some(2), ..GpuOptions::default() };
+        let err = GpuModel::new(Model::load(&reference(F32)).unwrap(), api, opts).err().expect("f32 experts are widened at upload");
+        let msg = err.to_string();
+        assert!(msg.contains("blk.0.ffn_gate_exps.weight") && msg.contains("--expert-cache"), "{msg}");
+    }
+);
 
 #[test]
 fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {

@@ -131,9 +131,10 @@ test_device!(
     /// value (one f16 ulp = 2^-11, one bf16 ulp = 2^-8 relative). Measured on emu: f16 layers
     /// <= 2.7e-4, logits 5.6e-4; bf16 layers 1.1e-7, decode logits 2.2e-3; 21/21 greedy tokens.
     model fn gpu_model_qwen3_f16_and_bf16_match_cpu(device) {
-    run_case(&Case { name: "qwen3-f16", cfg: qwen3_cfg(), ty: GgmlType::F16, kv: KvType::F16, layer_tol: 1e-3, min_greedy: 16 }, device);
-    run_case(&Case { name: "qwen3-bf16", cfg: qwen3_cfg(), ty: GgmlType::BF16, kv: KvType::F16, layer_tol: 4e-3, min_greedy: 16 }, device);
-});
+        run_case(&Case { name: "qwen3-f16", cfg: qwen3_cfg(), ty: GgmlType::F16, kv: KvType::F16, layer_tol: 1e-3, min_greedy: 16 }, device);
+        run_case(&Case { name: "qwen3-bf16", cfg: qwen3_cfg(), ty: GgmlType::BF16, kv: KvType::F16, layer_tol: 4e-3, min_greedy: 16 }, device);
+    }
+);
 
 test_device!(model fn gpu_model_qwen3_q4_k_matches_cpu(device) {
     let cfg = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, ..qwen3_cfg() };
@@ -163,79 +164,81 @@ test_device!(
     /// Decode windows captured as graphs and replayed with new inputs in device buffers give the
     /// same logits, bit for bit, as eager launches.
     model fn gpu_model_graph_replay_equals_eager(device) {
-    let path = tmp("graphs.gguf");
-    TinyModel::random(qwen3_cfg(), 3).write_gguf(&path, GgmlType::Q8_0);
-    if let Some((dev, api)) = api_for(device) {
-        let mut runs = Vec::new();
-        for graphs in [false, true] {
-            let opts = GpuOptions { graphs, ..GpuOptions::default() };
-            let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
-            let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
-            let mut l = Vec::new();
-            let mut all = Vec::new();
-            gpu.eval(&mut s, &[1, 5, 9], Logits::Last, &mut l).unwrap();
-            for _ in 0..12 {
-                let t = argmax(&l);
-                gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+        let path = tmp("graphs.gguf");
+        TinyModel::random(qwen3_cfg(), 3).write_gguf(&path, GgmlType::Q8_0);
+        if let Some((dev, api)) = api_for(device) {
+            let mut runs = Vec::new();
+            for graphs in [false, true] {
+                let opts = GpuOptions { graphs, ..GpuOptions::default() };
+                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+                let mut l = Vec::new();
+                let mut all = Vec::new();
+                gpu.eval(&mut s, &[1, 5, 9], Logits::Last, &mut l).unwrap();
+                for _ in 0..12 {
+                    let t = argmax(&l);
+                    gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+                    all.extend_from_slice(&l);
+                }
+                // A verify-shaped window of 5 tokens as well.
+                gpu.eval(&mut s, &[2, 4, 6, 8, 10], Logits::All, &mut l).unwrap();
                 all.extend_from_slice(&l);
+                if graphs {
+                    assert!(s.graph_replays >= 13 && s.eager_windows == 0, "[{dev}] replays {} eager {}", s.graph_replays, s.eager_windows);
+                } else {
+                    assert_eq!(s.graph_replays, 0);
+                }
+                runs.push(all);
             }
-            // A verify-shaped window of 5 tokens as well.
-            gpu.eval(&mut s, &[2, 4, 6, 8, 10], Logits::All, &mut l).unwrap();
-            all.extend_from_slice(&l);
-            if graphs {
-                assert!(s.graph_replays >= 13 && s.eager_windows == 0, "[{dev}] replays {} eager {}", s.graph_replays, s.eager_windows);
-            } else {
-                assert_eq!(s.graph_replays, 0);
-            }
-            runs.push(all);
+            let same = runs[0].iter().zip(&runs[1]).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "[{dev}] graph replay differs from eager launches");
         }
-        let same = runs[0].iter().zip(&runs[1]).all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "[{dev}] graph replay differs from eager launches");
+        let _ = std::fs::remove_file(&path);
     }
-    let _ = std::fs::remove_file(&path);
-});
+);
 
 test_device!(
     /// Prompt chunks longer than a window: the dequantize + GEMM path and MMVQ in windows of 8
     /// both agree with the CPU backend (the GEMM path skips the Q8 activation rounding, so its
     /// tolerance is that rounding's size), and a decode after each continues identically.
     model fn gpu_model_prefill_paths_match_cpu(device) {
-    use strata::gpu::model::PrefillPath;
-    let path = tmp("prefill.gguf");
-    TinyModel::random(qwen3_cfg(), 5).write_gguf(&path, GgmlType::Q8_0);
-    let cpu = Model::load(&path).unwrap();
-    let nv = cpu.n_vocab;
-    let prompt: Vec<u32> = (0..41).map(|i| (i * 37 + 11) % nv as u32).collect();
-    // The CPU one token at a time: its matrix-vector kernels quantize activations exactly as
-    // MMVQ does (its batched kernels round differently).
-    let mut cs = cpu.new_session(KvType::F16, 64, 1);
-    cs.ordered_attention = true;
-    let mut want = Vec::new();
-    cpu.eval(&mut cs, &prompt, Logits::All, &mut want).unwrap();
-    if let Some((dev, api)) = api_for(device) {
-        // MMVQ computes the same Q8 integers as the CPU, but per-block sums are added in another
-        // order; rows 0-6 agree to 1e-7, then (measured) row 7 jumps to 2e-2 and the later rows
-        // stay near 1e-2: a last-bit difference flipping one f16 or Q8 rounding, whose size is
-        // this tolerance. The GEMM paths skip the Q8 activation rounding: 1-2e-2 everywhere.
-        for (path_kind, tol) in [(PrefillPath::Mmvq, 3e-2), (PrefillPath::DequantGemm, 3e-2), (PrefillPath::Auto, 3e-2), (PrefillPath::Mmq, 3e-2)] {
-            let opts = GpuOptions { prefill: path_kind, ..GpuOptions::default() };
-            let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
-            // Chunks of 32: one GEMM chunk of 32 then 9 tokens (Auto: MMVQ for the 9).
-            let mut gs = gpu.new_session(KvType::F16, 64, 32).unwrap();
-            let mut got = Vec::new();
-            gpu.eval(&mut gs, &prompt, Logits::All, &mut got).unwrap();
-            assert_eq!(got.len(), want.len());
-            let e = rel_err(&got, &want);
-            let rows: Vec<String> = got.chunks(nv).zip(want.chunks(nv)).map(|(g, w)| format!("{:.0e}", rel_err(g, w))).collect();
-            eprintln!("[{dev}] {path_kind:?}: prompt logits rel err {e:.2e}; per row {rows:?}");
-            assert!(e <= tol, "[{dev}] {path_kind:?}: rel err {e:.3e} > {tol}");
-            for (r, (g, w)) in got.chunks(nv).zip(want.chunks(nv)).enumerate() {
-                assert_eq!(argmax(g), argmax(w), "[{dev}] {path_kind:?}: argmax differs at row {r}");
+        use strata::gpu::model::PrefillPath;
+        let path = tmp("prefill.gguf");
+        TinyModel::random(qwen3_cfg(), 5).write_gguf(&path, GgmlType::Q8_0);
+        let cpu = Model::load(&path).unwrap();
+        let nv = cpu.n_vocab;
+        let prompt: Vec<u32> = (0..41).map(|i| (i * 37 + 11) % nv as u32).collect();
+        // The CPU one token at a time: its matrix-vector kernels quantize activations exactly as
+        // MMVQ does (its batched kernels round differently).
+        let mut cs = cpu.new_session(KvType::F16, 64, 1);
+        cs.ordered_attention = true;
+        let mut want = Vec::new();
+        cpu.eval(&mut cs, &prompt, Logits::All, &mut want).unwrap();
+        if let Some((dev, api)) = api_for(device) {
+            // MMVQ computes the same Q8 integers as the CPU, but per-block sums are added in another
+            // order; rows 0-6 agree to 1e-7, then (measured) row 7 jumps to 2e-2 and the later rows
+            // stay near 1e-2: a last-bit difference flipping one f16 or Q8 rounding, whose size is
+            // this tolerance. The GEMM paths skip the Q8 activation rounding: 1-2e-2 everywhere.
+            for (path_kind, tol) in [(PrefillPath::Mmvq, 3e-2), (PrefillPath::DequantGemm, 3e-2), (PrefillPath::Auto, 3e-2), (PrefillPath::Mmq, 3e-2)] {
+                let opts = GpuOptions { prefill: path_kind, ..GpuOptions::default() };
+                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                // Chunks of 32: one GEMM chunk of 32 then 9 tokens (Auto: MMVQ for the 9).
+                let mut gs = gpu.new_session(KvType::F16, 64, 32).unwrap();
+                let mut got = Vec::new();
+                gpu.eval(&mut gs, &prompt, Logits::All, &mut got).unwrap();
+                assert_eq!(got.len(), want.len());
+                let e = rel_err(&got, &want);
+                let rows: Vec<String> = got.chunks(nv).zip(want.chunks(nv)).map(|(g, w)| format!("{:.0e}", rel_err(g, w))).collect();
+                eprintln!("[{dev}] {path_kind:?}: prompt logits rel err {e:.2e}; per row {rows:?}");
+                assert!(e <= tol, "[{dev}] {path_kind:?}: rel err {e:.3e} > {tol}");
+                for (r, (g, w)) in got.chunks(nv).zip(want.chunks(nv)).enumerate() {
+                    assert_eq!(argmax(g), argmax(w), "[{dev}] {path_kind:?}: argmax differs at row {r}");
+                }
             }
         }
+        let _ = std::fs::remove_file(&path);
     }
-    let _ = std::fs::remove_file(&path);
-});
+);
 
 
 /// `PrefillPath::Mmq` on every weight type with an MMQ kernel (qwen3-shaped, 256-wide so the
@@ -329,77 +332,79 @@ test_device!(model fn gpu_model_mmq_prefill_types_match_cpu(device) {
 test_device!(
     /// Speculative decoding on the device is lossless: greedy with `--spec` equals plain greedy.
     model fn gpu_model_speculative_equals_greedy(device) {
-    use strata::spec::{SpecConfig, SuffixDrafter, generate_greedy_spec};
-    let path = tmp("spec.gguf");
-    TinyModel::random(qwen3_cfg(), 9).write_gguf(&path, GgmlType::Q8_0);
-    if let Some((dev, api)) = api_for(device) {
-        let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
-        let phrase = [5u32, 17, 33, 2, 71, 40];
-        let prompt: Vec<u32> = phrase.iter().chain(&phrase).chain(&phrase).copied().collect();
-        let n = 24;
-        let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
-        let mut l = Vec::new();
-        gpu.eval(&mut s, &prompt, Logits::Last, &mut l).unwrap();
-        let mut plain = Vec::new();
-        for _ in 0..n {
-            let t = argmax(&l);
-            plain.push(t);
-            gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
-        }
-        for n_draft in [1, 4, 8] {
+        use strata::spec::{SpecConfig, SuffixDrafter, generate_greedy_spec};
+        let path = tmp("spec.gguf");
+        TinyModel::random(qwen3_cfg(), 9).write_gguf(&path, GgmlType::Q8_0);
+        if let Some((dev, api)) = api_for(device) {
+            let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
+            let phrase = [5u32, 17, 33, 2, 71, 40];
+            let prompt: Vec<u32> = phrase.iter().chain(&phrase).chain(&phrase).copied().collect();
+            let n = 24;
             let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
-            let cfg = SpecConfig { n_draft, min_p: 0.0 };
-            let (got, st) = generate_greedy_spec(&gpu, &mut s, &prompt, n, &mut SuffixDrafter::default(), cfg).unwrap();
-            eprintln!("[{dev}] spec {n_draft}: {}/{} drafts accepted in {} verify steps", st.accepted, st.drafted, st.verify_steps);
-            assert_eq!(got, plain, "[{dev}] spec {n_draft} differs from greedy");
-            assert!(st.drafted > 0, "[{dev}] the drafter proposed nothing: the test checks nothing");
+            let mut l = Vec::new();
+            gpu.eval(&mut s, &prompt, Logits::Last, &mut l).unwrap();
+            let mut plain = Vec::new();
+            for _ in 0..n {
+                let t = argmax(&l);
+                plain.push(t);
+                gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+            }
+            for n_draft in [1, 4, 8] {
+                let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+                let cfg = SpecConfig { n_draft, min_p: 0.0 };
+                let (got, st) = generate_greedy_spec(&gpu, &mut s, &prompt, n, &mut SuffixDrafter::default(), cfg).unwrap();
+                eprintln!("[{dev}] spec {n_draft}: {}/{} drafts accepted in {} verify steps", st.accepted, st.drafted, st.verify_steps);
+                assert_eq!(got, plain, "[{dev}] spec {n_draft} differs from greedy");
+                assert!(st.drafted > 0, "[{dev}] the drafter proposed nothing: the test checks nothing");
+            }
         }
+        let _ = std::fs::remove_file(&path);
     }
-    let _ = std::fs::remove_file(&path);
-});
+);
 
 test_device!(
     /// The fused gate/up MMVQ + GLU launch gives the same logits, bit for bit, as three launches;
     /// the fast (WMMA f16) attention mode stays within tolerance of the ordered one.
     model fn gpu_model_fused_glu_and_fast_attention(device) {
-    use strata::gpu::ops::AttnMode;
-    let path = tmp("fused.gguf");
-    TinyModel::random(qwen3_cfg(), 13).write_gguf(&path, GgmlType::Q8_0);
-    let prompt = [3u32, 14, 15, 92, 65, 35];
-    if let Some((dev, api)) = api_for(device) {
-        let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
-            let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
-            let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
-            let (mut l, mut all, mut toks) = (Vec::new(), Vec::new(), Vec::new());
-            gpu.eval(&mut s, &prompt, Logits::Last, &mut l).unwrap();
-            for _ in 0..16 {
-                let t = argmax(&l);
-                toks.push(t);
-                all.extend_from_slice(&l);
-                gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
-            }
-            (all, toks)
-        };
-        let base = GpuOptions { fused_glu: false, ..GpuOptions::default() };
-        let (unfused, t0) = run(base);
-        let (fused, t1) = run(GpuOptions { fused_glu: true, ..base });
-        assert!(unfused.iter().zip(&fused).all(|(a, b)| a.to_bits() == b.to_bits()), "[{dev}] fused GLU differs");
-        assert_eq!(t0, t1);
-        // Fast mode (WMMA f16 tiles, online softmax) rounds differently from the ordered mode:
-        // compare logits while both runs decode the same tokens.
-        let (fast, t2) = run(GpuOptions { attn: AttnMode::Fast, ..base });
-        let nv = fast.len() / 16;
-        let same = t0.iter().zip(&t2).take_while(|(a, b)| a == b).count();
-        let upto = (same + 1).min(16) * nv;
-        let e = rel_err(&fast[..upto], &unfused[..upto]);
-        eprintln!("[{dev}] fast attention: logits rel err {e:.2e}; greedy tokens {same}/16 identical\n  ordered {t0:?}\n  fast    {t2:?}");
-        assert!(e <= 3e-2, "[{dev}] fast attention rel err {e}");
-        // These random-weight models are flat (near ties everywhere): measured, the fast mode's
-        // ~1e-2 logit differences flip the second greedy token; the first must agree.
-        assert!(same >= 1, "[{dev}] fast attention changed the first greedy token");
+        use strata::gpu::ops::AttnMode;
+        let path = tmp("fused.gguf");
+        TinyModel::random(qwen3_cfg(), 13).write_gguf(&path, GgmlType::Q8_0);
+        let prompt = [3u32, 14, 15, 92, 65, 35];
+        if let Some((dev, api)) = api_for(device) {
+            let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
+                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+                let (mut l, mut all, mut toks) = (Vec::new(), Vec::new(), Vec::new());
+                gpu.eval(&mut s, &prompt, Logits::Last, &mut l).unwrap();
+                for _ in 0..16 {
+                    let t = argmax(&l);
+                    toks.push(t);
+                    all.extend_from_slice(&l);
+                    gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+                }
+                (all, toks)
+            };
+            let base = GpuOptions { fused_glu: false, ..GpuOptions::default() };
+            let (unfused, t0) = run(base);
+            let (fused, t1) = run(GpuOptions { fused_glu: true, ..base });
+            assert!(unfused.iter().zip(&fused).all(|(a, b)| a.to_bits() == b.to_bits()), "[{dev}] fused GLU differs");
+            assert_eq!(t0, t1);
+            // Fast mode (WMMA f16 tiles, online softmax) rounds differently from the ordered mode:
+            // compare logits while both runs decode the same tokens.
+            let (fast, t2) = run(GpuOptions { attn: AttnMode::Fast, ..base });
+            let nv = fast.len() / 16;
+            let same = t0.iter().zip(&t2).take_while(|(a, b)| a == b).count();
+            let upto = (same + 1).min(16) * nv;
+            let e = rel_err(&fast[..upto], &unfused[..upto]);
+            eprintln!("[{dev}] fast attention: logits rel err {e:.2e}; greedy tokens {same}/16 identical\n  ordered {t0:?}\n  fast    {t2:?}");
+            assert!(e <= 3e-2, "[{dev}] fast attention rel err {e}");
+            // These random-weight models are flat (near ties everywhere): measured, the fast mode's
+            // ~1e-2 logit differences flip the second greedy token; the first must agree.
+            assert!(same >= 1, "[{dev}] fast attention changed the first greedy token");
+        }
+        let _ = std::fs::remove_file(&path);
     }
-    let _ = std::fs::remove_file(&path);
-});
+);
 
 
 test_device!(
@@ -411,55 +416,56 @@ test_device!(
     /// and equal eager launches. Q8_0, Q4_K, and Q4_K with Q6_K expert down matrices; 8 experts,
     /// 2 per token (tokens share experts in the prompt and the verify window).
     model fn gpu_model_qwen3moe_device_dispatch_equals_host_and_graphs(device) {
-    use strata::gpu::model::MoePath;
-    let small = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
-    let wide = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, moe: Some((8, 2)), ..qwen3_cfg() };
-    for (label, cfg, ty, down) in [
-        ("q8_0", small, GgmlType::Q8_0, GgmlType::Q8_0),
-        ("q4_k", wide.clone(), GgmlType::Q4K, GgmlType::Q4K),
-        ("q4_k+q6_k", wide, GgmlType::Q4K, GgmlType::Q6K),
-    ] {
-        let path = tmp(&format!("moe-dispatch-{label}.gguf"));
-        TinyModel::random(cfg, 21).write_gguf_mixed(&path, ty, down);
-        let nv = Model::load(&path).unwrap().n_vocab;
-        let prompt: Vec<u32> = (0..20).map(|i| (i * 29 + 3) % nv as u32).collect();
-        if let Some((dev, api)) = api_for(device) {
-            let mut runs = Vec::new();
-            for (moe, graphs, fused_glu) in
-                [(MoePath::Host, false, true), (MoePath::Auto, false, true), (MoePath::Auto, true, true), (MoePath::Device, true, false)]
-            {
-                let opts = GpuOptions { moe, graphs, fused_glu, ..GpuOptions::default() };
-                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
-                let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
-                let (mut l, mut all, mut toks) = (Vec::new(), Vec::new(), Vec::new());
-                gpu.eval(&mut s, &prompt, Logits::All, &mut l).unwrap();
-                all.extend_from_slice(&l);
-                let eager_after_prompt = s.eager_windows;
-                for i in 0..14 {
-                    // Greedy, but every third step another token: inputs change between replays.
-                    let t = if i % 3 == 2 { (argmax(&l[l.len() - nv..]) + 7) % nv as u32 } else { argmax(&l[l.len() - nv..]) };
-                    toks.push(t);
-                    gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+        use strata::gpu::model::MoePath;
+        let small = TinyCfg { moe: Some((8, 2)), n_ff: 64, ..qwen3_cfg() };
+        let wide = TinyCfg { n_embd: 256, n_ff: 256, n_head: 4, n_head_kv: 2, head_dim: 64, moe: Some((8, 2)), ..qwen3_cfg() };
+        for (label, cfg, ty, down) in [
+            ("q8_0", small, GgmlType::Q8_0, GgmlType::Q8_0),
+            ("q4_k", wide.clone(), GgmlType::Q4K, GgmlType::Q4K),
+            ("q4_k+q6_k", wide, GgmlType::Q4K, GgmlType::Q6K),
+        ] {
+            let path = tmp(&format!("moe-dispatch-{label}.gguf"));
+            TinyModel::random(cfg, 21).write_gguf_mixed(&path, ty, down);
+            let nv = Model::load(&path).unwrap().n_vocab;
+            let prompt: Vec<u32> = (0..20).map(|i| (i * 29 + 3) % nv as u32).collect();
+            if let Some((dev, api)) = api_for(device) {
+                let mut runs = Vec::new();
+                for (moe, graphs, fused_glu) in
+                    [(MoePath::Host, false, true), (MoePath::Auto, false, true), (MoePath::Auto, true, true), (MoePath::Device, true, false)]
+                {
+                    let opts = GpuOptions { moe, graphs, fused_glu, ..GpuOptions::default() };
+                    let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                    let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+                    let (mut l, mut all, mut toks) = (Vec::new(), Vec::new(), Vec::new());
+                    gpu.eval(&mut s, &prompt, Logits::All, &mut l).unwrap();
                     all.extend_from_slice(&l);
+                    let eager_after_prompt = s.eager_windows;
+                    for i in 0..14 {
+                        // Greedy, but every third step another token: inputs change between replays.
+                        let t = if i % 3 == 2 { (argmax(&l[l.len() - nv..]) + 7) % nv as u32 } else { argmax(&l[l.len() - nv..]) };
+                        toks.push(t);
+                        gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
+                        all.extend_from_slice(&l);
+                    }
+                    gpu.eval(&mut s, &[2, 4, 6, 8, 10], Logits::All, &mut l).unwrap();
+                    all.extend_from_slice(&l);
+                    eprintln!("{label} [{dev}] {moe:?} graphs={graphs} fused={fused_glu}: replays {} eager {} tokens {toks:?}", s.graph_replays, s.eager_windows);
+                    if graphs {
+                        assert!(s.graph_replays >= 15, "{label} [{dev}] {moe:?}: {} graph replays", s.graph_replays);
+                        assert_eq!(s.eager_windows, eager_after_prompt, "{label} [{dev}] {moe:?}: decode windows ran eagerly");
+                    } else {
+                        assert_eq!(s.graph_replays, 0);
+                    }
+                    runs.push((format!("{moe:?} graphs={graphs} fused={fused_glu}"), all));
                 }
-                gpu.eval(&mut s, &[2, 4, 6, 8, 10], Logits::All, &mut l).unwrap();
-                all.extend_from_slice(&l);
-                eprintln!("{label} [{dev}] {moe:?} graphs={graphs} fused={fused_glu}: replays {} eager {} tokens {toks:?}", s.graph_replays, s.eager_windows);
-                if graphs {
-                    assert!(s.graph_replays >= 15, "{label} [{dev}] {moe:?}: {} graph replays", s.graph_replays);
-                    assert_eq!(s.eager_windows, eager_after_prompt, "{label} [{dev}] {moe:?}: decode windows ran eagerly");
-                } else {
-                    assert_eq!(s.graph_replays, 0);
+                let (base_name, base) = &runs[0];
+                for (n, r) in &runs[1..] {
+                    assert_eq!(r.len(), base.len());
+                    let diff = r.iter().zip(base).position(|(a, b)| a.to_bits() != b.to_bits());
+                    assert!(diff.is_none(), "{label} [{dev}] {n} differs from {base_name} at logit {}", diff.unwrap_or(0));
                 }
-                runs.push((format!("{moe:?} graphs={graphs} fused={fused_glu}"), all));
             }
-            let (base_name, base) = &runs[0];
-            for (n, r) in &runs[1..] {
-                assert_eq!(r.len(), base.len());
-                let diff = r.iter().zip(base).position(|(a, b)| a.to_bits() != b.to_bits());
-                assert!(diff.is_none(), "{label} [{dev}] {n} differs from {base_name} at logit {}", diff.unwrap_or(0));
-            }
+            let _ = std::fs::remove_file(&path);
         }
-        let _ = std::fs::remove_file(&path);
     }
-});
+);

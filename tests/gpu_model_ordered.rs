@@ -167,94 +167,95 @@ test_device!(
     /// k = 512, activations with outliers and exact zeros), `geglu_table` = `geglu_ggml` bit for bit
     /// (gates around the ±10 cut-offs, tiny and huge values).
     model fn gpu_model_ordered_kernels_equal_cpu_code(device) {
-    use strata::gpu::ops::GpuOps;
-    use strata::cpu::matmul_ordered;
-    let (rows, ncols, k) = (37usize, 5usize, 512usize);
-    let mut rng = SplitMix64::new(5);
-    let mut x: Vec<f32> = (0..ncols * k).map(|_| rng.symmetric()).collect();
-    x[3] = 40.0;
-    x[k + 7] = -75.5;
-    x[2 * k..2 * k + 256].iter_mut().for_each(|v| *v = 0.0); // an all-zero Q8_K block
-    let wf: Vec<f32> = (0..rows * k).map(|_| rng.symmetric() * 0.5).collect();
-    let types = [
-        GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K,
-        GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::IQ4NL, GgmlType::F16, GgmlType::BF16, GgmlType::F32,
-    ];
-    if let Some((dev, api)) = api_for(device) {
-        let ops = GpuOps::new(api.clone()).expect("kernels load and pass the metadata checks");
-        let st = api.stream_create().unwrap();
-        let put = |b: &[u8]| {
-            let p = api.malloc(b.len().max(16)).unwrap();
-            api.memcpy_htod(p, b).unwrap();
-            p
-        };
-        let get = |p, n: usize| {
-            api.stream_synchronize(&st).unwrap();
-            let mut b = vec![0u8; n];
-            api.memcpy_dtoh(&mut b, p).unwrap();
-            b
-        };
-        let f32s = |b: Vec<u8>| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<f32>>();
-        let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let xd = put(&xb);
-        for at in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8K, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
-            let ab = at.row_bytes(k).unwrap();
-            let mut want = vec![0u8; ncols * ab];
-            for (c, a) in want.chunks_exact_mut(ab).enumerate() {
-                quant::quantize_row(at, &x[c * k..(c + 1) * k], a).unwrap();
+        use strata::gpu::ops::GpuOps;
+        use strata::cpu::matmul_ordered;
+        let (rows, ncols, k) = (37usize, 5usize, 512usize);
+        let mut rng = SplitMix64::new(5);
+        let mut x: Vec<f32> = (0..ncols * k).map(|_| rng.symmetric()).collect();
+        x[3] = 40.0;
+        x[k + 7] = -75.5;
+        x[2 * k..2 * k + 256].iter_mut().for_each(|v| *v = 0.0); // an all-zero Q8_K block
+        let wf: Vec<f32> = (0..rows * k).map(|_| rng.symmetric() * 0.5).collect();
+        let types = [
+            GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K,
+            GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::IQ4NL, GgmlType::F16, GgmlType::BF16, GgmlType::F32,
+        ];
+        if let Some((dev, api)) = api_for(device) {
+            let ops = GpuOps::new(api.clone()).expect("kernels load and pass the metadata checks");
+            let st = api.stream_create().unwrap();
+            let put = |b: &[u8]| {
+                let p = api.malloc(b.len().max(16)).unwrap();
+                api.memcpy_htod(p, b).unwrap();
+                p
+            };
+            let get = |p, n: usize| {
+                api.stream_synchronize(&st).unwrap();
+                let mut b = vec![0u8; n];
+                api.memcpy_dtoh(&mut b, p).unwrap();
+                b
+            };
+            let f32s = |b: Vec<u8>| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<f32>>();
+            let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let xd = put(&xb);
+            for at in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8K, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+                let ab = at.row_bytes(k).unwrap();
+                let mut want = vec![0u8; ncols * ab];
+                for (c, a) in want.chunks_exact_mut(ab).enumerate() {
+                    quant::quantize_row(at, &x[c * k..(c + 1) * k], a).unwrap();
+                }
+                let yd = put(&vec![0u8; want.len()]);
+                ops.quantize_ref(&st, at, xd, yd, (ncols * k) as u32).unwrap();
+                assert!(get(yd, want.len()) == want, "[{dev}] quantize_ref {} differs from quant::quantize_row", at.name());
+                api.free(yd).unwrap();
             }
-            let yd = put(&vec![0u8; want.len()]);
-            ops.quantize_ref(&st, at, xd, yd, (ncols * k) as u32).unwrap();
-            assert!(get(yd, want.len()) == want, "[{dev}] quantize_ref {} differs from quant::quantize_row", at.name());
-            api.free(yd).unwrap();
-        }
-        for ty in types {
-            let rb = ty.row_bytes(k).unwrap();
-            let mut w = vec![0u8; rows * rb];
-            for (r, dst) in w.chunks_exact_mut(rb).enumerate() {
-                quant::quantize_row(ty, &wf[r * k..(r + 1) * k], dst).unwrap();
+            for ty in types {
+                let rb = ty.row_bytes(k).unwrap();
+                let mut w = vec![0u8; rows * rb];
+                for (r, dst) in w.chunks_exact_mut(rb).enumerate() {
+                    quant::quantize_row(ty, &wf[r * k..(r + 1) * k], dst).unwrap();
+                }
+                let t = cpu_kernels::QTensor::new(ty, &w, rows, k).unwrap();
+                let mut want = vec![0f32; ncols * rows];
+                matmul_ordered(&t, &x, ncols, &mut want).unwrap();
+                let at = ty.vec_dot_type();
+                let ab = at.row_bytes(k).unwrap();
+                let (wd, ad, yd) = (put(&w), put(&vec![0u8; ncols * ab]), put(&vec![0u8; ncols * rows * 4]));
+                let a = if at == GgmlType::F32 { xd } else { ops.quantize_ref(&st, at, xd, ad, (ncols * k) as u32).map(|_| ad).unwrap() };
+                ops.mmv_ordered(&st, ty, wd, a, yd, rows as u32, ncols as u32, k as u32).unwrap();
+                let got = f32s(get(yd, ncols * rows * 4));
+                assert_bits(&format!("[{dev}] mmv_ordered {}", ty.name()), &got, &want);
+                for p in [wd, ad, yd] {
+                    api.free(p).unwrap();
+                }
             }
-            let t = cpu_kernels::QTensor::new(ty, &w, rows, k).unwrap();
-            let mut want = vec![0f32; ncols * rows];
-            matmul_ordered(&t, &x, ncols, &mut want).unwrap();
-            let at = ty.vec_dot_type();
-            let ab = at.row_bytes(k).unwrap();
-            let (wd, ad, yd) = (put(&w), put(&vec![0u8; ncols * ab]), put(&vec![0u8; ncols * rows * 4]));
-            let a = if at == GgmlType::F32 { xd } else { ops.quantize_ref(&st, at, xd, ad, (ncols * k) as u32).map(|_| ad).unwrap() };
-            ops.mmv_ordered(&st, ty, wd, a, yd, rows as u32, ncols as u32, k as u32).unwrap();
-            let got = f32s(get(yd, ncols * rows * 4));
-            assert_bits(&format!("[{dev}] mmv_ordered {}", ty.name()), &got, &want);
-            for p in [wd, ad, yd] {
+            // GELU through the f16 table.
+            let n = 4096usize;
+            let gate: Vec<f32> = (0..n)
+                .map(|i| match i % 8 {
+                    0 => -10.0,
+                    1 => 10.0,
+                    2 => -10.000001,
+                    3 => 9.999999,
+                    4 => rng.symmetric() * 1e-6,
+                    5 => rng.symmetric() * 1e4,
+                    _ => rng.symmetric() * 12.0,
+                })
+                .collect();
+            let upv: Vec<f32> = (0..n).map(|_| rng.symmetric() * 3.0).collect();
+            let mut want = vec![0f32; n];
+            cpu_kernels::geglu_ggml(&gate, &upv, &mut want);
+            let b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+            let (gd, ud, od) = (put(&b(&gate)), put(&b(&upv)), put(&vec![0u8; n * 4]));
+            let td = put(&b(cpu_kernels::gelu_f16_table()));
+            ops.geglu_table(&st, gd, ud, od, td, n as u32).unwrap();
+            assert_bits(&format!("[{dev}] geglu_table"), &f32s(get(od, n * 4)), &want);
+            for p in [gd, ud, od, td, xd] {
                 api.free(p).unwrap();
             }
+            eprintln!("[{dev}] ordered kernels: quantize_ref (6 activation types), mmv_ordered ({} weight types), geglu_table bit-identical", types.len());
         }
-        // GELU through the f16 table.
-        let n = 4096usize;
-        let gate: Vec<f32> = (0..n)
-            .map(|i| match i % 8 {
-                0 => -10.0,
-                1 => 10.0,
-                2 => -10.000001,
-                3 => 9.999999,
-                4 => rng.symmetric() * 1e-6,
-                5 => rng.symmetric() * 1e4,
-                _ => rng.symmetric() * 12.0,
-            })
-            .collect();
-        let upv: Vec<f32> = (0..n).map(|_| rng.symmetric() * 3.0).collect();
-        let mut want = vec![0f32; n];
-        cpu_kernels::geglu_ggml(&gate, &upv, &mut want);
-        let b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let (gd, ud, od) = (put(&b(&gate)), put(&b(&upv)), put(&vec![0u8; n * 4]));
-        let td = put(&b(cpu_kernels::gelu_f16_table()));
-        ops.geglu_table(&st, gd, ud, od, td, n as u32).unwrap();
-        assert_bits(&format!("[{dev}] geglu_table"), &f32s(get(od, n * 4)), &want);
-        for p in [gd, ud, od, td, xd] {
-            api.free(p).unwrap();
-        }
-        eprintln!("[{dev}] ordered kernels: quantize_ref (6 activation types), mmv_ordered ({} weight types), geglu_table bit-identical", types.len());
     }
-});
+);
 
 /// Rust never contracts `a * b + c`, and the ordered kernels must keep it that way: no FMA in
 /// `mmv_ordered` or `geglu_table_f32`, and in `quantize_ref` only the ones inside IEEE f32
