@@ -9,8 +9,7 @@
 
 use std::process::Command;
 
-use strata::gpu::device::Device;
-use strata::gpu::test_device::api_for;
+use strata::gpu::test_device::TestDevice;
 use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
@@ -29,8 +28,8 @@ fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
-fn gpu(path: &std::path::Path, ordered: bool, slots: Option<u32>, device: Device) -> GpuModel {
-    let (_, api) = api_for(device).expect("the test_device! body runs only on a device that opens");
+fn gpu(path: &std::path::Path, ordered: bool, slots: Option<u32>, device: &TestDevice) -> GpuModel {
+    let api = device.1.clone();
     let opts = GpuOptions { ordered, expert_cache: slots, ..GpuOptions::default() };
     GpuModel::new(Model::load(path).unwrap(), api, opts).unwrap()
 }
@@ -135,7 +134,7 @@ test_device!(
 
 test_device!(
     model fn expert_cache_refuses_experts_the_device_cannot_run_as_stored(device) {
-        let (_, api) = api_for(device).expect("the test_device! body runs only on a device that opens");
+        let api = device.1.clone();
         let opts = GpuOptions { expert_cache: Some(2), ..GpuOptions::default() };
         let err = GpuModel::new(Model::load(&reference(F32)).unwrap(), api, opts).err().expect("f32 experts are widened at upload");
         let msg = err.to_string();

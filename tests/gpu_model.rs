@@ -11,8 +11,7 @@
 use std::path::PathBuf;
 
 use quant::GgmlType;
-use strata::gpu::device::Device;
-use strata::gpu::test_device::api_for;
+use strata::gpu::test_device::TestDevice;
 use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
@@ -58,7 +57,7 @@ struct Case {
     min_greedy: usize,
 }
 
-fn run_case(c: &Case, device: Device) {
+fn run_case(c: &Case, device: &TestDevice) {
     let path = tmp(&format!("{}.gguf", c.name));
     TinyModel::random(c.cfg.clone(), 7).write_gguf(&path, c.ty);
     let cpu = Model::load(&path).unwrap();
@@ -66,7 +65,8 @@ fn run_case(c: &Case, device: Device) {
     let mut r = SplitMix64::new(99);
     // 7 prompt tokens: one window on the GPU, one chunk on the CPU, so traces line up.
     let prompt: Vec<u32> = (0..7).map(|_| ((r.symmetric() + 1.0) * 0.5 * (nv - 1) as f32) as u32).collect();
-    if let Some((dev, api)) = api_for(device) {
+    {
+        let (dev, api) = device.clone();
         let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
         let mut cs = cpu.new_session(c.kv, 64, 512);
         cs.ordered_attention = true;
@@ -166,7 +166,8 @@ test_device!(
     model fn gpu_model_graph_replay_equals_eager(device) {
         let path = tmp("graphs.gguf");
         TinyModel::random(qwen3_cfg(), 3).write_gguf(&path, GgmlType::Q8_0);
-        if let Some((dev, api)) = api_for(device) {
+        {
+            let (dev, api) = device.clone();
             let mut runs = Vec::new();
             for graphs in [false, true] {
                 let opts = GpuOptions { graphs, ..GpuOptions::default() };
@@ -214,7 +215,8 @@ test_device!(
         cs.ordered_attention = true;
         let mut want = Vec::new();
         cpu.eval(&mut cs, &prompt, Logits::All, &mut want).unwrap();
-        if let Some((dev, api)) = api_for(device) {
+        {
+            let (dev, api) = device.clone();
             // MMVQ computes the same Q8 integers as the CPU, but per-block sums are added in another
             // order; rows 0-6 agree to 1e-7, then (measured) row 7 jumps to 2e-2 and the later rows
             // stay near 1e-2: a last-bit difference flipping one f16 or Q8 rounding, whose size is
@@ -278,7 +280,8 @@ test_device!(model fn gpu_model_mmq_prefill_types_match_cpu(device) {
             cpu_toks.push(argmax(&cl));
             cpu_logits.push(cl.clone());
         }
-        if let Some((dev, api)) = api_for(device) {
+        {
+            let (dev, api) = device.clone();
             let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
                 let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
                 let mut gs = gpu.new_session(KvType::F16, 96, 32).unwrap();
@@ -335,7 +338,8 @@ test_device!(
         use strata::spec::{SpecConfig, SuffixDrafter, generate_greedy_spec};
         let path = tmp("spec.gguf");
         TinyModel::random(qwen3_cfg(), 9).write_gguf(&path, GgmlType::Q8_0);
-        if let Some((dev, api)) = api_for(device) {
+        {
+            let (dev, api) = device.clone();
             let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
             let phrase = [5u32, 17, 33, 2, 71, 40];
             let prompt: Vec<u32> = phrase.iter().chain(&phrase).chain(&phrase).copied().collect();
@@ -370,7 +374,8 @@ test_device!(
         let path = tmp("fused.gguf");
         TinyModel::random(qwen3_cfg(), 13).write_gguf(&path, GgmlType::Q8_0);
         let prompt = [3u32, 14, 15, 92, 65, 35];
-        if let Some((dev, api)) = api_for(device) {
+        {
+            let (dev, api) = device.clone();
             let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
                 let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
                 let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
@@ -428,7 +433,8 @@ test_device!(
             TinyModel::random(cfg, 21).write_gguf_mixed(&path, ty, down);
             let nv = Model::load(&path).unwrap().n_vocab;
             let prompt: Vec<u32> = (0..20).map(|i| (i * 29 + 3) % nv as u32).collect();
-            if let Some((dev, api)) = api_for(device) {
+            {
+                let (dev, api) = device.clone();
                 let mut runs = Vec::new();
                 for (moe, graphs, fused_glu) in
                     [(MoePath::Host, false, true), (MoePath::Auto, false, true), (MoePath::Auto, true, true), (MoePath::Device, true, false)]

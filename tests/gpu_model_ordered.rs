@@ -8,8 +8,7 @@
 use std::path::PathBuf;
 
 use quant::GgmlType;
-use strata::gpu::device::Device;
-use strata::gpu::test_device::api_for;
+use strata::gpu::test_device::TestDevice;
 use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
@@ -49,7 +48,7 @@ fn ordered_cpu_session(cpu: &Model, kv: KvType) -> strata::cpu::Session {
     cs
 }
 
-fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType, device: Device) {
+fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType, device: &TestDevice) {
     let path = tmp(&format!("{name}.gguf"));
     TinyModel::random(cfg.clone(), 7).write_gguf(&path, ty);
     let cpu = Model::load(&path).unwrap();
@@ -61,7 +60,8 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType, device: Devic
     // 19 tokens: GPU windows of 8 + 8 + 3 against one CPU chunk (logits only).
     let long: Vec<u32> = (0..19).map(|_| tok()).collect();
     let forced: Vec<u32> = (0..6).map(|_| tok()).collect();
-    if let Some((dev, api)) = api_for(device) {
+    {
+        let (dev, api) = device.clone();
         let opts = GpuOptions { ordered: true, ..GpuOptions::default() };
         let gpu = GpuModel::new(Model::load(&path).unwrap(), api, opts).unwrap();
 
@@ -180,7 +180,8 @@ test_device!(
             GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K,
             GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::IQ4NL, GgmlType::F16, GgmlType::BF16, GgmlType::F32,
         ];
-        if let Some((dev, api)) = api_for(device) {
+        {
+            let (dev, api) = device.clone();
             let ops = GpuOps::new(api.clone()).expect("kernels load and pass the metadata checks");
             let st = api.stream_create().unwrap();
             let put = |b: &[u8]| {

@@ -29,11 +29,14 @@ pub fn open_ops(device: Device) -> Result<GpuOps, String> {
     Ok(GpuOps::new(api).unwrap_or_else(|e| panic!("{} ({}) opened but its kernels do not load: {e}", info.name, info.arch)))
 }
 
+/// A device opened for a model-level test: its name (`"emu"`, `"hip"`) and its api.
+pub type TestDevice = (&'static str, Arc<dyn GpuApi>);
+
 /// The device a model-level test runs on, as `(name, api)`: the software device always (a
 /// panic if it does not open); a card through HIP when one opens, else `None` after printing
 /// why (the test's reason to skip). Model tests build whole sessions over the `GpuApi`, so they
 /// take the api, not a [`GpuOps`].
-pub fn api_for(device: Device) -> Option<(&'static str, Arc<dyn GpuApi>)> {
+pub fn api_for(device: Device) -> Option<TestDevice> {
     match open_device(device) {
         Ok(api) => Some((if device == Device::Emu { "emu" } else { "hip" }, Arc::from(api))),
         Err(e) if device == Device::Emu => panic!("the software device does not open: {e}"),
@@ -49,7 +52,7 @@ pub fn api_for(device: Device) -> Option<(&'static str, Arc<dyn GpuApi>)> {
 /// (`hip` skips, printing why, when no card opens). `test_device!(emu_only fn name(ops) { .. })`
 /// makes only `name::emu`, for bodies that need the software device (its instruction and byte
 /// counters, traps). `test_device!(model fn name(device) { .. })` runs the body with
-/// `device: Device` (`Emu` or `Hip`) for tests that build whole models on it ([`api_for`]);
+/// `device: &TestDevice`, opened once by [`api_for`], for tests that build whole models on it;
 /// its `hip` test returns before the body when no card opens. The body sees the items of the
 /// enclosing module.
 #[macro_export]
@@ -84,15 +87,14 @@ macro_rules! test_device {
             use super::*;
             #[test]
             fn emu() {
-                let $device = $crate::gpu::device::Device::Emu;
+                let opened = $crate::gpu::test_device::api_for($crate::gpu::device::Device::Emu).expect("api_for panics when emu fails");
+                let $device: &$crate::gpu::test_device::TestDevice = &opened;
                 $body
             }
             #[test]
             fn hip() {
-                if $crate::gpu::test_device::api_for($crate::gpu::device::Device::Hip).is_none() {
-                    return;
-                }
-                let $device = $crate::gpu::device::Device::Hip;
+                let Some(opened) = $crate::gpu::test_device::api_for($crate::gpu::device::Device::Hip) else { return };
+                let $device: &$crate::gpu::test_device::TestDevice = &opened;
                 $body
             }
         }
