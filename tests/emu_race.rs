@@ -87,10 +87,6 @@ fn source_chain(e: &dyn std::error::Error) -> String {
     s.join(" / ")
 }
 
-fn rand_f32(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.symmetric() * scale).collect()
-}
-
 fn q8_1(x: &[f32]) -> Vec<u8> {
     let mut q = vec![0u8; x.len() / 32 * 36];
     quant::quantize_row(quant::GgmlType::Q8_1, x, &mut q).unwrap();
@@ -124,7 +120,7 @@ fn check(family: &str, workload: impl Fn(&mut Run)) {
 fn quantize_and_dequant() {
     check("quantize/dequant", |r| {
         let mut rng = SplitMix64::new(1);
-        let x = rand_f32(&mut rng, 4096 * 2, 3.0);
+        let x = rng.symmetric_vec(4096 * 2, 3.0);
         let xb = r.f32s(&x);
         let n = x.len();
         let y = r.zeros(n / 32 * 36);
@@ -156,7 +152,7 @@ fn mmvq_glu_and_expert_dispatch() {
             let w = random_blocks(ty, nrows * k / bk, &mut rng);
             let wu = random_blocks(ty, nrows * k / bk, &mut rng);
             let (wb, wub) = (r.up(&w), r.up(&wu));
-            let xq = q8_1(&rand_f32(&mut rng, 8 * k, 1.0));
+            let xq = q8_1(&rng.symmetric_vec(8 * k, 1.0));
             let xb = r.up(&xq);
             for nc in [1u32, 4, 8] {
                 let y = r.zeros(nc as usize * nrows * 4);
@@ -184,7 +180,7 @@ fn mmvq_glu_and_expert_dispatch() {
             let ns = nt * ku;
             let eids: Vec<u32> = vec![2, 0, 1, 3, 3, 2];
             let ib = r.u32s(&eids);
-            let exq = q8_1(&rand_f32(&mut rng, ns * ek, 1.0));
+            let exq = q8_1(&rng.symmetric_vec(ns * ek, 1.0));
             let exb = r.up(&exq);
             for glu in [false, true] {
                 let y = r.zeros(ns * er * 4);
@@ -205,7 +201,7 @@ fn mmq_wmma_and_dot4() {
             // two row tiles and a ragged column tile
             let (m, n, k) = (300usize, 37usize, 256usize);
             let w = random_blocks(ty, m * k / ty.block_k() as usize, &mut rng);
-            let xq = q8_1(&rand_f32(&mut rng, n * k, 1.0));
+            let xq = q8_1(&rng.symmetric_vec(n * k, 1.0));
             let (wb, xb) = (r.up(&w), r.up(&xq));
             for variant in [MmqVariant::Wmma, MmqVariant::Dot4] {
                 let y = r.zeros(n * m * 4);
@@ -222,8 +218,8 @@ fn forward_pass_elementwise_ops() {
     check("elementwise", |r| {
         let mut rng = SplitMix64::new(4);
         for (n, rows) in [(4096usize, 2usize), (100, 3), (2560, 9)] {
-            let x = rand_f32(&mut rng, n * rows, 4.0);
-            let w = rand_f32(&mut rng, n, 2.0);
+            let x = rng.symmetric_vec(n * rows, 4.0);
+            let w = rng.symmetric_vec(n, 2.0);
             let (xb, wb) = (r.f32s(&x), r.f32s(&w));
             for ggml in [false, true] {
                 let y = r.zeros(n * rows * 4);
@@ -235,19 +231,19 @@ fn forward_pass_elementwise_ops() {
             r.op(&format!("softmax n={n}"), sb, n * rows * 4, |o| o.softmax(&S, sb, n as u32, rows as u32));
         }
         let (hd, nh, nt) = (128usize, 4usize, 3usize);
-        let x = rand_f32(&mut rng, nt * nh * hd, 2.0);
+        let x = rng.symmetric_vec(nt * nh * hd, 2.0);
         let xb = r.f32s(&x);
         let table = GpuOps::rope_table(10000.0, 1.0, hd, 64);
         let (pb, tb) = (r.u32s(&[63, 5, 17]), r.f32s(&table));
         r.op("rope", xb, x.len() * 4, |o| o.rope(&S, xb, pb, tb, nt as u32, nh as u32, hd as u32, hd as u32, true, false));
         let n = 3000usize;
-        let (g, u) = (rand_f32(&mut rng, n, 12.0), rand_f32(&mut rng, n, 3.0));
+        let (g, u) = (rng.symmetric_vec(n, 12.0), rng.symmetric_vec(n, 3.0));
         let (gb, ub) = (r.f32s(&g), r.f32s(&u));
         for act in [GluAct::Silu, GluAct::GeluTanh] {
             let o_ = r.zeros(n * 4);
             r.op(&format!("glu {act:?}"), o_, n * 4, |o| o.glu(&S, gb, ub, o_, n as u32, act));
         }
-        let (b, xa) = (rand_f32(&mut rng, 4 * 300, 5.0), rand_f32(&mut rng, 4 * 300, 5.0));
+        let (b, xa) = (rng.symmetric_vec(4 * 300, 5.0), rng.symmetric_vec(4 * 300, 5.0));
         let (bb, xab) = (r.f32s(&b), r.f32s(&xa));
         r.op("add_rows", xab, xa.len() * 4, |o| o.add_rows(&S, xab, bb, 300, 4, 300));
         r.op("scale", xab, xa.len() * 4, |o| o.scale(&S, xab, 1200, 0.3));
@@ -258,7 +254,7 @@ fn forward_pass_elementwise_ops() {
         // get_rows: f32, f16 and a quantized table
         let ids = r.u32s(&[3, 0, 7, 3, 1]);
         let k = 512usize;
-        let tf = r.f32s(&rand_f32(&mut rng, 8 * k, 1.0));
+        let tf = r.f32s(&rng.symmetric_vec(8 * k, 1.0));
         let out = r.zeros(5 * k * 4);
         r.op("get_rows f32", out, 5 * k * 4, |o| o.get_rows(&S, RowType::F32, tf, ids, 5, k as u32, out, 1.0));
         let th: Vec<u8> = (0..8 * k).flat_map(|i| quant::f32_to_f16((i % 97) as f32 * 0.01).to_le_bytes()).collect();
@@ -272,7 +268,7 @@ fn forward_pass_elementwise_ops() {
         }
         // KV store, f16 and int8, 8 tokens of 4 heads of 128
         let (nkv, hd, nt, cap) = (4usize, 128usize, 8usize, 20usize);
-        let src = r.f32s(&rand_f32(&mut rng, nt * nkv * hd, 3.0));
+        let src = r.f32s(&rng.symmetric_vec(nt * nkv * hd, 3.0));
         let pos = r.u32s(&(0..nt as u32).map(|i| (i * 7 + 3) % cap as u32).collect::<Vec<u32>>());
         let cache = r.zeros(cap * nkv * hd * 2);
         r.op("kv_store f16", cache, cap * nkv * hd * 2, |o| o.kv_store(&S, KvFormat::F16, src, cache, 0, pos, nt as u32, nkv as u32, hd as u32));
@@ -280,7 +276,7 @@ fn forward_pass_elementwise_ops() {
         r.op("kv_store int8", cache, cap * nkv * hd, |o| o.kv_store(&S, KvFormat::Int8, src, cache, scales, pos, nt as u32, nkv as u32, hd as u32));
         // MoE router (128 experts, top 8, ties) and combine
         let (ne, kk, nt) = (128usize, 8usize, 5usize);
-        let mut logits = rand_f32(&mut rng, nt * ne, 4.0);
+        let mut logits = rng.symmetric_vec(nt * ne, 4.0);
         logits[3] = 9.0;
         logits[7] = 9.0;
         let lb = r.f32s(&logits);
@@ -288,9 +284,9 @@ fn forward_pass_elementwise_ops() {
         r.op("moe_router ids", ib, nt * kk * 4, |o| o.moe_router(&S, lb, ib, wb, nt as u32, ne as u32, kk as u32, true));
         r.op("moe_router weights", wb, nt * kk * 4, |_| Ok(()));
         let (d, ny) = (300usize, 40usize);
-        let yb = r.f32s(&rand_f32(&mut rng, ny * d, 2.0));
+        let yb = r.f32s(&rng.symmetric_vec(ny * d, 2.0));
         let map = r.u32s(&(0..nt * kk).map(|i| (i * 13 % ny) as u32).collect::<Vec<u32>>());
-        let mw = r.f32s(&rand_f32(&mut rng, nt * kk, 1.0));
+        let mw = r.f32s(&rng.symmetric_vec(nt * kk, 1.0));
         let out = r.zeros(nt * d * 4);
         r.op("moe_combine", out, nt * d * 4, |o| o.moe_combine(&S, yb, map, mw, out, d as u32, nt as u32, kk as u32));
     });
@@ -316,12 +312,12 @@ fn attention_ordered_and_fast() {
             let (kr, vr) = (raw(&mut rng), raw(&mut rng));
             let (kb, vb) = (r.up(&kr), r.up(&vr));
             let (ks, vs) = if int8 {
-                (r.f32s(&rand_f32(&mut rng, cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()),
-                 r.f32s(&rand_f32(&mut rng, cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()))
+                (r.f32s(&rng.symmetric_vec(cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()),
+                 r.f32s(&rng.symmetric_vec(cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()))
             } else {
                 (0, 0)
             };
-            let q = r.f32s(&rand_f32(&mut rng, nt * nh * hd, 1.0));
+            let q = r.f32s(&rng.symmetric_vec(nt * nh * hd, 1.0));
             let pos = r.u32s(&(0..nt).map(|i| (last + 1 - nt + i) as u32).collect::<Vec<u32>>());
             let fmt = if int8 { KvFormat::Int8 } else { KvFormat::F16 };
             for mode in [AttnMode::Ordered, AttnMode::Fast] {
@@ -338,7 +334,7 @@ fn attention_ordered_and_fast() {
 fn ordered_numerics_kernels() {
     check("ordered", |r| {
         let mut rng = SplitMix64::new(6);
-        let x = rand_f32(&mut rng, 1024, 2.0);
+        let x = rng.symmetric_vec(1024, 2.0);
         let xb = r.f32s(&x);
         for (ty, bytes) in [(quant::GgmlType::Q8_1, 1024 / 32 * 36), (quant::GgmlType::Q8K, 1024 / 256 * 292)] {
             let y = r.zeros(bytes);
@@ -349,7 +345,7 @@ fn ordered_numerics_kernels() {
         let wb = r.up(&w);
         // Q4_K's dot type is Q8_K
         let mut aq = vec![0u8; 2 * k / 256 * 292];
-        quant::quantize_row(quant::GgmlType::Q8K, &rand_f32(&mut rng, 2 * k, 1.0), &mut aq).unwrap();
+        quant::quantize_row(quant::GgmlType::Q8K, &rng.symmetric_vec(2 * k, 1.0), &mut aq).unwrap();
         let a = r.up(&aq);
         let y = r.zeros(2 * nrows * 4);
         r.op("mmv_ordered Q4_K", y, 2 * nrows * 4, |o| o.mmv_ordered(&S, quant::GgmlType::Q4K, wb, a, y, nrows as u32, 2, k as u32));

@@ -68,9 +68,6 @@ pub(crate) fn upf<'a>(ops: &'a GpuOps, v: &[f32]) -> Buf<'a> {
 pub(crate) fn upu<'a>(ops: &'a GpuOps, v: &[u32]) -> Buf<'a> {
     up(ops, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
-pub(crate) fn rand_f32(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.symmetric() * scale).collect()
-}
 pub(crate) fn ggml(ty: WType) -> GgmlType {
     GgmlType::from_u32(ty.ggml_id()).expect("ggml type")
 }
@@ -89,7 +86,7 @@ test_device!(
         let name = device_name(ops);
         let mut rng = SplitMix64::new(1);
         for n in [256usize, 4096 * 3] {
-            let mut x = rand_f32(&mut rng, n, 3.0);
+            let mut x = rng.symmetric_vec(n, 3.0);
             x[5] = 0.0;
             x[..32].fill(0.0); // an all-zero block
             let xb = upf(&ops, &x);
@@ -145,7 +142,7 @@ test_device!(
                 let bk = ty.block_k() as usize;
                 let row_bytes = k / bk * ty.block_bytes() as usize;
                 let w = random_blocks(ty, nrows * k / bk, &mut rng);
-                let x = rand_f32(&mut rng, ncols_ok * k, 1.0);
+                let x = rng.symmetric_vec(ncols_ok * k, 1.0);
                 let mut xq = vec![0u8; ncols_ok * k / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
                 let ids: Vec<u32> = if rowsel { (0..nrows as u32).rev().step_by(3).collect() } else { (0..nrows as u32).collect() };
@@ -177,7 +174,7 @@ test_device!(
             let k = 8192usize;
             let bk = ty.block_k() as usize;
             let w = random_blocks(ty, 4 * k / bk, &mut rng);
-            let x = rand_f32(&mut rng, 8 * k, 1.0);
+            let x = rng.symmetric_vec(8 * k, 1.0);
             let mut xq = vec![0u8; 8 * k / 32 * 36];
             quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
             let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
@@ -207,8 +204,8 @@ test_device!(
         let name = device_name(ops);
         let mut rng = SplitMix64::new(4);
         for (n, rows) in [(4096usize, 1usize), (100, 3), (7, 2), (2560, 9)] {
-            let x = rand_f32(&mut rng, n * rows, 4.0);
-            let w = rand_f32(&mut rng, n, 2.0);
+            let x = rng.symmetric_vec(n * rows, 4.0);
+            let w = rng.symmetric_vec(n, 2.0);
             let eps = 1e-6;
             for ggml in [false, true] {
                 let mut want = vec![0f32; n * rows];
@@ -237,7 +234,7 @@ test_device!(
             let (base, fscale) = (10000.0f32, 1.0f32);
             let n_pos = 300;
             let pos: Vec<u32> = (0..nt).map(|i| if i == 0 { n_pos as u32 - 1 } else { (rng.next_u64() % n_pos as u64) as u32 }).collect();
-            let x = rand_f32(&mut rng, nt * nh * hd, 2.0);
+            let x = rng.symmetric_vec(nt * nh * hd, 2.0);
             for (neox, fma) in [(true, false), (false, false), (true, true)] {
                 let table = if fma { GpuOps::rope_table_ggml(base, fscale, rd, n_pos) } else { GpuOps::rope_table(base, fscale, rd, n_pos) };
                 let mut want = x.clone();
@@ -266,11 +263,11 @@ test_device!(
         let name = device_name(ops);
         let mut rng = SplitMix64::new(6);
         for n in [1usize, 1000, 8192] {
-            let mut g = rand_f32(&mut rng, n, 12.0);
+            let mut g = rng.symmetric_vec(n, 12.0);
             if n > 10 {
                 g[..6].copy_from_slice(&[0.0, -0.0, 30.0, -30.0, 1e-8, -95.0]);
             }
-            let u = rand_f32(&mut rng, n, 3.0);
+            let u = rng.symmetric_vec(n, 3.0);
             for act in [GluAct::Silu, GluAct::GeluTanh] {
                 let mut want = vec![0f32; n];
                 match act {
@@ -326,8 +323,8 @@ test_device!(
         let name = device_name(ops);
         let mut rng = SplitMix64::new(7);
         for (n, rows, stride) in [(1usize, 1usize, 1usize), (300, 4, 300), (64, 3, 0), (100, 2, 128)] {
-            let x = rand_f32(&mut rng, n * rows, 5.0);
-            let b = rand_f32(&mut rng, stride * rows + n, 5.0);
+            let x = rng.symmetric_vec(n * rows, 5.0);
+            let b = rng.symmetric_vec(stride * rows + n, 5.0);
             let mut want = x.clone();
             for r in 0..rows {
                 for i in 0..n {
@@ -349,7 +346,7 @@ test_device!(
         let name = device_name(ops);
         let mut rng = SplitMix64::new(8);
         for (n, rows) in [(1usize, 1usize), (37, 3), (4096, 2), (151, 9)] {
-            let mut x = rand_f32(&mut rng, n * rows, 20.0);
+            let mut x = rng.symmetric_vec(n * rows, 20.0);
             if n > 4 {
                 x[1] = f32::NEG_INFINITY; // masked entry
             }
@@ -394,7 +391,7 @@ test_device!(
                 assert_bits(name, &format!("get_rows {ty:?} scale {scale}"), &o.f32s(), &want);
             }
             let k = 40usize;
-            let tf = rand_f32(&mut rng, nrows * k, 3.0);
+            let tf = rng.symmetric_vec(nrows * k, 3.0);
             let th: Vec<u16> = tf.iter().map(|&v| quant::f32_to_f16(v)).collect();
             for f16 in [false, true] {
                 let mut want = vec![0f32; ids.len() * k];
@@ -422,7 +419,7 @@ test_device!(
         let name = device_name(ops);
         let mut rng = SplitMix64::new(13);
         for (ne, k, nt, renorm) in [(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true), (512, 10, 3, true), (300, 16, 2, false)] {
-            let mut logits = rand_f32(&mut rng, nt * ne, 4.0);
+            let mut logits = rng.symmetric_vec(nt * ne, 4.0);
             if ne > 8 {
                 // exact ties: lower index first
                 logits[3] = 9.0;
@@ -457,7 +454,7 @@ test_device!(
         let moe = Moe { n_used: 10, router: unused(), experts: Vec::new(), shared_gate: unused(), shared: SwiGlu { gate: unused(), up: unused(), down: unused() } };
         let (ne, nt) = (512usize, 4usize);
         let mut rng = SplitMix64::new(15);
-        let mut logits = rand_f32(&mut rng, nt * ne, 6.0);
+        let mut logits = rng.symmetric_vec(nt * ne, 6.0);
         logits[100] = 9.0; // exact ties in token 0: lower index first
         logits[40] = 9.0;
         let lb = upf(&ops, &logits);
@@ -480,9 +477,9 @@ test_device!(
         let name = device_name(ops);
         let mut rng = SplitMix64::new(14);
         for (d, nt, k, ny) in [(64usize, 1usize, 2usize, 4usize), (300, 5, 8, 40), (1, 3, 1, 3)] {
-            let y = rand_f32(&mut rng, ny * d, 2.0);
+            let y = rng.symmetric_vec(ny * d, 2.0);
             let map: Vec<u32> = (0..nt * k).map(|_| (rng.next_u64() % ny as u64) as u32).collect();
-            let w = rand_f32(&mut rng, nt * k, 1.0);
+            let w = rng.symmetric_vec(nt * k, 1.0);
             let mut want = vec![0f32; nt * d];
             for t in 0..nt {
                 for j in 0..k {
@@ -514,7 +511,7 @@ test_device!(
                 let bk = ty.block_k() as usize;
                 let wg = random_blocks(ty, nrows * k / bk, &mut rng);
                 let wu = random_blocks(ty, nrows * k / bk, &mut rng);
-                let x = rand_f32(&mut rng, ncols as usize * k, 1.0);
+                let x = rng.symmetric_vec(ncols as usize * k, 1.0);
                 let mut xq = vec![0u8; ncols as usize * k / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
                 let ids: Vec<u32> = if rowsel { (0..nrows as u32).rev().step_by(2).collect() } else { (0..nrows as u32).collect() };
@@ -563,7 +560,7 @@ test_device!(
             for &(m, n, k) in shapes {
                 let (bk, bb) = (ty.block_k() as usize, ty.block_bytes() as usize);
                 let w = random_blocks(ty, m * k / bk, &mut rng);
-                let x = rand_f32(&mut rng, n * k, 1.0);
+                let x = rng.symmetric_vec(n * k, 1.0);
                 let mut xq = vec![0u8; n * k / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
                 let nb = k / 32;
@@ -633,7 +630,7 @@ test_device!(
                     }
                     ids.extend_from_slice(&pick[..ku]);
                 }
-                let x = rand_f32(&mut rng, ns * kd, 1.0);
+                let x = rng.symmetric_vec(ns * kd, 1.0);
                 let mut xq = vec![0u8; ns * kd / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
                 let (gb, ub, xb, ib) = (up(&ops, &wg), up(&ops, &wu), up(&ops, &xq), upu(&ops, &ids));

@@ -27,8 +27,8 @@ test_device!(
                 let mut cache = KvCache::new(ty, cap, &[(nkv, hd)]);
                 let LayerCache::Attention(layer) = &mut cache.layers[0];
                 let pos: Vec<u32> = (0..nt as u32).map(|i| (i * 7 + 3) % cap as u32).collect();
-                let mut k = rand_f32(&mut rng, nt * nkv * hd, 3.0);
-                let v = rand_f32(&mut rng, nt * nkv * hd, 0.5);
+                let mut k = rng.symmetric_vec(nt * nkv * hd, 3.0);
+                let v = rng.symmetric_vec(nt * nkv * hd, 0.5);
                 k[..hd].fill(0.0); // an all-zero row: scale 0
                 k[hd + 1] = 1e-30;
                 let w = nkv * hd;
@@ -62,8 +62,8 @@ fn kv_setup(ty: KvType, cap: usize, nkv: usize, hd: usize, rng: &mut SplitMix64)
     let mut cache = KvCache::new(ty, cap, &[(nkv, hd)]);
     let LayerCache::Attention(layer) = &mut cache.layers[0];
     for p in 0..cap {
-        let k = rand_f32(rng, nkv * hd, 1.5);
-        let v = rand_f32(rng, nkv * hd, 1.0);
+        let k = rng.symmetric_vec(nkv * hd, 1.5);
+        let v = rng.symmetric_vec(nkv * hd, 1.0);
         layer.write(p, &k, &v);
     }
     KvSetup { cache }
@@ -97,7 +97,7 @@ test_device!(
             let cap = last + 1 + 9;
             let kv = kv_setup(ty, cap, nkv, hd, &mut rng);
             let LayerCache::Attention(layer) = &kv.cache.layers[0];
-            let q = rand_f32(&mut rng, nt * nh * hd, 1.0);
+            let q = rng.symmetric_vec(nt * nh * hd, 1.0);
             let pos0 = last + 1 - nt;
             let kq_scale = 1.0 / (hd as f32).sqrt();
             let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale, ggml_exact: false };
@@ -152,7 +152,7 @@ test_device!(
         ops.set_attn_max_kv(16).unwrap();
         assert!(ops.set_attn_max_kv(0).is_err());
         let (kb, vb) = (up(&ops, &kr), up(&ops, &vr));
-        let q = rand_f32(&mut rng, 32, 1.0);
+        let q = rng.symmetric_vec(32, 1.0);
         let (qb, pb) = (upf(&ops, &q), upu(&ops, &[39]));
         let ob = zeros(&ops, 32 * 4);
         let r = ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 0, 1.0);

@@ -16,7 +16,7 @@ use strata::test_device;
 const MOE_TOL: f32 = 1e-5;
 
 fn mat(rng: &mut SplitMix64, rows: usize, cols: usize, scale: f32) -> Mat {
-    Mat::from_f32(rows, cols, &rand_f32(rng, rows * cols, scale)).expect("f32 matrix")
+    Mat::from_f32(rows, cols, &rng.symmetric_vec(rows * cols, scale)).expect("f32 matrix")
 }
 
 fn swiglu(rng: &mut SplitMix64, e: usize, ff: usize) -> SwiGlu {
@@ -39,7 +39,7 @@ test_device!(
             shared_gate: mat(&mut rng, 1, e, 1.0),
             shared: swiglu(&mut rng, e, ff),
         };
-        let x = rand_f32(&mut rng, n * e, 1.0);
+        let x = rng.symmetric_vec(n * e, 1.0);
         let mut want = vec![0f32; n * e];
         moe.forward(&x, n, &mut want);
 

@@ -32,7 +32,7 @@ fn layer(rng: &mut SplitMix64, hk: usize, hv: usize, s: usize, k: usize) -> Gdn 
         eps: 1e-6,
         qkv: unused(),
         gate: unused(),
-        conv: rand_f32(rng, c * k, 0.6),
+        conv: rng.symmetric_vec(c * k, 0.6),
         dt_bias: (0..hv).map(|_| -1.0 + 0.5 * rng.symmetric()).collect(),
         a: (0..hv).map(|_| -(rng.symmetric()).exp()).collect(),
         beta: unused(),
@@ -122,10 +122,10 @@ impl<'a> DevLayer<'a> {
 fn inputs(rng: &mut SplitMix64, g: &Gdn, n: usize) -> [Vec<f32>; 4] {
     let c = (2 * g.hk + g.hv) * g.s;
     [
-        rand_f32(rng, n * c, 2.0),
-        rand_f32(rng, n * g.hv * g.s, 3.0),
-        rand_f32(rng, n * g.hv, 3.0),
-        rand_f32(rng, n * g.hv, 2.0),
+        rng.symmetric_vec(n * c, 2.0),
+        rng.symmetric_vec(n * g.hv * g.s, 3.0),
+        rng.symmetric_vec(n * g.hv, 3.0),
+        rng.symmetric_vec(n * g.hv, 2.0),
     ]
 }
 
@@ -139,8 +139,8 @@ test_device!(
             let g = layer(&mut rng, hk, hv, s, k);
             let mut st = g.new_state();
             // A state as after earlier tokens.
-            st.conv = rand_f32(&mut rng, st.conv.len(), 1.5);
-            st.m = rand_f32(&mut rng, st.m.len(), 0.3);
+            st.conv = rng.symmetric_vec(st.conv.len(), 1.5);
+            st.m = rng.symmetric_vec(st.m.len(), 0.3);
             let dl = DevLayer::new(ops, &g, &st);
             let mut worst = 0f32;
             for (call, n) in [1usize, 8, 3, 1].into_iter().enumerate() {
@@ -165,7 +165,7 @@ test_device!(
         for s in [32, 128] {
         let g = layer(&mut rng, 2, 4, s, 4);
         let mut st = g.new_state();
-        st.m = rand_f32(&mut rng, st.m.len(), 0.3);
+        st.m = rng.symmetric_vec(st.m.len(), 0.3);
         let (window, single) = (DevLayer::new(ops, &g, &st), DevLayer::new(ops, &g, &st));
         let n = 8;
         let [m, z, b, a] = inputs(&mut rng, &g, n);
@@ -192,7 +192,7 @@ test_device!(
         for s in [32usize, 128] {
             let g = layer(&mut rng, 1, 2, s, 4);
             let mut st = g.new_state();
-            st.m = rand_f32(&mut rng, st.m.len(), 0.3);
+            st.m = rng.symmetric_vec(st.m.len(), 0.3);
             let (spec, plain) = (DevLayer::new(ops, &g, &st), DevLayer::new(ops, &g, &st));
             let snap = DevLayer::new(ops, &g, &g.new_state());
             let [m0, z0, b0, a0] = inputs(&mut rng, &g, 2);

@@ -16,7 +16,7 @@ const GR_TOL: f32 = strata::gpu::selftest::reference::GR_TOL as f32;
 
 fn mixer(rng: &mut SplitMix64, hc: usize, e: usize, lr: usize) -> HyperConn {
     let mut mat = |rows: usize, cols: usize| {
-        Mat::from_f32(rows, cols, &rand_f32(rng, rows * cols, 0.05)).expect("f32 matrix")
+        Mat::from_f32(rows, cols, &rng.symmetric_vec(rows * cols, 0.05)).expect("f32 matrix")
     };
     let (down, up, inject) = (mat(lr, hc * e), mat(hc * e, lr), Some(mat(hc, hc * e)));
     HyperConn {
@@ -74,7 +74,7 @@ test_device!(
         // The fixture's width, and Flash-Next's 4 x 2560 with low rank 320.
         for (hc, e, lr, n) in [(4usize, 64usize, 16usize, 3usize), (2, 96, 8, 1), (4, 2560, 320, 2)] {
             let h = mixer(&mut rng, hc, e, lr);
-            let r = rand_f32(&mut rng, n * hc * e, 2.0);
+            let r = rng.symmetric_vec(n * hc * e, 2.0);
             let (flat, x) = read_on_device(ops, &h, &r, n);
             assert_bits(dev, &format!("hc={hc} E={e}: stream norm"), &flat, &h.norm_streams(&r, n));
             let mut want_x = vec![0f32; n * e];
@@ -82,7 +82,7 @@ test_device!(
             h.mix(&r, n, &mut want_x, Some(&mut inj));
             assert_close(dev, &format!("hc={hc} E={e}: block input"), &x, &want_x);
 
-            let y = rand_f32(&mut rng, n * e, 1.0);
+            let y = rng.symmetric_vec(n * e, 1.0);
             let mut want_r = r.clone();
             h.combine(&mut want_r, n, &y, &inj);
             let shape = GrShape { hc: hc as u32, e: e as u32, eps: h.eps };
@@ -99,7 +99,7 @@ test_device!(
         let mut rng = SplitMix64::new(0x6f);
         let (hc, e, lr, n) = (4usize, 64usize, 16usize, 8usize);
         let h = mixer(&mut rng, hc, e, lr);
-        let r = rand_f32(&mut rng, n * hc * e, 2.0);
+        let r = rng.symmetric_vec(n * hc * e, 2.0);
         let (flat, x) = read_on_device(ops, &h, &r, n);
         let row = hc * e;
         for t in 0..n {

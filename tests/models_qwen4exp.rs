@@ -328,19 +328,19 @@ fn qwen4exp_split_prefill_is_bit_identical() {
 /// Bad calls and bad files give typed errors that name the problem, not panics.
 #[test]
 fn qwen4exp_errors_are_typed() {
-    use strata::model::qwen4exp::Qwen4ExpError;
+    use strata::EngineError;
     let m = model("tiny-qwen4exp-public-f32.gguf");
     let mut st = m.new_state(KvType::F16);
     assert!(matches!(
         m.forward(&mut st, &[1, 2], 5),
-        Err(Qwen4ExpError::Position {
+        Err(EngineError::Position {
             expected: 0,
             got: 5
         })
     ));
     assert!(matches!(
         m.forward(&mut st, &[1, 5000], 0),
-        Err(Qwen4ExpError::Token {
+        Err(EngineError::BadTokenAt {
             token: 5000,
             index: 1,
             ..
@@ -385,7 +385,7 @@ fn qwen4exp_errors_are_typed() {
         .err()
         .expect("missing tensor must fail");
     assert!(
-        matches!(&err, Qwen4ExpError::MissingShaped { name, expected }
+        matches!(&err, EngineError::MissingShaped { name, expected }
             if name == "blk.3.indexer.k_norm.weight" && !expected.is_empty()),
         "{err}"
     );
@@ -407,7 +407,7 @@ fn qwen4exp_errors_are_typed() {
             .err()
             .unwrap_or_else(|| panic!("{key} must be rejected"));
         assert!(
-            matches!(err, Qwen4ExpError::BadKey { .. }) && err.to_string().contains(key),
+            matches!(err, EngineError::BadMetadata { .. }) && err.to_string().contains(key),
             "{key}: {err}"
         );
     }

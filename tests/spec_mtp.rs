@@ -14,7 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, Qwen4ExpError, SeqState};
+use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, SeqState};
+use strata::EngineError;
 use strata::spec::{Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
 use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 
@@ -616,7 +617,7 @@ fn spec_mtp_bad_files_give_named_errors() {
 
     // The head given as the model: a typed error that says what it is.
     match Qwen4Exp::open(&good) {
-        Err(Qwen4ExpError::MtpOnly) => {}
+        Err(EngineError::MtpOnly) => {}
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("MTP file loaded as a model"),
     }

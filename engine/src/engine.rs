@@ -473,7 +473,7 @@ impl Engine {
                     opts.kv
                 )));
             }
-            let q4_err = |source| EngineError::Qwen4Exp { path: path.to_path_buf(), source: Box::new(source) };
+            let q4_err = |e: EngineError| e.in_file(path);
             let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;
             // The GPU executor walks the model's program and names the first operation it
             // cannot run yet; `auto` keeps the CPU until every one has a kernel.

@@ -12,7 +12,7 @@ pub enum EngineError {
     UnsupportedArch(String),
     #[error("missing tensor '{0}'")]
     MissingTensor(String),
-    #[error("tensor '{name}': expected shape {expected:?}, found {found:?}")]
+    #[error("tensor '{name}': shape {found:?}, expected {expected:?}")]
     TensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
     #[error("tensor '{name}': type {ty} is not supported here ({why})")]
     TensorType { name: String, ty: &'static str, why: &'static str },
@@ -32,12 +32,52 @@ pub enum EngineError {
     EmptyInput,
     #[error("default model: {0}")]
     Fetch(String),
+    /// An error about one file (a qwen4exp model's load, an MTP head) that does not name it.
     #[error("{path}: {source}")]
-    Qwen4Exp { path: PathBuf, source: Box<crate::model::qwen4exp::Qwen4ExpError> },
-    /// A qwen4exp forward error (the file was named when it loaded). Boxed: the error type is
-    /// large and `Result<_, EngineError>` is returned on hot paths.
-    #[error("qwen4exp: {0}")]
-    Flash(Box<crate::model::qwen4exp::Qwen4ExpError>),
+    InFile { path: PathBuf, source: Box<EngineError> },
+    /// A GGUF read (metadata, tensor data) whose file the caller names ([`EngineError::InFile`]).
+    #[error(transparent)]
+    GgufRead(#[from] gguf::GgufError),
+    #[error("general.architecture is {0:?}, not \"qwen4exp\"")]
+    WrongArchitecture(String),
+    #[error("metadata key {key:?} not found")]
+    MissingKey { key: String },
+    #[error("tensor {name:?} not found (expected ggml shape {expected:?})")]
+    MissingShaped { name: String, expected: Vec<u64> },
+    #[error("tensor {name:?}: {source}")]
+    Tensor { name: String, source: crate::model::qwen4exp::MatError },
+    #[error("tensor {name:?}: cannot dequantize: {reason}")]
+    Dequant { name: String, reason: String },
+    #[error("forward at position {got}, but the sequence state is at position {expected}")]
+    Position { expected: usize, got: usize },
+    #[error("token {token} at batch index {index} is outside the vocabulary of {n_vocab}")]
+    BadTokenAt { token: u32, index: usize, n_vocab: usize },
+    #[error(
+        "this file holds only the MTP (nextn) draft head, not the model trunk: pass it with \
+         --mtp and the trunk with -m"
+    )]
+    MtpOnly,
+    #[error("MTP head {path:?}: {reason}")]
+    MtpFile { path: PathBuf, reason: String },
+    #[error("MTP head {path:?}: {source}")]
+    Mtp { path: PathBuf, source: Box<EngineError> },
+    #[error("MTP head input: {got} hidden values for {tokens} tokens of width {width}")]
+    MtpInput { got: usize, tokens: usize, width: usize },
+    #[error("metadata key {key:?} is {mtp} in the MTP file but {model} in the model")]
+    MtpMismatch { key: String, mtp: String, model: String },
+    #[error("sequence state does not fit this model (layer {layer})")]
+    StateMismatch { layer: usize },
+    #[error(
+        "PLE table `per_layer_token_embd.weight` not found in {searched:?}: pass the PLE shard \
+         (--ple-gguf FILE), or --ple-skip to run without it (outputs then differ from the model)"
+    )]
+    PleTableMissing { searched: Vec<PathBuf> },
+    #[error("PLE table {path:?}: {reason}")]
+    PleIo { path: PathBuf, reason: String },
+    #[error("PLE layer {layer}: {reason}")]
+    Ple { layer: usize, reason: String },
+    #[error("qwen4exp on --device {backend}: operation `{op}` (layer {layer}) is not on this backend yet (it has no gfx11 kernel; run with --device cpu)")]
+    NotOnBackend { backend: &'static str, op: &'static str, layer: usize },
     #[error("{0}")]
     Unsupported(String),
     #[error("session of one model family passed to the other")]
@@ -58,9 +98,15 @@ pub enum EngineError {
     NonFinite { position: usize, token: u32, layer: Option<usize>, count: usize, of: usize },
 }
 
-impl From<crate::model::qwen4exp::Qwen4ExpError> for EngineError {
-    fn from(e: crate::model::qwen4exp::Qwen4ExpError) -> Self {
-        EngineError::Flash(Box::new(e))
+impl EngineError {
+    /// `self` about the file at `path`: wrapped in [`EngineError::InFile`] unless it already
+    /// names a file.
+    pub fn in_file(self, path: &std::path::Path) -> EngineError {
+        match self {
+            e @ (EngineError::Gguf { .. } | EngineError::GgufRead(_) | EngineError::Io { .. } | EngineError::InFile { .. }
+            | EngineError::Mtp { .. } | EngineError::MtpFile { .. } | EngineError::PleIo { .. }) => e,
+            e => EngineError::InFile { path: path.to_path_buf(), source: Box::new(e) },
+        }
     }
 }
 

@@ -448,25 +448,25 @@ fn mtp_forward_matches_scalar_reference() {
 /// the vocabulary, a different model than the one the head was loaded for.
 #[test]
 fn mtp_forward_rejects_bad_inputs() {
-    use strata::model::qwen4exp::Qwen4ExpError;
+    use strata::EngineError;
     let (cfg, m, mp) = setup("misuse", true, &SynthMtp::default());
     let head = Mtp::open(&m, &mp).unwrap();
     let e = cfg.n_embd;
     let mut st = head.new_state(KvType::F16);
     let r = head.forward(&m, &mut st, &[1, 2], &vec![0.5; e], false);
     assert!(
-        matches!(r, Err(Qwen4ExpError::MtpInput { got, tokens: 2, .. }) if got == e),
+        matches!(r, Err(EngineError::MtpInput { got, tokens: 2, .. }) if got == e),
         "{r:?}"
     );
     let r = head.forward(&m, &mut st, &[300], &vec![0.5; e], false);
     assert!(
-        matches!(r, Err(Qwen4ExpError::Token { token: 300, .. })),
+        matches!(r, Err(EngineError::BadTokenAt { token: 300, .. })),
         "{r:?}"
     );
     let other = write(&SynthConfig::public(), 1, &tmp("misuse-public"), false).unwrap();
     let other = Qwen4Exp::open(&other[0]).unwrap();
     let r = head.forward(&other, &mut st, &[1], &vec![0.5; e], false);
-    assert!(matches!(r, Err(Qwen4ExpError::MtpMismatch { .. })), "{r:?}");
+    assert!(matches!(r, Err(EngineError::MtpMismatch { .. })), "{r:?}");
     assert_eq!(head.cells(&st), 0, "failed calls must not touch the cache");
 }
 

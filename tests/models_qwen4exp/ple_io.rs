@@ -10,7 +10,8 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use strata::model::qwen4exp::{KvType, PleIo, PleOptions, Qwen4Exp, Qwen4ExpError};
+use strata::model::qwen4exp::{KvType, PleIo, PleOptions, Qwen4Exp};
+use strata::EngineError;
 
 use super::{load_refs, ref_dir};
 
@@ -170,7 +171,7 @@ fn ple_table_from_explicit_file_missing_table_and_skip() {
         .err()
         .expect("a model without its PLE table must not load");
     assert!(
-        matches!(&err, Qwen4ExpError::PleTableMissing { searched } if searched == &vec![trunk.clone()]),
+        matches!(&err, EngineError::PleTableMissing { searched } if searched == &vec![trunk.clone()]),
         "{err}"
     );
     let msg = err.to_string();
@@ -187,7 +188,7 @@ fn ple_table_from_explicit_file_missing_table_and_skip() {
     };
     assert!(matches!(
         Qwen4Exp::open_with(&trunk, &opt),
-        Err(Qwen4ExpError::PleTableMissing { .. })
+        Err(EngineError::PleTableMissing { .. })
     ));
     // An explicit file that does not exist: the GGUF error names it.
     let opt = PleOptions {

@@ -3,7 +3,8 @@
 //! llama.cpp on the public fixtures.
 
 use crate::model::qwen4exp::program::{FlashNextOps, Site};
-use crate::model::qwen4exp::{LayerState, Mixer, Qwen4Exp, Qwen4ExpError, SeqState, Trace};
+use crate::model::qwen4exp::{LayerState, Mixer, Qwen4Exp, SeqState, Trace};
+use crate::error::EngineError;
 
 /// One micro-batch of a Flash-Next sequence on the CPU.
 pub struct CpuFlashChunk<'a> {
@@ -45,7 +46,7 @@ impl<'a> CpuFlashChunk<'a> {
 }
 
 impl FlashNextOps for CpuFlashChunk<'_> {
-    fn embed(&mut self) -> Result<(), Qwen4ExpError> {
+    fn embed(&mut self) -> Result<(), EngineError> {
         let (e, hc) = (self.m.hp.n_embd, self.m.hp.hc);
         let mut emb = vec![0f32; e];
         for (t, &tok) in self.toks.iter().enumerate() {
@@ -57,29 +58,29 @@ impl FlashNextOps for CpuFlashChunk<'_> {
         Ok(())
     }
 
-    fn ple(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+    fn ple(&mut self, layer: usize) -> Result<(), EngineError> {
         if let (Some(ple), Some(ps)) = (&self.m.ple, self.st.ple.as_mut()) {
-            ple.forward(&mut self.r, self.toks, ps).map_err(|reason| Qwen4ExpError::Ple { layer, reason })?;
+            ple.forward(&mut self.r, self.toks, ps).map_err(|reason| EngineError::Ple { layer, reason })?;
         }
         Ok(())
     }
 
-    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), Qwen4ExpError> {
+    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
         self.hc(layer, site).mix(&self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
         Ok(())
     }
 
-    fn gdn(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+    fn gdn(&mut self, layer: usize) -> Result<(), EngineError> {
         match (&self.m.layers[layer].mixer, &mut self.st.layers[layer]) {
             (Mixer::Gdn(g), LayerState::Gdn(gs)) => g.forward(&self.x, self.toks.len(), gs, self.m.gdn_mode, &mut self.y),
-            _ => return Err(Qwen4ExpError::StateMismatch { layer }),
+            _ => return Err(EngineError::StateMismatch { layer }),
         }
         Ok(())
     }
 
-    fn attention(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+    fn attention(&mut self, layer: usize) -> Result<(), EngineError> {
         let (Mixer::Attn(a), LayerState::Attn(cache)) = (&self.m.layers[layer].mixer, &mut self.st.layers[layer]) else {
-            return Err(Qwen4ExpError::StateMismatch { layer });
+            return Err(EngineError::StateMismatch { layer });
         };
         let want = self.trace.is_some() && a.indexer.is_some();
         let sel = a.forward(&self.x, self.toks.len(), self.st.pos, cache, &mut self.y, want);
@@ -92,17 +93,17 @@ impl FlashNextOps for CpuFlashChunk<'_> {
         Ok(())
     }
 
-    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), Qwen4ExpError> {
+    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
         self.hc(layer, site).combine(&mut self.r, self.toks.len(), &self.y, &self.inj);
         Ok(())
     }
 
-    fn moe(&mut self, layer: usize) -> Result<(), Qwen4ExpError> {
+    fn moe(&mut self, layer: usize) -> Result<(), EngineError> {
         self.m.layers[layer].moe.forward_layer(Some(layer), &self.x, self.toks.len(), &mut self.y);
         Ok(())
     }
 
-    fn head(&mut self) -> Result<(), Qwen4ExpError> {
+    fn head(&mut self) -> Result<(), EngineError> {
         let n = self.toks.len();
         if let Some(h) = self.hidden.as_deref_mut() {
             h.copy_from_slice(&self.r);

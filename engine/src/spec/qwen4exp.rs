@@ -6,14 +6,15 @@
 //! re-run; this choice keeps the forward pass untouched and costs one extra batched call of
 //! m + 1 tokens per window with a rejection.
 
-use crate::model::qwen4exp::{Checkpoint, Qwen4Exp, Qwen4ExpError, SeqState};
+use crate::model::qwen4exp::{Checkpoint, Qwen4Exp, SeqState};
+use crate::error::EngineError;
 
 use super::VerifyModel;
 
 impl VerifyModel for Qwen4Exp {
     type State = SeqState;
     type Checkpoint = Checkpoint;
-    type Error = Qwen4ExpError;
+    type Error = EngineError;
 
     fn n_vocab(&self) -> usize {
         self.hp.n_vocab
@@ -23,7 +24,7 @@ impl VerifyModel for Qwen4Exp {
         st.pos
     }
 
-    fn forward(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<f32>, Qwen4ExpError> {
+    fn forward(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         let pos = st.pos;
         Qwen4Exp::forward(self, st, tokens, pos)
     }
@@ -32,7 +33,7 @@ impl VerifyModel for Qwen4Exp {
         &self,
         st: &mut SeqState,
         tokens: &[u32],
-    ) -> Result<(Vec<f32>, Vec<f32>), Qwen4ExpError> {
+    ) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         let pos = st.pos;
         Qwen4Exp::forward_hidden(self, st, tokens, pos)
     }
@@ -46,7 +47,7 @@ impl VerifyModel for Qwen4Exp {
         st: &mut SeqState,
         cp: Checkpoint,
         keep: &[u32],
-    ) -> Result<usize, Qwen4ExpError> {
+    ) -> Result<usize, EngineError> {
         self.restore(st, cp)?;
         if !keep.is_empty() {
             let pos = st.pos;

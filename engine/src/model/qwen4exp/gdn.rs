@@ -15,7 +15,6 @@
 //! and the outputs and final state follow from `δ` with matrix products (the prefill form used
 //! by GPU kernels). The two agree to f32 rounding (tests/models_qwen4exp.rs).
 
-use rayon::prelude::*;
 
 use super::linear::{Mat, rms_norm, sigmoid, silu, softplus};
 
@@ -159,31 +158,28 @@ impl Gdn {
             }
         }
 
-        // Delta rule, value heads in parallel; o [n][Hv][S].
+        // Delta rule, value heads in parallel on the thread team, each on its own state in
+        // place; o [n][Hv][S].
         let mut o = vec![0f32; n * vd];
-        let mut heads: Vec<Vec<f32>> = st.m.chunks(s * s).map(<[f32]>::to_vec).collect();
-        let outs: Vec<Vec<f32>> = heads
-            .par_iter_mut()
-            .enumerate()
-            .map(|(h, mh)| {
-                let hk_i = h % hk; // tiled, not grouped
-                let inputs: Vec<HeadIn> = (0..n)
-                    .map(|t| HeadIn {
-                        q: &u[t * c + hk_i * s..t * c + (hk_i + 1) * s],
-                        k: &u[t * c + kd + hk_i * s..t * c + kd + (hk_i + 1) * s],
-                        v: &u[t * c + 2 * kd + h * s..t * c + 2 * kd + (h + 1) * s],
-                        g: g[t * hv + h],
-                        beta: beta[t * hv + h],
-                    })
-                    .collect();
-                match mode {
-                    GdnMode::Recurrent => recurrent(mh, s, &inputs),
-                    GdnMode::Chunked(cs) => chunked(mh, s, &inputs, cs.max(1)),
-                }
-            })
-            .collect();
-        for (h, oh) in outs.iter().enumerate() {
-            st.m[h * s * s..(h + 1) * s * s].copy_from_slice(&heads[h]);
+        let mut heads: Vec<(&mut [f32], Vec<f32>)> = st.m.chunks_mut(s * s).map(|mh| (mh, Vec::new())).collect();
+        cpu_kernels::team::chunks_mut(&mut heads, 1, |h, one| {
+            let (mh, out) = &mut one[0];
+            let hk_i = h % hk; // tiled, not grouped
+            let inputs: Vec<HeadIn> = (0..n)
+                .map(|t| HeadIn {
+                    q: &u[t * c + hk_i * s..t * c + (hk_i + 1) * s],
+                    k: &u[t * c + kd + hk_i * s..t * c + kd + (hk_i + 1) * s],
+                    v: &u[t * c + 2 * kd + h * s..t * c + 2 * kd + (h + 1) * s],
+                    g: g[t * hv + h],
+                    beta: beta[t * hv + h],
+                })
+                .collect();
+            *out = match mode {
+                GdnMode::Recurrent => recurrent(mh, s, &inputs),
+                GdnMode::Chunked(cs) => chunked(mh, s, &inputs, cs.max(1)),
+            };
+        });
+        for (h, (_, oh)) in heads.iter().enumerate() {
             for t in 0..n {
                 o[t * vd + h * s..t * vd + (h + 1) * s].copy_from_slice(&oh[t * s..(t + 1) * s]);
             }

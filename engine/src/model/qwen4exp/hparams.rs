@@ -4,7 +4,7 @@
 
 use gguf::{GgufFile, Value};
 
-use super::Qwen4ExpError;
+use crate::error::EngineError;
 
 const A: &str = "qwen4exp";
 
@@ -88,25 +88,25 @@ fn key(k: &str) -> String {
     format!("{A}.{k}")
 }
 
-fn bad(k: &str, reason: impl Into<String>) -> Qwen4ExpError {
-    Qwen4ExpError::BadKey {
+fn bad(k: &str, reason: impl Into<String>) -> EngineError {
+    EngineError::BadMetadata {
         key: key(k),
-        reason: reason.into(),
+        why: reason.into(),
     }
 }
 
-fn req_usize(g: &GgufFile, k: &str) -> Result<usize, Qwen4ExpError> {
+fn req_usize(g: &GgufFile, k: &str) -> Result<usize, EngineError> {
     Ok(g.get_u32(&key(k))? as usize)
 }
 
-fn opt_usize(g: &GgufFile, k: &str, default: usize) -> Result<usize, Qwen4ExpError> {
+fn opt_usize(g: &GgufFile, k: &str, default: usize) -> Result<usize, EngineError> {
     match g.get(&key(k)) {
         None => Ok(default),
         Some(_) => req_usize(g, k),
     }
 }
 
-fn positive(g: &GgufFile, k: &str) -> Result<usize, Qwen4ExpError> {
+fn positive(g: &GgufFile, k: &str) -> Result<usize, EngineError> {
     let v = req_usize(g, k)?;
     if v == 0 {
         return Err(bad(k, "must be > 0"));
@@ -114,15 +114,15 @@ fn positive(g: &GgufFile, k: &str) -> Result<usize, Qwen4ExpError> {
     Ok(v)
 }
 
-fn array<'a>(g: &'a GgufFile, k: &str) -> Result<Option<&'a [Value]>, Qwen4ExpError> {
+fn array<'a>(g: &'a GgufFile, k: &str) -> Result<Option<&'a [Value]>, EngineError> {
     match g.get(&key(k)) {
         None => Ok(None),
         Some(_) => Ok(Some(g.get_array(&key(k))?)),
     }
 }
 
-fn u64_array(g: &GgufFile, k: &str, min_len: usize) -> Result<Vec<u64>, Qwen4ExpError> {
-    let a = array(g, k)?.ok_or_else(|| Qwen4ExpError::MissingKey { key: key(k) })?;
+fn u64_array(g: &GgufFile, k: &str, min_len: usize) -> Result<Vec<u64>, EngineError> {
+    let a = array(g, k)?.ok_or_else(|| EngineError::MissingKey { key: key(k) })?;
     let v: Option<Vec<u64>> = a.iter().map(Value::as_u64).collect();
     let v = v.ok_or_else(|| bad(k, "expected an array of unsigned integers"))?;
     if v.len() < min_len {
@@ -136,15 +136,15 @@ fn u64_array(g: &GgufFile, k: &str, min_len: usize) -> Result<Vec<u64>, Qwen4Exp
 
 impl HParams {
     /// Reads and validates every key. `n_vocab` comes from `token_embd.weight`.
-    pub fn from_gguf(g: &GgufFile) -> Result<HParams, Qwen4ExpError> {
+    pub fn from_gguf(g: &GgufFile) -> Result<HParams, EngineError> {
         let arch = g.architecture()?;
         if arch != A {
-            return Err(Qwen4ExpError::WrongArchitecture(arch.to_string()));
+            return Err(EngineError::WrongArchitecture(arch.to_string()));
         }
         let n_vocab = g
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
-            .ok_or_else(|| Qwen4ExpError::MissingTensor("token_embd.weight".into()))?
+            .ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?
             as usize;
         let n_embd = positive(g, "embedding_length")?;
         let n_block = positive(g, "block_count")?;
@@ -184,7 +184,7 @@ impl HParams {
                 .map_err(|why| bad("rope.freq_base", why))?,
         };
         let secs =
-            array(g, "rope.dimension_sections")?.ok_or_else(|| Qwen4ExpError::MissingKey {
+            array(g, "rope.dimension_sections")?.ok_or_else(|| EngineError::MissingKey {
                 key: key("rope.dimension_sections"),
             })?;
         let rope_sections: Vec<u32> = secs.iter().filter_map(Value::as_u32).collect();
@@ -205,7 +205,7 @@ impl HParams {
                 format!("{n_expert_used} > expert_count {n_expert}"),
             ));
         }
-        let opt_pos = |k: &str| -> Result<Option<usize>, Qwen4ExpError> {
+        let opt_pos = |k: &str| -> Result<Option<usize>, EngineError> {
             match g.get(&key(k)) {
                 None => Ok(None),
                 Some(_) => positive(g, k).map(Some),

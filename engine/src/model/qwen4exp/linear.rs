@@ -3,13 +3,9 @@
 //!
 //! A [`Mat`] is a row-major matrix in any ggml block type, either owned (tests, synthetic
 //! layers) or a window into a memory-mapped [`gguf::GgufFile`] (so a multi-gigabyte model is
-//! never copied). Products follow ggml's CPU backend: the activation row is first converted to
-//! the weight type's `vec_dot_type` (Q8_0 for Q8_0/Q5_0/IQ4_NL, f16 for F16 weights, unchanged
-//! for F32) and every output element is one `vec_dot` of a weight row with that activation.
-//! Because every output element of [`Mat::matmul`] is computed by the very same function as in
-//! [`Mat::matvec`], a batched pass is bit-identical to token-by-token passes. F32, F16 and the
-//! Q8_0-paired types (Q8_0, Q5_0, Q4_0, IQ4_NL) run here, with llama.cpp's x86 activation
-//! rounding; K-quant/IQ weights go to `cpu_kernels`' SIMD kernels one token at a time.
+//! never copied). Its products run on the CPU executor's kernels in llama.cpp's x86 float order
+//! (the shared decoders' exact path, [`Mat::matmul`]), with every output element the same
+//! function of its row and token for any batch size.
 //!
 //! The f32 helpers copy the ggml formulas where rounding matters: RMSNorm sums squares in f64
 //! (`ggml_float`), rope angles are built iteratively in f32 (`θ_i = t·s^i`).
@@ -18,7 +14,6 @@ use std::sync::Arc;
 
 use gguf::GgufFile;
 use quant::GgmlType;
-use rayon::prelude::*;
 
 /// Where the bytes of a [`Mat`] live.
 enum Bytes {
@@ -185,159 +180,42 @@ impl Mat {
         }
     }
 
-    /// The activation row converted to `vec_dot_type`, as ggml does before a mat-mul.
-    fn prepare(&self, x: &[f32]) -> Act {
-        match self.ty {
-            GgmlType::F32 => Act::F32,
-            GgmlType::F16 => Act::Bytes(
-                x.iter()
-                    .flat_map(|&v| quant::f32_to_f16(v).to_le_bytes())
-                    .collect(),
-            ),
-            ty if ty.vec_dot_type() == GgmlType::Q8_0 => Act::Bytes(quantize_q8_0_x86(x)),
-            ty => {
-                let vt = ty.vec_dot_type();
-                let mut buf = vec![0u8; vt.row_bytes(x.len()).unwrap_or(0)];
-                if quant::quantize_row(vt, x, &mut buf).is_err() {
-                    return Act::Bad;
-                }
-                Act::Bytes(buf)
-            }
-        }
-    }
-
-    fn dot(&self, r: usize, x: &[f32], act: &Act) -> f32 {
-        let w = self.row_data(r);
-        match act {
-            Act::F32 => dot_f32_bytes(w, x),
-            Act::Bytes(a) => quant::vec_dot(self.ty, self.cols, w, a).unwrap_or(f32::NAN),
-            Act::Bad => f32::NAN,
-        }
+    /// The matrix as a `cpu_kernels` operand.
+    pub fn qt(&self) -> cpu_kernels::QTensor<'_> {
+        cpu_kernels::QTensor { ty: self.ty, data: self.data(), rows: self.rows, cols: self.cols }
     }
 
     /// `y[rows] = W x`.
     pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
         debug_assert_eq!(x.len(), self.cols);
-        if self.simd_kernel(x, y) {
-            return;
-        }
-        let act = self.prepare(x);
-        let y = &mut y[..self.rows];
-        if self.rows * self.cols >= PAR_MIN {
-            y.par_chunks_mut(64).enumerate().for_each(|(ci, ys)| {
-                for (i, v) in ys.iter_mut().enumerate() {
-                    *v = self.dot(ci * 64 + i, x, &act);
-                }
-            });
-        } else {
-            for (r, v) in y.iter_mut().enumerate() {
-                *v = self.dot(r, x, &act);
-            }
-        }
+        self.matmul(x, 1, y);
     }
 
-    /// K-quant, IQ and Q8_1-paired weights go to the SIMD kernels of `cpu_kernels` (one token
-    /// per call, so batched and single-token results stay identical). F32, F16 and the Q8_0
-    /// family stay on the exact path above: there the activation rounding must copy llama.cpp's
-    /// x86 quantizer, which the shared kernels do not. Returns false to fall back.
-    fn simd_kernel(&self, x: &[f32], y: &mut [f32]) -> bool {
-        let vt = self.ty.vec_dot_type();
-        if matches!(self.ty, GgmlType::F32 | GgmlType::F16) || vt == GgmlType::Q8_0 {
-            return false;
-        }
-        let w = cpu_kernels::QTensor {
-            ty: self.ty,
-            data: self.data(),
-            rows: self.rows,
-            cols: self.cols,
-        };
-        cpu_kernels::try_matvec(&w, x, &mut y[..self.rows]).is_ok()
-    }
-
-    /// `y[n][rows] = x[n][cols] Wᵀ`. Tokens go in groups of up to 8 that share each weight row
-    /// read ("fused read"); every element is the same `dot` as in [`Mat::matvec`].
+    /// `y[n][rows] = x[n][cols] Wᵀ`, through the CPU executor's kernels: llama.cpp's x86 float
+    /// order (`cpu_kernels::matmul_ggml`, as the shared decoders' exact path), and the
+    /// reference order (`cpu::matmul_ordered`) for types without such a kernel. Every output
+    /// element is the same function of its weight row and token whatever `n` is, so a batched
+    /// pass is bit-identical to token-by-token passes: llama.cpp orders K-quant products of
+    /// several tokens (its 4-row GEMM, its tiled GEMM from 8) unlike one token's (its GEMV),
+    /// so those run one token at a time.
     pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
         let (rows, cols) = (self.rows, self.cols);
-        if n > 0 && self.simd_kernel(&x[..cols], &mut y[..rows]) {
-            for t in 1..n {
-                self.matvec(
-                    &x[t * cols..(t + 1) * cols],
-                    &mut y[t * rows..(t + 1) * rows],
-                );
+        let (x, y) = (&x[..n * cols], &mut y[..n * rows]);
+        let w = self.qt();
+        let per_token = matches!(self.ty, GgmlType::Q4K | GgmlType::Q6K) && n > 1;
+        if !cpu_kernels::SUPPORTED_TYPES.contains(&self.ty) {
+            if let Err(e) = crate::cpu::matmul_ordered(&w, x, n, y) {
+                y.fill(f32::NAN); // unreachable: the geometry was validated at construction
+                debug_assert!(false, "{self:?}: {e}");
             }
-            return;
-        }
-        for g0 in (0..n).step_by(8) {
-            let g = (n - g0).min(8);
-            let acts: Vec<Act> = (0..g)
-                .map(|t| self.prepare(&x[(g0 + t) * cols..(g0 + t + 1) * cols]))
-                .collect();
-            // Output for this group, row-major by weight row so rows can be split across threads.
-            let mut tmp = vec![0f32; rows * g];
-            let work = |(r, out): (usize, &mut [f32])| {
-                for t in 0..g {
-                    out[t] = self.dot(r, &x[(g0 + t) * cols..(g0 + t + 1) * cols], &acts[t]);
-                }
-            };
-            if rows * cols * g >= PAR_MIN {
-                tmp.par_chunks_mut(g).enumerate().for_each(work);
-            } else {
-                tmp.chunks_mut(g).enumerate().for_each(work);
+        } else if per_token {
+            for (xt, yt) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)) {
+                cpu_kernels::matmul_ggml(&w, xt, 1, yt);
             }
-            for t in 0..g {
-                for r in 0..rows {
-                    y[(g0 + t) * rows + r] = tmp[r * g + t];
-                }
-            }
+        } else {
+            cpu_kernels::matmul_ggml(&w, x, n, y);
         }
     }
-}
-
-/// Q8_0 activation blocks as llama.cpp's x86 `quantize_row_q8_0` (AVX path) makes them: the
-/// scale `d = amax/127` is stored as f16, but the quants are `round_half_even(x · (127/amax))`.
-/// `quant::quantize_row` follows the scalar reference instead (`x · (1/d)`, ties away from
-/// zero), which differs by one quant step now and then; on a Q8_0 model those flips are the
-/// largest source of difference from llama.cpp's logits.
-fn quantize_q8_0_x86(x: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(x.len() / 32 * 34);
-    for b in x.chunks(32) {
-        let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        out.extend_from_slice(&quant::f32_to_f16(d).to_le_bytes());
-        out.extend(
-            b.iter()
-                .map(|&v| ((v * id).round_ties_even() as i32).clamp(-128, 127) as i8 as u8),
-        );
-    }
-    out
-}
-
-/// Below this many multiply-adds a product stays on the calling thread.
-const PAR_MIN: usize = 1 << 16;
-
-enum Act {
-    F32,
-    Bytes(Vec<u8>),
-    Bad,
-}
-
-/// f32 dot of little-endian f32 weight bytes with `x`; 8 partial sums (like a SIMD lane split).
-// TODO(cpu-kernels): use the SIMD kernels once they land.
-fn dot_f32_bytes(w: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let n8 = x.len() / 8 * 8;
-    for (wc, xc) in w[..n8 * 4].chunks_exact(32).zip(x[..n8].chunks_exact(8)) {
-        for l in 0..8 {
-            let wv = f32::from_le_bytes([wc[4 * l], wc[4 * l + 1], wc[4 * l + 2], wc[4 * l + 3]]);
-            acc[l] += wv * xc[l];
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (wc, &xv) in w[n8 * 4..x.len() * 4].chunks_exact(4).zip(&x[n8..]) {
-        s += f32::from_le_bytes([wc[0], wc[1], wc[2], wc[3]]) * xv;
-    }
-    s
 }
 
 // ------------------------------------------------------------------------------ f32 helpers

@@ -14,7 +14,8 @@ use super::moe::{Moe, SwiGlu};
 use super::ple::Ple;
 use super::ple_io::{PleOptions, PleTable};
 use super::qsa::{Indexer, Qsa};
-use super::{GdnMode, Layer, Mixer, Qwen4Exp, Qwen4ExpError};
+use super::{GdnMode, Layer, Mixer, Qwen4Exp};
+use crate::error::EngineError;
 
 pub(super) struct Loader {
     pub(super) file: Arc<GgufFile>,
@@ -36,11 +37,11 @@ impl Loader {
         self.index.contains_key(name)
     }
 
-    fn find(&self, name: &str) -> Result<(usize, &gguf::TensorInfo), Qwen4ExpError> {
+    fn find(&self, name: &str) -> Result<(usize, &gguf::TensorInfo), EngineError> {
         let &i = self
             .index
             .get(name)
-            .ok_or_else(|| Qwen4ExpError::MissingTensor(name.to_string()))?;
+            .ok_or_else(|| EngineError::MissingTensor(name.to_string()))?;
         Ok((i, &self.file.tensors()[i]))
     }
 
@@ -50,17 +51,17 @@ impl Loader {
         &self,
         name: &str,
         want: &[usize],
-    ) -> Result<(usize, &gguf::TensorInfo), Qwen4ExpError> {
-        self.find(name).map_err(|_| Qwen4ExpError::MissingShaped {
+    ) -> Result<(usize, &gguf::TensorInfo), EngineError> {
+        self.find(name).map_err(|_| EngineError::MissingShaped {
             name: name.into(),
             expected: want.iter().map(|&d| d as u64).collect(),
         })
     }
 
-    fn check_dims(name: &str, found: &[u64], want: &[usize]) -> Result<(), Qwen4ExpError> {
+    fn check_dims(name: &str, found: &[u64], want: &[usize]) -> Result<(), EngineError> {
         let want: Vec<u64> = want.iter().map(|&d| d as u64).collect();
         if found != want.as_slice() {
-            return Err(Qwen4ExpError::TensorShape {
+            return Err(EngineError::TensorShape {
                 name: name.into(),
                 expected: want,
                 found: found.to_vec(),
@@ -70,20 +71,20 @@ impl Loader {
     }
 
     /// ggml ne `[cols, rows]` → a `[rows][cols]` matrix.
-    pub(super) fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, Qwen4ExpError> {
+    pub(super) fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols, rows])?;
         Self::check_dims(name, &t.dims, &[cols, rows])?;
-        Mat::mapped(&self.file, i, 0, t.ty, rows, cols).map_err(|source| Qwen4ExpError::Tensor {
+        Mat::mapped(&self.file, i, 0, t.ty, rows, cols).map_err(|source| EngineError::Tensor {
             name: name.into(),
             source,
         })
     }
 
     /// ggml ne `[cols]` used as a 1-row matrix (the shared-expert gate).
-    pub(super) fn row(&self, name: &str, cols: usize) -> Result<Mat, Qwen4ExpError> {
+    pub(super) fn row(&self, name: &str, cols: usize) -> Result<Mat, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols])?;
         Self::check_dims(name, &t.dims, &[cols])?;
-        Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| Qwen4ExpError::Tensor {
+        Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| EngineError::Tensor {
             name: name.into(),
             source,
         })
@@ -96,14 +97,14 @@ impl Loader {
         cols: usize,
         rows: usize,
         n: usize,
-    ) -> Result<Vec<Mat>, Qwen4ExpError> {
+    ) -> Result<Vec<Mat>, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols, rows, n])?;
         Self::check_dims(name, &t.dims, &[cols, rows, n])?;
         let per = t.ty.row_bytes(cols).unwrap_or(0) * rows;
         (0..n)
             .map(|e| {
                 Mat::mapped(&self.file, i, e * per, t.ty, rows, cols).map_err(|source| {
-                    Qwen4ExpError::Tensor {
+                    EngineError::Tensor {
                         name: format!("{name}[{e}]"),
                         source,
                     }
@@ -113,13 +114,13 @@ impl Loader {
     }
 
     /// A small tensor of exactly `dims` dequantized to f32 (row-major = reversed ne).
-    pub(super) fn vec(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>, Qwen4ExpError> {
+    pub(super) fn vec(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>, EngineError> {
         let (_, t) = self.find_shaped(name, dims)?;
         Self::check_dims(name, &t.dims, dims)?;
         let n: usize = dims.iter().product();
         let mut out = vec![0f32; n];
         quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out).map_err(|e| {
-            Qwen4ExpError::Dequant {
+            EngineError::Dequant {
                 name: name.into(),
                 reason: format!("{e:?}"),
             }
@@ -127,12 +128,12 @@ impl Loader {
         Ok(out)
     }
 
-    pub(super) fn dim(&self, name: &str, axis: usize) -> Result<usize, Qwen4ExpError> {
+    pub(super) fn dim(&self, name: &str, axis: usize) -> Result<usize, EngineError> {
         let (_, t) = self.find(name)?;
         t.dims
             .get(axis)
             .map(|&d| d as usize)
-            .ok_or_else(|| Qwen4ExpError::TensorShape {
+            .ok_or_else(|| EngineError::TensorShape {
                 name: name.into(),
                 expected: vec![0; axis + 1],
                 found: t.dims.clone(),
@@ -140,7 +141,7 @@ impl Loader {
     }
 
     /// Checks only that `name` exists with ggml shape `dims` (tensors read but not used).
-    pub(super) fn check(&self, name: &str, dims: &[usize]) -> Result<(), Qwen4ExpError> {
+    pub(super) fn check(&self, name: &str, dims: &[usize]) -> Result<(), EngineError> {
         let (_, t) = self.find_shaped(name, dims)?;
         Self::check_dims(name, &t.dims, dims)
     }
@@ -150,7 +151,7 @@ impl Loader {
         prefix: &str,
         hp: &HParams,
         inject: bool,
-    ) -> Result<HyperConn, Qwen4ExpError> {
+    ) -> Result<HyperConn, EngineError> {
         let (e, hc, lr) = (hp.n_embd, hp.hc, hp.hc_rank);
         Ok(HyperConn {
             hc,
@@ -182,7 +183,7 @@ fn find_table(
         Option<(Arc<GgufFile>, usize, std::path::PathBuf, u64)>,
         Vec<std::path::PathBuf>,
     ),
-    Qwen4ExpError,
+    EngineError,
 > {
     let file = match &opt.ple_gguf {
         Some(p) => Arc::new(GgufFile::open(p)?),
@@ -198,12 +199,12 @@ fn find_table(
     Ok((Some((file.clone(), i, path, abs)), searched))
 }
 
-pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qwen4ExpError> {
+pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, EngineError> {
     let mut warnings = Vec::new();
     if file.tensor("token_embd.weight").is_none()
         && file.tensors().iter().any(|t| t.name.contains(".nextn."))
     {
-        return Err(Qwen4ExpError::MtpOnly);
+        return Err(EngineError::MtpOnly);
     }
     let hp = HParams::from_gguf(&file)?;
     let l = Loader::new(file.clone());
@@ -266,10 +267,10 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qw
                     warnings.push(w);
                     None
                 }
-                (None, searched) => return Err(Qwen4ExpError::PleTableMissing { searched }),
+                (None, searched) => return Err(EngineError::PleTableMissing { searched }),
                 (Some((tfile, ti, tpath, abs)), _) => {
                     let t = &tfile.tensors()[ti];
-                    let dims_err = || Qwen4ExpError::TensorShape {
+                    let dims_err = || EngineError::TensorShape {
                         name: PLE_TABLE.into(),
                         expected: vec![pp.head_dim as u64, 0],
                         found: t.dims.clone(),
@@ -283,7 +284,7 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qw
                         .max()
                         .unwrap_or(0);
                     if (rows as u64) < needed {
-                        return Err(Qwen4ExpError::TensorShape {
+                        return Err(EngineError::TensorShape {
                             name: PLE_TABLE.into(),
                             expected: vec![pp.head_dim as u64, needed],
                             found: vec![pp.head_dim as u64, rows as u64],
@@ -291,13 +292,13 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, Qw
                     }
                     let mapped =
                         Mat::mapped(&tfile, ti, 0, t.ty, rows, pp.head_dim).map_err(|source| {
-                            Qwen4ExpError::Tensor {
+                            EngineError::Tensor {
                                 name: PLE_TABLE.into(),
                                 source,
                             }
                         })?;
                     let table = PleTable::open(mapped, &tpath, abs, opt).map_err(|reason| {
-                        Qwen4ExpError::PleIo {
+                        EngineError::PleIo {
                             path: tpath.clone(),
                             reason,
                         }
@@ -341,7 +342,7 @@ pub(super) fn attention(
     hp: &HParams,
     il: usize,
     ratio: usize,
-) -> Result<Qsa, Qwen4ExpError> {
+) -> Result<Qsa, EngineError> {
     let e = hp.n_embd;
     let p = |s: &str| format!("blk.{il}.{s}");
     let (h, kv, d) = (hp.n_head, hp.n_head_kv, hp.head_dim);
@@ -377,7 +378,7 @@ pub(super) fn attention(
 }
 
 /// The MoE FFN of block `il` (`blk.{il}.ffn_*`). Also builds the MTP block's FFN.
-pub(super) fn moe(l: &Loader, hp: &HParams, il: usize) -> Result<Moe, Qwen4ExpError> {
+pub(super) fn moe(l: &Loader, hp: &HParams, il: usize) -> Result<Moe, EngineError> {
     let e = hp.n_embd;
     let p = |s: &str| format!("blk.{il}.{s}");
     // Expert widths: the keys when present (checked by the shape checks below), else what

@@ -34,6 +34,8 @@ use std::sync::Arc;
 
 use gguf::GgufFile;
 
+use crate::error::EngineError;
+
 pub use gdn::{Gdn, GdnMode, GdnState};
 pub use gr::HyperConn;
 pub use hparams::{HParams, LayerKind, PleParams};
@@ -43,84 +45,6 @@ pub use mtp::{Mtp, MtpState};
 pub use ple::{Ple, PleState};
 pub use ple_io::{PleCacheStats, PleIo, PleOptions, PleTable, RowCache};
 pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache, heap_select};
-
-/// Everything that can go wrong loading or running a qwen4exp model.
-#[derive(Debug, thiserror::Error)]
-pub enum Qwen4ExpError {
-    #[error(transparent)]
-    Gguf(#[from] gguf::GgufError),
-    #[error("general.architecture is {0:?}, not \"qwen4exp\"")]
-    WrongArchitecture(String),
-    #[error("metadata key {key:?} not found")]
-    MissingKey { key: String },
-    #[error("metadata key {key:?}: {reason}")]
-    BadKey { key: String, reason: String },
-    #[error("tensor {0:?} not found")]
-    MissingTensor(String),
-    #[error("tensor {name:?} not found (expected ggml shape {expected:?})")]
-    MissingShaped { name: String, expected: Vec<u64> },
-    #[error("tensor {name:?}: shape {found:?}, expected {expected:?}")]
-    TensorShape {
-        name: String,
-        expected: Vec<u64>,
-        found: Vec<u64>,
-    },
-    #[error("tensor {name:?}: {source}")]
-    Tensor { name: String, source: MatError },
-    #[error("tensor {name:?}: cannot dequantize: {reason}")]
-    Dequant { name: String, reason: String },
-    #[error("forward at position {got}, but the sequence state is at position {expected}")]
-    Position { expected: usize, got: usize },
-    #[error("token {token} at batch index {index} is outside the vocabulary of {n_vocab}")]
-    Token {
-        token: u32,
-        index: usize,
-        n_vocab: usize,
-    },
-    #[error(
-        "this file holds only the MTP (nextn) draft head, not the model trunk: pass it with \
-         --mtp and the trunk with -m"
-    )]
-    MtpOnly,
-    #[error("MTP head {path:?}: {reason}")]
-    MtpFile {
-        path: std::path::PathBuf,
-        reason: String,
-    },
-    #[error("MTP head {path:?}: {source}")]
-    Mtp {
-        path: std::path::PathBuf,
-        source: Box<Qwen4ExpError>,
-    },
-    #[error("MTP head input: {got} hidden values for {tokens} tokens of width {width}")]
-    MtpInput {
-        got: usize,
-        tokens: usize,
-        width: usize,
-    },
-    #[error("metadata key {key:?} is {mtp} in the MTP file but {model} in the model")]
-    MtpMismatch {
-        key: String,
-        mtp: String,
-        model: String,
-    },
-    #[error("sequence state does not fit this model (layer {layer})")]
-    StateMismatch { layer: usize },
-    #[error(
-        "PLE table `per_layer_token_embd.weight` not found in {searched:?}: pass the PLE shard \
-         (--ple-gguf FILE), or --ple-skip to run without it (outputs then differ from the model)"
-    )]
-    PleTableMissing { searched: Vec<std::path::PathBuf> },
-    #[error("PLE table {path:?}: {reason}")]
-    PleIo {
-        path: std::path::PathBuf,
-        reason: String,
-    },
-    #[error("PLE layer {layer}: {reason}")]
-    Ple { layer: usize, reason: String },
-    #[error("qwen4exp on --device {backend}: operation `{op}` (layer {layer}) is not on this backend yet (it has no gfx11 kernel; run with --device cpu)")]
-    NotOnBackend { backend: &'static str, op: &'static str, layer: usize },
-}
 
 /// Element type of the attention K/V and indexer-key caches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -201,20 +125,21 @@ const UBATCH: usize = 512;
 
 impl Qwen4Exp {
     /// Opens a GGUF (split siblings included) and resolves every tensor.
-    pub fn open(path: &Path) -> Result<Qwen4Exp, Qwen4ExpError> {
+    pub fn open(path: &Path) -> Result<Qwen4Exp, EngineError> {
         Self::open_with(path, &PleOptions::default())
     }
 
     /// [`Qwen4Exp::open`] with PLE table options (shard path, I/O mode, cache, skip).
-    pub fn open_with(path: &Path, opt: &PleOptions) -> Result<Qwen4Exp, Qwen4ExpError> {
-        Self::from_gguf_with(GgufFile::open(path)?, opt)
+    pub fn open_with(path: &Path, opt: &PleOptions) -> Result<Qwen4Exp, EngineError> {
+        let g = GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+        Self::from_gguf_with(g, opt)
     }
 
-    pub fn from_gguf(g: GgufFile) -> Result<Qwen4Exp, Qwen4ExpError> {
+    pub fn from_gguf(g: GgufFile) -> Result<Qwen4Exp, EngineError> {
         Self::from_gguf_with(g, &PleOptions::default())
     }
 
-    pub fn from_gguf_with(g: GgufFile, opt: &PleOptions) -> Result<Qwen4Exp, Qwen4ExpError> {
+    pub fn from_gguf_with(g: GgufFile, opt: &PleOptions) -> Result<Qwen4Exp, EngineError> {
         load::load(Arc::new(g), opt)
     }
 
@@ -251,7 +176,7 @@ impl Qwen4Exp {
         st: &mut SeqState,
         tokens: &[u32],
         start_pos: usize,
-    ) -> Result<Vec<f32>, Qwen4ExpError> {
+    ) -> Result<Vec<f32>, EngineError> {
         self.forward_traced(st, tokens, start_pos, None)
     }
 
@@ -262,7 +187,7 @@ impl Qwen4Exp {
         tokens: &[u32],
         start_pos: usize,
         trace: Option<&mut Trace>,
-    ) -> Result<Vec<f32>, Qwen4ExpError> {
+    ) -> Result<Vec<f32>, EngineError> {
         self.forward_full(st, tokens, start_pos, trace, None)
     }
 
@@ -274,7 +199,7 @@ impl Qwen4Exp {
         st: &mut SeqState,
         tokens: &[u32],
         start_pos: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>), Qwen4ExpError> {
+    ) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         let mut hidden = vec![0f32; tokens.len() * self.hp.hc * self.hp.n_embd];
         let logits = self.forward_full(st, tokens, start_pos, None, Some(&mut hidden))?;
         Ok((logits, hidden))
@@ -287,14 +212,14 @@ impl Qwen4Exp {
         start_pos: usize,
         mut trace: Option<&mut Trace>,
         mut hidden: Option<&mut [f32]>,
-    ) -> Result<Vec<f32>, Qwen4ExpError> {
+    ) -> Result<Vec<f32>, EngineError> {
         if st.layers.len() != self.layers.len() || st.ple.is_some() != self.ple.is_some() {
-            return Err(Qwen4ExpError::StateMismatch {
+            return Err(EngineError::StateMismatch {
                 layer: st.layers.len().min(self.layers.len()),
             });
         }
         if start_pos != st.pos {
-            return Err(Qwen4ExpError::Position {
+            return Err(EngineError::Position {
                 expected: st.pos,
                 got: start_pos,
             });
@@ -304,7 +229,7 @@ impl Qwen4Exp {
             .enumerate()
             .find(|(_, t)| **t as usize >= self.hp.n_vocab)
         {
-            return Err(Qwen4ExpError::Token {
+            return Err(EngineError::BadTokenAt {
                 token,
                 index,
                 n_vocab: self.hp.n_vocab,
@@ -342,9 +267,9 @@ impl Qwen4Exp {
     /// Brings `st` back to `cp` (taken from this sequence, which has only advanced since):
     /// recurrent state restored, attention caches truncated to `cp.pos` cells. The result
     /// equals the state at the checkpoint.
-    pub fn restore(&self, st: &mut SeqState, cp: Checkpoint) -> Result<(), Qwen4ExpError> {
+    pub fn restore(&self, st: &mut SeqState, cp: Checkpoint) -> Result<(), EngineError> {
         if cp.gdn.len() != st.layers.len() || cp.pos > st.pos {
-            return Err(Qwen4ExpError::Position {
+            return Err(EngineError::Position {
                 expected: st.pos,
                 got: cp.pos,
             });
@@ -357,7 +282,7 @@ impl Qwen4Exp {
                     let block = a.indexer.as_ref().map(|ix| (ix.ratio, ix.dim));
                     c.truncate(cp.pos, cur, block);
                 }
-                _ => return Err(Qwen4ExpError::StateMismatch { layer: il }),
+                _ => return Err(EngineError::StateMismatch { layer: il }),
             }
         }
         st.ple = cp.ple;
@@ -372,7 +297,7 @@ impl Qwen4Exp {
         st: &mut SeqState,
         prompt: &[u32],
         n_gen: usize,
-    ) -> Result<Vec<u32>, Qwen4ExpError> {
+    ) -> Result<Vec<u32>, EngineError> {
         let v = self.hp.n_vocab;
         let argmax = |row: &[f32]| {
             let mut best = 0;
@@ -409,9 +334,10 @@ impl Qwen4Exp {
         logits: &mut [f32],
         trace: Option<&mut Trace>,
         hidden: Option<&mut [f32]>,
-    ) -> Result<(), Qwen4ExpError> {
+    ) -> Result<(), EngineError> {
         let mut chunk = crate::cpu::flash_next::CpuFlashChunk::new(self, st, toks, logits, trace, hidden);
-        program::forward(&mut chunk, self)?;
+        // One spinning team for the whole micro-batch, as the shared decoders' CPU executor.
+        cpu_kernels::team::with_team(|| program::forward(&mut chunk, self))?;
         st.pos += toks.len();
         Ok(())
     }

@@ -37,7 +37,8 @@ use super::linear::{Mat, rms_norm};
 use super::load::{Loader, attention, moe};
 use super::moe::Moe;
 use super::qsa::{Qsa, QsaCache};
-use super::{KvType, Qwen4Exp, Qwen4ExpError};
+use super::{KvType, Qwen4Exp};
+use crate::error::EngineError;
 
 /// A loaded MTP head (weights reference the memory-mapped GGUF).
 pub struct Mtp {
@@ -99,8 +100,8 @@ pub struct MtpOut {
     pub hidden: Vec<f32>,
 }
 
-fn in_file(path: &Path, source: Qwen4ExpError) -> Qwen4ExpError {
-    Qwen4ExpError::Mtp {
+fn in_file(path: &Path, source: EngineError) -> EngineError {
+    EngineError::Mtp {
         path: path.to_path_buf(),
         source: Box::new(source),
     }
@@ -108,8 +109,8 @@ fn in_file(path: &Path, source: Qwen4ExpError) -> Qwen4ExpError {
 
 /// `--mtp PATH`: a GGUF file, or a directory holding exactly one `*.gguf` (or exactly one first
 /// shard `*-00001-of-*.gguf`).
-pub fn resolve_path(path: &Path) -> Result<PathBuf, Qwen4ExpError> {
-    let file_err = |reason: String| Qwen4ExpError::MtpFile {
+pub fn resolve_path(path: &Path) -> Result<PathBuf, EngineError> {
+    let file_err = |reason: String| EngineError::MtpFile {
         path: path.to_path_buf(),
         reason,
     };
@@ -166,13 +167,13 @@ fn show(g: &GgufFile, k: &str) -> Option<String> {
 }
 
 /// A key the MTP file may carry: if present it must equal the model's value.
-fn same_u32(g: &GgufFile, k: &str, model: usize) -> Result<(), Qwen4ExpError> {
+fn same_u32(g: &GgufFile, k: &str, model: usize) -> Result<(), EngineError> {
     let Some(v) = g.get(&key(k)) else {
         return Ok(());
     };
     match v.as_u64() {
         Some(x) if x == model as u64 => Ok(()),
-        _ => Err(Qwen4ExpError::MtpMismatch {
+        _ => Err(EngineError::MtpMismatch {
             key: key(k),
             mtp: show(g, k).unwrap_or_default(),
             model: model.to_string(),
@@ -180,13 +181,13 @@ fn same_u32(g: &GgufFile, k: &str, model: usize) -> Result<(), Qwen4ExpError> {
     }
 }
 
-fn same_f32(g: &GgufFile, k: &str, model: f32) -> Result<(), Qwen4ExpError> {
+fn same_f32(g: &GgufFile, k: &str, model: f32) -> Result<(), EngineError> {
     let Some(v) = g.get(&key(k)) else {
         return Ok(());
     };
     match v.as_f32() {
         Some(x) if x.to_bits() == model.to_bits() => Ok(()),
-        _ => Err(Qwen4ExpError::MtpMismatch {
+        _ => Err(EngineError::MtpMismatch {
             key: key(k),
             mtp: show(g, k).unwrap_or_default(),
             model: format!("{model:e}"),
@@ -197,40 +198,40 @@ fn same_f32(g: &GgufFile, k: &str, model: f32) -> Result<(), Qwen4ExpError> {
 impl Mtp {
     /// Opens the MTP head at `path` (a GGUF file or a directory holding one) for `model`.
     /// The path may also be the model file itself when it stores the NextN block.
-    pub fn open(model: &Qwen4Exp, path: &Path) -> Result<Mtp, Qwen4ExpError> {
+    pub fn open(model: &Qwen4Exp, path: &Path) -> Result<Mtp, EngineError> {
         let file = resolve_path(path)?;
         let g = GgufFile::open(&file).map_err(|e| in_file(&file, e.into()))?;
         Self::from_gguf(model, g, &file)
     }
 
     /// [`Mtp::open`] on an already opened file (`path` is used in errors).
-    pub fn from_gguf(model: &Qwen4Exp, g: GgufFile, path: &Path) -> Result<Mtp, Qwen4ExpError> {
+    pub fn from_gguf(model: &Qwen4Exp, g: GgufFile, path: &Path) -> Result<Mtp, EngineError> {
         Self::load(model, Arc::new(g), path).map_err(|e| in_file(path, e))
     }
 
-    fn load(m: &Qwen4Exp, g: Arc<GgufFile>, path: &Path) -> Result<Mtp, Qwen4ExpError> {
+    fn load(m: &Qwen4Exp, g: Arc<GgufFile>, path: &Path) -> Result<Mtp, EngineError> {
         let arch = g.architecture()?;
         if arch != "qwen4exp" {
-            return Err(Qwen4ExpError::WrongArchitecture(arch.to_string()));
+            return Err(EngineError::WrongArchitecture(arch.to_string()));
         }
         let hp = &m.hp;
         let nextn = match g.get(&key("nextn_predict_layers")) {
             None => {
-                return Err(Qwen4ExpError::MissingKey {
+                return Err(EngineError::MissingKey {
                     key: key("nextn_predict_layers"),
                 });
             }
             Some(_) => g.get_u32(&key("nextn_predict_layers"))? as usize,
         };
         if nextn == 0 {
-            return Err(Qwen4ExpError::BadKey {
+            return Err(EngineError::BadMetadata {
                 key: key("nextn_predict_layers"),
-                reason: "0: the file has no NextN (MTP) block".into(),
+                why: "0: the file has no NextN (MTP) block".into(),
             });
         }
         let blocks = g.get_u32(&key("block_count"))? as usize;
         if blocks != hp.n_layer + nextn {
-            return Err(Qwen4ExpError::MtpMismatch {
+            return Err(EngineError::MtpMismatch {
                 key: key("block_count"),
                 mtp: format!("{blocks} ({nextn} NextN)"),
                 model: format!("{} trunk layers + {nextn}", hp.n_layer),
@@ -238,7 +239,7 @@ impl Mtp {
         }
         let e = g.get_u32(&key("embedding_length"))? as usize;
         if e != hp.n_embd {
-            return Err(Qwen4ExpError::MtpMismatch {
+            return Err(EngineError::MtpMismatch {
                 key: key("embedding_length"),
                 mtp: e.to_string(),
                 model: hp.n_embd.to_string(),
@@ -271,7 +272,7 @@ impl Mtp {
         if let Some(Value::Array(toks)) = g.get("tokenizer.ggml.tokens")
             && toks.len() != hp.n_vocab
         {
-            return Err(Qwen4ExpError::MtpMismatch {
+            return Err(EngineError::MtpMismatch {
                 key: "tokenizer.ggml.tokens".into(),
                 mtp: format!("{} tokens", toks.len()),
                 model: format!("{} tokens", hp.n_vocab),
@@ -287,16 +288,16 @@ impl Mtp {
         if let Some(v) = entry("attention.recurrent_layers")
             && v.as_bool().or_else(|| v.as_u32().map(|u| u != 0)) == Some(true)
         {
-            return Err(Qwen4ExpError::BadKey {
+            return Err(EngineError::BadMetadata {
                 key: key("attention.recurrent_layers"),
-                reason: format!("block {n} (the NextN block) is recurrent; it must be attention"),
+                why: format!("block {n} (the NextN block) is recurrent; it must be attention"),
             });
         }
         let l = Loader::new(g.clone());
         let (v, hc, lr) = (hp.n_vocab, hp.hc, hp.hc_rank);
         let p = |s: &str| format!("blk.{n}.{s}");
         let nx = |s: &str| format!("blk.{n}.nextn.{s}");
-        let opt_mat = |name: String| -> Result<Option<Mat>, Qwen4ExpError> {
+        let opt_mat = |name: String| -> Result<Option<Mat>, EngineError> {
             if l.has(&name) {
                 l.mat(&name, e, v).map(Some)
             } else {
@@ -385,26 +386,26 @@ impl Mtp {
         tokens: &[u32],
         wide: &[f32],
         all_logits: bool,
-    ) -> Result<MtpOut, Qwen4ExpError> {
+    ) -> Result<MtpOut, EngineError> {
         let (n, e, v, hc) = (tokens.len(), self.n_embd, self.n_vocab, self.hc);
         let w = self.width();
         let hp = &model.hp;
         if (hp.n_embd, hp.n_vocab, hp.n_layer, hp.hc) != (e, v, self.block, hc) {
-            return Err(Qwen4ExpError::MtpMismatch {
+            return Err(EngineError::MtpMismatch {
                 key: "model (embedding, vocabulary, trunk layers, streams)".into(),
                 mtp: format!("({e}, {v}, {}, {hc})", self.block),
                 model: format!("({}, {}, {}, {})", hp.n_embd, hp.n_vocab, hp.n_layer, hp.hc),
             });
         }
         if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= v) {
-            return Err(Qwen4ExpError::Token {
+            return Err(EngineError::BadTokenAt {
                 token,
                 index,
                 n_vocab: v,
             });
         }
         if wide.len() != n * w {
-            return Err(Qwen4ExpError::MtpInput {
+            return Err(EngineError::MtpInput {
                 got: wide.len(),
                 tokens: n,
                 width: w,

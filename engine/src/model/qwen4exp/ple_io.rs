@@ -591,17 +591,19 @@ impl PleTable {
         base: u64,
         want: &[u64],
     ) -> Result<HashMap<u64, Vec<u8>>, String> {
-        use rayon::prelude::*;
         let rb = self.row_bytes;
         loop {
             let Some((file, direct)) = inner.file.as_ref() else {
                 return Err(format!("{}: PLE table file not open", path.display()));
             };
             let direct = *direct;
-            let res: Vec<_> = want
-                .par_iter()
-                .map(|&r| read_row(file, direct, base + r * rb as u64, rb).map(|x| (r, x)))
-                .collect();
+            // On the forward pass's thread team (rayon's threads are all in it then).
+            let mut res: Vec<Option<std::io::Result<_>>> = want.iter().map(|_| None).collect();
+            cpu_kernels::team::chunks_mut(&mut res, 1, |i, slot| {
+                let r = want[i];
+                slot[0] = Some(read_row(file, direct, base + r * rb as u64, rb).map(|x| (r, x)));
+            });
+            let res: Vec<_> = res.into_iter().flatten().collect();
             if direct
                 && res
                     .iter()

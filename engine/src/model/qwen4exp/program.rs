@@ -2,7 +2,7 @@
 //! operations a backend provides ([`FlashNextOps`]); the counterpart of `model::decoder` for
 //! this hybrid architecture. The CPU runs it in `cpu::flash_next`; the GPU executor
 //! (`gpu::flash_next`) runs the same program and reports each operation that has no gfx11
-//! kernel yet as [`Qwen4ExpError::NotOnBackend`] (issue 15 adds them one by one).
+//! kernel yet as [`EngineError::NotOnBackend`] (issue 15 adds them one by one).
 //!
 //! ```text
 //! R = hc copies of token_embd[tok]                          (embed)
@@ -15,7 +15,8 @@
 //! logits = W_out · HCmix_head(R)                            (head)
 //! ```
 
-use super::{Mixer, Qwen4Exp, Qwen4ExpError};
+use super::{Mixer, Qwen4Exp};
+use crate::error::EngineError;
 
 /// Where a hyper-connection mix/combine sits in a layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,26 +32,26 @@ pub enum Site {
 /// backend's buffers, named in the comments as in the picture above.
 pub trait FlashNextOps {
     /// `R[t][c] = token_embd[tok_t]` for every stream `c`.
-    fn embed(&mut self) -> Result<(), Qwen4ExpError>;
+    fn embed(&mut self) -> Result<(), EngineError>;
     /// The PLE n-gram block on `R` (layer `layer` only).
-    fn ple(&mut self, layer: usize) -> Result<(), Qwen4ExpError>;
+    fn ple(&mut self, layer: usize) -> Result<(), EngineError>;
     /// `x, inj = HCmix(R)` (GR read) of layer `layer` at `site`.
-    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), Qwen4ExpError>;
+    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), EngineError>;
     /// `y = GDN(x)`, advancing the layer's recurrent state.
-    fn gdn(&mut self, layer: usize) -> Result<(), Qwen4ExpError>;
+    fn gdn(&mut self, layer: usize) -> Result<(), EngineError>;
     /// `y = attention(x)`: QSA with its indexer, or dense attention without one; appends to
     /// the layer's cache.
-    fn attention(&mut self, layer: usize) -> Result<(), Qwen4ExpError>;
+    fn attention(&mut self, layer: usize) -> Result<(), EngineError>;
     /// `R = HCcombine(R, y, inj)` (GR write) of layer `layer` at `site`.
-    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), Qwen4ExpError>;
+    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), EngineError>;
     /// `y = MoE(x)`: routed experts plus the gated shared expert.
-    fn moe(&mut self, layer: usize) -> Result<(), Qwen4ExpError>;
+    fn moe(&mut self, layer: usize) -> Result<(), EngineError>;
     /// `x = HCmix_head(R)`, `logits = W_out · x` (no output norm in this model).
-    fn head(&mut self) -> Result<(), Qwen4ExpError>;
+    fn head(&mut self) -> Result<(), EngineError>;
 }
 
 /// One micro-batch of Flash-Next: the only place its layer order is written.
-pub fn forward<B: FlashNextOps>(b: &mut B, m: &Qwen4Exp) -> Result<(), Qwen4ExpError> {
+pub fn forward<B: FlashNextOps>(b: &mut B, m: &Qwen4Exp) -> Result<(), EngineError> {
     b.embed()?;
     let ple_layer = m.ple.as_ref().map(|p| p.params.layer);
     for (il, layer) in m.layers.iter().enumerate() {
