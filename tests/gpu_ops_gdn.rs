@@ -9,7 +9,7 @@
 use crate::gpu_ops::*;
 use strata::gpu::ops::{GdnBuffers, GdnDeviceState, GdnShape, GpuOps};
 use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};
-use strata::model::qwen4exp::linear::Mat;
+use strata::model::qwen4exp::Mat;
 use strata::rng::SplitMix64;
 use strata::test_device;
 

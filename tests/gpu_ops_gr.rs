@@ -8,7 +8,7 @@
 use crate::gpu_ops::*;
 use strata::gpu::ops::{GpuOps, GrShape};
 use strata::model::qwen4exp::gr::HyperConn;
-use strata::model::qwen4exp::linear::Mat;
+use strata::model::qwen4exp::Mat;
 use strata::rng::SplitMix64;
 use strata::test_device;
 

@@ -1,7 +1,8 @@
 //! QSA alone (cell selection with libstdc++'s heap order, attention, decode == prefill)
 //! against a plain f64 reference; see `layers.rs` for the tolerance.
 
-use strata::model::qwen4exp::{Indexer, Qsa, QsaCache, heap_select};
+use strata::cpu::flash_next::heap_select;
+use strata::model::qwen4exp::{Indexer, Qsa, QsaCache};
 
 use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, to64};
 

@@ -17,8 +17,8 @@ pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;
-/// Qwen3.8-Flash-Next (`qwen4exp`): a hybrid GDN/sparse-attention model with its own forward
-/// pass and state (written by the qwen4exp helper; not yet behind [`Model`]).
+/// Qwen3.8-Flash-Next (`qwen4exp`): a hybrid GDN/sparse-attention model with its own program
+/// (`qwen4exp::program`), weights and sequence state, loaded beside [`Model`].
 pub mod qwen4exp;
 
 use std::path::{Path, PathBuf};

@@ -8,7 +8,8 @@ use crate::gpu::abi;
 use crate::gpu::ops::{GdnBuffers, GdnShape, GrShape};
 use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
 use crate::model::qwen4exp::gr::HyperConn;
-use crate::model::qwen4exp::linear::{Mat, sigmoid};
+use crate::cpu::flash_next::linear::sigmoid;
+use crate::model::qwen4exp::Mat;
 
 pub fn checks() -> Vec<Check> {
     vec![

@@ -1,11 +1,14 @@
-//! Qwen3.8-Flash-Next (GGUF architecture `qwen4exp`) on the CPU, matching llama.cpp 0c1e570.
+//! Qwen3.8-Flash-Next (GGUF architecture `qwen4exp`), described once: hyperparameters, weights,
+//! sequence state and the order of operations ([`program`]). `cpu::flash_next` computes it
+//! (matching llama.cpp 0c1e570), `gpu::flash_next` runs the same program on the device.
 //!
 //! A hybrid decoder: Gated DeltaNet layers ([`gdn`]) and sparse-attention layers ([`qsa`])
 //! over hyper-connection residual streams ([`gr`]), a 512-expert MoE with a shared expert in
 //! every layer ([`moe`]), and one PLE n-gram table block ([`ple`]) before one GDN layer. The
 //! exact computation (and the numerics that matter: f16 KV/indexer cache rounding, libstdc++
 //! heap-order tie-breaking of the QSA top-k) is described in
-//! `testdata/reference/tiny-qwen4exp/README.md`; each module repeats its part.
+//! `testdata/reference/tiny-qwen4exp/README.md`; each module repeats its part, and its CPU
+//! arithmetic is the file of the same name in `cpu::flash_next`.
 //!
 //! ```text
 //! R_t[c] = token_embd[tok_t] for each of the hc streams
@@ -14,13 +17,13 @@
 //!            (x, inj) = HCmix_ffn(R);  y = MoE(x);           R ← HCcombine(R, y, inj)
 //! logits = W_out · HCmix_head(R)        (no output_norm; W_out falls back to token_embd)
 //! ```
-//! Use: [`Qwen4Exp::open`], [`Qwen4Exp::new_state`], then [`Qwen4Exp::forward`] with the
-//! tokens of one or more steps; logits come back for every position.
+//! Use: [`Qwen4Exp::open`], [`Qwen4Exp::new_state`], then `Qwen4Exp::forward` (the CPU's,
+//! `cpu::flash_next`) with the tokens of one or more steps; logits come back for every position.
 
 pub mod gdn;
 pub mod gr;
 pub mod hparams;
-pub mod linear;
+pub mod mat;
 mod load;
 pub mod moe;
 pub mod ple;
@@ -39,12 +42,12 @@ use crate::error::EngineError;
 pub use gdn::{Gdn, GdnMode, GdnState};
 pub use gr::HyperConn;
 pub use hparams::{HParams, LayerKind, PleParams};
-pub use linear::{Mat, MatError};
+pub use mat::{Mat, MatError};
 pub use moe::{Moe, SwiGlu};
 pub use mtp::{Mtp, MtpState};
 pub use ple::{Ple, PleState};
 pub use ple_io::{PleCacheStats, PleIo, PleOptions, PleTable, RowCache};
-pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache, heap_select};
+pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache};
 
 /// Element type of the attention K/V and indexer-key caches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -120,9 +123,6 @@ pub struct Trace {
     pub qsa_selections: Vec<(usize, Vec<Vec<usize>>)>,
 }
 
-/// Tokens per internal micro-batch (bounds activation memory like llama.cpp's n_ubatch).
-const UBATCH: usize = 512;
-
 impl Qwen4Exp {
     /// Opens a GGUF (split siblings included) and resolves every tensor.
     pub fn open(path: &Path) -> Result<Qwen4Exp, EngineError> {
@@ -169,84 +169,6 @@ impl Qwen4Exp {
         }
     }
 
-    /// Runs `tokens` at positions `start_pos..` (which must equal `st.pos`) and returns the
-    /// logits of every position, `[tokens.len()][n_vocab]`.
-    pub fn forward(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-        start_pos: usize,
-    ) -> Result<Vec<f32>, EngineError> {
-        self.forward_traced(st, tokens, start_pos, None)
-    }
-
-    /// [`Qwen4Exp::forward`] that also records diagnostics.
-    pub fn forward_traced(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-        start_pos: usize,
-        trace: Option<&mut Trace>,
-    ) -> Result<Vec<f32>, EngineError> {
-        self.forward_full(st, tokens, start_pos, trace, None)
-    }
-
-    /// [`Qwen4Exp::forward`] that also returns every position's wide residual, the `hc`
-    /// hyper-connection streams before the output mixer, `[tokens.len()][hc][n_embd]`: what
-    /// the MTP head reads (the published heads' `nextn.hnorm` is `[hc·n_embd]`).
-    pub fn forward_hidden(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-        start_pos: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
-        let mut hidden = vec![0f32; tokens.len() * self.hp.hc * self.hp.n_embd];
-        let logits = self.forward_full(st, tokens, start_pos, None, Some(&mut hidden))?;
-        Ok((logits, hidden))
-    }
-
-    fn forward_full(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-        start_pos: usize,
-        mut trace: Option<&mut Trace>,
-        mut hidden: Option<&mut [f32]>,
-    ) -> Result<Vec<f32>, EngineError> {
-        if st.layers.len() != self.layers.len() || st.ple.is_some() != self.ple.is_some() {
-            return Err(EngineError::StateMismatch {
-                layer: st.layers.len().min(self.layers.len()),
-            });
-        }
-        if start_pos != st.pos {
-            return Err(EngineError::Position {
-                expected: st.pos,
-                got: start_pos,
-            });
-        }
-        if let Some((index, &token)) = tokens
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t as usize >= self.hp.n_vocab)
-        {
-            return Err(EngineError::BadTokenAt {
-                token,
-                index,
-                n_vocab: self.hp.n_vocab,
-            });
-        }
-        let mut logits = vec![0f32; tokens.len() * self.hp.n_vocab];
-        for (ci, chunk) in tokens.chunks(UBATCH).enumerate() {
-            let out = &mut logits[ci * UBATCH * self.hp.n_vocab..][..chunk.len() * self.hp.n_vocab];
-            let w = self.hp.hc * self.hp.n_embd;
-            let h = hidden
-                .as_deref_mut()
-                .map(|h| &mut h[ci * UBATCH * w..][..chunk.len() * w]);
-            self.ubatch(st, chunk, out, trace.as_deref_mut(), h)?;
-        }
-        Ok(logits)
-    }
-
     /// A checkpoint of `st` for [`Qwen4Exp::restore`]: copies only the fixed-size recurrent
     /// state, so its cost does not grow with the context.
     pub fn checkpoint(&self, st: &SeqState) -> Checkpoint {
@@ -290,55 +212,4 @@ impl Qwen4Exp {
         Ok(())
     }
 
-    /// Greedy decoding: feeds `prompt` (positions from `st.pos`), then `n_gen` argmax tokens
-    /// one forward call each (lowest id on ties). Returns the generated ids.
-    pub fn generate_greedy(
-        &self,
-        st: &mut SeqState,
-        prompt: &[u32],
-        n_gen: usize,
-    ) -> Result<Vec<u32>, EngineError> {
-        let v = self.hp.n_vocab;
-        let argmax = |row: &[f32]| {
-            let mut best = 0;
-            for (i, &x) in row.iter().enumerate() {
-                if x > row[best] {
-                    best = i;
-                }
-            }
-            best as u32
-        };
-        let mut out = Vec::with_capacity(n_gen);
-        if n_gen == 0 {
-            return Ok(out);
-        }
-        let pos = st.pos;
-        let logits = self.forward(st, prompt, pos)?;
-        let Some(last) = logits.len().checked_sub(v).map(|o| &logits[o..]) else {
-            return Ok(out); // empty prompt: nothing to continue from
-        };
-        out.push(argmax(last));
-        while out.len() < n_gen {
-            let pos = st.pos;
-            let l = self.forward(st, &out[out.len() - 1..], pos)?;
-            out.push(argmax(&l));
-        }
-        Ok(out)
-    }
-
-    /// One micro-batch at `st.pos`: the program of [`program::forward`] on the CPU.
-    fn ubatch(
-        &self,
-        st: &mut SeqState,
-        toks: &[u32],
-        logits: &mut [f32],
-        trace: Option<&mut Trace>,
-        hidden: Option<&mut [f32]>,
-    ) -> Result<(), EngineError> {
-        let mut chunk = crate::cpu::flash_next::CpuFlashChunk::new(self, st, toks, logits, trace, hidden);
-        // One spinning team for the whole micro-batch, as the shared decoders' CPU executor.
-        cpu_kernels::team::with_team(|| program::forward(&mut chunk, self))?;
-        st.pos += toks.len();
-        Ok(())
-    }
 }

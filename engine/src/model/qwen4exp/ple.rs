@@ -18,7 +18,7 @@
 //! with a row cache).
 
 use super::hparams::PleParams;
-use super::linear::{Mat, rms_norm, sigmoid, silu};
+use super::Mat;
 use super::ple_io::PleTable;
 
 /// Weights of the PLE block.
@@ -94,107 +94,4 @@ impl Ple {
         rows
     }
 
-    /// Applies the block to the streams `r [n][hc][E]` of tokens `toks` (advancing `st`).
-    /// Returns an error message naming the row if a hashed row is outside the table.
-    pub fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
-        let p = &self.params;
-        let (hc, e, n) = (self.hc, self.n_embd, toks.len());
-        let hce = hc * e;
-        let dp = p.head_dim;
-        // Gather the n-gram rows (one batched table read: the file source reads the rows of
-        // the whole batch in parallel). Heads are contiguous: n_heads · Dp = E.
-        let mut rows = Vec::with_capacity(n * p.n_heads());
-        for t in 0..n {
-            let mut ctx = vec![Some(toks[t])];
-            for s in 1..p.ngram {
-                ctx.push(if t >= s {
-                    Some(toks[t - s])
-                } else {
-                    st.prev[p.ngram - 1 - (s - t)]
-                });
-            }
-            for (i, row) in self.rows(&ctx).into_iter().enumerate() {
-                if row >= self.table.rows as u64 {
-                    return Err(format!(
-                        "PLE row {row} (head {i}) outside the table of {} rows",
-                        self.table.rows
-                    ));
-                }
-                rows.push(row as usize);
-            }
-        }
-        let mut emb = vec![0f32; n * e];
-        if p.n_heads() * dp == e {
-            self.table.get_rows(&rows, &mut emb)?;
-        } else {
-            for (k, &row) in rows.iter().enumerate() {
-                let (t, i) = (k / p.n_heads(), k % p.n_heads());
-                self.table
-                    .get_row(row, &mut emb[t * e + i * dp..t * e + (i + 1) * dp])?;
-            }
-        }
-        for &tok in toks {
-            st.prev.remove(0);
-            st.prev.push(Some(tok));
-        }
-
-        let mut key = vec![0f32; n * hce];
-        self.key.matmul(&emb, n, &mut key);
-        let mut val = vec![0f32; n * e];
-        self.value.matmul(&emb, n, &mut val);
-        let inv_sqrt_e = 1.0 / (e as f32).sqrt();
-        let mut gv = vec![0f32; n * hce];
-        let mut nn = vec![0f32; n * hce];
-        let (mut kc, mut qc) = (vec![0f32; e], vec![0f32; e]);
-        for t in 0..n {
-            for c in 0..hc {
-                let o = t * hce + c * e;
-                let g = &self.norm_key[c * e..(c + 1) * e];
-                rms_norm(&key[o..o + e], Some(g), self.eps, &mut kc);
-                rms_norm(
-                    &r[o..o + e],
-                    Some(&self.norm_query[c * e..(c + 1) * e]),
-                    self.eps,
-                    &mut qc,
-                );
-                let s = kc.iter().zip(&qc).map(|(a, b)| a * b).sum::<f32>() * inv_sqrt_e;
-                let sign = if s > 0.0 {
-                    1.0
-                } else if s < 0.0 {
-                    -1.0
-                } else {
-                    0.0
-                };
-                let gate = sigmoid(sign * s.abs().max(1e-6).sqrt());
-                for (gvv, &vv) in gv[o..o + e].iter_mut().zip(&val[t * e..(t + 1) * e]) {
-                    *gvv = gate * vv;
-                }
-                rms_norm(
-                    &gv[o..o + e],
-                    Some(&self.norm_conv[c * e..(c + 1) * e]),
-                    self.eps,
-                    &mut nn[o..o + e],
-                );
-            }
-        }
-
-        // Dilated causal depthwise conv over [history | new].
-        let (kp, dil) = (p.conv_kernel, p.ngram);
-        let hlen = (kp - 1) * dil;
-        let mut all = Vec::with_capacity((hlen + n) * hce);
-        all.extend_from_slice(&st.hist);
-        all.extend_from_slice(&nn);
-        for t in 0..n {
-            for ch in 0..hce {
-                let mut acc = 0f32;
-                for k in 0..kp {
-                    acc += self.conv[ch * kp + k] * all[(hlen + t - (kp - 1 - k) * dil) * hce + ch];
-                }
-                let o = t * hce + ch;
-                r[o] = (r[o] + gv[o]) + silu(acc);
-            }
-        }
-        st.hist.copy_from_slice(&all[n * hce..]);
-        Ok(())
-    }
 }

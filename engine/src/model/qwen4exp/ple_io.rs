@@ -30,7 +30,7 @@ use std::sync::Mutex;
 
 use quant::GgmlType;
 
-use super::linear::Mat;
+use super::Mat;
 
 /// How PLE table rows are read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //! - Cell values: cells of the incomplete tail block `[⌊(t+1)/r⌋·r, t]` get `1e9 + s` (always
 //!   kept), earlier cells their block's score, later cells −inf. With budget `W = top_k + r − 1`
 //!   and more than W visible cells, the kept set is what libstdc++'s `std::partial_sort` keeps
-//!   ([`heap_select`]): all cells of a block tie, so the heap order decides which part of the
+//!   (`cpu::flash_next::heap_select`): all cells of a block tie, so the heap order decides which part of the
 //!   boundary block survives, and a token whose block is complete can lose itself.
 //! - Softmax over the kept cells of `q·k/√D`, GQA (`kv head = h / (H/KV)`), then
 //!   `o_h ⊙ σ(gate_h)` and `W_o`.
@@ -20,7 +20,7 @@
 //! to f16 for `q·k` and the probabilities are rounded to f16 before the product with V (ggml's
 //! non-flash attention path); the indexer scores stay f32.
 
-use super::linear::{Mat, RopeAngles, rms_norm, round_f16, sigmoid};
+use super::Mat;
 
 /// The block indexer of a QSA layer.
 #[derive(Debug)]
@@ -88,7 +88,7 @@ impl CacheBuf {
         self.len() == 0
     }
 
-    fn push(&mut self, vals: &[f32]) {
+    pub(crate) fn push(&mut self, vals: &[f32]) {
         match self {
             CacheBuf::F32(v) => v.extend_from_slice(vals),
             CacheBuf::F16(v) => v.extend(vals.iter().map(|&x| quant::f32_to_f16(x))),
@@ -163,7 +163,7 @@ impl QsaCache {
 }
 
 /// Added to the tail cells' values (in f32) so that they always win the top-k.
-const TAIL_BIAS: f32 = 1e9;
+pub(crate) const TAIL_BIAS: f32 = 1e9;
 
 impl Qsa {
     /// Cells in the cache.
@@ -171,235 +171,4 @@ impl Qsa {
         cache.k.len() / (self.n_head_kv * self.head_dim)
     }
 
-    /// Runs `n` tokens `x [n][E]` at positions `start..start+n` (the cache must hold exactly
-    /// `start` cells); writes `y [n][E]`. Also returns the kept cells per token when
-    /// `want_selection` (for tests and diagnostics).
-    pub fn forward(
-        &self,
-        x: &[f32],
-        n: usize,
-        start: usize,
-        cache: &mut QsaCache,
-        y: &mut [f32],
-        want_selection: bool,
-    ) -> Vec<Vec<usize>> {
-        let (nh, nkv, d) = (self.n_head, self.n_head_kv, self.head_dim);
-        let f16 = cache.is_f16();
-        let rnd = |v: f32| if f16 { round_f16(v) } else { v };
-        let mut qf = vec![0f32; n * 2 * nh * d];
-        self.q.matmul(x, n, &mut qf);
-        let mut kp = vec![0f32; n * nkv * d];
-        self.k.matmul(x, n, &mut kp);
-        let mut vp = vec![0f32; n * nkv * d];
-        self.v.matmul(x, n, &mut vp);
-
-        // q heads (normed, roped) and gates; new K/V cells.
-        let mut q = vec![0f32; n * nh * d];
-        let mut gate = vec![0f32; n * nh * d];
-        let angles: Vec<RopeAngles> = (0..n)
-            .map(|t| RopeAngles::new(start + t, self.n_rot, self.rope_base))
-            .collect();
-        for t in 0..n {
-            for h in 0..nh {
-                let src = &qf[(t * nh + h) * 2 * d..(t * nh + h) * 2 * d + 2 * d];
-                let qh = &mut q[(t * nh + h) * d..(t * nh + h + 1) * d];
-                rms_norm(&src[..d], Some(&self.q_norm), self.eps, qh);
-                angles[t].apply(qh);
-                gate[(t * nh + h) * d..(t * nh + h + 1) * d].copy_from_slice(&src[d..]);
-            }
-            for h in 0..nkv {
-                let mut kh = vec![0f32; d];
-                rms_norm(
-                    &kp[(t * nkv + h) * d..(t * nkv + h + 1) * d],
-                    Some(&self.k_norm),
-                    self.eps,
-                    &mut kh,
-                );
-                angles[t].apply(&mut kh);
-                cache.k.push(&kh);
-            }
-            cache.v.push(&vp[t * nkv * d..(t + 1) * nkv * d]);
-        }
-
-        // Indexer: cache raw keys, pool newly completed blocks, score per query.
-        let mut iq = Vec::new();
-        if let Some(ix) = &self.indexer {
-            let mut kap = vec![0f32; n * ix.dim];
-            ix.k.matmul(x, n, &mut kap);
-            cache.kappa.push(&kap);
-            let cells = cache.kappa.len() / ix.dim;
-            let mut row = vec![0f32; ix.dim];
-            while (cache.blocks.len() / ix.dim + 1) * ix.ratio <= cells {
-                let b = cache.blocks.len() / ix.dim;
-                let mut mean = vec![0f32; ix.dim];
-                for j in b * ix.ratio..(b + 1) * ix.ratio {
-                    cache.kappa.read(j * ix.dim, &mut row);
-                    mean.iter_mut().zip(&row).for_each(|(m, &k)| *m += k);
-                }
-                mean.iter_mut().for_each(|m| *m /= ix.ratio as f32);
-                let mut kb = vec![0f32; ix.dim];
-                rms_norm(&mean, Some(&ix.k_norm), self.eps, &mut kb);
-                RopeAngles::new(b * ix.ratio, self.n_rot, self.rope_base).apply(&mut kb);
-                cache.blocks.extend_from_slice(&kb);
-            }
-            iq = vec![0f32; n * ix.heads * ix.dim];
-            ix.q.matmul(x, n, &mut iq);
-            for t in 0..n {
-                for h in 0..ix.heads {
-                    let r = &mut iq[(t * ix.heads + h) * ix.dim..(t * ix.heads + h + 1) * ix.dim];
-                    let tmp = r.to_vec();
-                    rms_norm(&tmp, Some(&ix.q_norm), self.eps, r);
-                    angles[t].apply(r);
-                }
-            }
-        }
-
-        let scale = 1.0 / (d as f32).sqrt();
-        let group = nh / nkv;
-        let mut attn = vec![0f32; n * nh * d];
-        let mut selections = Vec::new();
-        for t in 0..n {
-            let pos = start + t;
-            let visible = pos + 1;
-            let sel: Vec<usize> = match &self.indexer {
-                Some(ix) if visible > ix.top_k + ix.ratio - 1 => {
-                    let iqt = &iq[t * ix.heads * ix.dim..(t + 1) * ix.heads * ix.dim];
-                    let vals = cell_values(ix, iqt, &cache.blocks, pos);
-                    heap_select(&vals, ix.top_k + ix.ratio - 1)
-                }
-                _ => (0..visible).collect(),
-            };
-            let mut sc = vec![0f32; sel.len()];
-            let mut cell = vec![0f32; d];
-            for h in 0..nh {
-                let kvh = h / group;
-                let qh: Vec<f32> = q[(t * nh + h) * d..(t * nh + h + 1) * d]
-                    .iter()
-                    .map(|&v| rnd(v))
-                    .collect();
-                for (s, &j) in sc.iter_mut().zip(&sel) {
-                    cache.k.read((j * nkv + kvh) * d, &mut cell);
-                    *s = qh.iter().zip(&cell).map(|(a, b)| a * b).sum::<f32>() * scale;
-                }
-                softmax_f32(&mut sc);
-                let oh = &mut attn[(t * nh + h) * d..(t * nh + h + 1) * d];
-                for (&p, &j) in sc.iter().zip(&sel) {
-                    let p = rnd(p);
-                    cache.v.read((j * nkv + kvh) * d, &mut cell);
-                    oh.iter_mut().zip(&cell).for_each(|(o, &v)| *o += p * v);
-                }
-            }
-            if want_selection {
-                selections.push(sel);
-            }
-        }
-        attn.iter_mut()
-            .zip(&gate)
-            .for_each(|(a, &g)| *a *= sigmoid(g));
-        self.o.matmul(&attn, n, y);
-        selections
-    }
-}
-
-/// The top-k input row for query position `pos`: one value per visible cell `0..=pos`.
-fn cell_values(ix: &Indexer, iq: &[f32], blocks: &[f32], pos: usize) -> Vec<f32> {
-    let r = ix.ratio;
-    let tail = (pos + 1) / r * r;
-    let mut vals = Vec::with_capacity(pos + 1);
-    for b in 0..tail / r {
-        let kb = &blocks[b * ix.dim..(b + 1) * ix.dim];
-        let mut s = 0f32;
-        for h in 0..ix.heads {
-            let qh = &iq[h * ix.dim..(h + 1) * ix.dim];
-            s += qh.iter().zip(kb).map(|(a, b)| a * b).sum::<f32>().max(0.0);
-        }
-        vals.extend(std::iter::repeat_n(s, r));
-    }
-    // The tail cells share one block, hence one value; any value above every score keeps the
-    // same heap order (llama.cpp adds 1e9 in f32 to the block's score or to 0).
-    vals.extend(std::iter::repeat_n(TAIL_BIAS, pos + 1 - tail));
-    vals
-}
-
-/// ggml_soft_max on one row: max-shifted exp, sum in f64, scaled by 1/sum.
-fn softmax_f32(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    x.iter_mut().for_each(|v| *v *= inv);
-}
-
-/// The index set `std::partial_sort(idx, idx + k, idx + n, v[a] > v[b])` leaves in
-/// `idx[..k]` with libstdc++'s algorithm (make_heap on the first k, then for each later
-/// element that beats the heap top: pop the top into its place and sift the newcomer in).
-/// Returned sorted ascending. Ties are resolved exactly as that heap order resolves them.
-pub fn heap_select(vals: &[f32], k: usize) -> Vec<usize> {
-    let n = vals.len();
-    if k >= n {
-        return (0..n).collect();
-    }
-    let mut a: Vec<usize> = (0..n).collect();
-    // comp(x, y) = v[x] > v[y]: a min-heap on value, the top is the weakest kept element.
-    let comp = |x: usize, y: usize| vals[x] > vals[y];
-    if k >= 2 {
-        let mut parent = (k - 2) / 2;
-        loop {
-            let v = a[parent];
-            adjust_heap(&mut a, parent, k, v, &comp);
-            if parent == 0 {
-                break;
-            }
-            parent -= 1;
-        }
-    }
-    for i in k..n {
-        if k > 0 && comp(a[i], a[0]) {
-            let v = a[i];
-            a[i] = a[0];
-            adjust_heap(&mut a, 0, k, v, &comp);
-        }
-    }
-    let mut kept = a[..k].to_vec();
-    kept.sort_unstable();
-    kept
-}
-
-/// libstdc++ `__adjust_heap`: move the hole at `hole` down to a leaf along the preferred
-/// children, then push `value` back up towards `hole`'s original place.
-fn adjust_heap(
-    a: &mut [usize],
-    mut hole: usize,
-    len: usize,
-    value: usize,
-    comp: &impl Fn(usize, usize) -> bool,
-) {
-    let top = hole;
-    let mut second = hole;
-    while len >= 2 && second < (len - 1) / 2 {
-        second = 2 * (second + 1);
-        if comp(a[second], a[second - 1]) {
-            second -= 1;
-        }
-        a[hole] = a[second];
-        hole = second;
-    }
-    if len.is_multiple_of(2) && len >= 2 && second == (len - 2) / 2 {
-        second = 2 * (second + 1);
-        a[hole] = a[second - 1];
-        hole = second - 1;
-    }
-    // __push_heap
-    while hole > top {
-        let parent = (hole - 1) / 2;
-        if !comp(a[parent], value) {
-            break;
-        }
-        a[hole] = a[parent];
-        hole = parent;
-    }
-    a[hole] = value;
 }

@@ -1,5 +1,5 @@
 //! Flash-Next's operations ([`FlashNextOps`]) on the host, for one micro-batch: each calls the
-//! layer's CPU implementation in `model::qwen4exp` (GDN, QSA, GR, MoE, PLE), which match
+//! layer's CPU arithmetic in the sibling modules (GDN, QSA, GR, MoE, PLE), which match
 //! llama.cpp on the public fixtures.
 
 use crate::model::qwen4exp::program::{FlashNextOps, Site};

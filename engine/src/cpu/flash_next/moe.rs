@@ -1,0 +1,92 @@
+//! Flash-Next's MoE FFN on the CPU (described in `model::qwen4exp::moe`): routing, the routed
+//! SwiGLU experts and the sigmoid-gated shared expert.
+
+use super::linear::{sigmoid, silu};
+use crate::model::qwen4exp::moe::MIN_WEIGHT_SUM;
+use crate::model::qwen4exp::{Moe, SwiGlu};
+
+impl SwiGlu {
+    /// `y = down(silu(gate x) ⊙ up x)` for `n` tokens.
+    pub fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        let ff = self.gate.rows;
+        let mut g = vec![0f32; n * ff];
+        let mut u = vec![0f32; n * ff];
+        self.gate.matmul(x, n, &mut g);
+        self.up.matmul(x, n, &mut u);
+        g.iter_mut().zip(&u).for_each(|(a, &b)| *a = silu(*a) * b);
+        self.down.matmul(&g, n, y);
+    }
+}
+
+impl Moe {
+    /// Expert choice of one token: `(expert, weight)` by decreasing probability.
+    pub fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut p: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+        let sum: f64 = p.iter().map(|&v| v as f64).sum();
+        let inv = (1.0 / sum) as f32;
+        p.iter_mut().for_each(|v| *v *= inv);
+        let mut idx: Vec<usize> = (0..p.len()).collect();
+        idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        idx.truncate(self.n_used);
+        let wsum: f32 = idx.iter().map(|&e| p[e]).sum();
+        let denom = wsum.max(MIN_WEIGHT_SUM);
+        idx.into_iter().map(|e| (e, p[e] / denom)).collect()
+    }
+
+    /// `y [n][E]` for `x [n][E]`. Tokens routed to the same expert are batched.
+    pub fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        self.forward_layer(None, x, n, y)
+    }
+
+    /// [`Self::forward`] as MoE layer `layer` of a model: its routing goes to `--dump-routing`.
+    pub fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]) {
+        let e = self.router.cols;
+        let ne = self.router.rows;
+        let mut logits = vec![0f32; n * ne];
+        self.router.matmul(x, n, &mut logits);
+        let routes: Vec<Vec<(usize, f32)>> = (0..n)
+            .map(|t| self.route(&logits[t * ne..(t + 1) * ne]))
+            .collect();
+        if let Some(l) = layer.filter(|_| crate::experts::trace::dumping()) {
+            for r in &routes {
+                let (ids, ws): (Vec<u32>, Vec<f32>) = r.iter().map(|&(e, w)| (e as u32, w)).unzip();
+                crate::experts::trace::dump(l, &ids, &ws);
+            }
+        }
+        y[..n * e].fill(0.0);
+        for (ex, expert) in self.experts.iter().enumerate() {
+            let toks: Vec<(usize, f32)> = routes
+                .iter()
+                .enumerate()
+                .filter_map(|(t, r)| r.iter().find(|(id, _)| *id == ex).map(|&(_, w)| (t, w)))
+                .collect();
+            if toks.is_empty() {
+                continue;
+            }
+            let xs: Vec<f32> = toks
+                .iter()
+                .flat_map(|&(t, _)| x[t * e..(t + 1) * e].iter().copied())
+                .collect();
+            let mut ys = vec![0f32; toks.len() * e];
+            expert.forward(&xs, toks.len(), &mut ys);
+            for (i, &(t, w)) in toks.iter().enumerate() {
+                y[t * e..(t + 1) * e]
+                    .iter_mut()
+                    .zip(&ys[i * e..(i + 1) * e])
+                    .for_each(|(a, &b)| *a += w * b);
+            }
+        }
+        let mut sh = vec![0f32; n * e];
+        self.shared.forward(x, n, &mut sh);
+        let mut sg = vec![0f32; n];
+        self.shared_gate.matmul(x, n, &mut sg);
+        for t in 0..n {
+            let g = sigmoid(sg[t]);
+            y[t * e..(t + 1) * e]
+                .iter_mut()
+                .zip(&sh[t * e..(t + 1) * e])
+                .for_each(|(a, &b)| *a += g * b);
+        }
+    }
+}
