@@ -61,6 +61,28 @@ fn cli_qwen4exp_logits_match_llama_cpp() {
     let _ = std::fs::remove_file(npy);
 }
 
+/// `--kv f32` (the engine's one cache type, f32 caches like llama.cpp's `-ctk f32 -ctv f32`)
+/// equals llama.cpp's `ref/f32-kvf32` logits within that run's model-test tolerance (1e-4);
+/// `--kv int8`, which QSA has no form for, is refused with the reason.
+#[test]
+fn cli_qwen4exp_kv_f32_matches_llama_cpp_and_int8_is_refused() {
+    const TOL: f32 = 1e-4;
+    let m = reference(F32);
+    let (toks, _) = ref_seq("f32-kvf32", 0);
+    let npy = tmp("seq1-kvf32.npy");
+    run_ok(&["logits", "-m", m.to_str().unwrap(), "--kv", "f32", "--tokens", &csv(&toks), "--out", npy.to_str().unwrap(), "-t", "2"]);
+    let (shape, got) = strata::npy::read_f32(&npy).unwrap();
+    let (wshape, want) = strata::npy::read_f32(&reference("tiny-qwen4exp/ref/f32-kvf32/seq1_logits.npy")).unwrap();
+    assert_eq!(shape, wshape);
+    let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max <= TOL, "max |logit diff| {max} > {TOL}");
+    let _ = std::fs::remove_file(npy);
+
+    let out = strata(&["logits", "-m", m.to_str().unwrap(), "--kv", "int8", "--tokens", "1,2", "--out", "/dev/null"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--kv f16 or f32") && err.contains("int8"), "{err}");
+}
+
 /// `strata generate --temp 0` prints llama.cpp's greedy ids, for the f32 model and the
 /// two-shard q8_0 model (PLE table in shard 2, opened automatically).
 #[test]

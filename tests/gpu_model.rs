@@ -249,9 +249,11 @@ test_device!(
 /// backend (one token at a time, ordered attention) the prompt logits are within `tol`
 /// (as `gpu_model_prefill_paths_match_cpu` for Q8_0: the same Q8 integers; as the Q4_K parity
 /// case for K-quants, where the CPU quantizes activations to Q8_K and the GPU to Q8_1); the
-/// greedy tokens equal the CPU's for Q8_0 (all 16); for the K-quants they may part only at a
-/// near tie of the CPU's logits (top two within `tol`: these random models alternate between
-/// two close tokens, and Q8_K vs Q8_1 activations alone flip such ties). MMQ vs the same GPU
+/// greedy tokens may part from the CPU's only at a near tie of the CPU's logits (top two within
+/// `tol`: these random models alternate between two close tokens, and Q8_K vs Q8_1 activations
+/// alone flip such ties; for Q8_0 the CPU's SIMD path can: on an AVX2-only machine the CPU's
+/// token 12 sides with the GPU's MMVQ prefill, not its MMQ, where the CPUs of earlier runs sided
+/// with MMQ). MMQ vs the same GPU
 /// model prefilled with MMVQ: prompt logits within `MMQ_VS_MMVQ_TOL` (the same int8 dots,
 /// scaled and added in another order).
 /// Relative logit difference between the MMQ and MMVQ prefills of one GPU model.
@@ -313,9 +315,7 @@ test_device!(model fn gpu_model_mmq_prefill_types_match_cpu(device) {
                 let same = toks.iter().zip(&cpu_toks).take_while(|(a, b)| a == b).count();
                 let same_mmvq = base_toks.iter().zip(&cpu_toks).take_while(|(a, b)| a == b).count();
                 eprintln!("[{dev}] {ty:?} mmq {variant:?}: greedy {same}/{n_gen} tokens as the CPU (mmvq prefill: {same_mmvq})");
-                if ty == GgmlType::Q8_0 {
-                    assert_eq!(toks, cpu_toks, "[{dev}] {ty:?} mmq {variant:?}: greedy tokens differ from the CPU");
-                } else if same < n_gen {
+                if same < n_gen {
                     // A divergence is only allowed at a near tie of the CPU's logits: the top
                     // two within the logit tolerance.
                     let l = &cpu_logits[same];
@@ -331,6 +331,23 @@ test_device!(model fn gpu_model_mmq_prefill_types_match_cpu(device) {
         let _ = std::fs::remove_file(&path);
     }
 });
+
+test_device!(
+    /// The device has no f32 KV cache: a session asking for one is refused with the reason
+    /// (the CPU serves `--kv f32`), not run with another cache type.
+    model fn gpu_model_refuses_an_f32_kv_cache(device) {
+        let path = tmp("kvf32.gguf");
+        TinyModel::random(qwen3_cfg(), 5).write_gguf(&path, GgmlType::Q8_0);
+        {
+            let (dev, api) = device.clone();
+            let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
+            let err = gpu.new_session(KvType::F32, 64, 32).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("--kv f32") && err.contains("CPU"), "[{dev}] {err:?}");
+            assert!(gpu.new_session(KvType::F16, 64, 32).is_ok(), "[{dev}] f16 session");
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+);
 
 test_device!(
     /// Speculative decoding on the device is lossless: greedy with `--spec` equals plain greedy.

@@ -244,7 +244,7 @@ impl AnyModel {
                 AnySession::Std(Box::new(s))
             }
             AnyModel::Flash(m) => {
-                let st = m.new_state(q4::KvType::F16);
+                let st = m.new_state(kv);
                 AnySession::Flash(Box::new(FlashSession { fresh: st.clone(), st, capacity: max_ctx }))
             }
             #[cfg(feature = "gpu")]
@@ -467,11 +467,8 @@ impl Engine {
         let gguf = gguf::GgufFile::open(path)
             .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
         let model = if crate::model::Arch::of(&gguf, path)? == crate::model::Arch::Qwen4Exp {
-            if opts.kv != KvType::F16 {
-                return Err(EngineError::Unsupported(format!(
-                    "qwen4exp models run with --kv f16 only (got {:?})",
-                    opts.kv
-                )));
+            if opts.kv == KvType::Int8 {
+                return Err(EngineError::Unsupported("qwen4exp models run with --kv f16 or f32 (its QSA caches have no int8 form yet)".into()));
             }
             let q4_err = |e: EngineError| e.in_file(path);
             let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;

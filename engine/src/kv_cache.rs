@@ -5,25 +5,31 @@
 //! DeltaNet) keep a fixed-size per-sequence state instead of per-position rows.
 //!
 //! The attention cache stores one row of `n_head_kv * head_dim` values per position for K and
-//! for V, either as f16 (default; exactly what llama.cpp stores, so attention numerics match)
-//! or as int8 with one f32 scale per (position, kv head) row (`--kv int8`, half the memory).
+//! for V, either as f16 (default; exactly what llama.cpp stores, so attention numerics match),
+//! as int8 with one f32 scale per (position, kv head) row (`--kv int8`, half the memory), or as
+//! f32 (`--kv f32`, llama.cpp's `-ctk f32 -ctv f32`; CPU only). [`KvType`] is the one cache
+//! type of every architecture (Flash-Next's QSA caches take it too).
 
 use crate::f16;
 
 /// Storage format of the attention KV cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvType {
     /// IEEE half precision (llama.cpp's default).
+    #[default]
     F16,
     /// Symmetric int8 with one f32 scale per (position, KV head) row.
     Int8,
+    /// f32, exact (twice f16's memory; the CPU backend only).
+    F32,
 }
 
 /// Rows of one tensor (K or V) of one layer.
 enum Store {
     F16(Vec<u16>),
     Int8 { q: Vec<i8>, scale: Vec<f32> },
+    F32(Vec<f32>),
 }
 
 /// K and V of one attention layer, `capacity` positions.
@@ -74,6 +80,7 @@ impl Store {
         match ty {
             KvType::F16 => Store::F16(vec![0; n]),
             KvType::Int8 => Store::Int8 { q: vec![0; n], scale: vec![0.0; capacity * n_head_kv] },
+            KvType::F32 => Store::F32(vec![0.0; n]),
         }
     }
 
@@ -81,6 +88,7 @@ impl Store {
         match self {
             Store::F16(v) => v.len() * 2,
             Store::Int8 { q, scale } => q.len() + scale.len() * 4,
+            Store::F32(v) => v.len() * 4,
         }
     }
 
@@ -89,6 +97,7 @@ impl Store {
         let w = row.len();
         match self {
             Store::F16(v) => f16::from_f32(row, &mut v[pos * w..(pos + 1) * w]),
+            Store::F32(v) => v[pos * w..(pos + 1) * w].copy_from_slice(row),
             Store::Int8 { q, scale } => {
                 let nh = w / head_dim;
                 for h in 0..nh {
@@ -108,11 +117,12 @@ impl Store {
 }
 
 /// Raw rows of one cache tensor (K or V): `[cell][n_head_kv][head_dim]`, f16 bits or int8
-/// with one f32 scale per `[cell][n_head_kv]` (the layout the GPU `kv_store` writes).
+/// with one f32 scale per `[cell][n_head_kv]` (the layout the GPU `kv_store` writes), or f32.
 #[derive(Clone, Copy, Debug)]
 pub enum RawRows<'a> {
     F16(&'a [u16]),
     Int8 { q: &'a [i8], scale: &'a [f32] },
+    F32(&'a [f32]),
 }
 
 impl Store {
@@ -120,6 +130,7 @@ impl Store {
         match self {
             Store::F16(v) => RawRows::F16(v),
             Store::Int8 { q, scale } => RawRows::Int8 { q, scale },
+            Store::F32(v) => RawRows::F32(v),
         }
     }
 }
@@ -191,6 +202,7 @@ impl KvLayer {
                 let s: f32 = row.iter().zip(q).map(|(a, b)| *a as f32 * b).sum();
                 s * scale[pos * self.n_head_kv + head]
             }
+            Store::F32(k) => k[off..off + hd].iter().zip(q).map(|(a, b)| a * b).sum(),
         }
     }
 
@@ -205,6 +217,11 @@ impl KvLayer {
                 let ps = p * scale[pos * self.n_head_kv + head];
                 for (o, x) in out.iter_mut().zip(&q[off..off + hd]) {
                     *o += ps * *x as f32;
+                }
+            }
+            Store::F32(v) => {
+                for (o, x) in out.iter_mut().zip(&v[off..off + hd]) {
+                    *o += p * x;
                 }
             }
         }

@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::EngineError;
 use crate::engine::{AnyModel, AnySession, Engine, TextStream};
-use crate::model::qwen4exp::{self as q4, Mtp};
+use crate::model::qwen4exp::Mtp;
 use crate::spec::{MtpDrafter, MtpDrafterStats, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 use crate::sampler::Sampler;
 
@@ -183,8 +183,8 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
     }
     let head = Mtp::open(m, path)?;
-    let mut d = MtpDrafter::new(m, &head, q4::KvType::F16, sc.min_p);
-    let mut st = m.new_state(q4::KvType::F16);
+    let mut d = MtpDrafter::new(m, &head, e.opts.kv, sc.min_p);
+    let mut st = m.new_state(e.opts.kv);
     let t0 = Instant::now();
     let (ids, stats) = generate_greedy_spec(&**m, &mut st, prompt, n, &mut d, sc)?;
     Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })

@@ -118,11 +118,12 @@ pub fn attend_ordered(kv: &KvLayer, q: &[f32], out: &mut [f32], sh: Shape) {
         match r {
             RawRows::F16(v) => quant::f16_to_f32(v[cell * hd + d]),
             RawRows::Int8 { q, .. } => q[cell * hd + d] as f32,
+            RawRows::F32(v) => v[cell * hd + d],
         }
     };
     let row_scale = |r: &RawRows, cell: usize| -> f32 {
         match r {
-            RawRows::F16(_) => 1.0,
+            RawRows::F16(_) | RawRows::F32(_) => 1.0,
             RawRows::Int8 { scale, .. } => scale[cell],
         }
     };
@@ -749,6 +750,48 @@ mod tests {
                     let want: f64 = (lo..=pos).zip(&s).map(|(j, x)| (x - m).exp() / z * rows_v[j][g * hd + t] as f64).sum();
                     let got = out[h * hd + t] as f64;
                     assert!((got - want).abs() < 2e-3, "window {window:?} head {h} dim {t}: {got} vs {want}");
+                }
+            }
+        }
+    }
+
+    /// An f32 cache (`--kv f32`) keeps the rows exact: `attend` and `attend_ordered` equal a
+    /// direct f64 softmax attention on the unrounded rows to f32 rounding (GQA, a window).
+    #[test]
+    fn f32_cache_matches_direct_softmax() {
+        let (hd, nkv, nh, cap) = (16, 2, 4, 20);
+        let mut cache = KvCache::new(KvType::F32, cap, &[(nkv, hd)]);
+        let LayerCache::Attention(kv) = &mut cache.layers[0];
+        assert!(!kv.is_f16() && kv.planes_f16().is_none());
+        let val = |p: usize, i: usize| ((p * 131 + i * 71) % 997) as f32 / 997.0 * 1.7 - 0.85;
+        let (mut rows_k, mut rows_v) = (Vec::new(), Vec::new());
+        for p in 0..cap {
+            let k: Vec<f32> = (0..nkv * hd).map(|i| val(p, i) + 1e-4).collect();
+            let v: Vec<f32> = (0..nkv * hd).map(|i| val(p + 5, i) * 0.5 + 1e-4).collect();
+            kv.write(p, &k, &v);
+            rows_k.push(k);
+            rows_v.push(v);
+        }
+        let q: Vec<f32> = (0..nh * hd).map(|i| val(99, i) * 1.3).collect();
+        for window in [None, Some(5)] {
+            let pos = 17;
+            let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0: pos, window, kq_scale: 0.25, ggml_exact: false };
+            let (mut fast, mut ordered) = (vec![0f32; nh * hd], vec![0f32; nh * hd]);
+            attend(kv, &q, &mut fast, sh);
+            attend_ordered(kv, &q, &mut ordered, sh);
+            let lo = window.map_or(0, |w| pos + 1 - w);
+            for h in 0..nh {
+                let g = h / (nh / nkv);
+                let s: Vec<f64> = (lo..=pos)
+                    .map(|j| (0..hd).map(|t| q[h * hd + t] as f64 * rows_k[j][g * hd + t] as f64).sum::<f64>() * 0.25)
+                    .collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                for t in 0..hd {
+                    let want: f64 = (lo..=pos).zip(&s).map(|(j, x)| (x - m).exp() / z * rows_v[j][g * hd + t] as f64).sum();
+                    for (what, got) in [("attend", fast[h * hd + t]), ("attend_ordered", ordered[h * hd + t])] {
+                        assert!((got as f64 - want).abs() < 1e-5, "{what} window {window:?} head {h} dim {t}: {got} vs {want}");
+                    }
                 }
             }
         }

@@ -373,6 +373,7 @@ impl GpuModel {
         let fmt = match kv {
             KvType::F16 => KvFormat::F16,
             KvType::Int8 => KvFormat::Int8,
+            KvType::F32 => return Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the gfx11 attention kernels read f16 or int8 caches)".into())),
         };
         let row = hp.n_head_kv * hp.head_dim;
         let mut kvs = Vec::with_capacity(hp.n_layer);

@@ -189,5 +189,6 @@ pub fn raw_kv_bytes(r: crate::kv_cache::RawRows) -> (Vec<u8>, Vec<u8>) {
     match r {
         RawRows::F16(v) => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), Vec::new()),
         RawRows::Int8 { q, scale } => (q.iter().map(|&x| x as u8).collect(), scale.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        RawRows::F32(v) => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), Vec::new()),
     }
 }
