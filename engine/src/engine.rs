@@ -17,34 +17,7 @@ use crate::cpu::Session;
 use crate::model::Logits;
 use crate::model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
-
-/// Where the forward pass runs (`--device`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Device {
-    /// A usable AMD gfx11 GPU through HIP when one is present, otherwise the CPU (saying why
-    /// when a ROCm runtime was found but could not be used).
-    #[default]
-    Auto,
-    /// The CPU backend.
-    Cpu,
-    /// An AMD gfx11 GPU through ROCm's HIP runtime (loaded at run time); an error if none.
-    Hip,
-    /// The software RDNA3 device running the same gfx1100 kernels (slow: tests, debugging,
-    /// instruction and byte counts).
-    Emu,
-}
-
-impl Device {
-    pub fn name(self) -> &'static str {
-        match self {
-            Device::Auto => "auto",
-            Device::Cpu => "cpu",
-            Device::Hip => "hip",
-            Device::Emu => "emu",
-        }
-    }
-}
+pub use crate::device::Device;
 
 /// How sessions are built (from the validated CLI config).
 #[derive(Clone, Debug)]

@@ -45,7 +45,7 @@ pub enum EngineError {
     #[error("tensor {name:?} not found (expected ggml shape {expected:?})")]
     MissingShaped { name: String, expected: Vec<u64> },
     #[error("tensor {name:?}: {source}")]
-    Tensor { name: String, source: crate::model::qwen4exp::MatError },
+    Tensor { name: String, source: MatError },
     #[error("tensor {name:?}: cannot dequantize: {reason}")]
     Dequant { name: String, reason: String },
     #[error("forward at position {got}, but the sequence state is at position {expected}")]
@@ -108,6 +108,23 @@ impl EngineError {
             e => EngineError::InFile { path: path.to_path_buf(), source: Box::new(e) },
         }
     }
+}
+
+/// Why a matrix cannot be built from the given bytes.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MatError {
+    #[error("type {0:?} has no reference implementation")]
+    Unsupported(quant::GgmlType),
+    #[error("row length {cols} is not a whole number of {ty:?} blocks")]
+    Ragged { ty: quant::GgmlType, cols: usize },
+    #[error("{ty:?} {rows}x{cols} needs {expected} bytes, got {got}")]
+    Size {
+        ty: quant::GgmlType,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

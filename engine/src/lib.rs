@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod cpu;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod experts;

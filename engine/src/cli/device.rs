@@ -295,7 +295,7 @@ pub fn run(common: &Common, args: &DeviceArgs) -> Result<()> {
         #[cfg(feature = "gpu")]
         {
             // engine/src/gpu/selftest.rs: the kernel suite and its JSON report.
-            return crate::gpu::selftest::run_cli(common, args);
+            return crate::gpu::selftest::run_cli(common.run.device, args.gpu, args.report.clone());
         }
     }
     let l = probe(args.gpu);

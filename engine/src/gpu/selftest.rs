@@ -455,17 +455,18 @@ fn peak_of(opts: &Options, info: &super::device::DeviceInfo) -> Option<PeakBandw
 /// (comma-separated name filters), `STRATA_SELFTEST_SHAPES` (small|full),
 /// `STRATA_PEAK_GBS` (peak bandwidth to compare with), `STRATA_SELFTEST_CORRUPT` (test hook:
 /// corrupt the reference of matching checks).
-pub fn run_cli(common: &crate::cli::Common, args: &crate::cli::device::DeviceArgs) -> anyhow::Result<()> {
-    use crate::engine::Device;
+/// `device`: `--device`; `gpu`: `--gpu N`; `report`: `--report FILE`.
+pub fn run_cli(device: crate::device::Device, gpu: Option<usize>, report: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    use crate::device::Device;
     use crate::gpu::device::open_device;
     use anyhow::{bail, Context};
-    let kind = match common.run.device {
+    let kind = match device {
         Device::Emu => Device::Emu,
         Device::Hip | Device::Auto => Device::Hip,
         Device::Cpu => bail!("the selftest checks the GPU kernels: use --device hip (a card) or --device emu (the software RDNA3 device)"),
     };
     // `--gpu N` picks a HIP device by the index `strata device` lists (else STRATA_HIP_DEVICE).
-    let opened = match (kind, args.gpu) {
+    let opened = match (kind, gpu) {
         (Device::Hip, Some(n)) => {
             let cfg = crate::gpu::device::HipConfig { device: n as u32, ..crate::gpu::device::HipConfig::from_env() };
             crate::gpu::device::HipApi::open(&cfg).map(|h| Box::new(h) as Box<dyn GpuApi>)
@@ -473,7 +474,7 @@ pub fn run_cli(common: &crate::cli::Common, args: &crate::cli::device::DeviceArg
         _ => open_device(kind),
     };
     let api = opened.map_err(|e| {
-        anyhow::anyhow!("--device {}: {e}\n(the kernels can be checked on the software RDNA3 device: strata device --selftest --device emu)", common.run.device.name())
+        anyhow::anyhow!("--device {}: {e}\n(the kernels can be checked on the software RDNA3 device: strata device --selftest --device emu)", device.name())
     })?;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     let shapes = match env("STRATA_SELFTEST_SHAPES").as_deref() {
@@ -504,7 +505,7 @@ pub fn run_cli(common: &crate::cli::Common, args: &crate::cli::device::DeviceArg
     println!("{}", report::table_header());
     let rep = run_suite(Arc::from(api), &opts, &mut |r| println!("{}", report::table_row(r, peak.as_ref()))).context("selftest")?;
     println!("{}", rep.summary());
-    let path = args.report.clone().unwrap_or_else(|| std::path::PathBuf::from(format!("strata-selftest-{arch}.json")));
+    let path = report.unwrap_or_else(|| std::path::PathBuf::from(format!("strata-selftest-{arch}.json")));
     let text = serde_json::to_string_pretty(&rep.to_json()).context("serializing the report")?;
     std::fs::write(&path, text + "\n").with_context(|| format!("writing the report to {}", path.display()))?;
     println!("report written to {}", path.display());

@@ -103,7 +103,7 @@ impl EmuApi {
     /// Wraps an existing software device (e.g. one with a changed instruction budget).
     pub fn with_device(dev: Device) -> Self {
         let info = DeviceInfo {
-            backend: crate::engine::Device::Emu,
+            backend: crate::device::Device::Emu,
             index: 0,
             name: "software RDNA3 device".into(),
             arch: EMU_ARCH.into(),

@@ -37,7 +37,7 @@ use std::sync::Mutex;
 
 /// The one device enum of the engine (`--device`): [`open_device`] takes its GPU values and
 /// [`DeviceInfo::backend`] says which of `Hip` / `Emu` a [`GpuApi`] is.
-pub use crate::engine::Device;
+pub use crate::device::Device;
 
 /// Opens a device. `Hip` and `Auto` use [`HipConfig::from_env`] (`ROCM_PATH`, `/opt/rocm`,
 /// the system library path). Never panics: a missing runtime, no device or an unsupported

@@ -36,22 +36,7 @@ impl std::fmt::Debug for Mat {
     }
 }
 
-/// Why a matrix cannot be built from the given bytes.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MatError {
-    #[error("type {0:?} has no reference implementation")]
-    Unsupported(GgmlType),
-    #[error("row length {cols} is not a whole number of {ty:?} blocks")]
-    Ragged { ty: GgmlType, cols: usize },
-    #[error("{ty:?} {rows}x{cols} needs {expected} bytes, got {got}")]
-    Size {
-        ty: GgmlType,
-        rows: usize,
-        cols: usize,
-        expected: usize,
-        got: usize,
-    },
-}
+pub use crate::error::MatError;
 
 fn geometry(ty: GgmlType, rows: usize, cols: usize, got: usize) -> Result<usize, MatError> {
     if !ty.has_reference() {
