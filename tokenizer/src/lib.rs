@@ -10,12 +10,13 @@
 //! special ids are derived as llama.cpp does ([`vocab`]); chat templates are in [`chat`].
 
 mod bpe;
+mod pretok;
 mod chat;
 mod special;
 mod spm;
 mod vocab;
 
-pub use bpe::PreTokenizer;
+pub use pretok::PreTokenizer;
 
 use chat::ChatTemplate;
 use special::Frag;

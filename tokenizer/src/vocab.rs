@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use gguf::{GgufFile, Value};
 
 use crate::TokenizerError;
-use crate::bpe::PreTokenizer;
+use crate::pretok::PreTokenizer;
 
 /// Token attribute bits, as in llama.h's `llama_token_attr`.
 pub(crate) mod attr {
