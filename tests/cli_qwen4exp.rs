@@ -48,16 +48,24 @@ fn ref_seq(variant: &str, i: usize) -> (Vec<u32>, Vec<u32>) {
 /// llama.cpp's `ref/f32` logits within the model test's tolerance for that run (1e-3).
 #[test]
 fn cli_qwen4exp_logits_match_llama_cpp() {
-    const TOL: f32 = 1e-3;
+    assert_seq1_logits_match("f32", &[], 1e-3);
+}
+
+/// `strata logits [extra]` on the f32 model's reference sequence 1 of `variant` equals
+/// llama.cpp's logits of that variant within `tol`.
+fn assert_seq1_logits_match(variant: &str, extra: &[&str], tol: f32) {
     let m = reference(F32);
-    let (toks, _) = ref_seq("f32", 0);
-    let npy = tmp("seq1.npy");
-    run_ok(&["logits", "-m", m.to_str().unwrap(), "--tokens", &csv(&toks), "--out", npy.to_str().unwrap(), "-t", "2"]);
+    let (toks, _) = ref_seq(variant, 0);
+    let npy = tmp(&format!("seq1-{variant}.npy"));
+    let (m, toks, out) = (m.to_str().unwrap(), csv(&toks), npy.to_str().unwrap());
+    let mut args = vec!["logits", "-m", m, "--tokens", &toks, "--out", out, "-t", "2"];
+    args.extend_from_slice(extra);
+    run_ok(&args);
     let (shape, got) = strata::npy::read_f32(&npy).unwrap();
-    let (wshape, want) = strata::npy::read_f32(&reference("tiny-qwen4exp/ref/f32/seq1_logits.npy")).unwrap();
+    let (wshape, want) = strata::npy::read_f32(&reference(&format!("tiny-qwen4exp/ref/{variant}/seq1_logits.npy"))).unwrap();
     assert_eq!(shape, wshape);
     let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(max <= TOL, "max |logit diff| {max} > {TOL}");
+    assert!(max <= tol, "{variant}: max |logit diff| {max} > {tol}");
     let _ = std::fs::remove_file(npy);
 }
 
@@ -66,18 +74,8 @@ fn cli_qwen4exp_logits_match_llama_cpp() {
 /// `--kv int8`, which QSA has no form for, is refused with the reason.
 #[test]
 fn cli_qwen4exp_kv_f32_matches_llama_cpp_and_int8_is_refused() {
-    const TOL: f32 = 1e-4;
+    assert_seq1_logits_match("f32-kvf32", &["--kv", "f32"], 1e-4);
     let m = reference(F32);
-    let (toks, _) = ref_seq("f32-kvf32", 0);
-    let npy = tmp("seq1-kvf32.npy");
-    run_ok(&["logits", "-m", m.to_str().unwrap(), "--kv", "f32", "--tokens", &csv(&toks), "--out", npy.to_str().unwrap(), "-t", "2"]);
-    let (shape, got) = strata::npy::read_f32(&npy).unwrap();
-    let (wshape, want) = strata::npy::read_f32(&reference("tiny-qwen4exp/ref/f32-kvf32/seq1_logits.npy")).unwrap();
-    assert_eq!(shape, wshape);
-    let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(max <= TOL, "max |logit diff| {max} > {TOL}");
-    let _ = std::fs::remove_file(npy);
-
     let out = strata(&["logits", "-m", m.to_str().unwrap(), "--kv", "int8", "--tokens", "1,2", "--out", "/dev/null"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--kv f16 or f32") && err.contains("int8"), "{err}");
