@@ -9,10 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use gguf::{GgufFile, GgufWriter, Value};
-
-fn strata() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-}
+use crate::support::strata_cmd as strata;
 
 /// The tiny qwen3moe model (1024 tokens, q8_0), from scripts/make-testdata.sh.
 fn fixture() -> PathBuf {
@@ -22,9 +19,7 @@ fn fixture() -> PathBuf {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("strata-bad-input-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    crate::support::scratch_dir("bad-input").join(name)
 }
 
 /// The fixture with metadata `key` set to `value` (None: removed), tensors patched (shape and

@@ -1,13 +1,8 @@
 //! The `strata` binary end to end on the default model: help, generate (greedy text equal to
 //! llama.cpp's), tokenize, logits (.npy), bench, and the clear errors.
 
-use std::process::Command;
-
 use crate::models_util::{gemma_path, ids, read_json};
-
-fn strata() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-}
+use crate::support::strata_cmd as strata;
 
 fn run_ok(args: &[&str]) -> String {
     let out = strata().args(args).output().expect("running strata");

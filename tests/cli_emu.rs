@@ -4,15 +4,10 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-
-fn strata() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-}
+use crate::support::strata_cmd as strata;
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("strata-cli-emu-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    crate::support::scratch_dir("cli-emu").join(name)
 }
 
 /// Each test writes its own copy (tests run in parallel; a shared file could be read half written).

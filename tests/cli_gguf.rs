@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value as Json;
+use crate::support::strata_out as strata;
 
 const QWEN3MOE: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf";
 const SPLIT_1: &str = "tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
@@ -14,10 +14,6 @@ const SPLIT_2: &str = "tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00002-of-00
 
 fn reference(rel: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/reference")).join(rel)
-}
-
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("running strata")
 }
 
 fn text(b: &[u8]) -> String {

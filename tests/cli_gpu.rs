@@ -3,13 +3,8 @@
 //! testdata/reference/tiny-qwen3moe; `--device hip` fails over with a clear message where there
 //! is no ROCm; `bench --device emu` reports the per-part decode profile.
 
-use std::process::Command;
-
 use crate::models_util::{read_json, reference};
-
-fn strata() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-}
+use crate::support::strata_cmd as strata;
 
 fn generate(model: &str, device: &str, prompt: &str, n: usize) -> String {
     let m = reference(&format!("tiny-qwen3moe/tiny-qwen3moe-v1024-{model}.gguf"));

@@ -5,11 +5,7 @@
 //! message naming the problem.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("running strata")
-}
+use crate::support::strata_out as strata;
 
 fn run_ok(args: &[&str]) -> (String, String) {
     let out = strata(args);
@@ -27,9 +23,7 @@ fn run_err(args: &[&str]) -> String {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("strata-cli-mtp-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    crate::support::scratch_dir("cli-mtp").join(name)
 }
 
 fn shown_ids(stderr: &str) -> Vec<u32> {

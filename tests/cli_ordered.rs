@@ -3,13 +3,8 @@
 //! (`strata generate`) on the llama.cpp-written tiny-qwen3moe models (Q8_0; mixed F16/Q8_0;
 //! F32), and the old flag name `--ordered-attention` does the same.
 
-use std::process::Command;
-
 use crate::models_util::{read_json, reference};
-
-fn strata() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-}
+use crate::support::strata_cmd as strata;
 
 fn model(name: &str) -> String {
     reference(&format!("tiny-qwen3moe/tiny-qwen3moe-v1024-{name}.gguf")).to_str().unwrap().to_string()

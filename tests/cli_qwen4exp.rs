@@ -3,16 +3,13 @@
 //! greedy (qwen4exp and the default Gemma model), and the PLE table options.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use crate::models_util::{gemma_path, ids, read_json, reference};
+use crate::support::strata_out as strata;
 
 const F32: &str = "tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf";
 const Q8: &str = "tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
-
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("running strata")
-}
 
 fn run_ok(args: &[&str]) -> (String, String) {
     let out = strata(args);
@@ -32,9 +29,7 @@ fn csv(ids: &[u32]) -> String {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("strata-cli-qwen4exp-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    crate::support::scratch_dir("cli-qwen4exp").join(name)
 }
 
 /// (prompt ids, greedy ids) of reference sequence `i` of a variant (`f32`, `q8_0-split`).

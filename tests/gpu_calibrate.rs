@@ -16,11 +16,10 @@ use strata::gpu::calibrate::{self as cal, CalibrateOptions, CalibrationError, Ca
 use strata::gpu::device::{ComputeType, DType, EmuApi, Gemm, GpuApi, HipApi, HipConfig, Stream, Transpose};
 
 use crate::models_util::reference;
+use crate::support::strata_cmd as strata;
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("strata-calibrate-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    crate::support::scratch_dir("calibrate").join(name)
 }
 
 fn row(dtype: &str, n: usize, k: usize, t: usize, algo: &str) -> Row {
@@ -200,10 +199,6 @@ fn emu_dispatch_uses_rows_and_falls_back_for_missing_ones() {
 }
 
 // ---------------------------------------------------------------- CLI end to end (emu)
-
-fn strata() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-}
 
 fn generate(model: &Path, calibration: Option<&Path>) -> (String, String) {
     let mut c = strata();

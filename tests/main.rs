@@ -22,6 +22,7 @@ mod gpu_ops_gr;
 #[cfg(feature = "gpu")]
 mod gpu_selftest;
 mod models_util;
+mod support;
 mod models_gemma3;
 mod models_qwen3;
 mod models_qwen3moe;

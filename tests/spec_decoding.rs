@@ -209,9 +209,7 @@ fn spec_rollback_mid_window_is_lossless() {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("strata-spec-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    crate::support::scratch_dir("spec").join(name)
 }
 
 /// Synthetic models (the public shape with a tied head). Their greedy output repeats the last
