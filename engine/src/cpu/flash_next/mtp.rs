@@ -8,8 +8,20 @@ use crate::model::qwen4exp::{Mtp, MtpState, Qwen4Exp};
 impl Mtp {
     /// Runs the pairs `(tokens[i], wide[i])` at positions `cells(st)..` (`wide [n][hc][E]`:
     /// the trunk's wide residual of the position before each token, or the head's own output
-    /// `R'` when chaining). Logits for every pair (`all_logits`) or only the last.
+    /// `R'` when chaining). Logits for every pair (`all_logits`) or only the last. Runs on one
+    /// thread team, like the trunk's micro-batches.
     pub fn forward(
+        &self,
+        model: &Qwen4Exp,
+        st: &mut MtpState,
+        tokens: &[u32],
+        wide: &[f32],
+        all_logits: bool,
+    ) -> Result<MtpOut, EngineError> {
+        cpu_kernels::team::with_team(|| self.forward_on_team(model, st, tokens, wide, all_logits))
+    }
+
+    fn forward_on_team(
         &self,
         model: &Qwen4Exp,
         st: &mut MtpState,
