@@ -25,6 +25,17 @@ pub enum KvType {
     F32,
 }
 
+impl KvType {
+    /// Bytes one cached value takes (int8's per-row scale left out), for byte budgets.
+    pub fn bytes_per_value(self) -> f64 {
+        match self {
+            KvType::F16 => 2.0,
+            KvType::Int8 => 1.0,
+            KvType::F32 => 4.0,
+        }
+    }
+}
+
 /// Rows of one tensor (K or V) of one layer.
 enum Store {
     F16(Vec<u16>),

@@ -241,11 +241,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     };
     let roofline = match &e.model {
         crate::engine::AnyModel::Std(m) if a.roofline => {
-            let kv_bytes = match e.opts.kv {
-                crate::kv_cache::KvType::F16 => 2.0,
-                crate::kv_cache::KvType::Int8 => 1.0,
-                crate::kv_cache::KvType::F32 => 4.0,
-            };
+            let kv_bytes = e.opts.kv.bytes_per_value();
             let bytes = m.decode_bytes(8 + a.tg / 2, kv_bytes);
             let bw = read_bandwidth_gb_s();
             Some(Roofline { decode_bytes_per_token: bytes, read_gb_s: bw, roofline_tok_s: bw * 1e9 / bytes, share: tg_median * bytes / (bw * 1e9) })
