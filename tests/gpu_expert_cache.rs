@@ -9,6 +9,7 @@
 
 use std::process::Command;
 
+use strata::cpu::prelude::*;
 use strata::gpu::test_device::TestDevice;
 use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use quant::GgmlType;
+use strata::cpu::prelude::*;
 use strata::gpu::test_device::TestDevice;
 use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};

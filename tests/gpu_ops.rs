@@ -8,6 +8,7 @@
 #![cfg(feature = "gpu")]
 
 use quant::GgmlType;
+use strata::cpu::prelude::*;
 use strata::gpu::abi::WType;
 use strata::gpu::bench::random_blocks;
 use strata::rng::SplitMix64;

@@ -7,6 +7,7 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
+use strata::cpu::prelude::*;
 use strata::model::qwen4exp::Mat;
 use strata::model::qwen4exp::moe::{Moe, SwiGlu};
 use strata::rng::SplitMix64;

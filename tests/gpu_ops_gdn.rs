@@ -7,6 +7,7 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
+use strata::cpu::prelude::*;
 use strata::gpu::ops::{GdnBuffers, GdnDeviceState, GdnShape, GpuOps};
 use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};
 use strata::model::qwen4exp::Mat;

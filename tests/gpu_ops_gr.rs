@@ -6,6 +6,7 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
+use strata::cpu::prelude::*;
 use strata::gpu::ops::{GpuOps, GrShape};
 use strata::model::qwen4exp::gr::HyperConn;
 use strata::model::qwen4exp::Mat;

@@ -1,6 +1,7 @@
 //! Qwen3 (dense) on small random-weight GGUF models written with the gguf crate's writer,
 //! checked against the independent float64 forward pass in `models_util`.
 
+use strata::cpu::prelude::*;
 use strata::kv_cache::KvType;
 use strata::model::Model;
 use strata::model::Logits;

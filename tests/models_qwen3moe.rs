@@ -1,6 +1,7 @@
 //! Qwen3-MoE: random-weight models against the float64 reference (`models_util`), and the
 //! synthetic models of testdata/reference/tiny-qwen3moe against llama.cpp's logits.
 
+use strata::cpu::prelude::*;
 use strata::kv_cache::KvType;
 use strata::model::Model;
 use strata::model::Logits;

@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
+use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Qwen4Exp};
 
 mod layers;

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use strata::cpu::prelude::*;
 use strata::synth::qwen4exp::{SynthConfig, write};
 use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
 use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};

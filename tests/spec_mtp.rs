@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
+use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, SeqState};
 use strata::EngineError;
 use strata::spec::{Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use tokenizer::Tokenizer;
 
+use crate::cpu::prelude::*;
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
 use crate::model::Model;

@@ -11,30 +11,7 @@
 //! type of every architecture (Flash-Next's QSA caches take it too).
 
 use crate::f16;
-
-/// Storage format of the attention KV cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KvType {
-    /// IEEE half precision (llama.cpp's default).
-    #[default]
-    F16,
-    /// Symmetric int8 with one f32 scale per (position, KV head) row.
-    Int8,
-    /// f32, exact (twice f16's memory; the CPU backend only).
-    F32,
-}
-
-impl KvType {
-    /// Bytes one cached value takes (int8's per-row scale left out), for byte budgets.
-    pub fn bytes_per_value(self) -> f64 {
-        match self {
-            KvType::F16 => 2.0,
-            KvType::Int8 => 1.0,
-            KvType::F32 => 4.0,
-        }
-    }
-}
+pub use model::KvType;
 
 /// Rows of one tensor (K or V) of one layer.
 enum Store {

@@ -9,14 +9,12 @@ pub mod cli;
 pub mod cpu;
 pub mod device;
 pub mod engine;
-pub mod error;
 pub mod experts;
 pub mod f16;
 pub mod fetch;
 pub mod gpu_options;
 pub mod kfd;
 pub mod kv_cache;
-pub mod model;
 pub mod npy;
 pub mod rng;
 pub mod sampler;
@@ -24,6 +22,9 @@ pub mod spec;
 pub mod synth;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+
+// The architecture descriptions, the error type and the KV type are the `model` crate's.
+pub use model::{self, error};
 
 pub use engine::{Engine, RunOptions};
 pub use error::EngineError;

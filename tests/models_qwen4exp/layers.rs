@@ -9,6 +9,7 @@
 //! relative to the output's largest magnitude (`TOL_REL`) catches any formula error (a wrong
 //! gate, scale or index changes outputs by O(1)).
 
+use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{Gdn, GdnMode, HyperConn, Mat};
 
 pub(super) const TOL_REL: f64 = 1e-4;

@@ -1,6 +1,7 @@
 //! MoE and the PLE n-gram block alone against plain f64 references; see `layers.rs` for the
 //! tolerance.
 
+use strata::cpu::prelude::*;
 use strata::model::qwen4exp::hparams::PleParams;
 use strata::model::qwen4exp::{Mat, Moe, Ple, SwiGlu};
 

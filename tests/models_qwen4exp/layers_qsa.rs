@@ -1,6 +1,7 @@
 //! QSA alone (cell selection with libstdc++'s heap order, attention, decode == prefill)
 //! against a plain f64 reference; see `layers.rs` for the tolerance.
 
+use strata::cpu::prelude::*;
 use strata::cpu::flash_next::heap_select;
 use strata::model::qwen4exp::{Indexer, Qsa, QsaCache};
 

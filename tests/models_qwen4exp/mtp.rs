@@ -14,6 +14,7 @@
 use std::path::PathBuf;
 
 use gguf::GgufFile;
+use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp};
 use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 

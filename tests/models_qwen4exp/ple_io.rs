@@ -10,6 +10,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, PleIo, PleOptions, Qwen4Exp};
 use strata::EngineError;
 

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use strata::cpu::prelude::*;
 use strata::synth::qwen4exp::{SynthConfig, write};
 use strata::model::qwen4exp::{KvType, LayerKind, Qwen4Exp};
 

@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use clap::Args;
 
+use crate::cpu::prelude::*;
 use crate::engine::Engine;
 use crate::model::Logits;
 

@@ -9,10 +9,23 @@ use cpu_kernels::team;
 
 use crate::model::{Model, W};
 
-impl Model {
+/// The CPU executor's methods on [`Model`] for this crate (a type of the `model` crate).
+pub(crate) trait ModelMatmul {
     /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack).
+    fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
+
+    /// [`Self::mm`], or [`matmul_ordered`] in the ordered-numerics mode.
+    fn mm_o(&self, ordered: bool, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
+
+    /// Products of the same activations with several matrices in one parallel region
+    /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi` otherwise;
+    /// same bits as one [`Self::mm`] per matrix).
+    fn mm_multi<const K: usize>(&self, exact: bool, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]);
+}
+
+impl ModelMatmul for Model {
     #[inline]
-    pub(crate) fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         let t = self.qt(w, e);
         let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
         if self.hp.arch.ggml_exact() {
@@ -24,9 +37,8 @@ impl Model {
         }
     }
 
-    /// [`Self::mm`], or [`matmul_ordered`] in the ordered-numerics mode.
     #[inline]
-    pub(crate) fn mm_o(&self, ordered: bool, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    fn mm_o(&self, ordered: bool, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         if !ordered {
             return self.mm(w, e, x, n, y);
         }
@@ -36,10 +48,7 @@ impl Model {
         }
     }
 
-    /// Products of the same activations with several matrices in one parallel region
-    /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi` otherwise;
-    /// same bits as one [`Self::mm`] per matrix).
-    pub(super) fn mm_multi<const K: usize>(&self, exact: bool, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
+    fn mm_multi<const K: usize>(&self, exact: bool, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
         let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| self.qt(w, 0)).collect();
         let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
         let cols = ts[0].cols;
@@ -48,7 +57,6 @@ impl Model {
             panic!("matmul multi (exact: {exact}) n={n}: {e}");
         }
     }
-
 }
 
 /// `y[n][rows] = x[n][cols] · Wᵀ` in the ordered-numerics mode: each column of `x` quantized

@@ -17,6 +17,16 @@ use crate::kv_cache::{KvCache, KvType};
 use crate::model::op_profile::{OpProfile, Timed};
 use crate::model::{Logits, Model, decoder};
 pub use matmul::matmul_ordered;
+pub(crate) use matmul::ModelMatmul;
+
+/// The CPU executor's methods on the `model` crate's types, in one import:
+/// `use strata::cpu::prelude::*;` (the model crate knows no backend, so these are traits).
+pub mod prelude {
+    pub use super::ModelCpu;
+    pub use super::flash_next::{
+        GdnCpu, HyperConnCpu, MatCpu, MoeCpu, MtpCpu, PleCpu, Qwen4ExpCpu, QsaCpu, SwiGluCpu,
+    };
+}
 
 /// Per-sequence state: KV cache, position, and reusable scratch buffers.
 pub struct Session {
@@ -82,9 +92,19 @@ impl Session {
     }
 }
 
-impl Model {
+/// The CPU executor's methods on [`Model`] (a type of the `model` crate, which knows no backend).
+pub trait ModelCpu {
     /// A fresh sequence with room for `max_ctx` positions.
-    pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session {
+    fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session;
+
+    /// Appends `tokens` to the sequence and writes logits to `out`
+    /// (`[1][vocab]` for [`Logits::Last`], `[tokens.len()][vocab]` for [`Logits::All`]).
+    /// Runs with the pool's threads as one spinning team (`cpu_kernels::team::with_team`).
+    fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()>;
+}
+
+impl ModelCpu for Model {
+    fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session {
         Session {
             cache: KvCache::new(kv, max_ctx, &self.cache_shape()),
             n_past: 0,
@@ -97,13 +117,19 @@ impl Model {
         }
     }
 
-    /// Appends `tokens` to the sequence and writes logits to `out`
-    /// (`[1][vocab]` for [`Logits::Last`], `[tokens.len()][vocab]` for [`Logits::All`]).
-    /// Runs with the pool's threads as one spinning team (`cpu_kernels::team::with_team`).
-    pub fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+    fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         cpu_kernels::team::with_team(|| self.eval_on_team(s, tokens, want, out))
     }
+}
 
+/// Steps of the methods above that stay private to this module.
+trait ModelSteps {
+    fn eval_on_team(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()>;
+
+    fn forward_chunk(&self, sess: &mut Session, toks: &[u32], want: Logits, logits: Option<&mut [f32]>) -> Result<()>;
+}
+
+impl ModelSteps for Model {
     fn eval_on_team(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);

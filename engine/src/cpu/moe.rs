@@ -9,6 +9,7 @@
 use cpu_kernels as ck;
 
 use super::grow;
+use crate::cpu::ModelMatmul;
 use crate::model::{MoeSpec, Model, W};
 
 /// Reusable buffers (only grow).

@@ -7,6 +7,7 @@ use super::abi::MAX_COLS;
 use super::device::GpuError;
 use super::expert_cache::Placement;
 use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, f32_bytes, q8_1_bytes, u32_bytes};
+use crate::cpu::ModelMatmul;
 use crate::model::Ffn;
 use super::ops::GluAct;
 use crate::gpu_options::MoePath;

@@ -19,6 +19,7 @@
 //! Each draft carries the head's softmax probability of its (argmax) token; chaining stops at
 //! the first draft below `min_p` (the loop would cut the window there anyway).
 
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::{KvType, Mtp, MtpState, Qwen4Exp};
 
 use super::{Draft, Drafter, argmax};

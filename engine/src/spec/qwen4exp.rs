@@ -6,6 +6,7 @@
 //! re-run; this choice keeps the forward pass untouched and costs one extra batched call of
 //! m + 1 tokens per window with a rejection.
 
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::{Checkpoint, Qwen4Exp, SeqState};
 use crate::error::EngineError;
 
@@ -26,7 +27,7 @@ impl VerifyModel for Qwen4Exp {
 
     fn forward(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         let pos = st.pos;
-        Qwen4Exp::forward(self, st, tokens, pos)
+        Qwen4ExpCpu::forward(self, st, tokens, pos)
     }
 
     fn forward_hidden(
@@ -35,7 +36,7 @@ impl VerifyModel for Qwen4Exp {
         tokens: &[u32],
     ) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         let pos = st.pos;
-        Qwen4Exp::forward_hidden(self, st, tokens, pos)
+        Qwen4ExpCpu::forward_hidden(self, st, tokens, pos)
     }
 
     fn checkpoint(&self, st: &SeqState) -> Checkpoint {
@@ -51,7 +52,7 @@ impl VerifyModel for Qwen4Exp {
         self.restore(st, cp)?;
         if !keep.is_empty() {
             let pos = st.pos;
-            Qwen4Exp::forward(self, st, keep, pos)?;
+            Qwen4ExpCpu::forward(self, st, keep, pos)?;
         }
         Ok(keep.len())
     }

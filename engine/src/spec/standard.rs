@@ -2,6 +2,7 @@
 //! sequence state is the KV cache, so a checkpoint is the position and a rollback truncates
 //! the cache: cells past the kept prefix are simply overwritten later (nothing recomputed).
 
+use crate::cpu::prelude::*;
 use crate::error::EngineError;
 use crate::model::Model;
 use crate::cpu::Session;

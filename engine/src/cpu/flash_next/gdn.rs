@@ -3,6 +3,7 @@
 //! thread team (recurrent, or chunked for prefill) and the gated norm.
 
 use super::linear::{rms_norm, sigmoid, silu, softplus};
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::{Gdn, GdnMode, GdnState};
 
 /// Per-token inputs of the delta rule for one value head.
@@ -14,9 +15,28 @@ struct HeadIn<'a> {
     beta: f32,
 }
 
-impl Gdn {
+/// The CPU executor's methods on [`Gdn`] (a type of the `model` crate, which knows no backend).
+pub trait GdnCpu {
     /// Runs `n` tokens `x [n][E]`, advancing `st`; writes `y [n][E]`.
-    pub fn forward(&self, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]) {
+    fn forward(&self, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]);
+
+    /// The token mixer between the projections, what the GPU's `gdn_*` kernels compute: conv
+    /// inputs `m [n][C]`, gate `z [n][Hv·S]`, β and α logits `[n][Hv]`; returns the gated,
+    /// normalised head outputs `o [n][Hv·S]` (the input of `ssm_out`), advancing `st`.
+    fn mix(
+        &self,
+        m: &[f32],
+        z: &[f32],
+        beta_logit: &[f32],
+        alpha_logit: &[f32],
+        n: usize,
+        st: &mut GdnState,
+        mode: GdnMode,
+    ) -> Vec<f32>;
+}
+
+impl GdnCpu for Gdn {
+    fn forward(&self, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]) {
         let (c, hv, vd) = (self.channels(), self.hv, self.hv * self.s);
         let mut m = vec![0f32; n * c];
         self.qkv.matmul(x, n, &mut m);
@@ -30,11 +50,8 @@ impl Gdn {
         self.out.matmul(&o, n, y);
     }
 
-    /// The token mixer between the projections, what the GPU's `gdn_*` kernels compute: conv
-    /// inputs `m [n][C]`, gate `z [n][Hv·S]`, β and α logits `[n][Hv]`; returns the gated,
-    /// normalised head outputs `o [n][Hv·S]` (the input of `ssm_out`), advancing `st`.
     #[allow(clippy::too_many_arguments)]
-    pub fn mix(
+    fn mix(
         &self,
         m: &[f32],
         z: &[f32],

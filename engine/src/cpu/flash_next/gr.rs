@@ -2,12 +2,30 @@
 //! `model::qwen4exp::gr`).
 
 use super::linear::{rms_norm, sigmoid, silu};
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::HyperConn;
 
-impl HyperConn {
+/// The CPU executor's methods on [`HyperConn`] (a type of the `model` crate, which knows no backend).
+pub trait HyperConnCpu {
     /// Reads the streams `r [n][hc][E]` into the block input `x [n][E]` and, when this mixer
     /// has an injection matrix, the raw injection logits `inj [n][hc]`.
-    pub fn mix(&self, r: &[f32], n: usize, x: &mut [f32], inj: Option<&mut [f32]>) {
+    fn mix(&self, r: &[f32], n: usize, x: &mut [f32], inj: Option<&mut [f32]>);
+
+    /// `X[t][c] = rms(R[t][c]; γ[c])`, `[n][hc][E]` (what the GPU's `gr_stream_norm` computes).
+    fn norm_streams(&self, r: &[f32], n: usize) -> Vec<f32>;
+
+    /// `a = silu(lo / hc)` in place on the down projection (`gr_lowrank_act`).
+    fn lowrank_act(&self, lo: &mut [f32]);
+
+    /// `x[t] = (1/hc) Σ_c X[t][c] ⊙ σ(G[t][c])` (`gr_gate_mix`).
+    fn gate_mix(&self, flat: &[f32], gate: &[f32], n: usize, x: &mut [f32]);
+
+    /// `R[t][c] += 2·σ(inj[t][c]/hc) · y[t]` for every stream.
+    fn combine(&self, r: &mut [f32], n: usize, y: &[f32], inj: &[f32]);
+}
+
+impl HyperConnCpu for HyperConn {
+    fn mix(&self, r: &[f32], n: usize, x: &mut [f32], inj: Option<&mut [f32]>) {
         let hce = self.hc * self.n_embd;
         let flat = self.norm_streams(r, n);
         let lr = self.down.rows;
@@ -22,8 +40,7 @@ impl HyperConn {
         }
     }
 
-    /// `X[t][c] = rms(R[t][c]; γ[c])`, `[n][hc][E]` (what the GPU's `gr_stream_norm` computes).
-    pub fn norm_streams(&self, r: &[f32], n: usize) -> Vec<f32> {
+    fn norm_streams(&self, r: &[f32], n: usize) -> Vec<f32> {
         let (hc, e) = (self.hc, self.n_embd);
         let mut flat = vec![0f32; n * hc * e];
         for t in 0..n {
@@ -40,14 +57,12 @@ impl HyperConn {
         flat
     }
 
-    /// `a = silu(lo / hc)` in place on the down projection (`gr_lowrank_act`).
-    pub fn lowrank_act(&self, lo: &mut [f32]) {
+    fn lowrank_act(&self, lo: &mut [f32]) {
         let inv_hc = 1.0 / self.hc as f32;
         lo.iter_mut().for_each(|v| *v = silu(*v * inv_hc));
     }
 
-    /// `x[t] = (1/hc) Σ_c X[t][c] ⊙ σ(G[t][c])` (`gr_gate_mix`).
-    pub fn gate_mix(&self, flat: &[f32], gate: &[f32], n: usize, x: &mut [f32]) {
+    fn gate_mix(&self, flat: &[f32], gate: &[f32], n: usize, x: &mut [f32]) {
         let (hc, e) = (self.hc, self.n_embd);
         let (hce, inv_hc) = (hc * e, 1.0 / hc as f32);
         for t in 0..n {
@@ -63,8 +78,7 @@ impl HyperConn {
         }
     }
 
-    /// `R[t][c] += 2·σ(inj[t][c]/hc) · y[t]` for every stream.
-    pub fn combine(&self, r: &mut [f32], n: usize, y: &[f32], inj: &[f32]) {
+    fn combine(&self, r: &mut [f32], n: usize, y: &[f32], inj: &[f32]) {
         let (hc, e) = (self.hc, self.n_embd);
         let inv_hc = 1.0 / hc as f32;
         for t in 0..n {

@@ -8,12 +8,10 @@ use quant::GgmlType;
 
 use crate::model::qwen4exp::Mat;
 
-impl Mat {
+/// The CPU executor's methods on [`Mat`] (a type of the `model` crate, which knows no backend).
+pub trait MatCpu {
     /// `y[rows] = W x`.
-    pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
-        debug_assert_eq!(x.len(), self.cols);
-        self.matmul(x, 1, y);
-    }
+    fn matvec(&self, x: &[f32], y: &mut [f32]);
 
     /// `y[n][rows] = x[n][cols] Wᵀ`, through the CPU executor's kernels: llama.cpp's x86 float
     /// order (`cpu_kernels::matmul_ggml`, as the shared decoders' exact path), and the
@@ -22,7 +20,16 @@ impl Mat {
     /// pass is bit-identical to token-by-token passes: llama.cpp orders K-quant products of
     /// several tokens (its 4-row GEMM, its tiled GEMM from 8) unlike one token's (its GEMV),
     /// so those run one token at a time.
-    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
+    fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]);
+}
+
+impl MatCpu for Mat {
+    fn matvec(&self, x: &[f32], y: &mut [f32]) {
+        debug_assert_eq!(x.len(), self.cols);
+        self.matmul(x, 1, y);
+    }
+
+    fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
         let (rows, cols) = (self.rows, self.cols);
         let (x, y) = (&x[..n * cols], &mut y[..n * rows]);
         let w = self.qt();

@@ -12,7 +12,13 @@ pub mod ops;
 mod ple;
 mod qsa;
 
-pub use qsa::heap_select;
+pub use gdn::GdnCpu;
+pub use gr::HyperConnCpu;
+pub use linear::MatCpu;
+pub use moe::{MoeCpu, SwiGluCpu};
+pub use mtp::MtpCpu;
+pub use ple::PleCpu;
+pub use qsa::{QsaCpu, heap_select};
 
 use crate::error::EngineError;
 use crate::model::qwen4exp::{Qwen4Exp, SeqState, Trace, program};
@@ -20,10 +26,48 @@ use crate::model::qwen4exp::{Qwen4Exp, SeqState, Trace, program};
 /// Tokens per internal micro-batch (bounds activation memory like llama.cpp's n_ubatch).
 const UBATCH: usize = 512;
 
-impl Qwen4Exp {
+/// The CPU executor's methods on [`Qwen4Exp`] (a type of the `model` crate, which knows no backend).
+pub trait Qwen4ExpCpu {
     /// Runs `tokens` at positions `start_pos..` (which must equal `st.pos`) and returns the
     /// logits of every position, `[tokens.len()][n_vocab]`.
-    pub fn forward(
+    fn forward(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
+    ) -> Result<Vec<f32>, EngineError>;
+
+    /// [`Qwen4Exp::forward`] that also records diagnostics.
+    fn forward_traced(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
+        trace: Option<&mut Trace>,
+    ) -> Result<Vec<f32>, EngineError>;
+
+    /// [`Qwen4Exp::forward`] that also returns every position's wide residual, the `hc`
+    /// hyper-connection streams before the output mixer, `[tokens.len()][hc][n_embd]`: what
+    /// the MTP head reads (the published heads' `nextn.hnorm` is `[hc·n_embd]`).
+    fn forward_hidden(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>), EngineError>;
+
+    /// Greedy decoding: feeds `prompt` (positions from `st.pos`), then `n_gen` argmax tokens
+    /// one forward call each (lowest id on ties). Returns the generated ids.
+    fn generate_greedy(
+        &self,
+        st: &mut SeqState,
+        prompt: &[u32],
+        n_gen: usize,
+    ) -> Result<Vec<u32>, EngineError>;
+}
+
+impl Qwen4ExpCpu for Qwen4Exp {
+    fn forward(
         &self,
         st: &mut SeqState,
         tokens: &[u32],
@@ -32,8 +76,7 @@ impl Qwen4Exp {
         self.forward_traced(st, tokens, start_pos, None)
     }
 
-    /// [`Qwen4Exp::forward`] that also records diagnostics.
-    pub fn forward_traced(
+    fn forward_traced(
         &self,
         st: &mut SeqState,
         tokens: &[u32],
@@ -43,10 +86,7 @@ impl Qwen4Exp {
         self.forward_full(st, tokens, start_pos, trace, None)
     }
 
-    /// [`Qwen4Exp::forward`] that also returns every position's wide residual, the `hc`
-    /// hyper-connection streams before the output mixer, `[tokens.len()][hc][n_embd]`: what
-    /// the MTP head reads (the published heads' `nextn.hnorm` is `[hc·n_embd]`).
-    pub fn forward_hidden(
+    fn forward_hidden(
         &self,
         st: &mut SeqState,
         tokens: &[u32],
@@ -57,6 +97,64 @@ impl Qwen4Exp {
         Ok((logits, hidden))
     }
 
+    fn generate_greedy(
+        &self,
+        st: &mut SeqState,
+        prompt: &[u32],
+        n_gen: usize,
+    ) -> Result<Vec<u32>, EngineError> {
+        let v = self.hp.n_vocab;
+        let argmax = |row: &[f32]| {
+            let mut best = 0;
+            for (i, &x) in row.iter().enumerate() {
+                if x > row[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        };
+        let mut out = Vec::with_capacity(n_gen);
+        if n_gen == 0 {
+            return Ok(out);
+        }
+        let pos = st.pos;
+        let logits = self.forward(st, prompt, pos)?;
+        let Some(last) = logits.len().checked_sub(v).map(|o| &logits[o..]) else {
+            return Ok(out); // empty prompt: nothing to continue from
+        };
+        out.push(argmax(last));
+        while out.len() < n_gen {
+            let pos = st.pos;
+            let l = self.forward(st, &out[out.len() - 1..], pos)?;
+            out.push(argmax(&l));
+        }
+        Ok(out)
+    }
+}
+
+/// Steps of the methods above that stay private to this module.
+trait Qwen4ExpSteps {
+    fn forward_full(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        start_pos: usize,
+        trace: Option<&mut Trace>,
+        hidden: Option<&mut [f32]>,
+    ) -> Result<Vec<f32>, EngineError>;
+
+    /// One micro-batch at `st.pos`: the program of [`program::forward`] on the CPU.
+    fn ubatch(
+        &self,
+        st: &mut SeqState,
+        toks: &[u32],
+        logits: &mut [f32],
+        trace: Option<&mut Trace>,
+        hidden: Option<&mut [f32]>,
+    ) -> Result<(), EngineError>;
+}
+
+impl Qwen4ExpSteps for Qwen4Exp {
     fn forward_full(
         &self,
         st: &mut SeqState,
@@ -99,43 +197,6 @@ impl Qwen4Exp {
         Ok(logits)
     }
 
-    /// Greedy decoding: feeds `prompt` (positions from `st.pos`), then `n_gen` argmax tokens
-    /// one forward call each (lowest id on ties). Returns the generated ids.
-    pub fn generate_greedy(
-        &self,
-        st: &mut SeqState,
-        prompt: &[u32],
-        n_gen: usize,
-    ) -> Result<Vec<u32>, EngineError> {
-        let v = self.hp.n_vocab;
-        let argmax = |row: &[f32]| {
-            let mut best = 0;
-            for (i, &x) in row.iter().enumerate() {
-                if x > row[best] {
-                    best = i;
-                }
-            }
-            best as u32
-        };
-        let mut out = Vec::with_capacity(n_gen);
-        if n_gen == 0 {
-            return Ok(out);
-        }
-        let pos = st.pos;
-        let logits = self.forward(st, prompt, pos)?;
-        let Some(last) = logits.len().checked_sub(v).map(|o| &logits[o..]) else {
-            return Ok(out); // empty prompt: nothing to continue from
-        };
-        out.push(argmax(last));
-        while out.len() < n_gen {
-            let pos = st.pos;
-            let l = self.forward(st, &out[out.len() - 1..], pos)?;
-            out.push(argmax(&l));
-        }
-        Ok(out)
-    }
-
-    /// One micro-batch at `st.pos`: the program of [`program::forward`] on the CPU.
     fn ubatch(
         &self,
         st: &mut SeqState,

@@ -2,12 +2,18 @@
 //! SwiGLU experts and the sigmoid-gated shared expert.
 
 use super::linear::{sigmoid, silu};
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::moe::MIN_WEIGHT_SUM;
 use crate::model::qwen4exp::{Moe, SwiGlu};
 
-impl SwiGlu {
+/// The CPU executor's methods on [`SwiGlu`] (a type of the `model` crate, which knows no backend).
+pub trait SwiGluCpu {
     /// `y = down(silu(gate x) ⊙ up x)` for `n` tokens.
-    pub fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
+    fn forward(&self, x: &[f32], n: usize, y: &mut [f32]);
+}
+
+impl SwiGluCpu for SwiGlu {
+    fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
         let ff = self.gate.rows;
         let mut g = vec![0f32; n * ff];
         let mut u = vec![0f32; n * ff];
@@ -18,9 +24,20 @@ impl SwiGlu {
     }
 }
 
-impl Moe {
+/// The CPU executor's methods on [`Moe`] (a type of the `model` crate, which knows no backend).
+pub trait MoeCpu {
     /// Expert choice of one token: `(expert, weight)` by decreasing probability.
-    pub fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
+    fn route(&self, logits: &[f32]) -> Vec<(usize, f32)>;
+
+    /// `y [n][E]` for `x [n][E]`. Tokens routed to the same expert are batched.
+    fn forward(&self, x: &[f32], n: usize, y: &mut [f32]);
+
+    /// [`Self::forward`] as MoE layer `layer` of a model: its routing goes to `--dump-routing`.
+    fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]);
+}
+
+impl MoeCpu for Moe {
+    fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut p: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
         let sum: f64 = p.iter().map(|&v| v as f64).sum();
@@ -34,13 +51,11 @@ impl Moe {
         idx.into_iter().map(|e| (e, p[e] / denom)).collect()
     }
 
-    /// `y [n][E]` for `x [n][E]`. Tokens routed to the same expert are batched.
-    pub fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
+    fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
         self.forward_layer(None, x, n, y)
     }
 
-    /// [`Self::forward`] as MoE layer `layer` of a model: its routing goes to `--dump-routing`.
-    pub fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]) {
+    fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]) {
         let e = self.router.cols;
         let ne = self.router.rows;
         let mut logits = vec![0f32; n * ne];

@@ -1,16 +1,29 @@
 //! The MTP (NextN) draft head on the CPU (its layout is described in `model::qwen4exp::mtp`).
 
 use super::linear::rms_norm;
+use crate::cpu::prelude::*;
 use crate::error::EngineError;
 use crate::model::qwen4exp::mtp::MtpOut;
 use crate::model::qwen4exp::{Mtp, MtpState, Qwen4Exp};
 
-impl Mtp {
+/// The CPU executor's methods on [`Mtp`] (a type of the `model` crate, which knows no backend).
+pub trait MtpCpu {
     /// Runs the pairs `(tokens[i], wide[i])` at positions `cells(st)..` (`wide [n][hc][E]`:
     /// the trunk's wide residual of the position before each token, or the head's own output
     /// `R'` when chaining). Logits for every pair (`all_logits`) or only the last. Runs on one
     /// thread team, like the trunk's micro-batches.
-    pub fn forward(
+    fn forward(
+        &self,
+        model: &Qwen4Exp,
+        st: &mut MtpState,
+        tokens: &[u32],
+        wide: &[f32],
+        all_logits: bool,
+    ) -> Result<MtpOut, EngineError>;
+}
+
+impl MtpCpu for Mtp {
+    fn forward(
         &self,
         model: &Qwen4Exp,
         st: &mut MtpState,
@@ -20,7 +33,21 @@ impl Mtp {
     ) -> Result<MtpOut, EngineError> {
         cpu_kernels::team::with_team(|| self.forward_on_team(model, st, tokens, wide, all_logits))
     }
+}
 
+/// Steps of the methods above that stay private to this module.
+trait MtpSteps {
+    fn forward_on_team(
+        &self,
+        model: &Qwen4Exp,
+        st: &mut MtpState,
+        tokens: &[u32],
+        wide: &[f32],
+        all_logits: bool,
+    ) -> Result<MtpOut, EngineError>;
+}
+
+impl MtpSteps for Mtp {
     fn forward_on_team(
         &self,
         model: &Qwen4Exp,

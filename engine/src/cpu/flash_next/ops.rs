@@ -2,6 +2,7 @@
 //! layer's CPU arithmetic in the sibling modules (GDN, QSA, GR, MoE, PLE), which match
 //! llama.cpp on the public fixtures.
 
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::program::{FlashNextOps, Site};
 use crate::model::qwen4exp::{LayerState, Mixer, Qwen4Exp, SeqState, Trace};
 use crate::error::EngineError;

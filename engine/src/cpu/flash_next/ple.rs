@@ -1,12 +1,18 @@
 //! The PLE n-gram block on the CPU (described in `model::qwen4exp::ple`).
 
 use super::linear::{rms_norm, sigmoid, silu};
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::{Ple, PleState};
 
-impl Ple {
+/// The CPU executor's methods on [`Ple`] (a type of the `model` crate, which knows no backend).
+pub trait PleCpu {
     /// Applies the block to the streams `r [n][hc][E]` of tokens `toks` (advancing `st`).
     /// Returns an error message naming the row if a hashed row is outside the table.
-    pub fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
+    fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String>;
+}
+
+impl PleCpu for Ple {
+    fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
         let p = &self.params;
         let (hc, e, n) = (self.hc, self.n_embd, toks.len());
         let hce = hc * e;

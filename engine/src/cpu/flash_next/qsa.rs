@@ -3,14 +3,28 @@
 //! indexer's cell selection ([`heap_select`]), softmax attention over the kept cells.
 
 use super::linear::{RopeAngles, rms_norm, round_f16, sigmoid};
+use crate::cpu::prelude::*;
 use crate::model::qwen4exp::qsa::TAIL_BIAS;
 use crate::model::qwen4exp::{Indexer, Qsa, QsaCache};
 
-impl Qsa {
+/// The CPU executor's methods on [`Qsa`] (a type of the `model` crate, which knows no backend).
+pub trait QsaCpu {
     /// Runs `n` tokens `x [n][E]` at positions `start..start+n` (the cache must hold exactly
     /// `start` cells); writes `y [n][E]`. Also returns the kept cells per token when
     /// `want_selection` (for tests and diagnostics).
-    pub fn forward(
+    fn forward(
+        &self,
+        x: &[f32],
+        n: usize,
+        start: usize,
+        cache: &mut QsaCache,
+        y: &mut [f32],
+        want_selection: bool,
+    ) -> Vec<Vec<usize>>;
+}
+
+impl QsaCpu for Qsa {
+    fn forward(
         &self,
         x: &[f32],
         n: usize,

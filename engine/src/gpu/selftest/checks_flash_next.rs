@@ -4,6 +4,7 @@
 //! states); the hyper-connection kernels against `qwen4exp::gr::HyperConn`'s steps.
 use super::reference::{GDN_TOL, GR_TOL};
 use super::{Check, CheckResultOf, Cx};
+use crate::cpu::prelude::*;
 use crate::gpu::abi;
 use crate::gpu::ops::{GdnBuffers, GdnShape, GrShape};
 use crate::model::qwen4exp::gdn::{Gdn, GdnMode};

@@ -33,4 +33,4 @@ pub struct Moe {
 }
 
 /// ggml clamps the renormalisation denominator to the smallest normal f16.
-pub(crate) const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+pub const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;

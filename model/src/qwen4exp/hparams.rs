@@ -158,7 +158,7 @@ impl HParams {
         }
         let n_layer = n_block - n_nextn;
         let n_ctx_train = positive(g, "context_length")?;
-        let eps = crate::model::hparams::check_rms_eps(g.get_f32(&key("attention.layer_norm_rms_epsilon"))?)
+        let eps = crate::hparams::check_rms_eps(g.get_f32(&key("attention.layer_norm_rms_epsilon"))?)
             .map_err(|why| bad("attention.layer_norm_rms_epsilon", why))?;
         // llama.cpp reads n_head without a default check; 0 gives a tensor shape mismatch there.
         let n_head = positive(g, "attention.head_count")?;
@@ -180,7 +180,7 @@ impl HParams {
         let n_rot = opt_usize(g, "rope.dimension_count", head_dim)?; // default: full rotary
         let rope_base = match g.get(&key("rope.freq_base")) {
             None => 10_000.0, // llama.cpp default
-            Some(_) => crate::model::hparams::check_rope_base(g.get_f32(&key("rope.freq_base"))?)
+            Some(_) => crate::hparams::check_rope_base(g.get_f32(&key("rope.freq_base"))?)
                 .map_err(|why| bad("rope.freq_base", why))?,
         };
         let secs =

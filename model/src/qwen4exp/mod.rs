@@ -53,7 +53,7 @@ pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache};
 /// (llama.cpp's default) rounds the values, and q and the softmax probabilities, to f16; F32
 /// keeps them exact. QSA has no int8 cache yet: `Engine::load` refuses `--kv int8` for this
 /// architecture, and [`qsa_cache_is_f16`] keeps an API caller's `Int8` in f16.
-pub use crate::kv_cache::KvType;
+pub use crate::KvType;
 
 /// Whether a QSA cache of type `kv` stores f16 (F16, and Int8 until QSA has an int8 cache).
 pub fn qsa_cache_is_f16(kv: KvType) -> bool {

@@ -5,13 +5,20 @@
 //! The shared decoders (gemma3, llama, qwen2, qwen3, qwen3moe) are pre-norm decoders that
 //! differ in a handful of switches (rope flavour, biases, Q/K norms, post norms, activation,
 //! MoE FFN); those live in [`HParams`], and [`decoder`] holds their one program and weight
-//! list. `crate::cpu` and `crate::gpu` execute it. Layers are a [`LayerKind`] enum so hybrid
+//! list. The engine's CPU executor (`strata::cpu`) and GPU executor (`strata::gpu`) run it; this
+//! crate knows no backend. Layers are a [`LayerKind`] enum so hybrid
 //! models can add recurrent layers with their own cache kind.
+//!
+//! Two things every layer above needs live here too, because the descriptions need them:
+//! the engine's one error type ([`error::EngineError`], re-exported as `strata::error`) and
+//! the KV cache's storage type ([`KvType`], the `--kv` setting).
 
 pub mod arch;
 pub mod decoder;
+pub mod error;
 pub mod gemma3;
 pub mod hparams;
+mod kv_type;
 pub mod op_profile;
 pub mod llama;
 pub mod qwen2;
@@ -29,13 +36,15 @@ use quant::GgmlType;
 
 use crate::error::{EngineError, Result};
 pub use arch::Arch;
+pub use kv_type::KvType;
 pub use decoder::{AttnWeights, DecoderWeights, Ffn, FfnWeights, LayerWeights, Logits};
 pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
 
 /// A weight matrix (or a stack of expert matrices) inside the GGUF mapping.
 #[derive(Clone, Debug)]
 pub struct W {
-    pub(crate) tensor: usize,
+    /// Index in the GGUF tensor directory (`GgufFile::tensors`).
+    pub tensor: usize,
     pub ty: GgmlType,
     /// Output features (per expert for a stack).
     pub rows: usize,
@@ -51,7 +60,7 @@ pub struct Model {
     pub path: PathBuf,
     pub gguf: GgufFile,
     /// Every weight, as described by [`decoder::DecoderWeights`].
-    pub(crate) w: DecoderWeights<W, Vec<f32>>,
+    pub w: DecoderWeights<W, Vec<f32>>,
     pub n_vocab: usize,
 }
 
@@ -131,7 +140,7 @@ impl Model {
 
     /// The matrix `w` (expert `e` of a stack) as a kernel operand.
     #[inline]
-    pub(crate) fn qt(&self, w: &W, e: usize) -> QTensor<'_> {
+    pub fn qt(&self, w: &W, e: usize) -> QTensor<'_> {
         let info: &TensorInfo = &self.gguf.tensors()[w.tensor];
         let data = self.gguf.tensor_data(info);
         let per = data.len() / w.n_mat;

@@ -88,7 +88,7 @@ impl CacheBuf {
         self.len() == 0
     }
 
-    pub(crate) fn push(&mut self, vals: &[f32]) {
+    pub fn push(&mut self, vals: &[f32]) {
         match self {
             CacheBuf::F32(v) => v.extend_from_slice(vals),
             CacheBuf::F16(v) => v.extend(vals.iter().map(|&x| quant::f32_to_f16(x))),
@@ -163,7 +163,7 @@ impl QsaCache {
 }
 
 /// Added to the tail cells' values (in f32) so that they always win the top-k.
-pub(crate) const TAIL_BIAS: f32 = 1e9;
+pub const TAIL_BIAS: f32 = 1e9;
 
 impl Qsa {
     /// Cells in the cache.
