@@ -106,7 +106,113 @@ pub struct MoeSharedArgs {
 }
 pub const MOE_SHARED_ADD: &str = "moe_shared_add_f32";
 
+
+/// QSA kernels (ops/qsa.rs). `qsa_norm_rope_f32`: one wave per (token, head) row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QsaNormRopeArgs {
+    pub src: u64,
+    pub w: u64,
+    pub dst: u64,
+    pub pos: u64,
+    pub table: u64,
+    pub n_tokens: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub n_rot: u32,
+    pub src_head_stride: u32,
+    pub src_tok_stride: u32,
+    pub eps_bits: u32,
+    pub _pad: u32,
+}
+/// `qsa_block_keys_f16`: one wave per block the window completes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QsaBlockKeysArgs {
+    pub kappa: u64,
+    pub w: u64,
+    pub blocks: u64,
+    pub pos: u64,
+    pub table: u64,
+    pub n_tokens: u32,
+    pub dim: u32,
+    pub ratio: u32,
+    pub n_rot: u32,
+    pub eps_bits: u32,
+    pub _pad: u32,
+}
+/// `qsa_index_scores_f32`: one work-item per (token, block).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QsaIndexScoresArgs {
+    pub iq: u64,
+    pub blocks: u64,
+    pub score: u64,
+    pub pos: u64,
+    pub n_tokens: u32,
+    pub heads: u32,
+    pub dim: u32,
+    pub ratio: u32,
+    pub max_blocks: u32,
+    pub _pad: u32,
+}
+/// `qsa_select_topk`: one wave per token (its lane 0 selects).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QsaSelectArgs {
+    pub score: u64,
+    pub sel: u64,
+    pub sel_n: u64,
+    pub pos: u64,
+    pub n_tokens: u32,
+    pub max_blocks: u32,
+    pub ratio: u32,
+    pub k: u32,
+    pub tail_bias_bits: u32,
+    pub _pad: u32,
+}
+/// `qsa_attend_f16`: one wave (workgroup of [`QSA_ATTEND_BLOCK`]) per (token, head), with
+/// [`qsa_attend_lds_bytes`] of dynamic LDS.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QsaAttendArgs {
+    pub q: u64,
+    pub qf: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub sel: u64,
+    pub sel_n: u64,
+    pub out: u64,
+    pub pos: u64,
+    pub n_tokens: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    pub sel_stride: u32,
+    pub use_sel: u32,
+    pub scale_bits: u32,
+    pub _pad: u32,
+}
+pub const QSA_NORM_ROPE: &str = "qsa_norm_rope_f32";
+pub const QSA_BLOCK_KEYS: &str = "qsa_block_keys_f16";
+pub const QSA_INDEX_SCORES: &str = "qsa_index_scores_f32";
+pub const QSA_SELECT_TOPK: &str = "qsa_select_topk";
+pub const QSA_ATTEND: &str = "qsa_attend_f16";
+pub const QSA_ATTEND_BLOCK: u32 = 32;
+/// LDS of one `qsa_attend_f16` launch: the query and one score per cell.
+pub const fn qsa_attend_lds_bytes(head_dim: u32, cells: u32) -> u32 {
+    4 * (head_dim + cells)
+}
+/// Most cells one `qsa_attend_f16` launch attends at head dim 256 (64 KiB of LDS).
+pub const QSA_MAX_CELLS: u32 = super::MAX_LDS_BYTES / 4 - 256;
+
 impl_args_bytes!(GdnConvArgs, GdnL2NormArgs, GdnDeltaArgs, GdnGatedNormArgs, GrArgs, MoeSharedArgs);
+impl_args_bytes!(QsaNormRopeArgs, QsaBlockKeysArgs, QsaIndexScoresArgs, QsaSelectArgs, QsaAttendArgs);
+const _: () = assert!(core::mem::size_of::<QsaNormRopeArgs>() == 72);
+const _: () = assert!(core::mem::size_of::<QsaBlockKeysArgs>() == 64);
+const _: () = assert!(core::mem::size_of::<QsaIndexScoresArgs>() == 56);
+const _: () = assert!(core::mem::size_of::<QsaSelectArgs>() == 56);
+const _: () = assert!(core::mem::size_of::<QsaAttendArgs>() == 96);
 const _: () = assert!(core::mem::size_of::<MoeSharedArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<GrArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);

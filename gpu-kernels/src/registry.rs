@@ -47,6 +47,9 @@ pub enum Family {
     Gdn,
     /// Hyper-connection streams: read (norm, low-rank act, gate mix) and write (Flash-Next).
     Gr,
+    /// QSA sparse attention: q/k norm + partial rope, block indexer, top-k, gated attention
+    /// (Flash-Next).
+    Qsa,
     /// Ordered-numerics mode (the `quant` crate's scalar code per work-item).
     Ordered,
     /// Cross-lane reduction micro-benchmarks (not used by the engine).
@@ -160,6 +163,13 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::GR_LOWRANK_ACT, Family::Gr, GR_ARGS),
     entry(abi::GR_GATE_MIX, Family::Gr, GR_ARGS),
     entry(abi::GR_COMBINE, Family::Gr, GR_ARGS),
+    entry(abi::QSA_NORM_ROPE, Family::Qsa, arg_struct!(QsaNormRopeArgs, 5)),
+    entry(abi::QSA_BLOCK_KEYS, Family::Qsa, arg_struct!(QsaBlockKeysArgs, 5)),
+    entry(abi::QSA_INDEX_SCORES, Family::Qsa, arg_struct!(QsaIndexScoresArgs, 4)),
+    entry(abi::QSA_SELECT_TOPK, Family::Qsa, arg_struct!(QsaSelectArgs, 4)),
+    entry(abi::QSA_ATTEND, Family::Qsa, arg_struct!(QsaAttendArgs, 8))
+        .block(abi::QSA_ATTEND_BLOCK)
+        .lds(abi::qsa_attend_lds_bytes(256, abi::QSA_MAX_CELLS)),
     // Ordered-numerics mode: the quant crate's scalar code per lane (Q4_K's dot unpacks 256
     // quants, Q8_K's quantizer holds its block: scratch allowed).
     entry(abi::QUANTIZE_REF, Family::Ordered, arg_struct!(QuantizeRefArgs, 2)).scratch_allowed(),

@@ -17,8 +17,10 @@
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 mod gdn;
 mod gr;
+mod qsa;
 pub use gdn::{GdnBuffers, GdnDeviceState, GdnShape};
 pub use gr::GrShape;
+pub use qsa::{QsaBuffers, QsaIndexerShape, QsaShape};
 
 use super::abi::{self, WType};
 use super::device::{arch_base, DevicePtr, GpuApi, GpuError, Kernel, KernelInfo, KernelSpec, LaunchConfig, Module, Result, Stream};

@@ -18,7 +18,7 @@ pub use linear::MatCpu;
 pub use moe::{MoeCpu, SwiGluCpu};
 pub use mtp::MtpCpu;
 pub use ple::PleCpu;
-pub use qsa::{QsaCpu, heap_select};
+pub use qsa::{QsaCpu, QsaProjections, heap_select};
 
 use crate::error::EngineError;
 use crate::model::qwen4exp::{Qwen4Exp, SeqState, Trace, program};

@@ -7,6 +7,20 @@ use crate::cpu::prelude::*;
 use crate::model::qwen4exp::qsa::TAIL_BIAS;
 use crate::model::qwen4exp::{Indexer, Qsa, QsaCache};
 
+/// The projections of one window of `n` tokens: the inputs of [`QsaCpu::mix`] (the device's
+/// `GpuOps::qsa_mix` takes the same).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QsaProjections {
+    /// `[n][H][q_h | gate_h]`.
+    pub qf: Vec<f32>,
+    /// `[n][KV][D]` each.
+    pub kp: Vec<f32>,
+    pub vp: Vec<f32>,
+    /// The indexer's raw keys `[n][Di]` and queries `[n][Hi][Di]` (empty without indexer).
+    pub kappa: Vec<f32>,
+    pub iq: Vec<f32>,
+}
+
 /// The CPU executor's methods on [`Qsa`] (a type of the `model` crate, which knows no backend).
 pub trait QsaCpu {
     /// Runs `n` tokens `x [n][E]` at positions `start..start+n` (the cache must hold exactly
@@ -21,6 +35,21 @@ pub trait QsaCpu {
         y: &mut [f32],
         want_selection: bool,
     ) -> Vec<Vec<usize>>;
+
+    /// The window's projections of `x [n][E]`.
+    fn project(&self, x: &[f32], n: usize) -> QsaProjections;
+
+    /// Everything between the projections: norms and rope, the cache appends, the indexer's
+    /// selection and the gated attention; returns `[n][H·D]` (the output projection's input)
+    /// and, when `want_selection`, the kept cells per token.
+    fn mix(
+        &self,
+        p: &QsaProjections,
+        n: usize,
+        start: usize,
+        cache: &mut QsaCache,
+        want_selection: bool,
+    ) -> (Vec<f32>, Vec<Vec<usize>>);
 }
 
 impl QsaCpu for Qsa {
@@ -33,15 +62,42 @@ impl QsaCpu for Qsa {
         y: &mut [f32],
         want_selection: bool,
     ) -> Vec<Vec<usize>> {
+        let p = self.project(x, n);
+        let (attn, selections) = self.mix(&p, n, start, cache, want_selection);
+        self.o.matmul(&attn, n, y);
+        selections
+    }
+
+    fn project(&self, x: &[f32], n: usize) -> QsaProjections {
         let (nh, nkv, d) = (self.n_head, self.n_head_kv, self.head_dim);
-        let f16 = cache.is_f16();
-        let rnd = |v: f32| if f16 { round_f16(v) } else { v };
         let mut qf = vec![0f32; n * 2 * nh * d];
         self.q.matmul(x, n, &mut qf);
         let mut kp = vec![0f32; n * nkv * d];
         self.k.matmul(x, n, &mut kp);
         let mut vp = vec![0f32; n * nkv * d];
         self.v.matmul(x, n, &mut vp);
+        let (mut kappa, mut iq) = (Vec::new(), Vec::new());
+        if let Some(ix) = &self.indexer {
+            kappa = vec![0f32; n * ix.dim];
+            ix.k.matmul(x, n, &mut kappa);
+            iq = vec![0f32; n * ix.heads * ix.dim];
+            ix.q.matmul(x, n, &mut iq);
+        }
+        QsaProjections { qf, kp, vp, kappa, iq }
+    }
+
+    fn mix(
+        &self,
+        p: &QsaProjections,
+        n: usize,
+        start: usize,
+        cache: &mut QsaCache,
+        want_selection: bool,
+    ) -> (Vec<f32>, Vec<Vec<usize>>) {
+        let (nh, nkv, d) = (self.n_head, self.n_head_kv, self.head_dim);
+        let f16 = cache.is_f16();
+        let rnd = |v: f32| if f16 { round_f16(v) } else { v };
+        let (qf, kp, vp) = (&p.qf, &p.kp, &p.vp);
 
         // q heads (normed, roped) and gates; new K/V cells.
         let mut q = vec![0f32; n * nh * d];
@@ -74,9 +130,7 @@ impl QsaCpu for Qsa {
         // Indexer: cache raw keys, pool newly completed blocks, score per query.
         let mut iq = Vec::new();
         if let Some(ix) = &self.indexer {
-            let mut kap = vec![0f32; n * ix.dim];
-            ix.k.matmul(x, n, &mut kap);
-            cache.kappa.push(&kap);
+            cache.kappa.push(&p.kappa);
             let cells = cache.kappa.len() / ix.dim;
             let mut row = vec![0f32; ix.dim];
             while (cache.blocks.len() / ix.dim + 1) * ix.ratio <= cells {
@@ -92,8 +146,7 @@ impl QsaCpu for Qsa {
                 RopeAngles::new(b * ix.ratio, self.n_rot, self.rope_base).apply(&mut kb);
                 cache.blocks.extend_from_slice(&kb);
             }
-            iq = vec![0f32; n * ix.heads * ix.dim];
-            ix.q.matmul(x, n, &mut iq);
+            iq = p.iq.clone();
             for t in 0..n {
                 for h in 0..ix.heads {
                     let r = &mut iq[(t * ix.heads + h) * ix.dim..(t * ix.heads + h + 1) * ix.dim];
@@ -146,8 +199,7 @@ impl QsaCpu for Qsa {
         attn.iter_mut()
             .zip(&gate)
             .for_each(|(a, &g)| *a *= sigmoid(g));
-        self.o.matmul(&attn, n, y);
-        selections
+        (attn, selections)
     }
 }
 

@@ -2,11 +2,13 @@
 //! llama.cpp: the Gated DeltaNet kernels (conv + SiLU, q/k L2 norms, delta rule, gated norm),
 //! launched together as `GpuOps::gdn_mix`, against `qwen4exp::gdn::Gdn::mix` (outputs and both
 //! states); the hyper-connection kernels against `qwen4exp::gr::HyperConn`'s steps.
-use super::reference::{GDN_TOL, GR_TOL};
+use super::reference::{GDN_TOL, GR_TOL, QSA_TOL};
 use super::{Check, CheckResultOf, Cx};
 use crate::cpu::prelude::*;
 use crate::gpu::abi;
-use crate::gpu::ops::{GdnBuffers, GdnShape, GrShape};
+use crate::cpu::flash_next::QsaProjections;
+use crate::gpu::ops::{GdnBuffers, GdnShape, GpuOps, GrShape, QsaBuffers, QsaIndexerShape, QsaShape};
+use crate::model::qwen4exp::{Indexer, Qsa, QsaCache};
 use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
 use crate::model::qwen4exp::gr::HyperConn;
 use crate::cpu::flash_next::linear::sigmoid;
@@ -46,6 +48,18 @@ pub fn checks() -> Vec<Check> {
             ],
             "qwen4exp::gr::HyperConn (norm_streams bitwise, lowrank_act, gate_mix, combine)",
             gr,
+        ),
+        Check::new(
+            "qsa_mix",
+            vec![
+                abi::QSA_NORM_ROPE,
+                abi::QSA_BLOCK_KEYS,
+                abi::QSA_INDEX_SCORES,
+                abi::QSA_SELECT_TOPK,
+                abi::QSA_ATTEND,
+            ],
+            "Qsa::mix (cpu::flash_next::qsa: kept cells exact, output within QSA_TOL)",
+            qsa_mix,
         ),
         Check::new(
             abi::MOE_SHARED_ADD,
@@ -212,4 +226,116 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
     cx.bench((n * hc * e * 8 + hc * e * 4) as u64, &|o, s| {
         o.gr_stream_norm(s, &shape, rb, gb, fb, n as u32)
     })
+}
+
+/// A prefix long enough for sparse selection, then a window of `n` tokens measured: its output
+/// against `Qsa::mix`, its kept cells exactly.
+fn qsa_mix(cx: &mut Cx) -> CheckResultOf<()> {
+    // Flash-Next's attention (24 / 2 heads of 256, 64 roped dims) at 4096 cells on a card; a
+    // small layer on emu.
+    let ((h, kv, d, rot), (ih, idim, top_k, ratio), (ctx, n)) = if cx.full {
+        ((24usize, 2usize, 256usize, 64usize), (4usize, 128usize, 1024usize, 4usize), (4096usize, 8usize))
+    } else {
+        ((4, 2, 32, 16), (2, 32, 8, 4), (40, 3))
+    };
+    let unused = || Mat::from_f32(1, 1, &[0.0]).expect("1x1 matrix");
+    let norm = |cx: &mut Cx, len: usize| cx.rand_f32(len, 0.3).iter().map(|v| 1.0 + v).collect::<Vec<f32>>();
+    let q = Qsa {
+        n_head: h,
+        n_head_kv: kv,
+        head_dim: d,
+        n_rot: rot,
+        rope_base: 10000.0,
+        eps: 1e-6,
+        q: unused(),
+        k: unused(),
+        v: unused(),
+        o: unused(),
+        q_norm: norm(cx, d),
+        k_norm: norm(cx, d),
+        indexer: Some(Indexer { heads: ih, dim: idim, top_k, ratio, q: unused(), k: unused(), q_norm: norm(cx, idim), k_norm: norm(cx, idim) }),
+    };
+    let shape = QsaShape {
+        n_head: h as u32,
+        n_head_kv: kv as u32,
+        head_dim: d as u32,
+        n_rot: rot as u32,
+        eps: q.eps,
+        indexer: Some(QsaIndexerShape { heads: ih as u32, dim: idim as u32, top_k: top_k as u32, ratio: ratio as u32 }),
+    };
+    let budget = top_k + ratio - 1;
+    let max_blocks = ctx / ratio;
+    let m = ctx - n;
+    let proj = |cx: &mut Cx, t: usize| QsaProjections {
+        qf: cx.rand_f32(t * h * 2 * d, 3.0),
+        kp: cx.rand_f32(t * kv * d, 3.0),
+        vp: cx.rand_f32(t * kv * d, 2.0),
+        kappa: cx.rand_f32(t * idim, 2.0),
+        iq: cx.rand_f32(t * ih * idim, 2.0),
+    };
+    let consts = [cx.upf(&q.q_norm)?, cx.upf(&q.k_norm)?];
+    let ix = q.indexer.as_ref().expect("indexer");
+    let (iqn, ikn) = (cx.upf(&ix.q_norm)?, cx.upf(&ix.k_norm)?);
+    let table = cx.upf(&GpuOps::rope_table_ggml(q.rope_base, 1.0, rot, ctx))?;
+    let cache = [cx.zeros(ctx * kv * d * 2)?, cx.zeros(ctx * kv * d * 2)?, cx.zeros(ctx * idim * 2)?, cx.zeros(max_blocks.max(1) * idim * 4)?];
+    let t_max = m.max(n);
+    let scratch = [
+        cx.zeros(t_max * h * d * 4)?,
+        cx.zeros(t_max * kv * d * 4)?,
+        cx.zeros(t_max * ih * idim * 4)?,
+        cx.zeros(t_max * max_blocks.max(1) * 4)?,
+        cx.zeros(t_max * budget * 4)?,
+        cx.zeros(t_max * 4)?,
+        cx.zeros(t_max * h * d * 4)?,
+    ];
+    let mut cpu_cache = QsaCache::new(true);
+    let mut want = (Vec::new(), Vec::new());
+    let mut launch = None;
+    for (start, t) in [(0usize, m), (m, n)] {
+        let p = proj(cx, t);
+        let pos: Vec<u32> = (start..start + t).map(|c| c as u32).collect();
+        let b = QsaBuffers {
+            qf: cx.upf(&p.qf)?,
+            kp: cx.upf(&p.kp)?,
+            vp: cx.upf(&p.vp)?,
+            kappa_p: cx.upf(&p.kappa)?,
+            iq_p: cx.upf(&p.iq)?,
+            q_norm: consts[0],
+            k_norm: consts[1],
+            iq_norm: iqn,
+            ik_norm: ikn,
+            rope_table: table,
+            pos: cx.upu(&pos)?,
+            k_cache: cache[0],
+            v_cache: cache[1],
+            kappa_cache: cache[2],
+            blocks: cache[3],
+            q: scratch[0],
+            k: scratch[1],
+            iq: scratch[2],
+            score: scratch[3],
+            sel: scratch[4],
+            sel_n: scratch[5],
+            out: scratch[6],
+        };
+        want = q.mix(&p, t, start, &mut cpu_cache, true);
+        cx.ops.qsa_mix(cx.s, &shape, &b, t as u32, start as u32, ctx as u32)?;
+        launch = Some(b);
+    }
+    let b = launch.expect("two windows");
+    let got = cx.read_f32(b.out, n * h * d)?;
+    cx.cmp_rel_floor1("out", &got, &want.0, QSA_TOL);
+    let (sel, counts) = (cx.read_u32(b.sel, n * budget)?, cx.read_u32(b.sel_n, n)?);
+    let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
+    for t in 0..n {
+        got_ids.extend_from_slice(&sel[t * budget..t * budget + (counts[t] as usize).min(budget)]);
+        want_ids.extend(want.1[t].iter().map(|&c| c as u32));
+    }
+    cx.cmp_ids("kept cells", &got_ids, &want_ids);
+    cx.set_shape(format!("H {h}/{kv} D {d} rot {rot}, indexer {ih}x{idim} top {top_k} r {ratio}, {n} tokens at {m}"));
+    // Ideal bytes: the kept K and V rows (f16) and the block keys scored, once per token.
+    let cells = budget.min(ctx);
+    let ideal = n * (kv * cells * d * 2 * 2 + max_blocks * idim * 4);
+    // Re-running the window on the same cells rewrites them with the same values.
+    cx.bench(ideal as u64, &|o, s| o.qsa_mix(s, &shape, &b, n as u32, m as u32, ctx as u32))
 }

@@ -17,6 +17,11 @@ pub const GDN_TOL: f64 = 4e-6;
 /// The GR kernels against `HyperConn`'s steps: `|gpu - cpu| <= GR_TOL * max(1, |cpu|)`
 /// (sigmoid/SiLU with `quant::fmath::expf`; the stream norm is compared bit for bit).
 pub const GR_TOL: f64 = 2e-6;
+/// QSA attention (`GpuOps::qsa_mix`) against `Qsa::mix`: `|gpu - cpu| <= QSA_TOL * max(1,
+/// |cpu|)`. The scores are bit-identical; `quant::fmath`'s exp (<= 2 ulp) can move a
+/// probability across an f16 rounding boundary (the f16 cache's path rounds it), one f16 step
+/// (2^-11 relative) of a term `p * v` with |v| <= 2.
+pub const QSA_TOL: f64 = 1e-3;
 /// Fast (WMMA f16) attention against the CPU `attend`, absolute, for |V| <= ~1 (f16 query and
 /// probabilities rounded at other points, online softmax, hardware exp2). Observed <= 2.7e-4.
 pub const FAST_ATTN_TOL: f64 = 1e-3;
