@@ -193,6 +193,37 @@ pub struct QsaAttendArgs {
     pub scale_bits: u32,
     pub _pad: u32,
 }
+/// PLE block kernels (ops/ple.rs). `ple_gate_f32`: one wave per (token, stream).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PleGateArgs {
+    pub key: u64,
+    pub r: u64,
+    pub val: u64,
+    pub norms: u64,
+    pub gv: u64,
+    pub nn: u64,
+    pub n_tokens: u32,
+    pub hc: u32,
+    pub e: u32,
+    pub eps_bits: u32,
+}
+/// `ple_conv_f32`: one work-item per channel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PleConvArgs {
+    pub nn: u64,
+    pub gv: u64,
+    pub taps: u64,
+    pub hist: u64,
+    pub r: u64,
+    pub n_tokens: u32,
+    pub channels: u32,
+    pub kp: u32,
+    pub dil: u32,
+}
+pub const PLE_GATE: &str = "ple_gate_f32";
+pub const PLE_CONV: &str = "ple_conv_f32";
 pub const QSA_NORM_ROPE: &str = "qsa_norm_rope_f32";
 pub const QSA_BLOCK_KEYS: &str = "qsa_block_keys_f16";
 pub const QSA_INDEX_SCORES: &str = "qsa_index_scores_f32";
@@ -207,6 +238,9 @@ pub const fn qsa_attend_lds_bytes(head_dim: u32, cells: u32) -> u32 {
 pub const QSA_MAX_CELLS: u32 = super::MAX_LDS_BYTES / 4 - 256;
 
 impl_args_bytes!(GdnConvArgs, GdnL2NormArgs, GdnDeltaArgs, GdnGatedNormArgs, GrArgs, MoeSharedArgs);
+impl_args_bytes!(PleGateArgs, PleConvArgs);
+const _: () = assert!(core::mem::size_of::<PleGateArgs>() == 64);
+const _: () = assert!(core::mem::size_of::<PleConvArgs>() == 56);
 impl_args_bytes!(QsaNormRopeArgs, QsaBlockKeysArgs, QsaIndexScoresArgs, QsaSelectArgs, QsaAttendArgs);
 const _: () = assert!(core::mem::size_of::<QsaNormRopeArgs>() == 72);
 const _: () = assert!(core::mem::size_of::<QsaBlockKeysArgs>() == 64);

@@ -47,6 +47,8 @@ pub enum Family {
     Gdn,
     /// Hyper-connection streams: read (norm, low-rank act, gate mix) and write (Flash-Next).
     Gr,
+    /// The PLE n-gram block after the row gather: gate, norm, dilated conv (Flash-Next).
+    Ple,
     /// QSA sparse attention: q/k norm + partial rope, block indexer, top-k, gated attention
     /// (Flash-Next).
     Qsa,
@@ -163,6 +165,8 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::GR_LOWRANK_ACT, Family::Gr, GR_ARGS),
     entry(abi::GR_GATE_MIX, Family::Gr, GR_ARGS),
     entry(abi::GR_COMBINE, Family::Gr, GR_ARGS),
+    entry(abi::PLE_GATE, Family::Ple, arg_struct!(PleGateArgs, 6)),
+    entry(abi::PLE_CONV, Family::Ple, arg_struct!(PleConvArgs, 5)),
     entry(abi::QSA_NORM_ROPE, Family::Qsa, arg_struct!(QsaNormRopeArgs, 5)),
     entry(abi::QSA_BLOCK_KEYS, Family::Qsa, arg_struct!(QsaBlockKeysArgs, 5)),
     entry(abi::QSA_INDEX_SCORES, Family::Qsa, arg_struct!(QsaIndexScoresArgs, 4)),

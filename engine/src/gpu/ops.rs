@@ -17,9 +17,11 @@
 //!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
 mod gdn;
 mod gr;
+mod ple;
 mod qsa;
 pub use gdn::{GdnBuffers, GdnDeviceState, GdnShape};
 pub use gr::GrShape;
+pub use ple::{PleBuffers, PleShape};
 pub use qsa::{QsaBuffers, QsaIndexerShape, QsaShape};
 
 use super::abi::{self, WType};

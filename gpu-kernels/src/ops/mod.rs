@@ -9,6 +9,7 @@ pub mod gr;
 pub mod mmq;
 pub mod mmvq;
 pub mod ordered;
+pub mod ple;
 pub mod qsa;
 mod mmvq_blocks;
 pub mod quantize;

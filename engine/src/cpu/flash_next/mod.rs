@@ -17,7 +17,7 @@ pub use gr::HyperConnCpu;
 pub use linear::MatCpu;
 pub use moe::{MoeCpu, SwiGluCpu};
 pub use mtp::MtpCpu;
-pub use ple::PleCpu;
+pub use ple::{PleBlock, PleCpu};
 pub use qsa::{QsaCpu, QsaProjections, heap_select};
 
 use crate::error::EngineError;

@@ -58,6 +58,49 @@ impl PleCpu for Ple {
         self.key.matmul(&emb, n, &mut key);
         let mut val = vec![0f32; n * e];
         self.value.matmul(&emb, n, &mut val);
+        PleBlock::of(self).mix(&key, &val, r, n, &mut st.hist);
+        Ok(())
+    }
+}
+
+/// The PLE block after the row gather and the key / value projections (the device runs the
+/// same part: `GpuOps::ple_block`): the per-stream gate, the gated value's norm and the dilated
+/// causal conv over its history, added to the streams.
+pub struct PleBlock<'a> {
+    pub hc: usize,
+    pub e: usize,
+    pub eps: f32,
+    pub conv_kernel: usize,
+    /// The conv's dilation, the n-gram order N.
+    pub dilation: usize,
+    /// `[hc][E]` each.
+    pub norm_key: &'a [f32],
+    pub norm_query: &'a [f32],
+    pub norm_conv: &'a [f32],
+    /// `[hc·E][Kp]`.
+    pub conv: &'a [f32],
+}
+
+impl PleBlock<'_> {
+    pub fn of(p: &Ple) -> PleBlock<'_> {
+        PleBlock {
+            hc: p.hc,
+            e: p.n_embd,
+            eps: p.eps,
+            conv_kernel: p.params.conv_kernel,
+            dilation: p.params.ngram,
+            norm_key: &p.norm_key,
+            norm_query: &p.norm_query,
+            norm_conv: &p.norm_conv,
+            conv: &p.conv,
+        }
+    }
+
+    /// `key [n][hc][E]` and `val [n][E]` of the window's rows into the streams `r [n][hc][E]`,
+    /// advancing the conv history `hist [(Kp − 1)·N][hc·E]`.
+    pub fn mix(&self, key: &[f32], val: &[f32], r: &mut [f32], n: usize, hist: &mut [f32]) {
+        let (hc, e) = (self.hc, self.e);
+        let hce = hc * e;
         let inv_sqrt_e = 1.0 / (e as f32).sqrt();
         let mut gv = vec![0f32; n * hce];
         let mut nn = vec![0f32; n * hce];
@@ -95,10 +138,10 @@ impl PleCpu for Ple {
         }
 
         // Dilated causal depthwise conv over [history | new].
-        let (kp, dil) = (p.conv_kernel, p.ngram);
+        let (kp, dil) = (self.conv_kernel, self.dilation);
         let hlen = (kp - 1) * dil;
         let mut all = Vec::with_capacity((hlen + n) * hce);
-        all.extend_from_slice(&st.hist);
+        all.extend_from_slice(hist);
         all.extend_from_slice(&nn);
         for t in 0..n {
             for ch in 0..hce {
@@ -110,7 +153,6 @@ impl PleCpu for Ple {
                 r[o] = (r[o] + gv[o]) + silu(acc);
             }
         }
-        st.hist.copy_from_slice(&all[n * hce..]);
-        Ok(())
+        hist.copy_from_slice(&all[n * hce..]);
     }
 }

@@ -2,12 +2,12 @@
 //! llama.cpp: the Gated DeltaNet kernels (conv + SiLU, q/k L2 norms, delta rule, gated norm),
 //! launched together as `GpuOps::gdn_mix`, against `qwen4exp::gdn::Gdn::mix` (outputs and both
 //! states); the hyper-connection kernels against `qwen4exp::gr::HyperConn`'s steps.
-use super::reference::{GDN_TOL, GR_TOL, QSA_TOL};
+use super::reference::{GDN_TOL, GR_TOL, PLE_TOL, QSA_TOL};
 use super::{Check, CheckResultOf, Cx};
 use crate::cpu::prelude::*;
 use crate::gpu::abi;
-use crate::cpu::flash_next::QsaProjections;
-use crate::gpu::ops::{GdnBuffers, GdnShape, GpuOps, GrShape, QsaBuffers, QsaIndexerShape, QsaShape};
+use crate::cpu::flash_next::{PleBlock, QsaProjections};
+use crate::gpu::ops::{GdnBuffers, GdnShape, GpuOps, GrShape, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape};
 use crate::model::qwen4exp::{Indexer, Qsa, QsaCache};
 use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
 use crate::model::qwen4exp::gr::HyperConn;
@@ -48,6 +48,12 @@ pub fn checks() -> Vec<Check> {
             ],
             "qwen4exp::gr::HyperConn (norm_streams bitwise, lowrank_act, gate_mix, combine)",
             gr,
+        ),
+        Check::new(
+            "ple_block",
+            vec![abi::PLE_GATE, abi::PLE_CONV],
+            "PleBlock::mix (cpu::flash_next::ple)",
+            ple_block,
         ),
         Check::new(
             "qsa_mix",
@@ -338,4 +344,49 @@ fn qsa_mix(cx: &mut Cx) -> CheckResultOf<()> {
     let ideal = n * (kv * cells * d * 2 * 2 + max_blocks * idim * 4);
     // Re-running the window on the same cells rewrites them with the same values.
     cx.bench(ideal as u64, &|o, s| o.qsa_mix(s, &shape, &b, n as u32, m as u32, ctx as u32))
+}
+
+/// The PLE block over a window with a conv history, against `PleBlock::mix`.
+fn ple_block(cx: &mut Cx) -> CheckResultOf<()> {
+    // Flash-Next's block (4 streams of 2560, 4 taps of dilation 3) on a card; narrower on emu.
+    let (hc, e, kp, dil, n) = if cx.full { (4usize, 2560usize, 4usize, 3usize, 8usize) } else { (4, 64, 4, 3, 3) };
+    let hce = hc * e;
+    let norms: Vec<f32> = cx.rand_f32(3 * hce, 0.2).iter().map(|v| 1.0 + v).collect();
+    let conv = cx.rand_f32(hce * kp, 0.6);
+    let blk = PleBlock {
+        hc,
+        e,
+        eps: 1e-6,
+        conv_kernel: kp,
+        dilation: dil,
+        norm_key: &norms[..hce],
+        norm_query: &norms[hce..2 * hce],
+        norm_conv: &norms[2 * hce..],
+        conv: &conv,
+    };
+    let mut hist = cx.rand_f32((kp - 1) * dil * hce, 1.0);
+    let (key, val, r) = (cx.rand_f32(n * hce, 2.0), cx.rand_f32(n * e, 2.0), cx.rand_f32(n * hce, 3.0));
+    let shape = PleShape { hc: hc as u32, e: e as u32, conv_kernel: kp as u32, dilation: dil as u32, eps: blk.eps };
+    let b = PleBuffers {
+        key: cx.upf(&key)?,
+        val: cx.upf(&val)?,
+        r: cx.upf(&r)?,
+        norms: cx.upf(&norms)?,
+        taps: cx.upf(&conv)?,
+        hist: cx.upf(&hist)?,
+        gv: cx.zeros(n * hce * 4)?,
+        nn: cx.zeros(n * hce * 4)?,
+    };
+    let mut want = r.clone();
+    blk.mix(&key, &val, &mut want, n, &mut hist);
+    cx.ops.ple_block(cx.s, &shape, &b, n as u32)?;
+    let got = cx.read_f32(b.r, n * hce)?;
+    cx.cmp_rel_floor1("streams", &got, &want, PLE_TOL);
+    let got = cx.read_f32(b.hist, hist.len())?;
+    cx.cmp_rel_floor1("conv history", &got, &hist, PLE_TOL);
+    cx.set_shape(format!("hc {hc} E {e} Kp {kp} N {dil}, {n} tokens"));
+    // Ideal bytes: key, r (read and written), gv and nn (written, read), val, the history
+    // (read and written), the constants once.
+    let ideal = 4 * (n * hce * 6 + n * e + 2 * hist.len() + 3 * hce + hce * kp);
+    cx.bench(ideal as u64, &|o, s| o.ple_block(s, &shape, &b, n as u32))
 }

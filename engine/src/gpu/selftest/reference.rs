@@ -17,6 +17,10 @@ pub const GDN_TOL: f64 = 4e-6;
 /// The GR kernels against `HyperConn`'s steps: `|gpu - cpu| <= GR_TOL * max(1, |cpu|)`
 /// (sigmoid/SiLU with `quant::fmath::expf`; the stream norm is compared bit for bit).
 pub const GR_TOL: f64 = 2e-6;
+/// The PLE block (`GpuOps::ple_block`) against `PleBlock::mix`: `|gpu - cpu| <= PLE_TOL *
+/// max(1, |cpu|)` for the streams and the conv history (sums in the CPU's order; the gate's
+/// sigmoid and the conv's SiLU are `quant::fmath`'s, <= 2 ulp).
+pub const PLE_TOL: f64 = 4e-6;
 /// QSA attention (`GpuOps::qsa_mix`) against `Qsa::mix`: `|gpu - cpu| <= QSA_TOL * max(1,
 /// |cpu|)`. The scores are bit-identical; `quant::fmath`'s exp (<= 2 ulp) can move a
 /// probability across an f16 rounding boundary (the f16 cache's path rounds it), one f16 step
