@@ -95,6 +95,13 @@ impl<'a> DevLayer<'a> {
     }
     /// Runs `n` tokens; returns `o [n][Hv S]`.
     fn mix(&self, m: &[f32], z: &[f32], beta: &[f32], alpha: &[f32], n: usize) -> Vec<f32> {
+        self.run(m, z, beta, alpha, n, None)
+    }
+    /// Runs a prompt of `n` tokens through the chunked kernel.
+    fn prefill(&self, m: &[f32], z: &[f32], beta: &[f32], alpha: &[f32], n: usize, chunk: usize) -> Vec<f32> {
+        self.run(m, z, beta, alpha, n, Some(chunk))
+    }
+    fn run(&self, m: &[f32], z: &[f32], beta: &[f32], alpha: &[f32], n: usize, chunk: Option<usize>) -> Vec<f32> {
         let ops = self.ops;
         let (mb, zb, bb, ab) = (upf(ops, m), upf(ops, z), upf(ops, beta), upf(ops, alpha));
         let c = self.shape.channels() as usize;
@@ -114,8 +121,17 @@ impl<'a> DevLayer<'a> {
             u: u.ptr,
             o: o.ptr,
         };
-        ops.gdn_mix(&S, &self.shape, &b, n as u32).expect("gdn_mix");
-        o.f32s()
+        match chunk {
+            Some(ch) => {
+                let delta = zeros(ops, (self.shape.hv * self.shape.head_dim) as usize * ch * 4);
+                ops.gdn_prefill(&S, &self.shape, &b, n as u32, ch as u32, delta.ptr).expect("gdn_prefill");
+                o.f32s()
+            }
+            None => {
+                ops.gdn_mix(&S, &self.shape, &b, n as u32).expect("gdn_mix");
+                o.f32s()
+            }
+        }
     }
 }
 
@@ -214,12 +230,58 @@ test_device!(
     }
 );
 
+/// Device chunked against the recurrence (llama.cpp's order) on the CPU: the sums are
+/// reassociated (a chunk's state update and forward substitution instead of token by token), so
+/// `|gpu − cpu| <= GDN_CHUNK_TOL · max(1, |cpu|)`, over prompts of several chunks.
+const GDN_CHUNK_TOL: f32 = 2e-5;
+
+test_device!(
+    /// The chunked prefill form: equal to the CPU's chunked form within GDN_TOL (same sums,
+    /// fmath's exp), to the token-by-token recurrence within GDN_CHUNK_TOL, and a decode window
+    /// after it continues from the state it left.
+    fn gpu_ops_gdn_prefill_chunked_matches_cpu(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0xc4);
+        for ((hk, hv, s, k), n, chunk) in [((2usize, 4usize, 32usize, 4usize), 100usize, 16usize), ((1, 2, 128, 4), 70, 64), ((2, 3, 16, 2), 37, 5), ((1, 1, 8, 1), 9, 1)] {
+            let g = layer(&mut rng, hk, hv, s, k);
+            let mut st = g.new_state();
+            st.conv = rng.symmetric_vec(st.conv.len(), 1.5);
+            st.m = rng.symmetric_vec(st.m.len(), 0.3);
+            let mut st_rec = st.clone();
+            let dl = DevLayer::new(ops, &g, &st);
+            let [m, z, b, a] = inputs(&mut rng, &g, n);
+            let got = dl.prefill(&m, &z, &b, &a, n, chunk);
+            let want = g.mix(&m, &z, &b, &a, n, &mut st, GdnMode::Chunked(chunk));
+            let rec = g.mix(&m, &z, &b, &a, n, &mut st_rec, GdnMode::Recurrent);
+            let what = format!("Hk={hk} Hv={hv} S={s} K={k}, {n} tokens in chunks of {chunk}");
+            let worst = max_rel(dev, &format!("{what}: o vs CPU chunked"), &got, &want);
+            max_rel(dev, &format!("{what}: delta state vs CPU chunked"), &dl.delta_state.f32s(), &st.m);
+            let (mut worst_rec, mut worst_state) = (0f32, 0f32);
+            for (i, (g, r)) in got.iter().zip(&rec).chain(dl.delta_state.f32s().iter().zip(&st_rec.m)).enumerate() {
+                let e = (g - r).abs() / r.abs().max(1.0);
+                assert!(e <= GDN_CHUNK_TOL, "{dev} {what}: element {i} vs the recurrence: gpu {g:e} cpu {r:e} (rel {e:e})");
+                if i < got.len() { worst_rec = worst_rec.max(e) } else { worst_state = worst_state.max(e) }
+            }
+            // Decode continues from the prefilled state.
+            let [m1, z1, b1, a1] = inputs(&mut rng, &g, 3);
+            let got = dl.mix(&m1, &z1, &b1, &a1, 3);
+            let want = g.mix(&m1, &z1, &b1, &a1, 3, &mut st, GdnMode::Recurrent);
+            max_rel(dev, &format!("{what}: decode after the prefill"), &got, &want);
+            println!("{dev} gdn_prefill {what}: vs CPU chunked {worst:e} (tolerance {GDN_TOL:e}); vs the recurrence: o {worst_rec:e}, state {worst_state:e} (tolerance {GDN_CHUNK_TOL:e})");
+        }
+    }
+);
+
 test_device!(
     fn gpu_ops_gdn_refuses_unsupported_shapes(ops) {
         let z = GdnBuffers { m: 0, z: 0, beta: 0, alpha: 0, taps: 0, dt_bias: 0, ssm_a: 0, norm: 0, conv_state: 0, delta_state: 0, u: 0, o: 0 };
         let ok = GdnShape { hk: 1, hv: 1, head_dim: 8, conv_k: 2, eps: 1e-6 };
         for (shape, n, what) in [(ok, 0u32, "0 tokens"), (ok, 9, "9 tokens"), (GdnShape { head_dim: 0, ..ok }, 1, "head dim 0"), (GdnShape { conv_k: 0, ..ok }, 1, "conv width 0")] {
             let e = ops.gdn_mix(&S, &shape, &z, n).expect_err(what).to_string();
+            assert!(e.contains("gdn"), "{what}: {e}");
+        }
+        for (n, chunk, what) in [(0u32, 16u32, "an empty prompt"), (4097, 16, "a prompt past the limit"), (64, 0, "chunk 0"), (64, 65, "chunk 65")] {
+            let e = ops.gdn_prefill(&S, &ok, &z, n, chunk, 0).expect_err(what).to_string();
             assert!(e.contains("gdn"), "{what}: {e}");
         }
     }

@@ -70,6 +70,34 @@ pub const GDN_DELTA_RULE_S128: &str = "gdn_delta_rule_s128_f32";
 /// then the token's k and q).
 pub const GDN_S128_BLOCK: u32 = 256;
 pub const GDN_S128_LDS_BYTES: u32 = 4 * 128 * 4;
+/// `gdn_delta_chunked_f32`: the chunked (prefill) delta rule, one workgroup of
+/// [`GDN_CHUNK_BLOCK`] per value head, with a `δ` scratch of `[Hv][chunk][S]` f32.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GdnChunkArgs {
+    pub u: u64,
+    pub beta: u64,
+    pub alpha: u64,
+    pub dt_bias: u64,
+    pub ssm_a: u64,
+    pub state: u64,
+    pub o: u64,
+    pub delta: u64,
+    pub n_tokens: u32,
+    pub hk: u32,
+    pub hv: u32,
+    pub s: u32,
+    pub channels: u32,
+    pub chunk: u32,
+}
+pub const GDN_DELTA_CHUNKED: &str = "gdn_delta_chunked_f32";
+/// Work-items of its workgroup (each owns state columns j, j + 128, ..), the largest chunk, and
+/// its LDS: the chunk's cumulative log-decay and β, then the k·k and q·k triangles.
+pub const GDN_CHUNK_BLOCK: u32 = 128;
+pub const GDN_CHUNK_MAX: u32 = 64;
+pub const GDN_CHUNK_LDS_BYTES: u32 = 8 * GDN_CHUNK_MAX + 8 * GDN_CHUNK_MAX * GDN_CHUNK_MAX;
+/// Most tokens of one chunked (prefill) GDN launch.
+pub const GDN_MAX_PREFILL_TOKENS: u32 = 4096;
 pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";
 
 /// Hyper-connection kernels (ops/gr.rs), one struct for the four: three buffers, then the
@@ -238,7 +266,8 @@ pub const fn qsa_attend_lds_bytes(head_dim: u32, cells: u32) -> u32 {
 pub const QSA_MAX_CELLS: u32 = super::MAX_LDS_BYTES / 4 - 256;
 
 impl_args_bytes!(GdnConvArgs, GdnL2NormArgs, GdnDeltaArgs, GdnGatedNormArgs, GrArgs, MoeSharedArgs);
-impl_args_bytes!(PleGateArgs, PleConvArgs);
+impl_args_bytes!(PleGateArgs, PleConvArgs, GdnChunkArgs);
+const _: () = assert!(core::mem::size_of::<GdnChunkArgs>() == 88);
 const _: () = assert!(core::mem::size_of::<PleGateArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<PleConvArgs>() == 56);
 impl_args_bytes!(QsaNormRopeArgs, QsaBlockKeysArgs, QsaIndexScoresArgs, QsaSelectArgs, QsaAttendArgs);

@@ -6,7 +6,7 @@
 //! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu_ops_gdn.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{GDN_DELTA_BLOCK, GDN_S128_BLOCK, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
 use crate::arch::{barrier, fp_fence, group_id, lane_id, read_lane_f64, thread_id, wave_id, Lds};
 use quant::fmath::{expf, sigmoid, silu, softplus};
 use quant::util::sqrtf;
@@ -286,6 +286,151 @@ pub extern "gpu-kernel" fn gdn_gated_norm_f32(o: *mut f32, z: *const f32, w: *co
             let p = r.add(i as usize);
             *p = (*p * scale) * *w.add(i as usize) * sigmoid(*zr.add(i as usize));
             i += 32;
+        }
+    }
+}
+
+/// The chunked (prefill) form of the delta rule, `Gdn::mix`'s `GdnMode::Chunked`: with `G_t`
+/// the in-chunk cumulative sum of `g = softplus(α + dt_bias)·ssm_a`, each chunk of up to
+/// `chunk` tokens solves `δ_t = β_t (v_t − e^{G_t} M₀ᵀk_t) − Σ_{i<t} β_t e^{G_t−G_i} (k_t·k_i) δ_i`
+/// by forward substitution, then `o_t = (e^{G_t} M₀ᵀq_t + Σ_{i≤t} e^{G_t−G_i} (q_t·k_i) δ_i) / √S`
+/// and `M ← e^{G_L} M₀ + Σ_i e^{G_L−G_i} k_i δ_iᵀ`: the state is read and written once a chunk
+/// instead of once a token, and the pairwise dots are shared by every column. One workgroup of
+/// [`GDN_CHUNK_BLOCK`] per value head: the chunk's `G`, `β` and the `k·k`, `q·k` triangles live
+/// in LDS ([`GDN_CHUNK_LDS_BYTES`]); work-item `j` owns state columns `j, j + 128, ..` and their
+/// `δ` in the global scratch `delta [Hv][chunk][S]`. Every sum is in the CPU's order.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
+    u: *const f32,
+    beta: *const f32,
+    alpha: *const f32,
+    dt_bias: *const f32,
+    ssm_a: *const f32,
+    state: *mut f32,
+    o: *mut f32,
+    delta: *mut f32,
+    n_tokens: u32,
+    hk: u32,
+    hv: u32,
+    s: u32,
+    channels: u32,
+    chunk: u32,
+) {
+    const CH: u32 = GDN_CHUNK_MAX;
+    const GC: u32 = 0;
+    const BT: u32 = 4 * CH;
+    const KK: u32 = 8 * CH;
+    const QK: u32 = 8 * CH + 4 * CH * CH;
+    let h = group_id();
+    // Wave-uniform: the whole workgroup returns together.
+    if h >= hv || hk == 0 || s == 0 || chunk == 0 || chunk > CH {
+        return;
+    }
+    let tid = thread_id();
+    let (kd, vd) = (hk * s, hv * s);
+    let scale = 1.0 / sqrtf(s as f32);
+    let lds = Lds::get();
+    // SAFETY: ABI (abi::GdnChunkArgs): u is [n_tokens][channels] with channels = 2 kd + vd (q
+    // and k L2-normalised), beta/alpha [n_tokens][hv], dt_bias/ssm_a [hv], state [hv][s][s], o
+    // [n_tokens][vd], delta [hv][chunk][s]; the launch has GDN_CHUNK_LDS_BYTES of LDS. This
+    // workgroup owns head h's state, outputs and scratch, this item its columns; LDS entries are
+    // written between barriers by one item and read after the next barrier.
+    unsafe {
+        let mh = state.add((h * s * s) as usize);
+        let dl = delta.add((h * chunk * s) as usize);
+        let (dt, a) = (*dt_bias.add(h as usize), *ssm_a.add(h as usize));
+        let hki = h % hk;
+        let qrow = |t: u32| u.add((t * channels + hki * s) as usize);
+        let krow = |t: u32| u.add((t * channels + kd + hki * s) as usize);
+        let vrow = |t: u32| u.add((t * channels + 2 * kd + h * s) as usize);
+        let ldf = |off: u32| f32::from_bits(lds.ld32(off));
+        let dot = |x: *const f32, y: *const f32| {
+            let mut acc = 0f32;
+            for i in 0..s {
+                acc += *x.add(i as usize) * *y.add(i as usize);
+            }
+            acc
+        };
+        let mut c0 = 0;
+        while c0 < n_tokens {
+            let l = chunk.min(n_tokens - c0);
+            if tid < l {
+                let t = c0 + tid;
+                let g = softplus(*alpha.add((t * hv + h) as usize) + dt) * a;
+                lds.st32(GC + 4 * tid, g.to_bits());
+                lds.st32(BT + 4 * tid, sigmoid(*beta.add((t * hv + h) as usize)).to_bits());
+            }
+            barrier();
+            if tid == 0 {
+                let mut acc = 0f32;
+                for t in 0..l {
+                    acc += ldf(GC + 4 * t);
+                    lds.st32(GC + 4 * t, acc.to_bits());
+                }
+            }
+            // The chunk's k·k (i < t) and q·k (i <= t) triangles.
+            let mut p = tid;
+            while p < l * l {
+                let (t, i) = (p / l, p % l);
+                if i <= t {
+                    let ki = krow(c0 + i);
+                    if i < t {
+                        lds.st32(KK + 4 * p, dot(krow(c0 + t), ki).to_bits());
+                    }
+                    lds.st32(QK + 4 * p, dot(qrow(c0 + t), ki).to_bits());
+                }
+                p += GDN_CHUNK_BLOCK;
+            }
+            barrier();
+            let gl = ldf(GC + 4 * (l - 1));
+            let mut j = tid;
+            while j < s {
+                let col = |i: u32| mh.add((i * s + j) as usize);
+                let mt = |x: *const f32| {
+                    let mut r = 0f32;
+                    for i in 0..s {
+                        r += *col(i) * *x.add(i as usize);
+                    }
+                    r
+                };
+                let d_at = |t: u32| dl.add((t * s + j) as usize);
+                // Forward substitution for δ.
+                for t in 0..l {
+                    let (gt, bt) = (ldf(GC + 4 * t), ldf(BT + 4 * t));
+                    let mk = mt(krow(c0 + t));
+                    let mut d = bt * (*vrow(c0 + t).add(j as usize) - expf(gt) * mk);
+                    for i in 0..t {
+                        let aa = bt * expf(gt - ldf(GC + 4 * i)) * ldf(KK + 4 * (t * l + i));
+                        d -= aa * *d_at(i);
+                    }
+                    *d_at(t) = d;
+                }
+                // Outputs.
+                for t in 0..l {
+                    let gt = ldf(GC + 4 * t);
+                    let mut ov = expf(gt) * mt(qrow(c0 + t));
+                    for i in 0..=t {
+                        let aa = expf(gt - ldf(GC + 4 * i)) * ldf(QK + 4 * (t * l + i));
+                        ov += aa * *d_at(i);
+                    }
+                    *o.add(((c0 + t) * vd + h * s + j) as usize) = ov * scale;
+                }
+                // Chunk-end state.
+                let el = expf(gl);
+                for x in 0..s {
+                    *col(x) *= el;
+                }
+                for i in 0..l {
+                    let w = expf(gl - ldf(GC + 4 * i));
+                    let (ki, di) = (krow(c0 + i), *d_at(i));
+                    for x in 0..s {
+                        *col(x) += (w * *ki.add(x as usize)) * di;
+                    }
+                }
+                j += GDN_CHUNK_BLOCK;
+            }
+            barrier();
+            c0 += l;
         }
     }
 }

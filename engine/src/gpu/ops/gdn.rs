@@ -125,6 +125,53 @@ impl GpuOps {
                 ),
             ));
         }
+        self.gdn_launch(s, shape, b, n_tokens, None)
+    }
+
+    /// The GDN token mixer for a prompt chunk of `n_tokens` (1..=`abi::GDN_MAX_PREFILL_TOKENS`):
+    /// as [`GpuOps::gdn_mix`] with the chunked delta rule (`Gdn::mix`'s `GdnMode::Chunked`,
+    /// chunks of `chunk` tokens, 1..=`abi::GDN_CHUNK_MAX`), which reads and writes the state
+    /// once a chunk. `delta` is a scratch of `Hv · chunk · S` f32.
+    pub fn gdn_prefill(
+        &self,
+        s: &Stream,
+        shape: &GdnShape,
+        b: &GdnBuffers,
+        n_tokens: u32,
+        chunk: u32,
+        delta: DevicePtr,
+    ) -> Result<()> {
+        shape.check()?;
+        if n_tokens == 0
+            || n_tokens > abi::GDN_MAX_PREFILL_TOKENS
+            || n_tokens as u64 * shape.channels() as u64 > u32::MAX as u64
+        {
+            return Err(bad(
+                "gdn",
+                format!(
+                    "{n_tokens} prompt tokens, the chunked kernels take 1..={} (and 32-bit indexing)",
+                    abi::GDN_MAX_PREFILL_TOKENS
+                ),
+            ));
+        }
+        if chunk == 0 || chunk > abi::GDN_CHUNK_MAX {
+            return Err(bad(
+                "gdn",
+                format!("chunk of {chunk} tokens, the kernel takes 1..={}", abi::GDN_CHUNK_MAX),
+            ));
+        }
+        self.gdn_launch(s, shape, b, n_tokens, Some((chunk, delta)))
+    }
+
+    /// Conv, norms, the delta rule (token by token, or chunked with its scratch), gated norm.
+    fn gdn_launch(
+        &self,
+        s: &Stream,
+        shape: &GdnShape,
+        b: &GdnBuffers,
+        n_tokens: u32,
+        chunked: Option<(u32, DevicePtr)>,
+    ) -> Result<()> {
         let c = shape.channels();
         let name = abi::GDN_CONV_SILU;
         let a = abi::GdnConvArgs {
@@ -164,6 +211,27 @@ impl GpuOps {
             &a.to_bytes(),
         )?;
 
+        if let Some((chunk, delta)) = chunked {
+            let name = abi::GDN_DELTA_CHUNKED;
+            let a = abi::GdnChunkArgs {
+                u: b.u,
+                beta: b.beta,
+                alpha: b.alpha,
+                dt_bias: b.dt_bias,
+                ssm_a: b.ssm_a,
+                state: b.delta_state,
+                o: b.o,
+                delta,
+                n_tokens,
+                hk: shape.hk,
+                hv: shape.hv,
+                s: shape.head_dim,
+                channels: c,
+                chunk,
+            };
+            self.launch(s, name, shape.hv, abi::GDN_CHUNK_LDS_BYTES, &a.to_bytes())?;
+            return self.gdn_gated_norm(s, shape, b, n_tokens);
+        }
         // Flash-Next's head dim keeps the state in registers across the window.
         let (name, lds) = if shape.head_dim == 128 {
             (abi::GDN_DELTA_RULE_S128, abi::GDN_S128_LDS_BYTES)
@@ -186,7 +254,11 @@ impl GpuOps {
             _pad: 0,
         };
         self.launch(s, name, shape.hv, lds, &a.to_bytes())?;
+        self.gdn_gated_norm(s, shape, b, n_tokens)
+    }
 
+    /// `o ← rms(o; norm) ⊙ σ(z)` per head.
+    fn gdn_gated_norm(&self, s: &Stream, shape: &GdnShape, b: &GdnBuffers, n_tokens: u32) -> Result<()> {
         let name = abi::GDN_GATED_NORM;
         let rows = n_tokens * shape.hv;
         let a = abi::GdnGatedNormArgs {

@@ -25,7 +25,7 @@ pub fn checks() -> Vec<Check> {
                 abi::GDN_GATED_NORM,
             ],
             "qwen4exp::gdn::Gdn::mix (recurrent)",
-            |cx| gdn_mix(cx, 128),
+            |cx| gdn_mix(cx, 128, None),
         ),
         Check::new(
             "gdn_mix head dim 64",
@@ -36,7 +36,18 @@ pub fn checks() -> Vec<Check> {
                 abi::GDN_GATED_NORM,
             ],
             "qwen4exp::gdn::Gdn::mix (recurrent)",
-            |cx| gdn_mix(cx, 64),
+            |cx| gdn_mix(cx, 64, None),
+        ),
+        Check::new(
+            "gdn_prefill chunked",
+            vec![
+                abi::GDN_CONV_SILU,
+                abi::GDN_L2_NORM,
+                abi::GDN_DELTA_CHUNKED,
+                abi::GDN_GATED_NORM,
+            ],
+            "qwen4exp::gdn::Gdn::mix (chunked)",
+            |cx| gdn_mix(cx, 128, Some(16)),
         ),
         Check::new(
             "gr read and write",
@@ -106,13 +117,15 @@ fn moe_shared_add(cx: &mut Cx) -> CheckResultOf<()> {
     })
 }
 
-/// `s` = 128: the register-state kernel; any other head dim: the generic one.
-fn gdn_mix(cx: &mut Cx, s: usize) -> CheckResultOf<()> {
+/// `s` = 128: the register-state kernel; any other head dim: the generic one; `chunk`: the
+/// chunked (prefill) kernel over a prompt of several chunks.
+fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
     // Flash-Next's layer (16 key / 48 value heads of 128, K = 4) on a card; fewer heads on emu.
-    let (hk, hv, k, n) = if cx.full {
-        (16usize, 48usize, 4usize, 8usize)
-    } else {
-        (2, 4, 4, 3)
+    let (hk, hv, k, n) = match (cx.full, chunk) {
+        (true, None) => (16usize, 48usize, 4usize, 8usize),
+        (true, Some(_)) => (16, 48, 4, 512),
+        (false, None) => (2, 4, 4, 3),
+        (false, Some(_)) => (2, 4, 4, 40),
     };
     let c = (2 * hk + hv) * s;
     let unused = || Mat::from_f32(1, 1, &[0.0]).expect("1x1 matrix");
@@ -158,19 +171,32 @@ fn gdn_mix(cx: &mut Cx, s: usize) -> CheckResultOf<()> {
         u: cx.zeros(n * c * 4)?,
         o: cx.zeros(n * hv * s * 4)?,
     };
-    let want = g.mix(&m, &z, &beta, &alpha, n, &mut st, GdnMode::Recurrent);
-    cx.ops.gdn_mix(cx.s, &shape, &b, n as u32)?;
+    let mode = chunk.map_or(GdnMode::Recurrent, GdnMode::Chunked);
+    let want = g.mix(&m, &z, &beta, &alpha, n, &mut st, mode);
+    let delta = cx.zeros(hv * chunk.unwrap_or(1) * s * 4)?;
+    match chunk {
+        Some(c) => cx.ops.gdn_prefill(cx.s, &shape, &b, n as u32, c as u32, delta)?,
+        None => cx.ops.gdn_mix(cx.s, &shape, &b, n as u32)?,
+    }
     let got = cx.read_f32(b.o, n * hv * s)?;
     cx.cmp_rel_floor1("o", &got, &want, GDN_TOL);
     let got = cx.read_f32(b.conv_state, st.conv.len())?;
     cx.cmp_rel_floor1("conv state", &got, &st.conv, GDN_TOL);
     let got = cx.read_f32(b.delta_state, st.m.len())?;
     cx.cmp_rel_floor1("delta state", &got, &st.m, GDN_TOL);
-    cx.set_shape(format!("Hk {hk} Hv {hv} S {s} K {k}, {n} tokens"));
-    // Ideal bytes: the state read and written once, inputs and outputs once.
-    let ideal =
-        4 * (2 * st.m.len() + 2 * st.conv.len() + n * (c + 2 * hv * s + 2 * hv) + n * hv * s);
-    cx.bench(ideal as u64, &|o, s_| o.gdn_mix(s_, &shape, &b, n as u32))
+    let chunks = chunk.map_or(1, |c| n.div_ceil(c));
+    cx.set_shape(match chunk {
+        Some(c) => format!("Hk {hk} Hv {hv} S {s} K {k}, {n} tokens in chunks of {c}"),
+        None => format!("Hk {hk} Hv {hv} S {s} K {k}, {n} tokens"),
+    });
+    // Ideal bytes: the state read and written once (once a chunk when chunked), inputs and
+    // outputs once.
+    let ideal = 4
+        * (2 * chunks * st.m.len() + 2 * st.conv.len() + n * (c + 2 * hv * s + 2 * hv) + n * hv * s);
+    cx.bench(ideal as u64, &|o, s_| match chunk {
+        Some(ch) => o.gdn_prefill(s_, &shape, &b, n as u32, ch as u32, delta),
+        None => o.gdn_mix(s_, &shape, &b, n as u32),
+    })
 }
 
 fn gr(cx: &mut Cx) -> CheckResultOf<()> {
