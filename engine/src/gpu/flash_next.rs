@@ -1,7 +1,9 @@
 //! Flash-Next (qwen4exp) on a gfx11 device: the program of `model::qwen4exp::program` over
-//! this device's operations. None of its layer operations has a gfx11 kernel yet (issue 15),
-//! so each reports [`EngineError::NotOnBackend`] instead of falling back to the CPU
-//! silently. [`check`] walks the program at load, so `--device emu|hip` fails before anything
+//! this device's operations. The kernels between the projections exist (`GpuOps::gdn_mix`,
+//! `gdn_prefill`, `qsa_mix`, `ple_block`, `gr_*`, the router and shared-expert kernels), but
+//! the executor that uploads the weights and runs the program over them does not yet (issue
+//! 15), so each operation reports [`EngineError::NotOnBackend`] instead of falling back to the
+//! CPU silently. [`check`] walks the program at load, so `--device emu|hip` fails before anything
 //! is uploaded and names the first operation that is missing; as kernels land, their
 //! operations move from here into a real executor (as `gpu::exec` is for the shared decoder).
 
