@@ -49,6 +49,13 @@ fn cli_qwen4exp_logits_match_llama_cpp() {
 /// `strata logits [extra]` on the f32 model's reference sequence 1 of `variant` equals
 /// llama.cpp's logits of that variant within `tol`.
 fn assert_seq1_logits_match(variant: &str, extra: &[&str], tol: f32) {
+    let max = seq1_max_logit_diff(variant, extra);
+    assert!(max <= tol, "{variant} {extra:?}: max |logit diff| {max} > {tol}");
+}
+
+/// Largest |logit difference| of `strata logits [extra]` from llama.cpp's on sequence 1 of
+/// `variant`.
+fn seq1_max_logit_diff(variant: &str, extra: &[&str]) -> f32 {
     let m = reference(F32);
     let (toks, _) = ref_seq(variant, 0);
     let npy = tmp(&format!("seq1-{variant}.npy"));
@@ -60,20 +67,21 @@ fn assert_seq1_logits_match(variant: &str, extra: &[&str], tol: f32) {
     let (wshape, want) = strata::npy::read_f32(&reference(&format!("tiny-qwen4exp/ref/{variant}/seq1_logits.npy"))).unwrap();
     assert_eq!(shape, wshape);
     let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(max <= tol, "{variant}: max |logit diff| {max} > {tol}");
     let _ = std::fs::remove_file(npy);
+    max
 }
 
 /// `--kv f32` (the engine's one cache type, f32 caches like llama.cpp's `-ctk f32 -ctv f32`)
-/// equals llama.cpp's `ref/f32-kvf32` logits within that run's model-test tolerance (1e-4);
-/// `--kv int8`, which QSA has no form for, is refused with the reason.
+/// equals llama.cpp's `ref/f32-kvf32` logits within that run's model-test tolerance (1e-4).
+/// `--kv int8` (the engine's own format, which llama.cpp has not) stays within 0.02 of them
+/// (measured 0.0099 on these 8 tokens; f16 caches: 3.6e-4), and it is not the f16 cache
+/// under another name: it is further from llama.cpp than f16 is.
 #[test]
-fn cli_qwen4exp_kv_f32_matches_llama_cpp_and_int8_is_refused() {
+fn cli_qwen4exp_kv_f32_and_int8_match_llama_cpp() {
     assert_seq1_logits_match("f32-kvf32", &["--kv", "f32"], 1e-4);
-    let m = reference(F32);
-    let out = strata(&["logits", "-m", m.to_str().unwrap(), "--kv", "int8", "--tokens", "1,2", "--out", "/dev/null"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--kv f16 or f32") && err.contains("int8"), "{err}");
+    let int8 = seq1_max_logit_diff("f32-kvf32", &["--kv", "int8"]);
+    assert!(int8 <= 0.02, "--kv int8: max |logit diff| {int8} > 0.02");
+    assert!(int8 > 1e-3, "--kv int8 within 1e-3 of llama.cpp's f32 caches ({int8}): not an int8 cache?");
 }
 
 /// `strata generate --temp 0` prints llama.cpp's greedy ids, for the f32 model and the

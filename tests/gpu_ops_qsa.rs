@@ -195,7 +195,7 @@ impl<'a> DevLayer<'a> {
 fn f16_bits(b: &CacheBuf) -> &[u16] {
     match b {
         CacheBuf::F16(v) => v,
-        CacheBuf::F32(_) => panic!("the device cache is f16"),
+        _ => panic!("the device cache is f16"),
     }
 }
 

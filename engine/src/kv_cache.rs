@@ -90,14 +90,8 @@ impl Store {
                 let nh = w / head_dim;
                 for h in 0..nh {
                     let src = &row[h * head_dim..(h + 1) * head_dim];
-                    let amax = src.iter().fold(0f32, |m, x| m.max(x.abs()));
-                    let d = amax / 127.0;
-                    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-                    scale[pos * nh + h] = d;
                     let dst = &mut q[pos * w + h * head_dim..pos * w + (h + 1) * head_dim];
-                    for (o, x) in dst.iter_mut().zip(src) {
-                        *o = (x * id).round().clamp(-127.0, 127.0) as i8;
-                    }
+                    scale[pos * nh + h] = crate::model::quantize_row_i8(src, dst);
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use strata::cpu::prelude::*;
 use strata::cpu::flash_next::heap_select;
-use strata::model::qwen4exp::{Indexer, Qsa, QsaCache};
+use strata::model::qwen4exp::{CacheBuf, Indexer, KvType, Qsa, QsaCache};
 
 use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, to64};
 
@@ -328,11 +328,12 @@ fn qsa_decode_is_bit_identical_to_prefill() {
     let (m, _) = rand_qsa(&mut rng);
     let n = 30;
     let x = rng.symmetric_vec(n * 64, 1.5);
-    for f16 in [false, true] {
-        let mut c1 = QsaCache::new(f16);
+    for kv in [KvType::F32, KvType::F16, KvType::Int8] {
+        let f16 = kv == KvType::F16;
+        let mut c1 = m.new_cache(kv);
         let mut y1 = vec![0f32; n * 64];
         let s1 = m.forward(&x, n, 0, &mut c1, &mut y1, true);
-        let mut c2 = QsaCache::new(f16);
+        let mut c2 = m.new_cache(kv);
         let mut y2 = vec![0f32; n * 64];
         let mut s2 = Vec::new();
         for t in 0..n {
@@ -345,9 +346,52 @@ fn qsa_decode_is_bit_identical_to_prefill() {
                 true,
             ));
         }
-        assert_eq!(s1, s2, "f16={f16}: selections");
-        assert_eq!(y1, y2, "f16={f16}: outputs");
-        assert_eq!(c1, c2, "f16={f16}: caches");
+        assert_eq!(s1, s2, "{kv:?}: selections");
+        assert_eq!(y1, y2, "{kv:?}: outputs");
+        assert_eq!(c1, c2, "{kv:?}: caches");
         assert_eq!(c1.is_f16(), f16);
     }
+}
+
+/// The int8 QSA cache stores each K/V head row and each indexer key as the engine's one int8
+/// format (`quantize_row_i8`: the decoders' `KvLayer` bytes), reads back `q · scale`, and
+/// truncates by whole rows; a layer on it stays close to the f32 cache (int8's rounding, about
+/// 1/254 of a row's largest value) with the same kept cells on this input.
+#[test]
+fn qsa_int8_cache_stores_the_engine_int8_rows() {
+    let mut rng = SplitMix64(9);
+    let (m, _) = rand_qsa(&mut rng);
+    let n = 30;
+    let x = rng.symmetric_vec(n * 64, 1.5);
+    let (mut c8, mut c32) = (m.new_cache(KvType::Int8), m.new_cache(KvType::F32));
+    let (mut y8, mut y32) = (vec![0f32; n * 64], vec![0f32; n * 64]);
+    let s8 = m.forward(&x, n, 0, &mut c8, &mut y8, true);
+    let s32 = m.forward(&x, n, 0, &mut c32, &mut y32, true);
+    assert_eq!(s8, s32, "kept cells");
+    let worst = y8.iter().zip(&y32).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
+    assert!(worst > 0.0 && worst < 0.05, "int8 vs f32 cache outputs: worst relative {worst}");
+    // Every row of the f32 cache, quantized by the one int8 writer, is what the int8 cache holds.
+    let d = m.head_dim;
+    for (name, buf8, buf32, row) in [("K", &c8.k, &c32.k, d), ("V", &c8.v, &c32.v, d), ("kappa", &c8.kappa, &c32.kappa, m.indexer.as_ref().unwrap().dim)] {
+        let CacheBuf::F32(exact) = buf32 else { panic!("f32 cache") };
+        let CacheBuf::Int8 { q, scale, row: r } = buf8 else { panic!("{name}: not an int8 cache") };
+        assert_eq!(*r, row, "{name}: row length");
+        assert_eq!((q.len(), scale.len()), (exact.len(), exact.len() / row), "{name}: sizes");
+        let mut back = vec![0f32; exact.len()];
+        buf8.read(0, &mut back);
+        for (i, src) in exact.chunks(row).enumerate() {
+            let mut want = vec![0i8; row];
+            let s = strata::model::quantize_row_i8(src, &mut want);
+            assert_eq!((&q[i * row..(i + 1) * row], scale[i]), (&want[..], s), "{name}: row {i}");
+            for (j, &w) in want.iter().enumerate() {
+                assert_eq!(back[i * row + j], w as f32 * s, "{name}: read of row {i} value {j}");
+            }
+        }
+    }
+    // Truncation keeps whole rows (speculative rollback).
+    let cells = m.cells(&c8);
+    c8.truncate(cells - 3, cells, m.indexer.as_ref().map(|ix| (ix.ratio, ix.dim)));
+    assert_eq!(m.cells(&c8), cells - 3);
+    let CacheBuf::Int8 { q, scale, row } = &c8.k else { panic!("int8") };
+    assert_eq!(q.len(), scale.len() * row);
 }

@@ -67,8 +67,8 @@ pub struct CommonArgs {
     #[arg(long = "ordered", visible_alias = "ordered-attention", global = true)]
     #[serde(rename = "ordered")]
     pub ordered_attention: bool,
-    /// KV cache storage: f16 (like llama.cpp), int8 (per-row scale, half the memory; not for
-    /// qwen4exp) or f32 (exact, twice f16's memory; CPU only).
+    /// KV cache storage: f16 (like llama.cpp), int8 (per-row scale, half the memory) or f32
+    /// (exact, twice f16's memory; CPU only).
     #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]
     pub kv: KvType,
     /// Prompt tokens evaluated per forward chunk (batched matrix products).

@@ -51,14 +51,8 @@ pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache};
 
 /// Element type of the attention K/V and indexer-key caches: the engine's one cache type. F16
 /// (llama.cpp's default) rounds the values, and q and the softmax probabilities, to f16; F32
-/// keeps them exact. QSA has no int8 cache yet: `Engine::load` refuses `--kv int8` for this
-/// architecture, and [`qsa_cache_is_f16`] keeps an API caller's `Int8` in f16.
+/// keeps them exact; Int8 stores rows with a scale each (`qsa::CacheBuf::Int8`).
 pub use crate::KvType;
-
-/// Whether a QSA cache of type `kv` stores f16 (F16, and Int8 until QSA has an int8 cache).
-pub fn qsa_cache_is_f16(kv: KvType) -> bool {
-    kv != KvType::F32
-}
 
 /// The token mixer of a layer.
 #[derive(Debug)]
@@ -161,7 +155,7 @@ impl Qwen4Exp {
             .iter()
             .map(|l| match &l.mixer {
                 Mixer::Gdn(g) => LayerState::Gdn(g.new_state()),
-                Mixer::Attn(_) => LayerState::Attn(QsaCache::new(qsa_cache_is_f16(kv))),
+                Mixer::Attn(a) => LayerState::Attn(a.new_cache(kv)),
             })
             .collect();
         SeqState {

@@ -360,7 +360,7 @@ impl Mtp {
     /// An empty state (`kv` as the model's: F16 rounds K/V, q and probabilities like llama.cpp).
     pub fn new_state(&self, kv: KvType) -> MtpState {
         MtpState {
-            cache: QsaCache::new(super::qsa_cache_is_f16(kv)),
+            cache: self.attn.new_cache(kv),
         }
     }
 

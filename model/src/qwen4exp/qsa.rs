@@ -18,9 +18,12 @@
 //!
 //! With an F16 cache (llama.cpp's default) K, V and κ are stored as f16, q is rounded
 //! to f16 for `q·k` and the probabilities are rounded to f16 before the product with V (ggml's
-//! non-flash attention path); the indexer scores stay f32.
+//! non-flash attention path); the indexer scores stay f32. With the engine's int8 cache
+//! (`--kv int8`, not a llama.cpp format) K, V and κ rows are int8 with a scale each and read
+//! back as `q · scale`; q and the probabilities stay f32, as with an f32 cache.
 
 use super::Mat;
+use crate::KvType;
 
 /// The block indexer of a QSA layer.
 #[derive(Debug)]
@@ -59,20 +62,25 @@ pub struct Qsa {
     pub indexer: Option<Indexer>,
 }
 
-/// Cache rows as llama.cpp stores them: f32, or f16 (`type_k`/`type_v` = f16, the default).
+/// Cache rows as llama.cpp stores them: f32, or f16 (`type_k`/`type_v` = f16, the default);
+/// or the engine's int8 rows (`--kv int8`, the decoders' format).
 #[derive(Clone, Debug, PartialEq)]
 pub enum CacheBuf {
     F32(Vec<f32>),
     /// IEEE half bits (values rounded to nearest-even on insertion).
     F16(Vec<u16>),
+    /// Rows of `row` values (one KV head of one cell) as int8 with one f32 scale each
+    /// ([`crate::quantize_row_i8`]); a value reads back as `q · scale`.
+    Int8 { q: Vec<i8>, scale: Vec<f32>, row: usize },
 }
 
 impl CacheBuf {
-    fn new(f16: bool) -> CacheBuf {
-        if f16 {
-            CacheBuf::F16(Vec::new())
-        } else {
-            CacheBuf::F32(Vec::new())
+    /// An empty buffer of type `kv` whose int8 rows are `row` values long.
+    fn new(kv: KvType, row: usize) -> CacheBuf {
+        match kv {
+            KvType::F16 => CacheBuf::F16(Vec::new()),
+            KvType::F32 => CacheBuf::F32(Vec::new()),
+            KvType::Int8 => CacheBuf::Int8 { q: Vec::new(), scale: Vec::new(), row: row.max(1) },
         }
     }
 
@@ -81,6 +89,7 @@ impl CacheBuf {
         match self {
             CacheBuf::F32(v) => v.len(),
             CacheBuf::F16(v) => v.len(),
+            CacheBuf::Int8 { q, .. } => q.len(),
         }
     }
 
@@ -88,22 +97,35 @@ impl CacheBuf {
         self.len() == 0
     }
 
+    /// Appends `vals` (whole rows for int8).
     pub fn push(&mut self, vals: &[f32]) {
         match self {
             CacheBuf::F32(v) => v.extend_from_slice(vals),
             CacheBuf::F16(v) => v.extend(vals.iter().map(|&x| quant::f32_to_f16(x))),
+            CacheBuf::Int8 { q, scale, row } => {
+                debug_assert!(vals.len().is_multiple_of(*row), "int8 cache rows are {row} values");
+                for r in vals.chunks(*row) {
+                    let at = q.len();
+                    q.resize(at + r.len(), 0);
+                    scale.push(crate::quantize_row_i8(r, &mut q[at..]));
+                }
+            }
         }
     }
 
-    /// Keeps the first `n` values.
+    /// Keeps the first `n` values (whole rows for int8).
     pub fn truncate(&mut self, n: usize) {
         match self {
             CacheBuf::F32(v) => v.truncate(n),
             CacheBuf::F16(v) => v.truncate(n),
+            CacheBuf::Int8 { q, scale, row } => {
+                q.truncate(n);
+                scale.truncate(n / *row);
+            }
         }
     }
 
-    /// Values `start..start + out.len()` as f32 (exact for f16).
+    /// Values `start..start + out.len()` as f32 (exact for f16; `q · scale` for int8).
     pub fn read(&self, start: usize, out: &mut [f32]) {
         let end = start + out.len();
         match self {
@@ -111,6 +133,11 @@ impl CacheBuf {
             CacheBuf::F16(v) => {
                 for (o, &h) in out.iter_mut().zip(&v[start..end]) {
                     *o = quant::f16_to_f32(h);
+                }
+            }
+            CacheBuf::Int8 { q, scale, row } => {
+                for (i, (o, &x)) in out.iter_mut().zip(&q[start..end]).enumerate() {
+                    *o = x as f32 * scale[(start + i) / *row];
                 }
             }
         }
@@ -130,11 +157,19 @@ pub struct QsaCache {
 }
 
 impl QsaCache {
+    /// An f16 (llama.cpp's default) or f32 cache; [`Qsa::new_cache`] for any `--kv` type.
     pub fn new(f16: bool) -> QsaCache {
+        let kv = if f16 { KvType::F16 } else { KvType::F32 };
+        QsaCache::with_type(kv, 1, 1)
+    }
+
+    /// A cache of type `kv`; int8 rows are one KV head (`head_dim` values) of K and V and one
+    /// indexer key (`index_dim`) of κ.
+    pub fn with_type(kv: KvType, head_dim: usize, index_dim: usize) -> QsaCache {
         QsaCache {
-            k: CacheBuf::new(f16),
-            v: CacheBuf::new(f16),
-            kappa: CacheBuf::new(f16),
+            k: CacheBuf::new(kv, head_dim),
+            v: CacheBuf::new(kv, head_dim),
+            kappa: CacheBuf::new(kv, index_dim),
             blocks: Vec::new(),
         }
     }
@@ -166,6 +201,11 @@ impl QsaCache {
 pub const TAIL_BIAS: f32 = 1e9;
 
 impl Qsa {
+    /// An empty cache of this layer of type `kv`.
+    pub fn new_cache(&self, kv: KvType) -> QsaCache {
+        QsaCache::with_type(kv, self.head_dim, self.indexer.as_ref().map_or(1, |ix| ix.dim))
+    }
+
     /// Cells in the cache.
     pub fn cells(&self, cache: &QsaCache) -> usize {
         cache.k.len() / (self.n_head_kv * self.head_dim)
