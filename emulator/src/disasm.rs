@@ -47,6 +47,10 @@ fn operand(code: u16, sh: u8, lit: u32, hi: bool, int16: bool) -> String {
             } else if sh & 0x10 != 0 {
                 let h = lit & 0xffff;
                 lit >> 16 == 0 && ([0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118].contains(&h) || h <= 64)
+            } else if n == 2 {
+                // A 64-bit integer operand zero-extends its 32-bit literal: 0xffffffff is not
+                // the inline -1, so llvm-objdump prints it bare (`s_mov_b64 s[16:17], 0xffffffff`).
+                lit <= 64
             } else {
                 (lit as i32) >= -16 && (lit as i32) <= 64
                     || [0.5f32, -0.5, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0].iter().any(|f| f.to_bits() == lit) || lit == 0x3e22f983

@@ -47,6 +47,9 @@ fn handwritten_encodings() {
   s_waitcnt vmcnt(0) lgkmcnt(0)
   s_mov_b32 s6, 0x12345678
   s_mov_b64 s[8:9], exec
+  s_mov_b64 s[16:17], 0xffffffff
+  s_mov_b64 s[16:17], lit(0x5)
+  s_and_b64 s[16:17], s[2:3], 0xfffffff0
   s_add_u32 s4, s4, -1
   s_addc_u32 s5, s5, 0xffffffff
   s_cmpk_lg_i32 s4, 0x10
