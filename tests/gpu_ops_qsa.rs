@@ -12,9 +12,9 @@
 use crate::gpu_ops::*;
 use strata::cpu::flash_next::QsaProjections;
 use strata::cpu::prelude::*;
-use strata::gpu::ops::{GpuOps, QsaBuffers, QsaIndexerShape, QsaShape};
+use strata::gpu::ops::{GpuOps, KvFormat, QsaBuffers, QsaIndexerShape, QsaShape};
 use strata::model::qwen4exp::qsa::CacheBuf;
-use strata::model::qwen4exp::{Indexer, Mat, Qsa, QsaCache};
+use strata::model::qwen4exp::{Indexer, KvType, Mat, Qsa};
 use strata::rng::SplitMix64;
 use strata::test_device;
 
@@ -58,8 +58,9 @@ fn layer(rng: &mut SplitMix64, (h, kv, d, rot, ix): Dims) -> Qsa {
     }
 }
 
-fn shape(q: &Qsa) -> QsaShape {
+fn shape(q: &Qsa, kv: KvType) -> QsaShape {
     QsaShape {
+        kv: if kv == KvType::Int8 { KvFormat::Int8 } else { KvFormat::F16 },
         n_head: q.n_head as u32,
         n_head_kv: q.n_head_kv as u32,
         head_dim: q.head_dim as u32,
@@ -96,13 +97,14 @@ struct DevLayer<'a> {
     shape: QsaShape,
     capacity: usize,
     consts: [Buf<'a>; 5],
-    cache: [Buf<'a>; 4],
+    /// K, V, κ, block keys, then the int8 scales of K, V, κ (unused for f16).
+    cache: [Buf<'a>; 7],
     scratch: [Buf<'a>; 6],
     cells: usize,
 }
 
 impl<'a> DevLayer<'a> {
-    fn new(ops: &'a GpuOps, q: &Qsa, capacity: usize) -> DevLayer<'a> {
+    fn new(ops: &'a GpuOps, q: &Qsa, kv_type: KvType, capacity: usize) -> DevLayer<'a> {
         let (kv, d, hd) = (q.n_head_kv, q.head_dim, q.n_head * q.head_dim);
         let (ih, idim, ratio, budget) = q.indexer.as_ref().map_or((1, 1, 1, 1), |ix| (ix.heads, ix.dim, ix.ratio, ix.top_k + ix.ratio - 1));
         let ixn = |f: fn(&Indexer) -> &Vec<f32>| q.indexer.as_ref().map_or(vec![0.0], |ix| f(ix).clone());
@@ -110,7 +112,7 @@ impl<'a> DevLayer<'a> {
         let n = 8;
         DevLayer {
             ops,
-            shape: shape(q),
+            shape: shape(q, kv_type),
             capacity,
             consts: [
                 upf(ops, &q.q_norm),
@@ -124,6 +126,9 @@ impl<'a> DevLayer<'a> {
                 zeros(ops, capacity * kv * d * 2),
                 zeros(ops, capacity * idim * 2),
                 zeros(ops, (capacity / ratio).max(1) * idim * 4),
+                zeros(ops, capacity * kv * 4),
+                zeros(ops, capacity * kv * 4),
+                zeros(ops, capacity * 4),
             ],
             scratch: [
                 zeros(ops, n * hd * 4),
@@ -148,7 +153,7 @@ impl<'a> DevLayer<'a> {
         let posb = upu(ops, &pos);
         let out = zeros(ops, n * (self.shape.n_head * self.shape.head_dim) as usize * 4);
         let [qn, kn, iqn, ikn, table] = &self.consts;
-        let [kc, vc, kappac, blocks] = &self.cache;
+        let [kc, vc, kappac, blocks, ks, vs, kappas] = &self.cache;
         let [q, k, iqs, score, sel, sel_n] = &self.scratch;
         let b = QsaBuffers {
             qf: qf.ptr,
@@ -165,6 +170,9 @@ impl<'a> DevLayer<'a> {
             k_cache: kc.ptr,
             v_cache: vc.ptr,
             kappa_cache: kappac.ptr,
+            k_scale: ks.ptr,
+            v_scale: vs.ptr,
+            kappa_scale: kappas.ptr,
             blocks: blocks.ptr,
             q: q.ptr,
             k: k.ptr,
@@ -187,15 +195,23 @@ impl<'a> DevLayer<'a> {
         (out.f32s(), kept)
     }
 
-    fn f16_cache(&self, which: usize, values: usize) -> Vec<u16> {
-        self.cache[which].bytes()[..values * 2].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
-    }
-}
-
-fn f16_bits(b: &CacheBuf) -> &[u16] {
-    match b {
-        CacheBuf::F16(v) => v,
-        _ => panic!("the device cache is f16"),
+    /// Cache `which` (0 K, 1 V, 2 κ) of `values` values against the CPU's buffer: the same f16
+    /// bits, or the same int8 rows and scales.
+    fn assert_cache_eq(&self, dev: &str, which: usize, values: usize, cpu: &CacheBuf) {
+        let bytes = self.cache[which].bytes();
+        match cpu {
+            CacheBuf::F16(v) => {
+                let got: Vec<u16> = bytes[..values * 2].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+                assert_eq!(&got, v, "{dev}: f16 cache {which}");
+            }
+            CacheBuf::Int8 { q, scale, .. } => {
+                let got: Vec<i8> = bytes[..values].iter().map(|&b| b as i8).collect();
+                assert_eq!(&got, q, "{dev}: int8 cache {which}");
+                let scales = self.cache[4 + which].f32s();
+                assert_bits(dev, &format!("int8 cache {which} scales"), &scales[..scale.len()], scale);
+            }
+            CacheBuf::F32(_) => panic!("the device has no f32 cache"),
+        }
     }
 }
 
@@ -215,17 +231,17 @@ fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
 /// Runs `tokens` in windows cycling through `windows` on the CPU and the device, checking every
 /// window's output, kept cells, caches and block keys; returns (worst error, tokens whose
 /// selection was sparse).
-fn run_sequence(ops: &GpuOps, q: &Qsa, rng: &mut SplitMix64, tokens: usize, windows: &[usize]) -> (f32, usize) {
+fn run_sequence(ops: &GpuOps, q: &Qsa, kv: KvType, rng: &mut SplitMix64, tokens: usize, windows: &[usize]) -> (f32, usize) {
     let dev = device_name(ops);
-    let mut dl = DevLayer::new(ops, q, tokens);
-    let mut cache = QsaCache::new(true);
+    let mut dl = DevLayer::new(ops, q, kv, tokens);
+    let mut cache = q.new_cache(kv);
     let (mut worst, mut sparse, mut done, mut call) = (0f32, 0usize, 0usize, 0usize);
     while done < tokens {
         let n = windows[call % windows.len()].min(tokens - done);
         let p = projections(rng, q, n);
         let (want, want_sel) = q.mix(&p, n, done, &mut cache, true);
         let (got, got_sel) = dl.mix(&p, n);
-        let what = format!("{:?} window {call} at {done} ({n} tokens)", shape(q));
+        let what = format!("{:?} window {call} at {done} ({n} tokens)", shape(q, kv));
         if q.indexer.is_some() {
             for t in 0..n {
                 assert_eq!(got_sel[t], want_sel[t], "{dev} {what}: kept cells of token {}", done + t);
@@ -236,11 +252,11 @@ fn run_sequence(ops: &GpuOps, q: &Qsa, rng: &mut SplitMix64, tokens: usize, wind
         done += n;
         call += 1;
     }
-    let (kv, d) = (q.n_head_kv, q.head_dim);
-    assert_eq!(dl.f16_cache(0, tokens * kv * d), f16_bits(&cache.k), "{dev}: K cache");
-    assert_eq!(dl.f16_cache(1, tokens * kv * d), f16_bits(&cache.v), "{dev}: V cache");
+    let (kvh, d) = (q.n_head_kv, q.head_dim);
+    dl.assert_cache_eq(dev, 0, tokens * kvh * d, &cache.k);
+    dl.assert_cache_eq(dev, 1, tokens * kvh * d, &cache.v);
     if let Some(ix) = &q.indexer {
-        assert_eq!(dl.f16_cache(2, tokens * ix.dim), f16_bits(&cache.kappa), "{dev}: indexer key cache");
+        dl.assert_cache_eq(dev, 2, tokens * ix.dim, &cache.kappa);
         let blocks = dl.cache[3].f32s();
         assert_bits(dev, "block keys", &blocks[..cache.blocks.len()], &cache.blocks);
     }
@@ -259,13 +275,15 @@ test_device!(
             ((4, 2, 256, 64, Some((2, 128, 6, 4))), 40),
             ((2, 2, 32, 32, None), 40),
         ];
-        for (dims, tokens) in cases {
-            let q = layer(&mut rng, dims);
-            let (worst, sparse) = run_sequence(ops, &q, &mut rng, tokens, &[1, 8, 3, 1, 5, 2]);
-            if q.indexer.is_some() {
-                assert!(sparse > tokens / 2, "{dev} {dims:?}: only {sparse} of {tokens} tokens had a sparse selection");
+        for kv in [KvType::F16, KvType::Int8] {
+            for (dims, tokens) in cases {
+                let q = layer(&mut rng, dims);
+                let (worst, sparse) = run_sequence(ops, &q, kv, &mut rng, tokens, &[1, 8, 3, 1, 5, 2]);
+                if q.indexer.is_some() {
+                    assert!(sparse > tokens / 2, "{dev} {dims:?}: only {sparse} of {tokens} tokens had a sparse selection");
+                }
+                println!("{dev} qsa_mix {kv:?} {dims:?}, {tokens} tokens: {sparse} sparse selections, worst relative error {worst:e} (tolerance {QSA_TOL:e})");
             }
-            println!("{dev} qsa_mix {dims:?}, {tokens} tokens: {sparse} sparse selections, worst relative error {worst:e} (tolerance {QSA_TOL:e})");
         }
     }
 );
@@ -275,7 +293,8 @@ test_device!(
         let dev = device_name(ops);
         let mut rng = SplitMix64::new(0x8a);
         let q = layer(&mut rng, (4, 2, 32, 16, Some((2, 32, 8, 4))));
-        let (mut window, mut single) = (DevLayer::new(ops, &q, 64), DevLayer::new(ops, &q, 64));
+        for kv in [KvType::F16, KvType::Int8] {
+        let (mut window, mut single) = (DevLayer::new(ops, &q, kv, 64), DevLayer::new(ops, &q, kv, 64));
         // A prefix long enough for sparse selection, then an 8-token window across a block edge.
         for n in [8usize, 8, 8, 3] {
             let p = projections(&mut rng, &q, n);
@@ -301,8 +320,9 @@ test_device!(
             want.extend(o);
             want_sel.extend(s);
         }
-        assert_eq!(got_sel, want_sel, "{dev}: kept cells, window vs single tokens");
-        assert_bits(dev, "8-token window vs 8 single tokens: out", &got, &want);
+        assert_eq!(got_sel, want_sel, "{dev} {kv:?}: kept cells, window vs single tokens");
+        assert_bits(dev, &format!("{kv:?}: 8-token window vs 8 single tokens: out"), &got, &want);
+        }
     }
 );
 
@@ -310,10 +330,10 @@ test_device!(
     fn gpu_ops_qsa_refuses_unsupported_shapes(ops) {
         let z = QsaBuffers {
             qf: 0, kp: 0, vp: 0, kappa_p: 0, iq_p: 0, q_norm: 0, k_norm: 0, iq_norm: 0, ik_norm: 0, rope_table: 0, pos: 0,
-            k_cache: 0, v_cache: 0, kappa_cache: 0, blocks: 0, q: 0, k: 0, iq: 0, score: 0, sel: 0, sel_n: 0, out: 0,
+            k_cache: 0, v_cache: 0, kappa_cache: 0, k_scale: 0, v_scale: 0, kappa_scale: 0, blocks: 0, q: 0, k: 0, iq: 0, score: 0, sel: 0, sel_n: 0, out: 0,
         };
         let ix = QsaIndexerShape { heads: 1, dim: 32, top_k: 4, ratio: 4 };
-        let ok = QsaShape { n_head: 2, n_head_kv: 1, head_dim: 32, n_rot: 16, eps: 1e-6, indexer: Some(ix) };
+        let ok = QsaShape { n_head: 2, n_head_kv: 1, head_dim: 32, n_rot: 16, eps: 1e-6, indexer: Some(ix), kv: KvFormat::F16 };
         let cases = [
             (ok, 0u32, 0u32, 64u32, "0 tokens"),
             (ok, 4, 62, 64, "a window past the capacity"),

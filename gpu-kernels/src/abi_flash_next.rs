@@ -158,6 +158,7 @@ pub struct QsaNormRopeArgs {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QsaBlockKeysArgs {
     pub kappa: u64,
+    pub kappa_scale: u64,
     pub w: u64,
     pub blocks: u64,
     pub pos: u64,
@@ -207,7 +208,9 @@ pub struct QsaAttendArgs {
     pub q: u64,
     pub qf: u64,
     pub k_cache: u64,
+    pub k_scale: u64,
     pub v_cache: u64,
+    pub v_scale: u64,
     pub sel: u64,
     pub sel_n: u64,
     pub out: u64,
@@ -254,9 +257,11 @@ pub const PLE_GATE: &str = "ple_gate_f32";
 pub const PLE_CONV: &str = "ple_conv_f32";
 pub const QSA_NORM_ROPE: &str = "qsa_norm_rope_f32";
 pub const QSA_BLOCK_KEYS: &str = "qsa_block_keys_f16";
+pub const QSA_BLOCK_KEYS_I8: &str = "qsa_block_keys_i8";
 pub const QSA_INDEX_SCORES: &str = "qsa_index_scores_f32";
 pub const QSA_SELECT_TOPK: &str = "qsa_select_topk";
 pub const QSA_ATTEND: &str = "qsa_attend_f16";
+pub const QSA_ATTEND_I8: &str = "qsa_attend_i8";
 pub const QSA_ATTEND_BLOCK: u32 = 32;
 /// LDS of one `qsa_attend_f16` launch: the query and one score per cell.
 pub const fn qsa_attend_lds_bytes(head_dim: u32, cells: u32) -> u32 {
@@ -272,10 +277,10 @@ const _: () = assert!(core::mem::size_of::<PleGateArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<PleConvArgs>() == 56);
 impl_args_bytes!(QsaNormRopeArgs, QsaBlockKeysArgs, QsaIndexScoresArgs, QsaSelectArgs, QsaAttendArgs);
 const _: () = assert!(core::mem::size_of::<QsaNormRopeArgs>() == 72);
-const _: () = assert!(core::mem::size_of::<QsaBlockKeysArgs>() == 64);
+const _: () = assert!(core::mem::size_of::<QsaBlockKeysArgs>() == 72);
 const _: () = assert!(core::mem::size_of::<QsaIndexScoresArgs>() == 56);
 const _: () = assert!(core::mem::size_of::<QsaSelectArgs>() == 56);
-const _: () = assert!(core::mem::size_of::<QsaAttendArgs>() == 96);
+const _: () = assert!(core::mem::size_of::<QsaAttendArgs>() == 112);
 const _: () = assert!(core::mem::size_of::<MoeSharedArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<GrArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);

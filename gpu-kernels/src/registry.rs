@@ -169,10 +169,14 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::PLE_GATE, Family::Ple, arg_struct!(PleGateArgs, 6)),
     entry(abi::PLE_CONV, Family::Ple, arg_struct!(PleConvArgs, 5)),
     entry(abi::QSA_NORM_ROPE, Family::Qsa, arg_struct!(QsaNormRopeArgs, 5)),
-    entry(abi::QSA_BLOCK_KEYS, Family::Qsa, arg_struct!(QsaBlockKeysArgs, 5)),
+    entry(abi::QSA_BLOCK_KEYS, Family::Qsa, arg_struct!(QsaBlockKeysArgs, 6)),
+    entry(abi::QSA_BLOCK_KEYS_I8, Family::Qsa, arg_struct!(QsaBlockKeysArgs, 6)),
     entry(abi::QSA_INDEX_SCORES, Family::Qsa, arg_struct!(QsaIndexScoresArgs, 4)),
     entry(abi::QSA_SELECT_TOPK, Family::Qsa, arg_struct!(QsaSelectArgs, 4)),
-    entry(abi::QSA_ATTEND, Family::Qsa, arg_struct!(QsaAttendArgs, 8))
+    entry(abi::QSA_ATTEND, Family::Qsa, arg_struct!(QsaAttendArgs, 10))
+        .block(abi::QSA_ATTEND_BLOCK)
+        .lds(abi::qsa_attend_lds_bytes(256, abi::QSA_MAX_CELLS)),
+    entry(abi::QSA_ATTEND_I8, Family::Qsa, arg_struct!(QsaAttendArgs, 10))
         .block(abi::QSA_ATTEND_BLOCK)
         .lds(abi::qsa_attend_lds_bytes(256, abi::QSA_MAX_CELLS)),
     // Ordered-numerics mode: the quant crate's scalar code per lane (Q4_K's dot unpacks 256

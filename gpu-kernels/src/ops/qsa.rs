@@ -110,11 +110,19 @@ pub extern "gpu-kernel" fn qsa_norm_rope_f32(
 /// One wave per block that the window completes: with the window at `pos[0] ..
 /// pos[0] + n_tokens`, block `b = pos[0] / ratio + wave` for `b < (pos[0] + n_tokens) / ratio`.
 /// `K_b = rope(rms(mean of the raw keys κ of cells b·r .. b·r + r; w), b·r)` into
-/// `blocks[b][dim]`. The mean adds the f16 cache rows in cell order, then divides by `r`; each
-/// lane recomputes the means it needs (lane 0 all of them for the norm), so no value crosses lanes.
-#[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn qsa_block_keys_f16(
-    kappa: *const u16,
+/// `blocks[b][dim]`. The mean adds the cache rows (f16, or int8 times the row's scale) in cell
+/// order, then divides by `r`; each lane recomputes the means it needs (lane 0 all of them for
+/// the norm), so no value crosses lanes.
+///
+/// # Safety
+/// Arguments per `abi::QsaBlockKeysArgs`: kappa holds [cells][dim] (f16 bits, or i8 with
+/// kappa_scale [cells]) for every cell below pos[0] + n_tokens, blocks [cells / ratio][dim]
+/// f32, w [dim], the table rows b·r.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_keys<const I8: bool>(
+    kappa: *const u8,
+    kappa_scale: *const f32,
     w: *const f32,
     blocks: *mut f32,
     pos: *const u32,
@@ -124,24 +132,28 @@ pub extern "gpu-kernel" fn qsa_block_keys_f16(
     ratio: u32,
     n_rot: u32,
     eps: f32,
-    _pad: u32,
 ) {
     if ratio == 0 || dim == 0 || n_rot > dim {
         return;
     }
-    // SAFETY: ABI (abi::QsaBlockKeysArgs): kappa holds [cells][dim] f16 for every cell below
-    // pos[0] + n_tokens, blocks [cells / ratio][dim] f32, w [dim], the table row b·r; this wave
-    // owns block b.
+    // SAFETY: per the function's contract; this wave owns block b.
     unsafe {
         let start = *pos;
         let b = start / ratio + wave_row();
         if b >= (start + n_tokens) / ratio {
             return;
         }
+        let value = |j: u32, i: u32| -> f32 {
+            if I8 {
+                (*(kappa.add((j * dim + i) as usize) as *const i8)) as f32 * *kappa_scale.add(j as usize)
+            } else {
+                f16_to_f32(*(kappa as *const u16).add((j * dim + i) as usize))
+            }
+        };
         let mean = |i: u32| -> f32 {
             let mut m = 0f32;
             for j in b * ratio..(b + 1) * ratio {
-                m += f16_to_f32(*kappa.add((j * dim + i) as usize));
+                m += value(j, i);
             }
             m / ratio as f32
         };
@@ -149,6 +161,32 @@ pub extern "gpu-kernel" fn qsa_block_keys_f16(
         norm_rope_row(mean, w, blocks.add((b * dim) as usize), table, b * ratio, dim, n_rot, scale);
     }
 }
+
+macro_rules! block_keys_kernel {
+    ($name:ident, $i8:literal) => {
+        /// [`block_keys`] on an f16 (`qsa_block_keys_f16`) or int8 (`qsa_block_keys_i8`) cache.
+        #[unsafe(no_mangle)]
+        pub extern "gpu-kernel" fn $name(
+            kappa: *const u8,
+            kappa_scale: *const f32,
+            w: *const f32,
+            blocks: *mut f32,
+            pos: *const u32,
+            table: *const f32,
+            n_tokens: u32,
+            dim: u32,
+            ratio: u32,
+            n_rot: u32,
+            eps: f32,
+            _pad: u32,
+        ) {
+            // SAFETY: ABI (abi::QsaBlockKeysArgs), as `block_keys` requires.
+            unsafe { block_keys::<$i8>(kappa, kappa_scale, w, blocks, pos, table, n_tokens, dim, ratio, n_rot, eps) }
+        }
+    };
+}
+block_keys_kernel!(qsa_block_keys_f16, false);
+block_keys_kernel!(qsa_block_keys_i8, true);
 
 /// One work-item per (token t, block b) with `b < (pos[t] + 1) / ratio` (the blocks complete at
 /// t): `score[t][b] = Σ_h relu(ι_{t,h} · K_b)`, each dot one f32 chain in dim order, the heads
@@ -308,19 +346,30 @@ pub extern "gpu-kernel" fn qsa_select_topk(
 
 /// One wave (workgroup of `QSA_ATTEND_BLOCK`) per (token t, head h), kv head `h / (H / KV)`,
 /// over the cells `sel[t][..sel_n[t]]` (`use_sel != 0`) or `0 ..= pos[t]`:
-/// 1. the query, rounded to f16 as the CPU does for an f16 cache, is staged in LDS; lane `l`
-///    scores cells `l, l + 32, ..`: `s = (Σ_d q[d] k[d]) * scale` in d order, kept in LDS;
+/// 1. the query (rounded to f16 for an f16 cache, as the CPU does; as is for int8) is staged in
+///    LDS; lane `l` scores cells `l, l + 32, ..`: `s = (Σ_d q[d] k[d]) * scale` in d order, with
+///    `k[d]` the f16 value or `q8 · row scale`, kept in LDS;
 /// 2. `max` over the wave, `e = expf(s - max)` in LDS, lane 0 adds them in cell order in f64,
 ///    `inv = (1 / sum) as f32`;
-/// 3. `p_j = round_f16(e_j * inv)` in LDS; lane `l` owns dims `l, l + 32, ..` and adds
-///    `p_j * v_j[d]` in cell order;
-///    the row is multiplied by `sigmoid(gate)`, the gate at `qf[t][h][head_dim..]`.
-#[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn qsa_attend_f16(
+/// 3. `p_j = e_j * inv` (rounded to f16 for an f16 cache) in LDS; lane `l` owns dims `l, l + 32,
+///    ..` and adds `p_j * v_j[d]` in cell order; the row is multiplied by `sigmoid(gate)`, the
+///    gate at `qf[t][h][head_dim..]`.
+///
+/// # Safety
+/// Arguments per `abi::QsaAttendArgs`: q/out [n_tokens][n_head][head_dim], qf
+/// [n_tokens][n_head][2 head_dim], caches [cell][n_head_kv][head_dim] (f16 bits, or i8 with
+/// scales [cell][n_head_kv]) for every cell <= pos[t], sel [n_tokens][sel_stride] with
+/// sel_n[t] <= sel_stride kept cells <= pos[t]; the launch has (head_dim + cells) * 4 bytes of
+/// LDS (GpuOps::qsa_mix checks).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend<const I8: bool>(
     q: *const f32,
     qf: *const f32,
-    k_cache: *const u16,
-    v_cache: *const u16,
+    k_cache: *const u8,
+    k_scale: *const f32,
+    v_cache: *const u8,
+    v_scale: *const f32,
     sel: *const u32,
     sel_n: *const u32,
     out: *mut f32,
@@ -332,7 +381,6 @@ pub extern "gpu-kernel" fn qsa_attend_f16(
     sel_stride: u32,
     use_sel: u32,
     scale: f32,
-    _pad: u32,
 ) {
     const _: () = assert!(QSA_ATTEND_BLOCK == 32);
     let th = group_id();
@@ -344,31 +392,37 @@ pub extern "gpu-kernel" fn qsa_attend_f16(
     let lane = lane_id();
     let lds = Lds::get();
     let d = head_dim;
-    // SAFETY: ABI (abi::QsaAttendArgs): q/out [n_tokens][n_head][head_dim], qf
-    // [n_tokens][n_head][2 head_dim], caches [cell][n_head_kv][head_dim] f16 for every cell
-    // <= pos[t], sel [n_tokens][sel_stride] with sel_n[t] <= sel_stride kept cells <= pos[t];
-    // the launch has (head_dim + cells) * 4 bytes of LDS (GpuOps::qsa_mix checks); this wave
-    // owns (t, h).
+    // SAFETY: per the function's contract; this wave owns (t, h).
     unsafe {
         let p = *pos.add(t as usize);
         let cnt = if use_sel != 0 { *sel_n.add(t as usize) } else { p + 1 };
         let st = sel.add((t * sel_stride) as usize);
         let cell = |j: u32| if use_sel != 0 { *st.add(j as usize) } else { j };
+        // Value `i` of the cache row of cell `c` (kv head kvh).
+        let at = |cache: *const u8, scales: *const f32, c: u32, i: u32| -> f32 {
+            let row = c * n_head_kv + kvh;
+            if I8 {
+                (*(cache.add((row * d + i) as usize) as *const i8)) as f32 * *scales.add(row as usize)
+            } else {
+                f16_to_f32(*(cache as *const u16).add((row * d + i) as usize))
+            }
+        };
         let sc = 4 * d;
         let qr = q.add((th * d) as usize);
         let mut i = lane;
         while i < d {
-            lds.st32(4 * i, round_f16(*qr.add(i as usize)).to_bits());
+            let x = *qr.add(i as usize);
+            lds.st32(4 * i, if I8 { x } else { round_f16(x) }.to_bits());
             i += 32;
         }
         barrier();
         let mut mx = f32::NEG_INFINITY;
         let mut j = lane;
         while j < cnt {
-            let kr = k_cache.add(((cell(j) * n_head_kv + kvh) * d) as usize);
+            let c = cell(j);
             let mut s = 0f32;
             for i in 0..d {
-                s += f32::from_bits(lds.ld32(4 * i)) * f16_to_f32(*kr.add(i as usize));
+                s += f32::from_bits(lds.ld32(4 * i)) * at(k_cache, k_scale, c, i);
             }
             let s = s * scale;
             lds.st32(sc + 4 * j, s.to_bits());
@@ -394,13 +448,12 @@ pub extern "gpu-kernel" fn qsa_attend_f16(
             inv = (1.0 / sum) as f32;
         }
         let inv = read_lane_f32(inv, 0);
-        // The probabilities, rounded to f16 once a cell by the lane that owns it (rounding a
-        // wave-uniform value does not compile either: the fence before the f16 conversion has
-        // only a VGPR form).
+        // The probabilities, by the lane that owns the cell (an f16 rounding of a wave-uniform
+        // value does not compile either: the fence before the conversion has only a VGPR form).
         let mut j = lane;
         while j < cnt {
-            let pj = round_f16(f32::from_bits(lds.ld32(sc + 4 * j)) * inv);
-            lds.st32(sc + 4 * j, pj.to_bits());
+            let pj = f32::from_bits(lds.ld32(sc + 4 * j)) * inv;
+            lds.st32(sc + 4 * j, if I8 { pj } else { round_f16(pj) }.to_bits());
             j += 32;
         }
         barrier();
@@ -411,10 +464,47 @@ pub extern "gpu-kernel" fn qsa_attend_f16(
             let mut acc = 0f32;
             for j in 0..cnt {
                 let pj = f32::from_bits(lds.ld32(sc + 4 * j));
-                acc += pj * f16_to_f32(*v_cache.add(((cell(j) * n_head_kv + kvh) * d + i) as usize));
+                acc += pj * at(v_cache, v_scale, cell(j), i);
             }
             *o.add(i as usize) = acc * sigmoid(*gate.add(i as usize));
             i += 32;
         }
     }
 }
+
+macro_rules! attend_kernel {
+    ($name:ident, $i8:literal) => {
+        /// [`attend`] on an f16 (`qsa_attend_f16`) or int8 (`qsa_attend_i8`) cache.
+        #[unsafe(no_mangle)]
+        pub extern "gpu-kernel" fn $name(
+            q: *const f32,
+            qf: *const f32,
+            k_cache: *const u8,
+            k_scale: *const f32,
+            v_cache: *const u8,
+            v_scale: *const f32,
+            sel: *const u32,
+            sel_n: *const u32,
+            out: *mut f32,
+            pos: *const u32,
+            n_tokens: u32,
+            n_head: u32,
+            n_head_kv: u32,
+            head_dim: u32,
+            sel_stride: u32,
+            use_sel: u32,
+            scale: f32,
+            _pad: u32,
+        ) {
+            // SAFETY: ABI (abi::QsaAttendArgs), as `attend` requires.
+            unsafe {
+                attend::<$i8>(
+                    q, qf, k_cache, k_scale, v_cache, v_scale, sel, sel_n, out, pos, n_tokens, n_head, n_head_kv, head_dim,
+                    sel_stride, use_sel, scale,
+                )
+            }
+        }
+    };
+}
+attend_kernel!(qsa_attend_f16, false);
+attend_kernel!(qsa_attend_i8, true);

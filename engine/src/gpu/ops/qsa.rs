@@ -3,8 +3,8 @@
 //! block keys, indexer scores and kept cells bit for bit; the attention output within
 //! `QSA_TOL`, `quant::fmath`'s exp and sigmoid; tests/gpu_ops_qsa.rs).
 //!
-//! One window of `n` tokens at positions `pos[0] ..` (consecutive) of one sequence whose f16
-//! cache holds exactly the cells before it: q/k norm + rope, K/V (and the indexer's raw keys κ)
+//! One window of `n` tokens at positions `pos[0] ..` (consecutive) of one sequence whose cache
+//! (f16, or the engine's int8 rows) holds exactly the cells before it: q/k norm + rope, K/V (and the indexer's raw keys κ)
 //! stored at their cells, the blocks the window completes pooled into block keys, the indexer's
 //! queries normed and roped, each token's block scores and kept cells, then the gated attention.
 use super::{GpuOps, KvFormat, bad, groups};
@@ -39,6 +39,8 @@ pub struct QsaShape {
     pub n_rot: u32,
     pub eps: f32,
     pub indexer: Option<QsaIndexerShape>,
+    /// The cache's format (f16, or int8 rows with a scale each: the CPU's `CacheBuf`).
+    pub kv: KvFormat,
 }
 
 impl QsaShape {
@@ -103,11 +105,15 @@ pub struct QsaBuffers {
     pub rope_table: DevicePtr,
     /// `[n]` u32 positions of the window, consecutive.
     pub pos: DevicePtr,
-    /// The sequence's cache of `capacity` cells: K and V `[cell][KV][D]` f16, κ `[cell][Di]`
-    /// f16, block keys `[capacity / r][Di]` f32.
+    /// The sequence's cache of `capacity` cells: K and V `[cell][KV][D]`, κ `[cell][Di]` (f16,
+    /// or i8 with the f32 row scales K and V `[cell][KV]`, κ `[cell]`; 0 for f16), block keys
+    /// `[capacity / r][Di]` f32.
     pub k_cache: DevicePtr,
     pub v_cache: DevicePtr,
     pub kappa_cache: DevicePtr,
+    pub k_scale: DevicePtr,
+    pub v_scale: DevicePtr,
+    pub kappa_scale: DevicePtr,
     pub blocks: DevicePtr,
     /// Scratch: q `[n][H][D]`, k `[n][KV][D]`, indexer queries `[n][Hi][Di]`, block scores
     /// `[n][capacity / r]`, kept cells `[n][budget]` u32 and their counts `[n]` u32 (read back
@@ -132,14 +138,16 @@ impl GpuOps {
         let (nh, kv, d) = (shape.n_head, shape.n_head_kv, shape.head_dim);
         self.qsa_norm_rope(s, b.qf, b.q_norm, b.q, b, n_tokens, nh, d, 2 * d, shape)?;
         self.qsa_norm_rope(s, b.kp, b.k_norm, b.k, b, n_tokens, kv, d, d, shape)?;
-        self.kv_store(s, KvFormat::F16, b.k, b.k_cache, 0, b.pos, n_tokens, kv, d)?;
-        self.kv_store(s, KvFormat::F16, b.vp, b.v_cache, 0, b.pos, n_tokens, kv, d)?;
+        let (fmt, i8) = (shape.kv, shape.kv == KvFormat::Int8);
+        self.kv_store(s, fmt, b.k, b.k_cache, b.k_scale, b.pos, n_tokens, kv, d)?;
+        self.kv_store(s, fmt, b.vp, b.v_cache, b.v_scale, b.pos, n_tokens, kv, d)?;
         if let Some(ix) = shape.indexer {
             let max_blocks = capacity / ix.ratio;
-            self.kv_store(s, KvFormat::F16, b.kappa_p, b.kappa_cache, 0, b.pos, n_tokens, 1, ix.dim)?;
-            let name = abi::QSA_BLOCK_KEYS;
+            self.kv_store(s, fmt, b.kappa_p, b.kappa_cache, b.kappa_scale, b.pos, n_tokens, 1, ix.dim)?;
+            let name = if i8 { abi::QSA_BLOCK_KEYS_I8 } else { abi::QSA_BLOCK_KEYS };
             let a = abi::QsaBlockKeysArgs {
                 kappa: b.kappa_cache,
+                kappa_scale: b.kappa_scale,
                 w: b.ik_norm,
                 blocks: b.blocks,
                 pos: b.pos,
@@ -185,12 +193,14 @@ impl GpuOps {
             };
             self.launch(s, name, groups(n_tokens as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())?;
         }
-        let name = abi::QSA_ATTEND;
+        let name = if i8 { abi::QSA_ATTEND_I8 } else { abi::QSA_ATTEND };
         let a = abi::QsaAttendArgs {
             q: b.q,
             qf: b.qf,
             k_cache: b.k_cache,
+            k_scale: b.k_scale,
             v_cache: b.v_cache,
+            v_scale: b.v_scale,
             sel: b.sel,
             sel_n: b.sel_n,
             out: b.out,

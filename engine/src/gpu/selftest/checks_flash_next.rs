@@ -7,8 +7,9 @@ use super::{Check, CheckResultOf, Cx};
 use crate::cpu::prelude::*;
 use crate::gpu::abi;
 use crate::cpu::flash_next::{PleBlock, QsaProjections};
-use crate::gpu::ops::{GdnBuffers, GdnShape, GpuOps, GrShape, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape};
-use crate::model::qwen4exp::{Indexer, Qsa, QsaCache};
+use crate::gpu::ops::{GdnBuffers, GdnShape, GpuOps, GrShape, KvFormat, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape};
+use crate::kv_cache::KvType;
+use crate::model::qwen4exp::{Indexer, Qsa};
 use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
 use crate::model::qwen4exp::gr::HyperConn;
 use crate::cpu::flash_next::linear::sigmoid;
@@ -76,7 +77,19 @@ pub fn checks() -> Vec<Check> {
                 abi::QSA_ATTEND,
             ],
             "Qsa::mix (cpu::flash_next::qsa: kept cells exact, output within QSA_TOL)",
-            qsa_mix,
+            |cx| qsa_mix(cx, KvType::F16),
+        ),
+        Check::new(
+            "qsa_mix int8 cache",
+            vec![
+                abi::QSA_NORM_ROPE,
+                abi::QSA_BLOCK_KEYS_I8,
+                abi::QSA_INDEX_SCORES,
+                abi::QSA_SELECT_TOPK,
+                abi::QSA_ATTEND_I8,
+            ],
+            "Qsa::mix on an int8 QsaCache (kept cells exact, output within QSA_TOL)",
+            |cx| qsa_mix(cx, KvType::Int8),
         ),
         Check::new(
             abi::MOE_SHARED_ADD,
@@ -262,7 +275,7 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
 
 /// A prefix long enough for sparse selection, then a window of `n` tokens measured: its output
 /// against `Qsa::mix`, its kept cells exactly.
-fn qsa_mix(cx: &mut Cx) -> CheckResultOf<()> {
+fn qsa_mix(cx: &mut Cx, kv_type: KvType) -> CheckResultOf<()> {
     // Flash-Next's attention (24 / 2 heads of 256, 64 roped dims) at 4096 cells on a card; a
     // small layer on emu.
     let ((h, kv, d, rot), (ih, idim, top_k, ratio), (ctx, n)) = if cx.full {
@@ -294,6 +307,7 @@ fn qsa_mix(cx: &mut Cx) -> CheckResultOf<()> {
         n_rot: rot as u32,
         eps: q.eps,
         indexer: Some(QsaIndexerShape { heads: ih as u32, dim: idim as u32, top_k: top_k as u32, ratio: ratio as u32 }),
+        kv: if kv_type == KvType::Int8 { KvFormat::Int8 } else { KvFormat::F16 },
     };
     let budget = top_k + ratio - 1;
     let max_blocks = ctx / ratio;
@@ -310,6 +324,7 @@ fn qsa_mix(cx: &mut Cx) -> CheckResultOf<()> {
     let (iqn, ikn) = (cx.upf(&ix.q_norm)?, cx.upf(&ix.k_norm)?);
     let table = cx.upf(&GpuOps::rope_table_ggml(q.rope_base, 1.0, rot, ctx))?;
     let cache = [cx.zeros(ctx * kv * d * 2)?, cx.zeros(ctx * kv * d * 2)?, cx.zeros(ctx * idim * 2)?, cx.zeros(max_blocks.max(1) * idim * 4)?];
+    let scales = [cx.zeros(ctx * kv * 4)?, cx.zeros(ctx * kv * 4)?, cx.zeros(ctx * 4)?];
     let t_max = m.max(n);
     let scratch = [
         cx.zeros(t_max * h * d * 4)?,
@@ -320,7 +335,7 @@ fn qsa_mix(cx: &mut Cx) -> CheckResultOf<()> {
         cx.zeros(t_max * 4)?,
         cx.zeros(t_max * h * d * 4)?,
     ];
-    let mut cpu_cache = QsaCache::new(true);
+    let mut cpu_cache = q.new_cache(kv_type);
     let mut want = (Vec::new(), Vec::new());
     let mut launch = None;
     for (start, t) in [(0usize, m), (m, n)] {
@@ -341,6 +356,9 @@ fn qsa_mix(cx: &mut Cx) -> CheckResultOf<()> {
             k_cache: cache[0],
             v_cache: cache[1],
             kappa_cache: cache[2],
+            k_scale: scales[0],
+            v_scale: scales[1],
+            kappa_scale: scales[2],
             blocks: cache[3],
             q: scratch[0],
             k: scratch[1],
