@@ -72,6 +72,19 @@ pub(crate) fn upu<'a>(ops: &'a GpuOps, v: &[u32]) -> Buf<'a> {
 pub(crate) fn ggml(ty: WType) -> GgmlType {
     GgmlType::from_u32(ty.ggml_id()).expect("ggml type")
 }
+/// Asserts `|got − want| <= tol · max(1, |want|)` element by element (finite values) and
+/// returns the largest such relative error, for the printed measurement.
+pub(crate) fn assert_rel_floor1(dev: &str, what: &str, got: &[f32], want: &[f32], tol: f32) -> f32 {
+    assert_eq!(got.len(), want.len(), "{dev} {what}: length");
+    let mut worst = 0f32;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.is_finite(), "{dev} {what}: element {i} is {g}");
+        let e = (g - w).abs() / w.abs().max(1.0);
+        assert!(e <= tol, "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {tol:e})");
+        worst = worst.max(e);
+    }
+    worst
+}
 pub(crate) fn assert_bits(dev: &str, what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{dev} {what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {

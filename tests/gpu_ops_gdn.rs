@@ -53,20 +53,8 @@ fn shape(g: &Gdn) -> GdnShape {
     }
 }
 
-/// Largest |gpu − cpu| / max(1, |cpu|).
 fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{dev} {what}: length");
-    let mut worst = 0f32;
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.is_finite(), "{dev} {what}: element {i} is {g}");
-        let e = (g - w).abs() / w.abs().max(1.0);
-        assert!(
-            e <= GDN_TOL,
-            "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GDN_TOL:e})"
-        );
-        worst = worst.max(e);
-    }
-    worst
+    assert_rel_floor1(dev, what, got, want, GDN_TOL)
 }
 
 /// The device side of one sequence: constants and state uploaded once, inputs per call.
@@ -256,12 +244,8 @@ test_device!(
             let what = format!("Hk={hk} Hv={hv} S={s} K={k}, {n} tokens in chunks of {chunk}");
             let worst = max_rel(dev, &format!("{what}: o vs CPU chunked"), &got, &want);
             max_rel(dev, &format!("{what}: delta state vs CPU chunked"), &dl.delta_state.f32s(), &st.m);
-            let (mut worst_rec, mut worst_state) = (0f32, 0f32);
-            for (i, (g, r)) in got.iter().zip(&rec).chain(dl.delta_state.f32s().iter().zip(&st_rec.m)).enumerate() {
-                let e = (g - r).abs() / r.abs().max(1.0);
-                assert!(e <= GDN_CHUNK_TOL, "{dev} {what}: element {i} vs the recurrence: gpu {g:e} cpu {r:e} (rel {e:e})");
-                if i < got.len() { worst_rec = worst_rec.max(e) } else { worst_state = worst_state.max(e) }
-            }
+            let worst_rec = assert_rel_floor1(dev, &format!("{what}: o vs the recurrence"), &got, &rec, GDN_CHUNK_TOL);
+            let worst_state = assert_rel_floor1(dev, &format!("{what}: state vs the recurrence"), &dl.delta_state.f32s(), &st_rec.m, GDN_CHUNK_TOL);
             // Decode continues from the prefilled state.
             let [m1, z1, b1, a1] = inputs(&mut rng, &g, 3);
             let got = dl.mix(&m1, &z1, &b1, &a1, 3);

@@ -77,15 +77,7 @@ fn inputs(rng: &mut SplitMix64, hc: usize, e: usize, n: usize) -> [Vec<f32>; 3] 
 }
 
 fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{dev} {what}: length");
-    let mut worst = 0f32;
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.is_finite(), "{dev} {what}: element {i} is {g}");
-        let e = (g - w).abs() / w.abs().max(1.0);
-        assert!(e <= PLE_TOL, "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {PLE_TOL:e})");
-        worst = worst.max(e);
-    }
-    worst
+    assert_rel_floor1(dev, what, got, want, PLE_TOL)
 }
 
 test_device!(

@@ -215,17 +215,8 @@ impl<'a> DevLayer<'a> {
     }
 }
 
-/// Largest |gpu − cpu| / max(1, |cpu|), asserting `QSA_TOL`.
 fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{dev} {what}: length");
-    let mut worst = 0f32;
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.is_finite(), "{dev} {what}: element {i} is {g}");
-        let e = (g - w).abs() / w.abs().max(1.0);
-        assert!(e <= QSA_TOL, "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {QSA_TOL:e})");
-        worst = worst.max(e);
-    }
-    worst
+    assert_rel_floor1(dev, what, got, want, QSA_TOL)
 }
 
 /// Runs `tokens` in windows cycling through `windows` on the CPU and the device, checking every

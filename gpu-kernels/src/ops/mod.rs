@@ -15,6 +15,22 @@ mod mmvq_blocks;
 pub mod quantize;
 pub mod reduce;
 
+/// The scale of ggml's rms_norm over `n` values `x(0..n)` for one wave's row: lane 0 sums the
+/// f32-rounded squares in one f64 chain (`cpu_kernels::rms_norm_ggml`'s order), every lane gets
+/// `1 / sqrtf(mean + eps)` (correctly rounded). Lane 0 reads the row itself, so the values may
+/// come from anywhere (a strided row, a mean computed on the fly). Call in wave-uniform flow.
+#[inline(always)]
+pub(crate) fn rms_scale_ggml(x: impl Fn(u32) -> f32, n: u32, eps: f32) -> f32 {
+    let mut s = 0f64;
+    if crate::arch::lane_id() == 0 {
+        for i in 0..n {
+            let v = x(i);
+            s += (v * v) as f64;
+        }
+    }
+    1.0 / quant::util::sqrtf((crate::arch::read_lane_f64(s, 0) / n as f64) as f32 + eps)
+}
+
 /// Calls `f(0), .., f(N-1)` as straight-line code. After inlining every index is a constant,
 /// so arrays indexed by it stay in registers; a plain `for` loop that LLVM chooses not to
 /// unroll (large bodies, NC > 4) would index them at run time and put them on the stack.

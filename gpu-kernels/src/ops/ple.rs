@@ -8,23 +8,10 @@
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
 use crate::abi::{WAVES_PER_WG, WG_SIZE};
-use crate::arch::{group_id, lane_id, read_lane_f32, read_lane_f64, thread_id, wave_id};
+use super::rms_scale_ggml;
+use crate::arch::{group_id, lane_id, read_lane_f32, thread_id, wave_id};
 use quant::fmath::{sigmoid, silu};
 use quant::util::sqrtf;
-
-/// ggml's rms_norm scale of `n` values `x(0..n)` (one f64 chain of f32-rounded squares in lane
-/// 0, broadcast).
-#[inline(always)]
-fn rms_scale_ggml(x: impl Fn(u32) -> f32, n: u32, eps: f32) -> f32 {
-    let mut s = 0f64;
-    if lane_id() == 0 {
-        for i in 0..n {
-            let v = x(i);
-            s += (v * v) as f64;
-        }
-    }
-    1.0 / sqrtf((read_lane_f64(s, 0) / n as f64) as f32 + eps)
-}
 
 /// One wave per (token t, stream c), `o = (t · hc + c) · E`:
 /// `Kc = rms(key[o..]; γ_key[c])`, `Q = rms(r[o..]; γ_query[c])`, `s = (Σ_i Kc_i Q_i) / √E` (one

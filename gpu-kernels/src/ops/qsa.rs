@@ -11,11 +11,11 @@
 //! positions), so a launch's arguments do not change from one decode step to the next.
 //! Index math is u32; every kernel returns early for work-items past the end.
 use crate::abi::{QSA_ATTEND_BLOCK, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{barrier, group_id, lane_id, read_lane_f32, read_lane_f64, thread_id, wave_id, wave_max_f32, Lds};
+use crate::arch::{barrier, group_id, lane_id, read_lane_f32, thread_id, wave_id, wave_max_f32, Lds};
+use super::rms_scale_ggml;
 use crate::mem::f32_to_f16;
 use quant::f16_to_f32;
 use quant::fmath::{expf, sigmoid};
-use quant::util::sqrtf;
 
 #[inline(always)]
 fn wave_row() -> u32 {
@@ -25,20 +25,6 @@ fn wave_row() -> u32 {
 #[inline(always)]
 fn round_f16(x: f32) -> f32 {
     f16_to_f32(f32_to_f16(x))
-}
-
-/// The scale of ggml's rms_norm over `n` values `x(0..n)`: lane 0 sums the f32-rounded squares
-/// in one f64 chain (cpu_kernels::rms_norm_ggml), every lane gets `1 / sqrtf(mean + eps)`.
-#[inline(always)]
-fn rms_scale_ggml(x: impl Fn(u32) -> f32, n: u32, eps: f32) -> f32 {
-    let mut s = 0f64;
-    if lane_id() == 0 {
-        for i in 0..n {
-            let v = x(i);
-            s += (v * v) as f64;
-        }
-    }
-    1.0 / sqrtf((read_lane_f64(s, 0) / n as f64) as f32 + eps)
 }
 
 /// Writes `dst[i] = rope((x(i) * scale) * w[i])` for one row of `dim`: NEOX pairs
