@@ -4,18 +4,17 @@
 //! graph captures.
 //!
 //! Every projection's input is quantized to Q8_1 once ([`GpuModel::quantize`]) and each
-//! matrix runs by its [`MatKind`]: MMVQ, MMQ or dequantize + GEMM for quantized types (by
+//! matrix runs by its [`MatKind`] (`super::linear`): MMVQ, MMQ or dequantize + GEMM for quantized types (by
 //! `--gpu-prefill` and the token count), GEMM for f32/f16/bf16, `mmv_ordered` in the
 //! ordered-numerics mode.
 
 use super::abi::MAX_COLS;
-use super::device::{DType, DevicePtr, Gemm, GpuError, Stream, Transpose};
-use super::model::{DevMat, GpuModel, GpuSession, MatKind, Tmp, q8_1_bytes};
+use super::device::{DevicePtr, GpuError};
+use super::linear::Linear;
+use super::model::{DevMat, GpuModel, GpuSession, MatKind, Tmp};
 use super::ops::{GluAct, KvFormat, RowType};
-use crate::gpu_options::{GEMM_MIN_TOKENS, PrefillPath};
 use crate::model::decoder::{Block, Buf, DecoderOps};
 use crate::model::{Act, AttnSpec, Ffn, MoeSpec};
-use quant::GgmlType;
 
 /// One window of a device session.
 pub(super) struct GpuChunk<'a> {
@@ -270,121 +269,19 @@ impl DecoderOps for GpuChunk<'_> {
 }
 
 impl GpuModel {
-    /// `y[n][rows] = x[n][cols] · Wᵀ` for expert `e`; `xq` must hold `x`'s Q8_1 quantization
-    /// when `w` is quantized (the caller quantizes once per input).
+    /// The device linear algebra with this model's options (`super::linear`).
+    pub(super) fn lin(&self) -> Linear<'_> {
+        Linear { ops: &self.ops, stream: &self.stream, opts: &self.opts, lt: self.lt.as_ref(), xo: self.xo, dequant_scratch_bytes: self.dequant_scratch_bytes }
+    }
+
+    /// [`Linear::matmul`] with this model's options.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, tmp: Tmp) -> std::result::Result<(), GpuError> {
-        let s = &self.stream;
-        if self.opts.ordered {
-            return self.matmul_ordered(w, e, x, n, y);
-        }
-        let ty = match w.kind {
-            MatKind::Raw => {
-                return Err(GpuError::Launch { kernel: "matmul".into(), what: "raw weights outside the ordered mode".into() });
-            }
-            MatKind::F32 => return self.gemm(w.expert(e), DType::F32, w, x, n, y),
-            MatKind::F16 => {
-                self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
-                return self.gemm(w.expert(e), DType::F16, w, tmp.xh, n, y);
-            }
-            MatKind::BF16 => {
-                self.ops.convert_f32_bf16(s, x, tmp.xh, (n * w.cols) as u32)?;
-                return self.gemm(w.expert(e), DType::BF16, w, tmp.xh, n, y);
-            }
-            MatKind::Q(ty) => ty,
-        };
-        let gemm = match self.opts.prefill {
-            PrefillPath::Mmvq => false,
-            PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
-            PrefillPath::DequantGemm => n > 1,
-            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => {
-                let (rows, cols) = (w.rows as u32, w.cols as u32);
-                return self.ops.mmq(s, ty, self.opts.mmq, w.expert(e), xq, y, rows, n as u32, cols, rows);
-            }
-            PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
-        };
-        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
-            // Dequantize to f16, activations to f16, one GEMM with f32 accumulation.
-            let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
-            self.ops.dequant(s, ty, true, w.expert(e), tmp.wdq, nblocks)?;
-            self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
-            return self.gemm(tmp.wdq, DType::F16, w, tmp.xh, n, y);
-        }
-        // MMVQ, 8 columns per launch.
-        let xb = q8_1_bytes(w.cols) as u64;
-        for c0 in (0..n).step_by(MAX_COLS) {
-            let nc = (n - c0).min(MAX_COLS);
-            let (xc, yc) = (xq + c0 as u64 * xb, y + (c0 * w.rows * 4) as u64);
-            self.ops.mmvq(s, ty, nc as u32, w.expert(e), xc, yc, None, w.rows as u32, w.cols as u32, w.rows as u32)?;
-        }
-        Ok(())
+        self.lin().matmul(w, e, x, xq, n, y, tmp)
     }
 
-    /// Ordered mode: `x` (f32, `n <= MAX_COLS` columns) quantized to the weight type's
-    /// `vec_dot_type` by `quantize_ref`, then `mmv_ordered`: the CPU's ordered matmul bit for bit.
-    fn matmul_ordered(&self, w: &DevMat, e: usize, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
-        let s = &self.stream;
-        if n > MAX_COLS || self.xo == 0 {
-            return Err(GpuError::Launch { kernel: "mmv_ordered".into(), what: format!("{n} columns (at most {MAX_COLS} in ordered mode)") });
-        }
-        let at = w.ty.vec_dot_type();
-        let a = if at == GgmlType::F32 {
-            x
-        } else {
-            self.ops.quantize_ref(s, at, x, self.xo, (n * w.cols) as u32)?;
-            self.xo
-        };
-        self.ops.mmv_ordered(s, w.ty, w.expert(e), a, y, w.rows as u32, n as u32, w.cols as u32)
-    }
-
-    /// `y[n][rows] = x[n][cols] · Aᵀ` with `a` and `x` of type `t` shaped like `w`, f32 output
-    /// and accumulation (hipBLASLt by the calibration table, else hipBLAS / the host GEMM).
-    fn gemm(&self, a: DevicePtr, t: DType, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
-        self.gemm_dispatch(
-            &self.stream,
-            &Gemm {
-                trans_a: Transpose::T,
-                trans_b: Transpose::N,
-                m: w.rows,
-                n,
-                k: w.cols,
-                alpha: 1.0,
-                a,
-                a_type: t,
-                lda: w.cols,
-                stride_a: 0,
-                b: x,
-                b_type: t,
-                ldb: w.cols,
-                stride_b: 0,
-                beta: 0.0,
-                c: y,
-                c_type: DType::F32,
-                ldc: w.rows,
-                stride_c: 0,
-                batch: 1,
-                compute: super::device::ComputeType::F32,
-            },
-        )
-    }
-
-    /// hipBLASLt when the calibration table has a row for this shape (calibrate.rs), else
-    /// hipBLAS (`GpuApi::gemm`).
-    fn gemm_dispatch(&self, stream: &Stream, g: &Gemm) -> std::result::Result<(), GpuError> {
-        if let Some(lt) = &self.lt
-            && lt.try_gemm(&**self.ops.api(), stream, g)
-        {
-            return Ok(());
-        }
-        self.ops.api().gemm(stream, g)
-    }
-
-    /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
-    /// Nothing in ordered mode (each matmul quantizes for its weight type).
+    /// [`Linear::quantize`] with this model's options.
     pub(super) fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
-        if self.opts.ordered {
-            return Ok(());
-        }
-        if k % 32 == 0 { self.ops.quantize_q8_1(&self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
+        self.lin().quantize(x, xq, n, k)
     }
 }

@@ -26,6 +26,7 @@ pub mod device;
 pub mod exec;
 pub mod expert_cache;
 pub mod flash_next;
+mod linear;
 pub mod model;
 pub mod moe;
 pub mod ops;
