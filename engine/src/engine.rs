@@ -64,6 +64,9 @@ pub enum AnyModel {
     /// The shared decoder resident on a gfx11 device (hip or the software device).
     #[cfg(feature = "gpu")]
     Gpu(Box<crate::gpu::model::GpuModel>),
+    /// Flash-Next resident on a gfx11 device.
+    #[cfg(feature = "gpu")]
+    FlashGpu(Box<crate::gpu::flash_next::GpuFlashNext>),
 }
 
 /// A sequence of either model family.
@@ -72,6 +75,8 @@ pub enum AnySession {
     Flash(Box<FlashSession>),
     #[cfg(feature = "gpu")]
     Gpu(Box<crate::gpu::model::GpuSession>),
+    #[cfg(feature = "gpu")]
+    FlashGpu(Box<crate::gpu::flash_next::GpuFlashSession>),
 }
 
 /// A Flash-Next sequence: its state plus the capacity limit the commands enforce.
@@ -128,6 +133,8 @@ impl AnySession {
             AnySession::Flash(_) => None,
             #[cfg(feature = "gpu")]
             AnySession::Gpu(g) => Some(g.chunk.max(1)),
+            #[cfg(feature = "gpu")]
+            AnySession::FlashGpu(_) => None,
         }
     }
 
@@ -138,6 +145,8 @@ impl AnySession {
             AnySession::Flash(_) => None,
             #[cfg(feature = "gpu")]
             AnySession::Gpu(g) => std::mem::replace(&mut g.trace, t),
+            #[cfg(feature = "gpu")]
+            AnySession::FlashGpu(_) => None,
         }
     }
 
@@ -148,6 +157,8 @@ impl AnySession {
             AnySession::Flash(f) => f.st.pos,
             #[cfg(feature = "gpu")]
             AnySession::Gpu(g) => g.n_past,
+            #[cfg(feature = "gpu")]
+            AnySession::FlashGpu(g) => g.n_past,
         }
     }
     pub fn capacity(&self) -> usize {
@@ -156,6 +167,8 @@ impl AnySession {
             AnySession::Flash(f) => f.capacity,
             #[cfg(feature = "gpu")]
             AnySession::Gpu(g) => g.capacity,
+            #[cfg(feature = "gpu")]
+            AnySession::FlashGpu(g) => g.capacity,
         }
     }
     /// Forgets the sequence.
@@ -166,6 +179,10 @@ impl AnySession {
             // The cache rows are overwritten by the next evaluation.
             #[cfg(feature = "gpu")]
             AnySession::Gpu(g) => g.n_past = 0,
+            // The recurrent and PLE state must start over too: a Flash-Next device session
+            // resets by value.
+            #[cfg(feature = "gpu")]
+            AnySession::FlashGpu(g) => g.reset(),
         }
     }
 }
@@ -177,6 +194,8 @@ impl AnyModel {
             AnyModel::Flash(m) => m.n_vocab(),
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => m.n_vocab(),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => m.n_vocab(),
         }
     }
 
@@ -187,6 +206,8 @@ impl AnyModel {
             AnyModel::Flash(m) => &m.file,
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => &m.model.gguf,
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => &m.m.file,
         }
     }
 
@@ -197,6 +218,8 @@ impl AnyModel {
             AnyModel::Flash(m) => m.hp.n_ctx_train,
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => m.model.hp.n_ctx_train,
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => m.m.hp.n_ctx_train,
         }
     }
 
@@ -223,6 +246,8 @@ impl AnyModel {
             }
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => AnySession::Gpu(Box::new(m.new_session(kv, max_ctx, prefill_chunk)?)),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => AnySession::FlashGpu(Box::new(m.new_session(kv, max_ctx)?)),
         })
     }
 
@@ -264,6 +289,11 @@ impl AnyModel {
             AnyModel::Std(_) | AnyModel::Flash(_) => "cpu".into(),
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => {
+                let i = m.api().info();
+                format!("{:?} ({}, {})", i.backend, i.name, i.arch).to_lowercase()
+            }
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => {
                 let i = m.api().info();
                 format!("{:?} ({}, {})", i.backend, i.name, i.arch).to_lowercase()
             }
@@ -336,6 +366,8 @@ impl AnyModel {
             }
             #[cfg(feature = "gpu")]
             (AnyModel::Gpu(m), AnySession::Gpu(s)) => m.eval(s, tokens, want, out),
+            #[cfg(feature = "gpu")]
+            (AnyModel::FlashGpu(m), AnySession::FlashGpu(s)) => m.eval(s, tokens, want, out),
             _ => Err(EngineError::SessionMismatch),
         }
     }
@@ -443,18 +475,23 @@ impl Engine {
         let model = if crate::model::Arch::of(&gguf, path)? == crate::model::Arch::Qwen4Exp {
             let q4_err = |e: EngineError| e.in_file(path);
             let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;
-            // The GPU executor walks the model's program and names the first operation it
-            // cannot run yet; `auto` keeps the CPU until every one has a kernel.
+            // `auto` keeps the CPU for this architecture: its device path has run only on the
+            // software device, and without expert tiering the full model does not fit a card.
             match opts.device {
                 #[cfg(feature = "gpu")]
-                Device::Hip | Device::Emu => crate::gpu::flash_next::check(&m, opts.device.name()).map_err(q4_err)?,
+                Device::Hip | Device::Emu => {
+                    let api = crate::gpu::device::open_device(opts.device).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
+                    let mut gopts = opts.gpu;
+                    gopts.ordered |= opts.ordered_attention;
+                    let g = crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts).map_err(q4_err)?;
+                    AnyModel::FlashGpu(Box::new(g))
+                }
                 #[cfg(not(feature = "gpu"))]
                 Device::Hip | Device::Emu => {
                     return Err(EngineError::Unsupported(format!("--device {} needs a build with GPU support (cargo build --features gpu)", opts.device.name())));
                 }
-                Device::Cpu | Device::Auto => {}
+                Device::Cpu | Device::Auto => AnyModel::Flash(Box::new(m)),
             }
-            AnyModel::Flash(Box::new(m))
         } else {
             place(Model::from_gguf(gguf, path)?, &opts)?
         };

@@ -234,7 +234,7 @@ impl GpuModel {
         let opts = if opts.ordered { GpuOptions { attn: AttnMode::Ordered, ..opts } } else { opts };
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
-        let up = Uploader { api: &*api, allocs: Vec::new(), bytes: 0, ordered: opts.ordered };
+        let up = Uploader::new(&*api, opts.ordered);
         let hp = &model.hp;
         for (what, n) in [("n_embd", hp.n_embd), ("n_head * head_dim", hp.n_head * hp.head_dim)] {
             if n % 32 != 0 {
@@ -551,41 +551,44 @@ impl GpuModel {
     }
 }
 
-fn dequant_all(model: &Model, w: &W, name: &str) -> Result<Vec<f32>> {
-    let mut out = vec![0f32; w.rows * w.cols * w.n_mat];
-    // A stack's matrices are contiguous, so the whole tensor dequantizes as one row.
-    let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
-    quant::dequantize_row(w.ty, all, &mut out).map_err(|e| EngineError::TensorType {
+/// `n` values of type `ty` stored in `all` as f32 (a stack's matrices are contiguous, so the
+/// whole tensor dequantizes as one row).
+fn dequant_bytes(all: &[u8], ty: GgmlType, n: usize, name: &str) -> Result<Vec<f32>> {
+    let mut out = vec![0f32; n];
+    quant::dequantize_row(ty, all, &mut out).map_err(|e| EngineError::TensorType {
         name: format!("{name} ({e:?})"),
-        ty: w.ty.name(),
+        ty: ty.name(),
         why: "cannot dequantize for the GPU",
     })?;
     Ok(out)
 }
 
 /// Allocates and fills device buffers, remembering them for release.
-struct Uploader<'a> {
+pub(super) struct Uploader<'a> {
     api: &'a dyn GpuApi,
-    allocs: Vec<DevicePtr>,
-    bytes: usize,
+    pub(super) allocs: Vec<DevicePtr>,
+    pub(super) bytes: usize,
     /// Ordered mode: matrices stay as stored ([`MatKind::Raw`]).
     ordered: bool,
 }
 
-impl Uploader<'_> {
-    fn bytes(&mut self, data: &[u8]) -> Result<DevicePtr> {
+impl<'a> Uploader<'a> {
+    pub(super) fn new(api: &'a dyn GpuApi, ordered: bool) -> Uploader<'a> {
+        Uploader { api, allocs: Vec::new(), bytes: 0, ordered }
+    }
+    pub(super) fn bytes(&mut self, data: &[u8]) -> Result<DevicePtr> {
         let p = self.zeroed(data.len())?;
         self.api.memcpy_htod(p, data).map_err(gpu_err("uploading weights"))?;
         Ok(p)
     }
-    fn zeroed(&mut self, n: usize) -> Result<DevicePtr> {
+    pub(super) fn zeroed(&mut self, n: usize) -> Result<DevicePtr> {
         let p = self.api.malloc(n.max(16)).map_err(gpu_err("device allocation"))?;
         self.allocs.push(p);
         self.bytes += n;
         self.api.memset(p, 0, n.max(16)).map_err(gpu_err("device memset"))?;
         Ok(p)
     }
-    fn f32s(&mut self, v: &[f32]) -> Result<DevicePtr> {
+    pub(super) fn f32s(&mut self, v: &[f32]) -> Result<DevicePtr> {
         self.bytes(f32_bytes(v))
     }
     /// Empty device room for `n` experts of the stack `w` (laid out as `mat` would upload it:
@@ -615,41 +618,53 @@ impl Uploader<'_> {
     /// else widened to f32 (never [`MatKind::Raw`]: gathering rows needs no dot product).
     fn embedding(&mut self, model: &Model, w: &W) -> Result<DevMat> {
         let data = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
-        let (kind, ty) = match w.ty {
-            GgmlType::F32 => (MatKind::F32, w.ty),
-            GgmlType::F16 => (MatKind::F16, w.ty),
+        self.embedding_table(data, w.ty, w.rows, w.cols)
+    }
+
+    /// [`Uploader::embedding`] from the table's bytes as stored.
+    pub(super) fn embedding_table(&mut self, data: &[u8], stored: GgmlType, rows: usize, cols: usize) -> Result<DevMat> {
+        let (kind, ty) = match stored {
+            GgmlType::F32 => (MatKind::F32, stored),
+            GgmlType::F16 => (MatKind::F16, stored),
             t => match wtype(t) {
-                Some(wt) => (MatKind::Q(wt), w.ty),
+                Some(wt) => (MatKind::Q(wt), stored),
                 None => (MatKind::F32, GgmlType::F32),
             },
         };
-        let ptr = if ty != w.ty { self.f32s(&dequant_all(model, w, "token_embd.weight")?)? } else { self.bytes(data)? };
-        let mat_bytes = if ty != w.ty { w.rows * w.cols * 4 } else { data.len() };
-        Ok(DevMat { ptr, kind, rows: w.rows, cols: w.cols, mat_bytes, ty })
+        let ptr = if ty != stored { self.f32s(&dequant_bytes(data, stored, rows * cols, "token_embd.weight")?)? } else { self.bytes(data)? };
+        let mat_bytes = if ty != stored { rows * cols * 4 } else { data.len() };
+        Ok(DevMat { ptr, kind, rows, cols, mat_bytes, ty })
     }
     fn mat(&mut self, model: &Model, w: &W, name: &str) -> Result<DevMat> {
         let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+        self.matrix(all, w.ty, w.rows, w.cols, w.n_mat, name)
+    }
+
+    /// A matrix `[rows][cols]` (or a stack of `n_mat`) of type `ty` from its bytes as stored:
+    /// MMVQ types as stored, f16/bf16 as stored, every other type widened to f32 (the GEMM
+    /// path); in the ordered mode every type as stored.
+    pub(super) fn matrix(&mut self, all: &[u8], ty: GgmlType, rows: usize, cols: usize, n_mat: usize, name: &str) -> Result<DevMat> {
         if self.ordered {
-            if !w.ty.has_reference() || w.ty.row_bytes(w.cols).is_none() {
-                return Err(EngineError::TensorType { name: name.to_string(), ty: w.ty.name(), why: "has no reference dot product for the ordered GPU mode" });
+            if !ty.has_reference() || ty.row_bytes(cols).is_none() {
+                return Err(EngineError::TensorType { name: name.to_string(), ty: ty.name(), why: "has no reference dot product for the ordered GPU mode" });
             }
             let ptr = self.bytes(all)?;
-            return Ok(DevMat { ptr, kind: MatKind::Raw, rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat, ty: w.ty });
+            return Ok(DevMat { ptr, kind: MatKind::Raw, rows, cols, mat_bytes: all.len() / n_mat, ty });
         }
-        match wtype(w.ty) {
-            Some(ty) if w.cols % ty.block_k() as usize == 0 => {
+        match wtype(ty) {
+            Some(wt) if cols % wt.block_k() as usize == 0 => {
                 let ptr = self.bytes(all)?;
-                Ok(DevMat { ptr, kind: MatKind::Q(ty), rows: w.rows, cols: w.cols, mat_bytes: all.len() / w.n_mat, ty: w.ty })
+                Ok(DevMat { ptr, kind: MatKind::Q(wt), rows, cols, mat_bytes: all.len() / n_mat, ty })
             }
-            _ if matches!(w.ty, GgmlType::F16 | GgmlType::BF16) => {
+            _ if matches!(ty, GgmlType::F16 | GgmlType::BF16) => {
                 let ptr = self.bytes(all)?;
-                let kind = if w.ty == GgmlType::F16 { MatKind::F16 } else { MatKind::BF16 };
-                Ok(DevMat { ptr, kind, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 2, ty: w.ty })
+                let kind = if ty == GgmlType::F16 { MatKind::F16 } else { MatKind::BF16 };
+                Ok(DevMat { ptr, kind, rows, cols, mat_bytes: rows * cols * 2, ty })
             }
             _ => {
-                let f = dequant_all(model, w, name)?;
+                let f = dequant_bytes(all, ty, rows * cols * n_mat, name)?;
                 let ptr = self.f32s(&f)?;
-                Ok(DevMat { ptr, kind: MatKind::F32, rows: w.rows, cols: w.cols, mat_bytes: w.rows * w.cols * 4, ty: GgmlType::F32 })
+                Ok(DevMat { ptr, kind: MatKind::F32, rows, cols, mat_bytes: rows * cols * 4, ty: GgmlType::F32 })
             }
         }
     }

@@ -94,4 +94,39 @@ impl Ple {
         rows
     }
 
+    /// The table rows of `toks` (its n-gram contexts continue `st.prev`), `[n][E]` with the
+    /// heads contiguous, read as one batch (the file source reads them in parallel); advances
+    /// `st.prev`. Both backends start the block here (the device then runs the rest). An error
+    /// names a hashed row outside the table.
+    pub fn gather(&self, toks: &[u32], st: &mut PleState) -> Result<Vec<f32>, String> {
+        let p = &self.params;
+        let (e, n, dp) = (self.n_embd, toks.len(), p.head_dim);
+        let mut rows = Vec::with_capacity(n * p.n_heads());
+        for t in 0..n {
+            let mut ctx = vec![Some(toks[t])];
+            for s in 1..p.ngram {
+                ctx.push(if t >= s { Some(toks[t - s]) } else { st.prev[p.ngram - 1 - (s - t)] });
+            }
+            for (i, row) in self.rows(&ctx).into_iter().enumerate() {
+                if row >= self.table.rows as u64 {
+                    return Err(format!("PLE row {row} (head {i}) outside the table of {} rows", self.table.rows));
+                }
+                rows.push(row as usize);
+            }
+        }
+        let mut emb = vec![0f32; n * e];
+        if p.n_heads() * dp == e {
+            self.table.get_rows(&rows, &mut emb)?;
+        } else {
+            for (k, &row) in rows.iter().enumerate() {
+                let (t, i) = (k / p.n_heads(), k % p.n_heads());
+                self.table.get_row(row, &mut emb[t * e + i * dp..t * e + (i + 1) * dp])?;
+            }
+        }
+        for &tok in toks {
+            st.prev.remove(0);
+            st.prev.push(Some(tok));
+        }
+        Ok(emb)
+    }
 }

@@ -13,47 +13,9 @@ pub trait PleCpu {
 
 impl PleCpu for Ple {
     fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
-        let p = &self.params;
         let (hc, e, n) = (self.hc, self.n_embd, toks.len());
         let hce = hc * e;
-        let dp = p.head_dim;
-        // Gather the n-gram rows (one batched table read: the file source reads the rows of
-        // the whole batch in parallel). Heads are contiguous: n_heads · Dp = E.
-        let mut rows = Vec::with_capacity(n * p.n_heads());
-        for t in 0..n {
-            let mut ctx = vec![Some(toks[t])];
-            for s in 1..p.ngram {
-                ctx.push(if t >= s {
-                    Some(toks[t - s])
-                } else {
-                    st.prev[p.ngram - 1 - (s - t)]
-                });
-            }
-            for (i, row) in self.rows(&ctx).into_iter().enumerate() {
-                if row >= self.table.rows as u64 {
-                    return Err(format!(
-                        "PLE row {row} (head {i}) outside the table of {} rows",
-                        self.table.rows
-                    ));
-                }
-                rows.push(row as usize);
-            }
-        }
-        let mut emb = vec![0f32; n * e];
-        if p.n_heads() * dp == e {
-            self.table.get_rows(&rows, &mut emb)?;
-        } else {
-            for (k, &row) in rows.iter().enumerate() {
-                let (t, i) = (k / p.n_heads(), k % p.n_heads());
-                self.table
-                    .get_row(row, &mut emb[t * e + i * dp..t * e + (i + 1) * dp])?;
-            }
-        }
-        for &tok in toks {
-            st.prev.remove(0);
-            st.prev.push(Some(tok));
-        }
-
+        let emb = self.gather(toks, st)?;
         let mut key = vec![0f32; n * hce];
         self.key.matmul(&emb, n, &mut key);
         let mut val = vec![0f32; n * e];

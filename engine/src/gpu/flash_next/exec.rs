@@ -1,0 +1,398 @@
+//! Flash-Next's operations ([`FlashNextOps`]) as gfx11 launches for one window of up to
+//! [`super::WINDOW`] tokens of one sequence, on the model's stream: the layer kernels
+//! (`GpuOps::gdn_mix`, `qsa_mix`, `ple_block`, `gr_*`, `moe_*`) between device matrix
+//! products (`gpu::linear`). Buffers are the session's [`Scratch`], sized for a full window.
+
+use super::weights::{DevFfn, DevHc, DevMixer};
+use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
+use crate::error::{EngineError, Result};
+use crate::gpu::device::{DevicePtr, GpuError};
+use crate::gpu::linear::Linear;
+use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, q8_1_bytes};
+use crate::gpu::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
+use crate::model::qwen4exp::program::{FlashNextOps, Site};
+use crate::model::qwen4exp::{Mixer, Qwen4Exp};
+
+fn dev(what: &'static str) -> impl FnOnce(GpuError) -> EngineError {
+    move |e| EngineError::Gpu(format!("qwen4exp {what}: {e}"))
+}
+
+/// The session's device buffers for one window (f32 row-major `[WINDOW][..]` unless stated).
+pub(super) struct Scratch {
+    /// Token ids and positions of the window (u32).
+    ids: DevicePtr,
+    pos: DevicePtr,
+    /// The residual streams `[hc][E]` a token, the block input and output, the injection logits.
+    r: DevicePtr,
+    x: DevicePtr,
+    y: DevicePtr,
+    inj: DevicePtr,
+    /// Q8_1 activations and the f16 copy (f16 / bf16 weights) of the widest product input.
+    xq: DevicePtr,
+    xh: DevicePtr,
+    /// GR read: normed streams, low-rank activations, gates.
+    flat: DevicePtr,
+    lo: DevicePtr,
+    gates: DevicePtr,
+    /// GDN: projections (conv input, gate, β, α), conv output, mixer output.
+    m: DevicePtr,
+    z: DevicePtr,
+    beta: DevicePtr,
+    alpha: DevicePtr,
+    u: DevicePtr,
+    o: DevicePtr,
+    /// QSA: projections, normed q / k / indexer queries, block scores, kept cells (u32) and
+    /// counts, the gated attention.
+    qf: DevicePtr,
+    kp: DevicePtr,
+    vp: DevicePtr,
+    kappa_p: DevicePtr,
+    iq_p: DevicePtr,
+    q: DevicePtr,
+    k: DevicePtr,
+    iq: DevicePtr,
+    score: DevicePtr,
+    sel: DevicePtr,
+    sel_n: DevicePtr,
+    att: DevicePtr,
+    /// MoE: router logits, expert ids (u32) and weights, expert outputs `[WINDOW·k][E]`, their
+    /// row map (u32, `0..WINDOW·k`), one expert's gate / up / activation, the shared expert's,
+    /// its output and gate logit.
+    rlog: DevicePtr,
+    rids: DevicePtr,
+    rw: DevicePtr,
+    ys: DevicePtr,
+    map: DevicePtr,
+    eg: DevicePtr,
+    eu: DevicePtr,
+    ea: DevicePtr,
+    shg: DevicePtr,
+    shu: DevicePtr,
+    sha: DevicePtr,
+    sh: DevicePtr,
+    shgate: DevicePtr,
+    /// PLE: gathered rows, key / value projections, gated value and its norm.
+    emb: DevicePtr,
+    pkey: DevicePtr,
+    pval: DevicePtr,
+    gv: DevicePtr,
+    nn: DevicePtr,
+    logits: DevicePtr,
+}
+
+impl Scratch {
+    pub(super) fn new(up: &mut Uploader, g: &GpuFlashNext, capacity: usize) -> Result<Scratch> {
+        let m: &Qwen4Exp = &g.m;
+        let (e, hc, w) = (m.hp.n_embd, m.hp.hc, WINDOW);
+        let hce = hc * e;
+        let lr = m.out_hc.down.rows.max(m.layers.iter().map(|l| l.hc_attn.down.rows.max(l.hc_ffn.down.rows)).max().unwrap_or(1));
+        let (mut c, mut vd, mut hv, mut qf, mut kvd, mut hd, mut idim, mut iqd, mut blocks, mut budget) = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+        let (mut ne, mut k, mut ff, mut ffs) = (1, 1, 1, 1);
+        for l in &m.layers {
+            match &l.mixer {
+                Mixer::Gdn(gd) => {
+                    c = c.max(gd.channels());
+                    vd = vd.max(gd.hv * gd.s);
+                    hv = hv.max(gd.hv);
+                }
+                Mixer::Attn(a) => {
+                    qf = qf.max(2 * a.n_head * a.head_dim);
+                    kvd = kvd.max(a.n_head_kv * a.head_dim);
+                    hd = hd.max(a.n_head * a.head_dim);
+                    if let Some(ix) = &a.indexer {
+                        idim = idim.max(ix.dim);
+                        iqd = iqd.max(ix.heads * ix.dim);
+                        blocks = blocks.max(capacity / ix.ratio);
+                        budget = budget.max(ix.top_k + ix.ratio - 1);
+                    }
+                }
+            }
+            ne = ne.max(l.moe.experts.len());
+            k = k.max(l.moe.n_used);
+            ff = ff.max(l.moe.experts.iter().map(|x| x.gate.rows).max().unwrap_or(1));
+            ffs = ffs.max(l.moe.shared.gate.rows);
+        }
+        let widest = [e, hce, lr, vd, hd, ff, ffs].into_iter().max().unwrap_or(e).next_multiple_of(32);
+        let f = |up: &mut Uploader, n: usize| up.zeroed(n * 4);
+        let map: Vec<u32> = (0..(w * k) as u32).collect();
+        Ok(Scratch {
+            ids: f(up, w)?,
+            pos: f(up, w)?,
+            r: f(up, w * hce)?,
+            x: f(up, w * e)?,
+            y: f(up, w * e)?,
+            inj: f(up, w * hc)?,
+            xq: up.zeroed(w * q8_1_bytes(widest))?,
+            xh: up.zeroed(w * widest * 2)?,
+            flat: f(up, w * hce)?,
+            lo: f(up, w * lr)?,
+            gates: f(up, w * hce)?,
+            m: f(up, w * c)?,
+            z: f(up, w * vd)?,
+            beta: f(up, w * hv)?,
+            alpha: f(up, w * hv)?,
+            u: f(up, w * c)?,
+            o: f(up, w * vd)?,
+            qf: f(up, w * qf)?,
+            kp: f(up, w * kvd)?,
+            vp: f(up, w * kvd)?,
+            kappa_p: f(up, w * idim)?,
+            iq_p: f(up, w * iqd)?,
+            q: f(up, w * hd)?,
+            k: f(up, w * kvd)?,
+            iq: f(up, w * iqd)?,
+            score: f(up, w * blocks)?,
+            sel: f(up, w * budget)?,
+            sel_n: f(up, w)?,
+            att: f(up, w * hd)?,
+            rlog: f(up, w * ne)?,
+            rids: f(up, w * k)?,
+            rw: f(up, w * k)?,
+            ys: f(up, w * k * e)?,
+            map: up.bytes(&map.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?,
+            eg: f(up, ff)?,
+            eu: f(up, ff)?,
+            ea: f(up, ff)?,
+            shg: f(up, w * ffs)?,
+            shu: f(up, w * ffs)?,
+            sha: f(up, w * ffs)?,
+            sh: f(up, w * e)?,
+            shgate: f(up, w)?,
+            emb: f(up, w * e)?,
+            pkey: f(up, w * hce)?,
+            pval: f(up, w * e)?,
+            gv: f(up, w * hce)?,
+            nn: f(up, w * hce)?,
+            logits: f(up, w * m.hp.n_vocab)?,
+        })
+    }
+}
+
+/// One window of a device sequence.
+pub(super) struct FlashChunk<'a> {
+    g: &'a GpuFlashNext,
+    s: &'a mut GpuFlashSession,
+    toks: &'a [u32],
+}
+
+impl<'a> FlashChunk<'a> {
+    /// Uploads the window's ids and positions (after the previous window's launches are done
+    /// with the buffers).
+    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32]) -> Result<FlashChunk<'a>> {
+        let api = g.api();
+        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        let pos: Vec<u32> = (s.n_past..s.n_past + toks.len()).map(|p| p as u32).collect();
+        let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        api.memcpy_htod(s.sc.ids, &b(toks)).map_err(dev("uploading token ids"))?;
+        api.memcpy_htod(s.sc.pos, &b(&pos)).map_err(dev("uploading positions"))?;
+        Ok(FlashChunk { g, s, toks })
+    }
+
+    /// Waits for the window, advances the sequence and returns its logits `[n][n_vocab]`.
+    pub(super) fn finish(self) -> Result<Vec<f32>> {
+        let api = self.g.api();
+        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        let n = self.toks.len() * self.g.m.hp.n_vocab;
+        let mut bytes = vec![0u8; n * 4];
+        api.memcpy_dtoh(&mut bytes, self.s.sc.logits).map_err(dev("reading logits"))?;
+        self.s.n_past += self.toks.len();
+        Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    fn n(&self) -> usize {
+        self.toks.len()
+    }
+
+    fn lin(&self) -> Linear<'_> {
+        Linear { ops: &self.g.ops, stream: &self.g.stream, opts: &self.g.opts, lt: None, xo: 0, dequant_scratch_bytes: 0 }
+    }
+
+    /// `y[rows] = W x[cols]` for `n` rows of `x`; the input is quantized first for an MMVQ
+    /// weight.
+    fn mm(&self, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> Result<()> {
+        self.project(x, n, &[(w, y)])
+    }
+
+    /// Several products of one input, quantized once.
+    fn project(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)]) -> Result<()> {
+        let lin = self.lin();
+        let sc = &self.s.sc;
+        if let Some((w, _)) = outs.iter().find(|(w, _)| matches!(w.kind, MatKind::Q(_))) {
+            lin.quantize(x, sc.xq, n, w.cols).map_err(dev("quantizing activations"))?;
+        }
+        for (w, y) in outs {
+            lin.matmul(w, 0, x, sc.xq, n, *y, Tmp { wdq: 0, xh: sc.xh }).map_err(dev("matrix product"))?;
+        }
+        Ok(())
+    }
+
+    /// The GR read of `h` from the streams into `x` (and `inj` when it injects).
+    fn hc_read(&self, h: &DevHc) -> Result<()> {
+        let (ops, st, sc, n) = (&self.g.ops, &self.g.stream, &self.s.sc, self.n());
+        ops.gr_stream_norm(st, &h.shape, sc.r, h.norm, sc.flat, n as u32).map_err(dev("GR norm"))?;
+        self.mm(&h.down, sc.flat, n, sc.lo)?;
+        ops.gr_lowrank_act(st, &h.shape, sc.lo, (n * h.down.rows) as u32).map_err(dev("GR low-rank"))?;
+        self.mm(&h.up, sc.lo, n, sc.gates)?;
+        ops.gr_gate_mix(st, &h.shape, sc.flat, sc.gates, sc.x, n as u32).map_err(dev("GR gate mix"))?;
+        if let Some(inj) = &h.inject {
+            self.mm(inj, sc.flat, n, sc.inj)?;
+        }
+        Ok(())
+    }
+
+    fn hc(&self, layer: usize, site: Site) -> &'a DevHc {
+        let l = &self.g.w.layers[layer];
+        if site == Site::Mixer { &l.hc_attn } else { &l.hc_ffn }
+    }
+
+    /// `y = down(silu(gate x) ⊙ up x)` of one expert for `n` rows of `x`.
+    fn swiglu(&self, f: &DevFfn, x: DevicePtr, n: usize, bufs: [DevicePtr; 3], y: DevicePtr) -> Result<()> {
+        let [g, u, a] = bufs;
+        self.project(x, n, &[(&f.gate, g), (&f.up, u)])?;
+        self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
+        self.mm(&f.down, a, n, y)
+    }
+}
+
+impl FlashNextOps for FlashChunk<'_> {
+    fn embed(&mut self) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        let (e, hc) = (g.m.hp.n_embd, g.m.hp.hc);
+        let t = &g.w.tok_embd;
+        let rt = match t.kind {
+            MatKind::Q(wt) => RowType::W(wt),
+            MatKind::F16 => RowType::F16,
+            _ => RowType::F32,
+        };
+        g.ops.get_rows(&g.stream, rt, t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("embedding rows"))?;
+        let api = g.api();
+        for i in 0..n {
+            for c in 0..hc {
+                let dst = sc.r + (((i * hc + c) * e) * 4) as u64;
+                api.memcpy_dtod_async(&g.stream, dst, sc.x + ((i * e) * 4) as u64, e * 4).map_err(dev("residual streams"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn ple(&mut self, layer: usize) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let (Some(p), Some(dp)) = (&g.m.ple, &g.w.ple) else { return Ok(()) };
+        let Some(ps) = self.s.ple.as_mut() else { return Ok(()) };
+        let emb = p.gather(self.toks, &mut ps.prev).map_err(|reason| EngineError::Ple { layer, reason })?;
+        let hist = ps.hist;
+        let sc = &self.s.sc;
+        let api = g.api();
+        // The previous window's launches may still read the buffer.
+        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        api.memcpy_htod(sc.emb, &emb.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).map_err(dev("uploading PLE rows"))?;
+        self.project(sc.emb, n, &[(&dp.key, sc.pkey), (&dp.value, sc.pval)])?;
+        let b = PleBuffers { key: sc.pkey, val: sc.pval, r: sc.r, norms: dp.norms, taps: dp.taps, hist, gv: sc.gv, nn: sc.nn };
+        g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))
+    }
+
+    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<()> {
+        self.hc_read(self.hc(layer, site))
+    }
+
+    fn gdn(&mut self, layer: usize) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let (DevMixer::Gdn(d), LayerState::Gdn { conv, delta, .. }) = (&g.w.layers[layer].mixer, &self.s.layers[layer]) else {
+            return Err(EngineError::StateMismatch { layer });
+        };
+        let sc = &self.s.sc;
+        self.project(sc.x, n, &[(&d.qkv, sc.m), (&d.gate, sc.z), (&d.beta, sc.beta), (&d.alpha, sc.alpha)])?;
+        let b = GdnBuffers {
+            m: sc.m,
+            z: sc.z,
+            beta: sc.beta,
+            alpha: sc.alpha,
+            taps: d.taps,
+            dt_bias: d.dt_bias,
+            ssm_a: d.ssm_a,
+            norm: d.norm,
+            conv_state: *conv,
+            delta_state: *delta,
+            u: sc.u,
+            o: sc.o,
+        };
+        g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+        self.mm(&d.out, sc.o, n, sc.y)
+    }
+
+    fn attention(&mut self, layer: usize) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let (DevMixer::Attn(a), LayerState::Attn { k, v, kappa, k_scale, v_scale, kappa_scale, blocks, rope }) = (&g.w.layers[layer].mixer, &self.s.layers[layer]) else {
+            return Err(EngineError::StateMismatch { layer });
+        };
+        let sc = &self.s.sc;
+        let mut outs = vec![(&a.q, sc.qf), (&a.k, sc.kp), (&a.v, sc.vp)];
+        if let Some((iq, ik)) = &a.ix {
+            outs.extend([(iq, sc.iq_p), (ik, sc.kappa_p)]);
+        }
+        self.project(sc.x, n, &outs)?;
+        let shape = crate::gpu::ops::QsaShape { kv: self.s.kv, ..a.shape };
+        let b = QsaBuffers {
+            qf: sc.qf,
+            kp: sc.kp,
+            vp: sc.vp,
+            kappa_p: sc.kappa_p,
+            iq_p: sc.iq_p,
+            q_norm: a.q_norm,
+            k_norm: a.k_norm,
+            iq_norm: a.iq_norm,
+            ik_norm: a.ik_norm,
+            rope_table: *rope,
+            pos: sc.pos,
+            k_cache: *k,
+            v_cache: *v,
+            kappa_cache: *kappa,
+            k_scale: *k_scale,
+            v_scale: *v_scale,
+            kappa_scale: *kappa_scale,
+            blocks: *blocks,
+            q: sc.q,
+            k: sc.k,
+            iq: sc.iq,
+            score: sc.score,
+            sel: sc.sel,
+            sel_n: sc.sel_n,
+            out: sc.att,
+        };
+        g.ops.qsa_mix(&g.stream, &shape, &b, n as u32, self.s.n_past as u32, self.s.capacity as u32).map_err(dev("QSA attention"))?;
+        self.mm(&a.o, sc.att, n, sc.y)
+    }
+
+    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        g.ops.gr_combine(&g.stream, &self.hc(layer, site).shape, sc.r, sc.y, sc.inj, n as u32).map_err(dev("GR combine"))
+    }
+
+    fn moe(&mut self, layer: usize) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        let (e, m) = (g.m.hp.n_embd, &g.w.layers[layer].moe);
+        let k = m.n_used;
+        self.mm(&m.router, sc.x, n, sc.rlog)?;
+        g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, m.experts.len() as u32, k as u32, true).map_err(dev("MoE router"))?;
+        // The routed experts' products, launched from the ids read back (host dispatch).
+        let api = g.api();
+        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        let mut raw = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut raw, sc.rids).map_err(dev("reading expert ids"))?;
+        for (slot, id) in raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).enumerate() {
+            let f = m.experts.get(id).ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: router chose expert {id} of {}", m.experts.len())))?;
+            let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
+            self.swiglu(f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
+        }
+        g.ops.moe_combine(&g.stream, sc.ys, sc.map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
+        self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
+        self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
+        g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))
+    }
+
+    fn head(&mut self) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        self.hc_read(&g.w.out_hc)?;
+        self.mm(&g.w.output, self.s.sc.x, n, self.s.sc.logits)
+    }
+}

@@ -1,0 +1,225 @@
+//! Flash-Next (qwen4exp) on a gfx11 device: the program of `model::qwen4exp::program` (its one
+//! layer order) over the device's operations ([`exec`]), with the weights uploaded once
+//! ([`weights`]) and each sequence's state (GR streams, GDN states, QSA caches, PLE history) in
+//! device memory. The same code drives the software RDNA3 device and a real card.
+//!
+//! What runs where: every layer operation is a gfx11 kernel or a device matrix product
+//! (`gpu::linear`); the host computes the PLE row ids and reads the rows (`Ple::gather`), and
+//! reads each window's routed expert ids back to launch the selected experts' products (the
+//! host-readback MoE path of the shared decoder; the device-dispatch path and decode graphs
+//! are not used yet). Windows are up to [`WINDOW`] tokens, eager launches. Numerics are the fast
+//! mode's: the layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1
+//! activations for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
+
+mod exec;
+mod weights;
+
+use std::sync::Arc;
+
+use super::abi::MAX_COLS;
+use super::device::{DevicePtr, GpuApi, Stream};
+use super::model::{Uploader, gpu_err};
+use super::ops::{GpuOps, KvFormat};
+use crate::error::{EngineError, Result};
+use crate::gpu_options::GpuOptions;
+use crate::kv_cache::KvType;
+use crate::model::Logits;
+use crate::model::qwen4exp::{Mixer, PleState, Qwen4Exp, program};
+use weights::{DevMixer, DevWeights};
+
+/// Most tokens of one forward window (a prompt is a sequence of windows).
+pub const WINDOW: usize = MAX_COLS;
+
+/// A Flash-Next model resident on a device.
+pub struct GpuFlashNext {
+    /// The host model: its program, shapes, and the PLE table (read on the host).
+    pub m: Qwen4Exp,
+    ops: GpuOps,
+    opts: GpuOptions,
+    stream: Stream,
+    w: DevWeights,
+    allocs: Vec<DevicePtr>,
+    /// Bytes of weights uploaded.
+    pub weight_bytes: usize,
+}
+
+/// One layer's device state.
+enum LayerState {
+    /// Conv and delta-rule states, and their sizes in bytes.
+    Gdn { conv: DevicePtr, delta: DevicePtr, bytes: (usize, usize) },
+    /// K, V, κ caches, their int8 scales (0 for f16), block keys, rope table.
+    Attn { k: DevicePtr, v: DevicePtr, kappa: DevicePtr, k_scale: DevicePtr, v_scale: DevicePtr, kappa_scale: DevicePtr, blocks: DevicePtr, rope: DevicePtr },
+}
+
+/// The PLE block's sequence state: the host's token history, the device's conv history.
+struct PleSession {
+    prev: PleState,
+    fresh: PleState,
+    hist: DevicePtr,
+    hist_bytes: usize,
+}
+
+/// A Flash-Next sequence on the device.
+pub struct GpuFlashSession {
+    pub n_past: usize,
+    pub capacity: usize,
+    kv: KvFormat,
+    layers: Vec<LayerState>,
+    ple: Option<PleSession>,
+    sc: exec::Scratch,
+    allocs: Vec<DevicePtr>,
+    api: Arc<dyn GpuApi>,
+}
+
+impl GpuFlashSession {
+    /// Forgets the sequence: the recurrent states, PLE history and token history start over
+    /// (the attention caches are overwritten from position 0). A device error leaves the
+    /// session unusable; it is reported by the next evaluation.
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+        for l in &self.layers {
+            if let LayerState::Gdn { conv, delta, bytes } = l {
+                let _ = self.api.memset(*conv, 0, bytes.0);
+                let _ = self.api.memset(*delta, 0, bytes.1);
+            }
+        }
+        if let Some(p) = self.ple.as_mut() {
+            p.prev = p.fresh.clone();
+            let _ = self.api.memset(p.hist, 0, p.hist_bytes);
+        }
+    }
+}
+
+impl Drop for GpuFlashSession {
+    fn drop(&mut self) {
+        for p in self.allocs.drain(..) {
+            let _ = self.api.free(p);
+        }
+    }
+}
+
+impl Drop for GpuFlashNext {
+    fn drop(&mut self) {
+        let api = self.ops.api().clone();
+        for p in self.allocs.drain(..) {
+            let _ = api.free(p);
+        }
+    }
+}
+
+impl GpuFlashNext {
+    /// Uploads `m` to the device behind `api`. Refuses, naming the tensor and the limit, a model
+    /// whose dimensions the kernels do not take, and the ordered-numerics mode (not yet for
+    /// this architecture).
+    pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
+        if opts.ordered {
+            return Err(EngineError::Unsupported("qwen4exp on the GPU: the ordered-numerics mode (--ordered) is not there yet; run without it or with --device cpu".into()));
+        }
+        let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
+        let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
+        let mut up = Uploader::new(&*api, false);
+        let w = weights::upload(&mut up, &m)?;
+        let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
+        Ok(GpuFlashNext { m, ops, opts, stream, w, allocs, weight_bytes })
+    }
+
+    pub fn api(&self) -> &Arc<dyn GpuApi> {
+        self.ops.api()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.m.hp.n_vocab
+    }
+
+    /// An empty sequence of up to `max_ctx` positions with caches of type `kv` (f16 or int8;
+    /// the device has no f32 cache).
+    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuFlashSession> {
+        let api = self.ops.api().clone();
+        let fmt = match kv {
+            KvType::F16 => KvFormat::F16,
+            KvType::Int8 => KvFormat::Int8,
+            KvType::F32 => return Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into())),
+        };
+        let capacity = max_ctx.max(1);
+        let mut up = Uploader::new(&*api, false);
+        let esz = if fmt == KvFormat::Int8 { 1 } else { 2 };
+        let mut ropes: Vec<((u32, u32), DevicePtr)> = Vec::new();
+        let mut layers = Vec::with_capacity(self.w.layers.len());
+        for l in &self.w.layers {
+            layers.push(match &l.mixer {
+                DevMixer::Gdn(g) => {
+                    let bytes = (g.shape.conv_state_len().max(1) * 4, g.shape.delta_state_len() * 4);
+                    LayerState::Gdn { conv: up.zeroed(bytes.0)?, delta: up.zeroed(bytes.1)?, bytes }
+                }
+                DevMixer::Attn(a) => {
+                    let s = &a.shape;
+                    let (kv_row, idim) = ((s.n_head_kv * s.head_dim) as usize, s.indexer.map_or(1, |ix| ix.dim as usize));
+                    let ratio = s.indexer.map_or(1, |ix| ix.ratio as usize);
+                    let key = (a.rope_base.to_bits(), s.n_rot);
+                    let rope = match ropes.iter().find(|(k, _)| *k == key) {
+                        Some((_, p)) => *p,
+                        None => {
+                            let p = up.f32s(&GpuOps::rope_table_ggml(a.rope_base, 1.0, s.n_rot as usize, capacity))?;
+                            ropes.push((key, p));
+                            p
+                        }
+                    };
+                    let int8 = fmt == KvFormat::Int8;
+                    LayerState::Attn {
+                        k: up.zeroed(capacity * kv_row * esz)?,
+                        v: up.zeroed(capacity * kv_row * esz)?,
+                        kappa: up.zeroed(capacity * idim * esz)?,
+                        k_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
+                        v_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
+                        kappa_scale: if int8 { up.zeroed(capacity * 4)? } else { 0 },
+                        blocks: up.zeroed((capacity / ratio).max(1) * idim * 4)?,
+                        rope,
+                    }
+                }
+            });
+        }
+        let ple = match (&self.m.ple, &self.w.ple) {
+            (Some(p), Some(dp)) => {
+                let hist_bytes = dp.shape.hist_len().max(1) * 4;
+                Some(PleSession { prev: p.new_state(), fresh: p.new_state(), hist: up.zeroed(hist_bytes)?, hist_bytes })
+            }
+            _ => None,
+        };
+        let sc = exec::Scratch::new(&mut up, self, capacity)?;
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api })
+    }
+
+    /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
+    /// last row), in windows of up to [`WINDOW`] tokens.
+    pub fn eval(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        let needed = s.n_past + tokens.len();
+        if needed > s.capacity {
+            return Err(EngineError::ContextFull { needed, capacity: s.capacity });
+        }
+        if let Some(index) = tokens.iter().position(|&t| t as usize >= self.m.hp.n_vocab) {
+            return Err(EngineError::BadTokenAt { token: tokens[index], index, n_vocab: self.m.hp.n_vocab });
+        }
+        out.clear();
+        let v = self.m.hp.n_vocab;
+        let n_windows = tokens.len().div_ceil(WINDOW);
+        for (i, win) in tokens.chunks(WINDOW).enumerate() {
+            let mut chunk = exec::FlashChunk::new(self, s, win)?;
+            program::forward(&mut chunk, &self.m)?;
+            let rows = chunk.finish()?;
+            if want == Logits::All {
+                out.extend_from_slice(&rows);
+            } else if i + 1 == n_windows {
+                out.extend_from_slice(&rows[(win.len() - 1) * v..]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether layer `il` is an attention layer (for messages and checks).
+    pub fn is_attention(&self, il: usize) -> bool {
+        matches!(self.m.layers.get(il).map(|l| &l.mixer), Some(Mixer::Attn(_)))
+    }
+}

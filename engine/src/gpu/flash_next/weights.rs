@@ -1,0 +1,245 @@
+//! Flash-Next's weights on the device: every [`Mat`] of the loaded model uploaded once through
+//! the shared decoder's [`Uploader`] (MMVQ types as stored, f16/bf16 as stored, other types
+//! widened to f32 for the GEMM path), the per-layer constants as f32, and the launch shapes of
+//! the layer kernels. What the device cannot run is refused here, at load, with the tensor or
+//! dimension and the limit.
+
+use crate::error::{EngineError, Result};
+use crate::gpu::abi;
+use crate::gpu::model::{DevMat, Uploader};
+use crate::gpu::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
+use crate::model::qwen4exp::moe::SwiGlu;
+use crate::model::qwen4exp::{Gdn, HyperConn, Mat, Mixer, Moe, Ple, Qsa, Qwen4Exp};
+use crate::gpu::device::DevicePtr;
+
+/// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`, `output_hc_*`).
+pub(super) struct DevHc {
+    pub shape: GrShape,
+    /// Gammas `[hc][E]`.
+    pub norm: DevicePtr,
+    pub down: DevMat,
+    pub up: DevMat,
+    pub inject: Option<DevMat>,
+}
+
+pub(super) struct DevGdn {
+    pub shape: GdnShape,
+    pub qkv: DevMat,
+    pub gate: DevMat,
+    pub beta: DevMat,
+    pub alpha: DevMat,
+    pub out: DevMat,
+    pub taps: DevicePtr,
+    pub dt_bias: DevicePtr,
+    pub ssm_a: DevicePtr,
+    pub norm: DevicePtr,
+}
+
+pub(super) struct DevQsa {
+    /// The cache format is the session's (`QsaShape::kv` is set per window).
+    pub shape: QsaShape,
+    pub rope_base: f32,
+    pub q: DevMat,
+    pub k: DevMat,
+    pub v: DevMat,
+    pub o: DevMat,
+    /// The indexer's query and key projections.
+    pub ix: Option<(DevMat, DevMat)>,
+    pub q_norm: DevicePtr,
+    pub k_norm: DevicePtr,
+    /// The indexer's norms (0 without indexer).
+    pub iq_norm: DevicePtr,
+    pub ik_norm: DevicePtr,
+}
+
+pub(super) enum DevMixer {
+    Gdn(DevGdn),
+    Attn(DevQsa),
+}
+
+pub(super) struct DevFfn {
+    pub gate: DevMat,
+    pub up: DevMat,
+    pub down: DevMat,
+}
+
+pub(super) struct DevMoe {
+    pub n_used: usize,
+    pub router: DevMat,
+    pub experts: Vec<DevFfn>,
+    pub shared_gate: DevMat,
+    pub shared: DevFfn,
+}
+
+pub(super) struct DevPle {
+    pub shape: PleShape,
+    pub key: DevMat,
+    pub value: DevMat,
+    /// The key, query and conv gammas `[3][hc][E]`.
+    pub norms: DevicePtr,
+    pub taps: DevicePtr,
+}
+
+pub(super) struct DevLayer {
+    pub hc_attn: DevHc,
+    pub mixer: DevMixer,
+    pub hc_ffn: DevHc,
+    pub moe: DevMoe,
+}
+
+pub(super) struct DevWeights {
+    pub tok_embd: DevMat,
+    pub output: DevMat,
+    pub out_hc: DevHc,
+    pub layers: Vec<DevLayer>,
+    pub ple: Option<DevPle>,
+}
+
+fn unsupported(what: String) -> EngineError {
+    EngineError::Unsupported(format!("qwen4exp on the GPU: {what}"))
+}
+
+fn mat(up: &mut Uploader, m: &Mat, name: &str) -> Result<DevMat> {
+    up.matrix(m.data(), m.ty, m.rows, m.cols, 1, name)
+}
+
+fn hc(up: &mut Uploader, h: &HyperConn, name: &str) -> Result<DevHc> {
+    Ok(DevHc {
+        shape: GrShape { hc: h.hc as u32, e: h.n_embd as u32, eps: h.eps },
+        norm: up.f32s(&h.norm)?,
+        down: mat(up, &h.down, &format!("{name}_down"))?,
+        up: mat(up, &h.up, &format!("{name}_up"))?,
+        inject: h.inject.as_ref().map(|w| mat(up, w, &format!("{name}_inject"))).transpose()?,
+    })
+}
+
+fn gdn(up: &mut Uploader, g: &Gdn, il: usize) -> Result<DevGdn> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    Ok(DevGdn {
+        shape: GdnShape { hk: g.hk as u32, hv: g.hv as u32, head_dim: g.s as u32, conv_k: g.conv_k as u32, eps: g.eps },
+        qkv: mat(up, &g.qkv, &n("attn_qkv"))?,
+        gate: mat(up, &g.gate, &n("attn_gate"))?,
+        beta: mat(up, &g.beta, &n("ssm_beta"))?,
+        alpha: mat(up, &g.alpha, &n("ssm_alpha"))?,
+        out: mat(up, &g.out, &n("ssm_out"))?,
+        taps: up.f32s(&g.conv)?,
+        dt_bias: up.f32s(&g.dt_bias)?,
+        ssm_a: up.f32s(&g.a)?,
+        norm: up.f32s(&g.norm)?,
+    })
+}
+
+fn qsa(up: &mut Uploader, a: &Qsa, il: usize) -> Result<DevQsa> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    if a.head_dim > 256 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim {
+        return Err(unsupported(format!("{}: head dim {} (at most 256) with {} roped dims (even, at most the head dim)", n("attn_q"), a.head_dim, a.n_rot)));
+    }
+    if let Some(ix) = &a.indexer
+        && (ix.dim > 256 || a.n_rot > ix.dim)
+    {
+        return Err(unsupported(format!("{}: indexer key length {} (at most 256, at least n_rot {})", n("indexer.k_proj"), ix.dim, a.n_rot)));
+    }
+    let (iq_norm, ik_norm, ix) = match &a.indexer {
+        Some(ix) => (
+            up.f32s(&ix.q_norm)?,
+            up.f32s(&ix.k_norm)?,
+            Some((mat(up, &ix.q, &n("indexer.q_proj"))?, mat(up, &ix.k, &n("indexer.k_proj"))?)),
+        ),
+        None => (0, 0, None),
+    };
+    Ok(DevQsa {
+        shape: QsaShape {
+            n_head: a.n_head as u32,
+            n_head_kv: a.n_head_kv as u32,
+            head_dim: a.head_dim as u32,
+            n_rot: a.n_rot as u32,
+            eps: a.eps,
+            indexer: a.indexer.as_ref().map(|ix| QsaIndexerShape {
+                heads: ix.heads as u32,
+                dim: ix.dim as u32,
+                top_k: ix.top_k as u32,
+                ratio: ix.ratio as u32,
+            }),
+            kv: KvFormat::F16,
+        },
+        rope_base: a.rope_base,
+        q: mat(up, &a.q, &n("attn_q"))?,
+        k: mat(up, &a.k, &n("attn_k"))?,
+        v: mat(up, &a.v, &n("attn_v"))?,
+        o: mat(up, &a.o, &n("attn_output"))?,
+        ix,
+        q_norm: up.f32s(&a.q_norm)?,
+        k_norm: up.f32s(&a.k_norm)?,
+        iq_norm,
+        ik_norm,
+    })
+}
+
+fn ffn(up: &mut Uploader, f: &SwiGlu, name: &str) -> Result<DevFfn> {
+    Ok(DevFfn {
+        gate: mat(up, &f.gate, &format!("{name} gate"))?,
+        up: mat(up, &f.up, &format!("{name} up"))?,
+        down: mat(up, &f.down, &format!("{name} down"))?,
+    })
+}
+
+fn moe(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevMoe> {
+    let ne = m.experts.len();
+    if ne == 0 || ne > abi::MOE_MAX_EXPERTS as usize || m.n_used == 0 || m.n_used > (abi::MOE_MAX_K as usize).min(ne) {
+        return Err(unsupported(format!(
+            "blk.{il}.ffn_gate_inp: {ne} experts top-{} (the router kernel takes up to {} experts, top-{})",
+            m.n_used,
+            abi::MOE_MAX_EXPERTS,
+            abi::MOE_MAX_K
+        )));
+    }
+    Ok(DevMoe {
+        n_used: m.n_used,
+        router: mat(up, &m.router, &format!("blk.{il}.ffn_gate_inp"))?,
+        experts: m.experts.iter().enumerate().map(|(e, f)| ffn(up, f, &format!("blk.{il} expert {e}"))).collect::<Result<_>>()?,
+        shared_gate: mat(up, &m.shared_gate, &format!("blk.{il}.ffn_gate_inp_shexp"))?,
+        shared: ffn(up, &m.shared, &format!("blk.{il} shared expert"))?,
+    })
+}
+
+fn ple(up: &mut Uploader, p: &Ple) -> Result<DevPle> {
+    let norms: Vec<f32> = [&p.norm_key[..], &p.norm_query[..], &p.norm_conv[..]].concat();
+    Ok(DevPle {
+        shape: PleShape {
+            hc: p.hc as u32,
+            e: p.n_embd as u32,
+            conv_kernel: p.params.conv_kernel as u32,
+            dilation: p.params.ngram as u32,
+            eps: p.eps,
+        },
+        key: mat(up, &p.key, "ple key")?,
+        value: mat(up, &p.value, "ple value")?,
+        norms: up.f32s(&norms)?,
+        taps: up.f32s(&p.conv)?,
+    })
+}
+
+/// Uploads every weight of `m`.
+pub(super) fn upload(up: &mut Uploader, m: &Qwen4Exp) -> Result<DevWeights> {
+    let t = &m.tok_embd;
+    let tok_embd = up.embedding_table(t.data(), t.ty, t.rows, t.cols)?;
+    let mut layers = Vec::with_capacity(m.layers.len());
+    for (il, l) in m.layers.iter().enumerate() {
+        layers.push(DevLayer {
+            hc_attn: hc(up, &l.hc_attn, &format!("blk.{il}.hc_attn"))?,
+            mixer: match &l.mixer {
+                Mixer::Gdn(g) => DevMixer::Gdn(gdn(up, g, il)?),
+                Mixer::Attn(a) => DevMixer::Attn(qsa(up, a, il)?),
+            },
+            hc_ffn: hc(up, &l.hc_ffn, &format!("blk.{il}.hc_ffn"))?,
+            moe: moe(up, &l.moe, il)?,
+        });
+    }
+    Ok(DevWeights {
+        tok_embd,
+        output: mat(up, &m.output, "output")?,
+        out_hc: hc(up, &m.out_hc, "output_hc")?,
+        layers,
+        ple: m.ple.as_ref().map(|p| ple(up, p)).transpose()?,
+    })
+}
