@@ -72,15 +72,15 @@ fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
     (shape, data)
 }
 
-struct RefSeq {
-    name: String,
-    tokens: Vec<u32>,
-    greedy: Vec<u32>,
-    logits: (Vec<usize>, Vec<f32>),
-    gen_logits: (Vec<usize>, Vec<f32>),
+pub(crate) struct RefSeq {
+    pub(crate) name: String,
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) greedy: Vec<u32>,
+    pub(crate) logits: (Vec<usize>, Vec<f32>),
+    pub(crate) gen_logits: (Vec<usize>, Vec<f32>),
 }
 
-fn load_refs(variant: &str) -> Vec<RefSeq> {
+pub(crate) fn load_refs(variant: &str) -> Vec<RefSeq> {
     let dir = ref_dir().join("ref").join(variant);
     let j: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("ref.json")).expect("ref.json"))
@@ -107,16 +107,16 @@ fn load_refs(variant: &str) -> Vec<RefSeq> {
 }
 
 #[derive(Debug)]
-struct Cmp {
-    max_abs: f32,
-    mean_abs: f64,
-    argmax_agree: f64,
+pub(crate) struct Cmp {
+    pub(crate) max_abs: f32,
+    pub(crate) mean_abs: f64,
+    pub(crate) argmax_agree: f64,
     /// Largest reference-logit gap between the reference's argmax and ours where they differ.
-    max_flip_gap: f32,
-    worst_row: usize,
+    pub(crate) max_flip_gap: f32,
+    pub(crate) worst_row: usize,
 }
 
-fn argmax(r: &[f32]) -> usize {
+pub(crate) fn argmax(r: &[f32]) -> usize {
     // Lowest id on ties, like the reference's greedy rule.
     let mut best = 0;
     for (i, &v) in r.iter().enumerate() {
@@ -127,7 +127,7 @@ fn argmax(r: &[f32]) -> usize {
     best
 }
 
-fn compare(got: &[f32], want: &[f32], vocab: usize) -> Cmp {
+pub(crate) fn compare(got: &[f32], want: &[f32], vocab: usize) -> Cmp {
     assert_eq!(got.len(), want.len());
     let (mut max_abs, mut sum, mut worst_row) = (0f32, 0f64, 0);
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
@@ -164,7 +164,7 @@ fn compare(got: &[f32], want: &[f32], vocab: usize) -> Cmp {
     }
 }
 
-fn model(file: &str) -> Qwen4Exp {
+pub(crate) fn model(file: &str) -> Qwen4Exp {
     let p = ref_dir().join(file);
     Qwen4Exp::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

@@ -1,0 +1,114 @@
+//! Flash-Next's whole forward pass on the device (`gpu::flash_next`) against llama.cpp's
+//! recorded logits on the public tiny-qwen4exp fixtures, with the tolerances the CPU backend
+//! meets there (tests/models_qwen4exp.rs: f32 model with f16 caches 1e-3; the two-shard Q8_0
+//! model max 0.6 / mean 0.02, argmax flips only where llama.cpp is nearly tied), and against
+//! the CPU backend: greedy tokens, the int8 cache, a reset. The device runs the fast mode (its
+//! kernels' named tolerances, Q8_1 activations for Q8_0 weights). Runs as `<name>::emu` and
+//! `<name>::hip`.
+#![cfg(feature = "gpu")]
+
+use crate::models_qwen4exp::{argmax, compare, load_refs, model};
+use strata::cpu::prelude::*;
+use strata::gpu::flash_next::GpuFlashNext;
+use strata::gpu::model::GpuOptions;
+use strata::model::Logits;
+use strata::model::qwen4exp::KvType;
+use strata::test_device;
+
+const F32: &str = "tiny-qwen4exp-public-f32.gguf";
+const Q8: &str = "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
+
+fn load(device: &strata::gpu::test_device::TestDevice, file: &str) -> GpuFlashNext {
+    let (_, api) = device.clone();
+    GpuFlashNext::new(model(file), api, GpuOptions::default()).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+test_device!(
+    /// Prompt logits of every reference sequence (8, 64 and 300 tokens: the last exercises the
+    /// indexer's sparse selection) within the CPU backend's tolerances of llama.cpp's.
+    model fn gpu_flash_next_logits_match_llama_cpp(device) {
+        let dev = device.0;
+        for (file, variant, seqs) in [(F32, "f32", 3usize), (Q8, "q8_0-split", 2)] {
+            let g = load(device, file);
+            let v = g.n_vocab();
+            for s in load_refs(variant).into_iter().take(seqs) {
+                let mut sess = g.new_session(KvType::F16, 512).unwrap();
+                let mut got = Vec::new();
+                g.eval(&mut sess, &s.tokens, Logits::All, &mut got).unwrap();
+                let c = compare(&got, &s.logits.1, v);
+                eprintln!("{dev} {variant} {}: {} tokens {c:?}", s.name, s.tokens.len());
+                if variant == "f32" {
+                    assert!(c.max_abs <= 1e-3, "{dev} {variant} {}: {c:?}", s.name);
+                } else {
+                    assert!(c.max_abs <= 0.6 && c.mean_abs <= 0.02 && c.max_flip_gap <= 0.05, "{dev} {variant} {}: {c:?}", s.name);
+                }
+            }
+        }
+    }
+);
+
+test_device!(
+    /// Greedy generation (the prompt, then one token a window) prints llama.cpp's greedy ids,
+    /// as the CPU backend does, on the f32 model.
+    model fn gpu_flash_next_greedy_matches_llama_cpp(device) {
+        let dev = device.0;
+        let g = load(device, F32);
+        for s in load_refs("f32").into_iter().take(2) {
+            let mut sess = g.new_session(KvType::F16, 512).unwrap();
+            let mut l = Vec::new();
+            g.eval(&mut sess, &s.tokens, Logits::Last, &mut l).unwrap();
+            let mut ids = vec![argmax(&l) as u32];
+            while ids.len() < s.greedy.len() {
+                g.eval(&mut sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
+                ids.push(argmax(&l) as u32);
+            }
+            assert_eq!(ids, s.greedy, "{dev} {}", s.name);
+            assert_eq!(sess.n_past, s.tokens.len() + s.greedy.len() - 1);
+        }
+    }
+);
+
+test_device!(
+    /// The int8 cache (the engine's own format) against the CPU backend's int8 cache: the same
+    /// rows, so the logits differ only by the fast mode's rounding; and a reset session gives the
+    /// first evaluation's logits again, bit for bit.
+    model fn gpu_flash_next_int8_cache_matches_cpu_and_reset_replays(device) {
+        let dev = device.0;
+        let g = load(device, F32);
+        let cpu = model(F32);
+        let v = g.n_vocab();
+        let s = load_refs("f32").into_iter().nth(1).expect("seq2");
+        let mut sess = g.new_session(KvType::Int8, 128).unwrap();
+        let mut got = Vec::new();
+        g.eval(&mut sess, &s.tokens, Logits::All, &mut got).unwrap();
+        let mut st = cpu.new_state(KvType::Int8);
+        let want = cpu.forward(&mut st, &s.tokens, 0).unwrap();
+        let c = compare(&got, &want, v);
+        eprintln!("{dev} int8 cache vs CPU int8: {c:?}");
+        assert!(c.max_abs <= 1e-3 && c.argmax_agree == 1.0, "{dev}: {c:?}");
+        sess.reset();
+        let mut again = Vec::new();
+        g.eval(&mut sess, &s.tokens, Logits::All, &mut again).unwrap();
+        assert!(got.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "{dev}: a reset session must replay bit for bit");
+    }
+);
+
+test_device!(
+    /// What the device path does not take is refused with the reason: the ordered mode, an f32
+    /// cache, tokens outside the vocabulary, a window past the capacity.
+    model fn gpu_flash_next_refuses_with_reasons(device) {
+        let (_, api) = device.clone();
+        let e = GpuFlashNext::new(model(F32), api, GpuOptions { ordered: true, ..GpuOptions::default() }).err().expect("ordered");
+        assert!(e.to_string().contains("--ordered"), "{e}");
+        let g = load(device, F32);
+        let e = g.new_session(KvType::F32, 16).err().expect("f32 cache");
+        assert!(e.to_string().contains("--kv f32"), "{e}");
+        let mut sess = g.new_session(KvType::F16, 4).unwrap();
+        let mut out = Vec::new();
+        let e = g.eval(&mut sess, &[1, 2, 3, 4, 5], Logits::Last, &mut out).unwrap_err();
+        assert!(e.to_string().contains("5"), "{e}");
+        let e = g.eval(&mut sess, &[g.n_vocab() as u32], Logits::Last, &mut out).unwrap_err();
+        assert!(e.to_string().contains("outside the vocabulary"), "{e}");
+        assert_eq!(sess.n_past, 0);
+    }
+);
