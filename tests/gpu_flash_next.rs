@@ -112,3 +112,62 @@ test_device!(
         assert_eq!(sess.n_past, 0);
     }
 );
+
+/// Drafts the known greedy continuation, with draft `wrong_at` of every window made wrong, so
+/// windows both accept drafts and roll back.
+struct Oracle {
+    truth: Vec<u32>,
+    wrong_at: usize,
+    n_vocab: u32,
+}
+
+impl strata::spec::Drafter for Oracle {
+    fn propose(&mut self, history: &[u32], max: usize) -> Vec<strata::spec::Draft> {
+        let at = history.len();
+        (0..max)
+            .filter_map(|i| self.truth.get(at + i).map(|&t| (i, t)))
+            .map(|(i, t)| strata::spec::Draft { token: if i == self.wrong_at { (t + 1) % self.n_vocab } else { t }, p: 1.0 })
+            .collect()
+    }
+}
+
+test_device!(
+    /// Speculative decoding on the device (the GDN and PLE states rolled back through their
+    /// device snapshots, the attention cells overwritten) prints the plain greedy ids, with
+    /// drafts both accepted and rejected, for the suffix drafter and a drafter that is right
+    /// then wrong mid-window.
+    model fn gpu_flash_next_speculative_equals_greedy(device) {
+        use strata::spec::{SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+        let dev = device.0;
+        let g = load(device, F32);
+        let s = load_refs("f32").into_iter().next().expect("seq1");
+        let prompt: Vec<u32> = s.tokens.iter().chain(&s.tokens).copied().collect();
+        let n = 16;
+        let mut sess = g.new_session(KvType::F16, 128).unwrap();
+        let mut l = Vec::new();
+        g.eval(&mut sess, &prompt, Logits::Last, &mut l).unwrap();
+        let mut want = vec![argmax(&l) as u32];
+        while want.len() < n {
+            g.eval(&mut sess, &want[want.len() - 1..], Logits::Last, &mut l).unwrap();
+            want.push(argmax(&l) as u32);
+        }
+        let truth: Vec<u32> = prompt.iter().chain(&want).copied().collect();
+        let mut total = SpecStats::default();
+        for (n_draft, wrong_at) in [(2usize, 1usize), (4, 2), (8, 5), (4, usize::MAX)] {
+            let oracle = Oracle { truth: truth.clone(), wrong_at, n_vocab: g.n_vocab() as u32 };
+            let suffix = SuffixDrafter { min_match: 1, ..SuffixDrafter::default() };
+            let drafters: [Box<dyn strata::spec::Drafter>; 2] = [Box::new(oracle), Box::new(suffix)];
+            for mut d in drafters {
+                let mut sess = g.new_session(KvType::F16, 128).unwrap();
+                let (got, st) = generate_greedy_spec(&g, &mut sess, &prompt, n, &mut *d, SpecConfig { n_draft, min_p: 0.0 }).unwrap();
+                assert_eq!(got, want, "{dev} --spec {n_draft}, wrong at {wrong_at}");
+                assert_eq!(sess.n_past, prompt.len() + n - 1, "{dev} --spec {n_draft}: position");
+                total.drafted += st.drafted;
+                total.accepted += st.accepted;
+                total.rollbacks += st.rollbacks;
+            }
+        }
+        eprintln!("{dev}: {} drafted, {} accepted, {} rollbacks", total.drafted, total.accepted, total.rollbacks);
+        assert!(total.accepted > 0 && total.rollbacks > 0, "{dev}: the test must accept and reject drafts: {total:?}");
+    }
+);

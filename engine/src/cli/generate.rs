@@ -171,6 +171,10 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: 
 /// `--spec N --mtp PATH`: greedy speculative generation of `n` tokens after `prompt` on a fresh
 /// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts).
 pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+    #[cfg(feature = "gpu")]
+    if let AnyModel::FlashGpu(_) = &e.model {
+        bail!("--mtp {}: the MTP head does not run on the device yet (run it with --device cpu, or drop --mtp to use the suffix drafter on the device)", path.display());
+    }
     let AnyModel::Flash(m) = &e.model else {
         bail!(
             "--mtp {}: MTP heads are read for Flash-Next (qwen4exp) models only; this model is {:?} (drop --mtp to use the suffix drafter)",
@@ -206,6 +210,8 @@ fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Resu
         (AnyModel::Flash(m), AnySession::Flash(mut s)) => generate_greedy_spec(&**m, &mut s.st, prompt, n, &mut drafter, sc)?,
         #[cfg(feature = "gpu")]
         (AnyModel::Gpu(m), AnySession::Gpu(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
+        #[cfg(feature = "gpu")]
+        (AnyModel::FlashGpu(m), AnySession::FlashGpu(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
         _ => bail!("internal error: a session of another model family"),
     };
     Ok((ids, stats, t0.elapsed().as_secs_f64()))

@@ -57,3 +57,40 @@ impl VerifyModel for Qwen4Exp {
         Ok(keep.len())
     }
 }
+
+/// The same on the device (`--device emu|hip`): the checkpoint copies the GDN and PLE states to
+/// the session's snapshot buffers on the device, the rollback copies them back, moves the
+/// position back (the attention cells after it are overwritten by the next window) and re-runs
+/// the accepted prefix. No hidden states: the MTP head does not run on the device yet.
+#[cfg(feature = "gpu")]
+impl VerifyModel for crate::gpu::flash_next::GpuFlashNext {
+    type State = crate::gpu::flash_next::GpuFlashSession;
+    type Checkpoint = crate::gpu::flash_next::GpuCheckpoint;
+    type Error = EngineError;
+
+    fn n_vocab(&self) -> usize {
+        self.m.hp.n_vocab
+    }
+
+    fn position(&self, st: &Self::State) -> usize {
+        st.n_past
+    }
+
+    fn forward(&self, st: &mut Self::State, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let mut out = Vec::new();
+        self.eval(st, tokens, crate::model::Logits::All, &mut out)?;
+        Ok(out)
+    }
+
+    fn checkpoint(&self, st: &Self::State) -> Self::Checkpoint {
+        crate::gpu::flash_next::GpuFlashNext::checkpoint(self, st)
+    }
+
+    fn rollback(&self, st: &mut Self::State, cp: Self::Checkpoint, keep: &[u32]) -> Result<usize, EngineError> {
+        crate::gpu::flash_next::GpuFlashNext::rollback(self, st, cp)?;
+        if !keep.is_empty() {
+            self.forward(st, keep)?;
+        }
+        Ok(keep.len())
+    }
+}

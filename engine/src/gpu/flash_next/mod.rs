@@ -24,7 +24,7 @@ use crate::error::{EngineError, Result};
 use crate::gpu_options::GpuOptions;
 use crate::kv_cache::KvType;
 use crate::model::Logits;
-use crate::model::qwen4exp::{Mixer, PleState, Qwen4Exp, program};
+use crate::model::qwen4exp::{PleState, Qwen4Exp, program};
 use weights::{DevMixer, DevWeights};
 
 /// Most tokens of one forward window (a prompt is a sequence of windows).
@@ -45,8 +45,8 @@ pub struct GpuFlashNext {
 
 /// One layer's device state.
 enum LayerState {
-    /// Conv and delta-rule states, and their sizes in bytes.
-    Gdn { conv: DevicePtr, delta: DevicePtr, bytes: (usize, usize) },
+    /// Conv and delta-rule states, their snapshots (speculative rollback) and sizes in bytes.
+    Gdn { conv: DevicePtr, delta: DevicePtr, snap: (DevicePtr, DevicePtr), bytes: (usize, usize) },
     /// K, V, κ caches, their int8 scales (0 for f16), block keys, rope table.
     Attn { k: DevicePtr, v: DevicePtr, kappa: DevicePtr, k_scale: DevicePtr, v_scale: DevicePtr, kappa_scale: DevicePtr, blocks: DevicePtr, rope: DevicePtr },
 }
@@ -56,7 +56,19 @@ struct PleSession {
     prev: PleState,
     fresh: PleState,
     hist: DevicePtr,
+    /// The history's snapshot (speculative rollback).
+    snap: DevicePtr,
     hist_bytes: usize,
+}
+
+/// What a speculative rollback restores: the position and the PLE token history; the device
+/// states were copied to the session's snapshot buffers when it was taken. One checkpoint is
+/// live at a time (the verify loop takes one per window).
+pub struct GpuCheckpoint {
+    n_past: usize,
+    ple_prev: Option<PleState>,
+    /// A device error while copying, reported by the rollback.
+    error: Option<String>,
 }
 
 /// A Flash-Next sequence on the device.
@@ -78,7 +90,7 @@ impl GpuFlashSession {
     pub fn reset(&mut self) {
         self.n_past = 0;
         for l in &self.layers {
-            if let LayerState::Gdn { conv, delta, bytes } = l {
+            if let LayerState::Gdn { conv, delta, bytes, .. } = l {
                 let _ = self.api.memset(*conv, 0, bytes.0);
                 let _ = self.api.memset(*delta, 0, bytes.1);
             }
@@ -149,7 +161,8 @@ impl GpuFlashNext {
             layers.push(match &l.mixer {
                 DevMixer::Gdn(g) => {
                     let bytes = (g.shape.conv_state_len().max(1) * 4, g.shape.delta_state_len() * 4);
-                    LayerState::Gdn { conv: up.zeroed(bytes.0)?, delta: up.zeroed(bytes.1)?, bytes }
+                    let (conv, delta) = (up.zeroed(bytes.0)?, up.zeroed(bytes.1)?);
+                    LayerState::Gdn { conv, delta, snap: (up.zeroed(bytes.0)?, up.zeroed(bytes.1)?), bytes }
                 }
                 DevMixer::Attn(a) => {
                     let s = &a.shape;
@@ -181,7 +194,7 @@ impl GpuFlashNext {
         let ple = match (&self.m.ple, &self.w.ple) {
             (Some(p), Some(dp)) => {
                 let hist_bytes = dp.shape.hist_len().max(1) * 4;
-                Some(PleSession { prev: p.new_state(), fresh: p.new_state(), hist: up.zeroed(hist_bytes)?, hist_bytes })
+                Some(PleSession { prev: p.new_state(), fresh: p.new_state(), hist: up.zeroed(hist_bytes)?, snap: up.zeroed(hist_bytes)?, hist_bytes })
             }
             _ => None,
         };
@@ -218,8 +231,45 @@ impl GpuFlashNext {
         Ok(())
     }
 
-    /// Whether layer `il` is an attention layer (for messages and checks).
-    pub fn is_attention(&self, il: usize) -> bool {
-        matches!(self.m.layers.get(il).map(|l| &l.mixer), Some(Mixer::Attn(_)))
+    /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
+    /// (`to_snapshot`) or back, on the model's stream.
+    fn copy_states(&self, s: &GpuFlashSession, to_snapshot: bool) -> std::result::Result<(), super::device::GpuError> {
+        // (live buffer, its snapshot, bytes)
+        let mut copies = Vec::new();
+        for l in &s.layers {
+            if let LayerState::Gdn { conv, delta, snap, bytes } = l {
+                copies.extend([(*conv, snap.0, bytes.0), (*delta, snap.1, bytes.1)]);
+            }
+        }
+        if let Some(p) = &s.ple {
+            copies.push((p.hist, p.snap, p.hist_bytes));
+        }
+        let api = self.ops.api();
+        for (live, snap, bytes) in copies {
+            let (dst, src) = if to_snapshot { (snap, live) } else { (live, snap) };
+            api.memcpy_dtod_async(&self.stream, dst, src, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint of `s` for [`GpuFlashNext::rollback`]: its recurrent states copied to the
+    /// session's snapshot buffers (fixed size; the attention caches are not copied: a rollback
+    /// moves the position back and the next windows overwrite the cells).
+    pub fn checkpoint(&self, s: &GpuFlashSession) -> GpuCheckpoint {
+        let error = self.copy_states(s, true).err().map(|e| e.to_string());
+        GpuCheckpoint { n_past: s.n_past, ple_prev: s.ple.as_ref().map(|p| p.prev.clone()), error }
+    }
+
+    /// Puts `s` back to `cp` (the latest checkpoint of `s`).
+    pub fn rollback(&self, s: &mut GpuFlashSession, cp: GpuCheckpoint) -> Result<()> {
+        if let Some(e) = cp.error {
+            return Err(EngineError::Gpu(format!("qwen4exp checkpoint: {e}")));
+        }
+        self.copy_states(s, false).map_err(gpu_err("qwen4exp rollback"))?;
+        s.n_past = cp.n_past;
+        if let (Some(p), Some(prev)) = (s.ple.as_mut(), cp.ple_prev) {
+            p.prev = prev;
+        }
+        Ok(())
     }
 }
