@@ -475,22 +475,46 @@ impl Engine {
         let model = if crate::model::Arch::of(&gguf, path)? == crate::model::Arch::Qwen4Exp {
             let q4_err = |e: EngineError| e.in_file(path);
             let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;
-            // `auto` keeps the CPU for this architecture: its device path has run only on the
-            // software device, and without expert tiering the full model does not fit a card.
+            #[cfg(feature = "gpu")]
+            let mut gopts = opts.gpu;
+            #[cfg(feature = "gpu")]
+            {
+                gopts.ordered |= opts.ordered_attention;
+            }
             match opts.device {
                 #[cfg(feature = "gpu")]
                 Device::Hip | Device::Emu => {
                     let api = crate::gpu::device::open_device(opts.device).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
-                    let mut gopts = opts.gpu;
-                    gopts.ordered |= opts.ordered_attention;
                     let g = crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts).map_err(q4_err)?;
                     AnyModel::FlashGpu(Box::new(g))
                 }
+                // A usable card when there is one (never the software device); a model the card
+                // cannot take (its memory, a dimension, --ordered) runs on the CPU, with the reason.
+                #[cfg(feature = "gpu")]
+                Device::Auto => match crate::gpu::device::open_device(Device::Auto) {
+                    Ok(api) => match crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts) {
+                        Ok(g) => AnyModel::FlashGpu(Box::new(g)),
+                        Err(why) => {
+                            eprintln!("strata: {} does not run on the GPU ({why}); running on the CPU", path.display());
+                            let gguf = gguf::GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+                            AnyModel::Flash(Box::new(Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?))
+                        }
+                    },
+                    Err(crate::gpu::device::GpuError::NoUsableGpu(why)) => {
+                        if !matches!(*why, crate::gpu::device::GpuError::LibraryNotFound { .. }) {
+                            eprintln!("strata: no usable GPU ({why}); running on the CPU");
+                        }
+                        AnyModel::Flash(Box::new(m))
+                    }
+                    Err(e) => return Err(EngineError::Gpu(format!("--device auto: {e}"))),
+                },
                 #[cfg(not(feature = "gpu"))]
                 Device::Hip | Device::Emu => {
                     return Err(EngineError::Unsupported(format!("--device {} needs a build with GPU support (cargo build --features gpu)", opts.device.name())));
                 }
-                Device::Cpu | Device::Auto => AnyModel::Flash(Box::new(m)),
+                #[cfg(not(feature = "gpu"))]
+                Device::Auto => AnyModel::Flash(Box::new(m)),
+                Device::Cpu => AnyModel::Flash(Box::new(m)),
             }
         } else {
             place(Model::from_gguf(gguf, path)?, &opts)?

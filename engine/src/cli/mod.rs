@@ -57,7 +57,7 @@ pub struct CommonArgs {
     /// Where the forward pass runs: auto (an AMD gfx11 GPU through HIP when one is usable,
     /// else the CPU), cpu, hip (error if no usable GPU) or emu (the software RDNA3 device
     /// running the same gfx1100 kernels: slow, for tests and instruction counts).
-    /// Flash-Next (qwen4exp) models take cpu, emu or hip (auto keeps them on the CPU).
+    /// Flash-Next (qwen4exp) too; with auto, a model the card cannot take runs on the CPU.
     #[arg(long, value_enum, global = true, default_value_t = crate::engine::Device::Auto)]
     pub device: crate::engine::Device,
     /// Ordered numerics on both backends: attention, matrix products (the `quant` crate's
