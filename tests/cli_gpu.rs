@@ -67,3 +67,26 @@ fn cli_bench_device_emu_reports_decode_profile() {
         assert!(p["instructions"].as_f64().unwrap() > 0.0, "{p}");
     }
 }
+
+/// Flash-Next's device forward pass reports one row per operation of its program (GR read /
+/// write, GDN, QSA, MoE, PLE, embed, head), each moving at least its weights once.
+#[test]
+fn cli_bench_device_emu_reports_flash_next_profile() {
+    let m = reference("tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf");
+    let out = strata()
+        .args(["bench", "-m", m.to_str().unwrap(), "--device", "emu", "--pp", "8", "--tg", "2", "--reps", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let parts = v["gpu_decode_profile"].as_array().expect("profile on emu");
+    let names: Vec<&str> = parts.iter().map(|p| p["part"].as_str().unwrap()).collect();
+    for want in ["embed", "gr read", "gdn", "qsa", "gr write", "moe", "ple", "head", "total"] {
+        assert!(names.contains(&want), "missing part {want}: {names:?}");
+    }
+    for p in parts {
+        let (g, i) = (p["global_bytes"].as_f64().unwrap(), p["ideal_bytes"].as_f64().unwrap());
+        assert!(g >= 0.9 * i && i > 0.0, "{p}");
+        assert!(p["instructions"].as_f64().unwrap() > 0.0, "{p}");
+    }
+}

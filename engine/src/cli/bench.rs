@@ -340,19 +340,31 @@ fn parts(p: &crate::model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart>
 #[cfg(feature = "gpu")]
 fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<GpuPart>>> {
     use crate::engine::AnyModel;
-    let AnyModel::Gpu(m) = &e.model else { return Ok(None) };
-    if m.api().info().backend != crate::gpu::device::Device::Emu {
-        return Ok(None);
-    }
-    let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1, e.opts.prefill)?;
-    let mut logits = Vec::new();
-    m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
-    sess.profile = Some(Default::default());
-    for _ in 0..steps {
-        let next = argmax(&logits);
-        m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
-    }
-    let p = sess.profile.take().expect("set above");
+    let p = match &e.model {
+        AnyModel::Gpu(m) if m.api().info().backend == crate::gpu::device::Device::Emu => {
+            let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1, e.opts.prefill)?;
+            let mut logits = Vec::new();
+            m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
+            sess.profile = Some(Default::default());
+            for _ in 0..steps {
+                let next = argmax(&logits);
+                m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
+            }
+            sess.profile.take().expect("set above")
+        }
+        AnyModel::FlashGpu(m) if m.api().info().backend == crate::gpu::device::Device::Emu => {
+            let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1)?;
+            let mut logits = Vec::new();
+            m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
+            sess.profile = Some(Default::default());
+            for _ in 0..steps {
+                let next = argmax(&logits);
+                m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
+            }
+            sess.profile.take().expect("set above")
+        }
+        _ => return Ok(None),
+    };
     let per = |x: u64| x as f64 / p.tokens.max(1) as f64;
     let mut parts: Vec<GpuPart> = p
         .parts

@@ -192,6 +192,9 @@ impl<'a> FlashChunk<'a> {
     pub(super) fn finish(self) -> Result<Vec<f32>> {
         let api = self.g.api();
         api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        if let Some(p) = self.s.profile.as_mut() {
+            p.tokens += self.toks.len() as u64;
+        }
         let n = self.toks.len() * self.g.m.hp.n_vocab;
         let mut bytes = vec![0u8; n * 4];
         api.memcpy_dtoh(&mut bytes, self.s.sc.logits).map_err(dev("reading logits"))?;
@@ -201,6 +204,23 @@ impl<'a> FlashChunk<'a> {
 
     fn n(&self) -> usize {
         self.toks.len()
+    }
+
+    /// Adds the device counters since the last call to `part` with the bytes it must move at
+    /// least (profiling only: the software device counts every instruction and byte).
+    fn count(&mut self, part: &'static str, ideal: usize) {
+        if let Some(p) = self.s.profile.as_mut() {
+            let s = self.g.api().take_stats().unwrap_or_default();
+            let e = p.parts.entry(part).or_default();
+            e.launches_instructions += s.instructions;
+            e.global_bytes += s.global_bytes_read + s.global_bytes_written;
+            e.ideal_bytes += ideal as u64;
+        }
+    }
+
+    /// f32 bytes of `values` per token of the window.
+    fn act(&self, values: usize) -> usize {
+        4 * values * self.n()
     }
 
     fn lin(&self) -> Linear<'_> {
@@ -272,6 +292,10 @@ impl FlashNextOps for FlashChunk<'_> {
                 api.memcpy_dtod_async(&g.stream, dst, sc.x + ((i * e) * 4) as u64, e * 4).map_err(dev("residual streams"))?;
             }
         }
+        // The rows read and the block input written (the stream copies are not kernel
+        // launches, so the counters do not see them).
+        let row = t.mat_bytes / t.rows.max(1);
+        self.count("embed", n * row + self.act(e));
         Ok(())
     }
 
@@ -288,11 +312,19 @@ impl FlashNextOps for FlashChunk<'_> {
         api.memcpy_htod(sc.emb, &emb.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).map_err(dev("uploading PLE rows"))?;
         self.project(sc.emb, n, &[(&dp.key, sc.pkey), (&dp.value, sc.pval)])?;
         let b = PleBuffers { key: sc.pkey, val: sc.pval, r: sc.r, norms: dp.norms, taps: dp.taps, hist, gv: sc.gv, nn: sc.nn };
-        g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))
+        g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))?;
+        let hce = (dp.shape.hc * dp.shape.e) as usize;
+        self.count("ple", dp.key.mat_bytes + dp.value.mat_bytes + 2 * dp.shape.hist_len() * 4 + self.act(2 * hce + dp.shape.e as usize));
+        Ok(())
     }
 
     fn hc_mix(&mut self, layer: usize, site: Site) -> Result<()> {
-        self.hc_read(self.hc(layer, site))
+        let h = self.hc(layer, site);
+        self.hc_read(h)?;
+        let hce = (h.shape.hc * h.shape.e) as usize;
+        let w = h.down.mat_bytes + h.up.mat_bytes + h.inject.as_ref().map_or(0, |m| m.mat_bytes);
+        self.count("gr read", w + self.act(hce + h.shape.e as usize));
+        Ok(())
     }
 
     fn gdn(&mut self, layer: usize) -> Result<()> {
@@ -317,7 +349,12 @@ impl FlashNextOps for FlashChunk<'_> {
             o: sc.o,
         };
         g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
-        self.mm(&d.out, sc.o, n, sc.y)
+        self.mm(&d.out, sc.o, n, sc.y)?;
+        let w = [&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out].iter().map(|m| m.mat_bytes).sum::<usize>();
+        let state = 2 * 4 * (d.shape.conv_state_len() + d.shape.delta_state_len());
+        let e = g.m.hp.n_embd;
+        self.count("gdn", w + state + self.act(2 * e));
+        Ok(())
     }
 
     fn attention(&mut self, layer: usize) -> Result<()> {
@@ -360,12 +397,28 @@ impl FlashNextOps for FlashChunk<'_> {
             out: sc.att,
         };
         g.ops.qsa_mix(&g.stream, &shape, &b, n as u32, self.s.n_past as u32, self.s.capacity as u32).map_err(dev("QSA attention"))?;
-        self.mm(&a.o, sc.att, n, sc.y)
+        self.mm(&a.o, sc.att, n, sc.y)?;
+        // Weights once, each token's kept K and V rows once (and the new ones written).
+        let mut w = [&a.q, &a.k, &a.v, &a.o].iter().map(|m| m.mat_bytes).sum::<usize>();
+        w += a.ix.as_ref().map_or(0, |(q, k)| q.mat_bytes + k.mat_bytes);
+        let esz = if self.s.kv == crate::gpu::ops::KvFormat::Int8 { 1 } else { 2 };
+        let row = (a.shape.n_head_kv * a.shape.head_dim) as usize * esz;
+        let cells: usize = (0..n).map(|t| {
+            let visible = self.s.n_past + t + 1;
+            a.shape.indexer.map_or(visible, |ix| visible.min(ix.budget() as usize))
+        }).sum();
+        let e = g.m.hp.n_embd;
+        self.count("qsa", w + 2 * row * (cells + n) + self.act(2 * e));
+        Ok(())
     }
 
     fn hc_combine(&mut self, layer: usize, site: Site) -> Result<()> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
-        g.ops.gr_combine(&g.stream, &self.hc(layer, site).shape, sc.r, sc.y, sc.inj, n as u32).map_err(dev("GR combine"))
+        let shape = self.hc(layer, site).shape;
+        g.ops.gr_combine(&g.stream, &shape, sc.r, sc.y, sc.inj, n as u32).map_err(dev("GR combine"))?;
+        let hce = (shape.hc * shape.e) as usize;
+        self.count("gr write", self.act(2 * hce + shape.e as usize + shape.hc as usize));
+        Ok(())
     }
 
     fn moe(&mut self, layer: usize) -> Result<()> {
@@ -379,7 +432,8 @@ impl FlashNextOps for FlashChunk<'_> {
         api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
         let mut raw = vec![0u8; n * k * 4];
         api.memcpy_dtoh(&mut raw, sc.rids).map_err(dev("reading expert ids"))?;
-        for (slot, id) in raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).enumerate() {
+        let ids: Vec<usize> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
+        for (slot, &id) in ids.iter().enumerate() {
             let f = m.experts.get(id).ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: router chose expert {id} of {}", m.experts.len())))?;
             let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
             self.swiglu(f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
@@ -387,12 +441,24 @@ impl FlashNextOps for FlashChunk<'_> {
         g.ops.moe_combine(&g.stream, sc.ys, sc.map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
         self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
         self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
-        g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))
+        g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
+        // The router, the distinct experts the window chose and the shared expert, once each.
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
+        let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + distinct.iter().filter_map(|&i| m.experts.get(i)).map(ffn).sum::<usize>();
+        self.count("moe", w + self.act(2 * e));
+        Ok(())
     }
 
     fn head(&mut self) -> Result<()> {
         let (g, n) = (self.g, self.n());
         self.hc_read(&g.w.out_hc)?;
-        self.mm(&g.w.output, self.s.sc.x, n, self.s.sc.logits)
+        self.mm(&g.w.output, self.s.sc.x, n, self.s.sc.logits)?;
+        let h = &g.w.out_hc;
+        let w = h.down.mat_bytes + h.up.mat_bytes + g.w.output.mat_bytes;
+        self.count("head", w + self.act((h.shape.hc * h.shape.e) as usize + g.m.hp.n_vocab));
+        Ok(())
     }
 }

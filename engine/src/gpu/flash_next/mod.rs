@@ -81,6 +81,9 @@ pub struct GpuFlashSession {
     sc: exec::Scratch,
     allocs: Vec<DevicePtr>,
     api: Arc<dyn GpuApi>,
+    /// When set, device counters (software device only) are summed per operation of the program
+    /// (`strata bench --device emu`).
+    pub profile: Option<super::model::Profile>,
 }
 
 impl GpuFlashSession {
@@ -199,7 +202,7 @@ impl GpuFlashNext {
             _ => None,
         };
         let sc = exec::Scratch::new(&mut up, self, capacity)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
@@ -218,6 +221,10 @@ impl GpuFlashNext {
         out.clear();
         let v = self.m.hp.n_vocab;
         let n_windows = tokens.len().div_ceil(WINDOW);
+        if s.profile.is_some() {
+            // Counters of earlier launches are not this evaluation's.
+            let _ = self.ops.api().take_stats();
+        }
         for (i, win) in tokens.chunks(WINDOW).enumerate() {
             let mut chunk = exec::FlashChunk::new(self, s, win)?;
             program::forward(&mut chunk, &self.m)?;
