@@ -1,8 +1,8 @@
 //! Flash-Next's order of operations for one micro-batch, written once ([`forward`]) over the
 //! operations a backend provides ([`FlashNextOps`]); the counterpart of `model::decoder` for
-//! this hybrid architecture. The CPU runs it in `cpu::flash_next`; the GPU executor
-//! (`gpu::flash_next`) runs the same program and reports each operation that has no gfx11
-//! kernel yet as [`EngineError::NotOnBackend`] (issue 15 adds them one by one).
+//! this hybrid architecture. The CPU runs it in `cpu::flash_next`, the GPU executor
+//! (`gpu::flash_next`) on the device; a backend that cannot run an operation returns an error
+//! naming it (e.g. [`EngineError::NotOnBackend`]), never a silent fallback.
 //!
 //! ```text
 //! R = hc copies of token_embd[tok]                          (embed)
