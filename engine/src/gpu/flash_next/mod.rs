@@ -156,6 +156,20 @@ impl GpuFlashNext {
             KvType::F32 => return Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into())),
         };
         let capacity = max_ctx.max(1);
+        // The attention kernel keeps a token's scores in LDS: a dense layer attends to every
+        // cell, an indexed one to at most its budget.
+        for (il, l) in self.w.layers.iter().enumerate() {
+            if let DevMixer::Attn(a) = &l.mixer {
+                let cells = a.shape.indexer.map_or(capacity, |ix| capacity.min(ix.budget() as usize));
+                if cells > super::abi::QSA_MAX_CELLS as usize {
+                    return Err(EngineError::Unsupported(format!(
+                        "qwen4exp on the GPU: layer {il} attends to {cells} cells at this context ({capacity}); the attention kernel takes at most {} (use --max-context {} or --device cpu)",
+                        super::abi::QSA_MAX_CELLS,
+                        super::abi::QSA_MAX_CELLS
+                    )));
+                }
+            }
+        }
         let mut up = Uploader::new(&*api, false);
         let esz = if fmt == KvFormat::Int8 { 1 } else { 2 };
         let mut ropes: Vec<((u32, u32), DevicePtr)> = Vec::new();
