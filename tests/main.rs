@@ -15,6 +15,8 @@ mod gpu_expert_cache;
 #[cfg(feature = "gpu")]
 mod gpu_flash_next;
 #[cfg(feature = "gpu")]
+mod gpu_flash_next_cache;
+#[cfg(feature = "gpu")]
 mod gpu_ops;
 #[cfg(feature = "gpu")]
 mod gpu_ops_attention;

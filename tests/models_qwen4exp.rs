@@ -26,7 +26,7 @@ mod mtp;
 mod ple_io;
 mod synth;
 
-fn ref_dir() -> PathBuf {
+pub(crate) fn ref_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen4exp")
 }
 

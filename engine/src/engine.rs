@@ -257,6 +257,8 @@ impl AnyModel {
         match self {
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => m.expert_cache_stats().map(|s| s.to_string()),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => m.expert_cache_stats().map(|s| s.to_string()),
             _ => None,
         }
     }
@@ -266,6 +268,8 @@ impl AnyModel {
         match self {
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => m.expert_cache_stats().map(|s| (s.hits, s.lookups)),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => m.expert_cache_stats().map(|s| (s.hits, s.lookups)),
             _ => None,
         }
     }
@@ -276,6 +280,8 @@ impl AnyModel {
         match self {
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) if m.expert_cache_stats().is_some() => m.save_expert_profile(path).map(|()| true),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) if m.expert_cache_stats().is_some() => m.save_expert_profile(path).map(|()| true),
             _ => {
                 let _ = path;
                 Ok(false)
@@ -427,6 +433,16 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
     }
 }
 
+/// Fills a Flash-Next device model's expert cache from `--expert-profile`, when one is given.
+#[cfg(feature = "gpu")]
+fn fill_flash_expert_cache(g: &crate::gpu::flash_next::GpuFlashNext, profile: Option<&Path>) -> Result<()> {
+    if let Some(p) = profile {
+        let n = g.fill_expert_cache(p)?;
+        eprintln!("strata: expert cache: {n} experts copied from {}", p.display());
+    }
+    Ok(())
+}
+
 /// Loads the hipBLASLt calibration table (gpu/calibrate.rs): the one given (`--calibration`,
 /// an error when it cannot be used), else the device's default file when present (a warning
 /// when it cannot be used). Without hipBLASLt on the device, a given table is an error.
@@ -486,6 +502,7 @@ impl Engine {
                 Device::Hip | Device::Emu => {
                     let api = crate::gpu::device::open_device(opts.device).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
                     let g = crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts).map_err(q4_err)?;
+                    fill_flash_expert_cache(&g, opts.expert_profile.as_deref())?;
                     AnyModel::FlashGpu(Box::new(g))
                 }
                 // A usable card when there is one (never the software device); a model the card
@@ -493,7 +510,10 @@ impl Engine {
                 #[cfg(feature = "gpu")]
                 Device::Auto => match crate::gpu::device::open_device(Device::Auto) {
                     Ok(api) => match crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts) {
-                        Ok(g) => AnyModel::FlashGpu(Box::new(g)),
+                        Ok(g) => {
+                            fill_flash_expert_cache(&g, opts.expert_profile.as_deref())?;
+                            AnyModel::FlashGpu(Box::new(g))
+                        }
                         Err(why) => {
                             eprintln!("strata: {} does not run on the GPU ({why}); running on the CPU", path.display());
                             let gguf = gguf::GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;

@@ -51,7 +51,8 @@ pub struct GpuOptions {
     /// fewer slots than experts, an expert is copied into a free slot on first use and, once
     /// the slots are full, computed on the CPU from the mapped file; the cache's hits and
     /// lookups are printed after generation. MoE layers then read the router's choice back
-    /// (no decode graphs). Bit-identical to the all-resident run with --ordered.
+    /// (no decode graphs). qwen3moe: bit-identical to the all-resident run with --ordered;
+    /// qwen4exp (Flash-Next): the CPU experts use the CPU backend's products.
     #[arg(id = "expert_cache", long = "expert-cache", global = true, env = "STRATA_EXPERT_CACHE", value_name = "N")]
     pub expert_cache: Option<u32>,
 }

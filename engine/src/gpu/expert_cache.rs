@@ -110,6 +110,31 @@ impl ExpertCache {
         Some(used)
     }
 
+    /// Fills free slots at start from the STRP profile at `path` (most-routed first, per layer
+    /// until its slots are full; a profile for another shape is refused): `copy(layer, expert,
+    /// slot)` puts each chosen expert into its slot. Returns how many experts were copied.
+    pub fn fill_from_profile(&self, path: &std::path::Path, n_expert: usize, mut copy: impl FnMut(usize, usize, usize) -> Result<(), String>) -> crate::error::Result<usize> {
+        use crate::error::EngineError;
+        let n_layer = self.slot_of.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let profile = crate::experts::Profile::read(path).map_err(|e| EngineError::Unsupported(e.to_string()))?;
+        profile.check_model(path, n_layer, n_expert).map_err(|e| EngineError::Unsupported(e.to_string()))?;
+        let mut copied = 0;
+        for &(l, e) in &profile.ranked {
+            let (l, e) = (l as usize, e as usize);
+            if let Some(slot) = self.reserve(l, e) {
+                copy(l, e, slot).map_err(|err| EngineError::Gpu(format!("--expert-profile: copying expert {e} of layer {l}: {err}")))?;
+                copied += 1;
+            }
+        }
+        Ok(copied)
+    }
+
+    /// Writes the routing counts so far as an STRP profile (`--expert-profile-save`).
+    pub fn save_profile(&self, path: &std::path::Path) -> crate::error::Result<()> {
+        let p = crate::experts::Profile::from_counts(&self.counts(), self.slots as u32).map_err(|e| crate::error::EngineError::Unsupported(e.to_string()))?;
+        p.write(path).map_err(|e| crate::error::EngineError::Unsupported(e.to_string()))
+    }
+
     /// Routing decisions so far, `[layer][expert]`.
     pub fn counts(&self) -> Vec<Vec<u64>> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()

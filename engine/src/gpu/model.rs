@@ -37,6 +37,31 @@ use crate::model::decoder::WeightName;
 use crate::model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model, W};
 use quant::GgmlType;
 
+/// How a matrix (or a stack of `n_mat`) of type `ty` lives on the device: its bytes and its
+/// [`DevMat`] (with `ptr` 0). MMVQ types as stored, f16/bf16 as stored, every other type
+/// widened to f32 (the GEMM path); in the ordered mode (`ordered`) every type as stored.
+pub(super) fn device_layout<'x>(ordered: bool, all: &'x [u8], ty: GgmlType, rows: usize, cols: usize, n_mat: usize, name: &str) -> Result<(std::borrow::Cow<'x, [u8]>, DevMat)> {
+    use std::borrow::Cow;
+    let dm = |kind, mat_bytes, ty| DevMat { ptr: 0, kind, rows, cols, mat_bytes, ty };
+    if ordered {
+        if !ty.has_reference() || ty.row_bytes(cols).is_none() {
+            return Err(EngineError::TensorType { name: name.to_string(), ty: ty.name(), why: "has no reference dot product for the ordered GPU mode" });
+        }
+        return Ok((Cow::Borrowed(all), dm(MatKind::Raw, all.len() / n_mat, ty)));
+    }
+    Ok(match wtype(ty) {
+        Some(wt) if cols % wt.block_k() as usize == 0 => (Cow::Borrowed(all), dm(MatKind::Q(wt), all.len() / n_mat, ty)),
+        _ if matches!(ty, GgmlType::F16 | GgmlType::BF16) => {
+            let kind = if ty == GgmlType::F16 { MatKind::F16 } else { MatKind::BF16 };
+            (Cow::Borrowed(all), dm(kind, rows * cols * 2, ty))
+        }
+        _ => {
+            let f = dequant_bytes(all, ty, rows * cols * n_mat, name)?;
+            (Cow::Owned(f32_bytes(&f).to_vec()), dm(MatKind::F32, rows * cols * 4, GgmlType::F32))
+        }
+    })
+}
+
 pub(super) fn gpu_err(what: &str) -> impl FnOnce(GpuError) -> EngineError + '_ {
     move |e| EngineError::Gpu(format!("{what}: {e}"))
 }
@@ -640,32 +665,19 @@ impl<'a> Uploader<'a> {
         self.matrix(all, w.ty, w.rows, w.cols, w.n_mat, name)
     }
 
-    /// A matrix `[rows][cols]` (or a stack of `n_mat`) of type `ty` from its bytes as stored:
-    /// MMVQ types as stored, f16/bf16 as stored, every other type widened to f32 (the GEMM
-    /// path); in the ordered mode every type as stored.
+    /// A matrix `[rows][cols]` (or a stack of `n_mat`) of type `ty` from its bytes as stored,
+    /// laid out by [`device_layout`].
     pub(super) fn matrix(&mut self, all: &[u8], ty: GgmlType, rows: usize, cols: usize, n_mat: usize, name: &str) -> Result<DevMat> {
-        if self.ordered {
-            if !ty.has_reference() || ty.row_bytes(cols).is_none() {
-                return Err(EngineError::TensorType { name: name.to_string(), ty: ty.name(), why: "has no reference dot product for the ordered GPU mode" });
-            }
-            let ptr = self.bytes(all)?;
-            return Ok(DevMat { ptr, kind: MatKind::Raw, rows, cols, mat_bytes: all.len() / n_mat, ty });
-        }
-        match wtype(ty) {
-            Some(wt) if cols % wt.block_k() as usize == 0 => {
-                let ptr = self.bytes(all)?;
-                Ok(DevMat { ptr, kind: MatKind::Q(wt), rows, cols, mat_bytes: all.len() / n_mat, ty })
-            }
-            _ if matches!(ty, GgmlType::F16 | GgmlType::BF16) => {
-                let ptr = self.bytes(all)?;
-                let kind = if ty == GgmlType::F16 { MatKind::F16 } else { MatKind::BF16 };
-                Ok(DevMat { ptr, kind, rows, cols, mat_bytes: rows * cols * 2, ty })
-            }
-            _ => {
-                let f = dequant_bytes(all, ty, rows * cols * n_mat, name)?;
-                let ptr = self.f32s(&f)?;
-                Ok(DevMat { ptr, kind: MatKind::F32, rows, cols, mat_bytes: rows * cols * 4, ty: GgmlType::F32 })
-            }
-        }
+        let (bytes, mut m) = device_layout(self.ordered, all, ty, rows, cols, n_mat, name)?;
+        m.ptr = self.bytes(&bytes)?;
+        Ok(m)
+    }
+
+    /// Empty device room for `n` matrices laid out like `sample` (one matrix's bytes as
+    /// stored): an expert cache's slots, filled later with [`device_layout`]'s bytes.
+    pub(super) fn matrix_room(&mut self, sample: &[u8], ty: GgmlType, rows: usize, cols: usize, n: usize, name: &str) -> Result<DevMat> {
+        let (_, mut m) = device_layout(self.ordered, sample, ty, rows, cols, 1, name)?;
+        m.ptr = self.zeroed(n * m.mat_bytes)?;
+        Ok(m)
     }
 }

@@ -216,34 +216,23 @@ impl GpuModel {
     /// Fills the expert cache's slots from an STRP profile (most-routed first, per layer until
     /// its slots are full). Returns how many experts were copied.
     pub fn fill_expert_cache(&self, path: &std::path::Path) -> crate::error::Result<usize> {
-        use crate::error::EngineError;
         let (Some(cache), Some(spec)) = (&self.expert_cache, &self.model.hp.moe) else {
-            return Err(EngineError::Unsupported(format!(
+            return Err(crate::error::EngineError::Unsupported(format!(
                 "--expert-profile {}: no expert cache to fill (the model has no routed experts, or --expert-cache leaves every expert resident)",
                 path.display()
             )));
         };
-        let profile = crate::experts::Profile::read(path).map_err(|e| EngineError::Unsupported(e.to_string()))?;
-        profile.check_model(path, self.model.hp.n_layer, spec.n_expert).map_err(|e| EngineError::Unsupported(e.to_string()))?;
-        let mut copied = 0;
-        for &(l, e) in &profile.ranked {
-            let (l, e) = (l as usize, e as usize);
-            let Ffn::Moe { gate, up, down, .. } = &self.w.layers[l].ffn.ffn else { continue };
-            if let Some(slot) = cache.reserve(l, e) {
-                self.upload_expert(l, e, slot, [gate, up, down]).map_err(|err| EngineError::Gpu(format!("--expert-profile: copying expert {e} of layer {l}: {err}")))?;
-                copied += 1;
-            }
-        }
-        Ok(copied)
+        cache.fill_from_profile(path, spec.n_expert, |l, e, slot| {
+            let Ffn::Moe { gate, up, down, .. } = &self.w.layers[l].ffn.ffn else { return Ok(()) };
+            self.upload_expert(l, e, slot, [gate, up, down]).map_err(|err| err.to_string())
+        })
     }
 
     /// Writes the routing counts of this run as an STRP profile (`--expert-profile-save`).
     pub fn save_expert_profile(&self, path: &std::path::Path) -> crate::error::Result<()> {
-        use crate::error::EngineError;
         let Some(cache) = &self.expert_cache else {
-            return Err(EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display())));
+            return Err(crate::error::EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display())));
         };
-        let p = crate::experts::Profile::from_counts(&cache.counts(), cache.slots() as u32).map_err(|e| EngineError::Unsupported(e.to_string()))?;
-        p.write(path).map_err(|e| EngineError::Unsupported(e.to_string()))
+        cache.save_profile(path)
     }
 }

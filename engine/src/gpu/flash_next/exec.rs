@@ -8,7 +8,10 @@ use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
 use crate::error::{EngineError, Result};
 use crate::gpu::device::{DevicePtr, GpuError};
 use crate::gpu::linear::Linear;
-use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, q8_1_bytes};
+use crate::cpu::flash_next::SwiGluCpu;
+use crate::gpu::expert_cache::Placement;
+use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
+use crate::model::qwen4exp::moe::SwiGlu;
 use crate::gpu::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use crate::model::qwen4exp::program::{FlashNextOps, Site};
 use crate::model::qwen4exp::{Mixer, Qwen4Exp};
@@ -272,6 +275,28 @@ impl<'a> FlashChunk<'a> {
         self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
         self.mm(&f.down, a, n, y)
     }
+
+    /// A routed expert the cache has no slot for, on the CPU (the CPU backend's products): the
+    /// window's block input is read back once (`host_x`), the rows of the tokens in `slots`
+    /// (`token·k + rank`) go through `f`, and each output row lands at its slot of the device's
+    /// expert outputs, where the combine weighs it like a device row.
+    fn expert_on_cpu(&self, f: &SwiGlu, slots: &[usize], k: usize, host_x: &mut Option<Vec<f32>>) -> Result<()> {
+        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let api = g.api();
+        if host_x.is_none() {
+            let mut b = vec![0u8; n * e * 4];
+            api.memcpy_dtoh(&mut b, sc.x).map_err(dev("reading the MoE input"))?;
+            *host_x = Some(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
+        }
+        let x = host_x.as_deref().unwrap_or_default();
+        let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
+        let mut ys = vec![0f32; slots.len() * e];
+        f.forward(&xs, slots.len(), &mut ys);
+        for (row, &j) in ys.chunks_exact(e).zip(slots) {
+            api.memcpy_htod(sc.ys + ((j * e) * 4) as u64, f32_bytes(row)).map_err(dev("writing CPU expert rows"))?;
+        }
+        Ok(())
+    }
 }
 
 impl FlashNextOps for FlashChunk<'_> {
@@ -423,31 +448,54 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn moe(&mut self, layer: usize) -> Result<()> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
-        let (e, m) = (g.m.hp.n_embd, &g.w.layers[layer].moe);
-        let k = m.n_used;
+        let (e, m, host) = (g.m.hp.n_embd, &g.w.layers[layer].moe, &g.m.layers[layer].moe);
+        let (k, ne) = (m.n_used, host.experts.len());
         self.mm(&m.router, sc.x, n, sc.rlog)?;
-        g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, m.experts.len() as u32, k as u32, true).map_err(dev("MoE router"))?;
+        g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true).map_err(dev("MoE router"))?;
         // The routed experts' products, launched from the ids read back (host dispatch).
         let api = g.api();
         api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
         let mut raw = vec![0u8; n * k * 4];
         api.memcpy_dtoh(&mut raw, sc.rids).map_err(dev("reading expert ids"))?;
-        let ids: Vec<usize> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
-        for (slot, &id) in ids.iter().enumerate() {
-            let f = m.experts.get(id).ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: router chose expert {id} of {}", m.experts.len())))?;
-            let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
-            self.swiglu(f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
+        // Each chosen expert with the (token, rank) slots that chose it, by expert id.
+        let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (slot, c) in raw.chunks_exact(4).enumerate() {
+            let id = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize;
+            if id >= ne {
+                return Err(EngineError::Gpu(format!("qwen4exp MoE layer {layer}: router chose expert {id} of {ne}")));
+            }
+            chosen.entry(id).or_default().push(slot);
+        }
+        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
+        let mut expert_bytes = 0;
+        let mut host_x: Option<Vec<f32>> = None; // read back at the first expert run on the CPU
+        for (&id, slots) in &chosen {
+            // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
+            let f = match g.expert_cache.as_ref().map(|c| c.place(layer, id, slots.len())) {
+                None => m.experts.get(id),
+                Some(Placement::Hit(s)) => m.experts.get(s),
+                Some(Placement::Admit(s)) => {
+                    m.experts.fill(&**api, &host.experts[id], s).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}")))?;
+                    m.experts.get(s)
+                }
+                Some(Placement::Cpu) => {
+                    self.expert_on_cpu(&host.experts[id], slots, k, &mut host_x)?;
+                    continue;
+                }
+            };
+            let f = f.ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}")))?;
+            expert_bytes += ffn(&f);
+            for &slot in slots {
+                let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
+                self.swiglu(&f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
+            }
         }
         g.ops.moe_combine(&g.stream, sc.ys, sc.map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
         self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
         self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
         g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
-        // The router, the distinct experts the window chose and the shared expert, once each.
-        let mut distinct = ids.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
-        let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + distinct.iter().filter_map(|&i| m.experts.get(i)).map(ffn).sum::<usize>();
+        // The router, the distinct experts the device ran and the shared expert, once each.
+        let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + expert_bytes;
         self.count("moe", w + self.act(2 * e));
         Ok(())
     }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
+use super::expert_cache::{CacheStats, ExpertCache};
 use super::model::{Uploader, gpu_err};
 use super::ops::{GpuOps, KvFormat};
 use crate::error::{EngineError, Result};
@@ -38,8 +39,11 @@ pub struct GpuFlashNext {
     opts: GpuOptions,
     stream: Stream,
     w: DevWeights,
+    /// `--expert-cache N` with fewer slots than experts: which expert holds which slot, and the
+    /// counters. None: every expert resident.
+    expert_cache: Option<ExpertCache>,
     allocs: Vec<DevicePtr>,
-    /// Bytes of weights uploaded.
+    /// Bytes of weights uploaded (with an expert cache: its empty slots included).
     pub weight_bytes: usize,
 }
 
@@ -132,10 +136,39 @@ impl GpuFlashNext {
         }
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
+        let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        let cache_slots = opts.expert_cache.map(|n| n as usize).filter(|&n| n < n_expert);
         let mut up = Uploader::new(&*api, false);
-        let w = weights::upload(&mut up, &m)?;
+        let w = weights::upload(&mut up, &m, cache_slots)?;
         let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
-        Ok(GpuFlashNext { m, ops, opts, stream, w, allocs, weight_bytes })
+        let expert_cache = cache_slots.map(|n| ExpertCache::new(m.layers.len(), n_expert, n));
+        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, allocs, weight_bytes })
+    }
+
+    /// The expert cache's counters (`--expert-cache N` with fewer slots than experts).
+    pub fn expert_cache_stats(&self) -> Option<CacheStats> {
+        self.expert_cache.as_ref().map(ExpertCache::stats)
+    }
+
+    /// Fills the expert cache's slots from an STRP profile (`--expert-profile`, most-routed
+    /// first). Returns how many experts were copied.
+    pub fn fill_expert_cache(&self, path: &std::path::Path) -> Result<usize> {
+        let Some(cache) = &self.expert_cache else {
+            return Err(EngineError::Unsupported(format!("--expert-profile {}: no expert cache to fill (--expert-cache leaves every expert resident)", path.display())));
+        };
+        let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        cache.fill_from_profile(path, n_expert, |l, e, slot| {
+            let host = self.m.layers[l].moe.experts.get(e).ok_or_else(|| format!("layer {l} has no expert {e}"))?;
+            self.w.layers[l].moe.experts.fill(&**self.ops.api(), host, slot)
+        })
+    }
+
+    /// Writes this run's routing counts as an STRP profile (`--expert-profile-save`).
+    pub fn save_expert_profile(&self, path: &std::path::Path) -> Result<()> {
+        match &self.expert_cache {
+            Some(c) => c.save_profile(path),
+            None => Err(EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display()))),
+        }
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {

@@ -6,11 +6,11 @@
 
 use crate::error::{EngineError, Result};
 use crate::gpu::abi;
-use crate::gpu::model::{DevMat, Uploader};
+use crate::gpu::model::{DevMat, Uploader, device_layout};
 use crate::gpu::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
 use crate::model::qwen4exp::moe::SwiGlu;
 use crate::model::qwen4exp::{Gdn, HyperConn, Mat, Mixer, Moe, Ple, Qsa, Qwen4Exp};
-use crate::gpu::device::DevicePtr;
+use crate::gpu::device::{DevicePtr, GpuApi};
 
 /// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`, `output_hc_*`).
 pub(super) struct DevHc {
@@ -57,16 +57,52 @@ pub(super) enum DevMixer {
     Attn(DevQsa),
 }
 
+#[derive(Clone, Copy)]
 pub(super) struct DevFfn {
     pub gate: DevMat,
     pub up: DevMat,
     pub down: DevMat,
 }
 
+/// A layer's routed experts on the device.
+pub(super) enum DevExperts {
+    /// Every expert resident, by expert id.
+    Resident(Vec<DevFfn>),
+    /// `--expert-cache N`: room for N experts (each matrix a stack of N, the count second); an
+    /// expert lives in the slot the cache gives it (`ExpertCache::place`), copied in by
+    /// [`DevExperts::fill`].
+    Slots(DevFfn, usize),
+}
+
+impl DevExperts {
+    /// The matrices of expert `e` (resident) or slot `e` (cache).
+    pub fn get(&self, e: usize) -> Option<DevFfn> {
+        match self {
+            DevExperts::Resident(v) => v.get(e).copied(),
+            DevExperts::Slots(_, n) if e >= *n => None,
+            DevExperts::Slots(f, _) => {
+                let at = |m: &DevMat| DevMat { ptr: m.expert(e), ..*m };
+                Some(DevFfn { gate: at(&f.gate), up: at(&f.up), down: at(&f.down) })
+            }
+        }
+    }
+
+    /// Copies expert `f` of the host model (its bytes as stored, laid out as at upload) into
+    /// slot `slot`.
+    pub fn fill(&self, api: &dyn GpuApi, f: &SwiGlu, slot: usize) -> std::result::Result<(), String> {
+        let Some(dst) = self.get(slot) else { return Err(format!("no slot {slot}")) };
+        for (m, d) in [(&f.gate, dst.gate), (&f.up, dst.up), (&f.down, dst.down)] {
+            let (bytes, _) = device_layout(false, m.data(), m.ty, m.rows, m.cols, 1, "expert").map_err(|e| e.to_string())?;
+            api.memcpy_htod(d.ptr, &bytes).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
 pub(super) struct DevMoe {
     pub n_used: usize,
     pub router: DevMat,
-    pub experts: Vec<DevFfn>,
+    pub experts: DevExperts,
     pub shared_gate: DevMat,
     pub shared: DevFfn,
 }
@@ -183,7 +219,22 @@ fn ffn(up: &mut Uploader, f: &SwiGlu, name: &str) -> Result<DevFfn> {
     })
 }
 
-fn moe(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevMoe> {
+/// Room for `n` experts shaped like the layer's first (every expert of a layer must share its
+/// type and shape, as the GGUF's expert stacks do).
+fn expert_slots(up: &mut Uploader, m: &Moe, il: usize, n: usize) -> Result<DevFfn> {
+    let f0 = &m.experts[0];
+    for (e, f) in m.experts.iter().enumerate() {
+        for (what, a, b) in [("gate", &f.gate, &f0.gate), ("up", &f.up, &f0.up), ("down", &f.down, &f0.down)] {
+            if (a.ty, a.rows, a.cols) != (b.ty, b.rows, b.cols) {
+                return Err(unsupported(format!("blk.{il}.ffn_{what}_exps: expert {e} is {:?} {}x{}, expert 0 {:?} {}x{} (--expert-cache needs one shape a layer)", a.ty, a.rows, a.cols, b.ty, b.rows, b.cols)));
+            }
+        }
+    }
+    let room = |up: &mut Uploader, w: &Mat, what: &str| up.matrix_room(w.data(), w.ty, w.rows, w.cols, n, &format!("blk.{il}.ffn_{what}_exps"));
+    Ok(DevFfn { gate: room(up, &f0.gate, "gate")?, up: room(up, &f0.up, "up")?, down: room(up, &f0.down, "down")? })
+}
+
+fn moe(up: &mut Uploader, m: &Moe, il: usize, cache_slots: Option<usize>) -> Result<DevMoe> {
     let ne = m.experts.len();
     if ne == 0 || ne > abi::MOE_MAX_EXPERTS as usize || m.n_used == 0 || m.n_used > (abi::MOE_MAX_K as usize).min(ne) {
         return Err(unsupported(format!(
@@ -196,7 +247,10 @@ fn moe(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevMoe> {
     Ok(DevMoe {
         n_used: m.n_used,
         router: mat(up, &m.router, &format!("blk.{il}.ffn_gate_inp"))?,
-        experts: m.experts.iter().enumerate().map(|(e, f)| ffn(up, f, &format!("blk.{il} expert {e}"))).collect::<Result<_>>()?,
+        experts: match cache_slots {
+            Some(n) => DevExperts::Slots(expert_slots(up, m, il, n)?, n),
+            None => DevExperts::Resident(m.experts.iter().enumerate().map(|(e, f)| ffn(up, f, &format!("blk.{il} expert {e}"))).collect::<Result<_>>()?),
+        },
         shared_gate: mat(up, &m.shared_gate, &format!("blk.{il}.ffn_gate_inp_shexp"))?,
         shared: ffn(up, &m.shared, &format!("blk.{il} shared expert"))?,
     })
@@ -219,8 +273,9 @@ fn ple(up: &mut Uploader, p: &Ple) -> Result<DevPle> {
     })
 }
 
-/// Uploads every weight of `m`.
-pub(super) fn upload(up: &mut Uploader, m: &Qwen4Exp) -> Result<DevWeights> {
+/// Uploads every weight of `m`; with `cache_slots`, each MoE layer gets that many empty expert
+/// slots instead of its experts.
+pub(super) fn upload(up: &mut Uploader, m: &Qwen4Exp, cache_slots: Option<usize>) -> Result<DevWeights> {
     let t = &m.tok_embd;
     let tok_embd = up.embedding_table(t.data(), t.ty, t.rows, t.cols)?;
     let mut layers = Vec::with_capacity(m.layers.len());
@@ -232,7 +287,7 @@ pub(super) fn upload(up: &mut Uploader, m: &Qwen4Exp) -> Result<DevWeights> {
                 Mixer::Attn(a) => DevMixer::Attn(qsa(up, a, il)?),
             },
             hc_ffn: hc(up, &l.hc_ffn, &format!("blk.{il}.hc_ffn"))?,
-            moe: moe(up, &l.moe, il)?,
+            moe: moe(up, &l.moe, il, cache_slots)?,
         });
     }
     Ok(DevWeights {

@@ -1,0 +1,137 @@
+//! Flash-Next's expert cache on the device (`--expert-cache N` with `--device emu|hip`,
+//! gpu/flash_next): the routed experts live in N slots per MoE layer, admitted on first use or
+//! filled from a profile; the experts without a slot run on the CPU (the CPU backend's products)
+//! and their rows join the device's combine. On the public tiny-qwen4exp fixtures (4 MoE layers,
+//! 8 experts, top 2), with 0 slots (every expert on the CPU), 3 and 7: the logits stay within the
+//! tolerances of llama.cpp's recorded ones that the all-resident device run meets
+//! (tests/gpu_flash_next.rs), greedy ids equal llama.cpp's, the counters add up; the CLI prints
+//! them and the CPU's text; a saved profile preloads the next run.
+#![cfg(feature = "gpu")]
+
+use std::process::Command;
+
+use crate::models_qwen4exp::{argmax, compare, load_refs, model};
+use strata::gpu::flash_next::GpuFlashNext;
+use strata::gpu::model::GpuOptions;
+use strata::model::Logits;
+use strata::model::qwen4exp::KvType;
+use strata::test_device;
+
+const F32: &str = "tiny-qwen4exp-public-f32.gguf";
+const Q8: &str = "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
+const LAYERS: u64 = 4;
+const TOP_K: u64 = 2;
+
+fn load(device: &strata::gpu::test_device::TestDevice, file: &str, slots: Option<u32>) -> GpuFlashNext {
+    let (_, api) = device.clone();
+    let opts = GpuOptions { expert_cache: slots, ..GpuOptions::default() };
+    GpuFlashNext::new(model(file), api, opts).unwrap_or_else(|e| panic!("{file}, {slots:?} slots: {e}"))
+}
+
+test_device!(
+    /// Prompt logits of the 8- and 64-token reference sequences at 0, 3 and 7 slots, on the f32
+    /// and the two-shard Q8_0 model: within the all-resident run's tolerances of llama.cpp; the
+    /// counters: one lookup per token, layer and rank, each a hit, an admission's use or a CPU
+    /// run; 0 slots sends all to the CPU, 7 of 8 admits at most 7 per layer.
+    model fn flash_next_expert_cache_logits_match_llama_cpp_at_every_size(device) {
+        let dev = device.0;
+        for (file, variant) in [(F32, "f32"), (Q8, "q8_0-split")] {
+            for slots in [0u32, 3, 7] {
+                let g = load(device, file, Some(slots));
+                let v = g.n_vocab();
+                let mut tokens = 0u64;
+                for s in load_refs(variant).into_iter().take(2) {
+                    let mut sess = g.new_session(KvType::F16, 512).unwrap();
+                    let mut got = Vec::new();
+                    g.eval(&mut sess, &s.tokens, Logits::All, &mut got).unwrap();
+                    tokens += s.tokens.len() as u64;
+                    let c = compare(&got, &s.logits.1, v);
+                    eprintln!("{dev} {variant} {slots} slots {}: {c:?}", s.name);
+                    if variant == "f32" {
+                        assert!(c.max_abs <= 1e-3, "{dev} {variant} {slots} slots {}: {c:?}", s.name);
+                    } else {
+                        assert!(c.max_abs <= 0.6 && c.mean_abs <= 0.02 && c.max_flip_gap <= 0.05, "{dev} {variant} {slots} slots {}: {c:?}", s.name);
+                    }
+                }
+                let st = g.expert_cache_stats().expect("fewer slots than experts: a cache with counters");
+                assert_eq!(st.slots, slots as usize, "{st}");
+                assert_eq!(st.lookups, tokens * LAYERS * TOP_K, "{st}");
+                assert!(st.hits + st.cpu <= st.lookups && st.admitted <= LAYERS * slots as u64, "{st}");
+                if slots == 0 {
+                    assert_eq!((st.hits, st.admitted, st.cpu), (0, 0, st.lookups), "{st}");
+                } else {
+                    assert!(st.hits > 0 && st.admitted > 0, "{st}");
+                    assert_eq!(st.admitted, LAYERS * slots as u64, "72 tokens fill every slot: {st}");
+                }
+            }
+        }
+    }
+);
+
+test_device!(
+    /// With every expert given a slot (`--expert-cache 8` of 8) there is no cache; with 3 slots,
+    /// greedy generation prints llama.cpp's greedy ids, as the all-resident run does.
+    model fn flash_next_expert_cache_greedy_matches_llama_cpp(device) {
+        let dev = device.0;
+        assert!(load(device, F32, Some(8)).expert_cache_stats().is_none(), "8 of 8 experts: resident, no cache");
+        let g = load(device, F32, Some(3));
+        let s = load_refs("f32").into_iter().next().expect("seq1");
+        let mut sess = g.new_session(KvType::F16, 512).unwrap();
+        let mut l = Vec::new();
+        g.eval(&mut sess, &s.tokens, Logits::Last, &mut l).unwrap();
+        let mut ids = vec![argmax(&l) as u32];
+        while ids.len() < s.greedy.len() {
+            g.eval(&mut sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
+            ids.push(argmax(&l) as u32);
+        }
+        assert_eq!(ids, s.greedy, "{dev} {}", s.name);
+        let st = g.expert_cache_stats().unwrap();
+        assert!(st.cpu > 0 && st.hits > 0, "3 of 8 slots over a generation: both sides ran experts: {st}");
+    }
+);
+
+fn strata(args: &[&str]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{args:?}: {err}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+}
+
+/// The number before `what` on the expert cache's counter line.
+fn stat(err: &str, what: &str) -> u64 {
+    let line = err.lines().find(|l| l.contains("expert cache: ") && l.contains("lookups")).unwrap_or_else(|| panic!("no counters in {err}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let i = words.iter().position(|w| *w == what).unwrap_or_else(|| panic!("{what} in {line}"));
+    words[i - 1].trim_start_matches('[').parse().unwrap()
+}
+
+/// `strata generate --device emu --expert-cache 3` on the f32 fixture prints the CPU's text and
+/// ids and the cache's counters; `--expert-profile-save` writes the run's routing counts and a
+/// second run with `--expert-profile` starts with the slots filled (12 = 3 x 4 layers), admits
+/// none and hits more, with the same text.
+#[test]
+fn cli_flash_next_expert_cache_prints_counters_and_profile_preloads() {
+    let m = crate::models_qwen4exp::ref_dir().join(F32);
+    let dir = std::env::temp_dir().join(format!("strata-flash-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prof = dir.join("run.strp");
+    let base = ["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153,190,227", "-n", "8", "--temp", "0", "--show-ids"];
+    let with = |extra: &[&str]| strata(&[&base[..], extra].concat());
+    let (cpu_text, cpu_err) = with(&["--device", "cpu"]);
+    let (emu_text, e1) = with(&["--device", "emu", "--expert-cache", "3", "--expert-profile-save", prof.to_str().unwrap()]);
+    let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
+    assert_eq!(emu_text, cpu_text);
+    assert_eq!(ids(&e1), ids(&cpu_err));
+    assert!(e1.contains("3 slots per layer"), "{e1}");
+    // 7 prompt tokens + 7 decode steps (the 8th token is sampled, not evaluated).
+    assert_eq!(stat(&e1, "lookups"), (7 + 7) * LAYERS * TOP_K, "{e1}");
+    let p = strata::experts::Profile::read(&prof).unwrap();
+    assert_eq!((p.n_layers, p.n_expert, p.slots), (4, 8, 3));
+    let (text2, e2) = with(&["--device", "emu", "--expert-cache", "3", "--expert-profile", prof.to_str().unwrap()]);
+    assert_eq!(text2, cpu_text);
+    assert!(e2.contains("expert cache: 12 experts copied from"), "{e2}");
+    assert_eq!(stat(&e2, "preloaded"), 12, "{e2}");
+    assert_eq!(stat(&e2, "admitted"), 0, "{e2}");
+    assert!(stat(&e2, "hits") >= stat(&e1, "hits"), "profile-filled slots hit at least as often as first-use ones:\n{e1}\n{e2}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
