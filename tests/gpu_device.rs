@@ -431,7 +431,8 @@ E hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     if (params || !extra || extra[0] != (void *)1 || extra[2] != (void *)2 || extra[4] != (void *)3) return 1;
     if (*(size_t *)extra[3] != 24 || gx * bx < 256) return 1;
     return 0; }
-E hipMalloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+E hipMalloc(void **p, size_t n) { if (n > ((size_t)1 << 40)) return 2; *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+E hipMemGetInfo(size_t *f, size_t *t) { *t = (size_t)24 << 30; *f = (size_t)23 << 30; return 0; }
 E hipFree(void *p) { free(p); return 0; }
 E hipHostMalloc(void **p, size_t n, unsigned f) { if (n > (1 << 20)) return 2; *p = calloc(1, n); return 0; }
 E hipHostFree(void *p) { free(p); return 0; }
@@ -497,6 +498,13 @@ fn hip_loader_accepts_a_gfx1100_stand_in_and_drives_it() {
     // Memory and copies through the real function-pointer table.
     let n = 1000;
     let src: Vec<u8> = (0..n).map(|i| (i * 13) as u8).collect();
+    let m = api.mem_info().unwrap();
+    assert_eq!((m.free, m.total), (23 << 30, 24 << 30));
+    // hipErrorOutOfMemory becomes the typed error with the free memory.
+    match api.malloc(2 << 40) {
+        Err(strata::gpu::device::GpuError::OutOfMemory { bytes, free, total }) => assert_eq!((bytes, free, total), (2 << 40, 23 << 30, 24 << 30)),
+        other => panic!("expected out of memory, got {other:?}"),
+    }
     let d = api.malloc(n).unwrap();
     api.memcpy_htod(d, &src).unwrap();
     let mut out = vec![0u8; n];

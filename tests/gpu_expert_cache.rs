@@ -12,7 +12,7 @@ use std::process::Command;
 use strata::cpu::prelude::*;
 use strata::gpu::test_device::TestDevice;
 use strata::test_device;
-use strata::gpu::model::{GpuModel, GpuOptions};
+use strata::gpu::model::{ExpertCacheSize, GpuModel, GpuOptions};
 use strata::kv_cache::KvType;
 use strata::model::{Logits, Model};
 
@@ -31,7 +31,7 @@ fn argmax(v: &[f32]) -> u32 {
 
 fn gpu(path: &std::path::Path, ordered: bool, slots: Option<u32>, device: &TestDevice) -> GpuModel {
     let api = device.1.clone();
-    let opts = GpuOptions { ordered, expert_cache: slots, ..GpuOptions::default() };
+    let opts = GpuOptions { ordered, expert_cache: slots.map(ExpertCacheSize::Slots), ..GpuOptions::default() };
     GpuModel::new(Model::load(path).unwrap(), api, opts).unwrap()
 }
 
@@ -136,7 +136,7 @@ test_device!(
 test_device!(
     model fn expert_cache_refuses_experts_the_device_cannot_run_as_stored(device) {
         let api = device.1.clone();
-        let opts = GpuOptions { expert_cache: Some(2), ..GpuOptions::default() };
+        let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(2)), ..GpuOptions::default() };
         let err = GpuModel::new(Model::load(&reference(F32)).unwrap(), api, opts).err().expect("f32 experts are widened at upload");
         let msg = err.to_string();
         assert!(msg.contains("blk.0.ffn_gate_exps.weight") && msg.contains("--expert-cache"), "{msg}");

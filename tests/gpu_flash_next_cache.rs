@@ -12,7 +12,7 @@ use std::process::Command;
 
 use crate::models_qwen4exp::{argmax, compare, load_refs, model};
 use strata::gpu::flash_next::GpuFlashNext;
-use strata::gpu::model::GpuOptions;
+use strata::gpu::model::{ExpertCacheSize, GpuOptions};
 use strata::model::Logits;
 use strata::model::qwen4exp::KvType;
 use strata::test_device;
@@ -24,7 +24,7 @@ const TOP_K: u64 = 2;
 
 fn load(device: &strata::gpu::test_device::TestDevice, file: &str, slots: Option<u32>) -> GpuFlashNext {
     let (_, api) = device.clone();
-    let opts = GpuOptions { expert_cache: slots, ..GpuOptions::default() };
+    let opts = GpuOptions { expert_cache: slots.map(ExpertCacheSize::Slots), ..GpuOptions::default() };
     GpuFlashNext::new(model(file), api, opts).unwrap_or_else(|e| panic!("{file}, {slots:?} slots: {e}"))
 }
 

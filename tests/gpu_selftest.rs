@@ -179,6 +179,9 @@ impl GpuApi for SimulatedCard {
     fn malloc(&self, bytes: usize) -> GpuResult<DevicePtr> {
         self.inner.malloc(bytes)
     }
+    fn mem_info(&self) -> GpuResult<strata::gpu::device::MemInfo> {
+        self.inner.mem_info()
+    }
     fn free(&self, p: DevicePtr) -> GpuResult<()> {
         self.inner.free(p)
     }

@@ -390,17 +390,18 @@ pub struct Engine {
 /// Puts a shared-decoder model on the chosen device.
 fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
     let (device, calibration, ordered, gpu) = (opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu);
+    let (kv, max_context, prefill) = (opts.kv, opts.max_context, opts.prefill);
     let expert_profile = opts.expert_profile.as_deref();
     #[cfg(feature = "gpu")]
     {
-        use crate::gpu::device::{Device, GpuError, open_device};
+        use crate::gpu::device::{Device, GpuError, open_device_with};
         let kind = match device {
             Device::Cpu => return Ok(AnyModel::Std(Box::new(model))),
             Device::Auto => Device::Auto,
             Device::Hip => Device::Hip,
             Device::Emu => Device::Emu,
         };
-        let api = match open_device(kind) {
+        let api = match open_device_with(kind, &gpu) {
             Ok(api) => api,
             Err(GpuError::NoUsableGpu(why)) => {
                 // No ROCm at all is the normal CPU-only machine: stay quiet then.
@@ -414,6 +415,12 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
         let mut opts = gpu;
         opts.ordered |= ordered;
         let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
+        if opts.expert_cache == Some(crate::gpu_options::ExpertCacheSize::Auto) {
+            let ctx = if max_context == 0 { m.model.hp.n_ctx_train.max(1) } else { max_context };
+            if let Some(fit) = m.fit_expert_cache(kv, ctx, prefill)? {
+                eprintln!("strata: {fit}");
+            }
+        }
         attach_calibration(&mut m, calibration)?;
         if let Some(p) = expert_profile {
             let n = m.fill_expert_cache(p)?;
@@ -422,7 +429,7 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
         Ok(AnyModel::Gpu(Box::new(m)))
     }
     #[cfg(not(feature = "gpu"))]
-    let _ = (calibration, ordered, gpu, expert_profile);
+    let _ = (calibration, ordered, gpu, expert_profile, kv, max_context, prefill);
     #[cfg(not(feature = "gpu"))]
     match device {
         Device::Cpu | Device::Auto => Ok(AnyModel::Std(Box::new(model))),
@@ -433,10 +440,19 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
     }
 }
 
-/// Fills a Flash-Next device model's expert cache from `--expert-profile`, when one is given.
+/// Sizes a Flash-Next device model's expert cache (`auto`, the default for this architecture;
+/// said only when not every expert fits or `auto` was asked for) and fills it from
+/// `--expert-profile`, when one is given.
 #[cfg(feature = "gpu")]
-fn fill_flash_expert_cache(g: &crate::gpu::flash_next::GpuFlashNext, profile: Option<&Path>) -> Result<()> {
-    if let Some(p) = profile {
+fn prepare_flash_expert_cache(g: &mut crate::gpu::flash_next::GpuFlashNext, opts: &RunOptions) -> Result<()> {
+    if g.opts().expert_cache == Some(crate::gpu_options::ExpertCacheSize::Auto) {
+        let ctx = if opts.max_context == 0 { g.m.hp.n_ctx_train.max(1) } else { opts.max_context };
+        let fit = g.fit_expert_cache(opts.kv, ctx)?;
+        if !fit.all_resident() || opts.gpu.expert_cache.is_some() {
+            eprintln!("strata: {fit}");
+        }
+    }
+    if let Some(p) = opts.expert_profile.as_deref() {
         let n = g.fill_expert_cache(p)?;
         eprintln!("strata: expert cache: {n} experts copied from {}", p.display());
     }
@@ -496,22 +512,25 @@ impl Engine {
             #[cfg(feature = "gpu")]
             {
                 gopts.ordered |= opts.ordered_attention;
+                // Flash-Next's experts rarely all fit a card: size the cache from the free VRAM
+                // unless told otherwise (every expert resident when they do fit).
+                gopts.expert_cache = gopts.expert_cache.or(Some(crate::gpu_options::ExpertCacheSize::Auto));
             }
             match opts.device {
                 #[cfg(feature = "gpu")]
                 Device::Hip | Device::Emu => {
-                    let api = crate::gpu::device::open_device(opts.device).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
-                    let g = crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts).map_err(q4_err)?;
-                    fill_flash_expert_cache(&g, opts.expert_profile.as_deref())?;
+                    let api = crate::gpu::device::open_device_with(opts.device, &gopts).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
+                    let mut g = crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts)?;
+                    prepare_flash_expert_cache(&mut g, &opts)?;
                     AnyModel::FlashGpu(Box::new(g))
                 }
                 // A usable card when there is one (never the software device); a model the card
                 // cannot take (its memory, a dimension, --ordered) runs on the CPU, with the reason.
                 #[cfg(feature = "gpu")]
-                Device::Auto => match crate::gpu::device::open_device(Device::Auto) {
+                Device::Auto => match crate::gpu::device::open_device_with(Device::Auto, &gopts) {
                     Ok(api) => match crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts) {
-                        Ok(g) => {
-                            fill_flash_expert_cache(&g, opts.expert_profile.as_deref())?;
+                        Ok(mut g) => {
+                            prepare_flash_expert_cache(&mut g, &opts)?;
                             AnyModel::FlashGpu(Box::new(g))
                         }
                         Err(why) => {

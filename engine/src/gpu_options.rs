@@ -47,19 +47,82 @@ pub struct GpuOptions {
     /// chunks), device or host.
     #[arg(id = "gpu_moe", long = "gpu-moe", value_enum, ignore_case = true, global = true, env = "STRATA_GPU_MOE", default_value_t = MoePath::Auto)]
     pub moe: MoePath,
-    /// VRAM slots per MoE layer for routed experts (default: every expert resident). With
-    /// fewer slots than experts, an expert is copied into a free slot on first use and, once
-    /// the slots are full, computed on the CPU from the mapped file; the cache's hits and
-    /// lookups are printed after generation. MoE layers then read the router's choice back
-    /// (no decode graphs). qwen3moe: bit-identical to the all-resident run with --ordered;
-    /// qwen4exp (Flash-Next): the CPU experts use the CPU backend's products.
-    #[arg(id = "expert_cache", long = "expert-cache", global = true, env = "STRATA_EXPERT_CACHE", value_name = "N")]
-    pub expert_cache: Option<u32>,
+    /// VRAM slots per MoE layer for routed experts, or auto: as many as fit in the free VRAM
+    /// after the other weights and one session of --max-context, minus --vram-reserve-mib
+    /// (every expert resident when all fit). Default: every expert resident (qwen4exp: auto).
+    /// With fewer slots than experts, an expert is copied into a free slot on first use and,
+    /// once the slots are full, computed on the CPU; the cache's hits and lookups are printed
+    /// after generation. MoE layers then read the router's choice back (no decode graphs).
+    /// qwen3moe: bit-identical to the all-resident run with --ordered; qwen4exp (Flash-Next):
+    /// the CPU experts use the CPU backend's products.
+    #[arg(id = "expert_cache", long = "expert-cache", global = true, env = "STRATA_EXPERT_CACHE", value_name = "N|auto")]
+    pub expert_cache: Option<ExpertCacheSize>,
+    /// VRAM left free by --expert-cache auto (MiB), for the display, other programs and the
+    /// runtime's own allocations.
+    #[arg(id = "vram_reserve_mib", long = "vram-reserve-mib", global = true, env = "STRATA_VRAM_RESERVE_MIB", value_name = "MIB", default_value_t = 1024)]
+    pub vram_reserve_mib: u64,
+    /// VRAM of the software device (--device emu), in MiB: allocations past it fail as on a
+    /// card of that size.
+    #[arg(id = "emu_vram_mib", long = "emu-vram-mib", global = true, env = "STRATA_EMU_VRAM_MIB", value_name = "MIB", default_value_t = 24 << 10)]
+    pub emu_vram_mib: u64,
+}
+
+/// `--expert-cache N|auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "SlotsOrWord")]
+pub enum ExpertCacheSize {
+    /// This many slots per MoE layer (every expert resident when it is at least the count).
+    Slots(u32),
+    /// As many as fit in the free VRAM (see [`GpuOptions::expert_cache`]).
+    Auto,
+}
+
+impl std::str::FromStr for ExpertCacheSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            w if w.eq_ignore_ascii_case("auto") => Ok(ExpertCacheSize::Auto),
+            n => n.parse().map(ExpertCacheSize::Slots).map_err(|_| format!("{s:?}: expected a number of slots or auto")),
+        }
+    }
+}
+
+impl std::fmt::Display for ExpertCacheSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExpertCacheSize::Slots(n) => write!(f, "{n}"),
+            ExpertCacheSize::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl From<ExpertCacheSize> for String {
+    fn from(v: ExpertCacheSize) -> String {
+        v.to_string()
+    }
+}
+
+/// The engine configuration's `expert_cache`: a number or a word.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum SlotsOrWord {
+    Slots(u32),
+    Word(String),
+}
+
+impl TryFrom<SlotsOrWord> for ExpertCacheSize {
+    type Error = String;
+    fn try_from(v: SlotsOrWord) -> Result<Self, String> {
+        match v {
+            SlotsOrWord::Slots(n) => Ok(ExpertCacheSize::Slots(n)),
+            SlotsOrWord::Word(w) => w.parse(),
+        }
+    }
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
     }
 }
 

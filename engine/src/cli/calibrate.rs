@@ -45,7 +45,7 @@ pub fn run(_c: &Common, _a: &CalibrateArgs) -> Result<()> {
 pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
     use crate::engine::Device;
     use crate::gpu::calibrate::{self as cal, CalibrateOptions};
-    use crate::gpu::device::{DType, open_device};
+    use crate::gpu::device::{DType, open_device_with};
     use anyhow::Context;
 
     if a.tokens.is_empty() || a.tokens.contains(&0) {
@@ -79,7 +79,7 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
     if shapes.is_empty() {
         bail!("the model has no dense projection that uses the GEMM path: nothing to calibrate");
     }
-    let api = open_device(kind).map_err(|e| anyhow::anyhow!("--device {}: {e}", c.run.device.name()))?;
+    let api = open_device_with(kind, &c.run.gpu).map_err(|e| anyhow::anyhow!("--device {}: {e}", c.run.device.name()))?;
     let info = api.info().clone();
     let Some(ver) = info.blas_lt_version.clone() else {
         bail!("{} has no usable hipBLASLt ({}): nothing to calibrate", info.name, info.blas_lt.as_deref().unwrap_or("libhipblaslt not found"));

@@ -355,7 +355,7 @@ impl CommonArgs {
             }
         }
         if (self.expert_profile.is_some() || self.expert_profile_save.is_some()) && self.gpu.expert_cache.is_none() {
-            bail!("--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N (and --device emu|hip)");
+            bail!("--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N|auto (and --device emu|hip)");
         }
         let ple = crate::model::qwen4exp::PleOptions {
             ple_gguf: self.ple_gguf.clone(),

@@ -15,6 +15,49 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// How `--expert-cache auto` sized the cache ([`AutoFit::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoFit {
+    /// Slots per MoE layer (the expert count: every expert resident, no cache).
+    pub slots: usize,
+    pub n_expert: usize,
+    /// Free VRAM after the other weights and one session, before the slots.
+    pub free: u64,
+    pub total: u64,
+    /// `--vram-reserve-mib`, in bytes.
+    pub reserve: u64,
+    /// One slot in every MoE layer (an expert's gate, up and down in each).
+    pub slot_bytes: u64,
+}
+
+impl AutoFit {
+    /// The slots that fit in `free - reserve`, `slot_bytes` each, at most `n_expert`.
+    pub fn new(free: u64, total: u64, reserve: u64, slot_bytes: u64, n_expert: usize) -> AutoFit {
+        let room = free.saturating_sub(reserve);
+        let slots = if slot_bytes == 0 { n_expert } else { (room / slot_bytes).min(n_expert as u64) as usize };
+        AutoFit { slots, n_expert, free, total, reserve, slot_bytes }
+    }
+
+    pub fn all_resident(&self) -> bool {
+        self.slots >= self.n_expert
+    }
+}
+
+impl std::fmt::Display for AutoFit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use indicatif::HumanBytes as B;
+        let what = if self.all_resident() { format!("all {} experts resident", self.n_expert) } else { format!("{} of {} experts per layer in VRAM, the rest on the CPU", self.slots, self.n_expert) };
+        write!(
+            f,
+            "expert cache auto: {what} ({} free of {} after the other weights and a session, {} reserved, {} a slot across the MoE layers)",
+            B(self.free),
+            B(self.total),
+            B(self.reserve),
+            B(self.slot_bytes)
+        )
+    }
+}
+
 /// Counters of the cache since load.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
@@ -190,5 +233,19 @@ mod tests {
         assert_eq!(c.reserve(1, 0), None, "no such layer");
         assert_eq!(c.place(0, 2, 1), Placement::Hit(0));
         assert_eq!(c.stats().preloaded, 2);
+    }
+
+    #[test]
+    fn auto_fit_takes_the_slots_that_fit_beside_the_reserve() {
+        const MIB: u64 = 1 << 20;
+        // 10 MiB free, 1 MiB reserved, 2 MiB a slot: 4 slots (8 MiB), not 5 (10 MiB).
+        let f = AutoFit::new(10 * MIB, 24 * MIB, MIB, 2 * MIB, 8);
+        assert_eq!((f.slots, f.all_resident()), (4, false));
+        // Room for more than the experts: every expert resident.
+        let f = AutoFit::new(100 * MIB, 128 * MIB, MIB, 2 * MIB, 8);
+        assert_eq!((f.slots, f.all_resident()), (8, true));
+        // The reserve larger than what is free: no slot (every expert on the CPU), no underflow.
+        assert_eq!(AutoFit::new(MIB / 2, 24 * MIB, MIB, 2 * MIB, 8).slots, 0);
+        assert!(AutoFit::new(10 * MIB, 24 * MIB, MIB, 2 * MIB, 8).to_string().contains("4 of 8 experts per layer"));
     }
 }

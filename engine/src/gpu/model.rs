@@ -29,7 +29,7 @@ use std::sync::Arc;
 use super::abi::{MAX_COLS, WType};
 use super::device::{DevicePtr, GpuApi, GpuError, Stream};
 use super::ops::{AttnMode, GpuOps, KvFormat};
-pub use crate::gpu_options::{GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
+pub use crate::gpu_options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
 use super::expert_cache::{CacheStats, ExpertCache};
@@ -60,6 +60,16 @@ pub(super) fn device_layout<'x>(ordered: bool, all: &'x [u8], ty: GgmlType, rows
             (Cow::Owned(f32_bytes(&f).to_vec()), dm(MatKind::F32, rows * cols * 4, GgmlType::F32))
         }
     })
+}
+
+/// Says what to do when a model's weights do not fit the device (`e` from their upload).
+pub(super) fn weights_do_not_fit(e: EngineError) -> EngineError {
+    match e {
+        EngineError::Gpu(m) if m.contains("out of device memory") => EngineError::Gpu(format!(
+            "the weights do not fit: {m}; --device cpu runs the model on the CPU, and a MoE model keeps fewer experts in VRAM with --expert-cache N|auto"
+        )),
+        e => e,
+    }
 }
 
 pub(super) fn gpu_err(what: &str) -> impl FnOnce(GpuError) -> EngineError + '_ {
@@ -120,7 +130,7 @@ pub struct GpuModel {
     pub(super) w: DecoderWeights<DevMat, DevicePtr>,
     /// Distinct (rope base, rope scale) pairs; sessions build one cos/sin table per entry.
     pub(super) rope_params: Vec<(f32, f32)>,
-    allocs: Vec<DevicePtr>,
+    pub(super) allocs: Vec<DevicePtr>,
     /// Bytes of weights uploaded.
     pub weight_bytes: usize,
     /// f32 bytes of the largest quantized layer matrix (the GEMM path's scratch).
@@ -271,8 +281,10 @@ impl GpuModel {
         // Every weight through one uploader, in `DecoderWeights`' order.
         let up = std::cell::RefCell::new(up);
         // A partial expert cache: expert stacks become `slots` empty slots, filled on use.
+        // `auto` starts with empty slots: `fit_expert_cache` sizes them once a session's size is known.
         let cache_slots = match (&hp.moe, opts.expert_cache) {
-            (Some(m), Some(n)) if (n as usize) < m.n_expert => Some(n as usize),
+            (Some(m), Some(ExpertCacheSize::Slots(n))) if (n as usize) < m.n_expert => Some(n as usize),
+            (Some(_), Some(ExpertCacheSize::Auto)) => Some(0),
             _ => None,
         };
         let is_stack = |s: &str| matches!(s, "ffn_gate_exps.weight" | "ffn_up_exps.weight" | "ffn_down_exps.weight");
@@ -285,7 +297,7 @@ impl GpuModel {
                 _ => up.borrow_mut().mat(&model, m, &name.to_string()),
             },
             |v, _| up.borrow_mut().f32s(v),
-        )?;
+        ).map_err(weights_do_not_fit)?;
         let mut up = up.into_inner();
         let mut rope_params: Vec<(f32, f32)> = Vec::new();
         for LayerKind::Attention(spec) in &hp.layers {
@@ -607,7 +619,11 @@ impl<'a> Uploader<'a> {
         Ok(p)
     }
     pub(super) fn zeroed(&mut self, n: usize) -> Result<DevicePtr> {
-        let p = self.api.malloc(n.max(16)).map_err(gpu_err("device allocation"))?;
+        let uploaded = self.bytes;
+        let p = self.api.malloc(n.max(16)).map_err(|e| match e {
+            GpuError::OutOfMemory { .. } => EngineError::Gpu(format!("{e} ({} of this upload already there)", indicatif::HumanBytes(uploaded as u64))),
+            e => gpu_err("device allocation")(e),
+        })?;
         self.allocs.push(p);
         self.bytes += n;
         self.api.memset(p, 0, n.max(16)).map_err(gpu_err("device memset"))?;
@@ -618,7 +634,7 @@ impl<'a> Uploader<'a> {
     }
     /// Empty device room for `n` experts of the stack `w` (laid out as `mat` would upload it:
     /// as stored, for MMVQ or the ordered mode's `mmv_ordered`), filled by the expert cache.
-    fn slots(&mut self, model: &Model, w: &W, name: &str, n: usize) -> Result<DevMat> {
+    pub(super) fn slots(&mut self, model: &Model, w: &W, name: &str, n: usize) -> Result<DevMat> {
         let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
         let mat_bytes = all.len() / w.n_mat;
         let kind = if self.ordered && w.ty.has_reference() && w.ty.row_bytes(w.cols).is_some() {
@@ -660,7 +676,7 @@ impl<'a> Uploader<'a> {
         let mat_bytes = if ty != stored { rows * cols * 4 } else { data.len() };
         Ok(DevMat { ptr, kind, rows, cols, mat_bytes, ty })
     }
-    fn mat(&mut self, model: &Model, w: &W, name: &str) -> Result<DevMat> {
+    pub(super) fn mat(&mut self, model: &Model, w: &W, name: &str) -> Result<DevMat> {
         let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
         self.matrix(all, w.ty, w.rows, w.cols, w.n_mat, name)
     }

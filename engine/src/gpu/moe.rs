@@ -5,8 +5,8 @@
 
 use super::abi::MAX_COLS;
 use super::device::GpuError;
-use super::expert_cache::Placement;
-use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, f32_bytes, q8_1_bytes, u32_bytes};
+use super::expert_cache::{AutoFit, ExpertCache, Placement};
+use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use crate::cpu::ModelMatmul;
 use crate::model::Ffn;
 use super::ops::GluAct;
@@ -226,6 +226,37 @@ impl GpuModel {
             let Ffn::Moe { gate, up, down, .. } = &self.w.layers[l].ffn.ffn else { return Ok(()) };
             self.upload_expert(l, e, slot, [gate, up, down]).map_err(|err| err.to_string())
         })
+    }
+
+    /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
+    /// with one session (`kv`, `max_ctx`, `prefill_chunk`) allocated, minus
+    /// `--vram-reserve-mib`; every expert resident (no cache) when all fit. Called once, after
+    /// [`GpuModel::new`] with `auto` (which leaves 0 slots: every expert on the CPU until
+    /// then). None for a model without routed experts.
+    pub fn fit_expert_cache(&mut self, kv: crate::kv_cache::KvType, max_ctx: usize, prefill_chunk: usize) -> crate::error::Result<Option<AutoFit>> {
+        let Some(n_expert) = self.model.hp.moe.as_ref().map(|m| m.n_expert) else { return Ok(None) };
+        let api = self.ops.api().clone();
+        let slot_bytes: u64 = self.w.layers.iter().map(|l| match &l.ffn.ffn {
+            Ffn::Moe { gate, up, down, .. } => (gate.mat_bytes + up.mat_bytes + down.mat_bytes) as u64,
+            Ffn::Dense { .. } => 0,
+        }).sum();
+        let mem = {
+            let _probe = self.new_session(kv, max_ctx, prefill_chunk).map_err(|e| crate::error::EngineError::Gpu(format!("--expert-cache auto: a session of {max_ctx} positions does not fit beside the weights ({e}); a smaller --max-context leaves room")))?;
+            api.mem_info().map_err(super::model::gpu_err("reading the free VRAM"))?
+        };
+        let fit = AutoFit::new(mem.free, mem.total, self.opts.vram_reserve_mib << 20, slot_bytes, n_expert);
+        let mut upl = Uploader::new(&*api, self.opts.ordered);
+        for (il, (host, dev)) in self.model.w.layers.iter().zip(&mut self.w.layers).enumerate() {
+            let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&host.ffn.ffn, &mut dev.ffn.ffn) else { continue };
+            for (h, d, what) in [(hg, gate, "ffn_gate_exps.weight"), (hu, up, "ffn_up_exps.weight"), (hd, down, "ffn_down_exps.weight")] {
+                let name = crate::model::decoder::WeightName::Layer(il, what).to_string();
+                *d = if fit.all_resident() { upl.mat(&self.model, h, &name)? } else { upl.slots(&self.model, h, &name, fit.slots)? };
+            }
+        }
+        self.allocs.append(&mut upl.allocs);
+        self.weight_bytes += upl.bytes;
+        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::new(self.model.hp.n_layer, n_expert, fit.slots));
+        Ok(Some(fit))
     }
 
     /// Writes the routing counts of this run as an STRP profile (`--expert-profile-save`).

@@ -19,7 +19,7 @@ use super::gemm_ref::{gemm_host, gemm_host_tiled};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
     DeviceInfo, DevicePtr, Event, Gemm, GpuApi, LtAlgo, Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec,
-    LaunchConfig, LaunchStats, Module, Stream, WaitCond,
+    LaunchConfig, LaunchStats, MemInfo, Module, Stream, WaitCond,
 };
 use emulator::{Device, Function};
 use std::collections::{HashMap, HashSet};
@@ -66,6 +66,9 @@ struct State {
     events: HashSet<u64>,
     graphs: HashMap<u64, Arc<Vec<Op>>>,
     stats: LaunchStats,
+    /// Device allocations and their sizes (host buffers are not VRAM), against `vram_bytes`.
+    device_allocs: HashMap<u64, usize>,
+    device_used: u64,
 }
 
 impl State {
@@ -117,6 +120,13 @@ impl EmuApi {
             blas_lt_version: Some(format!("emu-{}", env!("CARGO_PKG_VERSION"))),
         };
         EmuApi { dev, info, state: Mutex::new(State::default()) }
+    }
+
+    /// The same device with `bytes` of VRAM (default 24 GiB): allocations past it fail with
+    /// [`GpuError::OutOfMemory`], as on a card of that size.
+    pub fn with_vram(mut self, bytes: u64) -> Self {
+        self.info.vram_bytes = bytes;
+        self
     }
 
     /// A software device that reports `arch` (e.g. `gfx1101`), so [`GpuApi::load_module`] (and
@@ -291,10 +301,28 @@ impl GpuApi for EmuApi {
     }
 
     fn malloc(&self, bytes: usize) -> Result<DevicePtr> {
-        self.dev.malloc(bytes).map_err(emu(format!("malloc {bytes} bytes")))
+        let mut st = self.state()?;
+        let total = self.info.vram_bytes;
+        let free = total.saturating_sub(st.device_used);
+        if bytes as u64 > free {
+            return Err(GpuError::OutOfMemory { bytes, free, total });
+        }
+        let p = self.dev.malloc(bytes).map_err(emu(format!("malloc {bytes} bytes")))?;
+        st.device_allocs.insert(p, bytes);
+        st.device_used += bytes as u64;
+        Ok(p)
     }
     fn free(&self, ptr: DevicePtr) -> Result<()> {
-        self.dev.free(ptr).map_err(emu(format!("free {ptr:#x}")))
+        self.dev.free(ptr).map_err(emu(format!("free {ptr:#x}")))?;
+        let mut st = self.state()?;
+        if let Some(b) = st.device_allocs.remove(&ptr) {
+            st.device_used -= b as u64;
+        }
+        Ok(())
+    }
+    fn mem_info(&self) -> Result<MemInfo> {
+        let total = self.info.vram_bytes;
+        Ok(MemInfo { free: total.saturating_sub(self.state()?.device_used), total })
     }
 
     fn host_alloc(&self, bytes: usize, opts: HostAllocOptions) -> Result<HostBuf> {

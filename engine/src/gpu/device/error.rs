@@ -50,6 +50,10 @@ pub enum GpuError {
         #[source]
         source: EmuError,
     },
+    /// A device allocation larger than the free memory (`hipErrorOutOfMemory` on a card; the
+    /// software device's VRAM size, `--emu-vram-mib`).
+    #[error("out of device memory: {bytes} bytes asked, {free} of {total} bytes free")]
+    OutOfMemory { bytes: usize, free: u64, total: u64 },
     /// A pinned host allocation failed and the caller did not allow the pageable fallback.
     #[error("pinned host allocation of {bytes} bytes failed: {reason}")]
     PinnedAlloc { bytes: usize, reason: String },

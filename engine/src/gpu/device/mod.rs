@@ -43,9 +43,15 @@ pub use crate::device::Device;
 /// the system library path). Never panics: a missing runtime, no device or an unsupported
 /// architecture is an error that names the library, version and architecture.
 pub fn open_device(kind: Device) -> Result<Box<dyn GpuApi>> {
+    open_device_with(kind, &crate::gpu_options::GpuOptions::default())
+}
+
+/// [`open_device`] with the engine's GPU settings (the software device's VRAM size,
+/// `--emu-vram-mib`).
+pub fn open_device_with(kind: Device, opts: &crate::gpu_options::GpuOptions) -> Result<Box<dyn GpuApi>> {
     match kind {
         Device::Cpu => Err(GpuError::NotAGpu),
-        Device::Emu => Ok(Box::new(EmuApi::new()?)),
+        Device::Emu => Ok(Box::new(EmuApi::new()?.with_vram(opts.emu_vram_mib << 20))),
         Device::Hip => Ok(Box::new(HipApi::open(&HipConfig::from_env())?)),
         Device::Auto => match HipApi::open(&HipConfig::from_env()) {
             Ok(h) => Ok(Box::new(h)),
@@ -74,6 +80,13 @@ pub fn arch_base(arch: &str) -> &str {
 }
 
 
+
+/// Device memory in bytes ([`GpuApi::mem_info`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    pub free: u64,
+    pub total: u64,
+}
 
 /// What was found at open.
 #[derive(Clone, Debug)]
@@ -375,8 +388,11 @@ pub trait GpuApi: Send + Sync {
     fn function(&self, module: &Module, spec: &KernelSpec) -> Result<Kernel>;
 
     // ---- device memory
+    /// Device memory; more than is free is [`GpuError::OutOfMemory`].
     fn malloc(&self, bytes: usize) -> Result<DevicePtr>;
     fn free(&self, ptr: DevicePtr) -> Result<()>;
+    /// Free and total device memory now (`hipMemGetInfo`), for sizing the expert cache.
+    fn mem_info(&self) -> Result<MemInfo>;
 
     // ---- host memory
     /// Pinned host memory (`hipHostMalloc`), optionally device-mapped; with

@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
-use super::expert_cache::{CacheStats, ExpertCache};
-use super::model::{Uploader, gpu_err};
+use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
+use super::model::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
 use crate::error::{EngineError, Result};
-use crate::gpu_options::GpuOptions;
+use crate::gpu_options::{ExpertCacheSize, GpuOptions};
 use crate::kv_cache::KvType;
 use crate::model::Logits;
 use crate::model::qwen4exp::{PleState, Qwen4Exp, program};
@@ -137,12 +137,45 @@ impl GpuFlashNext {
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
         let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
-        let cache_slots = opts.expert_cache.map(|n| n as usize).filter(|&n| n < n_expert);
+        // `auto` starts with empty slots: `fit_expert_cache` sizes them once a session's size is known.
+        let cache_slots = match opts.expert_cache {
+            Some(ExpertCacheSize::Slots(n)) => Some(n as usize).filter(|&n| n < n_expert),
+            Some(ExpertCacheSize::Auto) => Some(0),
+            None => None,
+        };
         let mut up = Uploader::new(&*api, false);
-        let w = weights::upload(&mut up, &m, cache_slots)?;
+        let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
         let expert_cache = cache_slots.map(|n| ExpertCache::new(m.layers.len(), n_expert, n));
         Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, allocs, weight_bytes })
+    }
+
+    /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
+    /// with one session of `max_ctx` positions of `kv` allocated, minus `--vram-reserve-mib`;
+    /// every expert resident (no cache) when all fit. Called once, after [`GpuFlashNext::new`]
+    /// with `auto` (which leaves 0 slots: every expert on the CPU until then).
+    pub fn fit_expert_cache(&mut self, kv: KvType, max_ctx: usize) -> Result<AutoFit> {
+        let api = self.ops.api().clone();
+        let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        let mut slot_bytes = 0u64;
+        for l in &self.m.layers {
+            for w in [&l.moe.experts[0].gate, &l.moe.experts[0].up, &l.moe.experts[0].down] {
+                let (_, d) = super::model::device_layout(false, w.data(), w.ty, w.rows, w.cols, 1, "expert")?;
+                slot_bytes += d.mat_bytes as u64;
+            }
+        }
+        let mem = {
+            let _probe = self.new_session(kv, max_ctx).map_err(|e| EngineError::Gpu(format!("--expert-cache auto: a session of {max_ctx} positions does not fit beside the weights ({e}); a smaller --max-context leaves room")))?;
+            api.mem_info().map_err(gpu_err("reading the free VRAM"))?
+        };
+        let fit = AutoFit::new(mem.free, mem.total, self.opts.vram_reserve_mib << 20, slot_bytes, n_expert);
+        let mut up = Uploader::new(&*api, false);
+        let slots = (!fit.all_resident()).then_some(fit.slots);
+        weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
+        self.allocs.append(&mut up.allocs);
+        self.weight_bytes += up.bytes;
+        self.expert_cache = slots.map(|n| ExpertCache::new(self.m.layers.len(), n_expert, n));
+        Ok(fit)
     }
 
     /// The expert cache's counters (`--expert-cache N` with fewer slots than experts).
@@ -169,6 +202,11 @@ impl GpuFlashNext {
             Some(c) => c.save_profile(path),
             None => Err(EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display()))),
         }
+    }
+
+    /// The GPU settings the model was loaded with.
+    pub fn opts(&self) -> &GpuOptions {
+        &self.opts
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {

@@ -247,10 +247,7 @@ fn moe(up: &mut Uploader, m: &Moe, il: usize, cache_slots: Option<usize>) -> Res
     Ok(DevMoe {
         n_used: m.n_used,
         router: mat(up, &m.router, &format!("blk.{il}.ffn_gate_inp"))?,
-        experts: match cache_slots {
-            Some(n) => DevExperts::Slots(expert_slots(up, m, il, n)?, n),
-            None => DevExperts::Resident(m.experts.iter().enumerate().map(|(e, f)| ffn(up, f, &format!("blk.{il} expert {e}"))).collect::<Result<_>>()?),
-        },
+        experts: experts(up, m, il, cache_slots)?,
         shared_gate: mat(up, &m.shared_gate, &format!("blk.{il}.ffn_gate_inp_shexp"))?,
         shared: ffn(up, &m.shared, &format!("blk.{il} shared expert"))?,
     })
@@ -270,6 +267,23 @@ fn ple(up: &mut Uploader, p: &Ple) -> Result<DevPle> {
         value: mat(up, &p.value, "ple value")?,
         norms: up.f32s(&norms)?,
         taps: up.f32s(&p.conv)?,
+    })
+}
+
+/// Replaces every MoE layer's experts: `Some(n)` slots (empty), or `None` every expert resident.
+/// The old device copies stay allocated (the empty slots of `auto`, a few bytes).
+pub(super) fn resize_experts(up: &mut Uploader, m: &Qwen4Exp, w: &mut DevWeights, slots: Option<usize>) -> Result<()> {
+    for (il, (l, d)) in m.layers.iter().zip(&mut w.layers).enumerate() {
+        d.moe.experts = experts(up, &l.moe, il, slots)?;
+    }
+    Ok(())
+}
+
+/// A layer's routed experts: `Some(n)` empty slots, or `None` every expert resident.
+fn experts(up: &mut Uploader, m: &Moe, il: usize, slots: Option<usize>) -> Result<DevExperts> {
+    Ok(match slots {
+        Some(n) => DevExperts::Slots(expert_slots(up, m, il, n)?, n),
+        None => DevExperts::Resident(m.experts.iter().enumerate().map(|(e, f)| ffn(up, f, &format!("blk.{il} expert {e}"))).collect::<Result<_>>()?),
     })
 }
 

@@ -37,6 +37,9 @@ impl GpuApi for Recorder {
     fn function(&self, module: &Module, spec: &KernelSpec) -> Result<Kernel> {
         self.inner.function(module, spec)
     }
+    fn mem_info(&self) -> Result<super::super::device::MemInfo> {
+        self.inner.mem_info()
+    }
     fn malloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.inner.malloc(bytes)
     }

@@ -24,6 +24,8 @@ pub type HipError = u32;
 pub const H2D: u32 = 1;
 pub const D2H: u32 = 2;
 pub const D2D: u32 = 3;
+/// `hipErrorOutOfMemory` (hipMalloc past the free VRAM).
+pub const HIP_ERROR_OUT_OF_MEMORY: HipError = 2;
 /// `hipHostMallocMapped` / `hipHostMallocPortable` (same values for `hipHostAlloc*`).
 pub const HOST_MALLOC_PORTABLE: u32 = 0x1;
 pub const HOST_MALLOC_MAPPED: u32 = 0x2;
@@ -166,6 +168,7 @@ fn_table!(
     hipModuleGetFunction: fn(*mut Ptr, Ptr, *const c_char) -> HipError;
     hipModuleLaunchKernel: fn(Ptr, u32, u32, u32, u32, u32, u32, u32, Ptr, *mut Ptr, *mut Ptr) -> HipError;
     hipMalloc: fn(*mut Ptr, usize) -> HipError;
+    hipMemGetInfo: fn(*mut usize, *mut usize) -> HipError;
     hipFree: fn(Ptr) -> HipError;
     hipHostFree: fn(Ptr) -> HipError;
     hipHostGetDevicePointer: fn(*mut Ptr, Ptr, u32) -> HipError;

@@ -32,7 +32,7 @@ use super::error::{invalid, GpuError, Result};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
     arch_base, code_object_for_arch, embedded_archs, Device, ComputeType, DType, DeviceInfo, DevicePtr, Event, Gemm, GpuApi,
-    Graph, LtAlgo, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, Module, Stream, Transpose, WaitCond,
+    Graph, LtAlgo, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, MemInfo, Module, Stream, Transpose, WaitCond,
 };
 use ffi::*;
 use libloading::Library;
@@ -378,8 +378,20 @@ impl GpuApi for HipApi {
         self.bind()?;
         let mut p: Ptr = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        self.check("hipMalloc", unsafe { (self.fns.hipMalloc)(&mut p, bytes) }, || format!(" ({bytes} bytes)"))?;
+        let rc = unsafe { (self.fns.hipMalloc)(&mut p, bytes) };
+        if rc == HIP_ERROR_OUT_OF_MEMORY {
+            let m = self.mem_info()?;
+            return Err(GpuError::OutOfMemory { bytes, free: m.free, total: m.total });
+        }
+        self.check("hipMalloc", rc, || format!(" ({bytes} bytes)"))?;
         Ok(p as usize as u64)
+    }
+    fn mem_info(&self) -> Result<MemInfo> {
+        self.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        self.check("hipMemGetInfo", unsafe { (self.fns.hipMemGetInfo)(&mut free, &mut total) }, String::new)?;
+        Ok(MemInfo { free: free as u64, total: total as u64 })
     }
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         // SAFETY: the runtime validates the pointer.
