@@ -103,6 +103,22 @@ test_device!(
     }
 );
 
+test_device!(
+    /// Adaptive residency (`--adapt-every 1`: experts swapped between slots after every token)
+    /// moves experts between the device and the CPU without changing a bit of the ordered output.
+    model fn expert_cache_adaptive_swaps_keep_the_ordered_output_bit_identical(device) {
+        let path = reference(Q8);
+        let want = run_cpu_ordered(&path);
+        let api = device.1.clone();
+        let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, ..GpuOptions::default() };
+        let g = GpuModel::new(Model::load(&path).unwrap(), api, opts).unwrap();
+        assert_bits("q8_0, 3 slots, adapting every token", &run_gpu(&g), &want);
+        let s = g.expert_cache_stats().unwrap();
+        assert!(s.swapped > 0, "{s}");
+        assert_eq!(s.lookups, (13 + 6) * 2 * 2, "{s}");
+    }
+);
+
 /// Decisions served by the admission of their expert (the first use of each admitted expert
 /// within its layer's chunk): what is neither a hit nor a CPU expert.
 fn admitted_uses(s: &strata::gpu::expert_cache::CacheStats) -> u64 {

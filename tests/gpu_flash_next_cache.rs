@@ -90,6 +90,31 @@ test_device!(
     }
 );
 
+test_device!(
+    /// Adaptive residency (`adapt_every` 1: slots re-assigned after every window) on the 64-token
+    /// sequence with 3 slots: experts are swapped in, and the logits stay within the f32 rule.
+    model fn flash_next_expert_cache_adaptive_stays_within_tolerance(device) {
+        let dev = device.0;
+        let (_, api) = device.clone();
+        let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, ..GpuOptions::default() };
+        let g = GpuFlashNext::new(model(F32), api, opts).unwrap();
+        let s = load_refs("f32").into_iter().nth(1).expect("seq2");
+        let mut sess = g.new_session(KvType::F16, 512).unwrap();
+        let mut got = Vec::new();
+        // One token at a time, so the cache adapts between tokens.
+        for t in &s.tokens {
+            let mut row = Vec::new();
+            g.eval(&mut sess, &[*t], Logits::Last, &mut row).unwrap();
+            got.extend_from_slice(&row);
+        }
+        let c = compare(&got, &s.logits.1, g.n_vocab());
+        let st = g.expert_cache_stats().unwrap();
+        eprintln!("{dev}: {c:?} {st}");
+        assert!(c.max_abs <= 1e-3, "{dev}: {c:?}");
+        assert!(st.swapped > 0 && st.lookups == s.tokens.len() as u64 * LAYERS * TOP_K, "{st}");
+    }
+);
+
 fn strata(args: &[&str]) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();

@@ -57,6 +57,12 @@ pub struct GpuOptions {
     /// the CPU experts use the CPU backend's products.
     #[arg(id = "expert_cache", long = "expert-cache", global = true, env = "STRATA_EXPERT_CACHE", value_name = "N|auto")]
     pub expert_cache: Option<ExpertCacheSize>,
+    /// Adaptive residency of the expert cache: every N tokens, per MoE layer, copy in up to 2
+    /// of the most-routed experts without a slot (exponentially decayed counts, routed at least
+    /// twice as often) in place of the least-routed residents; 0 = static (the slots keep what
+    /// the profile or first use put there).
+    #[arg(id = "adapt_every", long = "adapt-every", global = true, env = "STRATA_ADAPT_EVERY", value_name = "N", default_value_t = 4)]
+    pub adapt_every: usize,
     /// VRAM left free by --expert-cache auto (MiB), for the display, other programs and the
     /// runtime's own allocations.
     #[arg(id = "vram_reserve_mib", long = "vram-reserve-mib", global = true, env = "STRATA_VRAM_RESERVE_MIB", value_name = "MIB", default_value_t = 1024)]
@@ -122,7 +128,7 @@ impl TryFrom<SlotsOrWord> for ExpertCacheSize {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, adapt_every: 4, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
     }
 }
 

@@ -148,25 +148,43 @@ pub fn simulate(trace: &[Routing], n_layers: usize, n_expert: usize, slots: usiz
 
 /// One adaptation of a layer: best missing candidates replace the weakest residents.
 fn adapt(lc: &mut LayerCache, n_expert: usize, slots: usize, max_swaps: usize, ratio: f64) -> u64 {
-    let mut missing: Vec<usize> = (0..n_expert).filter(|&e| !lc.resident[e] && lc.score[e] > 0.0).collect();
-    missing.sort_by(|&a, &b| lc.score[b].total_cmp(&lc.score[a]).then(a.cmp(&b)));
-    let mut residents: Vec<usize> = (0..n_expert).filter(|&e| lc.resident[e]).collect();
-    residents.sort_by(|&a, &b| lc.score[a].total_cmp(&lc.score[b]).then(a.cmp(&b)));
-    let mut copies = 0;
-    let mut weakest = residents.into_iter();
+    let pending: Vec<bool> = (0..n_expert).map(|e| lc.pending.contains(&(e as u32))).collect();
+    let taken: Vec<bool> = lc.resident.iter().zip(&pending).map(|(&r, &p)| r || p).collect();
+    let swaps = pick_swaps(&taken, &lc.score, slots.saturating_sub(lc.n_resident), max_swaps, ratio);
+    for &(cand, victim) in &swaps {
+        match victim {
+            Some(v) => lc.resident[v] = false,
+            None => lc.n_resident += 1,
+        }
+        lc.pending.push(cand as u32);
+    }
+    swaps.len() as u64
+}
+
+/// The adaptive rule for one layer (the simulator's and the live cache's, gpu/expert_cache.rs):
+/// up to `max_swaps` of the most-routed experts not `resident` (decayed `score` above 0, ties to
+/// the lower id), each into one of `free_slots` (`None`) or else in place of the weakest resident
+/// (`Some(victim)`, ties to the lower id) when routed at least `ratio` times as often.
+pub fn pick_swaps(resident: &[bool], score: &[f64], free_slots: usize, max_swaps: usize, ratio: f64) -> Vec<(usize, Option<usize>)> {
+    let n = resident.len().min(score.len());
+    let mut missing: Vec<usize> = (0..n).filter(|&e| !resident[e] && score[e] > 0.0).collect();
+    missing.sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
+    let mut residents: Vec<usize> = (0..n).filter(|&e| resident[e]).collect();
+    residents.sort_by(|&a, &b| score[a].total_cmp(&score[b]).then(a.cmp(&b)));
+    let (mut free, mut weakest) = (free_slots, residents.into_iter());
+    let mut swaps = Vec::new();
     for cand in missing.into_iter().take(max_swaps) {
-        if lc.n_resident < slots {
-            lc.n_resident += 1;
+        if free > 0 {
+            free -= 1;
+            swaps.push((cand, None));
         } else {
             match weakest.next() {
-                Some(victim) if lc.score[cand] >= ratio * lc.score[victim] => lc.resident[victim] = false,
+                Some(victim) if score[cand] >= ratio * score[victim] => swaps.push((cand, Some(victim))),
                 _ => break,
             }
         }
-        lc.pending.push(cand as u32);
-        copies += 1;
     }
-    copies
+    swaps
 }
 
 #[cfg(test)]

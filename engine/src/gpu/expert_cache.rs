@@ -73,6 +73,9 @@ pub struct CacheStats {
     pub cpu: u64,
     /// Experts put into slots at start from `--expert-profile`.
     pub preloaded: u64,
+    /// Experts copied in by adaptive residency (`--adapt-every N`), each replacing a less-routed
+    /// resident or taking a free slot.
+    pub swapped: u64,
 }
 
 /// Where one expert runs for this layer's tokens.
@@ -86,8 +89,46 @@ pub enum Placement {
     Cpu,
 }
 
+/// One expert copied in by adaptation ([`ExpertCache::end_window`]): the caller fills `slot`
+/// of `layer` with `expert` before the next window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Swap {
+    pub layer: usize,
+    pub expert: usize,
+    pub slot: usize,
+}
+
+/// Adaptive residency (`--adapt-every N`): every `every` tokens, per layer, the rule of
+/// [`crate::experts::policy::pick_swaps`] over routing counts decayed by `decay` a token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Adaptation {
+    pub every: usize,
+    pub max_swaps: usize,
+    pub decay: f64,
+    pub ratio: f64,
+}
+
+impl Adaptation {
+    /// The simulator's adaptive policy ([`crate::experts::policy::Policy::ADAPTIVE`]) every
+    /// `every` tokens; None for 0 (static residency).
+    pub fn every(every: usize) -> Option<Adaptation> {
+        match crate::experts::policy::Policy::ADAPTIVE {
+            crate::experts::policy::Policy::Adaptive { max_swaps, decay, ratio, .. } if every > 0 => Some(Adaptation { every, max_swaps, decay, ratio }),
+            _ => None,
+        }
+    }
+}
+
+/// Decayed routing counts and the token clock of adaptive residency.
+struct AdaptState {
+    rule: Adaptation,
+    score: Vec<Vec<f64>>,
+    tokens: u64,
+}
+
 pub struct ExpertCache {
     slots: usize,
+    adapt: Option<Mutex<AdaptState>>,
     /// Per layer, per expert: its slot.
     slot_of: Mutex<Vec<Vec<Option<u32>>>>,
     /// Per layer, per expert: routing decisions so far (`--expert-profile-save`).
@@ -97,12 +138,14 @@ pub struct ExpertCache {
     hits: AtomicU64,
     admitted: AtomicU64,
     cpu: AtomicU64,
+    swapped: AtomicU64,
 }
 
 impl ExpertCache {
     pub fn new(n_layer: usize, n_expert: usize, slots: usize) -> ExpertCache {
         ExpertCache {
             slots,
+            adapt: None,
             slot_of: Mutex::new(vec![vec![None; n_expert]; n_layer]),
             counts: Mutex::new(vec![vec![0; n_expert]; n_layer]),
             preloaded: AtomicU64::new(0),
@@ -110,7 +153,52 @@ impl ExpertCache {
             hits: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
             cpu: AtomicU64::new(0),
+            swapped: AtomicU64::new(0),
         }
+    }
+
+    /// The same cache with adaptive residency (`--adapt-every`; None: static).
+    pub fn with_adaptation(mut self, rule: Option<Adaptation>) -> ExpertCache {
+        let (n_layer, n_expert) = {
+            let t = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
+            (t.len(), t.first().map_or(0, Vec::len))
+        };
+        self.adapt = rule.map(|rule| Mutex::new(AdaptState { rule, score: vec![vec![0.0; n_expert]; n_layer], tokens: 0 }));
+        self
+    }
+
+    /// Called after each window of `n_tokens`: decays the adaptive counts and, when the window
+    /// crosses an adaptation point, moves the slot table (the most-routed missing experts into
+    /// free slots or the slots of the least-routed residents). The caller copies each returned
+    /// expert into its slot before the next window, so a swapped-in expert serves only once it
+    /// has landed. Empty without adaptation.
+    pub fn end_window(&self, n_tokens: usize) -> Vec<Swap> {
+        let Some(st) = &self.adapt else { return Vec::new() };
+        let mut st = st.lock().unwrap_or_else(|p| p.into_inner());
+        let rule = st.rule;
+        let before = st.tokens / rule.every as u64;
+        st.tokens += n_tokens as u64;
+        let f = rule.decay.powi(n_tokens as i32);
+        st.score.iter_mut().flatten().for_each(|x| *x *= f);
+        if st.tokens / rule.every as u64 == before {
+            return Vec::new();
+        }
+        let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
+        let mut swaps = Vec::new();
+        for (layer, row) in table.iter_mut().enumerate() {
+            let resident: Vec<bool> = row.iter().map(Option::is_some).collect();
+            let used = resident.iter().filter(|&&r| r).count();
+            for (expert, victim) in crate::experts::policy::pick_swaps(&resident, &st.score[layer], self.slots.saturating_sub(used), rule.max_swaps, rule.ratio) {
+                let slot = match victim {
+                    Some(v) => row[v].take().map_or(0, |s| s as usize),
+                    None => row.iter().flatten().count(),
+                };
+                row[expert] = Some(slot as u32);
+                swaps.push(Swap { layer, expert, slot });
+            }
+        }
+        self.swapped.fetch_add(swaps.len() as u64, Ordering::Relaxed);
+        swaps
     }
 
     pub fn slots(&self) -> usize {
@@ -123,6 +211,9 @@ impl ExpertCache {
         let uses = uses as u64;
         self.lookups.fetch_add(uses, Ordering::Relaxed);
         self.counts.lock().unwrap_or_else(|p| p.into_inner())[layer][e] += uses;
+        if let Some(st) = &self.adapt {
+            st.lock().unwrap_or_else(|p| p.into_inner()).score[layer][e] += uses as f64;
+        }
         let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
         let row = &mut table[layer];
         if let Some(s) = row[e] {
@@ -191,6 +282,7 @@ impl ExpertCache {
             admitted: self.admitted.load(Ordering::Relaxed),
             cpu: self.cpu.load(Ordering::Relaxed),
             preloaded: self.preloaded.load(Ordering::Relaxed),
+            swapped: self.swapped.load(Ordering::Relaxed),
         }
     }
 }
@@ -200,8 +292,8 @@ impl std::fmt::Display for CacheStats {
         let pct = if self.lookups == 0 { 0.0 } else { 100.0 * self.hits as f64 / self.lookups as f64 };
         write!(
             f,
-            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} computed on the CPU; {} slots per layer",
-            self.hits, self.lookups, self.preloaded, self.admitted, self.cpu, self.slots
+            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} swapped in, {} computed on the CPU; {} slots per layer",
+            self.hits, self.lookups, self.preloaded, self.admitted, self.swapped, self.cpu, self.slots
         )
     }
 }
@@ -233,6 +325,30 @@ mod tests {
         assert_eq!(c.reserve(1, 0), None, "no such layer");
         assert_eq!(c.place(0, 2, 1), Placement::Hit(0));
         assert_eq!(c.stats().preloaded, 2);
+    }
+
+    #[test]
+    fn adaptation_swaps_a_much_more_routed_expert_in_at_the_adaptation_point() {
+        let rule = Adaptation { every: 2, max_swaps: 2, decay: 0.5, ratio: 2.0 };
+        let c = ExpertCache::new(1, 4, 2).with_adaptation(Some(rule));
+        assert_eq!(c.place(0, 0, 1), Placement::Admit(0));
+        assert_eq!(c.place(0, 1, 3), Placement::Admit(1));
+        assert_eq!(c.place(0, 3, 2), Placement::Cpu);
+        assert_eq!(c.end_window(1), vec![], "not an adaptation point yet");
+        // Scores after this window's decay: expert 0: 1·0.25, 1: 3·0.25, 3: 2·0.25 + 4·0.5 = 2.5.
+        assert_eq!(c.place(0, 3, 4), Placement::Cpu);
+        assert_eq!(c.place(0, 2, 1), Placement::Cpu);
+        // Expert 3 (2.5) takes the slot of the weakest resident, 0 (0.25); expert 2 (0.5) is not
+        // twice as routed as the next weakest, 1 (0.75), so it stays out.
+        assert_eq!(c.end_window(1), vec![Swap { layer: 0, expert: 3, slot: 0 }]);
+        assert_eq!(c.place(0, 3, 1), Placement::Hit(0));
+        assert_eq!(c.place(0, 0, 1), Placement::Cpu, "the swapped-out expert lost its slot");
+        assert_eq!(c.stats().swapped, 1);
+        // Static residency never swaps.
+        let s = ExpertCache::new(1, 4, 1).with_adaptation(Adaptation::every(0));
+        s.place(0, 0, 1);
+        s.place(0, 3, 50);
+        assert!((0..8).all(|_| s.end_window(1).is_empty()));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use super::ops::{AttnMode, GpuOps, KvFormat};
 pub use crate::gpu_options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
-use super::expert_cache::{CacheStats, ExpertCache};
+use super::expert_cache::{Adaptation, CacheStats, ExpertCache};
 use crate::model::decoder::WeightName;
 use crate::model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model, W};
 use quant::GgmlType;
@@ -329,7 +329,7 @@ impl GpuModel {
             Ffn::Moe { gate, up, down, .. } => [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))),
             Ffn::Dense { .. } => true,
         });
-        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::new(hp.n_layer, m.n_expert, n));
+        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::new(hp.n_layer, m.n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)));
         Ok(GpuModel {
             model,
             ops,
@@ -512,6 +512,7 @@ impl GpuModel {
                 Logits::Last => None,
             };
             self.window(s, win, first_row).map_err(gpu_err("GPU forward"))?;
+            self.adapt_expert_cache(win.len()).map_err(gpu_err("expert cache adaptation"))?;
             if let Some(first) = first_row {
                 let m = win.len() - first;
                 let dst = match want {

@@ -5,7 +5,7 @@
 
 use super::abi::MAX_COLS;
 use super::device::GpuError;
-use super::expert_cache::{AutoFit, ExpertCache, Placement};
+use super::expert_cache::{Adaptation, AutoFit, ExpertCache, Placement};
 use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use crate::cpu::ModelMatmul;
 use crate::model::Ffn;
@@ -190,6 +190,24 @@ impl GpuModel {
         Ok(())
     }
 
+    /// Adaptive residency after a window of `n_tokens` (`--adapt-every`): copies the experts the
+    /// cache swapped in into their slots, once the window's launches (which may still read the
+    /// old occupants) are done.
+    pub(super) fn adapt_expert_cache(&self, n_tokens: usize) -> std::result::Result<(), GpuError> {
+        let Some(c) = &self.expert_cache else { return Ok(()) };
+        let swaps = c.end_window(n_tokens);
+        if swaps.is_empty() {
+            return Ok(());
+        }
+        self.ops.api().stream_synchronize(&self.stream)?;
+        for sw in swaps {
+            if let Ffn::Moe { gate, up, down, .. } = &self.w.layers[sw.layer].ffn.ffn {
+                self.upload_expert(sw.layer, sw.expert, sw.slot, [gate, up, down])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
     /// up x)` with the CPU backend's products — its ordered-numerics ones in the ordered mode,
     /// the same code the device's `mmv_ordered` runs — returned as `[rows][n_embd]`.
@@ -255,7 +273,7 @@ impl GpuModel {
         }
         self.allocs.append(&mut upl.allocs);
         self.weight_bytes += upl.bytes;
-        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::new(self.model.hp.n_layer, n_expert, fit.slots));
+        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::new(self.model.hp.n_layer, n_expert, fit.slots).with_adaptation(Adaptation::every(self.opts.adapt_every)));
         Ok(Some(fit))
     }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
-use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
+use super::expert_cache::{Adaptation, AutoFit, CacheStats, ExpertCache};
 use super::model::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
 use crate::error::{EngineError, Result};
@@ -146,7 +146,7 @@ impl GpuFlashNext {
         let mut up = Uploader::new(&*api, false);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
-        let expert_cache = cache_slots.map(|n| ExpertCache::new(m.layers.len(), n_expert, n));
+        let expert_cache = cache_slots.map(|n| ExpertCache::new(m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)));
         Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, allocs, weight_bytes })
     }
 
@@ -174,8 +174,25 @@ impl GpuFlashNext {
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
         self.allocs.append(&mut up.allocs);
         self.weight_bytes += up.bytes;
-        self.expert_cache = slots.map(|n| ExpertCache::new(self.m.layers.len(), n_expert, n));
+        self.expert_cache = slots.map(|n| ExpertCache::new(self.m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(self.opts.adapt_every)));
         Ok(fit)
+    }
+
+    /// Adaptive residency after a window of `n_tokens` (`--adapt-every`): copies the experts the
+    /// cache swapped in into their slots, once the window's launches are done.
+    fn adapt_expert_cache(&self, n_tokens: usize) -> Result<()> {
+        let Some(c) = &self.expert_cache else { return Ok(()) };
+        let swaps = c.end_window(n_tokens);
+        if swaps.is_empty() {
+            return Ok(());
+        }
+        let api = self.ops.api();
+        api.stream_synchronize(&self.stream).map_err(gpu_err("synchronize"))?;
+        for sw in swaps {
+            let host = &self.m.layers[sw.layer].moe.experts[sw.expert];
+            self.w.layers[sw.layer].moe.experts.fill(&**api, host, sw.slot).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {}: swapping expert {} into slot {}: {w}", sw.layer, sw.expert, sw.slot)))?;
+        }
+        Ok(())
     }
 
     /// The expert cache's counters (`--expert-cache N` with fewer slots than experts).
@@ -314,6 +331,7 @@ impl GpuFlashNext {
             let mut chunk = exec::FlashChunk::new(self, s, win)?;
             program::forward(&mut chunk, &self.m)?;
             let rows = chunk.finish()?;
+            self.adapt_expert_cache(win.len())?;
             if want == Logits::All {
                 out.extend_from_slice(&rows);
             } else if i + 1 == n_windows {
