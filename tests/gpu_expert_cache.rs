@@ -171,11 +171,12 @@ fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {
         (String::from_utf8_lossy(&out.stdout).into_owned(), err)
     };
     let (cpu_text, cpu_err) = run(&["--device", "cpu"]);
-    let (emu_text, emu_err) = run(&["--device", "emu", "--expert-cache", "3"]);
+    let (emu_text, emu_err) = run(&["--device", "emu", "--expert-cache", "3", "--pool-workers", "2"]);
     assert_eq!(emu_text, cpu_text);
     let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
     assert_eq!(ids(&emu_err), ids(&cpu_err));
     assert!(emu_err.contains("expert cache: ") && emu_err.contains("lookups") && emu_err.contains("3 slots per layer"), "{emu_err}");
+    assert!(emu_err.contains(" ms, 2 workers)"), "the CPU experts ran on a pool of 2: {emu_err}");
 }
 
 /// `--expert-profile-save` writes a run's routing counts as an STRP profile; a new run with

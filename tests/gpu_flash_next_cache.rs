@@ -143,11 +143,11 @@ fn cli_flash_next_expert_cache_prints_counters_and_profile_preloads() {
     let base = ["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153,190,227", "-n", "8", "--temp", "0", "--show-ids"];
     let with = |extra: &[&str]| strata(&[&base[..], extra].concat());
     let (cpu_text, cpu_err) = with(&["--device", "cpu"]);
-    let (emu_text, e1) = with(&["--device", "emu", "--expert-cache", "3", "--expert-profile-save", prof.to_str().unwrap()]);
+    let (emu_text, e1) = with(&["--device", "emu", "--expert-cache", "3", "--pool-workers", "2", "--expert-profile-save", prof.to_str().unwrap()]);
     let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
     assert_eq!(emu_text, cpu_text);
     assert_eq!(ids(&e1), ids(&cpu_err));
-    assert!(e1.contains("3 slots per layer"), "{e1}");
+    assert!(e1.contains("3 slots per layer") && e1.contains(" ms, 2 workers)"), "{e1}");
     // 7 prompt tokens + 7 decode steps (the 8th token is sampled, not evaluated).
     assert_eq!(stat(&e1, "lookups"), (7 + 7) * LAYERS * TOP_K, "{e1}");
     let p = strata::experts::Profile::read(&prof).unwrap();

@@ -63,6 +63,11 @@ pub struct GpuOptions {
     /// the profile or first use put there).
     #[arg(id = "adapt_every", long = "adapt-every", global = true, env = "STRATA_ADAPT_EVERY", value_name = "N", default_value_t = 4)]
     pub adapt_every: usize,
+    /// CPU workers that compute the experts without a VRAM slot (their own thread pool, rows
+    /// split across the workers, while the device runs the resident experts); 0 = every
+    /// physical core but one.
+    #[arg(id = "pool_workers", long = "pool-workers", global = true, env = "STRATA_POOL_WORKERS", value_name = "N", default_value_t = 0)]
+    pub pool_workers: usize,
     /// VRAM left free by --expert-cache auto (MiB), for the display, other programs and the
     /// runtime's own allocations.
     #[arg(id = "vram_reserve_mib", long = "vram-reserve-mib", global = true, env = "STRATA_VRAM_RESERVE_MIB", value_name = "MIB", default_value_t = 1024)]
@@ -128,7 +133,7 @@ impl TryFrom<SlotsOrWord> for ExpertCacheSize {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, adapt_every: 4, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, adapt_every: 4, pool_workers: 0, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
     }
 }
 

@@ -59,7 +59,7 @@ impl std::fmt::Display for AutoFit {
 }
 
 /// Counters of the cache since load.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CacheStats {
     /// Slots per MoE layer.
     pub slots: usize,
@@ -76,6 +76,9 @@ pub struct CacheStats {
     /// Experts copied in by adaptive residency (`--adapt-every N`), each replacing a less-routed
     /// resident or taking a free slot.
     pub swapped: u64,
+    /// Time the CPU pool spent on experts, and its workers.
+    pub cpu_ms: f64,
+    pub pool_workers: usize,
 }
 
 /// Where one expert runs for this layer's tokens.
@@ -129,6 +132,10 @@ struct AdaptState {
 pub struct ExpertCache {
     slots: usize,
     adapt: Option<Mutex<AdaptState>>,
+    /// The CPU workers of the experts without a slot (`--pool-workers`); None: the caller's pool.
+    pool: Option<rayon::ThreadPool>,
+    /// Microseconds spent computing experts on the CPU.
+    cpu_us: AtomicU64,
     /// Per layer, per expert: its slot.
     slot_of: Mutex<Vec<Vec<Option<u32>>>>,
     /// Per layer, per expert: routing decisions so far (`--expert-profile-save`).
@@ -146,6 +153,8 @@ impl ExpertCache {
         ExpertCache {
             slots,
             adapt: None,
+            pool: None,
+            cpu_us: AtomicU64::new(0),
             slot_of: Mutex::new(vec![vec![None; n_expert]; n_layer]),
             counts: Mutex::new(vec![vec![0; n_expert]; n_layer]),
             preloaded: AtomicU64::new(0),
@@ -155,6 +164,36 @@ impl ExpertCache {
             cpu: AtomicU64::new(0),
             swapped: AtomicU64::new(0),
         }
+    }
+
+    /// The same cache with its own pool of `workers` CPU threads for the experts without a slot
+    /// (0: every physical core but one). A pool that cannot start is an error naming the count.
+    pub fn with_pool(mut self, workers: usize) -> crate::error::Result<ExpertCache> {
+        let n = if workers == 0 { num_cpus::get_physical().saturating_sub(1).max(1) } else { workers };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("strata-experts-{i}"))
+            .build()
+            .map_err(|e| crate::error::EngineError::Unsupported(format!("--pool-workers {n}: {e}")))?;
+        self.pool = Some(pool);
+        Ok(self)
+    }
+
+    /// Workers of the CPU pool (the caller's pool's when none was made).
+    pub fn pool_workers(&self) -> usize {
+        self.pool.as_ref().map_or_else(rayon::current_num_threads, rayon::ThreadPool::current_num_threads)
+    }
+
+    /// Runs `f` (experts on the CPU: their products split rows across the pool's threads) on
+    /// the cache's pool, and counts its time.
+    pub fn on_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let t = std::time::Instant::now();
+        let r = match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        };
+        self.cpu_us.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+        r
     }
 
     /// The same cache with adaptive residency (`--adapt-every`; None: static).
@@ -283,6 +322,8 @@ impl ExpertCache {
             cpu: self.cpu.load(Ordering::Relaxed),
             preloaded: self.preloaded.load(Ordering::Relaxed),
             swapped: self.swapped.load(Ordering::Relaxed),
+            cpu_ms: self.cpu_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            pool_workers: self.pool_workers(),
         }
     }
 }
@@ -292,8 +333,8 @@ impl std::fmt::Display for CacheStats {
         let pct = if self.lookups == 0 { 0.0 } else { 100.0 * self.hits as f64 / self.lookups as f64 };
         write!(
             f,
-            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} swapped in, {} computed on the CPU; {} slots per layer",
-            self.hits, self.lookups, self.preloaded, self.admitted, self.swapped, self.cpu, self.slots
+            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} swapped in, {} computed on the CPU ({:.1} ms, {} workers); {} slots per layer",
+            self.hits, self.lookups, self.preloaded, self.admitted, self.swapped, self.cpu, self.cpu_ms, self.pool_workers, self.slots
         )
     }
 }
@@ -349,6 +390,19 @@ mod tests {
         s.place(0, 0, 1);
         s.place(0, 3, 50);
         assert!((0..8).all(|_| s.end_window(1).is_empty()));
+    }
+
+    #[test]
+    fn cpu_experts_run_on_the_caches_own_pool_and_are_timed() {
+        let c = ExpertCache::new(1, 4, 1).with_pool(2).unwrap();
+        assert_eq!(c.pool_workers(), 2);
+        let (name, threads) = c.on_pool(|| (std::thread::current().name().map(str::to_owned), rayon::current_num_threads()));
+        assert!(name.is_some_and(|n| n.starts_with("strata-experts-")), "runs on the pool's threads");
+        assert_eq!(threads, 2, "a product inside splits its rows over the pool's 2 workers");
+        c.on_pool(|| std::thread::sleep(std::time::Duration::from_millis(5)));
+        assert!(c.stats().cpu_ms >= 5.0, "{}", c.stats().cpu_ms);
+        let all_but_one = ExpertCache::new(1, 4, 1).with_pool(0).unwrap().pool_workers();
+        assert_eq!(all_but_one, num_cpus::get_physical().saturating_sub(1).max(1));
     }
 
     #[test]

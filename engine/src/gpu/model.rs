@@ -329,7 +329,7 @@ impl GpuModel {
             Ffn::Moe { gate, up, down, .. } => [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))),
             Ffn::Dense { .. } => true,
         });
-        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::new(hp.n_layer, m.n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)));
+        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::new(hp.n_layer, m.n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)).transpose()?;
         Ok(GpuModel {
             model,
             ops,

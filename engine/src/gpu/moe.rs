@@ -116,7 +116,9 @@ impl GpuModel {
         let mut map = vec![0u32; n * k];
         let mut row = 0usize; // next free row of y_e
         let mut ran = 0;
-        let mut host_xn: Option<Vec<f32>> = None; // read back at the first CPU expert
+        // The experts without a slot (expert, its decisions, first output row), run on the
+        // cache's CPU pool once the device's are launched.
+        let mut on_cpu: Vec<(usize, Vec<usize>, usize)> = Vec::new();
         for e in 0..ne {
             let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
             if slots.is_empty() {
@@ -132,18 +134,12 @@ impl GpuModel {
                     s
                 }
                 Some(Placement::Cpu) => {
-                    if host_xn.is_none() {
-                        let mut b = vec![0u8; n * d * 4];
-                        api.memcpy_dtoh(&mut b, sc.xn)?;
-                        host_xn = Some(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect());
-                    }
-                    let xs = host_xn.as_deref().unwrap_or_default();
-                    let y = self.expert_on_cpu(layer, e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]))?;
-                    api.memcpy_htod(sc.y_e + (row * d * 4) as u64, f32_bytes(&y))?;
                     for (c, &j) in slots.iter().enumerate() {
                         map[j] = (row + c) as u32;
                     }
+                    let first = row;
                     row += slots.len();
+                    on_cpu.push((e, slots, first));
                     continue;
                 }
             };
@@ -169,6 +165,17 @@ impl GpuModel {
                     map[j] = (row + c) as u32;
                 }
                 row += r;
+            }
+        }
+        if let (Some(cache), false) = (&self.expert_cache, on_cpu.is_empty()) {
+            let mut b = vec![0u8; n * d * 4];
+            api.memcpy_dtoh(&mut b, sc.xn)?;
+            let xs: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+            let outputs = cache.on_pool(|| {
+                on_cpu.iter().map(|(e, slots, _)| self.expert_on_cpu(layer, *e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]))).collect::<std::result::Result<Vec<_>, _>>()
+            })?;
+            for ((_, _, first_row), y) in on_cpu.iter().zip(&outputs) {
+                api.memcpy_htod(sc.y_e + (first_row * d * 4) as u64, f32_bytes(y))?;
             }
         }
         api.memcpy_htod(sc.map, u32_bytes(&map))?;
@@ -273,7 +280,7 @@ impl GpuModel {
         }
         self.allocs.append(&mut upl.allocs);
         self.weight_bytes += upl.bytes;
-        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::new(self.model.hp.n_layer, n_expert, fit.slots).with_adaptation(Adaptation::every(self.opts.adapt_every)));
+        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::new(self.model.hp.n_layer, n_expert, fit.slots).with_adaptation(Adaptation::every(self.opts.adapt_every)).with_pool(self.opts.pool_workers)).transpose()?;
         Ok(Some(fit))
     }
 

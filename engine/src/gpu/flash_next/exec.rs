@@ -9,7 +9,7 @@ use crate::error::{EngineError, Result};
 use crate::gpu::device::{DevicePtr, GpuError};
 use crate::gpu::linear::Linear;
 use crate::cpu::flash_next::SwiGluCpu;
-use crate::gpu::expert_cache::Placement;
+use crate::gpu::expert_cache::{ExpertCache, Placement};
 use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
 use crate::model::qwen4exp::moe::SwiGlu;
 use crate::gpu::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
@@ -276,24 +276,35 @@ impl<'a> FlashChunk<'a> {
         self.mm(&f.down, a, n, y)
     }
 
-    /// A routed expert the cache has no slot for, on the CPU (the CPU backend's products): the
-    /// window's block input is read back once (`host_x`), the rows of the tokens in `slots`
-    /// (`token·k + rank`) go through `f`, and each output row lands at its slot of the device's
+    /// The routed experts the cache has no slot for, on the cache's CPU pool (the CPU backend's
+    /// products, rows split across its workers) while the device runs the others: the window's
+    /// block input is read back once, the rows of the tokens in each expert's `slots`
+    /// (`token·k + rank`) go through it, and each output row lands at its slot of the device's
     /// expert outputs, where the combine weighs it like a device row.
-    fn expert_on_cpu(&self, f: &SwiGlu, slots: &[usize], k: usize, host_x: &mut Option<Vec<f32>>) -> Result<()> {
+    fn experts_on_cpu(&self, cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], k: usize) -> Result<()> {
+        if experts.is_empty() {
+            return Ok(());
+        }
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let api = g.api();
-        if host_x.is_none() {
-            let mut b = vec![0u8; n * e * 4];
-            api.memcpy_dtoh(&mut b, sc.x).map_err(dev("reading the MoE input"))?;
-            *host_x = Some(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
-        }
-        let x = host_x.as_deref().unwrap_or_default();
-        let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
-        let mut ys = vec![0f32; slots.len() * e];
-        f.forward(&xs, slots.len(), &mut ys);
-        for (row, &j) in ys.chunks_exact(e).zip(slots) {
-            api.memcpy_htod(sc.ys + ((j * e) * 4) as u64, f32_bytes(row)).map_err(dev("writing CPU expert rows"))?;
+        let mut b = vec![0u8; n * e * 4];
+        api.memcpy_dtoh(&mut b, sc.x).map_err(dev("reading the MoE input"))?;
+        let x: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let outputs: Vec<Vec<f32>> = cache.on_pool(|| {
+            experts
+                .iter()
+                .map(|(f, slots)| {
+                    let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
+                    let mut ys = vec![0f32; slots.len() * e];
+                    f.forward(&xs, slots.len(), &mut ys);
+                    ys
+                })
+                .collect()
+        });
+        for ((_, slots), ys) in experts.iter().zip(&outputs) {
+            for (row, &j) in ys.chunks_exact(e).zip(slots.iter()) {
+                api.memcpy_htod(sc.ys + ((j * e) * 4) as u64, f32_bytes(row)).map_err(dev("writing CPU expert rows"))?;
+            }
         }
         Ok(())
     }
@@ -468,7 +479,8 @@ impl FlashNextOps for FlashChunk<'_> {
         }
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         let mut expert_bytes = 0;
-        let mut host_x: Option<Vec<f32>> = None; // read back at the first expert run on the CPU
+        // The experts without a slot, run on the CPU once the device's are launched.
+        let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
         for (&id, slots) in &chosen {
             // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
             let f = match g.expert_cache.as_ref().map(|c| c.place(layer, id, slots.len())) {
@@ -479,7 +491,7 @@ impl FlashNextOps for FlashChunk<'_> {
                     m.experts.get(s)
                 }
                 Some(Placement::Cpu) => {
-                    self.expert_on_cpu(&host.experts[id], slots, k, &mut host_x)?;
+                    on_cpu.push((&host.experts[id], slots));
                     continue;
                 }
             };
@@ -489,6 +501,9 @@ impl FlashNextOps for FlashChunk<'_> {
                 let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
                 self.swiglu(&f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
             }
+        }
+        if let Some(cache) = &g.expert_cache {
+            self.experts_on_cpu(cache, &on_cpu, k)?;
         }
         g.ops.moe_combine(&g.stream, sc.ys, sc.map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
         self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;

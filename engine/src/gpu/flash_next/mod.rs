@@ -146,7 +146,7 @@ impl GpuFlashNext {
         let mut up = Uploader::new(&*api, false);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
-        let expert_cache = cache_slots.map(|n| ExpertCache::new(m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)));
+        let expert_cache = cache_slots.map(|n| ExpertCache::new(m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)).transpose()?;
         Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, allocs, weight_bytes })
     }
 
@@ -174,7 +174,7 @@ impl GpuFlashNext {
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
         self.allocs.append(&mut up.allocs);
         self.weight_bytes += up.bytes;
-        self.expert_cache = slots.map(|n| ExpertCache::new(self.m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(self.opts.adapt_every)));
+        self.expert_cache = slots.map(|n| ExpertCache::new(self.m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(self.opts.adapt_every)).with_pool(self.opts.pool_workers)).transpose()?;
         Ok(fit)
     }
 
