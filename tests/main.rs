@@ -44,6 +44,7 @@ mod repo_self_contained;
 mod cli_server_config;
 mod server_faults;
 mod experts_source;
+mod cli_plan;
 mod spec_decoding;
 #[cfg(feature = "gpu")]
 mod cli_emu;

@@ -181,6 +181,10 @@ pub enum Cmd {
     /// Expert tiering tools that need no GPU: `simulate` replays a routing trace through the
     /// expert-cache policies (static profile, LRU, adaptive) and prints hit rates.
     Experts(experts::ExpertsArgs),
+    /// Project a MoE model onto a machine without running it: the VRAM split (weights, KV,
+    /// expert slots), the hit rate of the expert cache on a routing trace, and decode tokens/s
+    /// from a cost model. -m MODEL reads only the header; without -m: Flash-Next IQ3_XXS.
+    Plan(experts::PlanArgs),
     /// Print a GGUF file's header, metadata, tensor table and split shards; `--check` validates
     /// every bound and lists what is wrong (exit status 1), `--json` for scripts.
     Gguf(gguf::GgufArgs),
@@ -430,6 +434,7 @@ fn run_command(cli: Cli, args: &CommonArgs, common: &Common) -> Result<()> {
         Some(Cmd::Device(a)) => device::run(common, &a),
         Some(Cmd::Fetch(a)) => fetch::run(&a),
         Some(Cmd::Experts(a)) => experts::run(&a),
+        Some(Cmd::Plan(a)) => experts::plan(&a, args.model.as_deref(), args),
         Some(Cmd::Gguf(a)) => gguf::run(&a),
         Some(Cmd::Calibrate(a)) => calibrate::run(common, &a),
         Some(Cmd::Server(cfg)) => serve::run_http(args, common, cfg),
