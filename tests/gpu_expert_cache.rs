@@ -179,6 +179,23 @@ fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {
     assert!(emu_err.contains(" ms, 2 workers)"), "the CPU experts ran on a pool of 2: {emu_err}");
 }
 
+/// `strata bench` reports the cache's counters over the whole run (text and JSON).
+#[test]
+fn bench_reports_expert_cache_counters() {
+    let m = reference(Q8);
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["bench", "-m", m.to_str().unwrap(), "--device", "emu", "--expert-cache", "3", "--pool-workers", "2", "--pp", "8", "--tg", "4", "--reps", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &v["expert_cache"];
+    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+    // Every lookup is a hit, a first-use admission's or a CPU run; top 2 of 2 layers per token.
+    assert!(n("lookups") > 0 && n("lookups") % 4 == 0 && n("hits") + n("cpu") <= n("lookups"), "{c}");
+    assert_eq!((n("slots"), n("pool_workers")), (3, 2), "{c}");
+}
+
 /// `--expert-profile-save` writes a run's routing counts as an STRP profile; a new run with
 /// `--expert-profile` starts with the slots filled from it (the most-routed experts), so more
 /// decisions hit and none is admitted on first use; the text is unchanged. Bad uses are errors.

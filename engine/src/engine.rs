@@ -251,25 +251,14 @@ impl AnyModel {
         })
     }
 
-    /// The GPU expert cache's counters, as a line for the user (`--expert-cache` with fewer
-    /// slots than experts; None otherwise).
-    pub fn expert_cache_report(&self) -> Option<String> {
+    /// The GPU expert cache's counters since load (`--expert-cache` with fewer slots than
+    /// experts; None otherwise).
+    pub fn expert_cache_stats(&self) -> Option<crate::experts::counters::CacheStats> {
         match self {
             #[cfg(feature = "gpu")]
-            AnyModel::Gpu(m) => m.expert_cache_stats().map(|s| s.to_string()),
+            AnyModel::Gpu(m) => m.expert_cache_stats(),
             #[cfg(feature = "gpu")]
-            AnyModel::FlashGpu(m) => m.expert_cache_stats().map(|s| s.to_string()),
-            _ => None,
-        }
-    }
-
-    /// The GPU expert cache's (hits, lookups) since load; None without an expert cache.
-    pub fn expert_cache_counts(&self) -> Option<(u64, u64)> {
-        match self {
-            #[cfg(feature = "gpu")]
-            AnyModel::Gpu(m) => m.expert_cache_stats().map(|s| (s.hits, s.lookups)),
-            #[cfg(feature = "gpu")]
-            AnyModel::FlashGpu(m) => m.expert_cache_stats().map(|s| (s.hits, s.lookups)),
+            AnyModel::FlashGpu(m) => m.expert_cache_stats(),
             _ => None,
         }
     }

@@ -79,6 +79,8 @@ pub struct BenchResult {
     pub cpu_prompt_profile: Option<Vec<CpuPart>>,
     /// With `--roofline`.
     pub roofline: Option<Roofline>,
+    /// The GPU expert cache's counters over the whole run (every repetition, prompt and decode).
+    pub expert_cache: Option<crate::experts::counters::CacheStats>,
 }
 
 /// `strata bench --roofline`: decode against the memory bandwidth.
@@ -270,6 +272,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         tg_median,
         peak_rss_mb: peak_rss_mb(),
         spec,
+        expert_cache: e.model.expert_cache_stats(),
     })
 }
 
@@ -435,6 +438,9 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
             for p in prof {
                 println!("  {:<22} {:>8.1} {:>10.4} {:>6.1}%", p.op, p.calls_per_token, p.ms_per_token, 100.0 * p.share);
             }
+        }
+        if let Some(c) = &r.expert_cache {
+            println!("{c} (whole run, all repetitions)");
         }
         if let Some(rl) = &r.roofline {
             println!(

@@ -232,7 +232,7 @@ pub fn chat_ids(e: &Engine, text: &str) -> Vec<u32> {
 
 /// The GPU expert cache's counters after generation, and its profile when asked for.
 fn report_expert_cache(e: &Engine) -> Result<()> {
-    if let Some(line) = e.model.expert_cache_report() {
+    if let Some(line) = e.model.expert_cache_stats().map(|s| s.to_string()) {
         eprintln!("[{line}]");
     }
     if let Some(p) = &e.opts.expert_profile_save {

@@ -73,7 +73,7 @@ impl TokenEngine for ServeEngine<'_> {
     }
 
     fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
-        self.cache_at_start = self.e.model.expert_cache_counts();
+        self.cache_at_start = self.e.model.expert_cache_stats().map(|s| (s.hits, s.lookups));
         let (m, sess) = (&self.e.model, &mut self.sess);
         sess.reset();
         if req.tokens.len() > sess.capacity() {
@@ -99,7 +99,7 @@ impl TokenEngine for ServeEngine<'_> {
 
     /// The expert cache's hits and lookups of this request (GPU with `--expert-cache`).
     fn request_stats(&mut self) -> Option<server::protocol::RequestStats> {
-        let ((h0, l0), (h1, l1)) = (self.cache_at_start?, self.e.model.expert_cache_counts()?);
+        let ((h0, l0), (h1, l1)) = (self.cache_at_start?, self.e.model.expert_cache_stats().map(|s| (s.hits, s.lookups))?);
         Some(server::protocol::RequestStats {
             expert_cache_hits: Some(h1 - h0),
             expert_cache_lookups: Some(l1 - l0),

@@ -4,6 +4,7 @@
 //! [`trace`]: routing traces; [`policy`]: residency policies and their simulator).
 //! The VRAM cache, the CPU pool for misses and the per-layer handoff build on these.
 
+pub mod counters;
 pub mod plan;
 pub mod policy;
 pub mod profile;

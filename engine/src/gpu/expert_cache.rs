@@ -12,6 +12,7 @@
 //! mapped-memory handoff, a CPU worker pool, adaptive residency and profile-filled slots are
 //! the rest of issue 12 (docs/expert-tiering.md).
 
+pub use crate::experts::counters::CacheStats;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -56,29 +57,6 @@ impl std::fmt::Display for AutoFit {
             B(self.slot_bytes)
         )
     }
-}
-
-/// Counters of the cache since load.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CacheStats {
-    /// Slots per MoE layer.
-    pub slots: usize,
-    /// Routing decisions (token, chosen expert).
-    pub lookups: u64,
-    /// Decisions whose expert held a slot.
-    pub hits: u64,
-    /// Experts copied into a free slot on first use.
-    pub admitted: u64,
-    /// Decisions computed on the CPU (their expert had no slot and none was free).
-    pub cpu: u64,
-    /// Experts put into slots at start from `--expert-profile`.
-    pub preloaded: u64,
-    /// Experts copied in by adaptive residency (`--adapt-every N`), each replacing a less-routed
-    /// resident or taking a free slot.
-    pub swapped: u64,
-    /// Time the CPU pool spent on experts, and its workers.
-    pub cpu_ms: f64,
-    pub pool_workers: usize,
 }
 
 /// Where one expert runs for this layer's tokens.
@@ -328,16 +306,6 @@ impl ExpertCache {
     }
 }
 
-impl std::fmt::Display for CacheStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pct = if self.lookups == 0 { 0.0 } else { 100.0 * self.hits as f64 / self.lookups as f64 };
-        write!(
-            f,
-            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} swapped in, {} computed on the CPU ({:.1} ms, {} workers); {} slots per layer",
-            self.hits, self.lookups, self.preloaded, self.admitted, self.swapped, self.cpu, self.cpu_ms, self.pool_workers, self.slots
-        )
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,46 @@
+//! The expert cache's counters (`gpu::expert_cache`), plain data so that every build (with or
+//! without the GPU backend) can report them: `generate`'s counter line, `strata bench`, the
+//! `--serve` done line.
+
+/// Counters of the cache since load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CacheStats {
+    /// Slots per MoE layer.
+    pub slots: usize,
+    /// Routing decisions (token, chosen expert).
+    pub lookups: u64,
+    /// Decisions whose expert held a slot.
+    pub hits: u64,
+    /// Experts copied into a free slot on first use.
+    pub admitted: u64,
+    /// Decisions computed on the CPU (their expert had no slot and none was free).
+    pub cpu: u64,
+    /// Experts put into slots at start from `--expert-profile`.
+    pub preloaded: u64,
+    /// Experts copied in by adaptive residency (`--adapt-every N`), each replacing a less-routed
+    /// resident or taking a free slot.
+    pub swapped: u64,
+    /// Time the CPU pool spent on experts, and its workers.
+    pub cpu_ms: f64,
+    pub pool_workers: usize,
+}
+
+impl std::fmt::Display for CacheStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pct = if self.lookups == 0 { 0.0 } else { 100.0 * self.hits as f64 / self.lookups as f64 };
+        write!(
+            f,
+            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} swapped in, {} computed on the CPU ({:.1} ms, {} worker{}); {} slots per layer",
+            self.hits,
+            self.lookups,
+            self.preloaded,
+            self.admitted,
+            self.swapped,
+            self.cpu,
+            self.cpu_ms,
+            self.pool_workers,
+            if self.pool_workers == 1 { "" } else { "s" },
+            self.slots
+        )
+    }
+}
