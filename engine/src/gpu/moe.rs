@@ -82,7 +82,7 @@ impl GpuModel {
     }
 
     /// Routed experts of `layer` for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`);
-    /// output in `sc.o`. Returns how many distinct experts ran. Host readback path
+    /// output in `sc.o`. Returns how many distinct experts ran on the device. Host readback path
     /// ([`MoePath`]); with an expert cache, each chosen expert runs from its slot, from a slot
     /// it is admitted into, or on the CPU ([`ExpertCache::place`]).
     pub(super) fn moe(&self, sc: &Scratch, layer: usize, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
@@ -180,7 +180,7 @@ impl GpuModel {
         }
         api.memcpy_htod(sc.map, u32_bytes(&map))?;
         ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
-        Ok(ran)
+        Ok(ran - on_cpu.len())
     }
 
     /// Copies expert `e` of `layer` (gate, up, down, as stored in the mapped file) into slot
