@@ -54,19 +54,26 @@ test_device!(
         let dev = device.0;
         let g = load(device, F32);
         for s in load_refs("f32").into_iter().take(2) {
-            let mut sess = g.new_session(KvType::F16, 512).unwrap();
-            let mut l = Vec::new();
-            g.eval(&mut sess, &s.tokens, Logits::Last, &mut l).unwrap();
-            let mut ids = vec![argmax(&l) as u32];
-            while ids.len() < s.greedy.len() {
-                g.eval(&mut sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
-                ids.push(argmax(&l) as u32);
-            }
+            let (ids, n_past) = greedy(&g, &s.tokens, s.greedy.len());
             assert_eq!(ids, s.greedy, "{dev} {}", s.name);
-            assert_eq!(sess.n_past, s.tokens.len() + s.greedy.len() - 1);
+            assert_eq!(n_past, s.tokens.len() + s.greedy.len() - 1);
         }
     }
 );
+
+/// `n` greedy ids after `prompt` (the prompt in one evaluation, then one token a window), and
+/// the session's position at the end.
+pub(crate) fn greedy(g: &GpuFlashNext, prompt: &[u32], n: usize) -> (Vec<u32>, usize) {
+    let mut sess = g.new_session(KvType::F16, 512).unwrap();
+    let mut l = Vec::new();
+    g.eval(&mut sess, prompt, Logits::Last, &mut l).unwrap();
+    let mut ids = vec![argmax(&l) as u32];
+    while ids.len() < n {
+        g.eval(&mut sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
+        ids.push(argmax(&l) as u32);
+    }
+    (ids, sess.n_past)
+}
 
 test_device!(
     /// The int8 cache (the engine's own format) against the CPU backend's int8 cache: the same

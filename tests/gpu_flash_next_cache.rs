@@ -10,7 +10,7 @@
 
 use std::process::Command;
 
-use crate::models_qwen4exp::{argmax, compare, load_refs, model};
+use crate::models_qwen4exp::{compare, load_refs, model};
 use strata::gpu::flash_next::GpuFlashNext;
 use strata::gpu::model::{ExpertCacheSize, GpuOptions};
 use strata::model::Logits;
@@ -76,14 +76,7 @@ test_device!(
         assert!(load(device, F32, Some(8)).expert_cache_stats().is_none(), "8 of 8 experts: resident, no cache");
         let g = load(device, F32, Some(3));
         let s = load_refs("f32").into_iter().next().expect("seq1");
-        let mut sess = g.new_session(KvType::F16, 512).unwrap();
-        let mut l = Vec::new();
-        g.eval(&mut sess, &s.tokens, Logits::Last, &mut l).unwrap();
-        let mut ids = vec![argmax(&l) as u32];
-        while ids.len() < s.greedy.len() {
-            g.eval(&mut sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
-            ids.push(argmax(&l) as u32);
-        }
+        let (ids, _) = crate::gpu_flash_next::greedy(&g, &s.tokens, s.greedy.len());
         assert_eq!(ids, s.greedy, "{dev} {}", s.name);
         let st = g.expert_cache_stats().unwrap();
         assert!(st.cpu > 0 && st.hits > 0, "3 of 8 slots over a generation: both sides ran experts: {st}");
