@@ -76,6 +76,37 @@ pub(crate) fn greedy(g: &GpuFlashNext, prompt: &[u32], n: usize) -> (Vec<u32>, u
 }
 
 test_device!(
+    /// Routed experts by device dispatch (`mmvq_moe_*` read the router's choice on the device,
+    /// the default for quantized experts) give the host-readback path's logits bit for bit on the
+    /// two-shard Q8_0 model, fused and unfused gate/up, over a 64-token prompt (windows of 8:
+    /// 80 slots, two launches of 6 and 2 tokens) and single-token decode windows.
+    model fn gpu_flash_next_device_dispatch_equals_host_readback(device) {
+        use strata::gpu::model::MoePath;
+        let dev = device.0;
+        let s = load_refs("q8_0-split").into_iter().nth(1).expect("seq2");
+        let run = |moe: MoePath, fused_glu: bool| {
+            let (_, api) = device.clone();
+            let g = GpuFlashNext::new(model(Q8), api, GpuOptions { moe, fused_glu, ..GpuOptions::default() }).unwrap();
+            let mut sess = g.new_session(KvType::F16, 512).unwrap();
+            let mut all = Vec::new();
+            g.eval(&mut sess, &s.tokens[..56], Logits::All, &mut all).unwrap();
+            for t in &s.tokens[56..] {
+                let mut row = Vec::new();
+                g.eval(&mut sess, &[*t], Logits::Last, &mut row).unwrap();
+                all.extend_from_slice(&row);
+            }
+            all
+        };
+        let host = run(MoePath::Host, true);
+        for fused in [true, false] {
+            let device_path = run(MoePath::Auto, fused);
+            let differ = host.iter().zip(&device_path).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "{dev}, fused {fused}: {differ} of {} logits differ", host.len());
+        }
+    }
+);
+
+test_device!(
     /// The int8 cache (the engine's own format) against the CPU backend's int8 cache: the same
     /// rows, so the logits differ only by the fast mode's rounding; and a reset session gives the
     /// first evaluation's logits again, bit for bit.

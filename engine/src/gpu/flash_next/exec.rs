@@ -69,6 +69,12 @@ pub(super) struct Scratch {
     eg: DevicePtr,
     eu: DevicePtr,
     ea: DevicePtr,
+    /// Device dispatch (`mmvq_moe_*`): every slot's gate and up (unfused types), activation,
+    /// and its Q8_1 form `[WINDOW·k][ff]`.
+    dg: DevicePtr,
+    du: DevicePtr,
+    da: DevicePtr,
+    daq: DevicePtr,
     shg: DevicePtr,
     shu: DevicePtr,
     sha: DevicePtr,
@@ -156,6 +162,10 @@ impl Scratch {
             eg: f(up, ff)?,
             eu: f(up, ff)?,
             ea: f(up, ff)?,
+            dg: f(up, w * k * ff)?,
+            du: f(up, w * k * ff)?,
+            da: f(up, w * k * ff)?,
+            daq: up.zeroed(w * k * q8_1_bytes(ff.next_multiple_of(32)))?,
             shg: f(up, w * ffs)?,
             shu: f(up, w * ffs)?,
             sha: f(up, w * ffs)?,
@@ -274,6 +284,86 @@ impl<'a> FlashChunk<'a> {
         self.project(x, n, &[(&f.gate, g), (&f.up, u)])?;
         self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
         self.mm(&f.down, a, n, y)
+    }
+
+    /// The rest of a MoE layer once the routed experts' rows are in `sc.ys`: the combine in rank
+    /// order, the shared expert and its gate; `expert_bytes` gives the routed experts' weight
+    /// bytes the device read (profiling).
+    fn moe_tail(&mut self, layer: usize, expert_bytes: impl FnOnce(&Self) -> Result<usize>) -> Result<()> {
+        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let m = &g.w.layers[layer].moe;
+        let k = m.n_used;
+        g.ops.moe_combine(&g.stream, sc.ys, sc.map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
+        self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
+        self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
+        g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
+        // The router, the distinct experts the device ran and the shared expert, once each.
+        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
+        let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + expert_bytes(self)?;
+        self.count("moe", w + self.act(2 * e));
+        Ok(())
+    }
+
+    /// Whether this window's routed experts run by device dispatch: every expert resident in
+    /// an MMVQ type, `--gpu-moe` not `host`, no routing dump (which reads the choice back).
+    fn moe_on_device(&self, m: &super::weights::DevMoe) -> bool {
+        use crate::gpu_options::MoePath;
+        let f = &m.experts.stack;
+        self.g.expert_cache.is_none()
+            && self.g.opts.moe != MoePath::Host
+            && !crate::experts::trace::dumping()
+            && [f.gate.kind, f.up.kind, f.down.kind].iter().all(|k| matches!(k, MatKind::Q(_)))
+    }
+
+    /// The routed experts by device dispatch: `mmvq_moe_*` read the router's choice in
+    /// `sc.rids` (fused gate/up + SiLU when both have one type), outputs at each slot's row of
+    /// `sc.ys`, in groups of tokens whose slots fit one launch. Nothing is read back (what a
+    /// graph needs); per slot, the same products as the host path's.
+    fn experts_on_device(&self, m: &super::weights::DevMoe) -> Result<()> {
+        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let (ops, st, f, k) = (&g.ops, &g.stream, &m.experts.stack, m.n_used);
+        let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (f.gate.kind, f.up.kind, f.down.kind) else {
+            return Err(EngineError::Gpu("qwen4exp MoE: device dispatch needs quantized experts".into()));
+        };
+        let (ff, ne) = (f.gate.rows, m.experts.n as u32);
+        let lin = self.lin();
+        lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+        let (xb, ab) = (q8_1_bytes(e) as u64, q8_1_bytes(ff) as u64);
+        let group = (crate::gpu::abi::MOE_MAX_SLOTS as usize / k).clamp(1, WINDOW);
+        let launch = |e: GpuError| dev("routed experts (device dispatch)")(e);
+        for t0 in (0..n).step_by(group) {
+            let nt = (n - t0).min(group);
+            let (s0, ns) = (t0 * k, (nt * k) as u32);
+            let ids = sc.rids + (s0 * 4) as u64;
+            let xq = sc.xq + t0 as u64 * xb;
+            let act = sc.da + (s0 * ff * 4) as u64;
+            let cols = nt as u32; // slots of one expert: at most one a token
+            if tg == tu && g.opts.fused_glu {
+                ops.mmvq_moe(st, tg, Some((f.up.ptr, GluAct::Silu)), f.gate.ptr, f.gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, act, ff as u32, e as u32, cols).map_err(launch)?;
+            } else {
+                let (yg, yu) = (sc.dg + (s0 * ff * 4) as u64, sc.du + (s0 * ff * 4) as u64);
+                ops.mmvq_moe(st, tg, None, f.gate.ptr, f.gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, yg, ff as u32, e as u32, cols).map_err(launch)?;
+                ops.mmvq_moe(st, tu, None, f.up.ptr, f.up.mat_bytes as u64, ne, xq, k as u32, ids, ns, yu, ff as u32, e as u32, cols).map_err(launch)?;
+                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu).map_err(launch)?;
+            }
+            let aq = sc.daq + s0 as u64 * ab;
+            lin.quantize(act, aq, nt * k, ff).map_err(dev("quantizing expert activations"))?;
+            let y = sc.ys + (s0 * e * 4) as u64;
+            ops.mmvq_moe(st, td, None, f.down.ptr, f.down.mat_bytes as u64, ne, aq, 1, ids, ns, y, e as u32, ff as u32, cols).map_err(launch)?;
+        }
+        Ok(())
+    }
+
+    /// The distinct experts of the window's choice (read back: profiling only).
+    fn distinct_experts(&self, k: usize) -> Result<Vec<usize>> {
+        let api = self.g.api();
+        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        let mut raw = vec![0u8; self.n() * k * 4];
+        api.memcpy_dtoh(&mut raw, self.s.sc.rids).map_err(dev("reading expert ids"))?;
+        let mut ids: Vec<usize> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
     }
 
     /// The routed experts the cache has no slot for, on the cache's CPU pool (the CPU backend's
@@ -463,6 +553,11 @@ impl FlashNextOps for FlashChunk<'_> {
         let (k, ne) = (m.n_used, host.experts.len());
         self.mm(&m.router, sc.x, n, sc.rlog)?;
         g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true).map_err(dev("MoE router"))?;
+        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
+        if self.moe_on_device(m) {
+            self.experts_on_device(m)?;
+            return self.moe_tail(layer, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
+        }
         // The routed experts' products, launched from the ids read back (host dispatch).
         let api = g.api();
         api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
@@ -477,7 +572,6 @@ impl FlashNextOps for FlashChunk<'_> {
             }
             chosen.entry(id).or_default().push(slot);
         }
-        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         let mut expert_bytes = 0;
         // The experts without a slot, run on the CPU once the device's are launched.
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
@@ -505,14 +599,7 @@ impl FlashNextOps for FlashChunk<'_> {
         if let Some(cache) = &g.expert_cache {
             self.experts_on_cpu(cache, &on_cpu, k)?;
         }
-        g.ops.moe_combine(&g.stream, sc.ys, sc.map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
-        self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
-        self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
-        g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
-        // The router, the distinct experts the device ran and the shared expert, once each.
-        let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + expert_bytes;
-        self.count("moe", w + self.act(2 * e));
-        Ok(())
+        self.moe_tail(layer, |_| Ok(expert_bytes))
     }
 
     fn head(&mut self) -> Result<()> {

@@ -4,10 +4,12 @@
 //! device memory. The same code drives the software RDNA3 device and a real card.
 //!
 //! What runs where: every layer operation is a gfx11 kernel or a device matrix product
-//! (`gpu::linear`); the host computes the PLE row ids and reads the rows (`Ple::gather`), and
-//! reads each window's routed expert ids back to launch the selected experts' products (the
-//! host-readback MoE path of the shared decoder; the device-dispatch path and decode graphs
-//! are not used yet). Windows are up to [`WINDOW`] tokens, eager launches. Numerics are the fast
+//! (`gpu::linear`); the host computes the PLE row ids and reads the rows (`Ple::gather`). The
+//! routed experts run by device dispatch (`mmvq_moe_*` read the router's choice on the device)
+//! when every expert is resident in an MMVQ type; otherwise the host reads each window's expert
+//! ids back and launches the chosen experts (the expert cache's path, which also runs the
+//! experts without a slot on the CPU). Windows are up to [`WINDOW`] tokens, eager launches (no
+//! decode graphs yet). Numerics are the fast
 //! mode's: the layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1
 //! activations for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
 

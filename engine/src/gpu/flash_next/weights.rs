@@ -64,27 +64,24 @@ pub(super) struct DevFfn {
     pub down: DevMat,
 }
 
-/// A layer's routed experts on the device.
-pub(super) enum DevExperts {
-    /// Every expert resident, by expert id.
-    Resident(Vec<DevFfn>),
-    /// `--expert-cache N`: room for N experts (each matrix a stack of N, the count second); an
-    /// expert lives in the slot the cache gives it (`ExpertCache::place`), copied in by
-    /// [`DevExperts::fill`].
-    Slots(DevFfn, usize),
+/// A layer's routed experts on the device: each matrix a stack of `n` (expert or slot `i` at
+/// `i · mat_bytes`). Every expert resident: `n` is the expert count and the slot is the expert
+/// id (what device dispatch, `mmvq_moe_*`, reads); with `--expert-cache N`, `n` slots that the
+/// cache gives out (`ExpertCache::place`), copied in by [`DevExperts::fill`].
+pub(super) struct DevExperts {
+    pub stack: DevFfn,
+    pub n: usize,
 }
 
 impl DevExperts {
-    /// The matrices of expert `e` (resident) or slot `e` (cache).
+    /// The matrices of expert (resident) or slot (cache) `e`.
     pub fn get(&self, e: usize) -> Option<DevFfn> {
-        match self {
-            DevExperts::Resident(v) => v.get(e).copied(),
-            DevExperts::Slots(_, n) if e >= *n => None,
-            DevExperts::Slots(f, _) => {
-                let at = |m: &DevMat| DevMat { ptr: m.expert(e), ..*m };
-                Some(DevFfn { gate: at(&f.gate), up: at(&f.up), down: at(&f.down) })
-            }
+        if e >= self.n {
+            return None;
         }
+        let at = |m: &DevMat| DevMat { ptr: m.expert(e), ..*m };
+        let f = &self.stack;
+        Some(DevFfn { gate: at(&f.gate), up: at(&f.up), down: at(&f.down) })
     }
 
     /// Copies expert `f` of the host model (its bytes as stored, laid out as at upload) into
@@ -219,19 +216,46 @@ fn ffn(up: &mut Uploader, f: &SwiGlu, name: &str) -> Result<DevFfn> {
     })
 }
 
-/// Room for `n` experts shaped like the layer's first (every expert of a layer must share its
-/// type and shape, as the GGUF's expert stacks do).
-fn expert_slots(up: &mut Uploader, m: &Moe, il: usize, n: usize) -> Result<DevFfn> {
+/// Every expert of a layer must share its type and shape (the GGUF's expert stacks do): the
+/// device keeps them as one stack per matrix.
+fn check_uniform(m: &Moe, il: usize) -> Result<()> {
     let f0 = &m.experts[0];
     for (e, f) in m.experts.iter().enumerate() {
         for (what, a, b) in [("gate", &f.gate, &f0.gate), ("up", &f.up, &f0.up), ("down", &f.down, &f0.down)] {
             if (a.ty, a.rows, a.cols) != (b.ty, b.rows, b.cols) {
-                return Err(unsupported(format!("blk.{il}.ffn_{what}_exps: expert {e} is {:?} {}x{}, expert 0 {:?} {}x{} (--expert-cache needs one shape a layer)", a.ty, a.rows, a.cols, b.ty, b.rows, b.cols)));
+                return Err(unsupported(format!("blk.{il}.ffn_{what}_exps: expert {e} is {:?} {}x{}, expert 0 {:?} {}x{} (the device keeps a layer's experts as one stack)", a.ty, a.rows, a.cols, b.ty, b.rows, b.cols)));
             }
         }
     }
+    Ok(())
+}
+
+/// Room for `n` experts shaped like the layer's first.
+fn expert_slots(up: &mut Uploader, m: &Moe, il: usize, n: usize) -> Result<DevFfn> {
+    check_uniform(m, il)?;
+    let f0 = &m.experts[0];
     let room = |up: &mut Uploader, w: &Mat, what: &str| up.matrix_room(w.data(), w.ty, w.rows, w.cols, n, &format!("blk.{il}.ffn_{what}_exps"));
     Ok(DevFfn { gate: room(up, &f0.gate, "gate")?, up: room(up, &f0.up, "up")?, down: room(up, &f0.down, "down")? })
+}
+
+/// Every expert of a layer, each matrix one stack in expert order.
+fn expert_stacks(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevFfn> {
+    check_uniform(m, il)?;
+    let stack = |up: &mut Uploader, pick: fn(&SwiGlu) -> &Mat, what: &str| -> Result<DevMat> {
+        let name = format!("blk.{il}.ffn_{what}_exps");
+        let mut bytes = Vec::new();
+        let mut layout = None;
+        for f in &m.experts {
+            let w = pick(f);
+            let (b, d) = device_layout(false, w.data(), w.ty, w.rows, w.cols, 1, &name)?;
+            bytes.extend_from_slice(&b);
+            layout.get_or_insert(d);
+        }
+        let mut d = layout.ok_or_else(|| unsupported(format!("{name}: no experts")))?;
+        d.ptr = up.bytes(&bytes)?;
+        Ok(d)
+    };
+    Ok(DevFfn { gate: stack(up, |f| &f.gate, "gate")?, up: stack(up, |f| &f.up, "up")?, down: stack(up, |f| &f.down, "down")? })
 }
 
 fn moe(up: &mut Uploader, m: &Moe, il: usize, cache_slots: Option<usize>) -> Result<DevMoe> {
@@ -282,8 +306,8 @@ pub(super) fn resize_experts(up: &mut Uploader, m: &Qwen4Exp, w: &mut DevWeights
 /// A layer's routed experts: `Some(n)` empty slots, or `None` every expert resident.
 fn experts(up: &mut Uploader, m: &Moe, il: usize, slots: Option<usize>) -> Result<DevExperts> {
     Ok(match slots {
-        Some(n) => DevExperts::Slots(expert_slots(up, m, il, n)?, n),
-        None => DevExperts::Resident(m.experts.iter().enumerate().map(|(e, f)| ffn(up, f, &format!("blk.{il} expert {e}"))).collect::<Result<_>>()?),
+        Some(n) => DevExperts { stack: expert_slots(up, m, il, n)?, n },
+        None => DevExperts { stack: expert_stacks(up, m, il)?, n: m.experts.len() },
     })
 }
 
