@@ -1,7 +1,7 @@
 //! `strata plan`: the VRAM split and projected decode speed of a MoE model, without a GPU. The
 //! built-in Flash-Next IQ3_XXS shape on an RX 7900 XTX is checked against the C++ engine's
 //! published cache size on that card (11,142 experts, 232 per layer, with int8 KV and 1 GiB
-//! reserved: ../shared/docs/expert-tiering.md); more VRAM never gives fewer slots or a slower
+//! reserved: docs/expert-tiering.md); more VRAM never gives fewer slots or a slower
 //! token; a model file is read by its header; bad input is an error, not a panic.
 
 use std::process::Command;

@@ -118,7 +118,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 960.0)]
     pub gpu_gbs: f64,
     /// Share of that bandwidth the decode kernels reach (llama.cpp's ROCm kernels 0.54-0.57,
-    /// the best Vulkan ones about 0.70: ../shared/docs/performance-targets.md).
+    /// the best Vulkan ones about 0.70, as published for the RX 7900 XTX).
     #[arg(long, default_value_t = 0.55)]
     pub gpu_efficiency: f64,
     /// CPU cores; the pool gets all but one unless --pool-workers says otherwise.

@@ -86,7 +86,7 @@ impl ModelShape {
     }
 
     /// Qwen3.8-Flash-Next with IQ3_XXS experts, from the published figures
-    /// (../shared/docs/expert-tiering.md): 48 layers, 512 experts of 3 x 640 x 2560 weights at
+    /// (docs/expert-tiering.md): 48 layers, 512 experts of 3 x 640 x 2560 weights at
     /// 3.0625 bits, top-10, about 6 B active parameters per token. The dense weights are the
     /// active parameters minus the routed ones (2.36 B) at `dense_bits` per weight; the
     /// embedding table is 248,320 x 2560 at the same width; the KV cache covers the 12 QSA layers
