@@ -107,6 +107,38 @@ test_device!(
 );
 
 test_device!(
+    /// Decode windows as graphs (captured once per window size, replayed with the inputs in
+    /// device buffers; the default with every expert resident in an MMVQ type) equal eager
+    /// launches bit for bit on the Q8_0 model: a 56-token prompt (windows of 8), 8 single-token
+    /// windows and a 3-token window, with the f16 and the int8 cache.
+    model fn gpu_flash_next_graph_replay_equals_eager_launches(device) {
+        let dev = device.0;
+        let s = load_refs("q8_0-split").into_iter().nth(1).expect("seq2");
+        for kv in [KvType::F16, KvType::Int8] {
+            let run = |graphs: bool| {
+                let (_, api) = device.clone();
+                let g = GpuFlashNext::new(model(Q8), api, GpuOptions { graphs, ..GpuOptions::default() }).unwrap();
+                let mut sess = g.new_session(kv, 512).unwrap();
+                let mut all = Vec::new();
+                g.eval(&mut sess, &s.tokens[..56], Logits::All, &mut all).unwrap();
+                for w in [&s.tokens[56..57], &s.tokens[57..58], &s.tokens[58..59], &s.tokens[59..60], &s.tokens[60..61], &s.tokens[61..64]] {
+                    let mut rows = Vec::new();
+                    g.eval(&mut sess, w, Logits::All, &mut rows).unwrap();
+                    all.extend_from_slice(&rows);
+                }
+                (all, sess.graph_replays, sess.eager_windows)
+            };
+            let (eager, r0, e0) = run(false);
+            let (graph, r1, e1) = run(true);
+            assert_eq!((r0, e0), (0, 7 + 6), "{dev}: graphs off: every window eager");
+            assert_eq!((r1, e1), (7 + 6, 0), "{dev}: graphs on: every window replayed");
+            let differ = eager.iter().zip(&graph).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "{dev} {kv:?}: {differ} of {} logits differ", eager.len());
+        }
+    }
+);
+
+test_device!(
     /// The int8 cache (the engine's own format) against the CPU backend's int8 cache: the same
     /// rows, so the logits differ only by the fast mode's rounding; and a reset session gives the
     /// first evaluation's logits again, bit for bit.

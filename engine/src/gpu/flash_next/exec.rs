@@ -13,7 +13,7 @@ use crate::gpu::expert_cache::{ExpertCache, Placement};
 use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
 use crate::model::qwen4exp::moe::SwiGlu;
 use crate::gpu::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
-use crate::model::qwen4exp::program::{FlashNextOps, Site};
+use crate::model::qwen4exp::program::{self, FlashNextOps, Site};
 use crate::model::qwen4exp::{Mixer, Qwen4Exp};
 
 fn dev(what: &'static str) -> impl FnOnce(GpuError) -> EngineError {
@@ -181,24 +181,65 @@ impl Scratch {
     }
 }
 
+/// Whether a layer's routed experts can run by device dispatch (with every expert resident):
+/// all in an MMVQ type, `--gpu-moe` not `host`, no routing dump (which reads the choice back).
+pub(super) fn moe_on_device(opts: &crate::gpu_options::GpuOptions, m: &super::weights::DevMoe) -> bool {
+    let f = &m.experts.stack;
+    opts.moe != crate::gpu_options::MoePath::Host
+        && !crate::experts::trace::dumping()
+        && [f.gate.kind, f.up.kind, f.down.kind].iter().all(|k| matches!(k, MatKind::Q(_)))
+}
+
 /// One window of a device sequence.
 pub(super) struct FlashChunk<'a> {
     g: &'a GpuFlashNext,
     s: &'a mut GpuFlashSession,
     toks: &'a [u32],
+    /// Launched as a graph ([`FlashChunk::run`]): every launch must be the same at every
+    /// position, so sizes that follow the position take their largest value.
+    graph: bool,
 }
 
 impl<'a> FlashChunk<'a> {
-    /// Uploads the window's ids and positions (after the previous window's launches are done
-    /// with the buffers).
-    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32]) -> Result<FlashChunk<'a>> {
+    /// Uploads the window's inputs (after the previous window's launches are done with the
+    /// buffers): token ids, positions and the PLE rows the host gathers for these tokens.
+    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool) -> Result<FlashChunk<'a>> {
         let api = g.api();
         api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
         let pos: Vec<u32> = (s.n_past..s.n_past + toks.len()).map(|p| p as u32).collect();
         let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         api.memcpy_htod(s.sc.ids, &b(toks)).map_err(dev("uploading token ids"))?;
         api.memcpy_htod(s.sc.pos, &b(&pos)).map_err(dev("uploading positions"))?;
-        Ok(FlashChunk { g, s, toks })
+        if let (Some(p), Some(ps)) = (&g.m.ple, s.ple.as_mut()) {
+            let layer = p.params.layer;
+            let emb = p.gather(toks, &mut ps.prev).map_err(|reason| EngineError::Ple { layer, reason })?;
+            api.memcpy_htod(s.sc.emb, &emb.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).map_err(dev("uploading PLE rows"))?;
+        }
+        Ok(FlashChunk { g, s, toks, graph })
+    }
+
+    /// The window's launches: the program, eagerly, or as a graph captured once per window size
+    /// and replayed (its inputs are in device buffers).
+    pub(super) fn run(&mut self) -> Result<()> {
+        let g = self.g;
+        if !self.graph {
+            self.s.eager_windows += 1;
+            return program::forward(self, &g.m);
+        }
+        let (api, st, n) = (g.api(), &g.stream, self.n());
+        if let Some((_, graph)) = self.s.graphs.iter().find(|(k, _)| *k == n) {
+            self.s.graph_replays += 1;
+            return api.launch_graph(graph, st).map_err(dev("graph replay"));
+        }
+        api.begin_capture(st).map_err(dev("graph capture"))?;
+        let recorded = program::forward(self, &g.m);
+        let graph = api.end_capture(st);
+        recorded?;
+        let graph = graph.map_err(dev("graph capture"))?;
+        api.launch_graph(&graph, st).map_err(dev("graph replay"))?;
+        self.s.graphs.push((n, graph));
+        self.s.graph_replays += 1;
+        Ok(())
     }
 
     /// Waits for the window, advances the sequence and returns its logits `[n][n_vocab]`.
@@ -304,15 +345,9 @@ impl<'a> FlashChunk<'a> {
         Ok(())
     }
 
-    /// Whether this window's routed experts run by device dispatch: every expert resident in
-    /// an MMVQ type, `--gpu-moe` not `host`, no routing dump (which reads the choice back).
+    /// Whether this window's routed experts run by device dispatch ([`moe_on_device`]).
     fn moe_on_device(&self, m: &super::weights::DevMoe) -> bool {
-        use crate::gpu_options::MoePath;
-        let f = &m.experts.stack;
-        self.g.expert_cache.is_none()
-            && self.g.opts.moe != MoePath::Host
-            && !crate::experts::trace::dumping()
-            && [f.gate.kind, f.up.kind, f.down.kind].iter().all(|k| matches!(k, MatKind::Q(_)))
+        self.g.expert_cache.is_none() && moe_on_device(&self.g.opts, m)
     }
 
     /// The routed experts by device dispatch: `mmvq_moe_*` read the router's choice in
@@ -425,17 +460,12 @@ impl FlashNextOps for FlashChunk<'_> {
         Ok(())
     }
 
-    fn ple(&mut self, layer: usize) -> Result<()> {
+    fn ple(&mut self, _layer: usize) -> Result<()> {
         let (g, n) = (self.g, self.n());
-        let (Some(p), Some(dp)) = (&g.m.ple, &g.w.ple) else { return Ok(()) };
-        let Some(ps) = self.s.ple.as_mut() else { return Ok(()) };
-        let emb = p.gather(self.toks, &mut ps.prev).map_err(|reason| EngineError::Ple { layer, reason })?;
-        let hist = ps.hist;
+        let (Some(_), Some(dp)) = (&g.m.ple, &g.w.ple) else { return Ok(()) };
+        // The rows were gathered and uploaded with the window's inputs (`FlashChunk::new`).
+        let Some(hist) = self.s.ple.as_ref().map(|ps| ps.hist) else { return Ok(()) };
         let sc = &self.s.sc;
-        let api = g.api();
-        // The previous window's launches may still read the buffer.
-        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
-        api.memcpy_htod(sc.emb, &emb.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).map_err(dev("uploading PLE rows"))?;
         self.project(sc.emb, n, &[(&dp.key, sc.pkey), (&dp.value, sc.pval)])?;
         let b = PleBuffers { key: sc.pkey, val: sc.pval, r: sc.r, norms: dp.norms, taps: dp.taps, hist, gv: sc.gv, nn: sc.nn };
         g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))?;
@@ -522,7 +552,9 @@ impl FlashNextOps for FlashChunk<'_> {
             sel_n: sc.sel_n,
             out: sc.att,
         };
-        g.ops.qsa_mix(&g.stream, &shape, &b, n as u32, self.s.n_past as u32, self.s.capacity as u32).map_err(dev("QSA attention"))?;
+        // A graph is replayed at every position: its attention launch is sized for a full cache.
+        let start = if self.graph { self.s.capacity - n } else { self.s.n_past };
+        g.ops.qsa_mix(&g.stream, &shape, &b, n as u32, start as u32, self.s.capacity as u32).map_err(dev("QSA attention"))?;
         self.mm(&a.o, sc.att, n, sc.y)?;
         // Weights once, each token's kept K and V rows once (and the new ones written).
         let mut w = [&a.q, &a.k, &a.v, &a.o].iter().map(|m| m.mat_bytes).sum::<usize>();

@@ -8,8 +8,8 @@
 //! routed experts run by device dispatch (`mmvq_moe_*` read the router's choice on the device)
 //! when every expert is resident in an MMVQ type; otherwise the host reads each window's expert
 //! ids back and launches the chosen experts (the expert cache's path, which also runs the
-//! experts without a slot on the CPU). Windows are up to [`WINDOW`] tokens, eager launches (no
-//! decode graphs yet). Numerics are the fast
+//! experts without a slot on the CPU). Windows are up to [`WINDOW`] tokens; without a host
+//! readback in them they are captured as graphs once per size and replayed. Numerics are the fast
 //! mode's: the layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1
 //! activations for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
 
@@ -27,7 +27,7 @@ use crate::error::{EngineError, Result};
 use crate::gpu_options::{ExpertCacheSize, GpuOptions};
 use crate::kv_cache::KvType;
 use crate::model::Logits;
-use crate::model::qwen4exp::{PleState, Qwen4Exp, program};
+use crate::model::qwen4exp::{PleState, Qwen4Exp};
 use weights::{DevMixer, DevWeights};
 
 /// Most tokens of one forward window (a prompt is a sequence of windows).
@@ -90,6 +90,11 @@ pub struct GpuFlashSession {
     /// When set, device counters (software device only) are summed per operation of the program
     /// (`strata bench --device emu`).
     pub profile: Option<super::model::Profile>,
+    /// Captured windows by token count ([`GpuOptions::graphs`]), and how many windows were
+    /// replayed from them or launched eagerly.
+    graphs: Vec<(usize, super::device::Graph)>,
+    pub graph_replays: usize,
+    pub eager_windows: usize,
 }
 
 impl GpuFlashSession {
@@ -113,6 +118,9 @@ impl GpuFlashSession {
 
 impl Drop for GpuFlashSession {
     fn drop(&mut self) {
+        for (_, g) in self.graphs.drain(..) {
+            let _ = self.api.graph_destroy(g);
+        }
         for p in self.allocs.drain(..) {
             let _ = self.api.free(p);
         }
@@ -306,7 +314,7 @@ impl GpuFlashNext {
             _ => None,
         };
         let sc = exec::Scratch::new(&mut up, self, capacity)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0 })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
@@ -329,9 +337,10 @@ impl GpuFlashNext {
             // Counters of earlier launches are not this evaluation's.
             let _ = self.ops.api().take_stats();
         }
+        let graph = self.capturable(s);
         for (i, win) in tokens.chunks(WINDOW).enumerate() {
-            let mut chunk = exec::FlashChunk::new(self, s, win)?;
-            program::forward(&mut chunk, &self.m)?;
+            let mut chunk = exec::FlashChunk::new(self, s, win, graph)?;
+            chunk.run()?;
             let rows = chunk.finish()?;
             self.adapt_expert_cache(win.len())?;
             if want == Logits::All {
@@ -341,6 +350,13 @@ impl GpuFlashNext {
             }
         }
         Ok(())
+    }
+
+    /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
+    /// back to the host (every MoE layer by device dispatch: no expert cache) or counts between
+    /// operations (profiling).
+    fn capturable(&self, s: &GpuFlashSession) -> bool {
+        self.opts.graphs && s.profile.is_none() && self.expert_cache.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
     }
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
