@@ -57,6 +57,10 @@ test_device!(
                 assert_eq!(st.slots, slots as usize, "{st}");
                 assert_eq!(st.lookups, tokens * LAYERS * TOP_K, "{st}");
                 assert!(st.hits + st.cpu <= st.lookups && st.admitted <= LAYERS * slots as u64, "{st}");
+                // Each copy into a slot is one expert: gate, up and down of 128 x 256 (f32: 4
+                // bytes a weight; Q8_0: 34 bytes a block of 32).
+                let expert = if variant == "f32" { 3 * 128 * 256 * 4 } else { 3 * 128 * 256 / 32 * 34 };
+                assert_eq!(st.copied_bytes, (st.admitted + st.swapped) * expert, "{st}");
                 if slots == 0 {
                     assert_eq!((st.hits, st.admitted, st.cpu), (0, 0, st.lookups), "{st}");
                 } else {

@@ -20,6 +20,8 @@ pub struct CacheStats {
     /// Experts copied in by adaptive residency (`--adapt-every N`), each replacing a less-routed
     /// resident or taking a free slot.
     pub swapped: u64,
+    /// Bytes copied into VRAM slots (preloads, admissions, swaps: over PCIe on a card).
+    pub copied_bytes: u64,
     /// Time the CPU pool spent on experts, and its workers.
     pub cpu_ms: f64,
     pub pool_workers: usize,
@@ -30,12 +32,13 @@ impl std::fmt::Display for CacheStats {
         let pct = if self.lookups == 0 { 0.0 } else { 100.0 * self.hits as f64 / self.lookups as f64 };
         write!(
             f,
-            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} swapped in, {} computed on the CPU ({:.1} ms, {} worker{}); {} slots per layer",
+            "expert cache: {} hits / {} lookups ({pct:.1}%), {} preloaded from the profile, {} admitted on first use, {} swapped in ({} copied to VRAM), {} computed on the CPU ({:.1} ms, {} worker{}); {} slots per layer",
             self.hits,
             self.lookups,
             self.preloaded,
             self.admitted,
             self.swapped,
+            indicatif::HumanBytes(self.copied_bytes),
             self.cpu,
             self.cpu_ms,
             self.pool_workers,

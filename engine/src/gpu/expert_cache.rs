@@ -114,6 +114,8 @@ pub struct ExpertCache {
     pool: Option<rayon::ThreadPool>,
     /// Microseconds spent computing experts on the CPU.
     cpu_us: AtomicU64,
+    /// One expert's bytes on the device (what each admission, swap or preload copies).
+    expert_bytes: u64,
     /// Per layer, per expert: its slot.
     slot_of: Mutex<Vec<Vec<Option<u32>>>>,
     /// Per layer, per expert: routing decisions so far (`--expert-profile-save`).
@@ -133,6 +135,7 @@ impl ExpertCache {
             adapt: None,
             pool: None,
             cpu_us: AtomicU64::new(0),
+            expert_bytes: 0,
             slot_of: Mutex::new(vec![vec![None; n_expert]; n_layer]),
             counts: Mutex::new(vec![vec![0; n_expert]; n_layer]),
             preloaded: AtomicU64::new(0),
@@ -142,6 +145,15 @@ impl ExpertCache {
             cpu: AtomicU64::new(0),
             swapped: AtomicU64::new(0),
         }
+    }
+
+    /// A cache of `slots` per layer set up as the GPU options say (`--adapt-every`,
+    /// `--pool-workers`); `expert_bytes` is one expert's gate, up and down on the device (the
+    /// copy counter's unit).
+    pub fn for_options(n_layer: usize, n_expert: usize, slots: usize, opts: &crate::gpu_options::GpuOptions, expert_bytes: usize) -> crate::error::Result<ExpertCache> {
+        let mut c = ExpertCache::new(n_layer, n_expert, slots).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)?;
+        c.expert_bytes = expert_bytes as u64;
+        Ok(c)
     }
 
     /// The same cache with its own pool of `workers` CPU threads for the experts without a slot
@@ -301,6 +313,7 @@ impl ExpertCache {
             preloaded: self.preloaded.load(Ordering::Relaxed),
             swapped: self.swapped.load(Ordering::Relaxed),
             cpu_ms: self.cpu_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            copied_bytes: (self.preloaded.load(Ordering::Relaxed) + self.admitted.load(Ordering::Relaxed) + self.swapped.load(Ordering::Relaxed)) * self.expert_bytes,
             pool_workers: self.pool_workers(),
         }
     }

@@ -32,7 +32,7 @@ use super::ops::{AttnMode, GpuOps, KvFormat};
 pub use crate::gpu_options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvType;
-use super::expert_cache::{Adaptation, CacheStats, ExpertCache};
+use super::expert_cache::{CacheStats, ExpertCache};
 use crate::model::decoder::WeightName;
 use crate::model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model, W};
 use quant::GgmlType;
@@ -329,7 +329,11 @@ impl GpuModel {
             Ffn::Moe { gate, up, down, .. } => [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))),
             Ffn::Dense { .. } => true,
         });
-        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::new(hp.n_layer, m.n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)).transpose()?;
+        let expert_bytes = w.layers.iter().find_map(|l| match &l.ffn.ffn {
+            Ffn::Moe { gate, up, down, .. } => Some(gate.mat_bytes + up.mat_bytes + down.mat_bytes),
+            Ffn::Dense { .. } => None,
+        });
+        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::for_options(hp.n_layer, m.n_expert, n, &opts, expert_bytes.unwrap_or(0))).transpose()?;
         Ok(GpuModel {
             model,
             ops,

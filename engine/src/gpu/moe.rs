@@ -5,7 +5,7 @@
 
 use super::abi::MAX_COLS;
 use super::device::GpuError;
-use super::expert_cache::{Adaptation, AutoFit, ExpertCache, Placement};
+use super::expert_cache::{AutoFit, ExpertCache, Placement};
 use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use crate::cpu::ModelMatmul;
 use crate::model::Ffn;
@@ -280,7 +280,8 @@ impl GpuModel {
         }
         self.allocs.append(&mut upl.allocs);
         self.weight_bytes += upl.bytes;
-        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::new(self.model.hp.n_layer, n_expert, fit.slots).with_adaptation(Adaptation::every(self.opts.adapt_every)).with_pool(self.opts.pool_workers)).transpose()?;
+        let per_expert = fit.slot_bytes as usize / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
+        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert)).transpose()?;
         Ok(Some(fit))
     }
 

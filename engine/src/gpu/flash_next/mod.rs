@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
-use super::expert_cache::{Adaptation, AutoFit, CacheStats, ExpertCache};
+use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
 use super::model::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
 use crate::error::{EngineError, Result};
@@ -156,7 +156,7 @@ impl GpuFlashNext {
         let mut up = Uploader::new(&*api, false);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
-        let expert_cache = cache_slots.map(|n| ExpertCache::new(m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)).transpose()?;
+        let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
         Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, allocs, weight_bytes })
     }
 
@@ -184,7 +184,7 @@ impl GpuFlashNext {
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
         self.allocs.append(&mut up.allocs);
         self.weight_bytes += up.bytes;
-        self.expert_cache = slots.map(|n| ExpertCache::new(self.m.layers.len(), n_expert, n).with_adaptation(Adaptation::every(self.opts.adapt_every)).with_pool(self.opts.pool_workers)).transpose()?;
+        self.expert_cache = slots.map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes())).transpose()?;
         Ok(fit)
     }
 

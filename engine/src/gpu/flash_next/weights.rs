@@ -104,6 +104,16 @@ pub(super) struct DevMoe {
     pub shared: DevFfn,
 }
 
+impl DevWeights {
+    /// One routed expert's gate, up and down on the device (the first MoE layer's).
+    pub fn expert_bytes(&self) -> usize {
+        self.layers.first().map_or(0, |l| {
+            let f = &l.moe.experts.stack;
+            f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes
+        })
+    }
+}
+
 pub(super) struct DevPle {
     pub shape: PleShape,
     pub key: DevMat,
