@@ -8,7 +8,7 @@ use super::abi::MAX_COLS;
 use super::calibrate::LtDispatch;
 use super::device::{DType, DevicePtr, Gemm, GpuError, Stream, Transpose};
 use super::model::{DevMat, MatKind, Tmp, q8_1_bytes};
-use super::ops::GpuOps;
+use super::ops::{GluAct, GpuOps};
 use crate::gpu_options::{GEMM_MIN_TOKENS, GpuOptions, PrefillPath};
 use quant::GgmlType;
 
@@ -145,5 +145,61 @@ impl Linear<'_> {
             return Ok(());
         }
         if k % 32 == 0 { self.ops.quantize_q8_1(self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
+    }
+}
+
+/// The buffers of a routed-expert run by device dispatch ([`Linear::experts_by_dispatch`]), each
+/// indexed by slot (`token·k + rank`) from the window's first token.
+pub(super) struct DispatchBuffers {
+    /// The chosen expert of each slot (its index in the stacks; `abi::MOE_SLOT_MISS` skips the
+    /// slot: its output row is left as it is).
+    pub ids: DevicePtr,
+    /// The tokens' inputs as Q8_1 rows.
+    pub xq: DevicePtr,
+    /// SwiGLU output rows `[slot][ff]`, and their Q8_1 quantization.
+    pub act: DevicePtr,
+    pub act_q: DevicePtr,
+    /// Gate and up outputs `[slot][ff]` when they do not fuse (types differ or
+    /// `--no-fused-glu`).
+    pub gate: DevicePtr,
+    pub up: DevicePtr,
+    /// Output rows `[slot][cols of the input]`.
+    pub y: DevicePtr,
+}
+
+impl Linear<'_> {
+    /// The routed experts of `n` tokens (`k` each) by device dispatch: `mmvq_moe_*` read the
+    /// choice in `b.ids` on the device (fused gate/up + SiLU when both have one type), so nothing
+    /// is read back (what a graph needs). Tokens go in groups whose slots fit one launch
+    /// (`MOE_MAX_SLOTS`); a launch stages at most one column per token of an expert.
+    pub(super) fn experts_by_dispatch(&self, [gate, up, down]: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
+        let (ops, st) = (self.ops, self.stream);
+        let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (gate.kind, up.kind, down.kind) else {
+            return Err(GpuError::Launch { kernel: "mmvq_moe".into(), what: "device dispatch needs quantized experts".into() });
+        };
+        let (d, ff, ne) = (gate.cols, gate.rows, n_expert as u32);
+        let (xb, ab) = (q8_1_bytes(d) as u64, q8_1_bytes(ff) as u64);
+        let group = (super::abi::MOE_MAX_SLOTS as usize / k).clamp(1, MAX_COLS);
+        for t0 in (0..n).step_by(group) {
+            let nt = (n - t0).min(group);
+            let (s0, ns) = (t0 * k, (nt * k) as u32);
+            let ids = b.ids + (s0 * 4) as u64;
+            let xq = b.xq + t0 as u64 * xb;
+            let act = b.act + (s0 * ff * 4) as u64;
+            let cols = nt as u32;
+            if tg == tu && self.opts.fused_glu {
+                ops.mmvq_moe(st, tg, Some((up.ptr, GluAct::Silu)), gate.ptr, gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, act, ff as u32, d as u32, cols)?;
+            } else {
+                let (yg, yu) = (b.gate + (s0 * ff * 4) as u64, b.up + (s0 * ff * 4) as u64);
+                ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, yg, ff as u32, d as u32, cols)?;
+                ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne, xq, k as u32, ids, ns, yu, ff as u32, d as u32, cols)?;
+                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu)?;
+            }
+            let aq = b.act_q + s0 as u64 * ab;
+            self.quantize(act, aq, nt * k, ff)?;
+            let y = b.y + (s0 * d * 4) as u64;
+            ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne, aq, 1, ids, ns, y, d as u32, ff as u32, cols)?;
+        }
+        Ok(())
     }
 }

@@ -6,6 +6,7 @@
 use super::abi::MAX_COLS;
 use super::device::GpuError;
 use super::expert_cache::{AutoFit, ExpertCache, Placement};
+use super::linear::DispatchBuffers;
 use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use crate::cpu::ModelMatmul;
 use crate::model::Ffn;
@@ -39,35 +40,11 @@ impl GpuModel {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
         let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
-        let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
-        let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (gate.kind, up.kind, down.kind) else {
-            return Err(GpuError::Launch { kernel: "moe".into(), what: "device dispatch needs quantized experts".into() });
-        };
+        let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
-        let (xb, ab) = (q8_1_bytes(d) as u64, q8_1_bytes(ff) as u64);
-        // Groups of up to MAX_COLS tokens: at most 64 slots per launch.
-        for t0 in (0..n).step_by(MAX_COLS) {
-            let nt = (n - t0).min(MAX_COLS);
-            let (s0, ns) = (t0 * k, (nt * k) as u32);
-            let ids = sc.sel_ids + (s0 * 4) as u64;
-            let xq = sc.xq + t0 as u64 * xb;
-            let act = sc.act + (s0 * ff * 4) as u64;
-            let g = nt as u32; // slots of one expert: at most one per token
-            if tg == tu && self.opts.fused_glu {
-                let glu = Some((up.ptr, GluAct::Silu));
-                ops.mmvq_moe(st, tg, glu, gate.ptr, gate.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, act, ff as u32, d as u32, g)?;
-            } else {
-                let (yg, yu) = (sc.gate + (s0 * ff * 4) as u64, sc.up + (s0 * ff * 4) as u64);
-                ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, yg, ff as u32, d as u32, g)?;
-                ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne as u32, xq, k as u32, ids, ns, yu, ff as u32, d as u32, g)?;
-                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu)?;
-            }
-            let aq = sc.xq_e + s0 as u64 * ab;
-            self.quantize(act, aq, nt * k, ff)?;
-            let y = sc.y_e + (s0 * d * 4) as u64;
-            ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne as u32, aq, 1, ids, ns, y, d as u32, ff as u32, g)?;
-        }
+        let b = DispatchBuffers { ids: sc.sel_ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
+        self.lin().experts_by_dispatch([gate, up, down], ne, k, n, &b)?;
         ops.moe_combine(st, sc.y_e, sc.map_id, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
         if !count {
             return Ok(0);

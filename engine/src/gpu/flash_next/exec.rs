@@ -7,7 +7,7 @@ use super::weights::{DevFfn, DevHc, DevMixer};
 use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
 use crate::error::{EngineError, Result};
 use crate::gpu::device::{DevicePtr, GpuError};
-use crate::gpu::linear::Linear;
+use crate::gpu::linear::{DispatchBuffers, Linear};
 use crate::cpu::flash_next::SwiGluCpu;
 use crate::gpu::expert_cache::{ExpertCache, Placement};
 use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
@@ -355,38 +355,12 @@ impl<'a> FlashChunk<'a> {
     /// `sc.ys`, in groups of tokens whose slots fit one launch. Nothing is read back (what a
     /// graph needs); per slot, the same products as the host path's.
     fn experts_on_device(&self, m: &super::weights::DevMoe) -> Result<()> {
-        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
-        let (ops, st, f, k) = (&g.ops, &g.stream, &m.experts.stack, m.n_used);
-        let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (f.gate.kind, f.up.kind, f.down.kind) else {
-            return Err(EngineError::Gpu("qwen4exp MoE: device dispatch needs quantized experts".into()));
-        };
-        let (ff, ne) = (f.gate.rows, m.experts.n as u32);
+        let (sc, n, e) = (&self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let f = &m.experts.stack;
         let lin = self.lin();
         lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
-        let (xb, ab) = (q8_1_bytes(e) as u64, q8_1_bytes(ff) as u64);
-        let group = (crate::gpu::abi::MOE_MAX_SLOTS as usize / k).clamp(1, WINDOW);
-        let launch = |e: GpuError| dev("routed experts (device dispatch)")(e);
-        for t0 in (0..n).step_by(group) {
-            let nt = (n - t0).min(group);
-            let (s0, ns) = (t0 * k, (nt * k) as u32);
-            let ids = sc.rids + (s0 * 4) as u64;
-            let xq = sc.xq + t0 as u64 * xb;
-            let act = sc.da + (s0 * ff * 4) as u64;
-            let cols = nt as u32; // slots of one expert: at most one a token
-            if tg == tu && g.opts.fused_glu {
-                ops.mmvq_moe(st, tg, Some((f.up.ptr, GluAct::Silu)), f.gate.ptr, f.gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, act, ff as u32, e as u32, cols).map_err(launch)?;
-            } else {
-                let (yg, yu) = (sc.dg + (s0 * ff * 4) as u64, sc.du + (s0 * ff * 4) as u64);
-                ops.mmvq_moe(st, tg, None, f.gate.ptr, f.gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, yg, ff as u32, e as u32, cols).map_err(launch)?;
-                ops.mmvq_moe(st, tu, None, f.up.ptr, f.up.mat_bytes as u64, ne, xq, k as u32, ids, ns, yu, ff as u32, e as u32, cols).map_err(launch)?;
-                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu).map_err(launch)?;
-            }
-            let aq = sc.daq + s0 as u64 * ab;
-            lin.quantize(act, aq, nt * k, ff).map_err(dev("quantizing expert activations"))?;
-            let y = sc.ys + (s0 * e * 4) as u64;
-            ops.mmvq_moe(st, td, None, f.down.ptr, f.down.mat_bytes as u64, ne, aq, 1, ids, ns, y, e as u32, ff as u32, cols).map_err(launch)?;
-        }
-        Ok(())
+        let b = DispatchBuffers { ids: sc.rids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
+        lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, m.n_used, n, &b).map_err(dev("routed experts (device dispatch)"))
     }
 
     /// The distinct experts of the window's choice (read back: profiling only).
