@@ -9,7 +9,7 @@
 
 use quant::GgmlType;
 use strata::cpu::prelude::*;
-use strata::gpu::abi::WType;
+use strata::gpu::abi::{self, WType};
 use strata::gpu::bench::random_blocks;
 use strata::rng::SplitMix64;
 use strata::gpu::device::{DevicePtr, Stream};
@@ -621,7 +621,9 @@ test_device!(
     /// type, 1..=8 tokens, k = 1..8 experts per token, shared and distinct experts, the plain, GLU
     /// and down (`x_div` = 1) forms equal `mmvq` / `mmvq_glu` of the chosen expert on that column
     /// bit for bit, and the CPU scalar reference (quant's dequantizers, f64 dot) within the MMVQ
-    /// tolerance. An out-of-range expert id traps instead of reading past the stack.
+    /// tolerance. A slot whose id is `MOE_SLOT_MISS` (an expert-cache miss) is skipped and its
+    /// row left as it was; any other out-of-range expert id traps instead of reading past the
+    /// stack.
     fn gpu_ops_mmvq_moe_matches_mmvq_and_cpu(ops) {
         let name = device_name(ops);
         let mut rng = SplitMix64::new(17);
@@ -671,6 +673,16 @@ test_device!(
                     let yv = y.f32s();
                     assert_bits(name, &what(form), &yv, &want.f32s());
                     assert_bits(name, &format!("{} glu", what(form)), &yf.f32s(), &wantf.f32s());
+                    // Expert-cache misses (every third slot): skipped, their rows untouched, the
+                    // others' bits unchanged.
+                    let miss: Vec<u32> = ids.iter().enumerate().map(|(s, &e)| if s % 3 == 1 { abi::MOE_SLOT_MISS } else { e }).collect();
+                    let mb = upu(&ops, &miss);
+                    let ym = up(&ops, &vec![0x55u8; ns * nrows * 4]);
+                    ops.mmvq_moe(&S, ty, None, gb.ptr, mat as u64, ne as u32, xb.ptr, x_div as u32, mb.ptr, ns as u32, ym.ptr, nrows as u32, kd as u32, nt as u32)
+                        .unwrap_or_else(|e| panic!("{name} {} misses: {e}", what(form)));
+                    let sentinel = f32::from_le_bytes([0x55; 4]);
+                    let want_m: Vec<f32> = yv.chunks(nrows).zip(&miss).flat_map(|(row, &e)| row.iter().map(move |&v| if e == abi::MOE_SLOT_MISS { sentinel } else { v })).collect();
+                    assert_bits(name, &format!("{} with misses", what(form)), &ym.f32s(), &want_m);
                     // CPU scalar reference: dequantized expert rows against the Q8_1 column.
                     let mut a = vec![0f32; kd];
                     let mut wr = vec![0f32; kd];

@@ -323,6 +323,29 @@ pub struct MoeCombineArgs {
     pub _pad: u32,
 }
 
+/// The id of a slot whose expert has no cache slot (`moe_slot_map`'s output for a miss):
+/// `mmvq_moe_*` skip it, leaving its output row to the host's part.
+pub const MOE_SLOT_MISS: u32 = u32::MAX;
+
+/// `moe_slot_map`: the expert cache's view of a routing choice. For each of `n_slots` slots,
+/// `slots[j] = table[ids[j]]` (the expert's cache slot, or [`MOE_SLOT_MISS`]) and `map[j] = j`
+/// for a hit, `miss_base + j` for a miss (the row of the host's output: `moe_combine` then reads
+/// hits and misses from one buffer). `table` holds `n_expert` u32 (one layer's row); an id
+/// `>= n_expert` traps. One work-item per slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeSlotMapArgs {
+    pub ids: u64,
+    pub table: u64,
+    pub slots: u64,
+    pub map: u64,
+    pub n_slots: u32,
+    pub n_expert: u32,
+    pub miss_base: u32,
+    pub _pad: u32,
+}
+pub const MOE_SLOT_MAP: &str = "moe_slot_map";
+
 pub const RMS_NORM: &str = "rms_norm_f32";
 pub const ROPE: &str = "rope_f32";
 pub const GLU: &str = "glu_f32";
@@ -424,7 +447,7 @@ macro_rules! impl_args_bytes {
 }
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MmvqGluArgs, MmqArgs
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MoeSlotMapArgs, MmvqGluArgs, MmqArgs
 );
 
 // Flash-Next's layer kernels (GDN, GR, the shared expert): their own file, after the macro.
@@ -448,6 +471,7 @@ const _: () = assert!(core::mem::size_of::<KvStoreArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<AttnArgs>() == 80);
 const _: () = assert!(core::mem::size_of::<MoeRouterArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<MoeCombineArgs>() == 48);
+const _: () = assert!(core::mem::size_of::<MoeSlotMapArgs>() == 48);
 const _: () = assert!(cfg!(target_endian = "little"));
 
 /// LDS layout of the staged Q8_1 activations of one column: the quants, with 16 bytes of
@@ -626,7 +650,8 @@ macro_rules! mmvq_kernels {
 /// Slots that chose the same expert are computed together (the first of them leads; the
 /// others' workgroups exit), up to `G` columns per pass (the kernel's `_g<G>` suffix), so each
 /// expert's weights are read once per window as on the host-readback path. The per-row order
-/// of operations is `mmvq_*`'s, so results are bit-identical to it. An id `>= n_expert`
+/// of operations is `mmvq_*`'s, so results are bit-identical to it. A slot whose id is
+/// [`MOE_SLOT_MISS`] is skipped (its output row is not written); any other id `>= n_expert`
 /// traps (`s_trap 2`): no out-of-bounds read. Grid: 2-D, `[ceil(nrows / rows_per_wg),
 /// n_slots, 1]` workgroups (x = row group, y = slot) of `WG_SIZE`, dynamic LDS
 /// `mmvq_moe_lds_bytes(ty, k, G)`.

@@ -153,6 +153,7 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::KV_STORE_I8, Family::KvStore, KV_STORE_ARGS),
     entry(abi::MOE_ROUTER, Family::Moe, arg_struct!(MoeRouterArgs, 3)),
     entry(abi::MOE_COMBINE, Family::Moe, arg_struct!(MoeCombineArgs, 4)),
+    entry(abi::MOE_SLOT_MAP, Family::Moe, arg_struct!(MoeSlotMapArgs, 4)),
     entry(abi::MOE_SHARED_ADD, Family::Moe, arg_struct!(MoeSharedArgs, 3)),
     entry(abi::GET_ROWS_F32, Family::GetRows, GET_ROWS_ARGS),
     entry(abi::GET_ROWS_F16, Family::GetRows, GET_ROWS_ARGS),

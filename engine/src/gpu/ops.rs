@@ -739,6 +739,20 @@ impl GpuOps {
         self.launch(s, name, g, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
     }
 
+    /// The expert cache's view of a routing choice ([`abi::MoeSlotMapArgs`]): for each of
+    /// `n_slots` slots, its cache slot from one layer's `table` (`n_expert` u32, a missing
+    /// expert [`abi::MOE_SLOT_MISS`]) into `slots`, and its combine row (`j`, or `miss_base + j`
+    /// for a miss) into `map`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_slot_map(&self, s: &Stream, ids: DevicePtr, table: DevicePtr, slots: DevicePtr, map: DevicePtr, n_slots: u32, n_expert: u32, miss_base: u32) -> Result<()> {
+        let name = abi::MOE_SLOT_MAP;
+        if n_expert == 0 || n_expert > abi::MOE_MAX_EXPERTS {
+            return Err(bad(name, format!("n_expert {n_expert} (1..={})", abi::MOE_MAX_EXPERTS)));
+        }
+        let g = groups(n_slots as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, 0, &abi::MoeSlotMapArgs { ids, table, slots, map, n_slots, n_expert, miss_base, _pad: 0 }.to_bytes())
+    }
+
     /// Flash-Next's sigmoid-gated shared expert: `out[t] += σ(gate[t]) · sh[t]` (rows of `d`;
     /// `gate` the shared-expert gate logits `[n_tokens]`).
     pub fn moe_shared_add(&self, s: &Stream, out: DevicePtr, sh: DevicePtr, gate: DevicePtr, d: u32, n_tokens: u32) -> Result<()> {

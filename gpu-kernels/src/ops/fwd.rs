@@ -419,6 +419,27 @@ pub extern "gpu-kernel" fn moe_shared_add_f32(out: *mut f32, sh: *const f32, gat
     }
 }
 
+/// The expert cache's view of a routing choice (abi::MoeSlotMapArgs): each slot's cache slot
+/// (or `MOE_SLOT_MISS`) and the row `moe_combine` reads it from. One item per slot.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn moe_slot_map(ids: *const u32, table: *const u32, slots: *mut u32, map: *mut u32, n_slots: u32, n_expert: u32, miss_base: u32, _pad: u32) {
+    let j = gid();
+    if j >= n_slots {
+        return;
+    }
+    // SAFETY: ABI: ids/slots/map hold n_slots u32, table n_expert u32; item j owns slot j.
+    unsafe {
+        let e = *ids.add(j as usize);
+        if e >= n_expert {
+            // A corrupt choice must not index past the table.
+            core::intrinsics::abort();
+        }
+        let s = *table.add(e as usize);
+        *slots.add(j as usize) = s;
+        *map.add(j as usize) = if s == crate::abi::MOE_SLOT_MISS { miss_base + j } else { j };
+    }
+}
+
 /// `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, from 0.0 in order j = 0..k.
 /// Workgroup `g` = token `g / ceil(d / WG_SIZE)`, so the token's map and weights are
 /// workgroup-uniform (scalar loads) and each work-item reads only its y elements.

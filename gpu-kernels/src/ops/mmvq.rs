@@ -297,7 +297,7 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
     if wave_id() == 0 {
         // SAFETY: `ids` holds `n_slots` u32 (ABI) and s < n_slots.
         let e = uniform(unsafe { *ids.add(s as usize) });
-        if e >= n_expert {
+        if e >= n_expert && e != crate::abi::MOE_SLOT_MISS {
             // A corrupt choice must not index past the expert stack.
             core::intrinsics::abort();
         }
@@ -308,8 +308,9 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
             (if l < n_slots { *ids.add(l as usize) } else { u32::MAX }, if l + 32 < n_slots { *ids.add(l as usize + 32) } else { u32::MAX })
         };
         let all = ballot(a == e) as u64 | (ballot(b == e) as u64) << 32;
-        // Slots before s with the same expert: one of them leads.
-        let lead = ((all & ((1u64 << s) - 1)) == 0) as u32;
+        // Slots before s with the same expert: one of them leads. A miss of the expert cache
+        // (MOE_SLOT_MISS: the host computes its row) leads nothing, so every wave exits.
+        let lead = (e != crate::abi::MOE_SLOT_MISS && (all & ((1u64 << s) - 1)) == 0) as u32;
         let mask = all & !((1u64 << s) - 1);
         if l == 0 {
             // SAFETY: the record lies after the staged columns inside the launch's LDS

@@ -49,6 +49,7 @@ pub fn checks() -> Vec<Check> {
     }
     v.push(Check::new(abi::MOE_ROUTER, vec![abi::MOE_ROUTER], "cpu_kernels::softmax + moe::top_k + renorm", moe_router));
     v.push(Check::new(abi::MOE_COMBINE, vec![abi::MOE_COMBINE], "weighted adds in rank order on the host", moe_combine));
+    v.push(Check::new(abi::MOE_SLOT_MAP, vec![abi::MOE_SLOT_MAP], "table lookup and miss rows on the host", moe_slot_map));
     v.push(Check::new(abi::GEGLU_TABLE, vec![abi::GEGLU_TABLE], "cpu_kernels::geglu_ggml", geglu_table));
     for &(method, values, name) in abi::REDUCE_KERNELS {
         v.push(Check::new(name, vec![name], "xor butterfly on the host (bench::butterfly)", move |cx| reduce(cx, name, method, values)));
@@ -377,6 +378,36 @@ fn moe_combine(cx: &mut Cx) -> CheckResultOf<()> {
     let (yb, mb, wb, ob, d, nt, k) = timed;
     cx.set_shape(format!("{nt} tok x {k} experts x {d}"));
     cx.bench((nt * k * d * 4 + nt * d * 4 + nt * k * 8) as u64, &|o, s| o.moe_combine(s, yb, mb, wb, ob, d as u32, nt as u32, k as u32))
+}
+
+fn moe_slot_map(cx: &mut Cx) -> CheckResultOf<()> {
+    // (slots, experts, cached experts): none, some and every expert with a slot.
+    let shapes: &[(usize, usize, usize)] = &[(80, 512, 0), (80, 512, 228), (16, 8, 3), (64, 8, 8)];
+    let mut timed = (0, 0, 0, 0, 0, 0);
+    for &(ns, ne, cached) in shapes {
+        let ids: Vec<u32> = (0..ns).map(|_| (cx.rng.next_u64() % ne as u64) as u32).collect();
+        // The first `cached` experts of a shuffled order hold slots 0..cached.
+        let mut order: Vec<u32> = (0..ne as u32).collect();
+        for i in (1..ne).rev() {
+            order.swap(i, (cx.rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        let mut table = vec![abi::MOE_SLOT_MISS; ne];
+        for (slot, &e) in order.iter().take(cached).enumerate() {
+            table[e as usize] = slot as u32;
+        }
+        let base = 1000;
+        let want_slots: Vec<u32> = ids.iter().map(|&e| table[e as usize]).collect();
+        let want_map: Vec<u32> = want_slots.iter().enumerate().map(|(j, &s)| if s == abi::MOE_SLOT_MISS { base + j as u32 } else { j as u32 }).collect();
+        let (ib, tb, sb, mb) = (cx.upu(&ids)?, cx.upu(&table)?, cx.zeros(ns * 4)?, cx.zeros(ns * 4)?);
+        cx.ops.moe_slot_map(cx.s, ib, tb, sb, mb, ns as u32, ne as u32, base)?;
+        let (got_slots, got_map) = (cx.read_u32(sb, ns)?, cx.read_u32(mb, ns)?);
+        cx.cmp_ids(&format!("slots, {ns} slots, {cached} of {ne} cached"), &got_slots, &want_slots);
+        cx.cmp_ids(&format!("rows, {ns} slots, {cached} of {ne} cached"), &got_map, &want_map);
+        timed = (ib, tb, sb, mb, ns, ne);
+    }
+    let (ib, tb, sb, mb, ns, ne) = timed;
+    cx.set_shape(format!("{ns} slots of {ne} experts"));
+    cx.bench((ns * 16) as u64, &|o, s| o.moe_slot_map(s, ib, tb, sb, mb, ns as u32, ne as u32, 1000))
 }
 
 fn geglu_table(cx: &mut Cx) -> CheckResultOf<()> {
