@@ -12,6 +12,7 @@ mod gpu_model;
 mod gpu_model_ordered;
 #[cfg(feature = "gpu")]
 mod gpu_expert_cache;
+mod gpu_expert_handoff;
 #[cfg(feature = "gpu")]
 mod gpu_flash_next;
 #[cfg(feature = "gpu")]

@@ -192,7 +192,14 @@ impl DecoderOps for GpuChunk<'_> {
         let (g, n, d) = (self.g, self.n, self.g.model.hp.n_embd);
         g.quantize(self.sess.sc.xn, self.sess.sc.xq, n, d)?;
         let profiling = self.sess.profile.is_some();
-        self.moe_experts = if g.moe_on_device(n) { g.moe_device(&self.sess.sc, n, w, profiling)? } else { g.moe(&self.sess.sc, layer, n, w)? };
+        self.moe_experts = if g.moe_by_handoff(n, profiling) {
+            g.moe_handoff(&self.sess.sc, layer, n, w)?;
+            0
+        } else if g.moe_on_device(n) {
+            g.moe_device(&self.sess.sc, n, w, profiling)?
+        } else {
+            g.moe(&self.sess.sc, layer, n, w)?
+        };
         Ok(())
     }
 

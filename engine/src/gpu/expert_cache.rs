@@ -7,10 +7,11 @@
 //! router weights are applied in the device's combine, so the result does not depend on which
 //! side computed an expert: bit-identical to the all-resident run in the ordered-numerics mode).
 //!
-//! This is the host-readback MoE path (`gpu/moe.rs`): the router's choice is read back per MoE
-//! layer, so decode windows with a partial cache are not captured as graphs. The per-layer
-//! mapped-memory handoff, a CPU worker pool, adaptive residency and profile-filled slots are
-//! the rest of issue 12 (docs/expert-tiering.md).
+//! Two paths use it. Decode and verification windows (up to `MAX_COLS` tokens, fast mode) run
+//! the **handoff** (`gpu/expert_handoff.rs`): the device maps the router's choice through its
+//! copy of the slot table, computes the hits by device dispatch and hands the misses to a host
+//! thread through mapped memory, inside the captured graph. Longer prompt chunks and the
+//! ordered-numerics mode read the choice back per layer (`gpu/moe.rs`, host readback).
 
 pub use crate::experts::counters::CacheStats;
 use std::sync::Mutex;
@@ -126,6 +127,13 @@ pub struct ExpertCache {
     admitted: AtomicU64,
     cpu: AtomicU64,
     swapped: AtomicU64,
+    /// Admissions made during a window whose copies wait for its end (the handoff path: the
+    /// device's slot table is fixed while a window runs).
+    deferred: Mutex<Vec<Swap>>,
+    /// Bumped at every change of the slot table (the device's copy is refreshed when it moves).
+    version: AtomicU64,
+    /// Fault injection: the next this many CPU-expert batches fail ([`ExpertCache::inject_faults`]).
+    faults: AtomicU64,
 }
 
 impl ExpertCache {
@@ -144,6 +152,9 @@ impl ExpertCache {
             admitted: AtomicU64::new(0),
             cpu: AtomicU64::new(0),
             swapped: AtomicU64::new(0),
+            deferred: Mutex::new(Vec::new()),
+            version: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
         }
     }
 
@@ -202,7 +213,9 @@ impl ExpertCache {
     /// expert into its slot before the next window, so a swapped-in expert serves only once it
     /// has landed. Empty without adaptation.
     pub fn end_window(&self, n_tokens: usize) -> Vec<Swap> {
-        let Some(st) = &self.adapt else { return Vec::new() };
+        // Admissions deferred by `place_deferred` land first.
+        let mut swaps = std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        let Some(st) = &self.adapt else { return swaps };
         let mut st = st.lock().unwrap_or_else(|p| p.into_inner());
         let rule = st.rule;
         let before = st.tokens / rule.every as u64;
@@ -210,10 +223,10 @@ impl ExpertCache {
         let f = rule.decay.powi(n_tokens as i32);
         st.score.iter_mut().flatten().for_each(|x| *x *= f);
         if st.tokens / rule.every as u64 == before {
-            return Vec::new();
+            return swaps;
         }
         let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
-        let mut swaps = Vec::new();
+        let admitted = swaps.len();
         for (layer, row) in table.iter_mut().enumerate() {
             let resident: Vec<bool> = row.iter().map(Option::is_some).collect();
             let used = resident.iter().filter(|&&r| r).count();
@@ -226,7 +239,8 @@ impl ExpertCache {
                 swaps.push(Swap { layer, expert, slot });
             }
         }
-        self.swapped.fetch_add(swaps.len() as u64, Ordering::Relaxed);
+        self.swapped.fetch_add((swaps.len() - admitted) as u64, Ordering::Relaxed);
+        self.version.fetch_add(1, Ordering::Release);
         swaps
     }
 
@@ -253,10 +267,55 @@ impl ExpertCache {
         if used < self.slots {
             row[e] = Some(used as u32);
             self.admitted.fetch_add(1, Ordering::Relaxed);
+            self.version.fetch_add(1, Ordering::Release);
             return Placement::Admit(used);
         }
         self.cpu.fetch_add(uses, Ordering::Relaxed);
         Placement::Cpu
+    }
+
+    /// [`ExpertCache::place`] for the handoff path, where the device's slot table cannot change
+    /// while a window runs: the slot of a hit, or None (the CPU computes it). An expert admitted
+    /// now runs on the CPU this window; its copy is returned by the next
+    /// [`ExpertCache::end_window`] and it serves from its slot after that.
+    pub fn place_deferred(&self, layer: usize, e: usize, uses: usize) -> Option<usize> {
+        match self.place(layer, e, uses) {
+            Placement::Hit(s) => Some(s),
+            Placement::Admit(slot) => {
+                self.cpu.fetch_add(uses as u64, Ordering::Relaxed);
+                self.deferred.lock().unwrap_or_else(|p| p.into_inner()).push(Swap { layer, expert: e, slot });
+                None
+            }
+            Placement::Cpu => None,
+        }
+    }
+
+    /// Fault injection (tests of issue 14's failure paths): the next `n` batches of CPU experts
+    /// fail as a broken worker would.
+    #[doc(hidden)]
+    pub fn inject_faults(&self, n: u64) {
+        self.faults.store(n, Ordering::Release);
+    }
+
+    /// An error when an injected fault is due ([`ExpertCache::inject_faults`]).
+    pub fn take_fault(&self) -> Result<(), String> {
+        match self.faults.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)) {
+            Ok(_) => Err("injected fault in a CPU expert worker".into()),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The slot table, `[layer][expert]` as u32 (`abi::MOE_SLOT_MISS` for no slot), and its
+    /// version (it changes with every admission, preload or swap).
+    pub fn slot_table(&self) -> (Vec<u32>, u64) {
+        let table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
+        let v = self.version.load(Ordering::Acquire);
+        (table.iter().flatten().map(|s| s.unwrap_or(crate::gpu::abi::MOE_SLOT_MISS)).collect(), v)
+    }
+
+    /// The slot table's version ([`ExpertCache::slot_table`]).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// A free slot of `layer` for expert `e` at start (profile order), or None when the layer's
@@ -270,6 +329,7 @@ impl ExpertCache {
         }
         row[e] = Some(used as u32);
         self.preloaded.fetch_add(1, Ordering::Relaxed);
+        self.version.fetch_add(1, Ordering::Release);
         Some(used)
     }
 

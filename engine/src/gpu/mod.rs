@@ -25,6 +25,7 @@ pub mod code_objects;
 pub mod device;
 pub mod exec;
 pub mod expert_cache;
+pub mod expert_handoff;
 pub mod flash_next;
 mod linear;
 pub mod model;

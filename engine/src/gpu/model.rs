@@ -147,6 +147,8 @@ pub struct GpuModel {
     /// `--expert-cache N` with fewer slots than experts: the expert stacks on the device are
     /// `N` slots per layer ([`ExpertCache`]); None: every expert resident.
     pub(super) expert_cache: Option<ExpertCache>,
+    /// The expert cache's per-layer handoff to the CPU inside decode graphs (with the cache).
+    pub(super) handoff: Option<super::expert_handoff::ExpertHandoff>,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -207,11 +209,16 @@ impl Drop for GpuModel {
         for p in self.allocs.drain(..) {
             let _ = api.free(p);
         }
+        if let Some(h) = self.handoff.take() {
+            let _ = h.free(&*api);
+        }
     }
 }
 
 /// Device scratch sized for one window of [`MAX_COLS`] tokens.
 pub(super) struct Scratch {
+    /// Tokens the buffers hold (the session's chunk).
+    pub chunk: usize,
     pub ids: DevicePtr,
     pub pos: DevicePtr,
     pub x: DevicePtr,
@@ -232,9 +239,12 @@ pub(super) struct Scratch {
     pub sel_ids: DevicePtr,
     pub sel_w: DevicePtr,
     pub map: DevicePtr,
+    /// Each slot's expert-cache slot (`moe_slot_map`, the handoff path).
+    pub sel_slots: DevicePtr,
     /// Q8_1 activations gathered per expert.
     pub xq_e: DevicePtr,
-    /// Expert outputs, one row of n_embd per (token, slot).
+    /// Expert outputs, one row of n_embd per (token, slot); after the first `chunk * k` rows,
+    /// `MAX_COLS * k` more for the host's rows on the handoff path ([`Scratch::miss_rows`]).
     pub y_e: DevicePtr,
     /// The identity slot map `0..chunk * k` (device dispatch: slot s's output is row s of y_e).
     pub map_id: DevicePtr,
@@ -255,6 +265,12 @@ pub(super) fn u32_bytes(v: &[u32]) -> &[u8] {
 
 fn wtype(ty: GgmlType) -> Option<WType> {
     WType::from_ggml_id(ty as u32)
+}
+
+/// The per-layer handoff of a model with an expert cache (None without one).
+pub(super) fn handoff_for(api: &dyn GpuApi, hp: &crate::model::HParams, cache: Option<&ExpertCache>) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
+    let (Some(m), Some(_)) = (&hp.moe, cache) else { return Ok(None) };
+    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, m.n_expert, m.n_expert_used, hp.n_embd).map(Some).map_err(gpu_err("expert cache handoff buffers"))
 }
 
 /// Bytes of Q8_1 activations for `n` values.
@@ -334,6 +350,7 @@ impl GpuModel {
             Ffn::Dense { .. } => None,
         });
         let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::for_options(hp.n_layer, m.n_expert, n, &opts, expert_bytes.unwrap_or(0))).transpose()?;
+        let handoff = handoff_for(&*api, hp, expert_cache.as_ref())?;
         Ok(GpuModel {
             model,
             ops,
@@ -348,6 +365,7 @@ impl GpuModel {
             xo,
             gelu_table,
             moe_quantized,
+            handoff,
             expert_cache,
         })
     }
@@ -368,6 +386,11 @@ impl GpuModel {
     /// The calibration table in use, if any.
     pub fn calibration(&self) -> Option<&super::calibrate::LtDispatch> {
         self.lt.as_ref()
+    }
+
+    /// The expert cache (`--expert-cache` with fewer slots than experts).
+    pub fn expert_cache(&self) -> Option<&ExpertCache> {
+        self.expert_cache.as_ref()
     }
 
     /// The expert cache's counters (`--expert-cache` with fewer slots than experts).
@@ -448,6 +471,7 @@ impl GpuModel {
         let f = |n: usize| n * 4;
         let widest = d.max(nq).max(ff);
         let sc = Scratch {
+            chunk: c,
             ids: up.zeroed(c * 4)?,
             pos: up.zeroed(c * 4)?,
             x: up.zeroed(f(c * d))?,
@@ -466,9 +490,10 @@ impl GpuModel {
             sel_ids: up.zeroed(c * k_used * 4)?,
             sel_w: up.zeroed(f(c * k_used))?,
             map: up.zeroed(c * k_used * 4)?,
+            sel_slots: up.zeroed(c * k_used * 4)?,
             // Gathered expert inputs: Q8_1 columns, or f32 rows for dequantized experts.
             xq_e: up.zeroed(c * k_used * ff.max(d).next_multiple_of(32) * 4)?,
-            y_e: up.zeroed(f(c * k_used * d))?,
+            y_e: up.zeroed(f((c + MAX_COLS) * k_used * d))?,
             map_id: up.bytes(u32_bytes(&(0..(c * k_used) as u32).collect::<Vec<u32>>()))?,
             wdq: if c > MAX_COLS { up.zeroed(self.dequant_scratch_bytes)? } else { 0 },
             xh: up.zeroed(c * k_used.max(1) * widest.max(d).next_multiple_of(32) * 2)?,
@@ -515,8 +540,11 @@ impl GpuModel {
                 Logits::Last if last => Some(win.len() - 1),
                 Logits::Last => None,
             };
-            self.window(s, win, first_row).map_err(gpu_err("GPU forward"))?;
+            let ran = self.window(s, win, first_row);
+            // Admissions and swaps land even after a failed window: the slot table the next
+            // window's device copy is made from must only name experts that are in their slots.
             self.adapt_expert_cache(win.len()).map_err(gpu_err("expert cache adaptation"))?;
+            ran.map_err(gpu_err("GPU forward"))?;
             if let Some(first) = first_row {
                 let m = win.len() - first;
                 let dst = match want {
@@ -550,8 +578,20 @@ impl GpuModel {
         api.memcpy_htod(sess.sc.pos, u32_bytes(&pos))?;
         // Routed experts on the host-readback path read the router's choice on the host,
         // tracing and profiling copy between parts: those windows run eagerly.
+        let handoff = self.moe_by_handoff(n, sess.profile.is_some());
+        if let (true, Some(h), Some(c)) = (handoff, &self.handoff, &self.expert_cache) {
+            h.sync_table(&**api, c)?;
+            let moe_layers: Vec<usize> = self.w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
+            return h.run_window(&**api, st, &moe_layers, n, || self.window_launches(sess, n, first_row, true), &|p| self.handoff_misses(p, n));
+        }
+        self.window_launches(sess, n, first_row, false)
+    }
+
+    /// The launches of a window as a graph (captured once per shape, then replayed) or eagerly.
+    fn window_launches(&self, sess: &mut GpuSession, n: usize, first_row: Option<usize>, handoff: bool) -> std::result::Result<(), GpuError> {
+        let (api, st) = (self.ops.api(), &self.stream);
         let capturable = self.opts.graphs
-            && (self.model.hp.moe.is_none() || self.moe_on_device(n))
+            && (self.model.hp.moe.is_none() || self.moe_on_device(n) || handoff)
             && sess.trace.is_none()
             && sess.profile.is_none();
         if !capturable {

@@ -30,6 +30,71 @@ impl GpuModel {
             }
     }
 
+    /// Whether a window of `n` tokens runs its routed experts through the expert cache's
+    /// handoff (`super::expert_handoff`): hits by device dispatch over the slots, misses on the
+    /// CPU, no readback, so the window can be a graph. Fast mode only (the ordered mode's
+    /// experts are the host path's `mmv_ordered` products); not while profiling (its per-layer
+    /// expert counts read the choice back) or dumping the routing.
+    pub(super) fn moe_by_handoff(&self, n: usize, profiling: bool) -> bool {
+        self.handoff.is_some()
+            && self.expert_cache.is_some()
+            && !self.opts.ordered
+            && self.moe_quantized
+            && !profiling
+            && !crate::experts::trace::dumping()
+            && n <= MAX_COLS
+            && self.opts.moe != MoePath::Host
+    }
+
+    /// Routed experts of `layer` for `n` tokens through the handoff (see
+    /// [`GpuModel::moe_by_handoff`]); output in `sc.o`.
+    pub(super) fn moe_handoff(&self, sc: &Scratch, layer: usize, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<(), GpuError> {
+        let (Some(h), Some(cache)) = (&self.handoff, &self.expert_cache) else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache handoff".into() });
+        };
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (ops, st) = (&self.ops, &self.stream);
+        let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        // The host's rows go after the chunk's own rows of y_e.
+        let miss_base = sc.chunk * k;
+        h.publish(ops, st, layer, n, sc.sel_ids, sc.xn, sc.sel_slots, sc.map, miss_base)?;
+        if cache.slots() > 0 {
+            let b = DispatchBuffers { ids: sc.sel_slots, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
+            self.lin().experts_by_dispatch([gate, up, down], cache.slots(), k, n, &b)?;
+        }
+        h.receive(&**ops.api(), st, n, sc.y_e + (miss_base * d * 4) as u64)?;
+        ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)
+    }
+
+    /// Host side of the handoff for one layer: the rows of the experts without a slot on the
+    /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; the rows of hits stay zero).
+    pub(super) fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, GpuError> {
+        let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() }) };
+        cache.take_fault().map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", p.layer), what })?;
+        let hp = &self.model.hp;
+        let (d, k, ne) = (hp.n_embd, p.ids.len() / n.max(1), hp.moe.as_ref().map_or(0, |m| m.n_expert));
+        let mut on_cpu: Vec<(usize, Vec<usize>)> = Vec::new();
+        for e in 0..ne {
+            let slots: Vec<usize> = (0..n * k).filter(|&j| p.ids[j] as usize == e).collect();
+            if !slots.is_empty() && cache.place_deferred(p.layer, e, slots.len()).is_none() {
+                on_cpu.push((e, slots));
+            }
+        }
+        let outputs = cache.on_pool(|| {
+            on_cpu.iter().map(|(e, slots)| self.expert_on_cpu(p.layer, *e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]))).collect::<std::result::Result<Vec<_>, _>>()
+        })?;
+        let mut rows = vec![0f32; n * k * d];
+        for ((_, slots), y) in on_cpu.iter().zip(&outputs) {
+            for (&j, row) in slots.iter().zip(y.chunks_exact(d)) {
+                rows[j * d..(j + 1) * d].copy_from_slice(row);
+            }
+        }
+        Ok(rows)
+    }
+
     /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /
     /// `sc.xq`; output in `sc.o`. The router's choice stays on the device: `mmvq_moe_*` reads
     /// it (fused gate/up + SiLU when both have one type, then down), `moe_combine` adds the
@@ -259,6 +324,10 @@ impl GpuModel {
         self.weight_bytes += upl.bytes;
         let per_expert = fit.slot_bytes as usize / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
         self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert)).transpose()?;
+        if let Some(h) = self.handoff.take() {
+            h.free(&*api).map_err(super::model::gpu_err("freeing the expert handoff"))?;
+        }
+        self.handoff = super::model::handoff_for(&*api, &self.model.hp, self.expert_cache.as_ref())?;
         Ok(Some(fit))
     }
 

@@ -15,6 +15,7 @@
 //! protocol; [`Mailbox::fallback`] says why.
 use super::error::{GpuError, Result};
 use super::{DevicePtr, GpuApi, HostAllocOptions, HostBuf, Stream, WaitCond};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a wait (host or software-device stream) may take before it is an error.
@@ -101,13 +102,17 @@ impl Mailbox {
             }
         }
     }
-    /// Host thread: polls the state word until it equals `want`.
-    fn host_wait_state(&self, api: &dyn GpuApi, want: u64, call: &'static str) -> Result<()> {
+    /// Host thread: polls the state word until it equals `want`, or `cancel` is set (the other
+    /// side gave up: an error, not a 20 s wait).
+    fn host_wait_state(&self, api: &dyn GpuApi, want: u64, call: &'static str, cancel: Option<&AtomicBool>) -> Result<()> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
             if self.load_state(api)? == want {
                 return Ok(());
+            }
+            if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+                return Err(GpuError::Capture(format!("{call}: cancelled while waiting for state {want}")));
             }
             if start.elapsed() > WAIT_TIMEOUT {
                 return Err(GpuError::Capture(format!("{call}: mailbox state not {want} after {WAIT_TIMEOUT:?}")));
@@ -119,8 +124,13 @@ impl Mailbox {
 
     /// Host producer: waits for `EMPTY`, writes `payload`, publishes `FULL`.
     pub fn host_send(&self, api: &dyn GpuApi, payload: &[u8]) -> Result<()> {
+        self.host_send_until(api, payload, None)
+    }
+
+    /// [`Mailbox::host_send`] that gives up when `cancel` is set.
+    pub fn host_send_until(&self, api: &dyn GpuApi, payload: &[u8], cancel: Option<&AtomicBool>) -> Result<()> {
         self.check_len("Mailbox::host_send", payload.len())?;
-        self.host_wait_state(api, EMPTY, "Mailbox::host_send")?;
+        self.host_wait_state(api, EMPTY, "Mailbox::host_send", cancel)?;
         match &self.storage {
             Storage::Mapped(b) => api.host_write(b, PAYLOAD_OFFSET, payload)?,
             Storage::Device(d) => api.memcpy_htod(d + PAYLOAD_OFFSET as u64, payload)?,
@@ -130,8 +140,13 @@ impl Mailbox {
 
     /// Host consumer: waits for `FULL`, reads `len` payload bytes, releases with `EMPTY`.
     pub fn host_recv(&self, api: &dyn GpuApi, len: usize) -> Result<Vec<u8>> {
+        self.host_recv_until(api, len, None)
+    }
+
+    /// [`Mailbox::host_recv`] that gives up when `cancel` is set.
+    pub fn host_recv_until(&self, api: &dyn GpuApi, len: usize, cancel: Option<&AtomicBool>) -> Result<Vec<u8>> {
         self.check_len("Mailbox::host_recv", len)?;
-        self.host_wait_state(api, FULL, "Mailbox::host_recv")?;
+        self.host_wait_state(api, FULL, "Mailbox::host_recv", cancel)?;
         let mut out = vec![0u8; len];
         match &self.storage {
             Storage::Mapped(b) => api.host_read(b, PAYLOAD_OFFSET, &mut out)?,
@@ -139,6 +154,12 @@ impl Mailbox {
         }
         self.store_state(api, EMPTY)?;
         Ok(out)
+    }
+
+    /// Back to `EMPTY` after a round that did not finish (a failed window): the next round
+    /// starts clean. Only when neither side is using the mailbox.
+    pub fn reset(&self, api: &dyn GpuApi) -> Result<()> {
+        self.store_state(api, EMPTY)
     }
 
     /// Device consumer, in `stream` order (capturable): wait for `FULL`, copy `len` payload
@@ -153,9 +174,18 @@ impl Mailbox {
     /// Device producer, in `stream` order (capturable): wait for `EMPTY`, copy `len` bytes from
     /// `src` into the payload, then mark `FULL`.
     pub fn device_send(&self, api: &dyn GpuApi, stream: &Stream, src: DevicePtr, len: usize) -> Result<()> {
-        self.check_len("Mailbox::device_send", len)?;
+        self.device_send_parts(api, stream, &[(0, src, len)])
+    }
+
+    /// [`Mailbox::device_send`] of several device ranges, each `(payload offset, src, len)`.
+    pub fn device_send_parts(&self, api: &dyn GpuApi, stream: &Stream, parts: &[(usize, DevicePtr, usize)]) -> Result<()> {
+        for &(off, _, len) in parts {
+            self.check_len("Mailbox::device_send", off + len)?;
+        }
         api.stream_wait_value64(stream, self.state_ptr(), EMPTY, WaitCond::Eq)?;
-        api.memcpy_dtod_async(stream, self.payload_ptr(), src, len)?;
+        for &(off, src, len) in parts {
+            api.memcpy_dtod_async(stream, self.payload_ptr() + off as u64, src, len)?;
+        }
         api.stream_write_value64(stream, self.state_ptr(), FULL)
     }
 

@@ -1,0 +1,195 @@
+//! The per-layer handoff between the device and the CPU for an expert cache (issue 12 item 4,
+//! docs/expert-tiering.md): how a decode window whose experts do not all fit in VRAM still runs
+//! as one captured graph.
+//!
+//! Per MoE layer, in stream order:
+//! 1. the device publishes the layer's tag, the router's choice and the normed input into a
+//!    mapped [`Mailbox`] (device → host);
+//! 2. `moe_slot_map` looks the choice up in the device's copy of the slot table: hits get their
+//!    slot, misses `MOE_SLOT_MISS` and a combine row in the host part of the output buffer;
+//! 3. the hits run by device dispatch over the cache slots (misses skipped) while a host thread
+//!    ([`ExpertHandoff::serve`]) computes the misses on the cache's CPU pool;
+//! 4. the host writes all the layer's rows into the second mailbox (host → device) and rings;
+//!    the device waits, copies them next to its own rows, and `moe_combine` weighs both alike.
+//!
+//! The host side must answer every layer of the window, even after an error (it then sends
+//! zero rows and reports the error when the window ends): the device never waits for an answer
+//! that does not come. The slot table on the device changes only between windows
+//! ([`ExpertHandoff::sync_table`]), so admissions during a window are deferred
+//! ([`ExpertCache::place_deferred`]).
+
+use super::abi::MAX_COLS;
+use super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream};
+use super::expert_cache::ExpertCache;
+use super::ops::GpuOps;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Bytes of the layer tag at the start of a published payload (padded to its own line).
+const TAG_BYTES: usize = 64;
+
+/// Mailboxes, the device's slot table and the layer tags of one model's expert cache.
+pub struct ExpertHandoff {
+    to_host: Mailbox,
+    to_device: Mailbox,
+    /// `[layer][expert]` u32: the expert's slot or `MOE_SLOT_MISS`.
+    table: DevicePtr,
+    /// `[layer]` u32: `0..n_layer` (each layer publishes its own, so a lost round shows).
+    tags: DevicePtr,
+    /// Version of the cache's slot table last copied to `table` (u64::MAX: never).
+    synced: AtomicU64,
+    n_expert: usize,
+    k: usize,
+    d: usize,
+}
+
+/// One layer as the host receives it.
+pub struct Published {
+    pub layer: usize,
+    /// `[token·k + rank]` expert ids.
+    pub ids: Vec<u32>,
+    /// `[token][d]` normed input.
+    pub x: Vec<f32>,
+}
+
+impl ExpertHandoff {
+    /// The handoff of a model with `n_layer` layers of `n_expert` experts (`k` a token) on
+    /// inputs of `d`, for windows of up to [`MAX_COLS`] tokens.
+    pub fn new(api: &dyn GpuApi, n_layer: usize, n_expert: usize, k: usize, d: usize) -> Result<ExpertHandoff, GpuError> {
+        let to_host = Mailbox::new(api, Self::ids_bytes(k) + MAX_COLS * d * 4 + TAG_BYTES)?;
+        let to_device = Mailbox::new(api, MAX_COLS * k * d * 4)?;
+        let table = api.malloc(n_layer * n_expert * 4)?;
+        api.memcpy_htod(table, &vec![0xffu8; n_layer * n_expert * 4])?;
+        let tags = api.malloc(n_layer * 4)?;
+        let t: Vec<u8> = (0..n_layer as u32).flat_map(u32::to_le_bytes).collect();
+        api.memcpy_htod(tags, &t)?;
+        Ok(ExpertHandoff { to_host, to_device, table, tags, synced: AtomicU64::new(u64::MAX), n_expert, k, d })
+    }
+
+    /// Payload bytes of a window's ids (padded so the input starts on its own line).
+    fn ids_bytes(k: usize) -> usize {
+        (MAX_COLS * k * 4).next_multiple_of(64)
+    }
+
+    /// Why the mailboxes are not host-mapped, when they are the fallback in device memory.
+    pub fn fallback(&self) -> Option<&str> {
+        self.to_host.fallback().or(self.to_device.fallback())
+    }
+
+    /// Copies the cache's slot table to the device when it changed (between windows only).
+    pub fn sync_table(&self, api: &dyn GpuApi, cache: &ExpertCache) -> Result<(), GpuError> {
+        if self.synced.load(Ordering::Acquire) == cache.version() {
+            return Ok(());
+        }
+        let (table, v) = cache.slot_table();
+        let bytes: Vec<u8> = table.iter().flat_map(|s| s.to_le_bytes()).collect();
+        api.memcpy_htod(self.table, &bytes)?;
+        self.synced.store(v, Ordering::Release);
+        Ok(())
+    }
+
+    /// Device side, first half (capturable): publishes `layer`'s choice `ids` and input `x` for
+    /// `n` tokens, and maps the choice through the slot table into `slots` (what device dispatch
+    /// reads) and `map` (the combine's rows: `j` for a hit, `miss_base + j` for a miss).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn publish(&self, ops: &GpuOps, st: &Stream, layer: usize, n: usize, ids: DevicePtr, x: DevicePtr, slots: DevicePtr, map: DevicePtr, miss_base: usize) -> Result<(), GpuError> {
+        let (k, d) = (self.k, self.d);
+        let parts = [(0, self.tags + (layer * 4) as u64, 4), (TAG_BYTES, ids, n * k * 4), (TAG_BYTES + Self::ids_bytes(k), x, n * d * 4)];
+        self.to_host.device_send_parts(&**ops.api(), st, &parts)?;
+        let row = self.table + (layer * self.n_expert * 4) as u64;
+        ops.moe_slot_map(st, ids, row, slots, map, (n * k) as u32, self.n_expert as u32, miss_base as u32)
+    }
+
+    /// Device side, second half (capturable): waits for the host's rows of the layer and copies
+    /// them to `rows` (`[n·k][d]`, the part `miss_base` pointed the map at).
+    pub(super) fn receive(&self, api: &dyn GpuApi, st: &Stream, n: usize, rows: DevicePtr) -> Result<(), GpuError> {
+        self.to_device.device_recv(api, st, rows, n * self.k * self.d * 4)
+    }
+
+    /// Host side of a window of `n` tokens: for each MoE layer in `layers` (in the device's
+    /// order), receives what the device published, runs `misses` (the rows of the slots the
+    /// device skips, `[n·k][d]`; others are ignored) and sends the rows back. An error of
+    /// `misses` still answers (zero rows) so the device goes on; the first error is returned
+    /// at the end. Gives up when `cancel` is set (the device side failed).
+    pub fn serve(&self, api: &dyn GpuApi, layers: &[usize], n: usize, cancel: &AtomicBool, misses: &(dyn Fn(&Published) -> Result<Vec<f32>, GpuError> + Sync)) -> Result<(), GpuError> {
+        let (k, d) = (self.k, self.d);
+        let ids_at = TAG_BYTES;
+        let x_at = TAG_BYTES + Self::ids_bytes(k);
+        let mut first_err = None;
+        for &layer in layers {
+            let raw = self.to_host.host_recv_until(api, x_at + n * d * 4, Some(cancel))?;
+            let u32s = |b: &[u8]| b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<u32>>();
+            let tag = u32s(&raw[..4])[0] as usize;
+            let p = Published {
+                layer,
+                ids: u32s(&raw[ids_at..ids_at + n * k * 4]),
+                x: raw[x_at..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            };
+            let rows = if tag != layer {
+                Err(GpuError::Capture(format!("expert handoff: the device published layer {tag} where layer {layer} was due")))
+            } else if let Some(&bad) = p.ids.iter().find(|&&e| e as usize >= self.n_expert) {
+                Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("layer {layer}: selected expert {bad} of {}", self.n_expert) })
+            } else {
+                misses(&p).and_then(|r| {
+                    if r.len() == n * k * d { Ok(r) } else { Err(GpuError::Capture(format!("expert handoff: layer {layer}: {} values for {} rows of {d}", r.len(), n * k))) }
+                })
+            };
+            let rows = rows.unwrap_or_else(|e| {
+                first_err.get_or_insert(e);
+                vec![0f32; n * k * d]
+            });
+            let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.to_device.host_send_until(api, &bytes, Some(cancel))?;
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Runs `device` (the window's launches or graph replay) while [`ExpertHandoff::serve`]
+    /// answers its MoE layers on another thread; the mailboxes are reset after a failure so the
+    /// next window starts clean.
+    pub fn run_window<R>(
+        &self,
+        api: &dyn GpuApi,
+        st: &Stream,
+        layers: &[usize],
+        n: usize,
+        device: impl FnOnce() -> Result<R, GpuError>,
+        misses: &(dyn Fn(&Published) -> Result<Vec<f32>, GpuError> + Sync),
+    ) -> Result<R, GpuError> {
+        let cancel = AtomicBool::new(false);
+        let (r, served) = std::thread::scope(|s| {
+            let host = std::thread::Builder::new()
+                .name("strata-handoff".into())
+                .spawn_scoped(s, || self.serve(api, layers, n, &cancel, misses));
+            let host = match host {
+                Ok(h) => h,
+                Err(e) => return (Err(GpuError::Capture(format!("expert handoff: starting the host thread: {e}"))), Ok(())),
+            };
+            let r = device();
+            if r.is_err() {
+                // What was enqueued before the failure still runs to its end (its layers are
+                // answered); then the host thread stops waiting for layers that never come.
+                let _ = api.stream_synchronize(st);
+                cancel.store(true, Ordering::Release);
+            }
+            let served = host.join().unwrap_or_else(|_| Err(GpuError::Capture("expert handoff: the host thread panicked".into())));
+            (r, served)
+        });
+        if r.is_err() || served.is_err() {
+            // The device is done with the words (every layer it published was answered).
+            let _ = api.stream_synchronize(st);
+            self.to_host.reset(api)?;
+            self.to_device.reset(api)?;
+        }
+        let r = r?;
+        served?;
+        Ok(r)
+    }
+
+    /// Releases the device memory.
+    pub fn free(self, api: &dyn GpuApi) -> Result<(), GpuError> {
+        self.to_host.free(api)?;
+        self.to_device.free(api)?;
+        api.free(self.table)?;
+        api.free(self.tags)
+    }
+}
