@@ -45,6 +45,11 @@ test_device!(
                     let mut got = Vec::new();
                     g.eval(&mut sess, &s.tokens, Logits::All, &mut got).unwrap();
                     tokens += s.tokens.len() as u64;
+                    // Q8_0 experts go through the handoff: every window a graph. f32 experts
+                    // (no device dispatch) read the choice back: every window eager.
+                    let windows = s.tokens.len().div_ceil(strata::gpu::flash_next::WINDOW);
+                    let want = if variant == "f32" { (0, windows) } else { (windows, 0) };
+                    assert_eq!((sess.graph_replays, sess.eager_windows), want, "{dev} {variant} {slots} slots {}", s.name);
                     let c = compare(&got, &s.logits.1, v);
                     eprintln!("{dev} {variant} {slots} slots {}: {c:?}", s.name);
                     if variant == "f32" {
@@ -157,3 +162,87 @@ fn cli_flash_next_expert_cache_prints_counters_and_profile_preloads() {
     assert!(stat(&e2, "hits") >= stat(&e1, "hits"), "profile-filled slots hit at least as often as first-use ones:\n{e1}\n{e2}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Decode of the first `n` tokens of the 64-token reference sequence one at a time (so the cache
+/// adapts between tokens), Q8_0 model, 3 slots, adapting every token; logits per step.
+fn decode_q8(g: &GpuFlashNext, n: usize) -> Vec<Vec<f32>> {
+    let s = load_refs("q8_0-split").into_iter().nth(1).expect("seq2");
+    let mut sess = g.new_session(KvType::F16, 512).unwrap();
+    s.tokens[..n]
+        .iter()
+        .map(|t| {
+            let mut row = Vec::new();
+            g.eval(&mut sess, &[*t], Logits::Last, &mut row).unwrap();
+            row
+        })
+        .collect()
+}
+
+/// How far the CPU's products for the misses (Q8_0 dot products on Q8_0-quantized inputs) may
+/// move a Q8_0 logit from the device's (MMVQ over Q8_1 inputs); measured: 0 (the same bits) on the
+/// software device.
+const HANDOFF_TOL: f32 = 1e-3;
+
+fn q8_cache(device: &strata::gpu::test_device::TestDevice, graphs: bool) -> GpuFlashNext {
+    let (_, api) = device.clone();
+    let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, graphs, pool_workers: 2, ..GpuOptions::default() };
+    GpuFlashNext::new(model(Q8), api, opts).unwrap()
+}
+
+test_device!(
+    /// The expert handoff (gpu/expert_handoff.rs) on Flash-Next: decode steps replayed as graphs
+    /// give the same bits as eager launches, with experts swapped every token, and stay within
+    /// HANDOFF_TOL of the all-resident device run.
+    model fn flash_next_handoff_graph_replay_equals_eager_launches(device) {
+        let dev = device.0;
+        let graphs = decode_q8(&q8_cache(device, true), 16);
+        let eager = decode_q8(&q8_cache(device, false), 16);
+        for (i, (a, b)) in graphs.iter().zip(&eager).enumerate() {
+            let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            assert_eq!(n, 0, "{dev} step {i}: {n} logits differ between graph replay and eager launches");
+        }
+        // Against the all-resident run (every expert on the device, no handoff): the CPU's
+        // products for the misses move the logits by at most HANDOFF_TOL.
+        let (_, api) = device.clone();
+        let resident = decode_q8(&GpuFlashNext::new(model(Q8), api, GpuOptions::default()).unwrap(), 16);
+        let diff = graphs.iter().zip(&resident).flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs())).fold(0f32, f32::max);
+        eprintln!("{dev}: handoff vs resident max |diff| {diff:e}");
+        assert!(diff <= HANDOFF_TOL, "{dev}: handoff vs resident: {diff:e}");
+    }
+);
+
+test_device!(
+    /// A CPU expert worker that fails during a Flash-Next graph replay: that call is an error
+    /// naming the layer, returned at once (the device is answered); the sequence is refused
+    /// until reset (its recurrent states may have moved); after a reset, the same tokens give
+    /// the clean run's greedy token, its logits within 1e-2 (the failed window's admissions may
+    /// move an expert from the CPU to the device).
+    model fn flash_next_handoff_worker_fault_is_an_error_then_served(device) {
+        let dev = device.0;
+        let clean = decode_q8(&q8_cache(device, true), 4);
+        let g = q8_cache(device, true);
+        let s = load_refs("q8_0-split").into_iter().nth(1).expect("seq2");
+        let mut sess = g.new_session(KvType::F16, 512).unwrap();
+        let mut row = Vec::new();
+        for t in &s.tokens[..3] {
+            g.eval(&mut sess, &[*t], Logits::Last, &mut row).unwrap();
+        }
+        g.expert_cache().unwrap().inject_faults(1);
+        let start = std::time::Instant::now();
+        let err = g.eval(&mut sess, &[s.tokens[3]], Logits::Last, &mut row).expect_err("an injected worker fault must fail the call").to_string();
+        assert!(err.contains("injected fault") && err.contains("layer 0"), "{dev}: {err}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "{dev}: the failure took {:?}", start.elapsed());
+        // The failed window may have advanced the recurrent states: the sequence is refused
+        // until it starts over.
+        let again = g.eval(&mut sess, &[s.tokens[3]], Logits::Last, &mut row).expect_err("a sequence whose window failed must be refused").to_string();
+        assert!(again.contains("reset the session"), "{dev}: {again}");
+        sess.reset();
+        for t in &s.tokens[..4] {
+            g.eval(&mut sess, &[*t], Logits::Last, &mut row).unwrap();
+        }
+        let argmax = |v: &[f32]| v.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0;
+        let diff = row.iter().zip(&clean[3]).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        eprintln!("{dev}: retry vs clean max |diff| {diff:e}");
+        assert!(diff <= 1e-2 && argmax(&row) == argmax(&clean[3]), "{dev}: retry vs clean: {diff:e}");
+    }
+);

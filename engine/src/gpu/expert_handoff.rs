@@ -145,16 +145,18 @@ impl ExpertHandoff {
 
     /// Runs `device` (the window's launches or graph replay) while [`ExpertHandoff::serve`]
     /// answers its MoE layers on another thread; the mailboxes are reset after a failure so the
-    /// next window starts clean.
-    pub fn run_window<R>(
+    /// next window starts clean. A host-side failure becomes the caller's error by `host_err`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_window<R, E>(
         &self,
         api: &dyn GpuApi,
         st: &Stream,
         layers: &[usize],
         n: usize,
-        device: impl FnOnce() -> Result<R, GpuError>,
+        device: impl FnOnce() -> Result<R, E>,
         misses: &(dyn Fn(&Published) -> Result<Vec<f32>, GpuError> + Sync),
-    ) -> Result<R, GpuError> {
+        host_err: impl Fn(GpuError) -> E,
+    ) -> Result<R, E> {
         let cancel = AtomicBool::new(false);
         let (r, served) = std::thread::scope(|s| {
             let host = std::thread::Builder::new()
@@ -162,7 +164,7 @@ impl ExpertHandoff {
                 .spawn_scoped(s, || self.serve(api, layers, n, &cancel, misses));
             let host = match host {
                 Ok(h) => h,
-                Err(e) => return (Err(GpuError::Capture(format!("expert handoff: starting the host thread: {e}"))), Ok(())),
+                Err(e) => return (Err(host_err(GpuError::Capture(format!("expert handoff: starting the host thread: {e}")))), Ok(())),
             };
             let r = device();
             if r.is_err() {
@@ -177,11 +179,11 @@ impl ExpertHandoff {
         if r.is_err() || served.is_err() {
             // The device is done with the words (every layer it published was answered).
             let _ = api.stream_synchronize(st);
-            self.to_host.reset(api)?;
-            self.to_device.reset(api)?;
+            self.to_host.reset(api).map_err(&host_err)?;
+            self.to_device.reset(api).map_err(&host_err)?;
         }
         let r = r?;
-        served?;
+        served.map_err(host_err)?;
         Ok(r)
     }
 

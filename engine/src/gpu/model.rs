@@ -582,7 +582,7 @@ impl GpuModel {
         if let (true, Some(h), Some(c)) = (handoff, &self.handoff, &self.expert_cache) {
             h.sync_table(&**api, c)?;
             let moe_layers: Vec<usize> = self.w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
-            return h.run_window(&**api, st, &moe_layers, n, || self.window_launches(sess, n, first_row, true), &|p| self.handoff_misses(p, n));
+            return h.run_window(&**api, st, &moe_layers, n, || self.window_launches(sess, n, first_row, true), &|p| self.handoff_misses(p, n), |e| e);
         }
         self.window_launches(sess, n, first_row, false)
     }

@@ -66,6 +66,10 @@ pub(super) struct Scratch {
     rw: DevicePtr,
     ys: DevicePtr,
     map: DevicePtr,
+    /// The handoff path (`crate::gpu::expert_handoff`): each slot's cache slot, and the combine's
+    /// rows (`ys` holds `2·WINDOW·k` rows: the device's, then the host's).
+    rslots: DevicePtr,
+    hmap: DevicePtr,
     eg: DevicePtr,
     eu: DevicePtr,
     ea: DevicePtr,
@@ -157,8 +161,10 @@ impl Scratch {
             rlog: f(up, w * ne)?,
             rids: f(up, w * k)?,
             rw: f(up, w * k)?,
-            ys: f(up, w * k * e)?,
+            ys: f(up, 2 * w * k * e)?,
             map: up.bytes(&map.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?,
+            rslots: f(up, w * k)?,
+            hmap: f(up, w * k)?,
             eg: f(up, ff)?,
             eu: f(up, ff)?,
             ea: f(up, ff)?,
@@ -188,6 +194,23 @@ pub(super) fn moe_on_device(opts: &crate::gpu_options::GpuOptions, m: &super::we
     opts.moe != crate::gpu_options::MoePath::Host
         && !crate::experts::trace::dumping()
         && [f.gate.kind, f.up.kind, f.down.kind].iter().all(|k| matches!(k, MatKind::Q(_)))
+}
+
+/// The rows of experts computed on the cache's CPU pool (the CPU backend's products): for each
+/// `(expert, slots)`, its output for the inputs of the slots' tokens (`x` is `[token][e]`, slot
+/// `j` is token `j / k`), `[slots][e]`.
+pub(super) fn cpu_expert_rows(cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], x: &[f32], k: usize, e: usize) -> Vec<Vec<f32>> {
+    cache.on_pool(|| {
+        experts
+            .iter()
+            .map(|(f, slots)| {
+                let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
+                let mut ys = vec![0f32; slots.len() * e];
+                f.forward(&xs, slots.len(), &mut ys);
+                ys
+            })
+            .collect()
+    })
 }
 
 /// One window of a device sequence.
@@ -327,14 +350,14 @@ impl<'a> FlashChunk<'a> {
         self.mm(&f.down, a, n, y)
     }
 
-    /// The rest of a MoE layer once the routed experts' rows are in `sc.ys`: the combine in rank
-    /// order, the shared expert and its gate; `expert_bytes` gives the routed experts' weight
+    /// The rest of a MoE layer once the routed experts' rows are in `sc.ys` (at the rows `map`
+    /// names): the combine in rank order, the shared expert and its gate; `expert_bytes` gives the routed experts' weight
     /// bytes the device read (profiling).
-    fn moe_tail(&mut self, layer: usize, expert_bytes: impl FnOnce(&Self) -> Result<usize>) -> Result<()> {
+    fn moe_tail(&mut self, layer: usize, map: DevicePtr, expert_bytes: impl FnOnce(&Self) -> Result<usize>) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let m = &g.w.layers[layer].moe;
         let k = m.n_used;
-        g.ops.moe_combine(&g.stream, sc.ys, sc.map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
+        g.ops.moe_combine(&g.stream, sc.ys, map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
         self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
         self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
         g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
@@ -389,17 +412,7 @@ impl<'a> FlashChunk<'a> {
         let mut b = vec![0u8; n * e * 4];
         api.memcpy_dtoh(&mut b, sc.x).map_err(dev("reading the MoE input"))?;
         let x: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        let outputs: Vec<Vec<f32>> = cache.on_pool(|| {
-            experts
-                .iter()
-                .map(|(f, slots)| {
-                    let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
-                    let mut ys = vec![0f32; slots.len() * e];
-                    f.forward(&xs, slots.len(), &mut ys);
-                    ys
-                })
-                .collect()
-        });
+        let outputs = cpu_expert_rows(cache, experts, &x, k, e);
         for ((_, slots), ys) in experts.iter().zip(&outputs) {
             for (row, &j) in ys.chunks_exact(e).zip(slots.iter()) {
                 api.memcpy_htod(sc.ys + ((j * e) * 4) as u64, f32_bytes(row)).map_err(dev("writing CPU expert rows"))?;
@@ -562,7 +575,21 @@ impl FlashNextOps for FlashChunk<'_> {
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         if self.moe_on_device(m) {
             self.experts_on_device(m)?;
-            return self.moe_tail(layer, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
+            return self.moe_tail(layer, sc.map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
+        }
+        if let (Some(h), Some(cache), true) = (&g.handoff, &g.expert_cache, g.by_handoff(self.s)) {
+            // Hits from their slots by device dispatch, misses from the host thread.
+            let lin = self.lin();
+            lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+            let miss_base = WINDOW * k;
+            h.publish(&g.ops, &g.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base).map_err(dev("expert handoff"))?;
+            if cache.slots() > 0 {
+                let f = &m.experts.stack;
+                let b = DispatchBuffers { ids: sc.rslots, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
+                lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, k, n, &b).map_err(dev("routed experts (cache slots)"))?;
+            }
+            h.receive(&**g.api(), &g.stream, n, sc.ys + (miss_base * e * 4) as u64).map_err(dev("expert handoff"))?;
+            return self.moe_tail(layer, sc.hmap, |_| Ok(0));
         }
         // The routed experts' products, launched from the ids read back (host dispatch).
         let api = g.api();
@@ -605,7 +632,7 @@ impl FlashNextOps for FlashChunk<'_> {
         if let Some(cache) = &g.expert_cache {
             self.experts_on_cpu(cache, &on_cpu, k)?;
         }
-        self.moe_tail(layer, |_| Ok(expert_bytes))
+        self.moe_tail(layer, sc.map, |_| Ok(expert_bytes))
     }
 
     fn head(&mut self) -> Result<()> {

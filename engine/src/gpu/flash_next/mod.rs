@@ -21,6 +21,7 @@ use std::sync::Arc;
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
 use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
+use super::expert_handoff::ExpertHandoff;
 use super::model::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
 use crate::error::{EngineError, Result};
@@ -44,6 +45,8 @@ pub struct GpuFlashNext {
     /// `--expert-cache N` with fewer slots than experts: which expert holds which slot, and the
     /// counters. None: every expert resident.
     expert_cache: Option<ExpertCache>,
+    /// The expert cache's per-layer handoff to the CPU inside graphs (with the cache).
+    handoff: Option<ExpertHandoff>,
     allocs: Vec<DevicePtr>,
     /// Bytes of weights uploaded (with an expert cache: its empty slots included).
     pub weight_bytes: usize,
@@ -95,6 +98,9 @@ pub struct GpuFlashSession {
     graphs: Vec<(usize, super::device::Graph)>,
     pub graph_replays: usize,
     pub eager_windows: usize,
+    /// Why a window failed part-way: its launches may have advanced the recurrent states, so
+    /// the sequence cannot go on until [`GpuFlashSession::reset`] or a rollback.
+    failed: Option<String>,
 }
 
 impl GpuFlashSession {
@@ -103,6 +109,7 @@ impl GpuFlashSession {
     /// session unusable; it is reported by the next evaluation.
     pub fn reset(&mut self) {
         self.n_past = 0;
+        self.failed = None;
         for l in &self.layers {
             if let LayerState::Gdn { conv, delta, bytes, .. } = l {
                 let _ = self.api.memset(*conv, 0, bytes.0);
@@ -133,6 +140,9 @@ impl Drop for GpuFlashNext {
         for p in self.allocs.drain(..) {
             let _ = api.free(p);
         }
+        if let Some(h) = self.handoff.take() {
+            let _ = h.free(&*api);
+        }
     }
 }
 
@@ -157,7 +167,8 @@ impl GpuFlashNext {
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
-        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, allocs, weight_bytes })
+        let handoff = handoff_for(&*api, &m, expert_cache.as_ref())?;
+        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, allocs, weight_bytes })
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
@@ -185,6 +196,10 @@ impl GpuFlashNext {
         self.allocs.append(&mut up.allocs);
         self.weight_bytes += up.bytes;
         self.expert_cache = slots.map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes())).transpose()?;
+        if let Some(h) = self.handoff.take() {
+            h.free(&*api).map_err(gpu_err("freeing the expert handoff"))?;
+        }
+        self.handoff = handoff_for(&*api, &self.m, self.expert_cache.as_ref())?;
         Ok(fit)
     }
 
@@ -203,6 +218,11 @@ impl GpuFlashNext {
             self.w.layers[sw.layer].moe.experts.fill(&**api, host, sw.slot).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {}: swapping expert {} into slot {}: {w}", sw.layer, sw.expert, sw.slot)))?;
         }
         Ok(())
+    }
+
+    /// The expert cache (`--expert-cache N` with fewer slots than experts).
+    pub fn expert_cache(&self) -> Option<&ExpertCache> {
+        self.expert_cache.as_ref()
     }
 
     /// The expert cache's counters (`--expert-cache N` with fewer slots than experts).
@@ -314,7 +334,7 @@ impl GpuFlashNext {
             _ => None,
         };
         let sc = exec::Scratch::new(&mut up, self, capacity)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0 })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
@@ -330,6 +350,9 @@ impl GpuFlashNext {
         if let Some(index) = tokens.iter().position(|&t| t as usize >= self.m.hp.n_vocab) {
             return Err(EngineError::BadTokenAt { token: tokens[index], index, n_vocab: self.m.hp.n_vocab });
         }
+        if let Some(why) = &s.failed {
+            return Err(EngineError::Gpu(format!("qwen4exp: an earlier window of this sequence failed ({why}); its recurrent state is lost: reset the session or roll back to a checkpoint")));
+        }
         out.clear();
         let v = self.m.hp.n_vocab;
         let n_windows = tokens.len().div_ceil(WINDOW);
@@ -338,11 +361,13 @@ impl GpuFlashNext {
             let _ = self.ops.api().take_stats();
         }
         let graph = self.capturable(s);
+        let handoff = self.by_handoff(s);
         for (i, win) in tokens.chunks(WINDOW).enumerate() {
-            let mut chunk = exec::FlashChunk::new(self, s, win, graph)?;
-            chunk.run()?;
-            let rows = chunk.finish()?;
+            let rows = self.window(s, win, graph, handoff);
+            // Admissions and swaps land even after a failed window (the slot table the device
+            // copies next must only name experts that are in their slots).
             self.adapt_expert_cache(win.len())?;
+            let rows = rows.inspect_err(|e| s.failed = Some(e.to_string()))?;
             if want == Logits::All {
                 out.extend_from_slice(&rows);
             } else if i + 1 == n_windows {
@@ -352,11 +377,57 @@ impl GpuFlashNext {
         Ok(())
     }
 
+    /// One window's launches (through the expert handoff when `handoff`) and its logits.
+    fn window(&self, s: &mut GpuFlashSession, win: &[u32], graph: bool, handoff: bool) -> Result<Vec<f32>> {
+        let mut chunk = exec::FlashChunk::new(self, s, win, graph)?;
+        match (handoff, &self.handoff, &self.expert_cache) {
+            (true, Some(h), Some(c)) => {
+                let api = self.ops.api();
+                h.sync_table(&**api, c).map_err(gpu_err("qwen4exp expert slot table"))?;
+                let layers: Vec<usize> = (0..self.m.layers.len()).collect();
+                let n = win.len();
+                h.run_window(&**api, &self.stream, &layers, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))?;
+            }
+            _ => chunk.run()?,
+        }
+        chunk.finish()
+    }
+
+    /// Whether `s`'s windows run their routed experts through the expert cache's handoff
+    /// (`super::expert_handoff`): a cache, every layer's experts in an MMVQ type (device
+    /// dispatch), and no profiling (which reads the choice back to count experts).
+    fn by_handoff(&self, s: &GpuFlashSession) -> bool {
+        self.handoff.is_some() && self.expert_cache.is_some() && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+    }
+
     /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
-    /// back to the host (every MoE layer by device dispatch: no expert cache) or counts between
-    /// operations (profiling).
+    /// back to the host (every MoE layer by device dispatch, all experts resident or through the
+    /// handoff) or counts between operations (profiling).
     fn capturable(&self, s: &GpuFlashSession) -> bool {
-        self.opts.graphs && s.profile.is_none() && self.expert_cache.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+        self.opts.graphs && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe)) && (self.expert_cache.is_none() || self.by_handoff(s))
+    }
+
+    /// Host side of the handoff for one layer: the rows of the experts without a slot, on the
+    /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; hits stay zero).
+    fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, super::device::GpuError> {
+        use super::device::GpuError;
+        let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
+        cache.take_fault().map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", p.layer), what })?;
+        let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
+        let host = &self.m.layers[p.layer].moe.experts;
+        let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (slot, &id) in p.ids.iter().enumerate() {
+            chosen.entry(id as usize).or_default().push(slot);
+        }
+        let on_cpu: Vec<_> = chosen.iter().filter(|&(&id, slots)| cache.place_deferred(p.layer, id, slots.len()).is_none()).map(|(&id, slots)| (&host[id], slots.as_slice())).collect();
+        let outputs = exec::cpu_expert_rows(cache, &on_cpu, &p.x, k, e);
+        let mut rows = vec![0f32; n * k * e];
+        for ((_, slots), ys) in on_cpu.iter().zip(&outputs) {
+            for (&j, row) in slots.iter().zip(ys.chunks_exact(e)) {
+                rows[j * e..(j + 1) * e].copy_from_slice(row);
+            }
+        }
+        Ok(rows)
     }
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
@@ -395,9 +466,17 @@ impl GpuFlashNext {
         }
         self.copy_states(s, false).map_err(gpu_err("qwen4exp rollback"))?;
         s.n_past = cp.n_past;
+        s.failed = None;
         if let (Some(p), Some(prev)) = (s.ple.as_mut(), cp.ple_prev) {
             p.prev = prev;
         }
         Ok(())
     }
+}
+
+/// The per-layer handoff of a model with an expert cache (None without one).
+fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, cache: Option<&ExpertCache>) -> Result<Option<ExpertHandoff>> {
+    let Some(l) = m.layers.first().filter(|_| cache.is_some()) else { return Ok(None) };
+    let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+    ExpertHandoff::new(api, m.layers.len(), n_expert, l.moe.n_used, m.hp.n_embd).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
 }
