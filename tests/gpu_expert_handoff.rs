@@ -101,6 +101,7 @@ test_device!(
             assert_eq!((replays, eager), (STEPS, 1), "{what}");
             let s = g.expert_cache_stats().unwrap();
             assert_eq!(s.lookups as usize, (13 + STEPS) * 2 * 2, "{what}: {s}");
+            assert_eq!(s.handoff_layers as usize, STEPS * 2, "{what}: every decode step hands off both MoE layers: {s}");
             if slots == 0 {
                 assert_eq!((s.hits, s.cpu), (0, s.lookups), "{what}: {s}");
             } else {

@@ -25,6 +25,10 @@ pub struct CacheStats {
     /// Time the CPU pool spent on experts, and its workers.
     pub cpu_ms: f64,
     pub pool_workers: usize,
+    /// Layers whose experts went through the per-layer handoff (decode graphs; 0 on the
+    /// host-readback path), and the time its host thread waited for the device to publish them.
+    pub handoff_layers: u64,
+    pub handoff_wait_ms: f64,
 }
 
 impl std::fmt::Display for CacheStats {
@@ -44,6 +48,10 @@ impl std::fmt::Display for CacheStats {
             self.pool_workers,
             if self.pool_workers == 1 { "" } else { "s" },
             self.slots
-        )
+        )?;
+        if self.handoff_layers > 0 {
+            write!(f, "; {} layer handoffs ({:.1} ms waiting for the device)", self.handoff_layers, self.handoff_wait_ms)?;
+        }
+        Ok(())
     }
 }

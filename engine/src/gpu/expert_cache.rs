@@ -375,6 +375,7 @@ impl ExpertCache {
             cpu_ms: self.cpu_us.load(Ordering::Relaxed) as f64 / 1000.0,
             copied_bytes: (self.preloaded.load(Ordering::Relaxed) + self.admitted.load(Ordering::Relaxed) + self.swapped.load(Ordering::Relaxed)) * self.expert_bytes,
             pool_workers: self.pool_workers(),
+            ..CacheStats::default()
         }
     }
 }

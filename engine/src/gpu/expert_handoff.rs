@@ -37,6 +37,9 @@ pub struct ExpertHandoff {
     tags: DevicePtr,
     /// Version of the cache's slot table last copied to `table` (u64::MAX: never).
     synced: AtomicU64,
+    /// Layers served, and microseconds the host thread waited for the device to publish.
+    layers_served: AtomicU64,
+    wait_us: AtomicU64,
     n_expert: usize,
     k: usize,
     d: usize,
@@ -62,7 +65,7 @@ impl ExpertHandoff {
         let tags = api.malloc(n_layer * 4)?;
         let t: Vec<u8> = (0..n_layer as u32).flat_map(u32::to_le_bytes).collect();
         api.memcpy_htod(tags, &t)?;
-        Ok(ExpertHandoff { to_host, to_device, table, tags, synced: AtomicU64::new(u64::MAX), n_expert, k, d })
+        Ok(ExpertHandoff { to_host, to_device, table, tags, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), n_expert, k, d })
     }
 
     /// Payload bytes of a window's ids (padded so the input starts on its own line).
@@ -116,7 +119,10 @@ impl ExpertHandoff {
         let x_at = TAG_BYTES + Self::ids_bytes(k);
         let mut first_err = None;
         for &layer in layers {
+            let waited = std::time::Instant::now();
             let raw = self.to_host.host_recv_until(api, x_at + n * d * 4, Some(cancel))?;
+            self.wait_us.fetch_add(waited.elapsed().as_micros() as u64, Ordering::Relaxed);
+            self.layers_served.fetch_add(1, Ordering::Relaxed);
             let u32s = |b: &[u8]| b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<u32>>();
             let tag = u32s(&raw[..4])[0] as usize;
             let p = Published {
@@ -185,6 +191,13 @@ impl ExpertHandoff {
         let r = r?;
         served.map_err(host_err)?;
         Ok(r)
+    }
+
+    /// `stats` with the handoff's counters (layers served, host wait).
+    pub fn add_stats(&self, mut stats: crate::experts::counters::CacheStats) -> crate::experts::counters::CacheStats {
+        stats.handoff_layers = self.layers_served.load(Ordering::Relaxed);
+        stats.handoff_wait_ms = self.wait_us.load(Ordering::Relaxed) as f64 / 1000.0;
+        stats
     }
 
     /// Releases the device memory.

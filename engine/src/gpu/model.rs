@@ -395,7 +395,8 @@ impl GpuModel {
 
     /// The expert cache's counters (`--expert-cache` with fewer slots than experts).
     pub fn expert_cache_stats(&self) -> Option<CacheStats> {
-        self.expert_cache.as_ref().map(ExpertCache::stats)
+        let stats = self.expert_cache.as_ref().map(ExpertCache::stats)?;
+        Some(self.handoff.as_ref().map_or(stats, |h| h.add_stats(stats)))
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {

@@ -227,7 +227,8 @@ impl GpuFlashNext {
 
     /// The expert cache's counters (`--expert-cache N` with fewer slots than experts).
     pub fn expert_cache_stats(&self) -> Option<CacheStats> {
-        self.expert_cache.as_ref().map(ExpertCache::stats)
+        let stats = self.expert_cache.as_ref().map(ExpertCache::stats)?;
+        Some(self.handoff.as_ref().map_or(stats, |h| h.add_stats(stats)))
     }
 
     /// Fills the expert cache's slots from an STRP profile (`--expert-profile`, most-routed
