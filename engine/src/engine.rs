@@ -405,7 +405,7 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
         opts.ordered |= ordered;
         let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
         if opts.expert_cache == Some(crate::gpu_options::ExpertCacheSize::Auto) {
-            let ctx = if max_context == 0 { m.model.hp.n_ctx_train.max(1) } else { max_context };
+            let ctx = context_positions(max_context, m.model.hp.n_ctx_train);
             if let Some(fit) = m.fit_expert_cache(kv, ctx, prefill)? {
                 eprintln!("strata: {fit}");
             }
@@ -429,13 +429,18 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
     }
 }
 
+/// The KV capacity of a session: `--max-context`, or the model's training context for 0.
+fn context_positions(max_context: usize, n_ctx_train: usize) -> usize {
+    if max_context == 0 { n_ctx_train.max(1) } else { max_context }
+}
+
 /// Sizes a Flash-Next device model's expert cache (`auto`, the default for this architecture;
 /// said only when not every expert fits or `auto` was asked for) and fills it from
 /// `--expert-profile`, when one is given.
 #[cfg(feature = "gpu")]
 fn prepare_flash_expert_cache(g: &mut crate::gpu::flash_next::GpuFlashNext, opts: &RunOptions) -> Result<()> {
     if g.opts().expert_cache == Some(crate::gpu_options::ExpertCacheSize::Auto) {
-        let ctx = if opts.max_context == 0 { g.m.hp.n_ctx_train.max(1) } else { opts.max_context };
+        let ctx = context_positions(opts.max_context, g.m.hp.n_ctx_train);
         let fit = g.fit_expert_cache(opts.kv, ctx)?;
         if !fit.all_resident() || opts.gpu.expert_cache.is_some() {
             eprintln!("strata: {fit}");
@@ -559,7 +564,7 @@ impl Engine {
 
     /// KV capacity for new sessions.
     pub fn context_size(&self) -> usize {
-        if self.opts.max_context == 0 { self.model.n_ctx_train().max(1) } else { self.opts.max_context }
+        context_positions(self.opts.max_context, self.model.n_ctx_train())
     }
 
     pub fn new_session(&self) -> Result<AnySession> {

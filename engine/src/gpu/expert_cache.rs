@@ -45,6 +45,18 @@ impl AutoFit {
     }
 }
 
+/// `--expert-cache auto`'s measurement, shared by the executors: allocates one session of
+/// `max_ctx` positions (`probe`), reads the free VRAM with it in place, frees it, and fits slots
+/// of `slot_bytes` into what is left minus `reserve_mib`.
+pub(super) fn fit_auto<S, E: std::fmt::Display>(api: &dyn super::device::GpuApi, reserve_mib: u64, slot_bytes: u64, n_expert: usize, max_ctx: usize, probe: impl FnOnce() -> Result<S, E>) -> crate::error::Result<AutoFit> {
+    use crate::error::EngineError;
+    let mem = {
+        let _probe = probe().map_err(|e| EngineError::Gpu(format!("--expert-cache auto: a session of {max_ctx} positions does not fit beside the weights ({e}); a smaller --max-context leaves room")))?;
+        api.mem_info().map_err(|e| EngineError::Gpu(format!("reading the free VRAM: {e}")))?
+    };
+    Ok(AutoFit::new(mem.free, mem.total, reserve_mib << 20, slot_bytes, n_expert))
+}
+
 impl std::fmt::Display for AutoFit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use indicatif::HumanBytes as B;

@@ -307,11 +307,7 @@ impl GpuModel {
             Ffn::Moe { gate, up, down, .. } => (gate.mat_bytes + up.mat_bytes + down.mat_bytes) as u64,
             Ffn::Dense { .. } => 0,
         }).sum();
-        let mem = {
-            let _probe = self.new_session(kv, max_ctx, prefill_chunk).map_err(|e| crate::error::EngineError::Gpu(format!("--expert-cache auto: a session of {max_ctx} positions does not fit beside the weights ({e}); a smaller --max-context leaves room")))?;
-            api.mem_info().map_err(super::model::gpu_err("reading the free VRAM"))?
-        };
-        let fit = AutoFit::new(mem.free, mem.total, self.opts.vram_reserve_mib << 20, slot_bytes, n_expert);
+        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session(kv, max_ctx, prefill_chunk))?;
         let mut upl = Uploader::new(&*api, self.opts.ordered);
         for (il, (host, dev)) in self.model.w.layers.iter().zip(&mut self.w.layers).enumerate() {
             let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&host.ffn.ffn, &mut dev.ffn.ffn) else { continue };

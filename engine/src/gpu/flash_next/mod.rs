@@ -185,11 +185,7 @@ impl GpuFlashNext {
                 slot_bytes += d.mat_bytes as u64;
             }
         }
-        let mem = {
-            let _probe = self.new_session(kv, max_ctx).map_err(|e| EngineError::Gpu(format!("--expert-cache auto: a session of {max_ctx} positions does not fit beside the weights ({e}); a smaller --max-context leaves room")))?;
-            api.mem_info().map_err(gpu_err("reading the free VRAM"))?
-        };
-        let fit = AutoFit::new(mem.free, mem.total, self.opts.vram_reserve_mib << 20, slot_bytes, n_expert);
+        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session(kv, max_ctx))?;
         let mut up = Uploader::new(&*api, false);
         let slots = (!fit.all_resident()).then_some(fit.slots);
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
