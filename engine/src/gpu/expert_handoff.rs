@@ -45,6 +45,29 @@ pub struct ExpertHandoff {
     d: usize,
 }
 
+impl Published {
+    /// The host's answer for this layer (`[n·k][d]`, hit rows zero): the slots grouped by
+    /// expert (ascending), each expert without a slot (`ExpertCache::place_deferred`) computed
+    /// by `expert(e, slots)` (its rows `[slots][d]`) on the cache's CPU pool, each row at its
+    /// slot. An injected fault (`ExpertCache::inject_faults`) fails it.
+    pub fn miss_rows(&self, cache: &ExpertCache, d: usize, expert: impl Fn(usize, &[usize]) -> Result<Vec<f32>, GpuError> + Sync) -> Result<Vec<f32>, GpuError> {
+        cache.take_fault().map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", self.layer), what })?;
+        let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (slot, &id) in self.ids.iter().enumerate() {
+            chosen.entry(id as usize).or_default().push(slot);
+        }
+        let on_cpu: Vec<(usize, Vec<usize>)> = chosen.into_iter().filter(|(e, slots)| cache.place_deferred(self.layer, *e, slots.len()).is_none()).collect();
+        let outputs = cache.on_pool(|| on_cpu.iter().map(|(e, slots)| expert(*e, slots)).collect::<Result<Vec<_>, _>>())?;
+        let mut rows = vec![0f32; self.ids.len() * d];
+        for ((_, slots), ys) in on_cpu.iter().zip(&outputs) {
+            for (&j, row) in slots.iter().zip(ys.chunks_exact(d)) {
+                rows[j * d..(j + 1) * d].copy_from_slice(row);
+            }
+        }
+        Ok(rows)
+    }
+}
+
 /// One layer as the host receives it.
 pub struct Published {
     pub layer: usize,

@@ -244,7 +244,7 @@ pub(super) struct Scratch {
     /// Q8_1 activations gathered per expert.
     pub xq_e: DevicePtr,
     /// Expert outputs, one row of n_embd per (token, slot); after the first `chunk * k` rows,
-    /// `MAX_COLS * k` more for the host's rows on the handoff path ([`Scratch::miss_rows`]).
+    /// `MAX_COLS * k` more for the host's rows on the handoff path (`GpuModel::moe_handoff`).
     pub y_e: DevicePtr,
     /// The identity slot map `0..chunk * k` (device dispatch: slot s's output is row s of y_e).
     pub map_id: DevicePtr,

@@ -73,26 +73,9 @@ impl GpuModel {
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; the rows of hits stay zero).
     pub(super) fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, GpuError> {
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() }) };
-        cache.take_fault().map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", p.layer), what })?;
-        let hp = &self.model.hp;
-        let (d, k, ne) = (hp.n_embd, p.ids.len() / n.max(1), hp.moe.as_ref().map_or(0, |m| m.n_expert));
-        let mut on_cpu: Vec<(usize, Vec<usize>)> = Vec::new();
-        for e in 0..ne {
-            let slots: Vec<usize> = (0..n * k).filter(|&j| p.ids[j] as usize == e).collect();
-            if !slots.is_empty() && cache.place_deferred(p.layer, e, slots.len()).is_none() {
-                on_cpu.push((e, slots));
-            }
-        }
-        let outputs = cache.on_pool(|| {
-            on_cpu.iter().map(|(e, slots)| self.expert_on_cpu(p.layer, *e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]))).collect::<std::result::Result<Vec<_>, _>>()
-        })?;
-        let mut rows = vec![0f32; n * k * d];
-        for ((_, slots), y) in on_cpu.iter().zip(&outputs) {
-            for (&j, row) in slots.iter().zip(y.chunks_exact(d)) {
-                rows[j * d..(j + 1) * d].copy_from_slice(row);
-            }
-        }
-        Ok(rows)
+        let d = self.model.hp.n_embd;
+        let k = p.ids.len() / n.max(1);
+        p.miss_rows(cache, d, |e, slots| self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d])))
     }
 
     /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /

@@ -22,6 +22,7 @@ use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
 use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
 use super::expert_handoff::ExpertHandoff;
+use crate::cpu::flash_next::SwiGluCpu;
 use super::model::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
 use crate::error::{EngineError, Result};
@@ -409,22 +410,14 @@ impl GpuFlashNext {
     fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, super::device::GpuError> {
         use super::device::GpuError;
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
-        cache.take_fault().map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", p.layer), what })?;
         let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
         let host = &self.m.layers[p.layer].moe.experts;
-        let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
-        for (slot, &id) in p.ids.iter().enumerate() {
-            chosen.entry(id as usize).or_default().push(slot);
-        }
-        let on_cpu: Vec<_> = chosen.iter().filter(|&(&id, slots)| cache.place_deferred(p.layer, id, slots.len()).is_none()).map(|(&id, slots)| (&host[id], slots.as_slice())).collect();
-        let outputs = exec::cpu_expert_rows(cache, &on_cpu, &p.x, k, e);
-        let mut rows = vec![0f32; n * k * e];
-        for ((_, slots), ys) in on_cpu.iter().zip(&outputs) {
-            for (&j, row) in slots.iter().zip(ys.chunks_exact(e)) {
-                rows[j * e..(j + 1) * e].copy_from_slice(row);
-            }
-        }
-        Ok(rows)
+        p.miss_rows(cache, e, |id, slots| {
+            let xs: Vec<f32> = slots.iter().flat_map(|&j| p.x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
+            let mut ys = vec![0f32; slots.len() * e];
+            host[id].forward(&xs, slots.len(), &mut ys);
+            Ok(ys)
+        })
     }
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
