@@ -200,17 +200,16 @@ pub(super) fn moe_on_device(opts: &crate::gpu_options::GpuOptions, m: &super::we
 /// `(expert, slots)`, its output for the inputs of the slots' tokens (`x` is `[token][e]`, slot
 /// `j` is token `j / k`), `[slots][e]`.
 pub(super) fn cpu_expert_rows(cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], x: &[f32], k: usize, e: usize) -> Vec<Vec<f32>> {
-    cache.on_pool(|| {
-        experts
-            .iter()
-            .map(|(f, slots)| {
-                let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
-                let mut ys = vec![0f32; slots.len() * e];
-                f.forward(&xs, slots.len(), &mut ys);
-                ys
-            })
-            .collect()
-    })
+    cache.on_pool(|| experts.iter().map(|(f, slots)| expert_rows(f, x, slots, k, e)).collect())
+}
+
+/// One expert on the CPU for the tokens of `slots` (slot `j` is token `j / k` of `x`,
+/// `[token][e]`): its rows `[slots][e]`.
+pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize) -> Vec<f32> {
+    let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
+    let mut ys = vec![0f32; slots.len() * e];
+    f.forward(&xs, slots.len(), &mut ys);
+    ys
 }
 
 /// One window of a device sequence.

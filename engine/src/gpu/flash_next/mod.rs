@@ -22,7 +22,6 @@ use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
 use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
 use super::expert_handoff::ExpertHandoff;
-use crate::cpu::flash_next::SwiGluCpu;
 use super::model::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
 use crate::error::{EngineError, Result};
@@ -412,12 +411,7 @@ impl GpuFlashNext {
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
         let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
         let host = &self.m.layers[p.layer].moe.experts;
-        p.miss_rows(cache, e, |id, slots| {
-            let xs: Vec<f32> = slots.iter().flat_map(|&j| p.x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
-            let mut ys = vec![0f32; slots.len() * e];
-            host[id].forward(&xs, slots.len(), &mut ys);
-            Ok(ys)
-        })
+        p.miss_rows(cache, e, |id, slots| Ok(exec::expert_rows(&host[id], &p.x, slots, k, e)))
     }
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
