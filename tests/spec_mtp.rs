@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, SeqState};
 use strata::EngineError;
-use strata::spec::{Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
+use strata::spec::{CpuMtpHead, Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
 use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 
 fn tmp(name: &str) -> PathBuf {
@@ -28,7 +28,7 @@ fn tmp(name: &str) -> PathBuf {
 
 /// Records every proposal of an [`MtpDrafter`] and optionally corrupts draft `wrong_at`.
 struct Recorder<'a> {
-    inner: MtpDrafter<'a>,
+    inner: MtpDrafter<CpuMtpHead<'a>>,
     /// (history length, max, drafts as proposed by the head)
     log: Vec<(usize, usize, Vec<Draft>)>,
     wrong_at: Option<usize>,

@@ -172,8 +172,8 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: 
 /// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts).
 pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
     #[cfg(feature = "gpu")]
-    if let AnyModel::FlashGpu(_) = &e.model {
-        bail!("--mtp {}: the MTP head does not run on the device yet (run it with --device cpu, or drop --mtp to use the suffix drafter on the device)", path.display());
+    if let AnyModel::FlashGpu(g) = &e.model {
+        return mtp_generate_on_device(e, g, prompt, n, sc, path);
     }
     let AnyModel::Flash(m) = &e.model else {
         bail!(
@@ -191,6 +191,25 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
     let mut st = m.new_state(e.opts.kv);
     let t0 = Instant::now();
     let (ids, stats) = generate_greedy_spec(&**m, &mut st, prompt, n, &mut d, sc)?;
+    Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
+}
+
+/// [`mtp_generate`] on the device: the trunk and the head both run there (the head's cache
+/// sized like the engine's context, its type the engine's `--kv`).
+#[cfg(feature = "gpu")]
+fn mtp_generate_on_device(e: &Engine, g: &crate::gpu::flash_next::GpuFlashNext, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+    use crate::gpu::flash_next::{GpuMtp, GpuMtpHead};
+    let needed = prompt.len() + n.saturating_sub(1);
+    if needed > e.context_size() {
+        return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
+    }
+    let head = GpuMtp::new(g, Mtp::open(&g.m, path)?)?;
+    let mut d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, sc.min_p);
+    let AnySession::FlashGpu(mut st) = e.new_session()? else {
+        bail!("internal error: a session of another model family");
+    };
+    let t0 = Instant::now();
+    let (ids, stats) = generate_greedy_spec(g, &mut *st, prompt, n, &mut d, sc)?;
     Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
 }
 

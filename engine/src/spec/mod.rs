@@ -31,7 +31,7 @@ mod qwen4exp;
 mod standard;
 mod suffix;
 
-pub use mtp::{MtpDrafter, MtpDrafterStats};
+pub use mtp::{CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead};
 pub use suffix::SuffixDrafter;
 
 /// Longest verify window: drafts per step.

@@ -20,6 +20,8 @@
 //! the first draft below `min_p` (the loop would cut the window there anyway).
 
 use crate::cpu::prelude::*;
+use crate::error::EngineError;
+use crate::model::qwen4exp::mtp::MtpOut;
 use crate::model::qwen4exp::{KvType, Mtp, MtpState, Qwen4Exp};
 
 use super::{Draft, Drafter, argmax};
@@ -44,12 +46,60 @@ pub struct MtpDrafterStats {
     pub errors: u64,
 }
 
-/// Drafter over a qwen4exp model's MTP head (see the module docs).
-pub struct MtpDrafter<'a> {
-    model: &'a Qwen4Exp,
-    mtp: &'a Mtp,
+/// An MTP head with its attention cache, on some backend: what [`MtpDrafter`] drives.
+pub trait MtpHead {
+    /// Floats of one wide residual (`hc · n_embd`).
+    fn width(&self) -> usize;
+    /// Keeps the cache's first `cells` cells.
+    fn truncate(&mut self, cells: usize);
+    /// Forgets the sequence (an empty cache).
+    fn reset(&mut self);
+    /// Runs the pairs `(tokens[i], wide[i])` at the next cells (see `MtpCpu::forward`):
+    /// logits of the last pair (or all) and the head's output streams of every pair.
+    fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut, EngineError>;
+}
+
+/// The head on the CPU (`cpu::flash_next::MtpCpu`).
+pub struct CpuMtpHead<'a> {
+    pub model: &'a Qwen4Exp,
+    pub mtp: &'a Mtp,
     kv: KvType,
     st: MtpState,
+}
+
+impl<'a> CpuMtpHead<'a> {
+    /// `kv` should be the target's cache type.
+    pub fn new(model: &'a Qwen4Exp, mtp: &'a Mtp, kv: KvType) -> CpuMtpHead<'a> {
+        CpuMtpHead { model, mtp, kv, st: mtp.new_state(kv) }
+    }
+
+    /// The head's cache (tests compare it with a fresh run).
+    pub fn state(&self) -> &MtpState {
+        &self.st
+    }
+}
+
+impl MtpHead for CpuMtpHead<'_> {
+    fn width(&self) -> usize {
+        self.mtp.width()
+    }
+
+    fn truncate(&mut self, cells: usize) {
+        self.mtp.truncate(&mut self.st, cells);
+    }
+
+    fn reset(&mut self) {
+        self.st = self.mtp.new_state(self.kv);
+    }
+
+    fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut, EngineError> {
+        MtpCpu::forward(self.mtp, self.model, &mut self.st, tokens, wide, all_logits)
+    }
+}
+
+/// Drafter over a qwen4exp model's MTP head (see the module docs), on the CPU or the device.
+pub struct MtpDrafter<H: MtpHead> {
+    head: H,
     /// Cells `0..committed` of the head's cache come from real pairs.
     committed: usize,
     /// Trunk wide residuals of positions `hid_start..`, row-major `[.][hc·n_embd]`.
@@ -64,14 +114,23 @@ pub struct MtpDrafter<'a> {
     pub stats: MtpDrafterStats,
 }
 
-impl<'a> MtpDrafter<'a> {
-    /// A drafter for one sequence; `kv` should be the target's cache type.
-    pub fn new(model: &'a Qwen4Exp, mtp: &'a Mtp, kv: KvType, min_p: f32) -> MtpDrafter<'a> {
+impl<'a> MtpDrafter<CpuMtpHead<'a>> {
+    /// A drafter on the CPU for one sequence; `kv` should be the target's cache type.
+    pub fn new(model: &'a Qwen4Exp, mtp: &'a Mtp, kv: KvType, min_p: f32) -> MtpDrafter<CpuMtpHead<'a>> {
+        MtpDrafter::with_head(CpuMtpHead::new(model, mtp, kv), min_p)
+    }
+
+    /// The head's cache (tests compare it with a fresh run).
+    pub fn state(&self) -> &MtpState {
+        self.head.state()
+    }
+}
+
+impl<H: MtpHead> MtpDrafter<H> {
+    /// A drafter for one sequence over `head` (an empty cache).
+    pub fn with_head(head: H, min_p: f32) -> MtpDrafter<H> {
         MtpDrafter {
-            model,
-            mtp,
-            kv,
-            st: mtp.new_state(kv),
+            head,
             committed: 0,
             hidden: Vec::new(),
             hid_start: 0,
@@ -84,12 +143,18 @@ impl<'a> MtpDrafter<'a> {
 
     /// Forgets the sequence (a new one starts at position 0).
     pub fn reset(&mut self) {
-        *self = MtpDrafter::new(self.model, self.mtp, self.kv, self.min_p);
+        self.head.reset();
+        self.committed = 0;
+        self.hidden.clear();
+        self.hid_start = 0;
+        self.consumed = 0;
+        self.broken = false;
+        self.stats = MtpDrafterStats::default();
     }
 
-    /// The head's cache (tests compare it with a fresh run).
-    pub fn state(&self) -> &MtpState {
-        &self.st
+    /// The head it drafts with.
+    pub fn head(&self) -> &H {
+        &self.head
     }
 
     /// Cells built from real pairs.
@@ -114,13 +179,13 @@ fn top(logits: &[f32]) -> Draft {
     }
 }
 
-impl Drafter for MtpDrafter<'_> {
+impl<H: MtpHead> Drafter for MtpDrafter<H> {
     fn wants_hidden(&self) -> bool {
         true
     }
 
     fn observe(&mut self, tokens: &[u32], hidden: &[f32]) {
-        let e = self.mtp.width();
+        let e = self.head.width();
         if hidden.len() != tokens.len() * e {
             self.broken = true;
         } else {
@@ -130,7 +195,7 @@ impl Drafter for MtpDrafter<'_> {
     }
 
     fn propose(&mut self, history: &[u32], max: usize) -> Vec<Draft> {
-        let (e, p) = (self.mtp.width(), self.consumed);
+        let (e, p) = (self.head.width(), self.consumed);
         if max == 0 {
             return Vec::new();
         }
@@ -145,7 +210,7 @@ impl Drafter for MtpDrafter<'_> {
             return self.desync();
         }
         self.stats.recomputed += (self.committed - start) as u64;
-        self.mtp.truncate(&mut self.st, start);
+        self.head.truncate(start);
         let h = &self.hidden[(start - self.hid_start) * e..];
         // In micro-batches (a long prompt's pairs), like the trunk; only the last row's
         // logits are needed.
@@ -153,11 +218,11 @@ impl Drafter for MtpDrafter<'_> {
         let mut last = None;
         for (ci, chunk) in toks.chunks(UBATCH).enumerate() {
             let hc = &h[ci * UBATCH * e..][..chunk.len() * e];
-            match self.mtp.forward(self.model, &mut self.st, chunk, hc, false) {
+            match self.head.forward(chunk, hc, false) {
                 Ok(o) => last = Some(o),
                 Err(_) => {
                     self.stats.errors += 1;
-                    self.mtp.truncate(&mut self.st, start);
+                    self.head.truncate(start);
                     self.committed = start;
                     return Vec::new();
                 }
@@ -181,10 +246,7 @@ impl Drafter for MtpDrafter<'_> {
             if drafts.len() == max || d.p < self.min_p {
                 break;
             }
-            match self
-                .mtp
-                .forward(self.model, &mut self.st, &[d.token], &h_cur, false)
-            {
+            match self.head.forward(&[d.token], &h_cur, false) {
                 Ok(o) => {
                     self.stats.chained_rows += 1;
                     d = top(&o.logits);

@@ -61,7 +61,8 @@ impl VerifyModel for Qwen4Exp {
 /// The same on the device (`--device emu|hip`): the checkpoint copies the GDN and PLE states to
 /// the session's snapshot buffers on the device, the rollback copies them back, moves the
 /// position back (the attention cells after it are overwritten by the next window) and re-runs
-/// the accepted prefix. No hidden states: the MTP head does not run on the device yet.
+/// the accepted prefix. The hidden states are the wide residuals read back with the logits
+/// (what the MTP head on the device, `gpu::flash_next::GpuMtp`, reads).
 #[cfg(feature = "gpu")]
 impl VerifyModel for crate::gpu::flash_next::GpuFlashNext {
     type State = crate::gpu::flash_next::GpuFlashSession;
@@ -80,6 +81,12 @@ impl VerifyModel for crate::gpu::flash_next::GpuFlashNext {
         let mut out = Vec::new();
         self.eval(st, tokens, crate::model::Logits::All, &mut out)?;
         Ok(out)
+    }
+
+    fn forward_hidden(&self, st: &mut Self::State, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
+        let (mut out, mut hidden) = (Vec::new(), Vec::new());
+        self.eval_hidden(st, tokens, crate::model::Logits::All, &mut out, Some(&mut hidden))?;
+        Ok((out, hidden))
     }
 
     fn checkpoint(&self, st: &Self::State) -> Self::Checkpoint {

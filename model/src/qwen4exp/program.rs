@@ -14,8 +14,17 @@
 //!             R = HCcombine(R, y, inj)                      (hc_combine Ffn)
 //! logits = W_out · HCmix_head(R)                            (head)
 //! ```
+//!
+//! The MTP head ([`mtp_forward`], its block `blk.N` after the N trunk layers) reuses the
+//! layer's operations with `layer = N`:
+//!
+//! ```text
+//! R[c] = W_eh · [enorm(embed(tok)) ‖ hnorm_c(R_p[c])]      (mtp_input)
+//! the attention and MoE halves of a layer, as above         (layer N)
+//! logits = W_out · HCmix_head'(R)                           (mtp_head: its own mixer if any)
+//! ```
 
-use super::{Mixer, Qwen4Exp};
+use super::{Mixer, Mtp, Qwen4Exp};
 use crate::error::EngineError;
 
 /// Where a hyper-connection mix/combine sits in a layer.
@@ -48,6 +57,15 @@ pub trait FlashNextOps {
     fn moe(&mut self, layer: usize) -> Result<(), EngineError>;
     /// `x = HCmix_head(R)`, `logits = W_out · x` (no output norm in this model).
     fn head(&mut self) -> Result<(), EngineError>;
+    /// The MTP head's input: `R[t][c] = W_eh · [enorm(embed(tok_t)) ‖ hnorm_c(R_p[t][c])]`
+    /// from the wide residuals `R_p` the backend was given with the tokens.
+    fn mtp_input(&mut self) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported("this executor does not run the MTP head (its input)".into()))
+    }
+    /// The MTP head's output: its `hc_head` mixer (else the trunk's) and the output matrix.
+    fn mtp_head(&mut self) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported("this executor does not run the MTP head (its output)".into()))
+    }
 }
 
 /// One micro-batch of Flash-Next: the only place its layer order is written.
@@ -58,15 +76,29 @@ pub fn forward<B: FlashNextOps>(b: &mut B, m: &Qwen4Exp) -> Result<(), EngineErr
         if ple_layer == Some(il) {
             b.ple(il)?;
         }
-        b.hc_mix(il, Site::Mixer)?;
-        match layer.mixer {
-            Mixer::Gdn(_) => b.gdn(il)?,
-            Mixer::Attn(_) => b.attention(il)?,
-        }
-        b.hc_combine(il, Site::Mixer)?;
-        b.hc_mix(il, Site::Ffn)?;
-        b.moe(il)?;
-        b.hc_combine(il, Site::Ffn)?;
+        block(b, il, matches!(layer.mixer, Mixer::Gdn(_)))?;
     }
     b.head()
+}
+
+/// One micro-batch of the MTP head (`mtp.block` = the trunk's layer count): its input
+/// projection, one attention + MoE block as a trunk layer's (dense attention), its head.
+pub fn mtp_forward<B: FlashNextOps>(b: &mut B, mtp: &Mtp) -> Result<(), EngineError> {
+    b.mtp_input()?;
+    block(b, mtp.block, false)?;
+    b.mtp_head()
+}
+
+/// The token mixer (GDN or attention) and the MoE of layer `il`, each inside its GR read/write.
+fn block<B: FlashNextOps>(b: &mut B, il: usize, gdn: bool) -> Result<(), EngineError> {
+    b.hc_mix(il, Site::Mixer)?;
+    if gdn {
+        b.gdn(il)?;
+    } else {
+        b.attention(il)?;
+    }
+    b.hc_combine(il, Site::Mixer)?;
+    b.hc_mix(il, Site::Ffn)?;
+    b.moe(il)?;
+    b.hc_combine(il, Site::Ffn)
 }

@@ -4,7 +4,8 @@ use super::linear::rms_norm;
 use crate::cpu::prelude::*;
 use crate::error::EngineError;
 use crate::model::qwen4exp::mtp::MtpOut;
-use crate::model::qwen4exp::{Mtp, MtpState, Qwen4Exp};
+use crate::model::qwen4exp::program::{self, FlashNextOps, Site};
+use crate::model::qwen4exp::{HyperConn, Mtp, MtpState, Qwen4Exp};
 
 /// The CPU executor's methods on [`Mtp`] (a type of the `model` crate, which knows no backend).
 pub trait MtpCpu {
@@ -86,45 +87,128 @@ impl MtpSteps for Mtp {
                 hidden: Vec::new(),
             });
         }
+        let start = self.cells(st);
+        let first = if all_logits { 0 } else { n - 1 };
+        let mut chunk = CpuMtpChunk {
+            m: model,
+            mtp: self,
+            st,
+            toks: tokens,
+            wide,
+            start,
+            first,
+            r: vec![0f32; n * w],
+            x: vec![0f32; n * e],
+            y: vec![0f32; n * e],
+            inj: vec![0f32; n * hc],
+            logits: vec![0f32; (n - first) * v],
+        };
+        program::mtp_forward(&mut chunk, self)?;
+        let (logits, r) = (chunk.logits, chunk.r);
+        Ok(MtpOut { logits, hidden: r })
+    }
+}
+
+/// One micro-batch of the MTP head on the CPU: the operations of `program::mtp_forward` (layer
+/// `mtp.block`) on the head's weights and cache.
+struct CpuMtpChunk<'a> {
+    m: &'a Qwen4Exp,
+    mtp: &'a Mtp,
+    st: &'a mut MtpState,
+    toks: &'a [u32],
+    /// The wide residuals `[n][hc][E]` paired with the tokens.
+    wide: &'a [f32],
+    /// Position of the first token; first row whose logits are wanted.
+    start: usize,
+    first: usize,
+    /// The head's residual streams `[n][hc][E]` (its output `R'`), block input and output,
+    /// injection logits, logits `[n - first][V]`.
+    r: Vec<f32>,
+    x: Vec<f32>,
+    y: Vec<f32>,
+    inj: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+impl<'a> CpuMtpChunk<'a> {
+    fn hc(&self, layer: usize, site: Site) -> Result<&'a HyperConn, EngineError> {
+        if layer != self.mtp.block {
+            return Err(EngineError::StateMismatch { layer });
+        }
+        Ok(if site == Site::Mixer { &self.mtp.hc_attn } else { &self.mtp.hc_ffn })
+    }
+
+    fn only_head(op: &str) -> EngineError {
+        EngineError::Unsupported(format!("the MTP head has no {op}"))
+    }
+}
+
+impl FlashNextOps for CpuMtpChunk<'_> {
+    fn embed(&mut self) -> Result<(), EngineError> {
+        Err(Self::only_head("trunk embedding"))
+    }
+
+    fn ple(&mut self, _layer: usize) -> Result<(), EngineError> {
+        Err(Self::only_head("PLE block"))
+    }
+
+    fn gdn(&mut self, _layer: usize) -> Result<(), EngineError> {
+        Err(Self::only_head("GDN layer"))
+    }
+
+    fn head(&mut self) -> Result<(), EngineError> {
+        Err(Self::only_head("trunk head (it has mtp_head)"))
+    }
+
+    fn mtp_input(&mut self) -> Result<(), EngineError> {
         // One `[e ‖ hnorm_c(R_p[c])]` row per (token, stream): eh_proj maps every stream.
-        let embed = self.embed.as_ref().unwrap_or(&model.tok_embd);
+        let (n, e, hc, mtp) = (self.toks.len(), self.mtp.n_embd, self.mtp.hc, self.mtp);
+        let embed = mtp.embed.as_ref().unwrap_or(&self.m.tok_embd);
         let mut cat = vec![0f32; n * hc * 2 * e];
         let (mut emb, mut en) = (vec![0f32; e], vec![0f32; e]);
         for t in 0..n {
-            embed.get_row(tokens[t] as usize, &mut emb);
-            rms_norm(&emb, Some(&self.enorm), self.eps, &mut en);
+            embed.get_row(self.toks[t] as usize, &mut emb);
+            rms_norm(&emb, Some(&mtp.enorm), mtp.eps, &mut en);
             for c in 0..hc {
                 let row = &mut cat[(t * hc + c) * 2 * e..][..2 * e];
                 row[..e].copy_from_slice(&en);
-                rms_norm(
-                    &wide[(t * hc + c) * e..][..e],
-                    Some(&self.hnorm[c * e..(c + 1) * e]),
-                    self.eps,
-                    &mut row[e..],
-                );
+                rms_norm(&self.wide[(t * hc + c) * e..][..e], Some(&mtp.hnorm[c * e..(c + 1) * e]), mtp.eps, &mut row[e..]);
             }
         }
-        let mut r = vec![0f32; n * w];
-        self.eh_proj.matmul(&cat, n * hc, &mut r);
+        mtp.eh_proj.matmul(&cat, n * hc, &mut self.r);
+        Ok(())
+    }
 
-        let (mut x, mut y, mut inj) = (vec![0f32; n * e], vec![0f32; n * e], vec![0f32; n * hc]);
-        self.hc_attn.mix(&r, n, &mut x, Some(&mut inj));
-        let start = self.cells(st);
-        self.attn
-            .forward(&x, n, start, &mut st.cache, &mut y, false);
-        self.hc_attn.combine(&mut r, n, &y, &inj);
-        self.hc_ffn.mix(&r, n, &mut x, Some(&mut inj));
-        self.moe.forward(&x, n, &mut y);
-        self.hc_ffn.combine(&mut r, n, &y, &inj);
+    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
+        self.hc(layer, site)?.mix(&self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
+        Ok(())
+    }
 
-        let mixer = self.hc_head.as_ref().unwrap_or(&model.out_hc);
-        let head = self.head.as_ref().unwrap_or(&model.output);
-        let first = if all_logits { 0 } else { n - 1 };
-        let rows = n - first;
+    fn attention(&mut self, layer: usize) -> Result<(), EngineError> {
+        self.hc(layer, Site::Mixer)?;
+        self.mtp.attn.forward(&self.x, self.toks.len(), self.start, &mut self.st.cache, &mut self.y, false);
+        Ok(())
+    }
+
+    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
+        self.hc(layer, site)?.combine(&mut self.r, self.toks.len(), &self.y, &self.inj);
+        Ok(())
+    }
+
+    fn moe(&mut self, layer: usize) -> Result<(), EngineError> {
+        self.hc(layer, Site::Ffn)?;
+        self.mtp.moe.forward(&self.x, self.toks.len(), &mut self.y);
+        Ok(())
+    }
+
+    fn mtp_head(&mut self) -> Result<(), EngineError> {
+        let (n, e, w) = (self.toks.len(), self.mtp.n_embd, self.mtp.width());
+        let mixer = self.mtp.hc_head.as_ref().unwrap_or(&self.m.out_hc);
+        let head = self.mtp.head.as_ref().unwrap_or(&self.m.output);
+        let rows = n - self.first;
         let mut z = vec![0f32; rows * e];
-        mixer.mix(&r[first * w..], rows, &mut z, None);
-        let mut logits = vec![0f32; rows * v];
-        head.matmul(&z, rows, &mut logits);
-        Ok(MtpOut { logits, hidden: r })
+        mixer.mix(&self.r[self.first * w..], rows, &mut z, None);
+        head.matmul(&z, rows, &mut self.logits);
+        Ok(())
     }
 }

@@ -3,7 +3,7 @@
 //! (`GpuOps::gdn_mix`, `qsa_mix`, `ple_block`, `gr_*`, `moe_*`) between device matrix
 //! products (`gpu::linear`). Buffers are the session's [`Scratch`], sized for a full window.
 
-use super::weights::{DevFfn, DevHc, DevMixer};
+use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
 use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
 use crate::error::{EngineError, Result};
 use crate::gpu::device::{DevicePtr, GpuError};
@@ -14,7 +14,7 @@ use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
 use crate::model::qwen4exp::moe::SwiGlu;
 use crate::gpu::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use crate::model::qwen4exp::program::{self, FlashNextOps, Site};
-use crate::model::qwen4exp::{Mixer, Qwen4Exp};
+use crate::model::qwen4exp::{Mixer, Moe, Mtp, Qwen4Exp};
 
 fn dev(what: &'static str) -> impl FnOnce(GpuError) -> EngineError {
     move |e| EngineError::Gpu(format!("qwen4exp {what}: {e}"))
@@ -90,25 +90,36 @@ pub(super) struct Scratch {
     pval: DevicePtr,
     gv: DevicePtr,
     nn: DevicePtr,
+    /// MTP head: the wide residuals given with the tokens `[hc][E]`, one stream's
+    /// `[enorm(e) ‖ hnorm_c(R_p[c])]` rows `[2E]`, their projection `[E]`.
+    wide: DevicePtr,
+    cat: DevicePtr,
+    proj: DevicePtr,
     logits: DevicePtr,
 }
 
 impl Scratch {
-    pub(super) fn new(up: &mut Uploader, g: &GpuFlashNext, capacity: usize) -> Result<Scratch> {
+    /// Buffers for windows of the trunk of `g`, and of the MTP `head` if given.
+    pub(super) fn new(up: &mut Uploader, g: &GpuFlashNext, capacity: usize, head: Option<&Mtp>) -> Result<Scratch> {
         let m: &Qwen4Exp = &g.m;
         let (e, hc, w) = (m.hp.n_embd, m.hp.hc, WINDOW);
         let hce = hc * e;
         let lr = m.out_hc.down.rows.max(m.layers.iter().map(|l| l.hc_attn.down.rows.max(l.hc_ffn.down.rows)).max().unwrap_or(1));
         let (mut c, mut vd, mut hv, mut qf, mut kvd, mut hd, mut idim, mut iqd, mut blocks, mut budget) = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
         let (mut ne, mut k, mut ff, mut ffs) = (1, 1, 1, 1);
-        for l in &m.layers {
-            match &l.mixer {
-                Mixer::Gdn(gd) => {
+        // (GDN, attention, MoE) of every layer, the head's block included.
+        let trunk = m.layers.iter().map(|l| match &l.mixer {
+            Mixer::Gdn(gd) => (Some(gd), None, &l.moe),
+            Mixer::Attn(a) => (None, Some(a), &l.moe),
+        });
+        for (gdn, attn, moe) in trunk.chain(head.map(|h| (None, Some(&h.attn), &h.moe))) {
+            match (gdn, attn) {
+                (Some(gd), _) => {
                     c = c.max(gd.channels());
                     vd = vd.max(gd.hv * gd.s);
                     hv = hv.max(gd.hv);
                 }
-                Mixer::Attn(a) => {
+                (_, Some(a)) => {
                     qf = qf.max(2 * a.n_head * a.head_dim);
                     kvd = kvd.max(a.n_head_kv * a.head_dim);
                     hd = hd.max(a.n_head * a.head_dim);
@@ -119,13 +130,15 @@ impl Scratch {
                         budget = budget.max(ix.top_k + ix.ratio - 1);
                     }
                 }
+                _ => {}
             }
-            ne = ne.max(l.moe.experts.len());
-            k = k.max(l.moe.n_used);
-            ff = ff.max(l.moe.experts.iter().map(|x| x.gate.rows).max().unwrap_or(1));
-            ffs = ffs.max(l.moe.shared.gate.rows);
+            ne = ne.max(moe.experts.len());
+            k = k.max(moe.n_used);
+            ff = ff.max(moe.experts.iter().map(|x| x.gate.rows).max().unwrap_or(1));
+            ffs = ffs.max(moe.shared.gate.rows);
         }
-        let widest = [e, hce, lr, vd, hd, ff, ffs].into_iter().max().unwrap_or(e).next_multiple_of(32);
+        let lr = head.map_or(lr, |h| [&h.hc_attn, &h.hc_ffn].into_iter().chain(&h.hc_head).map(|x| x.down.rows).fold(lr, usize::max));
+        let widest = [e, 2 * e, hce, lr, vd, hd, ff, ffs].into_iter().max().unwrap_or(e).next_multiple_of(32);
         let f = |up: &mut Uploader, n: usize| up.zeroed(n * 4);
         let map: Vec<u32> = (0..(w * k) as u32).collect();
         Ok(Scratch {
@@ -182,6 +195,9 @@ impl Scratch {
             pval: f(up, w * e)?,
             gv: f(up, w * hce)?,
             nn: f(up, w * hce)?,
+            wide: f(up, if head.is_some() { w * hce } else { 1 })?,
+            cat: f(up, if head.is_some() { w * 2 * e } else { 1 })?,
+            proj: f(up, if head.is_some() { w * e } else { 1 })?,
             logits: f(up, w * m.hp.n_vocab)?,
         })
     }
@@ -220,6 +236,9 @@ pub(super) struct FlashChunk<'a> {
     /// Launched as a graph ([`FlashChunk::run`]): every launch must be the same at every
     /// position, so sizes that follow the position take their largest value.
     graph: bool,
+    /// The MTP head this window runs (`program::mtp_forward`; its block is layer
+    /// `head.0.block`, its attention state `s.layers[0]`), or None: the trunk.
+    head: Option<(&'a Mtp, &'a DevMtp)>,
 }
 
 impl<'a> FlashChunk<'a> {
@@ -237,13 +256,54 @@ impl<'a> FlashChunk<'a> {
             let emb = p.gather(toks, &mut ps.prev).map_err(|reason| EngineError::Ple { layer, reason })?;
             api.memcpy_htod(s.sc.emb, &emb.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).map_err(dev("uploading PLE rows"))?;
         }
-        Ok(FlashChunk { g, s, toks, graph })
+        Ok(FlashChunk { g, s, toks, graph, head: None })
+    }
+
+    /// A window of the MTP head (`s` is a head session): the trunk's wide residuals `wide`
+    /// (`[n][hc][E]`) are uploaded with the tokens. Never a graph.
+    pub(super) fn for_head(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], wide: &[f32], head: (&'a Mtp, &'a DevMtp)) -> Result<FlashChunk<'a>> {
+        let mut c = FlashChunk::new(g, s, toks, false)?;
+        g.api().memcpy_htod(c.s.sc.wide, f32_bytes(wide)).map_err(dev("uploading the MTP head's wide residuals"))?;
+        c.head = Some(head);
+        Ok(c)
+    }
+
+    /// The device weights of layer `layer` (the head's block when running the head).
+    fn layer(&self, layer: usize) -> &'a DevLayer {
+        match self.head {
+            Some((h, d)) if layer == h.block => &d.layer,
+            _ => &self.g.w.layers[layer],
+        }
+    }
+
+    /// The host weights of layer `layer`'s MoE.
+    fn host_moe(&self, layer: usize) -> &'a Moe {
+        match self.head {
+            Some((h, _)) if layer == h.block => &h.moe,
+            _ => &self.g.m.layers[layer].moe,
+        }
+    }
+
+    /// The sequence state of layer `layer` (a head session holds only the head's).
+    fn state(&self, layer: usize) -> Option<&LayerState> {
+        match self.head {
+            Some((h, _)) => self.s.layers.first().filter(|_| layer == h.block),
+            None => self.s.layers.get(layer),
+        }
+    }
+
+    /// The expert cache of the trunk's MoE layers (the head's experts are all resident).
+    fn cache(&self) -> Option<&'a ExpertCache> {
+        if self.head.is_some() { None } else { self.g.expert_cache.as_ref() }
     }
 
     /// The window's launches: the program, eagerly, or as a graph captured once per window size
     /// and replayed (its inputs are in device buffers).
     pub(super) fn run(&mut self) -> Result<()> {
         let g = self.g;
+        if let Some((h, _)) = self.head {
+            return program::mtp_forward(self, h);
+        }
         if !self.graph {
             self.s.eager_windows += 1;
             return program::forward(self, &g.m);
@@ -264,18 +324,26 @@ impl<'a> FlashChunk<'a> {
         Ok(())
     }
 
-    /// Waits for the window, advances the sequence and returns its logits `[n][n_vocab]`.
-    pub(super) fn finish(self) -> Result<Vec<f32>> {
+    /// Waits for the window, advances the sequence and returns its logits `[n][n_vocab]` (the
+    /// last row only unless `all`) and, when `hidden`, the wide residuals `R` after the last
+    /// layer `[n][hc][E]` (what the MTP head reads; the head's own output when running it).
+    pub(super) fn finish(self, all: bool, hidden: bool) -> Result<(Vec<f32>, Vec<f32>)> {
         let api = self.g.api();
         api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
         if let Some(p) = self.s.profile.as_mut() {
             p.tokens += self.toks.len() as u64;
         }
-        let n = self.toks.len() * self.g.m.hp.n_vocab;
-        let mut bytes = vec![0u8; n * 4];
-        api.memcpy_dtoh(&mut bytes, self.s.sc.logits).map_err(dev("reading logits"))?;
-        self.s.n_past += self.toks.len();
-        Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        let (n, v) = (self.toks.len(), self.g.m.hp.n_vocab);
+        let read = |at: DevicePtr, floats: usize, what: &'static str| -> Result<Vec<f32>> {
+            let mut bytes = vec![0u8; floats * 4];
+            api.memcpy_dtoh(&mut bytes, at).map_err(dev(what))?;
+            Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        };
+        let first = if all { 0 } else { n - 1 };
+        let logits = read(self.s.sc.logits + (first * v * 4) as u64, (n - first) * v, "reading logits")?;
+        let wide = if hidden { read(self.s.sc.r, n * self.g.m.hp.hc * self.g.m.hp.n_embd, "reading the wide residuals")? } else { Vec::new() };
+        self.s.n_past += n;
+        Ok((logits, wide))
     }
 
     fn n(&self) -> usize {
@@ -337,7 +405,7 @@ impl<'a> FlashChunk<'a> {
     }
 
     fn hc(&self, layer: usize, site: Site) -> &'a DevHc {
-        let l = &self.g.w.layers[layer];
+        let l = self.layer(layer);
         if site == Site::Mixer { &l.hc_attn } else { &l.hc_ffn }
     }
 
@@ -354,7 +422,7 @@ impl<'a> FlashChunk<'a> {
     /// bytes the device read (profiling).
     fn moe_tail(&mut self, layer: usize, map: DevicePtr, expert_bytes: impl FnOnce(&Self) -> Result<usize>) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
-        let m = &g.w.layers[layer].moe;
+        let m = &self.layer(layer).moe;
         let k = m.n_used;
         g.ops.moe_combine(&g.stream, sc.ys, map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
         self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
@@ -369,7 +437,7 @@ impl<'a> FlashChunk<'a> {
 
     /// Whether this window's routed experts run by device dispatch ([`moe_on_device`]).
     fn moe_on_device(&self, m: &super::weights::DevMoe) -> bool {
-        self.g.expert_cache.is_none() && moe_on_device(&self.g.opts, m)
+        self.cache().is_none() && moe_on_device(&self.g.opts, m)
     }
 
     /// The routed experts by device dispatch: `mmvq_moe_*` read the router's choice in
@@ -471,7 +539,7 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn gdn(&mut self, layer: usize) -> Result<()> {
         let (g, n) = (self.g, self.n());
-        let (DevMixer::Gdn(d), LayerState::Gdn { conv, delta, .. }) = (&g.w.layers[layer].mixer, &self.s.layers[layer]) else {
+        let (DevMixer::Gdn(d), Some(LayerState::Gdn { conv, delta, .. })) = (&self.layer(layer).mixer, self.state(layer)) else {
             return Err(EngineError::StateMismatch { layer });
         };
         let sc = &self.s.sc;
@@ -501,7 +569,7 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn attention(&mut self, layer: usize) -> Result<()> {
         let (g, n) = (self.g, self.n());
-        let (DevMixer::Attn(a), LayerState::Attn { k, v, kappa, k_scale, v_scale, kappa_scale, blocks, rope }) = (&g.w.layers[layer].mixer, &self.s.layers[layer]) else {
+        let (DevMixer::Attn(a), Some(LayerState::Attn { k, v, kappa, k_scale, v_scale, kappa_scale, blocks, rope })) = (&self.layer(layer).mixer, self.state(layer)) else {
             return Err(EngineError::StateMismatch { layer });
         };
         let sc = &self.s.sc;
@@ -567,7 +635,7 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn moe(&mut self, layer: usize) -> Result<()> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
-        let (e, m, host) = (g.m.hp.n_embd, &g.w.layers[layer].moe, &g.m.layers[layer].moe);
+        let (e, m, host) = (g.m.hp.n_embd, &self.layer(layer).moe, self.host_moe(layer));
         let (k, ne) = (m.n_used, host.experts.len());
         self.mm(&m.router, sc.x, n, sc.rlog)?;
         g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true).map_err(dev("MoE router"))?;
@@ -576,7 +644,7 @@ impl FlashNextOps for FlashChunk<'_> {
             self.experts_on_device(m)?;
             return self.moe_tail(layer, sc.map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
         }
-        if let (Some(h), Some(cache), true) = (&g.handoff, &g.expert_cache, g.by_handoff(self.s)) {
+        if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), g.by_handoff(self.s)) {
             // Hits from their slots by device dispatch, misses from the host thread.
             let lin = self.lin();
             lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
@@ -609,7 +677,7 @@ impl FlashNextOps for FlashChunk<'_> {
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
         for (&id, slots) in &chosen {
             // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
-            let f = match g.expert_cache.as_ref().map(|c| c.place(layer, id, slots.len())) {
+            let f = match self.cache().map(|c| c.place(layer, id, slots.len())) {
                 None => m.experts.get(id),
                 Some(Placement::Hit(s)) => m.experts.get(s),
                 Some(Placement::Admit(s)) => {
@@ -628,7 +696,7 @@ impl FlashNextOps for FlashChunk<'_> {
                 self.swiglu(&f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
             }
         }
-        if let Some(cache) = &g.expert_cache {
+        if let Some(cache) = self.cache() {
             self.experts_on_cpu(cache, &on_cpu, k)?;
         }
         self.moe_tail(layer, sc.map, |_| Ok(expert_bytes))
@@ -642,5 +710,41 @@ impl FlashNextOps for FlashChunk<'_> {
         let w = h.down.mat_bytes + h.up.mat_bytes + g.w.output.mat_bytes;
         self.count("head", w + self.act((h.shape.hc * h.shape.e) as usize + g.m.hp.n_vocab));
         Ok(())
+    }
+
+    fn mtp_input(&mut self) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        let Some((h, d)) = self.head else { return Err(EngineError::Unsupported("the MTP head's input outside a head window".into())) };
+        let (e, hc, api, st) = (h.n_embd, h.hc, g.api(), &g.stream);
+        // x = embedding rows, y = enorm(x), flat = hnorm_c of each wide stream.
+        let t = d.embed.as_ref().unwrap_or(&g.w.tok_embd);
+        let rt = match t.kind {
+            MatKind::Q(wt) => RowType::W(wt),
+            MatKind::F16 => RowType::F16,
+            _ => RowType::F32,
+        };
+        g.ops.get_rows(st, rt, t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("MTP embedding rows"))?;
+        g.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, n as u32).map_err(dev("MTP enorm"))?;
+        g.ops.gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, n as u32).map_err(dev("MTP hnorm"))?;
+        // Per stream: cat[t] = [y[t] ‖ flat[t][c]], R[t][c] = W_eh · cat[t].
+        let at = |p: DevicePtr, floats: usize| p + (floats * 4) as u64;
+        for c in 0..hc {
+            for t in 0..n {
+                api.memcpy_dtod_async(st, at(sc.cat, 2 * t * e), at(sc.y, t * e), e * 4).map_err(dev("MTP input rows"))?;
+                api.memcpy_dtod_async(st, at(sc.cat, (2 * t + 1) * e), at(sc.flat, (t * hc + c) * e), e * 4).map_err(dev("MTP input rows"))?;
+            }
+            self.mm(&d.eh_proj, sc.cat, n, sc.proj)?;
+            for t in 0..n {
+                api.memcpy_dtod_async(st, at(sc.r, (t * hc + c) * e), at(sc.proj, t * e), e * 4).map_err(dev("MTP residual streams"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn mtp_head(&mut self) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let Some((_, d)) = self.head else { return Err(EngineError::Unsupported("the MTP head's output outside a head window".into())) };
+        self.hc_read(d.hc_head.as_ref().unwrap_or(&g.w.out_hc))?;
+        self.mm(d.head.as_ref().unwrap_or(&g.w.output), self.s.sc.x, n, self.s.sc.logits)
     }
 }

@@ -14,7 +14,10 @@
 //! activations for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
 
 mod exec;
+mod mtp;
 mod weights;
+
+pub use mtp::{GpuMtp, GpuMtpHead};
 
 use std::sync::Arc;
 
@@ -265,28 +268,14 @@ impl GpuFlashNext {
     /// the device has no f32 cache).
     pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuFlashSession> {
         let api = self.ops.api().clone();
-        let fmt = match kv {
-            KvType::F16 => KvFormat::F16,
-            KvType::Int8 => KvFormat::Int8,
-            KvType::F32 => return Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into())),
-        };
+        let fmt = kv_format(kv)?;
         let capacity = max_ctx.max(1);
-        // The attention kernel keeps a token's scores in LDS: a dense layer attends to every
-        // cell, an indexed one to at most its budget.
         for (il, l) in self.w.layers.iter().enumerate() {
             if let DevMixer::Attn(a) = &l.mixer {
-                let cells = a.shape.indexer.map_or(capacity, |ix| capacity.min(ix.budget() as usize));
-                if cells > super::abi::QSA_MAX_CELLS as usize {
-                    return Err(EngineError::Unsupported(format!(
-                        "qwen4exp on the GPU: layer {il} attends to {cells} cells at this context ({capacity}); the attention kernel takes at most {} (use --max-context {} or --device cpu)",
-                        super::abi::QSA_MAX_CELLS,
-                        super::abi::QSA_MAX_CELLS
-                    )));
-                }
+                check_cells(a, il, capacity)?;
             }
         }
         let mut up = Uploader::new(&*api, false);
-        let esz = if fmt == KvFormat::Int8 { 1 } else { 2 };
         let mut ropes: Vec<((u32, u32), DevicePtr)> = Vec::new();
         let mut layers = Vec::with_capacity(self.w.layers.len());
         for l in &self.w.layers {
@@ -296,31 +285,7 @@ impl GpuFlashNext {
                     let (conv, delta) = (up.zeroed(bytes.0)?, up.zeroed(bytes.1)?);
                     LayerState::Gdn { conv, delta, snap: (up.zeroed(bytes.0)?, up.zeroed(bytes.1)?), bytes }
                 }
-                DevMixer::Attn(a) => {
-                    let s = &a.shape;
-                    let (kv_row, idim) = ((s.n_head_kv * s.head_dim) as usize, s.indexer.map_or(1, |ix| ix.dim as usize));
-                    let ratio = s.indexer.map_or(1, |ix| ix.ratio as usize);
-                    let key = (a.rope_base.to_bits(), s.n_rot);
-                    let rope = match ropes.iter().find(|(k, _)| *k == key) {
-                        Some((_, p)) => *p,
-                        None => {
-                            let p = up.f32s(&GpuOps::rope_table_ggml(a.rope_base, 1.0, s.n_rot as usize, capacity))?;
-                            ropes.push((key, p));
-                            p
-                        }
-                    };
-                    let int8 = fmt == KvFormat::Int8;
-                    LayerState::Attn {
-                        k: up.zeroed(capacity * kv_row * esz)?,
-                        v: up.zeroed(capacity * kv_row * esz)?,
-                        kappa: up.zeroed(capacity * idim * esz)?,
-                        k_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
-                        v_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
-                        kappa_scale: if int8 { up.zeroed(capacity * 4)? } else { 0 },
-                        blocks: up.zeroed((capacity / ratio).max(1) * idim * 4)?,
-                        rope,
-                    }
-                }
+                DevMixer::Attn(a) => attn_state(&mut up, a, fmt, capacity, &mut ropes)?,
             });
         }
         let ple = match (&self.m.ple, &self.w.ple) {
@@ -330,13 +295,19 @@ impl GpuFlashNext {
             }
             _ => None,
         };
-        let sc = exec::Scratch::new(&mut up, self, capacity)?;
+        let sc = exec::Scratch::new(&mut up, self, capacity, None)?;
         Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
     /// last row), in windows of up to [`WINDOW`] tokens.
     pub fn eval(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        self.eval_hidden(s, tokens, want, out, None)
+    }
+
+    /// [`GpuFlashNext::eval`] that also writes every token's wide residual to `hidden`
+    /// (`[n][hc][n_embd]`, the streams before the output mixer: what the MTP head reads).
+    pub fn eval_hidden(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>, mut hidden: Option<&mut Vec<f32>>) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
@@ -351,7 +322,9 @@ impl GpuFlashNext {
             return Err(EngineError::Gpu(format!("qwen4exp: an earlier window of this sequence failed ({why}); its recurrent state is lost: reset the session or roll back to a checkpoint")));
         }
         out.clear();
-        let v = self.m.hp.n_vocab;
+        if let Some(h) = hidden.as_deref_mut() {
+            h.clear();
+        }
         let n_windows = tokens.len().div_ceil(WINDOW);
         if s.profile.is_some() {
             // Counters of earlier launches are not this evaluation's.
@@ -360,22 +333,25 @@ impl GpuFlashNext {
         let graph = self.capturable(s);
         let handoff = self.by_handoff(s);
         for (i, win) in tokens.chunks(WINDOW).enumerate() {
-            let rows = self.window(s, win, graph, handoff);
+            let last = i + 1 == n_windows;
+            let rows = self.window(s, win, graph, handoff, want == Logits::All, hidden.is_some());
             // Admissions and swaps land even after a failed window (the slot table the device
             // copies next must only name experts that are in their slots).
             self.adapt_expert_cache(win.len())?;
-            let rows = rows.inspect_err(|e| s.failed = Some(e.to_string()))?;
-            if want == Logits::All {
+            let (rows, wide) = rows.inspect_err(|e| s.failed = Some(e.to_string()))?;
+            if want == Logits::All || last {
                 out.extend_from_slice(&rows);
-            } else if i + 1 == n_windows {
-                out.extend_from_slice(&rows[(win.len() - 1) * v..]);
+            }
+            if let Some(h) = hidden.as_deref_mut() {
+                h.extend_from_slice(&wide);
             }
         }
         Ok(())
     }
 
-    /// One window's launches (through the expert handoff when `handoff`) and its logits.
-    fn window(&self, s: &mut GpuFlashSession, win: &[u32], graph: bool, handoff: bool) -> Result<Vec<f32>> {
+    /// One window's launches (through the expert handoff when `handoff`), its logits (all rows or
+    /// the last) and, when `hidden`, its wide residuals.
+    fn window(&self, s: &mut GpuFlashSession, win: &[u32], graph: bool, handoff: bool, all: bool, hidden: bool) -> Result<(Vec<f32>, Vec<f32>)> {
         let mut chunk = exec::FlashChunk::new(self, s, win, graph)?;
         match (handoff, &self.handoff, &self.expert_cache) {
             (true, Some(h), Some(c)) => {
@@ -387,7 +363,7 @@ impl GpuFlashNext {
             }
             _ => chunk.run()?,
         }
-        chunk.finish()
+        chunk.finish(all, hidden)
     }
 
     /// Whether `s`'s windows run their routed experts through the expert cache's handoff
@@ -463,4 +439,56 @@ fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, cache: Option<&ExpertCache>) -> R
     let Some(l) = m.layers.first().filter(|_| cache.is_some()) else { return Ok(None) };
     let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
     ExpertHandoff::new(api, m.layers.len(), n_expert, l.moe.n_used, m.hp.n_embd).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
+}
+
+/// The attention kernel keeps a token's scores in LDS: a dense layer attends to every cell, an
+/// indexed one to at most its budget.
+fn check_cells(a: &weights::DevQsa, il: usize, capacity: usize) -> Result<()> {
+    let cells = a.shape.indexer.map_or(capacity, |ix| capacity.min(ix.budget() as usize));
+    if cells > super::abi::QSA_MAX_CELLS as usize {
+        return Err(EngineError::Unsupported(format!(
+            "qwen4exp on the GPU: layer {il} attends to {cells} cells at this context ({capacity}); the attention kernel takes at most {} (use --max-context {} or --device cpu)",
+            super::abi::QSA_MAX_CELLS,
+            super::abi::QSA_MAX_CELLS
+        )));
+    }
+    Ok(())
+}
+
+/// An attention layer's caches for `capacity` positions of `fmt` (rope tables shared by layers
+/// with the same base and roped dims through `ropes`).
+fn attn_state(up: &mut Uploader, a: &weights::DevQsa, fmt: KvFormat, capacity: usize, ropes: &mut Vec<((u32, u32), DevicePtr)>) -> Result<LayerState> {
+    let s = &a.shape;
+    let esz = if fmt == KvFormat::Int8 { 1 } else { 2 };
+    let (kv_row, idim) = ((s.n_head_kv * s.head_dim) as usize, s.indexer.map_or(1, |ix| ix.dim as usize));
+    let ratio = s.indexer.map_or(1, |ix| ix.ratio as usize);
+    let key = (a.rope_base.to_bits(), s.n_rot);
+    let rope = match ropes.iter().find(|(k, _)| *k == key) {
+        Some((_, p)) => *p,
+        None => {
+            let p = up.f32s(&GpuOps::rope_table_ggml(a.rope_base, 1.0, s.n_rot as usize, capacity))?;
+            ropes.push((key, p));
+            p
+        }
+    };
+    let int8 = fmt == KvFormat::Int8;
+    Ok(LayerState::Attn {
+        k: up.zeroed(capacity * kv_row * esz)?,
+        v: up.zeroed(capacity * kv_row * esz)?,
+        kappa: up.zeroed(capacity * idim * esz)?,
+        k_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
+        v_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
+        kappa_scale: if int8 { up.zeroed(capacity * 4)? } else { 0 },
+        blocks: up.zeroed((capacity / ratio).max(1) * idim * 4)?,
+        rope,
+    })
+}
+
+/// The device format of a cache type (the device has no f32 cache).
+fn kv_format(kv: KvType) -> Result<KvFormat> {
+    match kv {
+        KvType::F16 => Ok(KvFormat::F16),
+        KvType::Int8 => Ok(KvFormat::Int8),
+        KvType::F32 => Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into())),
+    }
 }

@@ -9,7 +9,7 @@ use crate::gpu::abi;
 use crate::gpu::model::{DevMat, Uploader, device_layout};
 use crate::gpu::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
 use crate::model::qwen4exp::moe::SwiGlu;
-use crate::model::qwen4exp::{Gdn, HyperConn, Mat, Mixer, Moe, Ple, Qsa, Qwen4Exp};
+use crate::model::qwen4exp::{Gdn, HyperConn, Mat, Mixer, Moe, Mtp, Ple, Qsa, Qwen4Exp};
 use crate::gpu::device::{DevicePtr, GpuApi};
 
 /// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`, `output_hc_*`).
@@ -146,7 +146,7 @@ fn mat(up: &mut Uploader, m: &Mat, name: &str) -> Result<DevMat> {
     up.matrix(m.data(), m.ty, m.rows, m.cols, 1, name)
 }
 
-fn hc(up: &mut Uploader, h: &HyperConn, name: &str) -> Result<DevHc> {
+fn hc_mixer(up: &mut Uploader, h: &HyperConn, name: &str) -> Result<DevHc> {
     Ok(DevHc {
         shape: GrShape { hc: h.hc as u32, e: h.n_embd as u32, eps: h.eps },
         norm: up.f32s(&h.norm)?,
@@ -329,20 +329,59 @@ pub(super) fn upload(up: &mut Uploader, m: &Qwen4Exp, cache_slots: Option<usize>
     let mut layers = Vec::with_capacity(m.layers.len());
     for (il, l) in m.layers.iter().enumerate() {
         layers.push(DevLayer {
-            hc_attn: hc(up, &l.hc_attn, &format!("blk.{il}.hc_attn"))?,
+            hc_attn: hc_mixer(up, &l.hc_attn, &format!("blk.{il}.hc_attn"))?,
             mixer: match &l.mixer {
                 Mixer::Gdn(g) => DevMixer::Gdn(gdn(up, g, il)?),
                 Mixer::Attn(a) => DevMixer::Attn(qsa(up, a, il)?),
             },
-            hc_ffn: hc(up, &l.hc_ffn, &format!("blk.{il}.hc_ffn"))?,
+            hc_ffn: hc_mixer(up, &l.hc_ffn, &format!("blk.{il}.hc_ffn"))?,
             moe: moe(up, &l.moe, il, cache_slots)?,
         });
     }
     Ok(DevWeights {
         tok_embd,
         output: mat(up, &m.output, "output")?,
-        out_hc: hc(up, &m.out_hc, "output_hc")?,
+        out_hc: hc_mixer(up, &m.out_hc, "output_hc")?,
         layers,
         ple: m.ple.as_ref().map(|p| ple(up, p)).transpose()?,
+    })
+}
+
+/// The MTP head's block `blk.N` on the device: its input norms and projection, one attention +
+/// MoE layer (every expert resident: the head's experts are not in the trunk's cache), its own
+/// output mixer and tables when the file has them (else the trunk's).
+pub(super) struct DevMtp {
+    /// `enorm` as a one-stream GR norm, `hnorm` as the trunk's `hc` streams.
+    pub enorm_shape: GrShape,
+    pub enorm: DevicePtr,
+    pub hnorm_shape: GrShape,
+    pub hnorm: DevicePtr,
+    /// `[E][2E]`.
+    pub eh_proj: DevMat,
+    pub layer: DevLayer,
+    pub hc_head: Option<DevHc>,
+    pub embed: Option<DevMat>,
+    pub head: Option<DevMat>,
+}
+
+/// Uploads the MTP head `h` of `m` (block `h.block`).
+pub(super) fn upload_mtp(up: &mut Uploader, h: &Mtp) -> Result<DevMtp> {
+    let il = h.block;
+    let (e, hc) = (h.n_embd as u32, h.hc as u32);
+    Ok(DevMtp {
+        enorm_shape: GrShape { hc: 1, e, eps: h.eps },
+        enorm: up.f32s(&h.enorm)?,
+        hnorm_shape: GrShape { hc, e, eps: h.eps },
+        hnorm: up.f32s(&h.hnorm)?,
+        eh_proj: mat(up, &h.eh_proj, &format!("blk.{il}.nextn.eh_proj"))?,
+        layer: DevLayer {
+            hc_attn: hc_mixer(up, &h.hc_attn, &format!("blk.{il}.hc_attn"))?,
+            mixer: DevMixer::Attn(qsa(up, &h.attn, il)?),
+            hc_ffn: hc_mixer(up, &h.hc_ffn, &format!("blk.{il}.hc_ffn"))?,
+            moe: moe(up, &h.moe, il, None)?,
+        },
+        hc_head: h.hc_head.as_ref().map(|x| hc_mixer(up, x, &format!("blk.{il}.nextn.hc_head"))).transpose()?,
+        embed: h.embed.as_ref().map(|t| up.embedding_table(t.data(), t.ty, t.rows, t.cols)).transpose()?,
+        head: h.head.as_ref().map(|t| mat(up, t, &format!("blk.{il}.nextn.shared_head_head"))).transpose()?,
     })
 }
