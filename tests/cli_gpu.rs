@@ -88,5 +88,10 @@ fn cli_bench_device_emu_reports_flash_next_profile() {
         let (g, i) = (p["global_bytes"].as_f64().unwrap(), p["ideal_bytes"].as_f64().unwrap());
         assert!(g >= 0.9 * i && i > 0.0, "{p}");
         assert!(p["instructions"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["launches"].as_f64().unwrap() >= 1.0, "{p}");
     }
+    // Launch counts follow the program: one `get_rows` for the embedding, one `gr_combine` per
+    // GR write (2 per layer of the 4-layer fixture).
+    let launches = |part: &str| parts.iter().find(|p| p["part"] == part).unwrap()["launches"].as_f64().unwrap();
+    assert_eq!((launches("embed"), launches("gr write")), (1.0, 8.0), "{parts:?}");
 }

@@ -88,6 +88,8 @@ impl Module {
 /// Counters of one launch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaunchStats {
+    /// Kernel launches counted (1 for one launch; sums count launches).
+    pub launches: u64,
     pub instructions: u64,
     pub by_family: BTreeMap<String, u64>,
     pub lane_ops: u64,
@@ -311,7 +313,7 @@ impl Device {
             "the launch ran more than {launch_budget} instructions in all (its launch budget), stopped before workgroup {g} of {n_groups}"
         )))?;
         if let Some((_, e)) = err { return Err(e); }
-        let mut st = LaunchStats { waves: n_groups * threads.div_ceil(32), ..Default::default() };
+        let mut st = LaunchStats { launches: 1, waves: n_groups * threads.div_ceil(32), ..Default::default() };
         for (k, n) in c.by_fam.iter().enumerate() {
             if *n > 0 { *st.by_family.entry(FAM_NAMES[k].into()).or_default() += n; st.instructions += n; }
         }

@@ -110,6 +110,8 @@ pub struct CpuPart {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GpuPart {
     pub part: String,
+    /// Kernel launches per token (copies between buffers are not launches).
+    pub launches: f64,
     pub instructions: f64,
     pub global_bytes: f64,
     pub ideal_bytes: f64,
@@ -374,7 +376,8 @@ fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<Gp
         .iter()
         .map(|(k, v)| GpuPart {
             part: k.to_string(),
-            instructions: per(v.launches_instructions),
+            launches: per(v.launches),
+            instructions: per(v.instructions),
             global_bytes: per(v.global_bytes),
             ideal_bytes: per(v.ideal_bytes),
         })
@@ -382,6 +385,7 @@ fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<Gp
     let total = |f: fn(&GpuPart) -> f64, parts: &[GpuPart]| parts.iter().map(f).sum::<f64>();
     parts.push(GpuPart {
         part: "total".into(),
+        launches: total(|p| p.launches, &parts),
         instructions: total(|p| p.instructions, &parts),
         global_bytes: total(|p| p.global_bytes, &parts),
         ideal_bytes: total(|p| p.ideal_bytes, &parts),
@@ -453,11 +457,12 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
         }
         if let Some(parts) = &r.gpu_decode_profile {
             println!("software-device decode profile, per token (global bytes vs the ideal: weights + KV + activations):");
-            println!("  {:<10} {:>14} {:>14} {:>14} {:>7}", "part", "instructions", "global bytes", "ideal bytes", "ratio");
+            println!("  {:<10} {:>9} {:>14} {:>14} {:>14} {:>7}", "part", "launches", "instructions", "global bytes", "ideal bytes", "ratio");
             for p in parts {
                 println!(
-                    "  {:<10} {:>14.0} {:>14.0} {:>14.0} {:>7.3}",
+                    "  {:<10} {:>9.1} {:>14.0} {:>14.0} {:>14.0} {:>7.3}",
                     p.part,
+                    p.launches,
                     p.instructions,
                     p.global_bytes,
                     p.ideal_bytes,

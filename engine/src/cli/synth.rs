@@ -15,13 +15,15 @@ pub struct SynthArgs {
     /// with --mtp, PREFIX-mtp.gguf.
     #[arg(long)]
     pub out: PathBuf,
-    /// Shape: `public` (the llama.cpp fixtures' shape: 4 layers, hidden 256, vocab 1024) or
-    /// `tiny` (4 layers G/QSA/dense/G, hidden 128, vocab 300: fastest).
+    /// Shape: `public` (the llama.cpp fixtures' shape: 4 layers, hidden 256, vocab 1024),
+    /// `tiny` (4 layers G/QSA/dense/G, hidden 128, vocab 300: fastest), or `flash-next`
+    /// (Flash-Next's dimensions, one GDN and one QSA layer, IQ3_XXS experts as random blocks,
+    /// tied Q8_0 vocabulary: a 2.8 GB file for `strata bench --device emu` cost counts).
     #[arg(long, value_enum, default_value_t = Preset::Public)]
     pub preset: Preset,
-    /// Type of the big matrices.
-    #[arg(long = "type", value_enum, default_value_t = MatType::F32)]
-    pub ty: MatType,
+    /// Type of the big matrices [default: f32; q8_0 for `flash-next`].
+    #[arg(long = "type", value_enum)]
+    pub ty: Option<MatType>,
     /// Tie the output head to the token embedding (no output.weight). Tied synthetic models
     /// settle into repeating a token, so drafters get accepted.
     #[arg(long)]
@@ -57,6 +59,7 @@ pub struct SynthArgs {
 pub enum Preset {
     Public,
     Tiny,
+    FlashNext,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,9 +90,12 @@ pub fn run(a: &SynthArgs) -> Result<()> {
     let mut cfg = match a.preset {
         Preset::Public => SynthConfig::public(),
         Preset::Tiny => SynthConfig::tiny(),
+        Preset::FlashNext => SynthConfig::flash_next(),
     };
-    cfg.matrix_type = a.ty.ggml();
-    cfg.tied = a.tied;
+    if let Some(t) = a.ty {
+        cfg.matrix_type = t.ggml();
+    }
+    cfg.tied |= a.tied;
     if a.mtp_ratio > 64 {
         anyhow::bail!("--mtp-ratio must be in 0..=64 (got {})", a.mtp_ratio);
     }
@@ -102,7 +108,7 @@ pub fn run(a: &SynthArgs) -> Result<()> {
     }
     if let Some(kind) = a.mtp {
         let m = SynthMtp {
-            matrix_type: a.mtp_type.unwrap_or(a.ty).ggml(),
+            matrix_type: a.mtp_type.or(a.ty).map_or(cfg.matrix_type, MatType::ggml),
             ratio: a.mtp_ratio,
             own_tables: a.mtp_own_tables,
             hc_head: !a.mtp_no_hc_head,

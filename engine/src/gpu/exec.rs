@@ -69,7 +69,8 @@ impl GpuChunk<'_> {
         if let Some(p) = self.sess.profile.as_mut() {
             let s = self.g.ops.api().take_stats().unwrap_or_default();
             let e = p.parts.entry(part).or_default();
-            e.launches_instructions += s.instructions;
+            e.launches += s.launches;
+            e.instructions += s.instructions;
             e.global_bytes += s.global_bytes_read + s.global_bytes_written;
             e.ideal_bytes += ideal;
         }

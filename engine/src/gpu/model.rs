@@ -179,7 +179,9 @@ pub struct GpuSession {
 /// Counters of one part of the forward pass, summed over windows.
 #[derive(Clone, Debug, Default)]
 pub struct PartStats {
-    pub launches_instructions: u64,
+    /// Kernel launches and their wave instructions.
+    pub launches: u64,
+    pub instructions: u64,
     pub global_bytes: u64,
     /// Bytes the part must move at least: weights read + KV read/written + activations.
     pub ideal_bytes: u64,

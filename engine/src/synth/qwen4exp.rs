@@ -65,6 +65,12 @@ pub struct SynthConfig {
     /// loader skips it.
     pub mtp_stub: bool,
     pub eps: f32,
+    /// Type of the routed experts' matrices (None: `matrix_type`).
+    pub expert_type: Option<GgmlType>,
+    /// Write block-quantized matrices (Q8_0, Q4_K, Q6_K, IQ3_XXS) as random valid blocks
+    /// instead of quantizing normals: fast at full size (gigabytes of experts), values bounded
+    /// at about the same scale but not `N(0, σ²)`. For cost measurements, not numerics.
+    pub random_blocks: bool,
 }
 
 impl SynthConfig {
@@ -104,11 +110,62 @@ impl SynthConfig {
             tied: false,
             mtp_stub: false,
             eps: 1e-6,
+            expert_type: None,
+            random_blocks: false,
         }
     }
 }
 
 impl SynthConfig {
+    /// Flash-Next's dimensions for one layer of each kind (cost measurements, issue 15 item 4):
+    /// a GDN layer (48 value heads and 16 key heads of 128, conv 4) with the PLE block, then a
+    /// QSA layer (24 query heads of 256 with their gates, 2 KV heads, 64 roped dims, indexer
+    /// ratio 4), hidden 2560, 4 streams of low rank 320, 512 experts top-10 of FFN 640 in
+    /// IQ3_XXS, a shared expert of 640, vocabulary 248,320 (tied Q8_0 table), other matrices
+    /// Q8_0, every quantized matrix as random blocks. Published: hidden, streams and rank,
+    /// heads, experts, FFN, vocabulary; assumed: the GDN key heads, the indexer (8 heads of
+    /// 128, top-256 cells), the shared expert's width, the PLE table (small: its rows are read
+    /// on the host).
+    pub fn flash_next() -> SynthConfig {
+        SynthConfig {
+            n_vocab: 248_320,
+            n_embd: 2560,
+            layers: vec![None, Some(4)],
+            n_head: 24,
+            n_head_kv: 2,
+            head_dim: 256,
+            n_rot: 64,
+            rope_base: 1e7,
+            ssm_k_heads: 16,
+            ssm_v_heads: 48,
+            ssm_state: 128,
+            ssm_conv: 4,
+            hc: 4,
+            hc_rank: 320,
+            idx_heads: 8,
+            idx_dim: 128,
+            idx_top_k: 256,
+            n_expert: 512,
+            n_expert_used: 10,
+            n_ff_exp: 640,
+            n_ff_shexp: 640,
+            ple: Some(SynthPle {
+                layer: 0,
+                ngram: 3,
+                heads_per_ngram: 4,
+                conv_kernel: 4,
+                min_head_vocab: 2000,
+                table_type: GgmlType::Q8_0,
+            }),
+            matrix_type: GgmlType::Q8_0,
+            tied: true,
+            mtp_stub: false,
+            eps: 1e-6,
+            expert_type: Some(GgmlType::IQ3XXS),
+            random_blocks: true,
+        }
+    }
+
     /// A smaller shape for fast tests: 4 layers G, QSA (r=2), dense attention, G (PLE on layer
     /// 3), hidden 128, vocab 300, 4 experts.
     pub fn tiny() -> SynthConfig {
@@ -146,6 +203,8 @@ impl SynthConfig {
             tied: false,
             mtp_stub: false,
             eps: 1e-6,
+            expert_type: None,
+            random_blocks: false,
         }
     }
 }
@@ -164,6 +223,8 @@ struct Builder {
     w: GgufWriter,
     rng: SplitMix64,
     matrix_type: GgmlType,
+    /// [`SynthConfig::random_blocks`].
+    random_blocks: bool,
     /// Tensors added so far (the PLE table is the last one).
     n_tensors: usize,
 }
@@ -208,7 +269,32 @@ impl Builder {
 
     /// A `[rows][cols]` matrix (ne `[cols, rows, extra...]`) with entries `N(0, scale²/cols)`.
     fn mat(&mut self, name: &str, dims: &[usize], scale: f64) -> Result<(), GgufError> {
+        let ty = self.matrix_type;
+        self.mat_of(name, dims, scale, ty)
+    }
+
+    /// [`Builder::mat`] stored as `ty` (random blocks with [`SynthConfig::random_blocks`]).
+    /// Rows that are not whole blocks of `ty` fall back to Q8_0 (llama.cpp's quantizer falls
+    /// back too, to IQ4_NL for IQ3_XXS, which the device has no product for), else F32.
+    fn mat_of(&mut self, name: &str, dims: &[usize], scale: f64, ty: GgmlType) -> Result<(), GgufError> {
         let n: usize = dims.iter().product();
+        let ty = match ty {
+            t if t.row_bytes(dims[0]).is_some() => t,
+            _ if GgmlType::Q8_0.row_bytes(dims[0]).is_some() => GgmlType::Q8_0,
+            _ => GgmlType::F32,
+        };
+        if self.random_blocks && ty.row_bytes(dims[0]).is_some() {
+            if let Some(bytes) = random_blocks(&mut self.rng, ty, n, scale / (dims[0] as f64).sqrt()) {
+                let ne: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+                self.w.add_tensor(name, &ne, ty, bytes);
+                self.n_tensors += 1;
+                return Ok(());
+            }
+        }
+        if ty != self.matrix_type {
+            let vals = self.rng.normals(n, 0.0, scale / (dims[0] as f64).sqrt());
+            return self.put(name, dims, &vals, ty);
+        }
         let vals = self.rng.normals(n, 0.0, scale / (dims[0] as f64).sqrt());
         self.put_mat(name, dims, &vals)
     }
@@ -247,6 +333,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
         w: GgufWriter::new(),
         rng: SplitMix64(seed),
         matrix_type: cfg.matrix_type,
+        random_blocks: cfg.random_blocks,
         n_tensors: 0,
     };
     let w = &mut b.w;
@@ -507,9 +594,10 @@ fn moe_tensors(
     let (e, ne, ff, ffs) = (cfg.n_embd, cfg.n_expert, cfg.n_ff_exp, cfg.n_ff_shexp);
     let router = b.rng.normals(ne * e, 0.0, 4.0 / (e as f64).sqrt());
     b.put(&p("ffn_gate_inp.weight"), &[e, ne], &router, GgmlType::F32)?;
-    b.mat(&p("ffn_gate_exps.weight"), &[e, ff, ne], 1.0)?;
-    b.mat(&p("ffn_up_exps.weight"), &[e, ff, ne], 1.0)?;
-    b.mat(&p("ffn_down_exps.weight"), &[ff, e, ne], down_scale)?;
+    let xt = cfg.expert_type.unwrap_or(cfg.matrix_type);
+    b.mat_of(&p("ffn_gate_exps.weight"), &[e, ff, ne], 1.0, xt)?;
+    b.mat_of(&p("ffn_up_exps.weight"), &[e, ff, ne], 1.0, xt)?;
+    b.mat_of(&p("ffn_down_exps.weight"), &[ff, e, ne], down_scale, xt)?;
     b.vec_f32(
         &p("ffn_gate_inp_shexp.weight"),
         &[e],
@@ -577,6 +665,7 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
         w: GgufWriter::new(),
         rng: SplitMix64(seed ^ 0x6d74_705f_6865_6164),
         matrix_type: m.matrix_type,
+        random_blocks: false,
         n_tensors: 0,
     };
     let w = &mut b.w;
@@ -700,4 +789,35 @@ pub fn write(
         w.write(&path)?;
         Ok(vec![path])
     }
+}
+
+/// `n` weights of block type `ty` as random valid blocks whose values have a spread of about
+/// `sigma` (each block's f16 scales set for that, the rest random bytes). None for a type
+/// without a recipe here (the caller quantizes normals instead).
+fn random_blocks(rng: &mut SplitMix64, ty: GgmlType, n: usize, sigma: f64) -> Option<Vec<u8>> {
+    // (block bytes, weights a block, [(offset of an f16 scale, its value)])
+    let h = |x: f64| quant::f32_to_f16(x as f32).to_le_bytes();
+    let (bb, bw, scales): (usize, usize, Vec<(usize, [u8; 2])>) = match ty {
+        // d · q, q uniform in ±127 (spread ~73)
+        GgmlType::Q8_0 => (34, 32, vec![(0, h(sigma / 73.0))]),
+        // d · (½ + s/2) · grid · sign: grid levels up to 62, 4-bit s
+        GgmlType::IQ3XXS => (98, 256, vec![(0, h(sigma / 100.0))]),
+        // d · sc · q − dmin · m, 6-bit sc and m, 4-bit q
+        GgmlType::Q4K => (144, 256, vec![(0, h(sigma / 200.0)), (2, h(sigma / 400.0))]),
+        // d · sc · (q − 32), i8 sc, 6-bit q
+        GgmlType::Q6K => (210, 256, vec![(208, h(sigma / 1000.0))]),
+        _ => return None,
+    };
+    let blocks = n / bw;
+    let mut out = vec![0u8; blocks * bb];
+    for chunk in out.chunks_mut(8) {
+        let r = rng.next_u64().to_le_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
+    }
+    for b in out.chunks_exact_mut(bb) {
+        for (at, v) in &scales {
+            b[*at..*at + 2].copy_from_slice(v);
+        }
+    }
+    Some(out)
 }

@@ -86,6 +86,7 @@ pub struct EmuApi {
 }
 
 fn add_stats(sum: &mut LaunchStats, s: &LaunchStats) {
+    sum.launches += s.launches;
     sum.instructions += s.instructions;
     sum.lane_ops += s.lane_ops;
     sum.global_bytes_read += s.global_bytes_read;
