@@ -241,3 +241,40 @@ test_device!(
         assert!(total.accepted > 0 && total.rollbacks > 0, "{dev}: the test must accept and reject drafts: {total:?}");
     }
 );
+
+test_device!(
+    /// The published IQ3_XXS files' expert mix: gate and up IQ3_XXS, down IQ4_NL (its rows, as
+    /// wide as the expert FFN, are not whole IQ3_XXS blocks: llama.cpp's quantizer falls back to
+    /// IQ4_NL). Both run as stored by device dispatch, bit for bit what the host-readback path
+    /// gives, and the logits stay within the Q8_0 model's tolerance of the CPU backend's.
+    model fn gpu_flash_next_iq3_xxs_experts_with_iq4_nl_down(device) {
+        use strata::gpu::model::MoePath;
+        use strata::synth::qwen4exp::{SynthConfig, write};
+        let dev = device.0;
+        let mut cfg = SynthConfig::public();
+        cfg.matrix_type = quant::GgmlType::Q8_0;
+        cfg.expert_type = Some(quant::GgmlType::IQ3XXS);
+        let dir = std::env::temp_dir().join(format!("strata-gpu-iq4nl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = write(&cfg, 5, &dir.join("iq3"), false).unwrap().remove(0);
+        let m = strata::model::qwen4exp::Qwen4Exp::open(&path).unwrap();
+        let types: Vec<_> = [&m.layers[0].moe.experts[0].gate, &m.layers[0].moe.experts[0].up, &m.layers[0].moe.experts[0].down].iter().map(|w| w.ty).collect();
+        assert_eq!(types, [quant::GgmlType::IQ3XXS, quant::GgmlType::IQ3XXS, quant::GgmlType::IQ4NL], "the synthetic model's expert types");
+        let prompt: Vec<u32> = (0..20u32).map(|i| (i * 53 + 7) % cfg.n_vocab as u32).collect();
+        let want = m.forward(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
+        let run = |moe: MoePath| {
+            let (_, api) = device.clone();
+            let g = GpuFlashNext::new(strata::model::qwen4exp::Qwen4Exp::open(&path).unwrap(), api, GpuOptions { moe, ..GpuOptions::default() }).unwrap();
+            let mut sess = g.new_session(KvType::F16, 64).unwrap();
+            let mut all = Vec::new();
+            g.eval(&mut sess, &prompt, Logits::All, &mut all).unwrap();
+            all
+        };
+        let (dispatch, host) = (run(MoePath::Auto), run(MoePath::Host));
+        let differ = host.iter().zip(&dispatch).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{dev}: device dispatch vs host readback: {differ} of {} logits differ", host.len());
+        let c = compare(&dispatch, &want, cfg.n_vocab);
+        eprintln!("{dev}: IQ3_XXS/IQ4_NL experts vs the CPU backend: {c:?}");
+        assert!(c.max_abs <= 0.6 && c.mean_abs <= 0.02 && c.max_flip_gap <= 0.05, "{dev}: {c:?}");
+    }
+);

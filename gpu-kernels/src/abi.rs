@@ -37,14 +37,18 @@ pub enum WType {
     Q4K,
     Q6K,
     IQ3XXS,
+    /// 32 weights a block, a 4-bit index into a fixed 16-level table: what llama.cpp's
+    /// quantizer writes for IQ3_XXS tensors whose rows are not whole 256-weight blocks
+    /// (Flash-Next's 640-wide down experts).
+    IQ4NL,
 }
 
 impl WType {
-    pub const ALL: [WType; 4] = [WType::Q8_0, WType::Q4K, WType::Q6K, WType::IQ3XXS];
+    pub const ALL: [WType; 5] = [WType::Q8_0, WType::Q4K, WType::Q6K, WType::IQ3XXS, WType::IQ4NL];
     /// Weights per block.
     pub const fn block_k(self) -> u32 {
         match self {
-            WType::Q8_0 => 32,
+            WType::Q8_0 | WType::IQ4NL => 32,
             _ => 256,
         }
     }
@@ -55,6 +59,7 @@ impl WType {
             WType::Q4K => 144,
             WType::Q6K => 210,
             WType::IQ3XXS => 98,
+            WType::IQ4NL => 18,
         }
     }
     /// ggml's name of the type.
@@ -64,6 +69,7 @@ impl WType {
             WType::Q4K => "q4_K",
             WType::IQ3XXS => "iq3_xxs",
             WType::Q6K => "q6_K",
+            WType::IQ4NL => "iq4_nl",
         }
     }
     /// ggml type id (`quant::GgmlType as u32`).
@@ -73,6 +79,7 @@ impl WType {
             WType::Q4K => 12,
             WType::Q6K => 14,
             WType::IQ3XXS => 18,
+            WType::IQ4NL => 20,
         }
     }
     pub const fn from_ggml_id(id: u32) -> Option<WType> {
@@ -81,6 +88,7 @@ impl WType {
             12 => Some(WType::Q4K),
             14 => Some(WType::Q6K),
             18 => Some(WType::IQ3XXS),
+            20 => Some(WType::IQ4NL),
             _ => None,
         }
     }
@@ -364,7 +372,7 @@ pub const GET_ROWS_F16: &str = "get_rows_f16";
 /// Every get_rows kernel for quantized tables: `symbol, weight type`.
 macro_rules! get_rows_kernels {
     ($m:ident) => {
-        $m! { get_rows_q8_0 Q8_0, get_rows_q4_k Q4K, get_rows_q6_k Q6K, get_rows_iq3_xxs IQ3XXS, }
+        $m! { get_rows_q8_0 Q8_0, get_rows_q4_k Q4K, get_rows_q6_k Q6K, get_rows_iq3_xxs IQ3XXS, get_rows_iq4_nl IQ4NL, }
     };
 }
 /// Every attention kernel: `symbol, int8 cache, head_dim`.
@@ -634,6 +642,9 @@ macro_rules! mmvq_kernels {
             mmvq_iq3_xxs_q8_1_c3 IQ3XXS 3, mmvq_iq3_xxs_q8_1_c4 IQ3XXS 4,
             mmvq_iq3_xxs_q8_1_c5 IQ3XXS 5, mmvq_iq3_xxs_q8_1_c6 IQ3XXS 6,
             mmvq_iq3_xxs_q8_1_c7 IQ3XXS 7, mmvq_iq3_xxs_q8_1_c8 IQ3XXS 8,
+            mmvq_iq4_nl_q8_1_c1 IQ4NL 1, mmvq_iq4_nl_q8_1_c2 IQ4NL 2, mmvq_iq4_nl_q8_1_c3 IQ4NL 3,
+            mmvq_iq4_nl_q8_1_c4 IQ4NL 4, mmvq_iq4_nl_q8_1_c5 IQ4NL 5, mmvq_iq4_nl_q8_1_c6 IQ4NL 6,
+            mmvq_iq4_nl_q8_1_c7 IQ4NL 7, mmvq_iq4_nl_q8_1_c8 IQ4NL 8,
         }
     };
 }
@@ -693,10 +704,12 @@ macro_rules! mmvq_moe_kernels {
             mmvq_moe_q4_k_g1 Q4K 1 false, mmvq_moe_q4_k_g8 Q4K 8 false,
             mmvq_moe_q6_k_g1 Q6K 1 false, mmvq_moe_q6_k_g4 Q6K 4 false,
             mmvq_moe_iq3_xxs_g1 IQ3XXS 1 false, mmvq_moe_iq3_xxs_g8 IQ3XXS 8 false,
+            mmvq_moe_iq4_nl_g1 IQ4NL 1 false, mmvq_moe_iq4_nl_g8 IQ4NL 8 false,
             mmvq_moe_glu_q8_0_g1 Q8_0 1 true, mmvq_moe_glu_q8_0_g4 Q8_0 4 true,
             mmvq_moe_glu_q4_k_g1 Q4K 1 true, mmvq_moe_glu_q4_k_g4 Q4K 4 true,
             mmvq_moe_glu_q6_k_g1 Q6K 1 true, mmvq_moe_glu_q6_k_g4 Q6K 4 true,
             mmvq_moe_glu_iq3_xxs_g1 IQ3XXS 1 true, mmvq_moe_glu_iq3_xxs_g4 IQ3XXS 4 true,
+            mmvq_moe_glu_iq4_nl_g1 IQ4NL 1 true, mmvq_moe_glu_iq4_nl_g4 IQ4NL 4 true,
         }
     };
 }
@@ -737,6 +750,7 @@ macro_rules! mmvq_glu_kernels {
             mmvq_glu_q6_k_c1 Q6K 1, mmvq_glu_q6_k_c2 Q6K 2, mmvq_glu_q6_k_c3 Q6K 3, mmvq_glu_q6_k_c4 Q6K 4,
             mmvq_glu_iq3_xxs_c1 IQ3XXS 1, mmvq_glu_iq3_xxs_c2 IQ3XXS 2, mmvq_glu_iq3_xxs_c3 IQ3XXS 3,
             mmvq_glu_iq3_xxs_c4 IQ3XXS 4,
+            mmvq_glu_iq4_nl_c1 IQ4NL 1, mmvq_glu_iq4_nl_c2 IQ4NL 2, mmvq_glu_iq4_nl_c3 IQ4NL 3, mmvq_glu_iq4_nl_c4 IQ4NL 4,
         }
     };
 }
@@ -770,6 +784,7 @@ macro_rules! mmq_kernels {
             mmq_q4_k_wmma Q4K false, mmq_q4_k_dot4 Q4K true,
             mmq_q6_k_wmma Q6K false, mmq_q6_k_dot4 Q6K true,
             mmq_iq3_xxs_wmma IQ3XXS false, mmq_iq3_xxs_dot4 IQ3XXS true,
+            mmq_iq4_nl_wmma IQ4NL false, mmq_iq4_nl_dot4 IQ4NL true,
         }
     };
 }
@@ -793,6 +808,7 @@ macro_rules! dequant_kernels {
             dequant_q4_k_f32 Q4K f32, dequant_q4_k_f16 Q4K f16,
             dequant_q6_k_f32 Q6K f32, dequant_q6_k_f16 Q6K f16,
             dequant_iq3_xxs_f32 IQ3XXS f32, dequant_iq3_xxs_f16 IQ3XXS f16,
+            dequant_iq4_nl_f32 IQ4NL f32, dequant_iq4_nl_f16 IQ4NL f16,
         }
     };
 }

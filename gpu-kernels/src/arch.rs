@@ -28,6 +28,16 @@ unsafe extern "unadjusted" {
     fn llvm_ds_swizzle(x: i32, pattern: i32) -> i32;
     #[link_name = "llvm.amdgcn.ballot.i32"]
     fn llvm_ballot_i32(b: bool) -> i32;
+    #[link_name = "llvm.amdgcn.perm"]
+    fn llvm_perm(a: i32, b: i32, sel: i32) -> i32;
+}
+
+/// Byte select (`v_perm_b32`): byte `i` of the result is byte `sel.byte[i]` of the 8 bytes
+/// `a:b` (0-3 from `b`, 4-7 from `a`; the kernels pass only selectors below 8).
+#[inline(always)]
+pub fn perm(a: u32, b: u32, sel: u32) -> u32 {
+    // SAFETY: a pure arithmetic intrinsic available on every gfx11 target; no memory access.
+    unsafe { llvm_perm(a as i32, b as i32, sel as i32) as u32 }
 }
 
 /// Bit `l` set for every active lane `l` of the wave whose `b` is true (`v_cmp` into an SGPR;

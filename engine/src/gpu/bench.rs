@@ -15,24 +15,11 @@ use std::sync::Arc;
 
 use crate::rng::SplitMix64;
 
-/// `nblocks` random blocks of `ty`: random quant bytes, scales set to finite f16 values in a
-/// realistic range (so every bit pattern of the quants is exercised, not just what a quantizer
-/// produces).
+/// `nblocks` random blocks of `ty` (`crate::synth::random_blocks`), block scales uniform in
+/// 1e-3..1.1e-2: every bit pattern of the quants, realistic magnitudes.
 pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut SplitMix64) -> Vec<u8> {
-    let bb = ty.block_bytes() as usize;
-    let mut v: Vec<u8> = (0..nblocks * bb).map(|_| rng.next_u64() as u8).collect();
-    let scale_offsets: &[usize] = match ty {
-        WType::Q8_0 | WType::IQ3XXS => &[0],
-        WType::Q4K => &[0, 2],
-        WType::Q6K => &[208],
-    };
-    for b in v.chunks_exact_mut(bb) {
-        for &o in scale_offsets {
-            let d = quant::f32_to_f16(1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5));
-            b[o..o + 2].copy_from_slice(&d.to_le_bytes());
-        }
-    }
-    v
+    let ggml = quant::GgmlType::from_u32(ty.ggml_id()).expect("every WType is a ggml type");
+    crate::synth::random_blocks(ggml, nblocks, rng, |rng, _| (1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5)) as f32).expect("every WType has a recipe")
 }
 
 /// Waves per SIMD that registers and LDS allow on gfx1100 (wave32: 1536 VGPRs per SIMD,

@@ -274,17 +274,28 @@ impl Builder {
     }
 
     /// [`Builder::mat`] stored as `ty` (random blocks with [`SynthConfig::random_blocks`]).
-    /// Rows that are not whole blocks of `ty` fall back to Q8_0 (llama.cpp's quantizer falls
-    /// back too, to IQ4_NL for IQ3_XXS, which the device has no product for), else F32.
+    /// Rows that are not whole blocks of `ty` fall back as llama.cpp's quantizer does for
+    /// IQ3_XXS (to IQ4_NL), else to Q8_0, else F32.
     fn mat_of(&mut self, name: &str, dims: &[usize], scale: f64, ty: GgmlType) -> Result<(), GgufError> {
         let n: usize = dims.iter().product();
         let ty = match ty {
             t if t.row_bytes(dims[0]).is_some() => t,
+            GgmlType::IQ3XXS if GgmlType::IQ4NL.row_bytes(dims[0]).is_some() => GgmlType::IQ4NL,
             _ if GgmlType::Q8_0.row_bytes(dims[0]).is_some() => GgmlType::Q8_0,
             _ => GgmlType::F32,
         };
         if self.random_blocks && ty.row_bytes(dims[0]).is_some() {
-            if let Some(bytes) = random_blocks(&mut self.rng, ty, n, scale / (dims[0] as f64).sqrt()) {
+            // Spread ~ sigma: the scale over the type's typical |level x block scale|.
+            let sigma = scale / (dims[0] as f64).sqrt();
+            let typical = match ty {
+                GgmlType::Q8_0 => 73.0,
+                GgmlType::IQ3XXS => 100.0,
+                GgmlType::IQ4NL => 60.0,
+                GgmlType::Q4K => 200.0,
+                _ => 1000.0,
+            };
+            let blocks = n / ty.block_size();
+            if let Some(bytes) = super::random_blocks(ty, blocks, &mut self.rng, |_, i| (sigma / typical / (1 + i) as f64) as f32) {
                 let ne: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
                 self.w.add_tensor(name, &ne, ty, bytes);
                 self.n_tensors += 1;
@@ -789,35 +800,4 @@ pub fn write(
         w.write(&path)?;
         Ok(vec![path])
     }
-}
-
-/// `n` weights of block type `ty` as random valid blocks whose values have a spread of about
-/// `sigma` (each block's f16 scales set for that, the rest random bytes). None for a type
-/// without a recipe here (the caller quantizes normals instead).
-fn random_blocks(rng: &mut SplitMix64, ty: GgmlType, n: usize, sigma: f64) -> Option<Vec<u8>> {
-    // (block bytes, weights a block, [(offset of an f16 scale, its value)])
-    let h = |x: f64| quant::f32_to_f16(x as f32).to_le_bytes();
-    let (bb, bw, scales): (usize, usize, Vec<(usize, [u8; 2])>) = match ty {
-        // d · q, q uniform in ±127 (spread ~73)
-        GgmlType::Q8_0 => (34, 32, vec![(0, h(sigma / 73.0))]),
-        // d · (½ + s/2) · grid · sign: grid levels up to 62, 4-bit s
-        GgmlType::IQ3XXS => (98, 256, vec![(0, h(sigma / 100.0))]),
-        // d · sc · q − dmin · m, 6-bit sc and m, 4-bit q
-        GgmlType::Q4K => (144, 256, vec![(0, h(sigma / 200.0)), (2, h(sigma / 400.0))]),
-        // d · sc · (q − 32), i8 sc, 6-bit q
-        GgmlType::Q6K => (210, 256, vec![(208, h(sigma / 1000.0))]),
-        _ => return None,
-    };
-    let blocks = n / bw;
-    let mut out = vec![0u8; blocks * bb];
-    for chunk in out.chunks_mut(8) {
-        let r = rng.next_u64().to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
-    }
-    for b in out.chunks_exact_mut(bb) {
-        for (at, v) in &scales {
-            b[*at..*at + 2].copy_from_slice(v);
-        }
-    }
-    Some(out)
 }

@@ -55,6 +55,21 @@ unsafe fn q8_0<S: Sink>(b: *const u8, o: &mut S) {
 }
 
 /// # Safety
+/// `b` = 18 readable bytes; `o` accepts outputs `0..32` (relative).
+#[inline(always)]
+unsafe fn iq4_nl<S: Sink>(b: *const u8, o: &mut S) {
+    // SAFETY: caller contract.
+    let (d, qs) = unsafe { (f16_to_f32(ld_u16(b)), ld_u32x4(b.add(2))) };
+    let q = super::mmvq_blocks::iq4nl_weights(qs);
+    for (i, &w) in q.iter().enumerate() {
+        // `quant::iq4_nl::dequantize_ref`: d * level, one product each.
+        let v = [0, 1, 2, 3].map(|j| d * byte(w, j) as u8 as i8 as f32);
+        // SAFETY: caller contract.
+        unsafe { o.put4(4 * i as u32, v) };
+    }
+}
+
+/// # Safety
 /// `b` = 144 readable bytes; `o` accepts outputs `0..256`.
 #[inline(always)]
 unsafe fn q4_k<S: Sink>(b: *const u8, o: &mut S) {
@@ -203,6 +218,7 @@ fn run(ty: WType, w: *const u8, y: *mut u8, nblocks: u32, f16: bool) {
             WType::Q4K => go!(q4_k),
             WType::Q6K => go!(q6_k),
             WType::IQ3XXS => go!(iq3_xxs),
+            WType::IQ4NL => go!(iq4_nl),
         }
     }
 }
@@ -257,6 +273,7 @@ fn get_rows_run(ty: WType, table: *const u8, ids: *const u32, out: *mut f32, n_i
             WType::Q4K => q4_k(src, &mut o),
             WType::Q6K => q6_k(src, &mut o),
             WType::IQ3XXS => iq3_xxs(src, &mut o),
+            WType::IQ4NL => iq4_nl(src, &mut o),
         }
     }
 }

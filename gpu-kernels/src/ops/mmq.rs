@@ -18,7 +18,7 @@
 //! Both give the exact int32 dot of each 32-value block (16 for Q6_K), then scale it in the
 //! fixed order of `abi::MmqArgs`, so the two variants are bit-identical.
 use super::dequant::q4_k_scales;
-use super::mmvq_blocks::{MmvqBlock, IQ3XXS as Iq3Tables};
+use super::mmvq_blocks::{iq4nl_weights, MmvqBlock, IQ3XXS as Iq3Tables};
 use super::unroll;
 use crate::abi::{
     mmq_wm_offset, WType, IQ3_GRID_LDS_BYTES, MMQ_COLS, MMQ_KC, MMQ_ROWS, MMQ_WQ, MMQ_WS, MMQ_XD, MMQ_XQ, MMQ_XS, Q8_1_BYTES,
@@ -87,6 +87,30 @@ pub struct Q8_0;
 pub struct Q4K;
 pub struct Q6K;
 pub struct IQ3XXS;
+pub struct IQ4NL;
+
+impl MmqBlock for IQ4NL {
+    const TY: WType = WType::IQ4NL;
+    #[inline(always)]
+    unsafe fn stage_w(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, nbc: u32) {
+        let tid = thread_id();
+        // As Q8_0's staging, each block's 16 index bytes decoded to 32 int8 levels.
+        unroll::<4>(|i| {
+            let idx = tid + WG_SIZE * i as u32;
+            let (r, j) = (idx / BLKS, idx % BLKS);
+            if j < nbc && r0 + r < nrows {
+                // SAFETY: row r0 + r < nrows, block kc/32 + j < k/32 (caller contract); item
+                // (r, j) is this work-item's only.
+                unsafe {
+                    let p = w.add((r0 + r) as usize * row_bytes as usize + ((kc / 32 + j) * 18) as usize);
+                    let d = f16_to_f32(ld_u16(p));
+                    put_w32(lds, r, j, iq4nl_weights(ld_u32x4(p.add(2))));
+                    put_ws(lds, r, j, d);
+                }
+            }
+        });
+    }
+}
 
 impl MmqBlock for Q8_0 {
     const TY: WType = WType::Q8_0;

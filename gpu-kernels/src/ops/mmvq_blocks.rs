@@ -2,7 +2,7 @@
 //! activation columns. Each weight byte is loaded once (b128 loads at 2-byte alignment);
 //! the 4-bit/6-bit/grid decoding is shared by all columns.
 use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, WType, IQ3_GRID_LDS_BYTES};
-use crate::arch::{fma, sdot4, thread_id, usdot4, Lds};
+use crate::arch::{fma, perm, sdot4, thread_id, usdot4, Lds};
 use crate::mem::{ld_u16, ld_u32, ld_u32x2, ld_u32x4};
 use super::dequant::q4_k_scales;
 use super::unroll;
@@ -59,6 +59,7 @@ pub struct Q8_0;
 pub struct Q4K;
 pub struct Q6K;
 pub struct IQ3XXS;
+pub struct IQ4NL;
 
 /// Loads 32 bytes at `p` as 8 words.
 ///
@@ -251,5 +252,53 @@ impl MmvqBlock for IQ3XXS {
             });
         }
         unroll::<NC>(|c| acc[c] = fma(d * 0.25, s[c], acc[c]));
+    }
+}
+
+/// IQ4_NL's 16 levels (`quant::iq4_nl::KVALUES_IQ4NL`) as int8 bytes, 4 a word.
+const IQ4NL_LEVELS: [u32; 4] = [level_word(0), level_word(4), level_word(8), level_word(12)];
+
+const fn level_word(i: usize) -> u32 {
+    let k = quant::iq4_nl::KVALUES_IQ4NL;
+    u32::from_le_bytes([k[i] as u8, k[i + 1] as u8, k[i + 2] as u8, k[i + 3] as u8])
+}
+
+/// The level of each byte of `idx` (4 indices 0..16, one a byte), as 4 int8 bytes: two
+/// `v_perm_b32` byte selects (levels 0-7 and 8-15) and a blend on bit 3; no table in memory.
+#[inline(always)]
+fn iq4nl_levels(idx: u32) -> u32 {
+    let sel = idx & 0x0707_0707;
+    let (lo, hi) = (perm(IQ4NL_LEVELS[1], IQ4NL_LEVELS[0], sel), perm(IQ4NL_LEVELS[3], IQ4NL_LEVELS[2], sel));
+    let m = ((idx >> 3) & 0x0101_0101).wrapping_mul(0xff);
+    (lo & !m) | (hi & m)
+}
+
+/// The 32 int8 weights of an IQ4_NL block from its 16 index bytes: weights 0..16 are the low
+/// nibbles, 16..32 the high ones (ggml's layout), 4 a word.
+#[inline(always)]
+pub(super) fn iq4nl_weights(qs: [u32; 4]) -> [u32; 8] {
+    let mut w = [0u32; 8];
+    for i in 0..4 {
+        w[i] = iq4nl_levels(qs[i] & 0x0f0f_0f0f);
+        w[4 + i] = iq4nl_levels((qs[i] >> 4) & 0x0f0f_0f0f);
+    }
+    w
+}
+
+impl MmvqBlock for IQ4NL {
+    const TY: WType = WType::IQ4NL;
+    #[inline(always)]
+    unsafe fn dot<const NC: usize>(b: *const u8, t: u32, cols: &ActCols, acc: &mut [f32; NC]) {
+        // SAFETY: caller contract: d at 0, 16 index bytes at 2.
+        let (d, qs) = unsafe { (f16_to_f32(ld_u16(b)), ld_u32x4(b.add(2))) };
+        let q = iq4nl_weights(qs);
+        unroll::<NC>(|c| {
+            let x = cols.q(c, 32 * t);
+            let mut s = 0;
+            for i in 0..8 {
+                s = sdot4(q[i], x[i], s);
+            }
+            acc[c] = fma(d * cols.ds(c, t).0, s as f32, acc[c]);
+        });
     }
 }
