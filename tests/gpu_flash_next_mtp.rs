@@ -162,3 +162,44 @@ test_device!(
         }
     }
 );
+
+test_device!(
+    /// Head windows with Q8_0 experts (device dispatch: nothing reads back) are captured as graphs
+    /// once per window size and replayed; the logits and output streams equal eager launches bit
+    /// for bit over real pairs (windows of 8 and 4), chained steps and a truncation.
+    model fn gpu_mtp_head_graph_replay_equals_eager(device) {
+        let dev = device.0;
+        let mut cfg = SynthConfig::tiny();
+        cfg.matrix_type = quant::GgmlType::Q8_0;
+        let head = SynthMtp { matrix_type: quant::GgmlType::Q8_0, ..SynthMtp::default() };
+        let (m, h, trunk, head_path) = synth("graphs-q8_0", &cfg, &head, 9);
+        let w = h.width();
+        let prompt: Vec<u32> = (0..13u32).map(|i| (i * 41 + 3) % cfg.n_vocab as u32).collect();
+        let (_, wide) = m.forward_hidden(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
+        let run = |graphs: bool| {
+            let (_, api) = device.clone();
+            let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions { graphs, ..GpuOptions::default() }).unwrap();
+            let gh = GpuMtp::new(&g, Mtp::open(&g.m, &head_path).unwrap()).unwrap();
+            let mut dh = GpuMtpHead::new(&gh, KvType::F16, 64).unwrap();
+            let mut bits = Vec::new();
+            let mut keep = |o: strata::model::qwen4exp::mtp::MtpOut| {
+                bits.extend(o.logits.iter().chain(&o.hidden).map(|x| x.to_bits()));
+                o.hidden
+            };
+            let out = keep(dh.forward(&prompt[1..13], &wide[..12 * w], true).unwrap());
+            let mut last = out[11 * w..].to_vec();
+            for t in [5u32, 6, 7] {
+                last = keep(dh.forward(&[t], &last, false).unwrap());
+            }
+            dh.truncate(4);
+            keep(dh.forward(&prompt[5..9], &wide[4 * w..8 * w], true).unwrap());
+            (bits, dh.windows())
+        };
+        let (eager, (r0, e0)) = run(false);
+        let (graph, (r1, e1)) = run(true);
+        assert_eq!((r0, e0), (0, 6), "{dev}: graphs off: every head window eager");
+        assert_eq!((r1, e1), (6, 0), "{dev}: graphs on: every head window replayed");
+        let differ = eager.iter().zip(&graph).filter(|(a, b)| a != b).count();
+        assert_eq!((differ, eager.len()), (0, graph.len()), "{dev}: graph replay vs eager launches");
+    }
+);

@@ -89,49 +89,46 @@ pub struct Q6K;
 pub struct IQ3XXS;
 pub struct IQ4NL;
 
-impl MmqBlock for IQ4NL {
-    const TY: WType = WType::IQ4NL;
-    #[inline(always)]
-    unsafe fn stage_w(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, nbc: u32) {
-        let tid = thread_id();
-        // As Q8_0's staging, each block's 16 index bytes decoded to 32 int8 levels.
-        unroll::<4>(|i| {
-            let idx = tid + WG_SIZE * i as u32;
-            let (r, j) = (idx / BLKS, idx % BLKS);
-            if j < nbc && r0 + r < nrows {
-                // SAFETY: row r0 + r < nrows, block kc/32 + j < k/32 (caller contract); item
-                // (r, j) is this work-item's only.
-                unsafe {
-                    let p = w.add((r0 + r) as usize * row_bytes as usize + ((kc / 32 + j) * 18) as usize);
-                    let d = f16_to_f32(ld_u16(p));
-                    put_w32(lds, r, j, iq4nl_weights(ld_u32x4(p.add(2))));
-                    put_ws(lds, r, j, d);
-                }
+/// Staging of a format with 32-weight blocks whose f16 scale comes first (Q8_0, IQ4_NL): 256
+/// rows x 4 blocks = 4 items per work-item, neighbours reading neighbouring blocks; `quants`
+/// decodes a block's bytes after the scale into its 32 int8 weights.
+///
+/// # Safety
+/// As [`MmqBlock::stage_w`], with blocks of `BB` bytes.
+#[inline(always)]
+unsafe fn stage_blocks32<const BB: u32>(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, nbc: u32, quants: impl Fn(*const u8) -> [u32; 8]) {
+    let tid = thread_id();
+    unroll::<4>(|i| {
+        let idx = tid + WG_SIZE * i as u32;
+        let (r, j) = (idx / BLKS, idx % BLKS);
+        if j < nbc && r0 + r < nrows {
+            // SAFETY: row r0 + r < nrows, block kc/32 + j < k/32 (caller contract); item
+            // (r, j) is this work-item's only.
+            unsafe {
+                let p = w.add((r0 + r) as usize * row_bytes as usize + ((kc / 32 + j) * BB) as usize);
+                let d = f16_to_f32(ld_u16(p));
+                put_w32(lds, r, j, quants(p.add(2)));
+                put_ws(lds, r, j, d);
             }
-        });
-    }
+        }
+    });
 }
 
 impl MmqBlock for Q8_0 {
     const TY: WType = WType::Q8_0;
     #[inline(always)]
     unsafe fn stage_w(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, nbc: u32) {
-        let tid = thread_id();
-        // 256 rows x 4 blocks = 4 items per work-item; neighbours read neighbouring blocks.
-        unroll::<4>(|i| {
-            let idx = tid + WG_SIZE * i as u32;
-            let (r, j) = (idx / BLKS, idx % BLKS);
-            if j < nbc && r0 + r < nrows {
-                // SAFETY: row r0 + r < nrows, block kc/32 + j < k/32 (caller contract); item
-                // (r, j) is this work-item's only.
-                unsafe {
-                    let p = w.add((r0 + r) as usize * row_bytes as usize + ((kc / 32 + j) * 34) as usize);
-                    let d = f16_to_f32(ld_u16(p));
-                    put_w32(lds, r, j, ld8(p.add(2)));
-                    put_ws(lds, r, j, d);
-                }
-            }
-        });
+        // SAFETY: caller contract; a block's 32 quants follow its scale.
+        unsafe { stage_blocks32::<34>(lds, w, r0, nrows, row_bytes, kc, nbc, |p| ld8(p)) }
+    }
+}
+
+impl MmqBlock for IQ4NL {
+    const TY: WType = WType::IQ4NL;
+    #[inline(always)]
+    unsafe fn stage_w(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, nbc: u32) {
+        // SAFETY: caller contract; a block's 16 index bytes follow its scale.
+        unsafe { stage_blocks32::<18>(lds, w, r0, nrows, row_bytes, kc, nbc, |p| iq4nl_weights(ld_u32x4(p))) }
     }
 }
 

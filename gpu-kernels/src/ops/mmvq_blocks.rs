@@ -78,15 +78,22 @@ impl MmvqBlock for Q8_0 {
     unsafe fn dot<const NC: usize>(b: *const u8, t: u32, cols: &ActCols, acc: &mut [f32; NC]) {
         // SAFETY: caller contract: d at 0, 32 quants at 2.
         let (d, q) = unsafe { (f16_to_f32(ld_u16(b)), ld8(b.add(2))) };
-        unroll::<NC>(|c| {
-            let x = cols.q(c, 32 * t);
-            let mut s = 0;
-            for i in 0..8 {
-                s = sdot4(q[i], x[i], s);
-            }
-            acc[c] = fma(d * cols.ds(c, t).0, s as f32, acc[c]);
-        });
+        dot32(d, q, t, cols, acc);
     }
+}
+
+/// `acc[c] += d · dx_c · (q · x_c)` for the 32 int8 weights `q` of block `t` (a 32-weight
+/// block with one scale `d`: Q8_0, IQ4_NL).
+#[inline(always)]
+fn dot32<const NC: usize>(d: f32, q: [u32; 8], t: u32, cols: &ActCols, acc: &mut [f32; NC]) {
+    unroll::<NC>(|c| {
+        let x = cols.q(c, 32 * t);
+        let mut s = 0;
+        for i in 0..8 {
+            s = sdot4(q[i], x[i], s);
+        }
+        acc[c] = fma(d * cols.ds(c, t).0, s as f32, acc[c]);
+    });
 }
 
 impl MmvqBlock for Q4K {
@@ -291,14 +298,6 @@ impl MmvqBlock for IQ4NL {
     unsafe fn dot<const NC: usize>(b: *const u8, t: u32, cols: &ActCols, acc: &mut [f32; NC]) {
         // SAFETY: caller contract: d at 0, 16 index bytes at 2.
         let (d, qs) = unsafe { (f16_to_f32(ld_u16(b)), ld_u32x4(b.add(2))) };
-        let q = iq4nl_weights(qs);
-        unroll::<NC>(|c| {
-            let x = cols.q(c, 32 * t);
-            let mut s = 0;
-            for i in 0..8 {
-                s = sdot4(q[i], x[i], s);
-            }
-            acc[c] = fma(d * cols.ds(c, t).0, s as f32, acc[c]);
-        });
+        dot32(d, iq4nl_weights(qs), t, cols, acc);
     }
 }

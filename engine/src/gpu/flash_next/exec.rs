@@ -260,9 +260,9 @@ impl<'a> FlashChunk<'a> {
     }
 
     /// A window of the MTP head (`s` is a head session): the trunk's wide residuals `wide`
-    /// (`[n][hc][E]`) are uploaded with the tokens. Never a graph.
-    pub(super) fn for_head(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], wide: &[f32], head: (&'a Mtp, &'a DevMtp)) -> Result<FlashChunk<'a>> {
-        let mut c = FlashChunk::new(g, s, toks, false)?;
+    /// (`[n][hc][E]`) are uploaded with the tokens; a graph per window size when `graph`.
+    pub(super) fn for_head(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], wide: &[f32], head: (&'a Mtp, &'a DevMtp), graph: bool) -> Result<FlashChunk<'a>> {
+        let mut c = FlashChunk::new(g, s, toks, graph)?;
         g.api().memcpy_htod(c.s.sc.wide, f32_bytes(wide)).map_err(dev("uploading the MTP head's wide residuals"))?;
         c.head = Some(head);
         Ok(c)
@@ -301,12 +301,13 @@ impl<'a> FlashChunk<'a> {
     /// and replayed (its inputs are in device buffers).
     pub(super) fn run(&mut self) -> Result<()> {
         let g = self.g;
-        if let Some((h, _)) = self.head {
-            return program::mtp_forward(self, h);
-        }
+        let program = |c: &mut Self| match c.head {
+            Some((h, _)) => program::mtp_forward(c, h),
+            None => program::forward(c, &g.m),
+        };
         if !self.graph {
             self.s.eager_windows += 1;
-            return program::forward(self, &g.m);
+            return program(self);
         }
         let (api, st, n) = (g.api(), &g.stream, self.n());
         if let Some((_, graph)) = self.s.graphs.iter().find(|(k, _)| *k == n) {
@@ -314,7 +315,7 @@ impl<'a> FlashChunk<'a> {
             return api.launch_graph(graph, st).map_err(dev("graph replay"));
         }
         api.begin_capture(st).map_err(dev("graph capture"))?;
-        let recorded = program::forward(self, &g.m);
+        let recorded = program(self);
         let graph = api.end_capture(st);
         recorded?;
         let graph = graph.map_err(dev("graph capture"))?;

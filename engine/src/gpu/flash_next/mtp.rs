@@ -114,9 +114,12 @@ impl<'a> GpuMtp<'a> {
         }
         let mut out = MtpOut { logits: Vec::new(), hidden: Vec::with_capacity(n * w) };
         let n_windows = n.div_ceil(WINDOW);
+        // Graphs as for the trunk: nothing in a head window reads back when its experts run by
+        // device dispatch.
+        let graph = self.g.opts().graphs && s.profile.is_none() && super::exec::moe_on_device(self.g.opts(), &self.w.layer.moe);
         for (i, (win, wide)) in tokens.chunks(WINDOW).zip(wide.chunks(WINDOW * w)).enumerate() {
             let last = i + 1 == n_windows;
-            let mut chunk = FlashChunk::for_head(self.g, s, win, wide, (&self.host, &self.w))?;
+            let mut chunk = FlashChunk::for_head(self.g, s, win, wide, (&self.host, &self.w), graph)?;
             chunk.run()?;
             let (logits, hidden) = chunk.finish(all_logits, true)?;
             if all_logits || last {
@@ -143,6 +146,11 @@ impl<'a> GpuMtpHead<'a> {
     /// Cells of the head's cache.
     pub fn cells(&self) -> usize {
         self.s.n_past
+    }
+
+    /// Head windows replayed from graphs, and launched eagerly.
+    pub fn windows(&self) -> (usize, usize) {
+        (self.s.graph_replays, self.s.eager_windows)
     }
 }
 
