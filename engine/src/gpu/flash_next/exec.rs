@@ -228,6 +228,14 @@ pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: u
     ys
 }
 
+/// The PLE rows of `toks` (advancing the sequence's n-gram history), or None without a PLE
+/// block.
+fn gather_ple(g: &GpuFlashNext, s: &mut GpuFlashSession, toks: &[u32]) -> Result<Option<Vec<f32>>> {
+    let (Some(p), Some(ps)) = (&g.m.ple, s.ple.as_mut()) else { return Ok(None) };
+    let layer = p.params.layer;
+    p.gather(toks, &mut ps.prev).map(Some).map_err(|reason| EngineError::Ple { layer, reason })
+}
+
 /// One window of a device sequence.
 pub(super) struct FlashChunk<'a> {
     g: &'a GpuFlashNext,
@@ -243,26 +251,35 @@ pub(super) struct FlashChunk<'a> {
 
 impl<'a> FlashChunk<'a> {
     /// Uploads the window's inputs (after the previous window's launches are done with the
-    /// buffers): token ids, positions and the PLE rows the host gathers for these tokens.
-    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool) -> Result<FlashChunk<'a>> {
+    /// buffers): token ids, positions and the PLE rows for these tokens (`ple_rows` if the host
+    /// gathered them already, while the previous window ran; else gathered now).
+    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool, ple_rows: Option<Vec<f32>>) -> Result<FlashChunk<'a>> {
+        let rows = match ple_rows {
+            Some(r) => Some(r),
+            None => gather_ple(g, s, toks)?,
+        };
         let api = g.api();
         api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
         let pos: Vec<u32> = (s.n_past..s.n_past + toks.len()).map(|p| p as u32).collect();
         let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         api.memcpy_htod(s.sc.ids, &b(toks)).map_err(dev("uploading token ids"))?;
         api.memcpy_htod(s.sc.pos, &b(&pos)).map_err(dev("uploading positions"))?;
-        if let (Some(p), Some(ps)) = (&g.m.ple, s.ple.as_mut()) {
-            let layer = p.params.layer;
-            let emb = p.gather(toks, &mut ps.prev).map_err(|reason| EngineError::Ple { layer, reason })?;
-            api.memcpy_htod(s.sc.emb, &emb.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).map_err(dev("uploading PLE rows"))?;
+        if let Some(emb) = rows {
+            api.memcpy_htod(s.sc.emb, f32_bytes(&emb)).map_err(dev("uploading PLE rows"))?;
         }
         Ok(FlashChunk { g, s, toks, graph, head: None })
+    }
+
+    /// The PLE rows of the window after this one (`toks`), gathered on the host while this
+    /// window's launches run (`Ple::gather`: row ids, row cache, SSD reads).
+    pub(super) fn gather_next(&mut self, toks: &[u32]) -> Result<Option<Vec<f32>>> {
+        gather_ple(self.g, self.s, toks)
     }
 
     /// A window of the MTP head (`s` is a head session): the trunk's wide residuals `wide`
     /// (`[n][hc][E]`) are uploaded with the tokens; a graph per window size when `graph`.
     pub(super) fn for_head(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], wide: &[f32], head: (&'a Mtp, &'a DevMtp), graph: bool) -> Result<FlashChunk<'a>> {
-        let mut c = FlashChunk::new(g, s, toks, graph)?;
+        let mut c = FlashChunk::new(g, s, toks, graph, None)?;
         g.api().memcpy_htod(c.s.sc.wide, f32_bytes(wide)).map_err(dev("uploading the MTP head's wide residuals"))?;
         c.head = Some(head);
         Ok(c)

@@ -73,6 +73,24 @@ struct PleSession {
     hist_bytes: usize,
 }
 
+/// What every window of one evaluation does: a graph, the expert handoff, all logits or the
+/// last, the wide residuals.
+#[derive(Clone, Copy)]
+struct WindowMode {
+    graph: bool,
+    handoff: bool,
+    all: bool,
+    hidden: bool,
+}
+
+/// One window's logits (all rows or the last), wide residuals (when asked) and the PLE rows
+/// gathered for the next window while it ran.
+struct WindowOut {
+    logits: Vec<f32>,
+    wide: Vec<f32>,
+    next_ple: Option<Vec<f32>>,
+}
+
 /// What a speculative rollback restores: the position and the PLE token history; the device
 /// states were copied to the session's snapshot buffers when it was taken. One checkpoint is
 /// live at a time (the verify loop takes one per window).
@@ -330,30 +348,32 @@ impl GpuFlashNext {
             // Counters of earlier launches are not this evaluation's.
             let _ = self.ops.api().take_stats();
         }
-        let graph = self.capturable(s);
-        let handoff = self.by_handoff(s);
-        for (i, win) in tokens.chunks(WINDOW).enumerate() {
+        let mode = WindowMode { graph: self.capturable(s), handoff: self.by_handoff(s), all: want == Logits::All, hidden: hidden.is_some() };
+        let windows: Vec<&[u32]> = tokens.chunks(WINDOW).collect();
+        let mut ple_rows = None;
+        for (i, win) in windows.iter().enumerate() {
             let last = i + 1 == n_windows;
-            let rows = self.window(s, win, graph, handoff, want == Logits::All, hidden.is_some());
+            let done = self.window(s, win, ple_rows.take(), windows.get(i + 1).copied(), mode);
             // Admissions and swaps land even after a failed window (the slot table the device
             // copies next must only name experts that are in their slots).
             self.adapt_expert_cache(win.len())?;
-            let (rows, wide) = rows.inspect_err(|e| s.failed = Some(e.to_string()))?;
+            let done = done.inspect_err(|e| s.failed = Some(e.to_string()))?;
             if want == Logits::All || last {
-                out.extend_from_slice(&rows);
+                out.extend_from_slice(&done.logits);
             }
             if let Some(h) = hidden.as_deref_mut() {
-                h.extend_from_slice(&wide);
+                h.extend_from_slice(&done.wide);
             }
+            ple_rows = done.next_ple;
         }
         Ok(())
     }
 
-    /// One window's launches (through the expert handoff when `handoff`), its logits (all rows or
-    /// the last) and, when `hidden`, its wide residuals.
-    fn window(&self, s: &mut GpuFlashSession, win: &[u32], graph: bool, handoff: bool, all: bool, hidden: bool) -> Result<(Vec<f32>, Vec<f32>)> {
-        let mut chunk = exec::FlashChunk::new(self, s, win, graph)?;
-        match (handoff, &self.handoff, &self.expert_cache) {
+    /// One window's launches (through the expert handoff when `mode.handoff`) with its PLE rows
+    /// if gathered already; while they run, the host gathers the PLE rows of the `next` window.
+    fn window(&self, s: &mut GpuFlashSession, win: &[u32], ple_rows: Option<Vec<f32>>, next: Option<&[u32]>, mode: WindowMode) -> Result<WindowOut> {
+        let mut chunk = exec::FlashChunk::new(self, s, win, mode.graph, ple_rows)?;
+        match (mode.handoff, &self.handoff, &self.expert_cache) {
             (true, Some(h), Some(c)) => {
                 let api = self.ops.api();
                 h.sync_table(&**api, c).map_err(gpu_err("qwen4exp expert slot table"))?;
@@ -363,7 +383,9 @@ impl GpuFlashNext {
             }
             _ => chunk.run()?,
         }
-        chunk.finish(all, hidden)
+        let next_ple = next.map(|t| chunk.gather_next(t)).transpose()?.flatten();
+        let (logits, wide) = chunk.finish(mode.all, mode.hidden)?;
+        Ok(WindowOut { logits, wide, next_ple })
     }
 
     /// Whether `s`'s windows run their routed experts through the expert cache's handoff
