@@ -17,8 +17,9 @@ pub struct SynthArgs {
     pub out: PathBuf,
     /// Shape: `public` (the llama.cpp fixtures' shape: 4 layers, hidden 256, vocab 1024),
     /// `tiny` (4 layers G/QSA/dense/G, hidden 128, vocab 300: fastest), or `flash-next`
-    /// (Flash-Next's dimensions, one GDN and one QSA layer, IQ3_XXS experts as random blocks,
-    /// tied Q8_0 vocabulary: a 2.8 GB file for `strata bench --device emu` cost counts).
+    /// (Flash-Next's dimensions, one GDN and one QSA layer, IQ3_XXS gate/up and IQ4_NL down
+    /// experts as random blocks, tied Q8_0 vocabulary: a 3.1 GB file for `strata bench --device
+    /// emu` cost counts).
     #[arg(long, value_enum, default_value_t = Preset::Public)]
     pub preset: Preset,
     /// Type of the big matrices [default: f32; q8_0 for `flash-next`].
@@ -101,6 +102,9 @@ pub fn run(a: &SynthArgs) -> Result<()> {
     }
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if a.preset == Preset::FlashNext {
+        eprintln!("writing Flash-Next's dimensions (3.1 GB; about 30 s and 6 GB of RAM)...");
     }
     let paths = write(&cfg, a.seed, &a.out, a.split_ple).with_context(|| format!("writing {}", a.out.display()))?;
     for p in &paths {
