@@ -40,6 +40,8 @@ pub struct ExpertHandoff {
     /// Layers served, and microseconds the host thread waited for the device to publish.
     layers_served: AtomicU64,
     wait_us: AtomicU64,
+    /// The model's MoE layers, in the device's order: what a window publishes.
+    moe_layers: Vec<usize>,
     n_expert: usize,
     k: usize,
     d: usize,
@@ -78,9 +80,9 @@ pub struct Published {
 }
 
 impl ExpertHandoff {
-    /// The handoff of a model with `n_layer` layers of `n_expert` experts (`k` a token) on
-    /// inputs of `d`, for windows of up to [`MAX_COLS`] tokens.
-    pub fn new(api: &dyn GpuApi, n_layer: usize, n_expert: usize, k: usize, d: usize) -> Result<ExpertHandoff, GpuError> {
+    /// The handoff of a model with `n_layer` layers, of which `moe_layers` have `n_expert`
+    /// experts (`k` a token) on inputs of `d`, for windows of up to [`MAX_COLS`] tokens.
+    pub fn new(api: &dyn GpuApi, n_layer: usize, moe_layers: Vec<usize>, n_expert: usize, k: usize, d: usize) -> Result<ExpertHandoff, GpuError> {
         let to_host = Mailbox::new(api, Self::ids_bytes(k) + MAX_COLS * d * 4 + TAG_BYTES)?;
         let to_device = Mailbox::new(api, MAX_COLS * k * d * 4)?;
         let table = api.malloc(n_layer * n_expert * 4)?;
@@ -88,7 +90,7 @@ impl ExpertHandoff {
         let tags = api.malloc(n_layer * 4)?;
         let t: Vec<u8> = (0..n_layer as u32).flat_map(u32::to_le_bytes).collect();
         api.memcpy_htod(tags, &t)?;
-        Ok(ExpertHandoff { to_host, to_device, table, tags, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), n_expert, k, d })
+        Ok(ExpertHandoff { to_host, to_device, table, tags, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), moe_layers, n_expert, k, d })
     }
 
     /// Payload bytes of a window's ids (padded so the input starts on its own line).
@@ -102,7 +104,7 @@ impl ExpertHandoff {
     }
 
     /// Copies the cache's slot table to the device when it changed (between windows only).
-    pub fn sync_table(&self, api: &dyn GpuApi, cache: &ExpertCache) -> Result<(), GpuError> {
+    fn sync_table(&self, api: &dyn GpuApi, cache: &ExpertCache) -> Result<(), GpuError> {
         if self.synced.load(Ordering::Acquire) == cache.version() {
             return Ok(());
         }
@@ -173,19 +175,22 @@ impl ExpertHandoff {
     }
 
     /// Runs `device` (the window's launches or graph replay) while [`ExpertHandoff::serve`]
-    /// answers its MoE layers on another thread; the mailboxes are reset after a failure so the
-    /// next window starts clean. A host-side failure becomes the caller's error by `host_err`.
+    /// answers its MoE layers on another thread, after copying `cache`'s slot table to the
+    /// device if it changed; the mailboxes are reset after a failure so the next window starts
+    /// clean. A host-side failure becomes the caller's error by `host_err`.
     #[allow(clippy::too_many_arguments)]
     pub fn run_window<R, E>(
         &self,
         api: &dyn GpuApi,
         st: &Stream,
-        layers: &[usize],
+        cache: &ExpertCache,
         n: usize,
         device: impl FnOnce() -> Result<R, E>,
         misses: &(dyn Fn(&Published) -> Result<Vec<f32>, GpuError> + Sync),
         host_err: impl Fn(GpuError) -> E,
     ) -> Result<R, E> {
+        self.sync_table(api, cache).map_err(&host_err)?;
+        let layers = &self.moe_layers[..];
         let cancel = AtomicBool::new(false);
         let (r, served) = std::thread::scope(|s| {
             let host = std::thread::Builder::new()

@@ -270,9 +270,10 @@ fn wtype(ty: GgmlType) -> Option<WType> {
 }
 
 /// The per-layer handoff of a model with an expert cache (None without one).
-pub(super) fn handoff_for(api: &dyn GpuApi, hp: &crate::model::HParams, cache: Option<&ExpertCache>) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
+pub(super) fn handoff_for(api: &dyn GpuApi, hp: &crate::model::HParams, w: &DecoderWeights<DevMat, DevicePtr>, cache: Option<&ExpertCache>) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
     let (Some(m), Some(_)) = (&hp.moe, cache) else { return Ok(None) };
-    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, m.n_expert, m.n_expert_used, hp.n_embd).map(Some).map_err(gpu_err("expert cache handoff buffers"))
+    let moe_layers = w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
+    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, moe_layers, m.n_expert, m.n_expert_used, hp.n_embd).map(Some).map_err(gpu_err("expert cache handoff buffers"))
 }
 
 /// Bytes of Q8_1 activations for `n` values.
@@ -352,7 +353,7 @@ impl GpuModel {
             Ffn::Dense { .. } => None,
         });
         let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::for_options(hp.n_layer, m.n_expert, n, &opts, expert_bytes.unwrap_or(0))).transpose()?;
-        let handoff = handoff_for(&*api, hp, expert_cache.as_ref())?;
+        let handoff = handoff_for(&*api, hp, &w, expert_cache.as_ref())?;
         Ok(GpuModel {
             model,
             ops,
@@ -583,9 +584,7 @@ impl GpuModel {
         // tracing and profiling copy between parts: those windows run eagerly.
         let handoff = self.moe_by_handoff(n, sess.profile.is_some());
         if let (true, Some(h), Some(c)) = (handoff, &self.handoff, &self.expert_cache) {
-            h.sync_table(&**api, c)?;
-            let moe_layers: Vec<usize> = self.w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
-            return h.run_window(&**api, st, &moe_layers, n, || self.window_launches(sess, n, first_row, true), &|p| self.handoff_misses(p, n), |e| e);
+            return h.run_window(&**api, st, c, n, || self.window_launches(sess, n, first_row, true), &|p| self.handoff_misses(p, n), |e| e);
         }
         self.window_launches(sess, n, first_row, false)
     }

@@ -306,7 +306,7 @@ impl GpuModel {
         if let Some(h) = self.handoff.take() {
             h.free(&*api).map_err(super::model::gpu_err("freeing the expert handoff"))?;
         }
-        self.handoff = super::model::handoff_for(&*api, &self.model.hp, self.expert_cache.as_ref())?;
+        self.handoff = super::model::handoff_for(&*api, &self.model.hp, &self.w, self.expert_cache.as_ref())?;
         Ok(Some(fit))
     }
 

@@ -375,11 +375,8 @@ impl GpuFlashNext {
         let mut chunk = exec::FlashChunk::new(self, s, win, mode.graph, ple_rows)?;
         match (mode.handoff, &self.handoff, &self.expert_cache) {
             (true, Some(h), Some(c)) => {
-                let api = self.ops.api();
-                h.sync_table(&**api, c).map_err(gpu_err("qwen4exp expert slot table"))?;
-                let layers: Vec<usize> = (0..self.m.layers.len()).collect();
                 let n = win.len();
-                h.run_window(&**api, &self.stream, &layers, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))?;
+                h.run_window(&**self.ops.api(), &self.stream, c, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))?;
             }
             _ => chunk.run()?,
         }
@@ -460,7 +457,7 @@ impl GpuFlashNext {
 fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, cache: Option<&ExpertCache>) -> Result<Option<ExpertHandoff>> {
     let Some(l) = m.layers.first().filter(|_| cache.is_some()) else { return Ok(None) };
     let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
-    ExpertHandoff::new(api, m.layers.len(), n_expert, l.moe.n_used, m.hp.n_embd).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
+    ExpertHandoff::new(api, m.layers.len(), (0..m.layers.len()).collect(), n_expert, l.moe.n_used, m.hp.n_embd).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
 }
 
 /// The attention kernel keeps a token's scores in LDS: a dense layer attends to every cell, an
