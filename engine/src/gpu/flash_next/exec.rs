@@ -236,6 +236,15 @@ fn gather_ple(g: &GpuFlashNext, s: &mut GpuFlashSession, toks: &[u32]) -> Result
     p.gather(toks, &mut ps.prev).map(Some).map_err(|reason| EngineError::Ple { layer, reason })
 }
 
+/// How `get_rows` reads a token table stored as `t`.
+fn row_type(t: &DevMat) -> RowType {
+    match t.kind {
+        MatKind::Q(wt) => RowType::W(wt),
+        MatKind::F16 => RowType::F16,
+        _ => RowType::F32,
+    }
+}
+
 /// One window of a device sequence.
 pub(super) struct FlashChunk<'a> {
     g: &'a GpuFlashNext,
@@ -513,12 +522,7 @@ impl FlashNextOps for FlashChunk<'_> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
         let (e, hc) = (g.m.hp.n_embd, g.m.hp.hc);
         let t = &g.w.tok_embd;
-        let rt = match t.kind {
-            MatKind::Q(wt) => RowType::W(wt),
-            MatKind::F16 => RowType::F16,
-            _ => RowType::F32,
-        };
-        g.ops.get_rows(&g.stream, rt, t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("embedding rows"))?;
+        g.ops.get_rows(&g.stream, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("embedding rows"))?;
         let api = g.api();
         for i in 0..n {
             for c in 0..hc {
@@ -737,12 +741,7 @@ impl FlashNextOps for FlashChunk<'_> {
         let (e, hc, api, st) = (h.n_embd, h.hc, g.api(), &g.stream);
         // x = embedding rows, y = enorm(x), flat = hnorm_c of each wide stream.
         let t = d.embed.as_ref().unwrap_or(&g.w.tok_embd);
-        let rt = match t.kind {
-            MatKind::Q(wt) => RowType::W(wt),
-            MatKind::F16 => RowType::F16,
-            _ => RowType::F32,
-        };
-        g.ops.get_rows(st, rt, t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("MTP embedding rows"))?;
+        g.ops.get_rows(st, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("MTP embedding rows"))?;
         g.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, n as u32).map_err(dev("MTP enorm"))?;
         g.ops.gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, n as u32).map_err(dev("MTP hnorm"))?;
         // Per stream: cat[t] = [y[t] ‖ flat[t][c]], R[t][c] = W_eh · cat[t].
