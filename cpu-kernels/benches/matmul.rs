@@ -6,7 +6,7 @@
 //! reference quantizer, repeated to the full size (the kernels' speed does not depend on the
 //! values, and the slow reference quantizers would dominate the run otherwise).
 
-use cpu_kernels::{try_matmul_with, GgmlType, Path, QTensor};
+use cpu_kernels::{try_matmul_gemm, try_matmul_with, Gemm, GgmlType, Path, QTensor};
 use std::time::Instant;
 
 fn weights(ty: GgmlType, rows: usize, k: usize) -> Vec<u8> {
@@ -142,20 +142,31 @@ fn main() {
         }
     }
     // Shapes of the default model (Gemma 3 270M: d_model 640, FFN 2048, vocab 262144; tensors
-    // with K = 640 are Q8_0/Q5_0 since 640 is not a multiple of 256).
-    let gemma: [(GgmlType, usize, usize, &str); 5] = [
-        (GgmlType::Q8_0, 262144, 640, "output"),
-        (GgmlType::Q5_0, 2048, 640, "ffn_up"),
-        (GgmlType::Q8_0, 2048, 640, "ffn_up"),
-        (GgmlType::Q4K, 640, 2048, "ffn_down"),
-        (GgmlType::Q6K, 640, 2048, "ffn_down"),
+    // with K = 640 are Q8_0/Q5_0 since 640 is not a multiple of 256) and of Qwen2.5-Coder-0.5B
+    // Q4_K_M (d_model 896, FFN 4864: gate/up and attention in Q5_0/Q8_0, down in Q4_K/Q6_K).
+    let shapes: [(&str, GgmlType, usize, usize, &str); 9] = [
+        ("gemma", GgmlType::Q8_0, 262144, 640, "output"),
+        ("gemma", GgmlType::Q5_0, 2048, 640, "ffn_up"),
+        ("gemma", GgmlType::Q8_0, 2048, 640, "ffn_up"),
+        ("gemma", GgmlType::Q4K, 640, 2048, "ffn_down"),
+        ("gemma", GgmlType::Q6K, 640, 2048, "ffn_down"),
+        ("qwen2.5", GgmlType::Q5_0, 4864, 896, "ffn_up"),
+        ("qwen2.5", GgmlType::Q8_0, 896, 896, "attn_q"),
+        ("qwen2.5", GgmlType::Q4K, 896, 4864, "ffn_down"),
+        ("qwen2.5", GgmlType::Q6K, 896, 4864, "ffn_down"),
     ];
-    for (ty, rows, k, what) in gemma {
+    for (model, ty, rows, k, what) in shapes {
         for n in [1usize, 512] {
-            if n == 512 && rows > 4096 {
+            if n == 512 && rows > 8192 {
                 continue;
             }
-            let labels: Vec<String> = paths.iter().map(|p| format!("gemma {what} {} {rows}x{k} n={n} {p:?}", ty.name())).collect();
+            // Prompt products also with the row tiles (`Gemm::Tiles`, label suffix "tiles").
+            let modes: &[(Gemm, &str)] = if n > 1 { &[(Gemm::Lanes, ""), (Gemm::Tiles, " tiles")] } else { &[(Gemm::Lanes, "")] };
+            let cases: Vec<(Path, Gemm, String)> = paths
+                .iter()
+                .flat_map(|&p| modes.iter().map(move |&(g, sfx)| (p, g, format!("{model} {what} {} {rows}x{k} n={n} {p:?}{sfx}", ty.name()))))
+                .collect();
+            let labels: Vec<&String> = cases.iter().map(|c| &c.2).collect();
             if !labels.iter().any(|l| wanted(l)) {
                 continue;
             }
@@ -163,13 +174,14 @@ fn main() {
             let t = QTensor { ty, data: &w, rows, cols: k };
             let x: Vec<f32> = (0..n * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let mut y = vec![0f32; rows * n];
-            for (&p, label) in paths.iter().zip(&labels) {
+            for (p, g, label) in &cases {
+                let (p, g) = (*p, *g);
                 if !wanted(label) {
                     continue;
                 }
                 let runs = if n == 1 { 21 } else { 5 };
-                let (s, best) = time_wall(|| try_matmul_with(p, &t, &x, n, &mut y).unwrap(), runs);
-                let c1 = time_1t_cpu(&pool1, || try_matmul_with(p, &t, &x, n, &mut y).unwrap(), runs.min(7));
+                let (s, best) = time_wall(|| try_matmul_gemm(p, g, &t, &x, n, &mut y).unwrap(), runs);
+                let c1 = time_1t_cpu(&pool1, || try_matmul_gemm(p, g, &t, &x, n, &mut y).unwrap(), runs.min(7));
                 let gb = w.len() as f64 / 1e9;
                 let gf = 2.0 * (rows * k * n) as f64 / 1e9;
                 println!(

@@ -29,4 +29,7 @@ pub(crate) struct Acts {
     pub h: Vec<u16>,
     /// ggml-order Q8_0/Q5_0 on AVX-512: per block 8 lane corrections (`x86::ggml_q8_512`).
     pub lcorr: Vec<i32>,
+    /// Q8_0 on AVX-512 with at least `x86::gemm_q0::MIN_COLS` columns: per column and block,
+    /// `-128 · Σ quants`, the start of each block sum of the GEMM tiles (weights biased to u8).
+    pub corr: Vec<i32>,
 }

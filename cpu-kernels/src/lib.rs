@@ -45,12 +45,13 @@ mod x86;
 
 pub use matmul::{
     get_row, matmul, matmul_ggml, matvec, prepare_acts, prepare_acts_with, try_get_row, try_matmul, try_matmul_prepared,
-    try_matmul_ggml, try_matmul_ggml_multi, try_matmul_multi, try_matmul_ggml_with, try_matmul_with, try_matvec, try_matvec_with, PreparedActs,
+    try_matmul_gemm, try_matmul_ggml, try_matmul_ggml_multi, try_matmul_multi, try_matmul_multi_gemm, try_matmul_ggml_with, try_matmul_with,
+    try_matvec, try_matvec_with, PreparedActs,
 };
 pub use ops::{
     geglu_ggml, gelu_f16_table, gelu_tanh, geglu, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_neox,
     rope_cs_ggml, rope_neox_ggml, rope_neox_ggml_cs, rope_norm, silu, softcap, softmax, swiglu,
 };
 pub use quant::GgmlType;
-pub use tensor::{best_path, cpu_features, KernelError, Path, QTensor, SUPPORTED_TYPES};
+pub use tensor::{best_path, cpu_features, Gemm, KernelError, Path, QTensor, SUPPORTED_TYPES};
 

@@ -3,7 +3,7 @@
 
 use crate::acts::Acts;
 use crate::prepare;
-use crate::tensor::{best_path, kernel_supported, KernelError, Path, QTensor, RowsFn};
+use crate::tensor::{best_path, kernel_supported, Gemm, KernelError, Path, QTensor, RowsFn};
 
 /// Output pointer shared by the row-chunk tasks; each task writes disjoint rows.
 #[derive(Clone, Copy)]
@@ -36,6 +36,11 @@ pub fn try_matvec_with(path: Path, w: &QTensor, x: &[f32], y: &mut [f32]) -> Res
 
 /// `y[n][rows] = x[n][cols] · Wᵀ` with an explicit kernel path.
 pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    try_matmul_gemm(path, Gemm::Lanes, w, x, n, y)
+}
+
+/// [`try_matmul_with`] with the prompt products' block summation chosen ([`Gemm`]).
+pub fn try_matmul_gemm(path: Path, gemm: Gemm, w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
     let rb = w.validate()?;
     if x.len() < n * w.cols {
         return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
@@ -47,7 +52,7 @@ pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f3
         return Ok(());
     }
     let kernel = select(path, w.ty)?;
-    let acts = prepare::acts(w.ty, x, n, w.cols, path)?;
+    let acts = prepare::acts(w.ty, x, n, w.cols, path, gemm)?;
     run(kernel, w, rb, &acts, y);
     Ok(())
 }
@@ -84,7 +89,7 @@ pub fn prepare_acts_with(path: Path, wty: quant::GgmlType, x: &[f32], n: usize, 
     if x.len() < n * cols {
         return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * cols, got: x.len() });
     }
-    Ok(PreparedActs { acts: prepare::acts(wty, x, n, cols, path)?, wty, cols, path })
+    Ok(PreparedActs { acts: prepare::acts(wty, x, n, cols, path, Gemm::Lanes)?, wty, cols, path })
 }
 
 /// `y[n][rows] = x · Wᵀ` with activations from [`prepare_acts`]; `w.ty` and `w.cols` must be
@@ -109,6 +114,16 @@ pub fn try_matmul_prepared(w: &QTensor, acts: &PreparedActs, y: &mut [f32]) -> R
     Ok(())
 }
 
+/// Prompt-sized products run row tiles of 16 (`x86::gemm_q0`): task row ranges are rounded up
+/// to whole tiles so no task ends in a partly filled one.
+fn align_rows(chunk: usize, n: usize) -> usize {
+    if n >= 16 {
+        chunk.next_multiple_of(16)
+    } else {
+        chunk
+    }
+}
+
 /// Split the rows of `w` over rayon and run `kernel` (y already checked to hold n * rows).
 fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
     let n = acts.n;
@@ -129,7 +144,7 @@ fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
     // matrices are split into a few tasks, not dozens of tiny ones.
     let min_rows = if n == 1 { 16 } else { 4 };
     let min_bytes_rows = (64usize << 10).div_ceil(rb * n.min(8));
-    let chunk = rows.div_ceil(threads * 8).max(min_rows).max(min_bytes_rows);
+    let chunk = align_rows(rows.div_ceil(threads * 8).max(min_rows).max(min_bytes_rows), n);
     let n_chunks = rows.div_ceil(chunk);
     crate::team::for_each(n_chunks, |i| {
         let r0 = i * chunk;
@@ -212,6 +227,11 @@ pub fn try_matmul_ggml_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut
 /// cols), the rows of all matrices split over the threads together. Results are identical to
 /// separate [`try_matmul`] calls.
 pub fn try_matmul_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<(), KernelError> {
+    try_matmul_multi_gemm(Gemm::Lanes, ws, x, n, ys)
+}
+
+/// [`try_matmul_multi`] with the prompt products' block summation chosen ([`Gemm`]).
+pub fn try_matmul_multi_gemm(gemm: Gemm, ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<(), KernelError> {
     let path = best_path();
     if ws.len() != ys.len() {
         return Err(KernelError::Shape { what: "outputs (one per matrix)", expected: ws.len(), got: ys.len() });
@@ -220,7 +240,7 @@ pub fn try_matmul_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut [f32
         return Ok(());
     }
     let kernels = ws.iter().map(|w| select(path, w.ty)).collect::<Result<Vec<_>, _>>()?;
-    multi_region(ws, x, n, ys, &kernels, |w| prepare::acts(w.ty, x, n, w.cols, path))
+    multi_region(ws, x, n, ys, &kernels, |w| prepare::acts(w.ty, x, n, w.cols, path, gemm))
 }
 
 /// The shared body of the `*_multi` products: checks, one [`Acts`] per distinct (type, cols)
@@ -257,7 +277,7 @@ fn multi_region(
     let target = (total / (threads * 8)).max(64 << 10);
     let mut tasks = Vec::new();
     for (i, (w, &rb)) in ws.iter().zip(&rbs).enumerate() {
-        let chunk = (target / rb).max(if n == 1 { 16 } else { 4 }).min(w.rows.max(1));
+        let chunk = align_rows((target / rb).max(if n == 1 { 16 } else { 4 }), n).min(w.rows.max(1));
         let mut r0 = 0;
         while r0 < w.rows {
             tasks.push((i, r0, (r0 + chunk).min(w.rows)));

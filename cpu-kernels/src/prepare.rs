@@ -4,14 +4,15 @@
 //! `x86::ggml_q8_512::prepare`. Called by the `matmul` entry points.
 
 use crate::acts::Acts;
-use crate::tensor::{KernelError, Path};
+use crate::tensor::{Gemm, KernelError, Path};
 use quant::GgmlType;
 
 /// Columns per rayon task when quantizing many activation columns.
 const COLS_PER_TASK: usize = 8;
 
-/// Quantize `n` columns of length `k` (`x = [n][k]`) for weights of type `wty`.
-pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path) -> Result<Acts, KernelError> {
+/// Quantize `n` columns of length `k` (`x = [n][k]`) for weights of type `wty` (with
+/// `Gemm::Tiles`, also the block sums the row tiles start from).
+pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path, gemm: Gemm) -> Result<Acts, KernelError> {
     let ty = wty.vec_dot_type();
     let raw_row = ty.row_bytes(k).ok_or(KernelError::Shape {
         what: "activation length (not a multiple of the block size)",
@@ -32,6 +33,7 @@ pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path) -> 
         f: Vec::new(),
         h: Vec::new(),
         lcorr: Vec::new(),
+        corr: Vec::new(),
     };
     if ty == GgmlType::F32 {
         // No quantization: kernels read `f`, the portable path reads `raw`.
@@ -87,6 +89,10 @@ pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path) -> 
             if ty == GgmlType::Q8_0 && path == Path::Avx512 {
                 // x + 128 as u8 (x ^ 0x80): the unsigned operand of vpdpbusd (x86::zmm).
                 a.perm = a.qs.iter().map(|&q| (q as u8 ^ 0x80) as i8).collect();
+                #[cfg(target_arch = "x86_64")]
+                if gemm == Gemm::Tiles && n >= crate::x86::gemm_q0::MIN_COLS {
+                    a.corr = a.qs.chunks_exact(32).map(|q| -128 * q.iter().map(|&v| v as i32).sum::<i32>()).collect();
+                }
             }
         }
         GgmlType::Q8K => {
@@ -155,6 +161,7 @@ pub(crate) fn acts_ggml(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path
         f: Vec::new(),
         h: Vec::new(),
         lcorr: Vec::new(),
+        corr: Vec::new(),
     };
     let work = |(c, dst): (usize, &mut [u8])| -> Result<(), KernelError> {
         for (j, row) in dst.chunks_exact_mut(raw_row).enumerate() {

@@ -86,6 +86,39 @@ pub(crate) fn kernel_supported(ty: GgmlType) -> bool {
     SUPPORTED_TYPES.contains(&ty)
 }
 
+/// How prompt-sized products (16 or more activation columns) sum the 32-weight blocks of the
+/// signed formats Q8_0 / Q5_0 / Q4_0 / IQ4_NL on AVX-512; other types, other paths and fewer
+/// columns are the same under both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Gemm {
+    /// Lane order: each i32 lane's 4-product partial sum is converted and scaled on its own,
+    /// like llama.cpp's kernels, so greedy output follows llama.cpp's token for token.
+    #[default]
+    Lanes,
+    /// Row tiles (`x86::gemm_q0`): each block summed exactly in integers, one rounding per
+    /// block. 2-3x faster; logits differ from `Lanes` in the last bits.
+    Tiles,
+}
+
+impl Gemm {
+    /// Whether [`Gemm::Tiles`] changes the kernels of an `n`-column product of `ty` weights
+    /// (on the best path of this CPU).
+    pub fn tiles_apply(ty: GgmlType, n: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            n >= crate::x86::gemm_q0::MIN_COLS
+                && matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4NL)
+                && best_path() == Path::Avx512
+                && crate::x86::cpu::has_avx512_zmm()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (ty, n);
+            false
+        }
+    }
+}
+
 /// One implementation of the dot-product kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {

@@ -5,7 +5,7 @@
 mod common;
 use common::{assert_close, Rng};
 use cpu_kernels::{
-    prepare_acts_with, try_get_row, try_matmul_prepared, try_matmul_with, GgmlType, Path, QTensor, SUPPORTED_TYPES,
+    prepare_acts_with, try_get_row, try_matmul_gemm, try_matmul_prepared, try_matmul_with, Gemm, GgmlType, Path, QTensor, SUPPORTED_TYPES,
 };
 
 /// Allowed max error relative to the largest output, per weight type.
@@ -72,6 +72,10 @@ fn check_type_path(ty: GgmlType, path: Path) {
             let mut y = vec![f32::NAN; n * rows];
             try_matmul_with(path, &t, &x, n, &mut y).unwrap();
             assert_close(&format!("{} {path:?} rows={rows} k={k} n={n}", ty.name()), &y, &want, tolerance(ty));
+            // The row tiles (prompt products of the signed formats, `Gemm::Tiles`).
+            let mut y = vec![f32::NAN; n * rows];
+            try_matmul_gemm(path, Gemm::Tiles, &t, &x, n, &mut y).unwrap();
+            assert_close(&format!("{} {path:?} tiles rows={rows} k={k} n={n}", ty.name()), &y, &want, tolerance(ty));
         }
     }
 }
@@ -120,17 +124,21 @@ fn cpu_features_name() -> &'static str {
 #[test]
 fn parallel_split_matches() {
     let mut rng = Rng::new(99);
-    for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::F32] {
+    for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4K, GgmlType::Q6K, GgmlType::IQ3XXS, GgmlType::F32] {
         let (rows, k) = (1031, 1024);
         let w = make_weights(ty, rows, k, &mut rng);
         let t = QTensor { ty, data: &w, rows, cols: k };
-        for n in [1, 6] {
+        // 40 columns: prompt-sized, the row tiles of the GEMM kernels split over the threads.
+        for n in [1, 6, 40] {
             let x = rng.vec(n * k);
             let want = reference(ty, &w, rows, k, &x, n);
             for path in Path::all_available() {
                 let mut y = vec![f32::NAN; n * rows];
                 try_matmul_with(path, &t, &x, n, &mut y).unwrap();
                 assert_close(&format!("{} {path:?} parallel n={n}", ty.name()), &y, &want, tolerance(ty));
+                let mut y = vec![f32::NAN; n * rows];
+                try_matmul_gemm(path, Gemm::Tiles, &t, &x, n, &mut y).unwrap();
+                assert_close(&format!("{} {path:?} tiles parallel n={n}", ty.name()), &y, &want, tolerance(ty));
             }
         }
     }

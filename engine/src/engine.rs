@@ -30,6 +30,9 @@ pub struct RunOptions {
     /// matmul, fmath activations) and the GPU `GpuOptions::ordered`, so `--device cpu` and
     /// `--device emu|hip` compute whole layers and logits bit for bit alike.
     pub ordered_attention: bool,
+    /// `--cpu-gemm tiles`: the CPU executor's prompt products of the signed 32-element formats
+    /// through exact-block row tiles (`Products::Tiles`; GPU backends ignore it).
+    pub cpu_tiles: bool,
     pub kv: KvType,
     /// KV capacity in positions (0: the model's training context).
     pub max_context: usize,
@@ -49,9 +52,16 @@ pub struct RunOptions {
     pub gpu: crate::gpu_options::GpuOptions,
 }
 
+impl RunOptions {
+    /// The CPU executor's kernels for these options.
+    pub fn products(&self) -> crate::cpu::Products {
+        crate::cpu::Products::of(self.ordered_attention, self.cpu_tiles)
+    }
+}
+
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default() }
+        RunOptions { device: Device::Cpu, ordered_attention: false, cpu_tiles: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default() }
     }
 }
 
@@ -227,17 +237,19 @@ impl AnyModel {
     /// engine checks `--kv` at load).
     /// Fails only when device memory cannot be allocated.
     pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<AnySession> {
-        self.new_session_with(kv, max_ctx, prefill_chunk, false)
+        self.new_session_with(kv, max_ctx, prefill_chunk, crate::cpu::Products::Llama)
     }
 
-    /// [`AnyModel::new_session`] with the CPU backend's ordered-numerics mode chosen
-    /// (`Session::ordered`; a GPU model's mode is fixed at load, `GpuOptions::ordered`).
-    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, ordered: bool) -> Result<AnySession> {
+    /// [`AnyModel::new_session`] with the CPU backend's kernels chosen (`Session::ordered`,
+    /// `Session::tiles`; a GPU model's mode is fixed at load, `GpuOptions::ordered`).
+    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, products: crate::cpu::Products) -> Result<AnySession> {
         Ok(match self {
             AnyModel::Std(m) => {
                 let mut s = m.new_session(kv, max_ctx, prefill_chunk);
+                let ordered = products == crate::cpu::Products::Ordered;
                 s.ordered_attention = ordered;
                 s.ordered = ordered;
+                s.tiles = products == crate::cpu::Products::Tiles;
                 AnySession::Std(Box::new(s))
             }
             AnyModel::Flash(m) => {
@@ -568,7 +580,7 @@ impl Engine {
     }
 
     pub fn new_session(&self) -> Result<AnySession> {
-        self.model.new_session_with(self.opts.kv, self.context_size(), self.opts.prefill, self.opts.ordered_attention)
+        self.model.new_session_with(self.opts.kv, self.context_size(), self.opts.prefill, self.opts.products())
     }
 
     /// Encodes a prompt the way llama.cpp's examples do (BOS per the model, no special parsing

@@ -50,6 +50,8 @@ mod avx2;
 mod avx512;
 mod iq3_512;
 mod zmm;
+mod q0_decode;
+pub(crate) mod gemm_q0;
 mod ggml_q4k;
 mod ggml_q6k;
 mod ggml_q8;
@@ -83,27 +85,35 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
 }
 
 /// The zmm pair kernels need an even number of 32-element blocks per row; odd rows (K = 32·odd)
-/// go to the 256-bit kernel of the same path.
+/// go to the 256-bit kernel of the same path. Prompt-sized products (activations prepared with
+/// `Acts::corr`, n ≥ `gemm_q0::MIN_COLS`) of the signed formats run the 16-row GEMM tiles.
 macro_rules! pair_rows {
     ($name:ident, $pair:path, $fallback:path) => {
+        pair_rows!($name, $pair, $fallback, None);
+    };
+    ($name:ident, $pair:path, $fallback:path, $gemm:expr) => {
         /// # Safety
         /// The [`RowsFn`] contract, AVX-512 with DQ present (`has_avx512_zmm`).
         unsafe fn $name(w: &crate::tensor::QTensor, rb: usize, a: &crate::acts::Acts, r0: usize, r1: usize, y: *mut f32) {
-            // SAFETY: both kernels have this function's contract.
+            let gemm: Option<RowsFn> = $gemm;
+            // SAFETY: all three kernels have this function's contract; the GEMM tiles also need
+            // `a.corr`, checked here.
             unsafe {
-                if (w.cols / 32) % 2 == 0 {
-                    $pair(w, rb, a, r0, r1, y)
-                } else {
+                if (w.cols / 32) % 2 != 0 {
                     $fallback(w, rb, a, r0, r1, y)
+                } else if let Some(g) = gemm.filter(|_| !a.corr.is_empty()) {
+                    g(w, rb, a, r0, r1, y)
+                } else {
+                    $pair(w, rb, a, r0, r1, y)
                 }
             }
         }
     };
 }
-pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0);
-pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0);
-pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0);
-pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl);
+pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0, Some(gemm_q0::rows_q8_0));
+pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0, Some(gemm_q0::rows_q4_0));
+pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0, Some(gemm_q0::rows_q5_0));
+pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl, Some(gemm_q0::rows_iq4_nl));
 pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1);
 
 /// Kernels that reproduce the float summation order of llama.cpp's x86 kernels bit for bit

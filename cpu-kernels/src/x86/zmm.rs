@@ -13,6 +13,7 @@
 //! the Q8_K `bsums` like the 256-bit kernel.
 #![allow(unsafe_op_in_unsafe_fn)]
 
+use super::q0_decode as dec;
 use crate::acts::Acts;
 use crate::tensor::QTensor;
 use core::arch::x86_64::*;
@@ -186,38 +187,10 @@ macro_rules! signed_pair_kernel {
     };
 }
 
-/// 32 bytes from `lo` and 32 from `hi` as one zmm.
-#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
-#[inline]
-unsafe fn join(lo: *const u8, hi: *const u8) -> __m512i {
-    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo.cast())), _mm256_loadu_si256(hi.cast()), 1)
-}
-
-/// The 16 nibble bytes of two blocks → 64 values (block0 low, block0 high, block1 low, high).
-#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
-#[inline]
-unsafe fn nib_pair(q0: *const u8, q1: *const u8) -> __m512i {
-    let a = _mm_loadu_si128(q0.cast());
-    let b = _mm_loadu_si128(q1.cast());
-    let v = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(a, 4), a)),
-        _mm256_set_m128i(_mm_srli_epi16(b, 4), b),
-        1,
-    );
-    _mm512_and_si512(v, _mm512_set1_epi8(0x0F))
-}
-
-signed_pair_kernel!(dot_q8_0, 34, |p| join(p.add(2), p.add(36)));
-signed_pair_kernel!(dot_q4_0, 18, |p| _mm512_sub_epi8(nib_pair(p.add(2), p.add(20)), _mm512_set1_epi8(8)));
-signed_pair_kernel!(dot_q5_0, 22, |p| {
-    let hm = (core::ptr::read_unaligned(p.add(2).cast::<u32>()) as u64) | ((core::ptr::read_unaligned(p.add(24).cast::<u32>()) as u64) << 32);
-    let q = _mm512_mask_add_epi8(nib_pair(p.add(6), p.add(28)), hm, nib_pair(p.add(6), p.add(28)), _mm512_set1_epi8(16));
-    _mm512_sub_epi8(q, _mm512_set1_epi8(16))
-});
-signed_pair_kernel!(dot_iq4_nl, 18, |p| {
-    let kv = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tables::IQ4NL_VALUES.as_ptr().cast()));
-    _mm512_shuffle_epi8(kv, nib_pair(p.add(2), p.add(20)))
-});
+signed_pair_kernel!(dot_q8_0, dec::Q8_0_BYTES, |p| dec::q8_0(p));
+signed_pair_kernel!(dot_q4_0, dec::Q4_0_BYTES, |p| dec::q4_0(p));
+signed_pair_kernel!(dot_q5_0, dec::Q5_0_BYTES, |p| dec::q5_0(p));
+signed_pair_kernel!(dot_iq4_nl, dec::IQ4_NL_BYTES, |p| dec::iq4_nl(p));
 
 /// Q4_1 (`d·q + m`, unsigned nibbles) against Q8_1 activations, two blocks per zmm: the
 /// nibbles are the u8 operand of `vpdpbusd` with the signed activation quants (no sign
@@ -237,7 +210,7 @@ unsafe fn dot_q4_1<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
     let mut b = 0;
     while b + 2 <= nb {
         let p = w.add(b * 20);
-        let wq = nib_pair(p.add(4), p.add(24));
+        let wq = dec::nib_pair(p.add(4), p.add(24));
         let dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, core::ptr::read_unaligned(p.add(20).cast::<i32>()), core::ptr::read_unaligned(p.cast::<i32>()))));
         let dw = _mm512_permutexvar_ps(d_idx, dm);
         let mw = _mm512_permutexvar_ps(m_idx, dm);

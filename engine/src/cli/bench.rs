@@ -185,7 +185,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         prompt[0] = b;
     }
     let cap = (a.pp).max(a.tg + 8);
-    let mut sess = e.model.new_session_with(e.opts.kv, cap, e.opts.prefill, e.opts.ordered_attention)?;
+    let mut sess = e.model.new_session_with(e.opts.kv, cap, e.opts.prefill, e.opts.products())?;
     let mut logits = Vec::new();
     let mut pp_tok_s = Vec::new();
     for rep in 0..=a.reps {
@@ -309,6 +309,7 @@ fn cpu_profile(m: &crate::model::Model, e: &Engine, prompt: &[u32], steps: usize
     use crate::model::op_profile::OpProfile;
     let mut sess = m.new_session(e.opts.kv, prompt.len().max(steps + 8) + 1, e.opts.prefill);
     sess.ordered_attention = e.opts.ordered_attention;
+    sess.tiles = e.opts.cpu_tiles;
     let mut logits = Vec::new();
     m.eval(&mut sess, &prompt[..prompt.len().min(8)], Logits::Last, &mut logits)?; // warm-up
     sess.reset();

@@ -44,7 +44,7 @@ pub fn perplexity(e: &Engine, text: &str, ctx: usize, max_windows: usize) -> Res
     if ids.len() < 2 {
         bail!("text has fewer than 2 tokens");
     }
-    let mut sess = e.model.new_session_with(e.opts.kv, ctx, e.opts.prefill, e.opts.ordered_attention)?;
+    let mut sess = e.model.new_session_with(e.opts.kv, ctx, e.opts.prefill, e.opts.products())?;
     let mut logits = Vec::new();
     let mut window = Vec::with_capacity(ctx);
     let (mut nll, mut n_scored, mut n_windows) = (0f64, 0usize, 0usize);

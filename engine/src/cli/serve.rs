@@ -58,6 +58,7 @@ impl TokenEngine for ServeEngine<'_> {
             "max_context": o.max_context,
             "prefill": o.prefill,
             "ordered": o.ordered_attention,
+            "cpu_gemm": if o.cpu_tiles { "tiles" } else { "llama" },
             "threads": rayon::current_num_threads(),
             "gpu": o.gpu,
             "model_path": self.e.path,

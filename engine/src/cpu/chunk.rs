@@ -10,7 +10,7 @@ use cpu_kernels as ck;
 
 use super::matmul::{add_residual, glu_fmath, norm_rows, norm_rows_inplace, par_elementwise};
 use super::{Scratch, grow};
-use crate::cpu::ModelMatmul;
+use crate::cpu::{ModelMatmul, Products};
 use crate::error::EngineError;
 use crate::kv_cache::{KvCache, LayerCache};
 use crate::model::decoder::{Block, Buf, DecoderOps};
@@ -28,6 +28,8 @@ pub(super) struct CpuChunk<'a> {
     pub pos0: usize,
     pub ordered: bool,
     pub ordered_attention: bool,
+    /// `--cpu-gemm tiles` (`Session::tiles`).
+    pub tiles: bool,
     /// The residual after every layer is pushed here when tracing.
     pub trace: Option<&'a mut Vec<Vec<f32>>>,
     /// Logits of the rows [`DecoderOps::head`] is asked for.
@@ -40,6 +42,9 @@ impl CpuChunk<'_> {
     }
     fn exact(&self) -> bool {
         self.m.hp.arch.ggml_exact()
+    }
+    fn kernels(&self) -> Products {
+        Products::of(self.ordered, self.tiles)
     }
     fn norm_fn(&self) -> Norm {
         if self.exact() { ck::rms_norm_ggml } else { ck::rms_norm }
@@ -68,18 +73,18 @@ impl CpuChunk<'_> {
     /// Products of `x` with several matrices: one parallel region on the exact path (same
     /// bits as one product at a time), else one product each.
     fn products(&mut self, x: &[f32], outs: &mut [(&W, &mut Vec<f32>)]) {
-        let (m, n, ordered, exact) = (self.m, self.n(), self.ordered, self.exact());
-        if !ordered {
+        let (m, n, p) = (self.m, self.n(), self.kernels());
+        if p != Products::Ordered {
             match outs {
-                [(a, ya), (b, yb)] => return m.mm_multi(exact, x, n, [(*a, &mut ya[..]), (*b, &mut yb[..])]),
+                [(a, ya), (b, yb)] => return m.mm_multi(p, x, n, [(*a, &mut ya[..]), (*b, &mut yb[..])]),
                 [(a, ya), (b, yb), (c, yc)] => {
-                    return m.mm_multi(exact, x, n, [(*a, &mut ya[..]), (*b, &mut yb[..]), (*c, &mut yc[..])]);
+                    return m.mm_multi(p, x, n, [(*a, &mut ya[..]), (*b, &mut yb[..]), (*c, &mut yc[..])]);
                 }
                 _ => {}
             }
         }
         for (w, y) in outs.iter_mut() {
-            m.mm_o(ordered, w, 0, x, n, &mut y[..]);
+            m.mm_o(p, w, 0, x, n, &mut y[..]);
         }
     }
 }
@@ -232,9 +237,9 @@ impl DecoderOps for CpuChunk<'_> {
     }
 
     fn moe(&mut self, layer: usize, src: Buf, w: [&W; 4], spec: &MoeSpec) -> Result<(), EngineError> {
-        let (d, n, m, ordered) = (self.m.hp.n_embd, self.n(), self.m, self.ordered);
+        let (d, n, m, p) = (self.m.hp.n_embd, self.n(), self.m, self.kernels());
         let mut moe = take(&mut self.s.moe);
-        self.with_src(src, |c, x| super::moe::moe_ffn(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, ordered));
+        self.with_src(src, |c, x| super::moe::moe_ffn(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, p));
         self.s.moe = moe;
         Ok(())
     }
@@ -260,13 +265,13 @@ impl DecoderOps for CpuChunk<'_> {
     }
 
     fn head(&mut self, first: usize, norm_w: &Vec<f32>, output: &W) -> Result<(), EngineError> {
-        let (d, n, eps, norm) = (self.m.hp.n_embd, self.n(), self.m.hp.rms_eps, self.norm_fn());
+        let (d, n, eps, norm, p) = (self.m.hp.n_embd, self.n(), self.m.hp.rms_eps, self.norm_fn(), self.kernels());
         let Some(logits) = self.logits.take() else { return Ok(()) };
         let s = &mut *self.s;
         for (j, i) in (first..n).enumerate() {
             norm(&s.x[i * d..(i + 1) * d], norm_w, eps, &mut s.xn[j * d..(j + 1) * d]);
         }
-        self.m.mm_o(self.ordered, output, 0, &s.xn, n - first, logits);
+        self.m.mm_o(p, output, 0, &s.xn, n - first, logits);
         Ok(())
     }
 }

@@ -1,60 +1,81 @@
 //! Matrix products and row-wise helpers of the CPU executor.
 //!
-//! [`Model::mm`] is the default product (ggml-order kernels for the architectures whose
-//! numerics copy llama.cpp's, `Arch::ggml_exact`), [`matmul_ordered`] the ordered-numerics
-//! mode's (the code the GPU's `mmv_ordered` kernel runs per output).
+//! [`ModelMatmul::mm_o`] is the product, with the kernels a session chose ([`Products`]: by
+//! default ggml-order kernels for the architectures whose numerics copy llama.cpp's,
+//! `Arch::ggml_exact`; `--cpu-gemm tiles`; [`matmul_ordered`], the ordered-numerics mode's,
+//! the code the GPU's `mmv_ordered` kernel runs per output).
 
 use cpu_kernels as ck;
 use cpu_kernels::team;
 
 use crate::model::{Model, W};
 
+/// Which kernels the CPU executor's matrix products run (chosen per session).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// The default: llama.cpp's float order for the architectures whose numerics copy it
+    /// (`Arch::ggml_exact`), the lane-order fast kernels otherwise.
+    #[default]
+    Llama,
+    /// `--cpu-gemm tiles`: prompt products of Q8_0 / Q5_0 / Q4_0 / IQ4_NL weights through the
+    /// exact-block row tiles (`cpu_kernels::Gemm::Tiles`), everything else as [`Products::Llama`].
+    Tiles,
+    /// `--ordered`: [`matmul_ordered`].
+    Ordered,
+}
+
+impl Products {
+    /// The session flags' mode (`ordered` wins).
+    pub fn of(ordered: bool, tiles: bool) -> Products {
+        match (ordered, tiles) {
+            (true, _) => Products::Ordered,
+            (false, true) => Products::Tiles,
+            (false, false) => Products::Llama,
+        }
+    }
+}
+
 /// The CPU executor's methods on [`Model`] for this crate (a type of the `model` crate).
 pub(crate) trait ModelMatmul {
-    /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack).
-    fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
-
-    /// [`Self::mm`], or [`matmul_ordered`] in the ordered-numerics mode.
-    fn mm_o(&self, ordered: bool, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
+    /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack) with the kernels `p` names.
+    fn mm_o(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
 
     /// Products of the same activations with several matrices in one parallel region
-    /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi` otherwise;
-    /// same bits as one [`Self::mm`] per matrix).
-    fn mm_multi<const K: usize>(&self, exact: bool, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]);
+    /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi_gemm`
+    /// otherwise; same bits as one [`Self::mm_o`] per matrix). Not for [`Products::Ordered`].
+    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]);
 }
 
 impl ModelMatmul for Model {
     #[inline]
-    fn mm(&self, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    fn mm_o(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         let t = self.qt(w, e);
         let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
-        if self.hp.arch.ggml_exact() {
-            ck::matmul_ggml(&t, x, n, y)
-        } else if n == 1 {
-            ck::matvec(&t, x, y)
-        } else {
-            ck::matmul(&t, x, n, y)
+        let p = if p == Products::Tiles && !ck::Gemm::tiles_apply(t.ty, n) { Products::Llama } else { p };
+        let r = match p {
+            Products::Ordered => matmul_ordered(&t, x, n, y).map_err(|e| e.to_string()),
+            Products::Tiles => ck::try_matmul_gemm(ck::best_path(), ck::Gemm::Tiles, &t, x, n, y).map_err(|e| e.to_string()),
+            Products::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml(&t, x, n, y).map_err(|e| e.to_string()),
+            Products::Llama => ck::try_matmul(&t, x, n, y).map_err(|e| e.to_string()),
+        };
+        if let Err(err) = r {
+            panic!("matmul ({p:?}) {:?} {}x{} n={n}: {err}", t.ty, t.rows, t.cols);
         }
     }
 
-    #[inline]
-    fn mm_o(&self, ordered: bool, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
-        if !ordered {
-            return self.mm(w, e, x, n, y);
-        }
-        let t = self.qt(w, e);
-        if let Err(err) = matmul_ordered(&t, &x[..n * w.cols], n, &mut y[..n * w.rows]) {
-            panic!("matmul_ordered {:?} {}x{} n={n}: {err}", t.ty, t.rows, t.cols);
-        }
-    }
-
-    fn mm_multi<const K: usize>(&self, exact: bool, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
+    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
         let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| self.qt(w, 0)).collect();
         let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
         let cols = ts[0].cols;
-        let r = if exact { ck::try_matmul_ggml_multi(&ts, &x[..n * cols], n, &mut ys) } else { ck::try_matmul_multi(&ts, &x[..n * cols], n, &mut ys) };
+        let x = &x[..n * cols];
+        let p = if p == Products::Tiles && !ts.iter().any(|t| ck::Gemm::tiles_apply(t.ty, n)) { Products::Llama } else { p };
+        let r = match p {
+            Products::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml_multi(&ts, x, n, &mut ys),
+            Products::Tiles => ck::try_matmul_multi_gemm(ck::Gemm::Tiles, &ts, x, n, &mut ys),
+            _ => ck::try_matmul_multi(&ts, x, n, &mut ys),
+        };
         if let Err(e) = r {
-            panic!("matmul multi (exact: {exact}) n={n}: {e}");
+            panic!("matmul multi ({p:?}) n={n}: {e}");
         }
     }
 }

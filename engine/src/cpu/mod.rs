@@ -18,6 +18,7 @@ use crate::model::op_profile::{OpProfile, Timed};
 use crate::model::{Logits, Model, decoder};
 pub use matmul::matmul_ordered;
 pub(crate) use matmul::ModelMatmul;
+pub use matmul::Products;
 
 /// The CPU executor's methods on the `model` crate's types, in one import:
 /// `use strata::cpu::prelude::*;` (the model crate knows no backend, so these are traits).
@@ -47,6 +48,9 @@ pub struct Session {
     /// and MoE routing/combining follow the GPU kernels' order. With `GpuOptions::ordered` the
     /// GPU backend computes every layer and the logits bit for bit alike. Slower.
     pub ordered: bool,
+    /// `--cpu-gemm tiles`: prompt products of the signed 32-element formats through the
+    /// exact-block row tiles ([`Products::Tiles`]); `ordered` takes precedence.
+    pub tiles: bool,
     /// When set, every operation of the following forward chunks is timed into it
     /// (`strata bench --profile`).
     pub profile: Option<OpProfile>,
@@ -112,6 +116,7 @@ impl ModelCpu for Model {
             trace: None,
             ordered_attention: false,
             ordered: false,
+            tiles: false,
             profile: None,
             s: Scratch::default(),
         }
@@ -186,6 +191,7 @@ impl ModelSteps for Model {
             pos0: sess.n_past,
             ordered: sess.ordered,
             ordered_attention: sess.ordered_attention || sess.ordered,
+            tiles: sess.tiles,
             trace: trace.as_mut(),
             logits,
         };
