@@ -35,6 +35,7 @@ mod gpu_selftest;
 mod models_util;
 mod support;
 mod models_gemma3;
+mod models_cpu_gemm;
 mod models_qwen3;
 mod models_qwen3moe;
 mod spec_mtp;
