@@ -51,8 +51,8 @@ pub fn try_matmul_gemm(path: Path, gemm: Gemm, w: &QTensor, x: &[f32], n: usize,
     if n == 0 || w.rows == 0 {
         return Ok(());
     }
-    let kernel = select(path, w.ty)?;
-    let acts = prepare::acts(w.ty, x, n, w.cols, path, gemm)?;
+    let kernel = fast_kernel(path, w.ty, n)?;
+    let acts = if small_batch_ggml(path, w.ty, n) { prepare::acts_ggml(w.ty, x, n, w.cols, path)? } else { prepare::acts(w.ty, x, n, w.cols, path, gemm)? };
     run(kernel, w, rb, &acts, y);
     Ok(())
 }
@@ -239,8 +239,41 @@ pub fn try_matmul_multi_gemm(gemm: Gemm, ws: &[QTensor], x: &[f32], n: usize, ys
     if n == 0 {
         return Ok(());
     }
-    let kernels = ws.iter().map(|w| select(path, w.ty)).collect::<Result<Vec<_>, _>>()?;
-    multi_region(ws, x, n, ys, &kernels, |w| prepare::acts(w.ty, x, n, w.cols, path, gemm))
+    let kernels = ws.iter().map(|w| fast_kernel(path, w.ty, n)).collect::<Result<Vec<_>, _>>()?;
+    multi_region(ws, x, n, ys, &kernels, |w| {
+        if small_batch_ggml(path, w.ty, n) {
+            prepare::acts_ggml(w.ty, x, n, w.cols, path)
+        } else {
+            prepare::acts(w.ty, x, n, w.cols, path, gemm)
+        }
+    })
+}
+
+/// Fewer columns than the prompt tiles' minimum of Q8_0 / Q5_0 weights on AVX-512 (decode and
+/// speculative windows) run the llama.cpp-order kernels (`ggml_q8_512`, one row per ymm for one
+/// column): faster there than the pair kernels (the one-column Q5_0 decode is ~1.5x) and the
+/// same bits for every such batch size, so a verified window equals one-token steps.
+fn small_batch_ggml(path: Path, ty: quant::GgmlType, n: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        path == Path::Avx512 && n < crate::x86::gemm_q0::MIN_COLS && matches!(ty, quant::GgmlType::Q8_0 | quant::GgmlType::Q5_0)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (path, ty, n);
+        false
+    }
+}
+
+/// The kernel of the fast products for `n` columns of `ty` weights on `path`.
+fn fast_kernel(path: Path, ty: quant::GgmlType, n: usize) -> Result<RowsFn, KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    if small_batch_ggml(path, ty, n) {
+        if let Some(k) = crate::x86::ggml_kernel(path, ty) {
+            return Ok(k);
+        }
+    }
+    select(path, ty)
 }
 
 /// The shared body of the `*_multi` products: checks, one [`Acts`] per distinct (type, cols)
