@@ -32,4 +32,7 @@ pub(crate) struct Acts {
     /// Q8_0 on AVX-512 with at least `x86::gemm_q0::MIN_COLS` columns: per column and block,
     /// `-128 · Σ quants`, the start of each block sum of the GEMM tiles (weights biased to u8).
     pub corr: Vec<i32>,
+    /// Prepared for the prompt tiles (`Gemm::Tiles` with at least `x86::gemm_q0::MIN_COLS`
+    /// columns): the kernels that have tiles run them.
+    pub tiles: bool,
 }

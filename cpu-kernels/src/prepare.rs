@@ -34,6 +34,7 @@ pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path, gem
         h: Vec::new(),
         lcorr: Vec::new(),
         corr: Vec::new(),
+        tiles: false,
     };
     if ty == GgmlType::F32 {
         // No quantization: kernels read `f`, the portable path reads `raw`.
@@ -63,6 +64,10 @@ pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path, gem
     if path == Path::Portable {
         return Ok(a);
     }
+    #[cfg(target_arch = "x86_64")]
+    {
+        a.tiles = gemm == Gemm::Tiles && n >= crate::x86::gemm_q0::MIN_COLS;
+    }
     let bs = ty.type_size();
     match ty {
         GgmlType::F16 | GgmlType::BF16 => {
@@ -90,7 +95,7 @@ pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path, gem
                 // x + 128 as u8 (x ^ 0x80): the unsigned operand of vpdpbusd (x86::zmm).
                 a.perm = a.qs.iter().map(|&q| (q as u8 ^ 0x80) as i8).collect();
                 #[cfg(target_arch = "x86_64")]
-                if gemm == Gemm::Tiles && n >= crate::x86::gemm_q0::MIN_COLS {
+                if a.tiles {
                     a.corr = a.qs.chunks_exact(32).map(|q| -128 * q.iter().map(|&v| v as i32).sum::<i32>()).collect();
                 }
             }
@@ -162,6 +167,7 @@ pub(crate) fn acts_ggml(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path
         h: Vec::new(),
         lcorr: Vec::new(),
         corr: Vec::new(),
+        tiles: false,
     };
     let work = |(c, dst): (usize, &mut [u8])| -> Result<(), KernelError> {
         for (j, row) in dst.chunks_exact_mut(raw_row).enumerate() {

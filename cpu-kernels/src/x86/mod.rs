@@ -52,6 +52,7 @@ mod iq3_512;
 mod zmm;
 mod q0_decode;
 pub(crate) mod gemm_q0;
+mod gemm_k;
 mod ggml_q4k;
 mod ggml_q6k;
 mod ggml_q8;
@@ -69,8 +70,8 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
         return Some(iq3_512::rows_iq3_xxs);
     }
     let z: Option<RowsFn> = match ty {
-        GgmlType::Q4K => Some(zmm::rows_q4_k),
-        GgmlType::Q6K => Some(zmm::rows_q6_k),
+        GgmlType::Q4K => Some(zmm_rows_q4_k),
+        GgmlType::Q6K => Some(zmm_rows_q6_k),
         GgmlType::Q8_0 => Some(zmm_rows_q8_0),
         GgmlType::Q4_0 => Some(zmm_rows_q4_0),
         GgmlType::Q5_0 => Some(zmm_rows_q5_0),
@@ -101,7 +102,7 @@ macro_rules! pair_rows {
             unsafe {
                 if (w.cols / 32) % 2 != 0 {
                     $fallback(w, rb, a, r0, r1, y)
-                } else if let Some(g) = gemm.filter(|_| !a.corr.is_empty()) {
+                } else if let Some(g) = gemm.filter(|_| a.tiles) {
                     g(w, rb, a, r0, r1, y)
                 } else {
                     $pair(w, rb, a, r0, r1, y)
@@ -115,6 +116,26 @@ pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0, Some(gemm_q0::
 pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0, Some(gemm_q0::rows_q5_0));
 pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl, Some(gemm_q0::rows_iq4_nl));
 pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1);
+
+/// The zmm K-quant kernels, or their prompt tiles for activations prepared with `Acts::tiles`.
+macro_rules! tiles_or {
+    ($name:ident, $zmm:path, $tiles:path) => {
+        /// # Safety
+        /// The [`RowsFn`] contract, AVX-512 with DQ present (`has_avx512_zmm`).
+        unsafe fn $name(w: &crate::tensor::QTensor, rb: usize, a: &crate::acts::Acts, r0: usize, r1: usize, y: *mut f32) {
+            // SAFETY: both kernels have this function's contract (prepare fills what they read).
+            unsafe {
+                if a.tiles {
+                    $tiles(w, rb, a, r0, r1, y)
+                } else {
+                    $zmm(w, rb, a, r0, r1, y)
+                }
+            }
+        }
+    };
+}
+tiles_or!(zmm_rows_q4_k, zmm::rows_q4_k, gemm_k::rows_q4_k);
+tiles_or!(zmm_rows_q6_k, zmm::rows_q6_k, gemm_k::rows_q6_k);
 
 /// Kernels that reproduce the float summation order of llama.cpp's x86 kernels bit for bit
 /// (see `ggml_q8`, `ggml_q4k`, `ggml_q6k`); None for types without one. Every path computes
