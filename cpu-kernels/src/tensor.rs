@@ -87,7 +87,7 @@ pub(crate) fn kernel_supported(ty: GgmlType) -> bool {
 }
 
 /// How prompt-sized products (16 or more activation columns) of Q8_0 / Q5_0 / Q4_0 / IQ4_NL /
-/// Q4_K / Q6_K weights sum their blocks on AVX-512; other types, other paths and fewer columns
+/// Q4_1 / Q4_K / Q6_K weights sum their blocks on AVX-512; other types, other paths and fewer columns
 /// are the same under both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Gemm {
@@ -107,7 +107,7 @@ impl Gemm {
         #[cfg(target_arch = "x86_64")]
         {
             n >= crate::x86::gemm_q0::MIN_COLS
-                && matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4K | GgmlType::Q6K)
+                && matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q6K)
                 && best_path() == Path::Avx512
                 && crate::x86::cpu::has_avx512_zmm()
         }

@@ -30,8 +30,8 @@ pub struct RunOptions {
     /// matmul, fmath activations) and the GPU `GpuOptions::ordered`, so `--device cpu` and
     /// `--device emu|hip` compute whole layers and logits bit for bit alike.
     pub ordered_attention: bool,
-    /// `--cpu-gemm tiles`: the CPU executor's prompt products of the signed 32-element formats
-    /// through exact-block row tiles (`Products::Tiles`; GPU backends ignore it).
+    /// `--cpu-gemm tiles`: the CPU executor's prompt products through exact-block row tiles
+    /// (`Products::Tiles`; GPU backends ignore it).
     pub cpu_tiles: bool,
     pub kv: KvType,
     /// KV capacity in positions (0: the model's training context).

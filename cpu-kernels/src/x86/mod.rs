@@ -115,7 +115,7 @@ pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0, Some(gemm_q0::
 pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0, Some(gemm_q0::rows_q4_0));
 pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0, Some(gemm_q0::rows_q5_0));
 pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl, Some(gemm_q0::rows_iq4_nl));
-pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1);
+pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1, Some(gemm_q0::rows_q4_1));
 
 /// The zmm K-quant kernels, or their prompt tiles for activations prepared with `Acts::tiles`.
 macro_rules! tiles_or {

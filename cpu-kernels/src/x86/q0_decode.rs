@@ -62,3 +62,11 @@ pub(crate) unsafe fn iq4_nl(p: *const u8) -> __m512i {
     let kv = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tables::IQ4NL_VALUES.as_ptr().cast()));
     _mm512_shuffle_epi8(kv, nib_pair(p.add(2), p.add(20)))
 }
+
+/// Q4_1 (20-byte blocks: f16 d, f16 m, 16 nibble bytes; w = d·q + m): the unsigned nibbles.
+pub(crate) const Q4_1_BYTES: usize = 20;
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
+#[inline]
+pub(crate) unsafe fn q4_1(p: *const u8) -> __m512i {
+    nib_pair(p.add(4), p.add(24))
+}

@@ -210,7 +210,7 @@ unsafe fn dot_q4_1<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
     let mut b = 0;
     while b + 2 <= nb {
         let p = w.add(b * 20);
-        let wq = dec::nib_pair(p.add(4), p.add(24));
+        let wq = dec::q4_1(p);
         let dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, core::ptr::read_unaligned(p.add(20).cast::<i32>()), core::ptr::read_unaligned(p.cast::<i32>()))));
         let dw = _mm512_permutexvar_ps(d_idx, dm);
         let mw = _mm512_permutexvar_ps(m_idx, dm);

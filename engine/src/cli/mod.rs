@@ -67,12 +67,12 @@ pub struct CommonArgs {
     #[arg(long = "ordered", visible_alias = "ordered-attention", global = true)]
     #[serde(rename = "ordered")]
     pub ordered_attention: bool,
-    /// CPU prompt products of Q8_0 / Q5_0 / Q4_0 / IQ4_NL weights (16 or more tokens at once, on
-    /// AVX-512): `llama` sums each 32-weight block in lanes of 4 like llama.cpp's kernels, so
-    /// greedy output follows llama.cpp's token for token; `tiles` sums each block exactly in
-    /// integers over 16-row tiles and rounds once: 2-3x faster products (prompt processing on
-    /// models whose tensors are in those formats), logits differ from `llama` in the last bits.
-    /// Decode and other weight types are the same under both; `--ordered` overrides.
+    /// CPU prompt products of Q8_0 / Q5_0 / Q4_0 / Q4_1 / IQ4_NL / Q4_K / Q6_K weights (16 or
+    /// more tokens at once, on AVX-512): `llama` sums each block in lanes of 4 like llama.cpp's
+    /// kernels, so greedy output follows llama.cpp's token for token; `tiles` sums each block
+    /// exactly in integers over 16-row tiles and rounds once: 1.5-2x faster prompt processing,
+    /// logits differ from `llama` in the last bits. Decode and other weight types are the same
+    /// under both; `--ordered` overrides.
     #[arg(long, value_enum, global = true, default_value_t = CpuGemmArg::Llama)]
     pub cpu_gemm: CpuGemmArg,
     /// KV cache storage: f16 (like llama.cpp), int8 (per-row scale, half the memory) or f32

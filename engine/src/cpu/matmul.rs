@@ -17,8 +17,9 @@ pub enum Products {
     /// (`Arch::ggml_exact`), the lane-order fast kernels otherwise.
     #[default]
     Llama,
-    /// `--cpu-gemm tiles`: prompt products of Q8_0 / Q5_0 / Q4_0 / IQ4_NL weights through the
-    /// exact-block row tiles (`cpu_kernels::Gemm::Tiles`), everything else as [`Products::Llama`].
+    /// `--cpu-gemm tiles`: prompt products of the types with row tiles (`cpu_kernels::Gemm::
+    /// tiles_apply`) through them (`cpu_kernels::Gemm::Tiles`), everything else as
+    /// [`Products::Llama`].
     Tiles,
     /// `--ordered`: [`matmul_ordered`].
     Ordered,

@@ -48,8 +48,8 @@ pub struct Session {
     /// and MoE routing/combining follow the GPU kernels' order. With `GpuOptions::ordered` the
     /// GPU backend computes every layer and the logits bit for bit alike. Slower.
     pub ordered: bool,
-    /// `--cpu-gemm tiles`: prompt products of the signed 32-element formats through the
-    /// exact-block row tiles ([`Products::Tiles`]); `ordered` takes precedence.
+    /// `--cpu-gemm tiles`: prompt products through the exact-block row tiles
+    /// ([`Products::Tiles`]); `ordered` takes precedence.
     pub tiles: bool,
     /// When set, every operation of the following forward chunks is timed into it
     /// (`strata bench --profile`).
