@@ -16,9 +16,10 @@
 //! sums start at 0, and its min term is one more FMA per block with Q8_1's `s = d_x·Σx`.
 //!
 //! Numerics: block sums are exact integers; per block `acc += f32(Σ) · (d_w · d_x)` in block
-//! order. That is a different float order from the pair kernels (which one-token decode and
-//! speculative windows of < `MIN_COLS` use), so a prompt's products differ from evaluating the
-//! same tokens one by one by f32 rounding. Not used on the ggml-order path.
+//! order. That is not the lane order (each 4-product lane sum rounded on its own, llama.cpp's)
+//! of the default kernels, which decode and windows of < `MIN_COLS` always use, so a prompt's
+//! products differ from evaluating the same tokens one by one by f32 rounding. Hence a named
+//! mode (`Gemm::Tiles`, `--cpu-gemm tiles`), off by default.
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use super::q0_decode as dec;
@@ -26,10 +27,11 @@ use crate::acts::Acts;
 use crate::tensor::QTensor;
 use core::arch::x86_64::*;
 
-/// Fewest activation columns for which `prepare` fills `Acts::corr` and these tiles run.
+/// Fewest activation columns for which `prepare` sets `Acts::tiles` (and fills `Acts::corr`)
+/// and the tiles run.
 pub(crate) const MIN_COLS: usize = 16;
 /// Rows per tile: one zmm of i32/f32 lanes.
-pub(crate) const TILE_ROWS: usize = 16;
+const TILE_ROWS: usize = 16;
 /// Columns whose accumulators stay in registers while a block's 8 weight quads are loaded.
 const COLS: usize = 8;
 /// Scratch bytes per block: 8 quads of 64 bytes, 16 f32 scales, 16 f32 mins (Q4_1).
