@@ -217,6 +217,19 @@ impl GgufFile {
         &self.metadata
     }
 
+    /// Frees the values of the named array keys (the keys stay, as empty arrays): the
+    /// tokenizer's vocabulary arrays once the tokenizer holds its own copy (Gemma 3's 262k
+    /// tokens, scores and types are ~30 MB as `Value`s). Later reads see an empty array.
+    pub fn release_arrays(&mut self, keys: &[&str]) {
+        for key in keys {
+            if let Some(&i) = self.key_index.get(*key)
+                && let Value::Array(a) = &mut self.metadata[i].1
+            {
+                *a = Vec::new();
+            }
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.key_index.get(key).map(|&i| &self.metadata[i].1)
     }
