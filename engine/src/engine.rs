@@ -520,11 +520,14 @@ impl Engine {
     pub fn load(path: &Path, opts: RunOptions) -> Result<Engine> {
         let mut gguf = gguf::GgufFile::open(path)
             .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
-        let tokenizer = Tokenizer::from_gguf(&gguf).map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
-        // The tokenizer has its own copy of the vocabulary: the metadata's goes back to the OS
-        // (peak RSS, issue 16: Gemma 3's is ~30 MB).
-        gguf.release_arrays(&["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"]);
-        release_free_heap();
+        // Built before the model so that the metadata's copy of the vocabulary can go back to
+        // the OS (peak RSS, issue 16: Gemma 3's is ~30 MB); its error is reported after the
+        // model's (a file that is no model at all, e.g. an MTP head, says so first).
+        let tokenizer = Tokenizer::from_gguf(&gguf);
+        if tokenizer.is_ok() {
+            gguf.release_arrays(&["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"]);
+            release_free_heap();
+        }
         let model = if crate::model::Arch::of(&gguf, path)? == crate::model::Arch::Qwen4Exp {
             let q4_err = |e: EngineError| e.in_file(path);
             let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;
@@ -579,6 +582,7 @@ impl Engine {
         } else {
             place(Model::from_gguf(gguf, path)?, &opts)?
         };
+        let tokenizer = tokenizer.map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
         // As llama.cpp: one vocabulary. A tokenizer larger than the embedding makes ids the
         // model cannot take; a smaller one, ids the model samples that decode to nothing.
         if tokenizer.vocab_size() != model.n_vocab() {
