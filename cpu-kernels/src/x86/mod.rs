@@ -87,23 +87,19 @@ pub(crate) fn avx512_kernel(ty: GgmlType) -> Option<RowsFn> {
 
 /// The zmm pair kernels need an even number of 32-element blocks per row; odd rows (K = 32·odd)
 /// go to the 256-bit kernel of the same path. Prompt-sized products (activations prepared with
-/// `Acts::corr`, n ≥ `gemm_q0::MIN_COLS`) of the signed formats run the 16-row GEMM tiles.
+/// `Acts::tiles`, n ≥ `gemm_q0::MIN_COLS`) run the 16-row GEMM tiles.
 macro_rules! pair_rows {
-    ($name:ident, $pair:path, $fallback:path) => {
-        pair_rows!($name, $pair, $fallback, None);
-    };
-    ($name:ident, $pair:path, $fallback:path, $gemm:expr) => {
+    ($name:ident, $pair:path, $fallback:path, $tiles:path) => {
         /// # Safety
         /// The [`RowsFn`] contract, AVX-512 with DQ present (`has_avx512_zmm`).
         unsafe fn $name(w: &crate::tensor::QTensor, rb: usize, a: &crate::acts::Acts, r0: usize, r1: usize, y: *mut f32) {
-            let gemm: Option<RowsFn> = $gemm;
-            // SAFETY: all three kernels have this function's contract; the GEMM tiles also need
-            // `a.corr`, checked here.
+            // SAFETY: all three kernels have this function's contract (prepare fills what the
+            // tiles read when it sets `a.tiles`).
             unsafe {
                 if (w.cols / 32) % 2 != 0 {
                     $fallback(w, rb, a, r0, r1, y)
-                } else if let Some(g) = gemm.filter(|_| a.tiles) {
-                    g(w, rb, a, r0, r1, y)
+                } else if a.tiles {
+                    $tiles(w, rb, a, r0, r1, y)
                 } else {
                     $pair(w, rb, a, r0, r1, y)
                 }
@@ -111,11 +107,11 @@ macro_rules! pair_rows {
         }
     };
 }
-pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0, Some(gemm_q0::rows_q8_0));
-pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0, Some(gemm_q0::rows_q4_0));
-pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0, Some(gemm_q0::rows_q5_0));
-pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl, Some(gemm_q0::rows_iq4_nl));
-pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1, Some(gemm_q0::rows_q4_1));
+pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0, gemm_q0::rows_q8_0);
+pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0, gemm_q0::rows_q4_0);
+pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0, gemm_q0::rows_q5_0);
+pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl, gemm_q0::rows_iq4_nl);
+pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1, gemm_q0::rows_q4_1);
 
 /// The zmm K-quant kernels, or their prompt tiles for activations prepared with `Acts::tiles`.
 macro_rules! tiles_or {

@@ -84,7 +84,7 @@ impl CpuChunk<'_> {
             }
         }
         for (w, y) in outs.iter_mut() {
-            m.mm_o(p, w, 0, x, n, &mut y[..]);
+            m.mm(p, w, 0, x, n, &mut y[..]);
         }
     }
 }
@@ -271,7 +271,7 @@ impl DecoderOps for CpuChunk<'_> {
         for (j, i) in (first..n).enumerate() {
             norm(&s.x[i * d..(i + 1) * d], norm_w, eps, &mut s.xn[j * d..(j + 1) * d]);
         }
-        self.m.mm_o(p, output, 0, &s.xn, n - first, logits);
+        self.m.mm(p, output, 0, &s.xn, n - first, logits);
         Ok(())
     }
 }

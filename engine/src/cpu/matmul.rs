@@ -1,6 +1,6 @@
 //! Matrix products and row-wise helpers of the CPU executor.
 //!
-//! [`ModelMatmul::mm_o`] is the product, with the kernels a session chose ([`Products`]: by
+//! [`ModelMatmul::mm`] is the product, with the kernels a session chose ([`Products`]: by
 //! default ggml-order kernels for the architectures whose numerics copy llama.cpp's,
 //! `Arch::ggml_exact`; `--cpu-gemm tiles`; [`matmul_ordered`], the ordered-numerics mode's,
 //! the code the GPU's `mmv_ordered` kernel runs per output).
@@ -39,17 +39,17 @@ impl Products {
 /// The CPU executor's methods on [`Model`] for this crate (a type of the `model` crate).
 pub(crate) trait ModelMatmul {
     /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack) with the kernels `p` names.
-    fn mm_o(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
+    fn mm(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
 
     /// Products of the same activations with several matrices in one parallel region
     /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi_gemm`
-    /// otherwise; same bits as one [`Self::mm_o`] per matrix). Not for [`Products::Ordered`].
+    /// otherwise; same bits as one [`Self::mm`] per matrix). Not for [`Products::Ordered`].
     fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]);
 }
 
 impl ModelMatmul for Model {
     #[inline]
-    fn mm_o(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    fn mm(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         let t = self.qt(w, e);
         let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
         let p = if p == Products::Tiles && !ck::Gemm::tiles_apply(t.ty, n) { Products::Llama } else { p };

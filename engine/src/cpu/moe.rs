@@ -72,8 +72,9 @@ pub fn softmax_wave_order(x: &mut [f32]) {
 /// `out[n][d] = Σ_selected w_e · down_e(silu(gate_e x) * up_e x)` for every row of `xn`.
 ///
 /// `p`: the products' kernels; with [`Products::Ordered`] (`Session::ordered`) the GPU
-/// ordered mode's numerics — [`Model::mm_o`] products, [`softmax_wave_order`], `quant::fmath::silu`, and each token's expert outputs added in rank
-/// order from 0.0 (`moe_combine`) instead of by increasing expert id.
+/// ordered mode's numerics — [`ModelMatmul::mm`] products, [`softmax_wave_order`],
+/// `quant::fmath::silu`, and each token's expert outputs added in rank order from 0.0
+/// (`moe_combine`) instead of by increasing expert id.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_ffn(
     layer: usize,
@@ -90,7 +91,7 @@ pub(crate) fn moe_ffn(
     let d = router.cols;
     let (ne, k, ff) = (spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
     grow(&mut s.logits, n * ne);
-    m.mm_o(p, router, 0, xn, n, &mut s.logits);
+    m.mm(p, router, 0, xn, n, &mut s.logits);
     s.sel.clear();
     for i in 0..n {
         let probs = &mut s.logits[i * ne..(i + 1) * ne];
@@ -131,15 +132,15 @@ pub(crate) fn moe_ffn(
             let i = sj / k;
             s.xin[j * d..(j + 1) * d].copy_from_slice(&xn[i * d..(i + 1) * d]);
         }
-        m.mm_o(p, gate, e, &s.xin, r, &mut s.gate);
-        m.mm_o(p, up, e, &s.xin, r, &mut s.up);
+        m.mm(p, gate, e, &s.xin, r, &mut s.gate);
+        m.mm(p, up, e, &s.xin, r, &mut s.up);
         if ordered {
             let act = &mut s.act[..r * ff];
             act.iter_mut().zip(&s.gate[..r * ff]).zip(&s.up[..r * ff]).for_each(|((o, &g), &u)| *o = quant::fmath::silu(g) * u);
         } else {
             ck::swiglu(&s.gate[..r * ff], &s.up[..r * ff], &mut s.act[..r * ff]);
         }
-        m.mm_o(p, down, e, &s.act, r, &mut s.down);
+        m.mm(p, down, e, &s.act, r, &mut s.down);
         if ordered {
             for (j, &sj) in s.rows.iter().enumerate() {
                 s.slots[sj * d..(sj + 1) * d].copy_from_slice(&s.down[j * d..(j + 1) * d]);

@@ -250,8 +250,8 @@ impl GpuModel {
         let x: Vec<f32> = xs.flatten().copied().collect();
         let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.opts.ordered);
         let (mut g, mut u, mut y) = (vec![0f32; r * ff], vec![0f32; r * ff], vec![0f32; r * down.rows]);
-        self.model.mm_o(Products::of(ordered, false), gate, e, &x, r, &mut g);
-        self.model.mm_o(Products::of(ordered, false), up, e, &x, r, &mut u);
+        self.model.mm(Products::of(ordered, false), gate, e, &x, r, &mut g);
+        self.model.mm(Products::of(ordered, false), up, e, &x, r, &mut u);
         let act: Vec<f32> = if ordered {
             g.iter().zip(&u).map(|(&a, &b)| quant::fmath::silu(a) * b).collect()
         } else {
@@ -259,7 +259,7 @@ impl GpuModel {
             cpu_kernels::swiglu(&g, &u, &mut a);
             a
         };
-        self.model.mm_o(Products::of(ordered, false), down, e, &act, r, &mut y);
+        self.model.mm(Products::of(ordered, false), down, e, &act, r, &mut y);
         Ok(y)
     }
 
