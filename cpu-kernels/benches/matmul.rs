@@ -144,7 +144,8 @@ fn main() {
     // Shapes of the default model (Gemma 3 270M: d_model 640, FFN 2048, vocab 262144; tensors
     // with K = 640 are Q8_0/Q5_0 since 640 is not a multiple of 256) and of Qwen2.5-Coder-0.5B
     // Q4_K_M (d_model 896, FFN 4864: gate/up and attention in Q5_0/Q8_0, down in Q4_K/Q6_K).
-    let shapes: [(&str, GgmlType, usize, usize, &str); 9] = [
+    // SmolLM2-135M Q4_1: d_model 576, FFN 1536.
+    let shapes: [(&str, GgmlType, usize, usize, &str); 12] = [
         ("gemma", GgmlType::Q8_0, 262144, 640, "output"),
         ("gemma", GgmlType::Q5_0, 2048, 640, "ffn_up"),
         ("gemma", GgmlType::Q8_0, 2048, 640, "ffn_up"),
@@ -154,14 +155,17 @@ fn main() {
         ("qwen2.5", GgmlType::Q8_0, 896, 896, "attn_q"),
         ("qwen2.5", GgmlType::Q4K, 896, 4864, "ffn_down"),
         ("qwen2.5", GgmlType::Q6K, 896, 4864, "ffn_down"),
+        ("smollm2", GgmlType::Q4_1, 1536, 576, "ffn_up"),
+        ("smollm2", GgmlType::Q4_1, 576, 1536, "ffn_down"),
+        ("smollm2", GgmlType::Q4_1, 576, 576, "attn_q"),
     ];
     for (model, ty, rows, k, what) in shapes {
         for n in [1usize, 512] {
             if n == 512 && rows > 8192 {
                 continue;
             }
-            // Prompt products also with the row tiles (`Gemm::Tiles`, label suffix "tiles").
-            let modes: &[(Gemm, &str)] = if n > 1 { &[(Gemm::Lanes, ""), (Gemm::Tiles, " tiles")] } else { &[(Gemm::Lanes, "")] };
+            // Also with the row tiles (`Gemm::Tiles`, label suffix "tiles") where they apply.
+            let modes: &[(Gemm, &str)] = if Gemm::tiles_apply(ty, n) { &[(Gemm::Lanes, ""), (Gemm::Tiles, " tiles")] } else { &[(Gemm::Lanes, "")] };
             let cases: Vec<(Path, Gemm, String)> = paths
                 .iter()
                 .flat_map(|&p| modes.iter().map(move |&(g, sfx)| (p, g, format!("{model} {what} {} {rows}x{k} n={n} {p:?}{sfx}", ty.name()))))

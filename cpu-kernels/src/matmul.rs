@@ -114,10 +114,11 @@ pub fn try_matmul_prepared(w: &QTensor, acts: &PreparedActs, y: &mut [f32]) -> R
     Ok(())
 }
 
-/// Prompt-sized products run row tiles of 16 (`x86::gemm_q0`): task row ranges are rounded up
-/// to whole tiles so no task ends in a partly filled one.
-fn align_rows(chunk: usize, n: usize) -> usize {
-    if n >= 16 {
+/// Prompt-sized products and activations prepared for the row tiles (`x86::gemm_q0`,
+/// `x86::gemv_tiles`) run tiles of 16 rows: task row ranges are rounded up to whole tiles so no
+/// task ends in a partly filled one.
+fn align_rows(chunk: usize, n: usize, tiles: bool) -> usize {
+    if n >= 16 || tiles {
         chunk.next_multiple_of(16)
     } else {
         chunk
@@ -144,7 +145,7 @@ fn run(kernel: RowsFn, w: &QTensor, rb: usize, acts: &Acts, y: &mut [f32]) {
     // matrices are split into a few tasks, not dozens of tiny ones.
     let min_rows = if n == 1 { 16 } else { 4 };
     let min_bytes_rows = (64usize << 10).div_ceil(rb * n.min(8));
-    let chunk = align_rows(rows.div_ceil(threads * 8).max(min_rows).max(min_bytes_rows), n);
+    let chunk = align_rows(rows.div_ceil(threads * 8).max(min_rows).max(min_bytes_rows), n, acts.tiles);
     let n_chunks = rows.div_ceil(chunk);
     crate::team::for_each(n_chunks, |i| {
         let r0 = i * chunk;
@@ -310,7 +311,7 @@ fn multi_region(
     let target = (total / (threads * 8)).max(64 << 10);
     let mut tasks = Vec::new();
     for (i, (w, &rb)) in ws.iter().zip(&rbs).enumerate() {
-        let chunk = align_rows((target / rb).max(if n == 1 { 16 } else { 4 }), n).min(w.rows.max(1));
+        let chunk = align_rows((target / rb).max(if n == 1 { 16 } else { 4 }), n, act_of(w).tiles).min(w.rows.max(1));
         let mut r0 = 0;
         while r0 < w.rows {
             tasks.push((i, r0, (r0 + chunk).min(w.rows)));

@@ -66,7 +66,7 @@ pub(crate) fn acts(wty: GgmlType, x: &[f32], n: usize, k: usize, path: Path, gem
     }
     #[cfg(target_arch = "x86_64")]
     {
-        a.tiles = gemm == Gemm::Tiles && n >= crate::x86::gemm_q0::MIN_COLS;
+        a.tiles = gemm == Gemm::Tiles && (n >= crate::x86::gemm_q0::MIN_COLS || crate::x86::gemv_tiles::has(wty));
     }
     let bs = ty.type_size();
     match ty {

@@ -87,16 +87,17 @@ pub(crate) fn kernel_supported(ty: GgmlType) -> bool {
 }
 
 /// How prompt-sized products (16 or more activation columns) of Q8_0 / Q5_0 / Q4_0 / IQ4_NL /
-/// Q4_1 / Q4_K / Q6_K weights sum their blocks on AVX-512; other types, other paths and fewer columns
-/// are the same under both.
+/// Q4_1 / Q4_K / Q6_K weights, and Q4_1's products of any size, sum their blocks on AVX-512;
+/// other types, other paths and fewer columns are the same under both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Gemm {
     /// Lane order: each i32 lane's 4-product partial sum is converted and scaled on its own,
     /// like llama.cpp's kernels, so greedy output follows llama.cpp's token for token.
     #[default]
     Lanes,
-    /// Row tiles (`x86::gemm_q0`, `x86::gemm_k`): each (sub-)block summed exactly in integers,
-    /// one rounding per block. Up to 3x faster; logits differ from `Lanes` in the last bits.
+    /// Row tiles (`x86::gemm_q0`, `x86::gemm_k`, and `x86::gemv_tiles` for Q4_1's decode):
+    /// each (sub-)block summed exactly in integers, one rounding per block. Up to 3x faster;
+    /// logits differ from `Lanes` in the last bits.
     Tiles,
 }
 
@@ -106,8 +107,8 @@ impl Gemm {
     pub fn tiles_apply(ty: GgmlType, n: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            n >= crate::x86::gemm_q0::MIN_COLS
-                && matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q6K)
+            (n >= crate::x86::gemm_q0::MIN_COLS && matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q6K)
+                || crate::x86::gemv_tiles::has(ty))
                 && best_path() == Path::Avx512
                 && crate::x86::cpu::has_avx512_zmm()
         }

@@ -202,3 +202,41 @@ fn prepared_activations_match() {
         }
     }
 }
+
+/// Where `Gemm::Tiles` also changes decode-sized products (`Gemm::tiles_apply(ty, 1)`), a
+/// column computed alone or in a window of a few gets the same bits as inside a prompt-sized
+/// product (the same tiles, built in registers instead of a scratch), so speculative windows
+/// and prompts equal one-token steps in that mode. Rows 37 and 1031: partial tiles at the end,
+/// and the parallel split.
+#[test]
+fn small_tiles_equal_prompt_tiles_bitwise() {
+    let path = cpu_kernels::best_path();
+    let mut rng = Rng::new(17);
+    let mut checked = 0;
+    for &ty in SUPPORTED_TYPES {
+        if !Gemm::tiles_apply(ty, 1) {
+            continue;
+        }
+        for (rows, k) in [(37usize, 576usize), (1031, 1536)] {
+            let w = make_weights(ty, rows, k, &mut rng);
+            let t = QTensor { ty, data: &w, rows, cols: k };
+            let n = 21;
+            let x = rng.vec(n * k);
+            let mut prompt = vec![f32::NAN; n * rows];
+            try_matmul_gemm(path, Gemm::Tiles, &t, &x, n, &mut prompt).unwrap();
+            for (c0, width) in [(0usize, 1usize), (3, 1), (5, 5), (10, 9)] {
+                let mut y = vec![f32::NAN; width * rows];
+                try_matmul_gemm(path, Gemm::Tiles, &t, &x[c0 * k..(c0 + width) * k], width, &mut y).unwrap();
+                for (i, (a, b)) in y.iter().zip(&prompt[c0 * rows..(c0 + width) * rows]).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{} rows={rows} k={k} columns {c0}+{width}: output {i}: {a} vs {b}", ty.name());
+                }
+            }
+            checked += 1;
+        }
+    }
+    if cpu_kernels::Gemm::tiles_apply(GgmlType::Q4_1, 1) {
+        assert!(checked > 0);
+    } else {
+        eprintln!("no type has decode-sized tiles on this CPU ({path:?}): nothing to compare");
+    }
+}

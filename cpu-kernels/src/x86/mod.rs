@@ -52,6 +52,8 @@ mod iq3_512;
 mod zmm;
 mod q0_decode;
 pub(crate) mod gemm_q0;
+// The row tiles for decode-sized products (Q4_1), built in registers.
+pub(crate) mod gemv_tiles;
 mod gemm_k;
 mod ggml_q4k;
 mod ggml_q6k;
@@ -111,7 +113,23 @@ pair_rows!(zmm_rows_q8_0, zmm::pair_rows_q8_0, avx512::rows_q8_0, gemm_q0::rows_
 pair_rows!(zmm_rows_q4_0, zmm::pair_rows_q4_0, avx512::rows_q4_0, gemm_q0::rows_q4_0);
 pair_rows!(zmm_rows_q5_0, zmm::pair_rows_q5_0, avx512::rows_q5_0, gemm_q0::rows_q5_0);
 pair_rows!(zmm_rows_iq4_nl, zmm::pair_rows_iq4_nl, avx512::rows_iq4_nl, gemm_q0::rows_iq4_nl);
-pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1, gemm_q0::rows_q4_1);
+pair_rows!(zmm_rows_q4_1, zmm::pair_rows_q4_1, avx512::rows_q4_1, q4_1_tiles);
+
+/// Q4_1's row tiles for any column count: `gemm_q0`'s scratch tiles for prompts, the same tiles
+/// built in registers (`gemv_tiles`) for fewer columns.
+///
+/// # Safety
+/// The [`RowsFn`] contract, AVX-512 with DQ present, `a` prepared with `Acts::tiles`.
+unsafe fn q4_1_tiles(w: &crate::tensor::QTensor, rb: usize, a: &crate::acts::Acts, r0: usize, r1: usize, y: *mut f32) {
+    // SAFETY: both kernels have this function's contract.
+    unsafe {
+        if a.n < gemm_q0::MIN_COLS {
+            gemv_tiles::rows_q4_1(w, rb, a, r0, r1, y)
+        } else {
+            gemm_q0::rows_q4_1(w, rb, a, r0, r1, y)
+        }
+    }
+}
 
 /// The zmm K-quant kernels, or their prompt tiles for activations prepared with `Acts::tiles`.
 macro_rules! tiles_or {
