@@ -52,6 +52,7 @@ pub use ops::{
     geglu_ggml, gelu_f16_table, gelu_tanh, geglu, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_neox,
     rope_cs_ggml, rope_neox_ggml, rope_neox_ggml_cs, rope_norm, silu, softcap, softmax, swiglu,
 };
+pub use prepare::quantize_q8_0_x86;
 pub use quant::GgmlType;
 pub use tensor::{best_path, cpu_features, Gemm, KernelError, Path, QTensor, SUPPORTED_TYPES};
 

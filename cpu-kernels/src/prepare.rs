@@ -218,7 +218,7 @@ pub(crate) fn quantize_q8_k(x: &[f32], out: &mut [u8]) -> Result<(), KernelError
 /// stored scale is `d = amax/127` (f16), but the quants are `round_half_even(x * (127/amax))`,
 /// not `roundf(x / d)` like the reference quantizer: the two differ in the last bit of the
 /// multiplier and on ties, which flips a quant now and then.
-pub(crate) fn quantize_q8_0_x86(x: &[f32], out: &mut [u8]) {
+pub fn quantize_q8_0_x86(x: &[f32], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if crate::x86::cpu::has_avx2() {
         // SAFETY: AVX2/FMA/F16C present (checked).

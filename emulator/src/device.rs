@@ -415,7 +415,7 @@ fn schedule_random(ctx: &Ctx, waves: &mut [Wave], lds: &mut [u8], view: &mut Vie
             race.barrier();
             continue;
         }
-        let k = runnable[race.rng.below(runnable.len() as u64) as usize];
+        let k = runnable[race.rng.below_u64(runnable.len() as u64) as usize];
         race.wave = k as u16;
         race.slice = race.pick_slice();
         match exec::run_with(ctx, &mut waves[k], lds, view, c, race)? {

@@ -16,7 +16,6 @@ pub mod gpu_options;
 pub mod kfd;
 pub mod kv_cache;
 pub mod npy;
-pub mod rng;
 pub mod sampler;
 pub mod spec;
 pub mod synth;
@@ -25,6 +24,8 @@ pub mod gpu;
 
 // The architecture descriptions, the error type and the KV type are the `model` crate's.
 pub use model::{self, error};
+// The one deterministic RNG (its own crate, below every other).
+pub use rng;
 
 pub use engine::{Engine, RunOptions};
 pub use error::EngineError;

@@ -13,17 +13,10 @@ fn tmp_dir(name: &str) -> PathBuf {
     d
 }
 
-/// Deterministic bytes (xorshift) so data comparisons are meaningful.
+/// Deterministic bytes (the project's one RNG) so data comparisons are meaningful.
 fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
+    let mut r = rng::SplitMix64::new(seed);
+    (0..n).map(|_| r.next_u64() as u8).collect()
 }
 
 fn all_values() -> Vec<(String, Value)> {

@@ -1,17 +1,14 @@
-//! Shared test helpers: a deterministic RNG and scale-aware comparison.
+//! Shared test helpers: test data from the project's one RNG (`rng::SplitMix64`) and a
+//! scale-aware comparison.
 #![allow(dead_code)]
 
-pub struct Rng(u64);
+pub struct Rng(rng::SplitMix64);
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(rng::SplitMix64::new(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.next_u64()
     }
     /// Uniform in [-1, 1).
     pub fn uniform(&mut self) -> f32 {

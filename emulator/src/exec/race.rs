@@ -12,6 +12,7 @@ use super::Ctx;
 use crate::error::{DataRace, EmuError, RaceAccess};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use rng::SplitMix64;
 
 /// Name of the environment variable that turns race mode on for every [`crate::Device`] created
 /// afterwards: `STRATA_EMU_RACE_SEED=<u64>` (decimal or `0x` hex).
@@ -101,21 +102,6 @@ impl Hasher for AddrHasher {
     fn write_u64(&mut self, x: u64) { self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15); }
 }
 
-/// splitmix64: the scheduler's random numbers (deterministic per seed and workgroup).
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Rng { Rng(seed) }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 { ((self.next_u64() as u128 * n as u128) >> 64) as u64 }
-}
-
 /// Race-mode state of one host thread, reused by the workgroups it runs.
 pub struct RaceState {
     pub seed: u64,
@@ -124,7 +110,8 @@ pub struct RaceState {
     pub wave: u16,
     /// Instructions the running wave may still execute before it yields.
     pub slice: u64,
-    pub rng: Rng,
+    /// The scheduler's random numbers (deterministic per seed and workgroup).
+    pub rng: SplitMix64,
     epoch: u32,
     lds: Vec<Cell>,
     global: HashMap<u64, Cell, BuildHasherDefault<AddrHasher>>,
@@ -132,14 +119,14 @@ pub struct RaceState {
 
 impl RaceState {
     pub fn new(seed: u64) -> RaceState {
-        RaceState { seed, workgroup: [0; 3], wave: 0, slice: 0, rng: Rng::new(seed), epoch: 0, lds: Vec::new(), global: HashMap::default() }
+        RaceState { seed, workgroup: [0; 3], wave: 0, slice: 0, rng: SplitMix64::new(seed), epoch: 0, lds: Vec::new(), global: HashMap::default() }
     }
     /// A new workgroup: its own random stream (so results do not depend on which host thread
     /// ran which workgroup), no accesses recorded.
     pub fn start_workgroup(&mut self, gid: [u32; 3], lds_bytes: usize) {
         self.workgroup = gid;
         let mix = (gid[0] as u64) | (gid[1] as u64) << 21 | (gid[2] as u64) << 42;
-        self.rng = Rng::new(self.seed ^ mix.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+        self.rng = SplitMix64::new(self.seed ^ mix.wrapping_mul(0xD6E8_FEB8_6659_FD93));
         if self.lds.len() < lds_bytes { self.lds.resize(lds_bytes, Cell::EMPTY); }
         self.barrier();
     }
@@ -155,7 +142,7 @@ impl RaceState {
     /// The next slice length: mostly short (1-16 instructions), sometimes long (up to 256), so
     /// both fine-grained and coarse interleavings occur.
     pub fn pick_slice(&mut self) -> u64 {
-        if self.rng.below(4) == 0 { 1 + self.rng.below(256) } else { 1 + self.rng.below(16) }
+        if self.rng.below_u64(4) == 0 { 1 + self.rng.below_u64(256) } else { 1 + self.rng.below_u64(16) }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -1,18 +1,15 @@
-//! Tiny deterministic PRNG for the property tests (SplitMix64 + Box–Muller); no dependencies.
+//! Test data for the property tests: the project's one RNG (`rng::SplitMix64`) with this
+//! suite's distributions (uniform in [0, 1), Box–Muller normals).
 #![allow(dead_code)]
 
-pub struct Rng(u64);
+pub struct Rng(rng::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(rng::SplitMix64::new(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f64 {

@@ -1,5 +1,6 @@
-//! The engine's one small deterministic RNG (SplitMix64): synthetic models and routing traces
-//! are reproducible from a seed without a dependency. Not for sampling (that is `sampler`).
+//! The project's one small deterministic RNG (SplitMix64), below every other crate: synthetic
+//! models, routing traces, the emulator's race schedules and the tests' random data are
+//! reproducible from a seed. Not for sampling tokens (that is the engine's `sampler`).
 
 /// SplitMix64 (Steele, Lea, Flood 2014): 64-bit state, passes BigCrush, trivially seedable.
 #[derive(Clone, Debug)]
@@ -23,6 +24,11 @@ impl SplitMix64 {
     /// Uniform in `0..n` (n > 0; the modulo bias is negligible for the small n used here).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
+    }
+    /// Uniform in `0..n` (n > 0) by multiply-shift (the high word of `next · n`, no division).
+    /// A different draw from [`Self::below`]'s, which synthetic models' bytes depend on.
+    pub fn below_u64(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
     /// Uniform in [-1, 1) in steps of 2^-23 (the top 24 bits): exact f32 test data.
     pub fn symmetric(&mut self) -> f32 {
