@@ -12,7 +12,7 @@
 //!   [`gelu_tanh`], [`swiglu`], [`geglu`] (ggml semantics).
 //!
 //! Attention is not here: the engine's one implementation (ggml order, exact batch tiles and the
-//! ordered mode) lives with the KV cache it reads, in `engine/src/cpu/attention.rs`.
+//! ordered mode) lives with the KV cache it reads, in `cpu-executor/src/attention.rs`.
 //!
 //! `matvec`/`matmul`/`get_row` have `try_*` variants returning [`KernelError`] on bad shapes;
 //! the short names panic with that error's message (shapes are engine invariants).

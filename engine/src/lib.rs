@@ -6,15 +6,11 @@
 //! (KV cache, [`kv_cache`]) → [`sampler`]. [`cli`] is the command line.
 
 pub mod cli;
-pub mod cpu;
 pub mod device;
 pub mod engine;
-pub mod experts;
-pub mod f16;
 pub mod fetch;
 pub mod gpu_options;
 pub mod kfd;
-pub mod kv_cache;
 pub mod npy;
 pub mod sampler;
 pub mod spec;
@@ -26,6 +22,10 @@ pub mod gpu;
 pub use model::{self, error};
 // The one deterministic RNG (its own crate, below every other).
 pub use rng;
+// Routed experts for expert tiering (sources, profiles, traces, policies): their own crate.
+pub use experts;
+// The CPU executor (with its KV cache and f16 helpers): its own crate, over `model`.
+pub use cpu_executor::{self as cpu, f16, kv_cache};
 
 pub use engine::{Engine, RunOptions};
 pub use error::EngineError;

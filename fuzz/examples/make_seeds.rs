@@ -459,7 +459,7 @@ fn emulator_seeds() {
 }
 
 #[allow(dead_code)]
-#[path = "../../engine/src/experts/profile.rs"]
+#[path = "../../experts/src/profile.rs"]
 mod profile;
 
 fn expert_profile_seeds() {

@@ -15,7 +15,7 @@ use std::path::Path;
 use libfuzzer_sys::fuzz_target;
 
 #[allow(dead_code)]
-#[path = "../../engine/src/experts/profile.rs"]
+#[path = "../../experts/src/profile.rs"]
 mod profile;
 use profile::{Profile, Table};
 

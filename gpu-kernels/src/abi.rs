@@ -232,7 +232,7 @@ pub struct GetRowsArgs {
     pub _pad: u32,
 }
 
-/// `kv_store_f16` / `kv_store_i8`: row `pos[t]` of a K or V cache (engine/src/kv_cache.rs
+/// `kv_store_f16` / `kv_store_i8`: row `pos[t]` of a K or V cache (cpu-executor/src/kv_cache.rs
 /// layout: `[pos][n_head_kv * head_dim]` f16 or i8, int8 scales `[pos][n_head_kv]` f32) from
 /// `src[t]`. One wave per (token, kv head); `head_dim` <= 256.
 #[repr(C)]
@@ -249,7 +249,7 @@ pub struct KvStoreArgs {
 }
 
 /// `attn_*`: causal attention of `n_tokens` query rows over the cache (see
-/// `attend_ordered` in engine/src/cpu/attention.rs for the exact order). One wave (a
+/// `attend_ordered` in cpu-executor/src/attention.rs for the exact order). One wave (a
 /// workgroup of `ATTN_BLOCK`) per (token, head); dynamic LDS `attn_lds_bytes(head_dim, max_kv)`;
 /// a window of more than `max_kv` cells traps.
 #[repr(C)]

@@ -8,7 +8,7 @@
 //!   times `scale`), rms_norm (`cpu_kernels::rms_norm`; [`GpuOps::rms_norm_ggml`]:
 //!   `rms_norm_ggml`), rope (`rope_neox` / `rope_norm` with [`GpuOps::rope_table`];
 //!   `rope_neox_ggml` with `fma` and [`GpuOps::rope_table_ggml`]), add_rows, scale, kv_store
-//!   (engine/src/kv_cache.rs), attention in [`AttnMode::Ordered`]
+//!   (cpu-executor/src/kv_cache.rs), attention in [`AttnMode::Ordered`]
 //!   (`cpu::attention::attend_ordered`), moe_combine (adds in order j = 0..k);
 //! - bit-identical by construction (ordered-numerics mode, the `quant` crate's scalar code per
 //!   work-item): quantize_ref (`quant::quantize_row`), mmv_ordered
@@ -40,7 +40,7 @@ pub enum GluAct {
 
 pub use crate::gpu_options::{AttnMode, MmqVariant};
 
-/// KV cache format; layouts equal to engine/src/kv_cache.rs: rows `[cell][n_head_kv][head_dim]`
+/// KV cache format; layouts equal to cpu-executor/src/kv_cache.rs: rows `[cell][n_head_kv][head_dim]`
 /// of f16, or of i8 with f32 scales `[cell][n_head_kv]` in a separate buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvFormat {
@@ -612,7 +612,7 @@ impl GpuOps {
     }
 
     /// Stores `src = [n_tokens][n_head_kv * head_dim]` f32 into row `pos[t]` of one cache
-    /// tensor (K or V) in engine/src/kv_cache.rs's layout and rounding (bitwise equal);
+    /// tensor (K or V) in cpu-executor/src/kv_cache.rs's layout and rounding (bitwise equal);
     /// `cache_scale` = the int8 scales `[cell][n_head_kv]` (0 for f16). head_dim <= 256.
     #[allow(clippy::too_many_arguments)]
     pub fn kv_store(

@@ -1,7 +1,7 @@
 //! Selftest checks of the forward-pass kernels: rms_norm (both orders), rope (NEOX, normal,
 //! ggml), glu, add_rows, scale, converts, softmax, kv_store, attention (ordered and WMMA fast,
 //! every head dim and cache format), the MoE router and combine, the ordered GELU table, and
-//! the cross-lane reduction kernels. References: `cpu_kernels`, engine/src/kv_cache.rs,
+//! the cross-lane reduction kernels. References: `cpu_kernels`, cpu-executor/src/kv_cache.rs,
 //! `cpu::attention::{attend, attend_ordered}`, `cpu::moe::top_k`, `quant`'s conversions.
 use super::reference::{self as refs, raw_kv_bytes, router_reference};
 use super::{Check, CheckResultOf, Cx};

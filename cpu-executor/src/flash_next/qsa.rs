@@ -3,9 +3,9 @@
 //! indexer's cell selection ([`heap_select`]), softmax attention over the kept cells.
 
 use super::linear::{RopeAngles, rms_norm, round_f16, sigmoid};
-use crate::cpu::prelude::*;
-use crate::model::qwen4exp::qsa::TAIL_BIAS;
-use crate::model::qwen4exp::{Indexer, Qsa, QsaCache};
+use crate::prelude::*;
+use model::qwen4exp::qsa::TAIL_BIAS;
+use model::qwen4exp::{Indexer, Qsa, QsaCache};
 
 /// The projections of one window of `n` tokens: the inputs of [`QsaCpu::mix`] (the device's
 /// `GpuOps::qsa_mix` takes the same).

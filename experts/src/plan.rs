@@ -215,7 +215,8 @@ mod tests {
 
     #[test]
     fn a_gguf_header_gives_the_expert_and_dense_bytes() {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
+        // The workspace root's testdata/, beside this crate.
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
         let g = GgufFile::open(&p).unwrap_or_else(|e| panic!("{e} (./setup.sh --test or scripts/make-testdata.sh generates it)"));
         let m = ModelShape::from_gguf(&g, "tiny", 2.0).unwrap();
         assert_eq!((m.n_layers, m.n_moe_layers, m.n_expert, m.k), (2, 2, 8, 2));

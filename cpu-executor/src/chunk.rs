@@ -10,11 +10,11 @@ use cpu_kernels as ck;
 
 use super::matmul::{add_residual, glu_fmath, norm_rows, norm_rows_inplace, par_elementwise};
 use super::{Scratch, grow};
-use crate::cpu::{ModelMatmul, Products};
-use crate::error::EngineError;
+use crate::{ModelMatmul, Products};
+use model::error::EngineError;
 use crate::kv_cache::{KvCache, LayerCache};
-use crate::model::decoder::{Block, Buf, DecoderOps};
-use crate::model::{Act, AttnSpec, Model, MoeSpec, RopeKind, W};
+use model::decoder::{Block, Buf, DecoderOps};
+use model::{Act, AttnSpec, Model, MoeSpec, RopeKind, W};
 
 type Norm = fn(&[f32], &[f32], f32, &mut [f32]);
 

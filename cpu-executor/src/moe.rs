@@ -9,8 +9,8 @@
 use cpu_kernels as ck;
 
 use super::grow;
-use crate::cpu::{ModelMatmul, Products};
-use crate::model::{MoeSpec, Model, W};
+use crate::{ModelMatmul, Products};
+use model::{MoeSpec, Model, W};
 
 /// Reusable buffers (only grow).
 #[derive(Default)]
@@ -107,9 +107,9 @@ pub(crate) fn moe_ffn(
             let sum = sum.max(6.103515625e-5);
             s.sel[start..].iter_mut().for_each(|(_, w)| *w /= sum);
         }
-        if crate::experts::trace::dumping() {
+        if experts::trace::dumping() {
             let (ids, ws): (Vec<u32>, Vec<f32>) = s.sel[start..].iter().map(|&(e, w)| (e as u32, w)).unzip();
-            crate::experts::trace::dump(layer, &ids, &ws);
+            experts::trace::dump(layer, &ids, &ws);
         }
     }
     out[..n * d].fill(0.0);

@@ -2,9 +2,9 @@
 //! SwiGLU experts and the sigmoid-gated shared expert.
 
 use super::linear::{sigmoid, silu};
-use crate::cpu::prelude::*;
-use crate::model::qwen4exp::moe::MIN_WEIGHT_SUM;
-use crate::model::qwen4exp::{Moe, SwiGlu};
+use crate::prelude::*;
+use model::qwen4exp::moe::MIN_WEIGHT_SUM;
+use model::qwen4exp::{Moe, SwiGlu};
 
 /// The CPU executor's methods on [`SwiGlu`] (a type of the `model` crate, which knows no backend).
 pub trait SwiGluCpu {
@@ -63,10 +63,10 @@ impl MoeCpu for Moe {
         let routes: Vec<Vec<(usize, f32)>> = (0..n)
             .map(|t| self.route(&logits[t * ne..(t + 1) * ne]))
             .collect();
-        if let Some(l) = layer.filter(|_| crate::experts::trace::dumping()) {
+        if let Some(l) = layer.filter(|_| experts::trace::dumping()) {
             for r in &routes {
                 let (ids, ws): (Vec<u32>, Vec<f32>) = r.iter().map(|&(e, w)| (e as u32, w)).unzip();
-                crate::experts::trace::dump(l, &ids, &ws);
+                experts::trace::dump(l, &ids, &ws);
             }
         }
         y[..n * e].fill(0.0);

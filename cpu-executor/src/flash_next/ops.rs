@@ -2,10 +2,10 @@
 //! layer's CPU arithmetic in the sibling modules (GDN, QSA, GR, MoE, PLE), which match
 //! llama.cpp on the public fixtures.
 
-use crate::cpu::prelude::*;
-use crate::model::qwen4exp::program::{FlashNextOps, Site};
-use crate::model::qwen4exp::{LayerState, Mixer, Qwen4Exp, SeqState, Trace};
-use crate::error::EngineError;
+use crate::prelude::*;
+use model::qwen4exp::program::{FlashNextOps, Site};
+use model::qwen4exp::{LayerState, Mixer, Qwen4Exp, SeqState, Trace};
+use model::error::EngineError;
 
 /// One micro-batch of a Flash-Next sequence on the CPU.
 pub struct CpuFlashChunk<'a> {
@@ -37,7 +37,7 @@ impl<'a> CpuFlashChunk<'a> {
         CpuFlashChunk { m, st, toks, r: vec![0.0; n * hc * e], x: vec![0.0; n * e], y: vec![0.0; n * e], inj: vec![0.0; n * hc], logits, trace, hidden }
     }
 
-    fn hc(&self, layer: usize, site: Site) -> &'a crate::model::qwen4exp::HyperConn {
+    fn hc(&self, layer: usize, site: Site) -> &'a model::qwen4exp::HyperConn {
         let l = &self.m.layers[layer];
         match site {
             Site::Mixer => &l.hc_attn,

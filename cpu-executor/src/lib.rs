@@ -8,16 +8,18 @@
 
 pub mod attention;
 mod chunk;
+pub mod f16;
 pub mod flash_next;
+pub mod kv_cache;
 mod matmul;
 pub mod moe;
 
-use crate::error::{EngineError, Result};
+use model::error::{EngineError, Result};
 use crate::kv_cache::{KvCache, KvType};
-use crate::model::op_profile::{OpProfile, Timed};
-use crate::model::{Logits, Model, decoder};
+use model::op_profile::{OpProfile, Timed};
+use model::{Logits, Model, decoder};
 pub use matmul::matmul_ordered;
-pub(crate) use matmul::ModelMatmul;
+pub use matmul::ModelMatmul;
 pub use matmul::Products;
 
 /// The CPU executor's methods on the `model` crate's types, in one import:

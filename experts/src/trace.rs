@@ -167,7 +167,7 @@ impl TraceShape {
     }
 }
 
-use crate::rng::SplitMix64 as Rng;
+use rng::SplitMix64 as Rng;
 
 /// A synthetic routing trace of the given shape, token-major (all layers of token 0, then 1, ...).
 pub fn synthetic(s: &TraceShape) -> Vec<Routing> {

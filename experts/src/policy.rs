@@ -190,7 +190,7 @@ pub fn pick_swaps(resident: &[bool], score: &[f64], free_slots: usize, max_swaps
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experts::trace::{TraceShape, synthetic};
+    use crate::trace::{TraceShape, synthetic};
     use std::collections::VecDeque;
 
     /// LRU written the obvious way (a recency queue per layer), to check the simulator's.

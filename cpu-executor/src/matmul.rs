@@ -8,7 +8,7 @@
 use cpu_kernels as ck;
 use cpu_kernels::team;
 
-use crate::model::{Model, W};
+use model::{Model, W};
 
 /// Which kernels the CPU executor's matrix products run (chosen per session).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,8 +36,9 @@ impl Products {
     }
 }
 
-/// The CPU executor's methods on [`Model`] for this crate (a type of the `model` crate).
-pub(crate) trait ModelMatmul {
+/// The CPU executor's matrix products on [`Model`] (a type of the `model` crate), also used by
+/// the GPU host side for the experts it computes on the CPU.
+pub trait ModelMatmul {
     /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack) with the kernels `p` names.
     fn mm(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
 

@@ -1,8 +1,8 @@
 //! The PLE n-gram block on the CPU (described in `model::qwen4exp::ple`).
 
 use super::linear::{rms_norm, sigmoid, silu};
-use crate::cpu::prelude::*;
-use crate::model::qwen4exp::{Ple, PleState};
+use crate::prelude::*;
+use model::qwen4exp::{Ple, PleState};
 
 /// The CPU executor's methods on [`Ple`] (a type of the `model` crate, which knows no backend).
 pub trait PleCpu {

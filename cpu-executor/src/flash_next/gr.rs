@@ -2,8 +2,8 @@
 //! `model::qwen4exp::gr`).
 
 use super::linear::{rms_norm, sigmoid, silu};
-use crate::cpu::prelude::*;
-use crate::model::qwen4exp::HyperConn;
+use crate::prelude::*;
+use model::qwen4exp::HyperConn;
 
 /// The CPU executor's methods on [`HyperConn`] (a type of the `model` crate, which knows no backend).
 pub trait HyperConnCpu {

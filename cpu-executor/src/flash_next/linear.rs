@@ -6,7 +6,7 @@
 
 use quant::GgmlType;
 
-use crate::model::qwen4exp::Mat;
+use model::qwen4exp::Mat;
 
 /// The CPU executor's methods on [`Mat`] (a type of the `model` crate, which knows no backend).
 pub trait MatCpu {
@@ -35,7 +35,7 @@ impl MatCpu for Mat {
         let w = self.qt();
         let per_token = matches!(self.ty, GgmlType::Q4K | GgmlType::Q6K) && n > 1;
         if !cpu_kernels::SUPPORTED_TYPES.contains(&self.ty) {
-            if let Err(e) = crate::cpu::matmul_ordered(&w, x, n, y) {
+            if let Err(e) = crate::matmul_ordered(&w, x, n, y) {
                 y.fill(f32::NAN); // unreachable: the geometry was validated at construction
                 debug_assert!(false, "{self:?}: {e}");
             }

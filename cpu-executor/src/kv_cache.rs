@@ -91,7 +91,7 @@ impl Store {
                 for h in 0..nh {
                     let src = &row[h * head_dim..(h + 1) * head_dim];
                     let dst = &mut q[pos * w + h * head_dim..pos * w + (h + 1) * head_dim];
-                    scale[pos * nh + h] = crate::model::quantize_row_i8(src, dst);
+                    scale[pos * nh + h] = model::quantize_row_i8(src, dst);
                 }
             }
         }

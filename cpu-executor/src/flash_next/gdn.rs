@@ -3,8 +3,8 @@
 //! thread team (recurrent, or chunked for prefill) and the gated norm.
 
 use super::linear::{rms_norm, sigmoid, silu, softplus};
-use crate::cpu::prelude::*;
-use crate::model::qwen4exp::{Gdn, GdnMode, GdnState};
+use crate::prelude::*;
+use model::qwen4exp::{Gdn, GdnMode, GdnState};
 
 /// Per-token inputs of the delta rule for one value head.
 struct HeadIn<'a> {

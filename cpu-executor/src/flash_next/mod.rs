@@ -20,8 +20,8 @@ pub use mtp::MtpCpu;
 pub use ple::{PleBlock, PleCpu};
 pub use qsa::{QsaCpu, QsaProjections, heap_select};
 
-use crate::error::EngineError;
-use crate::model::qwen4exp::{Qwen4Exp, SeqState, Trace, program};
+use model::error::EngineError;
+use model::qwen4exp::{Qwen4Exp, SeqState, Trace, program};
 
 /// Tokens per internal micro-batch (bounds activation memory like llama.cpp's n_ubatch).
 const UBATCH: usize = 512;

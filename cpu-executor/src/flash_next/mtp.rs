@@ -1,11 +1,11 @@
 //! The MTP (NextN) draft head on the CPU (its layout is described in `model::qwen4exp::mtp`).
 
 use super::linear::rms_norm;
-use crate::cpu::prelude::*;
-use crate::error::EngineError;
-use crate::model::qwen4exp::mtp::MtpOut;
-use crate::model::qwen4exp::program::{self, FlashNextOps, Site};
-use crate::model::qwen4exp::{HyperConn, Mtp, MtpState, Qwen4Exp};
+use crate::prelude::*;
+use model::error::EngineError;
+use model::qwen4exp::mtp::MtpOut;
+use model::qwen4exp::program::{self, FlashNextOps, Site};
+use model::qwen4exp::{HyperConn, Mtp, MtpState, Qwen4Exp};
 
 /// The CPU executor's methods on [`Mtp`] (a type of the `model` crate, which knows no backend).
 pub trait MtpCpu {
