@@ -10,13 +10,13 @@ use std::path::Path;
 
 use tokenizer::Tokenizer;
 
-use crate::cpu::prelude::*;
-use crate::error::{EngineError, Result};
-use crate::kv_cache::KvType;
-use crate::model::Model;
-use crate::cpu::Session;
-use crate::model::Logits;
-use crate::model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
+use cpu_executor::prelude::*;
+use model::error::{EngineError, Result};
+use cpu_executor::kv_cache::KvType;
+use model::Model;
+use cpu_executor::Session;
+use model::Logits;
+use model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
 pub use crate::device::Device;
 
@@ -54,8 +54,8 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// The CPU executor's kernels for these options.
-    pub fn products(&self) -> crate::cpu::Products {
-        crate::cpu::Products::of(self.ordered_attention, self.cpu_tiles)
+    pub fn products(&self) -> cpu_executor::Products {
+        cpu_executor::Products::of(self.ordered_attention, self.cpu_tiles)
     }
 }
 
@@ -237,19 +237,19 @@ impl AnyModel {
     /// engine checks `--kv` at load).
     /// Fails only when device memory cannot be allocated.
     pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<AnySession> {
-        self.new_session_with(kv, max_ctx, prefill_chunk, crate::cpu::Products::Llama)
+        self.new_session_with(kv, max_ctx, prefill_chunk, cpu_executor::Products::Llama)
     }
 
     /// [`AnyModel::new_session`] with the CPU backend's kernels chosen (`Session::ordered`,
     /// `Session::tiles`; a GPU model's mode is fixed at load, `GpuOptions::ordered`).
-    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, products: crate::cpu::Products) -> Result<AnySession> {
+    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, products: cpu_executor::Products) -> Result<AnySession> {
         Ok(match self {
             AnyModel::Std(m) => {
                 let mut s = m.new_session(kv, max_ctx, prefill_chunk);
-                let ordered = products == crate::cpu::Products::Ordered;
+                let ordered = products == cpu_executor::Products::Ordered;
                 s.ordered_attention = ordered;
                 s.ordered = ordered;
-                s.tiles = products == crate::cpu::Products::Tiles;
+                s.tiles = products == cpu_executor::Products::Tiles;
                 AnySession::Std(Box::new(s))
             }
             AnyModel::Flash(m) => {
@@ -265,7 +265,7 @@ impl AnyModel {
 
     /// The GPU expert cache's counters since load (`--expert-cache` with fewer slots than
     /// experts; None otherwise).
-    pub fn expert_cache_stats(&self) -> Option<crate::experts::counters::CacheStats> {
+    pub fn expert_cache_stats(&self) -> Option<experts::counters::CacheStats> {
         match self {
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => m.expert_cache_stats(),
@@ -528,7 +528,7 @@ impl Engine {
             gguf.release_arrays(&["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"]);
             release_free_heap();
         }
-        let model = if crate::model::Arch::of(&gguf, path)? == crate::model::Arch::Qwen4Exp {
+        let model = if model::Arch::of(&gguf, path)? == model::Arch::Qwen4Exp {
             let q4_err = |e: EngineError| e.in_file(path);
             let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;
             #[cfg(feature = "gpu")]

@@ -21,7 +21,7 @@ use std::time::UNIX_EPOCH;
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{EngineError, Result};
+use model::error::{EngineError, Result};
 
 /// How the GGUF is spread over the wheels' entries.
 #[derive(Debug)]

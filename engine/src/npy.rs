@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::error::{EngineError, Result};
+use model::error::{EngineError, Result};
 
 /// Writes `data` as a C-order float32 array of `shape`.
 pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {

@@ -9,9 +9,9 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::cpu::prelude::*;
+use cpu_executor::prelude::*;
 use crate::engine::Engine;
-use crate::model::Logits;
+use model::Logits;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -80,7 +80,7 @@ pub struct BenchResult {
     /// With `--roofline`.
     pub roofline: Option<Roofline>,
     /// The GPU expert cache's counters over the whole run (every repetition, prompt and decode).
-    pub expert_cache: Option<crate::experts::counters::CacheStats>,
+    pub expert_cache: Option<experts::counters::CacheStats>,
 }
 
 /// `strata bench --roofline`: decode against the memory bandwidth.
@@ -305,8 +305,8 @@ fn read_bandwidth_gb_s() -> f64 {
 }
 
 /// One timed prompt pass over `prompt`, then `steps` timed decode steps (CPU executor).
-fn cpu_profile(m: &crate::model::Model, e: &Engine, prompt: &[u32], steps: usize) -> Result<(Vec<CpuPart>, Vec<CpuPart>)> {
-    use crate::model::op_profile::OpProfile;
+fn cpu_profile(m: &model::Model, e: &Engine, prompt: &[u32], steps: usize) -> Result<(Vec<CpuPart>, Vec<CpuPart>)> {
+    use model::op_profile::OpProfile;
     let mut sess = m.new_session(e.opts.kv, prompt.len().max(steps + 8) + 1, e.opts.prefill);
     sess.ordered_attention = e.opts.ordered_attention;
     sess.tiles = e.opts.cpu_tiles;
@@ -328,7 +328,7 @@ fn cpu_profile(m: &crate::model::Model, e: &Engine, prompt: &[u32], steps: usize
 }
 
 /// Per-token rows of a profile, the slowest first, then the time between operations.
-fn parts(p: &crate::model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
+fn parts(p: &model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
     let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / tokens.max(1) as f64;
     let total = per(p.total).max(1e-12);
     let mut v: Vec<CpuPart> = p

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
-use crate::experts::policy::{self, Policy};
-use crate::experts::trace::{self, TraceShape};
+use experts::policy::{self, Policy};
+use experts::trace::{self, TraceShape};
 
 #[derive(Args, Debug)]
 pub struct ExpertsArgs {
@@ -162,11 +162,11 @@ pub struct PlanArgs {
 /// engine configuration's --kv, --max-context, --vram-reserve-mib, --pool-workers and
 /// --adapt-every.
 pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result<()> {
-    use crate::experts::plan::{Machine, ModelShape, gib, project, slots};
+    use experts::plan::{Machine, ModelShape, gib, project, slots};
     let kv_elem = match c.kv {
-        crate::kv_cache::KvType::F32 => 4.0,
-        crate::kv_cache::KvType::F16 => 2.0,
-        crate::kv_cache::KvType::Int8 => 1.0 + 4.0 / 256.0, // a scale per head row of 256
+        cpu_executor::kv_cache::KvType::F32 => 4.0,
+        cpu_executor::kv_cache::KvType::F16 => 2.0,
+        cpu_executor::kv_cache::KvType::Int8 => 1.0 + 4.0 / 256.0, // a scale per head row of 256
     };
     let m = match model {
         Some(p) => {

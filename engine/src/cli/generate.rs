@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::EngineError;
 use crate::engine::{AnyModel, AnySession, Engine, TextStream};
-use crate::model::qwen4exp::Mtp;
+use model::qwen4exp::Mtp;
 use crate::spec::{MtpDrafter, MtpDrafterStats, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 use crate::sampler::Sampler;
 

@@ -24,7 +24,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use crate::engine::{Engine, RunOptions};
-use crate::kv_cache::KvType;
+use cpu_executor::kv_cache::KvType;
 
 /// Strata: LLM inference (GGUF models) matching llama.cpp token for token.
 #[derive(Parser, Debug)]
@@ -379,12 +379,12 @@ impl CommonArgs {
         if (self.expert_profile.is_some() || self.expert_profile_save.is_some()) && self.gpu.expert_cache.is_none() {
             bail!("--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N|auto (and --device emu|hip)");
         }
-        let ple = crate::model::qwen4exp::PleOptions {
+        let ple = model::qwen4exp::PleOptions {
             ple_gguf: self.ple_gguf.clone(),
             ple_io: match self.ple_io {
-                PleIoArg::Direct => crate::model::qwen4exp::PleIo::Direct,
-                PleIoArg::Mmap => crate::model::qwen4exp::PleIo::Mmap,
-                PleIoArg::Ram => crate::model::qwen4exp::PleIo::Ram,
+                PleIoArg::Direct => model::qwen4exp::PleIo::Direct,
+                PleIoArg::Mmap => model::qwen4exp::PleIo::Mmap,
+                PleIoArg::Ram => model::qwen4exp::PleIo::Ram,
             },
             ple_cache_bytes: self.ple_cache_mb.checked_mul(1 << 20).context("--ple-cache-mb is too large")?,
             ple_skip: self.ple_skip,
@@ -426,10 +426,10 @@ pub fn run(cli: Cli) -> Result<()> {
     let common = args.validate()?;
     // `strata server` hands the flag to its engine, which writes the dump.
     if let Some(p) = args.dump_routing.as_ref().filter(|_| !matches!(cli.command, Some(Cmd::Server(_)))) {
-        crate::experts::trace::dump_to(p)?;
+        ::experts::trace::dump_to(p)?;
     }
     let result = run_command(cli, &args, &common);
-    match crate::experts::trace::finish_dump()? {
+    match ::experts::trace::finish_dump()? {
         Some((path, n)) if result.is_ok() => eprintln!("[routing: {n} records written to {}]", path.display()),
         _ => {}
     }

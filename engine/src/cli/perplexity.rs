@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::engine::Engine;
-use crate::model::Logits;
+use model::Logits;
 
 #[derive(Args, Debug, Clone)]
 pub struct PerplexityArgs {

@@ -10,7 +10,7 @@ use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
 use crate::EngineError;
 use crate::engine::Engine;
 use crate::engine::AnySession;
-use crate::model::Logits;
+use model::Logits;
 use crate::sampler::{Sampler, SamplerConfig};
 
 /// The engine behind the token protocol: one sequence at a time, the session reused.
@@ -23,7 +23,7 @@ pub struct ServeEngine<'e> {
 }
 
 impl<'e> ServeEngine<'e> {
-    pub fn new(e: &'e Engine) -> crate::error::Result<Self> {
+    pub fn new(e: &'e Engine) -> model::error::Result<Self> {
         Ok(ServeEngine { e, sess: e.new_session()?, logits: Vec::new(), cache_at_start: None })
     }
 }

@@ -13,7 +13,7 @@ use emulator::{KernelInfo, LaunchStats};
 use std::fmt::Write;
 use std::sync::Arc;
 
-use crate::rng::SplitMix64;
+use rng::SplitMix64;
 
 /// `nblocks` random blocks of `ty` (`crate::synth::random_blocks`), block scales uniform in
 /// 1e-3..1.1e-2: every bit pattern of the quants, realistic magnitudes.

@@ -635,8 +635,8 @@ fn measure(
 /// type it uses — f16 for F16 weights and for MMVQ-type layer matrices (dequantized to f16 for
 /// prompt chunks of [`super::model::GEMM_MIN_TOKENS`] tokens or more, `min_t`), f32 for the
 /// rest (widened at upload) — and, for each extra dtype in `extra`, the same shapes in that type.
-pub fn model_shapes(model: &crate::model::Model, extra: &[DType]) -> Vec<Shape> {
-    use crate::model::{Ffn, W};
+pub fn model_shapes(model: &model::Model, extra: &[DType]) -> Vec<Shape> {
+    use model::{Ffn, W};
     let mut mats: Vec<(&W, bool)> = vec![(&model.w.output, false)];
     for l in &model.w.layers {
         let a = &l.attn;

@@ -13,8 +13,8 @@ use super::device::{DevicePtr, GpuError};
 use super::linear::Linear;
 use super::model::{DevMat, GpuModel, GpuSession, MatKind, Tmp};
 use super::ops::{GluAct, KvFormat, RowType};
-use crate::model::decoder::{Block, Buf, DecoderOps};
-use crate::model::{Act, AttnSpec, Ffn, MoeSpec};
+use model::decoder::{Block, Buf, DecoderOps};
+use model::{Act, AttnSpec, Ffn, MoeSpec};
 
 /// One window of a device session.
 pub(super) struct GpuChunk<'a> {
@@ -128,7 +128,7 @@ impl DecoderOps for GpuChunk<'_> {
         let Some(i) = self.g.rope_params.iter().position(|&p| p == key) else {
             return Err(GpuError::Launch { kernel: "rope".into(), what: format!("no table for rope base {} scale {}", key.0, key.1) });
         };
-        let (neox, exact) = (hp.rope == crate::model::RopeKind::Neox, hp.arch.ggml_exact());
+        let (neox, exact) = (hp.rope == model::RopeKind::Neox, hp.arch.ggml_exact());
         let (hd, rd) = (hp.head_dim as u32, hp.rope_dim.min(hp.head_dim) as u32);
         let (table, posb) = (self.sess.rope_tables[i], self.sess.sc.pos);
         self.g.ops.rope(&self.g.stream, self.ptr(buf), posb, table, self.n as u32, heads as u32, hd, rd, neox, exact && neox)
@@ -226,7 +226,7 @@ impl DecoderOps for GpuChunk<'_> {
                     KvFormat::F16 => 2.0,
                     KvFormat::Int8 => 1.0 + 4.0 / hp.head_dim as f64,
                 };
-                let crate::model::LayerKind::Attention(spec) = &hp.layers[layer];
+                let model::LayerKind::Attention(spec) = &hp.layers[layer];
                 // Cells read: each token attends to its window (the cache holds n_past + n).
                 let cells: usize = (0..n)
                     .map(|i| {

@@ -13,7 +13,7 @@
 //! thread through mapped memory, inside the captured graph. Longer prompt chunks and the
 //! ordered-numerics mode read the choice back per layer (`gpu/moe.rs`, host readback).
 
-pub use crate::experts::counters::CacheStats;
+pub use experts::counters::CacheStats;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -48,8 +48,8 @@ impl AutoFit {
 /// `--expert-cache auto`'s measurement, shared by the executors: allocates one session of
 /// `max_ctx` positions (`probe`), reads the free VRAM with it in place, frees it, and fits slots
 /// of `slot_bytes` into what is left minus `reserve_mib`.
-pub(super) fn fit_auto<S, E: std::fmt::Display>(api: &dyn super::device::GpuApi, reserve_mib: u64, slot_bytes: u64, n_expert: usize, max_ctx: usize, probe: impl FnOnce() -> Result<S, E>) -> crate::error::Result<AutoFit> {
-    use crate::error::EngineError;
+pub(super) fn fit_auto<S, E: std::fmt::Display>(api: &dyn super::device::GpuApi, reserve_mib: u64, slot_bytes: u64, n_expert: usize, max_ctx: usize, probe: impl FnOnce() -> Result<S, E>) -> model::error::Result<AutoFit> {
+    use model::error::EngineError;
     let mem = {
         let _probe = probe().map_err(|e| EngineError::Gpu(format!("--expert-cache auto: a session of {max_ctx} positions does not fit beside the weights ({e}); a smaller --max-context leaves room")))?;
         api.mem_info().map_err(|e| EngineError::Gpu(format!("reading the free VRAM: {e}")))?
@@ -93,7 +93,7 @@ pub struct Swap {
 }
 
 /// Adaptive residency (`--adapt-every N`): every `every` tokens, per layer, the rule of
-/// [`crate::experts::policy::pick_swaps`] over routing counts decayed by `decay` a token.
+/// [`experts::policy::pick_swaps`] over routing counts decayed by `decay` a token.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Adaptation {
     pub every: usize,
@@ -103,11 +103,11 @@ pub struct Adaptation {
 }
 
 impl Adaptation {
-    /// The simulator's adaptive policy ([`crate::experts::policy::Policy::ADAPTIVE`]) every
+    /// The simulator's adaptive policy ([`experts::policy::Policy::ADAPTIVE`]) every
     /// `every` tokens; None for 0 (static residency).
     pub fn every(every: usize) -> Option<Adaptation> {
-        match crate::experts::policy::Policy::ADAPTIVE {
-            crate::experts::policy::Policy::Adaptive { max_swaps, decay, ratio, .. } if every > 0 => Some(Adaptation { every, max_swaps, decay, ratio }),
+        match experts::policy::Policy::ADAPTIVE {
+            experts::policy::Policy::Adaptive { max_swaps, decay, ratio, .. } if every > 0 => Some(Adaptation { every, max_swaps, decay, ratio }),
             _ => None,
         }
     }
@@ -173,7 +173,7 @@ impl ExpertCache {
     /// A cache of `slots` per layer set up as the GPU options say (`--adapt-every`,
     /// `--pool-workers`); `expert_bytes` is one expert's gate, up and down on the device (the
     /// copy counter's unit).
-    pub fn for_options(n_layer: usize, n_expert: usize, slots: usize, opts: &crate::gpu_options::GpuOptions, expert_bytes: usize) -> crate::error::Result<ExpertCache> {
+    pub fn for_options(n_layer: usize, n_expert: usize, slots: usize, opts: &crate::gpu_options::GpuOptions, expert_bytes: usize) -> model::error::Result<ExpertCache> {
         let mut c = ExpertCache::new(n_layer, n_expert, slots).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)?;
         c.expert_bytes = expert_bytes as u64;
         Ok(c)
@@ -181,13 +181,13 @@ impl ExpertCache {
 
     /// The same cache with its own pool of `workers` CPU threads for the experts without a slot
     /// (0: every physical core but one). A pool that cannot start is an error naming the count.
-    pub fn with_pool(mut self, workers: usize) -> crate::error::Result<ExpertCache> {
+    pub fn with_pool(mut self, workers: usize) -> model::error::Result<ExpertCache> {
         let n = if workers == 0 { num_cpus::get_physical().saturating_sub(1).max(1) } else { workers };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .thread_name(|i| format!("strata-experts-{i}"))
             .build()
-            .map_err(|e| crate::error::EngineError::Unsupported(format!("--pool-workers {n}: {e}")))?;
+            .map_err(|e| model::error::EngineError::Unsupported(format!("--pool-workers {n}: {e}")))?;
         self.pool = Some(pool);
         Ok(self)
     }
@@ -242,7 +242,7 @@ impl ExpertCache {
         for (layer, row) in table.iter_mut().enumerate() {
             let resident: Vec<bool> = row.iter().map(Option::is_some).collect();
             let used = resident.iter().filter(|&&r| r).count();
-            for (expert, victim) in crate::experts::policy::pick_swaps(&resident, &st.score[layer], self.slots.saturating_sub(used), rule.max_swaps, rule.ratio) {
+            for (expert, victim) in experts::policy::pick_swaps(&resident, &st.score[layer], self.slots.saturating_sub(used), rule.max_swaps, rule.ratio) {
                 let slot = match victim {
                     Some(v) => row[v].take().map_or(0, |s| s as usize),
                     None => row.iter().flatten().count(),
@@ -348,10 +348,10 @@ impl ExpertCache {
     /// Fills free slots at start from the STRP profile at `path` (most-routed first, per layer
     /// until its slots are full; a profile for another shape is refused): `copy(layer, expert,
     /// slot)` puts each chosen expert into its slot. Returns how many experts were copied.
-    pub fn fill_from_profile(&self, path: &std::path::Path, n_expert: usize, mut copy: impl FnMut(usize, usize, usize) -> Result<(), String>) -> crate::error::Result<usize> {
-        use crate::error::EngineError;
+    pub fn fill_from_profile(&self, path: &std::path::Path, n_expert: usize, mut copy: impl FnMut(usize, usize, usize) -> Result<(), String>) -> model::error::Result<usize> {
+        use model::error::EngineError;
         let n_layer = self.slot_of.lock().unwrap_or_else(|p| p.into_inner()).len();
-        let profile = crate::experts::Profile::read(path).map_err(|e| EngineError::Unsupported(e.to_string()))?;
+        let profile = experts::Profile::read(path).map_err(|e| EngineError::Unsupported(e.to_string()))?;
         profile.check_model(path, n_layer, n_expert).map_err(|e| EngineError::Unsupported(e.to_string()))?;
         let mut copied = 0;
         for &(l, e) in &profile.ranked {
@@ -365,9 +365,9 @@ impl ExpertCache {
     }
 
     /// Writes the routing counts so far as an STRP profile (`--expert-profile-save`).
-    pub fn save_profile(&self, path: &std::path::Path) -> crate::error::Result<()> {
-        let p = crate::experts::Profile::from_counts(&self.counts(), self.slots as u32).map_err(|e| crate::error::EngineError::Unsupported(e.to_string()))?;
-        p.write(path).map_err(|e| crate::error::EngineError::Unsupported(e.to_string()))
+    pub fn save_profile(&self, path: &std::path::Path) -> model::error::Result<()> {
+        let p = experts::Profile::from_counts(&self.counts(), self.slots as u32).map_err(|e| model::error::EngineError::Unsupported(e.to_string()))?;
+        p.write(path).map_err(|e| model::error::EngineError::Unsupported(e.to_string()))
     }
 
     /// Routing decisions so far, `[layer][expert]`.

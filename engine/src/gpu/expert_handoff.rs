@@ -222,7 +222,7 @@ impl ExpertHandoff {
     }
 
     /// `stats` with the handoff's counters (layers served, host wait).
-    pub fn add_stats(&self, mut stats: crate::experts::counters::CacheStats) -> crate::experts::counters::CacheStats {
+    pub fn add_stats(&self, mut stats: experts::counters::CacheStats) -> experts::counters::CacheStats {
         stats.handoff_layers = self.layers_served.load(Ordering::Relaxed);
         stats.handoff_wait_ms = self.wait_us.load(Ordering::Relaxed) as f64 / 1000.0;
         stats

@@ -30,11 +30,11 @@ use super::abi::{MAX_COLS, WType};
 use super::device::{DevicePtr, GpuApi, GpuError, Stream};
 use super::ops::{AttnMode, GpuOps, KvFormat};
 pub use crate::gpu_options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
-use crate::error::{EngineError, Result};
-use crate::kv_cache::KvType;
+use model::error::{EngineError, Result};
+use cpu_executor::kv_cache::KvType;
 use super::expert_cache::{CacheStats, ExpertCache};
-use crate::model::decoder::WeightName;
-use crate::model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model, W};
+use model::decoder::WeightName;
+use model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model, W};
 use quant::GgmlType;
 
 /// How a matrix (or a stack of `n_mat`) of type `ty` lives on the device: its bytes and its
@@ -270,7 +270,7 @@ fn wtype(ty: GgmlType) -> Option<WType> {
 }
 
 /// The per-layer handoff of a model with an expert cache (None without one).
-pub(super) fn handoff_for(api: &dyn GpuApi, hp: &crate::model::HParams, w: &DecoderWeights<DevMat, DevicePtr>, cache: Option<&ExpertCache>) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
+pub(super) fn handoff_for(api: &dyn GpuApi, hp: &model::HParams, w: &DecoderWeights<DevMat, DevicePtr>, cache: Option<&ExpertCache>) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
     let (Some(m), Some(_)) = (&hp.moe, cache) else { return Ok(None) };
     let moe_layers = w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
     super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, moe_layers, m.n_expert, m.n_expert_used, hp.n_embd).map(Some).map_err(gpu_err("expert cache handoff buffers"))
@@ -628,7 +628,7 @@ impl GpuModel {
             t
         });
         let mut chunk = super::exec::GpuChunk { g: self, sess, n, trace, moe_experts: 0 };
-        let r = crate::model::decoder::forward(&mut chunk, &self.model.hp, &self.w, first_row);
+        let r = model::decoder::forward(&mut chunk, &self.model.hp, &self.w, first_row);
         let trace = chunk.trace.take();
         sess.trace = trace;
         r

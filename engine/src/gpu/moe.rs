@@ -8,8 +8,8 @@ use super::device::GpuError;
 use super::expert_cache::{AutoFit, ExpertCache, Placement};
 use super::linear::DispatchBuffers;
 use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
-use crate::cpu::{ModelMatmul, Products};
-use crate::model::Ffn;
+use cpu_executor::{ModelMatmul, Products};
+use model::Ffn;
 use super::ops::GluAct;
 use crate::gpu_options::MoePath;
 
@@ -22,7 +22,7 @@ impl GpuModel {
         !self.opts.ordered
             && self.moe_quantized
             && self.expert_cache.is_none()
-            && !crate::experts::trace::dumping()
+            && !experts::trace::dumping()
             && match self.opts.moe {
                 MoePath::Host => false,
                 MoePath::Device => true,
@@ -41,7 +41,7 @@ impl GpuModel {
             && !self.opts.ordered
             && self.moe_quantized
             && !profiling
-            && !crate::experts::trace::dumping()
+            && !experts::trace::dumping()
             && n <= MAX_COLS
             && self.opts.moe != MoePath::Host
     }
@@ -125,12 +125,12 @@ impl GpuModel {
         if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
             return Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("selected expert {bad} of {ne}") });
         }
-        if crate::experts::trace::dumping() {
+        if experts::trace::dumping() {
             let mut wb = vec![0u8; n * k * 4];
             api.memcpy_dtoh(&mut wb, sc.sel_w)?;
             let ws: Vec<f32> = wb.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
             for t in 0..n {
-                crate::experts::trace::dump(layer, &sel[t * k..(t + 1) * k], &ws[t * k..(t + 1) * k]);
+                experts::trace::dump(layer, &sel[t * k..(t + 1) * k], &ws[t * k..(t + 1) * k]);
             }
         }
         let quantized = matches!(gate.kind, MatKind::Q(_)); // false in ordered mode (Raw)
@@ -265,9 +265,9 @@ impl GpuModel {
 
     /// Fills the expert cache's slots from an STRP profile (most-routed first, per layer until
     /// its slots are full). Returns how many experts were copied.
-    pub fn fill_expert_cache(&self, path: &std::path::Path) -> crate::error::Result<usize> {
+    pub fn fill_expert_cache(&self, path: &std::path::Path) -> model::error::Result<usize> {
         let (Some(cache), Some(spec)) = (&self.expert_cache, &self.model.hp.moe) else {
-            return Err(crate::error::EngineError::Unsupported(format!(
+            return Err(model::error::EngineError::Unsupported(format!(
                 "--expert-profile {}: no expert cache to fill (the model has no routed experts, or --expert-cache leaves every expert resident)",
                 path.display()
             )));
@@ -283,7 +283,7 @@ impl GpuModel {
     /// `--vram-reserve-mib`; every expert resident (no cache) when all fit. Called once, after
     /// [`GpuModel::new`] with `auto` (which leaves 0 slots: every expert on the CPU until
     /// then). None for a model without routed experts.
-    pub fn fit_expert_cache(&mut self, kv: crate::kv_cache::KvType, max_ctx: usize, prefill_chunk: usize) -> crate::error::Result<Option<AutoFit>> {
+    pub fn fit_expert_cache(&mut self, kv: cpu_executor::kv_cache::KvType, max_ctx: usize, prefill_chunk: usize) -> model::error::Result<Option<AutoFit>> {
         let Some(n_expert) = self.model.hp.moe.as_ref().map(|m| m.n_expert) else { return Ok(None) };
         let api = self.ops.api().clone();
         let slot_bytes: u64 = self.w.layers.iter().map(|l| match &l.ffn.ffn {
@@ -295,7 +295,7 @@ impl GpuModel {
         for (il, (host, dev)) in self.model.w.layers.iter().zip(&mut self.w.layers).enumerate() {
             let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&host.ffn.ffn, &mut dev.ffn.ffn) else { continue };
             for (h, d, what) in [(hg, gate, "ffn_gate_exps.weight"), (hu, up, "ffn_up_exps.weight"), (hd, down, "ffn_down_exps.weight")] {
-                let name = crate::model::decoder::WeightName::Layer(il, what).to_string();
+                let name = model::decoder::WeightName::Layer(il, what).to_string();
                 *d = if fit.all_resident() { upl.mat(&self.model, h, &name)? } else { upl.slots(&self.model, h, &name, fit.slots)? };
             }
         }
@@ -311,9 +311,9 @@ impl GpuModel {
     }
 
     /// Writes the routing counts of this run as an STRP profile (`--expert-profile-save`).
-    pub fn save_expert_profile(&self, path: &std::path::Path) -> crate::error::Result<()> {
+    pub fn save_expert_profile(&self, path: &std::path::Path) -> model::error::Result<()> {
         let Some(cache) = &self.expert_cache else {
-            return Err(crate::error::EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display())));
+            return Err(model::error::EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display())));
         };
         cache.save_profile(path)
     }

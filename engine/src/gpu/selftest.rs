@@ -27,7 +27,7 @@ pub use record::Recorder;
 pub use report::{peak_bandwidth, KernelSummary, PeakBandwidth, Report};
 
 use super::bench::random_blocks;
-use crate::rng::SplitMix64;
+use rng::SplitMix64;
 use super::device::{DevicePtr, Event, GpuApi, GpuError, Module, Stream};
 use super::ops::GpuOps;
 use super::WType;

@@ -19,10 +19,10 @@
 //! Each draft carries the head's softmax probability of its (argmax) token; chaining stops at
 //! the first draft below `min_p` (the loop would cut the window there anyway).
 
-use crate::cpu::prelude::*;
-use crate::error::EngineError;
-use crate::model::qwen4exp::mtp::MtpOut;
-use crate::model::qwen4exp::{KvType, Mtp, MtpState, Qwen4Exp};
+use cpu_executor::prelude::*;
+use model::error::EngineError;
+use model::qwen4exp::mtp::MtpOut;
+use model::qwen4exp::{KvType, Mtp, MtpState, Qwen4Exp};
 
 use super::{Draft, Drafter, argmax};
 

@@ -6,9 +6,9 @@
 //! re-run; this choice keeps the forward pass untouched and costs one extra batched call of
 //! m + 1 tokens per window with a rejection.
 
-use crate::cpu::prelude::*;
-use crate::model::qwen4exp::{Checkpoint, Qwen4Exp, SeqState};
-use crate::error::EngineError;
+use cpu_executor::prelude::*;
+use model::qwen4exp::{Checkpoint, Qwen4Exp, SeqState};
+use model::error::EngineError;
 
 use super::VerifyModel;
 
@@ -79,13 +79,13 @@ impl VerifyModel for crate::gpu::flash_next::GpuFlashNext {
 
     fn forward(&self, st: &mut Self::State, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         let mut out = Vec::new();
-        self.eval(st, tokens, crate::model::Logits::All, &mut out)?;
+        self.eval(st, tokens, model::Logits::All, &mut out)?;
         Ok(out)
     }
 
     fn forward_hidden(&self, st: &mut Self::State, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         let (mut out, mut hidden) = (Vec::new(), Vec::new());
-        self.eval_hidden(st, tokens, crate::model::Logits::All, &mut out, Some(&mut hidden))?;
+        self.eval_hidden(st, tokens, model::Logits::All, &mut out, Some(&mut hidden))?;
         Ok((out, hidden))
     }
 

@@ -2,11 +2,11 @@
 //! sequence state is the KV cache, so a checkpoint is the position and a rollback truncates
 //! the cache: cells past the kept prefix are simply overwritten later (nothing recomputed).
 
-use crate::cpu::prelude::*;
-use crate::error::EngineError;
-use crate::model::Model;
-use crate::cpu::Session;
-use crate::model::Logits;
+use cpu_executor::prelude::*;
+use model::error::EngineError;
+use model::Model;
+use cpu_executor::Session;
+use model::Logits;
 
 use super::VerifyModel;
 

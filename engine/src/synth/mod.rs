@@ -5,7 +5,7 @@
 
 pub mod qwen4exp;
 
-use crate::rng::SplitMix64;
+use rng::SplitMix64;
 use quant::GgmlType;
 
 /// `nblocks` random blocks of `ty` (Q8_0, Q4_K, Q6_K, IQ3_XXS, IQ4_NL): random quant bytes,

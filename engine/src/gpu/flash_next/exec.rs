@@ -5,16 +5,16 @@
 
 use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
 use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
-use crate::error::{EngineError, Result};
+use model::error::{EngineError, Result};
 use crate::gpu::device::{DevicePtr, GpuError};
 use crate::gpu::linear::{DispatchBuffers, Linear};
-use crate::cpu::flash_next::SwiGluCpu;
+use cpu_executor::flash_next::SwiGluCpu;
 use crate::gpu::expert_cache::{ExpertCache, Placement};
 use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
-use crate::model::qwen4exp::moe::SwiGlu;
+use model::qwen4exp::moe::SwiGlu;
 use crate::gpu::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
-use crate::model::qwen4exp::program::{self, FlashNextOps, Site};
-use crate::model::qwen4exp::{Mixer, Moe, Mtp, Qwen4Exp};
+use model::qwen4exp::program::{self, FlashNextOps, Site};
+use model::qwen4exp::{Mixer, Moe, Mtp, Qwen4Exp};
 
 fn dev(what: &'static str) -> impl FnOnce(GpuError) -> EngineError {
     move |e| EngineError::Gpu(format!("qwen4exp {what}: {e}"))
@@ -208,7 +208,7 @@ impl Scratch {
 pub(super) fn moe_on_device(opts: &crate::gpu_options::GpuOptions, m: &super::weights::DevMoe) -> bool {
     let f = &m.experts.stack;
     opts.moe != crate::gpu_options::MoePath::Host
-        && !crate::experts::trace::dumping()
+        && !experts::trace::dumping()
         && [f.gate.kind, f.up.kind, f.down.kind].iter().all(|k| matches!(k, MatKind::Q(_)))
 }
 

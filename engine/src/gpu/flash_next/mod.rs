@@ -27,11 +27,11 @@ use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
 use super::expert_handoff::ExpertHandoff;
 use super::model::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
-use crate::error::{EngineError, Result};
+use model::error::{EngineError, Result};
 use crate::gpu_options::{ExpertCacheSize, GpuOptions};
-use crate::kv_cache::KvType;
-use crate::model::Logits;
-use crate::model::qwen4exp::{PleState, Qwen4Exp};
+use cpu_executor::kv_cache::KvType;
+use model::Logits;
+use model::qwen4exp::{PleState, Qwen4Exp};
 use weights::{DevMixer, DevWeights};
 
 /// Most tokens of one forward window (a prompt is a sequence of windows).

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use super::exec::{FlashChunk, Scratch};
 use super::weights::{DevMixer, DevMtp, upload_mtp};
 use super::{GpuFlashNext, GpuFlashSession, WINDOW, attn_state, check_cells, kv_format};
-use crate::error::{EngineError, Result};
+use model::error::{EngineError, Result};
 use crate::gpu::device::{DevicePtr, GpuApi};
 use crate::gpu::model::{Uploader, weights_do_not_fit};
-use crate::kv_cache::KvType;
-use crate::model::qwen4exp::Mtp;
-use crate::model::qwen4exp::mtp::MtpOut;
+use cpu_executor::kv_cache::KvType;
+use model::qwen4exp::Mtp;
+use model::qwen4exp::mtp::MtpOut;
 
 /// An MTP head resident on the device of a [`GpuFlashNext`] (whose token table, output matrix
 /// and output mixer it uses unless the head file has its own).

@@ -4,12 +4,12 @@
 //! the layer kernels. What the device cannot run is refused here, at load, with the tensor or
 //! dimension and the limit.
 
-use crate::error::{EngineError, Result};
+use model::error::{EngineError, Result};
 use crate::gpu::abi;
 use crate::gpu::model::{DevMat, Uploader, device_layout};
 use crate::gpu::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
-use crate::model::qwen4exp::moe::SwiGlu;
-use crate::model::qwen4exp::{Gdn, HyperConn, Mat, Mixer, Moe, Mtp, Ple, Qsa, Qwen4Exp};
+use model::qwen4exp::moe::SwiGlu;
+use model::qwen4exp::{Gdn, HyperConn, Mat, Mixer, Moe, Mtp, Ple, Qsa, Qwen4Exp};
 use crate::gpu::device::{DevicePtr, GpuApi};
 
 /// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`, `output_hc_*`).

@@ -188,7 +188,7 @@ impl GpuOps {
                 max_blocks,
                 ratio: ix.ratio,
                 k: ix.budget(),
-                tail_bias_bits: crate::model::qwen4exp::qsa::TAIL_BIAS.to_bits(),
+                tail_bias_bits: model::qwen4exp::qsa::TAIL_BIAS.to_bits(),
                 _pad: 0,
             };
             self.launch(s, name, groups(n_tokens as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())?;

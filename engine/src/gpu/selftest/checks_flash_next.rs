@@ -4,16 +4,16 @@
 //! states); the hyper-connection kernels against `qwen4exp::gr::HyperConn`'s steps.
 use super::reference::{GDN_TOL, GR_TOL, PLE_TOL, QSA_TOL};
 use super::{Check, CheckResultOf, Cx};
-use crate::cpu::prelude::*;
+use cpu_executor::prelude::*;
 use crate::gpu::abi;
-use crate::cpu::flash_next::{PleBlock, QsaProjections};
+use cpu_executor::flash_next::{PleBlock, QsaProjections};
 use crate::gpu::ops::{GdnBuffers, GdnShape, GpuOps, GrShape, KvFormat, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape};
-use crate::kv_cache::KvType;
-use crate::model::qwen4exp::{Indexer, Qsa};
-use crate::model::qwen4exp::gdn::{Gdn, GdnMode};
-use crate::model::qwen4exp::gr::HyperConn;
-use crate::cpu::flash_next::linear::sigmoid;
-use crate::model::qwen4exp::Mat;
+use cpu_executor::kv_cache::KvType;
+use model::qwen4exp::{Indexer, Qsa};
+use model::qwen4exp::gdn::{Gdn, GdnMode};
+use model::qwen4exp::gr::HyperConn;
+use cpu_executor::flash_next::linear::sigmoid;
+use model::qwen4exp::Mat;
 
 pub fn checks() -> Vec<Check> {
     vec![

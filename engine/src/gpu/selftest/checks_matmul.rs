@@ -459,7 +459,7 @@ fn mmv_ordered_one(cx: &mut Cx, ty: GgmlType, rows: usize, ncols: usize, k: usiz
     }
     let t = cpu_kernels::QTensor::new(ty, &w, rows, k).map_err(|e| format!("QTensor: {e:?}"))?;
     let mut want = vec![0f32; ncols * rows];
-    crate::cpu::matmul_ordered(&t, &x, ncols, &mut want)?;
+    cpu_executor::matmul_ordered(&t, &x, ncols, &mut want)?;
     let at = ty.vec_dot_type();
     let ab = at.row_bytes(k).ok_or_else(|| format!("{} rows of {k}", at.name()))?;
     let (xd, wd, ad, yd) = (cx.upf(&x)?, cx.up(&w)?, cx.zeros(ncols * ab)?, cx.zeros(ncols * rows * 4)?);

@@ -8,8 +8,8 @@ use super::{Check, CheckResultOf, Cx};
 use crate::gpu::abi;
 use crate::gpu::device::{DevicePtr, GpuError, Stream};
 use crate::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat};
-use crate::kv_cache::{KvCache, KvType, LayerCache};
-use crate::cpu::attention::{attend, attend_ordered, Shape};
+use cpu_executor::kv_cache::{KvCache, KvType, LayerCache};
+use cpu_executor::attention::{attend, attend_ordered, Shape};
 
 type NormLaunch = fn(&GpuOps, &Stream, DevicePtr, DevicePtr, DevicePtr, u32, u32, f32) -> Result<(), GpuError>;
 type NormRef = fn(&[f32], &[f32], f32, &mut [f32]);

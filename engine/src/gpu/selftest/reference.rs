@@ -180,7 +180,7 @@ pub fn router_reference(logits: &[f32], n_expert: usize, k: usize, renorm: bool)
         let mut p = row.to_vec();
         cpu_kernels::softmax(&mut p);
         let mut sel = Vec::new();
-        crate::cpu::moe::top_k(&p, k, &mut sel);
+        cpu_executor::moe::top_k(&p, k, &mut sel);
         if renorm {
             let sum: f32 = sel.iter().map(|&(_, w)| w).sum();
             let sum = sum.max(6.103_515_6e-5);
@@ -193,8 +193,8 @@ pub fn router_reference(logits: &[f32], n_expert: usize, k: usize, renorm: bool)
 }
 
 /// Raw cache bytes of one KV tensor: (rows, int8 scales).
-pub fn raw_kv_bytes(r: crate::kv_cache::RawRows) -> (Vec<u8>, Vec<u8>) {
-    use crate::kv_cache::RawRows;
+pub fn raw_kv_bytes(r: cpu_executor::kv_cache::RawRows) -> (Vec<u8>, Vec<u8>) {
+    use cpu_executor::kv_cache::RawRows;
     match r {
         RawRows::F16(v) => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), Vec::new()),
         RawRows::Int8 { q, scale } => (q.iter().map(|&x| x as u8).collect(), scale.iter().flat_map(|x| x.to_le_bytes()).collect()),
