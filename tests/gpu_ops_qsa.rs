@@ -13,7 +13,7 @@ use crate::gpu_ops::*;
 use strata::cpu::flash_next::QsaProjections;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GpuOps, KvFormat, QsaBuffers, QsaIndexerShape, QsaShape};
-use strata::model::qwen4exp::qsa::CacheBuf;
+use strata::model::KvRows;
 use strata::model::qwen4exp::{Indexer, KvType, Mat, Qsa};
 use strata::rng::SplitMix64;
 use strata::test_device;
@@ -197,20 +197,20 @@ impl<'a> DevLayer<'a> {
 
     /// Cache `which` (0 K, 1 V, 2 κ) of `values` values against the CPU's buffer: the same f16
     /// bits, or the same int8 rows and scales.
-    fn assert_cache_eq(&self, dev: &str, which: usize, values: usize, cpu: &CacheBuf) {
+    fn assert_cache_eq(&self, dev: &str, which: usize, values: usize, cpu: &KvRows) {
         let bytes = self.cache[which].bytes();
         match cpu {
-            CacheBuf::F16(v) => {
+            KvRows::F16(v) => {
                 let got: Vec<u16> = bytes[..values * 2].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
                 assert_eq!(&got, v, "{dev}: f16 cache {which}");
             }
-            CacheBuf::Int8 { q, scale, .. } => {
+            KvRows::Int8 { q, scale, .. } => {
                 let got: Vec<i8> = bytes[..values].iter().map(|&b| b as i8).collect();
                 assert_eq!(&got, q, "{dev}: int8 cache {which}");
                 let scales = self.cache[4 + which].f32s();
                 assert_bits(dev, &format!("int8 cache {which} scales"), &scales[..scale.len()], scale);
             }
-            CacheBuf::F32(_) => panic!("the device has no f32 cache"),
+            KvRows::F32(_) => panic!("the device has no f32 cache"),
         }
     }
 }

@@ -11,21 +11,16 @@
 //! type of every architecture (Flash-Next's QSA caches take it too).
 
 use crate::f16;
-pub use model::KvType;
+pub use model::{KvRows, KvType};
 
-/// Rows of one tensor (K or V) of one layer.
-enum Store {
-    F16(Vec<u16>),
-    Int8 { q: Vec<i8>, scale: Vec<f32> },
-    F32(Vec<f32>),
-}
-
-/// K and V of one attention layer, `capacity` positions.
+/// K and V of one attention layer, `capacity` positions: each a [`KvRows`] of
+/// `capacity · n_head_kv · head_dim` values, row `(pos, head)` at `(pos · n_head_kv + head) ·
+/// head_dim` (int8: one scale per such row).
 pub struct KvLayer {
     n_head_kv: usize,
     head_dim: usize,
-    k: Store,
-    v: Store,
+    k: KvRows,
+    v: KvRows,
 }
 
 /// The cache of one layer; one variant per layer kind.
@@ -62,39 +57,13 @@ impl KvCache {
     }
 }
 
-impl Store {
-    fn new(ty: KvType, capacity: usize, n_head_kv: usize, head_dim: usize) -> Store {
-        let n = capacity * n_head_kv * head_dim;
-        match ty {
-            KvType::F16 => Store::F16(vec![0; n]),
-            KvType::Int8 => Store::Int8 { q: vec![0; n], scale: vec![0.0; capacity * n_head_kv] },
-            KvType::F32 => Store::F32(vec![0.0; n]),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Store::F16(v) => v.len() * 2,
-            Store::Int8 { q, scale } => q.len() + scale.len() * 4,
-            Store::F32(v) => v.len() * 4,
-        }
-    }
-
-    /// Writes row `pos` (all kv heads) from f32.
-    fn write(&mut self, pos: usize, row: &[f32], head_dim: usize) {
-        let w = row.len();
-        match self {
-            Store::F16(v) => f16::from_f32(row, &mut v[pos * w..(pos + 1) * w]),
-            Store::F32(v) => v[pos * w..(pos + 1) * w].copy_from_slice(row),
-            Store::Int8 { q, scale } => {
-                let nh = w / head_dim;
-                for h in 0..nh {
-                    let src = &row[h * head_dim..(h + 1) * head_dim];
-                    let dst = &mut q[pos * w + h * head_dim..pos * w + (h + 1) * head_dim];
-                    scale[pos * nh + h] = model::quantize_row_i8(src, dst);
-                }
-            }
-        }
+/// Writes row `pos` (all kv heads) of one tensor from f32: f16 through the F16C conversion
+/// (the same round-to-nearest-even as [`KvRows::write`]'s scalar one, faster for prompts).
+fn write_row(rows: &mut KvRows, pos: usize, row: &[f32]) {
+    let w = row.len();
+    match rows {
+        KvRows::F16(v) => f16::from_f32(row, &mut v[pos * w..(pos + 1) * w]),
+        other => other.write(pos * w, row),
     }
 }
 
@@ -107,13 +76,11 @@ pub enum RawRows<'a> {
     F32(&'a [f32]),
 }
 
-impl Store {
-    fn raw(&self) -> RawRows<'_> {
-        match self {
-            Store::F16(v) => RawRows::F16(v),
-            Store::Int8 { q, scale } => RawRows::Int8 { q, scale },
-            Store::F32(v) => RawRows::F32(v),
-        }
+fn raw(rows: &KvRows) -> RawRows<'_> {
+    match rows {
+        KvRows::F16(v) => RawRows::F16(v),
+        KvRows::Int8 { q, scale, .. } => RawRows::Int8 { q, scale },
+        KvRows::F32(v) => RawRows::F32(v),
     }
 }
 
@@ -122,24 +89,24 @@ impl KvLayer {
         KvLayer {
             n_head_kv,
             head_dim,
-            k: Store::new(ty, capacity, n_head_kv, head_dim),
-            v: Store::new(ty, capacity, n_head_kv, head_dim),
+            k: KvRows::zeroed(ty, capacity * n_head_kv * head_dim, head_dim),
+            v: KvRows::zeroed(ty, capacity * n_head_kv * head_dim, head_dim),
         }
     }
 
     /// Stores K and V rows (`n_head_kv * head_dim` each) for position `pos`.
     pub fn write(&mut self, pos: usize, k: &[f32], v: &[f32]) {
-        self.k.write(pos, k, self.head_dim);
-        self.v.write(pos, v, self.head_dim);
+        write_row(&mut self.k, pos, k);
+        write_row(&mut self.v, pos, v);
     }
 
     /// The raw K rows.
     pub fn k_raw(&self) -> RawRows<'_> {
-        self.k.raw()
+        raw(&self.k)
     }
     /// The raw V rows.
     pub fn v_raw(&self) -> RawRows<'_> {
-        self.v.raw()
+        raw(&self.v)
     }
     pub fn n_head_kv(&self) -> usize {
         self.n_head_kv
@@ -150,14 +117,14 @@ impl KvLayer {
 
     /// Whether this layer rounds the query and the probabilities to f16 like ggml's f16 matmul.
     pub fn is_f16(&self) -> bool {
-        matches!(self.k, Store::F16(_))
+        matches!(self.k, KvRows::F16(_))
     }
 
     /// The whole f16 K and V stores (None for an int8 cache): row (pos, head) starts at
     /// `(pos * n_head_kv + head) * head_dim`, the capacity is `len / (n_head_kv * head_dim)`.
     pub fn planes_f16(&self) -> Option<(&[u16], &[u16])> {
         match (&self.k, &self.v) {
-            (Store::F16(k), Store::F16(v)) => Some((k, v)),
+            (KvRows::F16(k), KvRows::F16(v)) => Some((k, v)),
             _ => None,
         }
     }
@@ -167,7 +134,7 @@ impl KvLayer {
         let hd = self.head_dim;
         let off = (pos * self.n_head_kv + head) * hd;
         match (&self.k, &self.v) {
-            (Store::F16(k), Store::F16(v)) => Some((&k[off..off + hd], &v[off..off + hd])),
+            (KvRows::F16(k), KvRows::F16(v)) => Some((&k[off..off + hd], &v[off..off + hd])),
             _ => None,
         }
     }
@@ -178,13 +145,13 @@ impl KvLayer {
         let hd = self.head_dim;
         let off = (pos * self.n_head_kv + head) * hd;
         match &self.k {
-            Store::F16(k) => f16::dot(&k[off..off + hd], q),
-            Store::Int8 { q: kq, scale } => {
+            KvRows::F16(k) => f16::dot(&k[off..off + hd], q),
+            KvRows::Int8 { q: kq, scale, .. } => {
                 let row = &kq[off..off + hd];
                 let s: f32 = row.iter().zip(q).map(|(a, b)| *a as f32 * b).sum();
                 s * scale[pos * self.n_head_kv + head]
             }
-            Store::F32(k) => k[off..off + hd].iter().zip(q).map(|(a, b)| a * b).sum(),
+            KvRows::F32(k) => k[off..off + hd].iter().zip(q).map(|(a, b)| a * b).sum(),
         }
     }
 
@@ -194,14 +161,14 @@ impl KvLayer {
         let hd = self.head_dim;
         let off = (pos * self.n_head_kv + head) * hd;
         match &self.v {
-            Store::F16(v) => f16::axpy(out, p, &v[off..off + hd]),
-            Store::Int8 { q, scale } => {
+            KvRows::F16(v) => f16::axpy(out, p, &v[off..off + hd]),
+            KvRows::Int8 { q, scale, .. } => {
                 let ps = p * scale[pos * self.n_head_kv + head];
                 for (o, x) in out.iter_mut().zip(&q[off..off + hd]) {
                     *o += ps * *x as f32;
                 }
             }
-            Store::F32(v) => {
+            KvRows::F32(v) => {
                 for (o, x) in out.iter_mut().zip(&v[off..off + hd]) {
                     *o += p * x;
                 }
@@ -213,6 +180,23 @@ impl KvLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The decoders' cache (rows written in place, f16 through F16C) stores exactly the bytes
+    /// of a QSA cache grown a cell at a time (`KvRows::push`, scalar f16): one format.
+    #[test]
+    fn kv_layer_rows_equal_pushed_rows() {
+        let (nh, hd, cells) = (2, 8, 5);
+        let row = |p: usize| -> Vec<f32> { (0..nh * hd).map(|i| ((p * 31 + i * 7) % 23) as f32 * 0.37 - 4.1 + 1e-4 * i as f32).collect() };
+        for ty in [KvType::F16, KvType::Int8, KvType::F32] {
+            let mut l = KvLayer::new(ty, cells, nh, hd);
+            let mut pushed = KvRows::new(ty, hd);
+            for p in 0..cells {
+                l.write(p, &row(p), &row(p + 100));
+                pushed.push(&row(p));
+            }
+            assert_eq!(l.k, pushed, "{ty:?}");
+        }
+    }
 
     #[test]
     fn int8_roundtrip_is_close() {

@@ -1,6 +1,7 @@
 //! The KV cache's storage type: one setting (`--kv`) for every architecture's attention
-//! caches, the decoders' and Flash-Next's QSA caches alike. The storage itself is the
-//! backends' (`strata::kv_cache` on the CPU, device buffers on the GPU).
+//! caches, the decoders' and Flash-Next's QSA caches alike, and [`KvRows`], the one host
+//! storage of a cache tensor in that type (the CPU's `strata::kv_cache::KvLayer` and the QSA
+//! caches both hold their rows in it; the GPU keeps device buffers in the same layout).
 
 /// Storage format of the attention KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
@@ -36,6 +37,131 @@ impl KvType {
             KvType::F16 => 2.0,
             KvType::Int8 => 1.0,
             KvType::F32 => 4.0,
+        }
+    }
+}
+
+/// The values of one cache tensor (K, V, or QSA's indexer keys) as stored, for every
+/// architecture and the CPU backend alike: f32, or f16 (llama.cpp's `type_k`/`type_v` = f16,
+/// the default), or the engine's int8 rows (`--kv int8`) with one scale per row of `row`
+/// values (one KV head of one cell). Flash-Next's QSA caches grow it a cell at a time
+/// ([`KvRows::push`]); the decoders' `KvLayer` preallocates its capacity ([`KvRows::zeroed`])
+/// and overwrites rows in place ([`KvRows::write`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum KvRows {
+    F32(Vec<f32>),
+    /// IEEE half bits (values rounded to nearest-even on insertion).
+    F16(Vec<u16>),
+    /// Rows of `row` values (one KV head of one cell) as int8 with one f32 scale each
+    /// ([`quantize_row_i8`]); a value reads back as `q · scale`.
+    Int8 { q: Vec<i8>, scale: Vec<f32>, row: usize },
+}
+
+impl KvRows {
+    /// An empty buffer of type `kv` whose int8 rows are `row` values long.
+    pub fn new(kv: KvType, row: usize) -> KvRows {
+        match kv {
+            KvType::F16 => KvRows::F16(Vec::new()),
+            KvType::F32 => KvRows::F32(Vec::new()),
+            KvType::Int8 => KvRows::Int8 { q: Vec::new(), scale: Vec::new(), row: row.max(1) },
+        }
+    }
+
+    /// `values` zeros of type `kv` (int8: in rows of `row` values, scales 0).
+    pub fn zeroed(kv: KvType, values: usize, row: usize) -> KvRows {
+        let row = row.max(1);
+        match kv {
+            KvType::F16 => KvRows::F16(vec![0; values]),
+            KvType::F32 => KvRows::F32(vec![0.0; values]),
+            KvType::Int8 => KvRows::Int8 { q: vec![0; values], scale: vec![0.0; values.div_ceil(row)], row },
+        }
+    }
+
+    /// Overwrites the values at `start..start + vals.len()` (whole int8 rows) in place.
+    pub fn write(&mut self, start: usize, vals: &[f32]) {
+        let end = start + vals.len();
+        match self {
+            KvRows::F32(v) => v[start..end].copy_from_slice(vals),
+            KvRows::F16(v) => {
+                for (o, &x) in v[start..end].iter_mut().zip(vals) {
+                    *o = quant::f32_to_f16(x);
+                }
+            }
+            KvRows::Int8 { q, scale, row } => {
+                debug_assert!(start.is_multiple_of(*row) && vals.len().is_multiple_of(*row), "int8 cache rows are {row} values");
+                for (i, r) in vals.chunks(*row).enumerate() {
+                    let at = start + i * *row;
+                    scale[at / *row] = quantize_row_i8(r, &mut q[at..at + r.len()]);
+                }
+            }
+        }
+    }
+
+    /// Bytes held (int8: quants and scales).
+    pub fn bytes(&self) -> usize {
+        match self {
+            KvRows::F32(v) => v.len() * 4,
+            KvRows::F16(v) => v.len() * 2,
+            KvRows::Int8 { q, scale, .. } => q.len() + scale.len() * 4,
+        }
+    }
+
+    /// Stored values.
+    pub fn len(&self) -> usize {
+        match self {
+            KvRows::F32(v) => v.len(),
+            KvRows::F16(v) => v.len(),
+            KvRows::Int8 { q, .. } => q.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends `vals` (whole rows for int8).
+    pub fn push(&mut self, vals: &[f32]) {
+        match self {
+            KvRows::F32(v) => v.extend_from_slice(vals),
+            KvRows::F16(v) => v.extend(vals.iter().map(|&x| quant::f32_to_f16(x))),
+            KvRows::Int8 { q, scale, row } => {
+                debug_assert!(vals.len().is_multiple_of(*row), "int8 cache rows are {row} values");
+                for r in vals.chunks(*row) {
+                    let at = q.len();
+                    q.resize(at + r.len(), 0);
+                    scale.push(quantize_row_i8(r, &mut q[at..]));
+                }
+            }
+        }
+    }
+
+    /// Keeps the first `n` values (whole rows for int8).
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            KvRows::F32(v) => v.truncate(n),
+            KvRows::F16(v) => v.truncate(n),
+            KvRows::Int8 { q, scale, row } => {
+                q.truncate(n);
+                scale.truncate(n / *row);
+            }
+        }
+    }
+
+    /// Values `start..start + out.len()` as f32 (exact for f16; `q · scale` for int8).
+    pub fn read(&self, start: usize, out: &mut [f32]) {
+        let end = start + out.len();
+        match self {
+            KvRows::F32(v) => out.copy_from_slice(&v[start..end]),
+            KvRows::F16(v) => {
+                for (o, &h) in out.iter_mut().zip(&v[start..end]) {
+                    *o = quant::f16_to_f32(h);
+                }
+            }
+            KvRows::Int8 { q, scale, row } => {
+                for (i, (o, &x)) in out.iter_mut().zip(&q[start..end]).enumerate() {
+                    *o = x as f32 * scale[(start + i) / *row];
+                }
+            }
         }
     }
 }

@@ -36,7 +36,7 @@ use quant::GgmlType;
 
 use crate::error::{EngineError, Result};
 pub use arch::Arch;
-pub use kv_type::{KvType, quantize_row_i8};
+pub use kv_type::{KvRows, KvType, quantize_row_i8};
 pub use decoder::{AttnWeights, DecoderWeights, Ffn, FfnWeights, LayerWeights, Logits};
 pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
 

@@ -3,7 +3,8 @@
 
 use strata::cpu::prelude::*;
 use strata::cpu::flash_next::heap_select;
-use strata::model::qwen4exp::{CacheBuf, Indexer, KvType, Qsa, QsaCache};
+use strata::model::KvRows;
+use strata::model::qwen4exp::{Indexer, KvType, Qsa, QsaCache};
 
 use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, to64};
 
@@ -373,8 +374,8 @@ fn qsa_int8_cache_stores_the_engine_int8_rows() {
     // Every row of the f32 cache, quantized by the one int8 writer, is what the int8 cache holds.
     let d = m.head_dim;
     for (name, buf8, buf32, row) in [("K", &c8.k, &c32.k, d), ("V", &c8.v, &c32.v, d), ("kappa", &c8.kappa, &c32.kappa, m.indexer.as_ref().unwrap().dim)] {
-        let CacheBuf::F32(exact) = buf32 else { panic!("f32 cache") };
-        let CacheBuf::Int8 { q, scale, row: r } = buf8 else { panic!("{name}: not an int8 cache") };
+        let KvRows::F32(exact) = buf32 else { panic!("f32 cache") };
+        let KvRows::Int8 { q, scale, row: r } = buf8 else { panic!("{name}: not an int8 cache") };
         assert_eq!(*r, row, "{name}: row length");
         assert_eq!((q.len(), scale.len()), (exact.len(), exact.len() / row), "{name}: sizes");
         let mut back = vec![0f32; exact.len()];
@@ -392,6 +393,6 @@ fn qsa_int8_cache_stores_the_engine_int8_rows() {
     let cells = m.cells(&c8);
     c8.truncate(cells - 3, cells, m.indexer.as_ref().map(|ix| (ix.ratio, ix.dim)));
     assert_eq!(m.cells(&c8), cells - 3);
-    let CacheBuf::Int8 { q, scale, row } = &c8.k else { panic!("int8") };
+    let KvRows::Int8 { q, scale, row } = &c8.k else { panic!("int8") };
     assert_eq!(q.len(), scale.len() * row);
 }

@@ -47,11 +47,11 @@ pub use moe::{Moe, SwiGlu};
 pub use mtp::{Mtp, MtpState};
 pub use ple::{Ple, PleState};
 pub use ple_io::{PleCacheStats, PleIo, PleOptions, PleTable, RowCache};
-pub use qsa::{CacheBuf, Indexer, Qsa, QsaCache};
+pub use qsa::{Indexer, Qsa, QsaCache};
 
 /// Element type of the attention K/V and indexer-key caches: the engine's one cache type. F16
 /// (llama.cpp's default) rounds the values, and q and the softmax probabilities, to f16; F32
-/// keeps them exact; Int8 stores rows with a scale each (`qsa::CacheBuf::Int8`).
+/// keeps them exact; Int8 stores rows with a scale each (`KvRows::Int8`).
 pub use crate::KvType;
 
 /// The token mixer of a layer.

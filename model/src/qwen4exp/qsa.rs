@@ -23,7 +23,7 @@
 //! back as `q · scale`; q and the probabilities stay f32, as with an f32 cache.
 
 use super::Mat;
-use crate::KvType;
+use crate::{KvRows, KvType};
 
 /// The block indexer of a QSA layer.
 #[derive(Debug)]
@@ -62,96 +62,14 @@ pub struct Qsa {
     pub indexer: Option<Indexer>,
 }
 
-/// Cache rows as llama.cpp stores them: f32, or f16 (`type_k`/`type_v` = f16, the default);
-/// or the engine's int8 rows (`--kv int8`, the decoders' format).
-#[derive(Clone, Debug, PartialEq)]
-pub enum CacheBuf {
-    F32(Vec<f32>),
-    /// IEEE half bits (values rounded to nearest-even on insertion).
-    F16(Vec<u16>),
-    /// Rows of `row` values (one KV head of one cell) as int8 with one f32 scale each
-    /// ([`crate::quantize_row_i8`]); a value reads back as `q · scale`.
-    Int8 { q: Vec<i8>, scale: Vec<f32>, row: usize },
-}
-
-impl CacheBuf {
-    /// An empty buffer of type `kv` whose int8 rows are `row` values long.
-    fn new(kv: KvType, row: usize) -> CacheBuf {
-        match kv {
-            KvType::F16 => CacheBuf::F16(Vec::new()),
-            KvType::F32 => CacheBuf::F32(Vec::new()),
-            KvType::Int8 => CacheBuf::Int8 { q: Vec::new(), scale: Vec::new(), row: row.max(1) },
-        }
-    }
-
-    /// Stored values.
-    pub fn len(&self) -> usize {
-        match self {
-            CacheBuf::F32(v) => v.len(),
-            CacheBuf::F16(v) => v.len(),
-            CacheBuf::Int8 { q, .. } => q.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Appends `vals` (whole rows for int8).
-    pub fn push(&mut self, vals: &[f32]) {
-        match self {
-            CacheBuf::F32(v) => v.extend_from_slice(vals),
-            CacheBuf::F16(v) => v.extend(vals.iter().map(|&x| quant::f32_to_f16(x))),
-            CacheBuf::Int8 { q, scale, row } => {
-                debug_assert!(vals.len().is_multiple_of(*row), "int8 cache rows are {row} values");
-                for r in vals.chunks(*row) {
-                    let at = q.len();
-                    q.resize(at + r.len(), 0);
-                    scale.push(crate::quantize_row_i8(r, &mut q[at..]));
-                }
-            }
-        }
-    }
-
-    /// Keeps the first `n` values (whole rows for int8).
-    pub fn truncate(&mut self, n: usize) {
-        match self {
-            CacheBuf::F32(v) => v.truncate(n),
-            CacheBuf::F16(v) => v.truncate(n),
-            CacheBuf::Int8 { q, scale, row } => {
-                q.truncate(n);
-                scale.truncate(n / *row);
-            }
-        }
-    }
-
-    /// Values `start..start + out.len()` as f32 (exact for f16; `q · scale` for int8).
-    pub fn read(&self, start: usize, out: &mut [f32]) {
-        let end = start + out.len();
-        match self {
-            CacheBuf::F32(v) => out.copy_from_slice(&v[start..end]),
-            CacheBuf::F16(v) => {
-                for (o, &h) in out.iter_mut().zip(&v[start..end]) {
-                    *o = quant::f16_to_f32(h);
-                }
-            }
-            CacheBuf::Int8 { q, scale, row } => {
-                for (i, (o, &x)) in out.iter_mut().zip(&q[start..end]).enumerate() {
-                    *o = x as f32 * scale[(start + i) / *row];
-                }
-            }
-        }
-    }
-}
-
 /// Per-sequence cache of one attention layer: one cell per position.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QsaCache {
     /// `[cells][KV·D]` after norm and rope.
-    pub k: CacheBuf,
-    pub v: CacheBuf,
+    pub k: KvRows,
+    pub v: KvRows,
     /// Raw indexer keys `[cells][Di]` (same type as K, like llama.cpp's third cache).
-    pub kappa: CacheBuf,
+    pub kappa: KvRows,
     /// Block keys of the complete blocks `[blocks][Di]`, f32 (a pure function of `kappa`).
     pub blocks: Vec<f32>,
 }
@@ -167,9 +85,9 @@ impl QsaCache {
     /// indexer key (`index_dim`) of κ.
     pub fn with_type(kv: KvType, head_dim: usize, index_dim: usize) -> QsaCache {
         QsaCache {
-            k: CacheBuf::new(kv, head_dim),
-            v: CacheBuf::new(kv, head_dim),
-            kappa: CacheBuf::new(kv, index_dim),
+            k: KvRows::new(kv, head_dim),
+            v: KvRows::new(kv, head_dim),
+            kappa: KvRows::new(kv, index_dim),
             blocks: Vec::new(),
         }
     }
@@ -193,7 +111,7 @@ impl QsaCache {
 
     /// Whether values are stored as f16 (and q / probabilities rounded accordingly).
     pub fn is_f16(&self) -> bool {
-        matches!(self.k, CacheBuf::F16(_))
+        matches!(self.k, KvRows::F16(_))
     }
 }
 

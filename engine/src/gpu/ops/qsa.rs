@@ -39,7 +39,7 @@ pub struct QsaShape {
     pub n_rot: u32,
     pub eps: f32,
     pub indexer: Option<QsaIndexerShape>,
-    /// The cache's format (f16, or int8 rows with a scale each: the CPU's `CacheBuf`).
+    /// The cache's format (f16, or int8 rows with a scale each: the CPU's `KvRows`).
     pub kv: KvFormat,
 }
 
