@@ -155,7 +155,7 @@ impl CommonArgs {
 pub enum CpuGemmArg {
     /// Lane order, like llama.cpp's kernels (the default).
     Llama,
-    /// Exact integer block sums over 16-row tiles (faster prompt processing).
+    /// Exact integer block sums over 16-row tiles (faster prompt processing, and Q4_1 decode).
     Tiles,
 }
 
