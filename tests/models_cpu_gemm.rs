@@ -117,19 +117,15 @@ fn smollm2_tiles_perplexity_close_to_the_ordered_reference() {
     assert!((tiles / ordered - 1.0).abs() <= QWEN_PPL_REL_TOL, "tiles ppl {tiles} vs ordered {ordered}");
 }
 
-/// Largest |logit difference| over `steps` teacher-forced one-token steps of the reference
-/// text, between two engines on the same model, and how many steps' argmaxes agree.
-fn decode_steps_diff(a: &strata::Engine, b: &strata::Engine, steps: usize) -> (f32, usize) {
-    let g = read_json("gemma3-270m-q4_k_m/reference.json");
-    let text = g["perplexity"]["text"].as_str().unwrap();
-    let toks = a.encode(text, false);
-    assert!(toks.len() > steps, "reference text too short: {} tokens", toks.len());
+/// Largest |logit difference| over the teacher-forced one-token steps `toks`, between two
+/// engines on the same model, and how many steps' argmaxes agree.
+fn decode_steps_diff(a: &strata::Engine, b: &strata::Engine, toks: &[u32]) -> (f32, usize) {
     let (mut sa, mut sb) = (a.new_session().unwrap(), b.new_session().unwrap());
     let (mut la, mut lb) = (Vec::new(), Vec::new());
     let nv = a.model.n_vocab();
     let argmax = |l: &[f32]| l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map(|(i, _)| i).unwrap();
     let (mut worst, mut agree) = (0f32, 0);
-    for t in &toks[..steps] {
+    for t in toks {
         a.model.eval(&mut sa, std::slice::from_ref(t), Logits::Last, &mut la).unwrap();
         b.model.eval(&mut sb, std::slice::from_ref(t), Logits::Last, &mut lb).unwrap();
         worst = la[..nv].iter().zip(&lb[..nv]).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
@@ -151,9 +147,13 @@ fn smollm2_tiles_decode_close_to_the_ordered_reference() {
     };
     let (tiles, default, ordered) = (load(true, false), load(false, false), load(false, true));
     let steps = 48;
-    let (tiles_vs_ordered, tiles_agree) = decode_steps_diff(&tiles, &ordered, steps);
-    let (default_vs_ordered, default_agree) = decode_steps_diff(&default, &ordered, steps);
-    let (tiles_vs_default, _) = decode_steps_diff(&tiles, &default, steps);
+    let g = read_json("gemma3-270m-q4_k_m/reference.json");
+    let toks = tiles.encode(g["perplexity"]["text"].as_str().unwrap(), false);
+    assert!(toks.len() > steps, "reference text too short: {} tokens", toks.len());
+    let toks = &toks[..steps];
+    let (tiles_vs_ordered, tiles_agree) = decode_steps_diff(&tiles, &ordered, toks);
+    let (default_vs_ordered, default_agree) = decode_steps_diff(&default, &ordered, toks);
+    let (tiles_vs_default, _) = decode_steps_diff(&tiles, &default, toks);
     eprintln!(
         "SmolLM2 decode, max |logit diff| over {steps} steps: tiles vs ordered {tiles_vs_ordered:.3e} (argmax agree {tiles_agree}), \
          default vs ordered {default_vs_ordered:.3e} (agree {default_agree}), tiles vs default {tiles_vs_default:.3e}"

@@ -60,11 +60,7 @@ pub enum KvRows {
 impl KvRows {
     /// An empty buffer of type `kv` whose int8 rows are `row` values long.
     pub fn new(kv: KvType, row: usize) -> KvRows {
-        match kv {
-            KvType::F16 => KvRows::F16(Vec::new()),
-            KvType::F32 => KvRows::F32(Vec::new()),
-            KvType::Int8 => KvRows::Int8 { q: Vec::new(), scale: Vec::new(), row: row.max(1) },
-        }
+        KvRows::zeroed(kv, 0, row)
     }
 
     /// `values` zeros of type `kv` (int8: in rows of `row` values, scales 0).
@@ -119,20 +115,19 @@ impl KvRows {
         self.len() == 0
     }
 
-    /// Appends `vals` (whole rows for int8).
+    /// Appends `vals` (whole rows for int8): grows by that many zeros, then [`Self::write`]s
+    /// them, so appended and overwritten rows are encoded by the same code.
     pub fn push(&mut self, vals: &[f32]) {
+        let at = self.len();
         match self {
-            KvRows::F32(v) => v.extend_from_slice(vals),
-            KvRows::F16(v) => v.extend(vals.iter().map(|&x| quant::f32_to_f16(x))),
+            KvRows::F32(v) => v.resize(at + vals.len(), 0.0),
+            KvRows::F16(v) => v.resize(at + vals.len(), 0),
             KvRows::Int8 { q, scale, row } => {
-                debug_assert!(vals.len().is_multiple_of(*row), "int8 cache rows are {row} values");
-                for r in vals.chunks(*row) {
-                    let at = q.len();
-                    q.resize(at + r.len(), 0);
-                    scale.push(quantize_row_i8(r, &mut q[at..]));
-                }
+                q.resize(at + vals.len(), 0);
+                scale.resize((at + vals.len()).div_ceil(*row), 0.0);
             }
         }
+        self.write(at, vals);
     }
 
     /// Keeps the first `n` values (whole rows for int8).
