@@ -1,8 +1,8 @@
 //! Flash-Next's products and f32 helpers on the CPU: [`Mat::matmul`] on the CPU executor's
 //! kernels in llama.cpp's x86 float order (the shared decoders' exact path), with every output
 //! element the same function of its row and token for any batch size; and the small helpers
-//! whose rounding matters: RMSNorm sums squares in f64 (`ggml_float`), rope angles are built
-//! iteratively in f32 (`θ_i = t·s^i`).
+//! whose rounding matters: RMSNorm sums squares in f64 (`ggml_float`); rope is the shared
+//! ggml rope (iterative f32 angles, FMA rotation).
 
 use quant::GgmlType;
 
@@ -68,35 +68,20 @@ pub fn rms_norm_inplace(x: &mut [f32], gamma: Option<&[f32]>, eps: f32) {
     rms_norm(&tmp, gamma, eps, x);
 }
 
-/// Precomputed NEOX rope angles for one position: `cos/sin(t·s^i)`, `s = base^(-2/n_rot)` in f32.
-pub struct RopeAngles {
-    pub cos: Vec<f32>,
-    pub sin: Vec<f32>,
+/// Flash-Next's NEOX rope is the shared decoders' ggml rope: angles from
+/// [`cpu_kernels::rope_cs_ggml`] (the f32 recurrence `θ_i = t·s^i`), rotation
+/// [`cpu_kernels::rope_neox_ggml_cs`] (`fma(a, cos, -(b·sin))`, `fma(a, sin, b·cos)`).
+/// `(cos, sin)` pairs of position `pos` for `n_rot` roped dims.
+pub fn rope_angles(pos: usize, n_rot: usize, base: f32) -> Vec<(f32, f32)> {
+    let mut cs = Vec::with_capacity(n_rot / 2);
+    cpu_kernels::rope_cs_ggml(n_rot, pos, base, 1.0, &mut cs);
+    cs
 }
 
-impl RopeAngles {
-    pub fn new(pos: usize, n_rot: usize, base: f32) -> RopeAngles {
-        let half = n_rot / 2;
-        let s = base.powf(-2.0 / n_rot as f32);
-        let mut theta = pos as f32;
-        let (mut cos, mut sin) = (Vec::with_capacity(half), Vec::with_capacity(half));
-        for _ in 0..half {
-            cos.push(theta.cos());
-            sin.push(theta.sin());
-            theta *= s;
-        }
-        RopeAngles { cos, sin }
-    }
-
-    /// Rotates the pairs `(x_i, x_{i+n_rot/2})` of one head; dims ≥ n_rot stay as they are.
-    pub fn apply(&self, head: &mut [f32]) {
-        let half = self.cos.len();
-        for i in 0..half {
-            let (x0, x1) = (head[i], head[i + half]);
-            head[i] = x0 * self.cos[i] - x1 * self.sin[i];
-            head[i + half] = x0 * self.sin[i] + x1 * self.cos[i];
-        }
-    }
+/// Rotates the NEOX pairs `(x_i, x_{i+n_rot/2})` of one head with [`rope_angles`]; dims
+/// `>= n_rot` stay as they are.
+pub fn rope_head(head: &mut [f32], cs: &[(f32, f32)]) {
+    cpu_kernels::rope_neox_ggml_cs(head, 1, head.len(), cs);
 }
 
 pub fn sigmoid(x: f32) -> f32 {

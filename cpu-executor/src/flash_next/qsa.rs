@@ -2,7 +2,7 @@
 //! llama.cpp, are described in `model::qwen4exp::qsa`): projections, norms and rope, the block
 //! indexer's cell selection ([`heap_select`]), softmax attention over the kept cells.
 
-use super::linear::{RopeAngles, rms_norm, round_f16, sigmoid};
+use super::linear::{rms_norm, rope_angles, rope_head, round_f16, sigmoid};
 use crate::prelude::*;
 use model::qwen4exp::qsa::TAIL_BIAS;
 use model::qwen4exp::{Indexer, Qsa, QsaCache};
@@ -102,15 +102,15 @@ impl QsaCpu for Qsa {
         // q heads (normed, roped) and gates; new K/V cells.
         let mut q = vec![0f32; n * nh * d];
         let mut gate = vec![0f32; n * nh * d];
-        let angles: Vec<RopeAngles> = (0..n)
-            .map(|t| RopeAngles::new(start + t, self.n_rot, self.rope_base))
+        let angles: Vec<Vec<(f32, f32)>> = (0..n)
+            .map(|t| rope_angles(start + t, self.n_rot, self.rope_base))
             .collect();
         for t in 0..n {
             for h in 0..nh {
                 let src = &qf[(t * nh + h) * 2 * d..(t * nh + h) * 2 * d + 2 * d];
                 let qh = &mut q[(t * nh + h) * d..(t * nh + h + 1) * d];
                 rms_norm(&src[..d], Some(&self.q_norm), self.eps, qh);
-                angles[t].apply(qh);
+                rope_head(qh, &angles[t]);
                 gate[(t * nh + h) * d..(t * nh + h + 1) * d].copy_from_slice(&src[d..]);
             }
             for h in 0..nkv {
@@ -121,7 +121,7 @@ impl QsaCpu for Qsa {
                     self.eps,
                     &mut kh,
                 );
-                angles[t].apply(&mut kh);
+                rope_head(&mut kh, &angles[t]);
                 cache.k.push(&kh);
             }
             cache.v.push(&vp[t * nkv * d..(t + 1) * nkv * d]);
@@ -143,7 +143,7 @@ impl QsaCpu for Qsa {
                 mean.iter_mut().for_each(|m| *m /= ix.ratio as f32);
                 let mut kb = vec![0f32; ix.dim];
                 rms_norm(&mean, Some(&ix.k_norm), self.eps, &mut kb);
-                RopeAngles::new(b * ix.ratio, self.n_rot, self.rope_base).apply(&mut kb);
+                rope_head(&mut kb, &rope_angles(b * ix.ratio, self.n_rot, self.rope_base));
                 cache.blocks.extend_from_slice(&kb);
             }
             iq = p.iq.clone();
@@ -152,7 +152,7 @@ impl QsaCpu for Qsa {
                     let r = &mut iq[(t * ix.heads + h) * ix.dim..(t * ix.heads + h + 1) * ix.dim];
                     let tmp = r.to_vec();
                     rms_norm(&tmp, Some(&ix.q_norm), self.eps, r);
-                    angles[t].apply(r);
+                    rope_head(r, &angles[t]);
                 }
             }
         }

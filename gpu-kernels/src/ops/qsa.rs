@@ -11,7 +11,7 @@
 //! positions), so a launch's arguments do not change from one decode step to the next.
 //! Index math is u32; every kernel returns early for work-items past the end.
 use crate::abi::{QSA_ATTEND_BLOCK, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{barrier, group_id, lane_id, read_lane_f32, thread_id, wave_id, wave_max_f32, Lds};
+use crate::arch::{barrier, fma, group_id, lane_id, read_lane_f32, thread_id, wave_id, wave_max_f32, Lds};
 use super::rms_scale_ggml;
 use crate::mem::f32_to_f16;
 use quant::f16_to_f32;
@@ -29,7 +29,7 @@ fn round_f16(x: f32) -> f32 {
 
 /// Writes `dst[i] = rope((x(i) * scale) * w[i])` for one row of `dim`: NEOX pairs
 /// `(i, i + n_rot/2)` rotated with the host table's `(cos, sin)` at `p` as
-/// `a*c - b*s`, `a*s + b*c` (no fma, as the CPU's `RopeAngles::apply`); dims `>= n_rot` only
+/// `fma(a, c, -(b*s))`, `fma(a, s, b*c)` (the CPU's ggml rope, `rope_neox_ggml_cs`); dims `>= n_rot` only
 /// normed. Each lane owns its pairs and dims.
 ///
 /// # Safety
@@ -46,8 +46,8 @@ unsafe fn norm_rope_row(x: impl Fn(u32) -> f32, w: *const f32, dst: *mut f32, ta
             let cs = table.add((2 * (p * half + i)) as usize);
             let (c, s) = (*cs, *cs.add(1));
             let (a, b) = (y(i), y(i + half));
-            *dst.add(i as usize) = a * c - b * s;
-            *dst.add((i + half) as usize) = a * s + b * c;
+            *dst.add(i as usize) = fma(a, c, -(b * s));
+            *dst.add((i + half) as usize) = fma(a, s, b * c);
             i += 32;
         }
         let mut i = n_rot + lane;
