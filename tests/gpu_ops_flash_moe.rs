@@ -8,7 +8,7 @@
 
 use crate::gpu_ops::*;
 use strata::cpu::prelude::*;
-use strata::model::qwen4exp::Mat;
+use strata::model::Mat;
 use strata::model::qwen4exp::moe::{Moe, SwiGlu};
 use strata::rng::SplitMix64;
 use strata::test_device;

@@ -10,7 +10,7 @@ use crate::gpu_ops::*;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GdnBuffers, GdnDeviceState, GdnShape, GpuOps};
 use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};
-use strata::model::qwen4exp::Mat;
+use strata::model::Mat;
 use strata::rng::SplitMix64;
 use strata::test_device;
 

@@ -9,7 +9,7 @@ use crate::gpu_ops::*;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GpuOps, GrShape};
 use strata::model::qwen4exp::gr::HyperConn;
-use strata::model::qwen4exp::Mat;
+use strata::model::Mat;
 use strata::rng::SplitMix64;
 use strata::test_device;
 

@@ -14,7 +14,8 @@ use strata::cpu::flash_next::QsaProjections;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GpuOps, KvFormat, QsaBuffers, QsaIndexerShape, QsaShape};
 use strata::model::KvRows;
-use strata::model::qwen4exp::{Indexer, KvType, Mat, Qsa};
+use strata::model::Mat;
+use strata::model::qwen4exp::{Indexer, KvType, Qsa};
 use strata::rng::SplitMix64;
 use strata::test_device;
 

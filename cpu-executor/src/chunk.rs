@@ -14,7 +14,7 @@ use crate::{ModelMatmul, Products};
 use model::error::EngineError;
 use crate::kv_cache::{KvCache, LayerCache};
 use model::decoder::{Block, Buf, DecoderOps};
-use model::{Act, AttnSpec, Model, MoeSpec, RopeKind, W};
+use model::{Act, AttnSpec, Mat, Model, MoeSpec, RopeKind};
 
 type Norm = fn(&[f32], &[f32], f32, &mut [f32]);
 
@@ -72,7 +72,7 @@ impl CpuChunk<'_> {
     }
     /// Products of `x` with several matrices: one parallel region on the exact path (same
     /// bits as one product at a time), else one product each.
-    fn products(&mut self, x: &[f32], outs: &mut [(&W, &mut Vec<f32>)]) {
+    fn products(&mut self, x: &[f32], outs: &mut [(&Mat, &mut Vec<f32>)]) {
         let (m, n, p) = (self.m, self.n(), self.kernels());
         if p != Products::Ordered {
             match outs {
@@ -90,13 +90,13 @@ impl CpuChunk<'_> {
 }
 
 impl DecoderOps for CpuChunk<'_> {
-    type Mat = W;
+    type Mat = Mat;
     type Vector = Vec<f32>;
     type Error = EngineError;
 
-    fn embed(&mut self, tok_embd: &W, scale: Option<f32>) -> Result<(), EngineError> {
+    fn embed(&mut self, tok_embd: &Mat, scale: Option<f32>) -> Result<(), EngineError> {
         let d = self.m.hp.n_embd;
-        let emb = self.m.qt(tok_embd, 0);
+        let emb = tok_embd.qt();
         for (i, &t) in self.toks.iter().enumerate() {
             let row = &mut self.s.x[i * d..(i + 1) * d];
             ck::get_row(&emb, t as usize, row);
@@ -119,10 +119,10 @@ impl DecoderOps for CpuChunk<'_> {
         Ok(())
     }
 
-    fn project(&mut self, src: Buf, outs: &[(&W, Buf)]) -> Result<(), EngineError> {
-        let mut ys: Vec<(&W, Vec<f32>)> = outs.iter().map(|&(w, b)| (w, take(self.buf(b)))).collect();
+    fn project(&mut self, src: Buf, outs: &[(&Mat, Buf)]) -> Result<(), EngineError> {
+        let mut ys: Vec<(&Mat, Vec<f32>)> = outs.iter().map(|&(w, b)| (w, take(self.buf(b)))).collect();
         self.with_src(src, |c, x| {
-            let mut refs: Vec<(&W, &mut Vec<f32>)> = ys.iter_mut().map(|(w, y)| (*w, y)).collect();
+            let mut refs: Vec<(&Mat, &mut Vec<f32>)> = ys.iter_mut().map(|(w, y)| (*w, y)).collect();
             c.products(x, &mut refs);
         });
         for ((_, b), (_, y)) in outs.iter().zip(ys) {
@@ -217,7 +217,7 @@ impl DecoderOps for CpuChunk<'_> {
         Ok(())
     }
 
-    fn glu(&mut self, src: Buf, gate: &W, up: &W, act: Act) -> Result<(), EngineError> {
+    fn glu(&mut self, src: Buf, gate: &Mat, up: &Mat, act: Act) -> Result<(), EngineError> {
         let (mut g, mut u) = (take(&mut self.s.gate), take(&mut self.s.up));
         self.with_src(src, |c, x| c.products(x, &mut [(gate, &mut g), (up, &mut u)]));
         let len = self.n() * gate.rows;
@@ -236,7 +236,7 @@ impl DecoderOps for CpuChunk<'_> {
         Ok(())
     }
 
-    fn moe(&mut self, layer: usize, src: Buf, w: [&W; 4], spec: &MoeSpec) -> Result<(), EngineError> {
+    fn moe(&mut self, layer: usize, src: Buf, w: [&Mat; 4], spec: &MoeSpec) -> Result<(), EngineError> {
         let (d, n, m, p) = (self.m.hp.n_embd, self.n(), self.m, self.kernels());
         let mut moe = take(&mut self.s.moe);
         self.with_src(src, |c, x| super::moe::moe_ffn(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, p));
@@ -264,7 +264,7 @@ impl DecoderOps for CpuChunk<'_> {
         Ok(())
     }
 
-    fn head(&mut self, first: usize, norm_w: &Vec<f32>, output: &W) -> Result<(), EngineError> {
+    fn head(&mut self, first: usize, norm_w: &Vec<f32>, output: &Mat) -> Result<(), EngineError> {
         let (d, n, eps, norm, p) = (self.m.hp.n_embd, self.n(), self.m.hp.rms_eps, self.norm_fn(), self.kernels());
         let Some(logits) = self.logits.take() else { return Ok(()) };
         let s = &mut *self.s;

@@ -8,7 +8,7 @@
 use cpu_kernels as ck;
 use cpu_kernels::team;
 
-use model::{Model, W};
+use model::{Mat, Model};
 
 /// Which kernels the CPU executor's matrix products run (chosen per session).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,18 +40,18 @@ impl Products {
 /// the GPU host side for the experts it computes on the CPU.
 pub trait ModelMatmul {
     /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack) with the kernels `p` names.
-    fn mm(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]);
+    fn mm(&self, p: Products, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]);
 
     /// Products of the same activations with several matrices in one parallel region
     /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi_gemm`
     /// otherwise; same bits as one [`Self::mm`] per matrix). Not for [`Products::Ordered`].
-    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]);
+    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&Mat, &mut [f32]); K]);
 }
 
 impl ModelMatmul for Model {
     #[inline]
-    fn mm(&self, p: Products, w: &W, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
-        let t = self.qt(w, e);
+    fn mm(&self, p: Products, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+        let t = w.matrix(e);
         let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
         let p = if p == Products::Tiles && !ck::Gemm::tiles_apply(t.ty, n) { Products::Llama } else { p };
         let r = match p {
@@ -65,8 +65,8 @@ impl ModelMatmul for Model {
         }
     }
 
-    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&W, &mut [f32]); K]) {
-        let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| self.qt(w, 0)).collect();
+    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&Mat, &mut [f32]); K]) {
+        let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| w.qt()).collect();
         let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
         let cols = ts[0].cols;
         let x = &x[..n * cols];

@@ -10,7 +10,7 @@ use cpu_kernels as ck;
 
 use super::grow;
 use crate::{ModelMatmul, Products};
-use model::{MoeSpec, Model, W};
+use model::{Mat, MoeSpec, Model};
 
 /// Reusable buffers (only grow).
 #[derive(Default)]
@@ -80,7 +80,7 @@ pub(crate) fn moe_ffn(
     layer: usize,
     m: &Model,
     spec: &MoeSpec,
-    [router, gate, up, down]: [&W; 4],
+    [router, gate, up, down]: [&Mat; 4],
     xn: &[f32],
     n: usize,
     out: &mut [f32],

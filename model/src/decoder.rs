@@ -91,7 +91,7 @@ pub struct LayerWeights<M, V> {
 }
 
 /// Every weight of a decoder, with matrices of type `M` and vectors (norms, biases) of type
-/// `V`: `model::W` / `Vec<f32>` on the host (references into the mapped GGUF), device buffers
+/// `V`: `model::Mat` / `Vec<f32>` on the host (references into the mapped GGUF), device buffers
 /// on a GPU. The GGUF names and shapes are resolved once, in `Model::from_gguf`; a backend
 /// uploads with [`DecoderWeights::try_map`], so it cannot miss or reorder a weight.
 #[derive(Clone, Debug)]

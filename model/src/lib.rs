@@ -21,6 +21,7 @@ pub mod hparams;
 mod kv_type;
 pub mod op_profile;
 pub mod llama;
+pub mod mat;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;
@@ -29,38 +30,25 @@ pub mod qwen3moe;
 pub mod qwen4exp;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use cpu_kernels::QTensor;
 use gguf::{GgufFile, TensorInfo};
 use quant::GgmlType;
 
 use crate::error::{EngineError, Result};
 pub use arch::Arch;
+pub use mat::{Mat, MatError};
 pub use kv_type::{KvRows, KvType, quantize_row_i8};
 pub use decoder::{AttnWeights, DecoderWeights, Ffn, FfnWeights, LayerWeights, Logits};
 pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
-
-/// A weight matrix (or a stack of expert matrices) inside the GGUF mapping.
-#[derive(Clone, Debug)]
-pub struct W {
-    /// Index in the GGUF tensor directory (`GgufFile::tensors`).
-    pub tensor: usize,
-    pub ty: GgmlType,
-    /// Output features (per expert for a stack).
-    pub rows: usize,
-    /// Input features (row length).
-    pub cols: usize,
-    /// 1 for a plain matrix.
-    pub n_mat: usize,
-}
 
 /// A loaded model: hyperparameters plus weights referencing the mapped file.
 pub struct Model {
     pub hp: HParams,
     pub path: PathBuf,
-    pub gguf: GgufFile,
-    /// Every weight, as described by [`decoder::DecoderWeights`].
-    pub w: DecoderWeights<W, Vec<f32>>,
+    pub gguf: Arc<GgufFile>,
+    /// Every weight, as described by [`decoder::DecoderWeights`]: windows into `gguf`.
+    pub w: DecoderWeights<Mat, Vec<f32>>,
     pub n_vocab: usize,
 }
 
@@ -85,6 +73,7 @@ impl Model {
                 return Err(EngineError::Unsupported(format!("{}: qwen4exp models load through model::qwen4exp", path.display())));
             }
         };
+        let gguf = Arc::new(gguf);
         let l = Loader { g: &gguf };
         let (d, hd) = (hp.n_embd, hp.head_dim);
         let tok_embd = l.mat("token_embd.weight", d, None)?;
@@ -138,15 +127,6 @@ impl Model {
         Ok(Model { hp, path: path.to_path_buf(), w, n_vocab, gguf })
     }
 
-    /// The matrix `w` (expert `e` of a stack) as a kernel operand.
-    #[inline]
-    pub fn qt(&self, w: &W, e: usize) -> QTensor<'_> {
-        let info: &TensorInfo = &self.gguf.tensors()[w.tensor];
-        let data = self.gguf.tensor_data(info);
-        let per = data.len() / w.n_mat;
-        QTensor { ty: w.ty, data: &data[e * per..(e + 1) * per], rows: w.rows, cols: w.cols }
-    }
-
     /// Per-layer (n_head_kv, head_dim) for the KV cache.
     /// Bytes one decode step at position `pos` reads: every weight matrix (the routed experts'
     /// top-k share of their stacks, one row of the token embedding), the norm vectors and the
@@ -186,7 +166,7 @@ impl Model {
 
 /// Tensor lookup with shape/type checks that name the tensor.
 struct Loader<'a> {
-    g: &'a GgufFile,
+    g: &'a Arc<GgufFile>,
 }
 
 impl Loader<'_> {
@@ -208,7 +188,7 @@ impl Loader<'_> {
     }
 
     /// A `[rows][cols]` matrix (`rows` None: any).
-    fn mat(&self, name: &str, cols: usize, rows: Option<usize>) -> Result<W> {
+    fn mat(&self, name: &str, cols: usize, rows: Option<usize>) -> Result<Mat> {
         let (tensor, t) = self.find(name)?;
         let ok = t.dims.len() == 2
             && t.dims[0] as usize == cols
@@ -221,18 +201,20 @@ impl Loader<'_> {
             });
         }
         Self::check_type(name, t.ty)?;
-        Ok(W { tensor, ty: t.ty, rows: t.dims[1] as usize, cols, n_mat: 1 })
+        Mat::mapped(self.g, tensor, 0, t.ty, t.dims[1] as usize, cols)
+            .map_err(|source| EngineError::Tensor { name: name.into(), source })
     }
 
     /// `n` matrices `[rows][cols]` stored back to back (expert stacks).
-    fn stack(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<W> {
+    fn stack(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<Mat> {
         let (tensor, t) = self.find(name)?;
         let want = vec![cols as u64, rows as u64, n as u64];
         if t.dims != want {
             return Err(EngineError::TensorShape { name: name.into(), expected: want, found: t.dims.clone() });
         }
         Self::check_type(name, t.ty)?;
-        Ok(W { tensor, ty: t.ty, rows, cols, n_mat: n })
+        Mat::mapped_stack(self.g, tensor, 0, t.ty, rows, cols, n)
+            .map_err(|source| EngineError::Tensor { name: name.into(), source })
     }
 
     /// A vector of `n` values (norm weights, biases), dequantized to f32.

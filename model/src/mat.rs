@@ -1,7 +1,9 @@
-//! Weight matrices as the qwen4exp layers see them: a [`Mat`] is a row-major matrix in any
-//! ggml block type, either owned (tests, synthetic layers) or a window into a memory-mapped
-//! [`gguf::GgufFile`] (so a multi-gigabyte model is never copied). Its products are the CPU
-//! executor's (`cpu::flash_next::linear`); a GPU executor uploads [`Mat::data`].
+//! The weight type of every architecture: a [`Mat`] is a row-major matrix (or a stack of
+//! `n_mat` equal matrices: routed experts) in any ggml block type, either a window into a
+//! memory-mapped [`gguf::GgufFile`] (every shard of a split model; a multi-gigabyte model is
+//! never copied) or owned (PLE rows read from the SSD, tests, synthetic layers). Its products
+//! are the executors': the CPU's kernels read [`Mat::matrix`], a GPU executor uploads
+//! [`Mat::data`].
 
 use std::sync::Arc;
 
@@ -9,6 +11,7 @@ use gguf::GgufFile;
 use quant::GgmlType;
 
 /// Where the bytes of a [`Mat`] live.
+#[derive(Clone)]
 enum Bytes {
     /// Owned, stored in u64 words so that F32 data is always 4-byte aligned.
     Owned { words: Vec<u64>, len: usize },
@@ -21,18 +24,28 @@ enum Bytes {
     },
 }
 
-/// A row-major weight matrix `[rows][cols]` (ggml ne = `[cols, rows]`).
+/// A row-major weight matrix `[rows][cols]` (ggml ne = `[cols, rows]`), or `n_mat` of them
+/// back to back (ggml ne = `[cols, rows, n_mat]`).
+#[derive(Clone)]
 pub struct Mat {
     pub ty: GgmlType,
+    /// Output features (per matrix of a stack).
     pub rows: usize,
+    /// Input features (row length).
     pub cols: usize,
+    /// 1 for a plain matrix; the number of experts of a stack.
+    pub n_mat: usize,
     row_bytes: usize,
     bytes: Bytes,
 }
 
 impl std::fmt::Debug for Mat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Mat({} {}x{})", self.ty.name(), self.rows, self.cols)
+        write!(f, "Mat({} {}x{}", self.ty.name(), self.rows, self.cols)?;
+        if self.n_mat > 1 {
+            write!(f, " x{}", self.n_mat)?;
+        }
+        write!(f, ")")
     }
 }
 
@@ -82,6 +95,7 @@ impl Mat {
             ty,
             rows,
             cols,
+            n_mat: 1,
             row_bytes,
             bytes: Bytes::Owned {
                 words,
@@ -99,8 +113,22 @@ impl Mat {
         rows: usize,
         cols: usize,
     ) -> Result<Mat, MatError> {
+        Mat::mapped_stack(file, tensor, start, ty, rows, cols, 1)
+    }
+
+    /// `n_mat` matrices of `rows` rows back to back from byte `start` of tensor `tensor`.
+    pub(crate) fn mapped_stack(
+        file: &Arc<GgufFile>,
+        tensor: usize,
+        start: usize,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n_mat: usize,
+    ) -> Result<Mat, MatError> {
         let row_bytes = ty.row_bytes(cols).ok_or(MatError::Ragged { ty, cols })?;
-        let len = row_bytes * rows;
+        let all_rows = rows.checked_mul(n_mat).ok_or(MatError::Size { ty, rows, cols, expected: usize::MAX, got: 0 })?;
+        let len = row_bytes.checked_mul(all_rows).ok_or(MatError::Size { ty, rows: all_rows, cols, expected: usize::MAX, got: 0 })?;
         let avail = file
             .tensors()
             .get(tensor)
@@ -108,17 +136,18 @@ impl Mat {
         if avail < len {
             return Err(MatError::Size {
                 ty,
-                rows,
+                rows: all_rows,
                 cols,
                 expected: len,
                 got: avail,
             });
         }
-        geometry(ty, rows, cols, len)?;
+        geometry(ty, all_rows, cols, len)?;
         Ok(Mat {
             ty,
             rows,
             cols,
+            n_mat,
             row_bytes,
             bytes: Bytes::Mapped {
                 file: file.clone(),
@@ -129,7 +158,7 @@ impl Mat {
         })
     }
 
-    /// All bytes of the matrix.
+    /// All bytes of the matrix (of every matrix of a stack).
     pub fn data(&self) -> &[u8] {
         match &self.bytes {
             Bytes::Owned { words, len } => {
@@ -146,7 +175,7 @@ impl Mat {
         }
     }
 
-    /// Bytes of row `r`.
+    /// Bytes of row `r` (rows of a stack count on across its matrices).
     pub fn row_data(&self, r: usize) -> &[u8] {
         &self.data()[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
@@ -158,9 +187,16 @@ impl Mat {
         }
     }
 
-    /// The matrix as a `cpu_kernels` operand.
+    /// Matrix `e` of a stack (0 for a plain matrix) as a `cpu_kernels` operand.
+    pub fn matrix(&self, e: usize) -> cpu_kernels::QTensor<'_> {
+        debug_assert!(e < self.n_mat, "{self:?}: matrix {e}");
+        let per = self.rows * self.row_bytes;
+        cpu_kernels::QTensor { ty: self.ty, data: &self.data()[e * per..(e + 1) * per], rows: self.rows, cols: self.cols }
+    }
+
+    /// A plain matrix as a `cpu_kernels` operand ([`Mat::matrix`] 0).
     pub fn qt(&self) -> cpu_kernels::QTensor<'_> {
-        cpu_kernels::QTensor { ty: self.ty, data: self.data(), rows: self.rows, cols: self.cols }
+        self.matrix(0)
     }
 
 }

@@ -10,7 +10,8 @@
 //! gate, scale or index changes outputs by O(1)).
 
 use strata::cpu::prelude::*;
-use strata::model::qwen4exp::{Gdn, GdnMode, HyperConn, Mat};
+use strata::model::Mat;
+use strata::model::qwen4exp::{Gdn, GdnMode, HyperConn};
 
 pub(super) const TOL_REL: f64 = 1e-4;
 

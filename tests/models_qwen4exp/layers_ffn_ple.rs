@@ -3,7 +3,8 @@
 
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::hparams::PleParams;
-use strata::model::qwen4exp::{Mat, Moe, Ple, SwiGlu};
+use strata::model::Mat;
+use strata::model::qwen4exp::{Moe, Ple, SwiGlu};
 
 use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, silu64, to64};
 

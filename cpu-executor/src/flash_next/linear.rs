@@ -6,7 +6,7 @@
 
 use quant::GgmlType;
 
-use model::qwen4exp::Mat;
+use model::Mat;
 
 /// The CPU executor's methods on [`Mat`] (a type of the `model` crate, which knows no backend).
 pub trait MatCpu {

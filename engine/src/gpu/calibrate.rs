@@ -636,8 +636,8 @@ fn measure(
 /// prompt chunks of [`super::model::GEMM_MIN_TOKENS`] tokens or more, `min_t`), f32 for the
 /// rest (widened at upload) — and, for each extra dtype in `extra`, the same shapes in that type.
 pub fn model_shapes(model: &model::Model, extra: &[DType]) -> Vec<Shape> {
-    use model::{Ffn, W};
-    let mut mats: Vec<(&W, bool)> = vec![(&model.w.output, false)];
+    use model::{Ffn, Mat};
+    let mut mats: Vec<(&Mat, bool)> = vec![(&model.w.output, false)];
     for l in &model.w.layers {
         let a = &l.attn;
         mats.extend([(&a.wq, true), (&a.wk, true), (&a.wv, true), (&a.wo, true)]);

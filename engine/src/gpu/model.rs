@@ -34,7 +34,7 @@ use model::error::{EngineError, Result};
 use cpu_executor::kv_cache::KvType;
 use super::expert_cache::{CacheStats, ExpertCache};
 use model::decoder::WeightName;
-use model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model, W};
+use model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Mat, Model};
 use quant::GgmlType;
 
 /// How a matrix (or a stack of `n_mat`) of type `ty` lives on the device: its bytes and its
@@ -309,11 +309,11 @@ impl GpuModel {
         let is_stack = |s: &str| matches!(s, "ffn_gate_exps.weight" | "ffn_up_exps.weight" | "ffn_down_exps.weight");
         let w = model.w.try_map(
             |m, name| match name {
-                WeightName::TokEmbd => up.borrow_mut().embedding(&model, m),
+                WeightName::TokEmbd => up.borrow_mut().embedding(m),
                 WeightName::Layer(_, s) if is_stack(s) && cache_slots.is_some() => {
-                    up.borrow_mut().slots(&model, m, &name.to_string(), cache_slots.unwrap_or(0))
+                    up.borrow_mut().slots(m, &name.to_string(), cache_slots.unwrap_or(0))
                 }
-                _ => up.borrow_mut().mat(&model, m, &name.to_string()),
+                _ => up.borrow_mut().mat(m, &name.to_string()),
             },
             |v, _| up.borrow_mut().f32s(v),
         ).map_err(weights_do_not_fit)?;
@@ -681,8 +681,8 @@ impl<'a> Uploader<'a> {
     }
     /// Empty device room for `n` experts of the stack `w` (laid out as `mat` would upload it:
     /// as stored, for MMVQ or the ordered mode's `mmv_ordered`), filled by the expert cache.
-    pub(super) fn slots(&mut self, model: &Model, w: &W, name: &str, n: usize) -> Result<DevMat> {
-        let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+    pub(super) fn slots(&mut self, w: &Mat, name: &str, n: usize) -> Result<DevMat> {
+        let all = w.data();
         let mat_bytes = all.len() / w.n_mat;
         let kind = if self.ordered && w.ty.has_reference() && w.ty.row_bytes(w.cols).is_some() {
             MatKind::Raw
@@ -704,8 +704,8 @@ impl<'a> Uploader<'a> {
 
     /// The token embedding table, rows as stored when the row-gather kernel reads the type,
     /// else widened to f32 (never [`MatKind::Raw`]: gathering rows needs no dot product).
-    fn embedding(&mut self, model: &Model, w: &W) -> Result<DevMat> {
-        let data = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+    fn embedding(&mut self, w: &Mat) -> Result<DevMat> {
+        let data = w.data();
         self.embedding_table(data, w.ty, w.rows, w.cols)
     }
 
@@ -723,8 +723,8 @@ impl<'a> Uploader<'a> {
         let mat_bytes = if ty != stored { rows * cols * 4 } else { data.len() };
         Ok(DevMat { ptr, kind, rows, cols, mat_bytes, ty })
     }
-    pub(super) fn mat(&mut self, model: &Model, w: &W, name: &str) -> Result<DevMat> {
-        let all = model.gguf.tensor_data(&model.gguf.tensors()[w.tensor]);
+    pub(super) fn mat(&mut self, w: &Mat, name: &str) -> Result<DevMat> {
+        let all = w.data();
         self.matrix(all, w.ty, w.rows, w.cols, w.n_mat, name)
     }
 

@@ -215,7 +215,7 @@ impl GpuModel {
             return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
         };
         for (w, d) in [gate, up, down].into_iter().zip(dev) {
-            let all = self.model.gguf.tensor_data(&self.model.gguf.tensors()[w.tensor]);
+            let all = w.data();
             let per = all.len() / w.n_mat;
             self.ops.api().memcpy_htod(d.expert(slot), &all[e * per..(e + 1) * per])?;
         }
@@ -296,7 +296,7 @@ impl GpuModel {
             let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&host.ffn.ffn, &mut dev.ffn.ffn) else { continue };
             for (h, d, what) in [(hg, gate, "ffn_gate_exps.weight"), (hu, up, "ffn_up_exps.weight"), (hd, down, "ffn_down_exps.weight")] {
                 let name = model::decoder::WeightName::Layer(il, what).to_string();
-                *d = if fit.all_resident() { upl.mat(&self.model, h, &name)? } else { upl.slots(&self.model, h, &name, fit.slots)? };
+                *d = if fit.all_resident() { upl.mat(h, &name)? } else { upl.slots(h, &name, fit.slots)? };
             }
         }
         self.allocs.append(&mut upl.allocs);

@@ -15,7 +15,7 @@
 //! and the outputs and final state follow from `δ` with matrix products (the prefill form used
 //! by GPU kernels). The two agree to f32 rounding (tests/models_qwen4exp.rs).
 
-use super::Mat;
+use crate::Mat;
 
 /// How a multi-token pass runs the delta rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

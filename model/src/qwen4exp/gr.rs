@@ -12,7 +12,7 @@
 //! llama.cpp's graph. The mix for several tokens reads each weight row once per group of 8
 //! tokens (`Mat::matmul`) and is bit-identical to single-token mixes.
 
-use super::Mat;
+use crate::Mat;
 
 /// One HC mixer (`hc_attn_*`, `hc_ffn_*` or the final `output_hc_*`).
 #[derive(Debug)]

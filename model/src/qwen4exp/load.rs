@@ -9,7 +9,7 @@ use gguf::GgufFile;
 use super::gdn::Gdn;
 use super::gr::HyperConn;
 use super::hparams::{HParams, LayerKind};
-use super::Mat;
+use crate::Mat;
 use super::moe::{Moe, SwiGlu};
 use super::ple::Ple;
 use super::ple_io::{PleOptions, PleTable};

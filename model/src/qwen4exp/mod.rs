@@ -23,7 +23,6 @@
 pub mod gdn;
 pub mod gr;
 pub mod hparams;
-pub mod mat;
 mod load;
 pub mod moe;
 pub mod ple;
@@ -37,12 +36,12 @@ use std::sync::Arc;
 
 use gguf::GgufFile;
 
+use crate::Mat;
 use crate::error::EngineError;
 
 pub use gdn::{Gdn, GdnMode, GdnState};
 pub use gr::HyperConn;
 pub use hparams::{HParams, LayerKind, PleParams};
-pub use mat::{Mat, MatError};
 pub use moe::{Moe, SwiGlu};
 pub use mtp::{Mtp, MtpState};
 pub use ple::{Ple, PleState};

@@ -7,7 +7,7 @@
 //! No expert weight scale is applied (llama.cpp does not read `expert_weights_scale` for this
 //! architecture). Ties in p keep the lower expert id.
 
-use super::Mat;
+use crate::Mat;
 
 /// One SwiGLU FFN (an expert or the shared expert).
 #[derive(Debug)]

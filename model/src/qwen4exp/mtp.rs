@@ -33,7 +33,7 @@ use std::sync::Arc;
 use gguf::{GgufFile, Value};
 
 use super::gr::HyperConn;
-use super::Mat;
+use crate::Mat;
 use super::load::{Loader, attention, moe};
 use super::moe::Moe;
 use super::qsa::{Qsa, QsaCache};

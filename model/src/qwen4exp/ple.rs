@@ -18,7 +18,7 @@
 //! with a row cache).
 
 use super::hparams::PleParams;
-use super::Mat;
+use crate::Mat;
 use super::ple_io::PleTable;
 
 /// Weights of the PLE block.

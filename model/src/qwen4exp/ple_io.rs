@@ -30,7 +30,7 @@ use std::sync::Mutex;
 
 use quant::GgmlType;
 
-use super::Mat;
+use crate::Mat;
 
 /// How PLE table rows are read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

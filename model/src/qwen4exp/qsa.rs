@@ -22,7 +22,7 @@
 //! (`--kv int8`, not a llama.cpp format) K, V and κ rows are int8 with a scale each and read
 //! back as `q · scale`; q and the probabilities stay f32, as with an f32 cache.
 
-use super::Mat;
+use crate::Mat;
 use crate::{KvRows, KvType};
 
 /// The block indexer of a QSA layer.

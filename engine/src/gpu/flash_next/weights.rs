@@ -9,7 +9,8 @@ use crate::gpu::abi;
 use crate::gpu::model::{DevMat, Uploader, device_layout};
 use crate::gpu::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
 use model::qwen4exp::moe::SwiGlu;
-use model::qwen4exp::{Gdn, HyperConn, Mat, Mixer, Moe, Mtp, Ple, Qsa, Qwen4Exp};
+use model::Mat;
+use model::qwen4exp::{Gdn, HyperConn, Mixer, Moe, Mtp, Ple, Qsa, Qwen4Exp};
 use crate::gpu::device::{DevicePtr, GpuApi};
 
 /// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`, `output_hc_*`).

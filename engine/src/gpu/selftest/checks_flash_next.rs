@@ -13,7 +13,7 @@ use model::qwen4exp::{Indexer, Qsa};
 use model::qwen4exp::gdn::{Gdn, GdnMode};
 use model::qwen4exp::gr::HyperConn;
 use cpu_executor::flash_next::linear::sigmoid;
-use model::qwen4exp::Mat;
+use model::Mat;
 
 pub fn checks() -> Vec<Check> {
     vec![
