@@ -390,3 +390,23 @@ pub fn get_row(w: &QTensor, row: usize, out: &mut [f32]) {
         panic!("get_row {:?} {}x{} row {row}: {e}", w.ty, w.rows, w.cols);
     }
 }
+
+// Beside the dispatcher that picks those kernels (and not in `tensor`, which the kernels import).
+impl Gemm {
+    /// Whether [`Gemm::Tiles`] changes the kernels of an `n`-column product of `ty` weights
+    /// (on the best path of this CPU).
+    pub fn tiles_apply(ty: quant::GgmlType, n: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            (n >= crate::x86::gemm_q0::MIN_COLS && matches!(ty, quant::GgmlType::Q8_0 | quant::GgmlType::Q5_0 | quant::GgmlType::Q4_0 | quant::GgmlType::IQ4NL | quant::GgmlType::Q4_1 | quant::GgmlType::Q4K | quant::GgmlType::Q6K)
+                || crate::x86::gemv_tiles::has(ty))
+                && best_path() == Path::Avx512
+                && crate::x86::cpu::has_avx512_zmm()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (ty, n);
+            false
+        }
+    }
+}

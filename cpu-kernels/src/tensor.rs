@@ -101,25 +101,6 @@ pub enum Gemm {
     Tiles,
 }
 
-impl Gemm {
-    /// Whether [`Gemm::Tiles`] changes the kernels of an `n`-column product of `ty` weights
-    /// (on the best path of this CPU).
-    pub fn tiles_apply(ty: GgmlType, n: usize) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            (n >= crate::x86::gemm_q0::MIN_COLS && matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q6K)
-                || crate::x86::gemv_tiles::has(ty))
-                && best_path() == Path::Avx512
-                && crate::x86::cpu::has_avx512_zmm()
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (ty, n);
-            false
-        }
-    }
-}
-
 /// One implementation of the dot-product kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
