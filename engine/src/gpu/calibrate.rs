@@ -633,7 +633,7 @@ fn measure(
 
 /// The dense projection shapes `GpuModel` sends to the GEMM entry point for `model`, in the
 /// type it uses — f16 for F16 weights and for MMVQ-type layer matrices (dequantized to f16 for
-/// prompt chunks of [`super::model::GEMM_MIN_TOKENS`] tokens or more, `min_t`), f32 for the
+/// prompt chunks of [`crate::gpu_options::GEMM_MIN_TOKENS`] tokens or more, `min_t`), f32 for the
 /// rest (widened at upload) — and, for each extra dtype in `extra`, the same shapes in that type.
 pub fn model_shapes(model: &model::Model, extra: &[DType]) -> Vec<Shape> {
     use model::{Ffn, Mat};
@@ -653,7 +653,7 @@ pub fn model_shapes(model: &model::Model, extra: &[DType]) -> Vec<Shape> {
         if mmvq && !(layer_mat && w.n_mat == 1) {
             continue;
         }
-        let min_t = if mmvq { super::model::GEMM_MIN_TOKENS } else { 1 };
+        let min_t = if mmvq { crate::gpu_options::GEMM_MIN_TOKENS } else { 1 };
         let used = match w.ty {
             _ if mmvq => DType::F16,
             quant::GgmlType::F16 => DType::F16,

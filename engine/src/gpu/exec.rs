@@ -11,7 +11,8 @@
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuError};
 use super::linear::Linear;
-use super::model::{DevMat, GpuModel, GpuSession, MatKind, Tmp};
+use super::model::{GpuModel, GpuSession};
+use super::upload::{DevMat, MatKind, Tmp};
 use super::ops::{GluAct, KvFormat, RowType};
 use model::decoder::{Block, Buf, DecoderOps};
 use model::{Act, AttnSpec, Ffn, MoeSpec};
@@ -291,5 +292,26 @@ impl GpuModel {
     /// [`Linear::quantize`] with this model's options.
     pub(super) fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
         self.lin().quantize(x, xq, n, k)
+    }
+}
+
+// The window loop of `GpuModel` (model.rs) runs the program here, beside its operations.
+impl GpuModel {
+    /// Every launch of one window (inputs already in `ids`/`pos`): the decoder's program
+    /// (`model::decoder::forward`) over this device's operations ([`super::exec::GpuChunk`]).
+    pub(super) fn launches(&self, sess: &mut GpuSession, n: usize, first_row: Option<usize>) -> std::result::Result<(), GpuError> {
+        if let Some(p) = sess.profile.as_mut() {
+            let _ = self.ops.api().take_stats();
+            p.tokens += n as u64;
+        }
+        let trace = sess.trace.take().map(|mut t| {
+            t.clear();
+            t
+        });
+        let mut chunk = super::exec::GpuChunk { g: self, sess, n, trace, moe_experts: 0 };
+        let r = model::decoder::forward(&mut chunk, &self.model.hp, &self.w, first_row);
+        let trace = chunk.trace.take();
+        sess.trace = trace;
+        r
     }
 }

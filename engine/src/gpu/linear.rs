@@ -7,7 +7,7 @@
 use super::abi::MAX_COLS;
 use super::calibrate::LtDispatch;
 use super::device::{DType, DevicePtr, Gemm, GpuError, Stream, Transpose};
-use super::model::{DevMat, MatKind, Tmp, q8_1_bytes};
+use super::upload::{DevMat, MatKind, Tmp, q8_1_bytes};
 use super::ops::{GluAct, GpuOps};
 use crate::gpu_options::{GEMM_MIN_TOKENS, GpuOptions, PrefillPath};
 use quant::GgmlType;

@@ -34,6 +34,7 @@ pub mod ops;
 pub mod ops_host;
 pub mod selftest;
 pub mod test_device;
+pub mod upload;
 
 pub use abi::WType;
 pub use bench::bench_kernels;

@@ -7,7 +7,8 @@ use super::abi::MAX_COLS;
 use super::device::GpuError;
 use super::expert_cache::{AutoFit, ExpertCache, Placement};
 use super::linear::DispatchBuffers;
-use super::model::{DevMat, GpuModel, MatKind, Scratch, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
+use super::model::{GpuModel, Scratch};
+use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use cpu_executor::{ModelMatmul, Products};
 use model::Ffn;
 use super::ops::GluAct;
@@ -304,7 +305,7 @@ impl GpuModel {
         let per_expert = fit.slot_bytes as usize / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
         self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert)).transpose()?;
         if let Some(h) = self.handoff.take() {
-            h.free(&*api).map_err(super::model::gpu_err("freeing the expert handoff"))?;
+            h.free(&*api).map_err(super::upload::gpu_err("freeing the expert handoff"))?;
         }
         self.handoff = super::model::handoff_for(&*api, &self.model.hp, &self.w, self.expert_cache.as_ref())?;
         Ok(Some(fit))

@@ -10,7 +10,7 @@ use crate::gpu::device::{DevicePtr, GpuError};
 use crate::gpu::linear::{DispatchBuffers, Linear};
 use cpu_executor::flash_next::SwiGluCpu;
 use crate::gpu::expert_cache::{ExpertCache, Placement};
-use crate::gpu::model::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
+use crate::gpu::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
 use model::qwen4exp::moe::SwiGlu;
 use crate::gpu::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use model::qwen4exp::program::{self, FlashNextOps, Site};

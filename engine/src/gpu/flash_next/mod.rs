@@ -25,7 +25,7 @@ use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
 use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
 use super::expert_handoff::ExpertHandoff;
-use super::model::{Uploader, gpu_err, weights_do_not_fit};
+use super::upload::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
 use model::error::{EngineError, Result};
 use crate::gpu_options::{ExpertCacheSize, GpuOptions};
@@ -202,7 +202,7 @@ impl GpuFlashNext {
         let mut slot_bytes = 0u64;
         for l in &self.m.layers {
             for w in [&l.moe.experts[0].gate, &l.moe.experts[0].up, &l.moe.experts[0].down] {
-                let (_, d) = super::model::device_layout(false, w.data(), w.ty, w.rows, w.cols, 1, "expert")?;
+                let (_, d) = super::upload::device_layout(false, w.data(), w.ty, w.rows, w.cols, 1, "expert")?;
                 slot_bytes += d.mat_bytes as u64;
             }
         }

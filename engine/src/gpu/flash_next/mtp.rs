@@ -15,7 +15,7 @@ use super::weights::{DevMixer, DevMtp, upload_mtp};
 use super::{GpuFlashNext, GpuFlashSession, WINDOW, attn_state, check_cells, kv_format};
 use model::error::{EngineError, Result};
 use crate::gpu::device::{DevicePtr, GpuApi};
-use crate::gpu::model::{Uploader, weights_do_not_fit};
+use crate::gpu::upload::{Uploader, weights_do_not_fit};
 use cpu_executor::kv_cache::KvType;
 use model::qwen4exp::Mtp;
 use model::qwen4exp::mtp::MtpOut;

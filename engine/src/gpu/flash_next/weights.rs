@@ -6,7 +6,7 @@
 
 use model::error::{EngineError, Result};
 use crate::gpu::abi;
-use crate::gpu::model::{DevMat, Uploader, device_layout};
+use crate::gpu::upload::{DevMat, Uploader, device_layout};
 use crate::gpu::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
 use model::qwen4exp::moe::SwiGlu;
 use model::Mat;
