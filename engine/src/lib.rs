@@ -14,7 +14,6 @@ pub mod kfd;
 pub mod npy;
 pub mod sampler;
 pub mod spec;
-pub mod synth;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 
@@ -24,6 +23,8 @@ pub use model::{self, error};
 pub use rng;
 // Routed experts for expert tiering (sources, profiles, traces, policies): their own crate.
 pub use experts;
+// Synthetic model writers (`strata synth`, kernel tests' random blocks): their own crate.
+pub use synth;
 // The CPU executor (with its KV cache and f16 helpers): its own crate, over `model`.
 pub use cpu_executor::{self as cpu, f16, kv_cache};
 

@@ -1,5 +1,5 @@
 //! `strata synth`: writes a small random-weight Flash-Next (`qwen4exp`) model, and optionally
-//! its MTP draft head, with [`crate::synth::qwen4exp`] (for tests, benchmarks, demos).
+//! its MTP draft head, with [`synth::qwen4exp`] (for tests, benchmarks, demos).
 
 use std::path::PathBuf;
 
@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use quant::GgmlType;
 
-use crate::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
+use synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 
 #[derive(Args, Debug, Clone)]
 pub struct SynthArgs {

@@ -15,11 +15,11 @@ use std::sync::Arc;
 
 use rng::SplitMix64;
 
-/// `nblocks` random blocks of `ty` (`crate::synth::random_blocks`), block scales uniform in
+/// `nblocks` random blocks of `ty` (`synth::random_blocks`), block scales uniform in
 /// 1e-3..1.1e-2: every bit pattern of the quants, realistic magnitudes.
 pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut SplitMix64) -> Vec<u8> {
     let ggml = quant::GgmlType::from_u32(ty.ggml_id()).expect("every WType is a ggml type");
-    crate::synth::random_blocks(ggml, nblocks, rng, |rng, _| (1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5)) as f32).expect("every WType has a recipe")
+    synth::random_blocks(ggml, nblocks, rng, |rng, _| (1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5)) as f32).expect("every WType has a recipe")
 }
 
 /// Waves per SIMD that registers and LDS allow on gfx1100 (wave32: 1536 VGPRs per SIMD,

@@ -11,7 +11,7 @@
 //!
 //! The MTP (NextN) draft head is written to its own GGUF by [`write_mtp`] ([`SynthMtp`]:
 //! random, or an "echo" head whose drafts repeat the last token) in the published Flash-Next
-//! layout documented in [`model::qwen4exp::mtp`].
+//! layout documented in `model::qwen4exp::mtp`.
 
 use std::path::{Path, PathBuf};
 
@@ -491,7 +491,7 @@ fn moe_tensors(
 
 /// The random-weight MTP (NextN) head of a synthetic model, in its own GGUF, in the layout
 /// of the published Flash-Next heads (wide-residual input, GR around attention and MoE, own
-/// `hc_head` mixer; see [`model::qwen4exp::mtp`]).
+/// `hc_head` mixer; see `model::qwen4exp::mtp`).
 #[derive(Clone, Debug)]
 pub struct SynthMtp {
     /// Type of the big matrices (F32, F16 or Q8_0, as [`SynthConfig::matrix_type`]).
