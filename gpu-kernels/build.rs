@@ -1,5 +1,5 @@
 //! Assembles the LLVM-IR shim (LDS region, workgroup barrier) to bitcode and hands it to the
-//! linker, where `-Clinker-plugin-lto` (set by the root build.rs) joins it to the one LTO unit of
+//! linker, where `-Clinker-plugin-lto` (set by gpu-executor/build.rs) joins it to the one LTO unit of
 //! the kernels so its accessors are inlined and the flat pointers become `ds_*` accesses.
 use std::{env, path::PathBuf, process::Command};
 

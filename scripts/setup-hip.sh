@@ -2,7 +2,7 @@
 # The AMD GPU part of setup.sh (sourced by it; docs/amd-hip.md "Setting up a Radeon"):
 #
 #   hip_detect BIN        which card: `BIN device --json` (KFD topology + HIP; one implementation
-#                         of the sysfs parsing, engine/src/kfd.rs) → det_backend, det_index, ...
+#                         of the sysfs parsing, gpu-executor/src/kfd.rs) → det_backend, det_index, ...
 #   hip_find_rocm BIN     a ROCm whose libamdhip64 + hipBLAS open the card through BIN (a
 #                         --features gpu build): $ROCM_PATH, /opt/rocm, the ROCm wheels in
 #                         $STRATA_VENV, the system path; none → AMD's wheels into $STRATA_VENV

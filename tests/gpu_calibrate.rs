@@ -1,4 +1,4 @@
-//! hipBLASLt calibration (engine/src/gpu/calibrate.rs): the table's file format (round trip,
+//! hipBLASLt calibration (gpu-executor/src/calibrate.rs): the table's file format (round trip,
 //! refusal of another architecture / hipBLASLt version, malformed and truncated files), the
 //! T bucket rule and the hipBLAS fallback for missing rows; the software device's candidate
 //! "algorithms" (blockings bit-identical to its GEMM); `strata calibrate --device emu` end to

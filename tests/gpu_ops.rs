@@ -1,4 +1,4 @@
-//! `GpuOps` (engine/src/gpu/ops.rs), one test body per op, written once with `test_device!`:
+//! `GpuOps` (gpu-executor/src/ops.rs), one test body per op, written once with `test_device!`:
 //! it computes the CPU reference and runs the op on one device, as `<name>::emu` (the software
 //! RDNA3 device, always) and `<name>::hip` (a real gfx11 GPU whenever `open_device(Device::Hip)`
 //! opens one; otherwise it prints why and passes), so the report says which device ran what.

@@ -1,4 +1,4 @@
-//! `strata device --selftest` (engine/src/gpu/selftest.rs): the whole suite through the binary
+//! `strata device --selftest` (gpu-executor/src/selftest.rs): the whole suite through the binary
 //! on the software device (every kernel of the registry passes, times are null), a corrupted
 //! reference reported as a failure with a non-zero exit, every kernel covered by a check, and
 //! the timed path (GB/s, share of the peak) on the software device with a simulated card clock.

@@ -18,7 +18,7 @@ use cpu_executor::Session;
 use model::Logits;
 use model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
-pub use crate::device::Device;
+pub use gpu_executor::Device;
 
 /// How sessions are built (from the validated CLI config).
 #[derive(Clone, Debug)]
@@ -49,7 +49,7 @@ pub struct RunOptions {
     pub expert_profile_save: Option<std::path::PathBuf>,
     /// GPU backend settings (`--gpu-*` flags / `STRATA_GPU_*`); `ordered` is set from
     /// `ordered_attention` at load.
-    pub gpu: crate::gpu_options::GpuOptions,
+    pub gpu: gpu_executor::options::GpuOptions,
 }
 
 impl RunOptions {
@@ -73,10 +73,10 @@ pub enum AnyModel {
     Flash(Box<Qwen4Exp>),
     /// The shared decoder resident on a gfx11 device (hip or the software device).
     #[cfg(feature = "gpu")]
-    Gpu(Box<crate::gpu::model::GpuModel>),
+    Gpu(Box<gpu_executor::model::GpuModel>),
     /// Flash-Next resident on a gfx11 device.
     #[cfg(feature = "gpu")]
-    FlashGpu(Box<crate::gpu::flash_next::GpuFlashNext>),
+    FlashGpu(Box<gpu_executor::flash_next::GpuFlashNext>),
 }
 
 /// A sequence of either model family.
@@ -84,9 +84,9 @@ pub enum AnySession {
     Std(Box<Session>),
     Flash(Box<FlashSession>),
     #[cfg(feature = "gpu")]
-    Gpu(Box<crate::gpu::model::GpuSession>),
+    Gpu(Box<gpu_executor::model::GpuSession>),
     #[cfg(feature = "gpu")]
-    FlashGpu(Box<crate::gpu::flash_next::GpuFlashSession>),
+    FlashGpu(Box<gpu_executor::flash_next::GpuFlashSession>),
 }
 
 /// A Flash-Next sequence: its state plus the capacity limit the commands enforce.
@@ -405,7 +405,7 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
     let expert_profile = opts.expert_profile.as_deref();
     #[cfg(feature = "gpu")]
     {
-        use crate::gpu::device::{Device, GpuError, open_device_with};
+        use gpu_executor::device::{Device, GpuError, open_device_with};
         let kind = match device {
             Device::Cpu => return Ok(AnyModel::Std(Box::new(model))),
             Device::Auto => Device::Auto,
@@ -425,8 +425,8 @@ fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
         };
         let mut opts = gpu;
         opts.ordered |= ordered;
-        let mut m = crate::gpu::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
-        if opts.expert_cache == Some(crate::gpu_options::ExpertCacheSize::Auto) {
+        let mut m = gpu_executor::model::GpuModel::new(model, std::sync::Arc::from(api), opts)?;
+        if opts.expert_cache == Some(gpu_executor::options::ExpertCacheSize::Auto) {
             let ctx = context_positions(max_context, m.model.hp.n_ctx_train);
             if let Some(fit) = m.fit_expert_cache(kv, ctx, prefill)? {
                 eprintln!("strata: {fit}");
@@ -460,8 +460,8 @@ fn context_positions(max_context: usize, n_ctx_train: usize) -> usize {
 /// said only when not every expert fits or `auto` was asked for) and fills it from
 /// `--expert-profile`, when one is given.
 #[cfg(feature = "gpu")]
-fn prepare_flash_expert_cache(g: &mut crate::gpu::flash_next::GpuFlashNext, opts: &RunOptions) -> Result<()> {
-    if g.opts().expert_cache == Some(crate::gpu_options::ExpertCacheSize::Auto) {
+fn prepare_flash_expert_cache(g: &mut gpu_executor::flash_next::GpuFlashNext, opts: &RunOptions) -> Result<()> {
+    if g.opts().expert_cache == Some(gpu_executor::options::ExpertCacheSize::Auto) {
         let ctx = context_positions(opts.max_context, g.m.hp.n_ctx_train);
         let fit = g.fit_expert_cache(opts.kv, ctx)?;
         if !fit.all_resident() || opts.gpu.expert_cache.is_some() {
@@ -479,8 +479,8 @@ fn prepare_flash_expert_cache(g: &mut crate::gpu::flash_next::GpuFlashNext, opts
 /// an error when it cannot be used), else the device's default file when present (a warning
 /// when it cannot be used). Without hipBLASLt on the device, a given table is an error.
 #[cfg(feature = "gpu")]
-fn attach_calibration(m: &mut crate::gpu::model::GpuModel, given: Option<&Path>) -> Result<()> {
-    use crate::gpu::calibrate::{CalibrationTable, default_path};
+fn attach_calibration(m: &mut gpu_executor::model::GpuModel, given: Option<&Path>) -> Result<()> {
+    use gpu_executor::calibrate::{CalibrationTable, default_path};
     let info = m.api().info().clone();
     let Some(ver) = info.blas_lt_version.as_deref() else {
         if let Some(p) = given {
@@ -538,21 +538,21 @@ impl Engine {
                 gopts.ordered |= opts.ordered_attention;
                 // Flash-Next's experts rarely all fit a card: size the cache from the free VRAM
                 // unless told otherwise (every expert resident when they do fit).
-                gopts.expert_cache = gopts.expert_cache.or(Some(crate::gpu_options::ExpertCacheSize::Auto));
+                gopts.expert_cache = gopts.expert_cache.or(Some(gpu_executor::options::ExpertCacheSize::Auto));
             }
             match opts.device {
                 #[cfg(feature = "gpu")]
                 Device::Hip | Device::Emu => {
-                    let api = crate::gpu::device::open_device_with(opts.device, &gopts).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
-                    let mut g = crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts)?;
+                    let api = gpu_executor::device::open_device_with(opts.device, &gopts).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
+                    let mut g = gpu_executor::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts)?;
                     prepare_flash_expert_cache(&mut g, &opts)?;
                     AnyModel::FlashGpu(Box::new(g))
                 }
                 // A usable card when there is one (never the software device); a model the card
                 // cannot take (its memory, a dimension, --ordered) runs on the CPU, with the reason.
                 #[cfg(feature = "gpu")]
-                Device::Auto => match crate::gpu::device::open_device_with(Device::Auto, &gopts) {
-                    Ok(api) => match crate::gpu::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts) {
+                Device::Auto => match gpu_executor::device::open_device_with(Device::Auto, &gopts) {
+                    Ok(api) => match gpu_executor::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts) {
                         Ok(mut g) => {
                             prepare_flash_expert_cache(&mut g, &opts)?;
                             AnyModel::FlashGpu(Box::new(g))
@@ -563,8 +563,8 @@ impl Engine {
                             AnyModel::Flash(Box::new(Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?))
                         }
                     },
-                    Err(crate::gpu::device::GpuError::NoUsableGpu(why)) => {
-                        if !matches!(*why, crate::gpu::device::GpuError::LibraryNotFound { .. }) {
+                    Err(gpu_executor::device::GpuError::NoUsableGpu(why)) => {
+                        if !matches!(*why, gpu_executor::device::GpuError::LibraryNotFound { .. }) {
                             eprintln!("strata: no usable GPU ({why}); running on the CPU");
                         }
                         AnyModel::Flash(Box::new(m))

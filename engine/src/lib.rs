@@ -6,16 +6,11 @@
 //! (KV cache, [`kv_cache`]) → [`sampler`]. [`cli`] is the command line.
 
 pub mod cli;
-pub mod device;
 pub mod engine;
 pub mod fetch;
-pub mod gpu_options;
-pub mod kfd;
 pub mod npy;
 pub mod sampler;
 pub mod spec;
-#[cfg(feature = "gpu")]
-pub mod gpu;
 
 // The architecture descriptions, the error type and the KV type are the `model` crate's.
 pub use model::{self, error};
@@ -27,6 +22,13 @@ pub use experts;
 pub use synth;
 // The CPU executor (with its KV cache and f16 helpers): its own crate, over `model`.
 pub use cpu_executor::{self as cpu, f16, kv_cache};
+// The GPU executor: its settings, the device enum and the KFD topology reader always; the
+// executor itself (`strata::gpu`) with `--features gpu`. Its own crate, over `model`.
+pub use gpu_executor::{Device, kfd, options as gpu_options};
+#[cfg(feature = "gpu")]
+pub use gpu_executor as gpu;
+#[cfg(feature = "gpu")]
+pub use gpu_executor::test_device;
 
 pub use engine::{Engine, RunOptions};
 pub use error::EngineError;

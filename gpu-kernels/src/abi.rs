@@ -1,4 +1,4 @@
-//! The kernel ABI, shared verbatim by the device crate and the host (`engine/src/gpu/`
+//! The kernel ABI, shared verbatim by the device crate and the host (`gpu-executor/src/`
 //! includes this file with `#[path]`), so kernel names, argument layouts, workgroup sizes and
 //! LDS layouts exist exactly once.
 //!

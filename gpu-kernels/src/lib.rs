@@ -1,5 +1,5 @@
 //! Strata's gfx11 (RDNA3) kernels: `no_std` Rust compiled for `amdgcn-amd-amdhsa`, one code
-//! object per arch (gfx1100, gfx1101, gfx1102), built and embedded by the root `build.rs`.
+//! object per arch (gfx1100, gfx1101, gfx1102), built and embedded by `gpu-executor/build.rs`.
 //!
 //! - [`abi`]: kernel names, argument layouts, LDS layouts, shared with the host via `#[path]`.
 //! - [`arch`]: every raw intrinsic (dot4, DPP, permlanex16, barrier, LDS) with safe wrappers.

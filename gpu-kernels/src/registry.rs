@@ -2,9 +2,9 @@
 //! it (argument struct, workgroup size, dynamic LDS, scratch, archs). It is plain data over
 //! `abi.rs` (names from its lists, struct sizes, LDS functions), included with `#[path]` as a
 //! sibling of `abi` by:
-//! - the root `build.rs`: the per-kernel attribute file of the nested build and the default
+//! - `gpu-executor/build.rs`: the per-kernel attribute file of the nested build and the default
 //!   archs;
-//! - the host (`engine/src/gpu/`): `GpuOps::new` looks up and checks every entry of the device's
+//! - the host (`gpu-executor/src/`): `GpuOps::new` looks up and checks every entry of the device's
 //!   arch, the selftest and the benchmarks iterate it, the tests compare it with the objects.
 //!
 //! The device crate does not compile it (the kernels need none of it). `tests/gpu_kernels.rs`

@@ -145,7 +145,7 @@ pub enum BenchTarget {
 /// `strata bench kernels`.
 pub fn run_kernels(a: &BenchArgs) -> Result<()> {
     #[cfg(feature = "gpu")]
-    print!("{}", crate::gpu::bench_kernels(a.quick));
+    print!("{}", gpu_executor::bench_kernels(a.quick));
     #[cfg(not(feature = "gpu"))]
     {
         let _ = a;
@@ -347,7 +347,7 @@ fn parts(p: &model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
 fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<GpuPart>>> {
     use crate::engine::AnyModel;
     let p = match &e.model {
-        AnyModel::Gpu(m) if m.api().info().backend == crate::gpu::device::Device::Emu => {
+        AnyModel::Gpu(m) if m.api().info().backend == gpu_executor::device::Device::Emu => {
             let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1, e.opts.prefill)?;
             let mut logits = Vec::new();
             m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
@@ -358,7 +358,7 @@ fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<Gp
             }
             sess.profile.take().expect("set above")
         }
-        AnyModel::FlashGpu(m) if m.api().info().backend == crate::gpu::device::Device::Emu => {
+        AnyModel::FlashGpu(m) if m.api().info().backend == gpu_executor::device::Device::Emu => {
             let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1)?;
             let mut logits = Vec::new();
             m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;

@@ -44,8 +44,8 @@ pub fn run(_c: &Common, _a: &CalibrateArgs) -> Result<()> {
 #[cfg(feature = "gpu")]
 pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
     use crate::engine::Device;
-    use crate::gpu::calibrate::{self as cal, CalibrateOptions};
-    use crate::gpu::device::{DType, open_device_with};
+    use gpu_executor::calibrate::{self as cal, CalibrateOptions};
+    use gpu_executor::device::{DType, open_device_with};
     use anyhow::Context;
 
     if a.tokens.is_empty() || a.tokens.contains(&0) {
@@ -95,7 +95,7 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
         shapes.len(),
         opts.tokens.len(),
         info.name,
-        crate::gpu::device::arch_base(&info.arch)
+        gpu_executor::device::arch_base(&info.arch)
     );
     let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let b = indicatif::ProgressBar::new(total as u64);

@@ -2,7 +2,7 @@
 //!
 //! Two sources, both always reported: the HIP runtime (with `--features gpu`: every device it
 //! opens, with runtime, hipBLAS and hipBLASLt versions, or why it does not open) and the
-//! kernel's KFD topology ([`crate::kfd`], works in a CPU build and without ROCm). The
+//! kernel's KFD topology ([`gpu_executor::kfd`], works in a CPU build and without ROCm). The
 //! recommended backend is `hip` when HIP opens a usable device or, failing that, KFD shows a
 //! supported card (ROCm then has to be installed), else `cpu`. `--json` prints the same facts
 //! for `setup.sh`; `--selftest` hands over to the GPU self-test.
@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 
 use super::Common;
-use crate::kfd::{self, KfdReport, gib};
+use gpu_executor::kfd::{self, KfdReport, gib};
 
 #[derive(Args, Debug, Clone)]
 pub struct DeviceArgs {
@@ -70,7 +70,7 @@ pub struct HipListing {
 /// Opens HIP device 0, 1, ... until the runtime says there are no more.
 #[cfg(feature = "gpu")]
 fn probe_hip() -> HipListing {
-    use crate::gpu::device::{GpuApi, GpuError, HipApi, HipConfig};
+    use gpu_executor::device::{GpuApi, GpuError, HipApi, HipConfig};
     let mut out = HipListing { built: true, ..Default::default() };
     for i in 0..16u32 {
         let cfg = HipConfig { device: i, ..HipConfig::from_env() };
@@ -294,8 +294,8 @@ pub fn run(common: &Common, args: &DeviceArgs) -> Result<()> {
         }
         #[cfg(feature = "gpu")]
         {
-            // engine/src/gpu/selftest.rs: the kernel suite and its JSON report.
-            return crate::gpu::selftest::run_cli(common.run.device, args.gpu, args.report.clone());
+            // gpu-executor/src/selftest.rs: the kernel suite and its JSON report.
+            return gpu_executor::selftest::run_cli(common.run.device, args.gpu, args.report.clone());
         }
     }
     let l = probe(args.gpu);

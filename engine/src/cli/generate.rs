@@ -197,8 +197,8 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
 /// [`mtp_generate`] on the device: the trunk and the head both run there (the head's cache
 /// sized like the engine's context, its type the engine's `--kv`).
 #[cfg(feature = "gpu")]
-fn mtp_generate_on_device(e: &Engine, g: &crate::gpu::flash_next::GpuFlashNext, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
-    use crate::gpu::flash_next::{GpuMtp, GpuMtpHead};
+fn mtp_generate_on_device(e: &Engine, g: &gpu_executor::flash_next::GpuFlashNext, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+    use gpu_executor::flash_next::{GpuMtp, GpuMtpHead};
     let needed = prompt.len() + n.saturating_sub(1);
     if needed > e.context_size() {
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());

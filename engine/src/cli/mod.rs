@@ -127,7 +127,7 @@ pub struct CommonArgs {
     #[serde(skip)]
     pub engine_config: Option<String>,
     #[command(flatten)]
-    pub gpu: crate::gpu_options::GpuOptions,
+    pub gpu: gpu_executor::options::GpuOptions,
 }
 
 impl Default for CommonArgs {

@@ -97,6 +97,26 @@ impl MtpHead for CpuMtpHead<'_> {
     }
 }
 
+/// The head on the device (`gpu::flash_next::GpuMtpHead`, whose methods these are).
+#[cfg(feature = "gpu")]
+impl MtpHead for gpu_executor::flash_next::GpuMtpHead<'_> {
+    fn width(&self) -> usize {
+        gpu_executor::flash_next::GpuMtpHead::width(self)
+    }
+
+    fn truncate(&mut self, cells: usize) {
+        gpu_executor::flash_next::GpuMtpHead::truncate(self, cells)
+    }
+
+    fn reset(&mut self) {
+        gpu_executor::flash_next::GpuMtpHead::reset(self)
+    }
+
+    fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut, EngineError> {
+        gpu_executor::flash_next::GpuMtpHead::forward(self, tokens, wide, all_logits)
+    }
+}
+
 /// Drafter over a qwen4exp model's MTP head (see the module docs), on the CPU or the device.
 pub struct MtpDrafter<H: MtpHead> {
     head: H,

@@ -64,9 +64,9 @@ impl VerifyModel for Qwen4Exp {
 /// the accepted prefix. The hidden states are the wide residuals read back with the logits
 /// (what the MTP head on the device, `gpu::flash_next::GpuMtp`, reads).
 #[cfg(feature = "gpu")]
-impl VerifyModel for crate::gpu::flash_next::GpuFlashNext {
-    type State = crate::gpu::flash_next::GpuFlashSession;
-    type Checkpoint = crate::gpu::flash_next::GpuCheckpoint;
+impl VerifyModel for gpu_executor::flash_next::GpuFlashNext {
+    type State = gpu_executor::flash_next::GpuFlashSession;
+    type Checkpoint = gpu_executor::flash_next::GpuCheckpoint;
     type Error = EngineError;
 
     fn n_vocab(&self) -> usize {
@@ -90,11 +90,11 @@ impl VerifyModel for crate::gpu::flash_next::GpuFlashNext {
     }
 
     fn checkpoint(&self, st: &Self::State) -> Self::Checkpoint {
-        crate::gpu::flash_next::GpuFlashNext::checkpoint(self, st)
+        gpu_executor::flash_next::GpuFlashNext::checkpoint(self, st)
     }
 
     fn rollback(&self, st: &mut Self::State, cp: Self::Checkpoint, keep: &[u32]) -> Result<usize, EngineError> {
-        crate::gpu::flash_next::GpuFlashNext::rollback(self, st, cp)?;
+        gpu_executor::flash_next::GpuFlashNext::rollback(self, st, cp)?;
         if !keep.is_empty() {
             self.forward(st, keep)?;
         }

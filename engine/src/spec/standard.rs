@@ -45,8 +45,8 @@ impl VerifyModel for Model {
 /// 9 tokens runs MMVQ (8 + 1 columns), whose columns are computed exactly as single-token
 /// steps, so speculative output equals plain greedy output on the device too.
 #[cfg(feature = "gpu")]
-impl VerifyModel for crate::gpu::model::GpuModel {
-    type State = crate::gpu::model::GpuSession;
+impl VerifyModel for gpu_executor::model::GpuModel {
+    type State = gpu_executor::model::GpuSession;
     type Checkpoint = usize;
     type Error = EngineError;
 

@@ -164,7 +164,7 @@ macro_rules! define_attn {
             out: *mut f32, pos: *const u32, n_tokens: u32, n_head: u32, n_head_kv: u32,
             window: u32, kq_scale: f32, max_kv: u32,
         ) {
-            // SAFETY: the host launches per abi::AttnArgs (engine/src/gpu/ops.rs).
+            // SAFETY: the host launches per abi::AttnArgs (gpu-executor/src/ops.rs).
             unsafe {
                 attn::<$hd, $i8>(q, k, k_scale, v, v_scale, out, pos, n_tokens, n_head, n_head_kv, window, kq_scale, max_kv)
             }
@@ -450,7 +450,7 @@ macro_rules! define_attn_fast {
             window: u32, kq_scale: f32, _max_kv: u32,
         ) {
             // SAFETY: the host launches per abi::AttnArgs with ATTN_FAST_BLOCK work-items and
-            // attn_fast_lds_bytes(head_dim) bytes of LDS (engine/src/gpu/ops.rs).
+            // attn_fast_lds_bytes(head_dim) bytes of LDS (gpu-executor/src/ops.rs).
             unsafe { attn_fast::<$hd, $i8>(q, k, k_scale, v, v_scale, out, pos, n_tokens, n_head, n_head_kv, window, kq_scale) }
         }
     )*};

@@ -1,7 +1,7 @@
 //! Element-wise and row kernels of the forward pass: RMS norm, RoPE, GLU, residual add,
 //! scale, softmax, KV-cache stores, MoE router and combine. Each states which host reference it
 //! equals bit for bit (or, for the ones built on [`quant::fmath`], which tolerance applies) in
-//! the matching `GpuOps` method (engine/src/gpu/ops.rs).
+//! the matching `GpuOps` method (gpu-executor/src/ops.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end (wave-uniform
 //! where a wave owns a row). Row kernels use one wave per row and no LDS.

@@ -504,7 +504,7 @@ macro_rules! define_mmq {
     ($($name:ident $ty:ident $dot4:literal),* $(,)?) => {$(
         #[unsafe(no_mangle)]
         pub extern "gpu-kernel" fn $name(w: *const u8, x: *const u8, y: *mut f32, nrows: u32, ncols: u32, k: u32, y_stride: u32) {
-            // SAFETY: the host launches per abi::MmqArgs (engine/src/gpu/ops.rs).
+            // SAFETY: the host launches per abi::MmqArgs (gpu-executor/src/ops.rs).
             unsafe { mmq::<$ty, $dot4>(w, x, y, nrows, ncols, k, y_stride) }
         }
     )*};

@@ -194,7 +194,7 @@ macro_rules! define_mmvq {
             w: *const u8, x: *const u8, y: *mut f32, rows: *const u32,
             nrows: u32, k: u32, y_stride: u32, rows_per_wg: u32,
         ) {
-            // SAFETY: the host launches per abi::MmvqArgs (checked in engine/src/gpu).
+            // SAFETY: the host launches per abi::MmvqArgs (checked in gpu-executor/src).
             unsafe { mmvq::<$ty, $nc>(w, x, y, rows, nrows, k, y_stride, rows_per_wg) }
         }
     )*};
@@ -210,7 +210,7 @@ macro_rules! define_mmvq_glu {
             nrows: u32, k: u32, y_stride: u32, rows_per_wg: u32, act: u32, _pad: u32,
         ) {
             let (xcol, ycol) = identity_cols::<$nc>(y_stride);
-            // SAFETY: the host launches per abi::MmvqGluArgs (engine/src/gpu/ops.rs).
+            // SAFETY: the host launches per abi::MmvqGluArgs (gpu-executor/src/ops.rs).
             unsafe {
                 mmvq_impl::<$ty, $nc, true>(wg, wu, x, y, rows, nrows, k, rows_per_wg, act, group_id() * rows_per_wg, &xcol, &ycol)
             }
@@ -386,7 +386,7 @@ macro_rules! define_mmvq_moe {
             w: *const u8, w2: *const u8, x: *const u8, y: *mut f32, ids: *const u32, expert_bytes: u64,
             n_slots: u32, x_div: u32, nrows: u32, k: u32, rows_per_wg: u32, n_expert: u32, act: u32, _pad: u32,
         ) {
-            // SAFETY: the host launches per abi::MmvqMoeArgs (engine/src/gpu/ops.rs).
+            // SAFETY: the host launches per abi::MmvqMoeArgs (gpu-executor/src/ops.rs).
             unsafe {
                 mmvq_moe::<$ty, $g, $glu>(w, w2, x, y, ids, expert_bytes, n_slots, x_div, nrows, k, rows_per_wg, n_expert, act)
             }

@@ -1,0 +1,768 @@
+//! Flash-Next's operations ([`FlashNextOps`]) as gfx11 launches for one window of up to
+//! [`super::WINDOW`] tokens of one sequence, on the model's stream: the layer kernels
+//! (`GpuOps::gdn_mix`, `qsa_mix`, `ple_block`, `gr_*`, `moe_*`) between device matrix
+//! products (`gpu::linear`). Buffers are the session's [`Scratch`], sized for a full window.
+
+use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
+use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
+use model::error::{EngineError, Result};
+use crate::device::{DevicePtr, GpuError};
+use crate::linear::{DispatchBuffers, Linear};
+use cpu_executor::flash_next::SwiGluCpu;
+use crate::expert_cache::{ExpertCache, Placement};
+use crate::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
+use model::qwen4exp::moe::SwiGlu;
+use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
+use model::qwen4exp::program::{self, FlashNextOps, Site};
+use model::qwen4exp::{Mixer, Moe, Mtp, Qwen4Exp};
+
+fn dev(what: &'static str) -> impl FnOnce(GpuError) -> EngineError {
+    move |e| EngineError::Gpu(format!("qwen4exp {what}: {e}"))
+}
+
+/// The session's device buffers for one window (f32 row-major `[WINDOW][..]` unless stated).
+pub(super) struct Scratch {
+    /// Token ids and positions of the window (u32).
+    ids: DevicePtr,
+    pos: DevicePtr,
+    /// The residual streams `[hc][E]` a token, the block input and output, the injection logits.
+    r: DevicePtr,
+    x: DevicePtr,
+    y: DevicePtr,
+    inj: DevicePtr,
+    /// Q8_1 activations and the f16 copy (f16 / bf16 weights) of the widest product input.
+    xq: DevicePtr,
+    xh: DevicePtr,
+    /// GR read: normed streams, low-rank activations, gates.
+    flat: DevicePtr,
+    lo: DevicePtr,
+    gates: DevicePtr,
+    /// GDN: projections (conv input, gate, β, α), conv output, mixer output.
+    m: DevicePtr,
+    z: DevicePtr,
+    beta: DevicePtr,
+    alpha: DevicePtr,
+    u: DevicePtr,
+    o: DevicePtr,
+    /// QSA: projections, normed q / k / indexer queries, block scores, kept cells (u32) and
+    /// counts, the gated attention.
+    qf: DevicePtr,
+    kp: DevicePtr,
+    vp: DevicePtr,
+    kappa_p: DevicePtr,
+    iq_p: DevicePtr,
+    q: DevicePtr,
+    k: DevicePtr,
+    iq: DevicePtr,
+    score: DevicePtr,
+    sel: DevicePtr,
+    sel_n: DevicePtr,
+    att: DevicePtr,
+    /// MoE: router logits, expert ids (u32) and weights, expert outputs `[WINDOW·k][E]`, their
+    /// row map (u32, `0..WINDOW·k`), one expert's gate / up / activation, the shared expert's,
+    /// its output and gate logit.
+    rlog: DevicePtr,
+    rids: DevicePtr,
+    rw: DevicePtr,
+    ys: DevicePtr,
+    map: DevicePtr,
+    /// The handoff path (`crate::expert_handoff`): each slot's cache slot, and the combine's
+    /// rows (`ys` holds `2·WINDOW·k` rows: the device's, then the host's).
+    rslots: DevicePtr,
+    hmap: DevicePtr,
+    eg: DevicePtr,
+    eu: DevicePtr,
+    ea: DevicePtr,
+    /// Device dispatch (`mmvq_moe_*`): every slot's gate and up (unfused types), activation,
+    /// and its Q8_1 form `[WINDOW·k][ff]`.
+    dg: DevicePtr,
+    du: DevicePtr,
+    da: DevicePtr,
+    daq: DevicePtr,
+    shg: DevicePtr,
+    shu: DevicePtr,
+    sha: DevicePtr,
+    sh: DevicePtr,
+    shgate: DevicePtr,
+    /// PLE: gathered rows, key / value projections, gated value and its norm.
+    emb: DevicePtr,
+    pkey: DevicePtr,
+    pval: DevicePtr,
+    gv: DevicePtr,
+    nn: DevicePtr,
+    /// MTP head: the wide residuals given with the tokens `[hc][E]`, one stream's
+    /// `[enorm(e) ‖ hnorm_c(R_p[c])]` rows `[2E]`, their projection `[E]`.
+    wide: DevicePtr,
+    cat: DevicePtr,
+    proj: DevicePtr,
+    logits: DevicePtr,
+}
+
+impl Scratch {
+    /// Buffers for windows of the trunk of `g`, and of the MTP `head` if given.
+    pub(super) fn new(up: &mut Uploader, g: &GpuFlashNext, capacity: usize, head: Option<&Mtp>) -> Result<Scratch> {
+        let m: &Qwen4Exp = &g.m;
+        let (e, hc, w) = (m.hp.n_embd, m.hp.hc, WINDOW);
+        let hce = hc * e;
+        let lr = m.out_hc.down.rows.max(m.layers.iter().map(|l| l.hc_attn.down.rows.max(l.hc_ffn.down.rows)).max().unwrap_or(1));
+        let (mut c, mut vd, mut hv, mut qf, mut kvd, mut hd, mut idim, mut iqd, mut blocks, mut budget) = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+        let (mut ne, mut k, mut ff, mut ffs) = (1, 1, 1, 1);
+        // (GDN, attention, MoE) of every layer, the head's block included.
+        let trunk = m.layers.iter().map(|l| match &l.mixer {
+            Mixer::Gdn(gd) => (Some(gd), None, &l.moe),
+            Mixer::Attn(a) => (None, Some(a), &l.moe),
+        });
+        for (gdn, attn, moe) in trunk.chain(head.map(|h| (None, Some(&h.attn), &h.moe))) {
+            match (gdn, attn) {
+                (Some(gd), _) => {
+                    c = c.max(gd.channels());
+                    vd = vd.max(gd.hv * gd.s);
+                    hv = hv.max(gd.hv);
+                }
+                (_, Some(a)) => {
+                    qf = qf.max(2 * a.n_head * a.head_dim);
+                    kvd = kvd.max(a.n_head_kv * a.head_dim);
+                    hd = hd.max(a.n_head * a.head_dim);
+                    if let Some(ix) = &a.indexer {
+                        idim = idim.max(ix.dim);
+                        iqd = iqd.max(ix.heads * ix.dim);
+                        blocks = blocks.max(capacity / ix.ratio);
+                        budget = budget.max(ix.top_k + ix.ratio - 1);
+                    }
+                }
+                _ => {}
+            }
+            ne = ne.max(moe.experts.len());
+            k = k.max(moe.n_used);
+            ff = ff.max(moe.experts.iter().map(|x| x.gate.rows).max().unwrap_or(1));
+            ffs = ffs.max(moe.shared.gate.rows);
+        }
+        let lr = head.map_or(lr, |h| [&h.hc_attn, &h.hc_ffn].into_iter().chain(&h.hc_head).map(|x| x.down.rows).fold(lr, usize::max));
+        let widest = [e, 2 * e, hce, lr, vd, hd, ff, ffs].into_iter().max().unwrap_or(e).next_multiple_of(32);
+        let f = |up: &mut Uploader, n: usize| up.zeroed(n * 4);
+        let map: Vec<u32> = (0..(w * k) as u32).collect();
+        Ok(Scratch {
+            ids: f(up, w)?,
+            pos: f(up, w)?,
+            r: f(up, w * hce)?,
+            x: f(up, w * e)?,
+            y: f(up, w * e)?,
+            inj: f(up, w * hc)?,
+            xq: up.zeroed(w * q8_1_bytes(widest))?,
+            xh: up.zeroed(w * widest * 2)?,
+            flat: f(up, w * hce)?,
+            lo: f(up, w * lr)?,
+            gates: f(up, w * hce)?,
+            m: f(up, w * c)?,
+            z: f(up, w * vd)?,
+            beta: f(up, w * hv)?,
+            alpha: f(up, w * hv)?,
+            u: f(up, w * c)?,
+            o: f(up, w * vd)?,
+            qf: f(up, w * qf)?,
+            kp: f(up, w * kvd)?,
+            vp: f(up, w * kvd)?,
+            kappa_p: f(up, w * idim)?,
+            iq_p: f(up, w * iqd)?,
+            q: f(up, w * hd)?,
+            k: f(up, w * kvd)?,
+            iq: f(up, w * iqd)?,
+            score: f(up, w * blocks)?,
+            sel: f(up, w * budget)?,
+            sel_n: f(up, w)?,
+            att: f(up, w * hd)?,
+            rlog: f(up, w * ne)?,
+            rids: f(up, w * k)?,
+            rw: f(up, w * k)?,
+            ys: f(up, 2 * w * k * e)?,
+            map: up.bytes(&map.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?,
+            rslots: f(up, w * k)?,
+            hmap: f(up, w * k)?,
+            eg: f(up, ff)?,
+            eu: f(up, ff)?,
+            ea: f(up, ff)?,
+            dg: f(up, w * k * ff)?,
+            du: f(up, w * k * ff)?,
+            da: f(up, w * k * ff)?,
+            daq: up.zeroed(w * k * q8_1_bytes(ff.next_multiple_of(32)))?,
+            shg: f(up, w * ffs)?,
+            shu: f(up, w * ffs)?,
+            sha: f(up, w * ffs)?,
+            sh: f(up, w * e)?,
+            shgate: f(up, w)?,
+            emb: f(up, w * e)?,
+            pkey: f(up, w * hce)?,
+            pval: f(up, w * e)?,
+            gv: f(up, w * hce)?,
+            nn: f(up, w * hce)?,
+            wide: f(up, if head.is_some() { w * hce } else { 1 })?,
+            cat: f(up, if head.is_some() { w * 2 * e } else { 1 })?,
+            proj: f(up, if head.is_some() { w * e } else { 1 })?,
+            logits: f(up, w * m.hp.n_vocab)?,
+        })
+    }
+}
+
+/// Whether a layer's routed experts can run by device dispatch (with every expert resident):
+/// all in an MMVQ type, `--gpu-moe` not `host`, no routing dump (which reads the choice back).
+pub(super) fn moe_on_device(opts: &crate::options::GpuOptions, m: &super::weights::DevMoe) -> bool {
+    let f = &m.experts.stack;
+    opts.moe != crate::options::MoePath::Host
+        && !experts::trace::dumping()
+        && [f.gate.kind, f.up.kind, f.down.kind].iter().all(|k| matches!(k, MatKind::Q(_)))
+}
+
+/// The rows of experts computed on the cache's CPU pool (the CPU backend's products): for each
+/// `(expert, slots)`, its output for the inputs of the slots' tokens (`x` is `[token][e]`, slot
+/// `j` is token `j / k`), `[slots][e]`.
+pub(super) fn cpu_expert_rows(cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], x: &[f32], k: usize, e: usize) -> Vec<Vec<f32>> {
+    cache.on_pool(|| experts.iter().map(|(f, slots)| expert_rows(f, x, slots, k, e)).collect())
+}
+
+/// One expert on the CPU for the tokens of `slots` (slot `j` is token `j / k` of `x`,
+/// `[token][e]`): its rows `[slots][e]`.
+pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize) -> Vec<f32> {
+    let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
+    let mut ys = vec![0f32; slots.len() * e];
+    f.forward(&xs, slots.len(), &mut ys);
+    ys
+}
+
+/// The PLE rows of `toks` (advancing the sequence's n-gram history), or None without a PLE
+/// block.
+fn gather_ple(g: &GpuFlashNext, s: &mut GpuFlashSession, toks: &[u32]) -> Result<Option<Vec<f32>>> {
+    let (Some(p), Some(ps)) = (&g.m.ple, s.ple.as_mut()) else { return Ok(None) };
+    let layer = p.params.layer;
+    p.gather(toks, &mut ps.prev).map(Some).map_err(|reason| EngineError::Ple { layer, reason })
+}
+
+/// How `get_rows` reads a token table stored as `t`.
+fn row_type(t: &DevMat) -> RowType {
+    match t.kind {
+        MatKind::Q(wt) => RowType::W(wt),
+        MatKind::F16 => RowType::F16,
+        _ => RowType::F32,
+    }
+}
+
+/// One window of a device sequence.
+pub(super) struct FlashChunk<'a> {
+    g: &'a GpuFlashNext,
+    s: &'a mut GpuFlashSession,
+    toks: &'a [u32],
+    /// Launched as a graph ([`FlashChunk::run`]): every launch must be the same at every
+    /// position, so sizes that follow the position take their largest value.
+    graph: bool,
+    /// The MTP head this window runs (`program::mtp_forward`; its block is layer
+    /// `head.0.block`, its attention state `s.layers[0]`), or None: the trunk.
+    head: Option<(&'a Mtp, &'a DevMtp)>,
+}
+
+impl<'a> FlashChunk<'a> {
+    /// Uploads the window's inputs (after the previous window's launches are done with the
+    /// buffers): token ids, positions and the PLE rows for these tokens (`ple_rows` if the host
+    /// gathered them already, while the previous window ran; else gathered now).
+    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool, ple_rows: Option<Vec<f32>>) -> Result<FlashChunk<'a>> {
+        let rows = match ple_rows {
+            Some(r) => Some(r),
+            None => gather_ple(g, s, toks)?,
+        };
+        let api = g.api();
+        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        let pos: Vec<u32> = (s.n_past..s.n_past + toks.len()).map(|p| p as u32).collect();
+        let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        api.memcpy_htod(s.sc.ids, &b(toks)).map_err(dev("uploading token ids"))?;
+        api.memcpy_htod(s.sc.pos, &b(&pos)).map_err(dev("uploading positions"))?;
+        if let Some(emb) = rows {
+            api.memcpy_htod(s.sc.emb, f32_bytes(&emb)).map_err(dev("uploading PLE rows"))?;
+        }
+        Ok(FlashChunk { g, s, toks, graph, head: None })
+    }
+
+    /// The PLE rows of the window after this one (`toks`), gathered on the host while this
+    /// window's launches run (`Ple::gather`: row ids, row cache, SSD reads).
+    pub(super) fn gather_next(&mut self, toks: &[u32]) -> Result<Option<Vec<f32>>> {
+        gather_ple(self.g, self.s, toks)
+    }
+
+    /// A window of the MTP head (`s` is a head session): the trunk's wide residuals `wide`
+    /// (`[n][hc][E]`) are uploaded with the tokens; a graph per window size when `graph`.
+    pub(super) fn for_head(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], wide: &[f32], head: (&'a Mtp, &'a DevMtp), graph: bool) -> Result<FlashChunk<'a>> {
+        let mut c = FlashChunk::new(g, s, toks, graph, None)?;
+        g.api().memcpy_htod(c.s.sc.wide, f32_bytes(wide)).map_err(dev("uploading the MTP head's wide residuals"))?;
+        c.head = Some(head);
+        Ok(c)
+    }
+
+    /// The device weights of layer `layer` (the head's block when running the head).
+    fn layer(&self, layer: usize) -> &'a DevLayer {
+        match self.head {
+            Some((h, d)) if layer == h.block => &d.layer,
+            _ => &self.g.w.layers[layer],
+        }
+    }
+
+    /// The host weights of layer `layer`'s MoE.
+    fn host_moe(&self, layer: usize) -> &'a Moe {
+        match self.head {
+            Some((h, _)) if layer == h.block => &h.moe,
+            _ => &self.g.m.layers[layer].moe,
+        }
+    }
+
+    /// The sequence state of layer `layer` (a head session holds only the head's).
+    fn state(&self, layer: usize) -> Option<&LayerState> {
+        match self.head {
+            Some((h, _)) => self.s.layers.first().filter(|_| layer == h.block),
+            None => self.s.layers.get(layer),
+        }
+    }
+
+    /// The expert cache of the trunk's MoE layers (the head's experts are all resident).
+    fn cache(&self) -> Option<&'a ExpertCache> {
+        if self.head.is_some() { None } else { self.g.expert_cache.as_ref() }
+    }
+
+    /// The window's launches: the program, eagerly, or as a graph captured once per window size
+    /// and replayed (its inputs are in device buffers).
+    pub(super) fn run(&mut self) -> Result<()> {
+        let g = self.g;
+        let program = |c: &mut Self| match c.head {
+            Some((h, _)) => program::mtp_forward(c, h),
+            None => program::forward(c, &g.m),
+        };
+        if !self.graph {
+            self.s.eager_windows += 1;
+            return program(self);
+        }
+        let (api, st, n) = (g.api(), &g.stream, self.n());
+        if let Some((_, graph)) = self.s.graphs.iter().find(|(k, _)| *k == n) {
+            self.s.graph_replays += 1;
+            return api.launch_graph(graph, st).map_err(dev("graph replay"));
+        }
+        api.begin_capture(st).map_err(dev("graph capture"))?;
+        let recorded = program(self);
+        let graph = api.end_capture(st);
+        recorded?;
+        let graph = graph.map_err(dev("graph capture"))?;
+        api.launch_graph(&graph, st).map_err(dev("graph replay"))?;
+        self.s.graphs.push((n, graph));
+        self.s.graph_replays += 1;
+        Ok(())
+    }
+
+    /// Waits for the window, advances the sequence and returns its logits `[n][n_vocab]` (the
+    /// last row only unless `all`) and, when `hidden`, the wide residuals `R` after the last
+    /// layer `[n][hc][E]` (what the MTP head reads; the head's own output when running it).
+    pub(super) fn finish(self, all: bool, hidden: bool) -> Result<(Vec<f32>, Vec<f32>)> {
+        let api = self.g.api();
+        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        if let Some(p) = self.s.profile.as_mut() {
+            p.tokens += self.toks.len() as u64;
+        }
+        let (n, v) = (self.toks.len(), self.g.m.hp.n_vocab);
+        let read = |at: DevicePtr, floats: usize, what: &'static str| -> Result<Vec<f32>> {
+            let mut bytes = vec![0u8; floats * 4];
+            api.memcpy_dtoh(&mut bytes, at).map_err(dev(what))?;
+            Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        };
+        let first = if all { 0 } else { n - 1 };
+        let logits = read(self.s.sc.logits + (first * v * 4) as u64, (n - first) * v, "reading logits")?;
+        let wide = if hidden { read(self.s.sc.r, n * self.g.m.hp.hc * self.g.m.hp.n_embd, "reading the wide residuals")? } else { Vec::new() };
+        self.s.n_past += n;
+        Ok((logits, wide))
+    }
+
+    fn n(&self) -> usize {
+        self.toks.len()
+    }
+
+    /// Adds the device counters since the last call to `part` with the bytes it must move at
+    /// least (profiling only: the software device counts every instruction and byte).
+    fn count(&mut self, part: &'static str, ideal: usize) {
+        if let Some(p) = self.s.profile.as_mut() {
+            let s = self.g.api().take_stats().unwrap_or_default();
+            let e = p.parts.entry(part).or_default();
+            e.launches += s.launches;
+            e.instructions += s.instructions;
+            e.global_bytes += s.global_bytes_read + s.global_bytes_written;
+            e.ideal_bytes += ideal as u64;
+        }
+    }
+
+    /// f32 bytes of `values` per token of the window.
+    fn act(&self, values: usize) -> usize {
+        4 * values * self.n()
+    }
+
+    fn lin(&self) -> Linear<'_> {
+        Linear { ops: &self.g.ops, stream: &self.g.stream, opts: &self.g.opts, lt: None, xo: 0, dequant_scratch_bytes: 0 }
+    }
+
+    /// `y[rows] = W x[cols]` for `n` rows of `x`; the input is quantized first for an MMVQ
+    /// weight.
+    fn mm(&self, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> Result<()> {
+        self.project(x, n, &[(w, y)])
+    }
+
+    /// Several products of one input, quantized once.
+    fn project(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)]) -> Result<()> {
+        let lin = self.lin();
+        let sc = &self.s.sc;
+        if let Some((w, _)) = outs.iter().find(|(w, _)| matches!(w.kind, MatKind::Q(_))) {
+            lin.quantize(x, sc.xq, n, w.cols).map_err(dev("quantizing activations"))?;
+        }
+        for (w, y) in outs {
+            lin.matmul(w, 0, x, sc.xq, n, *y, Tmp { wdq: 0, xh: sc.xh }).map_err(dev("matrix product"))?;
+        }
+        Ok(())
+    }
+
+    /// The GR read of `h` from the streams into `x` (and `inj` when it injects).
+    fn hc_read(&self, h: &DevHc) -> Result<()> {
+        let (ops, st, sc, n) = (&self.g.ops, &self.g.stream, &self.s.sc, self.n());
+        ops.gr_stream_norm(st, &h.shape, sc.r, h.norm, sc.flat, n as u32).map_err(dev("GR norm"))?;
+        self.mm(&h.down, sc.flat, n, sc.lo)?;
+        ops.gr_lowrank_act(st, &h.shape, sc.lo, (n * h.down.rows) as u32).map_err(dev("GR low-rank"))?;
+        self.mm(&h.up, sc.lo, n, sc.gates)?;
+        ops.gr_gate_mix(st, &h.shape, sc.flat, sc.gates, sc.x, n as u32).map_err(dev("GR gate mix"))?;
+        if let Some(inj) = &h.inject {
+            self.mm(inj, sc.flat, n, sc.inj)?;
+        }
+        Ok(())
+    }
+
+    fn hc(&self, layer: usize, site: Site) -> &'a DevHc {
+        let l = self.layer(layer);
+        if site == Site::Mixer { &l.hc_attn } else { &l.hc_ffn }
+    }
+
+    /// `y = down(silu(gate x) ⊙ up x)` of one expert for `n` rows of `x`.
+    fn swiglu(&self, f: &DevFfn, x: DevicePtr, n: usize, bufs: [DevicePtr; 3], y: DevicePtr) -> Result<()> {
+        let [g, u, a] = bufs;
+        self.project(x, n, &[(&f.gate, g), (&f.up, u)])?;
+        self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
+        self.mm(&f.down, a, n, y)
+    }
+
+    /// The rest of a MoE layer once the routed experts' rows are in `sc.ys` (at the rows `map`
+    /// names): the combine in rank order, the shared expert and its gate; `expert_bytes` gives the routed experts' weight
+    /// bytes the device read (profiling).
+    fn moe_tail(&mut self, layer: usize, map: DevicePtr, expert_bytes: impl FnOnce(&Self) -> Result<usize>) -> Result<()> {
+        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let m = &self.layer(layer).moe;
+        let k = m.n_used;
+        g.ops.moe_combine(&g.stream, sc.ys, map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
+        self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
+        self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
+        g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
+        // The router, the distinct experts the device ran and the shared expert, once each.
+        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
+        let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + expert_bytes(self)?;
+        self.count("moe", w + self.act(2 * e));
+        Ok(())
+    }
+
+    /// Whether this window's routed experts run by device dispatch ([`moe_on_device`]).
+    fn moe_on_device(&self, m: &super::weights::DevMoe) -> bool {
+        self.cache().is_none() && moe_on_device(&self.g.opts, m)
+    }
+
+    /// The routed experts by device dispatch: `mmvq_moe_*` read the router's choice in
+    /// `sc.rids` (fused gate/up + SiLU when both have one type), outputs at each slot's row of
+    /// `sc.ys`, in groups of tokens whose slots fit one launch. Nothing is read back (what a
+    /// graph needs); per slot, the same products as the host path's.
+    fn experts_on_device(&self, m: &super::weights::DevMoe) -> Result<()> {
+        let (sc, n, e) = (&self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let f = &m.experts.stack;
+        let lin = self.lin();
+        lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+        let b = DispatchBuffers { ids: sc.rids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
+        lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, m.n_used, n, &b).map_err(dev("routed experts (device dispatch)"))
+    }
+
+    /// The distinct experts of the window's choice (read back: profiling only).
+    fn distinct_experts(&self, k: usize) -> Result<Vec<usize>> {
+        let api = self.g.api();
+        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        let mut raw = vec![0u8; self.n() * k * 4];
+        api.memcpy_dtoh(&mut raw, self.s.sc.rids).map_err(dev("reading expert ids"))?;
+        let mut ids: Vec<usize> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// The routed experts the cache has no slot for, on the cache's CPU pool (the CPU backend's
+    /// products, rows split across its workers) while the device runs the others: the window's
+    /// block input is read back once, the rows of the tokens in each expert's `slots`
+    /// (`token·k + rank`) go through it, and each output row lands at its slot of the device's
+    /// expert outputs, where the combine weighs it like a device row.
+    fn experts_on_cpu(&self, cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], k: usize) -> Result<()> {
+        if experts.is_empty() {
+            return Ok(());
+        }
+        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let api = g.api();
+        let mut b = vec![0u8; n * e * 4];
+        api.memcpy_dtoh(&mut b, sc.x).map_err(dev("reading the MoE input"))?;
+        let x: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let outputs = cpu_expert_rows(cache, experts, &x, k, e);
+        for ((_, slots), ys) in experts.iter().zip(&outputs) {
+            for (row, &j) in ys.chunks_exact(e).zip(slots.iter()) {
+                api.memcpy_htod(sc.ys + ((j * e) * 4) as u64, f32_bytes(row)).map_err(dev("writing CPU expert rows"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FlashNextOps for FlashChunk<'_> {
+    fn embed(&mut self) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        let (e, hc) = (g.m.hp.n_embd, g.m.hp.hc);
+        let t = &g.w.tok_embd;
+        g.ops.get_rows(&g.stream, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("embedding rows"))?;
+        let api = g.api();
+        for i in 0..n {
+            for c in 0..hc {
+                let dst = sc.r + (((i * hc + c) * e) * 4) as u64;
+                api.memcpy_dtod_async(&g.stream, dst, sc.x + ((i * e) * 4) as u64, e * 4).map_err(dev("residual streams"))?;
+            }
+        }
+        // The rows read and the block input written (the stream copies are not kernel
+        // launches, so the counters do not see them).
+        let row = t.mat_bytes / t.rows.max(1);
+        self.count("embed", n * row + self.act(e));
+        Ok(())
+    }
+
+    fn ple(&mut self, _layer: usize) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let (Some(_), Some(dp)) = (&g.m.ple, &g.w.ple) else { return Ok(()) };
+        // The rows were gathered and uploaded with the window's inputs (`FlashChunk::new`).
+        let Some(hist) = self.s.ple.as_ref().map(|ps| ps.hist) else { return Ok(()) };
+        let sc = &self.s.sc;
+        self.project(sc.emb, n, &[(&dp.key, sc.pkey), (&dp.value, sc.pval)])?;
+        let b = PleBuffers { key: sc.pkey, val: sc.pval, r: sc.r, norms: dp.norms, taps: dp.taps, hist, gv: sc.gv, nn: sc.nn };
+        g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))?;
+        let hce = (dp.shape.hc * dp.shape.e) as usize;
+        self.count("ple", dp.key.mat_bytes + dp.value.mat_bytes + 2 * dp.shape.hist_len() * 4 + self.act(2 * hce + dp.shape.e as usize));
+        Ok(())
+    }
+
+    fn hc_mix(&mut self, layer: usize, site: Site) -> Result<()> {
+        let h = self.hc(layer, site);
+        self.hc_read(h)?;
+        let hce = (h.shape.hc * h.shape.e) as usize;
+        let w = h.down.mat_bytes + h.up.mat_bytes + h.inject.as_ref().map_or(0, |m| m.mat_bytes);
+        self.count("gr read", w + self.act(hce + h.shape.e as usize));
+        Ok(())
+    }
+
+    fn gdn(&mut self, layer: usize) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let (DevMixer::Gdn(d), Some(LayerState::Gdn { conv, delta, .. })) = (&self.layer(layer).mixer, self.state(layer)) else {
+            return Err(EngineError::StateMismatch { layer });
+        };
+        let sc = &self.s.sc;
+        self.project(sc.x, n, &[(&d.qkv, sc.m), (&d.gate, sc.z), (&d.beta, sc.beta), (&d.alpha, sc.alpha)])?;
+        let b = GdnBuffers {
+            m: sc.m,
+            z: sc.z,
+            beta: sc.beta,
+            alpha: sc.alpha,
+            taps: d.taps,
+            dt_bias: d.dt_bias,
+            ssm_a: d.ssm_a,
+            norm: d.norm,
+            conv_state: *conv,
+            delta_state: *delta,
+            u: sc.u,
+            o: sc.o,
+        };
+        g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+        self.mm(&d.out, sc.o, n, sc.y)?;
+        let w = [&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out].iter().map(|m| m.mat_bytes).sum::<usize>();
+        let state = 2 * 4 * (d.shape.conv_state_len() + d.shape.delta_state_len());
+        let e = g.m.hp.n_embd;
+        self.count("gdn", w + state + self.act(2 * e));
+        Ok(())
+    }
+
+    fn attention(&mut self, layer: usize) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let (DevMixer::Attn(a), Some(LayerState::Attn { k, v, kappa, k_scale, v_scale, kappa_scale, blocks, rope })) = (&self.layer(layer).mixer, self.state(layer)) else {
+            return Err(EngineError::StateMismatch { layer });
+        };
+        let sc = &self.s.sc;
+        let mut outs = vec![(&a.q, sc.qf), (&a.k, sc.kp), (&a.v, sc.vp)];
+        if let Some((iq, ik)) = &a.ix {
+            outs.extend([(iq, sc.iq_p), (ik, sc.kappa_p)]);
+        }
+        self.project(sc.x, n, &outs)?;
+        let shape = crate::ops::QsaShape { kv: self.s.kv, ..a.shape };
+        let b = QsaBuffers {
+            qf: sc.qf,
+            kp: sc.kp,
+            vp: sc.vp,
+            kappa_p: sc.kappa_p,
+            iq_p: sc.iq_p,
+            q_norm: a.q_norm,
+            k_norm: a.k_norm,
+            iq_norm: a.iq_norm,
+            ik_norm: a.ik_norm,
+            rope_table: *rope,
+            pos: sc.pos,
+            k_cache: *k,
+            v_cache: *v,
+            kappa_cache: *kappa,
+            k_scale: *k_scale,
+            v_scale: *v_scale,
+            kappa_scale: *kappa_scale,
+            blocks: *blocks,
+            q: sc.q,
+            k: sc.k,
+            iq: sc.iq,
+            score: sc.score,
+            sel: sc.sel,
+            sel_n: sc.sel_n,
+            out: sc.att,
+        };
+        // A graph is replayed at every position: its attention launch is sized for a full cache.
+        let start = if self.graph { self.s.capacity - n } else { self.s.n_past };
+        g.ops.qsa_mix(&g.stream, &shape, &b, n as u32, start as u32, self.s.capacity as u32).map_err(dev("QSA attention"))?;
+        self.mm(&a.o, sc.att, n, sc.y)?;
+        // Weights once, each token's kept K and V rows once (and the new ones written).
+        let mut w = [&a.q, &a.k, &a.v, &a.o].iter().map(|m| m.mat_bytes).sum::<usize>();
+        w += a.ix.as_ref().map_or(0, |(q, k)| q.mat_bytes + k.mat_bytes);
+        let esz = if self.s.kv == crate::ops::KvFormat::Int8 { 1 } else { 2 };
+        let row = (a.shape.n_head_kv * a.shape.head_dim) as usize * esz;
+        let cells: usize = (0..n).map(|t| {
+            let visible = self.s.n_past + t + 1;
+            a.shape.indexer.map_or(visible, |ix| visible.min(ix.budget() as usize))
+        }).sum();
+        let e = g.m.hp.n_embd;
+        self.count("qsa", w + 2 * row * (cells + n) + self.act(2 * e));
+        Ok(())
+    }
+
+    fn hc_combine(&mut self, layer: usize, site: Site) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        let shape = self.hc(layer, site).shape;
+        g.ops.gr_combine(&g.stream, &shape, sc.r, sc.y, sc.inj, n as u32).map_err(dev("GR combine"))?;
+        let hce = (shape.hc * shape.e) as usize;
+        self.count("gr write", self.act(2 * hce + shape.e as usize + shape.hc as usize));
+        Ok(())
+    }
+
+    fn moe(&mut self, layer: usize) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        let (e, m, host) = (g.m.hp.n_embd, &self.layer(layer).moe, self.host_moe(layer));
+        let (k, ne) = (m.n_used, host.experts.len());
+        self.mm(&m.router, sc.x, n, sc.rlog)?;
+        g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true).map_err(dev("MoE router"))?;
+        let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
+        if self.moe_on_device(m) {
+            self.experts_on_device(m)?;
+            return self.moe_tail(layer, sc.map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
+        }
+        if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), g.by_handoff(self.s)) {
+            // Hits from their slots by device dispatch, misses from the host thread.
+            let lin = self.lin();
+            lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+            let miss_base = WINDOW * k;
+            h.publish(&g.ops, &g.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base).map_err(dev("expert handoff"))?;
+            if cache.slots() > 0 {
+                let f = &m.experts.stack;
+                let b = DispatchBuffers { ids: sc.rslots, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
+                lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, k, n, &b).map_err(dev("routed experts (cache slots)"))?;
+            }
+            h.receive(&**g.api(), &g.stream, n, sc.ys + (miss_base * e * 4) as u64).map_err(dev("expert handoff"))?;
+            return self.moe_tail(layer, sc.hmap, |_| Ok(0));
+        }
+        // The routed experts' products, launched from the ids read back (host dispatch).
+        let api = g.api();
+        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        let mut raw = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut raw, sc.rids).map_err(dev("reading expert ids"))?;
+        // Each chosen expert with the (token, rank) slots that chose it, by expert id.
+        let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (slot, c) in raw.chunks_exact(4).enumerate() {
+            let id = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize;
+            if id >= ne {
+                return Err(EngineError::Gpu(format!("qwen4exp MoE layer {layer}: router chose expert {id} of {ne}")));
+            }
+            chosen.entry(id).or_default().push(slot);
+        }
+        let mut expert_bytes = 0;
+        // The experts without a slot, run on the CPU once the device's are launched.
+        let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
+        for (&id, slots) in &chosen {
+            // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
+            let f = match self.cache().map(|c| c.place(layer, id, slots.len())) {
+                None => m.experts.get(id),
+                Some(Placement::Hit(s)) => m.experts.get(s),
+                Some(Placement::Admit(s)) => {
+                    m.experts.fill(&**api, &host.experts[id], s).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}")))?;
+                    m.experts.get(s)
+                }
+                Some(Placement::Cpu) => {
+                    on_cpu.push((&host.experts[id], slots));
+                    continue;
+                }
+            };
+            let f = f.ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}")))?;
+            expert_bytes += ffn(&f);
+            for &slot in slots {
+                let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
+                self.swiglu(&f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
+            }
+        }
+        if let Some(cache) = self.cache() {
+            self.experts_on_cpu(cache, &on_cpu, k)?;
+        }
+        self.moe_tail(layer, sc.map, |_| Ok(expert_bytes))
+    }
+
+    fn head(&mut self) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        self.hc_read(&g.w.out_hc)?;
+        self.mm(&g.w.output, self.s.sc.x, n, self.s.sc.logits)?;
+        let h = &g.w.out_hc;
+        let w = h.down.mat_bytes + h.up.mat_bytes + g.w.output.mat_bytes;
+        self.count("head", w + self.act((h.shape.hc * h.shape.e) as usize + g.m.hp.n_vocab));
+        Ok(())
+    }
+
+    fn mtp_input(&mut self) -> Result<()> {
+        let (g, sc, n) = (self.g, &self.s.sc, self.n());
+        let Some((h, d)) = self.head else { return Err(EngineError::Unsupported("the MTP head's input outside a head window".into())) };
+        let (e, hc, api, st) = (h.n_embd, h.hc, g.api(), &g.stream);
+        // x = embedding rows, y = enorm(x), flat = hnorm_c of each wide stream.
+        let t = d.embed.as_ref().unwrap_or(&g.w.tok_embd);
+        g.ops.get_rows(st, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("MTP embedding rows"))?;
+        g.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, n as u32).map_err(dev("MTP enorm"))?;
+        g.ops.gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, n as u32).map_err(dev("MTP hnorm"))?;
+        // Per stream: cat[t] = [y[t] ‖ flat[t][c]], R[t][c] = W_eh · cat[t].
+        let at = |p: DevicePtr, floats: usize| p + (floats * 4) as u64;
+        for c in 0..hc {
+            for t in 0..n {
+                api.memcpy_dtod_async(st, at(sc.cat, 2 * t * e), at(sc.y, t * e), e * 4).map_err(dev("MTP input rows"))?;
+                api.memcpy_dtod_async(st, at(sc.cat, (2 * t + 1) * e), at(sc.flat, (t * hc + c) * e), e * 4).map_err(dev("MTP input rows"))?;
+            }
+            self.mm(&d.eh_proj, sc.cat, n, sc.proj)?;
+            for t in 0..n {
+                api.memcpy_dtod_async(st, at(sc.r, (t * hc + c) * e), at(sc.proj, t * e), e * 4).map_err(dev("MTP residual streams"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn mtp_head(&mut self) -> Result<()> {
+        let (g, n) = (self.g, self.n());
+        let Some((_, d)) = self.head else { return Err(EngineError::Unsupported("the MTP head's output outside a head window".into())) };
+        self.hc_read(d.hc_head.as_ref().unwrap_or(&g.w.out_hc))?;
+        self.mm(d.head.as_ref().unwrap_or(&g.w.output), self.s.sc.x, n, self.s.sc.logits)
+    }
+}

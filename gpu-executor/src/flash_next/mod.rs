@@ -1,0 +1,513 @@
+//! Flash-Next (qwen4exp) on a gfx11 device: the program of `model::qwen4exp::program` (its one
+//! layer order) over the device's operations ([`exec`]), with the weights uploaded once
+//! ([`weights`]) and each sequence's state (GR streams, GDN states, QSA caches, PLE history) in
+//! device memory. The same code drives the software RDNA3 device and a real card.
+//!
+//! What runs where: every layer operation is a gfx11 kernel or a device matrix product
+//! (`gpu::linear`); the host computes the PLE row ids and reads the rows (`Ple::gather`). The
+//! routed experts run by device dispatch (`mmvq_moe_*` read the router's choice on the device)
+//! when every expert is resident in an MMVQ type; otherwise the host reads each window's expert
+//! ids back and launches the chosen experts (the expert cache's path, which also runs the
+//! experts without a slot on the CPU). Windows are up to [`WINDOW`] tokens; without a host
+//! readback in them they are captured as graphs once per size and replayed. Numerics are the fast
+//! mode's: the layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1
+//! activations for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
+
+mod exec;
+mod mtp;
+mod weights;
+
+pub use mtp::{GpuMtp, GpuMtpHead};
+
+use std::sync::Arc;
+
+use super::abi::MAX_COLS;
+use super::device::{DevicePtr, GpuApi, Stream};
+use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
+use super::expert_handoff::ExpertHandoff;
+use super::upload::{Uploader, gpu_err, weights_do_not_fit};
+use super::ops::{GpuOps, KvFormat};
+use model::error::{EngineError, Result};
+use crate::options::{ExpertCacheSize, GpuOptions};
+use cpu_executor::kv_cache::KvType;
+use model::Logits;
+use model::qwen4exp::{PleState, Qwen4Exp};
+use weights::{DevMixer, DevWeights};
+
+/// Most tokens of one forward window (a prompt is a sequence of windows).
+pub const WINDOW: usize = MAX_COLS;
+
+/// A Flash-Next model resident on a device.
+pub struct GpuFlashNext {
+    /// The host model: its program, shapes, and the PLE table (read on the host).
+    pub m: Qwen4Exp,
+    ops: GpuOps,
+    opts: GpuOptions,
+    stream: Stream,
+    w: DevWeights,
+    /// `--expert-cache N` with fewer slots than experts: which expert holds which slot, and the
+    /// counters. None: every expert resident.
+    expert_cache: Option<ExpertCache>,
+    /// The expert cache's per-layer handoff to the CPU inside graphs (with the cache).
+    handoff: Option<ExpertHandoff>,
+    allocs: Vec<DevicePtr>,
+    /// Bytes of weights uploaded (with an expert cache: its empty slots included).
+    pub weight_bytes: usize,
+}
+
+/// One layer's device state.
+enum LayerState {
+    /// Conv and delta-rule states, their snapshots (speculative rollback) and sizes in bytes.
+    Gdn { conv: DevicePtr, delta: DevicePtr, snap: (DevicePtr, DevicePtr), bytes: (usize, usize) },
+    /// K, V, κ caches, their int8 scales (0 for f16), block keys, rope table.
+    Attn { k: DevicePtr, v: DevicePtr, kappa: DevicePtr, k_scale: DevicePtr, v_scale: DevicePtr, kappa_scale: DevicePtr, blocks: DevicePtr, rope: DevicePtr },
+}
+
+/// The PLE block's sequence state: the host's token history, the device's conv history.
+struct PleSession {
+    prev: PleState,
+    fresh: PleState,
+    hist: DevicePtr,
+    /// The history's snapshot (speculative rollback).
+    snap: DevicePtr,
+    hist_bytes: usize,
+}
+
+/// What every window of one evaluation does: a graph, the expert handoff, all logits or the
+/// last, the wide residuals.
+#[derive(Clone, Copy)]
+struct WindowMode {
+    graph: bool,
+    handoff: bool,
+    all: bool,
+    hidden: bool,
+}
+
+/// One window's logits (all rows or the last), wide residuals (when asked) and the PLE rows
+/// gathered for the next window while it ran.
+struct WindowOut {
+    logits: Vec<f32>,
+    wide: Vec<f32>,
+    next_ple: Option<Vec<f32>>,
+}
+
+/// What a speculative rollback restores: the position and the PLE token history; the device
+/// states were copied to the session's snapshot buffers when it was taken. One checkpoint is
+/// live at a time (the verify loop takes one per window).
+pub struct GpuCheckpoint {
+    n_past: usize,
+    ple_prev: Option<PleState>,
+    /// A device error while copying, reported by the rollback.
+    error: Option<String>,
+}
+
+/// A Flash-Next sequence on the device.
+pub struct GpuFlashSession {
+    pub n_past: usize,
+    pub capacity: usize,
+    kv: KvFormat,
+    layers: Vec<LayerState>,
+    ple: Option<PleSession>,
+    sc: exec::Scratch,
+    allocs: Vec<DevicePtr>,
+    api: Arc<dyn GpuApi>,
+    /// When set, device counters (software device only) are summed per operation of the program
+    /// (`strata bench --device emu`).
+    pub profile: Option<super::model::Profile>,
+    /// Captured windows by token count ([`GpuOptions::graphs`]), and how many windows were
+    /// replayed from them or launched eagerly.
+    graphs: Vec<(usize, super::device::Graph)>,
+    pub graph_replays: usize,
+    pub eager_windows: usize,
+    /// Why a window failed part-way: its launches may have advanced the recurrent states, so
+    /// the sequence cannot go on until [`GpuFlashSession::reset`] or a rollback.
+    failed: Option<String>,
+}
+
+impl GpuFlashSession {
+    /// Forgets the sequence: the recurrent states, PLE history and token history start over
+    /// (the attention caches are overwritten from position 0). A device error leaves the
+    /// session unusable; it is reported by the next evaluation.
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+        self.failed = None;
+        for l in &self.layers {
+            if let LayerState::Gdn { conv, delta, bytes, .. } = l {
+                let _ = self.api.memset(*conv, 0, bytes.0);
+                let _ = self.api.memset(*delta, 0, bytes.1);
+            }
+        }
+        if let Some(p) = self.ple.as_mut() {
+            p.prev = p.fresh.clone();
+            let _ = self.api.memset(p.hist, 0, p.hist_bytes);
+        }
+    }
+}
+
+impl Drop for GpuFlashSession {
+    fn drop(&mut self) {
+        for (_, g) in self.graphs.drain(..) {
+            let _ = self.api.graph_destroy(g);
+        }
+        for p in self.allocs.drain(..) {
+            let _ = self.api.free(p);
+        }
+    }
+}
+
+impl Drop for GpuFlashNext {
+    fn drop(&mut self) {
+        let api = self.ops.api().clone();
+        for p in self.allocs.drain(..) {
+            let _ = api.free(p);
+        }
+        if let Some(h) = self.handoff.take() {
+            let _ = h.free(&*api);
+        }
+    }
+}
+
+impl GpuFlashNext {
+    /// Uploads `m` to the device behind `api`. Refuses, naming the tensor and the limit, a model
+    /// whose dimensions the kernels do not take, and the ordered-numerics mode (not yet for
+    /// this architecture).
+    pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
+        if opts.ordered {
+            return Err(EngineError::Unsupported("qwen4exp on the GPU: the ordered-numerics mode (--ordered) is not there yet; run without it or with --device cpu".into()));
+        }
+        let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
+        let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
+        let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        // `auto` starts with empty slots: `fit_expert_cache` sizes them once a session's size is known.
+        let cache_slots = match opts.expert_cache {
+            Some(ExpertCacheSize::Slots(n)) => Some(n as usize).filter(|&n| n < n_expert),
+            Some(ExpertCacheSize::Auto) => Some(0),
+            None => None,
+        };
+        let mut up = Uploader::new(&*api, false);
+        let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
+        let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
+        let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
+        let handoff = handoff_for(&*api, &m, expert_cache.as_ref())?;
+        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, allocs, weight_bytes })
+    }
+
+    /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
+    /// with one session of `max_ctx` positions of `kv` allocated, minus `--vram-reserve-mib`;
+    /// every expert resident (no cache) when all fit. Called once, after [`GpuFlashNext::new`]
+    /// with `auto` (which leaves 0 slots: every expert on the CPU until then).
+    pub fn fit_expert_cache(&mut self, kv: KvType, max_ctx: usize) -> Result<AutoFit> {
+        let api = self.ops.api().clone();
+        let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        let mut slot_bytes = 0u64;
+        for l in &self.m.layers {
+            for w in [&l.moe.experts[0].gate, &l.moe.experts[0].up, &l.moe.experts[0].down] {
+                let (_, d) = super::upload::device_layout(false, w.data(), w.ty, w.rows, w.cols, 1, "expert")?;
+                slot_bytes += d.mat_bytes as u64;
+            }
+        }
+        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session(kv, max_ctx))?;
+        let mut up = Uploader::new(&*api, false);
+        let slots = (!fit.all_resident()).then_some(fit.slots);
+        weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
+        self.allocs.append(&mut up.allocs);
+        self.weight_bytes += up.bytes;
+        self.expert_cache = slots.map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes())).transpose()?;
+        if let Some(h) = self.handoff.take() {
+            h.free(&*api).map_err(gpu_err("freeing the expert handoff"))?;
+        }
+        self.handoff = handoff_for(&*api, &self.m, self.expert_cache.as_ref())?;
+        Ok(fit)
+    }
+
+    /// Adaptive residency after a window of `n_tokens` (`--adapt-every`): copies the experts the
+    /// cache swapped in into their slots, once the window's launches are done.
+    fn adapt_expert_cache(&self, n_tokens: usize) -> Result<()> {
+        let Some(c) = &self.expert_cache else { return Ok(()) };
+        let swaps = c.end_window(n_tokens);
+        if swaps.is_empty() {
+            return Ok(());
+        }
+        let api = self.ops.api();
+        api.stream_synchronize(&self.stream).map_err(gpu_err("synchronize"))?;
+        for sw in swaps {
+            let host = &self.m.layers[sw.layer].moe.experts[sw.expert];
+            self.w.layers[sw.layer].moe.experts.fill(&**api, host, sw.slot).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {}: swapping expert {} into slot {}: {w}", sw.layer, sw.expert, sw.slot)))?;
+        }
+        Ok(())
+    }
+
+    /// The expert cache (`--expert-cache N` with fewer slots than experts).
+    pub fn expert_cache(&self) -> Option<&ExpertCache> {
+        self.expert_cache.as_ref()
+    }
+
+    /// The expert cache's counters (`--expert-cache N` with fewer slots than experts).
+    pub fn expert_cache_stats(&self) -> Option<CacheStats> {
+        let stats = self.expert_cache.as_ref().map(ExpertCache::stats)?;
+        Some(self.handoff.as_ref().map_or(stats, |h| h.add_stats(stats)))
+    }
+
+    /// Fills the expert cache's slots from an STRP profile (`--expert-profile`, most-routed
+    /// first). Returns how many experts were copied.
+    pub fn fill_expert_cache(&self, path: &std::path::Path) -> Result<usize> {
+        let Some(cache) = &self.expert_cache else {
+            return Err(EngineError::Unsupported(format!("--expert-profile {}: no expert cache to fill (--expert-cache leaves every expert resident)", path.display())));
+        };
+        let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        cache.fill_from_profile(path, n_expert, |l, e, slot| {
+            let host = self.m.layers[l].moe.experts.get(e).ok_or_else(|| format!("layer {l} has no expert {e}"))?;
+            self.w.layers[l].moe.experts.fill(&**self.ops.api(), host, slot)
+        })
+    }
+
+    /// Writes this run's routing counts as an STRP profile (`--expert-profile-save`).
+    pub fn save_expert_profile(&self, path: &std::path::Path) -> Result<()> {
+        match &self.expert_cache {
+            Some(c) => c.save_profile(path),
+            None => Err(EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display()))),
+        }
+    }
+
+    /// The GPU settings the model was loaded with.
+    pub fn opts(&self) -> &GpuOptions {
+        &self.opts
+    }
+
+    pub fn api(&self) -> &Arc<dyn GpuApi> {
+        self.ops.api()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.m.hp.n_vocab
+    }
+
+    /// An empty sequence of up to `max_ctx` positions with caches of type `kv` (f16 or int8;
+    /// the device has no f32 cache).
+    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuFlashSession> {
+        let api = self.ops.api().clone();
+        let fmt = kv_format(kv)?;
+        let capacity = max_ctx.max(1);
+        for (il, l) in self.w.layers.iter().enumerate() {
+            if let DevMixer::Attn(a) = &l.mixer {
+                check_cells(a, il, capacity)?;
+            }
+        }
+        let mut up = Uploader::new(&*api, false);
+        let mut ropes: Vec<((u32, u32), DevicePtr)> = Vec::new();
+        let mut layers = Vec::with_capacity(self.w.layers.len());
+        for l in &self.w.layers {
+            layers.push(match &l.mixer {
+                DevMixer::Gdn(g) => {
+                    let bytes = (g.shape.conv_state_len().max(1) * 4, g.shape.delta_state_len() * 4);
+                    let (conv, delta) = (up.zeroed(bytes.0)?, up.zeroed(bytes.1)?);
+                    LayerState::Gdn { conv, delta, snap: (up.zeroed(bytes.0)?, up.zeroed(bytes.1)?), bytes }
+                }
+                DevMixer::Attn(a) => attn_state(&mut up, a, fmt, capacity, &mut ropes)?,
+            });
+        }
+        let ple = match (&self.m.ple, &self.w.ple) {
+            (Some(p), Some(dp)) => {
+                let hist_bytes = dp.shape.hist_len().max(1) * 4;
+                Some(PleSession { prev: p.new_state(), fresh: p.new_state(), hist: up.zeroed(hist_bytes)?, snap: up.zeroed(hist_bytes)?, hist_bytes })
+            }
+            _ => None,
+        };
+        let sc = exec::Scratch::new(&mut up, self, capacity, None)?;
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+    }
+
+    /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
+    /// last row), in windows of up to [`WINDOW`] tokens.
+    pub fn eval(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        self.eval_hidden(s, tokens, want, out, None)
+    }
+
+    /// [`GpuFlashNext::eval`] that also writes every token's wide residual to `hidden`
+    /// (`[n][hc][n_embd]`, the streams before the output mixer: what the MTP head reads).
+    pub fn eval_hidden(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>, mut hidden: Option<&mut Vec<f32>>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        let needed = s.n_past + tokens.len();
+        if needed > s.capacity {
+            return Err(EngineError::ContextFull { needed, capacity: s.capacity });
+        }
+        if let Some(index) = tokens.iter().position(|&t| t as usize >= self.m.hp.n_vocab) {
+            return Err(EngineError::BadTokenAt { token: tokens[index], index, n_vocab: self.m.hp.n_vocab });
+        }
+        if let Some(why) = &s.failed {
+            return Err(EngineError::Gpu(format!("qwen4exp: an earlier window of this sequence failed ({why}); its recurrent state is lost: reset the session or roll back to a checkpoint")));
+        }
+        out.clear();
+        if let Some(h) = hidden.as_deref_mut() {
+            h.clear();
+        }
+        let n_windows = tokens.len().div_ceil(WINDOW);
+        if s.profile.is_some() {
+            // Counters of earlier launches are not this evaluation's.
+            let _ = self.ops.api().take_stats();
+        }
+        let mode = WindowMode { graph: self.capturable(s), handoff: self.by_handoff(s), all: want == Logits::All, hidden: hidden.is_some() };
+        let windows: Vec<&[u32]> = tokens.chunks(WINDOW).collect();
+        let mut ple_rows = None;
+        for (i, win) in windows.iter().enumerate() {
+            let last = i + 1 == n_windows;
+            let done = self.window(s, win, ple_rows.take(), windows.get(i + 1).copied(), mode);
+            // Admissions and swaps land even after a failed window (the slot table the device
+            // copies next must only name experts that are in their slots).
+            self.adapt_expert_cache(win.len())?;
+            let done = done.inspect_err(|e| s.failed = Some(e.to_string()))?;
+            if want == Logits::All || last {
+                out.extend_from_slice(&done.logits);
+            }
+            if let Some(h) = hidden.as_deref_mut() {
+                h.extend_from_slice(&done.wide);
+            }
+            ple_rows = done.next_ple;
+        }
+        Ok(())
+    }
+
+    /// One window's launches (through the expert handoff when `mode.handoff`) with its PLE rows
+    /// if gathered already; while they run, the host gathers the PLE rows of the `next` window.
+    fn window(&self, s: &mut GpuFlashSession, win: &[u32], ple_rows: Option<Vec<f32>>, next: Option<&[u32]>, mode: WindowMode) -> Result<WindowOut> {
+        let mut chunk = exec::FlashChunk::new(self, s, win, mode.graph, ple_rows)?;
+        match (mode.handoff, &self.handoff, &self.expert_cache) {
+            (true, Some(h), Some(c)) => {
+                let n = win.len();
+                h.run_window(&**self.ops.api(), &self.stream, c, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))?;
+            }
+            _ => chunk.run()?,
+        }
+        let next_ple = next.map(|t| chunk.gather_next(t)).transpose()?.flatten();
+        let (logits, wide) = chunk.finish(mode.all, mode.hidden)?;
+        Ok(WindowOut { logits, wide, next_ple })
+    }
+
+    /// Whether `s`'s windows run their routed experts through the expert cache's handoff
+    /// (`super::expert_handoff`): a cache, every layer's experts in an MMVQ type (device
+    /// dispatch), and no profiling (which reads the choice back to count experts).
+    fn by_handoff(&self, s: &GpuFlashSession) -> bool {
+        self.handoff.is_some() && self.expert_cache.is_some() && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+    }
+
+    /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
+    /// back to the host (every MoE layer by device dispatch, all experts resident or through the
+    /// handoff) or counts between operations (profiling).
+    fn capturable(&self, s: &GpuFlashSession) -> bool {
+        self.opts.graphs && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe)) && (self.expert_cache.is_none() || self.by_handoff(s))
+    }
+
+    /// Host side of the handoff for one layer: the rows of the experts without a slot, on the
+    /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; hits stay zero).
+    fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, super::device::GpuError> {
+        use super::device::GpuError;
+        let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
+        let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
+        let host = &self.m.layers[p.layer].moe.experts;
+        p.miss_rows(cache, e, |id, slots| Ok(exec::expert_rows(&host[id], &p.x, slots, k, e)))
+    }
+
+    /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
+    /// (`to_snapshot`) or back, on the model's stream.
+    fn copy_states(&self, s: &GpuFlashSession, to_snapshot: bool) -> std::result::Result<(), super::device::GpuError> {
+        // (live buffer, its snapshot, bytes)
+        let mut copies = Vec::new();
+        for l in &s.layers {
+            if let LayerState::Gdn { conv, delta, snap, bytes } = l {
+                copies.extend([(*conv, snap.0, bytes.0), (*delta, snap.1, bytes.1)]);
+            }
+        }
+        if let Some(p) = &s.ple {
+            copies.push((p.hist, p.snap, p.hist_bytes));
+        }
+        let api = self.ops.api();
+        for (live, snap, bytes) in copies {
+            let (dst, src) = if to_snapshot { (snap, live) } else { (live, snap) };
+            api.memcpy_dtod_async(&self.stream, dst, src, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint of `s` for [`GpuFlashNext::rollback`]: its recurrent states copied to the
+    /// session's snapshot buffers (fixed size; the attention caches are not copied: a rollback
+    /// moves the position back and the next windows overwrite the cells).
+    pub fn checkpoint(&self, s: &GpuFlashSession) -> GpuCheckpoint {
+        let error = self.copy_states(s, true).err().map(|e| e.to_string());
+        GpuCheckpoint { n_past: s.n_past, ple_prev: s.ple.as_ref().map(|p| p.prev.clone()), error }
+    }
+
+    /// Puts `s` back to `cp` (the latest checkpoint of `s`).
+    pub fn rollback(&self, s: &mut GpuFlashSession, cp: GpuCheckpoint) -> Result<()> {
+        if let Some(e) = cp.error {
+            return Err(EngineError::Gpu(format!("qwen4exp checkpoint: {e}")));
+        }
+        self.copy_states(s, false).map_err(gpu_err("qwen4exp rollback"))?;
+        s.n_past = cp.n_past;
+        s.failed = None;
+        if let (Some(p), Some(prev)) = (s.ple.as_mut(), cp.ple_prev) {
+            p.prev = prev;
+        }
+        Ok(())
+    }
+}
+
+/// The per-layer handoff of a model with an expert cache (None without one).
+fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, cache: Option<&ExpertCache>) -> Result<Option<ExpertHandoff>> {
+    let Some(l) = m.layers.first().filter(|_| cache.is_some()) else { return Ok(None) };
+    let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+    ExpertHandoff::new(api, m.layers.len(), (0..m.layers.len()).collect(), n_expert, l.moe.n_used, m.hp.n_embd).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
+}
+
+/// The attention kernel keeps a token's scores in LDS: a dense layer attends to every cell, an
+/// indexed one to at most its budget.
+fn check_cells(a: &weights::DevQsa, il: usize, capacity: usize) -> Result<()> {
+    let cells = a.shape.indexer.map_or(capacity, |ix| capacity.min(ix.budget() as usize));
+    if cells > super::abi::QSA_MAX_CELLS as usize {
+        return Err(EngineError::Unsupported(format!(
+            "qwen4exp on the GPU: layer {il} attends to {cells} cells at this context ({capacity}); the attention kernel takes at most {} (use --max-context {} or --device cpu)",
+            super::abi::QSA_MAX_CELLS,
+            super::abi::QSA_MAX_CELLS
+        )));
+    }
+    Ok(())
+}
+
+/// An attention layer's caches for `capacity` positions of `fmt` (rope tables shared by layers
+/// with the same base and roped dims through `ropes`).
+fn attn_state(up: &mut Uploader, a: &weights::DevQsa, fmt: KvFormat, capacity: usize, ropes: &mut Vec<((u32, u32), DevicePtr)>) -> Result<LayerState> {
+    let s = &a.shape;
+    let esz = if fmt == KvFormat::Int8 { 1 } else { 2 };
+    let (kv_row, idim) = ((s.n_head_kv * s.head_dim) as usize, s.indexer.map_or(1, |ix| ix.dim as usize));
+    let ratio = s.indexer.map_or(1, |ix| ix.ratio as usize);
+    let key = (a.rope_base.to_bits(), s.n_rot);
+    let rope = match ropes.iter().find(|(k, _)| *k == key) {
+        Some((_, p)) => *p,
+        None => {
+            let p = up.f32s(&GpuOps::rope_table_ggml(a.rope_base, 1.0, s.n_rot as usize, capacity))?;
+            ropes.push((key, p));
+            p
+        }
+    };
+    let int8 = fmt == KvFormat::Int8;
+    Ok(LayerState::Attn {
+        k: up.zeroed(capacity * kv_row * esz)?,
+        v: up.zeroed(capacity * kv_row * esz)?,
+        kappa: up.zeroed(capacity * idim * esz)?,
+        k_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
+        v_scale: if int8 { up.zeroed(capacity * s.n_head_kv as usize * 4)? } else { 0 },
+        kappa_scale: if int8 { up.zeroed(capacity * 4)? } else { 0 },
+        blocks: up.zeroed((capacity / ratio).max(1) * idim * 4)?,
+        rope,
+    })
+}
+
+/// The device format of a cache type (the device has no f32 cache).
+fn kv_format(kv: KvType) -> Result<KvFormat> {
+    match kv {
+        KvType::F16 => Ok(KvFormat::F16),
+        KvType::Int8 => Ok(KvFormat::Int8),
+        KvType::F32 => Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into())),
+    }
+}

@@ -1,0 +1,180 @@
+//! The MTP (NextN) draft head on the device: `program::mtp_forward` over the same operations as
+//! the trunk's layers ([`super::exec`]), with the head's block uploaded once ([`GpuMtp`]) and its
+//! attention cache in a head session (a [`GpuFlashSession`] holding that one layer's state).
+//!
+//! What crosses to the host: the trunk's wide residuals come back with its logits
+//! ([`GpuFlashNext::eval_hidden`]) and are uploaded with the head's tokens; the head's logits
+//! and output streams are read back for the drafter's argmax and the next chained step. Both
+//! are `hc · n_embd` floats a token (40 KB at Flash-Next's size), next to a vocabulary of logits.
+//! The head's experts are all resident (they are not in the trunk's expert cache).
+
+use std::sync::Arc;
+
+use super::exec::{FlashChunk, Scratch};
+use super::weights::{DevMixer, DevMtp, upload_mtp};
+use super::{GpuFlashNext, GpuFlashSession, WINDOW, attn_state, check_cells, kv_format};
+use model::error::{EngineError, Result};
+use crate::device::{DevicePtr, GpuApi};
+use crate::upload::{Uploader, weights_do_not_fit};
+use cpu_executor::kv_cache::KvType;
+use model::qwen4exp::Mtp;
+use model::qwen4exp::mtp::MtpOut;
+
+/// An MTP head resident on the device of a [`GpuFlashNext`] (whose token table, output matrix
+/// and output mixer it uses unless the head file has its own).
+pub struct GpuMtp<'a> {
+    g: &'a GpuFlashNext,
+    /// The head as read from its file.
+    pub host: Mtp,
+    w: DevMtp,
+    allocs: Vec<DevicePtr>,
+    /// Bytes of the head's weights on the device.
+    pub weight_bytes: usize,
+}
+
+impl Drop for GpuMtp<'_> {
+    fn drop(&mut self) {
+        let api = self.g.api();
+        for p in self.allocs.drain(..) {
+            let _ = api.free(p);
+        }
+    }
+}
+
+impl<'a> GpuMtp<'a> {
+    /// Uploads `host` (read with `Mtp::open` against `g.m`, which checked that they agree).
+    pub fn new(g: &'a GpuFlashNext, host: Mtp) -> Result<GpuMtp<'a>> {
+        let hp = &g.m.hp;
+        if (hp.n_embd, hp.n_vocab, hp.n_layer, hp.hc) != (host.n_embd, host.n_vocab, host.block, host.hc) {
+            return Err(EngineError::MtpMismatch {
+                key: "model (embedding, vocabulary, trunk layers, streams)".into(),
+                mtp: format!("({}, {}, {}, {})", host.n_embd, host.n_vocab, host.block, host.hc),
+                model: format!("({}, {}, {}, {})", hp.n_embd, hp.n_vocab, hp.n_layer, hp.hc),
+            });
+        }
+        let api = g.api().clone();
+        let mut up = Uploader::new(&*api, false);
+        let w = upload_mtp(&mut up, &host);
+        let allocs = std::mem::take(&mut up.allocs);
+        let weight_bytes = up.bytes;
+        let w = match w {
+            Ok(w) => w,
+            Err(e) => {
+                for p in allocs {
+                    let _ = api.free(p);
+                }
+                return Err(weights_do_not_fit(e));
+            }
+        };
+        Ok(GpuMtp { g, host, w, allocs, weight_bytes })
+    }
+
+    /// An empty head cache of up to `max_ctx` cells of `kv` (f16 or int8), with its buffers.
+    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuFlashSession> {
+        let fmt = kv_format(kv)?;
+        let capacity = max_ctx.max(1);
+        let DevMixer::Attn(a) = &self.w.layer.mixer else {
+            return Err(EngineError::StateMismatch { layer: self.host.block });
+        };
+        check_cells(a, self.host.block, capacity)?;
+        let api: Arc<dyn GpuApi> = self.g.api().clone();
+        let mut up = Uploader::new(&*api, false);
+        let made = attn_state(&mut up, a, fmt, capacity, &mut Vec::new()).and_then(|st| Ok((st, Scratch::new(&mut up, self.g, capacity, Some(&self.host))?)));
+        let allocs = std::mem::take(&mut up.allocs);
+        let (state, sc) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                for p in allocs {
+                    let _ = api.free(p);
+                }
+                return Err(e);
+            }
+        };
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers: vec![state], ple: None, sc, allocs, api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+    }
+
+    /// Runs the pairs `(tokens[i], wide[i])` at the head session's next cells (`wide`
+    /// `[n][hc][n_embd]`), in windows of up to [`WINDOW`]: the logits of every pair
+    /// (`all_logits`) or of the last, and the head's output streams of every pair (the CPU
+    /// head's `MtpCpu::forward`, on the device).
+    pub fn forward(&self, s: &mut GpuFlashSession, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut> {
+        let (n, w, v) = (tokens.len(), self.host.width(), self.host.n_vocab);
+        if s.layers.len() != 1 || s.ple.is_some() {
+            return Err(EngineError::StateMismatch { layer: self.host.block });
+        }
+        if let Some(index) = tokens.iter().position(|&t| t as usize >= v) {
+            return Err(EngineError::BadTokenAt { token: tokens[index], index, n_vocab: v });
+        }
+        if wide.len() != n * w {
+            return Err(EngineError::MtpInput { got: wide.len(), tokens: n, width: w });
+        }
+        let needed = s.n_past + n;
+        if needed > s.capacity {
+            return Err(EngineError::ContextFull { needed, capacity: s.capacity });
+        }
+        let mut out = MtpOut { logits: Vec::new(), hidden: Vec::with_capacity(n * w) };
+        let n_windows = n.div_ceil(WINDOW);
+        // Graphs as for the trunk: nothing in a head window reads back when its experts run by
+        // device dispatch.
+        let graph = self.g.opts().graphs && s.profile.is_none() && super::exec::moe_on_device(self.g.opts(), &self.w.layer.moe);
+        for (i, (win, wide)) in tokens.chunks(WINDOW).zip(wide.chunks(WINDOW * w)).enumerate() {
+            let last = i + 1 == n_windows;
+            let mut chunk = FlashChunk::for_head(self.g, s, win, wide, (&self.host, &self.w), graph)?;
+            chunk.run()?;
+            let (logits, hidden) = chunk.finish(all_logits, true)?;
+            if all_logits || last {
+                out.logits.extend_from_slice(&logits);
+            }
+            out.hidden.extend_from_slice(&hidden);
+        }
+        Ok(out)
+    }
+}
+
+/// A [`GpuMtp`] with its head session: what the speculative drafter (`spec::MtpDrafter`) drives.
+pub struct GpuMtpHead<'a> {
+    head: &'a GpuMtp<'a>,
+    s: GpuFlashSession,
+}
+
+impl<'a> GpuMtpHead<'a> {
+    /// `kv` should be the target's cache type, `max_ctx` its context.
+    pub fn new(head: &'a GpuMtp<'a>, kv: KvType, max_ctx: usize) -> Result<GpuMtpHead<'a>> {
+        Ok(GpuMtpHead { head, s: head.new_session(kv, max_ctx)? })
+    }
+
+    /// Cells of the head's cache.
+    pub fn cells(&self) -> usize {
+        self.s.n_past
+    }
+
+    /// Head windows replayed from graphs, and launched eagerly.
+    pub fn windows(&self) -> (usize, usize) {
+        (self.s.graph_replays, self.s.eager_windows)
+    }
+}
+
+// The engine's `spec::MtpHead` (the drafter's view of a head) delegates to these.
+impl GpuMtpHead<'_> {
+    /// Floats of one wide residual (`hc · n_embd`).
+    pub fn width(&self) -> usize {
+        self.head.host.width()
+    }
+
+    /// The cells after `cells` are overwritten by the next pairs (dense attention reads only
+    /// the cells before each position).
+    pub fn truncate(&mut self, cells: usize) {
+        self.s.n_past = self.s.n_past.min(cells);
+    }
+
+    /// Forgets the sequence (an empty cache).
+    pub fn reset(&mut self) {
+        self.s.n_past = 0;
+    }
+
+    /// Runs the pairs `(tokens[i], wide[i])` at the next cells: logits of the last pair (or
+    /// all) and the head's output streams of every pair.
+    pub fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> std::result::Result<MtpOut, EngineError> {
+        self.head.forward(&mut self.s, tokens, wide, all_logits)
+    }
+}

@@ -1,0 +1,73 @@
+//! The GPU executor: the host side of the gfx11 kernels. Always built: the GPU settings and
+//! the device enum ([`options`], part of the engine configuration) and the KFD topology reader
+//! ([`kfd`], `strata device` without ROCm). With the feature `gpu`: the shared decoder
+//! ([`model`], [`exec`], [`moe`]) and Flash-Next ([`flash_next`]) on the device, the expert
+//! cache, and below them the embedded code objects, the kernel ABI
+//! and registry (the very `abi.rs` and `registry.rs` the kernel build reads, included by path
+//! so names, argument layouts and launch properties exist once), the one launch layer over the
+//! device boundary, and the kernel benchmark.
+//!
+//! - [`code_objects`]: `code_object_for("gfx1100")` → the embedded ELF.
+//! - [`abi`]: kernel symbols, `#[repr(C)]` argument structs, LDS layouts, workgroup size.
+//! - [`registry`]: every kernel with its argument struct, block, LDS, scratch and archs.
+//! - [`device`]: the `GpuApi` boundary (HIP and the software RDNA3 device).
+//! - [`ops`]: [`GpuOps`], every kernel's launcher (shape checks, argument packing, grid math);
+//!   [`ops_host`] adds host-slice wrappers with the software device's launch counters.
+//! - [`calibrate`]: hipBLASLt calibration tables (`strata calibrate`) and their use.
+//! - [`bench`]: `bench_kernels` (instructions, bytes vs ideal, registers, occupancy).
+//! - [`selftest`]: `strata device --selftest`, every kernel against a CPU reference, timed.
+//! - [`test_device`]: the `test_device!` macro (one test body, one test per device).
+
+pub mod kfd;
+pub mod options;
+
+pub use options::{Device, GpuOptions};
+
+#[cfg(feature = "gpu")]
+#[macro_use]
+#[path = "../../gpu-kernels/src/abi.rs"]
+pub mod abi;
+#[cfg(feature = "gpu")]
+#[path = "../../gpu-kernels/src/registry.rs"]
+pub mod registry;
+#[cfg(feature = "gpu")]
+pub mod bench;
+#[cfg(feature = "gpu")]
+pub mod calibrate;
+#[cfg(feature = "gpu")]
+pub mod code_objects;
+#[cfg(feature = "gpu")]
+pub mod device;
+#[cfg(feature = "gpu")]
+pub mod exec;
+#[cfg(feature = "gpu")]
+pub mod expert_cache;
+#[cfg(feature = "gpu")]
+pub mod expert_handoff;
+#[cfg(feature = "gpu")]
+pub mod flash_next;
+#[cfg(feature = "gpu")]
+pub mod model;
+#[cfg(feature = "gpu")]
+pub mod moe;
+#[cfg(feature = "gpu")]
+pub mod ops;
+#[cfg(feature = "gpu")]
+pub mod ops_host;
+#[cfg(feature = "gpu")]
+pub mod selftest;
+#[cfg(feature = "gpu")]
+pub mod test_device;
+#[cfg(feature = "gpu")]
+pub mod upload;
+#[cfg(feature = "gpu")]
+mod linear;
+
+#[cfg(feature = "gpu")]
+pub use abi::WType;
+#[cfg(feature = "gpu")]
+pub use bench::bench_kernels;
+#[cfg(feature = "gpu")]
+pub use code_objects::code_object_for;
+#[cfg(feature = "gpu")]
+pub use ops::{AttnMode, GluAct, GpuOps, KvFormat, RowType};

@@ -1,0 +1,205 @@
+//! Device matrix products, shared by the executors (the shared decoder's `GpuModel` and
+//! Flash-Next's): each [`DevMat`] runs by its [`MatKind`] — MMVQ, MMQ or dequantize + GEMM for
+//! quantized types (by `--gpu-prefill` and the token count), GEMM for f32/f16/bf16 (hipBLASLt by
+//! the calibration table, else hipBLAS / the software device's host GEMM), `mmv_ordered` in the
+//! ordered-numerics mode.
+
+use super::abi::MAX_COLS;
+use super::calibrate::LtDispatch;
+use super::device::{DType, DevicePtr, Gemm, GpuError, Stream, Transpose};
+use super::upload::{DevMat, MatKind, Tmp, q8_1_bytes};
+use super::ops::{GluAct, GpuOps};
+use crate::options::{GEMM_MIN_TOKENS, GpuOptions, PrefillPath};
+use quant::GgmlType;
+
+/// What a matrix product needs: the launch layer, a stream and the options, borrowed from the
+/// executor that owns them.
+pub(super) struct Linear<'a> {
+    pub ops: &'a GpuOps,
+    pub stream: &'a Stream,
+    pub opts: &'a GpuOptions,
+    /// hipBLASLt calibration (`--calibration`); None: hipBLAS only.
+    pub lt: Option<&'a LtDispatch>,
+    /// Ordered mode: activations quantized for `mmv_ordered` (room for [`MAX_COLS`] columns of
+    /// the widest input); 0 otherwise.
+    pub xo: DevicePtr,
+    /// f32 bytes of the largest quantized matrix the dequantize + GEMM path may stage in
+    /// `Tmp::wdq` (0: never).
+    pub dequant_scratch_bytes: usize,
+}
+
+impl Linear<'_> {
+    /// `y[n][rows] = x[n][cols] · Wᵀ` for expert `e`; `xq` must hold `x`'s Q8_1 quantization
+    /// when `w` is quantized (the caller quantizes once per input).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, tmp: Tmp) -> std::result::Result<(), GpuError> {
+        let s = self.stream;
+        if self.opts.ordered {
+            return self.matmul_ordered(w, e, x, n, y);
+        }
+        let ty = match w.kind {
+            MatKind::Raw => {
+                return Err(GpuError::Launch { kernel: "matmul".into(), what: "raw weights outside the ordered mode".into() });
+            }
+            MatKind::F32 => return self.gemm(w.expert(e), DType::F32, w, x, n, y),
+            MatKind::F16 => {
+                self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
+                return self.gemm(w.expert(e), DType::F16, w, tmp.xh, n, y);
+            }
+            MatKind::BF16 => {
+                self.ops.convert_f32_bf16(s, x, tmp.xh, (n * w.cols) as u32)?;
+                return self.gemm(w.expert(e), DType::BF16, w, tmp.xh, n, y);
+            }
+            MatKind::Q(ty) => ty,
+        };
+        let gemm = match self.opts.prefill {
+            PrefillPath::Mmvq => false,
+            PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
+            PrefillPath::DequantGemm => n > 1,
+            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => {
+                let (rows, cols) = (w.rows as u32, w.cols as u32);
+                return self.ops.mmq(s, ty, self.opts.mmq, w.expert(e), xq, y, rows, n as u32, cols, rows);
+            }
+            PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
+        };
+        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
+            // Dequantize to f16, activations to f16, one GEMM with f32 accumulation.
+            let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
+            self.ops.dequant(s, ty, true, w.expert(e), tmp.wdq, nblocks)?;
+            self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
+            return self.gemm(tmp.wdq, DType::F16, w, tmp.xh, n, y);
+        }
+        // MMVQ, 8 columns per launch.
+        let xb = q8_1_bytes(w.cols) as u64;
+        for c0 in (0..n).step_by(MAX_COLS) {
+            let nc = (n - c0).min(MAX_COLS);
+            let (xc, yc) = (xq + c0 as u64 * xb, y + (c0 * w.rows * 4) as u64);
+            self.ops.mmvq(s, ty, nc as u32, w.expert(e), xc, yc, None, w.rows as u32, w.cols as u32, w.rows as u32)?;
+        }
+        Ok(())
+    }
+
+    /// Ordered mode: `x` (f32, `n <= MAX_COLS` columns) quantized to the weight type's
+    /// `vec_dot_type` by `quantize_ref`, then `mmv_ordered`: the CPU's ordered matmul bit for bit.
+    fn matmul_ordered(&self, w: &DevMat, e: usize, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+        let s = self.stream;
+        if n > MAX_COLS || self.xo == 0 {
+            return Err(GpuError::Launch { kernel: "mmv_ordered".into(), what: format!("{n} columns (at most {MAX_COLS} in ordered mode)") });
+        }
+        let at = w.ty.vec_dot_type();
+        let a = if at == GgmlType::F32 {
+            x
+        } else {
+            self.ops.quantize_ref(s, at, x, self.xo, (n * w.cols) as u32)?;
+            self.xo
+        };
+        self.ops.mmv_ordered(s, w.ty, w.expert(e), a, y, w.rows as u32, n as u32, w.cols as u32)
+    }
+
+    /// `y[n][rows] = x[n][cols] · Aᵀ` with `a` and `x` of type `t` shaped like `w`, f32 output
+    /// and accumulation (hipBLASLt by the calibration table, else hipBLAS / the host GEMM).
+    fn gemm(&self, a: DevicePtr, t: DType, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+        self.gemm_dispatch(
+            self.stream,
+            &Gemm {
+                trans_a: Transpose::T,
+                trans_b: Transpose::N,
+                m: w.rows,
+                n,
+                k: w.cols,
+                alpha: 1.0,
+                a,
+                a_type: t,
+                lda: w.cols,
+                stride_a: 0,
+                b: x,
+                b_type: t,
+                ldb: w.cols,
+                stride_b: 0,
+                beta: 0.0,
+                c: y,
+                c_type: DType::F32,
+                ldc: w.rows,
+                stride_c: 0,
+                batch: 1,
+                compute: super::device::ComputeType::F32,
+            },
+        )
+    }
+
+    /// hipBLASLt when the calibration table has a row for this shape (calibrate.rs), else
+    /// hipBLAS (`GpuApi::gemm`).
+    fn gemm_dispatch(&self, stream: &Stream, g: &Gemm) -> std::result::Result<(), GpuError> {
+        if let Some(lt) = self.lt
+            && lt.try_gemm(&**self.ops.api(), stream, g)
+        {
+            return Ok(());
+        }
+        self.ops.api().gemm(stream, g)
+    }
+
+    /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
+    /// Nothing in ordered mode (each matmul quantizes for its weight type).
+    pub(super) fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
+        if self.opts.ordered {
+            return Ok(());
+        }
+        if k % 32 == 0 { self.ops.quantize_q8_1(self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
+    }
+}
+
+/// The buffers of a routed-expert run by device dispatch ([`Linear::experts_by_dispatch`]), each
+/// indexed by slot (`token·k + rank`) from the window's first token.
+pub(super) struct DispatchBuffers {
+    /// The chosen expert of each slot (its index in the stacks; `abi::MOE_SLOT_MISS` skips the
+    /// slot: its output row is left as it is).
+    pub ids: DevicePtr,
+    /// The tokens' inputs as Q8_1 rows.
+    pub xq: DevicePtr,
+    /// SwiGLU output rows `[slot][ff]`, and their Q8_1 quantization.
+    pub act: DevicePtr,
+    pub act_q: DevicePtr,
+    /// Gate and up outputs `[slot][ff]` when they do not fuse (types differ or
+    /// `--no-fused-glu`).
+    pub gate: DevicePtr,
+    pub up: DevicePtr,
+    /// Output rows `[slot][cols of the input]`.
+    pub y: DevicePtr,
+}
+
+impl Linear<'_> {
+    /// The routed experts of `n` tokens (`k` each) by device dispatch: `mmvq_moe_*` read the
+    /// choice in `b.ids` on the device (fused gate/up + SiLU when both have one type), so nothing
+    /// is read back (what a graph needs). Tokens go in groups whose slots fit one launch
+    /// (`MOE_MAX_SLOTS`); a launch stages at most one column per token of an expert.
+    pub(super) fn experts_by_dispatch(&self, [gate, up, down]: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
+        let (ops, st) = (self.ops, self.stream);
+        let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (gate.kind, up.kind, down.kind) else {
+            return Err(GpuError::Launch { kernel: "mmvq_moe".into(), what: "device dispatch needs quantized experts".into() });
+        };
+        let (d, ff, ne) = (gate.cols, gate.rows, n_expert as u32);
+        let (xb, ab) = (q8_1_bytes(d) as u64, q8_1_bytes(ff) as u64);
+        let group = (super::abi::MOE_MAX_SLOTS as usize / k).clamp(1, MAX_COLS);
+        for t0 in (0..n).step_by(group) {
+            let nt = (n - t0).min(group);
+            let (s0, ns) = (t0 * k, (nt * k) as u32);
+            let ids = b.ids + (s0 * 4) as u64;
+            let xq = b.xq + t0 as u64 * xb;
+            let act = b.act + (s0 * ff * 4) as u64;
+            let cols = nt as u32;
+            if tg == tu && self.opts.fused_glu {
+                ops.mmvq_moe(st, tg, Some((up.ptr, GluAct::Silu)), gate.ptr, gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, act, ff as u32, d as u32, cols)?;
+            } else {
+                let (yg, yu) = (b.gate + (s0 * ff * 4) as u64, b.up + (s0 * ff * 4) as u64);
+                ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, yg, ff as u32, d as u32, cols)?;
+                ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne, xq, k as u32, ids, ns, yu, ff as u32, d as u32, cols)?;
+                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu)?;
+            }
+            let aq = b.act_q + s0 as u64 * ab;
+            self.quantize(act, aq, nt * k, ff)?;
+            let y = b.y + (s0 * d * 4) as u64;
+            ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne, aq, 1, ids, ns, y, d as u32, ff as u32, cols)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,321 @@
+//! The routed-expert FFN on the device, by its two paths ([`MoePath`]): device dispatch (the
+//! router's choice stays in a device buffer that the `mmvq_moe_*` kernels read; launch-only,
+//! graph-capturable) and host readback (the choice is copied back and each selected expert
+//! runs on the tokens that chose it, like the CPU backend). Both give the same bits.
+
+use super::abi::MAX_COLS;
+use super::device::GpuError;
+use super::expert_cache::{AutoFit, ExpertCache, Placement};
+use super::linear::DispatchBuffers;
+use super::model::{GpuModel, Scratch};
+use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
+use cpu_executor::{ModelMatmul, Products};
+use model::Ffn;
+use super::ops::GluAct;
+use crate::options::MoePath;
+
+impl GpuModel {
+    /// Whether a window of `n` tokens runs its routed experts by device dispatch
+    /// ([`MoePath`]'s rule). The single switch between the two paths: a mode that needs the
+    /// host-readback path (e.g. ordered numerics) makes this false.
+    pub(super) fn moe_on_device(&self, n: usize) -> bool {
+        // Ordered mode keeps the host path: it runs every expert through `matmul` (ordered).
+        !self.opts.ordered
+            && self.moe_quantized
+            && self.expert_cache.is_none()
+            && !experts::trace::dumping()
+            && match self.opts.moe {
+                MoePath::Host => false,
+                MoePath::Device => true,
+                MoePath::Auto => n <= MAX_COLS,
+            }
+    }
+
+    /// Whether a window of `n` tokens runs its routed experts through the expert cache's
+    /// handoff (`super::expert_handoff`): hits by device dispatch over the slots, misses on the
+    /// CPU, no readback, so the window can be a graph. Fast mode only (the ordered mode's
+    /// experts are the host path's `mmv_ordered` products); not while profiling (its per-layer
+    /// expert counts read the choice back) or dumping the routing.
+    pub(super) fn moe_by_handoff(&self, n: usize, profiling: bool) -> bool {
+        self.handoff.is_some()
+            && self.expert_cache.is_some()
+            && !self.opts.ordered
+            && self.moe_quantized
+            && !profiling
+            && !experts::trace::dumping()
+            && n <= MAX_COLS
+            && self.opts.moe != MoePath::Host
+    }
+
+    /// Routed experts of `layer` for `n` tokens through the handoff (see
+    /// [`GpuModel::moe_by_handoff`]); output in `sc.o`.
+    pub(super) fn moe_handoff(&self, sc: &Scratch, layer: usize, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<(), GpuError> {
+        let (Some(h), Some(cache)) = (&self.handoff, &self.expert_cache) else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache handoff".into() });
+        };
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (ops, st) = (&self.ops, &self.stream);
+        let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        // The host's rows go after the chunk's own rows of y_e.
+        let miss_base = sc.chunk * k;
+        h.publish(ops, st, layer, n, sc.sel_ids, sc.xn, sc.sel_slots, sc.map, miss_base)?;
+        if cache.slots() > 0 {
+            let b = DispatchBuffers { ids: sc.sel_slots, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
+            self.lin().experts_by_dispatch([gate, up, down], cache.slots(), k, n, &b)?;
+        }
+        h.receive(&**ops.api(), st, n, sc.y_e + (miss_base * d * 4) as u64)?;
+        ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)
+    }
+
+    /// Host side of the handoff for one layer: the rows of the experts without a slot on the
+    /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; the rows of hits stay zero).
+    pub(super) fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, GpuError> {
+        let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() }) };
+        let d = self.model.hp.n_embd;
+        let k = p.ids.len() / n.max(1);
+        p.miss_rows(cache, d, |e, slots| self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d])))
+    }
+
+    /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /
+    /// `sc.xq`; output in `sc.o`. The router's choice stays on the device: `mmvq_moe_*` reads
+    /// it (fused gate/up + SiLU when both have one type, then down), `moe_combine` adds the
+    /// slots through the identity map in rank order, exactly as [`GpuModel::moe`] does. With
+    /// `count` (profiling) the choice is read back afterwards to count the distinct experts
+    /// (the return value); otherwise 0.
+    pub(super) fn moe_device(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4], count: bool) -> std::result::Result<usize, GpuError> {
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        let b = DispatchBuffers { ids: sc.sel_ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
+        self.lin().experts_by_dispatch([gate, up, down], ne, k, n, &b)?;
+        ops.moe_combine(st, sc.y_e, sc.map_id, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
+        if !count {
+            return Ok(0);
+        }
+        api.stream_synchronize(st)?;
+        let mut b = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
+        let mut sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+        sel.sort_unstable();
+        sel.dedup();
+        Ok(sel.len())
+    }
+
+    /// Routed experts of `layer` for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`);
+    /// output in `sc.o`. Returns how many distinct experts ran on the device. Host readback path
+    /// ([`MoePath`]); with an expert cache, each chosen expert runs from its slot, from a slot
+    /// it is admitted into, or on the CPU ([`ExpertCache::place`]).
+    pub(super) fn moe(&self, sc: &Scratch, layer: usize, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
+        let hp = &self.model.hp;
+        let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
+        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
+        self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
+        ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
+        // The choice comes back to the host: which experts run, on which tokens.
+        api.stream_synchronize(st)?;
+        let mut b = vec![0u8; n * k * 4];
+        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
+        let sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+        if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
+            return Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("selected expert {bad} of {ne}") });
+        }
+        if experts::trace::dumping() {
+            let mut wb = vec![0u8; n * k * 4];
+            api.memcpy_dtoh(&mut wb, sc.sel_w)?;
+            let ws: Vec<f32> = wb.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+            for t in 0..n {
+                experts::trace::dump(layer, &sel[t * k..(t + 1) * k], &ws[t * k..(t + 1) * k]);
+            }
+        }
+        let quantized = matches!(gate.kind, MatKind::Q(_)); // false in ordered mode (Raw)
+        if gate.kind != up.kind {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "expert gate and up weights of different kinds".into() });
+        }
+        let (xcol, xbytes) = if quantized { (sc.xq, q8_1_bytes(d)) } else { (sc.xn, d * 4) };
+        let mut map = vec![0u32; n * k];
+        let mut row = 0usize; // next free row of y_e
+        let mut ran = 0;
+        // The experts without a slot (expert, its decisions, first output row), run on the
+        // cache's CPU pool once the device's are launched.
+        let mut on_cpu: Vec<(usize, Vec<usize>, usize)> = Vec::new();
+        for e in 0..ne {
+            let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
+            if slots.is_empty() {
+                continue;
+            }
+            ran += 1;
+            // The expert's index in the device stacks (its slot with a cache).
+            let e_dev = match self.expert_cache.as_ref().map(|c| c.place(layer, e, slots.len())) {
+                None => e,
+                Some(Placement::Hit(s)) => s,
+                Some(Placement::Admit(s)) => {
+                    self.upload_expert(layer, e, s, [gate, up, down])?;
+                    s
+                }
+                Some(Placement::Cpu) => {
+                    for (c, &j) in slots.iter().enumerate() {
+                        map[j] = (row + c) as u32;
+                    }
+                    let first = row;
+                    row += slots.len();
+                    on_cpu.push((e, slots, first));
+                    continue;
+                }
+            };
+            // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS.
+            for group in slots.chunks(MAX_COLS) {
+                let r = group.len();
+                for (c, &j) in group.iter().enumerate() {
+                    let t = j / k;
+                    api.memcpy_dtod_async(st, sc.xq_e + (c * xbytes) as u64, xcol + (t * xbytes) as u64, xbytes)?;
+                }
+                let (xin, xinq) = if quantized { (0, sc.xq_e) } else { (sc.xq_e, 0) };
+                self.matmul(gate, e_dev, xin, xinq, r, sc.gate, Tmp { wdq: 0, xh: sc.xh })?;
+                self.matmul(up, e_dev, xin, xinq, r, sc.up, Tmp { wdq: 0, xh: sc.xh })?;
+                ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
+                let dq = sc.xq_e; // reuse: the gathered inputs are consumed
+                let quant_down = matches!(down.kind, MatKind::Q(_));
+                if quant_down {
+                    self.quantize(sc.act, dq, r, ff)?;
+                }
+                let yrow = sc.y_e + (row * d * 4) as u64;
+                self.matmul(down, e_dev, sc.act, dq, r, yrow, Tmp { wdq: 0, xh: sc.xh })?;
+                for (c, &j) in group.iter().enumerate() {
+                    map[j] = (row + c) as u32;
+                }
+                row += r;
+            }
+        }
+        if let (Some(cache), false) = (&self.expert_cache, on_cpu.is_empty()) {
+            let mut b = vec![0u8; n * d * 4];
+            api.memcpy_dtoh(&mut b, sc.xn)?;
+            let xs: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+            let outputs = cache.on_pool(|| {
+                on_cpu.iter().map(|(e, slots, _)| self.expert_on_cpu(layer, *e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]))).collect::<std::result::Result<Vec<_>, _>>()
+            })?;
+            for ((_, _, first_row), y) in on_cpu.iter().zip(&outputs) {
+                api.memcpy_htod(sc.y_e + (first_row * d * 4) as u64, f32_bytes(y))?;
+            }
+        }
+        api.memcpy_htod(sc.map, u32_bytes(&map))?;
+        ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
+        Ok(ran - on_cpu.len())
+    }
+
+    /// Copies expert `e` of `layer` (gate, up, down, as stored in the mapped file) into slot
+    /// `slot` of the device stacks.
+    fn upload_expert(&self, layer: usize, e: usize, slot: usize, dev: [&DevMat; 3]) -> std::result::Result<(), GpuError> {
+        let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
+        };
+        for (w, d) in [gate, up, down].into_iter().zip(dev) {
+            let all = w.data();
+            let per = all.len() / w.n_mat;
+            self.ops.api().memcpy_htod(d.expert(slot), &all[e * per..(e + 1) * per])?;
+        }
+        Ok(())
+    }
+
+    /// Adaptive residency after a window of `n_tokens` (`--adapt-every`): copies the experts the
+    /// cache swapped in into their slots, once the window's launches (which may still read the
+    /// old occupants) are done.
+    pub(super) fn adapt_expert_cache(&self, n_tokens: usize) -> std::result::Result<(), GpuError> {
+        let Some(c) = &self.expert_cache else { return Ok(()) };
+        let swaps = c.end_window(n_tokens);
+        if swaps.is_empty() {
+            return Ok(());
+        }
+        self.ops.api().stream_synchronize(&self.stream)?;
+        for sw in swaps {
+            if let Ffn::Moe { gate, up, down, .. } = &self.w.layers[sw.layer].ffn.ffn {
+                self.upload_expert(sw.layer, sw.expert, sw.slot, [gate, up, down])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
+    /// up x)` with the CPU backend's products — its ordered-numerics ones in the ordered mode,
+    /// the same code the device's `mmv_ordered` runs — returned as `[rows][n_embd]`.
+    fn expert_on_cpu<'x>(&self, layer: usize, e: usize, xs: impl Iterator<Item = &'x [f32]>) -> std::result::Result<Vec<f32>, GpuError> {
+        let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
+        };
+        let x: Vec<f32> = xs.flatten().copied().collect();
+        let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.opts.ordered);
+        let (mut g, mut u, mut y) = (vec![0f32; r * ff], vec![0f32; r * ff], vec![0f32; r * down.rows]);
+        self.model.mm(Products::of(ordered, false), gate, e, &x, r, &mut g);
+        self.model.mm(Products::of(ordered, false), up, e, &x, r, &mut u);
+        let act: Vec<f32> = if ordered {
+            g.iter().zip(&u).map(|(&a, &b)| quant::fmath::silu(a) * b).collect()
+        } else {
+            let mut a = vec![0f32; r * ff];
+            cpu_kernels::swiglu(&g, &u, &mut a);
+            a
+        };
+        self.model.mm(Products::of(ordered, false), down, e, &act, r, &mut y);
+        Ok(y)
+    }
+
+    /// Fills the expert cache's slots from an STRP profile (most-routed first, per layer until
+    /// its slots are full). Returns how many experts were copied.
+    pub fn fill_expert_cache(&self, path: &std::path::Path) -> model::error::Result<usize> {
+        let (Some(cache), Some(spec)) = (&self.expert_cache, &self.model.hp.moe) else {
+            return Err(model::error::EngineError::Unsupported(format!(
+                "--expert-profile {}: no expert cache to fill (the model has no routed experts, or --expert-cache leaves every expert resident)",
+                path.display()
+            )));
+        };
+        cache.fill_from_profile(path, spec.n_expert, |l, e, slot| {
+            let Ffn::Moe { gate, up, down, .. } = &self.w.layers[l].ffn.ffn else { return Ok(()) };
+            self.upload_expert(l, e, slot, [gate, up, down]).map_err(|err| err.to_string())
+        })
+    }
+
+    /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
+    /// with one session (`kv`, `max_ctx`, `prefill_chunk`) allocated, minus
+    /// `--vram-reserve-mib`; every expert resident (no cache) when all fit. Called once, after
+    /// [`GpuModel::new`] with `auto` (which leaves 0 slots: every expert on the CPU until
+    /// then). None for a model without routed experts.
+    pub fn fit_expert_cache(&mut self, kv: cpu_executor::kv_cache::KvType, max_ctx: usize, prefill_chunk: usize) -> model::error::Result<Option<AutoFit>> {
+        let Some(n_expert) = self.model.hp.moe.as_ref().map(|m| m.n_expert) else { return Ok(None) };
+        let api = self.ops.api().clone();
+        let slot_bytes: u64 = self.w.layers.iter().map(|l| match &l.ffn.ffn {
+            Ffn::Moe { gate, up, down, .. } => (gate.mat_bytes + up.mat_bytes + down.mat_bytes) as u64,
+            Ffn::Dense { .. } => 0,
+        }).sum();
+        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session(kv, max_ctx, prefill_chunk))?;
+        let mut upl = Uploader::new(&*api, self.opts.ordered);
+        for (il, (host, dev)) in self.model.w.layers.iter().zip(&mut self.w.layers).enumerate() {
+            let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&host.ffn.ffn, &mut dev.ffn.ffn) else { continue };
+            for (h, d, what) in [(hg, gate, "ffn_gate_exps.weight"), (hu, up, "ffn_up_exps.weight"), (hd, down, "ffn_down_exps.weight")] {
+                let name = model::decoder::WeightName::Layer(il, what).to_string();
+                *d = if fit.all_resident() { upl.mat(h, &name)? } else { upl.slots(h, &name, fit.slots)? };
+            }
+        }
+        self.allocs.append(&mut upl.allocs);
+        self.weight_bytes += upl.bytes;
+        let per_expert = fit.slot_bytes as usize / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
+        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert)).transpose()?;
+        if let Some(h) = self.handoff.take() {
+            h.free(&*api).map_err(super::upload::gpu_err("freeing the expert handoff"))?;
+        }
+        self.handoff = super::model::handoff_for(&*api, &self.model.hp, &self.w, self.expert_cache.as_ref())?;
+        Ok(Some(fit))
+    }
+
+    /// Writes the routing counts of this run as an STRP profile (`--expert-profile-save`).
+    pub fn save_expert_profile(&self, path: &std::path::Path) -> model::error::Result<()> {
+        let Some(cache) = &self.expert_cache else {
+            return Err(model::error::EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display())));
+        };
+        cache.save_profile(path)
+    }
+}
