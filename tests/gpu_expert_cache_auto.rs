@@ -91,6 +91,43 @@ fn flash_next_auto_too_small_a_device_is_an_error_not_a_panic() {
     assert!(e.to_string().contains("a session of 4096 positions") && e.to_string().contains("--max-context"), "{e}");
 }
 
+/// A load or a session that runs out of device memory half-way frees what it had allocated
+/// (the device reports its whole size free again), for both executors: a server that retries
+/// with a smaller context, or the next model, finds the card as it was.
+#[test]
+fn failed_uploads_leave_the_device_as_they_found_it() {
+    let free = |api: &dyn GpuApi| api.mem_info().unwrap().free;
+    // Flash-Next: the weights do not fit 4 MiB (the uploader had placed some before failing).
+    let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(4 * MIB));
+    let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Auto), ..GpuOptions::default() };
+    assert!(GpuFlashNext::new(model(F32), api.clone(), opts).is_err());
+    assert_eq!(free(&*api), 4 * MIB, "a failed Flash-Next load leaked device memory");
+    // A session too long for the room beside the weights.
+    let g = flash(14 * MIB, 0).expect("14 MiB holds the weights");
+    let before = free(&**g.api());
+    assert!(g.new_session(KvType::F16, 1 << 16).is_err());
+    assert_eq!(free(&**g.api()), before, "a failed Flash-Next session leaked device memory");
+    // The shared decoder (qwen3moe) the same way.
+    let moe = || strata::model::Model::load(&reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf")).unwrap();
+    let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(MIB));
+    assert!(strata::gpu::model::GpuModel::new(moe(), api.clone(), GpuOptions::default()).is_err());
+    assert_eq!(free(&*api), MIB, "a failed decoder load leaked device memory");
+    // A device with 256 KiB beside the weights: the first context that does not fit (doubling
+    // from 8 positions) fails after its first allocations succeeded.
+    let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(64 * MIB));
+    let used = 64 * MIB - free(&*strata::gpu::model::GpuModel::new(moe(), api.clone(), GpuOptions::default()).expect("64 MiB holds the tiny model").api().clone());
+    let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(used + (256 << 10)));
+    let g = strata::gpu::model::GpuModel::new(moe(), api.clone(), GpuOptions::default()).expect("room for the weights");
+    let before = free(&*api);
+    let mut ctx = 8;
+    while let Ok(s) = g.new_session(KvType::F16, ctx, 8) {
+        drop(s);
+        assert_eq!(free(&*api), before, "a dropped session gives its memory back");
+        ctx *= 2;
+    }
+    assert_eq!(free(&*api), before, "a failed decoder session ({ctx} positions) leaked device memory");
+}
+
 fn strata(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().unwrap()
 }

@@ -232,7 +232,7 @@ impl GpuModel {
                 gelu_table = up.f32s(cpu_kernels::gelu_f16_table())?;
             }
         }
-        let (allocs, weight_bytes) = (up.allocs, up.bytes);
+        let (allocs, weight_bytes) = up.finish();
         let layer_mats = w.layers.iter().flat_map(|l| {
             let a = &l.attn;
             let mut v = vec![a.wq, a.wk, a.wv, a.wo];
@@ -409,7 +409,7 @@ impl GpuModel {
             fmt,
             rope_tables,
             sc,
-            allocs: up.allocs,
+            allocs: up.finish().0,
             api: api.clone(),
             trace: None,
             profile: None,

@@ -300,8 +300,9 @@ impl GpuModel {
                 *d = if fit.all_resident() { upl.mat(h, &name)? } else { upl.slots(h, &name, fit.slots)? };
             }
         }
-        self.allocs.append(&mut upl.allocs);
-        self.weight_bytes += upl.bytes;
+        let (mut allocs, bytes) = upl.finish();
+        self.allocs.append(&mut allocs);
+        self.weight_bytes += bytes;
         let per_expert = fit.slot_bytes as usize / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
         self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert)).transpose()?;
         if let Some(h) = self.handoff.take() {

@@ -122,11 +122,13 @@ fn dequant_bytes(all: &[u8], ty: GgmlType, n: usize, name: &str) -> Result<Vec<f
     Ok(out)
 }
 
-/// Allocates and fills device buffers, remembering them for release.
+/// Allocates and fills device buffers, remembering them until their owner takes them with
+/// [`Uploader::finish`]; dropped before that (an upload that failed half-way, a `?` on the way
+/// out), it frees them, so a failed load or session leaves the device as it found it.
 pub(super) struct Uploader<'a> {
     api: &'a dyn GpuApi,
-    pub(super) allocs: Vec<DevicePtr>,
-    pub(super) bytes: usize,
+    allocs: Vec<DevicePtr>,
+    bytes: usize,
     /// Ordered mode: matrices stay as stored ([`MatKind::Raw`]).
     ordered: bool,
 }
@@ -134,6 +136,10 @@ pub(super) struct Uploader<'a> {
 impl<'a> Uploader<'a> {
     pub(super) fn new(api: &'a dyn GpuApi, ordered: bool) -> Uploader<'a> {
         Uploader { api, allocs: Vec::new(), bytes: 0, ordered }
+    }
+    /// The buffers allocated so far and their bytes, for their owner to free.
+    pub(super) fn finish(mut self) -> (Vec<DevicePtr>, usize) {
+        (std::mem::take(&mut self.allocs), self.bytes)
     }
     pub(super) fn bytes(&mut self, data: &[u8]) -> Result<DevicePtr> {
         let p = self.zeroed(data.len())?;
@@ -217,5 +223,13 @@ impl<'a> Uploader<'a> {
         let (_, mut m) = device_layout(self.ordered, sample, ty, rows, cols, 1, name)?;
         m.ptr = self.zeroed(n * m.mat_bytes)?;
         Ok(m)
+    }
+}
+
+impl Drop for Uploader<'_> {
+    fn drop(&mut self) {
+        for p in self.allocs.drain(..) {
+            let _ = self.api.free(p);
+        }
     }
 }

@@ -186,7 +186,7 @@ impl GpuFlashNext {
         };
         let mut up = Uploader::new(&*api, false);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
-        let (allocs, weight_bytes) = (std::mem::take(&mut up.allocs), up.bytes);
+        let (allocs, weight_bytes) = up.finish();
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
         let handoff = handoff_for(&*api, &m, expert_cache.as_ref())?;
         Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, allocs, weight_bytes })
@@ -210,8 +210,9 @@ impl GpuFlashNext {
         let mut up = Uploader::new(&*api, false);
         let slots = (!fit.all_resident()).then_some(fit.slots);
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
-        self.allocs.append(&mut up.allocs);
-        self.weight_bytes += up.bytes;
+        let (mut allocs, bytes) = up.finish();
+        self.allocs.append(&mut allocs);
+        self.weight_bytes += bytes;
         self.expert_cache = slots.map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes())).transpose()?;
         if let Some(h) = self.handoff.take() {
             h.free(&*api).map_err(gpu_err("freeing the expert handoff"))?;
@@ -314,7 +315,7 @@ impl GpuFlashNext {
             _ => None,
         };
         let sc = exec::Scratch::new(&mut up, self, capacity, None)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: std::mem::take(&mut up.allocs), api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the

@@ -54,18 +54,8 @@ impl<'a> GpuMtp<'a> {
         }
         let api = g.api().clone();
         let mut up = Uploader::new(&*api, false);
-        let w = upload_mtp(&mut up, &host);
-        let allocs = std::mem::take(&mut up.allocs);
-        let weight_bytes = up.bytes;
-        let w = match w {
-            Ok(w) => w,
-            Err(e) => {
-                for p in allocs {
-                    let _ = api.free(p);
-                }
-                return Err(weights_do_not_fit(e));
-            }
-        };
+        let w = upload_mtp(&mut up, &host).map_err(weights_do_not_fit)?;
+        let (allocs, weight_bytes) = up.finish();
         Ok(GpuMtp { g, host, w, allocs, weight_bytes })
     }
 
@@ -79,17 +69,9 @@ impl<'a> GpuMtp<'a> {
         check_cells(a, self.host.block, capacity)?;
         let api: Arc<dyn GpuApi> = self.g.api().clone();
         let mut up = Uploader::new(&*api, false);
-        let made = attn_state(&mut up, a, fmt, capacity, &mut Vec::new()).and_then(|st| Ok((st, Scratch::new(&mut up, self.g, capacity, Some(&self.host))?)));
-        let allocs = std::mem::take(&mut up.allocs);
-        let (state, sc) = match made {
-            Ok(x) => x,
-            Err(e) => {
-                for p in allocs {
-                    let _ = api.free(p);
-                }
-                return Err(e);
-            }
-        };
+        let state = attn_state(&mut up, a, fmt, capacity, &mut Vec::new())?;
+        let sc = Scratch::new(&mut up, self.g, capacity, Some(&self.host))?;
+        let (allocs, _) = up.finish();
         Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers: vec![state], ple: None, sc, allocs, api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
