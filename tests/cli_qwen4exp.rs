@@ -251,6 +251,33 @@ fn cli_qwen4exp_serve_streams_greedy_ids() {
     assert_eq!(got[..], greedy[..6], "{text}\n{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The first line `strata --serve` prints for `args` (its hello; stdin closed, so it then exits).
+fn serve_hello(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).arg("--serve").stdin(std::process::Stdio::null()).output().expect("running strata --serve");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap_or_else(|| panic!("no hello line: {}", String::from_utf8_lossy(&out.stderr)));
+    serde_json::from_str(first).unwrap_or_else(|e| panic!("bad hello {first:?}: {e}"))
+}
+
+/// The hello of `strata --serve` reports the GPU options the model runs with: none on the CPU
+/// (they do not apply there), and on the device what the engine made of the configured ones
+/// (Flash-Next's expert cache `auto` when none was given).
+#[test]
+fn cli_qwen4exp_serve_hello_reports_the_options_it_runs_with() {
+    let m = reference(F32);
+    let hello = serve_hello(&["-m", m.to_str().unwrap(), "--device", "cpu"]);
+    let engine = &hello["model"]["engine"];
+    assert_eq!(engine["backend"], "cpu", "{hello}");
+    assert!(engine["gpu"].is_null(), "GPU options reported for a CPU run: {hello}");
+    if cfg!(feature = "gpu") {
+        let hello = serve_hello(&["-m", m.to_str().unwrap(), "--device", "emu", "--gpu-attn", "fast"]);
+        let engine = &hello["model"]["engine"];
+        assert!(engine["backend"].as_str().is_some_and(|b| b.starts_with("emu")), "{hello}");
+        assert_eq!(engine["gpu"]["expert_cache"], "auto", "{hello}");
+        assert_eq!(engine["gpu"]["attn"], "fast", "{hello}");
+    }
+}
+
 /// On the software device (`--device emu`, the gfx11 kernels): `strata logits` is within the
 /// CPU backend's tolerance of llama.cpp's logits (1e-3 with f16 caches), `strata generate
 /// --temp 0` prints llama.cpp's greedy ids, and `--ordered` (not there yet for this

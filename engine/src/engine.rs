@@ -290,6 +290,19 @@ impl AnyModel {
         }
     }
 
+    /// The GPU options the model runs with on its device (what the engine made of the
+    /// configured ones: Flash-Next's expert cache defaults to `auto`, `--ordered` fixes the
+    /// attention mode); None on the CPU, where they do not apply.
+    pub fn gpu_options(&self) -> Option<gpu_executor::GpuOptions> {
+        match self {
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => Some(*m.opts()),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => Some(*m.opts()),
+            _ => None,
+        }
+    }
+
     /// Which backend runs the forward pass, for messages (`cpu`, `hip (gfx1100 ...)`, `emu`).
     pub fn backend(&self) -> String {
         match self {

@@ -305,6 +305,12 @@ impl GpuModel {
         self.ops.api()
     }
 
+    /// The options the model runs with (the ordered mode's attention is `Ordered` whatever
+    /// `--gpu-attn` said).
+    pub fn opts(&self) -> &GpuOptions {
+        &self.opts
+    }
+
     pub fn n_vocab(&self) -> usize {
         self.model.n_vocab
     }

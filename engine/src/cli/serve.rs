@@ -60,7 +60,8 @@ impl TokenEngine for ServeEngine<'_> {
             "ordered": o.ordered_attention,
             "cpu_gemm": if o.cpu_tiles { "tiles" } else { "llama" },
             "threads": rayon::current_num_threads(),
-            "gpu": o.gpu,
+            // The device's options as the model runs with them (null on the CPU).
+            "gpu": m.gpu_options(),
             "model_path": self.e.path,
         });
         ModelInfo {
