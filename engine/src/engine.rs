@@ -50,6 +50,9 @@ pub struct RunOptions {
     /// GPU backend settings (`--gpu-*` flags / `STRATA_GPU_*`); `ordered` is set from
     /// `ordered_attention` at load.
     pub gpu: gpu_executor::options::GpuOptions,
+    /// `--mmap-experts`: leave the routed experts the CPU computes memory-mapped instead of
+    /// reading them into RAM at load ([`crate::residency`]).
+    pub mmap_experts: bool,
 }
 
 impl RunOptions {
@@ -61,7 +64,7 @@ impl RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, cpu_tiles: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default() }
+        RunOptions { device: Device::Cpu, ordered_attention: false, cpu_tiles: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default(), mmap_experts: false }
     }
 }
 
@@ -287,6 +290,23 @@ impl AnyModel {
                 let _ = path;
                 Ok(false)
             }
+        }
+    }
+
+    /// Reads the routed experts this model computes on the CPU into RAM if they fit in
+    /// `budget` bytes ([`crate::residency`]): every expert of a CPU model, the host copies an
+    /// expert cache's misses read on a GPU; None when there are none (a dense model, or every
+    /// expert resident in VRAM).
+    pub fn read_experts_into_ram(&mut self, budget: Option<u64>) -> Option<crate::residency::Placement> {
+        use crate::residency::{decoder_experts, flash_next_experts, read_into_ram};
+        match self {
+            AnyModel::Std(m) if m.hp.moe.is_some() => Some(read_into_ram(decoder_experts(m), budget)),
+            AnyModel::Flash(q) => Some(read_into_ram(flash_next_experts(q), budget)),
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(decoder_experts(&mut g.model), budget)),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(flash_next_experts(&mut g.m), budget)),
+            _ => None,
         }
     }
 
@@ -595,6 +615,12 @@ impl Engine {
         } else {
             place(Model::from_gguf(gguf, path)?, &opts)?
         };
+        let mut model = model;
+        if !opts.mmap_experts
+            && let Some(msg) = model.read_experts_into_ram(crate::residency::ram_budget()).and_then(|p| p.message())
+        {
+            eprintln!("{msg}");
+        }
         let tokenizer = tokenizer.map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
         // As llama.cpp: one vocabulary. A tokenizer larger than the embedding makes ids the
         // model cannot take; a smaller one, ids the model samples that decode to nothing.

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod engine;
 pub mod fetch;
 pub mod npy;
+pub mod residency;
 pub mod sampler;
 pub mod spec;
 

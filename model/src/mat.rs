@@ -24,6 +24,19 @@ enum Bytes {
     },
 }
 
+impl Bytes {
+    /// A copy of `bytes` in u64 words.
+    fn owned(bytes: &[u8]) -> Bytes {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            *w = u64::from_le_bytes(b);
+        }
+        Bytes::Owned { words, len: bytes.len() }
+    }
+}
+
 /// A row-major weight matrix `[rows][cols]` (ggml ne = `[cols, rows]`), or `n_mat` of them
 /// back to back (ggml ne = `[cols, rows, n_mat]`).
 #[derive(Clone)]
@@ -85,23 +98,7 @@ impl Mat {
     /// An owned matrix from raw ggml bytes (`rows` rows of `ty.row_bytes(cols)` bytes).
     pub fn from_raw(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Mat, MatError> {
         let row_bytes = geometry(ty, rows, cols, bytes.len())?;
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
-            let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
-            *w = u64::from_le_bytes(b);
-        }
-        Ok(Mat {
-            ty,
-            rows,
-            cols,
-            n_mat: 1,
-            row_bytes,
-            bytes: Bytes::Owned {
-                words,
-                len: bytes.len(),
-            },
-        })
+        Ok(Mat { ty, rows, cols, n_mat: 1, row_bytes, bytes: Bytes::owned(bytes) })
     }
 
     /// A window of `rows` rows starting at byte `start` of tensor `tensor` of `file`.
@@ -156,6 +153,17 @@ impl Mat {
                 len,
             },
         })
+    }
+
+    /// Whether the bytes are a window into a mapped file (not a copy in RAM).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.bytes, Bytes::Mapped { .. })
+    }
+
+    /// The same matrix (or stack) with its bytes copied into RAM: reading a mapped window
+    /// pages it in from the file once, here, instead of on first use.
+    pub fn to_owned_bytes(&self) -> Mat {
+        Mat { ty: self.ty, rows: self.rows, cols: self.cols, n_mat: self.n_mat, row_bytes: self.row_bytes, bytes: Bytes::owned(self.data()) }
     }
 
     /// All bytes of the matrix (of every matrix of a stack).

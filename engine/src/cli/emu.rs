@@ -139,9 +139,7 @@ enum Arg {
 
 /// Host memory the buffers of one `emu run` may use (`MemAvailable`; None: unknown).
 fn memory_available() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kb * 1024)
+    experts::mem_available()
 }
 
 fn gib(bytes: u64) -> String {

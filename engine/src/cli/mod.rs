@@ -75,6 +75,12 @@ pub struct CommonArgs {
     /// under both; `--ordered` overrides.
     #[arg(long, value_enum, global = true, default_value_t = CpuGemmArg::Llama)]
     pub cpu_gemm: CpuGemmArg,
+    /// MoE models: leave the routed experts memory-mapped (the page cache and the SSD serve
+    /// them as they are used) instead of reading the ones the CPU computes into RAM at load,
+    /// which is the default when they fit in the available memory (experts kept in VRAM are
+    /// never copied).
+    #[arg(long, global = true)]
+    pub mmap_experts: bool,
     /// KV cache storage: f16 (like llama.cpp), int8 (per-row scale, half the memory) or f32
     /// (exact, twice f16's memory; CPU only).
     #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]
@@ -390,7 +396,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, cpu_tiles: self.cpu_gemm == CpuGemmArg::Tiles, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu } })
+        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, cpu_tiles: self.cpu_gemm == CpuGemmArg::Tiles, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu, mmap_experts: self.mmap_experts } })
     }
 }
 
