@@ -4,11 +4,10 @@
 //! resident in VRAM are never copied: only the CPU backend and an expert cache's misses read
 //! the host copies.
 
+use experts::RAM_HEADROOM;
+pub use experts::ram_budget;
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use model::Mat;
-
-/// Memory left to everything else when the experts are read into RAM.
-const HEADROOM: u64 = 2 << 30;
 /// Copies smaller than this show no progress bar.
 const BAR_FROM: u64 = 256 << 20;
 
@@ -30,16 +29,11 @@ impl Placement {
                 "strata: the routed experts ({}) do not fit in the available RAM ({} after {} of headroom): they stay memory-mapped and are read from the file as used (pass --mmap-experts to choose this without the check)",
                 HumanBytes(bytes),
                 HumanBytes(budget),
-                HumanBytes(HEADROOM)
+                HumanBytes(RAM_HEADROOM)
             )),
             _ => None,
         }
     }
-}
-
-/// RAM the experts may take: `MemAvailable` minus the headroom (None: unknown, no limit).
-pub fn ram_budget() -> Option<u64> {
-    experts::mem_available().map(|m| m.saturating_sub(HEADROOM))
 }
 
 /// Reads the mapped matrices among `mats` into RAM if their bytes fit in `budget` (None: no
@@ -53,12 +47,29 @@ pub fn read_into_ram(mats: Vec<&mut Mat>, budget: Option<u64>) -> Placement {
     let bar = if bytes >= BAR_FROM { ProgressBar::new(bytes) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("reading experts into RAM {bar:30} {binary_bytes}/{binary_total_bytes} ({eta})").unwrap_or_else(|_| ProgressStyle::default_bar()));
     for m in mapped {
-        let n = m.data().len() as u64;
-        *m = m.to_owned_bytes();
-        bar.inc(n);
+        let copy = m.to_owned_bytes();
+        release_pages(m.data());
+        bar.inc(copy.data().len() as u64);
+        *m = copy;
     }
     bar.finish_and_clear();
     Placement::Ram { bytes }
+}
+
+/// Lets the kernel take back the mapped pages wholly inside `bytes`, just copied: they leave
+/// this process's resident set (a later read would fault them in from the file again), so the
+/// experts are not counted twice, as the copy and as the mapping it was read through.
+fn release_pages(bytes: &[u8]) {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let (start, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
+    let (first, last) = (start.next_multiple_of(page), end / page * page);
+    if last > first {
+        // SAFETY: whole pages inside the model's read-only shared file mapping, which stays
+        // mapped: MADV_DONTNEED only drops them from this process, and any later read faults
+        // the same bytes back in from the file.
+        unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED) };
+    }
 }
 
 /// The routed-expert matrices of a shared-decoder model (its MoE stacks).

@@ -255,7 +255,7 @@ impl ExpertSource {
 
     fn read_into_ram(&mut self, budget: Option<u64>) -> Result<()> {
         let need = self.total_bytes();
-        let budget = budget.unwrap_or_else(|| mem_available().map_or(u64::MAX, |a| a.saturating_sub(2 << 30)));
+        let budget = budget.or_else(ram_budget).unwrap_or(u64::MAX);
         if need > budget {
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
             return Err(ExpertError::TooLargeForRam { need_gib: gib(need), budget_gib: gib(budget) });
@@ -333,6 +333,14 @@ impl LayerExperts {
     fn stack(&self, which: usize) -> &Stack {
         [&self.gate, &self.up, &self.down][which]
     }
+}
+
+/// Memory left to everything else when experts are read into RAM.
+pub const RAM_HEADROOM: u64 = 2 << 30;
+
+/// RAM a copy of the experts may take: `MemAvailable` minus [`RAM_HEADROOM`] (None: unknown).
+pub fn ram_budget() -> Option<u64> {
+    mem_available().map(|m| m.saturating_sub(RAM_HEADROOM))
 }
 
 /// `MemAvailable` of /proc/meminfo, in bytes (None where there is no such file).
