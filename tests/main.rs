@@ -48,7 +48,7 @@ mod repo_self_contained;
 mod cli_server_config;
 mod server_faults;
 mod experts_source;
-mod experts_residency;
+mod residency;
 mod cli_plan;
 mod spec_decoding;
 #[cfg(feature = "gpu")]

@@ -50,8 +50,10 @@ pub struct RunOptions {
     /// GPU backend settings (`--gpu-*` flags / `STRATA_GPU_*`); `ordered` is set from
     /// `ordered_attention` at load.
     pub gpu: gpu_executor::options::GpuOptions,
-    /// `--mmap-experts`: leave the routed experts the CPU computes memory-mapped instead of
-    /// reading them into RAM at load ([`crate::residency`]).
+    /// `--mmap`: leave every weight memory-mapped (as llama.cpp does by default) instead of
+    /// reading the ones the CPU computes with into RAM at load ([`crate::residency`]).
+    pub mmap: bool,
+    /// `--mmap-experts`: the same for the routed experts only.
     pub mmap_experts: bool,
 }
 
@@ -64,7 +66,7 @@ impl RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, cpu_tiles: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default(), mmap_experts: false }
+        RunOptions { device: Device::Cpu, ordered_attention: false, cpu_tiles: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default(), mmap: false, mmap_experts: false }
     }
 }
 
@@ -298,15 +300,48 @@ impl AnyModel {
     /// expert cache's misses read on a GPU; None when there are none (a dense model, or every
     /// expert resident in VRAM).
     pub fn read_experts_into_ram(&mut self, budget: Option<u64>) -> Option<crate::residency::Placement> {
-        use crate::residency::{decoder_experts, flash_next_experts, read_into_ram};
+        use crate::residency::{decoder_experts, flash_next_experts, read_into_ram, Weights::Experts};
         match self {
-            AnyModel::Std(m) if m.hp.moe.is_some() => Some(read_into_ram(decoder_experts(m), budget)),
-            AnyModel::Flash(q) => Some(read_into_ram(flash_next_experts(q), budget)),
+            AnyModel::Std(m) if m.hp.moe.is_some() => Some(read_into_ram(Experts, decoder_experts(m), budget)),
+            AnyModel::Flash(q) => Some(read_into_ram(Experts, flash_next_experts(q), budget)),
             #[cfg(feature = "gpu")]
-            AnyModel::Gpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(decoder_experts(&mut g.model), budget)),
+            AnyModel::Gpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(Experts, decoder_experts(&mut g.model), budget)),
             #[cfg(feature = "gpu")]
-            AnyModel::FlashGpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(flash_next_experts(&mut g.m), budget)),
+            AnyModel::FlashGpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(Experts, flash_next_experts(&mut g.m), budget)),
             _ => None,
+        }
+    }
+
+    /// Reads the other matrices a CPU model computes with (projections, routers, the head)
+    /// into RAM if they fit in `budget` bytes ([`crate::residency`]); None on a GPU (its copy
+    /// is in VRAM) and, for now, for Flash-Next, whose non-expert weights stay mapped.
+    pub fn read_dense_into_ram(&mut self, budget: Option<u64>) -> Option<crate::residency::Placement> {
+        use crate::residency::{decoder_dense, read_into_ram, Weights::Dense};
+        match self {
+            AnyModel::Std(m) => Some(read_into_ram(Dense, decoder_dense(m), budget)),
+            _ => None,
+        }
+    }
+
+    /// At load: the dense weights, then the routed experts, into RAM as far as the available
+    /// memory goes, unless `--mmap` / `--mmap-experts` keep them mapped; prints why any stay
+    /// mapped.
+    fn place_host_weights(&mut self, opts: &RunOptions) {
+        use crate::residency::Weights;
+        if opts.mmap {
+            return;
+        }
+        let mut budget = crate::residency::ram_budget();
+        if let Some(p) = self.read_dense_into_ram(budget) {
+            budget = budget.map(|b| b.saturating_sub(p.in_ram()));
+            if let Some(msg) = p.message(Weights::Dense) {
+                eprintln!("{msg}");
+            }
+        }
+        if !opts.mmap_experts
+            && let Some(msg) = self.read_experts_into_ram(budget).and_then(|p| p.message(Weights::Experts))
+        {
+            eprintln!("{msg}");
         }
     }
 
@@ -616,11 +651,7 @@ impl Engine {
             place(Model::from_gguf(gguf, path)?, &opts)?
         };
         let mut model = model;
-        if !opts.mmap_experts
-            && let Some(msg) = model.read_experts_into_ram(crate::residency::ram_budget()).and_then(|p| p.message())
-        {
-            eprintln!("{msg}");
-        }
+        model.place_host_weights(&opts);
         let tokenizer = tokenizer.map_err(|source| EngineError::Tokenizer { path: path.to_path_buf(), source })?;
         // As llama.cpp: one vocabulary. A tokenizer larger than the embedding makes ids the
         // model cannot take; a smaller one, ids the model samples that decode to nothing.

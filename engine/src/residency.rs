@@ -1,8 +1,8 @@
-//! Where the routed experts the CPU computes live: read into RAM at load (the default, when
-//! they fit in the available memory), or left memory-mapped (`--mmap-experts`, or when they do
-//! not fit), so the page cache and the SSD serve them as they are used. Experts the GPU keeps
-//! resident in VRAM are never copied: only the CPU backend and an expert cache's misses read
-//! the host copies.
+//! Where the weights the CPU computes with live: read into RAM at load (the default, when
+//! they fit in the available memory; one region in 2 MiB pages, `model::ram`), or left
+//! memory-mapped (`--mmap` for every weight, `--mmap-experts` for the routed experts, or when
+//! they do not fit), so the page cache and the SSD serve them as they are used. Weights a GPU
+//! holds are never copied: only the CPU backend and an expert cache's misses read host copies.
 
 use experts::RAM_HEADROOM;
 pub use experts::ram_budget;
@@ -11,49 +11,92 @@ use model::Mat;
 /// Copies smaller than this show no progress bar.
 const BAR_FROM: u64 = 256 << 20;
 
-/// What became of a model's routed experts.
+/// Which weights a placement is about: they have their own flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// Every matrix but the routed experts (`--mmap`).
+    Dense,
+    /// The routed experts the CPU computes (`--mmap-experts`).
+    Experts,
+}
+
+impl Weights {
+    fn name(self) -> &'static str {
+        match self {
+            Weights::Dense => "weights",
+            Weights::Experts => "routed experts",
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Weights::Dense => "--mmap",
+            Weights::Experts => "--mmap-experts",
+        }
+    }
+}
+
+/// What became of a group of weights.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Placement {
     /// Copied into RAM.
     Ram { bytes: u64 },
-    /// Left mapped: `--mmap-experts`, or (`too_big`) they did not fit in `budget` bytes.
-    Mapped { bytes: u64, too_big: Option<u64> },
+    /// Left mapped: they did not fit in `budget` bytes.
+    TooBig { bytes: u64, budget: u64 },
+    /// Left mapped: the memory for the copy could not be allocated.
+    NoMemory { bytes: u64, error: String },
 }
 
 impl Placement {
-    /// The line to print about it, if any (nothing for a small copy or the explicit flag).
-    pub fn message(&self) -> Option<String> {
+    /// Bytes now in RAM.
+    pub fn in_ram(&self) -> u64 {
         match *self {
-            Placement::Ram { bytes } if bytes >= BAR_FROM => Some(format!("strata: routed experts read into RAM ({})", HumanBytes(bytes))),
-            Placement::Mapped { bytes, too_big: Some(budget) } => Some(format!(
-                "strata: the routed experts ({}) do not fit in the available RAM ({} after {} of headroom): they stay memory-mapped and are read from the file as used (pass --mmap-experts to choose this without the check)",
-                HumanBytes(bytes),
-                HumanBytes(budget),
+            Placement::Ram { bytes } => bytes,
+            _ => 0,
+        }
+    }
+
+    /// The line to print about `what`, if any (nothing for a small copy).
+    pub fn message(&self, what: Weights) -> Option<String> {
+        let (name, flag) = (what.name(), what.flag());
+        match self {
+            Placement::Ram { bytes } if *bytes >= BAR_FROM => Some(format!("strata: {name} read into RAM ({})", HumanBytes(*bytes))),
+            Placement::Ram { .. } => None,
+            Placement::TooBig { bytes, budget } => Some(format!(
+                "strata: the {name} ({}) do not fit in the available RAM ({} after {} of headroom): they stay memory-mapped and are read from the file as used (pass {flag} to choose this without the check)",
+                HumanBytes(*bytes),
+                HumanBytes(*budget),
                 HumanBytes(RAM_HEADROOM)
             )),
-            _ => None,
+            Placement::NoMemory { bytes, error } => Some(format!(
+                "strata: could not allocate RAM for the {name} ({}: {error}): they stay memory-mapped (pass {flag} to choose this)",
+                HumanBytes(*bytes)
+            )),
         }
     }
 }
 
 /// Reads the mapped matrices among `mats` into RAM if their bytes fit in `budget` (None: no
-/// limit), in place; otherwise leaves them mapped.
-pub fn read_into_ram(mats: Vec<&mut Mat>, budget: Option<u64>) -> Placement {
+/// limit), in place; otherwise leaves them mapped. Windows shared by several matrices (a tied
+/// output head and token embedding) are copied once.
+pub fn read_into_ram(what: Weights, mats: Vec<&mut Mat>, budget: Option<u64>) -> Placement {
     let mapped: Vec<&mut Mat> = mats.into_iter().filter(|m| m.is_mapped()).collect();
-    let bytes: u64 = mapped.iter().map(|m| m.data().len() as u64).sum();
+    let bytes = Mat::mapped_bytes(&mapped);
     if let Some(budget) = budget.filter(|&b| bytes > b) {
-        return Placement::Mapped { bytes, too_big: Some(budget) };
+        return Placement::TooBig { bytes, budget };
     }
     let bar = if bytes >= BAR_FROM { ProgressBar::new(bytes) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("reading experts into RAM {bar:30} {binary_bytes}/{binary_total_bytes} ({eta})").unwrap_or_else(|_| ProgressStyle::default_bar()));
-    for m in mapped {
-        let copy = m.to_owned_bytes();
-        release_pages(m.data());
-        bar.inc(copy.data().len() as u64);
-        *m = copy;
-    }
+    let style = format!("reading {} into RAM {{bar:30}} {{binary_bytes}}/{{binary_total_bytes}} ({{eta}})", what.name());
+    bar.set_style(ProgressStyle::with_template(&style).unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let done = Mat::read_into_ram(mapped, |src| {
+        release_pages(src);
+        bar.inc(src.len() as u64);
+    });
     bar.finish_and_clear();
-    Placement::Ram { bytes }
+    match done {
+        Ok(()) => Placement::Ram { bytes },
+        Err(e) => Placement::NoMemory { bytes, error: e.to_string() },
+    }
 }
 
 /// Lets the kernel take back the mapped pages wholly inside `bytes`, just copied: they leave
@@ -70,6 +113,27 @@ fn release_pages(bytes: &[u8]) {
         // the same bytes back in from the file.
         unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED) };
     }
+}
+
+/// The matrices of a shared-decoder model besides its routed experts: every layer's
+/// projections (and MoE router), the output head, and the token embedding when it is the
+/// head's own bytes (tied); an untied embedding is only read a row a token and stays mapped.
+pub fn decoder_dense(m: &mut model::Model) -> Vec<&mut Mat> {
+    let w = &mut m.w;
+    let tied = w.tok_embd.data().as_ptr() == w.output.data().as_ptr();
+    let mut out: Vec<&mut Mat> = vec![&mut w.output];
+    if tied {
+        out.push(&mut w.tok_embd);
+    }
+    for l in w.layers.iter_mut() {
+        let a = &mut l.attn;
+        out.extend([&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo]);
+        match &mut l.ffn.ffn {
+            model::Ffn::Dense { gate, up, down } => out.extend([gate, up, down]),
+            model::Ffn::Moe { router, .. } => out.push(router),
+        }
+    }
+    out
 }
 
 /// The routed-expert matrices of a shared-decoder model (its MoE stacks).

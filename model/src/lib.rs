@@ -23,6 +23,7 @@ pub mod op_profile;
 pub mod llama;
 pub mod mat;
 pub mod qwen2;
+pub mod ram;
 pub mod qwen3;
 pub mod qwen3moe;
 /// Qwen3.8-Flash-Next (`qwen4exp`): a hybrid GDN/sparse-attention model with its own program

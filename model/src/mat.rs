@@ -5,16 +5,24 @@
 //! are the executors': the CPU's kernels read [`Mat::matrix`], a GPU executor uploads
 //! [`Mat::data`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use gguf::GgufFile;
 use quant::GgmlType;
+
+use crate::ram::RamRegion;
+
+/// Bytes [`Mat::read_into_ram`] copies between two calls of its callback.
+const COPY_PIECE: usize = 8 << 20;
 
 /// Where the bytes of a [`Mat`] live.
 #[derive(Clone)]
 enum Bytes {
     /// Owned, stored in u64 words so that F32 data is always 4-byte aligned.
     Owned { words: Vec<u64>, len: usize },
+    /// `len` bytes at `start` of a region shared by the weights read into RAM together.
+    Ram { region: Arc<RamRegion>, start: usize, len: usize },
     /// `len` bytes at `start` inside tensor number `tensor` of a mapped file.
     Mapped {
         file: Arc<GgufFile>,
@@ -160,10 +168,38 @@ impl Mat {
         matches!(self.bytes, Bytes::Mapped { .. })
     }
 
-    /// The same matrix (or stack) with its bytes copied into RAM: reading a mapped window
-    /// pages it in from the file once, here, instead of on first use.
-    pub fn to_owned_bytes(&self) -> Mat {
-        Mat { ty: self.ty, rows: self.rows, cols: self.cols, n_mat: self.n_mat, row_bytes: self.row_bytes, bytes: Bytes::owned(self.data()) }
+    /// Bytes the mapped matrices among `mats` hold, each window counted once (a tied output
+    /// head and token embedding are one window): what [`Mat::read_into_ram`] copies.
+    pub fn mapped_bytes(mats: &[&mut Mat]) -> u64 {
+        unique_windows(mats).0.iter().map(|w| w.1 as u64).sum()
+    }
+
+    /// Copies the mapped matrices among `mats` into one [`RamRegion`] (2 MiB pages) and points
+    /// them at the copy; matrices that share a window share its copy. `copied` is called with
+    /// each piece of a source window once its bytes are in RAM (to give the mapped pages back, count
+    /// progress). On an allocation error nothing changes.
+    pub fn read_into_ram(mats: Vec<&mut Mat>, mut copied: impl FnMut(&[u8])) -> std::io::Result<()> {
+        let (windows, index) = unique_windows(&mats);
+        // 64-byte aligned starts: F32 rows stay aligned, no copy shares a cache line.
+        let starts: Vec<usize> = windows.iter().scan(0usize, |at, w| Some(std::mem::replace(at, (*at + w.1).next_multiple_of(64)))).collect();
+        let total = starts.last().zip(windows.last()).map_or(0, |(s, w)| s + w.1);
+        let mut region = RamRegion::new(total)?;
+        for (w, &start) in windows.iter().zip(&starts) {
+            // In pieces, so that a caller who gives each piece's mapped pages back never holds
+            // a large window (a 178 MB output head) twice.
+            for (i, src) in mats[w.2].data().chunks(COPY_PIECE).enumerate() {
+                let at = start + i * COPY_PIECE;
+                region.bytes_mut()[at..at + src.len()].copy_from_slice(src);
+                copied(src);
+            }
+        }
+        let region = Arc::new(region);
+        for m in mats {
+            if let Some(&i) = index.get(&(m.data().as_ptr() as usize, m.data().len())).filter(|_| m.is_mapped()) {
+                m.bytes = Bytes::Ram { region: region.clone(), start: starts[i], len: windows[i].1 };
+            }
+        }
+        Ok(())
     }
 
     /// All bytes of the matrix (of every matrix of a stack).
@@ -174,6 +210,7 @@ impl Mat {
                 // requirement and `len <= 8 * words.len()` by construction.
                 unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len) }
             }
+            Bytes::Ram { region, start, len } => &region.bytes()[*start..*start + *len],
             Bytes::Mapped {
                 file,
                 tensor,
@@ -209,3 +246,17 @@ impl Mat {
 
 }
 
+
+/// The distinct mapped windows among `mats`, in order of first use: (address, length, index
+/// of the first matrix), and each window's number by (address, length).
+fn unique_windows(mats: &[&mut Mat]) -> (Vec<(usize, usize, usize)>, HashMap<(usize, usize), usize>) {
+    let (mut out, mut index) = (Vec::new(), HashMap::new());
+    for (i, m) in mats.iter().enumerate().filter(|(_, m)| m.is_mapped()) {
+        let w = (m.data().as_ptr() as usize, m.data().len());
+        index.entry(w).or_insert_with(|| {
+            out.push((w.0, w.1, i));
+            out.len() - 1
+        });
+    }
+    (out, index)
+}

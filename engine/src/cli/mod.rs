@@ -75,6 +75,12 @@ pub struct CommonArgs {
     /// under both; `--ordered` overrides.
     #[arg(long, value_enum, global = true, default_value_t = CpuGemmArg::Llama)]
     pub cpu_gemm: CpuGemmArg,
+    /// Leave every weight memory-mapped (the page cache holds them; llama.cpp's default)
+    /// instead of reading the ones the CPU computes with into RAM at load, in 2 MiB pages,
+    /// which is the default when they fit in the available memory: decode streams every weight
+    /// each token, and huge pages stream faster. Weights on a GPU are never copied.
+    #[arg(long, global = true)]
+    pub mmap: bool,
     /// MoE models: leave the routed experts memory-mapped (the page cache and the SSD serve
     /// them as they are used) instead of reading the ones the CPU computes into RAM at load,
     /// which is the default when they fit in the available memory (experts kept in VRAM are
@@ -396,7 +402,7 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, cpu_tiles: self.cpu_gemm == CpuGemmArg::Tiles, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu, mmap_experts: self.mmap_experts } })
+        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, cpu_tiles: self.cpu_gemm == CpuGemmArg::Tiles, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu, mmap: self.mmap, mmap_experts: self.mmap_experts } })
     }
 }
 

@@ -59,6 +59,7 @@ impl TokenEngine for ServeEngine<'_> {
             "prefill": o.prefill,
             "ordered": o.ordered_attention,
             "cpu_gemm": if o.cpu_tiles { "tiles" } else { "llama" },
+            "mmap": o.mmap,
             "mmap_experts": o.mmap_experts,
             "threads": rayon::current_num_threads(),
             // The device's options as the model runs with them (null on the CPU).

@@ -1,0 +1,149 @@
+//! Where the weights the CPU computes with live (`strata::residency`, `--mmap`,
+//! `--mmap-experts`): read into RAM at load by default, left mapped with the flags or when they
+//! do not fit. Routed experts on the synthetic qwen3moe and Flash-Next fixtures against the
+//! file's own tensor directory; dense weights on Gemma 3 270M (its output head is its token
+//! embedding).
+
+use strata::engine::AnyModel;
+use strata::model::{Ffn, Logits, Mat};
+use strata::residency::{Placement, Weights};
+use strata::{Engine, RunOptions};
+
+use crate::models_util::reference;
+
+const MOE: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf";
+const FLASH: &str = "tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf";
+
+fn load(rel: &str, mmap_experts: bool) -> Engine {
+    // --mmap-experts alone: the dense weights are still read into RAM.
+    let opts = RunOptions { max_context: 64, mmap_experts, ..Default::default() };
+    Engine::load(&reference(rel), opts).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// (routed-expert matrices, one non-expert matrix) of a CPU model.
+fn mats(m: &AnyModel) -> (Vec<&Mat>, &Mat) {
+    match m {
+        AnyModel::Std(m) => {
+            let experts = m.w.layers.iter().flat_map(|l| match &l.ffn.ffn {
+                Ffn::Moe { gate, up, down, .. } => vec![gate, up, down],
+                Ffn::Dense { .. } => Vec::new(),
+            });
+            (experts.collect(), &m.w.layers[0].attn.wq)
+        }
+        AnyModel::Flash(q) => (q.layers.iter().flat_map(|l| l.moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down])).collect(), &q.output),
+        _ => panic!("a CPU model was expected"),
+    }
+}
+
+/// Bytes of the `*_exps.weight` tensors in the file's directory.
+fn exps_bytes(rel: &str) -> u64 {
+    let g = gguf::GgufFile::open(&reference(rel)).unwrap();
+    g.tensors().iter().filter(|t| t.name.ends_with("_exps.weight")).map(|t| t.n_bytes as u64).sum()
+}
+
+fn logits(e: &Engine, toks: &[u32]) -> Vec<f32> {
+    let mut s = e.new_session().unwrap();
+    let mut out = Vec::new();
+    e.model.eval(&mut s, toks, Logits::All, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn cpu_experts_are_read_into_ram_unless_mmap_experts() {
+    for rel in [MOE, FLASH] {
+        let (ram, mapped) = (load(rel, false), load(rel, true));
+        let ((re, rw), (me, mw)) = (mats(&ram.model), mats(&mapped.model));
+        assert!(!re.is_empty() && re.len() == me.len(), "{rel}");
+        assert!(re.iter().all(|m| !m.is_mapped()), "{rel}: an expert stayed mapped by default");
+        assert!(me.iter().all(|m| m.is_mapped()), "{rel}: --mmap-experts copied an expert");
+        // The other weights follow --mmap, not --mmap-experts (Flash-Next's stay mapped for now).
+        let dense_in_ram = matches!(ram.model, AnyModel::Std(_));
+        assert!(rw.is_mapped() != dense_in_ram && mw.is_mapped() != dense_in_ram, "{rel}: a non-expert weight");
+        assert!(re.iter().zip(&me).all(|(a, b)| a.data() == b.data()), "{rel}: the copies differ from the file");
+        let copied: u64 = re.iter().map(|m| m.data().len() as u64).sum();
+        assert_eq!(copied, exps_bytes(rel), "{rel}: bytes copied vs the file's expert tensors");
+        let toks = [1u32, 5, 9, 300, 17];
+        let (a, b) = (logits(&ram, &toks), logits(&mapped, &toks));
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{rel}: logits differ");
+    }
+}
+
+#[test]
+fn experts_that_do_not_fit_stay_mapped_with_the_reason() {
+    for rel in [MOE, FLASH] {
+        let mut e = load(rel, true);
+        let bytes = exps_bytes(rel);
+        let p = e.model.read_experts_into_ram(Some(bytes - 1)).expect("an MoE model");
+        assert_eq!(p, Placement::TooBig { bytes, budget: bytes - 1 }, "{rel}");
+        let msg = p.message(Weights::Experts).expect("a message when they do not fit");
+        assert!(msg.contains("do not fit") && msg.contains("--mmap-experts"), "{msg}");
+        assert!(mats(&e.model).0.iter().all(|m| m.is_mapped()), "{rel}");
+        assert_eq!(e.model.read_experts_into_ram(Some(bytes)), Some(Placement::Ram { bytes }), "{rel}: exactly the budget fits");
+        assert!(mats(&e.model).0.iter().all(|m| !m.is_mapped()), "{rel}");
+        // Read once: nothing left to copy.
+        assert_eq!(e.model.read_experts_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "{rel}");
+    }
+    // A dense model has no experts to place.
+    let mut dense = Engine::load(&crate::models_util::gemma_path(), RunOptions { max_context: 64, ..Default::default() }).unwrap();
+    assert_eq!(dense.model.read_experts_into_ram(None), None);
+}
+
+fn gemma(mmap: bool) -> Engine {
+    Engine::load(&crate::models_util::gemma_path(), RunOptions { max_context: 64, mmap, ..Default::default() }).unwrap()
+}
+
+/// Every matrix of a shared-decoder model, and whether its token embedding is the output head.
+fn dense_mats(e: &Engine) -> (Vec<&Mat>, &Mat, &Mat) {
+    let AnyModel::Std(m) = &e.model else { panic!("a CPU model was expected") };
+    let w = &m.w;
+    let layers = w.layers.iter().flat_map(|l| {
+        let a = &l.attn;
+        let mut v = vec![&a.wq, &a.wk, &a.wv, &a.wo];
+        if let Ffn::Dense { gate, up, down } = &l.ffn.ffn {
+            v.extend([gate, up, down]);
+        }
+        v
+    });
+    (layers.chain([&w.output]).collect(), &w.output, &w.tok_embd)
+}
+
+#[test]
+fn dense_weights_are_read_into_ram_unless_mmap() {
+    let (ram, mapped) = (gemma(false), gemma(true));
+    let ((rm, rout, remb), (mm, _, memb)) = (dense_mats(&ram), dense_mats(&mapped));
+    assert!(rm.iter().all(|m| !m.is_mapped()), "a matrix stayed mapped by default");
+    assert!(mm.iter().all(|m| m.is_mapped()) && memb.is_mapped(), "--mmap copied a matrix");
+    assert!(rm.iter().zip(&mm).all(|(a, b)| a.data() == b.data()), "the copies differ from the file");
+    // Gemma's head is its embedding: one copy serves both.
+    assert!(!remb.is_mapped() && remb.data().as_ptr() == rout.data().as_ptr(), "the tied embedding was copied twice or not at all");
+    // The copy is one region whose bytes are the file's matrices, each window once.
+    let g = gguf::GgufFile::open(&crate::models_util::gemma_path()).unwrap();
+    let file_bytes: u64 = g.tensors().iter().filter(|t| t.dims.len() == 2).map(|t| t.n_bytes as u64).sum();
+    let copied: u64 = rm.iter().map(|m| m.data().len() as u64).sum();
+    assert_eq!(copied, file_bytes, "bytes in RAM vs the file's matrices");
+    let toks = [2u32, 818, 5279, 563, 496];
+    let (a, b) = (logits(&ram, &toks), logits(&mapped, &toks));
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "logits differ");
+}
+
+#[test]
+fn dense_weights_that_do_not_fit_stay_mapped_and_large_ones_are_copied_in_pieces() {
+    let mut e = gemma(true);
+    let AnyModel::Std(m) = &mut e.model else { panic!("a CPU model was expected") };
+    let mats = strata::residency::decoder_dense(m);
+    let bytes = Mat::mapped_bytes(&mats);
+    drop(mats);
+    let p = e.model.read_dense_into_ram(Some(bytes - 1)).expect("a CPU model");
+    assert_eq!(p, Placement::TooBig { bytes, budget: bytes - 1 });
+    let msg = p.message(Weights::Dense).expect("a message when they do not fit");
+    assert!(msg.contains("do not fit") && msg.contains("--mmap"), "{msg}");
+    assert!(dense_mats(&e).0.iter().all(|m| m.is_mapped()));
+    // The copy hands back the mapped pages piece by piece: never a whole 178 MB head at once.
+    let AnyModel::Std(m) = &mut e.model else { unreachable!() };
+    let mut pieces = Vec::new();
+    Mat::read_into_ram(strata::residency::decoder_dense(m), |src| pieces.push(src.len())).unwrap();
+    assert_eq!(pieces.iter().map(|&n| n as u64).sum::<u64>(), bytes);
+    assert!(pieces.iter().all(|&n| n <= 8 << 20), "largest piece {:?}", pieces.iter().max());
+    assert!(dense_mats(&e).0.iter().all(|m| !m.is_mapped()));
+    assert_eq!(e.model.read_dense_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "read once: nothing left to copy");
+}
