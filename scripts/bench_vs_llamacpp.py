@@ -3,12 +3,13 @@
 
 Every round runs, for each model, Strata (once per `--cpu-gemm` mode asked for: `llama`, the
 default kernels, and `tiles`, the exact-block prompt products), then llama.cpp with flash
-attention off, then on, each in its own process with the same threads, prompt tokens and test
+attention off, then on, then off with `use_mmap=False` (weights read into RAM, as Strata does
+by default), each in its own process with the same threads, prompt tokens and test
 sizes: pp = one
 evaluation of PP prompt tokens on an empty cache, tg = TG greedy single-token steps after an
 8-token prompt, both after a warm-up. Rounds interleave the engines (A B C A B C ...) so the
 VM's drift hits all of them alike. Printed: each round's figures and Strata's ratio to the
-better llama.cpp setting, then per model the medians, the lowest ratios, peak RSS and the
+best llama.cpp setting, then per model the medians, the lowest ratios, peak RSS and the
 share of the memory roofline both engines reach (bytes read per decode token, from Strata's
 `bench --roofline`, over this machine's read bandwidth measured in the same run).
 """
@@ -25,8 +26,9 @@ import numpy as np
 from llama_cpp import Llama
 model, threads, fa, npp, ntg = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
 toks = [int(t) for t in sys.argv[6].split(",")]
+mmap = sys.argv[7] == "1"
 llm = Llama(model_path=model, n_ctx=max(npp, ntg + 8) + 16, n_batch=npp, n_ubatch=npp,
-            n_threads=threads, n_threads_batch=threads, flash_attn=fa, verbose=False)
+            n_threads=threads, n_threads_batch=threads, flash_attn=fa, use_mmap=mmap, verbose=False)
 def pp():
     llm.reset(); t = time.perf_counter(); llm.eval(toks); return npp / (time.perf_counter() - t)
 def tg():
@@ -37,6 +39,10 @@ def tg():
 pp(); tg()
 print(json.dumps({"pp": pp(), "tg": tg(), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+
+
+# (flash attention, mmap) of each llama.cpp run per round and model.
+PEER_SETTINGS = [("0", "1"), ("1", "1"), ("0", "0")]
 
 
 def prompt_tokens(n_vocab, n, bos):
@@ -76,7 +82,9 @@ def main():
             ss = {g: run_json([a.strata, "bench", "-m", m, "--threads", str(a.threads), "--pp", str(a.pp),
                                "--tg", str(a.tg), "--reps", "1", "--json", "--cpu-gemm", g]) for g in modes}
             toks = ",".join(map(str, prompt_tokens(info[m]["n_vocab"], a.pp, info[m]["bos"])))
-            ll = [run_json([a.python, "-c", LLAMA, m, str(a.threads), fa, str(a.pp), str(a.tg), toks]) for fa in ("0", "1")]
+            # llama.cpp: flash attention off, on, and off with the weights read into RAM
+            # (`--no-mmap`, as Strata does by default).
+            ll = [run_json([a.python, "-c", LLAMA, m, str(a.threads), fa, str(a.pp), str(a.tg), toks, mm]) for fa, mm in PEER_SETTINGS]
             name = m.rsplit("/", 1)[-1]
             line = []
             for g, s in ss.items():
@@ -87,7 +95,7 @@ def main():
                 rows[(m, g)].append(row)
                 line.append(f"strata {g} pp{a.pp} {row['pp']:.1f} tg{a.tg} {row['tg']:.1f} (ratio pp {row['pp_ratio']:.2f}x tg {row['tg_ratio']:.2f}x)")
             print(f"round {rnd} {name}: " + " | ".join(line) + f" | llama.cpp FA off {ll[0]['pp']:.1f} / {ll[0]['tg']:.1f}, "
-                  f"FA on {ll[1]['pp']:.1f} / {ll[1]['tg']:.1f}", flush=True)
+                  f"FA on {ll[1]['pp']:.1f} / {ll[1]['tg']:.1f}, no-mmap {ll[2]['pp']:.1f} / {ll[2]['tg']:.1f}", flush=True)
     print()
     print(f"{'model':<42} {'gemm':<6} {'strata pp':>9} {'llama pp':>9} {'ratio':>11} {'strata tg':>9} {'llama tg':>9} {'ratio':>11} {'RSS MB s/l':>12} {'roofline share s/l':>19}")
     ok = {g: True for g in modes}
@@ -105,7 +113,7 @@ def main():
               f"{max(r['rss'] for r in rs):>5.0f}/{max(r['l_rss'] for r in rs):<6.0f} "
               f"{100 * share(med('tg')):>8.1f}%/{100 * share(l_tg):.1f}%")
     first = next(iter(info.values()))["roofline"]
-    print(f"(ratio: median>lowest of the rounds, against llama.cpp's better FA setting; memory read {first['read_gb_s']:.1f} GB/s; "
+    print(f"(ratio: median>lowest of the rounds, against llama.cpp's best setting (FA off, on, no-mmap); memory read {first['read_gb_s']:.1f} GB/s; "
           f"bytes per decode token: " + ", ".join(f"{m.rsplit('/', 1)[-1]} {info[m]['roofline']['decode_bytes_per_token'] / 1e6:.1f} MB" for m in a.models) + ")")
     for g in modes:
         print(f"target (>= 1.2x in every round, both phases, every model), --cpu-gemm {g}:", "met" if ok[g] else "NOT met")

@@ -7,8 +7,8 @@
 # Models: names `strata fetch --list` knows or GGUF paths; default the three of issue 16
 # (gemma3-270m, smollm2-135m, qwen2.5-coder-0.5b), fetched on first use. Defaults: 5 rounds,
 # 2 threads, pp 512, tg 128. Each round runs Strata (with `--cpu-gemm llama`, the default
-# kernels, and `tiles`, unless --cpu-gemm names one), llama.cpp with flash attention off, then
-# on (scripts/bench_vs_llamacpp.py says how each is measured).
+# kernels, and `tiles`, unless --cpu-gemm names one), llama.cpp with flash attention off, on,
+# and off with --no-mmap (scripts/bench_vs_llamacpp.py says how each is measured).
 #
 # llama.cpp is PyPI's llama-cpp-python 0.3.36, built from source by pip once (~10-20 min on 2
 # cores) into ~/.cache/strata/bench-venv with GGML_NATIVE=ON, except on CPUs that report AMX:
