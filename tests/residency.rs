@@ -31,6 +31,7 @@ fn mats(m: &AnyModel) -> (Vec<&Mat>, &Mat) {
             (experts.collect(), &m.w.layers[0].attn.wq)
         }
         AnyModel::Flash(q) => (q.layers.iter().flat_map(|l| l.moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down])).collect(), &q.output),
+        #[cfg(feature = "gpu")]
         _ => panic!("a CPU model was expected"),
     }
 }
@@ -56,9 +57,8 @@ fn cpu_experts_are_read_into_ram_unless_mmap_experts() {
         assert!(!re.is_empty() && re.len() == me.len(), "{rel}");
         assert!(re.iter().all(|m| !m.is_mapped()), "{rel}: an expert stayed mapped by default");
         assert!(me.iter().all(|m| m.is_mapped()), "{rel}: --mmap-experts copied an expert");
-        // The other weights follow --mmap, not --mmap-experts (Flash-Next's stay mapped for now).
-        let dense_in_ram = matches!(ram.model, AnyModel::Std(_));
-        assert!(rw.is_mapped() != dense_in_ram && mw.is_mapped() != dense_in_ram, "{rel}: a non-expert weight");
+        // The other weights follow --mmap, not --mmap-experts.
+        assert!(!rw.is_mapped() && !mw.is_mapped(), "{rel}: a non-expert weight stayed mapped");
         assert!(re.iter().zip(&me).all(|(a, b)| a.data() == b.data()), "{rel}: the copies differ from the file");
         let copied: u64 = re.iter().map(|m| m.data().len() as u64).sum();
         assert_eq!(copied, exps_bytes(rel), "{rel}: bytes copied vs the file's expert tensors");
@@ -122,6 +122,22 @@ fn dense_weights_are_read_into_ram_unless_mmap() {
     let copied: u64 = rm.iter().map(|m| m.data().len() as u64).sum();
     assert_eq!(copied, file_bytes, "bytes in RAM vs the file's matrices");
     let toks = [2u32, 818, 5279, 563, 496];
+    let (a, b) = (logits(&ram, &toks), logits(&mapped, &toks));
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "logits differ");
+}
+
+#[test]
+fn flash_next_dense_weights_are_read_into_ram_unless_mmap() {
+    let load = |mmap| Engine::load(&reference(FLASH), RunOptions { max_context: 64, mmap, ..Default::default() }).unwrap();
+    let (mut ram, mut mapped) = (load(false), load(true));
+    let (AnyModel::Flash(r), AnyModel::Flash(m)) = (&mut ram.model, &mut mapped.model) else { panic!("CPU Flash-Next models were expected") };
+    let (rd, md) = (strata::residency::flash_next_dense(r), strata::residency::flash_next_dense(m));
+    assert!(rd.len() > 10 && rd.len() == md.len());
+    assert!(rd.iter().all(|m| !m.is_mapped()) && md.iter().all(|m| m.is_mapped()));
+    assert!(rd.iter().zip(&md).all(|(a, b)| a.data() == b.data()), "the copies differ from the file");
+    drop((rd, md));
+    assert!(mats(&mapped.model).0.iter().all(|m| m.is_mapped()), "--mmap copied an expert");
+    let toks = [1u32, 5, 9, 300, 17];
     let (a, b) = (logits(&ram, &toks), logits(&mapped, &toks));
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "logits differ");
 }

@@ -312,14 +312,16 @@ impl AnyModel {
         }
     }
 
-    /// Reads the other matrices a CPU model computes with (projections, routers, the head)
-    /// into RAM if they fit in `budget` bytes ([`crate::residency`]); None on a GPU (its copy
-    /// is in VRAM) and, for now, for Flash-Next, whose non-expert weights stay mapped.
+    /// Reads the other matrices a CPU model computes with (projections, routers, shared
+    /// experts, the head) into RAM if they fit in `budget` bytes ([`crate::residency`]); None
+    /// on a GPU (its copy is in VRAM).
     pub fn read_dense_into_ram(&mut self, budget: Option<u64>) -> Option<crate::residency::Placement> {
-        use crate::residency::{decoder_dense, read_into_ram, Weights::Dense};
+        use crate::residency::{decoder_dense, flash_next_dense, read_into_ram, Weights::Dense};
         match self {
             AnyModel::Std(m) => Some(read_into_ram(Dense, decoder_dense(m), budget)),
-            _ => None,
+            AnyModel::Flash(q) => Some(read_into_ram(Dense, flash_next_dense(q), budget)),
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(_) | AnyModel::FlashGpu(_) => None,
         }
     }
 

@@ -147,6 +147,42 @@ pub fn decoder_experts(m: &mut model::Model) -> Vec<&mut Mat> {
         .collect()
 }
 
+/// The matrices of a Flash-Next model besides its routed experts: the GR mixers, GDN and
+/// attention projections (with the indexer's), routers, shared experts, the PLE block's
+/// projections, the head, and the token embedding when it is the head's bytes. (The PLE table
+/// is read by rows from its own file, `ple_io`.)
+pub fn flash_next_dense(m: &mut model::qwen4exp::Qwen4Exp) -> Vec<&mut Mat> {
+    use model::qwen4exp::{HyperConn, Mixer};
+    fn gr(h: &mut HyperConn) -> impl Iterator<Item = &mut Mat> {
+        [&mut h.down, &mut h.up].into_iter().chain(h.inject.as_mut())
+    }
+    let tied = m.tok_embd.data().as_ptr() == m.output.data().as_ptr();
+    let mut out: Vec<&mut Mat> = vec![&mut m.output];
+    if tied {
+        out.push(&mut m.tok_embd);
+    }
+    out.extend(gr(&mut m.out_hc));
+    if let Some(p) = m.ple.as_mut() {
+        out.extend([&mut p.key, &mut p.value]);
+    }
+    for l in m.layers.iter_mut() {
+        out.extend(gr(&mut l.hc_attn));
+        out.extend(gr(&mut l.hc_ffn));
+        match &mut l.mixer {
+            Mixer::Gdn(g) => out.extend([&mut g.qkv, &mut g.gate, &mut g.beta, &mut g.alpha, &mut g.out]),
+            Mixer::Attn(a) => {
+                out.extend([&mut a.q, &mut a.k, &mut a.v, &mut a.o]);
+                if let Some(ix) = a.indexer.as_mut() {
+                    out.extend([&mut ix.q, &mut ix.k]);
+                }
+            }
+        }
+        let moe = &mut l.moe;
+        out.extend([&mut moe.router, &mut moe.shared_gate, &mut moe.shared.gate, &mut moe.shared.up, &mut moe.shared.down]);
+    }
+    out
+}
+
 /// The routed-expert matrices of a Flash-Next model (not its shared experts).
 pub fn flash_next_experts(m: &mut model::qwen4exp::Qwen4Exp) -> Vec<&mut Mat> {
     m.layers.iter_mut().flat_map(|l| l.moe.experts.iter_mut().flat_map(|e| [&mut e.gate, &mut e.up, &mut e.down])).collect()
