@@ -142,6 +142,9 @@ pub struct ExpertCache {
     /// Admissions made during a window whose copies wait for its end (the handoff path: the
     /// device's slot table is fixed while a window runs).
     deferred: Mutex<Vec<Swap>>,
+    /// Experts [`ExpertCache::end_window`] gave a slot whose copy has not landed yet: they hold
+    /// the slot but run on the CPU until [`ExpertCache::land`]. (Locked after `slot_of`.)
+    pending: Mutex<std::collections::HashSet<(usize, usize)>>,
     /// Bumped at every change of the slot table (the device's copy is refreshed when it moves).
     version: AtomicU64,
     /// Fault injection: the next this many CPU-expert batches fail ([`ExpertCache::inject_faults`]).
@@ -165,6 +168,7 @@ impl ExpertCache {
             cpu: AtomicU64::new(0),
             swapped: AtomicU64::new(0),
             deferred: Mutex::new(Vec::new()),
+            pending: Mutex::new(Default::default()),
             version: AtomicU64::new(0),
             faults: AtomicU64::new(0),
         }
@@ -221,39 +225,63 @@ impl ExpertCache {
 
     /// Called after each window of `n_tokens`: decays the adaptive counts and, when the window
     /// crosses an adaptation point, moves the slot table (the most-routed missing experts into
-    /// free slots or the slots of the least-routed residents). The caller copies each returned
-    /// expert into its slot before the next window, so a swapped-in expert serves only once it
-    /// has landed. Empty without adaptation.
+    /// free slots or the slots of the least-routed residents). Returns the copies to make, the
+    /// admissions deferred during the window first: each returned expert holds its slot but
+    /// stays on the CPU (and out of [`ExpertCache::slot_table`]) until the caller reports its
+    /// copy landed with [`ExpertCache::land`]; an evicted resident is a miss at once. Empty
+    /// without adaptation or deferred admissions.
     pub fn end_window(&self, n_tokens: usize) -> Vec<Swap> {
-        // Admissions deferred by `place_deferred` land first.
+        // Admissions deferred by `place_deferred` come first.
         let mut swaps = std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()));
-        let Some(st) = &self.adapt else { return swaps };
-        let mut st = st.lock().unwrap_or_else(|p| p.into_inner());
-        let rule = st.rule;
-        let before = st.tokens / rule.every as u64;
-        st.tokens += n_tokens as u64;
-        let f = rule.decay.powi(n_tokens as i32);
-        st.score.iter_mut().flatten().for_each(|x| *x *= f);
-        if st.tokens / rule.every as u64 == before {
-            return swaps;
-        }
-        let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
-        let admitted = swaps.len();
-        for (layer, row) in table.iter_mut().enumerate() {
-            let resident: Vec<bool> = row.iter().map(Option::is_some).collect();
-            let used = resident.iter().filter(|&&r| r).count();
-            for (expert, victim) in experts::policy::pick_swaps(&resident, &st.score[layer], self.slots.saturating_sub(used), rule.max_swaps, rule.ratio) {
-                let slot = match victim {
-                    Some(v) => row[v].take().map_or(0, |s| s as usize),
-                    None => row.iter().flatten().count(),
-                };
-                row[expert] = Some(slot as u32);
-                swaps.push(Swap { layer, expert, slot });
+        if let Some(st) = &self.adapt {
+            let mut st = st.lock().unwrap_or_else(|p| p.into_inner());
+            let rule = st.rule;
+            let before = st.tokens / rule.every as u64;
+            st.tokens += n_tokens as u64;
+            let f = rule.decay.powi(n_tokens as i32);
+            st.score.iter_mut().flatten().for_each(|x| *x *= f);
+            if st.tokens / rule.every as u64 != before {
+                let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
+                let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let admitted = swaps.len();
+                for (layer, row) in table.iter_mut().enumerate() {
+                    // An expert whose copy is still on its way neither moves nor is evicted.
+                    let resident: Vec<bool> = row.iter().map(Option::is_some).collect();
+                    let used = resident.iter().filter(|&&r| r).count();
+                    for (expert, victim) in experts::policy::pick_swaps(&resident, &st.score[layer], self.slots.saturating_sub(used), rule.max_swaps, rule.ratio) {
+                        let in_flight = |v: usize| pending.contains(&(layer, v)) || swaps.iter().any(|s| s.layer == layer && s.expert == v);
+                        if victim.is_some_and(in_flight) {
+                            continue;
+                        }
+                        let slot = match victim {
+                            Some(v) => row[v].take().map_or(0, |s| s as usize),
+                            None => (0..self.slots).find(|s| !row.contains(&Some(*s as u32))).unwrap_or(0),
+                        };
+                        row[expert] = Some(slot as u32);
+                        swaps.push(Swap { layer, expert, slot });
+                    }
+                }
+                self.swapped.fetch_add((swaps.len() - admitted) as u64, Ordering::Relaxed);
+                self.version.fetch_add(1, Ordering::Release);
             }
         }
-        self.swapped.fetch_add((swaps.len() - admitted) as u64, Ordering::Relaxed);
-        self.version.fetch_add(1, Ordering::Release);
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).extend(swaps.iter().map(|s| (s.layer, s.expert)));
         swaps
+    }
+
+    /// The copies of `swaps` (from [`ExpertCache::end_window`]) have landed: their experts
+    /// serve from their slots from now on.
+    pub fn land(&self, swaps: &[Swap]) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        for s in swaps {
+            pending.remove(&(s.layer, s.expert));
+        }
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Experts holding a slot whose copy has not landed.
+    pub fn pending(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     pub fn slots(&self) -> usize {
@@ -272,15 +300,19 @@ impl ExpertCache {
         let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
         let row = &mut table[layer];
         if let Some(s) = row[e] {
+            if self.pending.lock().unwrap_or_else(|p| p.into_inner()).contains(&(layer, e)) {
+                // Its copy is still on its way: the CPU computes it meanwhile.
+                self.cpu.fetch_add(uses, Ordering::Relaxed);
+                return Placement::Cpu;
+            }
             self.hits.fetch_add(uses, Ordering::Relaxed);
             return Placement::Hit(s as usize);
         }
-        let used = row.iter().filter(|s| s.is_some()).count();
-        if used < self.slots {
-            row[e] = Some(used as u32);
+        if let Some(free) = (0..self.slots).find(|s| !row.contains(&Some(*s as u32))) {
+            row[e] = Some(free as u32);
             self.admitted.fetch_add(1, Ordering::Relaxed);
             self.version.fetch_add(1, Ordering::Release);
-            return Placement::Admit(used);
+            return Placement::Admit(free);
         }
         self.cpu.fetch_add(uses, Ordering::Relaxed);
         Placement::Cpu
@@ -289,7 +321,8 @@ impl ExpertCache {
     /// [`ExpertCache::place`] for the handoff path, where the device's slot table cannot change
     /// while a window runs: the slot of a hit, or None (the CPU computes it). An expert admitted
     /// now runs on the CPU this window; its copy is returned by the next
-    /// [`ExpertCache::end_window`] and it serves from its slot after that.
+    /// [`ExpertCache::end_window`] and it serves from its slot once [`ExpertCache::land`] says
+    /// the copy is there.
     pub fn place_deferred(&self, layer: usize, e: usize, uses: usize) -> Option<usize> {
         match self.place(layer, e, uses) {
             Placement::Hit(s) => Some(s),
@@ -321,8 +354,10 @@ impl ExpertCache {
     /// version (it changes with every admission, preload or swap).
     pub fn slot_table(&self) -> (Vec<u32>, u64) {
         let table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let v = self.version.load(Ordering::Acquire);
-        (table.iter().flatten().map(|s| s.unwrap_or(crate::abi::MOE_SLOT_MISS)).collect(), v)
+        let slot = |l: usize, e: usize, s: Option<u32>| s.filter(|_| !pending.contains(&(l, e))).unwrap_or(crate::abi::MOE_SLOT_MISS);
+        (table.iter().enumerate().flat_map(|(l, row)| row.iter().enumerate().map(move |(e, &s)| (l, e, s))).map(|(l, e, s)| slot(l, e, s)).collect(), v)
     }
 
     /// The slot table's version ([`ExpertCache::slot_table`]).
@@ -335,14 +370,14 @@ impl ExpertCache {
     pub fn reserve(&self, layer: usize, e: usize) -> Option<usize> {
         let mut table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
         let row = table.get_mut(layer)?;
-        let used = row.iter().filter(|s| s.is_some()).count();
-        if row.get(e)?.is_some() || used >= self.slots {
+        if row.get(e)?.is_some() {
             return None;
         }
-        row[e] = Some(used as u32);
+        let free = (0..self.slots).find(|s| !row.contains(&Some(*s as u32)))?;
+        row[e] = Some(free as u32);
         self.preloaded.fetch_add(1, Ordering::Relaxed);
         self.version.fetch_add(1, Ordering::Release);
-        Some(used)
+        Some(free)
     }
 
     /// Fills free slots at start from the STRP profile at `path` (most-routed first, per layer
@@ -435,15 +470,45 @@ mod tests {
         assert_eq!(c.place(0, 2, 1), Placement::Cpu);
         // Expert 3 (2.5) takes the slot of the weakest resident, 0 (0.25); expert 2 (0.5) is not
         // twice as routed as the next weakest, 1 (0.75), so it stays out.
-        assert_eq!(c.end_window(1), vec![Swap { layer: 0, expert: 3, slot: 0 }]);
-        assert_eq!(c.place(0, 3, 1), Placement::Hit(0));
+        let swaps = c.end_window(1);
+        assert_eq!(swaps, vec![Swap { layer: 0, expert: 3, slot: 0 }]);
         assert_eq!(c.place(0, 0, 1), Placement::Cpu, "the swapped-out expert lost its slot");
-        assert_eq!(c.stats().swapped, 1);
+        // Until its copy lands the new expert runs on the CPU and is not in the device's table.
+        assert_eq!(c.place(0, 3, 1), Placement::Cpu);
+        let miss = crate::abi::MOE_SLOT_MISS;
+        assert_eq!(c.slot_table().0, vec![miss, 1, miss, miss]);
+        let v = c.version();
+        c.land(&swaps);
+        assert!(c.version() > v, "landing changes the table the device copies");
+        assert_eq!(c.slot_table().0, vec![miss, 1, miss, 0]);
+        assert_eq!(c.place(0, 3, 1), Placement::Hit(0));
+        assert_eq!((c.stats().swapped, c.pending()), (1, 0));
         // Static residency never swaps.
         let s = ExpertCache::new(1, 4, 1).with_adaptation(Adaptation::every(0));
         s.place(0, 0, 1);
         s.place(0, 3, 50);
         assert!((0..8).all(|_| s.end_window(1).is_empty()));
+    }
+
+    #[test]
+    fn deferred_admissions_serve_after_landing_and_pending_experts_are_never_evicted() {
+        let rule = Adaptation { every: 1, max_swaps: 2, decay: 1.0, ratio: 2.0 };
+        let c = ExpertCache::new(1, 4, 2).with_adaptation(Some(rule));
+        // The handoff path: an admission during a window is computed on the CPU, copied after it.
+        assert_eq!(c.place_deferred(0, 2, 1), None);
+        let first = c.end_window(1);
+        assert_eq!(first, vec![Swap { layer: 0, expert: 2, slot: 0 }]);
+        assert_eq!((c.place_deferred(0, 2, 1), c.pending()), (None, 1), "still on its way");
+        assert_eq!(c.place_deferred(0, 1, 1), None, "admitted to the free slot, copied after the window");
+        // Expert 3, routed far more than the residents, would take the weakest one's slot:
+        // both are in flight, so nothing is evicted.
+        assert_eq!(c.place_deferred(0, 3, 40), None);
+        let second = c.end_window(1);
+        assert_eq!(second, vec![Swap { layer: 0, expert: 1, slot: 1 }]);
+        c.land(&first);
+        assert_eq!(c.place_deferred(0, 2, 1), Some(0));
+        c.land(&second);
+        assert_eq!(c.pending(), 0);
     }
 
     #[test]

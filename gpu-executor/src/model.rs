@@ -66,6 +66,8 @@ pub struct GpuModel {
     pub(super) expert_cache: Option<ExpertCache>,
     /// The expert cache's per-layer handoff to the CPU inside decode graphs (with the cache).
     pub(super) handoff: Option<super::expert_handoff::ExpertHandoff>,
+    /// Adaptive residency's copies on a side stream (made at the first swap).
+    pub(super) swap_copies: std::sync::Mutex<Option<super::expert_swap::SwapCopies>>,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -130,6 +132,9 @@ impl Drop for GpuModel {
         }
         if let Some(h) = self.handoff.take() {
             let _ = h.free(&*api);
+        }
+        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = c.free(&*api);
         }
     }
 }
@@ -269,6 +274,7 @@ impl GpuModel {
             moe_quantized,
             handoff,
             expert_cache,
+            swap_copies: Default::default(),
         })
     }
 

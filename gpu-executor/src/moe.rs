@@ -223,22 +223,34 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Adaptive residency after a window of `n_tokens` (`--adapt-every`): copies the experts the
-    /// cache swapped in into their slots, once the window's launches (which may still read the
-    /// old occupants) are done.
+    /// After a window of `n_tokens`: admits the experts whose copies (started at the previous
+    /// window's end) have landed, then starts the copies of the experts the cache gives a slot
+    /// now (adaptive swaps, deferred admissions) on the side stream (`expert_swap`).
     pub(super) fn adapt_expert_cache(&self, n_tokens: usize) -> std::result::Result<(), GpuError> {
         let Some(c) = &self.expert_cache else { return Ok(()) };
+        let api = self.ops.api();
+        let mut copies = self.swap_copies.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sc) = copies.as_mut() {
+            sc.land(&**api, c)?;
+        }
         let swaps = c.end_window(n_tokens);
         if swaps.is_empty() {
             return Ok(());
         }
-        self.ops.api().stream_synchronize(&self.stream)?;
-        for sw in swaps {
-            if let Ffn::Moe { gate, up, down, .. } = &self.w.layers[sw.layer].ffn.ffn {
-                self.upload_expert(sw.layer, sw.expert, sw.slot, [gate, up, down])?;
+        let mut parts = Vec::new();
+        for sw in &swaps {
+            if let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&self.model.w.layers[sw.layer].ffn.ffn, &self.w.layers[sw.layer].ffn.ffn) {
+                for (h, d) in [(hg, gate), (hu, up), (hd, down)] {
+                    let per = h.data().len() / h.n_mat;
+                    parts.push((d.expert(sw.slot), &h.data()[sw.expert * per..(sw.expert + 1) * per]));
+                }
             }
         }
-        Ok(())
+        let sc = match copies.as_mut() {
+            Some(sc) => sc,
+            None => copies.insert(super::expert_swap::SwapCopies::new(&**api)?),
+        };
+        sc.start(&**api, &self.stream, swaps, &parts)
     }
 
     /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
@@ -303,6 +315,10 @@ impl GpuModel {
         let (mut allocs, bytes) = upl.finish();
         self.allocs.append(&mut allocs);
         self.weight_bytes += bytes;
+        // Copies in flight belong to the cache being replaced.
+        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            c.free(&*api).map_err(super::upload::gpu_err("expert swap copies"))?;
+        }
         let per_expert = fit.slot_bytes as usize / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
         self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert)).transpose()?;
         if let Some(h) = self.handoff.take() {

@@ -50,6 +50,8 @@ pub struct GpuFlashNext {
     expert_cache: Option<ExpertCache>,
     /// The expert cache's per-layer handoff to the CPU inside graphs (with the cache).
     handoff: Option<ExpertHandoff>,
+    /// Adaptive residency's copies on a side stream (made at the first swap).
+    swap_copies: std::sync::Mutex<Option<crate::expert_swap::SwapCopies>>,
     allocs: Vec<DevicePtr>,
     /// Bytes of weights uploaded (with an expert cache: its empty slots included).
     pub weight_bytes: usize,
@@ -164,6 +166,9 @@ impl Drop for GpuFlashNext {
         if let Some(h) = self.handoff.take() {
             let _ = h.free(&*api);
         }
+        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = c.free(&*api);
+        }
     }
 }
 
@@ -189,7 +194,7 @@ impl GpuFlashNext {
         let (allocs, weight_bytes) = up.finish();
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
         let handoff = handoff_for(&*api, &m, expert_cache.as_ref())?;
-        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, allocs, weight_bytes })
+        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, swap_copies: Default::default(), allocs, weight_bytes })
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
@@ -213,6 +218,10 @@ impl GpuFlashNext {
         let (mut allocs, bytes) = up.finish();
         self.allocs.append(&mut allocs);
         self.weight_bytes += bytes;
+        // Copies in flight belong to the cache being replaced.
+        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            c.free(&*api).map_err(gpu_err("expert swap copies"))?;
+        }
         self.expert_cache = slots.map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes())).transpose()?;
         if let Some(h) = self.handoff.take() {
             h.free(&*api).map_err(gpu_err("freeing the expert handoff"))?;
@@ -221,21 +230,32 @@ impl GpuFlashNext {
         Ok(fit)
     }
 
-    /// Adaptive residency after a window of `n_tokens` (`--adapt-every`): copies the experts the
-    /// cache swapped in into their slots, once the window's launches are done.
+    /// After a window of `n_tokens`: admits the experts whose copies (started at the previous
+    /// window's end) have landed, then starts the copies of the experts the cache gives a slot
+    /// now (adaptive swaps, deferred admissions) on the side stream (`expert_swap`).
     fn adapt_expert_cache(&self, n_tokens: usize) -> Result<()> {
         let Some(c) = &self.expert_cache else { return Ok(()) };
+        let api = self.ops.api();
+        let mut copies = self.swap_copies.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sc) = copies.as_mut() {
+            sc.land(&**api, c).map_err(gpu_err("expert swap copies"))?;
+        }
         let swaps = c.end_window(n_tokens);
         if swaps.is_empty() {
             return Ok(());
         }
-        let api = self.ops.api();
-        api.stream_synchronize(&self.stream).map_err(gpu_err("synchronize"))?;
-        for sw in swaps {
+        let mut parts = Vec::new();
+        for sw in &swaps {
             let host = &self.m.layers[sw.layer].moe.experts[sw.expert];
-            self.w.layers[sw.layer].moe.experts.fill(&**api, host, sw.slot).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {}: swapping expert {} into slot {}: {w}", sw.layer, sw.expert, sw.slot)))?;
+            let p = self.w.layers[sw.layer].moe.experts.parts(host, sw.slot).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {}: swapping expert {} into slot {}: {w}", sw.layer, sw.expert, sw.slot)))?;
+            parts.extend(p);
         }
-        Ok(())
+        let parts: Vec<(DevicePtr, &[u8])> = parts.iter().map(|(d, b)| (*d, &**b)).collect();
+        let sc = match copies.as_mut() {
+            Some(sc) => sc,
+            None => copies.insert(crate::expert_swap::SwapCopies::new(&**api).map_err(gpu_err("expert swap copies"))?),
+        };
+        sc.start(&**api, &self.stream, swaps, &parts).map_err(gpu_err("expert swap copies"))
     }
 
     /// The expert cache (`--expert-cache N` with fewer slots than experts).

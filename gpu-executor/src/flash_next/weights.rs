@@ -88,12 +88,19 @@ impl DevExperts {
     /// Copies expert `f` of the host model (its bytes as stored, laid out as at upload) into
     /// slot `slot`.
     pub fn fill(&self, api: &dyn GpuApi, f: &SwiGlu, slot: usize) -> std::result::Result<(), String> {
-        let Some(dst) = self.get(slot) else { return Err(format!("no slot {slot}")) };
-        for (m, d) in [(&f.gate, dst.gate), (&f.up, dst.up), (&f.down, dst.down)] {
-            let (bytes, _) = device_layout(false, m.data(), m.ty, m.rows, m.cols, 1, "expert").map_err(|e| e.to_string())?;
-            api.memcpy_htod(d.ptr, &bytes).map_err(|e| e.to_string())?;
+        for (dst, bytes) in self.parts(f, slot)? {
+            api.memcpy_htod(dst, &bytes).map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// What [`DevExperts::fill`] copies: (device destination, bytes) of the gate, up and down.
+    pub fn parts<'x>(&self, f: &'x SwiGlu, slot: usize) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
+        let Some(dst) = self.get(slot) else { return Err(format!("no slot {slot}")) };
+        [(&f.gate, dst.gate), (&f.up, dst.up), (&f.down, dst.down)]
+            .into_iter()
+            .map(|(m, d)| device_layout(false, m.data(), m.ty, m.rows, m.cols, 1, "expert").map(|(bytes, _)| (d.ptr, bytes)).map_err(|e| e.to_string()))
+            .collect()
     }
 }
 
