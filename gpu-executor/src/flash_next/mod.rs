@@ -169,22 +169,28 @@ impl Drop for GpuFlashNext {
 
 impl GpuFlashNext {
     /// Uploads `m` to the device behind `api`. Refuses, naming the tensor and the limit, a model
-    /// whose dimensions the kernels do not take, and the ordered-numerics mode (not yet for
-    /// this architecture).
+    /// whose dimensions the kernels do not take. With `opts.ordered` the weights stay as stored
+    /// for the ordered products and every expert must be resident (the cache runs its misses
+    /// with the CPU's fast products).
     pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
-        if opts.ordered {
-            return Err(EngineError::Unsupported("qwen4exp on the GPU: the ordered-numerics mode (--ordered) is not there yet; run without it or with --device cpu".into()));
-        }
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
         let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        let mut opts = opts;
+        if opts.ordered {
+            // Every expert resident (a device too small for them fails the upload, saying so).
+            if let Some(ExpertCacheSize::Slots(n)) = opts.expert_cache.filter(|c| matches!(c, ExpertCacheSize::Slots(n) if (*n as usize) < n_expert)) {
+                return Err(EngineError::Unsupported(format!("qwen4exp on the GPU: --ordered needs every expert resident (--expert-cache {n} of {n_expert}: the cache runs its misses with the CPU's fast products)")));
+            }
+            opts.expert_cache = None;
+        }
         // `auto` starts with empty slots: `fit_expert_cache` sizes them once a session's size is known.
         let cache_slots = match opts.expert_cache {
             Some(ExpertCacheSize::Slots(n)) => Some(n as usize).filter(|&n| n < n_expert),
             Some(ExpertCacheSize::Auto) => Some(0),
             None => None,
         };
-        let mut up = Uploader::new(&*api, false);
+        let mut up = Uploader::new(&*api, opts.ordered);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = up.finish();
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;

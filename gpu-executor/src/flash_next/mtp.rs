@@ -53,7 +53,7 @@ impl<'a> GpuMtp<'a> {
             });
         }
         let api = g.api().clone();
-        let mut up = Uploader::new(&*api, false);
+        let mut up = Uploader::new(&*api, g.opts().ordered);
         let w = upload_mtp(&mut up, &host).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = up.finish();
         Ok(GpuMtp { g, host, w, allocs, weight_bytes })

@@ -90,7 +90,8 @@ impl DevExperts {
     pub fn fill(&self, api: &dyn GpuApi, f: &SwiGlu, slot: usize) -> std::result::Result<(), String> {
         let Some(dst) = self.get(slot) else { return Err(format!("no slot {slot}")) };
         for (m, d) in [(&f.gate, dst.gate), (&f.up, dst.up), (&f.down, dst.down)] {
-            let (bytes, _) = device_layout(false, m.data(), m.ty, m.rows, m.cols, 1, "expert").map_err(|e| e.to_string())?;
+            let ordered = self.stack.gate.kind == crate::upload::MatKind::Raw;
+            let (bytes, _) = device_layout(ordered, m.data(), m.ty, m.rows, m.cols, 1, "expert").map_err(|e| e.to_string())?;
             api.memcpy_htod(d.ptr, &bytes).map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -258,7 +259,7 @@ fn expert_stacks(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevFfn> {
         let mut layout = None;
         for f in &m.experts {
             let w = pick(f);
-            let (b, d) = device_layout(false, w.data(), w.ty, w.rows, w.cols, 1, &name)?;
+            let (b, d) = device_layout(up.ordered(), w.data(), w.ty, w.rows, w.cols, 1, &name)?;
             bytes.extend_from_slice(&b);
             layout.get_or_insert(d);
         }

@@ -81,6 +81,10 @@ pub struct Qwen4Exp {
     pub ple: Option<Ple>,
     /// How multi-token GDN passes run (default: token-by-token recurrence).
     pub gdn_mode: GdnMode,
+    /// The ordered-numerics mode (`--ordered`) on the CPU: every operation in the float order
+    /// of the device's (`cpu::flash_next::linear::Numerics::Ordered`), so the CPU and the GPU
+    /// give the same bits; the GDN layers then run token by token whatever `gdn_mode` says.
+    pub ordered: bool,
     /// Load-time warnings (PLE skipped, O_DIRECT fallback), also printed to stderr.
     pub warnings: Vec<String>,
 }
