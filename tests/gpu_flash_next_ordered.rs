@@ -109,3 +109,20 @@ test_device!(
         }
     }
 );
+
+test_device!(
+    /// The ordered mode keeps every expert resident: `--expert-cache N` below the expert count
+    /// is refused with the reason (the cache's misses would run the CPU's fast products), and
+    /// `auto` leaves no cache.
+    model fn gpu_flash_next_ordered_refuses_an_expert_cache(device_) {
+        use strata::gpu::model::ExpertCacheSize;
+        let (_, api) = device_.clone();
+        let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Slots(3)), ..GpuOptions::default() };
+        let e = GpuFlashNext::new(model(F32), api, opts).err().expect("an expert cache with --ordered");
+        assert!(e.to_string().contains("--ordered") && e.to_string().contains("--expert-cache 3"), "{e}");
+        let (_, api) = device_.clone();
+        let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Auto), ..GpuOptions::default() };
+        let g = GpuFlashNext::new(model(F32), api, opts).unwrap();
+        assert!(g.expert_cache().is_none() && g.opts().expert_cache.is_none(), "{:?}", g.opts());
+    }
+);
