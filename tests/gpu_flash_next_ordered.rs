@@ -1,6 +1,6 @@
 //! The ordered-numerics mode on Flash-Next (`GpuOptions::ordered` on the device,
-//! `Qwen4Exp::ordered` on the CPU; the CLI's `--ordered`): the wide residual after the last
-//! layer and the logits are bit-identical (`to_bits`) between the CPU backend and the device on
+//! `Qwen4Exp::ordered` on the CPU; the CLI's `--ordered`): the residual streams after every
+//! layer (the traces) and the logits are bit-identical (`to_bits`) between the CPU backend and the device on
 //! the public tiny-qwen4exp fixtures (f32, two-shard Q8_0), for prompts of one window, of
 //! several windows and of 300 tokens (the QSA indexer's sparse selection), and for greedy
 //! decode steps; the ordered CPU stays within its fast mode's tolerances of llama.cpp's
@@ -12,7 +12,7 @@ use strata::cpu::prelude::*;
 use strata::gpu::flash_next::GpuFlashNext;
 use strata::gpu::model::GpuOptions;
 use strata::model::Logits;
-use strata::model::qwen4exp::{KvType, Qwen4Exp};
+use strata::model::qwen4exp::{KvType, Qwen4Exp, Trace};
 use strata::test_device;
 
 const F32: &str = "tiny-qwen4exp-public-f32.gguf";
@@ -41,7 +41,7 @@ pub(crate) fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
 }
 
 test_device!(
-    /// Prompt logits and wide residuals of every reference sequence (8, 64 and 300 tokens:
+    /// Prompt logits and every layer's residual streams of every reference sequence (8, 64 and 300 tokens:
     /// one window, 8 windows, 38 windows with sparse selection from position 40 on) on both
     /// fixtures: the device equals the ordered CPU bit for bit, and the ordered CPU is within
     /// the fast CPU's tolerances of llama.cpp's logits (f32 with f16 caches 1e-3; Q8_0 max 0.6,
@@ -53,12 +53,18 @@ test_device!(
             let v = c.n_vocab();
             for s in load_refs(variant) {
                 let what = format!("{dev} {variant} {} ({} tokens)", s.name, s.tokens.len());
-                let mut st = c.new_state(KvType::F16);
-                let (want, want_wide) = c.forward_hidden(&mut st, &s.tokens, 0).unwrap();
+                let (mut st, mut tr) = (c.new_state(KvType::F16), Trace::default());
+                let want = c.forward_traced(&mut st, &s.tokens, 0, Some(&mut tr)).unwrap();
                 let mut sess = g.new_session(KvType::F16, 512).unwrap();
-                let (mut got, mut got_wide) = (Vec::new(), Vec::new());
-                g.eval_hidden(&mut sess, &s.tokens, Logits::All, &mut got, Some(&mut got_wide)).unwrap();
-                assert_bits(&format!("{what}: wide residual"), &got_wide, &want_wide);
+                sess.trace = Some(Vec::new());
+                let mut got = Vec::new();
+                g.eval(&mut sess, &s.tokens, Logits::All, &mut got).unwrap();
+                let layers = sess.trace.take().unwrap();
+                assert_eq!((layers.len(), tr.residuals.len()), (c.layers.len(), c.layers.len()), "{what}: traced layers");
+                for (il, (a, b)) in layers.iter().zip(&tr.residuals).enumerate() {
+                    assert_eq!(a.len(), s.tokens.len() * c.hp.hc * c.hp.n_embd, "{what}: layer {il}'s trace");
+                    assert_bits(&format!("{what}: residual streams after layer {il}"), a, b);
+                }
                 assert_bits(&format!("{what}: logits"), &got, &want);
                 let cmp = compare(&want, &s.logits.1, v);
                 eprintln!("{what}: ordered CPU = device, against llama.cpp {cmp:?}");

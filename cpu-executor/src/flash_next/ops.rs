@@ -114,6 +114,16 @@ impl FlashNextOps for CpuFlashChunk<'_> {
         Ok(())
     }
 
+    fn end_layer(&mut self, layer: usize) -> Result<(), EngineError> {
+        if let Some(tr) = self.trace.as_deref_mut() {
+            if tr.residuals.len() <= layer {
+                tr.residuals.resize(layer + 1, Vec::new());
+            }
+            tr.residuals[layer].extend_from_slice(&self.r);
+        }
+        Ok(())
+    }
+
     fn head(&mut self) -> Result<(), EngineError> {
         let n = self.toks.len();
         if let Some(h) = self.hidden.as_deref_mut() {

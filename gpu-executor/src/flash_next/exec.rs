@@ -733,6 +733,19 @@ impl FlashNextOps for FlashChunk<'_> {
         self.moe_tail(layer, sc.map, |_| Ok(expert_bytes))
     }
 
+    fn end_layer(&mut self, layer: usize) -> Result<()> {
+        let Some(t) = self.s.trace.as_mut() else { return Ok(()) };
+        let (api, floats) = (self.g.api(), self.toks.len() * self.g.m.hp.hc * self.g.m.hp.n_embd);
+        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        let mut b = vec![0u8; floats * 4];
+        api.memcpy_dtoh(&mut b, self.s.sc.r).map_err(dev("reading the trace"))?;
+        if t.len() <= layer {
+            t.resize(layer + 1, Vec::new());
+        }
+        t[layer].extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        Ok(())
+    }
+
     fn head(&mut self) -> Result<()> {
         let (g, n) = (self.g, self.n());
         self.hc_read(&g.w.out_hc)?;

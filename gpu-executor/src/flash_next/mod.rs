@@ -114,6 +114,9 @@ pub struct GpuFlashSession {
     /// When set, device counters (software device only) are summed per operation of the program
     /// (`strata bench --device emu`).
     pub profile: Option<super::model::Profile>,
+    /// When set, the wide residual `R` after every layer of the next evaluation is copied here,
+    /// `[layer][tokens][hc][E]` (parity tests; its windows run eagerly).
+    pub trace: Option<Vec<Vec<f32>>>,
     /// Captured windows by token count ([`GpuOptions::graphs`]), and how many windows were
     /// replayed from them or launched eagerly.
     graphs: Vec<(usize, super::device::Graph)>,
@@ -321,7 +324,7 @@ impl GpuFlashNext {
             _ => None,
         };
         let sc = exec::Scratch::new(&mut up, self, capacity, None)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
@@ -349,6 +352,9 @@ impl GpuFlashNext {
         out.clear();
         if let Some(h) = hidden.as_deref_mut() {
             h.clear();
+        }
+        if let Some(t) = s.trace.as_mut() {
+            t.clear();
         }
         let n_windows = tokens.len().div_ceil(WINDOW);
         if s.profile.is_some() {
@@ -394,16 +400,16 @@ impl GpuFlashNext {
 
     /// Whether `s`'s windows run their routed experts through the expert cache's handoff
     /// (`super::expert_handoff`): a cache, every layer's experts in an MMVQ type (device
-    /// dispatch), and no profiling (which reads the choice back to count experts).
+    /// dispatch), and no profiling (which reads the choice back to count experts) or trace.
     fn by_handoff(&self, s: &GpuFlashSession) -> bool {
-        self.handoff.is_some() && self.expert_cache.is_some() && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+        self.handoff.is_some() && self.expert_cache.is_some() && s.profile.is_none() && s.trace.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
     }
 
     /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
     /// back to the host (every MoE layer by device dispatch, all experts resident or through the
-    /// handoff) or counts between operations (profiling).
+    /// handoff) or between operations (profiling, the trace).
     fn capturable(&self, s: &GpuFlashSession) -> bool {
-        self.opts.graphs && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe)) && (self.expert_cache.is_none() || self.by_handoff(s))
+        self.opts.graphs && s.profile.is_none() && s.trace.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe)) && (self.expert_cache.is_none() || self.by_handoff(s))
     }
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot, on the

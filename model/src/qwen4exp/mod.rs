@@ -120,6 +120,9 @@ pub struct Checkpoint {
 pub struct Trace {
     /// `(layer, kept cells per token)` for every indexer-selected attention layer.
     pub qsa_selections: Vec<(usize, Vec<Vec<usize>>)>,
+    /// The wide residual `R` after every trunk layer, `[layer][tokens][hc][E]` (the ordered
+    /// mode's parity tests compare it with the device's `GpuFlashSession::trace`).
+    pub residuals: Vec<Vec<f32>>,
 }
 
 impl Qwen4Exp {
