@@ -80,7 +80,8 @@ test_device!(
 
 test_device!(
     /// Greedy generation (the prompt in one evaluation, then one token a window; 24 steps)
-    /// gives the ordered CPU's tokens and, at every step, its logits bit for bit, on both
+    /// gives the ordered CPU's tokens and, at every step, its logits and every layer's
+    /// residual streams bit for bit, on both
     /// fixtures; on the f32 fixture they are also llama.cpp's greedy ids.
     model fn gpu_flash_next_ordered_greedy_equals_cpu(device_) {
         let dev = device_.0;
@@ -103,9 +104,13 @@ test_device!(
                         break;
                     }
                     let t = ids[ids.len() - 1];
-                    let pos = st.pos;
-                    want = c.forward(&mut st, &[t], pos).unwrap();
+                    let (pos, mut tr) = (st.pos, Trace::default());
+                    want = c.forward_traced(&mut st, &[t], pos, Some(&mut tr)).unwrap();
+                    sess.trace = Some(Vec::new());
                     g.eval(&mut sess, &[t], Logits::Last, &mut got).unwrap();
+                    for (il, (a, b)) in sess.trace.take().unwrap().iter().zip(&tr.residuals).enumerate() {
+                        assert_bits(&format!("{what}: step {}, residual streams after layer {il}", ids.len()), a, b);
+                    }
                 }
                 if variant == "f32" {
                     assert_eq!(ids, s.greedy, "{what}: llama.cpp's greedy ids");
