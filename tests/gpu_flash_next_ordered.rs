@@ -137,3 +137,23 @@ test_device!(
         assert!(g.expert_cache().is_none() && g.opts().expert_cache.is_none(), "{:?}", g.opts());
     }
 );
+
+test_device!(
+    /// With int8 caches (K, V and the indexer's keys quantized per row on both sides) the
+    /// 300-token sequence's traces and logits are bit-identical too, on the f32 fixture.
+    model fn gpu_flash_next_ordered_int8_cache_equals_cpu(device_) {
+        let dev = device_.0;
+        let (c, g) = (cpu(F32), device(device_, F32));
+        let s = load_refs("f32").into_iter().nth(2).expect("seq3");
+        let (mut st, mut tr) = (c.new_state(KvType::Int8), Trace::default());
+        let want = c.forward_traced(&mut st, &s.tokens, 0, Some(&mut tr)).unwrap();
+        let mut sess = g.new_session(KvType::Int8, 512).unwrap();
+        sess.trace = Some(Vec::new());
+        let mut got = Vec::new();
+        g.eval(&mut sess, &s.tokens, Logits::All, &mut got).unwrap();
+        for (il, (a, b)) in sess.trace.take().unwrap().iter().zip(&tr.residuals).enumerate() {
+            assert_bits(&format!("{dev} int8 {}: residual streams after layer {il}", s.name), a, b);
+        }
+        assert_bits(&format!("{dev} int8 {}: logits", s.name), &got, &want);
+    }
+);
