@@ -67,8 +67,9 @@ impl FlashNextOps for CpuFlashChunk<'_> {
     }
 
     fn ple(&mut self, layer: usize) -> Result<(), EngineError> {
+        let num = self.num();
         if let (Some(ple), Some(ps)) = (&self.m.ple, self.st.ple.as_mut()) {
-            ple.forward_with(Numerics::of(self.m.ordered), &mut self.r, self.toks, ps).map_err(|reason| EngineError::Ple { layer, reason })?;
+            ple.forward_with(num, &mut self.r, self.toks, ps).map_err(|reason| EngineError::Ple { layer, reason })?;
         }
         Ok(())
     }
