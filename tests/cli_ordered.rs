@@ -1,7 +1,9 @@
 //! `--ordered` end to end through the binary: with it, `--device emu` and `--device cpu`
 //! write byte-identical logits files (`strata logits`) and print the same greedy text
 //! (`strata generate`) on the llama.cpp-written tiny-qwen3moe models (Q8_0; mixed F16/Q8_0;
-//! F32), and the old flag name `--ordered-attention` does the same.
+//! F32), and the old flag name `--ordered-attention` does the same; likewise on the tiny
+//! Flash-Next (qwen4exp) fixtures, f32 and two-shard Q8_0, over llama.cpp's 300-token sequence
+//! (the QSA indexer's sparse selection).
 
 use crate::models_util::{read_json, reference};
 use crate::support::strata_cmd as strata;
@@ -55,5 +57,41 @@ fn cli_ordered_generate_emu_equals_cpu() {
         eprintln!("{name}: cpu {cpu:?}\n{name}: emu {emu:?}");
         assert!(!cpu.trim().is_empty());
         assert_eq!(emu, cpu, "{name}: --ordered --device emu and --device cpu disagree");
+    }
+}
+
+/// Flash-Next: `strata logits --ordered` of llama.cpp's 300-token sequence (sparse selection)
+/// and `strata generate --temp 0 --ordered` are byte-identical on `--device emu` and `--device
+/// cpu`, for the f32 and the two-shard Q8_0 fixtures.
+#[cfg(feature = "gpu")]
+#[test]
+fn cli_ordered_qwen4exp_emu_bit_identical_to_cpu() {
+    for (file, variant) in [("tiny-qwen4exp-public-f32.gguf", "f32"), ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", "q8_0-split")] {
+        let m = reference(&format!("tiny-qwen4exp/{file}")).to_str().unwrap().to_string();
+        let r = read_json(&format!("tiny-qwen4exp/ref/{variant}/ref.json"));
+        let csv = |s: &serde_json::Value| s.as_array().unwrap().iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+        let (seq3, seq1) = (csv(&r["sequences"][2]["token_ids"]), csv(&r["sequences"][0]["token_ids"]));
+        assert_eq!(seq3.split(',').count(), 300, "{variant}: seq3");
+        let logits = |device: &str| {
+            let out_path = std::env::temp_dir().join(format!("strata-cli-ordered-q4-{}-{variant}-{device}.npy", std::process::id()));
+            let out = strata().args(["logits", "-m", &m, "--tokens", &seq3, "--device", device, "--ordered", "--out"]).arg(&out_path).output().expect("running strata");
+            assert!(out.status.success(), "{variant}: logits --device {device} --ordered: {}", String::from_utf8_lossy(&out.stderr));
+            let b = std::fs::read(&out_path).unwrap();
+            let _ = std::fs::remove_file(&out_path);
+            b
+        };
+        let (cpu, emu) = (logits("cpu"), logits("emu"));
+        assert!(cpu.len() > 300 * 4, "{variant}: short file");
+        assert!(cpu == emu, "{variant}: --ordered logits of --device emu and --device cpu differ");
+        let generate = |device: &str| {
+            let out = strata().args(["generate", "-m", &m, "--tokens", &seq1, "-n", "24", "--temp", "0", "--show-ids", "--device", device, "--ordered"]).output().expect("running strata");
+            assert!(out.status.success(), "{variant}: generate --device {device} --ordered: {}", String::from_utf8_lossy(&out.stderr));
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            let ids = err.lines().find(|l| l.starts_with("ids: ")).unwrap_or_else(|| panic!("no ids in {err}")).to_string();
+            (String::from_utf8_lossy(&out.stdout).into_owned(), ids)
+        };
+        let (cpu, emu) = (generate("cpu"), generate("emu"));
+        eprintln!("{variant}: logits identical; greedy {}", emu.1);
+        assert_eq!(emu, cpu, "{variant}: --ordered generate on --device emu and --device cpu");
     }
 }

@@ -203,3 +203,44 @@ test_device!(
         assert_eq!((differ, eager.len()), (0, graph.len()), "{dev}: graph replay vs eager launches");
     }
 );
+
+test_device!(
+    /// In the ordered mode (`GpuOptions::ordered`, `Qwen4Exp::ordered`) the device head equals
+    /// the CPU head bit for bit: the trunk's wide residuals, then the head's logits and output
+    /// streams for 12 real pairs (two windows) and a chained step; F32 and Q8_0 heads.
+    model fn gpu_mtp_head_ordered_equals_cpu_head_bitwise(device) {
+        let dev = device.0;
+        let mut public = SynthConfig::public();
+        public.tied = true;
+        let mut tiny_q8 = SynthConfig::tiny();
+        tiny_q8.matrix_type = quant::GgmlType::Q8_0;
+        let q8_head = SynthMtp { matrix_type: quant::GgmlType::Q8_0, ratio: 2, own_tables: true, ..SynthMtp::default() };
+        for (what, cfg, head) in [("ordered-public-f32", &public, SynthMtp::default()), ("ordered-tiny-q8_0-own", &tiny_q8, q8_head)] {
+            let (mut m, h, trunk, head_path) = synth(what, cfg, &head, 7);
+            m.ordered = true;
+            let (v, w) = (m.hp.n_vocab, h.width());
+            let prompt: Vec<u32> = (0..13u32).map(|i| (i * 37 + 5) % v as u32).collect();
+            let (want_logits, want_hidden) = m.forward_hidden(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
+            let (_, api) = device.clone();
+            let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions { ordered: true, ..GpuOptions::default() }).unwrap();
+            let mut sess = g.new_session(KvType::F16, 64).unwrap();
+            let (mut logits, mut hidden) = (Vec::new(), Vec::new());
+            g.eval_hidden(&mut sess, &prompt, Logits::All, &mut logits, Some(&mut hidden)).unwrap();
+            let same = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same(&hidden, &want_hidden), "{dev} {what}: trunk wide residuals differ");
+            assert!(same(&logits, &want_logits), "{dev} {what}: trunk logits differ");
+            let gh = GpuMtp::new(&g, Mtp::open(&g.m, &head_path).unwrap()).unwrap();
+            let mut dh = GpuMtpHead::new(&gh, KvType::F16, 64).unwrap();
+            let mut ch = strata::spec::CpuMtpHead::new(&m, &h, KvType::F16);
+            let pairs = 12;
+            let got = dh.forward(&prompt[1..=pairs], &want_hidden[..pairs * w], true).unwrap();
+            let want = ch.forward(&prompt[1..=pairs], &want_hidden[..pairs * w], true).unwrap();
+            assert!(same(&got.logits, &want.logits) && same(&got.hidden, &want.hidden), "{dev} {what}: 12 pairs: logits rel {:.2e}, streams rel {:.2e}", rel(&got.logits, &want.logits), rel(&got.hidden, &want.hidden));
+            let last = &want.hidden[(pairs - 1) * w..];
+            let got = dh.forward(&[prompt[0]], last, true).unwrap();
+            let want = ch.forward(&[prompt[0]], last, true).unwrap();
+            assert!(same(&got.logits, &want.logits) && same(&got.hidden, &want.hidden), "{dev} {what}: chained step");
+            eprintln!("{dev} {what}: trunk and head bit-identical");
+        }
+    }
+);

@@ -7,6 +7,7 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
+use strata::cpu::flash_next::Numerics;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GdnBuffers, GdnDeviceState, GdnShape, GpuOps};
 use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};
@@ -85,7 +86,11 @@ impl<'a> DevLayer<'a> {
     fn mix(&self, m: &[f32], z: &[f32], beta: &[f32], alpha: &[f32], n: usize) -> Vec<f32> {
         self.run(m, z, beta, alpha, n, None)
     }
-    /// Runs a prompt of `n` tokens through the chunked kernel.
+    /// Runs `n` tokens with every sum in the CPU's order (`gdn_mix_in_order`, the ordered mode).
+    fn mix_in_order(&self, m: &[f32], z: &[f32], beta: &[f32], alpha: &[f32], n: usize) -> Vec<f32> {
+        self.run(m, z, beta, alpha, n, Some(0))
+    }
+    /// Runs a prompt of `n` tokens through the chunked kernel (`chunk` > 0).
     fn prefill(&self, m: &[f32], z: &[f32], beta: &[f32], alpha: &[f32], n: usize, chunk: usize) -> Vec<f32> {
         self.run(m, z, beta, alpha, n, Some(chunk))
     }
@@ -110,6 +115,10 @@ impl<'a> DevLayer<'a> {
             o: o.ptr,
         };
         match chunk {
+            Some(0) => {
+                ops.gdn_mix_in_order(&S, &self.shape, &b, n as u32).expect("gdn_mix_in_order");
+                o.f32s()
+            }
             Some(ch) => {
                 let delta = zeros(ops, (self.shape.hv * self.shape.head_dim) as usize * ch * 4);
                 ops.gdn_prefill(&S, &self.shape, &b, n as u32, ch as u32, delta.ptr).expect("gdn_prefill");
@@ -158,6 +167,32 @@ test_device!(
                 worst = worst.max(max_rel(dev, &format!("{what}: delta state"), &dl.delta_state.f32s(), &st.m));
             }
             println!("{dev} gdn_mix Hk={hk} Hv={hv} S={s} K={k}: worst relative error {worst:e} (tolerance {GDN_TOL:e})");
+        }
+    }
+);
+
+test_device!(
+    /// The ordered mode's mixer (`gdn_mix_in_order`) equals the CPU's `Gdn::mix_with` in
+    /// `Numerics::Ordered` (`quant::fmath`'s exp, softplus, sigmoid, SiLU) bit for bit, outputs
+    /// and states, at every head dim (128 included, where the fast mode adds two halves).
+    fn gpu_ops_gdn_mix_in_order_equals_cpu_ordered_bitwise(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0x0d4);
+        for (hk, hv, s, k) in [(2usize, 4usize, 32usize, 4usize), (2, 3, 16, 2), (1, 2, 128, 4), (1, 1, 8, 1)] {
+            let g = layer(&mut rng, hk, hv, s, k);
+            let mut st = g.new_state();
+            st.conv = rng.symmetric_vec(st.conv.len(), 1.5);
+            st.m = rng.symmetric_vec(st.m.len(), 0.3);
+            let dl = DevLayer::new(ops, &g, &st);
+            for (call, n) in [1usize, 8, 3].into_iter().enumerate() {
+                let [m, z, b, a] = inputs(&mut rng, &g, n);
+                let want = g.mix_with(Numerics::Ordered, &m, &z, &b, &a, n, &mut st, GdnMode::Recurrent);
+                let got = dl.mix_in_order(&m, &z, &b, &a, n);
+                let what = format!("Hk={hk} Hv={hv} S={s} K={k} call {call} ({n} tokens)");
+                assert_bits(dev, &format!("{what}: o"), &got, &want);
+                assert_bits(dev, &format!("{what}: conv state"), &dl.conv_state.f32s(), &st.conv);
+                assert_bits(dev, &format!("{what}: delta state"), &dl.delta_state.f32s(), &st.m);
+            }
         }
     }
 );

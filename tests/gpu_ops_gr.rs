@@ -6,6 +6,7 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
+use strata::cpu::flash_next::Numerics;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GpuOps, GrShape};
 use strata::model::qwen4exp::gr::HyperConn;
@@ -42,8 +43,9 @@ fn assert_close(dev: &str, what: &str, got: &[f32], want: &[f32]) {
     }
 }
 
-/// One GR read on the device, the matmuls on the host between the kernels: (flat, block input).
-fn read_on_device(ops: &GpuOps, h: &HyperConn, r: &[f32], n: usize) -> (Vec<f32>, Vec<f32>) {
+/// One GR read on the device, the matmuls on the host between the kernels (in the float order
+/// `num` names): (flat, block input).
+fn read_on_device(ops: &GpuOps, h: &HyperConn, r: &[f32], n: usize, num: Numerics) -> (Vec<f32>, Vec<f32>) {
     let (hc, e, lr) = (h.hc, h.n_embd, h.down.rows);
     let shape = GrShape {
         hc: hc as u32,
@@ -55,13 +57,13 @@ fn read_on_device(ops: &GpuOps, h: &HyperConn, r: &[f32], n: usize) -> (Vec<f32>
         .unwrap();
     let flat = fb.f32s();
     let mut lo = vec![0f32; n * lr];
-    h.down.matmul(&flat, n, &mut lo);
+    num.matmul(&h.down, &flat, n, &mut lo);
     let lob = upf(ops, &lo);
     ops.gr_lowrank_act(&S, &shape, lob.ptr, (n * lr) as u32)
         .unwrap();
     let lo = lob.f32s();
     let mut gate = vec![0f32; n * hc * e];
-    h.up.matmul(&lo, n, &mut gate);
+    num.matmul(&h.up, &lo, n, &mut gate);
     let (gab, xb) = (upf(ops, &gate), zeros(ops, n * e * 4));
     ops.gr_gate_mix(&S, &shape, fb.ptr, gab.ptr, xb.ptr, n as u32)
         .unwrap();
@@ -76,7 +78,7 @@ test_device!(
         for (hc, e, lr, n) in [(4usize, 64usize, 16usize, 3usize), (2, 96, 8, 1), (4, 2560, 320, 2)] {
             let h = mixer(&mut rng, hc, e, lr);
             let r = rng.symmetric_vec(n * hc * e, 2.0);
-            let (flat, x) = read_on_device(ops, &h, &r, n);
+            let (flat, x) = read_on_device(ops, &h, &r, n, Numerics::Llama);
             assert_bits(dev, &format!("hc={hc} E={e}: stream norm"), &flat, &h.norm_streams(&r, n));
             let mut want_x = vec![0f32; n * e];
             let mut inj = vec![0f32; n * hc];
@@ -101,15 +103,41 @@ test_device!(
         let (hc, e, lr, n) = (4usize, 64usize, 16usize, 8usize);
         let h = mixer(&mut rng, hc, e, lr);
         let r = rng.symmetric_vec(n * hc * e, 2.0);
-        let (flat, x) = read_on_device(ops, &h, &r, n);
+        let (flat, x) = read_on_device(ops, &h, &r, n, Numerics::Llama);
         let row = hc * e;
         for t in 0..n {
-            let (f1, x1) = read_on_device(ops, &h, &r[t * row..(t + 1) * row], 1);
+            let (f1, x1) = read_on_device(ops, &h, &r[t * row..(t + 1) * row], 1, Numerics::Llama);
             assert_bits(dev, &format!("token {t}: stream norm"), &flat[t * row..(t + 1) * row], &f1);
             assert_bits(dev, &format!("token {t}: block input"), &x[t * e..(t + 1) * e], &x1);
         }
         let bad = GrShape { hc: 0, e: 64, eps: 1e-6 };
         assert!(ops.gr_stream_norm(&S, &bad, 0, 0, 0, 1).is_err());
         assert!(ops.gr_combine(&S, &GrShape { hc: 4, ..bad }, 0, 0, 0, 0).is_err());
+    }
+);
+
+test_device!(
+    /// In the ordered mode's float order (the host's products `Numerics::Ordered`, as
+    /// `mmv_ordered` computes them) the read and the write equal the CPU's
+    /// `HyperConn::{mix_with, combine_with}` bit for bit: the kernels' sums are in the CPU's
+    /// order and their sigmoid and SiLU are `quant::fmath`'s.
+    fn gpu_ops_gr_read_and_write_equal_cpu_ordered_bitwise(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0x70);
+        for (hc, e, lr, n) in [(4usize, 64usize, 16usize, 3usize), (2, 96, 8, 1), (4, 256, 32, 8)] {
+            let h = mixer(&mut rng, hc, e, lr);
+            let r = rng.symmetric_vec(n * hc * e, 2.0);
+            let (_, x) = read_on_device(ops, &h, &r, n, Numerics::Ordered);
+            let (mut want_x, mut inj) = (vec![0f32; n * e], vec![0f32; n * hc]);
+            h.mix_with(Numerics::Ordered, &r, n, &mut want_x, Some(&mut inj));
+            assert_bits(dev, &format!("hc={hc} E={e}: block input"), &x, &want_x);
+            let y = rng.symmetric_vec(n * e, 1.0);
+            let mut want_r = r.clone();
+            h.combine_with(Numerics::Ordered, &mut want_r, n, &y, &inj);
+            let shape = GrShape { hc: hc as u32, e: e as u32, eps: h.eps };
+            let (rb, yb, ib) = (upf(ops, &r), upf(ops, &y), upf(ops, &inj));
+            ops.gr_combine(&S, &shape, rb.ptr, yb.ptr, ib.ptr, n as u32).unwrap();
+            assert_bits(dev, &format!("hc={hc} E={e}: combine"), &rb.f32s(), &want_r);
+        }
     }
 );

@@ -8,7 +8,7 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
-use strata::cpu::flash_next::PleBlock;
+use strata::cpu::flash_next::{Numerics, PleBlock};
 use strata::gpu::ops::{GpuOps, PleBuffers, PleShape};
 use strata::rng::SplitMix64;
 use strata::test_device;
@@ -141,6 +141,30 @@ test_device!(
         ] {
             let e = ops.ple_block(&S, &shape, &z, n).expect_err(what).to_string();
             assert!(e.contains("ple"), "{what}: {e}");
+        }
+    }
+);
+
+test_device!(
+    /// `ple_block` equals the CPU's `PleBlock::mix_with` in `Numerics::Ordered` (the ordered
+    /// mode: `quant::fmath`'s sigmoid and SiLU) bit for bit, streams and conv history.
+    fn gpu_ops_ple_block_equals_cpu_ordered_bitwise(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0x91f);
+        for (hc, e, kp, dil) in [(4usize, 64usize, 4usize, 3usize), (2, 48, 3, 2), (1, 40, 1, 3)] {
+            let c = consts(&mut rng, hc, e, kp);
+            let b = block(&c, hc, e, kp, dil);
+            let mut hist = rng.symmetric_vec((kp - 1) * dil * hc * e, 1.0);
+            let db = DevBlock::new(ops, &b, &hist);
+            for (call, n) in [1usize, 8, 3].into_iter().enumerate() {
+                let [key, val, r] = inputs(&mut rng, hc, e, n);
+                let got = db.mix(&key, &val, &r, n);
+                let mut want = r.clone();
+                b.mix_with(Numerics::Ordered, &key, &val, &mut want, n, &mut hist);
+                let what = format!("hc={hc} E={e} Kp={kp} N={dil} call {call} ({n} tokens)");
+                assert_bits(dev, &format!("{what}: streams"), &got, &want);
+                assert_bits(dev, &format!("{what}: conv history"), &db.hist.f32s(), &hist);
+            }
         }
     }
 );

@@ -10,7 +10,7 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
-use strata::cpu::flash_next::QsaProjections;
+use strata::cpu::flash_next::{Numerics, QsaProjections};
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GpuOps, KvFormat, QsaBuffers, QsaIndexerShape, QsaShape};
 use strata::model::KvRows;
@@ -220,10 +220,11 @@ fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
     assert_rel_floor1(dev, what, got, want, QSA_TOL)
 }
 
-/// Runs `tokens` in windows cycling through `windows` on the CPU and the device, checking every
-/// window's output, kept cells, caches and block keys; returns (worst error, tokens whose
+/// Runs `tokens` in windows cycling through `windows` on the CPU (in the float order `num`
+/// names) and the device, checking every window's output (bit for bit in `Numerics::Ordered`,
+/// else within `QSA_TOL`), kept cells, caches and block keys; returns (worst error, tokens whose
 /// selection was sparse).
-fn run_sequence(ops: &GpuOps, q: &Qsa, kv: KvType, rng: &mut SplitMix64, tokens: usize, windows: &[usize]) -> (f32, usize) {
+fn run_sequence(ops: &GpuOps, q: &Qsa, kv: KvType, rng: &mut SplitMix64, tokens: usize, windows: &[usize], num: Numerics) -> (f32, usize) {
     let dev = device_name(ops);
     let mut dl = DevLayer::new(ops, q, kv, tokens);
     let mut cache = q.new_cache(kv);
@@ -231,7 +232,7 @@ fn run_sequence(ops: &GpuOps, q: &Qsa, kv: KvType, rng: &mut SplitMix64, tokens:
     while done < tokens {
         let n = windows[call % windows.len()].min(tokens - done);
         let p = projections(rng, q, n);
-        let (want, want_sel) = q.mix(&p, n, done, &mut cache, true);
+        let (want, want_sel) = q.mix_with(num, &p, n, done, &mut cache, true);
         let (got, got_sel) = dl.mix(&p, n);
         let what = format!("{:?} window {call} at {done} ({n} tokens)", shape(q, kv));
         if q.indexer.is_some() {
@@ -240,7 +241,11 @@ fn run_sequence(ops: &GpuOps, q: &Qsa, kv: KvType, rng: &mut SplitMix64, tokens:
                 sparse += (want_sel[t].len() < done + t + 1) as usize;
             }
         }
-        worst = worst.max(max_rel(dev, &format!("{what}: out"), &got, &want));
+        if num == Numerics::Ordered {
+            assert_bits(dev, &format!("{what}: out"), &got, &want);
+        } else {
+            worst = worst.max(max_rel(dev, &format!("{what}: out"), &got, &want));
+        }
         done += n;
         call += 1;
     }
@@ -270,11 +275,29 @@ test_device!(
         for kv in [KvType::F16, KvType::Int8] {
             for (dims, tokens) in cases {
                 let q = layer(&mut rng, dims);
-                let (worst, sparse) = run_sequence(ops, &q, kv, &mut rng, tokens, &[1, 8, 3, 1, 5, 2]);
+                let (worst, sparse) = run_sequence(ops, &q, kv, &mut rng, tokens, &[1, 8, 3, 1, 5, 2], Numerics::Llama);
                 if q.indexer.is_some() {
                     assert!(sparse > tokens / 2, "{dev} {dims:?}: only {sparse} of {tokens} tokens had a sparse selection");
                 }
                 println!("{dev} qsa_mix {kv:?} {dims:?}, {tokens} tokens: {sparse} sparse selections, worst relative error {worst:e} (tolerance {QSA_TOL:e})");
+            }
+        }
+    }
+);
+
+test_device!(
+    /// `qsa_mix` equals the CPU's `Qsa::mix_with` in `Numerics::Ordered` (the ordered mode:
+    /// `quant::fmath`'s softmax exp and gate sigmoid) bit for bit, over 300 tokens of sparse
+    /// selection and a dense layer, f16 and int8 caches.
+    fn gpu_ops_qsa_mix_equals_cpu_ordered_bitwise(ops) {
+        let dev = device_name(ops);
+        let mut rng = SplitMix64::new(0x05b);
+        let cases: [(Dims, usize); 3] = [((4, 2, 32, 16, Some((2, 32, 8, 4))), 300), ((4, 2, 256, 64, Some((2, 128, 6, 4))), 40), ((2, 2, 32, 32, None), 40)];
+        for kv in [KvType::F16, KvType::Int8] {
+            for (dims, tokens) in cases {
+                let q = layer(&mut rng, dims);
+                let (_, sparse) = run_sequence(ops, &q, kv, &mut rng, tokens, &[1, 8, 3, 1, 5, 2], Numerics::Ordered);
+                println!("{dev} qsa_mix ordered {kv:?} {dims:?}, {tokens} tokens: {sparse} sparse selections, bit for bit");
             }
         }
     }

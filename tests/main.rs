@@ -16,6 +16,8 @@ mod gpu_expert_handoff;
 #[cfg(feature = "gpu")]
 mod gpu_flash_next;
 #[cfg(feature = "gpu")]
+mod gpu_flash_next_ordered;
+#[cfg(feature = "gpu")]
 mod gpu_flash_next_cache;
 #[cfg(feature = "gpu")]
 mod gpu_flash_next_mtp;

@@ -600,7 +600,13 @@ impl Engine {
         }
         let model = if model::Arch::of(&gguf, path)? == model::Arch::Qwen4Exp {
             let q4_err = |e: EngineError| e.in_file(path);
-            let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?;
+            // --ordered: the CPU in the device's float order (a device model takes the mode
+            // from `GpuOptions::ordered`).
+            let load = |gguf| Qwen4Exp::from_gguf_with(gguf, &opts.ple).map(|mut m| {
+                m.ordered = opts.ordered_attention;
+                m
+            });
+            let m = load(gguf).map_err(q4_err)?;
             #[cfg(feature = "gpu")]
             let mut gopts = opts.gpu;
             #[cfg(feature = "gpu")]
@@ -619,7 +625,7 @@ impl Engine {
                     AnyModel::FlashGpu(Box::new(g))
                 }
                 // A usable card when there is one (never the software device); a model the card
-                // cannot take (its memory, a dimension, --ordered) runs on the CPU, with the reason.
+                // cannot take (its memory, a dimension) runs on the CPU, with the reason.
                 #[cfg(feature = "gpu")]
                 Device::Auto => match gpu_executor::device::open_device_with(Device::Auto, &gopts) {
                     Ok(api) => match gpu_executor::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts) {
@@ -630,7 +636,7 @@ impl Engine {
                         Err(why) => {
                             eprintln!("strata: {} does not run on the GPU ({why}); running on the CPU", path.display());
                             let gguf = gguf::GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
-                            AnyModel::Flash(Box::new(Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(q4_err)?))
+                            AnyModel::Flash(Box::new(load(gguf).map_err(q4_err)?))
                         }
                     },
                     Err(gpu_executor::device::GpuError::NoUsableGpu(why)) => {

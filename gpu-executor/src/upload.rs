@@ -137,6 +137,10 @@ impl<'a> Uploader<'a> {
     pub(super) fn new(api: &'a dyn GpuApi, ordered: bool) -> Uploader<'a> {
         Uploader { api, allocs: Vec::new(), bytes: 0, ordered }
     }
+    /// Whether matrices stay as stored for the ordered mode ([`MatKind::Raw`]).
+    pub(super) fn ordered(&self) -> bool {
+        self.ordered
+    }
     /// The buffers allocated so far and their bytes, for their owner to free.
     pub(super) fn finish(mut self) -> (Vec<DevicePtr>, usize) {
         (std::mem::take(&mut self.allocs), self.bytes)

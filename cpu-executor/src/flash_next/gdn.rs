@@ -2,8 +2,7 @@
 //! `model::qwen4exp::gdn`): projections, the causal conv, the delta rule per value head on the
 //! thread team (recurrent, or chunked for prefill) and the gated norm.
 
-use super::linear::{rms_norm, sigmoid, silu, softplus};
-use crate::prelude::*;
+use super::linear::{Numerics, rms_norm};
 use model::qwen4exp::{Gdn, GdnMode, GdnState};
 
 /// Per-token inputs of the delta rule for one value head.
@@ -18,38 +17,16 @@ struct HeadIn<'a> {
 /// The CPU executor's methods on [`Gdn`] (a type of the `model` crate, which knows no backend).
 pub trait GdnCpu {
     /// Runs `n` tokens `x [n][E]`, advancing `st`; writes `y [n][E]`.
-    fn forward(&self, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]);
+    fn forward(&self, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]) {
+        self.forward_with(Numerics::Llama, x, n, st, mode, y)
+    }
+
+    /// [`Self::forward`] in the float order `num` names.
+    fn forward_with(&self, num: Numerics, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]);
 
     /// The token mixer between the projections, what the GPU's `gdn_*` kernels compute: conv
     /// inputs `m [n][C]`, gate `z [n][Hv·S]`, β and α logits `[n][Hv]`; returns the gated,
     /// normalised head outputs `o [n][Hv·S]` (the input of `ssm_out`), advancing `st`.
-    fn mix(
-        &self,
-        m: &[f32],
-        z: &[f32],
-        beta_logit: &[f32],
-        alpha_logit: &[f32],
-        n: usize,
-        st: &mut GdnState,
-        mode: GdnMode,
-    ) -> Vec<f32>;
-}
-
-impl GdnCpu for Gdn {
-    fn forward(&self, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]) {
-        let (c, hv, vd) = (self.channels(), self.hv, self.hv * self.s);
-        let mut m = vec![0f32; n * c];
-        self.qkv.matmul(x, n, &mut m);
-        let mut z = vec![0f32; n * vd];
-        self.gate.matmul(x, n, &mut z);
-        let mut beta = vec![0f32; n * hv];
-        self.beta.matmul(x, n, &mut beta);
-        let mut alpha = vec![0f32; n * hv];
-        self.alpha.matmul(x, n, &mut alpha);
-        let o = self.mix(&m, &z, &beta, &alpha, n, st, mode);
-        self.out.matmul(&o, n, y);
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn mix(
         &self,
@@ -61,15 +38,60 @@ impl GdnCpu for Gdn {
         st: &mut GdnState,
         mode: GdnMode,
     ) -> Vec<f32> {
+        self.mix_with(Numerics::Llama, m, z, beta_logit, alpha_logit, n, st, mode)
+    }
+
+    /// [`Self::mix`] in the float order `num` names.
+    #[allow(clippy::too_many_arguments)]
+    fn mix_with(
+        &self,
+        num: Numerics,
+        m: &[f32],
+        z: &[f32],
+        beta_logit: &[f32],
+        alpha_logit: &[f32],
+        n: usize,
+        st: &mut GdnState,
+        mode: GdnMode,
+    ) -> Vec<f32>;
+}
+
+impl GdnCpu for Gdn {
+    fn forward_with(&self, num: Numerics, x: &[f32], n: usize, st: &mut GdnState, mode: GdnMode, y: &mut [f32]) {
+        let (c, hv, vd) = (self.channels(), self.hv, self.hv * self.s);
+        let mut m = vec![0f32; n * c];
+        num.matmul(&self.qkv, x, n, &mut m);
+        let mut z = vec![0f32; n * vd];
+        num.matmul(&self.gate, x, n, &mut z);
+        let mut beta = vec![0f32; n * hv];
+        num.matmul(&self.beta, x, n, &mut beta);
+        let mut alpha = vec![0f32; n * hv];
+        num.matmul(&self.alpha, x, n, &mut alpha);
+        let o = self.mix_with(num, &m, &z, &beta, &alpha, n, st, mode);
+        num.matmul(&self.out, &o, n, y);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mix_with(
+        &self,
+        num: Numerics,
+        m: &[f32],
+        z: &[f32],
+        beta_logit: &[f32],
+        alpha_logit: &[f32],
+        n: usize,
+        st: &mut GdnState,
+        mode: GdnMode,
+    ) -> Vec<f32> {
         let (hk, hv, s, kk) = (self.hk, self.hv, self.s, self.conv_k);
         let c = self.channels();
         let vd = hv * s;
-        let beta: Vec<f32> = beta_logit[..n * hv].iter().map(|&b| sigmoid(b)).collect();
+        let beta: Vec<f32> = beta_logit[..n * hv].iter().map(|&b| num.sigmoid(b)).collect();
         let mut g = alpha_logit[..n * hv].to_vec();
         for t in 0..n {
             for h in 0..hv {
                 let v = &mut g[t * hv + h];
-                *v = softplus(*v + self.dt_bias[h]) * self.a[h];
+                *v = num.softplus(*v + self.dt_bias[h]) * self.a[h];
             }
         }
 
@@ -84,7 +106,7 @@ impl GdnCpu for Gdn {
                 for k in 0..kk {
                     acc += hist[(t + k) * c + ch] * self.conv[ch * kk + k];
                 }
-                u[t * c + ch] = silu(acc);
+                u[t * c + ch] = num.silu(acc);
             }
         }
         st.conv.copy_from_slice(&hist[n * c..]);
@@ -117,8 +139,8 @@ impl GdnCpu for Gdn {
                 })
                 .collect();
             *out = match mode {
-                GdnMode::Recurrent => recurrent(mh, s, &inputs),
-                GdnMode::Chunked(cs) => chunked(mh, s, &inputs, cs.max(1)),
+                GdnMode::Recurrent => recurrent(num, mh, s, &inputs),
+                GdnMode::Chunked(cs) => chunked(num, mh, s, &inputs, cs.max(1)),
             };
         });
         for (h, (_, oh)) in heads.iter().enumerate() {
@@ -134,7 +156,7 @@ impl GdnCpu for Gdn {
                 let r = t * vd + h * s..t * vd + (h + 1) * s;
                 rms_norm(&o[r.clone()], Some(&self.norm), self.eps, &mut normed);
                 for ((ov, &nv), &zv) in o[r.clone()].iter_mut().zip(&normed).zip(&z[r]) {
-                    *ov = nv * sigmoid(zv);
+                    *ov = nv * num.sigmoid(zv);
                 }
             }
         }
@@ -143,12 +165,12 @@ impl GdnCpu for Gdn {
 }
 
 /// Token-by-token delta rule for one head; returns `o [n][S]`, updates `mh [S][S]`.
-fn recurrent(mh: &mut [f32], s: usize, inputs: &[HeadIn]) -> Vec<f32> {
+fn recurrent(num: Numerics, mh: &mut [f32], s: usize, inputs: &[HeadIn]) -> Vec<f32> {
     let scale = 1.0 / (s as f32).sqrt();
     let mut out = vec![0f32; inputs.len() * s];
     let mut kv = vec![0f32; s];
     for (t, x) in inputs.iter().enumerate() {
-        let decay = x.g.exp();
+        let decay = num.exp(x.g);
         mh.iter_mut().for_each(|v| *v *= decay);
         // kv = Mᵀ k
         kv.fill(0.0);
@@ -182,7 +204,7 @@ fn recurrent(mh: &mut [f32], s: usize, inputs: &[HeadIn]) -> Vec<f32> {
 }
 
 /// Chunked delta rule for one head (see the module doc); same contract as [`recurrent`].
-fn chunked(mh: &mut [f32], s: usize, inputs: &[HeadIn], chunk: usize) -> Vec<f32> {
+fn chunked(num: Numerics, mh: &mut [f32], s: usize, inputs: &[HeadIn], chunk: usize) -> Vec<f32> {
     let scale = 1.0 / (s as f32).sqrt();
     let mut out = vec![0f32; inputs.len() * s];
     for (ci, ch) in inputs.chunks(chunk).enumerate() {
@@ -210,10 +232,10 @@ fn chunked(mh: &mut [f32], s: usize, inputs: &[HeadIn], chunk: usize) -> Vec<f32
         for t in 0..l {
             let x = &ch[t];
             let mk = mt(x.k);
-            let et = gc[t].exp();
+            let et = num.exp(gc[t]);
             let mut d: Vec<f32> = (0..s).map(|j| x.beta * (x.v[j] - et * mk[j])).collect();
             for i in 0..t {
-                let a = x.beta * (gc[t] - gc[i]).exp() * dot(x.k, ch[i].k);
+                let a = x.beta * num.exp(gc[t] - gc[i]) * dot(x.k, ch[i].k);
                 for j in 0..s {
                     d[j] -= a * delta[i * s + j];
                 }
@@ -224,13 +246,13 @@ fn chunked(mh: &mut [f32], s: usize, inputs: &[HeadIn], chunk: usize) -> Vec<f32
         for t in 0..l {
             let x = &ch[t];
             let mq = mt(x.q);
-            let et = gc[t].exp();
+            let et = num.exp(gc[t]);
             let o = &mut out[(ci * chunk + t) * s..(ci * chunk + t + 1) * s];
             for j in 0..s {
                 o[j] = et * mq[j];
             }
             for i in 0..=t {
-                let a = (gc[t] - gc[i]).exp() * dot(x.q, ch[i].k);
+                let a = num.exp(gc[t] - gc[i]) * dot(x.q, ch[i].k);
                 for j in 0..s {
                     o[j] += a * delta[i * s + j];
                 }
@@ -238,10 +260,10 @@ fn chunked(mh: &mut [f32], s: usize, inputs: &[HeadIn], chunk: usize) -> Vec<f32
             o.iter_mut().for_each(|v| *v *= scale);
         }
         // Chunk-end state.
-        let el = gc[l - 1].exp();
+        let el = num.exp(gc[l - 1]);
         mh.iter_mut().for_each(|v| *v *= el);
         for i in 0..l {
-            let w = (gc[l - 1] - gc[i]).exp();
+            let w = num.exp(gc[l - 1] - gc[i]);
             let k = ch[i].k;
             for a in 0..s {
                 let wk = w * k[a];

@@ -84,6 +84,65 @@ pub fn rope_head(head: &mut [f32], cs: &[(f32, f32)]) {
     cpu_kernels::rope_neox_ggml_cs(head, 1, head.len(), cs);
 }
 
+/// The float order the CPU runs Flash-Next in: llama.cpp's (SIMD products, libm's exp), or the
+/// ordered-numerics mode's (`--ordered`), the device's own: every product
+/// [`crate::matmul_ordered`] (`quant::quantize_row` + `quant::vec_dot`, as `mmv_ordered`), every
+/// exp / sigmoid / SiLU / softplus `quant::fmath`'s (what the device kernels call), the MoE
+/// softmax in `moe_router`'s order and the expert outputs added in rank order (`moe_combine`).
+/// The sums between them are already in the device kernels' order in both modes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Numerics {
+    #[default]
+    Llama,
+    Ordered,
+}
+
+impl Numerics {
+    pub fn of(ordered: bool) -> Numerics {
+        if ordered { Numerics::Ordered } else { Numerics::Llama }
+    }
+
+    pub fn exp(self, x: f32) -> f32 {
+        match self {
+            Numerics::Llama => x.exp(),
+            Numerics::Ordered => quant::fmath::expf(x),
+        }
+    }
+
+    pub fn sigmoid(self, x: f32) -> f32 {
+        match self {
+            Numerics::Llama => sigmoid(x),
+            Numerics::Ordered => quant::fmath::sigmoid(x),
+        }
+    }
+
+    pub fn silu(self, x: f32) -> f32 {
+        match self {
+            Numerics::Llama => silu(x),
+            Numerics::Ordered => quant::fmath::silu(x),
+        }
+    }
+
+    pub fn softplus(self, x: f32) -> f32 {
+        match self {
+            Numerics::Llama => softplus(x),
+            Numerics::Ordered => quant::fmath::softplus(x),
+        }
+    }
+
+    /// `y[n][rows] = x[n][cols] Wᵀ`: [`MatCpu::matmul`], or the reference order.
+    pub fn matmul(self, w: &Mat, x: &[f32], n: usize, y: &mut [f32]) {
+        if self == Numerics::Llama {
+            return w.matmul(x, n, y);
+        }
+        let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
+        if let Err(e) = crate::matmul_ordered(&w.qt(), x, n, y) {
+            y.fill(f32::NAN); // unreachable: the geometry was validated at construction
+            debug_assert!(false, "{w:?}: {e}");
+        }
+    }
+}
+
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }

@@ -1,43 +1,68 @@
 //! Flash-Next's MoE FFN on the CPU (described in `model::qwen4exp::moe`): routing, the routed
 //! SwiGLU experts and the sigmoid-gated shared expert.
 
-use super::linear::{sigmoid, silu};
-use crate::prelude::*;
+use super::linear::Numerics;
 use model::qwen4exp::moe::MIN_WEIGHT_SUM;
 use model::qwen4exp::{Moe, SwiGlu};
 
 /// The CPU executor's methods on [`SwiGlu`] (a type of the `model` crate, which knows no backend).
 pub trait SwiGluCpu {
     /// `y = down(silu(gate x) ⊙ up x)` for `n` tokens.
-    fn forward(&self, x: &[f32], n: usize, y: &mut [f32]);
+    fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        self.forward_with(Numerics::Llama, x, n, y)
+    }
+
+    /// [`Self::forward`] in the float order `num` names.
+    fn forward_with(&self, num: Numerics, x: &[f32], n: usize, y: &mut [f32]);
 }
 
 impl SwiGluCpu for SwiGlu {
-    fn forward(&self, x: &[f32], n: usize, y: &mut [f32]) {
+    fn forward_with(&self, num: Numerics, x: &[f32], n: usize, y: &mut [f32]) {
         let ff = self.gate.rows;
         let mut g = vec![0f32; n * ff];
         let mut u = vec![0f32; n * ff];
-        self.gate.matmul(x, n, &mut g);
-        self.up.matmul(x, n, &mut u);
-        g.iter_mut().zip(&u).for_each(|(a, &b)| *a = silu(*a) * b);
-        self.down.matmul(&g, n, y);
+        num.matmul(&self.gate, x, n, &mut g);
+        num.matmul(&self.up, x, n, &mut u);
+        g.iter_mut().zip(&u).for_each(|(a, &b)| *a = num.silu(*a) * b);
+        num.matmul(&self.down, &g, n, y);
     }
 }
 
 /// The CPU executor's methods on [`Moe`] (a type of the `model` crate, which knows no backend).
 pub trait MoeCpu {
     /// Expert choice of one token: `(expert, weight)` by decreasing probability.
-    fn route(&self, logits: &[f32]) -> Vec<(usize, f32)>;
+    fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
+        self.route_with(Numerics::Llama, logits)
+    }
+
+    /// [`Self::route`] in the float order `num` names (ordered: the softmax in `moe_router`'s
+    /// order, `crate::moe::softmax_wave_order`).
+    fn route_with(&self, num: Numerics, logits: &[f32]) -> Vec<(usize, f32)>;
 
     /// `y [n][E]` for `x [n][E]`. Tokens routed to the same expert are batched.
     fn forward(&self, x: &[f32], n: usize, y: &mut [f32]);
 
     /// [`Self::forward`] as MoE layer `layer` of a model: its routing goes to `--dump-routing`.
-    fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]);
+    fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]) {
+        self.forward_layer_with(Numerics::Llama, layer, x, n, y)
+    }
+
+    /// [`Self::forward_layer`] in the float order `num` names; ordered, each token's expert
+    /// outputs are added in rank order from 0 (the device's `moe_combine`), not by expert id.
+    fn forward_layer_with(&self, num: Numerics, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]);
 }
 
 impl MoeCpu for Moe {
-    fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
+    fn route_with(&self, num: Numerics, logits: &[f32]) -> Vec<(usize, f32)> {
+        if num == Numerics::Ordered {
+            let mut p = logits.to_vec();
+            crate::moe::softmax_wave_order(&mut p);
+            let mut sel = Vec::with_capacity(self.n_used);
+            crate::moe::top_k(&p, self.n_used, &mut sel);
+            let wsum: f32 = sel.iter().map(|&(_, w)| w).sum();
+            let denom = wsum.max(MIN_WEIGHT_SUM);
+            return sel.into_iter().map(|(e, w)| (e, w / denom)).collect();
+        }
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut p: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
         let sum: f64 = p.iter().map(|&v| v as f64).sum();
@@ -55,13 +80,13 @@ impl MoeCpu for Moe {
         self.forward_layer(None, x, n, y)
     }
 
-    fn forward_layer(&self, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]) {
+    fn forward_layer_with(&self, num: Numerics, layer: Option<usize>, x: &[f32], n: usize, y: &mut [f32]) {
         let e = self.router.cols;
         let ne = self.router.rows;
         let mut logits = vec![0f32; n * ne];
-        self.router.matmul(x, n, &mut logits);
+        num.matmul(&self.router, x, n, &mut logits);
         let routes: Vec<Vec<(usize, f32)>> = (0..n)
-            .map(|t| self.route(&logits[t * ne..(t + 1) * ne]))
+            .map(|t| self.route_with(num, &logits[t * ne..(t + 1) * ne]))
             .collect();
         if let Some(l) = layer.filter(|_| experts::trace::dumping()) {
             for r in &routes {
@@ -70,6 +95,8 @@ impl MoeCpu for Moe {
             }
         }
         y[..n * e].fill(0.0);
+        // Ordered: each (token, rank) slot's output, added in rank order below.
+        let mut slots = vec![0f32; if num == Numerics::Ordered { n * self.n_used * e } else { 0 }];
         for (ex, expert) in self.experts.iter().enumerate() {
             let toks: Vec<(usize, f32)> = routes
                 .iter()
@@ -84,7 +111,14 @@ impl MoeCpu for Moe {
                 .flat_map(|&(t, _)| x[t * e..(t + 1) * e].iter().copied())
                 .collect();
             let mut ys = vec![0f32; toks.len() * e];
-            expert.forward(&xs, toks.len(), &mut ys);
+            expert.forward_with(num, &xs, toks.len(), &mut ys);
+            if num == Numerics::Ordered {
+                for (i, &(t, _)) in toks.iter().enumerate() {
+                    let rank = routes[t].iter().position(|&(id, _)| id == ex).unwrap_or(0);
+                    slots[(t * self.n_used + rank) * e..][..e].copy_from_slice(&ys[i * e..(i + 1) * e]);
+                }
+                continue;
+            }
             for (i, &(t, w)) in toks.iter().enumerate() {
                 y[t * e..(t + 1) * e]
                     .iter_mut()
@@ -92,12 +126,19 @@ impl MoeCpu for Moe {
                     .for_each(|(a, &b)| *a += w * b);
             }
         }
+        for (t, r) in routes.iter().enumerate().filter(|_| num == Numerics::Ordered) {
+            let yt = &mut y[t * e..(t + 1) * e];
+            for (rank, &(_, w)) in r.iter().enumerate() {
+                let ys = &slots[(t * self.n_used + rank) * e..][..e];
+                yt.iter_mut().zip(ys).for_each(|(a, &b)| *a += w * b);
+            }
+        }
         let mut sh = vec![0f32; n * e];
-        self.shared.forward(x, n, &mut sh);
+        self.shared.forward_with(num, x, n, &mut sh);
         let mut sg = vec![0f32; n];
-        self.shared_gate.matmul(x, n, &mut sg);
+        num.matmul(&self.shared_gate, x, n, &mut sg);
         for t in 0..n {
-            let g = sigmoid(sg[t]);
+            let g = num.sigmoid(sg[t]);
             y[t * e..(t + 1) * e]
                 .iter_mut()
                 .zip(&sh[t * e..(t + 1) * e])

@@ -1,6 +1,6 @@
 //! The MTP (NextN) draft head on the CPU (its layout is described in `model::qwen4exp::mtp`).
 
-use super::linear::rms_norm;
+use super::linear::{Numerics, rms_norm};
 use crate::prelude::*;
 use model::error::EngineError;
 use model::qwen4exp::mtp::MtpOut;
@@ -175,29 +175,31 @@ impl FlashNextOps for CpuMtpChunk<'_> {
                 rms_norm(&self.wide[(t * hc + c) * e..][..e], Some(&mtp.hnorm[c * e..(c + 1) * e]), mtp.eps, &mut row[e..]);
             }
         }
-        mtp.eh_proj.matmul(&cat, n * hc, &mut self.r);
+        Numerics::of(self.m.ordered).matmul(&mtp.eh_proj, &cat, n * hc, &mut self.r);
         Ok(())
     }
 
     fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
-        self.hc(layer, site)?.mix(&self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
+        let num = Numerics::of(self.m.ordered);
+        self.hc(layer, site)?.mix_with(num, &self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
         Ok(())
     }
 
     fn attention(&mut self, layer: usize) -> Result<(), EngineError> {
         self.hc(layer, Site::Mixer)?;
-        self.mtp.attn.forward(&self.x, self.toks.len(), self.start, &mut self.st.cache, &mut self.y, false);
+        self.mtp.attn.forward_with(Numerics::of(self.m.ordered), &self.x, self.toks.len(), self.start, &mut self.st.cache, &mut self.y, false);
         Ok(())
     }
 
     fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
-        self.hc(layer, site)?.combine(&mut self.r, self.toks.len(), &self.y, &self.inj);
+        let num = Numerics::of(self.m.ordered);
+        self.hc(layer, site)?.combine_with(num, &mut self.r, self.toks.len(), &self.y, &self.inj);
         Ok(())
     }
 
     fn moe(&mut self, layer: usize) -> Result<(), EngineError> {
         self.hc(layer, Site::Ffn)?;
-        self.mtp.moe.forward(&self.x, self.toks.len(), &mut self.y);
+        self.mtp.moe.forward_layer_with(Numerics::of(self.m.ordered), None, &self.x, self.toks.len(), &mut self.y);
         Ok(())
     }
 
@@ -207,8 +209,9 @@ impl FlashNextOps for CpuMtpChunk<'_> {
         let head = self.mtp.head.as_ref().unwrap_or(&self.m.output);
         let rows = n - self.first;
         let mut z = vec![0f32; rows * e];
-        mixer.mix(&self.r[self.first * w..], rows, &mut z, None);
-        head.matmul(&z, rows, &mut self.logits);
+        let num = Numerics::of(self.m.ordered);
+        mixer.mix_with(num, &self.r[self.first * w..], rows, &mut z, None);
+        num.matmul(head, &z, rows, &mut self.logits);
         Ok(())
     }
 }

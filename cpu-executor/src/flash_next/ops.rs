@@ -2,7 +2,9 @@
 //! layer's CPU arithmetic in the sibling modules (GDN, QSA, GR, MoE, PLE), which match
 //! llama.cpp on the public fixtures.
 
+use super::linear::Numerics;
 use crate::prelude::*;
+use model::qwen4exp::GdnMode;
 use model::qwen4exp::program::{FlashNextOps, Site};
 use model::qwen4exp::{LayerState, Mixer, Qwen4Exp, SeqState, Trace};
 use model::error::EngineError;
@@ -37,6 +39,11 @@ impl<'a> CpuFlashChunk<'a> {
         CpuFlashChunk { m, st, toks, r: vec![0.0; n * hc * e], x: vec![0.0; n * e], y: vec![0.0; n * e], inj: vec![0.0; n * hc], logits, trace, hidden }
     }
 
+    /// The float order of this model's CPU run ([`Qwen4Exp::ordered`]).
+    fn num(&self) -> Numerics {
+        Numerics::of(self.m.ordered)
+    }
+
     fn hc(&self, layer: usize, site: Site) -> &'a model::qwen4exp::HyperConn {
         let l = &self.m.layers[layer];
         match site {
@@ -60,20 +67,24 @@ impl FlashNextOps for CpuFlashChunk<'_> {
     }
 
     fn ple(&mut self, layer: usize) -> Result<(), EngineError> {
+        let num = self.num();
         if let (Some(ple), Some(ps)) = (&self.m.ple, self.st.ple.as_mut()) {
-            ple.forward(&mut self.r, self.toks, ps).map_err(|reason| EngineError::Ple { layer, reason })?;
+            ple.forward_with(num, &mut self.r, self.toks, ps).map_err(|reason| EngineError::Ple { layer, reason })?;
         }
         Ok(())
     }
 
     fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
-        self.hc(layer, site).mix(&self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
+        self.hc(layer, site).mix_with(self.num(), &self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
         Ok(())
     }
 
     fn gdn(&mut self, layer: usize) -> Result<(), EngineError> {
-        match (&self.m.layers[layer].mixer, &mut self.st.layers[layer]) {
-            (Mixer::Gdn(g), LayerState::Gdn(gs)) => g.forward(&self.x, self.toks.len(), gs, self.m.gdn_mode, &mut self.y),
+        let (num, m) = (self.num(), self.m);
+        // The device's windows run the recurrence token by token: so does the ordered mode.
+        let mode = if m.ordered { GdnMode::Recurrent } else { m.gdn_mode };
+        match (&m.layers[layer].mixer, &mut self.st.layers[layer]) {
+            (Mixer::Gdn(g), LayerState::Gdn(gs)) => g.forward_with(num, &self.x, self.toks.len(), gs, mode, &mut self.y),
             _ => return Err(EngineError::StateMismatch { layer }),
         }
         Ok(())
@@ -84,7 +95,7 @@ impl FlashNextOps for CpuFlashChunk<'_> {
             return Err(EngineError::StateMismatch { layer });
         };
         let want = self.trace.is_some() && a.indexer.is_some();
-        let sel = a.forward(&self.x, self.toks.len(), self.st.pos, cache, &mut self.y, want);
+        let sel = a.forward_with(Numerics::of(self.m.ordered), &self.x, self.toks.len(), self.st.pos, cache, &mut self.y, want);
         if let Some(tr) = self.trace.as_deref_mut().filter(|_| want) {
             match tr.qsa_selections.iter_mut().find(|(l, _)| *l == layer) {
                 Some((_, v)) => v.extend(sel),
@@ -95,12 +106,22 @@ impl FlashNextOps for CpuFlashChunk<'_> {
     }
 
     fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
-        self.hc(layer, site).combine(&mut self.r, self.toks.len(), &self.y, &self.inj);
+        self.hc(layer, site).combine_with(self.num(), &mut self.r, self.toks.len(), &self.y, &self.inj);
         Ok(())
     }
 
     fn moe(&mut self, layer: usize) -> Result<(), EngineError> {
-        self.m.layers[layer].moe.forward_layer(Some(layer), &self.x, self.toks.len(), &mut self.y);
+        self.m.layers[layer].moe.forward_layer_with(self.num(), Some(layer), &self.x, self.toks.len(), &mut self.y);
+        Ok(())
+    }
+
+    fn end_layer(&mut self, layer: usize) -> Result<(), EngineError> {
+        if let Some(tr) = self.trace.as_deref_mut() {
+            if tr.residuals.len() <= layer {
+                tr.residuals.resize(layer + 1, Vec::new());
+            }
+            tr.residuals[layer].extend_from_slice(&self.r);
+        }
         Ok(())
     }
 
@@ -109,8 +130,9 @@ impl FlashNextOps for CpuFlashChunk<'_> {
         if let Some(h) = self.hidden.as_deref_mut() {
             h.copy_from_slice(&self.r);
         }
-        self.m.out_hc.mix(&self.r, n, &mut self.x, None);
-        self.m.output.matmul(&self.x, n, self.logits);
+        let num = self.num();
+        self.m.out_hc.mix_with(num, &self.r, n, &mut self.x, None);
+        num.matmul(&self.m.output, &self.x, n, self.logits);
         Ok(())
     }
 }

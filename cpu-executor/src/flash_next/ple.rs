@@ -1,26 +1,30 @@
 //! The PLE n-gram block on the CPU (described in `model::qwen4exp::ple`).
 
-use super::linear::{rms_norm, sigmoid, silu};
-use crate::prelude::*;
+use super::linear::{Numerics, rms_norm};
 use model::qwen4exp::{Ple, PleState};
 
 /// The CPU executor's methods on [`Ple`] (a type of the `model` crate, which knows no backend).
 pub trait PleCpu {
     /// Applies the block to the streams `r [n][hc][E]` of tokens `toks` (advancing `st`).
     /// Returns an error message naming the row if a hashed row is outside the table.
-    fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String>;
+    fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
+        self.forward_with(Numerics::Llama, r, toks, st)
+    }
+
+    /// [`Self::forward`] in the float order `num` names.
+    fn forward_with(&self, num: Numerics, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String>;
 }
 
 impl PleCpu for Ple {
-    fn forward(&self, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
+    fn forward_with(&self, num: Numerics, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
         let (hc, e, n) = (self.hc, self.n_embd, toks.len());
         let hce = hc * e;
         let emb = self.gather(toks, st)?;
         let mut key = vec![0f32; n * hce];
-        self.key.matmul(&emb, n, &mut key);
+        num.matmul(&self.key, &emb, n, &mut key);
         let mut val = vec![0f32; n * e];
-        self.value.matmul(&emb, n, &mut val);
-        PleBlock::of(self).mix(&key, &val, r, n, &mut st.hist);
+        num.matmul(&self.value, &emb, n, &mut val);
+        PleBlock::of(self).mix_with(num, &key, &val, r, n, &mut st.hist);
         Ok(())
     }
 }
@@ -61,6 +65,11 @@ impl PleBlock<'_> {
     /// `key [n][hc][E]` and `val [n][E]` of the window's rows into the streams `r [n][hc][E]`,
     /// advancing the conv history `hist [(Kp − 1)·N][hc·E]`.
     pub fn mix(&self, key: &[f32], val: &[f32], r: &mut [f32], n: usize, hist: &mut [f32]) {
+        self.mix_with(Numerics::Llama, key, val, r, n, hist)
+    }
+
+    /// [`PleBlock::mix`] in the float order `num` names.
+    pub fn mix_with(&self, num: Numerics, key: &[f32], val: &[f32], r: &mut [f32], n: usize, hist: &mut [f32]) {
         let (hc, e) = (self.hc, self.e);
         let hce = hc * e;
         let inv_sqrt_e = 1.0 / (e as f32).sqrt();
@@ -86,7 +95,7 @@ impl PleBlock<'_> {
                 } else {
                     0.0
                 };
-                let gate = sigmoid(sign * s.abs().max(1e-6).sqrt());
+                let gate = num.sigmoid(sign * s.abs().max(1e-6).sqrt());
                 for (gvv, &vv) in gv[o..o + e].iter_mut().zip(&val[t * e..(t + 1) * e]) {
                     *gvv = gate * vv;
                 }
@@ -112,7 +121,7 @@ impl PleBlock<'_> {
                     acc += self.conv[ch * kp + k] * all[(hlen + t - (kp - 1 - k) * dil) * hce + ch];
                 }
                 let o = t * hce + ch;
-                r[o] = (r[o] + gv[o]) + silu(acc);
+                r[o] = (r[o] + gv[o]) + num.silu(acc);
             }
         }
         hist.copy_from_slice(&all[n * hce..]);

@@ -2,8 +2,7 @@
 //! llama.cpp, are described in `model::qwen4exp::qsa`): projections, norms and rope, the block
 //! indexer's cell selection ([`heap_select`]), softmax attention over the kept cells.
 
-use super::linear::{rms_norm, rope_angles, rope_head, round_f16, sigmoid};
-use crate::prelude::*;
+use super::linear::{Numerics, rms_norm, rope_angles, rope_head, round_f16};
 use model::qwen4exp::qsa::TAIL_BIAS;
 use model::qwen4exp::{Indexer, Qsa, QsaCache};
 
@@ -34,10 +33,29 @@ pub trait QsaCpu {
         cache: &mut QsaCache,
         y: &mut [f32],
         want_selection: bool,
+    ) -> Vec<Vec<usize>> {
+        self.forward_with(Numerics::Llama, x, n, start, cache, y, want_selection)
+    }
+
+    /// [`Self::forward`] in the float order `num` names.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_with(
+        &self,
+        num: Numerics,
+        x: &[f32],
+        n: usize,
+        start: usize,
+        cache: &mut QsaCache,
+        y: &mut [f32],
+        want_selection: bool,
     ) -> Vec<Vec<usize>>;
 
     /// The window's projections of `x [n][E]`.
-    fn project(&self, x: &[f32], n: usize) -> QsaProjections;
+    fn project(&self, x: &[f32], n: usize) -> QsaProjections {
+        self.project_with(Numerics::Llama, x, n)
+    }
+
+    fn project_with(&self, num: Numerics, x: &[f32], n: usize) -> QsaProjections;
 
     /// Everything between the projections: norms and rope, the cache appends, the indexer's
     /// selection and the gated attention; returns `[n][H·D]` (the output projection's input)
@@ -49,12 +67,26 @@ pub trait QsaCpu {
         start: usize,
         cache: &mut QsaCache,
         want_selection: bool,
+    ) -> (Vec<f32>, Vec<Vec<usize>>) {
+        self.mix_with(Numerics::Llama, p, n, start, cache, want_selection)
+    }
+
+    /// [`Self::mix`] in the float order `num` names.
+    fn mix_with(
+        &self,
+        num: Numerics,
+        p: &QsaProjections,
+        n: usize,
+        start: usize,
+        cache: &mut QsaCache,
+        want_selection: bool,
     ) -> (Vec<f32>, Vec<Vec<usize>>);
 }
 
 impl QsaCpu for Qsa {
-    fn forward(
+    fn forward_with(
         &self,
+        num: Numerics,
         x: &[f32],
         n: usize,
         start: usize,
@@ -62,32 +94,33 @@ impl QsaCpu for Qsa {
         y: &mut [f32],
         want_selection: bool,
     ) -> Vec<Vec<usize>> {
-        let p = self.project(x, n);
-        let (attn, selections) = self.mix(&p, n, start, cache, want_selection);
-        self.o.matmul(&attn, n, y);
+        let p = self.project_with(num, x, n);
+        let (attn, selections) = self.mix_with(num, &p, n, start, cache, want_selection);
+        num.matmul(&self.o, &attn, n, y);
         selections
     }
 
-    fn project(&self, x: &[f32], n: usize) -> QsaProjections {
+    fn project_with(&self, num: Numerics, x: &[f32], n: usize) -> QsaProjections {
         let (nh, nkv, d) = (self.n_head, self.n_head_kv, self.head_dim);
         let mut qf = vec![0f32; n * 2 * nh * d];
-        self.q.matmul(x, n, &mut qf);
+        num.matmul(&self.q, x, n, &mut qf);
         let mut kp = vec![0f32; n * nkv * d];
-        self.k.matmul(x, n, &mut kp);
+        num.matmul(&self.k, x, n, &mut kp);
         let mut vp = vec![0f32; n * nkv * d];
-        self.v.matmul(x, n, &mut vp);
+        num.matmul(&self.v, x, n, &mut vp);
         let (mut kappa, mut iq) = (Vec::new(), Vec::new());
         if let Some(ix) = &self.indexer {
             kappa = vec![0f32; n * ix.dim];
-            ix.k.matmul(x, n, &mut kappa);
+            num.matmul(&ix.k, x, n, &mut kappa);
             iq = vec![0f32; n * ix.heads * ix.dim];
-            ix.q.matmul(x, n, &mut iq);
+            num.matmul(&ix.q, x, n, &mut iq);
         }
         QsaProjections { qf, kp, vp, kappa, iq }
     }
 
-    fn mix(
+    fn mix_with(
         &self,
+        num: Numerics,
         p: &QsaProjections,
         n: usize,
         start: usize,
@@ -184,7 +217,7 @@ impl QsaCpu for Qsa {
                     cache.k.read((j * nkv + kvh) * d, &mut cell);
                     *s = qh.iter().zip(&cell).map(|(a, b)| a * b).sum::<f32>() * scale;
                 }
-                softmax_f32(&mut sc);
+                softmax_f32(num, &mut sc);
                 let oh = &mut attn[(t * nh + h) * d..(t * nh + h + 1) * d];
                 for (&p, &j) in sc.iter().zip(&sel) {
                     let p = rnd(p);
@@ -198,7 +231,7 @@ impl QsaCpu for Qsa {
         }
         attn.iter_mut()
             .zip(&gate)
-            .for_each(|(a, &g)| *a *= sigmoid(g));
+            .for_each(|(a, &g)| *a *= num.sigmoid(g));
         (attn, selections)
     }
 }
@@ -224,11 +257,11 @@ fn cell_values(ix: &Indexer, iq: &[f32], blocks: &[f32], pos: usize) -> Vec<f32>
 }
 
 /// ggml_soft_max on one row: max-shifted exp, sum in f64, scaled by 1/sum.
-fn softmax_f32(x: &mut [f32]) {
+fn softmax_f32(num: Numerics, x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f64;
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
+        *v = num.exp(*v - max);
         sum += *v as f64;
     }
     let inv = (1.0 / sum) as f32;

@@ -63,7 +63,8 @@ pub struct CommonArgs {
     /// Ordered numerics on both backends: attention, matrix products (the `quant` crate's
     /// reference quantizer and dot, one output at a time), activations and MoE routing in one
     /// fixed float order, so `--device cpu` and `--device emu|hip` give the same logits bit for
-    /// bit (much slower; for parity checks). `--ordered-attention` is the old name.
+    /// bit (much slower; for parity checks), Flash-Next (qwen4exp) included.
+    /// `--ordered-attention` is the old name.
     #[arg(long = "ordered", visible_alias = "ordered-attention", global = true)]
     #[serde(rename = "ordered")]
     pub ordered_attention: bool,

@@ -33,6 +33,8 @@ pub(super) struct Scratch {
     /// Q8_1 activations and the f16 copy (f16 / bf16 weights) of the widest product input.
     xq: DevicePtr,
     xh: DevicePtr,
+    /// Ordered mode: the widest input quantized to a weight's `vec_dot_type` (0 otherwise).
+    xo: DevicePtr,
     /// GR read: normed streams, low-rank activations, gates.
     flat: DevicePtr,
     lo: DevicePtr,
@@ -150,6 +152,8 @@ impl Scratch {
             inj: f(up, w * hc)?,
             xq: up.zeroed(w * q8_1_bytes(widest))?,
             xh: up.zeroed(w * widest * 2)?,
+            // 4 bytes a value hold any `vec_dot_type` (f32 is the widest).
+            xo: if g.opts.ordered { up.zeroed(w * widest * 4)? } else { 0 },
             flat: f(up, w * hce)?,
             lo: f(up, w * lr)?,
             gates: f(up, w * hce)?,
@@ -396,7 +400,7 @@ impl<'a> FlashChunk<'a> {
     }
 
     fn lin(&self) -> Linear<'_> {
-        Linear { ops: &self.g.ops, stream: &self.g.stream, opts: &self.g.opts, lt: None, xo: 0, dequant_scratch_bytes: 0 }
+        Linear { ops: &self.g.ops, stream: &self.g.stream, opts: &self.g.opts, lt: None, xo: self.s.sc.xo, dequant_scratch_bytes: 0 }
     }
 
     /// `y[rows] = W x[cols]` for `n` rows of `x`; the input is quantized first for an MMVQ
@@ -581,7 +585,11 @@ impl FlashNextOps for FlashChunk<'_> {
             u: sc.u,
             o: sc.o,
         };
-        g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+        if g.opts.ordered {
+            g.ops.gdn_mix_in_order(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+        } else {
+            g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+        }
         self.mm(&d.out, sc.o, n, sc.y)?;
         let w = [&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out].iter().map(|m| m.mat_bytes).sum::<usize>();
         let state = 2 * 4 * (d.shape.conv_state_len() + d.shape.delta_state_len());
@@ -723,6 +731,19 @@ impl FlashNextOps for FlashChunk<'_> {
             self.experts_on_cpu(cache, &on_cpu, k)?;
         }
         self.moe_tail(layer, sc.map, |_| Ok(expert_bytes))
+    }
+
+    fn end_layer(&mut self, layer: usize) -> Result<()> {
+        let Some(t) = self.s.trace.as_mut() else { return Ok(()) };
+        let (api, floats) = (self.g.api(), self.toks.len() * self.g.m.hp.hc * self.g.m.hp.n_embd);
+        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        let mut b = vec![0u8; floats * 4];
+        api.memcpy_dtoh(&mut b, self.s.sc.r).map_err(dev("reading the trace"))?;
+        if t.len() <= layer {
+            t.resize(layer + 1, Vec::new());
+        }
+        t[layer].extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        Ok(())
     }
 
     fn head(&mut self) -> Result<()> {

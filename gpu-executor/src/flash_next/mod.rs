@@ -116,6 +116,9 @@ pub struct GpuFlashSession {
     /// When set, device counters (software device only) are summed per operation of the program
     /// (`strata bench --device emu`).
     pub profile: Option<super::model::Profile>,
+    /// When set, the wide residual `R` after every layer of the next evaluation is copied here,
+    /// `[layer][tokens][hc][E]` (parity tests; its windows run eagerly).
+    pub trace: Option<Vec<Vec<f32>>>,
     /// Captured windows by token count ([`GpuOptions::graphs`]), and how many windows were
     /// replayed from them or launched eagerly.
     graphs: Vec<(usize, super::device::Graph)>,
@@ -174,22 +177,28 @@ impl Drop for GpuFlashNext {
 
 impl GpuFlashNext {
     /// Uploads `m` to the device behind `api`. Refuses, naming the tensor and the limit, a model
-    /// whose dimensions the kernels do not take, and the ordered-numerics mode (not yet for
-    /// this architecture).
+    /// whose dimensions the kernels do not take. With `opts.ordered` the weights stay as stored
+    /// for the ordered products and every expert must be resident (the cache runs its misses
+    /// with the CPU's fast products).
     pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
-        if opts.ordered {
-            return Err(EngineError::Unsupported("qwen4exp on the GPU: the ordered-numerics mode (--ordered) is not there yet; run without it or with --device cpu".into()));
-        }
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
         let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
+        let mut opts = opts;
+        if opts.ordered {
+            // Every expert resident (a device too small for them fails the upload, saying so).
+            if let Some(ExpertCacheSize::Slots(n)) = opts.expert_cache.filter(|c| matches!(c, ExpertCacheSize::Slots(n) if (*n as usize) < n_expert)) {
+                return Err(EngineError::Unsupported(format!("qwen4exp on the GPU: --ordered needs every expert resident (--expert-cache {n} of {n_expert}: the cache runs its misses with the CPU's fast products)")));
+            }
+            opts.expert_cache = None;
+        }
         // `auto` starts with empty slots: `fit_expert_cache` sizes them once a session's size is known.
         let cache_slots = match opts.expert_cache {
             Some(ExpertCacheSize::Slots(n)) => Some(n as usize).filter(|&n| n < n_expert),
             Some(ExpertCacheSize::Auto) => Some(0),
             None => None,
         };
-        let mut up = Uploader::new(&*api, false);
+        let mut up = Uploader::new(&*api, opts.ordered);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = up.finish();
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
@@ -335,7 +344,7 @@ impl GpuFlashNext {
             _ => None,
         };
         let sc = exec::Scratch::new(&mut up, self, capacity, None)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
@@ -363,6 +372,9 @@ impl GpuFlashNext {
         out.clear();
         if let Some(h) = hidden.as_deref_mut() {
             h.clear();
+        }
+        if let Some(t) = s.trace.as_mut() {
+            t.clear();
         }
         let n_windows = tokens.len().div_ceil(WINDOW);
         if s.profile.is_some() {
@@ -408,16 +420,16 @@ impl GpuFlashNext {
 
     /// Whether `s`'s windows run their routed experts through the expert cache's handoff
     /// (`super::expert_handoff`): a cache, every layer's experts in an MMVQ type (device
-    /// dispatch), and no profiling (which reads the choice back to count experts).
+    /// dispatch), and no profiling (which reads the choice back to count experts) or trace.
     fn by_handoff(&self, s: &GpuFlashSession) -> bool {
-        self.handoff.is_some() && self.expert_cache.is_some() && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+        self.handoff.is_some() && self.expert_cache.is_some() && s.profile.is_none() && s.trace.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
     }
 
     /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
     /// back to the host (every MoE layer by device dispatch, all experts resident or through the
-    /// handoff) or counts between operations (profiling).
+    /// handoff) or between operations (profiling, the trace).
     fn capturable(&self, s: &GpuFlashSession) -> bool {
-        self.opts.graphs && s.profile.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe)) && (self.expert_cache.is_none() || self.by_handoff(s))
+        self.opts.graphs && s.profile.is_none() && s.trace.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe)) && (self.expert_cache.is_none() || self.by_handoff(s))
     }
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot, on the

@@ -53,7 +53,7 @@ impl<'a> GpuMtp<'a> {
             });
         }
         let api = g.api().clone();
-        let mut up = Uploader::new(&*api, false);
+        let mut up = Uploader::new(&*api, g.opts().ordered);
         let w = upload_mtp(&mut up, &host).map_err(weights_do_not_fit)?;
         let (allocs, weight_bytes) = up.finish();
         Ok(GpuMtp { g, host, w, allocs, weight_bytes })
@@ -72,7 +72,7 @@ impl<'a> GpuMtp<'a> {
         let state = attn_state(&mut up, a, fmt, capacity, &mut Vec::new())?;
         let sc = Scratch::new(&mut up, self.g, capacity, Some(&self.host))?;
         let (allocs, _) = up.finish();
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers: vec![state], ple: None, sc, allocs, api, profile: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers: vec![state], ple: None, sc, allocs, api, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Runs the pairs `(tokens[i], wide[i])` at the head session's next cells (`wide`

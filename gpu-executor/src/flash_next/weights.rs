@@ -97,9 +97,11 @@ impl DevExperts {
     /// What [`DevExperts::fill`] copies: (device destination, bytes) of the gate, up and down.
     pub fn parts<'x>(&self, f: &'x SwiGlu, slot: usize) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
         let Some(dst) = self.get(slot) else { return Err(format!("no slot {slot}")) };
+        // The ordered mode keeps weights as stored (MatKind::Raw).
+        let ordered = self.stack.gate.kind == crate::upload::MatKind::Raw;
         [(&f.gate, dst.gate), (&f.up, dst.up), (&f.down, dst.down)]
             .into_iter()
-            .map(|(m, d)| device_layout(false, m.data(), m.ty, m.rows, m.cols, 1, "expert").map(|(bytes, _)| (d.ptr, bytes)).map_err(|e| e.to_string()))
+            .map(|(m, d)| device_layout(ordered, m.data(), m.ty, m.rows, m.cols, 1, "expert").map(|(bytes, _)| (d.ptr, bytes)).map_err(|e| e.to_string()))
             .collect()
     }
 }
@@ -265,7 +267,7 @@ fn expert_stacks(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevFfn> {
         let mut layout = None;
         for f in &m.experts {
             let w = pick(f);
-            let (b, d) = device_layout(false, w.data(), w.ty, w.rows, w.cols, 1, &name)?;
+            let (b, d) = device_layout(up.ordered(), w.data(), w.ty, w.rows, w.cols, 1, &name)?;
             bytes.extend_from_slice(&b);
             layout.get_or_insert(d);
         }

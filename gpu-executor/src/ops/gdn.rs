@@ -14,6 +14,17 @@ pub struct GdnDeviceState {
     pub delta: DevicePtr,
 }
 
+/// Which delta-rule kernel a GDN launch runs.
+#[derive(Clone, Copy, PartialEq)]
+enum DeltaForm {
+    /// Token by token, the state in registers at head dim 128.
+    Fast,
+    /// Token by token, every sum in the CPU's order.
+    InOrder,
+    /// Chunks of up to `.0` tokens with a scratch of `Hv · chunk · S` f32.
+    Chunked(u32, DevicePtr),
+}
+
 /// Dimensions of one GDN layer (`ssm.*` of the GGUF).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GdnShape {
@@ -125,7 +136,19 @@ impl GpuOps {
                 ),
             ));
         }
-        self.gdn_launch(s, shape, b, n_tokens, None)
+        self.gdn_launch(s, shape, b, n_tokens, DeltaForm::Fast)
+    }
+
+    /// [`GpuOps::gdn_mix`] with every sum in the CPU's order (`Gdn::mix`, token by token): the
+    /// generic delta-rule kernel at every head dim (the register form for head dim 128 adds
+    /// two halves of each sum). What the ordered mode runs; equal to the CPU's `Gdn::mix_with`
+    /// (`Numerics::Ordered`) bit for bit.
+    pub fn gdn_mix_in_order(&self, s: &Stream, shape: &GdnShape, b: &GdnBuffers, n_tokens: u32) -> Result<()> {
+        shape.check()?;
+        if n_tokens == 0 || n_tokens > abi::GDN_MAX_TOKENS {
+            return Err(bad("gdn", format!("{n_tokens} tokens, the kernels take 1..={}", abi::GDN_MAX_TOKENS)));
+        }
+        self.gdn_launch(s, shape, b, n_tokens, DeltaForm::InOrder)
     }
 
     /// The GDN token mixer for a prompt chunk of `n_tokens` (1..=`abi::GDN_MAX_PREFILL_TOKENS`):
@@ -160,7 +183,7 @@ impl GpuOps {
                 format!("chunk of {chunk} tokens, the kernel takes 1..={}", abi::GDN_CHUNK_MAX),
             ));
         }
-        self.gdn_launch(s, shape, b, n_tokens, Some((chunk, delta)))
+        self.gdn_launch(s, shape, b, n_tokens, DeltaForm::Chunked(chunk, delta))
     }
 
     /// Conv, norms, the delta rule (token by token, or chunked with its scratch), gated norm.
@@ -170,7 +193,7 @@ impl GpuOps {
         shape: &GdnShape,
         b: &GdnBuffers,
         n_tokens: u32,
-        chunked: Option<(u32, DevicePtr)>,
+        form: DeltaForm,
     ) -> Result<()> {
         let c = shape.channels();
         let name = abi::GDN_CONV_SILU;
@@ -211,7 +234,7 @@ impl GpuOps {
             &a.to_bytes(),
         )?;
 
-        if let Some((chunk, delta)) = chunked {
+        if let DeltaForm::Chunked(chunk, delta) = form {
             let name = abi::GDN_DELTA_CHUNKED;
             let a = abi::GdnChunkArgs {
                 u: b.u,
@@ -233,7 +256,7 @@ impl GpuOps {
             return self.gdn_gated_norm(s, shape, b, n_tokens);
         }
         // Flash-Next's head dim keeps the state in registers across the window.
-        let (name, lds) = if shape.head_dim == 128 {
+        let (name, lds) = if shape.head_dim == 128 && form == DeltaForm::Fast {
             (abi::GDN_DELTA_RULE_S128, abi::GDN_S128_LDS_BYTES)
         } else {
             (abi::GDN_DELTA_RULE, 0)

@@ -331,6 +331,7 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
         layers,
         ple,
         gdn_mode: GdnMode::Recurrent,
+        ordered: false,
         warnings,
     })
 }

@@ -81,6 +81,10 @@ pub struct Qwen4Exp {
     pub ple: Option<Ple>,
     /// How multi-token GDN passes run (default: token-by-token recurrence).
     pub gdn_mode: GdnMode,
+    /// The ordered-numerics mode (`--ordered`) on the CPU: every operation in the float order
+    /// of the device's (`cpu::flash_next::linear::Numerics::Ordered`), so the CPU and the GPU
+    /// give the same bits; the GDN layers then run token by token whatever `gdn_mode` says.
+    pub ordered: bool,
     /// Load-time warnings (PLE skipped, O_DIRECT fallback), also printed to stderr.
     pub warnings: Vec<String>,
 }
@@ -116,6 +120,9 @@ pub struct Checkpoint {
 pub struct Trace {
     /// `(layer, kept cells per token)` for every indexer-selected attention layer.
     pub qsa_selections: Vec<(usize, Vec<Vec<usize>>)>,
+    /// The wide residual `R` after every trunk layer, `[layer][tokens][hc][E]` (the ordered
+    /// mode's parity tests compare it with the device's `GpuFlashSession::trace`).
+    pub residuals: Vec<Vec<f32>>,
 }
 
 impl Qwen4Exp {

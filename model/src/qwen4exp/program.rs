@@ -55,6 +55,12 @@ pub trait FlashNextOps {
     fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), EngineError>;
     /// `y = MoE(x)`: routed experts plus the gated shared expert.
     fn moe(&mut self, layer: usize) -> Result<(), EngineError>;
+    /// After trunk layer `layer` (its `R` complete): where a backend records the per-layer
+    /// trace. Nothing by default.
+    fn end_layer(&mut self, layer: usize) -> Result<(), EngineError> {
+        let _ = layer;
+        Ok(())
+    }
     /// `x = HCmix_head(R)`, `logits = W_out · x` (no output norm in this model).
     fn head(&mut self) -> Result<(), EngineError>;
     /// The MTP head's input: `R[t][c] = W_eh · [enorm(embed(tok_t)) ‖ hnorm_c(R_p[t][c])]`
@@ -77,6 +83,7 @@ pub fn forward<B: FlashNextOps>(b: &mut B, m: &Qwen4Exp) -> Result<(), EngineErr
             b.ple(il)?;
         }
         block(b, il, matches!(layer.mixer, Mixer::Gdn(_)))?;
+        b.end_layer(il)?;
     }
     b.head()
 }
