@@ -306,3 +306,92 @@ fn serve_done_line_reports_expert_cache_counters_per_request() {
     }
     assert!(hits[1] >= hits[0], "the second request starts with the first one's experts resident: {hits:?}");
 }
+
+test_device!(
+    /// `--pcie-frac F`: that share of the misses is copied into the staging slot and computed on
+    /// the device instead of the CPU pool (most-used first). At 0 and 3 slots, shares 0.5 and 1,
+    /// static and adaptive, the ordered output stays bit-identical to the CPU backend's, and the
+    /// counters move exactly those decisions from the CPU to the staging slot.
+    model fn expert_cache_pcie_frac_keeps_the_ordered_output_bit_identical(device) {
+        let path = reference(Q8);
+        let want = run_cpu_ordered(&path);
+        for (slots, frac, adapt_every) in [(0, 0.5, 0), (0, 1.0, 0), (3, 0.5, 4), (3, 1.0, 1)] {
+            let what = format!("q8_0, {slots} slots, --pcie-frac {frac}, --adapt-every {adapt_every}");
+            let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Slots(slots)), pcie_frac: frac, adapt_every, ..GpuOptions::default() };
+            let g = GpuModel::new(Model::load(&path).unwrap(), device.1.clone(), opts).unwrap();
+            assert_bits(&what, &run_gpu(&g), &want);
+            let s = g.expert_cache_stats().unwrap();
+            assert_eq!(s.lookups, (13 + 6) * 2 * 2, "{what}: {s}");
+            assert!(s.streamed_experts > 0 && s.streamed >= s.streamed_experts, "{what}: {s}");
+            if frac == 1.0 {
+                assert_eq!(s.cpu, 0, "{what}: every miss on the device: {s}");
+            } else {
+                assert!(s.cpu > 0, "{what}: half of the misses stay on the CPU: {s}");
+            }
+            if slots == 0 {
+                assert_eq!(s.cpu + s.streamed, s.lookups, "{what}: no slots, every decision a miss: {s}");
+            }
+        }
+    }
+);
+
+test_device!(
+    /// The fast mode with `--pcie-frac` (MMVQ products from the staging slot): greedy tokens equal
+    /// the CPU backend's.
+    model fn expert_cache_pcie_frac_fast_mode_greedy_equals_the_cpu(device) {
+        let path = reference(Q8);
+        let greedy = |eval: &mut dyn FnMut(&[u32], &mut Vec<f32>)| {
+            let mut out = Vec::new();
+            eval(&prompt(), &mut out);
+            let mut ids = vec![argmax(&out)];
+            for _ in 0..8 {
+                eval(&[*ids.last().unwrap()], &mut out);
+                ids.push(argmax(&out));
+            }
+            ids
+        };
+        let cpu = Model::load(&path).unwrap();
+        let mut cs = cpu.new_session(KvType::F16, 64, 512);
+        let want = greedy(&mut |t, out| cpu.eval(&mut cs, t, Logits::Last, out).unwrap());
+        for frac in [0.5, 1.0] {
+            let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), pcie_frac: frac, ..GpuOptions::default() };
+            let g = GpuModel::new(Model::load(&path).unwrap(), device.1.clone(), opts).unwrap();
+            let mut s = g.new_session(KvType::F16, 64, 512).unwrap();
+            let got = greedy(&mut |t, out| g.eval(&mut s, t, Logits::Last, out).unwrap());
+            assert_eq!(got, want, "--pcie-frac {frac}");
+            assert!(g.expert_cache_stats().unwrap().streamed > 0);
+        }
+    }
+);
+
+#[test]
+fn cli_pcie_frac_prints_its_counters_and_refuses_bad_shares() {
+    let m = reference(Q8);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "8", "--temp", "0", "--show-ids", "--ordered"];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, cpu_text, cpu_err) = run(&["--device", "cpu"]);
+    assert!(ok, "{cpu_err}");
+    let (ok, emu_text, emu_err) = run(&["--device", "emu", "--expert-cache", "2", "--pcie-frac", "0.5"]);
+    assert!(ok, "{emu_err}");
+    assert_eq!(emu_text, cpu_text);
+    let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
+    assert_eq!(ids(&emu_err), ids(&cpu_err));
+    assert!(emu_err.contains("computed on the device from a staging slot") && emu_err.contains("sent over PCIe"), "{emu_err}");
+    for bad in ["1.5", "-0.1", "half"] {
+        let flag = format!("--pcie-frac={bad}");
+        let (ok, _, err) = run(&["--device", "emu", "--expert-cache", "2", &flag]);
+        assert!(!ok && err.contains("--pcie-frac") && err.contains("between 0 and 1"), "--pcie-frac {bad}: {err}");
+    }
+    // Flash-Next's misses have no staging slot yet: refused, not ignored.
+    let fnx = reference("tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["generate", "-m", fnx.to_str().unwrap(), "--tokens", "5,42", "-n", "2", "--device", "emu", "--expert-cache", "3", "--pcie-frac", "0.5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--pcie-frac") && err.contains("qwen4exp"), "{err}");
+}

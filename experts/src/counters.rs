@@ -20,7 +20,11 @@ pub struct CacheStats {
     /// Experts copied in by adaptive residency (`--adapt-every N`), each replacing a less-routed
     /// resident or taking a free slot.
     pub swapped: u64,
-    /// Bytes copied into VRAM slots (preloads, admissions, swaps: over PCIe on a card).
+    /// Decisions computed on the device from a staging slot instead of the CPU (`--pcie-frac`),
+    /// and the experts copied there for them.
+    pub streamed: u64,
+    pub streamed_experts: u64,
+    /// Bytes copied into VRAM (preloads, admissions, swaps, staging: over PCIe on a card).
     pub copied_bytes: u64,
     /// Time the CPU pool spent on experts, and its workers.
     pub cpu_ms: f64,
@@ -49,6 +53,9 @@ impl std::fmt::Display for CacheStats {
             if self.pool_workers == 1 { "" } else { "s" },
             self.slots
         )?;
+        if self.streamed_experts > 0 {
+            write!(f, "; {} computed on the device from a staging slot ({} experts sent over PCIe)", self.streamed, self.streamed_experts)?;
+        }
         if self.handoff_layers > 0 {
             write!(f, "; {} layer handoffs ({:.1} ms waiting for the device)", self.handoff_layers, self.handoff_wait_ms)?;
         }

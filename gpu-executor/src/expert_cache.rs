@@ -139,6 +139,13 @@ pub struct ExpertCache {
     admitted: AtomicU64,
     cpu: AtomicU64,
     swapped: AtomicU64,
+    /// `--pcie-frac`: the share of misses computed on the device from a staging slot, and the
+    /// credit that spreads them (a miss streams when the accumulated share reaches one).
+    pcie_frac: f64,
+    pcie_credit: Mutex<f64>,
+    /// Decisions computed on the device from a staging slot, and the experts copied there.
+    streamed: AtomicU64,
+    streamed_experts: AtomicU64,
     /// Admissions made during a window whose copies wait for its end (the handoff path: the
     /// device's slot table is fixed while a window runs).
     deferred: Mutex<Vec<Swap>>,
@@ -167,6 +174,10 @@ impl ExpertCache {
             admitted: AtomicU64::new(0),
             cpu: AtomicU64::new(0),
             swapped: AtomicU64::new(0),
+            pcie_frac: 0.0,
+            pcie_credit: Mutex::new(0.0),
+            streamed: AtomicU64::new(0),
+            streamed_experts: AtomicU64::new(0),
             deferred: Mutex::new(Vec::new()),
             pending: Mutex::new(Default::default()),
             version: AtomicU64::new(0),
@@ -180,7 +191,42 @@ impl ExpertCache {
     pub fn for_options(n_layer: usize, n_expert: usize, slots: usize, opts: &crate::options::GpuOptions, expert_bytes: usize) -> model::error::Result<ExpertCache> {
         let mut c = ExpertCache::new(n_layer, n_expert, slots).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)?;
         c.expert_bytes = expert_bytes as u64;
+        c.pcie_frac = opts.pcie_frac.clamp(0.0, 1.0);
         Ok(c)
+    }
+
+    /// The same cache sending share `frac` of its misses to the device (`--pcie-frac`).
+    pub fn with_pcie_frac(mut self, frac: f64) -> ExpertCache {
+        self.pcie_frac = frac.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Whether misses may be computed on the device from a staging slot (`--pcie-frac` > 0).
+    pub fn streams(&self) -> bool {
+        self.pcie_frac > 0.0
+    }
+
+    /// For a miss ([`Placement::Cpu`]) of `uses` decisions: whether it is copied to a staging
+    /// slot and computed on the device instead (`--pcie-frac F`: every miss adds F to a credit,
+    /// and streams when the credit reaches one, so F = 0.5 streams every other miss and 1 all
+    /// of them). Callers offer a layer's misses most-used first, so the streamed ones are those
+    /// the device computes for the most tokens. The counters move the decisions from the CPU's
+    /// count to the streamed one.
+    pub fn stream_miss(&self, uses: usize) -> bool {
+        if self.pcie_frac <= 0.0 {
+            return false;
+        }
+        let mut credit = self.pcie_credit.lock().unwrap_or_else(|p| p.into_inner());
+        *credit += self.pcie_frac;
+        // A little slack so that shares like 0.1 reach one after ten misses despite rounding.
+        if *credit < 1.0 - 1e-9 {
+            return false;
+        }
+        *credit -= 1.0;
+        self.cpu.fetch_sub(uses as u64, Ordering::Relaxed);
+        self.streamed.fetch_add(uses as u64, Ordering::Relaxed);
+        self.streamed_experts.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The same cache with its own pool of `workers` CPU threads for the experts without a slot
@@ -419,8 +465,10 @@ impl ExpertCache {
             cpu: self.cpu.load(Ordering::Relaxed),
             preloaded: self.preloaded.load(Ordering::Relaxed),
             swapped: self.swapped.load(Ordering::Relaxed),
+            streamed: self.streamed.load(Ordering::Relaxed),
+            streamed_experts: self.streamed_experts.load(Ordering::Relaxed),
             cpu_ms: self.cpu_us.load(Ordering::Relaxed) as f64 / 1000.0,
-            copied_bytes: (self.preloaded.load(Ordering::Relaxed) + self.admitted.load(Ordering::Relaxed) + self.swapped.load(Ordering::Relaxed)) * self.expert_bytes,
+            copied_bytes: (self.preloaded.load(Ordering::Relaxed) + self.admitted.load(Ordering::Relaxed) + self.swapped.load(Ordering::Relaxed) + self.streamed_experts.load(Ordering::Relaxed)) * self.expert_bytes,
             pool_workers: self.pool_workers(),
             ..CacheStats::default()
         }
@@ -536,5 +584,16 @@ mod tests {
         // The reserve larger than what is free: no slot (every expert on the CPU), no underflow.
         assert_eq!(AutoFit::new(MIB / 2, 24 * MIB, MIB, 2 * MIB, 8).slots, 0);
         assert!(AutoFit::new(10 * MIB, 24 * MIB, MIB, 2 * MIB, 8).to_string().contains("4 of 8 experts per layer"));
+    }
+
+    #[test]
+    fn pcie_frac_streams_that_share_of_the_misses_and_moves_their_counts() {
+        for (frac, want) in [(0.0, 0), (0.1, 1), (0.25, 2), (0.5, 5), (1.0, 10)] {
+            let c = ExpertCache::new(1, 16, 0).with_pcie_frac(frac);
+            let streamed = (0..10).filter(|&e| c.place(0, e, 2) == Placement::Cpu && c.stream_miss(2)).count();
+            assert_eq!(streamed, want, "--pcie-frac {frac}");
+            let s = c.stats();
+            assert_eq!((s.streamed_experts, s.streamed, s.cpu), (want as u64, 2 * want as u64, 20 - 2 * want as u64), "{frac}");
+        }
     }
 }

@@ -68,6 +68,8 @@ pub struct GpuModel {
     pub(super) handoff: Option<super::expert_handoff::ExpertHandoff>,
     /// Adaptive residency's copies on a side stream (made at the first swap).
     pub(super) swap_copies: std::sync::Mutex<Option<super::expert_swap::SwapCopies>>,
+    /// The staging slot of `--pcie-frac` (misses computed on the device), with an expert cache.
+    pub(super) staging: Option<DevicePtr>,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -192,6 +194,9 @@ impl GpuModel {
         let opts = if opts.ordered { GpuOptions { attn: AttnMode::Ordered, ..opts } } else { opts };
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
+        if !(0.0..=1.0).contains(&opts.pcie_frac) {
+            return Err(EngineError::Unsupported(format!("--pcie-frac {}: not a share between 0 and 1", opts.pcie_frac)));
+        }
         let up = Uploader::new(&*api, opts.ordered);
         let hp = &model.hp;
         for (what, n) in [("n_embd", hp.n_embd), ("n_head * head_dim", hp.n_head * hp.head_dim)] {
@@ -237,6 +242,17 @@ impl GpuModel {
                 gelu_table = up.f32s(cpu_kernels::gelu_f16_table())?;
             }
         }
+        // `--pcie-frac`: one staging slot, as large as the largest layer's expert, that the
+        // misses sent to the device are copied into one at a time.
+        let staging = if cache_slots.is_some() && opts.pcie_frac > 0.0 {
+            let widest = w.layers.iter().filter_map(|l| match &l.ffn.ffn {
+                Ffn::Moe { gate, up, down, .. } => Some(gate.mat_bytes + up.mat_bytes + down.mat_bytes),
+                Ffn::Dense { .. } => None,
+            }).max().unwrap_or(0);
+            Some(up.zeroed(widest)?)
+        } else {
+            None
+        };
         let (allocs, weight_bytes) = up.finish();
         let layer_mats = w.layers.iter().flat_map(|l| {
             let a = &l.attn;
@@ -275,6 +291,7 @@ impl GpuModel {
             handoff,
             expert_cache,
             swap_copies: Default::default(),
+            staging,
         })
     }
 

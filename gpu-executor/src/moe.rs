@@ -14,6 +14,17 @@ use model::Ffn;
 use super::ops::GluAct;
 use crate::options::MoePath;
 
+/// Where a chosen expert runs on the host-readback path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    /// From the device stacks, at this index (its slot with a cache).
+    Device(usize),
+    /// From the staging slot, copied there for this layer (`--pcie-frac`).
+    Staged,
+    /// On the cache's CPU pool.
+    Cpu,
+}
+
 impl GpuModel {
     /// Whether a window of `n` tokens runs its routed experts by device dispatch
     /// ([`MoePath`]'s rule). The single switch between the two paths: a mode that needs the
@@ -35,7 +46,8 @@ impl GpuModel {
     /// handoff (`super::expert_handoff`): hits by device dispatch over the slots, misses on the
     /// CPU, no readback, so the window can be a graph. Fast mode only (the ordered mode's
     /// experts are the host path's `mmv_ordered` products); not while profiling (its per-layer
-    /// expert counts read the choice back) or dumping the routing.
+    /// expert counts read the choice back) or dumping the routing; not with `--pcie-frac`
+    /// (its staged experts are launched from the host path).
     pub(super) fn moe_by_handoff(&self, n: usize, profiling: bool) -> bool {
         self.handoff.is_some()
             && self.expert_cache.is_some()
@@ -45,6 +57,7 @@ impl GpuModel {
             && !experts::trace::dumping()
             && n <= MAX_COLS
             && self.opts.moe != MoePath::Host
+            && self.staging.is_none()
     }
 
     /// Routed experts of `layer` for `n` tokens through the handoff (see
@@ -139,36 +152,61 @@ impl GpuModel {
             return Err(GpuError::Launch { kernel: "moe".into(), what: "expert gate and up weights of different kinds".into() });
         }
         let (xcol, xbytes) = if quantized { (sc.xq, q8_1_bytes(d)) } else { (sc.xn, d * 4) };
-        let mut map = vec![0u32; n * k];
-        let mut row = 0usize; // next free row of y_e
-        let mut ran = 0;
-        // The experts without a slot (expert, its decisions, first output row), run on the
-        // cache's CPU pool once the device's are launched.
-        let mut on_cpu: Vec<(usize, Vec<usize>, usize)> = Vec::new();
+        // Where each chosen expert runs (in expert order, as the cache is asked).
+        let mut chosen: Vec<(usize, Vec<usize>, Runs)> = Vec::new();
         for e in 0..ne {
             let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
             if slots.is_empty() {
                 continue;
             }
-            ran += 1;
-            // The expert's index in the device stacks (its slot with a cache).
-            let e_dev = match self.expert_cache.as_ref().map(|c| c.place(layer, e, slots.len())) {
-                None => e,
-                Some(Placement::Hit(s)) => s,
+            let runs = match self.expert_cache.as_ref().map(|c| c.place(layer, e, slots.len())) {
+                None => Runs::Device(e),
+                Some(Placement::Hit(s)) => Runs::Device(s),
                 Some(Placement::Admit(s)) => {
                     self.upload_expert(layer, e, s, [gate, up, down])?;
-                    s
+                    Runs::Device(s)
                 }
-                Some(Placement::Cpu) => {
+                Some(Placement::Cpu) => Runs::Cpu,
+            };
+            chosen.push((e, slots, runs));
+        }
+        // `--pcie-frac`: the cache's share of the misses, most-used first, go to the staging slot.
+        if let Some(c) = self.expert_cache.as_ref().filter(|c| c.streams() && self.staging.is_some()) {
+            let mut misses: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i].2 == Runs::Cpu).collect();
+            misses.sort_by_key(|&i| (std::cmp::Reverse(chosen[i].1.len()), chosen[i].0));
+            for i in misses {
+                if c.stream_miss(chosen[i].1.len()) {
+                    chosen[i].2 = Runs::Staged;
+                }
+            }
+        }
+        let mut map = vec![0u32; n * k];
+        let mut row = 0usize; // next free row of y_e
+        // The experts without a slot (expert, its decisions, first output row), run on the
+        // cache's CPU pool once the device's are launched.
+        let mut on_cpu: Vec<(usize, Vec<usize>, usize)> = Vec::new();
+        // Whether launches reading the staging slot are queued (the next copy waits for them).
+        let mut staging_busy = false;
+        for (e, slots, runs) in &chosen {
+            // The expert's matrices on the device and its index in them.
+            let (mats, e_dev) = match *runs {
+                Runs::Device(s) => ([*gate, *up, *down], s),
+                Runs::Staged => {
+                    if std::mem::replace(&mut staging_busy, true) {
+                        api.stream_synchronize(st)?;
+                    }
+                    (self.stage_expert(layer, *e, [gate, up, down])?, 0)
+                }
+                Runs::Cpu => {
                     for (c, &j) in slots.iter().enumerate() {
                         map[j] = (row + c) as u32;
                     }
-                    let first = row;
+                    on_cpu.push((*e, slots.clone(), row));
                     row += slots.len();
-                    on_cpu.push((e, slots, first));
                     continue;
                 }
             };
+            let [gate, up, down] = &mats;
             // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS.
             for group in slots.chunks(MAX_COLS) {
                 let r = group.len();
@@ -193,6 +231,7 @@ impl GpuModel {
                 row += r;
             }
         }
+        let ran = chosen.len();
         if let (Some(cache), false) = (&self.expert_cache, on_cpu.is_empty()) {
             let mut b = vec![0u8; n * d * 4];
             api.memcpy_dtoh(&mut b, sc.xn)?;
@@ -207,6 +246,25 @@ impl GpuModel {
         api.memcpy_htod(sc.map, u32_bytes(&map))?;
         ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
         Ok(ran - on_cpu.len())
+    }
+
+    /// A miss sent to the device (`--pcie-frac`): copies expert `e` of `layer` (gate, up, down,
+    /// as stored) into the staging slot and returns views of its matrices there (index 0). The
+    /// caller makes sure no queued launch still reads the slot.
+    fn stage_expert(&self, layer: usize, e: usize, dev: [&DevMat; 3]) -> std::result::Result<[DevMat; 3], GpuError> {
+        let (Some(base), Ffn::Moe { gate, up, down, .. }) = (self.staging, &self.model.w.layers[layer].ffn.ffn) else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging slot or no routed experts") });
+        };
+        let mut at = base;
+        let mut views = dev.map(|d| *d);
+        for (w, v) in [gate, up, down].into_iter().zip(&mut views) {
+            let all = w.data();
+            let per = all.len() / w.n_mat;
+            self.ops.api().memcpy_htod(at, &all[e * per..(e + 1) * per])?;
+            v.ptr = at;
+            at += v.mat_bytes as u64;
+        }
+        Ok(views)
     }
 
     /// Copies expert `e` of `layer` (gate, up, down, as stored in the mapped file) into slot

@@ -39,7 +39,7 @@ impl Device {
 pub const GEMM_MIN_TOKENS: usize = 32;
 
 /// Options of the GPU backend (`--device hip|emu`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, clap::Args, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[command(next_help_heading = "GPU backend (--device hip|emu)")]
 pub struct GpuOptions {
@@ -98,6 +98,13 @@ pub struct GpuOptions {
     /// physical core but one.
     #[arg(id = "pool_workers", long = "pool-workers", global = true, env = "STRATA_POOL_WORKERS", value_name = "N", default_value_t = 0)]
     pub pool_workers: usize,
+    /// Share of the expert cache's misses computed on the device instead of the CPU pool: each
+    /// such expert is copied over PCIe into a staging slot for the layer that needs it (most-used
+    /// misses first), then dropped. 0 = every miss on the CPU, 1 = none; qwen3moe only. With a
+    /// share above 0 the MoE layers read the router's choice back (no per-layer handoff in
+    /// decode graphs).
+    #[arg(id = "pcie_frac", long = "pcie-frac", global = true, env = "STRATA_PCIE_FRAC", value_name = "F", default_value_t = 0.0, value_parser = parse_share)]
+    pub pcie_frac: f64,
     /// VRAM left free by --expert-cache auto (MiB), for the display, other programs and the
     /// runtime's own allocations.
     #[arg(id = "vram_reserve_mib", long = "vram-reserve-mib", global = true, env = "STRATA_VRAM_RESERVE_MIB", value_name = "MIB", default_value_t = 1024)]
@@ -161,9 +168,18 @@ impl TryFrom<SlotsOrWord> for ExpertCacheSize {
     }
 }
 
+/// A share between 0 and 1 (`--pcie-frac`).
+fn parse_share(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number between 0 and 1"))?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!("{v} is not between 0 and 1"));
+    }
+    Ok(v)
+}
+
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, adapt_every: 4, pool_workers: 0, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
+        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, adapt_every: 4, pool_workers: 0, pcie_frac: 0.0, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
     }
 }
 

@@ -181,6 +181,12 @@ impl GpuFlashNext {
     /// for the ordered products and every expert must be resident (the cache runs its misses
     /// with the CPU's fast products).
     pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
+        if opts.pcie_frac > 0.0 {
+            return Err(EngineError::Unsupported(format!(
+                "--pcie-frac {}: not implemented for qwen4exp (Flash-Next) yet; its expert cache's misses run on the CPU pool (--pcie-frac 0)",
+                opts.pcie_frac
+            )));
+        }
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
         let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
