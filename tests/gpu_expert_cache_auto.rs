@@ -142,7 +142,7 @@ fn cli_expert_cache_auto_sizes_itself_and_prints_the_cpu_text() {
     let moe = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
     for (m, vram, extra, want) in [
         (&q4, "16", &["--max-context", "64"][..], "expert cache auto: 2 of 8 experts per layer in VRAM"),
-        (&moe, "2", &["--max-context", "64", "--expert-cache", "auto", "--ordered"][..], "expert cache auto: 4 of 8 experts per layer in VRAM"),
+        (&moe, "2", &["--max-context", "64", "--expert-cache", "auto", "--ordered"][..], "expert cache auto: 3 of 8 experts per layer in VRAM"),
     ] {
         let base = ["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "6", "--temp", "0", "--show-ids"];
         let cpu = strata(&[&base[..], extra, &["--device", "cpu"]].concat());

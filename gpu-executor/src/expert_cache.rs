@@ -207,12 +207,23 @@ impl ExpertCache {
     }
 
     /// For a miss ([`Placement::Cpu`]) of `uses` decisions: whether it is copied to a staging
-    /// slot and computed on the device instead (`--pcie-frac F`: every miss adds F to a credit,
-    /// and streams when the credit reaches one, so F = 0.5 streams every other miss and 1 all
-    /// of them). Callers offer a layer's misses most-used first, so the streamed ones are those
-    /// the device computes for the most tokens. The counters move the decisions from the CPU's
+    /// slot and computed on the device instead. In a prompt chunk (`prompt`) every miss is;
+    /// in a decode window, `--pcie-frac F` decides: every miss adds F to a credit and streams
+    /// when the credit reaches one, so F = 0.5 streams every other miss and 1 all of them.
+    /// Callers offer a layer's misses most-used first, so the streamed ones are those the
+    /// device computes for the most tokens. The counters move the decisions from the CPU's
     /// count to the streamed one.
-    pub fn stream_miss(&self, uses: usize) -> bool {
+    pub fn stream_miss(&self, uses: usize, prompt: bool) -> bool {
+        if !prompt && !self.take_pcie_credit() {
+            return false;
+        }
+        self.cpu.fetch_sub(uses as u64, Ordering::Relaxed);
+        self.streamed.fetch_add(uses as u64, Ordering::Relaxed);
+        self.streamed_experts.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn take_pcie_credit(&self) -> bool {
         if self.pcie_frac <= 0.0 {
             return false;
         }
@@ -223,9 +234,6 @@ impl ExpertCache {
             return false;
         }
         *credit -= 1.0;
-        self.cpu.fetch_sub(uses as u64, Ordering::Relaxed);
-        self.streamed.fetch_add(uses as u64, Ordering::Relaxed);
-        self.streamed_experts.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -590,10 +598,14 @@ mod tests {
     fn pcie_frac_streams_that_share_of_the_misses_and_moves_their_counts() {
         for (frac, want) in [(0.0, 0), (0.1, 1), (0.25, 2), (0.5, 5), (1.0, 10)] {
             let c = ExpertCache::new(1, 16, 0).with_pcie_frac(frac);
-            let streamed = (0..10).filter(|&e| c.place(0, e, 2) == Placement::Cpu && c.stream_miss(2)).count();
+            let streamed = (0..10).filter(|&e| c.place(0, e, 2) == Placement::Cpu && c.stream_miss(2, false)).count();
             assert_eq!(streamed, want, "--pcie-frac {frac}");
             let s = c.stats();
             assert_eq!((s.streamed_experts, s.streamed, s.cpu), (want as u64, 2 * want as u64, 20 - 2 * want as u64), "{frac}");
         }
+        // Prompt chunks stream every miss, whatever the share.
+        let c = ExpertCache::new(1, 16, 0);
+        assert!((0..4).all(|e| c.place(0, e, 3) == Placement::Cpu && c.stream_miss(3, true)));
+        assert_eq!((c.stats().streamed, c.stats().cpu), (12, 0));
     }
 }

@@ -68,7 +68,8 @@ pub struct GpuModel {
     pub(super) handoff: Option<super::expert_handoff::ExpertHandoff>,
     /// Adaptive residency's copies on a side stream (made at the first swap).
     pub(super) swap_copies: std::sync::Mutex<Option<super::expert_swap::SwapCopies>>,
-    /// The staging slot of `--pcie-frac` (misses computed on the device), with an expert cache.
+    /// With an expert cache, the staging slot of the misses computed on the device (prompt
+    /// chunks, `--pcie-frac`).
     pub(super) staging: Option<DevicePtr>,
 }
 
@@ -242,9 +243,10 @@ impl GpuModel {
                 gelu_table = up.f32s(cpu_kernels::gelu_f16_table())?;
             }
         }
-        // `--pcie-frac`: one staging slot, as large as the largest layer's expert, that the
-        // misses sent to the device are copied into one at a time.
-        let staging = if cache_slots.is_some() && opts.pcie_frac > 0.0 {
+        // With an expert cache, one staging slot as large as the largest layer's expert: the
+        // misses computed on the device (prompt chunks, `--pcie-frac`) are copied into it one
+        // at a time.
+        let staging = if cache_slots.is_some() {
             let widest = w.layers.iter().filter_map(|l| match &l.ffn.ffn {
                 Ffn::Moe { gate, up, down, .. } => Some(gate.mat_bytes + up.mat_bytes + down.mat_bytes),
                 Ffn::Dense { .. } => None,

@@ -57,7 +57,7 @@ impl GpuModel {
             && !experts::trace::dumping()
             && n <= MAX_COLS
             && self.opts.moe != MoePath::Host
-            && self.staging.is_none()
+            && !self.expert_cache.as_ref().is_some_and(|c| c.streams())
     }
 
     /// Routed experts of `layer` for `n` tokens through the handoff (see
@@ -170,12 +170,15 @@ impl GpuModel {
             };
             chosen.push((e, slots, runs));
         }
-        // `--pcie-frac`: the cache's share of the misses, most-used first, go to the staging slot.
-        if let Some(c) = self.expert_cache.as_ref().filter(|c| c.streams() && self.staging.is_some()) {
+        // Misses computed on the device from the staging slot instead of the CPU pool: all of
+        // a prompt chunk's (copying an expert over PCIe costs less than the CPU computing it
+        // for many tokens), the `--pcie-frac` share of a decode window's, most-used first.
+        if let (Some(c), Some(_)) = (&self.expert_cache, self.staging) {
+            let prompt = n > MAX_COLS;
             let mut misses: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i].2 == Runs::Cpu).collect();
             misses.sort_by_key(|&i| (std::cmp::Reverse(chosen[i].1.len()), chosen[i].0));
             for i in misses {
-                if c.stream_miss(chosen[i].1.len()) {
+                if c.stream_miss(chosen[i].1.len(), prompt) {
                     chosen[i].2 = Runs::Staged;
                 }
             }
