@@ -127,6 +127,9 @@ pub struct Machine {
     pub ram_bytes: u64,
     /// One layer's GPU → CPU → GPU handoff, microseconds.
     pub handoff_us: f64,
+    /// Host-to-device copy rate, GB/s, and the share of misses sent over it (`--pcie-frac`).
+    pub pcie_gbs: f64,
+    pub pcie_frac: f64,
 }
 
 /// The VRAM split and the projected decode speed.
@@ -144,6 +147,8 @@ pub struct Projection {
     pub hit_rate: f64,
     pub gpu_ms: f64,
     pub cpu_ms: f64,
+    /// Copies of the misses sent to the device (`--pcie-frac`), part of the GPU side's time.
+    pub pcie_ms: f64,
     pub handoff_ms: f64,
     pub token_ms: f64,
     pub tokens_per_s: f64,
@@ -168,8 +173,13 @@ pub fn project(m: &ModelShape, mc: &Machine, ctx: usize, reserve: u64, extra: u6
     let dense_rest = m.dense_bytes as f64 * (1.0 - moe_share);
     // A half-full cache on average, and the recurrent states.
     let kv_read = (m.kv_bytes_per_pos * ctx as u64 / 2 + m.state_bytes_per_token) as f64;
-    let gpu_layer = (dense_layer + hit_rate * per_layer_experts) / gpu_rate;
-    let cpu_layer = (1.0 - hit_rate) * per_layer_experts / cpu_rate.max(1.0);
+    // Misses: share `pcie_frac` copied to the staging slot and computed there after the copy
+    // (one slot: copy and compute do not overlap), the rest on the CPU pool.
+    let missed = (1.0 - hit_rate) * per_layer_experts;
+    let streamed = mc.pcie_frac.clamp(0.0, 1.0) * missed;
+    let pcie_layer = streamed / (mc.pcie_gbs * 1e9).max(1.0);
+    let gpu_layer = (dense_layer + hit_rate * per_layer_experts + streamed) / gpu_rate + pcie_layer;
+    let cpu_layer = (missed - streamed) / cpu_rate.max(1.0);
     let handoff = if hit_rate < 1.0 { mc.handoff_us * 1e-6 } else { 0.0 };
     let layers = m.n_moe_layers as f64 * (gpu_layer.max(cpu_layer) + handoff);
     let token = layers + (dense_rest + kv_read) / gpu_rate;
@@ -186,6 +196,7 @@ pub fn project(m: &ModelShape, mc: &Machine, ctx: usize, reserve: u64, extra: u6
         hit_rate,
         gpu_ms: m.n_moe_layers as f64 * gpu_layer * 1e3 + (dense_rest + kv_read) / gpu_rate * 1e3,
         cpu_ms: m.n_moe_layers as f64 * cpu_layer * 1e3,
+        pcie_ms: m.n_moe_layers as f64 * pcie_layer * 1e3,
         handoff_ms: m.n_moe_layers as f64 * handoff * 1e3,
         token_ms: token * 1e3,
         tokens_per_s: 1.0 / token,
@@ -202,7 +213,7 @@ mod tests {
     use super::*;
 
     fn card() -> Machine {
-        Machine { vram_bytes: 24 << 30, gpu_gbs: 960.0, gpu_efficiency: 0.5, pool_workers: 15, cpu_core_gbs: 8.0, ram_gbs: 60.0, ram_bytes: 64 << 30, handoff_us: 20.0 }
+        Machine { vram_bytes: 24 << 30, gpu_gbs: 960.0, gpu_efficiency: 0.5, pool_workers: 15, cpu_core_gbs: 8.0, ram_gbs: 60.0, ram_bytes: 64 << 30, handoff_us: 20.0, pcie_gbs: 25.0, pcie_frac: 0.0 }
     }
 
     #[test]
@@ -244,5 +255,19 @@ mod tests {
         let p = project(&m, &mc, 4096, 1 << 30, 512 << 20, 0, 0.0);
         let cpu = 48.0 * 10.0 * m.expert_bytes as f64 / 60e9 * 1e3;
         assert!((p.cpu_ms - cpu).abs() < 1e-9 && p.token_ms > cpu, "{p:?}");
+    }
+
+    #[test]
+    fn misses_sent_over_pcie_move_from_the_cpu_to_the_gpu_side() {
+        let m = ModelShape::flash_next_iq3xxs(6.5625, 1.0);
+        let missed = 48.0 * 10.0 * m.expert_bytes as f64 * 0.4; // bytes a token, at 60% hits
+        let at = |frac: f64| project(&m, &Machine { pcie_frac: frac, ..card() }, 4096, 1 << 30, 512 << 20, 100, 0.6);
+        let (none, half, all) = (at(0.0), at(0.5), at(1.0));
+        assert_eq!(none.pcie_ms, 0.0);
+        assert!((none.cpu_ms - missed / 60e9 * 1e3).abs() < 1e-9, "{none:?}");
+        assert!((half.cpu_ms - none.cpu_ms / 2.0).abs() < 1e-9 && (half.pcie_ms - missed / 2.0 / 25e9 * 1e3).abs() < 1e-9, "{half:?}");
+        assert_eq!(all.cpu_ms, 0.0);
+        // Over a 25 GB/s link, an expert costs more than on a 60 GB/s CPU pool: F = 0 wins here.
+        assert!(none.tokens_per_s > half.tokens_per_s && half.tokens_per_s > all.tokens_per_s, "{none:?} {half:?} {all:?}");
     }
 }

@@ -137,6 +137,10 @@ pub struct PlanArgs {
     /// One MoE layer's GPU → CPU → GPU handoff, microseconds.
     #[arg(long, default_value_t = 20.0)]
     pub handoff_us: f64,
+    /// Host-to-device copy rate, GB/s (PCIe 4.0 x16 moves about 25 in practice), for the
+    /// misses --pcie-frac sends to the card.
+    #[arg(long, default_value_t = 25.0)]
+    pub pcie_gbs: f64,
     /// VRAM for what is neither weights, KV nor experts (graphs, workspaces, recurrent states,
     /// the MTP head), MiB.
     #[arg(long, default_value_t = 512)]
@@ -175,7 +179,7 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
         }
         None => ModelShape::flash_next_iq3xxs(a.dense_bits, kv_elem),
     };
-    for (what, v) in [("--vram-gib", a.vram_gib), ("--gpu-gbs", a.gpu_gbs), ("--gpu-efficiency", a.gpu_efficiency), ("--cpu-core-gbs", a.cpu_core_gbs), ("--ram-gbs", a.ram_gbs), ("--ram-gib", a.ram_gib)] {
+    for (what, v) in [("--vram-gib", a.vram_gib), ("--gpu-gbs", a.gpu_gbs), ("--gpu-efficiency", a.gpu_efficiency), ("--cpu-core-gbs", a.cpu_core_gbs), ("--ram-gbs", a.ram_gbs), ("--ram-gib", a.ram_gib), ("--pcie-gbs", a.pcie_gbs)] {
         if !(v.is_finite() && v > 0.0) {
             bail!("{what} must be a positive number (got {v})");
         }
@@ -193,6 +197,8 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
         ram_gbs: a.ram_gbs,
         ram_bytes: (a.ram_gib * (1u64 << 30) as f64) as u64,
         handoff_us: a.handoff_us,
+        pcie_gbs: a.pcie_gbs,
+        pcie_frac: c.gpu.pcie_frac,
     };
     let ctx = if c.max_context == 0 { 4096 } else { c.max_context };
     let (reserve, extra) = (c.gpu.vram_reserve_mib << 20, a.extra_mib << 20);
@@ -216,7 +222,7 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
                 "cached_gib": gib(p.cached_bytes), "resident_gib": gib(m.resident_bytes), "kv_gib": gib(p.kv_bytes),
                 "ram_experts_gib": gib(p.ram_expert_bytes), "fits_ram": p.fits_ram, "trace": what,
                 "hit_rate": {"used": hit, "static": st, "lru": lru, "adaptive": adaptive},
-                "gpu_ms": p.gpu_ms, "cpu_ms": p.cpu_ms, "handoff_ms": p.handoff_ms, "token_ms": p.token_ms, "tokens_per_s": p.tokens_per_s,
+                "gpu_ms": p.gpu_ms, "cpu_ms": p.cpu_ms, "pcie_ms": p.pcie_ms, "pcie_frac": c.gpu.pcie_frac, "handoff_ms": p.handoff_ms, "token_ms": p.token_ms, "tokens_per_s": p.tokens_per_s,
             }))?
         );
         return Ok(());
@@ -247,8 +253,10 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
         100.0 * adaptive
     );
     println!(
-        "decode, per token: GPU {:.2} ms, CPU pool {:.2} ms, handoffs {:.2} ms → {:.2} ms = {:.1} tokens/s (plain decode: no speculation)",
-        p.gpu_ms, p.cpu_ms, p.handoff_ms, p.token_ms, p.tokens_per_s
+        "decode, per token: GPU {:.2} ms (of which PCIe copies {:.2} ms, --pcie-frac {}), CPU pool {:.2} ms, handoffs {:.2} ms → {:.2} ms = {:.1} tokens/s (plain decode: no speculation)",
+        p.gpu_ms, p.pcie_ms, c.gpu.pcie_frac, p.cpu_ms, p.handoff_ms, p.token_ms, p.tokens_per_s
     );
+    let by_share: Vec<String> = [0.0, 0.25, 0.5, 1.0].iter().map(|&f| format!("{f}: {:.1}", project(&m, &Machine { pcie_frac: f, ..mc }, ctx, reserve, extra, n, hit).tokens_per_s)).collect();
+    println!("misses over PCIe at {:.0} GB/s, tokens/s by --pcie-frac: {}", a.pcie_gbs, by_share.join(", "));
     Ok(())
 }
