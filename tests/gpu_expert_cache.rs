@@ -294,7 +294,7 @@ fn serve_done_line_reports_expert_cache_counters_per_request() {
         .collect();
     assert_eq!(done.len(), 2, "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     let hp = Model::load(&m).unwrap().hp;
-    let moe = (hp.n_layer as u64, hp.moe.expect("an MoE model").n_expert_used as u64);
+    let moe = (hp.n_layer as u64, hp.moe.as_ref().expect("an MoE model").n_expert_used as u64);
     let stat = |d: &serde_json::Value, k: &str| d["stats"][k].as_u64().unwrap_or_else(|| panic!("no stats.{k} in {d}"));
     // Prompt tokens + the 3 decode evaluations after the first sampled token.
     let evaluated = (prompt().len() + 3) as u64;
@@ -303,8 +303,19 @@ fn serve_done_line_reports_expert_cache_counters_per_request() {
         assert_eq!(stat(d, "expert_cache_lookups"), evaluated * moe.0 * moe.1, "{d}");
         assert!(stat(d, "expert_cache_hits") <= stat(d, "expert_cache_lookups"), "{d}");
         hits.push(stat(d, "expert_cache_hits"));
+        // The ordered mode has no handoff (its wait is zero); the CPU pool's time is measured.
+        assert_eq!(stat(d, "expert_handoff_wait_us"), 0, "{d}");
+        stat(d, "expert_cpu_us");
     }
     assert!(hits[1] >= hits[0], "the second request starts with the first one's experts resident: {hits:?}");
+    // The first request fills the 3 slots of both layers (and streams its prompt's misses).
+    let bytes: Vec<u64> = done.iter().map(|d| stat(d, "expert_bytes_to_vram")).collect();
+    let expert = {
+        let g = gguf::GgufFile::open(&m).unwrap();
+        let t = g.tensors().iter().filter(|t| t.name.starts_with("blk.0.ffn_") && t.name.contains("_exps.")).map(|t| g.tensor_data(t).len() as u64).sum::<u64>();
+        t / hp.moe.as_ref().unwrap().n_expert as u64
+    };
+    assert!(bytes[0] >= 2 * 3 * expert && bytes.iter().all(|b| b % expert == 0), "{bytes:?} (an expert is {expert} bytes)");
 }
 
 test_device!(

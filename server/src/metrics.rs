@@ -158,6 +158,21 @@ impl prometheus_client::collector::Collector for Live {
                 r.expert_cache_lookups,
             ),
             (
+                "expert_bytes_to_vram",
+                "Bytes copied into VRAM for the expert cache: admissions, swaps, staged misses (as reported by the engine)",
+                r.expert_bytes_to_vram,
+            ),
+            (
+                "expert_cpu_microseconds",
+                "Time the expert cache's CPU pool spent on experts without a VRAM slot (as reported by the engine)",
+                r.expert_cpu_us,
+            ),
+            (
+                "expert_handoff_wait_microseconds",
+                "Time the per-layer handoff's host thread waited for the device (as reported by the engine)",
+                r.expert_handoff_wait_us,
+            ),
+            (
                 "draft_tokens_accepted",
                 "Speculative draft tokens accepted (as reported by the engine)",
                 r.draft_accepted,
@@ -304,6 +319,8 @@ impl Metrics {
 
 fn reported_json(r: &RequestStats) -> Value {
     json!({"expert_cache_hits": r.expert_cache_hits, "expert_cache_lookups": r.expert_cache_lookups,
+           "expert_bytes_to_vram": r.expert_bytes_to_vram, "expert_cpu_us": r.expert_cpu_us,
+           "expert_handoff_wait_us": r.expert_handoff_wait_us,
            "draft_accepted": r.draft_accepted, "draft_offered": r.draft_offered})
 }
 
@@ -379,6 +396,9 @@ impl Drop for Recording {
             &mut s.reported.expert_cache_lookups,
             stats.expert_cache_lookups,
         );
+        add(&mut s.reported.expert_bytes_to_vram, stats.expert_bytes_to_vram);
+        add(&mut s.reported.expert_cpu_us, stats.expert_cpu_us);
+        add(&mut s.reported.expert_handoff_wait_us, stats.expert_handoff_wait_us);
         add(&mut s.reported.draft_accepted, stats.draft_accepted);
         add(&mut s.reported.draft_offered, stats.draft_offered);
         let (status, finish) = match self.outcome {
@@ -392,6 +412,8 @@ impl Drop for Recording {
             "queue_ms": a.queue_ms, "prompt_ms": prompt_ms, "decode_ms": decode_ms,
             "prompt_per_second": prompt_rate, "decode_per_second": decode_rate,
             "expert_cache_hits": stats.expert_cache_hits, "expert_cache_lookups": stats.expert_cache_lookups,
+            "expert_bytes_to_vram": stats.expert_bytes_to_vram, "expert_cpu_us": stats.expert_cpu_us,
+            "expert_handoff_wait_us": stats.expert_handoff_wait_us,
             "draft_accepted": stats.draft_accepted, "draft_offered": stats.draft_offered,
             "finished_at": crate::http::now(),
         });

@@ -164,6 +164,16 @@ pub struct RequestStats {
     /// Expert-cache lookups in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_cache_lookups: Option<u64>,
+    /// Bytes copied into VRAM for the expert cache (admissions, swaps, experts streamed to
+    /// the staging slot: what crosses PCIe on a card).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_bytes_to_vram: Option<u64>,
+    /// Microseconds the expert cache's CPU pool spent on experts without a VRAM slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_cpu_us: Option<u64>,
+    /// Microseconds the per-layer handoff's host thread waited for the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_handoff_wait_us: Option<u64>,
     /// Speculative decoding: draft tokens the model accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_accepted: Option<u64>,

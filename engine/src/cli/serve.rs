@@ -19,7 +19,7 @@ pub struct ServeEngine<'e> {
     sess: AnySession,
     logits: Vec<f32>,
     /// Expert-cache (hits, lookups) when the running request started.
-    cache_at_start: Option<(u64, u64)>,
+    cache_at_start: Option<experts::counters::CacheStats>,
 }
 
 impl<'e> ServeEngine<'e> {
@@ -77,7 +77,7 @@ impl TokenEngine for ServeEngine<'_> {
     }
 
     fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
-        self.cache_at_start = self.e.model.expert_cache_stats().map(|s| (s.hits, s.lookups));
+        self.cache_at_start = self.e.model.expert_cache_stats();
         let (m, sess) = (&self.e.model, &mut self.sess);
         sess.reset();
         if req.tokens.len() > sess.capacity() {
@@ -101,12 +101,16 @@ impl TokenEngine for ServeEngine<'_> {
         }
     }
 
-    /// The expert cache's hits and lookups of this request (GPU with `--expert-cache`).
+    /// The expert cache's counters for this request (GPU with `--expert-cache`).
     fn request_stats(&mut self) -> Option<server::protocol::RequestStats> {
-        let ((h0, l0), (h1, l1)) = (self.cache_at_start?, self.e.model.expert_cache_stats().map(|s| (s.hits, s.lookups))?);
+        let (a, b) = (self.cache_at_start?, self.e.model.expert_cache_stats()?);
+        let us = |ms: f64| (ms * 1e3).round().max(0.0) as u64;
         Some(server::protocol::RequestStats {
-            expert_cache_hits: Some(h1 - h0),
-            expert_cache_lookups: Some(l1 - l0),
+            expert_cache_hits: Some(b.hits - a.hits),
+            expert_cache_lookups: Some(b.lookups - a.lookups),
+            expert_bytes_to_vram: Some(b.copied_bytes - a.copied_bytes),
+            expert_cpu_us: Some(us(b.cpu_ms - a.cpu_ms)),
+            expert_handoff_wait_us: Some(us(b.handoff_wait_ms - a.handoff_wait_ms)),
             ..Default::default()
         })
     }

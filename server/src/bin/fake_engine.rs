@@ -204,12 +204,18 @@ fn main() {
             }
             "--stats" => {
                 let n: Vec<u64> = val().split(',').map(|s| num(s.to_string())).collect();
-                assert_eq!(n.len(), 4, "fake_engine: --stats takes 4 numbers");
+                assert!(
+                    n.len() == 4 || n.len() == 7,
+                    "fake_engine: --stats takes hits,lookups,accepted,offered[,bytes_to_vram,cpu_us,handoff_wait_us]"
+                );
                 fake.stats = Some(RequestStats {
                     expert_cache_hits: Some(n[0]),
                     expert_cache_lookups: Some(n[1]),
                     draft_accepted: Some(n[2]),
                     draft_offered: Some(n[3]),
+                    expert_bytes_to_vram: n.get(4).copied(),
+                    expert_cpu_us: n.get(5).copied(),
+                    expert_handoff_wait_us: n.get(6).copied(),
                 });
             }
             "--fail-on-start" => {
