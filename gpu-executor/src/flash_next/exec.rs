@@ -293,10 +293,48 @@ impl<'a> FlashChunk<'a> {
 
     /// `y = down(silu(gate x) ⊙ up x)` of one expert for `n` rows of `x`.
     fn swiglu(&self, f: &DevFfn, x: DevicePtr, n: usize, bufs: [DevicePtr; 3], y: DevicePtr) -> Result<()> {
+        self.swiglu_with(f, x, n, bufs, y, self.wdq())
+    }
+
+    /// [`FlashChunk::swiglu`] with `wdq` as in [`FlashChunk::project_with`].
+    fn swiglu_with(&self, f: &DevFfn, x: DevicePtr, n: usize, bufs: [DevicePtr; 3], y: DevicePtr, wdq: DevicePtr) -> Result<()> {
         let [g, u, a] = bufs;
-        self.project(x, n, &[(&f.gate, g), (&f.up, u)])?;
+        self.project_with(x, n, &[(&f.gate, g), (&f.up, u)], wdq)?;
         self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
-        self.mm(&f.down, a, n, y)
+        self.project_with(a, n, &[(&f.down, y)], wdq)
+    }
+
+    /// A prompt chunk's routed experts from the ids read back, each on the tokens that chose it
+    /// at once (their rows gathered by `get_rows`), so each expert's weights are read once a
+    /// chunk rather than once a token: expert `experts[i]` with its slots (`token·k + rank`).
+    /// Outputs land in the upper half of `sc.ys` in this order; the combine's map (`sc.hmap`)
+    /// sends every slot to its row there, and the slots of `cpu_slots` to their own rows (where
+    /// `experts_on_cpu` writes). The products keep the decode rule (MMVQ; never staged
+    /// dequantized), so each row equals the window path's.
+    fn experts_grouped(&self, experts: &[(DevFfn, &[usize])], k: usize) -> Result<()> {
+        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let api = g.api();
+        let base = sc.cols * k;
+        let mut map: Vec<u32> = (0..(n * k) as u32).collect();
+        let mut rows: Vec<u32> = Vec::with_capacity(n * k);
+        for (_, slots) in experts {
+            for &j in slots.iter() {
+                map[j] = (base + rows.len()) as u32;
+                rows.push((j / k) as u32);
+            }
+        }
+        let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        // The stream is idle (synchronized to read the ids), so nothing reads these buffers.
+        api.memcpy_htod(sc.rslots, &b(&rows)).map_err(dev("uploading expert token lists"))?;
+        api.memcpy_htod(sc.hmap, &b(&map)).map_err(dev("uploading the combine map"))?;
+        let mut at = 0;
+        for (f, slots) in experts {
+            let cnt = slots.len();
+            g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
+            self.swiglu_with(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64, 0)?;
+            at += cnt;
+        }
+        Ok(())
     }
 
     /// The rest of a MoE layer once the routed experts' rows are in `sc.ys` (at the rows `map`
@@ -558,6 +596,8 @@ impl FlashNextOps for FlashChunk<'_> {
         let mut expert_bytes = 0;
         // The experts without a slot, run on the CPU once the device's are launched.
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
+        // A prompt chunk's device experts, run together once placed.
+        let mut grouped: Vec<(DevFfn, &[usize])> = Vec::new();
         for (&id, slots) in &chosen {
             // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
             let f = match self.cache().map(|c| c.place(layer, id, slots.len())) {
@@ -574,15 +614,22 @@ impl FlashNextOps for FlashChunk<'_> {
             };
             let f = f.ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}")))?;
             expert_bytes += ffn(&f);
+            if self.prompt {
+                grouped.push((f, slots));
+                continue;
+            }
             for &slot in slots {
                 let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
                 self.swiglu(&f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
             }
         }
+        if self.prompt {
+            self.experts_grouped(&grouped, k)?;
+        }
         if let Some(cache) = self.cache() {
             self.experts_on_cpu(cache, &on_cpu, k)?;
         }
-        self.moe_tail(layer, sc.map, |_| Ok(expert_bytes))
+        self.moe_tail(layer, if self.prompt { sc.hmap } else { sc.map }, |_| Ok(expert_bytes))
     }
 
     fn end_layer(&mut self, layer: usize) -> Result<()> {

@@ -32,6 +32,9 @@ pub(super) struct Scratch {
     /// Prompt chunks: the chunked delta rule's `δ` scratch `[Hv][GDN_CHUNK_MAX][S]` (0 for
     /// windows).
     pub(super) gdn_delta: DevicePtr,
+    /// Prompt chunks: one routed expert's gathered inputs `[cols][E]` (host-readback experts,
+    /// each on all its tokens at once; 0 for windows).
+    pub(super) xg: DevicePtr,
     /// Ordered mode: the widest input quantized to a weight's `vec_dot_type` (0 otherwise).
     pub(super) xo: DevicePtr,
     /// GR read: normed streams, low-rank activations, gates.
@@ -150,6 +153,7 @@ impl Scratch {
             wdq: if wdq_bytes > 0 { up.zeroed(wdq_bytes)? } else { 0 },
             wdq_bytes,
             gdn_delta: if prompt { f(up, vd * crate::abi::GDN_CHUNK_MAX as usize)? } else { 0 },
+            xg: if prompt { f(up, w * e)? } else { 0 },
             ids: f(up, w)?,
             pos: f(up, w)?,
             r: f(up, w * hce)?,
