@@ -8,7 +8,8 @@
 //! access. Runs as `<name>::emu` and `<name>::hip`.
 #![cfg(feature = "gpu")]
 
-use crate::models_qwen4exp::{Cmp, argmax, compare, load_refs, model};
+use crate::gpu_flash_next::greedy_in;
+use crate::models_qwen4exp::{Cmp, compare, load_refs, model};
 use strata::cpu::prelude::*;
 use strata::gpu::flash_next::{GpuFlashNext, GpuFlashSession, PROMPT_CHUNK, WINDOW};
 use strata::gpu::model::{ExpertCacheSize, GpuOptions, PrefillPath};
@@ -121,13 +122,7 @@ test_device!(
         let dev = device.0;
         let greedy = |g: &GpuFlashNext, prompt: &[u32], n: usize, graphs: bool| {
             let mut sess = g.new_session_chunked(KvType::F16, prompt.len() + n, 512).unwrap();
-            let mut l = Vec::new();
-            g.eval(&mut sess, prompt, Logits::Last, &mut l).unwrap();
-            let mut ids = vec![argmax(&l) as u32];
-            while ids.len() < n {
-                g.eval(&mut sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
-                ids.push(argmax(&l) as u32);
-            }
+            let ids = greedy_in(g, &mut sess, prompt, n);
             let chunks = prompt.len().div_ceil(PROMPT_CHUNK);
             let want = if graphs { (chunks, n - 1) } else { (chunks + n - 1, 0) };
             assert_eq!((sess.eager_windows, sess.graph_replays), want, "{dev}: prompt chunks eager, decode windows as before");
