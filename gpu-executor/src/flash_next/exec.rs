@@ -256,11 +256,13 @@ impl<'a> FlashChunk<'a> {
     fn project_with(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)], wdq: DevicePtr) -> Result<()> {
         let lin = self.lin();
         let sc = &self.s.sc;
-        if let Some((w, _)) = outs.iter().find(|(w, _)| matches!(w.kind, MatKind::Q(_))) {
+        let tmp = Tmp { wdq, xh: sc.xh };
+        // Quantized once for the products that read Q8_1 (none when all take the GEMM path).
+        if let Some((w, _)) = outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp)) {
             lin.quantize(x, sc.xq, n, w.cols).map_err(dev("quantizing activations"))?;
         }
         for (w, y) in outs {
-            lin.matmul(w, 0, x, sc.xq, n, *y, Tmp { wdq, xh: sc.xh }).map_err(dev("matrix product"))?;
+            lin.matmul(w, 0, x, sc.xq, n, *y, tmp).map_err(dev("matrix product"))?;
         }
         Ok(())
     }
