@@ -65,14 +65,20 @@ test_device!(
 /// the session's position at the end.
 pub(crate) fn greedy(g: &GpuFlashNext, prompt: &[u32], n: usize) -> (Vec<u32>, usize) {
     let mut sess = g.new_session(KvType::F16, 512).unwrap();
+    let ids = greedy_in(g, &mut sess, prompt, n);
+    (ids, sess.n_past)
+}
+
+/// [`greedy`] in the session `sess`.
+pub(crate) fn greedy_in(g: &GpuFlashNext, sess: &mut strata::gpu::flash_next::GpuFlashSession, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut l = Vec::new();
-    g.eval(&mut sess, prompt, Logits::Last, &mut l).unwrap();
+    g.eval(sess, prompt, Logits::Last, &mut l).unwrap();
     let mut ids = vec![argmax(&l) as u32];
     while ids.len() < n {
-        g.eval(&mut sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
+        g.eval(sess, &ids[ids.len() - 1..], Logits::Last, &mut l).unwrap();
         ids.push(argmax(&l) as u32);
     }
-    (ids, sess.n_past)
+    ids
 }
 
 test_device!(

@@ -22,6 +22,8 @@ mod gpu_flash_next_cache;
 #[cfg(feature = "gpu")]
 mod gpu_flash_next_mtp;
 #[cfg(feature = "gpu")]
+mod gpu_flash_next_prompt;
+#[cfg(feature = "gpu")]
 mod gpu_expert_cache_auto;
 #[cfg(feature = "gpu")]
 mod gpu_ops;

@@ -264,7 +264,7 @@ impl AnyModel {
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => AnySession::Gpu(Box::new(m.new_session(kv, max_ctx, prefill_chunk)?)),
             #[cfg(feature = "gpu")]
-            AnyModel::FlashGpu(m) => AnySession::FlashGpu(Box::new(m.new_session(kv, max_ctx)?)),
+            AnyModel::FlashGpu(m) => AnySession::FlashGpu(Box::new(m.new_session_chunked(kv, max_ctx, prefill_chunk)?)),
         })
     }
 
@@ -533,7 +533,7 @@ fn context_positions(max_context: usize, n_ctx_train: usize) -> usize {
 fn prepare_flash_expert_cache(g: &mut gpu_executor::flash_next::GpuFlashNext, opts: &RunOptions) -> Result<()> {
     if g.opts().expert_cache == Some(gpu_executor::options::ExpertCacheSize::Auto) {
         let ctx = context_positions(opts.max_context, g.m.hp.n_ctx_train);
-        let fit = g.fit_expert_cache(opts.kv, ctx)?;
+        let fit = g.fit_expert_cache_chunked(opts.kv, ctx, opts.prefill)?;
         if !fit.all_resident() || opts.gpu.expert_cache.is_some() {
             eprintln!("strata: {fit}");
         }

@@ -12,6 +12,17 @@ use super::ops::{GluAct, GpuOps};
 use crate::options::{GEMM_MIN_TOKENS, GpuOptions, PrefillPath};
 use quant::GgmlType;
 
+/// How a quantized matrix's product runs ([`Linear::quantized_path`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum QPath {
+    /// `mmq_*` on the Q8_1 activations.
+    Mmq,
+    /// Dequantized to f16 in `Tmp::wdq`, one f16 GEMM.
+    DequantGemm,
+    /// `mmvq_*` on the Q8_1 activations, 8 columns a launch.
+    Mmvq,
+}
+
 /// What a matrix product needs: the launch layer, a stream and the options, borrowed from the
 /// executor that owns them.
 pub(super) struct Linear<'a> {
@@ -52,22 +63,19 @@ impl Linear<'_> {
             }
             MatKind::Q(ty) => ty,
         };
-        let gemm = match self.opts.prefill {
-            PrefillPath::Mmvq => false,
-            PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
-            PrefillPath::DequantGemm => n > 1,
-            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => {
+        match self.quantized_path(ty, w, n, tmp) {
+            QPath::Mmq => {
                 let (rows, cols) = (w.rows as u32, w.cols as u32);
                 return self.ops.mmq(s, ty, self.opts.mmq, w.expert(e), xq, y, rows, n as u32, cols, rows);
             }
-            PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
-        };
-        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
-            // Dequantize to f16, activations to f16, one GEMM with f32 accumulation.
-            let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
-            self.ops.dequant(s, ty, true, w.expert(e), tmp.wdq, nblocks)?;
-            self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
-            return self.gemm(tmp.wdq, DType::F16, w, tmp.xh, n, y);
+            QPath::DequantGemm => {
+                // Dequantize to f16, activations to f16, one GEMM with f32 accumulation.
+                let nblocks = (w.rows * w.cols / ty.block_k() as usize) as u32;
+                self.ops.dequant(s, ty, true, w.expert(e), tmp.wdq, nblocks)?;
+                self.ops.convert_f32_f16(s, x, tmp.xh, (n * w.cols) as u32)?;
+                return self.gemm(tmp.wdq, DType::F16, w, tmp.xh, n, y);
+            }
+            QPath::Mmvq => {}
         }
         // MMVQ, 8 columns per launch.
         let xb = q8_1_bytes(w.cols) as u64;
@@ -77,6 +85,29 @@ impl Linear<'_> {
             self.ops.mmvq(s, ty, nc as u32, w.expert(e), xc, yc, None, w.rows as u32, w.cols as u32, w.rows as u32)?;
         }
         Ok(())
+    }
+
+    /// How [`Linear::matmul`] runs a matrix of the quantized type `ty` over `n` rows (fast
+    /// mode): the `--gpu-prefill` rule, the one place it is written.
+    fn quantized_path(&self, ty: super::abi::WType, w: &DevMat, n: usize, tmp: Tmp) -> QPath {
+        let gemm = match self.opts.prefill {
+            PrefillPath::Mmvq => false,
+            PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
+            PrefillPath::DequantGemm => n > 1,
+            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => return QPath::Mmq,
+            PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
+        };
+        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes { QPath::DequantGemm } else { QPath::Mmvq }
+    }
+
+    /// Whether [`Linear::matmul`] of `w` over `n` rows with `tmp` reads the Q8_1 activations
+    /// `xq` (MMVQ, MMQ), so the caller must quantize its input first; the GEMM paths and the
+    /// ordered products read the f32 rows.
+    pub(super) fn reads_q8_1(&self, w: &DevMat, n: usize, tmp: Tmp) -> bool {
+        match w.kind {
+            MatKind::Q(ty) if !self.opts.ordered => self.quantized_path(ty, w, n, tmp) != QPath::DequantGemm,
+            _ => false,
+        }
     }
 
     /// Ordered mode: `x` (f32, `n <= MAX_COLS` columns) quantized to the weight type's

@@ -73,6 +73,8 @@ pub struct BenchResult {
     /// On the software device: per decode token, instructions and global bytes per part of
     /// the forward pass against the ideal bytes (the proxy for a real card's decode speed).
     pub gpu_decode_profile: Option<Vec<GpuPart>>,
+    /// The same for one pass over the prompt (values per prompt token).
+    pub gpu_prompt_profile: Option<Vec<GpuPart>>,
     /// With `--profile` on the CPU: wall time per operation of a decode step...
     pub cpu_decode_profile: Option<Vec<CpuPart>>,
     /// ...and of one prompt pass (per prompt token).
@@ -236,7 +238,10 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     };
     let (pp_min, pp_median) = min_median(&pp_tok_s);
     let (tg_min, tg_median) = min_median(&tg_tok_s);
-    let gpu_decode_profile = gpu_profile(e, &prompt[..prompt.len().min(8)], a.tg.min(8))?;
+    let (gpu_prompt_profile, gpu_decode_profile) = match gpu_profile(e, &prompt, a.tg.min(8))? {
+        Some((p, d)) => (Some(p), Some(d)),
+        None => (None, None),
+    };
     let (cpu_prompt_profile, cpu_decode_profile) = match &e.model {
         crate::engine::AnyModel::Std(m) if a.profile => {
             let (p, d) = cpu_profile(m, e, &prompt, a.tg)?;
@@ -261,6 +266,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         cpu_prompt_profile,
         device: e.model.backend(),
         gpu_decode_profile,
+        gpu_prompt_profile,
         model: e.path.display().to_string(),
         threads: rayon::current_num_threads(),
         cpu_features: cpu_kernels::cpu_features(),
@@ -342,35 +348,54 @@ fn parts(p: &model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
     v
 }
 
-/// Decodes `steps` tokens after `prompt` with the device counters on (software device only).
+/// The device counters (software device only) of one pass over `prompt` (per prompt token:
+/// windows or prompt chunks, as the engine runs it) and of `steps` decode steps after its
+/// first 8 tokens (per decoded token).
 #[cfg(feature = "gpu")]
-fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<GpuPart>>> {
+fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<(Vec<GpuPart>, Vec<GpuPart>)>> {
     use crate::engine::AnyModel;
-    let p = match &e.model {
-        AnyModel::Gpu(m) if m.api().info().backend == gpu_executor::device::Device::Emu => {
-            let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1, e.opts.prefill)?;
+    use gpu_executor::device::Device;
+    let head = &prompt[..prompt.len().min(8)];
+    let ctx = prompt.len() + steps + 1;
+    let (pp, tg) = match &e.model {
+        AnyModel::Gpu(m) if m.api().info().backend == Device::Emu => {
             let mut logits = Vec::new();
+            let mut sess = m.new_session(e.opts.kv, ctx, e.opts.prefill)?;
+            sess.profile = Some(Default::default());
             m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
+            let pp = sess.profile.take().expect("set above");
+            let mut sess = m.new_session(e.opts.kv, ctx, e.opts.prefill)?;
+            m.eval(&mut sess, head, Logits::Last, &mut logits)?;
             sess.profile = Some(Default::default());
             for _ in 0..steps {
                 let next = argmax(&logits);
                 m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
             }
-            sess.profile.take().expect("set above")
+            (pp, sess.profile.take().expect("set above"))
         }
-        AnyModel::FlashGpu(m) if m.api().info().backend == gpu_executor::device::Device::Emu => {
-            let mut sess = m.new_session(e.opts.kv, prompt.len() + steps + 1)?;
+        AnyModel::FlashGpu(m) if m.api().info().backend == Device::Emu => {
             let mut logits = Vec::new();
+            let mut sess = m.new_session_chunked(e.opts.kv, ctx, e.opts.prefill)?;
+            sess.profile = Some(Default::default());
             m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
+            let pp = sess.profile.take().expect("set above");
+            let mut sess = m.new_session_chunked(e.opts.kv, ctx, e.opts.prefill)?;
+            m.eval(&mut sess, head, Logits::Last, &mut logits)?;
             sess.profile = Some(Default::default());
             for _ in 0..steps {
                 let next = argmax(&logits);
                 m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
             }
-            sess.profile.take().expect("set above")
+            (pp, sess.profile.take().expect("set above"))
         }
         _ => return Ok(None),
     };
+    Ok(Some((gpu_parts(&pp), gpu_parts(&tg))))
+}
+
+/// Per-token rows of a device profile, then their total.
+#[cfg(feature = "gpu")]
+fn gpu_parts(p: &gpu_executor::model::Profile) -> Vec<GpuPart> {
     let per = |x: u64| x as f64 / p.tokens.max(1) as f64;
     let mut parts: Vec<GpuPart> = p
         .parts
@@ -391,11 +416,11 @@ fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<Vec<Gp
         global_bytes: total(|p| p.global_bytes, &parts),
         ideal_bytes: total(|p| p.ideal_bytes, &parts),
     });
-    Ok(Some(parts))
+    parts
 }
 
 #[cfg(not(feature = "gpu"))]
-fn gpu_profile(_: &Engine, _: &[u32], _: usize) -> Result<Option<Vec<GpuPart>>> {
+fn gpu_profile(_: &Engine, _: &[u32], _: usize) -> Result<Option<(Vec<GpuPart>, Vec<GpuPart>)>> {
     Ok(None)
 }
 
@@ -456,8 +481,9 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
                 100.0 * rl.share
             );
         }
-        if let Some(parts) = &r.gpu_decode_profile {
-            println!("software-device decode profile, per token (global bytes vs the ideal: weights + KV + activations):");
+        for (what, parts) in [("prompt pass, per prompt token", &r.gpu_prompt_profile), ("decode, per token", &r.gpu_decode_profile)] {
+            let Some(parts) = parts else { continue };
+            println!("software-device profile of the {what} (global bytes vs the ideal: weights + KV + activations):");
             println!("  {:<10} {:>9} {:>14} {:>14} {:>14} {:>7}", "part", "launches", "instructions", "global bytes", "ideal bytes", "ratio");
             for p in parts {
                 println!(

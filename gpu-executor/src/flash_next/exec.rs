@@ -1,7 +1,8 @@
 //! Flash-Next's operations ([`FlashNextOps`]) as gfx11 launches for one window of up to
-//! [`super::WINDOW`] tokens of one sequence, on the model's stream: the layer kernels
-//! (`GpuOps::gdn_mix`, `qsa_mix`, `ple_block`, `gr_*`, `moe_*`) between device matrix
-//! products (`gpu::linear`). Buffers are the session's [`Scratch`], sized for a full window.
+//! [`super::WINDOW`] tokens, or one prompt chunk (`super::prompt`), of one sequence, on the
+//! model's stream: the layer kernels (`GpuOps::gdn_mix` / `gdn_prefill`, `qsa_mix`,
+//! `ple_block`, `gr_*`, `moe_*`) between device matrix products (`gpu::linear`). Buffers are the
+//! session's [`Scratch`](super::scratch::Scratch).
 
 use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
 use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
@@ -10,201 +11,14 @@ use crate::device::{DevicePtr, GpuError};
 use crate::linear::{DispatchBuffers, Linear};
 use cpu_executor::flash_next::SwiGluCpu;
 use crate::expert_cache::{ExpertCache, Placement};
-use crate::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes};
+use crate::upload::{DevMat, MatKind, Tmp, f32_bytes};
 use model::qwen4exp::moe::SwiGlu;
 use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use model::qwen4exp::program::{self, FlashNextOps, Site};
-use model::qwen4exp::{Mixer, Moe, Mtp, Qwen4Exp};
+use model::qwen4exp::{Moe, Mtp};
 
 fn dev(what: &'static str) -> impl FnOnce(GpuError) -> EngineError {
     move |e| EngineError::Gpu(format!("qwen4exp {what}: {e}"))
-}
-
-/// The session's device buffers for one window (f32 row-major `[WINDOW][..]` unless stated).
-pub(super) struct Scratch {
-    /// Token ids and positions of the window (u32).
-    ids: DevicePtr,
-    pos: DevicePtr,
-    /// The residual streams `[hc][E]` a token, the block input and output, the injection logits.
-    r: DevicePtr,
-    x: DevicePtr,
-    y: DevicePtr,
-    inj: DevicePtr,
-    /// Q8_1 activations and the f16 copy (f16 / bf16 weights) of the widest product input.
-    xq: DevicePtr,
-    xh: DevicePtr,
-    /// Ordered mode: the widest input quantized to a weight's `vec_dot_type` (0 otherwise).
-    xo: DevicePtr,
-    /// GR read: normed streams, low-rank activations, gates.
-    flat: DevicePtr,
-    lo: DevicePtr,
-    gates: DevicePtr,
-    /// GDN: projections (conv input, gate, β, α), conv output, mixer output.
-    m: DevicePtr,
-    z: DevicePtr,
-    beta: DevicePtr,
-    alpha: DevicePtr,
-    u: DevicePtr,
-    o: DevicePtr,
-    /// QSA: projections, normed q / k / indexer queries, block scores, kept cells (u32) and
-    /// counts, the gated attention.
-    qf: DevicePtr,
-    kp: DevicePtr,
-    vp: DevicePtr,
-    kappa_p: DevicePtr,
-    iq_p: DevicePtr,
-    q: DevicePtr,
-    k: DevicePtr,
-    iq: DevicePtr,
-    score: DevicePtr,
-    sel: DevicePtr,
-    sel_n: DevicePtr,
-    att: DevicePtr,
-    /// MoE: router logits, expert ids (u32) and weights, expert outputs `[WINDOW·k][E]`, their
-    /// row map (u32, `0..WINDOW·k`), one expert's gate / up / activation, the shared expert's,
-    /// its output and gate logit.
-    rlog: DevicePtr,
-    rids: DevicePtr,
-    rw: DevicePtr,
-    ys: DevicePtr,
-    map: DevicePtr,
-    /// The handoff path (`crate::expert_handoff`): each slot's cache slot, and the combine's
-    /// rows (`ys` holds `2·WINDOW·k` rows: the device's, then the host's).
-    rslots: DevicePtr,
-    hmap: DevicePtr,
-    eg: DevicePtr,
-    eu: DevicePtr,
-    ea: DevicePtr,
-    /// Device dispatch (`mmvq_moe_*`): every slot's gate and up (unfused types), activation,
-    /// and its Q8_1 form `[WINDOW·k][ff]`.
-    dg: DevicePtr,
-    du: DevicePtr,
-    da: DevicePtr,
-    daq: DevicePtr,
-    shg: DevicePtr,
-    shu: DevicePtr,
-    sha: DevicePtr,
-    sh: DevicePtr,
-    shgate: DevicePtr,
-    /// PLE: gathered rows, key / value projections, gated value and its norm.
-    emb: DevicePtr,
-    pkey: DevicePtr,
-    pval: DevicePtr,
-    gv: DevicePtr,
-    nn: DevicePtr,
-    /// MTP head: the wide residuals given with the tokens `[hc][E]`, one stream's
-    /// `[enorm(e) ‖ hnorm_c(R_p[c])]` rows `[2E]`, their projection `[E]`.
-    wide: DevicePtr,
-    cat: DevicePtr,
-    proj: DevicePtr,
-    logits: DevicePtr,
-}
-
-impl Scratch {
-    /// Buffers for windows of the trunk of `g`, and of the MTP `head` if given.
-    pub(super) fn new(up: &mut Uploader, g: &GpuFlashNext, capacity: usize, head: Option<&Mtp>) -> Result<Scratch> {
-        let m: &Qwen4Exp = &g.m;
-        let (e, hc, w) = (m.hp.n_embd, m.hp.hc, WINDOW);
-        let hce = hc * e;
-        let lr = m.out_hc.down.rows.max(m.layers.iter().map(|l| l.hc_attn.down.rows.max(l.hc_ffn.down.rows)).max().unwrap_or(1));
-        let (mut c, mut vd, mut hv, mut qf, mut kvd, mut hd, mut idim, mut iqd, mut blocks, mut budget) = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
-        let (mut ne, mut k, mut ff, mut ffs) = (1, 1, 1, 1);
-        // (GDN, attention, MoE) of every layer, the head's block included.
-        let trunk = m.layers.iter().map(|l| match &l.mixer {
-            Mixer::Gdn(gd) => (Some(gd), None, &l.moe),
-            Mixer::Attn(a) => (None, Some(a), &l.moe),
-        });
-        for (gdn, attn, moe) in trunk.chain(head.map(|h| (None, Some(&h.attn), &h.moe))) {
-            match (gdn, attn) {
-                (Some(gd), _) => {
-                    c = c.max(gd.channels());
-                    vd = vd.max(gd.hv * gd.s);
-                    hv = hv.max(gd.hv);
-                }
-                (_, Some(a)) => {
-                    qf = qf.max(2 * a.n_head * a.head_dim);
-                    kvd = kvd.max(a.n_head_kv * a.head_dim);
-                    hd = hd.max(a.n_head * a.head_dim);
-                    if let Some(ix) = &a.indexer {
-                        idim = idim.max(ix.dim);
-                        iqd = iqd.max(ix.heads * ix.dim);
-                        blocks = blocks.max(capacity / ix.ratio);
-                        budget = budget.max(ix.top_k + ix.ratio - 1);
-                    }
-                }
-                _ => {}
-            }
-            ne = ne.max(moe.experts.len());
-            k = k.max(moe.n_used);
-            ff = ff.max(moe.experts.iter().map(|x| x.gate.rows).max().unwrap_or(1));
-            ffs = ffs.max(moe.shared.gate.rows);
-        }
-        let lr = head.map_or(lr, |h| [&h.hc_attn, &h.hc_ffn].into_iter().chain(&h.hc_head).map(|x| x.down.rows).fold(lr, usize::max));
-        let widest = [e, 2 * e, hce, lr, vd, hd, ff, ffs].into_iter().max().unwrap_or(e).next_multiple_of(32);
-        let f = |up: &mut Uploader, n: usize| up.zeroed(n * 4);
-        let map: Vec<u32> = (0..(w * k) as u32).collect();
-        Ok(Scratch {
-            ids: f(up, w)?,
-            pos: f(up, w)?,
-            r: f(up, w * hce)?,
-            x: f(up, w * e)?,
-            y: f(up, w * e)?,
-            inj: f(up, w * hc)?,
-            xq: up.zeroed(w * q8_1_bytes(widest))?,
-            xh: up.zeroed(w * widest * 2)?,
-            // 4 bytes a value hold any `vec_dot_type` (f32 is the widest).
-            xo: if g.opts.ordered { up.zeroed(w * widest * 4)? } else { 0 },
-            flat: f(up, w * hce)?,
-            lo: f(up, w * lr)?,
-            gates: f(up, w * hce)?,
-            m: f(up, w * c)?,
-            z: f(up, w * vd)?,
-            beta: f(up, w * hv)?,
-            alpha: f(up, w * hv)?,
-            u: f(up, w * c)?,
-            o: f(up, w * vd)?,
-            qf: f(up, w * qf)?,
-            kp: f(up, w * kvd)?,
-            vp: f(up, w * kvd)?,
-            kappa_p: f(up, w * idim)?,
-            iq_p: f(up, w * iqd)?,
-            q: f(up, w * hd)?,
-            k: f(up, w * kvd)?,
-            iq: f(up, w * iqd)?,
-            score: f(up, w * blocks)?,
-            sel: f(up, w * budget)?,
-            sel_n: f(up, w)?,
-            att: f(up, w * hd)?,
-            rlog: f(up, w * ne)?,
-            rids: f(up, w * k)?,
-            rw: f(up, w * k)?,
-            ys: f(up, 2 * w * k * e)?,
-            map: up.bytes(&map.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?,
-            rslots: f(up, w * k)?,
-            hmap: f(up, w * k)?,
-            eg: f(up, ff)?,
-            eu: f(up, ff)?,
-            ea: f(up, ff)?,
-            dg: f(up, w * k * ff)?,
-            du: f(up, w * k * ff)?,
-            da: f(up, w * k * ff)?,
-            daq: up.zeroed(w * k * q8_1_bytes(ff.next_multiple_of(32)))?,
-            shg: f(up, w * ffs)?,
-            shu: f(up, w * ffs)?,
-            sha: f(up, w * ffs)?,
-            sh: f(up, w * e)?,
-            shgate: f(up, w)?,
-            emb: f(up, w * e)?,
-            pkey: f(up, w * hce)?,
-            pval: f(up, w * e)?,
-            gv: f(up, w * hce)?,
-            nn: f(up, w * hce)?,
-            wide: f(up, if head.is_some() { w * hce } else { 1 })?,
-            cat: f(up, if head.is_some() { w * 2 * e } else { 1 })?,
-            proj: f(up, if head.is_some() { w * e } else { 1 })?,
-            logits: f(up, w * m.hp.n_vocab)?,
-        })
-    }
 }
 
 /// Whether a layer's routed experts can run by device dispatch (with every expert resident):
@@ -257,6 +71,10 @@ pub(super) struct FlashChunk<'a> {
     /// Launched as a graph ([`FlashChunk::run`]): every launch must be the same at every
     /// position, so sizes that follow the position take their largest value.
     graph: bool,
+    /// A prompt chunk (`super::prompt`): the chunked delta rule, no expert handoff.
+    prompt: bool,
+    /// The first row whose logits the head computes (0 in windows; the token count: none).
+    first_logit: usize,
     /// The MTP head this window runs (`program::mtp_forward`; its block is layer
     /// `head.0.block`, its attention state `s.layers[0]`), or None: the trunk.
     head: Option<(&'a Mtp, &'a DevMtp)>,
@@ -267,6 +85,9 @@ impl<'a> FlashChunk<'a> {
     /// buffers): token ids, positions and the PLE rows for these tokens (`ple_rows` if the host
     /// gathered them already, while the previous window ran; else gathered now).
     pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool, ple_rows: Option<Vec<f32>>) -> Result<FlashChunk<'a>> {
+        if toks.len() > s.sc.cols {
+            return Err(EngineError::Gpu(format!("qwen4exp: a step of {} tokens, the session's buffers hold {}", toks.len(), s.sc.cols)));
+        }
         let rows = match ple_rows {
             Some(r) => Some(r),
             None => gather_ple(g, s, toks)?,
@@ -280,7 +101,17 @@ impl<'a> FlashChunk<'a> {
         if let Some(emb) = rows {
             api.memcpy_htod(s.sc.emb, f32_bytes(&emb)).map_err(dev("uploading PLE rows"))?;
         }
-        Ok(FlashChunk { g, s, toks, graph, head: None })
+        Ok(FlashChunk { g, s, toks, graph, prompt: false, first_logit: 0, head: None })
+    }
+
+    /// Runs these tokens as a prompt chunk (`super::prompt`): eagerly, the chunked delta rule,
+    /// the prompt rule of the products, routed experts without the handoff, and the head only
+    /// for the rows from `first_logit` (none when it is the chunk's length).
+    pub(super) fn prompt_chunk(mut self, first_logit: usize) -> Self {
+        self.prompt = true;
+        self.graph = false;
+        self.first_logit = first_logit.min(self.toks.len());
+        self
     }
 
     /// The PLE rows of the window after this one (`toks`), gathered on the host while this
@@ -400,7 +231,8 @@ impl<'a> FlashChunk<'a> {
     }
 
     fn lin(&self) -> Linear<'_> {
-        Linear { ops: &self.g.ops, stream: &self.g.stream, opts: &self.g.opts, lt: None, xo: self.s.sc.xo, dequant_scratch_bytes: 0 }
+        let sc = &self.s.sc;
+        Linear { ops: &self.g.ops, stream: &self.g.stream, opts: &self.g.opts, lt: None, xo: sc.xo, dequant_scratch_bytes: sc.wdq_bytes }
     }
 
     /// `y[rows] = W x[cols]` for `n` rows of `x`; the input is quantized first for an MMVQ
@@ -409,29 +241,49 @@ impl<'a> FlashChunk<'a> {
         self.project(x, n, &[(w, y)])
     }
 
-    /// Several products of one input, quantized once.
+    /// Several products of one input, quantized once. A prompt chunk's products may stage a
+    /// dequantized matrix in `wdq` (the prompt rule of `gpu::linear`); windows never do.
     fn project(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)]) -> Result<()> {
+        self.project_with(x, n, outs, self.wdq())
+    }
+
+    /// The dequantized-matrix staging of this step's products: a prompt chunk's, none in windows
+    /// (whose products stay as they were, whatever `--gpu-prefill` says).
+    fn wdq(&self) -> DevicePtr {
+        if self.prompt { self.s.sc.wdq } else { 0 }
+    }
+
+    fn project_with(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)], wdq: DevicePtr) -> Result<()> {
         let lin = self.lin();
         let sc = &self.s.sc;
-        if let Some((w, _)) = outs.iter().find(|(w, _)| matches!(w.kind, MatKind::Q(_))) {
+        let tmp = Tmp { wdq, xh: sc.xh };
+        // Quantized once for the products that read Q8_1 (none when all take the GEMM path).
+        if let Some((w, _)) = outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp)) {
             lin.quantize(x, sc.xq, n, w.cols).map_err(dev("quantizing activations"))?;
         }
         for (w, y) in outs {
-            lin.matmul(w, 0, x, sc.xq, n, *y, Tmp { wdq: 0, xh: sc.xh }).map_err(dev("matrix product"))?;
+            lin.matmul(w, 0, x, sc.xq, n, *y, tmp).map_err(dev("matrix product"))?;
         }
         Ok(())
     }
 
     /// The GR read of `h` from the streams into `x` (and `inj` when it injects).
     fn hc_read(&self, h: &DevHc) -> Result<()> {
-        let (ops, st, sc, n) = (&self.g.ops, &self.g.stream, &self.s.sc, self.n());
-        ops.gr_stream_norm(st, &h.shape, sc.r, h.norm, sc.flat, n as u32).map_err(dev("GR norm"))?;
-        self.mm(&h.down, sc.flat, n, sc.lo)?;
+        self.hc_read_rows(h, 0, self.n(), self.wdq())
+    }
+
+    /// The GR read of the `n` tokens from `r0` (their streams) into rows `0..n` of `x` / `inj`;
+    /// `wdq` as in [`FlashChunk::project_with`].
+    fn hc_read_rows(&self, h: &DevHc, r0: usize, n: usize, wdq: DevicePtr) -> Result<()> {
+        let (ops, st, sc) = (&self.g.ops, &self.g.stream, &self.s.sc);
+        let r = sc.r + (r0 * (h.shape.hc * h.shape.e) as usize * 4) as u64;
+        ops.gr_stream_norm(st, &h.shape, r, h.norm, sc.flat, n as u32).map_err(dev("GR norm"))?;
+        self.project_with(sc.flat, n, &[(&h.down, sc.lo)], wdq)?;
         ops.gr_lowrank_act(st, &h.shape, sc.lo, (n * h.down.rows) as u32).map_err(dev("GR low-rank"))?;
-        self.mm(&h.up, sc.lo, n, sc.gates)?;
+        self.project_with(sc.lo, n, &[(&h.up, sc.gates)], wdq)?;
         ops.gr_gate_mix(st, &h.shape, sc.flat, sc.gates, sc.x, n as u32).map_err(dev("GR gate mix"))?;
         if let Some(inj) = &h.inject {
-            self.mm(inj, sc.flat, n, sc.inj)?;
+            self.project_with(sc.flat, n, &[(inj, sc.inj)], wdq)?;
         }
         Ok(())
     }
@@ -443,10 +295,48 @@ impl<'a> FlashChunk<'a> {
 
     /// `y = down(silu(gate x) ⊙ up x)` of one expert for `n` rows of `x`.
     fn swiglu(&self, f: &DevFfn, x: DevicePtr, n: usize, bufs: [DevicePtr; 3], y: DevicePtr) -> Result<()> {
+        self.swiglu_with(f, x, n, bufs, y, self.wdq())
+    }
+
+    /// [`FlashChunk::swiglu`] with `wdq` as in [`FlashChunk::project_with`].
+    fn swiglu_with(&self, f: &DevFfn, x: DevicePtr, n: usize, bufs: [DevicePtr; 3], y: DevicePtr, wdq: DevicePtr) -> Result<()> {
         let [g, u, a] = bufs;
-        self.project(x, n, &[(&f.gate, g), (&f.up, u)])?;
+        self.project_with(x, n, &[(&f.gate, g), (&f.up, u)], wdq)?;
         self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
-        self.mm(&f.down, a, n, y)
+        self.project_with(a, n, &[(&f.down, y)], wdq)
+    }
+
+    /// A prompt chunk's routed experts from the ids read back, each on the tokens that chose it
+    /// at once (their rows gathered by `get_rows`), so each expert's weights are read once a
+    /// chunk rather than once a token: expert `experts[i]` with its slots (`token·k + rank`).
+    /// Outputs land in the upper half of `sc.ys` in this order; the combine's map (`sc.hmap`)
+    /// sends every slot to its row there, and the slots of `cpu_slots` to their own rows (where
+    /// `experts_on_cpu` writes). The products keep the decode rule (MMVQ; never staged
+    /// dequantized), so each row equals the window path's.
+    fn experts_grouped(&self, experts: &[(DevFfn, &[usize])], k: usize) -> Result<()> {
+        let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
+        let api = g.api();
+        let base = sc.cols * k;
+        let mut map: Vec<u32> = (0..(n * k) as u32).collect();
+        let mut rows: Vec<u32> = Vec::with_capacity(n * k);
+        for (_, slots) in experts {
+            for &j in slots.iter() {
+                map[j] = (base + rows.len()) as u32;
+                rows.push((j / k) as u32);
+            }
+        }
+        let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        // The stream is idle (synchronized to read the ids), so nothing reads these buffers.
+        api.memcpy_htod(sc.rslots, &b(&rows)).map_err(dev("uploading expert token lists"))?;
+        api.memcpy_htod(sc.hmap, &b(&map)).map_err(dev("uploading the combine map"))?;
+        let mut at = 0;
+        for (f, slots) in experts {
+            let cnt = slots.len();
+            g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
+            self.swiglu_with(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64, 0)?;
+            at += cnt;
+        }
+        Ok(())
     }
 
     /// The rest of a MoE layer once the routed experts' rows are in `sc.ys` (at the rows `map`
@@ -587,6 +477,8 @@ impl FlashNextOps for FlashChunk<'_> {
         };
         if g.opts.ordered {
             g.ops.gdn_mix_in_order(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+        } else if self.prompt {
+            g.ops.gdn_prefill(&g.stream, &d.shape, &b, n as u32, crate::abi::GDN_CHUNK_MAX, sc.gdn_delta).map_err(dev("GDN mixer (chunked)"))?;
         } else {
             g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
         }
@@ -675,7 +567,7 @@ impl FlashNextOps for FlashChunk<'_> {
             self.experts_on_device(m)?;
             return self.moe_tail(layer, sc.map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
         }
-        if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), g.by_handoff(self.s)) {
+        if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), !self.prompt && g.by_handoff(self.s)) {
             // Hits from their slots by device dispatch, misses from the host thread.
             let lin = self.lin();
             lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
@@ -706,6 +598,8 @@ impl FlashNextOps for FlashChunk<'_> {
         let mut expert_bytes = 0;
         // The experts without a slot, run on the CPU once the device's are launched.
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
+        // A prompt chunk's device experts, run together once placed.
+        let mut grouped: Vec<(DevFfn, &[usize])> = Vec::new();
         for (&id, slots) in &chosen {
             // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
             let f = match self.cache().map(|c| c.place(layer, id, slots.len())) {
@@ -722,15 +616,22 @@ impl FlashNextOps for FlashChunk<'_> {
             };
             let f = f.ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}")))?;
             expert_bytes += ffn(&f);
+            if self.prompt {
+                grouped.push((f, slots));
+                continue;
+            }
             for &slot in slots {
                 let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
                 self.swiglu(&f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
             }
         }
+        if self.prompt {
+            self.experts_grouped(&grouped, k)?;
+        }
         if let Some(cache) = self.cache() {
             self.experts_on_cpu(cache, &on_cpu, k)?;
         }
-        self.moe_tail(layer, sc.map, |_| Ok(expert_bytes))
+        self.moe_tail(layer, if self.prompt { sc.hmap } else { sc.map }, |_| Ok(expert_bytes))
     }
 
     fn end_layer(&mut self, layer: usize) -> Result<()> {
@@ -746,13 +647,21 @@ impl FlashNextOps for FlashChunk<'_> {
         Ok(())
     }
 
+    /// The head of the rows from `self.first_logit` (a prompt chunk's rows whose logits nobody
+    /// reads are skipped: all of a chunk before the last one unless every row's logits are
+    /// wanted). Its products take the decode rule (never staged dequantized, as the shared
+    /// decoder's head), so a row's logits do not depend on how many rows ran with it.
     fn head(&mut self) -> Result<()> {
-        let (g, n) = (self.g, self.n());
-        self.hc_read(&g.w.out_hc)?;
-        self.mm(&g.w.output, self.s.sc.x, n, self.s.sc.logits)?;
+        let (g, n, r0) = (self.g, self.n(), self.first_logit);
+        if r0 >= n {
+            return Ok(());
+        }
+        let (v, sc) = (g.m.hp.n_vocab, &self.s.sc);
+        self.hc_read_rows(&g.w.out_hc, r0, n - r0, 0)?;
+        self.project_with(sc.x, n - r0, &[(&g.w.output, sc.logits + (r0 * v * 4) as u64)], 0)?;
         let h = &g.w.out_hc;
         let w = h.down.mat_bytes + h.up.mat_bytes + g.w.output.mat_bytes;
-        self.count("head", w + self.act((h.shape.hc * h.shape.e) as usize + g.m.hp.n_vocab));
+        self.count("head", w + 4 * (n - r0) * ((h.shape.hc * h.shape.e) as usize + v));
         Ok(())
     }
 

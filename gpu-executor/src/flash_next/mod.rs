@@ -9,15 +9,20 @@
 //! when every expert is resident in an MMVQ type; otherwise the host reads each window's expert
 //! ids back and launches the chosen experts (the expert cache's path, which also runs the
 //! experts without a slot on the CPU). Windows are up to [`WINDOW`] tokens; without a host
-//! readback in them they are captured as graphs once per size and replayed. Numerics are the fast
-//! mode's: the layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1
-//! activations for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
+//! readback in them they are captured as graphs once per size and replayed. Prompts of more
+//! than [`PROMPT_MIN`] tokens run in prompt chunks of up to [`PROMPT_CHUNK`] ([`prompt`]: the
+//! prompt GEMM / MMQ products and the chunked delta rule). Numerics are the fast mode's: the
+//! layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1 activations
+//! for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
 
 mod exec;
 mod mtp;
+mod prompt;
+mod scratch;
 mod weights;
 
 pub use mtp::{GpuMtp, GpuMtpHead};
+pub use prompt::{PROMPT_CHUNK, PROMPT_MIN};
 
 use std::sync::Arc;
 
@@ -81,6 +86,10 @@ struct PleSession {
 struct WindowMode {
     graph: bool,
     handoff: bool,
+    /// Prompt chunks (`prompt`): eager, no handoff, the chunked delta rule, the head from row
+    /// `first_logit` (set per window).
+    prompt: bool,
+    first_logit: usize,
     all: bool,
     hidden: bool,
 }
@@ -110,9 +119,11 @@ pub struct GpuFlashSession {
     kv: KvFormat,
     layers: Vec<LayerState>,
     ple: Option<PleSession>,
-    sc: exec::Scratch,
+    sc: scratch::Scratch,
     allocs: Vec<DevicePtr>,
     api: Arc<dyn GpuApi>,
+    /// Most tokens of one prompt chunk ([`WINDOW`]: prompts run in windows).
+    pub chunk: usize,
     /// When set, device counters (software device only) are summed per operation of the program
     /// (`strata bench --device emu`).
     pub profile: Option<super::model::Profile>,
@@ -217,6 +228,13 @@ impl GpuFlashNext {
     /// every expert resident (no cache) when all fit. Called once, after [`GpuFlashNext::new`]
     /// with `auto` (which leaves 0 slots: every expert on the CPU until then).
     pub fn fit_expert_cache(&mut self, kv: KvType, max_ctx: usize) -> Result<AutoFit> {
+        self.fit_expert_cache_chunked(kv, max_ctx, WINDOW)
+    }
+
+    /// [`GpuFlashNext::fit_expert_cache`] for sessions made by
+    /// [`GpuFlashNext::new_session_chunked`] with `prefill_chunk` (their prompt chunk's
+    /// buffers included).
+    pub fn fit_expert_cache_chunked(&mut self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<AutoFit> {
         let api = self.ops.api().clone();
         let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
         let mut slot_bytes = 0u64;
@@ -226,7 +244,7 @@ impl GpuFlashNext {
                 slot_bytes += d.mat_bytes as u64;
             }
         }
-        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session(kv, max_ctx))?;
+        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session_chunked(kv, max_ctx, prefill_chunk))?;
         let mut up = Uploader::new(&*api, false);
         let slots = (!fit.all_resident()).then_some(fit.slots);
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
@@ -319,8 +337,17 @@ impl GpuFlashNext {
     }
 
     /// An empty sequence of up to `max_ctx` positions with caches of type `kv` (f16 or int8;
-    /// the device has no f32 cache).
+    /// the device has no f32 cache), whose prompts run in windows of [`WINDOW`] like decode
+    /// steps ([`GpuFlashNext::new_session_chunked`] for prompt chunks).
     pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuFlashSession> {
+        self.new_session_chunked(kv, max_ctx, WINDOW)
+    }
+
+    /// [`GpuFlashNext::new_session`] whose prompts (calls of more than [`PROMPT_MIN`] tokens)
+    /// run in chunks of `prefill_chunk` tokens (`--prefill`), at most [`PROMPT_CHUNK`]
+    /// (`prompt::chunk_cols`: windows in the ordered mode, with `--gpu-prefill mmvq` or a
+    /// `prefill_chunk` of at most [`WINDOW`]). Decode and verify windows are unchanged.
+    pub fn new_session_chunked(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<GpuFlashSession> {
         let api = self.ops.api().clone();
         let fmt = kv_format(kv)?;
         let capacity = max_ctx.max(1);
@@ -349,12 +376,14 @@ impl GpuFlashNext {
             }
             _ => None,
         };
-        let sc = exec::Scratch::new(&mut up, self, capacity, None)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        let chunk = prompt::chunk_cols(&self.opts, prefill_chunk).min(capacity.max(WINDOW));
+        let sc = scratch::Scratch::new(&mut up, self, capacity, None, chunk)?;
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, chunk, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
-    /// last row), in windows of up to [`WINDOW`] tokens.
+    /// last row), in windows of up to [`WINDOW`] tokens, or a prompt (more than [`PROMPT_MIN`]
+    /// tokens) in the session's prompt chunks.
     pub fn eval(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         self.eval_hidden(s, tokens, want, out, None)
     }
@@ -382,17 +411,24 @@ impl GpuFlashNext {
         if let Some(t) = s.trace.as_mut() {
             t.clear();
         }
-        let n_windows = tokens.len().div_ceil(WINDOW);
         if s.profile.is_some() {
             // Counters of earlier launches are not this evaluation's.
             let _ = self.ops.api().take_stats();
         }
-        let mode = WindowMode { graph: self.capturable(s), handoff: self.by_handoff(s), all: want == Logits::All, hidden: hidden.is_some() };
-        let windows: Vec<&[u32]> = tokens.chunks(WINDOW).collect();
+        let prompt = tokens.len() > PROMPT_MIN && s.chunk > WINDOW;
+        let mode = WindowMode { graph: self.capturable(s), handoff: self.by_handoff(s), prompt, first_logit: 0, all: want == Logits::All, hidden: hidden.is_some() };
+        let windows: Vec<&[u32]> = tokens.chunks(if prompt { s.chunk } else { WINDOW }).collect();
+        let n_windows = windows.len();
         let mut ple_rows = None;
         for (i, win) in windows.iter().enumerate() {
             let last = i + 1 == n_windows;
-            let done = self.window(s, win, ple_rows.take(), windows.get(i + 1).copied(), mode);
+            // A prompt chunk's head runs only for the logits that are read.
+            let first_logit = match (want, last) {
+                (Logits::All, _) => 0,
+                (Logits::Last, true) => win.len() - 1,
+                (Logits::Last, false) => win.len(),
+            };
+            let done = self.window(s, win, ple_rows.take(), windows.get(i + 1).copied(), WindowMode { first_logit, ..mode });
             // Admissions and swaps land even after a failed window (the slot table the device
             // copies next must only name experts that are in their slots).
             self.adapt_expert_cache(win.len())?;
@@ -412,7 +448,10 @@ impl GpuFlashNext {
     /// if gathered already; while they run, the host gathers the PLE rows of the `next` window.
     fn window(&self, s: &mut GpuFlashSession, win: &[u32], ple_rows: Option<Vec<f32>>, next: Option<&[u32]>, mode: WindowMode) -> Result<WindowOut> {
         let mut chunk = exec::FlashChunk::new(self, s, win, mode.graph, ple_rows)?;
-        match (mode.handoff, &self.handoff, &self.expert_cache) {
+        if mode.prompt {
+            chunk = chunk.prompt_chunk(mode.first_logit);
+        }
+        match (mode.handoff && !mode.prompt, &self.handoff, &self.expert_cache) {
             (true, Some(h), Some(c)) => {
                 let n = win.len();
                 h.run_window(&**self.ops.api(), &self.stream, c, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))?;

@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use super::exec::{FlashChunk, Scratch};
+use super::exec::FlashChunk;
+use super::scratch::Scratch;
 use super::weights::{DevMixer, DevMtp, upload_mtp};
 use super::{GpuFlashNext, GpuFlashSession, WINDOW, attn_state, check_cells, kv_format};
 use model::error::{EngineError, Result};
@@ -70,9 +71,9 @@ impl<'a> GpuMtp<'a> {
         let api: Arc<dyn GpuApi> = self.g.api().clone();
         let mut up = Uploader::new(&*api, false);
         let state = attn_state(&mut up, a, fmt, capacity, &mut Vec::new())?;
-        let sc = Scratch::new(&mut up, self.g, capacity, Some(&self.host))?;
+        let sc = Scratch::new(&mut up, self.g, capacity, Some(&self.host), WINDOW)?;
         let (allocs, _) = up.finish();
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers: vec![state], ple: None, sc, allocs, api, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers: vec![state], ple: None, sc, allocs, api, chunk: WINDOW, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
     }
 
     /// Runs the pairs `(tokens[i], wide[i])` at the head session's next cells (`wide`
