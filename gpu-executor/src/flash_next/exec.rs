@@ -312,14 +312,16 @@ impl<'a> FlashChunk<'a> {
     /// Outputs land in the upper half of `sc.ys` in this order; the combine's map (`sc.hmap`)
     /// sends every slot to its row there, and the slots of `cpu_slots` to their own rows (where
     /// `experts_on_cpu` writes). The products keep the decode rule (MMVQ; never staged
-    /// dequantized), so each row equals the window path's.
-    fn experts_grouped(&self, experts: &[(DevFfn, &[usize])], k: usize) -> Result<()> {
+    /// dequantized), so each row equals the window path's. An expert given with its host copy
+    /// (a miss streamed to the device) is copied into the staging slot its matrices point at
+    /// first, after the launches that read the slot's previous occupant.
+    fn experts_grouped(&self, stacks: &super::weights::DevExperts, experts: &[(DevFfn, &[usize], Option<&SwiGlu>)], k: usize) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let api = g.api();
         let base = sc.cols * k;
         let mut map: Vec<u32> = (0..(n * k) as u32).collect();
         let mut rows: Vec<u32> = Vec::with_capacity(n * k);
-        for (_, slots) in experts {
+        for (_, slots, _) in experts {
             for &j in slots.iter() {
                 map[j] = (base + rows.len()) as u32;
                 rows.push((j / k) as u32);
@@ -330,8 +332,19 @@ impl<'a> FlashChunk<'a> {
         api.memcpy_htod(sc.rslots, &b(&rows)).map_err(dev("uploading expert token lists"))?;
         api.memcpy_htod(sc.hmap, &b(&map)).map_err(dev("uploading the combine map"))?;
         let mut at = 0;
-        for (f, slots) in experts {
+        // Whether launches reading the staging slot are queued (the next copy waits for them).
+        let mut staging_busy = false;
+        for (f, slots, staged) in experts {
             let cnt = slots.len();
+            if let Some(host) = staged {
+                if std::mem::replace(&mut staging_busy, true) {
+                    api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+                }
+                let (_, parts) = stacks.staged(host, f.gate.ptr).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
+                for (dst, bytes) in parts {
+                    api.memcpy_htod(dst, &bytes).map_err(dev("copying an expert to the staging slot"))?;
+                }
+            }
             g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
             self.swiglu_with(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64, 0)?;
             at += cnt;
@@ -598,8 +611,9 @@ impl FlashNextOps for FlashChunk<'_> {
         let mut expert_bytes = 0;
         // The experts without a slot, run on the CPU once the device's are launched.
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
-        // A prompt chunk's device experts, run together once placed.
-        let mut grouped: Vec<(DevFfn, &[usize])> = Vec::new();
+        // A prompt chunk's device experts, run together once placed (with the host expert to
+        // copy into the staging slot first for a streamed miss).
+        let mut grouped: Vec<(DevFfn, &[usize], Option<&SwiGlu>)> = Vec::new();
         for (&id, slots) in &chosen {
             // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
             let f = match self.cache().map(|c| c.place(layer, id, slots.len())) {
@@ -610,6 +624,16 @@ impl FlashNextOps for FlashChunk<'_> {
                     m.experts.get(s)
                 }
                 Some(Placement::Cpu) => {
+                    // A prompt chunk streams its misses through the staging slot: copying an
+                    // expert costs less than the CPU computing it for many tokens.
+                    if let (true, Some(base), Some(c)) = (self.prompt, g.staging, self.cache()) {
+                        if c.stream_miss(slots.len(), true) {
+                            let (f, _) = m.experts.staged(&host.experts[id], base).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: staging expert {id}: {w}")))?;
+                            expert_bytes += ffn(&f);
+                            grouped.push((f, slots, Some(&host.experts[id])));
+                            continue;
+                        }
+                    }
                     on_cpu.push((&host.experts[id], slots));
                     continue;
                 }
@@ -617,7 +641,7 @@ impl FlashNextOps for FlashChunk<'_> {
             let f = f.ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}")))?;
             expert_bytes += ffn(&f);
             if self.prompt {
-                grouped.push((f, slots));
+                grouped.push((f, slots, None));
                 continue;
             }
             for &slot in slots {
@@ -626,7 +650,7 @@ impl FlashNextOps for FlashChunk<'_> {
             }
         }
         if self.prompt {
-            self.experts_grouped(&grouped, k)?;
+            self.experts_grouped(&m.experts, &grouped, k)?;
         }
         if let Some(cache) = self.cache() {
             self.experts_on_cpu(cache, &on_cpu, k)?;

@@ -57,6 +57,9 @@ pub struct GpuFlashNext {
     handoff: Option<ExpertHandoff>,
     /// Adaptive residency's copies on a side stream (made at the first swap).
     swap_copies: std::sync::Mutex<Option<crate::expert_swap::SwapCopies>>,
+    /// With an expert cache, the staging slot a prompt chunk's misses are copied into one at a
+    /// time and run from on the device (as large as the largest layer's expert).
+    pub(super) staging: Option<DevicePtr>,
     allocs: Vec<DevicePtr>,
     /// Bytes of weights uploaded (with an expert cache: its empty slots included).
     pub weight_bytes: usize,
@@ -194,7 +197,7 @@ impl GpuFlashNext {
     pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
         if opts.pcie_frac > 0.0 {
             return Err(EngineError::Unsupported(format!(
-                "--pcie-frac {}: not implemented for qwen4exp (Flash-Next) yet; its expert cache's misses run on the CPU pool (--pcie-frac 0)",
+                "--pcie-frac {}: not implemented for qwen4exp (Flash-Next) yet: its decode windows' expert-cache misses run on the CPU pool (prompt chunks stream theirs to the device either way); use --pcie-frac 0",
                 opts.pcie_frac
             )));
         }
@@ -217,10 +220,14 @@ impl GpuFlashNext {
         };
         let mut up = Uploader::new(&*api, opts.ordered);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
+        let staging = match cache_slots {
+            Some(_) => Some(up.zeroed(w.layers.iter().map(|l| l.moe.experts.one_bytes()).max().unwrap_or(0)).map_err(weights_do_not_fit)?),
+            None => None,
+        };
         let (allocs, weight_bytes) = up.finish();
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
         let handoff = handoff_for(&*api, &m, expert_cache.as_ref())?;
-        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, swap_copies: Default::default(), allocs, weight_bytes })
+        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, swap_copies: Default::default(), staging, allocs, weight_bytes })
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM

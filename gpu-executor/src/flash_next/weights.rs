@@ -97,6 +97,29 @@ impl DevExperts {
     /// What [`DevExperts::fill`] copies: (device destination, bytes) of the gate, up and down.
     pub fn parts<'x>(&self, f: &'x SwiGlu, slot: usize) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
         let Some(dst) = self.get(slot) else { return Err(format!("no slot {slot}")) };
+        self.parts_into(f, dst)
+    }
+
+    /// An expert's matrices laid out at `base` (a staging slot, `GpuFlashNext::staging`) and
+    /// the bytes to copy there.
+    #[allow(clippy::type_complexity)]
+    pub fn staged<'x>(&self, f: &'x SwiGlu, base: DevicePtr) -> std::result::Result<(DevFfn, Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>), String> {
+        let s = &self.stack;
+        let dst = DevFfn {
+            gate: DevMat { ptr: base, ..s.gate },
+            up: DevMat { ptr: base + s.gate.mat_bytes as u64, ..s.up },
+            down: DevMat { ptr: base + (s.gate.mat_bytes + s.up.mat_bytes) as u64, ..s.down },
+        };
+        Ok((dst, self.parts_into(f, dst)?))
+    }
+
+    /// Bytes of one expert's gate, up and down on the device.
+    pub fn one_bytes(&self) -> usize {
+        let s = &self.stack;
+        s.gate.mat_bytes + s.up.mat_bytes + s.down.mat_bytes
+    }
+
+    fn parts_into<'x>(&self, f: &'x SwiGlu, dst: DevFfn) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
         // The ordered mode keeps weights as stored (MatKind::Raw).
         let ordered = self.stack.gate.kind == crate::upload::MatKind::Raw;
         [(&f.gate, dst.gate), (&f.up, dst.up), (&f.down, dst.down)]
@@ -117,10 +140,7 @@ pub(super) struct DevMoe {
 impl DevWeights {
     /// One routed expert's gate, up and down on the device (the first MoE layer's).
     pub fn expert_bytes(&self) -> usize {
-        self.layers.first().map_or(0, |l| {
-            let f = &l.moe.experts.stack;
-            f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes
-        })
+        self.layers.first().map_or(0, |l| l.moe.experts.one_bytes())
     }
 }
 
