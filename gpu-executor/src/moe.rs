@@ -255,18 +255,17 @@ impl GpuModel {
     /// as stored) into the staging slot and returns views of its matrices there (index 0). The
     /// caller makes sure no queued launch still reads the slot.
     fn stage_expert(&self, layer: usize, e: usize, dev: [&DevMat; 3]) -> std::result::Result<[DevMat; 3], GpuError> {
-        let (Some(base), Ffn::Moe { gate, up, down, .. }) = (self.staging, &self.model.w.layers[layer].ffn.ffn) else {
-            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging slot or no routed experts") });
+        let Some(base) = self.staging else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging slot") });
         };
+        // The staging slot as a stack of one: the matrices back to back from `base`.
         let mut at = base;
-        let mut views = dev.map(|d| *d);
-        for (w, v) in [gate, up, down].into_iter().zip(&mut views) {
-            let all = w.data();
-            let per = all.len() / w.n_mat;
-            self.ops.api().memcpy_htod(at, &all[e * per..(e + 1) * per])?;
-            v.ptr = at;
-            at += v.mat_bytes as u64;
-        }
+        let views = dev.map(|d| {
+            let v = DevMat { ptr: at, ..*d };
+            at += d.mat_bytes as u64;
+            v
+        });
+        self.upload_expert(layer, e, 0, [&views[0], &views[1], &views[2]])?;
         Ok(views)
     }
 

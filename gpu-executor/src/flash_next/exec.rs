@@ -340,7 +340,7 @@ impl<'a> FlashChunk<'a> {
                 if std::mem::replace(&mut staging_busy, true) {
                     api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
                 }
-                let (_, parts) = stacks.staged(host, f.gate.ptr).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
+                let parts = stacks.staged_parts(host, f.gate.ptr).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
                 for (dst, bytes) in parts {
                     api.memcpy_htod(dst, &bytes).map_err(dev("copying an expert to the staging slot"))?;
                 }
@@ -628,7 +628,7 @@ impl FlashNextOps for FlashChunk<'_> {
                     // expert costs less than the CPU computing it for many tokens.
                     if let (true, Some(base), Some(c)) = (self.prompt, g.staging, self.cache()) {
                         if c.stream_miss(slots.len(), true) {
-                            let (f, _) = m.experts.staged(&host.experts[id], base).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: staging expert {id}: {w}")))?;
+                            let f = m.experts.staged(base);
                             expert_bytes += ffn(&f);
                             grouped.push((f, slots, Some(&host.experts[id])));
                             continue;

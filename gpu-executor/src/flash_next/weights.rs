@@ -100,17 +100,20 @@ impl DevExperts {
         self.parts_into(f, dst)
     }
 
-    /// An expert's matrices laid out at `base` (a staging slot, `GpuFlashNext::staging`) and
-    /// the bytes to copy there.
-    #[allow(clippy::type_complexity)]
-    pub fn staged<'x>(&self, f: &'x SwiGlu, base: DevicePtr) -> std::result::Result<(DevFfn, Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>), String> {
+    /// An expert's matrices laid out at `base` (a staging slot, `GpuFlashNext::staging`): a
+    /// stack of one, filled by [`DevExperts::staged_parts`].
+    pub fn staged(&self, base: DevicePtr) -> DevFfn {
         let s = &self.stack;
-        let dst = DevFfn {
+        DevFfn {
             gate: DevMat { ptr: base, ..s.gate },
             up: DevMat { ptr: base + s.gate.mat_bytes as u64, ..s.up },
             down: DevMat { ptr: base + (s.gate.mat_bytes + s.up.mat_bytes) as u64, ..s.down },
-        };
-        Ok((dst, self.parts_into(f, dst)?))
+        }
+    }
+
+    /// What to copy to put expert `f` at `base` ([`DevExperts::staged`]).
+    pub fn staged_parts<'x>(&self, f: &'x SwiGlu, base: DevicePtr) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
+        self.parts_into(f, self.staged(base))
     }
 
     /// Bytes of one expert's gate, up and down on the device.
