@@ -347,8 +347,10 @@ test_device!(
 );
 
 test_device!(
-    /// The fast mode with `--pcie-frac` (MMVQ products from the staging slot): greedy tokens equal
-    /// the CPU backend's.
+    /// The fast mode with `--pcie-frac`: decode windows go through the handoff, whose host thread
+    /// gives that share of the misses back for the device to read from RAM (gpu/expert_pcie.rs);
+    /// the prompt streams its misses through the staging slot. Greedy tokens equal the CPU
+    /// backend's, static and adaptive.
     model fn expert_cache_pcie_frac_fast_mode_greedy_equals_the_cpu(device) {
         let path = reference(Q8);
         let greedy = |eval: &mut dyn FnMut(&[u32], &mut Vec<f32>)| {
@@ -364,13 +366,20 @@ test_device!(
         let cpu = Model::load(&path).unwrap();
         let mut cs = cpu.new_session(KvType::F16, 64, 512);
         let want = greedy(&mut |t, out| cpu.eval(&mut cs, t, Logits::Last, out).unwrap());
-        for frac in [0.5, 1.0] {
-            let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), pcie_frac: frac, ..GpuOptions::default() };
+        for (frac, adapt_every) in [(0.5, 0), (1.0, 0), (0.5, 1)] {
+            let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), pcie_frac: frac, adapt_every, ..GpuOptions::default() };
             let g = GpuModel::new(Model::load(&path).unwrap(), device.1.clone(), opts).unwrap();
             let mut s = g.new_session(KvType::F16, 64, 512).unwrap();
             let got = greedy(&mut |t, out| g.eval(&mut s, t, Logits::Last, out).unwrap());
-            assert_eq!(got, want, "--pcie-frac {frac}");
-            assert!(g.expert_cache_stats().unwrap().streamed > 0);
+            assert_eq!(got, want, "--pcie-frac {frac}, --adapt-every {adapt_every}");
+            let st = g.expert_cache_stats().unwrap();
+            let what = format!("{}: --pcie-frac {frac}, --adapt-every {adapt_every}: {st}", device.0);
+            // 8 decode steps of 2 MoE layers through the handoff; misses read from RAM there.
+            assert_eq!(st.handoff_layers, 8 * 2, "{what}");
+            assert!(st.pcie_read_experts > 0 && st.streamed > st.pcie_read_experts, "{what}");
+            if frac == 1.0 {
+                assert_eq!(st.cpu, 0, "{what}");
+            }
         }
     }
 );
@@ -391,18 +400,31 @@ fn cli_pcie_frac_prints_its_counters_and_refuses_bad_shares() {
     assert_eq!(emu_text, cpu_text);
     let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
     assert_eq!(ids(&emu_err), ids(&cpu_err));
-    assert!(emu_err.contains("computed on the device from a staging slot") && emu_err.contains("sent over PCIe"), "{emu_err}");
+    assert!(emu_err.contains("computed on the device instead") && emu_err.contains("copied to a staging slot"), "{emu_err}");
     for bad in ["1.5", "-0.1", "half"] {
         let flag = format!("--pcie-frac={bad}");
         let (ok, _, err) = run(&["--device", "emu", "--expert-cache", "2", &flag]);
         assert!(!ok && err.contains("--pcie-frac") && err.contains("between 0 and 1"), "--pcie-frac {bad}: {err}");
     }
-    // Flash-Next's misses have no staging slot yet: refused, not ignored.
-    let fnx = reference("tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf");
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["generate", "-m", fnx.to_str().unwrap(), "--tokens", "5,42", "-n", "2", "--device", "emu", "--expert-cache", "3", "--pcie-frac", "0.5"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--pcie-frac") && err.contains("qwen4exp"), "{err}");
+    // Flash-Next (two-shard Q8_0, fast mode): decode reads half its misses from RAM, in RAM
+    // and with the experts left mapped; greedy ids equal the CPU's.
+    let fnx = reference("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf");
+    let flash = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", fnx.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "8", "--temp", "0", "--show-ids"];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, cpu_err) = flash(&["--device", "cpu"]);
+    assert!(ok, "{cpu_err}");
+    for mapped in [false, true] {
+        let mut extra = vec!["--device", "emu", "--expert-cache", "3", "--pcie-frac", "0.5"];
+        if mapped {
+            extra.push("--mmap-experts");
+        }
+        let (ok, err) = flash(&extra);
+        assert!(ok, "{err}");
+        assert_eq!(ids(&err), ids(&cpu_err), "--mmap-experts {mapped}");
+        assert!(err.contains("read from RAM over PCIe"), "{err}");
+    }
 }

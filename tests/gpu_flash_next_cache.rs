@@ -246,3 +246,50 @@ test_device!(
         assert!(diff <= 1e-2 && argmax(&row) == argmax(&clean[3]), "{dev}: retry vs clean: {diff:e}");
     }
 );
+
+test_device!(
+    /// `--pcie-frac` on Flash-Next. Q8_0 decode goes through the handoff: the host gives that
+    /// share of the misses back and the device reads them from RAM (gpu/expert_pcie.rs) with the
+    /// kernels it runs its slots with. Graph replay equals eager launches bit for bit, and the
+    /// logits stay within HANDOFF_TOL of the all-resident run; at 1 the CPU computes nothing.
+    /// The f32 model (no device dispatch, host path) stages its share in the staging slot, and
+    /// its greedy ids stay llama.cpp's.
+    model fn flash_next_pcie_frac_reads_misses_from_ram_in_handoff_graphs(device) {
+        let dev = device.0;
+        let (_, api) = device.clone();
+        let resident = decode_q8(&GpuFlashNext::new(model(Q8), api.clone(), GpuOptions::default()).unwrap(), 12);
+        for frac in [0.5, 1.0] {
+            let cached = |graphs: bool| {
+                let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, graphs, pcie_frac: frac, pool_workers: 2, ..GpuOptions::default() };
+                GpuFlashNext::new(model(Q8), api.clone(), opts).unwrap()
+            };
+            let g = cached(true);
+            let graphs = decode_q8(&g, 12);
+            let eager = decode_q8(&cached(false), 12);
+            for (i, (a, b)) in graphs.iter().zip(&eager).enumerate() {
+                let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                assert_eq!(n, 0, "{dev} --pcie-frac {frac} step {i}: {n} logits differ between graph replay and eager launches");
+            }
+            let diff = graphs.iter().zip(&resident).flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs())).fold(0f32, f32::max);
+            let st = g.expert_cache_stats().unwrap();
+            eprintln!("{dev} --pcie-frac {frac}: vs resident max |diff| {diff:e}; {st}");
+            assert!(diff <= HANDOFF_TOL, "{dev} --pcie-frac {frac}: {diff:e}");
+            assert_eq!(st.handoff_layers, 12 * LAYERS, "{dev}: every decode layer through the handoff: {st}");
+            assert!(st.pcie_read_experts > 0 && st.pcie_read_bytes == st.pcie_read_experts * 3 * 128 * 256 / 32 * 34, "{dev}: {st}");
+            assert_eq!(st.streamed_experts, 0, "{dev}: nothing copied to a staging slot in decode: {st}");
+            assert_eq!(st.hits + st.cpu + st.streamed, st.lookups, "{dev}: {st}");
+            if frac == 1.0 {
+                assert_eq!(st.cpu, 0, "{dev}: every miss read from RAM: {st}");
+            } else {
+                assert!(st.cpu > 0, "{dev}: half of the misses stay on the CPU: {st}");
+            }
+        }
+        let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), pcie_frac: 0.5, ..GpuOptions::default() };
+        let g = GpuFlashNext::new(model(F32), api, opts).unwrap();
+        let s = load_refs("f32").into_iter().next().expect("seq1");
+        let (ids, _) = crate::gpu_flash_next::greedy(&g, &s.tokens, s.greedy.len());
+        assert_eq!(ids, s.greedy, "{dev} f32 --pcie-frac 0.5");
+        let st = g.expert_cache_stats().unwrap();
+        assert!(st.streamed_experts > 0 && st.cpu > 0 && st.pcie_read_experts == 0, "{dev}: f32 stages half its misses: {st}");
+    }
+);

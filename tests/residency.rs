@@ -163,3 +163,25 @@ fn dense_weights_that_do_not_fit_stay_mapped_and_large_ones_are_copied_in_pieces
     assert!(dense_mats(&e).0.iter().all(|m| !m.is_mapped()));
     assert_eq!(e.model.read_dense_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "read once: nothing left to copy");
 }
+
+#[test]
+fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
+    // `--pcie-frac` lets the device read a layer's experts in place as one stack
+    // (gpu/expert_pcie.rs): the copy in RAM keeps each tensor's experts back to back.
+    let g = gguf::GgufFile::open(&reference(FLASH)).unwrap();
+    for mmap_experts in [false, true] {
+        let e = load(FLASH, mmap_experts);
+        let AnyModel::Flash(q) = &e.model else { panic!("{FLASH}: not Flash-Next") };
+        for (il, l) in q.layers.iter().enumerate() {
+            let parts: [(&str, fn(&strata::model::qwen4exp::moe::SwiGlu) -> &Mat); 3] = [("gate", |x| &x.gate), ("up", |x| &x.up), ("down", |x| &x.down)];
+            for (name, pick) in parts {
+                let mats: Vec<&Mat> = l.moe.experts.iter().map(pick).collect();
+                let joined = Mat::joined(&mats).unwrap_or_else(|| panic!("blk.{il}.ffn_{name}_exps split apart (--mmap-experts {mmap_experts})"));
+                let t = g.tensors().iter().find(|t| t.name == format!("blk.{il}.ffn_{name}_exps.weight")).unwrap();
+                assert!(joined == g.tensor_data(t), "blk.{il}.ffn_{name}_exps: the joined range is not the file's tensor");
+            }
+            // Two different tensors are not one range.
+            assert!(Mat::joined(&[&l.moe.experts[0].gate, &l.moe.experts[0].up]).is_none() || l.moe.experts.len() == 1);
+        }
+    }
+}

@@ -24,6 +24,10 @@ pub struct CacheStats {
     /// and the experts copied there for them.
     pub streamed: u64,
     pub streamed_experts: u64,
+    /// Experts the device read from RAM over PCIe instead of the CPU computing them
+    /// (`--pcie-frac` in decode windows through the handoff), and their bytes.
+    pub pcie_read_experts: u64,
+    pub pcie_read_bytes: u64,
     /// Bytes copied into VRAM (preloads, admissions, swaps, staging: over PCIe on a card).
     pub copied_bytes: u64,
     /// Time the CPU pool spent on experts, and its workers.
@@ -53,8 +57,14 @@ impl std::fmt::Display for CacheStats {
             if self.pool_workers == 1 { "" } else { "s" },
             self.slots
         )?;
-        if self.streamed_experts > 0 {
-            write!(f, "; {} computed on the device from a staging slot ({} experts sent over PCIe)", self.streamed, self.streamed_experts)?;
+        if self.streamed > 0 {
+            write!(f, "; {} computed on the device instead", self.streamed)?;
+            if self.streamed_experts > 0 {
+                write!(f, ", {} experts copied to a staging slot", self.streamed_experts)?;
+            }
+            if self.pcie_read_experts > 0 {
+                write!(f, ", {} experts read from RAM over PCIe ({})", self.pcie_read_experts, indicatif::HumanBytes(self.pcie_read_bytes))?;
+            }
         }
         if self.handoff_layers > 0 {
             write!(f, "; {} layer handoffs ({:.1} ms waiting for the device)", self.handoff_layers, self.handoff_wait_ms)?;

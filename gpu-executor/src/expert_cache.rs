@@ -146,6 +146,8 @@ pub struct ExpertCache {
     /// Decisions computed on the device from a staging slot, and the experts copied there.
     streamed: AtomicU64,
     streamed_experts: AtomicU64,
+    /// Experts the device read from RAM over PCIe in handoff windows ([`ExpertCache::read_miss`]).
+    pcie_reads: AtomicU64,
     /// Admissions made during a window whose copies wait for its end (the handoff path: the
     /// device's slot table is fixed while a window runs).
     deferred: Mutex<Vec<Swap>>,
@@ -178,6 +180,7 @@ impl ExpertCache {
             pcie_credit: Mutex::new(0.0),
             streamed: AtomicU64::new(0),
             streamed_experts: AtomicU64::new(0),
+            pcie_reads: AtomicU64::new(0),
             deferred: Mutex::new(Vec::new()),
             pending: Mutex::new(Default::default()),
             version: AtomicU64::new(0),
@@ -220,6 +223,20 @@ impl ExpertCache {
         self.cpu.fetch_sub(uses as u64, Ordering::Relaxed);
         self.streamed.fetch_add(uses as u64, Ordering::Relaxed);
         self.streamed_experts.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// For a miss of `uses` decisions in a handoff window (`super::expert_pcie`): whether the
+    /// device reads it from RAM over PCIe instead of the CPU computing it, by the same
+    /// `--pcie-frac` credit as [`ExpertCache::stream_miss`] (callers offer misses most-used
+    /// first). The decisions move from the CPU's count to the streamed one.
+    pub fn read_miss(&self, uses: usize) -> bool {
+        if !self.take_pcie_credit() {
+            return false;
+        }
+        self.cpu.fetch_sub(uses as u64, Ordering::Relaxed);
+        self.streamed.fetch_add(uses as u64, Ordering::Relaxed);
+        self.pcie_reads.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -475,6 +492,8 @@ impl ExpertCache {
             swapped: self.swapped.load(Ordering::Relaxed),
             streamed: self.streamed.load(Ordering::Relaxed),
             streamed_experts: self.streamed_experts.load(Ordering::Relaxed),
+            pcie_read_experts: self.pcie_reads.load(Ordering::Relaxed),
+            pcie_read_bytes: self.pcie_reads.load(Ordering::Relaxed) * self.expert_bytes,
             cpu_ms: self.cpu_us.load(Ordering::Relaxed) as f64 / 1000.0,
             copied_bytes: (self.preloaded.load(Ordering::Relaxed) + self.admitted.load(Ordering::Relaxed) + self.swapped.load(Ordering::Relaxed) + self.streamed_experts.load(Ordering::Relaxed)) * self.expert_bytes,
             pool_workers: self.pool_workers(),

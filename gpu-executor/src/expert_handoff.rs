@@ -12,6 +12,12 @@
 //! 4. the host writes all the layer's rows into the second mailbox (host → device) and rings;
 //!    the device waits, copies them next to its own rows, and `moe_combine` weighs both alike.
 //!
+//! With `--pcie-frac F` (and the experts in RAM mapped for the device, `super::expert_pcie`)
+//! the host gives that share of the misses back to the device instead of computing them: its
+//! answer carries, next to the rows, the ids of the experts the device is to read from RAM
+//! (`MOE_SLOT_MISS` elsewhere), and a second dispatch after the doorbell writes their rows
+//! where the host's would be.
+//!
 //! The host side must answer every layer of the window, even after an error (it then sends
 //! zero rows and reports the error when the window ends): the device never waits for an answer
 //! that does not come. The slot table on the device changes only between windows
@@ -21,6 +27,8 @@
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream};
 use super::expert_cache::ExpertCache;
+use super::expert_pcie::PcieExperts;
+use super::upload::DevMat;
 use super::ops::GpuOps;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -40,6 +48,11 @@ pub struct ExpertHandoff {
     /// Layers served, and microseconds the host thread waited for the device to publish.
     layers_served: AtomicU64,
     wait_us: AtomicU64,
+    /// `[MAX_COLS · k]` u32: the experts the device reads from RAM over PCIe, per slot (the
+    /// host's answer; `MOE_SLOT_MISS` for the others), or None without `--pcie-frac`.
+    pcie_ids: Option<DevicePtr>,
+    /// The experts in RAM mapped for the device (with `pcie_ids`).
+    pcie: Option<PcieExperts>,
     /// The model's MoE layers, in the device's order: what a window publishes.
     moe_layers: Vec<usize>,
     n_expert: usize,
@@ -48,31 +61,66 @@ pub struct ExpertHandoff {
 }
 
 impl Published {
-    /// The host's answer for this layer (`[n·k][d]`, hit rows zero): the slots grouped by
-    /// expert (ascending), each expert without a slot (`ExpertCache::place_deferred`) computed
-    /// by `expert(e, slots)` (its rows `[slots][d]`) on the cache's CPU pool, each row at its
-    /// slot. An injected fault (`ExpertCache::inject_faults`) fails it.
-    pub fn miss_rows(&self, cache: &ExpertCache, d: usize, expert: impl Fn(usize, &[usize]) -> Result<Vec<f32>, GpuError> + Sync) -> Result<Vec<f32>, GpuError> {
+    /// The host's answer for this layer: the slots grouped by expert (ascending); of the
+    /// experts without a slot (`ExpertCache::place_deferred`), the `--pcie-frac` share (most
+    /// used first, [`ExpertCache::read_miss`]) goes back to the device to read from RAM and the
+    /// others are computed by `expert(e, slots)` (its rows `[slots][d]`) on the cache's CPU
+    /// pool, each row at its slot. An injected fault (`ExpertCache::inject_faults`) fails it.
+    pub fn miss_rows(&self, cache: &ExpertCache, d: usize, expert: impl Fn(usize, &[usize]) -> Result<Vec<f32>, GpuError> + Sync) -> Result<Answer, GpuError> {
         cache.take_fault().map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", self.layer), what })?;
         let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
         for (slot, &id) in self.ids.iter().enumerate() {
             chosen.entry(id as usize).or_default().push(slot);
         }
-        let on_cpu: Vec<(usize, Vec<usize>)> = chosen.into_iter().filter(|(e, slots)| cache.place_deferred(self.layer, *e, slots.len()).is_none()).collect();
-        let outputs = cache.on_pool(|| on_cpu.iter().map(|(e, slots)| expert(*e, slots)).collect::<Result<Vec<_>, _>>())?;
-        let mut rows = vec![0f32; self.ids.len() * d];
-        for ((_, slots), ys) in on_cpu.iter().zip(&outputs) {
+        let mut misses: Vec<(usize, Vec<usize>)> = chosen.into_iter().filter(|(e, slots)| cache.place_deferred(self.layer, *e, slots.len()).is_none()).collect();
+        let mut answer = Answer::none(self.ids.len(), d);
+        if self.pcie {
+            // Most used first (stable: ties by id), so the device reads those it saves most on.
+            misses.sort_by_key(|(_, slots)| std::cmp::Reverse(slots.len()));
+            misses.retain(|(e, slots)| {
+                let read = cache.read_miss(slots.len());
+                if read {
+                    slots.iter().for_each(|&j| answer.on_device[j] = *e as u32);
+                }
+                !read
+            });
+        }
+        if misses.is_empty() {
+            return Ok(answer);
+        }
+        let outputs = cache.on_pool(|| misses.iter().map(|(e, slots)| expert(*e, slots)).collect::<Result<Vec<_>, _>>())?;
+        for ((_, slots), ys) in misses.iter().zip(&outputs) {
             for (&j, row) in slots.iter().zip(ys.chunks_exact(d)) {
-                rows[j * d..(j + 1) * d].copy_from_slice(row);
+                answer.rows[j * d..(j + 1) * d].copy_from_slice(row);
             }
         }
-        Ok(rows)
+        Ok(answer)
     }
 }
+
+/// The host's answer for one layer of a window of `n` tokens.
+pub struct Answer {
+    /// `[n·k][d]`: the rows the CPU computed (zero elsewhere).
+    pub rows: Vec<f32>,
+    /// `[n·k]`: the expert the device reads from RAM for this slot, or `MOE_SLOT_MISS`.
+    pub on_device: Vec<u32>,
+}
+
+impl Answer {
+    /// No rows and nothing for the device (what an error answers).
+    pub fn none(slots: usize, d: usize) -> Answer {
+        Answer { rows: vec![0f32; slots * d], on_device: vec![super::abi::MOE_SLOT_MISS; slots] }
+    }
+}
+
+/// The host side's work for one published layer ([`ExpertHandoff::serve`]).
+pub type MissFn<'a> = dyn Fn(&Published) -> Result<Answer, GpuError> + Sync + 'a;
 
 /// One layer as the host receives it.
 pub struct Published {
     pub layer: usize,
+    /// Whether misses may go back to the device (`--pcie-frac`, the experts mapped from RAM).
+    pub pcie: bool,
     /// `[token·k + rank]` expert ids.
     pub ids: Vec<u32>,
     /// `[token][d]` normed input.
@@ -81,16 +129,20 @@ pub struct Published {
 
 impl ExpertHandoff {
     /// The handoff of a model with `n_layer` layers, of which `moe_layers` have `n_expert`
-    /// experts (`k` a token) on inputs of `d`, for windows of up to [`MAX_COLS`] tokens.
-    pub fn new(api: &dyn GpuApi, n_layer: usize, moe_layers: Vec<usize>, n_expert: usize, k: usize, d: usize) -> Result<ExpertHandoff, GpuError> {
+    /// experts (`k` a token) on inputs of `d`, for windows of up to [`MAX_COLS`] tokens; with
+    /// `pcie` (the experts in RAM mapped for the device), the host may hand misses back for
+    /// the device to read from there.
+    pub fn new(api: &dyn GpuApi, n_layer: usize, moe_layers: Vec<usize>, n_expert: usize, k: usize, d: usize, pcie: Option<PcieExperts>) -> Result<ExpertHandoff, GpuError> {
+        let pcie_bytes = pcie.is_some();
         let to_host = Mailbox::new(api, Self::ids_bytes(k) + MAX_COLS * d * 4 + TAG_BYTES)?;
-        let to_device = Mailbox::new(api, MAX_COLS * k * d * 4)?;
+        let to_device = Mailbox::new(api, MAX_COLS * k * (d * 4 + if pcie_bytes { 4 } else { 0 }))?;
+        let pcie_ids = if pcie_bytes { Some(api.malloc(MAX_COLS * k * 4)?) } else { None };
         let table = api.malloc(n_layer * n_expert * 4)?;
         api.memcpy_htod(table, &vec![0xffu8; n_layer * n_expert * 4])?;
         let tags = api.malloc(n_layer * 4)?;
         let t: Vec<u8> = (0..n_layer as u32).flat_map(u32::to_le_bytes).collect();
         api.memcpy_htod(tags, &t)?;
-        Ok(ExpertHandoff { to_host, to_device, table, tags, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), moe_layers, n_expert, k, d })
+        Ok(ExpertHandoff { to_host, to_device, table, tags, pcie_ids, pcie, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), moe_layers, n_expert, k, d })
     }
 
     /// Payload bytes of a window's ids (padded so the input starts on its own line).
@@ -128,9 +180,21 @@ impl ExpertHandoff {
     }
 
     /// Device side, second half (capturable): waits for the host's rows of the layer and copies
-    /// them to `rows` (`[n·k][d]`, the part `miss_base` pointed the map at).
+    /// them to `rows` (`[n·k][d]`, the part `miss_base` pointed the map at), and with
+    /// `--pcie-frac` the ids of the experts to read from RAM to [`ExpertHandoff::pcie_ids`].
     pub(super) fn receive(&self, api: &dyn GpuApi, st: &Stream, n: usize, rows: DevicePtr) -> Result<(), GpuError> {
-        self.to_device.device_recv(api, st, rows, n * self.k * self.d * 4)
+        let row_bytes = n * self.k * self.d * 4;
+        match self.pcie_ids {
+            Some(ids) => self.to_device.device_recv_parts(api, st, &[(0, rows, row_bytes), (row_bytes, ids, n * self.k * 4)]),
+            None => self.to_device.device_recv(api, st, rows, row_bytes),
+        }
+    }
+
+    /// For `--pcie-frac`: `layer`'s expert stacks in RAM as the device reads them, and where
+    /// [`ExpertHandoff::receive`] puts the ids of the experts to read (what the second
+    /// dispatch, after the receive, takes). None without `--pcie-frac`.
+    pub(super) fn pcie_layer(&self, layer: usize) -> Option<(&[DevMat; 3], DevicePtr)> {
+        self.pcie.as_ref().and_then(|p| p.layer(layer)).zip(self.pcie_ids)
     }
 
     /// Host side of a window of `n` tokens: for each MoE layer in `layers` (in the device's
@@ -138,7 +202,7 @@ impl ExpertHandoff {
     /// device skips, `[n·k][d]`; others are ignored) and sends the rows back. An error of
     /// `misses` still answers (zero rows) so the device goes on; the first error is returned
     /// at the end. Gives up when `cancel` is set (the device side failed).
-    pub fn serve(&self, api: &dyn GpuApi, layers: &[usize], n: usize, cancel: &AtomicBool, misses: &(dyn Fn(&Published) -> Result<Vec<f32>, GpuError> + Sync)) -> Result<(), GpuError> {
+    pub fn serve(&self, api: &dyn GpuApi, layers: &[usize], n: usize, cancel: &AtomicBool, misses: &MissFn<'_>) -> Result<(), GpuError> {
         let (k, d) = (self.k, self.d);
         let ids_at = TAG_BYTES;
         let x_at = TAG_BYTES + Self::ids_bytes(k);
@@ -152,6 +216,7 @@ impl ExpertHandoff {
             let tag = u32s(&raw[..4])[0] as usize;
             let p = Published {
                 layer,
+                pcie: self.pcie_ids.is_some(),
                 ids: u32s(&raw[ids_at..ids_at + n * k * 4]),
                 x: raw[x_at..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             };
@@ -160,15 +225,24 @@ impl ExpertHandoff {
             } else if let Some(&bad) = p.ids.iter().find(|&&e| e as usize >= self.n_expert) {
                 Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("layer {layer}: selected expert {bad} of {}", self.n_expert) })
             } else {
-                misses(&p).and_then(|r| {
-                    if r.len() == n * k * d { Ok(r) } else { Err(GpuError::Capture(format!("expert handoff: layer {layer}: {} values for {} rows of {d}", r.len(), n * k))) }
+                misses(&p).and_then(|a| {
+                    if a.rows.len() != n * k * d {
+                        Err(GpuError::Capture(format!("expert handoff: layer {layer}: {} values for {} rows of {d}", a.rows.len(), n * k)))
+                    } else if a.on_device.len() != n * k {
+                        Err(GpuError::Capture(format!("expert handoff: layer {layer}: {} device ids for {} slots", a.on_device.len(), n * k)))
+                    } else {
+                        Ok(a)
+                    }
                 })
             };
-            let rows = rows.unwrap_or_else(|e| {
+            let answer = rows.unwrap_or_else(|e| {
                 first_err.get_or_insert(e);
-                vec![0f32; n * k * d]
+                Answer::none(n * k, d)
             });
-            let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut bytes: Vec<u8> = answer.rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+            if self.pcie_ids.is_some() {
+                bytes.extend(answer.on_device.iter().flat_map(|v| v.to_le_bytes()));
+            }
             self.to_device.host_send_until(api, &bytes, Some(cancel))?;
         }
         first_err.map_or(Ok(()), Err)
@@ -186,7 +260,7 @@ impl ExpertHandoff {
         cache: &ExpertCache,
         n: usize,
         device: impl FnOnce() -> Result<R, E>,
-        misses: &(dyn Fn(&Published) -> Result<Vec<f32>, GpuError> + Sync),
+        misses: &MissFn<'_>,
         host_err: impl Fn(GpuError) -> E,
     ) -> Result<R, E> {
         self.sync_table(api, cache).map_err(&host_err)?;
@@ -232,6 +306,12 @@ impl ExpertHandoff {
     pub fn free(self, api: &dyn GpuApi) -> Result<(), GpuError> {
         self.to_host.free(api)?;
         self.to_device.free(api)?;
+        if let Some(ids) = self.pcie_ids {
+            api.free(ids)?;
+        }
+        if let Some(p) = self.pcie {
+            p.free(api)?;
+        }
         api.free(self.table)?;
         api.free(self.tags)
     }

@@ -45,6 +45,8 @@ pub mod expert_cache;
 #[cfg(feature = "gpu")]
 pub mod expert_handoff;
 #[cfg(feature = "gpu")]
+pub mod expert_pcie;
+#[cfg(feature = "gpu")]
 pub mod expert_swap;
 #[cfg(feature = "gpu")]
 pub mod flash_next;

@@ -181,11 +181,24 @@ pub(super) struct Scratch {
     pub xh: DevicePtr,
 }
 
-/// The per-layer handoff of a model with an expert cache (None without one).
-pub(super) fn handoff_for(api: &dyn GpuApi, hp: &model::HParams, w: &DecoderWeights<DevMat, DevicePtr>, cache: Option<&ExpertCache>) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
-    let (Some(m), Some(_)) = (&hp.moe, cache) else { return Ok(None) };
+/// The per-layer handoff of `model` with an expert cache (None without one), its device
+/// weights `w`; with `--pcie-frac` in fast mode, the experts in RAM mapped for the device.
+pub(super) fn handoff_for(api: &dyn GpuApi, model: &Model, w: &DecoderWeights<DevMat, DevicePtr>, cache: Option<&ExpertCache>, opts: &GpuOptions) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
+    let (hp, host) = (&model.hp, &model.w);
+    let (Some(m), Some(cache)) = (&hp.moe, cache) else { return Ok(None) };
     let moe_layers = w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
-    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, moe_layers, m.n_expert, m.n_expert_used, hp.n_embd).map(Some).map_err(gpu_err("expert cache handoff buffers"))
+    let pcie = if cache.streams() && !opts.ordered {
+        let stacks: Vec<_> = w.layers.iter().zip(&host.layers).map(|(d, h)| match (&d.ffn.ffn, &h.ffn.ffn) {
+            (Ffn::Moe { gate, up, down, .. }, Ffn::Moe { gate: hg, up: hu, down: hd, .. }) if [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))) => {
+                Some([(hg.data(), *gate), (hu.data(), *up), (hd.data(), *down)])
+            }
+            _ => None,
+        }).collect();
+        Some(super::expert_pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
+    } else {
+        None
+    };
+    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, moe_layers, m.n_expert, m.n_expert_used, hp.n_embd, pcie).map(Some).map_err(gpu_err("expert cache handoff buffers"))
 }
 
 impl GpuModel {
@@ -275,7 +288,7 @@ impl GpuModel {
             Ffn::Dense { .. } => None,
         });
         let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::for_options(hp.n_layer, m.n_expert, n, &opts, expert_bytes.unwrap_or(0))).transpose()?;
-        let handoff = handoff_for(&*api, hp, &w, expert_cache.as_ref())?;
+        let handoff = handoff_for(&*api, &model, &w, expert_cache.as_ref(), &opts)?;
         Ok(GpuModel {
             model,
             ops,

@@ -46,8 +46,8 @@ impl GpuModel {
     /// handoff (`super::expert_handoff`): hits by device dispatch over the slots, misses on the
     /// CPU, no readback, so the window can be a graph. Fast mode only (the ordered mode's
     /// experts are the host path's `mmv_ordered` products); not while profiling (its per-layer
-    /// expert counts read the choice back) or dumping the routing; not with `--pcie-frac`
-    /// (its staged experts are launched from the host path).
+    /// expert counts read the choice back) or dumping the routing. With `--pcie-frac` the
+    /// device reads its share of the misses from RAM (`super::expert_pcie`).
     pub(super) fn moe_by_handoff(&self, n: usize, profiling: bool) -> bool {
         self.handoff.is_some()
             && self.expert_cache.is_some()
@@ -57,7 +57,6 @@ impl GpuModel {
             && !experts::trace::dumping()
             && n <= MAX_COLS
             && self.opts.moe != MoePath::Host
-            && !self.expert_cache.as_ref().is_some_and(|c| c.streams())
     }
 
     /// Routed experts of `layer` for `n` tokens through the handoff (see
@@ -79,13 +78,19 @@ impl GpuModel {
             let b = DispatchBuffers { ids: sc.sel_slots, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
             self.lin().experts_by_dispatch([gate, up, down], cache.slots(), k, n, &b)?;
         }
-        h.receive(&**ops.api(), st, n, sc.y_e + (miss_base * d * 4) as u64)?;
+        let host_rows = sc.y_e + (miss_base * d * 4) as u64;
+        h.receive(&**ops.api(), st, n, host_rows)?;
+        if let Some(([pg, pu, pd], ids)) = h.pcie_layer(layer) {
+            // The misses the host gave back: read from RAM, their rows where the host's would be.
+            let b = DispatchBuffers { ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: host_rows };
+            self.lin().experts_by_dispatch([pg, pu, pd], ne, k, n, &b)?;
+        }
         ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)
     }
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot on the
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; the rows of hits stay zero).
-    pub(super) fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, GpuError> {
+    pub(super) fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<super::expert_handoff::Answer, GpuError> {
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() }) };
         let d = self.model.hp.n_embd;
         let k = p.ids.len() / n.max(1);
@@ -384,7 +389,7 @@ impl GpuModel {
         if let Some(h) = self.handoff.take() {
             h.free(&*api).map_err(super::upload::gpu_err("freeing the expert handoff"))?;
         }
-        self.handoff = super::model::handoff_for(&*api, &self.model.hp, &self.w, self.expert_cache.as_ref())?;
+        self.handoff = super::model::handoff_for(&*api, &self.model, &self.w, self.expert_cache.as_ref(), &self.opts)?;
         Ok(Some(fit))
     }
 

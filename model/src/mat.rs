@@ -180,9 +180,18 @@ impl Mat {
     /// progress). On an allocation error nothing changes.
     pub fn read_into_ram(mats: Vec<&mut Mat>, mut copied: impl FnMut(&[u8])) -> std::io::Result<()> {
         let (windows, index) = unique_windows(&mats);
-        // 64-byte aligned starts: F32 rows stay aligned, no copy shares a cache line.
-        let starts: Vec<usize> = windows.iter().scan(0usize, |at, w| Some(std::mem::replace(at, (*at + w.1).next_multiple_of(64)))).collect();
-        let total = starts.last().zip(windows.last()).map_or(0, |(s, w)| s + w.1);
+        // In source order, windows that follow each other there (the experts of a stack) stay
+        // back to back, so a stack is still one range a device can read ([`Mat::joined`]);
+        // others start on 64 bytes: F32 rows stay aligned, no copy shares a cache line.
+        let mut starts = Vec::with_capacity(windows.len());
+        let mut at = 0usize;
+        for (i, w) in windows.iter().enumerate() {
+            let follows = i > 0 && windows[i - 1].0 + windows[i - 1].1 == w.0;
+            let start = if follows { at } else { at.next_multiple_of(64) };
+            starts.push(start);
+            at = start + w.1;
+        }
+        let total = at;
         let mut region = RamRegion::new(total)?;
         for (w, &start) in windows.iter().zip(&starts) {
             // In pieces, so that a caller who gives each piece's mapped pages back never holds
@@ -200,6 +209,29 @@ impl Mat {
             }
         }
         Ok(())
+    }
+
+    /// The bytes of `mats` as one slice when each starts where the one before ends in the same
+    /// backing (the experts of a stack split by the loader, mapped or read into RAM): what a
+    /// device reads as a stack. None otherwise.
+    pub fn joined<'a>(mats: &[&'a Mat]) -> Option<&'a [u8]> {
+        let (first, last) = (mats.first()?, mats.last()?);
+        for pair in mats.windows(2) {
+            let follows = match (&pair[0].bytes, &pair[1].bytes) {
+                (Bytes::Ram { region: a, start: s0, len: l0 }, Bytes::Ram { region: b, start: s1, .. }) => Arc::ptr_eq(a, b) && s0 + l0 == *s1,
+                (Bytes::Mapped { file: a, tensor: t0, start: s0, len: l0 }, Bytes::Mapped { file: b, tensor: t1, start: s1, .. }) => Arc::ptr_eq(a, b) && t0 == t1 && s0 + l0 == *s1,
+                _ => false,
+            };
+            if !follows {
+                return None;
+            }
+        }
+        match (&first.bytes, &last.bytes) {
+            (Bytes::Ram { region, start, .. }, Bytes::Ram { start: s1, len: l1, .. }) => Some(&region.bytes()[*start..s1 + l1]),
+            (Bytes::Mapped { file, tensor, start, .. }, Bytes::Mapped { start: s1, len: l1, .. }) => Some(&file.tensor_data(&file.tensors()[*tensor])[*start..s1 + l1]),
+            _ if mats.len() == 1 => Some(first.data()),
+            _ => None,
+        }
     }
 
     /// All bytes of the matrix (of every matrix of a stack).
@@ -251,7 +283,10 @@ impl Mat {
 /// of the first matrix), and each window's number by (address, length).
 fn unique_windows(mats: &[&mut Mat]) -> (Vec<(usize, usize, usize)>, HashMap<(usize, usize), usize>) {
     let (mut out, mut index) = (Vec::new(), HashMap::new());
-    for (i, m) in mats.iter().enumerate().filter(|(_, m)| m.is_mapped()) {
+    let mut order: Vec<usize> = (0..mats.len()).filter(|&i| mats[i].is_mapped()).collect();
+    order.sort_by_key(|&i| mats[i].data().as_ptr() as usize);
+    for i in order {
+        let m = &mats[i];
         let w = (m.data().as_ptr() as usize, m.data().len());
         index.entry(w).or_insert_with(|| {
             out.push((w.0, w.1, i));

@@ -18,7 +18,7 @@ use super::error::{emu, invalid, GpuError, Result};
 use super::gemm_ref::{gemm_host, gemm_host_tiled};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
-    DeviceInfo, DevicePtr, Event, Gemm, GpuApi, LtAlgo, Graph, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec,
+    DeviceInfo, DevicePtr, Event, Gemm, GpuApi, LtAlgo, Graph, HostAllocOptions, HostBuf, HostRegion, HostStorage, Kernel, KernelSpec,
     LaunchConfig, LaunchStats, MemInfo, Module, Stream, WaitCond,
 };
 use emulator::{Device, Function};
@@ -371,6 +371,18 @@ impl GpuApi for EmuApi {
                 Ok(())
             }
         }
+    }
+
+    unsafe fn host_register(&self, ptr: *const u8, len: usize) -> Result<HostRegion> {
+        // SAFETY: the caller's contract ([`GpuApi::host_register`]).
+        let src = unsafe { std::slice::from_raw_parts(ptr, len) };
+        // A device-visible copy stands for the pinned pages: the bytes never change after.
+        let copy = self.dev.host_malloc_pinned(len.max(1)).map_err(|e| GpuError::PinnedAlloc { bytes: len, reason: e.to_string() })?;
+        self.dev.memcpy_htod(copy, src).map_err(emu("host_register"))?;
+        Ok(HostRegion { device_ptr: copy, bytes: len, handle: copy })
+    }
+    fn host_unregister(&self, region: HostRegion) -> Result<()> {
+        self.dev.free(region.handle).map_err(emu("host_unregister"))
     }
 
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {

@@ -165,9 +165,18 @@ impl Mailbox {
     /// Device consumer, in `stream` order (capturable): wait for `FULL`, copy `len` payload
     /// bytes to `dst`, then mark `EMPTY`.
     pub fn device_recv(&self, api: &dyn GpuApi, stream: &Stream, dst: DevicePtr, len: usize) -> Result<()> {
-        self.check_len("Mailbox::device_recv", len)?;
+        self.device_recv_parts(api, stream, &[(0, dst, len)])
+    }
+
+    /// [`Mailbox::device_recv`] into several device ranges, each `(payload offset, dst, len)`.
+    pub fn device_recv_parts(&self, api: &dyn GpuApi, stream: &Stream, parts: &[(usize, DevicePtr, usize)]) -> Result<()> {
+        for &(off, _, len) in parts {
+            self.check_len("Mailbox::device_recv", off + len)?;
+        }
         api.stream_wait_value64(stream, self.state_ptr(), FULL, WaitCond::Eq)?;
-        api.memcpy_dtod_async(stream, dst, self.payload_ptr(), len)?;
+        for &(off, dst, len) in parts {
+            api.memcpy_dtod_async(stream, dst, self.payload_ptr() + off as u64, len)?;
+        }
         api.stream_write_value64(stream, self.state_ptr(), EMPTY)
     }
 

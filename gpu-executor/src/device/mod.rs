@@ -264,6 +264,16 @@ impl HostBuf {
     }
 }
 
+/// Host memory the caller owns, pinned and mapped for the device ([`GpuApi::host_register`]).
+#[derive(Debug)]
+pub struct HostRegion {
+    /// Where kernels read the first registered byte.
+    pub device_ptr: DevicePtr,
+    pub bytes: usize,
+    /// The registered host address (HIP) or the software device's copy (emu).
+    pub(crate) handle: u64,
+}
+
 /// Element types of the GEMM entry point (`hipDataType` values on HIP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -401,6 +411,24 @@ pub trait GpuApi: Send + Sync {
     fn host_free(&self, buf: HostBuf) -> Result<()>;
     fn host_write(&self, buf: &HostBuf, offset: usize, src: &[u8]) -> Result<()>;
     fn host_read(&self, buf: &HostBuf, offset: usize, dst: &mut [u8]) -> Result<()>;
+    /// Pins `len` bytes of host memory from `ptr` and maps them into the device's address space
+    /// (`hipHostRegister` mapped, then `hipHostGetDevicePointer`), so kernels read them over
+    /// PCIe without a copy: how `--pcie-frac` reads experts kept in RAM. The software device
+    /// models it as a device-visible copy taken now, which is the same thing for bytes that
+    /// never change (weights).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` is readable memory of this process that stays mapped and unchanged
+    /// until [`GpuApi::host_unregister`].
+    unsafe fn host_register(&self, ptr: *const u8, len: usize) -> Result<HostRegion> {
+        let _ = (ptr, len);
+        Err(error::invalid("host_register", "this device cannot map host memory"))
+    }
+    /// Ends a [`GpuApi::host_register`] (after the device is done reading it).
+    fn host_unregister(&self, region: HostRegion) -> Result<()> {
+        let _ = region;
+        Err(error::invalid("host_unregister", "this device cannot map host memory"))
+    }
 
     // ---- synchronous copies (complete on return)
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;

@@ -340,10 +340,7 @@ impl<'a> FlashChunk<'a> {
                 if std::mem::replace(&mut staging_busy, true) {
                     api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
                 }
-                let parts = stacks.staged_parts(host, f.gate.ptr).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
-                for (dst, bytes) in parts {
-                    api.memcpy_htod(dst, &bytes).map_err(dev("copying an expert to the staging slot"))?;
-                }
+                stacks.fill_staged(&**api, host, f.gate.ptr).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
             }
             g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
             self.swiglu_with(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64, 0)?;
@@ -591,7 +588,13 @@ impl FlashNextOps for FlashChunk<'_> {
                 let b = DispatchBuffers { ids: sc.rslots, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
                 lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, k, n, &b).map_err(dev("routed experts (cache slots)"))?;
             }
-            h.receive(&**g.api(), &g.stream, n, sc.ys + (miss_base * e * 4) as u64).map_err(dev("expert handoff"))?;
+            let host_rows = sc.ys + (miss_base * e * 4) as u64;
+            h.receive(&**g.api(), &g.stream, n, host_rows).map_err(dev("expert handoff"))?;
+            if let Some(([pg, pu, pd], ids)) = h.pcie_layer(layer) {
+                // The misses the host gave back: read from RAM, their rows where the host's would be.
+                let b = DispatchBuffers { ids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: host_rows };
+                lin.experts_by_dispatch([pg, pu, pd], ne, k, n, &b).map_err(dev("routed experts (read from RAM)"))?;
+            }
             return self.moe_tail(layer, sc.hmap, |_| Ok(0));
         }
         // The routed experts' products, launched from the ids read back (host dispatch).
@@ -609,6 +612,8 @@ impl FlashNextOps for FlashChunk<'_> {
             chosen.entry(id).or_default().push(slot);
         }
         let mut expert_bytes = 0;
+        // Whether a decode window's launches reading the staging slot are queued.
+        let mut staging_busy = false;
         // The experts without a slot, run on the CPU once the device's are launched.
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
         // A prompt chunk's device experts, run together once placed (with the host expert to
@@ -624,18 +629,28 @@ impl FlashNextOps for FlashChunk<'_> {
                     m.experts.get(s)
                 }
                 Some(Placement::Cpu) => {
-                    // A prompt chunk streams its misses through the staging slot: copying an
-                    // expert costs less than the CPU computing it for many tokens.
-                    if let (true, Some(base), Some(c)) = (self.prompt, g.staging, self.cache()) {
-                        if c.stream_miss(slots.len(), true) {
+                    // A prompt chunk streams its misses through the staging slot (copying an
+                    // expert costs less than the CPU computing it for many tokens); a decode
+                    // window its `--pcie-frac` share.
+                    match (g.staging, self.cache()) {
+                        (Some(base), Some(c)) if c.stream_miss(slots.len(), self.prompt) => {
                             let f = m.experts.staged(base);
-                            expert_bytes += ffn(&f);
-                            grouped.push((f, slots, Some(&host.experts[id])));
+                            if self.prompt {
+                                expert_bytes += ffn(&f);
+                                grouped.push((f, slots, Some(&host.experts[id])));
+                                continue;
+                            }
+                            if std::mem::replace(&mut staging_busy, true) {
+                                api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+                            }
+                            m.experts.fill_staged(&**api, &host.experts[id], base).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: staging expert {id}: {w}")))?;
+                            Some(f)
+                        }
+                        _ => {
+                            on_cpu.push((&host.experts[id], slots));
                             continue;
                         }
                     }
-                    on_cpu.push((&host.experts[id], slots));
-                    continue;
                 }
             };
             let f = f.ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}")))?;

@@ -37,6 +37,8 @@ use crate::options::{ExpertCacheSize, GpuOptions};
 use cpu_executor::kv_cache::KvType;
 use model::Logits;
 use model::qwen4exp::{PleState, Qwen4Exp};
+use model::qwen4exp::moe::SwiGlu;
+use model::Mat;
 use weights::{DevMixer, DevWeights};
 
 /// Most tokens of one forward window (a prompt is a sequence of windows).
@@ -195,11 +197,8 @@ impl GpuFlashNext {
     /// for the ordered products and every expert must be resident (the cache runs its misses
     /// with the CPU's fast products).
     pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
-        if opts.pcie_frac > 0.0 {
-            return Err(EngineError::Unsupported(format!(
-                "--pcie-frac {}: not implemented for qwen4exp (Flash-Next) yet: its decode windows' expert-cache misses run on the CPU pool (prompt chunks stream theirs to the device either way); use --pcie-frac 0",
-                opts.pcie_frac
-            )));
+        if !(0.0..=1.0).contains(&opts.pcie_frac) {
+            return Err(EngineError::Unsupported(format!("--pcie-frac {}: not a share between 0 and 1", opts.pcie_frac)));
         }
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
@@ -226,7 +225,7 @@ impl GpuFlashNext {
         };
         let (allocs, weight_bytes) = up.finish();
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
-        let handoff = handoff_for(&*api, &m, expert_cache.as_ref())?;
+        let handoff = handoff_for(&*api, &m, &w, expert_cache.as_ref())?;
         Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, swap_copies: Default::default(), staging, allocs, weight_bytes })
     }
 
@@ -266,7 +265,7 @@ impl GpuFlashNext {
         if let Some(h) = self.handoff.take() {
             h.free(&*api).map_err(gpu_err("freeing the expert handoff"))?;
         }
-        self.handoff = handoff_for(&*api, &self.m, self.expert_cache.as_ref())?;
+        self.handoff = handoff_for(&*api, &self.m, &self.w, self.expert_cache.as_ref())?;
         Ok(fit)
     }
 
@@ -486,7 +485,7 @@ impl GpuFlashNext {
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot, on the
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; hits stay zero).
-    fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<Vec<f32>, super::device::GpuError> {
+    fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<super::expert_handoff::Answer, super::device::GpuError> {
         use super::device::GpuError;
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
         let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
@@ -538,11 +537,31 @@ impl GpuFlashNext {
     }
 }
 
-/// The per-layer handoff of a model with an expert cache (None without one).
-fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, cache: Option<&ExpertCache>) -> Result<Option<ExpertHandoff>> {
-    let Some(l) = m.layers.first().filter(|_| cache.is_some()) else { return Ok(None) };
+/// The per-layer handoff of a model with an expert cache (None without one), its device
+/// weights `w`; with `--pcie-frac`, the experts in RAM mapped for the device (each layer's
+/// experts must be one range there: a stack as the loader split it).
+fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, w: &DevWeights, cache: Option<&ExpertCache>) -> Result<Option<ExpertHandoff>> {
+    let (Some(l), Some(cache)) = (m.layers.first(), cache) else { return Ok(None) };
     let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
-    ExpertHandoff::new(api, m.layers.len(), (0..m.layers.len()).collect(), n_expert, l.moe.n_used, m.hp.n_embd).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
+    let pcie = if cache.streams() {
+        let mut stacks = Vec::with_capacity(m.layers.len());
+        for (il, (h, d)) in m.layers.iter().zip(&w.layers).enumerate() {
+            let f = &d.moe.experts.stack;
+            if ![f.gate.kind, f.up.kind, f.down.kind].iter().all(|k| matches!(k, crate::upload::MatKind::Q(_))) {
+                stacks.push(None);
+                continue;
+            }
+            let joined = |pick: fn(&SwiGlu) -> &Mat, name: &str| {
+                let mats: Vec<&Mat> = h.moe.experts.iter().map(pick).collect();
+                Mat::joined(&mats).ok_or_else(|| EngineError::Unsupported(format!("--pcie-frac: blk.{il}.ffn_{name}_exps is not one range in RAM (experts split apart); use --pcie-frac 0")))
+            };
+            stacks.push(Some([(joined(|x| &x.gate, "gate")?, f.gate), (joined(|x| &x.up, "up")?, f.up), (joined(|x| &x.down, "down")?, f.down)]));
+        }
+        Some(super::expert_pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
+    } else {
+        None
+    };
+    ExpertHandoff::new(api, m.layers.len(), (0..m.layers.len()).collect(), n_expert, l.moe.n_used, m.hp.n_embd, pcie).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
 }
 
 /// The attention kernel keeps a token's scores in LDS: a dense layer attends to every cell, an

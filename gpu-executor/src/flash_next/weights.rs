@@ -111,9 +111,13 @@ impl DevExperts {
         }
     }
 
-    /// What to copy to put expert `f` at `base` ([`DevExperts::staged`]).
-    pub fn staged_parts<'x>(&self, f: &'x SwiGlu, base: DevicePtr) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
-        self.parts_into(f, self.staged(base))
+    /// Copies expert `f` to the staging slot at `base` ([`DevExperts::staged`]); the caller
+    /// makes sure no queued launch still reads it.
+    pub fn fill_staged(&self, api: &dyn GpuApi, f: &SwiGlu, base: DevicePtr) -> std::result::Result<(), String> {
+        for (dst, bytes) in self.parts_into(f, self.staged(base))? {
+            api.memcpy_htod(dst, &bytes).map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// Bytes of one expert's gate, up and down on the device.

@@ -58,6 +58,13 @@ impl GpuApi for Recorder {
     fn host_read(&self, buf: &HostBuf, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.inner.host_read(buf, offset, dst)
     }
+    unsafe fn host_register(&self, ptr: *const u8, len: usize) -> Result<super::super::device::HostRegion> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.host_register(ptr, len) }
+    }
+    fn host_unregister(&self, region: super::super::device::HostRegion) -> Result<()> {
+        self.inner.host_unregister(region)
+    }
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         self.inner.memcpy_htod(dst, src)
     }

@@ -29,6 +29,8 @@ pub const HIP_ERROR_OUT_OF_MEMORY: HipError = 2;
 /// `hipHostMallocMapped` / `hipHostMallocPortable` (same values for `hipHostAlloc*`).
 pub const HOST_MALLOC_PORTABLE: u32 = 0x1;
 pub const HOST_MALLOC_MAPPED: u32 = 0x2;
+/// `hipHostRegisterMapped`.
+pub const HOST_REGISTER_MAPPED: u32 = 0x2;
 /// `hipStreamNonBlocking`.
 pub const STREAM_NON_BLOCKING: u32 = 0x1;
 /// `hipEventDisableTiming`.
@@ -172,6 +174,8 @@ fn_table!(
     hipFree: fn(Ptr) -> HipError;
     hipHostFree: fn(Ptr) -> HipError;
     hipHostGetDevicePointer: fn(*mut Ptr, Ptr, u32) -> HipError;
+    hipHostRegister: fn(Ptr, usize, u32) -> HipError;
+    hipHostUnregister: fn(Ptr) -> HipError;
     hipMemcpy: fn(Ptr, *const c_void, usize, u32) -> HipError;
     hipMemcpyAsync: fn(Ptr, *const c_void, usize, u32, Ptr) -> HipError;
     hipMemset: fn(Ptr, i32, usize) -> HipError;

@@ -32,7 +32,7 @@ use super::error::{invalid, GpuError, Result};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
     arch_base, code_object_for_arch, embedded_archs, Device, ComputeType, DType, DeviceInfo, DevicePtr, Event, Gemm, GpuApi,
-    Graph, LtAlgo, HostAllocOptions, HostBuf, HostStorage, Kernel, KernelSpec, LaunchConfig, MemInfo, Module, Stream, Transpose, WaitCond,
+    Graph, LtAlgo, HostAllocOptions, HostBuf, HostRegion, HostStorage, Kernel, KernelSpec, LaunchConfig, MemInfo, Module, Stream, Transpose, WaitCond,
 };
 use ffi::*;
 use libloading::Library;
@@ -458,6 +458,30 @@ impl GpuApi for HipApi {
         // SAFETY: range checked against the allocation.
         unsafe { std::ptr::copy_nonoverlapping(p.add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
+    }
+
+    unsafe fn host_register(&self, ptr: *const u8, len: usize) -> Result<HostRegion> {
+        self.bind()?;
+        // SAFETY: the caller's contract ([`GpuApi::host_register`]): the range is mapped memory
+        // of this process that outlives the registration.
+        let rc = unsafe { (self.fns.hipHostRegister)(ptr as Ptr, len, HOST_REGISTER_MAPPED) };
+        if rc != 0 {
+            return Err(GpuError::PinnedAlloc { bytes: len, reason: format!("hipHostRegister: {}", err_string(&self.fns, rc)) });
+        }
+        let mut d: Ptr = std::ptr::null_mut();
+        // SAFETY: `ptr` was registered mapped just above.
+        let got = self.check("hipHostGetDevicePointer", unsafe { (self.fns.hipHostGetDevicePointer)(&mut d, ptr as Ptr, 0) }, String::new);
+        if let Err(e) = got {
+            // SAFETY: registered above, not yet used by any kernel.
+            let _ = unsafe { (self.fns.hipHostUnregister)(ptr as Ptr) };
+            return Err(e);
+        }
+        Ok(HostRegion { device_ptr: d as usize as u64, bytes: len, handle: ptr as usize as u64 })
+    }
+    fn host_unregister(&self, region: HostRegion) -> Result<()> {
+        self.synchronize()?; // a queued kernel may still read it
+        // SAFETY: `handle` is the address `host_register` registered.
+        self.check("hipHostUnregister", unsafe { (self.fns.hipHostUnregister)(region.handle as usize as Ptr) }, String::new)
     }
 
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
