@@ -20,8 +20,8 @@ pub struct CacheStats {
     /// Experts copied in by adaptive residency (`--adapt-every N`), each replacing a less-routed
     /// resident or taking a free slot.
     pub swapped: u64,
-    /// Decisions computed on the device from a staging slot instead of the CPU (`--pcie-frac`),
-    /// and the experts copied there for them.
+    /// Decisions computed on the device instead of the CPU (prompt chunks, `--pcie-frac`), and
+    /// the experts copied to the staging ring for them.
     pub streamed: u64,
     pub streamed_experts: u64,
     /// Experts the device read from RAM over PCIe instead of the CPU computing them

@@ -127,7 +127,8 @@ pub struct Machine {
     pub ram_bytes: u64,
     /// One layer's GPU → CPU → GPU handoff, microseconds.
     pub handoff_us: f64,
-    /// Host-to-device copy rate, GB/s, and the share of misses sent over it (`--pcie-frac`).
+    /// Host-to-device link rate, GB/s, and the share of misses the card reads over it
+    /// (`--pcie-frac`).
     pub pcie_gbs: f64,
     pub pcie_frac: f64,
 }
@@ -147,7 +148,8 @@ pub struct Projection {
     pub hit_rate: f64,
     pub gpu_ms: f64,
     pub cpu_ms: f64,
-    /// Copies of the misses sent to the device (`--pcie-frac`), part of the GPU side's time.
+    /// The card reading its share of the misses from RAM (`--pcie-frac`), part of the GPU side's
+    /// time.
     pub pcie_ms: f64,
     pub handoff_ms: f64,
     pub token_ms: f64,
@@ -173,12 +175,13 @@ pub fn project(m: &ModelShape, mc: &Machine, ctx: usize, reserve: u64, extra: u6
     let dense_rest = m.dense_bytes as f64 * (1.0 - moe_share);
     // A half-full cache on average, and the recurrent states.
     let kv_read = (m.kv_bytes_per_pos * ctx as u64 / 2 + m.state_bytes_per_token) as f64;
-    // Misses: share `pcie_frac` copied to the staging slot and computed there after the copy
-    // (one slot: copy and compute do not overlap), the rest on the CPU pool.
+    // Misses: share `pcie_frac` read by the card in place from RAM over the link (decode
+    // windows through the handoff, gpu/expert_pcie.rs: no copy, the link is the bound), the rest
+    // on the CPU pool.
     let missed = (1.0 - hit_rate) * per_layer_experts;
     let streamed = mc.pcie_frac.clamp(0.0, 1.0) * missed;
     let pcie_layer = streamed / (mc.pcie_gbs * 1e9).max(1.0);
-    let gpu_layer = (dense_layer + hit_rate * per_layer_experts + streamed) / gpu_rate + pcie_layer;
+    let gpu_layer = (dense_layer + hit_rate * per_layer_experts) / gpu_rate + pcie_layer;
     let cpu_layer = (missed - streamed) / cpu_rate.max(1.0);
     let handoff = if hit_rate < 1.0 { mc.handoff_us * 1e-6 } else { 0.0 };
     let layers = m.n_moe_layers as f64 * (gpu_layer.max(cpu_layer) + handoff);

@@ -139,11 +139,12 @@ pub struct ExpertCache {
     admitted: AtomicU64,
     cpu: AtomicU64,
     swapped: AtomicU64,
-    /// `--pcie-frac`: the share of misses computed on the device from a staging slot, and the
+    /// `--pcie-frac`: the share of misses computed on the device instead of the CPU, and the
     /// credit that spreads them (a miss streams when the accumulated share reaches one).
     pcie_frac: f64,
     pcie_credit: Mutex<f64>,
-    /// Decisions computed on the device from a staging slot, and the experts copied there.
+    /// Decisions computed on the device instead of the CPU, and the experts copied to the
+    /// staging ring for them.
     streamed: AtomicU64,
     streamed_experts: AtomicU64,
     /// Experts the device read from RAM over PCIe in handoff windows ([`ExpertCache::read_miss`]).
@@ -204,13 +205,13 @@ impl ExpertCache {
         self
     }
 
-    /// Whether misses may be computed on the device from a staging slot (`--pcie-frac` > 0).
+    /// Whether misses may be computed on the device instead (`--pcie-frac` > 0).
     pub fn streams(&self) -> bool {
         self.pcie_frac > 0.0
     }
 
-    /// For a miss ([`Placement::Cpu`]) of `uses` decisions: whether it is copied to a staging
-    /// slot and computed on the device instead. In a prompt chunk (`prompt`) every miss is;
+    /// For a miss ([`Placement::Cpu`]) of `uses` decisions: whether it is copied to the staging
+    /// ring and computed on the device instead. In a prompt chunk (`prompt`) every miss is;
     /// in a decode window, `--pcie-frac F` decides: every miss adds F to a credit and streams
     /// when the credit reaches one, so F = 0.5 streams every other miss and 1 all of them.
     /// Callers offer a layer's misses most-used first, so the streamed ones are those the

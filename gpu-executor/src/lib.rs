@@ -61,6 +61,8 @@ pub mod ops_host;
 #[cfg(feature = "gpu")]
 pub mod selftest;
 #[cfg(feature = "gpu")]
+pub mod staging_ring;
+#[cfg(feature = "gpu")]
 pub mod test_device;
 #[cfg(feature = "gpu")]
 pub mod upload;

@@ -33,6 +33,7 @@ pub use crate::options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, 
 use model::error::{EngineError, Result};
 use cpu_executor::kv_cache::KvType;
 use super::expert_cache::{CacheStats, ExpertCache};
+use super::staging_ring::StagingRing;
 use super::upload::{DevMat, MatKind, Uploader, gpu_err, q8_1_bytes, u32_bytes, weights_do_not_fit};
 use model::decoder::WeightName;
 use model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model};
@@ -68,9 +69,9 @@ pub struct GpuModel {
     pub(super) handoff: Option<super::expert_handoff::ExpertHandoff>,
     /// Adaptive residency's copies on a side stream (made at the first swap).
     pub(super) swap_copies: std::sync::Mutex<Option<super::expert_swap::SwapCopies>>,
-    /// With an expert cache, the staging slot of the misses computed on the device (prompt
-    /// chunks, `--pcie-frac`).
-    pub(super) staging: Option<DevicePtr>,
+    /// With an expert cache, the staging ring of the misses computed on the device from a copy
+    /// (prompt chunks, `--pcie-frac` on the host path).
+    pub(super) staging: Option<StagingRing>,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -138,6 +139,9 @@ impl Drop for GpuModel {
         }
         if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = c.free(&*api);
+        }
+        if let Some(r) = &self.staging {
+            let _ = r.free(&*api);
         }
     }
 }
@@ -256,15 +260,15 @@ impl GpuModel {
                 gelu_table = up.f32s(cpu_kernels::gelu_f16_table())?;
             }
         }
-        // With an expert cache, one staging slot as large as the largest layer's expert: the
-        // misses computed on the device (prompt chunks, `--pcie-frac`) are copied into it one
-        // at a time.
+        // With an expert cache, the staging ring the misses computed on the device from a copy go
+        // through (prompt chunks, `--pcie-frac` on the host path), slots as large as the largest
+        // layer's expert.
         let staging = if cache_slots.is_some() {
             let widest = w.layers.iter().filter_map(|l| match &l.ffn.ffn {
                 Ffn::Moe { gate, up, down, .. } => Some(gate.mat_bytes + up.mat_bytes + down.mat_bytes),
                 Ffn::Dense { .. } => None,
             }).max().unwrap_or(0);
-            Some(up.zeroed(widest)?)
+            Some(StagingRing::new(up.zeroed(StagingRing::bytes(widest))?, widest))
         } else {
             None
         };

@@ -19,7 +19,8 @@ use crate::options::MoePath;
 enum Runs {
     /// From the device stacks, at this index (its slot with a cache).
     Device(usize),
-    /// From the staging slot, copied there for this layer (`--pcie-frac`).
+    /// From a slot of the staging ring, copied there for this layer (prompt chunks,
+    /// `--pcie-frac` on this path).
     Staged,
     /// On the cache's CPU pool.
     Cpu,
@@ -175,10 +176,10 @@ impl GpuModel {
             };
             chosen.push((e, slots, runs));
         }
-        // Misses computed on the device from the staging slot instead of the CPU pool: all of
+        // Misses computed on the device from the staging ring instead of the CPU pool: all of
         // a prompt chunk's (copying an expert over PCIe costs less than the CPU computing it
         // for many tokens), the `--pcie-frac` share of a decode window's, most-used first.
-        if let (Some(c), Some(_)) = (&self.expert_cache, self.staging) {
+        if let (Some(c), Some(_)) = (&self.expert_cache, &self.staging) {
             let prompt = n > MAX_COLS;
             let mut misses: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i].2 == Runs::Cpu).collect();
             misses.sort_by_key(|&i| (std::cmp::Reverse(chosen[i].1.len()), chosen[i].0));
@@ -193,17 +194,13 @@ impl GpuModel {
         // The experts without a slot (expert, its decisions, first output row), run on the
         // cache's CPU pool once the device's are launched.
         let mut on_cpu: Vec<(usize, Vec<usize>, usize)> = Vec::new();
-        // Whether launches reading the staging slot are queued (the next copy waits for them).
-        let mut staging_busy = false;
         for (e, slots, runs) in &chosen {
-            // The expert's matrices on the device and its index in them.
-            let (mats, e_dev) = match *runs {
-                Runs::Device(s) => ([*gate, *up, *down], s),
+            // The expert's matrices on the device and its index in them (and its ring slot).
+            let (mats, e_dev, staged) = match *runs {
+                Runs::Device(s) => ([*gate, *up, *down], s, None),
                 Runs::Staged => {
-                    if std::mem::replace(&mut staging_busy, true) {
-                        api.stream_synchronize(st)?;
-                    }
-                    (self.stage_expert(layer, *e, [gate, up, down])?, 0)
+                    let (mats, slot) = self.stage_expert(layer, *e, [gate, up, down])?;
+                    (mats, 0, Some(slot))
                 }
                 Runs::Cpu => {
                     for (c, &j) in slots.iter().enumerate() {
@@ -238,6 +235,9 @@ impl GpuModel {
                 }
                 row += r;
             }
+            if let (Some(slot), Some(ring)) = (staged, &self.staging) {
+                ring.launched(&**api, st, slot)?;
+            }
         }
         let ran = chosen.len();
         if let (Some(cache), false) = (&self.expert_cache, on_cpu.is_empty()) {
@@ -256,22 +256,23 @@ impl GpuModel {
         Ok(ran - on_cpu.len())
     }
 
-    /// A miss sent to the device (`--pcie-frac`): copies expert `e` of `layer` (gate, up, down,
-    /// as stored) into the staging slot and returns views of its matrices there (index 0). The
-    /// caller makes sure no queued launch still reads the slot.
-    fn stage_expert(&self, layer: usize, e: usize, dev: [&DevMat; 3]) -> std::result::Result<[DevMat; 3], GpuError> {
-        let Some(base) = self.staging else {
-            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging slot") });
+    /// A miss computed on the device from a copy: copies expert `e` of `layer` (gate, up,
+    /// down, as stored) into the next slot of the staging ring and returns views of its
+    /// matrices there (index 0) and the slot, to hand back once its products are launched.
+    fn stage_expert(&self, layer: usize, e: usize, dev: [&DevMat; 3]) -> std::result::Result<([DevMat; 3], super::staging_ring::RingSlot), GpuError> {
+        let Some(ring) = &self.staging else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging ring") });
         };
-        // The staging slot as a stack of one: the matrices back to back from `base`.
-        let mut at = base;
+        let slot = ring.take(&**self.ops.api())?;
+        // The slot as a stack of one: the matrices back to back from its base.
+        let mut at = slot.base;
         let views = dev.map(|d| {
             let v = DevMat { ptr: at, ..*d };
             at += d.mat_bytes as u64;
             v
         });
         self.upload_expert(layer, e, 0, [&views[0], &views[1], &views[2]])?;
-        Ok(views)
+        Ok((views, slot))
     }
 
     /// Copies expert `e` of `layer` (gate, up, down, as stored in the mapped file) into slot

@@ -99,10 +99,10 @@ pub struct GpuOptions {
     #[arg(id = "pool_workers", long = "pool-workers", global = true, env = "STRATA_POOL_WORKERS", value_name = "N", default_value_t = 0)]
     pub pool_workers: usize,
     /// Share of a decode window's expert-cache misses computed on the device instead of the CPU
-    /// pool: each such expert is copied over PCIe into a staging slot for the layer that needs
-    /// it (most-used misses first). 0 = every decode miss on the CPU, 1 = none (prompt chunks
-    /// stream all their misses either way); qwen3moe only. With a share above 0 decode windows
-    /// read the router's choice back (no per-layer handoff in decode graphs).
+    /// pool (most-used misses first): in decode graphs the card reads them in place from RAM
+    /// over PCIe (the experts in RAM are pinned and mapped at load); on the host-readback path
+    /// (the ordered mode, profiling) each is copied into a staging slot. 0 = every decode miss
+    /// on the CPU, 1 = none (prompt chunks stream all their misses either way).
     #[arg(id = "pcie_frac", long = "pcie-frac", global = true, env = "STRATA_PCIE_FRAC", value_name = "F", default_value_t = 0.0, value_parser = parse_share)]
     pub pcie_frac: f64,
     /// VRAM left free by --expert-cache auto (MiB), for the display, other programs and the

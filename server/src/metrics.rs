@@ -163,6 +163,11 @@ impl prometheus_client::collector::Collector for Live {
                 r.expert_bytes_to_vram,
             ),
             (
+                "expert_bytes_read_over_pcie",
+                "Bytes of missed experts the device read in place from RAM over PCIe (as reported by the engine)",
+                r.expert_bytes_read_over_pcie,
+            ),
+            (
                 "expert_cpu_microseconds",
                 "Time the expert cache's CPU pool spent on experts without a VRAM slot (as reported by the engine)",
                 r.expert_cpu_us,
@@ -319,8 +324,8 @@ impl Metrics {
 
 fn reported_json(r: &RequestStats) -> Value {
     json!({"expert_cache_hits": r.expert_cache_hits, "expert_cache_lookups": r.expert_cache_lookups,
-           "expert_bytes_to_vram": r.expert_bytes_to_vram, "expert_cpu_us": r.expert_cpu_us,
-           "expert_handoff_wait_us": r.expert_handoff_wait_us,
+           "expert_bytes_to_vram": r.expert_bytes_to_vram, "expert_bytes_read_over_pcie": r.expert_bytes_read_over_pcie,
+           "expert_cpu_us": r.expert_cpu_us, "expert_handoff_wait_us": r.expert_handoff_wait_us,
            "draft_accepted": r.draft_accepted, "draft_offered": r.draft_offered})
 }
 
@@ -397,6 +402,7 @@ impl Drop for Recording {
             stats.expert_cache_lookups,
         );
         add(&mut s.reported.expert_bytes_to_vram, stats.expert_bytes_to_vram);
+        add(&mut s.reported.expert_bytes_read_over_pcie, stats.expert_bytes_read_over_pcie);
         add(&mut s.reported.expert_cpu_us, stats.expert_cpu_us);
         add(&mut s.reported.expert_handoff_wait_us, stats.expert_handoff_wait_us);
         add(&mut s.reported.draft_accepted, stats.draft_accepted);
@@ -412,8 +418,8 @@ impl Drop for Recording {
             "queue_ms": a.queue_ms, "prompt_ms": prompt_ms, "decode_ms": decode_ms,
             "prompt_per_second": prompt_rate, "decode_per_second": decode_rate,
             "expert_cache_hits": stats.expert_cache_hits, "expert_cache_lookups": stats.expert_cache_lookups,
-            "expert_bytes_to_vram": stats.expert_bytes_to_vram, "expert_cpu_us": stats.expert_cpu_us,
-            "expert_handoff_wait_us": stats.expert_handoff_wait_us,
+            "expert_bytes_to_vram": stats.expert_bytes_to_vram, "expert_bytes_read_over_pcie": stats.expert_bytes_read_over_pcie,
+            "expert_cpu_us": stats.expert_cpu_us, "expert_handoff_wait_us": stats.expert_handoff_wait_us,
             "draft_accepted": stats.draft_accepted, "draft_offered": stats.draft_offered,
             "finished_at": crate::http::now(),
         });

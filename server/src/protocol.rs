@@ -165,9 +165,12 @@ pub struct RequestStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_cache_lookups: Option<u64>,
     /// Bytes copied into VRAM for the expert cache (admissions, swaps, experts streamed to
-    /// the staging slot: what crosses PCIe on a card).
+    /// the staging ring: what crosses PCIe on a card).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_bytes_to_vram: Option<u64>,
+    /// Bytes of missed experts the device read in place from RAM over PCIe (`--pcie-frac`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_bytes_read_over_pcie: Option<u64>,
     /// Microseconds the expert cache's CPU pool spent on experts without a VRAM slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_cpu_us: Option<u64>,

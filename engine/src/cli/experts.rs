@@ -137,8 +137,8 @@ pub struct PlanArgs {
     /// One MoE layer's GPU → CPU → GPU handoff, microseconds.
     #[arg(long, default_value_t = 20.0)]
     pub handoff_us: f64,
-    /// Host-to-device copy rate, GB/s (PCIe 4.0 x16 moves about 25 in practice), for the
-    /// misses --pcie-frac sends to the card.
+    /// Host-to-device link rate, GB/s (PCIe 4.0 x16 moves about 25 in practice), at which the
+    /// card reads the misses --pcie-frac gives it from RAM.
     #[arg(long, default_value_t = 25.0)]
     pub pcie_gbs: f64,
     /// VRAM for what is neither weights, KV nor experts (graphs, workspaces, recurrent states,
@@ -253,7 +253,7 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
         100.0 * adaptive
     );
     println!(
-        "decode, per token: GPU {:.2} ms (of which PCIe copies {:.2} ms, --pcie-frac {}), CPU pool {:.2} ms, handoffs {:.2} ms → {:.2} ms = {:.1} tokens/s (plain decode: no speculation)",
+        "decode, per token: GPU {:.2} ms (of which reading misses over PCIe {:.2} ms, --pcie-frac {}), CPU pool {:.2} ms, handoffs {:.2} ms → {:.2} ms = {:.1} tokens/s (plain decode: no speculation)",
         p.gpu_ms, p.pcie_ms, c.gpu.pcie_frac, p.cpu_ms, p.handoff_ms, p.token_ms, p.tokens_per_s
     );
     let by_share: Vec<String> = [0.0, 0.25, 0.5, 1.0].iter().map(|&f| format!("{f}: {:.1}", project(&m, &Machine { pcie_frac: f, ..mc }, ctx, reserve, extra, n, hit).tokens_per_s)).collect();

@@ -109,6 +109,7 @@ impl TokenEngine for ServeEngine<'_> {
             expert_cache_hits: Some(b.hits - a.hits),
             expert_cache_lookups: Some(b.lookups - a.lookups),
             expert_bytes_to_vram: Some(b.copied_bytes - a.copied_bytes),
+            expert_bytes_read_over_pcie: Some(b.pcie_read_bytes - a.pcie_read_bytes),
             expert_cpu_us: Some(us(b.cpu_ms - a.cpu_ms)),
             expert_handoff_wait_us: Some(us(b.handoff_wait_ms - a.handoff_wait_ms)),
             ..Default::default()

@@ -63,6 +63,14 @@ fn row_type(t: &DevMat) -> RowType {
     }
 }
 
+/// Where a routed expert runs from on the device.
+pub(super) enum Source<'a> {
+    /// Its place in the layer's stacks (resident, or its cache slot).
+    Device(DevFfn),
+    /// A slot of the staging ring, copied there from this host copy first.
+    Staged(&'a SwiGlu),
+}
+
 /// One window of a device sequence.
 pub(super) struct FlashChunk<'a> {
     g: &'a GpuFlashNext,
@@ -312,16 +320,15 @@ impl<'a> FlashChunk<'a> {
     /// Outputs land in the upper half of `sc.ys` in this order; the combine's map (`sc.hmap`)
     /// sends every slot to its row there, and the slots of `cpu_slots` to their own rows (where
     /// `experts_on_cpu` writes). The products keep the decode rule (MMVQ; never staged
-    /// dequantized), so each row equals the window path's. An expert given with its host copy
-    /// (a miss streamed to the device) is copied into the staging slot its matrices point at
-    /// first, after the launches that read the slot's previous occupant.
-    fn experts_grouped(&self, stacks: &super::weights::DevExperts, experts: &[(DevFfn, &[usize], Option<&SwiGlu>)], k: usize) -> Result<()> {
+    /// dequantized), so each row equals the window path's. A miss streamed to the device goes
+    /// through the staging ring ([`FlashChunk::run_expert`]).
+    fn experts_grouped(&self, stacks: &super::weights::DevExperts, experts: &[(Source<'_>, &[usize])], k: usize) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let api = g.api();
         let base = sc.cols * k;
         let mut map: Vec<u32> = (0..(n * k) as u32).collect();
         let mut rows: Vec<u32> = Vec::with_capacity(n * k);
-        for (_, slots, _) in experts {
+        for (_, slots) in experts {
             for &j in slots.iter() {
                 map[j] = (base + rows.len()) as u32;
                 rows.push((j / k) as u32);
@@ -332,21 +339,29 @@ impl<'a> FlashChunk<'a> {
         api.memcpy_htod(sc.rslots, &b(&rows)).map_err(dev("uploading expert token lists"))?;
         api.memcpy_htod(sc.hmap, &b(&map)).map_err(dev("uploading the combine map"))?;
         let mut at = 0;
-        // Whether launches reading the staging slot are queued (the next copy waits for them).
-        let mut staging_busy = false;
-        for (f, slots, staged) in experts {
+        for (src, slots) in experts {
             let cnt = slots.len();
-            if let Some(host) = staged {
-                if std::mem::replace(&mut staging_busy, true) {
-                    api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
-                }
-                stacks.fill_staged(&**api, host, f.gate.ptr).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
-            }
             g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
-            self.swiglu_with(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64, 0)?;
+            self.run_expert(stacks, src, |f| self.swiglu_with(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64, 0))?;
             at += cnt;
         }
         Ok(())
+    }
+
+    /// Runs `launch` on the device copy of `src`: its place in the stacks, or for a miss
+    /// streamed to the device a slot of the staging ring, copied there once the slot's previous
+    /// readers are done and handed back after `launch`.
+    fn run_expert(&self, stacks: &super::weights::DevExperts, src: &Source<'_>, launch: impl FnOnce(&DevFfn) -> Result<()>) -> Result<()> {
+        let host = match src {
+            Source::Device(f) => return launch(f),
+            Source::Staged(host) => host,
+        };
+        let (g, api) = (self.g, self.g.api());
+        let ring = g.staging.as_ref().ok_or_else(|| EngineError::Gpu("qwen4exp: a streamed expert without a staging ring".into()))?;
+        let slot = ring.take(&**api).map_err(dev("staging ring"))?;
+        stacks.fill_staged(&**api, host, slot.base).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
+        launch(&stacks.staged(slot.base))?;
+        ring.launched(&**api, &g.stream, slot).map_err(dev("staging ring"))
     }
 
     /// The rest of a MoE layer once the routed experts' rows are in `sc.ys` (at the rows `map`
@@ -612,57 +627,43 @@ impl FlashNextOps for FlashChunk<'_> {
             chosen.entry(id).or_default().push(slot);
         }
         let mut expert_bytes = 0;
-        // Whether a decode window's launches reading the staging slot are queued.
-        let mut staging_busy = false;
         // The experts without a slot, run on the CPU once the device's are launched.
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
-        // A prompt chunk's device experts, run together once placed (with the host expert to
-        // copy into the staging slot first for a streamed miss).
-        let mut grouped: Vec<(DevFfn, &[usize], Option<&SwiGlu>)> = Vec::new();
+        // A prompt chunk's device experts, run together once placed.
+        let mut grouped: Vec<(Source<'_>, &[usize])> = Vec::new();
         for (&id, slots) in &chosen {
-            // The device copy to run from: resident, a slot of the cache, or none (on the CPU).
-            let f = match self.cache().map(|c| c.place(layer, id, slots.len())) {
-                None => m.experts.get(id),
-                Some(Placement::Hit(s)) => m.experts.get(s),
+            let no_copy = || EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}"));
+            // The device copy to run from: resident, a slot of the cache, the staging ring, or
+            // none (on the CPU).
+            let src = match self.cache().map(|c| c.place(layer, id, slots.len())) {
+                None => Source::Device(m.experts.get(id).ok_or_else(no_copy)?),
+                Some(Placement::Hit(s)) => Source::Device(m.experts.get(s).ok_or_else(no_copy)?),
                 Some(Placement::Admit(s)) => {
                     m.experts.fill(&**api, &host.experts[id], s).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}")))?;
-                    m.experts.get(s)
+                    Source::Device(m.experts.get(s).ok_or_else(no_copy)?)
                 }
-                Some(Placement::Cpu) => {
-                    // A prompt chunk streams its misses through the staging slot (copying an
-                    // expert costs less than the CPU computing it for many tokens); a decode
-                    // window its `--pcie-frac` share.
-                    match (g.staging, self.cache()) {
-                        (Some(base), Some(c)) if c.stream_miss(slots.len(), self.prompt) => {
-                            let f = m.experts.staged(base);
-                            if self.prompt {
-                                expert_bytes += ffn(&f);
-                                grouped.push((f, slots, Some(&host.experts[id])));
-                                continue;
-                            }
-                            if std::mem::replace(&mut staging_busy, true) {
-                                api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
-                            }
-                            m.experts.fill_staged(&**api, &host.experts[id], base).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: staging expert {id}: {w}")))?;
-                            Some(f)
-                        }
-                        _ => {
-                            on_cpu.push((&host.experts[id], slots));
-                            continue;
-                        }
+                // A prompt chunk streams its misses through the staging ring (copying an
+                // expert costs less than the CPU computing it for many tokens); a decode
+                // window its `--pcie-frac` share.
+                Some(Placement::Cpu) => match (&g.staging, self.cache()) {
+                    (Some(_), Some(c)) if c.stream_miss(slots.len(), self.prompt) => Source::Staged(&host.experts[id]),
+                    _ => {
+                        on_cpu.push((&host.experts[id], slots));
+                        continue;
                     }
-                }
+                },
             };
-            let f = f.ok_or_else(|| EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}")))?;
-            expert_bytes += ffn(&f);
+            expert_bytes += m.experts.one_bytes();
             if self.prompt {
-                grouped.push((f, slots, None));
+                grouped.push((src, slots));
                 continue;
             }
-            for &slot in slots {
-                let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
-                self.swiglu(&f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)?;
-            }
+            self.run_expert(&m.experts, &src, |f| {
+                slots.iter().try_for_each(|&slot| {
+                    let (t, y) = (slot / k, sc.ys + ((slot * e) * 4) as u64);
+                    self.swiglu(f, sc.x + ((t * e) * 4) as u64, 1, [sc.eg, sc.eu, sc.ea], y)
+                })
+            })?;
         }
         if self.prompt {
             self.experts_grouped(&m.experts, &grouped, k)?;

@@ -59,9 +59,9 @@ pub struct GpuFlashNext {
     handoff: Option<ExpertHandoff>,
     /// Adaptive residency's copies on a side stream (made at the first swap).
     swap_copies: std::sync::Mutex<Option<crate::expert_swap::SwapCopies>>,
-    /// With an expert cache, the staging slot a prompt chunk's misses are copied into one at a
-    /// time and run from on the device (as large as the largest layer's expert).
-    pub(super) staging: Option<DevicePtr>,
+    /// With an expert cache, the staging ring of the misses computed on the device from a copy
+    /// (prompt chunks, `--pcie-frac` on the host-readback path).
+    pub(super) staging: Option<crate::staging_ring::StagingRing>,
     allocs: Vec<DevicePtr>,
     /// Bytes of weights uploaded (with an expert cache: its empty slots included).
     pub weight_bytes: usize,
@@ -188,6 +188,9 @@ impl Drop for GpuFlashNext {
         if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = c.free(&*api);
         }
+        if let Some(r) = &self.staging {
+            let _ = r.free(&*api);
+        }
     }
 }
 
@@ -220,7 +223,11 @@ impl GpuFlashNext {
         let mut up = Uploader::new(&*api, opts.ordered);
         let w = weights::upload(&mut up, &m, cache_slots).map_err(weights_do_not_fit)?;
         let staging = match cache_slots {
-            Some(_) => Some(up.zeroed(w.layers.iter().map(|l| l.moe.experts.one_bytes()).max().unwrap_or(0)).map_err(weights_do_not_fit)?),
+            Some(_) => {
+                let widest = w.layers.iter().map(|l| l.moe.experts.one_bytes()).max().unwrap_or(0);
+                let base = up.zeroed(crate::staging_ring::StagingRing::bytes(widest)).map_err(weights_do_not_fit)?;
+                Some(crate::staging_ring::StagingRing::new(base, widest))
+            }
             None => None,
         };
         let (allocs, weight_bytes) = up.finish();

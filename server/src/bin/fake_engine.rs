@@ -205,8 +205,8 @@ fn main() {
             "--stats" => {
                 let n: Vec<u64> = val().split(',').map(|s| num(s.to_string())).collect();
                 assert!(
-                    n.len() == 4 || n.len() == 7,
-                    "fake_engine: --stats takes hits,lookups,accepted,offered[,bytes_to_vram,cpu_us,handoff_wait_us]"
+                    n.len() == 4 || n.len() == 7 || n.len() == 8,
+                    "fake_engine: --stats takes hits,lookups,accepted,offered[,bytes_to_vram,cpu_us,handoff_wait_us[,bytes_read_over_pcie]]"
                 );
                 fake.stats = Some(RequestStats {
                     expert_cache_hits: Some(n[0]),
@@ -216,6 +216,7 @@ fn main() {
                     expert_bytes_to_vram: n.get(4).copied(),
                     expert_cpu_us: n.get(5).copied(),
                     expert_handoff_wait_us: n.get(6).copied(),
+                    expert_bytes_read_over_pcie: n.get(7).copied(),
                 });
             }
             "--fail-on-start" => {

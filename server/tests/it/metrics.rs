@@ -132,7 +132,7 @@ async fn counts_requests_statuses_and_tokens_as_the_responses_report_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_reported_counters_are_summed() {
-    let srv = start_server(&["--stats", "3,4,1,2,4096,250,40"]).await;
+    let srv = start_server(&["--stats", "3,4,1,2,4096,250,40,1024"]).await;
     wait_healthy(&srv).await;
     for _ in 0..2 {
         let r = post(
@@ -155,6 +155,7 @@ async fn engine_reported_counters_are_summed() {
     );
     for (name, want) in [
         ("strata_expert_bytes_to_vram_total", 8192.0),
+        ("strata_expert_bytes_read_over_pcie_total", 2048.0),
         ("strata_expert_cpu_microseconds_total", 500.0),
         ("strata_expert_handoff_wait_microseconds_total", 80.0),
     ] {
