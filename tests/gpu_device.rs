@@ -437,6 +437,8 @@ E hipFree(void *p) { free(p); return 0; }
 E hipHostMalloc(void **p, size_t n, unsigned f) { if (n > (1 << 20)) return 2; *p = calloc(1, n); return 0; }
 E hipHostFree(void *p) { free(p); return 0; }
 E hipHostGetDevicePointer(void **d, void *h, unsigned f) { *d = h; return 0; }
+E hipHostRegister(void *h, size_t n, unsigned f) { if (f != 2) return 1; if (n > (1 << 20)) return 2; return 0; }
+E hipHostUnregister(void *h) { return 0; }
 E hipMemcpy(void *d, const void *s, size_t n, int k) { memcpy(d, s, n); return 0; }
 E hipMemcpyAsync(void *d, const void *s, size_t n, int k, void *st) { memcpy(d, s, n); return 0; }
 E hipMemset(void *d, int v, size_t n) { memset(d, v, n); return 0; }
@@ -520,6 +522,18 @@ fn hip_loader_accepts_a_gfx1100_stand_in_and_drives_it() {
     let big = api.host_alloc(2 << 20, HostAllocOptions { mapped: false, allow_pageable_fallback: true }).unwrap();
     assert!(!big.is_pinned() && big.fallback().unwrap().contains("hipErrorOutOfMemory"), "{:?}", big.fallback());
     api.host_free(big).unwrap();
+    // Host memory registered mapped (`--pcie-frac`): the stand-in maps it at its own address;
+    // one it refuses is the typed error naming the call.
+    let r = unsafe { api.host_register(src.as_ptr(), n) }.expect("mapped registration");
+    assert_eq!((r.device_ptr, r.bytes), (src.as_ptr() as u64, n));
+    api.memcpy_dtoh(&mut out, r.device_ptr).unwrap();
+    assert_eq!(out, src);
+    api.host_unregister(r).unwrap();
+    let huge = vec![0u8; 2 << 20];
+    match unsafe { api.host_register(huge.as_ptr(), huge.len()) } {
+        Err(strata::gpu::device::GpuError::PinnedAlloc { bytes, reason }) => assert!(bytes == 2 << 20 && reason.contains("hipHostRegister"), "{reason}"),
+        other => panic!("expected a refused registration, got {other:?}"),
+    }
 
     // Module load reads metadata from the real code object; the launch goes out with the
     // `extra` kernarg buffer (the stand-in rejects anything else).

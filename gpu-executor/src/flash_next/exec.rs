@@ -86,19 +86,34 @@ pub(super) struct FlashChunk<'a> {
     /// The MTP head this window runs (`program::mtp_forward`; its block is layer
     /// `head.0.block`, its attention state `s.layers[0]`), or None: the trunk.
     head: Option<(&'a Mtp, &'a DevMtp)>,
+    /// The PLE rows come through the feed while the window runs (`super::ple_feed`).
+    ple_fed: bool,
+}
+
+/// Where a window's PLE rows come from ([`FlashChunk::new`]).
+pub(super) enum PleRows {
+    /// Gathered while the previous prompt chunk ran.
+    Gathered(Vec<f32>),
+    /// Gathered now, before the launches.
+    Now,
+    /// Read by a host thread while the window runs, received at the PLE layer (`super::ple_feed`;
+    /// the row ids already advanced the n-gram history).
+    Fed,
 }
 
 impl<'a> FlashChunk<'a> {
     /// Uploads the window's inputs (after the previous window's launches are done with the
-    /// buffers): token ids, positions and the PLE rows for these tokens (`ple_rows` if the host
-    /// gathered them already, while the previous window ran; else gathered now).
-    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool, ple_rows: Option<Vec<f32>>) -> Result<FlashChunk<'a>> {
+    /// buffers): token ids, positions and the PLE rows for these tokens (`ple_rows`: gathered
+    /// already while the previous window ran, gathered now, or fed while this one runs).
+    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool, ple_rows: PleRows) -> Result<FlashChunk<'a>> {
         if toks.len() > s.sc.cols {
             return Err(EngineError::Gpu(format!("qwen4exp: a step of {} tokens, the session's buffers hold {}", toks.len(), s.sc.cols)));
         }
+        let fed = matches!(ple_rows, PleRows::Fed);
         let rows = match ple_rows {
-            Some(r) => Some(r),
-            None => gather_ple(g, s, toks)?,
+            PleRows::Gathered(r) => Some(r),
+            PleRows::Now => gather_ple(g, s, toks)?,
+            PleRows::Fed => None,
         };
         let api = g.api();
         api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
@@ -109,7 +124,7 @@ impl<'a> FlashChunk<'a> {
         if let Some(emb) = rows {
             api.memcpy_htod(s.sc.emb, f32_bytes(&emb)).map_err(dev("uploading PLE rows"))?;
         }
-        Ok(FlashChunk { g, s, toks, graph, prompt: false, first_logit: 0, head: None })
+        Ok(FlashChunk { g, s, toks, graph, prompt: false, first_logit: 0, head: None, ple_fed: fed })
     }
 
     /// Runs these tokens as a prompt chunk (`super::prompt`): eagerly, the chunked delta rule,
@@ -131,7 +146,7 @@ impl<'a> FlashChunk<'a> {
     /// A window of the MTP head (`s` is a head session): the trunk's wide residuals `wide`
     /// (`[n][hc][E]`) are uploaded with the tokens; a graph per window size when `graph`.
     pub(super) fn for_head(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], wide: &[f32], head: (&'a Mtp, &'a DevMtp), graph: bool) -> Result<FlashChunk<'a>> {
-        let mut c = FlashChunk::new(g, s, toks, graph, None)?;
+        let mut c = FlashChunk::new(g, s, toks, graph, PleRows::Now)?;
         g.api().memcpy_htod(c.s.sc.wide, f32_bytes(wide)).map_err(dev("uploading the MTP head's wide residuals"))?;
         c.head = Some(head);
         Ok(c)
@@ -459,9 +474,13 @@ impl FlashNextOps for FlashChunk<'_> {
     fn ple(&mut self, _layer: usize) -> Result<()> {
         let (g, n) = (self.g, self.n());
         let (Some(_), Some(dp)) = (&g.m.ple, &g.w.ple) else { return Ok(()) };
-        // The rows were gathered and uploaded with the window's inputs (`FlashChunk::new`).
+        // The rows were uploaded with the window's inputs (`FlashChunk::new`), or are fed now.
         let Some(hist) = self.s.ple.as_ref().map(|ps| ps.hist) else { return Ok(()) };
         let sc = &self.s.sc;
+        if self.ple_fed {
+            let feed = g.ple_feed.as_ref().ok_or_else(|| EngineError::Gpu("qwen4exp: PLE rows fed without a feed".into()))?;
+            feed.receive(&**g.api(), &g.stream, sc.emb, n, g.m.hp.n_embd).map_err(dev("PLE rows"))?;
+        }
         self.project(sc.emb, n, &[(&dp.key, sc.pkey), (&dp.value, sc.pval)])?;
         let b = PleBuffers { key: sc.pkey, val: sc.pval, r: sc.r, norms: dp.norms, taps: dp.taps, hist, gv: sc.gv, nn: sc.nn };
         g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))?;

@@ -17,6 +17,7 @@
 
 mod exec;
 mod mtp;
+mod ple_feed;
 mod prompt;
 mod scratch;
 mod weights;
@@ -62,6 +63,8 @@ pub struct GpuFlashNext {
     /// With an expert cache, the staging ring of the misses computed on the device from a copy
     /// (prompt chunks, `--pcie-frac` on the host-readback path).
     pub(super) staging: Option<crate::staging_ring::StagingRing>,
+    /// With a PLE block, the mailbox its rows reach a running window through (`ple_feed`).
+    ple_feed: Option<ple_feed::PleFeed>,
     allocs: Vec<DevicePtr>,
     /// Bytes of weights uploaded (with an expert cache: its empty slots included).
     pub weight_bytes: usize,
@@ -191,6 +194,9 @@ impl Drop for GpuFlashNext {
         if let Some(r) = &self.staging {
             let _ = r.free(&*api);
         }
+        if let Some(f) = self.ple_feed.take() {
+            let _ = f.free(&*api);
+        }
     }
 }
 
@@ -233,7 +239,11 @@ impl GpuFlashNext {
         let (allocs, weight_bytes) = up.finish();
         let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
         let handoff = handoff_for(&*api, &m, &w, expert_cache.as_ref())?;
-        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, swap_copies: Default::default(), staging, allocs, weight_bytes })
+        let ple_feed = match &m.ple {
+            Some(_) => Some(ple_feed::PleFeed::new(&*api, WINDOW, m.hp.n_embd).map_err(gpu_err("PLE row mailbox"))?),
+            None => None,
+        };
+        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, swap_copies: Default::default(), staging, ple_feed, allocs, weight_bytes })
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
@@ -441,7 +451,10 @@ impl GpuFlashNext {
                 (Logits::Last, true) => win.len() - 1,
                 (Logits::Last, false) => win.len(),
             };
-            let done = self.window(s, win, ple_rows.take(), windows.get(i + 1).copied(), WindowMode { first_logit, ..mode });
+            // A prompt chunk gathers the next chunk's PLE rows while it runs; a window is fed its
+            // own while it runs (`ple_feed`).
+            let next = windows.get(i + 1).copied().filter(|_| prompt);
+            let done = self.window(s, win, ple_rows.take(), next, WindowMode { first_logit, ..mode });
             // Admissions and swaps land even after a failed window (the slot table the device
             // copies next must only name experts that are in their slots).
             self.adapt_expert_cache(win.len())?;
@@ -460,16 +473,32 @@ impl GpuFlashNext {
     /// One window's launches (through the expert handoff when `mode.handoff`) with its PLE rows
     /// if gathered already; while they run, the host gathers the PLE rows of the `next` window.
     fn window(&self, s: &mut GpuFlashSession, win: &[u32], ple_rows: Option<Vec<f32>>, next: Option<&[u32]>, mode: WindowMode) -> Result<WindowOut> {
-        let mut chunk = exec::FlashChunk::new(self, s, win, mode.graph, ple_rows)?;
+        // A window (not a prompt chunk) whose rows are not gathered yet gets them through the
+        // feed: their ids now, the reads while the launches run.
+        let fed = match (&self.m.ple, &self.ple_feed, s.ple.as_mut(), &ple_rows, mode.prompt) {
+            (Some(p), Some(_), Some(ps), None, false) => Some((p, p.row_ids(win, &mut ps.prev).map_err(|reason| EngineError::Ple { layer: p.params.layer, reason })?)),
+            _ => None,
+        };
+        let rows = match (ple_rows, &fed) {
+            (Some(r), _) => exec::PleRows::Gathered(r),
+            (None, Some(_)) => exec::PleRows::Fed,
+            (None, None) => exec::PleRows::Now,
+        };
+        let mut chunk = exec::FlashChunk::new(self, s, win, mode.graph, rows)?;
         if mode.prompt {
             chunk = chunk.prompt_chunk(mode.first_logit);
         }
-        match (mode.handoff && !mode.prompt, &self.handoff, &self.expert_cache) {
+        let (api, st) = (&**self.ops.api(), &self.stream);
+        let launches = |chunk: &mut exec::FlashChunk<'_>| match (mode.handoff && !mode.prompt, &self.handoff, &self.expert_cache) {
             (true, Some(h), Some(c)) => {
                 let n = win.len();
-                h.run_window(&**self.ops.api(), &self.stream, c, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))?;
+                h.run_window(api, st, c, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))
             }
-            _ => chunk.run()?,
+            _ => chunk.run(),
+        };
+        match (fed, &self.ple_feed) {
+            (Some((p, ids)), Some(feed)) => feed.run(api, st, p, &ids, || launches(&mut chunk))?,
+            _ => launches(&mut chunk)?,
         }
         let next_ple = next.map(|t| chunk.gather_next(t)).transpose()?.flatten();
         let (logits, wide) = chunk.finish(mode.all, mode.hidden)?;

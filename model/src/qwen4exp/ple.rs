@@ -99,10 +99,16 @@ impl Ple {
     /// `st.prev`. Both backends start the block here (the device then runs the rest). An error
     /// names a hashed row outside the table.
     pub fn gather(&self, toks: &[u32], st: &mut PleState) -> Result<Vec<f32>, String> {
+        let rows = self.row_ids(toks, st)?;
+        self.read_rows(&rows)
+    }
+
+    /// The first half of [`Ple::gather`]: the hashed table rows of `toks`, `[n][heads]`
+    /// (cheap); advances `st.prev`. An error names a row outside the table.
+    pub fn row_ids(&self, toks: &[u32], st: &mut PleState) -> Result<Vec<usize>, String> {
         let p = &self.params;
-        let (e, n, dp) = (self.n_embd, toks.len(), p.head_dim);
-        let mut rows = Vec::with_capacity(n * p.n_heads());
-        for t in 0..n {
+        let mut rows = Vec::with_capacity(toks.len() * p.n_heads());
+        for t in 0..toks.len() {
             let mut ctx = vec![Some(toks[t])];
             for s in 1..p.ngram {
                 ctx.push(if t >= s { Some(toks[t - s]) } else { st.prev[p.ngram - 1 - (s - t)] });
@@ -114,18 +120,28 @@ impl Ple {
                 rows.push(row as usize);
             }
         }
+        for &tok in toks {
+            st.prev.remove(0);
+            st.prev.push(Some(tok));
+        }
+        Ok(rows)
+    }
+
+    /// The second half of [`Ple::gather`]: reads `rows` (from [`Ple::row_ids`]) from the table
+    /// (row cache, SSD), `[n][E]` with the heads contiguous. Takes `&self` only, so a thread can
+    /// read while another runs the device.
+    pub fn read_rows(&self, rows: &[usize]) -> Result<Vec<f32>, String> {
+        let p = &self.params;
+        let (e, dp) = (self.n_embd, p.head_dim);
+        let n = rows.len() / p.n_heads().max(1);
         let mut emb = vec![0f32; n * e];
         if p.n_heads() * dp == e {
-            self.table.get_rows(&rows, &mut emb)?;
+            self.table.get_rows(rows, &mut emb)?;
         } else {
             for (k, &row) in rows.iter().enumerate() {
                 let (t, i) = (k / p.n_heads(), k % p.n_heads());
                 self.table.get_row(row, &mut emb[t * e + i * dp..t * e + (i + 1) * dp])?;
             }
-        }
-        for &tok in toks {
-            st.prev.remove(0);
-            st.prev.push(Some(tok));
         }
         Ok(emb)
     }
