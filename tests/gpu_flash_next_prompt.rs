@@ -223,3 +223,32 @@ test_device!(
         }
     }
 );
+
+test_device!(
+    /// The routed experts of a prompt chunk read back (an expert cache, or `--gpu-moe host`) run
+    /// each chosen expert once on all its tokens by the prompt rule of the products. With
+    /// `--gpu-prefill dequant-gemm` (GEMM from 2 tokens, so the fixture's groups of ~16 take it)
+    /// the Q8_0 logits with 3 of 8 slots equal the host-readback run with every expert resident
+    /// bit for bit, differ from device dispatch (MMVQ) by the GEMM rounding only
+    /// ([`q8_gemm_ok`]), and stay within it of the CPU backend.
+    model fn gpu_flash_next_prompt_expert_groups_take_the_prompt_rule(device) {
+        use strata::gpu::model::MoePath;
+        let dev = device.0;
+        let toks = prompt();
+        let base = GpuOptions { prefill: PrefillPath::DequantGemm, ..GpuOptions::default() };
+        let logits = |opts: GpuOptions| run(&load(device, Q8, opts), KvType::F16, &toks, N_PROMPT, PROMPT_CHUNK).0;
+        let host = logits(GpuOptions { moe: MoePath::Host, ..base });
+        let cached = logits(GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), ..base });
+        let dispatch = logits(base);
+        let n = cached.iter().zip(&host).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(n, 0, "{dev}: 3 slots vs every expert resident (host readback): {n} logits differ");
+        let v = load(device, Q8, base).n_vocab();
+        let c = compare(&host, &dispatch, v);
+        eprintln!("{dev}: grouped (prompt rule) vs device dispatch (MMVQ): {c:?}");
+        assert!(c.max_abs > 0.0 && q8_gemm_ok(&c), "{dev}: {c:?}");
+        let cpu = model(Q8);
+        let want = cpu.forward(&mut cpu.new_state(KvType::F16), &toks, 0).unwrap();
+        let c = compare(&host, &want, v);
+        assert!(q8_gemm_ok(&c), "{dev}: vs the CPU: {c:?}");
+    }
+);

@@ -212,24 +212,42 @@ impl GpuModel {
                 }
             };
             let [gate, up, down] = &mats;
-            // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS.
-            for group in slots.chunks(MAX_COLS) {
+            // Gather the inputs of the tokens that chose `e`, then run in windows of MAX_COLS;
+            // a prompt chunk's expert runs on all its tokens at once, by the prompt rule of the
+            // products (dequantize + GEMM, or MMQ, from GEMM_MIN_TOKENS tokens; MMVQ below).
+            let prompt_rule = quantized && n > MAX_COLS;
+            let per = if prompt_rule { slots.len() } else { MAX_COLS };
+            for group in slots.chunks(per) {
                 let r = group.len();
+                let (src, bytes) = if prompt_rule { (sc.xn, d * 4) } else { (xcol, xbytes) };
                 for (c, &j) in group.iter().enumerate() {
                     let t = j / k;
-                    api.memcpy_dtod_async(st, sc.xq_e + (c * xbytes) as u64, xcol + (t * xbytes) as u64, xbytes)?;
+                    api.memcpy_dtod_async(st, sc.xq_e + (c * bytes) as u64, src + (t * bytes) as u64, bytes)?;
                 }
-                let (xin, xinq) = if quantized { (0, sc.xq_e) } else { (sc.xq_e, 0) };
-                self.matmul(gate, e_dev, xin, xinq, r, sc.gate, Tmp { wdq: 0, xh: sc.xh })?;
-                self.matmul(up, e_dev, xin, xinq, r, sc.up, Tmp { wdq: 0, xh: sc.xh })?;
+                let tmp = Tmp { wdq: if prompt_rule { sc.wdq } else { 0 }, xh: sc.xh };
+                let (xin, xinq) = match (prompt_rule, quantized) {
+                    // f32 rows gathered; quantized into the layer's `xq` (read only to gather
+                    // on the other path) for the products that read Q8_1.
+                    (true, _) => {
+                        let lin = self.lin();
+                        if lin.reads_q8_1(gate, r, tmp) || lin.reads_q8_1(up, r, tmp) {
+                            self.quantize(sc.xq_e, sc.xq, r, d)?;
+                        }
+                        (sc.xq_e, sc.xq)
+                    }
+                    (false, true) => (0, sc.xq_e),
+                    (false, false) => (sc.xq_e, 0),
+                };
+                self.matmul(gate, e_dev, xin, xinq, r, sc.gate, tmp)?;
+                self.matmul(up, e_dev, xin, xinq, r, sc.up, tmp)?;
                 ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
                 let dq = sc.xq_e; // reuse: the gathered inputs are consumed
-                let quant_down = matches!(down.kind, MatKind::Q(_));
+                let quant_down = matches!(down.kind, MatKind::Q(_)) && (!prompt_rule || self.lin().reads_q8_1(down, r, tmp));
                 if quant_down {
                     self.quantize(sc.act, dq, r, ff)?;
                 }
                 let yrow = sc.y_e + (row * d * 4) as u64;
-                self.matmul(down, e_dev, sc.act, dq, r, yrow, Tmp { wdq: 0, xh: sc.xh })?;
+                self.matmul(down, e_dev, sc.act, dq, r, yrow, tmp)?;
                 for (c, &j) in group.iter().enumerate() {
                     map[j] = (row + c) as u32;
                 }

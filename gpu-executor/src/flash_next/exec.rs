@@ -334,9 +334,10 @@ impl<'a> FlashChunk<'a> {
     /// chunk rather than once a token: expert `experts[i]` with its slots (`token·k + rank`).
     /// Outputs land in the upper half of `sc.ys` in this order; the combine's map (`sc.hmap`)
     /// sends every slot to its row there, and the slots of `cpu_slots` to their own rows (where
-    /// `experts_on_cpu` writes). The products keep the decode rule (MMVQ; never staged
-    /// dequantized), so each row equals the window path's. A miss streamed to the device goes
-    /// through the staging ring ([`FlashChunk::run_expert`]).
+    /// `experts_on_cpu` writes). The products take the prompt rule: an expert chosen by
+    /// GEMM_MIN_TOKENS tokens or more runs dequantize + GEMM (or MMQ, `--gpu-prefill`), fewer
+    /// stay on MMVQ. A miss streamed to the device goes through the staging ring
+    /// ([`FlashChunk::run_expert`]).
     fn experts_grouped(&self, stacks: &super::weights::DevExperts, experts: &[(Source<'_>, &[usize])], k: usize) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let api = g.api();
@@ -357,7 +358,7 @@ impl<'a> FlashChunk<'a> {
         for (src, slots) in experts {
             let cnt = slots.len();
             g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
-            self.run_expert(stacks, src, |f| self.swiglu_with(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64, 0))?;
+            self.run_expert(stacks, src, |f| self.swiglu(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64))?;
             at += cnt;
         }
         Ok(())
