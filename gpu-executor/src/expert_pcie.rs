@@ -56,7 +56,7 @@ impl PcieExperts {
                     for r in regions {
                         let _ = api.host_unregister(r);
                     }
-                    return Err(bad(format!("mapping {} MiB of experts in RAM for the device: {e}", (end - start) >> 20)));
+                    return Err(bad(format!("mapping {} MiB of experts in RAM for the device: {e} (--pcie-frac 0 leaves every miss to the CPU pool)", (end - start) >> 20)));
                 }
             }
         }
