@@ -265,34 +265,29 @@ impl ExpertHandoff {
     ) -> Result<R, E> {
         self.sync_table(api, cache).map_err(&host_err)?;
         let layers = &self.moe_layers[..];
-        let cancel = AtomicBool::new(false);
-        let (r, served) = std::thread::scope(|s| {
-            let host = std::thread::Builder::new()
-                .name("strata-handoff".into())
-                .spawn_scoped(s, || self.serve(api, layers, n, &cancel, misses));
-            let host = match host {
-                Ok(h) => h,
-                Err(e) => return (Err(host_err(GpuError::Capture(format!("expert handoff: starting the host thread: {e}")))), Ok(())),
-            };
-            let r = device();
-            if r.is_err() {
-                // What was enqueued before the failure still runs to its end (its layers are
-                // answered); then the host thread stops waiting for layers that never come.
-                let _ = api.stream_synchronize(st);
-                cancel.store(true, Ordering::Release);
+        // After a device failure the host thread stops waiting for layers that never come.
+        let ran = super::device::handoff::alongside(api, st, "strata-handoff", |cancel| self.serve(api, layers, n, cancel, misses), device);
+        let (r, served) = match ran {
+            Ok(pair) => pair,
+            Err(why) => {
+                self.reset(api, st).map_err(&host_err)?;
+                return Err(host_err(GpuError::Capture(format!("expert handoff: {why}"))));
             }
-            let served = host.join().unwrap_or_else(|_| Err(GpuError::Capture("expert handoff: the host thread panicked".into())));
-            (r, served)
-        });
+        };
         if r.is_err() || served.is_err() {
-            // The device is done with the words (every layer it published was answered).
-            let _ = api.stream_synchronize(st);
-            self.to_host.reset(api).map_err(&host_err)?;
-            self.to_device.reset(api).map_err(&host_err)?;
+            self.reset(api, st).map_err(&host_err)?;
         }
         let r = r?;
         served.map_err(host_err)?;
         Ok(r)
+    }
+
+    /// After a failed window: once the device is done with the words (every layer it published
+    /// was answered), both mailboxes start clean.
+    fn reset(&self, api: &dyn GpuApi, st: &Stream) -> Result<(), GpuError> {
+        let _ = api.stream_synchronize(st);
+        self.to_host.reset(api)?;
+        self.to_device.reset(api)
     }
 
     /// `stats` with the handoff's counters (layers served, host wait).

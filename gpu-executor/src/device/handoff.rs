@@ -18,6 +18,25 @@ use super::{DevicePtr, GpuApi, HostAllocOptions, HostBuf, Stream, WaitCond};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Runs `device` (launches that may wait on words the host writes) on this thread while `host`
+/// runs on a scoped thread named `name` (the host side of a mailbox). When `device` fails, what
+/// it enqueued still runs to its end and `cancel` (the host's) is set, so a host waiting for
+/// the device gives up. Returns both results, or why the host thread could not run (it did not
+/// start, or it panicked).
+pub fn alongside<R, E, H: Send>(api: &dyn GpuApi, st: &Stream, name: &str, host: impl FnOnce(&AtomicBool) -> H + Send, device: impl FnOnce() -> std::result::Result<R, E>) -> std::result::Result<(std::result::Result<R, E>, H), String> {
+    let cancel = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = std::thread::Builder::new().name(name.into()).spawn_scoped(s, || host(&cancel)).map_err(|e| format!("starting the host thread: {e}"))?;
+        let r = device();
+        if r.is_err() {
+            let _ = api.stream_synchronize(st);
+            cancel.store(true, Ordering::Release);
+        }
+        let h = h.join().map_err(|_| "the host thread panicked".to_string())?;
+        Ok((r, h))
+    })
+}
+
 /// How long a wait (host or software-device stream) may take before it is an error.
 pub const WAIT_TIMEOUT: Duration = Duration::from_secs(20);
 /// State word values.

@@ -6,9 +6,9 @@
 //! the PLE layer, and the graph stays one launch per window. Prompt chunks keep gathering the
 //! next chunk's rows while the current one runs (`FlashChunk::gather_next`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
-use super::super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream};
+use super::super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream, handoff};
 use model::error::{EngineError, Result};
 use model::qwen4exp::Ple;
 
@@ -32,29 +32,16 @@ impl PleFeed {
     /// (zero rows, so the device goes on) and is the result; after any failure the mailbox is
     /// reset for the next window.
     pub fn run<R>(&self, api: &dyn GpuApi, st: &Stream, ple: &Ple, rows: &[usize], device: impl FnOnce() -> Result<R>) -> Result<R> {
-        let cancel = AtomicBool::new(false);
         let layer = ple.params.layer;
-        let (r, read) = std::thread::scope(|s| {
-            let reader = std::thread::Builder::new().name("strata-ple".into()).spawn_scoped(s, || {
-                let (bytes, result) = match ple.read_rows(rows) {
-                    Ok(emb) => (emb.iter().flat_map(|v| v.to_le_bytes()).collect(), Ok(())),
-                    Err(reason) => (vec![0u8; rows.len() / ple.params.n_heads().max(1) * ple.n_embd * 4], Err(EngineError::Ple { layer, reason })),
-                };
-                self.mailbox.host_send_until(api, &bytes, Some(&cancel)).map_err(|e| EngineError::Gpu(format!("qwen4exp PLE rows: {e}")))?;
-                result
-            });
-            let reader = match reader {
-                Ok(h) => h,
-                Err(e) => return (Err(EngineError::Gpu(format!("qwen4exp PLE rows: starting the reader thread: {e}"))), Ok(())),
+        let read = |cancel: &AtomicBool| {
+            let (bytes, result) = match ple.read_rows(rows) {
+                Ok(emb) => (emb.iter().flat_map(|v| v.to_le_bytes()).collect(), Ok(())),
+                Err(reason) => (vec![0u8; rows.len() / ple.params.n_heads().max(1) * ple.n_embd * 4], Err(EngineError::Ple { layer, reason })),
             };
-            let r = device();
-            if r.is_err() {
-                let _ = api.stream_synchronize(st);
-                cancel.store(true, Ordering::Release);
-            }
-            let read = reader.join().unwrap_or_else(|_| Err(EngineError::Gpu("qwen4exp PLE rows: the reader thread panicked".into())));
-            (r, read)
-        });
+            self.mailbox.host_send_until(api, &bytes, Some(cancel)).map_err(|e| EngineError::Gpu(format!("qwen4exp PLE rows: {e}")))?;
+            result
+        };
+        let (r, read) = handoff::alongside(api, st, "strata-ple", read, device).unwrap_or_else(|why| (Err(EngineError::Gpu(format!("qwen4exp PLE rows: {why}"))), Ok(())));
         if r.is_err() || read.is_err() {
             let _ = api.stream_synchronize(st);
             self.mailbox.reset(api).map_err(|e| EngineError::Gpu(format!("qwen4exp PLE rows: {e}")))?;
