@@ -216,7 +216,7 @@ impl ExpertHandoff {
             let tag = u32s(&raw[..4])[0] as usize;
             let p = Published {
                 layer,
-                pcie: self.pcie_ids.is_some(),
+                pcie: self.pcie_layer(layer).is_some(),
                 ids: u32s(&raw[ids_at..ids_at + n * k * 4]),
                 x: raw[x_at..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             };
