@@ -470,8 +470,9 @@ impl GpuFlashNext {
         Ok(())
     }
 
-    /// One window's launches (through the expert handoff when `mode.handoff`) with its PLE rows
-    /// if gathered already; while they run, the host gathers the PLE rows of the `next` window.
+    /// One window's launches (through the expert handoff when `mode.handoff`) with its PLE rows:
+    /// gathered already (`ple_rows`), read while the launches run (a window, `ple_feed`), or
+    /// gathered now; a prompt chunk then gathers the rows of the `next` one while it runs.
     fn window(&self, s: &mut GpuFlashSession, win: &[u32], ple_rows: Option<Vec<f32>>, next: Option<&[u32]>, mode: WindowMode) -> Result<WindowOut> {
         // A window (not a prompt chunk) whose rows are not gathered yet gets them through the
         // feed: their ids now, the reads while the launches run.
