@@ -244,3 +244,52 @@ test_device!(
         }
     }
 );
+
+test_device!(
+    /// Drafting without leaving the device (`GpuMtpHead::forward_top` / `chain`): the greedy
+    /// token of the head's last row is taken by `logits_top` and a chained step reads the head's
+    /// own output streams where they are; only the token and its probability come back. Over
+    /// real pairs and three chained steps, the tokens equal the host path's (logits and streams
+    /// read back, argmax here) and the probabilities agree within 1e-5.
+    model fn gpu_mtp_drafts_on_the_device_equal_the_host_path(device) {
+        let dev = device.0;
+        let mut cfg = SynthConfig::tiny();
+        cfg.matrix_type = quant::GgmlType::Q8_0;
+        let head = SynthMtp { matrix_type: quant::GgmlType::Q8_0, ..SynthMtp::default() };
+        let (m, h, trunk, head_path) = synth("device-drafts", &cfg, &head, 13);
+        let (w, v) = (h.width(), cfg.n_vocab);
+        let prompt: Vec<u32> = (0..11u32).map(|i| (i * 29 + 7) % v as u32).collect();
+        let (_, wide) = m.forward_hidden(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
+        let (_, api) = device.clone();
+        let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
+        let gh = GpuMtp::new(&g, Mtp::open(&g.m, &head_path).unwrap()).unwrap();
+        let top = |l: &[f32]| {
+            let t = argmaxes(l, v)[0];
+            let sum: f64 = l.iter().map(|&x| ((x - l[t]) as f64).exp()).sum();
+            (t as u32, (1.0 / sum) as f32)
+        };
+        // Host path: logits and streams back, argmax here.
+        let mut host = GpuMtpHead::new(&gh, KvType::F16, 64).unwrap();
+        let o = host.forward(&prompt[1..11], &wide[..10 * w], false).unwrap();
+        let mut want = vec![top(&o.logits)];
+        let mut last = o.hidden[9 * w..].to_vec();
+        for _ in 0..3 {
+            let o = host.forward(&[want.last().unwrap().0], &last, false).unwrap();
+            want.push(top(&o.logits));
+            last = o.hidden;
+        }
+        // Device path.
+        let mut dh = GpuMtpHead::new(&gh, KvType::F16, 64).unwrap();
+        let mut got = vec![dh.forward_top(&prompt[1..11], &wide[..10 * w]).unwrap()];
+        for _ in 0..3 {
+            got.push(dh.chain(got.last().unwrap().0).unwrap());
+        }
+        eprintln!("{dev}: device drafts {got:?}, host {want:?}");
+        assert_eq!(got.iter().map(|d| d.0).collect::<Vec<_>>(), want.iter().map(|d| d.0).collect::<Vec<_>>(), "{dev}: draft tokens");
+        assert!(got.iter().zip(&want).all(|(a, b)| (a.1 - b.1).abs() <= 1e-5), "{dev}: probabilities {got:?} vs {want:?}");
+        assert_eq!(dh.cells(), host.cells(), "{dev}: the same cells used");
+        // A chain needs a head window before it.
+        dh.truncate(2);
+        assert!(dh.chain(1).unwrap_err().to_string().contains("without a head window"), "{dev}");
+    }
+);

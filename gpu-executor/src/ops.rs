@@ -589,6 +589,17 @@ impl GpuOps {
         self.launch(s, name, g, 0, &abi::SoftmaxArgs { x, n, n_rows }.to_bytes())
     }
 
+    /// Each of `n_rows` rows of `logits` (`n_vocab` f32): its greedy token and softmax
+    /// probability into `out` (2 u32 a row: the token, p's bits).
+    pub fn logits_top(&self, s: &Stream, logits: DevicePtr, out: DevicePtr, n_vocab: u32, n_rows: u32) -> Result<()> {
+        let name = abi::LOGITS_TOP;
+        if n_vocab == 0 {
+            return Err(bad(name, "n_vocab = 0"));
+        }
+        let g = groups(n_rows as u64, abi::WAVES_PER_WG, name)?;
+        self.launch(s, name, g, 0, &abi::LogitsTopArgs { logits, out, n_vocab, n_rows }.to_bytes())
+    }
+
     /// `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when scale == 1.0);
     /// `ids` = `n_ids` device u32. Quantized rows: `k % block_k == 0`.
     #[allow(clippy::too_many_arguments)]

@@ -218,6 +218,18 @@ pub struct SoftmaxArgs {
     pub n_rows: u32,
 }
 
+/// `logits_top_f32`: each row's greedy token (lowest index on ties) and its softmax
+/// probability; `out` holds 2 u32 a row (token, p's bits). One wave per row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogitsTopArgs {
+    pub logits: u64,
+    pub out: u64,
+    pub n_vocab: u32,
+    pub n_rows: u32,
+}
+pub const LOGITS_TOP: &str = "logits_top_f32";
+
 /// `get_rows_*`: `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when
 /// scale == 1.0). Quantized types: one work-item per block; f32/f16: one per element.
 #[repr(C)]
@@ -433,7 +445,7 @@ macro_rules! impl_args_bytes {
     )*};
 }
 impl_args_bytes!(
-    MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, GetRowsArgs,
+    MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, LogitsTopArgs, GetRowsArgs,
     KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MoeSlotMapArgs, MmvqGluArgs, MmqArgs
 );
 

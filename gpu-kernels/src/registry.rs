@@ -149,6 +149,7 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::CONVERT_F32_F16, Family::Elementwise, CONVERT_ARGS),
     entry(abi::CONVERT_F32_BF16, Family::Elementwise, CONVERT_ARGS),
     entry(abi::SOFTMAX, Family::Elementwise, arg_struct!(SoftmaxArgs, 1)),
+    entry(abi::LOGITS_TOP, Family::Elementwise, arg_struct!(LogitsTopArgs, 2)),
     entry(abi::KV_STORE_F16, Family::KvStore, KV_STORE_ARGS),
     entry(abi::KV_STORE_I8, Family::KvStore, KV_STORE_ARGS),
     entry(abi::MOE_ROUTER, Family::Moe, arg_struct!(MoeRouterArgs, 3)),

@@ -57,6 +57,17 @@ pub trait MtpHead {
     /// Runs the pairs `(tokens[i], wide[i])` at the next cells (see `MtpCpu::forward`):
     /// logits of the last pair (or all) and the head's output streams of every pair.
     fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut, EngineError>;
+    /// [`MtpHead::forward`] for drafting: the greedy token after the last pair and its
+    /// probability, taken where the head runs, so its logits and output streams need not come
+    /// back. None: this head has no such path (the drafter uses `forward`).
+    fn forward_top(&mut self, _tokens: &[u32], _wide: &[f32]) -> Option<Result<Draft, EngineError>> {
+        None
+    }
+    /// The draft after `token` (the last draft), from the head's own last output streams where
+    /// they are (after `forward_top` or `chain_top`). None: no such path.
+    fn chain_top(&mut self, _token: u32) -> Option<Result<Draft, EngineError>> {
+        None
+    }
 }
 
 /// The head on the CPU (`cpu::flash_next::MtpCpu`).
@@ -114,6 +125,14 @@ impl MtpHead for gpu_executor::flash_next::GpuMtpHead<'_> {
 
     fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut, EngineError> {
         gpu_executor::flash_next::GpuMtpHead::forward(self, tokens, wide, all_logits)
+    }
+
+    fn forward_top(&mut self, tokens: &[u32], wide: &[f32]) -> Option<Result<Draft, EngineError>> {
+        Some(gpu_executor::flash_next::GpuMtpHead::forward_top(self, tokens, wide).map(|(token, p)| Draft { token, p }))
+    }
+
+    fn chain_top(&mut self, token: u32) -> Option<Result<Draft, EngineError>> {
+        Some(gpu_executor::flash_next::GpuMtpHead::chain(self, token).map(|(token, p)| Draft { token, p }))
     }
 }
 
@@ -235,11 +254,18 @@ impl<H: MtpHead> Drafter for MtpDrafter<H> {
         // In micro-batches (a long prompt's pairs), like the trunk; only the last row's
         // logits are needed.
         let toks = &history[start + 1..=p];
-        let mut last = None;
+        let n_chunks = toks.len().div_ceil(UBATCH);
+        // The last chunk's draft: on the head's device when it has that path (nothing but the
+        // token and its probability comes back), else from its logits here.
+        let mut first: Option<(Draft, Option<Vec<f32>>)> = None;
         for (ci, chunk) in toks.chunks(UBATCH).enumerate() {
             let hc = &h[ci * UBATCH * e..][..chunk.len() * e];
-            match self.head.forward(chunk, hc, false) {
-                Ok(o) => last = Some(o),
+            let ran = match (ci + 1 == n_chunks).then(|| self.head.forward_top(chunk, hc)).flatten() {
+                Some(r) => r.map(|d| (d, None)),
+                None => self.head.forward(chunk, hc, false).map(|o| (top(&o.logits), Some(o.hidden[o.hidden.len() - e..].to_vec()))),
+            };
+            match ran {
+                Ok(d) => first = Some(d),
                 Err(_) => {
                     self.stats.errors += 1;
                     self.head.truncate(start);
@@ -248,7 +274,7 @@ impl<H: MtpHead> Drafter for MtpDrafter<H> {
                 }
             }
         }
-        let Some(out) = last else {
+        let Some((mut d, mut h_cur)) = first else {
             return self.desync();
         };
         self.stats.real_rows += (p - start) as u64;
@@ -259,18 +285,20 @@ impl<H: MtpHead> Drafter for MtpDrafter<H> {
         self.hid_start = p - 1;
 
         let mut drafts = Vec::with_capacity(max);
-        let mut d = top(&out.logits);
-        let mut h_cur = out.hidden[out.hidden.len() - e..].to_vec();
         loop {
             drafts.push(d);
             if drafts.len() == max || d.p < self.min_p {
                 break;
             }
-            match self.head.forward(&[d.token], &h_cur, false) {
-                Ok(o) => {
+            // Chained from the head's own streams: where it ran (None: they came back here).
+            let step = match &h_cur {
+                None => self.head.chain_top(d.token).unwrap_or_else(|| Err(EngineError::Unsupported("a device draft chain on a host head".into()))).map(|d| (d, None)),
+                Some(h) => self.head.forward(&[d.token], h, false).map(|o| (top(&o.logits), Some(o.hidden))),
+            };
+            match step {
+                Ok((next, h)) => {
                     self.stats.chained_rows += 1;
-                    d = top(&o.logits);
-                    h_cur = o.hidden;
+                    (d, h_cur) = (next, h);
                 }
                 Err(_) => {
                     self.stats.errors += 1;

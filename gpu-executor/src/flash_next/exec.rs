@@ -152,6 +152,30 @@ impl<'a> FlashChunk<'a> {
         Ok(c)
     }
 
+    /// A chained step of the MTP head: one token whose wide residual is the head's own output
+    /// streams of row `from_row` of its previous window, copied on the device (nothing crosses
+    /// to the host).
+    pub(super) fn for_head_chained(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], from_row: usize, head: (&'a Mtp, &'a DevMtp), graph: bool) -> Result<FlashChunk<'a>> {
+        let w = (g.m.hp.hc * g.m.hp.n_embd) * 4;
+        let c = FlashChunk::new(g, s, toks, graph, PleRows::Now)?;
+        g.api().memcpy_dtod_async(&g.stream, c.s.sc.wide, c.s.sc.r + (from_row * w) as u64, w).map_err(dev("chaining the MTP head's streams"))?;
+        Ok(FlashChunk { head: Some(head), ..c })
+    }
+
+    /// [`FlashChunk::finish`] for a draft step: the last row's greedy token and its
+    /// probability (`logits_top` on the device), 8 bytes read back instead of the logits.
+    pub(super) fn finish_top(self) -> Result<(u32, f32)> {
+        let (g, n, v) = (self.g, self.toks.len(), self.g.m.hp.n_vocab);
+        let sc = &self.s.sc;
+        g.ops.logits_top(&g.stream, sc.logits + ((n - 1) * v * 4) as u64, sc.top, v as u32, 1).map_err(dev("draft token"))?;
+        let api = g.api();
+        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        let mut b = [0u8; 8];
+        api.memcpy_dtoh(&mut b, sc.top).map_err(dev("reading the draft token"))?;
+        self.s.n_past += n;
+        Ok((u32::from_le_bytes([b[0], b[1], b[2], b[3]]), f32::from_le_bytes([b[4], b[5], b[6], b[7]])))
+    }
+
     /// The device weights of layer `layer` (the head's block when running the head).
     fn layer(&self, layer: usize) -> &'a DevLayer {
         match self.head {

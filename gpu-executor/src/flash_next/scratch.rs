@@ -100,6 +100,8 @@ pub(super) struct Scratch {
     pub(super) cat: DevicePtr,
     pub(super) proj: DevicePtr,
     pub(super) logits: DevicePtr,
+    /// MTP head: the last row's greedy token and probability (`logits_top`), 2 u32.
+    pub(super) top: DevicePtr,
 }
 
 impl Scratch {
@@ -213,6 +215,7 @@ impl Scratch {
             cat: f(up, if head.is_some() { w * 2 * e } else { 1 })?,
             proj: f(up, if head.is_some() { w * e } else { 1 })?,
             logits: f(up, w * m.hp.n_vocab)?,
+            top: f(up, 2)?,
         })
     }
 }

@@ -39,6 +39,7 @@ pub fn checks() -> Vec<Check> {
     v.push(Check::new(abi::CONVERT_F32_F16, vec![abi::CONVERT_F32_F16], "quant::f32_to_f16", |cx| convert(cx, false)));
     v.push(Check::new(abi::CONVERT_F32_BF16, vec![abi::CONVERT_F32_BF16], "quant::f32_to_bf16", |cx| convert(cx, true)));
     v.push(Check::new(abi::SOFTMAX, vec![abi::SOFTMAX], "cpu_kernels::softmax", softmax));
+    v.push(Check::new(abi::LOGITS_TOP, vec![abi::LOGITS_TOP], "the drafters' argmax and its softmax probability", logits_top));
     v.push(Check::new(abi::KV_STORE_F16, vec![abi::KV_STORE_F16], "kv_cache KvLayer::write (f16)", |cx| kv_store(cx, KvFormat::F16)));
     v.push(Check::new(abi::KV_STORE_I8, vec![abi::KV_STORE_I8], "kv_cache KvLayer::write (int8)", |cx| kv_store(cx, KvFormat::Int8)));
     for &(int8, hd, name) in abi::ATTN_KERNELS {
@@ -207,6 +208,40 @@ fn softmax(cx: &mut Cx) -> CheckResultOf<()> {
     let (xb, n, rows) = timed;
     cx.set_shape(format!("{rows} x {n}"));
     cx.bench((n * rows * 8) as u64, &|o, s| o.softmax(s, xb, n as u32, rows as u32))
+}
+
+fn logits_top(cx: &mut Cx) -> CheckResultOf<()> {
+    let shapes: &[(usize, usize)] = if cx.full { &[(1000, 3), (151_936, 2)] } else { &[(1, 1), (31, 2), (1000, 3), (4099, 2)] };
+    let mut timed = (0, 0, 0, 0);
+    for &(n, rows) in shapes {
+        let mut x = cx.rand_f32(n * rows, 8.0);
+        // Ties: the largest value again further on (the lower index must win), and -inf.
+        for r in 0..rows {
+            let row = &mut x[r * n..(r + 1) * n];
+            if n > 4 {
+                row[3] = 50.0 + r as f32;
+                row[n - 1] = row[3];
+                row[1] = f32::NEG_INFINITY;
+            }
+        }
+        let want: Vec<(u32, f32)> = x.chunks(n).map(|row| {
+            let t = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 || i == 0 { (i, v) } else { b }).0;
+            let sum: f64 = row.iter().map(|&l| ((l - row[t]) as f64).exp()).sum();
+            (t as u32, (1.0 / sum) as f32)
+        }).collect();
+        let xb = cx.upf(&x)?;
+        let ob = cx.upf(&vec![0f32; 2 * rows])?;
+        cx.ops.logits_top(cx.s, xb, ob, n as u32, rows as u32)?;
+        let got = cx.read_f32(ob, 2 * rows)?;
+        let tokens: Vec<f32> = got.chunks(2).map(|w| w[0].to_bits() as f32).collect();
+        let probs: Vec<f32> = got.chunks(2).map(|w| w[1]).collect();
+        cx.cmp_bits(&format!("{rows} x {n} tokens"), &tokens, &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
+        cx.cmp_abs(&format!("{rows} x {n} probabilities"), &probs, &want.iter().map(|w| w.1).collect::<Vec<_>>(), refs::PROB_TOL);
+        timed = (xb, ob, n, rows);
+    }
+    let (xb, ob, n, rows) = timed;
+    cx.set_shape(format!("{rows} x {n}"));
+    cx.bench((n * rows * 8) as u64, &|o, s| o.logits_top(s, xb, ob, n as u32, rows as u32))
 }
 
 fn kv_store(cx: &mut Cx, fmt: KvFormat) -> CheckResultOf<()> {

@@ -224,6 +224,47 @@ pub extern "gpu-kernel" fn softmax_f32(x: *mut f32, n: u32, n_rows: u32) {
     }
 }
 
+/// Each row's greedy token and its probability (abi::LogitsTopArgs), one wave per row: the
+/// largest logit (the lowest index among equal ones, as the host's `argmax`) and
+/// `p = 1 / Σ expf(l - max)`; `out[2 row]` = the token, `out[2 row + 1]` = `p`'s bits. What a
+/// draft step needs without reading the vocabulary of logits back.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn logits_top_f32(logits: *const f32, out: *mut u32, n_vocab: u32, n_rows: u32) {
+    let row = wave_row();
+    if row >= n_rows || n_vocab == 0 {
+        return;
+    }
+    let lane = lane_id();
+    // SAFETY: ABI (abi::LogitsTopArgs): logits = n_rows rows of n_vocab f32, out = 2 n_rows
+    // u32; this wave owns row `row` and lane 0 writes its two words.
+    unsafe {
+        let lr = logits.add(row as usize * n_vocab as usize);
+        // Per lane: its first largest value (indices rise, so a tie keeps the lower one).
+        let (mut best, mut at) = (f32::NEG_INFINITY, u32::MAX);
+        let mut i = lane;
+        while i < n_vocab {
+            let v = *lr.add(i as usize);
+            if at == u32::MAX || v > best {
+                (best, at) = (v, i);
+            }
+            i += 32;
+        }
+        let mx = wave_max_f32(best);
+        let token = wave_min_u32(if at != u32::MAX && best == mx { at } else { u32::MAX });
+        let mut sum = 0f32;
+        i = lane;
+        while i < n_vocab {
+            sum += if mx == f32::NEG_INFINITY { 1.0 } else { expf(*lr.add(i as usize) - mx) };
+            i += 32;
+        }
+        let total = group_sum_f32(sum, 5);
+        if lane == 0 {
+            *out.add(2 * row as usize) = token;
+            *out.add(2 * row as usize + 1) = (1.0 / total).to_bits();
+        }
+    }
+}
+
 /// Loads this lane's values of one (token, kv head) row: element `lane + 32 r` in `v[r]`.
 ///
 /// # Safety
