@@ -185,3 +185,43 @@ fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
         }
     }
 }
+
+/// The GPU's CPU pool quantizes a one-token MoE input once for all the experts it computes
+/// (`cpu::ExpertActs`); every expert's gate and up products from it equal the per-expert
+/// products (`ModelMatmul::mm`, Flash-Next's `SwiGluCpu::forward`) bit for bit, on the
+/// synthetic qwen3moe (Q8_0) and the two-shard Flash-Next Q8_0 fixtures.
+#[test]
+fn expert_activations_quantized_once_give_the_per_expert_bits() {
+    use strata::cpu::flash_next::SwiGluCpu;
+    use strata::cpu::{ExpertActs, ModelMatmul, Products, matmul_prepared};
+    let e = load(MOE, false);
+    let AnyModel::Std(m) = &e.model else { panic!("{MOE}: not a decoder") };
+    let mut checked = 0;
+    for l in &m.w.layers {
+        let Ffn::Moe { gate, up, .. } = &l.ffn.ffn else { continue };
+        let x: Vec<f32> = (0..gate.cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let entry = m.acts_entry(Products::Llama, gate, 1).expect("quantized experts share");
+        let acts = ExpertActs::new(entry, gate, up, &x, 1).expect("prepared");
+        for ex in 0..gate.n_mat {
+            let (mut want, mut got) = (vec![0f32; gate.rows], vec![f32::NAN; gate.rows]);
+            for (w, a) in [(gate, acts.gate_up()[0]), (up, acts.gate_up()[1])] {
+                m.mm(Products::Llama, w, ex, &x, 1, &mut want);
+                matmul_prepared(&w.matrix(ex), a, &mut got);
+                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "expert {ex}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 16, "{checked}");
+    let flash = strata::model::qwen4exp::Qwen4Exp::open(&reference("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf")).unwrap();
+    for l in &flash.layers {
+        let x: Vec<f32> = (0..flash.hp.n_embd).map(|i| ((i * 53 % 97) as f32 - 48.0) / 30.0).collect();
+        let acts = l.moe.experts[0].shared_acts(&x).expect("Q8_0 experts share");
+        for f in &l.moe.experts {
+            let (mut want, mut got) = (vec![0f32; flash.hp.n_embd], vec![f32::NAN; flash.hp.n_embd]);
+            f.forward(&x, 1, &mut want);
+            f.forward_shared(&acts, &mut got);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+}

@@ -18,7 +18,7 @@ use model::error::{EngineError, Result};
 use crate::kv_cache::{KvCache, KvType};
 use model::op_profile::{OpProfile, Timed};
 use model::{Logits, Model, decoder};
-pub use matmul::matmul_ordered;
+pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
 pub use matmul::ModelMatmul;
 pub use matmul::Products;
 

@@ -46,6 +46,11 @@ pub trait ModelMatmul {
     /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi_gemm`
     /// otherwise; same bits as one [`Self::mm`] per matrix). Not for [`Products::Ordered`].
     fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&Mat, &mut [f32]); K]);
+
+    /// Which entry point [`Self::mm`] with `p` runs for `n` columns of `w`, when its activations
+    /// can be prepared once for several matrices ([`ExpertActs`]); None for the ordered products
+    /// and the prompt tiles.
+    fn acts_entry(&self, p: Products, w: &Mat, n: usize) -> Option<ck::ActsFor>;
 }
 
 impl ModelMatmul for Model {
@@ -79,6 +84,48 @@ impl ModelMatmul for Model {
         if let Err(e) = r {
             panic!("matmul multi ({p:?}) n={n}: {e}");
         }
+    }
+
+    fn acts_entry(&self, p: Products, w: &Mat, n: usize) -> Option<ck::ActsFor> {
+        match p {
+            Products::Ordered => None,
+            Products::Tiles if ck::Gemm::tiles_apply(w.ty, n) => None,
+            _ if self.hp.arch.ggml_exact() => Some(ck::ActsFor::Ggml),
+            _ => Some(ck::ActsFor::Fast),
+        }
+    }
+}
+
+/// A MoE layer's input quantized once for the gate and up products of all the experts that
+/// the same tokens chose (the GPU's CPU pool: in decode every missed expert reads one token),
+/// exactly as `entry`'s products prepare it, so each product keeps its bits.
+pub struct ExpertActs {
+    gate: ck::PreparedActs,
+    /// The up products' own, when their type or width differs from the gate's.
+    up: Option<ck::PreparedActs>,
+}
+
+impl ExpertActs {
+    /// `x` (`n` rows) for the experts of `gate` and `up` (stacks, or one expert's matrices),
+    /// or None where the products prepare per matrix (a type without a quantized kernel).
+    pub fn new(entry: ck::ActsFor, gate: &Mat, up: &Mat, x: &[f32], n: usize) -> Option<ExpertActs> {
+        let prep = |w: &Mat| ck::prepare_acts_as(entry, w.ty, x, n, w.cols).ok();
+        let g = prep(gate)?;
+        let up = if (up.ty, up.cols) == (gate.ty, gate.cols) { None } else { Some(prep(up)?) };
+        Some(ExpertActs { gate: g, up })
+    }
+
+    /// The activations of the gate products, and of the up products.
+    pub fn gate_up(&self) -> [&ck::PreparedActs; 2] {
+        [&self.gate, self.up.as_ref().unwrap_or(&self.gate)]
+    }
+}
+
+/// `y = t · x` from activations prepared once ([`ExpertActs`]): the same bits as the product
+/// the activations were prepared for.
+pub fn matmul_prepared(t: &ck::QTensor, acts: &ck::PreparedActs, y: &mut [f32]) {
+    if let Err(e) = ck::try_matmul_prepared(t, acts, y) {
+        panic!("matmul (prepared) {:?} {}x{} n={}: {e}", t.ty, t.rows, t.cols, acts.n());
     }
 }
 

@@ -276,4 +276,33 @@ fn main() {
             );
         }
     }
+
+    // The GPU's CPU pool for one decode token: the gate and up products of the missed experts
+    // of a MoE layer (Flash-Next: 2560 -> 640, top-10; a miss share of 4), llama.cpp's order,
+    // with the activation quantized per product (as before) and once for the layer
+    // (`prepare_acts_as`, the same bits).
+    for ty in [GgmlType::IQ3XXS, GgmlType::Q4K, GgmlType::Q8_0] {
+        let label = format!("moe misses {} 4x2x640x2560 n=1", ty.name());
+        if !wanted(&label) {
+            continue;
+        }
+        let (rows, k, experts) = (640usize, 2560usize, 4usize);
+        let w = weights(ty, rows * 2 * experts, k);
+        let rb = ty.row_bytes(k).unwrap();
+        let mats: Vec<QTensor> = (0..2 * experts).map(|i| QTensor { ty, data: &w[i * rows * rb..(i + 1) * rows * rb], rows, cols: k }).collect();
+        let x: Vec<f32> = (0..k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let each = || {
+            let mut y = vec![0f32; rows];
+            mats.iter().for_each(|t| cpu_kernels::try_matmul_ggml(t, &x, 1, &mut y).unwrap());
+        };
+        let once = || {
+            let mut y = vec![0f32; rows];
+            let acts = cpu_kernels::prepare_acts_as(cpu_kernels::ActsFor::Ggml, ty, &x, 1, k).unwrap();
+            mats.iter().for_each(|t| cpu_kernels::try_matmul_prepared(t, &acts, &mut y).unwrap());
+        };
+        let (a, _) = time_wall(each, 41);
+        let (b, _) = time_wall(once, 41);
+        let (a1, b1) = (time_1t_cpu(&pool1, each, 15), time_1t_cpu(&pool1, once, 15));
+        println!("{label:<40} per product {:.1} us, once {:.1} us (2t wall); 1t cpu {:.1} / {:.1} us", a * 1e6, b * 1e6, a1 * 1e6, b1 * 1e6);
+    }
 }

@@ -46,7 +46,7 @@ mod x86;
 pub use matmul::{
     get_row, matmul, matmul_ggml, matvec, prepare_acts, prepare_acts_with, try_get_row, try_matmul, try_matmul_prepared,
     try_matmul_gemm, try_matmul_ggml, try_matmul_ggml_multi, try_matmul_multi, try_matmul_multi_gemm, try_matmul_ggml_with, try_matmul_with,
-    try_matvec, try_matvec_with, PreparedActs,
+    try_matvec, try_matvec_with, ActsFor, PreparedActs, prepare_acts_as,
 };
 pub use ops::{
     geglu_ggml, gelu_f16_table, gelu_tanh, geglu, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_neox,

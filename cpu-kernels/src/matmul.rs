@@ -63,7 +63,17 @@ pub struct PreparedActs {
     acts: Acts,
     wty: quant::GgmlType,
     cols: usize,
-    path: Path,
+    /// The kernel the products run (the one the unprepared entry point would pick).
+    kernel: RowsFn,
+}
+
+/// Which entry point's products [`prepare_acts_as`] prepares for (their bits are its bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActsFor {
+    /// [`try_matmul`].
+    Fast,
+    /// [`try_matmul_ggml`] (llama.cpp's order).
+    Ggml,
 }
 
 impl PreparedActs {
@@ -89,7 +99,33 @@ pub fn prepare_acts_with(path: Path, wty: quant::GgmlType, x: &[f32], n: usize, 
     if x.len() < n * cols {
         return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * cols, got: x.len() });
     }
-    Ok(PreparedActs { acts: prepare::acts(wty, x, n, cols, path, Gemm::Lanes)?, wty, cols, path })
+    Ok(PreparedActs { acts: prepare::acts(wty, x, n, cols, path, Gemm::Lanes)?, wty, cols, kernel: select(path, wty)? })
+}
+
+/// Activations `x = [n][cols]` quantized once for several matrices of type `wty` (the experts
+/// a token chose), exactly as `entry`'s products of `n` columns prepare and run them: the
+/// products from [`try_matmul_prepared`] equal [`try_matmul`]'s or [`try_matmul_ggml`]'s bit
+/// for bit.
+pub fn prepare_acts_as(entry: ActsFor, wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> Result<PreparedActs, KernelError> {
+    let path = best_path();
+    if !kernel_supported(wty) {
+        return Err(KernelError::Unsupported(wty));
+    }
+    if x.len() < n * cols {
+        return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * cols, got: x.len() });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if entry == ActsFor::Ggml {
+        // As try_matmul_ggml_with: llama.cpp's kernels unless its tiled GEMM would run.
+        let tiled = n >= 8 && matches!(wty, quant::GgmlType::Q4K | quant::GgmlType::Q6K);
+        if let Some(kernel) = crate::x86::ggml_kernel(path, wty).filter(|_| !tiled) {
+            return Ok(PreparedActs { acts: prepare::acts_ggml(wty, x, n, cols, path)?, wty, cols, kernel });
+        }
+    }
+    let _ = entry;
+    // As try_matmul_gemm with Gemm::Lanes.
+    let acts = if small_batch_ggml(path, wty, n) { prepare::acts_ggml(wty, x, n, cols, path)? } else { prepare::acts(wty, x, n, cols, path, Gemm::Lanes)? };
+    Ok(PreparedActs { acts, wty, cols, kernel: fast_kernel(path, wty, n)? })
 }
 
 /// `y[n][rows] = x · Wᵀ` with activations from [`prepare_acts`]; `w.ty` and `w.cols` must be
@@ -109,8 +145,7 @@ pub fn try_matmul_prepared(w: &QTensor, acts: &PreparedActs, y: &mut [f32]) -> R
     if n == 0 || w.rows == 0 {
         return Ok(());
     }
-    let kernel = select(acts.path, w.ty)?;
-    run(kernel, w, rb, &acts.acts, y);
+    run(acts.kernel, w, rb, &acts.acts, y);
     Ok(())
 }
 

@@ -267,3 +267,33 @@ fn small_tiles_equal_prompt_tiles_bitwise() {
         eprintln!("no type has decode-sized tiles on this CPU ({path:?}): nothing to compare");
     }
 }
+
+/// Activations prepared once as an entry point prepares them (`prepare_acts_as`) give that
+/// entry point's products bit for bit, for every supported type, 1 to 8 columns and several
+/// matrices: the CPU pool's experts share one quantized activation without changing a bit.
+#[test]
+fn activations_prepared_as_an_entry_point_give_its_bits() {
+    use cpu_kernels::{ActsFor, prepare_acts_as, try_matmul, try_matmul_ggml};
+    let mut rng = Rng::new(91);
+    for &ty in SUPPORTED_TYPES {
+        let k = 512;
+        for n in [1usize, 2, 3, 8] {
+            let x = rng.vec(n * k);
+            for entry in [ActsFor::Fast, ActsFor::Ggml] {
+                let acts = prepare_acts_as(entry, ty, &x, n, k).unwrap();
+                for rows in [7usize, 64] {
+                    let w = make_weights(ty, rows, k, &mut rng);
+                    let t = QTensor { ty, data: &w, rows, cols: k };
+                    let (mut got, mut want) = (vec![f32::NAN; n * rows], vec![f32::NAN; n * rows]);
+                    try_matmul_prepared(&t, &acts, &mut got).unwrap();
+                    match entry {
+                        ActsFor::Fast => try_matmul(&t, &x, n, &mut want).unwrap(),
+                        ActsFor::Ggml => try_matmul_ggml(&t, &x, n, &mut want).unwrap(),
+                    }
+                    let differ = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                    assert_eq!(differ, 0, "{} {entry:?} n={n} rows={rows}: {differ} outputs differ", ty.name());
+                }
+            }
+        }
+    }
+}

@@ -95,7 +95,8 @@ impl GpuModel {
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() }) };
         let d = self.model.hp.n_embd;
         let k = p.ids.len() / n.max(1);
-        p.miss_rows(cache, d, |e, slots| self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d])))
+        let shared = self.shared_acts(p.layer, &p.x);
+        p.miss_rows(cache, d, |e, slots| self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]), shared.as_ref()))
     }
 
     /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /
@@ -262,8 +263,9 @@ impl GpuModel {
             let mut b = vec![0u8; n * d * 4];
             api.memcpy_dtoh(&mut b, sc.xn)?;
             let xs: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+            let shared = self.shared_acts(layer, &xs);
             let outputs = cache.on_pool(|| {
-                on_cpu.iter().map(|(e, slots, _)| self.expert_on_cpu(layer, *e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]))).collect::<std::result::Result<Vec<_>, _>>()
+                on_cpu.iter().map(|(e, slots, _)| self.expert_on_cpu(layer, *e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]), shared.as_ref())).collect::<std::result::Result<Vec<_>, _>>()
             })?;
             for ((_, _, first_row), y) in on_cpu.iter().zip(&outputs) {
                 api.memcpy_htod(sc.y_e + (first_row * d * 4) as u64, f32_bytes(y))?;
@@ -340,15 +342,25 @@ impl GpuModel {
     /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
     /// up x)` with the CPU backend's products — its ordered-numerics ones in the ordered mode,
     /// the same code the device's `mmv_ordered` runs — returned as `[rows][n_embd]`.
-    fn expert_on_cpu<'x>(&self, layer: usize, e: usize, xs: impl Iterator<Item = &'x [f32]>) -> std::result::Result<Vec<f32>, GpuError> {
+    fn expert_on_cpu<'x>(&self, layer: usize, e: usize, xs: impl Iterator<Item = &'x [f32]>, shared: Option<&cpu_executor::ExpertActs>) -> std::result::Result<Vec<f32>, GpuError> {
         let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
         };
         let x: Vec<f32> = xs.flatten().copied().collect();
         let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.opts.ordered);
         let (mut g, mut u, mut y) = (vec![0f32; r * ff], vec![0f32; r * ff], vec![0f32; r * down.rows]);
-        self.model.mm(Products::of(ordered, false), gate, e, &x, r, &mut g);
-        self.model.mm(Products::of(ordered, false), up, e, &x, r, &mut u);
+        match shared.filter(|a| a.gate_up()[0].n() == r) {
+            // The layer's one token, quantized once for all its experts (the same bits).
+            Some(acts) => {
+                let [ag, au] = acts.gate_up();
+                cpu_executor::matmul_prepared(&gate.matrix(e), ag, &mut g);
+                cpu_executor::matmul_prepared(&up.matrix(e), au, &mut u);
+            }
+            None => {
+                self.model.mm(Products::of(ordered, false), gate, e, &x, r, &mut g);
+                self.model.mm(Products::of(ordered, false), up, e, &x, r, &mut u);
+            }
+        }
         let act: Vec<f32> = if ordered {
             g.iter().zip(&u).map(|(&a, &b)| quant::fmath::silu(a) * b).collect()
         } else {
@@ -358,6 +370,16 @@ impl GpuModel {
         };
         self.model.mm(Products::of(ordered, false), down, e, &act, r, &mut y);
         Ok(y)
+    }
+
+    /// A one-token window's MoE input `x` of `layer` quantized once for the gate and up
+    /// products of every expert the CPU computes (as `mm` prepares it); None for wider windows
+    /// and where `mm` prepares per product (the ordered mode).
+    fn shared_acts(&self, layer: usize, x: &[f32]) -> Option<cpu_executor::ExpertActs> {
+        let Ffn::Moe { gate, up, .. } = &self.model.w.layers[layer].ffn.ffn else { return None };
+        let p = Products::of(self.opts.ordered, false);
+        let entry = self.model.acts_entry(p, gate, 1).filter(|_| x.len() == gate.cols && self.model.acts_entry(p, up, 1).is_some())?;
+        cpu_executor::ExpertActs::new(entry, gate, up, x, 1)
     }
 
     /// Fills the expert cache's slots from an STRP profile (most-routed first, per layer until

@@ -14,6 +14,14 @@ pub trait SwiGluCpu {
 
     /// [`Self::forward`] in the float order `num` names.
     fn forward_with(&self, num: Numerics, x: &[f32], n: usize, y: &mut [f32]);
+
+    /// [`Self::forward`] of one token whose input was quantized once for every expert it chose
+    /// ([`SwiGluCpu::shared_acts`]): the same bits.
+    fn forward_shared(&self, acts: &crate::ExpertActs, y: &mut [f32]);
+
+    /// One token's input `x` quantized once for the gate and up products of experts shaped
+    /// like this one, as [`Self::forward`] prepares it; None where it prepares per product.
+    fn shared_acts(&self, x: &[f32]) -> Option<crate::ExpertActs>;
 }
 
 impl SwiGluCpu for SwiGlu {
@@ -25,6 +33,22 @@ impl SwiGluCpu for SwiGlu {
         num.matmul(&self.up, x, n, &mut u);
         g.iter_mut().zip(&u).for_each(|(a, &b)| *a = num.silu(*a) * b);
         num.matmul(&self.down, &g, n, y);
+    }
+
+    fn forward_shared(&self, acts: &crate::ExpertActs, y: &mut [f32]) {
+        let ff = self.gate.rows;
+        let (mut g, mut u) = (vec![0f32; ff], vec![0f32; ff]);
+        let [ag, au] = acts.gate_up();
+        crate::matmul_prepared(&self.gate.qt(), ag, &mut g);
+        crate::matmul_prepared(&self.up.qt(), au, &mut u);
+        g.iter_mut().zip(&u).for_each(|(a, &b)| *a = Numerics::Llama.silu(*a) * b);
+        Numerics::Llama.matmul(&self.down, &g, 1, y);
+    }
+
+    fn shared_acts(&self, x: &[f32]) -> Option<crate::ExpertActs> {
+        // One token: `MatCpu::matmul` runs `matmul_ggml` on the types with kernels.
+        let kernels = [&self.gate, &self.up].iter().all(|m| cpu_kernels::SUPPORTED_TYPES.contains(&m.ty));
+        kernels.then(|| crate::ExpertActs::new(cpu_kernels::ActsFor::Ggml, &self.gate, &self.up, x, 1)).flatten()
     }
 }
 

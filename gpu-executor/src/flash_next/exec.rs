@@ -34,14 +34,26 @@ pub(super) fn moe_on_device(opts: &crate::options::GpuOptions, m: &super::weight
 /// `(expert, slots)`, its output for the inputs of the slots' tokens (`x` is `[token][e]`, slot
 /// `j` is token `j / k`), `[slots][e]`.
 pub(super) fn cpu_expert_rows(cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], x: &[f32], k: usize, e: usize) -> Vec<Vec<f32>> {
-    cache.on_pool(|| experts.iter().map(|(f, slots)| expert_rows(f, x, slots, k, e)).collect())
+    let shared = shared_acts(experts.first().map(|f| f.0), x, e);
+    cache.on_pool(|| experts.iter().map(|(f, slots)| expert_rows(f, x, slots, k, e, shared.as_ref())).collect())
+}
+
+/// For a window of one token (`x` is `[1][e]`), its input quantized once for all the layer's
+/// experts (`like` is one of them): every expert the CPU computes reads it.
+pub(super) fn shared_acts(like: Option<&SwiGlu>, x: &[f32], e: usize) -> Option<cpu_executor::ExpertActs> {
+    like.filter(|_| x.len() == e).and_then(|f| f.shared_acts(x))
 }
 
 /// One expert on the CPU for the tokens of `slots` (slot `j` is token `j / k` of `x`,
-/// `[token][e]`): its rows `[slots][e]`.
-pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize) -> Vec<f32> {
-    let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
+/// `[token][e]`): its rows `[slots][e]`; from `shared` (the one token's input quantized once)
+/// when given.
+pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize, shared: Option<&cpu_executor::ExpertActs>) -> Vec<f32> {
     let mut ys = vec![0f32; slots.len() * e];
+    if let (Some(acts), 1) = (shared, slots.len()) {
+        f.forward_shared(acts, &mut ys);
+        return ys;
+    }
+    let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
     f.forward(&xs, slots.len(), &mut ys);
     ys
 }
