@@ -14,6 +14,15 @@ use model::Ffn;
 use super::ops::GluAct;
 use crate::options::MoePath;
 
+/// The shared activations of an expert chosen by one token (`slots` are `token·k + rank`), if
+/// the layer's tokens were quantized once (`GpuModel::shared_acts`).
+pub(super) fn one_token<'s>(shared: &'s [cpu_executor::ExpertActs], slots: &[usize], k: usize) -> Option<&'s cpu_executor::ExpertActs> {
+    match slots {
+        [j] => shared.get(j / k),
+        _ => None,
+    }
+}
+
 /// Where a chosen expert runs on the host-readback path.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Runs {
@@ -96,7 +105,7 @@ impl GpuModel {
         let d = self.model.hp.n_embd;
         let k = p.ids.len() / n.max(1);
         let shared = self.shared_acts(p.layer, &p.x);
-        p.miss_rows(cache, d, |e, slots| self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]), shared.as_ref()))
+        p.miss_rows(cache, d, |e, slots| self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]), one_token(&shared, slots, k)))
     }
 
     /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /
@@ -265,7 +274,7 @@ impl GpuModel {
             let xs: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
             let shared = self.shared_acts(layer, &xs);
             let outputs = cache.on_pool(|| {
-                on_cpu.iter().map(|(e, slots, _)| self.expert_on_cpu(layer, *e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]), shared.as_ref())).collect::<std::result::Result<Vec<_>, _>>()
+                on_cpu.iter().map(|(e, slots, _)| self.expert_on_cpu(layer, *e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]), one_token(&shared, slots, k))).collect::<std::result::Result<Vec<_>, _>>()
             })?;
             for ((_, _, first_row), y) in on_cpu.iter().zip(&outputs) {
                 api.memcpy_htod(sc.y_e + (first_row * d * 4) as u64, f32_bytes(y))?;
@@ -350,7 +359,7 @@ impl GpuModel {
         let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.opts.ordered);
         let (mut g, mut u, mut y) = (vec![0f32; r * ff], vec![0f32; r * ff], vec![0f32; r * down.rows]);
         match shared.filter(|a| a.gate_up()[0].n() == r) {
-            // The layer's one token, quantized once for all its experts (the same bits).
+            // The expert's one token, quantized once for all the layer's experts (the same bits).
             Some(acts) => {
                 let [ag, au] = acts.gate_up();
                 cpu_executor::matmul_prepared(&gate.matrix(e), ag, &mut g);
@@ -372,14 +381,14 @@ impl GpuModel {
         Ok(y)
     }
 
-    /// A one-token window's MoE input `x` of `layer` quantized once for the gate and up
-    /// products of every expert the CPU computes (as `mm` prepares it); None for wider windows
-    /// and where `mm` prepares per product (the ordered mode).
-    fn shared_acts(&self, layer: usize, x: &[f32]) -> Option<cpu_executor::ExpertActs> {
-        let Ffn::Moe { gate, up, .. } = &self.model.w.layers[layer].ffn.ffn else { return None };
+    /// Each token of `layer`'s MoE input `x` (`[n][n_embd]`) quantized once for the gate and up
+    /// products of every expert the CPU computes for it alone (as `mm` prepares one token);
+    /// empty where `mm` prepares per product (the ordered mode).
+    fn shared_acts(&self, layer: usize, x: &[f32]) -> Vec<cpu_executor::ExpertActs> {
+        let Ffn::Moe { gate, up, .. } = &self.model.w.layers[layer].ffn.ffn else { return Vec::new() };
         let p = Products::of(self.opts.ordered, false);
-        let entry = self.model.acts_entry(p, gate, 1).filter(|_| x.len() == gate.cols && self.model.acts_entry(p, up, 1).is_some())?;
-        cpu_executor::ExpertActs::new(entry, gate, up, x, 1)
+        let Some(entry) = self.model.acts_entry(p, gate, 1).filter(|_| self.model.acts_entry(p, up, 1).is_some()) else { return Vec::new() };
+        x.chunks_exact(gate.cols).map_while(|row| cpu_executor::ExpertActs::new(entry, gate, up, row, 1)).collect()
     }
 
     /// Fills the expert cache's slots from an STRP profile (most-routed first, per layer until

@@ -35,23 +35,27 @@ pub(super) fn moe_on_device(opts: &crate::options::GpuOptions, m: &super::weight
 /// `j` is token `j / k`), `[slots][e]`.
 pub(super) fn cpu_expert_rows(cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], x: &[f32], k: usize, e: usize) -> Vec<Vec<f32>> {
     let shared = shared_acts(experts.first().map(|f| f.0), x, e);
-    cache.on_pool(|| experts.iter().map(|(f, slots)| expert_rows(f, x, slots, k, e, shared.as_ref())).collect())
+    cache.on_pool(|| experts.iter().map(|(f, slots)| expert_rows(f, x, slots, k, e, &shared)).collect())
 }
 
-/// For a window of one token (`x` is `[1][e]`), its input quantized once for all the layer's
-/// experts (`like` is one of them): every expert the CPU computes reads it.
-pub(super) fn shared_acts(like: Option<&SwiGlu>, x: &[f32], e: usize) -> Option<cpu_executor::ExpertActs> {
-    like.filter(|_| x.len() == e).and_then(|f| f.shared_acts(x))
+/// Each token of `x` (`[n][e]`) quantized once for all the layer's experts (`like` is one of
+/// them): what every expert the CPU computes for that token alone reads. Empty where the
+/// experts' products prepare per product.
+pub(super) fn shared_acts(like: Option<&SwiGlu>, x: &[f32], e: usize) -> Vec<cpu_executor::ExpertActs> {
+    let Some(f) = like else { return Vec::new() };
+    x.chunks_exact(e).map_while(|row| f.shared_acts(row)).collect()
 }
 
 /// One expert on the CPU for the tokens of `slots` (slot `j` is token `j / k` of `x`,
-/// `[token][e]`): its rows `[slots][e]`; from `shared` (the one token's input quantized once)
-/// when given.
-pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize, shared: Option<&cpu_executor::ExpertActs>) -> Vec<f32> {
+/// `[token][e]`): its rows `[slots][e]`; for one token, from its input quantized once
+/// (`shared`, per token) when there.
+pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize, shared: &[cpu_executor::ExpertActs]) -> Vec<f32> {
     let mut ys = vec![0f32; slots.len() * e];
-    if let (Some(acts), 1) = (shared, slots.len()) {
-        f.forward_shared(acts, &mut ys);
-        return ys;
+    if let [j] = slots {
+        if let Some(acts) = shared.get(j / k) {
+            f.forward_shared(acts, &mut ys);
+            return ys;
+        }
     }
     let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
     f.forward(&xs, slots.len(), &mut ys);

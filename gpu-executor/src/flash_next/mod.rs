@@ -527,9 +527,9 @@ impl GpuFlashNext {
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
         let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
         let host = &self.m.layers[p.layer].moe.experts;
-        // A one-token window's input is quantized once for every expert the CPU computes.
+        // Each token's input is quantized once for every expert the CPU computes for it alone.
         let shared = exec::shared_acts(host.first(), &p.x, e);
-        p.miss_rows(cache, e, |id, slots| Ok(exec::expert_rows(&host[id], &p.x, slots, k, e, shared.as_ref())))
+        p.miss_rows(cache, e, |id, slots| Ok(exec::expert_rows(&host[id], &p.x, slots, k, e, &shared)))
     }
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
