@@ -13,6 +13,9 @@
 //! - [`device`]: the `GpuApi` boundary (HIP and the software RDNA3 device).
 //! - [`ops`]: [`GpuOps`], every kernel's launcher (shape checks, argument packing, grid math);
 //!   [`ops_host`] adds host-slice wrappers with the software device's launch counters.
+//! - [`expert_cache`], [`expert_handoff`], [`expert_swap`], [`expert_pcie`], [`staging_ring`]:
+//!   the VRAM expert cache, the per-layer handoff to the CPU pool inside graphs, adaptive swaps
+//!   on a side stream, misses read from RAM over PCIe, the ring prompt misses stream through.
 //! - [`calibrate`]: hipBLASLt calibration tables (`strata calibrate`) and their use.
 //! - [`bench`]: `bench_kernels` (instructions, bytes vs ideal, registers, occupancy).
 //! - [`selftest`]: `strata device --selftest`, every kernel against a CPU reference, timed.
