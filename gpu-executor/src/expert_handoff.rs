@@ -48,11 +48,10 @@ pub struct ExpertHandoff {
     /// Layers served, and microseconds the host thread waited for the device to publish.
     layers_served: AtomicU64,
     wait_us: AtomicU64,
-    /// `[MAX_COLS · k]` u32: the experts the device reads from RAM over PCIe, per slot (the
-    /// host's answer; `MOE_SLOT_MISS` for the others), or None without `--pcie-frac`.
-    pcie_ids: Option<DevicePtr>,
-    /// The experts in RAM mapped for the device (with `pcie_ids`).
-    pcie: Option<PcieExperts>,
+    /// With `--pcie-frac`: the experts in RAM mapped for the device, and `[MAX_COLS · k]` u32
+    /// of the experts it reads from there, per slot (the host's answer; `MOE_SLOT_MISS` for
+    /// the others).
+    pcie: Option<(PcieExperts, DevicePtr)>,
     /// The model's MoE layers, in the device's order: what a window publishes.
     moe_layers: Vec<usize>,
     n_expert: usize,
@@ -133,16 +132,18 @@ impl ExpertHandoff {
     /// `pcie` (the experts in RAM mapped for the device), the host may hand misses back for
     /// the device to read from there.
     pub fn new(api: &dyn GpuApi, n_layer: usize, moe_layers: Vec<usize>, n_expert: usize, k: usize, d: usize, pcie: Option<PcieExperts>) -> Result<ExpertHandoff, GpuError> {
-        let pcie_bytes = pcie.is_some();
         let to_host = Mailbox::new(api, Self::ids_bytes(k) + MAX_COLS * d * 4 + TAG_BYTES)?;
-        let to_device = Mailbox::new(api, MAX_COLS * k * (d * 4 + if pcie_bytes { 4 } else { 0 }))?;
-        let pcie_ids = if pcie_bytes { Some(api.malloc(MAX_COLS * k * 4)?) } else { None };
+        let to_device = Mailbox::new(api, MAX_COLS * k * (d * 4 + if pcie.is_some() { 4 } else { 0 }))?;
+        let pcie = match pcie {
+            Some(p) => Some((p, api.malloc(MAX_COLS * k * 4)?)),
+            None => None,
+        };
         let table = api.malloc(n_layer * n_expert * 4)?;
         api.memcpy_htod(table, &vec![0xffu8; n_layer * n_expert * 4])?;
         let tags = api.malloc(n_layer * 4)?;
         let t: Vec<u8> = (0..n_layer as u32).flat_map(u32::to_le_bytes).collect();
         api.memcpy_htod(tags, &t)?;
-        Ok(ExpertHandoff { to_host, to_device, table, tags, pcie_ids, pcie, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), moe_layers, n_expert, k, d })
+        Ok(ExpertHandoff { to_host, to_device, table, tags, pcie, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), moe_layers, n_expert, k, d })
     }
 
     /// Payload bytes of a window's ids (padded so the input starts on its own line).
@@ -181,11 +182,11 @@ impl ExpertHandoff {
 
     /// Device side, second half (capturable): waits for the host's rows of the layer and copies
     /// them to `rows` (`[n·k][d]`, the part `miss_base` pointed the map at), and with
-    /// `--pcie-frac` the ids of the experts to read from RAM to [`ExpertHandoff::pcie_ids`].
+    /// `--pcie-frac` the ids of the experts to read from RAM for the second dispatch ([`ExpertHandoff::pcie_layer`]).
     pub(super) fn receive(&self, api: &dyn GpuApi, st: &Stream, n: usize, rows: DevicePtr) -> Result<(), GpuError> {
         let row_bytes = n * self.k * self.d * 4;
-        match self.pcie_ids {
-            Some(ids) => self.to_device.device_recv_parts(api, st, &[(0, rows, row_bytes), (row_bytes, ids, n * self.k * 4)]),
+        match self.pcie {
+            Some((_, ids)) => self.to_device.device_recv_parts(api, st, &[(0, rows, row_bytes), (row_bytes, ids, n * self.k * 4)]),
             None => self.to_device.device_recv(api, st, rows, row_bytes),
         }
     }
@@ -194,7 +195,7 @@ impl ExpertHandoff {
     /// [`ExpertHandoff::receive`] puts the ids of the experts to read (what the second
     /// dispatch, after the receive, takes). None without `--pcie-frac`.
     pub(super) fn pcie_layer(&self, layer: usize) -> Option<(&[DevMat; 3], DevicePtr)> {
-        self.pcie.as_ref().and_then(|p| p.layer(layer)).zip(self.pcie_ids)
+        self.pcie.as_ref().and_then(|(p, ids)| Some((p.layer(layer)?, *ids)))
     }
 
     /// Host side of a window of `n` tokens: for each MoE layer in `layers` (in the device's
@@ -240,7 +241,7 @@ impl ExpertHandoff {
                 Answer::none(n * k, d)
             });
             let mut bytes: Vec<u8> = answer.rows.iter().flat_map(|v| v.to_le_bytes()).collect();
-            if self.pcie_ids.is_some() {
+            if self.pcie.is_some() {
                 bytes.extend(answer.on_device.iter().flat_map(|v| v.to_le_bytes()));
             }
             self.to_device.host_send_until(api, &bytes, Some(cancel))?;
@@ -301,10 +302,8 @@ impl ExpertHandoff {
     pub fn free(self, api: &dyn GpuApi) -> Result<(), GpuError> {
         self.to_host.free(api)?;
         self.to_device.free(api)?;
-        if let Some(ids) = self.pcie_ids {
+        if let Some((p, ids)) = self.pcie {
             api.free(ids)?;
-        }
-        if let Some(p) = self.pcie {
             p.free(api)?;
         }
         api.free(self.table)?;

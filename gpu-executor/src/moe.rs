@@ -104,8 +104,12 @@ impl GpuModel {
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() }) };
         let d = self.model.hp.n_embd;
         let k = p.ids.len() / n.max(1);
-        let shared = self.shared_acts(p.layer, &p.x);
-        p.miss_rows(cache, d, |e, slots| self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]), one_token(&shared, slots, k)))
+        // Quantized at the first expert the CPU computes (a layer of hits needs none).
+        let shared = std::sync::OnceLock::new();
+        p.miss_rows(cache, d, |e, slots| {
+            let shared = shared.get_or_init(|| self.shared_acts(p.layer, &p.x));
+            self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]), one_token(shared, slots, k))
+        })
     }
 
     /// Routed experts by device dispatch for `n` tokens whose normed input is in `sc.xn` /

@@ -51,11 +51,9 @@ pub(super) fn shared_acts(like: Option<&SwiGlu>, x: &[f32], e: usize) -> Vec<cpu
 /// (`shared`, per token) when there.
 pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize, shared: &[cpu_executor::ExpertActs]) -> Vec<f32> {
     let mut ys = vec![0f32; slots.len() * e];
-    if let [j] = slots {
-        if let Some(acts) = shared.get(j / k) {
-            f.forward_shared(acts, &mut ys);
-            return ys;
-        }
+    if let Some(acts) = crate::moe::one_token(shared, slots, k) {
+        f.forward_shared(acts, &mut ys);
+        return ys;
     }
     let xs: Vec<f32> = slots.iter().flat_map(|&j| x[j / k * e..(j / k + 1) * e].iter().copied()).collect();
     f.forward(&xs, slots.len(), &mut ys);

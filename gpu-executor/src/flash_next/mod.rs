@@ -527,9 +527,10 @@ impl GpuFlashNext {
         let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
         let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
         let host = &self.m.layers[p.layer].moe.experts;
-        // Each token's input is quantized once for every expert the CPU computes for it alone.
-        let shared = exec::shared_acts(host.first(), &p.x, e);
-        p.miss_rows(cache, e, |id, slots| Ok(exec::expert_rows(&host[id], &p.x, slots, k, e, &shared)))
+        // Each token's input is quantized once for every expert the CPU computes for it alone,
+        // at the first of them (a layer of hits needs none).
+        let shared = std::sync::OnceLock::new();
+        p.miss_rows(cache, e, |id, slots| Ok(exec::expert_rows(&host[id], &p.x, slots, k, e, shared.get_or_init(|| exec::shared_acts(host.first(), &p.x, e)))))
     }
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
