@@ -32,6 +32,7 @@ mod gpu_ops_attention;
 mod gpu_ops_flash_moe;
 mod gpu_ops_gdn;
 mod gpu_ops_gr;
+mod gpu_ops_moe_sorted;
 mod gpu_ops_ple;
 mod gpu_ops_qsa;
 #[cfg(feature = "gpu")]

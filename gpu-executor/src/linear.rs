@@ -8,7 +8,7 @@ use super::abi::MAX_COLS;
 use super::calibrate::LtDispatch;
 use super::device::{DType, DevicePtr, Gemm, GpuError, Stream, Transpose};
 use super::upload::{DevMat, MatKind, Tmp, q8_1_bytes};
-use super::ops::{GluAct, GpuOps};
+use super::ops::{GluAct, GpuOps, SlotCols};
 use crate::options::{GEMM_MIN_TOKENS, GpuOptions, PrefillPath};
 use quant::GgmlType;
 
@@ -198,39 +198,79 @@ pub(super) struct DispatchBuffers {
     pub y: DevicePtr,
 }
 
+/// A chunk's slots ordered by expert ([`GpuOps::moe_sort_slots`]), each buffer `[n·k]` u32: the
+/// sorted ids, each sorted slot's token, each slot's sorted row (the combine's map).
+#[derive(Clone, Copy, Debug)]
+pub struct SlotOrder {
+    pub ids: DevicePtr,
+    pub cols: DevicePtr,
+    pub map: DevicePtr,
+}
+
+impl SlotOrder {
+    /// Room for `n_slots` slots.
+    pub(super) fn alloc(up: &mut super::upload::Uploader, n_slots: usize) -> model::error::Result<SlotOrder> {
+        Ok(SlotOrder { ids: up.zeroed(n_slots * 4)?, cols: up.zeroed(n_slots * 4)?, map: up.zeroed(n_slots * 4)? })
+    }
+}
+
 impl Linear<'_> {
     /// The routed experts of `n` tokens (`k` each) by device dispatch: `mmvq_moe_*` read the
     /// choice in `b.ids` on the device (fused gate/up + SiLU when both have one type), so nothing
     /// is read back (what a graph needs). Tokens go in groups whose slots fit one launch
     /// (`MOE_MAX_SLOTS`); a launch stages at most one column per token of an expert.
-    pub(super) fn experts_by_dispatch(&self, [gate, up, down]: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
+    pub(super) fn experts_by_dispatch(&self, mats: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
+        let group = (super::abi::MOE_MAX_SLOTS as usize / k).clamp(1, MAX_COLS);
+        let xb = q8_1_bytes(mats[0].cols) as u64;
+        for t0 in (0..n).step_by(group) {
+            let nt = (n - t0).min(group);
+            let ids = b.ids + (t0 * k * 4) as u64;
+            self.dispatch_slots(mats, n_expert, t0 * k, nt * k, ids, (b.xq + t0 as u64 * xb, (k as u32).into()), nt as u32, b)?;
+        }
+        Ok(())
+    }
+
+    /// [`Linear::experts_by_dispatch`] of a prompt chunk with its slots ordered by expert first
+    /// (`order`): the launches then run over consecutive sorted slots, so an expert's tokens
+    /// meet in one launch (up to [`MAX_COLS`] columns a pass) and its weights are read about
+    /// once a chunk instead of once per launch of `MOE_MAX_SLOTS / k` tokens. Each slot's
+    /// product is the same (its bits do not depend on the slots computed beside it); its
+    /// output row is `order.map[slot]`, which the combine must read through.
+    pub(super) fn experts_sorted(&self, mats: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers, order: &SlotOrder) -> std::result::Result<(), GpuError> {
+        let ns = n * k;
+        self.ops.moe_sort_slots(self.stream, b.ids, order.ids, order.cols, order.map, ns as u32, k as u32)?;
+        let step = super::abi::MOE_MAX_SLOTS as usize;
+        for s0 in (0..ns).step_by(step) {
+            let (ids, cols) = (order.ids + (s0 * 4) as u64, order.cols + (s0 * 4) as u64);
+            self.dispatch_slots(mats, n_expert, s0, (ns - s0).min(step), ids, (b.xq, SlotCols::List(cols)), MAX_COLS as u32, b)?;
+        }
+        Ok(())
+    }
+
+    /// One launch group of routed experts: slots `s0..s0 + ns` (their rows of `b.act`,
+    /// `b.gate`, `b.up`, `b.y`) with expert ids at `ids` and the gate/up input `x` (Q8_1 rows,
+    /// and which one each slot reads); `max_group` slots at most share an expert.
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch_slots(&self, [gate, up, down]: [&DevMat; 3], n_expert: usize, s0: usize, ns: usize, ids: DevicePtr, (xq, x_cols): (DevicePtr, SlotCols), max_group: u32, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
         let (ops, st) = (self.ops, self.stream);
         let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (gate.kind, up.kind, down.kind) else {
             return Err(GpuError::Launch { kernel: "mmvq_moe".into(), what: "device dispatch needs quantized experts".into() });
         };
         let (d, ff, ne) = (gate.cols, gate.rows, n_expert as u32);
-        let (xb, ab) = (q8_1_bytes(d) as u64, q8_1_bytes(ff) as u64);
-        let group = (super::abi::MOE_MAX_SLOTS as usize / k).clamp(1, MAX_COLS);
-        for t0 in (0..n).step_by(group) {
-            let nt = (n - t0).min(group);
-            let (s0, ns) = (t0 * k, (nt * k) as u32);
-            let ids = b.ids + (s0 * 4) as u64;
-            let xq = b.xq + t0 as u64 * xb;
-            let act = b.act + (s0 * ff * 4) as u64;
-            let cols = nt as u32;
-            if tg == tu && self.opts.fused_glu {
-                ops.mmvq_moe(st, tg, Some((up.ptr, GluAct::Silu)), gate.ptr, gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, act, ff as u32, d as u32, cols)?;
-            } else {
-                let (yg, yu) = (b.gate + (s0 * ff * 4) as u64, b.up + (s0 * ff * 4) as u64);
-                ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne, xq, k as u32, ids, ns, yg, ff as u32, d as u32, cols)?;
-                ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne, xq, k as u32, ids, ns, yu, ff as u32, d as u32, cols)?;
-                ops.glu(st, yg, yu, act, ns * ff as u32, GluAct::Silu)?;
-            }
-            let aq = b.act_q + s0 as u64 * ab;
-            self.quantize(act, aq, nt * k, ff)?;
-            let y = b.y + (s0 * d * 4) as u64;
-            ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne, aq, 1, ids, ns, y, d as u32, ff as u32, cols)?;
+        let ab = q8_1_bytes(ff) as u64;
+        let act = b.act + (s0 * ff * 4) as u64;
+        let n32 = ns as u32;
+        if tg == tu && self.opts.fused_glu {
+            ops.mmvq_moe(st, tg, Some((up.ptr, GluAct::Silu)), gate.ptr, gate.mat_bytes as u64, ne, xq, x_cols, ids, n32, act, ff as u32, d as u32, max_group)?;
+        } else {
+            let (yg, yu) = (b.gate + (s0 * ff * 4) as u64, b.up + (s0 * ff * 4) as u64);
+            ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne, xq, x_cols, ids, n32, yg, ff as u32, d as u32, max_group)?;
+            ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne, xq, x_cols, ids, n32, yu, ff as u32, d as u32, max_group)?;
+            ops.glu(st, yg, yu, act, n32 * ff as u32, GluAct::Silu)?;
         }
-        Ok(())
+        let aq = b.act_q + s0 as u64 * ab;
+        self.quantize(act, aq, ns, ff)?;
+        let y = b.y + (s0 * d * 4) as u64;
+        ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne, aq, 1u32, ids, n32, y, d as u32, ff as u32, max_group)
     }
 }

@@ -179,6 +179,8 @@ pub(super) struct Scratch {
     pub y_e: DevicePtr,
     /// The identity slot map `0..chunk * k` (device dispatch: slot s's output is row s of y_e).
     pub map_id: DevicePtr,
+    /// A prompt chunk's slots ordered by expert (device dispatch of more than a window).
+    pub order: super::linear::SlotOrder,
     /// f16 copy of one layer matrix (dequantize + GEMM prefill path; 0 when unused).
     pub wdq: DevicePtr,
     /// f16 activations for f16 GEMMs.
@@ -446,6 +448,7 @@ impl GpuModel {
             xq_e: up.zeroed(c * k_used * ff.max(d).next_multiple_of(32) * 4)?,
             y_e: up.zeroed(f((c + MAX_COLS) * k_used * d))?,
             map_id: up.bytes(u32_bytes(&(0..(c * k_used) as u32).collect::<Vec<u32>>()))?,
+            order: super::linear::SlotOrder::alloc(&mut up, c * k_used)?,
             wdq: if c > MAX_COLS { up.zeroed(self.dequant_scratch_bytes)? } else { 0 },
             xh: up.zeroed(c * k_used.max(1) * widest.max(d).next_multiple_of(32) * 2)?,
         };

@@ -126,8 +126,15 @@ impl GpuModel {
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
         let b = DispatchBuffers { ids: sc.sel_ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
-        self.lin().experts_by_dispatch([gate, up, down], ne, k, n, &b)?;
-        ops.moe_combine(st, sc.y_e, sc.map_id, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
+        // A prompt chunk sorts its slots by expert first: each expert's weights read once.
+        let map = if n > MAX_COLS {
+            self.lin().experts_sorted([gate, up, down], ne, k, n, &b, &sc.order)?;
+            sc.order.map
+        } else {
+            self.lin().experts_by_dispatch([gate, up, down], ne, k, n, &b)?;
+            sc.map_id
+        };
+        ops.moe_combine(st, sc.y_e, map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)?;
         if !count {
             return Ok(0);
         }

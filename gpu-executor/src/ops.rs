@@ -40,6 +40,20 @@ pub enum GluAct {
 
 pub use crate::options::{AttnMode, MmqVariant};
 
+/// Which activation column each slot of a [`GpuOps::mmvq_moe`] launch reads: slot `s` of
+/// token `s / x_div` (`Div`; a plain `u32` converts to it), or `cols[s]` from a device list
+/// (`List`: slots sorted by expert, [`GpuOps::moe_sort_slots`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotCols {
+    Div(u32),
+    List(DevicePtr),
+}
+impl From<u32> for SlotCols {
+    fn from(x_div: u32) -> Self {
+        SlotCols::Div(x_div)
+    }
+}
+
 /// KV cache format; layouts equal to cpu-executor/src/kv_cache.rs: rows `[cell][n_head_kv][head_dim]`
 /// of f16, or of i8 with f32 scales `[cell][n_head_kv]` in a separate buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,7 +331,9 @@ impl GpuOps {
 
     /// MMVQ over the experts the router chose, read from the device (`abi::MmvqMoeArgs`): for
     /// slot `s < n_slots` (token `s / k_used`, rank `s % k_used`) and row `i < nrows`,
-    /// `y[s * nrows + i] = W_e[i] · x[s / x_div]` with `e = ids[s]`, `W_e = w + e * expert_bytes`;
+    /// `y[s * nrows + i] = W_e[i] · x[c]` with `e = ids[s]`, `W_e = w + e * expert_bytes` and
+    /// column `c = s / x_div` (`x_cols` a u32 divisor) or `cols[s]` ([`SlotCols::List`]: slots
+    /// sorted by [`GpuOps::moe_sort_slots`]);
     /// with `glu = Some((w2, act))`, `act(W_e[i] · x) * (U_e[i] · x)`, `U_e = w2 + e * expert_bytes`.
     /// Bit-identical, per slot, to `mmvq` (and `mmvq_glu`) of expert `e` on that column. Slots
     /// sharing an expert are computed together, up to `max_group` columns per pass (the largest
@@ -333,7 +349,7 @@ impl GpuOps {
         expert_bytes: u64,
         n_expert: u32,
         x_q8_1: DevicePtr,
-        x_div: u32,
+        x_cols: impl Into<SlotCols>,
         ids: DevicePtr,
         n_slots: u32,
         y: DevicePtr,
@@ -345,6 +361,11 @@ impl GpuOps {
         if n_slots == 0 || n_slots > abi::MOE_MAX_SLOTS {
             return Err(bad(name, format!("{n_slots} slots (1..={})", abi::MOE_MAX_SLOTS)));
         }
+        let (x_div, cols) = match x_cols.into() {
+            SlotCols::Div(d) => (d, 0),
+            SlotCols::List(0) => return Err(bad(name, "a column list at address 0")),
+            SlotCols::List(p) => (1, p),
+        };
         if x_div == 0 || !n_slots.is_multiple_of(x_div) {
             return Err(bad(name, format!("x_div {x_div} does not divide {n_slots} slots")));
         }
@@ -375,6 +396,7 @@ impl GpuOps {
             y,
             ids,
             expert_bytes,
+            cols,
             n_slots,
             x_div,
             nrows,
@@ -748,6 +770,18 @@ impl GpuOps {
         }
         let g = groups(d.div_ceil(abi::WG_SIZE) as u64 * n_tokens as u64, 1, name)?;
         self.launch(s, name, g, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
+    }
+
+    /// A chunk's `n_slots` slots (`k` a token) ordered by expert ([`abi::MoeSortArgs`]): the
+    /// sorted ids, each sorted slot's token (its activation column) and each slot's sorted row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_sort_slots(&self, s: &Stream, ids: DevicePtr, sorted: DevicePtr, cols: DevicePtr, map: DevicePtr, n_slots: u32, k: u32) -> Result<()> {
+        let name = abi::MOE_SORT_SLOTS;
+        if k == 0 || n_slots == 0 || !n_slots.is_multiple_of(k) {
+            return Err(bad(name, format!("{n_slots} slots of {k} a token")));
+        }
+        let g = groups(n_slots as u64, abi::WG_SIZE, name)?;
+        self.launch(s, name, g, abi::MOE_SORT_BLOCK * 4, &abi::MoeSortArgs { ids, sorted, cols, map, n_slots, k, _pad: [0; 2] }.to_bytes())
     }
 
     /// The expert cache's view of a routing choice ([`abi::MoeSlotMapArgs`]): for each of

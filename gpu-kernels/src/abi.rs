@@ -345,6 +345,30 @@ pub struct MoeSlotMapArgs {
 }
 pub const MOE_SLOT_MAP: &str = "moe_slot_map";
 
+/// `moe_sort_slots`: a prompt chunk's slots ordered by expert, so that `mmvq_moe_*` launches
+/// over consecutive sorted slots meet each expert's tokens together (one read of its weights
+/// per chunk rather than per launch of [`MOE_MAX_SLOTS`]). Slots go in blocks of
+/// [`MOE_SORT_BLOCK`]; within block `b`, slot `j` (token `j / k`) lands at
+/// `pos = b·MOE_SORT_BLOCK + #{i in the block: (ids[i], i) < (ids[j], j)}` (a stable sort by
+/// expert id): `sorted[pos] = ids[j]`, `cols[pos] = j / k`, `map[j] = pos` (the row
+/// `moe_combine` reads slot `j` from). Ids are not bounds-checked here (`mmvq_moe_*` traps on
+/// a bad one). One work-item per slot, each comparing against its block staged in LDS
+/// (`MOE_SORT_BLOCK · 4` bytes of dynamic LDS).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeSortArgs {
+    pub ids: u64,
+    pub sorted: u64,
+    pub cols: u64,
+    pub map: u64,
+    pub n_slots: u32,
+    pub k: u32,
+    pub _pad: [u32; 2],
+}
+pub const MOE_SORT_SLOTS: &str = "moe_sort_slots";
+/// Slots sorted together by `moe_sort_slots` (its work is quadratic in the block).
+pub const MOE_SORT_BLOCK: u32 = 1024;
+
 pub const RMS_NORM: &str = "rms_norm_f32";
 pub const ROPE: &str = "rope_f32";
 pub const GLU: &str = "glu_f32";
@@ -446,7 +470,7 @@ macro_rules! impl_args_bytes {
 }
 impl_args_bytes!(
     MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, LogitsTopArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MoeSlotMapArgs, MmvqGluArgs, MmqArgs
+    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MoeSlotMapArgs, MoeSortArgs, MmvqGluArgs, MmqArgs
 );
 
 // Flash-Next's layer kernels (GDN, GR, the shared expert): their own file, after the macro.
@@ -471,6 +495,7 @@ const _: () = assert!(core::mem::size_of::<AttnArgs>() == 80);
 const _: () = assert!(core::mem::size_of::<MoeRouterArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<MoeCombineArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<MoeSlotMapArgs>() == 48);
+const _: () = assert!(core::mem::size_of::<MoeSortArgs>() == 48);
 const _: () = assert!(cfg!(target_endian = "little"));
 
 // The MMVQ ABI (decode products, fused GLU, expert dispatch): its own file, after the macros

@@ -153,7 +153,8 @@ macro_rules! mmvq_kernels {
 /// Arguments of `mmvq_moe_*` (and `mmvq_moe_glu_*`): MMVQ over the experts the router chose,
 /// with the choice read on the device (`ids` = `n_slots` u32 written by `moe_router`, slot
 /// `s` = token `s / k`, rank `s % k`). For every slot `s < n_slots` and row `i < nrows`:
-/// `y[s * nrows + i] = dot(W_e[i], x[s / x_div])` with `e = ids[s]` and
+/// `y[s * nrows + i] = dot(W_e[i], x[c(s)])` with `e = ids[s]`, `c(s) = s / x_div` (or `cols[s]`
+/// when `cols` is not 0: slots sorted by expert, [`MoeSortArgs`](crate::abi::MoeSortArgs)) and
 /// `W_e = w + e * expert_bytes` (row-major, `k` weights per row); the GLU form stores
 /// `act(W_e[i] · x) * (U_e[i] · x)` with `U_e = w2 + e * expert_bytes` (`act` 0 = SiLU,
 /// 1 = GELU-tanh). `x` = Q8_1 columns of `k / 32` blocks (gate/up: `x_div` = k, the token's
@@ -177,6 +178,8 @@ pub struct MmvqMoeArgs {
     pub y: u64,
     pub ids: u64,
     pub expert_bytes: u64,
+    /// Device pointer to `n_slots` u32 activation columns, or 0 for `s / x_div`.
+    pub cols: u64,
     pub n_slots: u32,
     pub x_div: u32,
     pub nrows: u32,
@@ -187,7 +190,7 @@ pub struct MmvqMoeArgs {
     pub _pad: u32,
 }
 impl_args_bytes!(MmvqMoeArgs);
-const _: () = assert!(core::mem::size_of::<MmvqMoeArgs>() == 80);
+const _: () = assert!(core::mem::size_of::<MmvqMoeArgs>() == 88);
 /// Most slots (tokens x experts per token) of one `mmvq_moe_*` launch: 8 tokens x 8 experts,
 /// a u64 slot mask (a wider routing, e.g. Flash-Next's top-10, launches fewer tokens at once).
 pub const MOE_MAX_SLOTS: u32 = MAX_COLS as u32 * 8;

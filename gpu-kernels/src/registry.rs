@@ -155,6 +155,7 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::MOE_ROUTER, Family::Moe, arg_struct!(MoeRouterArgs, 3)),
     entry(abi::MOE_COMBINE, Family::Moe, arg_struct!(MoeCombineArgs, 4)),
     entry(abi::MOE_SLOT_MAP, Family::Moe, arg_struct!(MoeSlotMapArgs, 4)),
+    entry(abi::MOE_SORT_SLOTS, Family::Moe, arg_struct!(MoeSortArgs, 4)).lds(abi::MOE_SORT_BLOCK * 4),
     entry(abi::MOE_SHARED_ADD, Family::Moe, arg_struct!(MoeSharedArgs, 3)),
     entry(abi::GET_ROWS_F32, Family::GetRows, GET_ROWS_ARGS),
     entry(abi::GET_ROWS_F16, Family::GetRows, GET_ROWS_ARGS),
@@ -200,7 +201,7 @@ macro_rules! mmvq_glu_entries {
 }
 macro_rules! mmvq_moe_entries {
     ($($name:ident $ty:ident $g:literal $glu:literal),* $(,)?) => {
-        &[$(entry(stringify!($name), Family::MmvqMoe, arg_struct!(MmvqMoeArgs, 6)).lds(mmvq_lds(WType::$ty))),*]
+        &[$(entry(stringify!($name), Family::MmvqMoe, arg_struct!(MmvqMoeArgs, 7)).lds(mmvq_lds(WType::$ty))),*]
     };
 }
 macro_rules! mmq_entries {

@@ -442,16 +442,24 @@ impl<'a> FlashChunk<'a> {
     }
 
     /// The routed experts by device dispatch: `mmvq_moe_*` read the router's choice in
-    /// `sc.rids` (fused gate/up + SiLU when both have one type), outputs at each slot's row of
-    /// `sc.ys`, in groups of tokens whose slots fit one launch. Nothing is read back (what a
-    /// graph needs); per slot, the same products as the host path's.
-    fn experts_on_device(&self, m: &super::weights::DevMoe) -> Result<()> {
+    /// `sc.rids` (fused gate/up + SiLU when both have one type), outputs in `sc.ys`: a window's
+    /// at each slot's row, in groups of tokens whose slots fit one launch; a prompt chunk's
+    /// sorted by expert first (each expert's weights read about once a chunk). Nothing is read
+    /// back (what a graph needs); per slot, the same products as the host path's. Returns the
+    /// combine's map of slots to rows.
+    fn experts_on_device(&self, m: &super::weights::DevMoe) -> Result<DevicePtr> {
         let (sc, n, e) = (&self.s.sc, self.n(), self.g.m.hp.n_embd);
         let f = &m.experts.stack;
         let lin = self.lin();
         lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
         let b = DispatchBuffers { ids: sc.rids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
-        lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, m.n_used, n, &b).map_err(dev("routed experts (device dispatch)"))
+        let mats = [&f.gate, &f.up, &f.down];
+        if n > WINDOW {
+            lin.experts_sorted(mats, m.experts.n, m.n_used, n, &b, &sc.order).map_err(dev("routed experts (sorted device dispatch)"))?;
+            return Ok(sc.order.map);
+        }
+        lin.experts_by_dispatch(mats, m.experts.n, m.n_used, n, &b).map_err(dev("routed experts (device dispatch)"))?;
+        Ok(sc.map)
     }
 
     /// The distinct experts of the window's choice (read back: profiling only).
@@ -647,8 +655,8 @@ impl FlashNextOps for FlashChunk<'_> {
         g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true).map_err(dev("MoE router"))?;
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         if self.moe_on_device(m) {
-            self.experts_on_device(m)?;
-            return self.moe_tail(layer, sc.map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
+            let map = self.experts_on_device(m)?;
+            return self.moe_tail(layer, map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
         }
         if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), !self.prompt && g.by_handoff(self.s)) {
             // Hits from their slots by device dispatch, misses from the host thread.

@@ -74,6 +74,8 @@ pub(super) struct Scratch {
     /// rows (`ys` holds `2·cols·k` rows: the device's, then the host's).
     pub(super) rslots: DevicePtr,
     pub(super) hmap: DevicePtr,
+    /// A prompt chunk's slots ordered by expert (device dispatch of more than a window).
+    pub(super) order: crate::linear::SlotOrder,
     pub(super) eg: DevicePtr,
     pub(super) eu: DevicePtr,
     pub(super) ea: DevicePtr,
@@ -194,6 +196,7 @@ impl Scratch {
             map: up.bytes(&map.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?,
             rslots: f(up, w * k)?,
             hmap: f(up, w * k)?,
+            order: crate::linear::SlotOrder::alloc(up, w * k)?,
             eg: f(up, ff)?,
             eu: f(up, ff)?,
             ea: f(up, ff)?,

@@ -51,6 +51,7 @@ pub fn checks() -> Vec<Check> {
     v.push(Check::new(abi::MOE_ROUTER, vec![abi::MOE_ROUTER], "cpu_kernels::softmax + moe::top_k + renorm", moe_router));
     v.push(Check::new(abi::MOE_COMBINE, vec![abi::MOE_COMBINE], "weighted adds in rank order on the host", moe_combine));
     v.push(Check::new(abi::MOE_SLOT_MAP, vec![abi::MOE_SLOT_MAP], "table lookup and miss rows on the host", moe_slot_map));
+    v.push(Check::new(abi::MOE_SORT_SLOTS, vec![abi::MOE_SORT_SLOTS], "stable sort by expert of each block on the host", moe_sort_slots));
     v.push(Check::new(abi::GEGLU_TABLE, vec![abi::GEGLU_TABLE], "cpu_kernels::geglu_ggml", geglu_table));
     for &(method, values, name) in abi::REDUCE_KERNELS {
         v.push(Check::new(name, vec![name], "xor butterfly on the host (bench::butterfly)", move |cx| reduce(cx, name, method, values)));
@@ -443,6 +444,38 @@ fn moe_slot_map(cx: &mut Cx) -> CheckResultOf<()> {
     let (ib, tb, sb, mb, ns, ne) = timed;
     cx.set_shape(format!("{ns} slots of {ne} experts"));
     cx.bench((ns * 16) as u64, &|o, s| o.moe_slot_map(s, ib, tb, sb, mb, ns as u32, ne as u32, 1000))
+}
+
+fn moe_sort_slots(cx: &mut Cx) -> CheckResultOf<()> {
+    // (tokens, k, experts): a Flash-Next prompt chunk, one over two sort blocks, tiny.
+    let shapes: &[(usize, usize, usize)] = &[(64, 10, 512), (256, 8, 128), (7, 1, 3)];
+    let mut timed = (0, 0, 0, 0, 0, 0);
+    for &(nt, k, ne) in shapes {
+        let ns = nt * k;
+        let ids: Vec<u32> = (0..ns).map(|_| (cx.rng.next_u64() % ne as u64) as u32).collect();
+        // The host's stable sort of each block by expert id.
+        let (mut want_ids, mut want_cols, mut want_map) = (vec![0u32; ns], vec![0u32; ns], vec![0u32; ns]);
+        let block = abi::MOE_SORT_BLOCK as usize;
+        for b0 in (0..ns).step_by(block) {
+            let mut order: Vec<usize> = (b0..(b0 + block).min(ns)).collect();
+            order.sort_by_key(|&j| (ids[j], j));
+            for (p, &j) in order.iter().enumerate() {
+                let pos = b0 + p;
+                (want_ids[pos], want_cols[pos], want_map[j]) = (ids[j], (j / k) as u32, pos as u32);
+            }
+        }
+        let (ib, sb, cb, mb) = (cx.upu(&ids)?, cx.zeros(ns * 4)?, cx.zeros(ns * 4)?, cx.zeros(ns * 4)?);
+        cx.ops.moe_sort_slots(cx.s, ib, sb, cb, mb, ns as u32, k as u32)?;
+        let what = format!("{nt} tokens x {k} of {ne} experts");
+        let (got_ids, got_cols, got_map) = (cx.read_u32(sb, ns)?, cx.read_u32(cb, ns)?, cx.read_u32(mb, ns)?);
+        cx.cmp_ids(&format!("sorted ids, {what}"), &got_ids, &want_ids);
+        cx.cmp_ids(&format!("tokens, {what}"), &got_cols, &want_cols);
+        cx.cmp_ids(&format!("rows, {what}"), &got_map, &want_map);
+        timed = (ib, sb, cb, mb, ns, k);
+    }
+    let (ib, sb, cb, mb, ns, k) = timed;
+    cx.set_shape(format!("{ns} slots, {k} a token"));
+    cx.bench((ns * 16) as u64, &|o, s| o.moe_sort_slots(s, ib, sb, cb, mb, ns as u32, k as u32))
 }
 
 fn geglu_table(cx: &mut Cx) -> CheckResultOf<()> {

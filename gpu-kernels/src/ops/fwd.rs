@@ -7,7 +7,7 @@
 //! where a wave owns a row). Row kernels use one wave per row and no LDS.
 use super::unroll;
 use crate::abi::{MOE_MAX_EXPERTS, MOE_MAX_K, ROPE_HEADS, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{fma, group_id, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
+use crate::arch::{barrier, fma, group_id, Lds, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
     wave_id, wave_max_f32, wave_max_u32, wave_min_u32};
 use crate::mem::f32_to_f16;
 use quant::fmath::{expf, gelu_tanh, sigmoid, silu};
@@ -478,6 +478,52 @@ pub extern "gpu-kernel" fn moe_slot_map(ids: *const u32, table: *const u32, slot
         let s = *table.add(e as usize);
         *slots.add(j as usize) = s;
         *map.add(j as usize) = if s == crate::abi::MOE_SLOT_MISS { miss_base + j } else { j };
+    }
+}
+
+/// A chunk's slots ordered by expert within blocks of `MOE_SORT_BLOCK` (abi::MoeSortArgs):
+/// the workgroup stages its block's ids in LDS (a block is whole workgroups), then item `j`
+/// counts the slots of the block that sort before it, `(id, index)` ascending.
+#[unsafe(no_mangle)]
+pub extern "gpu-kernel" fn moe_sort_slots(ids: *const u32, sorted: *mut u32, cols: *mut u32, map: *mut u32, n_slots: u32, k: u32, _p0: u32, _p1: u32) {
+    const BLOCK: u32 = crate::abi::MOE_SORT_BLOCK;
+    const _: () = assert!(BLOCK.is_multiple_of(WG_SIZE));
+    if k == 0 {
+        return;
+    }
+    let j = gid();
+    let b0 = group_id() * WG_SIZE / BLOCK * BLOCK;
+    if b0 >= n_slots {
+        return; // the whole workgroup: no barrier is left waiting
+    }
+    let b1 = if n_slots - b0 < BLOCK { n_slots } else { b0 + BLOCK };
+    let lds = Lds::get();
+    let mut i = b0 + thread_id();
+    while i < b1 {
+        // SAFETY: ABI: ids holds n_slots u32 and i < b1 <= n_slots; the launch has BLOCK·4
+        // bytes of LDS (registry) and item t writes only words t, t + WG_SIZE, ...
+        unsafe { lds.st32((i - b0) * 4, *ids.add(i as usize)) };
+        i += WG_SIZE;
+    }
+    barrier();
+    if j >= n_slots {
+        return;
+    }
+    // SAFETY: the staged block is read-only after the barrier; sorted/cols/map hold n_slots
+    // u32 (ABI), and the positions of a block are a permutation of it (distinct (id, index)
+    // keys), so item j alone writes sorted/cols[pos] and map[j].
+    unsafe {
+        let e = lds.ld32((j - b0) * 4);
+        let mut pos = b0;
+        let mut i = b0;
+        while i < b1 {
+            let o = lds.ld32((i - b0) * 4);
+            pos += (o < e || (o == e && i < j)) as u32;
+            i += 1;
+        }
+        *sorted.add(pos as usize) = e;
+        *cols.add(pos as usize) = j / k;
+        *map.add(j as usize) = pos;
     }
 }
 

@@ -14,7 +14,7 @@
 use super::unroll;
 use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS, IQ4NL};
 use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, mmvq_lanes_log2, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{ballot, barrier, group_id, group_id_y, group_sum_f32xn, lane_id, thread_id, uniform, wave_id, Lds};
+use crate::arch::{ballot, barrier, group_id, group_id_y, group_sum_f32xn, lane_id, read_lane, thread_id, uniform, wave_id, Lds};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
 
@@ -232,6 +232,7 @@ unsafe fn moe_pass<B: MmvqBlock, const NC: usize, const GLU: bool>(
     x: *const u8,
     y: *mut f32,
     mask: &mut u64,
+    cols: *const u32,
     x_div: u32,
     nrows: u32,
     k: u32,
@@ -245,7 +246,14 @@ unsafe fn moe_pass<B: MmvqBlock, const NC: usize, const GLU: bool>(
         if *mask != 0 {
             let s = mask.trailing_zeros();
             *mask &= *mask - 1;
-            xcol[c] = s / x_div;
+            xcol[c] = if cols.is_null() {
+                s / x_div
+            } else {
+                // One lane loads the column and the wave shares it (a word read by every lane
+                // would move 128 bytes a wave).
+                // SAFETY: a non-null `cols` holds the launch's n_slots u32 (ABI), s < n_slots.
+                read_lane(if lane_id() == 0 { unsafe { *cols.add(s as usize) } } else { 0 }, 0)
+            };
             ycol[c] = s * nrows;
         } else {
             // Padding (fewer slots than NC): stage the previous column again, store nothing.
@@ -274,6 +282,7 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
     y: *mut f32,
     ids: *const u32,
     expert_bytes: u64,
+    cols: *const u32,
     n_slots: u32,
     x_div: u32,
     nrows: u32,
@@ -341,7 +350,7 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
         unsafe {
             macro_rules! pass {
                 ($nc:literal) => {
-                    moe_pass::<B, $nc, GLU>(we, w2e, x, y, &mut mask, x_div, nrows, k, rows_per_wg, act, row0)
+                    moe_pass::<B, $nc, GLU>(we, w2e, x, y, &mut mask, cols, x_div, nrows, k, rows_per_wg, act, row0)
                 };
             }
             // Q6_K: one 1-column body and one G-column body with padding, since the register
@@ -383,12 +392,12 @@ macro_rules! define_mmvq_moe {
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub extern "gpu-kernel" fn $name(
-            w: *const u8, w2: *const u8, x: *const u8, y: *mut f32, ids: *const u32, expert_bytes: u64,
+            w: *const u8, w2: *const u8, x: *const u8, y: *mut f32, ids: *const u32, expert_bytes: u64, cols: *const u32,
             n_slots: u32, x_div: u32, nrows: u32, k: u32, rows_per_wg: u32, n_expert: u32, act: u32, _pad: u32,
         ) {
             // SAFETY: the host launches per abi::MmvqMoeArgs (gpu-executor/src/ops.rs).
             unsafe {
-                mmvq_moe::<$ty, $g, $glu>(w, w2, x, y, ids, expert_bytes, n_slots, x_div, nrows, k, rows_per_wg, n_expert, act)
+                mmvq_moe::<$ty, $g, $glu>(w, w2, x, y, ids, expert_bytes, cols, n_slots, x_div, nrows, k, rows_per_wg, n_expert, act)
             }
         }
     )*};
