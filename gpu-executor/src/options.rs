@@ -209,10 +209,13 @@ pub enum MmqVariant {
 /// Rule (`Auto`): windows of up to `abi::MAX_COLS` tokens (decode steps, speculative
 /// verification) use device dispatch — `mmvq_moe_*` reads `sel_ids` on the device, no host
 /// synchronisation, so the window is captured as a graph and replayed; longer prompt chunks
-/// use the host readback, which groups a chunk's tokens by expert in launches of 8 columns
-/// (device dispatch would read each chosen expert once per 8 tokens as well, but it launches
-/// every (token group, slot) workgroup and so is only used for windows). Experts without an
-/// MMVQ type (F32/F16) always use the host path. Both paths give identical bits.
+/// use the host readback, which runs each chosen expert once on all its tokens by the prompt
+/// rule (GEMM or MMQ from 32 tokens: dense routing such as 128 experts top-8 over 512 tokens
+/// gives ~32 a expert, whose weights MMVQ would read once per 4-8 columns). `Device` runs
+/// prompt chunks by device dispatch over slots sorted by expert (`moe_sort_slots`), each
+/// expert read about once a chunk. Experts without an MMVQ type (F32/F16) always use the host
+/// path. Both paths give identical bits. (Flash-Next's chunks, ~1.75 tokens per chosen
+/// expert, always take sorted device dispatch when every expert is resident.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MoePath {
