@@ -53,13 +53,13 @@ fn read_on_device(ops: &GpuOps, h: &HyperConn, r: &[f32], n: usize, num: Numeric
         eps: h.eps,
     };
     let (rb, gb, fb) = (upf(ops, r), upf(ops, &h.norm), zeros(ops, n * hc * e * 4));
-    ops.gr_stream_norm(&S, &shape, rb.ptr, gb.ptr, fb.ptr, n as u32)
+    ops.gr_stream_norm(&S, &shape, rb.ptr, gb.ptr, fb.ptr, None, n as u32)
         .unwrap();
     let flat = fb.f32s();
     let mut lo = vec![0f32; n * lr];
     num.matmul(&h.down, &flat, n, &mut lo);
     let lob = upf(ops, &lo);
-    ops.gr_lowrank_act(&S, &shape, lob.ptr, (n * lr) as u32)
+    ops.gr_lowrank_act(&S, &shape, lob.ptr, None, (n * lr) as u32)
         .unwrap();
     let lo = lob.f32s();
     let mut gate = vec![0f32; n * hc * e];
@@ -111,7 +111,13 @@ test_device!(
             assert_bits(dev, &format!("token {t}: block input"), &x[t * e..(t + 1) * e], &x1);
         }
         let bad = GrShape { hc: 0, e: 64, eps: 1e-6 };
-        assert!(ops.gr_stream_norm(&S, &bad, 0, 0, 0, 1).is_err());
+        assert!(ops.gr_stream_norm(&S, &bad, 0, 0, 0, None, 1).is_err());
+        // A fused Q8_1 output needs rows of whole 32-value blocks.
+        let odd = GrShape { hc: 2, e: 48, eps: 1e-6 };
+        let (rb, fb, qb) = (zeros(ops, 2 * 48 * 4), zeros(ops, 2 * 48 * 4), zeros(ops, 2 * 48 * 4));
+        assert!(ops.gr_stream_norm(&S, &odd, rb.ptr, rb.ptr, fb.ptr, Some(qb.ptr), 1).is_err(), "rows of 48");
+        assert!(ops.gr_lowrank_act(&S, &odd, fb.ptr, Some((qb.ptr, 48)), 96).is_err(), "rows of 48");
+        assert!(ops.gr_lowrank_act(&S, &odd, fb.ptr, Some((qb.ptr, 64)), 96).is_err(), "96 values in rows of 64");
         assert!(ops.gr_combine(&S, &GrShape { hc: 4, ..bad }, 0, 0, 0, 0).is_err());
     }
 );

@@ -100,17 +100,20 @@ pub const GDN_CHUNK_LDS_BYTES: u32 = 8 * GDN_CHUNK_MAX + 8 * GDN_CHUNK_MAX * GDN
 pub const GDN_MAX_PREFILL_TOKENS: u32 = 4096;
 pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";
 
-/// Hyper-connection kernels (ops/gr.rs), one struct for the four: three buffers, then the
-/// rows or tokens, the embedding width, the stream count and (norm only) eps.
+/// Hyper-connection kernels (ops/gr.rs), one struct for the four: three buffers, a Q8_1
+/// output, then the rows or tokens, the embedding width, the stream count and (norm only) eps.
 /// `gr_stream_norm_f32` (r, gamma, flat; n_rows = tokens x hc): one wave per row;
 /// `gr_lowrank_act_f32` (lo; n values): `gr_gate_mix_f32` (flat, gate, x) and `gr_combine_f32`
-/// (r, y, inj): one work-item per value.
+/// (r, y, inj): one work-item per value. `q` (norm and low-rank act; 0 = none) receives the
+/// output's Q8_1 quantization as well, the bytes `quantize_q8_1` would write for it (so the
+/// next product need not launch it): the rows' width must be a multiple of 32.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GrArgs {
     pub a: u64,
     pub b: u64,
     pub c: u64,
+    pub q: u64,
     pub n: u32,
     pub e: u32,
     pub hc: u32,
@@ -282,7 +285,7 @@ const _: () = assert!(core::mem::size_of::<QsaIndexScoresArgs>() == 56);
 const _: () = assert!(core::mem::size_of::<QsaSelectArgs>() == 56);
 const _: () = assert!(core::mem::size_of::<QsaAttendArgs>() == 112);
 const _: () = assert!(core::mem::size_of::<MoeSharedArgs>() == 32);
-const _: () = assert!(core::mem::size_of::<GrArgs>() == 40);
+const _: () = assert!(core::mem::size_of::<GrArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<GdnL2NormArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<GdnDeltaArgs>() == 80);

@@ -130,7 +130,7 @@ const ATTN_ARGS: ArgStruct = arg_struct!(AttnArgs, 7);
 const GET_ROWS_ARGS: ArgStruct = arg_struct!(GetRowsArgs, 3);
 const CONVERT_ARGS: ArgStruct = arg_struct!(ConvertArgs, 2);
 const KV_STORE_ARGS: ArgStruct = arg_struct!(KvStoreArgs, 4);
-const GR_ARGS: ArgStruct = arg_struct!(GrArgs, 3);
+const GR_ARGS: ArgStruct = arg_struct!(GrArgs, 4);
 
 /// The LDS an MMVQ-style launch may stage (64 KiB minus the type's static tables).
 const fn mmvq_lds(ty: WType) -> u32 {

@@ -315,11 +315,24 @@ impl<'a> FlashChunk<'a> {
     }
 
     fn project_with(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)], wdq: DevicePtr) -> Result<()> {
+        self.project_from(x, n, outs, wdq, false)
+    }
+
+    /// Whether one of the products `outs` of `n` rows reads the input as Q8_1 (`sc.xq`): then
+    /// a kernel that writes the input may write its quantization too ([`FlashChunk::project_from`]).
+    fn reads_q8_1(&self, n: usize, outs: &[&DevMat], wdq: DevicePtr) -> bool {
+        let (lin, tmp) = (self.lin(), Tmp { wdq, xh: self.s.sc.xh });
+        outs.iter().any(|w| lin.reads_q8_1(w, n, tmp))
+    }
+
+    /// [`FlashChunk::project_with`]; `quantized`: the input's Q8_1 rows are in `sc.xq` already
+    /// (written with it by the kernel that produced it).
+    fn project_from(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)], wdq: DevicePtr, quantized: bool) -> Result<()> {
         let lin = self.lin();
         let sc = &self.s.sc;
         let tmp = Tmp { wdq, xh: sc.xh };
         // Quantized once for the products that read Q8_1 (none when all take the GEMM path).
-        if let Some((w, _)) = outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp)) {
+        if let (Some((w, _)), false) = (outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp)), quantized) {
             lin.quantize(x, sc.xq, n, w.cols).map_err(dev("quantizing activations"))?;
         }
         for (w, y) in outs {
@@ -334,19 +347,21 @@ impl<'a> FlashChunk<'a> {
     }
 
     /// The GR read of the `n` tokens from `r0` (their streams) into rows `0..n` of `x` / `inj`;
-    /// `wdq` as in [`FlashChunk::project_with`].
+    /// `wdq` as in [`FlashChunk::project_with`]. When the products read Q8_1 (MMVQ), the norm
+    /// and the low-rank activation write their outputs' quantization as well, and the down and
+    /// injection products share the streams' (5 launches a read, 6 with the injection).
     fn hc_read_rows(&self, h: &DevHc, r0: usize, n: usize, wdq: DevicePtr) -> Result<()> {
         let (ops, st, sc) = (&self.g.ops, &self.g.stream, &self.s.sc);
         let r = sc.r + (r0 * (h.shape.hc * h.shape.e) as usize * 4) as u64;
-        ops.gr_stream_norm(st, &h.shape, r, h.norm, sc.flat, n as u32).map_err(dev("GR norm"))?;
-        self.project_with(sc.flat, n, &[(&h.down, sc.lo)], wdq)?;
-        ops.gr_lowrank_act(st, &h.shape, sc.lo, (n * h.down.rows) as u32).map_err(dev("GR low-rank"))?;
-        self.project_with(sc.lo, n, &[(&h.up, sc.gates)], wdq)?;
-        ops.gr_gate_mix(st, &h.shape, sc.flat, sc.gates, sc.x, n as u32).map_err(dev("GR gate mix"))?;
-        if let Some(inj) = &h.inject {
-            self.project_with(sc.flat, n, &[(inj, sc.inj)], wdq)?;
-        }
-        Ok(())
+        let from_flat: Vec<(&DevMat, DevicePtr)> = std::iter::once((&h.down, sc.lo)).chain(h.inject.as_ref().map(|inj| (inj, sc.inj))).collect();
+        let flat_q = self.reads_q8_1(n, &from_flat.iter().map(|(w, _)| *w).collect::<Vec<_>>(), wdq) && h.shape.e.is_multiple_of(32);
+        ops.gr_stream_norm(st, &h.shape, r, h.norm, sc.flat, flat_q.then_some(sc.xq), n as u32).map_err(dev("GR norm"))?;
+        self.project_from(sc.flat, n, &from_flat, wdq, flat_q)?;
+        let lr = h.down.rows;
+        let lo_q = self.reads_q8_1(n, &[&h.up], wdq) && lr.is_multiple_of(32);
+        ops.gr_lowrank_act(st, &h.shape, sc.lo, lo_q.then_some((sc.xq, lr as u32)), (n * lr) as u32).map_err(dev("GR low-rank"))?;
+        self.project_from(sc.lo, n, &[(&h.up, sc.gates)], wdq, lo_q)?;
+        ops.gr_gate_mix(st, &h.shape, sc.flat, sc.gates, sc.x, n as u32).map_err(dev("GR gate mix"))
     }
 
     fn hc(&self, layer: usize, site: Site) -> &'a DevHc {
@@ -778,8 +793,8 @@ impl FlashNextOps for FlashChunk<'_> {
         // x = embedding rows, y = enorm(x), flat = hnorm_c of each wide stream.
         let t = d.embed.as_ref().unwrap_or(&g.w.tok_embd);
         g.ops.get_rows(st, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("MTP embedding rows"))?;
-        g.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, n as u32).map_err(dev("MTP enorm"))?;
-        g.ops.gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, n as u32).map_err(dev("MTP hnorm"))?;
+        g.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, None, n as u32).map_err(dev("MTP enorm"))?;
+        g.ops.gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, None, n as u32).map_err(dev("MTP hnorm"))?;
         // Per stream: cat[t] = [y[t] ‖ flat[t][c]], R[t][c] = W_eh · cat[t].
         let at = |p: DevicePtr, floats: usize| p + (floats * 4) as u64;
         for c in 0..hc {

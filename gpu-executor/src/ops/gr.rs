@@ -39,7 +39,10 @@ impl GrShape {
 }
 
 impl GpuOps {
-    /// `flat[t][c] = rms(r[t][c]; gamma[c])` for `n_tokens` tokens of `[hc][E]` streams.
+    /// `flat[t][c] = rms(r[t][c]; gamma[c])` for `n_tokens` tokens of `[hc][E]` streams; with
+    /// `q8_1`, also `flat`'s Q8_1 rows there (what `quantize_q8_1` would write; E a multiple of
+    /// 32).
+    #[allow(clippy::too_many_arguments)]
     pub fn gr_stream_norm(
         &self,
         s: &Stream,
@@ -47,15 +50,20 @@ impl GpuOps {
         r: DevicePtr,
         gamma: DevicePtr,
         flat: DevicePtr,
+        q8_1: Option<DevicePtr>,
         n_tokens: u32,
     ) -> Result<()> {
         shape.check(n_tokens)?;
         let name = abi::GR_STREAM_NORM;
+        if q8_1.is_some() && !shape.e.is_multiple_of(32) {
+            return Err(bad(name, format!("Q8_1 output of rows of {} (not a multiple of 32)", shape.e)));
+        }
         let rows = n_tokens * shape.hc;
         let a = abi::GrArgs {
             a: r,
             b: gamma,
             c: flat,
+            q: q8_1.unwrap_or(0),
             n: rows,
             e: shape.e,
             hc: shape.hc,
@@ -70,13 +78,21 @@ impl GpuOps {
         )
     }
 
-    /// `lo = silu(lo / hc)` in place, `n` values (the down projection of `n_tokens` tokens).
-    pub fn gr_lowrank_act(&self, s: &Stream, shape: &GrShape, lo: DevicePtr, n: u32) -> Result<()> {
+    /// `lo = silu(lo / hc)` in place, `n` values (the down projection of `n_tokens` tokens);
+    /// with `q8_1 = (buffer, width)`, also `lo`'s Q8_1 rows of `width` there (what
+    /// `quantize_q8_1` would write; `width` a multiple of 32 dividing `n`).
+    pub fn gr_lowrank_act(&self, s: &Stream, shape: &GrShape, lo: DevicePtr, q8_1: Option<(DevicePtr, u32)>, n: u32) -> Result<()> {
         let name = abi::GR_LOWRANK_ACT;
+        if let Some((_, w)) = q8_1
+            && (w == 0 || !w.is_multiple_of(32) || !n.is_multiple_of(w))
+        {
+            return Err(bad(name, format!("Q8_1 output of rows of {w} over {n} values (rows must be a multiple of 32 wide)")));
+        }
         let a = abi::GrArgs {
             a: lo,
             b: 0,
             c: 0,
+            q: q8_1.map_or(0, |(p, _)| p),
             n,
             e: 0,
             hc: shape.hc,
@@ -107,6 +123,7 @@ impl GpuOps {
             a: flat,
             b: gate,
             c: x,
+            q: 0,
             n: n_tokens,
             e: shape.e,
             hc: shape.hc,
@@ -137,6 +154,7 @@ impl GpuOps {
             a: r,
             b: y,
             c: inj,
+            q: 0,
             n: n_tokens,
             e: shape.e,
             hc: shape.hc,

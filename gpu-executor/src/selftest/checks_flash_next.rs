@@ -239,17 +239,31 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
     let r = cx.rand_f32(n * hc * e, 2.0);
     let want_flat = h.norm_streams(&r, n);
     let (rb, gb, fb) = (cx.upf(&r)?, cx.upf(&h.norm)?, cx.zeros(n * hc * e * 4)?);
-    cx.ops.gr_stream_norm(cx.s, &shape, rb, gb, fb, n as u32)?;
+    let q8_1 = |x: &[f32]| -> CheckResultOf<Vec<u8>> {
+        let mut q = vec![0u8; x.len() / 32 * 36];
+        quant::quantize_row(quant::GgmlType::Q8_1, x, &mut q).map_err(|e| format!("quantize_row(Q8_1): {e:?}"))?;
+        Ok(q)
+    };
+    // The fused Q8_1 output: `quant`'s bytes for the rows (those `quantize_q8_1` writes).
+    let fq = cx.zeros(n * hc * e / 32 * 36)?;
+    cx.ops.gr_stream_norm(cx.s, &shape, rb, gb, fb, Some(fq), n as u32)?;
     let got = cx.read_f32(fb, n * hc * e)?;
     cx.cmp_bits("stream norm", &got, &want_flat);
+    let got = cx.read(fq, n * hc * e / 32 * 36)?;
+    cx.cmp_bytes("stream norm, its Q8_1", &got, &q8_1(&want_flat)?);
 
     let mut lo = vec![0f32; n * lr];
     h.down.matmul(&want_flat, n, &mut lo);
     let lob = cx.upf(&lo)?;
     h.lowrank_act(&mut lo);
-    cx.ops.gr_lowrank_act(cx.s, &shape, lob, (n * lr) as u32)?;
+    let lq = cx.zeros(n * lr / 32 * 36)?;
+    cx.ops.gr_lowrank_act(cx.s, &shape, lob, Some((lq, lr as u32)), (n * lr) as u32)?;
     let got = cx.read_f32(lob, n * lr)?;
     cx.cmp_rel_floor1("low-rank act", &got, &lo, GR_TOL);
+    // Of the device's own values (the act is within GR_TOL of the host's, not equal).
+    let want_q = q8_1(&got)?;
+    let got = cx.read(lq, n * lr / 32 * 36)?;
+    cx.cmp_bytes("low-rank act, its Q8_1", &got, &want_q);
 
     let mut gate = vec![0f32; n * hc * e];
     h.up.matmul(&lo, n, &mut gate);
@@ -269,7 +283,7 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
     cx.cmp_rel_floor1("combine", &got, &want_r, GR_TOL);
     cx.set_shape(format!("{hc} streams x {e}, {n} tokens"));
     cx.bench((n * hc * e * 8 + hc * e * 4) as u64, &|o, s| {
-        o.gr_stream_norm(s, &shape, rb, gb, fb, n as u32)
+        o.gr_stream_norm(s, &shape, rb, gb, fb, None, n as u32)
     })
 }
 

@@ -4,7 +4,7 @@
 //! here, the divisions are IEEE (`v_div_scale/fmas/fixup`), and nothing is contracted into an
 //! FMA (Rust never contracts; the ISA test checks `v_mul_f32` feeds `v_add_f32` in Q8_K).
 use crate::abi::{Q8_1_BYTES, Q8_K_BYTES, QK8_1, QK_K, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{group_id, lane_id, read_lane, thread_id, wave_id, wave_max_u32, wave_min_u32, xor1_i32};
+use crate::arch::{group_id, lane_id, read_lane, thread_id, wave_id, wave_max_u32, wave_min_u32, wave_sum_i32, xor1_i32};
 use crate::mem::{f32_to_f16, ld_f32x4_aligned, st_u16, st_u32, st_u32x2};
 use quant::util::{fabsf, nearest_int, roundf_i32};
 
@@ -52,6 +52,32 @@ unsafe fn quantize_block_q8_1(src: *const f32, dst: *mut u8) {
         st_u32x2(dst.add(12), [words[2], words[3]]);
         st_u32x2(dst.add(20), [words[4], words[5]]);
         st_u32x2(dst.add(28), [words[6], words[7]]);
+    }
+}
+
+/// The Q8_1 block of 32 values held one per lane of a wave (lane `l` holds value `l`), written
+/// to `dst` with the bytes of `quantize_block_q8_1`: the amax by a wave max of the magnitudes'
+/// bits (exact), `d`, `1/d` and each lane's rounding as there, the quant sum by a wave sum of
+/// integers (exact). Lane `l` stores quant byte `l`, lane 0 the scales. For kernels whose output
+/// is the next product's input: the fused quantization saves a launch.
+///
+/// # Safety
+/// Every lane of the wave is active and passes the same `dst`: 36 writable bytes, 4-byte
+/// aligned.
+#[inline(always)]
+pub(crate) unsafe fn quantize_wave_q8_1(v: f32, dst: *mut u8) {
+    let amax = f32::from_bits(wave_max_u32(fabsf(v).to_bits()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let q = roundf_i32(v * id) as i8;
+    let sum = wave_sum_i32(q as i32);
+    let lane = lane_id();
+    // SAFETY: caller contract; lane l alone writes byte 4 + l, lane 0 the first 4 bytes.
+    unsafe {
+        *dst.add(4 + lane as usize) = q as u8;
+        if lane == 0 {
+            st_u32(dst, f32_to_f16(d) as u32 | (f32_to_f16(sum as f32 * d) as u32) << 16);
+        }
     }
 }
 
