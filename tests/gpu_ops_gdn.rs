@@ -120,7 +120,7 @@ impl<'a> DevLayer<'a> {
                 o.f32s()
             }
             Some(ch) => {
-                let delta = zeros(ops, (self.shape.hv * self.shape.head_dim) as usize * ch * 4);
+                let delta = zeros(ops, 2 * (self.shape.hv * self.shape.head_dim) as usize * ch * 4);
                 ops.gdn_prefill(&S, &self.shape, &b, n as u32, ch as u32, delta.ptr).expect("gdn_prefill");
                 o.f32s()
             }

@@ -71,7 +71,8 @@ pub const GDN_DELTA_RULE_S128: &str = "gdn_delta_rule_s128_f32";
 pub const GDN_S128_BLOCK: u32 = 256;
 pub const GDN_S128_LDS_BYTES: u32 = 4 * 128 * 4;
 /// `gdn_delta_chunked_f32`: the chunked (prefill) delta rule, one workgroup of
-/// [`GDN_CHUNK_BLOCK`] per value head, with a `δ` scratch of `[Hv][chunk][S]` f32.
+/// [`GDN_CHUNK_BLOCK`] per value head, with a scratch of `[Hv][2·chunk][S]` f32 (`M₀ᵀk_t`, then
+/// `δ_t`; `M₀ᵀq_t`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GdnChunkArgs {
@@ -91,6 +92,9 @@ pub struct GdnChunkArgs {
     pub chunk: u32,
 }
 pub const GDN_DELTA_CHUNKED: &str = "gdn_delta_chunked_f32";
+/// Tokens of a chunk per read of a state column in `gdn_delta_chunked_f32` (and `δ`s per
+/// rewrite of it): its register accumulators.
+pub const GDN_CHUNK_PASS: u32 = 8;
 /// Work-items of its workgroup (each owns state columns j, j + 128, ..), the largest chunk, and
 /// its LDS: the chunk's cumulative log-decay and β, then the k·k and q·k triangles.
 pub const GDN_CHUNK_BLOCK: u32 = 128;

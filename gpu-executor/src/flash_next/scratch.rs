@@ -29,7 +29,7 @@ pub(super) struct Scratch {
     /// shared decoder's rule in `gpu::linear`) and its size in f32 bytes (0 and 0 for windows).
     pub(super) wdq: DevicePtr,
     pub(super) wdq_bytes: usize,
-    /// Prompt chunks: the chunked delta rule's `δ` scratch `[Hv][GDN_CHUNK_MAX][S]` (0 for
+    /// Prompt chunks: the chunked delta rule's scratch `[Hv][2·GDN_CHUNK_MAX][S]` (0 for
     /// windows).
     pub(super) gdn_delta: DevicePtr,
     /// Prompt chunks: one routed expert's gathered inputs `[cols][E]` (host-readback experts,
@@ -156,7 +156,7 @@ impl Scratch {
             cols: w,
             wdq: if wdq_bytes > 0 { up.zeroed(wdq_bytes)? } else { 0 },
             wdq_bytes,
-            gdn_delta: if prompt { f(up, vd * crate::abi::GDN_CHUNK_MAX as usize)? } else { 0 },
+            gdn_delta: if prompt { f(up, 2 * vd * crate::abi::GDN_CHUNK_MAX as usize)? } else { 0 },
             xg: if prompt { f(up, w * e)? } else { 0 },
             ids: f(up, w)?,
             pos: f(up, w)?,

@@ -21,7 +21,7 @@ enum DeltaForm {
     Fast,
     /// Token by token, every sum in the CPU's order.
     InOrder,
-    /// Chunks of up to `.0` tokens with a scratch of `Hv · chunk · S` f32.
+    /// Chunks of up to `.0` tokens with a scratch of `2 · Hv · chunk · S` f32.
     Chunked(u32, DevicePtr),
 }
 
@@ -154,7 +154,7 @@ impl GpuOps {
     /// The GDN token mixer for a prompt chunk of `n_tokens` (1..=`abi::GDN_MAX_PREFILL_TOKENS`):
     /// as [`GpuOps::gdn_mix`] with the chunked delta rule (`Gdn::mix`'s `GdnMode::Chunked`,
     /// chunks of `chunk` tokens, 1..=`abi::GDN_CHUNK_MAX`), which reads and writes the state
-    /// once a chunk. `delta` is a scratch of `Hv · chunk · S` f32.
+    /// once a chunk. `delta` is a scratch of `2 · Hv · chunk · S` f32.
     pub fn gdn_prefill(
         &self,
         s: &Stream,

@@ -186,7 +186,7 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
     };
     let mode = chunk.map_or(GdnMode::Recurrent, GdnMode::Chunked);
     let want = g.mix(&m, &z, &beta, &alpha, n, &mut st, mode);
-    let delta = cx.zeros(hv * chunk.unwrap_or(1) * s * 4)?;
+    let delta = cx.zeros(2 * hv * chunk.unwrap_or(1) * s * 4)?;
     match chunk {
         Some(c) => cx.ops.gdn_prefill(cx.s, &shape, &b, n as u32, c as u32, delta)?,
         None => cx.ops.gdn_mix(cx.s, &shape, &b, n as u32)?,

@@ -6,7 +6,8 @@
 //! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu_ops_gdn.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_CHUNK_PASS, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
+use super::unroll;
 use crate::arch::{barrier, fp_fence, group_id, lane_id, read_lane_f64, thread_id, wave_id, Lds};
 use quant::fmath::{expf, sigmoid, silu, softplus};
 use quant::util::sqrtf;
@@ -298,7 +299,10 @@ pub extern "gpu-kernel" fn gdn_gated_norm_f32(o: *mut f32, z: *const f32, w: *co
 /// instead of once a token, and the pairwise dots are shared by every column. One workgroup of
 /// [`GDN_CHUNK_BLOCK`] per value head: the chunk's `G`, `β` and the `k·k`, `q·k` triangles live
 /// in LDS ([`GDN_CHUNK_LDS_BYTES`]); work-item `j` owns state columns `j, j + 128, ..` and their
-/// `δ` in the global scratch `delta [Hv][chunk][S]`. Every sum is in the CPU's order.
+/// `M₀ᵀk_t` (then `δ_t` in its place) and `M₀ᵀq_t` in the global scratch
+/// `delta [Hv][2·chunk][S]`. The column is read [`GDN_CHUNK_PASS`] tokens a pass for `M₀ᵀk` and
+/// `M₀ᵀq` (accumulators in registers) and rewritten once per as many `δ_i` at the end, instead
+/// of once a token each. Every sum is in the CPU's order.
 #[unsafe(no_mangle)]
 pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
     u: *const f32,
@@ -321,6 +325,7 @@ pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
     const BT: u32 = 4 * CH;
     const KK: u32 = 8 * CH;
     const QK: u32 = 8 * CH + 4 * CH * CH;
+    const PASS: usize = GDN_CHUNK_PASS as usize;
     let h = group_id();
     // Wave-uniform: the whole workgroup returns together.
     if h >= hv || hk == 0 || s == 0 || chunk == 0 || chunk > CH {
@@ -337,7 +342,7 @@ pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
     // written between barriers by one item and read after the next barrier.
     unsafe {
         let mh = state.add((h * s * s) as usize);
-        let dl = delta.add((h * chunk * s) as usize);
+        let dl = delta.add((h * 2 * chunk * s) as usize);
         let (dt, a) = (*dt_bias.add(h as usize), *ssm_a.add(h as usize));
         let hki = h % hk;
         let qrow = |t: u32| u.add((t * channels + hki * s) as usize);
@@ -386,18 +391,36 @@ pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
             let mut j = tid;
             while j < s {
                 let col = |i: u32| mh.add((i * s + j) as usize);
-                let mt = |x: *const f32| {
-                    let mut r = 0f32;
-                    for i in 0..s {
-                        r += *col(i) * *x.add(i as usize);
-                    }
-                    r
-                };
+                // M₀ᵀk_t, then δ_t in its place; M₀ᵀq_t.
                 let d_at = |t: u32| dl.add((t * s + j) as usize);
+                let mq_at = |t: u32| dl.add(((chunk + t) * s + j) as usize);
+                // M₀ᵀk_t and M₀ᵀq_t, PASS tokens per read of the column (each sum over i in order).
+                let mut t0 = 0;
+                while t0 < l {
+                    let (mut ak, mut aq) = ([0f32; PASS], [0f32; PASS]);
+                    for i in 0..s {
+                        let m = *col(i);
+                        unroll::<PASS>(|u| {
+                            let t = t0 + u as u32;
+                            if t < l {
+                                ak[u] += m * *krow(c0 + t).add(i as usize);
+                                aq[u] += m * *qrow(c0 + t).add(i as usize);
+                            }
+                        });
+                    }
+                    unroll::<PASS>(|u| {
+                        let t = t0 + u as u32;
+                        if t < l {
+                            *d_at(t) = ak[u];
+                            *mq_at(t) = aq[u];
+                        }
+                    });
+                    t0 += PASS as u32;
+                }
                 // Forward substitution for δ.
                 for t in 0..l {
                     let (gt, bt) = (ldf(GC + 4 * t), ldf(BT + 4 * t));
-                    let mk = mt(krow(c0 + t));
+                    let mk = *d_at(t);
                     let mut d = bt * (*vrow(c0 + t).add(j as usize) - expf(gt) * mk);
                     for i in 0..t {
                         let aa = bt * expf(gt - ldf(GC + 4 * i)) * ldf(KK + 4 * (t * l + i));
@@ -408,24 +431,38 @@ pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
                 // Outputs.
                 for t in 0..l {
                     let gt = ldf(GC + 4 * t);
-                    let mut ov = expf(gt) * mt(qrow(c0 + t));
+                    let mut ov = expf(gt) * *mq_at(t);
                     for i in 0..=t {
                         let aa = expf(gt - ldf(GC + 4 * i)) * ldf(QK + 4 * (t * l + i));
                         ov += aa * *d_at(i);
                     }
                     *o.add(((c0 + t) * vd + h * s + j) as usize) = ov * scale;
                 }
-                // Chunk-end state.
+                // Chunk-end state: each element scaled by e^{G_L}, then k_i δ_i added in order of
+                // i, PASS of them per rewrite of the column.
                 let el = expf(gl);
-                for x in 0..s {
-                    *col(x) *= el;
-                }
-                for i in 0..l {
-                    let w = expf(gl - ldf(GC + 4 * i));
-                    let (ki, di) = (krow(c0 + i), *d_at(i));
+                let mut i0 = 0;
+                while i0 < l {
+                    let (mut w, mut di) = ([0f32; PASS], [0f32; PASS]);
+                    unroll::<PASS>(|u| {
+                        let i = i0 + u as u32;
+                        if i < l {
+                            w[u] = expf(gl - ldf(GC + 4 * i));
+                            di[u] = *d_at(i);
+                        }
+                    });
                     for x in 0..s {
-                        *col(x) += (w * *ki.add(x as usize)) * di;
+                        let p = col(x);
+                        let mut m = if i0 == 0 { *p * el } else { *p };
+                        unroll::<PASS>(|u| {
+                            let i = i0 + u as u32;
+                            if i < l {
+                                m += (w[u] * *krow(c0 + i).add(x as usize)) * di[u];
+                            }
+                        });
+                        *p = m;
                     }
+                    i0 += PASS as u32;
                 }
                 j += GDN_CHUNK_BLOCK;
             }
