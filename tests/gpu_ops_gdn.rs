@@ -303,5 +303,9 @@ test_device!(
             let e = ops.gdn_prefill(&S, &ok, &z, n, chunk, 0).expect_err(what).to_string();
             assert!(e.contains("gdn"), "{what}: {e}");
         }
+        // The chunked kernel stages rows of k and q in LDS: head dims up to 256.
+        let wide = GdnShape { head_dim: 264, ..ok };
+        let e = ops.gdn_prefill(&S, &wide, &z, 64, 16, 0).expect_err("head dim 264").to_string();
+        assert!(e.contains("head dim 264") && e.contains("256"), "{e}");
     }
 );

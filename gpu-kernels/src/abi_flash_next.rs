@@ -99,7 +99,10 @@ pub const GDN_CHUNK_PASS: u32 = 8;
 /// its LDS: the chunk's cumulative log-decay and β, then the k·k and q·k triangles.
 pub const GDN_CHUNK_BLOCK: u32 = 128;
 pub const GDN_CHUNK_MAX: u32 = 64;
-pub const GDN_CHUNK_LDS_BYTES: u32 = 8 * GDN_CHUNK_MAX + 8 * GDN_CHUNK_MAX * GDN_CHUNK_MAX;
+/// Largest head dim of the chunked kernel (its LDS stages `GDN_CHUNK_PASS` rows of k and of q).
+pub const GDN_CHUNK_MAX_HEAD_DIM: u32 = 256;
+pub const GDN_CHUNK_LDS_BYTES: u32 = 8 * GDN_CHUNK_MAX + 8 * GDN_CHUNK_MAX * GDN_CHUNK_MAX + 8 * GDN_CHUNK_PASS * GDN_CHUNK_MAX_HEAD_DIM;
+const _: () = assert!(GDN_CHUNK_LDS_BYTES <= 65536);
 /// Most tokens of one chunked (prefill) GDN launch.
 pub const GDN_MAX_PREFILL_TOKENS: u32 = 4096;
 pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";

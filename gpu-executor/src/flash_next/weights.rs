@@ -195,6 +195,9 @@ fn hc_mixer(up: &mut Uploader, h: &HyperConn, name: &str) -> Result<DevHc> {
 
 fn gdn(up: &mut Uploader, g: &Gdn, il: usize) -> Result<DevGdn> {
     let n = |s: &str| format!("blk.{il}.{s}");
+    if g.s > crate::abi::GDN_CHUNK_MAX_HEAD_DIM as usize {
+        return Err(unsupported(format!("{}: GDN head dim {} (at most {}: the chunked delta rule stages rows of it in LDS)", n("attn_qkv"), g.s, crate::abi::GDN_CHUNK_MAX_HEAD_DIM)));
+    }
     Ok(DevGdn {
         shape: GdnShape { hk: g.hk as u32, hv: g.hv as u32, head_dim: g.s as u32, conv_k: g.conv_k as u32, eps: g.eps },
         qkv: mat(up, &g.qkv, &n("attn_qkv"))?,

@@ -177,6 +177,9 @@ impl GpuOps {
                 ),
             ));
         }
+        if shape.head_dim > abi::GDN_CHUNK_MAX_HEAD_DIM {
+            return Err(bad("gdn", format!("head dim {} for the chunked delta rule (at most {})", shape.head_dim, abi::GDN_CHUNK_MAX_HEAD_DIM)));
+        }
         if chunk == 0 || chunk > abi::GDN_CHUNK_MAX {
             return Err(bad(
                 "gdn",

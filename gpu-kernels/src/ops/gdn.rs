@@ -6,7 +6,7 @@
 //! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu_ops_gdn.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_CHUNK_PASS, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_CHUNK_MAX_HEAD_DIM, GDN_CHUNK_PASS, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
 use super::unroll;
 use crate::arch::{barrier, fp_fence, group_id, lane_id, read_lane_f64, thread_id, wave_id, Lds};
 use quant::fmath::{expf, sigmoid, silu, softplus};
@@ -302,7 +302,8 @@ pub extern "gpu-kernel" fn gdn_gated_norm_f32(o: *mut f32, z: *const f32, w: *co
 /// `M₀ᵀk_t` (then `δ_t` in its place) and `M₀ᵀq_t` in the global scratch
 /// `delta [Hv][2·chunk][S]`. The column is read [`GDN_CHUNK_PASS`] tokens a pass for `M₀ᵀk` and
 /// `M₀ᵀq` (accumulators in registers) and rewritten once per as many `δ_i` at the end, instead
-/// of once a token each. Every sum is in the CPU's order.
+/// of once a token each; those tokens' k and q rows are staged in LDS once for the workgroup
+/// (head dims up to [`GDN_CHUNK_MAX_HEAD_DIM`]). Every sum is in the CPU's order.
 #[unsafe(no_mangle)]
 pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
     u: *const f32,
@@ -326,9 +327,11 @@ pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
     const KK: u32 = 8 * CH;
     const QK: u32 = 8 * CH + 4 * CH * CH;
     const PASS: usize = GDN_CHUNK_PASS as usize;
+    // PASS rows of k, then PASS of q, of up to GDN_CHUNK_MAX_HEAD_DIM values.
+    const KQ: u32 = 8 * CH + 8 * CH * CH;
     let h = group_id();
     // Wave-uniform: the whole workgroup returns together.
-    if h >= hv || hk == 0 || s == 0 || chunk == 0 || chunk > CH {
+    if h >= hv || hk == 0 || s == 0 || s > GDN_CHUNK_MAX_HEAD_DIM || chunk == 0 || chunk > CH {
         return;
     }
     let tid = thread_id();
@@ -388,8 +391,28 @@ pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
             }
             barrier();
             let gl = ldf(GC + 4 * (l - 1));
-            let mut j = tid;
-            while j < s {
+            // Rows of PASS tokens staged in LDS for every column: k (and q) of tokens t0.. .
+            let stage = |t0: u32, with_q: bool| {
+                barrier(); // the previous pass's readers are done
+                let mut p = tid;
+                while p < PASS as u32 * s {
+                    let (u, i) = (p / s, p % s);
+                    if t0 + u < l {
+                        lds.st32(KQ + 4 * p, (*krow(c0 + t0 + u).add(i as usize)).to_bits());
+                        if with_q {
+                            lds.st32(KQ + 4 * (PASS as u32 * s + p), (*qrow(c0 + t0 + u).add(i as usize)).to_bits());
+                        }
+                    }
+                    p += GDN_CHUNK_BLOCK;
+                }
+                barrier();
+            };
+            let kst = |u: usize, i: u32| ldf(KQ + 4 * (u as u32 * s + i));
+            let qst = |u: usize, i: u32| ldf(KQ + 4 * ((PASS as u32 + u as u32) * s + i));
+            // Column blocks in lockstep (every item takes the barriers), item j live if j < s.
+            for jb in 0..s.div_ceil(GDN_CHUNK_BLOCK) {
+                let j = jb * GDN_CHUNK_BLOCK + tid;
+                let live = j < s;
                 let col = |i: u32| mh.add((i * s + j) as usize);
                 // M₀ᵀk_t, then δ_t in its place; M₀ᵀq_t.
                 let d_at = |t: u32| dl.add((t * s + j) as usize);
@@ -397,74 +420,79 @@ pub extern "gpu-kernel" fn gdn_delta_chunked_f32(
                 // M₀ᵀk_t and M₀ᵀq_t, PASS tokens per read of the column (each sum over i in order).
                 let mut t0 = 0;
                 while t0 < l {
-                    let (mut ak, mut aq) = ([0f32; PASS], [0f32; PASS]);
-                    for i in 0..s {
-                        let m = *col(i);
+                    stage(t0, true);
+                    if live {
+                        let (mut ak, mut aq) = ([0f32; PASS], [0f32; PASS]);
+                        for i in 0..s {
+                            let m = *col(i);
+                            unroll::<PASS>(|u| {
+                                if t0 + (u as u32) < l {
+                                    ak[u] += m * kst(u, i);
+                                    aq[u] += m * qst(u, i);
+                                }
+                            });
+                        }
                         unroll::<PASS>(|u| {
                             let t = t0 + u as u32;
                             if t < l {
-                                ak[u] += m * *krow(c0 + t).add(i as usize);
-                                aq[u] += m * *qrow(c0 + t).add(i as usize);
+                                *d_at(t) = ak[u];
+                                *mq_at(t) = aq[u];
                             }
                         });
                     }
-                    unroll::<PASS>(|u| {
-                        let t = t0 + u as u32;
-                        if t < l {
-                            *d_at(t) = ak[u];
-                            *mq_at(t) = aq[u];
-                        }
-                    });
                     t0 += PASS as u32;
                 }
-                // Forward substitution for δ.
-                for t in 0..l {
-                    let (gt, bt) = (ldf(GC + 4 * t), ldf(BT + 4 * t));
-                    let mk = *d_at(t);
-                    let mut d = bt * (*vrow(c0 + t).add(j as usize) - expf(gt) * mk);
-                    for i in 0..t {
-                        let aa = bt * expf(gt - ldf(GC + 4 * i)) * ldf(KK + 4 * (t * l + i));
-                        d -= aa * *d_at(i);
+                if live {
+                    // Forward substitution for δ.
+                    for t in 0..l {
+                        let (gt, bt) = (ldf(GC + 4 * t), ldf(BT + 4 * t));
+                        let mk = *d_at(t);
+                        let mut d = bt * (*vrow(c0 + t).add(j as usize) - expf(gt) * mk);
+                        for i in 0..t {
+                            let aa = bt * expf(gt - ldf(GC + 4 * i)) * ldf(KK + 4 * (t * l + i));
+                            d -= aa * *d_at(i);
+                        }
+                        *d_at(t) = d;
                     }
-                    *d_at(t) = d;
-                }
-                // Outputs.
-                for t in 0..l {
-                    let gt = ldf(GC + 4 * t);
-                    let mut ov = expf(gt) * *mq_at(t);
-                    for i in 0..=t {
-                        let aa = expf(gt - ldf(GC + 4 * i)) * ldf(QK + 4 * (t * l + i));
-                        ov += aa * *d_at(i);
+                    // Outputs.
+                    for t in 0..l {
+                        let gt = ldf(GC + 4 * t);
+                        let mut ov = expf(gt) * *mq_at(t);
+                        for i in 0..=t {
+                            let aa = expf(gt - ldf(GC + 4 * i)) * ldf(QK + 4 * (t * l + i));
+                            ov += aa * *d_at(i);
+                        }
+                        *o.add(((c0 + t) * vd + h * s + j) as usize) = ov * scale;
                     }
-                    *o.add(((c0 + t) * vd + h * s + j) as usize) = ov * scale;
                 }
                 // Chunk-end state: each element scaled by e^{G_L}, then k_i δ_i added in order of
                 // i, PASS of them per rewrite of the column.
                 let el = expf(gl);
                 let mut i0 = 0;
                 while i0 < l {
-                    let (mut w, mut di) = ([0f32; PASS], [0f32; PASS]);
-                    unroll::<PASS>(|u| {
-                        let i = i0 + u as u32;
-                        if i < l {
-                            w[u] = expf(gl - ldf(GC + 4 * i));
-                            di[u] = *d_at(i);
-                        }
-                    });
-                    for x in 0..s {
-                        let p = col(x);
-                        let mut m = if i0 == 0 { *p * el } else { *p };
+                    stage(i0, false);
+                    if live {
+                        let (mut w, mut di) = ([0f32; PASS], [0f32; PASS]);
                         unroll::<PASS>(|u| {
                             let i = i0 + u as u32;
                             if i < l {
-                                m += (w[u] * *krow(c0 + i).add(x as usize)) * di[u];
+                                w[u] = expf(gl - ldf(GC + 4 * i));
+                                di[u] = *d_at(i);
                             }
                         });
-                        *p = m;
+                        for x in 0..s {
+                            let p = col(x);
+                            let mut m = if i0 == 0 { *p * el } else { *p };
+                            unroll::<PASS>(|u| {
+                                if i0 + (u as u32) < l {
+                                    m += (w[u] * kst(u, x)) * di[u];
+                                }
+                            });
+                            *p = m;
+                        }
                     }
                     i0 += PASS as u32;
                 }
-                j += GDN_CHUNK_BLOCK;
             }
             barrier();
             c0 += l;
