@@ -10,7 +10,7 @@
 use quant::GgmlType;
 use strata::cpu::prelude::*;
 use strata::gpu::abi::{self, WType};
-use strata::gpu::bench::random_blocks;
+use strata::gpu::bench::{random_blocks, random_routing};
 use strata::rng::SplitMix64;
 use strata::gpu::device::{DevicePtr, Stream};
 use strata::gpu::ops::{GluAct, GpuOps, RowType};
@@ -637,15 +637,7 @@ test_device!(
                 let wu = random_blocks(ty, ne * nrows * kd / bk, &mut rng);
                 let ns = nt * ku;
                 // Each token picks ku distinct experts (some shared between tokens).
-                let mut ids = Vec::new();
-                for _ in 0..nt {
-                    let mut pick: Vec<u32> = (0..ne as u32).collect();
-                    for i in 0..ku {
-                        let j = i + (rng.next_u64() as usize) % (ne - i);
-                        pick.swap(i, j);
-                    }
-                    ids.extend_from_slice(&pick[..ku]);
-                }
+                let ids = random_routing(&mut rng, nt, ku, ne);
                 let x = rng.symmetric_vec(ns * kd, 1.0);
                 let mut xq = vec![0u8; ns * kd / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();

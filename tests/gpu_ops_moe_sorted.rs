@@ -9,24 +9,10 @@
 use crate::gpu_ops::*;
 use quant::GgmlType;
 use strata::gpu::abi::{self, WType};
-use strata::gpu::bench::random_blocks;
+use strata::gpu::bench::{random_blocks, random_routing};
 use strata::gpu::ops::{GluAct, GpuOps, SlotCols};
 use strata::rng::SplitMix64;
 use strata::test_device;
-
-/// `k` distinct experts of `ne` for each of `nt` tokens.
-fn routing(rng: &mut SplitMix64, nt: usize, k: usize, ne: usize) -> Vec<u32> {
-    let mut ids = Vec::with_capacity(nt * k);
-    for _ in 0..nt {
-        let mut pick: Vec<u32> = (0..ne as u32).collect();
-        for i in 0..k {
-            let j = i + (rng.next_u64() as usize) % (ne - i);
-            pick.swap(i, j);
-        }
-        ids.extend_from_slice(&pick[..k]);
-    }
-    ids
-}
 
 /// Global bytes the device moved since the last call (the software device; None on HIP).
 fn moved(ops: &GpuOps) -> Option<u64> {
@@ -47,7 +33,7 @@ test_device!(
                 let bk = ty.block_k() as usize;
                 let mat = nrows * kd / bk * ty.block_bytes() as usize;
                 let (wg, wu) = (random_blocks(ty, ne * nrows * kd / bk, &mut rng), random_blocks(ty, ne * nrows * kd / bk, &mut rng));
-                let ids = routing(&mut rng, nt, k, ne);
+                let ids = random_routing(&mut rng, nt, k, ne);
                 let ns = nt * k;
                 let x = rng.symmetric_vec(nt * kd, 1.0);
                 let mut xq = vec![0u8; nt * kd / 32 * 36];

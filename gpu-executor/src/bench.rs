@@ -22,6 +22,21 @@ pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut SplitMix64) -> Vec<u8>
     synth::random_blocks(ggml, nblocks, rng, |rng, _| (1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5)) as f32).expect("every WType has a recipe")
 }
 
+/// A routing choice: `k` distinct experts of `n_expert` for each of `n_tokens` tokens
+/// (`[token][rank]`, a partial Fisher-Yates shuffle each), as `moe_router` leaves in `sel_ids`.
+pub fn random_routing(rng: &mut SplitMix64, n_tokens: usize, k: usize, n_expert: usize) -> Vec<u32> {
+    let mut ids = Vec::with_capacity(n_tokens * k);
+    for _ in 0..n_tokens {
+        let mut pick: Vec<u32> = (0..n_expert as u32).collect();
+        for i in 0..k {
+            let j = i + (rng.next_u64() as usize) % (n_expert - i);
+            pick.swap(i, j);
+        }
+        ids.extend_from_slice(&pick[..k]);
+    }
+    ids
+}
+
 /// Waves per SIMD that registers and LDS allow on gfx1100 (wave32: 1536 VGPRs per SIMD,
 /// allocated in granules of 24; 128 KiB LDS per WGP of 4 SIMDs; at most 16 waves).
 pub fn waves_per_simd(vgprs: u32, lds_per_wg: u32, waves_per_wg: u32) -> u32 {
@@ -574,16 +589,7 @@ pub fn bench_ops(quick: bool) -> String {
         let (gp, upp, dp) = (alloc(&wg), alloc(&wu), alloc(&wd));
         for nt in [1usize, 8] {
             let ns = nt * mk;
-            let mut r = SplitMix64::new(34 + nt as u64);
-            let mut ids = Vec::new();
-            for _ in 0..nt {
-                let mut pick: Vec<u32> = (0..mne as u32).collect();
-                for i in 0..mk {
-                    let j = i + (r.next_u64() as usize) % (mne - i);
-                    pick.swap(i, j);
-                }
-                ids.extend_from_slice(&pick[..mk]);
-            }
+            let ids = random_routing(&mut SplitMix64::new(34 + nt as u64), nt, mk, mne);
             let mut distinct = ids.clone();
             distinct.sort_unstable();
             distinct.dedup();
