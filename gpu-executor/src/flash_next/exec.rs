@@ -441,14 +441,26 @@ impl<'a> FlashChunk<'a> {
         let m = &self.layer(layer).moe;
         let k = m.n_used;
         g.ops.moe_combine(&g.stream, sc.ys, map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
-        self.swiglu(&m.shared, sc.x, n, [sc.shg, sc.shu, sc.sha], sc.sh)?;
-        self.mm(&m.shared_gate, sc.x, n, sc.shgate)?;
+        // The shared expert's gate and up products ran with the router's ([`FlashChunk::moe_inputs`]).
+        g.ops.glu(&g.stream, sc.shg, sc.shu, sc.sha, (n * m.shared.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
+        self.mm(&m.shared.down, sc.sha, n, sc.sh)?;
         g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
         // The router, the distinct experts the device ran and the shared expert, once each.
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + expert_bytes(self)?;
         self.count("moe", w + self.act(2 * e));
         Ok(())
+    }
+
+    /// The products of a MoE layer's input: the router logits, the shared expert's gate logit
+    /// and its gate and up rows, the input quantized once for all of them. Returns whether
+    /// `sc.xq` then holds the input's Q8_1 rows (some product read them), which the routed
+    /// experts reuse.
+    fn moe_inputs(&self, m: &super::weights::DevMoe) -> Result<bool> {
+        let (sc, n) = (&self.s.sc, self.n());
+        let outs = [(&m.router, sc.rlog), (&m.shared_gate, sc.shgate), (&m.shared.gate, sc.shg), (&m.shared.up, sc.shu)];
+        self.project(sc.x, n, &outs)?;
+        Ok(!self.g.opts.ordered && self.reads_q8_1(n, &outs.map(|(w, _)| w), self.wdq()))
     }
 
     /// Whether this window's routed experts run by device dispatch ([`moe_on_device`]).
@@ -462,11 +474,13 @@ impl<'a> FlashChunk<'a> {
     /// sorted by expert first (each expert's weights read about once a chunk). Nothing is read
     /// back (what a graph needs); per slot, the same products as the host path's. Returns the
     /// combine's map of slots to rows.
-    fn experts_on_device(&self, m: &super::weights::DevMoe) -> Result<DevicePtr> {
+    fn experts_on_device(&self, m: &super::weights::DevMoe, x_quantized: bool) -> Result<DevicePtr> {
         let (sc, n, e) = (&self.s.sc, self.n(), self.g.m.hp.n_embd);
         let f = &m.experts.stack;
         let lin = self.lin();
-        lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+        if !x_quantized {
+            lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+        }
         let b = DispatchBuffers { ids: sc.rids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
         let mats = [&f.gate, &f.up, &f.down];
         if n > WINDOW {
@@ -666,17 +680,19 @@ impl FlashNextOps for FlashChunk<'_> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
         let (e, m, host) = (g.m.hp.n_embd, &self.layer(layer).moe, self.host_moe(layer));
         let (k, ne) = (m.n_used, host.experts.len());
-        self.mm(&m.router, sc.x, n, sc.rlog)?;
+        let x_quantized = self.moe_inputs(m)?;
         g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true).map_err(dev("MoE router"))?;
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         if self.moe_on_device(m) {
-            let map = self.experts_on_device(m)?;
+            let map = self.experts_on_device(m, x_quantized)?;
             return self.moe_tail(layer, map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
         }
         if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), !self.prompt && g.by_handoff(self.s)) {
             // Hits from their slots by device dispatch, misses from the host thread.
             let lin = self.lin();
-            lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+            if !x_quantized {
+                lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+            }
             let miss_base = WINDOW * k;
             h.publish(&g.ops, &g.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base).map_err(dev("expert handoff"))?;
             if cache.slots() > 0 {
