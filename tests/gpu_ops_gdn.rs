@@ -113,6 +113,7 @@ impl<'a> DevLayer<'a> {
             delta_state: self.delta_state.ptr,
             u: u.ptr,
             o: o.ptr,
+            o_q8_1: 0,
         };
         match chunk {
             Some(0) => {
@@ -293,7 +294,7 @@ test_device!(
 
 test_device!(
     fn gpu_ops_gdn_refuses_unsupported_shapes(ops) {
-        let z = GdnBuffers { m: 0, z: 0, beta: 0, alpha: 0, taps: 0, dt_bias: 0, ssm_a: 0, norm: 0, conv_state: 0, delta_state: 0, u: 0, o: 0 };
+        let z = GdnBuffers { m: 0, z: 0, beta: 0, alpha: 0, taps: 0, dt_bias: 0, ssm_a: 0, norm: 0, conv_state: 0, delta_state: 0, u: 0, o: 0, o_q8_1: 0 };
         let ok = GdnShape { hk: 1, hv: 1, head_dim: 8, conv_k: 2, eps: 1e-6 };
         for (shape, n, what) in [(ok, 0u32, "0 tokens"), (ok, 9, "9 tokens"), (GdnShape { head_dim: 0, ..ok }, 1, "head dim 0"), (GdnShape { conv_k: 0, ..ok }, 1, "conv width 0")] {
             let e = ops.gdn_mix(&S, &shape, &z, n).expect_err(what).to_string();

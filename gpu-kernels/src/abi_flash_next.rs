@@ -56,6 +56,8 @@ pub struct GdnGatedNormArgs {
     pub o: u64,
     pub z: u64,
     pub w: u64,
+    /// Also `o`'s Q8_1 rows here (the bytes `quantize_q8_1` would write; 0: none).
+    pub q: u64,
     pub n_rows: u32,
     pub n: u32,
     pub eps_bits: u32,
@@ -296,4 +298,4 @@ const _: () = assert!(core::mem::size_of::<GrArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<GdnConvArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<GdnL2NormArgs>() == 32);
 const _: () = assert!(core::mem::size_of::<GdnDeltaArgs>() == 80);
-const _: () = assert!(core::mem::size_of::<GdnGatedNormArgs>() == 40);
+const _: () = assert!(core::mem::size_of::<GdnGatedNormArgs>() == 48);

@@ -164,7 +164,7 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::GDN_DELTA_RULE, Family::Gdn, arg_struct!(GdnDeltaArgs, 7)).block(abi::GDN_DELTA_BLOCK),
     entry(abi::GDN_DELTA_RULE_S128, Family::Gdn, arg_struct!(GdnDeltaArgs, 7)).block(abi::GDN_S128_BLOCK).lds(abi::GDN_S128_LDS_BYTES),
     entry(abi::GDN_DELTA_CHUNKED, Family::Gdn, arg_struct!(GdnChunkArgs, 8)).block(abi::GDN_CHUNK_BLOCK).lds(abi::GDN_CHUNK_LDS_BYTES),
-    entry(abi::GDN_GATED_NORM, Family::Gdn, arg_struct!(GdnGatedNormArgs, 3)),
+    entry(abi::GDN_GATED_NORM, Family::Gdn, arg_struct!(GdnGatedNormArgs, 4)),
     entry(abi::GR_STREAM_NORM, Family::Gr, GR_ARGS),
     entry(abi::GR_LOWRANK_ACT, Family::Gr, GR_ARGS),
     entry(abi::GR_GATE_MIX, Family::Gr, GR_ARGS),

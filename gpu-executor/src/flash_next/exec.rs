@@ -441,6 +441,8 @@ impl FlashNextOps for FlashChunk<'_> {
         };
         let sc = &self.s.sc;
         self.project(sc.x, n, &[(&d.qkv, sc.m), (&d.gate, sc.z), (&d.beta, sc.beta), (&d.alpha, sc.alpha)])?;
+        // The gated norm writes the output product's Q8_1 input too when it reads one (MMVQ).
+        let out_q = !g.opts.ordered && self.reads_q8_1(n, &[&d.out], self.wdq()) && d.shape.head_dim.is_multiple_of(32);
         let b = GdnBuffers {
             m: sc.m,
             z: sc.z,
@@ -454,6 +456,7 @@ impl FlashNextOps for FlashChunk<'_> {
             delta_state: *delta,
             u: sc.u,
             o: sc.o,
+            o_q8_1: if out_q { sc.xq } else { 0 },
         };
         if g.opts.ordered {
             g.ops.gdn_mix_in_order(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
@@ -462,7 +465,7 @@ impl FlashNextOps for FlashChunk<'_> {
         } else {
             g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
         }
-        self.mm(&d.out, sc.o, n, sc.y)?;
+        self.project_from(sc.o, n, &[(&d.out, sc.y)], self.wdq(), out_q)?;
         let w = [&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out].iter().map(|m| m.mat_bytes).sum::<usize>();
         let state = 2 * 4 * (d.shape.conv_state_len() + d.shape.delta_state_len());
         let e = g.m.hp.n_embd;

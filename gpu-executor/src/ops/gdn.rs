@@ -95,6 +95,8 @@ pub struct GdnBuffers {
     /// Scratch `[n][C]` (conv output), then the result `o [n][Hv S]`.
     pub u: DevicePtr,
     pub o: DevicePtr,
+    /// Also `o`'s Q8_1 rows here, for the output product (0: none; S a multiple of 32).
+    pub o_q8_1: DevicePtr,
 }
 
 impl GpuOps {
@@ -286,11 +288,15 @@ impl GpuOps {
     /// `o ← rms(o; norm) ⊙ σ(z)` per head.
     fn gdn_gated_norm(&self, s: &Stream, shape: &GdnShape, b: &GdnBuffers, n_tokens: u32) -> Result<()> {
         let name = abi::GDN_GATED_NORM;
+        if b.o_q8_1 != 0 && !shape.head_dim.is_multiple_of(32) {
+            return Err(bad(name, format!("Q8_1 output of heads of {} (not a multiple of 32)", shape.head_dim)));
+        }
         let rows = n_tokens * shape.hv;
         let a = abi::GdnGatedNormArgs {
             o: b.o,
             z: b.z,
             w: b.norm,
+            q: b.o_q8_1,
             n_rows: rows,
             n: shape.head_dim,
             eps_bits: shape.eps.to_bits(),

@@ -183,6 +183,8 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
         delta_state: cx.upf(&st.m)?,
         u: cx.zeros(n * c * 4)?,
         o: cx.zeros(n * hv * s * 4)?,
+        // The output's Q8_1 rows as well, when whole blocks.
+        o_q8_1: if s % 32 == 0 { cx.zeros(n * hv * s / 32 * 36)? } else { 0 },
     };
     let mode = chunk.map_or(GdnMode::Recurrent, GdnMode::Chunked);
     let want = g.mix(&m, &z, &beta, &alpha, n, &mut st, mode);
@@ -193,6 +195,13 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
     }
     let got = cx.read_f32(b.o, n * hv * s)?;
     cx.cmp_rel_floor1("o", &got, &want, GDN_TOL);
+    if b.o_q8_1 != 0 {
+        // Of the device's own output (within GDN_TOL of the host's, not equal): `quant`'s bytes.
+        let mut want_q = vec![0u8; got.len() / 32 * 36];
+        quant::quantize_row(quant::GgmlType::Q8_1, &got, &mut want_q).map_err(|e| format!("quantize_row(Q8_1): {e:?}"))?;
+        let got_q = cx.read(b.o_q8_1, want_q.len())?;
+        cx.cmp_bytes("o, its Q8_1", &got_q, &want_q);
+    }
     let got = cx.read_f32(b.conv_state, st.conv.len())?;
     cx.cmp_rel_floor1("conv state", &got, &st.conv, GDN_TOL);
     let got = cx.read_f32(b.delta_state, st.m.len())?;

@@ -6,7 +6,8 @@
 //! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu_ops_gdn.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_CHUNK_MAX_HEAD_DIM, GDN_CHUNK_PASS, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{Q8_1_BYTES, GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_CHUNK_MAX_HEAD_DIM, GDN_CHUNK_PASS, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
+use super::quantize::quantize_wave_q8_1;
 use super::unroll;
 use crate::arch::{barrier, fp_fence, group_id, lane_id, read_lane_f64, thread_id, wave_id, Lds};
 use quant::fmath::{expf, sigmoid, silu, softplus};
@@ -263,10 +264,13 @@ pub extern "gpu-kernel" fn gdn_delta_rule_s128_f32(
 /// One wave per row of `n` (a value head of a token): `o ← rms(o) · w · σ(z)`, the RMS norm
 /// in the CPU's order (one f64 chain of f32-rounded squares, `(x · scale) · w`).
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn gdn_gated_norm_f32(o: *mut f32, z: *const f32, w: *const f32, n_rows: u32, n: u32, eps: f32, _pad: u32) {
+pub extern "gpu-kernel" fn gdn_gated_norm_f32(o: *mut f32, z: *const f32, w: *const f32, q: *mut u8, n_rows: u32, n: u32, eps: f32, _pad: u32) {
     let row = group_id() * WAVES_PER_WG + wave_id();
     if row >= n_rows || n == 0 {
         return;
+    }
+    if !q.is_null() && !n.is_multiple_of(32) {
+        core::intrinsics::abort(); // the host never launches this (GpuOps::gdn_* check)
     }
     let lane = lane_id();
     // SAFETY: ABI (abi::GdnGatedNormArgs): o and z hold n_rows rows of n f32, w holds n; this
@@ -285,7 +289,12 @@ pub extern "gpu-kernel" fn gdn_gated_norm_f32(o: *mut f32, z: *const f32, w: *co
         let mut i = lane;
         while i < n {
             let p = r.add(i as usize);
-            *p = (*p * scale) * *w.add(i as usize) * sigmoid(*zr.add(i as usize));
+            let v = (*p * scale) * *w.add(i as usize) * sigmoid(*zr.add(i as usize));
+            *p = v;
+            if !q.is_null() {
+                // Block (row·n + i - lane) / 32 of the Q8_1 rows (n is a multiple of 32).
+                quantize_wave_q8_1(v, q.add(((row * n + i - lane) / 32 * Q8_1_BYTES) as usize));
+            }
             i += 32;
         }
     }
