@@ -100,6 +100,15 @@ impl Linear<'_> {
         if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes { QPath::DequantGemm } else { QPath::Mmvq }
     }
 
+    /// Whether [`Linear::matmul`] of `w` over `n` rows with `tmp` runs MMVQ (a quantized matrix,
+    /// fast mode, below the prompt rule's threshold): what expert dispatch computes too.
+    pub(super) fn is_mmvq(&self, w: &DevMat, n: usize, tmp: Tmp) -> bool {
+        match w.kind {
+            MatKind::Q(ty) if !self.opts.ordered => self.quantized_path(ty, w, n, tmp) == QPath::Mmvq,
+            _ => false,
+        }
+    }
+
     /// Whether [`Linear::matmul`] of `w` over `n` rows with `tmp` reads the Q8_1 activations
     /// `xq` (MMVQ, MMQ), so the caller must quantize its input first; the GEMM paths and the
     /// ordered products read the f32 rows.
@@ -239,9 +248,18 @@ impl Linear<'_> {
     pub(super) fn experts_sorted(&self, mats: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers, order: &SlotOrder) -> std::result::Result<(), GpuError> {
         let ns = n * k;
         self.ops.moe_sort_slots(self.stream, b.ids, order.ids, order.cols, order.map, ns as u32, k as u32)?;
+        self.experts_listed(mats, n_expert, ns, order.ids, order.cols, b)
+    }
+
+    /// Routed experts by device dispatch over a list of `ns` rows: row `r` runs expert
+    /// `ids[r]` (its index in the stacks) on token `cols[r]` of `b.xq`, into rows `r` of
+    /// `b.act` / `b.y` (`b.ids` unused). Rows of one expert should be adjacent: they then share
+    /// one read of its weights ([`Linear::experts_sorted`], and a prompt chunk's experts read
+    /// back, `flash_next`'s `experts_grouped`).
+    pub(super) fn experts_listed(&self, mats: [&DevMat; 3], n_expert: usize, ns: usize, ids: DevicePtr, cols: DevicePtr, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
         let step = super::abi::MOE_MAX_SLOTS as usize;
         for s0 in (0..ns).step_by(step) {
-            let (ids, cols) = (order.ids + (s0 * 4) as u64, order.cols + (s0 * 4) as u64);
+            let (ids, cols) = (ids + (s0 * 4) as u64, cols + (s0 * 4) as u64);
             self.dispatch_slots(mats, n_expert, s0, (ns - s0).min(step), ids, (b.xq, SlotCols::List(cols)), MAX_COLS as u32, b)?;
         }
         Ok(())

@@ -83,8 +83,8 @@ fn row_type(t: &DevMat) -> RowType {
 
 /// Where a routed expert runs from on the device.
 pub(super) enum Source<'a> {
-    /// Its place in the layer's stacks (resident, or its cache slot).
-    Device(DevFfn),
+    /// Its place in the layer's stacks (resident, or its cache slot): the index, the matrices.
+    Device(usize, DevFfn),
     /// A slot of the staging ring, copied there from this host copy first.
     Staged(&'a SwiGlu),
 }

@@ -66,11 +66,11 @@ impl FlashChunk<'_> {
             // The device copy to run from: resident, a slot of the cache, the staging ring, or
             // none (on the CPU).
             let src = match self.cache().map(|c| c.place(layer, id, slots.len())) {
-                None => Source::Device(m.experts.get(id).ok_or_else(no_copy)?),
-                Some(Placement::Hit(s)) => Source::Device(m.experts.get(s).ok_or_else(no_copy)?),
+                None => Source::Device(id, m.experts.get(id).ok_or_else(no_copy)?),
+                Some(Placement::Hit(s)) => Source::Device(s, m.experts.get(s).ok_or_else(no_copy)?),
                 Some(Placement::Admit(s)) => {
                     m.experts.fill(&**api, &host.experts[id], s).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}")))?;
-                    Source::Device(m.experts.get(s).ok_or_else(no_copy)?)
+                    Source::Device(s, m.experts.get(s).ok_or_else(no_copy)?)
                 }
                 // A prompt chunk streams its misses through the staging ring (copying an
                 // expert costs less than the CPU computing it for many tokens); a decode
@@ -96,7 +96,7 @@ impl FlashChunk<'_> {
             })?;
         }
         if self.prompt {
-            self.experts_grouped(&m.experts, &grouped, k)?;
+            self.experts_grouped(m, &grouped, k, x_quantized)?;
         }
         if let Some(cache) = self.cache() {
             self.experts_on_cpu(cache, &on_cpu, k)?;
@@ -105,32 +105,51 @@ impl FlashChunk<'_> {
     }
 
     /// A prompt chunk's routed experts from the ids read back, each on the tokens that chose it
-    /// at once (their rows gathered by `get_rows`), so each expert's weights are read once a
-    /// chunk rather than once a token: expert `experts[i]` with its slots (`token·k + rank`).
-    /// Outputs land in the upper half of `sc.ys` in this order; the combine's map (`sc.hmap`)
-    /// sends every slot to its row there, and the slots of `cpu_slots` to their own rows (where
-    /// `experts_on_cpu` writes). The products take the prompt rule: an expert chosen by
-    /// GEMM_MIN_TOKENS tokens or more runs dequantize + GEMM (or MMQ, `--gpu-prefill`), fewer
-    /// stay on MMVQ. A miss streamed to the device goes through the staging ring
+    /// at once, so each expert's weights are read once a chunk rather than once a token: expert
+    /// `experts[i]` with its slots (`token·k + rank`). Outputs land in the upper half of `sc.ys`,
+    /// expert after expert; the combine's map (`sc.hmap`) sends every slot to its row there, and
+    /// the slots of the CPU's experts to their own rows (where `experts_on_cpu` writes). The
+    /// products take the prompt rule. The experts in the stacks whose products stay MMVQ (fewer
+    /// than GEMM_MIN_TOKENS tokens, the usual case: 640 slots over ~365 of 512 experts) run
+    /// together by device dispatch over the list of their rows (`Linear::experts_listed`: a few
+    /// launches for all of them, where a launch group each would be ~6 launches an expert); the
+    /// others one by one (rows gathered by `get_rows`): dequantize + GEMM or MMQ from
+    /// GEMM_MIN_TOKENS tokens, and the misses streamed through the staging ring
     /// ([`FlashChunk::run_expert`]).
-    fn experts_grouped(&self, stacks: &super::super::weights::DevExperts, experts: &[(Source<'_>, &[usize])], k: usize) -> Result<()> {
+    fn experts_grouped(&self, m: &super::super::weights::DevMoe, experts: &[(Source<'_>, &[usize])], k: usize, x_quantized: bool) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
-        let api = g.api();
+        let (api, stacks, lin) = (g.api(), &m.experts, self.lin());
+        let tmp = Tmp { wdq: self.wdq(), xh: sc.xh };
+        let listed = |src: &Source<'_>, cnt: usize| matches!(src, Source::Device(..)) && super::moe_on_device(&self.g.opts, m) && lin.is_mmvq(&stacks.stack.gate, cnt, tmp) && lin.is_mmvq(&stacks.stack.down, cnt, tmp);
+        // The listed experts' rows first, then the others'.
+        let order: Vec<&(Source<'_>, &[usize])> = experts.iter().filter(|(s, sl)| listed(s, sl.len())).chain(experts.iter().filter(|(s, sl)| !listed(s, sl.len()))).collect();
         let base = sc.cols * k;
         let mut map: Vec<u32> = (0..(n * k) as u32).collect();
-        let mut rows: Vec<u32> = Vec::with_capacity(n * k);
-        for (_, slots) in experts {
+        let (mut rows, mut ids): (Vec<u32>, Vec<u32>) = (Vec::with_capacity(n * k), Vec::new());
+        for (src, slots) in &order {
             for &j in slots.iter() {
                 map[j] = (base + rows.len()) as u32;
                 rows.push((j / k) as u32);
+                if let (Source::Device(s, _), true) = (src, listed(src, slots.len())) {
+                    ids.push(*s as u32);
+                }
             }
         }
         let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         // The stream is idle (synchronized to read the ids), so nothing reads these buffers.
         api.memcpy_htod(sc.rslots, &b(&rows)).map_err(dev("uploading expert token lists"))?;
         api.memcpy_htod(sc.hmap, &b(&map)).map_err(dev("uploading the combine map"))?;
-        let mut at = 0;
-        for (src, slots) in experts {
+        if !ids.is_empty() {
+            api.memcpy_htod(sc.order.ids, &b(&ids)).map_err(dev("uploading expert slots"))?;
+            if !x_quantized {
+                lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
+            }
+            let f = &stacks.stack;
+            let db = DispatchBuffers { ids: sc.order.ids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys + (base * e * 4) as u64 };
+            lin.experts_listed([&f.gate, &f.up, &f.down], stacks.n, ids.len(), sc.order.ids, sc.rslots, &db).map_err(dev("routed experts (listed device dispatch)"))?;
+        }
+        let mut at = ids.len();
+        for (src, slots) in order.iter().filter(|(s, sl)| !listed(s, sl.len())) {
             let cnt = slots.len();
             g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
             self.run_expert(stacks, src, |f| self.swiglu(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64))?;
@@ -144,7 +163,7 @@ impl FlashChunk<'_> {
     /// readers are done and handed back after `launch`.
     fn run_expert(&self, stacks: &super::super::weights::DevExperts, src: &Source<'_>, launch: impl FnOnce(&DevFfn) -> Result<()>) -> Result<()> {
         let host = match src {
-            Source::Device(f) => return launch(f),
+            Source::Device(_, f) => return launch(f),
             Source::Staged(host) => host,
         };
         let (g, api) = (self.g, self.g.api());
