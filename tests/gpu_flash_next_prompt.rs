@@ -225,6 +225,27 @@ test_device!(
 );
 
 test_device!(
+    /// Three ways to run a prompt chunk's routed experts when their products stay MMVQ (the
+    /// fixture's ~16 tokens an expert, under the prompt rule's 32) give the same Q8_0 logits bit
+    /// for bit: every expert resident by device dispatch over the slots sorted by expert
+    /// (`moe_sort_slots`), 3 of 8 in cache slots by one dispatch over the list of the read-back
+    /// experts' rows (`Linear::experts_listed`), and `--gpu-moe host` one expert at a time.
+    model fn gpu_flash_next_prompt_expert_paths_equal_bitwise(device) {
+        use strata::gpu::model::MoePath;
+        let dev = device.0;
+        let toks = prompt();
+        let logits = |opts: GpuOptions| run(&load(device, Q8, opts), KvType::F16, &toks, N_PROMPT, PROMPT_CHUNK).0;
+        let sorted = logits(GpuOptions::default());
+        let listed = logits(GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), ..GpuOptions::default() });
+        let one_by_one = logits(GpuOptions { moe: MoePath::Host, ..GpuOptions::default() });
+        for (what, got) in [("3 slots (listed dispatch)", &listed), ("--gpu-moe host (one expert a launch group)", &one_by_one)] {
+            let n = got.iter().zip(&sorted).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(n, 0, "{dev}: {what} vs sorted device dispatch: {n} of {} logits differ", sorted.len());
+        }
+    }
+);
+
+test_device!(
     /// The routed experts of a prompt chunk read back (an expert cache, or `--gpu-moe host`) run
     /// each chosen expert once on all its tokens by the prompt rule of the products. With
     /// `--gpu-prefill dequant-gemm` (GEMM from 2 tokens, so the fixture's groups of ~16 take it)
