@@ -1,7 +1,8 @@
 //! Flash-Next's MoE FFN with its device kernels against the CPU's `qwen4exp::moe::Moe::forward`:
 //! router (`moe_router`, 512 experts top-10 renormalised), the routed experts' outputs combined
 //! on the device (`moe_combine`, rank order; the CPU adds in expert order, hence a tolerance),
-//! the sigmoid-gated shared expert (`moe_shared_add`). The expert FFNs themselves run on the
+//! the sigmoid-gated shared expert (`moe_shared_add`, and added by the combine's own launch,
+//! `moe_combine_with`, bit for bit the same). The expert FFNs themselves run on the
 //! host here (their device matmuls are the existing MMVQ paths). Runs as `<name>::emu` and
 //! `<name>::hip` through `test_device!`. In the ordered mode's float order the same launches
 //! equal the CPU bit for bit.
@@ -69,6 +70,11 @@ fn on_device(ops: &strata::gpu::ops::GpuOps, moe: &Moe, x: &[f32], n: usize, num
     num.matmul(&moe.shared_gate, x, n, &mut gate);
     let (shb, gb) = (upf(ops, &sh), upf(ops, &gate));
     ops.moe_shared_add(&S, out.ptr, shb.ptr, gb.ptr, e as u32, n as u32).unwrap();
+    // The executor's form: the shared expert added by the combine's own launch, the same bits.
+    let fused = zeros(ops, n * e * 4);
+    ops.moe_combine_with(&S, yb.ptr, mb.ptr, wb.ptr, fused.ptr, Some((shb.ptr, gb.ptr)), e as u32, n as u32, k as u32).unwrap();
+    assert_bits(device_name(ops), "combine with the shared expert in one launch", &fused.f32s(), &out.f32s());
+    assert!(ops.moe_combine_with(&S, yb.ptr, mb.ptr, wb.ptr, fused.ptr, Some((0, gb.ptr)), e as u32, n as u32, k as u32).is_err(), "shared rows at 0");
     (ids, wb.f32s(), out.f32s())
 }
 

@@ -308,7 +308,9 @@ pub const MOE_MAX_EXPERTS: u32 = 512;
 pub const MOE_MAX_K: u32 = 16;
 
 /// `moe_combine`: `out[t][i] = sum_{j<k} w[t*k+j] * y[map[t*k+j]][i]`, added in order j = 0..k
-/// from 0.0. One work-item per output element, `ceil(d / WG_SIZE)` workgroups per token.
+/// from 0.0; with `sh` (not 0), then `+ σ(gate[t]) · sh[t][i]` (Flash-Next's shared expert, the
+/// bits of a separate `moe_shared_add_f32`). One work-item per output element,
+/// `ceil(d / WG_SIZE)` workgroups per token.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MoeCombineArgs {
@@ -316,6 +318,8 @@ pub struct MoeCombineArgs {
     pub map: u64,
     pub w: u64,
     pub out: u64,
+    pub sh: u64,
+    pub gate: u64,
     pub d: u32,
     pub n_tokens: u32,
     pub k: u32,
@@ -493,7 +497,7 @@ const _: () = assert!(core::mem::size_of::<GetRowsArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<KvStoreArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<AttnArgs>() == 80);
 const _: () = assert!(core::mem::size_of::<MoeRouterArgs>() == 40);
-const _: () = assert!(core::mem::size_of::<MoeCombineArgs>() == 48);
+const _: () = assert!(core::mem::size_of::<MoeCombineArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<MoeSlotMapArgs>() == 48);
 const _: () = assert!(core::mem::size_of::<MoeSortArgs>() == 48);
 const _: () = assert!(cfg!(target_endian = "little"));

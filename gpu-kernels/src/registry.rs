@@ -153,7 +153,7 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::KV_STORE_F16, Family::KvStore, KV_STORE_ARGS),
     entry(abi::KV_STORE_I8, Family::KvStore, KV_STORE_ARGS),
     entry(abi::MOE_ROUTER, Family::Moe, arg_struct!(MoeRouterArgs, 3)),
-    entry(abi::MOE_COMBINE, Family::Moe, arg_struct!(MoeCombineArgs, 4)),
+    entry(abi::MOE_COMBINE, Family::Moe, arg_struct!(MoeCombineArgs, 6)),
     entry(abi::MOE_SLOT_MAP, Family::Moe, arg_struct!(MoeSlotMapArgs, 4)),
     entry(abi::MOE_SORT_SLOTS, Family::Moe, arg_struct!(MoeSortArgs, 4)).lds(abi::MOE_SORT_BLOCK * 4),
     entry(abi::MOE_SHARED_ADD, Family::Moe, arg_struct!(MoeSharedArgs, 3)),

@@ -181,11 +181,11 @@ impl FlashChunk<'_> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let m = &self.layer(layer).moe;
         let k = m.n_used;
-        g.ops.moe_combine(&g.stream, sc.ys, map, sc.rw, sc.y, e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
-        // The shared expert's gate and up products ran with the router's ([`FlashChunk::moe_inputs`]).
+        // The shared expert (its gate and up products ran with the router's,
+        // [`FlashChunk::moe_inputs`]), then the combine in rank order with its σ-gated rows added.
         g.ops.glu(&g.stream, sc.shg, sc.shu, sc.sha, (n * m.shared.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
         self.mm(&m.shared.down, sc.sha, n, sc.sh)?;
-        g.ops.moe_shared_add(&g.stream, sc.y, sc.sh, sc.shgate, e as u32, n as u32).map_err(dev("shared expert"))?;
+        g.ops.moe_combine_with(&g.stream, sc.ys, map, sc.rw, sc.y, Some((sc.sh, sc.shgate)), e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
         // The router, the distinct experts the device ran and the shared expert, once each.
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + expert_bytes(self)?;

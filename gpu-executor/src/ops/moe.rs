@@ -130,12 +130,24 @@ impl GpuOps {
     /// `map`/`w` in that order to be bit-identical.
     #[allow(clippy::too_many_arguments)]
     pub fn moe_combine(&self, s: &Stream, y: DevicePtr, map: DevicePtr, w: DevicePtr, out: DevicePtr, d: u32, n_tokens: u32, k: u32) -> Result<()> {
+        self.moe_combine_with(s, y, map, w, out, None, d, n_tokens, k)
+    }
+
+    /// [`GpuOps::moe_combine`], then with `shared = Some((sh, gate))` Flash-Next's shared expert
+    /// added in the same launch: `out[t] += σ(gate[t]) · sh[t]`, the bits of
+    /// [`GpuOps::moe_shared_add`] after the combine.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_combine_with(&self, s: &Stream, y: DevicePtr, map: DevicePtr, w: DevicePtr, out: DevicePtr, shared: Option<(DevicePtr, DevicePtr)>, d: u32, n_tokens: u32, k: u32) -> Result<()> {
         let name = abi::MOE_COMBINE;
         if k == 0 {
             return Err(bad(name, "k = 0"));
         }
+        let (sh, gate) = shared.unwrap_or((0, 0));
+        if shared.is_some() && (sh == 0 || gate == 0) {
+            return Err(bad(name, "a shared expert's rows or gate at address 0"));
+        }
         let g = groups(d.div_ceil(abi::WG_SIZE) as u64 * n_tokens as u64, 1, name)?;
-        self.launch(s, name, g, 0, &abi::MoeCombineArgs { y, map, w, out, d, n_tokens, k, _pad: 0 }.to_bytes())
+        self.launch(s, name, g, 0, &abi::MoeCombineArgs { y, map, w, out, sh, gate, d, n_tokens, k, _pad: 0 }.to_bytes())
     }
 
     /// A chunk's `n_slots` slots (`k` a token) ordered by expert ([`abi::MoeSortArgs`]): the

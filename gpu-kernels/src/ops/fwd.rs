@@ -536,6 +536,8 @@ pub extern "gpu-kernel" fn moe_combine(
     map: *const u32,
     w: *const f32,
     out: *mut f32,
+    sh: *const f32,
+    gate: *const f32,
     d: u32,
     n_tokens: u32,
     k: u32,
@@ -558,6 +560,10 @@ pub extern "gpu-kernel" fn moe_combine(
         for j in 0..k {
             let m = *map.add((t * k + j) as usize);
             acc += *w.add((t * k + j) as usize) * *y.add((m * d + i) as usize);
+        }
+        if !sh.is_null() {
+            // ABI: sh = [n_tokens][d], gate = [n_tokens]; moe_shared_add_f32's expression.
+            acc += sigmoid(*gate.add(t as usize)) * *sh.add((t * d + i) as usize);
         }
         *out.add((t * d + i) as usize) = acc;
     }
