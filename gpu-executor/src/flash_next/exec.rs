@@ -324,9 +324,9 @@ impl<'a> FlashChunk<'a> {
 
     /// Whether one of the products `outs` of `n` rows reads the input as Q8_1 (`sc.xq`): then
     /// a kernel that writes the input may write its quantization too ([`FlashChunk::project_from`]).
-    fn reads_q8_1(&self, n: usize, outs: &[&DevMat], wdq: DevicePtr) -> bool {
+    fn reads_q8_1(&self, n: usize, outs: &[(&DevMat, DevicePtr)], wdq: DevicePtr) -> bool {
         let (lin, tmp) = (self.lin(), Tmp { wdq, xh: self.s.sc.xh });
-        outs.iter().any(|w| lin.reads_q8_1(w, n, tmp))
+        outs.iter().any(|(w, _)| lin.reads_q8_1(w, n, tmp))
     }
 
     /// [`FlashChunk::project_with`]; `quantized`: the input's Q8_1 rows are in `sc.xq` already
@@ -336,7 +336,9 @@ impl<'a> FlashChunk<'a> {
         let sc = &self.s.sc;
         let tmp = Tmp { wdq, xh: sc.xh };
         // Quantized once for the products that read Q8_1 (none when all take the GEMM path).
-        if let (Some((w, _)), false) = (outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp)), quantized) {
+        if !quantized
+            && let Some((w, _)) = outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp))
+        {
             lin.quantize(x, sc.xq, n, w.cols).map_err(dev("quantizing activations"))?;
         }
         for (w, y) in outs {
@@ -358,13 +360,14 @@ impl<'a> FlashChunk<'a> {
         let (ops, st, sc) = (&self.g.ops, &self.g.stream, &self.s.sc);
         let r = sc.r + (r0 * (h.shape.hc * h.shape.e) as usize * 4) as u64;
         let from_flat: Vec<(&DevMat, DevicePtr)> = std::iter::once((&h.down, sc.lo)).chain(h.inject.as_ref().map(|inj| (inj, sc.inj))).collect();
-        let flat_q = self.reads_q8_1(n, &from_flat.iter().map(|(w, _)| *w).collect::<Vec<_>>(), wdq) && h.shape.e.is_multiple_of(32);
+        let flat_q = self.reads_q8_1(n, &from_flat, wdq) && h.shape.e.is_multiple_of(32);
         ops.gr_stream_norm(st, &h.shape, r, h.norm, sc.flat, flat_q.then_some(sc.xq), n as u32).map_err(dev("GR norm"))?;
         self.project_from(sc.flat, n, &from_flat, wdq, flat_q)?;
         let lr = h.down.rows;
-        let lo_q = self.reads_q8_1(n, &[&h.up], wdq) && lr.is_multiple_of(32);
+        let up = [(&h.up, sc.gates)];
+        let lo_q = self.reads_q8_1(n, &up, wdq) && lr.is_multiple_of(32);
         ops.gr_lowrank_act(st, &h.shape, sc.lo, lo_q.then_some((sc.xq, lr as u32)), (n * lr) as u32).map_err(dev("GR low-rank"))?;
-        self.project_from(sc.lo, n, &[(&h.up, sc.gates)], wdq, lo_q)?;
+        self.project_from(sc.lo, n, &up, wdq, lo_q)?;
         ops.gr_gate_mix(st, &h.shape, sc.flat, sc.gates, sc.x, n as u32).map_err(dev("GR gate mix"))
     }
 
@@ -442,7 +445,8 @@ impl FlashNextOps for FlashChunk<'_> {
         let sc = &self.s.sc;
         self.project(sc.x, n, &[(&d.qkv, sc.m), (&d.gate, sc.z), (&d.beta, sc.beta), (&d.alpha, sc.alpha)])?;
         // The gated norm writes the output product's Q8_1 input too when it reads one (MMVQ).
-        let out_q = !g.opts.ordered && self.reads_q8_1(n, &[&d.out], self.wdq()) && d.shape.head_dim.is_multiple_of(32);
+        let out = [(&d.out, sc.y)];
+        let out_q = !g.opts.ordered && self.reads_q8_1(n, &out, self.wdq()) && d.shape.head_dim.is_multiple_of(32);
         let b = GdnBuffers {
             m: sc.m,
             z: sc.z,
@@ -465,7 +469,7 @@ impl FlashNextOps for FlashChunk<'_> {
         } else {
             g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
         }
-        self.project_from(sc.o, n, &[(&d.out, sc.y)], self.wdq(), out_q)?;
+        self.project_from(sc.o, n, &out, self.wdq(), out_q)?;
         let w = [&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out].iter().map(|m| m.mat_bytes).sum::<usize>();
         let state = 2 * 4 * (d.shape.conv_state_len() + d.shape.delta_state_len());
         let e = g.m.hp.n_embd;

@@ -121,20 +121,26 @@ impl FlashChunk<'_> {
         let (api, stacks, lin) = (g.api(), &m.experts, self.lin());
         let tmp = Tmp { wdq: self.wdq(), xh: sc.xh };
         let listed = |src: &Source<'_>, cnt: usize| matches!(src, Source::Device(..)) && super::moe_on_device(&self.g.opts, m) && lin.is_mmvq(&stacks.stack.gate, cnt, tmp) && lin.is_mmvq(&stacks.stack.down, cnt, tmp);
-        // The listed experts' rows first, then the others'.
-        let order: Vec<&(Source<'_>, &[usize])> = experts.iter().filter(|(s, sl)| listed(s, sl.len())).chain(experts.iter().filter(|(s, sl)| !listed(s, sl.len()))).collect();
+        // The listed experts' rows first, then the others' (decided once an expert).
+        let (first, rest): (Vec<_>, Vec<_>) = experts.iter().partition(|(s, sl)| listed(s, sl.len()));
         let base = sc.cols * k;
         let mut map: Vec<u32> = (0..(n * k) as u32).collect();
-        let (mut rows, mut ids): (Vec<u32>, Vec<u32>) = (Vec::with_capacity(n * k), Vec::new());
-        for (src, slots) in &order {
+        let mut rows: Vec<u32> = Vec::with_capacity(n * k);
+        for (_, slots) in first.iter().chain(&rest) {
             for &j in slots.iter() {
                 map[j] = (base + rows.len()) as u32;
                 rows.push((j / k) as u32);
-                if let (Source::Device(s, _), true) = (src, listed(src, slots.len())) {
-                    ids.push(*s as u32);
-                }
             }
         }
+        // The listed rows' experts: their places in the stacks.
+        let ids: Vec<u32> = first
+            .iter()
+            .filter_map(|(src, slots)| match src {
+                Source::Device(s, _) => Some(std::iter::repeat_n(*s as u32, slots.len())),
+                Source::Staged(_) => None,
+            })
+            .flatten()
+            .collect();
         let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         // The stream is idle (synchronized to read the ids), so nothing reads these buffers.
         api.memcpy_htod(sc.rslots, &b(&rows)).map_err(dev("uploading expert token lists"))?;
@@ -149,7 +155,7 @@ impl FlashChunk<'_> {
             lin.experts_listed([&f.gate, &f.up, &f.down], stacks.n, ids.len(), sc.order.ids, sc.rslots, &db).map_err(dev("routed experts (listed device dispatch)"))?;
         }
         let mut at = ids.len();
-        for (src, slots) in order.iter().filter(|(s, sl)| !listed(s, sl.len())) {
+        for (src, slots) in &rest {
             let cnt = slots.len();
             g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
             self.run_expert(stacks, src, |f| self.swiglu(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64))?;
@@ -201,7 +207,7 @@ impl FlashChunk<'_> {
         let (sc, n) = (&self.s.sc, self.n());
         let outs = [(&m.router, sc.rlog), (&m.shared_gate, sc.shgate), (&m.shared.gate, sc.shg), (&m.shared.up, sc.shu)];
         self.project(sc.x, n, &outs)?;
-        Ok(!self.g.opts.ordered && self.reads_q8_1(n, &outs.map(|(w, _)| w), self.wdq()))
+        Ok(!self.g.opts.ordered && self.reads_q8_1(n, &outs, self.wdq()))
     }
 
     /// Whether this window's routed experts run by device dispatch ([`moe_on_device`]).
