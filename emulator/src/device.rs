@@ -99,7 +99,8 @@ pub struct LaunchStats {
     pub waves: u64,
 }
 
-const FAM_NAMES: [&str; 15] = ["sop2", "sopk", "sop1", "sopc", "sopp", "smem", "valu", "vop3p", "vopd", "ds", "flat", "global", "scratch", "invalid", "cache"];
+const FAM_NAMES: [&str; 21] = ["sop2", "sopk", "sop1", "sopc", "sopp", "smem", "valu", "vop3p", "vopd", "ds", "flat", "global", "scratch", "invalid", "cache",
+    "mubuf", "mtbuf", "mimg", "exp", "vinterp", "ldsdir"];
 
 /// Decode every instruction reachable from the kernel entries and function symbols, once. A
 /// reachable word that is no known instruction refuses the whole code object (naming the

@@ -6,6 +6,8 @@
 //! (bit 0-2 sources, bit 3 destination) exactly like VOP3 `op_sel`; implicit VCC operands are
 //! made explicit. The original encoding is kept in [`Enc`] for the disassembler.
 mod mem;
+pub mod resource;
+mod resource_ops;
 mod scalar;
 mod vector;
 
@@ -15,12 +17,16 @@ use std::sync::OnceLock;
 /// Instruction family (what the executor dispatches on first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Fam { Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Valu, Vop3p, Vopd, Ds, Flat, Global, Scratch, Invalid, Cache }
+pub enum Fam {
+    Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Valu, Vop3p, Vopd, Ds, Flat, Global, Scratch, Invalid, Cache,
+    // decoded for the disassembler; the executor refuses them by name (see `resource`)
+    Mubuf, Mtbuf, Mimg, Exp, Vinterp, Ldsdir,
+}
 
 /// The encoding as written, for the disassembler and statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Enc { Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Vop1, Vop2, Vopc, Vop3, Vop3sd, Vop3p, Vopd, Ds, Flat, Invalid }
+pub enum Enc { Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Vop1, Vop2, Vopc, Vop3, Vop3sd, Vop3p, Vopd, Ds, Flat, Invalid, Mubuf, Mtbuf, Mimg, Exp, Vinterp, Ldsdir }
 
 /// Data-parallel-primitive flavour of a VALU instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,7 +108,12 @@ impl Inst {
             Fam::Valu => valu_desc(self.op).map(|d| if d.n64.is_empty() { d.n32 } else { d.n64 }).unwrap_or("v_?"),
             Fam::Vopd => "v_dual",
             Fam::Invalid => "invalid",
-            Fam::Cache => if self.op == 0x2b { "buffer_gl0_inv" } else { "buffer_gl1_inv" },
+            Fam::Cache | Fam::Mubuf => resource::mubuf_name(self.op).unwrap_or("buffer_?"),
+            Fam::Mtbuf => resource::mtbuf_name(self.op).unwrap_or("tbuffer_?"),
+            Fam::Mimg => resource::mimg_name(self.op).unwrap_or("image_?"),
+            Fam::Exp => "exp",
+            Fam::Vinterp => resource::vinterp_name(self.op).unwrap_or("v_interp_?"),
+            Fam::Ldsdir => resource::ldsdir_name(self.op).unwrap_or("lds_?"),
             f => table_of(f).and_then(|t| t.get(self.op)).map(|d| d.name).unwrap_or("?"),
         }
     }
@@ -151,8 +162,24 @@ pub fn valu_desc(op: u16) -> Option<&'static ValuDesc> {
     t.get(op as usize).copied().flatten()
 }
 
+/// Source operand codes no gfx11 instruction accepts (LLVM rejects the encoding).
+fn reserved_src(code: u16) -> bool { matches!(code, 209..=229 | 232 | 249) }
+
 /// Decode one instruction at `words[0..]` (as many dwords as it needs are read).
 pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
+    let i = decode_fields(words)?;
+    let used = match i.fam {
+        Fam::Valu | Fam::Vop3p => (0..3).filter(|&k| i.shape[k + 1] != 0).map(|k| i.src[k]).collect::<Vec<_>>(),
+        Fam::Vopd => vec![i.src[0], i.src_y[0]],
+        _ => Vec::new(),
+    };
+    if let Some(c) = used.into_iter().find(|&c| reserved_src(c)) {
+        return Err(DecodeError(format!("{}: source operand code {c} is reserved", i.name())));
+    }
+    Ok(i)
+}
+
+fn decode_fields(words: &[u32]) -> Result<Inst, DecodeError> {
     let w0 = *words.first().ok_or_else(|| DecodeError("end of code".into()))?;
     let w = |i: usize| words.get(i).copied().ok_or_else(|| DecodeError("instruction runs past the end of code".into()));
     if w0 == 0 {
@@ -178,25 +205,20 @@ pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
     match w0 >> 26 {
         0x3d => scalar::smem(w0, w(1)?),
         0x35 => vector::vop3(w0, &w),
-        // bits 31:24 = 0xcc is VOP3P; 0xcd VINTERP and 0xce LDSDIR share bits 31:26
-        0x33 if w0 >> 24 == 0xcc => vector::vop3p(w0, &w),
-        0x33 => Err(DecodeError(format!("{} encoding (bits 31:24 = {:#x}) is not implemented", if w0 >> 24 == 0xcd { "VINTERP" } else if w0 >> 24 == 0xce { "LDSDIR" } else { "unknown" }, w0 >> 24))),
+        // bits 31:24: 0xcc VOP3P, 0xcd VINTERP, 0xce LDSDIR (one word)
+        0x33 => match w0 >> 24 {
+            0xcc => vector::vop3p(w0, &w),
+            0xcd => resource::vinterp(w0, w(1)?),
+            0xce => resource::ldsdir(w0),
+            x => Err(DecodeError(format!("no gfx11 encoding has bits 31:24 = {x:#x}"))),
+        },
         0x32 => vector::vopd(w0, &w),
         0x36 => mem::ds(w0, w(1)?),
-        0x38 => {
-            // MUBUF: only the cache invalidations (no-ops here, memory is coherent); every
-            // other opcode (buffer loads, stores, atomics) is refused, never guessed.
-            let op = ((w0 >> 18) & 0xff) as u16;
-            w(1)?;
-            match op {
-                0x2b | 0x2c => Ok(Inst { len: 8, ..Inst::new(Fam::Cache, Enc::Invalid, op) }),
-                _ => Err(DecodeError(format!("MUBUF opcode {op:#x} is not implemented (buffer resource access)"))),
-            }
-        }
+        0x38 => resource::mubuf(w0, w(1)?),
         0x37 => mem::flat(w0, w(1)?),
-        0x3a => Err(DecodeError(format!("MTBUF opcode {:#x} is not implemented (typed buffer access)", (w0 >> 15) & 0xf))),
-        0x3c => Err(DecodeError(format!("MIMG opcode {:#x} is not implemented (image access)", (w0 >> 18) & 0xff))),
-        0x3e => Err(DecodeError("EXP (export) is not implemented".into())),
+        0x3a => resource::mtbuf(w0, w(1)?),
+        0x3c => resource::mimg(w0, &w),
+        0x3e => resource::exp(w0, w(1)?),
         x => Err(DecodeError(format!("no gfx11 encoding has bits 31:26 = {x:#x}"))),
     }
 }

@@ -49,7 +49,7 @@ pub struct Ctx<'a> {
 /// Per-wave counters, merged into `LaunchStats`.
 #[derive(Default, Clone)]
 pub struct Counters {
-    pub by_fam: [u64; 15],
+    pub by_fam: [u64; 21],
     pub lane_ops: u64,
     pub global_read: u64,
     pub global_written: u64,
@@ -267,6 +267,10 @@ pub fn run_with<H: race::Hooks>(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &
             Fam::Ds => mem::ds(ctx, w, &inst, pc, lds, c, h)?,
             Fam::Flat | Fam::Global | Fam::Scratch => mem::flat(ctx, w, &inst, pc, lds, view, c, h)?,
             Fam::Cache => {}
+            // decoded (and disassembled) but not implemented by the software device
+            Fam::Mubuf | Fam::Mtbuf | Fam::Mimg | Fam::Exp | Fam::Vinterp | Fam::Ldsdir => {
+                return Err(unsupported(ctx, pc, &inst, "not implemented by the software device"));
+            }
             Fam::Invalid => unreachable!(),
         }
     }

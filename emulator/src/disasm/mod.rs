@@ -4,6 +4,8 @@ use crate::decode::{self, src, valu_desc, Dpp, Enc, Fam, Inst};
 use crate::error::EmuError;
 use std::fmt::Write;
 
+mod resource;
+
 fn sreg(code: u16, n: u8) -> String {
     let n = n.max(1) as u16;
     let named = |lo: &str, pair: &str| if n == 2 { pair.to_string() } else { lo.to_string() };
@@ -38,6 +40,8 @@ fn operand(code: u16, sh: u8, lit: u32, hi: bool, int16: bool) -> String {
         248 => "0.15915494".into(),
         src::SHARED_BASE => "src_shared_base".into(), src::SHARED_LIMIT => "src_shared_limit".into(),
         src::PRIVATE_BASE => "src_private_base".into(), src::PRIVATE_LIMIT => "src_private_limit".into(),
+        230 => "src_flat_scratch_base_lo".into(), 231 => "src_flat_scratch_base_hi".into(),
+        239 => "src_pops_exiting_wave_id".into(), 254 => "src_lds_direct".into(),
         src::VCCZ => "src_vccz".into(), src::EXECZ => "src_execz".into(), src::SCC => "src_scc".into(),
         src::LITERAL => {
             // LLVM marks literals that could have been inline constants
@@ -329,6 +333,7 @@ pub fn text(i: &Inst, _pc: u64) -> String {
         }
         Fam::Invalid => "invalid".into(),
         Fam::Cache => name.into(),
+        Fam::Mubuf | Fam::Mtbuf | Fam::Mimg | Fam::Exp | Fam::Vinterp | Fam::Ldsdir => resource::text(i).unwrap_or_default(),
     }
 }
 
@@ -400,10 +405,11 @@ pub fn disassemble(code_object: &[u8]) -> Result<String, EmuError> {
                     let _ = writeln!(out, "\t{:<59}// {pc:012X}: {:08X}", "<unknown>", words[0]);
                     pc += 4;
                 }
-                // anything else unknown is an error, never a guess at where the next instruction starts
-                Err(e) => {
-                    let n = decode::shown_words(words[0]).min(words.len());
-                    return Err(EmuError::UnknownEncoding { kernel: name.clone(), pc, words: words[..n].to_vec(), what: e.0 });
+                // a word that is no gfx11 instruction: listed as data, one word, as objdump does
+                // (execution refuses it by its words)
+                Err(_) => {
+                    let _ = writeln!(out, "\t{:<59}// {pc:012X}: {:08X}", format!(".long {:#010x}", words[0]), words[0]);
+                    pc += 4;
                 }
             }
         }
