@@ -247,7 +247,8 @@ pub fn mimg_addr_dwords(k: &MimgKind, dim: usize, a16: bool) -> u32 {
 /// opcode allows, with and without a16; a non-NSA register tuple above 12 dwords is 16; NSA
 /// forms have at least two addresses, the fifth holding all the rest).
 pub fn mimg_addr_defined(k: &MimgKind, n: u32, nsa: bool) -> bool {
-    let dims = if k.sampler { 6 } else { 8 };
+    // no MSAA dimensions for mip levels
+    let dims = if k.lod_clamp_mip && !k.sampler { 6 } else { 8 };
     (0..dims).flat_map(|d| [false, true].map(|a| mimg_addr_dwords(k, d, a)))
         .map(|x| if !nsa && x > 12 { 16 } else { x })
         .any(|x| x == n && (!nsa || x >= 2))
@@ -255,5 +256,6 @@ pub fn mimg_addr_defined(k: &MimgKind, n: u32, nsa: bool) -> bool {
 
 /// Whether LLVM defines a variant with `n` data dwords.
 pub fn mimg_data_defined(k: &MimgKind, n: u32) -> bool {
-    if k.cmpswap { n == 2 || n == 4 } else if k.atomic { n == 1 || n == 2 } else if k.gather { (2..=5).contains(&n) } else { (1..=5).contains(&n) }
+    // (atomics: 32 or 64 bits, cmpswap twice that; tfe adds a dword)
+    if k.cmpswap { (2..=5).contains(&n) } else if k.atomic { (1..=3).contains(&n) } else if k.gather { matches!(n, 2 | 4 | 5) } else { (1..=5).contains(&n) }
 }

@@ -66,11 +66,12 @@ fn mimg(i: &Inst, name: &str) -> String {
     if i.flags & flag::TFE != 0 { data += 1; }
     let mut addr = r::mimg_addr_dwords(&k, dim, i.flags & flag::A16 != 0);
     if !nsa && addr > 12 { addr = 16; }
-    // Like LLVM: with no variant of these sizes, the opcode's smallest one is printed.
-    // (sampling an MSAA dimension is such a case)
-    if !r::mimg_data_defined(&k, data) || !r::mimg_addr_defined(&k, addr, nsa) || k.sampler && dim >= 6 {
+    // Like LLVM: with no variant of these sizes, the one the decoder matched is printed (the
+    // smallest data; the smallest address tuple, or for NSA the longest list of at most five).
+    if !r::mimg_data_defined(&k, data) || !r::mimg_addr_defined(&k, addr, nsa) {
         data = if k.cmpswap || k.gather { 2 } else { 1 };
-        addr = if nsa { 2 } else { (1..=16).find(|&n| r::mimg_addr_defined(&k, n, false)).unwrap_or(1) };
+        addr = if nsa { (2..=5).rev().find(|&n| r::mimg_addr_defined(&k, n, true)).unwrap_or(2) }
+            else { (1..=16).find(|&n| r::mimg_addr_defined(&k, n, false)).unwrap_or(1) };
     }
     let vaddr = if nsa {
         // five address operands at most: the last one holds the remaining dwords
@@ -80,8 +81,8 @@ fn mimg(i: &Inst, name: &str) -> String {
         vregs(i.src[0], addr)
     };
     let rsrc = sreg(i.src[1], 8);
-    // (LLVM's NSA asm strings put two spaces after the mnemonic)
-    let mut s = format!("{name}{}{}, {vaddr}, {rsrc}", if nsa { "  " } else { " " }, vregs(i.dst, data));
+    // (LLVM's NSA sampler asm strings put two spaces after the mnemonic)
+    let mut s = format!("{name}{}{}, {vaddr}, {rsrc}", if nsa && k.sampler { "  " } else { " " }, vregs(i.dst, data));
     if k.sampler { s += &format!(", {}", sreg(i.src[2], 4)); }
     if dmask != 0 { s += &format!(" dmask:{dmask:#x}"); }
     s += &format!(" dim:SQ_RSRC_IMG_{}", DIM[dim]);
