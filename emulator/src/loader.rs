@@ -115,7 +115,14 @@ pub fn load(data: &[u8]) -> Result<CodeObject, EmuError> {
     // (page alignment, .bss of a few KiB); a fuzzed header can claim 256 MiB for a 1 KiB file,
     // and the image, its device copy and the disassembler's copy would all be that large.
     let limit = data.len() as u64 + MAX_IMAGE_SLACK;
-    if end == 0 || end > limit {
+    if end == 0 {
+        // (not "implausible size": nothing is too large, there is nothing to load)
+        return Err(bad(format!(
+            "the code object has an empty load image: no PT_LOAD segment ends above address 0 (program headers at offset {:#x})",
+            hdr.e_phoff(e)
+        )));
+    }
+    if end > limit {
         return Err(bad(format!(
             "implausible image size {end:#x}: PT_LOAD segments end there, but a {:#x}-byte file allows at most {limit:#x}",
             data.len()

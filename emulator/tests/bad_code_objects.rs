@@ -216,3 +216,21 @@ fn data_segment_far_beyond_the_file_is_refused() {
     let e = Device::new().load_module(&co).err().expect("no metadata note now");
     assert!(matches!(&e, EmuError::Metadata(m) if m.contains("no NT_AMDGPU_METADATA")), "{e}");
 }
+
+/// A code object whose PT_LOAD segments have no size in memory: its image is empty. This was
+/// reported as an "implausible image size 0x0", as if the image were too large.
+#[test]
+fn empty_load_image_is_named() {
+    let mut co = bytes(MINIMAL);
+    // program header 0 is the only PT_LOAD: zero its file and memory sizes
+    let ph0 = 64;
+    co[ph0 + 32..ph0 + 48].copy_from_slice(&[0; 16]);
+    let load = Device::new().load_module(&co).err().expect("loads");
+    let dis = emulator::disassemble(&co).expect_err("disassembles");
+    for e in [load, dis] {
+        assert!(
+            matches!(&e, EmuError::BadElf(m) if m.contains("empty load image") && m.contains("offset 0x40") && !m.contains("implausible")),
+            "{e}"
+        );
+    }
+}
