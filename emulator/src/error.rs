@@ -18,13 +18,14 @@ pub enum EmuError {
     Descriptor { kernel: String, what: String },
     #[error("kernel {0:?} is not in this module")]
     NoSuchKernel(String),
-    /// The decoder met an encoding/opcode the device does not implement.
+    /// A wave reached an instruction the device decodes but does not execute (MUBUF, MTBUF,
+    /// MIMG, EXP, VINTERP, LDSDIR, a few exotic opcodes): `what` starts with its text.
     #[error("kernel {kernel}: unsupported instruction at pc {pc:#x}: {what}")]
     Unsupported { kernel: String, pc: u64, what: String },
-    /// Words that are no instruction the device knows (an unimplemented encoding such as
-    /// MUBUF/MTBUF/MIMG/EXP, an unknown opcode): refused by the loader for every reachable
-    /// instruction, by the disassembler, and when reached through a computed jump. `pc` is
-    /// the code-object address (as llvm-objdump prints it); `words` the instruction's dwords.
+    /// Words that are no gfx11 instruction (a reserved opcode or operand code): refused by the
+    /// loader for every reachable instruction and when reached through a computed jump (the
+    /// disassembler lists them as `.long`, like llvm-objdump). `pc` is the code-object address
+    /// (as llvm-objdump prints it); `words` the instruction's dwords.
     #[error("kernel {kernel}: unknown instruction encoding at pc {pc:#x} ({}): {what}", hex_words(.words))]
     UnknownEncoding { kernel: String, pc: u64, words: Vec<u32>, what: String },
     /// Race mode (`LaunchOptions::race_seed`, `STRATA_EMU_RACE_SEED`): two waves of one
