@@ -23,7 +23,8 @@ cp "$fixture" tiny.gguf
 
 cat >patch.py <<'EOF'
 # patch.py SRC DST EDIT...  EDIT: count=N | keylen=N | key=NAME:TYPE:VALUE | dropkey=NAME |
-#   offset=TENSOR:N | dims=TENSOR:D0,D1 | nanrow=TENSOR:ROW (q8_0: every block scale NaN)
+#   offset=TENSOR:N | dims=TENSOR:D0,D1 | nanrow=TENSOR:ROW (q8_0: every block scale NaN) |
+#   f32nan=TENSOR:I (an f32 tensor's value I made NaN)
 import struct, sys
 src, dst, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
 b = open(src, 'rb').read()
@@ -71,11 +72,14 @@ for e in edits:
         if hit: hit[0][1], hit[0][2] = t, enc
         else: kvs.append([name.encode(), t, enc])
     elif what == 'dropkey': kvs = [kv for kv in kvs if kv[0] != arg.encode()]
-    elif what in ('offset', 'dims', 'nanrow'):
+    elif what in ('offset', 'dims', 'nanrow', 'f32nan'):
         name, val = arg.rsplit(':', 1)
         ti = [t for t in tis if t[0] == name.encode()][0]
         if what == 'offset': ti[3] = int(val)
         elif what == 'dims': ti[1] = [int(x) for x in val.split(',')]
+        elif what == 'f32nan':
+            at = ti[3] + 4 * int(val)
+            data[at:at + 4] = struct.pack('<f', float('nan'))
         else:
             row = int(val); blocks = ti[1][0] // 32
             for j in range(blocks):
@@ -92,36 +96,41 @@ open(dst, 'wb').write(out + data)
 EOF
 patch() { python3 patch.py tiny.gguf "$@"; }
 
-# One row: what is bad | command | exit | message. The command runs in this directory with
-# `strata` on PATH; the message is its stderr (or what is given on stdin to `reply`).
+# One row: what is bad | command | exit | message | grade. The command runs in this directory
+# with `strata` on PATH; the message is its stderr (or what is given on stdin to `reply`). The
+# grade (third argument, default G) is the table's judgement of the answer: G good (precise,
+# names the input), W weak (correct but vague), B bad (a crash, a hang or a wrong answer);
+# the counts close the table.
+declare -A graded=([G]=0 [W]=0 [B]=0)
 row() {
   local what=$1 cmd=$2 out status
   out=$(PATH="$(dirname "$strata"):$PATH" bash -c "$cmd" 2>&1 >/dev/null)
   status=$?
-  emit "$what" "$cmd" "$status" "$out"
+  emit "$what" "$cmd" "$status" "$out" "${3:-G}"
 }
 # Like row, with stdout and stderr together (strata gguf --check lists problems on stdout).
 both() {
   local what=$1 cmd=$2 out status
   out=$(PATH="$(dirname "$strata"):$PATH" bash -c "$cmd" 2>&1)
   status=$?
-  emit "$what" "$cmd" "$status" "$out"
+  emit "$what" "$cmd" "$status" "$out" "${3:-G}"
 }
 # Like row, for commands whose answer is on stdout (protocol lines, HTTP bodies).
 reply() {
   local what=$1 cmd=$2 out status
   out=$(PATH="$(dirname "$strata"):$PATH" bash -c "$cmd" 2>/dev/null)
   status=$?
-  emit "$what" "$cmd" "$status" "$out"
+  emit "$what" "$cmd" "$status" "$out" "${3:-G}"
 }
 emit() {
   local msg
   msg=$(printf '%s' "$4" | sed 's/|/\\|/g' | awk 'NF' | paste -sd'\n' | sed ':a;N;$!ba;s/\n/<br>/g')
-  printf '| %s | `` %s `` | %s | `` %s `` |\n' "$1" "$(printf '%s' "$2" | sed 's/|/\\|/g')" "$3" "$msg"
+  graded[$5]=$((graded[$5] + 1))
+  printf '| %s | `` %s `` | %s | `` %s `` | %s |\n' "$1" "$(printf '%s' "$2" | sed 's/|/\\|/g')" "$3" "$msg" "$5"
 }
 
-echo '| bad input | command | exit | message |'
-echo '|---|---|---|---|'
+echo '| bad input | command | exit | message | grade |'
+echo '|---|---|---|---|---|'
 
 # --- model files -------------------------------------------------------------------------
 head -c 5000 tiny.gguf >truncated.gguf
@@ -168,6 +177,18 @@ if [ -f "$split" ]; then
   cp "$split" m-00001-of-00002.gguf
   row "split model with a missing shard" 'strata generate --device cpu -m m-00001-of-00002.gguf -p hi -n 1'
 fi
+# Sizes and ranges from a file (issue 39).
+patch blocks.gguf key=qwen3moe.block_count:4:4294967295
+row "block_count 2^32-1" 'strata generate --device cpu -m blocks.gguf -p hi -n 1'
+row "block_count 2^32-1 on --serve" 'strata --serve --device cpu -m blocks.gguf </dev/null'
+both "block_count 2^32-1, gguf --check" 'strata gguf --check blocks.gguf'
+patch norm-nan.gguf f32nan=output_norm.weight:0
+row "NaN in output_norm.weight[0]" 'strata generate --device cpu -m norm-nan.gguf -p hi -n 1'
+both "NaN in output_norm.weight[0], gguf --check" 'strata gguf --check norm-nan.gguf'
+patch embd.gguf key=qwen3moe.embedding_length:4:512
+row "wrong embedding_length (512 for 256-wide tensors)" 'strata generate --device cpu -m embd.gguf -p hi -n 1'
+patch align.gguf key=general.alignment:4:48
+both "general.alignment not a power of two" 'strata gguf --check align.gguf'
 mkdir -p models
 row "-m on a directory" 'strata generate --device cpu -m models -p hi -n 1'
 mkfifo pipe.gguf
@@ -181,6 +202,14 @@ long=$(seq -s, 1 40)
 row "prompt larger than the context" "strata generate --device cpu -m tiny.gguf --max-context 16 --tokens $long -n 4"
 row "prompt token outside the vocabulary" 'strata generate --device cpu -m tiny.gguf --tokens 1,5000 -n 4'
 row "empty prompt" "strata generate --device cpu -m tiny.gguf --tokens '' -n 4"
+row "empty text prompt" "strata generate --device cpu -m tiny.gguf -p '' -n 4"
+
+# --- flags (issue 39) --------------------------------------------------------------------
+row "--max-context 100000000" 'strata generate --device cpu -m tiny.gguf --max-context 100000000 -p hi -n 1'
+row "--max-context 2^64-1" 'strata generate --device cpu -m tiny.gguf --max-context 18446744073709551615 -p hi -n 1'
+row "--max-context 100000000 on --serve" 'strata --serve --device cpu -m tiny.gguf --max-context 100000000 </dev/null'
+row "--threads 100000" 'strata generate --device cpu -m tiny.gguf --threads 100000 -p hi -n 1'
+row "negative flag value (-n -1)" 'strata generate --device cpu -m tiny.gguf -n -1 -p hi'
 
 # --- the --serve protocol ----------------------------------------------------------------
 serve() { printf "%s\n" "$1" >"$2"; }
@@ -242,3 +271,6 @@ if [ -n "$elf" ]; then
   row "truncated code object" 'strata emu disasm cut.elf'
   row "not a code object" 'strata emu list notes.txt'
 fi
+
+echo
+echo "${graded[G]} good, ${graded[W]} weak, ${graded[B]} bad"

@@ -12,7 +12,7 @@ use gguf::{GgufFile, GgufWriter, Value};
 use crate::support::strata_cmd as strata;
 
 /// The tiny qwen3moe model (1024 tokens, q8_0), from scripts/make-testdata.sh.
-fn fixture() -> PathBuf {
+pub(crate) fn fixture() -> PathBuf {
     let p = crate::models_util::reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
     assert!(p.is_file(), "missing {} (scripts/make-testdata.sh)", p.display());
     p
@@ -24,7 +24,7 @@ fn tmp(name: &str) -> PathBuf {
 
 /// The fixture with metadata `key` set to `value` (None: removed), tensors patched (shape and
 /// bytes).
-fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mut Vec<u64>, &mut Vec<u8>)) -> PathBuf {
+pub(crate) fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mut Vec<u64>, &mut Vec<u8>)) -> PathBuf {
     let g = GgufFile::open(&fixture()).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
@@ -52,7 +52,7 @@ fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mu
 }
 
 /// Runs `strata ARGS`, expects exit status 1 and no panic; returns stderr.
-fn fails(args: &[&str]) -> String {
+pub(crate) fn fails(args: &[&str]) -> String {
     let o = strata().args(args).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(1), "strata {args:?}: {o:?}");
@@ -64,7 +64,7 @@ fn gen_args(model: &Path, tokens: &str) -> Vec<String> {
     ["generate", "-m", model.to_str().unwrap(), "--tokens", tokens, "-n", "4", "--temp", "0"].map(String::from).to_vec()
 }
 
-fn fails_gen(model: &Path, tokens: &str) -> String {
+pub(crate) fn fails_gen(model: &Path, tokens: &str) -> String {
     let a = gen_args(model, tokens);
     fails(&a.iter().map(String::as_str).collect::<Vec<_>>())
 }

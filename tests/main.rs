@@ -47,6 +47,7 @@ mod spec_mtp;
 mod cli_mtp;
 mod cli_commands;
 mod cli_bad_input;
+mod cli_bad_sizes;
 mod cli_gguf;
 mod cli_default_model;
 mod repo_self_contained;

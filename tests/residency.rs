@@ -5,6 +5,7 @@
 //! embedding).
 
 use strata::engine::AnyModel;
+use strata::cpu::MatCpu;
 use strata::model::{Ffn, Logits, Mat};
 use strata::residency::{Placement, Weights};
 use strata::{Engine, RunOptions};

@@ -10,7 +10,7 @@ use cpu_kernels as ck;
 
 use super::matmul::{add_residual, glu_fmath, norm_rows, norm_rows_inplace, par_elementwise};
 use super::{Scratch, grow};
-use crate::{ModelMatmul, Products};
+use crate::{MatCpu, ModelMatmul, Products};
 use model::error::EngineError;
 use crate::kv_cache::{KvCache, LayerCache};
 use model::decoder::{Block, Buf, DecoderOps};

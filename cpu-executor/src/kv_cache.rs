@@ -37,13 +37,20 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// `layers[i] = Some((n_head_kv, head_dim))` for an attention layer.
+    /// `layers[i] = (n_head_kv, head_dim)` of an attention layer. Panics when the memory
+    /// cannot be reserved: [`KvCache::try_new`] is the engine's.
     pub fn new(ty: KvType, capacity: usize, layers: &[(usize, usize)]) -> KvCache {
+        KvCache::try_new(ty, capacity, layers).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`KvCache::new`], with a size that overflows or memory that cannot be reserved as an
+    /// error naming the size (the engine checks its memory plan first; this is the backstop).
+    pub fn try_new(ty: KvType, capacity: usize, layers: &[(usize, usize)]) -> Result<KvCache, model::error::EngineError> {
         let layers = layers
             .iter()
-            .map(|&(n_head_kv, head_dim)| LayerCache::Attention(KvLayer::new(ty, capacity, n_head_kv, head_dim)))
-            .collect();
-        KvCache { ty, capacity, layers }
+            .map(|&(n_head_kv, head_dim)| KvLayer::try_new(ty, capacity, n_head_kv, head_dim).map(LayerCache::Attention))
+            .collect::<Result<_, _>>()?;
+        Ok(KvCache { ty, capacity, layers })
     }
 
     /// Bytes held by the cache buffers.
@@ -85,13 +92,13 @@ fn raw(rows: &KvRows) -> RawRows<'_> {
 }
 
 impl KvLayer {
-    fn new(ty: KvType, capacity: usize, n_head_kv: usize, head_dim: usize) -> KvLayer {
-        KvLayer {
-            n_head_kv,
-            head_dim,
-            k: KvRows::zeroed(ty, capacity * n_head_kv * head_dim, head_dim),
-            v: KvRows::zeroed(ty, capacity * n_head_kv * head_dim, head_dim),
-        }
+    fn try_new(ty: KvType, capacity: usize, n_head_kv: usize, head_dim: usize) -> Result<KvLayer, model::error::EngineError> {
+        let too_big = |why: String| {
+            model::error::EngineError::Memory(format!("a KV cache of {capacity} positions ({n_head_kv} x {head_dim} values a position and layer) cannot be allocated: {why}"))
+        };
+        let values = capacity.checked_mul(n_head_kv * head_dim).ok_or_else(|| too_big("the size overflows".into()))?;
+        let rows = || KvRows::try_zeroed(ty, values, head_dim).map_err(|e| too_big(e.to_string()));
+        Ok(KvLayer { n_head_kv, head_dim, k: rows()?, v: rows()? })
     }
 
     /// Stores K and V rows (`n_head_kv * head_dim` each) for position `pos`.
@@ -188,7 +195,7 @@ mod tests {
         let (nh, hd, cells) = (2, 8, 5);
         let row = |p: usize| -> Vec<f32> { (0..nh * hd).map(|i| ((p * 31 + i * 7) % 23) as f32 * 0.37 - 4.1 + 1e-4 * i as f32).collect() };
         for ty in [KvType::F16, KvType::Int8, KvType::F32] {
-            let mut l = KvLayer::new(ty, cells, nh, hd);
+            let mut l = KvLayer::try_new(ty, cells, nh, hd).unwrap();
             let mut pushed = KvRows::new(ty, hd);
             for p in 0..cells {
                 l.write(p, &row(p), &row(p + 100));
@@ -200,7 +207,7 @@ mod tests {
 
     #[test]
     fn int8_roundtrip_is_close() {
-        let mut l = KvLayer::new(KvType::Int8, 4, 2, 8);
+        let mut l = KvLayer::try_new(KvType::Int8, 4, 2, 8).unwrap();
         let k: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) * 0.3).collect();
         l.write(2, &k, &k);
         let mut q = vec![0f32; 8];

@@ -11,6 +11,7 @@ mod chunk;
 pub mod f16;
 pub mod flash_next;
 pub mod kv_cache;
+mod mat;
 mod matmul;
 pub mod moe;
 
@@ -18,6 +19,7 @@ use model::error::{EngineError, Result};
 use crate::kv_cache::{KvCache, KvType};
 use model::op_profile::{OpProfile, Timed};
 use model::{Logits, Model, decoder};
+pub use mat::MatCpu;
 pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
 pub use matmul::ModelMatmul;
 pub use matmul::Products;
@@ -100,8 +102,14 @@ impl Session {
 
 /// The CPU executor's methods on [`Model`] (a type of the `model` crate, which knows no backend).
 pub trait ModelCpu {
-    /// A fresh sequence with room for `max_ctx` positions.
-    fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session;
+    /// A fresh sequence with room for `max_ctx` positions (panics when its cache cannot be
+    /// allocated: [`ModelCpu::try_new_session`] is the engine's).
+    fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session {
+        self.try_new_session(kv, max_ctx, prefill_chunk).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`ModelCpu::new_session`], with a cache that cannot be allocated as an error.
+    fn try_new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<Session>;
 
     /// Appends `tokens` to the sequence and writes logits to `out`
     /// (`[1][vocab]` for [`Logits::Last`], `[tokens.len()][vocab]` for [`Logits::All`]).
@@ -110,9 +118,9 @@ pub trait ModelCpu {
 }
 
 impl ModelCpu for Model {
-    fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session {
-        Session {
-            cache: KvCache::new(kv, max_ctx, &self.cache_shape()),
+    fn try_new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<Session> {
+        Ok(Session {
+            cache: KvCache::try_new(kv, max_ctx, &self.cache_shape())?,
             n_past: 0,
             prefill_chunk: prefill_chunk.max(1),
             trace: None,
@@ -121,7 +129,7 @@ impl ModelCpu for Model {
             tiles: false,
             profile: None,
             s: Scratch::default(),
-        }
+        })
     }
 
     fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {

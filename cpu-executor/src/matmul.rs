@@ -8,6 +8,7 @@
 use cpu_kernels as ck;
 use cpu_kernels::team;
 
+use crate::MatCpu;
 use model::{Mat, Model};
 
 /// Which kernels the CPU executor's matrix products run (chosen per session).

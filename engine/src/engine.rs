@@ -238,6 +238,26 @@ impl AnyModel {
         }
     }
 
+    /// What a session of the configured context needs (the memory plan, checked at load).
+    pub fn session_plan(&self, opts: &RunOptions) -> crate::memory::SessionPlan {
+        let positions = context_positions(opts.max_context, self.n_ctx_train());
+        let kv_per_position = match self {
+            AnyModel::Std(m) => m.kv_bytes_per_position(opts.kv),
+            AnyModel::Flash(m) => m.kv_bytes_per_position(opts.kv),
+            #[cfg(feature = "gpu")]
+            AnyModel::Gpu(m) => m.model.kv_bytes_per_position(opts.kv),
+            #[cfg(feature = "gpu")]
+            AnyModel::FlashGpu(m) => m.m.kv_bytes_per_position(opts.kv),
+        };
+        crate::memory::SessionPlan { positions, from_training: opts.max_context == 0, kv: opts.kv, kv_per_position }
+    }
+
+    /// Whether sessions keep their KV cache in the host's memory: on the CPU, and on the
+    /// software device, whose memory is the host's (a card's allocator refuses by itself).
+    pub fn kv_in_host_memory(&self, opts: &RunOptions) -> bool {
+        matches!(self, AnyModel::Std(_) | AnyModel::Flash(_)) || opts.device == Device::Emu
+    }
+
     /// A fresh sequence with room for `max_ctx` positions. Flash-Next caches are f16 (the
     /// engine checks `--kv` at load).
     /// Fails only when device memory cannot be allocated.
@@ -250,7 +270,7 @@ impl AnyModel {
     pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, products: cpu_executor::Products) -> Result<AnySession> {
         Ok(match self {
             AnyModel::Std(m) => {
-                let mut s = m.new_session(kv, max_ctx, prefill_chunk);
+                let mut s = m.try_new_session(kv, max_ctx, prefill_chunk)?;
                 let ordered = products == cpu_executor::Products::Ordered;
                 s.ordered_attention = ordered;
                 s.ordered = ordered;
@@ -666,6 +686,7 @@ impl Engine {
         if tokenizer.vocab_size() != model.n_vocab() {
             return Err(EngineError::VocabMismatch { tokenizer: tokenizer.vocab_size(), tensor: "token_embd.weight", rows: model.n_vocab() });
         }
+        model.session_plan(&opts).check(model.kv_in_host_memory(&opts).then(experts::source::mem_available).flatten())?;
         Ok(Engine { model, tokenizer, opts, path: path.to_path_buf() })
     }
 
@@ -682,6 +703,16 @@ impl Engine {
     /// unless asked).
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
         self.tokenizer.encode(text, self.tokenizer.add_bos(), parse_special)
+    }
+
+    /// Why `text` encoded to no tokens at all, for the error a user sees.
+    pub fn empty_prompt(&self, text: &str) -> String {
+        let bos = if self.tokenizer.add_bos() { "" } else { " and this model adds no BOS token" };
+        if text.is_empty() {
+            format!("the prompt is empty{bos}: nothing to evaluate (give some text, or token ids with --tokens)")
+        } else {
+            format!("the prompt {text:?} encodes to no tokens (none of its bytes is in the vocabulary){bos}: nothing to evaluate")
+        }
     }
 
     /// Evaluates `prompt` on a fresh session state and samples up to `n` tokens, calling

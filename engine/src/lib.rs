@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod engine;
 pub mod fetch;
+pub mod memory;
 pub mod npy;
 pub mod residency;
 pub mod sampler;

@@ -287,6 +287,8 @@ fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
 
     r.metadata.reserve(n_kv);
     let mut keys = HashSet::with_capacity(n_kv);
+    // Where `general.alignment` starts, for the error about its value.
+    let mut alignment_at = 0;
     for i in 0..n_kv {
         let at = c.pos as u64;
         let key = c.string(&|| format!("key of metadata entry {i}"))?;
@@ -299,6 +301,9 @@ fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
         }
         let ty = c.u32(&|| format!("type of key {key:?}"))?;
         let v = c.value(&key, ty, 0)?;
+        if key == "general.alignment" && alignment_at == 0 {
+            alignment_at = at;
+        }
         r.metadata.push((key, v));
     }
 
@@ -309,7 +314,7 @@ fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
             other => r.problems.push(GgufError::BadValue {
                 path: c.path(),
                 key: "general.alignment".into(),
-                offset: 0,
+                offset: alignment_at,
                 reason: format!(
                     "must be a u32 power of two, found {} {other}",
                     other.type_name()

@@ -214,13 +214,15 @@ fn duplicate_key_and_bad_alignment_do_not_stop_reading() {
     let mut w = sample_writer();
     w.add_metadata("general.alignment", Value::U32(64));
     let mut b = w.to_bytes().unwrap();
-    let at = string_at(&b, "general.alignment") + 8 + 17 + 4;
+    let key_at = string_at(&b, "general.alignment");
+    let at = key_at + 8 + 17 + 4;
     put_u32(&mut b, at, 48);
     let r = check(&b);
     let p = problems(&r);
-    // Tensors were laid out for 64: with the default 32 they are still aligned.
+    // Tensors were laid out for 64: with the default 32 they are still aligned. The error names
+    // the key's own offset (it named byte 0 before issue 39).
     assert!(
-        matches!(p[..], [GgufError::BadValue { key, .. }] if key == "general.alignment"),
+        matches!(p[..], [GgufError::BadValue { key, offset, .. }] if key == "general.alignment" && *offset == key_at as u64),
         "{p:?}"
     );
     assert_eq!((r.files[0].alignment, r.files[0].tensors.len()), (32, 4));

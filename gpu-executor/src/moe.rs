@@ -9,7 +9,7 @@ use super::expert_cache::{AutoFit, ExpertCache, Placement};
 use super::linear::DispatchBuffers;
 use super::model::{GpuModel, Scratch};
 use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
-use cpu_executor::{ModelMatmul, Products};
+use cpu_executor::{MatCpu, ModelMatmul, Products};
 use model::Ffn;
 use super::ops::GluAct;
 use crate::options::MoePath;

@@ -12,8 +12,15 @@ pub enum EngineError {
     UnsupportedArch(String),
     #[error("missing tensor '{0}'")]
     MissingTensor(String),
-    #[error("tensor '{name}': shape {found:?}, expected {expected:?}")]
-    TensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
+    /// `expected`: ggml dims, `None` where any size is allowed (the vocabulary of a head).
+    #[error("tensor '{name}': shape {found:?}, expected {} (its dimensions follow the metadata: embedding_length, head counts, key_length, feed_forward_length, expert counts)", shape(expected))]
+    TensorShape { name: String, expected: Vec<Option<u64>>, found: Vec<u64> },
+    /// A norm weight, bias or scale holding NaN or infinity: every output would be non-finite.
+    #[error("tensor '{name}': value {index} is {value} (norm weights, biases and scales must be finite numbers)")]
+    NonFiniteWeight { name: String, index: usize, value: f32 },
+    /// What a session needs (KV cache, recurrent state) does not fit the memory there is.
+    #[error("{0}")]
+    Memory(String),
     #[error("tensor '{name}': type {ty} is not supported here ({why})")]
     TensorType { name: String, ty: &'static str, why: &'static str },
     #[error("metadata '{key}': {why}")]
@@ -96,6 +103,12 @@ pub enum EngineError {
         if .layer.is_none() { " (STRATA_CHECK_FINITE=1 names the first layer that produces one)" } else { "" }
     )]
     NonFinite { position: usize, token: u32, layer: Option<usize>, count: usize, of: usize },
+}
+
+/// A ggml shape with `*` for a dimension of any size.
+fn shape(dims: &[Option<u64>]) -> String {
+    let d: Vec<String> = dims.iter().map(|d| d.map_or("*".to_string(), |v| v.to_string())).collect();
+    format!("[{}]", d.join(", "))
 }
 
 impl EngineError {

@@ -19,6 +19,13 @@ pub fn hparams(k: &Keys) -> Result<HParams> {
     let c = k.common()?;
     // Gemma 3 270M stores 512; 4096 is the value of the larger Gemma 3 checkpoints.
     let window = k.u32_or("attention.sliding_window", 4096)?;
+    // A window of 0 keys attends to nothing: garbage with exit 0 before this check (issue 39).
+    if window == 0 {
+        return Err(crate::error::EngineError::BadMetadata {
+            key: format!("{}.attention.sliding_window", k.arch),
+            why: "0 tokens: the sliding window must be > 0 (Gemma 3 270M stores 512)".into(),
+        });
+    }
     let global_scale = k.rope_freq_scale()?;
     let layers = (0..c.n_layer)
         .map(|il| {
@@ -54,4 +61,31 @@ pub fn hparams(k: &Keys) -> Result<HParams> {
         moe: None,
         layers,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gguf::{GgufFile, GgufWriter, Value};
+
+    /// A one-layer Gemma 3 header (hyperparameters only, one tensor so the layer exists).
+    fn gemma(window: u32) -> GgufFile {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", Value::Str("gemma3".into()));
+        for (k, v) in [("block_count", 1), ("embedding_length", 8), ("attention.head_count", 1), ("attention.sliding_window", window)] {
+            w.add_metadata(format!("gemma3.{k}"), Value::U32(v));
+        }
+        w.add_tensor("blk.0.attn_norm.weight", &[8], quant::GgmlType::F32, vec![0u8; 32]);
+        GgufFile::from_bytes("gemma.gguf", w.to_bytes().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_sliding_window_of_0_is_refused() {
+        let g = gemma(0);
+        let err = hparams(&Keys { g: &g, arch: crate::Arch::Gemma3 }).unwrap_err().to_string();
+        assert_eq!(err, "metadata 'gemma3.attention.sliding_window': 0 tokens: the sliding window must be > 0 (Gemma 3 270M stores 512)");
+        let g = gemma(512);
+        let hp = hparams(&Keys { g: &g, arch: crate::Arch::Gemma3 }).unwrap();
+        assert_eq!(hp.layers[0], LayerKind::Attention(AttnSpec { window: Some(512), rope_base: ROPE_BASE_SWA, rope_scale: 1.0 }));
+    }
 }

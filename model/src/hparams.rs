@@ -96,6 +96,39 @@ pub fn check_rope_base(v: f32) -> std::result::Result<f32, String> {
     }
 }
 
+/// A small float tensor (norm weights, biases, scales) read at load must hold finite values:
+/// one NaN in `output_norm.weight` changed every greedy token with no error (issue 39).
+pub fn check_finite(name: &str, values: &[f32]) -> Result<()> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(index) => Err(EngineError::NonFiniteWeight { name: name.into(), index, value: values[index] }),
+    }
+}
+
+/// How many layer blocks the file's tensors describe: one past the highest `blk.N.` index
+/// (0 when there is none).
+pub fn blocks_in_file(g: &GgufFile) -> usize {
+    g.tensors()
+        .iter()
+        .filter_map(|t| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
+        .max()
+        .map_or(0, |m| m + 1)
+}
+
+/// A layer count read from metadata must not exceed the layers the file holds tensors for:
+/// per-layer tables are sized from it before any tensor is looked up, and a `block_count` of
+/// 2^32-1 aborted the process with a 100 GB allocation (issue 39).
+pub fn check_layer_count(g: &GgufFile, key: &str, n_layer: usize) -> Result<()> {
+    let held = blocks_in_file(g);
+    if n_layer > held {
+        return Err(EngineError::BadMetadata {
+            key: key.to_string(),
+            why: format!("{n_layer} layers, but the file's tensors describe {held} (blk.0 .. blk.{})", held.saturating_sub(1)),
+        });
+    }
+    Ok(())
+}
+
 /// Typed access to `<arch>.<name>` keys with errors naming the key. Floats must be finite.
 pub struct Keys<'a> {
     pub g: &'a GgufFile,
@@ -164,6 +197,7 @@ impl<'a> Keys<'a> {
                 why: "block_count, embedding_length and head_count must be > 0".into(),
             });
         }
+        check_layer_count(self.g, &self.key("block_count"), n_layer)?;
         // Defaults as in llama.cpp: n_head_kv = n_head, head_dim = n_embd / n_head.
         let n_head_kv = self.u32_or("attention.head_count_kv", n_head)?;
         let head_dim = self.u32_or("attention.key_length", n_embd / n_head)?;
@@ -173,6 +207,19 @@ impl<'a> Keys<'a> {
                 why: format!("{n_head_kv} does not divide head_count {n_head}"),
             });
         }
+        let bad = |name: &str, why: String| EngineError::BadMetadata { key: self.key(name), why };
+        // Rope rotates pairs of a head, so the rotated part is even, > 0 and within the head.
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(bad("attention.key_length", format!("head dim {head_dim} must be even and > 0")));
+        }
+        let rope_dim = self.u32_or("rope.dimension_count", head_dim)?;
+        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+            return Err(bad("rope.dimension_count", format!("{rope_dim} must be even, > 0 and <= the head dim {head_dim}")));
+        }
+        let n_ctx_train = self.u32_or("context_length", 4096)?;
+        if n_ctx_train == 0 {
+            return Err(bad("context_length", "0 positions: must be > 0".into()));
+        }
         Ok(CommonKeys {
             n_layer,
             n_embd,
@@ -180,12 +227,12 @@ impl<'a> Keys<'a> {
             n_head_kv,
             head_dim,
             // Not every model stores the training context; 4096 only sizes the default cache.
-            n_ctx_train: self.u32_or("context_length", 4096)?,
+            n_ctx_train,
             n_ff: self.u32_or("feed_forward_length", 0)?,
             rms_eps: self.f32_checked("attention.layer_norm_rms_epsilon", 1e-6, check_rms_eps)?,
             // llama.cpp silently defaults a missing freq_base to 10000.
             rope_base: self.f32_checked("rope.freq_base", 10000.0, check_rope_base)?,
-            rope_dim: self.u32_or("rope.dimension_count", head_dim)?,
+            rope_dim,
         })
     }
 }

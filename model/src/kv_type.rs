@@ -4,7 +4,7 @@
 //! caches both hold their rows in it; the GPU keeps device buffers in the same layout).
 
 /// Storage format of the attention KV cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvType {
     /// IEEE half precision (llama.cpp's default).
@@ -31,6 +31,28 @@ pub fn quantize_row_i8(src: &[f32], dst: &mut [i8]) -> f32 {
 }
 
 impl KvType {
+    pub const ALL: [KvType; 3] = [KvType::F16, KvType::Int8, KvType::F32];
+
+    /// The name of the type (`--kv`, the config file, the load line).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Int8 => "int8",
+            KvType::F32 => "f32",
+        }
+    }
+
+    /// Bytes `values` cached values take in rows of `row` (int8: one f32 scale a row), for
+    /// memory plans; None on overflow.
+    pub fn bytes_for(self, values: usize, row: usize) -> Option<u64> {
+        let values = values as u64;
+        match self {
+            KvType::F16 => values.checked_mul(2),
+            KvType::F32 => values.checked_mul(4),
+            KvType::Int8 => values.checked_add(values.div_ceil(row.max(1) as u64).checked_mul(4)?),
+        }
+    }
+
     /// Bytes one cached value takes (int8's per-row scale left out), for byte budgets.
     pub fn bytes_per_value(self) -> f64 {
         match self {
@@ -65,12 +87,24 @@ impl KvRows {
 
     /// `values` zeros of type `kv` (int8: in rows of `row` values, scales 0).
     pub fn zeroed(kv: KvType, values: usize, row: usize) -> KvRows {
-        let row = row.max(1);
-        match kv {
-            KvType::F16 => KvRows::F16(vec![0; values]),
-            KvType::F32 => KvRows::F32(vec![0.0; values]),
-            KvType::Int8 => KvRows::Int8 { q: vec![0; values], scale: vec![0.0; values.div_ceil(row)], row },
+        KvRows::try_zeroed(kv, values, row).unwrap_or_else(|e| panic!("KV rows of {values} values: {e}"))
+    }
+
+    /// [`KvRows::zeroed`], with a failed reservation as an error instead of an abort: a
+    /// context length comes from a flag or a file.
+    pub fn try_zeroed(kv: KvType, values: usize, row: usize) -> Result<KvRows, std::collections::TryReserveError> {
+        fn zeros<T: Clone + Default>(n: usize) -> Result<Vec<T>, std::collections::TryReserveError> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n)?;
+            v.resize(n, T::default());
+            Ok(v)
         }
+        let row = row.max(1);
+        Ok(match kv {
+            KvType::F16 => KvRows::F16(zeros(values)?),
+            KvType::F32 => KvRows::F32(zeros(values)?),
+            KvType::Int8 => KvRows::Int8 { q: zeros(values)?, scale: zeros(values.div_ceil(row))?, row },
+        })
     }
 
     /// Overwrites the values at `start..start + vals.len()` (whole int8 rows) in place.
@@ -158,5 +192,18 @@ impl KvRows {
                 }
             }
         }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<KvType, String> {
+        KvType::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| format!("unknown KV cache type {s:?} (f16, int8 or f32)"))
     }
 }

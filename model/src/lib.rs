@@ -154,6 +154,12 @@ impl Model {
         mats + vecs + kv as f64 * pos as f64 * kv_bytes_per_value
     }
 
+    /// Bytes of KV cache one position takes across every layer (K and V) as `kv`; None on
+    /// overflow. The memory plan's unit.
+    pub fn kv_bytes_per_position(&self, kv: KvType) -> Option<u64> {
+        self.cache_shape().iter().try_fold(0u64, |sum, &(h, d)| sum.checked_add(kv.bytes_for(h.checked_mul(d)?, d)?.checked_mul(2)?))
+    }
+
     pub fn cache_shape(&self) -> Vec<(usize, usize)> {
         self.hp
             .layers
@@ -197,7 +203,7 @@ impl Loader<'_> {
         if !ok {
             return Err(EngineError::TensorShape {
                 name: name.into(),
-                expected: vec![cols as u64, rows.unwrap_or(0) as u64],
+                expected: vec![Some(cols as u64), rows.map(|r| r as u64)],
                 found: t.dims.clone(),
             });
         }
@@ -211,7 +217,7 @@ impl Loader<'_> {
         let (tensor, t) = self.find(name)?;
         let want = vec![cols as u64, rows as u64, n as u64];
         if t.dims != want {
-            return Err(EngineError::TensorShape { name: name.into(), expected: want, found: t.dims.clone() });
+            return Err(EngineError::TensorShape { name: name.into(), expected: want.into_iter().map(Some).collect(), found: t.dims.clone() });
         }
         Self::check_type(name, t.ty)?;
         Mat::mapped_stack(self.g, tensor, 0, t.ty, rows, cols, n)
@@ -223,7 +229,7 @@ impl Loader<'_> {
         let (_, t) = self.find(name)?;
         let total: u64 = t.dims.iter().product();
         if total as usize != n {
-            return Err(EngineError::TensorShape { name: name.into(), expected: vec![n as u64], found: t.dims.clone() });
+            return Err(EngineError::TensorShape { name: name.into(), expected: vec![Some(n as u64)], found: t.dims.clone() });
         }
         let mut out = vec![0f32; n];
         quant::dequantize_row(t.ty, self.g.tensor_data(t), &mut out).map_err(|e| EngineError::TensorType {
@@ -231,6 +237,7 @@ impl Loader<'_> {
             ty: t.ty.name(),
             why: "cannot dequantize",
         })?;
+        hparams::check_finite(name, &out)?;
         Ok(out)
     }
 }

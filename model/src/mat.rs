@@ -252,6 +252,11 @@ impl Mat {
         }
     }
 
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
     /// Bytes of row `r` (rows of a stack count on across its matrices).
     pub fn row_data(&self, r: usize) -> &[u8] {
         &self.data()[r * self.row_bytes..(r + 1) * self.row_bytes]
@@ -262,18 +267,6 @@ impl Mat {
         if quant::dequantize_row(self.ty, self.row_data(r), &mut out[..self.cols]).is_err() {
             out[..self.cols].fill(f32::NAN); // unreachable: geometry validated at construction
         }
-    }
-
-    /// Matrix `e` of a stack (0 for a plain matrix) as a `cpu_kernels` operand.
-    pub fn matrix(&self, e: usize) -> cpu_kernels::QTensor<'_> {
-        debug_assert!(e < self.n_mat, "{self:?}: matrix {e}");
-        let per = self.rows * self.row_bytes;
-        cpu_kernels::QTensor { ty: self.ty, data: &self.data()[e * per..(e + 1) * per], rows: self.rows, cols: self.cols }
-    }
-
-    /// A plain matrix as a `cpu_kernels` operand ([`Mat::matrix`] 0).
-    pub fn qt(&self) -> cpu_kernels::QTensor<'_> {
-        self.matrix(0)
     }
 
 }

@@ -62,6 +62,9 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
     } else {
         e.encode(&text, false)
     };
+    if prompt.is_empty() {
+        bail!("{}", e.empty_prompt(&text));
+    }
     if let Some(sc) = spec {
         return run_spec(e, a, &prompt, sc);
     }

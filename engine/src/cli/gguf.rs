@@ -34,16 +34,24 @@ pub struct GgufArgs {
 
 pub fn run(a: &GgufArgs) -> Result<()> {
     let report = ::gguf::inspect(&a.file);
+    // A well-formed file can still be no model the engine runs (a block count beyond its
+    // tensors, a NaN norm weight, a window of 0): --check loads it as the engine does.
+    // A file without `general.architecture` is a plain container, not a model: not loaded.
+    let is_model = report.files[0].get("general.architecture").is_some();
+    let refused = if (a.check || a.json) && report.is_clean() && is_model { engine_refusal(&a.file) } else { None };
     let text = if a.json {
-        serde_json::to_string_pretty(&to_json(&report, !a.check))? + "\n"
+        serde_json::to_string_pretty(&to_json(&report, !a.check, refused.as_deref()))? + "\n"
     } else if a.check {
-        check_text(&report)
+        check_text(&report, refused.as_deref())
     } else {
         listing(&report)
     };
     emit(&text)?;
     let problems: Vec<&GgufError> = report.all_problems().collect();
     let file = a.file.display();
+    if let Some(why) = refused {
+        bail!("{file}: the engine refuses this model: {why}");
+    }
     if problems.is_empty() {
         return Ok(());
     }
@@ -81,13 +89,23 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "?".to_string(), |v| v.to_string())
 }
 
+/// Why the engine would refuse a well-formed file: the load's own validation (architecture,
+/// hyperparameters, tensor shapes and types, tokenizer, small tensors finite), run on the CPU
+/// with every weight left mapped, so nothing large is read.
+fn engine_refusal(path: &std::path::Path) -> Option<String> {
+    let opts = crate::engine::RunOptions { mmap: true, mmap_experts: true, max_context: 1, ..Default::default() };
+    crate::engine::Engine::load(path, opts).err().map(|e| e.to_string())
+}
+
 /// `--check` text: one line per problem, or a one-line summary of a clean model.
-fn check_text(r: &ModelReport) -> String {
+fn check_text(r: &ModelReport, refused: Option<&str>) -> String {
     let mut s = String::new();
     for p in r.all_problems() {
         let _ = writeln!(s, "{p}");
     }
-    if r.is_clean() {
+    if let Some(why) = refused {
+        let _ = writeln!(s, "{}: well-formed GGUF, but the engine refuses it: {why}", r.files[0].path.display());
+    } else if r.is_clean() {
         let f = &r.files[0];
         let tensors: usize = r.files.iter().map(|f| f.tensors.len()).sum();
         let data: u64 = r.files.iter().map(FileReport::tensor_bytes).sum();
@@ -265,7 +283,7 @@ fn value_json(v: &Value) -> serde_json::Value {
     }
 }
 
-fn to_json(r: &ModelReport, full: bool) -> serde_json::Value {
+fn to_json(r: &ModelReport, full: bool, refused: Option<&str>) -> serde_json::Value {
     let files: Vec<serde_json::Value> = r
         .files
         .iter()
@@ -295,6 +313,10 @@ fn to_json(r: &ModelReport, full: bool) -> serde_json::Value {
             })
         })
         .collect();
+    let mut problems = problems;
+    if let Some(why) = refused {
+        problems.push(json!({ "kind": "model", "file": r.files[0].path.display().to_string(), "message": why }));
+    }
     let mut out = json!({ "ok": problems.is_empty(), "files": files, "problems": problems });
     if full {
         let metadata: Vec<serde_json::Value> = r.files[0]

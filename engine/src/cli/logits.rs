@@ -28,7 +28,10 @@ pub fn run(e: &Engine, a: &LogitsArgs) -> Result<()> {
         None => a.tokens.clone(),
     };
     if ids.is_empty() {
-        bail!("no tokens given");
+        match &a.prompt {
+            Some(p) => bail!("{}", e.empty_prompt(p)),
+            None => bail!("no tokens given (--tokens or --prompt)"),
+        }
     }
     let mut sess = e.new_session()?;
     let mut logits = Vec::new();

@@ -90,7 +90,7 @@ pub struct CommonArgs {
     pub mmap_experts: bool,
     /// KV cache storage: f16 (like llama.cpp), int8 (per-row scale, half the memory) or f32
     /// (exact, twice f16's memory; CPU only).
-    #[arg(long, value_enum, global = true, default_value_t = KvType::F16)]
+    #[arg(long, global = true, default_value_t = KvType::F16, value_parser = kv_type_parser())]
     pub kv: KvType,
     /// Prompt tokens evaluated per forward chunk (batched matrix products).
     #[arg(long, global = true, default_value_t = 512)]
@@ -352,6 +352,16 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// `--threads` may ask for at most this many workers per usable CPU.
+const MAX_THREADS_PER_CORE: usize = 4;
+
+/// `--kv`: the `model` crate's type (which knows no command line), with its names listed in
+/// `--help` and the error.
+fn kv_type_parser() -> impl clap::builder::TypedValueParser<Value = KvType> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(KvType::ALL.map(KvType::name)).map(|s| s.parse::<KvType>().expect("a listed name"))
+}
+
 /// Validated common options.
 #[derive(Debug, Clone)]
 pub struct Common {
@@ -369,6 +379,13 @@ impl CommonArgs {
         if let Some(t) = self.threads {
             if t == 0 {
                 bail!("--threads must be >= 1");
+            }
+            // Thousands of spinning workers on a few cores only stall (issue 39: 100000 threads
+            // printed nothing for 45 s); a few times the cores is already past any gain.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let most = MAX_THREADS_PER_CORE * cores;
+            if t > most {
+                bail!("--threads {t} is more than {most} ({MAX_THREADS_PER_CORE} per usable CPU; this machine has {cores}): the compute team spins one worker per thread");
             }
             rayon::ThreadPoolBuilder::new().num_threads(t).build_global().context("setting up the thread pool")?;
         }

@@ -157,6 +157,7 @@ impl HParams {
             ));
         }
         let n_layer = n_block - n_nextn;
+        crate::hparams::check_layer_count(g, &key("block_count"), n_layer)?;
         let n_ctx_train = positive(g, "context_length")?;
         let eps = crate::hparams::check_rms_eps(g.get_f32(&key("attention.layer_norm_rms_epsilon"))?)
             .map_err(|why| bad("attention.layer_norm_rms_epsilon", why))?;

@@ -63,7 +63,7 @@ impl Loader {
         if found != want.as_slice() {
             return Err(EngineError::TensorShape {
                 name: name.into(),
-                expected: want,
+                expected: want.into_iter().map(Some).collect(),
                 found: found.to_vec(),
             });
         }
@@ -125,6 +125,7 @@ impl Loader {
                 reason: format!("{e:?}"),
             }
         })?;
+        crate::hparams::check_finite(name, &out)?;
         Ok(out)
     }
 
@@ -135,7 +136,7 @@ impl Loader {
             .map(|&d| d as usize)
             .ok_or_else(|| EngineError::TensorShape {
                 name: name.into(),
-                expected: vec![0; axis + 1],
+                expected: vec![None; axis + 1],
                 found: t.dims.clone(),
             })
     }
@@ -272,7 +273,7 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
                     let t = &tfile.tensors()[ti];
                     let dims_err = || EngineError::TensorShape {
                         name: PLE_TABLE.into(),
-                        expected: vec![pp.head_dim as u64, 0],
+                        expected: vec![Some(pp.head_dim as u64), None],
                         found: t.dims.clone(),
                     };
                     if t.dims.len() != 2 || t.dims[0] != pp.head_dim as u64 {
@@ -286,7 +287,7 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
                     if (rows as u64) < needed {
                         return Err(EngineError::TensorShape {
                             name: PLE_TABLE.into(),
-                            expected: vec![pp.head_dim as u64, needed],
+                            expected: vec![Some(pp.head_dim as u64), Some(needed)],
                             found: vec![pp.head_dim as u64, rows as u64],
                         });
                     }

@@ -154,6 +154,19 @@ impl Qwen4Exp {
         self.hp.n_vocab
     }
 
+    /// Bytes one position takes in every attention layer's cache as `kv`: K and V rows and
+    /// the indexer's key; None on overflow. The memory plan's unit.
+    pub fn kv_bytes_per_position(&self, kv: KvType) -> Option<u64> {
+        self.layers.iter().try_fold(0u64, |sum, l| match &l.mixer {
+            Mixer::Gdn(_) => Some(sum),
+            Mixer::Attn(a) => {
+                let kv_rows = kv.bytes_for(a.n_head_kv.checked_mul(a.head_dim)?, a.head_dim)?.checked_mul(2)?;
+                let kappa = a.indexer.as_ref().map_or(Some(0), |ix| kv.bytes_for(ix.dim, ix.dim))?;
+                sum.checked_add(kv_rows)?.checked_add(kappa)
+            }
+        })
+    }
+
     /// An empty sequence state.
     pub fn new_state(&self, kv: KvType) -> SeqState {
         let layers = self
