@@ -324,7 +324,11 @@ fn misplaced_block(what: &str, kind: &str, role: &str) -> ApiError {
         "tool_use" => ("an assistant", "it is a call the model made"),
         _ => ("a user", "it answers a call the model made"),
     };
-    let role = if role == "user" { "a user" } else { "an assistant" };
+    let role = if role == "user" {
+        "a user"
+    } else {
+        "an assistant"
+    };
     ApiError::bad_request(format!(
         "{what}: a {kind} block belongs in {belongs} message ({why}), not in {role} message"
     ))

@@ -192,9 +192,6 @@ mod tests {
             vec!["thread 'main' panicked at engine/src/x.rs:3:5:", "boom"]
         );
         // No error line: the last plain lines, frames left out.
-        assert_eq!(
-            said("a\nb\n   0: frame\nc\n").await,
-            vec!["a", "b", "c"]
-        );
+        assert_eq!(said("a\nb\n   0: frame\nc\n").await, vec!["a", "b", "c"]);
     }
 }

@@ -123,7 +123,7 @@ pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
             cause = e.source();
         }
         ApiError {
-        status: rejection.status(),
+            status: rejection.status(),
             message: format!("request body: {}", rejection.body_text()),
             kind: "invalid_request_error",
             code: None,

@@ -68,9 +68,9 @@ pub async fn serve(
         .with_client_cap(limits.max_connections_per_client);
     let router = match limits.body_timeout {
         None => router,
-        Some(t) => router.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
-            body_deadline(t, req, next)
-        })),
+        Some(t) => router.layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| body_deadline(t, req, next),
+        )),
     };
     let (close_tx, close_rx) = watch::channel(());
     tokio::pin!(shutdown);

@@ -49,7 +49,10 @@ async fn queued_clients_that_hang_up_leave_the_queue() {
         let body = json!({"prompt": "one two three", "max_tokens": 30}).to_string();
         request(addr, "POST", "/v1/completions", Some(&body)).await
     });
-    health_until(addr, Duration::from_secs(5), |h| h["requests_in_flight"] == 1).await;
+    health_until(addr, Duration::from_secs(5), |h| {
+        h["requests_in_flight"] == 1
+    })
+    .await;
     let body = json!({"prompt": "queued", "max_tokens": 5}).to_string();
     let mut queued = Vec::new();
     for _ in 0..3 {
@@ -152,7 +155,12 @@ async fn slow_headers_and_bodies_are_cut_off() {
         )
         .await
     });
-    let r = post(&srv, "/v1/completions", json!({"prompt": "fine", "max_tokens": 2})).await;
+    let r = post(
+        &srv,
+        "/v1/completions",
+        json!({"prompt": "fine", "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.body);
 
     let (got, closed) = headers.await.unwrap();
@@ -161,7 +169,11 @@ async fn slow_headers_and_bodies_are_cut_off() {
         closed >= Duration::from_millis(900) && closed < Duration::from_secs(4),
         "{closed:?}"
     );
-    assert!(got.is_empty(), "no answer: {}", String::from_utf8_lossy(&got));
+    assert!(
+        got.is_empty(),
+        "no answer: {}",
+        String::from_utf8_lossy(&got)
+    );
 
     let (got, closed) = bodies.await.unwrap();
     let closed = closed.expect("slow body cut off");
@@ -486,10 +498,18 @@ async fn engine_failing_at_start_reports_its_error_and_is_given_up() {
         msg.contains(&format!("; engine stderr: error: {why}")),
         "{msg}"
     );
-    for noise in ["backtrace", "strata::main", "src/main.rs", "fake_engine: loading"] {
+    for noise in [
+        "backtrace",
+        "strata::main",
+        "src/main.rs",
+        "fake_engine: loading",
+    ] {
         assert!(!msg.contains(noise), "{noise} in {msg}");
     }
-    let h = health_until(srv.addr, Duration::from_secs(30), |h| h["status"] == "failed").await;
+    let h = health_until(srv.addr, Duration::from_secs(30), |h| {
+        h["status"] == "failed"
+    })
+    .await;
     let failures = h["engine_start_failures"].clone();
     assert_eq!(failures, server::engine_process::GIVE_UP_AFTER, "{h}");
     assert!(
@@ -501,11 +521,17 @@ async fn engine_failing_at_start_reports_its_error_and_is_given_up() {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let h = health(srv.addr).await;
-    assert_eq!(h["engine_start_failures"], failures, "no start after giving up");
+    assert_eq!(
+        h["engine_start_failures"], failures,
+        "no start after giving up"
+    );
     let t0 = Instant::now();
     let r = post(&srv, "/v1/completions", json!({"prompt": "x"})).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(t0.elapsed() < Duration::from_secs(2), "answered at once");
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(msg.contains(why) && msg.contains("does not start it again"), "{msg}");
+    assert!(
+        msg.contains(why) && msg.contains("does not start it again"),
+        "{msg}"
+    );
 }
