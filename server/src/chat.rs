@@ -212,8 +212,10 @@ fn template_error(e: tokenizer::TokenizerError) -> ApiError {
         T::ChatTemplateRaised(why) => ApiError::bad_request(format!(
             "the model's chat template refuses this conversation: {why}"
         )),
+        // The first line: minijinja's debug dump of the template source follows it.
         T::ChatTemplate(why) => ApiError::server(format!(
-            "the model's chat template is broken (a server-side fault, not the request's): {why}"
+            "the model's chat template is broken (a server-side fault, not the request's): {}",
+            why.lines().next().unwrap_or_default()
         )),
         other => ApiError::bad_request(other.to_string()),
     }
