@@ -67,6 +67,11 @@ async fn queued_clients_that_hang_up_leave_the_queue() {
     // Long before the busy request ends, and whatever happens after.
     let h = health_until(addr, Duration::from_secs(2), |h| h["requests_waiting"] == 0).await;
     assert_eq!(h["requests_in_flight"], 1, "{h}");
+    // The same count in /metrics and /v1/status.
+    let m = scrape(addr, &[]).await;
+    assert_eq!(sample(&m, "strata_requests_waiting", &[]), Some(0.0));
+    let st = request(addr, "GET", "/v1/status", None).await.json();
+    assert_eq!(st["live"]["requests_waiting"], 0, "{st}");
     assert_eq!(busy.await.unwrap().status, 200);
     let h = health(addr).await;
     assert_eq!(
@@ -517,6 +522,8 @@ async fn engine_failing_at_start_reports_its_error_and_is_given_up() {
             .ends_with("(the engine failed to start 5 times in a row this way; the server does not start it again)"),
         "{h}"
     );
+    let st = request(srv.addr, "GET", "/v1/status", None).await.json();
+    assert_eq!(st["engine"]["status"], "failed", "{st}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let h = health(srv.addr).await;
     assert_eq!(
