@@ -50,7 +50,7 @@ fuzz_target!(init: { strata_fuzz::chat_tokenizers(); }, |data: &[u8]| {
             assert!(ids.iter().all(|&i| (i as usize) < t.vocab_size()));
             let _ = t.decode(&ids);
         }
-        Err(TokenizerError::ChatTemplate(e)) => {
+        Err(TokenizerError::ChatTemplate(e) | TokenizerError::ChatTemplateRaised(e)) => {
             assert!(named.name.starts_with("jinja"), "{}: built-in format failed: {e}", named.name);
         }
         Err(e) => panic!("{}: unexpected error kind: {e}", named.name),

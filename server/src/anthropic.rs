@@ -178,13 +178,30 @@ impl MessagesRequest {
                 .push(Turn::new("system", text_only(system, "system")?));
         }
         let n = self.messages.len();
+        if n == 0 {
+            return Err(ApiError::bad_request(
+                "messages: at least one message is required",
+            ));
+        }
+        let mut has_user = false;
         for (i, m) in std::mem::take(&mut self.messages).into_iter().enumerate() {
-            let what = format!("messages[{i}].content");
-            let content = blocks(m.content, &what)?;
+            let whole = format!("messages[{i}].content");
+            // Blocks are named by their index, unless the content was one string.
+            let indexed = m.content.is_array();
+            let content = blocks(m.content, &whole)?;
+            let at = |j: usize| {
+                if indexed {
+                    format!("{whole}[{j}]")
+                } else {
+                    whole.clone()
+                }
+            };
             match m.role.as_str() {
                 "user" => {
+                    has_user = true;
                     let mut text = String::new();
-                    for b in content {
+                    for (j, b) in content.into_iter().enumerate() {
+                        let what = at(j);
                         match b.kind.as_str() {
                             "text" => text.push_str(&required(b.text, &what, "text")?),
                             "tool_result" => {
@@ -200,6 +217,7 @@ impl MessagesRequest {
                                 turn.tool_call_id = Some(id);
                                 conv.turns.push(turn);
                             }
+                            "tool_use" => return Err(misplaced_block(&what, "tool_use", "user")),
                             k => return Err(unsupported_block(&what, k)),
                         }
                     }
@@ -209,7 +227,8 @@ impl MessagesRequest {
                 }
                 "assistant" => {
                     let mut turn = Turn::new("assistant", String::new());
-                    for b in content {
+                    for (j, b) in content.into_iter().enumerate() {
+                        let what = at(j);
                         match b.kind.as_str() {
                             "text" => turn.content.push_str(&required(b.text, &what, "text")?),
                             "tool_use" => turn.tool_calls.push(TurnCall::new(
@@ -217,6 +236,9 @@ impl MessagesRequest {
                                 required(b.name, &what, "name")?,
                                 b.input.unwrap_or_else(|| json!({})),
                             )),
+                            "tool_result" => {
+                                return Err(misplaced_block(&what, "tool_result", "assistant"));
+                            }
                             k => return Err(unsupported_block(&what, k)),
                         }
                     }
@@ -233,6 +255,13 @@ impl MessagesRequest {
                     )));
                 }
             }
+        }
+        if !has_user {
+            // The API's own rule too: the first message must use the user role.
+            return Err(ApiError::bad_request(
+                "messages: the conversation has no user message: it must start with a user turn \
+                 (a trailing assistant message only prefills the answer to one)",
+            ));
         }
         for t in self.tools.take().unwrap_or_default() {
             if let Some(kind) = t.kind.as_deref().filter(|k| *k != "custom") {
@@ -258,6 +287,22 @@ impl MessagesRequest {
                 }
             },
         };
+        if conv.tools.is_empty() {
+            let forced = match &conv.tool_choice {
+                ToolChoice::Required => Some("{\"type\": \"any\"}".to_string()),
+                ToolChoice::Named(name) => Some(format!(
+                    "{{\"type\": \"tool\", \"name\": {}}}",
+                    Value::from(name.as_str())
+                )),
+                ToolChoice::None | ToolChoice::Auto => None,
+            };
+            if let Some(choice) = forced {
+                return Err(ApiError::bad_request(format!(
+                    "tool_choice {choice} requires a tool call, but the request has no `tools`: \
+                     add the tools the model may call, or drop tool_choice"
+                )));
+            }
+        }
         Ok(conv)
     }
 }
@@ -268,7 +313,24 @@ fn required<T>(v: Option<T>, what: &str, field: &str) -> Result<T, ApiError> {
 
 fn unsupported_block(what: &str, kind: &str) -> ApiError {
     ApiError::bad_request(format!(
-        "{what}: content block type {kind:?} is not supported (text, tool_use, tool_result)"
+        "{what}: content block type {kind:?} is not supported (user turns: text, tool_result; \
+         assistant turns: text, tool_use)"
+    ))
+}
+
+/// A block of a type that exists, in the wrong turn.
+fn misplaced_block(what: &str, kind: &str, role: &str) -> ApiError {
+    let (belongs, why) = match kind {
+        "tool_use" => ("an assistant", "it is a call the model made"),
+        _ => ("a user", "it answers a call the model made"),
+    };
+    let role = if role == "user" {
+        "a user"
+    } else {
+        "an assistant"
+    };
+    ApiError::bad_request(format!(
+        "{what}: a {kind} block belongs in {belongs} message ({why}), not in {role} message"
     ))
 }
 

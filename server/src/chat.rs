@@ -151,8 +151,7 @@ impl Conversation {
             .turns
             .iter()
             .any(|t| t.role == "tool" || !t.tool_calls.is_empty());
-        let template_error =
-            |e: tokenizer::TokenizerError| ApiError::bad_request(format!("chat template: {e}"));
+        let template_error = template_error;
         let mut text = if offer_tools || tool_history {
             if !template_supports_tools(st.tokenizer.chat_template_source()) {
                 return Err(ApiError::bad_request(
@@ -201,5 +200,23 @@ impl Conversation {
                 ToolCallParser::new(&forced, names)
             }),
         })
+    }
+}
+
+/// A template that fails to render is the model's fault (500), one that refuses the
+/// conversation with `raise_exception` the request's (400); a model without any template
+/// cannot serve chat requests at all (400: `/v1/completions` still works).
+fn template_error(e: tokenizer::TokenizerError) -> ApiError {
+    use tokenizer::TokenizerError as T;
+    match e {
+        T::ChatTemplateRaised(why) => ApiError::bad_request(format!(
+            "the model's chat template refuses this conversation: {why}"
+        )),
+        // The first line: minijinja's debug dump of the template source follows it.
+        T::ChatTemplate(why) => ApiError::server(format!(
+            "the model's chat template is broken (a server-side fault, not the request's): {}",
+            why.lines().next().unwrap_or_default()
+        )),
+        other => ApiError::bad_request(other.to_string()),
     }
 }

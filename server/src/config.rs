@@ -5,6 +5,9 @@
 //! both places so that "was it given?" can be told apart from "is it the default?".
 
 use crate::engine_process::ProcessEnv;
+use crate::serve::{
+    ConnLimits, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -51,7 +54,7 @@ pub struct ServerConfig {
     #[arg(long)]
     pub port: Option<u16>,
     /// Seconds to wait for a starting engine's hello line (model loading) before giving up on
-    /// that start (default 600).
+    /// that start (default 600; at least 1: with 0 no start could succeed).
     #[arg(long, value_name = "SECS")]
     pub startup_timeout: Option<u64>,
     /// Seconds a running engine may stay silent (no output line) while it has requests in
@@ -65,6 +68,19 @@ pub struct ServerConfig {
     /// engine. Default 30; 0 = never.
     #[arg(long, value_name = "SECS")]
     pub send_timeout: Option<u64>,
+    /// Seconds a client has to send a request's headers, counted from the connection (or the
+    /// previous answer on a keep-alive connection); then the connection is closed without an
+    /// answer (a client sending a byte now and then, slowloris). Default 10; 0 = never.
+    #[arg(long, value_name = "SECS")]
+    pub header_timeout: Option<u64>,
+    /// Seconds a client has to send a request's body, counted from its headers; then it gets a
+    /// 408 and the connection is closed. Default 60; 0 = never.
+    #[arg(long, value_name = "SECS")]
+    pub body_timeout: Option<u64>,
+    /// Connections one client IP address may have open at once; more are answered 429 and
+    /// closed. Default 64; 0 = no limit.
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_client: Option<u64>,
     /// API key clients must send (`Authorization: Bearer KEY` or `x-api-key: KEY`) on every
     /// `/v1` request; `/health` stays open. Also `--api-key-file`, or `$STRATA_API_KEY`.
     /// Default: none (no check). Precedence: `--api-key` > `--api-key-file` > `$STRATA_API_KEY`
@@ -150,6 +166,22 @@ pub const DEFAULT_SEND_TIMEOUT: u64 = 30;
 
 fn secs(s: u64) -> Option<Duration> {
     (s > 0).then(|| Duration::from_secs(s))
+}
+
+/// The longest timeout taken (a year): longer ones would overflow the clocks' arithmetic, and
+/// 0 turns a timeout off instead.
+pub const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
+/// A timeout setting checked against [`MAX_TIMEOUT_SECS`]; `name` is its config key.
+fn timeout_secs(name: &str, s: u64) -> anyhow::Result<Option<Duration>> {
+    if s > MAX_TIMEOUT_SECS {
+        bail!(
+            "{name} (--{}) of {s} s is too long: at most {MAX_TIMEOUT_SECS} s (a year); \
+             0 turns it off",
+            name.replace('_', "-")
+        );
+    }
+    Ok(secs(s))
 }
 
 /// [`ServerConfig`] with the file merged in, defaults applied and paths resolved.
@@ -289,14 +321,15 @@ impl ServerConfig {
                 .or(file.host)
                 .unwrap_or_else(|| "127.0.0.1".into()),
             port: self.port.or(file.port).unwrap_or(8080),
-            startup_timeout: Duration::from_secs(
+            startup_timeout: startup_timeout(
                 self.startup_timeout.or(file.startup_timeout).unwrap_or(600),
-            ),
-            engine_timeout: secs(
+            )?,
+            engine_timeout: timeout_secs(
+                "engine_timeout",
                 self.engine_timeout
                     .or(file.engine_timeout)
                     .unwrap_or(DEFAULT_ENGINE_TIMEOUT),
-            ),
+            )?,
             process: ProcessEnv {
                 cwd: file.cwd,
                 env: file.env.unwrap_or_default().into_iter().collect(),
@@ -312,10 +345,58 @@ impl ServerConfig {
             (None, Some(p)) => ServerConfig::from_file(p)?.send_timeout,
             _ => None,
         };
-        Ok(secs(
+        timeout_secs(
+            "send_timeout",
             self.send_timeout.or(file).unwrap_or(DEFAULT_SEND_TIMEOUT),
-        ))
+        )
     }
+
+    /// The limits of a client connection in effect (flag > file > default). Not part of
+    /// [`Resolved`], whose literal other crates build.
+    pub fn conn_limits(&self) -> anyhow::Result<ConnLimits> {
+        let file = match &self.config {
+            Some(p) => ServerConfig::from_file(p)?,
+            None => ServerConfig::default(),
+        };
+        let cap = self
+            .max_connections_per_client
+            .or(file.max_connections_per_client)
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_CLIENT as u64);
+        Ok(ConnLimits {
+            send_timeout: self.send_timeout()?,
+            header_timeout: timeout_secs(
+                "header_timeout",
+                self.header_timeout
+                    .or(file.header_timeout)
+                    .unwrap_or(DEFAULT_HEADER_TIMEOUT),
+            )?,
+            body_timeout: timeout_secs(
+                "body_timeout",
+                self.body_timeout
+                    .or(file.body_timeout)
+                    .unwrap_or(DEFAULT_BODY_TIMEOUT),
+            )?,
+            max_connections_per_client: (cap > 0).then(|| cap.min(usize::MAX as u64) as usize),
+        })
+    }
+}
+
+/// The engine start timeout: 1 s to [`MAX_TIMEOUT_SECS`]. 0 cannot mean "never" here: the
+/// server waits for a start within it, and with 0 every start fails at once and is retried.
+fn startup_timeout(s: u64) -> anyhow::Result<Duration> {
+    if s == 0 {
+        bail!(
+            "startup_timeout (--startup-timeout) must be at least 1 second: it is how long an \
+             engine may take to load its model, and with 0 no start could succeed"
+        );
+    }
+    if s > MAX_TIMEOUT_SECS {
+        bail!(
+            "startup_timeout (--startup-timeout) of {s} s is too long: at most \
+             {MAX_TIMEOUT_SECS} s (a year)"
+        );
+    }
+    Ok(Duration::from_secs(s))
 }
 
 impl ServerConfig {

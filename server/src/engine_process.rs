@@ -9,16 +9,18 @@
 //!
 //! Lifecycle: Starting (spawned, waiting for hello) → Ready → (stdout EOF) Down → backoff →
 //! Starting ... Backoff doubles from 250 ms to 10 s and resets once an engine ran for 30 s.
+//! An engine that fails to start the same way [`GIVE_UP_AFTER`] times in a row (a bad flag, a
+//! model that does not fit) is not started again: that will not fix itself, and each try may
+//! cost a model load. Requests then get the start error at once (503).
 //!
-//! The engine's stderr is a pipe read by a thread of the server, which forwards it to the
-//! server's own stderr (best effort: a full disk behind the log does not reach the engine) and
-//! keeps its last lines for the error a failed start or a death is reported with.
+//! The engine's stderr is read by [`StderrTail`] (engine_stderr.rs), whose error lines are the
+//! reason a failed start or a death is reported with.
 
+use crate::engine_stderr::StderrTail;
 use crate::protocol::{
     Done, EngineMessage, GenerateRequest, HostMessage, ModelInfo, PROTOCOL_VERSION, to_line,
 };
-use std::collections::{HashMap, VecDeque};
-use std::io::{Read, Write};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,11 +53,16 @@ pub enum EngineStatus {
     Starting,
     Ready(Arc<Instance>),
     /// Dead, a restart is scheduled. `startup_failure`: it died before saying hello.
+    /// `gave_up`: it failed to start the same way [`GIVE_UP_AFTER`] times; no restart follows.
     Down {
         error: String,
         startup_failure: bool,
+        gave_up: bool,
     },
 }
+
+/// Identical start failures in a row after which the engine is not started again.
+pub const GIVE_UP_AFTER: u32 = 5;
 
 /// One running engine process.
 #[derive(Debug)]
@@ -173,6 +180,8 @@ struct Shared {
     permits_sized: Mutex<bool>,
     next_id: AtomicU64,
     restarts: AtomicU64,
+    /// Starts that failed before the hello line, in all.
+    start_failures: AtomicU64,
     waiting: AtomicU64,
     /// Origin of the queue timestamps ([`Generation::queued_us`]).
     epoch: Instant,
@@ -276,6 +285,7 @@ impl EngineHandle {
             permits_sized: Mutex::new(false),
             next_id: AtomicU64::new(1),
             restarts: AtomicU64::new(0),
+            start_failures: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             epoch: Instant::now(),
         });
@@ -316,6 +326,11 @@ impl EngineHandle {
         )
     }
 
+    /// Engine starts that failed before the hello line, in all.
+    pub fn start_failures(&self) -> u64 {
+        self.shared.start_failures.load(Ordering::Relaxed)
+    }
+
     /// Wait until the engine is ready (or is known to fail to start).
     pub async fn ready(&self) -> Result<Arc<Instance>, EngineError> {
         let mut rx = self.shared.status.subscribe();
@@ -346,9 +361,11 @@ impl EngineHandle {
     /// Queue `req` (its `id` is replaced) and send it once the engine has room.
     pub async fn submit(&self, mut req: GenerateRequest) -> Result<Generation, EngineError> {
         let queued = self.shared.epoch.elapsed();
-        self.shared.waiting.fetch_add(1, Ordering::Relaxed);
-        let permit = self.shared.permits.clone().acquire_owned().await;
-        self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
+        let permit = {
+            // Counted until the permit comes or the request is dropped (its client left).
+            let _waiting = Waiting::enter(&self.shared.waiting);
+            self.shared.permits.clone().acquire_owned().await
+        };
         let permit = permit.map_err(|_| EngineError::Unavailable("server shutting down".into()))?;
         let mut permit = Some(permit);
         loop {
@@ -392,13 +409,33 @@ impl EngineHandle {
     }
 }
 
+/// One request in the queue for [`Shared::waiting`], for as long as this lives: dropping the
+/// request future mid-wait (the client hung up) uncounts it too.
+struct Waiting<'a>(&'a AtomicU64);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicU64) -> Waiting<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 async fn supervise(shared: Arc<Shared>) {
     const MIN_BACKOFF: Duration = Duration::from_millis(250);
     let mut backoff = MIN_BACKOFF;
+    // The last start error and how often in a row it happened.
+    let mut same_failure: Option<(String, u32)> = None;
     loop {
         shared.status.send_replace(EngineStatus::Starting);
         match start(&shared).await {
             Ok((instance, child, stdout)) => {
+                same_failure = None;
                 set_permits(&shared, instance.info.parallel);
                 let started = Instant::now();
                 log_line!(
@@ -422,14 +459,43 @@ async fn supervise(shared: Arc<Shared>) {
                 shared.status.send_replace(EngineStatus::Down {
                     error: error.clone(),
                     startup_failure: false,
+                    gave_up: false,
                 });
                 instance.fail_all(&error, timed_out);
             }
             Err(error) => {
+                shared.start_failures.fetch_add(1, Ordering::Relaxed);
+                let n = match &mut same_failure {
+                    Some((e, n)) if *e == error => {
+                        *n += 1;
+                        *n
+                    }
+                    _ => {
+                        same_failure = Some((error.clone(), 1));
+                        1
+                    }
+                };
+                if n >= GIVE_UP_AFTER {
+                    log_line!(
+                        "strata server: engine failed to start {n} times in a row with the same \
+                         error; not starting it again (fix its configuration and restart the \
+                         server): {error}"
+                    );
+                    shared.status.send_replace(EngineStatus::Down {
+                        error: format!(
+                            "{error} (the engine failed to start {n} times in a row this way; \
+                             the server does not start it again)"
+                        ),
+                        startup_failure: true,
+                        gave_up: true,
+                    });
+                    return;
+                }
                 log_line!("strata server: engine failed to start: {error}");
                 shared.status.send_replace(EngineStatus::Down {
                     error,
                     startup_failure: true,
+                    gave_up: false,
                 });
             }
         }
@@ -646,115 +712,5 @@ async fn read_or_hang(
                 }
             }
         }
-    }
-}
-
-/// The last lines an engine wrote to stderr, forwarded to the server's stderr by a thread.
-#[derive(Debug, Default)]
-pub struct StderrTail {
-    state: Mutex<TailState>,
-}
-
-#[derive(Debug, Default)]
-struct TailState {
-    lines: VecDeque<String>,
-    /// Bytes after the last line break.
-    partial: Vec<u8>,
-    eof: bool,
-}
-
-impl StderrTail {
-    const LINES: usize = 4;
-    const LINE_CHARS: usize = 400;
-
-    /// Start forwarding `stderr` (None: nothing to forward).
-    fn forward(stderr: Option<tokio::process::ChildStderr>) -> Arc<StderrTail> {
-        let tail = Arc::new(StderrTail::default());
-        let fd = stderr.and_then(|s| s.into_owned_fd().ok());
-        let Some(fd) = fd else {
-            tail.state.lock().unwrap_or_else(|p| p.into_inner()).eof = true;
-            return tail;
-        };
-        let t = tail.clone();
-        let spawned = std::thread::Builder::new()
-            .name("engine-stderr".into())
-            .spawn(move || {
-                let mut f = std::fs::File::from(fd);
-                let mut buf = [0u8; 8192];
-                loop {
-                    let n = match f.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) => break,
-                    };
-                    // Best effort: an unwritable log must not stop the engine.
-                    let _ = std::io::stderr().write_all(&buf[..n]);
-                    t.push(&buf[..n]);
-                }
-                t.close();
-            });
-        if spawned.is_err() {
-            tail.close();
-        }
-        tail
-    }
-
-    fn push(&self, bytes: &[u8]) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        for &b in bytes {
-            if b == b'\n' || b == b'\r' {
-                let line = std::mem::take(&mut s.partial);
-                s.add_line(&line);
-            } else if s.partial.len() < 4 * Self::LINE_CHARS {
-                s.partial.push(b);
-            }
-        }
-    }
-
-    fn close(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let line = std::mem::take(&mut s.partial);
-        s.add_line(&line);
-        s.eof = true;
-    }
-
-    /// The last lines (oldest first), once the engine closed its stderr or after at most 1 s.
-    pub async fn last_lines(&self) -> Vec<String> {
-        let t0 = Instant::now();
-        loop {
-            {
-                let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                if s.eof || t0.elapsed() > Duration::from_secs(1) {
-                    return s.lines.iter().cloned().collect();
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// `msg` with the engine's last stderr lines appended, if it wrote any.
-    async fn annotate(&self, msg: String) -> String {
-        let lines = self.last_lines().await;
-        if lines.is_empty() {
-            msg
-        } else {
-            format!("{msg}; engine stderr: {}", lines.join(" | "))
-        }
-    }
-}
-
-impl TailState {
-    fn add_line(&mut self, raw: &[u8]) {
-        let text = String::from_utf8_lossy(raw);
-        let text = text.trim();
-        if text.is_empty() {
-            return;
-        }
-        let text: String = text.chars().take(StderrTail::LINE_CHARS).collect();
-        if self.lines.len() == StderrTail::LINES {
-            self.lines.pop_front();
-        }
-        self.lines.push_back(text);
     }
 }

@@ -75,7 +75,7 @@ impl ApiError {
     /// after the status as in Anthropic's error table.
     pub fn anthropic_body(&self) -> Value {
         let kind = match self.status.as_u16() {
-            400 | 422 | 431 => "invalid_request_error",
+            400 | 408 | 422 | 431 => "invalid_request_error",
             401 => "authentication_error",
             403 => "permission_error",
             404 => "not_found_error",
@@ -107,11 +107,27 @@ impl IntoResponse for Anthropic {
 /// The request body, or the reason it could not be read (over axum's body limit: 413) as an
 /// [`ApiError`], so each API answers it in its own shape rather than axum's plain text.
 pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| ApiError {
-        status: rejection.status(),
-        message: format!("request body: {}", rejection.body_text()),
-        kind: "invalid_request_error",
-        code: None,
+    body.map_err(|rejection| {
+        // Too slow (serve.rs's body deadline): 408; hyper closes the connection, whose body
+        // was not read to its end.
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&rejection);
+        while let Some(e) = cause {
+            if let Some(t) = e.downcast_ref::<crate::serve::BodyTimedOut>() {
+                return ApiError {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    message: t.to_string(),
+                    kind: "invalid_request_error",
+                    code: Some("body_timeout"),
+                };
+            }
+            cause = e.source();
+        }
+        ApiError {
+            status: rejection.status(),
+            message: format!("request body: {}", rejection.body_text()),
+            kind: "invalid_request_error",
+            code: None,
+        }
     })
 }
 
@@ -137,10 +153,12 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         {
             path = key;
         }
-        bad(if path == "." {
-            inner.to_string()
+        let msg = inner.to_string();
+        // A message that names its field itself (`prompt[1]: ...`) is not prefixed again.
+        bad(if path == "." || msg.starts_with(&path) {
+            msg
         } else {
-            format!("field `{path}`: {inner}")
+            format!("field `{path}`: {msg}")
         })
     })?;
     de.end().map_err(|e| bad(e.to_string()))?;

@@ -10,7 +10,6 @@ use crate::config::{ApiKey, Resolved, ServerConfig, exposure_warning};
 use crate::engine_process::{EngineHandle, EngineStatus};
 use crate::error::{Anthropic, ApiError};
 use crate::metrics::Metrics;
-use crate::net::GuardedListener;
 use crate::{anthropic, openai, status, web};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -44,7 +43,7 @@ pub struct AppState {
 /// Load the tokenizer, start the engine and serve until Ctrl-C.
 pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
     let resolved = cfg.resolve()?;
-    let send_timeout = cfg.send_timeout()?;
+    let limits = cfg.conn_limits()?;
     let api_key = cfg.api_key()?;
     let listener = tokio::net::TcpListener::bind((resolved.host.as_str(), resolved.port))
         .await
@@ -60,14 +59,10 @@ pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
         "strata server: listening on http://{}",
         listener.local_addr()?
     );
-    axum::serve(
-        GuardedListener::new(listener, send_timeout),
-        router_with_key(state, api_key),
-    )
-    .with_graceful_shutdown(async {
+    crate::serve::serve(listener, router_with_key(state, api_key), limits, async {
         let _ = tokio::signal::ctrl_c().await;
     })
-    .await?;
+    .await;
     Ok(())
 }
 
@@ -282,6 +277,12 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
     let (code, status, error) = match st.engine.status() {
         EngineStatus::Ready(_) => (StatusCode::OK, "ok", None),
         EngineStatus::Starting => (StatusCode::SERVICE_UNAVAILABLE, "loading", None),
+        // Not started again (engine_process::GIVE_UP_AFTER): only a restart of the server helps.
+        EngineStatus::Down {
+            error,
+            gave_up: true,
+            ..
+        } => (StatusCode::SERVICE_UNAVAILABLE, "failed", Some(error)),
         EngineStatus::Down { error, .. } => {
             (StatusCode::SERVICE_UNAVAILABLE, "restarting", Some(error))
         }
@@ -291,6 +292,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
         "status": status, "error": error, "engine_restarts": restarts,
         "requests_waiting": waiting, "requests_in_flight": in_flight, "engine": engine,
         "engine_pid": st.engine.engine_pid(),
+        "engine_start_failures": st.engine.start_failures(),
     });
     (code, Json(body)).into_response()
 }

@@ -3,6 +3,14 @@
 //! ever: hyper waits on the full socket and has no write timeout of its own. Here a write that
 //! makes no progress for `send_timeout` fails; hyper then closes the connection and drops the
 //! response body, which ends the SSE producer and so cancels the request at the engine.
+//!
+//! The listener also caps the open connections of one client IP address: one client cannot
+//! take all the server's sockets and tasks (slowloris); a connection over the cap gets a 429
+//! and is closed, and the other clients are served as before.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use std::future::Future;
 use std::io;
@@ -22,6 +30,81 @@ const SEND_BUFFER_BYTES: usize = 128 * 1024;
 pub struct GuardedListener {
     inner: TcpListener,
     send_timeout: Option<Duration>,
+    clients: Option<Arc<Clients>>,
+}
+
+/// Open connections per client address, under a cap.
+struct Clients {
+    cap: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One open connection of `ip`; uncounted when the connection is dropped.
+pub struct ClientSlot {
+    clients: Arc<Clients>,
+    ip: IpAddr,
+}
+
+impl Clients {
+    fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<ClientSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Answer a connection over the cap with a 429 and close it, in the background: the client's
+/// request is read (at most 64 KiB, for at most 1 s) so that the close is not a reset that
+/// would discard the answer before the client reads it.
+fn refuse(mut s: TcpStream, ip: IpAddr, cap: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let message = format!(
+        "too many connections from {ip}: at most {cap} at once per client address \
+         (max_connections_per_client); close some or retry later"
+    );
+    let body = serde_json::json!({"error": {"message": message, "type": "rate_limit_error",
+        "param": null, "code": "too_many_connections"}})
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            s.write_all(answer.as_bytes()).await?;
+            s.shutdown().await?;
+            let mut buf = [0u8; 4096];
+            let mut read = 0;
+            while read < 64 << 10 {
+                match s.read(&mut buf).await? {
+                    0 => break,
+                    n => read += n,
+                }
+            }
+            Ok::<_, io::Error>(())
+        })
+        .await;
+    });
 }
 
 impl GuardedListener {
@@ -30,7 +113,19 @@ impl GuardedListener {
         GuardedListener {
             inner,
             send_timeout,
+            clients: None,
         }
+    }
+
+    /// At most `cap` open connections per client IP address (`None`: no cap).
+    pub fn with_client_cap(mut self, cap: Option<usize>) -> GuardedListener {
+        self.clients = cap.map(|cap| {
+            Arc::new(Clients {
+                cap,
+                open: Mutex::new(HashMap::new()),
+            })
+        });
+        self
     }
 }
 
@@ -39,8 +134,22 @@ impl axum::serve::Listener for GuardedListener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (GuardedStream, SocketAddr) {
-        let (s, a) = axum::serve::Listener::accept(&mut self.inner).await;
-        (GuardedStream::new(s, self.send_timeout), a)
+        loop {
+            let (s, a) = axum::serve::Listener::accept(&mut self.inner).await;
+            let slot = match &self.clients {
+                None => None,
+                Some(c) => match c.enter(a.ip()) {
+                    Some(slot) => Some(slot),
+                    None => {
+                        refuse(s, a.ip(), c.cap);
+                        continue;
+                    }
+                },
+            };
+            let mut stream = GuardedStream::new(s, self.send_timeout);
+            stream.slot = slot;
+            return (stream, a);
+        }
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -55,6 +164,8 @@ pub struct GuardedStream {
     send_timeout: Option<Duration>,
     /// Armed when a write first waits; disarmed by any progress.
     stall: Option<Pin<Box<Sleep>>>,
+    /// The connection's place under the per-client cap.
+    slot: Option<ClientSlot>,
 }
 
 impl GuardedStream {
@@ -70,6 +181,7 @@ impl GuardedStream {
             inner,
             send_timeout,
             stall: None,
+            slot: None,
         }
     }
 

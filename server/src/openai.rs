@@ -89,14 +89,99 @@ pub struct CompletionRequest {
     pub params: CommonParams,
 }
 
-/// `prompt`: a string, one-element list of strings, or token ids (as OpenAI allows).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// `prompt`: a string, one-element list of strings, or token ids (as OpenAI allows). Read
+/// by [`Prompt::from_value`], whose errors name the element that is wrong.
+#[derive(Debug)]
 pub enum Prompt {
     Text(String),
     Texts(Vec<String>),
     Tokens(Vec<u32>),
     TokenLists(Vec<Vec<u32>>),
+}
+
+impl<'de> Deserialize<'de> for Prompt {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Prompt, D::Error> {
+        Prompt::from_value(Value::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Prompt {
+    /// The prompt, or what is wrong with it (`prompt[1]: -5 is not a token id ...`).
+    pub fn from_value(v: Value) -> Result<Prompt, String> {
+        const SHAPES: &str =
+            "a string, a list of strings, a list of token ids or a list of token id lists";
+        let items = match v {
+            Value::String(s) => return Ok(Prompt::Text(s)),
+            Value::Array(items) => items,
+            other => return Err(format!("prompt must be {SHAPES}, not {}", kind(&other))),
+        };
+        match items.first() {
+            // `[]`: no tokens (the empty prompt is refused later, with the other kinds).
+            None | Some(Value::Number(_)) => token_ids(&items, "prompt").map(Prompt::Tokens),
+            Some(Value::String(_)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s),
+                    other => Err(format!(
+                        "prompt[{i}]: expected a string like prompt[0], got {}",
+                        kind(&other)
+                    )),
+                })
+                .collect::<Result<_, _>>()
+                .map(Prompt::Texts),
+            Some(Value::Array(_)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::Array(ids) => token_ids(ids, &format!("prompt[{i}]")),
+                    other => Err(format!(
+                        "prompt[{i}]: expected a list of token ids like prompt[0], got {}",
+                        kind(other)
+                    )),
+                })
+                .collect::<Result<_, _>>()
+                .map(Prompt::TokenLists),
+            Some(other) => Err(format!(
+                "prompt[0]: expected a string or a token id, got {} (prompt must be {SHAPES})",
+                kind(other)
+            )),
+        }
+    }
+}
+
+/// Token ids (vocabulary ranges are checked later, against the model's).
+fn token_ids(items: &[Value], path: &str) -> Result<Vec<u32>, String> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_u64()
+                .and_then(|t| u32::try_from(t).ok())
+                .ok_or_else(|| match v {
+                    Value::Number(n) => format!(
+                        "{path}[{i}]: {n} is not a token id (token ids are integers from 0 to \
+                         the vocabulary size - 1)"
+                    ),
+                    other => format!(
+                        "{path}[{i}]: expected a token id (an integer), got {}",
+                        kind(other)
+                    ),
+                })
+        })
+        .collect()
+}
+
+/// What a JSON value is, for errors.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -251,6 +336,21 @@ impl ChatRequest {
                 _ => return Err(bad_tool_choice()),
             },
         };
+        // OpenAI answers these with "'tool_choice' is only allowed when 'tools' are specified".
+        let forced = match &tool_choice {
+            ToolChoice::Required => Some("\"required\"".to_string()),
+            ToolChoice::Named(name) => Some(format!(
+                "{{\"type\": \"function\", \"function\": {{\"name\": {}}}}}",
+                Value::from(name.as_str())
+            )),
+            ToolChoice::None | ToolChoice::Auto => None,
+        };
+        if let Some(choice) = forced.filter(|_| tools.is_empty()) {
+            return Err(ApiError::bad_request(format!(
+                "tool_choice {choice} requires a tool call, but the request has no `tools`: add \
+                 the tools the model may call, or drop tool_choice"
+            )));
+        }
         Ok(Conversation {
             turns,
             tools,

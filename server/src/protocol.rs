@@ -238,8 +238,24 @@ pub fn parse_host_line(line: &str) -> Parsed {
             // Valid JSON of the wrong shape: say which field, and salvage the id so the host
             // can fail the right request instead of waiting forever.
             Ok(v) => parse_value(v),
-            Err(_) => Err((None, format!("malformed request: {e}"))),
+            // Not JSON: an id that can still be read gets the error all the same.
+            Err(_) => Err((
+                crate::line_ids::scan_ids(line).last().copied(),
+                not_json(line, &e),
+            )),
         },
+    }
+}
+
+/// Why a line is no JSON value; a leading byte order mark is named (serde_json only says
+/// "expected value at column 1").
+fn not_json(text: &str, e: &serde_json::Error) -> String {
+    if text.trim_start_matches([' ', '\t']).starts_with('\u{feff}') {
+        "malformed request: the line starts with a UTF-8 byte order mark (U+FEFF); send JSON \
+         without one"
+            .to_string()
+    } else {
+        format!("malformed request: {e}")
     }
 }
 
@@ -257,19 +273,20 @@ pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
                 "malformed request: the line is not valid UTF-8 (byte 0x{:02x} at offset {at})",
                 line[at]
             );
-            let (values, _) = json_values(&String::from_utf8_lossy(line));
-            return attribute(&values, why);
+            let lossy = String::from_utf8_lossy(line);
+            let (values, _, rest) = json_values(&lossy);
+            return attribute(&values, &lossy[rest..], why);
         }
     };
     if text.trim().is_empty() {
         return Vec::new();
     }
-    let (mut values, rest) = json_values(text);
-    match (values.len(), rest) {
-        (0, Some((e, _))) => vec![Err((None, format!("malformed request: {e}")))],
+    let (mut values, err, rest) = json_values(text);
+    match (values.len(), err) {
+        (0, Some((e, _))) => attribute(&[], text, not_json(text, &e)),
         (1, None) => vec![parse_value(values.pop().expect("one value"))],
-        (n, rest) => {
-            let why = match rest {
+        (n, err) => {
+            let why = match err {
                 None => {
                     format!("malformed request: {n} JSON values on one line (one request per line)")
                 }
@@ -282,32 +299,42 @@ pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
                     }
                 ),
             };
-            attribute(&values, why)
+            attribute(&values, &text[rest..], why)
         }
     }
 }
 
-/// The JSON values at the start of `text`, and the error (with its column) where the rest is
-/// not a JSON value.
-fn json_values(text: &str) -> (Vec<serde_json::Value>, Option<(serde_json::Error, usize)>) {
+/// The JSON values at the start of `text`, the error (with its column) where the rest is not
+/// a JSON value, and the byte offset where the values end.
+type Values = (
+    Vec<serde_json::Value>,
+    Option<(serde_json::Error, usize)>,
+    usize,
+);
+
+fn json_values(text: &str) -> Values {
     let mut values = Vec::new();
-    for v in serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>() {
-        match v {
-            Ok(v) => values.push(v),
-            Err(e) => {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
+    loop {
+        let end = stream.byte_offset();
+        match stream.next() {
+            Some(Ok(v)) => values.push(v),
+            Some(Err(e)) => {
                 let col = e.column();
-                return (values, Some((e, col)));
+                return (values, Some((e, col)), end);
             }
+            None => return (values, None, end),
         }
     }
-    (values, None)
 }
 
-/// The same error for every value with a readable id; one unattributed error if none has one.
-fn attribute(values: &[serde_json::Value], why: String) -> Vec<Parsed> {
+/// The same error for every readable id (of the parsed `values`, then of the unparsable
+/// `rest`); one unattributed error if there is none.
+fn attribute(values: &[serde_json::Value], rest: &str, why: String) -> Vec<Parsed> {
     let ids: Vec<u64> = values
         .iter()
         .filter_map(|v| v.get("id")?.as_u64())
+        .chain(crate::line_ids::scan_ids(rest))
         .collect();
     if ids.is_empty() {
         return vec![Err((None, why))];

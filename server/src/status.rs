@@ -15,6 +15,11 @@ pub async fn status(State(st): State<Arc<AppState>>) -> Response {
     let (state, error) = match st.engine.status() {
         EngineStatus::Ready(_) => ("ok", None),
         EngineStatus::Starting => ("loading", None),
+        EngineStatus::Down {
+            error,
+            gave_up: true,
+            ..
+        } => ("failed", Some(error)),
         EngineStatus::Down { error, .. } => ("restarting", Some(error)),
     };
     let info = st.engine.info();

@@ -150,18 +150,25 @@ pub(crate) fn render_jinja(
     bos: &str,
     eos: &str,
 ) -> Result<String, TokenizerError> {
+    // What `raise_exception` was called with, if it was: that error is the template's verdict.
+    let raised = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
     let err = |e: Error| match e.kind() {
         ErrorKind::OutOfFuel => TokenizerError::ChatTemplate(format!(
             "the template ran more than {TEMPLATE_FUEL} instructions for this conversation (a loop that does not end?)"
         )),
-        _ => TokenizerError::ChatTemplate(format!("{e:#}")),
+        _ => match raised.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(msg) => TokenizerError::ChatTemplateRaised(msg),
+            None => TokenizerError::ChatTemplate(format!("{e:#}")),
+        },
     };
     let mut env = Environment::new();
     env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", |msg: String| -> Result<JValue, Error> {
+    let raise = raised.clone();
+    env.add_function("raise_exception", move |msg: String| -> Result<JValue, Error> {
+        *raise.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
         Err(Error::new(ErrorKind::InvalidOperation, msg))
     });
     env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));

@@ -34,8 +34,14 @@ pub enum TokenizerError {
         "no chat template: the model stores none and architecture {arch:?} has no built-in one"
     )]
     NoChatTemplate { arch: String },
+    /// The template could not be rendered (a syntax error, a runaway loop, ...): the model's
+    /// fault, not the conversation's.
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    /// The template itself refused the conversation (`raise_exception`, e.g. "Conversation
+    /// roles must alternate user/assistant"): the conversation's fault.
+    #[error("chat template: the template refuses this conversation: {0}")]
+    ChatTemplateRaised(String),
 }
 
 /// One chat turn; `role` is "system", "user" or "assistant" (templates may accept others).

@@ -109,7 +109,9 @@ fn stored_jinja_template_is_rendered() {
     );
     let bad = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
     match t.apply_chat_template(&bad, false) {
-        Err(TokenizerError::ChatTemplate(m)) => assert!(m.contains("roles must alternate"), "{m}"),
+        Err(TokenizerError::ChatTemplateRaised(m)) => {
+            assert!(m.contains("roles must alternate"), "{m}")
+        }
         other => panic!("expected a template error, got {other:?}"),
     }
     // A syntax error is a typed error, not a panic.

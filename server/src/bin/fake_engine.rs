@@ -20,6 +20,8 @@
 //!   --reply-tokens a,b  answer every request with these tokens, then the first EOG token
 //!                       (instead of the echo): scripts an answer, e.g. a tool call
 //!   --fail-on-start     exit(2) before the hello line
+//!   --fail-with MSG     exit(1) before the hello line, printing `error: MSG` and then
+//!                       backtrace frames to stderr (as `strata` with RUST_BACKTRACE set)
 //!   --report-env NAME   put the environment variable NAME (null if unset) in the hello's
 //!                       `engine.env` object (repeatable); `engine.cwd` is always the working
 //!                       directory
@@ -222,6 +224,19 @@ fn main() {
             "--fail-on-start" => {
                 eprintln!("fake_engine: failing on start as asked");
                 std::process::exit(2);
+            }
+            "--fail-with" => {
+                // As `strata` fails with RUST_BACKTRACE set: the error line, then the frames.
+                eprintln!("fake_engine: loading");
+                eprintln!("error: {}", val());
+                eprintln!("\nStack backtrace:");
+                for (i, f) in ["anyhow::error::msg", "strata::cli::run", "strata::main"]
+                    .iter()
+                    .enumerate()
+                {
+                    eprintln!("   {i}: {f}\n             at src/main.rs:{}:5", 10 + i);
+                }
+                std::process::exit(1);
             }
             other => panic!("fake_engine: unknown flag {other}"),
         }

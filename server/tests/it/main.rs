@@ -10,6 +10,7 @@ mod http;
 mod limits;
 mod metrics;
 mod protocol;
+mod second_round;
 mod status;
 mod support;
 mod tools;

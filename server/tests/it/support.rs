@@ -70,7 +70,7 @@ pub async fn start_server_full(
 }
 
 /// The server on the fake engine, with `engine_timeout` and `send_timeout` (as `run_server`
-/// sets them up: connections through `GuardedListener`).
+/// sets them up: connections through `serve::serve`).
 pub async fn start_server_opts(
     tokenizer: PathBuf,
     engine_args: &[&str],
@@ -109,16 +109,47 @@ pub async fn serve_resolved(
     send_timeout: Option<Duration>,
     api_key: Option<server::config::ApiKey>,
 ) -> TestServer {
+    let limits = server::serve::ConnLimits {
+        send_timeout,
+        ..Default::default()
+    };
+    serve_limited(cfg, limits, api_key).await
+}
+
+/// [`serve_resolved`] with these connection limits.
+pub async fn serve_limited(
+    cfg: &Resolved,
+    limits: server::serve::ConnLimits,
+    api_key: Option<server::config::ApiKey>,
+) -> TestServer {
     let state = server::http::build_state(cfg).expect("server state");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().unwrap();
-    let listener = server::net::GuardedListener::new(listener, send_timeout);
-    tokio::spawn(async move {
-        axum::serve(listener, server::http::router_with_key(state, api_key)).await
-    });
+    let router = server::http::router_with_key(state, api_key);
+    tokio::spawn(server::serve::serve(
+        listener,
+        router,
+        limits,
+        std::future::pending(),
+    ));
     TestServer { addr }
+}
+
+/// The resolved config of the fake engine with `engine_args` (as [`start_server`] runs it).
+pub fn fake_config(engine_args: &[&str]) -> Resolved {
+    Resolved {
+        executable: fake_engine(),
+        args: engine_args.iter().map(|s| s.to_string()).collect(),
+        tokenizer: model_path(),
+        model_name: None,
+        host: "127.0.0.1".into(),
+        port: 0,
+        startup_timeout: Duration::from_secs(20),
+        engine_timeout: None,
+        process: Default::default(),
+    }
 }
 
 pub struct Resp {
