@@ -137,6 +137,13 @@ case "$mode" in
     "$strata" fetch gemma3-270m >/dev/null
     "$strata" fetch smollm2-135m >/dev/null
     STRATA_BIN="$strata" scripts/make-testdata.sh
+    # The rules CI enforces (docs/architecture.md): formatted code (rustfmt.toml; gpu-kernels and
+    # fuzz are workspaces of their own) and no clippy warning in any target of the workspace.
+    echo "==> cargo fmt --check; cargo clippy --workspace --all-targets --features gpu -- -D warnings"
+    cargo fmt --all --check
+    (cd gpu-kernels && cargo fmt --check)
+    (cd fuzz && cargo fmt --check)
+    cargo clippy --release --features gpu --workspace --all-targets -- -D warnings
     echo "==> cargo test --release --features gpu --workspace --no-fail-fast"
     cargo test --release --features gpu --workspace --no-fail-fast
     scripts/fuzz-smoke.sh   # every fuzz target briefly on its committed corpus (docs/reliability.md)
