@@ -354,7 +354,7 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
                 };
             }
             // Q6_K: one 1-column body and one G-column body with padding, since the register
-            // allocation of all G bodies in one kernel spills on gfx1102 (see abi.rs).
+            // allocation of all G bodies in one kernel spills on gfx1102 (see `mmvq_moe_kernels!`).
             if matches!(B::TY, crate::abi::WType::Q6K) && !GLU && n > 1 {
                 macro_rules! padded {
                     ($nc:literal) => {
@@ -368,7 +368,7 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
                 padded!(4);
                 padded!(8);
                 if !matches!(G, 2 | 3 | 4 | 8) {
-                    core::intrinsics::abort(); // no padded body: never instantiated (abi.rs)
+                    core::intrinsics::abort(); // no padded body: never instantiated (`mmvq_moe_kernels!`)
                 }
                 continue;
             }
