@@ -12,9 +12,8 @@
 // Kernel entry points take raw device pointers by design (see the gpu-abi crate).
 #![allow(clippy::missing_safety_doc)]
 
-// The kernel-list macros (`mmvq_kernels!`, ...) the ops instantiate their kernels from.
-#[macro_use]
-extern crate gpu_abi;
+// The ABI crate, also for its kernel-list macros (`abi::mmvq_kernels!`, ...) the ops
+// instantiate their kernels from.
 pub use gpu_abi as abi;
 pub mod arch;
 pub mod mem;

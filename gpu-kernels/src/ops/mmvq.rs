@@ -13,7 +13,9 @@
 //! Row indirection (`rows`) lets one launch compute the rows of selected MoE experts.
 use super::unroll;
 use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS, IQ4NL};
-use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, mmvq_lanes_log2, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{
+    act_col_bytes, act_q_bytes, act_q_offset, mmvq_glu_kernels, mmvq_kernels, mmvq_lanes_log2, mmvq_moe_kernels, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE,
+};
 use crate::arch::{ballot, barrier, group_id, group_id_y, group_sum_f32xn, lane_id, read_lane, thread_id, uniform, wave_id, Lds};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
