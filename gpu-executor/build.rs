@@ -16,15 +16,9 @@ use std::{
     process::Command,
 };
 
-/// The kernel ABI, and the kernel registry over it: every kernel's name (for the per-kernel
-/// attribute file) and the archs the kernels are built for.
-#[allow(dead_code, unused_macros)]
-#[macro_use]
-#[path = "../gpu-kernels/src/abi.rs"]
-mod abi;
-#[allow(dead_code)]
-#[path = "../gpu-kernels/src/registry.rs"]
-mod registry;
+// The kernel ABI, and the kernel registry over it: every kernel's name (for the per-kernel
+// attribute file) and the archs the kernels are built for.
+use gpu_abi::{self as abi, registry};
 
 /// Toolchain detection and nested-build flags (tested by tests/kernel_toolchain.rs).
 #[path = "build/toolchain.rs"]
@@ -40,6 +34,8 @@ fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let kdir = manifest.join("../gpu-kernels");
     let qdir = manifest.join("../quant");
+    let adir = manifest.join("../gpu-abi");
+    // Every crate of the nested build (path dependencies of gpu-kernels).
     for p in [
         kdir.join("src"),
         kdir.join("Cargo.toml"),
@@ -47,6 +43,8 @@ fn main() {
         kdir.join("lds_shim.ll"),
         qdir.join("src"),
         qdir.join("Cargo.toml"),
+        adir.join("src"),
+        adir.join("Cargo.toml"),
     ] {
         println!("cargo:rerun-if-changed={}", p.display());
     }
@@ -91,7 +89,7 @@ fn main() {
     for gfx in archs.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         assert!(
             registry::GFX11_ARCHS.contains(&gfx),
-            "KERNEL_GFX: {gfx} is not an arch of the kernel registry ({}); add it to GFX11_ARCHS in gpu-kernels/src/registry.rs",
+            "KERNEL_GFX: {gfx} is not an arch of the kernel registry ({}); add it to GFX11_ARCHS in gpu-abi/src/registry.rs",
             registry::GFX11_ARCHS.join(", ")
         );
     }

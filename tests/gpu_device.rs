@@ -40,7 +40,7 @@ fn bytes_f32(v: &[f32]) -> Vec<u8> {
 fn emu_with_dequant(ty: WType) -> (EmuApi, Module, Kernel) {
     let api = EmuApi::new().expect("software device");
     let m = api.load_module().expect("load the embedded gfx1100 code object");
-    let name = abi::dequant_kernel(ty, false).expect("dequant kernel in abi.rs");
+    let name = abi::dequant_kernel(ty, false).expect("dequant kernel in gpu-abi");
     let k = api.function(&m, &dequant_spec(name)).expect("metadata check passes for the real spec");
     (api, m, k)
 }

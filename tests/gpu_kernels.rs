@@ -86,7 +86,7 @@ fn kd_symbols(elf: &[u8]) -> BTreeSet<String> {
     names
 }
 
-/// The kernel registry (gpu-kernels/src/registry.rs) is exactly the kernels of every embedded
+/// The kernel registry (gpu-abi/src/registry.rs) is exactly the kernels of every embedded
 /// code object: no kernel symbol missing from the table, no table entry missing from the
 /// object (its `.kd` symbols and its metadata); and every entry matches the object's metadata
 /// field by field on that arch (`GpuOps::new` on a software device reporting the arch checks

@@ -3,13 +3,15 @@
 //! ([`kfd`], `strata device` without ROCm). With the feature `gpu`: the shared decoder
 //! ([`model`], [`exec`], [`moe`]) and Flash-Next ([`flash_next`]) on the device, the expert
 //! cache, and below them the embedded code objects, the kernel ABI
-//! and registry (the very `abi.rs` and `registry.rs` the kernel build reads, included by path
-//! so names, argument layouts and launch properties exist once), the one launch layer over the
-//! device boundary, and the kernel benchmark.
+//! and registry (the `gpu-abi` crate the kernels compile too, so names, argument layouts and
+//! launch properties exist once), the one launch layer over the device boundary, and the
+//! kernel benchmark.
 //!
 //! - [`code_objects`]: `code_object_for("gfx1100")` → the embedded ELF.
-//! - [`abi`]: kernel symbols, `#[repr(C)]` argument structs, LDS layouts, workgroup size.
-//! - [`registry`]: every kernel with its argument struct, block, LDS, scratch and archs.
+//! - [`abi`] (`gpu_abi`): kernel symbols, `#[repr(C)]` argument structs, LDS layouts,
+//!   workgroup size.
+//! - [`registry`] (`gpu_abi::registry`): every kernel with its argument struct, block, LDS,
+//!   scratch and archs.
 //! - [`device`]: the `GpuApi` boundary (HIP and the software RDNA3 device).
 //! - [`ops`]: [`GpuOps`], every kernel's launcher (shape checks, argument packing, grid math);
 //!   [`ops_host`] adds host-slice wrappers with the software device's launch counters.
@@ -27,12 +29,9 @@ pub mod options;
 pub use options::{Device, GpuOptions};
 
 #[cfg(feature = "gpu")]
-#[macro_use]
-#[path = "../../gpu-kernels/src/abi.rs"]
-pub mod abi;
+pub use gpu_abi as abi;
 #[cfg(feature = "gpu")]
-#[path = "../../gpu-kernels/src/registry.rs"]
-pub mod registry;
+pub use gpu_abi::registry;
 #[cfg(feature = "gpu")]
 pub mod bench;
 #[cfg(feature = "gpu")]

@@ -1,6 +1,6 @@
 //! [`GpuOps`]: the host launch layer of every gfx11 kernel over `Arc<dyn GpuApi>`, so the same
 //! code drives the software device and HIP. Each method checks its shape, packs the kernel's
-//! `#[repr(C)]` argument struct from `abi.rs` and launches asynchronously on a stream; all
+//! `#[repr(C)]` argument struct from `gpu-abi` and launches asynchronously on a stream; all
 //! pointers are device addresses ([`DevicePtr`]), buffers f32 row-major unless stated.
 //!
 //! Numerics (what each op equals on the CPU; tests/gpu_ops.rs checks every line):

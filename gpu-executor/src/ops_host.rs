@@ -30,7 +30,7 @@ impl<'a> DevBuf<'a> {
         let ptr = api.malloc(bytes.max(16))?;
         let b = DevBuf { api, ptr, bytes };
         if ptr % 16 != 0 {
-            return Err(bad(kernel, format!("device allocation {ptr:#x} is not 16-byte aligned (abi.rs rule 4)")));
+            return Err(bad(kernel, format!("device allocation {ptr:#x} is not 16-byte aligned (ABI rule 4, docs/kernels.md)")));
         }
         api.memset(ptr, 0, bytes.max(16))?;
         Ok(b)

@@ -2,7 +2,7 @@
 //! so multi-word loads are declared with 2-byte alignment: gfx11 allows unaligned global
 //! accesses, and LLVM then still emits single `global_load_b32/b64/b128` instructions.
 //! All functions are `unsafe`: the caller guarantees the bytes are valid device memory
-//! (the kernel ABI in `abi.rs` states the extents of every buffer).
+//! (the kernel ABI, `gpu-abi`, states the extents of every buffer).
 
 #[repr(C, packed(2))]
 #[derive(Clone, Copy)]

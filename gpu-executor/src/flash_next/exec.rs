@@ -17,8 +17,7 @@ use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use model::qwen4exp::program::{self, FlashNextOps, Site};
 use model::qwen4exp::{Moe, Mtp};
 
-// The MoE layer's launches: a child module, so that it sees the window's fields.
-#[path = "exec_moe.rs"]
+// The MoE layer's launches (exec/moe.rs): a child module, so that it sees the window's fields.
 mod moe;
 
 fn dev(what: &'static str) -> impl FnOnce(GpuError) -> EngineError {

@@ -69,7 +69,7 @@ pub struct Report {
     /// Whether launches were timed (the device has a clock).
     pub timed: bool,
     pub checks: Vec<CheckResult>,
-    /// Every kernel the suite must cover (code object metadata and abi.rs lists).
+    /// Every kernel the suite must cover (code object metadata and gpu-abi lists).
     pub registry: Vec<String>,
     /// Kernels of the registry that no check of the suite declares: a failure.
     pub unchecked: Vec<String>,

@@ -11,7 +11,7 @@
 //!    `p_j * v_j[d]` for j = 0.. in order, `p_j = e_j * inv` (f16-rounded for an f16 cache;
 //!    int8: `(p_j * v_scale_j) * q`).
 use super::unroll;
-use crate::abi::attn_lds_bytes;
+use crate::abi::{attn_kernels, attn_lds_bytes};
 use crate::arch::{barrier, group_id, group_sum_f32, lane_id, wave_max_f32, Lds};
 use crate::mem::{f32_to_f16, ld_u32x2, ld_u32x4};
 use quant::f16_to_f32;
@@ -185,7 +185,7 @@ attn_kernels!(define_attn);
 // permlanex16 per register). The waves' (max, sum, O) are combined in LDS in wave order.
 // Numerics: f16 query / probabilities (as ggml's f16 path), f32 accumulation, hardware exp2:
 // tolerance-checked against the CPU, not bit-identical.
-use crate::abi::{attn_fast_lds_bytes, ATTN_FAST_BLOCK, ATTN_FAST_WAVES};
+use crate::abi::{attn_fast_kernels, attn_fast_lds_bytes, ATTN_FAST_BLOCK, ATTN_FAST_WAVES};
 use crate::arch::{other_half_f32, other_half_u32, read_lane_f32, thread_id, wave_id, wave_max_u32, wave_min_u32, wmma_f32_f16};
 
 #[inline(always)]

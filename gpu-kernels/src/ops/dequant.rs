@@ -2,7 +2,7 @@
 //! expressions mirror `quant`'s `dequantize_ref` operation by operation (same products in the
 //! same order, no FMA contraction), so f32 results are bit-identical and f16 results are the
 //! RNE conversion of them.
-use crate::abi::{DequantArgs, WType, WG_SIZE};
+use crate::abi::{dequant_kernels, get_rows_kernels, DequantArgs, WType, WG_SIZE};
 use crate::arch::{barrier, group_id, thread_id, Lds};
 use crate::mem::{f32_to_f16, ld_u16, ld_u32, ld_u32x4, st_f32x4_aligned, st_u32x2};
 use quant::f16_to_f32;

@@ -21,7 +21,7 @@ use super::dequant::q4_k_scales;
 use super::mmvq_blocks::{iq4nl_weights, MmvqBlock, IQ3XXS as Iq3Tables};
 use super::unroll;
 use crate::abi::{
-    mmq_wm_offset, WType, IQ3_GRID_LDS_BYTES, MMQ_COLS, MMQ_KC, MMQ_ROWS, MMQ_WQ, MMQ_WS, MMQ_XD, MMQ_XQ, MMQ_XS, Q8_1_BYTES,
+    mmq_kernels, mmq_wm_offset, WType, IQ3_GRID_LDS_BYTES, MMQ_COLS, MMQ_KC, MMQ_ROWS, MMQ_WQ, MMQ_WS, MMQ_XD, MMQ_XQ, MMQ_XS, Q8_1_BYTES,
     WG_SIZE,
 };
 use crate::arch::{barrier, group_id, lane_id, sdot4, thread_id, wave_id, wmma_i32_i8, Lds};

@@ -13,7 +13,9 @@
 //! Row indirection (`rows`) lets one launch compute the rows of selected MoE experts.
 use super::unroll;
 use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS, IQ4NL};
-use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, mmvq_lanes_log2, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE};
+use crate::abi::{
+    act_col_bytes, act_q_bytes, act_q_offset, mmvq_glu_kernels, mmvq_kernels, mmvq_lanes_log2, mmvq_moe_kernels, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE,
+};
 use crate::arch::{ballot, barrier, group_id, group_id_y, group_sum_f32xn, lane_id, read_lane, thread_id, uniform, wave_id, Lds};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
@@ -354,7 +356,7 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
                 };
             }
             // Q6_K: one 1-column body and one G-column body with padding, since the register
-            // allocation of all G bodies in one kernel spills on gfx1102 (see abi.rs).
+            // allocation of all G bodies in one kernel spills on gfx1102 (see `mmvq_moe_kernels!`).
             if matches!(B::TY, crate::abi::WType::Q6K) && !GLU && n > 1 {
                 macro_rules! padded {
                     ($nc:literal) => {
@@ -368,7 +370,7 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
                 padded!(4);
                 padded!(8);
                 if !matches!(G, 2 | 3 | 4 | 8) {
-                    core::intrinsics::abort(); // no padded body: never instantiated (abi.rs)
+                    core::intrinsics::abort(); // no padded body: never instantiated (`mmvq_moe_kernels!`)
                 }
                 continue;
             }

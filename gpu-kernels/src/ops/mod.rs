@@ -1,5 +1,5 @@
 //! Kernels, one file per op family. Entry points are `#[unsafe(no_mangle)] extern "gpu-kernel"`
-//! functions generated from the lists in `abi.rs`; each turns its raw arguments into the
+//! functions generated from the lists in `gpu-abi`; each turns its raw arguments into the
 //! generic implementation in one place.
 pub mod attention;
 pub mod dequant;

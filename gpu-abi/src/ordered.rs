@@ -1,6 +1,6 @@
-//! The ABI of the ordered-numerics kernels (`GpuOptions::ordered`, ops/ordered.rs): the
-//! `quant` crate's scalar code per lane, bit-identical to the CPU backend's ordered path.
-//! A part of `abi` (included by it with `#[path]`, like abi_flash_next.rs); same rules.
+//! The ABI of the ordered-numerics kernels (`GpuOptions::ordered`, gpu-kernels
+//! ops/ordered.rs): the `quant` crate's scalar code per lane, bit-identical to the CPU
+//! backend's ordered path. A part of the ABI, re-exported by the crate root; same rules.
 
 /// `quantize_ref`: `n` f32 (columns back to back, a multiple of the block size) to blocks of
 /// the activation type `ty` (ggml id: Q8_0, Q8_1, Q8_K, F16, BF16, F32) with the reference

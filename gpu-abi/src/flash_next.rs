@@ -1,6 +1,6 @@
-//! The ABI of Flash-Next's layer kernels (ops/gdn.rs, ops/gr.rs, the shared-expert add in
-//! ops/fwd.rs): argument structs, names, launch constants. A part of `abi` (included by it with
-//! `#[path]`, so the host and build.rs see it wherever they include abi.rs); same rules.
+//! The ABI of Flash-Next's layer kernels (gpu-kernels ops/gdn.rs, ops/gr.rs, the shared-expert
+//! add in ops/fwd.rs): argument structs, names, launch constants. A part of the ABI,
+//! re-exported by the crate root; same rules.
 
 /// Gated DeltaNet kernels (ops/gdn.rs). `gdn_conv_silu_f32`: one work-item per conv channel.
 #[repr(C)]

@@ -1,5 +1,5 @@
-//! The ABI of the MMQ prefill kernels (ops/mmq.rs): argument struct, tiling and LDS layout.
-//! A part of `abi` (included by it with `#[path]`, like abi_flash_next.rs); same rules.
+//! The ABI of the MMQ prefill kernels (gpu-kernels ops/mmq.rs): argument struct, tiling and
+//! LDS layout. A part of the ABI, re-exported by the crate root; same rules.
 
 use super::*;
 

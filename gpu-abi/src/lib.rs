@@ -1,6 +1,7 @@
-//! The kernel ABI, shared verbatim by the device crate and the host (`gpu-executor/src/`
-//! includes this file with `#[path]`), so kernel names, argument layouts, workgroup sizes and
-//! LDS layouts exist exactly once.
+//! The kernel ABI, one `no_std` crate without dependencies shared by the device crate
+//! (`gpu-kernels`, compiled for `amdgcn-amd-amdhsa`) and the host (`gpu-executor` and its
+//! build script), so kernel names, argument layouts, workgroup sizes and LDS layouts exist
+//! exactly once. Both re-export it as `abi` (`crate::abi::WG_SIZE`).
 //!
 //! Rules (see docs/kernels.md):
 //! - Kernel arguments are scalars only: 8-byte pointers and 4-byte `u32`s, in the order of the
@@ -8,10 +9,14 @@
 //!   become a pointer (ABI trap), so the device side takes the fields as separate parameters and
 //!   the host packs this struct's bytes, checked against the code object's kernarg metadata.
 //! - Every symbol name is a `pub const` here or produced by `stringify!` from the single lists
-//!   below (`mmvq_kernels!`, `dequant_kernels!`, ...): the device crate defines one kernel per
-//!   entry, the host builds its name tables from the same lists, and `registry.rs` (next to
-//!   this file, host and build.rs only) lists every kernel once with how it is launched.
-//! - Plain `no_std` Rust without dependencies: this file compiles for amdgcn and for the host.
+//!   below (`mmvq_kernels!`, `dequant_kernels!`, ...; exported at the crate root): the device
+//!   crate defines one kernel per entry, the host builds its name tables from the same lists,
+//!   and `registry` (host only) lists every kernel once with how it is launched.
+//! - Plain `no_std` Rust without dependencies: the crate compiles for amdgcn and for the host.
+//!
+//! Parts by kernel family, re-exported here: `flash_next` (GDN, GR, PLE, QSA, the shared
+//! expert), `mmvq` (decode products), `mmq` (prefill), `ordered` (ordered-numerics mode).
+#![no_std]
 
 /// Work-items per workgroup of every kernel in this crate (8 wave32 waves).
 pub const WG_SIZE: u32 = 256;
@@ -389,12 +394,14 @@ pub const GET_ROWS_F32: &str = "get_rows_f32";
 pub const GET_ROWS_F16: &str = "get_rows_f16";
 
 /// Every get_rows kernel for quantized tables: `symbol, weight type`.
+#[macro_export]
 macro_rules! get_rows_kernels {
     ($m:ident) => {
         $m! { get_rows_q8_0 Q8_0, get_rows_q4_k Q4K, get_rows_q6_k Q6K, get_rows_iq3_xxs IQ3XXS, get_rows_iq4_nl IQ4NL, }
     };
 }
 /// Every attention kernel: `symbol, int8 cache, head_dim`.
+#[macro_export]
 macro_rules! attn_kernels {
     ($m:ident) => {
         $m! {
@@ -406,6 +413,7 @@ macro_rules! attn_kernels {
     };
 }
 /// Every fast (WMMA f16) attention kernel: `symbol, int8 cache, head_dim`.
+#[macro_export]
 macro_rules! attn_fast_kernels {
     ($m:ident) => {
         $m! {
@@ -478,7 +486,6 @@ impl_args_bytes!(
 );
 
 // Flash-Next's layer kernels (GDN, GR, the shared expert): their own file, after the macro.
-#[path = "abi_flash_next.rs"]
 mod flash_next;
 pub use flash_next::*;
 const _: () = assert!(core::mem::size_of::<MmqArgs>() == 40);
@@ -504,7 +511,6 @@ const _: () = assert!(cfg!(target_endian = "little"));
 
 // The MMVQ ABI (decode products, fused GLU, expert dispatch): its own file, after the macros
 // it uses; its kernel-list macros are used after it (and by the kernels).
-#[path = "abi_mmvq.rs"]
 #[macro_use]
 mod mmvq;
 pub use mmvq::*;
@@ -527,6 +533,7 @@ impl_args_bytes!(ReduceArgs);
 const _: () = assert!(core::mem::size_of::<ReduceArgs>() == 24);
 
 /// Every reduction benchmark: `symbol, method (arch::XL_*), values per lane`.
+#[macro_export]
 macro_rules! reduce_kernels {
     ($m:ident) => {
         $m! {
@@ -555,6 +562,7 @@ pub const fn dequant_lds_bytes(_ty: WType) -> u32 {
 }
 
 /// Every MMQ kernel: `symbol, weight type, dot4 (false = WMMA)`.
+#[macro_export]
 macro_rules! mmq_kernels {
     ($m:ident) => {
         $m! {
@@ -579,6 +587,7 @@ pub fn mmq_kernel(ty: WType, dot4: bool) -> Option<&'static str> {
 }
 
 /// Every dequant kernel: `symbol, weight type, output (f32 | f16)`.
+#[macro_export]
 macro_rules! dequant_kernels {
     ($m:ident) => {
         $m! {
@@ -605,9 +614,12 @@ pub fn dequant_kernel(ty: WType, f16: bool) -> Option<&'static str> {
     DEQUANT_KERNELS.iter().find(|(t, h, _)| *t == ty && *h == f16).map(|(_, _, s)| *s)
 }
 // The MMQ prefill and ordered-numerics ABIs: their own files, after the macros they use.
-#[path = "abi_mmq.rs"]
 mod mmq;
 pub use mmq::*;
-#[path = "abi_ordered.rs"]
 mod ordered;
 pub use ordered::*;
+
+// After every kernel-list macro: the registry expands them all. Host only: no kernel needs
+// it, so the device build does not compile launch metadata at all.
+#[cfg(not(target_arch = "amdgpu"))]
+pub mod registry;

@@ -1,16 +1,18 @@
 //! The kernel registry: one entry per kernel of the code objects, saying how the host launches
-//! it (argument struct, workgroup size, dynamic LDS, scratch, archs). It is plain data over
-//! `abi.rs` (names from its lists, struct sizes, LDS functions), included with `#[path]` as a
-//! sibling of `abi` by:
+//! it (argument struct, workgroup size, dynamic LDS, scratch, archs). It is plain `no_std` data
+//! over the ABI (names from its lists, struct sizes, LDS functions), read by:
 //! - `gpu-executor/build.rs`: the per-kernel attribute file of the nested build and the default
 //!   archs;
-//! - the host (`gpu-executor/src/`): `GpuOps::new` looks up and checks every entry of the device's
-//!   arch, the selftest and the benchmarks iterate it, the tests compare it with the objects.
+//! - the host (`gpu-executor/src/`, as `gpu_executor::registry`): `GpuOps::new` looks up and
+//!   checks every entry of the device's arch, the selftest and the benchmarks iterate it, the
+//!   tests compare it with the objects.
 //!
-//! The device crate does not compile it (the kernels need none of it). `tests/gpu_kernels.rs`
-//! asserts that, for every embedded code object, the entries of its arch are exactly its kernel
-//! symbols, and that each entry matches the object's metadata (docs/kernels.md, "Adding a kernel").
-use super::abi::{self, WType};
+//! It needs nothing of std, so it lives in this crate next to the ABI it expands; it is left
+//! out of the amdgcn build (`cfg(not(target_arch = "amdgpu"))`): no kernel needs it.
+//! `tests/gpu_kernels.rs` asserts that, for every embedded code object, the entries of its arch
+//! are exactly its kernel symbols, and that each entry matches the object's metadata
+//! (docs/kernels.md, "Adding a kernel").
+use crate::{self as abi, WType};
 
 /// Every arch the kernels are built for (the default of `KERNEL_GFX`).
 pub const GFX11_ARCHS: &[&str] = &["gfx1100", "gfx1101", "gfx1102"];
@@ -67,7 +69,7 @@ pub enum Scratch {
     Allowed,
 }
 
-/// The `#[repr(C)]` argument struct a kernel takes: its name in abi.rs, its size, and how many
+/// The `#[repr(C)]` argument struct a kernel takes: its name in the ABI, its size, and how many
 /// of its leading fields are 8 bytes (every struct is u64 fields, then u32 fields), which
 /// gives the explicit kernel arguments the code object must declare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +139,7 @@ const fn mmvq_lds(ty: WType) -> u32 {
     abi::MAX_LDS_BYTES - ty.table_lds_bytes()
 }
 
-/// The kernels launched one by one (no list in abi.rs).
+/// The kernels launched one by one (no list in the ABI).
 const SINGLES: &[KernelEntry] = &[
     entry(abi::QUANTIZE_Q8_1, Family::Quantize, QUANTIZE_ARGS),
     entry(abi::QUANTIZE_Q8_K, Family::Quantize, QUANTIZE_ARGS),
@@ -239,7 +241,7 @@ macro_rules! reduce_entries {
     };
 }
 
-/// Every kernel, in groups (the singles, then one group per list of abi.rs).
+/// Every kernel, in groups (the singles, then one group per list of the ABI).
 pub const KERNELS: &[&[KernelEntry]] = &[
     SINGLES,
     mmvq_kernels!(mmvq_entries),

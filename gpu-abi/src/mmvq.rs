@@ -1,8 +1,8 @@
-//! The ABI of the MMVQ kernels (ops/mmvq.rs, ops/mmvq_blocks.rs): decode products of quantized
+//! The ABI of the MMVQ kernels (gpu-kernels ops/mmvq.rs, ops/mmvq_blocks.rs): decode products of quantized
 //! weights and 1-8 Q8_1 activation columns, their fused gate/up + GLU form and the expert
 //! dispatch form (`mmvq_moe_*`): argument structs, the staged-activation LDS layout, launch
-//! geometry and the kernel lists. A part of `abi` (included by it with `#[path]`, like
-//! abi_mmq.rs); same rules.
+//! geometry and the kernel lists (exported at the crate root). A part of the ABI, re-exported
+//! by the crate root; same rules.
 
 use super::*;
 
@@ -127,6 +127,7 @@ pub const fn mmvq_rows_per_wg(ty: WType, k: u32, nrows: u32, ncols: u32) -> u32 
 }
 
 /// Every MMVQ instantiation: `symbol, weight type, columns`. Invokes `$m!` with the list.
+#[macro_export]
 macro_rules! mmvq_kernels {
     ($m:ident) => {
         $m! {
@@ -154,7 +155,7 @@ macro_rules! mmvq_kernels {
 /// with the choice read on the device (`ids` = `n_slots` u32 written by `moe_router`, slot
 /// `s` = token `s / k`, rank `s % k`). For every slot `s < n_slots` and row `i < nrows`:
 /// `y[s * nrows + i] = dot(W_e[i], x[c(s)])` with `e = ids[s]`, `c(s) = s / x_div` (or `cols[s]`
-/// when `cols` is not 0: slots sorted by expert, [`MoeSortArgs`](crate::abi::MoeSortArgs)) and
+/// when `cols` is not 0: slots sorted by expert, [`MoeSortArgs`](crate::MoeSortArgs)) and
 /// `W_e = w + e * expert_bytes` (row-major, `k` weights per row); the GLU form stores
 /// `act(W_e[i] · x) * (U_e[i] · x)` with `U_e = w2 + e * expert_bytes` (`act` 0 = SiLU,
 /// 1 = GELU-tanh). `x` = Q8_1 columns of `k / 32` blocks (gate/up: `x_div` = k, the token's
@@ -201,6 +202,7 @@ const _: () = assert!(MOE_MAX_SLOTS <= 64);
 /// (the GLU forms keep 4 columns per pass: 8 would spill). Q6_K's plain g4 has two bodies, 1
 /// and 4 columns (a pass of 2-3 slots pads to 4): with the 2- and 3-column bodies as well its
 /// registers spilled to scratch on gfx1102, whose VGPR file is smaller.
+#[macro_export]
 macro_rules! mmvq_moe_kernels {
     ($m:ident) => {
         $m! {
@@ -246,6 +248,7 @@ pub fn mmvq_moe_kernel(ty: WType, glu: bool, g: u32) -> Option<&'static str> {
 }
 
 /// Every fused gate/up MMVQ + GLU instantiation: `symbol, weight type, columns` (1..=4).
+#[macro_export]
 macro_rules! mmvq_glu_kernels {
     ($m:ident) => {
         $m! {
