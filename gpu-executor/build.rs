@@ -23,7 +23,7 @@ use gpu_abi::{self as abi, registry};
 /// Toolchain detection and nested-build flags (tested by tests/kernel_toolchain.rs).
 #[path = "build/toolchain.rs"]
 mod toolchain;
-use toolchain::{Toolchain, INSTALL_HELP};
+use toolchain::{INSTALL_HELP, Toolchain};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -77,7 +77,13 @@ fn main() {
     // wide multi-column kernels. The list is the registry's, so no kernel is left out.
     let mut attrs = String::new();
     for k in registry::all() {
-        assert!(k.block <= abi::WG_SIZE, "registry: {} launches {} work-items > WG_SIZE {}", k.name, k.block, abi::WG_SIZE);
+        assert!(
+            k.block <= abi::WG_SIZE,
+            "registry: {} launches {} work-items > WG_SIZE {}",
+            k.name,
+            k.block,
+            abi::WG_SIZE
+        );
         attrs += &format!("{},amdgpu-flat-work-group-size=1,{}\n", k.name, abi::WG_SIZE);
     }
     // The file name carries a hash of its content: the nested cargo only sees the path (a
@@ -104,7 +110,8 @@ fn main() {
         let dst = out.join(format!("strata-kernels-{gfx}.elf"));
         fs::copy(&elf, &dst).unwrap_or_else(|e| panic!("copy {} -> {}: {e}", elf.display(), dst.display()));
         let id = gfx.to_uppercase().replace('-', "_");
-        code += &format!("pub static {id}: &Aligned<[u8]> = &Aligned(*include_bytes!({:?}));\n", dst.display().to_string());
+        code +=
+            &format!("pub static {id}: &Aligned<[u8]> = &Aligned(*include_bytes!({:?}));\n", dst.display().to_string());
         table += &format!("    ({gfx:?}, &{id}.0),\n");
     }
     table += "];\n";
@@ -117,7 +124,8 @@ fn default_kernel_dir(out: &Path) -> PathBuf {
     if let Some(t) = env::var_os("CARGO_TARGET_DIR") {
         let t = PathBuf::from(t);
         // Relative to the workspace root, where cargo runs (this crate is one level below it).
-        let t = if t.is_absolute() { t } else { PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("..").join(t) };
+        let t =
+            if t.is_absolute() { t } else { PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("..").join(t) };
         return t.join("amdgcn-kernels");
     }
     out.ancestors().nth(4).map(|t| t.join("amdgcn-kernels")).unwrap_or_else(|| out.join("amdgcn-kernels"))

@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use gguf::{GgufFile, GgufWriter, Value};
 use crate::support::strata_cmd as strata;
+use gguf::{GgufFile, GgufWriter, Value};
 
 /// The tiny qwen3moe model (1024 tokens, q8_0), from scripts/make-testdata.sh.
 pub(crate) fn fixture() -> PathBuf {
@@ -24,7 +24,11 @@ fn tmp(name: &str) -> PathBuf {
 
 /// The fixture with metadata `key` set to `value` (None: removed), tensors patched (shape and
 /// bytes).
-pub(crate) fn rewrite(name: &str, edits: &[(&str, Option<Value>)], patch: impl Fn(&str, &mut Vec<u64>, &mut Vec<u8>)) -> PathBuf {
+pub(crate) fn rewrite(
+    name: &str,
+    edits: &[(&str, Option<Value>)],
+    patch: impl Fn(&str, &mut Vec<u64>, &mut Vec<u8>),
+) -> PathBuf {
     let g = GgufFile::open(&fixture()).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
@@ -110,12 +114,24 @@ fn gguf_errors_are_printed_once() {
 fn nan_and_out_of_range_metadata_is_refused_at_load() {
     let cases: [(&str, Value, &str); 7] = [
         ("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(f32::NAN), "NaN is not a finite number"),
-        ("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(-1e-6), "-0.000001 is not a usable RMS norm epsilon (a finite number in (0, 1)"),
+        (
+            "qwen3moe.attention.layer_norm_rms_epsilon",
+            Value::F32(-1e-6),
+            "-0.000001 is not a usable RMS norm epsilon (a finite number in (0, 1)",
+        ),
         ("qwen3moe.rope.freq_base", Value::F32(f32::NAN), "NaN is not a finite number"),
         ("qwen3moe.rope.freq_base", Value::F32(-1.0), "-1 is not a usable rope frequency base (a finite number > 1"),
         ("qwen3moe.rope.freq_base", Value::F32(0.0), "0 is not a usable rope frequency base"),
-        ("tokenizer.ggml.bos_token_id", Value::U32(999_999), "token id 999999 is out of range (the vocabulary has 1024 tokens)"),
-        ("tokenizer.ggml.eos_token_id", Value::Str("two".into()), "must be a token id (an unsigned integer), not a string"),
+        (
+            "tokenizer.ggml.bos_token_id",
+            Value::U32(999_999),
+            "token id 999999 is out of range (the vocabulary has 1024 tokens)",
+        ),
+        (
+            "tokenizer.ggml.eos_token_id",
+            Value::Str("two".into()),
+            "must be a token id (an unsigned integer), not a string",
+        ),
     ];
     for (i, (key, value, want)) in cases.into_iter().enumerate() {
         let p = rewrite(&format!("meta-{i}.gguf"), &[(key, Some(value))], |_, _, _| {});
@@ -128,7 +144,13 @@ fn nan_and_out_of_range_metadata_is_refused_at_load() {
 fn wrong_types_missing_keys_and_a_vocab_mismatch_are_refused_at_load() {
     let p = rewrite("type.gguf", &[("qwen3moe.block_count", Some(Value::Str("two".into())))], |_, _, _| {});
     let err = fails_gen(&p, "1,2");
-    assert_eq!(err.trim_end(), format!("error: loading {p}: {p}: metadata key \"qwen3moe.block_count\": expected an integer that fits in u32, found string \"two\"", p = p.display()));
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "error: loading {p}: {p}: metadata key \"qwen3moe.block_count\": expected an integer that fits in u32, found string \"two\"",
+            p = p.display()
+        )
+    );
     let p = rewrite("nohead.gguf", &[("qwen3moe.attention.head_count", None)], |_, _, _| {});
     let err = fails_gen(&p, "1,2");
     assert!(err.contains("metadata key \"qwen3moe.attention.head_count\" not found"), "{err}");
@@ -140,7 +162,10 @@ fn wrong_types_missing_keys_and_a_vocab_mismatch_are_refused_at_load() {
         }
     });
     let err = fails_gen(&p, "1,2");
-    assert!(err.contains("vocabulary mismatch: the tokenizer has 1024 tokens but token_embd.weight has 1000 rows"), "{err}");
+    assert!(
+        err.contains("vocabulary mismatch: the tokenizer has 1024 tokens but token_embd.weight has 1000 rows"),
+        "{err}"
+    );
 }
 
 /// Row `row` of the q8_0 `token_embd.weight` (256 columns: 8 blocks of 34 bytes, f16 scale
@@ -204,7 +229,11 @@ fn done(lines: &[serde_json::Value], id: u64) -> &serde_json::Value {
 
 #[test]
 fn serve_answers_a_line_that_is_not_utf8_and_goes_on() {
-    let req = |id: u32| format!("{{\"type\":\"generate\",\"id\":{id},\"tokens\":[1,2],\"max_tokens\":2,\"sampling\":{{\"temperature\":0}}}}\n");
+    let req = |id: u32| {
+        format!(
+            "{{\"type\":\"generate\",\"id\":{id},\"tokens\":[1,2],\"max_tokens\":2,\"sampling\":{{\"temperature\":0}}}}\n"
+        )
+    };
     let mut input = req(1).into_bytes();
     input.extend_from_slice(b"\xff\n");
     input.extend_from_slice(req(2).as_bytes());
@@ -233,5 +262,8 @@ fn serve_fails_a_request_with_nan_logits_and_serves_the_next() {
     assert_eq!(d["reason"], "error");
     assert!(d["error"].as_str().unwrap().starts_with("non-finite logits at position 2 (token 7)"), "{d}");
     assert_eq!(done(&lines, 2)["generated_tokens"], 2);
-    assert_eq!(done(&lines, 3)["error"], "malformed request: field `max_tokens`: invalid value: integer `-5`, expected u32");
+    assert_eq!(
+        done(&lines, 3)["error"],
+        "malformed request: field `max_tokens`: invalid value: integer `-5`, expected u32"
+    );
 }

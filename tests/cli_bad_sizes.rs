@@ -35,8 +35,15 @@ fn a_context_that_does_not_fit_is_refused_with_the_numbers() {
     let m = m.to_str().unwrap();
     // 2 layers x K and V x 2 KV heads x 64 values x 2 bytes = 1024 bytes a position (f16).
     let err = fails(&["generate", "-m", m, "--tokens", "1,2", "-n", "1", "--max-context", "100000000"]);
-    assert!(err.contains("--max-context 100000000 does not fit: the KV cache needs 102.4 GB (1.0 KB a position, --kv f16)"), "{err}");
-    assert!(err.contains("of memory is available; at most") && err.contains("positions fit (lower --max-context or --kv int8)"), "{err}");
+    assert!(
+        err.contains("--max-context 100000000 does not fit: the KV cache needs 102.4 GB (1.0 KB a position, --kv f16)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("of memory is available; at most")
+            && err.contains("positions fit (lower --max-context or --kv int8)"),
+        "{err}"
+    );
     let err = fails(&["generate", "-m", m, "--tokens", "1,2", "-n", "1", "--max-context", "18446744073709551615"]);
     assert!(err.contains("--max-context 18446744073709551615: the KV cache's size overflows"), "{err}");
     assert!(!err.contains("capacity overflow") && !err.contains("panicked"), "{err}");
@@ -50,7 +57,8 @@ fn a_context_that_does_not_fit_is_refused_with_the_numbers() {
 #[test]
 fn threads_far_beyond_the_cores_are_refused_at_once() {
     let t0 = Instant::now();
-    let err = fails(&["generate", "-m", fixture().to_str().unwrap(), "--tokens", "1", "-n", "1", "--threads", "100000"]);
+    let err =
+        fails(&["generate", "-m", fixture().to_str().unwrap(), "--tokens", "1", "-n", "1", "--threads", "100000"]);
     assert!(err.contains("--threads 100000 is more than") && err.contains("per usable CPU"), "{err}");
     // Before the fix it started 100000 threads and printed nothing for 45 s.
     assert!(t0.elapsed() < Duration::from_secs(20), "took {:?}", t0.elapsed());
@@ -65,7 +73,12 @@ fn a_nan_norm_weight_is_an_error_naming_the_tensor() {
         }
     });
     let err = fails_gen(&p, "1,2");
-    assert!(err.contains("tensor 'output_norm.weight': value 0 is NaN (norm weights, biases and scales must be finite numbers)"), "{err}");
+    assert!(
+        err.contains(
+            "tensor 'output_norm.weight': value 0 is NaN (norm weights, biases and scales must be finite numbers)"
+        ),
+        "{err}"
+    );
     let p = rewrite("inf-attn-norm.gguf", &[], |name, _, d| {
         if name == "blk.1.attn_norm.weight" {
             d[12..16].copy_from_slice(&f32::INFINITY.to_le_bytes());
@@ -80,7 +93,11 @@ fn negative_flag_values_say_what_the_option_takes() {
     let o = strata().args(["generate", "-m", fixture().to_str().unwrap(), "-n", "-1"]).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("invalid value '-1'") && err.contains("a negative number, but this option takes a whole number >= 0"), "{err}");
+    assert!(
+        err.contains("invalid value '-1'")
+            && err.contains("a negative number, but this option takes a whole number >= 0"),
+        "{err}"
+    );
     assert!(!err.contains("unexpected argument"), "{err}");
 }
 

@@ -13,11 +13,35 @@ fn run_ok(args: &[&str]) -> String {
 #[test]
 fn cli_help_documents_every_command_and_flag() {
     let top = run_ok(&["--help"]);
-    for cmd in ["generate", "perplexity", "tokenize", "logits", "bench", "server", "--serve", "--threads", "--kv", "--prefill", "--max-context", "--model"] {
+    for cmd in [
+        "generate",
+        "perplexity",
+        "tokenize",
+        "logits",
+        "bench",
+        "server",
+        "--serve",
+        "--threads",
+        "--kv",
+        "--prefill",
+        "--max-context",
+        "--model",
+    ] {
         assert!(top.contains(cmd), "--help lacks {cmd}:\n{top}");
     }
     let gen_help = run_ok(&["generate", "--help"]);
-    for flag in ["--prompt", "--n-predict", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--seed", "--chat"] {
+    for flag in [
+        "--prompt",
+        "--n-predict",
+        "--temp",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "--repeat-penalty",
+        "--repeat-last-n",
+        "--seed",
+        "--chat",
+    ] {
         assert!(gen_help.contains(flag), "generate --help lacks {flag}");
     }
 }
@@ -28,7 +52,19 @@ fn cli_generate_greedy_prints_llama_cpp_text() {
     // Prompt 2: prompt 1 reaches a near tie of llama.cpp at token 11 (see models_gemma3).
     let r = &g["greedy"][1];
     let m = gemma_path();
-    let out = run_ok(&["generate", "-m", m.to_str().unwrap(), "-p", r["prompt"].as_str().unwrap(), "-n", "16", "--temp", "0", "--threads", "2"]);
+    let out = run_ok(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        r["prompt"].as_str().unwrap(),
+        "-n",
+        "16",
+        "--temp",
+        "0",
+        "--threads",
+        "2",
+    ]);
     // generate ends its output with one newline.
     assert_eq!(out.strip_suffix('\n').unwrap_or(&out), r["text16"].as_str().unwrap());
 }
@@ -54,7 +90,10 @@ fn cli_tokenize_and_logits() {
 fn cli_errors_are_clear() {
     let m = gemma_path();
     let m = m.to_str().unwrap();
-    let out = strata().args(["generate", "-m", m, "-p", "one two three four five six", "-n", "4", "--max-context", "4"]).output().unwrap();
+    let out = strata()
+        .args(["generate", "-m", m, "-p", "one two three four five six", "-n", "4", "--max-context", "4"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("context") && err.contains("--max-context"), "{err}");
@@ -83,11 +122,31 @@ fn cli_bench_reports_json() {
 fn cli_bench_profile_and_roofline() {
     let m = gemma_path();
     let (tg, pp) = (6usize, 16usize);
-    let out = run_ok(&["bench", "-m", m.to_str().unwrap(), "--pp", &pp.to_string(), "--tg", &tg.to_string(), "--reps", "1", "--json", "--profile", "--roofline"]);
+    let out = run_ok(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "--pp",
+        &pp.to_string(),
+        "--tg",
+        &tg.to_string(),
+        "--reps",
+        "1",
+        "--json",
+        "--profile",
+        "--roofline",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let g = gguf::GgufFile::open(&m).unwrap();
     let n_layer = g.tensors().iter().filter(|t| t.name.ends_with("attn_q.weight")).count();
-    let op = |prof: &serde_json::Value, name: &str| prof.as_array().unwrap().iter().find(|p| p["op"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {prof}"));
+    let op = |prof: &serde_json::Value, name: &str| {
+        prof.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["op"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {prof}"))
+    };
     let dec = &v["cpu_decode_profile"];
     assert_eq!(op(dec, "head (norm, output)")["calls_per_token"].as_f64().unwrap(), 1.0);
     assert_eq!(op(dec, "project q,k,v")["calls_per_token"].as_f64().unwrap(), n_layer as f64);
@@ -102,7 +161,10 @@ fn cli_bench_profile_and_roofline() {
     let all: usize = g.tensors().iter().map(|t| t.n_bytes).sum();
     let row = emb.n_bytes / emb.dims[1] as usize;
     let weights = if tied { all + row } else { all - emb.n_bytes + row };
-    let kv_per_pos: u64 = 2 * n_layer as u64 * g.get_u32("gemma3.attention.head_count_kv").unwrap() as u64 * g.get_u32("gemma3.attention.key_length").unwrap() as u64;
+    let kv_per_pos: u64 = 2
+        * n_layer as u64
+        * g.get_u32("gemma3.attention.head_count_kv").unwrap() as u64
+        * g.get_u32("gemma3.attention.key_length").unwrap() as u64;
     let pos = 8 + tg / 2;
     let want = weights as f64 + (kv_per_pos * pos as u64 * 2) as f64;
     let rl = &v["roofline"];

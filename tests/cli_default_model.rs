@@ -32,7 +32,8 @@ fn skip_fetch() -> bool {
 
 /// The files left in a model dir (hidden verification stamps included).
 fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     v.sort();
     v
 }
@@ -114,7 +115,11 @@ fn cli_fetch_lists_models_and_rejects_unknown_names() {
 #[test]
 fn default_chat_model_answers_the_readme_question() {
     let path = DEFAULT_MODEL.cached_path();
-    assert!(path.is_file(), "the default model is not fetched: run `strata fetch` or ./setup.sh --test ({})", path.display());
+    assert!(
+        path.is_file(),
+        "the default model is not fetched: run `strata fetch` or ./setup.sh --test ({})",
+        path.display()
+    );
     let q = "What is the capital of France? Answer in one sentence.";
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(["generate", "-m", path.to_str().unwrap(), "--chat", "-p", q, "-n", "64", "--temp", "0"])

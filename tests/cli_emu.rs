@@ -2,9 +2,9 @@
 //! code object equals llvm-objdump-22's, and a kernel run from the command line (buffers from
 //! files, scalars inline) gives the `quant` crate's reference result.
 
+use crate::support::strata_cmd as strata;
 use std::path::PathBuf;
 use std::process::Command;
-use crate::support::strata_cmd as strata;
 
 fn tmp(name: &str) -> PathBuf {
     crate::support::scratch_dir("cli-emu").join(name)
@@ -25,7 +25,12 @@ fn emu_disasm_matches_llvm_objdump_on_every_embedded_object() {
             Ok(o) => o,
             Err(e) => panic!("llvm-objdump-22 is needed for this test (apt-get install llvm-22): {e}"),
         };
-        assert!(objdump.status.success(), "llvm-objdump-22 failed on {}: {}", elf.display(), String::from_utf8_lossy(&objdump.stderr));
+        assert!(
+            objdump.status.success(),
+            "llvm-objdump-22 failed on {}: {}",
+            elf.display(),
+            String::from_utf8_lossy(&objdump.stderr)
+        );
         let ours = strata().args(["emu", "disasm"]).arg(&elf).output().unwrap();
         assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
         let (a, b) = (String::from_utf8(ours.stdout).unwrap(), String::from_utf8(objdump.stdout).unwrap());
@@ -67,7 +72,8 @@ fn emu_run_dequant_from_files_matches_reference() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stats = String::from_utf8(out.stdout).unwrap();
     assert!(stats.contains("waves") && stats.contains("valu"), "{stats}");
-    let got: Vec<f32> = std::fs::read(&yout).unwrap().chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let got: Vec<f32> =
+        std::fs::read(&yout).unwrap().chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(got.len(), 160);
     for (i, (g, r)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g.to_bits(), r.to_bits(), "element {i}: {g} vs {r}");
@@ -102,12 +108,22 @@ fn bench_kernels_reports_every_mmvq_type_and_device_speed() {
         assert!(row.ends_with(" ok") || row.contains("MISS"), "no byte flag: {row}");
     }
     // The cross-lane reduction table: every method, all exact, and the choice.
-    for m in ["DPP row_xmask + permlanex16", "readlane", "permlane16 + permlanex16", "ds_swizzle", "ds_bpermute", "chosen: DPP"] {
+    for m in [
+        "DPP row_xmask + permlanex16",
+        "readlane",
+        "permlane16 + permlanex16",
+        "ds_swizzle",
+        "ds_bpermute",
+        "chosen: DPP",
+    ] {
         assert!(text.contains(m), "reduction table lacks {m}:\n{text}");
     }
     let reduce_rows: Vec<&str> = text.lines().filter(|l| l.contains(" | ") && !l.contains("listing")).collect();
     assert_eq!(reduce_rows.len(), 12, "6 methods x v1/v8:\n{}", reduce_rows.join("\n"));
-    assert!(reduce_rows.iter().all(|l| l.contains("| yes ")), "a reduction variant differs from the CPU butterfly:\n{text}");
+    assert!(
+        reduce_rows.iter().all(|l| l.contains("| yes ")),
+        "a reduction variant differs from the CPU butterfly:\n{text}"
+    );
 }
 
 /// Huge grids and buffers (issue 14 item 6) are errors before anything runs or is allocated,
@@ -143,7 +159,10 @@ fn emu_run_bounds_grids_buffers_and_total_work() {
     let e = run(&["--grid", "1000000", "--block", "32", "--launch-budget", "100000"], &out);
     assert!(e.contains("the launch ran more than 100000 instructions in all (its launch budget)"), "{e}");
     let e = run(&[], &format!("out={}:68719476736", y.display()));
-    assert!(e.contains("a buffer of 68719476736 bytes (64.0 GiB) does not fit") && e.contains("of memory available"), "{e}");
+    assert!(
+        e.contains("a buffer of 68719476736 bytes (64.0 GiB) does not fit") && e.contains("of memory available"),
+        "{e}"
+    );
     let e = run(&[], "zero=18446744073709551615");
     assert!(e.contains("--arg zero=18446744073709551615: a buffer of 18446744073709551615 bytes"), "{e}");
     let e = run(&[], "zero=18446744073709551616");

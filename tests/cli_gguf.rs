@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value as Json;
 use crate::support::strata_out as strata;
+use serde_json::Value as Json;
 
 const QWEN3MOE: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf";
 const SPLIT_1: &str = "tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
@@ -139,7 +139,10 @@ fn cli_gguf_lists_tiny_qwen3moe() {
     let j = json_of(&path);
     assert_eq!(j["ok"], true);
     let file = &j["files"][0];
-    assert_eq!((file["version"].as_u64(), file["size"].as_u64(), file["alignment"].as_u64()), (Some(3), Some(size), Some(32)));
+    assert_eq!(
+        (file["version"].as_u64(), file["size"].as_u64(), file["alignment"].as_u64()),
+        (Some(3), Some(size), Some(32))
+    );
     let data = file["data_offset"].as_u64().unwrap();
     let by_name = tensors_by_name(&j);
     assert_eq!(by_name.len(), want.len());
@@ -172,8 +175,18 @@ fn cli_gguf_lists_every_shard_of_tiny_qwen4exp() {
     assert!(out.contains(&format!("shards (2, 113 tensors, {} bytes)", sizes[0] + sizes[1])), "{out}");
     let shard_rows: Vec<&str> = out.lines().filter(|l| l.contains("-of-00002.gguf") && l.contains("tensor")).collect();
     assert_eq!(shard_rows.len(), 2, "{out}");
-    assert!(shard_rows[0].contains(SPLIT_1) && shard_rows[0].contains(&format!(" {} bytes", sizes[0])), "{}", shard_rows[0]);
-    assert!(shard_rows[1].contains(SPLIT_2) && shard_rows[1].contains(" 1 tensor ") && shard_rows[1].contains(&format!(" {} bytes", sizes[1])), "{}", shard_rows[1]);
+    assert!(
+        shard_rows[0].contains(SPLIT_1) && shard_rows[0].contains(&format!(" {} bytes", sizes[0])),
+        "{}",
+        shard_rows[0]
+    );
+    assert!(
+        shard_rows[1].contains(SPLIT_2)
+            && shard_rows[1].contains(" 1 tensor ")
+            && shard_rows[1].contains(&format!(" {} bytes", sizes[1])),
+        "{}",
+        shard_rows[1]
+    );
     assert!(run_ok(&["gguf", "--check", first.to_str().unwrap()]).contains("2 files, 113 tensors"));
 
     let j = json_of(&first);
@@ -184,7 +197,10 @@ fn cli_gguf_lists_every_shard_of_tiny_qwen4exp() {
         assert_eq!(f["size"].as_u64(), Some(size));
     }
     // The generator's own list: names, ggml dims and types; the PLE table alone in shard 2.
-    let gen_json: Json = serde_json::from_str(&std::fs::read_to_string(reference("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split.json")).unwrap()).unwrap();
+    let gen_json: Json = serde_json::from_str(
+        &std::fs::read_to_string(reference("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split.json")).unwrap(),
+    )
+    .unwrap();
     let by_name = tensors_by_name(&j);
     let list = gen_json["tensors"].as_array().unwrap();
     assert_eq!(by_name.len(), list.len());
@@ -252,19 +268,28 @@ fn cli_gguf_check_names_each_defect() {
     let out = check_fails(&bad);
     let f = bad.display();
     for want in [
-        format!("{f}: tensor \"blk.0.attn_q.weight\" at byte {q}: data offset {} is not a multiple of the alignment 32", off + 4),
+        format!(
+            "{f}: tensor \"blk.0.attn_q.weight\" at byte {q}: data offset {} is not a multiple of the alignment 32",
+            off + 4
+        ),
         format!("{f}: tensor \"blk.1.attn_k.weight\" at byte {k}: unknown ggml type 99"),
-        format!("{f}: tensor \"blk.0.attn_v.weight\" at byte {v}: bad shape [250, 128]: row length 250 is not a multiple of the q8_0 block size 32"),
+        format!(
+            "{f}: tensor \"blk.0.attn_v.weight\" at byte {v}: bad shape [250, 128]: row length 250 is not a multiple of the q8_0 block size 32"
+        ),
         // Moved by 4 bytes, attn_q now runs into attn_k.
         format!("{f}: tensors \"blk.0.attn_q.weight\" and \"blk.0.attn_k.weight\" overlap at byte"),
     ] {
         assert!(out.contains(&want), "no {want:?} in:\n{out}");
     }
     assert_eq!(out.lines().count(), 4, "{out}");
-    let j: Json = serde_json::from_slice(&strata(&["gguf", "--check", "--json", bad.to_str().unwrap()]).stdout).unwrap();
+    let j: Json =
+        serde_json::from_slice(&strata(&["gguf", "--check", "--json", bad.to_str().unwrap()]).stdout).unwrap();
     let kinds: Vec<&str> = j["problems"].as_array().unwrap().iter().map(|p| p["kind"].as_str().unwrap()).collect();
     // File order: blk.0.attn_q, blk.0.attn_v, blk.1.attn_k; overlaps last.
-    assert_eq!((j["ok"].as_bool(), kinds), (Some(false), vec!["misaligned", "bad_shape", "unknown_tensor_type", "overlap"]));
+    assert_eq!(
+        (j["ok"].as_bool(), kinds),
+        (Some(false), vec!["misaligned", "bad_shape", "unknown_tensor_type", "overlap"])
+    );
 
     // Two tensors with one name.
     let dup = copy(QWEN3MOE, &d);
@@ -273,7 +298,10 @@ fn cli_gguf_check_names_each_defect() {
     b[k_norm + 8 + "blk.0.attn_".len()] = b'q';
     std::fs::write(&dup, &b).unwrap();
     let out = check_fails(&dup);
-    assert_eq!(out.trim(), format!("{}: duplicate tensor name \"blk.0.attn_q_norm.weight\" (info at byte {k_norm})", dup.display()));
+    assert_eq!(
+        out.trim(),
+        format!("{}: duplicate tensor name \"blk.0.attn_q_norm.weight\" (info at byte {k_norm})", dup.display())
+    );
 
     // Not GGUF at all, and a header cut short.
     let junk = d.join("junk.gguf");
@@ -299,7 +327,10 @@ fn cli_gguf_check_finds_missing_extra_and_damaged_shards() {
 
     std::fs::remove_file(&second).unwrap();
     let out = check_fails(&first);
-    assert_eq!(out.trim(), format!("{}: split: shard 2 of 2 is missing (the model was named by {})", second.display(), first.display()));
+    assert_eq!(
+        out.trim(),
+        format!("{}: split: shard 2 of 2 is missing (the model was named by {})", second.display(), first.display())
+    );
     // Listing still shows the shard that is there.
     assert!(text(&strata(&["gguf", first.to_str().unwrap()]).stdout).contains("unreadable"));
 

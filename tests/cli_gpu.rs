@@ -9,7 +9,19 @@ use crate::support::strata_cmd as strata;
 fn generate(model: &str, device: &str, prompt: &str, n: usize) -> String {
     let m = reference(&format!("tiny-qwen3moe/tiny-qwen3moe-v1024-{model}.gguf"));
     let out = strata()
-        .args(["generate", "-m", m.to_str().unwrap(), "-p", prompt, "-n", &n.to_string(), "--temp", "0", "--device", device])
+        .args([
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            prompt,
+            "-n",
+            &n.to_string(),
+            "--temp",
+            "0",
+            "--device",
+            device,
+        ])
         .output()
         .expect("running strata");
     assert!(out.status.success(), "generate --device {device} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -35,13 +47,19 @@ fn cli_device_hip_fails_over_cleanly_without_rocm() {
         return;
     }
     let m = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
-    let out = strata().args(["generate", "-m", m.to_str().unwrap(), "-p", "hi", "-n", "2", "--device", "hip"]).output().unwrap();
+    let out = strata()
+        .args(["generate", "-m", m.to_str().unwrap(), "-p", "hi", "-n", "2", "--device", "hip"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--device hip") && err.contains("libamdhip64"), "unclear error: {err}");
     assert!(!err.contains("panicked"), "{err}");
     // auto: the CPU, without noise when ROCm is simply absent.
-    let out = strata().args(["generate", "-m", m.to_str().unwrap(), "-p", "hi", "-n", "2", "--temp", "0", "--device", "auto"]).output().unwrap();
+    let out = strata()
+        .args(["generate", "-m", m.to_str().unwrap(), "-p", "hi", "-n", "2", "--temp", "0", "--device", "auto"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -49,7 +67,20 @@ fn cli_device_hip_fails_over_cleanly_without_rocm() {
 fn cli_bench_device_emu_reports_decode_profile() {
     let m = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
     let out = strata()
-        .args(["bench", "-m", m.to_str().unwrap(), "--device", "emu", "--pp", "8", "--tg", "2", "--reps", "1", "--json"])
+        .args([
+            "bench",
+            "-m",
+            m.to_str().unwrap(),
+            "--device",
+            "emu",
+            "--pp",
+            "8",
+            "--tg",
+            "2",
+            "--reps",
+            "1",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -74,7 +105,20 @@ fn cli_bench_device_emu_reports_decode_profile() {
 fn cli_bench_device_emu_reports_flash_next_profile() {
     let m = reference("tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf");
     let out = strata()
-        .args(["bench", "-m", m.to_str().unwrap(), "--device", "emu", "--pp", "8", "--tg", "2", "--reps", "1", "--json"])
+        .args([
+            "bench",
+            "-m",
+            m.to_str().unwrap(),
+            "--device",
+            "emu",
+            "--pp",
+            "8",
+            "--tg",
+            "2",
+            "--reps",
+            "1",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

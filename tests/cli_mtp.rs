@@ -4,8 +4,8 @@
 //! acceptance and tokens per verify step, and bad paths/files/flag combinations fail with a
 //! message naming the problem.
 
-use std::path::PathBuf;
 use crate::support::strata_out as strata;
+use std::path::PathBuf;
 
 fn run_ok(args: &[&str]) -> (String, String) {
     let out = strata(args);
@@ -27,13 +27,18 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn shown_ids(stderr: &str) -> Vec<u32> {
-    let line = stderr.lines().find_map(|l| l.strip_prefix("ids: ")).unwrap_or_else(|| panic!("no ids line in {stderr}"));
+    let line =
+        stderr.lines().find_map(|l| l.strip_prefix("ids: ")).unwrap_or_else(|| panic!("no ids line in {stderr}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("ids line {line:?}: {e}"))
 }
 
 /// (accepted, drafted) from the `acceptance x% (a/b drafts)` summary.
 fn acc(err: &str) -> (u64, u64) {
-    let s = err.split(" drafts)").next().and_then(|s| s.rsplit('(').next()).unwrap_or_else(|| panic!("no summary in {err}"));
+    let s = err
+        .split(" drafts)")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .unwrap_or_else(|| panic!("no summary in {err}"));
     let (a, b) = s.split_once('/').unwrap();
     (a.parse().unwrap(), b.parse().unwrap())
 }
@@ -44,18 +49,50 @@ const PROMPT: &str = "5,42,79,116,153,190,227,264,5,42,79,116";
 fn cli_mtp_synth_generate_bench_and_errors() {
     let prefix = tmp("tiny");
     let pre = prefix.to_str().unwrap();
-    let (out, _) = run_ok(&["synth", "--out", pre, "--preset", "tiny", "--tied", "--type", "q8_0", "--split-ple", "--mtp", "echo", "--seed", "3"]);
+    let (out, _) = run_ok(&[
+        "synth",
+        "--out",
+        pre,
+        "--preset",
+        "tiny",
+        "--tied",
+        "--type",
+        "q8_0",
+        "--split-ple",
+        "--mtp",
+        "echo",
+        "--seed",
+        "3",
+    ]);
     let files: Vec<&str> = out.lines().collect();
     assert_eq!(files.len(), 3, "{out}");
     let (model, echo) = (files[0].to_string(), files[2].to_string());
     assert!(model.ends_with("-00001-of-00002.gguf") && echo.ends_with("tiny-mtp.gguf"), "{out}");
     let rnd_prefix = tmp("tiny-random");
-    run_ok(&["synth", "--out", rnd_prefix.to_str().unwrap(), "--preset", "tiny", "--tied", "--type", "q8_0", "--split-ple", "--mtp", "random", "--mtp-ratio", "2", "--mtp-own-tables", "--seed", "3"]);
+    run_ok(&[
+        "synth",
+        "--out",
+        rnd_prefix.to_str().unwrap(),
+        "--preset",
+        "tiny",
+        "--tied",
+        "--type",
+        "q8_0",
+        "--split-ple",
+        "--mtp",
+        "random",
+        "--mtp-ratio",
+        "2",
+        "--mtp-own-tables",
+        "--seed",
+        "3",
+    ]);
     let random = format!("{}-mtp.gguf", rnd_prefix.display());
     // The same seed and shape: the trunks are identical, so the random head fits `model` too.
 
     let generate = |extra: &[&str]| {
-        let mut a = vec!["generate", "-m", &model, "--tokens", PROMPT, "-n", "24", "--temp", "0", "--show-ids", "-t", "2"];
+        let mut a =
+            vec!["generate", "-m", &model, "--tokens", PROMPT, "-n", "24", "--temp", "0", "--show-ids", "-t", "2"];
         a.extend_from_slice(extra);
         run_ok(&a).1
     };
@@ -78,9 +115,17 @@ fn cli_mtp_synth_generate_bench_and_errors() {
     assert_eq!(shown_ids(&err), plain, "directory head: ids differ");
 
     // bench: text and JSON.
-    let (out, _) = run_ok(&["bench", "-m", &model, "--pp", "16", "--tg", "16", "--reps", "1", "--spec", "4", "--mtp", &echo, "-t", "2"]);
-    assert!(out.contains("MTP drafter") && out.contains("acceptance rate") && out.contains("tokens per verify step"), "{out}");
-    let (out, _) = run_ok(&["bench", "-m", &model, "--pp", "16", "--tg", "16", "--reps", "1", "--spec", "4", "--mtp", &echo, "-t", "2", "--json"]);
+    let (out, _) = run_ok(&[
+        "bench", "-m", &model, "--pp", "16", "--tg", "16", "--reps", "1", "--spec", "4", "--mtp", &echo, "-t", "2",
+    ]);
+    assert!(
+        out.contains("MTP drafter") && out.contains("acceptance rate") && out.contains("tokens per verify step"),
+        "{out}"
+    );
+    let (out, _) = run_ok(&[
+        "bench", "-m", &model, "--pp", "16", "--tg", "16", "--reps", "1", "--spec", "4", "--mtp", &echo, "-t", "2",
+        "--json",
+    ]);
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["spec"]["drafter"], "MTP", "{out}");
     assert!(j["spec"]["acceptance_rate"].as_f64().unwrap() > 0.0, "{out}");
@@ -120,12 +165,24 @@ fn cli_mtp_synth_generate_bench_and_errors() {
 #[test]
 fn cli_mtp_on_emu_drafts_on_the_device() {
     let prefix = tmp("emu-tiny");
-    let (out, _) = run_ok(&["synth", "--out", prefix.to_str().unwrap(), "--preset", "tiny", "--tied", "--mtp", "echo", "--seed", "3"]);
+    let (out, _) = run_ok(&[
+        "synth",
+        "--out",
+        prefix.to_str().unwrap(),
+        "--preset",
+        "tiny",
+        "--tied",
+        "--mtp",
+        "echo",
+        "--seed",
+        "3",
+    ]);
     let files: Vec<&str> = out.lines().collect();
     let (model, echo) = (files[0].to_string(), files.last().unwrap().to_string());
     assert!(echo.ends_with("-mtp.gguf"), "{out}");
     let generate = |extra: &[&str]| {
-        let mut a = vec!["generate", "-m", &model, "--tokens", PROMPT, "-n", "24", "--temp", "0", "--show-ids", "-t", "2"];
+        let mut a =
+            vec!["generate", "-m", &model, "--tokens", PROMPT, "-n", "24", "--temp", "0", "--show-ids", "-t", "2"];
         a.extend_from_slice(extra);
         run_ok(&a).1
     };
@@ -142,7 +199,10 @@ fn cli_mtp_on_emu_drafts_on_the_device() {
             assert_eq!(acc(&cpu), (a, d), "the CPU head's acceptance\n{cpu}\n{err}");
         }
     }
-    let (out, _) = run_ok(&["bench", "-m", &model, "--device", "emu", "--pp", "16", "--tg", "16", "--reps", "1", "--spec", "4", "--mtp", &echo, "--json"]);
+    let (out, _) = run_ok(&[
+        "bench", "-m", &model, "--device", "emu", "--pp", "16", "--tg", "16", "--reps", "1", "--spec", "4", "--mtp",
+        &echo, "--json",
+    ]);
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["spec"]["drafter"], "MTP", "{out}");
     assert!(j["spec"]["tokens_per_verify"].as_f64().unwrap() > 1.0, "{out}");

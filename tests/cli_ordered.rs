@@ -13,7 +13,8 @@ fn model(name: &str) -> String {
 }
 
 fn logits(name: &str, device: &str, flag: &str) -> Vec<u8> {
-    let out_path = std::env::temp_dir().join(format!("strata-cli-ordered-{}-{name}-{device}{flag}.npy", std::process::id()));
+    let out_path =
+        std::env::temp_dir().join(format!("strata-cli-ordered-{}-{name}-{device}{flag}.npy", std::process::id()));
     let mut cmd = strata();
     cmd.args(["logits", "-m", &model(name), "--tokens", "1,5,9,300,17,44,2,8,900,31,7", "--device", device]);
     if !flag.is_empty() {
@@ -47,10 +48,27 @@ fn cli_ordered_generate_emu_equals_cpu() {
         let prompt = g["results"][0]["prompt"].as_str().unwrap().to_string();
         let run = |device: &str| {
             let out = strata()
-                .args(["generate", "-m", &model(name), "-p", &prompt, "-n", "16", "--temp", "0", "--device", device, "--ordered"])
+                .args([
+                    "generate",
+                    "-m",
+                    &model(name),
+                    "-p",
+                    &prompt,
+                    "-n",
+                    "16",
+                    "--temp",
+                    "0",
+                    "--device",
+                    device,
+                    "--ordered",
+                ])
                 .output()
                 .expect("running strata");
-            assert!(out.status.success(), "generate --device {device} --ordered: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "generate --device {device} --ordered: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             String::from_utf8_lossy(&out.stdout).into_owned()
         };
         let (cpu, emu) = (run("cpu"), run("emu"));
@@ -66,16 +84,29 @@ fn cli_ordered_generate_emu_equals_cpu() {
 #[cfg(feature = "gpu")]
 #[test]
 fn cli_ordered_qwen4exp_emu_bit_identical_to_cpu() {
-    for (file, variant) in [("tiny-qwen4exp-public-f32.gguf", "f32"), ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", "q8_0-split")] {
+    for (file, variant) in [
+        ("tiny-qwen4exp-public-f32.gguf", "f32"),
+        ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", "q8_0-split"),
+    ] {
         let m = reference(&format!("tiny-qwen4exp/{file}")).to_str().unwrap().to_string();
         let r = read_json(&format!("tiny-qwen4exp/ref/{variant}/ref.json"));
-        let csv = |s: &serde_json::Value| s.as_array().unwrap().iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+        let csv =
+            |s: &serde_json::Value| s.as_array().unwrap().iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
         let (seq3, seq1) = (csv(&r["sequences"][2]["token_ids"]), csv(&r["sequences"][0]["token_ids"]));
         assert_eq!(seq3.split(',').count(), 300, "{variant}: seq3");
         let logits = |device: &str| {
-            let out_path = std::env::temp_dir().join(format!("strata-cli-ordered-q4-{}-{variant}-{device}.npy", std::process::id()));
-            let out = strata().args(["logits", "-m", &m, "--tokens", &seq3, "--device", device, "--ordered", "--out"]).arg(&out_path).output().expect("running strata");
-            assert!(out.status.success(), "{variant}: logits --device {device} --ordered: {}", String::from_utf8_lossy(&out.stderr));
+            let out_path = std::env::temp_dir()
+                .join(format!("strata-cli-ordered-q4-{}-{variant}-{device}.npy", std::process::id()));
+            let out = strata()
+                .args(["logits", "-m", &m, "--tokens", &seq3, "--device", device, "--ordered", "--out"])
+                .arg(&out_path)
+                .output()
+                .expect("running strata");
+            assert!(
+                out.status.success(),
+                "{variant}: logits --device {device} --ordered: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let b = std::fs::read(&out_path).unwrap();
             let _ = std::fs::remove_file(&out_path);
             b
@@ -84,10 +115,32 @@ fn cli_ordered_qwen4exp_emu_bit_identical_to_cpu() {
         assert!(cpu.len() > 300 * 4, "{variant}: short file");
         assert!(cpu == emu, "{variant}: --ordered logits of --device emu and --device cpu differ");
         let generate = |device: &str| {
-            let out = strata().args(["generate", "-m", &m, "--tokens", &seq1, "-n", "24", "--temp", "0", "--show-ids", "--device", device, "--ordered"]).output().expect("running strata");
-            assert!(out.status.success(), "{variant}: generate --device {device} --ordered: {}", String::from_utf8_lossy(&out.stderr));
+            let out = strata()
+                .args([
+                    "generate",
+                    "-m",
+                    &m,
+                    "--tokens",
+                    &seq1,
+                    "-n",
+                    "24",
+                    "--temp",
+                    "0",
+                    "--show-ids",
+                    "--device",
+                    device,
+                    "--ordered",
+                ])
+                .output()
+                .expect("running strata");
+            assert!(
+                out.status.success(),
+                "{variant}: generate --device {device} --ordered: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            let ids = err.lines().find(|l| l.starts_with("ids: ")).unwrap_or_else(|| panic!("no ids in {err}")).to_string();
+            let ids =
+                err.lines().find(|l| l.starts_with("ids: ")).unwrap_or_else(|| panic!("no ids in {err}")).to_string();
             (String::from_utf8_lossy(&out.stdout).into_owned(), ids)
         };
         let (cpu, emu) = (generate("cpu"), generate("emu"));

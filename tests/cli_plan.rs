@@ -10,7 +10,11 @@ use crate::models_util::{gemma_path, reference};
 
 fn plan(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_strata")).arg("plan").args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
@@ -40,7 +44,18 @@ fn plan_flash_next_on_a_7900_xtx_holds_about_as_many_experts_as_the_cpp_engine()
 #[test]
 fn plan_reads_a_model_header_and_refuses_bad_input() {
     let moe = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
-    let v = json(&["-m", moe.to_str().unwrap(), "--vram-gib", "0.002", "--vram-reserve-mib", "0", "--extra-mib", "0", "--max-context", "64"]);
+    let v = json(&[
+        "-m",
+        moe.to_str().unwrap(),
+        "--vram-gib",
+        "0.002",
+        "--vram-reserve-mib",
+        "0",
+        "--extra-mib",
+        "0",
+        "--max-context",
+        "64",
+    ]);
     let slots = v["slots_per_layer"].as_u64().unwrap();
     assert!(slots > 0 && slots < 8, "2 MiB holds some of the 8 experts of each layer: {v}");
     let (ok, _, err) = plan(&["-m", gemma_path().to_str().unwrap()]);

@@ -20,7 +20,8 @@ fn run_ok(args: &[&str]) -> (String, String) {
 
 /// The `ids: [..]` line `generate --show-ids` prints to stderr.
 fn shown_ids(stderr: &str) -> Vec<u32> {
-    let line = stderr.lines().find_map(|l| l.strip_prefix("ids: ")).unwrap_or_else(|| panic!("no ids line in {stderr}"));
+    let line =
+        stderr.lines().find_map(|l| l.strip_prefix("ids: ")).unwrap_or_else(|| panic!("no ids line in {stderr}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("ids line {line:?}: {e}"))
 }
 
@@ -64,7 +65,8 @@ fn seq1_max_logit_diff(variant: &str, extra: &[&str]) -> f32 {
     args.extend_from_slice(extra);
     run_ok(&args);
     let (shape, got) = strata::npy::read_f32(&npy).unwrap();
-    let (wshape, want) = strata::npy::read_f32(&reference(&format!("tiny-qwen4exp/ref/{variant}/seq1_logits.npy"))).unwrap();
+    let (wshape, want) =
+        strata::npy::read_f32(&reference(&format!("tiny-qwen4exp/ref/{variant}/seq1_logits.npy"))).unwrap();
     assert_eq!(shape, wshape);
     let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     let _ = std::fs::remove_file(npy);
@@ -92,7 +94,20 @@ fn cli_qwen4exp_generate_greedy_matches_llama_cpp() {
         let m = reference(file);
         let (toks, greedy) = ref_seq(variant, 0);
         let n = greedy.len().to_string();
-        let (_, err) = run_ok(&["generate", "-m", m.to_str().unwrap(), "--tokens", &csv(&toks), "-n", &n, "--temp", "0", "--show-ids", "-t", "2"]);
+        let (_, err) = run_ok(&[
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            &csv(&toks),
+            "-n",
+            &n,
+            "--temp",
+            "0",
+            "--show-ids",
+            "-t",
+            "2",
+        ]);
         // The reference ignores EOG; plain generate stops there, so compare up to it.
         let got = shown_ids(&err);
         assert_eq!(got[..], greedy[..got.len()], "{variant}");
@@ -117,7 +132,11 @@ fn spec_equals_plain(model: &Path, prompt_args: &[&str], n: usize) -> String {
 
 /// Number of drafts a `--spec` run put into verify windows (from its stderr summary).
 fn drafted(err: &str) -> u64 {
-    let s = err.split(" drafts)").next().and_then(|s| s.rsplit('/').next()).unwrap_or_else(|| panic!("no spec summary in {err}"));
+    let s = err
+        .split(" drafts)")
+        .next()
+        .and_then(|s| s.rsplit('/').next())
+        .unwrap_or_else(|| panic!("no spec summary in {err}"));
     s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"))
 }
 
@@ -166,7 +185,21 @@ fn cli_spec_refuses_sampling_and_bad_values() {
 #[test]
 fn cli_bench_spec_reports_acceptance() {
     let m = reference(F32);
-    let (out, _) = run_ok(&["bench", "-m", m.to_str().unwrap(), "--pp", "16", "--tg", "8", "--reps", "1", "--spec", "4", "-t", "2"]);
+    let (out, _) = run_ok(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "--pp",
+        "16",
+        "--tg",
+        "8",
+        "--reps",
+        "1",
+        "--spec",
+        "4",
+        "-t",
+        "2",
+    ]);
     assert!(out.contains("acceptance rate") && out.contains("tokens per verify step"), "{out}");
 }
 
@@ -204,7 +237,10 @@ fn cli_qwen4exp_ple_options() {
     let out = strata(&base);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "loaded without the PLE table");
-    assert!(err.contains("per_layer_token_embd.weight") && err.contains("--ple-gguf") && err.contains("--ple-skip"), "{err}");
+    assert!(
+        err.contains("per_layer_token_embd.weight") && err.contains("--ple-gguf") && err.contains("--ple-skip"),
+        "{err}"
+    );
 
     for io in ["direct", "mmap", "ram"] {
         let mut a = base.to_vec();
@@ -253,9 +289,15 @@ fn cli_qwen4exp_serve_streams_greedy_ids() {
 
 /// The first line `strata --serve` prints for `args` (its hello; stdin closed, so it then exits).
 fn serve_hello(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).arg("--serve").stdin(std::process::Stdio::null()).output().expect("running strata --serve");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .arg("--serve")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running strata --serve");
     let text = String::from_utf8_lossy(&out.stdout);
-    let first = text.lines().next().unwrap_or_else(|| panic!("no hello line: {}", String::from_utf8_lossy(&out.stderr)));
+    let first =
+        text.lines().next().unwrap_or_else(|| panic!("no hello line: {}", String::from_utf8_lossy(&out.stderr)));
     serde_json::from_str(first).unwrap_or_else(|e| panic!("bad hello {first:?}: {e}"))
 }
 
@@ -289,15 +331,59 @@ fn cli_qwen4exp_on_emu_matches_llama_cpp() {
     let m = reference(F32);
     let (toks, greedy) = ref_seq("f32", 0);
     let n = greedy.len().to_string();
-    let (_, err) = run_ok(&["generate", "-m", m.to_str().unwrap(), "--device", "emu", "--tokens", &csv(&toks), "-n", &n, "--temp", "0", "--show-ids"]);
+    let (_, err) = run_ok(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--device",
+        "emu",
+        "--tokens",
+        &csv(&toks),
+        "-n",
+        &n,
+        "--temp",
+        "0",
+        "--show-ids",
+    ]);
     let got = shown_ids(&err);
     assert_eq!(got[..], greedy[..got.len()], "{err}");
     assert!(got.len() == greedy.len() || err.contains("stop: Eog"), "{err}");
     // --spec on the device equals plain greedy; a model without a NextN block as the MTP head
     // is refused there with the reason, as on the CPU (tests/cli_mtp.rs runs real heads).
-    let (_, err) = run_ok(&["generate", "-m", m.to_str().unwrap(), "--device", "emu", "--tokens", &csv(&toks), "-n", &n, "--temp", "0", "--show-ids", "--spec", "4"]);
+    let (_, err) = run_ok(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--device",
+        "emu",
+        "--tokens",
+        &csv(&toks),
+        "-n",
+        &n,
+        "--temp",
+        "0",
+        "--show-ids",
+        "--spec",
+        "4",
+    ]);
     assert_eq!(shown_ids(&err)[..], got[..], "{err}");
-    let out = strata(&["generate", "-m", m.to_str().unwrap(), "--device", "emu", "-p", "hi", "-n", "2", "--temp", "0", "--spec", "2", "--mtp", m.to_str().unwrap()]);
+    let out = strata(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--device",
+        "emu",
+        "-p",
+        "hi",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--spec",
+        "2",
+        "--mtp",
+        m.to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("MTP head") && !err.contains("panicked"), "{err}");
 }
@@ -308,7 +394,21 @@ fn cli_qwen4exp_on_emu_matches_llama_cpp() {
 fn cli_qwen4exp_dump_routing_records_every_token_and_layer() {
     let m = reference(F32);
     let f = tmp("routing.bin");
-    let (_, err) = run_ok(&["generate", "-m", m.to_str().unwrap(), "--tokens", "1,2,3,4,5", "-n", "6", "--temp", "0", "--dump-routing", f.to_str().unwrap(), "-t", "2"]);
+    let (_, err) = run_ok(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--tokens",
+        "1,2,3,4,5",
+        "-n",
+        "6",
+        "--temp",
+        "0",
+        "--dump-routing",
+        f.to_str().unwrap(),
+        "-t",
+        "2",
+    ]);
     assert!(err.contains("records written"), "{err}");
     let recs = strata::experts::trace::read(&f, None).unwrap();
     assert_eq!(recs.len(), (5 + 5) * 4, "{err}");

@@ -36,7 +36,19 @@ impl Drop for Server {
 fn cli_server_passes_its_engine_options_to_the_engine_process() {
     let model = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
     let port = free_port();
-    let mut args = vec!["server", "-m", model.to_str().unwrap(), "--kv", "int8", "--max-context", "192", "--prefill", "64", "--threads", "1"];
+    let mut args = vec![
+        "server",
+        "-m",
+        model.to_str().unwrap(),
+        "--kv",
+        "int8",
+        "--max-context",
+        "192",
+        "--prefill",
+        "64",
+        "--threads",
+        "1",
+    ];
     // The software device when this build has it: the child must run there too, not on the CPU.
     let gpu = cfg!(feature = "gpu");
     if gpu {
@@ -44,7 +56,14 @@ fn cli_server_passes_its_engine_options_to_the_engine_process() {
     }
     let port_s = port.to_string();
     args.extend(["--port", &port_s]);
-    let _server = Server(Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _server = Server(
+        Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let start = Instant::now();
     let engine = loop {
         if let Some(h) = get_json(port, "/health")
@@ -76,13 +95,22 @@ fn cli_server_passes_its_engine_options_to_the_engine_process() {
 fn cli_engine_config_is_the_flags_in_json_and_not_both() {
     let model = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
     let json = serde_json::json!({"model": model, "kv": "int8", "max_context": 64}).to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["--engine-config", &json, "tokenize", "-p", "hello"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["--engine-config", &json, "tokenize", "-p", "hello"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["--engine-config", &json, "--max-context", "32", "tokenize", "-p", "x"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["--engine-config", &json, "--max-context", "32", "tokenize", "-p", "x"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("replaces the other engine options"));
     let bad = serde_json::json!({"model": model, "kv_type": "int8"}).to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["--engine-config", &bad, "tokenize", "-p", "x"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["--engine-config", &bad, "tokenize", "-p", "x"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("kv_type") && err.contains("--engine-config"), "{err}");
@@ -100,7 +128,10 @@ fn cli_gpu_env_overrides_are_checked_with_the_flags() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bogus") && err.contains("--gpu-attn") && err.contains("ordered") && err.contains("fast"), "{err}");
+    assert!(
+        err.contains("bogus") && err.contains("--gpu-attn") && err.contains("ordered") && err.contains("fast"),
+        "{err}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
         .env("STRATA_GPU_GRAPHS", "off")
         .env("STRATA_GPU_PREFILL", "MMQ")

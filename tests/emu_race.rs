@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use strata::gpu::abi::WType;
 use strata::gpu::bench::random_blocks;
-use strata::rng::SplitMix64;
 use strata::gpu::device::{DevicePtr, EmuApi, Stream};
 use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, MmqVariant, RowType};
+use strata::rng::SplitMix64;
 
 const S: Stream = Stream::DEFAULT;
 /// Three seeds (the tests run each workload once per seed plus once in the normal mode).
@@ -65,7 +65,13 @@ impl<'a> Run<'a> {
     }
     /// Run `op` (a `GpuOps` call); a launch error — a race report in race mode — fails the
     /// test naming the op. Then record `n` bytes at `out`.
-    fn op(&mut self, what: &str, out: DevicePtr, n: usize, op: impl FnOnce(&GpuOps) -> strata::gpu::device::Result<()>) {
+    fn op(
+        &mut self,
+        what: &str,
+        out: DevicePtr,
+        n: usize,
+        op: impl FnOnce(&GpuOps) -> strata::gpu::device::Result<()>,
+    ) {
         if let Err(e) = op(self.ops) {
             panic!("{what}: {e}\n  caused by: {}", source_chain(&e));
         }
@@ -109,7 +115,9 @@ fn check(family: &str, workload: impl Fn(&mut Run)) {
         assert_eq!(r.outputs.len(), reference.len());
         for ((what, want), (_, got)) in reference.iter().zip(&r.outputs) {
             if let Some(i) = want.iter().zip(got).position(|(a, b)| a != b) {
-                panic!("{family}: {what} under race seed {seed:#x} differs from the normal mode at byte {i} (an interleaving-dependent result)");
+                panic!(
+                    "{family}: {what} under race seed {seed:#x} differs from the normal mode at byte {i} (an interleaving-dependent result)"
+                );
             }
         }
         println!("{family}: {} outputs race-free and equal under seed {seed:#x}", reference.len());
@@ -164,7 +172,9 @@ fn mmvq_glu_and_expert_dispatch() {
             let rb = r.u32s(&ids);
             let n = ids.len() as u32;
             let y = r.zeros(2 * n as usize * 4);
-            r.op(&format!("mmvq {ty:?} rows"), y, 2 * n as usize * 4, |o| o.mmvq(&S, ty, 2, wb, xb, y, Some(rb), n, k as u32, n));
+            r.op(&format!("mmvq {ty:?} rows"), y, 2 * n as usize * 4, |o| {
+                o.mmvq(&S, ty, 2, wb, xb, y, Some(rb), n, k as u32, n)
+            });
             for (nc, act) in [(1u32, GluAct::Silu), (3, GluAct::GeluTanh)] {
                 let y = r.zeros(nc as usize * nrows * 4);
                 r.op(&format!("mmvq_glu {ty:?} c{nc}"), y, nc as usize * nrows * 4, |o| {
@@ -186,7 +196,10 @@ fn mmvq_glu_and_expert_dispatch() {
                 let y = r.zeros(ns * er * 4);
                 let g = glu.then_some((eub, GluAct::Silu));
                 r.op(&format!("mmvq_moe {ty:?} glu={glu}"), y, ns * er * 4, |o| {
-                    o.mmvq_moe(&S, ty, g, egb, mat as u64, ne as u32, exb, 1, ib, ns as u32, y, er as u32, ek as u32, nt as u32)
+                    o.mmvq_moe(
+                        &S, ty, g, egb, mat as u64, ne as u32, exb, 1, ib, ns as u32, y, er as u32, ek as u32,
+                        nt as u32,
+                    )
                 });
             }
         }
@@ -224,7 +237,11 @@ fn forward_pass_elementwise_ops() {
             for ggml in [false, true] {
                 let y = r.zeros(n * rows * 4);
                 r.op(&format!("rms_norm n={n} ggml={ggml}"), y, n * rows * 4, |o| {
-                    if ggml { o.rms_norm_ggml(&S, xb, wb, y, n as u32, rows as u32, 1e-6) } else { o.rms_norm(&S, xb, wb, y, n as u32, rows as u32, 1e-6) }
+                    if ggml {
+                        o.rms_norm_ggml(&S, xb, wb, y, n as u32, rows as u32, 1e-6)
+                    } else {
+                        o.rms_norm(&S, xb, wb, y, n as u32, rows as u32, 1e-6)
+                    }
                 });
             }
             let sb = r.f32s(&x.iter().map(|v| v * 5.0).collect::<Vec<f32>>());
@@ -235,7 +252,9 @@ fn forward_pass_elementwise_ops() {
         let xb = r.f32s(&x);
         let table = GpuOps::rope_table(10000.0, 1.0, hd, 64);
         let (pb, tb) = (r.u32s(&[63, 5, 17]), r.f32s(&table));
-        r.op("rope", xb, x.len() * 4, |o| o.rope(&S, xb, pb, tb, nt as u32, nh as u32, hd as u32, hd as u32, true, false));
+        r.op("rope", xb, x.len() * 4, |o| {
+            o.rope(&S, xb, pb, tb, nt as u32, nh as u32, hd as u32, hd as u32, true, false)
+        });
         let n = 3000usize;
         let (g, u) = (rng.symmetric_vec(n, 12.0), rng.symmetric_vec(n, 3.0));
         let (gb, ub) = (r.f32s(&g), r.f32s(&u));
@@ -264,16 +283,22 @@ fn forward_pass_elementwise_ops() {
         for ty in [WType::Q4K, WType::Q8_0] {
             let tq = r.up(&random_blocks(ty, 8 * k / ty.block_k() as usize, &mut rng));
             let out = r.zeros(5 * k * 4);
-            r.op(&format!("get_rows {ty:?}"), out, 5 * k * 4, |o| o.get_rows(&S, RowType::W(ty), tq, ids, 5, k as u32, out, 1.0));
+            r.op(&format!("get_rows {ty:?}"), out, 5 * k * 4, |o| {
+                o.get_rows(&S, RowType::W(ty), tq, ids, 5, k as u32, out, 1.0)
+            });
         }
         // KV store, f16 and int8, 8 tokens of 4 heads of 128
         let (nkv, hd, nt, cap) = (4usize, 128usize, 8usize, 20usize);
         let src = r.f32s(&rng.symmetric_vec(nt * nkv * hd, 3.0));
         let pos = r.u32s(&(0..nt as u32).map(|i| (i * 7 + 3) % cap as u32).collect::<Vec<u32>>());
         let cache = r.zeros(cap * nkv * hd * 2);
-        r.op("kv_store f16", cache, cap * nkv * hd * 2, |o| o.kv_store(&S, KvFormat::F16, src, cache, 0, pos, nt as u32, nkv as u32, hd as u32));
+        r.op("kv_store f16", cache, cap * nkv * hd * 2, |o| {
+            o.kv_store(&S, KvFormat::F16, src, cache, 0, pos, nt as u32, nkv as u32, hd as u32)
+        });
         let (cache, scales) = (r.zeros(cap * nkv * hd), r.zeros(cap * nkv * 4));
-        r.op("kv_store int8", cache, cap * nkv * hd, |o| o.kv_store(&S, KvFormat::Int8, src, cache, scales, pos, nt as u32, nkv as u32, hd as u32));
+        r.op("kv_store int8", cache, cap * nkv * hd, |o| {
+            o.kv_store(&S, KvFormat::Int8, src, cache, scales, pos, nt as u32, nkv as u32, hd as u32)
+        });
         // MoE router (128 experts, top 8, ties) and combine
         let (ne, kk, nt) = (128usize, 8usize, 5usize);
         let mut logits = rng.symmetric_vec(nt * ne, 4.0);
@@ -281,7 +306,9 @@ fn forward_pass_elementwise_ops() {
         logits[7] = 9.0;
         let lb = r.f32s(&logits);
         let (ib, wb) = (r.zeros(nt * kk * 4), r.zeros(nt * kk * 4));
-        r.op("moe_router ids", ib, nt * kk * 4, |o| o.moe_router(&S, lb, ib, wb, nt as u32, ne as u32, kk as u32, true));
+        r.op("moe_router ids", ib, nt * kk * 4, |o| {
+            o.moe_router(&S, lb, ib, wb, nt as u32, ne as u32, kk as u32, true)
+        });
         r.op("moe_router weights", wb, nt * kk * 4, |_| Ok(()));
         let (d, ny) = (300usize, 40usize);
         let yb = r.f32s(&rng.symmetric_vec(ny * d, 2.0));
@@ -297,9 +324,12 @@ fn attention_ordered_and_fast() {
     check("attention", |r| {
         let mut rng = SplitMix64::new(5);
         // (int8 cache, head_dim, n_head, n_head_kv, n_tokens, last position, window)
-        for (int8, hd, nh, nkv, nt, last, window) in
-            [(false, 64usize, 4usize, 2usize, 1usize, 77usize, 0u32), (false, 128, 8, 2, 8, 300, 0), (true, 64, 4, 2, 3, 150, 32), (true, 128, 4, 1, 2, 40, 0)]
-        {
+        for (int8, hd, nh, nkv, nt, last, window) in [
+            (false, 64usize, 4usize, 2usize, 1usize, 77usize, 0u32),
+            (false, 128, 8, 2, 8, 300, 0),
+            (true, 64, 4, 2, 3, 150, 32),
+            (true, 128, 4, 1, 2, 40, 0),
+        ] {
             let cap = last + 10;
             let cell = nkv * hd;
             let raw = |rng: &mut SplitMix64| -> Vec<u8> {
@@ -312,8 +342,10 @@ fn attention_ordered_and_fast() {
             let (kr, vr) = (raw(&mut rng), raw(&mut rng));
             let (kb, vb) = (r.up(&kr), r.up(&vr));
             let (ks, vs) = if int8 {
-                (r.f32s(&rng.symmetric_vec(cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()),
-                 r.f32s(&rng.symmetric_vec(cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()))
+                (
+                    r.f32s(&rng.symmetric_vec(cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()),
+                    r.f32s(&rng.symmetric_vec(cap * nkv, 0.02).iter().map(|s| s.abs() + 0.001).collect::<Vec<f32>>()),
+                )
             } else {
                 (0, 0)
             };
@@ -322,9 +354,31 @@ fn attention_ordered_and_fast() {
             let fmt = if int8 { KvFormat::Int8 } else { KvFormat::F16 };
             for mode in [AttnMode::Ordered, AttnMode::Fast] {
                 let out = r.zeros(nt * nh * hd * 4);
-                r.op(&format!("attention {mode:?} int8={int8} hd={hd} nt={nt} pos={last}"), out, nt * nh * hd * 4, |o| {
-                    o.attention(&S, mode, fmt, q, kb, ks, vb, vs, out, pos, nt as u32, nh as u32, nkv as u32, hd as u32, window, 1.0 / (hd as f32).sqrt())
-                });
+                r.op(
+                    &format!("attention {mode:?} int8={int8} hd={hd} nt={nt} pos={last}"),
+                    out,
+                    nt * nh * hd * 4,
+                    |o| {
+                        o.attention(
+                            &S,
+                            mode,
+                            fmt,
+                            q,
+                            kb,
+                            ks,
+                            vb,
+                            vs,
+                            out,
+                            pos,
+                            nt as u32,
+                            nh as u32,
+                            nkv as u32,
+                            hd as u32,
+                            window,
+                            1.0 / (hd as f32).sqrt(),
+                        )
+                    },
+                );
             }
         }
     });
@@ -348,7 +402,9 @@ fn ordered_numerics_kernels() {
         quant::quantize_row(quant::GgmlType::Q8K, &rng.symmetric_vec(2 * k, 1.0), &mut aq).unwrap();
         let a = r.up(&aq);
         let y = r.zeros(2 * nrows * 4);
-        r.op("mmv_ordered Q4_K", y, 2 * nrows * 4, |o| o.mmv_ordered(&S, quant::GgmlType::Q4K, wb, a, y, nrows as u32, 2, k as u32));
+        r.op("mmv_ordered Q4_K", y, 2 * nrows * 4, |o| {
+            o.mmv_ordered(&S, quant::GgmlType::Q4K, wb, a, y, nrows as u32, 2, k as u32)
+        });
     });
 }
 

@@ -134,7 +134,8 @@ fn bad_shards_are_precise_errors_and_the_source_reopens() {
     drop(src);
     // A RAM copy too large for the budget names the flag to use instead.
     std::fs::write(&path, &good).unwrap();
-    let err = ExpertSource::open(&path, SourceOptions { mmap: false, ram_budget: Some(1 << 10) }).unwrap_err().to_string();
+    let err =
+        ExpertSource::open(&path, SourceOptions { mmap: false, ram_budget: Some(1 << 10) }).unwrap_err().to_string();
     assert!(err.contains("--mmap-experts"), "{err}");
     let _ = std::fs::remove_file(path);
 }
@@ -158,6 +159,9 @@ fn expert_shapes_must_agree_with_the_header() {
     let bad = tmp("shape-bad.gguf");
     w.write(&bad).unwrap();
     let err = ExpertSource::open(&bad, MAPPED).unwrap_err().to_string();
-    assert!(err.contains("blk.0.ffn_gate_exps.weight") && err.contains("[64, 32, 8]") && err.contains("[64, 64, 8]"), "{err}");
+    assert!(
+        err.contains("blk.0.ffn_gate_exps.weight") && err.contains("[64, 32, 8]") && err.contains("[64, 64, 8]"),
+        "{err}"
+    );
     let _ = (std::fs::remove_file(path), std::fs::remove_file(bad));
 }

@@ -8,11 +8,13 @@
 //! enumeration, timing, rejection and choice are checked exactly.
 #![cfg(feature = "gpu")]
 
-use strata::rng::SplitMix64;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use strata::rng::SplitMix64;
 
-use strata::gpu::calibrate::{self as cal, CalibrateOptions, CalibrationError, CalibrationTable, LtDispatch, Row, Shape};
+use strata::gpu::calibrate::{
+    self as cal, CalibrateOptions, CalibrationError, CalibrationTable, LtDispatch, Row, Shape,
+};
 use strata::gpu::device::{ComputeType, DType, EmuApi, Gemm, GpuApi, HipApi, HipConfig, Stream, Transpose};
 
 use crate::models_util::reference;
@@ -23,7 +25,19 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn row(dtype: &str, n: usize, k: usize, t: usize, algo: &str) -> Row {
-    Row { dtype: dtype.into(), n, k, t, algo: algo.into(), algo_index: 1, workspace: 4096, median_us: 12.5, hipblas_us: Some(20.0), candidates: 5, rejected: 1 }
+    Row {
+        dtype: dtype.into(),
+        n,
+        k,
+        t,
+        algo: algo.into(),
+        algo_index: 1,
+        workspace: 4096,
+        median_us: 12.5,
+        hipblas_us: Some(20.0),
+        candidates: 5,
+        rejected: 1,
+    }
 }
 
 fn sample_table() -> CalibrationTable {
@@ -50,7 +64,11 @@ fn calibration_table_round_trip() {
     let a = CalibrationTable::algo(&back.rows[1]);
     assert_eq!((a.bytes, a.index, a.workspace), (vec![0xa1, 0x01, 0x00, 0xff], 1, 4096));
     // No temporary file is left next to the table.
-    let left: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains("round-trip.tmp")).collect();
+    let left: Vec<_> = std::fs::read_dir(p.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("round-trip.tmp"))
+        .collect();
     assert!(left.is_empty());
 }
 
@@ -107,7 +125,10 @@ fn calibration_lookup_buckets_tokens_and_missing_rows_are_none() {
     let t = sample_table();
     let tt = |x: usize| t.lookup(DType::F16, 4096, 4096, x).map(|r| r.t);
     // Smallest measured T >= t; the largest beyond the last.
-    assert_eq!([tt(1), tt(2), tt(8), tt(9), tt(32), tt(33), tt(128), tt(129), tt(100_000)], [1, 8, 8, 32, 32, 128, 128, 128, 128].map(Some));
+    assert_eq!(
+        [tt(1), tt(2), tt(8), tt(9), tt(32), tt(33), tt(128), tt(129), tt(100_000)],
+        [1, 8, 8, 32, 32, 128, 128, 128, 128].map(Some)
+    );
     assert_eq!(t.lookup(DType::BF16, 1024, 4096, 1).map(|r| r.t), Some(8));
     assert!(t.lookup(DType::F32, 4096, 4096, 1).is_none(), "other dtype");
     assert!(t.lookup(DType::F16, 4096, 1024, 1).is_none(), "other K");
@@ -129,13 +150,32 @@ fn dense_gemm(api: &dyn GpuApi, n: usize, k: usize, t: usize, dtype: DType) -> (
             DType::BF16 => v.iter().flat_map(|&x| quant::f32_to_bf16(x).to_le_bytes()).collect(),
         }
     };
-    let (w, x) = (enc(&SplitMix64::new(1).symmetric_vec(n * k, 1.0)), enc(&SplitMix64::new(2).symmetric_vec(t * k, 1.0)));
+    let (w, x) =
+        (enc(&SplitMix64::new(1).symmetric_vec(n * k, 1.0)), enc(&SplitMix64::new(2).symmetric_vec(t * k, 1.0)));
     let (dw, dx, dc) = (api.malloc(w.len()).unwrap(), api.malloc(x.len()).unwrap(), api.malloc(n * t * 4).unwrap());
     api.memcpy_htod(dw, &w).unwrap();
     api.memcpy_htod(dx, &x).unwrap();
     let g = Gemm {
-        trans_a: Transpose::T, trans_b: Transpose::N, m: n, n: t, k, alpha: 1.0, a: dw, a_type: dtype, lda: k, stride_a: 0,
-        b: dx, b_type: dtype, ldb: k, stride_b: 0, beta: 0.0, c: dc, c_type: DType::F32, ldc: n, stride_c: 0, batch: 1,
+        trans_a: Transpose::T,
+        trans_b: Transpose::N,
+        m: n,
+        n: t,
+        k,
+        alpha: 1.0,
+        a: dw,
+        a_type: dtype,
+        lda: k,
+        stride_a: 0,
+        b: dx,
+        b_type: dtype,
+        ldb: k,
+        stride_b: 0,
+        beta: 0.0,
+        c: dc,
+        c_type: DType::F32,
+        ldc: n,
+        stride_c: 0,
+        batch: 1,
         compute: ComputeType::F32,
     };
     (g, n * t * 4)
@@ -165,7 +205,12 @@ fn emu_lt_candidates_are_bit_identical_to_the_gemm() {
         }
         let mut bad = cands[0].clone();
         bad.bytes = vec![1, 2, 3];
-        assert!(api.gemm_lt(&Stream::DEFAULT, &g, &bad, 0, 0).unwrap_err().to_string().contains("not a software-device blocking"));
+        assert!(
+            api.gemm_lt(&Stream::DEFAULT, &g, &bad, 0, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("not a software-device blocking")
+        );
     }
 }
 
@@ -177,13 +222,18 @@ fn emu_dispatch_uses_rows_and_falls_back_for_missing_ones() {
     let (table, reports) = cal::calibrate(&api, &shapes, &opts, &mut |_| {}).unwrap();
     assert_eq!(reports.len(), 2);
     assert_eq!(table.rows.len(), 2);
-    assert_eq!((table.arch.as_str(), table.hipblaslt.as_str()), ("gfx1100", api.info().blas_lt_version.as_deref().unwrap()));
+    assert_eq!(
+        (table.arch.as_str(), table.hipblaslt.as_str()),
+        ("gfx1100", api.info().blas_lt_version.as_deref().unwrap())
+    );
     for r in &table.rows {
         assert_eq!((r.candidates, r.rejected), (3, 0), "{r:?}");
         assert!(r.median_us > 0.0 && r.hipblas_us.is_some());
     }
     let d = LtDispatch::new(table, tmp("dispatch.json"), 0, 0);
-    for (n, k, t, used) in [(48, 64, 1, true), (48, 64, 5, true), (48, 64, 40, true), (48, 32, 1, false), (32, 64, 1, false)] {
+    for (n, k, t, used) in
+        [(48, 64, 1, true), (48, 64, 5, true), (48, 64, 40, true), (48, 32, 1, false), (32, 64, 1, false)]
+    {
         let (g, cb) = dense_gemm(&api, n, k, t, DType::F32);
         api.gemm(&Stream::DEFAULT, &g).unwrap();
         let want = read(&api, g.c, cb);
@@ -202,7 +252,19 @@ fn emu_dispatch_uses_rows_and_falls_back_for_missing_ones() {
 
 fn generate(model: &Path, calibration: Option<&Path>) -> (String, String) {
     let mut c = strata();
-    c.args(["generate", "-m", model.to_str().unwrap(), "-p", "The quick brown fox jumps", "-n", "8", "--temp", "0", "--device", "emu"]);
+    c.args([
+        "generate",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "The quick brown fox jumps",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--device",
+        "emu",
+    ]);
     if let Some(p) = calibration {
         c.arg("--calibration").arg(p);
     }
@@ -225,7 +287,8 @@ fn cli_calibrate_emu_table_is_used_by_generate_with_identical_output() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("wrote {}", table.display())));
     let api = EmuApi::new().unwrap();
-    let t = CalibrationTable::load(&table, "gfx1100", api.info().blas_lt_version.as_deref().unwrap()).expect("written table loads");
+    let t = CalibrationTable::load(&table, "gfx1100", api.info().blas_lt_version.as_deref().unwrap())
+        .expect("written table loads");
     // The model's GEMM shapes: F16 head 1024x256, wq/wo 256x256, wk/wv 128x256 (f16 GEMMs), and
     // the f32 router 8x256.
     for (dt, n, k) in [(DType::F16, 1024, 256), (DType::F16, 256, 256), (DType::F16, 128, 256), (DType::F32, 8, 256)] {
@@ -238,8 +301,14 @@ fn cli_calibrate_emu_table_is_used_by_generate_with_identical_output() {
     let (plain, _) = generate(&m, None);
     let (with, err) = generate(&m, Some(&table));
     assert_eq!(with, plain, "the table changed the output");
-    let line = err.lines().find(|l| l.contains("hipBLASLt calibration")).unwrap_or_else(|| panic!("no usage line: {err}"));
-    let used: u64 = line.rsplit(": ").next().and_then(|s| s.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"));
+    let line =
+        err.lines().find(|l| l.contains("hipBLASLt calibration")).unwrap_or_else(|| panic!("no usage line: {err}"));
+    let used: u64 = line
+        .rsplit(": ")
+        .next()
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
     assert!(used > 0 && line.contains(" 0 on hipBLAS"), "{line}");
 
     // A table with only the head's rows: the other shapes fall back to hipBLAS (the host GEMM
@@ -250,8 +319,10 @@ fn cli_calibrate_emu_table_is_used_by_generate_with_identical_output() {
     head_only.save(&partial).unwrap();
     let (with_partial, err) = generate(&m, Some(&partial));
     assert_eq!(with_partial, plain, "a partial table changed the output");
-    let line = err.lines().find(|l| l.contains("hipBLASLt calibration")).unwrap_or_else(|| panic!("no usage line: {err}"));
-    let nums: Vec<u64> = line.rsplit(": ").next().unwrap().split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    let line =
+        err.lines().find(|l| l.contains("hipBLASLt calibration")).unwrap_or_else(|| panic!("no usage line: {err}"));
+    let nums: Vec<u64> =
+        line.rsplit(": ").next().unwrap().split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
     assert!(nums.len() == 2 && nums[0] > 0 && nums[1] > 0 && nums[1] > nums[0], "head only: {line}");
 
     // The same table with another arch is refused by generate, naming it.
@@ -264,7 +335,13 @@ fn cli_calibrate_emu_table_is_used_by_generate_with_identical_output() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(bad.to_str().unwrap()) && err.contains("gfx1101") && err.contains("refused") && !err.contains("panicked"), "{err}");
+    assert!(
+        err.contains(bad.to_str().unwrap())
+            && err.contains("gfx1101")
+            && err.contains("refused")
+            && !err.contains("panicked"),
+        "{err}"
+    );
 
     // calibrate on the CPU is a clear error.
     let out = strata().args(["calibrate", "--device", "cpu", "--out"]).arg(tmp("x.json")).output().unwrap();
@@ -379,22 +456,32 @@ fn hip_calibration_against_a_stand_in_hipblaslt() {
     // Candidates come from the heuristic with their workspace sizes.
     let (g, cb) = dense_gemm(&api, 24, 64, 8, DType::F32);
     let cands = api.gemm_lt_candidates(&g, 16).unwrap();
-    assert_eq!(cands.iter().map(|c| (c.index, c.workspace, c.bytes.len())).collect::<Vec<_>>(), vec![(0, 0, 24), (1, 4096, 24), (2, 8192, 24), (3, 12288, 24)]);
+    assert_eq!(
+        cands.iter().map(|c| (c.index, c.workspace, c.bytes.len())).collect::<Vec<_>>(),
+        vec![(0, 0, 24), (1, 4096, 24), (2, 8192, 24), (3, 12288, 24)]
+    );
     assert_eq!(api.gemm_lt_candidates(&g, 2).unwrap().len(), 2);
     // Too little workspace is refused before the library is called.
-    assert!(api.gemm_lt(&Stream::DEFAULT, &g, &cands[2], 0, 100).unwrap_err().to_string().contains("8192 workspace bytes"));
+    assert!(
+        api.gemm_lt(&Stream::DEFAULT, &g, &cands[2], 0, 100).unwrap_err().to_string().contains("8192 workspace bytes")
+    );
 
     // Calibration: no hipBLAS in the dir, so the reference is the host GEMM. Algorithm 1 is the
     // fastest but wrong (dropped); 2 is the fastest correct one at exactly 0.2 ms.
     let opts = CalibrateOptions { tokens: vec![1, 8], reps: 3, warmup: 1, max_candidates: 16 };
-    let shapes = [Shape { dtype: DType::F32, n: 24, k: 64, min_t: 1 }, Shape { dtype: DType::F16, n: 24, k: 64, min_t: 1 }];
+    let shapes =
+        [Shape { dtype: DType::F32, n: 24, k: 64, min_t: 1 }, Shape { dtype: DType::F16, n: 24, k: 64, min_t: 1 }];
     let mut seen = 0;
     let (table, reports) = cal::calibrate(&api, &shapes, &opts, &mut |_| seen += 1).unwrap();
     assert_eq!((seen, reports.len()), (4, 4));
     assert_eq!((table.arch.as_str(), table.hipblaslt.as_str()), ("gfx1100", "0.12.1"));
     assert_eq!(table.rows.len(), 2, "f16 is not supported by the stand-in: no rows, hipBLAS stays");
     for r in &table.rows {
-        assert_eq!((r.dtype.as_str(), r.algo_index, r.workspace, r.candidates, r.rejected), ("f32", 2, 8192, 4, 1), "{r:?}");
+        assert_eq!(
+            (r.dtype.as_str(), r.algo_index, r.workspace, r.candidates, r.rejected),
+            ("f32", 2, 8192, 4, 1),
+            "{r:?}"
+        );
         assert!((r.median_us - 200.0).abs() < 1e-2, "simulated 0.2 ms, got {} us", r.median_us);
         assert_eq!(r.hipblas_us, None);
         assert_eq!(&r.algo[..4], "a102");
@@ -418,7 +505,8 @@ fn hip_calibration_against_a_stand_in_hipblaslt() {
     }
     api.memset(g.c, 0, cb).unwrap();
     assert!(d.try_gemm(&api, &Stream::DEFAULT, &g));
-    let got: Vec<f32> = read(&api, g.c, cb).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let got: Vec<f32> =
+        read(&api, g.c, cb).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     let want: Vec<f32> = host.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
         assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "D[{i}] = {a}, want {b}");
@@ -431,7 +519,13 @@ fn hip_calibration_against_a_stand_in_hipblaslt() {
     assert_eq!(v2, "0.13.0");
     let e = CalibrationTable::load(&p, &api2.info().arch, &v2).unwrap_err();
     let msg = e.to_string();
-    assert!(matches!(e, CalibrationError::Mismatch { .. }) && msg.contains("0.12.1") && msg.contains("0.13.0") && msg.contains("refused"), "{msg}");
+    assert!(
+        matches!(e, CalibrationError::Mismatch { .. })
+            && msg.contains("0.12.1")
+            && msg.contains("0.13.0")
+            && msg.contains("refused"),
+        "{msg}"
+    );
 
     // A hipBLASLt older than the hipDataType API (0.6.0): off, with the reason; HIP still opens.
     let Some(dir3) = fake_hip_lt("lt-0.5.0", 500) else { return };

@@ -9,11 +9,11 @@
 use quant::GgmlType;
 use strata::gpu::abi::{self, DequantArgs, WType};
 use strata::gpu::bench::random_blocks;
-use strata::rng::SplitMix64;
 use strata::gpu::device::{
-    open_device, ComputeType, DType, Device, EmuApi, Gemm, GpuApi, GpuError, HipApi, HipConfig, HostAllocOptions, Kernel,
-    KernelSpec, LaunchConfig, Module, Stream, Transpose,
+    ComputeType, DType, Device, EmuApi, Gemm, GpuApi, GpuError, HipApi, HipConfig, HostAllocOptions, Kernel,
+    KernelSpec, LaunchConfig, Module, Stream, Transpose, open_device,
 };
+use strata::rng::SplitMix64;
 
 fn ggml(ty: WType) -> GgmlType {
     GgmlType::from_u32(ty.ggml_id()).expect("abi ggml id is a GgmlType")
@@ -47,7 +47,8 @@ fn emu_with_dequant(ty: WType) -> (EmuApi, Module, Kernel) {
 
 fn dequant_launch(api: &dyn GpuApi, s: &Stream, k: &Kernel, w: u64, y: u64, nblocks: u32) {
     let args = DequantArgs { w, y, nblocks, _pad: 0 };
-    let cfg = LaunchConfig { grid: [nblocks.div_ceil(abi::WG_SIZE), 1, 1], block: [abi::WG_SIZE, 1, 1], dynamic_lds: 0 };
+    let cfg =
+        LaunchConfig { grid: [nblocks.div_ceil(abi::WG_SIZE), 1, 1], block: [abi::WG_SIZE, 1, 1], dynamic_lds: 0 };
     api.launch(s, k, &cfg, &args.to_bytes()).expect("dequant launch");
 }
 
@@ -198,7 +199,12 @@ fn emu_dequant_launch_matches_quant_reference() {
         api.memcpy_dtoh(&mut out, dy).unwrap();
         let got = f32s(&out);
         let bad = (0..n).find(|&i| got[i].to_bits() != want[i].to_bits());
-        assert!(bad.is_none(), "{ty:?}: first mismatch at {bad:?}: got {} want {}", got[bad.unwrap()], want[bad.unwrap()]);
+        assert!(
+            bad.is_none(),
+            "{ty:?}: first mismatch at {bad:?}: got {} want {}",
+            got[bad.unwrap()],
+            want[bad.unwrap()]
+        );
         let st = api.take_stats().expect("emu counts");
         assert!(st.instructions > 0 && st.global_bytes_written >= (n * 4) as u64, "{st:?}");
     }
@@ -222,10 +228,27 @@ fn emu_graph_replay_after_input_change_equals_eager() {
     let scale = api.malloc(4).unwrap();
     api.memcpy_htod(scale, &2f32.to_le_bytes()).unwrap();
     let gemm = Gemm {
-        trans_a: Transpose::N, trans_b: Transpose::N, m: n, n: 1, k: 1, alpha: 1.0,
-        a: dy, a_type: DType::F32, lda: n, stride_a: 0,
-        b: scale, b_type: DType::F32, ldb: 1, stride_b: 0,
-        beta: 1.0, c: dz, c_type: DType::F32, ldc: n, stride_c: 0, batch: 1, compute: ComputeType::F32,
+        trans_a: Transpose::N,
+        trans_b: Transpose::N,
+        m: n,
+        n: 1,
+        k: 1,
+        alpha: 1.0,
+        a: dy,
+        a_type: DType::F32,
+        lda: n,
+        stride_a: 0,
+        b: scale,
+        b_type: DType::F32,
+        ldb: 1,
+        stride_b: 0,
+        beta: 1.0,
+        c: dz,
+        c_type: DType::F32,
+        ldc: n,
+        stride_c: 0,
+        batch: 1,
+        compute: ComputeType::F32,
     };
 
     api.begin_capture(&s).unwrap();
@@ -284,8 +307,16 @@ fn gemm_ref(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f64]) {
             for i in 0..g.m {
                 let mut acc = 0f64;
                 for l in 0..g.k {
-                    let av = if g.trans_a == Transpose::N { a[p * g.stride_a + i + l * g.lda] } else { a[p * g.stride_a + l + i * g.lda] };
-                    let bv = if g.trans_b == Transpose::N { b[p * g.stride_b + l + j * g.ldb] } else { b[p * g.stride_b + j + l * g.ldb] };
+                    let av = if g.trans_a == Transpose::N {
+                        a[p * g.stride_a + i + l * g.lda]
+                    } else {
+                        a[p * g.stride_a + l + i * g.lda]
+                    };
+                    let bv = if g.trans_b == Transpose::N {
+                        b[p * g.stride_b + l + j * g.ldb]
+                    } else {
+                        b[p * g.stride_b + j + l * g.ldb]
+                    };
                     acc += av as f64 * bv as f64;
                 }
                 let ci = p * g.stride_c + i + j * g.ldc;
@@ -301,7 +332,12 @@ fn emu_gemm_matches_f64_reference_all_transposes_f32_and_f16() {
     let mut rng = SplitMix64::new(7);
     let (m, n, k, batch) = (13usize, 5usize, 37usize, 2usize);
     for dtype in [DType::F32, DType::F16] {
-        for (ta, tb) in [(Transpose::N, Transpose::N), (Transpose::T, Transpose::N), (Transpose::N, Transpose::T), (Transpose::T, Transpose::T)] {
+        for (ta, tb) in [
+            (Transpose::N, Transpose::N),
+            (Transpose::T, Transpose::N),
+            (Transpose::N, Transpose::T),
+            (Transpose::T, Transpose::T),
+        ] {
             let lda = if ta == Transpose::N { m } else { k } + 3;
             let ldb = if tb == Transpose::N { k } else { n } + 1;
             let ldc = m + 2;
@@ -318,20 +354,44 @@ fn emu_gemm_matches_f64_reference_all_transposes_f32_and_f16() {
                     _ => bytes_f32(v),
                 }
             };
-            let (da, db, dc) = (api.malloc(sa * batch * dtype.size()).unwrap(), api.malloc(sb * batch * dtype.size()).unwrap(), api.malloc(sc * batch * dtype.size()).unwrap());
+            let (da, db, dc) = (
+                api.malloc(sa * batch * dtype.size()).unwrap(),
+                api.malloc(sb * batch * dtype.size()).unwrap(),
+                api.malloc(sc * batch * dtype.size()).unwrap(),
+            );
             api.memcpy_htod(da, &enc(&a)).unwrap();
             api.memcpy_htod(db, &enc(&b)).unwrap();
             api.memcpy_htod(dc, &enc(&c0)).unwrap();
             let g = Gemm {
-                trans_a: ta, trans_b: tb, m, n, k, alpha: 0.75, a: da, a_type: dtype, lda, stride_a: sa,
-                b: db, b_type: dtype, ldb, stride_b: sb, beta: 0.5, c: dc, c_type: dtype, ldc, stride_c: sc, batch,
+                trans_a: ta,
+                trans_b: tb,
+                m,
+                n,
+                k,
+                alpha: 0.75,
+                a: da,
+                a_type: dtype,
+                lda,
+                stride_a: sa,
+                b: db,
+                b_type: dtype,
+                ldb,
+                stride_b: sb,
+                beta: 0.5,
+                c: dc,
+                c_type: dtype,
+                ldc,
+                stride_c: sc,
+                batch,
                 compute: ComputeType::F32,
             };
             api.gemm(&Stream::DEFAULT, &g).unwrap();
             let mut out = vec![0u8; sc * batch * dtype.size()];
             api.memcpy_dtoh(&mut out, dc).unwrap();
             let got: Vec<f32> = match dtype {
-                DType::F16 => out.chunks_exact(2).map(|c| quant::f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+                DType::F16 => {
+                    out.chunks_exact(2).map(|c| quant::f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect()
+                }
                 _ => f32s(&out),
             };
             let mut want: Vec<f64> = c0.iter().map(|&x| x as f64).collect();
@@ -341,7 +401,10 @@ fn emu_gemm_matches_f64_reference_all_transposes_f32_and_f16() {
             for (i, (&g_, &w)) in got.iter().zip(&want).enumerate() {
                 let in_c = (i % sc) % ldc < m; // padding rows between columns stay untouched
                 let w = if in_c { w } else { c0[i] as f64 };
-                assert!((g_ as f64 - w).abs() <= tol * (1.0 + w.abs()), "{dtype:?} {ta:?}{tb:?}: C[{i}] = {g_}, want {w}");
+                assert!(
+                    (g_ as f64 - w).abs() <= tol * (1.0 + w.abs()),
+                    "{dtype:?} {ta:?}{tb:?}: C[{i}] = {g_}, want {w}"
+                );
             }
             for p in [da, db, dc] {
                 api.free(p).unwrap();
@@ -349,8 +412,26 @@ fn emu_gemm_matches_f64_reference_all_transposes_f32_and_f16() {
         }
     }
     let bad = Gemm {
-        trans_a: Transpose::N, trans_b: Transpose::N, m: 4, n: 4, k: 4, alpha: 1.0, a: 0, a_type: DType::F32, lda: 2, stride_a: 0,
-        b: 0, b_type: DType::F32, ldb: 4, stride_b: 0, beta: 0.0, c: 0, c_type: DType::F32, ldc: 4, stride_c: 0, batch: 1,
+        trans_a: Transpose::N,
+        trans_b: Transpose::N,
+        m: 4,
+        n: 4,
+        k: 4,
+        alpha: 1.0,
+        a: 0,
+        a_type: DType::F32,
+        lda: 2,
+        stride_a: 0,
+        b: 0,
+        b_type: DType::F32,
+        ldb: 4,
+        stride_b: 0,
+        beta: 0.0,
+        c: 0,
+        c_type: DType::F32,
+        ldc: 4,
+        stride_c: 0,
+        batch: 1,
         compute: ComputeType::F32,
     };
     let e = api.gemm(&Stream::DEFAULT, &bad).unwrap_err();
@@ -389,7 +470,9 @@ fn hip_open_without_rocm_is_a_clean_error_and_auto_falls_back() {
         Err(e) => panic!("auto must wrap the reason in NoUsableGpu: {e}"),
         Ok(d) => assert_eq!(d.info().backend, strata::gpu::device::Device::Hip),
     }
-    let e = HipApi::open(&HipConfig::only_dir(std::env::temp_dir().join("strata-no-such-dir"))).err().expect("no library there");
+    let e = HipApi::open(&HipConfig::only_dir(std::env::temp_dir().join("strata-no-such-dir")))
+        .err()
+        .expect("no library there");
     assert!(e.to_string().contains("libamdhip64 not found"), "{e}");
 }
 
@@ -504,7 +587,9 @@ fn hip_loader_accepts_a_gfx1100_stand_in_and_drives_it() {
     assert_eq!((m.free, m.total), (23 << 30, 24 << 30));
     // hipErrorOutOfMemory becomes the typed error with the free memory.
     match api.malloc(2 << 40) {
-        Err(strata::gpu::device::GpuError::OutOfMemory { bytes, free, total }) => assert_eq!((bytes, free, total), (2 << 40, 23 << 30, 24 << 30)),
+        Err(strata::gpu::device::GpuError::OutOfMemory { bytes, free, total }) => {
+            assert_eq!((bytes, free, total), (2 << 40, 23 << 30, 24 << 30))
+        }
         other => panic!("expected out of memory, got {other:?}"),
     }
     let d = api.malloc(n).unwrap();
@@ -531,7 +616,9 @@ fn hip_loader_accepts_a_gfx1100_stand_in_and_drives_it() {
     api.host_unregister(r).unwrap();
     let huge = vec![0u8; 2 << 20];
     match unsafe { api.host_register(huge.as_ptr(), huge.len()) } {
-        Err(strata::gpu::device::GpuError::PinnedAlloc { bytes, reason }) => assert!(bytes == 2 << 20 && reason.contains("hipHostRegister"), "{reason}"),
+        Err(strata::gpu::device::GpuError::PinnedAlloc { bytes, reason }) => {
+            assert!(bytes == 2 << 20 && reason.contains("hipHostRegister"), "{reason}")
+        }
         other => panic!("expected a refused registration, got {other:?}"),
     }
 
@@ -547,11 +634,34 @@ fn hip_loader_accepts_a_gfx1100_stand_in_and_drives_it() {
     let g = api.end_capture(&s).unwrap();
     api.launch_graph(&g, &s).unwrap();
     api.graph_destroy(g).unwrap();
-    let e = api.gemm(&s, &Gemm {
-        trans_a: Transpose::N, trans_b: Transpose::N, m: 1, n: 1, k: 1, alpha: 1.0, a: d, a_type: DType::F32, lda: 1, stride_a: 0,
-        b: d, b_type: DType::F32, ldb: 1, stride_b: 0, beta: 0.0, c: d, c_type: DType::F32, ldc: 1, stride_c: 0, batch: 1,
-        compute: ComputeType::F32,
-    }).unwrap_err();
+    let e = api
+        .gemm(
+            &s,
+            &Gemm {
+                trans_a: Transpose::N,
+                trans_b: Transpose::N,
+                m: 1,
+                n: 1,
+                k: 1,
+                alpha: 1.0,
+                a: d,
+                a_type: DType::F32,
+                lda: 1,
+                stride_a: 0,
+                b: d,
+                b_type: DType::F32,
+                ldb: 1,
+                stride_b: 0,
+                beta: 0.0,
+                c: d,
+                c_type: DType::F32,
+                ldc: 1,
+                stride_c: 0,
+                batch: 1,
+                compute: ComputeType::F32,
+            },
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("hipBLAS unavailable") && e.to_string().contains("libhipblas not found"), "{e}");
     api.host_free(h).unwrap();
     api.stream_destroy(s).unwrap();

@@ -10,11 +10,11 @@
 use std::process::Command;
 
 use strata::cpu::prelude::*;
-use strata::gpu::test_device::TestDevice;
-use strata::test_device;
 use strata::gpu::model::{ExpertCacheSize, GpuModel, GpuOptions};
+use strata::gpu::test_device::TestDevice;
 use strata::kv_cache::KvType;
 use strata::model::{Logits, Model};
+use strata::test_device;
 
 use crate::models_util::reference;
 
@@ -163,7 +163,19 @@ test_device!(
 fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {
     let m = reference(Q8);
     let run = |extra: &[&str]| {
-        let mut args = vec!["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "8", "--temp", "0", "--show-ids", "--ordered"];
+        let mut args = vec![
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            "5,42,79,116,153",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            "--show-ids",
+            "--ordered",
+        ];
         args.extend_from_slice(extra);
         let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -175,7 +187,10 @@ fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {
     assert_eq!(emu_text, cpu_text);
     let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
     assert_eq!(ids(&emu_err), ids(&cpu_err));
-    assert!(emu_err.contains("expert cache: ") && emu_err.contains("lookups") && emu_err.contains("3 slots per layer"), "{emu_err}");
+    assert!(
+        emu_err.contains("expert cache: ") && emu_err.contains("lookups") && emu_err.contains("3 slots per layer"),
+        "{emu_err}"
+    );
     assert!(emu_err.contains(" ms, 2 workers)"), "the CPU experts ran on a pool of 2: {emu_err}");
 }
 
@@ -184,7 +199,24 @@ fn cli_generate_with_an_expert_cache_prints_its_counters_and_the_cpu_text() {
 fn bench_reports_expert_cache_counters() {
     let m = reference(Q8);
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["bench", "-m", m.to_str().unwrap(), "--device", "emu", "--expert-cache", "3", "--pool-workers", "2", "--pp", "8", "--tg", "4", "--reps", "1", "--json"])
+        .args([
+            "bench",
+            "-m",
+            m.to_str().unwrap(),
+            "--device",
+            "emu",
+            "--expert-cache",
+            "3",
+            "--pool-workers",
+            "2",
+            "--pp",
+            "8",
+            "--tg",
+            "4",
+            "--reps",
+            "1",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -206,12 +238,30 @@ fn cli_expert_profile_round_trip_preloads_the_most_routed_experts() {
     std::fs::create_dir_all(&dir).unwrap();
     let prof = dir.join("run.strp");
     let run = |extra: &[&str]| {
-        let mut args = vec!["generate", "-m", m.to_str().unwrap(), "-p", "The capital of France", "-n", "12", "--temp", "0", "--show-ids", "--device", "emu", "--expert-cache", "3"];
+        let mut args = vec![
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "The capital of France",
+            "-n",
+            "12",
+            "--temp",
+            "0",
+            "--show-ids",
+            "--device",
+            "emu",
+            "--expert-cache",
+            "3",
+        ];
         args.extend_from_slice(extra);
         Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap()
     };
     let stat = |err: &str, what: &str| -> u64 {
-        let line = err.lines().find(|l| l.contains("expert cache: ") && l.contains("lookups")).unwrap_or_else(|| panic!("no counters in {err}"));
+        let line = err
+            .lines()
+            .find(|l| l.contains("expert cache: ") && l.contains("lookups"))
+            .unwrap_or_else(|| panic!("no counters in {err}"));
         let words: Vec<&str> = line.split_whitespace().collect();
         let i = words.iter().position(|w| *w == what).unwrap_or_else(|| panic!("{what} in {line}"));
         words[i - 1].trim_start_matches('[').parse().unwrap()
@@ -227,10 +277,20 @@ fn cli_expert_profile_round_trip_preloads_the_most_routed_experts() {
     assert_eq!(second.stdout, first.stdout, "same text with a preloaded cache");
     assert_eq!(stat(&e2, "preloaded"), 6, "3 slots x 2 layers from the profile: {e2}");
     assert_eq!(stat(&e2, "admitted"), 0, "{e2}");
-    assert!(stat(&e2, "hits") > stat(&e1, "hits"), "profile-filled slots hit more often than first-use ones:\n{e1}\n{e2}");
+    assert!(
+        stat(&e2, "hits") > stat(&e1, "hits"),
+        "profile-filled slots hit more often than first-use ones:\n{e1}\n{e2}"
+    );
     // The profile is for this model's shape; without --expert-cache it is refused.
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["generate", "-m", m.to_str().unwrap(), "-p", "x", "-n", "1", "--expert-profile", prof.to_str().unwrap()]).output().unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("give --expert-cache N"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["generate", "-m", m.to_str().unwrap(), "-p", "x", "-n", "1", "--expert-profile", prof.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("give --expert-cache N"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -245,7 +305,22 @@ fn cli_dump_routing_cpu_and_emu_agree_and_simulate_reads_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let dump = |dev: &str| {
         let f = dir.join(format!("{dev}.routing"));
-        let args = ["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "6", "--temp", "0", "--ordered", "--device", dev, "--dump-routing", f.to_str().unwrap()];
+        let args = [
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            "5,42,79,116,153",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "--ordered",
+            "--device",
+            dev,
+            "--dump-routing",
+            f.to_str().unwrap(),
+        ];
         let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "{err}");
@@ -256,10 +331,16 @@ fn cli_dump_routing_cpu_and_emu_agree_and_simulate_reads_it() {
     let (_, emu) = dump("emu");
     // 5 prompt tokens + 5 decode steps (the 6th token is sampled, not evaluated), 2 layers.
     assert_eq!(cpu.len(), (5 + 5) * 2);
-    assert!(cpu.iter().all(|r| r.ids.len() == 2 && r.layer < 2 && (r.weights.iter().sum::<f32>() - 1.0).abs() < 1e-5), "{cpu:?}");
+    assert!(
+        cpu.iter().all(|r| r.ids.len() == 2 && r.layer < 2 && (r.weights.iter().sum::<f32>() - 1.0).abs() < 1e-5),
+        "{cpu:?}"
+    );
     let ids = |t: &[strata::experts::trace::Routing]| t.iter().map(|r| (r.layer, r.ids.clone())).collect::<Vec<_>>();
     assert_eq!(ids(&emu), ids(&cpu));
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["experts", "simulate", "--trace", cpu_file.to_str().unwrap(), "--experts", "8", "--slots", "3"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["experts", "simulate", "--trace", cpu_file.to_str().unwrap(), "--experts", "8", "--slots", "3"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -312,10 +393,18 @@ fn serve_done_line_reports_expert_cache_counters_per_request() {
     let bytes: Vec<u64> = done.iter().map(|d| stat(d, "expert_bytes_to_vram")).collect();
     let expert = {
         let g = gguf::GgufFile::open(&m).unwrap();
-        let t = g.tensors().iter().filter(|t| t.name.starts_with("blk.0.ffn_") && t.name.contains("_exps.")).map(|t| g.tensor_data(t).len() as u64).sum::<u64>();
+        let t = g
+            .tensors()
+            .iter()
+            .filter(|t| t.name.starts_with("blk.0.ffn_") && t.name.contains("_exps."))
+            .map(|t| g.tensor_data(t).len() as u64)
+            .sum::<u64>();
         t / hp.moe.as_ref().unwrap().n_expert as u64
     };
-    assert!(bytes[0] >= 2 * 3 * expert && bytes.iter().all(|b| b % expert == 0), "{bytes:?} (an expert is {expert} bytes)");
+    assert!(
+        bytes[0] >= 2 * 3 * expert && bytes.iter().all(|b| b % expert == 0),
+        "{bytes:?} (an expert is {expert} bytes)"
+    );
 }
 
 test_device!(
@@ -388,10 +477,26 @@ test_device!(
 fn cli_pcie_frac_prints_its_counters_and_refuses_bad_shares() {
     let m = reference(Q8);
     let run = |extra: &[&str]| {
-        let mut args = vec!["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "8", "--temp", "0", "--show-ids", "--ordered"];
+        let mut args = vec![
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            "5,42,79,116,153",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            "--show-ids",
+            "--ordered",
+        ];
         args.extend_from_slice(extra);
         let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap();
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (ok, cpu_text, cpu_err) = run(&["--device", "cpu"]);
     assert!(ok, "{cpu_err}");
@@ -400,7 +505,10 @@ fn cli_pcie_frac_prints_its_counters_and_refuses_bad_shares() {
     assert_eq!(emu_text, cpu_text);
     let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
     assert_eq!(ids(&emu_err), ids(&cpu_err));
-    assert!(emu_err.contains("computed on the device instead") && emu_err.contains("copied to a staging slot"), "{emu_err}");
+    assert!(
+        emu_err.contains("computed on the device instead") && emu_err.contains("copied to a staging slot"),
+        "{emu_err}"
+    );
     for bad in ["1.5", "-0.1", "half"] {
         let flag = format!("--pcie-frac={bad}");
         let (ok, _, err) = run(&["--device", "emu", "--expert-cache", "2", &flag]);
@@ -410,7 +518,18 @@ fn cli_pcie_frac_prints_its_counters_and_refuses_bad_shares() {
     // and with the experts left mapped; greedy ids equal the CPU's.
     let fnx = reference("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf");
     let flash = |extra: &[&str]| {
-        let mut args = vec!["generate", "-m", fnx.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "8", "--temp", "0", "--show-ids"];
+        let mut args = vec![
+            "generate",
+            "-m",
+            fnx.to_str().unwrap(),
+            "--tokens",
+            "5,42,79,116,153",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            "--show-ids",
+        ];
         args.extend_from_slice(extra);
         let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(&args).output().unwrap();
         (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())

@@ -29,7 +29,9 @@ fn emu_vram_size_is_enforced_and_reported() {
     let a = api.malloc(768 << 10).unwrap();
     assert_eq!(api.mem_info().unwrap().free, MIB - (768 << 10));
     match api.malloc(512 << 10) {
-        Err(GpuError::OutOfMemory { bytes, free, total }) => assert_eq!((bytes, free, total), (512 << 10, 256 << 10, MIB)),
+        Err(GpuError::OutOfMemory { bytes, free, total }) => {
+            assert_eq!((bytes, free, total), (512 << 10, 256 << 10, MIB))
+        }
         other => panic!("expected out of memory, got {other:?}"),
     }
     // Host buffers are not VRAM.
@@ -42,7 +44,11 @@ fn emu_vram_size_is_enforced_and_reported() {
 
 fn flash(vram: u64, reserve_mib: u64) -> strata::error::Result<GpuFlashNext> {
     let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(vram));
-    let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Auto), vram_reserve_mib: reserve_mib, ..GpuOptions::default() };
+    let opts = GpuOptions {
+        expert_cache: Some(ExpertCacheSize::Auto),
+        vram_reserve_mib: reserve_mib,
+        ..GpuOptions::default()
+    };
     GpuFlashNext::new(model(F32), api, opts)
 }
 
@@ -64,12 +70,18 @@ fn flash_next_auto_takes_the_largest_slot_count_that_fits() {
         if fit.all_resident() {
             assert!(room >= 8 * fit.slot_bytes && g.expert_cache_stats().is_none(), "{vram_mib} MiB: {fit}");
         } else {
-            assert!(room >= fit.slots as u64 * fit.slot_bytes && room < (fit.slots as u64 + 1) * fit.slot_bytes, "{vram_mib} MiB: {fit}");
+            assert!(
+                room >= fit.slots as u64 * fit.slot_bytes && room < (fit.slots as u64 + 1) * fit.slot_bytes,
+                "{vram_mib} MiB: {fit}"
+            );
             assert_eq!(g.expert_cache_stats().unwrap().slots, fit.slots);
         }
         let mut sess = g.new_session(KvType::F16, ctx).unwrap_or_else(|e| panic!("{vram_mib} MiB, session: {e}"));
         let free = g.api().mem_info().unwrap().free;
-        assert!(fit.slots == 0 || free >= reserve * MIB, "{vram_mib} MiB: {free} bytes free with a session, reserve {reserve} MiB");
+        assert!(
+            fit.slots == 0 || free >= reserve * MIB,
+            "{vram_mib} MiB: {free} bytes free with a session, reserve {reserve} MiB"
+        );
         let mut got = Vec::new();
         g.eval(&mut sess, &s.tokens, Logits::All, &mut got).unwrap();
         let c = compare(&got, &s.logits.1, g.n_vocab());
@@ -78,7 +90,10 @@ fn flash_next_auto_takes_the_largest_slot_count_that_fits() {
         seen.push(fit.slots);
     }
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "more VRAM, no fewer slots: {seen:?}");
-    assert!(seen.first() < Some(&8) && seen.last() == Some(&8), "the sizes span a partial cache and all resident: {seen:?}");
+    assert!(
+        seen.first() < Some(&8) && seen.last() == Some(&8),
+        "the sizes span a partial cache and all resident: {seen:?}"
+    );
     assert!(seen.iter().any(|&n| n > 0 && n < 8), "some size gives a partial cache: {seen:?}");
 }
 
@@ -115,7 +130,13 @@ fn failed_uploads_leave_the_device_as_they_found_it() {
     // A device with 256 KiB beside the weights: the first context that does not fit (doubling
     // from 8 positions) fails after its first allocations succeeded.
     let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(64 * MIB));
-    let used = 64 * MIB - free(&*strata::gpu::model::GpuModel::new(moe(), api.clone(), GpuOptions::default()).expect("64 MiB holds the tiny model").api().clone());
+    let used = 64 * MIB
+        - free(
+            &*strata::gpu::model::GpuModel::new(moe(), api.clone(), GpuOptions::default())
+                .expect("64 MiB holds the tiny model")
+                .api()
+                .clone(),
+        );
     let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(used + (256 << 10)));
     let g = strata::gpu::model::GpuModel::new(moe(), api.clone(), GpuOptions::default()).expect("room for the weights");
     let before = free(&*api);
@@ -143,24 +164,60 @@ fn cli_expert_cache_auto_sizes_itself_and_prints_the_cpu_text() {
     let moe = reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
     for (m, vram, extra, want) in [
         (&q4, "20", &["--max-context", "64"][..], "expert cache auto: 2 of 8 experts per layer in VRAM"),
-        (&moe, "2", &["--max-context", "64", "--expert-cache", "auto", "--ordered"][..], "expert cache auto: 2 of 8 experts per layer in VRAM"),
+        (
+            &moe,
+            "2",
+            &["--max-context", "64", "--expert-cache", "auto", "--ordered"][..],
+            "expert cache auto: 2 of 8 experts per layer in VRAM",
+        ),
     ] {
-        let base = ["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153", "-n", "6", "--temp", "0", "--show-ids"];
+        let base = [
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            "5,42,79,116,153",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "--show-ids",
+        ];
         let cpu = strata(&[&base[..], extra, &["--device", "cpu"]].concat());
         assert!(cpu.status.success(), "{}", String::from_utf8_lossy(&cpu.stderr));
-        let emu = strata(&[&base[..], extra, &["--device", "emu", "--emu-vram-mib", vram, "--vram-reserve-mib", "0"]].concat());
+        let emu = strata(
+            &[&base[..], extra, &["--device", "emu", "--emu-vram-mib", vram, "--vram-reserve-mib", "0"]].concat(),
+        );
         let err = String::from_utf8_lossy(&emu.stderr);
         assert!(emu.status.success(), "{err}");
         assert!(err.contains(want) && err.contains("lookups"), "{err}");
         assert_eq!(emu.stdout, cpu.stdout, "{err}");
-        let ids = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
+        let ids = |o: &std::process::Output| {
+            String::from_utf8_lossy(&o.stderr).lines().find(|l| l.starts_with("ids: ")).map(str::to_owned)
+        };
         assert_eq!(ids(&emu), ids(&cpu));
     }
-    let small = strata(&["generate", "-m", q4.to_str().unwrap(), "-p", "x", "-n", "1", "--device", "emu", "--emu-vram-mib", "4"]);
+    let small = strata(&[
+        "generate",
+        "-m",
+        q4.to_str().unwrap(),
+        "-p",
+        "x",
+        "-n",
+        "1",
+        "--device",
+        "emu",
+        "--emu-vram-mib",
+        "4",
+    ]);
     let err = String::from_utf8_lossy(&small.stderr);
     assert!(!small.status.success() && err.contains("the weights do not fit") && !err.contains("panicked"), "{err}");
     let bad = strata(&["generate", "-m", q4.to_str().unwrap(), "-p", "x", "-n", "1", "--expert-cache", "some"]);
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("a number of slots or auto"), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        !bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("a number of slots or auto"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }
 
 /// Without any flag, on a device with room for everything, Flash-Next keeps every expert
@@ -168,7 +225,19 @@ fn cli_expert_cache_auto_sizes_itself_and_prints_the_cpu_text() {
 #[test]
 fn flash_next_default_on_a_roomy_device_keeps_every_expert_resident() {
     let q4 = ref_dir().join(F32);
-    let out = strata(&["generate", "-m", q4.to_str().unwrap(), "--tokens", "5,42,79", "-n", "2", "--temp", "0", "--device", "emu"]);
+    let out = strata(&[
+        "generate",
+        "-m",
+        q4.to_str().unwrap(),
+        "--tokens",
+        "5,42,79",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--device",
+        "emu",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("expert cache"), "{err}");

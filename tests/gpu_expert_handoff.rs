@@ -34,7 +34,13 @@ fn gpu(device: &TestDevice, opts: GpuOptions) -> GpuModel {
 }
 
 fn cached(slots: u32, adapt_every: usize, graphs: bool) -> GpuOptions {
-    GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(slots)), adapt_every, graphs, pool_workers: 2, ..GpuOptions::default() }
+    GpuOptions {
+        expert_cache: Some(ExpertCacheSize::Slots(slots)),
+        adapt_every,
+        graphs,
+        pool_workers: 2,
+        ..GpuOptions::default()
+    }
 }
 
 /// Decode logits of `STEPS` greedy steps after the prompt, the tokens, and the session's graph

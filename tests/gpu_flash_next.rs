@@ -70,7 +70,12 @@ pub(crate) fn greedy(g: &GpuFlashNext, prompt: &[u32], n: usize) -> (Vec<u32>, u
 }
 
 /// [`greedy`] in the session `sess`.
-pub(crate) fn greedy_in(g: &GpuFlashNext, sess: &mut strata::gpu::flash_next::GpuFlashSession, prompt: &[u32], n: usize) -> Vec<u32> {
+pub(crate) fn greedy_in(
+    g: &GpuFlashNext,
+    sess: &mut strata::gpu::flash_next::GpuFlashSession,
+    prompt: &[u32],
+    n: usize,
+) -> Vec<u32> {
     let mut l = Vec::new();
     g.eval(sess, prompt, Logits::Last, &mut l).unwrap();
     let mut ids = vec![argmax(&l) as u32];
@@ -200,7 +205,10 @@ impl strata::spec::Drafter for Oracle {
         let at = history.len();
         (0..max)
             .filter_map(|i| self.truth.get(at + i).map(|&t| (i, t)))
-            .map(|(i, t)| strata::spec::Draft { token: if i == self.wrong_at { (t + 1) % self.n_vocab } else { t }, p: 1.0 })
+            .map(|(i, t)| strata::spec::Draft {
+                token: if i == self.wrong_at { (t + 1) % self.n_vocab } else { t },
+                p: 1.0,
+            })
             .collect()
     }
 }

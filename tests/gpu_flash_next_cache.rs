@@ -126,7 +126,10 @@ fn strata(args: &[&str]) -> (String, String) {
 
 /// The number before `what` on the expert cache's counter line.
 fn stat(err: &str, what: &str) -> u64 {
-    let line = err.lines().find(|l| l.contains("expert cache: ") && l.contains("lookups")).unwrap_or_else(|| panic!("no counters in {err}"));
+    let line = err
+        .lines()
+        .find(|l| l.contains("expert cache: ") && l.contains("lookups"))
+        .unwrap_or_else(|| panic!("no counters in {err}"));
     let words: Vec<&str> = line.split_whitespace().collect();
     let i = words.iter().position(|w| *w == what).unwrap_or_else(|| panic!("{what} in {line}"));
     words[i - 1].trim_start_matches('[').parse().unwrap()
@@ -142,10 +145,30 @@ fn cli_flash_next_expert_cache_prints_counters_and_profile_preloads() {
     let dir = std::env::temp_dir().join(format!("strata-flash-profile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let prof = dir.join("run.strp");
-    let base = ["generate", "-m", m.to_str().unwrap(), "--tokens", "5,42,79,116,153,190,227", "-n", "8", "--temp", "0", "--show-ids"];
+    let base = [
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--tokens",
+        "5,42,79,116,153,190,227",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--show-ids",
+    ];
     let with = |extra: &[&str]| strata(&[&base[..], extra].concat());
     let (cpu_text, cpu_err) = with(&["--device", "cpu"]);
-    let (emu_text, e1) = with(&["--device", "emu", "--expert-cache", "3", "--pool-workers", "2", "--expert-profile-save", prof.to_str().unwrap()]);
+    let (emu_text, e1) = with(&[
+        "--device",
+        "emu",
+        "--expert-cache",
+        "3",
+        "--pool-workers",
+        "2",
+        "--expert-profile-save",
+        prof.to_str().unwrap(),
+    ]);
     let ids = |e: &str| e.lines().find(|l| l.starts_with("ids: ")).map(str::to_owned);
     assert_eq!(emu_text, cpu_text);
     assert_eq!(ids(&e1), ids(&cpu_err));
@@ -159,7 +182,10 @@ fn cli_flash_next_expert_cache_prints_counters_and_profile_preloads() {
     assert!(e2.contains("expert cache: 12 experts copied from"), "{e2}");
     assert_eq!(stat(&e2, "preloaded"), 12, "{e2}");
     assert_eq!(stat(&e2, "admitted"), 0, "{e2}");
-    assert!(stat(&e2, "hits") >= stat(&e1, "hits"), "profile-filled slots hit at least as often as first-use ones:\n{e1}\n{e2}");
+    assert!(
+        stat(&e2, "hits") >= stat(&e1, "hits"),
+        "profile-filled slots hit at least as often as first-use ones:\n{e1}\n{e2}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -185,7 +211,13 @@ const HANDOFF_TOL: f32 = 1e-3;
 
 fn q8_cache(device: &strata::gpu::test_device::TestDevice, graphs: bool) -> GpuFlashNext {
     let (_, api) = device.clone();
-    let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, graphs, pool_workers: 2, ..GpuOptions::default() };
+    let opts = GpuOptions {
+        expert_cache: Some(ExpertCacheSize::Slots(3)),
+        adapt_every: 1,
+        graphs,
+        pool_workers: 2,
+        ..GpuOptions::default()
+    };
     GpuFlashNext::new(model(Q8), api, opts).unwrap()
 }
 

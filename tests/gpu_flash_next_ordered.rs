@@ -27,7 +27,8 @@ fn cpu(file: &str) -> Qwen4Exp {
 
 fn device(device: &strata::gpu::test_device::TestDevice, file: &str) -> GpuFlashNext {
     let (_, api) = device.clone();
-    GpuFlashNext::new(model(file), api, GpuOptions { ordered: true, ..GpuOptions::default() }).unwrap_or_else(|e| panic!("{file}: {e}"))
+    GpuFlashNext::new(model(file), api, GpuOptions { ordered: true, ..GpuOptions::default() })
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
 /// Panics with the first differing element unless `a` and `b` are equal bit for bit.

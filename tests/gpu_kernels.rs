@@ -7,18 +7,18 @@
 //! card, when one opens); `emu_only` ones need the software device's counters.
 #![cfg(feature = "gpu")]
 
+use quant::GgmlType;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use strata::gpu::abi::{self, WType};
 use strata::gpu::bench::{self, random_blocks, waves_per_simd};
-use strata::rng::SplitMix64;
 use strata::gpu::code_objects::code_objects;
 use strata::gpu::device::{Device, EmuApi, GpuApi};
 use strata::gpu::ops::GpuOps;
 use strata::gpu::ops_host::ActQuant;
 use strata::gpu::registry::{self, Family};
+use strata::rng::SplitMix64;
 use strata::test_device;
-use quant::GgmlType;
 
 /// The software device's launch counters (present on `emu`, `None` on a card).
 fn on_emu(ops: &GpuOps) -> bool {
@@ -102,12 +102,16 @@ fn kernel_registry_equals_every_code_object() {
         let symbols = kd_symbols(bytes);
         let not_in_table: Vec<&String> = symbols.difference(&table).collect();
         let not_in_object: Vec<&String> = table.difference(&symbols).collect();
-        assert!(not_in_table.is_empty(), "{arch}: kernels of the code object missing from the registry: {not_in_table:?}");
+        assert!(
+            not_in_table.is_empty(),
+            "{arch}: kernels of the code object missing from the registry: {not_in_table:?}"
+        );
         assert!(not_in_object.is_empty(), "{arch}: registry entries missing from the code object: {not_in_object:?}");
         let api = EmuApi::with_arch(emulator::Device::new(), arch);
         let metadata: BTreeSet<String> = api.load_module().unwrap().kernels.into_iter().map(|k| k.name).collect();
         assert_eq!(metadata, table, "{arch}: the metadata's kernels differ from the registry");
-        let ops = GpuOps::new(Arc::new(api)).unwrap_or_else(|e| panic!("{arch}: an entry does not match the code object: {e}"));
+        let ops = GpuOps::new(Arc::new(api))
+            .unwrap_or_else(|e| panic!("{arch}: an entry does not match the code object: {e}"));
         for name in &table {
             assert!(ops.kernel(name).is_some(), "{arch}: {name} not loaded");
         }
@@ -179,7 +183,10 @@ fn isa_uses_dot4_dpp_and_no_scratch() {
         assert!(magic.len() >= 8, "{arch}: quantize_q8_k: expected 8 adds of 1.5*2^23 per lane, found {}", magic.len());
         for l in &magic {
             let add_part = l.split("::").find(|p| p.contains("0x4b400000")).unwrap_or(l);
-            assert!(add_part.contains("add_f32") && !add_part.contains("fma"), "{arch}: quantize_q8_k contracts the scale product: {l}");
+            assert!(
+                add_part.contains("add_f32") && !add_part.contains("fma"),
+                "{arch}: quantize_q8_k contracts the scale product: {l}"
+            );
         }
         assert!(q8k.contains("mul_f32"), "{arch}: quantize_q8_k has no v_mul_f32");
         // f32 -> f16 must stay "round to f32, then to f16" (no v_fma_mix folding, see arch::fp_fence).
@@ -325,14 +332,23 @@ fn tolerance(ty: WType) -> f64 {
     }
 }
 
-fn check_mmvq(ops: &GpuOps, ty: WType, nrows_w: usize, k: usize, ncols: usize, rows: Option<&[u32]>, rng: &mut SplitMix64) {
+fn check_mmvq(
+    ops: &GpuOps,
+    ty: WType,
+    nrows_w: usize,
+    k: usize,
+    ncols: usize,
+    rows: Option<&[u32]>,
+    rng: &mut SplitMix64,
+) {
     let bk = ty.block_k() as usize;
     let row_bytes = k / bk * ty.block_bytes() as usize;
     let w = weights(ty, nrows_w * k / bk, rng);
     let x: Vec<f32> = (0..ncols * k).map(|_| rng.symmetric()).collect();
     let mut xq = vec![0u8; ncols * k / 32 * 36];
     quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
-    let (y, st) = ops.host_mmvq(ty, &w, k, &xq, ncols, rows).unwrap_or_else(|e| panic!("{ty:?} k={k} ncols={ncols}: {e}"));
+    let (y, st) =
+        ops.host_mmvq(ty, &w, k, &xq, ncols, rows).unwrap_or_else(|e| panic!("{ty:?} k={k} ncols={ncols}: {e}"));
     let ids: Vec<u32> = rows.map_or_else(|| (0..nrows_w as u32).collect(), |r| r.to_vec());
     assert_eq!(y.len(), ncols * ids.len());
     let mut a = vec![0f32; k];
@@ -342,7 +358,10 @@ fn check_mmvq(ops: &GpuOps, ty: WType, nrows_w: usize, k: usize, ncols: usize, r
         quant::dequantize_row(GgmlType::Q8_1, &xq[c * k / 32 * 36..(c + 1) * k / 32 * 36], &mut a).unwrap();
         for (i, &r) in ids.iter().enumerate() {
             quant::dequantize_row(ggml(ty), &w[r as usize * row_bytes..(r as usize + 1) * row_bytes], &mut wr).unwrap();
-            let (dot, mag) = wr.iter().zip(&a).fold((0f64, 0f64), |(d, m), (&p, &q)| (d + p as f64 * q as f64, m + (p as f64 * q as f64).abs()));
+            let (dot, mag) = wr
+                .iter()
+                .zip(&a)
+                .fold((0f64, 0f64), |(d, m), (&p, &q)| (d + p as f64 * q as f64, m + (p as f64 * q as f64).abs()));
             let got = y[c * ids.len() + i] as f64;
             let err = (got - dot).abs() / (mag + 1e-30);
             worst = worst.max(err);
@@ -352,7 +371,8 @@ fn check_mmvq(ops: &GpuOps, ty: WType, nrows_w: usize, k: usize, ncols: usize, r
             );
         }
     }
-    let counters = st.map_or_else(String::new, |st| format!(", {} wave instrs, {} B read", st.instructions, st.global_bytes_read));
+    let counters =
+        st.map_or_else(String::new, |st| format!(", {} wave instrs, {} B read", st.instructions, st.global_bytes_read));
     println!("{ty:?} rows={} k={k} ncols={ncols}: worst rel err {worst:.2e}{counters}", ids.len());
 }
 
@@ -469,7 +489,10 @@ fn every_arch_code_object_runs_on_the_software_device() {
     let nrows: u32 = 130;
     assert_eq!(nrows.div_ceil(abi::mmvq_rows_per_wg(WType::Q4K, 4096, nrows, 1)), 3, "3 workgroups");
     let w = weights(WType::Q4K, nrows as usize * 16, &mut rng);
-    let on = |arch: &str| GpuOps::new(Arc::new(EmuApi::with_arch(emulator::Device::new(), arch))).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let on = |arch: &str| {
+        GpuOps::new(Arc::new(EmuApi::with_arch(emulator::Device::new(), arch)))
+            .unwrap_or_else(|e| panic!("{arch}: {e}"))
+    };
     let (y0, _) = on("gfx1100").host_mmvq(WType::Q4K, &w, 4096, &want[..4096 / 32 * 36], 1, None).unwrap();
     for (arch, _) in code_objects() {
         let ops = on(arch);
@@ -496,7 +519,10 @@ fn mmvq_rows_per_wg_rule() {
                 for nrows in [1u32, 7, 200, 4096, 32768] {
                     let r = abi::mmvq_rows_per_wg(ty, k, nrows, ncols);
                     let what = format!("{ty:?} k={k} nrows={nrows} ncols={ncols}: {r} rows/WG");
-                    assert!(r > 0 && r.is_multiple_of(per_step), "{what}: not a multiple of the {per_step} rows of a wave step");
+                    assert!(
+                        r > 0 && r.is_multiple_of(per_step),
+                        "{what}: not a multiple of the {per_step} rows of a wave step"
+                    );
                     assert!(r <= nrows.next_multiple_of(per_step), "{what}: more rows than the matrix");
                     let groups = nrows.div_ceil(r) as u64;
                     // Staged bytes of all workgroups within the overhead budget of the weights,
@@ -504,7 +530,8 @@ fn mmvq_rows_per_wg_rule() {
                     let extra = abi::mmvq_wg_overhead_bytes(ty, k, ncols) as u64;
                     if groups > 1 {
                         assert!(
-                            groups * extra * 100 <= nrows as u64 * row_bytes * abi::MMVQ_OVERHEAD_PERCENT as u64 + 100 * extra,
+                            groups * extra * 100
+                                <= nrows as u64 * row_bytes * abi::MMVQ_OVERHEAD_PERCENT as u64 + 100 * extra,
                             "{what}: {groups} workgroups stage {} bytes for {} weight bytes",
                             groups * extra,
                             nrows as u64 * row_bytes
@@ -513,7 +540,11 @@ fn mmvq_rows_per_wg_rule() {
                 }
                 // More columns never mean more workgroups.
                 let r = abi::mmvq_rows_per_wg(ty, k, 4096, ncols);
-                assert!(r >= prev, "{ty:?} k={k}: {ncols} columns get fewer rows per WG ({r}) than {} ({prev})", ncols - 1);
+                assert!(
+                    r >= prev,
+                    "{ty:?} k={k}: {ncols} columns get fewer rows per WG ({r}) than {} ({prev})",
+                    ncols - 1
+                );
                 prev = r;
             }
         }

@@ -12,12 +12,12 @@ use std::path::PathBuf;
 
 use quant::GgmlType;
 use strata::cpu::prelude::*;
-use strata::gpu::test_device::TestDevice;
-use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
+use strata::gpu::test_device::TestDevice;
 use strata::kv_cache::KvType;
-use strata::model::Model;
 use strata::model::Logits;
+use strata::model::Model;
+use strata::test_device;
 
 use crate::models_qwen3::qwen3_cfg;
 use crate::models_util::{TinyCfg, TinyModel};
@@ -105,7 +105,11 @@ fn run_case(c: &Case, device: &TestDevice) {
             og.push(tg);
         }
         let same = oc.iter().zip(&og).take_while(|(a, b)| a == b).count();
-        eprintln!("{} [{dev}] greedy: {same}/{} tokens identical, decode logits rel err <= {worst:.2e}", c.name, oc.len());
+        eprintln!(
+            "{} [{dev}] greedy: {same}/{} tokens identical, decode logits rel err <= {worst:.2e}",
+            c.name,
+            oc.len()
+        );
         assert!(worst <= 2.0 * c.layer_tol, "{} [{dev}] decode logits rel err {worst}", c.name);
         assert!(same >= c.min_greedy, "{} [{dev}] greedy diverged at {same}\n cpu {oc:?}\n gpu {og:?}", c.name);
         if c.cfg.moe.is_some() {
@@ -242,7 +246,6 @@ test_device!(
         let _ = std::fs::remove_file(&path);
     }
 );
-
 
 /// `PrefillPath::Mmq` on every weight type with an MMQ kernel (qwen3-shaped, 256-wide so the
 /// K-quants fit): a 41-token prompt in chunks of 32 (one MMQ chunk, then 9 tokens of MMVQ),
@@ -428,7 +431,6 @@ test_device!(
         let _ = std::fs::remove_file(&path);
     }
 );
-
 
 test_device!(
     /// Routed experts by device dispatch (`mmvq_moe_*` reading the router's choice on the device)

@@ -9,12 +9,12 @@ use std::path::PathBuf;
 
 use quant::GgmlType;
 use strata::cpu::prelude::*;
-use strata::gpu::test_device::TestDevice;
-use strata::test_device;
 use strata::gpu::model::{GpuModel, GpuOptions};
+use strata::gpu::test_device::TestDevice;
 use strata::kv_cache::KvType;
-use strata::model::Model;
 use strata::model::Logits;
+use strata::model::Model;
+use strata::test_device;
 
 use crate::models_qwen3::qwen3_cfg;
 use crate::models_util::{TinyCfg, TinyModel};
@@ -38,7 +38,12 @@ fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
     if let Some(i) = a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()) {
         let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-        panic!("{what}: not bit-identical: {n} of {} differ, first at {i}: gpu {:e} cpu {:e}; max |diff| {worst:e}", a.len(), a[i], b[i]);
+        panic!(
+            "{what}: not bit-identical: {n} of {} differ, first at {i}: gpu {:e} cpu {:e}; max |diff| {worst:e}",
+            a.len(),
+            a[i],
+            b[i]
+        );
     }
 }
 
@@ -108,7 +113,9 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType, device: &Test
             v.dedup();
             v.len()
         };
-        eprintln!("{name} [{dev}] ordered: every layer and logits bit-identical; 21/21 greedy tokens identical ({distinct} distinct): {og:?}");
+        eprintln!(
+            "{name} [{dev}] ordered: every layer and logits bit-identical; 21/21 greedy tokens identical ({distinct} distinct): {og:?}"
+        );
         assert_eq!(oc, og, "{name} [{dev}] greedy tokens");
         // Forced, varied decode inputs too (the Gemma-shaped model's greedy output repeats one
         // token: its tied, scaled embeddings echo the input).
@@ -271,7 +278,8 @@ fn gpu_model_ordered_kernels_isa_has_no_contraction() {
     for (arch, bytes) in code_objects() {
         let path = std::env::temp_dir().join(format!("strata-ordered-isa-{arch}-{}.elf", std::process::id()));
         std::fs::write(&path, bytes).unwrap();
-        let out = std::process::Command::new("llvm-objdump-22").args(["-d", &format!("--mcpu={arch}")]).arg(&path).output();
+        let out =
+            std::process::Command::new("llvm-objdump-22").args(["-d", &format!("--mcpu={arch}")]).arg(&path).output();
         let _ = std::fs::remove_file(&path);
         let dis = match out {
             Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -282,8 +290,11 @@ fn gpu_model_ordered_kernels_isa_has_no_contraction() {
             let start = dis.find(&head).unwrap_or_else(|| panic!("{arch}: {name} not in the disassembly"));
             dis[start + head.len()..].lines().skip(1).take_while(|l| !l.ends_with(">:")).map(str::to_string).collect()
         };
-        let count = |lines: &[String], pats: &[&str]| lines.iter().filter(|l| pats.iter().any(|p| l.trim_start().starts_with(p))).count();
-        let fmas = ["v_fma_f32", "v_fmac_f32", "v_fmamk_f32", "v_fmaak_f32", "v_fma_mix", "v_dot2", "v_fma_f16", "v_pk_fma"];
+        let count = |lines: &[String], pats: &[&str]| {
+            lines.iter().filter(|l| pats.iter().any(|p| l.trim_start().starts_with(p))).count()
+        };
+        let fmas =
+            ["v_fma_f32", "v_fmac_f32", "v_fmamk_f32", "v_fmaak_f32", "v_fma_mix", "v_dot2", "v_fma_f16", "v_pk_fma"];
         for k in [abi::MMV_ORDERED, abi::GEGLU_TABLE] {
             let t = text(k);
             assert!(t.len() > 10, "{arch} {k}: empty");
@@ -310,4 +321,3 @@ fn gpu_model_ordered_kernels_isa_has_no_contraction() {
         eprintln!("{arch}: ordered kernels: no contraction ({divs} IEEE divisions in quantize_ref)");
     }
 }
-

@@ -11,14 +11,14 @@ use quant::GgmlType;
 use strata::cpu::prelude::*;
 use strata::gpu::abi::{self, WType};
 use strata::gpu::bench::{random_blocks, random_routing};
-use strata::rng::SplitMix64;
 use strata::gpu::device::{DevicePtr, Stream};
 use strata::gpu::ops::{GluAct, GpuOps, RowType};
+use strata::rng::SplitMix64;
 use strata::test_device;
 // The references and tolerances shared with `strata device --selftest`: GLU_TOL (SiLU/GELU
 // against libm, relative with a floor of 1), PROB_TOL (softmax / router probabilities,
 // absolute), FAST_ATTN_TOL (WMMA f16 attention against `attend`, absolute, |V| ~ 1).
-use strata::gpu::selftest::reference::{q8_0_scalar_order, router_reference, GLU_TOL, PROB_TOL};
+use strata::gpu::selftest::reference::{GLU_TOL, PROB_TOL, q8_0_scalar_order, router_reference};
 
 /// `attend_ordered` (f32, expf) against the CPU `attend` (libm exp, f64 sums): absolute.
 pub(crate) const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;
@@ -88,7 +88,12 @@ pub(crate) fn assert_rel_floor1(dev: &str, what: &str, got: &[f32], want: &[f32]
 pub(crate) fn assert_bits(dev: &str, what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{dev} {what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.to_bits() == w.to_bits(), "{dev} {what}: element {i}: gpu {g:e} ({:#x}) cpu {w:e} ({:#x})", g.to_bits(), w.to_bits());
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{dev} {what}: element {i}: gpu {g:e} ({:#x}) cpu {w:e} ({:#x})",
+            g.to_bits(),
+            w.to_bits()
+        );
     }
 }
 pub(crate) const S: Stream = Stream::DEFAULT;
@@ -426,7 +431,6 @@ test_device!(
         assert!(ops.get_rows(&S, RowType::W(WType::Q4K), 0, 0, 1, 100, 0, 1.0).is_err());
     }
 );
-
 
 test_device!(
     fn gpu_ops_moe_router_matches_cpu(ops) {

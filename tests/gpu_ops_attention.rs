@@ -5,9 +5,9 @@
 #![cfg(feature = "gpu")]
 
 use crate::gpu_ops::*;
-use strata::cpu::attention::{attend, attend_ordered, Shape};
+use strata::cpu::attention::{Shape, attend, attend_ordered};
 use strata::gpu::ops::{AttnMode, KvFormat};
-use strata::gpu::selftest::reference::{raw_kv_bytes, FAST_ATTN_TOL};
+use strata::gpu::selftest::reference::{FAST_ATTN_TOL, raw_kv_bytes};
 use strata::kv_cache::{KvCache, KvType, LayerCache, RawRows};
 use strata::rng::SplitMix64;
 use strata::test_device;

@@ -24,11 +24,7 @@ fn mat(rng: &mut SplitMix64, rows: usize, cols: usize, scale: f32) -> Mat {
 }
 
 fn swiglu(rng: &mut SplitMix64, e: usize, ff: usize) -> SwiGlu {
-    SwiGlu {
-        gate: mat(rng, ff, e, 0.3),
-        up: mat(rng, ff, e, 0.3),
-        down: mat(rng, e, ff, 0.3),
-    }
+    SwiGlu { gate: mat(rng, ff, e, 0.3), up: mat(rng, ff, e, 0.3), down: mat(rng, e, ff, 0.3) }
 }
 
 /// A layer of `ne` experts top-`k` over width `e`, expert FFN width `ff`.
@@ -45,7 +41,13 @@ fn layer(rng: &mut SplitMix64, e: usize, ff: usize, ne: usize, k: usize) -> Moe 
 /// The MoE FFN of `n` rows of `x` with the device's router, combine and shared-expert add, the
 /// products (router, experts, shared expert) on the host in the float order `num` names:
 /// (expert ids, weights, output).
-fn on_device(ops: &strata::gpu::ops::GpuOps, moe: &Moe, x: &[f32], n: usize, num: Numerics) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+fn on_device(
+    ops: &strata::gpu::ops::GpuOps,
+    moe: &Moe,
+    x: &[f32],
+    n: usize,
+    num: Numerics,
+) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
     let (e, ne, k) = (moe.router.cols, moe.router.rows, moe.n_used);
     let mut logits = vec![0f32; n * ne];
     num.matmul(&moe.router, x, n, &mut logits);
@@ -72,9 +74,14 @@ fn on_device(ops: &strata::gpu::ops::GpuOps, moe: &Moe, x: &[f32], n: usize, num
     ops.moe_shared_add(&S, out.ptr, shb.ptr, gb.ptr, e as u32, n as u32).unwrap();
     // The executor's form: the shared expert added by the combine's own launch, the same bits.
     let fused = zeros(ops, n * e * 4);
-    ops.moe_combine_with(&S, yb.ptr, mb.ptr, wb.ptr, fused.ptr, Some((shb.ptr, gb.ptr)), e as u32, n as u32, k as u32).unwrap();
+    ops.moe_combine_with(&S, yb.ptr, mb.ptr, wb.ptr, fused.ptr, Some((shb.ptr, gb.ptr)), e as u32, n as u32, k as u32)
+        .unwrap();
     assert_bits(device_name(ops), "combine with the shared expert in one launch", &fused.f32s(), &out.f32s());
-    assert!(ops.moe_combine_with(&S, yb.ptr, mb.ptr, wb.ptr, fused.ptr, Some((0, gb.ptr)), e as u32, n as u32, k as u32).is_err(), "shared rows at 0");
+    assert!(
+        ops.moe_combine_with(&S, yb.ptr, mb.ptr, wb.ptr, fused.ptr, Some((0, gb.ptr)), e as u32, n as u32, k as u32)
+            .is_err(),
+        "shared rows at 0"
+    );
     (ids, wb.f32s(), out.f32s())
 }
 

@@ -10,8 +10,8 @@ use crate::gpu_ops::*;
 use strata::cpu::flash_next::Numerics;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GdnBuffers, GdnDeviceState, GdnShape, GpuOps};
-use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};
 use strata::model::Mat;
+use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};
 use strata::rng::SplitMix64;
 use strata::test_device;
 
@@ -45,13 +45,7 @@ fn layer(rng: &mut SplitMix64, hk: usize, hv: usize, s: usize, k: usize) -> Gdn 
 }
 
 fn shape(g: &Gdn) -> GdnShape {
-    GdnShape {
-        hk: g.hk as u32,
-        hv: g.hv as u32,
-        head_dim: g.s as u32,
-        conv_k: g.conv_k as u32,
-        eps: g.eps,
-    }
+    GdnShape { hk: g.hk as u32, hv: g.hv as u32, head_dim: g.s as u32, conv_k: g.conv_k as u32, eps: g.eps }
 }
 
 fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
@@ -72,12 +66,7 @@ impl<'a> DevLayer<'a> {
         DevLayer {
             ops,
             shape: shape(g),
-            consts: [
-                upf(ops, &g.conv),
-                upf(ops, &g.dt_bias),
-                upf(ops, &g.a),
-                upf(ops, &g.norm),
-            ],
+            consts: [upf(ops, &g.conv), upf(ops, &g.dt_bias), upf(ops, &g.a), upf(ops, &g.norm)],
             conv_state: upf(ops, &st.conv),
             delta_state: upf(ops, &st.m),
         }

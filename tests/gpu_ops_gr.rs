@@ -9,8 +9,8 @@ use crate::gpu_ops::*;
 use strata::cpu::flash_next::Numerics;
 use strata::cpu::prelude::*;
 use strata::gpu::ops::{GpuOps, GrShape};
-use strata::model::qwen4exp::gr::HyperConn;
 use strata::model::Mat;
+use strata::model::qwen4exp::gr::HyperConn;
 use strata::rng::SplitMix64;
 use strata::test_device;
 
@@ -36,10 +36,7 @@ fn assert_close(dev: &str, what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{dev} {what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let e = (g - w).abs() / w.abs().max(1.0);
-        assert!(
-            e <= GR_TOL,
-            "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GR_TOL:e})"
-        );
+        assert!(e <= GR_TOL, "{dev} {what}: element {i}: gpu {g:e} cpu {w:e} (rel {e:e} > {GR_TOL:e})");
     }
 }
 
@@ -47,26 +44,19 @@ fn assert_close(dev: &str, what: &str, got: &[f32], want: &[f32]) {
 /// `num` names): (flat, block input).
 fn read_on_device(ops: &GpuOps, h: &HyperConn, r: &[f32], n: usize, num: Numerics) -> (Vec<f32>, Vec<f32>) {
     let (hc, e, lr) = (h.hc, h.n_embd, h.down.rows);
-    let shape = GrShape {
-        hc: hc as u32,
-        e: e as u32,
-        eps: h.eps,
-    };
+    let shape = GrShape { hc: hc as u32, e: e as u32, eps: h.eps };
     let (rb, gb, fb) = (upf(ops, r), upf(ops, &h.norm), zeros(ops, n * hc * e * 4));
-    ops.gr_stream_norm(&S, &shape, rb.ptr, gb.ptr, fb.ptr, None, n as u32)
-        .unwrap();
+    ops.gr_stream_norm(&S, &shape, rb.ptr, gb.ptr, fb.ptr, None, n as u32).unwrap();
     let flat = fb.f32s();
     let mut lo = vec![0f32; n * lr];
     num.matmul(&h.down, &flat, n, &mut lo);
     let lob = upf(ops, &lo);
-    ops.gr_lowrank_act(&S, &shape, lob.ptr, None, (n * lr) as u32)
-        .unwrap();
+    ops.gr_lowrank_act(&S, &shape, lob.ptr, None, (n * lr) as u32).unwrap();
     let lo = lob.f32s();
     let mut gate = vec![0f32; n * hc * e];
     num.matmul(&h.up, &lo, n, &mut gate);
     let (gab, xb) = (upf(ops, &gate), zeros(ops, n * e * 4));
-    ops.gr_gate_mix(&S, &shape, fb.ptr, gab.ptr, xb.ptr, n as u32)
-        .unwrap();
+    ops.gr_gate_mix(&S, &shape, fb.ptr, gab.ptr, xb.ptr, n as u32).unwrap();
     (flat, xb.f32s())
 }
 

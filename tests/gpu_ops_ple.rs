@@ -43,7 +43,13 @@ fn block<'a>(c: &'a Consts, hc: usize, e: usize, kp: usize, dil: usize) -> PleBl
 }
 
 fn shape(b: &PleBlock) -> PleShape {
-    PleShape { hc: b.hc as u32, e: b.e as u32, conv_kernel: b.conv_kernel as u32, dilation: b.dilation as u32, eps: b.eps }
+    PleShape {
+        hc: b.hc as u32,
+        e: b.e as u32,
+        conv_kernel: b.conv_kernel as u32,
+        dilation: b.dilation as u32,
+        eps: b.eps,
+    }
 }
 
 /// One sequence on the device: constants and history uploaded once.
@@ -65,7 +71,16 @@ impl<'a> DevBlock<'a> {
         let ops = self.ops;
         let (kb, vb, rb) = (upf(ops, key), upf(ops, val), upf(ops, r));
         let (gv, nn) = (zeros(ops, r.len() * 4), zeros(ops, r.len() * 4));
-        let b = PleBuffers { key: kb.ptr, val: vb.ptr, r: rb.ptr, norms: self.norms.ptr, taps: self.taps.ptr, hist: self.hist.ptr, gv: gv.ptr, nn: nn.ptr };
+        let b = PleBuffers {
+            key: kb.ptr,
+            val: vb.ptr,
+            r: rb.ptr,
+            norms: self.norms.ptr,
+            taps: self.taps.ptr,
+            hist: self.hist.ptr,
+            gv: gv.ptr,
+            nn: nn.ptr,
+        };
         ops.ple_block(&S, &self.shape, &b, n as u32).expect("ple_block");
         rb.f32s()
     }

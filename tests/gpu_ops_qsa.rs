@@ -107,7 +107,8 @@ struct DevLayer<'a> {
 impl<'a> DevLayer<'a> {
     fn new(ops: &'a GpuOps, q: &Qsa, kv_type: KvType, capacity: usize) -> DevLayer<'a> {
         let (kv, d, hd) = (q.n_head_kv, q.head_dim, q.n_head * q.head_dim);
-        let (ih, idim, ratio, budget) = q.indexer.as_ref().map_or((1, 1, 1, 1), |ix| (ix.heads, ix.dim, ix.ratio, ix.top_k + ix.ratio - 1));
+        let (ih, idim, ratio, budget) =
+            q.indexer.as_ref().map_or((1, 1, 1, 1), |ix| (ix.heads, ix.dim, ix.ratio, ix.top_k + ix.ratio - 1));
         let ixn = |f: fn(&Indexer) -> &Vec<f32>| q.indexer.as_ref().map_or(vec![0.0], |ix| f(ix).clone());
         let table = GpuOps::rope_table_ggml(q.rope_base, 1.0, q.n_rot, capacity);
         let n = 8;
@@ -202,7 +203,8 @@ impl<'a> DevLayer<'a> {
         let bytes = self.cache[which].bytes();
         match cpu {
             KvRows::F16(v) => {
-                let got: Vec<u16> = bytes[..values * 2].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+                let got: Vec<u16> =
+                    bytes[..values * 2].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
                 assert_eq!(&got, v, "{dev}: f16 cache {which}");
             }
             KvRows::Int8 { q, scale, .. } => {
@@ -224,7 +226,15 @@ fn max_rel(dev: &str, what: &str, got: &[f32], want: &[f32]) -> f32 {
 /// names) and the device, checking every window's output (bit for bit in `Numerics::Ordered`,
 /// else within `QSA_TOL`), kept cells, caches and block keys; returns (worst error, tokens whose
 /// selection was sparse).
-fn run_sequence(ops: &GpuOps, q: &Qsa, kv: KvType, rng: &mut SplitMix64, tokens: usize, windows: &[usize], num: Numerics) -> (f32, usize) {
+fn run_sequence(
+    ops: &GpuOps,
+    q: &Qsa,
+    kv: KvType,
+    rng: &mut SplitMix64,
+    tokens: usize,
+    windows: &[usize],
+    num: Numerics,
+) -> (f32, usize) {
     let dev = device_name(ops);
     let mut dl = DevLayer::new(ops, q, kv, tokens);
     let mut cache = q.new_cache(kv);

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use strata::gpu::registry;
 use strata::gpu::device::{
-    Device, DeviceInfo, DevicePtr, EmuApi, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec, LaunchConfig, LaunchStats,
-    Module, Result as GpuResult, Stream, WaitCond,
+    Device, DeviceInfo, DevicePtr, EmuApi, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec,
+    LaunchConfig, LaunchStats, Module, Result as GpuResult, Stream, WaitCond,
 };
+use strata::gpu::registry;
 use strata::gpu::selftest::{self, Options, Shapes};
 
 fn tmp(name: &str) -> PathBuf {
@@ -41,7 +41,12 @@ fn run_selftest(report: &PathBuf, env: &[(&str, &str)]) -> (std::process::Output
     cmd.envs(env.iter().copied());
     let out = cmd.output().expect("running strata");
     let text = std::fs::read_to_string(report).unwrap_or_else(|e| {
-        panic!("no report at {} ({e}); stdout:\n{}\nstderr:\n{}", report.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "no report at {} ({e}); stdout:\n{}\nstderr:\n{}",
+            report.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     let v: Value = serde_json::from_str(&text).expect("report is JSON");
     (out, v)
@@ -97,7 +102,8 @@ fn gpu_selftest_emu_report_every_kernel_passes() {
         }
     }
 
-    let kernels: std::collections::BTreeMap<&str, &Value> = v["kernels"].as_array().unwrap().iter().map(|k| (k["name"].as_str().unwrap(), k)).collect();
+    let kernels: std::collections::BTreeMap<&str, &Value> =
+        v["kernels"].as_array().unwrap().iter().map(|k| (k["name"].as_str().unwrap(), k)).collect();
     let expected = expected_kernels();
     assert!(expected.len() >= 130, "{} kernels", expected.len());
     for k in &expected {
@@ -115,7 +121,8 @@ fn gpu_selftest_emu_report_every_kernel_passes() {
 fn gpu_selftest_corrupted_reference_fails() {
     let report = tmp("corrupt.json");
     let only = "rms_norm_f32,mmvq_q4_k_q8_1_c2,quantize_q8_1,attn_fast_f16_d64,moe_router";
-    let (out, v) = run_selftest(&report, &[("STRATA_SELFTEST_ONLY", only), ("STRATA_SELFTEST_CORRUPT", "mmvq_q4_k_q8_1_c2")]);
+    let (out, v) =
+        run_selftest(&report, &[("STRATA_SELFTEST_ONLY", only), ("STRATA_SELFTEST_CORRUPT", "mmvq_q4_k_q8_1_c2")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a failing check must fail the command");
     assert!(stderr.contains("selftest failed") && stderr.contains("mmvq_q4_k_q8_1_c2"), "{stderr}");
@@ -302,7 +309,11 @@ fn gpu_selftest_timed_device_reports_gbs_and_peak_share() {
     info.name = "AMD Radeon RX 7900 XTX".into();
     info.runtime = "HIP runtime 6.4.43483 at /opt/rocm/lib/libamdhip64.so".into();
     let card = SimulatedCard { inner, info, launches: AtomicU32::new(0), marks: Mutex::new(Vec::new()) };
-    let opts = Options { shapes: Some(Shapes::Small), only: vec!["rms_norm_f32".into(), "mmvq_q8_0_q8_1_c1".into()], ..Default::default() };
+    let opts = Options {
+        shapes: Some(Shapes::Small),
+        only: vec!["rms_norm_f32".into(), "mmvq_q8_0_q8_1_c1".into()],
+        ..Default::default()
+    };
     let mut seen = 0;
     let rep = selftest::run_suite(Arc::new(card), &opts, &mut |_| seen += 1).expect("suite runs");
     assert!(rep.pass(), "{}", rep.summary());

@@ -44,7 +44,8 @@ fn newer_runtime_present() -> bool {
 
 fn runtime_version(lib: &libloading::Library) -> i32 {
     // SAFETY: `hipError_t hipRuntimeGetVersion(int*)` in every HIP release.
-    let f = unsafe { lib.get::<unsafe extern "C" fn(*mut i32) -> u32>(b"hipRuntimeGetVersion\0") }.expect("hipRuntimeGetVersion");
+    let f = unsafe { lib.get::<unsafe extern "C" fn(*mut i32) -> u32>(b"hipRuntimeGetVersion\0") }
+        .expect("hipRuntimeGetVersion");
     let mut v = 0;
     // SAFETY: valid out-pointer.
     assert_eq!(unsafe { f(&mut v) }, 0, "hipRuntimeGetVersion failed");
@@ -86,7 +87,10 @@ fn hip_debian_runtime_symbols_and_version() {
             let mut n = -1;
             (init(0), get_count(&mut n), n)
         };
-        eprintln!("HIP {} without a card: hipInit -> {init_rc}, hipGetDeviceCount -> {count_rc} (count {count})", version_text(v));
+        eprintln!(
+            "HIP {} without a card: hipInit -> {init_rc}, hipGetDeviceCount -> {count_rc} (count {count})",
+            version_text(v)
+        );
         assert!([100, 101, 35].contains(&init_rc), "hipInit returned {init_rc}");
         assert!(count_rc == 100 || count <= 0, "hipGetDeviceCount returned {count_rc}, count {count}");
     }

@@ -8,7 +8,7 @@ mod toolchain;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use toolchain::{detect_rustup, detect_toolchain, nested_env, nested_rustflags, Toolchain, INSTALL_HELP};
+use toolchain::{INSTALL_HELP, Toolchain, detect_rustup, detect_toolchain, nested_env, nested_rustflags};
 
 /// A temporary directory removed on drop.
 struct Tmp(PathBuf);
@@ -71,7 +71,13 @@ fn route2_detected_with_rust_src() {
     let rustup = t.0.join("bin/rustup").display().to_string();
     assert_eq!(
         tc,
-        Toolchain { route: "rustup", cargo: vec![rustup, "run".into(), "nightly".into(), "cargo".into()], rustc: None, src_root: None, clang: None }
+        Toolchain {
+            route: "rustup",
+            cargo: vec![rustup, "run".into(), "nightly".into(), "cargo".into()],
+            rustc: None,
+            src_root: None,
+            clang: None
+        }
     );
     // Route 2 links with nightly's own rust-lld: no clang-driver flags, the gpu-kernels
     // build script is told to pass `--undefined-version` directly, no RUSTC/RUSTC_BOOTSTRAP
@@ -114,7 +120,8 @@ fn route2_needs_llvm_as_and_a_nightly() {
 fn no_route_lists_both_reasons_and_the_install_help_names_both_routes() {
     let empty = Tmp::new("none");
     let env: HashMap<&'static str, String> =
-        [("PATH", empty.0.display().to_string()), ("KERNEL_CARGO", empty.0.join("no-cargo").display().to_string())].into();
+        [("PATH", empty.0.display().to_string()), ("KERNEL_CARGO", empty.0.join("no-cargo").display().to_string())]
+            .into();
     let e = detect_toolchain(&var(&env)).expect_err("nothing installed");
     assert!(e.contains("route 1 (system rustc + clang-22):") && e.contains("no-cargo not found"), "{e}");
     assert!(e.contains("route 2 (rustup nightly + rust-src): rustup not found in PATH"), "{e}");
@@ -137,7 +144,8 @@ fn route2_on_the_real_rustup_agrees_with_its_sysroot() {
         println!("no rustup on this machine: skipped");
         return;
     };
-    let out = std::process::Command::new(&rustup).args(["run", "nightly", "rustc", "--print", "sysroot"]).output().unwrap();
+    let out =
+        std::process::Command::new(&rustup).args(["run", "nightly", "rustc", "--print", "sysroot"]).output().unwrap();
     let r = detect_rustup(&real);
     if !out.status.success() {
         assert!(r.is_err(), "no nightly, yet route 2 was accepted");

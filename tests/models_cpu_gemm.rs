@@ -44,7 +44,12 @@ fn last_logits(e: &strata::Engine, prompt: &[u32]) -> Vec<f32> {
 #[test]
 fn gemma3_tiles_long_prompt_close_to_llama_cpp() {
     let g = read_json("gemma3-270m-q4_k_m/greedy.json");
-    let long = g["results"].as_array().unwrap().iter().max_by_key(|r| r["prompt_token_ids"].as_array().unwrap().len()).unwrap();
+    let long = g["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|r| r["prompt_token_ids"].as_array().unwrap().len())
+        .unwrap();
     let prompt = ids(&long["prompt_token_ids"]);
     assert!(prompt.len() >= 16, "the long prompt has {} tokens", prompt.len());
     let (e, nv) = (tiles(), tiles().model.n_vocab());
@@ -72,7 +77,9 @@ fn gemma3_tiles_long_prompt_close_to_llama_cpp() {
             worst = worst.max((logits[..nv][id] as f64 - want).abs());
         }
     }
-    eprintln!("tiles: top-10 logits of the long prompt: max |diff| vs llama.cpp {worst:.4} (tolerance {TOP10_LOGIT_TOL})");
+    eprintln!(
+        "tiles: top-10 logits of the long prompt: max |diff| vs llama.cpp {worst:.4} (tolerance {TOP10_LOGIT_TOL})"
+    );
     assert!(worst <= TOP10_LOGIT_TOL, "top-10 logits differ by up to {worst}");
 }
 
@@ -159,11 +166,17 @@ fn smollm2_tiles_decode_close_to_the_ordered_reference() {
          default vs ordered {default_vs_ordered:.3e} (agree {default_agree}), tiles vs default {tiles_vs_default:.3e}"
     );
     if cpu_kernels::Gemm::tiles_apply(cpu_kernels::GgmlType::Q4_1, 1) {
-        assert!(tiles_vs_default > 0.0, "--cpu-gemm tiles decoded with the default's bits: the decode tiles did not run");
+        assert!(
+            tiles_vs_default > 0.0,
+            "--cpu-gemm tiles decoded with the default's bits: the decode tiles did not run"
+        );
     }
     assert!(
         tiles_vs_ordered <= DECODE_REL_TO_DEFAULT * default_vs_ordered,
         "tiles decode logits differ from the ordered reference by {tiles_vs_ordered} (the default kernels: {default_vs_ordered})"
     );
-    assert!(tiles_agree + 1 >= default_agree, "tiles decode argmax agrees with the ordered reference on {tiles_agree} of {steps} steps (the default: {default_agree})");
+    assert!(
+        tiles_agree + 1 >= default_agree,
+        "tiles decode argmax agrees with the ordered reference on {tiles_agree} of {steps} steps (the default: {default_agree})"
+    );
 }

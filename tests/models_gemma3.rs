@@ -34,10 +34,7 @@ const GREEDY_IDENTICAL: usize = 16;
 fn check_greedy(label: &str, got: &[u32], want: &[u32]) {
     let ok = first_mismatch(got, want).unwrap_or(got.len().min(want.len()));
     eprintln!("{label}: {ok}/{} greedy tokens identical to llama.cpp", want.len());
-    assert!(
-        ok >= GREEDY_IDENTICAL.min(want.len()),
-        "{label}: diverged at token {ok}\n got  {got:?}\n want {want:?}"
-    );
+    assert!(ok >= GREEDY_IDENTICAL.min(want.len()), "{label}: diverged at token {ok}\n got  {got:?}\n want {want:?}");
 }
 
 fn greedy(prompt: &[u32], n: usize) -> Vec<u32> {
@@ -105,7 +102,10 @@ fn gemma3_top10_logits_close_to_llama_cpp() {
                 assert!(d <= tol, "{:?} step {k} token {id}: {} vs {want} (tolerance {tol})", r["prompt"], row[id]);
                 if d > worst {
                     worst = d;
-                    eprintln!("top-10: new worst {d:.4} at {:?} step {k} token {id}: {} vs {want}", r["prompt"], row[id]);
+                    eprintln!(
+                        "top-10: new worst {d:.4} at {:?} step {k} token {id}: {} vs {want}",
+                        r["prompt"], row[id]
+                    );
                 }
             }
         }
@@ -187,7 +187,8 @@ fn gemma3_chunked_prefill_and_int8_cache_agree() {
     // Same math, different batching: llama.cpp (which we copy) uses other kernels, hence other
     // summation orders, for batches of 3 and of 20 tokens, and on Gemma 3 that alone moves
     // logits by up to ~1 (one flipped activation quant is enough). So: close, not equal.
-    let rms_chunked = (whole.iter().zip(&chunked).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>() / whole.len() as f64).sqrt();
+    let rms_chunked =
+        (whole.iter().zip(&chunked).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>() / whole.len() as f64).sqrt();
     eprintln!("chunked prefill vs whole: max |diff| {}, rms {rms_chunked:.4}", maxd(&whole, &chunked));
     assert!(rms_chunked < CHUNKED_RMS_TOL, "chunked prefill: rms logit difference {rms_chunked}");
     // int8 KV is an approximation: logits stay within a loose band and greedy at the end agrees.

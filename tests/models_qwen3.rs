@@ -3,8 +3,8 @@
 
 use strata::cpu::prelude::*;
 use strata::kv_cache::KvType;
-use strata::model::Model;
 use strata::model::Logits;
+use strata::model::Model;
 
 use crate::models_util::{TinyCfg, TinyModel, max_abs_diff};
 
@@ -16,7 +16,19 @@ const F32_LOGIT_TOL: f64 = 5e-3;
 const Q8_LOGIT_TOL: f64 = 0.1;
 
 pub fn qwen3_cfg() -> TinyCfg {
-    TinyCfg { n_vocab: 96, n_embd: 64, n_layer: 2, n_head: 4, n_head_kv: 2, head_dim: 32, n_ff: 96, moe: None, rope_base: 10000.0, eps: 1e-6, gemma_window: None }
+    TinyCfg {
+        n_vocab: 96,
+        n_embd: 64,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 32,
+        n_ff: 96,
+        moe: None,
+        rope_base: 10000.0,
+        eps: 1e-6,
+        gemma_window: None,
+    }
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {

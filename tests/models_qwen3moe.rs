@@ -3,8 +3,8 @@
 
 use strata::cpu::prelude::*;
 use strata::kv_cache::KvType;
-use strata::model::Model;
 use strata::model::Logits;
+use strata::model::Model;
 
 use crate::models_qwen3::check_against_reference;
 use crate::models_util::{TinyCfg, TinyModel, ids, read_json, reference};
@@ -25,7 +25,8 @@ fn qwen3moe_f32_matches_scalar_reference() {
 fn check_tiny(variant: &str, tol: f64, n_greedy: usize) {
     let g = read_json(&format!("tiny-qwen3moe/ref-{variant}/greedy.json"));
     let model = Model::load(&reference(&format!("tiny-qwen3moe/tiny-qwen3moe-v1024-{variant}.gguf"))).unwrap();
-    let (shape, want) = strata::npy::read_f32(&reference(&format!("tiny-qwen3moe/ref-{variant}/prompt1_all_logits.npy"))).unwrap();
+    let (shape, want) =
+        strata::npy::read_f32(&reference(&format!("tiny-qwen3moe/ref-{variant}/prompt1_all_logits.npy"))).unwrap();
     let r0 = &g["results"][0];
     let prompt = ids(&r0["prompt_token_ids"]);
     assert_eq!(shape, vec![prompt.len(), model.n_vocab]);
@@ -40,7 +41,11 @@ fn check_tiny(variant: &str, tol: f64, n_greedy: usize) {
             at = i;
         }
     }
-    eprintln!("tiny-qwen3moe {variant}: max |logit diff| vs llama.cpp {max:.2e} (pos {}, token {})", at / model.n_vocab, at % model.n_vocab);
+    eprintln!(
+        "tiny-qwen3moe {variant}: max |logit diff| vs llama.cpp {max:.2e} (pos {}, token {})",
+        at / model.n_vocab,
+        at % model.n_vocab
+    );
     assert!(got.iter().all(|x| x.is_finite()), "{variant}: non-finite logits");
     assert!(max <= tol, "{variant}: max diff {max} at {at}");
     // Greedy continuations (teacher-free) for every prompt.
@@ -52,12 +57,17 @@ fn check_tiny(variant: &str, tol: f64, n_greedy: usize) {
         model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
         let mut out = Vec::new();
         while out.len() < want.len() {
-            let t = logits.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
+            let t =
+                logits.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
             out.push(t);
             model.eval(&mut sess, &[t], Logits::Last, &mut logits).unwrap();
         }
         let ok = out.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        eprintln!("tiny-qwen3moe {variant} prompt of {} tokens: {ok}/{} greedy tokens identical", prompt.len(), want.len());
+        eprintln!(
+            "tiny-qwen3moe {variant} prompt of {} tokens: {ok}/{} greedy tokens identical",
+            prompt.len(),
+            want.len()
+        );
         assert!(ok >= n_greedy.min(want.len()), "{variant}: diverged at {ok}\n got  {out:?}\n want {want:?}");
     }
 }

@@ -39,36 +39,14 @@ fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
         _ => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
     };
     let header = std::str::from_utf8(&b[hstart..hstart + hlen]).expect("utf-8 npy header");
-    assert!(
-        header.contains("'<f4'"),
-        "{}: want <f4, header {header}",
-        path.display()
-    );
-    assert!(
-        header.contains("'fortran_order': False"),
-        "{}: want C order",
-        path.display()
-    );
-    let shape_s = header
-        .split("'shape': (")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .expect("npy shape");
-    let shape: Vec<usize> = shape_s
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect();
-    let data: Vec<f32> = b[hstart + hlen..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(
-        data.len(),
-        shape.iter().product::<usize>(),
-        "{}: data length",
-        path.display()
-    );
+    assert!(header.contains("'<f4'"), "{}: want <f4, header {header}", path.display());
+    assert!(header.contains("'fortran_order': False"), "{}: want C order", path.display());
+    let shape_s = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).expect("npy shape");
+    let shape: Vec<usize> =
+        shape_s.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let data: Vec<f32> =
+        b[hstart + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>(), "{}: data length", path.display());
     (shape, data)
 }
 
@@ -83,14 +61,9 @@ pub(crate) struct RefSeq {
 pub(crate) fn load_refs(variant: &str) -> Vec<RefSeq> {
     let dir = ref_dir().join("ref").join(variant);
     let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("ref.json")).expect("ref.json"))
-            .expect("ref.json parses");
+        serde_json::from_slice(&std::fs::read(dir.join("ref.json")).expect("ref.json")).expect("ref.json parses");
     let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
+        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
     };
     j["sequences"]
         .as_array()
@@ -132,12 +105,7 @@ pub(crate) fn compare(got: &[f32], want: &[f32], vocab: usize) -> Cmp {
     let (mut max_abs, mut sum, mut worst_row) = (0f32, 0f64, 0);
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let d = (g - w).abs();
-        assert!(
-            d.is_finite(),
-            "non-finite logit at row {} col {}: {g} vs {w}",
-            i / vocab,
-            i % vocab
-        );
+        assert!(d.is_finite(), "non-finite logit at row {} col {}: {g} vs {w}", i / vocab, i % vocab);
         if d > max_abs {
             max_abs = d;
             worst_row = i / vocab;
@@ -155,13 +123,7 @@ pub(crate) fn compare(got: &[f32], want: &[f32], vocab: usize) -> Cmp {
             max_flip_gap = max_flip_gap.max(w[b] - w[a]);
         }
     }
-    Cmp {
-        max_abs,
-        mean_abs: sum / got.len() as f64,
-        argmax_agree: agree as f64 / rows as f64,
-        max_flip_gap,
-        worst_row,
-    }
+    Cmp { max_abs, mean_abs: sum / got.len() as f64, argmax_agree: agree as f64 / rows as f64, max_flip_gap, worst_row }
 }
 
 pub(crate) fn model(file: &str) -> Qwen4Exp {
@@ -176,11 +138,7 @@ fn worse(a: Cmp, b: Cmp) -> Cmp {
         mean_abs: a.mean_abs.max(b.mean_abs),
         argmax_agree: a.argmax_agree.min(b.argmax_agree),
         max_flip_gap: a.max_flip_gap.max(b.max_flip_gap),
-        worst_row: if b.max_abs > a.max_abs {
-            b.worst_row
-        } else {
-            a.worst_row
-        },
+        worst_row: if b.max_abs > a.max_abs { b.worst_row } else { a.worst_row },
     }
 }
 
@@ -209,19 +167,10 @@ fn run_variant(m: &Qwen4Exp, variant: &str, kv: KvType, check_greedy: bool) -> (
         for (i, (&a, &b)) in ids.iter().zip(&s.greedy).enumerate() {
             if a != b {
                 let r = &s.gen_logits.1[i * v..(i + 1) * v];
-                eprintln!(
-                    "  {variant} {} step {i}: ours {a} ({}) ref {b} ({})",
-                    s.name, r[a as usize], r[b as usize]
-                );
+                eprintln!("  {variant} {} step {i}: ours {a} ({}) ref {b} ({})", s.name, r[a as usize], r[b as usize]);
             }
         }
-        eprintln!(
-            "{variant} {}: n={} prompt {:?} | gen {:?}",
-            s.name,
-            s.tokens.len(),
-            c,
-            g
-        );
+        eprintln!("{variant} {}: n={} prompt {:?} | gen {:?}", s.name, s.tokens.len(), c, g);
         if check_greedy {
             assert_eq!(ids, s.greedy, "{variant} {}: greedy ids differ", s.name);
         }
@@ -250,9 +199,7 @@ fn qwen4exp_generate_greedy_matches_llama_cpp_ids() {
     let m = model("tiny-qwen4exp-public-f32.gguf");
     for s in load_refs("f32") {
         let mut st = m.new_state(KvType::F16);
-        let ids = m
-            .generate_greedy(&mut st, &s.tokens, s.greedy.len())
-            .unwrap();
+        let ids = m.generate_greedy(&mut st, &s.tokens, s.greedy.len()).unwrap();
         assert_eq!(ids, s.greedy, "{}", s.name);
         assert_eq!(st.pos, s.tokens.len() + s.greedy.len() - 1);
     }
@@ -279,14 +226,8 @@ fn qwen4exp_q8_0_split_matches_llama_cpp() {
     let m = model("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf");
     let (p, g) = run_variant(&m, "q8_0-split", KvType::F16, false);
     for (what, c) in [("prompt", &p), ("generation", &g)] {
-        assert!(
-            c.max_abs <= TOL_MAX && c.mean_abs <= TOL_MEAN,
-            "{what} logits: {c:?}"
-        );
-        assert!(
-            c.max_flip_gap <= MAX_FLIP_GAP,
-            "{what} argmax flips where llama.cpp is not tied: {c:?}"
-        );
+        assert!(c.max_abs <= TOL_MAX && c.mean_abs <= TOL_MEAN, "{what} logits: {c:?}");
+        assert!(c.max_flip_gap <= MAX_FLIP_GAP, "{what} argmax flips where llama.cpp is not tied: {c:?}");
     }
 }
 
@@ -332,59 +273,37 @@ fn qwen4exp_errors_are_typed() {
     use strata::EngineError;
     let m = model("tiny-qwen4exp-public-f32.gguf");
     let mut st = m.new_state(KvType::F16);
-    assert!(matches!(
-        m.forward(&mut st, &[1, 2], 5),
-        Err(EngineError::Position {
-            expected: 0,
-            got: 5
-        })
-    ));
-    assert!(matches!(
-        m.forward(&mut st, &[1, 5000], 0),
-        Err(EngineError::BadTokenAt {
-            token: 5000,
-            index: 1,
-            ..
-        })
-    ));
+    assert!(matches!(m.forward(&mut st, &[1, 2], 5), Err(EngineError::Position { expected: 0, got: 5 })));
+    assert!(matches!(m.forward(&mut st, &[1, 5000], 0), Err(EngineError::BadTokenAt { token: 5000, index: 1, .. })));
     assert_eq!(st.pos, 0, "a rejected call leaves the state alone");
     assert_eq!(m.forward(&mut st, &[], 0).unwrap().len(), 0);
 
     // Copies of the f32 model with one key dropped or one tensor reshaped.
     let g = gguf::GgufFile::open(&ref_dir().join("tiny-qwen4exp-public-f32.gguf")).unwrap();
-    let rebuild_with =
-        |drop_key: Option<&str>, drop_tensor: Option<&str>, set: Option<(&str, gguf::Value)>| {
-            let mut w = gguf::GgufWriter::new();
-            for (k, v) in g.metadata() {
-                if Some(k.as_str()) != drop_key {
-                    w.add_metadata(k.clone(), v.clone());
-                }
+    let rebuild_with = |drop_key: Option<&str>, drop_tensor: Option<&str>, set: Option<(&str, gguf::Value)>| {
+        let mut w = gguf::GgufWriter::new();
+        for (k, v) in g.metadata() {
+            if Some(k.as_str()) != drop_key {
+                w.add_metadata(k.clone(), v.clone());
             }
-            if let Some((k, v)) = set {
-                w.add_metadata(k, v);
+        }
+        if let Some((k, v)) = set {
+            w.add_metadata(k, v);
+        }
+        for t in g.tensors() {
+            if Some(t.name.as_str()) != drop_tensor {
+                w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec());
             }
-            for t in g.tensors() {
-                if Some(t.name.as_str()) != drop_tensor {
-                    w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec());
-                }
-            }
-            let bytes = w.to_bytes().unwrap();
-            Qwen4Exp::from_gguf(gguf::GgufFile::from_bytes("copy.gguf", bytes).unwrap())
-        };
-    let rebuild = |drop_key: Option<&str>, drop_tensor: Option<&str>| {
-        rebuild_with(drop_key, drop_tensor, None)
+        }
+        let bytes = w.to_bytes().unwrap();
+        Qwen4Exp::from_gguf(gguf::GgufFile::from_bytes("copy.gguf", bytes).unwrap())
     };
-    let err = rebuild(Some("qwen4exp.ssm.state_size"), None)
-        .err()
-        .expect("missing key must fail");
+    let rebuild = |drop_key: Option<&str>, drop_tensor: Option<&str>| rebuild_with(drop_key, drop_tensor, None);
+    let err = rebuild(Some("qwen4exp.ssm.state_size"), None).err().expect("missing key must fail");
     assert!(err.to_string().contains("qwen4exp.ssm.state_size"), "{err}");
-    let err = rebuild(Some("qwen4exp.rope.dimension_sections"), None)
-        .err()
-        .expect("missing sections must fail");
+    let err = rebuild(Some("qwen4exp.rope.dimension_sections"), None).err().expect("missing sections must fail");
     assert!(err.to_string().contains("rope.dimension_sections"), "{err}");
-    let err = rebuild(None, Some("blk.3.indexer.k_norm.weight"))
-        .err()
-        .expect("missing tensor must fail");
+    let err = rebuild(None, Some("blk.3.indexer.k_norm.weight")).err().expect("missing tensor must fail");
     assert!(
         matches!(&err, EngineError::MissingShaped { name, expected }
             if name == "blk.3.indexer.k_norm.weight" && !expected.is_empty()),
@@ -399,26 +318,15 @@ fn qwen4exp_errors_are_typed() {
         ("qwen4exp.attention.head_count_kv", Value::U32(3)),
         ("qwen4exp.ple.layers", Value::Array(vec![Value::U32(3)])),
         ("qwen4exp.ssm.inner_size", Value::U32(100)),
-        (
-            "qwen4exp.attention.compress_ratios",
-            Value::Array(vec![Value::U32(0); 2]),
-        ),
+        ("qwen4exp.attention.compress_ratios", Value::Array(vec![Value::U32(0); 2])),
     ] {
-        let err = rebuild_with(None, None, Some((key, v)))
-            .err()
-            .unwrap_or_else(|| panic!("{key} must be rejected"));
-        assert!(
-            matches!(err, EngineError::BadMetadata { .. }) && err.to_string().contains(key),
-            "{key}: {err}"
-        );
+        let err = rebuild_with(None, None, Some((key, v))).err().unwrap_or_else(|| panic!("{key} must be rejected"));
+        assert!(matches!(err, EngineError::BadMetadata { .. }) && err.to_string().contains(key), "{key}: {err}");
     }
     // output.weight is optional: the head falls back to the tied token embeddings.
     let tied = rebuild(None, Some("output.weight")).expect("tied head loads");
     let mut st = tied.new_state(KvType::F32);
-    assert_eq!(
-        tied.forward(&mut st, &[1, 2, 3], 0).unwrap().len(),
-        3 * tied.n_vocab()
-    );
+    assert_eq!(tied.forward(&mut st, &[1, 2, 3], 0).unwrap().len(), 3 * tied.n_vocab());
 }
 
 /// Selection statistics recorded from llama.cpp's own top-k tensors (fixture `checks/`:
@@ -432,17 +340,12 @@ fn qwen4exp_qsa_selection_statistics_match_llama_cpp() {
     for (s, want_dropped, want_partial) in [(&refs[1], 45, 34), (&refs[2], 281, 211)] {
         let mut st = m.new_state(KvType::F16);
         let mut tr = Trace::default();
-        m.forward_traced(&mut st, &s.tokens, 0, Some(&mut tr))
-            .unwrap();
+        m.forward_traced(&mut st, &s.tokens, 0, Some(&mut tr)).unwrap();
         assert_eq!(tr.qsa_selections.len(), 1);
         let (layer, sel) = &tr.qsa_selections[0];
         assert_eq!(*layer, 3);
         let r = 4;
-        let dropped = sel
-            .iter()
-            .enumerate()
-            .filter(|(t, c)| c.len() < t + 1)
-            .count();
+        let dropped = sel.iter().enumerate().filter(|(t, c)| c.len() < t + 1).count();
         let partial = sel
             .iter()
             .enumerate()
@@ -453,11 +356,6 @@ fn qwen4exp_qsa_selection_statistics_match_llama_cpp() {
                 })
             })
             .count();
-        assert_eq!(
-            (dropped, partial),
-            (want_dropped, want_partial),
-            "{}",
-            s.name
-        );
+        assert_eq!((dropped, partial), (want_dropped, want_partial), "{}", s.name);
     }
 }

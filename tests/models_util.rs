@@ -2,9 +2,9 @@
 //! random-weight GGUF builder for the Qwen3 family, and an independent float64 scalar forward
 //! pass (no code shared with the engine) to check the engine against.
 
-use strata::rng::SplitMix64;
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use strata::rng::SplitMix64;
 
 use gguf::{GgufWriter, Value};
 use quant::GgmlType;
@@ -229,9 +229,19 @@ impl TinyModel {
                 Some((ne, _)) => {
                     let cat = |m: &[Vec<f32>]| m.concat();
                     w.add_tensor(n("ffn_gate_inp.weight"), &[d, ne as u64], GgmlType::F32, f32v(&l.router));
-                    w.add_tensor(n("ffn_gate_exps.weight"), &[d, ff, ne as u64], ty, enc(&cat(&l.gate), d as usize, ty));
+                    w.add_tensor(
+                        n("ffn_gate_exps.weight"),
+                        &[d, ff, ne as u64],
+                        ty,
+                        enc(&cat(&l.gate), d as usize, ty),
+                    );
                     w.add_tensor(n("ffn_up_exps.weight"), &[d, ff, ne as u64], ty, enc(&cat(&l.up), d as usize, ty));
-                    w.add_tensor(n("ffn_down_exps.weight"), &[ff, d, ne as u64], down_ty, enc(&cat(&l.down), ff as usize, down_ty));
+                    w.add_tensor(
+                        n("ffn_down_exps.weight"),
+                        &[ff, d, ne as u64],
+                        down_ty,
+                        enc(&cat(&l.down), ff as usize, down_ty),
+                    );
                 }
             }
         }
@@ -266,7 +276,8 @@ impl TinyModel {
         };
         let silu = |x: f64| x / (1.0 + (-x).exp());
         let n = tokens.len();
-        let mut xs: Vec<Vec<f64>> = tokens.iter().map(|&t| f(&self.tok_embd[t as usize * d..(t as usize + 1) * d])).collect();
+        let mut xs: Vec<Vec<f64>> =
+            tokens.iter().map(|&t| f(&self.tok_embd[t as usize * d..(t as usize + 1) * d])).collect();
         for l in &self.layers {
             let mut qs = Vec::new();
             let mut ks = Vec::new();
@@ -296,7 +307,10 @@ impl TinyModel {
                     let g = h / (nh / nkv);
                     let q = &qs[i][h * hd..(h + 1) * hd];
                     let sc: Vec<f64> = (0..=i)
-                        .map(|j| q.iter().zip(&ks[j][g * hd..(g + 1) * hd]).map(|(a, b)| a * b).sum::<f64>() / (hd as f64).sqrt())
+                        .map(|j| {
+                            q.iter().zip(&ks[j][g * hd..(g + 1) * hd]).map(|(a, b)| a * b).sum::<f64>()
+                                / (hd as f64).sqrt()
+                        })
                         .collect();
                     let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();

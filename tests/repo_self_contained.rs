@@ -15,7 +15,12 @@ fn repo_files() -> Vec<PathBuf> {
     if let Ok(out) = Command::new("git").args(["ls-files", "-z"]).current_dir(root()).output()
         && out.status.success()
     {
-        return out.stdout.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| PathBuf::from(String::from_utf8_lossy(s).into_owned())).collect();
+        return out
+            .stdout
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| PathBuf::from(String::from_utf8_lossy(s).into_owned()))
+            .collect();
     }
     let mut files = Vec::new();
     let mut stack = vec![PathBuf::new()];

@@ -4,8 +4,8 @@
 //! file's own tensor directory; dense weights on Gemma 3 270M (its output head is its token
 //! embedding).
 
-use strata::engine::AnyModel;
 use strata::cpu::MatCpu;
+use strata::engine::AnyModel;
 use strata::model::{Ffn, Logits, Mat};
 use strata::residency::{Placement, Weights};
 use strata::{Engine, RunOptions};
@@ -31,7 +31,10 @@ fn mats(m: &AnyModel) -> (Vec<&Mat>, &Mat) {
             });
             (experts.collect(), &m.w.layers[0].attn.wq)
         }
-        AnyModel::Flash(q) => (q.layers.iter().flat_map(|l| l.moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down])).collect(), &q.output),
+        AnyModel::Flash(q) => (
+            q.layers.iter().flat_map(|l| l.moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down])).collect(),
+            &q.output,
+        ),
         #[cfg(feature = "gpu")]
         _ => panic!("a CPU model was expected"),
     }
@@ -79,13 +82,18 @@ fn experts_that_do_not_fit_stay_mapped_with_the_reason() {
         let msg = p.message(Weights::Experts).expect("a message when they do not fit");
         assert!(msg.contains("do not fit") && msg.contains("--mmap-experts"), "{msg}");
         assert!(mats(&e.model).0.iter().all(|m| m.is_mapped()), "{rel}");
-        assert_eq!(e.model.read_experts_into_ram(Some(bytes)), Some(Placement::Ram { bytes }), "{rel}: exactly the budget fits");
+        assert_eq!(
+            e.model.read_experts_into_ram(Some(bytes)),
+            Some(Placement::Ram { bytes }),
+            "{rel}: exactly the budget fits"
+        );
         assert!(mats(&e.model).0.iter().all(|m| !m.is_mapped()), "{rel}");
         // Read once: nothing left to copy.
         assert_eq!(e.model.read_experts_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "{rel}");
     }
     // A dense model has no experts to place.
-    let mut dense = Engine::load(&crate::models_util::gemma_path(), RunOptions { max_context: 64, ..Default::default() }).unwrap();
+    let mut dense =
+        Engine::load(&crate::models_util::gemma_path(), RunOptions { max_context: 64, ..Default::default() }).unwrap();
     assert_eq!(dense.model.read_experts_into_ram(None), None);
 }
 
@@ -116,7 +124,10 @@ fn dense_weights_are_read_into_ram_unless_mmap() {
     assert!(mm.iter().all(|m| m.is_mapped()) && memb.is_mapped(), "--mmap copied a matrix");
     assert!(rm.iter().zip(&mm).all(|(a, b)| a.data() == b.data()), "the copies differ from the file");
     // Gemma's head is its embedding: one copy serves both.
-    assert!(!remb.is_mapped() && remb.data().as_ptr() == rout.data().as_ptr(), "the tied embedding was copied twice or not at all");
+    assert!(
+        !remb.is_mapped() && remb.data().as_ptr() == rout.data().as_ptr(),
+        "the tied embedding was copied twice or not at all"
+    );
     // The copy is one region whose bytes are the file's matrices, each window once.
     let g = gguf::GgufFile::open(&crate::models_util::gemma_path()).unwrap();
     let file_bytes: u64 = g.tensors().iter().filter(|t| t.dims.len() == 2).map(|t| t.n_bytes as u64).sum();
@@ -129,9 +140,12 @@ fn dense_weights_are_read_into_ram_unless_mmap() {
 
 #[test]
 fn flash_next_dense_weights_are_read_into_ram_unless_mmap() {
-    let load = |mmap| Engine::load(&reference(FLASH), RunOptions { max_context: 64, mmap, ..Default::default() }).unwrap();
+    let load =
+        |mmap| Engine::load(&reference(FLASH), RunOptions { max_context: 64, mmap, ..Default::default() }).unwrap();
     let (mut ram, mut mapped) = (load(false), load(true));
-    let (AnyModel::Flash(r), AnyModel::Flash(m)) = (&mut ram.model, &mut mapped.model) else { panic!("CPU Flash-Next models were expected") };
+    let (AnyModel::Flash(r), AnyModel::Flash(m)) = (&mut ram.model, &mut mapped.model) else {
+        panic!("CPU Flash-Next models were expected")
+    };
     let (rd, md) = (strata::residency::flash_next_dense(r), strata::residency::flash_next_dense(m));
     assert!(rd.len() > 10 && rd.len() == md.len());
     assert!(rd.iter().all(|m| !m.is_mapped()) && md.iter().all(|m| m.is_mapped()));
@@ -162,7 +176,11 @@ fn dense_weights_that_do_not_fit_stay_mapped_and_large_ones_are_copied_in_pieces
     assert_eq!(pieces.iter().map(|&n| n as u64).sum::<u64>(), bytes);
     assert!(pieces.iter().all(|&n| n <= 8 << 20), "largest piece {:?}", pieces.iter().max());
     assert!(dense_mats(&e).0.iter().all(|m| !m.is_mapped()));
-    assert_eq!(e.model.read_dense_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "read once: nothing left to copy");
+    assert_eq!(
+        e.model.read_dense_into_ram(Some(0)),
+        Some(Placement::Ram { bytes: 0 }),
+        "read once: nothing left to copy"
+    );
 }
 
 #[test]
@@ -174,12 +192,17 @@ fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
         let e = load(FLASH, mmap_experts);
         let AnyModel::Flash(q) = &e.model else { panic!("{FLASH}: not Flash-Next") };
         for (il, l) in q.layers.iter().enumerate() {
-            let parts: [(&str, fn(&strata::model::qwen4exp::moe::SwiGlu) -> &Mat); 3] = [("gate", |x| &x.gate), ("up", |x| &x.up), ("down", |x| &x.down)];
+            let parts: [(&str, fn(&strata::model::qwen4exp::moe::SwiGlu) -> &Mat); 3] =
+                [("gate", |x| &x.gate), ("up", |x| &x.up), ("down", |x| &x.down)];
             for (name, pick) in parts {
                 let mats: Vec<&Mat> = l.moe.experts.iter().map(pick).collect();
-                let joined = Mat::joined(&mats).unwrap_or_else(|| panic!("blk.{il}.ffn_{name}_exps split apart (--mmap-experts {mmap_experts})"));
+                let joined = Mat::joined(&mats)
+                    .unwrap_or_else(|| panic!("blk.{il}.ffn_{name}_exps split apart (--mmap-experts {mmap_experts})"));
                 let t = g.tensors().iter().find(|t| t.name == format!("blk.{il}.ffn_{name}_exps.weight")).unwrap();
-                assert!(joined == g.tensor_data(t), "blk.{il}.ffn_{name}_exps: the joined range is not the file's tensor");
+                assert!(
+                    joined == g.tensor_data(t),
+                    "blk.{il}.ffn_{name}_exps: the joined range is not the file's tensor"
+                );
             }
             // Two different tensors are not one range.
             assert!(Mat::joined(&[&l.moe.experts[0].gate, &l.moe.experts[0].up]).is_none() || l.moe.experts.len() == 1);
@@ -214,7 +237,10 @@ fn expert_activations_quantized_once_give_the_per_expert_bits() {
         }
     }
     assert!(checked >= 16, "{checked}");
-    let flash = strata::model::qwen4exp::Qwen4Exp::open(&reference("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf")).unwrap();
+    let flash = strata::model::qwen4exp::Qwen4Exp::open(&reference(
+        "tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf",
+    ))
+    .unwrap();
     for l in &flash.layers {
         let x: Vec<f32> = (0..flash.hp.n_embd).map(|i| ((i * 53 % 97) as f32 - 48.0) / 30.0).collect();
         let acts = l.moe.experts[0].shared_acts(&x).expect("Q8_0 experts share");

@@ -6,8 +6,8 @@
 //! server/tests/it/faults.rs.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -120,7 +120,9 @@ fn server_engine_killed_mid_stream_under_load() {
             assert_eq!(o.status, 200, "the stream had started: {o:?}");
             let body = o.error_body.clone().unwrap_or_else(|| panic!("no error event: {o:?}"));
             match api {
-                Api::Messages => assert_eq!((&body["type"], &body["error"]["type"]), (&json!("error"), &json!(kind)), "{body}"),
+                Api::Messages => {
+                    assert_eq!((&body["type"], &body["error"]["type"]), (&json!("error"), &json!(kind)), "{body}")
+                }
                 _ => assert_eq!(body["error"]["type"], kind, "{body}"),
             }
             assert!(error_message(&o).contains("SIGKILL"), "{body}");
@@ -156,7 +158,8 @@ fn server_engine_stopped_mid_stream_is_killed_after_engine_timeout() {
         let victim = spec(Api::Completion, true, 200, "fn main() {");
         let inflight = tokio::spawn(async move { load::run_one_notify(addr, &victim, t0, Some(tx)).await });
         wait_queue(addr, 0).await;
-        let queued = tokio::spawn(async move { load::run_one(addr, &spec(Api::Messages, false, 5, "Say hi."), t0).await });
+        let queued =
+            tokio::spawn(async move { load::run_one(addr, &spec(Api::Messages, false, 5, "Say hi."), t0).await });
         let h = wait_queue(addr, 1).await;
         tokio::time::timeout(Duration::from_secs(60), first).await.expect("first token").unwrap();
         let pid = h["engine_pid"].as_u64().unwrap();
@@ -221,7 +224,10 @@ fn unreadable_model_at_start_is_a_clear_error() {
     std::fs::create_dir(&dir).unwrap();
     let mut cases = vec![(truncated.clone(), "truncated"), (text, "text.gguf"), (dir, "dir.gguf")];
     // root reads any file: drop to nobody with setpriv for the permission case.
-    let root = std::fs::read_to_string("/proc/self/status").unwrap().lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
     let as_nobody = root && Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success());
     if !root || as_nobody {
         use std::os::unix::fs::PermissionsExt;
@@ -248,7 +254,12 @@ fn unreadable_model_at_start_is_a_clear_error() {
 
     // Tokenizer fine, engine model truncated: the server stays up, requests get 503 with the
     // engine's error (its stderr) in them.
-    let srv = server_on(&["--tokenizer", model.to_str().unwrap(), "--engine-arg=-m", &format!("--engine-arg={}", truncated.display())]);
+    let srv = server_on(&[
+        "--tokenizer",
+        model.to_str().unwrap(),
+        "--engine-arg=-m",
+        &format!("--engine-arg={}", truncated.display()),
+    ]);
     let addr = srv.addr;
     rt().block_on(async move {
         let o = load::run_one(addr, &spec(Api::Chat, false, 4, "Hi"), Instant::now()).await;
@@ -274,7 +285,11 @@ fn full_disk_at_start() {
     let model = qwen();
     let mnt = d.join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mnt).status().is_ok_and(|s| s.success());
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
     if mounted {
         std::os::unix::fs::symlink(&model, mnt.join(strata::fetch::QWEN25_CODER_05B.file)).unwrap();
         if let Ok(mut f) = std::fs::File::create(mnt.join("fill")) {
@@ -282,7 +297,9 @@ fn full_disk_at_start() {
         }
         let mut cmd = Command::new(strata());
         cmd.args(["server", "--port", "0"]).env("STRATA_MODEL_DIR", &mnt).env_remove("STRATA_MODEL");
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| assert_clean_failure("strata server, full cache", &mut cmd, "No space left on device")));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            assert_clean_failure("strata server, full cache", &mut cmd, "No space left on device")
+        }));
         let _ = Command::new("umount").arg(&mnt).status();
         if let Err(e) = r {
             std::panic::resume_unwind(e);
@@ -429,7 +446,18 @@ fn ple_table_deleted_or_truncated_mid_run_direct_and_mmap() {
         let (trunk, table) = trunk_and_table(&d);
         let r = read_json("tiny-qwen4exp/ref/q8_0-split/ref.json");
         let (toks, greedy) = (ids(&r["sequences"][0]["token_ids"]), ids(&r["sequences"][0]["greedy_ids"]));
-        let args = ["-m", trunk.to_str().unwrap(), "--ple-gguf", table.to_str().unwrap(), "--ple-io", io, "--ple-cache-mb", "0", "-t", "2"];
+        let args = [
+            "-m",
+            trunk.to_str().unwrap(),
+            "--ple-gguf",
+            table.to_str().unwrap(),
+            "--ple-io",
+            io,
+            "--ple-cache-mb",
+            "0",
+            "-t",
+            "2",
+        ];
 
         // Deleted.
         let mut e = Serve::start(&args);
@@ -483,7 +511,18 @@ fn ple_table_truncated_mid_run_on_the_device() {
     let r = read_json("tiny-qwen4exp/ref/q8_0-split/ref.json");
     // A 5-token prompt runs as a window (not a prompt chunk): every read goes through the feed.
     let toks = ids(&r["sequences"][0]["token_ids"])[..5].to_vec();
-    let args = ["-m", trunk.to_str().unwrap(), "--ple-gguf", table.to_str().unwrap(), "--ple-io", "direct", "--ple-cache-mb", "0", "--device", "emu"];
+    let args = [
+        "-m",
+        trunk.to_str().unwrap(),
+        "--ple-gguf",
+        table.to_str().unwrap(),
+        "--ple-io",
+        "direct",
+        "--ple-cache-mb",
+        "0",
+        "--device",
+        "emu",
+    ];
     let mut e = Serve::start(&args);
     let (first, done) = e.generate(1, &toks, 6).unwrap();
     assert_eq!((first.len(), &done["reason"]), (6, &json!("length")), "{done}");
@@ -516,7 +555,16 @@ fn ple_table_truncated_mid_run_mmap_through_the_server() {
     let (trunk, table) = trunk_and_table(&d);
     let r = read_json("tiny-qwen4exp/ref/q8_0-split/ref.json");
     let toks = ids(&r["sequences"][0]["token_ids"]);
-    let srv = server_on(&["-m", trunk.to_str().unwrap(), "--ple-gguf", table.to_str().unwrap(), "--ple-cache-mb", "0", "-t", "2"]);
+    let srv = server_on(&[
+        "-m",
+        trunk.to_str().unwrap(),
+        "--ple-gguf",
+        table.to_str().unwrap(),
+        "--ple-cache-mb",
+        "0",
+        "-t",
+        "2",
+    ]);
     let addr = srv.addr;
     let body = json!({"prompt": toks, "max_tokens": 6, "temperature": 0.0}).to_string();
     let (table2, log) = (table.clone(), srv.log.clone());
@@ -545,7 +593,11 @@ fn ple_table_truncated_mid_run_mmap_through_the_server() {
                 println!("mmap table truncated: {msg}");
             }
             let hl = health(addr).await;
-            assert_eq!((&hl["status"], hl["engine_pid"].as_u64(), &hl["engine_restarts"]), (&json!("ok"), Some(pid), &json!(0)), "the engine kept running: {hl}");
+            assert_eq!(
+                (&hl["status"], hl["engine_pid"].as_u64(), &hl["engine_restarts"]),
+                (&json!("ok"), Some(pid), &json!(0)),
+                "the engine kept running: {hl}"
+            );
         }
         f.set_len(0).unwrap();
         f.write_all_at(&saved, 0).unwrap();

@@ -99,11 +99,14 @@ fn setup_detect_one_7900_xtx_picks_hip() {
     let t = xtx("xtx");
     let (ok, out) = setup(t.root(), &["--detect-only"], &[]);
     assert!(ok, "{out}");
-    assert_has(&out, &[
-        "GPU 0: AMD Radeon RX 7900 XTX (gfx1100), 96 CUs, 24.0 GiB VRAM, KFD node 1: supported  <- selected",
-        "==> detected: hip (GPU 0: AMD Radeon RX 7900 XTX, gfx1100)",
-        "==> backend: hip",
-    ]);
+    assert_has(
+        &out,
+        &[
+            "GPU 0: AMD Radeon RX 7900 XTX (gfx1100), 96 CUs, 24.0 GiB VRAM, KFD node 1: supported  <- selected",
+            "==> detected: hip (GPU 0: AMD Radeon RX 7900 XTX, gfx1100)",
+            "==> backend: hip",
+        ],
+    );
 }
 
 #[test]
@@ -118,12 +121,15 @@ fn setup_detect_7900_xt_plus_igpu_picks_the_discrete_card() {
     );
     let (ok, out) = setup(t.root(), &["--detect-only"], &[]);
     assert!(ok, "{out}");
-    assert_has(&out, &[
-        "GPU 0: AMD GPU [1002:164e] (gfx1036), 2 CUs, 512 MiB VRAM, KFD node 1: not supported: integrated GPU",
-        "GPU 1: AMD Radeon RX 7900 XT (gfx1100), 84 CUs, 20.0 GiB VRAM, KFD node 2: supported  <- selected",
-        "==> detected: hip (GPU 1: AMD Radeon RX 7900 XT, gfx1100)",
-        "==> backend: hip",
-    ]);
+    assert_has(
+        &out,
+        &[
+            "GPU 0: AMD GPU [1002:164e] (gfx1036), 2 CUs, 512 MiB VRAM, KFD node 1: not supported: integrated GPU",
+            "GPU 1: AMD Radeon RX 7900 XT (gfx1100), 84 CUs, 20.0 GiB VRAM, KFD node 2: supported  <- selected",
+            "==> detected: hip (GPU 1: AMD Radeon RX 7900 XT, gfx1100)",
+            "==> backend: hip",
+        ],
+    );
     let (ok, out) = setup(t.root(), &["--detect-only", "--gpu", "1"], &[]);
     assert!(ok, "{out}");
     assert_has(&out, &["==> detected: hip (GPU 1: AMD Radeon RX 7900 XT, gfx1100)"]);
@@ -139,11 +145,14 @@ fn setup_detect_only_an_igpu_picks_cpu() {
     let t = FakeSysfs::new("igpu").gpu(110003, 24, 0x15bf, 512 << 20, Some("AMD Radeon 780M"));
     let (ok, out) = setup(t.root(), &["--detect-only"], &[]);
     assert!(ok, "{out}");
-    assert_has(&out, &[
-        "GPU 0: AMD Radeon 780M (gfx1103), 12 CUs, 512 MiB VRAM, KFD node 1: not supported: integrated GPU (gfx1103 is an APU graphics core)",
-        "==> detected: cpu: no supported AMD GPU",
-        "==> backend: cpu",
-    ]);
+    assert_has(
+        &out,
+        &[
+            "GPU 0: AMD Radeon 780M (gfx1103), 12 CUs, 512 MiB VRAM, KFD node 1: not supported: integrated GPU (gfx1103 is an APU graphics core)",
+            "==> detected: cpu: no supported AMD GPU",
+            "==> backend: cpu",
+        ],
+    );
 }
 
 #[test]
@@ -151,10 +160,13 @@ fn setup_detect_unsupported_arch_picks_cpu() {
     let t = FakeSysfs::new("gfx1030").gpu(100300, 144, 0x73bf, 16 * GIB, Some("AMD Radeon RX 6800 XT"));
     let (ok, out) = setup(t.root(), &["--detect-only"], &[]);
     assert!(ok, "{out}");
-    assert_has(&out, &[
-        "GPU 0: AMD Radeon RX 6800 XT (gfx1030), 72 CUs, 16.0 GiB VRAM, KFD node 1: not supported: no code objects for gfx1030",
-        "==> backend: cpu",
-    ]);
+    assert_has(
+        &out,
+        &[
+            "GPU 0: AMD Radeon RX 6800 XT (gfx1030), 72 CUs, 16.0 GiB VRAM, KFD node 1: not supported: no code objects for gfx1030",
+            "==> backend: cpu",
+        ],
+    );
     // An explicit --backend hip is honoured (the kernels get built), but detection says why
     // there is no card to set up.
     let (ok, out) = setup(t.root(), &["--detect-only", "--backend", "hip"], &[]);
@@ -169,7 +181,14 @@ fn setup_detect_no_kfd_picks_cpu() {
     let t = TempDir::new("nokfd");
     let (ok, out) = setup(&t.0, &["--detect-only"], &[]);
     assert!(ok, "{out}");
-    assert_has(&out, &["none (the amdgpu driver is not loaded, or there is no AMD GPU)", "==> detected: cpu: no AMD GPU: no KFD topology", "==> backend: cpu"]);
+    assert_has(
+        &out,
+        &[
+            "none (the amdgpu driver is not loaded, or there is no AMD GPU)",
+            "==> detected: cpu: no AMD GPU: no KFD topology",
+            "==> backend: cpu",
+        ],
+    );
 }
 
 #[test]
@@ -178,11 +197,14 @@ fn setup_detect_malformed_sysfs_is_a_precise_error_and_cpu() {
     t.node("simd_count 192\nsimd_per_cu 2\ngfx_target_version 11O000\n");
     let (ok, out) = setup(t.root(), &["--detect-only"], &[]);
     assert!(ok, "{out}");
-    assert_has(&out, &[
-        "error: ",
-        "sys/class/kfd/kfd/topology/nodes/2/properties: line 3: gfx_target_version value \"11O000\" is not an unsigned integer",
-        "==> backend: cpu",
-    ]);
+    assert_has(
+        &out,
+        &[
+            "error: ",
+            "sys/class/kfd/kfd/topology/nodes/2/properties: line 3: gfx_target_version value \"11O000\" is not an unsigned integer",
+            "==> backend: cpu",
+        ],
+    );
 }
 
 #[test]
@@ -218,7 +240,10 @@ fn publish(index: &Path, w: &Wheel) -> u64 {
         meta.push('\n');
     }
     entries.push((format!("{info}/METADATA"), meta.into_bytes()));
-    entries.push((format!("{info}/WHEEL"), b"Wheel-Version: 1.0\nGenerator: strata-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n".to_vec()));
+    entries.push((
+        format!("{info}/WHEEL"),
+        b"Wheel-Version: 1.0\nGenerator: strata-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n".to_vec(),
+    ));
     if let Some(ep) = w.entry_points {
         entries.push((format!("{info}/entry_points.txt"), ep.as_bytes().to_vec()));
     }
@@ -229,7 +254,9 @@ fn publish(index: &Path, w: &Wheel) -> u64 {
     std::fs::create_dir_all(index.join("files")).unwrap();
     let path = index.join("files").join(&file);
     let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
-    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).unix_permissions(0o755);
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .unix_permissions(0o755);
     for (p, bytes) in &entries {
         z.start_file(p.as_str(), opts).unwrap();
         z.write_all(bytes).unwrap();
@@ -239,8 +266,11 @@ fn publish(index: &Path, w: &Wheel) -> u64 {
     let project = w.name.to_lowercase().replace('_', "-");
     let page = index.join("simple").join(&project);
     std::fs::create_dir_all(&page).unwrap();
-    std::fs::write(page.join("index.html"), format!("<!DOCTYPE html><html><body><a href=\"../../files/{file}\">{file}</a></body></html>\n"))
-        .unwrap();
+    std::fs::write(
+        page.join("index.html"),
+        format!("<!DOCTYPE html><html><body><a href=\"../../files/{file}\">{file}</a></body></html>\n"),
+    )
+    .unwrap();
     std::fs::metadata(&path).unwrap().len()
 }
 
@@ -309,7 +339,8 @@ fn setup_rocm_wheels_from_a_stand_in_index() {
     let index = work.0.join("index");
     let libs = stand_in_libraries(&work.0);
     let real_libs = libs.is_some();
-    let (hip, blas) = libs.unwrap_or_else(|| (b"not a library (stand-in wheel)".to_vec(), b"not a library either".to_vec()));
+    let (hip, blas) =
+        libs.unwrap_or_else(|| (b"not a library (stand-in wheel)".to_vec(), b"not a library either".to_vec()));
     let py = |s: &str| s.as_bytes().to_vec();
     let req = |n: &str, extra: Option<&str>| match extra {
         Some(e) => format!("Requires-Dist: {n}=={VERSION}; extra == \"{e}\""),
@@ -333,7 +364,10 @@ fn setup_rocm_wheels_from_a_stand_in_index() {
         },
         Wheel {
             name: "rocm-sdk-core",
-            files: vec![("_rocm_sdk_core/__init__.py".into(), vec![]), ("_rocm_sdk_core/lib/libamdhip64.so.7".into(), hip)],
+            files: vec![
+                ("_rocm_sdk_core/__init__.py".into(), vec![]),
+                ("_rocm_sdk_core/lib/libamdhip64.so.7".into(), hip),
+            ],
             metadata: vec![],
             entry_points: None,
         },
@@ -348,7 +382,10 @@ fn setup_rocm_wheels_from_a_stand_in_index() {
         },
         Wheel {
             name: "rocm-sdk-devel",
-            files: vec![("_rocm_sdk_devel/__init__.py".into(), vec![]), ("_rocm_sdk_devel/include/hip/hip_runtime.h".into(), py("/* stand-in */\n"))],
+            files: vec![
+                ("_rocm_sdk_devel/__init__.py".into(), vec![]),
+                ("_rocm_sdk_devel/include/hip/hip_runtime.h".into(), py("/* stand-in */\n")),
+            ],
             metadata: vec![],
             entry_points: None,
         },
@@ -378,12 +415,20 @@ fn setup_rocm_wheels_from_a_stand_in_index() {
     eprintln!("setup.sh --rocm-only:\n{text}");
 
     // The size is announced before the download, from the index's Content-Length headers.
-    assert_has(&text, &[
-        &format!("==> resolving rocm[libraries,devel]=={VERSION} from {url}"),
-        &format!("==> ROCm {VERSION} wheels: 4 files, "),
-        &format!("({total} bytes) into {}", venv.display()),
-    ]);
-    let site = std::fs::read_dir(venv.join("lib")).unwrap().flatten().map(|e| e.path().join("site-packages")).find(|p| p.is_dir()).unwrap();
+    assert_has(
+        &text,
+        &[
+            &format!("==> resolving rocm[libraries,devel]=={VERSION} from {url}"),
+            &format!("==> ROCm {VERSION} wheels: 4 files, "),
+            &format!("({total} bytes) into {}", venv.display()),
+        ],
+    );
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("site-packages"))
+        .find(|p| p.is_dir())
+        .unwrap();
     let core = site.join("_rocm_sdk_core/lib/libamdhip64.so.7");
     let blas = site.join("_rocm_sdk_libraries_gfx110X_all/lib/libhipblas.so.3");
     assert!(core.is_file() && blas.is_file(), "the wheels' libraries are not in {}:\n{text}", site.display());
@@ -394,18 +439,25 @@ fn setup_rocm_wheels_from_a_stand_in_index() {
         // The engine opened the stand-in runtime and hipBLAS from the venv.
         assert!(out.status.success(), "{text}");
         let devel = site.join("_rocm_sdk_devel");
-        assert_has(&text, &[
-            "system library path: ",
-            &format!("ROCm wheels in {}: HIP runtime 6.4.43483 at {}", venv.display(), core.display()),
-            "opens GPU 0: Fake Radeon RX 7900 XTX (gfx1100:sramecc-:xnack-)",
-            &format!("hipBLAS: hipBLAS 3.x, hipblasGemmStridedBatchedEx at {}", blas.display()),
-            "hipBLASLt: not loaded (optional)",
-            "==> ROCm ready",
-            &format!("export ROCM_PATH={}", devel.display()),
-            &format!("export LD_LIBRARY_PATH={}:{}", core.parent().unwrap().display(), blas.parent().unwrap().display()),
-            "export ROCR_VISIBLE_DEVICES=0",
-            "export STRATA_HIP_DEVICE=0",
-        ]);
+        assert_has(
+            &text,
+            &[
+                "system library path: ",
+                &format!("ROCm wheels in {}: HIP runtime 6.4.43483 at {}", venv.display(), core.display()),
+                "opens GPU 0: Fake Radeon RX 7900 XTX (gfx1100:sramecc-:xnack-)",
+                &format!("hipBLAS: hipBLAS 3.x, hipblasGemmStridedBatchedEx at {}", blas.display()),
+                "hipBLASLt: not loaded (optional)",
+                "==> ROCm ready",
+                &format!("export ROCM_PATH={}", devel.display()),
+                &format!(
+                    "export LD_LIBRARY_PATH={}:{}",
+                    core.parent().unwrap().display(),
+                    blas.parent().unwrap().display()
+                ),
+                "export ROCR_VISIBLE_DEVICES=0",
+                "export STRATA_HIP_DEVICE=0",
+            ],
+        );
     } else if built_gpu {
         // No gcc: the wheels hold placeholder bytes, which the loader cannot open.
         assert!(!out.status.success(), "{text}");
@@ -439,14 +491,22 @@ fn setup_start_script_exports_the_rocm_environment() {
     assert_eq!(cfg.engine.executable.as_deref(), Some(fake_bin.as_path()));
     assert_eq!(cfg.engine.args.as_deref(), Some(&["--device".to_string(), "hip".to_string()][..]));
     assert_eq!((cfg.tokenizer.as_deref(), cfg.port), (Some(Path::new("/models/m.gguf")), Some(9001)));
-    let run = Command::new(t.0.join("run-strata.sh")).arg("--port").arg("9002").env("LD_LIBRARY_PATH", "/before").output().unwrap();
+    let run = Command::new(t.0.join("run-strata.sh"))
+        .arg("--port")
+        .arg("9002")
+        .env("LD_LIBRARY_PATH", "/before")
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{text}{}", String::from_utf8_lossy(&run.stderr));
-    assert_has(&text, &[
-        "ROCM_PATH=/opt/my rocm\n",
-        "LD_LIBRARY_PATH=/w/core/lib:/w/libs/lib:/before\n",
-        "ROCR_VISIBLE_DEVICES=GPU-1122334455667788\n",
-        "STRATA_HIP_DEVICE=0\n",
-        &format!("args=server --config {}/strata-server.json --port 9002\n", t.0.display()),
-    ]);
+    assert_has(
+        &text,
+        &[
+            "ROCM_PATH=/opt/my rocm\n",
+            "LD_LIBRARY_PATH=/w/core/lib:/w/libs/lib:/before\n",
+            "ROCR_VISIBLE_DEVICES=GPU-1122334455667788\n",
+            "STRATA_HIP_DEVICE=0\n",
+            &format!("args=server --config {}/strata-server.json --port 9002\n", t.0.display()),
+        ],
+    );
 }

@@ -10,32 +10,21 @@
 use std::path::{Path, PathBuf};
 
 use strata::cpu::prelude::*;
-use strata::synth::qwen4exp::{SynthConfig, write};
 use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
 use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+use strata::synth::qwen4exp::{SynthConfig, write};
 
 fn ref_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen4exp")
 }
 
 fn ref_tokens(variant: &str) -> Vec<(Vec<u32>, Vec<u32>)> {
-    let j: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(ref_dir().join("ref").join(variant).join("ref.json")).unwrap(),
-    )
-    .unwrap();
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ref_dir().join("ref").join(variant).join("ref.json")).unwrap()).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
+        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
     };
-    j["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (ids(&s["token_ids"]), ids(&s["greedy_ids"])))
-        .collect()
+    j["sequences"].as_array().unwrap().iter().map(|s| (ids(&s["token_ids"]), ids(&s["greedy_ids"]))).collect()
 }
 
 fn plain(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize) -> (Vec<u32>, SeqState) {
@@ -64,20 +53,11 @@ fn check_all(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize, what: &str) -> 
     let mut total = SpecStats::default();
     for n_draft in 1..=8 {
         for min_p in [0.0f32, 0.5, 1.0] {
-            let mut d = SuffixDrafter {
-                min_match: 1,
-                ..SuffixDrafter::default()
-            };
+            let mut d = SuffixDrafter { min_match: 1, ..SuffixDrafter::default() };
             let cfg = SpecConfig { n_draft, min_p };
             let (got, st, s) = spec(m, kv, prompt, n, &mut d, cfg);
-            assert_eq!(
-                got, want,
-                "{what}: N={n_draft} min_p={min_p}: ids differ ({s:?})"
-            );
-            assert!(
-                st == want_st,
-                "{what}: N={n_draft} min_p={min_p}: final state differs"
-            );
+            assert_eq!(got, want, "{what}: N={n_draft} min_p={min_p}: ids differ ({s:?})");
+            assert!(st == want_st, "{what}: N={n_draft} min_p={min_p}: final state differs");
             assert_eq!(s.decoded as usize, n - 1);
             eprintln!(
                 "  {what} N={n_draft} min_p={min_p}: acceptance {:.3} tokens/verify {:.3} drafted {} rollbacks {}",
@@ -110,11 +90,7 @@ fn spec_lossless_on_llama_cpp_fixtures() {
     for (file, variant, kv) in [
         ("tiny-qwen4exp-public-f32.gguf", "f32", KvType::F16),
         ("tiny-qwen4exp-public-f32.gguf", "f32-kvf32", KvType::F32),
-        (
-            "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf",
-            "q8_0-split",
-            KvType::F16,
-        ),
+        ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", "q8_0-split", KvType::F16),
     ] {
         let m = Qwen4Exp::open(&ref_dir().join(file)).unwrap();
         // seq1 (8 tokens) only on the f32 model; seq2 (64 tokens, an EOS inside) everywhere:
@@ -146,14 +122,7 @@ impl Drafter for Oracle {
         let at = history.len();
         (0..max)
             .filter_map(|i| self.truth.get(at + i).map(|&t| (i, t)))
-            .map(|(i, t)| Draft {
-                token: if i == self.wrong_at {
-                    (t + 1) % self.n_vocab
-                } else {
-                    t
-                },
-                p: 1.0,
-            })
+            .map(|(i, t)| Draft { token: if i == self.wrong_at { (t + 1) % self.n_vocab } else { t }, p: 1.0 })
             .collect()
     }
 }
@@ -162,10 +131,7 @@ impl Drafter for Oracle {
 fn spec_rollback_mid_window_is_lossless() {
     for (file, kv) in [
         ("tiny-qwen4exp-public-f32.gguf", KvType::F16),
-        (
-            "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf",
-            KvType::F16,
-        ),
+        ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", KvType::F16),
     ] {
         let m = Qwen4Exp::open(&ref_dir().join(file)).unwrap();
         // seq2 holds an EOS (PLE n-gram cut), and its continuation crosses a QSA block edge.
@@ -176,21 +142,11 @@ fn spec_rollback_mid_window_is_lossless() {
         truth.extend_from_slice(&want);
         for n_draft in [1, 2, 3, 5, 8] {
             for wrong_at in 0..=n_draft {
-                let mut d = Oracle {
-                    truth: truth.clone(),
-                    wrong_at,
-                    n_vocab: m.n_vocab() as u32,
-                };
-                let cfg = SpecConfig {
-                    n_draft,
-                    min_p: 0.0,
-                };
+                let mut d = Oracle { truth: truth.clone(), wrong_at, n_vocab: m.n_vocab() as u32 };
+                let cfg = SpecConfig { n_draft, min_p: 0.0 };
                 let (got, st, s) = spec(&m, kv, &prompt, n, &mut d, cfg);
                 assert_eq!(got, want, "{file} N={n_draft} wrong_at={wrong_at}: {s:?}");
-                assert!(
-                    st == want_st,
-                    "{file} N={n_draft} wrong_at={wrong_at}: state"
-                );
+                assert!(st == want_st, "{file} N={n_draft} wrong_at={wrong_at}: state");
                 if wrong_at < n_draft {
                     // Every full window accepts exactly wrong_at drafts, then rolls back.
                     assert!(s.rollbacks > 0, "{s:?}");
@@ -219,10 +175,7 @@ fn tmp(name: &str) -> PathBuf {
 /// prompt's own pattern: accepted drafts, long windows and rollbacks in one run.
 #[test]
 fn spec_lossless_with_accepted_drafts_on_synth_models() {
-    for (i, (ty, split)) in [(quant::GgmlType::F32, false), (quant::GgmlType::Q8_0, true)]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, (ty, split)) in [(quant::GgmlType::F32, false), (quant::GgmlType::Q8_0, true)].into_iter().enumerate() {
         let mut cfg = SynthConfig::public();
         cfg.matrix_type = ty;
         cfg.tied = true;
@@ -247,17 +200,11 @@ fn spec_suffix_drafter_probabilities() {
     let h = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2];
     let got = d.propose(&h, 3);
     let want = [(3, 1.0), (7, 0.5), (1, 1.0)];
-    assert_eq!(
-        got.iter().map(|x| (x.token, x.p)).collect::<Vec<_>>(),
-        want.to_vec()
-    );
+    assert_eq!(got.iter().map(|x| (x.token, x.p)).collect::<Vec<_>>(), want.to_vec());
     // Nothing matched (every suffix of length ≥ 2 is new): no draft.
     assert!(d.propose(&[1, 2, 3, 4], 4).is_empty());
     // min_match 1 matches single tokens; the most frequent follower wins over the most recent.
-    let d1 = SuffixDrafter {
-        min_match: 1,
-        ..SuffixDrafter::default()
-    };
+    let d1 = SuffixDrafter { min_match: 1, ..SuffixDrafter::default() };
     let got = d1.predict(&[5, 6, 5, 6, 5, 8, 4, 5]).unwrap();
     assert_eq!((got.token, got.p), (6, 2.0 / 3.0));
     assert!(d.propose(&[], 4).is_empty());
@@ -301,9 +248,7 @@ impl strata::spec::VerifyModel for Cycle {
 #[test]
 fn spec_generic_loop_min_p_and_counters() {
     // 0→1→2→3→0 cycle.
-    let m = Cycle {
-        next: vec![1, 2, 3, 0],
-    };
+    let m = Cycle { next: vec![1, 2, 3, 0] };
     let prompt = [0, 1, 2, 3, 0, 1];
     let n = 13;
     let want: Vec<u32> = (0..n as u32).map(|i| (i + 2) % 4).collect();
@@ -320,9 +265,7 @@ fn spec_generic_loop_min_p_and_counters() {
     }
     // After "0 1" this history continued once with 3, once with 2: the suffix drafter gives
     // the newer follower 2 with p = 1/2, so min_p 0.5 admits it and 0.6 does not.
-    let m = Cycle {
-        next: vec![1, 2, 3, 0, 0, 0, 0, 0],
-    };
+    let m = Cycle { next: vec![1, 2, 3, 0, 0, 0, 0, 0] };
     let h = [5, 0, 1, 3, 6, 0, 1, 2, 7, 0, 1];
     let d = SuffixDrafter::default();
     let p = d.predict(&h).unwrap();
@@ -334,11 +277,7 @@ fn spec_generic_loop_min_p_and_counters() {
         let cfg = SpecConfig { n_draft: 1, min_p };
         let (got, s) = generate_greedy_spec(&m, &mut st, prompt, 3, &mut d, cfg).unwrap();
         assert_eq!(got, vec![1, 2, 3]);
-        assert_eq!(
-            (s.drafted, s.accepted, s.verify_steps),
-            (drafted, drafted, steps),
-            "{min_p}"
-        );
+        assert_eq!((s.drafted, s.accepted, s.verify_steps), (drafted, drafted, steps), "{min_p}");
     }
 }
 
@@ -347,10 +286,23 @@ fn spec_generic_loop_min_p_and_counters() {
 /// Q8_0 MoE model, `--spec 4 --ordered` prints the `--ordered` text, not the default one.
 #[test]
 fn cli_spec_honours_ordered() {
-    let m = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
+    let m =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
     let run = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
-            .args(["generate", "-m", m.to_str().unwrap(), "-p", "Hello, my name is", "-n", "48", "--temp", "0", "--device", "cpu"])
+            .args([
+                "generate",
+                "-m",
+                m.to_str().unwrap(),
+                "-p",
+                "Hello, my name is",
+                "-n",
+                "48",
+                "--temp",
+                "0",
+                "--device",
+                "cpu",
+            ])
             .args(extra)
             .output()
             .expect("running strata");

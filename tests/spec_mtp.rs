@@ -14,9 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
+use strata::EngineError;
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, SeqState};
-use strata::EngineError;
 use strata::spec::{CpuMtpHead, Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
 use strata::synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 
@@ -93,10 +93,7 @@ fn run(
     };
     let mut st = m.new_state(c.kv);
     let (ids, s) = generate_greedy_spec(m, &mut st, &c.prompt, n, &mut rec, cfg).unwrap();
-    let tag = format!(
-        "{} N={} min_p={} wrong_at={wrong_at:?}",
-        c.what, cfg.n_draft, cfg.min_p
-    );
+    let tag = format!("{} N={} min_p={} wrong_at={wrong_at:?}", c.what, cfg.n_draft, cfg.min_p);
     assert_eq!(ids, want.0, "{tag}: ids differ ({s:?})");
     assert!(st == want.1, "{tag}: final state differs");
     assert_eq!(s.decoded as usize, n - 1, "{tag}");
@@ -123,10 +120,7 @@ fn run(
         let again = fresh.propose(&seq[..*hl], *max);
         assert!(
             again.len() == drafts.len()
-                && again
-                    .iter()
-                    .zip(drafts)
-                    .all(|(a, b)| a.token == b.token && a.p.to_bits() == b.p.to_bits()),
+                && again.iter().zip(drafts).all(|(a, b)| a.token == b.token && a.p.to_bits() == b.p.to_bits()),
             "{tag}: proposal at history {hl}: {drafts:?}, fresh head: {again:?}"
         );
     }
@@ -153,12 +147,7 @@ fn check_all(c: &Case, n: usize) -> SpecStats {
             add(&mut t, &s);
         }
     }
-    eprintln!(
-        "{}: acceptance {:.3}, tokens/verify {:.3}, {t:?}",
-        c.what,
-        t.acceptance_rate(),
-        t.tokens_per_verify()
-    );
+    eprintln!("{}: acceptance {:.3}, tokens/verify {:.3}, {t:?}", c.what, t.acceptance_rate(), t.tokens_per_verify());
     t
 }
 
@@ -171,13 +160,7 @@ fn synth_case(what: &str, cfg: &SynthConfig, seed: u64, split: bool, head: &Synt
     let base: Vec<u32> = (0..10).map(|k| (k * 37 + 5) % cfg.n_vocab as u32).collect();
     let mut prompt = base.clone();
     prompt.extend_from_slice(&base[..6]);
-    Case {
-        what: what.into(),
-        model,
-        mtp,
-        prompt,
-        kv: KvType::F16,
-    }
+    Case { what: what.into(), model, mtp, prompt, kv: KvType::F16 }
 }
 
 /// Random heads are (nearly always) rejected: every window rolls back the GDN state and the
@@ -187,24 +170,13 @@ fn synth_case(what: &str, cfg: &SynthConfig, seed: u64, split: bool, head: &Synt
 fn spec_mtp_random_head_lossless_with_rollbacks() {
     let n = 24;
     for (what, ty, split, tied, head) in [
-        (
-            "f32-random",
-            quant::GgmlType::F32,
-            false,
-            true,
-            SynthMtp::default(),
-        ),
+        ("f32-random", quant::GgmlType::F32, false, true, SynthMtp::default()),
         (
             "q8_0-random-sparse-own",
             quant::GgmlType::Q8_0,
             true,
             false,
-            SynthMtp {
-                matrix_type: quant::GgmlType::Q8_0,
-                ratio: 2,
-                own_tables: true,
-                ..SynthMtp::default()
-            },
+            SynthMtp { matrix_type: quant::GgmlType::Q8_0, ratio: 2, own_tables: true, ..SynthMtp::default() },
         ),
     ] {
         let mut cfg = SynthConfig::tiny();
@@ -224,15 +196,7 @@ fn spec_mtp_random_head_lossless_with_rollbacks() {
 fn spec_mtp_echo_head_accepted_and_partial_windows() {
     let n = 24;
     for (what, ty, split, head) in [
-        (
-            "f32-echo",
-            quant::GgmlType::F32,
-            false,
-            SynthMtp {
-                echo: true,
-                ..SynthMtp::default()
-            },
-        ),
+        ("f32-echo", quant::GgmlType::F32, false, SynthMtp { echo: true, ..SynthMtp::default() }),
         (
             "q8_0-echo-own",
             quant::GgmlType::Q8_0,
@@ -251,23 +215,14 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
         cfg.tied = true;
         let c = synth_case(what, &cfg, 41, split, &head);
         let t = check_all(&c, n);
-        assert!(
-            t.accepted > 0 && t.tokens_per_verify() > 1.5,
-            "{what}: {t:?}"
-        );
+        assert!(t.accepted > 0 && t.tokens_per_verify() > 1.5, "{what}: {t:?}");
         let want = plain(&c, n);
         for n_draft in [3, 8] {
             for j in 0..n_draft {
-                let cfg = SpecConfig {
-                    n_draft,
-                    min_p: 0.0,
-                };
+                let cfg = SpecConfig { n_draft, min_p: 0.0 };
                 let s = run(&c, n, cfg, Some(j), &want);
                 assert!(s.rollbacks > 0, "{what} N={n_draft} j={j}: {s:?}");
-                assert!(
-                    s.accepted <= s.windows_with_drafts * j as u64,
-                    "{what}: {s:?}"
-                );
+                assert!(s.accepted <= s.windows_with_drafts * j as u64, "{what}: {s:?}");
                 if j > 0 {
                     assert!(s.accepted > 0, "{what} N={n_draft} j={j}: {s:?}");
                 }
@@ -275,21 +230,8 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
         }
         // The echo head's probability is about 0.9 here: min-p 0.99 keeps every draft out of
         // the windows (and `run` checks the head stopped chaining after the first one).
-        let s = run(
-            &c,
-            n,
-            SpecConfig {
-                n_draft: 4,
-                min_p: 0.99,
-            },
-            None,
-            &want,
-        );
-        assert_eq!(
-            (s.drafted, s.verify_steps),
-            (0, n as u64 - 1),
-            "{what}: {s:?}"
-        );
+        let s = run(&c, n, SpecConfig { n_draft: 4, min_p: 0.99 }, None, &want);
+        assert_eq!((s.drafted, s.verify_steps), (0, n as u64 - 1), "{what}: {s:?}");
     }
 }
 
@@ -303,35 +245,22 @@ fn spec_mtp_echo_head_full_acceptance_public() {
     cfg.tied = true;
     let paths = write(&cfg, 11, &tmp("echo-pub-trunk"), false).unwrap();
     let mp = tmp("echo-pub-mtp.gguf");
-    let echo = SynthMtp {
-        echo: true,
-        ..SynthMtp::default()
-    };
+    let echo = SynthMtp { echo: true, ..SynthMtp::default() };
     write_mtp(&cfg, &echo, 11, &mp).unwrap();
     let m = Qwen4Exp::open(&paths[0]).unwrap();
     let head = Mtp::open(&m, &mp).unwrap();
     assert!(head.hc_head.is_some() && head.hnorm.len() == cfg.hc * cfg.n_embd);
     let nv = cfg.n_vocab as u32;
-    let prompt: Vec<u32> = (0..16u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) % nv).max(3))
-        .collect();
+    let prompt: Vec<u32> = (0..16u32).map(|i| (i.wrapping_mul(2_654_435_761) % nv).max(3)).collect();
     let n = 64;
-    let plain = m
-        .generate_greedy(&mut m.new_state(KvType::F16), &prompt, n)
-        .unwrap();
+    let plain = m.generate_greedy(&mut m.new_state(KvType::F16), &prompt, n).unwrap();
     for n_draft in [1, 4, 8] {
         let mut d = MtpDrafter::new(&m, &head, KvType::F16, 0.0);
         let mut st = m.new_state(KvType::F16);
-        let cfg = SpecConfig {
-            n_draft,
-            min_p: 0.0,
-        };
+        let cfg = SpecConfig { n_draft, min_p: 0.0 };
         let (ids, s) = generate_greedy_spec(&m, &mut st, &prompt, n, &mut d, cfg).unwrap();
         assert_eq!(ids, plain, "N={n_draft}: ids differ");
-        assert!(
-            s.drafted > 0 && s.accepted == s.drafted && s.rollbacks == 0,
-            "N={n_draft}: {s:?}"
-        );
+        assert!(s.drafted > 0 && s.accepted == s.drafted && s.rollbacks == 0, "N={n_draft}: {s:?}");
     }
 }
 
@@ -344,16 +273,7 @@ fn spec_mtp_long_prompt() {
     let mut c = synth_case("long", &cfg, 61, false, &SynthMtp::default());
     c.prompt = (0..600).map(|k| (k * 7 + 3) % 300).collect();
     let want = plain(&c, 8);
-    let s = run(
-        &c,
-        8,
-        SpecConfig {
-            n_draft: 3,
-            min_p: 0.0,
-        },
-        None,
-        &want,
-    );
+    let s = run(&c, 8, SpecConfig { n_draft: 3, min_p: 0.0 }, None, &want);
     assert!(s.drafted > 0, "{s:?}");
 }
 
@@ -363,45 +283,22 @@ fn spec_mtp_long_prompt() {
 fn spec_mtp_lossless_on_llama_cpp_fixture() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/reference/tiny-qwen4exp");
     let model = Qwen4Exp::open(&dir.join("tiny-qwen4exp-public-f32.gguf")).unwrap();
-    let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("ref/f32/ref.json")).unwrap()).unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("ref/f32/ref.json")).unwrap()).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
+        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
     };
     let s = &j["sequences"][1];
     let (prompt, greedy) = (ids(&s["token_ids"]), ids(&s["greedy_ids"]));
     let mp = tmp("fixture-mtp.gguf");
     write_mtp(&SynthConfig::public(), &SynthMtp::default(), 3, &mp).unwrap();
     let mtp = Mtp::open(&model, &mp).unwrap_or_else(|e| panic!("{e}"));
-    let c = Case {
-        what: "llama.cpp f32 fixture".into(),
-        model,
-        mtp,
-        prompt,
-        kv: KvType::F16,
-    };
+    let c = Case { what: "llama.cpp f32 fixture".into(), model, mtp, prompt, kv: KvType::F16 };
     let n = greedy.len();
     assert_eq!(plain(&c, n).0, greedy);
     let want = plain(&c, n);
     let mut t = SpecStats::default();
     for n_draft in [1, 4, 8] {
-        add(
-            &mut t,
-            &run(
-                &c,
-                n,
-                SpecConfig {
-                    n_draft,
-                    min_p: 0.0,
-                },
-                None,
-                &want,
-            ),
-        );
+        add(&mut t, &run(&c, n, SpecConfig { n_draft, min_p: 0.0 }, None, &want));
     }
     assert!(t.drafted > 0 && t.rollbacks > 0, "{t:?}");
 }
@@ -469,16 +366,7 @@ fn spec_mtp_bad_files_give_named_errors() {
     let mut other = cfg.clone();
     other.n_vocab = 250;
     let p = tmp("bad-vocab.gguf");
-    write_mtp(
-        &other,
-        &SynthMtp {
-            own_tables: true,
-            ..SynthMtp::default()
-        },
-        1,
-        &p,
-    )
-    .unwrap();
+    write_mtp(&other, &SynthMtp { own_tables: true, ..SynthMtp::default() }, 1, &p).unwrap();
     cases.push((p, vec!["blk.4.nextn.embed_tokens.weight", "250", "300"]));
     // Missing tensors and keys, wrong shapes, wrong architecture.
     let p = tmp("bad-missing.gguf");
@@ -501,19 +389,13 @@ fn spec_mtp_bad_files_give_named_errors() {
             Some((t.dims.clone(), b.to_vec()))
         }
     });
-    cases.push((
-        p,
-        vec!["blk.4.nextn.hnorm.weight", "shape [128]", "expected [256]"],
-    ));
+    cases.push((p, vec!["blk.4.nextn.hnorm.weight", "shape [128]", "expected [256]"]));
     // One of the head mixer's three tensors missing (all three absent = the trunk's mixer).
     let p = tmp("bad-missing-hc-head.gguf");
     rewrite(&good, &p, keep_meta, |t, b| {
         (t.name != "blk.4.nextn.hc_head_up.weight").then(|| (t.dims.clone(), b.to_vec()))
     });
-    cases.push((
-        p,
-        vec!["blk.4.nextn.hc_head_up.weight", "not found", "[32, 256]"],
-    ));
+    cases.push((p, vec!["blk.4.nextn.hc_head_up.weight", "not found", "[32, 256]"]));
     let p = tmp("bad-hc-head-down.gguf");
     rewrite(&good, &p, keep_meta, |t, b| {
         if t.name == "blk.4.nextn.hc_head_down.weight" {
@@ -522,41 +404,20 @@ fn spec_mtp_bad_files_give_named_errors() {
             Some((t.dims.clone(), b.to_vec()))
         }
     });
-    cases.push((
-        p,
-        vec![
-            "blk.4.nextn.hc_head_down.weight",
-            "[128, 32]",
-            "expected [256, 32]",
-        ],
-    ));
+    cases.push((p, vec!["blk.4.nextn.hc_head_down.weight", "[128, 32]", "expected [256, 32]"]));
     let p = tmp("bad-missing-hc-attn.gguf");
     rewrite(&good, &p, keep_meta, |t, b| {
         (t.name != "blk.4.hc_attn_inject.weight").then(|| (t.dims.clone(), b.to_vec()))
     });
-    cases.push((
-        p,
-        vec!["blk.4.hc_attn_inject.weight", "not found", "[256, 2]"],
-    ));
+    cases.push((p, vec!["blk.4.hc_attn_inject.weight", "not found", "[256, 2]"]));
     let p = tmp("bad-nextn-key.gguf");
-    rewrite(
-        &good,
-        &p,
-        |k, v| (k != "qwen4exp.nextn_predict_layers").then(|| v.clone()),
-        keep_t,
-    );
+    rewrite(&good, &p, |k, v| (k != "qwen4exp.nextn_predict_layers").then(|| v.clone()), keep_t);
     cases.push((p, vec!["qwen4exp.nextn_predict_layers", "not found"]));
     let p = tmp("bad-arch.gguf");
     rewrite(
         &good,
         &p,
-        |k, v| {
-            Some(if k == "general.architecture" {
-                gguf::Value::Str("llama".into())
-            } else {
-                v.clone()
-            })
-        },
+        |k, v| Some(if k == "general.architecture" { gguf::Value::Str("llama".into()) } else { v.clone() }),
         keep_t,
     );
     cases.push((p, vec!["\"llama\"", "qwen4exp"]));
@@ -589,10 +450,7 @@ fn spec_mtp_bad_files_give_named_errors() {
     for (p, needles) in &cases {
         let e = err_of(&m, p);
         eprintln!("{}: {e}", p.display());
-        assert!(
-            e.contains(&p.display().to_string()),
-            "error does not name the file: {e}"
-        );
+        assert!(e.contains(&p.display().to_string()), "error does not name the file: {e}");
         for n in needles {
             assert!(e.contains(n), "{}: error {e:?} lacks {n:?}", p.display());
         }
@@ -611,10 +469,7 @@ fn spec_mtp_bad_files_give_named_errors() {
     let e = err_of(&m, &one);
     assert!(e.contains("2 GGUF files") && e.contains("head.gguf"), "{e}");
     let e = err_of(&m, &tmp("no-such-file.gguf"));
-    assert!(
-        e.contains("no-such-file.gguf") && e.contains("not found"),
-        "{e}"
-    );
+    assert!(e.contains("no-such-file.gguf") && e.contains("not found"), "{e}");
 
     // The head given as the model: a typed error that says what it is.
     match Qwen4Exp::open(&good) {

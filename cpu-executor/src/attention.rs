@@ -332,7 +332,11 @@ mod simd {
         let d = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
         let u = _mm512_mul_ps(b, b);
         let j = _mm512_fmadd_ps(
-            _mm512_fmadd_ps(_mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)), u, _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb))),
+            _mm512_fmadd_ps(
+                _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                u,
+                _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
             u,
             _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
         );
@@ -396,7 +400,15 @@ mod simd {
     }
 
     #[target_feature(enable = "avx512f,f16c,fma")]
-    unsafe fn group_batch_n<const NQ: usize>(kv: &KvLayer, q: &[f32], o: &mut [f32], t0: usize, nt: usize, sh: Shape, buf: &mut Vec<f32>) {
+    unsafe fn group_batch_n<const NQ: usize>(
+        kv: &KvLayer,
+        q: &[f32],
+        o: &mut [f32],
+        t0: usize,
+        nt: usize,
+        sh: Shape,
+        buf: &mut Vec<f32>,
+    ) {
         let (hd, nh, nkvh) = (sh.head_dim, sh.n_head, sh.n_head_kv);
         let g = nh / nkvh;
         let nq = nt * g;
@@ -458,7 +470,8 @@ mod simd {
                     let a: [__m512; 16] = core::array::from_fn(|l| _mm512_loadu_ps(tmp.add((m * 16 + l) * 16)));
                     let s = _mm512_mul_ps(reduce16x16(&a), scale);
                     let (lo, pos) = (lo_of(m / g), pos_of(m / g));
-                    let valid = (0..16).fold(0u16, |v, l| if (lo..=pos).contains(&(j0 + l)) { v | (1 << l) } else { v });
+                    let valid =
+                        (0..16).fold(0u16, |v, l| if (lo..=pos).contains(&(j0 + l)) { v | (1 << l) } else { v });
                     let dst = sc.as_mut_ptr().add(m * nb * 16 + 16 * b);
                     _mm512_storeu_ps(dst, _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), s));
                 }
@@ -551,7 +564,8 @@ mod simd {
             let s = if batch {
                 let mut acc = _mm512_setzero_ps();
                 for c in 0..hd / 16 {
-                    acc = _mm512_fmadd_ps(load_h(k.as_ptr().add(16 * c)), _mm512_loadu_ps(qr.as_ptr().add(16 * c)), acc);
+                    acc =
+                        _mm512_fmadd_ps(load_h(k.as_ptr().add(16 * c)), _mm512_loadu_ps(qr.as_ptr().add(16 * c)), acc);
                 }
                 reduce(acc)
             } else {
@@ -595,7 +609,9 @@ mod simd {
             let r: [__m512; 16] = if batch {
                 core::array::from_fn(|l| ld(l, c))
             } else {
-                core::array::from_fn(|l| _mm512_add_ps(_mm512_add_ps(ld(l, c), ld(l + 32, c)), _mm512_add_ps(ld(l + 16, c), ld(l + 48, c))))
+                core::array::from_fn(|l| {
+                    _mm512_add_ps(_mm512_add_ps(ld(l, c), ld(l + 32, c)), _mm512_add_ps(ld(l + 16, c), ld(l + 48, c)))
+                })
             };
             let t8: [__m512; 8] = core::array::from_fn(|l| _mm512_add_ps(r[l], r[l + 8]));
             let t4: [__m512; 4] = core::array::from_fn(|l| _mm512_add_ps(t8[l], t8[l + 4]));
@@ -704,7 +720,20 @@ mod tests {
             let v: Vec<f32> = (0..nkv * hd).map(|_| rnd() * 5.0).collect();
             kv.write(p, &k, &v);
         }
-        for (pos0, n, window) in [(0usize, 1usize, None), (5, 1, None), (255, 1, None), (256, 1, Some(512)), (699, 1, Some(512)), (0, 7, None), (250, 12, None), (600, 100, Some(512)), (0, 3, Some(2)), (3, 5, None), (100, 37, Some(40)), (17, 18, Some(20))] {
+        for (pos0, n, window) in [
+            (0usize, 1usize, None),
+            (5, 1, None),
+            (255, 1, None),
+            (256, 1, Some(512)),
+            (699, 1, Some(512)),
+            (0, 7, None),
+            (250, 12, None),
+            (600, 100, Some(512)),
+            (0, 3, Some(2)),
+            (3, 5, None),
+            (100, 37, Some(40)),
+            (17, 18, Some(20)),
+        ] {
             let q: Vec<f32> = (0..n * nh * hd).map(|_| rnd() * 2.0).collect();
             let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0, window, kq_scale: 1.0, ggml_exact: true };
             let mut want = vec![0f32; n * nh * hd];
@@ -712,7 +741,13 @@ mod tests {
             let mut got = vec![f32::NAN; n * nh * hd];
             attend_ggml(kv, &q, &mut got, sh);
             for i in 0..want.len() {
-                assert_eq!(got[i].to_bits(), want[i].to_bits(), "pos0 {pos0} n {n} window {window:?} [{i}]: {} vs {}", got[i], want[i]);
+                assert_eq!(
+                    got[i].to_bits(),
+                    want[i].to_bits(),
+                    "pos0 {pos0} n {n} window {window:?} [{i}]: {} vs {}",
+                    got[i],
+                    want[i]
+                );
             }
         }
     }
@@ -737,7 +772,12 @@ mod tests {
         for window in [None, Some(3)] {
             let pos = 9;
             let mut out = vec![0f32; nh * hd];
-            attend(kv, &q, &mut out, Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0: pos, window, kq_scale: 0.5, ggml_exact: false });
+            attend(
+                kv,
+                &q,
+                &mut out,
+                Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0: pos, window, kq_scale: 0.5, ggml_exact: false },
+            );
             let lo = window.map_or(0, |w| pos + 1 - w);
             for h in 0..nh {
                 let g = h / (nh / nkv);
@@ -747,7 +787,8 @@ mod tests {
                 let m = s.iter().cloned().fold(f64::MIN, f64::max);
                 let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
                 for t in 0..hd {
-                    let want: f64 = (lo..=pos).zip(&s).map(|(j, x)| (x - m).exp() / z * rows_v[j][g * hd + t] as f64).sum();
+                    let want: f64 =
+                        (lo..=pos).zip(&s).map(|(j, x)| (x - m).exp() / z * rows_v[j][g * hd + t] as f64).sum();
                     let got = out[h * hd + t] as f64;
                     assert!((got - want).abs() < 2e-3, "window {window:?} head {h} dim {t}: {got} vs {want}");
                 }
@@ -775,7 +816,15 @@ mod tests {
         let q: Vec<f32> = (0..nh * hd).map(|i| val(99, i) * 1.3).collect();
         for window in [None, Some(5)] {
             let pos = 17;
-            let sh = Shape { n_head: nh, n_head_kv: nkv, head_dim: hd, pos0: pos, window, kq_scale: 0.25, ggml_exact: false };
+            let sh = Shape {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                pos0: pos,
+                window,
+                kq_scale: 0.25,
+                ggml_exact: false,
+            };
             let (mut fast, mut ordered) = (vec![0f32; nh * hd], vec![0f32; nh * hd]);
             attend(kv, &q, &mut fast, sh);
             attend_ordered(kv, &q, &mut ordered, sh);
@@ -788,9 +837,13 @@ mod tests {
                 let m = s.iter().cloned().fold(f64::MIN, f64::max);
                 let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
                 for t in 0..hd {
-                    let want: f64 = (lo..=pos).zip(&s).map(|(j, x)| (x - m).exp() / z * rows_v[j][g * hd + t] as f64).sum();
+                    let want: f64 =
+                        (lo..=pos).zip(&s).map(|(j, x)| (x - m).exp() / z * rows_v[j][g * hd + t] as f64).sum();
                     for (what, got) in [("attend", fast[h * hd + t]), ("attend_ordered", ordered[h * hd + t])] {
-                        assert!((got as f64 - want).abs() < 1e-5, "{what} window {window:?} head {h} dim {t}: {got} vs {want}");
+                        assert!(
+                            (got as f64 - want).abs() < 1e-5,
+                            "{what} window {window:?} head {h} dim {t}: {got} vs {want}"
+                        );
                     }
                 }
             }

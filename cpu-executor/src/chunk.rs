@@ -10,10 +10,10 @@ use cpu_kernels as ck;
 
 use super::matmul::{add_residual, glu_fmath, norm_rows, norm_rows_inplace, par_elementwise};
 use super::{Scratch, grow};
-use crate::{MatCpu, ModelMatmul, Products};
-use model::error::EngineError;
 use crate::kv_cache::{KvCache, LayerCache};
+use crate::{MatCpu, ModelMatmul, Products};
 use model::decoder::{Block, Buf, DecoderOps};
+use model::error::EngineError;
 use model::{Act, AttnSpec, Mat, Model, MoeSpec, RopeKind};
 
 type Norm = fn(&[f32], &[f32], f32, &mut [f32]);
@@ -239,7 +239,9 @@ impl DecoderOps for CpuChunk<'_> {
     fn moe(&mut self, layer: usize, src: Buf, w: [&Mat; 4], spec: &MoeSpec) -> Result<(), EngineError> {
         let (d, n, m, p) = (self.m.hp.n_embd, self.n(), self.m, self.kernels());
         let mut moe = take(&mut self.s.moe);
-        self.with_src(src, |c, x| super::moe::moe_ffn(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, p));
+        self.with_src(src, |c, x| {
+            super::moe::moe_ffn(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, p)
+        });
         self.s.moe = moe;
         Ok(())
     }
@@ -247,7 +249,9 @@ impl DecoderOps for CpuChunk<'_> {
     fn residual(&mut self, src: Buf, post_norm: Option<&Vec<f32>>) -> Result<(), EngineError> {
         let (d, n, eps, norm) = (self.m.hp.n_embd, self.n(), self.m.hp.rms_eps, self.norm_fn());
         let mut tmp = take(&mut self.s.xn);
-        self.with_src(src, |c, o| add_residual(&mut c.s.x[..n * d], &o[..n * d], post_norm.map(|v| &v[..]), eps, &mut tmp, d, norm));
+        self.with_src(src, |c, o| {
+            add_residual(&mut c.s.x[..n * d], &o[..n * d], post_norm.map(|v| &v[..]), eps, &mut tmp, d, norm)
+        });
         self.s.xn = tmp;
         Ok(())
     }

@@ -14,9 +14,7 @@ fn has_f16c() -> bool {
     *HAS.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            is_x86_feature_detected!("f16c")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
+            is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -136,8 +134,7 @@ mod x86 {
                 let h0 = _mm_loadu_si128(a.as_ptr().add(i) as *const __m128i);
                 let h1 = _mm_loadu_si128(a.as_ptr().add(i + 8) as *const __m128i);
                 acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(h0), _mm256_loadu_ps(b.as_ptr().add(i)), acc0);
-                acc1 =
-                    _mm256_fmadd_ps(_mm256_cvtph_ps(h1), _mm256_loadu_ps(b.as_ptr().add(i + 8)), acc1);
+                acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(h1), _mm256_loadu_ps(b.as_ptr().add(i + 8)), acc1);
             }
             i += 16;
         }

@@ -45,10 +45,16 @@ impl KvCache {
 
     /// [`KvCache::new`], with a size that overflows or memory that cannot be reserved as an
     /// error naming the size (the engine checks its memory plan first; this is the backstop).
-    pub fn try_new(ty: KvType, capacity: usize, layers: &[(usize, usize)]) -> Result<KvCache, model::error::EngineError> {
+    pub fn try_new(
+        ty: KvType,
+        capacity: usize,
+        layers: &[(usize, usize)],
+    ) -> Result<KvCache, model::error::EngineError> {
         let layers = layers
             .iter()
-            .map(|&(n_head_kv, head_dim)| KvLayer::try_new(ty, capacity, n_head_kv, head_dim).map(LayerCache::Attention))
+            .map(|&(n_head_kv, head_dim)| {
+                KvLayer::try_new(ty, capacity, n_head_kv, head_dim).map(LayerCache::Attention)
+            })
             .collect::<Result<_, _>>()?;
         Ok(KvCache { ty, capacity, layers })
     }
@@ -92,9 +98,16 @@ fn raw(rows: &KvRows) -> RawRows<'_> {
 }
 
 impl KvLayer {
-    fn try_new(ty: KvType, capacity: usize, n_head_kv: usize, head_dim: usize) -> Result<KvLayer, model::error::EngineError> {
+    fn try_new(
+        ty: KvType,
+        capacity: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+    ) -> Result<KvLayer, model::error::EngineError> {
         let too_big = |why: String| {
-            model::error::EngineError::Memory(format!("a KV cache of {capacity} positions ({n_head_kv} x {head_dim} values a position and layer) cannot be allocated: {why}"))
+            model::error::EngineError::Memory(format!(
+                "a KV cache of {capacity} positions ({n_head_kv} x {head_dim} values a position and layer) cannot be allocated: {why}"
+            ))
         };
         let values = capacity.checked_mul(n_head_kv * head_dim).ok_or_else(|| too_big("the size overflows".into()))?;
         let rows = || KvRows::try_zeroed(ty, values, head_dim).map_err(|e| too_big(e.to_string()));
@@ -193,7 +206,9 @@ mod tests {
     #[test]
     fn kv_layer_rows_equal_pushed_rows() {
         let (nh, hd, cells) = (2, 8, 5);
-        let row = |p: usize| -> Vec<f32> { (0..nh * hd).map(|i| ((p * 31 + i * 7) % 23) as f32 * 0.37 - 4.1 + 1e-4 * i as f32).collect() };
+        let row = |p: usize| -> Vec<f32> {
+            (0..nh * hd).map(|i| ((p * 31 + i * 7) % 23) as f32 * 0.37 - 4.1 + 1e-4 * i as f32).collect()
+        };
         for ty in [KvType::F16, KvType::Int8, KvType::F32] {
             let mut l = KvLayer::try_new(ty, cells, nh, hd).unwrap();
             let mut pushed = KvRows::new(ty, hd);

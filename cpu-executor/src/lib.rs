@@ -15,22 +15,20 @@ mod mat;
 mod matmul;
 pub mod moe;
 
-use model::error::{EngineError, Result};
 use crate::kv_cache::{KvCache, KvType};
-use model::op_profile::{OpProfile, Timed};
-use model::{Logits, Model, decoder};
 pub use mat::MatCpu;
-pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
 pub use matmul::ModelMatmul;
 pub use matmul::Products;
+pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
+use model::error::{EngineError, Result};
+use model::op_profile::{OpProfile, Timed};
+use model::{Logits, Model, decoder};
 
 /// The CPU executor's methods on the `model` crate's types, in one import:
 /// `use strata::cpu::prelude::*;` (the model crate knows no backend, so these are traits).
 pub mod prelude {
     pub use super::ModelCpu;
-    pub use super::flash_next::{
-        GdnCpu, HyperConnCpu, MatCpu, MoeCpu, MtpCpu, PleCpu, Qwen4ExpCpu, QsaCpu, SwiGluCpu,
-    };
+    pub use super::flash_next::{GdnCpu, HyperConnCpu, MatCpu, MoeCpu, MtpCpu, PleCpu, QsaCpu, Qwen4ExpCpu, SwiGluCpu};
 }
 
 /// Per-sequence state: KV cache, position, and reusable scratch buffers.
@@ -182,10 +180,14 @@ impl ModelSteps for Model {
         let (d, nq, nk) = (hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim);
         let ff = hp.moe.as_ref().map_or(hp.n_ff, |m| m.n_ff_exp);
         let s = &mut sess.s;
-        for (buf, len) in [(&mut s.x, n * d), (&mut s.xn, n * d.max(nq)), (&mut s.q, n * nq), (&mut s.k, n * nk), (&mut s.v, n * nk)] {
+        for (buf, len) in
+            [(&mut s.x, n * d), (&mut s.xn, n * d.max(nq)), (&mut s.q, n * nq), (&mut s.k, n * nk), (&mut s.v, n * nk)]
+        {
             grow(buf, len);
         }
-        for (buf, len) in [(&mut s.att, n * nq), (&mut s.o, n * d), (&mut s.gate, n * ff), (&mut s.up, n * ff), (&mut s.act, n * ff)] {
+        for (buf, len) in
+            [(&mut s.att, n * nq), (&mut s.o, n * d), (&mut s.gate, n * ff), (&mut s.up, n * ff), (&mut s.act, n * ff)]
+        {
             grow(buf, len);
         }
         let logits_from = logits.is_some().then(|| if want == Logits::All { 0 } else { n - 1 });
@@ -209,7 +211,12 @@ impl ModelSteps for Model {
             None => decoder::forward(&mut chunk, hp, &self.w, logits_from),
             Some(profile) => {
                 let t = std::time::Instant::now();
-                let r = decoder::forward(&mut Timed { inner: &mut chunk, profile: &mut *profile }, hp, &self.w, logits_from);
+                let r = decoder::forward(
+                    &mut Timed { inner: &mut chunk, profile: &mut *profile },
+                    hp,
+                    &self.w,
+                    logits_from,
+                );
                 profile.add_chunk(t.elapsed());
                 r
             }

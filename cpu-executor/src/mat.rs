@@ -34,7 +34,12 @@ impl MatCpu for Mat {
     fn matrix(&self, e: usize) -> cpu_kernels::QTensor<'_> {
         debug_assert!(e < self.n_mat, "{self:?}: matrix {e}");
         let per = self.rows * self.row_bytes();
-        cpu_kernels::QTensor { ty: self.ty, data: &self.data()[e * per..(e + 1) * per], rows: self.rows, cols: self.cols }
+        cpu_kernels::QTensor {
+            ty: self.ty,
+            data: &self.data()[e * per..(e + 1) * per],
+            rows: self.rows,
+            cols: self.cols,
+        }
     }
 
     fn matvec(&self, x: &[f32], y: &mut [f32]) {

@@ -62,7 +62,9 @@ impl ModelMatmul for Model {
         let p = if p == Products::Tiles && !ck::Gemm::tiles_apply(t.ty, n) { Products::Llama } else { p };
         let r = match p {
             Products::Ordered => matmul_ordered(&t, x, n, y).map_err(|e| e.to_string()),
-            Products::Tiles => ck::try_matmul_gemm(ck::best_path(), ck::Gemm::Tiles, &t, x, n, y).map_err(|e| e.to_string()),
+            Products::Tiles => {
+                ck::try_matmul_gemm(ck::best_path(), ck::Gemm::Tiles, &t, x, n, y).map_err(|e| e.to_string())
+            }
             Products::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml(&t, x, n, y).map_err(|e| e.to_string()),
             Products::Llama => ck::try_matmul(&t, x, n, y).map_err(|e| e.to_string()),
         };
@@ -76,7 +78,11 @@ impl ModelMatmul for Model {
         let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
         let cols = ts[0].cols;
         let x = &x[..n * cols];
-        let p = if p == Products::Tiles && !ts.iter().any(|t| ck::Gemm::tiles_apply(t.ty, n)) { Products::Llama } else { p };
+        let p = if p == Products::Tiles && !ts.iter().any(|t| ck::Gemm::tiles_apply(t.ty, n)) {
+            Products::Llama
+        } else {
+            p
+        };
         let r = match p {
             Products::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml_multi(&ts, x, n, &mut ys),
             Products::Tiles => ck::try_matmul_multi_gemm(ck::Gemm::Tiles, &ts, x, n, &mut ys),
@@ -145,7 +151,15 @@ pub fn matmul_ordered(w: &ck::QTensor, x: &[f32], n: usize, y: &mut [f32]) -> st
         return Err(format!("{} has no reference dot product", w.ty.name()));
     }
     if x.len() < n * k || y.len() < n * rows || w.data.len() < rows * rb {
-        return Err(format!("shapes: x {} (need {}), y {} (need {}), weights {} bytes (need {})", x.len(), n * k, y.len(), n * rows, w.data.len(), rows * rb));
+        return Err(format!(
+            "shapes: x {} (need {}), y {} (need {}), weights {} bytes (need {})",
+            x.len(),
+            n * k,
+            y.len(),
+            n * rows,
+            w.data.len(),
+            rows * rb
+        ));
     }
     let mut acts = vec![0u8; n * ab];
     for (c, a) in acts.chunks_exact_mut(ab).enumerate() {
@@ -182,7 +196,14 @@ pub(super) fn glu_fmath(act: fn(f32) -> f32, gate: &[f32], up: &[f32], out: &mut
 const PAR_ROWS: usize = 16;
 
 /// `out[r] = norm(x[r])` for rows of `d` values (rayon over rows for large batches).
-pub(super) fn norm_rows(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &[f32], w: &[f32], eps: f32, out: &mut [f32], d: usize) {
+pub(super) fn norm_rows(
+    norm: fn(&[f32], &[f32], f32, &mut [f32]),
+    x: &[f32],
+    w: &[f32],
+    eps: f32,
+    out: &mut [f32],
+    d: usize,
+) {
     if x.len() / d >= PAR_ROWS {
         team::chunks_mut(&mut out[..x.len()], d, |r, o| norm(&x[r * d..(r + 1) * d], w, eps, o));
     } else {
@@ -191,7 +212,13 @@ pub(super) fn norm_rows(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &[f32], w:
 }
 
 /// `x[r] = norm(x[r])` in place for rows of `d` values (one row of scratch per task).
-pub(super) fn norm_rows_inplace(norm: fn(&[f32], &[f32], f32, &mut [f32]), x: &mut [f32], w: &[f32], eps: f32, d: usize) {
+pub(super) fn norm_rows_inplace(
+    norm: fn(&[f32], &[f32], f32, &mut [f32]),
+    x: &mut [f32],
+    w: &[f32],
+    eps: f32,
+    d: usize,
+) {
     let one = |xr: &mut [f32], tmp: &mut Vec<f32>| {
         tmp.clear();
         tmp.extend_from_slice(xr);
@@ -246,4 +273,3 @@ pub(super) fn add_residual(
         None => x.iter_mut().zip(o).for_each(|(a, b)| *a += b),
     }
 }
-

@@ -10,7 +10,7 @@ use cpu_kernels as ck;
 
 use super::grow;
 use crate::{ModelMatmul, Products};
-use model::{Mat, MoeSpec, Model};
+use model::{Mat, Model, MoeSpec};
 
 /// Reusable buffers (only grow).
 #[derive(Default)]
@@ -136,7 +136,10 @@ pub(crate) fn moe_ffn(
         m.mm(p, up, e, &s.xin, r, &mut s.up);
         if ordered {
             let act = &mut s.act[..r * ff];
-            act.iter_mut().zip(&s.gate[..r * ff]).zip(&s.up[..r * ff]).for_each(|((o, &g), &u)| *o = quant::fmath::silu(g) * u);
+            act.iter_mut()
+                .zip(&s.gate[..r * ff])
+                .zip(&s.up[..r * ff])
+                .for_each(|((o, &g), &u)| *o = quant::fmath::silu(g) * u);
         } else {
             ck::swiglu(&s.gate[..r * ff], &s.up[..r * ff], &mut s.act[..r * ff]);
         }

@@ -6,7 +6,7 @@
 //! reference quantizer, repeated to the full size (the kernels' speed does not depend on the
 //! values, and the slow reference quantizers would dominate the run otherwise).
 
-use cpu_kernels::{try_matmul_gemm, try_matmul_with, Gemm, GgmlType, Path, QTensor};
+use cpu_kernels::{Gemm, GgmlType, Path, QTensor, try_matmul_gemm, try_matmul_with};
 use std::time::Instant;
 
 fn weights(ty: GgmlType, rows: usize, k: usize) -> Vec<u8> {
@@ -165,10 +165,18 @@ fn main() {
                 continue;
             }
             // Also with the row tiles (`Gemm::Tiles`, label suffix "tiles") where they apply.
-            let modes: &[(Gemm, &str)] = if Gemm::tiles_apply(ty, n) { &[(Gemm::Lanes, ""), (Gemm::Tiles, " tiles")] } else { &[(Gemm::Lanes, "")] };
+            let modes: &[(Gemm, &str)] = if Gemm::tiles_apply(ty, n) {
+                &[(Gemm::Lanes, ""), (Gemm::Tiles, " tiles")]
+            } else {
+                &[(Gemm::Lanes, "")]
+            };
             let cases: Vec<(Path, Gemm, String)> = paths
                 .iter()
-                .flat_map(|&p| modes.iter().map(move |&(g, sfx)| (p, g, format!("{model} {what} {} {rows}x{k} n={n} {p:?}{sfx}", ty.name()))))
+                .flat_map(|&p| {
+                    modes.iter().map(move |&(g, sfx)| {
+                        (p, g, format!("{model} {what} {} {rows}x{k} n={n} {p:?}{sfx}", ty.name()))
+                    })
+                })
                 .collect();
             let labels: Vec<&String> = cases.iter().map(|c| &c.2).collect();
             if !labels.iter().any(|l| wanted(l)) {
@@ -216,7 +224,8 @@ fn main() {
             if (n > 1 && rows > 4096) || (n == 512 && matches!(ty, GgmlType::Q4K | GgmlType::Q6K)) {
                 continue;
             }
-            let labels: Vec<String> = all_paths.iter().map(|p| format!("ggml {what} {} {rows}x{k} n={n} {p:?}", ty.name())).collect();
+            let labels: Vec<String> =
+                all_paths.iter().map(|p| format!("ggml {what} {} {rows}x{k} n={n} {p:?}", ty.name())).collect();
             if !labels.iter().any(|l| wanted(l)) {
                 continue;
             }
@@ -230,7 +239,11 @@ fn main() {
                 }
                 let runs = if n == 1 { 21 } else { 5 };
                 let (s, best) = time_wall(|| cpu_kernels::try_matmul_ggml_with(p, &t, &x, n, &mut y).unwrap(), runs);
-                let c1 = time_1t_cpu(&pool1, || cpu_kernels::try_matmul_ggml_with(p, &t, &x, n, &mut y).unwrap(), runs.min(7));
+                let c1 = time_1t_cpu(
+                    &pool1,
+                    || cpu_kernels::try_matmul_ggml_with(p, &t, &x, n, &mut y).unwrap(),
+                    runs.min(7),
+                );
                 let gb = w.len() as f64 / 1e9;
                 let gf = 2.0 * (rows * k * n) as f64 / 1e9;
                 println!(
@@ -289,7 +302,9 @@ fn main() {
         let (rows, k, experts) = (640usize, 2560usize, 4usize);
         let w = weights(ty, rows * 2 * experts, k);
         let rb = ty.row_bytes(k).unwrap();
-        let mats: Vec<QTensor> = (0..2 * experts).map(|i| QTensor { ty, data: &w[i * rows * rb..(i + 1) * rows * rb], rows, cols: k }).collect();
+        let mats: Vec<QTensor> = (0..2 * experts)
+            .map(|i| QTensor { ty, data: &w[i * rows * rb..(i + 1) * rows * rb], rows, cols: k })
+            .collect();
         let x: Vec<f32> = (0..k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
         let each = || {
             let mut y = vec![0f32; rows];
@@ -303,6 +318,12 @@ fn main() {
         let (a, _) = time_wall(each, 41);
         let (b, _) = time_wall(once, 41);
         let (a1, b1) = (time_1t_cpu(&pool1, each, 15), time_1t_cpu(&pool1, once, 15));
-        println!("{label:<40} per product {:.1} us, once {:.1} us (2t wall); 1t cpu {:.1} / {:.1} us", a * 1e6, b * 1e6, a1 * 1e6, b1 * 1e6);
+        println!(
+            "{label:<40} per product {:.1} us, once {:.1} us (2t wall); 1t cpu {:.1} / {:.1} us",
+            a * 1e6,
+            b * 1e6,
+            a1 * 1e6,
+            b1 * 1e6
+        );
     }
 }

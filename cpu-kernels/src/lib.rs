@@ -38,21 +38,20 @@ mod matmul;
 mod ops;
 mod portable;
 mod prepare;
-mod tensor;
 pub mod team;
+mod tensor;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use matmul::{
-    get_row, matmul, matmul_ggml, matvec, prepare_acts, prepare_acts_with, try_get_row, try_matmul, try_matmul_prepared,
-    try_matmul_gemm, try_matmul_ggml, try_matmul_ggml_multi, try_matmul_multi, try_matmul_multi_gemm, try_matmul_ggml_with, try_matmul_with,
-    try_matvec, try_matvec_with, ActsFor, PreparedActs, prepare_acts_as,
+    ActsFor, PreparedActs, get_row, matmul, matmul_ggml, matvec, prepare_acts, prepare_acts_as, prepare_acts_with,
+    try_get_row, try_matmul, try_matmul_gemm, try_matmul_ggml, try_matmul_ggml_multi, try_matmul_ggml_with,
+    try_matmul_multi, try_matmul_multi_gemm, try_matmul_prepared, try_matmul_with, try_matvec, try_matvec_with,
 };
 pub use ops::{
-    geglu_ggml, gelu_f16_table, gelu_tanh, geglu, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_neox,
-    rope_cs_ggml, rope_neox_ggml, rope_neox_ggml_cs, rope_norm, silu, softcap, softmax, swiglu,
+    geglu, geglu_ggml, gelu_f16_table, gelu_tanh, rms_norm, rms_norm_ggml, rms_norm_inplace, rope_cs_ggml, rope_neox,
+    rope_neox_ggml, rope_neox_ggml_cs, rope_norm, silu, softcap, softmax, swiglu,
 };
 pub use prepare::quantize_q8_0_x86;
 pub use quant::GgmlType;
-pub use tensor::{best_path, cpu_features, Gemm, KernelError, Path, QTensor, SUPPORTED_TYPES};
-
+pub use tensor::{Gemm, KernelError, Path, QTensor, SUPPORTED_TYPES, best_path, cpu_features};

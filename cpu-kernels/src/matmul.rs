@@ -3,7 +3,7 @@
 
 use crate::acts::Acts;
 use crate::prepare;
-use crate::tensor::{best_path, kernel_supported, Gemm, KernelError, Path, QTensor, RowsFn};
+use crate::tensor::{Gemm, KernelError, Path, QTensor, RowsFn, best_path, kernel_supported};
 
 /// Output pointer shared by the row-chunk tasks; each task writes disjoint rows.
 #[derive(Clone, Copy)]
@@ -40,7 +40,14 @@ pub fn try_matmul_with(path: Path, w: &QTensor, x: &[f32], n: usize, y: &mut [f3
 }
 
 /// [`try_matmul_with`] with the prompt products' block summation chosen ([`Gemm`]).
-pub fn try_matmul_gemm(path: Path, gemm: Gemm, w: &QTensor, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn try_matmul_gemm(
+    path: Path,
+    gemm: Gemm,
+    w: &QTensor,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     let rb = w.validate()?;
     if x.len() < n * w.cols {
         return Err(KernelError::Shape { what: "activations x (n * cols)", expected: n * w.cols, got: x.len() });
@@ -52,7 +59,11 @@ pub fn try_matmul_gemm(path: Path, gemm: Gemm, w: &QTensor, x: &[f32], n: usize,
         return Ok(());
     }
     let kernel = fast_kernel(path, w.ty, n)?;
-    let acts = if small_batch_ggml(path, w.ty, n) { prepare::acts_ggml(w.ty, x, n, w.cols, path)? } else { prepare::acts(w.ty, x, n, w.cols, path, gemm)? };
+    let acts = if small_batch_ggml(path, w.ty, n) {
+        prepare::acts_ggml(w.ty, x, n, w.cols, path)?
+    } else {
+        prepare::acts(w.ty, x, n, w.cols, path, gemm)?
+    };
     run(kernel, w, rb, &acts, y);
     Ok(())
 }
@@ -89,7 +100,13 @@ pub fn prepare_acts(wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> R
 }
 
 /// [`prepare_acts`] for an explicit path.
-pub fn prepare_acts_with(path: Path, wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> Result<PreparedActs, KernelError> {
+pub fn prepare_acts_with(
+    path: Path,
+    wty: quant::GgmlType,
+    x: &[f32],
+    n: usize,
+    cols: usize,
+) -> Result<PreparedActs, KernelError> {
     if !kernel_supported(wty) {
         return Err(KernelError::Unsupported(wty));
     }
@@ -106,7 +123,13 @@ pub fn prepare_acts_with(path: Path, wty: quant::GgmlType, x: &[f32], n: usize, 
 /// a token chose), exactly as `entry`'s products of `n` columns prepare and run them: the
 /// products from [`try_matmul_prepared`] equal [`try_matmul`]'s or [`try_matmul_ggml`]'s bit
 /// for bit.
-pub fn prepare_acts_as(entry: ActsFor, wty: quant::GgmlType, x: &[f32], n: usize, cols: usize) -> Result<PreparedActs, KernelError> {
+pub fn prepare_acts_as(
+    entry: ActsFor,
+    wty: quant::GgmlType,
+    x: &[f32],
+    n: usize,
+    cols: usize,
+) -> Result<PreparedActs, KernelError> {
     let path = best_path();
     if !kernel_supported(wty) {
         return Err(KernelError::Unsupported(wty));
@@ -124,7 +147,11 @@ pub fn prepare_acts_as(entry: ActsFor, wty: quant::GgmlType, x: &[f32], n: usize
     }
     let _ = entry;
     // As try_matmul_gemm with Gemm::Lanes.
-    let acts = if small_batch_ggml(path, wty, n) { prepare::acts_ggml(wty, x, n, cols, path)? } else { prepare::acts(wty, x, n, cols, path, Gemm::Lanes)? };
+    let acts = if small_batch_ggml(path, wty, n) {
+        prepare::acts_ggml(wty, x, n, cols, path)?
+    } else {
+        prepare::acts(wty, x, n, cols, path, Gemm::Lanes)?
+    };
     Ok(PreparedActs { acts, wty, cols, kernel: fast_kernel(path, wty, n)? })
 }
 
@@ -133,7 +160,11 @@ pub fn prepare_acts_as(entry: ActsFor, wty: quant::GgmlType, x: &[f32], n: usize
 pub fn try_matmul_prepared(w: &QTensor, acts: &PreparedActs, y: &mut [f32]) -> Result<(), KernelError> {
     let rb = w.validate()?;
     if w.ty != acts.wty {
-        return Err(KernelError::Shape { what: "prepared activations weight type (GgmlType as u32)", expected: acts.wty as usize, got: w.ty as usize });
+        return Err(KernelError::Shape {
+            what: "prepared activations weight type (GgmlType as u32)",
+            expected: acts.wty as usize,
+            got: w.ty as usize,
+        });
     }
     if w.cols != acts.cols {
         return Err(KernelError::Shape { what: "prepared activations cols", expected: acts.cols, got: w.cols });
@@ -153,11 +184,7 @@ pub fn try_matmul_prepared(w: &QTensor, acts: &PreparedActs, y: &mut [f32]) -> R
 /// `x86::gemv_tiles`) run tiles of 16 rows: task row ranges are rounded up to whole tiles so no
 /// task ends in a partly filled one.
 fn align_rows(chunk: usize, n: usize, tiles: bool) -> usize {
-    if n >= 16 || tiles {
-        chunk.next_multiple_of(16)
-    } else {
-        chunk
-    }
+    if n >= 16 || tiles { chunk.next_multiple_of(16) } else { chunk }
 }
 
 /// Split the rows of `w` over rayon and run `kernel` (y already checked to hold n * rows).
@@ -242,11 +269,12 @@ pub fn try_matmul_ggml_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut
         return Err(KernelError::Shape { what: "outputs (one per matrix)", expected: ws.len(), got: ys.len() });
     }
     #[cfg(target_arch = "x86_64")]
-    let kernels: Option<Vec<RowsFn>> = if n < 8 || ws.iter().all(|w| !matches!(w.ty, quant::GgmlType::Q4K | quant::GgmlType::Q6K)) {
-        ws.iter().map(|w| crate::x86::ggml_kernel(path, w.ty)).collect()
-    } else {
-        None
-    };
+    let kernels: Option<Vec<RowsFn>> =
+        if n < 8 || ws.iter().all(|w| !matches!(w.ty, quant::GgmlType::Q4K | quant::GgmlType::Q6K)) {
+            ws.iter().map(|w| crate::x86::ggml_kernel(path, w.ty)).collect()
+        } else {
+            None
+        };
     #[cfg(not(target_arch = "x86_64"))]
     let kernels: Option<Vec<RowsFn>> = None;
     let Some(kernels) = kernels.filter(|_| n > 0) else {
@@ -267,7 +295,13 @@ pub fn try_matmul_multi(ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut [f32
 }
 
 /// [`try_matmul_multi`] with the prompt products' block summation chosen ([`Gemm`]).
-pub fn try_matmul_multi_gemm(gemm: Gemm, ws: &[QTensor], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<(), KernelError> {
+pub fn try_matmul_multi_gemm(
+    gemm: Gemm,
+    ws: &[QTensor],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
     let path = best_path();
     if ws.len() != ys.len() {
         return Err(KernelError::Shape { what: "outputs (one per matrix)", expected: ws.len(), got: ys.len() });
@@ -292,7 +326,9 @@ pub fn try_matmul_multi_gemm(gemm: Gemm, ws: &[QTensor], x: &[f32], n: usize, ys
 fn small_batch_ggml(path: Path, ty: quant::GgmlType, n: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        path == Path::Avx512 && n < crate::x86::gemm_q0::MIN_COLS && matches!(ty, quant::GgmlType::Q8_0 | quant::GgmlType::Q5_0)
+        path == Path::Avx512
+            && n < crate::x86::gemm_q0::MIN_COLS
+            && matches!(ty, quant::GgmlType::Q8_0 | quant::GgmlType::Q5_0)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -433,7 +469,17 @@ impl Gemm {
     pub fn tiles_apply(ty: quant::GgmlType, n: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            (n >= crate::x86::gemm_q0::MIN_COLS && matches!(ty, quant::GgmlType::Q8_0 | quant::GgmlType::Q5_0 | quant::GgmlType::Q4_0 | quant::GgmlType::IQ4NL | quant::GgmlType::Q4_1 | quant::GgmlType::Q4K | quant::GgmlType::Q6K)
+            (n >= crate::x86::gemm_q0::MIN_COLS
+                && matches!(
+                    ty,
+                    quant::GgmlType::Q8_0
+                        | quant::GgmlType::Q5_0
+                        | quant::GgmlType::Q4_0
+                        | quant::GgmlType::IQ4NL
+                        | quant::GgmlType::Q4_1
+                        | quant::GgmlType::Q4K
+                        | quant::GgmlType::Q6K
+                )
                 || crate::x86::gemv_tiles::has(ty))
                 && best_path() == Path::Avx512
                 && crate::x86::cpu::has_avx512_zmm()

@@ -53,7 +53,15 @@ fn rope_cos_sin(rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32, cs:
 
 /// NEOX-style rotary embedding in place on `x = [n_heads][head_dim]`: dimension i is rotated
 /// with dimension i + rot_dim/2 (i < rot_dim/2); dimensions >= rot_dim are left unchanged.
-pub fn rope_neox(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32) {
+pub fn rope_neox(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    pos: usize,
+    freq_base: f32,
+    freq_scale: f32,
+) {
     let rot_dim = rot_dim.min(head_dim) & !1;
     let half = rot_dim / 2;
     let mut cs = Vec::with_capacity(half);
@@ -68,7 +76,15 @@ pub fn rope_neox(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize,
 }
 
 /// Normal (GPT-J / llama) rotary embedding in place: pairs (2i, 2i+1) for 2i < rot_dim.
-pub fn rope_norm(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32) {
+pub fn rope_norm(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    pos: usize,
+    freq_base: f32,
+    freq_scale: f32,
+) {
     let rot_dim = rot_dim.min(head_dim) & !1;
     let mut cs = Vec::with_capacity(rot_dim / 2);
     rope_cos_sin(rot_dim, pos, freq_base, freq_scale, &mut cs);
@@ -155,7 +171,15 @@ pub fn rms_norm_ggml(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// ggml NEOX rope: angles from the f32 recurrence `theta *= powf(base, -2/n_dims)` (not powf
 /// per index), `cosf`/`sinf` in f32, and the rotation as GCC compiles it:
 /// `fma(a, cos, -(b*sin))`, `fma(a, sin, b*cos)`.
-pub fn rope_neox_ggml(x: &mut [f32], n_heads: usize, head_dim: usize, rot_dim: usize, pos: usize, freq_base: f32, freq_scale: f32) {
+pub fn rope_neox_ggml(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    pos: usize,
+    freq_base: f32,
+    freq_scale: f32,
+) {
     let mut cs = Vec::new();
     rope_cs_ggml(rot_dim.min(head_dim), pos, freq_base, freq_scale, &mut cs);
     rope_neox_ggml_cs(x, n_heads, head_dim, &cs);

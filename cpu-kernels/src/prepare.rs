@@ -241,7 +241,7 @@ fn quantize_q8_0_x86_scalar(x: &[f32], out: &mut [u8]) {
 
 #[cfg(test)]
 mod tests {
-/// The AVX2 x86 Q8_0 quantizer writes the same bytes as the scalar definition (outliers,
+    /// The AVX2 x86 Q8_0 quantizer writes the same bytes as the scalar definition (outliers,
     /// zeros, ties such as x * 127/amax = k + 0.5, tiny and huge magnitudes).
     #[test]
     fn quantize_q8_0_x86_simd_matches_scalar() {
@@ -265,8 +265,8 @@ mod tests {
         assert_eq!(a, b);
     }
 
-/// The AVX2 Q8_K quantizer writes the reference's bytes: random scales, the maximum
-/// reached by both signs (first one wins), zero blocks, ties after scaling, NaN/inf blocks
+    /// The AVX2 Q8_K quantizer writes the reference's bytes: random scales, the maximum
+    /// reached by both signs (first one wins), zero blocks, ties after scaling, NaN/inf blocks
     /// (reference fallback).
     #[test]
     fn quantize_q8_k_simd_matches_reference() {

@@ -121,7 +121,13 @@ pub fn with_team<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if LEADING.with(|l| l.get().is_some()) || IN_TASK.with(|t| t.get()) || rayon::current_num_threads() < 2 {
         return f();
     }
-    let team = Team { word: AtomicU64::new(0), job: AtomicPtr::new(std::ptr::null_mut()), done: AtomicUsize::new(0), quit: AtomicBool::new(false), panicked: AtomicBool::new(false) };
+    let team = Team {
+        word: AtomicU64::new(0),
+        job: AtomicPtr::new(std::ptr::null_mut()),
+        done: AtomicUsize::new(0),
+        quit: AtomicBool::new(false),
+        panicked: AtomicBool::new(false),
+    };
     let f = Mutex::new(Some(f));
     let out: Mutex<Option<std::thread::Result<R>>> = Mutex::new(None);
     let leader_taken = AtomicBool::new(false);
@@ -192,7 +198,11 @@ pub fn chunks_mut<T: Send>(data: &mut [T], size: usize, f: impl Fn(usize, &mut [
 
 /// [`chunks_mut`] with a fallible `f`: the first error (in completion order) is returned once
 /// every chunk has run.
-pub fn try_chunks_mut<T: Send, E: Send>(data: &mut [T], size: usize, f: impl Fn(usize, &mut [T]) -> Result<(), E> + Sync) -> Result<(), E> {
+pub fn try_chunks_mut<T: Send, E: Send>(
+    data: &mut [T],
+    size: usize,
+    f: impl Fn(usize, &mut [T]) -> Result<(), E> + Sync,
+) -> Result<(), E> {
     let first = Mutex::new(None);
     chunks_mut(data, size, |i, c| {
         if let Err(e) = f(i, c)

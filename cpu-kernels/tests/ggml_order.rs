@@ -3,7 +3,7 @@
 //! from f64 only in rounding, so the results agree to float precision relative to Σ|w·x|.
 //! (Bit-exactness against llama.cpp itself is checked end to end in tests/models_gemma3.rs.)
 
-use cpu_kernels::{matmul_ggml, QTensor};
+use cpu_kernels::{QTensor, matmul_ggml};
 use quant::GgmlType;
 
 /// xorshift, so the test needs no dependencies.
@@ -60,7 +60,7 @@ fn ggml_order_matches_f64_reference() {
 /// block counts) and every batch size that takes the exact path.
 #[test]
 fn ggml_order_paths_bit_identical() {
-    use cpu_kernels::{try_matmul_ggml_with, Path};
+    use cpu_kernels::{Path, try_matmul_ggml_with};
     let paths = Path::all_available();
     eprintln!("paths: {paths:?}");
     let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -76,7 +76,11 @@ fn ggml_order_paths_bit_identical() {
                     quant::quantize_row(ty, &src, &mut w[r * rb..(r + 1) * rb]).unwrap();
                 }
                 let t = QTensor::new(ty, &w, rows, cols).unwrap();
-                let ns: &[usize] = if ty.block_size() == 32 { &[1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 21, 77] } else { &[1, 2, 3, 4, 5, 6, 7] };
+                let ns: &[usize] = if ty.block_size() == 32 {
+                    &[1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 21, 77]
+                } else {
+                    &[1, 2, 3, 4, 5, 6, 7]
+                };
                 for &n in ns {
                     let x: Vec<f32> = (0..n * cols)
                         .map(|i| {
@@ -187,7 +191,8 @@ fn multi_matches_separate_calls() {
     use cpu_kernels::{try_matmul, try_matmul_ggml, try_matmul_ggml_multi, try_matmul_multi};
     type Multi = fn(&[QTensor], &[f32], usize, &mut [&mut [f32]]) -> Result<(), cpu_kernels::KernelError>;
     type Single = fn(&QTensor, &[f32], usize, &mut [f32]) -> Result<(), cpu_kernels::KernelError>;
-    let pairs: [(&str, Multi, Single); 2] = [("ggml", try_matmul_ggml_multi, try_matmul_ggml), ("fast", try_matmul_multi, try_matmul)];
+    let pairs: [(&str, Multi, Single); 2] =
+        [("ggml", try_matmul_ggml_multi, try_matmul_ggml), ("fast", try_matmul_multi, try_matmul)];
     let mut seed = 0x5851_f42d_4c95_7f2du64;
     for (cols, specs) in [
         (640usize, vec![(GgmlType::Q5_0, 1024usize), (GgmlType::Q5_0, 256), (GgmlType::Q8_0, 256)]),
@@ -206,7 +211,8 @@ fn multi_matches_separate_calls() {
                 w
             })
             .collect();
-        let ts: Vec<QTensor> = specs.iter().zip(&data).map(|(&(ty, rows), w)| QTensor::new(ty, w, rows, cols).unwrap()).collect();
+        let ts: Vec<QTensor> =
+            specs.iter().zip(&data).map(|(&(ty, rows), w)| QTensor::new(ty, w, rows, cols).unwrap()).collect();
         for (name, multi, single) in pairs {
             for n in [1usize, 3, 9, 20] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng(&mut seed) * 4.0).collect();

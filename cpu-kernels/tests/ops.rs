@@ -1,7 +1,7 @@
 //! Element-wise ops against plain f64 scalar formulas.
 
 mod common;
-use common::{assert_close, Rng};
+use common::{Rng, assert_close};
 use cpu_kernels::*;
 
 fn f64v(v: &[f32]) -> Vec<f64> {
@@ -33,7 +33,16 @@ fn rms_norm_matches_f64() {
 
 /// f64 rope per ggml: theta_i = pos * freq_scale * base^(-2i/rot_dim).
 #[allow(clippy::too_many_arguments)]
-fn rope_ref(x: &[f32], n_heads: usize, hd: usize, rot: usize, pos: usize, base: f64, scale: f64, neox: bool) -> Vec<f64> {
+fn rope_ref(
+    x: &[f32],
+    n_heads: usize,
+    hd: usize,
+    rot: usize,
+    pos: usize,
+    base: f64,
+    scale: f64,
+    neox: bool,
+) -> Vec<f64> {
     let mut y = f64v(x);
     for h in 0..n_heads {
         for i in 0..rot / 2 {
@@ -60,10 +69,20 @@ fn rope_matches_f64() {
                 // angle error per unit, i.e. absolute error ~pos·1e-7 / ... we compute the angle
                 // in f64, so the only error is the final f32 rounding.
                 let tol = 2e-6;
-                assert_close(&format!("neox {nh}x{hd} rot {rot} pos {pos}"), &a, &rope_ref(&x, nh, hd, rot, pos, base as f64, scale as f64, true), tol);
+                assert_close(
+                    &format!("neox {nh}x{hd} rot {rot} pos {pos}"),
+                    &a,
+                    &rope_ref(&x, nh, hd, rot, pos, base as f64, scale as f64, true),
+                    tol,
+                );
                 let mut b = x.clone();
                 rope_norm(&mut b, nh, hd, rot, pos, base, scale);
-                assert_close(&format!("norm {nh}x{hd} rot {rot} pos {pos}"), &b, &rope_ref(&x, nh, hd, rot, pos, base as f64, scale as f64, false), tol);
+                assert_close(
+                    &format!("norm {nh}x{hd} rot {rot} pos {pos}"),
+                    &b,
+                    &rope_ref(&x, nh, hd, rot, pos, base as f64, scale as f64, false),
+                    tol,
+                );
                 // Dimensions past rot_dim are untouched.
                 for h in 0..nh {
                     assert_eq!(&a[h * hd + rot..(h + 1) * hd], &x[h * hd + rot..(h + 1) * hd]);
@@ -94,7 +113,13 @@ fn softmax_matches_f64() {
 #[test]
 fn activations_match_f64() {
     let xs: Vec<f32> = (-2000..=2000).map(|i| i as f32 * 0.01).collect();
-    let silu_ref: Vec<f64> = xs.iter().map(|&x| { let x = x as f64; x / (1.0 + (-x).exp()) }).collect();
+    let silu_ref: Vec<f64> = xs
+        .iter()
+        .map(|&x| {
+            let x = x as f64;
+            x / (1.0 + (-x).exp())
+        })
+        .collect();
     let gelu_ref: Vec<f64> = xs
         .iter()
         .map(|&x| {
@@ -115,4 +140,3 @@ fn activations_match_f64() {
     let want: Vec<f64> = gelu_ref.iter().zip(&up).map(|(g, &u)| g * u as f64).collect();
     assert_close("geglu", &o, &want, OPS_TOL);
 }
-

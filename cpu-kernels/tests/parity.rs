@@ -3,9 +3,10 @@
 //! (n = 1..9) over edge shapes: one row, odd row counts, K = one block, K = 4096.
 
 mod common;
-use common::{assert_close, Rng};
+use common::{Rng, assert_close};
 use cpu_kernels::{
-    prepare_acts_with, try_get_row, try_matmul_gemm, try_matmul_prepared, try_matmul_with, Gemm, GgmlType, Path, QTensor, SUPPORTED_TYPES,
+    Gemm, GgmlType, Path, QTensor, SUPPORTED_TYPES, prepare_acts_with, try_get_row, try_matmul_gemm,
+    try_matmul_prepared, try_matmul_with,
 };
 
 /// Allowed max error relative to the largest output, per weight type.
@@ -41,7 +42,8 @@ fn reference(ty: GgmlType, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize)
 /// for the fast products of fewer than 16 columns on AVX-512): it flips a quant now and then
 /// against the reference quantizer, which moves an output by ~1e-4 of the largest.
 fn reference_x86(ty: GgmlType, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize) -> Option<Vec<f64>> {
-    (ty.vec_dot_type() == GgmlType::Q8_0).then(|| reference_with(ty, w, rows, k, x, n, |_, x, act| cpu_kernels::quantize_q8_0_x86(x, act)))
+    (ty.vec_dot_type() == GgmlType::Q8_0)
+        .then(|| reference_with(ty, w, rows, k, x, n, |_, x, act| cpu_kernels::quantize_q8_0_x86(x, act)))
 }
 
 /// Checks `y` against the reference, or against [`reference_x86`] where the kernels may have
@@ -57,7 +59,15 @@ fn assert_close_ref(ctx: &str, y: &[f32], want: &[f64], want_x86: Option<&[f64]>
     }
 }
 
-fn reference_with(ty: GgmlType, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize, quantize: impl Fn(GgmlType, &[f32], &mut [u8])) -> Vec<f64> {
+fn reference_with(
+    ty: GgmlType,
+    w: &[u8],
+    rows: usize,
+    k: usize,
+    x: &[f32],
+    n: usize,
+    quantize: impl Fn(GgmlType, &[f32], &mut [u8]),
+) -> Vec<f64> {
     let rb = ty.row_bytes(k).unwrap();
     let at = ty.vec_dot_type();
     let ab = at.row_bytes(k).unwrap();
@@ -97,11 +107,23 @@ fn check_type_path(ty: GgmlType, path: Path) {
             let want_x86 = reference_x86(ty, &w, rows, k, &x, n);
             let mut y = vec![f32::NAN; n * rows];
             try_matmul_with(path, &t, &x, n, &mut y).unwrap();
-            assert_close_ref(&format!("{} {path:?} rows={rows} k={k} n={n}", ty.name()), &y, &want, want_x86.as_deref(), tolerance(ty));
+            assert_close_ref(
+                &format!("{} {path:?} rows={rows} k={k} n={n}", ty.name()),
+                &y,
+                &want,
+                want_x86.as_deref(),
+                tolerance(ty),
+            );
             // The row tiles (prompt products of the signed formats, `Gemm::Tiles`).
             let mut y = vec![f32::NAN; n * rows];
             try_matmul_gemm(path, Gemm::Tiles, &t, &x, n, &mut y).unwrap();
-            assert_close_ref(&format!("{} {path:?} tiles rows={rows} k={k} n={n}", ty.name()), &y, &want, want_x86.as_deref(), tolerance(ty));
+            assert_close_ref(
+                &format!("{} {path:?} tiles rows={rows} k={k} n={n}", ty.name()),
+                &y,
+                &want,
+                want_x86.as_deref(),
+                tolerance(ty),
+            );
         }
     }
 }
@@ -162,10 +184,22 @@ fn parallel_split_matches() {
             for path in Path::all_available() {
                 let mut y = vec![f32::NAN; n * rows];
                 try_matmul_with(path, &t, &x, n, &mut y).unwrap();
-                assert_close_ref(&format!("{} {path:?} parallel n={n}", ty.name()), &y, &want, want_x86.as_deref(), tolerance(ty));
+                assert_close_ref(
+                    &format!("{} {path:?} parallel n={n}", ty.name()),
+                    &y,
+                    &want,
+                    want_x86.as_deref(),
+                    tolerance(ty),
+                );
                 let mut y = vec![f32::NAN; n * rows];
                 try_matmul_gemm(path, Gemm::Tiles, &t, &x, n, &mut y).unwrap();
-                assert_close_ref(&format!("{} {path:?} tiles parallel n={n}", ty.name()), &y, &want, want_x86.as_deref(), tolerance(ty));
+                assert_close_ref(
+                    &format!("{} {path:?} tiles parallel n={n}", ty.name()),
+                    &y,
+                    &want,
+                    want_x86.as_deref(),
+                    tolerance(ty),
+                );
             }
         }
     }
@@ -255,7 +289,12 @@ fn small_tiles_equal_prompt_tiles_bitwise() {
                 let mut y = vec![f32::NAN; width * rows];
                 try_matmul_gemm(path, Gemm::Tiles, &t, &x[c0 * k..(c0 + width) * k], width, &mut y).unwrap();
                 for (i, (a, b)) in y.iter().zip(&prompt[c0 * rows..(c0 + width) * rows]).enumerate() {
-                    assert_eq!(a.to_bits(), b.to_bits(), "{} rows={rows} k={k} columns {c0}+{width}: output {i}: {a} vs {b}", ty.name());
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{} rows={rows} k={k} columns {c0}+{width}: output {i}: {a} vs {b}",
+                        ty.name()
+                    );
                 }
             }
             checked += 1;

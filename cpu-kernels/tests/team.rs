@@ -58,10 +58,12 @@ fn chunks_are_disjoint_and_complete() {
         assert!(v.iter().enumerate().all(|(j, &x)| x == j / size), "len {len} size {size}");
     }
     let mut v = vec![0u8; 100];
-    let r: Result<(), String> = with_team(|| try_chunks_mut(&mut v, 10, |i, c| {
-        c.fill(1);
-        if i == 7 { Err(format!("chunk {i}")) } else { Ok(()) }
-    }));
+    let r: Result<(), String> = with_team(|| {
+        try_chunks_mut(&mut v, 10, |i, c| {
+            c.fill(1);
+            if i == 7 { Err(format!("chunk {i}")) } else { Ok(()) }
+        })
+    });
     assert_eq!(r, Err("chunk 7".into()));
     assert!(v.iter().all(|&x| x == 1), "every chunk ran despite the error");
 }
@@ -83,7 +85,13 @@ fn a_panicking_task_reaches_the_caller_and_the_pool_still_works() {
     let r = std::panic::catch_unwind(|| with_team(|| panic!("leader")));
     assert!(r.is_err());
     // The followers were released both times.
-    assert_eq!(with_team(|| { counts_once(500); 7 }), 7);
+    assert_eq!(
+        with_team(|| {
+            counts_once(500);
+            7
+        }),
+        7
+    );
 }
 
 #[test]
@@ -94,9 +102,11 @@ fn concurrent_teams_from_several_threads() {
             std::thread::spawn(move || {
                 let sum = AtomicUsize::new(0);
                 for _ in 0..20 {
-                    with_team(|| for_each(1000, |i| {
-                        sum.fetch_add(i + t, Relaxed);
-                    }));
+                    with_team(|| {
+                        for_each(1000, |i| {
+                            sum.fetch_add(i + t, Relaxed);
+                        })
+                    });
                 }
                 sum.load(Relaxed)
             })

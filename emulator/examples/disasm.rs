@@ -4,6 +4,9 @@ fn main() {
     let data = std::fs::read(&path).expect("read code object");
     match emulator::disassemble(&data) {
         Ok(t) => print!("{t}"),
-        Err(e) => { eprintln!("{path}: {e}"); std::process::exit(1); }
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            std::process::exit(1);
+        }
     }
 }

@@ -33,7 +33,9 @@ pub enum EmuError {
     #[error("{0}")]
     DataRace(Box<DataRace>),
     /// A global/flat/LDS/scratch access outside every allocation.
-    #[error("kernel {kernel}: memory fault at pc {pc:#x} `{inst}` lane {lane}: {what} address {addr:#x} ({bytes} bytes)")]
+    #[error(
+        "kernel {kernel}: memory fault at pc {pc:#x} `{inst}` lane {lane}: {what} address {addr:#x} ({bytes} bytes)"
+    )]
     MemoryFault { kernel: String, pc: u64, inst: String, lane: u32, addr: u64, bytes: u32, what: &'static str },
     #[error("kernel {kernel} trapped at pc {pc:#x} (s_trap {code})")]
     Trap { kernel: String, pc: u64, code: u16 },
@@ -62,7 +64,9 @@ fn hex_words(w: &[u32]) -> String {
 /// plain accesses). `addr` is the LDS offset or the global address; PCs are code-object
 /// addresses, as llvm-objdump prints them; `first` is the earlier access.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("kernel {kernel}: data race on {space} address {addr:#x} in workgroup {workgroup:?} (race seed {seed}): {first} and {second}, with no s_barrier between them")]
+#[error(
+    "kernel {kernel}: data race on {space} address {addr:#x} in workgroup {workgroup:?} (race seed {seed}): {first} and {second}, with no s_barrier between them"
+)]
 pub struct DataRace {
     pub kernel: String,
     /// "LDS" or "global".

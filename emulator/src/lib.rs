@@ -9,6 +9,8 @@
 // `mask >> lane & 1` throughout: both read better than the iterator/parenthesised forms.
 #![allow(clippy::needless_range_loop, clippy::precedence, clippy::precedence_bits)]
 
+#[cfg(test)]
+mod coverage;
 #[allow(dead_code)]
 mod decode;
 mod device;
@@ -17,13 +19,11 @@ mod error;
 #[allow(dead_code)]
 mod exec;
 #[allow(dead_code)]
+mod float;
+#[allow(dead_code)]
 mod loader;
 mod memory;
 mod optable;
-#[allow(dead_code)]
-mod float;
-#[cfg(test)]
-mod coverage;
 
 pub use device::{Device, DevicePtr, Function, KernArg, KernelInfo, LaunchOptions, LaunchStats, Module, RACE_SEED_ENV};
 pub use disasm::disassemble;

@@ -20,7 +20,9 @@ pub struct Region {
     pub bytes: Box<[AtomicU8]>,
 }
 impl Region {
-    pub fn len(&self) -> u64 { self.bytes.len() as u64 }
+    pub fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
     #[inline]
     pub fn contains(&self, addr: u64, n: u64) -> bool {
         addr >= self.base && addr.wrapping_add(n) <= self.base + self.len() && addr.wrapping_add(n) >= addr
@@ -29,12 +31,16 @@ impl Region {
     pub fn read(&self, addr: u64, out: &mut [u8]) {
         let o = (addr - self.base) as usize;
         let n = out.len();
-        for (d, s) in out.iter_mut().zip(&self.bytes[o..o + n]) { *d = s.load(Relaxed); }
+        for (d, s) in out.iter_mut().zip(&self.bytes[o..o + n]) {
+            *d = s.load(Relaxed);
+        }
     }
     #[inline]
     pub fn write(&self, addr: u64, src: &[u8]) {
         let o = (addr - self.base) as usize;
-        for (d, s) in self.bytes[o..o + src.len()].iter().zip(src) { d.store(*s, Relaxed); }
+        for (d, s) in self.bytes[o..o + src.len()].iter().zip(src) {
+            d.store(*s, Relaxed);
+        }
     }
 }
 
@@ -50,7 +56,9 @@ impl Memory {
     pub fn alloc(&self, bytes: usize) -> Result<u64, EmuError> {
         let size = (bytes.max(1) as u64 + 255) & !255;
         let mut next = self.next.lock().map_err(|_| EmuError::Api("memory lock poisoned".into()))?;
-        if *next == 0 { *next = HEAP_BASE; }
+        if *next == 0 {
+            *next = HEAP_BASE;
+        }
         let base = *next;
         if base.checked_add(size + GUARD).is_none_or(|e| e >= SHARED_BASE + (1 << 62)) {
             return Err(EmuError::Alloc { bytes, reason: "device address space exhausted".into() });
@@ -78,14 +86,16 @@ impl Memory {
         self.regions.read().map(|m| m.values().cloned().collect()).unwrap_or_default()
     }
     pub fn copy_in(&self, dst: u64, src: &[u8]) -> Result<(), EmuError> {
-        let r = self.region(dst, src.len() as u64)
-            .ok_or_else(|| EmuError::Api(format!("memcpy to {dst:#x}+{} bytes: outside every allocation", src.len())))?;
+        let r = self.region(dst, src.len() as u64).ok_or_else(|| {
+            EmuError::Api(format!("memcpy to {dst:#x}+{} bytes: outside every allocation", src.len()))
+        })?;
         r.write(dst, src);
         Ok(())
     }
     pub fn copy_out(&self, dst: &mut [u8], src: u64) -> Result<(), EmuError> {
-        let r = self.region(src, dst.len() as u64)
-            .ok_or_else(|| EmuError::Api(format!("memcpy from {src:#x}+{} bytes: outside every allocation", dst.len())))?;
+        let r = self.region(src, dst.len() as u64).ok_or_else(|| {
+            EmuError::Api(format!("memcpy from {src:#x}+{} bytes: outside every allocation", dst.len()))
+        })?;
         r.read(src, dst);
         Ok(())
     }
@@ -97,14 +107,23 @@ pub struct View<'a> {
     last: usize,
 }
 impl<'a> View<'a> {
-    pub fn new(regions: &'a [Arc<Region>]) -> View<'a> { View { regions, last: 0 } }
+    pub fn new(regions: &'a [Arc<Region>]) -> View<'a> {
+        View { regions, last: 0 }
+    }
     #[inline]
     pub fn find(&mut self, addr: u64, n: u64) -> Option<&'a Region> {
         if let Some(r) = self.regions.get(self.last) {
-            if r.contains(addr, n) { return Some(r); }
+            if r.contains(addr, n) {
+                return Some(r);
+            }
         }
         let i = self.regions.partition_point(|r| r.base <= addr).checked_sub(1)?;
         let r = &self.regions[i];
-        if r.contains(addr, n) { self.last = i; Some(r) } else { None }
+        if r.contains(addr, n) {
+            self.last = i;
+            Some(r)
+        } else {
+            None
+        }
     }
 }

@@ -13,14 +13,37 @@ fn objdump_lines(elf: &[u8]) -> Option<Vec<String>> {
         eprintln!("\n*** SKIPPED: llvm-objdump-22 not found ***\n");
         return None;
     };
-    Some(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with('\t') || l.ends_with(">:")).map(|l| l.trim_end().to_string()).collect())
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with('\t') || l.ends_with(">:"))
+            .map(|l| l.trim_end().to_string())
+            .collect(),
+    )
 }
 
 fn compare(what: &str, elf: &[u8]) {
     let Some(want) = objdump_lines(elf) else { return };
-    let mine: Vec<String> = emulator::disassemble(elf).unwrap().lines().filter(|l| l.starts_with('\t') || l.ends_with(">:")).map(|l| l.trim_end().to_string()).collect();
-    let bad: Vec<String> = want.iter().zip(&mine).filter(|(a, b)| a != b).take(std::env::var("DISASM_DIFFS").ok().and_then(|v| v.parse().ok()).unwrap_or(20)).map(|(a, b)| format!("  objdump: {a}\n  emu:     {b}")).collect();
-    assert!(bad.is_empty() && want.len() == mine.len(), "{what}: {} lines vs {}; first differences:\n{}", want.len(), mine.len(), bad.join("\n"));
+    let mine: Vec<String> = emulator::disassemble(elf)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('\t') || l.ends_with(">:"))
+        .map(|l| l.trim_end().to_string())
+        .collect();
+    let bad: Vec<String> = want
+        .iter()
+        .zip(&mine)
+        .filter(|(a, b)| a != b)
+        .take(std::env::var("DISASM_DIFFS").ok().and_then(|v| v.parse().ok()).unwrap_or(20))
+        .map(|(a, b)| format!("  objdump: {a}\n  emu:     {b}"))
+        .collect();
+    assert!(
+        bad.is_empty() && want.len() == mine.len(),
+        "{what}: {} lines vs {}; first differences:\n{}",
+        want.len(),
+        mine.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
@@ -31,8 +54,10 @@ fn rust_fixture() {
 #[test]
 fn gpu_kernels_object() {
     // The project's kernels, when a build left them where the gpu-kernels build puts them.
-    let candidates = [std::env::var("STRATA_GPUK_ELF").unwrap_or_default(),
-        "/work/target-gpuk/amdgcn-kernels/kernels-gfx1100/amdgcn-amd-amdhsa/release/gpu_kernels.elf".into()];
+    let candidates = [
+        std::env::var("STRATA_GPUK_ELF").unwrap_or_default(),
+        "/work/target-gpuk/amdgcn-kernels/kernels-gfx1100/amdgcn-amd-amdhsa/release/gpu_kernels.elf".into(),
+    ];
     match candidates.iter().find(|p| !p.is_empty() && std::path::Path::new(p).exists()) {
         Some(p) => compare(p, &std::fs::read(p).unwrap()),
         None => eprintln!("gpu-kernels object not built; set STRATA_GPUK_ELF to compare it"),
@@ -142,9 +167,19 @@ fn every_opcode() {
     let mut lines: Vec<String> = Vec::new();
     for part in json.split("\": \"").skip(1) {
         let text = part.split('"').next().unwrap_or("");
-        if text.contains("/*") || text.contains("sendmsg(") || text.starts_with("s_call") || text.starts_with("s_cbranch_cdbg")
-            || text.starts_with("s_subvector") || text.starts_with("s_setpc") || text.starts_with("s_swappc") || text.starts_with("s_rfe")
-            || text.starts_with("s_endpgm") || text.starts_with("s_branch") || text.starts_with("s_cbranch") || text.starts_with("s_code_end") {
+        if text.contains("/*")
+            || text.contains("sendmsg(")
+            || text.starts_with("s_call")
+            || text.starts_with("s_cbranch_cdbg")
+            || text.starts_with("s_subvector")
+            || text.starts_with("s_setpc")
+            || text.starts_with("s_swappc")
+            || text.starts_with("s_rfe")
+            || text.starts_with("s_endpgm")
+            || text.starts_with("s_branch")
+            || text.starts_with("s_cbranch")
+            || text.starts_with("s_code_end")
+        {
             continue;
         }
         lines.push(text.replace("\\\"", "\""));
@@ -160,13 +195,20 @@ fn every_opcode() {
 
 fn filter_assemblable(lines: &[String]) -> Option<Vec<String>> {
     let src = lines.join("\n");
-    let out = Command::new("llvm-mc-22").args(["-arch=amdgcn", "-mcpu=gfx1100", "-o", "/dev/null"]).stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped()).spawn();
-    let Ok(mut child) = out else { eprintln!("*** SKIPPED: llvm-mc-22 not found ***"); return None };
+    let out = Command::new("llvm-mc-22")
+        .args(["-arch=amdgcn", "-mcpu=gfx1100", "-o", "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = out else {
+        eprintln!("*** SKIPPED: llvm-mc-22 not found ***");
+        return None;
+    };
     use std::io::Write;
     child.stdin.take().unwrap().write_all(src.as_bytes()).unwrap();
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    let bad: std::collections::HashSet<usize> = err.lines().filter_map(|l| l.strip_prefix("<stdin>:")?.split(':').next()?.parse::<usize>().ok()).collect();
+    let bad: std::collections::HashSet<usize> =
+        err.lines().filter_map(|l| l.strip_prefix("<stdin>:")?.split(':').next()?.parse::<usize>().ok()).collect();
     Some(lines.iter().enumerate().filter(|(i, _)| !bad.contains(&(i + 1))).map(|(_, l)| l.clone()).collect())
 }

@@ -16,16 +16,30 @@ fn objdump(elf: &[u8]) -> Option<Vec<String>> {
     let _ = std::fs::remove_file(&path);
     match out {
         Ok(o) => Some(lines(&String::from_utf8_lossy(&o.stdout))),
-        Err(_) => { eprintln!("\n*** SKIPPED: llvm-objdump-22 not found ***\n"); None }
+        Err(_) => {
+            eprintln!("\n*** SKIPPED: llvm-objdump-22 not found ***\n");
+            None
+        }
     }
 }
 
 fn compare(what: &str, elf: &[u8]) {
     let Some(want) = objdump(elf) else { return };
     let mine = lines(&emulator::disassemble(elf).unwrap_or_else(|e| panic!("{what}: {e}")));
-    let bad: Vec<String> = want.iter().zip(&mine).filter(|(a, b)| a != b).take(std::env::var("DISASM_DIFFS").ok().and_then(|v| v.parse().ok()).unwrap_or(20))
-        .map(|(a, b)| format!("  objdump: {a}\n  emu:     {b}")).collect();
-    assert!(bad.is_empty() && want.len() == mine.len(), "{what}: {} lines vs {}; first differences:\n{}", want.len(), mine.len(), bad.join("\n"));
+    let bad: Vec<String> = want
+        .iter()
+        .zip(&mine)
+        .filter(|(a, b)| a != b)
+        .take(std::env::var("DISASM_DIFFS").ok().and_then(|v| v.parse().ok()).unwrap_or(20))
+        .map(|(a, b)| format!("  objdump: {a}\n  emu:     {b}"))
+        .collect();
+    assert!(
+        bad.is_empty() && want.len() == mine.len(),
+        "{what}: {} lines vs {}; first differences:\n{}",
+        want.len(),
+        mine.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
@@ -136,7 +150,9 @@ fn random_family(name: &str, seed: u64, n: usize, make: impl Fn(&mut Rng) -> Vec
     let mut rng = Rng(seed);
     let mut body = String::new();
     for _ in 0..n {
-        for w in make(&mut rng) { body += &format!("  .long {w:#010x}\n"); }
+        for w in make(&mut rng) {
+            body += &format!("  .long {w:#010x}\n");
+        }
     }
     body += "  s_endpgm\n";
     let Some(elf) = common::assemble_raw(&body, "", 0) else { return };
@@ -164,21 +180,32 @@ fn random_mimg_words() {
     // out: combinations no compiler emits, for which LLVM prints whichever register widths its
     // decoder table matched first (MSAA dimensions with sampling, d16 with tfe, one-address NSA).
     random_family("MIMG", 3, 400, |r| {
-        let ops = [0u32, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0xa, 0xb, 0xc, 0x16, 0x17, 0x18, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x21, 0x22,
-            0x25, 0x2b, 0x2f, 0x32, 0x37, 0x38, 0x39, 0x3c, 0x40, 0x4a, 0x55, 0x60, 0x65, 0x90];
+        let ops = [
+            0u32, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0xa, 0xb, 0xc, 0x16, 0x17, 0x18, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x21,
+            0x22, 0x25, 0x2b, 0x2f, 0x32, 0x37, 0x38, 0x39, 0x3c, 0x40, 0x4a, 0x55, 0x60, 0x65, 0x90,
+        ];
         let op = ops[r.next() as usize % ops.len()];
         // NSA only where the address has two or more dwords: no 1D, no a16, and no
         // resinfo (whose one-address NSA forms LLVM prints from an unrelated variant)
         let nsa = r.next() % 3 == 0 && op != 0x17;
         let sampler = op >= 0x1b;
-        let dim = if nsa { 1 + r.next() % 5 } else if sampler { r.next() % 6 } else { r.next() % 8 };
+        let dim = if nsa {
+            1 + r.next() % 5
+        } else if sampler {
+            r.next() % 6
+        } else {
+            r.next() % 8
+        };
         let flags = r.next() & 0x3_f000 & if nsa { !(1 << 16) } else { !0 };
         let tfe = r.next() & 3;
         let flags = if tfe & 1 != 0 { flags & !(1 << 17) } else { flags };
         let w0 = 0xf000_0000 | op << 18 | flags | (r.next() & 0xf) << 8 | (r.next() & 1) << 7 | dim << 2 | nsa as u32;
-        let w1 = (r.next() % 12) << 26 | tfe << 21 | (r.next() % 16) * 4 / 4 << 16 | (r.next() % 200) << 8 | r.next() % 200;
+        let w1 =
+            (r.next() % 12) << 26 | tfe << 21 | (r.next() % 16) * 4 / 4 << 16 | (r.next() % 200) << 8 | r.next() % 200;
         let mut v = vec![w0, w1];
-        if nsa { v.push(r.next() & 0x7f7f_7f7f); }
+        if nsa {
+            v.push(r.next() & 0x7f7f_7f7f);
+        }
         v
     });
 }

@@ -7,7 +7,9 @@ use emulator::{Device, EmuError};
 fn launch(body: &str, budget: Option<u64>) -> Option<Result<emulator::LaunchStats, EmuError>> {
     let elf = assemble_raw(body, "", 0)?;
     let dev = Device::new();
-    if let Some(b) = budget { dev.set_instruction_budget(b); }
+    if let Some(b) = budget {
+        dev.set_instruction_budget(b);
+    }
     let m = dev.load_module(&elf).unwrap();
     let f = m.function("k").unwrap();
     let buf = dev.malloc(1024).unwrap();
@@ -94,7 +96,9 @@ fn hidden_kernel_arguments_are_filled() {
 #[test]
 fn computed_jump_reaches_undecoded_code() {
     // s_setpc to getpc+16 skips the s_trap; the target is only reachable through the jump
-    let body = format!("{PROLOGUE}  s_getpc_b64 s[4:5]\n  s_add_u32 s4, s4, 16\n  s_addc_u32 s5, s5, 0\n  s_setpc_b64 s[4:5]\n  s_trap 2\n  v_mov_b32 v5, 42{EPILOGUE}");
+    let body = format!(
+        "{PROLOGUE}  s_getpc_b64 s[4:5]\n  s_add_u32 s4, s4, 16\n  s_addc_u32 s5, s5, 0\n  s_setpc_b64 s[4:5]\n  s_trap 2\n  v_mov_b32 v5, 42{EPILOGUE}"
+    );
     let Some(elf) = assemble_raw(&body, "", 0) else { return };
     let (out, _) = run_elf(&elf, &[], 32, 32, 0).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.iter().all(|&x| x == 42));
@@ -136,9 +140,13 @@ fn unimplemented_instructions_are_refused_at_execution_by_name() {
         // the error's text is the instruction as llvm-objdump-22 (the oracle) lists it
         let path = std::env::temp_dir().join(format!("emu-unimpl-{}-{mnemonic}.elf", std::process::id()));
         std::fs::write(&path, &elf).unwrap();
-        if let Ok(o) = std::process::Command::new("llvm-objdump-22").args(["-d", "--mcpu=gfx1100"]).arg(&path).output() {
+        if let Ok(o) = std::process::Command::new("llvm-objdump-22").args(["-d", "--mcpu=gfx1100"]).arg(&path).output()
+        {
             let dump = String::from_utf8_lossy(&o.stdout);
-            let l = dump.lines().find(|l| l.trim_start().starts_with(mnemonic)).unwrap_or_else(|| panic!("{mnemonic} not in\n{dump}"));
+            let l = dump
+                .lines()
+                .find(|l| l.trim_start().starts_with(mnemonic))
+                .unwrap_or_else(|| panic!("{mnemonic} not in\n{dump}"));
             let listed = l.split("//").next().unwrap().trim();
             assert!(what.starts_with(listed), "`{what}` vs objdump `{listed}`");
         }

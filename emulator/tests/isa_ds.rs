@@ -18,8 +18,14 @@ fn lds_widths_and_2addr() {
     let (out, _) = run_elf(&elf, &i, 32, 32, 0).unwrap();
     // each lane stores at byte address l; lane l's u16 load at 64+l overlaps lane l+1's bytes
     let mut lds = vec![0u8; 128];
-    for l in 0..32 { lds[l] = i[l] as u8; }
-    for l in 0..32 { let b = (i[l] as u16).to_le_bytes(); lds[64 + l] = b[0]; lds[65 + l] = b[1]; }
+    for l in 0..32 {
+        lds[l] = i[l] as u8;
+    }
+    for l in 0..32 {
+        let b = (i[l] as u16).to_le_bytes();
+        lds[64 + l] = b[0];
+        lds[65 + l] = b[1];
+    }
     for l in 0..32 {
         let want = (lds[l] as i8 as i32 as u32).wrapping_add(u16::from_le_bytes([lds[64 + l], lds[65 + l]]) as u32);
         assert_eq!(out[l], want, "lane {l}");
@@ -32,12 +38,26 @@ fn lds_atomics_and_rtn() {
     let body = "v_mov_b32 v7, 0\n ds_add_rtn_u32 v8, v7, v0\n s_waitcnt lgkmcnt(0)\n ds_load_b32 v9, v7\n s_waitcnt lgkmcnt(0)\n v_lshlrev_b32 v9, 16, v9\n v_or_b32 v5, v8, v9";
     let Some(elf) = assemble_raw(&format!("{PROLOGUE}{body}{EPILOGUE}"), "", 64) else { return };
     let (out, _) = run_elf(&elf, &[], 32, 32, 0).unwrap();
-    for l in 0..32 { assert_eq!(out[l], (l * (l - (l > 0) as usize) / 2) as u32 * 0 + (0..l as u32).sum::<u32>() | 496 << 16, "lane {l}"); }
+    for l in 0..32 {
+        assert_eq!(
+            out[l],
+            (l * (l - (l > 0) as usize) / 2) as u32 * 0 + (0..l as u32).sum::<u32>() | 496 << 16,
+            "lane {l}"
+        );
+    }
 }
 
 #[test]
 fn lds_out_of_range_faults() {
-    let Some(elf) = assemble_raw(&format!("{PROLOGUE} v_mov_b32 v7, 252\n ds_load_b64 v[8:9], v7\n s_waitcnt lgkmcnt(0)\n v_mov_b32 v5, v8{EPILOGUE}"), "", 256) else { return };
+    let Some(elf) = assemble_raw(
+        &format!(
+            "{PROLOGUE} v_mov_b32 v7, 252\n ds_load_b64 v[8:9], v7\n s_waitcnt lgkmcnt(0)\n v_mov_b32 v5, v8{EPILOGUE}"
+        ),
+        "",
+        256,
+    ) else {
+        return;
+    };
     let e = run_elf(&elf, &[], 32, 32, 0).unwrap_err().to_string();
     assert!(e.contains("LDS read") && e.contains("ds_load_b64") && e.contains("lane 0"), "{e}");
     // the dynamic LDS size extends the valid range
@@ -49,7 +69,9 @@ fn lds_out_of_range_faults() {
 /// first wave runs ahead and reads zeros, as it could on hardware.
 #[test]
 fn barrier_interleaving() {
-    let body = |bar: &str| format!("{PROLOGUE}
+    let body = |bar: &str| {
+        format!(
+            "{PROLOGUE}
   v_lshlrev_b32 v7, 2, v0
   v_add_nc_u32 v8, 1, v0
   ds_store_b32 v7, v8
@@ -60,10 +82,14 @@ fn barrier_interleaving() {
   ds_load_b32 v5, v9
   s_waitcnt lgkmcnt(0)
   global_store_b32 v7, v5, s[0:1]
-  s_endpgm");
+  s_endpgm"
+        )
+    };
     let Some(elf) = assemble_raw(&body("s_barrier"), "", 256) else { return };
     let (out, st) = run_elf(&elf, &[0; 200], 64, 64, 0).unwrap();
-    for t in 0..64 { assert_eq!(out[t], 64 - t as u32, "item {t}"); }
+    for t in 0..64 {
+        assert_eq!(out[t], 64 - t as u32, "item {t}");
+    }
     assert_eq!(st.waves, 2);
     let Some(elf) = assemble_raw(&body("s_nop 0"), "", 256) else { return };
     let (out, _) = run_elf(&elf, &[0; 200], 64, 64, 0).unwrap();

@@ -3,14 +3,22 @@
 mod common;
 use common::*;
 
-fn sx8(x: u32, k: u32) -> i32 { (x >> (8 * k)) as u8 as i8 as i32 }
-fn zx8(x: u32, k: u32) -> i32 { ((x >> (8 * k)) & 0xff) as i32 }
+fn sx8(x: u32, k: u32) -> i32 {
+    (x >> (8 * k)) as u8 as i8 as i32
+}
+fn zx8(x: u32, k: u32) -> i32 {
+    ((x >> (8 * k)) & 0xff) as i32
+}
 
 #[test]
 fn dot4_signedness() {
-    let i = abc(|l| (l as u32).wrapping_mul(0x9E37_79B9), |l| (l as u32 + 11).wrapping_mul(0x85EB_CA6B), |l| l as u32 * 1000);
-    let cases: [(&str, fn(u32, u32) -> i32, fn(u32, u32) -> i32); 4] = [
-        ("neg_lo:[1,1,0]", sx8, sx8), ("neg_lo:[1,0,0]", sx8, zx8), ("neg_lo:[0,1,0]", zx8, sx8), ("", zx8, zx8)];
+    let i = abc(
+        |l| (l as u32).wrapping_mul(0x9E37_79B9),
+        |l| (l as u32 + 11).wrapping_mul(0x85EB_CA6B),
+        |l| l as u32 * 1000,
+    );
+    let cases: [(&str, fn(u32, u32) -> i32, fn(u32, u32) -> i32); 4] =
+        [("neg_lo:[1,1,0]", sx8, sx8), ("neg_lo:[1,0,0]", sx8, zx8), ("neg_lo:[0,1,0]", zx8, sx8), ("", zx8, zx8)];
     for (m, fa, fb) in cases {
         let Some(out) = run(&format!("v_dot4_i32_iu8 v5, v2, v3, v4 {m}"), &i) else { return };
         for l in 0..32 {
@@ -27,7 +35,9 @@ fn dot4_signedness() {
 
 fn h(x: f32) -> u32 {
     // exact f16 of small multiples of 1/8 (independent of the device's converter)
-    if x == 0.0 { return 0; }
+    if x == 0.0 {
+        return 0;
+    }
     let e = x.abs().log2().floor() as i32;
     let m = ((x.abs() / 2f32.powi(e) - 1.0) * 1024.0).round() as u32;
     (if x < 0.0 { 0x8000 } else { 0 }) | (((e + 15) as u32) << 10) | m
@@ -40,7 +50,11 @@ fn hv(b: u32) -> f32 {
 
 #[test]
 fn packed_f16_and_dot2() {
-    let i = abc(|l| h(l as f32 * 0.25) | h(-(l as f32) * 0.5) << 16, |l| h(1.5) | h(l as f32 * 0.125) << 16, |l| f(l as f32));
+    let i = abc(
+        |l| h(l as f32 * 0.25) | h(-(l as f32) * 0.5) << 16,
+        |l| h(1.5) | h(l as f32 * 0.125) << 16,
+        |l| f(l as f32),
+    );
     let Some(out) = run("v_pk_add_f16 v5, v2, v3", &i) else { return };
     for l in 0..32 {
         assert_eq!(hv(out[l] & 0xffff), l as f32 * 0.25 + 1.5, "lo lane {l}");
@@ -59,7 +73,8 @@ fn packed_f16_and_dot2() {
     }
     let Some(out) = run("v_pk_add_u16 v5, v2, v3", &i) else { return };
     for l in 0..32 {
-        let want = ((i[l] & 0xffff) + (i[32 + l] & 0xffff)) & 0xffff | (((i[l] >> 16) + (i[32 + l] >> 16)) & 0xffff) << 16;
+        let want =
+            ((i[l] & 0xffff) + (i[32 + l] & 0xffff)) & 0xffff | (((i[l] >> 16) + (i[32 + l] >> 16)) & 0xffff) << 16;
         assert_eq!(out[l], want, "pk_add_u16 lane {l}");
     }
 }
@@ -68,7 +83,9 @@ fn packed_f16_and_dot2() {
 fn fma_mix() {
     let i = abc(|l| h(l as f32 * 0.5) << 16, |l| f(2.0 + l as f32), |_| f(0.25));
     let Some(out) = run("v_fma_mix_f32 v5, v2, v3, v4 op_sel:[1,0,0] op_sel_hi:[1,0,0]", &i) else { return };
-    for l in 0..32 { assert_eq!(ff(out[l]), (l as f32 * 0.5) * (2.0 + l as f32) + 0.25, "lane {l}"); }
+    for l in 0..32 {
+        assert_eq!(ff(out[l]), (l as f32 * 0.5) * (2.0 + l as f32) + 0.25, "lane {l}");
+    }
 }
 
 /// Build WMMA A/B fragments: A[i][k] in lanes i and i+16, VGPR k/2 half k%2 (f16) or VGPR
@@ -90,9 +107,13 @@ fn wmma_f32_f16_and_iu8() {
         }
     }
     let mut body = String::from(PROLOGUE);
-    for v in 0..24 { body += &format!("  global_load_b32 v{}, v1, s[2:3] offset:{}\n", 8 + v, v * 128); }
+    for v in 0..24 {
+        body += &format!("  global_load_b32 v{}, v1, s[2:3] offset:{}\n", 8 + v, v * 128);
+    }
     body += "  s_waitcnt vmcnt(0)\n  v_wmma_f32_16x16x16_f16 v[24:31], v[8:15], v[16:23], v[24:31]\n";
-    for v in 0..8 { body += &format!("  global_store_b32 v1, v{}, s[0:1] offset:{}\n", 24 + v, v * 128); }
+    for v in 0..8 {
+        body += &format!("  global_store_b32 v1, v{}, s[0:1] offset:{}\n", 24 + v, v * 128);
+    }
     body += "  s_endpgm\n";
     let Some(elf) = assemble_raw(&body, "", 0) else { return };
     let (out, _) = run_elf(&elf, &inp, 8 * 32, 32, 0).unwrap();
@@ -112,9 +133,14 @@ fn wmma_f32_f16_and_iu8() {
             inp[v * 32 + lane] = (0..4).map(|q| (ai(lane % 16, 4 * v + q) as u32) << (8 * q)).sum();
             inp[(8 + v) * 32 + lane] = (0..4).map(|q| (bi(4 * v + q, lane % 16) as u32) << (8 * q)).sum();
         }
-        for v in 0..8 { inp[(16 + v) * 32 + lane] = (lane * 1000 + v) as u32; }
+        for v in 0..8 {
+            inp[(16 + v) * 32 + lane] = (lane * 1000 + v) as u32;
+        }
     }
-    let body = body.replace("v_wmma_f32_16x16x16_f16 v[24:31], v[8:15], v[16:23], v[24:31]", "v_wmma_i32_16x16x16_iu8 v[24:31], v[8:11], v[16:19], v[24:31] neg_lo:[1,0,0]");
+    let body = body.replace(
+        "v_wmma_f32_16x16x16_f16 v[24:31], v[8:15], v[16:23], v[24:31]",
+        "v_wmma_i32_16x16x16_iu8 v[24:31], v[8:11], v[16:19], v[24:31] neg_lo:[1,0,0]",
+    );
     let Some(elf) = assemble_raw(&body, "", 0) else { return };
     let (out, _) = run_elf(&elf, &inp, 8 * 32, 32, 0).unwrap();
     for r in 0..16 {
@@ -134,7 +160,11 @@ fn packed_and_mix_special_values() {
     // a*b + c = 1 + 5*2^-11 + 2^-31: just above a midpoint whose even neighbour is below, so
     // one rounding gives 0x3c03 and f32-then-f16 would give 0x3c02
     let (a, b, c) = (0x9001u32, 0x3bfeu32, 0x3c03u32);
-    let i = abc(|l| if l == 0 { a | a << 16 } else { 0x7c00 | 0x3c00 << 16 }, |l| if l == 0 { b | b << 16 } else { 0 | 0x7d00 << 16 }, |l| if l == 0 { c | c << 16 } else { 0x3c00 | 0x3c00 << 16 });
+    let i = abc(
+        |l| if l == 0 { a | a << 16 } else { 0x7c00 | 0x3c00 << 16 },
+        |l| if l == 0 { b | b << 16 } else { 0 | 0x7d00 << 16 },
+        |l| if l == 0 { c | c << 16 } else { 0x3c00 | 0x3c00 << 16 },
+    );
     let Some(out) = run("v_pk_fma_f16 v5, v2, v3, v4", &i) else { return };
     assert_eq!(out[0], 0x3c03_3c03, "pk_fma_f16 rounds once: {:#x}", out[0]);
     // lo: inf * 0 + 1 = the default NaN; hi: 1 * sNaN + 1 = that NaN quieted

@@ -15,11 +15,15 @@ const SEEDS: [u64; 5] = [1, 2, 3, 0xdead_beef, u64::MAX];
 fn writer_reader(sync: &str, global: bool) -> String {
     let (store, load) = if global {
         // through out[64 + lane] in global memory instead of LDS
-        ("global_store_b32 v7, v9, s[0:1] offset:256", "global_load_b32 v5, v7, s[0:1] offset:256\n  s_waitcnt vmcnt(0)")
+        (
+            "global_store_b32 v7, v9, s[0:1] offset:256",
+            "global_load_b32 v5, v7, s[0:1] offset:256\n  s_waitcnt vmcnt(0)",
+        )
     } else {
         ("ds_store_b32 v7, v9", "ds_load_b32 v5, v7\n  s_waitcnt lgkmcnt(0)")
     };
-    format!("
+    format!(
+        "
   s_load_b64 s[0:1], s[0:1], 0x0
   s_waitcnt lgkmcnt(0)
   v_mov_b32 v5, 0
@@ -38,7 +42,8 @@ fn writer_reader(sync: &str, global: bool) -> String {
   s_or_b32 exec_lo, exec_lo, s4
   v_lshlrev_b32 v10, 2, v0
   global_store_b32 v10, v5, s[0:1]
-  s_endpgm")
+  s_endpgm"
+    )
 }
 
 /// Launch kernel `k` of `elf` once with `threads` work-items, out = 128 words; race seed `seed`.
@@ -59,7 +64,10 @@ fn launch(elf: &[u8], threads: u32, seed: Option<u64>) -> Result<Vec<u32>, EmuEr
 /// Code-object address of the first instruction whose text starts with `mnemonic`.
 fn pc_of(elf: &[u8], mnemonic: &str) -> u64 {
     let dis = emulator::disassemble(elf).unwrap();
-    let line = dis.lines().find(|l| l.trim_start().starts_with(mnemonic)).unwrap_or_else(|| panic!("{mnemonic} not in\n{dis}"));
+    let line = dis
+        .lines()
+        .find(|l| l.trim_start().starts_with(mnemonic))
+        .unwrap_or_else(|| panic!("{mnemonic} not in\n{dis}"));
     let addr = line.split("// ").nth(1).and_then(|r| r.split(':').next()).unwrap();
     u64::from_str_radix(addr.trim(), 16).unwrap()
 }
@@ -96,7 +104,15 @@ fn lds_write_then_read_without_barrier_is_a_race() {
         assert_eq!(addr, 4 * w.lane as u64, "{e}");
         assert!(w.inst.starts_with("ds_store_b32") && r.inst.starts_with("ds_load_b32"), "{e}");
         let text = e.to_string();
-        for part in ["kernel k", "data race on LDS", &format!("{st:#x}"), &format!("{ld:#x}"), "wave 0", "wave 1", "no s_barrier"] {
+        for part in [
+            "kernel k",
+            "data race on LDS",
+            &format!("{st:#x}"),
+            &format!("{ld:#x}"),
+            "wave 0",
+            "wave 1",
+            "no s_barrier",
+        ] {
             assert!(text.contains(part), "{part:?} missing from: {text}");
         }
         assert!(text.contains(&format!("race seed {seed}")), "{text}");
@@ -250,8 +266,12 @@ fn race_free_rust_kernels_agree_under_every_seed() {
 /// in a child process, so the variable never reaches the other tests of this binary.
 #[test]
 fn environment_variable() {
-    if std::env::var("RACE_TEST_CHILD").is_ok() { return; }
-    for (value, want) in [("7", "race seed Some(7)"), ("0x10", "race seed Some(16)"), ("", "race seed None"), ("seven", "launch error")] {
+    if std::env::var("RACE_TEST_CHILD").is_ok() {
+        return;
+    }
+    for (value, want) in
+        [("7", "race seed Some(7)"), ("0x10", "race seed Some(16)"), ("", "race seed None"), ("seven", "launch error")]
+    {
         let o = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--ignored", "--exact", "environment_variable_child", "--nocapture"])
             .env(emulator::RACE_SEED_ENV, value)
@@ -259,7 +279,11 @@ fn environment_variable() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success() && text.contains(want), "{}={value:?}: expected {want:?} in:\n{text}", emulator::RACE_SEED_ENV);
+        assert!(
+            o.status.success() && text.contains(want),
+            "{}={value:?}: expected {want:?} in:\n{text}",
+            emulator::RACE_SEED_ENV
+        );
     }
 }
 

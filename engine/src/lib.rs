@@ -26,11 +26,11 @@ pub use synth;
 pub use cpu_executor::{self as cpu, f16, kv_cache};
 // The GPU executor: its settings, the device enum and the KFD topology reader always; the
 // executor itself (`strata::gpu`) with `--features gpu`. Its own crate, over `model`.
-pub use gpu_executor::{Device, kfd, options as gpu_options};
 #[cfg(feature = "gpu")]
 pub use gpu_executor as gpu;
 #[cfg(feature = "gpu")]
 pub use gpu_executor::test_device;
+pub use gpu_executor::{Device, kfd, options as gpu_options};
 
 pub use engine::{Engine, RunOptions};
 pub use error::EngineError;

@@ -33,6 +33,9 @@ fn explain_negative(e: clap::Error) -> clap::Error {
     if e.kind() != ErrorKind::ValueValidation || !negative {
         return e;
     }
-    let text = e.render().to_string().replace("invalid digit found in string", "a negative number, but this option takes a whole number >= 0");
+    let text = e
+        .render()
+        .to_string()
+        .replace("invalid digit found in string", "a negative number, but this option takes a whole number >= 0");
     clap::Error::raw(ErrorKind::ValueValidation, text.trim_start_matches("error: "))
 }

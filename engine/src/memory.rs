@@ -72,7 +72,8 @@ mod tests {
 
     #[test]
     fn a_plan_that_overflows_or_does_not_fit_is_refused_with_its_numbers() {
-        let plan = |positions, per| SessionPlan { positions, from_training: false, kv: KvType::F16, kv_per_position: per };
+        let plan =
+            |positions, per| SessionPlan { positions, from_training: false, kv: KvType::F16, kv_per_position: per };
         assert!(plan(4096, Some(12_288)).check(Some(1 << 30)).is_ok());
         assert!(plan(4096, Some(12_288)).check(None).is_ok());
         let e = plan(usize::MAX, Some(12_288)).check(None).unwrap_err().to_string();
@@ -80,9 +81,13 @@ mod tests {
         let e = plan(100_000_000, Some(384_000)).check(Some(21_500_000_000)).unwrap_err().to_string();
         assert!(e.contains("needs 38.4 TB") && e.contains("384.0 KB a position") && e.contains("21.5 GB"), "{e}");
         assert!(e.contains("at most 55989 positions fit"), "{e}");
-        let trained = SessionPlan { positions: 1 << 32, from_training: true, kv: KvType::Int8, kv_per_position: Some(1024) };
+        let trained =
+            SessionPlan { positions: 1 << 32, from_training: true, kv: KvType::Int8, kv_per_position: Some(1024) };
         let e = trained.check(Some(1 << 30)).unwrap_err().to_string();
-        assert!(e.starts_with("--max-context 0 (the model's training context, 4294967296 positions) does not fit"), "{e}");
+        assert!(
+            e.starts_with("--max-context 0 (the model's training context, 4294967296 positions) does not fit"),
+            "{e}"
+        );
         assert!(e.contains("(lower --max-context)"), "{e}");
     }
 }

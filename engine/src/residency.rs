@@ -60,7 +60,9 @@ impl Placement {
     pub fn message(&self, what: Weights) -> Option<String> {
         let (name, flag) = (what.name(), what.flag());
         match self {
-            Placement::Ram { bytes } if *bytes >= BAR_FROM => Some(format!("strata: {name} read into RAM ({})", HumanBytes(*bytes))),
+            Placement::Ram { bytes } if *bytes >= BAR_FROM => {
+                Some(format!("strata: {name} read into RAM ({})", HumanBytes(*bytes)))
+            }
             Placement::Ram { .. } => None,
             Placement::TooBig { bytes, budget } => Some(format!(
                 "strata: the {name} ({}) do not fit in the available RAM ({} after {} of headroom): they stay memory-mapped and are read from the file as used (pass {flag} to choose this without the check)",
@@ -86,7 +88,8 @@ pub fn read_into_ram(what: Weights, mats: Vec<&mut Mat>, budget: Option<u64>) ->
         return Placement::TooBig { bytes, budget };
     }
     let bar = if bytes >= BAR_FROM { ProgressBar::new(bytes) } else { ProgressBar::hidden() };
-    let style = format!("reading {} into RAM {{bar:30}} {{binary_bytes}}/{{binary_total_bytes}} ({{eta}})", what.name());
+    let style =
+        format!("reading {} into RAM {{bar:30}} {{binary_bytes}}/{{binary_total_bytes}} ({{eta}})", what.name());
     bar.set_style(ProgressStyle::with_template(&style).unwrap_or_else(|_| ProgressStyle::default_bar()));
     let done = Mat::read_into_ram(mapped, |src| {
         release_pages(src);
@@ -178,12 +181,21 @@ pub fn flash_next_dense(m: &mut model::qwen4exp::Qwen4Exp) -> Vec<&mut Mat> {
             }
         }
         let moe = &mut l.moe;
-        out.extend([&mut moe.router, &mut moe.shared_gate, &mut moe.shared.gate, &mut moe.shared.up, &mut moe.shared.down]);
+        out.extend([
+            &mut moe.router,
+            &mut moe.shared_gate,
+            &mut moe.shared.gate,
+            &mut moe.shared.up,
+            &mut moe.shared.down,
+        ]);
     }
     out
 }
 
 /// The routed-expert matrices of a Flash-Next model (not its shared experts).
 pub fn flash_next_experts(m: &mut model::qwen4exp::Qwen4Exp) -> Vec<&mut Mat> {
-    m.layers.iter_mut().flat_map(|l| l.moe.experts.iter_mut().flat_map(|e| [&mut e.gate, &mut e.up, &mut e.down])).collect()
+    m.layers
+        .iter_mut()
+        .flat_map(|l| l.moe.experts.iter_mut().flat_map(|e| [&mut e.gate, &mut e.up, &mut e.down]))
+        .collect()
 }

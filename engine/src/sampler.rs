@@ -26,7 +26,15 @@ pub struct SamplerConfig {
 impl Default for SamplerConfig {
     /// llama.cpp's defaults.
     fn default() -> Self {
-        SamplerConfig { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        SamplerConfig {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
     }
 }
 
@@ -116,7 +124,9 @@ impl Sampler {
             return best.0 as u32;
         }
         self.cand.clear();
-        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, if penalise { adj(i, l, &self.history) } else { l })));
+        self.cand.extend(
+            logits.iter().enumerate().map(|(i, &l)| (i as u32, if penalise { adj(i, l, &self.history) } else { l })),
+        );
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         // top-k
         if c.top_k > 0 && c.top_k < self.cand.len() {

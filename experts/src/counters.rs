@@ -63,11 +63,20 @@ impl std::fmt::Display for CacheStats {
                 write!(f, ", {} experts copied to a staging slot", self.streamed_experts)?;
             }
             if self.pcie_read_experts > 0 {
-                write!(f, ", {} experts read from RAM over PCIe ({})", self.pcie_read_experts, indicatif::HumanBytes(self.pcie_read_bytes))?;
+                write!(
+                    f,
+                    ", {} experts read from RAM over PCIe ({})",
+                    self.pcie_read_experts,
+                    indicatif::HumanBytes(self.pcie_read_bytes)
+                )?;
             }
         }
         if self.handoff_layers > 0 {
-            write!(f, "; {} layer handoffs ({:.1} ms waiting for the device)", self.handoff_layers, self.handoff_wait_ms)?;
+            write!(
+                f,
+                "; {} layer handoffs ({:.1} ms waiting for the device)",
+                self.handoff_layers, self.handoff_wait_ms
+            )?;
         }
         Ok(())
     }

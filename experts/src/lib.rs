@@ -12,4 +12,7 @@ pub mod source;
 pub mod trace;
 
 pub use profile::{Profile, ProfileError, Table};
-pub use source::{ExpertError, ExpertMatrix, ExpertSource, ExpertView, Residency, SourceOptions, RAM_HEADROOM, mem_available, ram_budget};
+pub use source::{
+    ExpertError, ExpertMatrix, ExpertSource, ExpertView, RAM_HEADROOM, Residency, SourceOptions, mem_available,
+    ram_budget,
+};

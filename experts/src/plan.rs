@@ -50,8 +50,10 @@ impl ModelShape {
         let (mut experts, mut dense, mut gathered, mut kv_rows) = (0u64, 0u64, 0u64, 0u64);
         let mut moe_layers = std::collections::BTreeSet::new();
         for t in g.tensors() {
-            let bytes = t.ty.row_bytes(t.dims[0] as usize).map_or(0, |r| r as u64) * t.dims.iter().skip(1).product::<u64>();
-            let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok());
+            let bytes =
+                t.ty.row_bytes(t.dims[0] as usize).map_or(0, |r| r as u64) * t.dims.iter().skip(1).product::<u64>();
+            let layer =
+                t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok());
             if t.name.contains("_exps.") {
                 experts += bytes;
                 moe_layers.extend(layer);
@@ -164,7 +166,15 @@ pub fn slots(m: &ModelShape, mc: &Machine, ctx: usize, reserve: u64, extra: u64)
 }
 
 /// The projection with `slots` per layer hitting at `hit_rate` (from the policy simulation).
-pub fn project(m: &ModelShape, mc: &Machine, ctx: usize, reserve: u64, extra: u64, slots: usize, hit_rate: f64) -> Projection {
+pub fn project(
+    m: &ModelShape,
+    mc: &Machine,
+    ctx: usize,
+    reserve: u64,
+    extra: u64,
+    slots: usize,
+    hit_rate: f64,
+) -> Projection {
     let gpu_rate = mc.gpu_gbs * 1e9 * mc.gpu_efficiency; // bytes/s
     let cpu_rate = (mc.pool_workers as f64 * mc.cpu_core_gbs).min(mc.ram_gbs) * 1e9;
     let per_layer_experts = (m.k as u64 * m.expert_bytes) as f64;
@@ -216,7 +226,18 @@ mod tests {
     use super::*;
 
     fn card() -> Machine {
-        Machine { vram_bytes: 24 << 30, gpu_gbs: 960.0, gpu_efficiency: 0.5, pool_workers: 15, cpu_core_gbs: 8.0, ram_gbs: 60.0, ram_bytes: 64 << 30, handoff_us: 20.0, pcie_gbs: 25.0, pcie_frac: 0.0 }
+        Machine {
+            vram_bytes: 24 << 30,
+            gpu_gbs: 960.0,
+            gpu_efficiency: 0.5,
+            pool_workers: 15,
+            cpu_core_gbs: 8.0,
+            ram_gbs: 60.0,
+            ram_bytes: 64 << 30,
+            handoff_us: 20.0,
+            pcie_gbs: 25.0,
+            pcie_frac: 0.0,
+        }
     }
 
     #[test]
@@ -230,12 +251,16 @@ mod tests {
     #[test]
     fn a_gguf_header_gives_the_expert_and_dense_bytes() {
         // The workspace root's testdata/, beside this crate.
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
-        let g = GgufFile::open(&p).unwrap_or_else(|e| panic!("{e} (./setup.sh --test or scripts/make-testdata.sh generates it)"));
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf");
+        let g = GgufFile::open(&p)
+            .unwrap_or_else(|e| panic!("{e} (./setup.sh --test or scripts/make-testdata.sh generates it)"));
         let m = ModelShape::from_gguf(&g, "tiny", 2.0).unwrap();
         assert_eq!((m.n_layers, m.n_moe_layers, m.n_expert, m.k), (2, 2, 8, 2));
         // The stored bytes, counted through the data slices rather than the type arithmetic.
-        let stored = |f: &dyn Fn(&str) -> bool| g.tensors().iter().filter(|t| f(&t.name)).map(|t| g.tensor_data(t).len() as u64).sum::<u64>();
+        let stored = |f: &dyn Fn(&str) -> bool| {
+            g.tensors().iter().filter(|t| f(&t.name)).map(|t| g.tensor_data(t).len() as u64).sum::<u64>()
+        };
         assert_eq!(m.expert_bytes * 8 * 2, stored(&|n| n.contains("_exps.")));
         assert_eq!(m.resident_bytes, stored(&|n| !n.contains("_exps.")));
         assert_eq!(m.resident_bytes - m.dense_bytes, stored(&|n| n == "token_embd.weight"));
@@ -252,7 +277,9 @@ mod tests {
         // Every expert a hit: no CPU time, no handoff; the GPU reads dense + k experts a layer.
         let p = project(&m, &mc, 4096, 1 << 30, 512 << 20, 512, 1.0);
         assert_eq!((p.cpu_ms, p.handoff_ms), (0.0, 0.0));
-        let gpu_bytes = m.dense_bytes as f64 + (48 * 10) as f64 * m.expert_bytes as f64 + (m.kv_bytes_per_pos * 2048 + m.state_bytes_per_token) as f64;
+        let gpu_bytes = m.dense_bytes as f64
+            + (48 * 10) as f64 * m.expert_bytes as f64
+            + (m.kv_bytes_per_pos * 2048 + m.state_bytes_per_token) as f64;
         assert!((p.token_ms - gpu_bytes / (960e9 * 0.5) * 1e3).abs() < 1e-6, "{p:?}");
         // Every expert a miss: the CPU side (15 x 8 = 120 GB/s capped at 60) bounds each layer.
         let p = project(&m, &mc, 4096, 1 << 30, 512 << 20, 0, 0.0);
@@ -268,9 +295,15 @@ mod tests {
         let (none, half, all) = (at(0.0), at(0.5), at(1.0));
         assert_eq!(none.pcie_ms, 0.0);
         assert!((none.cpu_ms - missed / 60e9 * 1e3).abs() < 1e-9, "{none:?}");
-        assert!((half.cpu_ms - none.cpu_ms / 2.0).abs() < 1e-9 && (half.pcie_ms - missed / 2.0 / 25e9 * 1e3).abs() < 1e-9, "{half:?}");
+        assert!(
+            (half.cpu_ms - none.cpu_ms / 2.0).abs() < 1e-9 && (half.pcie_ms - missed / 2.0 / 25e9 * 1e3).abs() < 1e-9,
+            "{half:?}"
+        );
         assert_eq!(all.cpu_ms, 0.0);
         // Over a 25 GB/s link, an expert costs more than on a 60 GB/s CPU pool: F = 0 wins here.
-        assert!(none.tokens_per_s > half.tokens_per_s && half.tokens_per_s > all.tokens_per_s, "{none:?} {half:?} {all:?}");
+        assert!(
+            none.tokens_per_s > half.tokens_per_s && half.tokens_per_s > all.tokens_per_s,
+            "{none:?} {half:?} {all:?}"
+        );
     }
 }

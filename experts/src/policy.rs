@@ -83,7 +83,14 @@ pub fn top_per_layer(counts: &[Vec<u64>], slots: usize) -> Vec<Vec<u32>> {
 
 /// Replays `trace` (token-major, `n_layers` records per token) through `policy` with `slots`
 /// experts per layer, starting from `initial` (per layer; e.g. [`top_per_layer`] of a profile).
-pub fn simulate(trace: &[Routing], n_layers: usize, n_expert: usize, slots: usize, initial: &[Vec<u32>], policy: Policy) -> SimResult {
+pub fn simulate(
+    trace: &[Routing],
+    n_layers: usize,
+    n_expert: usize,
+    slots: usize,
+    initial: &[Vec<u32>],
+    policy: Policy,
+) -> SimResult {
     let slots = slots.min(n_expert);
     let mut layers: Vec<LayerCache> = (0..n_layers)
         .map(|l| {
@@ -116,7 +123,10 @@ pub fn simulate(trace: &[Routing], n_layers: usize, n_expert: usize, slots: usiz
                 Policy::Lru => {
                     if !lc.resident[e] && slots > 0 {
                         if lc.n_resident == slots {
-                            let victim = (0..n_expert).filter(|&x| lc.resident[x]).min_by(|&a, &b| lc.score[a].total_cmp(&lc.score[b])).expect("a resident");
+                            let victim = (0..n_expert)
+                                .filter(|&x| lc.resident[x])
+                                .min_by(|&a, &b| lc.score[a].total_cmp(&lc.score[b]))
+                                .expect("a resident");
                             lc.resident[victim] = false;
                         } else {
                             lc.n_resident += 1;
@@ -165,7 +175,13 @@ fn adapt(lc: &mut LayerCache, n_expert: usize, slots: usize, max_swaps: usize, r
 /// up to `max_swaps` of the most-routed experts not `resident` (decayed `score` above 0, ties to
 /// the lower id), each into one of `free_slots` (`None`) or else in place of the weakest resident
 /// (`Some(victim)`, ties to the lower id) when routed at least `ratio` times as often.
-pub fn pick_swaps(resident: &[bool], score: &[f64], free_slots: usize, max_swaps: usize, ratio: f64) -> Vec<(usize, Option<usize>)> {
+pub fn pick_swaps(
+    resident: &[bool],
+    score: &[f64],
+    free_slots: usize,
+    max_swaps: usize,
+    ratio: f64,
+) -> Vec<(usize, Option<usize>)> {
     let n = resident.len().min(score.len());
     let mut missing: Vec<usize> = (0..n).filter(|&e| !resident[e] && score[e] > 0.0).collect();
     missing.sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
@@ -213,7 +229,17 @@ mod tests {
     }
 
     fn small() -> (Vec<Routing>, TraceShape) {
-        let s = TraceShape { n_layers: 3, n_expert: 40, k: 4, tokens: 300, topic: 8, reuse: 0.7, drift: 0.2, skew: 0.5, seed: 9 };
+        let s = TraceShape {
+            n_layers: 3,
+            n_expert: 40,
+            k: 4,
+            tokens: 300,
+            topic: 8,
+            reuse: 0.7,
+            drift: 0.2,
+            skew: 0.5,
+            seed: 9,
+        };
         (synthetic(&s), s)
     }
 
@@ -236,7 +262,8 @@ mod tests {
         let counts = count(&t, 3, 40);
         let top = top_per_layer(&counts, 5);
         // Scored on the trace it was learned from, the top-5 cover exactly their counts.
-        let want: u64 = top.iter().enumerate().map(|(l, ids)| ids.iter().map(|&e| counts[l][e as usize]).sum::<u64>()).sum();
+        let want: u64 =
+            top.iter().enumerate().map(|(l, ids)| ids.iter().map(|&e| counts[l][e as usize]).sum::<u64>()).sum();
         assert_eq!(simulate(&t, 3, 40, 5, &top, Policy::Static).hits, want);
     }
 
@@ -248,7 +275,8 @@ mod tests {
         let t = synthetic(&s);
         let (train, eval) = t.split_at(t.len() / 2 / 48 * 48);
         let counts = count(train, 48, 512);
-        let rate = |slots: usize, p: Policy| simulate(eval, 48, 512, slots, &top_per_layer(&counts, slots), p).hit_rate();
+        let rate =
+            |slots: usize, p: Policy| simulate(eval, 48, 512, slots, &top_per_layer(&counts, slots), p).hit_rate();
         let st32 = rate(32, Policy::Static);
         assert!((0.07..0.14).contains(&st32), "static top-32 {st32} (published ~0.10)");
         let lru64 = rate(64, Policy::Lru);

@@ -43,7 +43,9 @@ pub enum ProfileError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: at byte {offset}: {why}")]
     Format { path: PathBuf, offset: usize, why: String },
-    #[error("{path}: the profile is for {got_layers} MoE layers x {got_expert} experts, the model has {want_layers} x {want_expert}")]
+    #[error(
+        "{path}: the profile is for {got_layers} MoE layers x {got_expert} experts, the model has {want_layers} x {want_expert}"
+    )]
     ModelMismatch { path: PathBuf, got_layers: u32, got_expert: u32, want_layers: u32, want_expert: u32 },
     #[error("profile: {0}")]
     Invalid(String),
@@ -102,7 +104,9 @@ impl Profile {
         let n_ranked = r.u32("n_ranked")?;
         let cells = (n_layers as u64) * (n_expert as u64);
         if n_layers > u16::MAX as u32 + 1 || n_expert > u16::MAX as u32 + 1 {
-            return Err(r.err(8, format!("{n_layers} layers x {n_expert} experts do not fit the u16 ids of the ranked list")));
+            return Err(
+                r.err(8, format!("{n_layers} layers x {n_expert} experts do not fit the u16 ids of the ranked list"))
+            );
         }
         if n_ranked as u64 > cells {
             return Err(r.err(20, format!("n_ranked {n_ranked} exceeds n_layers x n_expert = {cells}")));
@@ -110,7 +114,10 @@ impl Profile {
         let expected = HEADER as u64 + 4 * n_ranked as u64 + 4 * cells;
         if bytes.len() as u64 != expected {
             let why = if (bytes.len() as u64) < expected { "truncated" } else { "trailing bytes" };
-            return Err(r.err(bytes.len().min(expected as usize), format!("{why}: the header announces {expected} bytes, the file has {}", bytes.len())));
+            return Err(r.err(
+                bytes.len().min(expected as usize),
+                format!("{why}: the header announces {expected} bytes, the file has {}", bytes.len()),
+            ));
         }
         let mut seen = vec![false; cells as usize];
         let mut ranked = Vec::with_capacity(n_ranked as usize);
@@ -118,7 +125,10 @@ impl Profile {
             let at = r.at;
             let (layer, expert) = (r.u16("a ranked layer")?, r.u16("a ranked expert")?);
             if layer as u32 >= n_layers || expert as u32 >= n_expert {
-                return Err(r.err(at, format!("ranked entry {i}: (layer {layer}, expert {expert}) outside {n_layers} x {n_expert}")));
+                return Err(r.err(
+                    at,
+                    format!("ranked entry {i}: (layer {layer}, expert {expert}) outside {n_layers} x {n_expert}"),
+                ));
             }
             let cell = layer as usize * n_expert as usize + expert as usize;
             if std::mem::replace(&mut seen[cell], true) {
@@ -126,7 +136,9 @@ impl Profile {
             }
             ranked.push((layer, expert));
         }
-        let raw: Vec<[u8; 4]> = (0..cells).map(|_| r.take(4, "the table").map(|b| b.try_into().expect("4 bytes"))).collect::<Result<_, _>>()?;
+        let raw: Vec<[u8; 4]> = (0..cells)
+            .map(|_| r.take(4, "the table").map(|b| b.try_into().expect("4 bytes")))
+            .collect::<Result<_, _>>()?;
         let as_rank: Vec<i32> = raw.iter().map(|b| i32::from_le_bytes(*b)).collect();
         let table = if as_rank.iter().all(|&v| v >= -1 && (v as i64) < cells as i64) {
             Table::Rank(as_rank)
@@ -144,7 +156,10 @@ impl Profile {
             return Err(ProfileError::Invalid("every layer must count the same number of experts".into()));
         }
         if counts.len() > u16::MAX as usize + 1 || n_expert > u16::MAX as usize + 1 {
-            return Err(ProfileError::Invalid(format!("{} layers x {n_expert} experts do not fit u16 ids", counts.len())));
+            return Err(ProfileError::Invalid(format!(
+                "{} layers x {n_expert} experts do not fit u16 ids",
+                counts.len()
+            )));
         }
         let mut cells: Vec<(u64, u16, u16)> = Vec::new();
         for (l, c) in counts.iter().enumerate() {
@@ -276,6 +291,11 @@ mod tests {
         assert!(msg(&many).contains("n_ranked 7 exceeds"));
         let prof = Profile::parse(p(), &good).unwrap();
         assert!(prof.check_model(p(), 2, 3).is_ok());
-        assert!(prof.check_model(p(), 48, 512).unwrap_err().to_string().contains("2 MoE layers x 3 experts, the model has 48 x 512"));
+        assert!(
+            prof.check_model(p(), 48, 512)
+                .unwrap_err()
+                .to_string()
+                .contains("2 MoE layers x 3 experts, the model has 48 x 512")
+        );
     }
 }

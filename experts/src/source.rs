@@ -56,13 +56,19 @@ pub enum ExpertError {
     Shape { path: PathBuf, tensor: String, why: String },
     #[error("{path}: tensor {tensor} (expert {expert}) spans bytes {start}..{end} of the file, which has {len}")]
     Truncated { path: PathBuf, tensor: String, expert: usize, start: u64, end: u64, len: u64 },
-    #[error("{path}: {extra} bytes after the last tensor (its data ends at offset {end}, the file has {len}): not a shard as written")]
+    #[error(
+        "{path}: {extra} bytes after the last tensor (its data ends at offset {end}, the file has {len}): not a shard as written"
+    )]
     Oversized { path: PathBuf, end: u64, len: u64, extra: u64 },
     #[error("{path}: shard now has {len} bytes, {expected} when opened: it was truncated or rewritten while in use")]
     ChangedWhileOpen { path: PathBuf, len: u64, expected: u64 },
-    #[error("expert lookup out of range: layer {layer}, expert {expert} (the model has {n_layer} MoE layers of {n_expert} experts)")]
+    #[error(
+        "expert lookup out of range: layer {layer}, expert {expert} (the model has {n_layer} MoE layers of {n_expert} experts)"
+    )]
     OutOfRange { layer: usize, expert: usize, n_layer: usize, n_expert: usize },
-    #[error("the experts need {need_gib:.1} GiB of RAM and {budget_gib:.1} GiB is available: pass --mmap-experts to serve them from the mapped file")]
+    #[error(
+        "the experts need {need_gib:.1} GiB of RAM and {budget_gib:.1} GiB is available: pass --mmap-experts to serve them from the mapped file"
+    )]
     TooLargeForRam { need_gib: f64, budget_gib: f64 },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
@@ -136,8 +142,16 @@ impl std::fmt::Debug for ExpertSource {
 }
 
 fn u64_key(g: &GgufFile, path: &Path, key: &str) -> Result<usize> {
-    let v = g.get_u64(key).map_err(|e| ExpertError::Metadata { path: path.to_path_buf(), key: key.into(), why: e.to_string() })?;
-    usize::try_from(v).map_err(|_| ExpertError::Metadata { path: path.to_path_buf(), key: key.into(), why: format!("{v} does not fit") })
+    let v = g.get_u64(key).map_err(|e| ExpertError::Metadata {
+        path: path.to_path_buf(),
+        key: key.into(),
+        why: e.to_string(),
+    })?;
+    usize::try_from(v).map_err(|_| ExpertError::Metadata {
+        path: path.to_path_buf(),
+        key: key.into(),
+        why: format!("{v} does not fit"),
+    })
 }
 
 impl ExpertSource {
@@ -156,16 +170,24 @@ impl ExpertSource {
         let n_layer = u64_key(&gguf, &path, &format!("{arch}.block_count"))?;
         let n_ff = u64_key(&gguf, &path, &format!("{arch}.expert_feed_forward_length"))?;
         if n_expert == 0 {
-            return Err(ExpertError::Metadata { path, key: format!("{arch}.expert_count"), why: "0: not a mixture-of-experts model".into() });
+            return Err(ExpertError::Metadata {
+                path,
+                key: format!("{arch}.expert_count"),
+                why: "0: not a mixture-of-experts model".into(),
+            });
         }
         let shards = Self::open_shards(&gguf)?;
         let mut layers = Vec::new();
         for block in 0..n_layer {
             let name = |m: &str| format!("blk.{block}.ffn_{m}_exps.weight");
-            let (Some(g), Some(u), Some(d)) = (gguf.tensor(&name("gate")), gguf.tensor(&name("up")), gguf.tensor(&name("down"))) else {
+            let (Some(g), Some(u), Some(d)) =
+                (gguf.tensor(&name("gate")), gguf.tensor(&name("up")), gguf.tensor(&name("down")))
+            else {
                 continue; // a dense layer (some MoE models mix them)
             };
-            let shard_path = |t: &TensorInfo| gguf.paths().get(t.file_index).map(|p| p.to_path_buf()).unwrap_or_else(|| path.clone());
+            let shard_path = |t: &TensorInfo| {
+                gguf.paths().get(t.file_index).map(|p| p.to_path_buf()).unwrap_or_else(|| path.clone())
+            };
             let stack = |t: &TensorInfo, cols: usize, rows: usize| -> Result<Stack> {
                 let p = shard_path(t);
                 let want = [cols as u64, rows as u64, n_expert as u64];
@@ -173,7 +195,10 @@ impl ExpertSource {
                     return Err(ExpertError::Shape {
                         path: p,
                         tensor: t.name.clone(),
-                        why: format!("dims {:?}, the header (embedding_length, expert_feed_forward_length, expert_count) says {want:?}", t.dims),
+                        why: format!(
+                            "dims {:?}, the header (embedding_length, expert_feed_forward_length, expert_count) says {want:?}",
+                            t.dims
+                        ),
                     });
                 }
                 let row_bytes = t.ty.row_bytes(cols).ok_or_else(|| ExpertError::Shape {
@@ -186,12 +211,22 @@ impl ExpertSource {
                     return Err(ExpertError::Shape {
                         path: p,
                         tensor: t.name.clone(),
-                        why: format!("{} bytes in the directory, {n_expert} experts of {expert_bytes} need {}", t.n_bytes, expert_bytes * n_expert),
+                        why: format!(
+                            "{} bytes in the directory, {n_expert} experts of {expert_bytes} need {}",
+                            t.n_bytes,
+                            expert_bytes * n_expert
+                        ),
                     });
                 }
                 Ok(Stack { tensor: t.clone(), expert_bytes, rows, cols })
             };
-            layers.push(LayerExperts { block, gate: stack(g, n_embd, n_ff)?, up: stack(u, n_embd, n_ff)?, down: stack(d, n_ff, n_embd)?, ram: None });
+            layers.push(LayerExperts {
+                block,
+                gate: stack(g, n_embd, n_ff)?,
+                up: stack(u, n_embd, n_ff)?,
+                down: stack(d, n_ff, n_embd)?,
+                ram: None,
+            });
         }
         let mut src = ExpertSource { gguf, layers, shards, residency: Residency::Mapped, n_expert, n_embd, n_ff };
         src.check_spans()?;
@@ -224,7 +259,14 @@ impl ExpertSource {
                     let start = base + (e * s.expert_bytes) as u64;
                     let end = start + s.expert_bytes as u64;
                     if end > shard.len {
-                        return Err(ExpertError::Truncated { path: shard.path.clone(), tensor: t.name.clone(), expert: e, start, end, len: shard.len });
+                        return Err(ExpertError::Truncated {
+                            path: shard.path.clone(),
+                            tensor: t.name.clone(),
+                            expert: e,
+                            start,
+                            end,
+                            len: shard.len,
+                        });
                     }
                 }
             }
@@ -242,7 +284,12 @@ impl ExpertSource {
             // Writers pad the data section to the alignment; anything beyond is not theirs.
             let slack = self.gguf.alignment().max(32);
             if shard.len > end + slack {
-                return Err(ExpertError::Oversized { path: shard.path.clone(), end, len: shard.len, extra: shard.len - end });
+                return Err(ExpertError::Oversized {
+                    path: shard.path.clone(),
+                    end,
+                    len: shard.len,
+                    extra: shard.len - end,
+                });
             }
         }
         Ok(())
@@ -250,7 +297,10 @@ impl ExpertSource {
 
     /// Total bytes of all experts.
     pub fn total_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| ((l.gate.expert_bytes + l.up.expert_bytes + l.down.expert_bytes) * self.n_expert) as u64).sum()
+        self.layers
+            .iter()
+            .map(|l| ((l.gate.expert_bytes + l.up.expert_bytes + l.down.expert_bytes) * self.n_expert) as u64)
+            .sum()
     }
 
     fn read_into_ram(&mut self, budget: Option<u64>) -> Result<()> {

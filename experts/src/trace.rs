@@ -48,7 +48,10 @@ pub fn parse(path: &str, bytes: &[u8], n_expert: Option<u32>) -> Result<Vec<Rout
         let layer = i32::from_le_bytes(word(at)?);
         let k = i32::from_le_bytes(word(at + 4)?);
         if layer < 0 || !(1..=256).contains(&k) {
-            return Err(err(start, format!("record header layer {layer}, k {k}: expected layer >= 0 and 1 <= k <= 256")));
+            return Err(err(
+                start,
+                format!("record header layer {layer}, k {k}: expected layer >= 0 and 1 <= k <= 256"),
+            ));
         }
         at += 8;
         let mut ids = Vec::with_capacity(k as usize);
@@ -99,7 +102,8 @@ static DUMPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::n
 
 /// Starts recording every routing decision into `path` (created or truncated).
 pub fn dump_to(path: &Path) -> Result<(), TraceError> {
-    let file = std::fs::File::create(path).map_err(|source| TraceError::Io { path: path.display().to_string(), source })?;
+    let file =
+        std::fs::File::create(path).map_err(|source| TraceError::Io { path: path.display().to_string(), source })?;
     let d = Dump { path: path.to_path_buf(), out: std::io::BufWriter::new(file), records: 0, error: None };
     *DUMP.lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
     DUMPING.store(true, std::sync::atomic::Ordering::Release);
@@ -185,10 +189,14 @@ pub fn synthetic(s: &TraceShape) -> Vec<Routing> {
         let w: Vec<f64> = (1..=n).map(|r| 1.0 / (r as f64).powf(s.skew)).collect();
         let total: f64 = w.iter().sum();
         let mut acc = 0.0;
-        cdf_by_layer.push(w.iter().map(|x| {
-            acc += x / total;
-            acc
-        }).collect::<Vec<f64>>());
+        cdf_by_layer.push(
+            w.iter()
+                .map(|x| {
+                    acc += x / total;
+                    acc
+                })
+                .collect::<Vec<f64>>(),
+        );
         let topic: Vec<u32> = (0..s.topic).map(|_| perm[rng.below(n)]).collect();
         topics.push(topic);
         perm_by_layer.push(perm);
@@ -225,7 +233,17 @@ mod tests {
 
     #[test]
     fn dump_routing_round_trip_and_errors() {
-        let t = synthetic(&TraceShape { n_layers: 2, n_expert: 16, k: 3, tokens: 5, topic: 4, reuse: 0.5, drift: 0.1, skew: 0.3, seed: 1 });
+        let t = synthetic(&TraceShape {
+            n_layers: 2,
+            n_expert: 16,
+            k: 3,
+            tokens: 5,
+            topic: 4,
+            reuse: 0.5,
+            drift: 0.1,
+            skew: 0.3,
+            seed: 1,
+        });
         assert_eq!(t.len(), 10);
         assert!(t.iter().all(|r| r.ids.len() == 3 && r.ids.iter().all(|&i| i < 16)));
         let b = to_bytes(&t);

@@ -123,10 +123,8 @@ fn directory_only(g: &GgufFile) -> Vec<u8> {
 /// parts and the result are among them), no tensors: a vocabulary small enough for a seed.
 fn small_tokenizer(g: &GgufFile, n: usize) -> Vec<u8> {
     let mut w = GgufWriter::new();
-    let tokens: Vec<String> = g.get_array("tokenizer.ggml.tokens").unwrap()[..n]
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
+    let tokens: Vec<String> =
+        g.get_array("tokenizer.ggml.tokens").unwrap()[..n].iter().map(|v| v.as_str().unwrap().to_string()).collect();
     let keep: std::collections::HashSet<&str> = tokens.iter().map(String::as_str).collect();
     for (k, v) in g.metadata() {
         let v = match (k.as_str(), v) {
@@ -151,7 +149,8 @@ fn small_tokenizer(g: &GgufFile, n: usize) -> Vec<u8> {
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".into(),
     ));
     let b = w.to_bytes().unwrap();
-    let t = tokenizer::Tokenizer::from_gguf(&GgufFile::from_bytes("seed", b.clone()).unwrap()).expect("the seed vocabulary loads");
+    let t = tokenizer::Tokenizer::from_gguf(&GgufFile::from_bytes("seed", b.clone()).unwrap())
+        .expect("the seed vocabulary loads");
     assert_eq!(t.vocab_size(), n);
     b
 }
@@ -297,7 +296,9 @@ fn http_seeds() {
 fn minimal_code_object() -> Vec<u8> {
     use rmpv::Value as M;
     let s = |x: &str| M::from(x);
-    let arg = |off: u64| M::Map(vec![(s(".offset"), M::from(off)), (s(".size"), M::from(8)), (s(".value_kind"), s("global_buffer"))]);
+    let arg = |off: u64| {
+        M::Map(vec![(s(".offset"), M::from(off)), (s(".size"), M::from(8)), (s(".value_kind"), s("global_buffer"))])
+    };
     let kernel = M::Map(vec![
         (s(".name"), s("k")),
         (s(".symbol"), s("k.kd")),
@@ -442,7 +443,8 @@ fn emulator_seeds() {
     let dis = emulator::disassemble(&co).expect("and disassembles");
     assert!(dis.contains("s_endpgm"), "{dis}");
     out("emulator_loader", "minimal-one-kernel-gfx1100", &co);
-    let fixture = Path::new(REPO).join("target/tmp/rust-kernels-fixture/target/amdgcn-amd-amdhsa/release/lds_stable.elf");
+    let fixture =
+        Path::new(REPO).join("target/tmp/rust-kernels-fixture/target/amdgcn-amd-amdhsa/release/lds_stable.elf");
     if let Some(b) = read_prefix(&fixture, 3072) {
         out("emulator_loader", "emulator-test-fixture-first-3KB", &b);
     }

@@ -60,7 +60,10 @@ fuzz_target!(|data: &[u8]| {
             // with the same metadata, tensors and bytes.
             let bytes = w.to_bytes().expect("an opened file's contents must be writable");
             let back = GgufFile::from_bytes("back.gguf", bytes).expect("the written file must open");
-            assert!(strata_fuzz::same_metadata(back.metadata(), g.metadata()), "metadata changed on a write/read round trip");
+            assert!(
+                strata_fuzz::same_metadata(back.metadata(), g.metadata()),
+                "metadata changed on a write/read round trip"
+            );
             assert_eq!(back.tensors().len(), g.tensors().len());
             for (a, b) in back.tensors().iter().zip(g.tensors()) {
                 assert_eq!((&a.name, &a.dims, a.ty, a.n_bytes), (&b.name, &b.dims, b.ty, b.n_bytes));

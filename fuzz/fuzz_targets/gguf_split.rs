@@ -20,11 +20,8 @@ static DIR: OnceLock<PathBuf> = OnceLock::new();
 
 fn dir() -> &'static PathBuf {
     DIR.get_or_init(|| {
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
+        let base =
+            if std::path::Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let d = base.join(format!("strata-fuzz-split-{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("temporary directory");
         // libFuzzer ends with exit(): remove the directory then.

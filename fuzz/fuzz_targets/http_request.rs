@@ -61,8 +61,7 @@ fn app() -> &'static App {
     })
 }
 
-const ENDPOINTS: [&str; 4] =
-    ["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens"];
+const ENDPOINTS: [&str; 4] = ["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens"];
 
 fn post(a: &App, path: &str, body: &[u8]) -> (StatusCode, serde_json::Value) {
     let req = Request::post(path)
@@ -73,8 +72,9 @@ fn post(a: &App, path: &str, body: &[u8]) -> (StatusCode, serde_json::Value) {
         let resp = a.router.clone().oneshot(req).await.expect("infallible router");
         let status = resp.status();
         let bytes = axum::body::to_bytes(resp.into_body(), 64 << 20).await.expect("response body");
-        let v = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("{path}: {status} with a body that is not JSON ({e}): {:?}", String::from_utf8_lossy(&bytes)));
+        let v = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!("{path}: {status} with a body that is not JSON ({e}): {:?}", String::from_utf8_lossy(&bytes))
+        });
         (status, v)
     })
 }

@@ -30,11 +30,7 @@ impl TokenEngine for Mock {
         }
     }
 
-    fn generate(
-        &mut self,
-        req: &GenerateRequest,
-        emit: &mut dyn FnMut(u32) -> bool,
-    ) -> Result<FinishReason, String> {
+    fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
         let seed = req.tokens.iter().fold(7u32, |a, &t| a.wrapping_mul(31).wrapping_add(t));
         if seed % 5 == 0 {
             return Err(format!("mock failure for seed {seed}"));

@@ -15,13 +15,8 @@
 use libfuzzer_sys::fuzz_target;
 use tokenizer::PreTokenizer;
 
-const PRE: [PreTokenizer; 5] = [
-    PreTokenizer::Default,
-    PreTokenizer::Gpt2,
-    PreTokenizer::Llama3,
-    PreTokenizer::Qwen2,
-    PreTokenizer::Starcoder,
-];
+const PRE: [PreTokenizer; 5] =
+    [PreTokenizer::Default, PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Starcoder];
 
 // The fixtures (vocabularies) load before the first input, so their one-time cost (seconds
 // under ASan, more on a busy machine) is not counted against that input's -timeout.

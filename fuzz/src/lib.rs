@@ -24,9 +24,7 @@ pub const TINY: &str = "testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-q8_
 pub fn model_dir() -> PathBuf {
     std::env::var_os("STRATA_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/strata/models")
-        })
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/strata/models"))
 }
 
 fn open_tiny() -> GgufFile {
@@ -91,10 +89,8 @@ pub fn gpt2_byte_char(b: u8) -> char {
 pub fn vocabularies() -> &'static [Named] {
     static V: OnceLock<Vec<Named>> = OnceLock::new();
     V.get_or_init(|| {
-        let mut v = vec![Named::new(
-            "tiny-bpe-smollm-1024",
-            Tokenizer::from_gguf(&open_tiny()).expect("tiny tokenizer"),
-        )];
+        let mut v =
+            vec![Named::new("tiny-bpe-smollm-1024", Tokenizer::from_gguf(&open_tiny()).expect("tiny tokenizer"))];
         for (name, file) in [("gemma3-spm", GEMMA), ("qwen2.5-bpe-qwen2", QWEN), ("smollm2-bpe", SMOLLM)] {
             if let Some(g) = open_cached(file) {
                 v.push(Named::new(name, Tokenizer::from_gguf(&g).expect("tokenizer of a cached model")));
@@ -135,10 +131,7 @@ fn tiny_with(arch: &str, template: Option<&str>, extra_control: &[&str]) -> Toke
 }
 
 fn stored_template(file: &str) -> Option<String> {
-    open_cached(file)?
-        .get("tokenizer.chat_template")
-        .and_then(Value::as_str)
-        .map(str::to_string)
+    open_cached(file)?.get("tokenizer.chat_template").and_then(Value::as_str).map(str::to_string)
 }
 
 /// One tokenizer per chat template kind: the three built-in formats (ChatML, Gemma, Llama 3)
@@ -164,10 +157,7 @@ pub fn chat_tokenizers() -> &'static [Named] {
 
 /// Splits `data` at NUL bytes into at most `max` UTF-8 fields (lossy).
 pub fn fields(data: &[u8], max: usize) -> Vec<String> {
-    data.split(|&b| b == 0)
-        .take(max)
-        .map(|f| String::from_utf8_lossy(f).into_owned())
-        .collect()
+    data.split(|&b| b == 0).take(max).map(|f| String::from_utf8_lossy(f).into_owned()).collect()
 }
 
 /// Metadata equality with floats compared bit for bit (NaN payloads, -0.0).
@@ -175,9 +165,7 @@ pub fn same_value(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::F32(x), Value::F32(y)) => x.to_bits() == y.to_bits(),
         (Value::F64(x), Value::F64(y)) => x.to_bits() == y.to_bits(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_value(a, b))
-        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_value(a, b)),
         _ => a == b,
     }
 }

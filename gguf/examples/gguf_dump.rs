@@ -19,20 +19,13 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--key") {
         let key = args.get(i + 1).map(String::as_str).unwrap_or("");
         match g.get(key) {
-            Some(gguf::Value::Array(a)) => {
-                a.iter().enumerate().for_each(|(j, v)| println!("{j}\t{v}"))
-            }
+            Some(gguf::Value::Array(a)) => a.iter().enumerate().for_each(|(j, v)| println!("{j}\t{v}")),
             Some(v) => println!("{v}"),
             None => eprintln!("no key {key}"),
         }
         return;
     }
-    println!(
-        "files: {:?} (GGUF v{}, alignment {})",
-        g.paths(),
-        g.version(),
-        g.alignment()
-    );
+    println!("files: {:?} (GGUF v{}, alignment {})", g.paths(), g.version(), g.alignment());
     for (k, v) in g.metadata() {
         println!("{k} = {v}");
     }

@@ -103,10 +103,7 @@ impl FileReport {
 
     /// Bytes of tensor data (of the tensors whose size is known).
     pub fn tensor_bytes(&self) -> u64 {
-        self.tensors
-            .iter()
-            .filter_map(|t| t.n_bytes)
-            .fold(0, u64::saturating_add)
+        self.tensors.iter().filter_map(|t| t.n_bytes).fold(0, u64::saturating_add)
     }
 }
 
@@ -123,10 +120,7 @@ pub struct ModelReport {
 impl ModelReport {
     /// Every problem: each file's in shard order, then those between files.
     pub fn all_problems(&self) -> impl Iterator<Item = &GgufError> {
-        self.files
-            .iter()
-            .flat_map(|f| &f.problems)
-            .chain(&self.problems)
+        self.files.iter().flat_map(|f| &f.problems).chain(&self.problems)
     }
 
     pub fn is_clean(&self) -> bool {
@@ -135,10 +129,7 @@ impl ModelReport {
 
     /// Tensors of all files, with the index of the file holding each.
     pub fn tensors(&self) -> impl Iterator<Item = (usize, &TensorEntry)> {
-        self.files
-            .iter()
-            .enumerate()
-            .flat_map(|(i, f)| f.tensors.iter().map(move |t| (i, t)))
+        self.files.iter().enumerate().flat_map(|(i, f)| f.tensors.iter().map(move |t| (i, t)))
     }
 }
 
@@ -148,17 +139,11 @@ impl ModelReport {
 pub fn inspect(path: &Path) -> ModelReport {
     let split = parse_split_name(path).filter(|&(_, _, count)| count > 1);
     let paths: Vec<PathBuf> = match &split {
-        Some((prefix, _, count)) => (1..=*count)
-            .map(|i| split_path(prefix, i, *count))
-            .collect(),
+        Some((prefix, _, count)) => (1..=*count).map(|i| split_path(prefix, i, *count)).collect(),
         None => vec![path.to_path_buf()],
     };
     let n = paths.len();
-    let files: Vec<FileReport> = paths
-        .iter()
-        .enumerate()
-        .map(|(i, p)| inspect_file(p, i, n, path))
-        .collect();
+    let files: Vec<FileReport> = paths.iter().enumerate().map(|(i, p)| inspect_file(p, i, n, path)).collect();
     let mut problems = Vec::new();
     if let Some((prefix, _, count)) = &split {
         problems.extend(extra_shards(prefix, *count, path));
@@ -177,18 +162,8 @@ pub fn inspect_bytes(name: &str, bytes: &[u8]) -> ModelReport {
 
 fn inspect_file(path: &Path, index: usize, n: usize, named: &Path) -> FileReport {
     if n > 1 && !path.exists() {
-        let reason = format!(
-            "shard {} of {n} is missing (the model was named by {})",
-            index + 1,
-            named.display()
-        );
-        return FileReport::unreadable(
-            path,
-            GgufError::Split {
-                path: path.to_path_buf(),
-                reason,
-            },
-        );
+        let reason = format!("shard {} of {n} is missing (the model was named by {})", index + 1, named.display());
+        return FileReport::unreadable(path, GgufError::Split { path: path.to_path_buf(), reason });
     }
     match crate::map_file(path) {
         Ok(data) => crate::parse::scan(path, data.bytes()),
@@ -247,14 +222,9 @@ fn check_split(files: &[FileReport], problems: &mut Vec<GgufError>) {
                         "{KEY_COUNT} is {count} but the file name does not follow <prefix>-00001-of-{count:05}.gguf"
                     )
                 } else {
-                    format!(
-                        "{KEY_COUNT} is {count} but the shard files are named ...-of-{n:05}.gguf"
-                    )
+                    format!("{KEY_COUNT} is {count} but the shard files are named ...-of-{n:05}.gguf")
                 };
-                problems.push(GgufError::Split {
-                    path: f.path.clone(),
-                    reason,
-                });
+                problems.push(GgufError::Split { path: f.path.clone(), reason });
             }
             Ok(None) if n > 1 && i == 0 && complete => problems.push(GgufError::Split {
                 path: f.path.clone(),
@@ -269,16 +239,11 @@ fn check_split(files: &[FileReport], problems: &mut Vec<GgufError>) {
             Err(e) => problems.push(e),
             Ok(Some(no)) if no != i as u64 => problems.push(GgufError::Split {
                 path: f.path.clone(),
-                reason: format!(
-                    "{KEY_NO} is {no}, expected {i} (0-based) for shard {} of {n}",
-                    i + 1
-                ),
+                reason: format!("{KEY_NO} is {no}, expected {i} (0-based) for shard {} of {n}", i + 1),
             }),
             Ok(None) if i > 0 && complete => problems.push(GgufError::Split {
                 path: f.path.clone(),
-                reason: format!(
-                    "{KEY_NO} is missing (llama.cpp needs it in every shard after the first)"
-                ),
+                reason: format!("{KEY_NO} is missing (llama.cpp needs it in every shard after the first)"),
             }),
             _ => {}
         }
@@ -294,9 +259,7 @@ fn check_split(files: &[FileReport], problems: &mut Vec<GgufError>) {
                 if total != found as u64 {
                     problems.push(GgufError::Split {
                         path: first.path.clone(),
-                        reason: format!(
-                            "{KEY_TENSORS} is {total} but the shards hold {found} tensors"
-                        ),
+                        reason: format!("{KEY_TENSORS} is {total} but the shards hold {found} tensors"),
                     });
                 }
             }

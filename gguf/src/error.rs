@@ -20,58 +20,19 @@ pub enum GgufError {
     )]
     BigEndian { path: PathBuf, version: u32 },
     #[error("{path}: truncated: {what} needs {needed} bytes at byte {offset}, file has {len}")]
-    Truncated {
-        path: PathBuf,
-        what: String,
-        offset: u64,
-        needed: u64,
-        len: u64,
-    },
-    #[error(
-        "{path}: {what} at byte {offset}: count {count} cannot fit in the {remaining} bytes left"
-    )]
-    CountTooLarge {
-        path: PathBuf,
-        what: String,
-        offset: u64,
-        count: u64,
-        remaining: u64,
-    },
+    Truncated { path: PathBuf, what: String, offset: u64, needed: u64, len: u64 },
+    #[error("{path}: {what} at byte {offset}: count {count} cannot fit in the {remaining} bytes left")]
+    CountTooLarge { path: PathBuf, what: String, offset: u64, count: u64, remaining: u64 },
     #[error("{path}: key {key:?} at byte {offset}: unknown value type {ty}")]
-    UnknownValueType {
-        path: PathBuf,
-        key: String,
-        offset: u64,
-        ty: u32,
-    },
+    UnknownValueType { path: PathBuf, key: String, offset: u64, ty: u32 },
     #[error("{path}: key {key:?} at byte {offset}: {reason}")]
-    BadValue {
-        path: PathBuf,
-        key: String,
-        offset: u64,
-        reason: String,
-    },
+    BadValue { path: PathBuf, key: String, offset: u64, reason: String },
     #[error("{path}: duplicate key {key:?} at byte {offset}")]
-    DuplicateKey {
-        path: PathBuf,
-        key: String,
-        offset: u64,
-    },
+    DuplicateKey { path: PathBuf, key: String, offset: u64 },
     #[error("{path}: tensor {tensor:?} at byte {offset}: unknown ggml type {ty}")]
-    UnknownTensorType {
-        path: PathBuf,
-        tensor: String,
-        offset: u64,
-        ty: u32,
-    },
+    UnknownTensorType { path: PathBuf, tensor: String, offset: u64, ty: u32 },
     #[error("{path}: tensor {tensor:?} at byte {offset}: bad shape {dims:?}: {reason}")]
-    BadShape {
-        path: PathBuf,
-        tensor: String,
-        offset: u64,
-        dims: Vec<u64>,
-        reason: String,
-    },
+    BadShape { path: PathBuf, tensor: String, offset: u64, dims: Vec<u64>, reason: String },
     #[error(
         "{path}: tensor {tensor:?} at byte {offset}: data offset {data_offset} is not a multiple of the alignment {alignment}"
     )]
@@ -85,37 +46,17 @@ pub enum GgufError {
         alignment: u64,
     },
     #[error("{path}: tensor {tensor:?}: data [{start}, {end}) lies outside the file ({len} bytes)")]
-    OutOfRange {
-        path: PathBuf,
-        tensor: String,
-        start: u64,
-        end: u64,
-        len: u64,
-    },
+    OutOfRange { path: PathBuf, tensor: String, start: u64, end: u64, len: u64 },
     #[error("{path}: tensors {first:?} and {second:?} overlap at byte {offset}")]
-    Overlap {
-        path: PathBuf,
-        first: String,
-        second: String,
-        offset: u64,
-    },
+    Overlap { path: PathBuf, first: String, second: String, offset: u64 },
     #[error("{path}: duplicate tensor name {tensor:?} (info at byte {offset})")]
-    DuplicateTensor {
-        path: PathBuf,
-        tensor: String,
-        offset: u64,
-    },
+    DuplicateTensor { path: PathBuf, tensor: String, offset: u64 },
     #[error("{path}: split: {reason}")]
     Split { path: PathBuf, reason: String },
     #[error("{path}: metadata key {key:?} not found")]
     MissingKey { path: PathBuf, key: String },
     #[error("{path}: metadata key {key:?}: expected {expected}, found {found}")]
-    WrongType {
-        path: PathBuf,
-        key: String,
-        expected: &'static str,
-        found: String,
-    },
+    WrongType { path: PathBuf, key: String, expected: &'static str, found: String },
     #[error("writer: {0}")]
     Writer(String),
 }

@@ -95,10 +95,7 @@ impl std::fmt::Debug for GgufFile {
 }
 
 fn map_file(path: &Path) -> Result<Backing, GgufError> {
-    let io = |source| GgufError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| GgufError::Io { path: path.to_path_buf(), source };
     let file = File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     if meta.is_dir() {
@@ -134,9 +131,7 @@ impl GgufFile {
     /// metadata comes from the first, tensors from every shard.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
         let paths = match split::parse_split_name(path) {
-            Some((prefix, _, count)) if count > 1 => {
-                (1..=count).map(|i| split_path(&prefix, i, count)).collect()
-            }
+            Some((prefix, _, count)) if count > 1 => (1..=count).map(|i| split_path(&prefix, i, count)).collect(),
             _ => vec![path.to_path_buf()],
         };
         let mut parts = Vec::with_capacity(paths.len());
@@ -176,18 +171,8 @@ impl GgufFile {
             }
             shards.push(shard);
         }
-        let key_index = metadata
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), i))
-            .collect();
-        let g = GgufFile {
-            shards,
-            metadata,
-            key_index,
-            tensors,
-            tensor_index,
-        };
+        let key_index = metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        let g = GgufFile { shards, metadata, key_index, tensors, tensor_index };
         split::check_tensor_total(&g)?;
         Ok(g)
     }
@@ -239,10 +224,7 @@ impl GgufFile {
     }
 
     fn require(&self, key: &str) -> Result<&Value, GgufError> {
-        self.get(key).ok_or_else(|| GgufError::MissingKey {
-            path: self.path0(),
-            key: key.to_string(),
-        })
+        self.get(key).ok_or_else(|| GgufError::MissingKey { path: self.path0(), key: key.to_string() })
     }
 
     fn wrong(&self, key: &str, expected: &'static str, v: &Value) -> GgufError {
@@ -257,22 +239,19 @@ impl GgufFile {
     /// Any integer type whose value fits in u32.
     pub fn get_u32(&self, key: &str) -> Result<u32, GgufError> {
         let v = self.require(key)?;
-        v.as_u32()
-            .ok_or_else(|| self.wrong(key, "an integer that fits in u32", v))
+        v.as_u32().ok_or_else(|| self.wrong(key, "an integer that fits in u32", v))
     }
 
     /// Any integer type whose value fits in u64.
     pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
         let v = self.require(key)?;
-        v.as_u64()
-            .ok_or_else(|| self.wrong(key, "an integer that fits in u64", v))
+        v.as_u64().ok_or_else(|| self.wrong(key, "an integer that fits in u64", v))
     }
 
     /// Any integer type whose value fits in i64.
     pub fn get_i64(&self, key: &str) -> Result<i64, GgufError> {
         let v = self.require(key)?;
-        v.as_i64()
-            .ok_or_else(|| self.wrong(key, "an integer that fits in i64", v))
+        v.as_i64().ok_or_else(|| self.wrong(key, "an integer that fits in i64", v))
     }
 
     /// f32, f64 (narrowed) or an integer.
@@ -316,10 +295,7 @@ impl GgufFile {
         let Some(shard) = self.shards.get(t.file_index) else {
             return &[];
         };
-        let start = shard
-            .data_offset
-            .checked_add(t.offset)
-            .and_then(|s| usize::try_from(s).ok());
+        let start = shard.data_offset.checked_add(t.offset).and_then(|s| usize::try_from(s).ok());
         start
             .and_then(|s| s.checked_add(t.n_bytes).map(|e| (s, e)))
             .and_then(|(s, e)| shard.data.bytes().get(s..e))

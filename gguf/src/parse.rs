@@ -83,15 +83,8 @@ impl<'a> Cursor<'a> {
     }
 
     /// Checks that `count` elements of at least `min_size` bytes each can fit in what is left.
-    fn check_count(
-        &self,
-        count: u64,
-        min_size: usize,
-        what: &dyn Fn() -> String,
-    ) -> Result<usize, GgufError> {
-        let fits = count
-            .checked_mul(min_size as u64)
-            .is_some_and(|b| b <= self.remaining() as u64);
+    fn check_count(&self, count: u64, min_size: usize, what: &dyn Fn() -> String) -> Result<usize, GgufError> {
+        let fits = count.checked_mul(min_size as u64).is_some_and(|b| b <= self.remaining() as u64);
         if !fits {
             return Err(GgufError::CountTooLarge {
                 path: self.path(),
@@ -109,9 +102,7 @@ impl<'a> Cursor<'a> {
     fn string(&mut self, what: &dyn Fn() -> String) -> Result<String, GgufError> {
         let start = self.pos;
         let len = self.u64(what)?;
-        let len = self.check_count(len, 1, &|| {
-            format!("{} (string length, at byte {start})", what())
-        })?;
+        let len = self.check_count(len, 1, &|| format!("{} (string length, at byte {start})", what()))?;
         let bytes = self.take(len, what)?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     }
@@ -162,9 +153,7 @@ impl<'a> Cursor<'a> {
                     });
                 }
                 let count = self.u64(&what)?;
-                let n = self.check_count(count, min_encoded_size(ety), &|| {
-                    format!("array of key {key:?}")
-                })?;
+                let n = self.check_count(count, min_encoded_size(ety), &|| format!("array of key {key:?}"))?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
                     v.push(self.value(key, ety, depth + 1)?);
@@ -172,12 +161,7 @@ impl<'a> Cursor<'a> {
                 Value::Array(v)
             }
             _ => {
-                return Err(GgufError::UnknownValueType {
-                    path: self.path(),
-                    key: key.to_string(),
-                    offset: at,
-                    ty,
-                });
+                return Err(GgufError::UnknownValueType { path: self.path(), key: key.to_string(), offset: at, ty });
             }
         })
     }
@@ -195,8 +179,7 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
     let mut tensors = Vec::with_capacity(report.tensors.len());
     let mut info_offsets = Vec::with_capacity(report.tensors.len());
     for t in report.tensors {
-        let (Some(ty), Some(n_bytes)) = (t.ty, t.n_bytes.and_then(|n| usize::try_from(n).ok()))
-        else {
+        let (Some(ty), Some(n_bytes)) = (t.ty, t.n_bytes.and_then(|n| usize::try_from(n).ok())) else {
             return Err(GgufError::BadShape {
                 path: path.to_path_buf(),
                 tensor: t.name,
@@ -206,14 +189,7 @@ pub(crate) fn parse(path: &Path, buf: &[u8]) -> Result<ParsedFile, GgufError> {
             });
         };
         info_offsets.push(t.info_offset);
-        tensors.push(TensorInfo {
-            name: t.name,
-            dims: t.dims,
-            ty,
-            offset: t.offset,
-            n_bytes,
-            file_index: 0,
-        });
+        tensors.push(TensorInfo { name: t.name, dims: t.dims, ty, offset: t.offset, n_bytes, file_index: 0 });
     }
     Ok(ParsedFile {
         version: report.version.unwrap_or(0),
@@ -252,30 +228,17 @@ pub(crate) fn scan(path: &Path, buf: &[u8]) -> FileReport {
 /// [`scan`]'s body: `Err` is a problem after which nothing more can be read.
 fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
     let path = r.path.clone();
-    let mut c = Cursor {
-        path: &path,
-        buf,
-        pos: 0,
-    };
+    let mut c = Cursor { path: &path, buf, pos: 0 };
     let magic = c.u32(&|| "magic".into())?;
     if magic != MAGIC {
-        return Err(GgufError::BadMagic {
-            path: c.path(),
-            magic,
-        });
+        return Err(GgufError::BadMagic { path: c.path(), magic });
     }
     let version = c.u32(&|| "version".into())?;
     if matches!(version.swap_bytes(), 2 | 3) {
-        return Err(GgufError::BigEndian {
-            path: c.path(),
-            version: version.swap_bytes(),
-        });
+        return Err(GgufError::BigEndian { path: c.path(), version: version.swap_bytes() });
     }
     if version != 2 && version != 3 {
-        return Err(GgufError::UnsupportedVersion {
-            path: c.path(),
-            version,
-        });
+        return Err(GgufError::UnsupportedVersion { path: c.path(), version });
     }
     r.version = Some(version);
     let n_tensors = c.u64(&|| "tensor count".into())?;
@@ -293,11 +256,7 @@ fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
         let at = c.pos as u64;
         let key = c.string(&|| format!("key of metadata entry {i}"))?;
         if !keys.insert(key.clone()) {
-            r.problems.push(GgufError::DuplicateKey {
-                path: c.path(),
-                key: key.clone(),
-                offset: at,
-            });
+            r.problems.push(GgufError::DuplicateKey { path: c.path(), key: key.clone(), offset: at });
         }
         let ty = c.u32(&|| format!("type of key {key:?}"))?;
         let v = c.value(&key, ty, 0)?;
@@ -315,10 +274,7 @@ fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
                 path: c.path(),
                 key: "general.alignment".into(),
                 offset: alignment_at,
-                reason: format!(
-                    "must be a u32 power of two, found {} {other}",
-                    other.type_name()
-                ),
+                reason: format!("must be a u32 power of two, found {} {other}", other.type_name()),
             }),
         }
     }
@@ -380,15 +336,7 @@ fn scan_into(r: &mut FileReport, buf: &[u8]) -> Result<(), GgufError> {
                 alignment,
             });
         }
-        r.tensors.push(TensorEntry {
-            name,
-            dims,
-            type_code,
-            ty,
-            offset,
-            n_bytes,
-            info_offset: at,
-        });
+        r.tensors.push(TensorEntry { name, dims, type_code, ty, offset, n_bytes, info_offset: at });
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
@@ -427,9 +375,7 @@ pub(crate) fn tensor_bytes(dims: &[u64], ty: GgmlType) -> Result<usize, String> 
         if d > i64::MAX as u64 {
             return Err(format!("dimension {d} exceeds i64::MAX"));
         }
-        n = n
-            .checked_mul(d)
-            .ok_or_else(|| "element count overflows u64".to_string())?;
+        n = n.checked_mul(d).ok_or_else(|| "element count overflows u64".to_string())?;
     }
     if n > i64::MAX as u64 {
         return Err("element count exceeds i64::MAX".into());
@@ -437,10 +383,7 @@ pub(crate) fn tensor_bytes(dims: &[u64], ty: GgmlType) -> Result<usize, String> 
     let row = dims.first().copied().unwrap_or(1);
     let bs = ty.block_size() as u64;
     if row % bs != 0 {
-        return Err(format!(
-            "row length {row} is not a multiple of the {} block size {bs}",
-            ty.name()
-        ));
+        return Err(format!("row length {row} is not a multiple of the {} block size {bs}", ty.name()));
     }
     (n / bs)
         .checked_mul(ty.type_size() as u64)

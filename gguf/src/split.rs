@@ -41,21 +41,14 @@ pub(crate) fn parse_split_name(path: &Path) -> Option<(String, u32, u32)> {
     Some((stem[..stem.len() - 15].to_string(), no, count))
 }
 
-pub(crate) fn int_key(
-    path: &Path,
-    meta: &[(String, Value)],
-    key: &str,
-) -> Result<Option<u64>, GgufError> {
+pub(crate) fn int_key(path: &Path, meta: &[(String, Value)], key: &str) -> Result<Option<u64>, GgufError> {
     match meta.iter().find(|(k, _)| k == key) {
         None => Ok(None),
         Some((_, v)) => v.as_u64().map(Some).ok_or_else(|| GgufError::BadValue {
             path: path.to_path_buf(),
             key: key.to_string(),
             offset: 0,
-            reason: format!(
-                "expected a non-negative integer, found {} {v}",
-                v.type_name()
-            ),
+            reason: format!("expected a non-negative integer, found {} {v}", v.type_name()),
         }),
     }
 }
@@ -68,16 +61,11 @@ pub(crate) fn check_split_keys(parts: &[(Shard, ParsedFile)]) -> Result<(), Gguf
         && !(count == 0 && n == 1)
     {
         let reason = if n == 1 {
-            format!(
-                "{KEY_COUNT} is {count} but the file name does not follow <prefix>-00001-of-{count:05}.gguf"
-            )
+            format!("{KEY_COUNT} is {count} but the file name does not follow <prefix>-00001-of-{count:05}.gguf")
         } else {
             format!("{KEY_COUNT} is {count} but {n} shard files were named")
         };
-        return Err(GgufError::Split {
-            path: first.path.clone(),
-            reason,
-        });
+        return Err(GgufError::Split { path: first.path.clone(), reason });
     }
     if n > 1 {
         for (i, (shard, parsed)) in parts.iter().enumerate() {
@@ -86,10 +74,7 @@ pub(crate) fn check_split_keys(parts: &[(Shard, ParsedFile)]) -> Result<(), Gguf
             {
                 return Err(GgufError::Split {
                     path: shard.path.clone(),
-                    reason: format!(
-                        "{KEY_NO} is {no}, expected {i} (0-based) for shard {} of {n}",
-                        i + 1
-                    ),
+                    reason: format!("{KEY_NO} is {no}, expected {i} (0-based) for shard {} of {n}", i + 1),
                 });
             }
         }
@@ -104,10 +89,7 @@ pub(crate) fn check_tensor_total(g: &GgufFile) -> Result<(), GgufError> {
     {
         return Err(GgufError::Split {
             path: path.clone(),
-            reason: format!(
-                "{KEY_TENSORS} is {total} but the shards hold {} tensors",
-                g.tensors.len()
-            ),
+            reason: format!("{KEY_TENSORS} is {total} but the shards hold {} tensors", g.tensors.len()),
         });
     }
     Ok(())
@@ -120,24 +102,12 @@ mod tests {
     #[test]
     fn names() {
         let p = Path::new("/a/b/model-q8-00002-of-00003.gguf");
-        assert_eq!(
-            parse_split_name(p),
-            Some(("/a/b/model-q8".to_string(), 2, 3))
-        );
-        assert_eq!(
-            split_path("/a/b/model-q8", 1, 3),
-            PathBuf::from("/a/b/model-q8-00001-of-00003.gguf")
-        );
+        assert_eq!(parse_split_name(p), Some(("/a/b/model-q8".to_string(), 2, 3)));
+        assert_eq!(split_path("/a/b/model-q8", 1, 3), PathBuf::from("/a/b/model-q8-00001-of-00003.gguf"));
         assert_eq!(parse_split_name(Path::new("model.gguf")), None);
         assert_eq!(parse_split_name(Path::new("m-00004-of-00003.gguf")), None);
         assert_eq!(parse_split_name(Path::new("m-0000x-of-00003.gguf")), None);
-        assert_eq!(
-            parse_split_name(Path::new("é-00001-of-00002.gguf")),
-            Some(("é".to_string(), 1, 2))
-        );
-        assert_eq!(
-            parse_split_name(Path::new("-00001-of-00002.gguf")),
-            Some((String::new(), 1, 2))
-        );
+        assert_eq!(parse_split_name(Path::new("é-00001-of-00002.gguf")), Some(("é".to_string(), 1, 2)));
+        assert_eq!(parse_split_name(Path::new("-00001-of-00002.gguf")), Some((String::new(), 1, 2)));
     }
 }

@@ -50,12 +50,7 @@ impl GgufWriter {
         ty: GgmlType,
         bytes: impl Into<Vec<u8>>,
     ) -> &mut Self {
-        self.tensors.push(PendingTensor {
-            name: name.into(),
-            dims: dims.to_vec(),
-            ty,
-            bytes: bytes.into(),
-        });
+        self.tensors.push(PendingTensor { name: name.into(), dims: dims.to_vec(), ty, bytes: bytes.into() });
         self
     }
 
@@ -63,9 +58,7 @@ impl GgufWriter {
         match self.metadata.iter().find(|(k, _)| k == "general.alignment") {
             None => Ok(DEFAULT_ALIGNMENT),
             Some((_, Value::U32(a))) if a.is_power_of_two() => Ok(*a as u64),
-            Some((_, v)) => Err(GgufError::Writer(format!(
-                "general.alignment must be a u32 power of two, got {v}"
-            ))),
+            Some((_, v)) => Err(GgufError::Writer(format!("general.alignment must be a u32 power of two, got {v}"))),
         }
     }
 
@@ -76,14 +69,9 @@ impl GgufWriter {
                 return Err(GgufError::Writer(format!("duplicate tensor {:?}", t.name)));
             }
             if t.dims.len() > MAX_DIMS as usize {
-                return Err(GgufError::Writer(format!(
-                    "tensor {:?}: {} dims",
-                    t.name,
-                    t.dims.len()
-                )));
+                return Err(GgufError::Writer(format!("tensor {:?}: {} dims", t.name, t.dims.len())));
             }
-            let n = tensor_bytes(&t.dims, t.ty)
-                .map_err(|r| GgufError::Writer(format!("tensor {:?}: {r}", t.name)))?;
+            let n = tensor_bytes(&t.dims, t.ty).map_err(|r| GgufError::Writer(format!("tensor {:?}: {r}", t.name)))?;
             if n != t.bytes.len() {
                 return Err(GgufError::Writer(format!(
                     "tensor {:?}: {} {:?} needs {n} bytes, got {}",
@@ -106,30 +94,21 @@ impl GgufWriter {
 
     pub fn write(&self, path: &Path) -> Result<(), GgufError> {
         let bytes = self.to_bytes()?;
-        std::fs::write(path, bytes).map_err(|source| GgufError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::write(path, bytes).map_err(|source| GgufError::Io { path: path.to_path_buf(), source })
     }
 
     /// Writes `n` shards `<prefix>-0000K-of-0000N.gguf`, tensors distributed in order into
     /// contiguous, nearly equal groups. Returns the shard paths.
     pub fn write_split(&self, path_prefix: &str, n: u32) -> Result<Vec<PathBuf>, GgufError> {
         let t = self.tensors.len();
-        let bounds: Vec<usize> = (0..=n as usize)
-            .map(|i| i * t / n.max(1) as usize)
-            .collect();
+        let bounds: Vec<usize> = (0..=n as usize).map(|i| i * t / n.max(1) as usize).collect();
         self.write_split_at(path_prefix, &bounds)
     }
 
     /// Like [`write_split`](Self::write_split) with explicit group boundaries: shard `i` holds
     /// tensors `bounds[i]..bounds[i + 1]` (so `bounds` has N + 1 non-decreasing entries,
     /// starting at 0 and ending at the tensor count).
-    pub fn write_split_at(
-        &self,
-        path_prefix: &str,
-        bounds: &[usize],
-    ) -> Result<Vec<PathBuf>, GgufError> {
+    pub fn write_split_at(&self, path_prefix: &str, bounds: &[usize]) -> Result<Vec<PathBuf>, GgufError> {
         self.validate()?;
         let n = bounds.len().saturating_sub(1);
         let ok = (1..=99_999).contains(&n)
@@ -137,38 +116,23 @@ impl GgufWriter {
             && bounds[n] == self.tensors.len()
             && bounds.windows(2).all(|w| w[0] <= w[1]);
         if !ok {
-            return Err(GgufError::Writer(format!(
-                "bad split bounds {bounds:?} for {} tensors",
-                self.tensors.len()
-            )));
+            return Err(GgufError::Writer(format!("bad split bounds {bounds:?} for {} tensors", self.tensors.len())));
         }
         let align = self.alignment()?;
         let mut paths = Vec::with_capacity(n);
         for i in 0..n {
             let mut meta: Vec<(String, Value)> = if i == 0 {
-                self.metadata
-                    .iter()
-                    .filter(|(k, _)| !k.starts_with("split."))
-                    .cloned()
-                    .collect()
+                self.metadata.iter().filter(|(k, _)| !k.starts_with("split.")).cloned().collect()
             } else {
-                self.metadata
-                    .iter()
-                    .filter(|(k, _)| k == "general.alignment")
-                    .cloned()
-                    .collect()
+                self.metadata.iter().filter(|(k, _)| k == "general.alignment").cloned().collect()
             };
             meta.push((KEY_NO.into(), Value::U16(i as u16)));
             meta.push((KEY_COUNT.into(), Value::U16(n as u16)));
             meta.push((KEY_TENSORS.into(), Value::I32(self.tensors.len() as i32)));
-            let group: Vec<&PendingTensor> =
-                self.tensors[bounds[i]..bounds[i + 1]].iter().collect();
+            let group: Vec<&PendingTensor> = self.tensors[bounds[i]..bounds[i + 1]].iter().collect();
             let bytes = encode_file(&meta, &group, align)?;
             let path = split_path(path_prefix, i as u32 + 1, n as u32);
-            std::fs::write(&path, bytes).map_err(|source| GgufError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            std::fs::write(&path, bytes).map_err(|source| GgufError::Io { path: path.clone(), source })?;
             paths.push(path);
         }
         Ok(paths)
@@ -219,11 +183,7 @@ fn pad_to(out: &mut Vec<u8>, align: u64) {
     out.resize(len.div_ceil(align) as usize * align as usize, 0);
 }
 
-fn encode_file(
-    meta: &[(String, Value)],
-    tensors: &[&PendingTensor],
-    align: u64,
-) -> Result<Vec<u8>, GgufError> {
+fn encode_file(meta: &[(String, Value)], tensors: &[&PendingTensor], align: u64) -> Result<Vec<u8>, GgufError> {
     let mut out = Vec::new();
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.extend_from_slice(&3u32.to_le_bytes());

@@ -37,9 +37,7 @@ fn good() -> Vec<u8> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> usize {
-    hay.windows(needle.len())
-        .position(|w| w == needle)
-        .expect("pattern present")
+    hay.windows(needle.len()).position(|w| w == needle).expect("pattern present")
 }
 
 /// Where the key or tensor name `s` starts as a GGUF string (its u64 length prefix).
@@ -88,21 +86,12 @@ fn clean_file_report_matches_the_reader() {
     assert!(r.is_clean(), "{:?}", problems(&r));
     let g = GgufFile::from_bytes("bad.gguf", b.clone()).unwrap();
     let f = &r.files[0];
-    assert_eq!(
-        (f.version, f.tensor_count, f.kv_count),
-        (Some(3), Some(4), Some(5))
-    );
-    assert_eq!(
-        (f.alignment, f.data_offset, f.len),
-        (32, g.data_offset(0), b.len() as u64)
-    );
+    assert_eq!((f.version, f.tensor_count, f.kv_count), (Some(3), Some(4), Some(5)));
+    assert_eq!((f.alignment, f.data_offset, f.len), (32, g.data_offset(0), b.len() as u64));
     assert_eq!(f.metadata, g.metadata());
     assert_eq!(f.tensors.len(), 4);
     for (e, t) in f.tensors.iter().zip(g.tensors()) {
-        assert_eq!(
-            (&e.name, &e.dims, e.ty, e.offset),
-            (&t.name, &t.dims, Some(t.ty), t.offset)
-        );
+        assert_eq!((&e.name, &e.dims, e.ty, e.offset), (&t.name, &t.dims, Some(t.ty), t.offset));
         assert_eq!(e.n_bytes, Some(t.n_bytes as u64));
         assert_eq!(e.info_offset as usize, string_at(&b, &t.name));
     }
@@ -126,18 +115,7 @@ fn header_defects() {
 
     let r = check(&good()[..10]);
     let p = problems(&r);
-    assert!(
-        matches!(
-            p[..],
-            [GgufError::Truncated {
-                offset: 8,
-                needed: 8,
-                len: 10,
-                ..
-            }]
-        ),
-        "{p:?}"
-    );
+    assert!(matches!(p[..], [GgufError::Truncated { offset: 8, needed: 8, len: 10, .. }]), "{p:?}");
     assert!(p[0].to_string().contains("bad.gguf") && p[0].to_string().contains("tensor count"));
     assert_eq!(r.files[0].version, Some(3));
 
@@ -169,17 +147,7 @@ fn metadata_truncation_names_the_key() {
     // A string length that cannot fit in what is left is caught before reading it.
     let r = check(&b[..find(&b, b"ccc") + 1]);
     let p = problems(&r);
-    assert!(
-        matches!(
-            p[..],
-            [GgufError::CountTooLarge {
-                count: 3,
-                remaining: 1,
-                ..
-            }]
-        ),
-        "{p:?}"
-    );
+    assert!(matches!(p[..], [GgufError::CountTooLarge { count: 3, remaining: 1, .. }]), "{p:?}");
     assert!(p[0].to_string().contains("\"t.arr_str\""), "{}", p[0]);
     assert!(!f.metadata_complete() && f.tensors.is_empty() && f.data_offset.is_none());
 }
@@ -252,24 +220,11 @@ fn several_tensor_defects_are_all_reported() {
         matches!(p[2], GgufError::BadShape { tensor, offset, .. } if tensor == "tensor_d" && *offset == info("tensor_d")),
         "{p:?}"
     );
-    assert!(
-        p[2].to_string()
-            .contains("row length 5 is not a multiple of the q8_0 block size 32"),
-        "{}",
-        p[2]
-    );
+    assert!(p[2].to_string().contains("row length 5 is not a multiple of the q8_0 block size 32"), "{}", p[2]);
     assert_eq!(p.len(), 3, "{p:?}");
     let t = &r.files[0].tensors;
-    assert_eq!(
-        (t[1].type_name(), t[1].n_bytes, t[0].n_bytes),
-        ("unknown(4)".to_string(), None, Some(48))
-    );
-    assert!(
-        p[1].to_string()
-            .contains(&format!("at byte {}", info("tensor_c"))),
-        "{}",
-        p[1]
-    );
+    assert_eq!((t[1].type_name(), t[1].n_bytes, t[0].n_bytes), ("unknown(4)".to_string(), None, Some(48)));
+    assert!(p[1].to_string().contains(&format!("at byte {}", info("tensor_c"))), "{}", p[1]);
 }
 
 #[test]
@@ -295,10 +250,7 @@ fn shape_overflow_and_too_many_dims() {
 #[test]
 fn data_outside_the_file() {
     let b = good();
-    let data = GgufFile::from_bytes("x", b.clone())
-        .unwrap()
-        .data_offset(0)
-        .unwrap();
+    let data = GgufFile::from_bytes("x", b.clone()).unwrap().data_offset(0).unwrap();
     let end = data as usize + 384 + 20;
     let r = check(&b[..end - 1]);
     let p = problems(&r);
@@ -307,11 +259,7 @@ fn data_outside_the_file() {
         matches!(p[..], [GgufError::OutOfRange { tensor, start, end, len, .. }] if tensor == "tensor_d" && (*start, *end, *len) == (s, e, l)),
         "{p:?}"
     );
-    assert!(
-        p[0].to_string().contains(&format!("[{s}, {e})")),
-        "{}",
-        p[0]
-    );
+    assert!(p[0].to_string().contains(&format!("[{s}, {e})")), "{}", p[0]);
 
     // Offsets far out, and one whose end overflows u64.
     let mut b = good();
@@ -326,10 +274,7 @@ fn data_outside_the_file() {
 #[test]
 fn overlapping_tensors() {
     let mut b = good();
-    let data = GgufFile::from_bytes("x", b.clone())
-        .unwrap()
-        .data_offset(0)
-        .unwrap();
+    let data = GgufFile::from_bytes("x", b.clone()).unwrap().data_offset(0).unwrap();
     let (_, _, _, off_d) = info_fields(&b, "tensor_d", 1);
     put_u64(&mut b, off_d, 96); // inside tensor_b [64, 200)
     let (_, _, _, off_b) = info_fields(&b, "tensor_b", 2);
@@ -372,10 +317,7 @@ fn split_models() {
     for (f, p) in r.files.iter().zip(&paths) {
         assert_eq!((&f.path, f.len), (p, std::fs::metadata(p).unwrap().len()));
     }
-    assert_eq!(
-        r.tensors().map(|(i, _)| i).collect::<Vec<_>>(),
-        [0, 1, 2, 2]
-    );
+    assert_eq!(r.tensors().map(|(i, _)| i).collect::<Vec<_>>(), [0, 1, 2, 2]);
 
     // A shard that is gone.
     let saved = std::fs::read(&paths[2]).unwrap();
@@ -384,11 +326,7 @@ fn split_models() {
     let p = problems(&r);
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0].path(), Some(paths[2].as_path()));
-    assert!(
-        p[0].to_string().contains("shard 3 of 3 is missing"),
-        "{}",
-        p[0]
-    );
+    assert!(p[0].to_string().contains("shard 3 of 3 is missing"), "{}", p[0]);
     std::fs::write(&paths[2], &saved).unwrap();
 
     // Leftovers of a split into two files under the same prefix.
@@ -397,11 +335,7 @@ fn split_models() {
     let p = problems(&r);
     assert_eq!(p.len(), 2, "{p:?}");
     assert_eq!(p[0].path(), Some(other[0].as_path()));
-    assert!(
-        p[0].to_string().contains("extra shard: named shard 1 of 2"),
-        "{}",
-        p[0]
-    );
+    assert!(p[0].to_string().contains("extra shard: named shard 1 of 2"), "{}", p[0]);
     for o in &other {
         std::fs::remove_file(o).unwrap();
     }
@@ -409,15 +343,9 @@ fn split_models() {
 }
 
 /// Damages shard `i` of a fresh 3-shard split and returns the report of the model.
-fn damaged_split(
-    name: &str,
-    i: usize,
-    damage: impl Fn(&mut Vec<u8>),
-) -> (ModelReport, Vec<PathBuf>) {
+fn damaged_split(name: &str, i: usize, damage: impl Fn(&mut Vec<u8>)) -> (ModelReport, Vec<PathBuf>) {
     let d = tmp_dir(name);
-    let paths = sample_writer()
-        .write_split(d.join("m").to_str().unwrap(), 3)
-        .unwrap();
+    let paths = sample_writer().write_split(d.join("m").to_str().unwrap(), 3).unwrap();
     let mut b = std::fs::read(&paths[i]).unwrap();
     damage(&mut b);
     std::fs::write(&paths[i], b).unwrap();
@@ -426,10 +354,7 @@ fn damaged_split(
 
 fn only_problem(r: &ModelReport, path: &Path, text: &str) {
     let p = problems(r);
-    assert!(
-        p.len() == 1 && p[0].path() == Some(path) && p[0].to_string().contains(text),
-        "{p:?}"
-    );
+    assert!(p.len() == 1 && p[0].path() == Some(path) && p[0].to_string().contains(text), "{p:?}");
 }
 
 #[test]
@@ -440,11 +365,7 @@ fn split_key_defects() {
         let at = value(b, "split.no");
         b[at..at + 2].copy_from_slice(&2u16.to_le_bytes());
     });
-    only_problem(
-        &r,
-        &p[1],
-        "split.no is 2, expected 1 (0-based) for shard 2 of 3",
-    );
+    only_problem(&r, &p[1], "split.no is 2, expected 1 (0-based) for shard 2 of 3");
     let (r, p) = damaged_split("count", 2, |b| {
         let at = value(b, "split.count");
         b[at..at + 2].copy_from_slice(&4u16.to_le_bytes());
@@ -454,11 +375,7 @@ fn split_key_defects() {
         let at = value(b, "split.tensors.count");
         b[at..at + 4].copy_from_slice(&5i32.to_le_bytes());
     });
-    only_problem(
-        &r,
-        &p[0],
-        "split.tensors.count is 5 but the shards hold 4 tensors",
-    );
+    only_problem(&r, &p[0], "split.tensors.count is 5 but the shards hold 4 tensors");
     let (r, p) = damaged_split("missing-no", 1, |b| {
         let at = find(b, b"split.no");
         b[at + 7] = b'x';
@@ -479,24 +396,16 @@ fn split_key_defects() {
 
     // A first shard copied under a plain name still says split.count 3.
     let d = tmp_dir("lone");
-    let paths = sample_writer()
-        .write_split(d.join("m").to_str().unwrap(), 3)
-        .unwrap();
+    let paths = sample_writer().write_split(d.join("m").to_str().unwrap(), 3).unwrap();
     let lone = d.join("lone.gguf");
     std::fs::copy(&paths[0], &lone).unwrap();
     let r = inspect(&lone);
     let p = problems(&r);
     assert!(
-        p[0].to_string().contains(
-            "split.count is 3 but the file name does not follow <prefix>-00001-of-00003.gguf"
-        ),
+        p[0].to_string().contains("split.count is 3 but the file name does not follow <prefix>-00001-of-00003.gguf"),
         "{p:?}"
     );
-    assert!(
-        p[1].to_string()
-            .contains("split.tensors.count is 4 but the shards hold 1 tensors"),
-        "{p:?}"
-    );
+    assert!(p[1].to_string().contains("split.tensors.count is 4 but the shards hold 1 tensors"), "{p:?}");
     assert_eq!(p.len(), 2);
 }
 
@@ -505,11 +414,7 @@ fn missing_file_is_reported_not_raised() {
     let p = Path::new("/nonexistent/dir/x.gguf");
     let r = inspect(p);
     assert_eq!(kinds(&r), ["io"]);
-    assert!(
-        problems(&r)[0]
-            .to_string()
-            .contains("/nonexistent/dir/x.gguf")
-    );
+    assert!(problems(&r)[0].to_string().contains("/nonexistent/dir/x.gguf"));
 }
 
 #[test]
@@ -520,10 +425,7 @@ fn truncation_and_byte_flips_agree_with_the_reader() {
         assert!(!check(&b[..cut]).is_clean(), "cut at {cut}");
     }
     assert!(check(&b[..last_end]).is_clean());
-    let header_end = GgufFile::from_bytes("x", b.clone())
-        .unwrap()
-        .data_offset(0)
-        .unwrap() as usize;
+    let header_end = GgufFile::from_bytes("x", b.clone()).unwrap().data_offset(0).unwrap() as usize;
     for pos in 0..header_end {
         for x in [0x01u8, 0x80, 0xff, 0x55] {
             let mut c = b.clone();

@@ -36,23 +36,13 @@ fn all_values() -> Vec<(String, Value)> {
         ("t.f64".into(), Value::F64(-2.25)),
         (
             "t.arr_str".into(),
-            Value::Array(vec![
-                Value::Str("a".into()),
-                Value::Str(String::new()),
-                Value::Str("ccc".into()),
-            ]),
+            Value::Array(vec![Value::Str("a".into()), Value::Str(String::new()), Value::Str("ccc".into())]),
         ),
-        (
-            "t.arr_f32".into(),
-            Value::Array(vec![Value::F32(1.0), Value::F32(-0.5)]),
-        ),
+        ("t.arr_f32".into(), Value::Array(vec![Value::F32(1.0), Value::F32(-0.5)])),
         ("t.arr_empty".into(), Value::Array(vec![])),
         (
             "t.nested".into(),
-            Value::Array(vec![
-                Value::Array(vec![Value::I32(1), Value::I32(2)]),
-                Value::Array(vec![Value::I32(3)]),
-            ]),
+            Value::Array(vec![Value::Array(vec![Value::I32(1), Value::I32(2)]), Value::Array(vec![Value::I32(3)])]),
         ),
     ]
 }
@@ -71,9 +61,7 @@ fn sample_writer() -> GgufWriter {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> usize {
-    hay.windows(needle.len())
-        .position(|w| w == needle)
-        .expect("pattern present")
+    hay.windows(needle.len()).position(|w| w == needle).expect("pattern present")
 }
 
 /// Byte offset just after the name of tensor `name` in its tensor info.
@@ -96,26 +84,14 @@ fn round_trip_all_value_types_and_tensors() {
     assert_eq!(g.architecture().unwrap(), "testarch");
     assert_eq!(g.get_u32("t.u16").unwrap(), 65000);
     assert_eq!(g.get_u32("t.u8").unwrap(), 250);
-    assert!(matches!(
-        g.get_u32("t.i8"),
-        Err(GgufError::WrongType { .. })
-    ));
-    assert!(matches!(
-        g.get_u32("t.u64"),
-        Err(GgufError::WrongType { .. })
-    ));
+    assert!(matches!(g.get_u32("t.i8"), Err(GgufError::WrongType { .. })));
+    assert!(matches!(g.get_u32("t.u64"), Err(GgufError::WrongType { .. })));
     assert_eq!(g.get_f32("t.f64").unwrap(), -2.25);
     assert_eq!(g.get_str("t.str").unwrap(), "héllo ▁ wörld");
     let e = g.get_u32("no.such.key").unwrap_err();
-    assert!(
-        matches!(e, GgufError::MissingKey { .. }) && e.to_string().contains("no.such.key"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::MissingKey { .. }) && e.to_string().contains("no.such.key"), "{e}");
     let e = g.get_str("t.u32").unwrap_err();
-    assert!(
-        e.to_string().contains("t.u32") && e.to_string().contains("m.gguf"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("t.u32") && e.to_string().contains("m.gguf"), "{e}");
 
     let expect = [
         ("tensor_a", vec![4u64, 3], GgmlType::F32, bytes(48, 1)),
@@ -126,10 +102,7 @@ fn round_trip_all_value_types_and_tensors() {
     assert_eq!(g.tensors().len(), expect.len());
     for (name, dims, ty, data) in expect {
         let t = g.tensor(name).unwrap();
-        assert_eq!(
-            (t.dims.clone(), t.ty, t.n_bytes, t.file_index),
-            (dims, ty, data.len(), 0)
-        );
+        assert_eq!((t.dims.clone(), t.ty, t.n_bytes, t.file_index), (dims, ty, data.len(), 0));
         assert_eq!(t.offset % 32, 0);
         assert_eq!((g.data_offset(0).unwrap() + t.offset) % 32, 0);
         assert_eq!(g.tensor_data(t), &data[..], "{name}");
@@ -147,10 +120,7 @@ fn custom_alignment_round_trip() {
     for t in g.tensors() {
         assert_eq!(t.offset % 256, 0);
     }
-    assert_eq!(
-        g.tensor_data(g.tensor("tensor_c").unwrap()),
-        &bytes(144, 3)[..]
-    );
+    assert_eq!(g.tensor_data(g.tensor("tensor_c").unwrap()), &bytes(144, 3)[..]);
 }
 
 #[test]
@@ -159,12 +129,7 @@ fn split_round_trip_opens_from_any_shard() {
     let prefix = d.join("model").to_str().unwrap().to_string();
     let paths = sample_writer().write_split(&prefix, 3).unwrap();
     assert_eq!(paths.len(), 3);
-    assert!(
-        paths[1]
-            .to_str()
-            .unwrap()
-            .ends_with("model-00002-of-00003.gguf")
-    );
+    assert!(paths[1].to_str().unwrap().ends_with("model-00002-of-00003.gguf"));
     let single = parse(sample_writer().to_bytes().unwrap()).unwrap();
     for p in &paths {
         let g = GgufFile::open(p).unwrap();
@@ -175,10 +140,7 @@ fn split_round_trip_opens_from_any_shard() {
         let shards: Vec<usize> = g.tensors().iter().map(|t| t.file_index).collect();
         assert_eq!(shards, vec![0, 1, 2, 2]);
         for t in single.tensors() {
-            assert_eq!(
-                g.tensor_data(g.tensor(&t.name).unwrap()),
-                single.tensor_data(t)
-            );
+            assert_eq!(g.tensor_data(g.tensor(&t.name).unwrap()), single.tensor_data(t));
         }
     }
 }
@@ -191,18 +153,12 @@ fn split_errors() {
     // A missing shard is an I/O error naming that shard.
     std::fs::remove_file(&paths[2]).unwrap();
     let e = GgufFile::open(&paths[0]).unwrap_err();
-    assert!(
-        matches!(e, GgufError::Io { .. }) && e.to_string().contains("m-00003-of-00003.gguf"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::Io { .. }) && e.to_string().contains("m-00003-of-00003.gguf"), "{e}");
     // A shard copied under another name: split.count no longer matches.
     let lone = d.join("renamed.gguf");
     std::fs::copy(&paths[0], &lone).unwrap();
     let e = GgufFile::open(&lone).unwrap_err();
-    assert!(
-        matches!(e, GgufError::Split { .. }) && e.to_string().contains("split.count"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::Split { .. }) && e.to_string().contains("split.count"), "{e}");
     // The same tensor name in two shards.
     let mut w = GgufWriter::new();
     w.add_tensor("x", &[4], GgmlType::F32, bytes(16, 1));
@@ -213,10 +169,7 @@ fn split_errors() {
     b[at + 8] = b'x';
     std::fs::write(&p2[1], b).unwrap();
     let e = GgufFile::open(&p2[0]).unwrap_err();
-    assert!(
-        matches!(e, GgufError::DuplicateTensor { ref tensor, .. } if tensor == "x"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::DuplicateTensor { ref tensor, .. } if tensor == "x"), "{e}");
 }
 
 #[test]
@@ -228,24 +181,13 @@ fn header_errors() {
     for v in [1u32, 4, 0x0400_0000] {
         let mut b = good.clone();
         b[4..8].copy_from_slice(&v.to_le_bytes());
-        assert!(
-            matches!(parse(b), Err(GgufError::UnsupportedVersion { version, .. }) if version == v)
-        );
+        assert!(matches!(parse(b), Err(GgufError::UnsupportedVersion { version, .. }) if version == v));
     }
     let mut b = good.clone();
     b[4..8].copy_from_slice(&3u32.to_be_bytes());
-    assert!(matches!(
-        parse(b),
-        Err(GgufError::BigEndian { version: 3, .. })
-    ));
-    assert!(matches!(
-        parse(good[..10].to_vec()),
-        Err(GgufError::Truncated { .. })
-    ));
-    assert!(matches!(
-        parse(Vec::new()),
-        Err(GgufError::Truncated { .. })
-    ));
+    assert!(matches!(parse(b), Err(GgufError::BigEndian { version: 3, .. })));
+    assert!(matches!(parse(good[..10].to_vec()), Err(GgufError::Truncated { .. })));
+    assert!(matches!(parse(Vec::new()), Err(GgufError::Truncated { .. })));
     // Absurd counts are rejected before any allocation.
     let mut b = good.clone();
     b[8..16].copy_from_slice(&(1u64 << 60).to_le_bytes());
@@ -263,36 +205,24 @@ fn metadata_errors() {
     let at = find(&b, b"t.arr_f32") + 9 + 4 + 4;
     b[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::CountTooLarge { .. }) && e.to_string().contains("t.arr_f32"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::CountTooLarge { .. }) && e.to_string().contains("t.arr_f32"), "{e}");
     // Oversized string length of t.str's value.
     let mut b = good.clone();
     let at = find(&b, b"t.str") + 5 + 4;
     b[at..at + 8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::CountTooLarge { .. }) && e.to_string().contains("t.str"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::CountTooLarge { .. }) && e.to_string().contains("t.str"), "{e}");
     // Unknown value type on t.u16.
     let mut b = good.clone();
     let at = find(&b, b"t.u16") + 5;
     b[at..at + 4].copy_from_slice(&13u32.to_le_bytes());
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::UnknownValueType { ref key, ty: 13, .. } if key == "t.u16"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::UnknownValueType { ref key, ty: 13, .. } if key == "t.u16"), "{e}");
     // Unknown array element type.
     let mut b = good.clone();
     let at = find(&b, b"t.arr_f32") + 9 + 4;
     b[at..at + 4].copy_from_slice(&99u32.to_le_bytes());
-    assert!(matches!(
-        parse(b),
-        Err(GgufError::UnknownValueType { ty: 99, .. })
-    ));
+    assert!(matches!(parse(b), Err(GgufError::UnknownValueType { ty: 99, .. })));
     // Bool byte that is neither 0 nor 1.
     let mut b = good.clone();
     let at = find(&b, b"t.bool") + 6 + 4;
@@ -303,19 +233,14 @@ fn metadata_errors() {
     let at = find(&b, b"t.i16");
     b[at + 2] = b'u';
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::DuplicateKey { ref key, .. } if key == "t.u16"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::DuplicateKey { ref key, .. } if key == "t.u16"), "{e}");
     // Alignment that is not a power of two.
     let mut w = sample_writer();
     w.add_metadata("general.alignment", Value::U32(64));
     let mut b = w.to_bytes().unwrap();
     let at = find(&b, b"general.alignment") + 17 + 4;
     b[at..at + 4].copy_from_slice(&48u32.to_le_bytes());
-    assert!(
-        matches!(parse(b), Err(GgufError::BadValue { ref key, .. }) if key == "general.alignment")
-    );
+    assert!(matches!(parse(b), Err(GgufError::BadValue { ref key, .. }) if key == "general.alignment"));
     // Arrays nested beyond the depth bound.
     let mut v = Value::U8(1);
     for _ in 0..12 {
@@ -323,9 +248,7 @@ fn metadata_errors() {
     }
     let mut w = GgufWriter::new();
     w.add_metadata("deep", v);
-    assert!(
-        matches!(parse(w.to_bytes().unwrap()), Err(GgufError::BadValue { ref key, .. }) if key == "deep")
-    );
+    assert!(matches!(parse(w.to_bytes().unwrap()), Err(GgufError::BadValue { ref key, .. }) if key == "deep"));
 }
 
 #[test]
@@ -338,18 +261,12 @@ fn tensor_errors() {
     let mut b = good.clone();
     b[ty_at..ty_at + 4].copy_from_slice(&4u32.to_le_bytes()); // removed Q4_2
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::UnknownTensorType { ref tensor, ty: 4, .. } if tensor == "tensor_b"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::UnknownTensorType { ref tensor, ty: 4, .. } if tensor == "tensor_b"), "{e}");
 
     let mut b = good.clone();
     b[dims_at..dims_at + 8].copy_from_slice(&33u64.to_le_bytes()); // not a multiple of 32
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::BadShape { ref tensor, .. } if tensor == "tensor_b"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::BadShape { ref tensor, .. } if tensor == "tensor_b"), "{e}");
 
     let mut b = good.clone();
     b[dims_at..dims_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
@@ -364,24 +281,16 @@ fn tensor_errors() {
     let off = u64::from_le_bytes(b[off_at..off_at + 8].try_into().unwrap());
     b[off_at..off_at + 8].copy_from_slice(&(off + 4).to_le_bytes());
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::Misaligned { ref tensor, .. } if tensor == "tensor_b"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::Misaligned { ref tensor, .. } if tensor == "tensor_b"), "{e}");
 
     let mut b = good.clone();
     b[off_at..off_at + 8].copy_from_slice(&0u64.to_le_bytes()); // on top of tensor_a
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::Overlap { .. }) && e.to_string().contains("tensor_a"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::Overlap { .. }) && e.to_string().contains("tensor_a"), "{e}");
 
     let mut b = good.clone();
     b[off_at..off_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
-    assert!(
-        matches!(parse(b), Err(GgufError::OutOfRange { ref tensor, .. }) if tensor == "tensor_b")
-    );
+    assert!(matches!(parse(b), Err(GgufError::OutOfRange { ref tensor, .. }) if tensor == "tensor_b"));
     let mut b = good.clone();
     b[off_at..off_at + 8].copy_from_slice(&(u64::MAX - 31).to_le_bytes()); // start overflows
     assert!(matches!(parse(b), Err(GgufError::OutOfRange { .. })));
@@ -402,10 +311,7 @@ fn tensor_errors() {
     let at = find(&b, b"tensor_c");
     b[at + 7] = b'a'; // rename tensor_c -> tensor_a
     let e = parse(b).unwrap_err();
-    assert!(
-        matches!(e, GgufError::DuplicateTensor { ref tensor, .. } if tensor == "tensor_a"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::DuplicateTensor { ref tensor, .. } if tensor == "tensor_a"), "{e}");
 }
 
 #[test]
@@ -414,8 +320,7 @@ fn writer_rejects_inconsistent_tensors() {
     w.add_tensor("a", &[32], GgmlType::Q8_0, vec![0u8; 33]);
     assert!(matches!(w.to_bytes(), Err(GgufError::Writer(_))));
     let mut w = GgufWriter::new();
-    w.add_tensor("a", &[4], GgmlType::F32, vec![0u8; 16])
-        .add_tensor("a", &[4], GgmlType::F32, vec![0u8; 16]);
+    w.add_tensor("a", &[4], GgmlType::F32, vec![0u8; 16]).add_tensor("a", &[4], GgmlType::F32, vec![0u8; 16]);
     assert!(matches!(w.to_bytes(), Err(GgufError::Writer(_))));
     let mut w = GgufWriter::new();
     w.add_metadata("mixed", Value::Array(vec![Value::U8(1), Value::I8(1)]));
@@ -464,17 +369,11 @@ fn byte_flips_never_panic() {
         let r = std::panic::catch_unwind(|| parse(b).map(|g| g.tensors().len()));
         assert!(r.is_ok(), "panic in random corruption {i}");
     }
-    assert!(
-        err > ok / 4,
-        "flips should mostly be detected ({ok} ok, {err} err)"
-    );
+    assert!(err > ok / 4, "flips should mostly be detected ({ok} ok, {err} err)");
 }
 
 #[test]
 fn open_nonexistent_names_the_file() {
     let e = GgufFile::open(Path::new("/nonexistent/dir/x.gguf")).unwrap_err();
-    assert!(
-        matches!(e, GgufError::Io { .. }) && e.to_string().contains("/nonexistent/dir/x.gguf"),
-        "{e}"
-    );
+    assert!(matches!(e, GgufError::Io { .. }) && e.to_string().contains("/nonexistent/dir/x.gguf"), "{e}");
 }

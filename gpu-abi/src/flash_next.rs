@@ -103,7 +103,8 @@ pub const GDN_CHUNK_BLOCK: u32 = 128;
 pub const GDN_CHUNK_MAX: u32 = 64;
 /// Largest head dim of the chunked kernel (its LDS stages `GDN_CHUNK_PASS` rows of k and of q).
 pub const GDN_CHUNK_MAX_HEAD_DIM: u32 = 256;
-pub const GDN_CHUNK_LDS_BYTES: u32 = 8 * GDN_CHUNK_MAX + 8 * GDN_CHUNK_MAX * GDN_CHUNK_MAX + 8 * GDN_CHUNK_PASS * GDN_CHUNK_MAX_HEAD_DIM;
+pub const GDN_CHUNK_LDS_BYTES: u32 =
+    8 * GDN_CHUNK_MAX + 8 * GDN_CHUNK_MAX * GDN_CHUNK_MAX + 8 * GDN_CHUNK_PASS * GDN_CHUNK_MAX_HEAD_DIM;
 const _: () = assert!(GDN_CHUNK_LDS_BYTES <= 65536);
 /// Most tokens of one chunked (prefill) GDN launch.
 pub const GDN_MAX_PREFILL_TOKENS: u32 = 4096;
@@ -145,7 +146,6 @@ pub struct MoeSharedArgs {
     pub n_tokens: u32,
 }
 pub const MOE_SHARED_ADD: &str = "moe_shared_add_f32";
-
 
 /// QSA kernels (ops/qsa.rs). `qsa_norm_rope_f32`: one wave per (token, head) row.
 #[repr(C)]

@@ -111,7 +111,6 @@ impl WType {
 pub const IQ3_GRID_LDS_BYTES: u32 = 256 * 4;
 pub const IQ3_SIGNS_LDS_BYTES: u32 = 128 * 16;
 
-
 /// Arguments of `quantize_q8_1` / `quantize_q8_k`: `n` f32 values (a multiple of the block
 /// size; several columns back to back) to `n / block` blocks. Q8_1: one work-item per block;
 /// Q8_K: one wave per block (`WAVES_PER_WG` blocks per workgroup).
@@ -481,8 +480,26 @@ macro_rules! impl_args_bytes {
     )*};
 }
 impl_args_bytes!(
-    MmvqArgs, QuantizeArgs, DequantArgs, RmsNormArgs, RopeArgs, GluArgs, AddRowsArgs, ScaleArgs, ConvertArgs, SoftmaxArgs, LogitsTopArgs, GetRowsArgs,
-    KvStoreArgs, AttnArgs, MoeRouterArgs, MoeCombineArgs, MoeSlotMapArgs, MoeSortArgs, MmvqGluArgs, MmqArgs
+    MmvqArgs,
+    QuantizeArgs,
+    DequantArgs,
+    RmsNormArgs,
+    RopeArgs,
+    GluArgs,
+    AddRowsArgs,
+    ScaleArgs,
+    ConvertArgs,
+    SoftmaxArgs,
+    LogitsTopArgs,
+    GetRowsArgs,
+    KvStoreArgs,
+    AttnArgs,
+    MoeRouterArgs,
+    MoeCombineArgs,
+    MoeSlotMapArgs,
+    MoeSortArgs,
+    MmvqGluArgs,
+    MmqArgs
 );
 
 // Flash-Next's layer kernels (GDN, GR, the shared expert): their own file, after the macro.

@@ -74,4 +74,3 @@ pub const fn mmq_lds_bytes(ty: WType) -> u32 {
 const _: () = assert!(mmq_lds_bytes(WType::Q4K) <= MAX_LDS_BYTES);
 const _: () = assert!(mmq_lds_bytes(WType::Q6K) <= MAX_LDS_BYTES);
 const _: () = assert!(mmq_lds_bytes(WType::IQ3XXS) + IQ3_GRID_LDS_BYTES + IQ3_SIGNS_LDS_BYTES <= MAX_LDS_BYTES);
-

@@ -66,11 +66,7 @@ pub const fn mmvq_lanes_log2(ty: WType, k: u32) -> u32 {
         0
     } else {
         let lg = 32 - (nt - 1).leading_zeros();
-        if lg > 5 {
-            5
-        } else {
-            lg
-        }
+        if lg > 5 { 5 } else { lg }
     }
 }
 

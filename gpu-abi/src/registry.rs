@@ -112,7 +112,15 @@ pub struct KernelEntry {
 
 /// An entry with the usual launch: `WG_SIZE` work-items, no dynamic LDS, no scratch, every arch.
 const fn entry(name: &'static str, family: Family, args: ArgStruct) -> KernelEntry {
-    KernelEntry { name, family, args, block: abi::WG_SIZE, max_dynamic_lds: 0, scratch: Scratch::Forbidden, archs: GFX11_ARCHS }
+    KernelEntry {
+        name,
+        family,
+        args,
+        block: abi::WG_SIZE,
+        max_dynamic_lds: 0,
+        scratch: Scratch::Forbidden,
+        archs: GFX11_ARCHS,
+    }
 }
 impl KernelEntry {
     const fn block(self, block: u32) -> Self {
@@ -164,8 +172,12 @@ const SINGLES: &[KernelEntry] = &[
     entry(abi::GDN_CONV_SILU, Family::Gdn, arg_struct!(GdnConvArgs, 4)),
     entry(abi::GDN_L2_NORM, Family::Gdn, arg_struct!(GdnL2NormArgs, 1)),
     entry(abi::GDN_DELTA_RULE, Family::Gdn, arg_struct!(GdnDeltaArgs, 7)).block(abi::GDN_DELTA_BLOCK),
-    entry(abi::GDN_DELTA_RULE_S128, Family::Gdn, arg_struct!(GdnDeltaArgs, 7)).block(abi::GDN_S128_BLOCK).lds(abi::GDN_S128_LDS_BYTES),
-    entry(abi::GDN_DELTA_CHUNKED, Family::Gdn, arg_struct!(GdnChunkArgs, 8)).block(abi::GDN_CHUNK_BLOCK).lds(abi::GDN_CHUNK_LDS_BYTES),
+    entry(abi::GDN_DELTA_RULE_S128, Family::Gdn, arg_struct!(GdnDeltaArgs, 7))
+        .block(abi::GDN_S128_BLOCK)
+        .lds(abi::GDN_S128_LDS_BYTES),
+    entry(abi::GDN_DELTA_CHUNKED, Family::Gdn, arg_struct!(GdnChunkArgs, 8))
+        .block(abi::GDN_CHUNK_BLOCK)
+        .lds(abi::GDN_CHUNK_LDS_BYTES),
     entry(abi::GDN_GATED_NORM, Family::Gdn, arg_struct!(GdnGatedNormArgs, 4)),
     entry(abi::GR_STREAM_NORM, Family::Gr, GR_ARGS),
     entry(abi::GR_LOWRANK_ACT, Family::Gr, GR_ARGS),

@@ -2,7 +2,7 @@
 //! the code objects are tests/gpu_kernels.rs). A file outside `src/`, so editing it does not
 //! rebuild the kernels (gpu-executor/build.rs watches `gpu-abi/src`).
 use gpu_abi::registry::{self, Family, GFX11_ARCHS};
-use gpu_abi::{WType, MAX_COLS, MAX_GLU_COLS, WG_SIZE};
+use gpu_abi::{MAX_COLS, MAX_GLU_COLS, WG_SIZE, WType};
 use std::collections::HashSet;
 
 #[test]

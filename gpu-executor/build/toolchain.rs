@@ -74,7 +74,8 @@ pub fn detect_debian(var: Var) -> Result<Toolchain, String> {
     if !Path::new(&cargo).is_file() {
         return Err(format!("{cargo} not found"));
     }
-    let version = output_of(Command::new(&rustc).env_clear().arg("--version")).ok_or_else(|| format!("{rustc} --version failed"))?;
+    let version = output_of(Command::new(&rustc).env_clear().arg("--version"))
+        .ok_or_else(|| format!("{rustc} --version failed"))?;
     // "rustc 1.96.0 (ac68faa20 2026-05-25) (built from a source tarball)"
     let ver = version.split_whitespace().nth(1).ok_or_else(|| format!("cannot parse `{version}`"))?.to_string();
     let src = var("KERNEL_RUST_SRC").unwrap_or_else(|| format!("/usr/src/rustc-{ver}/library"));
@@ -112,7 +113,13 @@ pub fn detect_rustup(var: Var) -> Result<Toolchain, String> {
         ));
     }
     find_in_path(var, "llvm-as-22").ok_or("llvm-as-22 not found in PATH (package llvm-22), needed for the LDS shim")?;
-    Ok(Toolchain { route: "rustup", cargo: vec![rustup, "run".into(), "nightly".into(), "cargo".into()], rustc: None, src_root: None, clang: None })
+    Ok(Toolchain {
+        route: "rustup",
+        cargo: vec![rustup, "run".into(), "nightly".into(), "cargo".into()],
+        rustc: None,
+        src_root: None,
+        clang: None,
+    })
 }
 
 /// RUSTFLAGS of the nested kernel build for `gfx` (every crate, `core` included).

@@ -19,7 +19,8 @@ use rng::SplitMix64;
 /// 1e-3..1.1e-2: every bit pattern of the quants, realistic magnitudes.
 pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut SplitMix64) -> Vec<u8> {
     let ggml = quant::GgmlType::from_u32(ty.ggml_id()).expect("every WType is a ggml type");
-    synth::random_blocks(ggml, nblocks, rng, |rng, _| (1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5)) as f32).expect("every WType has a recipe")
+    synth::random_blocks(ggml, nblocks, rng, |rng, _| (1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5)) as f32)
+        .expect("every WType has a recipe")
 }
 
 /// A routing choice: `k` distinct experts of `n_expert` for each of `n_tokens` tokens
@@ -46,16 +47,39 @@ pub fn waves_per_simd(vgprs: u32, lds_per_wg: u32, waves_per_wg: u32) -> u32 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn row(out: &mut String, name: &str, shape: &str, st: &LaunchStats, info: Option<&KernelInfo>, lds: u32, ideal: u64, weights: u64) {
+fn row(
+    out: &mut String,
+    name: &str,
+    shape: &str,
+    st: &LaunchStats,
+    info: Option<&KernelInfo>,
+    lds: u32,
+    ideal: u64,
+    weights: u64,
+) {
     row_with(out, name, shape, st, info, lds, ideal, weights, "")
 }
 
 #[allow(clippy::too_many_arguments)]
-fn row_with(out: &mut String, name: &str, shape: &str, st: &LaunchStats, info: Option<&KernelInfo>, lds: u32, ideal: u64, weights: u64, extra: &str) {
+fn row_with(
+    out: &mut String,
+    name: &str,
+    shape: &str,
+    st: &LaunchStats,
+    info: Option<&KernelInfo>,
+    lds: u32,
+    ideal: u64,
+    weights: u64,
+    extra: &str,
+) {
     let moved = st.global_bytes_read + st.global_bytes_written;
     let (v, s, static_lds) = info.map_or((0, 0, 0), |i| (i.vgpr_count, i.sgpr_count, i.group_segment_size));
     let lds = lds + static_lds;
-    let per256 = if weights > 0 { format!("{:8.2}", st.instructions as f64 * 256.0 / weights as f64) } else { "       -".into() };
+    let per256 = if weights > 0 {
+        format!("{:8.2}", st.instructions as f64 * 256.0 / weights as f64)
+    } else {
+        "       -".into()
+    };
     let _ = writeln!(
         out,
         "{name:<24} {shape:<16} {:>12} {per256} {:>12} {:>12} {:>6.3} {v:>4} {s:>4} {lds:>6} {:>3}{extra}",
@@ -79,7 +103,18 @@ pub fn bench_kernels(quick: bool) -> String {
     let _ = writeln!(
         out,
         "{:<24} {:<16} {:>12} {:>8} {:>12} {:>12} {:>6} {:>4} {:>4} {:>6} {:>3} {:>4}",
-        "kernel", "shape", "wave-instrs", "i/256w", "bytes moved", "ideal bytes", "ratio", "vgpr", "sgpr", "lds", "w/s", "wgs"
+        "kernel",
+        "shape",
+        "wave-instrs",
+        "i/256w",
+        "bytes moved",
+        "ideal bytes",
+        "ratio",
+        "vgpr",
+        "sgpr",
+        "lds",
+        "w/s",
+        "wgs"
     );
     let mut misses = Vec::new();
     let mut rng = SplitMix64::new(0x5eed);
@@ -110,9 +145,23 @@ pub fn bench_kernels(quick: bool) -> String {
             let lds = abi::mmvq_lds_bytes(ty, k as u32, ncols as u32);
             match mmvq_bytes(&ops, ty, &w, k, ncols, &mut rng) {
                 Ok(m) => {
-                    let flag = if m.ratio() <= MMVQ_BYTES_TARGET { "ok".to_string() } else { format!("MISS (> {MMVQ_BYTES_TARGET:.2}x)") };
+                    let flag = if m.ratio() <= MMVQ_BYTES_TARGET {
+                        "ok".to_string()
+                    } else {
+                        format!("MISS (> {MMVQ_BYTES_TARGET:.2}x)")
+                    };
                     let extra = format!(" {:>4} {flag}", m.workgroups);
-                    row_with(&mut out, name, &format!("{big}x{k}"), &m.stats, info(name), lds, m.ideal, (big * k * ncols) as u64, &extra);
+                    row_with(
+                        &mut out,
+                        name,
+                        &format!("{big}x{k}"),
+                        &m.stats,
+                        info(name),
+                        lds,
+                        m.ideal,
+                        (big * k * ncols) as u64,
+                        &extra,
+                    );
                     if m.ratio() > MMVQ_BYTES_TARGET {
                         misses.push(format!("{name} {big}x{k}: {:.3}x", m.ratio()));
                     }
@@ -134,7 +183,16 @@ pub fn bench_kernels(quick: bool) -> String {
                 let n = experts.len();
                 let ideal = (n * row_bytes + xq.len() + n * 4 + n * 4) as u64;
                 let lds = abi::mmvq_lds_bytes(ty, k as u32, 1);
-                row(&mut out, name, &format!("rows[{n}]x{k}"), &st.unwrap_or_default(), info(name), lds, ideal, (n * k) as u64);
+                row(
+                    &mut out,
+                    name,
+                    &format!("rows[{n}]x{k}"),
+                    &st.unwrap_or_default(),
+                    info(name),
+                    lds,
+                    ideal,
+                    (n * k) as u64,
+                );
             }
         }
         // Dequantization of 256 rows.
@@ -142,12 +200,25 @@ pub fn bench_kernels(quick: bool) -> String {
         let wd = &w[..nrows * row_bytes];
         for f16 in [false, true] {
             let name = abi::dequant_kernel(ty, f16).unwrap_or("?");
-            let r = if f16 { ops.host_dequant_f16(ty, wd).map(|(_, s)| s) } else { ops.host_dequant_f32(ty, wd).map(|(_, s)| s) };
+            let r = if f16 {
+                ops.host_dequant_f16(ty, wd).map(|(_, s)| s)
+            } else {
+                ops.host_dequant_f32(ty, wd).map(|(_, s)| s)
+            };
             match r {
                 Ok(st) => {
                     let ideal = (wd.len() + nrows * k * if f16 { 2 } else { 4 }) as u64;
                     let lds = abi::dequant_lds_bytes(ty);
-                    row(&mut out, name, &format!("{nrows}x{k}"), &st.unwrap_or_default(), info(name), lds, ideal, (nrows * k) as u64)
+                    row(
+                        &mut out,
+                        name,
+                        &format!("{nrows}x{k}"),
+                        &st.unwrap_or_default(),
+                        info(name),
+                        lds,
+                        ideal,
+                        (nrows * k) as u64,
+                    )
                 }
                 Err(e) => {
                     let _ = writeln!(out, "{name}: {e}");
@@ -164,9 +235,17 @@ pub fn bench_kernels(quick: bool) -> String {
     );
     if !quick {
         if misses.is_empty() {
-            let _ = writeln!(out, "MMVQ bytes: every type and column count within {MMVQ_BYTES_TARGET:.2}x of ideal on {big}x{k}");
+            let _ = writeln!(
+                out,
+                "MMVQ bytes: every type and column count within {MMVQ_BYTES_TARGET:.2}x of ideal on {big}x{k}"
+            );
         } else {
-            let _ = writeln!(out, "MMVQ bytes: {} MISS the {MMVQ_BYTES_TARGET:.2}x target: {}", misses.len(), misses.join(", "));
+            let _ = writeln!(
+                out,
+                "MMVQ bytes: {} MISS the {MMVQ_BYTES_TARGET:.2}x target: {}",
+                misses.len(),
+                misses.join(", ")
+            );
         }
     }
     out += &reduction_table(&ops);
@@ -189,7 +268,10 @@ fn registry_coverage(table: &str, arch: &str) -> String {
         }
     }
     let rest: Vec<String> = without.iter().map(|(f, n)| format!("{f} {n}")).collect();
-    format!("kernel registry ({arch}): {with_row} of {total} kernels measured above; the others by family: {}\n", rest.join(", "))
+    format!(
+        "kernel registry ({arch}): {with_row} of {total} kernels measured above; the others by family: {}\n",
+        rest.join(", ")
+    )
 }
 
 /// Column counts `strata bench kernels` (and the byte test) run MMVQ with.
@@ -216,7 +298,14 @@ impl MmvqBytes {
 /// the default geometry (`abi::mmvq_rows_per_wg`) on `ops`, which must be the software device
 /// (its byte counters); returns the counted global bytes and the ideal (weights + Q8_1
 /// activations + f32 outputs, each once). Counted bytes do not depend on the data.
-pub fn mmvq_bytes(ops: &GpuOps, ty: WType, w: &[u8], k: usize, ncols: usize, rng: &mut SplitMix64) -> Result<MmvqBytes, GpuError> {
+pub fn mmvq_bytes(
+    ops: &GpuOps,
+    ty: WType,
+    w: &[u8],
+    k: usize,
+    ncols: usize,
+    rng: &mut SplitMix64,
+) -> Result<MmvqBytes, GpuError> {
     let row_bytes = k / ty.block_k() as usize * ty.block_bytes() as usize;
     let nrows = w.len() / row_bytes.max(1);
     let xs: Vec<f32> = (0..k * ncols).map(|_| rng.symmetric()).collect();
@@ -241,11 +330,23 @@ pub fn mmvq_bytes(ops: &GpuOps, ty: WType, w: &[u8], k: usize, ncols: usize, rng
 fn reduce_method(m: u32) -> (&'static str, &'static str) {
     match m {
         0 => ("none (baseline: * 1/32 + loop)", "absolute marginal cost of the loop body without a sum"),
-        1 => ("DPP row_xmask + permlanex16", "VALU only: DPP is a source modifier folded into v_add_f32_dpp; permlanex16 = 1 VALU + v_mov (tied old) + add; no LDS, no waits"),
-        2 => ("DPP row_xmask + readlane x2", "VALU + 2 v_readlane_b32 (VALU -> SGPR) + an add of two SGPRs; result wave-uniform"),
-        3 => ("permlane16 + permlanex16", "VALU only, nothing folds: permlane + v_mov (tied old) + add per step, lane selects in SGPRs"),
+        1 => (
+            "DPP row_xmask + permlanex16",
+            "VALU only: DPP is a source modifier folded into v_add_f32_dpp; permlanex16 = 1 VALU + v_mov (tied old) + add; no LDS, no waits",
+        ),
+        2 => (
+            "DPP row_xmask + readlane x2",
+            "VALU + 2 v_readlane_b32 (VALU -> SGPR) + an add of two SGPRs; result wave-uniform",
+        ),
+        3 => (
+            "permlane16 + permlanex16",
+            "VALU only, nothing folds: permlane + v_mov (tied old) + add per step, lane selects in SGPRs",
+        ),
         4 => ("ds_swizzle (xor)", "LDS unit (no memory): every step issues to the DS pipe and waits s_waitcnt lgkmcnt"),
-        5 => ("ds_bpermute (lane^m)*4", "LDS unit (no memory) with a per-lane address (xor + shift VALU): waits lgkmcnt per step"),
+        5 => (
+            "ds_bpermute (lane^m)*4",
+            "LDS unit (no memory) with a per-lane address (xor + shift VALU): waits lgkmcnt per step",
+        ),
         _ => ("?", ""),
     }
 }
@@ -304,7 +405,10 @@ const SALU: &[&str] = &["sop1", "sop2", "sopk", "sopc", "smem"];
 /// The error of a measurement that needs the software device's counters on another device.
 fn no_counters(ops: &GpuOps) -> GpuError {
     let info = ops.api().info();
-    GpuError::InvalidArgument { call: "take_stats", why: format!("{} counts no instructions or bytes (use the software device)", info.name) }
+    GpuError::InvalidArgument {
+        call: "take_stats",
+        why: format!("{} counts no instructions or bytes (use the software device)", info.name),
+    }
 }
 
 /// Runs every `reduce_*` benchmark kernel of the code object on `ops` (the software device:
@@ -470,7 +574,8 @@ pub fn bench_ops(quick: bool) -> String {
     let (gp, upp, op) = (alloc(&f32b(&gate)), alloc(&f32b(&upv)), alloc(&vec![0u8; ff * 4]));
     let (qp, kvp, qout) = (alloc(&f32b(&q)), alloc(&f32b(&kvrow)), alloc(&vec![0u8; 8 * nh * hd * 4]));
     let (posp, tabp) = (alloc(&u32b(&pos8)), alloc(&f32b(&table)));
-    let kcache: Vec<u8> = (0..kv_len * nkv * hd).flat_map(|_| quant::f32_to_f16(rnd(1, 1.0)[0]).to_le_bytes()).collect();
+    let kcache: Vec<u8> =
+        (0..kv_len * nkv * hd).flat_map(|_| quant::f32_to_f16(rnd(1, 1.0)[0]).to_le_bytes()).collect();
     let kc = alloc(&kcache);
     let vc = alloc(&kcache);
     let k8: Vec<u8> = (0..kv_len * nkv * hd).map(|i| (i * 37 % 255) as u8).collect();
@@ -482,7 +587,13 @@ pub fn bench_ops(quick: bool) -> String {
     let map: Vec<u32> = (0..64).collect();
     let (mapp, mwp) = (alloc(&u32b(&map)), alloc(&f32b(&vec![0.125f32; 64])));
     let _ = api.take_stats();
-    let run = |out: &mut String, name: &str, shape: String, ideal: usize, lds: u32, waves: u32, r: super::device::Result<()>| {
+    let run = |out: &mut String,
+               name: &str,
+               shape: String,
+               ideal: usize,
+               lds: u32,
+               waves: u32,
+               r: super::device::Result<()>| {
         let st = api.take_stats().unwrap_or_default();
         if let Err(e) = r {
             let _ = writeln!(out, "{name} {shape}: {e}");
@@ -490,7 +601,8 @@ pub fn bench_ops(quick: bool) -> String {
         }
         let info = ops.kernel(name).map(|k| k.info.clone());
         let moved = st.global_bytes_read + st.global_bytes_written;
-        let (v, sg, static_lds) = info.as_ref().map_or((0, 0, 0), |i| (i.vgpr_count, i.sgpr_count, i.group_segment_size));
+        let (v, sg, static_lds) =
+            info.as_ref().map_or((0, 0, 0), |i| (i.vgpr_count, i.sgpr_count, i.group_segment_size));
         let _ = writeln!(
             out,
             "{name:<24} {shape:<16} {:>12}        - {:>12} {:>12} {:>6.3} {v:>4} {sg:>4} {:>6} {:>3}",
@@ -526,19 +638,58 @@ pub fn bench_ops(quick: bool) -> String {
     let r = ops.get_rows(&s, RowType::W(WType::Q4K), embp, idp, 8, d as u32, embout, 1.0);
     let name = abi::get_rows_kernel(WType::Q4K).unwrap_or("?");
     run(&mut out, name, format!("8x{d} q4_K"), 8 * (d / 256 * 144 + d * 4 + 4), 0, w8, r);
-    for (fmt, name, cache, sc, esz) in [(KvFormat::F16, abi::KV_STORE_F16, kc, 0, 2usize), (KvFormat::Int8, abi::KV_STORE_I8, k8p, ks, 1)] {
+    for (fmt, name, cache, sc, esz) in
+        [(KvFormat::F16, abi::KV_STORE_F16, kc, 0, 2usize), (KvFormat::Int8, abi::KV_STORE_I8, k8p, ks, 1)]
+    {
         let r = ops.kv_store(&s, fmt, kvp, cache, sc, posp, 8, nkv as u32, hd as u32);
         let ideal = 8 * nkv * hd * (4 + esz) + 8 * 4 + if esz == 1 { 8 * nkv * 4 } else { 0 };
         run(&mut out, name, format!("8x{nkv}x{hd}"), ideal, 0, w8, r);
     }
     for (fmt, k, v, ksp, vsp, esz) in [(KvFormat::F16, kc, vc, 0, 0, 2usize), (KvFormat::Int8, k8p, v8p, ks, vs, 1)] {
         for nt in [1usize, 8] {
-            let r = ops.attention(&s, AttnMode::Ordered, fmt, qp, k, ksp, v, vsp, qout, posp, nt as u32, nh as u32, nkv as u32, hd as u32, 0, 0.088);
+            let r = ops.attention(
+                &s,
+                AttnMode::Ordered,
+                fmt,
+                qp,
+                k,
+                ksp,
+                v,
+                vsp,
+                qout,
+                posp,
+                nt as u32,
+                nh as u32,
+                nkv as u32,
+                hd as u32,
+                0,
+                0.088,
+            );
             let name = abi::attn_kernel(fmt == KvFormat::Int8, hd as u32).unwrap_or("?");
-            let ideal = 2 * nt * nh * hd * 4 + 2 * kv_len * nkv * hd * esz + if esz == 1 { 2 * kv_len * nkv * 4 } else { 0 } + nt * 4;
+            let ideal = 2 * nt * nh * hd * 4
+                + 2 * kv_len * nkv * hd * esz
+                + if esz == 1 { 2 * kv_len * nkv * 4 } else { 0 }
+                + nt * 4;
             let lds = abi::attn_lds_bytes(hd as u32, ops.attn_max_kv());
             run(&mut out, name, format!("{nt}x{nh}/{nkv} kv{kv_len}"), ideal, lds, 1, r);
-            let r = ops.attention(&s, AttnMode::Fast, fmt, qp, k, ksp, v, vsp, qout, posp, nt as u32, nh as u32, nkv as u32, hd as u32, 0, 0.088);
+            let r = ops.attention(
+                &s,
+                AttnMode::Fast,
+                fmt,
+                qp,
+                k,
+                ksp,
+                v,
+                vsp,
+                qout,
+                posp,
+                nt as u32,
+                nh as u32,
+                nkv as u32,
+                hd as u32,
+                0,
+                0.088,
+            );
             let name = abi::attn_fast_kernel(fmt == KvFormat::Int8, hd as u32).unwrap_or("?");
             let lds = abi::attn_fast_lds_bytes(hd as u32);
             run(&mut out, name, format!("{nt}x{nh}/{nkv} kv{kv_len}"), ideal, lds, abi::ATTN_FAST_WAVES, r);
@@ -566,7 +717,16 @@ pub fn bench_ops(quick: bool) -> String {
                 Ok(()) => {
                     let info = ops.kernel(name).map(|k| k.info.clone());
                     let lds = abi::mmvq_lds_bytes(ty, kk as u32, 1);
-                    row(&mut out, name, &format!("2x{nr}x{kk}"), &st, info.as_ref(), lds, (2 * wg.len() + xq.len() + nr * 4) as u64, (2 * nr * kk) as u64);
+                    row(
+                        &mut out,
+                        name,
+                        &format!("2x{nr}x{kk}"),
+                        &st,
+                        info.as_ref(),
+                        lds,
+                        (2 * wg.len() + xq.len() + nr * 4) as u64,
+                        (2 * nr * kk) as u64,
+                    );
                 }
                 Err(e) => {
                     let _ = writeln!(out, "{name}: {e}");
@@ -609,7 +769,22 @@ pub fn bench_ops(quick: bool) -> String {
             {
                 let _ = api.take_stats();
                 let g = glu.then_some((upp, GluAct::Silu));
-                let r = ops.mmvq_moe(&s, ty, g, w, mat as u64, mne as u32, xin, x_div as u32, idp, ns as u32, y, nrows as u32, k as u32, nt as u32);
+                let r = ops.mmvq_moe(
+                    &s,
+                    ty,
+                    g,
+                    w,
+                    mat as u64,
+                    mne as u32,
+                    xin,
+                    x_div as u32,
+                    idp,
+                    ns as u32,
+                    y,
+                    nrows as u32,
+                    k as u32,
+                    nt as u32,
+                );
                 let st = api.take_stats().unwrap_or_default();
                 let group = if nt == 1 { 1 } else { abi::mmvq_moe_max_group(ty, glu) };
                 let name = abi::mmvq_moe_kernel(ty, glu, group).unwrap_or("?");
@@ -636,12 +811,15 @@ pub fn bench_ops(quick: bool) -> String {
                         let xc = xin + (sl / x_div) as u64 * colb;
                         let yo = y + (sl * nrows * 4) as u64;
                         let we = w + e as u64 * mat as u64;
-                        res = res.and_then(|_| ops.mmvq(&s, ty, 1, we, xc, yo, None, nrows as u32, k as u32, nrows as u32));
+                        res = res
+                            .and_then(|_| ops.mmvq(&s, ty, 1, we, xc, yo, None, nrows as u32, k as u32, nrows as u32));
                         if glu {
                             let (tg, tu) = (yp + (ns * nrows * 4) as u64, dyp);
                             let ue = upp + e as u64 * mat as u64;
                             res = res
-                                .and_then(|_| ops.mmvq(&s, ty, 1, ue, xc, tg, None, nrows as u32, k as u32, nrows as u32))
+                                .and_then(|_| {
+                                    ops.mmvq(&s, ty, 1, ue, xc, tg, None, nrows as u32, k as u32, nrows as u32)
+                                })
                                 .and_then(|_| ops.glu(&s, yo, tg, tu, nrows as u32, GluAct::Silu));
                         }
                     }
@@ -676,7 +854,16 @@ pub fn bench_ops(quick: bool) -> String {
                     Ok(()) => {
                         let info = ops.kernel(name).map(|k| k.info.clone());
                         let ideal = (w.len() + xq.len() + ntok * nr * 4) as u64;
-                        row(&mut out, name, &format!("{nr}x{kk}x{ntok}"), &st, info.as_ref(), abi::mmq_lds_bytes(ty), ideal, (nr * kk * ntok) as u64);
+                        row(
+                            &mut out,
+                            name,
+                            &format!("{nr}x{kk}x{ntok}"),
+                            &st,
+                            info.as_ref(),
+                            abi::mmq_lds_bytes(ty),
+                            ideal,
+                            (nr * kk * ntok) as u64,
+                        );
                     }
                     Err(e) => {
                         let _ = writeln!(out, "{name}: {e}");
@@ -700,7 +887,16 @@ pub fn bench_ops(quick: bool) -> String {
             Ok(()) => {
                 let info = ops.kernel(name).map(|k| k.info.clone());
                 let ideal = (w.len() + xq.len() + ntok * nr * 4) as u64;
-                row(&mut out, name, &format!("{nr}x{kk}x{ntok}"), &st, info.as_ref(), abi::mmq_lds_bytes(WType::Q8_0), ideal, (nr * kk * ntok) as u64);
+                row(
+                    &mut out,
+                    name,
+                    &format!("{nr}x{kk}x{ntok}"),
+                    &st,
+                    info.as_ref(),
+                    abi::mmq_lds_bytes(WType::Q8_0),
+                    ideal,
+                    (nr * kk * ntok) as u64,
+                );
             }
             Err(e) => {
                 let _ = writeln!(out, "{name}: {e}");

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use super::device::gemm_ref::gemm_host;
-use super::device::{arch_base, ComputeType, DType, DevicePtr, Gemm, GpuApi, GpuError, LtAlgo, Stream, Transpose};
+use super::device::{ComputeType, DType, DevicePtr, Gemm, GpuApi, GpuError, LtAlgo, Stream, Transpose, arch_base};
 
 /// Version of the file layout.
 pub const TABLE_FORMAT: u32 = 1;
@@ -130,7 +130,9 @@ pub fn default_path(arch: &str, lt_version: &str) -> Option<PathBuf> {
         Some(c) => PathBuf::from(c),
         None => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
     };
-    let safe = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect::<String>();
+    let safe = |s: &str| {
+        s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect::<String>()
+    };
     Some(base.join("strata/calibration").join(format!("{}-hipblaslt-{}.json", safe(arch_base(arch)), safe(lt_version))))
 }
 
@@ -149,13 +151,8 @@ impl CalibrationTable {
     /// Parses and checks a table (no device check: see [`CalibrationTable::check_device`]).
     pub fn parse(path: &Path, text: &str) -> Result<Self, CalibrationError> {
         let bad = |why: String| CalibrationError::Malformed { path: path.to_path_buf(), why };
-        let t: CalibrationTable = serde_json::from_str(text).map_err(|e| {
-            if e.is_eof() {
-                bad(format!("truncated ({e})"))
-            } else {
-                bad(e.to_string())
-            }
-        })?;
+        let t: CalibrationTable = serde_json::from_str(text)
+            .map_err(|e| if e.is_eof() { bad(format!("truncated ({e})")) } else { bad(e.to_string()) })?;
         if t.format != TABLE_FORMAT {
             return Err(bad(format!("format {} (this strata reads format {TABLE_FORMAT})", t.format)));
         }
@@ -184,7 +181,8 @@ impl CalibrationTable {
 
     /// Reads, parses and checks a table against the device (`arch`, hipBLASLt version).
     pub fn load(path: &Path, arch: &str, lt_version: &str) -> Result<Self, CalibrationError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CalibrationError::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| CalibrationError::Io { path: path.to_path_buf(), source })?;
         let t = Self::parse(path, &text)?;
         t.check_device(path, arch, lt_version)?;
         Ok(t)
@@ -210,7 +208,8 @@ impl CalibrationTable {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let text = serde_json::to_string_pretty(self).map_err(|e| CalibrationError::Malformed { path: path.to_path_buf(), why: e.to_string() })?;
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| CalibrationError::Malformed { path: path.to_path_buf(), why: e.to_string() })?;
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
         std::fs::write(&tmp, text + "\n").map_err(io)?;
         std::fs::rename(&tmp, path).map_err(|e| {
@@ -274,7 +273,16 @@ impl LtDispatch {
         for v in index.values_mut() {
             v.sort_by_key(|(t, _)| *t);
         }
-        LtDispatch { table, index, source, workspace, workspace_bytes, lt_calls: AtomicU64::new(0), fallback_calls: AtomicU64::new(0), failed: Mutex::new(Vec::new()) }
+        LtDispatch {
+            table,
+            index,
+            source,
+            workspace,
+            workspace_bytes,
+            lt_calls: AtomicU64::new(0),
+            fallback_calls: AtomicU64::new(0),
+            failed: Mutex::new(Vec::new()),
+        }
     }
 
     /// The largest workspace any row needs.
@@ -292,7 +300,14 @@ impl LtDispatch {
     /// Returns false when the caller must use hipBLAS (no row, another form, or the
     /// algorithm failed: then that row is not tried again and a message is printed once).
     pub fn try_gemm(&self, api: &dyn GpuApi, stream: &Stream, g: &Gemm) -> bool {
-        let dense = g.trans_a == Transpose::T && g.trans_b == Transpose::N && g.batch == 1 && g.a_type == g.b_type && g.c_type == DType::F32 && g.compute == ComputeType::F32 && g.alpha == 1.0 && g.beta == 0.0;
+        let dense = g.trans_a == Transpose::T
+            && g.trans_b == Transpose::N
+            && g.batch == 1
+            && g.a_type == g.b_type
+            && g.c_type == DType::F32
+            && g.compute == ComputeType::F32
+            && g.alpha == 1.0
+            && g.beta == 0.0;
         let name = dtype_name(g.a_type);
         let algo = if dense {
             self.index.get(&(name, g.m, g.k)).and_then(|rows| rows.iter().find(|(t, _)| *t >= g.n).or(rows.last()))
@@ -314,7 +329,12 @@ impl LtDispatch {
                 true
             }
             Err(e) => {
-                eprintln!("strata: hipBLASLt algorithm of {name} N={} K={} T={t} from {} failed ({e}); using hipBLAS for it", g.m, g.k, self.source.display());
+                eprintln!(
+                    "strata: hipBLASLt algorithm of {name} N={} K={} T={t} from {} failed ({e}); using hipBLAS for it",
+                    g.m,
+                    g.k,
+                    self.source.display()
+                );
                 if let Ok(mut f) = self.failed.lock() {
                     f.push(key);
                 }
@@ -451,7 +471,13 @@ impl Drop for Bufs<'_> {
 
 /// Times `f` once on `stream` (µs): device events when the backend has a timer, else the
 /// wall clock around the call and a stream synchronisation.
-fn time_once(api: &dyn GpuApi, s: &Stream, e0: &super::device::Event, e1: &super::device::Event, f: &dyn Fn() -> Result<(), GpuError>) -> Result<f64, GpuError> {
+fn time_once(
+    api: &dyn GpuApi,
+    s: &Stream,
+    e0: &super::device::Event,
+    e1: &super::device::Event,
+    f: &dyn Fn() -> Result<(), GpuError>,
+) -> Result<f64, GpuError> {
     let t0 = std::time::Instant::now();
     api.event_record(e0, s)?;
     f()?;
@@ -475,7 +501,12 @@ pub fn calibrate(
 ) -> Result<(CalibrationTable, Vec<ProblemReport>), CalibrationError> {
     let info = api.info();
     let version = info.blas_lt_version.clone().ok_or_else(|| {
-        CalibrationError::NoLt(api.gemm_lt_candidates(&dummy_gemm(), 1).err().map(|e| e.to_string()).unwrap_or_else(|| "no version".into()))
+        CalibrationError::NoLt(
+            api.gemm_lt_candidates(&dummy_gemm(), 1)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "no version".into()),
+        )
     })?;
     let mut table = CalibrationTable::new(&info.arch, &version, &info.name);
     let mut reports = Vec::new();
@@ -508,8 +539,26 @@ pub fn calibrate(
 
 fn dummy_gemm() -> Gemm {
     Gemm {
-        trans_a: Transpose::T, trans_b: Transpose::N, m: 1, n: 1, k: 1, alpha: 1.0, a: 0, a_type: DType::F32, lda: 1, stride_a: 0,
-        b: 0, b_type: DType::F32, ldb: 1, stride_b: 0, beta: 0.0, c: 0, c_type: DType::F32, ldc: 1, stride_c: 0, batch: 1,
+        trans_a: Transpose::T,
+        trans_b: Transpose::N,
+        m: 1,
+        n: 1,
+        k: 1,
+        alpha: 1.0,
+        a: 0,
+        a_type: DType::F32,
+        lda: 1,
+        stride_a: 0,
+        b: 0,
+        b_type: DType::F32,
+        ldb: 1,
+        stride_b: 0,
+        beta: 0.0,
+        c: 0,
+        c_type: DType::F32,
+        ldc: 1,
+        stride_c: 0,
+        batch: 1,
         compute: ComputeType::F32,
     }
 }
@@ -533,10 +582,27 @@ fn measure(
     api.memcpy_htod(dw, &wb)?;
     api.memcpy_htod(dx, &xb)?;
     let gemm = |c: DevicePtr| Gemm {
-        trans_a: Transpose::T, trans_b: Transpose::N, m: n, n: t, k, alpha: 1.0,
-        a: dw, a_type: sh.dtype, lda: k, stride_a: 0,
-        b: dx, b_type: sh.dtype, ldb: k, stride_b: 0,
-        beta: 0.0, c, c_type: DType::F32, ldc: n, stride_c: 0, batch: 1, compute: ComputeType::F32,
+        trans_a: Transpose::T,
+        trans_b: Transpose::N,
+        m: n,
+        n: t,
+        k,
+        alpha: 1.0,
+        a: dw,
+        a_type: sh.dtype,
+        lda: k,
+        stride_a: 0,
+        b: dx,
+        b_type: sh.dtype,
+        ldb: k,
+        stride_b: 0,
+        beta: 0.0,
+        c,
+        c_type: DType::F32,
+        ldc: n,
+        stride_c: 0,
+        batch: 1,
+        compute: ComputeType::F32,
     };
     // Reference: hipBLAS (the host GEMM on the software device); without hipBLAS, the host
     // GEMM over the same operands.
@@ -585,7 +651,10 @@ fn measure(
             let mut b = vec![0u8; t * n * 4];
             api.memcpy_dtoh(&mut b, dc)?;
             let got = f32s(&b);
-            let err = got.iter().zip(&reference).fold(0f32, |m, (a, b)| if (a - b).is_nan() { f32::INFINITY } else { m.max((a - b).abs()) });
+            let err = got
+                .iter()
+                .zip(&reference)
+                .fold(0f32, |m, (a, b)| if (a - b).is_nan() { f32::INFINITY } else { m.max((a - b).abs()) });
             if err > tolerance(sh.dtype) * ref_max {
                 return Ok(None);
             }
@@ -643,7 +712,9 @@ pub fn model_shapes(model: &model::Model, extra: &[DType]) -> Vec<Shape> {
         mats.extend([(&a.wq, true), (&a.wk, true), (&a.wv, true), (&a.wo, true)]);
         match &l.ffn.ffn {
             Ffn::Dense { gate, up, down } => mats.extend([(gate, true), (up, true), (down, true)]),
-            Ffn::Moe { router, gate, up, down } => mats.extend([(router, false), (gate, false), (up, false), (down, false)]),
+            Ffn::Moe { router, gate, up, down } => {
+                mats.extend([(router, false), (gate, false), (up, false), (down, false)])
+            }
         }
     }
     let mut out: Vec<Shape> = Vec::new();

@@ -12,8 +12,8 @@ use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuError};
 use super::linear::Linear;
 use super::model::{GpuModel, GpuSession};
-use super::upload::{DevMat, MatKind, Tmp};
 use super::ops::{GluAct, KvFormat, RowType};
+use super::upload::{DevMat, MatKind, Tmp};
 use model::decoder::{Block, Buf, DecoderOps};
 use model::{Act, AttnSpec, Ffn, MoeSpec};
 
@@ -127,12 +127,26 @@ impl DecoderOps for GpuChunk<'_> {
         let hp = &self.g.model.hp;
         let key = (spec.rope_base, spec.rope_scale);
         let Some(i) = self.g.rope_params.iter().position(|&p| p == key) else {
-            return Err(GpuError::Launch { kernel: "rope".into(), what: format!("no table for rope base {} scale {}", key.0, key.1) });
+            return Err(GpuError::Launch {
+                kernel: "rope".into(),
+                what: format!("no table for rope base {} scale {}", key.0, key.1),
+            });
         };
         let (neox, exact) = (hp.rope == model::RopeKind::Neox, hp.arch.ggml_exact());
         let (hd, rd) = (hp.head_dim as u32, hp.rope_dim.min(hp.head_dim) as u32);
         let (table, posb) = (self.sess.rope_tables[i], self.sess.sc.pos);
-        self.g.ops.rope(&self.g.stream, self.ptr(buf), posb, table, self.n as u32, heads as u32, hd, rd, neox, exact && neox)
+        self.g.ops.rope(
+            &self.g.stream,
+            self.ptr(buf),
+            posb,
+            table,
+            self.n as u32,
+            heads as u32,
+            hd,
+            rd,
+            neox,
+            exact && neox,
+        )
     }
 
     fn scale(&mut self, buf: Buf, s: f32) -> Result<(), GpuError> {
@@ -155,7 +169,24 @@ impl DecoderOps for GpuChunk<'_> {
         let window = spec.window.map_or(0, |w| w as u32);
         let (q, att, posb) = (self.ptr(Buf::Q), self.ptr(Buf::Att), self.sess.sc.pos);
         let g = self.g;
-        g.ops.attention(&g.stream, g.opts.attn, self.sess.fmt, q, kc, ks, vc, vs, att, posb, self.n as u32, nh, nkv, hd, window, hp.kq_scale)
+        g.ops.attention(
+            &g.stream,
+            g.opts.attn,
+            self.sess.fmt,
+            q,
+            kc,
+            ks,
+            vc,
+            vs,
+            att,
+            posb,
+            self.n as u32,
+            nh,
+            nkv,
+            hd,
+            window,
+            hp.kq_scale,
+        )
     }
 
     fn glu(&mut self, src: Buf, wg: &DevMat, wu: &DevMat, act: Act) -> Result<(), GpuError> {
@@ -189,7 +220,10 @@ impl DecoderOps for GpuChunk<'_> {
 
     fn moe(&mut self, layer: usize, src: Buf, w: [&DevMat; 4], _spec: &MoeSpec) -> Result<(), GpuError> {
         if src != Buf::Xn {
-            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("routed experts read Xn, not {src:?}") });
+            return Err(GpuError::Launch {
+                kernel: "moe".into(),
+                what: format!("routed experts read Xn, not {src:?}"),
+            });
         }
         let (g, n, d) = (self.g, self.n, self.g.model.hp.n_embd);
         g.quantize(self.sess.sc.xn, self.sess.sc.xq, n, d)?;
@@ -235,7 +269,8 @@ impl DecoderOps for GpuChunk<'_> {
                         spec.window.map_or(p, |w| p.min(w))
                     })
                     .sum();
-                let kv = (cells as f64 * 2.0 * nk as f64 * kv_elem) as u64 + (n as f64 * 2.0 * nk as f64 * kv_elem) as u64;
+                let kv =
+                    (cells as f64 * 2.0 * nk as f64 * kv_elem) as u64 + (n as f64 * 2.0 * nk as f64 * kv_elem) as u64;
                 let a = &l.attn;
                 let w = [&a.wq, &a.wk, &a.wv, &a.wo].iter().map(|m| m.mat_bytes as u64).sum::<u64>();
                 self.count("attention", w + kv + 2 * ab);
@@ -280,17 +315,39 @@ impl DecoderOps for GpuChunk<'_> {
 impl GpuModel {
     /// The device linear algebra with this model's options (`super::linear`).
     pub(super) fn lin(&self) -> Linear<'_> {
-        Linear { ops: &self.ops, stream: &self.stream, opts: &self.opts, lt: self.lt.as_ref(), xo: self.xo, dequant_scratch_bytes: self.dequant_scratch_bytes }
+        Linear {
+            ops: &self.ops,
+            stream: &self.stream,
+            opts: &self.opts,
+            lt: self.lt.as_ref(),
+            xo: self.xo,
+            dequant_scratch_bytes: self.dequant_scratch_bytes,
+        }
     }
 
     /// [`Linear::matmul`] with this model's options.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, tmp: Tmp) -> std::result::Result<(), GpuError> {
+    pub(super) fn matmul(
+        &self,
+        w: &DevMat,
+        e: usize,
+        x: DevicePtr,
+        xq: DevicePtr,
+        n: usize,
+        y: DevicePtr,
+        tmp: Tmp,
+    ) -> std::result::Result<(), GpuError> {
         self.lin().matmul(w, e, x, xq, n, y, tmp)
     }
 
     /// [`Linear::quantize`] with this model's options.
-    pub(super) fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
+    pub(super) fn quantize(
+        &self,
+        x: DevicePtr,
+        xq: DevicePtr,
+        n: usize,
+        k: usize,
+    ) -> std::result::Result<(), GpuError> {
         self.lin().quantize(x, xq, n, k)
     }
 }
@@ -299,7 +356,12 @@ impl GpuModel {
 impl GpuModel {
     /// Every launch of one window (inputs already in `ids`/`pos`): the decoder's program
     /// (`model::decoder::forward`) over this device's operations ([`super::exec::GpuChunk`]).
-    pub(super) fn launches(&self, sess: &mut GpuSession, n: usize, first_row: Option<usize>) -> std::result::Result<(), GpuError> {
+    pub(super) fn launches(
+        &self,
+        sess: &mut GpuSession,
+        n: usize,
+        first_row: Option<usize>,
+    ) -> std::result::Result<(), GpuError> {
         if let Some(p) = sess.profile.as_mut() {
             let _ = self.ops.api().take_stats();
             p.tokens += n as u64;

@@ -48,7 +48,14 @@ impl AutoFit {
 /// `--expert-cache auto`'s measurement, shared by the executors: allocates one session of
 /// `max_ctx` positions (`probe`), reads the free VRAM with it in place, frees it, and fits slots
 /// of `slot_bytes` into what is left minus `reserve_mib`.
-pub(super) fn fit_auto<S, E: std::fmt::Display>(api: &dyn super::device::GpuApi, reserve_mib: u64, slot_bytes: u64, n_expert: usize, max_ctx: usize, probe: impl FnOnce() -> Result<S, E>) -> model::error::Result<AutoFit> {
+pub(super) fn fit_auto<S, E: std::fmt::Display>(
+    api: &dyn super::device::GpuApi,
+    reserve_mib: u64,
+    slot_bytes: u64,
+    n_expert: usize,
+    max_ctx: usize,
+    probe: impl FnOnce() -> Result<S, E>,
+) -> model::error::Result<AutoFit> {
     use model::error::EngineError;
     let mem = {
         let _probe = probe().map_err(|e| EngineError::Gpu(format!("--expert-cache auto: a session of {max_ctx} positions does not fit beside the weights ({e}); a smaller --max-context leaves room")))?;
@@ -60,7 +67,11 @@ pub(super) fn fit_auto<S, E: std::fmt::Display>(api: &dyn super::device::GpuApi,
 impl std::fmt::Display for AutoFit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use indicatif::HumanBytes as B;
-        let what = if self.all_resident() { format!("all {} experts resident", self.n_expert) } else { format!("{} of {} experts per layer in VRAM, the rest on the CPU", self.slots, self.n_expert) };
+        let what = if self.all_resident() {
+            format!("all {} experts resident", self.n_expert)
+        } else {
+            format!("{} of {} experts per layer in VRAM, the rest on the CPU", self.slots, self.n_expert)
+        };
         write!(
             f,
             "expert cache auto: {what} ({} free of {} after the other weights and a session, {} reserved, {} a slot across the MoE layers)",
@@ -107,7 +118,9 @@ impl Adaptation {
     /// `every` tokens; None for 0 (static residency).
     pub fn every(every: usize) -> Option<Adaptation> {
         match experts::policy::Policy::ADAPTIVE {
-            experts::policy::Policy::Adaptive { max_swaps, decay, ratio, .. } if every > 0 => Some(Adaptation { every, max_swaps, decay, ratio }),
+            experts::policy::Policy::Adaptive { max_swaps, decay, ratio, .. } if every > 0 => {
+                Some(Adaptation { every, max_swaps, decay, ratio })
+            }
             _ => None,
         }
     }
@@ -192,8 +205,16 @@ impl ExpertCache {
     /// A cache of `slots` per layer set up as the GPU options say (`--adapt-every`,
     /// `--pool-workers`); `expert_bytes` is one expert's gate, up and down on the device (the
     /// copy counter's unit).
-    pub fn for_options(n_layer: usize, n_expert: usize, slots: usize, opts: &crate::options::GpuOptions, expert_bytes: usize) -> model::error::Result<ExpertCache> {
-        let mut c = ExpertCache::new(n_layer, n_expert, slots).with_adaptation(Adaptation::every(opts.adapt_every)).with_pool(opts.pool_workers)?;
+    pub fn for_options(
+        n_layer: usize,
+        n_expert: usize,
+        slots: usize,
+        opts: &crate::options::GpuOptions,
+        expert_bytes: usize,
+    ) -> model::error::Result<ExpertCache> {
+        let mut c = ExpertCache::new(n_layer, n_expert, slots)
+            .with_adaptation(Adaptation::every(opts.adapt_every))
+            .with_pool(opts.pool_workers)?;
         c.expert_bytes = expert_bytes as u64;
         c.pcie_frac = opts.pcie_frac.clamp(0.0, 1.0);
         Ok(c)
@@ -291,7 +312,8 @@ impl ExpertCache {
             let t = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
             (t.len(), t.first().map_or(0, Vec::len))
         };
-        self.adapt = rule.map(|rule| Mutex::new(AdaptState { rule, score: vec![vec![0.0; n_expert]; n_layer], tokens: 0 }));
+        self.adapt =
+            rule.map(|rule| Mutex::new(AdaptState { rule, score: vec![vec![0.0; n_expert]; n_layer], tokens: 0 }));
         self
     }
 
@@ -320,8 +342,16 @@ impl ExpertCache {
                     // An expert whose copy is still on its way neither moves nor is evicted.
                     let resident: Vec<bool> = row.iter().map(Option::is_some).collect();
                     let used = resident.iter().filter(|&&r| r).count();
-                    for (expert, victim) in experts::policy::pick_swaps(&resident, &st.score[layer], self.slots.saturating_sub(used), rule.max_swaps, rule.ratio) {
-                        let in_flight = |v: usize| pending.contains(&(layer, v)) || swaps.iter().any(|s| s.layer == layer && s.expert == v);
+                    for (expert, victim) in experts::policy::pick_swaps(
+                        &resident,
+                        &st.score[layer],
+                        self.slots.saturating_sub(used),
+                        rule.max_swaps,
+                        rule.ratio,
+                    ) {
+                        let in_flight = |v: usize| {
+                            pending.contains(&(layer, v)) || swaps.iter().any(|s| s.layer == layer && s.expert == v)
+                        };
                         if victim.is_some_and(in_flight) {
                             continue;
                         }
@@ -428,8 +458,18 @@ impl ExpertCache {
         let table = self.slot_of.lock().unwrap_or_else(|p| p.into_inner());
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let v = self.version.load(Ordering::Acquire);
-        let slot = |l: usize, e: usize, s: Option<u32>| s.filter(|_| !pending.contains(&(l, e))).unwrap_or(crate::abi::MOE_SLOT_MISS);
-        (table.iter().enumerate().flat_map(|(l, row)| row.iter().enumerate().map(move |(e, &s)| (l, e, s))).map(|(l, e, s)| slot(l, e, s)).collect(), v)
+        let slot = |l: usize, e: usize, s: Option<u32>| {
+            s.filter(|_| !pending.contains(&(l, e))).unwrap_or(crate::abi::MOE_SLOT_MISS)
+        };
+        (
+            table
+                .iter()
+                .enumerate()
+                .flat_map(|(l, row)| row.iter().enumerate().map(move |(e, &s)| (l, e, s)))
+                .map(|(l, e, s)| slot(l, e, s))
+                .collect(),
+            v,
+        )
     }
 
     /// The slot table's version ([`ExpertCache::slot_table`]).
@@ -455,7 +495,12 @@ impl ExpertCache {
     /// Fills free slots at start from the STRP profile at `path` (most-routed first, per layer
     /// until its slots are full; a profile for another shape is refused): `copy(layer, expert,
     /// slot)` puts each chosen expert into its slot. Returns how many experts were copied.
-    pub fn fill_from_profile(&self, path: &std::path::Path, n_expert: usize, mut copy: impl FnMut(usize, usize, usize) -> Result<(), String>) -> model::error::Result<usize> {
+    pub fn fill_from_profile(
+        &self,
+        path: &std::path::Path,
+        n_expert: usize,
+        mut copy: impl FnMut(usize, usize, usize) -> Result<(), String>,
+    ) -> model::error::Result<usize> {
         use model::error::EngineError;
         let n_layer = self.slot_of.lock().unwrap_or_else(|p| p.into_inner()).len();
         let profile = experts::Profile::read(path).map_err(|e| EngineError::Unsupported(e.to_string()))?;
@@ -464,7 +509,9 @@ impl ExpertCache {
         for &(l, e) in &profile.ranked {
             let (l, e) = (l as usize, e as usize);
             if let Some(slot) = self.reserve(l, e) {
-                copy(l, e, slot).map_err(|err| EngineError::Gpu(format!("--expert-profile: copying expert {e} of layer {l}: {err}")))?;
+                copy(l, e, slot).map_err(|err| {
+                    EngineError::Gpu(format!("--expert-profile: copying expert {e} of layer {l}: {err}"))
+                })?;
                 copied += 1;
             }
         }
@@ -473,7 +520,8 @@ impl ExpertCache {
 
     /// Writes the routing counts so far as an STRP profile (`--expert-profile-save`).
     pub fn save_profile(&self, path: &std::path::Path) -> model::error::Result<()> {
-        let p = experts::Profile::from_counts(&self.counts(), self.slots as u32).map_err(|e| model::error::EngineError::Unsupported(e.to_string()))?;
+        let p = experts::Profile::from_counts(&self.counts(), self.slots as u32)
+            .map_err(|e| model::error::EngineError::Unsupported(e.to_string()))?;
         p.write(path).map_err(|e| model::error::EngineError::Unsupported(e.to_string()))
     }
 
@@ -496,13 +544,16 @@ impl ExpertCache {
             pcie_read_experts: self.pcie_reads.load(Ordering::Relaxed),
             pcie_read_bytes: self.pcie_reads.load(Ordering::Relaxed) * self.expert_bytes,
             cpu_ms: self.cpu_us.load(Ordering::Relaxed) as f64 / 1000.0,
-            copied_bytes: (self.preloaded.load(Ordering::Relaxed) + self.admitted.load(Ordering::Relaxed) + self.swapped.load(Ordering::Relaxed) + self.streamed_experts.load(Ordering::Relaxed)) * self.expert_bytes,
+            copied_bytes: (self.preloaded.load(Ordering::Relaxed)
+                + self.admitted.load(Ordering::Relaxed)
+                + self.swapped.load(Ordering::Relaxed)
+                + self.streamed_experts.load(Ordering::Relaxed))
+                * self.expert_bytes,
             pool_workers: self.pool_workers(),
             ..CacheStats::default()
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -591,7 +642,8 @@ mod tests {
     fn cpu_experts_run_on_the_caches_own_pool_and_are_timed() {
         let c = ExpertCache::new(1, 4, 1).with_pool(2).unwrap();
         assert_eq!(c.pool_workers(), 2);
-        let (name, threads) = c.on_pool(|| (std::thread::current().name().map(str::to_owned), rayon::current_num_threads()));
+        let (name, threads) =
+            c.on_pool(|| (std::thread::current().name().map(str::to_owned), rayon::current_num_threads()));
         assert!(name.is_some_and(|n| n.starts_with("strata-experts-")), "runs on the pool's threads");
         assert_eq!(threads, 2, "a product inside splits its rows over the pool's 2 workers");
         c.on_pool(|| std::thread::sleep(std::time::Duration::from_millis(5)));
@@ -621,7 +673,11 @@ mod tests {
             let streamed = (0..10).filter(|&e| c.place(0, e, 2) == Placement::Cpu && c.stream_miss(2, false)).count();
             assert_eq!(streamed, want, "--pcie-frac {frac}");
             let s = c.stats();
-            assert_eq!((s.streamed_experts, s.streamed, s.cpu), (want as u64, 2 * want as u64, 20 - 2 * want as u64), "{frac}");
+            assert_eq!(
+                (s.streamed_experts, s.streamed, s.cpu),
+                (want as u64, 2 * want as u64, 20 - 2 * want as u64),
+                "{frac}"
+            );
         }
         // Prompt chunks stream every miss, whatever the share.
         let c = ExpertCache::new(1, 16, 0);

@@ -28,8 +28,8 @@ use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream};
 use super::expert_cache::ExpertCache;
 use super::expert_pcie::PcieExperts;
-use super::upload::DevMat;
 use super::ops::GpuOps;
+use super::upload::DevMat;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Bytes of the layer tag at the start of a published payload (padded to its own line).
@@ -65,13 +65,23 @@ impl Published {
     /// used first, [`ExpertCache::read_miss`]) goes back to the device to read from RAM and the
     /// others are computed by `expert(e, slots)` (its rows `[slots][d]`) on the cache's CPU
     /// pool, each row at its slot. An injected fault (`ExpertCache::inject_faults`) fails it.
-    pub fn miss_rows(&self, cache: &ExpertCache, d: usize, expert: impl Fn(usize, &[usize]) -> Result<Vec<f32>, GpuError> + Sync) -> Result<Answer, GpuError> {
-        cache.take_fault().map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", self.layer), what })?;
+    pub fn miss_rows(
+        &self,
+        cache: &ExpertCache,
+        d: usize,
+        expert: impl Fn(usize, &[usize]) -> Result<Vec<f32>, GpuError> + Sync,
+    ) -> Result<Answer, GpuError> {
+        cache
+            .take_fault()
+            .map_err(|what| GpuError::Launch { kernel: format!("CPU experts of layer {}", self.layer), what })?;
         let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
         for (slot, &id) in self.ids.iter().enumerate() {
             chosen.entry(id as usize).or_default().push(slot);
         }
-        let mut misses: Vec<(usize, Vec<usize>)> = chosen.into_iter().filter(|(e, slots)| cache.place_deferred(self.layer, *e, slots.len()).is_none()).collect();
+        let mut misses: Vec<(usize, Vec<usize>)> = chosen
+            .into_iter()
+            .filter(|(e, slots)| cache.place_deferred(self.layer, *e, slots.len()).is_none())
+            .collect();
         let mut answer = Answer::none(self.ids.len(), d);
         if self.pcie {
             // Most used first (stable: ties by id), so the device reads those it saves most on.
@@ -87,7 +97,8 @@ impl Published {
         if misses.is_empty() {
             return Ok(answer);
         }
-        let outputs = cache.on_pool(|| misses.iter().map(|(e, slots)| expert(*e, slots)).collect::<Result<Vec<_>, _>>())?;
+        let outputs =
+            cache.on_pool(|| misses.iter().map(|(e, slots)| expert(*e, slots)).collect::<Result<Vec<_>, _>>())?;
         for ((_, slots), ys) in misses.iter().zip(&outputs) {
             for (&j, row) in slots.iter().zip(ys.chunks_exact(d)) {
                 answer.rows[j * d..(j + 1) * d].copy_from_slice(row);
@@ -131,7 +142,15 @@ impl ExpertHandoff {
     /// experts (`k` a token) on inputs of `d`, for windows of up to [`MAX_COLS`] tokens; with
     /// `pcie` (the experts in RAM mapped for the device), the host may hand misses back for
     /// the device to read from there.
-    pub fn new(api: &dyn GpuApi, n_layer: usize, moe_layers: Vec<usize>, n_expert: usize, k: usize, d: usize, pcie: Option<PcieExperts>) -> Result<ExpertHandoff, GpuError> {
+    pub fn new(
+        api: &dyn GpuApi,
+        n_layer: usize,
+        moe_layers: Vec<usize>,
+        n_expert: usize,
+        k: usize,
+        d: usize,
+        pcie: Option<PcieExperts>,
+    ) -> Result<ExpertHandoff, GpuError> {
         let to_host = Mailbox::new(api, Self::ids_bytes(k) + MAX_COLS * d * 4 + TAG_BYTES)?;
         let to_device = Mailbox::new(api, MAX_COLS * k * (d * 4 + if pcie.is_some() { 4 } else { 0 }))?;
         let pcie = match pcie {
@@ -143,7 +162,20 @@ impl ExpertHandoff {
         let tags = api.malloc(n_layer * 4)?;
         let t: Vec<u8> = (0..n_layer as u32).flat_map(u32::to_le_bytes).collect();
         api.memcpy_htod(tags, &t)?;
-        Ok(ExpertHandoff { to_host, to_device, table, tags, pcie, synced: AtomicU64::new(u64::MAX), layers_served: AtomicU64::new(0), wait_us: AtomicU64::new(0), moe_layers, n_expert, k, d })
+        Ok(ExpertHandoff {
+            to_host,
+            to_device,
+            table,
+            tags,
+            pcie,
+            synced: AtomicU64::new(u64::MAX),
+            layers_served: AtomicU64::new(0),
+            wait_us: AtomicU64::new(0),
+            moe_layers,
+            n_expert,
+            k,
+            d,
+        })
     }
 
     /// Payload bytes of a window's ids (padded so the input starts on its own line).
@@ -172,9 +204,24 @@ impl ExpertHandoff {
     /// `n` tokens, and maps the choice through the slot table into `slots` (what device dispatch
     /// reads) and `map` (the combine's rows: `j` for a hit, `miss_base + j` for a miss).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn publish(&self, ops: &GpuOps, st: &Stream, layer: usize, n: usize, ids: DevicePtr, x: DevicePtr, slots: DevicePtr, map: DevicePtr, miss_base: usize) -> Result<(), GpuError> {
+    pub(super) fn publish(
+        &self,
+        ops: &GpuOps,
+        st: &Stream,
+        layer: usize,
+        n: usize,
+        ids: DevicePtr,
+        x: DevicePtr,
+        slots: DevicePtr,
+        map: DevicePtr,
+        miss_base: usize,
+    ) -> Result<(), GpuError> {
         let (k, d) = (self.k, self.d);
-        let parts = [(0, self.tags + (layer * 4) as u64, 4), (TAG_BYTES, ids, n * k * 4), (TAG_BYTES + Self::ids_bytes(k), x, n * d * 4)];
+        let parts = [
+            (0, self.tags + (layer * 4) as u64, 4),
+            (TAG_BYTES, ids, n * k * 4),
+            (TAG_BYTES + Self::ids_bytes(k), x, n * d * 4),
+        ];
         self.to_host.device_send_parts(&**ops.api(), st, &parts)?;
         let row = self.table + (layer * self.n_expert * 4) as u64;
         ops.moe_slot_map(st, ids, row, slots, map, (n * k) as u32, self.n_expert as u32, miss_base as u32)
@@ -186,7 +233,9 @@ impl ExpertHandoff {
     pub(super) fn receive(&self, api: &dyn GpuApi, st: &Stream, n: usize, rows: DevicePtr) -> Result<(), GpuError> {
         let row_bytes = n * self.k * self.d * 4;
         match self.pcie {
-            Some((_, ids)) => self.to_device.device_recv_parts(api, st, &[(0, rows, row_bytes), (row_bytes, ids, n * self.k * 4)]),
+            Some((_, ids)) => {
+                self.to_device.device_recv_parts(api, st, &[(0, rows, row_bytes), (row_bytes, ids, n * self.k * 4)])
+            }
             None => self.to_device.device_recv(api, st, rows, row_bytes),
         }
     }
@@ -203,7 +252,14 @@ impl ExpertHandoff {
     /// device skips, `[n·k][d]`; others are ignored) and sends the rows back. An error of
     /// `misses` still answers (zero rows) so the device goes on; the first error is returned
     /// at the end. Gives up when `cancel` is set (the device side failed).
-    pub fn serve(&self, api: &dyn GpuApi, layers: &[usize], n: usize, cancel: &AtomicBool, misses: &MissFn<'_>) -> Result<(), GpuError> {
+    pub fn serve(
+        &self,
+        api: &dyn GpuApi,
+        layers: &[usize],
+        n: usize,
+        cancel: &AtomicBool,
+        misses: &MissFn<'_>,
+    ) -> Result<(), GpuError> {
         let (k, d) = (self.k, self.d);
         let ids_at = TAG_BYTES;
         let x_at = TAG_BYTES + Self::ids_bytes(k);
@@ -213,7 +269,9 @@ impl ExpertHandoff {
             let raw = self.to_host.host_recv_until(api, x_at + n * d * 4, Some(cancel))?;
             self.wait_us.fetch_add(waited.elapsed().as_micros() as u64, Ordering::Relaxed);
             self.layers_served.fetch_add(1, Ordering::Relaxed);
-            let u32s = |b: &[u8]| b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<u32>>();
+            let u32s = |b: &[u8]| {
+                b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<u32>>()
+            };
             let tag = u32s(&raw[..4])[0] as usize;
             let p = Published {
                 layer,
@@ -222,15 +280,28 @@ impl ExpertHandoff {
                 x: raw[x_at..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             };
             let rows = if tag != layer {
-                Err(GpuError::Capture(format!("expert handoff: the device published layer {tag} where layer {layer} was due")))
+                Err(GpuError::Capture(format!(
+                    "expert handoff: the device published layer {tag} where layer {layer} was due"
+                )))
             } else if let Some(&bad) = p.ids.iter().find(|&&e| e as usize >= self.n_expert) {
-                Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("layer {layer}: selected expert {bad} of {}", self.n_expert) })
+                Err(GpuError::Launch {
+                    kernel: "moe_router".into(),
+                    what: format!("layer {layer}: selected expert {bad} of {}", self.n_expert),
+                })
             } else {
                 misses(&p).and_then(|a| {
                     if a.rows.len() != n * k * d {
-                        Err(GpuError::Capture(format!("expert handoff: layer {layer}: {} values for {} rows of {d}", a.rows.len(), n * k)))
+                        Err(GpuError::Capture(format!(
+                            "expert handoff: layer {layer}: {} values for {} rows of {d}",
+                            a.rows.len(),
+                            n * k
+                        )))
                     } else if a.on_device.len() != n * k {
-                        Err(GpuError::Capture(format!("expert handoff: layer {layer}: {} device ids for {} slots", a.on_device.len(), n * k)))
+                        Err(GpuError::Capture(format!(
+                            "expert handoff: layer {layer}: {} device ids for {} slots",
+                            a.on_device.len(),
+                            n * k
+                        )))
                     } else {
                         Ok(a)
                     }
@@ -267,7 +338,13 @@ impl ExpertHandoff {
         self.sync_table(api, cache).map_err(&host_err)?;
         let layers = &self.moe_layers[..];
         // After a device failure the host thread stops waiting for layers that never come.
-        let ran = super::device::handoff::alongside(api, st, "strata-handoff", |cancel| self.serve(api, layers, n, cancel, misses), device);
+        let ran = super::device::handoff::alongside(
+            api,
+            st,
+            "strata-handoff",
+            |cancel| self.serve(api, layers, n, cancel, misses),
+            device,
+        );
         let (r, served) = match ran {
             Ok(pair) => pair,
             Err(why) => {

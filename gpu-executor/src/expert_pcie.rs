@@ -39,7 +39,11 @@ impl PcieExperts {
         for (layer, l) in stacks.iter().enumerate() {
             for (bytes, d) in l.iter().flatten() {
                 if d.mat_bytes == 0 || bytes.len() % d.mat_bytes != 0 {
-                    return Err(bad(format!("layer {layer}: {} expert bytes are not whole experts of {} bytes", bytes.len(), d.mat_bytes)));
+                    return Err(bad(format!(
+                        "layer {layer}: {} expert bytes are not whole experts of {} bytes",
+                        bytes.len(),
+                        d.mat_bytes
+                    )));
                 }
                 spans.push((bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len()));
             }
@@ -56,7 +60,10 @@ impl PcieExperts {
                     for r in regions {
                         let _ = api.host_unregister(r);
                     }
-                    return Err(bad(format!("mapping {} MiB of experts in RAM for the device: {e} (--pcie-frac 0 leaves every miss to the CPU pool)", (end - start) >> 20)));
+                    return Err(bad(format!(
+                        "mapping {} MiB of experts in RAM for the device: {e} (--pcie-frac 0 leaves every miss to the CPU pool)",
+                        (end - start) >> 20
+                    )));
                 }
             }
         }
@@ -64,7 +71,10 @@ impl PcieExperts {
             let i = merged.partition_point(|&(s, _)| s <= p) - 1;
             regions[i].device_ptr + (p - merged[i].0) as u64
         };
-        let layers = stacks.iter().map(|l| l.as_ref().map(|s| s.map(|(bytes, d)| DevMat { ptr: device_addr(bytes.as_ptr() as usize), ..d }))).collect();
+        let layers = stacks
+            .iter()
+            .map(|l| l.as_ref().map(|s| s.map(|(bytes, d)| DevMat { ptr: device_addr(bytes.as_ptr() as usize), ..d })))
+            .collect();
         Ok(PcieExperts { regions, layers })
     }
 
@@ -105,7 +115,13 @@ mod tests {
     #[test]
     fn spans_sharing_or_touching_a_page_merge_and_others_stay_apart() {
         let p = PAGE;
-        let got = page_disjoint(vec![(10 * p + 100, 11 * p + 5), (3 * p, 4 * p), (11 * p + 64, 12 * p), (12 * p + 8, 13 * p), (20 * p, 21 * p)]);
+        let got = page_disjoint(vec![
+            (10 * p + 100, 11 * p + 5),
+            (3 * p, 4 * p),
+            (11 * p + 64, 12 * p),
+            (12 * p + 8, 13 * p),
+            (20 * p, 21 * p),
+        ]);
         assert_eq!(got, vec![(3 * p, 4 * p), (10 * p + 100, 13 * p), (20 * p, 21 * p)]);
         // Starting on the page right after an end (it ends mid-page): same page boundary, merged.
         assert_eq!(page_disjoint(vec![(0, p + 1), (2 * p, 3 * p)]), vec![(0, 3 * p)]);

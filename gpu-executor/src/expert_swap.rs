@@ -22,7 +22,13 @@ pub struct SwapCopies {
 
 impl SwapCopies {
     pub fn new(api: &dyn GpuApi) -> Result<SwapCopies> {
-        Ok(SwapCopies { side: api.stream_create()?, window_done: api.event_create()?, landed: api.event_create()?, staging: None, in_flight: Vec::new() })
+        Ok(SwapCopies {
+            side: api.stream_create()?,
+            window_done: api.event_create()?,
+            landed: api.event_create()?,
+            staging: None,
+            in_flight: Vec::new(),
+        })
     }
 
     /// Admits the swaps whose copies the previous [`SwapCopies::start`] began: waits for them
@@ -39,7 +45,13 @@ impl SwapCopies {
     /// Starts the copies of `swaps`: `parts` are their (device destination, bytes) pieces. They
     /// run on the side stream after the work queued on `main` so far. Call [`SwapCopies::land`]
     /// first: the staging buffer is reused.
-    pub fn start(&mut self, api: &dyn GpuApi, main: &Stream, swaps: Vec<Swap>, parts: &[(DevicePtr, &[u8])]) -> Result<()> {
+    pub fn start(
+        &mut self,
+        api: &dyn GpuApi,
+        main: &Stream,
+        swaps: Vec<Swap>,
+        parts: &[(DevicePtr, &[u8])],
+    ) -> Result<()> {
         if swaps.is_empty() {
             return Ok(());
         }
@@ -49,7 +61,8 @@ impl SwapCopies {
             if let Some(old) = self.staging.take() {
                 api.host_free(old)?;
             }
-            self.staging = Some(api.host_alloc(total, HostAllocOptions { mapped: false, allow_pageable_fallback: true })?);
+            self.staging =
+                Some(api.host_alloc(total, HostAllocOptions { mapped: false, allow_pageable_fallback: true })?);
         }
         let staging = self.staging.as_ref().expect("allocated above");
         api.event_record(&self.window_done, main)?;

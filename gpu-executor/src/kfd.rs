@@ -32,8 +32,8 @@ pub const DEFAULT_KERNEL_ARCHS: &[&str] = &["gfx1100", "gfx1101", "gfx1102"];
 /// Archs AMD ships only as integrated GPUs (Carrizo, Raven/Picasso, Renoir/Cezanne, Van Gogh,
 /// Rembrandt, Raphael/Granite Ridge, Mendocino, Phoenix/Hawk Point, Strix, Strix Halo, Krackan).
 pub const APU_ARCHS: &[&str] = &[
-    "gfx801", "gfx902", "gfx909", "gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1037", "gfx1103", "gfx1150", "gfx1151",
-    "gfx1152", "gfx1153",
+    "gfx801", "gfx902", "gfx909", "gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1037", "gfx1103", "gfx1150",
+    "gfx1151", "gfx1152", "gfx1153",
 ];
 
 const TOPOLOGY: &str = "sys/class/kfd/kfd/topology/nodes";
@@ -102,7 +102,11 @@ impl KfdGpu {
 
 /// `24.0 GiB`, `512 MiB`.
 pub fn gib(bytes: u64) -> String {
-    if bytes >= 1 << 30 { format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64) } else { format!("{} MiB", bytes >> 20) }
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{} MiB", bytes >> 20)
+    }
 }
 
 /// Everything read from one root.
@@ -219,7 +223,11 @@ pub fn parse_properties(path: &Path, text: &str) -> Result<BTreeMap<String, u64>
 /// A single unsigned integer file such as `mem_info_vram_total`.
 fn parse_number_file(path: &Path, text: &str) -> Result<u64, KfdError> {
     let t = text.trim();
-    t.parse::<u64>().map_err(|_| KfdError::Malformed { path: path.to_path_buf(), line: 1, what: format!("{t:?} is not an unsigned integer") })
+    t.parse::<u64>().map_err(|_| KfdError::Malformed {
+        path: path.to_path_buf(),
+        line: 1,
+        what: format!("{t:?} is not an unsigned integer"),
+    })
 }
 
 fn get(map: &BTreeMap<String, u64>, path: &Path, key: &'static str) -> Result<u64, KfdError> {
@@ -228,7 +236,11 @@ fn get(map: &BTreeMap<String, u64>, path: &Path, key: &'static str) -> Result<u6
 
 fn get_u32(map: &BTreeMap<String, u64>, path: &Path, key: &'static str) -> Result<u32, KfdError> {
     let v = get(map, path, key)?;
-    u32::try_from(v).map_err(|_| KfdError::Malformed { path: path.to_path_buf(), line: 0, what: format!("{key} value {v} does not fit 32 bits") })
+    u32::try_from(v).map_err(|_| KfdError::Malformed {
+        path: path.to_path_buf(),
+        line: 0,
+        what: format!("{key} value {v} does not fit 32 bits"),
+    })
 }
 
 /// Reads the topology under `root` and judges each GPU against `supported` archs.
@@ -396,12 +408,18 @@ mod tests {
         let r = discover(&t.root, &archs()).unwrap();
         assert_eq!(r.gpus.len(), 2);
         let igpu = &r.gpus[0];
-        assert_eq!((igpu.arch.as_str(), igpu.compute_units, igpu.integrated, igpu.supported), ("gfx1036", 2, true, false));
+        assert_eq!(
+            (igpu.arch.as_str(), igpu.compute_units, igpu.integrated, igpu.supported),
+            ("gfx1036", 2, true, false)
+        );
         assert_eq!(igpu.name, "AMD GPU [1002:164e]");
         let why = igpu.why_not.as_deref().unwrap();
         assert!(why.contains("integrated GPU") && why.contains("no code objects for gfx1036"), "{why}");
         let xt = &r.gpus[1];
-        assert_eq!((xt.arch.as_str(), xt.compute_units, xt.vram_bytes, xt.supported), ("gfx1100", 84, Some(20 << 30), true));
+        assert_eq!(
+            (xt.arch.as_str(), xt.compute_units, xt.vram_bytes, xt.supported),
+            ("gfx1100", 84, Some(20 << 30), true)
+        );
         assert_eq!(r.select(None).unwrap().unwrap().index, 1);
         assert_eq!(r.select(Some(1)).unwrap().unwrap().index, 1);
         let e = r.select(Some(0)).unwrap_err();
@@ -481,7 +499,10 @@ mod tests {
         let mut t = FakeSysfs::new("bad");
         let n = t.node("simd_count 192\ngfx_target_version 11oooo\n");
         let e = discover(&t.root, &archs()).unwrap_err().to_string();
-        assert!(e.contains(&format!("nodes/{n}/properties: line 2")) && e.contains("\"11oooo\" is not an unsigned integer"), "{e}");
+        assert!(
+            e.contains(&format!("nodes/{n}/properties: line 2")) && e.contains("\"11oooo\" is not an unsigned integer"),
+            "{e}"
+        );
 
         let mut t = FakeSysfs::new("bad2");
         t.node("simd_count 192 extra\n");
@@ -497,7 +518,10 @@ mod tests {
         t.gpu(110000, 192, 0x744c, 128, 0, None);
         std::fs::write(t.root.join("sys/class/drm/renderD128/device/mem_info_vram_total"), "lots\n").unwrap();
         let e = discover(&t.root, &archs()).unwrap_err().to_string();
-        assert!(e.contains("renderD128/device/mem_info_vram_total: line 1: \"lots\" is not an unsigned integer"), "{e}");
+        assert!(
+            e.contains("renderD128/device/mem_info_vram_total: line 1: \"lots\" is not an unsigned integer"),
+            "{e}"
+        );
 
         let mut t = FakeSysfs::new("bad5");
         let n = t.node("simd_count 4\ngfx_target_version 110000\n");

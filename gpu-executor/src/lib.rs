@@ -53,6 +53,8 @@ pub mod expert_swap;
 #[cfg(feature = "gpu")]
 pub mod flash_next;
 #[cfg(feature = "gpu")]
+mod linear;
+#[cfg(feature = "gpu")]
 pub mod model;
 #[cfg(feature = "gpu")]
 pub mod moe;
@@ -68,8 +70,6 @@ pub mod staging_ring;
 pub mod test_device;
 #[cfg(feature = "gpu")]
 pub mod upload;
-#[cfg(feature = "gpu")]
-mod linear;
 
 #[cfg(feature = "gpu")]
 pub use abi::WType;

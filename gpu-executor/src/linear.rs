@@ -7,8 +7,8 @@
 use super::abi::MAX_COLS;
 use super::calibrate::LtDispatch;
 use super::device::{DType, DevicePtr, Gemm, GpuError, Stream, Transpose};
-use super::upload::{DevMat, MatKind, Tmp, q8_1_bytes};
 use super::ops::{GluAct, GpuOps, SlotCols};
+use super::upload::{DevMat, MatKind, Tmp, q8_1_bytes};
 use crate::options::{GEMM_MIN_TOKENS, GpuOptions, PrefillPath};
 use quant::GgmlType;
 
@@ -43,14 +43,26 @@ impl Linear<'_> {
     /// `y[n][rows] = x[n][cols] · Wᵀ` for expert `e`; `xq` must hold `x`'s Q8_1 quantization
     /// when `w` is quantized (the caller quantizes once per input).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn matmul(&self, w: &DevMat, e: usize, x: DevicePtr, xq: DevicePtr, n: usize, y: DevicePtr, tmp: Tmp) -> std::result::Result<(), GpuError> {
+    pub(super) fn matmul(
+        &self,
+        w: &DevMat,
+        e: usize,
+        x: DevicePtr,
+        xq: DevicePtr,
+        n: usize,
+        y: DevicePtr,
+        tmp: Tmp,
+    ) -> std::result::Result<(), GpuError> {
         let s = self.stream;
         if self.opts.ordered {
             return self.matmul_ordered(w, e, x, n, y);
         }
         let ty = match w.kind {
             MatKind::Raw => {
-                return Err(GpuError::Launch { kernel: "matmul".into(), what: "raw weights outside the ordered mode".into() });
+                return Err(GpuError::Launch {
+                    kernel: "matmul".into(),
+                    what: "raw weights outside the ordered mode".into(),
+                });
             }
             MatKind::F32 => return self.gemm(w.expert(e), DType::F32, w, x, n, y),
             MatKind::F16 => {
@@ -94,10 +106,16 @@ impl Linear<'_> {
             PrefillPath::Mmvq => false,
             PrefillPath::Auto => n >= GEMM_MIN_TOKENS,
             PrefillPath::DequantGemm => n > 1,
-            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => return QPath::Mmq,
+            PrefillPath::Mmq if n >= GEMM_MIN_TOKENS && super::abi::mmq_kernel(ty, false).is_some() => {
+                return QPath::Mmq;
+            }
             PrefillPath::Mmq => n >= GEMM_MIN_TOKENS,
         };
-        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes { QPath::DequantGemm } else { QPath::Mmvq }
+        if gemm && tmp.wdq != 0 && w.rows * w.cols * 4 <= self.dequant_scratch_bytes {
+            QPath::DequantGemm
+        } else {
+            QPath::Mmvq
+        }
     }
 
     /// Whether [`Linear::matmul`] of `w` over `n` rows with `tmp` runs MMVQ (a quantized matrix,
@@ -121,10 +139,20 @@ impl Linear<'_> {
 
     /// Ordered mode: `x` (f32, `n <= MAX_COLS` columns) quantized to the weight type's
     /// `vec_dot_type` by `quantize_ref`, then `mmv_ordered`: the CPU's ordered matmul bit for bit.
-    fn matmul_ordered(&self, w: &DevMat, e: usize, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+    fn matmul_ordered(
+        &self,
+        w: &DevMat,
+        e: usize,
+        x: DevicePtr,
+        n: usize,
+        y: DevicePtr,
+    ) -> std::result::Result<(), GpuError> {
         let s = self.stream;
         if n > MAX_COLS || self.xo == 0 {
-            return Err(GpuError::Launch { kernel: "mmv_ordered".into(), what: format!("{n} columns (at most {MAX_COLS} in ordered mode)") });
+            return Err(GpuError::Launch {
+                kernel: "mmv_ordered".into(),
+                what: format!("{n} columns (at most {MAX_COLS} in ordered mode)"),
+            });
         }
         let at = w.ty.vec_dot_type();
         let a = if at == GgmlType::F32 {
@@ -138,7 +166,15 @@ impl Linear<'_> {
 
     /// `y[n][rows] = x[n][cols] · Aᵀ` with `a` and `x` of type `t` shaped like `w`, f32 output
     /// and accumulation (hipBLASLt by the calibration table, else hipBLAS / the host GEMM).
-    fn gemm(&self, a: DevicePtr, t: DType, w: &DevMat, x: DevicePtr, n: usize, y: DevicePtr) -> std::result::Result<(), GpuError> {
+    fn gemm(
+        &self,
+        a: DevicePtr,
+        t: DType,
+        w: &DevMat,
+        x: DevicePtr,
+        n: usize,
+        y: DevicePtr,
+    ) -> std::result::Result<(), GpuError> {
         self.gemm_dispatch(
             self.stream,
             &Gemm {
@@ -180,7 +216,13 @@ impl Linear<'_> {
 
     /// Quantizes `n` rows of `k` f32 values at `x` to Q8_1 at `xq` when `k` allows it.
     /// Nothing in ordered mode (each matmul quantizes for its weight type).
-    pub(super) fn quantize(&self, x: DevicePtr, xq: DevicePtr, n: usize, k: usize) -> std::result::Result<(), GpuError> {
+    pub(super) fn quantize(
+        &self,
+        x: DevicePtr,
+        xq: DevicePtr,
+        n: usize,
+        k: usize,
+    ) -> std::result::Result<(), GpuError> {
         if self.opts.ordered {
             return Ok(());
         }
@@ -228,13 +270,29 @@ impl Linear<'_> {
     /// choice in `b.ids` on the device (fused gate/up + SiLU when both have one type), so nothing
     /// is read back (what a graph needs). Tokens go in groups whose slots fit one launch
     /// (`MOE_MAX_SLOTS`); a launch stages at most one column per token of an expert.
-    pub(super) fn experts_by_dispatch(&self, mats: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
+    pub(super) fn experts_by_dispatch(
+        &self,
+        mats: [&DevMat; 3],
+        n_expert: usize,
+        k: usize,
+        n: usize,
+        b: &DispatchBuffers,
+    ) -> std::result::Result<(), GpuError> {
         let group = (super::abi::MOE_MAX_SLOTS as usize / k).clamp(1, MAX_COLS);
         let xb = q8_1_bytes(mats[0].cols) as u64;
         for t0 in (0..n).step_by(group) {
             let nt = (n - t0).min(group);
             let ids = b.ids + (t0 * k * 4) as u64;
-            self.dispatch_slots(mats, n_expert, t0 * k, nt * k, ids, (b.xq + t0 as u64 * xb, (k as u32).into()), nt as u32, b)?;
+            self.dispatch_slots(
+                mats,
+                n_expert,
+                t0 * k,
+                nt * k,
+                ids,
+                (b.xq + t0 as u64 * xb, (k as u32).into()),
+                nt as u32,
+                b,
+            )?;
         }
         Ok(())
     }
@@ -245,7 +303,15 @@ impl Linear<'_> {
     /// once a chunk instead of once per launch of `MOE_MAX_SLOTS / k` tokens. Each slot's
     /// product is the same (its bits do not depend on the slots computed beside it); its
     /// output row is `order.map[slot]`, which the combine must read through.
-    pub(super) fn experts_sorted(&self, mats: [&DevMat; 3], n_expert: usize, k: usize, n: usize, b: &DispatchBuffers, order: &SlotOrder) -> std::result::Result<(), GpuError> {
+    pub(super) fn experts_sorted(
+        &self,
+        mats: [&DevMat; 3],
+        n_expert: usize,
+        k: usize,
+        n: usize,
+        b: &DispatchBuffers,
+        order: &SlotOrder,
+    ) -> std::result::Result<(), GpuError> {
         let ns = n * k;
         self.ops.moe_sort_slots(self.stream, b.ids, order.ids, order.cols, order.map, ns as u32, k as u32)?;
         self.experts_listed(mats, n_expert, ns, order.ids, order.cols, b)
@@ -256,11 +322,28 @@ impl Linear<'_> {
     /// `b.act` / `b.y` (`b.ids` unused). Rows of one expert should be adjacent: they then share
     /// one read of its weights ([`Linear::experts_sorted`], and a prompt chunk's experts read
     /// back, `flash_next`'s `experts_grouped`).
-    pub(super) fn experts_listed(&self, mats: [&DevMat; 3], n_expert: usize, ns: usize, ids: DevicePtr, cols: DevicePtr, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
+    pub(super) fn experts_listed(
+        &self,
+        mats: [&DevMat; 3],
+        n_expert: usize,
+        ns: usize,
+        ids: DevicePtr,
+        cols: DevicePtr,
+        b: &DispatchBuffers,
+    ) -> std::result::Result<(), GpuError> {
         let step = super::abi::MOE_MAX_SLOTS as usize;
         for s0 in (0..ns).step_by(step) {
             let (ids, cols) = (ids + (s0 * 4) as u64, cols + (s0 * 4) as u64);
-            self.dispatch_slots(mats, n_expert, s0, (ns - s0).min(step), ids, (b.xq, SlotCols::List(cols)), MAX_COLS as u32, b)?;
+            self.dispatch_slots(
+                mats,
+                n_expert,
+                s0,
+                (ns - s0).min(step),
+                ids,
+                (b.xq, SlotCols::List(cols)),
+                MAX_COLS as u32,
+                b,
+            )?;
         }
         Ok(())
     }
@@ -269,26 +352,99 @@ impl Linear<'_> {
     /// `b.gate`, `b.up`, `b.y`) with expert ids at `ids` and the gate/up input `x` (Q8_1 rows,
     /// and which one each slot reads); `max_group` slots at most share an expert.
     #[allow(clippy::too_many_arguments)]
-    fn dispatch_slots(&self, [gate, up, down]: [&DevMat; 3], n_expert: usize, s0: usize, ns: usize, ids: DevicePtr, (xq, x_cols): (DevicePtr, SlotCols), max_group: u32, b: &DispatchBuffers) -> std::result::Result<(), GpuError> {
+    fn dispatch_slots(
+        &self,
+        [gate, up, down]: [&DevMat; 3],
+        n_expert: usize,
+        s0: usize,
+        ns: usize,
+        ids: DevicePtr,
+        (xq, x_cols): (DevicePtr, SlotCols),
+        max_group: u32,
+        b: &DispatchBuffers,
+    ) -> std::result::Result<(), GpuError> {
         let (ops, st) = (self.ops, self.stream);
         let (MatKind::Q(tg), MatKind::Q(tu), MatKind::Q(td)) = (gate.kind, up.kind, down.kind) else {
-            return Err(GpuError::Launch { kernel: "mmvq_moe".into(), what: "device dispatch needs quantized experts".into() });
+            return Err(GpuError::Launch {
+                kernel: "mmvq_moe".into(),
+                what: "device dispatch needs quantized experts".into(),
+            });
         };
         let (d, ff, ne) = (gate.cols, gate.rows, n_expert as u32);
         let ab = q8_1_bytes(ff) as u64;
         let act = b.act + (s0 * ff * 4) as u64;
         let n32 = ns as u32;
         if tg == tu && self.opts.fused_glu {
-            ops.mmvq_moe(st, tg, Some((up.ptr, GluAct::Silu)), gate.ptr, gate.mat_bytes as u64, ne, xq, x_cols, ids, n32, act, ff as u32, d as u32, max_group)?;
+            ops.mmvq_moe(
+                st,
+                tg,
+                Some((up.ptr, GluAct::Silu)),
+                gate.ptr,
+                gate.mat_bytes as u64,
+                ne,
+                xq,
+                x_cols,
+                ids,
+                n32,
+                act,
+                ff as u32,
+                d as u32,
+                max_group,
+            )?;
         } else {
             let (yg, yu) = (b.gate + (s0 * ff * 4) as u64, b.up + (s0 * ff * 4) as u64);
-            ops.mmvq_moe(st, tg, None, gate.ptr, gate.mat_bytes as u64, ne, xq, x_cols, ids, n32, yg, ff as u32, d as u32, max_group)?;
-            ops.mmvq_moe(st, tu, None, up.ptr, up.mat_bytes as u64, ne, xq, x_cols, ids, n32, yu, ff as u32, d as u32, max_group)?;
+            ops.mmvq_moe(
+                st,
+                tg,
+                None,
+                gate.ptr,
+                gate.mat_bytes as u64,
+                ne,
+                xq,
+                x_cols,
+                ids,
+                n32,
+                yg,
+                ff as u32,
+                d as u32,
+                max_group,
+            )?;
+            ops.mmvq_moe(
+                st,
+                tu,
+                None,
+                up.ptr,
+                up.mat_bytes as u64,
+                ne,
+                xq,
+                x_cols,
+                ids,
+                n32,
+                yu,
+                ff as u32,
+                d as u32,
+                max_group,
+            )?;
             ops.glu(st, yg, yu, act, n32 * ff as u32, GluAct::Silu)?;
         }
         let aq = b.act_q + s0 as u64 * ab;
         self.quantize(act, aq, ns, ff)?;
         let y = b.y + (s0 * d * 4) as u64;
-        ops.mmvq_moe(st, td, None, down.ptr, down.mat_bytes as u64, ne, aq, 1u32, ids, n32, y, d as u32, ff as u32, max_group)
+        ops.mmvq_moe(
+            st,
+            td,
+            None,
+            down.ptr,
+            down.mat_bytes as u64,
+            ne,
+            aq,
+            1u32,
+            ids,
+            n32,
+            y,
+            d as u32,
+            ff as u32,
+            max_group,
+        )
     }
 }

@@ -28,14 +28,14 @@ use std::sync::Arc;
 
 use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, GpuError, Stream};
-use super::ops::{AttnMode, GpuOps, KvFormat};
-pub use crate::options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
-use model::error::{EngineError, Result};
-use cpu_executor::kv_cache::KvType;
 use super::expert_cache::{CacheStats, ExpertCache};
+use super::ops::{AttnMode, GpuOps, KvFormat};
 use super::staging_ring::StagingRing;
 use super::upload::{DevMat, MatKind, Uploader, gpu_err, q8_1_bytes, u32_bytes, weights_do_not_fit};
+pub use crate::options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
+use cpu_executor::kv_cache::KvType;
 use model::decoder::WeightName;
+use model::error::{EngineError, Result};
 use model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model};
 
 /// A model resident on a device.
@@ -189,22 +189,38 @@ pub(super) struct Scratch {
 
 /// The per-layer handoff of `model` with an expert cache (None without one), its device
 /// weights `w`; with `--pcie-frac` in fast mode, the experts in RAM mapped for the device.
-pub(super) fn handoff_for(api: &dyn GpuApi, model: &Model, w: &DecoderWeights<DevMat, DevicePtr>, cache: Option<&ExpertCache>, opts: &GpuOptions) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
+pub(super) fn handoff_for(
+    api: &dyn GpuApi,
+    model: &Model,
+    w: &DecoderWeights<DevMat, DevicePtr>,
+    cache: Option<&ExpertCache>,
+    opts: &GpuOptions,
+) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
     let (hp, host) = (&model.hp, &model.w);
     let (Some(m), Some(cache)) = (&hp.moe, cache) else { return Ok(None) };
-    let moe_layers = w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
+    let moe_layers =
+        w.layers.iter().enumerate().filter(|(_, l)| matches!(l.ffn.ffn, Ffn::Moe { .. })).map(|(i, _)| i).collect();
     let pcie = if cache.streams() && !opts.ordered {
-        let stacks: Vec<_> = w.layers.iter().zip(&host.layers).map(|(d, h)| match (&d.ffn.ffn, &h.ffn.ffn) {
-            (Ffn::Moe { gate, up, down, .. }, Ffn::Moe { gate: hg, up: hu, down: hd, .. }) if [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))) => {
-                Some([(hg.data(), *gate), (hu.data(), *up), (hd.data(), *down)])
-            }
-            _ => None,
-        }).collect();
+        let stacks: Vec<_> = w
+            .layers
+            .iter()
+            .zip(&host.layers)
+            .map(|(d, h)| match (&d.ffn.ffn, &h.ffn.ffn) {
+                (Ffn::Moe { gate, up, down, .. }, Ffn::Moe { gate: hg, up: hu, down: hd, .. })
+                    if [gate, up, down].iter().all(|m| matches!(m.kind, MatKind::Q(_))) =>
+                {
+                    Some([(hg.data(), *gate), (hu.data(), *up), (hd.data(), *down)])
+                }
+                _ => None,
+            })
+            .collect();
         Some(super::expert_pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
     } else {
         None
     };
-    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, moe_layers, m.n_expert, m.n_expert_used, hp.n_embd, pcie).map(Some).map_err(gpu_err("expert cache handoff buffers"))
+    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, moe_layers, m.n_expert, m.n_expert_used, hp.n_embd, pcie)
+        .map(Some)
+        .map_err(gpu_err("expert cache handoff buffers"))
 }
 
 impl GpuModel {
@@ -215,7 +231,10 @@ impl GpuModel {
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
         if !(0.0..=1.0).contains(&opts.pcie_frac) {
-            return Err(EngineError::Unsupported(format!("--pcie-frac {}: not a share between 0 and 1", opts.pcie_frac)));
+            return Err(EngineError::Unsupported(format!(
+                "--pcie-frac {}: not a share between 0 and 1",
+                opts.pcie_frac
+            )));
         }
         let up = Uploader::new(&*api, opts.ordered);
         let hp = &model.hp;
@@ -236,16 +255,19 @@ impl GpuModel {
             _ => None,
         };
         let is_stack = |s: &str| matches!(s, "ffn_gate_exps.weight" | "ffn_up_exps.weight" | "ffn_down_exps.weight");
-        let w = model.w.try_map(
-            |m, name| match name {
-                WeightName::TokEmbd => up.borrow_mut().embedding(m),
-                WeightName::Layer(_, s) if is_stack(s) && cache_slots.is_some() => {
-                    up.borrow_mut().slots(m, &name.to_string(), cache_slots.unwrap_or(0))
-                }
-                _ => up.borrow_mut().mat(m, &name.to_string()),
-            },
-            |v, _| up.borrow_mut().f32s(v),
-        ).map_err(weights_do_not_fit)?;
+        let w = model
+            .w
+            .try_map(
+                |m, name| match name {
+                    WeightName::TokEmbd => up.borrow_mut().embedding(m),
+                    WeightName::Layer(_, s) if is_stack(s) && cache_slots.is_some() => {
+                        up.borrow_mut().slots(m, &name.to_string(), cache_slots.unwrap_or(0))
+                    }
+                    _ => up.borrow_mut().mat(m, &name.to_string()),
+                },
+                |v, _| up.borrow_mut().f32s(v),
+            )
+            .map_err(weights_do_not_fit)?;
         let mut up = up.into_inner();
         let mut rope_params: Vec<(f32, f32)> = Vec::new();
         for LayerKind::Attention(spec) in &hp.layers {
@@ -266,10 +288,15 @@ impl GpuModel {
         // through (prompt chunks, `--pcie-frac` on the host path), slots as large as the largest
         // layer's expert.
         let staging = if cache_slots.is_some() {
-            let widest = w.layers.iter().filter_map(|l| match &l.ffn.ffn {
-                Ffn::Moe { gate, up, down, .. } => Some(gate.mat_bytes + up.mat_bytes + down.mat_bytes),
-                Ffn::Dense { .. } => None,
-            }).max().unwrap_or(0);
+            let widest = w
+                .layers
+                .iter()
+                .filter_map(|l| match &l.ffn.ffn {
+                    Ffn::Moe { gate, up, down, .. } => Some(gate.mat_bytes + up.mat_bytes + down.mat_bytes),
+                    Ffn::Dense { .. } => None,
+                })
+                .max()
+                .unwrap_or(0);
             Some(StagingRing::new(up.zeroed(StagingRing::bytes(widest))?, widest))
         } else {
             None
@@ -293,7 +320,10 @@ impl GpuModel {
             Ffn::Moe { gate, up, down, .. } => Some(gate.mat_bytes + up.mat_bytes + down.mat_bytes),
             Ffn::Dense { .. } => None,
         });
-        let expert_cache = cache_slots.zip(hp.moe.as_ref()).map(|(n, m)| ExpertCache::for_options(hp.n_layer, m.n_expert, n, &opts, expert_bytes.unwrap_or(0))).transpose()?;
+        let expert_cache = cache_slots
+            .zip(hp.moe.as_ref())
+            .map(|(n, m)| ExpertCache::for_options(hp.n_layer, m.n_expert, n, &opts, expert_bytes.unwrap_or(0)))
+            .transpose()?;
         let handoff = handoff_for(&*api, &model, &w, expert_cache.as_ref(), &opts)?;
         Ok(GpuModel {
             model,
@@ -318,7 +348,11 @@ impl GpuModel {
 
     /// Routes dense GEMMs whose shape has a row in `table` through hipBLASLt (calibrate.rs);
     /// the others stay on hipBLAS. `source` names the table in messages.
-    pub fn set_calibration(&mut self, table: super::calibrate::CalibrationTable, source: std::path::PathBuf) -> Result<()> {
+    pub fn set_calibration(
+        &mut self,
+        table: super::calibrate::CalibrationTable,
+        source: std::path::PathBuf,
+    ) -> Result<()> {
         let api = self.ops.api().clone();
         let ws = super::calibrate::LtDispatch::workspace_needed(&table);
         let p = if ws > 0 { api.malloc(ws).map_err(gpu_err("hipBLASLt workspace"))? } else { 0 };
@@ -390,7 +424,11 @@ impl GpuModel {
         let fmt = match kv {
             KvType::F16 => KvFormat::F16,
             KvType::Int8 => KvFormat::Int8,
-            KvType::F32 => return Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the gfx11 attention kernels read f16 or int8 caches)".into())),
+            KvType::F32 => {
+                return Err(EngineError::Unsupported(
+                    "--kv f32 runs on the CPU only (the gfx11 attention kernels read f16 or int8 caches)".into(),
+                ));
+            }
         };
         let row = hp.n_head_kv * hp.head_dim;
         let mut kvs = Vec::with_capacity(hp.n_layer);
@@ -522,7 +560,12 @@ impl GpuModel {
     /// `first_row..` land in `s.sc.logits`. Token ids and positions go to device buffers
     /// first; the launches that follow read them there, so a decode window is captured once
     /// per shape and replayed ([`GpuOptions::graphs`]).
-    fn window(&self, sess: &mut GpuSession, toks: &[u32], first_row: Option<usize>) -> std::result::Result<(), GpuError> {
+    fn window(
+        &self,
+        sess: &mut GpuSession,
+        toks: &[u32],
+        first_row: Option<usize>,
+    ) -> std::result::Result<(), GpuError> {
         let api = self.ops.api();
         let st = &self.stream;
         let n = toks.len();
@@ -534,13 +577,27 @@ impl GpuModel {
         // tracing and profiling copy between parts: those windows run eagerly.
         let handoff = self.moe_by_handoff(n, sess.profile.is_some());
         if let (true, Some(h), Some(c)) = (handoff, &self.handoff, &self.expert_cache) {
-            return h.run_window(&**api, st, c, n, || self.window_launches(sess, n, first_row, true), &|p| self.handoff_misses(p, n), |e| e);
+            return h.run_window(
+                &**api,
+                st,
+                c,
+                n,
+                || self.window_launches(sess, n, first_row, true),
+                &|p| self.handoff_misses(p, n),
+                |e| e,
+            );
         }
         self.window_launches(sess, n, first_row, false)
     }
 
     /// The launches of a window as a graph (captured once per shape, then replayed) or eagerly.
-    fn window_launches(&self, sess: &mut GpuSession, n: usize, first_row: Option<usize>, handoff: bool) -> std::result::Result<(), GpuError> {
+    fn window_launches(
+        &self,
+        sess: &mut GpuSession,
+        n: usize,
+        first_row: Option<usize>,
+        handoff: bool,
+    ) -> std::result::Result<(), GpuError> {
         let (api, st) = (self.ops.api(), &self.stream);
         let capturable = self.opts.graphs
             && (self.model.hp.moe.is_none() || self.moe_on_device(n) || handoff)

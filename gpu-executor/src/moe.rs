@@ -8,15 +8,19 @@ use super::device::GpuError;
 use super::expert_cache::{AutoFit, ExpertCache, Placement};
 use super::linear::DispatchBuffers;
 use super::model::{GpuModel, Scratch};
+use super::ops::GluAct;
 use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
+use crate::options::MoePath;
 use cpu_executor::{MatCpu, ModelMatmul, Products};
 use model::Ffn;
-use super::ops::GluAct;
-use crate::options::MoePath;
 
 /// The shared activations of an expert chosen by one token (`slots` are `token·k + rank`), if
 /// the layer's tokens were quantized once (`GpuModel::shared_acts`).
-pub(super) fn one_token<'s>(shared: &'s [cpu_executor::ExpertActs], slots: &[usize], k: usize) -> Option<&'s cpu_executor::ExpertActs> {
+pub(super) fn one_token<'s>(
+    shared: &'s [cpu_executor::ExpertActs],
+    slots: &[usize],
+    k: usize,
+) -> Option<&'s cpu_executor::ExpertActs> {
     match slots {
         [j] => shared.get(j / k),
         _ => None,
@@ -71,7 +75,13 @@ impl GpuModel {
 
     /// Routed experts of `layer` for `n` tokens through the handoff (see
     /// [`GpuModel::moe_by_handoff`]); output in `sc.o`.
-    pub(super) fn moe_handoff(&self, sc: &Scratch, layer: usize, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<(), GpuError> {
+    pub(super) fn moe_handoff(
+        &self,
+        sc: &Scratch,
+        layer: usize,
+        n: usize,
+        [router, gate, up, down]: [&DevMat; 4],
+    ) -> std::result::Result<(), GpuError> {
         let (Some(h), Some(cache)) = (&self.handoff, &self.expert_cache) else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache handoff".into() });
         };
@@ -85,14 +95,23 @@ impl GpuModel {
         let miss_base = sc.chunk * k;
         h.publish(ops, st, layer, n, sc.sel_ids, sc.xn, sc.sel_slots, sc.map, miss_base)?;
         if cache.slots() > 0 {
-            let b = DispatchBuffers { ids: sc.sel_slots, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
+            let b = DispatchBuffers {
+                ids: sc.sel_slots,
+                xq: sc.xq,
+                act: sc.act,
+                act_q: sc.xq_e,
+                gate: sc.gate,
+                up: sc.up,
+                y: sc.y_e,
+            };
             self.lin().experts_by_dispatch([gate, up, down], cache.slots(), k, n, &b)?;
         }
         let host_rows = sc.y_e + (miss_base * d * 4) as u64;
         h.receive(&**ops.api(), st, n, host_rows)?;
         if let Some(([pg, pu, pd], ids)) = h.pcie_layer(layer) {
             // The misses the host gave back: read from RAM, their rows where the host's would be.
-            let b = DispatchBuffers { ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: host_rows };
+            let b =
+                DispatchBuffers { ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: host_rows };
             self.lin().experts_by_dispatch([pg, pu, pd], ne, k, n, &b)?;
         }
         ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)
@@ -100,15 +119,26 @@ impl GpuModel {
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot on the
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; the rows of hits stay zero).
-    pub(super) fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<super::expert_handoff::Answer, GpuError> {
-        let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() }) };
+    pub(super) fn handoff_misses(
+        &self,
+        p: &super::expert_handoff::Published,
+        n: usize,
+    ) -> std::result::Result<super::expert_handoff::Answer, GpuError> {
+        let Some(cache) = &self.expert_cache else {
+            return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() });
+        };
         let d = self.model.hp.n_embd;
         let k = p.ids.len() / n.max(1);
         // Quantized at the first expert the CPU computes (a layer of hits needs none).
         let shared = std::sync::OnceLock::new();
         p.miss_rows(cache, d, |e, slots| {
             let shared = shared.get_or_init(|| self.shared_acts(p.layer, &p.x));
-            self.expert_on_cpu(p.layer, e, slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]), one_token(shared, slots, k))
+            self.expert_on_cpu(
+                p.layer,
+                e,
+                slots.iter().map(|&j| &p.x[j / k * d..(j / k + 1) * d]),
+                one_token(shared, slots, k),
+            )
         })
     }
 
@@ -118,14 +148,28 @@ impl GpuModel {
     /// slots through the identity map in rank order, exactly as [`GpuModel::moe`] does. With
     /// `count` (profiling) the choice is read back afterwards to count the distinct experts
     /// (the return value); otherwise 0.
-    pub(super) fn moe_device(&self, sc: &Scratch, n: usize, [router, gate, up, down]: [&DevMat; 4], count: bool) -> std::result::Result<usize, GpuError> {
+    pub(super) fn moe_device(
+        &self,
+        sc: &Scratch,
+        n: usize,
+        [router, gate, up, down]: [&DevMat; 4],
+        count: bool,
+    ) -> std::result::Result<usize, GpuError> {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
         let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
         let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
-        let b = DispatchBuffers { ids: sc.sel_ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e };
+        let b = DispatchBuffers {
+            ids: sc.sel_ids,
+            xq: sc.xq,
+            act: sc.act,
+            act_q: sc.xq_e,
+            gate: sc.gate,
+            up: sc.up,
+            y: sc.y_e,
+        };
         // A prompt chunk sorts its slots by expert first: each expert's weights read once.
         let map = if n > MAX_COLS {
             self.lin().experts_sorted([gate, up, down], ne, k, n, &b, &sc.order)?;
@@ -151,7 +195,13 @@ impl GpuModel {
     /// output in `sc.o`. Returns how many distinct experts ran on the device. Host readback path
     /// ([`MoePath`]); with an expert cache, each chosen expert runs from its slot, from a slot
     /// it is admitted into, or on the CPU ([`ExpertCache::place`]).
-    pub(super) fn moe(&self, sc: &Scratch, layer: usize, n: usize, [router, gate, up, down]: [&DevMat; 4]) -> std::result::Result<usize, GpuError> {
+    pub(super) fn moe(
+        &self,
+        sc: &Scratch,
+        layer: usize,
+        n: usize,
+        [router, gate, up, down]: [&DevMat; 4],
+    ) -> std::result::Result<usize, GpuError> {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
         let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
@@ -164,7 +214,10 @@ impl GpuModel {
         api.memcpy_dtoh(&mut b, sc.sel_ids)?;
         let sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
         if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
-            return Err(GpuError::Launch { kernel: "moe_router".into(), what: format!("selected expert {bad} of {ne}") });
+            return Err(GpuError::Launch {
+                kernel: "moe_router".into(),
+                what: format!("selected expert {bad} of {ne}"),
+            });
         }
         if experts::trace::dumping() {
             let mut wb = vec![0u8; n * k * 4];
@@ -176,7 +229,10 @@ impl GpuModel {
         }
         let quantized = matches!(gate.kind, MatKind::Q(_)); // false in ordered mode (Raw)
         if gate.kind != up.kind {
-            return Err(GpuError::Launch { kernel: "moe".into(), what: "expert gate and up weights of different kinds".into() });
+            return Err(GpuError::Launch {
+                kernel: "moe".into(),
+                what: "expert gate and up weights of different kinds".into(),
+            });
         }
         let (xcol, xbytes) = if quantized { (sc.xq, q8_1_bytes(d)) } else { (sc.xn, d * 4) };
         // Where each chosen expert runs (in expert order, as the cache is asked).
@@ -263,7 +319,8 @@ impl GpuModel {
                 self.matmul(up, e_dev, xin, xinq, r, sc.up, tmp)?;
                 ops.glu(st, sc.gate, sc.up, sc.act, (r * ff) as u32, GluAct::Silu)?;
                 let dq = sc.xq_e; // reuse: the gathered inputs are consumed
-                let quant_down = matches!(down.kind, MatKind::Q(_)) && (!prompt_rule || self.lin().reads_q8_1(down, r, tmp));
+                let quant_down =
+                    matches!(down.kind, MatKind::Q(_)) && (!prompt_rule || self.lin().reads_q8_1(down, r, tmp));
                 if quant_down {
                     self.quantize(sc.act, dq, r, ff)?;
                 }
@@ -285,7 +342,17 @@ impl GpuModel {
             let xs: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
             let shared = self.shared_acts(layer, &xs);
             let outputs = cache.on_pool(|| {
-                on_cpu.iter().map(|(e, slots, _)| self.expert_on_cpu(layer, *e, slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]), one_token(&shared, slots, k))).collect::<std::result::Result<Vec<_>, _>>()
+                on_cpu
+                    .iter()
+                    .map(|(e, slots, _)| {
+                        self.expert_on_cpu(
+                            layer,
+                            *e,
+                            slots.iter().map(|&j| &xs[j / k * d..(j / k + 1) * d]),
+                            one_token(&shared, slots, k),
+                        )
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()
             })?;
             for ((_, _, first_row), y) in on_cpu.iter().zip(&outputs) {
                 api.memcpy_htod(sc.y_e + (first_row * d * 4) as u64, f32_bytes(y))?;
@@ -299,7 +366,12 @@ impl GpuModel {
     /// A miss computed on the device from a copy: copies expert `e` of `layer` (gate, up,
     /// down, as stored) into the next slot of the staging ring and returns views of its
     /// matrices there (index 0) and the slot, to hand back once its products are launched.
-    fn stage_expert(&self, layer: usize, e: usize, dev: [&DevMat; 3]) -> std::result::Result<([DevMat; 3], super::staging_ring::RingSlot), GpuError> {
+    fn stage_expert(
+        &self,
+        layer: usize,
+        e: usize,
+        dev: [&DevMat; 3],
+    ) -> std::result::Result<([DevMat; 3], super::staging_ring::RingSlot), GpuError> {
         let Some(ring) = &self.staging else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging ring") });
         };
@@ -317,9 +389,18 @@ impl GpuModel {
 
     /// Copies expert `e` of `layer` (gate, up, down, as stored in the mapped file) into slot
     /// `slot` of the device stacks.
-    fn upload_expert(&self, layer: usize, e: usize, slot: usize, dev: [&DevMat; 3]) -> std::result::Result<(), GpuError> {
+    fn upload_expert(
+        &self,
+        layer: usize,
+        e: usize,
+        slot: usize,
+        dev: [&DevMat; 3],
+    ) -> std::result::Result<(), GpuError> {
         let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
-            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
+            return Err(GpuError::Launch {
+                kernel: "moe".into(),
+                what: format!("layer {layer} has no routed experts"),
+            });
         };
         for (w, d) in [gate, up, down].into_iter().zip(dev) {
             let all = w.data();
@@ -345,7 +426,9 @@ impl GpuModel {
         }
         let mut parts = Vec::new();
         for sw in &swaps {
-            if let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&self.model.w.layers[sw.layer].ffn.ffn, &self.w.layers[sw.layer].ffn.ffn) {
+            if let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) =
+                (&self.model.w.layers[sw.layer].ffn.ffn, &self.w.layers[sw.layer].ffn.ffn)
+            {
                 for (h, d) in [(hg, gate), (hu, up), (hd, down)] {
                     let per = h.data().len() / h.n_mat;
                     parts.push((d.expert(sw.slot), &h.data()[sw.expert * per..(sw.expert + 1) * per]));
@@ -362,9 +445,18 @@ impl GpuModel {
     /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
     /// up x)` with the CPU backend's products — its ordered-numerics ones in the ordered mode,
     /// the same code the device's `mmv_ordered` runs — returned as `[rows][n_embd]`.
-    fn expert_on_cpu<'x>(&self, layer: usize, e: usize, xs: impl Iterator<Item = &'x [f32]>, shared: Option<&cpu_executor::ExpertActs>) -> std::result::Result<Vec<f32>, GpuError> {
+    fn expert_on_cpu<'x>(
+        &self,
+        layer: usize,
+        e: usize,
+        xs: impl Iterator<Item = &'x [f32]>,
+        shared: Option<&cpu_executor::ExpertActs>,
+    ) -> std::result::Result<Vec<f32>, GpuError> {
         let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
-            return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer} has no routed experts") });
+            return Err(GpuError::Launch {
+                kernel: "moe".into(),
+                what: format!("layer {layer} has no routed experts"),
+            });
         };
         let x: Vec<f32> = xs.flatten().copied().collect();
         let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.opts.ordered);
@@ -398,7 +490,10 @@ impl GpuModel {
     fn shared_acts(&self, layer: usize, x: &[f32]) -> Vec<cpu_executor::ExpertActs> {
         let Ffn::Moe { gate, up, .. } = &self.model.w.layers[layer].ffn.ffn else { return Vec::new() };
         let p = Products::of(self.opts.ordered, false);
-        let Some(entry) = self.model.acts_entry(p, gate, 1).filter(|_| self.model.acts_entry(p, up, 1).is_some()) else { return Vec::new() };
+        let Some(entry) = self.model.acts_entry(p, gate, 1).filter(|_| self.model.acts_entry(p, up, 1).is_some())
+        else {
+            return Vec::new();
+        };
         x.chunks_exact(gate.cols).map_while(|row| cpu_executor::ExpertActs::new(entry, gate, up, row, 1)).collect()
     }
 
@@ -422,18 +517,37 @@ impl GpuModel {
     /// `--vram-reserve-mib`; every expert resident (no cache) when all fit. Called once, after
     /// [`GpuModel::new`] with `auto` (which leaves 0 slots: every expert on the CPU until
     /// then). None for a model without routed experts.
-    pub fn fit_expert_cache(&mut self, kv: cpu_executor::kv_cache::KvType, max_ctx: usize, prefill_chunk: usize) -> model::error::Result<Option<AutoFit>> {
+    pub fn fit_expert_cache(
+        &mut self,
+        kv: cpu_executor::kv_cache::KvType,
+        max_ctx: usize,
+        prefill_chunk: usize,
+    ) -> model::error::Result<Option<AutoFit>> {
         let Some(n_expert) = self.model.hp.moe.as_ref().map(|m| m.n_expert) else { return Ok(None) };
         let api = self.ops.api().clone();
-        let slot_bytes: u64 = self.w.layers.iter().map(|l| match &l.ffn.ffn {
-            Ffn::Moe { gate, up, down, .. } => (gate.mat_bytes + up.mat_bytes + down.mat_bytes) as u64,
-            Ffn::Dense { .. } => 0,
-        }).sum();
-        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session(kv, max_ctx, prefill_chunk))?;
+        let slot_bytes: u64 = self
+            .w
+            .layers
+            .iter()
+            .map(|l| match &l.ffn.ffn {
+                Ffn::Moe { gate, up, down, .. } => (gate.mat_bytes + up.mat_bytes + down.mat_bytes) as u64,
+                Ffn::Dense { .. } => 0,
+            })
+            .sum();
+        let fit =
+            super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || {
+                self.new_session(kv, max_ctx, prefill_chunk)
+            })?;
         let mut upl = Uploader::new(&*api, self.opts.ordered);
         for (il, (host, dev)) in self.model.w.layers.iter().zip(&mut self.w.layers).enumerate() {
-            let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) = (&host.ffn.ffn, &mut dev.ffn.ffn) else { continue };
-            for (h, d, what) in [(hg, gate, "ffn_gate_exps.weight"), (hu, up, "ffn_up_exps.weight"), (hd, down, "ffn_down_exps.weight")] {
+            let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) =
+                (&host.ffn.ffn, &mut dev.ffn.ffn)
+            else {
+                continue;
+            };
+            for (h, d, what) in
+                [(hg, gate, "ffn_gate_exps.weight"), (hu, up, "ffn_up_exps.weight"), (hd, down, "ffn_down_exps.weight")]
+            {
                 let name = model::decoder::WeightName::Layer(il, what).to_string();
                 *d = if fit.all_resident() { upl.mat(h, &name)? } else { upl.slots(h, &name, fit.slots)? };
             }
@@ -445,8 +559,11 @@ impl GpuModel {
         if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             c.free(&*api).map_err(super::upload::gpu_err("expert swap copies"))?;
         }
-        let per_expert = fit.slot_bytes as usize / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
-        self.expert_cache = (!fit.all_resident()).then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert)).transpose()?;
+        let per_expert = fit.slot_bytes as usize
+            / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
+        self.expert_cache = (!fit.all_resident())
+            .then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert))
+            .transpose()?;
         if let Some(h) = self.handoff.take() {
             h.free(&*api).map_err(super::upload::gpu_err("freeing the expert handoff"))?;
         }
@@ -457,7 +574,10 @@ impl GpuModel {
     /// Writes the routing counts of this run as an STRP profile (`--expert-profile-save`).
     pub fn save_expert_profile(&self, path: &std::path::Path) -> model::error::Result<()> {
         let Some(cache) = &self.expert_cache else {
-            return Err(model::error::EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display())));
+            return Err(model::error::EngineError::Unsupported(format!(
+                "--expert-profile-save {}: no expert cache (give --expert-cache N)",
+                path.display()
+            )));
         };
         cache.save_profile(path)
     }

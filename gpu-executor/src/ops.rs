@@ -27,11 +27,13 @@ pub use ple::{PleBuffers, PleShape};
 pub use qsa::{QsaBuffers, QsaIndexerShape, QsaShape};
 
 use super::abi::{self, WType};
-use super::device::{arch_base, DevicePtr, GpuApi, GpuError, Kernel, KernelInfo, KernelSpec, LaunchConfig, Module, Result, Stream};
+use super::device::{
+    DevicePtr, GpuApi, GpuError, Kernel, KernelInfo, KernelSpec, LaunchConfig, Module, Result, Stream, arch_base,
+};
 use super::registry::{self, Family, KernelEntry, Scratch};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Gated activation of [`GpuOps::glu`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +43,6 @@ pub enum GluAct {
 }
 
 pub use crate::options::{AttnMode, MmqVariant};
-
 
 /// KV cache format; layouts equal to cpu-executor/src/kv_cache.rs: rows `[cell][n_head_kv][head_dim]`
 /// of f16, or of i8 with f32 scales `[cell][n_head_kv]` in a separate buffer.
@@ -79,7 +80,8 @@ pub fn kernel_spec(entry: &KernelEntry) -> KernelSpec<'static> {
 /// The code object's explicit kernel arguments must be the entry's struct field by field (a
 /// reordered or resized parameter with the same total size would otherwise pass).
 pub fn check_arg_layout(entry: &KernelEntry, info: &KernelInfo) -> Result<()> {
-    let declared: Vec<(u32, u32)> = info.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).map(|a| (a.offset, a.size)).collect();
+    let declared: Vec<(u32, u32)> =
+        info.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).map(|a| (a.offset, a.size)).collect();
     let expected: Vec<(u32, u32)> = entry.args.fields().collect();
     if declared != expected {
         return Err(GpuError::KernelCheck {
@@ -133,7 +135,10 @@ impl GpuOps {
             kernels.insert(entry.name, Loaded { kernel, entry });
         }
         if kernels.is_empty() {
-            return Err(GpuError::KernelCheck { kernel: "<registry>".into(), what: format!("no kernel of the registry is built for {arch}") });
+            return Err(GpuError::KernelCheck {
+                kernel: "<registry>".into(),
+                what: format!("no kernel of the registry is built for {arch}"),
+            });
         }
         Ok(GpuOps { api, module, kernels, attn_max_kv: AtomicU32::new(DEFAULT_ATTN_MAX_KV) })
     }
@@ -168,7 +173,10 @@ impl GpuOps {
     fn launch_grid(&self, s: &Stream, name: &str, grid: [u32; 3], lds: u32, args: &[u8]) -> Result<()> {
         let l = self.kernels.get(name).ok_or_else(|| GpuError::NoSuchKernel { kernel: name.to_string() })?;
         if lds > l.entry.max_dynamic_lds {
-            return Err(bad(name, format!("{lds} bytes of dynamic LDS, the registry allows {}", l.entry.max_dynamic_lds)));
+            return Err(bad(
+                name,
+                format!("{lds} bytes of dynamic LDS, the registry allows {}", l.entry.max_dynamic_lds),
+            ));
         }
         let cfg = LaunchConfig { grid, block: [l.entry.block, 1, 1], dynamic_lds: lds };
         self.api.launch(s, &l.kernel, &cfg, args)
@@ -337,10 +345,16 @@ impl GpuOps {
         k: u32,
         y_stride: u32,
     ) -> Result<()> {
-        let name = abi::mmq_kernel(ty, variant == MmqVariant::Dot4).ok_or_else(|| bad("mmq", format!("no MMQ kernel for {ty:?}")))?;
+        let name = abi::mmq_kernel(ty, variant == MmqVariant::Dot4)
+            .ok_or_else(|| bad("mmq", format!("no MMQ kernel for {ty:?}")))?;
         let bk = ty.block_k();
         if k == 0 || !k.is_multiple_of(bk) || nrows == 0 || ncols == 0 || y_stride < nrows {
-            return Err(bad(name, format!("k {k} (positive multiple of {bk}), nrows {nrows}, ncols {ncols} (both > 0), y_stride {y_stride} (>= nrows)")));
+            return Err(bad(
+                name,
+                format!(
+                    "k {k} (positive multiple of {bk}), nrows {nrows}, ncols {ncols} (both > 0), y_stride {y_stride} (>= nrows)"
+                ),
+            ));
         }
         let tiles = nrows.div_ceil(abi::MMQ_ROWS) as u64 * ncols.div_ceil(abi::MMQ_COLS) as u64;
         let g = groups(tiles, 1, name)?;
@@ -353,17 +367,45 @@ impl GpuOps {
     /// Per row of `n`: `y = x / sqrt(mean(x²) + eps) * w`, bit-identical to
     /// `cpu_kernels::rms_norm`. `y` may equal `x`.
     #[allow(clippy::too_many_arguments)]
-    pub fn rms_norm(&self, s: &Stream, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: u32, n_rows: u32, eps: f32) -> Result<()> {
+    pub fn rms_norm(
+        &self,
+        s: &Stream,
+        x: DevicePtr,
+        w: DevicePtr,
+        y: DevicePtr,
+        n: u32,
+        n_rows: u32,
+        eps: f32,
+    ) -> Result<()> {
         self.rms_norm_impl(s, x, w, y, n, n_rows, eps, false)
     }
     /// As [`GpuOps::rms_norm`], bit-identical to `cpu_kernels::rms_norm_ggml` (llama.cpp's order:
     /// one sequential chain per row, slower).
     #[allow(clippy::too_many_arguments)]
-    pub fn rms_norm_ggml(&self, s: &Stream, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: u32, n_rows: u32, eps: f32) -> Result<()> {
+    pub fn rms_norm_ggml(
+        &self,
+        s: &Stream,
+        x: DevicePtr,
+        w: DevicePtr,
+        y: DevicePtr,
+        n: u32,
+        n_rows: u32,
+        eps: f32,
+    ) -> Result<()> {
         self.rms_norm_impl(s, x, w, y, n, n_rows, eps, true)
     }
     #[allow(clippy::too_many_arguments)]
-    fn rms_norm_impl(&self, s: &Stream, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: u32, n_rows: u32, eps: f32, ggml: bool) -> Result<()> {
+    fn rms_norm_impl(
+        &self,
+        s: &Stream,
+        x: DevicePtr,
+        w: DevicePtr,
+        y: DevicePtr,
+        n: u32,
+        n_rows: u32,
+        eps: f32,
+        ggml: bool,
+    ) -> Result<()> {
         let name = abi::RMS_NORM;
         if n == 0 {
             return Err(bad(name, "n = 0"));
@@ -395,8 +437,13 @@ impl GpuOps {
         if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
             return Err(bad(name, format!("rope_dim {rope_dim} must be even and in 2..=head_dim ({head_dim})")));
         }
-        let g = groups(n_tokens as u64 * n_heads.div_ceil(abi::ROPE_HEADS) as u64 * (rope_dim / 2) as u64, abi::WG_SIZE, name)?;
-        let a = abi::RopeArgs { x, pos, table, n_tokens, n_heads, head_dim, rope_dim, neox: neox as u32, fma: fma as u32 };
+        let g = groups(
+            n_tokens as u64 * n_heads.div_ceil(abi::ROPE_HEADS) as u64 * (rope_dim / 2) as u64,
+            abi::WG_SIZE,
+            name,
+        )?;
+        let a =
+            abi::RopeArgs { x, pos, table, n_tokens, n_heads, head_dim, rope_dim, neox: neox as u32, fma: fma as u32 };
         self.launch(s, name, g, 0, &a.to_bytes())
     }
 
@@ -464,9 +511,22 @@ impl GpuOps {
     /// `a` of `ty.vec_dot_type()` (from [`GpuOps::quantize_ref`]): bit-identical to the CPU's
     /// ordered matmul (one work-item per output, the scalar reference dot).
     #[allow(clippy::too_many_arguments)]
-    pub fn mmv_ordered(&self, s: &Stream, ty: quant::GgmlType, w: DevicePtr, a: DevicePtr, y: DevicePtr, nrows: u32, ncols: u32, k: u32) -> Result<()> {
+    pub fn mmv_ordered(
+        &self,
+        s: &Stream,
+        ty: quant::GgmlType,
+        w: DevicePtr,
+        a: DevicePtr,
+        y: DevicePtr,
+        nrows: u32,
+        ncols: u32,
+        k: u32,
+    ) -> Result<()> {
         let name = abi::MMV_ORDERED;
-        if !ty.has_reference() || ty.row_bytes(k as usize).is_none() || ty.vec_dot_type().row_bytes(k as usize).is_none() {
+        if !ty.has_reference()
+            || ty.row_bytes(k as usize).is_none()
+            || ty.vec_dot_type().row_bytes(k as usize).is_none()
+        {
             return Err(bad(name, format!("no reference dot for {} rows of {k}", ty.name())));
         }
         let g = groups(nrows as u64 * ncols as u64, abi::WG_SIZE, name)?;
@@ -475,7 +535,15 @@ impl GpuOps {
 
     /// `out = geglu_ggml(gate, up)` with the f16 GELU table (`cpu_kernels::gelu_f16_table`,
     /// 65536 f32) at `table`: bit-identical to `cpu_kernels::geglu_ggml`.
-    pub fn geglu_table(&self, s: &Stream, gate: DevicePtr, up: DevicePtr, out: DevicePtr, table: DevicePtr, n: u32) -> Result<()> {
+    pub fn geglu_table(
+        &self,
+        s: &Stream,
+        gate: DevicePtr,
+        up: DevicePtr,
+        out: DevicePtr,
+        table: DevicePtr,
+        n: u32,
+    ) -> Result<()> {
         let name = abi::GEGLU_TABLE;
         let g = groups(n as u64, abi::WG_SIZE, name)?;
         self.launch(s, name, g, 0, &abi::GegluTableArgs { gate, up, out, table, n, _pad: 0 }.to_bytes())
@@ -533,7 +601,17 @@ impl GpuOps {
     /// `out[i][..k] = dequant(table row ids[i]) * scale` (no multiply when scale == 1.0);
     /// `ids` = `n_ids` device u32. Quantized rows: `k % block_k == 0`.
     #[allow(clippy::too_many_arguments)]
-    pub fn get_rows(&self, s: &Stream, ty: RowType, table: DevicePtr, ids: DevicePtr, n_ids: u32, k: u32, out: DevicePtr, scale: f32) -> Result<()> {
+    pub fn get_rows(
+        &self,
+        s: &Stream,
+        ty: RowType,
+        table: DevicePtr,
+        ids: DevicePtr,
+        n_ids: u32,
+        k: u32,
+        out: DevicePtr,
+        scale: f32,
+    ) -> Result<()> {
         let a = abi::GetRowsArgs { table, ids, out, n_ids, k, scale_bits: scale.to_bits(), _pad: 0 };
         match ty {
             RowType::W(wt) => {
@@ -647,7 +725,15 @@ impl GpuOps {
 
     /// Cross-lane reduction benchmark `name` (an `abi::REDUCE_KERNELS` symbol, semantics of
     /// `abi::ReduceArgs`): `n_waves` waves, `reps` sums per value.
-    pub fn reduce_bench(&self, s: &Stream, name: &str, x: DevicePtr, y: DevicePtr, n_waves: u32, reps: u32) -> Result<()> {
+    pub fn reduce_bench(
+        &self,
+        s: &Stream,
+        name: &str,
+        x: DevicePtr,
+        y: DevicePtr,
+        n_waves: u32,
+        reps: u32,
+    ) -> Result<()> {
         if registry::find(name).map(|e| e.family) != Some(Family::Reduce) {
             return Err(bad(name, "not a reduction benchmark kernel"));
         }

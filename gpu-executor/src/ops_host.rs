@@ -30,7 +30,10 @@ impl<'a> DevBuf<'a> {
         let ptr = api.malloc(bytes.max(16))?;
         let b = DevBuf { api, ptr, bytes };
         if ptr % 16 != 0 {
-            return Err(bad(kernel, format!("device allocation {ptr:#x} is not 16-byte aligned (ABI rule 4, docs/kernels.md)")));
+            return Err(bad(
+                kernel,
+                format!("device allocation {ptr:#x} is not 16-byte aligned (ABI rule 4, docs/kernels.md)"),
+            ));
         }
         api.memset(ptr, 0, bytes.max(16))?;
         Ok(b)
@@ -116,7 +119,15 @@ impl GpuOps {
     /// = `w` (row-major, `k` weights per row); `rows` selects rows of `W` (None: all). Returns
     /// `ncols * nrows` values, column-major (`y[c * nrows + i]`). Any number of columns: each
     /// launch takes as many as fit the LDS together, at most `MAX_COLS` (counters summed).
-    pub fn host_mmvq(&self, ty: WType, w: &[u8], k: usize, x_q8_1: &[u8], ncols: usize, rows: Option<&[u32]>) -> Result<(Vec<f32>, Option<LaunchStats>)> {
+    pub fn host_mmvq(
+        &self,
+        ty: WType,
+        w: &[u8],
+        k: usize,
+        x_q8_1: &[u8],
+        ncols: usize,
+        rows: Option<&[u32]>,
+    ) -> Result<(Vec<f32>, Option<LaunchStats>)> {
         let name = abi::mmvq_kernel(ty, ncols.clamp(1, abi::MAX_COLS) as u32).unwrap_or("mmvq");
         if ncols == 0 {
             return Err(bad(name, "no columns"));
@@ -132,7 +143,14 @@ impl GpuOps {
         let wrows = w.len() / row_bytes;
         let col_bytes = k / 32 * abi::Q8_1_BYTES as usize;
         if x_q8_1.len() != ncols * col_bytes {
-            return Err(bad(name, format!("activations are {} bytes, {ncols} columns of k = {k} need {}", x_q8_1.len(), ncols * col_bytes)));
+            return Err(bad(
+                name,
+                format!(
+                    "activations are {} bytes, {ncols} columns of k = {k} need {}",
+                    x_q8_1.len(),
+                    ncols * col_bytes
+                ),
+            ));
         }
         if let Some(bad_row) = rows.and_then(|r| r.iter().find(|&&r| r as usize >= wrows)) {
             return Err(bad(name, format!("row index {bad_row} >= {wrows} rows")));
@@ -160,7 +178,18 @@ impl GpuOps {
             while c0 < ncols {
                 let nc = (ncols - c0).min(fit).min(abi::MAX_COLS);
                 let (x, y) = (xb.ptr + (c0 * col_bytes) as u64, yb.ptr + (c0 * nrows * 4) as u64);
-                self.mmvq(&s, ty, nc as u32, wb.ptr, x, y, rb.as_ref().map(|b| b.ptr), nrows as u32, k as u32, nrows as u32)?;
+                self.mmvq(
+                    &s,
+                    ty,
+                    nc as u32,
+                    wb.ptr,
+                    x,
+                    y,
+                    rb.as_ref().map(|b| b.ptr),
+                    nrows as u32,
+                    k as u32,
+                    nrows as u32,
+                )?;
                 c0 += nc;
             }
             Ok(())

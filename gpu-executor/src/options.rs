@@ -85,18 +85,38 @@ pub struct GpuOptions {
     /// after generation. MoE layers then read the router's choice back (no decode graphs).
     /// qwen3moe: bit-identical to the all-resident run with --ordered; qwen4exp (Flash-Next):
     /// the CPU experts use the CPU backend's products.
-    #[arg(id = "expert_cache", long = "expert-cache", global = true, env = "STRATA_EXPERT_CACHE", value_name = "N|auto")]
+    #[arg(
+        id = "expert_cache",
+        long = "expert-cache",
+        global = true,
+        env = "STRATA_EXPERT_CACHE",
+        value_name = "N|auto"
+    )]
     pub expert_cache: Option<ExpertCacheSize>,
     /// Adaptive residency of the expert cache: every N tokens, per MoE layer, copy in up to 2
     /// of the most-routed experts without a slot (exponentially decayed counts, routed at least
     /// twice as often) in place of the least-routed residents; 0 = static (the slots keep what
     /// the profile or first use put there).
-    #[arg(id = "adapt_every", long = "adapt-every", global = true, env = "STRATA_ADAPT_EVERY", value_name = "N", default_value_t = 4)]
+    #[arg(
+        id = "adapt_every",
+        long = "adapt-every",
+        global = true,
+        env = "STRATA_ADAPT_EVERY",
+        value_name = "N",
+        default_value_t = 4
+    )]
     pub adapt_every: usize,
     /// CPU workers that compute the experts without a VRAM slot (their own thread pool, rows
     /// split across the workers, while the device runs the resident experts); 0 = every
     /// physical core but one.
-    #[arg(id = "pool_workers", long = "pool-workers", global = true, env = "STRATA_POOL_WORKERS", value_name = "N", default_value_t = 0)]
+    #[arg(
+        id = "pool_workers",
+        long = "pool-workers",
+        global = true,
+        env = "STRATA_POOL_WORKERS",
+        value_name = "N",
+        default_value_t = 0
+    )]
     pub pool_workers: usize,
     /// Share of a decode window's expert-cache misses computed on the device instead of the CPU
     /// pool (most-used misses first): in decode graphs the card reads them in place from RAM
@@ -107,7 +127,14 @@ pub struct GpuOptions {
     pub pcie_frac: f64,
     /// VRAM left free by --expert-cache auto (MiB), for the display, other programs and the
     /// runtime's own allocations.
-    #[arg(id = "vram_reserve_mib", long = "vram-reserve-mib", global = true, env = "STRATA_VRAM_RESERVE_MIB", value_name = "MIB", default_value_t = 1024)]
+    #[arg(
+        id = "vram_reserve_mib",
+        long = "vram-reserve-mib",
+        global = true,
+        env = "STRATA_VRAM_RESERVE_MIB",
+        value_name = "MIB",
+        default_value_t = 1024
+    )]
     pub vram_reserve_mib: u64,
     /// VRAM of the software device (--device emu), in MiB: allocations past it fail as on a
     /// card of that size.
@@ -130,7 +157,9 @@ impl std::str::FromStr for ExpertCacheSize {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.trim() {
             w if w.eq_ignore_ascii_case("auto") => Ok(ExpertCacheSize::Auto),
-            n => n.parse().map(ExpertCacheSize::Slots).map_err(|_| format!("{s:?}: expected a number of slots or auto")),
+            n => {
+                n.parse().map(ExpertCacheSize::Slots).map_err(|_| format!("{s:?}: expected a number of slots or auto"))
+            }
         }
     }
 }
@@ -179,7 +208,21 @@ fn parse_share(s: &str) -> Result<f64, String> {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { attn: AttnMode::Ordered, graphs: true, prefill: PrefillPath::Auto, fused_glu: true, ordered: false, mmq: MmqVariant::Wmma, moe: MoePath::Auto, expert_cache: None, adapt_every: 4, pool_workers: 0, pcie_frac: 0.0, vram_reserve_mib: 1024, emu_vram_mib: 24 << 10 }
+        GpuOptions {
+            attn: AttnMode::Ordered,
+            graphs: true,
+            prefill: PrefillPath::Auto,
+            fused_glu: true,
+            ordered: false,
+            mmq: MmqVariant::Wmma,
+            moe: MoePath::Auto,
+            expert_cache: None,
+            adapt_every: 4,
+            pool_workers: 0,
+            pcie_frac: 0.0,
+            vram_reserve_mib: 1024,
+            emu_vram_mib: 24 << 10,
+        }
     }
 }
 

@@ -24,13 +24,13 @@ mod report;
 
 pub use compare::{Comparison, Metric};
 pub use record::Recorder;
-pub use report::{peak_bandwidth, KernelSummary, PeakBandwidth, Report};
+pub use report::{KernelSummary, PeakBandwidth, Report, peak_bandwidth};
 
+use super::WType;
 use super::bench::random_blocks;
-use rng::SplitMix64;
 use super::device::{DevicePtr, Event, GpuApi, GpuError, Module, Stream};
 use super::ops::GpuOps;
-use super::WType;
+use rng::SplitMix64;
 use std::sync::Arc;
 
 /// Problem sizes of a run.
@@ -98,7 +98,12 @@ pub struct Check {
 }
 
 impl Check {
-    pub fn new(name: impl Into<String>, kernels: Vec<&'static str>, reference: &'static str, run: impl Fn(&mut Cx) -> CheckResultOf<()> + Send + Sync + 'static) -> Check {
+    pub fn new(
+        name: impl Into<String>,
+        kernels: Vec<&'static str>,
+        reference: &'static str,
+        run: impl Fn(&mut Cx) -> CheckResultOf<()> + Send + Sync + 'static,
+    ) -> Check {
         Check { name: name.into(), kernels, reference, run: Box::new(run) }
     }
 }
@@ -317,7 +322,11 @@ impl Cx<'_> {
     /// median of [`TIMING_SAMPLES`] batches of back-to-back launches; without one (the software
     /// device) one launch whose byte counters are kept. `ideal_bytes` = every input and output
     /// byte of one launch once. Call after the comparisons (launches may work in place).
-    pub fn bench(&mut self, ideal_bytes: u64, launch: &dyn Fn(&GpuOps, &Stream) -> Result<(), GpuError>) -> CheckResultOf<()> {
+    pub fn bench(
+        &mut self,
+        ideal_bytes: u64,
+        launch: &dyn Fn(&GpuOps, &Stream) -> Result<(), GpuError>,
+    ) -> CheckResultOf<()> {
         let (api, s) = (self.api, self.s);
         let _ = api.take_stats();
         launch(self.ops, s)?;
@@ -357,15 +366,23 @@ fn seed(name: &str) -> u64 {
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// Runs the suite on `api` (`progress` after each check) and returns the report. Errors only
 /// when the device cannot load the kernels at all; a failing check is a failed entry.
-pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(&CheckResult)) -> Result<Report, GpuError> {
+pub fn run_suite(
+    api: Arc<dyn GpuApi>,
+    opts: &Options,
+    progress: &mut dyn FnMut(&CheckResult),
+) -> Result<Report, GpuError> {
     let t0 = std::time::Instant::now();
     let info = api.info().clone();
-    let shapes = opts.shapes.unwrap_or(if info.backend == super::device::Device::Emu { Shapes::Small } else { Shapes::Full });
+    let shapes =
+        opts.shapes.unwrap_or(if info.backend == super::device::Device::Emu { Shapes::Small } else { Shapes::Full });
     let recorder = Arc::new(Recorder::new(api));
     let ops = GpuOps::new(recorder.clone())?;
     let module = recorder.load_module()?;
@@ -384,7 +401,8 @@ pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(
     let registry = registry(&info.arch, &module);
     let unchecked: Vec<String> = registry.iter().filter(|k| !covered.contains(k.as_str())).cloned().collect();
     let mut results = Vec::new();
-    for check in checks.iter().filter(|c| opts.only.is_empty() || opts.only.iter().any(|o| c.name.contains(o.as_str()))) {
+    for check in checks.iter().filter(|c| opts.only.is_empty() || opts.only.iter().any(|o| c.name.contains(o.as_str())))
+    {
         let corrupt = opts.corrupt_reference.as_deref().is_some_and(|c| check.name.contains(c));
         let mut cx = Cx {
             ops: &ops,
@@ -413,7 +431,8 @@ pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(
         }
         let launched = recorder.take_launched();
         if error.is_none() {
-            let missing: Vec<&str> = check.kernels.iter().copied().filter(|k| !launched.iter().any(|l| l == k)).collect();
+            let missing: Vec<&str> =
+                check.kernels.iter().copied().filter(|k| !launched.iter().any(|l| l == k)).collect();
             if !missing.is_empty() {
                 error = Some(format!("declared kernels not launched: {}", missing.join(", ")));
             } else if cx.comparisons.is_empty() {
@@ -439,7 +458,17 @@ pub fn run_suite(api: Arc<dyn GpuApi>, opts: &Options, progress: &mut dyn FnMut(
     let _ = recorder.event_destroy(clock.end);
     let _ = recorder.stream_destroy(stream);
     let peak = peak_of(opts, &info);
-    Ok(Report { info, shapes, peak, timed: clock.available, checks: results, registry, unchecked, filtered: !opts.only.is_empty(), wall_s: t0.elapsed().as_secs_f64() })
+    Ok(Report {
+        info,
+        shapes,
+        peak,
+        timed: clock.available,
+        checks: results,
+        registry,
+        unchecked,
+        filtered: !opts.only.is_empty(),
+        wall_s: t0.elapsed().as_secs_f64(),
+    })
 }
 
 /// The peak bandwidth shares are computed against: the override, else the card table.
@@ -456,14 +485,20 @@ fn peak_of(opts: &Options, info: &super::device::DeviceInfo) -> Option<PeakBandw
 /// `STRATA_PEAK_GBS` (peak bandwidth to compare with), `STRATA_SELFTEST_CORRUPT` (test hook:
 /// corrupt the reference of matching checks).
 /// `device`: `--device`; `gpu`: `--gpu N`; `report`: `--report FILE`.
-pub fn run_cli(device: crate::options::Device, gpu: Option<usize>, report: Option<std::path::PathBuf>) -> anyhow::Result<()> {
-    use crate::options::Device;
+pub fn run_cli(
+    device: crate::options::Device,
+    gpu: Option<usize>,
+    report: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
     use crate::device::open_device;
-    use anyhow::{bail, Context};
+    use crate::options::Device;
+    use anyhow::{Context, bail};
     let kind = match device {
         Device::Emu => Device::Emu,
         Device::Hip | Device::Auto => Device::Hip,
-        Device::Cpu => bail!("the selftest checks the GPU kernels: use --device hip (a card) or --device emu (the software RDNA3 device)"),
+        Device::Cpu => bail!(
+            "the selftest checks the GPU kernels: use --device hip (a card) or --device emu (the software RDNA3 device)"
+        ),
     };
     // `--gpu N` picks a HIP device by the index `strata device` lists (else STRATA_HIP_DEVICE).
     let opened = match (kind, gpu) {
@@ -492,7 +527,9 @@ pub fn run_cli(device: crate::options::Device, gpu: Option<usize>, report: Optio
     };
     let opts = Options {
         shapes,
-        only: env("STRATA_SELFTEST_ONLY").map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default(),
+        only: env("STRATA_SELFTEST_ONLY")
+            .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default(),
         corrupt_reference: env("STRATA_SELFTEST_CORRUPT"),
         peak_gbs,
     };
@@ -500,10 +537,16 @@ pub fn run_cli(device: crate::options::Device, gpu: Option<usize>, report: Optio
     let arch = crate::device::arch_base(&info.arch).to_string();
     let emu = info.backend == crate::options::Device::Emu;
     let shape_name = opts.shapes.unwrap_or(if emu { Shapes::Small } else { Shapes::Full }).name();
-    println!("strata selftest on {} ({arch}, {}): {shape_name} shapes{}", info.name, info.runtime, if emu { ", no device clock (times null)" } else { "" });
+    println!(
+        "strata selftest on {} ({arch}, {}): {shape_name} shapes{}",
+        info.name,
+        info.runtime,
+        if emu { ", no device clock (times null)" } else { "" }
+    );
     let peak = peak_of(&opts, &info);
     println!("{}", report::table_header());
-    let rep = run_suite(Arc::from(api), &opts, &mut |r| println!("{}", report::table_row(r, peak.as_ref()))).context("selftest")?;
+    let rep = run_suite(Arc::from(api), &opts, &mut |r| println!("{}", report::table_row(r, peak.as_ref())))
+        .context("selftest")?;
     println!("{}", rep.summary());
     let path = report.unwrap_or_else(|| std::path::PathBuf::from(format!("strata-selftest-{arch}.json")));
     let text = serde_json::to_string_pretty(&rep.to_json()).context("serializing the report")?;

@@ -45,7 +45,11 @@ impl StagingRing {
 
     /// A ring over `bytes(slot_bytes)` bytes of device memory at `base` (the caller's).
     pub fn new(base: DevicePtr, slot_bytes: usize) -> StagingRing {
-        StagingRing { base, slot_bytes, state: Mutex::new(RingState { next: 0, readers: (0..Self::SLOTS).map(|_| None).collect() }) }
+        StagingRing {
+            base,
+            slot_bytes,
+            state: Mutex::new(RingState { next: 0, readers: (0..Self::SLOTS).map(|_| None).collect() }),
+        }
     }
 
     /// The next slot, once the launches that read it last are done.
@@ -96,7 +100,8 @@ mod tests {
             bases.push(slot.base);
             ring.launched(&api, &st, slot).unwrap();
         }
-        let want: Vec<u64> = (0..2 * StagingRing::SLOTS + 1).map(|i| 0x1000 + ((i % StagingRing::SLOTS) * 256) as u64).collect();
+        let want: Vec<u64> =
+            (0..2 * StagingRing::SLOTS + 1).map(|i| 0x1000 + ((i % StagingRing::SLOTS) * 256) as u64).collect();
         assert_eq!(bases, want);
         // One event per slot, recorded again at each reuse; all released.
         let events = ring.state.lock().unwrap().readers.iter().filter(|e| e.is_some()).count();

@@ -12,7 +12,7 @@
 //! (`name::emu` rather than `name_emu`: `macro_rules!` cannot build new identifiers, and a
 //! crate to paste them is not worth a dependency.) Each test opens its own device, so the
 //! software device's launch counters (`GpuApi::take_stats`) are that test's alone.
-use super::device::{open_device, Device, GpuApi};
+use super::device::{Device, GpuApi, open_device};
 use super::ops::GpuOps;
 use std::sync::Arc;
 
@@ -26,7 +26,8 @@ pub fn open_ops(device: Device) -> Result<GpuOps, String> {
         Err(e) => return Err(e.to_string()),
     };
     let info = api.info().clone();
-    Ok(GpuOps::new(api).unwrap_or_else(|e| panic!("{} ({}) opened but its kernels do not load: {e}", info.name, info.arch)))
+    Ok(GpuOps::new(api)
+        .unwrap_or_else(|e| panic!("{} ({}) opened but its kernels do not load: {e}", info.name, info.arch)))
 }
 
 /// A device opened for a model-level test: its name (`"emu"`, `"hip"`) and its api.

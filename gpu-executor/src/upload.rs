@@ -2,8 +2,8 @@
 //! that puts them there, shared by the decoders' and Flash-Next's executors; below both, so
 //! the executors, their products (`linear`) and their models import it and not each other.
 
-use model::error::{EngineError, Result};
 use model::Mat;
+use model::error::{EngineError, Result};
 use quant::GgmlType;
 
 use super::abi::WType;
@@ -12,17 +12,31 @@ use super::device::{DevicePtr, GpuApi, GpuError};
 /// How a matrix (or a stack of `n_mat`) of type `ty` lives on the device: its bytes and its
 /// [`DevMat`] (with `ptr` 0). MMVQ types as stored, f16/bf16 as stored, every other type
 /// widened to f32 (the GEMM path); in the ordered mode (`ordered`) every type as stored.
-pub(super) fn device_layout<'x>(ordered: bool, all: &'x [u8], ty: GgmlType, rows: usize, cols: usize, n_mat: usize, name: &str) -> Result<(std::borrow::Cow<'x, [u8]>, DevMat)> {
+pub(super) fn device_layout<'x>(
+    ordered: bool,
+    all: &'x [u8],
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    n_mat: usize,
+    name: &str,
+) -> Result<(std::borrow::Cow<'x, [u8]>, DevMat)> {
     use std::borrow::Cow;
     let dm = |kind, mat_bytes, ty| DevMat { ptr: 0, kind, rows, cols, mat_bytes, ty };
     if ordered {
         if !ty.has_reference() || ty.row_bytes(cols).is_none() {
-            return Err(EngineError::TensorType { name: name.to_string(), ty: ty.name(), why: "has no reference dot product for the ordered GPU mode" });
+            return Err(EngineError::TensorType {
+                name: name.to_string(),
+                ty: ty.name(),
+                why: "has no reference dot product for the ordered GPU mode",
+            });
         }
         return Ok((Cow::Borrowed(all), dm(MatKind::Raw, all.len() / n_mat, ty)));
     }
     Ok(match wtype(ty) {
-        Some(wt) if cols % wt.block_k() as usize == 0 => (Cow::Borrowed(all), dm(MatKind::Q(wt), all.len() / n_mat, ty)),
+        Some(wt) if cols % wt.block_k() as usize == 0 => {
+            (Cow::Borrowed(all), dm(MatKind::Q(wt), all.len() / n_mat, ty))
+        }
         _ if matches!(ty, GgmlType::F16 | GgmlType::BF16) => {
             let kind = if ty == GgmlType::F16 { MatKind::F16 } else { MatKind::BF16 };
             (Cow::Borrowed(all), dm(kind, rows * cols * 2, ty))
@@ -153,7 +167,10 @@ impl<'a> Uploader<'a> {
     pub(super) fn zeroed(&mut self, n: usize) -> Result<DevicePtr> {
         let uploaded = self.bytes;
         let p = self.api.malloc(n.max(16)).map_err(|e| match e {
-            GpuError::OutOfMemory { .. } => EngineError::Gpu(format!("{e} ({} of this upload already there)", indicatif::HumanBytes(uploaded as u64))),
+            GpuError::OutOfMemory { .. } => EngineError::Gpu(format!(
+                "{e} ({} of this upload already there)",
+                indicatif::HumanBytes(uploaded as u64)
+            )),
             e => gpu_err("device allocation")(e),
         })?;
         self.allocs.push(p);
@@ -195,7 +212,13 @@ impl<'a> Uploader<'a> {
     }
 
     /// [`Uploader::embedding`] from the table's bytes as stored.
-    pub(super) fn embedding_table(&mut self, data: &[u8], stored: GgmlType, rows: usize, cols: usize) -> Result<DevMat> {
+    pub(super) fn embedding_table(
+        &mut self,
+        data: &[u8],
+        stored: GgmlType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<DevMat> {
         let (kind, ty) = match stored {
             GgmlType::F32 => (MatKind::F32, stored),
             GgmlType::F16 => (MatKind::F16, stored),
@@ -204,7 +227,11 @@ impl<'a> Uploader<'a> {
                 None => (MatKind::F32, GgmlType::F32),
             },
         };
-        let ptr = if ty != stored { self.f32s(&dequant_bytes(data, stored, rows * cols, "token_embd.weight")?)? } else { self.bytes(data)? };
+        let ptr = if ty != stored {
+            self.f32s(&dequant_bytes(data, stored, rows * cols, "token_embd.weight")?)?
+        } else {
+            self.bytes(data)?
+        };
         let mat_bytes = if ty != stored { rows * cols * 4 } else { data.len() };
         Ok(DevMat { ptr, kind, rows, cols, mat_bytes, ty })
     }
@@ -215,7 +242,15 @@ impl<'a> Uploader<'a> {
 
     /// A matrix `[rows][cols]` (or a stack of `n_mat`) of type `ty` from its bytes as stored,
     /// laid out by [`device_layout`].
-    pub(super) fn matrix(&mut self, all: &[u8], ty: GgmlType, rows: usize, cols: usize, n_mat: usize, name: &str) -> Result<DevMat> {
+    pub(super) fn matrix(
+        &mut self,
+        all: &[u8],
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n_mat: usize,
+        name: &str,
+    ) -> Result<DevMat> {
         let (bytes, mut m) = device_layout(self.ordered, all, ty, rows, cols, n_mat, name)?;
         m.ptr = self.bytes(&bytes)?;
         Ok(m)
@@ -223,7 +258,15 @@ impl<'a> Uploader<'a> {
 
     /// Empty device room for `n` matrices laid out like `sample` (one matrix's bytes as
     /// stored): an expert cache's slots, filled later with [`device_layout`]'s bytes.
-    pub(super) fn matrix_room(&mut self, sample: &[u8], ty: GgmlType, rows: usize, cols: usize, n: usize, name: &str) -> Result<DevMat> {
+    pub(super) fn matrix_room(
+        &mut self,
+        sample: &[u8],
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n: usize,
+        name: &str,
+    ) -> Result<DevMat> {
         let (_, mut m) = device_layout(self.ordered, sample, ty, rows, cols, 1, name)?;
         m.ptr = self.zeroed(n * m.mat_bytes)?;
         Ok(m)

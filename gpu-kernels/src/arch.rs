@@ -290,7 +290,6 @@ pub fn wmma_f32_f16(a: [u32; 8], b: [u32; 8], c: [f32; 8]) -> [f32; 8] {
     }
 }
 
-
 // ---- Cross-lane sum variants, measured by the `reduce_*` micro-benchmarks (docs/kernels.md,
 // "Cross-lane reductions"). Every variant is the same xor butterfly (lane ^ 1, 2, 4, 8, 16 in
 // that order), so all give bit-identical sums; they differ only in the instructions that move
@@ -322,7 +321,14 @@ const fn permlane_xor_sel(m: u32, high: bool) -> u32 {
 fn permlane_xor<const M: u32>(x: u32) -> u32 {
     // SAFETY: register-only; the selects are wave-uniform constants naming lanes of the same row.
     // Called in uniform control flow with all lanes active.
-    unsafe { amdgpu::permlane16_u32::<false, false>(0, x, const { permlane_xor_sel(M, false) }, const { permlane_xor_sel(M, true) }) }
+    unsafe {
+        amdgpu::permlane16_u32::<false, false>(
+            0,
+            x,
+            const { permlane_xor_sel(M, false) },
+            const { permlane_xor_sel(M, true) },
+        )
+    }
 }
 #[inline(always)]
 fn swizzle_xor<const M: u32>(x: u32) -> u32 {

@@ -7,7 +7,16 @@
 //! - [`mem`]: unaligned global-memory loads/stores (ggml blocks are 2-byte aligned).
 //! - [`ops`]: one file per op family: activation quantization, MMVQ, dequantization.
 #![no_std]
-#![feature(abi_gpu_kernel, stdarch_amdgpu, link_llvm_intrinsics, abi_unadjusted, core_intrinsics, f16, repr_simd, simd_ffi)]
+#![feature(
+    abi_gpu_kernel,
+    stdarch_amdgpu,
+    link_llvm_intrinsics,
+    abi_unadjusted,
+    core_intrinsics,
+    f16,
+    repr_simd,
+    simd_ffi
+)]
 #![allow(internal_features)]
 // Kernel entry points take raw device pointers by design (see the gpu-abi crate).
 #![allow(clippy::missing_safety_doc)]

@@ -243,7 +243,13 @@ pub fn forward<B: DecoderOps>(
     Ok(())
 }
 
-fn attention<B: DecoderOps>(b: &mut B, hp: &HParams, il: usize, spec: &AttnSpec, a: &AttnWeights<B::Mat, B::Vector>) -> Result<(), B::Error> {
+fn attention<B: DecoderOps>(
+    b: &mut B,
+    hp: &HParams,
+    il: usize,
+    spec: &AttnSpec,
+    a: &AttnWeights<B::Mat, B::Vector>,
+) -> Result<(), B::Error> {
     b.norm(Buf::X, &a.norm, Buf::Xn)?;
     b.project(Buf::Xn, &[(&a.wq, Buf::Q), (&a.wk, Buf::K), (&a.wv, Buf::V)])?;
     for (buf, bias) in [(Buf::Q, &a.bq), (Buf::K, &a.bk), (Buf::V, &a.bv)] {

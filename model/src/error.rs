@@ -13,7 +13,10 @@ pub enum EngineError {
     #[error("missing tensor '{0}'")]
     MissingTensor(String),
     /// `expected`: ggml dims, `None` where any size is allowed (the vocabulary of a head).
-    #[error("tensor '{name}': shape {found:?}, expected {} (its dimensions follow the metadata: embedding_length, head counts, key_length, feed_forward_length, expert counts)", shape(expected))]
+    #[error(
+        "tensor '{name}': shape {found:?}, expected {} (its dimensions follow the metadata: embedding_length, head counts, key_length, feed_forward_length, expert counts)",
+        shape(expected)
+    )]
     TensorShape { name: String, expected: Vec<Option<u64>>, found: Vec<u64> },
     /// A norm weight, bias or scale holding NaN or infinity: every output would be non-finite.
     #[error("tensor '{name}': value {index} is {value} (norm weights, biases and scales must be finite numbers)")]
@@ -25,9 +28,7 @@ pub enum EngineError {
     TensorType { name: String, ty: &'static str, why: &'static str },
     #[error("metadata '{key}': {why}")]
     BadMetadata { key: String, why: String },
-    #[error(
-        "request needs {needed} positions but the context holds {capacity} (raise --max-context)"
-    )]
+    #[error("request needs {needed} positions but the context holds {capacity} (raise --max-context)")]
     ContextFull { needed: usize, capacity: usize },
     #[error(
         "vocabulary mismatch: the tokenizer has {tokenizer} tokens but {tensor} has {rows} rows (a model and tokenizer of different vocabularies)"
@@ -83,7 +84,9 @@ pub enum EngineError {
     PleIo { path: PathBuf, reason: String },
     #[error("PLE layer {layer}: {reason}")]
     Ple { layer: usize, reason: String },
-    #[error("qwen4exp on --device {backend}: operation `{op}` (layer {layer}) is not on this backend yet (it has no gfx11 kernel; run with --device cpu)")]
+    #[error(
+        "qwen4exp on --device {backend}: operation `{op}` (layer {layer}) is not on this backend yet (it has no gfx11 kernel; run with --device cpu)"
+    )]
     NotOnBackend { backend: &'static str, op: &'static str, layer: usize },
     #[error("{0}")]
     Unsupported(String),
@@ -116,8 +119,13 @@ impl EngineError {
     /// names a file.
     pub fn in_file(self, path: &std::path::Path) -> EngineError {
         match self {
-            e @ (EngineError::Gguf { .. } | EngineError::GgufRead(_) | EngineError::Io { .. } | EngineError::InFile { .. }
-            | EngineError::Mtp { .. } | EngineError::MtpFile { .. } | EngineError::PleIo { .. }) => e,
+            e @ (EngineError::Gguf { .. }
+            | EngineError::GgufRead(_)
+            | EngineError::Io { .. }
+            | EngineError::InFile { .. }
+            | EngineError::Mtp { .. }
+            | EngineError::MtpFile { .. }
+            | EngineError::PleIo { .. }) => e,
             e => EngineError::InFile { path: path.to_path_buf(), source: Box::new(e) },
         }
     }
@@ -131,13 +139,7 @@ pub enum MatError {
     #[error("row length {cols} is not a whole number of {ty:?} blocks")]
     Ragged { ty: quant::GgmlType, cols: usize },
     #[error("{ty:?} {rows}x{cols} needs {expected} bytes, got {got}")]
-    Size {
-        ty: quant::GgmlType,
-        rows: usize,
-        cols: usize,
-        expected: usize,
-        got: usize,
-    },
+    Size { ty: quant::GgmlType, rows: usize, cols: usize, expected: usize, got: usize },
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

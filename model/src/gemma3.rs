@@ -72,7 +72,12 @@ mod tests {
     fn gemma(window: u32) -> GgufFile {
         let mut w = GgufWriter::new();
         w.add_metadata("general.architecture", Value::Str("gemma3".into()));
-        for (k, v) in [("block_count", 1), ("embedding_length", 8), ("attention.head_count", 1), ("attention.sliding_window", window)] {
+        for (k, v) in [
+            ("block_count", 1),
+            ("embedding_length", 8),
+            ("attention.head_count", 1),
+            ("attention.sliding_window", window),
+        ] {
             w.add_metadata(format!("gemma3.{k}"), Value::U32(v));
         }
         w.add_tensor("blk.0.attn_norm.weight", &[8], quant::GgmlType::F32, vec![0u8; 32]);
@@ -83,9 +88,15 @@ mod tests {
     fn a_sliding_window_of_0_is_refused() {
         let g = gemma(0);
         let err = hparams(&Keys { g: &g, arch: crate::Arch::Gemma3 }).unwrap_err().to_string();
-        assert_eq!(err, "metadata 'gemma3.attention.sliding_window': 0 tokens: the sliding window must be > 0 (Gemma 3 270M stores 512)");
+        assert_eq!(
+            err,
+            "metadata 'gemma3.attention.sliding_window': 0 tokens: the sliding window must be > 0 (Gemma 3 270M stores 512)"
+        );
         let g = gemma(512);
         let hp = hparams(&Keys { g: &g, arch: crate::Arch::Gemma3 }).unwrap();
-        assert_eq!(hp.layers[0], LayerKind::Attention(AttnSpec { window: Some(512), rope_base: ROPE_BASE_SWA, rope_scale: 1.0 }));
+        assert_eq!(
+            hp.layers[0],
+            LayerKind::Attention(AttnSpec { window: Some(512), rope_base: ROPE_BASE_SWA, rope_scale: 1.0 })
+        );
     }
 }

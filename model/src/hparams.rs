@@ -123,7 +123,10 @@ pub fn check_layer_count(g: &GgufFile, key: &str, n_layer: usize) -> Result<()> 
     if n_layer > held {
         return Err(EngineError::BadMetadata {
             key: key.to_string(),
-            why: format!("{n_layer} layers, but the file's tensors describe {held} (blk.0 .. blk.{})", held.saturating_sub(1)),
+            why: format!(
+                "{n_layer} layers, but the file's tensors describe {held} (blk.0 .. blk.{})",
+                held.saturating_sub(1)
+            ),
         });
     }
     Ok(())
@@ -162,7 +165,12 @@ impl<'a> Keys<'a> {
         Ok(v)
     }
     /// [`Keys::f32_or`], then `check` (a range check returning why the value is unusable).
-    pub fn f32_checked(&self, name: &str, default: f32, check: fn(f32) -> std::result::Result<f32, String>) -> Result<f32> {
+    pub fn f32_checked(
+        &self,
+        name: &str,
+        default: f32,
+        check: fn(f32) -> std::result::Result<f32, String>,
+    ) -> Result<f32> {
         let v = self.f32_or(name, default)?;
         check(v).map_err(|why| EngineError::BadMetadata { key: self.key(name), why })
     }
@@ -214,7 +222,10 @@ impl<'a> Keys<'a> {
         }
         let rope_dim = self.u32_or("rope.dimension_count", head_dim)?;
         if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
-            return Err(bad("rope.dimension_count", format!("{rope_dim} must be even, > 0 and <= the head dim {head_dim}")));
+            return Err(bad(
+                "rope.dimension_count",
+                format!("{rope_dim} must be even, > 0 and <= the head dim {head_dim}"),
+            ));
         }
         let n_ctx_train = self.u32_or("context_length", 4096)?;
         if n_ctx_train == 0 {

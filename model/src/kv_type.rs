@@ -76,7 +76,11 @@ pub enum KvRows {
     F16(Vec<u16>),
     /// Rows of `row` values (one KV head of one cell) as int8 with one f32 scale each
     /// ([`quantize_row_i8`]); a value reads back as `q · scale`.
-    Int8 { q: Vec<i8>, scale: Vec<f32>, row: usize },
+    Int8 {
+        q: Vec<i8>,
+        scale: Vec<f32>,
+        row: usize,
+    },
 }
 
 impl KvRows {
@@ -118,7 +122,10 @@ impl KvRows {
                 }
             }
             KvRows::Int8 { q, scale, row } => {
-                debug_assert!(start.is_multiple_of(*row) && vals.len().is_multiple_of(*row), "int8 cache rows are {row} values");
+                debug_assert!(
+                    start.is_multiple_of(*row) && vals.len().is_multiple_of(*row),
+                    "int8 cache rows are {row} values"
+                );
                 for (i, r) in vals.chunks(*row).enumerate() {
                     let at = start + i * *row;
                     scale[at / *row] = quantize_row_i8(r, &mut q[at..at + r.len()]);
@@ -204,6 +211,9 @@ impl std::fmt::Display for KvType {
 impl std::str::FromStr for KvType {
     type Err = String;
     fn from_str(s: &str) -> Result<KvType, String> {
-        KvType::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| format!("unknown KV cache type {s:?} (f16, int8 or f32)"))
+        KvType::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown KV cache type {s:?} (f16, int8 or f32)"))
     }
 }

@@ -19,16 +19,16 @@ pub mod error;
 pub mod gemma3;
 pub mod hparams;
 mod kv_type;
-pub mod op_profile;
 pub mod llama;
 pub mod mat;
+pub mod op_profile;
 pub mod qwen2;
-pub mod ram;
 pub mod qwen3;
 pub mod qwen3moe;
 /// Qwen3.8-Flash-Next (`qwen4exp`): a hybrid GDN/sparse-attention model with its own program
 /// (`qwen4exp::program`), weights and sequence state, loaded beside [`Model`].
 pub mod qwen4exp;
+pub mod ram;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,10 +38,10 @@ use quant::GgmlType;
 
 use crate::error::{EngineError, Result};
 pub use arch::Arch;
-pub use mat::{Mat, MatError};
-pub use kv_type::{KvRows, KvType, quantize_row_i8};
 pub use decoder::{AttnWeights, DecoderWeights, Ffn, FfnWeights, LayerWeights, Logits};
 pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
+pub use kv_type::{KvRows, KvType, quantize_row_i8};
+pub use mat::{Mat, MatError};
 
 /// A loaded model: hyperparameters plus weights referencing the mapped file.
 pub struct Model {
@@ -56,8 +56,7 @@ pub struct Model {
 impl Model {
     /// Opens a GGUF file and resolves every tensor the architecture needs.
     pub fn load(path: &Path) -> Result<Model> {
-        let gguf = GgufFile::open(path)
-            .map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
+        let gguf = GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
         Self::from_gguf(gguf, path)
     }
 
@@ -71,7 +70,10 @@ impl Model {
             Arch::Qwen3 => qwen3::hparams(&keys)?,
             Arch::Qwen3Moe => qwen3moe::hparams(&keys)?,
             Arch::Qwen4Exp => {
-                return Err(EngineError::Unsupported(format!("{}: qwen4exp models load through model::qwen4exp", path.display())));
+                return Err(EngineError::Unsupported(format!(
+                    "{}: qwen4exp models load through model::qwen4exp",
+                    path.display()
+                )));
             }
         };
         let gguf = Arc::new(gguf);
@@ -157,7 +159,9 @@ impl Model {
     /// Bytes of KV cache one position takes across every layer (K and V) as `kv`; None on
     /// overflow. The memory plan's unit.
     pub fn kv_bytes_per_position(&self, kv: KvType) -> Option<u64> {
-        self.cache_shape().iter().try_fold(0u64, |sum, &(h, d)| sum.checked_add(kv.bytes_for(h.checked_mul(d)?, d)?.checked_mul(2)?))
+        self.cache_shape()
+            .iter()
+            .try_fold(0u64, |sum, &(h, d)| sum.checked_add(kv.bytes_for(h.checked_mul(d)?, d)?.checked_mul(2)?))
     }
 
     pub fn cache_shape(&self) -> Vec<(usize, usize)> {
@@ -197,9 +201,7 @@ impl Loader<'_> {
     /// A `[rows][cols]` matrix (`rows` None: any).
     fn mat(&self, name: &str, cols: usize, rows: Option<usize>) -> Result<Mat> {
         let (tensor, t) = self.find(name)?;
-        let ok = t.dims.len() == 2
-            && t.dims[0] as usize == cols
-            && rows.is_none_or(|r| t.dims[1] as usize == r);
+        let ok = t.dims.len() == 2 && t.dims[0] as usize == cols && rows.is_none_or(|r| t.dims[1] as usize == r);
         if !ok {
             return Err(EngineError::TensorShape {
                 name: name.into(),
@@ -217,7 +219,11 @@ impl Loader<'_> {
         let (tensor, t) = self.find(name)?;
         let want = vec![cols as u64, rows as u64, n as u64];
         if t.dims != want {
-            return Err(EngineError::TensorShape { name: name.into(), expected: want.into_iter().map(Some).collect(), found: t.dims.clone() });
+            return Err(EngineError::TensorShape {
+                name: name.into(),
+                expected: want.into_iter().map(Some).collect(),
+                found: t.dims.clone(),
+            });
         }
         Self::check_type(name, t.ty)?;
         Mat::mapped_stack(self.g, tensor, 0, t.ty, rows, cols, n)
@@ -229,7 +235,11 @@ impl Loader<'_> {
         let (_, t) = self.find(name)?;
         let total: u64 = t.dims.iter().product();
         if total as usize != n {
-            return Err(EngineError::TensorShape { name: name.into(), expected: vec![Some(n as u64)], found: t.dims.clone() });
+            return Err(EngineError::TensorShape {
+                name: name.into(),
+                expected: vec![Some(n as u64)],
+                found: t.dims.clone(),
+            });
         }
         let mut out = vec![0f32; n];
         quant::dequantize_row(t.ty, self.g.tensor_data(t), &mut out).map_err(|e| EngineError::TensorType {

@@ -27,9 +27,6 @@ pub fn hparams(k: &Keys) -> Result<HParams> {
         qkv_bias: false,
         post_norms: false,
         moe: None,
-        layers: vec![
-            LayerKind::Attention(AttnSpec { window: None, rope_base: c.rope_base, rope_scale });
-            c.n_layer
-        ],
+        layers: vec![LayerKind::Attention(AttnSpec { window: None, rope_base: c.rope_base, rope_scale }); c.n_layer],
     })
 }

@@ -24,12 +24,7 @@ enum Bytes {
     /// `len` bytes at `start` of a region shared by the weights read into RAM together.
     Ram { region: Arc<RamRegion>, start: usize, len: usize },
     /// `len` bytes at `start` inside tensor number `tensor` of a mapped file.
-    Mapped {
-        file: Arc<GgufFile>,
-        tensor: usize,
-        start: usize,
-        len: usize,
-    },
+    Mapped { file: Arc<GgufFile>, tensor: usize, start: usize, len: usize },
 }
 
 impl Bytes {
@@ -77,21 +72,9 @@ fn geometry(ty: GgmlType, rows: usize, cols: usize, got: usize) -> Result<usize,
         return Err(MatError::Unsupported(ty));
     }
     let rb = ty.row_bytes(cols).ok_or(MatError::Ragged { ty, cols })?;
-    let expected = rb.checked_mul(rows).ok_or(MatError::Size {
-        ty,
-        rows,
-        cols,
-        expected: usize::MAX,
-        got,
-    })?;
+    let expected = rb.checked_mul(rows).ok_or(MatError::Size { ty, rows, cols, expected: usize::MAX, got })?;
     if expected != got {
-        return Err(MatError::Size {
-            ty,
-            rows,
-            cols,
-            expected,
-            got,
-        });
+        return Err(MatError::Size { ty, rows, cols, expected, got });
     }
     Ok(rb)
 }
@@ -132,35 +115,21 @@ impl Mat {
         n_mat: usize,
     ) -> Result<Mat, MatError> {
         let row_bytes = ty.row_bytes(cols).ok_or(MatError::Ragged { ty, cols })?;
-        let all_rows = rows.checked_mul(n_mat).ok_or(MatError::Size { ty, rows, cols, expected: usize::MAX, got: 0 })?;
-        let len = row_bytes.checked_mul(all_rows).ok_or(MatError::Size { ty, rows: all_rows, cols, expected: usize::MAX, got: 0 })?;
-        let avail = file
-            .tensors()
-            .get(tensor)
-            .map_or(0, |t| file.tensor_data(t).len().saturating_sub(start));
+        let all_rows =
+            rows.checked_mul(n_mat).ok_or(MatError::Size { ty, rows, cols, expected: usize::MAX, got: 0 })?;
+        let len = row_bytes.checked_mul(all_rows).ok_or(MatError::Size {
+            ty,
+            rows: all_rows,
+            cols,
+            expected: usize::MAX,
+            got: 0,
+        })?;
+        let avail = file.tensors().get(tensor).map_or(0, |t| file.tensor_data(t).len().saturating_sub(start));
         if avail < len {
-            return Err(MatError::Size {
-                ty,
-                rows: all_rows,
-                cols,
-                expected: len,
-                got: avail,
-            });
+            return Err(MatError::Size { ty, rows: all_rows, cols, expected: len, got: avail });
         }
         geometry(ty, all_rows, cols, len)?;
-        Ok(Mat {
-            ty,
-            rows,
-            cols,
-            n_mat,
-            row_bytes,
-            bytes: Bytes::Mapped {
-                file: file.clone(),
-                tensor,
-                start,
-                len,
-            },
-        })
+        Ok(Mat { ty, rows, cols, n_mat, row_bytes, bytes: Bytes::Mapped { file: file.clone(), tensor, start, len } })
     }
 
     /// Whether the bytes are a window into a mapped file (not a copy in RAM).
@@ -218,8 +187,13 @@ impl Mat {
         let (first, last) = (mats.first()?, mats.last()?);
         for pair in mats.windows(2) {
             let follows = match (&pair[0].bytes, &pair[1].bytes) {
-                (Bytes::Ram { region: a, start: s0, len: l0 }, Bytes::Ram { region: b, start: s1, .. }) => Arc::ptr_eq(a, b) && s0 + l0 == *s1,
-                (Bytes::Mapped { file: a, tensor: t0, start: s0, len: l0 }, Bytes::Mapped { file: b, tensor: t1, start: s1, .. }) => Arc::ptr_eq(a, b) && t0 == t1 && s0 + l0 == *s1,
+                (Bytes::Ram { region: a, start: s0, len: l0 }, Bytes::Ram { region: b, start: s1, .. }) => {
+                    Arc::ptr_eq(a, b) && s0 + l0 == *s1
+                }
+                (
+                    Bytes::Mapped { file: a, tensor: t0, start: s0, len: l0 },
+                    Bytes::Mapped { file: b, tensor: t1, start: s1, .. },
+                ) => Arc::ptr_eq(a, b) && t0 == t1 && s0 + l0 == *s1,
                 _ => false,
             };
             if !follows {
@@ -227,8 +201,12 @@ impl Mat {
             }
         }
         match (&first.bytes, &last.bytes) {
-            (Bytes::Ram { region, start, .. }, Bytes::Ram { start: s1, len: l1, .. }) => Some(&region.bytes()[*start..s1 + l1]),
-            (Bytes::Mapped { file, tensor, start, .. }, Bytes::Mapped { start: s1, len: l1, .. }) => Some(&file.tensor_data(&file.tensors()[*tensor])[*start..s1 + l1]),
+            (Bytes::Ram { region, start, .. }, Bytes::Ram { start: s1, len: l1, .. }) => {
+                Some(&region.bytes()[*start..s1 + l1])
+            }
+            (Bytes::Mapped { file, tensor, start, .. }, Bytes::Mapped { start: s1, len: l1, .. }) => {
+                Some(&file.tensor_data(&file.tensors()[*tensor])[*start..s1 + l1])
+            }
             _ if mats.len() == 1 => Some(first.data()),
             _ => None,
         }
@@ -243,12 +221,9 @@ impl Mat {
                 unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len) }
             }
             Bytes::Ram { region, start, len } => &region.bytes()[*start..*start + *len],
-            Bytes::Mapped {
-                file,
-                tensor,
-                start,
-                len,
-            } => &file.tensor_data(&file.tensors()[*tensor])[*start..*start + *len],
+            Bytes::Mapped { file, tensor, start, len } => {
+                &file.tensor_data(&file.tensors()[*tensor])[*start..*start + *len]
+            }
         }
     }
 
@@ -268,9 +243,7 @@ impl Mat {
             out[..self.cols].fill(f32::NAN); // unreachable: geometry validated at construction
         }
     }
-
 }
-
 
 /// The distinct mapped windows among `mats`, in order of first use: (address, length, index
 /// of the first matrix), and each window's number by (address, length).

@@ -62,9 +62,7 @@ pub unsafe trait Block: Copy + Sized + 'static {
         }
         // SAFETY: length is a whole number of blocks and the pointer is aligned for Self;
         // any bit pattern is a valid Self (trait contract); lifetime tied to `bytes`.
-        Some(unsafe {
-            core::slice::from_raw_parts(bytes.as_ptr().cast::<Self>(), bytes.len() / Self::SIZE)
-        })
+        Some(unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast::<Self>(), bytes.len() / Self::SIZE) })
     }
 }
 

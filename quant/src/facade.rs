@@ -8,12 +8,7 @@ use crate::{iq3_xxs, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_
 /// `n` must be a whole number of blocks of `ty`.
 fn check_multiple(ty: GgmlType, n: usize, what: &'static str) -> Result<(), QuantError> {
     if !n.is_multiple_of(ty.block_size()) {
-        return Err(QuantError::BadLength {
-            ty,
-            what,
-            expected: ty.block_size(),
-            got: n,
-        });
+        return Err(QuantError::BadLength { ty, what, expected: ty.block_size(), got: n });
     }
     Ok(())
 }
@@ -22,18 +17,8 @@ fn check_multiple(ty: GgmlType, n: usize, what: &'static str) -> Result<(), Quan
 fn check_bytes(ty: GgmlType, n: usize, bytes: usize, what: &'static str) -> Result<(), QuantError> {
     match ty.row_bytes(n) {
         Some(b) if b == bytes => Ok(()),
-        Some(b) => Err(QuantError::BadLength {
-            ty,
-            what,
-            expected: b,
-            got: bytes,
-        }),
-        None => Err(QuantError::BadLength {
-            ty,
-            what,
-            expected: ty.block_size(),
-            got: n,
-        }),
+        Some(b) => Err(QuantError::BadLength { ty, what, expected: b, got: bytes }),
+        None => Err(QuantError::BadLength { ty, what, expected: ty.block_size(), got: n }),
     }
 }
 
@@ -68,11 +53,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
     if !ty.has_reference() {
         return Err(QuantError::Unsupported(ty));
     }
-    check_multiple(
-        ty,
-        dst.len(),
-        "dst elements (must be a multiple of the block size)",
-    )?;
+    check_multiple(ty, dst.len(), "dst elements (must be a multiple of the block size)")?;
     check_bytes(ty, dst.len(), src.len(), "src bytes")?;
     use GgmlType::*;
     match ty {
@@ -102,11 +83,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
     if !ty.has_reference() {
         return Err(QuantError::Unsupported(ty));
     }
-    check_multiple(
-        ty,
-        src.len(),
-        "src elements (must be a multiple of the block size)",
-    )?;
+    check_multiple(ty, src.len(), "src elements (must be a multiple of the block size)")?;
     check_bytes(ty, src.len(), dst.len(), "dst bytes")?;
     use GgmlType::*;
     match ty {

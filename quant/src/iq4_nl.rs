@@ -13,9 +13,7 @@ use crate::util::{GROUP_MAX_EPS, fabsf};
 pub const QK4_NL: usize = 32;
 
 /// The 16 non-linear levels (ggml's `kvalues_iq4nl`), ascending.
-pub const KVALUES_IQ4NL: [i8; 16] = [
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-];
+pub const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,11 +52,7 @@ pub fn best_index(x: f32) -> usize {
             ml = mav;
         }
     }
-    if x - (v[mu - 1] as f32) < v[mu] as f32 - x {
-        mu - 1
-    } else {
-        mu
-    }
+    if x - (v[mu - 1] as f32) < v[mu] as f32 - x { mu - 1 } else { mu }
 }
 
 /// `quantize_row_iq4_nl_ref` for one block (ggml's `quantize_row_iq4_nl_impl` with one 32-wide

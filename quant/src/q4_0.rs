@@ -58,10 +58,7 @@ pub fn quantize_ref(x: &[f32; QK4_0]) -> BlockQ4_0 {
         let q1 = ((x1 + 8.5) as i8).min(15) as u8;
         qs[j] = q0 | (q1 << 4);
     }
-    BlockQ4_0 {
-        d: f32_to_f16(d),
-        qs,
-    }
+    BlockQ4_0 { d: f32_to_f16(d), qs }
 }
 
 /// `ggml_vec_dot_q4_0_q8_0` (generic) for one block pair: `sumi * dw * da`.

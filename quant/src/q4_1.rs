@@ -54,11 +54,7 @@ pub fn quantize_ref(x: &[f32; QK4_1]) -> BlockQ4_1 {
         let q1 = ((x1 + 0.5) as i8).min(15) as u8;
         qs[j] = q0 | (q1 << 4);
     }
-    BlockQ4_1 {
-        d: f32_to_f16(d),
-        m: f32_to_f16(min),
-        qs,
-    }
+    BlockQ4_1 { d: f32_to_f16(d), m: f32_to_f16(min), qs }
 }
 
 /// `ggml_vec_dot_q4_1_q8_1` (generic): `(dw*da)*sumi + mw*sa`.

@@ -34,10 +34,7 @@ pub fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -104,16 +101,7 @@ pub(crate) fn quantize_k4_common(
     for j in 0..8 {
         let xs = &x[32 * j..32 * j + 32];
         kquant_weights(xs, &mut w);
-        let (s, m) = make_qkx2_quants(
-            nmax,
-            xs,
-            &w,
-            &mut l[32 * j..32 * j + 32],
-            rmin,
-            rdelta,
-            nstep,
-            false,
-        );
+        let (s, m) = make_qkx2_quants(nmax, xs, &w, &mut l[32 * j..32 * j + 32], rmin, rdelta, nstep, false);
         scales[j] = s;
         mins[j] = m;
         if s > max_scale {
@@ -123,11 +111,7 @@ pub(crate) fn quantize_k4_common(
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
@@ -162,23 +146,12 @@ pub fn quantize_ref(x: &[f32; QK_K]) -> BlockQ4K {
             qs[32 * c + i] = l[64 * c + i] | (l[64 * c + 32 + i] << 4);
         }
     }
-    BlockQ4K {
-        d,
-        dmin,
-        scales,
-        qs,
-    }
+    BlockQ4K { d, dmin, scales, qs }
 }
 
 /// The K-quant dot kernel shared by Q4_K and Q5_K once the quants are unpacked to `q`
 /// (0..=31): `d*da * Σ_j sc_j Σ q·a  −  dmin*da * Σ_k bsums_k · m_{k/2}`; all sums integer.
-pub(crate) fn dot_k4_unpacked(
-    d: u16,
-    dmin: u16,
-    scales: &[u8; 12],
-    q: &[u8; QK_K],
-    a: &BlockQ8K,
-) -> f32 {
+pub(crate) fn dot_k4_unpacked(d: u16, dmin: u16, scales: &[u8; 12], q: &[u8; QK_K], a: &BlockQ8K) -> f32 {
     let mut isum = 0i32;
     let mut msum = 0i32;
     for j in 0..8 {

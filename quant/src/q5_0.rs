@@ -60,11 +60,7 @@ pub fn quantize_ref(x: &[f32; QK5_0]) -> BlockQ5_0 {
         qh |= ((q0 as u32 >> 4) & 1) << j;
         qh |= ((q1 as u32 >> 4) & 1) << (j + 16);
     }
-    BlockQ5_0 {
-        d: f32_to_f16(d),
-        qh: qh.to_le_bytes(),
-        qs,
-    }
+    BlockQ5_0 { d: f32_to_f16(d), qh: qh.to_le_bytes(), qs }
 }
 
 /// `ggml_vec_dot_q5_0_q8_0` (generic): `(dw*da) * sumi`.

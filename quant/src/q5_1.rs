@@ -56,12 +56,7 @@ pub fn quantize_ref(x: &[f32; QK5_1]) -> BlockQ5_1 {
         qh |= ((q0 as u32 >> 4) & 1) << j;
         qh |= ((q1 as u32 >> 4) & 1) << (j + 16);
     }
-    BlockQ5_1 {
-        d: f32_to_f16(d),
-        m: f32_to_f16(min),
-        qh: qh.to_le_bytes(),
-        qs,
-    }
+    BlockQ5_1 { d: f32_to_f16(d), m: f32_to_f16(min), qh: qh.to_le_bytes(), qs }
 }
 
 /// `ggml_vec_dot_q5_1_q8_1` (generic): `(dw*da)*sumi + mw*sa`.

@@ -52,13 +52,7 @@ pub fn dequantize_ref(b: &BlockQ5K, y: &mut [f32; QK_K]) {
 /// `quantize_row_q5_K_ref` for one block.
 pub fn quantize_ref(x: &[f32; QK_K]) -> BlockQ5K {
     let (d, dmin, scales, l) = quantize_k4_common(x, 31, -0.5, 0.1, 15);
-    let mut b = BlockQ5K {
-        d,
-        dmin,
-        scales,
-        qh: [0; QK_K / 8],
-        qs: [0; QK_K / 2],
-    };
+    let mut b = BlockQ5K { d, dmin, scales, qh: [0; QK_K / 8], qs: [0; QK_K / 2] };
     for c in 0..4 {
         for j in 0..32 {
             let l1 = l[64 * c + j];

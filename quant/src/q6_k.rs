@@ -62,12 +62,7 @@ pub fn quantize_ref(x: &[f32; QK_K]) -> BlockQ6K {
             max_scale = s;
         }
     }
-    let mut b = BlockQ6K {
-        ql: [0; QK_K / 2],
-        qh: [0; QK_K / 4],
-        scales: [0; 16],
-        d: 0,
-    };
+    let mut b = BlockQ6K { ql: [0; QK_K / 2], qh: [0; QK_K / 4], scales: [0; 16], d: 0 };
     if max_abs_scale < GROUP_MAX_EPS {
         return b;
     }

@@ -48,10 +48,7 @@ pub fn quantize_ref(x: &[f32; QK8_0]) -> BlockQ8_0 {
     for (q, &v) in qs.iter_mut().zip(x.iter()) {
         *q = roundf_i32(v * id) as i8;
     }
-    BlockQ8_0 {
-        d: f32_to_f16(d),
-        qs,
-    }
+    BlockQ8_0 { d: f32_to_f16(d), qs }
 }
 
 /// Integer dot of the quants (exact).

@@ -45,11 +45,7 @@ pub fn quantize_ref(x: &[f32; QK8_1]) -> BlockQ8_1 {
         *q = roundf_i32(v * id) as i8;
         sum += *q as i32;
     }
-    BlockQ8_1 {
-        d: f32_to_f16(d),
-        s: f32_to_f16(sum as f32 * d),
-        qs,
-    }
+    BlockQ8_1 { d: f32_to_f16(d), s: f32_to_f16(sum as f32 * d), qs }
 }
 
 /// Q8_1 · Q8_1 (not a ggml kernel; provided so every type has a `vec_dot`).

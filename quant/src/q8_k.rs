@@ -48,11 +48,7 @@ pub fn quantize_ref(x: &[f32; QK_K]) -> BlockQ8K {
             max = v;
         }
     }
-    let mut b = BlockQ8K {
-        d: 0,
-        qs: [0; QK_K],
-        bsums: [0; QK_K / 16],
-    };
+    let mut b = BlockQ8K { d: 0, qs: [0; QK_K], bsums: [0; QK_K / 16] };
     if amax == 0.0 {
         return b;
     }

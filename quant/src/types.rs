@@ -46,8 +46,8 @@ pub enum GgmlType {
 pub const ALL_TYPES: [GgmlType; 31] = {
     use GgmlType::*;
     [
-        F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K, IQ2XXS, IQ2XS,
-        IQ3XXS, IQ1S, IQ4NL, IQ3S, IQ2S, IQ4XS, I8, I16, I32, I64, F64, IQ1M, BF16, TQ1_0, TQ2_0,
+        F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K, IQ2XXS, IQ2XS, IQ3XXS, IQ1S, IQ4NL,
+        IQ3S, IQ2S, IQ4XS, I8, I16, I32, I64, F64, IQ1M, BF16, TQ1_0, TQ2_0,
     ]
 };
 
@@ -108,8 +108,8 @@ impl GgmlType {
         match self {
             F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL => 32,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
-            | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => crate::QK_K,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S | IQ4XS | IQ1M | TQ1_0
+            | TQ2_0 => crate::QK_K,
         }
     }
 
@@ -167,8 +167,8 @@ impl GgmlType {
         match self {
             Q4_0 | Q5_0 | Q8_0 | IQ4NL => Q8_0,
             Q4_1 | Q5_1 | Q8_1 => Q8_1,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
-            | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => Q8K,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S | IQ4XS | IQ1M | TQ1_0
+            | TQ2_0 => Q8K,
             F16 => F16,
             BF16 => BF16,
             F32 | F64 | I8 | I16 | I32 | I64 => self,
@@ -180,20 +180,7 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16
-                | BF16
-                | Q4_0
-                | Q4_1
-                | Q5_0
-                | Q5_1
-                | Q8_0
-                | Q8_1
-                | Q4K
-                | Q5K
-                | Q6K
-                | Q8K
-                | IQ3XXS
-                | IQ4NL
+            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q4K | Q5K | Q6K | Q8K | IQ3XXS | IQ4NL
         )
     }
 }
@@ -212,12 +199,7 @@ pub enum QuantError {
     Unsupported(GgmlType),
     /// A length does not fit the format. `what` names the argument and the rule;
     /// for "not a multiple of the block size" errors `expected` is the block size.
-    BadLength {
-        ty: GgmlType,
-        what: &'static str,
-        expected: usize,
-        got: usize,
-    },
+    BadLength { ty: GgmlType, what: &'static str, expected: usize, got: usize },
 }
 
 impl fmt::Display for QuantError {
@@ -226,16 +208,8 @@ impl fmt::Display for QuantError {
             QuantError::Unsupported(t) => {
                 write!(f, "ggml type {t} has no reference implementation")
             }
-            QuantError::BadLength {
-                ty,
-                what,
-                expected,
-                got,
-            } => {
-                write!(
-                    f,
-                    "{ty}: bad length of {what}: expected {expected}, got {got}"
-                )
+            QuantError::BadLength { ty, what, expected, got } => {
+                write!(f, "{ty}: bad length of {what}: expected {expected}, got {got}")
             }
         }
     }

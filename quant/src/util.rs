@@ -50,11 +50,7 @@ pub fn sqrtf(x: f32) -> f32 {
     // x = m * 2^e with integer m.
     let exp = (b >> 23) as i32;
     let man = (b & 0x7f_ffff) as u64;
-    let (mut m, mut e) = if exp == 0 {
-        (man, -149)
-    } else {
-        (man | 0x80_0000, exp - 150)
-    };
+    let (mut m, mut e) = if exp == 0 { (man, -149) } else { (man | 0x80_0000, exp - 150) };
     while m < 0x80_0000 {
         m <<= 1; // normalise subnormals to a 24-bit significand
         e -= 1;

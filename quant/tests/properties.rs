@@ -71,10 +71,7 @@ fn roundtrip_error_bounds() {
     for ty in TYPES {
         for (shape, x) in rows(0x5eed ^ ty as u64, n) {
             let y = dequantize(ty, &quantize(ty, &x), n);
-            assert!(
-                y.iter().all(|v| v.is_finite()),
-                "{ty} {shape}: non-finite output"
-            );
+            assert!(y.iter().all(|v| v.is_finite()), "{ty} {shape}: non-finite output");
             let err = rel_rmse(&x, &y);
             let tol = match shape {
                 "zeros" => 0.0,
@@ -99,12 +96,7 @@ fn report_roundtrip_errors() {
     let x: Vec<f32> = (0..65536).map(|_| r.normal() as f32).collect();
     for ty in TYPES {
         let y = dequantize(ty, &quantize(ty, &x), x.len());
-        println!(
-            "{:8} gaussian rel-RMSE {:.5} (tol {})",
-            ty.name(),
-            rel_rmse(&x, &y),
-            rmse_tol(ty)
-        );
+        println!("{:8} gaussian rel-RMSE {:.5} (tol {})", ty.name(), rel_rmse(&x, &y), rmse_tol(ty));
     }
 }
 
@@ -121,10 +113,7 @@ fn q8_0_elementwise_bound() {
         for (i, (a, c)) in xb.iter().zip(yb).enumerate() {
             // half a step, plus |q| * (f16 relative rounding of d) <= 127 * d * 2^-11
             let bound = 0.5 * d + 127.0 * d * 4.9e-4 + 1e-7;
-            assert!(
-                (a - c).abs() <= bound,
-                "block {b} elem {i}: {a} vs {c} (bound {bound})"
-            );
+            assert!((a - c).abs() <= bound, "block {b} elem {i}: {a} vs {c} (bound {bound})");
         }
     }
 }
@@ -184,25 +173,10 @@ fn bad_lengths_are_errors_not_panics() {
             let n = bs + 1;
             let x = vec![0.5f32; n];
             let mut q = vec![0u8; ty.type_size() * 2];
-            assert!(
-                matches!(
-                    quantize_row(ty, &x, &mut q),
-                    Err(QuantError::BadLength { .. })
-                ),
-                "{ty}"
-            );
+            assert!(matches!(quantize_row(ty, &x, &mut q), Err(QuantError::BadLength { .. })), "{ty}");
             let mut y = vec![0f32; n];
-            assert!(
-                matches!(
-                    dequantize_row(ty, &q, &mut y),
-                    Err(QuantError::BadLength { .. })
-                ),
-                "{ty}"
-            );
-            assert!(
-                matches!(vec_dot(ty, n, &q, &q), Err(QuantError::BadLength { .. })),
-                "{ty}"
-            );
+            assert!(matches!(dequantize_row(ty, &q, &mut y), Err(QuantError::BadLength { .. })), "{ty}");
+            assert!(matches!(vec_dot(ty, n, &q, &q), Err(QuantError::BadLength { .. })), "{ty}");
             assert_eq!(ty.row_bytes(n), None);
         }
         // right element count, wrong byte count (one byte short / long)
@@ -212,30 +186,13 @@ fn bad_lengths_are_errors_not_panics() {
         for bad in [good - 1, good + 1, 0] {
             let mut q = vec![0u8; bad];
             let e = quantize_row(ty, &x, &mut q).unwrap_err();
-            assert_eq!(
-                e,
-                QuantError::BadLength {
-                    ty,
-                    what: "dst bytes",
-                    expected: good,
-                    got: bad
-                }
-            );
+            assert_eq!(e, QuantError::BadLength { ty, what: "dst bytes", expected: good, got: bad });
             let mut y = vec![0f32; n];
-            assert!(matches!(
-                dequantize_row(ty, &q, &mut y),
-                Err(QuantError::BadLength { .. })
-            ));
+            assert!(matches!(dequantize_row(ty, &q, &mut y), Err(QuantError::BadLength { .. })));
             let a = vec![0u8; at.row_bytes(n).unwrap()];
-            assert!(matches!(
-                vec_dot(ty, n, &q, &a),
-                Err(QuantError::BadLength { .. })
-            ));
+            assert!(matches!(vec_dot(ty, n, &q, &a), Err(QuantError::BadLength { .. })));
             let w = vec![0u8; good];
-            assert!(matches!(
-                vec_dot(ty, n, &w, &q[..bad.min(q.len())]),
-                Err(QuantError::BadLength { .. })
-            ));
+            assert!(matches!(vec_dot(ty, n, &w, &q[..bad.min(q.len())]), Err(QuantError::BadLength { .. })));
         }
         // empty rows are fine
         assert_eq!(vec_dot(ty, 0, &[], &[]), Ok(0.0));
@@ -254,14 +211,8 @@ fn unsupported_types_report_unsupported() {
         let n = ty.block_size();
         let mut q = vec![0u8; ty.type_size()];
         let mut y = vec![0f32; n];
-        assert_eq!(
-            dequantize_row(ty, &q, &mut y),
-            Err(QuantError::Unsupported(ty))
-        );
-        assert_eq!(
-            quantize_row(ty, &y, &mut q),
-            Err(QuantError::Unsupported(ty))
-        );
+        assert_eq!(dequantize_row(ty, &q, &mut y), Err(QuantError::Unsupported(ty)));
+        assert_eq!(quantize_row(ty, &y, &mut q), Err(QuantError::Unsupported(ty)));
         assert_eq!(vec_dot(ty, n, &q, &q), Err(QuantError::Unsupported(ty)));
     }
 }
@@ -336,17 +287,11 @@ fn iq3_xxs_quantizer_makes_valid_blocks() {
         for g in 0..32 {
             let xs = &x[8 * g..8 * g + 8];
             let ys = &y[8 * g..8 * g + 8];
-            let flips: Vec<usize> = (0..8)
-                .filter(|&j| (xs[j] < 0.0) != (ys[j] < 0.0) && ys[j] != 0.0)
-                .collect();
+            let flips: Vec<usize> = (0..8).filter(|&j| (xs[j] < 0.0) != (ys[j] < 0.0) && ys[j] != 0.0).collect();
             assert!(flips.len() <= 1, "group {g}: {} sign flips", flips.len());
             if let Some(&j) = flips.first() {
                 let minabs = xs.iter().fold(f32::MAX, |m, v| m.min(v.abs()));
-                assert_eq!(
-                    xs[j].abs(),
-                    minabs,
-                    "group {g}: flipped a weight that is not the smallest"
-                );
+                assert_eq!(xs[j].abs(), minabs, "group {g}: flipped a weight that is not the smallest");
             }
         }
     }
@@ -372,13 +317,7 @@ fn misaligned_rows_work() {
     use quant::block::Block;
     let mut r = Rng::new(21);
     let x: Vec<f32> = (0..512).map(|_| r.normal() as f32).collect();
-    for ty in [
-        GgmlType::Q8K,
-        GgmlType::Q4K,
-        GgmlType::Q6K,
-        GgmlType::Q4_0,
-        GgmlType::Q5_1,
-    ] {
+    for ty in [GgmlType::Q8K, GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q4_0, GgmlType::Q5_1] {
         let q = quantize(ty, &x);
         let mut buf = vec![0u8; q.len() + 8];
         let want = dequantize(ty, &q, x.len());
@@ -405,10 +344,7 @@ fn misaligned_rows_work() {
 fn errors_display_their_context() {
     let e = quantize_row(GgmlType::Q4K, &[0.0; 100], &mut [0u8; 144]).unwrap_err();
     let s = e.to_string();
-    assert!(
-        s.contains("q4_K") && s.contains("256") && s.contains("100"),
-        "{s}"
-    );
+    assert!(s.contains("q4_K") && s.contains("256") && s.contains("100"), "{s}");
     assert_eq!(
         QuantError::Unsupported(GgmlType::IQ2XS).to_string(),
         "ggml type iq2_xs has no reference implementation"

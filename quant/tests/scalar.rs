@@ -32,11 +32,7 @@ fn nearest_f16(x: f32) -> u16 {
     let mut best = (f64::INFINITY, 0u16);
     for h in 0..=0x7c00u16 {
         // 0x7c00 = inf stands for "overflow": ggml rounds |x| >= 65520 to inf
-        let v = if h == 0x7c00 {
-            65536.0
-        } else {
-            f16_to_f32(h) as f64
-        };
+        let v = if h == 0x7c00 { 65536.0 } else { f16_to_f32(h) as f64 };
         let e = (v - xd.abs()).abs();
         if e < best.0 || (e == best.0 && h & 1 == 0) {
             best = (e, h);
@@ -77,10 +73,7 @@ fn bf16_conversions() {
         let x = f32::from_bits(r.next_u64() as u32);
         let h = f32_to_bf16(x);
         if x.is_nan() {
-            assert!(
-                bf16_to_f32(h).is_nan() && h & 0x40 != 0,
-                "NaN must stay (quiet) NaN"
-            );
+            assert!(bf16_to_f32(h).is_nan() && h & 0x40 != 0, "NaN must stay (quiet) NaN");
             continue;
         }
         // independent: the two bf16 neighbours of x, pick the nearer (ties to even)
@@ -94,11 +87,7 @@ fn bf16_conversions() {
             f32::from_bits(hi) as f64
         };
         let dh = (x as f64 - hv).abs();
-        let want = if dl < dh || (dl == dh && (lo >> 16) & 1 == 0) {
-            lo
-        } else {
-            hi
-        };
+        let want = if dl < dh || (dl == dh && (lo >> 16) & 1 == 0) { lo } else { hi };
         if x.is_infinite() {
             assert_eq!(bf16_to_f32(h), x);
         } else {
@@ -122,16 +111,7 @@ fn sqrtf_is_correctly_rounded() {
         }
         assert_eq!(sqrtf(x).to_bits(), x.sqrt().to_bits(), "sqrt({x:e})");
     }
-    for x in [
-        0.0f32,
-        1.0,
-        2.0,
-        4.0,
-        f32::MIN_POSITIVE,
-        1e-45,
-        f32::MAX,
-        f32::INFINITY,
-    ] {
+    for x in [0.0f32, 1.0, 2.0, 4.0, f32::MIN_POSITIVE, 1e-45, f32::MAX, f32::INFINITY] {
         assert_eq!(sqrtf(x).to_bits(), x.sqrt().to_bits(), "sqrt({x:e})");
     }
     assert!(sqrtf(-1.0).is_nan());

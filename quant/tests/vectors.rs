@@ -5,10 +5,7 @@
 
 use quant::{GgmlType, dequantize_row, quantize_row};
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../testdata/reference/quant-vectors/"
-);
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reference/quant-vectors/");
 
 fn read(name: &str) -> Vec<u8> {
     let p = format!("{DIR}{name}");
@@ -16,10 +13,7 @@ fn read(name: &str) -> Vec<u8> {
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 /// Quantize act_f32 with `ty` and compare with llama.cpp's bytes, reporting the first bad
@@ -65,11 +59,7 @@ fn q8_0_activations_byte_exact() {
 fn check_deq(ty: GgmlType, name: &str) {
     let w = read(&format!("w_{name}.bin"));
     let want = f32s(&read(&format!("w_{name}_deq_f32.bin")));
-    assert_eq!(
-        ty.row_bytes(want.len()),
-        Some(w.len()),
-        "{name}: sizes disagree"
-    );
+    assert_eq!(ty.row_bytes(want.len()), Some(w.len()), "{name}: sizes disagree");
     let mut got = vec![0f32; want.len()];
     dequantize_row(ty, &w, &mut got).unwrap();
     for (i, (g, e)) in got.iter().zip(&want).enumerate() {
@@ -144,9 +134,6 @@ fn index_lists_only_covered_files() {
         "w_q5_1_deq_f32.bin",
     ];
     for part in idx.split('"').filter(|s| s.ends_with(".bin")) {
-        assert!(
-            covered.contains(&part),
-            "index.json lists {part}, which no test covers"
-        );
+        assert!(covered.contains(&part), "index.json lists {part}, which no test covers");
     }
 }

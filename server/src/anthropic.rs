@@ -119,12 +119,8 @@ fn blocks(content: Value, what: &str) -> Result<Vec<BlockIn>, ApiError> {
             content: None,
             is_error: false,
         }]),
-        v @ Value::Array(_) => {
-            serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("{what}: {e}")))
-        }
-        _ => Err(ApiError::bad_request(format!(
-            "{what} must be a string or a list of content blocks"
-        ))),
+        v @ Value::Array(_) => serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("{what}: {e}"))),
+        _ => Err(ApiError::bad_request(format!("{what} must be a string or a list of content blocks"))),
     }
 }
 
@@ -147,11 +143,7 @@ fn text_only(content: Value, what: &str) -> Result<String, ApiError> {
 impl MessagesRequest {
     fn gen_params(&self) -> GenParams {
         let mut stops = self.stop_sequences.clone().unwrap_or_default();
-        if self
-            .tool_choice
-            .as_ref()
-            .is_some_and(|c| c.disable_parallel_tool_use)
-        {
+        if self.tool_choice.as_ref().is_some_and(|c| c.disable_parallel_tool_use) {
             stops.push(CALL_CLOSE.into()); // one call, then stop (the parser closes it)
         }
         GenParams {
@@ -174,14 +166,11 @@ impl MessagesRequest {
     fn conversation(&mut self) -> Result<Conversation, ApiError> {
         let mut conv = Conversation::default();
         if let Some(system) = self.system.take() {
-            conv.turns
-                .push(Turn::new("system", text_only(system, "system")?));
+            conv.turns.push(Turn::new("system", text_only(system, "system")?));
         }
         let n = self.messages.len();
         if n == 0 {
-            return Err(ApiError::bad_request(
-                "messages: at least one message is required",
-            ));
+            return Err(ApiError::bad_request("messages: at least one message is required"));
         }
         let mut has_user = false;
         for (i, m) in std::mem::take(&mut self.messages).into_iter().enumerate() {
@@ -190,11 +179,7 @@ impl MessagesRequest {
             let indexed = m.content.is_array();
             let content = blocks(m.content, &whole)?;
             let at = |j: usize| {
-                if indexed {
-                    format!("{whole}[{j}]")
-                } else {
-                    whole.clone()
-                }
+                if indexed { format!("{whole}[{j}]") } else { whole.clone() }
             };
             match m.role.as_str() {
                 "user" => {
@@ -270,8 +255,7 @@ impl MessagesRequest {
                     t.name
                 )));
             }
-            conv.tools
-                .push(ToolDef::new(t.name, t.description, t.input_schema)?);
+            conv.tools.push(ToolDef::new(t.name, t.description, t.input_schema)?);
         }
         conv.tool_choice = match self.tool_choice.as_ref() {
             None => ToolChoice::Auto,
@@ -290,10 +274,9 @@ impl MessagesRequest {
         if conv.tools.is_empty() {
             let forced = match &conv.tool_choice {
                 ToolChoice::Required => Some("{\"type\": \"any\"}".to_string()),
-                ToolChoice::Named(name) => Some(format!(
-                    "{{\"type\": \"tool\", \"name\": {}}}",
-                    Value::from(name.as_str())
-                )),
+                ToolChoice::Named(name) => {
+                    Some(format!("{{\"type\": \"tool\", \"name\": {}}}", Value::from(name.as_str())))
+                }
                 ToolChoice::None | ToolChoice::Auto => None,
             };
             if let Some(choice) = forced {
@@ -324,14 +307,8 @@ fn misplaced_block(what: &str, kind: &str, role: &str) -> ApiError {
         "tool_use" => ("an assistant", "it is a call the model made"),
         _ => ("a user", "it answers a call the model made"),
     };
-    let role = if role == "user" {
-        "a user"
-    } else {
-        "an assistant"
-    };
-    ApiError::bad_request(format!(
-        "{what}: a {kind} block belongs in {belongs} message ({why}), not in {role} message"
-    ))
+    let role = if role == "user" { "a user" } else { "an assistant" };
+    ApiError::bad_request(format!("{what}: a {kind} block belongs in {belongs} message ({why}), not in {role} message"))
 }
 
 /// `stop_reason` and `stop_sequence`.
@@ -349,19 +326,11 @@ fn tool_use_block(st: &AppState, call: ParsedCall) -> Value {
            "input": Value::Object(call.arguments)})
 }
 
-pub async fn messages(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    run(st, body)
-        .await
-        .unwrap_or_else(|e| Anthropic(e).into_response())
+pub async fn messages(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    run(st, body).await.unwrap_or_else(|e| Anthropic(e).into_response())
 }
 
-pub async fn count_tokens(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn count_tokens(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let count = || {
         let mut req: MessagesRequest = parse_body(&read_body(body)?)?;
         let prompt = req.conversation()?.render(&st)?;
@@ -381,9 +350,8 @@ async fn run(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result<R
     let job = generate::make_job(&st, prompt.tokens, req.gen_params()).await?;
     let generation = generate::start(&st, &job).await?;
     let queue = generate::QueueInfo::of(&generation);
-    let mut resp = respond(st, req, job, prompt.parser, generation)
-        .await
-        .unwrap_or_else(|e| Anthropic(e).into_response());
+    let mut resp =
+        respond(st, req, job, prompt.parser, generation).await.unwrap_or_else(|e| Anthropic(e).into_response());
     queue.apply(&mut resp);
     Ok(resp)
 }
@@ -432,10 +400,7 @@ async fn respond(
     }
 
     Ok(generate::sse_response(move |tx: EventSink| async move {
-        let send = |name: &str, data: Value| {
-            tx.send(Ok(Event::default().event(name).data(data.to_string())))
-                .is_ok()
-        };
+        let send = |name: &str, data: Value| tx.send(Ok(Event::default().event(name).data(data.to_string()))).is_ok();
         let start = json!({"type": "message_start", "message": {
             "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": null, "stop_sequence": null,
@@ -536,8 +501,5 @@ impl BlockStream {
 }
 
 fn stop_block(index: usize, send: &impl Fn(&str, Value) -> bool) -> bool {
-    send(
-        "content_block_stop",
-        json!({"type": "content_block_stop", "index": index}),
-    )
+    send("content_block_stop", json!({"type": "content_block_stop", "index": index}))
 }

@@ -27,11 +27,7 @@ pub struct Turn {
 
 impl Turn {
     pub fn new(role: &str, content: String) -> Turn {
-        Turn {
-            role: role.into(),
-            content,
-            ..Turn::default()
-        }
+        Turn { role: role.into(), content, ..Turn::default() }
     }
 }
 
@@ -54,11 +50,7 @@ pub struct CallFunction {
 
 impl TurnCall {
     pub fn new(id: Option<String>, name: String, arguments: Value) -> TurnCall {
-        TurnCall {
-            id,
-            kind: "function",
-            function: CallFunction { name, arguments },
-        }
+        TurnCall { id, kind: "function", function: CallFunction { name, arguments } }
     }
 }
 
@@ -82,15 +74,9 @@ pub struct FunctionDef {
 
 impl ToolDef {
     /// Checks the name (what a call names the tool by; also a JSON string in the prompt).
-    pub fn new(
-        name: String,
-        description: Option<String>,
-        parameters: Option<Value>,
-    ) -> Result<ToolDef, ApiError> {
+    pub fn new(name: String, description: Option<String>, parameters: Option<Value>) -> Result<ToolDef, ApiError> {
         if name.is_empty() || name.len() > 128 {
-            return Err(ApiError::bad_request(
-                "a tool's name must have 1 to 128 characters",
-            ));
+            return Err(ApiError::bad_request("a tool's name must have 1 to 128 characters"));
         }
         let parameters = match parameters {
             None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
@@ -101,14 +87,7 @@ impl ToolDef {
                 )));
             }
         };
-        Ok(ToolDef {
-            kind: "function",
-            function: FunctionDef {
-                name,
-                description,
-                parameters,
-            },
-        })
+        Ok(ToolDef { kind: "function", function: FunctionDef { name, description, parameters } })
     }
 }
 
@@ -147,10 +126,7 @@ impl Conversation {
             return Err(ApiError::bad_request("`messages` must not be empty"));
         }
         let offer_tools = !self.tools.is_empty() && self.tool_choice != ToolChoice::None;
-        let tool_history = self
-            .turns
-            .iter()
-            .any(|t| t.role == "tool" || !t.tool_calls.is_empty());
+        let tool_history = self.turns.iter().any(|t| t.role == "tool" || !t.tool_calls.is_empty());
         let template_error = template_error;
         let mut text = if offer_tools || tool_history {
             if !template_supports_tools(st.tokenizer.chat_template_source()) {
@@ -160,18 +136,10 @@ impl Conversation {
                 ));
             }
             let tools = offer_tools.then_some(&self.tools);
-            st.tokenizer
-                .apply_chat_template_with_tools(&self.turns, tools, true)
-                .map_err(template_error)?
+            st.tokenizer.apply_chat_template_with_tools(&self.turns, tools, true).map_err(template_error)?
         } else {
-            let messages: Vec<ChatMessage> = self
-                .turns
-                .iter()
-                .map(|t| ChatMessage::new(&t.role, &t.content))
-                .collect();
-            st.tokenizer
-                .apply_chat_template(&messages, true)
-                .map_err(template_error)?
+            let messages: Vec<ChatMessage> = self.turns.iter().map(|t| ChatMessage::new(&t.role, &t.content)).collect();
+            st.tokenizer.apply_chat_template(&messages, true).map_err(template_error)?
         };
         text.push_str(&self.assistant_prefix);
         let forced = match &self.tool_choice {
@@ -185,10 +153,7 @@ impl Conversation {
                     )));
                 }
                 // The call's opening, exactly as the template writes calls (Python's json.dumps).
-                format!(
-                    "{CALL_OPEN}\n{{\"name\": {}, \"arguments\": ",
-                    Value::from(name.as_str())
-                )
+                format!("{CALL_OPEN}\n{{\"name\": {}, \"arguments\": ", Value::from(name.as_str()))
             }
             ToolChoice::None | ToolChoice::Auto => String::new(),
         };
@@ -209,9 +174,9 @@ impl Conversation {
 fn template_error(e: tokenizer::TokenizerError) -> ApiError {
     use tokenizer::TokenizerError as T;
     match e {
-        T::ChatTemplateRaised(why) => ApiError::bad_request(format!(
-            "the model's chat template refuses this conversation: {why}"
-        )),
+        T::ChatTemplateRaised(why) => {
+            ApiError::bad_request(format!("the model's chat template refuses this conversation: {why}"))
+        }
         // The first line: minijinja's debug dump of the template source follows it.
         T::ChatTemplate(why) => ApiError::server(format!(
             "the model's chat template is broken (a server-side fault, not the request's): {}",

@@ -5,9 +5,7 @@
 //! both places so that "was it given?" can be told apart from "is it the default?".
 
 use crate::engine_process::ProcessEnv;
-use crate::serve::{
-    ConnLimits, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-};
+use crate::serve::{ConnLimits, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_CLIENT};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -138,12 +136,8 @@ impl ApiKey {
 
     /// The first line of a file, trimmed.
     pub fn from_file(path: &Path) -> anyhow::Result<ApiKey> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading API key file {}", path.display()))?;
-        ApiKey::new(
-            text.lines().next().unwrap_or(""),
-            &format!("file {} (first line)", path.display()),
-        )
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading API key file {}", path.display()))?;
+        ApiKey::new(text.lines().next().unwrap_or(""), &format!("file {} (first line)", path.display()))
     }
 
     /// Whether `given` is this key, in time that depends only on `given`'s length (every byte
@@ -202,37 +196,25 @@ pub struct Resolved {
 impl ServerConfig {
     /// Read a config file (no merging).
     pub fn from_file(path: &Path) -> anyhow::Result<ServerConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
         // With the path of a value of the wrong type (`env.A: invalid type ...`).
-        let mut cfg: ServerConfig =
-            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
-                .map_err(|e| {
-                    let path_s = e.path().to_string();
-                    let inner = e.into_inner();
-                    if path_s == "." {
-                        anyhow::anyhow!("{inner}")
-                    } else {
-                        anyhow::anyhow!("`{path_s}`: {inner}")
-                    }
-                })
-                .with_context(|| format!("parsing config {}", path.display()))?;
+        let mut cfg: ServerConfig = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+            .map_err(|e| {
+                let path_s = e.path().to_string();
+                let inner = e.into_inner();
+                if path_s == "." { anyhow::anyhow!("{inner}") } else { anyhow::anyhow!("`{path_s}`: {inner}") }
+            })
+            .with_context(|| format!("parsing config {}", path.display()))?;
         // The C++ engine's names for the engine command.
         if let Some(exe) = cfg.exe.take() {
             if cfg.engine.executable.is_some() {
-                bail!(
-                    "config {}: both `exe` and `engine.executable` are given; use one",
-                    path.display()
-                );
+                bail!("config {}: both `exe` and `engine.executable` are given; use one", path.display());
             }
             cfg.engine.executable = Some(exe);
         }
         if let Some(args) = cfg.args.take() {
             if cfg.engine.args.is_some() {
-                bail!(
-                    "config {}: both `args` and `engine.args` are given; use one",
-                    path.display()
-                );
+                bail!("config {}: both `args` and `engine.args` are given; use one", path.display());
             }
             cfg.engine.args = Some(args);
         }
@@ -275,39 +257,23 @@ impl ServerConfig {
         };
         let executable = match self.engine.executable.clone().or(file.engine.executable) {
             Some(p) => p,
-            None => std::env::current_exe()
-                .context("finding the running executable (set engine.executable)")?,
+            None => std::env::current_exe().context("finding the running executable (set engine.executable)")?,
         };
         // A relative program path is unspecified once the child's working directory differs.
-        let executable = if file.cwd.is_some()
-            && executable.is_relative()
-            && executable.components().count() > 1
-        {
+        let executable = if file.cwd.is_some() && executable.is_relative() && executable.components().count() > 1 {
             std::path::absolute(&executable).unwrap_or(executable)
         } else {
             executable
         };
-        let args = self
-            .engine
-            .args
-            .clone()
-            .or(file.engine.args)
-            .unwrap_or_default();
+        let args = self.engine.args.clone().or(file.engine.args).unwrap_or_default();
         if args.iter().any(|a| a == "--serve") {
             bail!("engine args must not contain --serve: the server appends it");
         }
         let tokenizer = match self.tokenizer.clone().or(file.tokenizer) {
             Some(t) => t,
-            None => match args
-                .iter()
-                .find(|a| a.ends_with(".gguf"))
-                .map(PathBuf::from)
-                .or_else(default_model)
-            {
+            None => match args.iter().find(|a| a.ends_with(".gguf")).map(PathBuf::from).or_else(default_model) {
                 Some(p) => p,
-                None => bail!(
-                    "no tokenizer: set \"tokenizer\" (a GGUF file) in the config or pass --tokenizer"
-                ),
+                None => bail!("no tokenizer: set \"tokenizer\" (a GGUF file) in the config or pass --tokenizer"),
             },
         };
         Ok(Resolved {
@@ -315,20 +281,12 @@ impl ServerConfig {
             args,
             tokenizer,
             model_name: self.model_name.clone().or(file.model_name),
-            host: self
-                .host
-                .clone()
-                .or(file.host)
-                .unwrap_or_else(|| "127.0.0.1".into()),
+            host: self.host.clone().or(file.host).unwrap_or_else(|| "127.0.0.1".into()),
             port: self.port.or(file.port).unwrap_or(8080),
-            startup_timeout: startup_timeout(
-                self.startup_timeout.or(file.startup_timeout).unwrap_or(600),
-            )?,
+            startup_timeout: startup_timeout(self.startup_timeout.or(file.startup_timeout).unwrap_or(600))?,
             engine_timeout: timeout_secs(
                 "engine_timeout",
-                self.engine_timeout
-                    .or(file.engine_timeout)
-                    .unwrap_or(DEFAULT_ENGINE_TIMEOUT),
+                self.engine_timeout.or(file.engine_timeout).unwrap_or(DEFAULT_ENGINE_TIMEOUT),
             )?,
             process: ProcessEnv {
                 cwd: file.cwd,
@@ -345,10 +303,7 @@ impl ServerConfig {
             (None, Some(p)) => ServerConfig::from_file(p)?.send_timeout,
             _ => None,
         };
-        timeout_secs(
-            "send_timeout",
-            self.send_timeout.or(file).unwrap_or(DEFAULT_SEND_TIMEOUT),
-        )
+        timeout_secs("send_timeout", self.send_timeout.or(file).unwrap_or(DEFAULT_SEND_TIMEOUT))
     }
 
     /// The limits of a client connection in effect (flag > file > default). Not part of
@@ -366,15 +321,11 @@ impl ServerConfig {
             send_timeout: self.send_timeout()?,
             header_timeout: timeout_secs(
                 "header_timeout",
-                self.header_timeout
-                    .or(file.header_timeout)
-                    .unwrap_or(DEFAULT_HEADER_TIMEOUT),
+                self.header_timeout.or(file.header_timeout).unwrap_or(DEFAULT_HEADER_TIMEOUT),
             )?,
             body_timeout: timeout_secs(
                 "body_timeout",
-                self.body_timeout
-                    .or(file.body_timeout)
-                    .unwrap_or(DEFAULT_BODY_TIMEOUT),
+                self.body_timeout.or(file.body_timeout).unwrap_or(DEFAULT_BODY_TIMEOUT),
             )?,
             max_connections_per_client: (cap > 0).then(|| cap.min(usize::MAX as u64) as usize),
         })
@@ -494,65 +445,32 @@ mod tests {
         let r = cli.server.resolve().unwrap();
         assert_eq!(r.executable, PathBuf::from("/bin/strata"));
         assert_eq!(r.args, vec!["-m", "m.gguf"]);
-        assert_eq!(
-            r.tokenizer,
-            PathBuf::from("m.gguf"),
-            "defaults to the engine's model"
-        );
+        assert_eq!(r.tokenizer, PathBuf::from("m.gguf"), "defaults to the engine's model");
         assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 9001));
         assert_eq!(r.startup_timeout, Duration::from_secs(600));
         assert_eq!(r.engine_timeout, Some(Duration::from_secs(300)));
-        assert_eq!(
-            cli.server.send_timeout().unwrap(),
-            Some(Duration::from_secs(30))
-        );
+        assert_eq!(cli.server.send_timeout().unwrap(), Some(Duration::from_secs(30)));
     }
 
     #[test]
     fn zero_turns_the_timeouts_off() {
-        let cli = Cli::try_parse_from([
-            "strata",
-            "--tokenizer",
-            "t.gguf",
-            "--engine-timeout",
-            "0",
-            "--send-timeout",
-            "0",
-        ])
-        .unwrap();
+        let cli =
+            Cli::try_parse_from(["strata", "--tokenizer", "t.gguf", "--engine-timeout", "0", "--send-timeout", "0"])
+                .unwrap();
         assert_eq!(cli.server.resolve().unwrap().engine_timeout, None);
         assert_eq!(cli.server.send_timeout().unwrap(), None);
-        let cli = Cli::try_parse_from(["strata", "--tokenizer", "t.gguf", "--engine-timeout", "7"])
-            .unwrap();
-        assert_eq!(
-            cli.server.resolve().unwrap().engine_timeout,
-            Some(Duration::from_secs(7))
-        );
+        let cli = Cli::try_parse_from(["strata", "--tokenizer", "t.gguf", "--engine-timeout", "7"]).unwrap();
+        assert_eq!(cli.server.resolve().unwrap().engine_timeout, Some(Duration::from_secs(7)));
     }
 
     #[test]
     fn api_key_flags() {
         let cli = Cli::try_parse_from(["strata", "--api-key", "k1"]).unwrap();
-        assert!(
-            cli.server
-                .api_key_with_env(None)
-                .unwrap()
-                .unwrap()
-                .matches(b"k1")
-        );
+        assert!(cli.server.api_key_with_env(None).unwrap().unwrap().matches(b"k1"));
         let cli = Cli::try_parse_from(["strata", "--api-key-file", "/nonexistent/k"]).unwrap();
-        assert_eq!(
-            cli.server.api_key_file,
-            Some(PathBuf::from("/nonexistent/k"))
-        );
-        assert!(
-            cli.server.api_key_with_env(None).is_err(),
-            "a missing file is an error"
-        );
-        assert!(
-            Cli::try_parse_from(["strata", "--api-key", "a", "--api-key-file", "f"]).is_err(),
-            "not both"
-        );
+        assert_eq!(cli.server.api_key_file, Some(PathBuf::from("/nonexistent/k")));
+        assert!(cli.server.api_key_with_env(None).is_err(), "a missing file is an error");
+        assert!(Cli::try_parse_from(["strata", "--api-key", "a", "--api-key-file", "f"]).is_err(), "not both");
         let none = Cli::try_parse_from(["strata"]).unwrap();
         assert_eq!(none.server.api_key_with_env(None).unwrap(), None);
     }
@@ -560,21 +478,12 @@ mod tests {
     #[test]
     fn serve_flag_in_args_and_missing_tokenizer_are_errors() {
         let c = ServerConfig {
-            engine: EngineCommand {
-                executable: None,
-                args: Some(vec!["--serve".into()]),
-            },
+            engine: EngineCommand { executable: None, args: Some(vec!["--serve".into()]) },
             ..Default::default()
         };
         assert!(c.resolve().unwrap_err().to_string().contains("--serve"));
         if default_model().is_none() {
-            assert!(
-                ServerConfig::default()
-                    .resolve()
-                    .unwrap_err()
-                    .to_string()
-                    .contains("tokenizer")
-            );
+            assert!(ServerConfig::default().resolve().unwrap_err().to_string().contains("tokenizer"));
         }
     }
 }

@@ -17,9 +17,7 @@
 //! reason a failed start or a death is reported with.
 
 use crate::engine_stderr::StderrTail;
-use crate::protocol::{
-    Done, EngineMessage, GenerateRequest, HostMessage, ModelInfo, PROTOCOL_VERSION, to_line,
-};
+use crate::protocol::{Done, EngineMessage, GenerateRequest, HostMessage, ModelInfo, PROTOCOL_VERSION, to_line};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -98,11 +96,7 @@ impl Instance {
         r.closed = true;
         for (_, route) in r.map.drain() {
             let e = error.to_string();
-            let _ = route.tx.send(if timed_out {
-                EngineEvent::TimedOut(e)
-            } else {
-                EngineEvent::Failed(e)
-            });
+            let _ = route.tx.send(if timed_out { EngineEvent::TimedOut(e) } else { EngineEvent::Failed(e) });
         }
     }
 
@@ -111,18 +105,11 @@ impl Instance {
     }
 
     fn silent_for(&self) -> Duration {
-        self.last_activity
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .elapsed()
+        self.last_activity.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
     }
 
     fn in_flight(&self) -> usize {
-        self.routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map
-            .len()
+        self.routes.lock().unwrap_or_else(|p| p.into_inner()).map.len()
     }
 }
 
@@ -156,11 +143,11 @@ impl ProcessEnv {
                 .map(|(_, v)| std::ffi::OsString::from(v))
                 .or_else(|| std::env::var_os("LD_LIBRARY_PATH"))
                 .filter(|v| !v.is_empty());
-            let paths = self.lib_dirs.iter().cloned().chain(
-                current
-                    .iter()
-                    .flat_map(|c| std::env::split_paths(c).collect::<Vec<_>>()),
-            );
+            let paths = self
+                .lib_dirs
+                .iter()
+                .cloned()
+                .chain(current.iter().flat_map(|c| std::env::split_paths(c).collect::<Vec<_>>()));
             if let Ok(joined) = std::env::join_paths(paths) {
                 cmd.env("LD_LIBRARY_PATH", joined);
             }
@@ -238,11 +225,7 @@ impl Generation {
 
     /// Next event; after `Done` or `Failed` the generation is over.
     pub async fn next(&mut self) -> EngineEvent {
-        let ev = self
-            .rx
-            .recv()
-            .await
-            .unwrap_or_else(|| EngineEvent::Failed("engine dropped the request".into()));
+        let ev = self.rx.recv().await.unwrap_or_else(|| EngineEvent::Failed("engine dropped the request".into()));
         if !matches!(ev, EngineEvent::Token(_)) {
             self.finished = true;
         }
@@ -255,10 +238,7 @@ impl Drop for Generation {
         if !self.finished {
             // The route stays until the engine's `done` (or death) so the permit is held while the
             // engine is still busy with this request.
-            let _ = self
-                .instance
-                .stdin
-                .send(to_line(&HostMessage::Cancel { id: self.id }));
+            let _ = self.instance.stdin.send(to_line(&HostMessage::Cancel { id: self.id }));
         }
     }
 }
@@ -319,11 +299,7 @@ impl EngineHandle {
             EngineStatus::Ready(i) => i.in_flight(),
             _ => 0,
         };
-        (
-            self.shared.restarts.load(Ordering::Relaxed),
-            self.shared.waiting.load(Ordering::Relaxed),
-            in_flight,
-        )
+        (self.shared.restarts.load(Ordering::Relaxed), self.shared.waiting.load(Ordering::Relaxed), in_flight)
     }
 
     /// Engine starts that failed before the hello line, in all.
@@ -334,21 +310,11 @@ impl EngineHandle {
     /// Wait until the engine is ready (or is known to fail to start).
     pub async fn ready(&self) -> Result<Arc<Instance>, EngineError> {
         let mut rx = self.shared.status.subscribe();
-        let wait = rx.wait_for(|s| {
-            matches!(
-                s,
-                EngineStatus::Ready(_)
-                    | EngineStatus::Down {
-                        startup_failure: true,
-                        ..
-                    }
-            )
-        });
+        let wait =
+            rx.wait_for(|s| matches!(s, EngineStatus::Ready(_) | EngineStatus::Down { startup_failure: true, .. }));
         let res = tokio::time::timeout(self.shared.startup_timeout, wait).await;
         match res {
-            Err(_) => Err(EngineError::Unavailable(
-                "timed out waiting for the engine to start".into(),
-            )),
+            Err(_) => Err(EngineError::Unavailable("timed out waiting for the engine to start".into())),
             Ok(Err(_)) => Err(EngineError::Unavailable("engine supervisor stopped".into())),
             Ok(Ok(s)) => match &*s {
                 EngineStatus::Ready(i) => Ok(i.clone()),
@@ -377,9 +343,7 @@ impl EngineHandle {
                 if routes.closed {
                     false
                 } else {
-                    let p = permit
-                        .take()
-                        .expect("permit is taken once, right before returning");
+                    let p = permit.take().expect("permit is taken once, right before returning");
                     routes.map.insert(req.id, Route { tx, _permit: p });
                     // A request that just arrived has not been waiting on a silent engine.
                     instance.touch();
@@ -392,9 +356,7 @@ impl EngineHandle {
                 continue;
             }
             // The writer task keeps lines in order; if it is gone the reader fails the route.
-            let _ = instance
-                .stdin
-                .send(to_line(&HostMessage::Generate(req.clone())));
+            let _ = instance.stdin.send(to_line(&HostMessage::Generate(req.clone())));
             return Ok(Generation {
                 id: req.id,
                 prompt_len: req.tokens.len(),
@@ -445,11 +407,8 @@ async fn supervise(shared: Arc<Shared>) {
                     instance.info.vocab_size,
                     instance.info.context_length
                 );
-                shared
-                    .status
-                    .send_replace(EngineStatus::Ready(instance.clone()));
-                let (error, timed_out) =
-                    run_instance(&instance, child, stdout, shared.engine_timeout).await;
+                shared.status.send_replace(EngineStatus::Ready(instance.clone()));
+                let (error, timed_out) = run_instance(&instance, child, stdout, shared.engine_timeout).await;
                 log_line!("strata server: {error}; restarting");
                 // State first, then the failures: a client that got its error sees the restart.
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
@@ -492,11 +451,7 @@ async fn supervise(shared: Arc<Shared>) {
                     return;
                 }
                 log_line!("strata server: engine failed to start: {error}");
-                shared.status.send_replace(EngineStatus::Down {
-                    error,
-                    startup_failure: true,
-                    gave_up: false,
-                });
+                shared.status.send_replace(EngineStatus::Down { error, startup_failure: true, gave_up: false });
             }
         }
         tokio::time::sleep(backoff).await;
@@ -505,10 +460,7 @@ async fn supervise(shared: Arc<Shared>) {
 }
 
 fn set_permits(shared: &Shared, parallel: u32) {
-    let mut sized = shared
-        .permits_sized
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut sized = shared.permits_sized.lock().unwrap_or_else(|p| p.into_inner());
     if !*sized {
         *sized = true;
         shared.permits.add_permits(parallel.max(1) as usize - 1);
@@ -548,15 +500,10 @@ async fn start(shared: &Shared) -> Result<(Arc<Instance>, Child, BufReader<Child
                     return Ok(model);
                 }
                 Ok(EngineMessage::Hello { protocol, .. }) => {
-                    return Err(format!(
-                        "engine speaks protocol {protocol}, this server {PROTOCOL_VERSION}"
-                    ));
+                    return Err(format!("engine speaks protocol {protocol}, this server {PROTOCOL_VERSION}"));
                 }
                 // Tolerate stray output before the hello (e.g. a library printing a banner).
-                _ => log_line!(
-                    "strata server: ignoring engine output before hello: {}",
-                    line.trim_end()
-                ),
+                _ => log_line!("strata server: ignoring engine output before hello: {}", line.trim_end()),
             }
         }
     };
@@ -630,12 +577,7 @@ async fn run_instance(
                 }
             }
             Ok(EngineMessage::Done(d)) => {
-                let route = instance
-                    .routes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .map
-                    .remove(&d.id);
+                let route = instance.routes.lock().unwrap_or_else(|p| p.into_inner()).map.remove(&d.id);
                 if let Some(r) = route {
                     let _ = r.tx.send(EngineEvent::Done(d));
                 }
@@ -646,21 +588,14 @@ async fn run_instance(
             Ok(EngineMessage::Hello { .. }) => {
                 log_line!("strata server: unexpected second hello from engine")
             }
-            Err(e) => log_line!(
-                "strata server: unparsable engine line ({e}): {}",
-                line.trim_end()
-            ),
+            Err(e) => log_line!("strata server: unparsable engine line ({e}): {}", line.trim_end()),
         }
     };
     // Stop routing first so nothing new is sent to a dying process, then reap it.
     if hung {
         let _ = child.start_kill();
     }
-    instance
-        .routes
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .closed = true;
+    instance.routes.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
     let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
         Ok(Ok(s)) => s.to_string(),
         _ => {
@@ -670,11 +605,7 @@ async fn run_instance(
     };
     let why = format!("{why} ({status})");
     // A hung engine's last words are old news; a crash's (a panic message) are the reason.
-    let why = if hung {
-        why
-    } else {
-        instance.stderr.annotate(why).await
-    };
+    let why = if hung { why } else { instance.stderr.annotate(why).await };
     (why, hung)
 }
 

@@ -44,24 +44,22 @@ impl StderrTail {
             return tail;
         };
         let t = tail.clone();
-        let spawned = std::thread::Builder::new()
-            .name("engine-stderr".into())
-            .spawn(move || {
-                let mut f = std::fs::File::from(fd);
-                let mut buf = [0u8; 8192];
-                loop {
-                    let n = match f.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) => break,
-                    };
-                    // Best effort: an unwritable log must not stop the engine.
-                    let _ = std::io::stderr().write_all(&buf[..n]);
-                    t.push(&buf[..n]);
-                }
-                t.close();
-            });
+        let spawned = std::thread::Builder::new().name("engine-stderr".into()).spawn(move || {
+            let mut f = std::fs::File::from(fd);
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = match f.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                // Best effort: an unwritable log must not stop the engine.
+                let _ = std::io::stderr().write_all(&buf[..n]);
+                t.push(&buf[..n]);
+            }
+            t.close();
+        });
         if spawned.is_err() {
             tail.close();
         }
@@ -95,11 +93,7 @@ impl StderrTail {
             {
                 let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
                 if s.eof || t0.elapsed() > Duration::from_secs(1) {
-                    let pick = if s.errors.is_empty() {
-                        &s.lines
-                    } else {
-                        &s.errors
-                    };
+                    let pick = if s.errors.is_empty() { &s.lines } else { &s.errors };
                     return pick.iter().cloned().collect();
                 }
             }
@@ -110,11 +104,7 @@ impl StderrTail {
     /// `msg` with what the engine last said on stderr appended, if it said anything.
     pub async fn annotate(&self, msg: String) -> String {
         let lines = self.last_lines().await;
-        if lines.is_empty() {
-            msg
-        } else {
-            format!("{msg}; engine stderr: {}", lines.join(" | "))
-        }
+        if lines.is_empty() { msg } else { format!("{msg}; engine stderr: {}", lines.join(" | ")) }
     }
 }
 
@@ -122,9 +112,8 @@ impl StderrTail {
 fn is_backtrace_noise(line: &str) -> bool {
     let lower = line.to_ascii_lowercase();
     // Frames: "  12: std::rt::lang_start" and their locations "at src/main.rs:5:1".
-    let frame = line
-        .split_once(':')
-        .is_some_and(|(n, _)| !n.is_empty() && n.trim().bytes().all(|b| b.is_ascii_digit()));
+    let frame =
+        line.split_once(':').is_some_and(|(n, _)| !n.is_empty() && n.trim().bytes().all(|b| b.is_ascii_digit()));
     frame
         || line.starts_with("at ")
         || lower.starts_with("stack backtrace")
@@ -145,10 +134,7 @@ impl TailState {
             // Since Rust 1.73 the message is on the next line; before, after `panicked at`.
             self.panic_next = text.ends_with(':');
             push_bounded(&mut self.errors, text.clone());
-        } else if panic_message
-            || text.to_ascii_lowercase().starts_with("error:")
-            || text.starts_with("error[")
-        {
+        } else if panic_message || text.to_ascii_lowercase().starts_with("error:") || text.starts_with("error[") {
             push_bounded(&mut self.errors, text.clone());
         }
         if !is_backtrace_noise(&text) {
@@ -181,16 +167,10 @@ mod tests {
                     Stack backtrace:\n   0: anyhow::error::<impl anyhow::Error>::msg\n   \
                     1: strata::cli::run\n             at engine/src/cli/mod.rs:10:5\n   \
                     2: strata::main\n   3: std::rt::lang_start\n";
-        assert_eq!(
-            said(dump).await,
-            vec!["error: --max-context 99999999 exceeds the model's 32768"]
-        );
+        assert_eq!(said(dump).await, vec!["error: --max-context 99999999 exceeds the model's 32768"]);
         let panic = "thread 'main' panicked at engine/src/x.rs:3:5:\nboom\nnote: run with \
                      `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
-        assert_eq!(
-            said(panic).await,
-            vec!["thread 'main' panicked at engine/src/x.rs:3:5:", "boom"]
-        );
+        assert_eq!(said(panic).await, vec!["thread 'main' panicked at engine/src/x.rs:3:5:", "boom"]);
         // No error line: the last plain lines, frames left out.
         assert_eq!(said("a\nb\n   0: frame\nc\n").await, vec!["a", "b", "c"]);
     }

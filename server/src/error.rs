@@ -21,12 +21,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            kind: "invalid_request_error",
-            code: None,
-        }
+        ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), kind: "invalid_request_error", code: None }
     }
     pub fn server(message: impl Into<String>) -> ApiError {
         ApiError {
@@ -56,12 +51,7 @@ impl ApiError {
         }
     }
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: message.into(),
-            kind: "server_error",
-            code: None,
-        }
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into(), kind: "server_error", code: None }
     }
 
     /// OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
@@ -143,23 +133,17 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         let inner = e.into_inner();
         // Fields of a `#[serde(flatten)]` struct (the sampling parameters) come without a
         // path: a type error there is located by its position instead.
-        let typed = ["invalid type", "invalid value", "invalid length"]
-            .iter()
-            .any(|p| inner.to_string().starts_with(p));
+        let typed =
+            ["invalid type", "invalid value", "invalid length"].iter().any(|p| inner.to_string().starts_with(p));
         if path == "."
             && typed
-            && let Some(key) =
-                top_level_key_at(body, byte_offset(body, inner.line(), inner.column()))
+            && let Some(key) = top_level_key_at(body, byte_offset(body, inner.line(), inner.column()))
         {
             path = key;
         }
         let msg = inner.to_string();
         // A message that names its field itself (`prompt[1]: ...`) is not prefixed again.
-        bad(if path == "." || msg.starts_with(&path) {
-            msg
-        } else {
-            format!("field `{path}`: {msg}")
-        })
+        bad(if path == "." || msg.starts_with(&path) { msg } else { format!("field `{path}`: {msg}") })
     })?;
     de.end().map_err(|e| bad(e.to_string()))?;
     Ok(v)
@@ -167,11 +151,7 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
 
 /// The byte offset of serde_json's (line, column), both 1-based (column 0: the line's start).
 fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
-    let start: usize = body
-        .split(|&b| b == b'\n')
-        .take(line.saturating_sub(1))
-        .map(|l| l.len() + 1)
-        .sum();
+    let start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
     (start + column).saturating_sub(1).min(body.len())
 }
 
@@ -179,8 +159,7 @@ fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
 /// `}` included, where serde_json reports an error after a value).
 fn top_level_key_at(body: &[u8], at: usize) -> Option<String> {
     let (mut depth, mut in_str, mut esc, mut expect_key) = (0usize, false, false, false);
-    let (mut key_start, mut key, mut value_start): (Option<usize>, Option<String>, Option<usize>) =
-        (None, None, None);
+    let (mut key_start, mut key, mut value_start): (Option<usize>, Option<String>, Option<usize>) = (None, None, None);
     for (i, &c) in body.iter().enumerate() {
         if in_str {
             if esc {

@@ -51,41 +51,30 @@ pub async fn make_job(st: &AppState, prompt: Vec<u32>, p: GenParams) -> Result<J
     }
     let vocab = st.tokenizer.vocab_size() as u32;
     if let Some(t) = prompt.iter().find(|&&t| t >= vocab) {
-        return Err(ApiError::bad_request(format!(
-            "token id {t} is out of range (vocabulary of {vocab})"
-        )));
+        return Err(ApiError::bad_request(format!("token id {t} is out of range (vocabulary of {vocab})")));
     }
     let mut s = SamplingParams::default();
     if let Some(t) = p.temperature {
         if !(t.is_finite() && t >= 0.0 && t <= p.temperature_max) {
-            return Err(ApiError::bad_request(format!(
-                "temperature must be in [0, {}], got {t}",
-                p.temperature_max
-            )));
+            return Err(ApiError::bad_request(format!("temperature must be in [0, {}], got {t}", p.temperature_max)));
         }
         s.temperature = t;
     }
     if let Some(t) = p.top_p {
         if !(t > 0.0 && t <= 1.0) {
-            return Err(ApiError::bad_request(format!(
-                "top_p must be in (0, 1], got {t}"
-            )));
+            return Err(ApiError::bad_request(format!("top_p must be in (0, 1], got {t}")));
         }
         s.top_p = t;
     }
     if let Some(m) = p.min_p {
         if !(0.0..=1.0).contains(&m) {
-            return Err(ApiError::bad_request(format!(
-                "min_p must be in [0, 1], got {m}"
-            )));
+            return Err(ApiError::bad_request(format!("min_p must be in [0, 1], got {m}")));
         }
         s.min_p = m;
     }
     if let Some(r) = p.repeat_penalty {
         if !(r.is_finite() && r > 0.0) {
-            return Err(ApiError::bad_request(format!(
-                "repeat_penalty must be > 0, got {r}"
-            )));
+            return Err(ApiError::bad_request(format!("repeat_penalty must be > 0, got {r}")));
         }
         s.repeat_penalty = r;
     }
@@ -93,29 +82,15 @@ pub async fn make_job(st: &AppState, prompt: Vec<u32>, p: GenParams) -> Result<J
     s.repeat_last_n = p.repeat_last_n.unwrap_or(s.repeat_last_n);
     s.seed = p.seed.and_then(|v| u64::try_from(v).ok());
     // Context: known once the engine said hello; wait for it so the check is always made.
-    let ctx = st
-        .engine
-        .ready()
-        .await
-        .map_err(|e| ApiError::unavailable(e.to_string()))?
-        .info
-        .context_length;
+    let ctx = st.engine.ready().await.map_err(|e| ApiError::unavailable(e.to_string()))?.info.context_length;
     let room = ctx.saturating_sub(prompt.len() as u32);
     if room == 0 {
         return Err(ApiError {
             code: Some("context_length_exceeded"),
-            ..ApiError::bad_request(format!(
-                "prompt of {} tokens does not fit the context of {ctx}",
-                prompt.len()
-            ))
+            ..ApiError::bad_request(format!("prompt of {} tokens does not fit the context of {ctx}", prompt.len()))
         });
     }
-    Ok(Job {
-        prompt,
-        max_tokens: p.max_tokens.map_or(room, |m| m.min(room)),
-        sampling: s,
-        stops: p.stops,
-    })
+    Ok(Job { prompt, max_tokens: p.max_tokens.map_or(room, |m| m.min(room)), sampling: s, stops: p.stops })
 }
 
 /// Why a generation ended.
@@ -173,17 +148,9 @@ pub async fn start(st: &AppState, job: &Job) -> Result<Generation, ApiError> {
         tokens: job.prompt.clone(),
         max_tokens: job.max_tokens,
         sampling: job.sampling.clone(),
-        stop_tokens: if st.eog.is_empty() {
-            None
-        } else {
-            Some(st.eog.clone())
-        },
+        stop_tokens: if st.eog.is_empty() { None } else { Some(st.eog.clone()) },
     };
-    let mut g = st
-        .engine
-        .submit(req)
-        .await
-        .map_err(|e| ApiError::unavailable(e.to_string()))?;
+    let mut g = st.engine.submit(req).await.map_err(|e| ApiError::unavailable(e.to_string()))?;
     let queue_ms = g.started_us().saturating_sub(g.queued_us()) as f64 / 1e3;
     g.set_recording(st.metrics.sent(g.id(), g.prompt_len(), queue_ms));
     Ok(g)
@@ -202,27 +169,16 @@ pub async fn drive(
     // Control tokens (`<start_of_turn>`, ...) are not text: left out, as llama.cpp's server does.
     let mut detok = Detokenizer::new(
         move |t| {
-            if tok.is_control(t) {
-                Vec::new()
-            } else {
-                tok.token_to_bytes(t)
-            }
+            if tok.is_control(t) { Vec::new() } else { tok.token_to_bytes(t) }
         },
         stops,
     );
     let mut n = 0u32;
     let prompt_n = generation.prompt_len();
-    let mut clock = Clock {
-        start: Instant::now(),
-        first: None,
-    };
+    let mut clock = Clock { start: Instant::now(), first: None };
     // Records the request for /metrics and /v1/status when this function returns or is dropped.
-    let mut rec = generation
-        .take_recording()
-        .unwrap_or_else(|| st.metrics.recording(generation.id()));
-    let stopped_by = |detok: &Detokenizer| {
-        Ending::StopString(detok.matched_stop().unwrap_or_default().to_string())
-    };
+    let mut rec = generation.take_recording().unwrap_or_else(|| st.metrics.recording(generation.id()));
+    let stopped_by = |detok: &Detokenizer| Ending::StopString(detok.matched_stop().unwrap_or_default().to_string());
     loop {
         match generation.next().await {
             EngineEvent::Token(t) => {
@@ -253,10 +209,7 @@ pub async fn drive(
                     FinishReason::Length => Ending::Length,
                     FinishReason::Error => {
                         rec.outcome = Outcome::Failed(500);
-                        return Err(ApiError::server(format!(
-                            "engine error: {}",
-                            d.error.unwrap_or_default()
-                        )));
+                        return Err(ApiError::server(format!("engine error: {}", d.error.unwrap_or_default())));
                     }
                     _ => Ending::EndOfGeneration,
                 };
@@ -265,11 +218,7 @@ pub async fn drive(
                     Ending::StopString(_) => "stop_sequence",
                     Ending::Length => "length",
                 });
-                return Ok(Finish {
-                    ending,
-                    completion_tokens: n,
-                    timings: clock.timings(prompt_n, n),
-                });
+                return Ok(Finish { ending, completion_tokens: n, timings: clock.timings(prompt_n, n) });
             }
             EngineEvent::Failed(e) => {
                 rec.outcome = Outcome::Failed(500);
@@ -320,11 +269,7 @@ pub struct QueueInfo {
 
 impl QueueInfo {
     pub fn of(g: &Generation) -> QueueInfo {
-        QueueInfo {
-            id: g.id(),
-            queued_us: g.queued_us(),
-            started_us: g.started_us(),
-        }
+        QueueInfo { id: g.id(), queued_us: g.queued_us(), started_us: g.started_us() }
     }
 
     pub fn apply(&self, resp: &mut Response) {
@@ -358,7 +303,5 @@ where
             _ = watch.closed() => {}
         }
     });
-    Sse::new(UnboundedReceiverStream::new(rx))
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    Sse::new(UnboundedReceiverStream::new(rx)).keep_alive(KeepAlive::default()).into_response()
 }

@@ -47,18 +47,13 @@ pub async fn run_server(cfg: ServerConfig) -> anyhow::Result<()> {
     let api_key = cfg.api_key()?;
     let listener = tokio::net::TcpListener::bind((resolved.host.as_str(), resolved.port))
         .await
-        .map_err(|e| {
-            anyhow::anyhow!("cannot listen on {}:{}: {e}", resolved.host, resolved.port)
-        })?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", resolved.host, resolved.port))?;
     let state = build_state(&resolved)?;
     if let Some(w) = exposure_warning(&resolved.host, api_key.is_some()) {
         log_line!("{w}");
     }
     // The line tests and scripts wait for; keep its shape.
-    log_line!(
-        "strata server: listening on http://{}",
-        listener.local_addr()?
-    );
+    log_line!("strata server: listening on http://{}", listener.local_addr()?);
     crate::serve::serve(listener, router_with_key(state, api_key), limits, async {
         let _ = tokio::signal::ctrl_c().await;
     })
@@ -83,10 +78,7 @@ pub fn build_state(cfg: &Resolved) -> anyhow::Result<Arc<AppState>> {
     let tokenizer = Tokenizer::from_gguf(&gguf)
         .map_err(|e| anyhow::anyhow!("loading tokenizer from {}: {e}", cfg.tokenizer.display()))?;
     let eog = tokenizer.eog_ids();
-    let arch = gguf
-        .get_str("general.architecture")
-        .ok()
-        .map(str::to_string);
+    let arch = gguf.get_str("general.architecture").ok().map(str::to_string);
     let engine = EngineHandle::spawn(
         cfg.executable.clone(),
         cfg.args.clone(),
@@ -136,40 +128,28 @@ pub fn router_with_key(state: Arc<AppState>, key: Option<ApiKey>) -> Router {
     let router = routes(state);
     let router = match key {
         None => router,
-        Some(key) => router.layer(axum::middleware::from_fn(
-            move |req: Request, next: Next| {
-                let key = key.clone();
-                async move {
-                    // The web UI's assets hold no data; its pages send the key themselves.
-                    if req.uri().path() == "/health" || web::is_asset(req.uri().path()) {
-                        return next.run(req).await;
-                    }
-                    match check_key(&key, req.headers()) {
-                        Ok(()) => next.run(req).await,
-                        Err(e) => {
-                            let anthropic = req.uri().path().starts_with("/v1/messages");
-                            let mut r = if anthropic {
-                                Anthropic(e).into_response()
-                            } else {
-                                e.into_response()
-                            };
-                            r.headers_mut().insert(
-                                header::WWW_AUTHENTICATE,
-                                header::HeaderValue::from_static("Bearer"),
-                            );
-                            r
-                        }
+        Some(key) => router.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+            let key = key.clone();
+            async move {
+                // The web UI's assets hold no data; its pages send the key themselves.
+                if req.uri().path() == "/health" || web::is_asset(req.uri().path()) {
+                    return next.run(req).await;
+                }
+                match check_key(&key, req.headers()) {
+                    Ok(()) => next.run(req).await,
+                    Err(e) => {
+                        let anthropic = req.uri().path().starts_with("/v1/messages");
+                        let mut r = if anthropic { Anthropic(e).into_response() } else { e.into_response() };
+                        r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+                        r
                     }
                 }
-            },
-        )),
+            }
+        })),
     };
     router
         .layer(axum::middleware::from_fn(limit_headers))
-        .layer(axum::middleware::from_fn_with_state(
-            metrics,
-            crate::metrics::track,
-        ))
+        .layer(axum::middleware::from_fn_with_state(metrics, crate::metrics::track))
 }
 
 /// Most header bytes (names and values) a request may carry. hyper itself refuses more than
@@ -178,42 +158,26 @@ pub const MAX_HEADER_BYTES: usize = 32 << 10;
 
 /// 431 in the API's shape for a request whose headers exceed [`MAX_HEADER_BYTES`].
 async fn limit_headers(req: Request, next: Next) -> Response {
-    let size: usize = req
-        .headers()
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
+    let size: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
     if size <= MAX_HEADER_BYTES {
         return next.run(req).await;
     }
     let e = ApiError {
         status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        message: format!(
-            "request headers of {size} bytes exceed the limit of {MAX_HEADER_BYTES} bytes"
-        ),
+        message: format!("request headers of {size} bytes exceed the limit of {MAX_HEADER_BYTES} bytes"),
         kind: "invalid_request_error",
         code: None,
     };
-    if req.uri().path().starts_with("/v1/messages") {
-        Anthropic(e).into_response()
-    } else {
-        e.into_response()
-    }
+    if req.uri().path().starts_with("/v1/messages") { Anthropic(e).into_response() } else { e.into_response() }
 }
 
 /// `Ok` if `Authorization: Bearer` or `x-api-key` holds the key (either one suffices).
 fn check_key(key: &ApiKey, headers: &HeaderMap) -> Result<(), ApiError> {
-    let bearer = headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .filter_map(|v| {
-            let v = v.as_bytes();
-            (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| v[7..].trim_ascii())
-        });
-    let x_api_key = headers
-        .get_all("x-api-key")
-        .iter()
-        .map(|v| v.as_bytes().trim_ascii());
+    let bearer = headers.get_all(header::AUTHORIZATION).iter().filter_map(|v| {
+        let v = v.as_bytes();
+        (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| v[7..].trim_ascii())
+    });
+    let x_api_key = headers.get_all("x-api-key").iter().map(|v| v.as_bytes().trim_ascii());
     let mut given = bearer.chain(x_api_key).peekable();
     if given.peek().is_none() {
         return Err(ApiError::unauthorized(
@@ -222,19 +186,12 @@ fn check_key(key: &ApiKey, headers: &HeaderMap) -> Result<(), ApiError> {
     }
     // Every candidate is compared (no short cut), each in constant time.
     let ok = given.fold(false, |ok, g| key.matches(g) | ok);
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized("invalid API key"))
-    }
+    if ok { Ok(()) } else { Err(ApiError::unauthorized("invalid API key")) }
 }
 
 /// Seconds since the Unix epoch (the APIs' `created`).
 pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl AppState {
@@ -243,20 +200,12 @@ impl AppState {
         if let Some(n) = &self.model_name {
             return n.clone();
         }
-        self.engine
-            .info()
-            .map(|i| i.name)
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "strata".into())
+        self.engine.info().map(|i| i.name).filter(|n| !n.is_empty()).unwrap_or_else(|| "strata".into())
     }
 
     /// A unique id for a response or a tool call: `prefix-<start time>-<counter>`.
     pub fn next_id(&self, prefix: &str) -> String {
-        format!(
-            "{prefix}-{}-{}",
-            self.created,
-            self.counter.fetch_add(1, Ordering::Relaxed)
-        )
+        format!("{prefix}-{}-{}", self.created, self.counter.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Tokenize with specials parsed; BOS prepended once if the model wants one (chat templates
@@ -278,14 +227,8 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
         EngineStatus::Ready(_) => (StatusCode::OK, "ok", None),
         EngineStatus::Starting => (StatusCode::SERVICE_UNAVAILABLE, "loading", None),
         // Not started again (engine_process::GIVE_UP_AFTER): only a restart of the server helps.
-        EngineStatus::Down {
-            error,
-            gave_up: true,
-            ..
-        } => (StatusCode::SERVICE_UNAVAILABLE, "failed", Some(error)),
-        EngineStatus::Down { error, .. } => {
-            (StatusCode::SERVICE_UNAVAILABLE, "restarting", Some(error))
-        }
+        EngineStatus::Down { error, gave_up: true, .. } => (StatusCode::SERVICE_UNAVAILABLE, "failed", Some(error)),
+        EngineStatus::Down { error, .. } => (StatusCode::SERVICE_UNAVAILABLE, "restarting", Some(error)),
     };
     let engine = st.engine.info().and_then(|i| i.engine);
     let body = json!({
@@ -299,8 +242,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 
 async fn models(State(st): State<Arc<AppState>>) -> Response {
     let info = st.engine.info();
-    let meta =
-        info.map(|i| json!({"vocab_size": i.vocab_size, "context_length": i.context_length}));
+    let meta = info.map(|i| json!({"vocab_size": i.vocab_size, "context_length": i.context_length}));
     let name = st.model_name();
     // OpenAI's list shape plus the fields of Anthropic's (`type`, `display_name`, `has_more`,
     // `first_id`, `last_id`), so both clients' `models.list()` read it.
@@ -313,12 +255,5 @@ async fn models(State(st): State<Arc<AppState>>) -> Response {
 
 /// `GET /metrics`: Prometheus text format 0.0.4.
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        st.metrics.render(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], st.metrics.render()).into_response()
 }

@@ -43,6 +43,4 @@ pub mod web;
 
 pub use config::{EngineCommand, ServerConfig};
 pub use http::{run_server, run_server_blocking};
-pub use protocol::{
-    FinishReason, GenerateRequest, ModelInfo, SamplingParams, TokenEngine, serve_loop,
-};
+pub use protocol::{FinishReason, GenerateRequest, ModelInfo, SamplingParams, TokenEngine, serve_loop};

@@ -110,31 +110,12 @@ mod tests {
     fn ids_of_broken_lines() {
         let bom = "\u{feff}{\"type\":\"generate\",\"id\":5,\"tokens\":[1],\"max_tokens\":1}";
         assert_eq!(scan_ids(bom), vec![5]);
-        assert_eq!(
-            scan_ids(r#"{"type":"generate","id":7,"max_tokens":1e999}"#),
-            vec![7]
-        );
+        assert_eq!(scan_ids(r#"{"type":"generate","id":7,"max_tokens":1e999}"#), vec![7]);
         assert_eq!(scan_ids(r#"{"id": 3 , "tokens":[1,"#), vec![3], "cut off");
-        assert_eq!(
-            scan_ids(r#"{"id":1,"id":2}"#),
-            vec![2],
-            "the last one, as serde_json"
-        );
-        assert_eq!(
-            scan_ids(r#"{"a":{"id":4}} {"id":6}x"#),
-            vec![6],
-            "top level only"
-        );
-        assert_eq!(
-            scan_ids(r#"{"s":"\"id\":9","id":8}"#),
-            vec![8],
-            "strings skipped"
-        );
-        assert_eq!(
-            scan_ids(r#"{"x":"id","id":10}"#),
-            vec![10],
-            "a value is no key"
-        );
+        assert_eq!(scan_ids(r#"{"id":1,"id":2}"#), vec![2], "the last one, as serde_json");
+        assert_eq!(scan_ids(r#"{"a":{"id":4}} {"id":6}x"#), vec![6], "top level only");
+        assert_eq!(scan_ids(r#"{"s":"\"id\":9","id":8}"#), vec![8], "strings skipped");
+        assert_eq!(scan_ids(r#"{"x":"id","id":10}"#), vec![10], "a value is no key");
         for none in [
             r#"{"id":-1}"#,
             r#"{"id":1.5}"#,
@@ -148,11 +129,7 @@ mod tests {
         ] {
             assert!(scan_ids(none).is_empty(), "{none}");
         }
-        let deep = format!(
-            "{{\"id\":11,\"x\":{}{}}}",
-            "[".repeat(100_000),
-            "]".repeat(100_000)
-        );
+        let deep = format!("{{\"id\":11,\"x\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
         assert_eq!(scan_ids(&deep), vec![11]);
     }
 }

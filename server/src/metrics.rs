@@ -48,11 +48,7 @@ tokio::task_local! {
 }
 
 fn endpoint_of(path: &str) -> &'static str {
-    ENDPOINTS
-        .iter()
-        .find(|&&e| e == path)
-        .copied()
-        .unwrap_or("other")
+    ENDPOINTS.iter().find(|&&e| e == path).copied().unwrap_or("other")
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,24 +123,9 @@ impl prometheus_client::collector::Collector for Live {
             let m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
             ConstGauge::new(v).encode(m)
         };
-        counter(
-            &mut enc,
-            "engine_restarts",
-            "Engine process restarts (deaths and hung-engine kills)",
-            restarts,
-        )?;
-        gauge(
-            &mut enc,
-            "requests_waiting",
-            "Requests waiting in the server's queue for the engine",
-            waiting as i64,
-        )?;
-        gauge(
-            &mut enc,
-            "requests_in_flight",
-            "Requests sent to the engine and not finished",
-            in_flight as i64,
-        )?;
+        counter(&mut enc, "engine_restarts", "Engine process restarts (deaths and hung-engine kills)", restarts)?;
+        gauge(&mut enc, "requests_waiting", "Requests waiting in the server's queue for the engine", waiting as i64)?;
+        gauge(&mut enc, "requests_in_flight", "Requests sent to the engine and not finished", in_flight as i64)?;
         let r = lock(&self.state).reported.clone();
         for (name, help, v) in [
             (
@@ -152,11 +133,7 @@ impl prometheus_client::collector::Collector for Live {
                 "Expert-cache lookups that found the expert resident (as reported by the engine)",
                 r.expert_cache_hits,
             ),
-            (
-                "expert_cache_lookups",
-                "Expert-cache lookups (as reported by the engine)",
-                r.expert_cache_lookups,
-            ),
+            ("expert_cache_lookups", "Expert-cache lookups (as reported by the engine)", r.expert_cache_lookups),
             (
                 "expert_bytes_to_vram",
                 "Bytes copied into VRAM for the expert cache: admissions, swaps, staged misses (as reported by the engine)",
@@ -182,11 +159,7 @@ impl prometheus_client::collector::Collector for Live {
                 "Speculative draft tokens accepted (as reported by the engine)",
                 r.draft_accepted,
             ),
-            (
-                "draft_tokens_offered",
-                "Speculative draft tokens offered (as reported by the engine)",
-                r.draft_offered,
-            ),
+            ("draft_tokens_offered", "Speculative draft tokens offered (as reported by the engine)", r.draft_offered),
         ] {
             if let Some(v) = v {
                 counter(&mut enc, name, help, v)?;
@@ -230,20 +203,9 @@ impl Metrics {
             "Decode rate of each request with 2+ tokens: tokens after the first over the time after the first",
             decode_rate.clone(),
         );
-        let live = Arc::new(Live {
-            engine,
-            state: Mutex::default(),
-        });
+        let live = Arc::new(Live { engine, state: Mutex::default() });
         registry.register_collector(Box::new(live.clone()));
-        Metrics {
-            registry,
-            requests,
-            prompt_tokens,
-            completion_tokens,
-            prompt_rate,
-            decode_rate,
-            live,
-        }
+        Metrics { registry, requests, prompt_tokens, completion_tokens, prompt_rate, decode_rate, live }
     }
 
     /// The Prometheus text exposition (format 0.0.4).
@@ -256,10 +218,7 @@ impl Metrics {
 
     fn count_request(&self, endpoint: &str, status: u16) {
         self.requests
-            .get_or_create(&RequestLabels {
-                endpoint: endpoint.to_string(),
-                status: status.to_string(),
-            })
+            .get_or_create(&RequestLabels { endpoint: endpoint.to_string(), status: status.to_string() })
             .inc();
     }
 
@@ -267,28 +226,15 @@ impl Metrics {
     /// endpoint); the guard records it when dropped.
     pub fn sent(self: &Arc<Self>, id: u64, prompt_tokens: usize, queue_ms: f64) -> Recording {
         let endpoint = ENDPOINT.try_with(|e| *e).unwrap_or("other");
-        lock(&self.live.state).active.insert(
-            id,
-            Active {
-                endpoint,
-                prompt_tokens,
-                queue_ms,
-                sent: Instant::now(),
-                first: None,
-                generated: 0,
-            },
-        );
+        lock(&self.live.state)
+            .active
+            .insert(id, Active { endpoint, prompt_tokens, queue_ms, sent: Instant::now(), first: None, generated: 0 });
         self.recording(id)
     }
 
     /// The guard that records generation `id` when dropped.
     pub fn recording(self: &Arc<Self>, id: u64) -> Recording {
-        Recording {
-            metrics: self.clone(),
-            id,
-            outcome: Outcome::Cancelled,
-            stats: None,
-        }
+        Recording { metrics: self.clone(), id, outcome: Outcome::Cancelled, stats: None }
     }
 
     /// `/v1/status`'s `live` part.
@@ -297,8 +243,7 @@ impl Metrics {
         let mut s = lock(&self.live.state);
         let now = Instant::now();
         trim(&mut s.tokens, now);
-        let mut running: Vec<(u64, Active)> =
-            s.active.iter().map(|(&id, a)| (id, a.clone())).collect();
+        let mut running: Vec<(u64, Active)> = s.active.iter().map(|(&id, a)| (id, a.clone())).collect();
         running.sort_by_key(|(id, _)| *id);
         let running: Vec<Value> = running
             .into_iter()
@@ -385,10 +330,8 @@ impl Drop for Recording {
         let (prompt_ms, decode_ms) = (ms(first - a.sent), ms(end - first));
         m.prompt_tokens.inc_by(a.prompt_tokens as u64);
         m.completion_tokens.inc_by(a.generated as u64);
-        let prompt_rate = (a.first.is_some() && prompt_ms > 0.0)
-            .then(|| a.prompt_tokens as f64 * 1e3 / prompt_ms);
-        let decode_rate = (a.generated >= 2 && decode_ms > 0.0)
-            .then(|| (a.generated - 1) as f64 * 1e3 / decode_ms);
+        let prompt_rate = (a.first.is_some() && prompt_ms > 0.0).then(|| a.prompt_tokens as f64 * 1e3 / prompt_ms);
+        let decode_rate = (a.generated >= 2 && decode_ms > 0.0).then(|| (a.generated - 1) as f64 * 1e3 / decode_ms);
         if let Some(r) = prompt_rate {
             m.prompt_rate.observe(r);
         }
@@ -397,10 +340,7 @@ impl Drop for Recording {
         }
         let stats = self.stats.clone().unwrap_or_default();
         add(&mut s.reported.expert_cache_hits, stats.expert_cache_hits);
-        add(
-            &mut s.reported.expert_cache_lookups,
-            stats.expert_cache_lookups,
-        );
+        add(&mut s.reported.expert_cache_lookups, stats.expert_cache_lookups);
         add(&mut s.reported.expert_bytes_to_vram, stats.expert_bytes_to_vram);
         add(&mut s.reported.expert_bytes_read_over_pcie, stats.expert_bytes_read_over_pcie);
         add(&mut s.reported.expert_cpu_us, stats.expert_cpu_us);

@@ -53,10 +53,7 @@ impl Clients {
             return None;
         }
         *n += 1;
-        Some(ClientSlot {
-            clients: self.clone(),
-            ip,
-        })
+        Some(ClientSlot { clients: self.clone(), ip })
     }
 }
 
@@ -110,21 +107,12 @@ fn refuse(mut s: TcpStream, ip: IpAddr, cap: usize) {
 impl GuardedListener {
     /// `send_timeout` None: plain connections.
     pub fn new(inner: TcpListener, send_timeout: Option<Duration>) -> GuardedListener {
-        GuardedListener {
-            inner,
-            send_timeout,
-            clients: None,
-        }
+        GuardedListener { inner, send_timeout, clients: None }
     }
 
     /// At most `cap` open connections per client IP address (`None`: no cap).
     pub fn with_client_cap(mut self, cap: Option<usize>) -> GuardedListener {
-        self.clients = cap.map(|cap| {
-            Arc::new(Clients {
-                cap,
-                open: Mutex::new(HashMap::new()),
-            })
-        });
+        self.clients = cap.map(|cap| Arc::new(Clients { cap, open: Mutex::new(HashMap::new()) }));
         self
     }
 }
@@ -177,12 +165,7 @@ impl GuardedStream {
             // buffer to megabytes (tcp_wmem): minutes of tokens for a client that reads nothing.
             let _ = socket2::SockRef::from(&inner).set_send_buffer_size(SEND_BUFFER_BYTES);
         }
-        GuardedStream {
-            inner,
-            send_timeout,
-            stall: None,
-            slot: None,
-        }
+        GuardedStream { inner, send_timeout, stall: None, slot: None }
     }
 
     fn progress<T>(&mut self, r: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
@@ -195,9 +178,7 @@ impl GuardedStream {
                 let Some(limit) = self.send_timeout else {
                     return Poll::Pending;
                 };
-                let sleep = self
-                    .stall
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                let sleep = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
                 match sleep.as_mut().poll(cx) {
                     Poll::Pending => Poll::Pending,
                     Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
@@ -211,21 +192,13 @@ impl GuardedStream {
 }
 
 impl AsyncRead for GuardedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for GuardedStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.progress(r, cx)
     }

@@ -108,8 +108,7 @@ impl<'de> Deserialize<'de> for Prompt {
 impl Prompt {
     /// The prompt, or what is wrong with it (`prompt[1]: -5 is not a token id ...`).
     pub fn from_value(v: Value) -> Result<Prompt, String> {
-        const SHAPES: &str =
-            "a string, a list of strings, a list of token ids or a list of token id lists";
+        const SHAPES: &str = "a string, a list of strings, a list of token ids or a list of token id lists";
         let items = match v {
             Value::String(s) => return Ok(Prompt::Text(s)),
             Value::Array(items) => items,
@@ -123,10 +122,7 @@ impl Prompt {
                 .enumerate()
                 .map(|(i, v)| match v {
                     Value::String(s) => Ok(s),
-                    other => Err(format!(
-                        "prompt[{i}]: expected a string like prompt[0], got {}",
-                        kind(&other)
-                    )),
+                    other => Err(format!("prompt[{i}]: expected a string like prompt[0], got {}", kind(&other))),
                 })
                 .collect::<Result<_, _>>()
                 .map(Prompt::Texts),
@@ -135,10 +131,9 @@ impl Prompt {
                 .enumerate()
                 .map(|(i, v)| match v {
                     Value::Array(ids) => token_ids(ids, &format!("prompt[{i}]")),
-                    other => Err(format!(
-                        "prompt[{i}]: expected a list of token ids like prompt[0], got {}",
-                        kind(other)
-                    )),
+                    other => {
+                        Err(format!("prompt[{i}]: expected a list of token ids like prompt[0], got {}", kind(other)))
+                    }
                 })
                 .collect::<Result<_, _>>()
                 .map(Prompt::TokenLists),
@@ -156,18 +151,13 @@ fn token_ids(items: &[Value], path: &str) -> Result<Vec<u32>, String> {
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            v.as_u64()
-                .and_then(|t| u32::try_from(t).ok())
-                .ok_or_else(|| match v {
-                    Value::Number(n) => format!(
-                        "{path}[{i}]: {n} is not a token id (token ids are integers from 0 to \
+            v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(|| match v {
+                Value::Number(n) => format!(
+                    "{path}[{i}]: {n} is not a token id (token ids are integers from 0 to \
                          the vocabulary size - 1)"
-                    ),
-                    other => format!(
-                        "{path}[{i}]: expected a token id (an integer), got {}",
-                        kind(other)
-                    ),
-                })
+                ),
+                other => format!("{path}[{i}]: expected a token id (an integer), got {}", kind(other)),
+            })
         })
         .collect()
 }
@@ -266,9 +256,7 @@ impl Content {
                     match (p.kind.as_str(), p.text) {
                         ("text", Some(t)) => out.push_str(&t),
                         (k, _) => {
-                            return Err(ApiError::bad_request(format!(
-                                "unsupported content part type {k:?}"
-                            )));
+                            return Err(ApiError::bad_request(format!("unsupported content part type {k:?}")));
                         }
                     }
                 }
@@ -299,13 +287,10 @@ impl ChatRequest {
             let mut turn = Turn::new(role, content);
             for call in m.tool_calls.unwrap_or_default() {
                 if role != "assistant" {
-                    return Err(ApiError::bad_request(
-                        "only assistant messages have tool_calls",
-                    ));
+                    return Err(ApiError::bad_request("only assistant messages have tool_calls"));
                 }
                 let arguments = call_arguments(call.function.arguments)?;
-                turn.tool_calls
-                    .push(TurnCall::new(call.id, call.function.name, arguments));
+                turn.tool_calls.push(TurnCall::new(call.id, call.function.name, arguments));
             }
             if role == "tool" {
                 turn.tool_call_id = m.tool_call_id;
@@ -315,10 +300,7 @@ impl ChatRequest {
         let mut tools = Vec::new();
         for t in self.tools.unwrap_or_default() {
             if t.kind != "function" {
-                return Err(ApiError::bad_request(format!(
-                    "unsupported tool type {:?} (only \"function\")",
-                    t.kind
-                )));
+                return Err(ApiError::bad_request(format!("unsupported tool type {:?} (only \"function\")", t.kind)));
             }
             let f = t.function;
             tools.push(ToolDef::new(f.name, f.description, f.parameters)?);
@@ -339,10 +321,9 @@ impl ChatRequest {
         // OpenAI answers these with "'tool_choice' is only allowed when 'tools' are specified".
         let forced = match &tool_choice {
             ToolChoice::Required => Some("\"required\"".to_string()),
-            ToolChoice::Named(name) => Some(format!(
-                "{{\"type\": \"function\", \"function\": {{\"name\": {}}}}}",
-                Value::from(name.as_str())
-            )),
+            ToolChoice::Named(name) => {
+                Some(format!("{{\"type\": \"function\", \"function\": {{\"name\": {}}}}}", Value::from(name.as_str())))
+            }
             ToolChoice::None | ToolChoice::Auto => None,
         };
         if let Some(choice) = forced.filter(|_| tools.is_empty()) {
@@ -351,12 +332,7 @@ impl ChatRequest {
                  the tools the model may call, or drop tool_choice"
             )));
         }
-        Ok(Conversation {
-            turns,
-            tools,
-            tool_choice,
-            assistant_prefix: String::new(),
-        })
+        Ok(Conversation { turns, tools, tool_choice, assistant_prefix: String::new() })
     }
 }
 
@@ -370,17 +346,13 @@ fn bad_tool_choice() -> ApiError {
 fn call_arguments(arguments: Option<Value>) -> Result<Value, ApiError> {
     match arguments {
         None | Some(Value::Null) => Ok(json!({})),
-        Some(Value::String(s)) => serde_json::from_str(&s).map_err(|e| {
-            ApiError::bad_request(format!("tool call arguments are not JSON ({e}): {s:?}"))
-        }),
+        Some(Value::String(s)) => serde_json::from_str(&s)
+            .map_err(|e| ApiError::bad_request(format!("tool call arguments are not JSON ({e}): {s:?}"))),
         Some(v) => Ok(v),
     }
 }
 
-pub async fn completions(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let result = async {
         let req: CompletionRequest = parse_body(&read_body(body)?)?;
         let prompt = match req.prompt {
@@ -389,9 +361,7 @@ pub async fn completions(
             Prompt::Tokens(t) => t,
             Prompt::TokenLists(mut v) if v.len() == 1 => v.remove(0),
             _ => {
-                return Err(ApiError::bad_request(
-                    "only one prompt per request is supported",
-                ));
+                return Err(ApiError::bad_request("only one prompt per request is supported"));
             }
         };
         let job = generate::make_job(&st, prompt, req.params.gen_params()?).await?;
@@ -400,10 +370,7 @@ pub async fn completions(
     result.await.unwrap_or_else(|e: ApiError| e.into_response())
 }
 
-pub async fn chat_completions(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let result = async {
         let mut req: ChatRequest = parse_body(&read_body(body)?)?;
         let params = std::mem::take(&mut req.params);
@@ -427,11 +394,7 @@ fn tool_call_json(st: &AppState, call: &ParsedCall) -> Value {
 }
 
 fn finish_reason(finish: &Finish, calls: usize) -> &'static str {
-    if calls > 0 {
-        "tool_calls"
-    } else {
-        finish.openai_reason()
-    }
+    if calls > 0 { "tool_calls" } else { finish.openai_reason() }
 }
 
 async fn run(
@@ -460,11 +423,7 @@ async fn respond(
     kind: Kind,
     generation: Generation,
 ) -> Response {
-    let id = st.next_id(if kind == Kind::Chat {
-        "chatcmpl"
-    } else {
-        "cmpl"
-    });
+    let id = st.next_id(if kind == Kind::Chat { "chatcmpl" } else { "cmpl" });
     let (created, model) = (now(), st.model_name());
     let prompt_tokens = job.prompt.len() as u32;
     let usage = move |completion: u32| {
@@ -480,11 +439,10 @@ async fn respond(
             }
             true
         };
-        let finish =
-            match generate::drive_pieces(&st, generation, job.stops, parser, on_piece).await {
-                Ok(f) => f,
-                Err(e) => return e.into_response(),
-            };
+        let finish = match generate::drive_pieces(&st, generation, job.stops, parser, on_piece).await {
+            Ok(f) => f,
+            Err(e) => return e.into_response(),
+        };
         let reason = finish_reason(&finish, calls.len());
         let (object, choice) = match kind {
             Kind::Chat => {
@@ -499,24 +457,17 @@ async fn respond(
                 ("chat.completion", choice)
             }
             Kind::Completion => {
-                let choice =
-                    json!({"index": 0, "text": text, "finish_reason": reason, "logprobs": null});
+                let choice = json!({"index": 0, "text": text, "finish_reason": reason, "logprobs": null});
                 ("text_completion", choice)
             }
         };
-        return Json(
-            json!({"id": id, "object": object, "created": created, "model": model,
+        return Json(json!({"id": id, "object": object, "created": created, "model": model,
                            "choices": [choice], "usage": usage(finish.completion_tokens),
-                           "timings": finish.timings}),
-        )
+                           "timings": finish.timings}))
         .into_response();
     }
 
-    let object = if kind == Kind::Chat {
-        "chat.completion.chunk"
-    } else {
-        "text_completion"
-    };
+    let object = if kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
     // One chunk: a chat `delta` (role, content or tool_calls) or a completion's text.
     let chunk = move |delta: Value, finish: Option<&str>| -> Value {
         let choice = match kind {
@@ -530,10 +481,7 @@ async fn respond(
         };
         json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
     };
-    let include_usage = params
-        .stream_options
-        .as_ref()
-        .is_some_and(|o| o.include_usage);
+    let include_usage = params.stream_options.as_ref().is_some_and(|o| o.include_usage);
     generate::sse_response(move |tx: EventSink| async move {
         let send = |v: Value| tx.send(Ok(Event::default().data(v.to_string()))).is_ok();
         if kind == Kind::Chat && !send(chunk(json!({"role": "assistant", "content": ""}), None)) {

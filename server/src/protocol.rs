@@ -213,11 +213,7 @@ pub trait TokenEngine {
     /// cancel: all decided by the caller) or the engine cannot go on (context full: return
     /// `Ok(FinishReason::Length)`). `Err` ends the request with reason `error`; the engine must
     /// stay usable for the next request. Stop tokens are passed to `emit` like any other token.
-    fn generate(
-        &mut self,
-        req: &GenerateRequest,
-        emit: &mut dyn FnMut(u32) -> bool,
-    ) -> Result<FinishReason, String>;
+    fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String>;
 
     /// Counters of the request `generate` just ran (sent in its `done` line), if the engine
     /// measures any. Default: none.
@@ -239,10 +235,7 @@ pub fn parse_host_line(line: &str) -> Parsed {
             // can fail the right request instead of waiting forever.
             Ok(v) => parse_value(v),
             // Not JSON: an id that can still be read gets the error all the same.
-            Err(_) => Err((
-                crate::line_ids::scan_ids(line).last().copied(),
-                not_json(line, &e),
-            )),
+            Err(_) => Err((crate::line_ids::scan_ids(line).last().copied(), not_json(line, &e))),
         },
     }
 }
@@ -269,10 +262,8 @@ pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
         Ok(t) => t,
         Err(e) => {
             let at = e.valid_up_to();
-            let why = format!(
-                "malformed request: the line is not valid UTF-8 (byte 0x{:02x} at offset {at})",
-                line[at]
-            );
+            let why =
+                format!("malformed request: the line is not valid UTF-8 (byte 0x{:02x} at offset {at})", line[at]);
             let lossy = String::from_utf8_lossy(line);
             let (values, _, rest) = json_values(&lossy);
             return attribute(&values, &lossy[rest..], why);
@@ -292,11 +283,7 @@ pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
                 }
                 Some((_, col)) => format!(
                     "malformed request: unexpected characters after {} at column {col} (one request per line)",
-                    if n == 1 {
-                        "the JSON value".to_string()
-                    } else {
-                        format!("{n} JSON values")
-                    }
+                    if n == 1 { "the JSON value".to_string() } else { format!("{n} JSON values") }
                 ),
             };
             attribute(&values, &text[rest..], why)
@@ -306,11 +293,7 @@ pub fn parse_host_bytes(line: &[u8]) -> Vec<Parsed> {
 
 /// The JSON values at the start of `text`, the error (with its column) where the rest is not
 /// a JSON value, and the byte offset where the values end.
-type Values = (
-    Vec<serde_json::Value>,
-    Option<(serde_json::Error, usize)>,
-    usize,
-);
+type Values = (Vec<serde_json::Value>, Option<(serde_json::Error, usize)>, usize);
 
 fn json_values(text: &str) -> Values {
     let mut values = Vec::new();
@@ -331,17 +314,12 @@ fn json_values(text: &str) -> Values {
 /// The same error for every readable id (of the parsed `values`, then of the unparsable
 /// `rest`); one unattributed error if there is none.
 fn attribute(values: &[serde_json::Value], rest: &str, why: String) -> Vec<Parsed> {
-    let ids: Vec<u64> = values
-        .iter()
-        .filter_map(|v| v.get("id")?.as_u64())
-        .chain(crate::line_ids::scan_ids(rest))
-        .collect();
+    let ids: Vec<u64> =
+        values.iter().filter_map(|v| v.get("id")?.as_u64()).chain(crate::line_ids::scan_ids(rest)).collect();
     if ids.is_empty() {
         return vec![Err((None, why))];
     }
-    ids.into_iter()
-        .map(|id| Err((Some(id), why.clone())))
-        .collect()
+    ids.into_iter().map(|id| Err((Some(id), why.clone()))).collect()
 }
 
 /// A host message from one JSON value; a type error names the field it is about.
@@ -404,13 +382,7 @@ pub fn serve_loop<E: TokenEngine>(
     mut output: impl Write,
 ) -> io::Result<()> {
     let info = engine.info();
-    write_msg(
-        &mut output,
-        &EngineMessage::Hello {
-            protocol: PROTOCOL_VERSION,
-            model: info.clone(),
-        },
-    )?;
+    write_msg(&mut output, &EngineMessage::Hello { protocol: PROTOCOL_VERSION, model: info.clone() })?;
 
     let (tx, rx) = mpsc::channel::<io::Result<Input>>();
     std::thread::scope(|scope| {
@@ -443,11 +415,7 @@ pub fn serve_loop<E: TokenEngine>(
             }
             let _ = tx.send(Ok(Input::Eof));
         });
-        let mut state = LoopState {
-            queue: VecDeque::new(),
-            cancelled: HashSet::new(),
-            eof: false,
-        };
+        let mut state = LoopState { queue: VecDeque::new(), cancelled: HashSet::new(), eof: false };
         loop {
             // Drain without blocking, then block only if nothing is queued.
             while let Ok(msg) = rx.try_recv() {
@@ -525,16 +493,8 @@ fn validate(req: &GenerateRequest, info: &ModelInfo) -> Result<(), String> {
     if req.tokens.is_empty() {
         return Err("empty prompt: `tokens` must hold at least one token".into());
     }
-    if let Some((i, t)) = req
-        .tokens
-        .iter()
-        .enumerate()
-        .find(|(_, t)| **t >= info.vocab_size)
-    {
-        return Err(format!(
-            "token {t} at position {i} is out of range (vocab_size {})",
-            info.vocab_size
-        ));
+    if let Some((i, t)) = req.tokens.iter().enumerate().find(|(_, t)| **t >= info.vocab_size) {
+        return Err(format!("token {t} at position {i} is out of range (vocab_size {})", info.vocab_size));
     }
     if req.tokens.len() >= info.context_length as usize {
         return Err(format!(
@@ -545,10 +505,7 @@ fn validate(req: &GenerateRequest, info: &ModelInfo) -> Result<(), String> {
     }
     let s = &req.sampling;
     if !(s.temperature.is_finite() && s.temperature >= 0.0) {
-        return Err(format!(
-            "sampling.temperature must be >= 0, got {}",
-            s.temperature
-        ));
+        return Err(format!("sampling.temperature must be >= 0, got {}", s.temperature));
     }
     if !(s.top_p > 0.0 && s.top_p <= 1.0) {
         return Err(format!("sampling.top_p must be in (0, 1], got {}", s.top_p));
@@ -557,10 +514,7 @@ fn validate(req: &GenerateRequest, info: &ModelInfo) -> Result<(), String> {
         return Err(format!("sampling.min_p must be in [0, 1], got {}", s.min_p));
     }
     if !(s.repeat_penalty.is_finite() && s.repeat_penalty > 0.0) {
-        return Err(format!(
-            "sampling.repeat_penalty must be > 0, got {}",
-            s.repeat_penalty
-        ));
+        return Err(format!("sampling.repeat_penalty must be > 0, got {}", s.repeat_penalty));
     }
     Ok(())
 }
@@ -576,29 +530,12 @@ fn run_one<E: TokenEngine>(
     let start = Instant::now();
     let prompt_tokens = req.tokens.len() as u32;
     if state.cancelled.remove(&req.id) {
-        return write_msg(
-            out,
-            &done(
-                req.id,
-                FinishReason::Cancelled,
-                None,
-                prompt_tokens,
-                0,
-                None,
-                start,
-            ),
-        );
+        return write_msg(out, &done(req.id, FinishReason::Cancelled, None, prompt_tokens, 0, None, start));
     }
     if let Err(e) = validate(&req, info) {
         return write_msg(out, &error_done(req.id, e, prompt_tokens));
     }
-    let stop: HashSet<u32> = req
-        .stop_tokens
-        .as_ref()
-        .unwrap_or(&info.eog_tokens)
-        .iter()
-        .copied()
-        .collect();
+    let stop: HashSet<u32> = req.stop_tokens.as_ref().unwrap_or(&info.eog_tokens).iter().copied().collect();
     let mut generated = 0u32;
     let mut first_token: Option<f64> = None;
     // Why the loop (not the engine) ended the request; `None` = the engine stopped on its own.
@@ -634,42 +571,14 @@ fn run_one<E: TokenEngine>(
         }
         true
     };
-    let result = if req.max_tokens == 0 {
-        Ok(FinishReason::Length)
-    } else {
-        engine.generate(&req, &mut emit)
-    };
+    let result = if req.max_tokens == 0 { Ok(FinishReason::Length) } else { engine.generate(&req, &mut emit) };
     if let Some(e) = io_err {
         return Err(e);
     }
     let mut msg = match (ended, result) {
-        (Some(reason), _) => done(
-            req.id,
-            reason,
-            None,
-            prompt_tokens,
-            generated,
-            first_token,
-            start,
-        ),
-        (None, Ok(reason)) => done(
-            req.id,
-            reason,
-            None,
-            prompt_tokens,
-            generated,
-            first_token,
-            start,
-        ),
-        (None, Err(e)) => done(
-            req.id,
-            FinishReason::Error,
-            Some(e),
-            prompt_tokens,
-            generated,
-            first_token,
-            start,
-        ),
+        (Some(reason), _) => done(req.id, reason, None, prompt_tokens, generated, first_token, start),
+        (None, Ok(reason)) => done(req.id, reason, None, prompt_tokens, generated, first_token, start),
+        (None, Err(e)) => done(req.id, FinishReason::Error, Some(e), prompt_tokens, generated, first_token, start),
     };
     if let EngineMessage::Done(d) = &mut msg {
         d.stats = engine.request_stats();

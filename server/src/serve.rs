@@ -64,13 +64,11 @@ pub async fn serve(
     limits: ConnLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut listener = GuardedListener::new(listener, limits.send_timeout)
-        .with_client_cap(limits.max_connections_per_client);
+    let mut listener =
+        GuardedListener::new(listener, limits.send_timeout).with_client_cap(limits.max_connections_per_client);
     let router = match limits.body_timeout {
         None => router,
-        Some(t) => router.layer(axum::middleware::from_fn(
-            move |req: Request, next: Next| body_deadline(t, req, next),
-        )),
+        Some(t) => router.layer(axum::middleware::from_fn(move |req: Request, next: Next| body_deadline(t, req, next))),
     };
     let (close_tx, close_rx) = watch::channel(());
     tokio::pin!(shutdown);
@@ -84,9 +82,7 @@ pub async fn serve(
         let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout);
+            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
             tokio::select! {
@@ -122,11 +118,7 @@ pub struct BodyTimedOut(pub Duration);
 
 impl std::fmt::Display for BodyTimedOut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the request body did not arrive within {} s (body_timeout)",
-            self.0.as_secs_f64()
-        )
+        write!(f, "the request body did not arrive within {} s (body_timeout)", self.0.as_secs_f64())
     }
 }
 
@@ -136,10 +128,7 @@ impl HttpBody for DeadlineBody {
     type Data = Bytes;
     type Error = axum::BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
@@ -147,9 +136,7 @@ impl HttpBody for DeadlineBody {
         let Some(deadline) = this.deadline else {
             return Poll::Pending;
         };
-        let sleep = this
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        let sleep = this.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
         match sleep.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.limit))))),
             Poll::Pending => Poll::Pending,
@@ -168,13 +155,6 @@ impl HttpBody for DeadlineBody {
 /// Gives the request's body `limit` from now to arrive in full.
 async fn body_deadline(limit: Duration, req: Request, next: Next) -> Response {
     let deadline = Instant::now().checked_add(limit);
-    let req = req.map(|inner| {
-        Body::new(DeadlineBody {
-            inner,
-            limit,
-            deadline,
-            sleep: None,
-        })
-    });
+    let req = req.map(|inner| Body::new(DeadlineBody { inner, limit, deadline, sleep: None }));
     next.run(req).await
 }

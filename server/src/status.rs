@@ -15,11 +15,7 @@ pub async fn status(State(st): State<Arc<AppState>>) -> Response {
     let (state, error) = match st.engine.status() {
         EngineStatus::Ready(_) => ("ok", None),
         EngineStatus::Starting => ("loading", None),
-        EngineStatus::Down {
-            error,
-            gave_up: true,
-            ..
-        } => ("failed", Some(error)),
+        EngineStatus::Down { error, gave_up: true, .. } => ("failed", Some(error)),
         EngineStatus::Down { error, .. } => ("restarting", Some(error)),
     };
     let info = st.engine.info();
@@ -57,9 +53,7 @@ pub fn machine(root: &Path) -> Value {
     let (model, logical) = cpu.unwrap_or((None, None));
     let mem = read("proc/meminfo").map(|t| parse_meminfo(&t));
     let (total, available) = mem.unwrap_or((None, None));
-    let usable = (root == Path::new("/"))
-        .then(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-        .flatten();
+    let usable = (root == Path::new("/")).then(|| std::thread::available_parallelism().ok().map(|n| n.get())).flatten();
     json!({
         "cpu": {"model": model, "logical_cpus": logical, "usable_cpus": usable},
         "memory": {"total_bytes": total, "available_bytes": available},
@@ -80,8 +74,7 @@ pub fn parse_cpuinfo(text: &str) -> (Option<String>, Option<usize>) {
             n += 1;
         }
         // x86 says `model name`; some ARM kernels only `Hardware` or `cpu model` (MIPS).
-        if model.is_none() && matches!(k, "model name" | "Hardware" | "cpu model") && !v.is_empty()
-        {
+        if model.is_none() && matches!(k, "model name" | "Hardware" | "cpu model") && !v.is_empty() {
             model = Some(v.to_string());
         }
     }
@@ -119,25 +112,13 @@ pub fn gpus(root: &Path) -> Vec<Value> {
         .into_iter()
         .filter_map(|(_, name)| {
             let dev = root.join("sys/class/drm").join(&name).join("device");
-            let num = |f: &str| -> Option<u64> {
-                std::fs::read_to_string(dev.join(f))
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()
-            };
-            let (total, used, busy) = (
-                num("mem_info_vram_total"),
-                num("mem_info_vram_used"),
-                num("gpu_busy_percent"),
-            );
+            let num = |f: &str| -> Option<u64> { std::fs::read_to_string(dev.join(f)).ok()?.trim().parse().ok() };
+            let (total, used, busy) = (num("mem_info_vram_total"), num("mem_info_vram_used"), num("gpu_busy_percent"));
             if total.is_none() && used.is_none() && busy.is_none() {
                 return None;
             }
-            Some(
-                json!({"card": name, "vram_total_bytes": total, "vram_used_bytes": used,
-                        "busy_percent": busy.filter(|&b| b <= 100)}),
-            )
+            Some(json!({"card": name, "vram_total_bytes": total, "vram_used_bytes": used,
+                        "busy_percent": busy.filter(|&b| b <= 100)}))
         })
         .collect()
 }
@@ -149,10 +130,7 @@ mod tests {
     #[test]
     fn cpuinfo_and_meminfo() {
         let cpu = "processor\t: 0\nmodel name\t: AMD Ryzen 9 7950X 16-Core Processor\n\nprocessor\t: 1\nmodel name\t: AMD Ryzen 9 7950X 16-Core Processor\n";
-        assert_eq!(
-            parse_cpuinfo(cpu),
-            (Some("AMD Ryzen 9 7950X 16-Core Processor".into()), Some(2))
-        );
+        assert_eq!(parse_cpuinfo(cpu), (Some("AMD Ryzen 9 7950X 16-Core Processor".into()), Some(2)));
         assert_eq!(parse_cpuinfo("garbage\n:\n"), (None, None));
         let mem = "MemTotal:       65536 kB\nMemFree:  1 kB\nMemAvailable:   32768 kB\n";
         assert_eq!(parse_meminfo(mem), (Some(65536 * 1024), Some(32768 * 1024)));

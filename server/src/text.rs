@@ -76,11 +76,7 @@ pub struct StopStep {
 
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> StopMatcher {
-        StopMatcher {
-            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
-            held: String::new(),
-            matched: None,
-        }
+        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), matched: None }
     }
 
     /// The stop string that was found, if one was (Anthropic's `stop_sequence`).
@@ -91,20 +87,13 @@ impl StopMatcher {
     pub fn push(&mut self, text: &str) -> StopStep {
         self.held.push_str(text);
         // Earliest stop string occurrence wins (several may match at different places).
-        let hit = self
-            .stops
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| self.held.find(s.as_str()).map(|pos| (pos, i)))
-            .min();
+        let hit =
+            self.stops.iter().enumerate().filter_map(|(i, s)| self.held.find(s.as_str()).map(|pos| (pos, i))).min();
         if let Some((pos, which)) = hit {
             self.matched = Some(which);
             let emit = self.held[..pos].to_string();
             self.held.clear();
-            return StopStep {
-                emit,
-                stopped: true,
-            };
+            return StopStep { emit, stopped: true };
         }
         // Keep the longest suffix that is a proper prefix of some stop string.
         let keep_from = self
@@ -113,17 +102,12 @@ impl StopMatcher {
             .map(|(i, _)| i)
             .find(|&i| {
                 let tail = &self.held[i..];
-                self.stops
-                    .iter()
-                    .any(|s| s.len() > tail.len() && s.starts_with(tail))
+                self.stops.iter().any(|s| s.len() > tail.len() && s.starts_with(tail))
             })
             .unwrap_or(self.held.len());
         let emit = self.held[..keep_from].to_string();
         self.held.drain(..keep_from);
-        StopStep {
-            emit,
-            stopped: false,
-        }
+        StopStep { emit, stopped: false }
     }
 
     /// End of generation without a stop string: the held text was not a stop string after all.
@@ -141,11 +125,7 @@ pub struct Detokenizer<'a> {
 
 impl<'a> Detokenizer<'a> {
     pub fn new(bytes_of: impl Fn(u32) -> Vec<u8> + Send + 'a, stops: Vec<String>) -> Self {
-        Detokenizer {
-            bytes_of: Box::new(bytes_of),
-            utf8: Utf8Stream::default(),
-            stop: StopMatcher::new(stops),
-        }
+        Detokenizer { bytes_of: Box::new(bytes_of), utf8: Utf8Stream::default(), stop: StopMatcher::new(stops) }
     }
 
     pub fn push(&mut self, token: u32) -> StopStep {
@@ -194,27 +174,9 @@ mod tests {
     #[test]
     fn stop_string_across_pushes_is_not_emitted() {
         let mut m = StopMatcher::new(vec!["</s>".into()]);
-        assert_eq!(
-            m.push("hello <"),
-            StopStep {
-                emit: "hello ".into(),
-                stopped: false
-            }
-        );
-        assert_eq!(
-            m.push("/"),
-            StopStep {
-                emit: "".into(),
-                stopped: false
-            }
-        );
-        assert_eq!(
-            m.push("s> more"),
-            StopStep {
-                emit: "".into(),
-                stopped: true
-            }
-        );
+        assert_eq!(m.push("hello <"), StopStep { emit: "hello ".into(), stopped: false });
+        assert_eq!(m.push("/"), StopStep { emit: "".into(), stopped: false });
+        assert_eq!(m.push("s> more"), StopStep { emit: "".into(), stopped: true });
     }
 
     #[test]
@@ -229,42 +191,19 @@ mod tests {
     #[test]
     fn earliest_stop_wins_and_multibyte_prefixes() {
         let mut m = StopMatcher::new(vec!["zz".into(), "é!".into()]);
-        assert_eq!(
-            m.push("1é"),
-            StopStep {
-                emit: "1".into(),
-                stopped: false
-            }
-        );
-        assert_eq!(
-            m.push("!zz"),
-            StopStep {
-                emit: "".into(),
-                stopped: true
-            }
-        );
+        assert_eq!(m.push("1é"), StopStep { emit: "1".into(), stopped: false });
+        assert_eq!(m.push("!zz"), StopStep { emit: "".into(), stopped: true });
         assert_eq!(m.matched(), Some("é!"));
     }
 
     #[test]
     fn detokenizer_with_byte_tokens() {
-        let pieces: Vec<Vec<u8>> = vec![
-            b"Hi ".to_vec(),
-            vec![0xf0, 0x9f],
-            vec![0x98, 0x80],
-            b" STOP x".to_vec(),
-        ];
+        let pieces: Vec<Vec<u8>> = vec![b"Hi ".to_vec(), vec![0xf0, 0x9f], vec![0x98, 0x80], b" STOP x".to_vec()];
         let mut d = Detokenizer::new(move |t| pieces[t as usize].clone(), vec!["STOP".into()]);
         assert_eq!(d.push(0).emit, "Hi ");
         assert_eq!(d.push(1).emit, "");
         assert_eq!(d.push(2).emit, "😀");
         let s = d.push(3);
-        assert_eq!(
-            s,
-            StopStep {
-                emit: " ".into(),
-                stopped: true
-            }
-        );
+        assert_eq!(s, StopStep { emit: " ".into(), stopped: true });
     }
 }

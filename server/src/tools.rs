@@ -59,10 +59,7 @@ impl ToolCallParser {
     /// A parser that has already seen `prefix` (text the prompt put in the model's mouth, e.g.
     /// `<tool_call>\n` to make it call a tool).
     pub fn new(prefix: &str, known: Vec<String>) -> ToolCallParser {
-        let mut p = ToolCallParser {
-            known,
-            ..ToolCallParser::default()
-        };
+        let mut p = ToolCallParser { known, ..ToolCallParser::default() };
         let early = p.push(prefix);
         debug_assert!(early.is_empty(), "a prefix opens a call, it emits nothing");
         p
@@ -77,8 +74,7 @@ impl ToolCallParser {
                 return out; // undecided: only whitespace, or maybe a ```json fence, so far
             }
             self.started = true;
-            self.bare =
-                !self.known.is_empty() && (head.starts_with('{') || head.starts_with(JSON_FENCE));
+            self.bare = !self.known.is_empty() && (head.starts_with('{') || head.starts_with(JSON_FENCE));
         }
         if self.bare {
             return out;
@@ -212,10 +208,7 @@ mod tests {
     use serde_json::json;
 
     fn call(name: &str, args: Value) -> Piece {
-        Piece::Call(ParsedCall {
-            name: name.into(),
-            arguments: args.as_object().unwrap().clone(),
-        })
+        Piece::Call(ParsedCall { name: name.into(), arguments: args.as_object().unwrap().clone() })
     }
 
     fn feed(parts: &[&str]) -> Vec<Piece> {
@@ -254,50 +247,27 @@ mod tests {
     #[test]
     fn untagged_calls_of_offered_tools() {
         assert_eq!(
-            feed(&[
-                "\n{\"name\": \"get_weather\", ",
-                "\"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"now\"}"
-            ]),
-            vec![
-                call("get_weather", json!({"city": "Paris"})),
-                call("now", json!({}))
-            ]
+            feed(&["\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"now\"}"]),
+            vec![call("get_weather", json!({"city": "Paris"})), call("now", json!({}))]
         );
         assert_eq!(
-            feed(&[
-                "`",
-                "``json\n{\n  \"name\": \"now\",\n  \"arguments\": {}\n}\n`",
-                "``"
-            ]),
+            feed(&["`", "``json\n{\n  \"name\": \"now\",\n  \"arguments\": {}\n}\n`", "``"]),
             vec![call("now", json!({}))]
         );
-        assert_eq!(
-            feed(&["``", "`rust\nfn x() {}\n```"]),
-            vec![Piece::Text("```rust\nfn x() {}\n```".into())]
-        );
+        assert_eq!(feed(&["``", "`rust\nfn x() {}\n```"]), vec![Piece::Text("```rust\nfn x() {}\n```".into())]);
         // Not a call: unknown tool, or JSON that is no call, or more than calls.
-        for text in [
-            "{\"name\": \"other\", \"arguments\": {}}",
-            "{\"a\": 1}",
-            "{\"name\": \"now\"} and more",
-        ] {
+        for text in ["{\"name\": \"other\", \"arguments\": {}}", "{\"a\": 1}", "{\"name\": \"now\"} and more"] {
             assert_eq!(feed(&[text]), vec![Piece::Text(text.into())]);
         }
     }
 
     #[test]
     fn plain_text_is_untouched_and_bad_calls_stay_text() {
-        assert_eq!(
-            feed(&["a < b <tool", " and  \n"]),
-            vec![Piece::Text("a < b <tool and  \n".into())]
-        );
+        assert_eq!(feed(&["a < b <tool", " and  \n"]), vec![Piece::Text("a < b <tool and  \n".into())]);
         let bad = "<tool_call>{not json}</tool_call> after";
         assert_eq!(feed(&[bad]), vec![Piece::Text(bad.into())]);
         assert_eq!(
-            feed(&[
-                "<tool_call>{\"name\": \"f\"",
-                ", \"arguments\": \"{\\\"x\\\": 1}\"}"
-            ]),
+            feed(&["<tool_call>{\"name\": \"f\"", ", \"arguments\": \"{\\\"x\\\": 1}\"}"]),
             vec![call("f", json!({"x": 1}))],
             "cut off at a stop string `</tool_call>`, and string arguments"
         );
@@ -305,8 +275,7 @@ mod tests {
             feed(&["<tool_call>{\"name\": \"f\", \"argu"]),
             vec![Piece::Text("<tool_call>{\"name\": \"f\", \"argu".into())]
         );
-        let mut forced =
-            ToolCallParser::new("<tool_call>\n{\"name\": \"f\", \"arguments\": ", vec![]);
+        let mut forced = ToolCallParser::new("<tool_call>\n{\"name\": \"f\", \"arguments\": ", vec![]);
         let mut out = forced.push("{\"q\": \"é\"}}\n</tool_call>");
         out.extend(forced.finish());
         assert_eq!(out, vec![call("f", json!({"q": "é"}))]);

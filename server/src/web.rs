@@ -22,41 +22,13 @@ const CSS: &str = "text/css; charset=utf-8";
 
 /// Every route of the web UI (the API key middleware lets these through).
 pub const ASSETS: &[Asset] = &[
-    Asset {
-        route: "/",
-        content_type: HTML,
-        body: include_str!("../web/index.html"),
-    },
-    Asset {
-        route: "/monitor",
-        content_type: HTML,
-        body: include_str!("../web/monitor.html"),
-    },
-    Asset {
-        route: "/web/style.css",
-        content_type: CSS,
-        body: include_str!("../web/style.css"),
-    },
-    Asset {
-        route: "/web/common.js",
-        content_type: JS,
-        body: include_str!("../web/common.js"),
-    },
-    Asset {
-        route: "/web/markdown.js",
-        content_type: JS,
-        body: include_str!("../web/markdown.js"),
-    },
-    Asset {
-        route: "/web/chat.js",
-        content_type: JS,
-        body: include_str!("../web/chat.js"),
-    },
-    Asset {
-        route: "/web/monitor.js",
-        content_type: JS,
-        body: include_str!("../web/monitor.js"),
-    },
+    Asset { route: "/", content_type: HTML, body: include_str!("../web/index.html") },
+    Asset { route: "/monitor", content_type: HTML, body: include_str!("../web/monitor.html") },
+    Asset { route: "/web/style.css", content_type: CSS, body: include_str!("../web/style.css") },
+    Asset { route: "/web/common.js", content_type: JS, body: include_str!("../web/common.js") },
+    Asset { route: "/web/markdown.js", content_type: JS, body: include_str!("../web/markdown.js") },
+    Asset { route: "/web/chat.js", content_type: JS, body: include_str!("../web/chat.js") },
+    Asset { route: "/web/monitor.js", content_type: JS, body: include_str!("../web/monitor.js") },
 ];
 
 /// Whether `path` is a web UI route (served without the API key).
@@ -72,25 +44,14 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
 fn serve(asset: &'static Asset) -> Response {
     let mut r = asset.body.into_response();
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(asset.content_type),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     r
 }
 
 /// The web UI's routes.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    ASSETS.iter().fold(Router::new(), |r, a| {
-        r.route(a.route, get(move || async move { serve(a) }))
-    })
+    ASSETS.iter().fold(Router::new(), |r, a| r.route(a.route, get(move || async move { serve(a) })))
 }

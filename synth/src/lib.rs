@@ -5,17 +5,24 @@
 
 pub mod qwen4exp;
 
-use rng::SplitMix64;
 use quant::GgmlType;
+use rng::SplitMix64;
 
 /// `nblocks` random blocks of `ty` (Q8_0, Q4_K, Q6_K, IQ3_XXS, IQ4_NL): random quant bytes,
 /// each f16 block scale set to `scale(rng, i)` for the type's scale `i` (Q4_K: 0 = d, 1 = dmin),
 /// so every bit pattern of the quants is exercised with finite, chosen magnitudes. None for
 /// another type.
-pub fn random_blocks(ty: GgmlType, nblocks: usize, rng: &mut SplitMix64, mut scale: impl FnMut(&mut SplitMix64, usize) -> f32) -> Option<Vec<u8>> {
+pub fn random_blocks(
+    ty: GgmlType,
+    nblocks: usize,
+    rng: &mut SplitMix64,
+    mut scale: impl FnMut(&mut SplitMix64, usize) -> f32,
+) -> Option<Vec<u8>> {
     // (block bytes, offsets of the f16 scales)
     let (bb, offsets): (usize, &[usize]) = match ty {
-        GgmlType::Q8_0 | GgmlType::IQ3XXS | GgmlType::IQ4NL => (ty.row_bytes(ty.block_size()).expect("a block type"), &[0]),
+        GgmlType::Q8_0 | GgmlType::IQ3XXS | GgmlType::IQ4NL => {
+            (ty.row_bytes(ty.block_size()).expect("a block type"), &[0])
+        }
         GgmlType::Q4K => (144, &[0, 2]),
         GgmlType::Q6K => (210, &[208]),
         _ => return None,

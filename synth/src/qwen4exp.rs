@@ -81,10 +81,7 @@ pub struct SynthConfig {
 use rng::SplitMix64;
 
 fn is_prime(n: u64) -> bool {
-    n >= 2
-        && (2..)
-            .take_while(|d| d * d <= n)
-            .all(|d| !n.is_multiple_of(d))
+    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| !n.is_multiple_of(d))
 }
 
 struct Builder {
@@ -99,33 +96,18 @@ struct Builder {
 
 impl Builder {
     /// A tensor of ggml ne `dims` from row-major `vals` stored as `ty`.
-    fn put(
-        &mut self,
-        name: &str,
-        dims: &[usize],
-        vals: &[f32],
-        ty: GgmlType,
-    ) -> Result<(), GgufError> {
+    fn put(&mut self, name: &str, dims: &[usize], vals: &[f32], ty: GgmlType) -> Result<(), GgufError> {
         let ne: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
         let bytes = match ty {
             GgmlType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            GgmlType::F16 => vals
-                .iter()
-                .flat_map(|&v| quant::f32_to_f16(v).to_le_bytes())
-                .collect(),
+            GgmlType::F16 => vals.iter().flat_map(|&v| quant::f32_to_f16(v).to_le_bytes()).collect(),
             _ => {
-                let rb = ty
-                    .row_bytes(dims[0])
-                    .ok_or_else(|| GgufError::Writer(format!("{name}: ragged rows")))?;
+                let rb = ty.row_bytes(dims[0]).ok_or_else(|| GgufError::Writer(format!("{name}: ragged rows")))?;
                 let rows = vals.len() / dims[0];
                 let mut out = vec![0u8; rb * rows];
                 for r in 0..rows {
-                    quant::quantize_row(
-                        ty,
-                        &vals[r * dims[0]..(r + 1) * dims[0]],
-                        &mut out[r * rb..(r + 1) * rb],
-                    )
-                    .map_err(|e| GgufError::Writer(format!("{name}: {e:?}")))?;
+                    quant::quantize_row(ty, &vals[r * dims[0]..(r + 1) * dims[0]], &mut out[r * rb..(r + 1) * rb])
+                        .map_err(|e| GgufError::Writer(format!("{name}: {e:?}")))?;
                 }
                 out
             }
@@ -163,7 +145,9 @@ impl Builder {
                 _ => 1000.0,
             };
             let blocks = n / ty.block_size();
-            if let Some(bytes) = super::random_blocks(ty, blocks, &mut self.rng, |_, i| (sigma / typical / (1 + i) as f64) as f32) {
+            if let Some(bytes) =
+                super::random_blocks(ty, blocks, &mut self.rng, |_, i| (sigma / typical / (1 + i) as f64) as f32)
+            {
                 let ne: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
                 self.w.add_tensor(name, &ne, ty, bytes);
                 self.n_tensors += 1;
@@ -188,13 +172,7 @@ impl Builder {
         self.put(name, dims, vals, ty)
     }
 
-    fn vec_f32(
-        &mut self,
-        name: &str,
-        dims: &[usize],
-        mean: f64,
-        std: f64,
-    ) -> Result<(), GgufError> {
+    fn vec_f32(&mut self, name: &str, dims: &[usize], mean: f64, std: f64) -> Result<(), GgufError> {
         let vals = self.rng.normals(dims.iter().product(), mean, std);
         self.put(name, dims, &vals, GgmlType::F32)
     }
@@ -217,10 +195,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     };
     let w = &mut b.w;
     w.add_metadata("general.architecture", Value::Str("qwen4exp".into()));
-    w.add_metadata(
-        "general.name",
-        Value::Str(format!("synthetic qwen4exp seed {seed}")),
-    );
+    w.add_metadata("general.name", Value::Str(format!("synthetic qwen4exp seed {seed}")));
     let u32v = |v: usize| Value::U32(v as u32);
     for (k, v) in [
         ("context_length", 4096),
@@ -257,32 +232,17 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     // IMROPE sections summing to n_rot/2 (text only: the split does not change the result).
     let q = (cfg.n_rot / 2) as u32;
     let secs = [q - 2 * (q / 3), q / 3, q / 3, 0];
-    w.add_metadata(
-        a("rope.dimension_sections"),
-        Value::Array(secs.iter().map(|&s| Value::U32(s)).collect()),
-    );
+    w.add_metadata(a("rope.dimension_sections"), Value::Array(secs.iter().map(|&s| Value::U32(s)).collect()));
     // The MTP block is an attention block (entries exist for every block_count layer).
     let mtp_kind = cfg.mtp_stub.then_some(Value::Bool(false));
     let mtp_ratio = cfg.mtp_stub.then_some(Value::U32(0));
     w.add_metadata(
         a("attention.recurrent_layers"),
-        Value::Array(
-            cfg.layers
-                .iter()
-                .map(|l| Value::Bool(l.is_none()))
-                .chain(mtp_kind)
-                .collect(),
-        ),
+        Value::Array(cfg.layers.iter().map(|l| Value::Bool(l.is_none())).chain(mtp_kind).collect()),
     );
     w.add_metadata(
         a("attention.compress_ratios"),
-        Value::Array(
-            cfg.layers
-                .iter()
-                .map(|l| Value::U32(l.unwrap_or(0) as u32))
-                .chain(mtp_ratio)
-                .collect(),
-        ),
+        Value::Array(cfg.layers.iter().map(|l| Value::U32(l.unwrap_or(0) as u32)).chain(mtp_ratio).collect()),
     );
     let mut ple_rows = 0usize;
     if let Some(p) = &cfg.ple {
@@ -296,20 +256,12 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
             }
             n += 1;
         }
-        let offsets: Vec<u64> = sizes
-            .iter()
-            .scan(0, |acc, &s| Some(std::mem::replace(acc, *acc + s)))
-            .collect();
+        let offsets: Vec<u64> = sizes.iter().scan(0, |acc, &s| Some(std::mem::replace(acc, *acc + s))).collect();
         ple_rows = sizes.iter().sum::<u64>() as usize;
-        let mults: Vec<u64> = (0..p.ngram)
-            .map(|_| ((b.rng.next_u64() >> 19) | (1 << 40)) | 1)
-            .collect();
+        let mults: Vec<u64> = (0..p.ngram).map(|_| ((b.rng.next_u64() >> 19) | (1 << 40)) | 1).collect();
         let arr = |v: &[u64]| Value::Array(v.iter().map(|&x| Value::U64(x)).collect());
         let w = &mut b.w;
-        w.add_metadata(
-            a("ple.layers"),
-            Value::Array(vec![Value::U32(p.layer as u32)]),
-        );
+        w.add_metadata(a("ple.layers"), Value::Array(vec![Value::U32(p.layer as u32)]));
         w.add_metadata(a("ple.ngram_size"), u32v(p.ngram));
         w.add_metadata(a("ple.heads_per_ngram"), u32v(p.heads_per_ngram));
         w.add_metadata(a("ple.conv_kernel"), u32v(p.conv_kernel));
@@ -350,25 +302,13 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
         hc_tensors(&mut b, cfg, &p("hc_ffn_"), true)?;
         match kind {
             None => {
-                let (hk, hv, s, k) = (
-                    cfg.ssm_k_heads,
-                    cfg.ssm_v_heads,
-                    cfg.ssm_state,
-                    cfg.ssm_conv,
-                );
+                let (hk, hv, s, k) = (cfg.ssm_k_heads, cfg.ssm_v_heads, cfg.ssm_state, cfg.ssm_conv);
                 let c = (2 * hk + hv) * s;
                 b.mat(&p("attn_qkv.weight"), &[e, c], 1.0)?;
                 b.mat(&p("attn_gate.weight"), &[e, hv * s], 1.0)?;
-                b.vec_f32(
-                    &p("ssm_conv1d.weight"),
-                    &[k, c],
-                    0.0,
-                    1.0 / (k as f64).sqrt(),
-                )?;
+                b.vec_f32(&p("ssm_conv1d.weight"), &[k, c], 0.0, 1.0 / (k as f64).sqrt())?;
                 b.vec_f32(&p("ssm_dt.bias"), &[hv], -1.0, 0.5)?;
-                let av: Vec<f32> = (0..hv)
-                    .map(|_| -((b.rng.unit() * 2.0 - 1.0).exp() as f32))
-                    .collect();
+                let av: Vec<f32> = (0..hv).map(|_| -((b.rng.unit() * 2.0 - 1.0).exp() as f32)).collect();
                 b.put(&p("ssm_a"), &[hv], &av, GgmlType::F32)?;
                 b.mat(&p("ssm_beta.weight"), &[e, hv], 1.0)?;
                 b.mat(&p("ssm_alpha.weight"), &[e, hv], 1.0)?;
@@ -384,12 +324,7 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
                 b.vec_f32(&p(&format!("{n}.weight")), &[e, hc], 1.0, 0.1)?;
             }
             let k = pp.conv_kernel;
-            b.vec_f32(
-                &p("ple_conv1d.weight"),
-                &[k, hce],
-                0.0,
-                1.0 / (k as f64).sqrt(),
-            )?;
+            b.vec_f32(&p("ple_conv1d.weight"), &[k, hce], 0.0, 1.0 / (k as f64).sqrt())?;
         }
         moe_tensors(&mut b, cfg, il, 1.0)?;
     }
@@ -405,23 +340,13 @@ fn build_counted(cfg: &SynthConfig, seed: u64) -> Result<(GgufWriter, usize), Gg
     if let Some(p) = &cfg.ple {
         let dp = e / ((p.ngram - 1) * p.heads_per_ngram);
         let vals = b.rng.normals(ple_rows * dp, 0.0, 1.0);
-        b.put(
-            "per_layer_token_embd.weight",
-            &[dp, ple_rows],
-            &vals,
-            p.table_type,
-        )?;
+        b.put("per_layer_token_embd.weight", &[dp, ple_rows], &vals, p.table_type)?;
     }
     Ok((b.w, b.n_tensors))
 }
 
 /// A hyper-connection mixer `{prefix}{norm,down,up[,inject]}.weight` in the trunk's shapes.
-fn hc_tensors(
-    b: &mut Builder,
-    cfg: &SynthConfig,
-    prefix: &str,
-    inject: bool,
-) -> Result<(), GgufError> {
+fn hc_tensors(b: &mut Builder, cfg: &SynthConfig, prefix: &str, inject: bool) -> Result<(), GgufError> {
     let (e, hc, lr) = (cfg.n_embd, cfg.hc, cfg.hc_rank);
     let hce = hc * e;
     b.vec_f32(&format!("{prefix}norm.weight"), &[e, hc], 1.0, 0.1)?;
@@ -434,13 +359,7 @@ fn hc_tensors(
 }
 
 /// `blk.{il}.attn_*` (and `indexer.*` when `ratio > 0`); `out_scale` scales `attn_output`.
-fn attn_tensors(
-    b: &mut Builder,
-    cfg: &SynthConfig,
-    il: usize,
-    ratio: usize,
-    out_scale: f64,
-) -> Result<(), GgufError> {
+fn attn_tensors(b: &mut Builder, cfg: &SynthConfig, il: usize, ratio: usize, out_scale: f64) -> Result<(), GgufError> {
     let p = |s: &str| format!("blk.{il}.{s}");
     let (e, h, kv, d) = (cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     b.mat(&p("attn_q.weight"), &[e, 2 * h * d], 1.0)?;
@@ -450,11 +369,7 @@ fn attn_tensors(
     b.vec_f32(&p("attn_q_norm.weight"), &[d], 1.0, 0.1)?;
     b.vec_f32(&p("attn_k_norm.weight"), &[d], 1.0, 0.1)?;
     if ratio > 0 {
-        b.mat(
-            &p("indexer.q_proj.weight"),
-            &[e, cfg.idx_heads * cfg.idx_dim],
-            1.0,
-        )?;
+        b.mat(&p("indexer.q_proj.weight"), &[e, cfg.idx_heads * cfg.idx_dim], 1.0)?;
         b.mat(&p("indexer.k_proj.weight"), &[e, cfg.idx_dim], 1.0)?;
         b.vec_f32(&p("indexer.q_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
         b.vec_f32(&p("indexer.k_norm.weight"), &[cfg.idx_dim], 1.0, 0.1)?;
@@ -463,12 +378,7 @@ fn attn_tensors(
 }
 
 /// `blk.{il}.ffn_*` (router, experts, shared expert); `down_scale` scales the down matrices.
-fn moe_tensors(
-    b: &mut Builder,
-    cfg: &SynthConfig,
-    il: usize,
-    down_scale: f64,
-) -> Result<(), GgufError> {
+fn moe_tensors(b: &mut Builder, cfg: &SynthConfig, il: usize, down_scale: f64) -> Result<(), GgufError> {
     let p = |s: &str| format!("blk.{il}.{s}");
     let (e, ne, ff, ffs) = (cfg.n_embd, cfg.n_expert, cfg.n_ff_exp, cfg.n_ff_shexp);
     let router = b.rng.normals(ne * e, 0.0, 4.0 / (e as f64).sqrt());
@@ -477,12 +387,7 @@ fn moe_tensors(
     b.mat_of(&p("ffn_gate_exps.weight"), &[e, ff, ne], 1.0, xt)?;
     b.mat_of(&p("ffn_up_exps.weight"), &[e, ff, ne], 1.0, xt)?;
     b.mat_of(&p("ffn_down_exps.weight"), &[ff, e, ne], down_scale, xt)?;
-    b.vec_f32(
-        &p("ffn_gate_inp_shexp.weight"),
-        &[e],
-        0.0,
-        1.0 / (e as f64).sqrt(),
-    )?;
+    b.vec_f32(&p("ffn_gate_inp_shexp.weight"), &[e], 0.0, 1.0 / (e as f64).sqrt())?;
     b.mat(&p("ffn_gate_shexp.weight"), &[e, ffs], 1.0)?;
     b.mat(&p("ffn_up_shexp.weight"), &[e, ffs], 1.0)?;
     b.mat(&p("ffn_down_shexp.weight"), &[ffs, e], down_scale)?;
@@ -520,13 +425,7 @@ pub struct SynthMtp {
 
 impl Default for SynthMtp {
     fn default() -> SynthMtp {
-        SynthMtp {
-            matrix_type: GgmlType::F32,
-            ratio: 0,
-            own_tables: false,
-            hc_head: true,
-            echo: false,
-        }
+        SynthMtp { matrix_type: GgmlType::F32, ratio: 0, own_tables: false, hc_head: true, echo: false }
     }
 }
 
@@ -536,9 +435,7 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     let a = |k: &str| format!("qwen4exp.{k}");
     let (e, nl, v) = (cfg.n_embd, cfg.layers.len(), cfg.n_vocab);
     if m.echo && !m.hc_head {
-        return Err(GgufError::Writer(
-            "an echo MTP head needs its own hc_head mixer".into(),
-        ));
+        return Err(GgufError::Writer("an echo MTP head needs its own hc_head mixer".into()));
     }
     let mut b = Builder {
         w: GgufWriter::new(),
@@ -551,10 +448,7 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     w.add_metadata("general.architecture", Value::Str("qwen4exp".into()));
     w.add_metadata(
         "general.name",
-        Value::Str(format!(
-            "synthetic qwen4exp MTP head seed {seed}{}",
-            if m.echo { " (echo)" } else { "" }
-        )),
+        Value::Str(format!("synthetic qwen4exp MTP head seed {seed}{}", if m.echo { " (echo)" } else { "" })),
     );
     for (k, val) in [
         ("block_count", nl + 1),
@@ -579,22 +473,12 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     w.add_metadata(a("rope.freq_base"), Value::F32(cfg.rope_base));
     w.add_metadata(
         a("attention.recurrent_layers"),
-        Value::Array(
-            cfg.layers
-                .iter()
-                .map(|l| Value::Bool(l.is_none()))
-                .chain([Value::Bool(false)])
-                .collect(),
-        ),
+        Value::Array(cfg.layers.iter().map(|l| Value::Bool(l.is_none())).chain([Value::Bool(false)]).collect()),
     );
     w.add_metadata(
         a("attention.compress_ratios"),
         Value::Array(
-            cfg.layers
-                .iter()
-                .map(|l| Value::U32(l.unwrap_or(0) as u32))
-                .chain([Value::U32(m.ratio as u32)])
-                .collect(),
+            cfg.layers.iter().map(|l| Value::U32(l.unwrap_or(0) as u32)).chain([Value::U32(m.ratio as u32)]).collect(),
         ),
     );
 
@@ -620,11 +504,7 @@ pub fn build_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64) -> Result<GgufWrite
     hc_tensors(&mut b, cfg, &blk("hc_ffn_"), true)?;
     moe_tensors(&mut b, cfg, nl, inner)?;
     if m.hc_head {
-        let (norm, down, up) = (
-            nx("hc_head_norm.weight"),
-            nx("hc_head_down.weight"),
-            nx("hc_head_up.weight"),
-        );
+        let (norm, down, up) = (nx("hc_head_norm.weight"), nx("hc_head_down.weight"), nx("hc_head_up.weight"));
         let lr = cfg.hc_rank;
         if m.echo {
             let g = 16.0 / e as f32;
@@ -653,12 +533,7 @@ pub fn write_mtp(cfg: &SynthConfig, m: &SynthMtp, seed: u64, path: &Path) -> Res
 /// Writes `cfg` to `<prefix>.gguf`, or with `split_ple` (and a PLE table) to
 /// `<prefix>-00001-of-00002.gguf` + `<prefix>-00002-of-00002.gguf` with the table alone in the
 /// second shard, as the real release ships it. Returns the paths.
-pub fn write(
-    cfg: &SynthConfig,
-    seed: u64,
-    prefix: &Path,
-    split_ple: bool,
-) -> Result<Vec<PathBuf>, GgufError> {
+pub fn write(cfg: &SynthConfig, seed: u64, prefix: &Path, split_ple: bool) -> Result<Vec<PathBuf>, GgufError> {
     let (w, n) = build_counted(cfg, seed)?;
     let p = prefix.to_string_lossy().into_owned();
     if split_ple && cfg.ple.is_some() {

@@ -31,9 +31,7 @@ pub(super) fn rand_mat(rng: &mut SplitMix64, rows: usize, cols: usize) -> (Mat, 
 }
 
 pub(super) fn mv(w: &[f32], rows: usize, cols: usize, x: &[f64]) -> Vec<f64> {
-    (0..rows)
-        .map(|r| (0..cols).map(|c| w[r * cols + c] as f64 * x[c]).sum())
-        .collect()
+    (0..rows).map(|r| (0..cols).map(|c| w[r * cols + c] as f64 * x[c]).sum()).collect()
 }
 
 pub(super) fn rms64(x: &[f64], g: &[f32], eps: f64) -> Vec<f64> {
@@ -94,25 +92,11 @@ impl HcRef {
         let (hc, e) = (self.hc, self.e);
         let mut f = Vec::new();
         for c in 0..hc {
-            f.extend(rms64(
-                &r[c * e..(c + 1) * e],
-                &self.norm[c * e..(c + 1) * e],
-                eps,
-            ));
+            f.extend(rms64(&r[c * e..(c + 1) * e], &self.norm[c * e..(c + 1) * e], eps));
         }
-        let a: Vec<f64> = mv(&self.down, self.lr, hc * e, &f)
-            .iter()
-            .map(|v| silu64(v / hc as f64))
-            .collect();
+        let a: Vec<f64> = mv(&self.down, self.lr, hc * e, &f).iter().map(|v| silu64(v / hc as f64)).collect();
         let g = mv(&self.up, hc * e, self.lr, &a);
-        let x = (0..e)
-            .map(|i| {
-                (0..hc)
-                    .map(|c| f[c * e + i] * sig(g[c * e + i]))
-                    .sum::<f64>()
-                    / hc as f64
-            })
-            .collect();
+        let x = (0..e).map(|i| (0..hc).map(|c| f[c * e + i] * sig(g[c * e + i])).sum::<f64>() / hc as f64).collect();
         (x, mv(&self.inject, hc, hc * e, &f))
     }
 }
@@ -122,27 +106,8 @@ fn rand_hc(rng: &mut SplitMix64, hc: usize, e: usize, lr: usize) -> (HyperConn, 
     let (down, dv) = rand_mat(rng, lr, hc * e);
     let (up, uv) = rand_mat(rng, hc * e, lr);
     let (inj, iv) = rand_mat(rng, hc, hc * e);
-    let m = HyperConn {
-        hc,
-        n_embd: e,
-        eps: 1e-6,
-        norm: norm.clone(),
-        down,
-        up,
-        inject: Some(inj),
-    };
-    (
-        m,
-        HcRef {
-            hc,
-            e,
-            lr,
-            norm,
-            down: dv,
-            up: uv,
-            inject: iv,
-        },
-    )
+    let m = HyperConn { hc, n_embd: e, eps: 1e-6, norm: norm.clone(), down, up, inject: Some(inj) };
+    (m, HcRef { hc, e, lr, norm, down: dv, up: uv, inject: iv })
 }
 
 #[test]
@@ -164,9 +129,7 @@ fn gr_mix_and_combine_match_f64_reference() {
         assert_close("hc mix inj", &inj[t * hc..(t + 1) * hc], &ir);
         // R[c] += 2σ(inj_c/hc)·y, using the engine's inj so only the combine is under test.
         let want: Vec<f64> = (0..hc * e)
-            .map(|i| {
-                rt[i] + 2.0 * sig(inj[t * hc + i / e] as f64 / hc as f64) * y[t * e + i % e] as f64
-            })
+            .map(|i| rt[i] + 2.0 * sig(inj[t * hc + i / e] as f64 / hc as f64) * y[t * e + i % e] as f64)
             .collect();
         assert_close("hc combine", &r2[t * hc * e..(t + 1) * hc * e], &want);
     }
@@ -191,12 +154,8 @@ fn gr_fused_read_is_bit_identical_to_single_token_reads() {
                 let rb = ty.row_bytes(w.cols).unwrap();
                 let mut bytes = vec![0u8; rb * w.rows];
                 for r in 0..w.rows {
-                    quant::quantize_row(
-                        ty,
-                        &vals[r * w.cols..(r + 1) * w.cols],
-                        &mut bytes[r * rb..(r + 1) * rb],
-                    )
-                    .unwrap();
+                    quant::quantize_row(ty, &vals[r * w.cols..(r + 1) * w.cols], &mut bytes[r * rb..(r + 1) * rb])
+                        .unwrap();
                 }
                 Mat::from_raw(ty, w.rows, w.cols, &bytes).unwrap()
             };
@@ -211,16 +170,9 @@ fn gr_fused_read_is_bit_identical_to_single_token_reads() {
             for t in 0..n {
                 let (mut x1, mut i1) = (vec![0f32; e], vec![0f32; hc]);
                 m.mix(&r[t * hc * e..(t + 1) * hc * e], 1, &mut x1, Some(&mut i1));
+                assert!(x1.iter().zip(&x[t * e..]).all(|(a, b)| a.to_bits() == b.to_bits()), "q8={q8} n={n} t={t}: x");
                 assert!(
-                    x1.iter()
-                        .zip(&x[t * e..])
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "q8={q8} n={n} t={t}: x"
-                );
-                assert!(
-                    i1.iter()
-                        .zip(&inj[t * hc..])
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    i1.iter().zip(&inj[t * hc..]).all(|(a, b)| a.to_bits() == b.to_bits()),
                     "q8={q8} n={n} t={t}: inj"
                 );
             }
@@ -253,9 +205,7 @@ impl GdnRef {
         let (hk, hv, s, e) = (self.hk, self.hv, self.s, self.e);
         let c = (2 * hk + hv) * s;
         let eps = 1e-6;
-        let ms: Vec<Vec<f64>> = (0..n)
-            .map(|t| mv(&self.qkv, c, e, &to64(&xs[t * e..(t + 1) * e])))
-            .collect();
+        let ms: Vec<Vec<f64>> = (0..n).map(|t| mv(&self.qkv, c, e, &to64(&xs[t * e..(t + 1) * e]))).collect();
         let mut state = vec![vec![vec![0f64; s]; s]; hv]; // [head][key][value]
         let mut y = Vec::new();
         for t in 0..n {
@@ -291,17 +241,15 @@ impl GdnRef {
                 for row in m.iter_mut() {
                     row.iter_mut().for_each(|v| *v *= decay);
                 }
-                let delta: Vec<f64> = (0..s)
-                    .map(|j| beta[h] * (v[j] - (0..s).map(|i| m[i][j] * k[i]).sum::<f64>()))
-                    .collect();
+                let delta: Vec<f64> =
+                    (0..s).map(|j| beta[h] * (v[j] - (0..s).map(|i| m[i][j] * k[i]).sum::<f64>())).collect();
                 for i in 0..s {
                     for j in 0..s {
                         m[i][j] += k[i] * delta[j];
                     }
                 }
-                let o: Vec<f64> = (0..s)
-                    .map(|j| (0..s).map(|i| m[i][j] * q[i]).sum::<f64>() / (s as f64).sqrt())
-                    .collect();
+                let o: Vec<f64> =
+                    (0..s).map(|j| (0..s).map(|i| m[i][j] * q[i]).sum::<f64>() / (s as f64).sqrt()).collect();
                 let on = rms64(&o, &self.norm, eps);
                 o_all.extend((0..s).map(|j| on[j] * sig(z[h * s + j])));
             }
@@ -339,22 +287,7 @@ fn rand_gdn(rng: &mut SplitMix64) -> (Gdn, GdnRef) {
         norm: norm.clone(),
         out,
     };
-    let r = GdnRef {
-        hk,
-        hv,
-        s,
-        k,
-        e,
-        qkv: qv,
-        gate: gv,
-        conv,
-        dt,
-        a,
-        beta: bv,
-        alpha: av,
-        norm,
-        out: ov,
-    };
+    let r = GdnRef { hk, hv, s, k, e, qkv: qv, gate: gv, conv, dt, a, beta: bv, alpha: av, norm, out: ov };
     (g, r)
 }
 
@@ -413,13 +346,7 @@ fn gdn_split_batches_are_bit_identical() {
     let mut y2 = vec![0f32; n * 64];
     let mut t = 0;
     for len in [1, 2, 5, 1, 11] {
-        g.forward(
-            &x[t * 64..(t + len) * 64],
-            len,
-            &mut st2,
-            GdnMode::Recurrent,
-            &mut y2[t * 64..(t + len) * 64],
-        );
+        g.forward(&x[t * 64..(t + len) * 64], len, &mut st2, GdnMode::Recurrent, &mut y2[t * 64..(t + len) * 64]);
         t += len;
     }
     assert_eq!(y, y2);
@@ -441,12 +368,7 @@ fn mat_kquant_products_match_dequantized_reference() {
         let rb = ty.row_bytes(cols).unwrap();
         let mut bytes = vec![0u8; rows * rb];
         for r in 0..rows {
-            quant::quantize_row(
-                ty,
-                &vals[r * cols..(r + 1) * cols],
-                &mut bytes[r * rb..(r + 1) * rb],
-            )
-            .unwrap();
+            quant::quantize_row(ty, &vals[r * cols..(r + 1) * cols], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
         }
         let m = Mat::from_raw(ty, rows, cols, &bytes).unwrap();
         let mut deq = vec![0f32; rows * cols];
@@ -460,14 +382,8 @@ fn mat_kquant_products_match_dequantized_reference() {
             let want = mv(&deq, rows, cols, &to64(&x[t * cols..(t + 1) * cols]));
             let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
             let got = &y[t * rows..(t + 1) * rows];
-            let err = got
-                .iter()
-                .zip(&want)
-                .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-            assert!(
-                err <= 1e-2 * scale,
-                "{ty:?} token {t}: max err {err} vs scale {scale}"
-            );
+            let err = got.iter().zip(&want).fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
+            assert!(err <= 1e-2 * scale, "{ty:?} token {t}: max err {err} vs scale {scale}");
             let mut single = vec![0f32; rows];
             m.matvec(&x[t * cols..(t + 1) * cols], &mut single);
             assert_eq!(single, got, "{ty:?} token {t}: batched != single");

@@ -2,11 +2,11 @@
 //! tolerance.
 
 use strata::cpu::prelude::*;
-use strata::model::qwen4exp::hparams::PleParams;
 use strata::model::Mat;
+use strata::model::qwen4exp::hparams::PleParams;
 use strata::model::qwen4exp::{Moe, Ple, SwiGlu};
 
-use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, silu64, to64};
+use super::layers::{SplitMix64, assert_close, gamma, mv, rand_mat, rms64, sig, silu64, to64};
 
 // --------------------------------------------------------------------------------------- MoE
 
@@ -21,28 +21,14 @@ fn moe_matches_f64_reference() {
         let (g, gv) = rand_mat(&mut rng, ff, e);
         let (u, uv) = rand_mat(&mut rng, ff, e);
         let (d, dv) = rand_mat(&mut rng, e, ff);
-        experts.push(SwiGlu {
-            gate: g,
-            up: u,
-            down: d,
-        });
+        experts.push(SwiGlu { gate: g, up: u, down: d });
         ev.push((gv, uv, dv));
     }
     let (sg, sgv) = rand_mat(&mut rng, 1, e);
     let (g, gv) = rand_mat(&mut rng, ffs, e);
     let (u, uv) = rand_mat(&mut rng, ffs, e);
     let (d, dv) = rand_mat(&mut rng, e, ffs);
-    let moe = Moe {
-        n_used: nu,
-        router,
-        experts,
-        shared_gate: sg,
-        shared: SwiGlu {
-            gate: g,
-            up: u,
-            down: d,
-        },
-    };
+    let moe = Moe { n_used: nu, router, experts, shared_gate: sg, shared: SwiGlu { gate: g, up: u, down: d } };
     let x = rng.symmetric_vec(n * e, 1.5);
     let mut y = vec![0f32; n * e];
     moe.forward(&x, n, &mut y);
@@ -61,17 +47,11 @@ fn moe_matches_f64_reference() {
         let mut order: Vec<usize> = (0..ne).collect();
         order.sort_by(|&a, &b| p[b].partial_cmp(&p[a]).unwrap());
         let chosen = &order[..nu];
-        let wsum: f64 = chosen
-            .iter()
-            .map(|&i| p[i])
-            .sum::<f64>()
-            .max(6.103515625e-5);
+        let wsum: f64 = chosen.iter().map(|&i| p[i]).sum::<f64>().max(6.103515625e-5);
         let mut want = vec![0f64; e];
         for &ex in chosen {
             let o = swiglu(&ev[ex].0, &ev[ex].1, &ev[ex].2, ff, &xt);
-            want.iter_mut()
-                .zip(&o)
-                .for_each(|(w, o)| *w += p[ex] / wsum * o);
+            want.iter_mut().zip(&o).for_each(|(w, o)| *w += p[ex] / wsum * o);
         }
         let gate = sig(mv(&sgv, 1, e, &xt)[0]);
         let sh = swiglu(&gv, &uv, &dv, ffs, &xt);
@@ -105,11 +85,7 @@ impl PleRef {
             if t < s || toks[t - s] == p.eos {
                 reset = true;
             }
-            ctx.push(if reset {
-                p.eos as u128
-            } else {
-                toks[t - s] as u128
-            });
+            ctx.push(if reset { p.eos as u128 } else { toks[t - s] as u128 });
         }
         let mut rows = Vec::new();
         for n in 2..=p.ngram {
@@ -134,9 +110,7 @@ impl PleRef {
         for t in 0..n {
             let mut emb = Vec::new();
             for row in self.rows(toks, t) {
-                emb.extend(to64(
-                    &self.table[row as usize * dp..(row as usize + 1) * dp],
-                ));
+                emb.extend(to64(&self.table[row as usize * dp..(row as usize + 1) * dp]));
             }
             let key = mv(&self.key, hc * e, e, &emb);
             let val = mv(&self.value, e, e, &emb);
@@ -144,11 +118,7 @@ impl PleRef {
             let mut nn = Vec::new();
             for c in 0..hc {
                 let kc = rms64(&key[c * e..(c + 1) * e], &self.nk[c * e..(c + 1) * e], eps);
-                let qc = rms64(
-                    &to64(&r[(t * hc + c) * e..(t * hc + c + 1) * e]),
-                    &self.nq[c * e..(c + 1) * e],
-                    eps,
-                );
+                let qc = rms64(&to64(&r[(t * hc + c) * e..(t * hc + c + 1) * e]), &self.nq[c * e..(c + 1) * e], eps);
                 let s = kc.iter().zip(&qc).map(|(a, b)| a * b).sum::<f64>() / (e as f64).sqrt();
                 let gate = sig(s.signum() * s.abs().max(1e-6).sqrt());
                 let g: Vec<f64> = val.iter().map(|v| gate * v).collect();
@@ -206,22 +176,12 @@ fn rand_ple(rng: &mut SplitMix64, table_ty: quant::GgmlType) -> (Ple, PleRef) {
     let rb = table_ty.row_bytes(dp).unwrap();
     let mut bytes = vec![0u8; rows * rb];
     for r in 0..rows {
-        quant::quantize_row(
-            table_ty,
-            &vals[r * dp..(r + 1) * dp],
-            &mut bytes[r * rb..(r + 1) * rb],
-        )
-        .unwrap();
+        quant::quantize_row(table_ty, &vals[r * dp..(r + 1) * dp], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
     }
     let table = Mat::from_raw(table_ty, rows, dp, &bytes).unwrap();
     let mut deq = vec![0f32; rows * dp];
     for r in 0..rows {
-        quant::dequantize_row(
-            table_ty,
-            &bytes[r * rb..(r + 1) * rb],
-            &mut deq[r * dp..(r + 1) * dp],
-        )
-        .unwrap();
+        quant::dequantize_row(table_ty, &bytes[r * rb..(r + 1) * rb], &mut deq[r * dp..(r + 1) * dp]).unwrap();
     }
     let (key, kv) = rand_mat(rng, hc * e, e);
     let (value, vv) = rand_mat(rng, e, e);
@@ -240,21 +200,7 @@ fn rand_ple(rng: &mut SplitMix64, table_ty: quant::GgmlType) -> (Ple, PleRef) {
         norm_conv: nc.clone(),
         conv: conv.clone(),
     };
-    (
-        m,
-        PleRef {
-            p: params,
-            hc,
-            e,
-            table: deq,
-            key: kv,
-            value: vv,
-            nk,
-            nq,
-            nc,
-            conv,
-        },
-    )
+    (m, PleRef { p: params, hc, e, table: deq, key: kv, value: vv, nk, nq, nc, conv })
 }
 
 #[test]
@@ -264,9 +210,7 @@ fn ple_matches_f64_reference_for_every_table_type() {
         let mut rng = SplitMix64(10 + i as u64);
         let (m, rf) = rand_ple(&mut rng, ty);
         // EOS (2) inside the sequence resets the n-gram window for the following tokens.
-        let toks: Vec<u32> = vec![
-            5, 9, 2, 7, 7, 1000, 3, 2, 2, 11, 12, 13, 14, 15, 16, 17, 5, 9,
-        ];
+        let toks: Vec<u32> = vec![5, 9, 2, 7, 7, 1000, 3, 2, 2, 11, 12, 13, 14, 15, 16, 17, 5, 9];
         let n = toks.len();
         let r = rng.symmetric_vec(n * 3 * 128, 1.0);
         let mut got = r.clone();
@@ -274,9 +218,7 @@ fn ple_matches_f64_reference_for_every_table_type() {
         m.forward(&mut got, &toks, &mut st).unwrap();
         assert_close(&format!("ple {ty:?}"), &got, &rf.run(&r, &toks));
         for t in 0..n {
-            let ctx: Vec<Option<u32>> = (0..3)
-                .map(|s| if t >= s { Some(toks[t - s]) } else { None })
-                .collect();
+            let ctx: Vec<Option<u32>> = (0..3).map(|s| if t >= s { Some(toks[t - s]) } else { None }).collect();
             assert_eq!(m.rows(&ctx), rf.rows(&toks, t), "{ty:?} rows of token {t}");
         }
     }
@@ -298,8 +240,7 @@ fn ple_split_batches_are_bit_identical() {
     let mut sb = m.new_state();
     let mut t = 0;
     for len in [1, 1, 3, 2, 6, 1] {
-        m.forward(&mut b[t * 384..(t + len) * 384], &toks[t..t + len], &mut sb)
-            .unwrap();
+        m.forward(&mut b[t * 384..(t + len) * 384], &toks[t..t + len], &mut sb).unwrap();
         t += len;
     }
     assert_eq!(a, b);

@@ -1,12 +1,12 @@
 //! QSA alone (cell selection with libstdc++'s heap order, attention, decode == prefill)
 //! against a plain f64 reference; see `layers.rs` for the tolerance.
 
-use strata::cpu::prelude::*;
 use strata::cpu::flash_next::heap_select;
+use strata::cpu::prelude::*;
 use strata::model::KvRows;
 use strata::model::qwen4exp::{Indexer, KvType, Qsa, QsaCache};
 
-use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, to64};
+use super::layers::{SplitMix64, assert_close, gamma, mv, rand_mat, rms64, sig, to64};
 
 // ------------------------------------------------------------------------- QSA / attention
 
@@ -16,13 +16,7 @@ use super::layers::{SplitMix64, gamma, assert_close, mv, rand_mat, rms64, sig, t
 fn ref_partial_sort_set(v: &[f64], k: usize) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..v.len()).collect();
     let before = |a: usize, b: usize| v[a] > v[b];
-    fn adjust(
-        idx: &mut [usize],
-        hole0: usize,
-        len: usize,
-        value: usize,
-        before: &dyn Fn(usize, usize) -> bool,
-    ) {
+    fn adjust(idx: &mut [usize], hole0: usize, len: usize, value: usize, before: &dyn Fn(usize, usize) -> bool) {
         let mut hole = hole0;
         let mut child = hole0;
         while child < (len - 1) / 2 {
@@ -75,26 +69,17 @@ fn heap_select_matches_partial_sort_and_keeps_the_largest() {
         let k = (rng.next_u64() % (n as u64 + 2)) as usize;
         // Heavy ties: values from a few blocks, like the indexer's per-block scores.
         let r = 1 + (rng.next_u64() % 6) as usize;
-        let blocks: Vec<f32> = (0..n.div_ceil(r))
-            .map(|_| (rng.next_u64() % 7) as f32)
-            .collect();
+        let blocks: Vec<f32> = (0..n.div_ceil(r)).map(|_| (rng.next_u64() % 7) as f32).collect();
         let vals: Vec<f32> = (0..n).map(|j| blocks[j / r]).collect();
         let got = heap_select(&vals, k);
-        let want = if k >= n {
-            (0..n).collect()
-        } else {
-            ref_partial_sort_set(&to64(&vals), k)
-        };
+        let want = if k >= n { (0..n).collect() } else { ref_partial_sort_set(&to64(&vals), k) };
         assert_eq!(got, want, "case {case}: n={n} k={k} r={r} vals={vals:?}");
         // Whatever the tie order, every value above the k-th largest is kept.
         if k > 0 && k < n {
             let mut sorted = vals.clone();
             sorted.sort_by(|a, b| b.total_cmp(a));
             let kth = sorted[k - 1];
-            assert!(
-                (0..n).filter(|&j| vals[j] > kth).all(|j| got.contains(&j)),
-                "case {case}"
-            );
+            assert!((0..n).filter(|&j| vals[j] > kth).all(|j| got.contains(&j)), "case {case}");
         }
     }
     // libstdc++ keeps the first k of an all-equal row (nothing beats the heap top).
@@ -159,9 +144,7 @@ impl QsaRef {
         let bk: Vec<Vec<f64>> = (0..nb)
             .map(|b| {
                 let mean: Vec<f64> = (0..self.di)
-                    .map(|i| {
-                        (0..self.r).map(|j| kap[b * self.r + j][i]).sum::<f64>() / self.r as f64
-                    })
+                    .map(|i| (0..self.r).map(|j| kap[b * self.r + j][i]).sum::<f64>() / self.r as f64)
                     .collect();
                 let mut kb = rms64(&mean, &self.ikn, eps);
                 self.rope(&mut kb, b * self.r);
@@ -191,20 +174,10 @@ impl QsaRef {
                         let b = j / self.r;
                         let score = |b: usize| {
                             iqs.iter()
-                                .map(|q| {
-                                    q.iter()
-                                        .zip(&bk[b])
-                                        .map(|(a, c)| a * c)
-                                        .sum::<f64>()
-                                        .max(0.0)
-                                })
+                                .map(|q| q.iter().zip(&bk[b]).map(|(a, c)| a * c).sum::<f64>().max(0.0))
                                 .sum::<f64>()
                         };
-                        if j >= tail {
-                            1e9 + if b < nb { score(b) } else { 0.0 }
-                        } else {
-                            score(b)
-                        }
+                        if j >= tail { 1e9 + if b < nb { score(b) } else { 0.0 } } else { score(b) }
                     })
                     .collect();
                 ref_partial_sort_set(&vals, budget)
@@ -216,20 +189,13 @@ impl QsaRef {
                 let kv = hh / (h / kvh);
                 let sc: Vec<f64> = sel
                     .iter()
-                    .map(|&j| {
-                        q.iter().zip(&ks[j][kv]).map(|(a, b)| a * b).sum::<f64>()
-                            / (d as f64).sqrt()
-                    })
+                    .map(|&j| q.iter().zip(&ks[j][kv]).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt())
                     .collect();
                 let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let ex: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
                 let z: f64 = ex.iter().sum();
                 for i in 0..d {
-                    let o: f64 = sel
-                        .iter()
-                        .zip(&ex)
-                        .map(|(&j, p)| p / z * vs[j][kv * d + i])
-                        .sum();
+                    let o: f64 = sel.iter().zip(&ex).map(|(&j, p)| p / z * vs[j][kv * d + i]).sum();
                     att.push(o * sig(qf[hh * 2 * d + d + i]));
                 }
             }
@@ -310,14 +276,8 @@ fn qsa_matches_f64_reference_with_selection() {
     let sel = m.forward(&x, n, 0, &mut cache, &mut y, true);
     let (yr, selr) = rf.run(&x, n);
     assert_eq!(sel, selr, "selected cells");
-    assert!(
-        sel.iter().enumerate().any(|(t, s)| s.len() < t + 1),
-        "the test must drop cells"
-    );
-    assert!(
-        sel.iter().enumerate().any(|(t, s)| !s.contains(&t)),
-        "a token can lose itself"
-    );
+    assert!(sel.iter().enumerate().any(|(t, s)| s.len() < t + 1), "the test must drop cells");
+    assert!(sel.iter().enumerate().any(|(t, s)| !s.contains(&t)), "a token can lose itself");
     assert_close("qsa y", &y, &yr);
 }
 
@@ -338,14 +298,7 @@ fn qsa_decode_is_bit_identical_to_prefill() {
         let mut y2 = vec![0f32; n * 64];
         let mut s2 = Vec::new();
         for t in 0..n {
-            s2.extend(m.forward(
-                &x[t * 64..(t + 1) * 64],
-                1,
-                t,
-                &mut c2,
-                &mut y2[t * 64..(t + 1) * 64],
-                true,
-            ));
+            s2.extend(m.forward(&x[t * 64..(t + 1) * 64], 1, t, &mut c2, &mut y2[t * 64..(t + 1) * 64], true));
         }
         assert_eq!(s1, s2, "{kv:?}: selections");
         assert_eq!(y1, y2, "{kv:?}: outputs");
@@ -373,7 +326,11 @@ fn qsa_int8_cache_stores_the_engine_int8_rows() {
     assert!(worst > 0.0 && worst < 0.05, "int8 vs f32 cache outputs: worst relative {worst}");
     // Every row of the f32 cache, quantized by the one int8 writer, is what the int8 cache holds.
     let d = m.head_dim;
-    for (name, buf8, buf32, row) in [("K", &c8.k, &c32.k, d), ("V", &c8.v, &c32.v, d), ("kappa", &c8.kappa, &c32.kappa, m.indexer.as_ref().unwrap().dim)] {
+    for (name, buf8, buf32, row) in [
+        ("K", &c8.k, &c32.k, d),
+        ("V", &c8.v, &c32.v, d),
+        ("kappa", &c8.kappa, &c32.kappa, m.indexer.as_ref().unwrap().dim),
+    ] {
         let KvRows::F32(exact) = buf32 else { panic!("f32 cache") };
         let KvRows::Int8 { q, scale, row: r } = buf8 else { panic!("{name}: not an int8 cache") };
         assert_eq!(*r, row, "{name}: row length");

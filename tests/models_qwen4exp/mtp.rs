@@ -30,10 +30,7 @@ fn tmp(name: &str) -> PathBuf {
 fn t64(g: &GgufFile, name: &str) -> Vec<f64> {
     let t = g.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
     assert_eq!(t.ty, quant::GgmlType::F32, "{name}");
-    g.tensor_data(t)
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-        .collect()
+    g.tensor_data(t).chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect()
 }
 
 fn rms(x: &[f64], g: &[f64], eps: f64) -> Vec<f64> {
@@ -44,9 +41,7 @@ fn rms(x: &[f64], g: &[f64], eps: f64) -> Vec<f64> {
 
 /// `W x` for W `[rows][cols]` row-major.
 fn mv(w: &[f64], x: &[f64]) -> Vec<f64> {
-    w.chunks_exact(x.len())
-        .map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum())
-        .collect()
+    w.chunks_exact(x.len()).map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -70,11 +65,7 @@ fn swiglu(gate: &[f64], up: &[f64], down: &[f64], ff: usize, x: &[f64]) -> Vec<f
     let d = x.len();
     let g = mv(gate, x);
     let u = mv(up, x);
-    let a: Vec<f64> = g
-        .iter()
-        .zip(&u)
-        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-        .collect();
+    let a: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
     assert_eq!(a.len(), ff);
     let y = mv(down, &a);
     assert_eq!(y.len(), d);
@@ -103,9 +94,8 @@ impl Gr {
 
     fn mix(&self, r: &[f64], hc: usize, eps: f64) -> (Vec<f64>, Vec<f64>) {
         let e = r.len() / hc;
-        let flat: Vec<f64> = (0..hc)
-            .flat_map(|c| rms(&r[c * e..(c + 1) * e], &self.norm[c * e..(c + 1) * e], eps))
-            .collect();
+        let flat: Vec<f64> =
+            (0..hc).flat_map(|c| rms(&r[c * e..(c + 1) * e], &self.norm[c * e..(c + 1) * e], eps)).collect();
         let a: Vec<f64> = mv(&self.down, &flat)
             .iter()
             .map(|v| {
@@ -115,18 +105,9 @@ impl Gr {
             .collect();
         let gate = mv(&self.up, &a);
         let x = (0..e)
-            .map(|i| {
-                (0..hc)
-                    .map(|c| flat[c * e + i] * sigmoid(gate[c * e + i]))
-                    .sum::<f64>()
-                    / hc as f64
-            })
+            .map(|i| (0..hc).map(|c| flat[c * e + i] * sigmoid(gate[c * e + i])).sum::<f64>() / hc as f64)
             .collect();
-        let inj = self
-            .inject
-            .as_ref()
-            .map(|w| mv(w, &flat))
-            .unwrap_or_default();
+        let inj = self.inject.as_ref().map(|w| mv(w, &flat)).unwrap_or_default();
         (x, inj)
     }
 }
@@ -145,23 +126,13 @@ fn combine(r: &mut [f64], inj: &[f64], y: &[f64]) {
 /// The reference head: logits `[n][V]` and output residuals `[n][hc][E]` of the pairs
 /// `(wide[p], tokens[p])` at positions `0..n`, from the MTP file `mg` and the model file `tg`,
 /// following docs/qwen4exp.md ("MTP drafter").
-fn reference(
-    cfg: &SynthConfig,
-    mg: &GgufFile,
-    tg: &GgufFile,
-    tokens: &[u32],
-    wide: &[f32],
-) -> (Vec<f64>, Vec<f64>) {
+fn reference(cfg: &SynthConfig, mg: &GgufFile, tg: &GgufFile, tokens: &[u32], wide: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let (e, v, nl, eps) = (cfg.n_embd, cfg.n_vocab, cfg.layers.len(), cfg.eps as f64);
     let hc = cfg.hc;
     let b = |s: &str| format!("blk.{nl}.{s}");
     let nx = |s: &str| format!("blk.{nl}.nextn.{s}");
     let own = mg.tensor(&nx("embed_tokens.weight")).is_some();
-    let embd = if own {
-        t64(mg, &nx("embed_tokens.weight"))
-    } else {
-        t64(tg, "token_embd.weight")
-    };
+    let embd = if own { t64(mg, &nx("embed_tokens.weight")) } else { t64(tg, "token_embd.weight") };
     let head = if mg.tensor(&nx("shared_head_head.weight")).is_some() {
         t64(mg, &nx("shared_head_head.weight"))
     } else if tg.tensor("output.weight").is_some() {
@@ -169,11 +140,8 @@ fn reference(
     } else {
         t64(tg, "token_embd.weight")
     };
-    let (enorm, hnorm, eh) = (
-        t64(mg, &nx("enorm.weight")),
-        t64(mg, &nx("hnorm.weight")),
-        t64(mg, &nx("eh_proj.weight")),
-    );
+    let (enorm, hnorm, eh) =
+        (t64(mg, &nx("enorm.weight")), t64(mg, &nx("hnorm.weight")), t64(mg, &nx("eh_proj.weight")));
     assert_eq!(hnorm.len(), hc * e, "hnorm covers the wide residual");
     let gr_attn = Gr::read(mg, &b("hc_attn_"), true);
     let gr_ffn = Gr::read(mg, &b("hc_ffn_"), true);
@@ -188,16 +156,10 @@ fn reference(
         t64(mg, &b("attn_v.weight")),
         t64(mg, &b("attn_output.weight")),
     );
-    let (qn, kn) = (
-        t64(mg, &b("attn_q_norm.weight")),
-        t64(mg, &b("attn_k_norm.weight")),
-    );
+    let (qn, kn) = (t64(mg, &b("attn_q_norm.weight")), t64(mg, &b("attn_k_norm.weight")));
     let router = t64(mg, &b("ffn_gate_inp.weight"));
-    let (ge, ue, de) = (
-        t64(mg, &b("ffn_gate_exps.weight")),
-        t64(mg, &b("ffn_up_exps.weight")),
-        t64(mg, &b("ffn_down_exps.weight")),
-    );
+    let (ge, ue, de) =
+        (t64(mg, &b("ffn_gate_exps.weight")), t64(mg, &b("ffn_up_exps.weight")), t64(mg, &b("ffn_down_exps.weight")));
     let shg = t64(mg, &b("ffn_gate_inp_shexp.weight"));
     let (gs, us, ds) = (
         t64(mg, &b("ffn_gate_shexp.weight")),
@@ -218,10 +180,7 @@ fn reference(
         // Every stream c: eh_proj([enorm(emb) ‖ hnorm_c(R_p[c])]).
         let mut r: Vec<f64> = Vec::with_capacity(hc * e);
         for c in 0..hc {
-            let h: Vec<f64> = wide[(p * hc + c) * e..][..e]
-                .iter()
-                .map(|&x| x as f64)
-                .collect();
+            let h: Vec<f64> = wide[(p * hc + c) * e..][..e].iter().map(|&x| x as f64).collect();
             let mut cat = en.clone();
             cat.extend(rms(&h, &hnorm[c * e..(c + 1) * e], eps));
             r.extend(mv(&eh, &cat));
@@ -247,11 +206,7 @@ fn reference(
             let g = hh / (nh / nkv);
             let sc: Vec<f64> = (0..=p)
                 .map(|j| {
-                    q.iter()
-                        .zip(&ks[j][g * hd..(g + 1) * hd])
-                        .map(|(a, b)| a * b)
-                        .sum::<f64>()
-                        / (hd as f64).sqrt()
+                    q.iter().zip(&ks[j][g * hd..(g + 1) * hd]).map(|(a, b)| a * b).sum::<f64>() / (hd as f64).sqrt()
                 })
                 .collect();
             let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -287,9 +242,7 @@ fn reference(
                 ff,
                 &u,
             );
-            y.iter_mut()
-                .zip(&ye)
-                .for_each(|(a, b)| *a += pr[ex] / wsum * b);
+            y.iter_mut().zip(&ye).for_each(|(a, b)| *a += pr[ex] / wsum * b);
         }
         let sg = sigmoid(shg.iter().zip(&u).map(|(a, b)| a * b).sum());
         let ysh = swiglu(&gs, &us, &ds, ffs, &u);
@@ -344,24 +297,15 @@ fn mtp_trunk_hands_off_the_wide_residual() {
     m.out_hc.mix(&wide, seq.len(), &mut x, None);
     let mut again = vec![0f32; logits.len()];
     m.output.matmul(&x, seq.len(), &mut again);
-    assert!(
-        again == logits,
-        "wide residual is not what the head mixer reads"
-    );
+    assert!(again == logits, "wide residual is not what the head mixer reads");
     let mut plain = m.new_state(KvType::F16);
     assert!(m.forward(&mut plain, &seq, 0).unwrap() == logits);
 }
 
 #[test]
 fn mtp_forward_matches_scalar_reference() {
-    let own = SynthMtp {
-        own_tables: true,
-        ..SynthMtp::default()
-    };
-    let trunk_mixer = SynthMtp {
-        hc_head: false,
-        ..SynthMtp::default()
-    };
+    let own = SynthMtp { own_tables: true, ..SynthMtp::default() };
+    let trunk_mixer = SynthMtp { hc_head: false, ..SynthMtp::default() };
     for (tag, tied, sm) in [
         ("shared", false, SynthMtp::default()),
         ("tied", true, SynthMtp::default()),
@@ -400,9 +344,7 @@ fn mtp_forward_matches_scalar_reference() {
         let d = 17u32;
         let r_last = got.hidden[got.hidden.len() - w..].to_vec();
         let mut chained = ms.clone();
-        let o = head
-            .forward(&m, &mut chained, &[d], &r_last, false)
-            .unwrap();
+        let o = head.forward(&m, &mut chained, &[d], &r_last, false).unwrap();
         let mut toks2 = toks.to_vec();
         toks2.push(d);
         let mut wide2 = hidden.clone();
@@ -416,31 +358,15 @@ fn mtp_forward_matches_scalar_reference() {
         let mut one = head.new_state(KvType::F32);
         let mut rows = Vec::new();
         for p in 0..toks.len() {
-            let o = head
-                .forward(
-                    &m,
-                    &mut one,
-                    &toks[p..p + 1],
-                    &hidden[p * w..(p + 1) * w],
-                    false,
-                )
-                .unwrap();
+            let o = head.forward(&m, &mut one, &toks[p..p + 1], &hidden[p * w..(p + 1) * w], false).unwrap();
             rows.extend(o.logits);
         }
-        assert!(
-            rows == got.logits,
-            "{tag}: single-pair calls differ from one batch"
-        );
+        assert!(rows == got.logits, "{tag}: single-pair calls differ from one batch");
         assert!(one == ms, "{tag}: cache differs");
         head.truncate(&mut one, 9);
         assert_eq!(head.cells(&one), 9);
-        let o = head
-            .forward(&m, &mut one, &toks[9..], &hidden[9 * w..], true)
-            .unwrap();
-        assert!(
-            o.logits[..] == got.logits[9 * cfg.n_vocab..],
-            "{tag}: redo after truncate"
-        );
+        let o = head.forward(&m, &mut one, &toks[9..], &hidden[9 * w..], true).unwrap();
+        assert!(o.logits[..] == got.logits[9 * cfg.n_vocab..], "{tag}: redo after truncate");
         assert!(one == ms, "{tag}: cache after truncate + redo");
     }
 }
@@ -455,15 +381,9 @@ fn mtp_forward_rejects_bad_inputs() {
     let e = cfg.n_embd;
     let mut st = head.new_state(KvType::F16);
     let r = head.forward(&m, &mut st, &[1, 2], &vec![0.5; e], false);
-    assert!(
-        matches!(r, Err(EngineError::MtpInput { got, tokens: 2, .. }) if got == e),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(EngineError::MtpInput { got, tokens: 2, .. }) if got == e), "{r:?}");
     let r = head.forward(&m, &mut st, &[300], &vec![0.5; e], false);
-    assert!(
-        matches!(r, Err(EngineError::BadTokenAt { token: 300, .. })),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(EngineError::BadTokenAt { token: 300, .. })), "{r:?}");
     let other = write(&SynthConfig::public(), 1, &tmp("misuse-public"), false).unwrap();
     let other = Qwen4Exp::open(&other[0]).unwrap();
     let r = head.forward(&other, &mut st, &[1], &vec![0.5; e], false);
@@ -482,11 +402,7 @@ fn mtp_sparse_f16_and_embedded_block() {
     let paths = write(&cfg, 22, &tmp("trunk-sparse"), false).unwrap();
     let m = Qwen4Exp::open(&paths[0]).unwrap();
     let mp = tmp("mtp-sparse.gguf");
-    let sm = SynthMtp {
-        ratio: 2,
-        matrix_type: quant::GgmlType::Q8_0,
-        ..SynthMtp::default()
-    };
+    let sm = SynthMtp { ratio: 2, matrix_type: quant::GgmlType::Q8_0, ..SynthMtp::default() };
     write_mtp(&cfg, &sm, 6, &mp).unwrap();
     let head = Mtp::open(&m, &mp).unwrap();
     assert!(head.attn.indexer.is_none(), "the head attends densely");
@@ -500,24 +416,12 @@ fn mtp_sparse_f16_and_embedded_block() {
     assert!(all.logits.iter().all(|x| x.is_finite()));
     let mut b = head.new_state(KvType::F16);
     for p in 0..39 {
-        let o = head
-            .forward(
-                &m,
-                &mut b,
-                &seq[p + 1..p + 2],
-                &hidden[p * w..(p + 1) * w],
-                false,
-            )
-            .unwrap();
-        assert!(
-            o.logits[..] == all.logits[p * cfg.n_vocab..(p + 1) * cfg.n_vocab],
-            "pair {p}"
-        );
+        let o = head.forward(&m, &mut b, &seq[p + 1..p + 2], &hidden[p * w..(p + 1) * w], false).unwrap();
+        assert!(o.logits[..] == all.logits[p * cfg.n_vocab..(p + 1) * cfg.n_vocab], "pair {p}");
     }
     assert!(a == b);
     head.truncate(&mut b, 25);
-    head.forward(&m, &mut b, &seq[26..], &hidden[25 * w..], false)
-        .unwrap();
+    head.forward(&m, &mut b, &seq[26..], &hidden[25 * w..], false).unwrap();
     assert!(a == b, "cache after truncate + redo");
 
     // Trunk + NextN block in one file (as the real checkpoints ship): loads as a model (the
@@ -528,9 +432,7 @@ fn mtp_sparse_f16_and_embedded_block() {
     for (k, v) in g.metadata() {
         let v = match k.as_str() {
             "qwen4exp.block_count" => gguf::Value::U32(5),
-            "qwen4exp.attention.recurrent_layers" | "qwen4exp.attention.compress_ratios" => {
-                hg.get(k).unwrap().clone()
-            }
+            "qwen4exp.attention.recurrent_layers" | "qwen4exp.attention.compress_ratios" => hg.get(k).unwrap().clone(),
             _ => v.clone(),
         };
         w.add_metadata(k.clone(), v);
@@ -546,11 +448,6 @@ fn mtp_sparse_f16_and_embedded_block() {
     assert_eq!((m2.hp.n_layer, m2.hp.n_nextn), (4, 1));
     let head2 = Mtp::open(&m2, &both).unwrap();
     let mut c = head2.new_state(KvType::F16);
-    let again = head2
-        .forward(&m2, &mut c, &seq[1..], &hidden, true)
-        .unwrap();
-    assert!(
-        again == all,
-        "embedded NextN block differs from the separate file"
-    );
+    let again = head2.forward(&m2, &mut c, &seq[1..], &hidden, true).unwrap();
+    assert!(again == all, "embedded NextN block differs from the separate file");
 }

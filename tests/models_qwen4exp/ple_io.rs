@@ -10,9 +10,9 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use strata::EngineError;
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, PleIo, PleOptions, Qwen4Exp};
-use strata::EngineError;
 
 use super::{load_refs, ref_dir};
 
@@ -47,11 +47,7 @@ fn distinct_rows(path: &Path) -> u64 {
 }
 
 fn open(path: &Path, io: PleIo, cache: usize) -> Qwen4Exp {
-    let opt = PleOptions {
-        ple_io: io,
-        ple_cache_bytes: cache,
-        ..PleOptions::default()
-    };
+    let opt = PleOptions { ple_io: io, ple_cache_bytes: cache, ..PleOptions::default() };
     Qwen4Exp::open_with(path, &opt).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -71,11 +67,7 @@ fn ple_io_modes_and_cache_sizes_are_bit_identical() {
                 let s = m.ple_stats().unwrap();
                 let n = n_lookups(&m);
                 eprintln!("{file} {io:?} cache {cache}: {s:?}");
-                assert_eq!(
-                    s.hits + s.misses,
-                    n,
-                    "{io:?} {cache}: every lookup counted once"
-                );
+                assert_eq!(s.hits + s.misses, n, "{io:?} {cache}: every lookup counted once");
                 assert_eq!(s.capacity_rows, cache / t.row_bytes);
                 assert!(s.resident_rows <= s.capacity_rows);
                 if cache == 0 {
@@ -88,11 +80,7 @@ fn ple_io_modes_and_cache_sizes_are_bit_identical() {
                     assert_eq!(s.misses as usize, s.resident_rows + s.evictions as usize);
                 }
                 if io == PleIo::Direct {
-                    assert!(
-                        t.direct_active(),
-                        "ext4 accepts O_DIRECT: {:?}",
-                        t.warnings()
-                    );
+                    assert!(t.direct_active(), "ext4 accepts O_DIRECT: {:?}", t.warnings());
                     // One batch, an empty cache at its start: each distinct row is read once
                     // (in parallel), however small the cache.
                     assert_eq!(s.file_reads, distinct_rows(&path));
@@ -137,11 +125,7 @@ fn trunk_and_table() -> (PathBuf, PathBuf) {
     }
     wp.add_metadata("general.architecture", gguf::Value::Str("qwen4exp".into()));
     for t in g.tensors() {
-        let w = if t.name == "per_layer_token_embd.weight" {
-            &mut wp
-        } else {
-            &mut wt
-        };
+        let w = if t.name == "per_layer_token_embd.weight" { &mut wp } else { &mut wt };
         w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec());
     }
     wt.write(&trunk).unwrap();
@@ -154,56 +138,30 @@ fn ple_table_from_explicit_file_missing_table_and_skip() {
     let base = logits(&Qwen4Exp::open(&ref_dir().join(Q8)).unwrap());
     let (trunk, table) = trunk_and_table();
     for io in [PleIo::Direct, PleIo::Mmap, PleIo::Ram] {
-        let opt = PleOptions {
-            ple_gguf: Some(table.clone()),
-            ple_io: io,
-            ..PleOptions::default()
-        };
+        let opt = PleOptions { ple_gguf: Some(table.clone()), ple_io: io, ..PleOptions::default() };
         let m = Qwen4Exp::open_with(&trunk, &opt).unwrap();
-        assert!(
-            logits(&m) == base,
-            "explicit ple_gguf {io:?}: logits differ"
-        );
+        assert!(logits(&m) == base, "explicit ple_gguf {io:?}: logits differ");
         assert!(m.warnings.is_empty(), "{:?}", m.warnings);
     }
 
     // No table anywhere: a typed error naming the searched file and the options.
-    let err = Qwen4Exp::open(&trunk)
-        .err()
-        .expect("a model without its PLE table must not load");
-    assert!(
-        matches!(&err, EngineError::PleTableMissing { searched } if searched == &vec![trunk.clone()]),
-        "{err}"
-    );
+    let err = Qwen4Exp::open(&trunk).err().expect("a model without its PLE table must not load");
+    assert!(matches!(&err, EngineError::PleTableMissing { searched } if searched == &vec![trunk.clone()]), "{err}");
     let msg = err.to_string();
     assert!(
-        msg.contains("per_layer_token_embd.weight")
-            && msg.contains("--ple-gguf")
-            && msg.contains("--ple-skip"),
+        msg.contains("per_layer_token_embd.weight") && msg.contains("--ple-gguf") && msg.contains("--ple-skip"),
         "{msg}"
     );
     // An explicit file that lacks the table is the same error, naming that file.
-    let opt = PleOptions {
-        ple_gguf: Some(trunk.clone()),
-        ..PleOptions::default()
-    };
-    assert!(matches!(
-        Qwen4Exp::open_with(&trunk, &opt),
-        Err(EngineError::PleTableMissing { .. })
-    ));
+    let opt = PleOptions { ple_gguf: Some(trunk.clone()), ..PleOptions::default() };
+    assert!(matches!(Qwen4Exp::open_with(&trunk, &opt), Err(EngineError::PleTableMissing { .. })));
     // An explicit file that does not exist: the GGUF error names it.
-    let opt = PleOptions {
-        ple_gguf: Some(tmp_dir().join("nope.gguf")),
-        ..PleOptions::default()
-    };
+    let opt = PleOptions { ple_gguf: Some(tmp_dir().join("nope.gguf")), ..PleOptions::default() };
     let err = Qwen4Exp::open_with(&trunk, &opt).err().unwrap();
     assert!(err.to_string().contains("nope.gguf"), "{err}");
 
     // Skip: loads, warns, the block adds nothing (no PLE state), logits finite and different.
-    let opt = PleOptions {
-        ple_skip: true,
-        ..PleOptions::default()
-    };
+    let opt = PleOptions { ple_skip: true, ..PleOptions::default() };
     let m = Qwen4Exp::open_with(&trunk, &opt).unwrap();
     assert!(m.ple.is_none() && m.ple_stats().is_none());
     assert_eq!(m.warnings.len(), 1);
@@ -247,10 +205,7 @@ fn ple_direct_io_falls_back_to_buffered_reads() {
     if shm.is_dir() {
         let p = shm.join(format!("strata-q4x-{}.gguf", std::process::id()));
         std::fs::copy(&path, &p).unwrap();
-        let opt = PleOptions {
-            ple_io: PleIo::Direct,
-            ..PleOptions::default()
-        };
+        let opt = PleOptions { ple_io: PleIo::Direct, ..PleOptions::default() };
         let m = Qwen4Exp::open_with(&p, &opt).unwrap();
         let direct = m.ple.as_ref().unwrap().table.direct_active();
         let got = logits(&m);
@@ -287,10 +242,7 @@ fn ple_table_truncated_after_load_is_an_error_not_sigbus() {
         let m = open(&d.join(Q8), io, 0);
         assert!(logits(&m) == base, "{io:?}: intact copy");
 
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&table)
-            .unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&table).unwrap();
         f.set_len(4096).unwrap();
         let toks = &load_refs("f32")[1].tokens;
         let err = m
@@ -299,15 +251,10 @@ fn ple_table_truncated_after_load_is_an_error_not_sigbus() {
             .unwrap_or_else(|| panic!("{io:?}: a truncated table must fail the forward pass"));
         let msg = err.to_string();
         eprintln!("{io:?}: {msg}");
-        assert!(
-            msg.contains(&shard2) && msg.contains("PLE"),
-            "{io:?}: {msg}"
-        );
+        assert!(msg.contains(&shard2) && msg.contains("PLE"), "{io:?}: {msg}");
         if io == PleIo::Mmap {
             assert!(
-                msg.contains("PLE row ")
-                    && msg.contains(" at byte ")
-                    && msg.contains("(4096 bytes now)"),
+                msg.contains("PLE row ") && msg.contains(" at byte ") && msg.contains("(4096 bytes now)"),
                 "names the row, its offset and the file's length: {msg}"
             );
         }

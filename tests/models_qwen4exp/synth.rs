@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 
 use strata::cpu::prelude::*;
-use strata::synth::qwen4exp::{SynthConfig, write};
 use strata::model::qwen4exp::{KvType, LayerKind, Qwen4Exp};
+use strata::synth::qwen4exp::{SynthConfig, write};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("strata-qwen4exp-{}", std::process::id()));
@@ -28,46 +28,20 @@ fn small(matrix_type: quant::GgmlType) -> SynthConfig {
 
 #[test]
 fn synthetic_models_load_and_split_passes_are_bit_identical() {
-    for (i, ty) in [
-        quant::GgmlType::F32,
-        quant::GgmlType::F16,
-        quant::GgmlType::Q8_0,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, ty) in [quant::GgmlType::F32, quant::GgmlType::F16, quant::GgmlType::Q8_0].into_iter().enumerate() {
         let cfg = small(ty);
         let paths = write(&cfg, 7 + i as u64, &tmp(&format!("small-{i}")), true).unwrap();
         assert_eq!(paths.len(), 2, "PLE table in its own shard");
         let m = Qwen4Exp::open(&paths[0]).unwrap_or_else(|e| panic!("{ty:?}: {e}"));
-        assert_eq!(
-            m.hp.layers,
-            vec![
-                LayerKind::Gdn,
-                LayerKind::Qsa { ratio: 2 },
-                LayerKind::Dense,
-                LayerKind::Gdn
-            ]
-        );
+        assert_eq!(m.hp.layers, vec![LayerKind::Gdn, LayerKind::Qsa { ratio: 2 }, LayerKind::Dense, LayerKind::Gdn]);
         assert!(m.file.tensor("output.weight").is_none(), "tied head");
-        assert_eq!(
-            m.file
-                .tensor("per_layer_token_embd.weight")
-                .unwrap()
-                .file_index,
-            1
-        );
+        assert_eq!(m.file.tensor("per_layer_token_embd.weight").unwrap().file_index, 1);
 
         // 40 tokens with EOS (2) inside; the QSA layer drops cells after top_k + r - 1 = 7.
-        let toks: Vec<u32> = (0..40u32)
-            .map(|t| if t == 17 { 2 } else { (t * 37 + 11) % 300 })
-            .collect();
+        let toks: Vec<u32> = (0..40u32).map(|t| if t == 17 { 2 } else { (t * 37 + 11) % 300 }).collect();
         let mut st = m.new_state(KvType::F16);
         let whole = m.forward(&mut st, &toks, 0).unwrap();
-        assert!(
-            whole.iter().all(|v| v.is_finite()),
-            "{ty:?}: non-finite logits"
-        );
+        assert!(whole.iter().all(|v| v.is_finite()), "{ty:?}: non-finite logits");
         let mut st2 = m.new_state(KvType::F16);
         let mut parts = Vec::new();
         let mut at = 0;
@@ -96,18 +70,7 @@ fn synthetic_public_preset_matches_fixture_hparams() {
     let (a, b) = (&ours.hp, &fixture.hp);
     assert_eq!(a.layers, b.layers);
     let shape = |h: &strata::model::qwen4exp::HParams| {
-        (
-            h.n_vocab,
-            h.n_embd,
-            h.n_head,
-            h.n_head_kv,
-            h.head_dim,
-            h.n_rot,
-            h.ssm_state,
-            h.hc,
-            h.idx_top_k,
-            h.n_expert,
-        )
+        (h.n_vocab, h.n_embd, h.n_head, h.n_head_kv, h.head_dim, h.n_rot, h.ssm_state, h.hc, h.idx_top_k, h.n_expert)
     };
     assert_eq!(shape(a), shape(b));
     let (pa, pb) = (a.ple.as_ref().unwrap(), b.ple.as_ref().unwrap());
@@ -129,10 +92,7 @@ fn synthetic_mtp_block_is_skipped_by_the_trunk() {
     let plain = write(&cfg, 42, &tmp("trunk"), false).unwrap();
     cfg.mtp_stub = true;
     let with_mtp = write(&cfg, 42, &tmp("trunk-mtp"), false).unwrap();
-    let (a, b) = (
-        Qwen4Exp::open(&plain[0]).unwrap(),
-        Qwen4Exp::open(&with_mtp[0]).unwrap(),
-    );
+    let (a, b) = (Qwen4Exp::open(&plain[0]).unwrap(), Qwen4Exp::open(&with_mtp[0]).unwrap());
     assert_eq!((b.hp.n_layer, b.hp.n_nextn), (4, 1));
     assert!(b.file.tensor("blk.4.nextn.eh_proj.weight").is_some());
     let toks: Vec<u32> = (0..12).map(|t| t * 7 % 300).collect();

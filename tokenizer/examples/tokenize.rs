@@ -23,17 +23,9 @@ fn main() {
     let t2 = Instant::now();
     let ids = tok.encode(text, flag("--bos"), flag("--special"));
     let t3 = Instant::now();
-    eprintln!(
-        "open {:?}, vocabulary {:?}, encode {:?}; {tok:?}",
-        t1 - t0,
-        t2 - t1,
-        t3 - t2
-    );
+    eprintln!("open {:?}, vocabulary {:?}, encode {:?}; {tok:?}", t1 - t0, t2 - t1, t3 - t2);
     println!("{ids:?}");
     for id in ids {
-        println!(
-            "{id}\t{:?}",
-            String::from_utf8_lossy(&tok.token_to_bytes(id))
-        );
+        println!("{id}\t{:?}", String::from_utf8_lossy(&tok.token_to_bytes(id)));
     }
 }

@@ -22,9 +22,7 @@ fn byte_map() -> &'static ByteMap {
     static MAP: OnceLock<ByteMap> = OnceLock::new();
     MAP.get_or_init(|| {
         // Printable Latin-1 bytes map to themselves; the other 68 take code points 256.. in order.
-        let printable = |b: u32| {
-            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
-        };
+        let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
         let mut to_char = ['\0'; 256];
         let mut next = 256u32;
         for b in 0..256u32 {
@@ -36,11 +34,7 @@ fn byte_map() -> &'static ByteMap {
             };
             to_char[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
         }
-        let to_byte = to_char
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| (c, b as u8))
-            .collect();
+        let to_byte = to_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
         ByteMap { to_char, to_byte }
     })
 }
@@ -89,12 +83,7 @@ pub(crate) fn encode(
 fn merge_word(v: &Vocab, ranks: &HashMap<(String, String), u32>, word: &str, out: &mut Vec<u32>) {
     let mut syms: Vec<Sym> = Vec::new();
     for (i, (start, c)) in word.char_indices().enumerate() {
-        syms.push(Sym {
-            start,
-            len: c.len_utf8(),
-            prev: i.checked_sub(1),
-            next: None,
-        });
+        syms.push(Sym { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
         if i > 0 {
             syms[i - 1].next = Some(i);
         }
@@ -139,10 +128,7 @@ fn merge_word(v: &Vocab, ranks: &HashMap<(String, String), u32>, word: &str, out
             Some(id) => out.push(id),
             // llama.cpp then looks up each byte of the (byte-level) text as a one-byte token;
             // only ASCII bytes can match, others are dropped, exactly as there.
-            None => out.extend(
-                s.bytes()
-                    .filter_map(|b| v.text_to_token(std::str::from_utf8(&[b]).ok()?)),
-            ),
+            None => out.extend(s.bytes().filter_map(|b| v.text_to_token(std::str::from_utf8(&[b]).ok()?))),
         }
         i = syms[k].next;
     }

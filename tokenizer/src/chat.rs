@@ -25,11 +25,7 @@ pub(crate) enum ChatTemplate {
 
 impl ChatTemplate {
     /// The stored template, else the built-in one for `arch` (or what the vocabulary suggests).
-    pub(crate) fn select(
-        stored: Option<&str>,
-        arch: &str,
-        has_token: impl Fn(&str) -> bool,
-    ) -> Option<ChatTemplate> {
+    pub(crate) fn select(stored: Option<&str>, arch: &str, has_token: impl Fn(&str) -> bool) -> Option<ChatTemplate> {
         if let Some(t) = stored {
             return Some(ChatTemplate::Jinja(t.to_string()));
         }
@@ -70,14 +66,7 @@ impl ChatTemplate {
         let mut s = String::new();
         match self {
             ChatTemplate::Jinja(src) => {
-                return render_jinja(
-                    src,
-                    &JValue::from_serialize(messages),
-                    None,
-                    add_generation_prompt,
-                    bos,
-                    eos,
-                );
+                return render_jinja(src, &JValue::from_serialize(messages), None, add_generation_prompt, bos, eos);
             }
             ChatTemplate::Gemma => {
                 let mut system = String::new();
@@ -86,11 +75,7 @@ impl ChatTemplate {
                         system += trim(&m.content);
                         continue;
                     }
-                    let role = if m.role == "assistant" {
-                        "model"
-                    } else {
-                        m.role.as_str()
-                    };
+                    let role = if m.role == "assistant" { "model" } else { m.role.as_str() };
                     s += &format!("<start_of_turn>{role}\n");
                     if !system.is_empty() && role != "model" {
                         s += &format!("{system}\n\n");
@@ -112,11 +97,7 @@ impl ChatTemplate {
             }
             ChatTemplate::Llama3 => {
                 for m in messages {
-                    s += &format!(
-                        "<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>",
-                        m.role,
-                        trim(&m.content)
-                    );
+                    s += &format!("<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>", m.role, trim(&m.content));
                 }
                 if add_generation_prompt {
                     s += "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -207,15 +188,11 @@ fn tojson(value: &JValue, indent: Option<JValue>, kwargs: Kwargs) -> Result<Stri
         Some(n) => {
             let pad = " ".repeat(n);
             let f = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
-            serde::Serialize::serialize(
-                value,
-                &mut serde_json::Serializer::with_formatter(&mut out, f),
-            )
+            serde::Serialize::serialize(value, &mut serde_json::Serializer::with_formatter(&mut out, f))
         }
-        None => serde::Serialize::serialize(
-            value,
-            &mut serde_json::Serializer::with_formatter(&mut out, PythonSpacing),
-        ),
+        None => {
+            serde::Serialize::serialize(value, &mut serde_json::Serializer::with_formatter(&mut out, PythonSpacing))
+        }
     };
     written.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
     String::from_utf8(out).map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))
@@ -225,18 +202,10 @@ fn tojson(value: &JValue, indent: Option<JValue>, kwargs: Kwargs) -> Result<Stri
 struct PythonSpacing;
 
 impl serde_json::ser::Formatter for PythonSpacing {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
         if first { Ok(()) } else { w.write_all(b", ") }
     }
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
         if first { Ok(()) } else { w.write_all(b", ") }
     }
     fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
@@ -261,10 +230,7 @@ fn strftime_now(fmt: &str) -> String {
         "November",
         "December",
     ];
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Civil-from-days (Howard Hinnant's algorithm).
     let z = days + 719_468;

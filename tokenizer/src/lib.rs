@@ -10,8 +10,8 @@
 //! special ids are derived as llama.cpp does ([`vocab`]); chat templates are in [`chat`].
 
 mod bpe;
-mod pretok;
 mod chat;
+mod pretok;
 mod special;
 mod spm;
 mod vocab;
@@ -30,9 +30,7 @@ pub enum TokenizerError {
     BadMetadata { key: String, reason: String },
     #[error("unsupported {0}")]
     Unsupported(String),
-    #[error(
-        "no chat template: the model stores none and architecture {arch:?} has no built-in one"
-    )]
+    #[error("no chat template: the model stores none and architecture {arch:?} has no built-in one")]
     NoChatTemplate { arch: String },
     /// The template could not be rendered (a syntax error, a runaway loop, ...): the model's
     /// fault, not the conversation's.
@@ -53,10 +51,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: &str, content: &str) -> ChatMessage {
-        ChatMessage {
-            role: role.to_string(),
-            content: content.to_string(),
-        }
+        ChatMessage { role: role.to_string(), content: content.to_string() }
     }
 }
 
@@ -87,16 +82,9 @@ impl Tokenizer {
         let v = Vocab::load(g)?;
         let pieces = (0..v.n_tokens() as u32).map(|id| piece(&v, id)).collect();
         let arch = g.architecture().unwrap_or("").to_string();
-        let stored = g
-            .get("tokenizer.chat_template")
-            .and_then(gguf::Value::as_str);
+        let stored = g.get("tokenizer.chat_template").and_then(gguf::Value::as_str);
         let chat = ChatTemplate::select(stored, &arch, |t| v.text_to_token(t).is_some());
-        Ok(Tokenizer {
-            v,
-            pieces,
-            chat,
-            arch,
-        })
+        Ok(Tokenizer { v, pieces, chat, arch })
     }
 
     /// Token ids of `text`, as llama.cpp's `llama_tokenize(text, add_special = add_bos,
@@ -118,11 +106,7 @@ impl Tokenizer {
                 for f in frags {
                     match f {
                         Frag::Text(t) => {
-                            let prefix = if v.add_space_prefix && prev_special {
-                                " "
-                            } else {
-                                ""
-                            };
+                            let prefix = if v.add_space_prefix && prev_special { " " } else { "" };
                             let escaped = format!("{prefix}{t}").replace(' ', "\u{2581}");
                             spm::encode(v, &escaped, &mut out);
                             prev_special = false;
@@ -168,11 +152,7 @@ impl Tokenizer {
                 continue;
             }
             let p = self.token_bytes(id);
-            let p = if strip_space {
-                p.strip_prefix(b" ").unwrap_or(p)
-            } else {
-                p
-            };
+            let p = if strip_space { p.strip_prefix(b" ").unwrap_or(p) } else { p };
             strip_space = false;
             bytes.extend_from_slice(p);
         }
@@ -190,10 +170,7 @@ impl Tokenizer {
     }
 
     fn token_bytes(&self, id: u32) -> &[u8] {
-        self.pieces
-            .get(id as usize)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+        self.pieces.get(id as usize).map(Vec::as_slice).unwrap_or(&[])
     }
 
     pub fn bos(&self) -> Option<u32> {
@@ -291,9 +268,7 @@ impl Tokenizer {
                 )));
             }
             None => {
-                return Err(TokenizerError::NoChatTemplate {
-                    arch: self.arch.clone(),
-                });
+                return Err(TokenizerError::NoChatTemplate { arch: self.arch.clone() });
             }
         };
         let text = |id: Option<u32>| id.and_then(|i| self.token_text(i)).unwrap_or("");
@@ -316,19 +291,9 @@ impl Tokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        let t = self
-            .chat
-            .as_ref()
-            .ok_or_else(|| TokenizerError::NoChatTemplate {
-                arch: self.arch.clone(),
-            })?;
+        let t = self.chat.as_ref().ok_or_else(|| TokenizerError::NoChatTemplate { arch: self.arch.clone() })?;
         let text = |id: Option<u32>| id.and_then(|i| self.token_text(i)).unwrap_or("");
-        t.apply(
-            messages,
-            add_generation_prompt,
-            text(self.bos()),
-            text(self.eos()),
-        )
+        t.apply(messages, add_generation_prompt, text(self.bos()), text(self.eos()))
     }
 }
 
@@ -393,9 +358,7 @@ fn clean_spaces(t: &mut Vec<u8>) {
         let n = t.len();
         if t[i - 1] == b' ' && t[i] == b'\'' && i + 1 < n {
             let x1 = t[i + 1];
-            if matches!(x1, b's' | b'm')
-                || (i + 2 < n && matches!((x1, t[i + 2]), (b'r', b'e') | (b'v', b'e')))
-            {
+            if matches!(x1, b's' | b'm') || (i + 2 < n && matches!((x1, t[i + 2]), (b'r', b'e') | (b'v', b'e'))) {
                 *total -= 1;
             }
         }

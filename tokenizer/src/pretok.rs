@@ -39,15 +39,16 @@ impl PreTokenizer {
         use PreTokenizer::*;
         let (pre, clean_spaces, ignore_merges, add_bos) = match name {
             "" | "default" => (Default, true, false, false),
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
-            | "midm-2.0" | "lfm2" => (Llama3, true, true, true),
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" => {
+                (Llama3, true, true, true)
+            }
             "dbrx" | "smaug-bpe" => (Llama3, true, false, false),
-            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
-            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais"
-            | "exaone4" => (Gpt2, true, false, false),
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de" | "a.x-4.0"
+            | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais" | "exaone4" => (Gpt2, true, false, false),
             "trillion" | "granite-docling" => (Gpt2, false, false, false),
-            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open"
-            | "grok-2" => (Qwen2, false, false, false),
+            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" | "grok-2" => {
+                (Qwen2, false, false, false)
+            }
             "stablelm2" | "megrez" => (Qwen2, true, false, false),
             "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
                 (Starcoder, true, false, false)
@@ -55,12 +56,7 @@ impl PreTokenizer {
             "smollm" | "command-r" => (Starcoder, false, false, false),
             _ => return None,
         };
-        Some(PreInfo {
-            pre,
-            clean_spaces,
-            ignore_merges,
-            add_bos,
-        })
+        Some(PreInfo { pre, clean_spaces, ignore_merges, add_bos })
     }
 
     fn regexes(self) -> &'static [Regex] {
@@ -69,12 +65,7 @@ impl PreTokenizer {
             // These patterns are constants; fancy-regex accepts them (covered by tests).
             let r = |s: &str| Regex::new(s).expect("built-in pre-tokenizer regex");
             [
-                vec![
-                    r(r"[\p{P}\$\+<=>\^~\|]+"),
-                    r(GPT2),
-                    r(r"\p{N}+"),
-                    r("[0-9][0-9][0-9]"),
-                ],
+                vec![r(r"[\p{P}\$\+<=>\^~\|]+"), r(GPT2), r(r"\p{N}+"), r("[0-9][0-9][0-9]")],
                 vec![r(GPT2)],
                 vec![r(LLAMA3)],
                 vec![r(QWEN2)],
@@ -121,18 +112,10 @@ mod tests {
         let s = PreTokenizer::Starcoder.split("The year 1440, books  in\n\nEurope's");
         assert_eq!(
             s,
-            vec![
-                "The", " year", " ", "1", "4", "4", "0", ",", " books", " ", " in", "\n", "\n",
-                "Europe", "'s"
-            ]
+            vec!["The", " year", " ", "1", "4", "4", "0", ",", " books", " ", " in", "\n", "\n", "Europe", "'s"]
         );
         let q = PreTokenizer::Qwen2.split("Hello world123 it's  ok\n\n");
-        assert_eq!(
-            q,
-            vec![
-                "Hello", " world", "1", "2", "3", " it", "'s", " ", " ok", "\n\n"
-            ]
-        );
+        assert_eq!(q, vec!["Hello", " world", "1", "2", "3", " it", "'s", " ", " ok", "\n\n"]);
         let l = PreTokenizer::Llama3.split("x=12345;");
         assert_eq!(l, vec!["x", "=", "123", "45", ";"]);
         let g = PreTokenizer::Gpt2.split("Ünïcödé 日本語 🎉!");

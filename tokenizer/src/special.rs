@@ -17,11 +17,7 @@ fn is_space(b: u8) -> bool {
 }
 
 pub(crate) fn partition<'a>(v: &Vocab, text: &'a str, parse_special: bool) -> Vec<Frag<'a>> {
-    let mut frags = if text.is_empty() {
-        vec![]
-    } else {
-        vec![Frag::Text(text)]
-    };
+    let mut frags = if text.is_empty() { vec![] } else { vec![Frag::Text(text)] };
     // One pass over the text tells which special tokens occur at all; only those are searched
     // for below (Gemma has ~6,400 special tokens, a prompt contains a handful).
     let present: Option<Vec<bool>> = v.special_matcher.as_ref().map(|ac| {
@@ -41,10 +37,7 @@ pub(crate) fn partition<'a>(v: &Vocab, text: &'a str, parse_special: bool) -> Ve
         }
         let tok = v.texts[id as usize].as_str();
         // It may occur only inside a longer special token that was already cut out.
-        if !frags
-            .iter()
-            .any(|f| matches!(f, Frag::Text(t) if t.contains(tok)))
-        {
+        if !frags.iter().any(|f| matches!(f, Frag::Text(t) if t.contains(tok))) {
             continue;
         }
         let mut next = Vec::with_capacity(frags.len() + 2);

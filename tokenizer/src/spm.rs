@@ -63,12 +63,7 @@ impl<'a> Session<'a> {
             return;
         };
         let score = self.v.scores[id as usize];
-        self.queue.push(Bigram {
-            left: l,
-            right: r,
-            score,
-            size: joined.len(),
-        });
+        self.queue.push(Bigram { left: l, right: r, score, size: joined.len() });
         self.rev_merge.insert(joined, (l, r));
     }
 
@@ -91,30 +86,15 @@ impl<'a> Session<'a> {
 /// `<0xNN>`, else the byte itself as a one-character token, else UNK.
 pub(crate) fn byte_to_token(v: &Vocab, b: u8) -> Option<u32> {
     v.text_to_token(&format!("<0x{b:02X}>"))
-        .or_else(|| {
-            std::str::from_utf8(&[b])
-                .ok()
-                .and_then(|s| v.text_to_token(s))
-        })
+        .or_else(|| std::str::from_utf8(&[b]).ok().and_then(|s| v.text_to_token(s)))
         .or(v.sp.unk)
 }
 
 /// Tokenizes one already-escaped fragment and appends the ids.
 pub(crate) fn encode(v: &Vocab, text: &str, out: &mut Vec<u32>) {
-    let mut s = Session {
-        v,
-        text,
-        syms: Vec::new(),
-        queue: BinaryHeap::new(),
-        rev_merge: HashMap::new(),
-    };
+    let mut s = Session { v, text, syms: Vec::new(), queue: BinaryHeap::new(), rev_merge: HashMap::new() };
     for (i, (start, c)) in text.char_indices().enumerate() {
-        s.syms.push(Sym {
-            start,
-            len: c.len_utf8(),
-            prev: i.checked_sub(1),
-            next: None,
-        });
+        s.syms.push(Sym { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
         if i > 0 {
             s.syms[i - 1].next = Some(i);
         }

@@ -44,10 +44,7 @@ pub(crate) enum Model {
     /// `tokenizer.ggml.model = "llama"`: SentencePiece BPE with scores and byte fallback.
     Spm,
     /// `tokenizer.ggml.model = "gpt2"`: byte-level BPE with merges.
-    Bpe {
-        pre: PreTokenizer,
-        ranks: HashMap<(String, String), u32>,
-    },
+    Bpe { pre: PreTokenizer, ranks: HashMap<(String, String), u32> },
 }
 
 /// Special token ids; `None` where the vocabulary has none.
@@ -91,10 +88,7 @@ pub(crate) struct Vocab {
 }
 
 fn bad(key: &str, reason: impl Into<String>) -> TokenizerError {
-    TokenizerError::BadMetadata {
-        key: key.to_string(),
-        reason: reason.into(),
-    }
+    TokenizerError::BadMetadata { key: key.to_string(), reason: reason.into() }
 }
 
 fn opt_bool(g: &GgufFile, key: &str) -> Option<bool> {
@@ -104,33 +98,18 @@ fn opt_bool(g: &GgufFile, key: &str) -> Option<bool> {
 impl Vocab {
     pub fn load(g: &GgufFile) -> Result<Vocab, TokenizerError> {
         let model_name = g.get_str("tokenizer.ggml.model")?;
-        let pre_name = g
-            .get("tokenizer.ggml.pre")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let pre_name = g.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("");
 
         let tokens = g.get_array("tokenizer.ggml.tokens")?;
         let n = tokens.len();
         let mut texts = Vec::with_capacity(n);
         let mut to_id = HashMap::with_capacity(n);
         for (i, v) in tokens.iter().enumerate() {
-            let s = v.as_str().ok_or_else(|| {
-                bad(
-                    "tokenizer.ggml.tokens",
-                    format!("element {i} is not a string"),
-                )
-            })?;
+            let s = v.as_str().ok_or_else(|| bad("tokenizer.ggml.tokens", format!("element {i} is not a string")))?;
             // llama.cpp renames empty tokens so that every text is unique and non-empty.
-            let s = if s.is_empty() {
-                format!("[EMPTY_{i}]")
-            } else {
-                s.to_string()
-            };
+            let s = if s.is_empty() { format!("[EMPTY_{i}]") } else { s.to_string() };
             if let Some(prev) = to_id.insert(s.clone(), i as u32) {
-                return Err(bad(
-                    "tokenizer.ggml.tokens",
-                    format!("duplicate token {s:?} at ids {prev} and {i}"),
-                ));
+                return Err(bad("tokenizer.ggml.tokens", format!("duplicate token {s:?} at ids {prev} and {i}")));
             }
             texts.push(s);
         }
@@ -147,10 +126,7 @@ impl Vocab {
                 })
                 .collect::<Result<_, _>>()?,
             Some(_) => {
-                return Err(bad(
-                    "tokenizer.ggml.scores",
-                    format!("must be an array of at least {n} numbers"),
-                ));
+                return Err(bad("tokenizer.ggml.scores", format!("must be an array of at least {n} numbers")));
             }
         };
         let mut attrs = match g.get("tokenizer.ggml.token_type") {
@@ -164,45 +140,29 @@ impl Vocab {
                 })
                 .collect::<Result<_, _>>()?,
             Some(_) => {
-                return Err(bad(
-                    "tokenizer.ggml.token_type",
-                    format!("must be an i32 array of at least {n}"),
-                ));
+                return Err(bad("tokenizer.ggml.token_type", format!("must be an i32 array of at least {n}")));
             }
         };
 
         // Per-model defaults (llama.cpp `llama_vocab::impl::load`).
         let mut sp = Specials::default();
         let mut add_eos = false;
-        let (model, mut add_bos, mut add_space_prefix, clean_spaces, ignore_merges) =
-            match model_name {
-                "llama" => {
-                    (sp.bos, sp.eos, sp.unk) = (Some(1), Some(2), Some(0));
-                    (Model::Spm, true, true, false, false)
-                }
-                "gpt2" => {
-                    (sp.bos, sp.eos) = (Some(11), Some(11));
-                    let info = PreTokenizer::from_name(pre_name).ok_or_else(|| {
-                        TokenizerError::Unsupported(format!("pre-tokenizer {pre_name:?}"))
-                    })?;
-                    let model = Model::Bpe {
-                        pre: info.pre,
-                        ranks: load_merges(g)?,
-                    };
-                    (
-                        model,
-                        info.add_bos,
-                        false,
-                        info.clean_spaces,
-                        info.ignore_merges,
-                    )
-                }
-                other => {
-                    return Err(TokenizerError::Unsupported(format!(
-                        "tokenizer model {other:?}"
-                    )));
-                }
-            };
+        let (model, mut add_bos, mut add_space_prefix, clean_spaces, ignore_merges) = match model_name {
+            "llama" => {
+                (sp.bos, sp.eos, sp.unk) = (Some(1), Some(2), Some(0));
+                (Model::Spm, true, true, false, false)
+            }
+            "gpt2" => {
+                (sp.bos, sp.eos) = (Some(11), Some(11));
+                let info = PreTokenizer::from_name(pre_name)
+                    .ok_or_else(|| TokenizerError::Unsupported(format!("pre-tokenizer {pre_name:?}")))?;
+                let model = Model::Bpe { pre: info.pre, ranks: load_merges(g)? };
+                (model, info.add_bos, false, info.clean_spaces, info.ignore_merges)
+            }
+            other => {
+                return Err(TokenizerError::Unsupported(format!("tokenizer model {other:?}")));
+            }
+        };
         if let Some(b) = opt_bool(g, "tokenizer.ggml.add_space_prefix") {
             add_space_prefix = b;
         }
@@ -243,10 +203,7 @@ impl Vocab {
                 None => bad(&key, format!("must be a token id (an unsigned integer), not a {}", v.type_name())),
             })?;
             if id as usize >= n {
-                return Err(bad(
-                    &key,
-                    format!("token id {id} is out of range (the vocabulary has {n} tokens)"),
-                ));
+                return Err(bad(&key, format!("token id {id} is out of range (the vocabulary has {n} tokens)")));
             }
             *slot(&mut sp) = Some(id);
         }
@@ -257,31 +214,18 @@ impl Vocab {
             add_eos = b;
         }
         if add_bos && sp.bos.is_none() {
-            return Err(bad(
-                "tokenizer.ggml.add_bos_token",
-                "is true but there is no BOS token",
-            ));
+            return Err(bad("tokenizer.ggml.add_bos_token", "is true but there is no BOS token"));
         }
         if add_eos && sp.eos.is_none() {
-            return Err(bad(
-                "tokenizer.ggml.add_eos_token",
-                "is true but there is no EOS token",
-            ));
+            return Err(bad("tokenizer.ggml.add_eos_token", "is true but there is no EOS token"));
         }
 
         let eog = detect_by_text(&texts, &mut attrs, &mut sp);
         let mut special_cache: Vec<u32> = (0..n as u32)
-            .filter(|&i| {
-                attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-            })
+            .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
             .collect();
         // Longest first so that e.g. "<end_of_turn>" wins over a shorter token inside it.
-        special_cache.sort_by(|&a, &b| {
-            texts[b as usize]
-                .len()
-                .cmp(&texts[a as usize].len())
-                .then(a.cmp(&b))
-        });
+        special_cache.sort_by(|&a, &b| texts[b as usize].len().cmp(&texts[a as usize].len()).then(a.cmp(&b)));
 
         let special_matcher = if special_cache.is_empty() {
             None
@@ -328,12 +272,7 @@ fn load_merges(g: &GgufFile) -> Result<HashMap<(String, String), u32>, Tokenizer
     let merges = g.get_array("tokenizer.ggml.merges")?;
     let mut ranks = HashMap::with_capacity(merges.len());
     for (i, m) in merges.iter().enumerate() {
-        let s = m.as_str().ok_or_else(|| {
-            bad(
-                "tokenizer.ggml.merges",
-                format!("element {i} is not a string"),
-            )
-        })?;
+        let s = m.as_str().ok_or_else(|| bad("tokenizer.ggml.merges", format!("element {i} is not a string")))?;
         // Split at the first space after the first byte (a merge part may itself be " ").
         // (Byte index 1 may fall inside a multi-byte character such as "Ġ"; ' ' is ASCII, so
         // the position found is always a character boundary.)
@@ -390,13 +329,7 @@ const FIM_MID: &[&str] = &[
     "<|middle|>",
 ];
 const FIM_PAD: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
+const FIM_REP: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP: &[&str] = &["<|file_sep|>"];
 /// Texts llama.cpp treats as end-of-generation whatever the metadata says.
 const EOG_TEXTS: &[&str] = &[
@@ -465,13 +398,11 @@ fn detect_by_text(texts: &[String], attrs: &mut [u32], sp: &mut Specials) -> BTr
     eog.extend(sp.eos);
     eog.extend(sp.eot);
     eog.extend(sp.eom);
-    let find =
-        |eog: &BTreeSet<u32>, name: &str| eog.iter().copied().find(|&i| texts[i as usize] == name);
+    let find = |eog: &BTreeSet<u32>, name: &str| eog.iter().copied().find(|&i| texts[i as usize] == name);
     // gpt-oss / solar-open: "<|end|>" ends a message, not the generation.
     let has = |eog: &BTreeSet<u32>, name: &str| find(eog, name).is_some();
     if let Some(end) = find(&eog, "<|end|>")
-        && ((has(&eog, "<|return|>") && has(&eog, "<|call|>"))
-            || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>")))
+        && ((has(&eog, "<|return|>") && has(&eog, "<|call|>")) || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>")))
     {
         eog.remove(&end);
         attrs[end as usize] = attr::USER_DEFINED;
@@ -483,10 +414,7 @@ fn detect_by_text(texts: &[String], attrs: &mut [u32], sp: &mut Specials) -> BTr
     }
     // gpt-oss: these are always rendered.
     for (i, t) in texts.iter().enumerate() {
-        if matches!(
-            t.as_str(),
-            "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
-        ) {
+        if matches!(t.as_str(), "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>") {
             attrs[i] = attr::USER_DEFINED;
         }
     }

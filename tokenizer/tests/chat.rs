@@ -12,9 +12,7 @@ const TINY: &str = "tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf";
 fn gemma() -> Tokenizer {
     let dir = std::env::var_os("STRATA_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models"));
     let p = dir.join("gemma-3-270m-q4_k_m.gguf");
     assert!(p.exists(), "default model missing: {}", p.display());
     Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap()
@@ -41,15 +39,10 @@ fn gemma_builtin_template() {
          <start_of_turn>user\nWhat is 2+2?<end_of_turn>\n\
          <start_of_turn>model\n"
     );
-    let s = t
-        .apply_chat_template(&[ChatMessage::new("user", "Hello!")], false)
-        .unwrap();
+    let s = t.apply_chat_template(&[ChatMessage::new("user", "Hello!")], false).unwrap();
     assert_eq!(s, "<start_of_turn>user\nHello!<end_of_turn>\n");
     // Tokenized with specials parsed, this is llama.cpp's reference tokenization of that turn.
-    assert_eq!(
-        t.encode(&s, true, true),
-        vec![2, 105, 2364, 107, 9259, 236888, 106, 107]
-    );
+    assert_eq!(t.encode(&s, true, true), vec![2, 105, 2364, 107, 9259, 236888, 106, 107]);
 }
 
 /// Copies a model's metadata (no tensors) and adds/overrides keys.
@@ -95,10 +88,7 @@ fn stored_jinja_template_is_rendered() {
                 {{- m['content'] | trim }}{{ '<|im_end|>\\n' }}\
                 {%- endfor %}\
                 {%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-    let g = with_metadata(
-        TINY,
-        &[("tokenizer.chat_template", Value::Str(tmpl.into()))],
-    );
+    let g = with_metadata(TINY, &[("tokenizer.chat_template", Value::Str(tmpl.into()))]);
     let t = Tokenizer::from_gguf(&g).unwrap();
     assert_eq!(t.chat_template_name(), Some("jinja"));
     let s = t.apply_chat_template(&conversation(), true).unwrap();
@@ -115,44 +105,26 @@ fn stored_jinja_template_is_rendered() {
         other => panic!("expected a template error, got {other:?}"),
     }
     // A syntax error is a typed error, not a panic.
-    let g = with_metadata(
-        TINY,
-        &[("tokenizer.chat_template", Value::Str("{% for %}".into()))],
-    );
+    let g = with_metadata(TINY, &[("tokenizer.chat_template", Value::Str("{% for %}".into()))]);
     let t = Tokenizer::from_gguf(&g).unwrap();
-    assert!(matches!(
-        t.apply_chat_template(&conversation(), true),
-        Err(TokenizerError::ChatTemplate(_))
-    ));
+    assert!(matches!(t.apply_chat_template(&conversation(), true), Err(TokenizerError::ChatTemplate(_))));
 }
 
 #[test]
 fn no_template_is_an_error() {
-    let g = with_metadata(
-        TINY,
-        &[("general.architecture", Value::Str("mystery".into()))],
-    );
+    let g = with_metadata(TINY, &[("general.architecture", Value::Str("mystery".into()))]);
     // The vocabulary has <|im_start|>/<|im_end|>, so ChatML is still inferred ...
-    assert_eq!(
-        Tokenizer::from_gguf(&g).unwrap().chat_template_name(),
-        Some("chatml")
-    );
+    assert_eq!(Tokenizer::from_gguf(&g).unwrap().chat_template_name(), Some("chatml"));
     // ... but not when those tokens are renamed away.
     let src = GgufFile::open(&Path::new(REF).join(TINY)).unwrap();
     let mut toks: Vec<Value> = src.get_array("tokenizer.ggml.tokens").unwrap().to_vec();
     toks[1] = Value::Str("<|start|>x".into());
     let g = with_metadata(
         TINY,
-        &[
-            ("general.architecture", Value::Str("mystery".into())),
-            ("tokenizer.ggml.tokens", Value::Array(toks)),
-        ],
+        &[("general.architecture", Value::Str("mystery".into())), ("tokenizer.ggml.tokens", Value::Array(toks))],
     );
     let t = Tokenizer::from_gguf(&g).unwrap();
-    assert!(matches!(
-        t.apply_chat_template(&conversation(), true),
-        Err(TokenizerError::NoChatTemplate { .. })
-    ));
+    assert!(matches!(t.apply_chat_template(&conversation(), true), Err(TokenizerError::NoChatTemplate { .. })));
 }
 
 #[test]
@@ -163,10 +135,7 @@ fn tools_render_like_hugging_face() {
                 {%- for c in m.tool_calls %}[{{ c.function.name }} {{ c.function.arguments | tojson }}]{% endfor %}\
                 {%- if m.tool_call_id %}({{ m.tool_call_id }}){% endif %}|{% endfor %}\
                 {{ {'b': [1, 2], 'a': none} | tojson(indent=2) }}";
-    let g = with_metadata(
-        TINY,
-        &[("tokenizer.chat_template", Value::Str(tmpl.into()))],
-    );
+    let g = with_metadata(TINY, &[("tokenizer.chat_template", Value::Str(tmpl.into()))]);
     let t = Tokenizer::from_gguf(&g).unwrap();
     assert!(t.chat_template_source().unwrap().contains("tools"));
     let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
@@ -177,9 +146,7 @@ fn tools_render_like_hugging_face() {
             "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}}]},
         {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
     ]);
-    let s = t
-        .apply_chat_template_with_tools(&messages, Some(&tools), true)
-        .unwrap();
+    let s = t.apply_chat_template_with_tools(&messages, Some(&tools), true).unwrap();
     // serde_json's maps are sorted here; struct fields would keep their order.
     assert_eq!(
         s,
@@ -189,12 +156,9 @@ fn tools_render_like_hugging_face() {
          {\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": null\n}"
     );
     // Without tools the template's plain branch renders; built-in formats refuse tools.
-    let plain = t
-        .apply_chat_template_with_tools(&messages, None::<&serde_json::Value>, true)
-        .unwrap();
+    let plain = t.apply_chat_template_with_tools(&messages, None::<&serde_json::Value>, true).unwrap();
     assert!(plain.starts_with("user:Paris?|"), "{plain}");
-    let builtin =
-        Tokenizer::from_gguf(&GgufFile::open(&Path::new(REF).join(TINY)).unwrap()).unwrap();
+    let builtin = Tokenizer::from_gguf(&GgufFile::open(&Path::new(REF).join(TINY)).unwrap()).unwrap();
     assert!(builtin.chat_template_source().is_none());
     assert!(matches!(
         builtin.apply_chat_template_with_tools(&messages, Some(&tools), true),

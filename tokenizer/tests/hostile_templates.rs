@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use gguf::{GgufFile, GgufWriter, Value};
 use tokenizer::{ChatMessage, Tokenizer, TokenizerError};
 
-const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf");
+const TINY: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reference/tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf");
 
 /// The tiny test vocabulary with `template` stored as its chat template.
 fn with_template(template: &str) -> Tokenizer {

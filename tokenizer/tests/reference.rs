@@ -13,15 +13,9 @@ const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/reference");
 fn gemma_path() -> PathBuf {
     let dir = std::env::var_os("STRATA_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models"));
     let p = dir.join("gemma-3-270m-q4_k_m.gguf");
-    assert!(
-        p.exists(),
-        "default model missing: {} (set STRATA_MODEL_DIR or run setup.sh)",
-        p.display()
-    );
+    assert!(p.exists(), "default model missing: {} (set STRATA_MODEL_DIR or run setup.sh)", p.display());
     p
 }
 
@@ -34,11 +28,7 @@ fn json(rel: &str) -> J {
 }
 
 fn ids(v: &J) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
 fn gemma() -> &'static Tokenizer {
@@ -60,11 +50,7 @@ fn gemma_tokenize_matches_llama_cpp() {
             bad.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
         }
     }
-    eprintln!(
-        "gemma tokenize: {}/{} strings match llama.cpp",
-        cases.len() - bad.len(),
-        cases.len()
-    );
+    eprintln!("gemma tokenize: {}/{} strings match llama.cpp", cases.len() - bad.len(), cases.len());
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
@@ -72,33 +58,17 @@ fn gemma_tokenize_matches_llama_cpp() {
 fn gemma_prompt_ids_with_bos() {
     let t = gemma();
     let mut n = 0;
-    for c in json("gemma3-270m-q4_k_m/reference.json")["greedy"]
-        .as_array()
-        .unwrap()
-    {
-        assert_eq!(
-            t.encode(c["prompt"].as_str().unwrap(), true, false),
-            ids(&c["prompt_ids"])
-        );
+    for c in json("gemma3-270m-q4_k_m/reference.json")["greedy"].as_array().unwrap() {
+        assert_eq!(t.encode(c["prompt"].as_str().unwrap(), true, false), ids(&c["prompt_ids"]));
         n += 1;
     }
-    for c in json("gemma3-270m-q4_k_m/greedy.json")["results"]
-        .as_array()
-        .unwrap()
-    {
-        assert_eq!(
-            t.encode(c["prompt"].as_str().unwrap(), true, false),
-            ids(&c["prompt_token_ids"])
-        );
+    for c in json("gemma3-270m-q4_k_m/greedy.json")["results"].as_array().unwrap() {
+        assert_eq!(t.encode(c["prompt"].as_str().unwrap(), true, false), ids(&c["prompt_token_ids"]));
         n += 1;
     }
     let p = json("gemma3-270m-q4_k_m/reference.json")["perplexity"].clone();
     let got = t.encode(p["text"].as_str().unwrap(), true, false);
-    assert_eq!(
-        got.len(),
-        p["n_tokens"].as_u64().unwrap() as usize,
-        "perplexity text token count"
-    );
+    assert_eq!(got.len(), p["n_tokens"].as_u64().unwrap() as usize, "perplexity text token count");
     assert_eq!(got[0], 2);
     eprintln!("gemma prompts: {n} prompts match llama.cpp (+ perplexity text length)");
 }
@@ -116,31 +86,18 @@ fn gemma_decode_round_trip_and_reference_texts() {
     for c in r["greedy"].as_array().unwrap() {
         let g = ids(&c["ids"]);
         assert_eq!(t.decode_with(&g, false), c["text"].as_str().unwrap());
-        assert_eq!(
-            t.decode_with(&g[..16], false),
-            c["text16"].as_str().unwrap()
-        );
+        assert_eq!(t.decode_with(&g[..16], false), c["text16"].as_str().unwrap());
     }
-    for c in json("gemma3-270m-q4_k_m/greedy.json")["results"]
-        .as_array()
-        .unwrap()
-    {
+    for c in json("gemma3-270m-q4_k_m/greedy.json")["results"].as_array().unwrap() {
         let g = ids(&c["generated_token_ids"]);
-        assert_eq!(
-            t.decode_with(&g, false),
-            c["generated_text"].as_str().unwrap()
-        );
+        assert_eq!(t.decode_with(&g, false), c["generated_text"].as_str().unwrap());
         // 64 tokens without llama_vocab_is_eog stopping: none of them is EOG.
         assert_eq!(c["stop_reason"], "length");
         assert!(g.iter().all(|&i| !t.is_eog(i)));
     }
     // Streaming: concatenated token bytes equal the decoded text.
     let s = "Ünïcödé 🎉 naïve";
-    let bytes: Vec<u8> = t
-        .encode(s, false, false)
-        .iter()
-        .flat_map(|&i| t.token_to_bytes(i))
-        .collect();
+    let bytes: Vec<u8> = t.encode(s, false, false).iter().flat_map(|&i| t.token_to_bytes(i)).collect();
     assert_eq!(String::from_utf8(bytes).unwrap(), s);
 }
 
@@ -167,22 +124,14 @@ fn qwen3moe_cases(dir: &str) -> Vec<(String, Vec<u32>)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| {
-            (
-                c["prompt"].as_str().unwrap().to_string(),
-                ids(&c["prompt_token_ids"]),
-            )
-        })
+        .map(|c| (c["prompt"].as_str().unwrap().to_string(), ids(&c["prompt_token_ids"])))
         .collect()
 }
 
 #[test]
 fn tiny_qwen3moe_bpe_matches_llama_cpp() {
     let t = load(&Path::new(REF).join("tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf"));
-    assert_eq!(
-        (t.vocab_size(), t.model_name(), t.add_bos()),
-        (1024, "bpe", false)
-    );
+    assert_eq!((t.vocab_size(), t.model_name(), t.add_bos()), (1024, "bpe", false));
     assert_eq!((t.bos(), t.eos()), (Some(1), Some(2)));
     // <|endoftext|>, <|im_end|>, and <reponame> (llama.cpp's FIM "repo" token) end generation.
     assert_eq!(t.eog_ids(), vec![0, 2, 4]);
@@ -203,16 +152,10 @@ fn tiny_qwen3moe_bpe_matches_llama_cpp() {
 fn tiny_qwen3moe_generated_text() {
     let t = load(&Path::new(REF).join("tiny-qwen3moe/tiny-qwen3moe-v1024-f32.gguf"));
     for dir in ["ref-f32", "ref-q8_0", "ref-mixed"] {
-        for c in json(&format!("tiny-qwen3moe/{dir}/greedy.json"))["results"]
-            .as_array()
-            .unwrap()
-        {
+        for c in json(&format!("tiny-qwen3moe/{dir}/greedy.json"))["results"].as_array().unwrap() {
             let g = ids(&c["generated_token_ids"]);
             // llama-cpp-python's detokenize (control tokens such as <file_sep> left out).
-            assert_eq!(
-                t.decode_with(&g, false),
-                c["generated_text"].as_str().unwrap()
-            );
+            assert_eq!(t.decode_with(&g, false), c["generated_text"].as_str().unwrap());
             // Generation stopped on llama_vocab_is_eog or at 64 tokens: here always the length
             // (<file_sep>, id 5, appears and is not EOG), so no generated id may be EOG.
             assert_eq!(c["stop_reason"], "length");
@@ -223,9 +166,7 @@ fn tiny_qwen3moe_generated_text() {
 
 #[test]
 fn tiny_qwen4exp_split_vocab_matches_llama_cpp() {
-    let t = load(
-        &Path::new(REF).join("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00002-of-00002.gguf"),
-    );
+    let t = load(&Path::new(REF).join("tiny-qwen4exp/tiny-qwen4exp-public-q8_0-split-00002-of-00002.gguf"));
     let r = json("tiny-qwen4exp/ref/q8_0-split/ref.json");
     let seqs = r["sequences"].as_array().unwrap();
     // seq1 = tokenize("The capital of France is")[:8]

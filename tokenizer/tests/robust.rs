@@ -24,13 +24,8 @@ fn strs(v: &[&str]) -> Value {
 
 /// SentencePiece vocabulary: 0 <unk>, 1 <s>, 2 </s>, 3..=258 <0x00>..<0xFF>, then pieces.
 fn spm_vocab(extra: &[(&str, Value)]) -> Tokenizer {
-    let pieces = [
-        "▁", "h", "e", "l", "o", "w", "r", "d", "▁h", "ll", "▁w", "or", "llo", "▁he", "▁hello",
-        "▁wor",
-    ];
-    let scores = [
-        -20.0f32, -21., -22., -23., -24., -25., -26., -27., -1., -2., -3., -4., -5., -6., -7., -8.,
-    ];
+    let pieces = ["▁", "h", "e", "l", "o", "w", "r", "d", "▁h", "ll", "▁w", "or", "llo", "▁he", "▁hello", "▁wor"];
+    let scores = [-20.0f32, -21., -22., -23., -24., -25., -26., -27., -1., -2., -3., -4., -5., -6., -7., -8.];
     let mut toks: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut types = vec![2, 3, 3];
     let mut sc = vec![0.0f32; 3];
@@ -46,18 +41,9 @@ fn spm_vocab(extra: &[(&str, Value)]) -> Tokenizer {
     }
     let mut meta = vec![
         ("tokenizer.ggml.model", Value::Str("llama".into())),
-        (
-            "tokenizer.ggml.tokens",
-            Value::Array(toks.into_iter().map(Value::Str).collect()),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(types.into_iter().map(Value::I32).collect()),
-        ),
-        (
-            "tokenizer.ggml.scores",
-            Value::Array(sc.into_iter().map(Value::F32).collect()),
-        ),
+        ("tokenizer.ggml.tokens", Value::Array(toks.into_iter().map(Value::Str).collect())),
+        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+        ("tokenizer.ggml.scores", Value::Array(sc.into_iter().map(Value::F32).collect())),
     ];
     meta.extend(extra.iter().cloned());
     build(&meta).unwrap()
@@ -74,24 +60,15 @@ fn spm_merges_by_score_with_space_prefix_and_byte_fallback() {
     assert_eq!(ids, vec![1, id("▁hello"), id("▁wor"), id("l"), id("d")]);
     assert_eq!(t.decode(&ids[1..]), "hello world"); // the added leading space is dropped
     // "é" is not a piece: its UTF-8 bytes become byte tokens.
-    assert_eq!(
-        t.encode("hé", false, false),
-        vec![id("▁h"), 3 + 0xC3, 3 + 0xA9]
-    );
+    assert_eq!(t.encode("hé", false, false), vec![id("▁h"), 3 + 0xC3, 3 + 0xA9]);
     assert_eq!(t.decode(&t.encode("hé", false, false)), "hé");
     // After a special token the text gets the space prefix again.
     assert_eq!(t.encode("<s>hello", false, true), vec![1, id("▁hello")]);
-    assert_eq!(
-        t.encode("<s>hello", false, false)[..3],
-        [id("▁"), 3 + b'<' as u32, 3 + b's' as u32]
-    );
+    assert_eq!(t.encode("<s>hello", false, false)[..3], [id("▁"), 3 + b'<' as u32, 3 + b's' as u32]);
     // Without the prefix: h, e, ll → llo.
     let t = spm_vocab(&[("tokenizer.ggml.add_space_prefix", Value::Bool(false))]);
     let id = |s: &str| t.token_id(s).unwrap();
-    assert_eq!(
-        t.encode("hello", false, false),
-        vec![id("h"), id("e"), id("llo")]
-    );
+    assert_eq!(t.encode("hello", false, false), vec![id("h"), id("e"), id("llo")]);
     assert!(t.encode("", true, false) == vec![1] && t.encode("", false, false).is_empty());
 }
 
@@ -104,41 +81,20 @@ fn bad_metadata_is_a_typed_error() {
         "{e}"
     );
     let m = |s: &str| ("tokenizer.ggml.model", Value::Str(s.into()));
-    assert!(matches!(
-        build(&[m("t5"), ("tokenizer.ggml.tokens", toks.clone())]),
-        Err(TokenizerError::Unsupported(_))
-    ));
-    let e = build(&[
-        m("gpt2"),
-        ("tokenizer.ggml.pre", Value::Str("nope".into())),
-        ("tokenizer.ggml.tokens", toks.clone()),
-    ]);
+    assert!(matches!(build(&[m("t5"), ("tokenizer.ggml.tokens", toks.clone())]), Err(TokenizerError::Unsupported(_))));
+    let e =
+        build(&[m("gpt2"), ("tokenizer.ggml.pre", Value::Str("nope".into())), ("tokenizer.ggml.tokens", toks.clone())]);
     assert!(matches!(e, Err(TokenizerError::Unsupported(ref s)) if s.contains("nope")));
     assert!(
-        matches!(
-            build(&[m("gpt2"), ("tokenizer.ggml.tokens", toks.clone())]),
-            Err(TokenizerError::Gguf(_))
-        ),
+        matches!(build(&[m("gpt2"), ("tokenizer.ggml.tokens", toks.clone())]), Err(TokenizerError::Gguf(_))),
         "merges missing"
     );
     let cases: Vec<(&str, Value)> = vec![
-        (
-            "tokenizer.ggml.tokens",
-            Value::Array(vec![Value::U32(1); 3]),
-        ),
+        ("tokenizer.ggml.tokens", Value::Array(vec![Value::U32(1); 3])),
         ("tokenizer.ggml.tokens", strs(&["a", "b", "a"])),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(vec![Value::I32(1)]),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(vec![Value::U8(1); 3]),
-        ),
-        (
-            "tokenizer.ggml.scores",
-            Value::Array(vec![Value::Str("x".into()); 3]),
-        ),
+        ("tokenizer.ggml.token_type", Value::Array(vec![Value::I32(1)])),
+        ("tokenizer.ggml.token_type", Value::Array(vec![Value::U8(1); 3])),
+        ("tokenizer.ggml.scores", Value::Array(vec![Value::Str("x".into()); 3])),
         ("tokenizer.ggml.scores", Value::F32(1.0)),
     ];
     for (k, v) in cases {
@@ -146,10 +102,7 @@ fn bad_metadata_is_a_typed_error() {
         meta.retain(|(mk, _)| *mk != k);
         meta.push((k, v));
         let e = build(&meta).unwrap_err();
-        assert!(
-            matches!(e, TokenizerError::BadMetadata { ref key, .. } if key == k),
-            "{k}: {e}"
-        );
+        assert!(matches!(e, TokenizerError::BadMetadata { ref key, .. } if key == k), "{k}: {e}");
     }
     // add_bos with no valid BOS (the gpt2 default id 11 is outside a 3-token vocabulary).
     let e = build(&[
@@ -159,17 +112,26 @@ fn bad_metadata_is_a_typed_error() {
         ("tokenizer.ggml.add_bos_token", Value::Bool(true)),
     ])
     .unwrap_err();
-    assert!(
-        matches!(e, TokenizerError::BadMetadata { ref key, .. } if key == "tokenizer.ggml.add_bos_token"),
-        "{e}"
-    );
+    assert!(matches!(e, TokenizerError::BadMetadata { ref key, .. } if key == "tokenizer.ggml.add_bos_token"), "{e}");
     // A special id the file states must name a token (llama.cpp warns and keeps its default,
     // so a BOS of 999999 quietly became token 1): an error naming the key (issue 14 item 6).
     for (k, v, why) in [
         ("tokenizer.ggml.eos_token_id", Value::U32(99), "token id 99 is out of range (the vocabulary has 3 tokens)"),
-        ("tokenizer.ggml.bos_token_id", Value::U32(999_999), "token id 999999 is out of range (the vocabulary has 3 tokens)"),
-        ("tokenizer.ggml.padding_token_id", Value::I32(-1), "token id -1 is out of range (the vocabulary has 3 tokens)"),
-        ("tokenizer.ggml.unknown_token_id", Value::Str("0".into()), "must be a token id (an unsigned integer), not a string"),
+        (
+            "tokenizer.ggml.bos_token_id",
+            Value::U32(999_999),
+            "token id 999999 is out of range (the vocabulary has 3 tokens)",
+        ),
+        (
+            "tokenizer.ggml.padding_token_id",
+            Value::I32(-1),
+            "token id -1 is out of range (the vocabulary has 3 tokens)",
+        ),
+        (
+            "tokenizer.ggml.unknown_token_id",
+            Value::Str("0".into()),
+            "must be a token id (an unsigned integer), not a string",
+        ),
     ] {
         let e = build(&[m("llama"), ("tokenizer.ggml.tokens", toks.clone()), (k, v)]).unwrap_err();
         assert_eq!(e.to_string(), format!("tokenizer metadata {k:?}: {why}"));
@@ -183,19 +145,8 @@ fn bad_metadata_is_a_typed_error() {
 /// Deterministic random strings over a palette that stresses both tokenizers.
 fn random_strings(n: usize) -> Vec<String> {
     let palette: Vec<char> =
-        "aZ09 .,!?'\"\t\n\r-_()<>/\\é ñÜß€日本語한글🎉🙂 \u{a0}\u{2003}\u{200b}ĠĊ"
-            .chars()
-            .collect();
-    let words = [
-        "<start_of_turn>",
-        "<|im_end|>",
-        "<b>",
-        "  ",
-        "\n\n",
-        "don't",
-        "1234567",
-        "<0x41>",
-    ];
+        "aZ09 .,!?'\"\t\n\r-_()<>/\\é ñÜß€日本語한글🎉🙂 \u{a0}\u{2003}\u{200b}ĠĊ".chars().collect();
+    let words = ["<start_of_turn>", "<|im_end|>", "<b>", "  ", "\n\n", "don't", "1234567", "<0x41>"];
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
         s ^= s << 13;
@@ -223,9 +174,7 @@ fn random_strings(n: usize) -> Vec<String> {
 fn gemma_path() -> PathBuf {
     let dir = std::env::var_os("STRATA_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models"));
     dir.join("gemma-3-270m-q4_k_m.gguf")
 }
 
@@ -240,11 +189,7 @@ fn random_text_round_trips() {
                 let ids = t.encode(s, false, special);
                 assert!(ids.iter().all(|&i| (i as usize) < t.vocab_size()));
                 let d = t.decode(&ids);
-                assert!(
-                    &d == s,
-                    "{} special={special}: {s:?} -> {ids:?} -> {d:?}",
-                    t.model_name()
-                );
+                assert!(&d == s, "{} special={special}: {s:?} -> {ids:?} -> {d:?}", t.model_name());
                 let bytes: Vec<u8> = ids.iter().flat_map(|&i| t.token_to_bytes(i)).collect();
                 assert!(bytes == s.as_bytes(), "token bytes of {s:?}");
             }
@@ -259,22 +204,11 @@ fn long_text_is_fast_enough() {
     let t0 = std::time::Instant::now();
     let ids = gemma.encode(&text, true, true);
     let dt = t0.elapsed();
-    eprintln!(
-        "gemma: {} bytes -> {} tokens in {:?}",
-        text.len(),
-        ids.len(),
-        dt
-    );
+    eprintln!("gemma: {} bytes -> {} tokens in {:?}", text.len(), ids.len(), dt);
     assert!(dt.as_secs_f64() < 5.0, "{dt:?}");
-    assert!(
-        gemma.decode(&ids[1..]) == text,
-        "long text does not round-trip"
-    );
+    assert!(gemma.decode(&ids[1..]) == text, "long text does not round-trip");
     // SentencePiece decoding turns a literal U+2581 into a space, as llama.cpp does.
-    assert_eq!(
-        gemma.decode(&gemma.encode("a\u{2581}b", false, false)),
-        "a b"
-    );
+    assert_eq!(gemma.decode(&gemma.encode("a\u{2581}b", false, false)), "a b");
 }
 
 #[test]
@@ -294,18 +228,8 @@ fn long_runs_do_not_blow_up() {
             let t0 = std::time::Instant::now();
             let ids = t.encode(s, false, true);
             let dt = t0.elapsed();
-            assert!(
-                t.decode(&ids) == *s,
-                "{}: run of {:?} does not round-trip",
-                t.model_name(),
-                &s[..4]
-            );
-            assert!(
-                dt.as_secs_f64() < 20.0,
-                "{}: {:?} took {dt:?}",
-                t.model_name(),
-                &s[..4]
-            );
+            assert!(t.decode(&ids) == *s, "{}: run of {:?} does not round-trip", t.model_name(), &s[..4]);
+            assert!(dt.as_secs_f64() < 20.0, "{}: {:?} took {dt:?}", t.model_name(), &s[..4]);
         }
     }
 }

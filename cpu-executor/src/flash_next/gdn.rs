@@ -267,10 +267,7 @@ fn chunked(num: Numerics, mh: &mut [f32], s: usize, inputs: &[HeadIn], chunk: us
             let k = ch[i].k;
             for a in 0..s {
                 let wk = w * k[a];
-                for (mab, &db) in mh[a * s..(a + 1) * s]
-                    .iter_mut()
-                    .zip(&delta[i * s..(i + 1) * s])
-                {
+                for (mab, &db) in mh[a * s..(a + 1) * s].iter_mut().zip(&delta[i * s..(i + 1) * s]) {
                     *mab += wk * db;
                 }
             }

@@ -62,12 +62,7 @@ impl HyperConnCpu for HyperConn {
         for t in 0..n {
             for c in 0..hc {
                 let o = (t * hc + c) * e;
-                rms_norm(
-                    &r[o..o + e],
-                    Some(&self.norm[c * e..(c + 1) * e]),
-                    self.eps,
-                    &mut flat[o..o + e],
-                );
+                rms_norm(&r[o..o + e], Some(&self.norm[c * e..(c + 1) * e]), self.eps, &mut flat[o..o + e]);
             }
         }
         flat
@@ -101,9 +96,7 @@ impl HyperConnCpu for HyperConn {
             for c in 0..hc {
                 let w = 2.0 * num.sigmoid(inj[t * hc + c] * inv_hc);
                 let rs = &mut r[(t * hc + c) * e..(t * hc + c + 1) * e];
-                rs.iter_mut()
-                    .zip(&y[t * e..(t + 1) * e])
-                    .for_each(|(rv, &yv)| *rv += w * yv);
+                rs.iter_mut().zip(&y[t * e..(t + 1) * e]).for_each(|(rv, &yv)| *rv += w * yv);
             }
         }
     }

@@ -30,12 +30,7 @@ const UBATCH: usize = 512;
 pub trait Qwen4ExpCpu {
     /// Runs `tokens` at positions `start_pos..` (which must equal `st.pos`) and returns the
     /// logits of every position, `[tokens.len()][n_vocab]`.
-    fn forward(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-        start_pos: usize,
-    ) -> Result<Vec<f32>, EngineError>;
+    fn forward(&self, st: &mut SeqState, tokens: &[u32], start_pos: usize) -> Result<Vec<f32>, EngineError>;
 
     /// [`Qwen4Exp::forward`] that also records diagnostics.
     fn forward_traced(
@@ -58,21 +53,11 @@ pub trait Qwen4ExpCpu {
 
     /// Greedy decoding: feeds `prompt` (positions from `st.pos`), then `n_gen` argmax tokens
     /// one forward call each (lowest id on ties). Returns the generated ids.
-    fn generate_greedy(
-        &self,
-        st: &mut SeqState,
-        prompt: &[u32],
-        n_gen: usize,
-    ) -> Result<Vec<u32>, EngineError>;
+    fn generate_greedy(&self, st: &mut SeqState, prompt: &[u32], n_gen: usize) -> Result<Vec<u32>, EngineError>;
 }
 
 impl Qwen4ExpCpu for Qwen4Exp {
-    fn forward(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-        start_pos: usize,
-    ) -> Result<Vec<f32>, EngineError> {
+    fn forward(&self, st: &mut SeqState, tokens: &[u32], start_pos: usize) -> Result<Vec<f32>, EngineError> {
         self.forward_traced(st, tokens, start_pos, None)
     }
 
@@ -97,12 +82,7 @@ impl Qwen4ExpCpu for Qwen4Exp {
         Ok((logits, hidden))
     }
 
-    fn generate_greedy(
-        &self,
-        st: &mut SeqState,
-        prompt: &[u32],
-        n_gen: usize,
-    ) -> Result<Vec<u32>, EngineError> {
+    fn generate_greedy(&self, st: &mut SeqState, prompt: &[u32], n_gen: usize) -> Result<Vec<u32>, EngineError> {
         let v = self.hp.n_vocab;
         let argmax = |row: &[f32]| {
             let mut best = 0;
@@ -164,34 +144,19 @@ impl Qwen4ExpSteps for Qwen4Exp {
         mut hidden: Option<&mut [f32]>,
     ) -> Result<Vec<f32>, EngineError> {
         if st.layers.len() != self.layers.len() || st.ple.is_some() != self.ple.is_some() {
-            return Err(EngineError::StateMismatch {
-                layer: st.layers.len().min(self.layers.len()),
-            });
+            return Err(EngineError::StateMismatch { layer: st.layers.len().min(self.layers.len()) });
         }
         if start_pos != st.pos {
-            return Err(EngineError::Position {
-                expected: st.pos,
-                got: start_pos,
-            });
+            return Err(EngineError::Position { expected: st.pos, got: start_pos });
         }
-        if let Some((index, &token)) = tokens
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t as usize >= self.hp.n_vocab)
-        {
-            return Err(EngineError::BadTokenAt {
-                token,
-                index,
-                n_vocab: self.hp.n_vocab,
-            });
+        if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= self.hp.n_vocab) {
+            return Err(EngineError::BadTokenAt { token, index, n_vocab: self.hp.n_vocab });
         }
         let mut logits = vec![0f32; tokens.len() * self.hp.n_vocab];
         for (ci, chunk) in tokens.chunks(UBATCH).enumerate() {
             let out = &mut logits[ci * UBATCH * self.hp.n_vocab..][..chunk.len() * self.hp.n_vocab];
             let w = self.hp.hc * self.hp.n_embd;
-            let h = hidden
-                .as_deref_mut()
-                .map(|h| &mut h[ci * UBATCH * w..][..chunk.len() * w]);
+            let h = hidden.as_deref_mut().map(|h| &mut h[ci * UBATCH * w..][..chunk.len() * w]);
             self.ubatch(st, chunk, out, trace.as_deref_mut(), h)?;
         }
         Ok(logits)

@@ -109,9 +109,8 @@ impl MoeCpu for Moe {
         let ne = self.router.rows;
         let mut logits = vec![0f32; n * ne];
         num.matmul(&self.router, x, n, &mut logits);
-        let routes: Vec<Vec<(usize, f32)>> = (0..n)
-            .map(|t| self.route_with(num, &logits[t * ne..(t + 1) * ne]))
-            .collect();
+        let routes: Vec<Vec<(usize, f32)>> =
+            (0..n).map(|t| self.route_with(num, &logits[t * ne..(t + 1) * ne])).collect();
         if let Some(l) = layer.filter(|_| experts::trace::dumping()) {
             for r in &routes {
                 let (ids, ws): (Vec<u32>, Vec<f32>) = r.iter().map(|&(e, w)| (e as u32, w)).unzip();
@@ -130,10 +129,7 @@ impl MoeCpu for Moe {
             if toks.is_empty() {
                 continue;
             }
-            let xs: Vec<f32> = toks
-                .iter()
-                .flat_map(|&(t, _)| x[t * e..(t + 1) * e].iter().copied())
-                .collect();
+            let xs: Vec<f32> = toks.iter().flat_map(|&(t, _)| x[t * e..(t + 1) * e].iter().copied()).collect();
             let mut ys = vec![0f32; toks.len() * e];
             expert.forward_with(num, &xs, toks.len(), &mut ys);
             if num == Numerics::Ordered {
@@ -144,10 +140,7 @@ impl MoeCpu for Moe {
                 continue;
             }
             for (i, &(t, w)) in toks.iter().enumerate() {
-                y[t * e..(t + 1) * e]
-                    .iter_mut()
-                    .zip(&ys[i * e..(i + 1) * e])
-                    .for_each(|(a, &b)| *a += w * b);
+                y[t * e..(t + 1) * e].iter_mut().zip(&ys[i * e..(i + 1) * e]).for_each(|(a, &b)| *a += w * b);
             }
         }
         for (t, r) in routes.iter().enumerate().filter(|_| num == Numerics::Ordered) {
@@ -163,10 +156,7 @@ impl MoeCpu for Moe {
         num.matmul(&self.shared_gate, x, n, &mut sg);
         for t in 0..n {
             let g = num.sigmoid(sg[t]);
-            y[t * e..(t + 1) * e]
-                .iter_mut()
-                .zip(&sh[t * e..(t + 1) * e])
-                .for_each(|(a, &b)| *a += g * b);
+            y[t * e..(t + 1) * e].iter_mut().zip(&sh[t * e..(t + 1) * e]).for_each(|(a, &b)| *a += g * b);
         }
     }
 }

@@ -68,24 +68,13 @@ impl MtpSteps for Mtp {
             });
         }
         if let Some((index, &token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= v) {
-            return Err(EngineError::BadTokenAt {
-                token,
-                index,
-                n_vocab: v,
-            });
+            return Err(EngineError::BadTokenAt { token, index, n_vocab: v });
         }
         if wide.len() != n * w {
-            return Err(EngineError::MtpInput {
-                got: wide.len(),
-                tokens: n,
-                width: w,
-            });
+            return Err(EngineError::MtpInput { got: wide.len(), tokens: n, width: w });
         }
         if n == 0 {
-            return Ok(MtpOut {
-                logits: Vec::new(),
-                hidden: Vec::new(),
-            });
+            return Ok(MtpOut { logits: Vec::new(), hidden: Vec::new() });
         }
         let start = self.cells(st);
         let first = if all_logits { 0 } else { n - 1 };
@@ -172,7 +161,12 @@ impl FlashNextOps for CpuMtpChunk<'_> {
             for c in 0..hc {
                 let row = &mut cat[(t * hc + c) * 2 * e..][..2 * e];
                 row[..e].copy_from_slice(&en);
-                rms_norm(&self.wide[(t * hc + c) * e..][..e], Some(&mtp.hnorm[c * e..(c + 1) * e]), mtp.eps, &mut row[e..]);
+                rms_norm(
+                    &self.wide[(t * hc + c) * e..][..e],
+                    Some(&mtp.hnorm[c * e..(c + 1) * e]),
+                    mtp.eps,
+                    &mut row[e..],
+                );
             }
         }
         Numerics::of(self.m.ordered).matmul(&mtp.eh_proj, &cat, n * hc, &mut self.r);
@@ -187,7 +181,15 @@ impl FlashNextOps for CpuMtpChunk<'_> {
 
     fn attention(&mut self, layer: usize) -> Result<(), EngineError> {
         self.hc(layer, Site::Mixer)?;
-        self.mtp.attn.forward_with(Numerics::of(self.m.ordered), &self.x, self.toks.len(), self.start, &mut self.st.cache, &mut self.y, false);
+        self.mtp.attn.forward_with(
+            Numerics::of(self.m.ordered),
+            &self.x,
+            self.toks.len(),
+            self.start,
+            &mut self.st.cache,
+            &mut self.y,
+            false,
+        );
         Ok(())
     }
 

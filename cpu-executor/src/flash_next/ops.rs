@@ -4,10 +4,10 @@
 
 use super::linear::Numerics;
 use crate::prelude::*;
+use model::error::EngineError;
 use model::qwen4exp::GdnMode;
 use model::qwen4exp::program::{FlashNextOps, Site};
 use model::qwen4exp::{LayerState, Mixer, Qwen4Exp, SeqState, Trace};
-use model::error::EngineError;
 
 /// One micro-batch of a Flash-Next sequence on the CPU.
 pub struct CpuFlashChunk<'a> {
@@ -36,7 +36,18 @@ impl<'a> CpuFlashChunk<'a> {
         hidden: Option<&'a mut [f32]>,
     ) -> Self {
         let (n, e, hc) = (toks.len(), m.hp.n_embd, m.hp.hc);
-        CpuFlashChunk { m, st, toks, r: vec![0.0; n * hc * e], x: vec![0.0; n * e], y: vec![0.0; n * e], inj: vec![0.0; n * hc], logits, trace, hidden }
+        CpuFlashChunk {
+            m,
+            st,
+            toks,
+            r: vec![0.0; n * hc * e],
+            x: vec![0.0; n * e],
+            y: vec![0.0; n * e],
+            inj: vec![0.0; n * hc],
+            logits,
+            trace,
+            hidden,
+        }
     }
 
     /// The float order of this model's CPU run ([`Qwen4Exp::ordered`]).
@@ -84,18 +95,29 @@ impl FlashNextOps for CpuFlashChunk<'_> {
         // The device's windows run the recurrence token by token: so does the ordered mode.
         let mode = if m.ordered { GdnMode::Recurrent } else { m.gdn_mode };
         match (&m.layers[layer].mixer, &mut self.st.layers[layer]) {
-            (Mixer::Gdn(g), LayerState::Gdn(gs)) => g.forward_with(num, &self.x, self.toks.len(), gs, mode, &mut self.y),
+            (Mixer::Gdn(g), LayerState::Gdn(gs)) => {
+                g.forward_with(num, &self.x, self.toks.len(), gs, mode, &mut self.y)
+            }
             _ => return Err(EngineError::StateMismatch { layer }),
         }
         Ok(())
     }
 
     fn attention(&mut self, layer: usize) -> Result<(), EngineError> {
-        let (Mixer::Attn(a), LayerState::Attn(cache)) = (&self.m.layers[layer].mixer, &mut self.st.layers[layer]) else {
+        let (Mixer::Attn(a), LayerState::Attn(cache)) = (&self.m.layers[layer].mixer, &mut self.st.layers[layer])
+        else {
             return Err(EngineError::StateMismatch { layer });
         };
         let want = self.trace.is_some() && a.indexer.is_some();
-        let sel = a.forward_with(Numerics::of(self.m.ordered), &self.x, self.toks.len(), self.st.pos, cache, &mut self.y, want);
+        let sel = a.forward_with(
+            Numerics::of(self.m.ordered),
+            &self.x,
+            self.toks.len(),
+            self.st.pos,
+            cache,
+            &mut self.y,
+            want,
+        );
         if let Some(tr) = self.trace.as_deref_mut().filter(|_| want) {
             match tr.qsa_selections.iter_mut().find(|(l, _)| *l == layer) {
                 Some((_, v)) => v.extend(sel),

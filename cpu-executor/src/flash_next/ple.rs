@@ -81,12 +81,7 @@ impl PleBlock<'_> {
                 let o = t * hce + c * e;
                 let g = &self.norm_key[c * e..(c + 1) * e];
                 rms_norm(&key[o..o + e], Some(g), self.eps, &mut kc);
-                rms_norm(
-                    &r[o..o + e],
-                    Some(&self.norm_query[c * e..(c + 1) * e]),
-                    self.eps,
-                    &mut qc,
-                );
+                rms_norm(&r[o..o + e], Some(&self.norm_query[c * e..(c + 1) * e]), self.eps, &mut qc);
                 let s = kc.iter().zip(&qc).map(|(a, b)| a * b).sum::<f32>() * inv_sqrt_e;
                 let sign = if s > 0.0 {
                     1.0
@@ -99,12 +94,7 @@ impl PleBlock<'_> {
                 for (gvv, &vv) in gv[o..o + e].iter_mut().zip(&val[t * e..(t + 1) * e]) {
                     *gvv = gate * vv;
                 }
-                rms_norm(
-                    &gv[o..o + e],
-                    Some(&self.norm_conv[c * e..(c + 1) * e]),
-                    self.eps,
-                    &mut nn[o..o + e],
-                );
+                rms_norm(&gv[o..o + e], Some(&self.norm_conv[c * e..(c + 1) * e]), self.eps, &mut nn[o..o + e]);
             }
         }
 

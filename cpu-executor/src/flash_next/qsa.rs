@@ -135,9 +135,7 @@ impl QsaCpu for Qsa {
         // q heads (normed, roped) and gates; new K/V cells.
         let mut q = vec![0f32; n * nh * d];
         let mut gate = vec![0f32; n * nh * d];
-        let angles: Vec<Vec<(f32, f32)>> = (0..n)
-            .map(|t| rope_angles(start + t, self.n_rot, self.rope_base))
-            .collect();
+        let angles: Vec<Vec<(f32, f32)>> = (0..n).map(|t| rope_angles(start + t, self.n_rot, self.rope_base)).collect();
         for t in 0..n {
             for h in 0..nh {
                 let src = &qf[(t * nh + h) * 2 * d..(t * nh + h) * 2 * d + 2 * d];
@@ -148,12 +146,7 @@ impl QsaCpu for Qsa {
             }
             for h in 0..nkv {
                 let mut kh = vec![0f32; d];
-                rms_norm(
-                    &kp[(t * nkv + h) * d..(t * nkv + h + 1) * d],
-                    Some(&self.k_norm),
-                    self.eps,
-                    &mut kh,
-                );
+                rms_norm(&kp[(t * nkv + h) * d..(t * nkv + h + 1) * d], Some(&self.k_norm), self.eps, &mut kh);
                 rope_head(&mut kh, &angles[t]);
                 cache.k.push(&kh);
             }
@@ -209,10 +202,7 @@ impl QsaCpu for Qsa {
             let mut cell = vec![0f32; d];
             for h in 0..nh {
                 let kvh = h / group;
-                let qh: Vec<f32> = q[(t * nh + h) * d..(t * nh + h + 1) * d]
-                    .iter()
-                    .map(|&v| rnd(v))
-                    .collect();
+                let qh: Vec<f32> = q[(t * nh + h) * d..(t * nh + h + 1) * d].iter().map(|&v| rnd(v)).collect();
                 for (s, &j) in sc.iter_mut().zip(&sel) {
                     cache.k.read((j * nkv + kvh) * d, &mut cell);
                     *s = qh.iter().zip(&cell).map(|(a, b)| a * b).sum::<f32>() * scale;
@@ -229,9 +219,7 @@ impl QsaCpu for Qsa {
                 selections.push(sel);
             }
         }
-        attn.iter_mut()
-            .zip(&gate)
-            .for_each(|(a, &g)| *a *= num.sigmoid(g));
+        attn.iter_mut().zip(&gate).for_each(|(a, &g)| *a *= num.sigmoid(g));
         (attn, selections)
     }
 }
@@ -305,13 +293,7 @@ pub fn heap_select(vals: &[f32], k: usize) -> Vec<usize> {
 
 /// libstdc++ `__adjust_heap`: move the hole at `hole` down to a leaf along the preferred
 /// children, then push `value` back up towards `hole`'s original place.
-fn adjust_heap(
-    a: &mut [usize],
-    mut hole: usize,
-    len: usize,
-    value: usize,
-    comp: &impl Fn(usize, usize) -> bool,
-) {
+fn adjust_heap(a: &mut [usize], mut hole: usize, len: usize, value: usize, comp: &impl Fn(usize, usize) -> bool) {
     let top = hole;
     let mut second = hole;
     while len >= 2 && second < (len - 1) / 2 {

@@ -126,10 +126,19 @@ macro_rules! fam_k {
                     let qh = ld(p.add(128 + 32 * h));
                     // 6-bit quants 0..63 (value = q - 32; the -32 is applied through bsums).
                     let q = [
-                        _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4)),
-                        _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(12)), 2)),
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql0, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql1, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(12)), 2),
+                        ),
                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                        ),
                     ];
                     for (v, &qv) in q.iter().enumerate() {
                         let g = 8 * h + 2 * v; // scale of the first 16 weights of this vector

@@ -8,7 +8,15 @@ macro_rules! fam_q8 {
         /// acc[c] += dw · d_x · Σ w·x over block `b` (signed weights `wq`).
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn blk_signed<const NC: usize>(acc: &mut [__m256; NC], wq: __m256i, dw: f32, a: &Acts, c0: usize, k: usize, b: usize) {
+        unsafe fn blk_signed<const NC: usize>(
+            acc: &mut [__m256; NC],
+            wq: __m256i,
+            dw: f32,
+            a: &Acts,
+            c0: usize,
+            k: usize,
+            b: usize,
+        ) {
             let aw = _mm256_abs_epi8(wq);
             let nb = k / 32;
             for c in 0..NC {

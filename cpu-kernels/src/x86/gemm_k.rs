@@ -66,7 +66,10 @@ unsafe fn decode_q6_k(p: *const u8, q: &mut [u8; 256], f: &mut [f32; 16]) {
             _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
             _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(hb, m30)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
+                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30),
+            ),
         ];
         for (t, v) in parts.iter().enumerate() {
             _mm256_storeu_si256(q.as_mut_ptr().add(128 * h + 32 * t).cast(), *v);
@@ -122,14 +125,23 @@ unsafe fn tile_cols<const Q6: bool, const NC: usize>(tile: *const u8, k: usize, 
             for c in 0..NC {
                 let col = c0 + c;
                 let x = a.qs.as_ptr().add(col * k + sb * 256 + j * 4 * nq);
-                let mut s = if Q6 { _mm512_set1_epi32(-32 * *a.bsums.as_ptr().add((col * nsb + sb) * 16 + j) as i32) } else { _mm512_setzero_si512() };
+                let mut s = if Q6 {
+                    _mm512_set1_epi32(-32 * *a.bsums.as_ptr().add((col * nsb + sb) * 16 + j) as i32)
+                } else {
+                    _mm512_setzero_si512()
+                };
                 for g in 0..nq {
-                    s = _mm512_dpbusd_epi32(s, wq[g], _mm512_set1_epi32(core::ptr::read_unaligned(x.add(4 * g).cast::<i32>())));
+                    s = _mm512_dpbusd_epi32(
+                        s,
+                        wq[g],
+                        _mm512_set1_epi32(core::ptr::read_unaligned(x.add(4 * g).cast::<i32>())),
+                    );
                 }
                 let dx = *a.d.as_ptr().add(col * nsb + sb);
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(fac, _mm512_set1_ps(dx)), acc[c]);
                 if !Q6 {
-                    acc[c] = _mm512_fnmadd_ps(fmin, _mm512_set1_ps(*a.mb.as_ptr().add((col * nsb + sb) * 8 + j)), acc[c]);
+                    acc[c] =
+                        _mm512_fnmadd_ps(fmin, _mm512_set1_ps(*a.mb.as_ptr().add((col * nsb + sb) * 8 + j)), acc[c]);
                 }
             }
         }

@@ -40,7 +40,13 @@ const BLOCK_BYTES: usize = 8 * 64 + 2 * 64;
 /// The 16-row tile at `tile` against columns `c0..c0 + NC`: one f32 zmm (16 rows) per column.
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
 #[inline]
-unsafe fn tile_cols<const MIN: bool, const NC: usize>(tile: *const u8, nb: usize, k: usize, a: &Acts, c0: usize) -> [__m512; NC] {
+unsafe fn tile_cols<const MIN: bool, const NC: usize>(
+    tile: *const u8,
+    nb: usize,
+    k: usize,
+    a: &Acts,
+    c0: usize,
+) -> [__m512; NC] {
     let mut acc = [_mm512_setzero_ps(); NC];
     let (qs, d, corr, sx) = (a.qs.as_ptr(), a.d.as_ptr(), a.corr.as_ptr(), a.s.as_ptr());
     for b in 0..nb {
@@ -56,9 +62,14 @@ unsafe fn tile_cols<const MIN: bool, const NC: usize>(tile: *const u8, nb: usize
             let x = qs.add(col * k + b * 32);
             let mut s = if MIN { _mm512_setzero_si512() } else { _mm512_set1_epi32(*corr.add(col * nb + b)) };
             for (j, q) in wq.iter().enumerate() {
-                s = _mm512_dpbusd_epi32(s, *q, _mm512_set1_epi32(core::ptr::read_unaligned(x.add(4 * j).cast::<i32>())));
+                s = _mm512_dpbusd_epi32(
+                    s,
+                    *q,
+                    _mm512_set1_epi32(core::ptr::read_unaligned(x.add(4 * j).cast::<i32>())),
+                );
             }
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(*d.add(col * nb + b))), acc[c]);
+            acc[c] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(*d.add(col * nb + b))), acc[c]);
             if MIN {
                 acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*sx.add(col * nb + b)), acc[c]);
             }
@@ -72,7 +83,15 @@ unsafe fn tile_cols<const MIN: bool, const NC: usize>(tile: *const u8, nb: usize
 /// as 64 unsigned nibbles, stored unbiased, with the f16 min after the scale).
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
 #[inline]
-unsafe fn decode_tile<const MIN: bool>(w: &QTensor, rb: usize, bsz: usize, r: usize, rn: usize, scratch: &mut [u8], decode: unsafe fn(*const u8) -> __m512i) {
+unsafe fn decode_tile<const MIN: bool>(
+    w: &QTensor,
+    rb: usize,
+    bsz: usize,
+    r: usize,
+    rn: usize,
+    scratch: &mut [u8],
+    decode: unsafe fn(*const u8) -> __m512i,
+) {
     let nb = w.cols / 32;
     let s = scratch.as_mut_ptr();
     let mut tmp = [0u8; 64];
@@ -118,7 +137,16 @@ unsafe fn decode_tile<const MIN: bool>(w: &QTensor, rb: usize, bsz: usize, r: us
 /// every column.
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
 #[inline]
-unsafe fn rows<const MIN: bool>(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize, y: *mut f32, bsz: usize, decode: unsafe fn(*const u8) -> __m512i) {
+unsafe fn rows<const MIN: bool>(
+    w: &QTensor,
+    rb: usize,
+    a: &Acts,
+    r0: usize,
+    r1: usize,
+    y: *mut f32,
+    bsz: usize,
+    decode: unsafe fn(*const u8) -> __m512i,
+) {
     let (k, rows, n) = (w.cols, w.rows, a.n);
     let nb = k / 32;
     let mut scratch = vec![0u8; nb * BLOCK_BYTES];

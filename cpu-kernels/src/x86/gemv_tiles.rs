@@ -39,7 +39,15 @@ pub(crate) fn has(ty: GgmlType) -> bool {
 /// `next` (the following tile, contiguous) is prefetched a block's share at a time.
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
 #[inline]
-unsafe fn tile_q4_1<const NC: usize>(rowp: &[*const u8; TILE_ROWS], gidx: __m512i, nb: usize, k: usize, a: &Acts, c0: usize, next: Option<*const u8>) -> [__m512; NC] {
+unsafe fn tile_q4_1<const NC: usize>(
+    rowp: &[*const u8; TILE_ROWS],
+    gidx: __m512i,
+    nb: usize,
+    k: usize,
+    a: &Acts,
+    c0: usize,
+    next: Option<*const u8>,
+) -> [__m512; NC] {
     let m4 = _mm512_set1_epi8(0x0F);
     let (qs, d, sx) = (a.qs.as_ptr(), a.d.as_ptr(), a.s.as_ptr());
     let mut acc = [_mm512_setzero_ps(); NC];
@@ -65,7 +73,12 @@ unsafe fn tile_q4_1<const NC: usize>(rowp: &[*const u8; TILE_ROWS], gidx: __m512
         let t2 = _mm512_unpacklo_epi32(quad_rows[2], quad_rows[3]);
         let t3 = _mm512_unpackhi_epi32(quad_rows[2], quad_rows[3]);
         // Lane i of bytes[q]: bytes 4q..4q+3 of row i.
-        let bytes = [_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)];
+        let bytes = [
+            _mm512_unpacklo_epi64(t0, t2),
+            _mm512_unpackhi_epi64(t0, t2),
+            _mm512_unpacklo_epi64(t1, t3),
+            _mm512_unpackhi_epi64(t1, t3),
+        ];
         // wq[j]: weights 4j..4j+3 of each row (j < 4 low nibbles, j >= 4 high nibbles).
         let mut wq = [_mm512_setzero_si512(); 8];
         for q in 0..4 {
@@ -80,9 +93,14 @@ unsafe fn tile_q4_1<const NC: usize>(rowp: &[*const u8; TILE_ROWS], gidx: __m512
             let x = qs.add(col * k + b * 32);
             let mut s = _mm512_setzero_si512();
             for (j, q) in wq.iter().enumerate() {
-                s = _mm512_dpbusd_epi32(s, *q, _mm512_set1_epi32(core::ptr::read_unaligned(x.add(4 * j).cast::<i32>())));
+                s = _mm512_dpbusd_epi32(
+                    s,
+                    *q,
+                    _mm512_set1_epi32(core::ptr::read_unaligned(x.add(4 * j).cast::<i32>())),
+                );
             }
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(*d.add(col * nb + b))), acc[c]);
+            acc[c] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(*d.add(col * nb + b))), acc[c]);
             acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*sx.add(col * nb + b)), acc[c]);
         }
     }

@@ -65,7 +65,9 @@ pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
                     lo[j] = _mm256_and_si256(x, m4);
                     hi[j] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
                 }
-                let s16: [__m256i; 8] = core::array::from_fn(|s| _mm256_shuffle_epi8(sc8, _mm256_set1_epi16((((2 * s + 1) << 8) | (2 * s)) as i16)));
+                let s16: [__m256i; 8] = core::array::from_fn(|s| {
+                    _mm256_shuffle_epi8(sc8, _mm256_set1_epi16((((2 * s + 1) << 8) | (2 * s)) as i16))
+                });
                 for c in 0..nc {
                     let col = c0 + c;
                     let ab = a.raw.as_ptr().add(col * a.raw_row + ib * 292);
@@ -92,7 +94,8 @@ pub(crate) unsafe fn rows_q4k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
                             accm[c] = (imin as f32).mul_add(dmin * da, accm[c]);
                         }
                     } else {
-                        let s = _mm256_add_epi32(_mm256_add_epi32(pair[0], pair[1]), _mm256_add_epi32(pair[2], pair[3]));
+                        let s =
+                            _mm256_add_epi32(_mm256_add_epi32(pair[0], pair[1]), _mm256_add_epi32(pair[2], pair[3]));
                         let iacc = hsum_i32(s);
                         let imin = hsum_i32(mv);
                         acc[c] = (iacc as f32).mul_add(dw * da, acc[c]);
@@ -137,8 +140,10 @@ pub(crate) unsafe fn rows_q6k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
                     let l0 = _mm256_loadu_si256(ql.add(64 * n).cast());
                     let l1 = _mm256_loadu_si256(ql.add(64 * n + 32).cast());
                     let h = _mm256_loadu_si256(qh.add(32 * n).cast());
-                    q[4 * n] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-                    q[4 * n + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+                    q[4 * n] =
+                        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+                    q[4 * n + 1] =
+                        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
                     q[4 * n + 2] =
                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m30));
                     q[4 * n + 3] = _mm256_or_si256(
@@ -148,7 +153,10 @@ pub(crate) unsafe fn rows_q6k(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: u
                 }
                 // i16 lanes 0-7 (i32 lanes 0-3) take scale 2g, lanes 8-15 scale 2g+1.
                 let scs: [__m256i; 8] = core::array::from_fn(|g| {
-                    _mm256_set_m128i(_mm_set1_epi16(*sc.add(2 * g + 1) as i8 as i16), _mm_set1_epi16(*sc.add(2 * g) as i8 as i16))
+                    _mm256_set_m128i(
+                        _mm_set1_epi16(*sc.add(2 * g + 1) as i8 as i16),
+                        _mm_set1_epi16(*sc.add(2 * g) as i8 as i16),
+                    )
                 });
                 let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.cast()));
                 for c in 0..nc {

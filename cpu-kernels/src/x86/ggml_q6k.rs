@@ -44,7 +44,9 @@ pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize
                             s += (sc[e / 16] as i8 as i32) * q6[e] * (q8[e] as i8 as i32);
                         }
                     }
-                    s -= 32 * (bsum(2 * lane) * (sc[2 * lane] as i8 as i32) + bsum(2 * lane + 1) * (sc[2 * lane + 1] as i8 as i32));
+                    s -= 32
+                        * (bsum(2 * lane) * (sc[2 * lane] as i8 as i32)
+                            + bsum(2 * lane + 1) * (sc[2 * lane + 1] as i8 as i32));
                     acc[lane] = d.mul_add(s as f32, acc[lane]);
                 }
             }

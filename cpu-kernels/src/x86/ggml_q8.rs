@@ -76,10 +76,7 @@ pub(crate) unsafe fn rows(w: &QTensor, rb: usize, a: &Acts, r0: usize, r1: usize
                 let d = _mm256_set1_ps(wd[ib] * da);
                 // SAFETY: wq holds nb * 32 bytes and ab 34; unaligned loads.
                 let (x, yv) = unsafe {
-                    (
-                        _mm256_loadu_si256(wq.as_ptr().add(ib * 32).cast()),
-                        _mm256_loadu_si256(ab.as_ptr().add(2).cast()),
-                    )
+                    (_mm256_loadu_si256(wq.as_ptr().add(ib * 32).cast()), _mm256_loadu_si256(ab.as_ptr().add(2).cast()))
                 };
                 let ax = _mm256_sign_epi8(x, x);
                 let sy = _mm256_sign_epi8(yv, x);

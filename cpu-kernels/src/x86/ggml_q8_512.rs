@@ -30,7 +30,8 @@ const PF_DIST: usize = 16;
 unsafe fn quants2<const Q5: bool>(b0: *const u8, b1: *const u8) -> __m512i {
     if Q5 {
         // Q5_0: d, qh (u32), 16 bytes of nibbles; element j uses bit j of qh as its 5th bit.
-        let qh = (b0.add(2) as *const u32).read_unaligned() as u64 | (((b1.add(2) as *const u32).read_unaligned() as u64) << 32);
+        let qh = (b0.add(2) as *const u32).read_unaligned() as u64
+            | (((b1.add(2) as *const u32).read_unaligned() as u64) << 32);
         let x0 = _mm_loadu_si128(b0.add(6).cast());
         let x1 = _mm_loadu_si128(b1.add(6).cast());
         let y0 = _mm256_inserti128_si256(_mm256_castsi128_si256(x0), _mm_srli_epi16(x0, 4), 1);
@@ -38,7 +39,11 @@ unsafe fn quants2<const Q5: bool>(b0: *const u8, b1: *const u8) -> __m512i {
         let nib = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8(0x0F));
         _mm512_mask_add_epi8(nib, qh, nib, _mm512_set1_epi8(16))
     } else {
-        let v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(b0.add(2).cast())), _mm256_loadu_si256(b1.add(2).cast()), 1);
+        let v = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(b0.add(2).cast())),
+            _mm256_loadu_si256(b1.add(2).cast()),
+            1,
+        );
         _mm512_xor_si512(v, _mm512_set1_epi8(-128))
     }
 }
@@ -65,7 +70,15 @@ fn hsum_half(v: &[f32; 16], h: usize) -> f32 {
 /// multiply and one FMA, whatever the caller's loop order.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn block_columns<const P: usize, const C: usize>(wv: &[__m512i; P], wd: &[__m512; P], a: &Acts, k: usize, ib: usize, c0: usize, acc: &mut [[__m512; C]; P]) {
+unsafe fn block_columns<const P: usize, const C: usize>(
+    wv: &[__m512i; P],
+    wd: &[__m512; P],
+    a: &Acts,
+    k: usize,
+    ib: usize,
+    c0: usize,
+    acc: &mut [[__m512; C]; P],
+) {
     let nb = k / 32;
     for c in 0..C {
         let col = c0 + c;
@@ -138,7 +151,13 @@ unsafe fn tile<const Q5: bool, const P: usize, const C: usize, const PF: bool>(
 /// Decodes the `ROWS_PER_TILE` rows of a tile ([`quants2`], [`scales2`] per block and row
 /// pair) into `dq` / `ds` (`2 * nb` entries each).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn decode_rows<const Q5: bool>(w: &QTensor, rb: usize, rows: [usize; ROWS_PER_TILE], dq: &mut [__m512i], ds: &mut [__m512]) {
+unsafe fn decode_rows<const Q5: bool>(
+    w: &QTensor,
+    rb: usize,
+    rows: [usize; ROWS_PER_TILE],
+    dq: &mut [__m512i],
+    ds: &mut [__m512],
+) {
     let nb = w.cols / 32;
     let bs = if Q5 { 22 } else { 34 };
     let base = w.data.as_ptr();
@@ -175,7 +194,11 @@ unsafe fn run_tile<const Q5: bool, const P: usize, const C: usize>(
     y: *mut f32,
 ) {
     let prefetch = matches!(src, Weights::Stored) && super::common::prefetch_on() && C == 1;
-    let acc = if prefetch { tile::<Q5, P, C, true>(w, rb, a, rows, c0, src) } else { tile::<Q5, P, C, false>(w, rb, a, rows, c0, src) };
+    let acc = if prefetch {
+        tile::<Q5, P, C, true>(w, rb, a, rows, c0, src)
+    } else {
+        tile::<Q5, P, C, false>(w, rb, a, rows, c0, src)
+    };
     let mut lanes = [0f32; 16];
     for p in 0..P {
         for c in 0..C {
@@ -196,7 +219,10 @@ unsafe fn run_tile<const Q5: bool, const P: usize, const C: usize>(
 unsafe fn quants1<const Q5: bool>(b: *const u8) -> __m256i {
     if Q5 {
         let x = _mm_loadu_si128(b.add(6).cast());
-        let nib = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1), _mm256_set1_epi8(0x0F));
+        let nib = _mm256_and_si256(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1),
+            _mm256_set1_epi8(0x0F),
+        );
         let qh = (b.add(2) as *const u32).read_unaligned();
         _mm256_mask_add_epi8(nib, qh, nib, _mm256_set1_epi8(16))
     } else {

@@ -48,18 +48,18 @@ mod fam_k;
 mod fam_f;
 mod avx2;
 mod avx512;
-mod iq3_512;
-mod zmm;
-mod q0_decode;
 pub(crate) mod gemm_q0;
+mod iq3_512;
+mod q0_decode;
+mod zmm;
 // The row tiles for decode-sized products (Q4_1), built in registers.
-pub(crate) mod gemv_tiles;
 mod gemm_k;
+pub(crate) mod gemv_tiles;
+mod ggml_k_simd;
 mod ggml_q4k;
 mod ggml_q6k;
 mod ggml_q8;
 pub(crate) mod ggml_q8_512;
-mod ggml_k_simd;
 // SIMD activation quantizers (called by `crate::prepare`).
 pub(crate) mod quantize;
 
@@ -94,7 +94,14 @@ macro_rules! pair_rows {
     ($name:ident, $pair:path, $fallback:path, $tiles:path) => {
         /// # Safety
         /// The [`RowsFn`] contract, AVX-512 with DQ present (`has_avx512_zmm`).
-        unsafe fn $name(w: &crate::tensor::QTensor, rb: usize, a: &crate::acts::Acts, r0: usize, r1: usize, y: *mut f32) {
+        unsafe fn $name(
+            w: &crate::tensor::QTensor,
+            rb: usize,
+            a: &crate::acts::Acts,
+            r0: usize,
+            r1: usize,
+            y: *mut f32,
+        ) {
             // SAFETY: all three kernels have this function's contract (prepare fills what the
             // tiles read when it sets `a.tiles`).
             unsafe {
@@ -136,15 +143,16 @@ macro_rules! tiles_or {
     ($name:ident, $zmm:path, $tiles:path) => {
         /// # Safety
         /// The [`RowsFn`] contract, AVX-512 with DQ present (`has_avx512_zmm`).
-        unsafe fn $name(w: &crate::tensor::QTensor, rb: usize, a: &crate::acts::Acts, r0: usize, r1: usize, y: *mut f32) {
+        unsafe fn $name(
+            w: &crate::tensor::QTensor,
+            rb: usize,
+            a: &crate::acts::Acts,
+            r0: usize,
+            r1: usize,
+            y: *mut f32,
+        ) {
             // SAFETY: both kernels have this function's contract (prepare fills what they read).
-            unsafe {
-                if a.tiles {
-                    $tiles(w, rb, a, r0, r1, y)
-                } else {
-                    $zmm(w, rb, a, r0, r1, y)
-                }
-            }
+            unsafe { if a.tiles { $tiles(w, rb, a, r0, r1, y) } else { $zmm(w, rb, a, r0, r1, y) } }
         }
     };
 }

@@ -48,7 +48,8 @@ pub(crate) const Q5_0_BYTES: usize = 22;
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
 #[inline]
 pub(crate) unsafe fn q5_0(p: *const u8) -> __m512i {
-    let hm = (core::ptr::read_unaligned(p.add(2).cast::<u32>()) as u64) | ((core::ptr::read_unaligned(p.add(24).cast::<u32>()) as u64) << 32);
+    let hm = (core::ptr::read_unaligned(p.add(2).cast::<u32>()) as u64)
+        | ((core::ptr::read_unaligned(p.add(24).cast::<u32>()) as u64) << 32);
     let n = nib_pair(p.add(6), p.add(28));
     let q = _mm512_mask_add_epi8(n, hm, n, _mm512_set1_epi8(16));
     _mm512_sub_epi8(q, _mm512_set1_epi8(16))

@@ -73,7 +73,9 @@ pub(crate) unsafe fn quantize_q8_0_x86_avx2(x: &[f32], out: &mut [u8]) {
         ob[..2].copy_from_slice(&quant::f32_to_f16(d).to_le_bytes());
         let mul = _mm256_set1_ps(id);
         let q: [__m256i; 4] = core::array::from_fn(|i| {
-            _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v[i], mul)))
+            _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+                v[i], mul,
+            )))
         });
         // Pack to i8 with saturation (values are within [-127, 127]) and undo the lane interleave.
         let p16a = _mm256_packs_epi32(q[0], q[1]);

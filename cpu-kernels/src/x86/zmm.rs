@@ -18,7 +18,6 @@ use crate::acts::Acts;
 use crate::tensor::QTensor;
 use core::arch::x86_64::*;
 
-
 #[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")]
 #[inline]
 unsafe fn h2f(p: *const u8) -> f32 {
@@ -57,7 +56,10 @@ unsafe fn dot_q4_k<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
         let scmn = _mm_set_epi64x(mn as i64, sc as i64);
         let sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(scmn));
         // dmin · m_s per sub-block; the activations carry d_x · Σx per sub-block (`Acts::mb`).
-        let wm8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scmn, scmn))), _mm256_set1_ps(h2f(p.add(2))));
+        let wm8 = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scmn, scmn))),
+            _mm256_set1_ps(h2f(p.add(2))),
+        );
         let s = sidx.map(|ix| _mm512_permutexvar_epi16(ix, sc16));
         let v0 = _mm512_loadu_si512(p.add(16).cast());
         let v1 = _mm512_loadu_si512(p.add(80).cast());
@@ -163,11 +165,15 @@ macro_rules! signed_pair_kernel {
                 let wq: __m512i = $decode;
                 // Σ (x+128)·w = Σ x·w + 128·Σ w: start each column's sum at -128·Σ w
                 // (weights only, shared by the columns) and feed x ^ 0x80 as the u8 operand.
-                let corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), wq));
+                let corr = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), wq),
+                );
                 // Both f16 scales in one vcvtph2ps, spread to [d0 ×8, d1 ×8].
                 let h01 = (core::ptr::read_unaligned($p.cast::<u16>()) as u32)
                     | ((core::ptr::read_unaligned($p.add($bsz).cast::<u16>()) as u32) << 16);
-                let dw = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(h01 as i32))));
+                let dw =
+                    _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(h01 as i32))));
                 for c in 0..NC {
                     let col = c0 + c;
                     let xu = _mm512_loadu_si512(a.perm.as_ptr().add(col * k + b * 32).cast());
@@ -211,15 +217,26 @@ unsafe fn dot_q4_1<const NC: usize>(w: *const u8, k: usize, a: &Acts, c0: usize)
     while b + 2 <= nb {
         let p = w.add(b * 20);
         let wq = dec::q4_1(p);
-        let dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, core::ptr::read_unaligned(p.add(20).cast::<i32>()), core::ptr::read_unaligned(p.cast::<i32>()))));
+        let dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(
+            0,
+            0,
+            core::ptr::read_unaligned(p.add(20).cast::<i32>()),
+            core::ptr::read_unaligned(p.cast::<i32>()),
+        )));
         let dw = _mm512_permutexvar_ps(d_idx, dm);
         let mw = _mm512_permutexvar_ps(m_idx, dm);
         for c in 0..NC {
             let col = c0 + c;
             let x = _mm512_loadu_si512(a.qs.as_ptr().add(col * k + b * 32).cast());
             let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, x);
-            let dx = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(a.d.as_ptr().add(col * nb + b).cast()))));
-            let sx = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(a.s.as_ptr().add(col * nb + b).cast()))));
+            let dx = _mm512_permutexvar_ps(
+                lanes,
+                _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(a.d.as_ptr().add(col * nb + b).cast()))),
+            );
+            let sx = _mm512_permutexvar_ps(
+                lanes,
+                _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(a.s.as_ptr().add(col * nb + b).cast()))),
+            );
             acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dp), dw), dx, acc[c]);
             macc[c] = _mm512_fmadd_ps(mw, sx, macc[c]);
         }

@@ -32,6 +32,10 @@ pub fn assert_close(ctx: &str, got: &[f32], want: &[f64], tol: f64) {
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let g = g as f64;
         let bad = !g.is_finite() || ((g - w).abs() / scale) > tol;
-        assert!(!bad, "{ctx}: index {i}: got {g}, want {w} (rel err {:.3e} > tol {tol:.1e}, scale {scale:.3e})", (g - w).abs() / scale);
+        assert!(
+            !bad,
+            "{ctx}: index {i}: got {g}, want {w} (rel err {:.3e} > tol {tol:.1e}, scale {scale:.3e})",
+            (g - w).abs() / scale
+        );
     }
 }

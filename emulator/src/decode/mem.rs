@@ -1,11 +1,10 @@
 //! DS (LDS) and FLAT/GLOBAL/SCRATCH decoding.
-use super::{table_of, DecodeError, Enc, Fam, Inst};
+use super::{DecodeError, Enc, Fam, Inst, table_of};
 
 pub fn ds(w0: u32, w1: u32) -> Result<Inst, DecodeError> {
     let op = ((w0 >> 18) & 0xff) as u16;
     let mut i = Inst::new(Fam::Ds, Enc::Ds, op);
-    let d = table_of(Fam::Ds).and_then(|t| t.get(op))
-        .ok_or_else(|| DecodeError(format!("unknown DS opcode {op}")))?;
+    let d = table_of(Fam::Ds).and_then(|t| t.get(op)).ok_or_else(|| DecodeError(format!("unknown DS opcode {op}")))?;
     i.shape = [d.dst, d.src[0], d.src[1], d.src[2]];
     if (w0 >> 17) & 1 != 0 {
         return Err(DecodeError("DS with gds is not supported".into()));
@@ -26,8 +25,7 @@ pub fn flat(w0: u32, w1: u32) -> Result<Inst, DecodeError> {
         _ => return Err(DecodeError("FLAT segment 3 is not an encoding".into())),
     };
     let mut i = Inst::new(fam, Enc::Flat, op);
-    let d = table_of(fam).and_then(|t| t.get(op))
-        .ok_or_else(|| DecodeError(format!("unknown {what} opcode {op}")))?;
+    let d = table_of(fam).and_then(|t| t.get(op)).ok_or_else(|| DecodeError(format!("unknown {what} opcode {op}")))?;
     i.shape = [d.dst, d.src[0], d.src[1], d.src[2]];
     i.len = 8;
     i.imm = ((w0 & 0x1fff) << 19) as i32 >> 19;

@@ -18,20 +18,67 @@ use std::sync::OnceLock;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Fam {
-    Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Valu, Vop3p, Vopd, Ds, Flat, Global, Scratch, Invalid, Cache,
+    Sop2,
+    Sopk,
+    Sop1,
+    Sopc,
+    Sopp,
+    Smem,
+    Valu,
+    Vop3p,
+    Vopd,
+    Ds,
+    Flat,
+    Global,
+    Scratch,
+    Invalid,
+    Cache,
     // decoded for the disassembler; the executor refuses them by name (see `resource`)
-    Mubuf, Mtbuf, Mimg, Exp, Vinterp, Ldsdir,
+    Mubuf,
+    Mtbuf,
+    Mimg,
+    Exp,
+    Vinterp,
+    Ldsdir,
 }
 
 /// The encoding as written, for the disassembler and statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Enc { Sop2, Sopk, Sop1, Sopc, Sopp, Smem, Vop1, Vop2, Vopc, Vop3, Vop3sd, Vop3p, Vopd, Ds, Flat, Invalid, Mubuf, Mtbuf, Mimg, Exp, Vinterp, Ldsdir }
+pub enum Enc {
+    Sop2,
+    Sopk,
+    Sop1,
+    Sopc,
+    Sopp,
+    Smem,
+    Vop1,
+    Vop2,
+    Vopc,
+    Vop3,
+    Vop3sd,
+    Vop3p,
+    Vopd,
+    Ds,
+    Flat,
+    Invalid,
+    Mubuf,
+    Mtbuf,
+    Mimg,
+    Exp,
+    Vinterp,
+    Ldsdir,
+}
 
 /// Data-parallel-primitive flavour of a VALU instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Dpp { None, Dpp16, Dpp8, Dpp8Fi }
+pub enum Dpp {
+    None,
+    Dpp16,
+    Dpp8,
+    Dpp8Fi,
+}
 
 /// Special source operand codes (9-bit hardware operand encoding; 256+n = VGPR n).
 pub mod src {
@@ -97,11 +144,34 @@ pub struct Inst {
 
 impl Inst {
     pub const INVALID: Inst = Inst {
-        fam: Fam::Invalid, enc: Enc::Invalid, dpp_kind: Dpp::None, len: 4, op: 0, dst: 0, sdst: 0, src: [0; 3],
-        lit: 0, imm: 0, neg: 0, abs: 0, opsel: 0, opsel_hi: 0, neg_hi: 0, clamp: false, omod: 0, dpp: 0,
-        flags: 0, saddr: 124, op_y: 0, dst_y: 0, src_y: [0; 2], shape: [0; 4],
+        fam: Fam::Invalid,
+        enc: Enc::Invalid,
+        dpp_kind: Dpp::None,
+        len: 4,
+        op: 0,
+        dst: 0,
+        sdst: 0,
+        src: [0; 3],
+        lit: 0,
+        imm: 0,
+        neg: 0,
+        abs: 0,
+        opsel: 0,
+        opsel_hi: 0,
+        neg_hi: 0,
+        clamp: false,
+        omod: 0,
+        dpp: 0,
+        flags: 0,
+        saddr: 124,
+        op_y: 0,
+        dst_y: 0,
+        src_y: [0; 2],
+        shape: [0; 4],
     };
-    fn new(fam: Fam, enc: Enc, op: u16) -> Inst { Inst { fam, enc, op, ..Inst::INVALID } }
+    fn new(fam: Fam, enc: Enc, op: u16) -> Inst {
+        Inst { fam, enc, op, ..Inst::INVALID }
+    }
     /// Mnemonic as LLVM prints it (without encoding suffix decisions for VALU).
     pub fn name(&self) -> &'static str {
         match self.fam {
@@ -124,11 +194,16 @@ impl Inst {
 pub struct DecodeError(pub String);
 
 /// Sorted-by-opcode table with O(1) lookup.
-pub struct Table { idx: Vec<u16>, descs: &'static [OpDesc] }
+pub struct Table {
+    idx: Vec<u16>,
+    descs: &'static [OpDesc],
+}
 impl Table {
     fn build(descs: &'static [OpDesc]) -> Table {
         let mut idx = vec![u16::MAX; 1024];
-        for (i, d) in descs.iter().enumerate() { idx[d.op as usize] = i as u16; }
+        for (i, d) in descs.iter().enumerate() {
+            idx[d.op as usize] = i as u16;
+        }
         Table { idx, descs }
     }
     pub fn get(&self, op: u16) -> Option<&'static OpDesc> {
@@ -140,15 +215,39 @@ impl Table {
 pub fn table_of(f: Fam) -> Option<&'static Table> {
     static T: OnceLock<Vec<Table>> = OnceLock::new();
     let t = T.get_or_init(|| {
-        [optable::SOP2, optable::SOPK, optable::SOP1, optable::SOPC, optable::SOPP, optable::SMEM,
-         optable::VOP3P, optable::DS, optable::FLAT, optable::GLOBAL, optable::SCRATCH]
-            .iter().map(|d| Table::build(d)).collect()
+        [
+            optable::SOP2,
+            optable::SOPK,
+            optable::SOP1,
+            optable::SOPC,
+            optable::SOPP,
+            optable::SMEM,
+            optable::VOP3P,
+            optable::DS,
+            optable::FLAT,
+            optable::GLOBAL,
+            optable::SCRATCH,
+        ]
+        .iter()
+        .map(|d| Table::build(d))
+        .collect()
     });
-    Some(&t[match f {
-        Fam::Sop2 => 0, Fam::Sopk => 1, Fam::Sop1 => 2, Fam::Sopc => 3, Fam::Sopp => 4, Fam::Smem => 5,
-        Fam::Vop3p => 6, Fam::Ds => 7, Fam::Flat => 8, Fam::Global => 9, Fam::Scratch => 10,
-        _ => return None,
-    }])
+    Some(
+        &t[match f {
+            Fam::Sop2 => 0,
+            Fam::Sopk => 1,
+            Fam::Sop1 => 2,
+            Fam::Sopc => 3,
+            Fam::Sopp => 4,
+            Fam::Smem => 5,
+            Fam::Vop3p => 6,
+            Fam::Ds => 7,
+            Fam::Flat => 8,
+            Fam::Global => 9,
+            Fam::Scratch => 10,
+            _ => return None,
+        }],
+    )
 }
 
 /// VALU opcode descriptor by VOP3-space opcode.
@@ -156,14 +255,18 @@ pub fn valu_desc(op: u16) -> Option<&'static ValuDesc> {
     static T: OnceLock<Vec<Option<&'static ValuDesc>>> = OnceLock::new();
     let t = T.get_or_init(|| {
         let mut v = vec![None; 1024];
-        for d in optable::VALU.iter().chain(optable::VALU32_ONLY.iter()) { v[d.op as usize] = Some(d); }
+        for d in optable::VALU.iter().chain(optable::VALU32_ONLY.iter()) {
+            v[d.op as usize] = Some(d);
+        }
         v
     });
     t.get(op as usize).copied().flatten()
 }
 
 /// Source operand codes no gfx11 instruction accepts (LLVM rejects the encoding).
-fn reserved_src(code: u16) -> bool { matches!(code, 209..=229 | 232 | 249) }
+fn reserved_src(code: u16) -> bool {
+    matches!(code, 209..=229 | 232 | 249)
+}
 
 /// Decode one instruction at `words[0..]` (as many dwords as it needs are read).
 pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
@@ -231,4 +334,6 @@ pub fn shown_words(w0: u32) -> usize {
 }
 
 /// Length-in-dwords helper for sources that may carry a literal.
-pub(crate) fn uses_literal(src: &[u16]) -> bool { src.contains(&src::LITERAL) }
+pub(crate) fn uses_literal(src: &[u16]) -> bool {
+    src.contains(&src::LITERAL)
+}

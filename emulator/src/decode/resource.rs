@@ -33,24 +33,52 @@ pub mod flag {
 fn lookup(t: &'static [(u8, &'static str)], op: u16) -> Option<&'static str> {
     t.iter().find(|(o, _)| *o as u16 == op).map(|(_, n)| *n)
 }
-pub fn mubuf_name(op: u16) -> Option<&'static str> { lookup(MUBUF, op) }
-pub fn mimg_name(op: u16) -> Option<&'static str> { lookup(MIMG, op) }
+pub fn mubuf_name(op: u16) -> Option<&'static str> {
+    lookup(MUBUF, op)
+}
+pub fn mimg_name(op: u16) -> Option<&'static str> {
+    lookup(MIMG, op)
+}
 /// MTBUF opcodes are the first 16 MUBUF ones with a `t` in front.
 pub fn mtbuf_name(op: u16) -> Option<&'static str> {
-    const N: [&str; 16] = ["tbuffer_load_format_x", "tbuffer_load_format_xy", "tbuffer_load_format_xyz", "tbuffer_load_format_xyzw",
-        "tbuffer_store_format_x", "tbuffer_store_format_xy", "tbuffer_store_format_xyz", "tbuffer_store_format_xyzw",
-        "tbuffer_load_d16_format_x", "tbuffer_load_d16_format_xy", "tbuffer_load_d16_format_xyz", "tbuffer_load_d16_format_xyzw",
-        "tbuffer_store_d16_format_x", "tbuffer_store_d16_format_xy", "tbuffer_store_d16_format_xyz", "tbuffer_store_d16_format_xyzw"];
+    const N: [&str; 16] = [
+        "tbuffer_load_format_x",
+        "tbuffer_load_format_xy",
+        "tbuffer_load_format_xyz",
+        "tbuffer_load_format_xyzw",
+        "tbuffer_store_format_x",
+        "tbuffer_store_format_xy",
+        "tbuffer_store_format_xyz",
+        "tbuffer_store_format_xyzw",
+        "tbuffer_load_d16_format_x",
+        "tbuffer_load_d16_format_xy",
+        "tbuffer_load_d16_format_xyz",
+        "tbuffer_load_d16_format_xyzw",
+        "tbuffer_store_d16_format_x",
+        "tbuffer_store_d16_format_xy",
+        "tbuffer_store_d16_format_xyz",
+        "tbuffer_store_d16_format_xyzw",
+    ];
     N.get(op as usize).copied()
 }
 pub fn vinterp_name(op: u16) -> Option<&'static str> {
-    const N: [&str; 6] = ["v_interp_p10_f32", "v_interp_p2_f32", "v_interp_p10_f16_f32", "v_interp_p2_f16_f32",
-        "v_interp_p10_rtz_f16_f32", "v_interp_p2_rtz_f16_f32"];
+    const N: [&str; 6] = [
+        "v_interp_p10_f32",
+        "v_interp_p2_f32",
+        "v_interp_p10_f16_f32",
+        "v_interp_p2_f16_f32",
+        "v_interp_p10_rtz_f16_f32",
+        "v_interp_p2_rtz_f16_f32",
+    ];
     N.get(op as usize).copied()
 }
 /// Symbolic name of an MTBUF unified format (64+ have none).
-pub fn ufmt_name(f: u16) -> Option<&'static str> { UFMT.get(f as usize).copied() }
-pub fn ldsdir_name(op: u16) -> Option<&'static str> { ["lds_param_load", "lds_direct_load"].get(op as usize).copied() }
+pub fn ufmt_name(f: u16) -> Option<&'static str> {
+    UFMT.get(f as usize).copied()
+}
+pub fn ldsdir_name(op: u16) -> Option<&'static str> {
+    ["lds_param_load", "lds_direct_load"].get(op as usize).copied()
+}
 
 fn cache_bits(w0: u32) -> u16 {
     // glc 14, slc 12, dlc 13 (the same bits in MUBUF, MTBUF and MIMG)
@@ -74,15 +102,21 @@ fn buffer_common(mut i: Inst, w0: u32, w1: u32) -> Inst {
     i.dst = ((w1 >> 8) & 0xff) as u16;
     i.src = [(w1 & 0xff) as u16, ((w1 >> 16) & 0x1f) as u16 * 4, 0];
     i.saddr = (w1 >> 24) as u16;
-    i.flags = cache_bits(w0) | if w1 >> 21 & 1 != 0 { flag::TFE } else { 0 }
-        | if w1 >> 22 & 1 != 0 { flag::OFFEN } else { 0 } | if w1 >> 23 & 1 != 0 { flag::IDXEN } else { 0 };
+    i.flags = cache_bits(w0)
+        | if w1 >> 21 & 1 != 0 { flag::TFE } else { 0 }
+        | if w1 >> 22 & 1 != 0 { flag::OFFEN } else { 0 }
+        | if w1 >> 23 & 1 != 0 { flag::IDXEN } else { 0 };
     i
 }
 
 /// soffset may be an SGPR or an inline constant, never a literal; srsrc is four SGPRs.
 fn buffer_soffset(i: Inst) -> Result<Inst, DecodeError> {
-    if i.saddr == super::src::LITERAL { return Err(DecodeError("buffer soffset cannot be a literal".into())); }
-    if !sgpr_tuple_ok(i.src[1], 4) { return Err(DecodeError(format!("buffer resource at SGPR code {}", i.src[1]))); }
+    if i.saddr == super::src::LITERAL {
+        return Err(DecodeError("buffer soffset cannot be a literal".into()));
+    }
+    if !sgpr_tuple_ok(i.src[1], 4) {
+        return Err(DecodeError(format!("buffer resource at SGPR code {}", i.src[1])));
+    }
     Ok(i)
 }
 
@@ -125,10 +159,19 @@ pub fn mimg(w0: u32, w: &dyn Fn(usize) -> Result<u32, DecodeError>) -> Result<In
     i.dst = ((w1 >> 8) & 0xff) as u16;
     i.src = [(w1 & 0xff) as u16, ((w1 >> 16) & 0x1f) as u16 * 4, ((w1 >> 26) & 0x1f) as u16 * 4];
     let bit = |w: u32, b: u32, f: u16| if w >> b & 1 != 0 { f } else { 0 };
-    i.flags = cache_bits(w0) | bit(w0, 0, flag::NSA) | bit(w0, 7, flag::UNORM) | bit(w0, 15, flag::R128) | bit(w0, 16, flag::A16)
-        | bit(w0, 17, flag::D16) | bit(w1, 21, flag::TFE) | bit(w1, 22, flag::LWE);
+    i.flags = cache_bits(w0)
+        | bit(w0, 0, flag::NSA)
+        | bit(w0, 7, flag::UNORM)
+        | bit(w0, 15, flag::R128)
+        | bit(w0, 16, flag::A16)
+        | bit(w0, 17, flag::D16)
+        | bit(w1, 21, flag::TFE)
+        | bit(w1, 22, flag::LWE);
     let k = mimg_kind(mimg_name(op).unwrap_or(""));
-    if !k.bvh && !sgpr_tuple_ok(i.src[1], 8) || k.bvh && !sgpr_tuple_ok(i.src[1], 4) || k.sampler && !sgpr_tuple_ok(i.src[2], 4) {
+    if !k.bvh && !sgpr_tuple_ok(i.src[1], 8)
+        || k.bvh && !sgpr_tuple_ok(i.src[1], 4)
+        || k.sampler && !sgpr_tuple_ok(i.src[2], 4)
+    {
         return Err(DecodeError(format!("MIMG resource/sampler SGPR codes {}, {}", i.src[1], i.src[2])));
     }
     if !k.sampler && i.src[2] != 0 {
@@ -183,10 +226,15 @@ pub fn buffer_data_dwords(name: &str) -> u8 {
     let cmpswap = if name.contains("cmpswap") { 2 } else { 1 };
     let base = if name.contains("d16_format") || name.contains("d16_hi_format") {
         if name.ends_with("_xyz") || name.ends_with("_xyzw") { 2 } else { 1 }
-    } else if name.ends_with("format_xyzw") || name.ends_with("b128") { 4 }
-    else if name.ends_with("format_xyz") || name.ends_with("b96") { 3 }
-    else if name.ends_with("format_xy") || name.ends_with("64") { 2 }
-    else { 1 };
+    } else if name.ends_with("format_xyzw") || name.ends_with("b128") {
+        4
+    } else if name.ends_with("format_xyz") || name.ends_with("b96") {
+        3
+    } else if name.ends_with("format_xy") || name.ends_with("64") {
+        2
+    } else {
+        1
+    };
     base * cmpswap
 }
 
@@ -249,7 +297,8 @@ pub fn mimg_addr_dwords(k: &MimgKind, dim: usize, a16: bool) -> u32 {
 pub fn mimg_addr_defined(k: &MimgKind, n: u32, nsa: bool) -> bool {
     // no MSAA dimensions for mip levels
     let dims = if k.lod_clamp_mip && !k.sampler { 6 } else { 8 };
-    (0..dims).flat_map(|d| [false, true].map(|a| mimg_addr_dwords(k, d, a)))
+    (0..dims)
+        .flat_map(|d| [false, true].map(|a| mimg_addr_dwords(k, d, a)))
         .map(|x| if !nsa && x > 12 { 16 } else { x })
         .any(|x| x == n && (!nsa || x >= 2))
 }
@@ -257,5 +306,13 @@ pub fn mimg_addr_defined(k: &MimgKind, n: u32, nsa: bool) -> bool {
 /// Whether LLVM defines a variant with `n` data dwords.
 pub fn mimg_data_defined(k: &MimgKind, n: u32) -> bool {
     // (atomics: 32 or 64 bits, cmpswap twice that; tfe adds a dword)
-    if k.cmpswap { (2..=5).contains(&n) } else if k.atomic { (1..=3).contains(&n) } else if k.gather { matches!(n, 2 | 4 | 5) } else { (1..=5).contains(&n) }
+    if k.cmpswap {
+        (2..=5).contains(&n)
+    } else if k.atomic {
+        (1..=3).contains(&n)
+    } else if k.gather {
+        matches!(n, 2 | 4 | 5)
+    } else {
+        (1..=5).contains(&n)
+    }
 }

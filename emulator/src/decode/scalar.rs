@@ -1,5 +1,5 @@
 //! SOP1/SOP2/SOPK/SOPC/SOPP and SMEM decoding (field layout: LLVM AMDGPUUsage / RDNA3 ISA).
-use super::{src, table_of, DecodeError, Enc, Fam, Inst};
+use super::{DecodeError, Enc, Fam, Inst, src, table_of};
 
 type W<'a> = &'a dyn Fn(usize) -> Result<u32, DecodeError>;
 

@@ -1,5 +1,5 @@
 //! VOP1/VOP2/VOPC/VOP3/VOP3SD/VOP3P/VOPD decoding, with DPP16/DPP8 and literals.
-use super::{src, valu_desc, DecodeError, Dpp, Enc, Fam, Inst};
+use super::{DecodeError, Dpp, Enc, Fam, Inst, src, valu_desc};
 use crate::optable::vop;
 
 type W<'a> = &'a dyn Fn(usize) -> Result<u32, DecodeError>;
@@ -156,7 +156,8 @@ pub fn vop3p(w0: u32, w: W) -> Result<Inst, DecodeError> {
     let w1 = w(1)?;
     let op = ((w0 >> 16) & 0x7f) as u16;
     let mut i = Inst::new(Fam::Vop3p, Enc::Vop3p, op);
-    let d = super::table_of(Fam::Vop3p).and_then(|t| t.get(op))
+    let d = super::table_of(Fam::Vop3p)
+        .and_then(|t| t.get(op))
         .ok_or_else(|| DecodeError(format!("unknown VOP3P opcode {op:#x}")))?;
     i.shape = [d.dst, d.src[0], d.src[1], d.src[2]];
     i.len = 8;
@@ -180,10 +181,22 @@ pub fn vop3p(w0: u32, w: W) -> Result<Inst, DecodeError> {
 /// VOPD component opcodes mapped into the VOP3 opcode space.
 pub fn vopd_op(x: u16) -> Option<u16> {
     Some(match x {
-        0 => vop::V_FMAC_F32, 1 => vop::V_FMAAK_F32, 2 => vop::V_FMAMK_F32, 3 => vop::V_MUL_F32,
-        4 => vop::V_ADD_F32, 5 => vop::V_SUB_F32, 6 => vop::V_SUBREV_F32, 7 => vop::V_MUL_DX9_ZERO_F32,
-        8 => vop::V_MOV_B32, 9 => vop::V_CNDMASK_B32, 10 => vop::V_MAX_F32, 11 => vop::V_MIN_F32,
-        12 => vop::V_DOT2ACC_F32_F16, 16 => vop::V_ADD_NC_U32, 17 => vop::V_LSHLREV_B32, 18 => vop::V_AND_B32,
+        0 => vop::V_FMAC_F32,
+        1 => vop::V_FMAAK_F32,
+        2 => vop::V_FMAMK_F32,
+        3 => vop::V_MUL_F32,
+        4 => vop::V_ADD_F32,
+        5 => vop::V_SUB_F32,
+        6 => vop::V_SUBREV_F32,
+        7 => vop::V_MUL_DX9_ZERO_F32,
+        8 => vop::V_MOV_B32,
+        9 => vop::V_CNDMASK_B32,
+        10 => vop::V_MAX_F32,
+        11 => vop::V_MIN_F32,
+        12 => vop::V_DOT2ACC_F32_F16,
+        16 => vop::V_ADD_NC_U32,
+        17 => vop::V_LSHLREV_B32,
+        18 => vop::V_AND_B32,
         _ => return None,
     })
 }

@@ -44,7 +44,11 @@ pub fn fetch(w: &Wave, i: &Inst, src: &[u32; 32]) -> ([u32; 32], u32) {
                 match dpp16_src(ctrl, l) {
                     Some(s) if fi || exec >> s & 1 != 0 => out[l] = src[s],
                     _ => {
-                        if bound_ctrl { out[l] = 0 } else { mask &= !(1 << l) }
+                        if bound_ctrl {
+                            out[l] = 0
+                        } else {
+                            mask &= !(1 << l)
+                        }
                     }
                 }
             }

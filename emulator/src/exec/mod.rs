@@ -14,11 +14,10 @@ mod valu;
 mod vcmp;
 mod wmma;
 
-use crate::decode::{src, Fam, Inst};
+use crate::decode::{Fam, Inst, src};
 use crate::error::EmuError;
 use crate::memory::{self, View};
 use std::sync::Arc;
-
 
 /// Where the decoded program lives: `insts[(pc - base) / 4]`.
 pub struct Program {
@@ -74,7 +73,11 @@ pub struct Wave {
 
 /// Why `run` returned: the wave waits at a barrier, ended, or (race mode) used up its slice.
 #[derive(PartialEq, Eq, Debug)]
-pub enum Stop { Barrier, End, Slice }
+pub enum Stop {
+    Barrier,
+    End,
+    Slice,
+}
 
 pub const NUM_VGPRS: usize = 256;
 /// Extra rows after v255 so multi-dword operands starting near the end of the file (only in
@@ -84,9 +87,17 @@ pub const VGPR_PAD: usize = 16;
 impl Wave {
     pub fn new(ctx: &Ctx) -> Wave {
         Wave {
-            s: [0; 128], scc: false, v: vec![[0; 32]; NUM_VGPRS + VGPR_PAD], pc: 0, done: false, at_barrier: false,
-            executed: 0, scratch: vec![0; ctx.private_size as usize * 32],
-            f32_denorm: ctx.f32_denorm, f16_denorm: ctx.f16_denorm, ieee: ctx.ieee,
+            s: [0; 128],
+            scc: false,
+            v: vec![[0; 32]; NUM_VGPRS + VGPR_PAD],
+            pc: 0,
+            done: false,
+            at_barrier: false,
+            executed: 0,
+            scratch: vec![0; ctx.private_size as usize * 32],
+            f32_denorm: ctx.f32_denorm,
+            f16_denorm: ctx.f16_denorm,
+            ieee: ctx.ieee,
         }
     }
     /// Fresh scalar state for reuse by another workgroup (VGPRs keep stale values, as on hardware;
@@ -102,12 +113,18 @@ impl Wave {
         self.f32_denorm = ctx.f32_denorm;
         self.f16_denorm = ctx.f16_denorm;
         self.ieee = ctx.ieee;
-        for row in self.v.iter_mut().take(1) { *row = [0; 32]; }
+        for row in self.v.iter_mut().take(1) {
+            *row = [0; 32];
+        }
     }
     #[inline(always)]
-    pub fn exec(&self) -> u32 { self.s[src::EXEC_LO as usize] }
+    pub fn exec(&self) -> u32 {
+        self.s[src::EXEC_LO as usize]
+    }
     #[inline(always)]
-    pub fn vcc(&self) -> u32 { self.s[src::VCC_LO as usize] }
+    pub fn vcc(&self) -> u32 {
+        self.s[src::VCC_LO as usize]
+    }
 
     /// 32-bit value of a scalar operand code (SGPR, inline constant, literal, special).
     #[inline]
@@ -141,8 +158,15 @@ impl Wave {
     #[inline]
     pub fn sval16(&self, code: u16, lit: u32) -> u32 {
         match code {
-            240 => 0x3800, 241 => 0xb800, 242 => 0x3c00, 243 => 0xbc00, 244 => 0x4000, 245 => 0xc000,
-            246 => 0x4400, 247 => 0xc400, 248 => 0x3118,
+            240 => 0x3800,
+            241 => 0xb800,
+            242 => 0x3c00,
+            243 => 0xbc00,
+            244 => 0x4000,
+            245 => 0xc000,
+            246 => 0x4400,
+            247 => 0xc400,
+            248 => 0x3118,
             _ => self.sval(code, lit),
         }
     }
@@ -159,14 +183,24 @@ impl Wave {
                 f.to_bits()
             }
             248 => 0x3fc45f306dc9c882,
-            src::LITERAL => if float { (lit as u64) << 32 } else { lit as u64 },
-            src::SHARED_BASE | src::PRIVATE_BASE | src::SHARED_LIMIT | src::PRIVATE_LIMIT => (self.sval(code, lit) as u64) << 32,
+            src::LITERAL => {
+                if float {
+                    (lit as u64) << 32
+                } else {
+                    lit as u64
+                }
+            }
+            src::SHARED_BASE | src::PRIVATE_BASE | src::SHARED_LIMIT | src::PRIVATE_LIMIT => {
+                (self.sval(code, lit) as u64) << 32
+            }
             _ => self.sval(code, lit) as u64,
         }
     }
     #[inline]
     pub fn swrite(&mut self, code: u16, val: u32) {
-        if (code as usize) < 128 && code != src::NULL { self.s[code as usize] = val; }
+        if (code as usize) < 128 && code != src::NULL {
+            self.s[code as usize] = val;
+        }
     }
     #[inline]
     pub fn swrite64(&mut self, code: u16, val: u64) {
@@ -185,7 +219,9 @@ impl Wave {
         if code >= src::VGPR0 {
             let n = (code - src::VGPR0) as usize;
             let (lo, hi) = (&self.v[n], &self.v[(n + 1) % NUM_VGPRS]);
-            for l in 0..32 { r[l] = lo[l] as u64 | (hi[l] as u64) << 32; }
+            for l in 0..32 {
+                r[l] = lo[l] as u64 | (hi[l] as u64) << 32;
+            }
         } else {
             r = [self.sval64(code, lit, float); 32];
         }
@@ -196,13 +232,20 @@ impl Wave {
     pub fn vwrite(&mut self, reg: u16, val: &[u32; 32]) {
         let exec = self.exec();
         let d = &mut self.v[reg as usize % NUM_VGPRS];
-        for l in 0..32 { if exec >> l & 1 != 0 { d[l] = val[l]; } }
+        for l in 0..32 {
+            if exec >> l & 1 != 0 {
+                d[l] = val[l];
+            }
+        }
     }
     #[inline]
     pub fn vwrite64(&mut self, reg: u16, val: &[u64; 32]) {
         let mut lo = [0u32; 32];
         let mut hi = [0u32; 32];
-        for l in 0..32 { lo[l] = val[l] as u32; hi[l] = (val[l] >> 32) as u32; }
+        for l in 0..32 {
+            lo[l] = val[l] as u32;
+            hi[l] = (val[l] >> 32) as u32;
+        }
         self.vwrite(reg, &lo);
         self.vwrite(reg + 1, &hi);
     }
@@ -210,7 +253,11 @@ impl Wave {
 
 /// Execution error context: builds the error with kernel and PC.
 pub fn unsupported(ctx: &Ctx, pc: u64, inst: &Inst, what: &str) -> EmuError {
-    EmuError::Unsupported { kernel: ctx.kernel.to_string(), pc, what: format!("{} ({what})", crate::disasm::text(inst, pc)) }
+    EmuError::Unsupported {
+        kernel: ctx.kernel.to_string(),
+        pc,
+        what: format!("{} ({what})", crate::disasm::text(inst, pc)),
+    }
 }
 
 /// Run `wave` until it ends or reaches a barrier.
@@ -219,10 +266,19 @@ pub fn run(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Cou
 }
 
 /// Run `wave` until it ends, reaches a barrier, or `h` ends its slice (race mode).
-pub fn run_with<H: race::Hooks>(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &mut View, c: &mut Counters, h: &mut H) -> Result<Stop, EmuError> {
+pub fn run_with<H: race::Hooks>(
+    ctx: &Ctx,
+    w: &mut Wave,
+    lds: &mut [u8],
+    view: &mut View,
+    c: &mut Counters,
+    h: &mut H,
+) -> Result<Stop, EmuError> {
     let prog = ctx.prog;
     loop {
-        if H::RACE && h.tick() { return Ok(Stop::Slice); }
+        if H::RACE && h.tick() {
+            return Ok(Stop::Slice);
+        }
         let pc = w.pc;
         let idx = (pc.wrapping_sub(prog.base) / 4) as usize;
         let inst = match prog.insts.get(idx) {
@@ -233,7 +289,12 @@ pub fn run_with<H: race::Hooks>(ctx: &Ctx, w: &mut Wave, lds: &mut [u8], view: &
                     Ok(i) => i,
                     Err(e) => {
                         let n = crate::decode::shown_words(prog.words[idx]).min(prog.words.len() - idx);
-                        return Err(EmuError::UnknownEncoding { kernel: ctx.kernel.into(), pc: pc - prog.base, words: prog.words[idx..idx + n].to_vec(), what: e.0 });
+                        return Err(EmuError::UnknownEncoding {
+                            kernel: ctx.kernel.into(),
+                            pc: pc - prog.base,
+                            words: prog.words[idx..idx + n].to_vec(),
+                            what: e.0,
+                        });
                     }
                 }
             }
@@ -284,7 +345,9 @@ pub fn bench_lane_ops_per_sec() -> f64 {
     // s_movk_i32 s4, 30000; L: 8 x v_fma_f32 v3, v0, v1, v2; v_add_nc_u32 v4, v4, v1;
     // s_sub_u32 s4, s4, 1; s_cmp_lg_u32 s4, 0; s_cbranch_scc1 L; s_endpgm
     let mut words: Vec<u32> = vec![0xB0040000 | 30000];
-    for _ in 0..8 { words.extend([0xD6130003, (256 + 2) << 18 | (256 + 1) << 9 | 256]); }
+    for _ in 0..8 {
+        words.extend([0xD6130003, (256 + 2) << 18 | (256 + 1) << 9 | 256]);
+    }
     words.push(0x4a000000 | 4 << 17 | (1 << 9) | (256 + 4));
     words.extend([0x80848104, 0xBF078004]);
     let back = -((words.len() - 1 + 1) as i32) as u16;
@@ -300,11 +363,25 @@ pub fn bench_lane_ops_per_sec() -> f64 {
     let prog = Program { base: 0x1000, insts, kernel_names: Vec::new(), words: Vec::new() };
     let regions = Vec::new();
     let mem = memory::Memory::default();
-    let ctx = Ctx { prog: &prog, kernel: "bench", regions: &regions, mem: &mem, budget: u64::MAX, f32_denorm: true, f16_denorm: true, ieee: true, private_size: 0 };
+    let ctx = Ctx {
+        prog: &prog,
+        kernel: "bench",
+        regions: &regions,
+        mem: &mem,
+        budget: u64::MAX,
+        f32_denorm: true,
+        f16_denorm: true,
+        ieee: true,
+        private_size: 0,
+    };
     let mut w = Wave::new(&ctx);
     w.pc = 0x1000;
     w.s[src::EXEC_LO as usize] = u32::MAX;
-    for l in 0..32 { w.v[0][l] = (1.0f32 + l as f32).to_bits(); w.v[1][l] = 0.5f32.to_bits(); w.v[2][l] = 0.25f32.to_bits(); }
+    for l in 0..32 {
+        w.v[0][l] = (1.0f32 + l as f32).to_bits();
+        w.v[1][l] = 0.5f32.to_bits();
+        w.v[2][l] = 0.25f32.to_bits();
+    }
     let mut c = Counters::default();
     let mut view = View::new(&regions);
     let (t, cpu0) = (std::time::Instant::now(), thread_cpu_seconds());
@@ -325,14 +402,21 @@ fn thread_cpu_seconds() -> Option<f64> {
     #[cfg(target_os = "linux")]
     {
         #[repr(C)]
-        struct Timespec { sec: i64, nsec: i64 }
-        unsafe extern "C" { fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32; }
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        unsafe extern "C" {
+            fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+        }
         const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
         let mut ts = Timespec { sec: 0, nsec: 0 };
         // SAFETY: clock_gettime only writes the timespec we pass; the layout matches the
         // 64-bit Linux `struct timespec` (two 64-bit fields).
         let r = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        if r == 0 { return Some(ts.sec as f64 + ts.nsec as f64 * 1e-9); }
+        if r == 0 {
+            return Some(ts.sec as f64 + ts.nsec as f64 * 1e-9);
+        }
     }
     None
 }

@@ -10,9 +10,9 @@
 //! time, so race mode costs nothing when it is off.
 use super::Ctx;
 use crate::error::{DataRace, EmuError, RaceAccess};
+use rng::SplitMix64;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use rng::SplitMix64;
 
 /// Name of the environment variable that turns race mode on for every [`crate::Device`] created
 /// afterwards: `STRATA_EMU_RACE_SEED=<u64>` (decimal or `0x` hex).
@@ -41,15 +41,26 @@ fn parse_seed(v: &str) -> Result<Option<u64>, String> {
 
 /// Memory space of a checked access.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Space { Lds, Global }
+pub enum Space {
+    Lds,
+    Global,
+}
 
 /// What an access does.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind { Read, Write, Atomic }
+pub enum Kind {
+    Read,
+    Write,
+    Atomic,
+}
 
 impl Kind {
     fn name(self) -> &'static str {
-        match self { Kind::Read => "read", Kind::Write => "write", Kind::Atomic => "atomic" }
+        match self {
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Atomic => "atomic",
+        }
     }
 }
 
@@ -61,7 +72,16 @@ pub trait Hooks {
     fn tick(&mut self) -> bool;
     /// One lane's access of `n` bytes at `addr`.
     #[allow(clippy::too_many_arguments)]
-    fn access(&mut self, ctx: &Ctx, space: Space, addr: u64, n: usize, kind: Kind, pc: u64, lane: u32) -> Result<(), EmuError>;
+    fn access(
+        &mut self,
+        ctx: &Ctx,
+        space: Space,
+        addr: u64,
+        n: usize,
+        kind: Kind,
+        pc: u64,
+        lane: u32,
+    ) -> Result<(), EmuError>;
 }
 
 /// The default mode: no slicing, no checks.
@@ -69,17 +89,27 @@ pub struct NoHooks;
 impl Hooks for NoHooks {
     const RACE: bool = false;
     #[inline(always)]
-    fn tick(&mut self) -> bool { false }
+    fn tick(&mut self) -> bool {
+        false
+    }
     #[inline(always)]
-    fn access(&mut self, _: &Ctx, _: Space, _: u64, _: usize, _: Kind, _: u64, _: u32) -> Result<(), EmuError> { Ok(()) }
+    fn access(&mut self, _: &Ctx, _: Space, _: u64, _: usize, _: Kind, _: u64, _: u32) -> Result<(), EmuError> {
+        Ok(())
+    }
 }
 
 /// One recorded access: wave of the workgroup, lane, pc relative to the code object.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Slot { wave: u16, lane: u8, pc: u32 }
+struct Slot {
+    wave: u16,
+    lane: u8,
+    pc: u32,
+}
 impl Slot {
     const NONE: Slot = Slot { wave: u16::MAX, lane: 0, pc: 0 };
-    fn some(self) -> bool { self.wave != u16::MAX }
+    fn some(self) -> bool {
+        self.wave != u16::MAX
+    }
 }
 
 /// Shadow of one byte: the epoch it belongs to (older means "no access since the last
@@ -88,7 +118,12 @@ impl Slot {
 /// with any other wave: the launch stops at the first race, so all plain writes of an epoch
 /// come from one wave.
 #[derive(Clone, Copy)]
-struct Cell { epoch: u32, w: Slot, r: [Slot; 2], a: [Slot; 2] }
+struct Cell {
+    epoch: u32,
+    w: Slot,
+    r: [Slot; 2],
+    a: [Slot; 2],
+}
 impl Cell {
     const EMPTY: Cell = Cell { epoch: 0, w: Slot::NONE, r: [Slot::NONE; 2], a: [Slot::NONE; 2] };
 }
@@ -97,9 +132,17 @@ impl Cell {
 #[derive(Default)]
 struct AddrHasher(u64);
 impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 { self.0 }
-    fn write(&mut self, bytes: &[u8]) { for &b in bytes { self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15); } }
-    fn write_u64(&mut self, x: u64) { self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15); }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 /// Race-mode state of one host thread, reused by the workgroups it runs.
@@ -119,7 +162,16 @@ pub struct RaceState {
 
 impl RaceState {
     pub fn new(seed: u64) -> RaceState {
-        RaceState { seed, workgroup: [0; 3], wave: 0, slice: 0, rng: SplitMix64::new(seed), epoch: 0, lds: Vec::new(), global: HashMap::default() }
+        RaceState {
+            seed,
+            workgroup: [0; 3],
+            wave: 0,
+            slice: 0,
+            rng: SplitMix64::new(seed),
+            epoch: 0,
+            lds: Vec::new(),
+            global: HashMap::default(),
+        }
     }
     /// A new workgroup: its own random stream (so results do not depend on which host thread
     /// ran which workgroup), no accesses recorded.
@@ -127,7 +179,9 @@ impl RaceState {
         self.workgroup = gid;
         let mix = (gid[0] as u64) | (gid[1] as u64) << 21 | (gid[2] as u64) << 42;
         self.rng = SplitMix64::new(self.seed ^ mix.wrapping_mul(0xD6E8_FEB8_6659_FD93));
-        if self.lds.len() < lds_bytes { self.lds.resize(lds_bytes, Cell::EMPTY); }
+        if self.lds.len() < lds_bytes {
+            self.lds.resize(lds_bytes, Cell::EMPTY);
+        }
         self.barrier();
     }
     /// Every live wave passed a barrier: accesses before it are ordered before all after it.
@@ -146,10 +200,25 @@ impl RaceState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn conflict(&self, ctx: &Ctx, space: Space, addr: u64, first: Slot, first_kind: Kind, kind: Kind, pc: u64, lane: u32) -> EmuError {
+    fn conflict(
+        &self,
+        ctx: &Ctx,
+        space: Space,
+        addr: u64,
+        first: Slot,
+        first_kind: Kind,
+        kind: Kind,
+        pc: u64,
+        lane: u32,
+    ) -> EmuError {
         let access = |wave: u32, lane: u32, pc: u64, kind: Kind| {
-            let inst = ctx.prog.insts.get((pc / 4) as usize).filter(|i| i.fam != crate::decode::Fam::Invalid)
-                .map(|i| crate::disasm::text(i, pc)).unwrap_or_default();
+            let inst = ctx
+                .prog
+                .insts
+                .get((pc / 4) as usize)
+                .filter(|i| i.fam != crate::decode::Fam::Invalid)
+                .map(|i| crate::disasm::text(i, pc))
+                .unwrap_or_default();
             RaceAccess { wave, lane, pc, kind: kind.name(), inst }
         };
         EmuError::DataRace(Box::new(DataRace {
@@ -168,11 +237,22 @@ impl Hooks for RaceState {
     const RACE: bool = true;
     #[inline]
     fn tick(&mut self) -> bool {
-        if self.slice == 0 { return true; }
+        if self.slice == 0 {
+            return true;
+        }
         self.slice -= 1;
         false
     }
-    fn access(&mut self, ctx: &Ctx, space: Space, addr: u64, n: usize, kind: Kind, pc: u64, lane: u32) -> Result<(), EmuError> {
+    fn access(
+        &mut self,
+        ctx: &Ctx,
+        space: Space,
+        addr: u64,
+        n: usize,
+        kind: Kind,
+        pc: u64,
+        lane: u32,
+    ) -> Result<(), EmuError> {
         let rel = pc.wrapping_sub(ctx.prog.base) as u32;
         let me = Slot { wave: self.wave, lane: lane as u8, pc: rel };
         let (epoch, wave) = (self.epoch, self.wave);
@@ -180,22 +260,45 @@ impl Hooks for RaceState {
             let b = addr + k;
             let cell = match space {
                 // (bounds were checked by the caller)
-                Space::Lds => match self.lds.get_mut(b as usize) { Some(c) => c, None => continue },
+                Space::Lds => match self.lds.get_mut(b as usize) {
+                    Some(c) => c,
+                    None => continue,
+                },
                 Space::Global => self.global.entry(b).or_insert(Cell::EMPTY),
             };
-            if cell.epoch != epoch { *cell = Cell { epoch, ..Cell::EMPTY }; }
-            let other = |s: &[Slot; 2]| if s[0].some() && s[0].wave != wave { Some(s[0]) } else if s[1].some() && s[1].wave != wave { Some(s[1]) } else { None };
+            if cell.epoch != epoch {
+                *cell = Cell { epoch, ..Cell::EMPTY };
+            }
+            let other = |s: &[Slot; 2]| {
+                if s[0].some() && s[0].wave != wave {
+                    Some(s[0])
+                } else if s[1].some() && s[1].wave != wave {
+                    Some(s[1])
+                } else {
+                    None
+                }
+            };
             let found = match kind {
-                Kind::Read => (cell.w.some() && cell.w.wave != wave).then_some((cell.w, Kind::Write)).or(other(&cell.a).map(|s| (s, Kind::Atomic))),
-                Kind::Write => (cell.w.some() && cell.w.wave != wave).then_some((cell.w, Kind::Write))
-                    .or(other(&cell.r).map(|s| (s, Kind::Read))).or(other(&cell.a).map(|s| (s, Kind::Atomic))),
-                Kind::Atomic => (cell.w.some() && cell.w.wave != wave).then_some((cell.w, Kind::Write)).or(other(&cell.r).map(|s| (s, Kind::Read))),
+                Kind::Read => (cell.w.some() && cell.w.wave != wave)
+                    .then_some((cell.w, Kind::Write))
+                    .or(other(&cell.a).map(|s| (s, Kind::Atomic))),
+                Kind::Write => (cell.w.some() && cell.w.wave != wave)
+                    .then_some((cell.w, Kind::Write))
+                    .or(other(&cell.r).map(|s| (s, Kind::Read)))
+                    .or(other(&cell.a).map(|s| (s, Kind::Atomic))),
+                Kind::Atomic => (cell.w.some() && cell.w.wave != wave)
+                    .then_some((cell.w, Kind::Write))
+                    .or(other(&cell.r).map(|s| (s, Kind::Read))),
             };
             if let Some((first, fk)) = found {
                 return Err(self.conflict(ctx, space, b, first, fk, kind, rel as u64, lane));
             }
             let record = |s: &mut [Slot; 2]| {
-                if !s[0].some() { s[0] = me; } else if s[0].wave != wave && !s[1].some() { s[1] = me; }
+                if !s[0].some() {
+                    s[0] = me;
+                } else if s[0].wave != wave && !s[1].some() {
+                    s[1] = me;
+                }
             };
             match kind {
                 Kind::Read => record(&mut cell.r),

@@ -4,12 +4,14 @@
 //! is in VGPR i/2 of lane (16*i)%32 + j; 16-bit C/D use the low half (op_sel = 0) or the
 //! high half (op_sel[2] = 1) of that VGPR.
 use super::{Ctx, Wave};
-use crate::decode::{src, Inst};
+use crate::decode::{Inst, src};
 use crate::error::EmuError;
 use crate::float::*;
 use crate::optable::vop3pop as o;
 
-fn reg(i: &Inst, k: usize) -> usize { (i.src[k] - src::VGPR0) as usize }
+fn reg(i: &Inst, k: usize) -> usize {
+    (i.src[k] - src::VGPR0) as usize
+}
 
 pub fn exec(_ctx: &Ctx, w: &mut Wave, i: &Inst, _pc: u64) -> Result<(), EmuError> {
     let op = i.op;
@@ -29,7 +31,11 @@ pub fn exec(_ctx: &Ctx, w: &mut Wave, i: &Inst, _pc: u64) -> Result<(), EmuError
             }
             _ => {
                 let h = (w.v[base + k / 2][lane] >> (16 * (k % 2))) as u16;
-                if matches!(op, o::V_WMMA_F32_16X16X16_BF16 | o::V_WMMA_BF16_16X16X16_BF16) { bf16_to_f32(h) as f64 } else { f16_to_f32(h) as f64 }
+                if matches!(op, o::V_WMMA_F32_16X16X16_BF16 | o::V_WMMA_BF16_16X16X16_BF16) {
+                    bf16_to_f32(h) as f64
+                } else {
+                    f16_to_f32(h) as f64
+                }
             }
         }
     };
@@ -43,25 +49,34 @@ pub fn exec(_ctx: &Ctx, w: &mut Wave, i: &Inst, _pc: u64) -> Result<(), EmuError
             match op {
                 o::V_WMMA_I32_16X16X16_IU8 | o::V_WMMA_I32_16X16X16_IU4 => {
                     let mut acc = cbits as i32 as i64;
-                    for k in 0..16 { acc += (elem(a0, row, k) * elem(b0, col, k)) as i64; }
-                    d[v][lane] = if i.clamp { acc.clamp(i32::MIN as i64, i32::MAX as i64) as i32 as u32 } else { acc as u32 };
+                    for k in 0..16 {
+                        acc += (elem(a0, row, k) * elem(b0, col, k)) as i64;
+                    }
+                    d[v][lane] =
+                        if i.clamp { acc.clamp(i32::MIN as i64, i32::MAX as i64) as i32 as u32 } else { acc as u32 };
                 }
                 o::V_WMMA_F32_16X16X16_F16 | o::V_WMMA_F32_16X16X16_BF16 => {
                     let mut acc = f32::from_bits(cbits);
-                    for k in 0..16 { acc += (elem(a0, row, k) * elem(b0, col, k)) as f32; }
+                    for k in 0..16 {
+                        acc += (elem(a0, row, k) * elem(b0, col, k)) as f32;
+                    }
                     d[v][lane] = acc.to_bits();
                 }
                 _ => {
                     let bf = op == o::V_WMMA_BF16_16X16X16_BF16;
                     let ch = if hi16 { (cbits >> 16) as u16 } else { cbits as u16 };
                     let mut acc = if bf { bf16_to_f32(ch) } else { f16_to_f32(ch) };
-                    for k in 0..16 { acc += (elem(a0, row, k) * elem(b0, col, k)) as f32; }
+                    for k in 0..16 {
+                        acc += (elem(a0, row, k) * elem(b0, col, k)) as f32;
+                    }
                     let r = if bf { f32_to_bf16(acc) } else { f32_to_f16(acc) } as u32;
                     d[v][lane] = if hi16 { (cbits & 0xffff) | r << 16 } else { (cbits & 0xffff_0000) | r };
                 }
             }
         }
     }
-    for v in 0..8 { w.v[d0 + v] = d[v]; }
+    for v in 0..8 {
+        w.v[d0 + v] = d[v];
+    }
     Ok(())
 }

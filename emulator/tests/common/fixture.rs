@@ -14,8 +14,14 @@ pub fn rust_kernels_elf() -> &'static [u8] {
 }
 
 fn rust_src() -> Option<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir("/usr/src").ok()?.flatten().map(|e| e.path().join("library"))
-        .filter(|p| p.parent().and_then(|d| d.file_name()).is_some_and(|n| n.to_string_lossy().starts_with("rustc-")) && p.is_dir())
+    let mut v: Vec<PathBuf> = std::fs::read_dir("/usr/src")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("library"))
+        .filter(|p| {
+            p.parent().and_then(|d| d.file_name()).is_some_and(|n| n.to_string_lossy().starts_with("rustc-"))
+                && p.is_dir()
+        })
         .collect();
     v.sort();
     v.pop()
@@ -26,8 +32,10 @@ fn build() -> Vec<u8> {
     let shim = here.join("tests/fixtures/shim");
     let src = rust_src();
     if !Path::new("/usr/bin/rustc").exists() || src.is_none() || !shim.join("lds_shim.ll").exists() {
-        panic!("building the Rust fixture needs the kernel toolchain (apt-get install rustc-web cargo-web \
-                rust-web-src clang-22 lld-22 llvm-22); run ./setup.sh --test once to install it");
+        panic!(
+            "building the Rust fixture needs the kernel toolchain (apt-get install rustc-web cargo-web \
+                rust-web-src clang-22 lld-22 llvm-22); run ./setup.sh --test once to install it"
+        );
     }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rust-kernels-fixture");
     std::fs::create_dir_all(dir.join("src")).unwrap();
@@ -38,9 +46,16 @@ fn build() -> Vec<u8> {
     write_if_changed(&dir.join("lds_shim.ll"), &std::fs::read(shim.join("lds_shim.ll")).unwrap());
     write_if_changed(&dir.join("src/lib.rs"), &std::fs::read(here.join("tests/fixtures/rust_kernels.rs")).unwrap());
     let flags = [
-        "-Zunstable-options", "-Ctarget-cpu=gfx1100", "-Clinker-flavor=gnu-lld-cc", "-Clinker=clang-22",
-        "-Clink-arg=--target=amdgcn-amd-amdhsa", "-Clink-arg=-mcpu=gfx1100", "-Clink-arg=-nostdlib",
-        "-Clinker-plugin-lto", "-Clink-arg=-flto", "-Clink-arg=-O3",
+        "-Zunstable-options",
+        "-Ctarget-cpu=gfx1100",
+        "-Clinker-flavor=gnu-lld-cc",
+        "-Clinker=clang-22",
+        "-Clink-arg=--target=amdgcn-amd-amdhsa",
+        "-Clink-arg=-mcpu=gfx1100",
+        "-Clink-arg=-nostdlib",
+        "-Clinker-plugin-lto",
+        "-Clink-arg=-flto",
+        "-Clink-arg=-O3",
     ];
     let mut cmd = Command::new("/usr/bin/cargo");
     cmd.env_clear();
@@ -55,7 +70,16 @@ fn build() -> Vec<u8> {
         .env("__CARGO_TESTS_ONLY_SRC_ROOT", src.unwrap())
         .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
         .current_dir(&dir)
-        .args(["build", "--quiet", "--release", "--target", "amdgcn-amd-amdhsa", "-Zbuild-std=core", "--target-dir", "target"])
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            "amdgcn-amd-amdhsa",
+            "-Zbuild-std=core",
+            "--target-dir",
+            "target",
+        ])
         .status()
         .expect("running /usr/bin/cargo");
     assert!(st.success(), "building the Rust fixture in {} failed", dir.display());

@@ -32,14 +32,25 @@ pub fn assemble_raw(body: &str, extra_directives: &str, lds: u32) -> Option<Vec<
 }
 
 /// Like `assemble_raw` with a custom `.args` list (YAML lines) and kernarg size.
-pub fn assemble_with_args(body: &str, extra_directives: &str, lds: u32, args: &str, kernarg_size: u32) -> Option<Vec<u8>> {
+pub fn assemble_with_args(
+    body: &str,
+    extra_directives: &str,
+    lds: u32,
+    args: &str,
+    kernarg_size: u32,
+) -> Option<Vec<u8>> {
     if Command::new("llvm-mc-22").arg("--version").output().is_err() {
         eprintln!("\n*** SKIPPED: llvm-mc-22 not found; install llvm-22 and lld-22 to run the ISA tests ***\n");
         return None;
     }
     // default: keep f32/f16 denormals (like Rust kernels); a test may ask for flushing
-    let denorm = if extra_directives.contains("denorm_mode") { "" } else { "  .amdhsa_float_denorm_mode_32 3\n  .amdhsa_float_denorm_mode_16_64 3" };
-    let src = format!(r#"
+    let denorm = if extra_directives.contains("denorm_mode") {
+        ""
+    } else {
+        "  .amdhsa_float_denorm_mode_32 3\n  .amdhsa_float_denorm_mode_16_64 3"
+    };
+    let src = format!(
+        r#"
 .amdgcn_target "amdgcn-amd-amdhsa--gfx1100"
 .text
 .globl k
@@ -76,12 +87,19 @@ amdhsa.kernels:
 {args}
 ...
 .end_amdgpu_metadata
-"#);
-    let dir = std::env::temp_dir().join(format!("emu-isa-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+"#
+    );
+    let dir =
+        std::env::temp_dir().join(format!("emu-isa-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).unwrap();
     let (s, o, e) = (dir.join("k.s"), dir.join("k.o"), dir.join("k.elf"));
     std::fs::write(&s, src).unwrap();
-    let r = Command::new("llvm-mc-22").args(["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-filetype=obj", "-o"]).arg(&o).arg(&s).output().unwrap();
+    let r = Command::new("llvm-mc-22")
+        .args(["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-filetype=obj", "-o"])
+        .arg(&o)
+        .arg(&s)
+        .output()
+        .unwrap();
     assert!(r.status.success(), "llvm-mc-22 failed:\n{}\n{body}", String::from_utf8_lossy(&r.stderr));
     let r = Command::new("ld.lld-22").args(["-shared", "-o"]).arg(&e).arg(&o).output().expect("ld.lld-22");
     assert!(r.status.success(), "ld.lld-22 failed: {}", String::from_utf8_lossy(&r.stderr));
@@ -91,7 +109,13 @@ amdhsa.kernels:
 }
 
 /// Run a code object's kernel `k` with one workgroup of `threads` work-items.
-pub fn run_elf(elf: &[u8], input: &[u32], out_words: usize, threads: u32, lds_dyn: u32) -> Result<(Vec<u32>, LaunchStats), EmuError> {
+pub fn run_elf(
+    elf: &[u8],
+    input: &[u32],
+    out_words: usize,
+    threads: u32,
+    lds_dyn: u32,
+) -> Result<(Vec<u32>, LaunchStats), EmuError> {
     let dev = Device::new();
     let m = dev.load_module(elf)?;
     let f = m.function("k")?;
@@ -118,6 +142,10 @@ pub fn run(body: &str, input: &[u32]) -> Option<Vec<u32>> {
 pub fn abc(a: impl Fn(usize) -> u32, b: impl Fn(usize) -> u32, c: impl Fn(usize) -> u32) -> Vec<u32> {
     (0..32).map(a).chain((0..32).map(b)).chain((0..32).map(c)).collect()
 }
-pub fn f(x: f32) -> u32 { x.to_bits() }
-pub fn ff(x: u32) -> f32 { f32::from_bits(x) }
+pub fn f(x: f32) -> u32 {
+    x.to_bits()
+}
+pub fn ff(x: u32) -> f32 {
+    f32::from_bits(x)
+}
 pub mod fixture;

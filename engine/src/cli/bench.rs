@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use cpu_executor::prelude::*;
 use crate::engine::Engine;
+use cpu_executor::prelude::*;
 use model::Logits;
 
 #[derive(Args, Debug, Clone)]
@@ -151,7 +151,9 @@ pub fn run_kernels(a: &BenchArgs) -> Result<()> {
     #[cfg(not(feature = "gpu"))]
     {
         let _ = a;
-        bail!("this strata was built without the gfx11 kernels: rebuild with `cargo build --release --features gpu` (./setup.sh --backend hip)");
+        bail!(
+            "this strata was built without the gfx11 kernels: rebuild with `cargo build --release --features gpu` (./setup.sh --backend hip)"
+        );
     }
     #[cfg(feature = "gpu")]
     {
@@ -171,7 +173,9 @@ fn min_median(v: &[f64]) -> (f64, f64) {
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
 }
@@ -254,7 +258,12 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
             let kv_bytes = e.opts.kv.bytes_per_value();
             let bytes = m.decode_bytes(8 + a.tg / 2, kv_bytes);
             let bw = read_bandwidth_gb_s();
-            Some(Roofline { decode_bytes_per_token: bytes, read_gb_s: bw, roofline_tok_s: bw * 1e9 / bytes, share: tg_median * bytes / (bw * 1e9) })
+            Some(Roofline {
+                decode_bytes_per_token: bytes,
+                read_gb_s: bw,
+                roofline_tok_s: bw * 1e9 / bytes,
+                share: tg_median * bytes / (bw * 1e9),
+            })
         }
         _ => None,
     };
@@ -340,7 +349,12 @@ fn parts(p: &model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
     let mut v: Vec<CpuPart> = p
         .ops
         .iter()
-        .map(|(op, (d, n))| CpuPart { op: op.to_string(), calls_per_token: *n as f64 / tokens.max(1) as f64, ms_per_token: per(*d), share: per(*d) / total })
+        .map(|(op, (d, n))| CpuPart {
+            op: op.to_string(),
+            calls_per_token: *n as f64 / tokens.max(1) as f64,
+            ms_per_token: per(*d),
+            share: per(*d) / total,
+        })
         .collect();
     v.sort_by(|a, b| b.ms_per_token.total_cmp(&a.ms_per_token));
     let between = per(p.unaccounted());
@@ -439,7 +453,10 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!("model: {} (device {}, {} threads, {}, kv {:?})", r.model, r.device, r.threads, r.cpu_features, e.opts.kv);
+        println!(
+            "model: {} (device {}, {} threads, {}, kv {:?})",
+            r.model, r.device, r.threads, r.cpu_features, e.opts.kv
+        );
         println!("pp{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.pp, r.pp_min, r.pp_median, r.pp_tok_s);
         println!("tg{}: min {:.1} tok/s, median {:.1} tok/s  {:?}", r.tg, r.tg_min, r.tg_median, r.tg_tok_s);
         if let Some(sp) = &r.spec {
@@ -457,16 +474,27 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
                 sp.verify_steps
             );
             if let Some(rows) = sp.mtp_head_rows {
-                println!("  MTP head: {rows} rows ({:.2} per decoded token, prompt included)", rows as f64 / r.tg.max(1) as f64);
+                println!(
+                    "  MTP head: {rows} rows ({:.2} per decoded token, prompt included)",
+                    rows as f64 / r.tg.max(1) as f64
+                );
             }
         }
-        for (what, prof) in [("prompt pass, per prompt token", &r.cpu_prompt_profile), ("decode, per token", &r.cpu_decode_profile)] {
+        for (what, prof) in
+            [("prompt pass, per prompt token", &r.cpu_prompt_profile), ("decode, per token", &r.cpu_decode_profile)]
+        {
             let Some(prof) = prof else { continue };
             let total: f64 = prof.iter().map(|p| p.ms_per_token).sum();
             println!("CPU {what}: {total:.3} ms ({:.1} tok/s while timed)", 1e3 / total.max(1e-12));
             println!("  {:<22} {:>8} {:>10} {:>7}", "operation", "calls", "ms", "share");
             for p in prof {
-                println!("  {:<22} {:>8.1} {:>10.4} {:>6.1}%", p.op, p.calls_per_token, p.ms_per_token, 100.0 * p.share);
+                println!(
+                    "  {:<22} {:>8.1} {:>10.4} {:>6.1}%",
+                    p.op,
+                    p.calls_per_token,
+                    p.ms_per_token,
+                    100.0 * p.share
+                );
             }
         }
         if let Some(c) = &r.expert_cache {
@@ -481,10 +509,15 @@ pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {
                 100.0 * rl.share
             );
         }
-        for (what, parts) in [("prompt pass, per prompt token", &r.gpu_prompt_profile), ("decode, per token", &r.gpu_decode_profile)] {
+        for (what, parts) in
+            [("prompt pass, per prompt token", &r.gpu_prompt_profile), ("decode, per token", &r.gpu_decode_profile)]
+        {
             let Some(parts) = parts else { continue };
             println!("software-device profile of the {what} (global bytes vs the ideal: weights + KV + activations):");
-            println!("  {:<10} {:>9} {:>14} {:>14} {:>14} {:>7}", "part", "launches", "instructions", "global bytes", "ideal bytes", "ratio");
+            println!(
+                "  {:<10} {:>9} {:>14} {:>14} {:>14} {:>7}",
+                "part", "launches", "instructions", "global bytes", "ideal bytes", "ratio"
+            );
             for p in parts {
                 println!(
                     "  {:<10} {:>9.1} {:>14.0} {:>14.0} {:>14.0} {:>7.3}",

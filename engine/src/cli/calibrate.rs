@@ -44,9 +44,9 @@ pub fn run(_c: &Common, _a: &CalibrateArgs) -> Result<()> {
 #[cfg(feature = "gpu")]
 pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
     use crate::engine::Device;
+    use anyhow::Context;
     use gpu_executor::calibrate::{self as cal, CalibrateOptions};
     use gpu_executor::device::{DType, open_device_with};
-    use anyhow::Context;
 
     if a.tokens.is_empty() || a.tokens.contains(&0) {
         bail!("--tokens must be positive token counts, e.g. 1,8,32,128,512");
@@ -72,23 +72,36 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
             cal::model_shapes(&model, &dtypes)
         }
         None if kind == Device::Emu => {
-            bail!("the built-in shapes (up to 12288x4096) would take hours on the software device: give -m MODEL (a small one)")
+            bail!(
+                "the built-in shapes (up to 12288x4096) would take hours on the software device: give -m MODEL (a small one)"
+            )
         }
         None => cal::builtin_shapes(if dtypes.is_empty() { &[DType::F16, DType::BF16, DType::F32] } else { &dtypes }),
     };
     if shapes.is_empty() {
         bail!("the model has no dense projection that uses the GEMM path: nothing to calibrate");
     }
-    let api = open_device_with(kind, &c.run.gpu).map_err(|e| anyhow::anyhow!("--device {}: {e}", c.run.device.name()))?;
+    let api =
+        open_device_with(kind, &c.run.gpu).map_err(|e| anyhow::anyhow!("--device {}: {e}", c.run.device.name()))?;
     let info = api.info().clone();
     let Some(ver) = info.blas_lt_version.clone() else {
-        bail!("{} has no usable hipBLASLt ({}): nothing to calibrate", info.name, info.blas_lt.as_deref().unwrap_or("libhipblaslt not found"));
+        bail!(
+            "{} has no usable hipBLASLt ({}): nothing to calibrate",
+            info.name,
+            info.blas_lt.as_deref().unwrap_or("libhipblaslt not found")
+        );
     };
     let out = match &a.out {
         Some(p) => p.clone(),
-        None => cal::default_path(&info.arch, &ver).context("no home directory for the default table location: use --out")?,
+        None => cal::default_path(&info.arch, &ver)
+            .context("no home directory for the default table location: use --out")?,
     };
-    let opts = CalibrateOptions { tokens: a.tokens.clone(), reps: a.reps, warmup: a.warmup, max_candidates: a.max_candidates.max(1) };
+    let opts = CalibrateOptions {
+        tokens: a.tokens.clone(),
+        reps: a.reps,
+        warmup: a.warmup,
+        max_candidates: a.max_candidates.max(1),
+    };
     let total: usize = shapes.iter().map(|s| opts.tokens.iter().filter(|&&t| t >= s.min_t).count()).sum();
     eprintln!(
         "calibrating {} shapes x {} token counts on {} ({}), hipBLASLt {ver}",
@@ -115,17 +128,31 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&table.rows)?);
     } else {
-        println!("{:<5} {:>6} {:>6} {:>5} {:>5} {:>8} {:>6} {:>12} {:>12}", "dtype", "N", "K", "T", "cands", "rejected", "algo", "best_us", "hipblas_us");
+        println!(
+            "{:<5} {:>6} {:>6} {:>5} {:>5} {:>8} {:>6} {:>12} {:>12}",
+            "dtype", "N", "K", "T", "cands", "rejected", "algo", "best_us", "hipblas_us"
+        );
         for r in &reports {
             match &r.row {
                 Some(w) => println!(
                     "{:<5} {:>6} {:>6} {:>5} {:>5} {:>8} {:>6} {:>12.2} {:>12}",
-                    w.dtype, w.n, w.k, w.t, w.candidates, w.rejected, w.algo_index, w.median_us,
+                    w.dtype,
+                    w.n,
+                    w.k,
+                    w.t,
+                    w.candidates,
+                    w.rejected,
+                    w.algo_index,
+                    w.median_us,
                     w.hipblas_us.map_or("-".into(), |u| format!("{u:.2}"))
                 ),
                 None => println!(
                     "{:<5} {:>6} {:>6} {:>5}   no row (hipBLAS): {}",
-                    cal::dtype_name(r.shape.dtype), r.shape.n, r.shape.k, r.t, r.why_none.as_deref().unwrap_or("")
+                    cal::dtype_name(r.shape.dtype),
+                    r.shape.n,
+                    r.shape.k,
+                    r.t,
+                    r.why_none.as_deref().unwrap_or("")
                 ),
             }
         }

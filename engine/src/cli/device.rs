@@ -90,13 +90,20 @@ fn probe_hip() -> HipListing {
                     blas_lt_version: d.blas_lt_version.clone(),
                 });
             }
-            Err(GpuError::UnsupportedDevice { index, name, arch, why, .. }) => out.refused.push(HipRefused { index, name, arch, why }),
+            Err(GpuError::UnsupportedDevice { index, name, arch, why, .. }) => {
+                out.refused.push(HipRefused { index, name, arch, why })
+            }
             Err(e) => {
                 // Index 0: the runtime itself failed; later: past the last device.
                 if i == 0 {
                     out.error = Some(e.to_string());
                 } else if !matches!(e, GpuError::NoDevice { .. }) {
-                    out.refused.push(HipRefused { index: i, name: String::new(), arch: String::new(), why: e.to_string() });
+                    out.refused.push(HipRefused {
+                        index: i,
+                        name: String::new(),
+                        arch: String::new(),
+                        why: e.to_string(),
+                    });
                 }
                 break;
             }
@@ -107,7 +114,11 @@ fn probe_hip() -> HipListing {
 
 #[cfg(not(feature = "gpu"))]
 fn probe_hip() -> HipListing {
-    HipListing { built: false, error: Some("not checked: this build has no --features gpu".into()), ..Default::default() }
+    HipListing {
+        built: false,
+        error: Some("not checked: this build has no --features gpu".into()),
+        ..Default::default()
+    }
 }
 
 /// The chosen GPU and where it was seen.
@@ -165,10 +176,16 @@ pub fn probe(gpu: Option<usize>) -> Listing {
     if !hip.devices.is_empty() {
         let pick = match gpu {
             Some(n) => hip.devices.iter().find(|d| d.index as usize == n).ok_or_else(|| {
-                let why = hip.refused.iter().find(|r| r.index as usize == n).map_or("no such device".to_string(), |r| r.why.clone());
+                let why = hip
+                    .refused
+                    .iter()
+                    .find(|r| r.index as usize == n)
+                    .map_or("no such device".to_string(), |r| r.why.clone());
                 format!("--gpu {n}: HIP device {n} is not usable: {why}")
             }),
-            None => Ok(hip.devices.iter().fold(&hip.devices[0], |b, d| if d.vram_bytes > b.vram_bytes { d } else { b })),
+            None => {
+                Ok(hip.devices.iter().fold(&hip.devices[0], |b, d| if d.vram_bytes > b.vram_bytes { d } else { b }))
+            }
         };
         match pick {
             Ok(d) => {
@@ -237,7 +254,12 @@ pub fn render(l: &Listing) -> String {
         let mark = if sel("hip", d.index as usize) { "  <- selected" } else { "" };
         line(format!(
             "  GPU {}: {} ({}), {} CUs, {} VRAM, wave{}: usable{mark}",
-            d.index, d.name, d.arch, d.compute_units, gib(d.vram_bytes), d.wave_size
+            d.index,
+            d.name,
+            d.arch,
+            d.compute_units,
+            gib(d.vram_bytes),
+            d.wave_size
         ));
         line(format!("    {}", d.runtime));
         line(format!("    hipBLAS: {}", d.blas.as_deref().unwrap_or("not loaded (dense GEMM unavailable)")));
@@ -255,7 +277,8 @@ pub fn render(l: &Listing) -> String {
         (_, Some(e)) => line(format!("  error: {e}")),
         (Some(k), _) if !k.present => line("  none (the amdgpu driver is not loaded, or there is no AMD GPU)".into()),
         (Some(k), _) => {
-            let driver = k.driver_version.as_ref().map_or("in-tree (no /sys/module/amdgpu/version)".to_string(), |v| v.clone());
+            let driver =
+                k.driver_version.as_ref().map_or("in-tree (no /sys/module/amdgpu/version)".to_string(), |v| v.clone());
             let kernel = k.kernel.as_ref().map_or(String::new(), |v| format!(", kernel {v}"));
             line(format!("  amdgpu driver {driver}{kernel}"));
             if k.gpus.is_empty() {

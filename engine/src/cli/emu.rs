@@ -121,8 +121,14 @@ pub fn run(args: &EmuArgs) -> Result<()> {
 pub fn describe_kernel(k: &KernelInfo) -> String {
     let mut s = format!(
         "{}: kernarg {} B, LDS {} B, scratch {} B, wave{}, max block {}, VGPRs {}, SGPRs {}\n",
-        k.name, k.kernarg_size, k.group_segment_size, k.private_segment_size, k.wavefront_size,
-        k.max_flat_workgroup_size, k.vgpr_count, k.sgpr_count
+        k.name,
+        k.kernarg_size,
+        k.group_segment_size,
+        k.private_segment_size,
+        k.wavefront_size,
+        k.max_flat_workgroup_size,
+        k.vgpr_count,
+        k.sgpr_count
     );
     for a in &k.args {
         let _ = writeln!(s, "    +{:<3} {:>2} B  {}", a.offset, a.size, a.value_kind);
@@ -202,9 +208,8 @@ fn parse_arg(dev: &Device, spec: &str, mem: &mut BufferBudget) -> Result<Arg> {
         }
         Ok(Arg::Scalar((v as u64).to_le_bytes()[..width].to_vec()))
     };
-    let count = |n: &str| -> Result<usize> {
-        n.parse().with_context(|| format!("--arg {spec}: '{n}' is not a byte count"))
-    };
+    let count =
+        |n: &str| -> Result<usize> { n.parse().with_context(|| format!("--arg {spec}: '{n}' is not a byte count")) };
     match kind {
         "in" => from_file(val, false, mem),
         "inout" => from_file(val, true, mem),
@@ -229,7 +234,9 @@ fn parse_arg(dev: &Device, spec: &str, mem: &mut BufferBudget) -> Result<Arg> {
             let x: f32 = val.parse().with_context(|| format!("--arg {spec}: '{val}' is not a number"))?;
             Ok(Arg::Scalar(x.to_le_bytes().to_vec()))
         }
-        _ => bail!("--arg {spec}: unknown kind '{kind}' (in, out, inout, zero, null, u8, u16, u32, i32, u64, i64, f32)"),
+        _ => {
+            bail!("--arg {spec}: unknown kind '{kind}' (in, out, inout, zero, null, u8, u16, u32, i32, u64, i64, f32)")
+        }
     }
 }
 
@@ -245,7 +252,9 @@ fn run_kernel(r: &RunArgs) -> Result<()> {
     if waves > r.max_waves as u128 {
         bail!(
             "--grid {} --block {}: {waves} waves ({groups} workgroups), more than --max-waves {} (raise it to run this launch)",
-            dims(r.grid), dims(r.block), r.max_waves
+            dims(r.grid),
+            dims(r.block),
+            r.max_waves
         );
     }
     let module = dev.load_module(&read_object(&r.file)?).with_context(|| format!("loading {}", r.file.display()))?;
@@ -253,7 +262,13 @@ fn run_kernel(r: &RunArgs) -> Result<()> {
     let info = f.info().clone();
     let declared: Vec<_> = info.args.iter().filter(|a| !a.value_kind.starts_with("hidden")).collect();
     if declared.len() != r.args.len() {
-        bail!("kernel {} takes {} arguments, {} given:\n{}", info.name, declared.len(), r.args.len(), describe_kernel(&info));
+        bail!(
+            "kernel {} takes {} arguments, {} given:\n{}",
+            info.name,
+            declared.len(),
+            r.args.len(),
+            describe_kernel(&info)
+        );
     }
     let mut kernargs = vec![0u8; info.kernarg_size as usize];
     let mut args = Vec::new();
@@ -269,7 +284,9 @@ fn run_kernel(r: &RunArgs) -> Result<()> {
         if is_ptr != matches!(arg, Arg::Buffer { .. } | Arg::Null) || bytes.len() != decl.size as usize {
             bail!(
                 "argument {i} ('{spec}') does not match the kernel's declaration ({} B {}):\n{}",
-                decl.size, decl.value_kind, describe_kernel(&info)
+                decl.size,
+                decl.value_kind,
+                describe_kernel(&info)
             );
         }
         let at = decl.offset as usize;

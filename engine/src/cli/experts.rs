@@ -60,10 +60,22 @@ pub fn run(a: &ExpertsArgs) -> Result<()> {
 /// A routing trace: a `--dump-routing` file, or a synthetic one of Flash-Next's measured shape
 /// (48 layers x 512 experts, top-10, unless `shape` says otherwise). Returns the records, the
 /// experts per layer, the layers and a description.
-fn load_trace(file: Option<&Path>, experts: u32, shape: TraceShape) -> Result<(Vec<trace::Routing>, usize, usize, String)> {
+fn load_trace(
+    file: Option<&Path>,
+    experts: u32,
+    shape: TraceShape,
+) -> Result<(Vec<trace::Routing>, usize, usize, String)> {
     let (records, n_expert, what) = match file {
-        Some(p) => (trace::read(p, Some(experts)).with_context(|| format!("reading {}", p.display()))?, experts as usize, p.display().to_string()),
-        None => (trace::synthetic(&shape), shape.n_expert as usize, format!("synthetic Flash-Next-shaped trace, {} tokens, seed {}", shape.tokens, shape.seed)),
+        Some(p) => (
+            trace::read(p, Some(experts)).with_context(|| format!("reading {}", p.display()))?,
+            experts as usize,
+            p.display().to_string(),
+        ),
+        None => (
+            trace::synthetic(&shape),
+            shape.n_expert as usize,
+            format!("synthetic Flash-Next-shaped trace, {} tokens, seed {}", shape.tokens, shape.seed),
+        ),
     };
     let n_layers = records.iter().map(|r| r.layer as usize + 1).max().unwrap_or(0);
     if n_layers == 0 || records.len() % n_layers != 0 {
@@ -74,20 +86,30 @@ fn load_trace(file: Option<&Path>, experts: u32, shape: TraceShape) -> Result<(V
 
 /// Hit rates of the static profile, LRU and the adaptive policy (every `adapt_every` tokens)
 /// at `slots` per layer: the first half of the trace is the profiling run, the second is scored.
-fn hit_rates(records: &[trace::Routing], n_layers: usize, n_expert: usize, slots: usize, adapt_every: usize) -> [f64; 3] {
+fn hit_rates(
+    records: &[trace::Routing],
+    n_layers: usize,
+    n_expert: usize,
+    slots: usize,
+    adapt_every: usize,
+) -> [f64; 3] {
     let split = records.len() / n_layers / 2 * n_layers;
     let (train, eval) = records.split_at(split);
     let counts = policy::count(train, n_layers, n_expert);
     let adaptive = match Policy::ADAPTIVE {
-        Policy::Adaptive { max_swaps, decay, ratio, .. } => Policy::Adaptive { every: adapt_every, max_swaps, decay, ratio },
+        Policy::Adaptive { max_swaps, decay, ratio, .. } => {
+            Policy::Adaptive { every: adapt_every, max_swaps, decay, ratio }
+        }
         p => p,
     };
     let initial = policy::top_per_layer(&counts, slots);
-    [Policy::Static, Policy::Lru, adaptive].map(|p| policy::simulate(eval, n_layers, n_expert, slots, &initial, p).hit_rate())
+    [Policy::Static, Policy::Lru, adaptive]
+        .map(|p| policy::simulate(eval, n_layers, n_expert, slots, &initial, p).hit_rate())
 }
 
 fn simulate(a: &SimulateArgs) -> Result<()> {
-    let (records, n_expert, n_layers, what) = load_trace(a.trace.as_deref(), a.experts, TraceShape::flash_next(a.tokens, a.seed))?;
+    let (records, n_expert, n_layers, what) =
+        load_trace(a.trace.as_deref(), a.experts, TraceShape::flash_next(a.tokens, a.seed))?;
     let mut rows = Vec::new();
     for &slots in &a.slots {
         rows.push((slots, hit_rates(&records, n_layers, n_expert, slots, a.adapt_every)));
@@ -97,13 +119,25 @@ fn simulate(a: &SimulateArgs) -> Result<()> {
             .iter()
             .map(|(s, r)| serde_json::json!({"slots_per_layer": s, "uniform": *s as f64 / n_expert as f64, "static": r[0], "lru": r[1], "adaptive": r[2]}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"trace": what, "layers": n_layers, "experts": n_expert, "rows": v}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"trace": what, "layers": n_layers, "experts": n_expert, "rows": v})
+            )?
+        );
         return Ok(());
     }
     println!("trace: {what}; {n_layers} layers x {n_expert} experts; profile = first half, scored on the second");
     println!("{:>6} {:>8} {:>8} {:>8} {:>10}", "slots", "uniform", "static", "LRU", "adaptive");
     for (s, r) in &rows {
-        println!("{:>6} {:>7.1}% {:>7.1}% {:>7.1}% {:>9.1}%", s, 100.0 * *s as f64 / n_expert as f64, 100.0 * r[0], 100.0 * r[1], 100.0 * r[2]);
+        println!(
+            "{:>6} {:>7.1}% {:>7.1}% {:>7.1}% {:>9.1}%",
+            s,
+            100.0 * *s as f64 / n_expert as f64,
+            100.0 * r[0],
+            100.0 * r[1],
+            100.0 * r[2]
+        );
     }
     Ok(())
 }
@@ -175,11 +209,20 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
     let m = match model {
         Some(p) => {
             let g = gguf::GgufFile::open(p).with_context(|| format!("reading the header of {}", p.display()))?;
-            ModelShape::from_gguf(&g, &p.display().to_string(), kv_elem).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            ModelShape::from_gguf(&g, &p.display().to_string(), kv_elem)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
         }
         None => ModelShape::flash_next_iq3xxs(a.dense_bits, kv_elem),
     };
-    for (what, v) in [("--vram-gib", a.vram_gib), ("--gpu-gbs", a.gpu_gbs), ("--gpu-efficiency", a.gpu_efficiency), ("--cpu-core-gbs", a.cpu_core_gbs), ("--ram-gbs", a.ram_gbs), ("--ram-gib", a.ram_gib), ("--pcie-gbs", a.pcie_gbs)] {
+    for (what, v) in [
+        ("--vram-gib", a.vram_gib),
+        ("--gpu-gbs", a.gpu_gbs),
+        ("--gpu-efficiency", a.gpu_efficiency),
+        ("--cpu-core-gbs", a.cpu_core_gbs),
+        ("--ram-gbs", a.ram_gbs),
+        ("--ram-gib", a.ram_gib),
+        ("--pcie-gbs", a.pcie_gbs),
+    ] {
         if !(v.is_finite() && v > 0.0) {
             bail!("{what} must be a positive number (got {v})");
         }
@@ -229,7 +272,13 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
     }
     println!(
         "model: {} — {} layers ({} MoE) x {} experts, top-{}, {:.2} MB an expert; dense {:.2} GiB read per token",
-        m.name, m.n_layers, m.n_moe_layers, m.n_expert, m.k, m.expert_bytes as f64 / 1e6, gib(m.dense_bytes)
+        m.name,
+        m.n_layers,
+        m.n_moe_layers,
+        m.n_expert,
+        m.k,
+        m.expert_bytes as f64 / 1e6,
+        gib(m.dense_bytes)
     );
     println!(
         "machine: {:.1} GiB VRAM at {:.0} GB/s x {:.2}; {} CPU workers x {:.1} GB/s (RAM {:.0} GB/s); {:.0} GiB RAM",
@@ -237,17 +286,32 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
     );
     println!(
         "VRAM: weights {:.2} GiB + KV {:.2} GiB ({ctx} positions, --kv {:?}) + other {:.2} GiB + reserve {:.2} GiB; experts: {n} of {} per layer ({} experts, {:.2} GiB)",
-        gib(m.resident_bytes), gib(p.kv_bytes), c.kv, gib(extra), gib(reserve), m.n_expert, n * m.n_moe_layers, gib(p.cached_bytes)
+        gib(m.resident_bytes),
+        gib(p.kv_bytes),
+        c.kv,
+        gib(extra),
+        gib(reserve),
+        m.n_expert,
+        n * m.n_moe_layers,
+        gib(p.cached_bytes)
     );
     println!(
         "RAM: {:.2} GiB of experts outside VRAM{}",
         gib(p.ram_expert_bytes),
-        if p.fits_ram { " (fit in RAM with 8 GiB to spare)" } else { " (more than RAM minus 8 GiB: --mmap-experts, the page cache and the SSD serve them)" }
+        if p.fits_ram {
+            " (fit in RAM with 8 GiB to spare)"
+        } else {
+            " (more than RAM minus 8 GiB: --mmap-experts, the page cache and the SSD serve them)"
+        }
     );
     println!(
         "routing: {what}: hit rate {:.1}% ({}; static profile {:.1}%, LRU {:.1}%, adaptive {:.1}%)",
         100.0 * hit,
-        if c.gpu.adapt_every == 0 { "--adapt-every 0".to_string() } else { format!("adaptive every {}", c.gpu.adapt_every) },
+        if c.gpu.adapt_every == 0 {
+            "--adapt-every 0".to_string()
+        } else {
+            format!("adaptive every {}", c.gpu.adapt_every)
+        },
         100.0 * st,
         100.0 * lru,
         100.0 * adaptive
@@ -256,7 +320,15 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
         "decode, per token: GPU {:.2} ms (of which reading misses over PCIe {:.2} ms, --pcie-frac {}), CPU pool {:.2} ms, handoffs {:.2} ms → {:.2} ms = {:.1} tokens/s (plain decode: no speculation)",
         p.gpu_ms, p.pcie_ms, c.gpu.pcie_frac, p.cpu_ms, p.handoff_ms, p.token_ms, p.tokens_per_s
     );
-    let by_share: Vec<String> = [0.0, 0.25, 0.5, 1.0].iter().map(|&f| format!("{f}: {:.1}", project(&m, &Machine { pcie_frac: f, ..mc }, ctx, reserve, extra, n, hit).tokens_per_s)).collect();
+    let by_share: Vec<String> = [0.0, 0.25, 0.5, 1.0]
+        .iter()
+        .map(|&f| {
+            format!(
+                "{f}: {:.1}",
+                project(&m, &Machine { pcie_frac: f, ..mc }, ctx, reserve, extra, n, hit).tokens_per_s
+            )
+        })
+        .collect();
     println!("misses over PCIe at {:.0} GB/s, tokens/s by --pcie-frac: {}", a.pcie_gbs, by_share.join(", "));
     Ok(())
 }

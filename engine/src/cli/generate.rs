@@ -9,9 +9,9 @@ use clap::Args;
 
 use crate::EngineError;
 use crate::engine::{AnyModel, AnySession, Engine, TextStream};
-use model::qwen4exp::Mtp;
-use crate::spec::{MtpDrafter, MtpDrafterStats, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 use crate::sampler::Sampler;
+use crate::spec::{MtpDrafter, MtpDrafterStats, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+use model::qwen4exp::Mtp;
 
 #[derive(Args, Debug, Clone)]
 pub struct GenerateArgs {
@@ -200,7 +200,14 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
 /// [`mtp_generate`] on the device: the trunk and the head both run there (the head's cache
 /// sized like the engine's context, its type the engine's `--kv`).
 #[cfg(feature = "gpu")]
-fn mtp_generate_on_device(e: &Engine, g: &gpu_executor::flash_next::GpuFlashNext, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+fn mtp_generate_on_device(
+    e: &Engine,
+    g: &gpu_executor::flash_next::GpuFlashNext,
+    prompt: &[u32],
+    n: usize,
+    sc: SpecConfig,
+    path: &Path,
+) -> Result<SpecRun> {
     use gpu_executor::flash_next::{GpuMtp, GpuMtpHead};
     let needed = prompt.len() + n.saturating_sub(1);
     if needed > e.context_size() {
@@ -229,11 +236,15 @@ fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Resu
     let t0 = Instant::now();
     let (ids, stats) = match (&e.model, sess) {
         (AnyModel::Std(m), AnySession::Std(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
-        (AnyModel::Flash(m), AnySession::Flash(mut s)) => generate_greedy_spec(&**m, &mut s.st, prompt, n, &mut drafter, sc)?,
+        (AnyModel::Flash(m), AnySession::Flash(mut s)) => {
+            generate_greedy_spec(&**m, &mut s.st, prompt, n, &mut drafter, sc)?
+        }
         #[cfg(feature = "gpu")]
         (AnyModel::Gpu(m), AnySession::Gpu(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
         #[cfg(feature = "gpu")]
-        (AnyModel::FlashGpu(m), AnySession::FlashGpu(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
+        (AnyModel::FlashGpu(m), AnySession::FlashGpu(mut s)) => {
+            generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?
+        }
         _ => bail!("internal error: a session of another model family"),
     };
     Ok((ids, stats, t0.elapsed().as_secs_f64()))
@@ -259,7 +270,10 @@ fn report_expert_cache(e: &Engine) -> Result<()> {
     }
     if let Some(p) = &e.opts.expert_profile_save {
         if !e.model.save_expert_profile(p)? {
-            anyhow::bail!("--expert-profile-save {}: this model has no GPU expert cache (--device emu|hip, --expert-cache N below its expert count)", p.display());
+            anyhow::bail!(
+                "--expert-profile-save {}: this model has no GPU expert cache (--device emu|hip, --expert-cache N below its expert count)",
+                p.display()
+            );
         }
         eprintln!("[expert profile written to {}]", p.display());
     }

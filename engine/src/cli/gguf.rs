@@ -67,7 +67,8 @@ pub fn run(a: &GgufArgs) -> Result<()> {
         let _ = write!(msg, "\n  {p}");
     }
     if problems.len() > SHOWN {
-        let _ = write!(msg, "\n  ... and {} more (`strata gguf --check {file}` lists them all)", problems.len() - SHOWN);
+        let _ =
+            write!(msg, "\n  ... and {} more (`strata gguf --check {file}` lists them all)", problems.len() - SHOWN);
     }
     bail!(msg)
 }
@@ -176,14 +177,7 @@ fn listing(r: &ModelReport) -> String {
         .tensors()
         .map(|(i, t)| {
             let f = &r.files[i];
-            [
-                (i + 1).to_string(),
-                t.name.clone(),
-                t.type_name(),
-                shape(t),
-                opt(f.file_offset(t)),
-                opt(t.n_bytes),
-            ]
+            [(i + 1).to_string(), t.name.clone(), t.type_name(), shape(t), opt(f.file_offset(t)), opt(t.n_bytes)]
         })
         .collect();
     let head = ["shard", "name", "type", "shape", "offset", "bytes"].map(String::from);

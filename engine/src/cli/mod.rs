@@ -359,7 +359,8 @@ const MAX_THREADS_PER_CORE: usize = 4;
 /// `--help` and the error.
 fn kv_type_parser() -> impl clap::builder::TypedValueParser<Value = KvType> {
     use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(KvType::ALL.map(KvType::name)).map(|s| s.parse::<KvType>().expect("a listed name"))
+    clap::builder::PossibleValuesParser::new(KvType::ALL.map(KvType::name))
+        .map(|s| s.parse::<KvType>().expect("a listed name"))
 }
 
 /// Validated common options.
@@ -385,7 +386,9 @@ impl CommonArgs {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let most = MAX_THREADS_PER_CORE * cores;
             if t > most {
-                bail!("--threads {t} is more than {most} ({MAX_THREADS_PER_CORE} per usable CPU; this machine has {cores}): the compute team spins one worker per thread");
+                bail!(
+                    "--threads {t} is more than {most} ({MAX_THREADS_PER_CORE} per usable CPU; this machine has {cores}): the compute team spins one worker per thread"
+                );
             }
             rayon::ThreadPoolBuilder::new().num_threads(t).build_global().context("setting up the thread pool")?;
         }
@@ -407,7 +410,9 @@ impl CommonArgs {
             }
         }
         if (self.expert_profile.is_some() || self.expert_profile_save.is_some()) && self.gpu.expert_cache.is_none() {
-            bail!("--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N|auto (and --device emu|hip)");
+            bail!(
+                "--expert-profile and --expert-profile-save work with the GPU expert cache: give --expert-cache N|auto (and --device emu|hip)"
+            );
         }
         let ple = model::qwen4exp::PleOptions {
             ple_gguf: self.ple_gguf.clone(),
@@ -420,7 +425,24 @@ impl CommonArgs {
             ple_skip: self.ple_skip,
             ..Default::default()
         };
-        Ok(Common { model, run: RunOptions { device: self.device, ordered_attention: self.ordered_attention, cpu_tiles: self.cpu_gemm == CpuGemmArg::Tiles, kv: self.kv, max_context: self.max_context, prefill: self.prefill, ple, calibration: self.calibration.clone(), expert_profile: self.expert_profile.clone(), expert_profile_save: self.expert_profile_save.clone(), gpu: self.gpu, mmap: self.mmap, mmap_experts: self.mmap_experts } })
+        Ok(Common {
+            model,
+            run: RunOptions {
+                device: self.device,
+                ordered_attention: self.ordered_attention,
+                cpu_tiles: self.cpu_gemm == CpuGemmArg::Tiles,
+                kv: self.kv,
+                max_context: self.max_context,
+                prefill: self.prefill,
+                ple,
+                calibration: self.calibration.clone(),
+                expert_profile: self.expert_profile.clone(),
+                expert_profile_save: self.expert_profile_save.clone(),
+                gpu: self.gpu,
+                mmap: self.mmap,
+                mmap_experts: self.mmap_experts,
+            },
+        })
     }
 }
 

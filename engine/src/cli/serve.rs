@@ -8,10 +8,10 @@ use anyhow::{Context, Result};
 use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
 
 use crate::EngineError;
-use crate::engine::Engine;
 use crate::engine::AnySession;
-use model::Logits;
+use crate::engine::Engine;
 use crate::sampler::{Sampler, SamplerConfig};
+use model::Logits;
 
 /// The engine behind the token protocol: one sequence at a time, the session reused.
 pub struct ServeEngine<'e> {
@@ -37,18 +37,19 @@ pub fn sampler_config(p: &server::SamplingParams) -> SamplerConfig {
         min_p: p.min_p.clamp(0.0, 1.0),
         repeat_penalty: if p.repeat_penalty > 0.0 { p.repeat_penalty } else { 1.0 },
         repeat_last_n: p.repeat_last_n as usize,
-        seed: p.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)),
+        seed: p
+            .seed
+            .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)),
     }
 }
 
 impl TokenEngine for ServeEngine<'_> {
     fn info(&self) -> ModelInfo {
         let m = &self.e.model;
-        let name = m
-            .gguf()
-            .get_str("general.name")
-            .map(str::to_string)
-            .unwrap_or_else(|_| self.e.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let name =
+            m.gguf().get_str("general.name").map(str::to_string).unwrap_or_else(|_| {
+                self.e.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+            });
         let eog_tokens = (0..m.n_vocab() as u32).filter(|&t| self.e.tokenizer.is_eog(t)).collect();
         let o = &self.e.opts;
         let engine = serde_json::json!({
@@ -146,7 +147,9 @@ pub fn run_http(args: &super::CommonArgs, common: &super::Common, mut cfg: serve
         cfg.engine.args = Some(vec!["--engine-config".into(), json]);
         cfg.tokenizer.get_or_insert(m);
     } else if *args != (super::CommonArgs { model: args.model.clone(), ..Default::default() }) {
-        eprintln!("strata server: the engine command is configured explicitly (engine args), so the engine options given here do not reach it");
+        eprintln!(
+            "strata server: the engine command is configured explicitly (engine args), so the engine options given here do not reach it"
+        );
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     rt.block_on(server::run_server(cfg))

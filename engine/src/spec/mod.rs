@@ -77,23 +77,14 @@ pub trait VerifyModel {
     /// [`VerifyModel::forward`] that also returns a hidden state of every position
     /// (`[tokens.len()][d]`; qwen4exp: the wide residual its MTP head reads). Default: no
     /// hidden states (empty).
-    fn forward_hidden(
-        &self,
-        st: &mut Self::State,
-        tokens: &[u32],
-    ) -> Result<(Vec<f32>, Vec<f32>), Self::Error> {
+    fn forward_hidden(&self, st: &mut Self::State, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>), Self::Error> {
         Ok((self.forward(st, tokens)?, Vec::new()))
     }
     fn checkpoint(&self, st: &Self::State) -> Self::Checkpoint;
     /// `st` has consumed `keep` + rejected tokens since `cp`; afterwards it must equal the
     /// state after consuming `keep` only (its forward logits are not needed). Returns how many
     /// tokens had to be recomputed (0 for a KV truncation).
-    fn rollback(
-        &self,
-        st: &mut Self::State,
-        cp: Self::Checkpoint,
-        keep: &[u32],
-    ) -> Result<usize, Self::Error>;
+    fn rollback(&self, st: &mut Self::State, cp: Self::Checkpoint, keep: &[u32]) -> Result<usize, Self::Error>;
 }
 
 /// `--spec N` and `--spec-min-p P`.
@@ -107,10 +98,7 @@ pub struct SpecConfig {
 
 impl Default for SpecConfig {
     fn default() -> SpecConfig {
-        SpecConfig {
-            n_draft: 4,
-            min_p: 0.0,
-        }
+        SpecConfig { n_draft: 4, min_p: 0.0 }
     }
 }
 
@@ -136,20 +124,12 @@ pub struct SpecStats {
 impl SpecStats {
     /// accepted / drafted (0 without drafts).
     pub fn acceptance_rate(&self) -> f64 {
-        if self.drafted == 0 {
-            0.0
-        } else {
-            self.accepted as f64 / self.drafted as f64
-        }
+        if self.drafted == 0 { 0.0 } else { self.accepted as f64 / self.drafted as f64 }
     }
 
     /// Tokens emitted per verify step (1.0 = no gain).
     pub fn tokens_per_verify(&self) -> f64 {
-        if self.verify_steps == 0 {
-            0.0
-        } else {
-            self.decoded as f64 / self.verify_steps as f64
-        }
+        if self.verify_steps == 0 { 0.0 } else { self.decoded as f64 / self.verify_steps as f64 }
     }
 }
 
@@ -183,11 +163,7 @@ pub fn generate_greedy_spec<M: VerifyModel, D: Drafter + ?Sized>(
     }
     let want_hidden = drafter.wants_hidden();
     let run = |st: &mut M::State, toks: &[u32]| -> Result<(Vec<f32>, Vec<f32>), M::Error> {
-        if want_hidden {
-            model.forward_hidden(st, toks)
-        } else {
-            Ok((model.forward(st, toks)?, Vec::new()))
-        }
+        if want_hidden { model.forward_hidden(st, toks) } else { Ok((model.forward(st, toks)?, Vec::new())) }
     };
     let (logits, hidden) = run(st, prompt)?;
     drafter.observe(prompt, &hidden);

@@ -212,10 +212,7 @@ fn top(logits: &[f32]) -> Draft {
     let token = argmax(logits);
     let max = logits[token as usize];
     let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
-    Draft {
-        token,
-        p: (1.0 / sum) as f32,
-    }
+    Draft { token, p: (1.0 / sum) as f32 }
 }
 
 impl<H: MtpHead> Drafter for MtpDrafter<H> {
@@ -262,7 +259,10 @@ impl<H: MtpHead> Drafter for MtpDrafter<H> {
             let hc = &h[ci * UBATCH * e..][..chunk.len() * e];
             let ran = match (ci + 1 == n_chunks).then(|| self.head.forward_top(chunk, hc)).flatten() {
                 Some(r) => r.map(|d| (d, None)),
-                None => self.head.forward(chunk, hc, false).map(|o| (top(&o.logits), Some(o.hidden[o.hidden.len() - e..].to_vec()))),
+                None => self
+                    .head
+                    .forward(chunk, hc, false)
+                    .map(|o| (top(&o.logits), Some(o.hidden[o.hidden.len() - e..].to_vec()))),
             };
             match ran {
                 Ok(d) => first = Some(d),
@@ -292,7 +292,11 @@ impl<H: MtpHead> Drafter for MtpDrafter<H> {
             }
             // Chained from the head's own streams: where it ran (None: they came back here).
             let step = match &h_cur {
-                None => self.head.chain_top(d.token).unwrap_or_else(|| Err(EngineError::Unsupported("a device draft chain on a host head".into()))).map(|d| (d, None)),
+                None => self
+                    .head
+                    .chain_top(d.token)
+                    .unwrap_or_else(|| Err(EngineError::Unsupported("a device draft chain on a host head".into())))
+                    .map(|d| (d, None)),
                 Some(h) => self.head.forward(&[d.token], h, false).map(|o| (top(&o.logits), Some(o.hidden))),
             };
             match step {

@@ -7,8 +7,8 @@
 //! m + 1 tokens per window with a rejection.
 
 use cpu_executor::prelude::*;
-use model::qwen4exp::{Checkpoint, Qwen4Exp, SeqState};
 use model::error::EngineError;
+use model::qwen4exp::{Checkpoint, Qwen4Exp, SeqState};
 
 use super::VerifyModel;
 
@@ -30,11 +30,7 @@ impl VerifyModel for Qwen4Exp {
         Qwen4ExpCpu::forward(self, st, tokens, pos)
     }
 
-    fn forward_hidden(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-    ) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
+    fn forward_hidden(&self, st: &mut SeqState, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         let pos = st.pos;
         Qwen4ExpCpu::forward_hidden(self, st, tokens, pos)
     }
@@ -43,12 +39,7 @@ impl VerifyModel for Qwen4Exp {
         Qwen4Exp::checkpoint(self, st)
     }
 
-    fn rollback(
-        &self,
-        st: &mut SeqState,
-        cp: Checkpoint,
-        keep: &[u32],
-    ) -> Result<usize, EngineError> {
+    fn rollback(&self, st: &mut SeqState, cp: Checkpoint, keep: &[u32]) -> Result<usize, EngineError> {
         self.restore(st, cp)?;
         if !keep.is_empty() {
             let pos = st.pos;

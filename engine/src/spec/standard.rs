@@ -2,11 +2,11 @@
 //! sequence state is the KV cache, so a checkpoint is the position and a rollback truncates
 //! the cache: cells past the kept prefix are simply overwritten later (nothing recomputed).
 
-use cpu_executor::prelude::*;
-use model::error::EngineError;
-use model::Model;
 use cpu_executor::Session;
+use cpu_executor::prelude::*;
 use model::Logits;
+use model::Model;
+use model::error::EngineError;
 
 use super::VerifyModel;
 

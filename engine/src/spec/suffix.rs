@@ -25,11 +25,7 @@ pub struct SuffixDrafter {
 
 impl Default for SuffixDrafter {
     fn default() -> SuffixDrafter {
-        SuffixDrafter {
-            min_match: 2,
-            max_match: 16,
-            max_lookback: 8192,
-        }
+        SuffixDrafter { min_match: 2, max_match: 16, max_lookback: 8192 }
     }
 }
 
@@ -72,20 +68,12 @@ impl SuffixDrafter {
                 continue;
             }
             let count = followers.iter().filter(|f| f.0 == t).count();
-            let last = followers
-                .iter()
-                .filter(|f| f.0 == t)
-                .map(|f| f.1)
-                .max()
-                .unwrap_or(0);
+            let last = followers.iter().filter(|f| f.0 == t).map(|f| f.1).max().unwrap_or(0);
             if best.is_none_or(|b| count > b.1 || (count == b.1 && last > b.2)) {
                 best = Some((t, count, last));
             }
         }
-        best.map(|(token, count, _)| Draft {
-            token,
-            p: count as f32 / total as f32,
-        })
+        best.map(|(token, count, _)| Draft { token, p: count as f32 / total as f32 })
     }
 }
 

@@ -14,17 +14,17 @@
 //!   bit for bit (only the visiting order differs), so `strata calibrate --device emu` and
 //!   the table lookup run end to end on the software device. Their timings are host timings
 //!   and say nothing about a card.
-use super::error::{emu, invalid, GpuError, Result};
+use super::error::{GpuError, Result, emu, invalid};
 use super::gemm_ref::{gemm_host, gemm_host_tiled};
+use super::handoff::WAIT_TIMEOUT;
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
-    DeviceInfo, DevicePtr, Event, Gemm, GpuApi, LtAlgo, Graph, HostAllocOptions, HostBuf, HostRegion, HostStorage, Kernel, KernelSpec,
-    LaunchConfig, LaunchStats, MemInfo, Module, Stream, WaitCond,
+    DeviceInfo, DevicePtr, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, HostRegion, HostStorage, Kernel,
+    KernelSpec, LaunchConfig, LaunchStats, LtAlgo, MemInfo, Module, Stream, WaitCond,
 };
 use emulator::{Device, Function};
 use std::collections::{HashMap, HashSet};
-use super::handoff::WAIT_TIMEOUT;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The architecture the software device implements.
@@ -182,25 +182,34 @@ impl EmuApi {
         match op {
             Op::Launch { func, cfg, args } => {
                 let name = &func.info().name;
-                let s = self.dev.launch(func, cfg.grid, cfg.block, cfg.dynamic_lds, args).map_err(emu(format!("launch {name}")))?;
+                let s = self
+                    .dev
+                    .launch(func, cfg.grid, cfg.block, cfg.dynamic_lds, args)
+                    .map_err(emu(format!("launch {name}")))?;
                 add_stats(&mut self.state()?.stats, &s);
                 Ok(())
             }
             Op::HtoD { dst, src, offset, bytes } => match src {
-                HostSide::Dev(p) => self.dev.memcpy_dtod(*dst, p + *offset as u64, *bytes).map_err(emu("copy host to device")),
+                HostSide::Dev(p) => {
+                    self.dev.memcpy_dtod(*dst, p + *offset as u64, *bytes).map_err(emu("copy host to device"))
+                }
                 HostSide::Heap(v) => {
                     let v = v.lock().map_err(|_| invalid("memcpy_htod_async", "host buffer lock poisoned"))?;
                     self.dev.memcpy_htod(*dst, &v[*offset..*offset + *bytes]).map_err(emu("copy host to device"))
                 }
             },
             Op::DtoH { dst, offset, src, bytes } => match dst {
-                HostSide::Dev(p) => self.dev.memcpy_dtod(p + *offset as u64, *src, *bytes).map_err(emu("copy device to host")),
+                HostSide::Dev(p) => {
+                    self.dev.memcpy_dtod(p + *offset as u64, *src, *bytes).map_err(emu("copy device to host"))
+                }
                 HostSide::Heap(v) => {
                     let mut v = v.lock().map_err(|_| invalid("memcpy_dtoh_async", "host buffer lock poisoned"))?;
                     self.dev.memcpy_dtoh(&mut v[*offset..*offset + *bytes], *src).map_err(emu("copy device to host"))
                 }
             },
-            Op::DtoD { dst, src, bytes } => self.dev.memcpy_dtod(*dst, *src, *bytes).map_err(emu("copy device to device")),
+            Op::DtoD { dst, src, bytes } => {
+                self.dev.memcpy_dtod(*dst, *src, *bytes).map_err(emu("copy device to device"))
+            }
             Op::Memset { dst, byte, bytes } => self.dev.memset(*dst, *byte, *bytes).map_err(emu("memset")),
             Op::Gemm(g) => self.run_gemm(g),
             Op::GemmTiled(g, t) => self.run_gemm_tiled(g, *t),
@@ -235,7 +244,9 @@ impl EmuApi {
         let (ea, eb, ec) = g.extents();
         let read = |p: DevicePtr, n: usize, what: &str| -> Result<Vec<u8>> {
             let mut v = vec![0u8; n];
-            self.dev.memcpy_dtoh(&mut v, p).map_err(|e| GpuError::Gemm(format!("reading {what} ({n} bytes at {p:#x}): {e}")))?;
+            self.dev
+                .memcpy_dtoh(&mut v, p)
+                .map_err(|e| GpuError::Gemm(format!("reading {what} ({n} bytes at {p:#x}): {e}")))?;
             Ok(v)
         };
         let a = read(g.a, ea * g.a_type.size(), "A")?;
@@ -261,7 +272,9 @@ impl EmuApi {
         let (ea, eb, ec) = g.extents();
         let read = |p: DevicePtr, n: usize, what: &str| -> Result<Vec<u8>> {
             let mut v = vec![0u8; n];
-            self.dev.memcpy_dtoh(&mut v, p).map_err(|e| GpuError::Gemm(format!("reading {what} ({n} bytes at {p:#x}): {e}")))?;
+            self.dev
+                .memcpy_dtoh(&mut v, p)
+                .map_err(|e| GpuError::Gemm(format!("reading {what} ({n} bytes at {p:#x}): {e}")))?;
             Ok(v)
         };
         let a = read(g.a, ea * g.a_type.size(), "A")?;
@@ -292,7 +305,8 @@ impl GpuApi for EmuApi {
 
     fn function(&self, module: &Module, spec: &KernelSpec) -> Result<Kernel> {
         let mut st = self.state()?;
-        let m = st.modules.get(&module.id).ok_or_else(|| invalid("function", format!("unknown module {}", module.id)))?;
+        let m =
+            st.modules.get(&module.id).ok_or_else(|| invalid("function", format!("unknown module {}", module.id)))?;
         let f = m.function(spec.name).map_err(|_| GpuError::NoSuchKernel { kernel: spec.name.to_string() })?;
         check_spec(f.info(), spec)?;
         let info = f.info().clone();
@@ -377,7 +391,10 @@ impl GpuApi for EmuApi {
         // SAFETY: the caller's contract ([`GpuApi::host_register`]).
         let src = unsafe { std::slice::from_raw_parts(ptr, len) };
         // A device-visible copy stands for the pinned pages: the bytes never change after.
-        let copy = self.dev.host_malloc_pinned(len.max(1)).map_err(|e| GpuError::PinnedAlloc { bytes: len, reason: e.to_string() })?;
+        let copy = self
+            .dev
+            .host_malloc_pinned(len.max(1))
+            .map_err(|e| GpuError::PinnedAlloc { bytes: len, reason: e.to_string() })?;
         self.dev.memcpy_htod(copy, src).map_err(emu("host_register"))?;
         Ok(HostRegion { device_ptr: copy, bytes: len, handle: copy })
     }
@@ -399,12 +416,26 @@ impl GpuApi for EmuApi {
         self.run(&Op::Memset { dst, byte, bytes })
     }
 
-    fn memcpy_htod_async(&self, stream: &Stream, dst: DevicePtr, src: &HostBuf, offset: usize, bytes: usize) -> Result<()> {
+    fn memcpy_htod_async(
+        &self,
+        stream: &Stream,
+        dst: DevicePtr,
+        src: &HostBuf,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
         src.check_range("memcpy_htod_async", offset, bytes)?;
         let src = Self::host_side(src, "memcpy_htod_async")?;
         self.submit(stream, "memcpy_htod_async", Op::HtoD { dst, src, offset, bytes })
     }
-    fn memcpy_dtoh_async(&self, stream: &Stream, dst: &HostBuf, offset: usize, src: DevicePtr, bytes: usize) -> Result<()> {
+    fn memcpy_dtoh_async(
+        &self,
+        stream: &Stream,
+        dst: &HostBuf,
+        offset: usize,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<()> {
         dst.check_range("memcpy_dtoh_async", offset, bytes)?;
         let dst = Self::host_side(dst, "memcpy_dtoh_async")?;
         self.submit(stream, "memcpy_dtoh_async", Op::DtoH { dst, offset, src, bytes })
@@ -456,7 +487,11 @@ impl GpuApi for EmuApi {
         Ok(Event(id))
     }
     fn event_destroy(&self, event: Event) -> Result<()> {
-        if self.state()?.events.remove(&event.0) { Ok(()) } else { Err(invalid("event_destroy", format!("unknown event {}", event.0))) }
+        if self.state()?.events.remove(&event.0) {
+            Ok(())
+        } else {
+            Err(invalid("event_destroy", format!("unknown event {}", event.0)))
+        }
     }
     fn event_record(&self, event: &Event, stream: &Stream) -> Result<()> {
         let st = self.state()?;
@@ -467,7 +502,11 @@ impl GpuApi for EmuApi {
         Ok(())
     }
     fn event_synchronize(&self, event: &Event) -> Result<()> {
-        if self.state()?.events.contains(&event.0) { Ok(()) } else { Err(invalid("event_synchronize", format!("unknown event {}", event.0))) }
+        if self.state()?.events.contains(&event.0) {
+            Ok(())
+        } else {
+            Err(invalid("event_synchronize", format!("unknown event {}", event.0)))
+        }
     }
     fn synchronize(&self) -> Result<()> {
         Ok(())
@@ -492,19 +531,18 @@ impl GpuApi for EmuApi {
 
     fn launch(&self, stream: &Stream, kernel: &Kernel, cfg: &LaunchConfig, kernargs: &[u8]) -> Result<()> {
         check_launch(&kernel.info, cfg, kernargs)?;
-        let func = self
-            .state()?
-            .kernels
-            .get(&kernel.id)
-            .cloned()
-            .ok_or_else(|| invalid("launch", format!("kernel {} was not looked up on this device", kernel.info.name)))?;
+        let func = self.state()?.kernels.get(&kernel.id).cloned().ok_or_else(|| {
+            invalid("launch", format!("kernel {} was not looked up on this device", kernel.info.name))
+        })?;
         self.submit(stream, "launch", Op::Launch { func, cfg: *cfg, args: kernargs.to_vec() })
     }
 
     fn begin_capture(&self, stream: &Stream) -> Result<()> {
         let mut st = self.state()?;
         match st.streams.get_mut(&stream.0) {
-            _ if stream.0 == 0 => Err(GpuError::Capture("the default stream cannot be captured; create a stream".into())),
+            _ if stream.0 == 0 => {
+                Err(GpuError::Capture("the default stream cannot be captured; create a stream".into()))
+            }
             Some(slot @ None) => {
                 *slot = Some(Vec::new());
                 Ok(())
@@ -531,7 +569,10 @@ impl GpuApi for EmuApi {
             if matches!(st.streams.get(&stream.0), Some(Some(_))) {
                 return Err(GpuError::Capture("launching a graph into a capturing stream is not supported".into()));
             }
-            st.graphs.get(&graph.0).cloned().ok_or_else(|| invalid("launch_graph", format!("unknown graph {}", graph.0)))?
+            st.graphs
+                .get(&graph.0)
+                .cloned()
+                .ok_or_else(|| invalid("launch_graph", format!("unknown graph {}", graph.0)))?
         };
         ops.iter().try_for_each(|op| self.run(op))
     }
@@ -558,11 +599,23 @@ impl GpuApi for EmuApi {
             .collect())
     }
 
-    fn gemm_lt(&self, stream: &Stream, g: &Gemm, algo: &LtAlgo, _workspace: DevicePtr, _workspace_bytes: usize) -> Result<()> {
+    fn gemm_lt(
+        &self,
+        stream: &Stream,
+        g: &Gemm,
+        algo: &LtAlgo,
+        _workspace: DevicePtr,
+        _workspace_bytes: usize,
+    ) -> Result<()> {
         g.validate()?;
         let tile = match algo.bytes.split_last() {
             Some((&i, magic)) if magic == EMU_LT_MAGIC && (i as usize) < EMU_LT_TILES.len() => EMU_LT_TILES[i as usize],
-            _ => return Err(GpuError::Gemm(format!("algorithm bytes {:02x?} are not a software-device blocking", algo.bytes))),
+            _ => {
+                return Err(GpuError::Gemm(format!(
+                    "algorithm bytes {:02x?} are not a software-device blocking",
+                    algo.bytes
+                )));
+            }
         };
         self.submit(stream, "gemm_lt", Op::GemmTiled(*g, tile))
     }

@@ -23,10 +23,19 @@ use std::time::{Duration, Instant};
 /// it enqueued still runs to its end and `cancel` (the host's) is set, so a host waiting for
 /// the device gives up. Returns both results, or why the host thread could not run (it did not
 /// start, or it panicked).
-pub fn alongside<R, E, H: Send>(api: &dyn GpuApi, st: &Stream, name: &str, host: impl FnOnce(&AtomicBool) -> H + Send, device: impl FnOnce() -> std::result::Result<R, E>) -> std::result::Result<(std::result::Result<R, E>, H), String> {
+pub fn alongside<R, E, H: Send>(
+    api: &dyn GpuApi,
+    st: &Stream,
+    name: &str,
+    host: impl FnOnce(&AtomicBool) -> H + Send,
+    device: impl FnOnce() -> std::result::Result<R, E>,
+) -> std::result::Result<(std::result::Result<R, E>, H), String> {
     let cancel = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let h = std::thread::Builder::new().name(name.into()).spawn_scoped(s, || host(&cancel)).map_err(|e| format!("starting the host thread: {e}"))?;
+        let h = std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(s, || host(&cancel))
+            .map_err(|e| format!("starting the host thread: {e}"))?;
         let r = device();
         if r.is_err() {
             let _ = api.stream_synchronize(st);
@@ -72,7 +81,11 @@ impl Mailbox {
         api.host_free(buf)?;
         let d = api.malloc(bytes)?;
         api.memset(d, 0, bytes)?;
-        Ok(Mailbox { storage: Storage::Device(d), capacity, fallback: Some(format!("{why}; mailbox kept in device memory")) })
+        Ok(Mailbox {
+            storage: Storage::Device(d),
+            capacity,
+            fallback: Some(format!("{why}; mailbox kept in device memory")),
+        })
     }
 
     pub fn capacity(&self) -> usize {
@@ -123,7 +136,13 @@ impl Mailbox {
     }
     /// Host thread: polls the state word until it equals `want`, or `cancel` is set (the other
     /// side gave up: an error, not a 20 s wait).
-    fn host_wait_state(&self, api: &dyn GpuApi, want: u64, call: &'static str, cancel: Option<&AtomicBool>) -> Result<()> {
+    fn host_wait_state(
+        &self,
+        api: &dyn GpuApi,
+        want: u64,
+        call: &'static str,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<()> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
@@ -188,7 +207,12 @@ impl Mailbox {
     }
 
     /// [`Mailbox::device_recv`] into several device ranges, each `(payload offset, dst, len)`.
-    pub fn device_recv_parts(&self, api: &dyn GpuApi, stream: &Stream, parts: &[(usize, DevicePtr, usize)]) -> Result<()> {
+    pub fn device_recv_parts(
+        &self,
+        api: &dyn GpuApi,
+        stream: &Stream,
+        parts: &[(usize, DevicePtr, usize)],
+    ) -> Result<()> {
         for &(off, _, len) in parts {
             self.check_len("Mailbox::device_recv", off + len)?;
         }
@@ -206,7 +230,12 @@ impl Mailbox {
     }
 
     /// [`Mailbox::device_send`] of several device ranges, each `(payload offset, src, len)`.
-    pub fn device_send_parts(&self, api: &dyn GpuApi, stream: &Stream, parts: &[(usize, DevicePtr, usize)]) -> Result<()> {
+    pub fn device_send_parts(
+        &self,
+        api: &dyn GpuApi,
+        stream: &Stream,
+        parts: &[(usize, DevicePtr, usize)],
+    ) -> Result<()> {
         for &(off, _, len) in parts {
             self.check_len("Mailbox::device_send", off + len)?;
         }

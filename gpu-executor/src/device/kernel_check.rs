@@ -17,7 +17,11 @@ pub fn kernarg_extent(info: &KernelInfo) -> u32 {
 
 /// The kernel's workgroup limit (metadata 0 means "not stated": the hardware's 1024).
 fn max_workgroup(info: &KernelInfo) -> u64 {
-    if info.max_flat_workgroup_size == 0 { MAX_WORKGROUP } else { (info.max_flat_workgroup_size as u64).min(MAX_WORKGROUP) }
+    if info.max_flat_workgroup_size == 0 {
+        MAX_WORKGROUP
+    } else {
+        (info.max_flat_workgroup_size as u64).min(MAX_WORKGROUP)
+    }
 }
 
 fn threads(block: [u32; 3]) -> u64 {
@@ -39,7 +43,10 @@ pub fn check_spec(info: &KernelInfo, spec: &KernelSpec) -> Result<()> {
     if extent != spec.kernarg_bytes {
         return Err(fail(
             info,
-            format!("kernarg size mismatch: the code object's explicit arguments span {extent} bytes, the host packs {}", spec.kernarg_bytes),
+            format!(
+                "kernarg size mismatch: the code object's explicit arguments span {extent} bytes, the host packs {}",
+                spec.kernarg_bytes
+            ),
         ));
     }
     if info.kernarg_size < extent {
@@ -49,18 +56,28 @@ pub fn check_spec(info: &KernelInfo, spec: &KernelSpec) -> Result<()> {
     if t == 0 || t > max_workgroup(info) {
         return Err(fail(
             info,
-            format!("block {:?} = {t} work-items exceeds max_flat_workgroup_size {}", spec.max_block, max_workgroup(info)),
+            format!(
+                "block {:?} = {t} work-items exceeds max_flat_workgroup_size {}",
+                spec.max_block,
+                max_workgroup(info)
+            ),
         ));
     }
     let lds = info.group_segment_size as u64 + spec.max_dynamic_lds as u64;
     if lds > MAX_LDS_BYTES {
         return Err(fail(
             info,
-            format!("LDS {} static + {} dynamic = {lds} bytes exceeds {MAX_LDS_BYTES}", info.group_segment_size, spec.max_dynamic_lds),
+            format!(
+                "LDS {} static + {} dynamic = {lds} bytes exceeds {MAX_LDS_BYTES}",
+                info.group_segment_size, spec.max_dynamic_lds
+            ),
         ));
     }
     if info.private_segment_size != 0 && !spec.allow_scratch {
-        return Err(fail(info, format!("uses {} bytes of scratch per work-item (not allowed for this kernel)", info.private_segment_size)));
+        return Err(fail(
+            info,
+            format!("uses {} bytes of scratch per work-item (not allowed for this kernel)", info.private_segment_size),
+        ));
     }
     Ok(())
 }
@@ -71,21 +88,31 @@ pub fn check_launch(info: &KernelInfo, cfg: &LaunchConfig, kernargs: &[u8]) -> R
     let bad = |what: String| Err(GpuError::Launch { kernel: info.name.clone(), what });
     let extent = kernarg_extent(info) as usize;
     if kernargs.len() != extent {
-        return bad(format!("{} bytes of kernel arguments, the kernel's explicit arguments span {extent}", kernargs.len()));
+        return bad(format!(
+            "{} bytes of kernel arguments, the kernel's explicit arguments span {extent}",
+            kernargs.len()
+        ));
     }
     if cfg.grid.contains(&0) || cfg.block.contains(&0) {
         return bad(format!("empty grid {:?} / block {:?}", cfg.grid, cfg.block));
     }
     let t = threads(cfg.block);
     if t > max_workgroup(info) {
-        return bad(format!("block {:?} = {t} work-items exceeds max_flat_workgroup_size {}", cfg.block, max_workgroup(info)));
+        return bad(format!(
+            "block {:?} = {t} work-items exceeds max_flat_workgroup_size {}",
+            cfg.block,
+            max_workgroup(info)
+        ));
     }
     if cfg.block[0] > 1024 || cfg.block[1] > 1024 || cfg.block[2] > 1024 {
         return bad(format!("block {:?}: each dimension is at most 1024", cfg.block));
     }
     let lds = info.group_segment_size as u64 + cfg.dynamic_lds as u64;
     if lds > MAX_LDS_BYTES {
-        return bad(format!("LDS {} static + {} dynamic = {lds} bytes exceeds {MAX_LDS_BYTES}", info.group_segment_size, cfg.dynamic_lds));
+        return bad(format!(
+            "LDS {} static + {} dynamic = {lds} bytes exceeds {MAX_LDS_BYTES}",
+            info.group_segment_size, cfg.dynamic_lds
+        ));
     }
     Ok(())
 }

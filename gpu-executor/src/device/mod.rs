@@ -79,8 +79,6 @@ pub fn arch_base(arch: &str) -> &str {
     arch.split(':').next().unwrap_or(arch).trim()
 }
 
-
-
 /// Device memory in bytes ([`GpuApi::mem_info`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemInfo {
@@ -259,7 +257,9 @@ impl HostBuf {
     pub(crate) fn check_range(&self, call: &'static str, offset: usize, bytes: usize) -> Result<()> {
         match offset.checked_add(bytes) {
             Some(end) if end <= self.bytes => Ok(()),
-            _ => Err(error::invalid(call, format!("range {offset}+{bytes} outside the {}-byte host buffer", self.bytes))),
+            _ => {
+                Err(error::invalid(call, format!("range {offset}+{bytes} outside the {}-byte host buffer", self.bytes)))
+            }
         }
     }
 }
@@ -343,7 +343,15 @@ impl Gemm {
             return bad(format!("empty GEMM m={} n={} k={} batch={}", self.m, self.n, self.k, self.batch));
         }
         let lim = i32::MAX as usize;
-        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("lda", self.lda), ("ldb", self.ldb), ("ldc", self.ldc), ("batch", self.batch)] {
+        for (what, v) in [
+            ("m", self.m),
+            ("n", self.n),
+            ("k", self.k),
+            ("lda", self.lda),
+            ("ldb", self.ldb),
+            ("ldc", self.ldc),
+            ("batch", self.batch),
+        ] {
             if v > lim {
                 return bad(format!("{what} = {v} exceeds i32"));
             }
@@ -437,8 +445,22 @@ pub trait GpuApi: Send + Sync {
     fn memset(&self, dst: DevicePtr, byte: u8, bytes: usize) -> Result<()>;
 
     // ---- copies on a stream (host side must be a HostBuf that outlives the copy)
-    fn memcpy_htod_async(&self, stream: &Stream, dst: DevicePtr, src: &HostBuf, offset: usize, bytes: usize) -> Result<()>;
-    fn memcpy_dtoh_async(&self, stream: &Stream, dst: &HostBuf, offset: usize, src: DevicePtr, bytes: usize) -> Result<()>;
+    fn memcpy_htod_async(
+        &self,
+        stream: &Stream,
+        dst: DevicePtr,
+        src: &HostBuf,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<()>;
+    fn memcpy_dtoh_async(
+        &self,
+        stream: &Stream,
+        dst: &HostBuf,
+        offset: usize,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<()>;
     fn memcpy_dtod_async(&self, stream: &Stream, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()>;
     fn memset_async(&self, stream: &Stream, dst: DevicePtr, byte: u8, bytes: usize) -> Result<()>;
 
@@ -489,7 +511,14 @@ pub trait GpuApi: Send + Sync {
     }
     /// `g` with algorithm `algo` and `workspace_bytes` of device workspace at `workspace`
     /// (0/0 when the algorithm needs none). Same semantics as [`GpuApi::gemm`].
-    fn gemm_lt(&self, stream: &Stream, g: &Gemm, algo: &LtAlgo, workspace: DevicePtr, workspace_bytes: usize) -> Result<()> {
+    fn gemm_lt(
+        &self,
+        stream: &Stream,
+        g: &Gemm,
+        algo: &LtAlgo,
+        workspace: DevicePtr,
+        workspace_bytes: usize,
+    ) -> Result<()> {
         let _ = (stream, g, algo, workspace, workspace_bytes);
         Err(GpuError::Gemm(format!("hipBLASLt unavailable on {}", self.info().runtime)))
     }

@@ -6,14 +6,14 @@
 
 use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
 use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
-use model::error::{EngineError, Result};
 use crate::device::{DevicePtr, GpuError};
-use crate::linear::{DispatchBuffers, Linear};
-use cpu_executor::flash_next::SwiGluCpu;
 use crate::expert_cache::{ExpertCache, Placement};
-use crate::upload::{DevMat, MatKind, Tmp, f32_bytes};
-use model::qwen4exp::moe::SwiGlu;
+use crate::linear::{DispatchBuffers, Linear};
 use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
+use crate::upload::{DevMat, MatKind, Tmp, f32_bytes};
+use cpu_executor::flash_next::SwiGluCpu;
+use model::error::{EngineError, Result};
+use model::qwen4exp::moe::SwiGlu;
 use model::qwen4exp::program::{self, FlashNextOps, Site};
 use model::qwen4exp::{Moe, Mtp};
 
@@ -36,7 +36,13 @@ pub(super) fn moe_on_device(opts: &crate::options::GpuOptions, m: &super::weight
 /// The rows of experts computed on the cache's CPU pool (the CPU backend's products): for each
 /// `(expert, slots)`, its output for the inputs of the slots' tokens (`x` is `[token][e]`, slot
 /// `j` is token `j / k`), `[slots][e]`.
-pub(super) fn cpu_expert_rows(cache: &ExpertCache, experts: &[(&SwiGlu, &[usize])], x: &[f32], k: usize, e: usize) -> Vec<Vec<f32>> {
+pub(super) fn cpu_expert_rows(
+    cache: &ExpertCache,
+    experts: &[(&SwiGlu, &[usize])],
+    x: &[f32],
+    k: usize,
+    e: usize,
+) -> Vec<Vec<f32>> {
     let shared = shared_acts(experts.first().map(|f| f.0), x, e);
     cache.on_pool(|| experts.iter().map(|(f, slots)| expert_rows(f, x, slots, k, e, &shared)).collect())
 }
@@ -52,7 +58,14 @@ pub(super) fn shared_acts(like: Option<&SwiGlu>, x: &[f32], e: usize) -> Vec<cpu
 /// One expert on the CPU for the tokens of `slots` (slot `j` is token `j / k` of `x`,
 /// `[token][e]`): its rows `[slots][e]`; for one token, from its input quantized once
 /// (`shared`, per token) when there.
-pub(super) fn expert_rows(f: &SwiGlu, x: &[f32], slots: &[usize], k: usize, e: usize, shared: &[cpu_executor::ExpertActs]) -> Vec<f32> {
+pub(super) fn expert_rows(
+    f: &SwiGlu,
+    x: &[f32],
+    slots: &[usize],
+    k: usize,
+    e: usize,
+    shared: &[cpu_executor::ExpertActs],
+) -> Vec<f32> {
     let mut ys = vec![0f32; slots.len() * e];
     if let Some(acts) = crate::moe::one_token(shared, slots, k) {
         f.forward_shared(acts, &mut ys);
@@ -122,9 +135,19 @@ impl<'a> FlashChunk<'a> {
     /// Uploads the window's inputs (after the previous window's launches are done with the
     /// buffers): token ids, positions and the PLE rows for these tokens (`ple_rows`: gathered
     /// already while the previous window ran, gathered now, or fed while this one runs).
-    pub(super) fn new(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], graph: bool, ple_rows: PleRows) -> Result<FlashChunk<'a>> {
+    pub(super) fn new(
+        g: &'a GpuFlashNext,
+        s: &'a mut GpuFlashSession,
+        toks: &'a [u32],
+        graph: bool,
+        ple_rows: PleRows,
+    ) -> Result<FlashChunk<'a>> {
         if toks.len() > s.sc.cols {
-            return Err(EngineError::Gpu(format!("qwen4exp: a step of {} tokens, the session's buffers hold {}", toks.len(), s.sc.cols)));
+            return Err(EngineError::Gpu(format!(
+                "qwen4exp: a step of {} tokens, the session's buffers hold {}",
+                toks.len(),
+                s.sc.cols
+            )));
         }
         let fed = matches!(ple_rows, PleRows::Fed);
         let rows = match ple_rows {
@@ -162,7 +185,14 @@ impl<'a> FlashChunk<'a> {
 
     /// A window of the MTP head (`s` is a head session): the trunk's wide residuals `wide`
     /// (`[n][hc][E]`) are uploaded with the tokens; a graph per window size when `graph`.
-    pub(super) fn for_head(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], wide: &[f32], head: (&'a Mtp, &'a DevMtp), graph: bool) -> Result<FlashChunk<'a>> {
+    pub(super) fn for_head(
+        g: &'a GpuFlashNext,
+        s: &'a mut GpuFlashSession,
+        toks: &'a [u32],
+        wide: &[f32],
+        head: (&'a Mtp, &'a DevMtp),
+        graph: bool,
+    ) -> Result<FlashChunk<'a>> {
         let mut c = FlashChunk::new(g, s, toks, graph, PleRows::Now)?;
         g.api().memcpy_htod(c.s.sc.wide, f32_bytes(wide)).map_err(dev("uploading the MTP head's wide residuals"))?;
         c.head = Some(head);
@@ -172,10 +202,19 @@ impl<'a> FlashChunk<'a> {
     /// A chained step of the MTP head: one token whose wide residual is the head's own output
     /// streams of row `from_row` of its previous window, copied on the device (nothing crosses
     /// to the host).
-    pub(super) fn for_head_chained(g: &'a GpuFlashNext, s: &'a mut GpuFlashSession, toks: &'a [u32], from_row: usize, head: (&'a Mtp, &'a DevMtp), graph: bool) -> Result<FlashChunk<'a>> {
+    pub(super) fn for_head_chained(
+        g: &'a GpuFlashNext,
+        s: &'a mut GpuFlashSession,
+        toks: &'a [u32],
+        from_row: usize,
+        head: (&'a Mtp, &'a DevMtp),
+        graph: bool,
+    ) -> Result<FlashChunk<'a>> {
         let w = (g.m.hp.hc * g.m.hp.n_embd) * 4;
         let c = FlashChunk::new(g, s, toks, graph, PleRows::Now)?;
-        g.api().memcpy_dtod_async(&g.stream, c.s.sc.wide, c.s.sc.r + (from_row * w) as u64, w).map_err(dev("chaining the MTP head's streams"))?;
+        g.api()
+            .memcpy_dtod_async(&g.stream, c.s.sc.wide, c.s.sc.r + (from_row * w) as u64, w)
+            .map_err(dev("chaining the MTP head's streams"))?;
         Ok(FlashChunk { head: Some(head), ..c })
     }
 
@@ -184,7 +223,9 @@ impl<'a> FlashChunk<'a> {
     pub(super) fn finish_top(self) -> Result<(u32, f32)> {
         let (g, n, v) = (self.g, self.toks.len(), self.g.m.hp.n_vocab);
         let sc = &self.s.sc;
-        g.ops.logits_top(&g.stream, sc.logits + ((n - 1) * v * 4) as u64, sc.top, v as u32, 1).map_err(dev("draft token"))?;
+        g.ops
+            .logits_top(&g.stream, sc.logits + ((n - 1) * v * 4) as u64, sc.top, v as u32, 1)
+            .map_err(dev("draft token"))?;
         let api = g.api();
         api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
         let mut b = [0u8; 8];
@@ -267,7 +308,11 @@ impl<'a> FlashChunk<'a> {
         };
         let first = if all { 0 } else { n - 1 };
         let logits = read(self.s.sc.logits + (first * v * 4) as u64, (n - first) * v, "reading logits")?;
-        let wide = if hidden { read(self.s.sc.r, n * self.g.m.hp.hc * self.g.m.hp.n_embd, "reading the wide residuals")? } else { Vec::new() };
+        let wide = if hidden {
+            read(self.s.sc.r, n * self.g.m.hp.hc * self.g.m.hp.n_embd, "reading the wide residuals")?
+        } else {
+            Vec::new()
+        };
         self.s.n_past += n;
         Ok((logits, wide))
     }
@@ -296,7 +341,14 @@ impl<'a> FlashChunk<'a> {
 
     fn lin(&self) -> Linear<'_> {
         let sc = &self.s.sc;
-        Linear { ops: &self.g.ops, stream: &self.g.stream, opts: &self.g.opts, lt: None, xo: sc.xo, dequant_scratch_bytes: sc.wdq_bytes }
+        Linear {
+            ops: &self.g.ops,
+            stream: &self.g.stream,
+            opts: &self.g.opts,
+            lt: None,
+            xo: sc.xo,
+            dequant_scratch_bytes: sc.wdq_bytes,
+        }
     }
 
     /// `y[rows] = W x[cols]` for `n` rows of `x`; the input is quantized first for an MMVQ
@@ -330,14 +382,19 @@ impl<'a> FlashChunk<'a> {
 
     /// [`FlashChunk::project_with`]; `quantized`: the input's Q8_1 rows are in `sc.xq` already
     /// (written with it by the kernel that produced it).
-    fn project_from(&self, x: DevicePtr, n: usize, outs: &[(&DevMat, DevicePtr)], wdq: DevicePtr, quantized: bool) -> Result<()> {
+    fn project_from(
+        &self,
+        x: DevicePtr,
+        n: usize,
+        outs: &[(&DevMat, DevicePtr)],
+        wdq: DevicePtr,
+        quantized: bool,
+    ) -> Result<()> {
         let lin = self.lin();
         let sc = &self.s.sc;
         let tmp = Tmp { wdq, xh: sc.xh };
         // Quantized once for the products that read Q8_1 (none when all take the GEMM path).
-        if !quantized
-            && let Some((w, _)) = outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp))
-        {
+        if !quantized && let Some((w, _)) = outs.iter().find(|(w, _)| lin.reads_q8_1(w, n, tmp)) {
             lin.quantize(x, sc.xq, n, w.cols).map_err(dev("quantizing activations"))?;
         }
         for (w, y) in outs {
@@ -358,14 +415,17 @@ impl<'a> FlashChunk<'a> {
     fn hc_read_rows(&self, h: &DevHc, r0: usize, n: usize, wdq: DevicePtr) -> Result<()> {
         let (ops, st, sc) = (&self.g.ops, &self.g.stream, &self.s.sc);
         let r = sc.r + (r0 * (h.shape.hc * h.shape.e) as usize * 4) as u64;
-        let from_flat: Vec<(&DevMat, DevicePtr)> = std::iter::once((&h.down, sc.lo)).chain(h.inject.as_ref().map(|inj| (inj, sc.inj))).collect();
+        let from_flat: Vec<(&DevMat, DevicePtr)> =
+            std::iter::once((&h.down, sc.lo)).chain(h.inject.as_ref().map(|inj| (inj, sc.inj))).collect();
         let flat_q = self.reads_q8_1(n, &from_flat, wdq) && h.shape.e.is_multiple_of(32);
-        ops.gr_stream_norm(st, &h.shape, r, h.norm, sc.flat, flat_q.then_some(sc.xq), n as u32).map_err(dev("GR norm"))?;
+        ops.gr_stream_norm(st, &h.shape, r, h.norm, sc.flat, flat_q.then_some(sc.xq), n as u32)
+            .map_err(dev("GR norm"))?;
         self.project_from(sc.flat, n, &from_flat, wdq, flat_q)?;
         let lr = h.down.rows;
         let up = [(&h.up, sc.gates)];
         let lo_q = self.reads_q8_1(n, &up, wdq) && lr.is_multiple_of(32);
-        ops.gr_lowrank_act(st, &h.shape, sc.lo, lo_q.then_some((sc.xq, lr as u32)), (n * lr) as u32).map_err(dev("GR low-rank"))?;
+        ops.gr_lowrank_act(st, &h.shape, sc.lo, lo_q.then_some((sc.xq, lr as u32)), (n * lr) as u32)
+            .map_err(dev("GR low-rank"))?;
         self.project_from(sc.lo, n, &up, wdq, lo_q)?;
         ops.gr_gate_mix(st, &h.shape, sc.flat, sc.gates, sc.x, n as u32).map_err(dev("GR gate mix"))
     }
@@ -381,7 +441,15 @@ impl<'a> FlashChunk<'a> {
     }
 
     /// [`FlashChunk::swiglu`] with `wdq` as in [`FlashChunk::project_with`].
-    fn swiglu_with(&self, f: &DevFfn, x: DevicePtr, n: usize, bufs: [DevicePtr; 3], y: DevicePtr, wdq: DevicePtr) -> Result<()> {
+    fn swiglu_with(
+        &self,
+        f: &DevFfn,
+        x: DevicePtr,
+        n: usize,
+        bufs: [DevicePtr; 3],
+        y: DevicePtr,
+        wdq: DevicePtr,
+    ) -> Result<()> {
         let [g, u, a] = bufs;
         self.project_with(x, n, &[(&f.gate, g), (&f.up, u)], wdq)?;
         self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
@@ -394,12 +462,15 @@ impl FlashNextOps for FlashChunk<'_> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
         let (e, hc) = (g.m.hp.n_embd, g.m.hp.hc);
         let t = &g.w.tok_embd;
-        g.ops.get_rows(&g.stream, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("embedding rows"))?;
+        g.ops
+            .get_rows(&g.stream, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0)
+            .map_err(dev("embedding rows"))?;
         let api = g.api();
         for i in 0..n {
             for c in 0..hc {
                 let dst = sc.r + (((i * hc + c) * e) * 4) as u64;
-                api.memcpy_dtod_async(&g.stream, dst, sc.x + ((i * e) * 4) as u64, e * 4).map_err(dev("residual streams"))?;
+                api.memcpy_dtod_async(&g.stream, dst, sc.x + ((i * e) * 4) as u64, e * 4)
+                    .map_err(dev("residual streams"))?;
             }
         }
         // The rows read and the block input written (the stream copies are not kernel
@@ -416,14 +487,30 @@ impl FlashNextOps for FlashChunk<'_> {
         let Some(hist) = self.s.ple.as_ref().map(|ps| ps.hist) else { return Ok(()) };
         let sc = &self.s.sc;
         if self.ple_fed {
-            let feed = g.ple_feed.as_ref().ok_or_else(|| EngineError::Gpu("qwen4exp: PLE rows fed without a feed".into()))?;
+            let feed =
+                g.ple_feed.as_ref().ok_or_else(|| EngineError::Gpu("qwen4exp: PLE rows fed without a feed".into()))?;
             feed.receive(&**g.api(), &g.stream, sc.emb, n, g.m.hp.n_embd).map_err(dev("PLE rows"))?;
         }
         self.project(sc.emb, n, &[(&dp.key, sc.pkey), (&dp.value, sc.pval)])?;
-        let b = PleBuffers { key: sc.pkey, val: sc.pval, r: sc.r, norms: dp.norms, taps: dp.taps, hist, gv: sc.gv, nn: sc.nn };
+        let b = PleBuffers {
+            key: sc.pkey,
+            val: sc.pval,
+            r: sc.r,
+            norms: dp.norms,
+            taps: dp.taps,
+            hist,
+            gv: sc.gv,
+            nn: sc.nn,
+        };
         g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))?;
         let hce = (dp.shape.hc * dp.shape.e) as usize;
-        self.count("ple", dp.key.mat_bytes + dp.value.mat_bytes + 2 * dp.shape.hist_len() * 4 + self.act(2 * hce + dp.shape.e as usize));
+        self.count(
+            "ple",
+            dp.key.mat_bytes
+                + dp.value.mat_bytes
+                + 2 * dp.shape.hist_len() * 4
+                + self.act(2 * hce + dp.shape.e as usize),
+        );
         Ok(())
     }
 
@@ -438,7 +525,9 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn gdn(&mut self, layer: usize) -> Result<()> {
         let (g, n) = (self.g, self.n());
-        let (DevMixer::Gdn(d), Some(LayerState::Gdn { conv, delta, .. })) = (&self.layer(layer).mixer, self.state(layer)) else {
+        let (DevMixer::Gdn(d), Some(LayerState::Gdn { conv, delta, .. })) =
+            (&self.layer(layer).mixer, self.state(layer))
+        else {
             return Err(EngineError::StateMismatch { layer });
         };
         let sc = &self.s.sc;
@@ -464,7 +553,9 @@ impl FlashNextOps for FlashChunk<'_> {
         if g.opts.ordered {
             g.ops.gdn_mix_in_order(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
         } else if self.prompt {
-            g.ops.gdn_prefill(&g.stream, &d.shape, &b, n as u32, crate::abi::GDN_CHUNK_MAX, sc.gdn_delta).map_err(dev("GDN mixer (chunked)"))?;
+            g.ops
+                .gdn_prefill(&g.stream, &d.shape, &b, n as u32, crate::abi::GDN_CHUNK_MAX, sc.gdn_delta)
+                .map_err(dev("GDN mixer (chunked)"))?;
         } else {
             g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
         }
@@ -478,7 +569,9 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn attention(&mut self, layer: usize) -> Result<()> {
         let (g, n) = (self.g, self.n());
-        let (DevMixer::Attn(a), Some(LayerState::Attn { k, v, kappa, k_scale, v_scale, kappa_scale, blocks, rope })) = (&self.layer(layer).mixer, self.state(layer)) else {
+        let (DevMixer::Attn(a), Some(LayerState::Attn { k, v, kappa, k_scale, v_scale, kappa_scale, blocks, rope })) =
+            (&self.layer(layer).mixer, self.state(layer))
+        else {
             return Err(EngineError::StateMismatch { layer });
         };
         let sc = &self.s.sc;
@@ -517,17 +610,21 @@ impl FlashNextOps for FlashChunk<'_> {
         };
         // A graph is replayed at every position: its attention launch is sized for a full cache.
         let start = if self.graph { self.s.capacity - n } else { self.s.n_past };
-        g.ops.qsa_mix(&g.stream, &shape, &b, n as u32, start as u32, self.s.capacity as u32).map_err(dev("QSA attention"))?;
+        g.ops
+            .qsa_mix(&g.stream, &shape, &b, n as u32, start as u32, self.s.capacity as u32)
+            .map_err(dev("QSA attention"))?;
         self.mm(&a.o, sc.att, n, sc.y)?;
         // Weights once, each token's kept K and V rows once (and the new ones written).
         let mut w = [&a.q, &a.k, &a.v, &a.o].iter().map(|m| m.mat_bytes).sum::<usize>();
         w += a.ix.as_ref().map_or(0, |(q, k)| q.mat_bytes + k.mat_bytes);
         let esz = if self.s.kv == crate::ops::KvFormat::Int8 { 1 } else { 2 };
         let row = (a.shape.n_head_kv * a.shape.head_dim) as usize * esz;
-        let cells: usize = (0..n).map(|t| {
-            let visible = self.s.n_past + t + 1;
-            a.shape.indexer.map_or(visible, |ix| visible.min(ix.budget() as usize))
-        }).sum();
+        let cells: usize = (0..n)
+            .map(|t| {
+                let visible = self.s.n_past + t + 1;
+                a.shape.indexer.map_or(visible, |ix| visible.min(ix.budget() as usize))
+            })
+            .sum();
         let e = g.m.hp.n_embd;
         self.count("qsa", w + 2 * row * (cells + n) + self.act(2 * e));
         Ok(())
@@ -579,23 +676,32 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn mtp_input(&mut self) -> Result<()> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
-        let Some((h, d)) = self.head else { return Err(EngineError::Unsupported("the MTP head's input outside a head window".into())) };
+        let Some((h, d)) = self.head else {
+            return Err(EngineError::Unsupported("the MTP head's input outside a head window".into()));
+        };
         let (e, hc, api, st) = (h.n_embd, h.hc, g.api(), &g.stream);
         // x = embedding rows, y = enorm(x), flat = hnorm_c of each wide stream.
         let t = d.embed.as_ref().unwrap_or(&g.w.tok_embd);
-        g.ops.get_rows(st, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0).map_err(dev("MTP embedding rows"))?;
+        g.ops
+            .get_rows(st, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0)
+            .map_err(dev("MTP embedding rows"))?;
         g.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, None, n as u32).map_err(dev("MTP enorm"))?;
-        g.ops.gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, None, n as u32).map_err(dev("MTP hnorm"))?;
+        g.ops
+            .gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, None, n as u32)
+            .map_err(dev("MTP hnorm"))?;
         // Per stream: cat[t] = [y[t] ‖ flat[t][c]], R[t][c] = W_eh · cat[t].
         let at = |p: DevicePtr, floats: usize| p + (floats * 4) as u64;
         for c in 0..hc {
             for t in 0..n {
-                api.memcpy_dtod_async(st, at(sc.cat, 2 * t * e), at(sc.y, t * e), e * 4).map_err(dev("MTP input rows"))?;
-                api.memcpy_dtod_async(st, at(sc.cat, (2 * t + 1) * e), at(sc.flat, (t * hc + c) * e), e * 4).map_err(dev("MTP input rows"))?;
+                api.memcpy_dtod_async(st, at(sc.cat, 2 * t * e), at(sc.y, t * e), e * 4)
+                    .map_err(dev("MTP input rows"))?;
+                api.memcpy_dtod_async(st, at(sc.cat, (2 * t + 1) * e), at(sc.flat, (t * hc + c) * e), e * 4)
+                    .map_err(dev("MTP input rows"))?;
             }
             self.mm(&d.eh_proj, sc.cat, n, sc.proj)?;
             for t in 0..n {
-                api.memcpy_dtod_async(st, at(sc.r, (t * hc + c) * e), at(sc.proj, t * e), e * 4).map_err(dev("MTP residual streams"))?;
+                api.memcpy_dtod_async(st, at(sc.r, (t * hc + c) * e), at(sc.proj, t * e), e * 4)
+                    .map_err(dev("MTP residual streams"))?;
             }
         }
         Ok(())
@@ -603,7 +709,9 @@ impl FlashNextOps for FlashChunk<'_> {
 
     fn mtp_head(&mut self) -> Result<()> {
         let (g, n) = (self.g, self.n());
-        let Some((_, d)) = self.head else { return Err(EngineError::Unsupported("the MTP head's output outside a head window".into())) };
+        let Some((_, d)) = self.head else {
+            return Err(EngineError::Unsupported("the MTP head's output outside a head window".into()));
+        };
         self.hc_read(d.hc_head.as_ref().unwrap_or(&g.w.out_hc))?;
         self.mm(d.head.as_ref().unwrap_or(&g.w.output), self.s.sc.x, n, self.s.sc.logits)
     }

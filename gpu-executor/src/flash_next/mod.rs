@@ -31,15 +31,15 @@ use super::abi::MAX_COLS;
 use super::device::{DevicePtr, GpuApi, Stream};
 use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
 use super::expert_handoff::ExpertHandoff;
-use super::upload::{Uploader, gpu_err, weights_do_not_fit};
 use super::ops::{GpuOps, KvFormat};
-use model::error::{EngineError, Result};
+use super::upload::{Uploader, gpu_err, weights_do_not_fit};
 use crate::options::{ExpertCacheSize, GpuOptions};
 use cpu_executor::kv_cache::KvType;
 use model::Logits;
-use model::qwen4exp::{PleState, Qwen4Exp};
-use model::qwen4exp::moe::SwiGlu;
 use model::Mat;
+use model::error::{EngineError, Result};
+use model::qwen4exp::moe::SwiGlu;
+use model::qwen4exp::{PleState, Qwen4Exp};
 use weights::{DevMixer, DevWeights};
 
 /// Most tokens of one forward window (a prompt is a sequence of windows).
@@ -75,7 +75,16 @@ enum LayerState {
     /// Conv and delta-rule states, their snapshots (speculative rollback) and sizes in bytes.
     Gdn { conv: DevicePtr, delta: DevicePtr, snap: (DevicePtr, DevicePtr), bytes: (usize, usize) },
     /// K, V, κ caches, their int8 scales (0 for f16), block keys, rope table.
-    Attn { k: DevicePtr, v: DevicePtr, kappa: DevicePtr, k_scale: DevicePtr, v_scale: DevicePtr, kappa_scale: DevicePtr, blocks: DevicePtr, rope: DevicePtr },
+    Attn {
+        k: DevicePtr,
+        v: DevicePtr,
+        kappa: DevicePtr,
+        k_scale: DevicePtr,
+        v_scale: DevicePtr,
+        kappa_scale: DevicePtr,
+        blocks: DevicePtr,
+        rope: DevicePtr,
+    },
 }
 
 /// The PLE block's sequence state: the host's token history, the device's conv history.
@@ -207,7 +216,10 @@ impl GpuFlashNext {
     /// with the CPU's fast products).
     pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
         if !(0.0..=1.0).contains(&opts.pcie_frac) {
-            return Err(EngineError::Unsupported(format!("--pcie-frac {}: not a share between 0 and 1", opts.pcie_frac)));
+            return Err(EngineError::Unsupported(format!(
+                "--pcie-frac {}: not a share between 0 and 1",
+                opts.pcie_frac
+            )));
         }
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;
         let stream = api.stream_create().map_err(gpu_err("creating a stream"))?;
@@ -215,8 +227,12 @@ impl GpuFlashNext {
         let mut opts = opts;
         if opts.ordered {
             // Every expert resident (a device too small for them fails the upload, saying so).
-            if let Some(ExpertCacheSize::Slots(n)) = opts.expert_cache.filter(|c| matches!(c, ExpertCacheSize::Slots(n) if (*n as usize) < n_expert)) {
-                return Err(EngineError::Unsupported(format!("qwen4exp on the GPU: --ordered needs every expert resident (--expert-cache {n} of {n_expert}: the cache runs its misses with the CPU's fast products)")));
+            if let Some(ExpertCacheSize::Slots(n)) =
+                opts.expert_cache.filter(|c| matches!(c, ExpertCacheSize::Slots(n) if (*n as usize) < n_expert))
+            {
+                return Err(EngineError::Unsupported(format!(
+                    "qwen4exp on the GPU: --ordered needs every expert resident (--expert-cache {n} of {n_expert}: the cache runs its misses with the CPU's fast products)"
+                )));
             }
             opts.expert_cache = None;
         }
@@ -237,13 +253,28 @@ impl GpuFlashNext {
             None => None,
         };
         let (allocs, weight_bytes) = up.finish();
-        let expert_cache = cache_slots.map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes())).transpose()?;
+        let expert_cache = cache_slots
+            .map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes()))
+            .transpose()?;
         let handoff = handoff_for(&*api, &m, &w, expert_cache.as_ref())?;
         let ple_feed = match &m.ple {
             Some(_) => Some(ple_feed::PleFeed::new(&*api, WINDOW, m.hp.n_embd).map_err(gpu_err("PLE row mailbox"))?),
             None => None,
         };
-        Ok(GpuFlashNext { m, ops, opts, stream, w, expert_cache, handoff, swap_copies: Default::default(), staging, ple_feed, allocs, weight_bytes })
+        Ok(GpuFlashNext {
+            m,
+            ops,
+            opts,
+            stream,
+            w,
+            expert_cache,
+            handoff,
+            swap_copies: Default::default(),
+            staging,
+            ple_feed,
+            allocs,
+            weight_bytes,
+        })
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
@@ -267,7 +298,10 @@ impl GpuFlashNext {
                 slot_bytes += d.mat_bytes as u64;
             }
         }
-        let fit = super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || self.new_session_chunked(kv, max_ctx, prefill_chunk))?;
+        let fit =
+            super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || {
+                self.new_session_chunked(kv, max_ctx, prefill_chunk)
+            })?;
         let mut up = Uploader::new(&*api, false);
         let slots = (!fit.all_resident()).then_some(fit.slots);
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
@@ -278,7 +312,9 @@ impl GpuFlashNext {
         if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             c.free(&*api).map_err(gpu_err("expert swap copies"))?;
         }
-        self.expert_cache = slots.map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes())).transpose()?;
+        self.expert_cache = slots
+            .map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes()))
+            .transpose()?;
         if let Some(h) = self.handoff.take() {
             h.free(&*api).map_err(gpu_err("freeing the expert handoff"))?;
         }
@@ -303,7 +339,12 @@ impl GpuFlashNext {
         let mut parts = Vec::new();
         for sw in &swaps {
             let host = &self.m.layers[sw.layer].moe.experts[sw.expert];
-            let p = self.w.layers[sw.layer].moe.experts.parts(host, sw.slot).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {}: swapping expert {} into slot {}: {w}", sw.layer, sw.expert, sw.slot)))?;
+            let p = self.w.layers[sw.layer].moe.experts.parts(host, sw.slot).map_err(|w| {
+                EngineError::Gpu(format!(
+                    "qwen4exp layer {}: swapping expert {} into slot {}: {w}",
+                    sw.layer, sw.expert, sw.slot
+                ))
+            })?;
             parts.extend(p);
         }
         let parts: Vec<(DevicePtr, &[u8])> = parts.iter().map(|(d, b)| (*d, &**b)).collect();
@@ -329,7 +370,10 @@ impl GpuFlashNext {
     /// first). Returns how many experts were copied.
     pub fn fill_expert_cache(&self, path: &std::path::Path) -> Result<usize> {
         let Some(cache) = &self.expert_cache else {
-            return Err(EngineError::Unsupported(format!("--expert-profile {}: no expert cache to fill (--expert-cache leaves every expert resident)", path.display())));
+            return Err(EngineError::Unsupported(format!(
+                "--expert-profile {}: no expert cache to fill (--expert-cache leaves every expert resident)",
+                path.display()
+            )));
         };
         let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
         cache.fill_from_profile(path, n_expert, |l, e, slot| {
@@ -342,7 +386,10 @@ impl GpuFlashNext {
     pub fn save_expert_profile(&self, path: &std::path::Path) -> Result<()> {
         match &self.expert_cache {
             Some(c) => c.save_profile(path),
-            None => Err(EngineError::Unsupported(format!("--expert-profile-save {}: no expert cache (give --expert-cache N)", path.display()))),
+            None => Err(EngineError::Unsupported(format!(
+                "--expert-profile-save {}: no expert cache (give --expert-cache N)",
+                path.display()
+            ))),
         }
     }
 
@@ -395,13 +442,35 @@ impl GpuFlashNext {
         let ple = match (&self.m.ple, &self.w.ple) {
             (Some(p), Some(dp)) => {
                 let hist_bytes = dp.shape.hist_len().max(1) * 4;
-                Some(PleSession { prev: p.new_state(), fresh: p.new_state(), hist: up.zeroed(hist_bytes)?, snap: up.zeroed(hist_bytes)?, hist_bytes })
+                Some(PleSession {
+                    prev: p.new_state(),
+                    fresh: p.new_state(),
+                    hist: up.zeroed(hist_bytes)?,
+                    snap: up.zeroed(hist_bytes)?,
+                    hist_bytes,
+                })
             }
             _ => None,
         };
         let chunk = prompt::chunk_cols(&self.opts, prefill_chunk).min(capacity.max(WINDOW));
         let sc = scratch::Scratch::new(&mut up, self, capacity, None, chunk)?;
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers, ple, sc, allocs: up.finish().0, api, chunk, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        Ok(GpuFlashSession {
+            n_past: 0,
+            capacity,
+            kv: fmt,
+            layers,
+            ple,
+            sc,
+            allocs: up.finish().0,
+            api,
+            chunk,
+            profile: None,
+            trace: None,
+            graphs: Vec::new(),
+            graph_replays: 0,
+            eager_windows: 0,
+            failed: None,
+        })
     }
 
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
@@ -413,7 +482,14 @@ impl GpuFlashNext {
 
     /// [`GpuFlashNext::eval`] that also writes every token's wide residual to `hidden`
     /// (`[n][hc][n_embd]`, the streams before the output mixer: what the MTP head reads).
-    pub fn eval_hidden(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>, mut hidden: Option<&mut Vec<f32>>) -> Result<()> {
+    pub fn eval_hidden(
+        &self,
+        s: &mut GpuFlashSession,
+        tokens: &[u32],
+        want: Logits,
+        out: &mut Vec<f32>,
+        mut hidden: Option<&mut Vec<f32>>,
+    ) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
@@ -425,7 +501,9 @@ impl GpuFlashNext {
             return Err(EngineError::BadTokenAt { token: tokens[index], index, n_vocab: self.m.hp.n_vocab });
         }
         if let Some(why) = &s.failed {
-            return Err(EngineError::Gpu(format!("qwen4exp: an earlier window of this sequence failed ({why}); its recurrent state is lost: reset the session or roll back to a checkpoint")));
+            return Err(EngineError::Gpu(format!(
+                "qwen4exp: an earlier window of this sequence failed ({why}); its recurrent state is lost: reset the session or roll back to a checkpoint"
+            )));
         }
         out.clear();
         if let Some(h) = hidden.as_deref_mut() {
@@ -439,7 +517,14 @@ impl GpuFlashNext {
             let _ = self.ops.api().take_stats();
         }
         let prompt = tokens.len() > PROMPT_MIN && s.chunk > WINDOW;
-        let mode = WindowMode { graph: self.capturable(s), handoff: self.by_handoff(s), prompt, first_logit: 0, all: want == Logits::All, hidden: hidden.is_some() };
+        let mode = WindowMode {
+            graph: self.capturable(s),
+            handoff: self.by_handoff(s),
+            prompt,
+            first_logit: 0,
+            all: want == Logits::All,
+            hidden: hidden.is_some(),
+        };
         let windows: Vec<&[u32]> = tokens.chunks(if prompt { s.chunk } else { WINDOW }).collect();
         let n_windows = windows.len();
         let mut ple_rows = None;
@@ -473,11 +558,21 @@ impl GpuFlashNext {
     /// One window's launches (through the expert handoff when `mode.handoff`) with its PLE rows:
     /// gathered already (`ple_rows`), read while the launches run (a window, `ple_feed`), or
     /// gathered now; a prompt chunk then gathers the rows of the `next` one while it runs.
-    fn window(&self, s: &mut GpuFlashSession, win: &[u32], ple_rows: Option<Vec<f32>>, next: Option<&[u32]>, mode: WindowMode) -> Result<WindowOut> {
+    fn window(
+        &self,
+        s: &mut GpuFlashSession,
+        win: &[u32],
+        ple_rows: Option<Vec<f32>>,
+        next: Option<&[u32]>,
+        mode: WindowMode,
+    ) -> Result<WindowOut> {
         // A window (not a prompt chunk) whose rows are not gathered yet gets them through the
         // feed: their ids now, the reads while the launches run.
         let fed = match (&self.m.ple, &self.ple_feed, s.ple.as_mut(), &ple_rows, mode.prompt) {
-            (Some(p), Some(_), Some(ps), None, false) => Some((p, p.row_ids(win, &mut ps.prev).map_err(|reason| EngineError::Ple { layer: p.params.layer, reason })?)),
+            (Some(p), Some(_), Some(ps), None, false) => Some((
+                p,
+                p.row_ids(win, &mut ps.prev).map_err(|reason| EngineError::Ple { layer: p.params.layer, reason })?,
+            )),
             _ => None,
         };
         let rows = match (ple_rows, &fed) {
@@ -490,10 +585,22 @@ impl GpuFlashNext {
             chunk = chunk.prompt_chunk(mode.first_logit);
         }
         let (api, st) = (&**self.ops.api(), &self.stream);
-        let launches = |chunk: &mut exec::FlashChunk<'_>| match (mode.handoff && !mode.prompt, &self.handoff, &self.expert_cache) {
+        let launches = |chunk: &mut exec::FlashChunk<'_>| match (
+            mode.handoff && !mode.prompt,
+            &self.handoff,
+            &self.expert_cache,
+        ) {
             (true, Some(h), Some(c)) => {
                 let n = win.len();
-                h.run_window(api, st, c, n, || chunk.run(), &|p| self.handoff_misses(p, n), |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")))
+                h.run_window(
+                    api,
+                    st,
+                    c,
+                    n,
+                    || chunk.run(),
+                    &|p| self.handoff_misses(p, n),
+                    |e| EngineError::Gpu(format!("qwen4exp expert handoff: {e}")),
+                )
             }
             _ => chunk.run(),
         };
@@ -510,27 +617,50 @@ impl GpuFlashNext {
     /// (`super::expert_handoff`): a cache, every layer's experts in an MMVQ type (device
     /// dispatch), and no profiling (which reads the choice back to count experts) or trace.
     fn by_handoff(&self, s: &GpuFlashSession) -> bool {
-        self.handoff.is_some() && self.expert_cache.is_some() && s.profile.is_none() && s.trace.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+        self.handoff.is_some()
+            && self.expert_cache.is_some()
+            && s.profile.is_none()
+            && s.trace.is_none()
+            && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
     }
 
     /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
     /// back to the host (every MoE layer by device dispatch, all experts resident or through the
     /// handoff) or between operations (profiling, the trace).
     fn capturable(&self, s: &GpuFlashSession) -> bool {
-        self.opts.graphs && s.profile.is_none() && s.trace.is_none() && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe)) && (self.expert_cache.is_none() || self.by_handoff(s))
+        self.opts.graphs
+            && s.profile.is_none()
+            && s.trace.is_none()
+            && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+            && (self.expert_cache.is_none() || self.by_handoff(s))
     }
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot, on the
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; hits stay zero).
-    fn handoff_misses(&self, p: &super::expert_handoff::Published, n: usize) -> std::result::Result<super::expert_handoff::Answer, super::device::GpuError> {
+    fn handoff_misses(
+        &self,
+        p: &super::expert_handoff::Published,
+        n: usize,
+    ) -> std::result::Result<super::expert_handoff::Answer, super::device::GpuError> {
         use super::device::GpuError;
-        let Some(cache) = &self.expert_cache else { return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() }) };
+        let Some(cache) = &self.expert_cache else {
+            return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() });
+        };
         let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
         let host = &self.m.layers[p.layer].moe.experts;
         // Each token's input is quantized once for every expert the CPU computes for it alone,
         // at the first of them (a layer of hits needs none).
         let shared = std::sync::OnceLock::new();
-        p.miss_rows(cache, e, |id, slots| Ok(exec::expert_rows(&host[id], &p.x, slots, k, e, shared.get_or_init(|| exec::shared_acts(host.first(), &p.x, e)))))
+        p.miss_rows(cache, e, |id, slots| {
+            Ok(exec::expert_rows(
+                &host[id],
+                &p.x,
+                slots,
+                k,
+                e,
+                shared.get_or_init(|| exec::shared_acts(host.first(), &p.x, e)),
+            ))
+        })
     }
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
@@ -580,7 +710,12 @@ impl GpuFlashNext {
 /// The per-layer handoff of a model with an expert cache (None without one), its device
 /// weights `w`; with `--pcie-frac`, the experts in RAM mapped for the device (each layer's
 /// experts must be one range there: a stack as the loader split it).
-fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, w: &DevWeights, cache: Option<&ExpertCache>) -> Result<Option<ExpertHandoff>> {
+fn handoff_for(
+    api: &dyn GpuApi,
+    m: &Qwen4Exp,
+    w: &DevWeights,
+    cache: Option<&ExpertCache>,
+) -> Result<Option<ExpertHandoff>> {
     let (Some(l), Some(cache)) = (m.layers.first(), cache) else { return Ok(None) };
     let n_expert = m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
     let pcie = if cache.streams() {
@@ -595,13 +730,19 @@ fn handoff_for(api: &dyn GpuApi, m: &Qwen4Exp, w: &DevWeights, cache: Option<&Ex
                 let mats: Vec<&Mat> = h.moe.experts.iter().map(pick).collect();
                 Mat::joined(&mats).ok_or_else(|| EngineError::Unsupported(format!("--pcie-frac: blk.{il}.ffn_{name}_exps is not one range in RAM (experts split apart); use --pcie-frac 0")))
             };
-            stacks.push(Some([(joined(|x| &x.gate, "gate")?, f.gate), (joined(|x| &x.up, "up")?, f.up), (joined(|x| &x.down, "down")?, f.down)]));
+            stacks.push(Some([
+                (joined(|x| &x.gate, "gate")?, f.gate),
+                (joined(|x| &x.up, "up")?, f.up),
+                (joined(|x| &x.down, "down")?, f.down),
+            ]));
         }
         Some(super::expert_pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
     } else {
         None
     };
-    ExpertHandoff::new(api, m.layers.len(), (0..m.layers.len()).collect(), n_expert, l.moe.n_used, m.hp.n_embd, pcie).map(Some).map_err(gpu_err("qwen4exp expert handoff buffers"))
+    ExpertHandoff::new(api, m.layers.len(), (0..m.layers.len()).collect(), n_expert, l.moe.n_used, m.hp.n_embd, pcie)
+        .map(Some)
+        .map_err(gpu_err("qwen4exp expert handoff buffers"))
 }
 
 /// The attention kernel keeps a token's scores in LDS: a dense layer attends to every cell, an
@@ -620,7 +761,13 @@ fn check_cells(a: &weights::DevQsa, il: usize, capacity: usize) -> Result<()> {
 
 /// An attention layer's caches for `capacity` positions of `fmt` (rope tables shared by layers
 /// with the same base and roped dims through `ropes`).
-fn attn_state(up: &mut Uploader, a: &weights::DevQsa, fmt: KvFormat, capacity: usize, ropes: &mut Vec<((u32, u32), DevicePtr)>) -> Result<LayerState> {
+fn attn_state(
+    up: &mut Uploader,
+    a: &weights::DevQsa,
+    fmt: KvFormat,
+    capacity: usize,
+    ropes: &mut Vec<((u32, u32), DevicePtr)>,
+) -> Result<LayerState> {
     let s = &a.shape;
     let esz = if fmt == KvFormat::Int8 { 1 } else { 2 };
     let (kv_row, idim) = ((s.n_head_kv * s.head_dim) as usize, s.indexer.map_or(1, |ix| ix.dim as usize));
@@ -652,6 +799,8 @@ fn kv_format(kv: KvType) -> Result<KvFormat> {
     match kv {
         KvType::F16 => Ok(KvFormat::F16),
         KvType::Int8 => Ok(KvFormat::Int8),
-        KvType::F32 => Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into())),
+        KvType::F32 => {
+            Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into()))
+        }
     }
 }

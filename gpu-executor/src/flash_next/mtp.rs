@@ -16,10 +16,10 @@ use super::exec::FlashChunk;
 use super::scratch::Scratch;
 use super::weights::{DevMixer, DevMtp, upload_mtp};
 use super::{GpuFlashNext, GpuFlashSession, WINDOW, attn_state, check_cells, kv_format};
-use model::error::{EngineError, Result};
 use crate::device::{DevicePtr, GpuApi};
 use crate::upload::{Uploader, weights_do_not_fit};
 use cpu_executor::kv_cache::KvType;
+use model::error::{EngineError, Result};
 use model::qwen4exp::Mtp;
 use model::qwen4exp::mtp::MtpOut;
 
@@ -75,7 +75,23 @@ impl<'a> GpuMtp<'a> {
         let state = attn_state(&mut up, a, fmt, capacity, &mut Vec::new())?;
         let sc = Scratch::new(&mut up, self.g, capacity, Some(&self.host), WINDOW)?;
         let (allocs, _) = up.finish();
-        Ok(GpuFlashSession { n_past: 0, capacity, kv: fmt, layers: vec![state], ple: None, sc, allocs, api, chunk: WINDOW, profile: None, trace: None, graphs: Vec::new(), graph_replays: 0, eager_windows: 0, failed: None })
+        Ok(GpuFlashSession {
+            n_past: 0,
+            capacity,
+            kv: fmt,
+            layers: vec![state],
+            ple: None,
+            sc,
+            allocs,
+            api,
+            chunk: WINDOW,
+            profile: None,
+            trace: None,
+            graphs: Vec::new(),
+            graph_replays: 0,
+            eager_windows: 0,
+            failed: None,
+        })
     }
 
     /// Runs the pairs `(tokens[i], wide[i])` at the head session's next cells (`wide`
@@ -210,7 +226,12 @@ impl GpuMtpHead<'_> {
 
     /// Runs the pairs `(tokens[i], wide[i])` at the next cells: logits of the last pair (or
     /// all) and the head's output streams of every pair.
-    pub fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> std::result::Result<MtpOut, EngineError> {
+    pub fn forward(
+        &mut self,
+        tokens: &[u32],
+        wide: &[f32],
+        all_logits: bool,
+    ) -> std::result::Result<MtpOut, EngineError> {
         self.last_rows = None;
         let out = self.head.forward(&mut self.s, tokens, wide, all_logits)?;
         self.last_rows = Some((tokens.len() - 1) % WINDOW + 1);
@@ -229,7 +250,10 @@ impl GpuMtpHead<'_> {
     /// The next draft after `token` (the previous draft), from the head's own output streams
     /// on the device ([`GpuMtp::chain`]).
     pub fn chain(&mut self, token: u32) -> std::result::Result<(u32, f32), EngineError> {
-        let rows = self.last_rows.take().ok_or_else(|| EngineError::Unsupported("an MTP draft chain without a head window before it".into()))?;
+        let rows = self
+            .last_rows
+            .take()
+            .ok_or_else(|| EngineError::Unsupported("an MTP draft chain without a head window before it".into()))?;
         let top = self.head.chain(&mut self.s, token, rows - 1)?;
         self.last_rows = Some(1);
         Ok(top)

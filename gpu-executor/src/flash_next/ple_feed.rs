@@ -23,7 +23,14 @@ impl PleFeed {
     }
 
     /// Device side (capturable): waits for the rows of `n` tokens and copies them to `emb`.
-    pub fn receive(&self, api: &dyn GpuApi, st: &Stream, emb: DevicePtr, n: usize, n_embd: usize) -> std::result::Result<(), GpuError> {
+    pub fn receive(
+        &self,
+        api: &dyn GpuApi,
+        st: &Stream,
+        emb: DevicePtr,
+        n: usize,
+        n_embd: usize,
+    ) -> std::result::Result<(), GpuError> {
         self.mailbox.device_recv(api, st, emb, n * n_embd * 4)
     }
 
@@ -31,17 +38,30 @@ impl PleFeed {
     /// thread reads `rows` (from `Ple::row_ids`) and sends them. A failed read still answers
     /// (zero rows, so the device goes on) and is the result; after any failure the mailbox is
     /// reset for the next window.
-    pub fn run<R>(&self, api: &dyn GpuApi, st: &Stream, ple: &Ple, rows: &[usize], device: impl FnOnce() -> Result<R>) -> Result<R> {
+    pub fn run<R>(
+        &self,
+        api: &dyn GpuApi,
+        st: &Stream,
+        ple: &Ple,
+        rows: &[usize],
+        device: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
         let layer = ple.params.layer;
         let read = |cancel: &AtomicBool| {
             let (bytes, result) = match ple.read_rows(rows) {
                 Ok(emb) => (emb.iter().flat_map(|v| v.to_le_bytes()).collect(), Ok(())),
-                Err(reason) => (vec![0u8; rows.len() / ple.params.n_heads().max(1) * ple.n_embd * 4], Err(EngineError::Ple { layer, reason })),
+                Err(reason) => (
+                    vec![0u8; rows.len() / ple.params.n_heads().max(1) * ple.n_embd * 4],
+                    Err(EngineError::Ple { layer, reason }),
+                ),
             };
-            self.mailbox.host_send_until(api, &bytes, Some(cancel)).map_err(|e| EngineError::Gpu(format!("qwen4exp PLE rows: {e}")))?;
+            self.mailbox
+                .host_send_until(api, &bytes, Some(cancel))
+                .map_err(|e| EngineError::Gpu(format!("qwen4exp PLE rows: {e}")))?;
             result
         };
-        let (r, read) = handoff::alongside(api, st, "strata-ple", read, device).unwrap_or_else(|why| (Err(EngineError::Gpu(format!("qwen4exp PLE rows: {why}"))), Ok(())));
+        let (r, read) = handoff::alongside(api, st, "strata-ple", read, device)
+            .unwrap_or_else(|why| (Err(EngineError::Gpu(format!("qwen4exp PLE rows: {why}"))), Ok(())));
         if r.is_err() || read.is_err() {
             let _ = api.stream_synchronize(st);
             self.mailbox.reset(api).map_err(|e| EngineError::Gpu(format!("qwen4exp PLE rows: {e}")))?;

@@ -109,12 +109,23 @@ pub(super) struct Scratch {
 impl Scratch {
     /// Buffers for steps of up to `cols` tokens of the trunk of `g` (a prompt chunk when
     /// `cols` is more than a window), and of the MTP `head` if given.
-    pub(super) fn new(up: &mut Uploader, g: &GpuFlashNext, capacity: usize, head: Option<&Mtp>, cols: usize) -> Result<Scratch> {
+    pub(super) fn new(
+        up: &mut Uploader,
+        g: &GpuFlashNext,
+        capacity: usize,
+        head: Option<&Mtp>,
+        cols: usize,
+    ) -> Result<Scratch> {
         let m: &Qwen4Exp = &g.m;
         let (e, hc, w) = (m.hp.n_embd, m.hp.hc, cols.max(super::WINDOW));
         let hce = hc * e;
-        let lr = m.out_hc.down.rows.max(m.layers.iter().map(|l| l.hc_attn.down.rows.max(l.hc_ffn.down.rows)).max().unwrap_or(1));
-        let (mut c, mut vd, mut hv, mut qf, mut kvd, mut hd, mut idim, mut iqd, mut blocks, mut budget) = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+        let lr = m
+            .out_hc
+            .down
+            .rows
+            .max(m.layers.iter().map(|l| l.hc_attn.down.rows.max(l.hc_ffn.down.rows)).max().unwrap_or(1));
+        let (mut c, mut vd, mut hv, mut qf, mut kvd, mut hd, mut idim, mut iqd, mut blocks, mut budget) =
+            (1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
         let (mut ne, mut k, mut ff, mut ffs) = (1, 1, 1, 1);
         // (GDN, attention, MoE) of every layer, the head's block included.
         let trunk = m.layers.iter().map(|l| match &l.mixer {
@@ -146,7 +157,9 @@ impl Scratch {
             ff = ff.max(moe.experts.iter().map(|x| x.gate.rows).max().unwrap_or(1));
             ffs = ffs.max(moe.shared.gate.rows);
         }
-        let lr = head.map_or(lr, |h| [&h.hc_attn, &h.hc_ffn].into_iter().chain(&h.hc_head).map(|x| x.down.rows).fold(lr, usize::max));
+        let lr = head.map_or(lr, |h| {
+            [&h.hc_attn, &h.hc_ffn].into_iter().chain(&h.hc_head).map(|x| x.down.rows).fold(lr, usize::max)
+        });
         let widest = [e, 2 * e, hce, lr, vd, hd, ff, ffs].into_iter().max().unwrap_or(e).next_multiple_of(32);
         let f = |up: &mut Uploader, n: usize| up.zeroed(n * 4);
         let map: Vec<u32> = (0..(w * k) as u32).collect();
@@ -222,4 +235,3 @@ impl Scratch {
         })
     }
 }
-

@@ -4,14 +4,14 @@
 //! the layer kernels. What the device cannot run is refused here, at load, with the tensor or
 //! dimension and the limit.
 
-use model::error::{EngineError, Result};
 use crate::abi;
-use crate::upload::{DevMat, Uploader, device_layout};
-use crate::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
-use model::qwen4exp::moe::SwiGlu;
-use model::Mat;
-use model::qwen4exp::{Gdn, HyperConn, Mixer, Moe, Mtp, Ple, Qsa, Qwen4Exp};
 use crate::device::{DevicePtr, GpuApi};
+use crate::ops::{GdnShape, GrShape, KvFormat, PleShape, QsaIndexerShape, QsaShape};
+use crate::upload::{DevMat, Uploader, device_layout};
+use model::Mat;
+use model::error::{EngineError, Result};
+use model::qwen4exp::moe::SwiGlu;
+use model::qwen4exp::{Gdn, HyperConn, Mixer, Moe, Mtp, Ple, Qsa, Qwen4Exp};
 
 /// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`, `output_hc_*`).
 pub(super) struct DevHc {
@@ -95,7 +95,11 @@ impl DevExperts {
     }
 
     /// What [`DevExperts::fill`] copies: (device destination, bytes) of the gate, up and down.
-    pub fn parts<'x>(&self, f: &'x SwiGlu, slot: usize) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
+    pub fn parts<'x>(
+        &self,
+        f: &'x SwiGlu,
+        slot: usize,
+    ) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
         let Some(dst) = self.get(slot) else { return Err(format!("no slot {slot}")) };
         self.parts_into(f, dst)
     }
@@ -126,12 +130,20 @@ impl DevExperts {
         s.gate.mat_bytes + s.up.mat_bytes + s.down.mat_bytes
     }
 
-    fn parts_into<'x>(&self, f: &'x SwiGlu, dst: DevFfn) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
+    fn parts_into<'x>(
+        &self,
+        f: &'x SwiGlu,
+        dst: DevFfn,
+    ) -> std::result::Result<Vec<(DevicePtr, std::borrow::Cow<'x, [u8]>)>, String> {
         // The ordered mode keeps weights as stored (MatKind::Raw).
         let ordered = self.stack.gate.kind == crate::upload::MatKind::Raw;
         [(&f.gate, dst.gate), (&f.up, dst.up), (&f.down, dst.down)]
             .into_iter()
-            .map(|(m, d)| device_layout(ordered, m.data(), m.ty, m.rows, m.cols, 1, "expert").map(|(bytes, _)| (d.ptr, bytes)).map_err(|e| e.to_string()))
+            .map(|(m, d)| {
+                device_layout(ordered, m.data(), m.ty, m.rows, m.cols, 1, "expert")
+                    .map(|(bytes, _)| (d.ptr, bytes))
+                    .map_err(|e| e.to_string())
+            })
             .collect()
     }
 }
@@ -196,7 +208,12 @@ fn hc_mixer(up: &mut Uploader, h: &HyperConn, name: &str) -> Result<DevHc> {
 fn gdn(up: &mut Uploader, g: &Gdn, il: usize) -> Result<DevGdn> {
     let n = |s: &str| format!("blk.{il}.{s}");
     if g.s > crate::abi::GDN_CHUNK_MAX_HEAD_DIM as usize {
-        return Err(unsupported(format!("{}: GDN head dim {} (at most {}: the chunked delta rule stages rows of it in LDS)", n("attn_qkv"), g.s, crate::abi::GDN_CHUNK_MAX_HEAD_DIM)));
+        return Err(unsupported(format!(
+            "{}: GDN head dim {} (at most {}: the chunked delta rule stages rows of it in LDS)",
+            n("attn_qkv"),
+            g.s,
+            crate::abi::GDN_CHUNK_MAX_HEAD_DIM
+        )));
     }
     Ok(DevGdn {
         shape: GdnShape { hk: g.hk as u32, hv: g.hv as u32, head_dim: g.s as u32, conv_k: g.conv_k as u32, eps: g.eps },
@@ -215,12 +232,22 @@ fn gdn(up: &mut Uploader, g: &Gdn, il: usize) -> Result<DevGdn> {
 fn qsa(up: &mut Uploader, a: &Qsa, il: usize) -> Result<DevQsa> {
     let n = |s: &str| format!("blk.{il}.{s}");
     if a.head_dim > 256 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim {
-        return Err(unsupported(format!("{}: head dim {} (at most 256) with {} roped dims (even, at most the head dim)", n("attn_q"), a.head_dim, a.n_rot)));
+        return Err(unsupported(format!(
+            "{}: head dim {} (at most 256) with {} roped dims (even, at most the head dim)",
+            n("attn_q"),
+            a.head_dim,
+            a.n_rot
+        )));
     }
     if let Some(ix) = &a.indexer
         && (ix.dim > 256 || a.n_rot > ix.dim)
     {
-        return Err(unsupported(format!("{}: indexer key length {} (at most 256, at least n_rot {})", n("indexer.k_proj"), ix.dim, a.n_rot)));
+        return Err(unsupported(format!(
+            "{}: indexer key length {} (at most 256, at least n_rot {})",
+            n("indexer.k_proj"),
+            ix.dim,
+            a.n_rot
+        )));
     }
     let (iq_norm, ik_norm, ix) = match &a.indexer {
         Some(ix) => (
@@ -273,7 +300,10 @@ fn check_uniform(m: &Moe, il: usize) -> Result<()> {
     for (e, f) in m.experts.iter().enumerate() {
         for (what, a, b) in [("gate", &f.gate, &f0.gate), ("up", &f.up, &f0.up), ("down", &f.down, &f0.down)] {
             if (a.ty, a.rows, a.cols) != (b.ty, b.rows, b.cols) {
-                return Err(unsupported(format!("blk.{il}.ffn_{what}_exps: expert {e} is {:?} {}x{}, expert 0 {:?} {}x{} (the device keeps a layer's experts as one stack)", a.ty, a.rows, a.cols, b.ty, b.rows, b.cols)));
+                return Err(unsupported(format!(
+                    "blk.{il}.ffn_{what}_exps: expert {e} is {:?} {}x{}, expert 0 {:?} {}x{} (the device keeps a layer's experts as one stack)",
+                    a.ty, a.rows, a.cols, b.ty, b.rows, b.cols
+                )));
             }
         }
     }
@@ -284,7 +314,9 @@ fn check_uniform(m: &Moe, il: usize) -> Result<()> {
 fn expert_slots(up: &mut Uploader, m: &Moe, il: usize, n: usize) -> Result<DevFfn> {
     check_uniform(m, il)?;
     let f0 = &m.experts[0];
-    let room = |up: &mut Uploader, w: &Mat, what: &str| up.matrix_room(w.data(), w.ty, w.rows, w.cols, n, &format!("blk.{il}.ffn_{what}_exps"));
+    let room = |up: &mut Uploader, w: &Mat, what: &str| {
+        up.matrix_room(w.data(), w.ty, w.rows, w.cols, n, &format!("blk.{il}.ffn_{what}_exps"))
+    };
     Ok(DevFfn { gate: room(up, &f0.gate, "gate")?, up: room(up, &f0.up, "up")?, down: room(up, &f0.down, "down")? })
 }
 
@@ -305,7 +337,11 @@ fn expert_stacks(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevFfn> {
         d.ptr = up.bytes(&bytes)?;
         Ok(d)
     };
-    Ok(DevFfn { gate: stack(up, |f| &f.gate, "gate")?, up: stack(up, |f| &f.up, "up")?, down: stack(up, |f| &f.down, "down")? })
+    Ok(DevFfn {
+        gate: stack(up, |f| &f.gate, "gate")?,
+        up: stack(up, |f| &f.up, "up")?,
+        down: stack(up, |f| &f.down, "down")?,
+    })
 }
 
 fn moe(up: &mut Uploader, m: &Moe, il: usize, cache_slots: Option<usize>) -> Result<DevMoe> {

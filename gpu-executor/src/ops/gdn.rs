@@ -55,20 +55,12 @@ impl GdnShape {
     fn check(&self) -> Result<()> {
         let name = "gdn";
         if self.hk == 0 || self.hv == 0 || self.head_dim == 0 || self.conv_k == 0 {
-            return Err(bad(
-                name,
-                format!("{self:?}: every dimension must be at least 1"),
-            ));
+            return Err(bad(name, format!("{self:?}: every dimension must be at least 1")));
         }
         // Every index of the kernels is u32.
         let state = self.hv as u64 * self.head_dim as u64 * self.head_dim as u64;
-        if state > u32::MAX as u64
-            || self.channels() as u64 * abi::GDN_MAX_TOKENS as u64 > u32::MAX as u64
-        {
-            return Err(bad(
-                name,
-                format!("{self:?}: state or conv rows exceed 32-bit indexing"),
-            ));
+        if state > u32::MAX as u64 || self.channels() as u64 * abi::GDN_MAX_TOKENS as u64 > u32::MAX as u64 {
+            return Err(bad(name, format!("{self:?}: state or conv rows exceed 32-bit indexing")));
         }
         Ok(())
     }
@@ -103,13 +95,7 @@ impl GpuOps {
     /// Copies a sequence's GDN state `from` → `to` on `s` (a snapshot before a speculative
     /// window, and the restore when drafts are rejected): the recurrence has no cache to
     /// truncate, so rollback is a copy back.
-    pub fn gdn_state_copy(
-        &self,
-        s: &Stream,
-        shape: &GdnShape,
-        from: GdnDeviceState,
-        to: GdnDeviceState,
-    ) -> Result<()> {
+    pub fn gdn_state_copy(&self, s: &Stream, shape: &GdnShape, from: GdnDeviceState, to: GdnDeviceState) -> Result<()> {
         shape.check()?;
         let api = self.api();
         if shape.conv_k > 1 {
@@ -121,22 +107,10 @@ impl GpuOps {
     /// The GDN token mixer for `n_tokens` (1..=`abi::GDN_MAX_TOKENS`) of one sequence: conv +
     /// SiLU, q/k L2 norms, the delta rule token by token, the gated RMS norm; `o` is the input
     /// of the output projection. Four launches on `s`.
-    pub fn gdn_mix(
-        &self,
-        s: &Stream,
-        shape: &GdnShape,
-        b: &GdnBuffers,
-        n_tokens: u32,
-    ) -> Result<()> {
+    pub fn gdn_mix(&self, s: &Stream, shape: &GdnShape, b: &GdnBuffers, n_tokens: u32) -> Result<()> {
         shape.check()?;
         if n_tokens == 0 || n_tokens > abi::GDN_MAX_TOKENS {
-            return Err(bad(
-                "gdn",
-                format!(
-                    "{n_tokens} tokens, the kernels take 1..={}",
-                    abi::GDN_MAX_TOKENS
-                ),
-            ));
+            return Err(bad("gdn", format!("{n_tokens} tokens, the kernels take 1..={}", abi::GDN_MAX_TOKENS)));
         }
         self.gdn_launch(s, shape, b, n_tokens, DeltaForm::Fast)
     }
@@ -180,26 +154,23 @@ impl GpuOps {
             ));
         }
         if shape.head_dim > abi::GDN_CHUNK_MAX_HEAD_DIM {
-            return Err(bad("gdn", format!("head dim {} for the chunked delta rule (at most {})", shape.head_dim, abi::GDN_CHUNK_MAX_HEAD_DIM)));
-        }
-        if chunk == 0 || chunk > abi::GDN_CHUNK_MAX {
             return Err(bad(
                 "gdn",
-                format!("chunk of {chunk} tokens, the kernel takes 1..={}", abi::GDN_CHUNK_MAX),
+                format!(
+                    "head dim {} for the chunked delta rule (at most {})",
+                    shape.head_dim,
+                    abi::GDN_CHUNK_MAX_HEAD_DIM
+                ),
             ));
+        }
+        if chunk == 0 || chunk > abi::GDN_CHUNK_MAX {
+            return Err(bad("gdn", format!("chunk of {chunk} tokens, the kernel takes 1..={}", abi::GDN_CHUNK_MAX)));
         }
         self.gdn_launch(s, shape, b, n_tokens, DeltaForm::Chunked(chunk, delta))
     }
 
     /// Conv, norms, the delta rule (token by token, or chunked with its scratch), gated norm.
-    fn gdn_launch(
-        &self,
-        s: &Stream,
-        shape: &GdnShape,
-        b: &GdnBuffers,
-        n_tokens: u32,
-        form: DeltaForm,
-    ) -> Result<()> {
+    fn gdn_launch(&self, s: &Stream, shape: &GdnShape, b: &GdnBuffers, n_tokens: u32, form: DeltaForm) -> Result<()> {
         let c = shape.channels();
         let name = abi::GDN_CONV_SILU;
         let a = abi::GdnConvArgs {
@@ -212,13 +183,7 @@ impl GpuOps {
             conv_k: shape.conv_k,
             _pad: 0,
         };
-        self.launch(
-            s,
-            name,
-            groups(c as u64, abi::WG_SIZE, name)?,
-            0,
-            &a.to_bytes(),
-        )?;
+        self.launch(s, name, groups(c as u64, abi::WG_SIZE, name)?, 0, &a.to_bytes())?;
 
         let name = abi::GDN_L2_NORM;
         let heads = 2 * shape.hk;
@@ -231,13 +196,7 @@ impl GpuOps {
             eps_bits: shape.eps.to_bits(),
             _pad: 0,
         };
-        self.launch(
-            s,
-            name,
-            groups(n_tokens as u64 * heads as u64, abi::WAVES_PER_WG, name)?,
-            0,
-            &a.to_bytes(),
-        )?;
+        self.launch(s, name, groups(n_tokens as u64 * heads as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())?;
 
         if let DeltaForm::Chunked(chunk, delta) = form {
             let name = abi::GDN_DELTA_CHUNKED;
@@ -302,12 +261,6 @@ impl GpuOps {
             eps_bits: shape.eps.to_bits(),
             _pad: 0,
         };
-        self.launch(
-            s,
-            name,
-            groups(rows as u64, abi::WAVES_PER_WG, name)?,
-            0,
-            &a.to_bytes(),
-        )
+        self.launch(s, name, groups(rows as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())
     }
 }

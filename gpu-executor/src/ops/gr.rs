@@ -20,18 +20,12 @@ pub struct GrShape {
 impl GrShape {
     fn check(&self, n_tokens: u32) -> Result<()> {
         if self.hc == 0 || self.e == 0 {
-            return Err(bad(
-                "gr",
-                format!("{self:?}: streams and width must be at least 1"),
-            ));
+            return Err(bad("gr", format!("{self:?}: streams and width must be at least 1")));
         }
         if n_tokens == 0 || n_tokens as u64 * self.hc as u64 * self.e as u64 > u32::MAX as u64 {
             return Err(bad(
                 "gr",
-                format!(
-                    "{n_tokens} tokens of {} streams x {}: empty or beyond 32-bit indexing",
-                    self.hc, self.e
-                ),
+                format!("{n_tokens} tokens of {} streams x {}: empty or beyond 32-bit indexing", self.hc, self.e),
             ));
         }
         Ok(())
@@ -69,42 +63,31 @@ impl GpuOps {
             hc: shape.hc,
             eps_bits: shape.eps.to_bits(),
         };
-        self.launch(
-            s,
-            name,
-            groups(rows as u64, abi::WAVES_PER_WG, name)?,
-            0,
-            &a.to_bytes(),
-        )
+        self.launch(s, name, groups(rows as u64, abi::WAVES_PER_WG, name)?, 0, &a.to_bytes())
     }
 
     /// `lo = silu(lo / hc)` in place, `n` values (the down projection of `n_tokens` tokens);
     /// with `q8_1 = (buffer, width)`, also `lo`'s Q8_1 rows of `width` there (what
     /// `quantize_q8_1` would write; `width` a multiple of 32 dividing `n`).
-    pub fn gr_lowrank_act(&self, s: &Stream, shape: &GrShape, lo: DevicePtr, q8_1: Option<(DevicePtr, u32)>, n: u32) -> Result<()> {
+    pub fn gr_lowrank_act(
+        &self,
+        s: &Stream,
+        shape: &GrShape,
+        lo: DevicePtr,
+        q8_1: Option<(DevicePtr, u32)>,
+        n: u32,
+    ) -> Result<()> {
         let name = abi::GR_LOWRANK_ACT;
         if let Some((_, w)) = q8_1
             && (w == 0 || !w.is_multiple_of(32) || !n.is_multiple_of(w))
         {
-            return Err(bad(name, format!("Q8_1 output of rows of {w} over {n} values (rows must be a multiple of 32 wide)")));
+            return Err(bad(
+                name,
+                format!("Q8_1 output of rows of {w} over {n} values (rows must be a multiple of 32 wide)"),
+            ));
         }
-        let a = abi::GrArgs {
-            a: lo,
-            b: 0,
-            c: 0,
-            q: q8_1.map_or(0, |(p, _)| p),
-            n,
-            e: 0,
-            hc: shape.hc,
-            eps_bits: 0,
-        };
-        self.launch(
-            s,
-            name,
-            groups(n as u64, abi::WG_SIZE, name)?,
-            0,
-            &a.to_bytes(),
-        )
+        let a = abi::GrArgs { a: lo, b: 0, c: 0, q: q8_1.map_or(0, |(p, _)| p), n, e: 0, hc: shape.hc, eps_bits: 0 };
+        self.launch(s, name, groups(n as u64, abi::WG_SIZE, name)?, 0, &a.to_bytes())
     }
 
     /// `x[t] = (1/hc) Σ_c flat[t][c] ⊙ σ(gate[t][c])`: the block input.
@@ -119,23 +102,8 @@ impl GpuOps {
     ) -> Result<()> {
         shape.check(n_tokens)?;
         let name = abi::GR_GATE_MIX;
-        let a = abi::GrArgs {
-            a: flat,
-            b: gate,
-            c: x,
-            q: 0,
-            n: n_tokens,
-            e: shape.e,
-            hc: shape.hc,
-            eps_bits: 0,
-        };
-        self.launch(
-            s,
-            name,
-            groups(n_tokens as u64 * shape.e as u64, abi::WG_SIZE, name)?,
-            0,
-            &a.to_bytes(),
-        )
+        let a = abi::GrArgs { a: flat, b: gate, c: x, q: 0, n: n_tokens, e: shape.e, hc: shape.hc, eps_bits: 0 };
+        self.launch(s, name, groups(n_tokens as u64 * shape.e as u64, abi::WG_SIZE, name)?, 0, &a.to_bytes())
     }
 
     /// `r[t][c] += 2 σ(inj[t][c] / hc) · y[t]`: the block output into every stream.
@@ -150,24 +118,11 @@ impl GpuOps {
     ) -> Result<()> {
         shape.check(n_tokens)?;
         let name = abi::GR_COMBINE;
-        let a = abi::GrArgs {
-            a: r,
-            b: y,
-            c: inj,
-            q: 0,
-            n: n_tokens,
-            e: shape.e,
-            hc: shape.hc,
-            eps_bits: 0,
-        };
+        let a = abi::GrArgs { a: r, b: y, c: inj, q: 0, n: n_tokens, e: shape.e, hc: shape.hc, eps_bits: 0 };
         self.launch(
             s,
             name,
-            groups(
-                n_tokens as u64 * shape.hc as u64 * shape.e as u64,
-                abi::WG_SIZE,
-                name,
-            )?,
+            groups(n_tokens as u64 * shape.hc as u64 * shape.e as u64, abi::WG_SIZE, name)?,
             0,
             &a.to_bytes(),
         )

@@ -66,7 +66,10 @@ impl GpuOps {
         }
         let mat = nrows as u64 * (k / bk) as u64 * ty.block_bytes() as u64;
         if nrows == 0 || n_expert == 0 || expert_bytes < mat {
-            return Err(bad(name, format!("nrows {nrows}, n_expert {n_expert}, expert_bytes {expert_bytes} (a matrix is {mat})")));
+            return Err(bad(
+                name,
+                format!("nrows {nrows}, n_expert {n_expert}, expert_bytes {expert_bytes} (a matrix is {mat})"),
+            ));
         }
         // Columns per pass: 1 for decode; else the widest instantiation whose columns fit LDS.
         let room = abi::MAX_LDS_BYTES - ty.table_lds_bytes();
@@ -75,7 +78,8 @@ impl GpuOps {
         }
         let wide = abi::mmvq_moe_max_group(ty, glu.is_some());
         let g = if max_group <= 1 || abi::mmvq_moe_lds_bytes(ty, k, wide) > room { 1 } else { wide };
-        let kname = abi::mmvq_moe_kernel(ty, glu.is_some(), g).ok_or_else(|| bad(name, format!("no kernel for {ty:?}")))?;
+        let kname =
+            abi::mmvq_moe_kernel(ty, glu.is_some(), g).ok_or_else(|| bad(name, format!("no kernel for {ty:?}")))?;
         // Geometry of a pass as wide as the largest possible group (fewer row groups: each
         // stages its group's columns once).
         let rows_per_wg = abi::mmvq_rows_per_wg(ty, k, nrows, g.min(max_group.max(1)));
@@ -98,7 +102,13 @@ impl GpuOps {
             _pad: 0,
         };
         // 2-D grid: x = row group, y = slot (no divisions in the kernel).
-        self.launch_grid(s, kname, [nrows.div_ceil(rows_per_wg), n_slots, 1], abi::mmvq_moe_lds_bytes(ty, k, g), &args.to_bytes())
+        self.launch_grid(
+            s,
+            kname,
+            [nrows.div_ceil(rows_per_wg), n_slots, 1],
+            abi::mmvq_moe_lds_bytes(ty, k, g),
+            &args.to_bytes(),
+        )
     }
 
     /// Per token: softmax over `n_expert` (<= 512) logits, top-`k` (<= 16, ties to the lower
@@ -118,7 +128,14 @@ impl GpuOps {
     ) -> Result<()> {
         let name = abi::MOE_ROUTER;
         if n_expert == 0 || n_expert > abi::MOE_MAX_EXPERTS || k == 0 || k > abi::MOE_MAX_K || k > n_expert {
-            return Err(bad(name, format!("n_expert {n_expert} (1..={}), k {k} (1..={}, <= n_expert)", abi::MOE_MAX_EXPERTS, abi::MOE_MAX_K)));
+            return Err(bad(
+                name,
+                format!(
+                    "n_expert {n_expert} (1..={}), k {k} (1..={}, <= n_expert)",
+                    abi::MOE_MAX_EXPERTS,
+                    abi::MOE_MAX_K
+                ),
+            ));
         }
         let g = groups(n_tokens as u64, abi::WAVES_PER_WG, name)?;
         let a = abi::MoeRouterArgs { logits, ids: ids_out, w: w_out, n_tokens, n_expert, k, renorm: renorm as u32 };
@@ -129,7 +146,17 @@ impl GpuOps {
     /// j = 0..k. model/moe.rs adds a token's experts in increasing expert id: pass each token's
     /// `map`/`w` in that order to be bit-identical.
     #[allow(clippy::too_many_arguments)]
-    pub fn moe_combine(&self, s: &Stream, y: DevicePtr, map: DevicePtr, w: DevicePtr, out: DevicePtr, d: u32, n_tokens: u32, k: u32) -> Result<()> {
+    pub fn moe_combine(
+        &self,
+        s: &Stream,
+        y: DevicePtr,
+        map: DevicePtr,
+        w: DevicePtr,
+        out: DevicePtr,
+        d: u32,
+        n_tokens: u32,
+        k: u32,
+    ) -> Result<()> {
         self.moe_combine_with(s, y, map, w, out, None, d, n_tokens, k)
     }
 
@@ -137,7 +164,18 @@ impl GpuOps {
     /// added in the same launch: `out[t] += σ(gate[t]) · sh[t]`, the bits of
     /// [`GpuOps::moe_shared_add`] after the combine.
     #[allow(clippy::too_many_arguments)]
-    pub fn moe_combine_with(&self, s: &Stream, y: DevicePtr, map: DevicePtr, w: DevicePtr, out: DevicePtr, shared: Option<(DevicePtr, DevicePtr)>, d: u32, n_tokens: u32, k: u32) -> Result<()> {
+    pub fn moe_combine_with(
+        &self,
+        s: &Stream,
+        y: DevicePtr,
+        map: DevicePtr,
+        w: DevicePtr,
+        out: DevicePtr,
+        shared: Option<(DevicePtr, DevicePtr)>,
+        d: u32,
+        n_tokens: u32,
+        k: u32,
+    ) -> Result<()> {
         let name = abi::MOE_COMBINE;
         if k == 0 {
             return Err(bad(name, "k = 0"));
@@ -147,19 +185,40 @@ impl GpuOps {
             return Err(bad(name, "a shared expert's rows or gate at address 0"));
         }
         let g = groups(d.div_ceil(abi::WG_SIZE) as u64 * n_tokens as u64, 1, name)?;
-        self.launch(s, name, g, 0, &abi::MoeCombineArgs { y, map, w, out, sh, gate, d, n_tokens, k, _pad: 0 }.to_bytes())
+        self.launch(
+            s,
+            name,
+            g,
+            0,
+            &abi::MoeCombineArgs { y, map, w, out, sh, gate, d, n_tokens, k, _pad: 0 }.to_bytes(),
+        )
     }
 
     /// A chunk's `n_slots` slots (`k` a token) ordered by expert ([`abi::MoeSortArgs`]): the
     /// sorted ids, each sorted slot's token (its activation column) and each slot's sorted row.
     #[allow(clippy::too_many_arguments)]
-    pub fn moe_sort_slots(&self, s: &Stream, ids: DevicePtr, sorted: DevicePtr, cols: DevicePtr, map: DevicePtr, n_slots: u32, k: u32) -> Result<()> {
+    pub fn moe_sort_slots(
+        &self,
+        s: &Stream,
+        ids: DevicePtr,
+        sorted: DevicePtr,
+        cols: DevicePtr,
+        map: DevicePtr,
+        n_slots: u32,
+        k: u32,
+    ) -> Result<()> {
         let name = abi::MOE_SORT_SLOTS;
         if k == 0 || n_slots == 0 || !n_slots.is_multiple_of(k) {
             return Err(bad(name, format!("{n_slots} slots of {k} a token")));
         }
         let g = groups(n_slots as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, abi::MOE_SORT_BLOCK * 4, &abi::MoeSortArgs { ids, sorted, cols, map, n_slots, k, _pad: [0; 2] }.to_bytes())
+        self.launch(
+            s,
+            name,
+            g,
+            abi::MOE_SORT_BLOCK * 4,
+            &abi::MoeSortArgs { ids, sorted, cols, map, n_slots, k, _pad: [0; 2] }.to_bytes(),
+        )
     }
 
     /// The expert cache's view of a routing choice ([`abi::MoeSlotMapArgs`]): for each of
@@ -167,18 +226,42 @@ impl GpuOps {
     /// expert [`abi::MOE_SLOT_MISS`]) into `slots`, and its combine row (`j`, or `miss_base + j`
     /// for a miss) into `map`.
     #[allow(clippy::too_many_arguments)]
-    pub fn moe_slot_map(&self, s: &Stream, ids: DevicePtr, table: DevicePtr, slots: DevicePtr, map: DevicePtr, n_slots: u32, n_expert: u32, miss_base: u32) -> Result<()> {
+    pub fn moe_slot_map(
+        &self,
+        s: &Stream,
+        ids: DevicePtr,
+        table: DevicePtr,
+        slots: DevicePtr,
+        map: DevicePtr,
+        n_slots: u32,
+        n_expert: u32,
+        miss_base: u32,
+    ) -> Result<()> {
         let name = abi::MOE_SLOT_MAP;
         if n_expert == 0 || n_expert > abi::MOE_MAX_EXPERTS {
             return Err(bad(name, format!("n_expert {n_expert} (1..={})", abi::MOE_MAX_EXPERTS)));
         }
         let g = groups(n_slots as u64, abi::WG_SIZE, name)?;
-        self.launch(s, name, g, 0, &abi::MoeSlotMapArgs { ids, table, slots, map, n_slots, n_expert, miss_base, _pad: 0 }.to_bytes())
+        self.launch(
+            s,
+            name,
+            g,
+            0,
+            &abi::MoeSlotMapArgs { ids, table, slots, map, n_slots, n_expert, miss_base, _pad: 0 }.to_bytes(),
+        )
     }
 
     /// Flash-Next's sigmoid-gated shared expert: `out[t] += σ(gate[t]) · sh[t]` (rows of `d`;
     /// `gate` the shared-expert gate logits `[n_tokens]`).
-    pub fn moe_shared_add(&self, s: &Stream, out: DevicePtr, sh: DevicePtr, gate: DevicePtr, d: u32, n_tokens: u32) -> Result<()> {
+    pub fn moe_shared_add(
+        &self,
+        s: &Stream,
+        out: DevicePtr,
+        sh: DevicePtr,
+        gate: DevicePtr,
+        d: u32,
+        n_tokens: u32,
+    ) -> Result<()> {
         let name = abi::MOE_SHARED_ADD;
         let g = groups(d as u64 * n_tokens as u64, abi::WG_SIZE, name)?;
         self.launch(s, name, g, 0, &abi::MoeSharedArgs { out, sh, gate, d, n_tokens }.to_bytes())

@@ -64,17 +64,26 @@ impl QsaShape {
         }
         if let Some(ix) = self.indexer {
             if ix.heads == 0 || ix.dim == 0 || ix.dim > 256 || ix.top_k == 0 || ix.ratio == 0 || self.n_rot > ix.dim {
-                return Err(bad(name, format!("{ix:?}: indexer dims must be in 1..=256 (>= n_rot {}), top_k and ratio >= 1", self.n_rot)));
+                return Err(bad(
+                    name,
+                    format!("{ix:?}: indexer dims must be in 1..=256 (>= n_rot {}), top_k and ratio >= 1", self.n_rot),
+                ));
             }
         }
         if n_tokens == 0 || start as u64 + n_tokens as u64 > capacity as u64 {
-            return Err(bad(name, format!("window of {n_tokens} tokens at {start}: empty or beyond the cache's {capacity} cells")));
+            return Err(bad(
+                name,
+                format!("window of {n_tokens} tokens at {start}: empty or beyond the cache's {capacity} cells"),
+            ));
         }
         let cells = self.cells(start + n_tokens);
         if cells > abi::QSA_MAX_CELLS {
             return Err(bad(
                 name,
-                format!("{cells} cells a token: the attention kernel holds at most {} (64 KiB of LDS)", abi::QSA_MAX_CELLS),
+                format!(
+                    "{cells} cells a token: the attention kernel holds at most {} (64 KiB of LDS)",
+                    abi::QSA_MAX_CELLS
+                ),
             ));
         }
         let rows = n_tokens as u64 * h.max(kv) as u64 * 2 * d as u64;
@@ -133,7 +142,15 @@ impl GpuOps {
     /// sequence whose cache (`capacity` cells) holds the `start` cells before them; see the
     /// module doc for the steps (six to nine launches on `s`). `start` only sizes the launch and
     /// is checked; every kernel reads the positions from `b.pos`.
-    pub fn qsa_mix(&self, s: &Stream, shape: &QsaShape, b: &QsaBuffers, n_tokens: u32, start: u32, capacity: u32) -> Result<()> {
+    pub fn qsa_mix(
+        &self,
+        s: &Stream,
+        shape: &QsaShape,
+        b: &QsaBuffers,
+        n_tokens: u32,
+        start: u32,
+        capacity: u32,
+    ) -> Result<()> {
         shape.check(n_tokens, start, capacity)?;
         let (nh, kv, d) = (shape.n_head, shape.n_head_kv, shape.head_dim);
         self.qsa_norm_rope(s, b.qf, b.q_norm, b.q, b, n_tokens, nh, d, 2 * d, shape)?;
@@ -176,7 +193,13 @@ impl GpuOps {
                     max_blocks,
                     _pad: 0,
                 };
-                self.launch(s, name, groups(n_tokens as u64 * max_blocks as u64, abi::WG_SIZE, name)?, 0, &a.to_bytes())?;
+                self.launch(
+                    s,
+                    name,
+                    groups(n_tokens as u64 * max_blocks as u64, abi::WG_SIZE, name)?,
+                    0,
+                    &a.to_bytes(),
+                )?;
             }
             let name = abi::QSA_SELECT_TOPK;
             let a = abi::QsaSelectArgs {

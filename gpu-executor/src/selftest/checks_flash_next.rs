@@ -4,78 +4,49 @@
 //! states); the hyper-connection kernels against `qwen4exp::gr::HyperConn`'s steps.
 use super::reference::{GDN_TOL, GR_TOL, PLE_TOL, QSA_TOL};
 use super::{Check, CheckResultOf, Cx};
-use cpu_executor::prelude::*;
 use crate::abi;
+use crate::ops::{
+    GdnBuffers, GdnShape, GpuOps, GrShape, KvFormat, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape,
+};
+use cpu_executor::flash_next::linear::sigmoid;
 use cpu_executor::flash_next::{PleBlock, QsaProjections};
-use crate::ops::{GdnBuffers, GdnShape, GpuOps, GrShape, KvFormat, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape};
 use cpu_executor::kv_cache::KvType;
-use model::qwen4exp::{Indexer, Qsa};
+use cpu_executor::prelude::*;
+use model::Mat;
 use model::qwen4exp::gdn::{Gdn, GdnMode};
 use model::qwen4exp::gr::HyperConn;
-use cpu_executor::flash_next::linear::sigmoid;
-use model::Mat;
+use model::qwen4exp::{Indexer, Qsa};
 
 pub fn checks() -> Vec<Check> {
     vec![
         Check::new(
             "gdn_mix",
-            vec![
-                abi::GDN_CONV_SILU,
-                abi::GDN_L2_NORM,
-                abi::GDN_DELTA_RULE_S128,
-                abi::GDN_GATED_NORM,
-            ],
+            vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_RULE_S128, abi::GDN_GATED_NORM],
             "qwen4exp::gdn::Gdn::mix (recurrent)",
             |cx| gdn_mix(cx, 128, None),
         ),
         Check::new(
             "gdn_mix head dim 64",
-            vec![
-                abi::GDN_CONV_SILU,
-                abi::GDN_L2_NORM,
-                abi::GDN_DELTA_RULE,
-                abi::GDN_GATED_NORM,
-            ],
+            vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_RULE, abi::GDN_GATED_NORM],
             "qwen4exp::gdn::Gdn::mix (recurrent)",
             |cx| gdn_mix(cx, 64, None),
         ),
         Check::new(
             "gdn_prefill chunked",
-            vec![
-                abi::GDN_CONV_SILU,
-                abi::GDN_L2_NORM,
-                abi::GDN_DELTA_CHUNKED,
-                abi::GDN_GATED_NORM,
-            ],
+            vec![abi::GDN_CONV_SILU, abi::GDN_L2_NORM, abi::GDN_DELTA_CHUNKED, abi::GDN_GATED_NORM],
             "qwen4exp::gdn::Gdn::mix (chunked)",
             |cx| gdn_mix(cx, 128, Some(16)),
         ),
         Check::new(
             "gr read and write",
-            vec![
-                abi::GR_STREAM_NORM,
-                abi::GR_LOWRANK_ACT,
-                abi::GR_GATE_MIX,
-                abi::GR_COMBINE,
-            ],
+            vec![abi::GR_STREAM_NORM, abi::GR_LOWRANK_ACT, abi::GR_GATE_MIX, abi::GR_COMBINE],
             "qwen4exp::gr::HyperConn (norm_streams bitwise, lowrank_act, gate_mix, combine)",
             gr,
         ),
-        Check::new(
-            "ple_block",
-            vec![abi::PLE_GATE, abi::PLE_CONV],
-            "PleBlock::mix (cpu::flash_next::ple)",
-            ple_block,
-        ),
+        Check::new("ple_block", vec![abi::PLE_GATE, abi::PLE_CONV], "PleBlock::mix (cpu::flash_next::ple)", ple_block),
         Check::new(
             "qsa_mix",
-            vec![
-                abi::QSA_NORM_ROPE,
-                abi::QSA_BLOCK_KEYS,
-                abi::QSA_INDEX_SCORES,
-                abi::QSA_SELECT_TOPK,
-                abi::QSA_ATTEND,
-            ],
+            vec![abi::QSA_NORM_ROPE, abi::QSA_BLOCK_KEYS, abi::QSA_INDEX_SCORES, abi::QSA_SELECT_TOPK, abi::QSA_ATTEND],
             "Qsa::mix (cpu::flash_next::qsa: kept cells exact, output within QSA_TOL)",
             |cx| qsa_mix(cx, KvType::F16),
         ),
@@ -101,33 +72,19 @@ pub fn checks() -> Vec<Check> {
 }
 
 fn moe_shared_add(cx: &mut Cx) -> CheckResultOf<()> {
-    let (d, n) = if cx.full {
-        (2560usize, 8usize)
-    } else {
-        (300, 3)
-    };
-    let (out, sh, gate) = (
-        cx.rand_f32(n * d, 2.0),
-        cx.rand_f32(n * d, 2.0),
-        cx.rand_f32(n, 6.0),
-    );
+    let (d, n) = if cx.full { (2560usize, 8usize) } else { (300, 3) };
+    let (out, sh, gate) = (cx.rand_f32(n * d, 2.0), cx.rand_f32(n * d, 2.0), cx.rand_f32(n, 6.0));
     let mut want = out.clone();
     for t in 0..n {
         let g = sigmoid(gate[t]);
-        want[t * d..(t + 1) * d]
-            .iter_mut()
-            .zip(&sh[t * d..(t + 1) * d])
-            .for_each(|(a, &b)| *a += g * b);
+        want[t * d..(t + 1) * d].iter_mut().zip(&sh[t * d..(t + 1) * d]).for_each(|(a, &b)| *a += g * b);
     }
     let (ob, sb, gb) = (cx.upf(&out)?, cx.upf(&sh)?, cx.upf(&gate)?);
-    cx.ops
-        .moe_shared_add(cx.s, ob, sb, gb, d as u32, n as u32)?;
+    cx.ops.moe_shared_add(cx.s, ob, sb, gb, d as u32, n as u32)?;
     let got = cx.read_f32(ob, n * d)?;
     cx.cmp_rel_floor1("out", &got, &want, GR_TOL);
     cx.set_shape(format!("{n} x {d}"));
-    cx.bench((n * d * 12 + n * 4) as u64, &|o, s| {
-        o.moe_shared_add(s, ob, sb, gb, d as u32, n as u32)
-    })
+    cx.bench((n * d * 12 + n * 4) as u64, &|o, s| o.moe_shared_add(s, ob, sb, gb, d as u32, n as u32))
 }
 
 /// `s` = 128: the register-state kernel; any other head dim: the generic one; `chunk`: the
@@ -163,13 +120,7 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
     st.m = cx.rand_f32(st.m.len(), 0.3);
     let (m, z) = (cx.rand_f32(n * c, 2.0), cx.rand_f32(n * hv * s, 3.0));
     let (beta, alpha) = (cx.rand_f32(n * hv, 3.0), cx.rand_f32(n * hv, 2.0));
-    let shape = GdnShape {
-        hk: hk as u32,
-        hv: hv as u32,
-        head_dim: s as u32,
-        conv_k: k as u32,
-        eps: g.eps,
-    };
+    let shape = GdnShape { hk: hk as u32, hv: hv as u32, head_dim: s as u32, conv_k: k as u32, eps: g.eps };
     let b = GdnBuffers {
         m: cx.upf(&m)?,
         z: cx.upf(&z)?,
@@ -198,7 +149,8 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
     if b.o_q8_1 != 0 {
         // Of the device's own output (within GDN_TOL of the host's, not equal): `quant`'s bytes.
         let mut want_q = vec![0u8; got.len() / 32 * 36];
-        quant::quantize_row(quant::GgmlType::Q8_1, &got, &mut want_q).map_err(|e| format!("quantize_row(Q8_1): {e:?}"))?;
+        quant::quantize_row(quant::GgmlType::Q8_1, &got, &mut want_q)
+            .map_err(|e| format!("quantize_row(Q8_1): {e:?}"))?;
         let got_q = cx.read(b.o_q8_1, want_q.len())?;
         cx.cmp_bytes("o, its Q8_1", &got_q, &want_q);
     }
@@ -213,8 +165,7 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
     });
     // Ideal bytes: the state read and written once (once a chunk when chunked), inputs and
     // outputs once.
-    let ideal = 4
-        * (2 * chunks * st.m.len() + 2 * st.conv.len() + n * (c + 2 * hv * s + 2 * hv) + n * hv * s);
+    let ideal = 4 * (2 * chunks * st.m.len() + 2 * st.conv.len() + n * (c + 2 * hv * s + 2 * hv) + n * hv * s);
     cx.bench(ideal as u64, &|o, s_| match chunk {
         Some(ch) => o.gdn_prefill(s_, &shape, &b, n as u32, ch as u32, delta),
         None => o.gdn_mix(s_, &shape, &b, n as u32),
@@ -223,11 +174,7 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
 
 fn gr(cx: &mut Cx) -> CheckResultOf<()> {
     // Flash-Next: 4 streams of 2560, low rank 320 (the matmuls run on the host here).
-    let (hc, e, lr, n) = if cx.full {
-        (4usize, 2560usize, 320usize, 8usize)
-    } else {
-        (4, 256, 32, 3)
-    };
+    let (hc, e, lr, n) = if cx.full { (4usize, 2560usize, 320usize, 8usize) } else { (4, 256, 32, 3) };
     let mat = |cx: &mut Cx, rows: usize, cols: usize| {
         Mat::from_f32(rows, cols, &cx.rand_f32(rows * cols, 0.05)).expect("f32 matrix")
     };
@@ -240,11 +187,7 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
         up: mat(cx, hc * e, lr),
         inject: None,
     };
-    let shape = GrShape {
-        hc: hc as u32,
-        e: e as u32,
-        eps: h.eps,
-    };
+    let shape = GrShape { hc: hc as u32, e: e as u32, eps: h.eps };
     let r = cx.rand_f32(n * hc * e, 2.0);
     let want_flat = h.norm_streams(&r, n);
     let (rb, gb, fb) = (cx.upf(&r)?, cx.upf(&h.norm)?, cx.zeros(n * hc * e * 4)?);
@@ -291,9 +234,7 @@ fn gr(cx: &mut Cx) -> CheckResultOf<()> {
     let got = cx.read_f32(rb, n * hc * e)?;
     cx.cmp_rel_floor1("combine", &got, &want_r, GR_TOL);
     cx.set_shape(format!("{hc} streams x {e}, {n} tokens"));
-    cx.bench((n * hc * e * 8 + hc * e * 4) as u64, &|o, s| {
-        o.gr_stream_norm(s, &shape, rb, gb, fb, None, n as u32)
-    })
+    cx.bench((n * hc * e * 8 + hc * e * 4) as u64, &|o, s| o.gr_stream_norm(s, &shape, rb, gb, fb, None, n as u32))
 }
 
 /// A prefix long enough for sparse selection, then a window of `n` tokens measured: its output
@@ -321,7 +262,16 @@ fn qsa_mix(cx: &mut Cx, kv_type: KvType) -> CheckResultOf<()> {
         o: unused(),
         q_norm: norm(cx, d),
         k_norm: norm(cx, d),
-        indexer: Some(Indexer { heads: ih, dim: idim, top_k, ratio, q: unused(), k: unused(), q_norm: norm(cx, idim), k_norm: norm(cx, idim) }),
+        indexer: Some(Indexer {
+            heads: ih,
+            dim: idim,
+            top_k,
+            ratio,
+            q: unused(),
+            k: unused(),
+            q_norm: norm(cx, idim),
+            k_norm: norm(cx, idim),
+        }),
     };
     let shape = QsaShape {
         n_head: h as u32,
@@ -346,7 +296,12 @@ fn qsa_mix(cx: &mut Cx, kv_type: KvType) -> CheckResultOf<()> {
     let ix = q.indexer.as_ref().expect("indexer");
     let (iqn, ikn) = (cx.upf(&ix.q_norm)?, cx.upf(&ix.k_norm)?);
     let table = cx.upf(&GpuOps::rope_table_ggml(q.rope_base, 1.0, rot, ctx))?;
-    let cache = [cx.zeros(ctx * kv * d * 2)?, cx.zeros(ctx * kv * d * 2)?, cx.zeros(ctx * idim * 2)?, cx.zeros(max_blocks.max(1) * idim * 4)?];
+    let cache = [
+        cx.zeros(ctx * kv * d * 2)?,
+        cx.zeros(ctx * kv * d * 2)?,
+        cx.zeros(ctx * idim * 2)?,
+        cx.zeros(max_blocks.max(1) * idim * 4)?,
+    ];
     let scales = [cx.zeros(ctx * kv * 4)?, cx.zeros(ctx * kv * 4)?, cx.zeros(ctx * 4)?];
     let t_max = m.max(n);
     let scratch = [

@@ -61,29 +61,58 @@ pub fn checks() -> Vec<Check> {
         }));
     }
     for &(ty, nc, name) in abi::MMVQ_KERNELS {
-
-        v.push(Check::new(name, vec![name], "f64 dot of quant's dequantized weights and Q8_1 columns", move |cx| mmvq(cx, ty, nc as usize, false)));
+        v.push(Check::new(name, vec![name], "f64 dot of quant's dequantized weights and Q8_1 columns", move |cx| {
+            mmvq(cx, ty, nc as usize, false)
+        }));
     }
     for ty in WType::ALL {
         let Some(name) = abi::mmvq_kernel(ty, 1) else { continue };
-        v.push(Check::new(format!("{name} row list"), vec![name], "f64 dot of quant's dequantized weights and Q8_1 columns", move |cx| mmvq(cx, ty, 1, true)));
+        v.push(Check::new(
+            format!("{name} row list"),
+            vec![name],
+            "f64 dot of quant's dequantized weights and Q8_1 columns",
+            move |cx| mmvq(cx, ty, 1, true),
+        ));
     }
     for &(ty, nc, name) in abi::MMVQ_GLU_KERNELS {
-        v.push(Check::new(name, vec![name], "f64 dots (quant dequantized) through f64 SiLU / GELU-tanh", move |cx| mmvq_glu(cx, ty, nc)));
+        v.push(Check::new(name, vec![name], "f64 dots (quant dequantized) through f64 SiLU / GELU-tanh", move |cx| {
+            mmvq_glu(cx, ty, nc)
+        }));
     }
     for &(ty, dot4, name) in abi::MMQ_KERNELS {
         let variant = if dot4 { MmqVariant::Dot4 } else { MmqVariant::Wmma };
-        v.push(Check::new(name, vec![name], "f64 dot of quant's dequantized operands (Q8_0: also the scalar order, bitwise)", move |cx| mmq(cx, ty, variant)));
+        v.push(Check::new(
+            name,
+            vec![name],
+            "f64 dot of quant's dequantized operands (Q8_0: also the scalar order, bitwise)",
+            move |cx| mmq(cx, ty, variant),
+        ));
     }
     for &(ty, g, glu, name) in abi::MMVQ_MOE_KERNELS {
-        v.push(Check::new(name, vec![name], "f64 dots of the chosen experts' dequantized rows", move |cx| mmvq_moe(cx, ty, g, glu)));
+        v.push(Check::new(name, vec![name], "f64 dots of the chosen experts' dequantized rows", move |cx| {
+            mmvq_moe(cx, ty, g, glu)
+        }));
     }
     for &(ty, name) in abi::GET_ROWS_KERNELS {
-        v.push(Check::new(name, vec![name], "quant::dequantize_row of the rows, times the scale", move |cx| get_rows(cx, RowType::W(ty))));
+        v.push(Check::new(name, vec![name], "quant::dequantize_row of the rows, times the scale", move |cx| {
+            get_rows(cx, RowType::W(ty))
+        }));
     }
-    v.push(Check::new(abi::GET_ROWS_F32, vec![abi::GET_ROWS_F32], "the rows, times the scale", |cx| get_rows(cx, RowType::F32)));
-    v.push(Check::new(abi::GET_ROWS_F16, vec![abi::GET_ROWS_F16], "quant::f16_to_f32 of the rows, times the scale", |cx| get_rows(cx, RowType::F16)));
-    v.push(Check::new(abi::QUANTIZE_REF, vec![abi::QUANTIZE_REF], "quant::quantize_row (Q8_0, Q8_1, Q8_K, F16, BF16, F32)", quantize_ref));
+    v.push(Check::new(abi::GET_ROWS_F32, vec![abi::GET_ROWS_F32], "the rows, times the scale", |cx| {
+        get_rows(cx, RowType::F32)
+    }));
+    v.push(Check::new(
+        abi::GET_ROWS_F16,
+        vec![abi::GET_ROWS_F16],
+        "quant::f16_to_f32 of the rows, times the scale",
+        |cx| get_rows(cx, RowType::F16),
+    ));
+    v.push(Check::new(
+        abi::QUANTIZE_REF,
+        vec![abi::QUANTIZE_REF],
+        "quant::quantize_row (Q8_0, Q8_1, Q8_K, F16, BF16, F32)",
+        quantize_ref,
+    ));
     for ty in ORDERED_TYPES {
         v.push(Check::new(
             format!("{} {}", abi::MMV_ORDERED, ty.name()),
@@ -161,17 +190,27 @@ fn mmvq(cx: &mut Cx, ty: WType, nc: usize, row_list: bool) -> CheckResultOf<()> 
 }
 
 #[allow(clippy::too_many_arguments)]
-fn mmvq_one(cx: &mut Cx, ty: WType, nc: usize, row_list: bool, nrows: usize, k: usize, timed: bool) -> CheckResultOf<()> {
+fn mmvq_one(
+    cx: &mut Cx,
+    ty: WType,
+    nc: usize,
+    row_list: bool,
+    nrows: usize,
+    k: usize,
+    timed: bool,
+) -> CheckResultOf<()> {
     let w = cx.blocks(ty, nrows * k / ty.block_k() as usize);
     let x = cx.rand_f32(nc * k, 1.0);
     let xq = q8_1(&x)?;
-    let rows: Vec<u32> = if row_list { (0..nrows as u32).rev().step_by(3).collect() } else { (0..nrows as u32).collect() };
+    let rows: Vec<u32> =
+        if row_list { (0..nrows as u32).rev().step_by(3).collect() } else { (0..nrows as u32).collect() };
     let n = rows.len();
     let y_stride = if nrows < 4096 { n + 3 } else { n };
     let (wb, xb, rb) = (cx.up(&w)?, cx.up(&xq)?, cx.upu(&rows)?);
     let y = cx.zeros(nc * y_stride * 4)?;
     let rsel = row_list.then_some(rb);
-    let launch = |o: &GpuOps, s: &Stream| o.mmvq(s, ty, nc as u32, wb, xb, y, rsel, n as u32, k as u32, y_stride as u32);
+    let launch =
+        |o: &GpuOps, s: &Stream| o.mmvq(s, ty, nc as u32, wb, xb, y, rsel, n as u32, k as u32, y_stride as u32);
     launch(cx.ops, cx.s)?;
     let all = cx.read_f32(y, nc * y_stride)?;
     let got: Vec<f32> = (0..nc).flat_map(|c| all[c * y_stride..c * y_stride + n].to_vec()).collect();
@@ -202,7 +241,8 @@ fn mmvq_glu_one(cx: &mut Cx, ty: WType, nc: u32, nrows: usize, k: usize, timed: 
     let x = cx.rand_f32(nc as usize * k, 1.0);
     let xq = q8_1(&x)?;
     let rows: Vec<u32> = (0..nrows as u32).collect();
-    let (g, u) = (dot_reference(ty, &wg, k, &xq, nc as usize, &rows)?, dot_reference(ty, &wu, k, &xq, nc as usize, &rows)?);
+    let (g, u) =
+        (dot_reference(ty, &wg, k, &xq, nc as usize, &rows)?, dot_reference(ty, &wu, k, &xq, nc as usize, &rows)?);
     let (gb, ub, xb) = (cx.up(&wg)?, cx.up(&wu)?, cx.up(&xq)?);
     let total = nc as usize * nrows;
     let y = cx.zeros(total * 4)?;
@@ -217,7 +257,9 @@ fn mmvq_glu_one(cx: &mut Cx, ty: WType, nc: u32, nrows: usize, k: usize, timed: 
     }
     cx.set_shape(format!("2 x {nrows} x {k}, {nc} col"));
     let ideal = wg.len() + wu.len() + xq.len() + total * 4;
-    cx.bench(ideal as u64, &|o, s| o.mmvq_glu(s, ty, nc, gb, ub, xb, y, None, nrows as u32, k as u32, nrows as u32, GluAct::Silu))
+    cx.bench(ideal as u64, &|o, s| {
+        o.mmvq_glu(s, ty, nc, gb, ub, xb, y, None, nrows as u32, k as u32, nrows as u32, GluAct::Silu)
+    })
 }
 
 fn mmq(cx: &mut Cx, ty: WType, variant: MmqVariant) -> CheckResultOf<()> {
@@ -234,7 +276,15 @@ fn mmq(cx: &mut Cx, ty: WType, variant: MmqVariant) -> CheckResultOf<()> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn mmq_one(cx: &mut Cx, ty: WType, variant: MmqVariant, m: usize, n: usize, k: usize, timed: bool) -> CheckResultOf<()> {
+fn mmq_one(
+    cx: &mut Cx,
+    ty: WType,
+    variant: MmqVariant,
+    m: usize,
+    n: usize,
+    k: usize,
+    timed: bool,
+) -> CheckResultOf<()> {
     let w = cx.blocks(ty, m * k / ty.block_k() as usize);
     let x = cx.rand_f32(n * k, 1.0);
     let xq = q8_1(&x)?;
@@ -280,7 +330,8 @@ fn mmvq_moe_one(cx: &mut Cx, ty: WType, g: u32, glu: bool, big: bool, timed: boo
         (true, true) => (8, 8, 32),
     };
     let (d, ff) = if big { (2048usize, 768usize) } else { (256, 256) };
-    let (nrows, k, x_div) = if glu { (if big { ff } else { 40 }, d, k_used) } else { (if big { d } else { 48 }, ff, 1) };
+    let (nrows, k, x_div) =
+        if glu { (if big { ff } else { 40 }, d, k_used) } else { (if big { d } else { 48 }, ff, 1) };
     let mat_blocks = nrows * k / ty.block_k() as usize;
     let mat = mat_blocks * ty.block_bytes() as usize;
     let wg = cx.blocks(ty, n_expert * mat_blocks);
@@ -302,7 +353,24 @@ fn mmvq_moe_one(cx: &mut Cx, ty: WType, g: u32, glu: bool, big: bool, timed: boo
     let ub = if glu { cx.up(&wu)? } else { 0 };
     let y = cx.zeros(n_slots * nrows * 4)?;
     let act = glu.then_some((ub, GluAct::Silu));
-    let launch = |o: &GpuOps, s: &Stream| o.mmvq_moe(s, ty, act, gb, mat as u64, n_expert as u32, xb, x_div as u32, ib, n_slots as u32, y, nrows as u32, k as u32, n_tok as u32);
+    let launch = |o: &GpuOps, s: &Stream| {
+        o.mmvq_moe(
+            s,
+            ty,
+            act,
+            gb,
+            mat as u64,
+            n_expert as u32,
+            xb,
+            x_div as u32,
+            ib,
+            n_slots as u32,
+            y,
+            nrows as u32,
+            k as u32,
+            n_tok as u32,
+        )
+    };
     launch(cx.ops, cx.s)?;
     let got = cx.read_f32(y, n_slots * nrows)?;
     let rows: Vec<u32> = (0..nrows as u32).collect();
@@ -358,7 +426,8 @@ fn get_rows_one(cx: &mut Cx, ty: RowType, big: bool, timed: bool) -> CheckResult
         (false, RowType::W(_)) => (8, 5, 512),
         (false, _) => (8, 5, 40),
     };
-    let ids: Vec<u32> = if big { (0..n_ids as u32).map(|i| (i * 97 + 3) % table_rows as u32).collect() } else { vec![3, 0, 7, 3, 1] };
+    let ids: Vec<u32> =
+        if big { (0..n_ids as u32).map(|i| (i * 97 + 3) % table_rows as u32).collect() } else { vec![3, 0, 7, 3, 1] };
     let (table, rows_f32): (Vec<u8>, Vec<f32>) = match ty {
         RowType::W(wt) => {
             let t = cx.blocks(wt, table_rows * k / wt.block_k() as usize);
@@ -379,7 +448,14 @@ fn get_rows_one(cx: &mut Cx, ty: RowType, big: bool, timed: bool) -> CheckResult
     for scale in [1.0f32, 2.5] {
         cx.ops.get_rows(cx.s, ty, tb, ib, n_ids as u32, k as u32, o, scale)?;
         let got = cx.read_f32(o, n_ids * k)?;
-        let want: Vec<f32> = ids.iter().flat_map(|&r| rows_f32[r as usize * k..(r as usize + 1) * k].iter().map(move |&v| if scale != 1.0 { v * scale } else { v })).collect();
+        let want: Vec<f32> = ids
+            .iter()
+            .flat_map(|&r| {
+                rows_f32[r as usize * k..(r as usize + 1) * k]
+                    .iter()
+                    .map(move |&v| if scale != 1.0 { v * scale } else { v })
+            })
+            .collect();
         cx.cmp_bits(&format!("{n_ids} rows of {k} x {scale}"), &got, &want);
     }
     if !timed {
@@ -420,7 +496,8 @@ fn quantize_ref_one(cx: &mut Cx, ncols: usize, k: usize, timed: bool) -> CheckRe
         let ab = at.row_bytes(k).ok_or_else(|| format!("{} rows of {k}", at.name()))?;
         let mut want = vec![0u8; ncols * ab];
         for (c, a) in want.chunks_exact_mut(ab).enumerate() {
-            quant::quantize_row(at, &x[c * k..(c + 1) * k], a).map_err(|e| format!("quantize_row {}: {e:?}", at.name()))?;
+            quant::quantize_row(at, &x[c * k..(c + 1) * k], a)
+                .map_err(|e| format!("quantize_row {}: {e:?}", at.name()))?;
         }
         let yd = cx.zeros(want.len())?;
         cx.ops.quantize_ref(cx.s, at, xd, yd, (ncols * k) as u32)?;
@@ -455,7 +532,8 @@ fn mmv_ordered_one(cx: &mut Cx, ty: GgmlType, rows: usize, ncols: usize, k: usiz
     let rb = ty.row_bytes(k).ok_or_else(|| format!("{} rows of {k}", ty.name()))?;
     let mut w = vec![0u8; rows * rb];
     for (r, dst) in w.chunks_exact_mut(rb).enumerate() {
-        quant::quantize_row(ty, &wf[r * k..(r + 1) * k], dst).map_err(|e| format!("quantize_row {}: {e:?}", ty.name()))?;
+        quant::quantize_row(ty, &wf[r * k..(r + 1) * k], dst)
+            .map_err(|e| format!("quantize_row {}: {e:?}", ty.name()))?;
     }
     let t = cpu_kernels::QTensor::new(ty, &w, rows, k).map_err(|e| format!("QTensor: {e:?}"))?;
     let mut want = vec![0f32; ncols * rows];

@@ -8,8 +8,8 @@ use super::{Check, CheckResultOf, Cx};
 use crate::abi;
 use crate::device::{DevicePtr, GpuError, Stream};
 use crate::ops::{AttnMode, GluAct, GpuOps, KvFormat};
+use cpu_executor::attention::{Shape, attend, attend_ordered};
 use cpu_executor::kv_cache::{KvCache, KvType, LayerCache};
-use cpu_executor::attention::{attend, attend_ordered, Shape};
 
 type NormLaunch = fn(&GpuOps, &Stream, DevicePtr, DevicePtr, DevicePtr, u32, u32, f32) -> Result<(), GpuError>;
 type NormRef = fn(&[f32], &[f32], f32, &mut [f32]);
@@ -31,30 +31,70 @@ pub fn checks() -> Vec<Check> {
     ] {
         v.push(Check::new(name, vec![abi::ROPE], r, move |cx| rope(cx, neox, fma, reference)));
     }
-    for (name, act, r) in [("glu_f32 silu", GluAct::Silu, "cpu_kernels::swiglu"), ("glu_f32 gelu", GluAct::GeluTanh, "cpu_kernels::geglu")] {
+    for (name, act, r) in [
+        ("glu_f32 silu", GluAct::Silu, "cpu_kernels::swiglu"),
+        ("glu_f32 gelu", GluAct::GeluTanh, "cpu_kernels::geglu"),
+    ] {
         v.push(Check::new(name, vec![abi::GLU], r, move |cx| glu(cx, act)));
     }
     v.push(Check::new(abi::ADD_ROWS, vec![abi::ADD_ROWS], "f32 adds on the host", add_rows));
     v.push(Check::new(abi::SCALE, vec![abi::SCALE], "f32 multiplies on the host", scale));
     v.push(Check::new(abi::CONVERT_F32_F16, vec![abi::CONVERT_F32_F16], "quant::f32_to_f16", |cx| convert(cx, false)));
-    v.push(Check::new(abi::CONVERT_F32_BF16, vec![abi::CONVERT_F32_BF16], "quant::f32_to_bf16", |cx| convert(cx, true)));
+    v.push(Check::new(abi::CONVERT_F32_BF16, vec![abi::CONVERT_F32_BF16], "quant::f32_to_bf16", |cx| {
+        convert(cx, true)
+    }));
     v.push(Check::new(abi::SOFTMAX, vec![abi::SOFTMAX], "cpu_kernels::softmax", softmax));
-    v.push(Check::new(abi::LOGITS_TOP, vec![abi::LOGITS_TOP], "the drafters' argmax and its softmax probability", logits_top));
-    v.push(Check::new(abi::KV_STORE_F16, vec![abi::KV_STORE_F16], "kv_cache KvLayer::write (f16)", |cx| kv_store(cx, KvFormat::F16)));
-    v.push(Check::new(abi::KV_STORE_I8, vec![abi::KV_STORE_I8], "kv_cache KvLayer::write (int8)", |cx| kv_store(cx, KvFormat::Int8)));
+    v.push(Check::new(
+        abi::LOGITS_TOP,
+        vec![abi::LOGITS_TOP],
+        "the drafters' argmax and its softmax probability",
+        logits_top,
+    ));
+    v.push(Check::new(abi::KV_STORE_F16, vec![abi::KV_STORE_F16], "kv_cache KvLayer::write (f16)", |cx| {
+        kv_store(cx, KvFormat::F16)
+    }));
+    v.push(Check::new(abi::KV_STORE_I8, vec![abi::KV_STORE_I8], "kv_cache KvLayer::write (int8)", |cx| {
+        kv_store(cx, KvFormat::Int8)
+    }));
     for &(int8, hd, name) in abi::ATTN_KERNELS {
-        v.push(Check::new(name, vec![name], "attention::attend_ordered (bitwise)", move |cx| attention(cx, AttnMode::Ordered, int8, hd as usize)));
+        v.push(Check::new(name, vec![name], "attention::attend_ordered (bitwise)", move |cx| {
+            attention(cx, AttnMode::Ordered, int8, hd as usize)
+        }));
     }
     for &(int8, hd, name) in abi::ATTN_FAST_KERNELS {
-        v.push(Check::new(name, vec![name], "attention::attend", move |cx| attention(cx, AttnMode::Fast, int8, hd as usize)));
+        v.push(Check::new(name, vec![name], "attention::attend", move |cx| {
+            attention(cx, AttnMode::Fast, int8, hd as usize)
+        }));
     }
-    v.push(Check::new(abi::MOE_ROUTER, vec![abi::MOE_ROUTER], "cpu_kernels::softmax + moe::top_k + renorm", moe_router));
-    v.push(Check::new(abi::MOE_COMBINE, vec![abi::MOE_COMBINE], "weighted adds in rank order on the host", moe_combine));
-    v.push(Check::new(abi::MOE_SLOT_MAP, vec![abi::MOE_SLOT_MAP], "table lookup and miss rows on the host", moe_slot_map));
-    v.push(Check::new(abi::MOE_SORT_SLOTS, vec![abi::MOE_SORT_SLOTS], "stable sort by expert of each block on the host", moe_sort_slots));
+    v.push(Check::new(
+        abi::MOE_ROUTER,
+        vec![abi::MOE_ROUTER],
+        "cpu_kernels::softmax + moe::top_k + renorm",
+        moe_router,
+    ));
+    v.push(Check::new(
+        abi::MOE_COMBINE,
+        vec![abi::MOE_COMBINE],
+        "weighted adds in rank order on the host",
+        moe_combine,
+    ));
+    v.push(Check::new(
+        abi::MOE_SLOT_MAP,
+        vec![abi::MOE_SLOT_MAP],
+        "table lookup and miss rows on the host",
+        moe_slot_map,
+    ));
+    v.push(Check::new(
+        abi::MOE_SORT_SLOTS,
+        vec![abi::MOE_SORT_SLOTS],
+        "stable sort by expert of each block on the host",
+        moe_sort_slots,
+    ));
     v.push(Check::new(abi::GEGLU_TABLE, vec![abi::GEGLU_TABLE], "cpu_kernels::geglu_ggml", geglu_table));
     for &(method, values, name) in abi::REDUCE_KERNELS {
-        v.push(Check::new(name, vec![name], "xor butterfly on the host (bench::butterfly)", move |cx| reduce(cx, name, method, values)));
+        v.push(Check::new(name, vec![name], "xor butterfly on the host (bench::butterfly)", move |cx| {
+            reduce(cx, name, method, values)
+        }));
     }
     v
 }
@@ -94,9 +134,15 @@ fn rope(cx: &mut Cx, neox: bool, fma: bool, reference: RopeRef) -> CheckResultOf
     let n_pos = if cx.full { 4096 } else { 300 };
     let mut timed = None;
     for (hd, rd, nh, nt) in shapes {
-        let pos: Vec<u32> = (0..nt).map(|i| if i == 0 { n_pos as u32 - 1 } else { (cx.rng.next_u64() % n_pos as u64) as u32 }).collect();
+        let pos: Vec<u32> = (0..nt)
+            .map(|i| if i == 0 { n_pos as u32 - 1 } else { (cx.rng.next_u64() % n_pos as u64) as u32 })
+            .collect();
         let x = cx.rand_f32(nt * nh * hd, 2.0);
-        let table = if fma { GpuOps::rope_table_ggml(base, fscale, rd, n_pos) } else { GpuOps::rope_table(base, fscale, rd, n_pos) };
+        let table = if fma {
+            GpuOps::rope_table_ggml(base, fscale, rd, n_pos)
+        } else {
+            GpuOps::rope_table(base, fscale, rd, n_pos)
+        };
         let mut want = x.clone();
         for (t, &p) in pos.iter().enumerate() {
             reference(&mut want[t * nh * hd..(t + 1) * nh * hd], nh, hd, rd, p as usize, base, fscale);
@@ -133,7 +179,8 @@ fn glu(cx: &mut Cx, act: GluAct) -> CheckResultOf<()> {
 
 fn add_rows(cx: &mut Cx) -> CheckResultOf<()> {
     // (n, rows, stride of b; 0 broadcasts one row)
-    let shapes: &[(usize, usize, usize)] = if cx.full { &[(64, 3, 0), (4096, 64, 4096)] } else { &[(1, 1, 1), (64, 3, 0), (100, 2, 128), (300, 4, 300)] };
+    let shapes: &[(usize, usize, usize)] =
+        if cx.full { &[(64, 3, 0), (4096, 64, 4096)] } else { &[(1, 1, 1), (64, 3, 0), (100, 2, 128), (300, 4, 300)] };
     let mut timed = (0, 0, 0, 0, 0);
     for &(n, rows, stride) in shapes {
         let x = cx.rand_f32(n * rows, 5.0);
@@ -176,7 +223,9 @@ fn convert(cx: &mut Cx, bf16: bool) -> CheckResultOf<()> {
     x.extend([0x3f80_8000u32, 0x3f81_8000, 0x3f80_1000, 0x3f80_3000, 0x7fc0_0001, 0xff80_0001].map(f32::from_bits));
     let n = x.len();
     let (xb, y) = (cx.upf(&x)?, cx.zeros(n * 2)?);
-    let launch = |o: &GpuOps, s: &Stream| if bf16 { o.convert_f32_bf16(s, xb, y, n as u32) } else { o.convert_f32_f16(s, xb, y, n as u32) };
+    let launch = |o: &GpuOps, s: &Stream| {
+        if bf16 { o.convert_f32_bf16(s, xb, y, n as u32) } else { o.convert_f32_f16(s, xb, y, n as u32) }
+    };
     launch(cx.ops, cx.s)?;
     let got = cx.read_u16(y, n)?;
     let want: Vec<u16> = x.iter().map(|&v| if bf16 { quant::f32_to_bf16(v) } else { quant::f32_to_f16(v) }).collect();
@@ -186,7 +235,8 @@ fn convert(cx: &mut Cx, bf16: bool) -> CheckResultOf<()> {
 }
 
 fn softmax(cx: &mut Cx) -> CheckResultOf<()> {
-    let shapes: &[(usize, usize)] = if cx.full { &[(37, 3), (4096, 64)] } else { &[(1, 1), (37, 3), (151, 9), (4096, 2)] };
+    let shapes: &[(usize, usize)] =
+        if cx.full { &[(37, 3), (4096, 64)] } else { &[(1, 1), (37, 3), (151, 9), (4096, 2)] };
     let mut timed = (0, 0, 0);
     for &(n, rows) in shapes {
         let mut x = cx.rand_f32(n * rows, 20.0);
@@ -212,7 +262,8 @@ fn softmax(cx: &mut Cx) -> CheckResultOf<()> {
 }
 
 fn logits_top(cx: &mut Cx) -> CheckResultOf<()> {
-    let shapes: &[(usize, usize)] = if cx.full { &[(1000, 3), (151_936, 2)] } else { &[(1, 1), (31, 2), (1000, 3), (4099, 2)] };
+    let shapes: &[(usize, usize)] =
+        if cx.full { &[(1000, 3), (151_936, 2)] } else { &[(1, 1), (31, 2), (1000, 3), (4099, 2)] };
     let mut timed = (0, 0, 0, 0);
     for &(n, rows) in shapes {
         let mut x = cx.rand_f32(n * rows, 8.0);
@@ -225,11 +276,18 @@ fn logits_top(cx: &mut Cx) -> CheckResultOf<()> {
                 row[1] = f32::NEG_INFINITY;
             }
         }
-        let want: Vec<(u32, f32)> = x.chunks(n).map(|row| {
-            let t = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 || i == 0 { (i, v) } else { b }).0;
-            let sum: f64 = row.iter().map(|&l| ((l - row[t]) as f64).exp()).sum();
-            (t as u32, (1.0 / sum) as f32)
-        }).collect();
+        let want: Vec<(u32, f32)> = x
+            .chunks(n)
+            .map(|row| {
+                let t = row
+                    .iter()
+                    .enumerate()
+                    .fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 || i == 0 { (i, v) } else { b })
+                    .0;
+                let sum: f64 = row.iter().map(|&l| ((l - row[t]) as f64).exp()).sum();
+                (t as u32, (1.0 / sum) as f32)
+            })
+            .collect();
         let xb = cx.upf(&x)?;
         let ob = cx.upf(&vec![0f32; 2 * rows])?;
         cx.ops.logits_top(cx.s, xb, ob, n as u32, rows as u32)?;
@@ -237,7 +295,12 @@ fn logits_top(cx: &mut Cx) -> CheckResultOf<()> {
         let tokens: Vec<f32> = got.chunks(2).map(|w| w[0].to_bits() as f32).collect();
         let probs: Vec<f32> = got.chunks(2).map(|w| w[1]).collect();
         cx.cmp_bits(&format!("{rows} x {n} tokens"), &tokens, &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
-        cx.cmp_abs(&format!("{rows} x {n} probabilities"), &probs, &want.iter().map(|w| w.1).collect::<Vec<_>>(), refs::PROB_TOL);
+        cx.cmp_abs(
+            &format!("{rows} x {n} probabilities"),
+            &probs,
+            &want.iter().map(|w| w.1).collect::<Vec<_>>(),
+            refs::PROB_TOL,
+        );
         timed = (xb, ob, n, rows);
     }
     let (xb, ob, n, rows) = timed;
@@ -249,7 +312,8 @@ fn kv_store(cx: &mut Cx, fmt: KvFormat) -> CheckResultOf<()> {
     let ty = if fmt == KvFormat::F16 { KvType::F16 } else { KvType::Int8 };
     let esz = if fmt == KvFormat::F16 { 2 } else { 1 };
     // (kv heads, head_dim, tokens)
-    let shapes: &[(usize, usize, usize)] = if cx.full { &[(3, 16, 2), (8, 128, 64)] } else { &[(2, 64, 1), (1, 256, 3), (4, 128, 8), (3, 16, 2)] };
+    let shapes: &[(usize, usize, usize)] =
+        if cx.full { &[(3, 16, 2), (8, 128, 64)] } else { &[(2, 64, 1), (1, 256, 3), (4, 128, 8), (3, 16, 2)] };
     let mut timed = (0, 0, 0, 0, 0, 0, 0);
     for &(nkv, hd, nt) in shapes {
         let cap = (2 * nt).max(20);
@@ -340,10 +404,18 @@ fn attention_one(cx: &mut Cx, mode: AttnMode, int8: bool, hd: usize, case: AttnC
     let (ksp, vsp) = if int8 { (cx.up(&ks)?, cx.up(&vs)?) } else { (0, 0) };
     let ob = cx.zeros(want.len() * 4)?;
     let win = window.unwrap_or(0) as u32;
-    let launch = |o: &GpuOps, s: &Stream| o.attention(s, mode, fmt, qb, kb, ksp, vb, vsp, ob, pb, nt as u32, nh as u32, nkv as u32, hd as u32, win, kq_scale);
+    let launch = |o: &GpuOps, s: &Stream| {
+        o.attention(
+            s, mode, fmt, qb, kb, ksp, vb, vsp, ob, pb, nt as u32, nh as u32, nkv as u32, hd as u32, win, kq_scale,
+        )
+    };
     launch(cx.ops, cx.s)?;
     let got = cx.read_f32(ob, want.len())?;
-    let shape = format!("{nt} tok, {nh}/{nkv} heads, {} cells{}", last + 1, window.map_or(String::new(), |w| format!(", window {w}")));
+    let shape = format!(
+        "{nt} tok, {nh}/{nkv} heads, {} cells{}",
+        last + 1,
+        window.map_or(String::new(), |w| format!(", window {w}"))
+    );
     if mode == AttnMode::Ordered {
         cx.cmp_bits(&format!("out, {shape}"), &got, &want);
     } else {
@@ -354,13 +426,23 @@ fn attention_one(cx: &mut Cx, mode: AttnMode, int8: bool, hd: usize, case: AttnC
     }
     cx.set_shape(shape);
     let cells = window.map_or(last + 1, |w| w.min(last + 1));
-    let ideal = 2 * nt * nh * hd * 4 + 2 * cells * nkv * hd * if int8 { 1 } else { 2 } + if int8 { 2 * cells * nkv * 4 } else { 0 } + nt * 4;
+    let ideal = 2 * nt * nh * hd * 4
+        + 2 * cells * nkv * hd * if int8 { 1 } else { 2 }
+        + if int8 { 2 * cells * nkv * 4 } else { 0 }
+        + nt * 4;
     cx.bench(ideal as u64, &launch)
 }
 
 fn moe_router(cx: &mut Cx) -> CheckResultOf<()> {
     // (experts, k, tokens, renorm)
-    let mut shapes = vec![(8usize, 2usize, 1usize, true), (128, 8, 5, true), (60, 4, 3, false), (256, 8, 2, true), (4, 4, 1, true), (300, 16, 2, false)];
+    let mut shapes = vec![
+        (8usize, 2usize, 1usize, true),
+        (128, 8, 5, true),
+        (60, 4, 3, false),
+        (256, 8, 2, true),
+        (4, 4, 1, true),
+        (300, 16, 2, false),
+    ];
     if cx.full {
         shapes.push((128, 8, 64, true));
     }
@@ -380,17 +462,25 @@ fn moe_router(cx: &mut Cx) -> CheckResultOf<()> {
         cx.ops.moe_router(cx.s, lb, ib, wb, nt as u32, ne as u32, k as u32, renorm)?;
         let (ids, ws) = (cx.read_u32(ib, nt * k)?, cx.read_f32(wb, nt * k)?);
         cx.cmp_ids(&format!("ids, {nt} tok, top {k} of {ne}"), &ids, &want_ids);
-        cx.cmp_abs(&format!("weights, {nt} tok, top {k} of {ne}{}", if renorm { ", renormalised" } else { "" }), &ws, &want_w, refs::PROB_TOL);
+        cx.cmp_abs(
+            &format!("weights, {nt} tok, top {k} of {ne}{}", if renorm { ", renormalised" } else { "" }),
+            &ws,
+            &want_w,
+            refs::PROB_TOL,
+        );
         timed = (lb, ib, wb, ne, k, nt, renorm);
     }
     let (lb, ib, wb, ne, k, nt, renorm) = timed;
     cx.set_shape(format!("{nt} tok, top {k} of {ne}"));
-    cx.bench((nt * ne * 4 + nt * k * 8) as u64, &|o, s| o.moe_router(s, lb, ib, wb, nt as u32, ne as u32, k as u32, renorm))
+    cx.bench((nt * ne * 4 + nt * k * 8) as u64, &|o, s| {
+        o.moe_router(s, lb, ib, wb, nt as u32, ne as u32, k as u32, renorm)
+    })
 }
 
 fn moe_combine(cx: &mut Cx) -> CheckResultOf<()> {
     // (d, tokens, k, expert output rows)
-    let shapes: &[(usize, usize, usize, usize)] = if cx.full { &[(1, 3, 1, 3), (4096, 8, 8, 64)] } else { &[(64, 1, 2, 4), (300, 5, 8, 40), (1, 3, 1, 3)] };
+    let shapes: &[(usize, usize, usize, usize)] =
+        if cx.full { &[(1, 3, 1, 3), (4096, 8, 8, 64)] } else { &[(64, 1, 2, 4), (300, 5, 8, 40), (1, 3, 1, 3)] };
     let mut timed = (0, 0, 0, 0, 0, 0, 0);
     for &(d, nt, k, ny) in shapes {
         let y = cx.rand_f32(ny * d, 2.0);
@@ -413,7 +503,9 @@ fn moe_combine(cx: &mut Cx) -> CheckResultOf<()> {
     }
     let (yb, mb, wb, ob, d, nt, k) = timed;
     cx.set_shape(format!("{nt} tok x {k} experts x {d}"));
-    cx.bench((nt * k * d * 4 + nt * d * 4 + nt * k * 8) as u64, &|o, s| o.moe_combine(s, yb, mb, wb, ob, d as u32, nt as u32, k as u32))
+    cx.bench((nt * k * d * 4 + nt * d * 4 + nt * k * 8) as u64, &|o, s| {
+        o.moe_combine(s, yb, mb, wb, ob, d as u32, nt as u32, k as u32)
+    })
 }
 
 fn moe_slot_map(cx: &mut Cx) -> CheckResultOf<()> {
@@ -433,7 +525,11 @@ fn moe_slot_map(cx: &mut Cx) -> CheckResultOf<()> {
         }
         let base = 1000;
         let want_slots: Vec<u32> = ids.iter().map(|&e| table[e as usize]).collect();
-        let want_map: Vec<u32> = want_slots.iter().enumerate().map(|(j, &s)| if s == abi::MOE_SLOT_MISS { base + j as u32 } else { j as u32 }).collect();
+        let want_map: Vec<u32> = want_slots
+            .iter()
+            .enumerate()
+            .map(|(j, &s)| if s == abi::MOE_SLOT_MISS { base + j as u32 } else { j as u32 })
+            .collect();
         let (ib, tb, sb, mb) = (cx.upu(&ids)?, cx.upu(&table)?, cx.zeros(ns * 4)?, cx.zeros(ns * 4)?);
         cx.ops.moe_slot_map(cx.s, ib, tb, sb, mb, ns as u32, ne as u32, base)?;
         let (got_slots, got_map) = (cx.read_u32(sb, ns)?, cx.read_u32(mb, ns)?);

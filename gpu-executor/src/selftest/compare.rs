@@ -75,7 +75,15 @@ impl Comparison {
         if self.tolerance > 0.0 { self.max_error / self.tolerance } else { 0.0 }
     }
     fn new(what: &str, metric: Metric, tolerance: f64) -> Comparison {
-        Comparison { what: what.to_string(), metric, max_error: 0.0, tolerance, mismatches: 0, elements: 0, first_failure: None }
+        Comparison {
+            what: what.to_string(),
+            metric,
+            max_error: 0.0,
+            tolerance,
+            mismatches: 0,
+            elements: 0,
+            first_failure: None,
+        }
     }
     fn length(mut self, got: usize, want: usize) -> Option<Comparison> {
         if got == want {
@@ -176,7 +184,14 @@ pub fn rel_scaled(what: &str, metric: Metric, got: &[f32], want: &[f64], scale: 
     scaled(what, metric, got, want.iter().zip(scale).map(|(&w, &s)| (w, s + 1e-30)), want.len(), tol)
 }
 
-fn scaled(what: &str, metric: Metric, got: &[f32], want: impl Iterator<Item = (f64, f64)>, n: usize, tol: f64) -> Comparison {
+fn scaled(
+    what: &str,
+    metric: Metric,
+    got: &[f32],
+    want: impl Iterator<Item = (f64, f64)>,
+    n: usize,
+    tol: f64,
+) -> Comparison {
     let mut c = Comparison::new(what, metric, tol);
     if let Some(c) = c.clone().length(got.len(), n) {
         return c;
@@ -184,8 +199,16 @@ fn scaled(what: &str, metric: Metric, got: &[f32], want: impl Iterator<Item = (f
     for (i, (&g, (w, s))) in got.iter().zip(want).enumerate() {
         let g = g as f64;
         // A non-finite result where the reference is finite (or the other way) always fails.
-        let err = if g.is_finite() && w.is_finite() { diff(g, w) / s } else if g.to_bits() == w.to_bits() { 0.0 } else { f64::INFINITY };
-        c.note(i, err, err.is_nan() || err > tol, || format!("gpu {g:e}, cpu {w:e} (error {err:.3e}, tolerance {tol:.1e})"));
+        let err = if g.is_finite() && w.is_finite() {
+            diff(g, w) / s
+        } else if g.to_bits() == w.to_bits() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+        c.note(i, err, err.is_nan() || err > tol, || {
+            format!("gpu {g:e}, cpu {w:e} (error {err:.3e}, tolerance {tol:.1e})")
+        });
     }
     c
 }

@@ -2,8 +2,8 @@
 //! the kernels launched, so a selftest check's claim "this validates kernel X" is checked
 //! against what actually ran.
 use crate::device::{
-    DeviceInfo, DevicePtr, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec, LaunchConfig, LaunchStats, LtAlgo, Module,
-    Result, Stream, WaitCond,
+    DeviceInfo, DevicePtr, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec, LaunchConfig,
+    LaunchStats, LtAlgo, Module, Result, Stream, WaitCond,
 };
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -77,10 +77,24 @@ impl GpuApi for Recorder {
     fn memset(&self, dst: DevicePtr, byte: u8, bytes: usize) -> Result<()> {
         self.inner.memset(dst, byte, bytes)
     }
-    fn memcpy_htod_async(&self, stream: &Stream, dst: DevicePtr, src: &HostBuf, offset: usize, bytes: usize) -> Result<()> {
+    fn memcpy_htod_async(
+        &self,
+        stream: &Stream,
+        dst: DevicePtr,
+        src: &HostBuf,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
         self.inner.memcpy_htod_async(stream, dst, src, offset, bytes)
     }
-    fn memcpy_dtoh_async(&self, stream: &Stream, dst: &HostBuf, offset: usize, src: DevicePtr, bytes: usize) -> Result<()> {
+    fn memcpy_dtoh_async(
+        &self,
+        stream: &Stream,
+        dst: &HostBuf,
+        offset: usize,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<()> {
         self.inner.memcpy_dtoh_async(stream, dst, offset, src, bytes)
     }
     fn memcpy_dtod_async(&self, stream: &Stream, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()> {
@@ -150,7 +164,14 @@ impl GpuApi for Recorder {
     fn gemm_lt_candidates(&self, g: &Gemm, max: usize) -> Result<Vec<LtAlgo>> {
         self.inner.gemm_lt_candidates(g, max)
     }
-    fn gemm_lt(&self, stream: &Stream, g: &Gemm, algo: &LtAlgo, workspace: DevicePtr, workspace_bytes: usize) -> Result<()> {
+    fn gemm_lt(
+        &self,
+        stream: &Stream,
+        g: &Gemm,
+        algo: &LtAlgo,
+        workspace: DevicePtr,
+        workspace_bytes: usize,
+    ) -> Result<()> {
         self.inner.gemm_lt(stream, g, algo, workspace, workspace_bytes)
     }
     fn event_create_timing(&self) -> Result<Event> {

@@ -67,7 +67,8 @@ pub fn dequant_q8_1_columns(xq: &[u8], k: usize, ncols: usize) -> Result<Vec<f32
     let cb = k / 32 * 36;
     let mut a = vec![0f32; ncols * k];
     for c in 0..ncols {
-        quant::dequantize_row(GgmlType::Q8_1, &xq[c * cb..(c + 1) * cb], &mut a[c * k..(c + 1) * k]).map_err(|e| format!("dequantize Q8_1: {e:?}"))?;
+        quant::dequantize_row(GgmlType::Q8_1, &xq[c * cb..(c + 1) * cb], &mut a[c * k..(c + 1) * k])
+            .map_err(|e| format!("dequantize Q8_1: {e:?}"))?;
     }
     Ok(a)
 }
@@ -92,14 +93,17 @@ fn q4k_mins(row: &[u8]) -> Result<Vec<f32>, String> {
 pub fn dot_reference(ty: WType, w: &[u8], k: usize, xq: &[u8], ncols: usize, rows: &[u32]) -> Result<DotRef, String> {
     let a = dequant_q8_1_columns(xq, k, ncols)?;
     // Q8_1 block sums `s` (f16 at bytes 2..4 of each 36-byte block), for Q4_K's min term.
-    let sums: Vec<f64> = xq.chunks_exact(36).map(|b| quant::f16_to_f32(u16::from_le_bytes([b[2], b[3]])).abs() as f64).collect();
+    let sums: Vec<f64> =
+        xq.chunks_exact(36).map(|b| quant::f16_to_f32(u16::from_le_bytes([b[2], b[3]])).abs() as f64).collect();
     let row_bytes = k / ty.block_k() as usize * ty.block_bytes() as usize;
     // Per row: (dot, magnitude, min term) for every column.
     type RowDots = Result<Vec<(f64, f64, f64)>, String>;
     let per_row: Vec<RowDots> = rows
         .par_iter()
         .map(|&r| {
-            let src = w.get(r as usize * row_bytes..(r as usize + 1) * row_bytes).ok_or_else(|| format!("row {r} outside the weights"))?;
+            let src = w
+                .get(r as usize * row_bytes..(r as usize + 1) * row_bytes)
+                .ok_or_else(|| format!("row {r} outside the weights"))?;
             let mut wr = vec![0f32; k];
             quant::dequantize_row(ggml(ty), src, &mut wr).map_err(|e| format!("dequantize {ty:?}: {e:?}"))?;
             let mins = if ty == WType::Q4K { q4k_mins(src)? } else { Vec::new() };
@@ -109,7 +113,11 @@ pub fn dot_reference(ty: WType, w: &[u8], k: usize, xq: &[u8], ncols: usize, row
                         let t = p as f64 * q as f64;
                         (d + t, m + t.abs())
                     });
-                    let t = mins.iter().zip(&sums[c * k / 32..(c + 1) * k / 32]).map(|(&mj, &sj)| mj as f64 * sj).sum::<f64>();
+                    let t = mins
+                        .iter()
+                        .zip(&sums[c * k / 32..(c + 1) * k / 32])
+                        .map(|(&mj, &sj)| mj as f64 * sj)
+                        .sum::<f64>();
                     (d, m, t)
                 })
                 .collect())
@@ -157,7 +165,13 @@ pub fn q8_0_scalar_order(w: &[u8], xq: &[u8], m: usize, n: usize, k: usize) -> V
 pub fn glu_reference(gelu: bool, gate: &DotRef, up: &DotRef) -> (Vec<f64>, Vec<f64>) {
     let (g, u) = (&gate.dot, &up.dot);
     let (gb, ub) = (gate.bound(), up.bound());
-    let act = |x: f64| if gelu { 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()) } else { x / (1.0 + (-x).exp()) };
+    let act = |x: f64| {
+        if gelu {
+            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        } else {
+            x / (1.0 + (-x).exp())
+        }
+    };
     let mut val = Vec::with_capacity(g.len());
     let mut bound = Vec::with_capacity(g.len());
     for i in 0..g.len() {
@@ -197,7 +211,9 @@ pub fn raw_kv_bytes(r: cpu_executor::kv_cache::RawRows) -> (Vec<u8>, Vec<u8>) {
     use cpu_executor::kv_cache::RawRows;
     match r {
         RawRows::F16(v) => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), Vec::new()),
-        RawRows::Int8 { q, scale } => (q.iter().map(|&x| x as u8).collect(), scale.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        RawRows::Int8 { q, scale } => {
+            (q.iter().map(|&x| x as u8).collect(), scale.iter().flat_map(|x| x.to_le_bytes()).collect())
+        }
         RawRows::F32(v) => (v.iter().flat_map(|x| x.to_le_bytes()).collect(), Vec::new()),
     }
 }

@@ -1,8 +1,8 @@
 //! The selftest report: the device, every check, a per-kernel summary, the table printed to
 //! stdout and the JSON written to `--report`; and the peak bandwidth a card is compared with.
 use super::{CheckResult, Comparison, Shapes};
-use crate::device::{arch_base, Device, DeviceInfo};
-use serde_json::{json, Value};
+use crate::device::{Device, DeviceInfo, arch_base};
+use serde_json::{Value, json};
 use std::fmt::Write;
 
 /// Bump when the JSON layout changes.
@@ -20,14 +20,14 @@ pub struct PeakBandwidth {
 /// width x memory data rate from AMD's specifications (e.g. RX 7900 XTX: 384 bit x 20 Gbps =
 /// 960 GB/s). A name not in the table has no peak (shares are null; `STRATA_PEAK_GBS` sets one).
 const CARDS: &[(&str, f64)] = &[
-    ("7900 XTX", 960.0),  // gfx1100, 384-bit GDDR6 20 Gbps
-    ("7900 XT", 800.0),   // gfx1100, 320-bit 20 Gbps
-    ("7900 GRE", 576.0),  // gfx1100, 256-bit 18 Gbps
-    ("W7900", 864.0),     // gfx1100, 384-bit 18 Gbps
-    ("W7800", 576.0),     // gfx1100, 256-bit 18 Gbps
-    ("7800 XT", 624.0),   // gfx1101, 256-bit 19.5 Gbps
-    ("7700 XT", 432.0),   // gfx1101, 192-bit 18 Gbps
-    ("7600", 288.0),      // gfx1102 (7600, 7600 XT), 128-bit 18 Gbps
+    ("7900 XTX", 960.0), // gfx1100, 384-bit GDDR6 20 Gbps
+    ("7900 XT", 800.0),  // gfx1100, 320-bit 20 Gbps
+    ("7900 GRE", 576.0), // gfx1100, 256-bit 18 Gbps
+    ("W7900", 864.0),    // gfx1100, 384-bit 18 Gbps
+    ("W7800", 576.0),    // gfx1100, 256-bit 18 Gbps
+    ("7800 XT", 624.0),  // gfx1101, 256-bit 19.5 Gbps
+    ("7700 XT", 432.0),  // gfx1101, 192-bit 18 Gbps
+    ("7600", 288.0),     // gfx1102 (7600, 7600 XT), 128-bit 18 Gbps
 ];
 
 /// The peak bandwidth of the device by its name (gfx11 cards only); `None` for the software
@@ -42,7 +42,8 @@ pub fn peak_bandwidth(info: &DeviceInfo) -> Option<PeakBandwidth> {
     CARDS.iter().find_map(|&(card, gbs)| {
         let at = name.find(card)?;
         let next = name[at + card.len()..].chars().next();
-        (!next.is_some_and(|c| c.is_ascii_alphanumeric())).then(|| PeakBandwidth { gbs, source: format!("{card} ({} GB/s, AMD specification)", gbs) })
+        (!next.is_some_and(|c| c.is_ascii_alphanumeric()))
+            .then(|| PeakBandwidth { gbs, source: format!("{card} ({} GB/s, AMD specification)", gbs) })
     })
 }
 
@@ -98,7 +99,10 @@ fn comparison_json(c: &Comparison) -> Value {
 
 impl Report {
     pub fn pass(&self) -> bool {
-        self.unchecked.is_empty() && !self.checks.is_empty() && self.checks.iter().all(CheckResult::pass) && self.kernels().iter().all(|k| k.pass)
+        self.unchecked.is_empty()
+            && !self.checks.is_empty()
+            && self.checks.iter().all(CheckResult::pass)
+            && self.kernels().iter().all(|k| k.pass)
     }
 
     fn share(&self, gbs: Option<f64>) -> Option<f64> {
@@ -115,7 +119,8 @@ impl Report {
                 if runs.is_empty() && self.filtered {
                     return None;
                 }
-                let worst = runs.iter().filter_map(|c| c.worst()).max_by(|a, b| a.severity().total_cmp(&b.severity())).cloned();
+                let worst =
+                    runs.iter().filter_map(|c| c.worst()).max_by(|a, b| a.severity().total_cmp(&b.severity())).cloned();
                 let timed = runs.iter().find_map(|c| c.timing.as_ref());
                 Some(KernelSummary {
                     name: k.clone(),
@@ -135,7 +140,12 @@ impl Report {
         let failed: Vec<&str> = self.checks.iter().filter(|c| !c.pass()).map(|c| c.name.as_str()).collect();
         let mut s = format!("{} of {} checks failed", failed.len(), self.checks.len());
         if !failed.is_empty() {
-            let _ = write!(s, " ({}{})", failed.iter().take(10).copied().collect::<Vec<_>>().join(", "), if failed.len() > 10 { ", ..." } else { "" });
+            let _ = write!(
+                s,
+                " ({}{})",
+                failed.iter().take(10).copied().collect::<Vec<_>>().join(", "),
+                if failed.len() > 10 { ", ..." } else { "" }
+            );
         }
         if !self.unchecked.is_empty() {
             let _ = write!(s, "; kernels of the code object without a check: {}", self.unchecked.join(", "));
@@ -264,7 +274,10 @@ impl Report {
 
 /// Column titles of [`table_row`].
 pub fn table_header() -> String {
-    format!("{:<34} {:<4} {:>10} {:>9} {:>10} {:>8} {:>6}  {}", "check", "", "max error", "tolerance", "time us", "GB/s", "peak", "shape")
+    format!(
+        "{:<34} {:<4} {:>10} {:>9} {:>10} {:>8} {:>6}  {}",
+        "check", "", "max error", "tolerance", "time us", "GB/s", "peak", "shape"
+    )
 }
 
 /// One line per check: status, worst error and its tolerance, time, GB/s and share of `peak`.
@@ -281,12 +294,24 @@ pub fn table_row(r: &CheckResult, peak: Option<&PeakBandwidth>) -> String {
     let time = t.and_then(|t| t.time_us).map_or("-".into(), |v| format!("{v:.2}"));
     let gbs = t.and_then(|t| t.gbs());
     let share = gbs.zip(peak).map_or("-".into(), |(g, p)| format!("{:.0}%", 100.0 * g / p.gbs));
-    let mut line = format!("{:<34} {status:<4} {err:>10} {tol:>9} {time:>10} {:>8} {share:>6}  {}", r.name, gbs.map_or("-".into(), |g| format!("{g:.1}")), r.shape);
+    let mut line = format!(
+        "{:<34} {status:<4} {err:>10} {tol:>9} {time:>10} {:>8} {share:>6}  {}",
+        r.name,
+        gbs.map_or("-".into(), |g| format!("{g:.1}")),
+        r.shape
+    );
     if let Some(e) = &r.error {
         let _ = write!(line, "\n    error: {e}");
     }
     for c in r.comparisons.iter().filter(|c| !c.pass()) {
-        let _ = write!(line, "\n    {}: {} ({}, tolerance {:e})", c.what, c.first_failure.as_deref().unwrap_or("mismatch"), c.metric.name(), c.tolerance);
+        let _ = write!(
+            line,
+            "\n    {}: {} ({}, tolerance {:e})",
+            c.what,
+            c.first_failure.as_deref().unwrap_or("mismatch"),
+            c.metric.name(),
+            c.tolerance
+        );
     }
     line
 }

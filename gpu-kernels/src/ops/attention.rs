@@ -12,7 +12,7 @@
 //!    int8: `(p_j * v_scale_j) * q`).
 use super::unroll;
 use crate::abi::{attn_kernels, attn_lds_bytes};
-use crate::arch::{barrier, group_id, group_sum_f32, lane_id, wave_max_f32, Lds};
+use crate::arch::{Lds, barrier, group_id, group_sum_f32, lane_id, wave_max_f32};
 use crate::mem::{f32_to_f16, ld_u32x2, ld_u32x4};
 use quant::f16_to_f32;
 use quant::fmath::expf;
@@ -185,8 +185,10 @@ attn_kernels!(define_attn);
 // permlanex16 per register). The waves' (max, sum, O) are combined in LDS in wave order.
 // Numerics: f16 query / probabilities (as ggml's f16 path), f32 accumulation, hardware exp2:
 // tolerance-checked against the CPU, not bit-identical.
-use crate::abi::{attn_fast_kernels, attn_fast_lds_bytes, ATTN_FAST_BLOCK, ATTN_FAST_WAVES};
-use crate::arch::{other_half_f32, other_half_u32, read_lane_f32, thread_id, wave_id, wave_max_u32, wave_min_u32, wmma_f32_f16};
+use crate::abi::{ATTN_FAST_BLOCK, ATTN_FAST_WAVES, attn_fast_kernels, attn_fast_lds_bytes};
+use crate::arch::{
+    other_half_f32, other_half_u32, read_lane_f32, thread_id, wave_id, wave_max_u32, wave_min_u32, wmma_f32_f16,
+};
 
 #[inline(always)]
 fn exp2(x: f32) -> f32 {
@@ -329,11 +331,7 @@ unsafe fn attn_fast<const HD: usize, const I8: bool>(
             unroll::<8>(|vi| {
                 let pv = if s[vi] == f32::NEG_INFINITY { 0.0 } else { exp2((s[vi] - m_new) * LOG2E) };
                 psum += pv;
-                let pv = if I8 {
-                    pv * pick(vsl, vi)
-                } else {
-                    pv
-                };
+                let pv = if I8 { pv * pick(vsl, vi) } else { pv };
                 pw[vi] = pv;
             });
             let psum = psum + other_half_f32(psum);
@@ -356,7 +354,8 @@ unsafe fn attn_fast<const HD: usize, const I8: bool>(
                 let d = (16 * dt) as u32 + row;
                 // Half h gathers cells 8h .. 8h + 8 (words 4h .. 4h + 4), then the halves swap.
                 let mine: [u32; 4] = core::array::from_fn(|i| {
-                    let (c0, c1) = if half == 0 { (vrow[2 * i], vrow[2 * i + 1]) } else { (vrow[2 * i + 8], vrow[2 * i + 9]) };
+                    let (c0, c1) =
+                        if half == 0 { (vrow[2 * i], vrow[2 * i + 1]) } else { (vrow[2 * i + 8], vrow[2 * i + 9]) };
                     let (c0, c1) = (c0 + d, c1 + d);
                     if I8 {
                         let x0 = *v.add(c0 as usize) as i8 as f16;

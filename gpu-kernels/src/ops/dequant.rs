@@ -2,8 +2,8 @@
 //! expressions mirror `quant`'s `dequantize_ref` operation by operation (same products in the
 //! same order, no FMA contraction), so f32 results are bit-identical and f16 results are the
 //! RNE conversion of them.
-use crate::abi::{dequant_kernels, get_rows_kernels, DequantArgs, WType, WG_SIZE};
-use crate::arch::{barrier, group_id, thread_id, Lds};
+use crate::abi::{DequantArgs, WG_SIZE, WType, dequant_kernels, get_rows_kernels};
+use crate::arch::{Lds, barrier, group_id, thread_id};
 use crate::mem::{f32_to_f16, ld_u16, ld_u32, ld_u32x4, st_f32x4_aligned, st_u32x2};
 use quant::f16_to_f32;
 use quant::iq3_xxs::{IQ3XXS_GRID, ksigns};
@@ -141,7 +141,9 @@ unsafe fn q6_k<S: Sink>(b: *const u8, o: &mut S) {
             };
             let l = 4 * i;
             let is = l / 16;
-            for (t, (src, shift_lo, shift_hi)) in [(ql0, 0, 0), (ql1, 0, 2), (ql0, 4, 4), (ql1, 4, 6)].into_iter().enumerate() {
+            for (t, (src, shift_lo, shift_hi)) in
+                [(ql0, 0, 0), (ql1, 0, 2), (ql0, 4, 4), (ql1, 4, 6)].into_iter().enumerate()
+            {
                 let s = d * sc(8 * n + is + 2 * t as u32);
                 let v = [0, 1, 2, 3].map(|j| {
                     let q = ((byte(src, j) >> shift_lo) & 0xf) | ((byte(qh, j) >> shift_hi) & 3) << 4;
@@ -166,7 +168,11 @@ unsafe fn iq3_xxs<S: Sink>(b: *const u8, o: &mut S) {
     for ib in 0..8u32 {
         // SAFETY: caller contract: grid indices at 2 + 8ib, scales/signs at 66 + 4ib.
         let (qa, qb, aux) = unsafe {
-            (ld_u32(b.add((2 + 8 * ib) as usize)), ld_u32(b.add((6 + 8 * ib) as usize)), ld_u32(b.add((66 + 4 * ib) as usize)))
+            (
+                ld_u32(b.add((2 + 8 * ib) as usize)),
+                ld_u32(b.add((6 + 8 * ib) as usize)),
+                ld_u32(b.add((66 + 4 * ib) as usize)),
+            )
         };
         let db = d * (0.5 + (aux >> 28) as f32) * 0.5;
         for l in 0..4u32 {
@@ -290,7 +296,15 @@ get_rows_kernels!(define_get_rows);
 
 /// get_rows for an f32 table, one work-item per element.
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn get_rows_f32(table: *const f32, ids: *const u32, out: *mut f32, n_ids: u32, k: u32, scale: f32, _pad: u32) {
+pub extern "gpu-kernel" fn get_rows_f32(
+    table: *const f32,
+    ids: *const u32,
+    out: *mut f32,
+    n_ids: u32,
+    k: u32,
+    scale: f32,
+    _pad: u32,
+) {
     let g = group_id() * WG_SIZE + thread_id();
     if k == 0 || g >= n_ids * k {
         return;
@@ -305,7 +319,15 @@ pub extern "gpu-kernel" fn get_rows_f32(table: *const f32, ids: *const u32, out:
 
 /// get_rows for an f16 table, one work-item per element.
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn get_rows_f16(table: *const u16, ids: *const u32, out: *mut f32, n_ids: u32, k: u32, scale: f32, _pad: u32) {
+pub extern "gpu-kernel" fn get_rows_f16(
+    table: *const u16,
+    ids: *const u32,
+    out: *mut f32,
+    n_ids: u32,
+    k: u32,
+    scale: f32,
+    _pad: u32,
+) {
     let g = group_id() * WG_SIZE + thread_id();
     if k == 0 || g >= n_ids * k {
         return;

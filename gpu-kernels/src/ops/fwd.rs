@@ -7,8 +7,10 @@
 //! where a wave owns a row). Row kernels use one wave per row and no LDS.
 use super::unroll;
 use crate::abi::{MOE_MAX_EXPERTS, MOE_MAX_K, ROPE_HEADS, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{barrier, fma, group_id, Lds, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
-    wave_id, wave_max_f32, wave_max_u32, wave_min_u32};
+use crate::arch::{
+    Lds, barrier, fma, group_id, group_sum_f32, lane_id, read_lane, read_lane_f32, read_lane_f64, roundf, thread_id,
+    wave_id, wave_max_f32, wave_max_u32, wave_min_u32,
+};
 use crate::mem::f32_to_f16;
 use quant::fmath::{expf, gelu_tanh, sigmoid, silu};
 use quant::util::sqrtf;
@@ -33,7 +35,15 @@ fn wave_row() -> u32 {
 /// `scale = 1 / sqrtf((sum / n) as f32 + eps)` (correctly rounded sqrt and division) and
 /// `y = (x * scale) * w`: bit-identical to the CPU. `y` may equal `x`.
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn rms_norm_f32(x: *const f32, w: *const f32, y: *mut f32, n: u32, n_rows: u32, eps: f32, ggml: u32) {
+pub extern "gpu-kernel" fn rms_norm_f32(
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    n: u32,
+    n_rows: u32,
+    eps: f32,
+    ggml: u32,
+) {
     let row = wave_row();
     if row >= n_rows || n == 0 {
         return;
@@ -81,7 +91,6 @@ pub extern "gpu-kernel" fn rms_norm_f32(x: *const f32, w: *const f32, y: *mut f3
     }
 }
 
-
 /// One work-item per (token, group of `ROPE_HEADS` heads, pair). NEOX pairs (i, i + rd/2),
 /// normal pairs (2i, 2i+1); `a*c - b*s`, `a*s + b*c` (cpu_kernels::rope_neox / rope_norm) or
 /// with `fma` `fma(a, c, -(b*s))`, `fma(a, s, b*c)` (rope_neox_ggml). Angles from the host table.
@@ -119,7 +128,8 @@ pub extern "gpu-kernel" fn rope_f32(
         while h < h1 {
             let base = x.add(((t * n_heads + h) * head_dim) as usize);
             let (a, b) = (*base.add(ia as usize), *base.add(ib as usize));
-            let (na, nb) = if use_fma != 0 { (fma(a, c, -(b * s)), fma(a, s, b * c)) } else { (a * c - b * s, a * s + b * c) };
+            let (na, nb) =
+                if use_fma != 0 { (fma(a, c, -(b * s)), fma(a, s, b * c)) } else { (a * c - b * s, a * s + b * c) };
             *base.add(ia as usize) = na;
             *base.add(ib as usize) = nb;
             h += 1;
@@ -463,7 +473,16 @@ pub extern "gpu-kernel" fn moe_shared_add_f32(out: *mut f32, sh: *const f32, gat
 /// The expert cache's view of a routing choice (abi::MoeSlotMapArgs): each slot's cache slot
 /// (or `MOE_SLOT_MISS`) and the row `moe_combine` reads it from. One item per slot.
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn moe_slot_map(ids: *const u32, table: *const u32, slots: *mut u32, map: *mut u32, n_slots: u32, n_expert: u32, miss_base: u32, _pad: u32) {
+pub extern "gpu-kernel" fn moe_slot_map(
+    ids: *const u32,
+    table: *const u32,
+    slots: *mut u32,
+    map: *mut u32,
+    n_slots: u32,
+    n_expert: u32,
+    miss_base: u32,
+    _pad: u32,
+) {
     let j = gid();
     if j >= n_slots {
         return;
@@ -485,7 +504,16 @@ pub extern "gpu-kernel" fn moe_slot_map(ids: *const u32, table: *const u32, slot
 /// the workgroup stages its block's ids in LDS (a block is whole workgroups), then item `j`
 /// counts the slots of the block that sort before it, `(id, index)` ascending.
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn moe_sort_slots(ids: *const u32, sorted: *mut u32, cols: *mut u32, map: *mut u32, n_slots: u32, k: u32, _p0: u32, _p1: u32) {
+pub extern "gpu-kernel" fn moe_sort_slots(
+    ids: *const u32,
+    sorted: *mut u32,
+    cols: *mut u32,
+    map: *mut u32,
+    n_slots: u32,
+    k: u32,
+    _p0: u32,
+    _p1: u32,
+) {
     const BLOCK: u32 = crate::abi::MOE_SORT_BLOCK;
     const _: () = assert!(BLOCK.is_multiple_of(WG_SIZE));
     if k == 0 {

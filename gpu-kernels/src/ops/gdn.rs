@@ -6,10 +6,13 @@
 //! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu_ops_gdn.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{Q8_1_BYTES, GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_CHUNK_MAX_HEAD_DIM, GDN_CHUNK_PASS, GDN_DELTA_BLOCK, WAVES_PER_WG, WG_SIZE};
 use super::quantize::quantize_wave_q8_1;
 use super::unroll;
-use crate::arch::{barrier, fp_fence, group_id, lane_id, read_lane_f64, thread_id, wave_id, Lds};
+use crate::abi::{
+    GDN_CHUNK_BLOCK, GDN_CHUNK_MAX, GDN_CHUNK_MAX_HEAD_DIM, GDN_CHUNK_PASS, GDN_DELTA_BLOCK, Q8_1_BYTES, WAVES_PER_WG,
+    WG_SIZE,
+};
+use crate::arch::{Lds, barrier, fp_fence, group_id, lane_id, read_lane_f64, thread_id, wave_id};
 use quant::fmath::{expf, sigmoid, silu, softplus};
 use quant::util::sqrtf;
 
@@ -264,7 +267,16 @@ pub extern "gpu-kernel" fn gdn_delta_rule_s128_f32(
 /// One wave per row of `n` (a value head of a token): `o ← rms(o) · w · σ(z)`, the RMS norm
 /// in the CPU's order (one f64 chain of f32-rounded squares, `(x · scale) · w`).
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn gdn_gated_norm_f32(o: *mut f32, z: *const f32, w: *const f32, q: *mut u8, n_rows: u32, n: u32, eps: f32, _pad: u32) {
+pub extern "gpu-kernel" fn gdn_gated_norm_f32(
+    o: *mut f32,
+    z: *const f32,
+    w: *const f32,
+    q: *mut u8,
+    n_rows: u32,
+    n: u32,
+    eps: f32,
+    _pad: u32,
+) {
     let row = group_id() * WAVES_PER_WG + wave_id();
     if row >= n_rows || n == 0 {
         return;

@@ -19,7 +19,16 @@ fn gid() -> u32 {
 /// `rms_norm_f32`'s ggml order (one f64 chain of f32-rounded squares, `(x · scale) · γ`); with
 /// `q`, also its Q8_1 blocks (each pass of the wave holds one block of 32 values).
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn gr_stream_norm_f32(r: *const f32, gamma: *const f32, flat: *mut f32, q: *mut u8, n_rows: u32, e: u32, hc: u32, eps: f32) {
+pub extern "gpu-kernel" fn gr_stream_norm_f32(
+    r: *const f32,
+    gamma: *const f32,
+    flat: *mut f32,
+    q: *mut u8,
+    n_rows: u32,
+    e: u32,
+    hc: u32,
+    eps: f32,
+) {
     let row = group_id() * WAVES_PER_WG + wave_id();
     if row >= n_rows || e == 0 || hc == 0 {
         return;
@@ -58,7 +67,16 @@ pub extern "gpu-kernel" fn gr_stream_norm_f32(r: *const f32, gamma: *const f32, 
 /// `q`, also its Q8_1 blocks (a wave's 32 items are one block: `n` and the rows' width are
 /// multiples of 32, checked by the host).
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn gr_lowrank_act_f32(lo: *mut f32, _b: u64, _c: u64, q: *mut u8, n: u32, _e: u32, hc: u32, _pad: u32) {
+pub extern "gpu-kernel" fn gr_lowrank_act_f32(
+    lo: *mut f32,
+    _b: u64,
+    _c: u64,
+    q: *mut u8,
+    n: u32,
+    _e: u32,
+    hc: u32,
+    _pad: u32,
+) {
     let i = gid();
     if !q.is_null() && !n.is_multiple_of(32) {
         core::intrinsics::abort(); // the host never launches this (GpuOps::gr_lowrank_act checks)
@@ -82,7 +100,16 @@ pub extern "gpu-kernel" fn gr_lowrank_act_f32(lo: *mut f32, _b: u64, _c: u64, q:
 /// `x[t][i] = (Σ_c flat[t][c][i] · σ(gate[t][c][i])) / hc`, streams summed in order; one item
 /// per (token, i).
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn gr_gate_mix_f32(flat: *const f32, gate: *const f32, x: *mut f32, _q: u64, n_tokens: u32, e: u32, hc: u32, _pad: u32) {
+pub extern "gpu-kernel" fn gr_gate_mix_f32(
+    flat: *const f32,
+    gate: *const f32,
+    x: *mut f32,
+    _q: u64,
+    n_tokens: u32,
+    e: u32,
+    hc: u32,
+    _pad: u32,
+) {
     let g = gid();
     if g >= n_tokens * e {
         return;
@@ -103,7 +130,16 @@ pub extern "gpu-kernel" fn gr_gate_mix_f32(flat: *const f32, gate: *const f32, x
 
 /// `r[t][c][i] += 2 σ(inj[t][c] / hc) · y[t][i]`, one item per residual value.
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn gr_combine_f32(r: *mut f32, y: *const f32, inj: *const f32, _q: u64, n_tokens: u32, e: u32, hc: u32, _pad: u32) {
+pub extern "gpu-kernel" fn gr_combine_f32(
+    r: *mut f32,
+    y: *const f32,
+    inj: *const f32,
+    _q: u64,
+    n_tokens: u32,
+    e: u32,
+    hc: u32,
+    _pad: u32,
+) {
     let g = gid();
     if e == 0 || g >= n_tokens * hc * e {
         return;

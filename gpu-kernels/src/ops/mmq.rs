@@ -18,13 +18,13 @@
 //! Both give the exact int32 dot of each 32-value block (16 for Q6_K), then scale it in the
 //! fixed order of `abi::MmqArgs`, so the two variants are bit-identical.
 use super::dequant::q4_k_scales;
-use super::mmvq_blocks::{iq4nl_weights, MmvqBlock, IQ3XXS as Iq3Tables};
+use super::mmvq_blocks::{IQ3XXS as Iq3Tables, MmvqBlock, iq4nl_weights};
 use super::unroll;
 use crate::abi::{
-    mmq_kernels, mmq_wm_offset, WType, IQ3_GRID_LDS_BYTES, MMQ_COLS, MMQ_KC, MMQ_ROWS, MMQ_WQ, MMQ_WS, MMQ_XD, MMQ_XQ, MMQ_XS, Q8_1_BYTES,
-    WG_SIZE,
+    IQ3_GRID_LDS_BYTES, MMQ_COLS, MMQ_KC, MMQ_ROWS, MMQ_WQ, MMQ_WS, MMQ_XD, MMQ_XQ, MMQ_XS, Q8_1_BYTES, WG_SIZE, WType,
+    mmq_kernels, mmq_wm_offset,
 };
-use crate::arch::{barrier, group_id, lane_id, sdot4, thread_id, wave_id, wmma_i32_i8, Lds};
+use crate::arch::{Lds, barrier, group_id, lane_id, sdot4, thread_id, wave_id, wmma_i32_i8};
 use crate::mem::{ld_u16, ld_u32, ld_u32x2, ld_u32x4};
 use quant::f16_to_f32;
 
@@ -96,7 +96,16 @@ pub struct IQ4NL;
 /// # Safety
 /// As [`MmqBlock::stage_w`], with blocks of `BB` bytes.
 #[inline(always)]
-unsafe fn stage_blocks32<const BB: u32>(lds: Lds, w: *const u8, r0: u32, nrows: u32, row_bytes: u32, kc: u32, nbc: u32, quants: impl Fn(*const u8) -> [u32; 8]) {
+unsafe fn stage_blocks32<const BB: u32>(
+    lds: Lds,
+    w: *const u8,
+    r0: u32,
+    nrows: u32,
+    row_bytes: u32,
+    kc: u32,
+    nbc: u32,
+    quants: impl Fn(*const u8) -> [u32; 8],
+) {
     let tid = thread_id();
     unroll::<4>(|i| {
         let idx = tid + WG_SIZE * i as u32;
@@ -298,20 +307,44 @@ unsafe fn stage_x(lds: Lds, x: *const u8, c0: u32, ncols: u32, nb: u32, b0: u32,
 /// reference, and they end up in scratch memory.
 macro_rules! rep {
     (2, $i:ident, $b:block) => {{
-        { let $i: u32 = 0; $b }
-        { let $i: u32 = 1; $b }
+        {
+            let $i: u32 = 0;
+            $b
+        }
+        {
+            let $i: u32 = 1;
+            $b
+        }
     }};
     (4, $i:ident, $b:block) => {{
         rep!(2, $i, $b);
-        { let $i: u32 = 2; $b }
-        { let $i: u32 = 3; $b }
+        {
+            let $i: u32 = 2;
+            $b
+        }
+        {
+            let $i: u32 = 3;
+            $b
+        }
     }};
     (8, $i:ident, $b:block) => {{
         rep!(4, $i, $b);
-        { let $i: u32 = 4; $b }
-        { let $i: u32 = 5; $b }
-        { let $i: u32 = 6; $b }
-        { let $i: u32 = 7; $b }
+        {
+            let $i: u32 = 4;
+            $b
+        }
+        {
+            let $i: u32 = 5;
+            $b
+        }
+        {
+            let $i: u32 = 6;
+            $b
+        }
+        {
+            let $i: u32 = 7;
+            $b
+        }
     }};
 }
 
@@ -372,14 +405,20 @@ unsafe fn dot4_block<B: MmqBlock>(lds: Lds, row: u32, half: u32, j: u32, acc: &m
         let wq = |s: u32, g: u32| lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row + 16 * g) * 16);
         let bw = [[wq(2 * j, 0), wq(2 * j, 1)], [wq(2 * j + 1, 0), wq(2 * j + 1, 1)]];
         let wsl = |slot: u32, g: u32| f32::from_bits(lds.ld32(MMQ_WS + (slot * MMQ_ROWS + row + 16 * g) * 4));
-        let ws = if B::PER16 { [[wsl(2 * j, 0), wsl(2 * j, 1)], [wsl(2 * j + 1, 0), wsl(2 * j + 1, 1)]] } else { [[wsl(j, 0), wsl(j, 1)]; 2] };
+        let ws = if B::PER16 {
+            [[wsl(2 * j, 0), wsl(2 * j, 1)], [wsl(2 * j + 1, 0), wsl(2 * j + 1, 1)]]
+        } else {
+            [[wsl(j, 0), wsl(j, 1)]; 2]
+        };
         let wm = if B::MIN {
             let o = mmq_wm_offset(B::TY) + (j * MMQ_ROWS + row) * 4;
             [f32::from_bits(lds.ld32(o)), f32::from_bits(lds.ld32(o + 64))]
         } else {
             [0.0; 2]
         };
-        let dot = |a: [u32; 4], b: [u32; 4], c: i32| sdot4(a[3], b[3], sdot4(a[2], b[2], sdot4(a[1], b[1], sdot4(a[0], b[0], c))));
+        let dot = |a: [u32; 4], b: [u32; 4], c: i32| {
+            sdot4(a[3], b[3], sdot4(a[2], b[2], sdot4(a[1], b[1], sdot4(a[0], b[0], c))))
+        };
         rep!(4, t, {
             let o = (j * MMQ_COLS + 16 * t + 8 * half) * 4;
             let (d0, d1) = (lds.ld128(MMQ_XD + o), lds.ld128(MMQ_XD + o + 16));
@@ -420,7 +459,15 @@ unsafe fn dot4_block<B: MmqBlock>(lds: Lds, row: u32, half: u32, j: u32, acc: &m
 /// The buffers satisfy `abi::MmqArgs`; the launch has `WG_SIZE` work-items and
 /// `mmq_lds_bytes(B::TY)` bytes of dynamic LDS.
 #[inline(always)]
-unsafe fn mmq<B: MmqBlock, const DOT4: bool>(w: *const u8, x: *const u8, y: *mut f32, nrows: u32, ncols: u32, k: u32, y_stride: u32) {
+unsafe fn mmq<B: MmqBlock, const DOT4: bool>(
+    w: *const u8,
+    x: *const u8,
+    y: *mut f32,
+    nrows: u32,
+    ncols: u32,
+    k: u32,
+    y_stride: u32,
+) {
     let n_ct = ncols.div_ceil(MMQ_COLS);
     let g = group_id();
     if n_ct == 0 || g >= n_ct * nrows.div_ceil(MMQ_ROWS) {
@@ -460,13 +507,19 @@ unsafe fn mmq<B: MmqBlock, const DOT4: bool>(w: *const u8, x: *const u8, y: *mut
                 let s = 2 * j + h;
                 // SAFETY: staged chunk, read-only until the next barrier; 16-byte aligned
                 // offsets inside WQ / XQ.
-                let b = unsafe { [lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row) * 16), lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row + 16) * 16)] };
+                let b = unsafe {
+                    [lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row) * 16), lds.ld128(MMQ_WQ + (s * MMQ_ROWS + row + 16) * 16)]
+                };
                 rep!(4, t, {
                     // SAFETY: as above.
                     let a = unsafe { lds.ld128(MMQ_XQ + (s * MMQ_COLS + 16 * t + me) * 16) };
                     rep!(2, g, {
                         let i = (32 * g + 8 * t) as usize;
-                        let c = wmma_i32_i8(a, b[g as usize], [q[i], q[i + 1], q[i + 2], q[i + 3], q[i + 4], q[i + 5], q[i + 6], q[i + 7]]);
+                        let c = wmma_i32_i8(
+                            a,
+                            b[g as usize],
+                            [q[i], q[i + 1], q[i + 2], q[i + 3], q[i + 4], q[i + 5], q[i + 6], q[i + 7]],
+                        );
                         rep!(8, v, {
                             q[i + v as usize] = c[v as usize];
                         });

@@ -11,12 +11,15 @@
 //! 3. The `L` partial sums are added with DPP `row_xmask` butterflies (+ `permlanex16` when
 //!    L = 32); the first lane of each row group stores the `NC` results.
 //! Row indirection (`rows`) lets one launch compute the rows of selected MoE experts.
+use super::mmvq_blocks::{ActCols, IQ3XXS, IQ4NL, MmvqBlock, Q4K, Q6K, Q8_0};
 use super::unroll;
-use super::mmvq_blocks::{ActCols, MmvqBlock, Q4K, Q6K, Q8_0, IQ3XXS, IQ4NL};
 use crate::abi::{
-    act_col_bytes, act_q_bytes, act_q_offset, mmvq_glu_kernels, mmvq_kernels, mmvq_lanes_log2, mmvq_moe_kernels, Q8_1_BYTES, WAVES_PER_WG, WG_SIZE,
+    Q8_1_BYTES, WAVES_PER_WG, WG_SIZE, act_col_bytes, act_q_bytes, act_q_offset, mmvq_glu_kernels, mmvq_kernels,
+    mmvq_lanes_log2, mmvq_moe_kernels,
 };
-use crate::arch::{ballot, barrier, group_id, group_id_y, group_sum_f32xn, lane_id, read_lane, thread_id, uniform, wave_id, Lds};
+use crate::arch::{
+    Lds, ballot, barrier, group_id, group_id_y, group_sum_f32xn, lane_id, read_lane, thread_id, uniform, wave_id,
+};
 use crate::mem::{ld_u32, ld_u32x4};
 use quant::f16_to_f32;
 
@@ -76,7 +79,20 @@ unsafe fn mmvq<B: MmvqBlock, const NC: usize>(
     let (xcol, ycol) = identity_cols::<NC>(y_stride);
     // SAFETY: caller contract.
     unsafe {
-        mmvq_impl::<B, NC, false>(w, core::ptr::null(), x, y, rows, nrows, k, rows_per_wg, 0, group_id() * rows_per_wg, &xcol, &ycol)
+        mmvq_impl::<B, NC, false>(
+            w,
+            core::ptr::null(),
+            x,
+            y,
+            rows,
+            nrows,
+            k,
+            rows_per_wg,
+            0,
+            group_id() * rows_per_wg,
+            &xcol,
+            &ycol,
+        )
     }
 }
 
@@ -316,7 +332,10 @@ unsafe fn mmvq_moe<B: MmvqBlock, const G: usize, const GLU: bool>(
         let l = lane_id();
         // SAFETY: only slots < n_slots are read (ABI: `ids` holds n_slots u32).
         let (a, b) = unsafe {
-            (if l < n_slots { *ids.add(l as usize) } else { u32::MAX }, if l + 32 < n_slots { *ids.add(l as usize + 32) } else { u32::MAX })
+            (
+                if l < n_slots { *ids.add(l as usize) } else { u32::MAX },
+                if l + 32 < n_slots { *ids.add(l as usize + 32) } else { u32::MAX },
+            )
         };
         let all = ballot(a == e) as u64 | (ballot(b == e) as u64) << 32;
         // Slots before s with the same expert: one of them leads. A miss of the expert cache

@@ -1,11 +1,11 @@
 //! Per-format block dot products for MMVQ: one lane, one weight block, `NC` staged Q8_1
 //! activation columns. Each weight byte is loaded once (b128 loads at 2-byte alignment);
 //! the 4-bit/6-bit/grid decoding is shared by all columns.
-use crate::abi::{act_col_bytes, act_q_bytes, act_q_offset, WType, IQ3_GRID_LDS_BYTES};
-use crate::arch::{fma, perm, sdot4, thread_id, usdot4, Lds};
-use crate::mem::{ld_u16, ld_u32, ld_u32x2, ld_u32x4};
 use super::dequant::q4_k_scales;
 use super::unroll;
+use crate::abi::{IQ3_GRID_LDS_BYTES, WType, act_col_bytes, act_q_bytes, act_q_offset};
+use crate::arch::{Lds, fma, perm, sdot4, thread_id, usdot4};
+use crate::mem::{ld_u16, ld_u32, ld_u32x2, ld_u32x4};
 use quant::f16_to_f32;
 use quant::iq3_xxs::{IQ3XXS_GRID, ksigns};
 

@@ -8,10 +8,10 @@ pub mod gdn;
 pub mod gr;
 pub mod mmq;
 pub mod mmvq;
+mod mmvq_blocks;
 pub mod ordered;
 pub mod ple;
 pub mod qsa;
-mod mmvq_blocks;
 pub mod quantize;
 pub mod reduce;
 

@@ -15,8 +15,8 @@
 use crate::abi::WG_SIZE;
 use crate::arch::{group_id, thread_id};
 use crate::mem::f32_to_f16;
-use quant::block::Block;
 use quant::GgmlType;
+use quant::block::Block;
 
 #[inline(always)]
 fn gid() -> u32 {
@@ -64,7 +64,15 @@ pub extern "gpu-kernel" fn quantize_ref(x: *const f32, y: *mut u8, n: u32, ty: u
 /// rows of `ty`, `a` columns of `ty.vec_dot_type()`. One work-item per (row, column), rows
 /// fastest. A type without a reference dot writes NaN.
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn mmv_ordered(w: *const u8, a: *const u8, y: *mut f32, nrows: u32, ncols: u32, k: u32, ty: u32) {
+pub extern "gpu-kernel" fn mmv_ordered(
+    w: *const u8,
+    a: *const u8,
+    y: *mut f32,
+    nrows: u32,
+    ncols: u32,
+    k: u32,
+    ty: u32,
+) {
     let g = gid();
     if nrows == 0 || g >= nrows * ncols {
         return;
@@ -85,7 +93,14 @@ pub extern "gpu-kernel" fn mmv_ordered(w: *const u8, a: *const u8, y: *mut f32, 
 /// up` for gate >= 10, else `table[f16(gate)] * up` (table: 65536 f32 from
 /// `cpu_kernels::gelu_f16_table`).
 #[unsafe(no_mangle)]
-pub extern "gpu-kernel" fn geglu_table_f32(gate: *const f32, up: *const f32, out: *mut f32, table: *const f32, n: u32, _pad: u32) {
+pub extern "gpu-kernel" fn geglu_table_f32(
+    gate: *const f32,
+    up: *const f32,
+    out: *mut f32,
+    table: *const f32,
+    n: u32,
+    _pad: u32,
+) {
     let i = gid();
     if i >= n {
         return;

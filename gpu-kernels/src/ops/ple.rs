@@ -7,8 +7,8 @@
 //! tests/gpu_ops_ple.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{WAVES_PER_WG, WG_SIZE};
 use super::rms_scale_ggml;
+use crate::abi::{WAVES_PER_WG, WG_SIZE};
 use crate::arch::{group_id, lane_id, read_lane_f32, thread_id, wave_id};
 use quant::fmath::{sigmoid, silu};
 use quant::util::sqrtf;
@@ -42,7 +42,8 @@ pub extern "gpu-kernel" fn ple_gate_f32(
     // gv and nn, and writes gv before reading it back (lane 0 recomputes the values it sums).
     unsafe {
         let o = (row * e) as usize;
-        let (gk, gq, gc) = (norms.add((c * e) as usize), norms.add((hce + c * e) as usize), norms.add((2 * hce + c * e) as usize));
+        let (gk, gq, gc) =
+            (norms.add((c * e) as usize), norms.add((hce + c * e) as usize), norms.add((2 * hce + c * e) as usize));
         let kx = |i: u32| *key.add(o + i as usize);
         let qx = |i: u32| *r.add(o + i as usize);
         let ks = rms_scale_ggml(kx, e, eps);

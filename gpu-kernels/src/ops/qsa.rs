@@ -10,9 +10,9 @@
 //! Every position comes from the device buffer `pos` (a window's tokens at consecutive
 //! positions), so a launch's arguments do not change from one decode step to the next.
 //! Index math is u32; every kernel returns early for work-items past the end.
-use crate::abi::{QSA_ATTEND_BLOCK, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{barrier, fma, group_id, lane_id, read_lane_f32, thread_id, wave_id, wave_max_f32, Lds};
 use super::rms_scale_ggml;
+use crate::abi::{QSA_ATTEND_BLOCK, WAVES_PER_WG, WG_SIZE};
+use crate::arch::{Lds, barrier, fma, group_id, lane_id, read_lane_f32, thread_id, wave_id, wave_max_f32};
 use crate::mem::f32_to_f16;
 use quant::f16_to_f32;
 use quant::fmath::{expf, sigmoid};
@@ -35,7 +35,16 @@ fn round_f16(x: f32) -> f32 {
 /// # Safety
 /// `w` and `dst` hold `dim` f32, `table` holds row `p` of `n_rot / 2` (cos, sin) pairs.
 #[inline(always)]
-unsafe fn norm_rope_row(x: impl Fn(u32) -> f32, w: *const f32, dst: *mut f32, table: *const f32, p: u32, dim: u32, n_rot: u32, scale: f32) {
+unsafe fn norm_rope_row(
+    x: impl Fn(u32) -> f32,
+    w: *const f32,
+    dst: *mut f32,
+    table: *const f32,
+    p: u32,
+    dim: u32,
+    n_rot: u32,
+    scale: f32,
+) {
     let half = n_rot / 2;
     let lane = lane_id();
     // SAFETY: per the function's contract.
@@ -485,8 +494,8 @@ macro_rules! attend_kernel {
             // SAFETY: ABI (abi::QsaAttendArgs), as `attend` requires.
             unsafe {
                 attend::<$i8>(
-                    q, qf, k_cache, k_scale, v_cache, v_scale, sel, sel_n, out, pos, n_tokens, n_head, n_head_kv, head_dim,
-                    sel_stride, use_sel, scale,
+                    q, qf, k_cache, k_scale, v_cache, v_scale, sel, sel_n, out, pos, n_tokens, n_head, n_head_kv,
+                    head_dim, sel_stride, use_sel, scale,
                 )
             }
         }

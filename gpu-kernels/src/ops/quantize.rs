@@ -3,8 +3,10 @@
 //! `quantize_ref`: the same scalar helpers (`fabsf`, `roundf_i32`, `nearest_int`) are compiled
 //! here, the divisions are IEEE (`v_div_scale/fmas/fixup`), and nothing is contracted into an
 //! FMA (Rust never contracts; the ISA test checks `v_mul_f32` feeds `v_add_f32` in Q8_K).
-use crate::abi::{Q8_1_BYTES, Q8_K_BYTES, QK8_1, QK_K, WAVES_PER_WG, WG_SIZE};
-use crate::arch::{group_id, lane_id, read_lane, thread_id, wave_id, wave_max_u32, wave_min_u32, wave_sum_i32, xor1_i32};
+use crate::abi::{Q8_1_BYTES, Q8_K_BYTES, QK_K, QK8_1, WAVES_PER_WG, WG_SIZE};
+use crate::arch::{
+    group_id, lane_id, read_lane, thread_id, wave_id, wave_max_u32, wave_min_u32, wave_sum_i32, xor1_i32,
+};
 use crate::mem::{f32_to_f16, ld_f32x4_aligned, st_u16, st_u32, st_u32x2};
 use quant::util::{fabsf, nearest_int, roundf_i32};
 
@@ -103,7 +105,8 @@ pub extern "gpu-kernel" fn quantize_q8_k(x: *const f32, y: *mut u8, n: u32, _pad
 unsafe fn quantize_block_q8_k(src: *const f32, dst: *mut u8) {
     let lane = lane_id();
     // SAFETY: caller contract; lane reads values 8*lane .. 8*lane+8.
-    let (a, b) = unsafe { (ld_f32x4_aligned(src.add(8 * lane as usize)), ld_f32x4_aligned(src.add(8 * lane as usize + 4))) };
+    let (a, b) =
+        unsafe { (ld_f32x4_aligned(src.add(8 * lane as usize)), ld_f32x4_aligned(src.add(8 * lane as usize + 4))) };
     let v = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
     let mut amax_l = 0.0f32;
     let mut first = 0u32;

@@ -4,7 +4,7 @@
 //! the software device and their ISA read (docs/kernels.md, "Cross-lane reductions").
 //! Arguments: `abi::ReduceArgs`. Not used by the engine.
 use super::unroll;
-use crate::abi::{reduce_kernels, WAVES_PER_WG};
+use crate::abi::{WAVES_PER_WG, reduce_kernels};
 use crate::arch::{group_id, lane_id, wave_id, wave_sum_f32_by};
 
 /// # Safety

@@ -74,10 +74,6 @@ impl Gdn {
     }
 
     pub fn new_state(&self) -> GdnState {
-        GdnState {
-            conv: vec![0.0; (self.conv_k - 1) * self.channels()],
-            m: vec![0.0; self.hv * self.s * self.s],
-        }
+        GdnState { conv: vec![0.0; (self.conv_k - 1) * self.channels()], m: vec![0.0; self.hv * self.s * self.s] }
     }
-
 }

@@ -29,4 +29,3 @@ pub struct HyperConn {
     /// `[hc][hc·E]`; `None` for the final head mixer (no injection).
     pub inject: Option<Mat>,
 }
-

@@ -89,10 +89,7 @@ fn key(k: &str) -> String {
 }
 
 fn bad(k: &str, reason: impl Into<String>) -> EngineError {
-    EngineError::BadMetadata {
-        key: key(k),
-        why: reason.into(),
-    }
+    EngineError::BadMetadata { key: key(k), why: reason.into() }
 }
 
 fn req_usize(g: &GgufFile, k: &str) -> Result<usize, EngineError> {
@@ -126,10 +123,7 @@ fn u64_array(g: &GgufFile, k: &str, min_len: usize) -> Result<Vec<u64>, EngineEr
     let v: Option<Vec<u64>> = a.iter().map(Value::as_u64).collect();
     let v = v.ok_or_else(|| bad(k, "expected an array of unsigned integers"))?;
     if v.len() < min_len {
-        return Err(bad(
-            k,
-            format!("needs at least {min_len} entries, has {}", v.len()),
-        ));
+        return Err(bad(k, format!("needs at least {min_len} entries, has {}", v.len())));
     }
     Ok(v)
 }
@@ -144,17 +138,13 @@ impl HParams {
         let n_vocab = g
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
-            .ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?
-            as usize;
+            .ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))? as usize;
         let n_embd = positive(g, "embedding_length")?;
         let n_block = positive(g, "block_count")?;
         // The real checkpoints count the MTP block in block_count (49 = 48 trunk + 1 MTP).
         let n_nextn = opt_usize(g, "nextn_predict_layers", 0)?;
         if n_nextn >= n_block {
-            return Err(bad(
-                "nextn_predict_layers",
-                format!("{n_nextn} leaves no trunk layer of {n_block} blocks"),
-            ));
+            return Err(bad("nextn_predict_layers", format!("{n_nextn} leaves no trunk layer of {n_block} blocks")));
         }
         let n_layer = n_block - n_nextn;
         crate::hparams::check_layer_count(g, &key("block_count"), n_layer)?;
@@ -165,18 +155,12 @@ impl HParams {
         let n_head = positive(g, "attention.head_count")?;
         let n_head_kv = opt_usize(g, "attention.head_count_kv", n_head)?; // default: n_head (MHA)
         if n_head_kv == 0 || n_head % n_head_kv != 0 {
-            return Err(bad(
-                "attention.head_count_kv",
-                format!("{n_head_kv} must divide head_count {n_head}"),
-            ));
+            return Err(bad("attention.head_count_kv", format!("{n_head_kv} must divide head_count {n_head}")));
         }
         let head_dim = opt_usize(g, "attention.key_length", n_embd / n_head)?; // default n_embd/n_head
         let v_len = opt_usize(g, "attention.value_length", n_embd / n_head)?;
         if v_len != head_dim {
-            return Err(bad(
-                "attention.value_length",
-                format!("{v_len} must equal key_length {head_dim}"),
-            ));
+            return Err(bad("attention.value_length", format!("{v_len} must equal key_length {head_dim}")));
         }
         let n_rot = opt_usize(g, "rope.dimension_count", head_dim)?; // default: full rotary
         let rope_base = match g.get(&key("rope.freq_base")) {
@@ -184,27 +168,19 @@ impl HParams {
             Some(_) => crate::hparams::check_rope_base(g.get_f32(&key("rope.freq_base"))?)
                 .map_err(|why| bad("rope.freq_base", why))?,
         };
-        let secs =
-            array(g, "rope.dimension_sections")?.ok_or_else(|| EngineError::MissingKey {
-                key: key("rope.dimension_sections"),
-            })?;
+        let secs = array(g, "rope.dimension_sections")?
+            .ok_or_else(|| EngineError::MissingKey { key: key("rope.dimension_sections") })?;
         let rope_sections: Vec<u32> = secs.iter().filter_map(Value::as_u32).collect();
         if rope_sections.len() != secs.len() {
             return Err(bad("rope.dimension_sections", "expected integers"));
         }
         if n_rot == 0 || n_rot % 2 != 0 || n_rot > head_dim {
-            return Err(bad(
-                "rope.dimension_count",
-                format!("{n_rot} must be even, > 0 and <= head dim {head_dim}"),
-            ));
+            return Err(bad("rope.dimension_count", format!("{n_rot} must be even, > 0 and <= head dim {head_dim}")));
         }
         let n_expert = positive(g, "expert_count")?;
         let n_expert_used = positive(g, "expert_used_count")?;
         if n_expert_used > n_expert {
-            return Err(bad(
-                "expert_used_count",
-                format!("{n_expert_used} > expert_count {n_expert}"),
-            ));
+            return Err(bad("expert_used_count", format!("{n_expert_used} > expert_count {n_expert}")));
         }
         let opt_pos = |k: &str| -> Result<Option<usize>, EngineError> {
             match g.get(&key(k)) {
@@ -238,25 +214,17 @@ impl HParams {
         let idx_top_k = positive(g, "attention.indexer.top_k")?;
         if n_rot > idx_dim {
             // llama.cpp aborts in ggml_rope here; we refuse to load instead.
-            return Err(bad(
-                "rope.dimension_count",
-                format!("{n_rot} > indexer key_length {idx_dim}"),
-            ));
+            return Err(bad("rope.dimension_count", format!("{n_rot} > indexer key_length {idx_dim}")));
         }
 
         // Layer types: the bool array wins, else every `interval`-th layer is attention.
         let recurrent: Vec<bool> = match array(g, "attention.recurrent_layers")? {
             Some(a) => {
-                let v: Option<Vec<bool>> = a
-                    .iter()
-                    .map(|x| x.as_bool().or_else(|| x.as_u32().map(|u| u != 0)))
-                    .collect();
+                let v: Option<Vec<bool>> =
+                    a.iter().map(|x| x.as_bool().or_else(|| x.as_u32().map(|u| u != 0))).collect();
                 let v = v.ok_or_else(|| bad("attention.recurrent_layers", "expected bools"))?;
                 if v.len() < n_layer {
-                    return Err(bad(
-                        "attention.recurrent_layers",
-                        format!("{} entries for {n_layer} layers", v.len()),
-                    ));
+                    return Err(bad("attention.recurrent_layers", format!("{} entries for {n_layer} layers", v.len())));
                 }
                 v
             }
@@ -270,14 +238,10 @@ impl HParams {
         };
         let ratios: Vec<usize> = match array(g, "attention.compress_ratios")? {
             Some(a) => {
-                let v: Option<Vec<usize>> =
-                    a.iter().map(|x| x.as_u32().map(|u| u as usize)).collect();
+                let v: Option<Vec<usize>> = a.iter().map(|x| x.as_u32().map(|u| u as usize)).collect();
                 let v = v.ok_or_else(|| bad("attention.compress_ratios", "expected integers"))?;
                 if v.len() < n_layer {
-                    return Err(bad(
-                        "attention.compress_ratios",
-                        format!("{} entries for {n_layer} layers", v.len()),
-                    ));
+                    return Err(bad("attention.compress_ratios", format!("{} entries for {n_layer} layers", v.len())));
                 }
                 v
             }
@@ -289,10 +253,7 @@ impl HParams {
                 LayerKind::Gdn
             } else if ratios[il] > 0 {
                 if ratios[il] > 64 {
-                    return Err(bad(
-                        "attention.compress_ratios",
-                        format!("layer {il}: ratio {} > 64", ratios[il]),
-                    ));
+                    return Err(bad("attention.compress_ratios", format!("layer {il}: ratio {} > 64", ratios[il])));
                 }
                 LayerKind::Qsa { ratio: ratios[il] }
             } else {
@@ -303,19 +264,13 @@ impl HParams {
         let ple = match array(g, "ple.layers")? {
             None => None,
             Some(a) => {
-                let l: Vec<usize> = a
-                    .iter()
-                    .filter_map(|x| x.as_u32().map(|u| u as usize))
-                    .collect();
+                let l: Vec<usize> = a.iter().filter_map(|x| x.as_u32().map(|u| u as usize)).collect();
                 if l.len() != 1 || a.len() != 1 {
                     return Err(bad("ple.layers", "exactly one PLE layer is supported"));
                 }
                 let layer = l[0];
                 if layer >= n_layer || layers[layer] != LayerKind::Gdn {
-                    return Err(bad(
-                        "ple.layers",
-                        format!("layer {layer} is not a GDN layer"),
-                    ));
+                    return Err(bad("ple.layers", format!("layer {layer} is not a GDN layer")));
                 }
                 let ngram = req_usize(g, "ple.ngram_size")?;
                 if !(2..=8).contains(&ngram) {

@@ -9,12 +9,12 @@ use gguf::GgufFile;
 use super::gdn::Gdn;
 use super::gr::HyperConn;
 use super::hparams::{HParams, LayerKind};
-use crate::Mat;
 use super::moe::{Moe, SwiGlu};
 use super::ple::Ple;
 use super::ple_io::{PleOptions, PleTable};
 use super::qsa::{Indexer, Qsa};
 use super::{GdnMode, Layer, Mixer, Qwen4Exp};
+use crate::Mat;
 use crate::error::EngineError;
 
 pub(super) struct Loader {
@@ -24,12 +24,7 @@ pub(super) struct Loader {
 
 impl Loader {
     pub(super) fn new(file: Arc<GgufFile>) -> Loader {
-        let index = file
-            .tensors()
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let index = file.tensors().iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         Loader { file, index }
     }
 
@@ -38,20 +33,13 @@ impl Loader {
     }
 
     fn find(&self, name: &str) -> Result<(usize, &gguf::TensorInfo), EngineError> {
-        let &i = self
-            .index
-            .get(name)
-            .ok_or_else(|| EngineError::MissingTensor(name.to_string()))?;
+        let &i = self.index.get(name).ok_or_else(|| EngineError::MissingTensor(name.to_string()))?;
         Ok((i, &self.file.tensors()[i]))
     }
 
     /// [`Loader::find`] for a tensor of known shape: a missing one is reported with the shape
     /// it should have had (what a user needs to fix a converted file).
-    fn find_shaped(
-        &self,
-        name: &str,
-        want: &[usize],
-    ) -> Result<(usize, &gguf::TensorInfo), EngineError> {
+    fn find_shaped(&self, name: &str, want: &[usize]) -> Result<(usize, &gguf::TensorInfo), EngineError> {
         self.find(name).map_err(|_| EngineError::MissingShaped {
             name: name.into(),
             expected: want.iter().map(|&d| d as u64).collect(),
@@ -74,41 +62,26 @@ impl Loader {
     pub(super) fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols, rows])?;
         Self::check_dims(name, &t.dims, &[cols, rows])?;
-        Mat::mapped(&self.file, i, 0, t.ty, rows, cols).map_err(|source| EngineError::Tensor {
-            name: name.into(),
-            source,
-        })
+        Mat::mapped(&self.file, i, 0, t.ty, rows, cols)
+            .map_err(|source| EngineError::Tensor { name: name.into(), source })
     }
 
     /// ggml ne `[cols]` used as a 1-row matrix (the shared-expert gate).
     pub(super) fn row(&self, name: &str, cols: usize) -> Result<Mat, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols])?;
         Self::check_dims(name, &t.dims, &[cols])?;
-        Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| EngineError::Tensor {
-            name: name.into(),
-            source,
-        })
+        Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| EngineError::Tensor { name: name.into(), source })
     }
 
     /// ggml ne `[cols, rows, n]` → n matrices (expert stacks).
-    pub(super) fn stack(
-        &self,
-        name: &str,
-        cols: usize,
-        rows: usize,
-        n: usize,
-    ) -> Result<Vec<Mat>, EngineError> {
+    pub(super) fn stack(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<Vec<Mat>, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols, rows, n])?;
         Self::check_dims(name, &t.dims, &[cols, rows, n])?;
         let per = t.ty.row_bytes(cols).unwrap_or(0) * rows;
         (0..n)
             .map(|e| {
-                Mat::mapped(&self.file, i, e * per, t.ty, rows, cols).map_err(|source| {
-                    EngineError::Tensor {
-                        name: format!("{name}[{e}]"),
-                        source,
-                    }
-                })
+                Mat::mapped(&self.file, i, e * per, t.ty, rows, cols)
+                    .map_err(|source| EngineError::Tensor { name: format!("{name}[{e}]"), source })
             })
             .collect()
     }
@@ -119,26 +92,19 @@ impl Loader {
         Self::check_dims(name, &t.dims, dims)?;
         let n: usize = dims.iter().product();
         let mut out = vec![0f32; n];
-        quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out).map_err(|e| {
-            EngineError::Dequant {
-                name: name.into(),
-                reason: format!("{e:?}"),
-            }
-        })?;
+        quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out)
+            .map_err(|e| EngineError::Dequant { name: name.into(), reason: format!("{e:?}") })?;
         crate::hparams::check_finite(name, &out)?;
         Ok(out)
     }
 
     pub(super) fn dim(&self, name: &str, axis: usize) -> Result<usize, EngineError> {
         let (_, t) = self.find(name)?;
-        t.dims
-            .get(axis)
-            .map(|&d| d as usize)
-            .ok_or_else(|| EngineError::TensorShape {
-                name: name.into(),
-                expected: vec![None; axis + 1],
-                found: t.dims.clone(),
-            })
+        t.dims.get(axis).map(|&d| d as usize).ok_or_else(|| EngineError::TensorShape {
+            name: name.into(),
+            expected: vec![None; axis + 1],
+            found: t.dims.clone(),
+        })
     }
 
     /// Checks only that `name` exists with ggml shape `dims` (tensors read but not used).
@@ -147,12 +113,7 @@ impl Loader {
         Self::check_dims(name, &t.dims, dims)
     }
 
-    pub(super) fn hc(
-        &self,
-        prefix: &str,
-        hp: &HParams,
-        inject: bool,
-    ) -> Result<HyperConn, EngineError> {
+    pub(super) fn hc(&self, prefix: &str, hp: &HParams, inject: bool) -> Result<HyperConn, EngineError> {
         let (e, hc, lr) = (hp.n_embd, hp.hc, hp.hc_rank);
         Ok(HyperConn {
             hc,
@@ -161,11 +122,7 @@ impl Loader {
             norm: self.vec(&format!("{prefix}norm.weight"), &[e, hc])?,
             down: self.mat(&format!("{prefix}down.weight"), hc * e, lr)?,
             up: self.mat(&format!("{prefix}up.weight"), lr, hc * e)?,
-            inject: if inject {
-                Some(self.mat(&format!("{prefix}inject.weight"), hc * e, hc)?)
-            } else {
-                None
-            },
+            inject: if inject { Some(self.mat(&format!("{prefix}inject.weight"), hc * e, hc)?) } else { None },
         })
     }
 }
@@ -179,13 +136,7 @@ const PLE_TABLE: &str = "per_layer_token_embd.weight";
 fn find_table(
     main: &Arc<GgufFile>,
     opt: &PleOptions,
-) -> Result<
-    (
-        Option<(Arc<GgufFile>, usize, std::path::PathBuf, u64)>,
-        Vec<std::path::PathBuf>,
-    ),
-    EngineError,
-> {
+) -> Result<(Option<(Arc<GgufFile>, usize, std::path::PathBuf, u64)>, Vec<std::path::PathBuf>), EngineError> {
     let file = match &opt.ple_gguf {
         Some(p) => Arc::new(GgufFile::open(p)?),
         None => main.clone(),
@@ -202,9 +153,7 @@ fn find_table(
 
 pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, EngineError> {
     let mut warnings = Vec::new();
-    if file.tensor("token_embd.weight").is_none()
-        && file.tensors().iter().any(|t| t.name.contains(".nextn."))
-    {
+    if file.tensor("token_embd.weight").is_none() && file.tensors().iter().any(|t| t.name.contains(".nextn.")) {
         return Err(EngineError::MtpOnly);
     }
     let hp = HParams::from_gguf(&file)?;
@@ -280,10 +229,8 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
                         return Err(dims_err());
                     }
                     let rows = t.dims[1] as usize;
-                    let needed = (0..pp.n_heads())
-                        .map(|i| pp.head_offsets[i] + pp.head_vocab_sizes[i])
-                        .max()
-                        .unwrap_or(0);
+                    let needed =
+                        (0..pp.n_heads()).map(|i| pp.head_offsets[i] + pp.head_vocab_sizes[i]).max().unwrap_or(0);
                     if (rows as u64) < needed {
                         return Err(EngineError::TensorShape {
                             name: PLE_TABLE.into(),
@@ -291,19 +238,10 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
                             found: vec![pp.head_dim as u64, rows as u64],
                         });
                     }
-                    let mapped =
-                        Mat::mapped(&tfile, ti, 0, t.ty, rows, pp.head_dim).map_err(|source| {
-                            EngineError::Tensor {
-                                name: PLE_TABLE.into(),
-                                source,
-                            }
-                        })?;
-                    let table = PleTable::open(mapped, &tpath, abs, opt).map_err(|reason| {
-                        EngineError::PleIo {
-                            path: tpath.clone(),
-                            reason,
-                        }
-                    })?;
+                    let mapped = Mat::mapped(&tfile, ti, 0, t.ty, rows, pp.head_dim)
+                        .map_err(|source| EngineError::Tensor { name: PLE_TABLE.into(), source })?;
+                    let table = PleTable::open(mapped, &tpath, abs, opt)
+                        .map_err(|reason| EngineError::PleIo { path: tpath.clone(), reason })?;
                     warnings.extend(table.warnings());
                     Some(Ple {
                         params: pp.clone(),
@@ -339,12 +277,7 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
 
 /// The attention weights of block `il` (`blk.{il}.attn_*`, and `blk.{il}.indexer.*` when
 /// `ratio > 0`). Also builds the MTP block's attention.
-pub(super) fn attention(
-    l: &Loader,
-    hp: &HParams,
-    il: usize,
-    ratio: usize,
-) -> Result<Qsa, EngineError> {
+pub(super) fn attention(l: &Loader, hp: &HParams, il: usize, ratio: usize) -> Result<Qsa, EngineError> {
     let e = hp.n_embd;
     let p = |s: &str| format!("blk.{il}.{s}");
     let (h, kv, d) = (hp.n_head, hp.n_head_kv, hp.head_dim);
@@ -397,12 +330,7 @@ pub(super) fn moe(l: &Loader, hp: &HParams, il: usize) -> Result<Moe, EngineErro
     let gates = l.stack(&p("ffn_gate_exps.weight"), e, ff, ne)?;
     let ups = l.stack(&p("ffn_up_exps.weight"), e, ff, ne)?;
     let downs = l.stack(&p("ffn_down_exps.weight"), ff, e, ne)?;
-    let experts = gates
-        .into_iter()
-        .zip(ups)
-        .zip(downs)
-        .map(|((gate, up), down)| SwiGlu { gate, up, down })
-        .collect();
+    let experts = gates.into_iter().zip(ups).zip(downs).map(|((gate, up), down)| SwiGlu { gate, up, down }).collect();
     Ok(Moe {
         n_used: hp.n_expert_used,
         router: l.mat(&p("ffn_gate_inp.weight"), e, ne)?,

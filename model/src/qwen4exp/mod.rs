@@ -25,8 +25,8 @@ pub mod gr;
 pub mod hparams;
 mod load;
 pub mod moe;
-pub mod ple;
 pub mod mtp;
+pub mod ple;
 pub mod ple_io;
 pub mod program;
 pub mod qsa;
@@ -177,11 +177,7 @@ impl Qwen4Exp {
                 Mixer::Attn(a) => LayerState::Attn(a.new_cache(kv)),
             })
             .collect();
-        SeqState {
-            pos: 0,
-            layers,
-            ple: self.ple.as_ref().map(Ple::new_state),
-        }
+        SeqState { pos: 0, layers, ple: self.ple.as_ref().map(Ple::new_state) }
     }
 
     /// A checkpoint of `st` for [`Qwen4Exp::restore`]: copies only the fixed-size recurrent
@@ -206,10 +202,7 @@ impl Qwen4Exp {
     /// equals the state at the checkpoint.
     pub fn restore(&self, st: &mut SeqState, cp: Checkpoint) -> Result<(), EngineError> {
         if cp.gdn.len() != st.layers.len() || cp.pos > st.pos {
-            return Err(EngineError::Position {
-                expected: st.pos,
-                got: cp.pos,
-            });
+            return Err(EngineError::Position { expected: st.pos, got: cp.pos });
         }
         let cur = st.pos;
         for (il, (ls, g)) in st.layers.iter_mut().zip(cp.gdn).enumerate() {
@@ -226,5 +219,4 @@ impl Qwen4Exp {
         st.pos = cp.pos;
         Ok(())
     }
-
 }

@@ -33,11 +33,11 @@ use std::sync::Arc;
 use gguf::{GgufFile, Value};
 
 use super::gr::HyperConn;
-use crate::Mat;
 use super::load::{Loader, attention, moe};
 use super::moe::Moe;
 use super::qsa::{Qsa, QsaCache};
 use super::{KvType, Qwen4Exp};
+use crate::Mat;
 use crate::error::EngineError;
 
 /// A loaded MTP head (weights reference the memory-mapped GGUF).
@@ -101,19 +101,13 @@ pub struct MtpOut {
 }
 
 fn in_file(path: &Path, source: EngineError) -> EngineError {
-    EngineError::Mtp {
-        path: path.to_path_buf(),
-        source: Box::new(source),
-    }
+    EngineError::Mtp { path: path.to_path_buf(), source: Box::new(source) }
 }
 
 /// `--mtp PATH`: a GGUF file, or a directory holding exactly one `*.gguf` (or exactly one first
 /// shard `*-00001-of-*.gguf`).
 pub fn resolve_path(path: &Path) -> Result<PathBuf, EngineError> {
-    let file_err = |reason: String| EngineError::MtpFile {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let file_err = |reason: String| EngineError::MtpFile { path: path.to_path_buf(), reason };
     if !path.is_dir() {
         if !path.exists() {
             return Err(file_err("not found".into()));
@@ -127,11 +121,8 @@ pub fn resolve_path(path: &Path) -> Result<PathBuf, EngineError> {
         .collect();
     ggufs.sort();
     if ggufs.len() > 1 {
-        let first: Vec<PathBuf> = ggufs
-            .iter()
-            .filter(|p| p.to_string_lossy().contains("-00001-of-"))
-            .cloned()
-            .collect();
+        let first: Vec<PathBuf> =
+            ggufs.iter().filter(|p| p.to_string_lossy().contains("-00001-of-")).cloned().collect();
         if first.len() == 1 {
             return Ok(first[0].clone());
         }
@@ -142,10 +133,7 @@ pub fn resolve_path(path: &Path) -> Result<PathBuf, EngineError> {
         _ => Err(file_err(format!(
             "directory holds {} GGUF files ({:?}); pass the MTP file itself",
             ggufs.len(),
-            ggufs
-                .iter()
-                .filter_map(|p| p.file_name())
-                .collect::<Vec<_>>()
+            ggufs.iter().filter_map(|p| p.file_name()).collect::<Vec<_>>()
         ))),
     }
 }
@@ -159,10 +147,7 @@ fn show(g: &GgufFile, k: &str) -> Option<String> {
     g.get(&key(k)).map(|v| match v {
         Value::F32(x) => format!("{x:e}"),
         Value::F64(x) => format!("{x:e}"),
-        other => other
-            .as_int()
-            .map(|i| i.to_string())
-            .unwrap_or_else(|| format!("{other:?}")),
+        other => other.as_int().map(|i| i.to_string()).unwrap_or_else(|| format!("{other:?}")),
     })
 }
 
@@ -173,11 +158,9 @@ fn same_u32(g: &GgufFile, k: &str, model: usize) -> Result<(), EngineError> {
     };
     match v.as_u64() {
         Some(x) if x == model as u64 => Ok(()),
-        _ => Err(EngineError::MtpMismatch {
-            key: key(k),
-            mtp: show(g, k).unwrap_or_default(),
-            model: model.to_string(),
-        }),
+        _ => {
+            Err(EngineError::MtpMismatch { key: key(k), mtp: show(g, k).unwrap_or_default(), model: model.to_string() })
+        }
     }
 }
 
@@ -217,9 +200,7 @@ impl Mtp {
         let hp = &m.hp;
         let nextn = match g.get(&key("nextn_predict_layers")) {
             None => {
-                return Err(EngineError::MissingKey {
-                    key: key("nextn_predict_layers"),
-                });
+                return Err(EngineError::MissingKey { key: key("nextn_predict_layers") });
             }
             Some(_) => g.get_u32(&key("nextn_predict_layers"))? as usize,
         };
@@ -280,11 +261,8 @@ impl Mtp {
         }
         let n = hp.n_layer;
         // The NextN block must be an attention block (dense whatever its compress ratio).
-        let entry = |k: &str| -> Option<Value> {
-            g.get(&key(k))
-                .and_then(Value::as_array)
-                .and_then(|a| a.get(n).cloned())
-        };
+        let entry =
+            |k: &str| -> Option<Value> { g.get(&key(k)).and_then(Value::as_array).and_then(|a| a.get(n).cloned()) };
         if let Some(v) = entry("attention.recurrent_layers")
             && v.as_bool().or_else(|| v.as_u32().map(|u| u != 0)) == Some(true)
         {
@@ -298,11 +276,7 @@ impl Mtp {
         let p = |s: &str| format!("blk.{n}.{s}");
         let nx = |s: &str| format!("blk.{n}.nextn.{s}");
         let opt_mat = |name: String| -> Result<Option<Mat>, EngineError> {
-            if l.has(&name) {
-                l.mat(&name, e, v).map(Some)
-            } else {
-                Ok(None)
-            }
+            if l.has(&name) { l.mat(&name, e, v).map(Some) } else { Ok(None) }
         };
         // The published files carry the indexer; the head attends densely, so only its shape
         // is checked (a wrong one means the file is not for this model).
@@ -359,9 +333,7 @@ impl Mtp {
 
     /// An empty state (`kv` as the model's: F16 rounds K/V, q and probabilities like llama.cpp).
     pub fn new_state(&self, kv: KvType) -> MtpState {
-        MtpState {
-            cache: self.attn.new_cache(kv),
-        }
+        MtpState { cache: self.attn.new_cache(kv) }
     }
 
     /// Positions held by `st` (the position of the next pair).
@@ -375,5 +347,4 @@ impl Mtp {
         let cur = self.cells(st);
         st.cache.truncate(cells, cur, None);
     }
-
 }

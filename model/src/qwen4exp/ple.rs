@@ -18,8 +18,8 @@
 //! with a row cache).
 
 use super::hparams::PleParams;
-use crate::Mat;
 use super::ple_io::PleTable;
+use crate::Mat;
 
 /// Weights of the PLE block.
 #[derive(Debug)]
@@ -68,17 +68,9 @@ impl Ple {
         c.push(ctx[0].unwrap_or(p.eos) as u64);
         let mut cut = false;
         for s in 1..p.ngram {
-            let tok = if cut {
-                None
-            } else {
-                ctx.get(s).copied().flatten()
-            };
+            let tok = if cut { None } else { ctx.get(s).copied().flatten() };
             cut = cut || tok.is_none() || tok == Some(p.eos);
-            c.push(if cut {
-                p.eos as u64
-            } else {
-                tok.unwrap_or(p.eos) as u64
-            });
+            c.push(if cut { p.eos as u64 } else { tok.unwrap_or(p.eos) as u64 });
         }
         let mut rows = Vec::with_capacity(p.n_heads());
         for n in 2..=p.ngram {

@@ -187,12 +187,7 @@ enum Source {
     /// A window of the GGUF mapping of `path` (`Mmap`), the table at byte `base` of the file.
     /// `file` is the same file opened at load; its length is checked before a row is read
     /// through the mapping (a read past the end of a truncated file would be a SIGBUS).
-    Mapped {
-        mat: Mat,
-        path: PathBuf,
-        base: u64,
-        file: File,
-    },
+    Mapped { mat: Mat, path: PathBuf, base: u64, file: File },
     /// Rows read from `path` at `base + row · row_bytes`.
     File { path: PathBuf, base: u64 },
 }
@@ -286,39 +281,17 @@ impl PleTable {
 
     /// Opens the table held by `mapped` (a window of the GGUF mapping) in mode `opt.ple_io`.
     /// `path`/`abs_offset` locate the same bytes in the file for direct reads.
-    pub(crate) fn open(
-        mapped: Mat,
-        path: &Path,
-        abs_offset: u64,
-        opt: &PleOptions,
-    ) -> Result<PleTable, String> {
+    pub(crate) fn open(mapped: Mat, path: &Path, abs_offset: u64, opt: &PleOptions) -> Result<PleTable, String> {
         let (ty, rows, cols) = (mapped.ty, mapped.rows, mapped.cols);
         let cache = opt.ple_cache_bytes;
         match opt.ple_io {
             PleIo::Mmap => {
                 let source = Self::mapped_source(mapped, path, abs_offset)?;
-                Ok(Self::build(
-                    source,
-                    ty,
-                    rows,
-                    cols,
-                    PleIo::Mmap,
-                    cache,
-                    None,
-                ))
+                Ok(Self::build(source, ty, rows, cols, PleIo::Mmap, cache, None))
             }
             PleIo::Ram => {
-                let owned =
-                    Mat::from_raw(ty, rows, cols, mapped.data()).map_err(|e| e.to_string())?;
-                Ok(Self::build(
-                    Source::Mat(owned),
-                    ty,
-                    rows,
-                    cols,
-                    PleIo::Ram,
-                    cache,
-                    None,
-                ))
+                let owned = Mat::from_raw(ty, rows, cols, mapped.data()).map_err(|e| e.to_string())?;
+                Ok(Self::build(Source::Mat(owned), ty, rows, cols, PleIo::Ram, cache, None))
             }
             PleIo::Direct => {
                 let mut warn = None;
@@ -334,17 +307,13 @@ impl PleTable {
                             "{}: O_DIRECT refused ({e}); PLE rows use buffered reads (page cache)",
                             path.display()
                         ));
-                        let f = open_file(path, false)
-                            .map_err(|e| format!("{}: {e}", path.display()))?;
+                        let f = open_file(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
                         (f, false)
                     }
                     Err(e) => return Err(format!("{}: {e}", path.display())),
                 };
                 let t = Self::build(
-                    Source::File {
-                        path: path.to_path_buf(),
-                        base: abs_offset,
-                    },
+                    Source::File { path: path.to_path_buf(), base: abs_offset },
                     ty,
                     rows,
                     cols,
@@ -374,10 +343,7 @@ impl PleTable {
             return Ok(Source::Mat(mapped));
         }
         let file = open_file(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
-        let len = file
-            .metadata()
-            .map_err(|e| format!("{}: {e}", path.display()))?
-            .len();
+        let len = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
         let end = base + table.len() as u64;
         if len < end {
             return Err(format!(
@@ -385,12 +351,7 @@ impl PleTable {
                 path.display()
             ));
         }
-        Ok(Source::Mapped {
-            mat: mapped,
-            path: path.to_path_buf(),
-            base,
-            file,
-        })
+        Ok(Source::Mapped { mat: mapped, path: path.to_path_buf(), base, file })
     }
 
     fn warn(&self, w: String) {
@@ -407,10 +368,7 @@ impl PleTable {
 
     /// True while rows are read with `O_DIRECT`.
     pub fn direct_active(&self) -> bool {
-        self.inner
-            .lock()
-            .map(|i| matches!(i.file, Some((_, true))))
-            .unwrap_or(false)
+        self.inner.lock().map(|i| matches!(i.file, Some((_, true)))).unwrap_or(false)
     }
 
     pub fn stats(&self) -> PleCacheStats {
@@ -435,15 +393,9 @@ impl PleTable {
     /// error here instead of a SIGBUS, except in the window between that check and the read.
     pub fn get_row(&self, r: usize, out: &mut [f32]) -> Result<(), String> {
         if r >= self.rows {
-            return Err(format!(
-                "PLE row {r} outside the table of {} rows",
-                self.rows
-            ));
+            return Err(format!("PLE row {r} outside the table of {} rows", self.rows));
         }
-        let mut g = self
-            .inner
-            .lock()
-            .map_err(|_| "PLE table lock poisoned".to_string())?;
+        let mut g = self.inner.lock().map_err(|_| "PLE table lock poisoned".to_string())?;
         let inner = &mut *g;
         let row = r as u64;
         if let Some(b) = inner.cache.get(row) {
@@ -457,24 +409,14 @@ impl PleTable {
                 inner.cache.insert(row, b);
                 dequant(self.ty, b, &mut out[..self.cols])
             }
-            Source::Mapped {
-                mat,
-                path,
-                base,
-                file,
-            } => {
+            Source::Mapped { mat, path, base, file } => {
                 let b = self.mapped_row(mat, path, *base, file, r)?;
                 inner.cache.insert(row, b);
                 dequant(self.ty, b, &mut out[..self.cols])
             }
             Source::File { path, base } => {
                 let mut fallback = None;
-                self.read_file_row(
-                    inner,
-                    path,
-                    base + row * self.row_bytes as u64,
-                    &mut fallback,
-                )?;
+                self.read_file_row(inner, path, base + row * self.row_bytes as u64, &mut fallback)?;
                 if let Some(w) = fallback {
                     self.warn(w);
                 }
@@ -494,10 +436,7 @@ impl PleTable {
     pub fn get_rows(&self, rows: &[usize], out: &mut [f32]) -> Result<(), String> {
         let c = self.cols;
         if let Some(&r) = rows.iter().find(|&&r| r >= self.rows) {
-            return Err(format!(
-                "PLE row {r} outside the table of {} rows",
-                self.rows
-            ));
+            return Err(format!("PLE row {r} outside the table of {} rows", self.rows));
         }
         let Source::File { path, base } = &self.source else {
             for (k, &r) in rows.iter().enumerate() {
@@ -505,16 +444,9 @@ impl PleTable {
             }
             return Ok(());
         };
-        let mut g = self
-            .inner
-            .lock()
-            .map_err(|_| "PLE table lock poisoned".to_string())?;
+        let mut g = self.inner.lock().map_err(|_| "PLE table lock poisoned".to_string())?;
         let inner = &mut *g;
-        let mut want: Vec<u64> = rows
-            .iter()
-            .map(|&r| r as u64)
-            .filter(|&r| !inner.cache.contains(r))
-            .collect();
+        let mut want: Vec<u64> = rows.iter().map(|&r| r as u64).filter(|&r| !inner.cache.contains(r)).collect();
         want.sort_unstable();
         want.dedup();
         let fetched = self.fetch_parallel(inner, path, *base, &want)?;
@@ -534,12 +466,7 @@ impl PleTable {
             }
             // Cached at the start but evicted within this batch: read it again.
             let mut fallback = None;
-            self.read_file_row(
-                inner,
-                path,
-                base + row * self.row_bytes as u64,
-                &mut fallback,
-            )?;
+            self.read_file_row(inner, path, base + row * self.row_bytes as u64, &mut fallback)?;
             if let Some(w) = fallback {
                 self.warn(w);
             }
@@ -558,20 +485,10 @@ impl PleTable {
     /// of the returned slice (copied into the cache and dequantized at once, `row_bytes` bytes);
     /// a read past the new end in that window is a SIGBUS, as before the check existed. Closing
     /// it would take reading rows with `pread` (no mapping) or a SIGBUS handler around the copy.
-    fn mapped_row<'a>(
-        &self,
-        mat: &'a Mat,
-        path: &Path,
-        base: u64,
-        file: &File,
-        r: usize,
-    ) -> Result<&'a [u8], String> {
+    fn mapped_row<'a>(&self, mat: &'a Mat, path: &Path, base: u64, file: &File, r: usize) -> Result<&'a [u8], String> {
         let rb = self.row_bytes as u64;
         let off = base + r as u64 * rb;
-        let len = file
-            .metadata()
-            .map_err(|e| format!("{}: PLE row {r}: fstat: {e}", path.display()))?
-            .len();
+        let len = file.metadata().map_err(|e| format!("{}: PLE row {r}: fstat: {e}", path.display()))?.len();
         if off + rb > len {
             return Err(format!(
                 "{}: PLE row {r} at byte {off} ({rb} bytes) lies past the end of the file \
@@ -604,15 +521,8 @@ impl PleTable {
                 slot[0] = Some(read_row(file, direct, base + r * rb as u64, rb).map(|x| (r, x)));
             });
             let res: Vec<_> = res.into_iter().flatten().collect();
-            if direct
-                && res
-                    .iter()
-                    .any(|x| matches!(x, Err(e) if e.raw_os_error() == Some(EINVAL)))
-            {
-                self.warn(format!(
-                    "{}: O_DIRECT read refused; PLE rows use buffered reads",
-                    path.display()
-                ));
+            if direct && res.iter().any(|x| matches!(x, Err(e) if e.raw_os_error() == Some(EINVAL))) {
+                self.warn(format!("{}: O_DIRECT read refused; PLE rows use buffered reads", path.display()));
                 let f = open_file(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
                 inner.file = Some((f, false));
                 continue;
@@ -639,8 +549,7 @@ impl PleTable {
         off: u64,
         fallback: &mut Option<String>,
     ) -> Result<(), String> {
-        let err =
-            |e: std::io::Error| format!("{}: PLE row read at byte {off}: {e}", path.display());
+        let err = |e: std::io::Error| format!("{}: PLE row read at byte {off}: {e}", path.display());
         loop {
             let Some((file, direct)) = inner.file.as_ref() else {
                 return Err(format!("{}: PLE table file not open", path.display()));
@@ -654,10 +563,8 @@ impl PleTable {
                     return Ok(());
                 }
                 Err(e) if direct && e.raw_os_error() == Some(EINVAL) => {
-                    *fallback = Some(format!(
-                        "{}: O_DIRECT read refused ({e}); PLE rows use buffered reads",
-                        path.display()
-                    ));
+                    *fallback =
+                        Some(format!("{}: O_DIRECT read refused ({e}); PLE rows use buffered reads", path.display()));
                     inner.file = Some((open_file(path, false).map_err(err)?, false));
                 }
                 Err(e) => return Err(err(e)),
@@ -679,8 +586,7 @@ fn in_file_mapping(addr: usize) -> std::io::Result<bool> {
         let Some((lo, hi)) = range.split_once('-') else {
             continue;
         };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-        else {
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else {
             continue;
         };
         if (lo..hi).contains(&addr) {
@@ -693,12 +599,7 @@ fn in_file_mapping(addr: usize) -> std::io::Result<bool> {
 /// Reads `rb` bytes at absolute `off`: with `direct`, the 4096-aligned span around them into
 /// a 4096-aligned buffer (O_DIRECT requires aligned offset, length and address), then copies
 /// the row out. Returns (row, pread calls, bytes transferred).
-fn read_row(
-    file: &File,
-    direct: bool,
-    off: u64,
-    rb: usize,
-) -> std::io::Result<(Vec<u8>, u64, u64)> {
+fn read_row(file: &File, direct: bool, off: u64, rb: usize) -> std::io::Result<(Vec<u8>, u64, u64)> {
     let (start, len) = if direct {
         let s = off / ALIGN * ALIGN;
         (s, (off + rb as u64).div_ceil(ALIGN) * ALIGN - s)

@@ -128,5 +128,4 @@ impl Qsa {
     pub fn cells(&self, cache: &QsaCache) -> usize {
         cache.k.len() / (self.n_head_kv * self.head_dim)
     }
-
 }

@@ -29,12 +29,7 @@ pub fn rows(seed: u64, n: usize) -> Vec<(&'static str, Vec<f32>)> {
     let mut r = Rng::new(seed);
     let mut out = Vec::new();
     out.push(("gaussian", (0..n).map(|_| r.normal() as f32).collect()));
-    out.push((
-        "uniform",
-        (0..n)
-            .map(|_| (r.uniform() * 2.0 - 1.0) as f32 * 3.0)
-            .collect(),
-    ));
+    out.push(("uniform", (0..n).map(|_| (r.uniform() * 2.0 - 1.0) as f32 * 3.0).collect()));
     out.push((
         "outliers",
         (0..n)
@@ -44,10 +39,7 @@ pub fn rows(seed: u64, n: usize) -> Vec<(&'static str, Vec<f32>)> {
             })
             .collect(),
     ));
-    out.push((
-        "positive",
-        (0..n).map(|_| (r.uniform() as f32) * 0.5 + 0.1).collect(),
-    ));
+    out.push(("positive", (0..n).map(|_| (r.uniform() as f32) * 0.5 + 0.1).collect()));
     out.push(("tiny", (0..n).map(|_| r.normal() as f32 * 1e-3).collect()));
     out.push(("constant", vec![0.75f32; n]));
     out.push(("zeros", vec![0.0f32; n]));

@@ -28,9 +28,7 @@
 //!   --stats h,l,a,o     report these counters in every done line (`stats`: expert cache
 //!                       hits, lookups, drafts accepted, offered)
 
-use server::protocol::{
-    FinishReason, GenerateRequest, ModelInfo, RequestStats, TokenEngine, serve_loop,
-};
+use server::protocol::{FinishReason, GenerateRequest, ModelInfo, RequestStats, TokenEngine, serve_loop};
 use std::io::{BufReader, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -54,11 +52,7 @@ fn fires(after: Option<u64>, marker: &Option<PathBuf>, emitted: u64) -> bool {
         (Some(n), _) if emitted < n => false,
         (Some(_), None) => true,
         // create_new is atomic: exactly one process fires per marker.
-        (Some(_), Some(m)) => std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(m)
-            .is_ok(),
+        (Some(_), Some(m)) => std::fs::OpenOptions::new().write(true).create_new(true).open(m).is_ok(),
         (None, _) => false,
     }
 }
@@ -70,10 +64,7 @@ impl Fake {
 
     fn hang_if_asked(&mut self) {
         if fires(self.hang_after, &self.hang_marker, self.emitted) {
-            eprintln!(
-                "fake_engine: hanging after {} tokens as asked",
-                self.emitted
-            );
+            eprintln!("fake_engine: hanging after {} tokens as asked", self.emitted);
             self.hang_after = None;
             loop {
                 std::thread::sleep(Duration::from_secs(3600));
@@ -91,18 +82,10 @@ impl TokenEngine for Fake {
         self.stats.clone()
     }
 
-    fn generate(
-        &mut self,
-        req: &GenerateRequest,
-        emit: &mut dyn FnMut(u32) -> bool,
-    ) -> Result<FinishReason, String> {
+    fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
         if let Some(path) = &self.log {
             let line = serde_json::to_string(req).map_err(|e| e.to_string())?;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| e.to_string())?;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| e.to_string())?;
             writeln!(f, "{line}").map_err(|e| e.to_string())?;
         }
         if let Some(reply) = &self.reply {
@@ -115,18 +98,11 @@ impl TokenEngine for Fake {
             }
             return Ok(FinishReason::Stop);
         }
-        let echo: &[u32] = if req.tokens.len() > 1 {
-            &req.tokens[1..]
-        } else {
-            &req.tokens
-        };
+        let echo: &[u32] = if req.tokens.len() > 1 { &req.tokens[1..] } else { &req.tokens };
         let room = self.info.context_length as usize - req.tokens.len();
         for i in 0..room {
             if self.should_crash() {
-                eprintln!(
-                    "fake_engine: crashing after {} tokens as asked",
-                    self.emitted
-                );
+                eprintln!("fake_engine: crashing after {} tokens as asked", self.emitted);
                 std::process::exit(3);
             }
             self.hang_if_asked();
@@ -164,25 +140,14 @@ fn main() {
     let mut hello_delay = Duration::ZERO;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .unwrap_or_else(|| panic!("fake_engine: {a} needs a value"))
-        };
-        let num = |s: String| {
-            s.parse::<u64>()
-                .unwrap_or_else(|_| panic!("fake_engine: bad number {s}"))
-        };
+        let mut val = || args.next().unwrap_or_else(|| panic!("fake_engine: {a} needs a value"));
+        let num = |s: String| s.parse::<u64>().unwrap_or_else(|_| panic!("fake_engine: bad number {s}"));
         match a.as_str() {
             "--serve" => {}
             "--name" => fake.info.name = val(),
             "--vocab" => fake.info.vocab_size = num(val()) as u32,
             "--context" => fake.info.context_length = num(val()) as u32,
-            "--eog" => {
-                fake.info.eog_tokens = val()
-                    .split(',')
-                    .map(|s| num(s.to_string()) as u32)
-                    .collect()
-            }
+            "--eog" => fake.info.eog_tokens = val().split(',').map(|s| num(s.to_string()) as u32).collect(),
             "--delay-ms" => fake.delay = Duration::from_millis(num(val())),
             "--hello-delay-ms" => hello_delay = Duration::from_millis(num(val())),
             "--crash-after" => fake.crash_after = Some(num(val())),
@@ -191,13 +156,8 @@ fn main() {
             "--hang-marker" => fake.hang_marker = Some(PathBuf::from(val())),
             "--log" => fake.log = Some(PathBuf::from(val())),
             "--reply-tokens" => {
-                fake.reply = Some(
-                    val()
-                        .split(',')
-                        .filter(|s| !s.is_empty())
-                        .map(|s| num(s.to_string()) as u32)
-                        .collect(),
-                )
+                fake.reply =
+                    Some(val().split(',').filter(|s| !s.is_empty()).map(|s| num(s.to_string()) as u32).collect())
             }
             "--report-env" => {
                 let name = val();
@@ -230,10 +190,7 @@ fn main() {
                 eprintln!("fake_engine: loading");
                 eprintln!("error: {}", val());
                 eprintln!("\nStack backtrace:");
-                for (i, f) in ["anyhow::error::msg", "strata::cli::run", "strata::main"]
-                    .iter()
-                    .enumerate()
-                {
+                for (i, f) in ["anyhow::error::msg", "strata::cli::run", "strata::main"].iter().enumerate() {
                     eprintln!("   {i}: {f}\n             at src/main.rs:{}:5", 10 + i);
                 }
                 std::process::exit(1);

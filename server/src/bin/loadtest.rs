@@ -86,13 +86,8 @@ fn run(cli: Cli) -> Result<bool, String> {
     let mut spawned = None;
     let (addr, server_pid): (SocketAddr, Option<u32>) = match (&cli.url, &cli.strata) {
         (Some(u), _) => {
-            let hostport = u
-                .trim_start_matches("http://")
-                .trim_end_matches('/')
-                .trim_end_matches("/v1");
-            let a = hostport
-                .parse()
-                .map_err(|e| format!("--url {u}: want http://IP:PORT ({e})"))?;
+            let hostport = u.trim_start_matches("http://").trim_end_matches('/').trim_end_matches("/v1");
+            let a = hostport.parse().map_err(|e| format!("--url {u}: want http://IP:PORT ({e})"))?;
             (a, cli.server_pid)
         }
         (None, Some(exe)) => {
@@ -120,9 +115,7 @@ fn run(cli: Cli) -> Result<bool, String> {
     }
     let report = rt.block_on(async {
         wait_healthy(addr, Duration::from_secs(600)).await?;
-        eprintln!(
-            "loadtest: {clients} clients x {seconds} s against http://{addr} (server pid {server_pid:?})"
-        );
+        eprintln!("loadtest: {clients} clients x {seconds} s against http://{addr} (server pid {server_pid:?})");
         Ok::<_, String>(run_load(&o).await)
     });
     let report = match report {

@@ -44,12 +44,7 @@ pub struct Body {
 }
 
 /// Send one request (`Connection: close`) and read the status line and headers.
-pub async fn send(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-) -> io::Result<(Head, Body)> {
+pub async fn send(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> io::Result<(Head, Body)> {
     let mut sock = TcpStream::connect(addr).await?;
     sock.set_nodelay(true)?;
     let body = body.unwrap_or("");
@@ -66,10 +61,7 @@ pub async fn send(
         }
         let n = sock.read(&mut buf).await?;
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before the response head",
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed before the response head"));
         }
         raw.extend_from_slice(&buf[..n]);
         if raw.len() > 1 << 20 {
@@ -87,26 +79,15 @@ pub async fn send(
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    let framing = if headers
-        .get("transfer-encoding")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
-    {
-        Framing::Chunked {
-            left: 0,
-            first: true,
-        }
+    let framing = if headers.get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+        Framing::Chunked { left: 0, first: true }
     } else if let Some(n) = headers.get("content-length").and_then(|v| v.parse().ok()) {
         Framing::Length(n)
     } else {
         Framing::UntilClose
     };
     raw.drain(..end + 4);
-    let body = Body {
-        sock,
-        raw,
-        framing,
-        done: false,
-    };
+    let body = Body { sock, raw, framing, done: false };
     Ok((Head { status, headers }, body))
 }
 
@@ -156,9 +137,8 @@ impl Body {
                         {
                             let line = String::from_utf8_lossy(&self.raw[skip..skip + p]);
                             let hex = line.split(';').next().unwrap_or("").trim();
-                            let size = usize::from_str_radix(hex, 16).map_err(|_| {
-                                io::Error::other(format!("bad chunk size line {line:?}"))
-                            })?;
+                            let size = usize::from_str_radix(hex, 16)
+                                .map_err(|_| io::Error::other(format!("bad chunk size line {line:?}")))?;
                             self.raw.drain(..skip + p + 2);
                             *first = false;
                             if size == 0 {
@@ -176,10 +156,7 @@ impl Body {
                         self.done = true;
                         Ok(None)
                     }
-                    _ => Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "connection closed inside the body",
-                    )),
+                    _ => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside the body")),
                 };
             }
         }
@@ -196,12 +173,7 @@ impl Body {
 }
 
 /// One request, whole body read: (head, body text).
-pub async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-) -> io::Result<(Head, String)> {
+pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> io::Result<(Head, String)> {
     let (head, b) = send(addr, method, path, body).await?;
     let bytes = b.read_all().await?;
     Ok((head, String::from_utf8_lossy(&bytes).into_owned()))

@@ -45,23 +45,13 @@ impl ServerProcess {
                 l.push('\n');
             }
         });
-        let mut p = ServerProcess {
-            child,
-            addr: "0.0.0.0:0".parse().unwrap(),
-            log,
-        };
+        let mut p = ServerProcess { child, addr: "0.0.0.0:0".parse().unwrap(), log };
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(a) => {
-                p.addr = a
-                    .parse()
-                    .map_err(|e| format!("bad listening address {a:?}: {e}"))?;
+                p.addr = a.parse().map_err(|e| format!("bad listening address {a:?}: {e}"))?;
                 Ok(p)
             }
-            Err(_) => Err(format!(
-                "{} did not print its listening line: {}",
-                exe.display(),
-                p.log_text()
-            )),
+            Err(_) => Err(format!("{} did not print its listening line: {}", exe.display(), p.log_text())),
         }
     }
 
@@ -99,14 +89,7 @@ impl Drop for ServerProcess {
 
 /// Send `SIG<name>` (`KILL`, `STOP`, `INT`, ...) to `pid` with kill(1).
 pub fn signal(pid: u32, name: &str) -> Result<(), String> {
-    let st = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .map_err(|e| format!("kill: {e}"))?;
-    if st.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -{name} {pid}: {st}"))
-    }
+    let st =
+        Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().map_err(|e| format!("kill: {e}"))?;
+    if st.success() { Ok(()) } else { Err(format!("kill -{name} {pid}: {st}")) }
 }

@@ -129,9 +129,7 @@ async fn follow(
     o: &mut Outcome,
     mut first: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<(), String> {
-    let (head, mut b) = send(addr, "POST", spec.api.path(), Some(body))
-        .await
-        .map_err(|e| format!("request: {e}"))?;
+    let (head, mut b) = send(addr, "POST", spec.api.path(), Some(body)).await.map_err(|e| format!("request: {e}"))?;
     o.head_ms = Some(ms(t0));
     o.status = head.status;
     if let (Some(id), Some(q), Some(s)) = (
@@ -141,18 +139,11 @@ async fn follow(
     ) {
         o.queue = Some((id, q, s));
     }
-    let sse = head
-        .header("content-type")
-        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let sse = head.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
     if head.status != 200 || !sse {
         let bytes = b.read_all().await.map_err(|e| format!("body: {e}"))?;
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            format!(
-                "status {} body not JSON ({e}): {}",
-                head.status,
-                String::from_utf8_lossy(&bytes)
-            )
-        })?;
+        let v: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("status {} body not JSON ({e}): {}", head.status, String::from_utf8_lossy(&bytes)))?;
         if head.status != 200 {
             o.error_body = Some(v.clone());
             return Err(format!("status {}: {v}", head.status));
@@ -184,13 +175,10 @@ async fn follow(
             }
             let mut text = false;
             if spec.api == Api::Messages {
-                let v: Value = serde_json::from_str(&data)
-                    .map_err(|e| format!("event data not JSON ({e}): {data}"))?;
+                let v: Value = serde_json::from_str(&data).map_err(|e| format!("event data not JSON ({e}): {data}"))?;
                 match name.as_deref().unwrap_or("") {
                     "content_block_delta" => text = true,
-                    "message_delta" => {
-                        o.tokens = v["usage"]["output_tokens"].as_u64().unwrap_or(0) as u32
-                    }
+                    "message_delta" => o.tokens = v["usage"]["output_tokens"].as_u64().unwrap_or(0) as u32,
                     "message_stop" => finished = true,
                     "error" => {
                         o.error_body = Some(v.clone());
@@ -201,8 +189,7 @@ async fn follow(
             } else if data == "[DONE]" {
                 finished = true;
             } else {
-                let v: Value = serde_json::from_str(&data)
-                    .map_err(|e| format!("chunk not JSON ({e}): {data}"))?;
+                let v: Value = serde_json::from_str(&data).map_err(|e| format!("chunk not JSON ({e}): {data}"))?;
                 if v.get("error").is_some() {
                     o.error_body = Some(v.clone());
                     return Err(format!("error chunk: {v}"));

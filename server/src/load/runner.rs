@@ -41,8 +41,7 @@ pub fn spec_for(client: usize, seq: usize, max_tokens: u32, cancel_every: usize)
         _ => (Api::Messages, false),
     };
     // A client's requests alternate between streaming and not: seq / 2 counts its streams.
-    let cancel =
-        stream && cancel_every > 0 && (client + seq / 2) % cancel_every == cancel_every - 1;
+    let cancel = stream && cancel_every > 0 && (client + seq / 2) % cancel_every == cancel_every - 1;
     let prompt = match api {
         Api::Completion => CODE_PROMPTS[k % CODE_PROMPTS.len()],
         _ => CHAT_PROMPTS[k % CHAT_PROMPTS.len()],
@@ -138,12 +137,7 @@ impl Percentiles {
         v.sort_by(f64::total_cmp);
         // Nearest rank.
         let at = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-        Percentiles {
-            n: v.len(),
-            p50_ms: at(0.50),
-            p99_ms: at(0.99),
-            max_ms: v[v.len() - 1],
-        }
+        Percentiles { n: v.len(), p50_ms: at(0.50), p99_ms: at(0.99), max_ms: v[v.len() - 1] }
     }
 }
 
@@ -210,19 +204,13 @@ pub fn rss_anon_kb(pid: u32) -> Option<u64> {
 
 fn status_kb(pid: u32, key: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    s.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
 }
 
 fn summarize_rss(v: &[(f64, u64)]) -> Option<RssSummary> {
     let (first, last) = (v.first()?.1, v.last()?.1);
     let n = v.len() as f64;
-    let (mt, mk) = (
-        v.iter().map(|s| s.0).sum::<f64>() / n,
-        v.iter().map(|s| s.1 as f64).sum::<f64>() / n,
-    );
+    let (mt, mk) = (v.iter().map(|s| s.0).sum::<f64>() / n, v.iter().map(|s| s.1 as f64).sum::<f64>() / n);
     let (mut num, mut den) = (0.0, 0.0);
     for &(t, k) in v {
         num += (t - mt) * (k as f64 - mk);
@@ -243,12 +231,7 @@ pub async fn run_load(opts: &LoadOptions) -> LoadReport {
     let outcomes = Arc::new(Mutex::new(Vec::<Outcome>::new()));
     let stop_sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
-        let (stop, addr, server_pid, every) = (
-            stop_sampling.clone(),
-            opts.addr,
-            opts.server_pid,
-            opts.rss_interval,
-        );
+        let (stop, addr, server_pid, every) = (stop_sampling.clone(), opts.addr, opts.server_pid, opts.rss_interval);
         tokio::spawn(async move {
             let mut samples = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -274,28 +257,23 @@ pub async fn run_load(opts: &LoadOptions) -> LoadReport {
         let (outcomes, o) = (outcomes.clone(), opts.clone());
         tasks.push(tokio::spawn(async move {
             // Spread the first requests over 100 ms so their arrival order is a real order.
-            tokio::time::sleep(Duration::from_millis(
-                client as u64 * 100 / o.clients as u64,
-            ))
-            .await;
+            tokio::time::sleep(Duration::from_millis(client as u64 * 100 / o.clients as u64)).await;
             let mut seq = 0;
             while t0.elapsed() < o.duration {
                 let spec = spec_for(client, seq, o.max_tokens, o.cancel_every);
                 let sent = ms(t0);
-                let mut out =
-                    match tokio::time::timeout(o.request_timeout, run_one(o.addr, &spec, t0)).await
-                    {
-                        Ok(out) => out,
-                        Err(_) => Outcome {
-                            api: Some(spec.api),
-                            stream: spec.stream,
-                            cancel: spec.cancel,
-                            sent_ms: sent,
-                            end_ms: ms(t0),
-                            error: Some(format!("no answer within {:?}", o.request_timeout)),
-                            ..Default::default()
-                        },
-                    };
+                let mut out = match tokio::time::timeout(o.request_timeout, run_one(o.addr, &spec, t0)).await {
+                    Ok(out) => out,
+                    Err(_) => Outcome {
+                        api: Some(spec.api),
+                        stream: spec.stream,
+                        cancel: spec.cancel,
+                        sent_ms: sent,
+                        end_ms: ms(t0),
+                        error: Some(format!("no answer within {:?}", o.request_timeout)),
+                        ..Default::default()
+                    },
+                };
                 out.client = client;
                 out.seq = seq;
                 outcomes.lock().unwrap_or_else(|p| p.into_inner()).push(out);
@@ -315,16 +293,10 @@ pub async fn run_load(opts: &LoadOptions) -> LoadReport {
 
 fn order_check(outcomes: &[Outcome], slack: Duration) -> OrderCheck {
     let slack_us = slack.as_micros() as u64;
-    let mut q: Vec<(u64, u64, u64, f64)> = outcomes
-        .iter()
-        .filter_map(|o| o.queue.map(|(id, qu, st)| (id, qu, st, o.sent_ms)))
-        .collect();
+    let mut q: Vec<(u64, u64, u64, f64)> =
+        outcomes.iter().filter_map(|o| o.queue.map(|(id, qu, st)| (id, qu, st, o.sent_ms))).collect();
     q.sort_by_key(|x| x.0);
-    let mut c = OrderCheck {
-        requests: q.len(),
-        slack_ms: slack.as_secs_f64() * 1e3,
-        ..Default::default()
-    };
+    let mut c = OrderCheck { requests: q.len(), slack_ms: slack.as_secs_f64() * 1e3, ..Default::default() };
     let mut max_queued = 0u64;
     for (i, &(_, queued, started, _)) in q.iter().enumerate() {
         if i > 0 && started < q[i - 1].2 {
@@ -358,12 +330,7 @@ fn order_check(outcomes: &[Outcome], slack: Duration) -> OrderCheck {
     c
 }
 
-fn report(
-    opts: &LoadOptions,
-    outcomes: Vec<Outcome>,
-    samples: Vec<RssSample>,
-    wall: Duration,
-) -> LoadReport {
+fn report(opts: &LoadOptions, outcomes: Vec<Outcome>, samples: Vec<RssSample>, wall: Duration) -> LoadReport {
     let mut r = LoadReport {
         clients: opts.clients,
         duration_s: opts.duration.as_secs_f64(),
@@ -439,13 +406,9 @@ fn report(
     // The engine's series restarts with a new process; use the last one's samples.
     let last_pid = after.iter().rev().find_map(|s| s.engine_pid);
     r.server_rss = summarize_rss(&series(&|s| s.server_kb));
-    r.engine_rss = summarize_rss(&series(&|s| {
-        s.engine_kb.filter(|_| s.engine_pid == last_pid)
-    }));
+    r.engine_rss = summarize_rss(&series(&|s| s.engine_kb.filter(|_| s.engine_pid == last_pid)));
     r.server_anon = summarize_rss(&series(&|s| s.server_anon_kb));
-    r.engine_anon = summarize_rss(&series(&|s| {
-        s.engine_anon_kb.filter(|_| s.engine_pid == last_pid)
-    }));
+    r.engine_anon = summarize_rss(&series(&|s| s.engine_anon_kb.filter(|_| s.engine_pid == last_pid)));
     let mut pids: Vec<u32> = samples.iter().filter_map(|s| s.engine_pid).collect();
     pids.dedup();
     r.engine_pids = pids;
@@ -505,34 +468,18 @@ impl LoadReport {
             None => "not sampled".into(),
         };
         let p = |p: &Percentiles| {
-            format!(
-                "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (n={})",
-                p.p50_ms, p.p99_ms, p.max_ms, p.n
-            )
+            format!("p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (n={})", p.p50_ms, p.p99_ms, p.max_ms, p.n)
         };
         let o = &self.order;
         let mut s = format!(
             "clients {} x {:.0} s (wall {:.1} s): {} requests, {} completed, {} cancelled mid-stream, {} failed\n",
-            self.clients,
-            self.duration_s,
-            self.wall_s,
-            self.requests,
-            self.completed,
-            self.cancelled,
-            self.failed
+            self.clients, self.duration_s, self.wall_s, self.requests, self.completed, self.cancelled, self.failed
         );
         s += &format!(
             "kinds: {}\n",
-            self.by_kind
-                .iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            self.by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
         );
-        s += &format!(
-            "time to first token (streaming, queue included): {}\n",
-            p(&self.ttft)
-        );
+        s += &format!("time to first token (streaming, queue included): {}\n", p(&self.ttft));
         s += &format!("queue wait at the server: {}\n", p(&self.queue_wait));
         s += &format!("latency (completed): {}\n", p(&self.latency));
         s += &format!(
@@ -556,11 +503,7 @@ impl LoadReport {
         for f in &self.failures {
             s += &format!("failure: {f}\n");
         }
-        s += &if self.passed {
-            "PASS".to_string()
-        } else {
-            format!("FAIL: {}", self.verdict.join("; "))
-        };
+        s += &if self.passed { "PASS".to_string() } else { format!("FAIL: {}", self.verdict.join("; ")) };
         s
     }
 }
@@ -574,13 +517,7 @@ mod tests {
         let mut p = SseParser::default();
         assert!(p.push(b"event: a\ndata: {\"x\"").is_empty());
         let ev = p.push(b": 1}\n\n: keep-alive\n\ndata: [DONE]\n\n");
-        assert_eq!(
-            ev,
-            vec![
-                (Some("a".to_string()), "{\"x\": 1}".to_string()),
-                (None, "[DONE]".to_string())
-            ]
-        );
+        assert_eq!(ev, vec![(Some("a".to_string()), "{\"x\": 1}".to_string()), (None, "[DONE]".to_string())]);
     }
 
     #[test]
@@ -598,31 +535,16 @@ mod tests {
             ..Default::default()
         };
         // In order.
-        let c = order_check(
-            &[o(1, 100, 0.0, 10.0), o(2, 200, 1.0, 20.0)],
-            Duration::ZERO,
-        );
-        assert_eq!(
-            (c.server_inversions, c.start_inversions, c.client_inversions),
-            (0, 0, 0)
-        );
+        let c = order_check(&[o(1, 100, 0.0, 10.0), o(2, 200, 1.0, 20.0)], Duration::ZERO);
+        assert_eq!((c.server_inversions, c.start_inversions, c.client_inversions), (0, 0, 0));
         // Id 2 entered the queue 1 s before id 1 but was served after it.
-        let c = order_check(
-            &[o(1, 1_000_100, 0.0, 10.0), o(2, 100, 1.0, 20.0)],
-            Duration::from_millis(5),
-        );
+        let c = order_check(&[o(1, 1_000_100, 0.0, 10.0), o(2, 100, 1.0, 20.0)], Duration::from_millis(5));
         assert_eq!(c.server_inversions, 1);
         // Sent 600 ms after id 2, id 1 was served before it.
-        let c = order_check(
-            &[o(1, 100, 600.0, 700.0), o(2, 100, 0.0, 50.0)],
-            Duration::from_millis(100),
-        );
+        let c = order_check(&[o(1, 100, 600.0, 700.0), o(2, 100, 0.0, 50.0)], Duration::from_millis(100));
         assert_eq!(c.client_inversions, 1);
         // ... but 50 ms is within the slack.
-        let c = order_check(
-            &[o(1, 100, 50.0, 700.0), o(2, 100, 0.0, 50.0)],
-            Duration::from_millis(100),
-        );
+        let c = order_check(&[o(1, 100, 50.0, 700.0), o(2, 100, 0.0, 50.0)], Duration::from_millis(100));
         assert_eq!(c.client_inversions, 0);
     }
 

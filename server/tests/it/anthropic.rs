@@ -37,11 +37,7 @@ fn check_error(r: &Resp, status: u16, kind: &str) {
     let v = r.json();
     assert_eq!(v["type"], "error", "{}", r.body);
     assert_eq!(v["error"]["type"], kind, "{}", r.body);
-    assert!(
-        !v["error"]["message"].as_str().unwrap().is_empty(),
-        "{}",
-        r.body
-    );
+    assert!(!v["error"]["message"].as_str().unwrap().is_empty(), "{}", r.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,8 +63,7 @@ async fn system_and_multi_turn_through_the_template_non_streaming() {
 
     // The system prompt as text blocks is the same request.
     let mut blocks = body;
-    blocks["system"] =
-        json!([{"type": "text", "text": "You are "}, {"type": "text", "text": "terse."}]);
+    blocks["system"] = json!([{"type": "text", "text": "You are "}, {"type": "text", "text": "terse."}]);
     let r = post(&srv, "/v1/messages", blocks).await;
     assert_eq!(r.json()["content"][0]["text"], text, "{}", r.body);
 
@@ -82,18 +77,8 @@ async fn system_and_multi_turn_through_the_template_non_streaming() {
         assert_eq!(l["max_tokens"], 1000);
     }
 
-    let r = post(
-        &srv,
-        "/v1/messages/count_tokens",
-        json!({"system": SYSTEM, "messages": conversation()}),
-    )
-    .await;
-    assert_eq!(
-        r.json(),
-        json!({"input_tokens": prompt.len()}),
-        "{}",
-        r.body
-    );
+    let r = post(&srv, "/v1/messages/count_tokens", json!({"system": SYSTEM, "messages": conversation()})).await;
+    assert_eq!(r.json(), json!({"input_tokens": prompt.len()}), "{}", r.body);
 }
 
 /// The names of the events, and the text of the text deltas.
@@ -101,11 +86,7 @@ fn event_names_and_text(events: &[(String, Value)]) -> (Vec<String>, String) {
     let mut names: Vec<String> = Vec::new();
     let mut text = String::new();
     for (name, data) in events {
-        assert_eq!(
-            &data["type"],
-            name.as_str(),
-            "event name is the data's type"
-        );
+        assert_eq!(&data["type"], name.as_str(), "event name is the data's type");
         if name == "content_block_delta" {
             assert_eq!(data["delta"]["type"], "text_delta");
             text.push_str(data["delta"]["text"].as_str().unwrap());
@@ -122,8 +103,7 @@ fn event_names_and_text(events: &[(String, Value)]) -> (Vec<String>, String) {
 async fn streaming_event_sequence() {
     let srv = start_server(&[]).await;
     let (prompt, text) = expected();
-    let body =
-        json!({"max_tokens": 1000, "system": SYSTEM, "messages": conversation(), "stream": true});
+    let body = json!({"max_tokens": 1000, "system": SYSTEM, "messages": conversation(), "stream": true});
     let r = post(&srv, "/v1/messages", body).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let events = r.events();
@@ -146,15 +126,8 @@ async fn streaming_event_sequence() {
     assert_eq!(start["content"], json!([]));
     assert_eq!(start["stop_reason"], Value::Null);
     assert_eq!(start["usage"]["input_tokens"], prompt.len());
-    assert_eq!(
-        events[2].1["content_block"],
-        json!({"type": "text", "text": ""})
-    );
-    assert!(
-        events
-            .iter()
-            .all(|(n, d)| !n.starts_with("content_block") || d["index"] == 0)
-    );
+    assert_eq!(events[2].1["content_block"], json!({"type": "text", "text": ""}));
+    assert!(events.iter().all(|(n, d)| !n.starts_with("content_block") || d["index"] == 0));
     let delta = &events[events.len() - 2].1;
     assert_eq!(delta["delta"]["stop_reason"], "end_turn");
     assert_eq!(delta["delta"]["stop_sequence"], Value::Null);
@@ -165,11 +138,7 @@ async fn streaming_event_sequence() {
 async fn stop_sequences_and_max_tokens() {
     let srv = start_server(&[]).await;
     let user = "Hello world, this is a test of the server";
-    let prompt = prompt_ids(
-        &tok()
-            .apply_chat_template(&[ChatMessage::new("user", user)], true)
-            .unwrap(),
-    );
+    let prompt = prompt_ids(&tok().apply_chat_template(&[ChatMessage::new("user", user)], true).unwrap());
     let full = text_of(&echo(&prompt, 1000).0);
     let cut = &full[..full.find(" test").unwrap()];
     for stream in [false, true] {
@@ -181,11 +150,7 @@ async fn stop_sequences_and_max_tokens() {
             let events = r.events();
             let delta = events.iter().find(|(n, _)| n == "message_delta").unwrap();
             let d = delta.1["delta"].clone();
-            (
-                event_names_and_text(&events).1,
-                d["stop_reason"].clone(),
-                d["stop_sequence"].clone(),
-            )
+            (event_names_and_text(&events).1, d["stop_reason"].clone(), d["stop_sequence"].clone())
         } else {
             let v = r.json();
             (
@@ -201,17 +166,8 @@ async fn stop_sequences_and_max_tokens() {
         let r = post(&srv, "/v1/messages", body).await;
         let (text, reason, output) = if stream {
             let events = r.events();
-            let d = events
-                .iter()
-                .find(|(n, _)| n == "message_delta")
-                .unwrap()
-                .1
-                .clone();
-            (
-                event_names_and_text(&events).1,
-                d["delta"]["stop_reason"].clone(),
-                d["usage"]["output_tokens"].clone(),
-            )
+            let d = events.iter().find(|(n, _)| n == "message_delta").unwrap().1.clone();
+            (event_names_and_text(&events).1, d["delta"]["stop_reason"].clone(), d["usage"]["output_tokens"].clone())
         } else {
             let v = r.json();
             (
@@ -235,13 +191,8 @@ async fn trailing_assistant_turn_is_a_prefill() {
         {"role": "assistant", "content": "One,"}]});
     let r = post(&srv, "/v1/messages", body).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let rendered = tok()
-        .apply_chat_template(&[ChatMessage::new("user", "Count to three.")], true)
-        .unwrap();
-    assert_eq!(
-        logged_requests(&log)[0]["tokens"],
-        json!(prompt_ids(&format!("{rendered}One,")))
-    );
+    let rendered = tok().apply_chat_template(&[ChatMessage::new("user", "Count to three.")], true).unwrap();
+    assert_eq!(logged_requests(&log)[0]["tokens"], json!(prompt_ids(&format!("{rendered}One,"))));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,10 +223,7 @@ async fn bad_requests_get_anthropic_errors() {
         with("stop_sequences", json!("not a list")),
         user(json!("word ".repeat(100))).to_string(), // longer than the context
         // Gemma 3's template has no tools.
-        with(
-            "tools",
-            json!([{"name": "f", "input_schema": {"type": "object"}}]),
-        ),
+        with("tools", json!([{"name": "f", "input_schema": {"type": "object"}}])),
         with("tool_choice", json!({"type": "sometimes"})),
     ];
     for body in bad {
@@ -301,14 +249,9 @@ async fn bad_requests_get_anthropic_errors() {
 async fn engine_crash_mid_stream_is_an_error_event() {
     let dir = scratch_dir();
     let marker = dir.join("crashed");
-    let srv = start_server(&[
-        "--crash-after",
-        "3",
-        "--crash-marker",
-        marker.to_str().unwrap(),
-    ])
-    .await;
-    let body = json!({"max_tokens": 50, "stream": true, "messages": [{"role": "user", "content": "Hello there friend"}]});
+    let srv = start_server(&["--crash-after", "3", "--crash-marker", marker.to_str().unwrap()]).await;
+    let body =
+        json!({"max_tokens": 50, "stream": true, "messages": [{"role": "user", "content": "Hello there friend"}]});
     let r = post(&srv, "/v1/messages", body.clone()).await;
     assert_eq!(r.status, 200);
     let events = r.events();
@@ -330,26 +273,12 @@ async fn client_disconnect_cancels_at_the_engine() {
     for stream in [true, false] {
         let min_bytes = if stream { 300 } else { 0 };
         let body = json!({"max_tokens": 4000, "stream": stream, "messages": [{"role": "user", "content": "Hi"}]});
-        hang_up(
-            srv.addr,
-            "/v1/messages",
-            body,
-            min_bytes,
-            Duration::from_millis(300),
-        )
-        .await;
+        hang_up(srv.addr, "/v1/messages", body, min_bytes, Duration::from_millis(300)).await;
         let t0 = Instant::now();
-        let r = post(
-            &srv,
-            "/v1/messages",
-            json!({"max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}),
-        )
-        .await;
+        let r =
+            post(&srv, "/v1/messages", json!({"max_tokens": 2, "messages": [{"role": "user", "content": "x"}]})).await;
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.json()["content"][0]["text"], "HelloHello");
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "stream={stream}: queued behind an abandoned request"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(5), "stream={stream}: queued behind an abandoned request");
     }
 }

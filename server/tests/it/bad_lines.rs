@@ -19,11 +19,7 @@ impl TokenEngine for Echo {
             engine: None,
         }
     }
-    fn generate(
-        &mut self,
-        _req: &GenerateRequest,
-        emit: &mut dyn FnMut(u32) -> bool,
-    ) -> Result<FinishReason, String> {
+    fn generate(&mut self, _req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
         for i in 0.. {
             if !emit(100 + i) {
                 break;
@@ -36,16 +32,11 @@ impl TokenEngine for Echo {
 fn run(input: &[u8]) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     serve_loop(&mut Echo, Cursor::new(input.to_vec()), &mut out).expect("serve_loop goes on");
-    out.lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).expect("every output line is JSON"))
-        .collect()
+    out.lines().map(|l| serde_json::from_str(&l.unwrap()).expect("every output line is JSON")).collect()
 }
 
 fn dones(lines: &[serde_json::Value], id: u64) -> Vec<&serde_json::Value> {
-    lines
-        .iter()
-        .filter(|l| l["type"] == "done" && l["id"] == id)
-        .collect()
+    lines.iter().filter(|l| l["type"] == "done" && l["id"] == id).collect()
 }
 
 fn error_of(lines: &[serde_json::Value], id: u64) -> String {
@@ -63,12 +54,8 @@ fn ok(id: u64, max_tokens: u32) -> String {
 fn a_line_that_is_not_utf8_is_an_error_and_the_loop_goes_on() {
     let mut input = ok(1, 2).into_bytes();
     input.extend_from_slice(b"\xff\n"); // one bad byte: no id to read
-    input.extend_from_slice(
-        b"{\"type\":\"generate\",\"id\":2,\"tokens\":[1],\"max_tokens\":1}\xfe\n",
-    );
-    input.extend_from_slice(
-        b"{\"type\":\"generate\",\"id\":3,\"tokens\":[1],\"max\xc3\x28\":1}\r\n",
-    );
+    input.extend_from_slice(b"{\"type\":\"generate\",\"id\":2,\"tokens\":[1],\"max_tokens\":1}\xfe\n");
+    input.extend_from_slice(b"{\"type\":\"generate\",\"id\":3,\"tokens\":[1],\"max\xc3\x28\":1}\r\n");
     input.extend_from_slice(ok(4, 3).as_bytes());
     let lines = run(&input);
     assert_eq!(lines[0]["type"], "hello");
@@ -77,15 +64,9 @@ fn a_line_that_is_not_utf8_is_an_error_and_the_loop_goes_on() {
     assert_eq!(dones(&lines, 4)[0]["generated_tokens"], 3);
     let anonymous: Vec<_> = lines.iter().filter(|l| l["type"] == "error").collect();
     assert_eq!(anonymous.len(), 1, "{lines:?}");
-    assert_eq!(
-        anonymous[0]["error"],
-        "malformed request: the line is not valid UTF-8 (byte 0xff at offset 0)"
-    );
+    assert_eq!(anonymous[0]["error"], "malformed request: the line is not valid UTF-8 (byte 0xff at offset 0)");
     // A bad line whose id can be read fails that request.
-    assert_eq!(
-        error_of(&lines, 2),
-        "malformed request: the line is not valid UTF-8 (byte 0xfe at offset 54)"
-    );
+    assert_eq!(error_of(&lines, 2), "malformed request: the line is not valid UTF-8 (byte 0xfe at offset 54)");
     assert!(error_of(&lines, 3).contains("not valid UTF-8 (byte 0xc3 at offset 43)"));
 }
 
@@ -93,9 +74,7 @@ fn a_line_that_is_not_utf8_is_an_error_and_the_loop_goes_on() {
 fn invalid_utf8_parses_to_one_error() {
     let r = parse_host_bytes(b"\x80");
     assert_eq!(r.len(), 1);
-    assert!(
-        matches!(&r[0], Err((None, e)) if e.contains("not valid UTF-8 (byte 0x80 at offset 0)"))
-    );
+    assert!(matches!(&r[0], Err((None, e)) if e.contains("not valid UTF-8 (byte 0x80 at offset 0)")));
     assert!(parse_host_bytes(b"  ").is_empty());
     assert!(parse_host_bytes(b"").is_empty());
 }
@@ -107,10 +86,7 @@ fn two_requests_on_one_line_fail_both_ids() {
     let input = format!("{two}{with_junk}{}", ok(8, 1));
     let lines = run(input.as_bytes());
     for id in [5, 6] {
-        assert_eq!(
-            error_of(&lines, id),
-            "malformed request: 2 JSON values on one line (one request per line)"
-        );
+        assert_eq!(error_of(&lines, id), "malformed request: 2 JSON values on one line (one request per line)");
     }
     assert_eq!(
         error_of(&lines, 7),
@@ -118,10 +94,7 @@ fn two_requests_on_one_line_fail_both_ids() {
     );
     assert_eq!(dones(&lines, 8)[0]["reason"], "length");
     assert!(lines.iter().all(|l| l["type"] != "error"), "{lines:?}");
-    assert!(
-        lines.iter().all(|l| l["type"] != "token" || l["id"] == 8),
-        "{lines:?}"
-    );
+    assert!(lines.iter().all(|l| l["type"] != "token" || l["id"] == 8), "{lines:?}");
 }
 
 #[test]
@@ -147,14 +120,8 @@ fn type_errors_name_the_field() {
             r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":1,"stop_tokens":7}"#,
             "field `stop_tokens`: invalid type: integer `7`, expected a sequence",
         ),
-        (
-            r#"{"type":"generate","id":1,"tokens":[1]}"#,
-            "missing field `max_tokens`",
-        ),
-        (
-            r#"{"type":"cancel","id":"x"}"#,
-            "field `id`: invalid type: string \"x\", expected u64",
-        ),
+        (r#"{"type":"generate","id":1,"tokens":[1]}"#, "missing field `max_tokens`"),
+        (r#"{"type":"cancel","id":"x"}"#, "field `id`: invalid type: string \"x\", expected u64"),
     ];
     for (line, want) in cases {
         let got = match parse_host_line(line) {
@@ -163,16 +130,10 @@ fn type_errors_name_the_field() {
         };
         assert_eq!(got, format!("malformed request: {want}"), "{line}");
         let bytes = parse_host_bytes(line.as_bytes());
-        assert!(
-            matches!(&bytes[..], [Err((_, e))] if *e == got),
-            "{line}: {bytes:?}"
-        );
+        assert!(matches!(&bytes[..], [Err((_, e))] if *e == got), "{line}: {bytes:?}");
     }
     // The id is still salvaged for the done line.
-    assert!(matches!(
-        parse_host_line(r#"{"type":"generate","id":9,"tokens":[1],"max_tokens":-5}"#),
-        Err((Some(9), _))
-    ));
+    assert!(matches!(parse_host_line(r#"{"type":"generate","id":9,"tokens":[1],"max_tokens":-5}"#), Err((Some(9), _))));
 }
 
 /// HTTP bodies: a value of the wrong type names its field too, trailing characters are still
@@ -182,30 +143,18 @@ fn http_body_type_errors_name_the_field() {
     use server::openai::{ChatRequest, CompletionRequest, parse_body};
     let msg = |r: Result<ChatRequest, server::openai::ApiError>| r.expect_err("refused").message;
     assert_eq!(
-        msg(parse_body(
-            br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":-1}"#
-        )),
+        msg(parse_body(br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":-1}"#)),
         "invalid request body: field `max_tokens`: invalid value: integer `-1`, expected u32 at line 1 column 61"
     );
     assert!(
-        msg(parse_body(
-            br#"{"messages":[{"role":"user","content":"hi"}]} x"#
-        ))
-        .starts_with("invalid request body: trailing characters")
+        msg(parse_body(br#"{"messages":[{"role":"user","content":"hi"}]} x"#))
+            .starts_with("invalid request body: trailing characters")
     );
-    let m = msg(parse_body(
-        b"{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}",
-    ));
-    assert_eq!(
-        m,
-        "invalid request body: field `messages[0].content`: invalid unicode code point at line 1 column 43"
-    );
+    let m = msg(parse_body(b"{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}"));
+    assert_eq!(m, "invalid request body: field `messages[0].content`: invalid unicode code point at line 1 column 43");
     let c: Result<CompletionRequest, _> = parse_body(br#"{"prompt":"hi","temperature":"hot"}"#);
     assert!(
-        c.err()
-            .unwrap()
-            .message
-            .starts_with("invalid request body: field `temperature`: invalid type: string \"hot\"")
+        c.err().unwrap().message.starts_with("invalid request body: field `temperature`: invalid type: string \"hot\"")
     );
 }
 
@@ -237,22 +186,10 @@ fn unparsable_lines_with_a_readable_id_get_their_done() {
         "malformed request: the line starts with a UTF-8 byte order mark (U+FEFF); send JSON \
          without one"
     );
-    assert_eq!(
-        error_of(&out, 22),
-        "malformed request: number out of range at line 1 column 58"
-    );
-    assert_eq!(
-        error_of(&out, 23),
-        "malformed request: number out of range at line 1 column 42"
-    );
-    assert_eq!(
-        error_of(&out, 24),
-        "malformed request: EOF while parsing a value at line 1 column 39"
-    );
-    assert_eq!(
-        error_of(&out, 25),
-        "malformed request: recursion limit exceeded at line 1 column 186"
-    );
+    assert_eq!(error_of(&out, 22), "malformed request: number out of range at line 1 column 58");
+    assert_eq!(error_of(&out, 23), "malformed request: number out of range at line 1 column 42");
+    assert_eq!(error_of(&out, 24), "malformed request: EOF while parsing a value at line 1 column 39");
+    assert_eq!(error_of(&out, 25), "malformed request: recursion limit exceeded at line 1 column 186");
     for id in [26, 27] {
         assert_eq!(
             error_of(&out, id),
@@ -262,13 +199,7 @@ fn unparsable_lines_with_a_readable_id_get_their_done() {
     }
     let anonymous: Vec<_> = out.iter().filter(|l| l["type"] == "error").collect();
     assert_eq!(anonymous.len(), 1, "{out:?}");
-    assert!(
-        anonymous[0]["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("malformed request: number out of range"),
-        "{out:?}"
-    );
+    assert!(anonymous[0]["error"].as_str().unwrap().starts_with("malformed request: number out of range"), "{out:?}");
     assert_eq!(dones(&out, 28)[0]["generated_tokens"], 2);
     // The same id from `parse_host_line`, the one-line form.
     let bom = "\u{feff}{\"type\":\"cancel\",\"id\":9}";

@@ -11,10 +11,7 @@ use std::path::Path;
 fn config_file(dir: &Path, v: serde_json::Value) -> ServerConfig {
     let path = dir.join("engine.json");
     std::fs::write(&path, v.to_string()).unwrap();
-    ServerConfig {
-        config: Some(path),
-        ..Default::default()
-    }
+    ServerConfig { config: Some(path), ..Default::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,21 +53,11 @@ async fn cpp_keys_start_the_engine_with_its_args_dir_and_environment() {
     let cwd = std::fs::canonicalize(dir.join("run")).unwrap();
     assert_eq!(e["cwd"], cwd.display().to_string());
     // `args` reached the engine; `model_name` and `api_key` apply to the server.
-    let r = request_with(
-        srv.addr,
-        "GET",
-        "/v1/status",
-        None,
-        &[("x-api-key", "cpp-key")],
-    )
-    .await;
+    let r = request_with(srv.addr, "GET", "/v1/status", None, &[("x-api-key", "cpp-key")]).await;
     let s = r.json();
     assert_eq!(s["engine"]["engine_model"], "cpp-engine");
     assert_eq!(s["engine"]["model"], "cpp-model");
-    assert_eq!(
-        request(srv.addr, "GET", "/v1/models", None).await.status,
-        401
-    );
+    assert_eq!(request(srv.addr, "GET", "/v1/models", None).await.status, 401);
 }
 
 #[test]
@@ -86,10 +73,8 @@ fn unknown_and_doubled_keys_are_errors_naming_them() {
     let e = err(json!({"env": {"A": 1}}));
     assert!(e.contains("env"), "a non-string value names the key: {e}");
     // Flags still win over the file's C++ keys.
-    let mut cfg = config_file(
-        &dir,
-        json!({"exe": "/bin/from-file", "args": ["--a"], "tokenizer": "t.gguf", "port": 1}),
-    );
+    let mut cfg =
+        config_file(&dir, json!({"exe": "/bin/from-file", "args": ["--a"], "tokenizer": "t.gguf", "port": 1}));
     cfg.port = Some(2);
     cfg.engine.executable = Some("/bin/from-flag".into());
     let r = cfg.resolve().unwrap();

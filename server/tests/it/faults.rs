@@ -13,14 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const PROMPT: &str = "Hello world, this is a test of the server";
 
 fn spec(api: Api, stream: bool, max_tokens: u32) -> Spec {
-    Spec {
-        api,
-        stream,
-        cancel: false,
-        max_tokens,
-        prompt: PROMPT.into(),
-        seed: 1,
-    }
+    Spec { api, stream, cancel: false, max_tokens, prompt: PROMPT.into(), seed: 1 }
 }
 
 async fn health(addr: SocketAddr) -> Value {
@@ -35,10 +28,7 @@ async fn wait_queue(addr: SocketAddr, waiting: u64) -> Value {
         if h["requests_in_flight"] == 1 && h["requests_waiting"].as_u64() >= Some(waiting) {
             return h;
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "queue never filled: {h}"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(20), "queue never filled: {h}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -61,10 +51,7 @@ async fn wait_new_engine(addr: SocketAddr, old_pid: u64, t0: Instant) -> Duratio
 /// event, no `message_stop`).
 fn check_api_error(o: &Outcome, status: u16, kind: &str, message: &str) {
     assert!(!o.ok, "the request in flight must fail: {o:?}");
-    let body = o
-        .error_body
-        .as_ref()
-        .unwrap_or_else(|| panic!("no error body: {o:?}"));
+    let body = o.error_body.as_ref().unwrap_or_else(|| panic!("no error body: {o:?}"));
     assert_eq!(o.status, status, "{o:?}");
     match o.api {
         Some(Api::Messages) => {
@@ -137,10 +124,7 @@ async fn kill9_engine_under_load_fails_in_flight_in_api_shape_and_serves_queued(
     for (i, r) in restarts.iter().enumerate() {
         assert!(*r < Duration::from_secs(5), "restart {i} took {r:?}");
     }
-    println!(
-        "fake engine restarts after SIGKILL: {restarts:?} (total {:?})",
-        t_start.elapsed()
-    );
+    println!("fake engine restarts after SIGKILL: {restarts:?} (total {:?})", t_start.elapsed());
 }
 
 /// An engine that stops mid-stream (alive, silent): after `engine_timeout` it is killed and
@@ -152,14 +136,7 @@ async fn hung_engine_mid_stream_times_out_and_is_replaced() {
     let marker = dir.join("hung");
     let srv = start_server_full(
         model_path(),
-        &[
-            "--delay-ms",
-            "10",
-            "--hang-after",
-            "5",
-            "--hang-marker",
-            marker.to_str().unwrap(),
-        ],
+        &["--delay-ms", "10", "--hang-after", "5", "--hang-marker", marker.to_str().unwrap()],
         Some(Duration::from_millis(1000)),
     )
     .await;
@@ -169,8 +146,7 @@ async fn hung_engine_mid_stream_times_out_and_is_replaced() {
     let victim = spec(Api::Chat, true, 100);
     let inflight = tokio::spawn(async move { load::run_one(addr, &victim, t0).await });
     wait_queue(addr, 0).await;
-    let queued =
-        tokio::spawn(async move { load::run_one(addr, &spec(Api::Messages, false, 3), t0).await });
+    let queued = tokio::spawn(async move { load::run_one(addr, &spec(Api::Messages, false, 3), t0).await });
     let h = wait_queue(addr, 1).await;
     let old = h["engine_pid"].as_u64().unwrap();
     let o = inflight.await.unwrap();
@@ -181,10 +157,7 @@ async fn hung_engine_mid_stream_times_out_and_is_replaced() {
         hung_for >= Duration::from_millis(900) && hung_for < Duration::from_secs(4),
         "timed out after {hung_for:?}"
     );
-    println!(
-        "hung engine: timeout error {hung_for:?} after the last token: {}",
-        o.error.as_deref().unwrap_or("")
-    );
+    println!("hung engine: timeout error {hung_for:?} after the last token: {}", o.error.as_deref().unwrap_or(""));
     let q = queued.await.unwrap();
     assert!(q.ok, "{q:?}");
     wait_new_engine(addr, old, Instant::now()).await;
@@ -194,12 +167,7 @@ async fn hung_engine_mid_stream_times_out_and_is_replaced() {
     let marker = dir.join("hung2");
     let srv = start_server_full(
         model_path(),
-        &[
-            "--hang-after",
-            "2",
-            "--hang-marker",
-            marker.to_str().unwrap(),
-        ],
+        &["--hang-after", "2", "--hang-marker", marker.to_str().unwrap()],
         Some(Duration::from_millis(700)),
     )
     .await;
@@ -242,29 +210,19 @@ async fn client_that_stops_reading_is_dropped_after_send_timeout() {
     let o = load::run_one(addr, &spec(Api::Completion, false, 2), t0).await;
     assert!(o.ok, "{o:?}");
     let waited = t0.elapsed();
-    assert!(
-        waited < Duration::from_secs(8),
-        "blocked behind a client that does not read: {waited:?}"
-    );
+    assert!(waited < Duration::from_secs(8), "blocked behind a client that does not read: {waited:?}");
     // The stalled connection was closed by the server: what is in the buffers, then EOF, and
     // the stream never finished.
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut got)).await;
     assert!(read.is_ok(), "the server kept the stalled connection open");
     let text = String::from_utf8_lossy(&got);
-    assert!(
-        text.starts_with("HTTP/1.1 200"),
-        "{}",
-        &text[..text.len().min(200)]
-    );
+    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(200)]);
     assert!(!text.contains("[DONE]"));
     let h = health(addr).await;
     assert_eq!(h["requests_in_flight"], 0, "{h}");
     assert_eq!(h["engine_restarts"], 0, "{h}");
-    println!(
-        "queued request answered after {waited:?}; the stalled stream had {} bytes",
-        got.len()
-    );
+    println!("queued request answered after {waited:?}; the stalled stream had {} bytes", got.len());
 }
 
 /// An engine that exits before its hello: the 503 carries its last stderr line.

@@ -23,12 +23,7 @@ async fn health_models_and_completion_length() {
     assert_eq!(m["data"][0]["id"], "fake-gemma");
     assert_eq!(m["data"][0]["meta"]["vocab_size"], 262144);
 
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": PROMPT, "max_tokens": 4}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 4})).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     let prompt = prompt_ids(PROMPT);
@@ -41,10 +36,7 @@ async fn health_models_and_completion_length() {
     assert_eq!(v["usage"]["completion_tokens"], 4);
     assert_eq!(v["usage"]["total_tokens"], prompt.len() + 4);
     assert_eq!(
-        (
-            v["timings"]["prompt_n"].as_u64(),
-            v["timings"]["predicted_n"].as_u64()
-        ),
+        (v["timings"]["prompt_n"].as_u64(), v["timings"]["predicted_n"].as_u64()),
         (Some(prompt.len() as u64), Some(4))
     );
     assert!(v["timings"]["predicted_ms"].as_f64().unwrap() >= 0.0);
@@ -77,16 +69,10 @@ async fn stop_strings_cut_text_streaming_and_not() {
 }
 
 fn chat_expectation(user: &str) -> (Vec<u32>, String) {
-    let msgs = [tokenizer::ChatMessage {
-        role: "user".into(),
-        content: user.into(),
-    }];
+    let msgs = [tokenizer::ChatMessage { role: "user".into(), content: user.into() }];
     let prompt = prompt_ids(&tok().apply_chat_template(&msgs, true).unwrap());
     let (generated, stopped) = echo(&prompt, 1000);
-    assert!(
-        stopped,
-        "the echoed chat prompt contains an end-of-turn token"
-    );
+    assert!(stopped, "the echoed chat prompt contains an end-of-turn token");
     (prompt, text_of(&generated))
 }
 
@@ -108,14 +94,7 @@ async fn chat_non_streaming_passes_sampling_params() {
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
 
-    let logged: Value = serde_json::from_str(
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap(),
-    )
-    .unwrap();
+    let logged: Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().lines().next().unwrap()).unwrap();
     assert_eq!(logged["tokens"], json!(prompt));
     assert_eq!(logged["sampling"]["temperature"], 0.5);
     assert!((logged["sampling"]["top_p"].as_f64().unwrap() - 0.9).abs() < 1e-6);
@@ -136,18 +115,11 @@ async fn chat_streaming_with_usage() {
     let (text, chunks) = chunk_texts(&r, true);
     assert_eq!(text, expected);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    assert!(
-        chunks
-            .iter()
-            .all(|c| c["object"] == "chat.completion.chunk")
-    );
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
     assert_eq!(finish_reasons(&chunks), vec!["stop"]);
     let usage = &chunks.last().unwrap()["usage"];
     assert_eq!(usage["prompt_tokens"], prompt.len());
-    assert_eq!(
-        usage["completion_tokens"].as_u64().unwrap() as usize,
-        echo(&prompt, 1000).0.len()
-    );
+    assert_eq!(usage["completion_tokens"].as_u64().unwrap() as usize, echo(&prompt, 1000).0.len());
 }
 
 /// Byte-fallback token whose piece is exactly `b`.
@@ -163,26 +135,14 @@ async fn multibyte_character_split_over_byte_tokens() {
     let mut prompt = vec![tok().bos().unwrap()];
     prompt.extend("é😀".bytes().map(byte_token));
     let n = prompt.len() - 1;
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": prompt, "max_tokens": n, "stream": true}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": prompt, "max_tokens": n, "stream": true})).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let (text, chunks) = chunk_texts(&r, false);
     assert_eq!(text, "é😀");
-    assert!(
-        !r.body.contains('\u{fffd}') && !r.body.contains("\\ufffd"),
-        "no replacement characters: {}",
-        r.body
-    );
+    assert!(!r.body.contains('\u{fffd}') && !r.body.contains("\\ufffd"), "no replacement characters: {}", r.body);
     // One text chunk per completed character, then the finish chunk.
-    let texts: Vec<&str> = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["text"].as_str())
-        .filter(|t| !t.is_empty())
-        .collect();
+    let texts: Vec<&str> =
+        chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).filter(|t| !t.is_empty()).collect();
     assert_eq!(texts, vec!["é", "😀"]);
     assert_eq!(finish_reasons(&chunks), vec!["length"]);
 }
@@ -194,35 +154,14 @@ async fn bad_requests_get_openai_style_400() {
     let bad = [
         ("/v1/chat/completions", "{not json".to_string()),
         ("/v1/chat/completions", json!({"messages": []}).to_string()),
-        (
-            "/v1/chat/completions",
-            json!({"prompt": "no messages"}).to_string(),
-        ),
-        (
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x"}], "temperature": 3}).to_string(),
-        ),
-        (
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x"}], "n": 2}).to_string(),
-        ),
-        (
-            "/v1/completions",
-            json!({"prompt": "x", "top_p": 0}).to_string(),
-        ),
-        (
-            "/v1/completions",
-            json!({"prompt": "x", "max_tokens": -5}).to_string(),
-        ),
-        (
-            "/v1/completions",
-            json!({"prompt": [2, 999999]}).to_string(),
-        ),
+        ("/v1/chat/completions", json!({"prompt": "no messages"}).to_string()),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "temperature": 3}).to_string()),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "n": 2}).to_string()),
+        ("/v1/completions", json!({"prompt": "x", "top_p": 0}).to_string()),
+        ("/v1/completions", json!({"prompt": "x", "max_tokens": -5}).to_string()),
+        ("/v1/completions", json!({"prompt": [2, 999999]}).to_string()),
         ("/v1/completions", json!({"prompt": ["a", "b"]}).to_string()),
-        (
-            "/v1/completions",
-            json!({"prompt": "word ".repeat(40)}).to_string(),
-        ),
+        ("/v1/completions", json!({"prompt": "word ".repeat(40)}).to_string()),
     ];
     for (path, body) in bad {
         let r = request(srv.addr, "POST", path, Some(&body)).await;
@@ -231,32 +170,17 @@ async fn bad_requests_get_openai_style_400() {
         assert_eq!(v["error"]["type"], "invalid_request_error", "{body}");
         assert!(!v["error"]["message"].as_str().unwrap().is_empty());
     }
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": "word ".repeat(40)}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": "word ".repeat(40)})).await;
     assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
     // Over the body limit: 413, still in OpenAI's shape.
     let huge = json!({"prompt": "a".repeat(3 << 20)}).to_string();
     let r = request(srv.addr, "POST", "/v1/completions", Some(&huge)).await;
     assert_eq!(r.status, 413, "{}", r.body);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
-    let r = post(
-        &srv,
-        "/v1/chat/completions",
-        json!({"messages": [{"role": "wizard", "content": "x"}]}),
-    )
-    .await;
+    let r = post(&srv, "/v1/chat/completions", json!({"messages": [{"role": "wizard", "content": "x"}]})).await;
     assert_eq!(r.status, 400, "unknown role: {}", r.body);
     // Still serving.
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": "x y", "max_tokens": 2}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": "x y", "max_tokens": 2})).await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -291,15 +215,8 @@ async fn concurrent_requests_all_complete_correctly() {
 async fn engine_crash_fails_in_flight_request_then_restarts() {
     let dir = scratch_dir();
     let marker = dir.join("crashed");
-    let srv = start_server(&[
-        "--crash-after",
-        "3",
-        "--crash-marker",
-        marker.to_str().unwrap(),
-        "--delay-ms",
-        "10",
-    ])
-    .await;
+    let srv =
+        start_server(&["--crash-after", "3", "--crash-marker", marker.to_str().unwrap(), "--delay-ms", "10"]).await;
     wait_healthy(&srv).await;
     // Two concurrent requests: the one at the engine fails when it crashes at its 3rd token; the
     // one waiting in the server's queue runs on the restarted engine.
@@ -313,27 +230,12 @@ async fn engine_crash_fails_in_flight_request_then_restarts() {
     assert_eq!(statuses, [200, 500], "a: {} b: {}", a.body, b.body);
     let failed = if a.status == 500 { &a } else { &b };
     assert_eq!(failed.json()["error"]["type"], "server_error");
-    assert!(
-        failed.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("engine"),
-        "{}",
-        failed.body
-    );
+    assert!(failed.json()["error"]["message"].as_str().unwrap().contains("engine"), "{}", failed.body);
     let ok = if a.status == 200 { &a } else { &b };
-    assert_eq!(
-        ok.json()["choices"][0]["text"],
-        text_of(&echo(&prompt_ids(PROMPT), 6).0)
-    );
+    assert_eq!(ok.json()["choices"][0]["text"], text_of(&echo(&prompt_ids(PROMPT), 6).0));
     let h = wait_healthy(&srv).await;
     assert_eq!(h["engine_restarts"], 1);
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": PROMPT, "max_tokens": 2}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 2})).await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -341,14 +243,9 @@ async fn engine_crash_fails_in_flight_request_then_restarts() {
 async fn engine_crash_during_stream_sends_error_event() {
     let dir = scratch_dir();
     let marker = dir.join("crashed");
-    let srv = start_server(&[
-        "--crash-after",
-        "3",
-        "--crash-marker",
-        marker.to_str().unwrap(),
-    ])
-    .await;
-    let body = json!({"messages": [{"role": "user", "content": "Hello there friend"}], "stream": true, "max_tokens": 50});
+    let srv = start_server(&["--crash-after", "3", "--crash-marker", marker.to_str().unwrap()]).await;
+    let body =
+        json!({"messages": [{"role": "user", "content": "Hello there friend"}], "stream": true, "max_tokens": 50});
     let r = post(&srv, "/v1/chat/completions", body.clone()).await;
     assert_eq!(r.status, 200);
     let data = r.sse();
@@ -367,16 +264,8 @@ async fn engine_that_cannot_start_gives_503() {
     let t0 = Instant::now();
     let r = post(&srv, "/v1/completions", json!({"prompt": "x"})).await;
     assert_eq!(r.status, 503, "{}", r.body);
-    assert!(
-        r.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("engine")
-    );
-    assert!(
-        t0.elapsed() < Duration::from_secs(5),
-        "fails fast, does not wait for the startup timeout"
-    );
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("engine"));
+    assert!(t0.elapsed() < Duration::from_secs(5), "fails fast, does not wait for the startup timeout");
     let h = request(srv.addr, "GET", "/health", None).await;
     assert_eq!(h.status, 503);
 }
@@ -391,29 +280,15 @@ fn config_file_and_flags_merge() {
             "model_name": "gemma", "host": "0.0.0.0", "port": 9000}"#,
     )
     .unwrap();
-    let cfg = server::ServerConfig {
-        config: Some(file.clone()),
-        port: Some(8081),
-        ..Default::default()
-    };
+    let cfg = server::ServerConfig { config: Some(file.clone()), port: Some(8081), ..Default::default() };
     let r = cfg.resolve().unwrap();
     assert_eq!(r.executable, dir.join("bin/strata"));
     assert_eq!(r.args, vec!["-m", "m.gguf"]);
     assert_eq!(r.tokenizer, dir.join("m.gguf"));
-    assert_eq!(
-        (r.host.as_str(), r.port, r.model_name.as_deref()),
-        ("0.0.0.0", 8081, Some("gemma"))
-    );
-    std::fs::write(
-        &file,
-        r#"{"engine": {"executable": "x"}, "tokenizr": "typo.gguf"}"#,
-    )
-    .unwrap();
+    assert_eq!((r.host.as_str(), r.port, r.model_name.as_deref()), ("0.0.0.0", 8081, Some("gemma")));
+    std::fs::write(&file, r#"{"engine": {"executable": "x"}, "tokenizr": "typo.gguf"}"#).unwrap();
     let err = format!("{:#}", cfg.resolve().unwrap_err());
-    assert!(
-        err.contains("tokenizr"),
-        "unknown keys are rejected by name: {err}"
-    );
+    assert!(err.contains("tokenizr"), "unknown keys are rejected by name: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -433,17 +308,9 @@ async fn client_disconnect_cancels_at_the_engine() {
         )
         .await;
         let t0 = Instant::now();
-        let r = post(
-            &srv,
-            "/v1/completions",
-            json!({"prompt": PROMPT, "max_tokens": 2}),
-        )
-        .await;
+        let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 2})).await;
         assert_eq!(r.status, 200, "{}", r.body);
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "stream={stream}: queued behind an abandoned request"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(5), "stream={stream}: queued behind an abandoned request");
     }
 }
 
@@ -456,12 +323,7 @@ async fn bpe_tokenizer_completion_and_chat() {
     ));
     assert!(path.exists(), "missing {}", path.display());
     let t = Tokenizer::from_gguf(&gguf::GgufFile::open(&path).unwrap()).unwrap();
-    let eog = t
-        .eog_ids()
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+    let eog = t.eog_ids().iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     let srv = start_server_with(path.clone(), &["--vocab", "1024", "--eog", &eog]).await;
     let ids = |text: &str| {
         let mut ids = t.encode(text, false, true);
@@ -473,35 +335,19 @@ async fn bpe_tokenizer_completion_and_chat() {
         ids
     };
     let text = |ids: &[u32]| {
-        String::from_utf8(
-            ids.iter()
-                .filter(|&&i| !t.is_control(i))
-                .flat_map(|&i| t.token_to_bytes(i))
-                .collect(),
-        )
-        .unwrap()
+        String::from_utf8(ids.iter().filter(|&&i| !t.is_control(i)).flat_map(|&i| t.token_to_bytes(i)).collect())
+            .unwrap()
     };
     let prompt = "The quick brown fox jumps over the lazy dog";
     let p = ids(prompt);
     let n = p.len() - 1;
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": prompt, "max_tokens": n}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": prompt, "max_tokens": n})).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["choices"][0]["text"], text(&p[1..]));
 
-    let msgs = [tokenizer::ChatMessage {
-        role: "user".into(),
-        content: "hello there".into(),
-    }];
+    let msgs = [tokenizer::ChatMessage { role: "user".into(), content: "hello there".into() }];
     let p = ids(&t.apply_chat_template(&msgs, true).unwrap());
-    let end = p[1..]
-        .iter()
-        .position(|&i| t.is_eog(i))
-        .map_or(p.len(), |k| k + 1);
+    let end = p[1..].iter().position(|&i| t.is_eog(i)).map_or(p.len(), |k| k + 1);
     let r = post(
         &srv,
         "/v1/chat/completions",
@@ -511,12 +357,7 @@ async fn bpe_tokenizer_completion_and_chat() {
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     assert_eq!(v["choices"][0]["message"]["content"], text(&p[1..end]));
-    assert!(
-        v["choices"][0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .contains("hello there")
-    );
+    assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("hello there"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -525,52 +366,23 @@ async fn requests_wait_for_a_loading_engine() {
     let h = request(srv.addr, "GET", "/health", None).await;
     assert_eq!(h.status, 503, "{}", h.body);
     assert_eq!(h.json()["status"], "loading");
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": PROMPT, "max_tokens": 3}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 3})).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(
-        r.json()["choices"][0]["text"],
-        text_of(&echo(&prompt_ids(PROMPT), 3).0)
-    );
+    assert_eq!(r.json()["choices"][0]["text"], text_of(&echo(&prompt_ids(PROMPT), 3).0));
     assert_eq!(request(srv.addr, "GET", "/health", None).await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_engine_is_killed_after_engine_timeout() {
-    let srv = start_server_full(
-        model_path(),
-        &["--delay-ms", "3000"],
-        Some(Duration::from_millis(700)),
-    )
-    .await;
+    let srv = start_server_full(model_path(), &["--delay-ms", "3000"], Some(Duration::from_millis(700))).await;
     wait_healthy(&srv).await;
     // Idle time does not count: only silence while a request is in flight.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let t0 = Instant::now();
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": PROMPT, "max_tokens": 2}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": PROMPT, "max_tokens": 2})).await;
     assert_eq!(r.status, 504, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], "engine_timeout", "{}", r.body);
-    assert!(
-        r.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("no output"),
-        "{}",
-        r.body
-    );
-    assert!(
-        t0.elapsed() < Duration::from_millis(2900),
-        "killed before its first token: {:?}",
-        t0.elapsed()
-    );
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("no output"), "{}", r.body);
+    assert!(t0.elapsed() < Duration::from_millis(2900), "killed before its first token: {:?}", t0.elapsed());
     assert_eq!(wait_healthy(&srv).await["engine_restarts"], 1);
 }

@@ -27,29 +27,11 @@ async fn oversized_bodies_get_413_in_each_apis_shape() {
         } else {
             assert_eq!(v["error"]["type"], "invalid_request_error", "{path}: {v}");
         }
-        assert!(
-            v["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("length limit"),
-            "{path}: {v}"
-        );
+        assert!(v["error"]["message"].as_str().unwrap().contains("length limit"), "{path}: {v}");
     }
     let s = scrape(srv.addr, &[]).await;
-    assert_eq!(
-        sample(
-            &s,
-            "strata_http_requests_total",
-            &[("endpoint", "/v1/messages"), ("status", "413")]
-        ),
-        Some(1.0)
-    );
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": "x y", "max_tokens": 2}),
-    )
-    .await;
+    assert_eq!(sample(&s, "strata_http_requests_total", &[("endpoint", "/v1/messages"), ("status", "413")]), Some(1.0));
+    let r = post(&srv, "/v1/completions", json!({"prompt": "x y", "max_tokens": 2})).await;
     assert_eq!(r.status, 200, "still serving: {}", r.body);
 }
 
@@ -69,24 +51,16 @@ async fn raw(addr: std::net::SocketAddr, head: &str) -> String {
 async fn sixty_four_kib_of_headers_are_refused_and_the_server_keeps_serving() {
     let srv = start_server(&[]).await;
     wait_healthy(&srv).await;
-    let one_big = format!(
-        "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n",
-        "a".repeat(64 << 10)
-    );
-    let many: String = (0..1024)
-        .map(|i| format!("X-H{i:04}: {}\r\n", "b".repeat(56)))
-        .collect();
+    let one_big =
+        format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n", "a".repeat(64 << 10));
+    let many: String = (0..1024).map(|i| format!("X-H{i:04}: {}\r\n", "b".repeat(56))).collect();
     let many = format!("GET /v1/models HTTP/1.1\r\nHost: x\r\n{many}Connection: close\r\n");
     let anthropic_big = format!(
         "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nX-Big: {}\r\nConnection: close\r\n",
         "a".repeat(64 << 10)
     );
     let answer = raw(srv.addr, &anthropic_big).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 431"),
-        "{:?}",
-        answer.lines().next()
-    );
+    assert!(answer.starts_with("HTTP/1.1 431"), "{:?}", answer.lines().next());
     let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
     let v: serde_json::Value = serde_json::from_str(body).expect("JSON error body");
     assert_eq!(v["type"], "error", "Anthropic's shape: {v}");
@@ -94,11 +68,7 @@ async fn sixty_four_kib_of_headers_are_refused_and_the_server_keeps_serving() {
     for (what, head) in [("one 64 KiB header", one_big), ("1024 headers", many)] {
         assert!(head.len() >= 64 << 10);
         let answer = raw(srv.addr, &head).await;
-        let status: u16 = answer
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
+        let status: u16 = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
         assert_eq!(status, 431, "{what}: {:?}", answer.lines().next());
         if what.starts_with("one") {
             // Ours, in OpenAI's shape (hyper refuses the 101st header itself, with no body).

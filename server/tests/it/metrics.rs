@@ -9,12 +9,7 @@ use server::config::ApiKey;
 use std::time::Duration;
 
 fn requests(s: &prometheus_parse::Scrape, endpoint: &str, status: &str) -> f64 {
-    sample(
-        s,
-        "strata_http_requests_total",
-        &[("endpoint", endpoint), ("status", status)],
-    )
-    .unwrap_or(0.0)
+    sample(s, "strata_http_requests_total", &[("endpoint", endpoint), ("status", status)]).unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,10 +17,7 @@ async fn counts_requests_statuses_and_tokens_as_the_responses_report_them() {
     let srv = start_server(&[]).await;
     wait_healthy(&srv).await;
     let before = scrape(srv.addr, &[]).await;
-    assert_eq!(
-        sample(&before, "strata_prompt_tokens_total", &[]),
-        Some(0.0)
-    );
+    assert_eq!(sample(&before, "strata_prompt_tokens_total", &[]), Some(0.0));
     assert_eq!(requests(&before, "/v1/completions", "200"), 0.0);
 
     let (mut prompt, mut completion, mut with_decode) = (0u64, 0u64, 0u64);
@@ -35,18 +27,10 @@ async fn counts_requests_statuses_and_tokens_as_the_responses_report_them() {
         with_decode += (c >= 2) as u64;
     };
     for (text, max) in [("Hello world", 3), ("one two three four", 5), ("x", 1)] {
-        let r = post(
-            &srv,
-            "/v1/completions",
-            json!({"prompt": text, "max_tokens": max}),
-        )
-        .await;
+        let r = post(&srv, "/v1/completions", json!({"prompt": text, "max_tokens": max})).await;
         assert_eq!(r.status, 200, "{}", r.body);
         let u = &r.json()["usage"];
-        add(
-            u["prompt_tokens"].as_u64().unwrap(),
-            u["completion_tokens"].as_u64().unwrap(),
-        );
+        add(u["prompt_tokens"].as_u64().unwrap(), u["completion_tokens"].as_u64().unwrap());
     }
     // A stream with its usage chunk, and Anthropic's usage.
     let r = post(
@@ -58,31 +42,16 @@ async fn counts_requests_statuses_and_tokens_as_the_responses_report_them() {
     .await;
     let (_, chunks) = chunk_texts(&r, true);
     let u = &chunks.last().unwrap()["usage"];
-    add(
-        u["prompt_tokens"].as_u64().unwrap(),
-        u["completion_tokens"].as_u64().unwrap(),
-    );
-    let r = post(
-        &srv,
-        "/v1/messages",
-        json!({"max_tokens": 6, "messages": [{"role": "user", "content": "a b c"}]}),
-    )
-    .await;
+    add(u["prompt_tokens"].as_u64().unwrap(), u["completion_tokens"].as_u64().unwrap());
+    let r =
+        post(&srv, "/v1/messages", json!({"max_tokens": 6, "messages": [{"role": "user", "content": "a b c"}]})).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let u = &r.json()["usage"];
-    add(
-        u["input_tokens"].as_u64().unwrap(),
-        u["output_tokens"].as_u64().unwrap(),
-    );
+    add(u["input_tokens"].as_u64().unwrap(), u["output_tokens"].as_u64().unwrap());
     // Refused before the engine: counted as requests, no tokens.
     let r = post(&srv, "/v1/completions", json!({"prompt": 5})).await;
     assert_eq!(r.status, 400);
-    let r = post(
-        &srv,
-        "/v1/messages",
-        json!({"messages": [{"role": "user", "content": "x"}]}),
-    )
-    .await;
+    let r = post(&srv, "/v1/messages", json!({"messages": [{"role": "user", "content": "x"}]})).await;
     assert_eq!(r.status, 400);
     assert_eq!(request(srv.addr, "GET", "/nope", None).await.status, 404);
 
@@ -95,36 +64,19 @@ async fn counts_requests_statuses_and_tokens_as_the_responses_report_them() {
     assert_eq!(requests(&s, "other", "404"), 1.0);
     // The scrape before this one was answered, and counted, too.
     assert_eq!(requests(&s, "/metrics", "200"), 1.0);
-    assert_eq!(
-        sample(&s, "strata_prompt_tokens_total", &[]),
-        Some(prompt as f64)
-    );
-    assert_eq!(
-        sample(&s, "strata_completion_tokens_total", &[]),
-        Some(completion as f64)
-    );
+    assert_eq!(sample(&s, "strata_prompt_tokens_total", &[]), Some(prompt as f64));
+    assert_eq!(sample(&s, "strata_completion_tokens_total", &[]), Some(completion as f64));
     // One rate per generated request; a decode rate for those with two tokens or more.
-    assert_eq!(
-        sample(&s, "strata_prompt_tokens_per_second", &[]),
-        Some(5.0)
-    );
-    assert_eq!(
-        sample(&s, "strata_decode_tokens_per_second", &[]),
-        Some(with_decode as f64)
-    );
-    assert_eq!(
-        sample(&s, "strata_decode_tokens_per_second_count", &[]),
-        Some(with_decode as f64)
-    );
+    assert_eq!(sample(&s, "strata_prompt_tokens_per_second", &[]), Some(5.0));
+    assert_eq!(sample(&s, "strata_decode_tokens_per_second", &[]), Some(with_decode as f64));
+    assert_eq!(sample(&s, "strata_decode_tokens_per_second_count", &[]), Some(with_decode as f64));
     assert_eq!(sample(&s, "strata_requests_waiting", &[]), Some(0.0));
     assert_eq!(sample(&s, "strata_requests_in_flight", &[]), Some(0.0));
     assert_eq!(sample(&s, "strata_engine_restarts_total", &[]), Some(0.0));
     // The fake engine reports no counters by default: the metrics are absent, not 0.
-    for name in [
-        "strata_expert_cache_hits_total",
-        "strata_expert_cache_lookups_total",
-        "strata_draft_tokens_accepted_total",
-    ] {
+    for name in
+        ["strata_expert_cache_hits_total", "strata_expert_cache_lookups_total", "strata_draft_tokens_accepted_total"]
+    {
         assert_eq!(sample(&s, name, &[]), None, "{name}");
     }
     assert!(s.docs.contains_key("strata_http_requests_total"));
@@ -135,24 +87,13 @@ async fn engine_reported_counters_are_summed() {
     let srv = start_server(&["--stats", "3,4,1,2,4096,250,40,1024"]).await;
     wait_healthy(&srv).await;
     for _ in 0..2 {
-        let r = post(
-            &srv,
-            "/v1/completions",
-            json!({"prompt": "Hello world", "max_tokens": 2}),
-        )
-        .await;
+        let r = post(&srv, "/v1/completions", json!({"prompt": "Hello world", "max_tokens": 2})).await;
         assert_eq!(r.status, 200, "{}", r.body);
     }
     let s = scrape(srv.addr, &[]).await;
     assert_eq!(sample(&s, "strata_expert_cache_hits_total", &[]), Some(6.0));
-    assert_eq!(
-        sample(&s, "strata_expert_cache_lookups_total", &[]),
-        Some(8.0)
-    );
-    assert_eq!(
-        sample(&s, "strata_draft_tokens_accepted_total", &[]),
-        Some(2.0)
-    );
+    assert_eq!(sample(&s, "strata_expert_cache_lookups_total", &[]), Some(8.0));
+    assert_eq!(sample(&s, "strata_draft_tokens_accepted_total", &[]), Some(2.0));
     for (name, want) in [
         ("strata_expert_bytes_to_vram_total", 8192.0),
         ("strata_expert_bytes_read_over_pcie_total", 2048.0),
@@ -161,10 +102,7 @@ async fn engine_reported_counters_are_summed() {
     ] {
         assert_eq!(sample(&s, name, &[]), Some(want), "{name}");
     }
-    assert_eq!(
-        sample(&s, "strata_draft_tokens_offered_total", &[]),
-        Some(4.0)
-    );
+    assert_eq!(sample(&s, "strata_draft_tokens_offered_total", &[]), Some(4.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,23 +110,13 @@ async fn queue_depth_while_requests_wait_and_restarts() {
     let dir = scratch_dir();
     let marker = dir.join("crashed").display().to_string();
     // Each request takes ~1 s (20 tokens of 50 ms); the fourth token crashes the first engine.
-    let srv = start_server(&[
-        "--delay-ms",
-        "50",
-        "--crash-after",
-        "4",
-        "--crash-marker",
-        &marker,
-    ])
-    .await;
+    let srv = start_server(&["--delay-ms", "50", "--crash-after", "4", "--crash-marker", &marker]).await;
     wait_healthy(&srv).await;
     let body = json!({"prompt": "Hello world", "max_tokens": 20});
     let mut tasks = Vec::new();
     for _ in 0..3 {
         let (addr, b) = (srv.addr, body.to_string());
-        tasks.push(tokio::spawn(async move {
-            request(addr, "POST", "/v1/completions", Some(&b)).await
-        }));
+        tasks.push(tokio::spawn(async move { request(addr, "POST", "/v1/completions", Some(&b)).await }));
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     // While the first runs (before its crash at ~200 ms): one at the engine, two waiting.
@@ -200,34 +128,20 @@ async fn queue_depth_while_requests_wait_and_restarts() {
         statuses.push(t.await.unwrap().status);
     }
     statuses.sort();
-    assert_eq!(
-        statuses,
-        vec![200, 200, 500],
-        "the first dies with its engine"
-    );
+    assert_eq!(statuses, vec![200, 200, 500], "the first dies with its engine");
     let s = scrape(srv.addr, &[]).await;
     assert_eq!(sample(&s, "strata_engine_restarts_total", &[]), Some(1.0));
     assert_eq!(requests(&s, "/v1/completions", "500"), 1.0);
     assert_eq!(requests(&s, "/v1/completions", "200"), 2.0);
     // The failed request's 4 tokens were generated, and are counted.
-    assert_eq!(
-        sample(&s, "strata_completion_tokens_total", &[]),
-        Some(44.0)
-    );
+    assert_eq!(sample(&s, "strata_completion_tokens_total", &[]), Some(44.0));
     assert_eq!(sample(&s, "strata_requests_waiting", &[]), Some(0.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_the_api_key_rule() {
     let key = "sk-metrics-test";
-    let srv = start_server_keyed(
-        model_path(),
-        &[],
-        None,
-        None,
-        Some(ApiKey::new(key, "test").unwrap()),
-    )
-    .await;
+    let srv = start_server_keyed(model_path(), &[], None, None, Some(ApiKey::new(key, "test").unwrap())).await;
     wait_healthy(&srv).await;
     for path in ["/metrics", "/v1/status"] {
         let r = request(srv.addr, "GET", path, None).await;

@@ -22,11 +22,7 @@ impl TokenEngine for Counting {
             engine: None,
         }
     }
-    fn generate(
-        &mut self,
-        req: &GenerateRequest,
-        emit: &mut dyn FnMut(u32) -> bool,
-    ) -> Result<FinishReason, String> {
+    fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
         if req.tokens[0] == 13 {
             return Err("unlucky prompt".into());
         }
@@ -43,53 +39,32 @@ impl TokenEngine for Counting {
 fn run(engine: &mut Counting, input: &str) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     serve_loop(engine, Cursor::new(input.as_bytes().to_vec()), &mut out).expect("serve_loop");
-    out.lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).expect("every output line is JSON"))
-        .collect()
+    out.lines().map(|l| serde_json::from_str(&l.unwrap()).expect("every output line is JSON")).collect()
 }
 
 fn counting() -> Counting {
-    Counting {
-        delay: Duration::ZERO,
-        limit: 1000,
-    }
+    Counting { delay: Duration::ZERO, limit: 1000 }
 }
 
 fn tokens_of(lines: &[serde_json::Value], id: u64) -> Vec<u64> {
-    lines
-        .iter()
-        .filter(|l| l["type"] == "token" && l["id"] == id)
-        .map(|l| l["token"].as_u64().unwrap())
-        .collect()
+    lines.iter().filter(|l| l["type"] == "token" && l["id"] == id).map(|l| l["token"].as_u64().unwrap()).collect()
 }
 
 fn done_of(lines: &[serde_json::Value], id: u64) -> &serde_json::Value {
-    lines
-        .iter()
-        .find(|l| l["type"] == "done" && l["id"] == id)
-        .unwrap_or_else(|| panic!("no done for {id}: {lines:?}"))
+    lines.iter().find(|l| l["type"] == "done" && l["id"] == id).unwrap_or_else(|| panic!("no done for {id}: {lines:?}"))
 }
 
 #[test]
 fn hello_first_then_tokens_and_length() {
-    let lines = run(
-        &mut counting(),
-        "{\"type\":\"generate\",\"id\":5,\"tokens\":[1,2],\"max_tokens\":3}\n",
-    );
+    let lines = run(&mut counting(), "{\"type\":\"generate\",\"id\":5,\"tokens\":[1,2],\"max_tokens\":3}\n");
     assert_eq!(lines[0]["type"], "hello");
     assert_eq!(lines[0]["protocol"], 1);
     assert_eq!(lines[0]["model"]["vocab_size"], 1000);
     assert_eq!(lines[0]["model"]["context_length"], 64);
     assert_eq!(tokens_of(&lines, 5), vec![100, 101, 102]);
     let d = done_of(&lines, 5);
-    assert_eq!(
-        (d["done"].as_bool(), d["reason"].as_str()),
-        (Some(true), Some("length"))
-    );
-    assert_eq!(
-        (d["prompt_tokens"].as_u64(), d["generated_tokens"].as_u64()),
-        (Some(2), Some(3))
-    );
+    assert_eq!((d["done"].as_bool(), d["reason"].as_str()), (Some(true), Some("length")));
+    assert_eq!((d["prompt_tokens"].as_u64(), d["generated_tokens"].as_u64()), (Some(2), Some(3)));
     assert_eq!(lines.len(), 5);
 }
 
@@ -117,23 +92,13 @@ fn requests_are_served_in_order_one_at_a_time() {
         .map(|i| format!("{{\"type\":\"generate\",\"id\":{i},\"tokens\":[1],\"max_tokens\":2,\"stop_tokens\":[]}}\n"))
         .collect();
     let lines = run(&mut counting(), &input);
-    let ids: Vec<u64> = lines[1..]
-        .iter()
-        .map(|l| l["id"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        ids,
-        vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4],
-        "no interleaving: {lines:?}"
-    );
+    let ids: Vec<u64> = lines[1..].iter().map(|l| l["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4], "no interleaving: {lines:?}");
 }
 
 #[test]
 fn engine_stops_on_its_own_and_engine_errors() {
-    let mut e = Counting {
-        delay: Duration::ZERO,
-        limit: 2,
-    };
+    let mut e = Counting { delay: Duration::ZERO, limit: 2 };
     let input = concat!(
         "{\"type\":\"generate\",\"id\":1,\"tokens\":[1],\"max_tokens\":10,\"stop_tokens\":[]}\n",
         "{\"type\":\"generate\",\"id\":2,\"tokens\":[13],\"max_tokens\":10}\n",
@@ -143,15 +108,8 @@ fn engine_stops_on_its_own_and_engine_errors() {
     assert_eq!(done_of(&lines, 1)["reason"], "length");
     assert_eq!(done_of(&lines, 1)["generated_tokens"], 2);
     let d = done_of(&lines, 2);
-    assert_eq!(
-        (d["reason"].as_str(), d["error"].as_str()),
-        (Some("error"), Some("unlucky prompt"))
-    );
-    assert_eq!(
-        tokens_of(&lines, 3),
-        vec![100],
-        "engine still usable after an error"
-    );
+    assert_eq!((d["reason"].as_str(), d["error"].as_str()), (Some("error"), Some("unlucky prompt")));
+    assert_eq!(tokens_of(&lines, 3), vec![100], "engine still usable after an error");
 }
 
 #[test]
@@ -159,8 +117,8 @@ fn malformed_lines_get_errors_and_the_loop_goes_on() {
     let input = concat!(
         "this is not json\n",
         "\n",
-        "{\"type\":\"generate\",\"id\":7}\n", // no tokens
-        "{\"type\":\"fly\",\"id\":8}\n",      // unknown type
+        "{\"type\":\"generate\",\"id\":7}\n",           // no tokens
+        "{\"type\":\"fly\",\"id\":8}\n",                // unknown type
         "{\"id\":9,\"tokens\":[1],\"max_tokens\":1}\n", // no type
         "[1,2,3]\n",
         "{\"type\":\"generate\",\"id\":10,\"tokens\":[],\"max_tokens\":1}\n", // empty prompt
@@ -173,24 +131,14 @@ fn malformed_lines_get_errors_and_the_loop_goes_on() {
     let lines = run(&mut counting(), input);
     let anonymous: Vec<_> = lines.iter().filter(|l| l["type"] == "error").collect();
     assert_eq!(anonymous.len(), 2, "{lines:?}"); // "this is not json", "[1,2,3]"
-    assert!(anonymous.iter().all(|l| {
-        l["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("malformed request")
-    }));
+    assert!(anonymous.iter().all(|l| { l["error"].as_str().unwrap().starts_with("malformed request") }));
     for id in [7, 8, 9, 10, 11, 12, 14] {
         let d = done_of(&lines, id);
         assert_eq!(d["reason"], "error", "id {id}: {d}");
         assert!(!d["error"].as_str().unwrap().is_empty());
         assert!(tokens_of(&lines, id).is_empty());
     }
-    assert!(
-        done_of(&lines, 11)["error"]
-            .as_str()
-            .unwrap()
-            .contains("5000")
-    );
+    assert!(done_of(&lines, 11)["error"].as_str().unwrap().contains("5000"));
     assert_eq!(tokens_of(&lines, 15), vec![100, 101]);
     assert!(!lines.iter().any(|l| l["id"] == 999));
 }
@@ -198,17 +146,9 @@ fn malformed_lines_get_errors_and_the_loop_goes_on() {
 #[test]
 fn prompt_longer_than_context_is_an_error() {
     let toks: Vec<String> = (0..64).map(|_| "1".to_string()).collect();
-    let input = format!(
-        "{{\"type\":\"generate\",\"id\":1,\"tokens\":[{}],\"max_tokens\":1}}\n",
-        toks.join(",")
-    );
+    let input = format!("{{\"type\":\"generate\",\"id\":1,\"tokens\":[{}],\"max_tokens\":1}}\n", toks.join(","));
     let lines = run(&mut counting(), &input);
-    assert!(
-        done_of(&lines, 1)["error"]
-            .as_str()
-            .unwrap()
-            .contains("context")
-    );
+    assert!(done_of(&lines, 1)["error"].as_str().unwrap().contains("context"));
 }
 
 fn send(w: &mut impl Write, line: &str) {
@@ -227,23 +167,14 @@ fn cancel_stops_the_running_request_and_a_queued_one() {
     let (mut to_engine, engine_in) = pipe();
     let (from_engine_w, mut from_engine) = pipe();
     let t = std::thread::spawn(move || {
-        let mut e = Counting {
-            delay: Duration::from_millis(2),
-            limit: 100_000,
-        };
+        let mut e = Counting { delay: Duration::from_millis(2), limit: 100_000 };
         serve_loop(&mut e, engine_in, from_engine_w).unwrap();
     });
     let mut line = String::new();
     from_engine.read_line(&mut line).unwrap();
     assert!(line.contains("\"hello\""));
-    send(
-        &mut to_engine,
-        r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#,
-    );
-    send(
-        &mut to_engine,
-        r#"{"type":"generate","id":2,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#,
-    );
+    send(&mut to_engine, r#"{"type":"generate","id":1,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#);
+    send(&mut to_engine, r#"{"type":"generate","id":2,"tokens":[1],"max_tokens":100000,"stop_tokens":[]}"#);
     // Wait for request 1 to be running, then cancel the queued one first, then the running one.
     line.clear();
     from_engine.read_line(&mut line).unwrap();
@@ -251,22 +182,14 @@ fn cancel_stops_the_running_request_and_a_queued_one() {
     send(&mut to_engine, r#"{"type":"cancel","id":2}"#);
     send(&mut to_engine, r#"{"type":"cancel","id":1}"#);
     drop(to_engine);
-    let rest: Vec<serde_json::Value> = from_engine
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
-        .collect();
+    let rest: Vec<serde_json::Value> =
+        from_engine.lines().map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
     t.join().unwrap();
     let d1 = done_of(&rest, 1);
     assert_eq!(d1["reason"], "cancelled");
-    assert!(
-        d1["generated_tokens"].as_u64().unwrap() < 1000,
-        "cancel took effect promptly: {d1}"
-    );
+    assert!(d1["generated_tokens"].as_u64().unwrap() < 1000, "cancel took effect promptly: {d1}");
     let d2 = done_of(&rest, 2);
-    assert_eq!(
-        (d2["reason"].as_str(), d2["generated_tokens"].as_u64()),
-        (Some("cancelled"), Some(0))
-    );
+    assert_eq!((d2["reason"].as_str(), d2["generated_tokens"].as_u64()), (Some("cancelled"), Some(0)));
     assert!(tokens_of(&rest, 2).is_empty());
 }
 

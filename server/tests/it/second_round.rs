@@ -49,17 +49,12 @@ async fn queued_clients_that_hang_up_leave_the_queue() {
         let body = json!({"prompt": "one two three", "max_tokens": 30}).to_string();
         request(addr, "POST", "/v1/completions", Some(&body)).await
     });
-    health_until(addr, Duration::from_secs(5), |h| {
-        h["requests_in_flight"] == 1
-    })
-    .await;
+    health_until(addr, Duration::from_secs(5), |h| h["requests_in_flight"] == 1).await;
     let body = json!({"prompt": "queued", "max_tokens": 5}).to_string();
     let mut queued = Vec::new();
     for _ in 0..3 {
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(completion_request(&body).as_bytes())
-            .await
-            .unwrap();
+        s.write_all(completion_request(&body).as_bytes()).await.unwrap();
         queued.push(s);
     }
     health_until(addr, Duration::from_secs(5), |h| h["requests_waiting"] == 3).await;
@@ -74,11 +69,7 @@ async fn queued_clients_that_hang_up_leave_the_queue() {
     assert_eq!(st["live"]["requests_waiting"], 0, "{st}");
     assert_eq!(busy.await.unwrap().status, 200);
     let h = health(addr).await;
-    assert_eq!(
-        (&h["requests_waiting"], &h["requests_in_flight"]),
-        (&json!(0), &json!(0)),
-        "{h}"
-    );
+    assert_eq!((&h["requests_waiting"], &h["requests_in_flight"]), (&json!(0), &json!(0)), "{h}");
 }
 
 fn limits(header: u64, body: u64, cap: usize) -> ConnLimits {
@@ -137,73 +128,42 @@ async fn slow_headers_and_bodies_are_cut_off() {
     wait_healthy(&srv).await;
     let addr = srv.addr;
     let every = Duration::from_millis(300);
-    let headers = tokio::spawn(trickle(
-        addr,
-        b"POST /v1/completions HTTP/1.1\r\n",
-        &[b'x'; 40],
-        every,
-        Duration::from_secs(6),
-    ));
+    let headers =
+        tokio::spawn(trickle(addr, b"POST /v1/completions HTTP/1.1\r\n", &[b'x'; 40], every, Duration::from_secs(6)));
     let body = json!({"prompt": "slow body", "max_tokens": 1}).to_string();
     let head = format!(
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n",
         body.len()
     );
-    let bodies = tokio::spawn(async move {
-        trickle(
-            addr,
-            head.as_bytes(),
-            body.as_bytes(),
-            every,
-            Duration::from_secs(6),
-        )
-        .await
-    });
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": "fine", "max_tokens": 2}),
-    )
-    .await;
+    let bodies =
+        tokio::spawn(
+            async move { trickle(addr, head.as_bytes(), body.as_bytes(), every, Duration::from_secs(6)).await },
+        );
+    let r = post(&srv, "/v1/completions", json!({"prompt": "fine", "max_tokens": 2})).await;
     assert_eq!(r.status, 200, "{}", r.body);
 
     let (got, closed) = headers.await.unwrap();
     let closed = closed.expect("slow headers cut off");
-    assert!(
-        closed >= Duration::from_millis(900) && closed < Duration::from_secs(4),
-        "{closed:?}"
-    );
-    assert!(
-        got.is_empty(),
-        "no answer: {}",
-        String::from_utf8_lossy(&got)
-    );
+    assert!(closed >= Duration::from_millis(900) && closed < Duration::from_secs(4), "{closed:?}");
+    assert!(got.is_empty(), "no answer: {}", String::from_utf8_lossy(&got));
 
     let (got, closed) = bodies.await.unwrap();
     let closed = closed.expect("slow body cut off");
     assert!(closed < Duration::from_secs(4), "{closed:?}");
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
-    assert!(
-        text.contains("the request body did not arrive within 1 s (body_timeout)"),
-        "{text}"
-    );
+    assert!(text.contains("the request body did not arrive within 1 s (body_timeout)"), "{text}");
 }
 
 /// Sends `GET /health` on an open keep-alive connection and reads the answer's head.
 async fn get_health(s: &mut TcpStream) -> String {
-    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     // The body is small JSON: the answer is complete once its closing brace is in.
     while !got.ends_with(b"}") {
-        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
-            .await
-            .expect("answer in time")
-            .unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect("answer in time").unwrap();
         assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
     }
@@ -300,14 +260,8 @@ async fn token_prompt_errors_name_the_element() {
             "prompt[1][1]: 1.5 is not a token id (token ids are integers from 0 to the \
              vocabulary size - 1)",
         ),
-        (
-            json!([1, "a"]),
-            "prompt[1]: expected a token id (an integer), got a string",
-        ),
-        (
-            json!(["a", 2]),
-            "prompt[1]: expected a string like prompt[0], got a number",
-        ),
+        (json!([1, "a"]), "prompt[1]: expected a token id (an integer), got a string"),
+        (json!(["a", 2]), "prompt[1]: expected a string like prompt[0], got a number"),
         (
             json!({"text": "a"}),
             "prompt must be a string, a list of strings, a list of token ids or a list of token \
@@ -318,17 +272,11 @@ async fn token_prompt_errors_name_the_element() {
         let r = post(&srv, "/v1/completions", json!({"prompt": prompt})).await;
         assert_eq!(r.status, 400, "{prompt}: {}", r.body);
         let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
-        assert!(
-            msg.starts_with(&format!("invalid request body: {want} at line 1 column ")),
-            "{prompt}: {msg}"
-        );
+        assert!(msg.starts_with(&format!("invalid request body: {want} at line 1 column ")), "{prompt}: {msg}");
     }
     let r = post(&srv, "/v1/completions", json!({"prompt": [2, 300000]})).await;
     assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(
-        r.json()["error"]["message"],
-        "token id 300000 is out of range (vocabulary of 262144)"
-    );
+    assert_eq!(r.json()["error"]["message"], "token id 300000 is out of range (vocabulary of 262144)");
 }
 
 /// Item 6: a tool choice that forces a call needs tools, in both APIs.
@@ -343,12 +291,7 @@ async fn forced_tool_choice_without_tools_is_a_400() {
             "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}",
         ),
     ] {
-        let r = post(
-            &srv,
-            "/v1/chat/completions",
-            json!({"messages": user, "tool_choice": choice}),
-        )
-        .await;
+        let r = post(&srv, "/v1/chat/completions", json!({"messages": user, "tool_choice": choice})).await;
         assert_eq!(r.status, 400, "{}", r.body);
         assert_eq!(
             r.json()["error"]["message"],
@@ -360,10 +303,7 @@ async fn forced_tool_choice_without_tools_is_a_400() {
     }
     for (choice, shown) in [
         (json!({"type": "any"}), "{\"type\": \"any\"}"),
-        (
-            json!({"type": "tool", "name": "f"}),
-            "{\"type\": \"tool\", \"name\": \"f\"}",
-        ),
+        (json!({"type": "tool", "name": "f"}), "{\"type\": \"tool\", \"name\": \"f\"}"),
     ] {
         let body = json!({"max_tokens": 4, "messages": user, "tool_choice": choice});
         let r = post(&srv, "/v1/messages", body).await;
@@ -378,12 +318,7 @@ async fn forced_tool_choice_without_tools_is_a_400() {
         );
     }
     // Not forcing a call without tools stays fine.
-    let r = post(
-        &srv,
-        "/v1/chat/completions",
-        json!({"messages": user, "tool_choice": "auto", "max_tokens": 2}),
-    )
-    .await;
+    let r = post(&srv, "/v1/chat/completions", json!({"messages": user, "tool_choice": "auto", "max_tokens": 2})).await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -404,11 +339,7 @@ fn tokenizer_with_template(template: &str) -> PathBuf {
 /// named once); one that refuses the conversation (`raise_exception`) the request's (400).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_chat_template_is_a_server_error() {
-    let broken = start_server_with(
-        tokenizer_with_template("{% for m in messages %}{{ m.content }"),
-        &[],
-    )
-    .await;
+    let broken = start_server_with(tokenizer_with_template("{% for m in messages %}{{ m.content }"), &[]).await;
     let chat = json!({"messages": [{"role": "user", "content": "hi"}]});
     let r = post(&broken, "/v1/chat/completions", chat.clone()).await;
     assert_eq!(r.status, 500, "{}", r.body);
@@ -439,10 +370,7 @@ async fn broken_chat_template_is_a_server_error() {
                                   {"role": "user", "content": "c"}]});
     let r = post(&strict, "/v1/chat/completions", two).await;
     assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(
-        r.json()["error"]["message"],
-        "the model's chat template refuses this conversation: one message only"
-    );
+    assert_eq!(r.json()["error"]["message"], "the model's chat template refuses this conversation: one message only");
 }
 
 /// Item 8: `--startup-timeout 0` (flag or file) is refused when the config is resolved.
@@ -451,15 +379,9 @@ fn startup_timeout_zero_is_refused() {
     let dir = scratch_dir();
     let file = dir.join("s.json");
     std::fs::write(&file, r#"{"startup_timeout": 0, "tokenizer": "t.gguf"}"#).unwrap();
-    let flag = server::ServerConfig {
-        startup_timeout: Some(0),
-        tokenizer: Some("t.gguf".into()),
-        ..Default::default()
-    };
-    let from_file = server::ServerConfig {
-        config: Some(file),
-        ..Default::default()
-    };
+    let flag =
+        server::ServerConfig { startup_timeout: Some(0), tokenizer: Some("t.gguf".into()), ..Default::default() };
+    let from_file = server::ServerConfig { config: Some(file), ..Default::default() };
     for cfg in [flag, from_file] {
         let e = format!("{:#}", cfg.resolve().unwrap_err());
         assert_eq!(
@@ -477,15 +399,8 @@ fn startup_timeout_zero_is_refused() {
         format!("{:#}", too_long.resolve().unwrap_err()).contains("is too long"),
         "a value the clock cannot add is refused too"
     );
-    let one = server::ServerConfig {
-        startup_timeout: Some(1),
-        tokenizer: Some("t.gguf".into()),
-        ..Default::default()
-    };
-    assert_eq!(
-        one.resolve().unwrap().startup_timeout,
-        Duration::from_secs(1)
-    );
+    let one = server::ServerConfig { startup_timeout: Some(1), tokenizer: Some("t.gguf".into()), ..Default::default() };
+    assert_eq!(one.resolve().unwrap().startup_timeout, Duration::from_secs(1));
 }
 
 /// Item 9: an engine that exits at once with an error: the 503 carries its `error:` line
@@ -497,22 +412,11 @@ async fn engine_failing_at_start_reports_its_error_and_is_given_up() {
     let r = post(&srv, "/v1/completions", json!({"prompt": "x"})).await;
     assert_eq!(r.status, 503, "{}", r.body);
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(
-        msg.contains(&format!("; engine stderr: error: {why}")),
-        "{msg}"
-    );
-    for noise in [
-        "backtrace",
-        "strata::main",
-        "src/main.rs",
-        "fake_engine: loading",
-    ] {
+    assert!(msg.contains(&format!("; engine stderr: error: {why}")), "{msg}");
+    for noise in ["backtrace", "strata::main", "src/main.rs", "fake_engine: loading"] {
         assert!(!msg.contains(noise), "{noise} in {msg}");
     }
-    let h = health_until(srv.addr, Duration::from_secs(30), |h| {
-        h["status"] == "failed"
-    })
-    .await;
+    let h = health_until(srv.addr, Duration::from_secs(30), |h| h["status"] == "failed").await;
     let failures = h["engine_start_failures"].clone();
     assert_eq!(failures, server::engine_process::GIVE_UP_AFTER, "{h}");
     assert!(
@@ -526,17 +430,11 @@ async fn engine_failing_at_start_reports_its_error_and_is_given_up() {
     assert_eq!(st["engine"]["status"], "failed", "{st}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let h = health(srv.addr).await;
-    assert_eq!(
-        h["engine_start_failures"], failures,
-        "no start after giving up"
-    );
+    assert_eq!(h["engine_start_failures"], failures, "no start after giving up");
     let t0 = Instant::now();
     let r = post(&srv, "/v1/completions", json!({"prompt": "x"})).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(t0.elapsed() < Duration::from_secs(2), "answered at once");
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(
-        msg.contains(why) && msg.contains("does not start it again"),
-        "{msg}"
-    );
+    assert!(msg.contains(why) && msg.contains("does not start it again"), "{msg}");
 }

@@ -23,10 +23,7 @@ async fn engine_facts_match_health_and_models() {
     assert_eq!(e["model"], models["data"][0]["id"]);
     assert_eq!(e["engine_model"], "status-model");
     assert_eq!(e["context_length"], 2048);
-    assert_eq!(
-        e["context_length"],
-        models["data"][0]["meta"]["context_length"]
-    );
+    assert_eq!(e["context_length"], models["data"][0]["meta"]["context_length"]);
     assert_eq!(e["vocab_size"], models["data"][0]["meta"]["vocab_size"]);
     assert_eq!(e["pid"], health["engine_pid"]);
     assert_eq!(e["settings"], health["engine"]);
@@ -47,10 +44,7 @@ async fn engine_facts_match_health_and_models() {
     // The machine, from /proc (this test runs on Linux).
     let m = &s["machine"];
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
-    let cpus = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
+    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
     assert_eq!(m["cpu"]["logical_cpus"], cpus);
     assert!(m["cpu"]["usable_cpus"].as_u64().unwrap() >= 1);
     let total = m["memory"]["total_bytes"].as_u64().unwrap();
@@ -63,19 +57,9 @@ async fn engine_facts_match_health_and_models() {
 async fn recent_requests_carry_the_usage_and_times_of_the_responses() {
     let srv = start_server(&["--stats", "7,9,0,0"]).await;
     wait_healthy(&srv).await;
-    let r = post(
-        &srv,
-        "/v1/completions",
-        json!({"prompt": "one two three", "max_tokens": 4}),
-    )
-    .await;
+    let r = post(&srv, "/v1/completions", json!({"prompt": "one two three", "max_tokens": 4})).await;
     let usage = r.json()["usage"].clone();
-    let r = post(
-        &srv,
-        "/v1/messages",
-        json!({"max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]}),
-    )
-    .await;
+    let r = post(&srv, "/v1/messages", json!({"max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]})).await;
     let a_usage = r.json()["usage"].clone();
     let s = status(&srv).await;
     let recent = s["recent"].as_array().unwrap();
@@ -94,30 +78,18 @@ async fn recent_requests_carry_the_usage_and_times_of_the_responses() {
     assert_eq!(m["endpoint"], "/v1/messages");
     assert_eq!(m["prompt_tokens"], a_usage["input_tokens"]);
     assert_eq!(m["completion_tokens"], a_usage["output_tokens"]);
-    assert!(
-        c["id"].as_u64() < m["id"].as_u64(),
-        "oldest first: {recent:?}"
-    );
+    assert!(c["id"].as_u64() < m["id"].as_u64(), "oldest first: {recent:?}");
     assert_eq!(s["live"]["reported"]["expert_cache_hits"], 14);
 
     // Only the last 20 are kept.
     for _ in 0..21 {
-        let r = post(
-            &srv,
-            "/v1/completions",
-            json!({"prompt": "x", "max_tokens": 1}),
-        )
-        .await;
+        let r = post(&srv, "/v1/completions", json!({"prompt": "x", "max_tokens": 1})).await;
         assert_eq!(r.status, 200);
     }
     let s = status(&srv).await;
     let recent = s["recent"].as_array().unwrap();
     assert_eq!(recent.len(), 20);
-    assert!(
-        recent
-            .iter()
-            .all(|r| r["endpoint"] == "/v1/completions" && r["completion_tokens"] == 1)
-    );
+    assert!(recent.iter().all(|r| r["endpoint"] == "/v1/completions" && r["completion_tokens"] == 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,8 +98,7 @@ async fn live_state_shows_the_running_request_and_the_recent_rate() {
     wait_healthy(&srv).await;
     let body = json!({"prompt": "Hello world", "max_tokens": 60}).to_string();
     let addr = srv.addr;
-    let running =
-        tokio::spawn(async move { request(addr, "POST", "/v1/completions", Some(&body)).await });
+    let running = tokio::spawn(async move { request(addr, "POST", "/v1/completions", Some(&body)).await });
     tokio::time::sleep(Duration::from_millis(400)).await;
     let s = status(&srv).await;
     let live = &s["live"];
@@ -154,14 +125,7 @@ async fn a_client_that_hangs_up_is_recorded_as_cancelled() {
     wait_healthy(&srv).await;
     for stream in [true, false] {
         let body = json!({"prompt": "Hello world", "max_tokens": 500, "stream": stream});
-        hang_up(
-            srv.addr,
-            "/v1/completions",
-            body,
-            stream as usize,
-            Duration::from_millis(200),
-        )
-        .await;
+        hang_up(srv.addr, "/v1/completions", body, stream as usize, Duration::from_millis(200)).await;
     }
     let t0 = std::time::Instant::now();
     let s = loop {
@@ -182,8 +146,5 @@ async fn a_client_that_hangs_up_is_recorded_as_cancelled() {
         generated += n;
     }
     let m = scrape(srv.addr, &[]).await;
-    assert_eq!(
-        sample(&m, "strata_completion_tokens_total", &[]),
-        Some(generated as f64)
-    );
+    assert_eq!(sample(&m, "strata_completion_tokens_total", &[]), Some(generated as f64));
 }

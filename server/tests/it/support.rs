@@ -15,15 +15,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub fn model_path() -> PathBuf {
     let dir = std::env::var_os("STRATA_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/strata/models"));
     let p = dir.join("gemma-3-270m-q4_k_m.gguf");
-    assert!(
-        p.exists(),
-        "default model missing: {} (set STRATA_MODEL_DIR)",
-        p.display()
-    );
+    assert!(p.exists(), "default model missing: {} (set STRATA_MODEL_DIR)", p.display());
     p
 }
 
@@ -109,10 +103,7 @@ pub async fn serve_resolved(
     send_timeout: Option<Duration>,
     api_key: Option<server::config::ApiKey>,
 ) -> TestServer {
-    let limits = server::serve::ConnLimits {
-        send_timeout,
-        ..Default::default()
-    };
+    let limits = server::serve::ConnLimits { send_timeout, ..Default::default() };
     serve_limited(cfg, limits, api_key).await
 }
 
@@ -123,17 +114,10 @@ pub async fn serve_limited(
     api_key: Option<server::config::ApiKey>,
 ) -> TestServer {
     let state = server::http::build_state(cfg).expect("server state");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().unwrap();
     let router = server::http::router_with_key(state, api_key);
-    tokio::spawn(server::serve::serve(
-        listener,
-        router,
-        limits,
-        std::future::pending(),
-    ));
+    tokio::spawn(server::serve::serve(listener, router, limits, std::future::pending()));
     TestServer { addr }
 }
 
@@ -171,8 +155,7 @@ impl Resp {
             if let Some(n) = line.strip_prefix("event:") {
                 name = Some(n.trim().to_string());
             } else if let Some(d) = line.strip_prefix("data:") {
-                let data = serde_json::from_str(d.trim())
-                    .unwrap_or_else(|e| panic!("event data not JSON ({e}): {d}"));
+                let data = serde_json::from_str(d.trim()).unwrap_or_else(|e| panic!("event data not JSON ({e}): {d}"));
                 out.push((name.take().expect("data after an event line"), data));
             }
         }
@@ -180,11 +163,7 @@ impl Resp {
     }
     /// `data:` payloads of an SSE body, in order.
     pub fn sse(&self) -> Vec<String> {
-        self.body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.trim_start().to_string())
-            .collect()
+        self.body.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.trim_start().to_string()).collect()
     }
 }
 
@@ -203,10 +182,7 @@ pub async fn request_with(
 ) -> Resp {
     let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let body = body.unwrap_or("");
-    let extra: String = headers
-        .iter()
-        .map(|(n, v)| format!("{n}: {v}\r\n"))
-        .collect();
+    let extra: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
@@ -221,9 +197,7 @@ pub async fn request_with(
         (wr, wrote)
     });
     let mut raw = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(60), rd.read_to_end(&mut raw))
-        .await
-        .expect("response in time");
+    let read = tokio::time::timeout(Duration::from_secs(60), rd.read_to_end(&mut raw)).await.expect("response in time");
     let (_wr, wrote) = writer.await.expect("writer task");
     if let Err(e) = read {
         assert!(!raw.is_empty(), "no response: {e}");
@@ -231,36 +205,21 @@ pub async fn request_with(
     if let Err(e) = wrote {
         assert!(!raw.is_empty(), "request not sent ({e}) and no response");
     }
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("header end");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
     let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status");
     let mut payload = raw[split + 4..].to_vec();
     if head.contains("transfer-encoding: chunked") {
         payload = dechunk(&payload);
     }
-    Resp {
-        status,
-        head,
-        body: String::from_utf8(payload).expect("UTF-8 body"),
-    }
+    Resp { status, head, body: String::from_utf8(payload).expect("UTF-8 body") }
 }
 
 pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
-        let eol = b
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size line");
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16)
-            .expect("chunk size");
+        let eol = b.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).expect("chunk size");
         if size == 0 {
             return out;
         }
@@ -298,11 +257,7 @@ pub async fn hang_up(addr: SocketAddr, path: &str, body: Value, min_bytes: usize
 /// The default chat model (Qwen2.5-Coder-0.5B-Instruct): its template renders tools.
 pub fn qwen_path() -> PathBuf {
     let p = model_path().with_file_name(server::config::DEFAULT_MODEL_FILE);
-    assert!(
-        p.exists(),
-        "default model missing: {} (strata fetch)",
-        p.display()
-    );
+    assert!(p.exists(), "default model missing: {} (strata fetch)", p.display());
     p
 }
 
@@ -316,11 +271,7 @@ pub fn qwen() -> &'static Tokenizer {
 
 /// The requests a `--log` fake engine received.
 pub fn logged_requests(log: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    std::fs::read_to_string(log).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 pub async fn wait_healthy(srv: &TestServer) -> Value {
@@ -330,11 +281,7 @@ pub async fn wait_healthy(srv: &TestServer) -> Value {
         if r.status == 200 {
             return r.json();
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "server not healthy: {}",
-            r.body
-        );
+        assert!(t0.elapsed() < Duration::from_secs(20), "server not healthy: {}", r.body);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -363,34 +310,18 @@ pub fn echo(prompt: &[u32], max: usize) -> (Vec<u32>, bool) {
 
 /// Text of generated tokens: raw piece bytes, control tokens left out.
 pub fn text_of(ids: &[u32]) -> String {
-    let bytes: Vec<u8> = ids
-        .iter()
-        .filter(|&&t| !tok().is_control(t))
-        .flat_map(|&t| tok().token_to_bytes(t))
-        .collect();
+    let bytes: Vec<u8> = ids.iter().filter(|&&t| !tok().is_control(t)).flat_map(|&t| tok().token_to_bytes(t)).collect();
     String::from_utf8(bytes).expect("test prompts decode to valid UTF-8")
 }
 
 pub fn chunk_texts(r: &Resp, chat: bool) -> (String, Vec<Value>) {
     let data = r.sse();
-    assert_eq!(
-        data.last().map(String::as_str),
-        Some("[DONE]"),
-        "stream ends with [DONE]: {}",
-        r.body
-    );
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "stream ends with [DONE]: {}", r.body);
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
     let mut text = String::new();
     for c in &chunks {
         for ch in c["choices"].as_array().unwrap() {
-            let piece = if chat {
-                &ch["delta"]["content"]
-            } else {
-                &ch["text"]
-            };
+            let piece = if chat { &ch["delta"]["content"] } else { &ch["text"] };
             text.push_str(piece.as_str().unwrap_or(""));
         }
     }
@@ -417,15 +348,11 @@ pub async fn scrape(addr: SocketAddr, headers: &[(&str, &str)]) -> prometheus_pa
 /// such sample).
 pub fn sample(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     use prometheus_parse::Value as V;
-    s.samples
-        .iter()
-        .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
-        .map(|x| match &x.value {
+    s.samples.iter().find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))).map(|x| {
+        match &x.value {
             V::Counter(v) | V::Gauge(v) | V::Untyped(v) => *v,
-            V::Histogram(b) => b
-                .iter()
-                .find(|c| c.less_than.is_infinite())
-                .map_or(0.0, |c| c.count),
+            V::Histogram(b) => b.iter().find(|c| c.less_than.is_infinite()).map_or(0.0, |c| c.count),
             V::Summary(_) => panic!("{name} is a summary"),
-        })
+        }
+    })
 }

@@ -7,7 +7,8 @@ use crate::support::*;
 use serde_json::{Value, json};
 use std::path::Path;
 
-const CALL_TEXT: &str = "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+const CALL_TEXT: &str =
+    "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 /// How HF renders the tool in the prompt: fields in order, Python's separators.
 const TOOL_IN_PROMPT: &str = "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Current weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": \"string\"}}, \"type\": \"object\"}}}";
 /// The conversation's earlier call and its result, as the template renders them.
@@ -26,16 +27,7 @@ async fn scripted(reply: &str, log: &Path) -> TestServer {
     let vocab = t.vocab_size().to_string();
     start_server_with(
         qwen_path(),
-        &[
-            "--vocab",
-            &vocab,
-            "--eog",
-            &eog.join(","),
-            "--reply-tokens",
-            &ids.join(","),
-            "--log",
-            log.to_str().unwrap(),
-        ],
+        &["--vocab", &vocab, "--eog", &eog.join(","), "--reply-tokens", &ids.join(","), "--log", log.to_str().unwrap()],
     )
     .await
 }
@@ -82,37 +74,24 @@ async fn openai_tool_calls_streaming_and_not() {
     assert!(calls[0]["id"].as_str().unwrap().starts_with("call"));
     assert_eq!(calls[0]["type"], "function");
     assert_eq!(calls[0]["function"]["name"], "get_weather");
-    let args: Value =
-        serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
     assert_eq!(args, json!({"city": "Paris"}));
 
     let prompt = prompt_text(&log, 0);
-    assert!(
-        prompt.contains(&format!("<tools>\n{TOOL_IN_PROMPT}\n</tools>")),
-        "{prompt}"
-    );
+    assert!(prompt.contains(&format!("<tools>\n{TOOL_IN_PROMPT}\n</tools>")), "{prompt}");
     assert!(prompt.contains(HISTORY_IN_PROMPT), "{prompt}");
-    assert!(
-        prompt.ends_with("<|im_start|>user\nAnd in Paris?<|im_end|>\n<|im_start|>assistant\n"),
-        "{prompt}"
-    );
+    assert!(prompt.ends_with("<|im_start|>user\nAnd in Paris?<|im_end|>\n<|im_start|>assistant\n"), "{prompt}");
 
     let r = post(&srv, "/v1/chat/completions", openai_body(true)).await;
     let (text, chunks) = chunk_texts(&r, true);
     assert_eq!(text, "I'll check.");
     assert_eq!(finish_reasons(&chunks), ["tool_calls"]);
-    let streamed: Vec<&Value> = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
-        .flatten()
-        .collect();
+    let streamed: Vec<&Value> =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array()).flatten().collect();
     assert_eq!(streamed.len(), 1);
     assert_eq!(streamed[0]["index"], 0);
     assert_eq!(streamed[0]["function"]["name"], "get_weather");
-    assert_eq!(
-        streamed[0]["function"]["arguments"],
-        calls[0]["function"]["arguments"]
-    );
+    assert_eq!(streamed[0]["function"]["arguments"], calls[0]["function"]["arguments"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,10 +125,7 @@ async fn anthropic_tool_use_streaming_and_not() {
         .map(|(_, d)| d["delta"]["text"].as_str().unwrap())
         .collect();
     assert_eq!(text, "I'll check.");
-    let events: Vec<(String, Value)> = events
-        .into_iter()
-        .filter(|(_, d)| d["delta"]["type"] != "text_delta")
-        .collect();
+    let events: Vec<(String, Value)> = events.into_iter().filter(|(_, d)| d["delta"]["type"] != "text_delta").collect();
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
@@ -194,9 +170,10 @@ async fn tool_choice_forces_or_removes_tools() {
     let v = r.json();
     assert_eq!(v["stop_reason"], "tool_use", "{v}");
     assert_eq!(v["content"][0]["input"], json!({"city": "Paris"}));
-    assert!(prompt_text(&log, 0).ends_with(
-        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-    ));
+    assert!(
+        prompt_text(&log, 0)
+            .ends_with("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ")
+    );
 
     let mut body = openai_body(false);
     body["tool_choice"] = json!("required");
@@ -209,31 +186,18 @@ async fn tool_choice_forces_or_removes_tools() {
     let r = post(&srv, "/v1/chat/completions", body).await;
     let choice = &r.json()["choices"][0];
     assert_eq!(choice["finish_reason"], "stop");
-    assert_eq!(
-        choice["message"]["content"],
-        "{\"city\": \"Paris\"}}\n</tool_call>"
-    );
+    assert_eq!(choice["message"]["content"], "{\"city\": \"Paris\"}}\n</tool_call>");
     let prompt = prompt_text(&log, 2);
-    assert!(
-        !prompt.contains("<tools>") && prompt.contains(HISTORY_IN_PROMPT),
-        "{prompt}"
-    );
+    assert!(!prompt.contains("<tools>") && prompt.contains(HISTORY_IN_PROMPT), "{prompt}");
 
     let bad = [
-        (
-            "/v1/chat/completions",
-            json!({"type": "function", "function": {"name": "nope"}}),
-        ),
+        ("/v1/chat/completions", json!({"type": "function", "function": {"name": "nope"}})),
         ("/v1/chat/completions", json!("sometimes")),
         ("/v1/messages", json!({"type": "tool", "name": "nope"})),
         ("/v1/messages", json!({"type": "tool"})),
     ];
     for (path, choice) in bad {
-        let mut body = if path == "/v1/messages" {
-            anthropic_body(false)
-        } else {
-            openai_body(false)
-        };
+        let mut body = if path == "/v1/messages" { anthropic_body(false) } else { openai_body(false) };
         body["tool_choice"] = choice;
         let r = post(&srv, path, body).await;
         assert_eq!(r.status, 400, "{}", r.body);
@@ -253,20 +217,9 @@ async fn model_without_tool_support_gets_a_clear_400() {
     assert_eq!(r.status, 400, "{}", r.body);
     let v = r.json();
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("does not support tools"),
-        "{v}"
-    );
+    assert!(v["error"]["message"].as_str().unwrap().contains("does not support tools"), "{v}");
     let r = post(&srv, "/v1/messages", anthropic_body(false)).await;
     assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
-    assert!(
-        r.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("does not support tools")
-    );
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("does not support tools"));
 }

@@ -16,9 +16,7 @@ async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, St
 }
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .map(str::trim)
+    head.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim)
 }
 
 /// Same-origin references of an asset: `src="…"`/`href="…"` in HTML, `from "./x.js"` in JS.
@@ -49,28 +47,15 @@ async fn assets_answer_with_their_types() {
     for a in ASSETS {
         let (status, head, body) = get(srv.addr, a.route, &[]).await;
         assert_eq!(status, 200, "{}", a.route);
-        assert_eq!(
-            header(&head, "content-type"),
-            Some(expect(a.route)),
-            "{}",
-            a.route
-        );
+        assert_eq!(header(&head, "content-type"), Some(expect(a.route)), "{}", a.route);
         assert_eq!(a.content_type, expect(a.route));
-        assert_eq!(
-            header(&head, "cache-control"),
-            Some("no-cache"),
-            "{}",
-            a.route
-        );
+        assert_eq!(header(&head, "cache-control"), Some("no-cache"), "{}", a.route);
         assert_eq!(header(&head, "x-content-type-options"), Some("nosniff"));
         let csp = header(&head, "content-security-policy").expect("CSP");
         assert!(csp.starts_with("default-src 'self'"), "{csp}");
         assert_eq!(body, a.body, "{}", a.route);
     }
-    let (index, monitor) = (
-        get(srv.addr, "/", &[]).await.2,
-        get(srv.addr, "/monitor", &[]).await.2,
-    );
+    let (index, monitor) = (get(srv.addr, "/", &[]).await.2, get(srv.addr, "/monitor", &[]).await.2);
     assert!(index.contains("id=\"messages\"") && index.contains("id=\"stop\""));
     assert!(monitor.contains("id=\"engine-model\"") && monitor.contains("id=\"recent\""));
     assert_eq!(get(srv.addr, "/web/nope.js", &[]).await.0, 404);
@@ -81,14 +66,7 @@ async fn pages_reference_only_same_origin_assets() {
     let srv = start_server(&[]).await;
     for a in ASSETS {
         let lower = a.body.to_lowercase();
-        for bad in [
-            "http://",
-            "https://",
-            "//cdn",
-            "innerhtml",
-            "outerhtml",
-            "eval(",
-        ] {
+        for bad in ["http://", "https://", "//cdn", "innerhtml", "outerhtml", "eval("] {
             assert!(!lower.contains(bad), "{} contains {bad:?}", a.route);
         }
         for r in references(a.route, a.body) {
@@ -96,11 +74,7 @@ async fn pages_reference_only_same_origin_assets() {
                 continue;
             }
             assert!(r.starts_with('/'), "{}: {r} is not same-origin", a.route);
-            assert!(
-                ASSETS.iter().any(|x| x.route == r),
-                "{}: {r} is not an asset",
-                a.route
-            );
+            assert!(ASSETS.iter().any(|x| x.route == r), "{}: {r} is not an asset", a.route);
             assert_eq!(get(srv.addr, &r, &[]).await.0, 200, "{r}");
         }
     }
@@ -115,14 +89,7 @@ async fn pages_reference_only_same_origin_assets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assets_open_data_keyed() {
     const KEY: &str = "web-test-key";
-    let srv = start_server_keyed(
-        model_path(),
-        &[],
-        None,
-        None,
-        Some(ApiKey::new(KEY, "test").unwrap()),
-    )
-    .await;
+    let srv = start_server_keyed(model_path(), &[], None, None, Some(ApiKey::new(KEY, "test").unwrap())).await;
     wait_healthy(&srv).await;
     for a in ASSETS {
         assert_eq!(get(srv.addr, a.route, &[]).await.0, 200, "{}", a.route);

@@ -4,7 +4,7 @@
 use super::super::error::{GpuError, Result};
 use super::super::{ComputeType, DType, Gemm, Transpose};
 use super::ffi::*;
-use super::{open_library, HipConfig};
+use super::{HipConfig, open_library};
 use libloading::Library;
 
 /// hipBLASLt: function table, one handle (created at open to read the version).
@@ -18,7 +18,8 @@ pub(super) struct Lt {
 /// Opens hipBLASLt, creates a handle and reads its version; Err = why it is off.
 pub(super) fn open_lt(cfg: &HipConfig) -> std::result::Result<(Lt, String), String> {
     let names = ["libhipblaslt.so", "libhipblaslt.so.1", "libhipblaslt.so.0"];
-    let (lib, path) = open_library("libhipblaslt", &names, &cfg.lib_dirs, cfg.system_search).map_err(|e| e.to_string())?;
+    let (lib, path) =
+        open_library("libhipblaslt", &names, &cfg.lib_dirs, cfg.system_search).map_err(|e| e.to_string())?;
     let fns = LtFns::load(&lib, &path).map_err(|e| e.to_string())?;
     let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
     let mut h: Ptr = std::ptr::null_mut();
@@ -75,7 +76,12 @@ pub(super) fn lt_check(call: &'static str, s: i32, g: &Gemm) -> Result<()> {
     if s == 0 {
         Ok(())
     } else {
-        Err(GpuError::Blas { call, status: s, name: blas_status_name(s), context: format!(" (hipBLASLt, m={} n={} k={} batch={})", g.m, g.n, g.k, g.batch) })
+        Err(GpuError::Blas {
+            call,
+            status: s,
+            name: blas_status_name(s),
+            context: format!(" (hipBLASLt, m={} n={} k={} batch={})", g.m, g.n, g.k, g.batch),
+        })
     }
 }
 
@@ -102,7 +108,11 @@ impl Lt {
         // SAFETY (block): out-pointers are valid; attribute buffers are the documented types
         // (int32 hipblasOperation_t, int32 batch count, int64 stride) and outlive the calls.
         unsafe {
-            lt_check("hipblasLtMatmulDescCreate", (self.fns.hipblasLtMatmulDescCreate)(&mut p.desc, compute, scale), g)?;
+            lt_check(
+                "hipblasLtMatmulDescCreate",
+                (self.fns.hipblasLtMatmulDescCreate)(&mut p.desc, compute, scale),
+                g,
+            )?;
             let (ta, tb) = (hip_op(g.trans_a) as i32, hip_op(g.trans_b) as i32);
             let set = self.fns.hipblasLtMatmulDescSetAttribute;
             lt_check("hipblasLtMatmulDescSetAttribute", set(p.desc, LT_DESC_TRANSA, &ta as *const i32 as _, 4), g)?;
@@ -113,17 +123,30 @@ impl Lt {
                 (g.c_type, (g.m, g.n), g.ldc, g.stride_c),
             ];
             for (i, (ty, (rows, cols), ld, stride)) in dims.into_iter().enumerate() {
-                let rc = (self.fns.hipblasLtMatrixLayoutCreate)(&mut p.layouts[i], hip_dtype(ty), rows as u64, cols as u64, ld as i64);
+                let rc = (self.fns.hipblasLtMatrixLayoutCreate)(
+                    &mut p.layouts[i],
+                    hip_dtype(ty),
+                    rows as u64,
+                    cols as u64,
+                    ld as i64,
+                );
                 lt_check("hipblasLtMatrixLayoutCreate", rc, g)?;
                 if g.batch > 1 {
                     let (b, st) = (g.batch as i32, stride as i64);
                     let setl = self.fns.hipblasLtMatrixLayoutSetAttribute;
-                    lt_check("hipblasLtMatrixLayoutSetAttribute", setl(p.layouts[i], LT_LAYOUT_BATCH_COUNT, &b as *const i32 as _, 4), g)?;
-                    lt_check("hipblasLtMatrixLayoutSetAttribute", setl(p.layouts[i], LT_LAYOUT_STRIDED_BATCH_OFFSET, &st as *const i64 as _, 8), g)?;
+                    lt_check(
+                        "hipblasLtMatrixLayoutSetAttribute",
+                        setl(p.layouts[i], LT_LAYOUT_BATCH_COUNT, &b as *const i32 as _, 4),
+                        g,
+                    )?;
+                    lt_check(
+                        "hipblasLtMatrixLayoutSetAttribute",
+                        setl(p.layouts[i], LT_LAYOUT_STRIDED_BATCH_OFFSET, &st as *const i64 as _, 8),
+                        g,
+                    )?;
                 }
             }
         }
         Ok(p)
     }
 }
-

@@ -28,15 +28,16 @@ pub mod ffi;
 
 use blas_lt::{Lt, lt_check, open_lt};
 
-use super::error::{invalid, GpuError, Result};
+use super::error::{GpuError, Result, invalid};
 use super::kernel_check::{check_launch, check_spec, kernarg_extent};
 use super::{
-    arch_base, code_object_for_arch, embedded_archs, Device, ComputeType, DType, DeviceInfo, DevicePtr, Event, Gemm, GpuApi,
-    Graph, LtAlgo, HostAllocOptions, HostBuf, HostRegion, HostStorage, Kernel, KernelSpec, LaunchConfig, MemInfo, Module, Stream, Transpose, WaitCond,
+    ComputeType, DType, Device, DeviceInfo, DevicePtr, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf,
+    HostRegion, HostStorage, Kernel, KernelSpec, LaunchConfig, LtAlgo, MemInfo, Module, Stream, Transpose, WaitCond,
+    arch_base, code_object_for_arch, embedded_archs,
 };
 use ffi::*;
 use libloading::Library;
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -122,25 +123,28 @@ fn version_string(v: i32) -> (i32, String) {
 /// Which hipBLAS GEMM symbol speaks `hipDataType` (see `ffi` docs); Err = why GEMM is off.
 fn open_blas(cfg: &HipConfig) -> std::result::Result<(Blas, String), String> {
     let names = ["libhipblas.so", "libhipblas.so.3", "libhipblas.so.2"];
-    let (lib, path) = open_library("libhipblas", &names, &cfg.lib_dirs, cfg.system_search).map_err(|e| e.to_string())?;
+    let (lib, path) =
+        open_library("libhipblas", &names, &cfg.lib_dirs, cfg.system_search).map_err(|e| e.to_string())?;
     let fns = BlasFns::load(&lib, &path).map_err(|e| e.to_string())?;
     // SAFETY: GemmExFn is the C signature of both symbols (hipDataType flavour).
     let v2: Option<GemmExFn> = unsafe { sym_opt(&lib, "hipblasGemmStridedBatchedEx_v2") };
     let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
     let file = real.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    let major: Option<u32> = file.strip_prefix("libhipblas.so.").and_then(|v| v.split('.').next()).and_then(|m| m.parse().ok());
+    let major: Option<u32> =
+        file.strip_prefix("libhipblas.so.").and_then(|v| v.split('.').next()).and_then(|m| m.parse().ok());
     let (gemm, flavour) = match (v2, major) {
         (Some(f), _) => (f, "hipBLAS 2.x, hipblasGemmStridedBatchedEx_v2"),
         (None, Some(m)) if m >= 3 => {
             // SAFETY: in hipBLAS >= 3 the un-suffixed symbol has the hipDataType signature.
-            let f: GemmExFn = unsafe { sym(&lib, &path, "libhipblas", "hipblasGemmStridedBatchedEx") }.map_err(|e| e.to_string())?;
+            let f: GemmExFn =
+                unsafe { sym(&lib, &path, "libhipblas", "hipblasGemmStridedBatchedEx") }.map_err(|e| e.to_string())?;
             (f, "hipBLAS 3.x, hipblasGemmStridedBatchedEx")
         }
         _ => {
             return Err(format!(
                 "{} has no hipDataType GEMM (hipblasGemmStridedBatchedEx_v2 missing and not hipBLAS >= 3): hipBLAS 2.0 (ROCm 6.0) or newer is needed",
                 real.display()
-            ))
+            ));
         }
     };
     let desc = format!("{flavour} at {}", real.display());
@@ -160,20 +164,30 @@ impl HipApi {
         };
         let pstr = path.display().to_string();
         // SAFETY: `hipError_t hipRuntimeGetVersion(int*)` in every HIP release.
-        let get_version: unsafe extern "C" fn(*mut i32) -> HipError = unsafe { sym(&lib, &path, "libamdhip64", "hipRuntimeGetVersion")? };
+        let get_version: unsafe extern "C" fn(*mut i32) -> HipError =
+            unsafe { sym(&lib, &path, "libamdhip64", "hipRuntimeGetVersion")? };
         let mut v = 0i32;
         // SAFETY: valid out-pointer.
         let rc = unsafe { get_version(&mut v) };
         let (major, version) = version_string(v);
         if rc != 0 || major < 6 {
-            return Err(GpuError::RuntimeTooOld { lib: "libamdhip64", path: pstr, version: if rc != 0 { format!("unknown (error {rc})") } else { version } });
+            return Err(GpuError::RuntimeTooOld {
+                lib: "libamdhip64",
+                path: pstr,
+                version: if rc != 0 { format!("unknown (error {rc})") } else { version },
+            });
         }
         let fns = HipFns::load(&lib, &path)?;
         // SAFETY: all three have the `(void**, size_t, unsigned)` signature.
         let host_alloc_fn: HostAllocFn = unsafe { sym_opt(&lib, "hipHostMalloc") }
             .or_else(|| unsafe { sym_opt(&lib, "hipExtHostAlloc") })
             .or_else(|| unsafe { sym_opt(&lib, "hipHostAlloc") })
-            .ok_or(GpuError::MissingSymbol { lib: "libamdhip64", path: pstr.clone(), symbol: "hipHostMalloc", why: "no pinned-memory allocator" })?;
+            .ok_or(GpuError::MissingSymbol {
+                lib: "libamdhip64",
+                path: pstr.clone(),
+                symbol: "hipHostMalloc",
+                why: "no pinned-memory allocator",
+            })?;
         let runtime = format!("HIP runtime {version} at {pstr}");
         let no_device = |why: String| GpuError::NoDevice { lib: "libamdhip64", version: version.clone(), why };
 
@@ -197,7 +211,12 @@ impl HipApi {
         check(&fns, "hipSetDevice", unsafe { (fns.hipSetDevice)(dev) }, || format!(" (device {dev})"))?;
 
         let mut name_buf = [0 as c_char; 256];
-        check(&fns, "hipDeviceGetName", unsafe { (fns.hipDeviceGetName)(name_buf.as_mut_ptr(), 256, dev) }, String::new)?;
+        check(
+            &fns,
+            "hipDeviceGetName",
+            unsafe { (fns.hipDeviceGetName)(name_buf.as_mut_ptr(), 256, dev) },
+            String::new,
+        )?;
         // SAFETY: the buffer is NUL-terminated by the runtime (and zero-initialised).
         let name = unsafe { CStr::from_ptr(name_buf.as_ptr()) }.to_string_lossy().into_owned();
         let mut props = vec![0u64; PROP_BUF_BYTES / 8];
@@ -217,12 +236,16 @@ impl HipApi {
         if prop_name != name || !arch.starts_with("gfx") {
             return Err(unsupported(
                 "unknown",
-                format!("hipDeviceProp_tR0600 layout not as expected (name {prop_name:?}, gcnArchName {arch:?}); this runtime's ABI is not supported"),
+                format!(
+                    "hipDeviceProp_tR0600 layout not as expected (name {prop_name:?}, gcnArchName {arch:?}); this runtime's ABI is not supported"
+                ),
             ));
         }
         let attr = |a: u32, what: &'static str| -> Result<i32> {
             let mut v = 0i32;
-            check(&fns, "hipDeviceGetAttribute", unsafe { (fns.hipDeviceGetAttribute)(&mut v, a, dev) }, || format!(" ({what})"))?;
+            check(&fns, "hipDeviceGetAttribute", unsafe { (fns.hipDeviceGetAttribute)(&mut v, a, dev) }, || {
+                format!(" ({what})")
+            })?;
             Ok(v)
         };
         let wave_size = attr(ATTR_WARP_SIZE, "warp size")? as u32;
@@ -232,7 +255,10 @@ impl HipApi {
 
         let base = arch_base(&arch);
         if !base.starts_with("gfx11") {
-            return Err(unsupported(&arch, format!("not an RDNA3 (gfx11) GPU; this build's kernels are for {}", embedded_archs().join(", "))));
+            return Err(unsupported(
+                &arch,
+                format!("not an RDNA3 (gfx11) GPU; this build's kernels are for {}", embedded_archs().join(", ")),
+            ));
         }
         if let Err(e) = code_object_for_arch(&arch) {
             return Err(unsupported(&arch, e.to_string()));
@@ -241,7 +267,10 @@ impl HipApi {
             return Err(unsupported(&arch, format!("wavefront size {wave_size}; the kernels are wave32")));
         }
         if (vram as u64) < cfg.min_vram_bytes {
-            return Err(unsupported(&arch, format!("{} MiB of VRAM < the {} MiB minimum", vram >> 20, cfg.min_vram_bytes >> 20)));
+            return Err(unsupported(
+                &arch,
+                format!("{} MiB of VRAM < the {} MiB minimum", vram >> 20, cfg.min_vram_bytes >> 20),
+            ));
         }
 
         let (blas, blas_desc) = match open_blas(cfg) {
@@ -294,7 +323,15 @@ impl HipApi {
         }
     }
 
-    fn copy(&self, call: &'static str, dst: Ptr, src: *const c_void, bytes: usize, kind: u32, stream: Option<&Stream>) -> Result<()> {
+    fn copy(
+        &self,
+        call: &'static str,
+        dst: Ptr,
+        src: *const c_void,
+        bytes: usize,
+        kind: u32,
+        stream: Option<&Stream>,
+    ) -> Result<()> {
         self.bind()?;
         // SAFETY: the caller validated both ranges (host slices by construction, HostBuf by
         // check_range; device pointers are the runtime's to validate).
@@ -315,11 +352,7 @@ fn err_string(fns: &HipFns, rc: HipError) -> String {
 }
 
 fn check(fns: &HipFns, call: &'static str, rc: HipError, ctx: impl FnOnce() -> String) -> Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(GpuError::Hip { call, code: rc, message: err_string(fns, rc), context: ctx() })
-    }
+    if rc == 0 { Ok(()) } else { Err(GpuError::Hip { call, code: rc, message: err_string(fns, rc), context: ctx() }) }
 }
 
 impl Drop for HipApi {
@@ -354,7 +387,9 @@ impl GpuApi for HipApi {
         let mut m: Ptr = std::ptr::null_mut();
         // SAFETY: `code_object` is a complete ELF image; HIP copies it.
         let rc = unsafe { (self.fns.hipModuleLoadData)(&mut m, code_object.as_ptr() as *const c_void) };
-        self.check("hipModuleLoadData", rc, || format!(" ({} code object, {} bytes)", self.info.arch, code_object.len()))?;
+        self.check("hipModuleLoadData", rc, || {
+            format!(" ({} code object, {} bytes)", self.info.arch, code_object.len())
+        })?;
         Ok(Module { id: m as usize as u64, kernels })
     }
 
@@ -409,20 +444,33 @@ impl GpuApi for HipApi {
             if opts.mapped {
                 let mut d: Ptr = std::ptr::null_mut();
                 // SAFETY: `p` is a mapped pinned allocation.
-                self.check("hipHostGetDevicePointer", unsafe { (self.fns.hipHostGetDevicePointer)(&mut d, p, 0) }, String::new)?;
+                self.check(
+                    "hipHostGetDevicePointer",
+                    unsafe { (self.fns.hipHostGetDevicePointer)(&mut d, p, 0) },
+                    String::new,
+                )?;
                 device_ptr = Some(d as usize as u64);
             }
-            return Ok(HostBuf { storage: HostStorage::Raw { ptr: p as *mut u8, pinned: true }, bytes, device_ptr, fallback: None });
+            return Ok(HostBuf {
+                storage: HostStorage::Raw { ptr: p as *mut u8, pinned: true },
+                bytes,
+                device_ptr,
+                fallback: None,
+            });
         }
         let reason = format!("hipHostMalloc: {}", err_string(&self.fns, rc));
         if !opts.allow_pageable_fallback {
             return Err(GpuError::PinnedAlloc { bytes, reason });
         }
-        let layout = std::alloc::Layout::from_size_align(bytes.max(1), 64).map_err(|e| invalid("host_alloc", e.to_string()))?;
+        let layout =
+            std::alloc::Layout::from_size_align(bytes.max(1), 64).map_err(|e| invalid("host_alloc", e.to_string()))?;
         // SAFETY: non-zero size layout.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(GpuError::PinnedAlloc { bytes, reason: format!("{reason}; pageable fallback allocation failed too") });
+            return Err(GpuError::PinnedAlloc {
+                bytes,
+                reason: format!("{reason}; pageable fallback allocation failed too"),
+            });
         }
         Ok(HostBuf {
             storage: HostStorage::Raw { ptr, pinned: false },
@@ -434,10 +482,13 @@ impl GpuApi for HipApi {
     fn host_free(&self, buf: HostBuf) -> Result<()> {
         match buf.storage {
             // SAFETY: allocated by the host allocator above; hipHostFree waits for the device.
-            HostStorage::Raw { ptr, pinned: true } => self.check("hipHostFree", unsafe { (self.fns.hipHostFree)(ptr as Ptr) }, String::new),
+            HostStorage::Raw { ptr, pinned: true } => {
+                self.check("hipHostFree", unsafe { (self.fns.hipHostFree)(ptr as Ptr) }, String::new)
+            }
             HostStorage::Raw { ptr, pinned: false } => {
                 self.synchronize()?; // an async copy may still read it
-                let layout = std::alloc::Layout::from_size_align(buf.bytes.max(1), 64).map_err(|e| invalid("host_free", e.to_string()))?;
+                let layout = std::alloc::Layout::from_size_align(buf.bytes.max(1), 64)
+                    .map_err(|e| invalid("host_free", e.to_string()))?;
                 // SAFETY: same layout as the allocation in host_alloc.
                 unsafe { std::alloc::dealloc(ptr, layout) };
                 Ok(())
@@ -466,11 +517,18 @@ impl GpuApi for HipApi {
         // of this process that outlives the registration.
         let rc = unsafe { (self.fns.hipHostRegister)(ptr as Ptr, len, HOST_REGISTER_MAPPED) };
         if rc != 0 {
-            return Err(GpuError::PinnedAlloc { bytes: len, reason: format!("hipHostRegister: {}", err_string(&self.fns, rc)) });
+            return Err(GpuError::PinnedAlloc {
+                bytes: len,
+                reason: format!("hipHostRegister: {}", err_string(&self.fns, rc)),
+            });
         }
         let mut d: Ptr = std::ptr::null_mut();
         // SAFETY: `ptr` was registered mapped just above.
-        let got = self.check("hipHostGetDevicePointer", unsafe { (self.fns.hipHostGetDevicePointer)(&mut d, ptr as Ptr, 0) }, String::new);
+        let got = self.check(
+            "hipHostGetDevicePointer",
+            unsafe { (self.fns.hipHostGetDevicePointer)(&mut d, ptr as Ptr, 0) },
+            String::new,
+        );
         if let Err(e) = got {
             // SAFETY: registered above, not yet used by any kernel.
             let _ = unsafe { (self.fns.hipHostUnregister)(ptr as Ptr) };
@@ -481,7 +539,11 @@ impl GpuApi for HipApi {
     fn host_unregister(&self, region: HostRegion) -> Result<()> {
         self.synchronize()?; // a queued kernel may still read it
         // SAFETY: `handle` is the address `host_register` registered.
-        self.check("hipHostUnregister", unsafe { (self.fns.hipHostUnregister)(region.handle as usize as Ptr) }, String::new)
+        self.check(
+            "hipHostUnregister",
+            unsafe { (self.fns.hipHostUnregister)(region.handle as usize as Ptr) },
+            String::new,
+        )
     }
 
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
@@ -496,16 +558,32 @@ impl GpuApi for HipApi {
     fn memset(&self, dst: DevicePtr, byte: u8, bytes: usize) -> Result<()> {
         self.bind()?;
         // SAFETY: the runtime validates the device range.
-        self.check("hipMemset", unsafe { (self.fns.hipMemset)(as_ptr(dst), byte as i32, bytes) }, || format!(" ({bytes} bytes)"))
+        self.check("hipMemset", unsafe { (self.fns.hipMemset)(as_ptr(dst), byte as i32, bytes) }, || {
+            format!(" ({bytes} bytes)")
+        })
     }
 
-    fn memcpy_htod_async(&self, stream: &Stream, dst: DevicePtr, src: &HostBuf, offset: usize, bytes: usize) -> Result<()> {
+    fn memcpy_htod_async(
+        &self,
+        stream: &Stream,
+        dst: DevicePtr,
+        src: &HostBuf,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
         src.check_range("memcpy_htod_async", offset, bytes)?;
         // SAFETY: offset within the checked range.
         let p = unsafe { Self::raw(src, "memcpy_htod_async")?.add(offset) };
         self.copy("hipMemcpyAsync(HostToDevice)", as_ptr(dst), p as *const c_void, bytes, H2D, Some(stream))
     }
-    fn memcpy_dtoh_async(&self, stream: &Stream, dst: &HostBuf, offset: usize, src: DevicePtr, bytes: usize) -> Result<()> {
+    fn memcpy_dtoh_async(
+        &self,
+        stream: &Stream,
+        dst: &HostBuf,
+        offset: usize,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<()> {
         dst.check_range("memcpy_dtoh_async", offset, bytes)?;
         // SAFETY: offset within the checked range.
         let p = unsafe { Self::raw(dst, "memcpy_dtoh_async")?.add(offset) };
@@ -525,7 +603,11 @@ impl GpuApi for HipApi {
         self.bind()?;
         let mut s: Ptr = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        self.check("hipStreamCreateWithFlags", unsafe { (self.fns.hipStreamCreateWithFlags)(&mut s, STREAM_NON_BLOCKING) }, String::new)?;
+        self.check(
+            "hipStreamCreateWithFlags",
+            unsafe { (self.fns.hipStreamCreateWithFlags)(&mut s, STREAM_NON_BLOCKING) },
+            String::new,
+        )?;
         Ok(Stream(s as usize as u64))
     }
     fn stream_destroy(&self, stream: Stream) -> Result<()> {
@@ -538,13 +620,21 @@ impl GpuApi for HipApi {
     }
     fn stream_wait_event(&self, stream: &Stream, event: &Event) -> Result<()> {
         // SAFETY: handles from this API.
-        self.check("hipStreamWaitEvent", unsafe { (self.fns.hipStreamWaitEvent)(as_ptr(stream.0), as_ptr(event.0), 0) }, String::new)
+        self.check(
+            "hipStreamWaitEvent",
+            unsafe { (self.fns.hipStreamWaitEvent)(as_ptr(stream.0), as_ptr(event.0), 0) },
+            String::new,
+        )
     }
     fn event_create(&self) -> Result<Event> {
         self.bind()?;
         let mut e: Ptr = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        self.check("hipEventCreateWithFlags", unsafe { (self.fns.hipEventCreateWithFlags)(&mut e, EVENT_DISABLE_TIMING) }, String::new)?;
+        self.check(
+            "hipEventCreateWithFlags",
+            unsafe { (self.fns.hipEventCreateWithFlags)(&mut e, EVENT_DISABLE_TIMING) },
+            String::new,
+        )?;
         Ok(Event(e as usize as u64))
     }
     fn event_destroy(&self, event: Event) -> Result<()> {
@@ -553,7 +643,11 @@ impl GpuApi for HipApi {
     }
     fn event_record(&self, event: &Event, stream: &Stream) -> Result<()> {
         // SAFETY: handles from this API.
-        self.check("hipEventRecord", unsafe { (self.fns.hipEventRecord)(as_ptr(event.0), as_ptr(stream.0)) }, String::new)
+        self.check(
+            "hipEventRecord",
+            unsafe { (self.fns.hipEventRecord)(as_ptr(event.0), as_ptr(stream.0)) },
+            String::new,
+        )
     }
     fn event_synchronize(&self, event: &Event) -> Result<()> {
         // SAFETY: handle from this API.
@@ -567,12 +661,20 @@ impl GpuApi for HipApi {
 
     fn stream_wait_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64, cond: WaitCond) -> Result<()> {
         let flags = if cond == WaitCond::Ge { WAIT_VALUE_GTE } else { WAIT_VALUE_EQ };
-        let f = self.wait_value64.ok_or_else(|| invalid("stream_wait_value64", "this HIP runtime lacks hipStreamWaitValue64"))?;
+        let f = self
+            .wait_value64
+            .ok_or_else(|| invalid("stream_wait_value64", "this HIP runtime lacks hipStreamWaitValue64"))?;
         // SAFETY: stream from this API; `ptr` is device or mapped memory (the runtime checks).
-        self.check("hipStreamWaitValue64", unsafe { f(as_ptr(stream.0), as_ptr(ptr), value, flags, u64::MAX) }, String::new)
+        self.check(
+            "hipStreamWaitValue64",
+            unsafe { f(as_ptr(stream.0), as_ptr(ptr), value, flags, u64::MAX) },
+            String::new,
+        )
     }
     fn stream_write_value64(&self, stream: &Stream, ptr: DevicePtr, value: u64) -> Result<()> {
-        let f = self.write_value64.ok_or_else(|| invalid("stream_write_value64", "this HIP runtime lacks hipStreamWriteValue64"))?;
+        let f = self
+            .write_value64
+            .ok_or_else(|| invalid("stream_write_value64", "this HIP runtime lacks hipStreamWriteValue64"))?;
         // SAFETY: as above.
         self.check("hipStreamWriteValue64", unsafe { f(as_ptr(stream.0), as_ptr(ptr), value, 0) }, String::new)
     }
@@ -618,10 +720,22 @@ impl GpuApi for HipApi {
         // SAFETY: function handle from hipModuleGetFunction; `extra` and `size` outlive the call.
         let rc = unsafe {
             (self.fns.hipModuleLaunchKernel)(
-                as_ptr(kernel.id), gx, gy, gz, bx, by, bz, cfg.dynamic_lds, as_ptr(stream.0), std::ptr::null_mut(), extra.as_mut_ptr(),
+                as_ptr(kernel.id),
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                cfg.dynamic_lds,
+                as_ptr(stream.0),
+                std::ptr::null_mut(),
+                extra.as_mut_ptr(),
             )
         };
-        self.check("hipModuleLaunchKernel", rc, || format!(" ({} grid {:?} block {:?} lds {})", kernel.info.name, cfg.grid, cfg.block, cfg.dynamic_lds))
+        self.check("hipModuleLaunchKernel", rc, || {
+            format!(" ({} grid {:?} block {:?} lds {})", kernel.info.name, cfg.grid, cfg.block, cfg.dynamic_lds)
+        })
     }
 
     fn begin_capture(&self, stream: &Stream) -> Result<()> {
@@ -629,12 +743,20 @@ impl GpuApi for HipApi {
             return Err(GpuError::Capture("the default stream cannot be captured; create a stream".into()));
         }
         // SAFETY: stream handle from this API.
-        self.check("hipStreamBeginCapture", unsafe { (self.fns.hipStreamBeginCapture)(as_ptr(stream.0), CAPTURE_MODE_THREAD_LOCAL) }, String::new)
+        self.check(
+            "hipStreamBeginCapture",
+            unsafe { (self.fns.hipStreamBeginCapture)(as_ptr(stream.0), CAPTURE_MODE_THREAD_LOCAL) },
+            String::new,
+        )
     }
     fn end_capture(&self, stream: &Stream) -> Result<Graph> {
         let mut g: Ptr = std::ptr::null_mut();
         // SAFETY: valid out-pointer, capturing stream.
-        self.check("hipStreamEndCapture", unsafe { (self.fns.hipStreamEndCapture)(as_ptr(stream.0), &mut g) }, String::new)?;
+        self.check(
+            "hipStreamEndCapture",
+            unsafe { (self.fns.hipStreamEndCapture)(as_ptr(stream.0), &mut g) },
+            String::new,
+        )?;
         let mut exec: Ptr = std::ptr::null_mut();
         // SAFETY: graph from hipStreamEndCapture; no error-node/log buffers requested.
         let rc = unsafe { (self.fns.hipGraphInstantiate)(&mut exec, g, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
@@ -646,7 +768,11 @@ impl GpuApi for HipApi {
     }
     fn launch_graph(&self, graph: &Graph, stream: &Stream) -> Result<()> {
         // SAFETY: executable graph and stream handles from this API.
-        self.check("hipGraphLaunch", unsafe { (self.fns.hipGraphLaunch)(as_ptr(graph.0), as_ptr(stream.0)) }, String::new)
+        self.check(
+            "hipGraphLaunch",
+            unsafe { (self.fns.hipGraphLaunch)(as_ptr(graph.0), as_ptr(stream.0)) },
+            String::new,
+        )
     }
     fn graph_destroy(&self, graph: Graph) -> Result<()> {
         // SAFETY: executable graph handle, consumed here.
@@ -659,7 +785,11 @@ impl GpuApi for HipApi {
         self.bind()?;
         let mut h = blas.handle.lock().map_err(|_| GpuError::Gemm("hipBLAS handle lock poisoned".into()))?;
         let bcheck = |call: &'static str, s: i32| -> Result<()> {
-            if s == 0 { Ok(()) } else { Err(GpuError::Blas { call, status: s, name: blas_status_name(s), context: String::new() }) }
+            if s == 0 {
+                Ok(())
+            } else {
+                Err(GpuError::Blas { call, status: s, name: blas_status_name(s), context: String::new() })
+            }
         };
         if *h == 0 {
             let mut p: Ptr = std::ptr::null_mut();
@@ -687,15 +817,38 @@ impl GpuApi for HipApi {
         // the scalars outlive the (host pointer mode) call.
         let s = unsafe {
             (blas.gemm)(
-                handle, op(g.trans_a), op(g.trans_b), g.m as i32, g.n as i32, g.k as i32,
-                alpha, as_ptr(g.a), dt(g.a_type), g.lda as i32, g.stride_a as i64,
-                as_ptr(g.b), dt(g.b_type), g.ldb as i32, g.stride_b as i64,
-                beta, as_ptr(g.c), dt(g.c_type), g.ldc as i32, g.stride_c as i64,
-                g.batch as i32, compute, HIPBLAS_GEMM_DEFAULT,
+                handle,
+                op(g.trans_a),
+                op(g.trans_b),
+                g.m as i32,
+                g.n as i32,
+                g.k as i32,
+                alpha,
+                as_ptr(g.a),
+                dt(g.a_type),
+                g.lda as i32,
+                g.stride_a as i64,
+                as_ptr(g.b),
+                dt(g.b_type),
+                g.ldb as i32,
+                g.stride_b as i64,
+                beta,
+                as_ptr(g.c),
+                dt(g.c_type),
+                g.ldc as i32,
+                g.stride_c as i64,
+                g.batch as i32,
+                compute,
+                HIPBLAS_GEMM_DEFAULT,
             )
         };
         bcheck("hipblasGemmStridedBatchedEx", s).map_err(|e| match e {
-            GpuError::Blas { call, status, name, .. } => GpuError::Blas { call, status, name, context: format!(" (m={} n={} k={} batch={})", g.m, g.n, g.k, g.batch) },
+            GpuError::Blas { call, status, name, .. } => GpuError::Blas {
+                call,
+                status,
+                name,
+                context: format!(" (m={} n={} k={} batch={})", g.m, g.n, g.k, g.batch),
+            },
             e => e,
         })
     }
@@ -715,13 +868,26 @@ impl GpuApi for HipApi {
         // SAFETY: uint64 attribute; `results` holds `max` 56-byte heuristic records (8-aligned);
         // the descriptors come from `problem` (C doubles as D).
         let rc = unsafe {
-            let r = (lt.fns.hipblasLtMatmulPreferenceSetAttribute)(pref, LT_PREF_MAX_WORKSPACE_BYTES, &ws as *const u64 as _, 8);
+            let r = (lt.fns.hipblasLtMatmulPreferenceSetAttribute)(
+                pref,
+                LT_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const u64 as _,
+                8,
+            );
             if r != 0 {
                 r
             } else {
                 (lt.fns.hipblasLtMatmulAlgoGetHeuristic)(
-                    lt.handle as Ptr, p.desc, p.layouts[0], p.layouts[1], p.layouts[2], p.layouts[2], pref, max as i32,
-                    results.as_mut_ptr() as *mut c_void, &mut count,
+                    lt.handle as Ptr,
+                    p.desc,
+                    p.layouts[0],
+                    p.layouts[1],
+                    p.layouts[2],
+                    p.layouts[2],
+                    pref,
+                    max as i32,
+                    results.as_mut_ptr() as *mut c_void,
+                    &mut count,
                 )
             }
         };
@@ -732,24 +898,40 @@ impl GpuApi for HipApi {
         let count = (count.max(0) as usize).min(max);
         let mut out = Vec::new();
         for (i, r) in bytes.chunks_exact(LT_HEURISTIC_BYTES).take(count).enumerate() {
-            let state = i32::from_ne_bytes(r[LT_HEURISTIC_STATE_OFFSET..LT_HEURISTIC_STATE_OFFSET + 4].try_into().expect("4"));
+            let state =
+                i32::from_ne_bytes(r[LT_HEURISTIC_STATE_OFFSET..LT_HEURISTIC_STATE_OFFSET + 4].try_into().expect("4"));
             if state != 0 {
                 continue;
             }
-            let workspace = u64::from_ne_bytes(r[LT_HEURISTIC_WORKSPACE_OFFSET..LT_HEURISTIC_WORKSPACE_OFFSET + 8].try_into().expect("8")) as usize;
+            let workspace = u64::from_ne_bytes(
+                r[LT_HEURISTIC_WORKSPACE_OFFSET..LT_HEURISTIC_WORKSPACE_OFFSET + 8].try_into().expect("8"),
+            ) as usize;
             out.push(LtAlgo { index: i as u32, bytes: r[..LT_ALGO_BYTES].to_vec(), workspace });
         }
         Ok(out)
     }
 
-    fn gemm_lt(&self, stream: &Stream, g: &Gemm, algo: &LtAlgo, workspace: DevicePtr, workspace_bytes: usize) -> Result<()> {
+    fn gemm_lt(
+        &self,
+        stream: &Stream,
+        g: &Gemm,
+        algo: &LtAlgo,
+        workspace: DevicePtr,
+        workspace_bytes: usize,
+    ) -> Result<()> {
         g.validate()?;
         let lt = self.lt.as_ref().map_err(|why| GpuError::Gemm(why.clone()))?;
         if algo.bytes.len() != LT_ALGO_BYTES {
-            return Err(GpuError::Gemm(format!("hipBLASLt algorithm of {} bytes (hipblasLtMatmulAlgo_t has {LT_ALGO_BYTES})", algo.bytes.len())));
+            return Err(GpuError::Gemm(format!(
+                "hipBLASLt algorithm of {} bytes (hipblasLtMatmulAlgo_t has {LT_ALGO_BYTES})",
+                algo.bytes.len()
+            )));
         }
         if workspace_bytes < algo.workspace {
-            return Err(GpuError::Gemm(format!("hipBLASLt algorithm needs {} workspace bytes, {workspace_bytes} given", algo.workspace)));
+            return Err(GpuError::Gemm(format!(
+                "hipBLASLt algorithm needs {} workspace bytes, {workspace_bytes} given",
+                algo.workspace
+            )));
         }
         self.bind()?;
         let p = lt.problem(g)?;
@@ -768,9 +950,22 @@ impl GpuApi for HipApi {
         // scalars (host pointer mode, the default) and the algo copy outlive the call.
         let s = unsafe {
             (lt.fns.hipblasLtMatmul)(
-                lt.handle as Ptr, p.desc, alpha, as_ptr(g.a), p.layouts[0], as_ptr(g.b), p.layouts[1], beta,
-                as_ptr(g.c), p.layouts[2], as_ptr(g.c), p.layouts[2], a.as_ptr() as *const c_void,
-                as_ptr(workspace), workspace_bytes, as_ptr(stream.0),
+                lt.handle as Ptr,
+                p.desc,
+                alpha,
+                as_ptr(g.a),
+                p.layouts[0],
+                as_ptr(g.b),
+                p.layouts[1],
+                beta,
+                as_ptr(g.c),
+                p.layouts[2],
+                as_ptr(g.c),
+                p.layouts[2],
+                a.as_ptr() as *const c_void,
+                as_ptr(workspace),
+                workspace_bytes,
+                as_ptr(stream.0),
             )
         };
         lt_check("hipblasLtMatmul", s, g)
@@ -780,7 +975,11 @@ impl GpuApi for HipApi {
         self.bind()?;
         let mut e: Ptr = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        self.check("hipEventCreateWithFlags", unsafe { (self.fns.hipEventCreateWithFlags)(&mut e, EVENT_DEFAULT) }, String::new)?;
+        self.check(
+            "hipEventCreateWithFlags",
+            unsafe { (self.fns.hipEventCreateWithFlags)(&mut e, EVENT_DEFAULT) },
+            String::new,
+        )?;
         Ok(Event(e as usize as u64))
     }
 

@@ -14,11 +14,15 @@ impl FlashChunk<'_> {
         let (e, m, host) = (g.m.hp.n_embd, &self.layer(layer).moe, self.host_moe(layer));
         let (k, ne) = (m.n_used, host.experts.len());
         let x_quantized = self.moe_inputs(m)?;
-        g.ops.moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true).map_err(dev("MoE router"))?;
+        g.ops
+            .moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true)
+            .map_err(dev("MoE router"))?;
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         if self.moe_on_device(m) {
             let map = self.experts_on_device(m, x_quantized)?;
-            return self.moe_tail(layer, map, |this| Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 }));
+            return self.moe_tail(layer, map, |this| {
+                Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 })
+            });
         }
         if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), !self.prompt && g.by_handoff(self.s)) {
             // Hits from their slots by device dispatch, misses from the host thread.
@@ -27,17 +31,28 @@ impl FlashChunk<'_> {
                 lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
             }
             let miss_base = WINDOW * k;
-            h.publish(&g.ops, &g.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base).map_err(dev("expert handoff"))?;
+            h.publish(&g.ops, &g.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base)
+                .map_err(dev("expert handoff"))?;
             if cache.slots() > 0 {
                 let f = &m.experts.stack;
-                let b = DispatchBuffers { ids: sc.rslots, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
-                lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, k, n, &b).map_err(dev("routed experts (cache slots)"))?;
+                let b = DispatchBuffers {
+                    ids: sc.rslots,
+                    xq: sc.xq,
+                    act: sc.da,
+                    act_q: sc.daq,
+                    gate: sc.dg,
+                    up: sc.du,
+                    y: sc.ys,
+                };
+                lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, k, n, &b)
+                    .map_err(dev("routed experts (cache slots)"))?;
             }
             let host_rows = sc.ys + (miss_base * e * 4) as u64;
             h.receive(&**g.api(), &g.stream, n, host_rows).map_err(dev("expert handoff"))?;
             if let Some(([pg, pu, pd], ids)) = h.pcie_layer(layer) {
                 // The misses the host gave back: read from RAM, their rows where the host's would be.
-                let b = DispatchBuffers { ids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: host_rows };
+                let b =
+                    DispatchBuffers { ids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: host_rows };
                 lin.experts_by_dispatch([pg, pu, pd], ne, k, n, &b).map_err(dev("routed experts (read from RAM)"))?;
             }
             return self.moe_tail(layer, sc.hmap, |_| Ok(0));
@@ -69,7 +84,9 @@ impl FlashChunk<'_> {
                 None => Source::Device(id, m.experts.get(id).ok_or_else(no_copy)?),
                 Some(Placement::Hit(s)) => Source::Device(s, m.experts.get(s).ok_or_else(no_copy)?),
                 Some(Placement::Admit(s)) => {
-                    m.experts.fill(&**api, &host.experts[id], s).map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}")))?;
+                    m.experts.fill(&**api, &host.experts[id], s).map_err(|w| {
+                        EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}"))
+                    })?;
                     Source::Device(s, m.experts.get(s).ok_or_else(no_copy)?)
                 }
                 // A prompt chunk streams its misses through the staging ring (copying an
@@ -116,11 +133,22 @@ impl FlashChunk<'_> {
     /// others one by one (rows gathered by `get_rows`): dequantize + GEMM or MMQ from
     /// GEMM_MIN_TOKENS tokens, and the misses streamed through the staging ring
     /// ([`FlashChunk::run_expert`]).
-    fn experts_grouped(&self, m: &super::super::weights::DevMoe, experts: &[(Source<'_>, &[usize])], k: usize, x_quantized: bool) -> Result<()> {
+    fn experts_grouped(
+        &self,
+        m: &super::super::weights::DevMoe,
+        experts: &[(Source<'_>, &[usize])],
+        k: usize,
+        x_quantized: bool,
+    ) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let (api, stacks, lin) = (g.api(), &m.experts, self.lin());
         let tmp = Tmp { wdq: self.wdq(), xh: sc.xh };
-        let listed = |src: &Source<'_>, cnt: usize| matches!(src, Source::Device(..)) && super::moe_on_device(&self.g.opts, m) && lin.is_mmvq(&stacks.stack.gate, cnt, tmp) && lin.is_mmvq(&stacks.stack.down, cnt, tmp);
+        let listed = |src: &Source<'_>, cnt: usize| {
+            matches!(src, Source::Device(..))
+                && super::moe_on_device(&self.g.opts, m)
+                && lin.is_mmvq(&stacks.stack.gate, cnt, tmp)
+                && lin.is_mmvq(&stacks.stack.down, cnt, tmp)
+        };
         // The listed experts' rows first, then the others' (decided once an expert).
         let (first, rest): (Vec<_>, Vec<_>) = experts.iter().partition(|(s, sl)| listed(s, sl.len()));
         let base = sc.cols * k;
@@ -151,14 +179,27 @@ impl FlashChunk<'_> {
                 lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
             }
             let f = &stacks.stack;
-            let db = DispatchBuffers { ids: sc.order.ids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys + (base * e * 4) as u64 };
-            lin.experts_listed([&f.gate, &f.up, &f.down], stacks.n, ids.len(), sc.order.ids, sc.rslots, &db).map_err(dev("routed experts (listed device dispatch)"))?;
+            let db = DispatchBuffers {
+                ids: sc.order.ids,
+                xq: sc.xq,
+                act: sc.da,
+                act_q: sc.daq,
+                gate: sc.dg,
+                up: sc.du,
+                y: sc.ys + (base * e * 4) as u64,
+            };
+            lin.experts_listed([&f.gate, &f.up, &f.down], stacks.n, ids.len(), sc.order.ids, sc.rslots, &db)
+                .map_err(dev("routed experts (listed device dispatch)"))?;
         }
         let mut at = ids.len();
         for (src, slots) in &rest {
             let cnt = slots.len();
-            g.ops.get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0).map_err(dev("gathering expert inputs"))?;
-            self.run_expert(stacks, src, |f| self.swiglu(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64))?;
+            g.ops
+                .get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0)
+                .map_err(dev("gathering expert inputs"))?;
+            self.run_expert(stacks, src, |f| {
+                self.swiglu(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64)
+            })?;
             at += cnt;
         }
         Ok(())
@@ -167,13 +208,21 @@ impl FlashChunk<'_> {
     /// Runs `launch` on the device copy of `src`: its place in the stacks, or for a miss
     /// streamed to the device a slot of the staging ring, copied there once the slot's previous
     /// readers are done and handed back after `launch`.
-    fn run_expert(&self, stacks: &super::super::weights::DevExperts, src: &Source<'_>, launch: impl FnOnce(&DevFfn) -> Result<()>) -> Result<()> {
+    fn run_expert(
+        &self,
+        stacks: &super::super::weights::DevExperts,
+        src: &Source<'_>,
+        launch: impl FnOnce(&DevFfn) -> Result<()>,
+    ) -> Result<()> {
         let host = match src {
             Source::Device(_, f) => return launch(f),
             Source::Staged(host) => host,
         };
         let (g, api) = (self.g, self.g.api());
-        let ring = g.staging.as_ref().ok_or_else(|| EngineError::Gpu("qwen4exp: a streamed expert without a staging ring".into()))?;
+        let ring = g
+            .staging
+            .as_ref()
+            .ok_or_else(|| EngineError::Gpu("qwen4exp: a streamed expert without a staging ring".into()))?;
         let slot = ring.take(&**api).map_err(dev("staging ring"))?;
         stacks.fill_staged(&**api, host, slot.base).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
         launch(&stacks.staged(slot.base))?;
@@ -183,15 +232,34 @@ impl FlashChunk<'_> {
     /// The rest of a MoE layer once the routed experts' rows are in `sc.ys` (at the rows `map`
     /// names): the combine in rank order, the shared expert and its gate; `expert_bytes` gives the routed experts' weight
     /// bytes the device read (profiling).
-    fn moe_tail(&mut self, layer: usize, map: DevicePtr, expert_bytes: impl FnOnce(&Self) -> Result<usize>) -> Result<()> {
+    fn moe_tail(
+        &mut self,
+        layer: usize,
+        map: DevicePtr,
+        expert_bytes: impl FnOnce(&Self) -> Result<usize>,
+    ) -> Result<()> {
         let (g, sc, n, e) = (self.g, &self.s.sc, self.n(), self.g.m.hp.n_embd);
         let m = &self.layer(layer).moe;
         let k = m.n_used;
         // The shared expert (its gate and up products ran with the router's,
         // [`FlashChunk::moe_inputs`]), then the combine in rank order with its σ-gated rows added.
-        g.ops.glu(&g.stream, sc.shg, sc.shu, sc.sha, (n * m.shared.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
+        g.ops
+            .glu(&g.stream, sc.shg, sc.shu, sc.sha, (n * m.shared.gate.rows) as u32, GluAct::Silu)
+            .map_err(dev("SwiGLU"))?;
         self.mm(&m.shared.down, sc.sha, n, sc.sh)?;
-        g.ops.moe_combine_with(&g.stream, sc.ys, map, sc.rw, sc.y, Some((sc.sh, sc.shgate)), e as u32, n as u32, k as u32).map_err(dev("MoE combine"))?;
+        g.ops
+            .moe_combine_with(
+                &g.stream,
+                sc.ys,
+                map,
+                sc.rw,
+                sc.y,
+                Some((sc.sh, sc.shgate)),
+                e as u32,
+                n as u32,
+                k as u32,
+            )
+            .map_err(dev("MoE combine"))?;
         // The router, the distinct experts the device ran and the shared expert, once each.
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         let w = m.router.mat_bytes + m.shared_gate.mat_bytes + ffn(&m.shared) + expert_bytes(self)?;
@@ -205,7 +273,8 @@ impl FlashChunk<'_> {
     /// experts reuse.
     fn moe_inputs(&self, m: &super::super::weights::DevMoe) -> Result<bool> {
         let (sc, n) = (&self.s.sc, self.n());
-        let outs = [(&m.router, sc.rlog), (&m.shared_gate, sc.shgate), (&m.shared.gate, sc.shg), (&m.shared.up, sc.shu)];
+        let outs =
+            [(&m.router, sc.rlog), (&m.shared_gate, sc.shgate), (&m.shared.gate, sc.shg), (&m.shared.up, sc.shu)];
         self.project(sc.x, n, &outs)?;
         Ok(!self.g.opts.ordered && self.reads_q8_1(n, &outs, self.wdq()))
     }
@@ -228,10 +297,12 @@ impl FlashChunk<'_> {
         if !x_quantized {
             lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
         }
-        let b = DispatchBuffers { ids: sc.rids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
+        let b =
+            DispatchBuffers { ids: sc.rids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
         let mats = [&f.gate, &f.up, &f.down];
         if n > WINDOW {
-            lin.experts_sorted(mats, m.experts.n, m.n_used, n, &b, &sc.order).map_err(dev("routed experts (sorted device dispatch)"))?;
+            lin.experts_sorted(mats, m.experts.n, m.n_used, n, &b, &sc.order)
+                .map_err(dev("routed experts (sorted device dispatch)"))?;
             return Ok(sc.order.map);
         }
         lin.experts_by_dispatch(mats, m.experts.n, m.n_used, n, &b).map_err(dev("routed experts (device dispatch)"))?;
@@ -244,7 +315,8 @@ impl FlashChunk<'_> {
         api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
         let mut raw = vec![0u8; self.n() * k * 4];
         api.memcpy_dtoh(&mut raw, self.s.sc.rids).map_err(dev("reading expert ids"))?;
-        let mut ids: Vec<usize> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
+        let mut ids: Vec<usize> =
+            raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
         ids.sort_unstable();
         ids.dedup();
         Ok(ids)
@@ -267,7 +339,8 @@ impl FlashChunk<'_> {
         let outputs = cpu_expert_rows(cache, experts, &x, k, e);
         for ((_, slots), ys) in experts.iter().zip(&outputs) {
             for (row, &j) in ys.chunks_exact(e).zip(slots.iter()) {
-                api.memcpy_htod(sc.ys + ((j * e) * 4) as u64, f32_bytes(row)).map_err(dev("writing CPU expert rows"))?;
+                api.memcpy_htod(sc.ys + ((j * e) * 4) as u64, f32_bytes(row))
+                    .map_err(dev("writing CPU expert rows"))?;
             }
         }
         Ok(())
