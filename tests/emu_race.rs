@@ -18,7 +18,7 @@ use strata::rng::SplitMix64;
 
 const S: Stream = Stream::DEFAULT;
 /// Three seeds (the tests run each workload once per seed plus once in the normal mode).
-const SEEDS: [u64; 3] = [1, 0x5eed_0f_7ace, 0xfeed_f00d_dead_beef];
+const SEEDS: [u64; 3] = [1, 0x005e_ed0f_7ace, 0xfeed_f00d_dead_beef];
 
 /// `GpuOps` over a fresh software device, race mode on with `seed` (or explicitly off, so an
 /// inherited `STRATA_EMU_RACE_SEED` does not change the reference run).

@@ -102,7 +102,7 @@ fn flash_next_auto_too_small_a_device_is_an_error_not_a_panic() {
     let e = flash(4 * MIB, 0).err().expect("4 MiB cannot hold the weights");
     assert!(e.to_string().contains("the weights do not fit") && e.to_string().contains("--device cpu"), "{e}");
     let mut g = flash(14 * MIB, 0).expect("14 MiB holds the weights besides the experts");
-    let e = g.fit_expert_cache(KvType::F16, 4096).err().expect("4096 positions do not fit beside them");
+    let e = g.fit_expert_cache(KvType::F16, 4096).expect_err("4096 positions do not fit beside them");
     assert!(e.to_string().contains("a session of 4096 positions") && e.to_string().contains("--max-context"), "{e}");
 }
 

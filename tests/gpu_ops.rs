@@ -108,13 +108,13 @@ test_device!(
             let mut x = rng.symmetric_vec(n, 3.0);
             x[5] = 0.0;
             x[..32].fill(0.0); // an all-zero block
-            let xb = upf(&ops, &x);
-            let y1 = zeros(&ops, n / 32 * 36);
+            let xb = upf(ops, &x);
+            let y1 = zeros(ops, n / 32 * 36);
             ops.quantize_q8_1(&S, xb.ptr, y1.ptr, n as u32).unwrap();
             let mut want = vec![0u8; n / 32 * 36];
             quant::quantize_row(GgmlType::Q8_1, &x, &mut want).unwrap();
             assert_eq!(y1.bytes(), want, "{name} q8_1 n={n}");
-            let yk = zeros(&ops, n / 256 * 292);
+            let yk = zeros(ops, n / 256 * 292);
             ops.quantize_q8_k(&S, xb.ptr, yk.ptr, n as u32).unwrap();
             let mut want = vec![0u8; n / 256 * 292];
             quant::quantize_row(GgmlType::Q8K, &x, &mut want).unwrap();
@@ -135,11 +135,11 @@ test_device!(
                 let n = nblocks * ty.block_k() as usize;
                 let mut want = vec![0f32; n];
                 quant::dequantize_row(ggml(ty), &w, &mut want).unwrap();
-                let wb = up(&ops, &w);
-                let y = zeros(&ops, n * 4);
+                let wb = up(ops, &w);
+                let y = zeros(ops, n * 4);
                 ops.dequant(&S, ty, false, wb.ptr, y.ptr, nblocks as u32).unwrap();
                 assert_bits(name, &format!("dequant {ty:?} x{nblocks}"), &y.f32s(), &want);
-                let yh = zeros(&ops, n * 2);
+                let yh = zeros(ops, n * 2);
                 ops.dequant(&S, ty, true, wb.ptr, yh.ptr, nblocks as u32).unwrap();
                 let got: Vec<u16> = yh.bytes().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
                 let wanth: Vec<u16> = want.iter().map(|&v| quant::f32_to_f16(v)).collect();
@@ -165,10 +165,10 @@ test_device!(
                 let mut xq = vec![0u8; ncols_ok * k / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
                 let ids: Vec<u32> = if rowsel { (0..nrows as u32).rev().step_by(3).collect() } else { (0..nrows as u32).collect() };
-                let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
-                let rb = upu(&ops, &ids);
+                let (wb, xb) = (up(ops, &w), up(ops, &xq));
+                let rb = upu(ops, &ids);
                 let y_stride = ids.len() as u32 + 3;
-                let y = zeros(&ops, ncols_ok * y_stride as usize * 4);
+                let y = zeros(ops, ncols_ok * y_stride as usize * 4);
                 let r = ops.mmvq(&S, ty, ncols as u32, wb.ptr, xb.ptr, y.ptr, rowsel.then_some(rb.ptr), ids.len() as u32, k as u32, y_stride);
                 if ncols > 8 {
                     assert!(r.is_err(), "{name}: 9 columns must be refused");
@@ -196,8 +196,8 @@ test_device!(
             let x = rng.symmetric_vec(8 * k, 1.0);
             let mut xq = vec![0u8; 8 * k / 32 * 36];
             quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
-            let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
-            let y = zeros(&ops, 8 * 4 * 4);
+            let (wb, xb) = (up(ops, &w), up(ops, &xq));
+            let y = zeros(ops, 8 * 4 * 4);
             ops.mmvq(&S, ty, 8, wb.ptr, xb.ptr, y.ptr, None, 4, k as u32, 4).unwrap();
             let yv = y.f32s();
             let mut a = vec![0f32; k];
@@ -232,13 +232,13 @@ test_device!(
                     let f = if ggml { cpu_kernels::rms_norm_ggml } else { cpu_kernels::rms_norm };
                     f(&x[r * n..(r + 1) * n], &w, eps, &mut want[r * n..(r + 1) * n]);
                 }
-                let (xb, wb) = (upf(&ops, &x), upf(&ops, &w));
-                let y = zeros(&ops, n * rows * 4);
+                let (xb, wb) = (upf(ops, &x), upf(ops, &w));
+                let y = zeros(ops, n * rows * 4);
                 let f = if ggml { GpuOps::rms_norm_ggml } else { GpuOps::rms_norm };
-                f(&ops, &S, xb.ptr, wb.ptr, y.ptr, n as u32, rows as u32, eps).unwrap();
+                f(ops, &S, xb.ptr, wb.ptr, y.ptr, n as u32, rows as u32, eps).unwrap();
                 assert_bits(name, &format!("rms_norm ggml={ggml} n={n} rows={rows}"), &y.f32s(), &want);
                 // In place (y == x).
-                f(&ops, &S, xb.ptr, wb.ptr, xb.ptr, n as u32, rows as u32, eps).unwrap();
+                f(ops, &S, xb.ptr, wb.ptr, xb.ptr, n as u32, rows as u32, eps).unwrap();
                 assert_bits(name, &format!("rms_norm in place ggml={ggml} n={n}"), &xb.f32s(), &want);
             }
         }
@@ -266,8 +266,8 @@ test_device!(
                     };
                     f(xt, nh, hd, rd, p as usize, base, fscale);
                 }
-                let xb = upf(&ops, &x);
-                let (pb, tb) = (upu(&ops, &pos), upf(&ops, &table));
+                let xb = upf(ops, &x);
+                let (pb, tb) = (upu(ops, &pos), upf(ops, &table));
                 ops.rope(&S, xb.ptr, pb.ptr, tb.ptr, nt as u32, nh as u32, hd as u32, rd as u32, neox, fma).unwrap();
                 assert_bits(name, &format!("rope hd={hd} rd={rd} neox={neox} fma={fma}"), &xb.f32s(), &want);
             }
@@ -293,8 +293,8 @@ test_device!(
                     GluAct::Silu => cpu_kernels::swiglu(&g, &u, &mut want),
                     GluAct::GeluTanh => cpu_kernels::geglu(&g, &u, &mut want),
                 }
-                let (gb, ub) = (upf(&ops, &g), upf(&ops, &u));
-                let o = zeros(&ops, n * 4);
+                let (gb, ub) = (upf(ops, &g), upf(ops, &u));
+                let o = zeros(ops, n * 4);
                 ops.glu(&S, gb.ptr, ub.ptr, o.ptr, n as u32, act).unwrap();
                 let mut worst = 0f32;
                 for (i, (a, b)) in o.f32s().iter().zip(&want).enumerate() {
@@ -320,8 +320,8 @@ test_device!(
         x.extend([f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::from_bits(0x3f80_1000), f32::from_bits(0x3f80_3000)]);
         x.extend([f32::from_bits(0x7fc0_0001), f32::from_bits(0xff80_0001)]); // NaN payloads
         let n = x.len();
-        let xb = upf(&ops, &x);
-        let y = zeros(&ops, n * 2);
+        let xb = upf(ops, &x);
+        let y = zeros(ops, n * 2);
         for (what, bf) in [("f16", false), ("bf16", true)] {
             if bf {
                 ops.convert_f32_bf16(&S, xb.ptr, y.ptr, n as u32).unwrap();
@@ -350,7 +350,7 @@ test_device!(
                     want[r * n + i] += b[r * stride + i];
                 }
             }
-            let (xb, bb) = (upf(&ops, &x), upf(&ops, &b));
+            let (xb, bb) = (upf(ops, &x), upf(ops, &b));
             ops.add_rows(&S, xb.ptr, bb.ptr, n as u32, rows as u32, stride as u32).unwrap();
             assert_bits(name, &format!("add_rows n={n} rows={rows} stride={stride}"), &xb.f32s(), &want);
             ops.scale(&S, xb.ptr, (n * rows) as u32, 0.3).unwrap();
@@ -371,14 +371,14 @@ test_device!(
             }
             let mut want = x.clone();
             want.chunks_mut(n).for_each(cpu_kernels::softmax);
-            let xb = upf(&ops, &x);
+            let xb = upf(ops, &x);
             ops.softmax(&S, xb.ptr, n as u32, rows as u32).unwrap();
             for (i, (a, b)) in xb.f32s().iter().zip(&want).enumerate() {
                 assert!(((a - b).abs() as f64) <= PROB_TOL, "{name} softmax n={n} [{i}]: gpu {a} cpu {b}");
             }
         }
         // A fully masked row becomes zeros, as on the CPU.
-        let xb = upf(&ops, &[f32::NEG_INFINITY; 5]);
+        let xb = upf(ops, &[f32::NEG_INFINITY; 5]);
         ops.softmax(&S, xb.ptr, 5, 1).unwrap();
         assert_eq!(xb.f32s(), vec![0.0; 5], "{name}");
     }
@@ -404,8 +404,8 @@ test_device!(
                         o.iter_mut().for_each(|v| *v *= scale);
                     }
                 }
-                let (tb, ib) = (up(&ops, &table), upu(&ops, &ids));
-                let o = zeros(&ops, want.len() * 4);
+                let (tb, ib) = (up(ops, &table), upu(ops, &ids));
+                let o = zeros(ops, want.len() * 4);
                 ops.get_rows(&S, RowType::W(ty), tb.ptr, ib.ptr, ids.len() as u32, k as u32, o.ptr, scale).unwrap();
                 assert_bits(name, &format!("get_rows {ty:?} scale {scale}"), &o.f32s(), &want);
             }
@@ -420,9 +420,9 @@ test_device!(
                         want[i * k + j] = if scale != 1.0 { v * scale } else { v };
                     }
                 }
-                let tb = if f16 { up(&ops, &th.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()) } else { upf(&ops, &tf) };
-                let ib = upu(&ops, &ids);
-                let o = zeros(&ops, want.len() * 4);
+                let tb = if f16 { up(ops, &th.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()) } else { upf(ops, &tf) };
+                let ib = upu(ops, &ids);
+                let o = zeros(ops, want.len() * 4);
                 let ty = if f16 { RowType::F16 } else { RowType::F32 };
                 ops.get_rows(&S, ty, tb.ptr, ib.ptr, ids.len() as u32, k as u32, o.ptr, scale).unwrap();
                 assert_bits(name, &format!("get_rows {ty:?} scale {scale}"), &o.f32s(), &want);
@@ -447,8 +447,8 @@ test_device!(
             // softmax (cpu_kernels), moe::top_k (ties to the lower index), renorm clamped at
             // 6.103515625e-5, per token.
             let (want_ids, want_w) = router_reference(&logits, ne, k, renorm);
-            let lb = upf(&ops, &logits);
-            let (ib, wb) = (zeros(&ops, nt * k * 4), zeros(&ops, nt * k * 4));
+            let lb = upf(ops, &logits);
+            let (ib, wb) = (zeros(ops, nt * k * 4), zeros(ops, nt * k * 4));
             ops.moe_router(&S, lb.ptr, ib.ptr, wb.ptr, nt as u32, ne as u32, k as u32, renorm).unwrap();
             assert_eq!(ib.u32s(), want_ids, "{name} router ids ne={ne} k={k}");
             for (a, b) in wb.f32s().iter().zip(&want_w) {
@@ -475,8 +475,8 @@ test_device!(
         let mut logits = rng.symmetric_vec(nt * ne, 6.0);
         logits[100] = 9.0; // exact ties in token 0: lower index first
         logits[40] = 9.0;
-        let lb = upf(&ops, &logits);
-        let (ib, wb) = (zeros(&ops, nt * 10 * 4), zeros(&ops, nt * 10 * 4));
+        let lb = upf(ops, &logits);
+        let (ib, wb) = (zeros(ops, nt * 10 * 4), zeros(ops, nt * 10 * 4));
         ops.moe_router(&S, lb.ptr, ib.ptr, wb.ptr, nt as u32, ne as u32, 10, true).unwrap();
         let (ids, ws) = (ib.u32s(), wb.f32s());
         for t in 0..nt {
@@ -507,8 +507,8 @@ test_device!(
                     }
                 }
             }
-            let (yb, mb, wb) = (upf(&ops, &y), upu(&ops, &map), upf(&ops, &w));
-            let ob = zeros(&ops, nt * d * 4);
+            let (yb, mb, wb) = (upf(ops, &y), upu(ops, &map), upf(ops, &w));
+            let ob = zeros(ops, nt * d * 4);
             ops.moe_combine(&S, yb.ptr, mb.ptr, wb.ptr, ob.ptr, d as u32, nt as u32, k as u32).unwrap();
             assert_bits(name, &format!("moe_combine d={d} k={k}"), &ob.f32s(), &want);
         }
@@ -534,10 +534,10 @@ test_device!(
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
                 let ids: Vec<u32> = if rowsel { (0..nrows as u32).rev().step_by(2).collect() } else { (0..nrows as u32).collect() };
                 let n = ids.len() as u32;
-                let (gb, ub, xb, rb) = (up(&ops, &wg), up(&ops, &wu), up(&ops, &xq), upu(&ops, &ids));
+                let (gb, ub, xb, rb) = (up(ops, &wg), up(ops, &wu), up(ops, &xq), upu(ops, &ids));
                 let rows = rowsel.then_some(rb.ptr);
                 let total = (ncols * n) as usize;
-                let (yg, yu, ya, yf) = (zeros(&ops, total * 4), zeros(&ops, total * 4), zeros(&ops, total * 4), zeros(&ops, total * 4));
+                let (yg, yu, ya, yf) = (zeros(ops, total * 4), zeros(ops, total * 4), zeros(ops, total * 4), zeros(ops, total * 4));
                 ops.mmvq(&S, ty, ncols, gb.ptr, xb.ptr, yg.ptr, rows, n, k as u32, n).unwrap();
                 ops.mmvq(&S, ty, ncols, ub.ptr, xb.ptr, yu.ptr, rows, n, k as u32, n).unwrap();
                 ops.glu(&S, yg.ptr, yu.ptr, ya.ptr, total as u32, act).unwrap();
@@ -582,10 +582,10 @@ test_device!(
                 let mut xq = vec![0u8; n * k / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
                 let nb = k / 32;
-                let (wb, xb) = (up(&ops, &w), up(&ops, &xq));
+                let (wb, xb) = (up(ops, &w), up(ops, &xq));
                 let mut outs = Vec::new();
                 for variant in [MmqVariant::Wmma, MmqVariant::Dot4] {
-                    let y = zeros(&ops, n * m * 4);
+                    let y = zeros(ops, n * m * 4);
                     ops.mmq(&S, ty, variant, wb.ptr, xb.ptr, y.ptr, m as u32, n as u32, k as u32, m as u32).unwrap();
                     outs.push(y.f32s());
                 }
@@ -645,19 +645,19 @@ test_device!(
                 let x = rng.symmetric_vec(ns * kd, 1.0);
                 let mut xq = vec![0u8; ns * kd / 32 * 36];
                 quant::quantize_row(GgmlType::Q8_1, &x, &mut xq).unwrap();
-                let (gb, ub, xb, ib) = (up(&ops, &wg), up(&ops, &wu), up(&ops, &xq), upu(&ops, &ids));
+                let (gb, ub, xb, ib) = (up(ops, &wg), up(ops, &wu), up(ops, &xq), upu(ops, &ids));
                 let colb = (kd / 32 * 36) as u64;
                 let what = |f: &str| format!("{f} {ty:?} tokens={nt} k={ku} experts={ne} rows={nrows} k={kd}");
                 for (form, x_div) in [("gate/up", ku), ("down", 1)] {
-                    let y = zeros(&ops, ns * nrows * 4);
-                    let yf = zeros(&ops, ns * nrows * 4);
+                    let y = zeros(ops, ns * nrows * 4);
+                    let yf = zeros(ops, ns * nrows * 4);
                     ops.mmvq_moe(&S, ty, None, gb.ptr, mat as u64, ne as u32, xb.ptr, x_div as u32, ib.ptr, ns as u32, y.ptr, nrows as u32, kd as u32, nt as u32)
                         .unwrap_or_else(|e| panic!("{name} {}: {e}", what(form)));
                     let glu = Some((ub.ptr, GluAct::Silu));
                     ops.mmvq_moe(&S, ty, glu, gb.ptr, mat as u64, ne as u32, xb.ptr, x_div as u32, ib.ptr, ns as u32, yf.ptr, nrows as u32, kd as u32, nt as u32)
                         .unwrap_or_else(|e| panic!("{name} {} glu: {e}", what(form)));
                     // The same slots through the existing kernels, one launch per slot.
-                    let (want, wantf) = (zeros(&ops, ns * nrows * 4), zeros(&ops, ns * nrows * 4));
+                    let (want, wantf) = (zeros(ops, ns * nrows * 4), zeros(ops, ns * nrows * 4));
                     for (s, &e) in ids.iter().enumerate() {
                         let e = e as u64;
                         let xc = xb.ptr + (s / x_div) as u64 * colb;
@@ -672,8 +672,8 @@ test_device!(
                     // Expert-cache misses (every third slot): skipped, their rows untouched, the
                     // others' bits unchanged.
                     let miss: Vec<u32> = ids.iter().enumerate().map(|(s, &e)| if s % 3 == 1 { abi::MOE_SLOT_MISS } else { e }).collect();
-                    let mb = upu(&ops, &miss);
-                    let ym = up(&ops, &vec![0x55u8; ns * nrows * 4]);
+                    let mb = upu(ops, &miss);
+                    let ym = up(ops, &vec![0x55u8; ns * nrows * 4]);
                     ops.mmvq_moe(&S, ty, None, gb.ptr, mat as u64, ne as u32, xb.ptr, x_div as u32, mb.ptr, ns as u32, ym.ptr, nrows as u32, kd as u32, nt as u32)
                         .unwrap_or_else(|e| panic!("{name} {} misses: {e}", what(form)));
                     let sentinel = f32::from_le_bytes([0x55; 4]);
@@ -704,12 +704,12 @@ test_device!(
         let w = random_blocks(ty, 2 * 32 * 256 / 32, &mut rng);
         let mat = (32 * 256 / 32 * 34) as u64;
         let xq = vec![0u8; 2 * 256 / 32 * 36];
-        let (wb, xb, y) = (up(&ops, &w), up(&ops, &xq), zeros(&ops, 2 * 32 * 4));
+        let (wb, xb, y) = (up(ops, &w), up(ops, &xq), zeros(ops, 2 * 32 * 4));
         assert!(ops.mmvq_moe(&S, ty, None, wb.ptr, mat, 2, xb.ptr, 1, 0, 65, y.ptr, 32, 256, 8).is_err(), "65 slots");
         assert!(ops.mmvq_moe(&S, ty, None, wb.ptr, mat - 1, 2, xb.ptr, 1, 0, 2, y.ptr, 32, 256, 1).is_err(), "short expert stride");
         assert!(ops.mmvq_moe(&S, ty, None, wb.ptr, mat, 2, xb.ptr, 2, 0, 3, y.ptr, 32, 256, 1).is_err(), "x_div not dividing");
         if name == "emu" {
-            let ib = upu(&ops, &[1, 2]);
+            let ib = upu(ops, &[1, 2]);
             let r = ops.mmvq_moe(&S, ty, None, wb.ptr, mat, 2, xb.ptr, 1, ib.ptr, 2, y.ptr, 32, 256, 1);
             let e = r.expect_err("expert id 2 of 2 must fail").to_string();
             assert!(e.contains("trap"), "{e}");

@@ -36,12 +36,12 @@ test_device!(
                     layer.write(pos[t] as usize, &k[t * w..(t + 1) * w], &v[t * w..(t + 1) * w]);
                 }
                 let esz = if fmt == KvFormat::F16 { 2 } else { 1 };
-                let pb = upu(&ops, &pos);
+                let pb = upu(ops, &pos);
                 for (src, raw) in [(&k, layer.k_raw()), (&v, layer.v_raw())] {
                     let (want_rows, want_scales) = raw_bytes(raw);
-                    let cb = zeros(&ops, cap * w * esz);
-                    let sb = zeros(&ops, cap * nkv * 4);
-                    let xb = upf(&ops, src);
+                    let cb = zeros(ops, cap * w * esz);
+                    let sb = zeros(ops, cap * nkv * 4);
+                    let xb = upf(ops, src);
                     let scale_ptr = if fmt == KvFormat::Int8 { sb.ptr } else { 0 };
                     ops.kv_store(&S, fmt, xb.ptr, cb.ptr, scale_ptr, pb.ptr, nt as u32, nkv as u32, hd as u32).unwrap();
                     assert_eq!(cb.bytes(), want_rows, "{name} kv_store {fmt:?} nkv={nkv} hd={hd} rows");
@@ -151,10 +151,10 @@ test_device!(
         let (vr, _) = raw_bytes(layer.v_raw());
         ops.set_attn_max_kv(16).unwrap();
         assert!(ops.set_attn_max_kv(0).is_err());
-        let (kb, vb) = (up(&ops, &kr), up(&ops, &vr));
+        let (kb, vb) = (up(ops, &kr), up(ops, &vr));
         let q = rng.symmetric_vec(32, 1.0);
-        let (qb, pb) = (upf(&ops, &q), upu(&ops, &[39]));
-        let ob = zeros(&ops, 32 * 4);
+        let (qb, pb) = (upf(ops, &q), upu(ops, &[39]));
+        let ob = zeros(ops, 32 * 4);
         let r = ops.attention(&S, AttnMode::Ordered, KvFormat::F16, qb.ptr, kb.ptr, 0, vb.ptr, 0, ob.ptr, pb.ptr, 1, 1, 1, 32, 0, 1.0);
         let e = r.expect_err("40 cells > max_kv 16 must fail").to_string();
         assert!(e.contains("trap"), "{e}");

@@ -113,7 +113,7 @@ fn tiles_and_ordered_ppl(model: &strata::fetch::KnownModel) -> (f64, f64) {
 
 #[test]
 fn qwen25_tiles_perplexity_close_to_the_ordered_reference() {
-    let (tiles, ordered) = tiles_and_ordered_ppl(&strata::fetch::DEFAULT_MODEL);
+    let (tiles, ordered) = tiles_and_ordered_ppl(strata::fetch::DEFAULT_MODEL);
     assert!((tiles / ordered - 1.0).abs() <= QWEN_PPL_REL_TOL, "tiles ppl {tiles} vs ordered {ordered}");
 }
 

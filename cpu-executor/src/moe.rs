@@ -104,7 +104,7 @@ pub(crate) fn moe_ffn(
         top_k(probs, k, &mut s.sel);
         if spec.norm_weights {
             let sum: f32 = s.sel[start..].iter().map(|&(_, w)| w).sum();
-            let sum = sum.max(6.103515625e-5);
+            let sum = sum.max(6.103_515_6e-5);
             s.sel[start..].iter_mut().for_each(|(_, w)| *w /= sum);
         }
         if experts::trace::dumping() {

@@ -340,10 +340,10 @@ fn small_batch_ggml(path: Path, ty: quant::GgmlType, n: usize) -> bool {
 /// The kernel of the fast products for `n` columns of `ty` weights on `path`.
 fn fast_kernel(path: Path, ty: quant::GgmlType, n: usize) -> Result<RowsFn, KernelError> {
     #[cfg(target_arch = "x86_64")]
-    if small_batch_ggml(path, ty, n) {
-        if let Some(k) = crate::x86::ggml_kernel(path, ty) {
-            return Ok(k);
-        }
+    if small_batch_ggml(path, ty, n)
+        && let Some(k) = crate::x86::ggml_kernel(path, ty)
+    {
+        return Ok(k);
     }
     select(path, ty)
 }

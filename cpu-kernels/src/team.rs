@@ -175,7 +175,7 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
         }
         None => {
             let f = &f;
-            (0..n).into_par_iter().for_each(|i| f(i))
+            (0..n).into_par_iter().for_each(f)
         }
     }
 }

@@ -256,13 +256,13 @@ impl Device {
     }
     /// Pinned host memory stand-in (device-visible); fails above the test threshold.
     pub fn host_malloc_pinned(&self, bytes: usize) -> Result<DevicePtr, EmuError> {
-        if let Some(t) = *self.fail_pinned_above.lock().map_err(|_| EmuError::Api("lock poisoned".into()))? {
-            if bytes > t {
-                return Err(EmuError::Alloc {
-                    bytes,
-                    reason: format!("pinned allocation above the test threshold of {t} bytes"),
-                });
-            }
+        if let Some(t) = *self.fail_pinned_above.lock().map_err(|_| EmuError::Api("lock poisoned".into()))?
+            && bytes > t
+        {
+            return Err(EmuError::Alloc {
+                bytes,
+                reason: format!("pinned allocation above the test threshold of {t} bytes"),
+            });
         }
         self.mem.alloc(bytes)
     }

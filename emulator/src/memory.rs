@@ -112,10 +112,10 @@ impl<'a> View<'a> {
     }
     #[inline]
     pub fn find(&mut self, addr: u64, n: u64) -> Option<&'a Region> {
-        if let Some(r) = self.regions.get(self.last) {
-            if r.contains(addr, n) {
-                return Some(r);
-            }
+        if let Some(r) = self.regions.get(self.last)
+            && r.contains(addr, n)
+        {
+            return Some(r);
         }
         let i = self.regions.partition_point(|r| r.base <= addr).checked_sub(1)?;
         let r = &self.regions[i];

@@ -200,8 +200,11 @@ fn random_mimg_words() {
         let tfe = r.next() & 3;
         let flags = if tfe & 1 != 0 { flags & !(1 << 17) } else { flags };
         let w0 = 0xf000_0000 | op << 18 | flags | (r.next() & 0xf) << 8 | (r.next() & 1) << 7 | dim << 2 | nsa as u32;
-        let w1 =
-            (r.next() % 12) << 26 | tfe << 21 | (r.next() % 16) * 4 / 4 << 16 | (r.next() % 200) << 8 | r.next() % 200;
+        let w1 = (r.next() % 12) << 26
+            | tfe << 21
+            | ((r.next() % 16) * 4 / 4) << 16
+            | (r.next() % 200) << 8
+            | (r.next() % 200);
         let mut v = vec![w0, w1];
         if nsa {
             v.push(r.next() & 0x7f7f_7f7f);

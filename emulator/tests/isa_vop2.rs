@@ -12,7 +12,7 @@ fn check(body: &str, input: &[u32], want: impl Fn(usize) -> u32) {
 fn inputs() -> Vec<u32> {
     abc(
         |l| (l as u32).wrapping_mul(0x9E37_79B9),
-        |l| (l as u32 * 7 + 3) ^ 0x8000_0001 * (l as u32 & 1),
+        |l| (l as u32 * 7 + 3) ^ (0x8000_0001 * (l as u32 & 1)),
         |l| l as u32 * 3 + 1,
     )
 }

@@ -162,7 +162,7 @@ fn packed_and_mix_special_values() {
     let (a, b, c) = (0x9001u32, 0x3bfeu32, 0x3c03u32);
     let i = abc(
         |l| if l == 0 { a | a << 16 } else { 0x7c00 | 0x3c00 << 16 },
-        |l| if l == 0 { b | b << 16 } else { 0 | 0x7d00 << 16 },
+        |l| if l == 0 { b | b << 16 } else { 0x7d00 << 16 },
         |l| if l == 0 { c | c << 16 } else { 0x3c00 | 0x3c00 << 16 },
     );
     let Some(out) = run("v_pk_fma_f16 v5, v2, v3, v4", &i) else { return };
@@ -184,10 +184,10 @@ fn packed_and_mix_special_values() {
     let Some(out) = run("v_fma_mix_f32 v5, v2, v3, v4", &i) else { return };
     assert_eq!(out[0], 0, "{:#x}", out[0]);
     // pk_min/pk_max: sNaN -> quieted, qNaN -> the other half's operand, -0 < +0
-    let i = abc(|_| 0x7d00 | 0x8000 << 16, |_| 0x3c00 | 0x0000 << 16, |_| 0);
+    let i = abc(|_| 0x7d00 | 0x8000 << 16, |_| 0x3c00, |_| 0);
     let Some(out) = run("v_pk_min_f16 v5, v2, v3", &i) else { return };
     assert_eq!(out[0], 0x8000_7f00, "pk_min_f16: {:#x}", out[0]);
-    let i = abc(|_| 0x7e01 | 0x8000 << 16, |_| 0xbc00 | 0x0000 << 16, |_| 0);
+    let i = abc(|_| 0x7e01 | 0x8000 << 16, |_| 0xbc00, |_| 0);
     let Some(out) = run("v_pk_max_f16 v5, v2, v3", &i) else { return };
     assert_eq!(out[0], 0x0000_bc00, "pk_max_f16: {:#x}", out[0]);
 }

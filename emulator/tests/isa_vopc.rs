@@ -11,7 +11,7 @@ fn mask_of(body: &str, input: &[u32]) -> Option<u32> {
 fn compares() {
     let nan = f32::NAN.to_bits();
     let i = abc(
-        |l| [f(1.0), f(-2.0), nan, f(0.0), f(-0.0), f(3.0), f(f32::INFINITY), f(5.0)][l % 8] ^ 0,
+        |l| [f(1.0), f(-2.0), nan, f(0.0), f(-0.0), f(3.0), f(f32::INFINITY), f(5.0)][l % 8],
         |l| [f(1.0), f(2.0), f(1.0), f(-0.0), f(0.0), f(2.0), f(1.0), nan][l % 8],
         |l| l as u32,
     );

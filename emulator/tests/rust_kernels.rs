@@ -175,17 +175,17 @@ fn corrupted_code_objects_never_panic() {
         let r = std::panic::catch_unwind(|| {
             let dev = Device::new();
             let _ = emulator::disassemble(&x);
-            if let Ok(m) = dev.load_module(&x) {
-                if let Ok(f) = m.function("vadd") {
-                    let p = dev.malloc(1024).unwrap();
-                    let mut ka = Vec::new();
-                    for _ in 0..3 {
-                        ka.extend_from_slice(&p.to_le_bytes());
-                    }
-                    ka.extend_from_slice(&16u32.to_le_bytes());
-                    dev.set_instruction_budget(100_000);
-                    let _ = dev.launch(&f, [1, 1, 1], [64, 1, 1], 0, &ka);
+            if let Ok(m) = dev.load_module(&x)
+                && let Ok(f) = m.function("vadd")
+            {
+                let p = dev.malloc(1024).unwrap();
+                let mut ka = Vec::new();
+                for _ in 0..3 {
+                    ka.extend_from_slice(&p.to_le_bytes());
                 }
+                ka.extend_from_slice(&16u32.to_le_bytes());
+                dev.set_instruction_budget(100_000);
+                let _ = dev.launch(&f, [1, 1, 1], [64, 1, 1], 0, &ka);
             }
         });
         assert!(r.is_ok(), "panic on a corrupted code object");

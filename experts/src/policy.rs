@@ -145,7 +145,7 @@ pub fn simulate(
                 for lc in layers.iter_mut() {
                     lc.score.iter_mut().for_each(|s| *s *= decay);
                 }
-                if every > 0 && (round + 1) % every == 0 {
+                if every > 0 && (round + 1).is_multiple_of(every) {
                     for lc in layers.iter_mut() {
                         res.copies += adapt(lc, n_expert, slots, max_swaps, ratio);
                     }

@@ -32,18 +32,12 @@ pub enum Residency {
 }
 
 /// How to open a source.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct SourceOptions {
     /// `--mmap-experts`: keep the experts mapped instead of reading them into RAM.
     pub mmap: bool,
     /// RAM the copy may take (None: `MemAvailable` of /proc/meminfo minus 2 GiB of headroom).
     pub ram_budget: Option<u64>,
-}
-
-impl Default for SourceOptions {
-    fn default() -> Self {
-        SourceOptions { mmap: false, ram_budget: None }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]

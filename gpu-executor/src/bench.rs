@@ -19,7 +19,7 @@ use rng::SplitMix64;
 /// 1e-3..1.1e-2: every bit pattern of the quants, realistic magnitudes.
 pub fn random_blocks(ty: WType, nblocks: usize, rng: &mut SplitMix64) -> Vec<u8> {
     let ggml = quant::GgmlType::from_u32(ty.ggml_id()).expect("every WType is a ggml type");
-    synth::random_blocks(ggml, nblocks, rng, |rng, _| (1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5)) as f32)
+    synth::random_blocks(ggml, nblocks, rng, |rng, _| 1e-3 + 1e-2 * (rng.symmetric() * 0.5 + 0.5))
         .expect("every WType has a recipe")
 }
 

@@ -36,7 +36,7 @@ impl AutoFit {
     /// The slots that fit in `free - reserve`, `slot_bytes` each, at most `n_expert`.
     pub fn new(free: u64, total: u64, reserve: u64, slot_bytes: u64, n_expert: usize) -> AutoFit {
         let room = free.saturating_sub(reserve);
-        let slots = if slot_bytes == 0 { n_expert } else { (room / slot_bytes).min(n_expert as u64) as usize };
+        let slots = room.checked_div(slot_bytes).map_or(n_expert, |s| s.min(n_expert as u64) as usize);
         AutoFit { slots, n_expert, free, total, reserve, slot_bytes }
     }
 

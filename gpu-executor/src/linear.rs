@@ -226,7 +226,7 @@ impl Linear<'_> {
         if self.opts.ordered {
             return Ok(());
         }
-        if k % 32 == 0 { self.ops.quantize_q8_1(self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
+        if k.is_multiple_of(32) { self.ops.quantize_q8_1(self.stream, x, xq, (n * k) as u32) } else { Ok(()) }
     }
 }
 

@@ -34,7 +34,7 @@ pub(super) fn device_layout<'x>(
         return Ok((Cow::Borrowed(all), dm(MatKind::Raw, all.len() / n_mat, ty)));
     }
     Ok(match wtype(ty) {
-        Some(wt) if cols % wt.block_k() as usize == 0 => {
+        Some(wt) if cols.is_multiple_of(wt.block_k() as usize) => {
             (Cow::Borrowed(all), dm(MatKind::Q(wt), all.len() / n_mat, ty))
         }
         _ if matches!(ty, GgmlType::F16 | GgmlType::BF16) => {
@@ -190,7 +190,7 @@ impl<'a> Uploader<'a> {
             MatKind::Raw
         } else {
             match wtype(w.ty) {
-                Some(ty) if !self.ordered && w.cols % ty.block_k() as usize == 0 => MatKind::Q(ty),
+                Some(ty) if !self.ordered && w.cols.is_multiple_of(ty.block_k() as usize) => MatKind::Q(ty),
                 _ => {
                     return Err(EngineError::TensorType {
                         name: name.to_string(),

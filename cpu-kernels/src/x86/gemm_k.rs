@@ -11,6 +11,7 @@
 //!   whose term is one more FMA with `d_x·Σx` of the sub-block (`Acts::mb`);
 //! * Q6_K (`w = d·sc_k·(q - 32)`): the sum starts at `-32·Σx` of the 16 quants (the Q8_K
 //!   `bsums`), factor vectors 0..16 are `d·sc_k`.
+//!
 //! Numerics: exact integer sums per sub-block, one rounding each, accumulated in sub-block
 //! order; not the order of the default kernels (a named mode, like `gemm_q0`).
 #![allow(unsafe_op_in_unsafe_fn)]

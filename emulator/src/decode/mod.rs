@@ -73,6 +73,8 @@ pub enum Enc {
 /// Data-parallel-primitive flavour of a VALU instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
+// The variants are the ISA's own names (DPP16, DPP8, DPP8 with FI).
+#[allow(clippy::enum_variant_names)]
 pub enum Dpp {
     None,
     Dpp16,

@@ -308,10 +308,11 @@ pub fn run_with<H: race::Hooks>(
         w.pc = pc + inst.len as u64;
         match inst.fam {
             Fam::Sop1 | Fam::Sop2 | Fam::Sopk | Fam::Sopc => scalar::salu(ctx, w, &inst, pc)?,
-            Fam::Sopp => match scalar::sopp(ctx, w, &inst, pc)? {
-                Some(stop) => return Ok(stop),
-                None => {}
-            },
+            Fam::Sopp => {
+                if let Some(stop) = scalar::sopp(ctx, w, &inst, pc)? {
+                    return Ok(stop);
+                }
+            }
             Fam::Smem => scalar::smem(ctx, w, &inst, pc, view, c, h)?,
             Fam::Valu => {
                 c.lane_ops += w.exec().count_ones() as u64;

@@ -30,10 +30,10 @@ impl<'a> Ops<'a> {
     /// Raw 32 bits of source k (16-bit constants as f16 when `h` is set).
     #[inline]
     pub fn raw(&self, k: usize, h: bool) -> R {
-        if k == 0 {
-            if let Some(r) = self.s0 {
-                return r;
-            }
+        if k == 0
+            && let Some(r) = self.s0
+        {
+            return r;
         }
         let c = self.i.src[k];
         if c >= src::VGPR0 {
@@ -244,10 +244,8 @@ pub fn exec(ctx: &Ctx, w: &mut Wave, i: &Inst, pc: u64) -> Result<(), EmuError> 
         return vcmp::exec(ctx, w, i, pc);
     }
     let mut p = Ops::new(w, i);
-    if !alu(&mut p)? {
-        if !special(&mut p)? {
-            return Err(unsupported(ctx, pc, i, "VALU opcode not implemented"));
-        }
+    if !alu(&mut p)? && !special(&mut p)? {
+        return Err(unsupported(ctx, pc, i, "VALU opcode not implemented"));
     }
     Ok(())
 }

@@ -75,8 +75,6 @@ pub fn exec(_ctx: &Ctx, w: &mut Wave, i: &Inst, _pc: u64) -> Result<(), EmuError
             }
         }
     }
-    for v in 0..8 {
-        w.v[d0 + v] = d[v];
-    }
+    w.v[d0..d0 + 8].copy_from_slice(&d);
     Ok(())
 }

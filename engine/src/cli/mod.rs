@@ -181,6 +181,8 @@ pub enum PleIoArg {
     Ram,
 }
 
+// Parsed once per process: the size of its largest variant (generate's options) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Generate text from a prompt, streaming it to stdout.
@@ -404,10 +406,10 @@ impl CommonArgs {
         {
             bail!("PLE file {} (--ple-gguf) not found", p.display());
         }
-        if let Some(p) = &self.expert_profile {
-            if !p.is_file() {
-                bail!("expert profile {} (--expert-profile) not found", p.display());
-            }
+        if let Some(p) = &self.expert_profile
+            && !p.is_file()
+        {
+            bail!("expert profile {} (--expert-profile) not found", p.display());
         }
         if (self.expert_profile.is_some() || self.expert_profile_save.is_some()) && self.gpu.expert_cache.is_none() {
             bail!(

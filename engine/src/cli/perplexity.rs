@@ -49,7 +49,7 @@ pub fn perplexity(e: &Engine, text: &str, ctx: usize, max_windows: usize) -> Res
     let mut window = Vec::with_capacity(ctx);
     let (mut nll, mut n_scored, mut n_windows) = (0f64, 0usize, 0usize);
     let nv = e.model.n_vocab();
-    let chunks: Vec<Vec<u32>> = ids.drain(..).collect::<Vec<_>>().chunks(body).map(|c| c.to_vec()).collect();
+    let chunks: Vec<Vec<u32>> = std::mem::take(&mut ids).chunks(body).map(|c| c.to_vec()).collect();
     for c in &chunks {
         if max_windows > 0 && n_windows == max_windows {
             break;

@@ -231,7 +231,7 @@ fn gdn(up: &mut Uploader, g: &Gdn, il: usize) -> Result<DevGdn> {
 
 fn qsa(up: &mut Uploader, a: &Qsa, il: usize) -> Result<DevQsa> {
     let n = |s: &str| format!("blk.{il}.{s}");
-    if a.head_dim > 256 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim {
+    if a.head_dim > 256 || !a.n_rot.is_multiple_of(2) || a.n_rot > a.head_dim {
         return Err(unsupported(format!(
             "{}: head dim {} (at most 256) with {} roped dims (even, at most the head dim)",
             n("attn_q"),

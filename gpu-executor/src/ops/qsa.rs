@@ -59,16 +59,16 @@ impl QsaShape {
             return Err(bad(name, format!("{self:?}: heads must be a positive multiple of kv heads")));
         }
         // One lane row of kv_store and the attention kernel: at most 8 values a lane.
-        if d > 256 || self.n_rot == 0 || self.n_rot % 2 != 0 || self.n_rot > d {
+        if d > 256 || self.n_rot == 0 || !self.n_rot.is_multiple_of(2) || self.n_rot > d {
             return Err(bad(name, format!("{self:?}: head dim must be <= 256, n_rot even and in 2..=head dim")));
         }
-        if let Some(ix) = self.indexer {
-            if ix.heads == 0 || ix.dim == 0 || ix.dim > 256 || ix.top_k == 0 || ix.ratio == 0 || self.n_rot > ix.dim {
-                return Err(bad(
-                    name,
-                    format!("{ix:?}: indexer dims must be in 1..=256 (>= n_rot {}), top_k and ratio >= 1", self.n_rot),
-                ));
-            }
+        if let Some(ix) = self.indexer
+            && (ix.heads == 0 || ix.dim == 0 || ix.dim > 256 || ix.top_k == 0 || ix.ratio == 0 || self.n_rot > ix.dim)
+        {
+            return Err(bad(
+                name,
+                format!("{ix:?}: indexer dims must be in 1..=256 (>= n_rot {}), top_k and ratio >= 1", self.n_rot),
+            ));
         }
         if n_tokens == 0 || start as u64 + n_tokens as u64 > capacity as u64 {
             return Err(bad(

@@ -135,7 +135,7 @@ fn gdn_mix(cx: &mut Cx, s: usize, chunk: Option<usize>) -> CheckResultOf<()> {
         u: cx.zeros(n * c * 4)?,
         o: cx.zeros(n * hv * s * 4)?,
         // The output's Q8_1 rows as well, when whole blocks.
-        o_q8_1: if s % 32 == 0 { cx.zeros(n * hv * s / 32 * 36)? } else { 0 },
+        o_q8_1: if s.is_multiple_of(32) { cx.zeros(n * hv * s / 32 * 36)? } else { 0 },
     };
     let mode = chunk.map_or(GdnMode::Recurrent, GdnMode::Chunked);
     let want = g.mix(&m, &z, &beta, &alpha, n, &mut st, mode);
