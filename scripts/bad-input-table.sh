@@ -216,6 +216,10 @@ serve() { printf "%s\n" "$1" >"$2"; }
 printf '\xff\n' >utf8.in
 reply "invalid UTF-8 on --serve's stdin" 'strata --serve --device cpu -m tiny.gguf <utf8.in | tail -n +2'
 printf '{"type":"generate","id":4,"tokens":[1],"max_tokens":1}\xfe\n' >utf8-id.in
+printf '\xef\xbb\xbf{"type":"generate","id":21,"tokens":[1],"max_tokens":1}\n' >bom.in
+reply "a UTF-8 byte order mark before a request (issue 39)" 'strata --serve --device cpu -m tiny.gguf <bom.in | tail -n +2'
+printf '{"type":"generate","id":22,"tokens":[1],"max_tokens":1e999}\n' >range.in
+reply "a number out of range in a request (issue 39)" 'strata --serve --device cpu -m tiny.gguf <range.in | tail -n +2'
 reply "invalid UTF-8 in a request with a readable id" 'strata --serve --device cpu -m tiny.gguf <utf8-id.in | tail -n +2'
 serve '{"type":"generate","id":1,"tokens":[1],"max_tokens":1}{"type":"generate","id":2,"tokens":[1],"max_tokens":1}' two.in
 reply "two requests on one line" 'strata --serve --device cpu -m tiny.gguf <two.in | tail -n +2'
@@ -254,7 +258,16 @@ printf '{"prompt":[1,5000],"max_tokens":1}' >body-tok.json
 reply "HTTP token prompt outside the vocabulary" "$(post /v1/completions body-tok.json)"
 printf '{"messages":[' >body-cut.json
 reply "HTTP body that is not JSON" "$(post /v1/messages body-cut.json)"
+printf '{"prompt":[1,-5],"max_tokens":1}' >body-negtok.json
+reply "HTTP token prompt with a negative id (issue 39)" "$(post /v1/completions body-negtok.json)"
+printf '{"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}' >body-req.json
+reply "tool_choice required without tools (issue 39)" "$(post /v1/chat/completions body-req.json)"
+printf '{"max_tokens":8,"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"t1","name":"f","input":{}}]}]}' >body-tooluse.json
+reply "Anthropic tool_use block in a user turn (issue 39)" "$(post /v1/messages body-tooluse.json)"
+printf '{"max_tokens":8,"messages":[{"role":"assistant","content":"hello"}]}' >body-asst.json
+reply "Anthropic request of only an assistant message (issue 39)" "$(post /v1/messages body-asst.json)"
 kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null; server_pid=
+row "server --startup-timeout 0 (issue 39)" "strata server -m tiny.gguf --device cpu --port $port --startup-timeout 0"
 
 # --- the software GPU (strata emu) -------------------------------------------------------
 elf=$(ls "$root"/target/release/build/strata-*/out/strata-kernels-gfx1100.elf 2>/dev/null | head -1)
