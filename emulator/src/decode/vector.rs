@@ -169,7 +169,20 @@ pub fn vop3p(w0: u32, w: W) -> Result<Inst, DecodeError> {
     i.src = [(w1 & 0x1ff) as u16, ((w1 >> 9) & 0x1ff) as u16, ((w1 >> 18) & 0x1ff) as u16];
     i.neg = ((w1 >> 29) & 7) as u8;
     if i.src[0] == src::DPP16 || i.src[0] == src::DPP8 || i.src[0] == src::DPP8FI {
-        return Err(DecodeError("VOP3P with DPP is not supported".into()));
+        // gfx11 has DPP forms only of the dot2 f32 and fma_mix opcodes (LLVM lists the rest as words)
+        if !matches!(op, 19 | 26 | 32..=34) {
+            return Err(DecodeError(format!("{}: no DPP form", d.name)));
+        }
+        let dw = w(2)?;
+        i.dpp_kind = match i.src[0] {
+            src::DPP16 => Dpp::Dpp16,
+            src::DPP8 => Dpp::Dpp8,
+            _ => Dpp::Dpp8Fi,
+        };
+        i.src[0] = src::VGPR0 + (dw & 0xff) as u16;
+        i.dpp = if i.dpp_kind == Dpp::Dpp16 { dw } else { dw >> 8 };
+        i.len = 12;
+        return Ok(i);
     }
     if super::uses_literal(&i.src) {
         i.lit = w(2)?;

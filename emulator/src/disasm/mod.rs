@@ -127,7 +127,12 @@ fn dpp_suffix(i: &Inst) -> String {
                 0x141 => "row_half_mirror".into(),
                 0x150..=0x15f => format!("row_share:{}", c & 15),
                 0x160..=0x16f => format!("row_xmask:{}", c & 15),
-                _ => format!("dpp_ctrl:{c:#x}"),
+                0x130 => "/* wave_shl is not supported starting from GFX10 */".into(),
+                0x134 => "/* wave_rol is not supported starting from GFX10 */".into(),
+                0x138 => "/* wave_shr is not supported starting from GFX10 */".into(),
+                0x13c => "/* wave_ror is not supported starting from GFX10 */".into(),
+                0x142 | 0x143 => "/* row_bcast is not supported starting from GFX10 */".into(),
+                _ => "/* Invalid dpp_ctrl value */".into(),
             };
             let mut s = format!(" {ctrl} row_mask:{:#x} bank_mask:{:#x}", i.dpp >> 28, i.dpp >> 24 & 0xf);
             if i.dpp >> 19 & 1 != 0 {
@@ -220,6 +225,10 @@ fn vop3p_text(i: &Inst) -> String {
     let mix = d.name.starts_with("v_fma_mix");
     for k in 0..nsrc {
         let mut o = operand(i.src[k], d.src[k], i.lit, false, false);
+        if mix && k == 1 && i.dpp_kind != Dpp::None && i.src[1] < src::VGPR0 {
+            // fma_mix DPP takes src1 from a VGPR only; LLVM prints the operand with its complaint
+            o += "/*Invalid register, operand has 'VGPR_32' register class*/";
+        }
         if mix {
             if i.neg_hi >> k & 1 != 0 {
                 o = format!("|{o}|");
@@ -230,7 +239,8 @@ fn vop3p_text(i: &Inst) -> String {
         }
         ops.push(o);
     }
-    let mut s = format!("{} {}", d.name, ops.join(", "));
+    let dpp = if i.dpp_kind == Dpp::None { "" } else { "_e64_dpp" };
+    let mut s = format!("{}{dpp} {}", d.name, ops.join(", "));
     let list = |v: u8| (0..nsrc).map(|k| (v >> k & 1).to_string()).collect::<Vec<_>>().join(",");
     let default_hi = if mix { 0 } else { (1 << nsrc) - 1 };
     if i.opsel != 0 {
@@ -248,7 +258,7 @@ fn vop3p_text(i: &Inst) -> String {
     if i.clamp {
         s += " clamp";
     }
-    s
+    s + &dpp_suffix(i)
 }
 
 fn waitcnt(imm: u16) -> String {

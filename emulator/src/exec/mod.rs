@@ -322,6 +322,9 @@ pub fn run_with<H: race::Hooks>(
                 c.lane_ops += 2 * w.exec().count_ones() as u64;
                 valu::vopd(ctx, w, &inst, pc)?
             }
+            Fam::Vop3p if inst.dpp_kind != crate::decode::Dpp::None => {
+                return Err(unsupported(ctx, pc, &inst, "not implemented by the software device"));
+            }
             Fam::Vop3p => {
                 c.lane_ops += w.exec().count_ones() as u64;
                 packed::exec(ctx, w, &inst, pc)?
