@@ -75,7 +75,12 @@ fn coverage_report() {
         }
     }
     for d in optable::DS.iter() {
-        let w = [0xD8000000 | (d.op as u32) << 18, 20 << 24 | 12 << 16 | 8 << 8 | 4];
+        // register fields the opcode does not use stay zero (the decoder requires it)
+        let f = |sh: u8, v: u32| if sh == 0 { 0 } else { v };
+        let w = [
+            0xD8000000 | (d.op as u32) << 18,
+            f(d.dst, 20) << 24 | f(d.src[2], 12) << 16 | f(d.src[1], 8) << 8 | f(d.src[0], 4),
+        ];
         if let Some(r) = try_exec(&w) {
             total += 1;
             if let Err(e) = r {

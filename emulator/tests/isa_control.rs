@@ -122,6 +122,8 @@ fn unimplemented_instructions_are_refused_at_execution_by_name() {
         "lds_param_load v1, attr0.x",
         "v_dot2_f32_f16 v0, v1, v2, v3 quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf",
         "v_fma_mix_f32 v0, v1, v2, v3 dpp8:[7,6,5,4,3,2,1,0]",
+        "ds_add_u32 v1, v2 gds",
+        "ds_gws_init v1 gds",
     ];
     for line in cases {
         let mnemonic = line.split(' ').next().unwrap();

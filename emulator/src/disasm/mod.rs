@@ -488,7 +488,7 @@ pub fn text(i: &Inst, _pc: u64) -> String {
                     ops.push(operand(src::VGPR0 + i.src[k], i.shape[k + 1], 0, false, false));
                 }
             }
-            let mut s = format!("{name} {}", ops.join(", "));
+            let mut s = if ops.is_empty() { name.to_string() } else { format!("{name} {}", ops.join(", ")) };
             if name.contains("2addr") {
                 if i.imm & 0xff != 0 {
                     s += &format!(" offset0:{}", i.imm & 0xff);
@@ -502,6 +502,9 @@ pub fn text(i: &Inst, _pc: u64) -> String {
                 }
             } else if i.imm != 0 {
                 s += &format!(" offset:{}", i.imm);
+            }
+            if i.flags & 8 != 0 {
+                s += " gds";
             }
             s
         }

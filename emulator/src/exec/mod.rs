@@ -329,6 +329,10 @@ pub fn run_with<H: race::Hooks>(
                 c.lane_ops += w.exec().count_ones() as u64;
                 packed::exec(ctx, w, &inst, pc)?
             }
+            Fam::Ds if inst.flags & 8 != 0 => {
+                return Err(unsupported(ctx, pc, &inst, "GDS is not implemented by the software device"));
+            }
+            Fam::Ds if inst.op == 20 => {} // ds_nop
             Fam::Ds => mem::ds(ctx, w, &inst, pc, lds, c, h)?,
             Fam::Flat | Fam::Global | Fam::Scratch => mem::flat(ctx, w, &inst, pc, lds, view, c, h)?,
             Fam::Cache => {}
