@@ -291,16 +291,34 @@ pub fn mimg_addr_dwords(k: &MimgKind, dim: usize, a16: bool) -> u32 {
     n
 }
 
-/// Whether LLVM defines a variant of this opcode with `n` address dwords (every dimension the
-/// opcode allows, with and without a16; a non-NSA register tuple above 12 dwords is 16; NSA
-/// forms have at least two addresses, the fifth holding all the rest).
+/// Whether LLVM defines a variant of this opcode with `n` address dwords (a non-NSA register
+/// tuple above 12 dwords is 16; NSA forms have at least two addresses, the fifth holding all
+/// the rest).
 pub fn mimg_addr_defined(k: &MimgKind, n: u32, nsa: bool) -> bool {
-    // no MSAA dimensions for mip levels
-    let dims = if k.lod_clamp_mip && !k.sampler { 6 } else { 8 };
-    (0..dims)
-        .flat_map(|d| [false, true].map(|a| mimg_addr_dwords(k, d, a)))
-        .map(|x| if !nsa && x > 12 { 16 } else { x })
-        .any(|x| x == n && (!nsa || x >= 2))
+    // LLVM's address-size lists are contiguous: for sampling, fixed ranges (no MSAA
+    // dimensions) plus the extra arguments; otherwise every dimension the opcode allows (no
+    // MSAA for mip levels), with and without a16
+    let (lo, hi) = if k.sampler {
+        let lod = k.lod_clamp_mip as u32;
+        let hi = if !k.gradients {
+            3 + lod
+        } else if k.g16 {
+            7 + lod
+        } else {
+            9 + lod
+        };
+        (1 + k.gradients as u32 + k.extra_args, hi + k.extra_args)
+    } else {
+        let dims = if k.lod_clamp_mip { 6 } else { 8 };
+        let sizes = || (0..dims).flat_map(|d| [false, true].map(|a| mimg_addr_dwords(k, d, a)));
+        (sizes().min().unwrap_or(1), sizes().max().unwrap_or(1))
+    };
+    let listed = |n: u32| (lo..=hi).contains(&n);
+    if nsa {
+        return n >= 2 && listed(n);
+    }
+    // register tuples: 4 dwords also for 3, 8 for 5 to 7, 16 for 13 to 15
+    listed(n) && n <= 12 || n == 4 && listed(3) || n == 8 && (5..=7).any(listed) || n == 16 && (13..=16).any(listed)
 }
 
 /// Whether LLVM defines a variant with `n` data dwords.
@@ -310,7 +328,8 @@ pub fn mimg_data_defined(k: &MimgKind, n: u32) -> bool {
         (2..=5).contains(&n)
     } else if k.atomic {
         (1..=3).contains(&n)
-    } else if k.gather {
+    } else if k.gather && k.sampler {
+        // gather4 (image_msaa_load has every size)
         matches!(n, 2 | 4 | 5)
     } else {
         (1..=5).contains(&n)

@@ -105,9 +105,16 @@ fn mimg(i: &Inst, name: &str) -> String {
     // Like LLVM: with no variant of these sizes, the one the decoder matched is printed (the
     // smallest data; the smallest address tuple, or for NSA the longest list of at most five).
     if !r::mimg_data_defined(&k, data) || !r::mimg_addr_defined(&k, addr, nsa) {
-        data = if k.cmpswap || k.gather { 2 } else { 1 };
+        // (image_msaa_load: four; an opcode with no NSA form at all, resinfo: four addresses)
+        data = if k.gather && !k.sampler {
+            4
+        } else if k.cmpswap || k.gather {
+            2
+        } else {
+            1
+        };
         addr = if nsa {
-            (2..=5).rev().find(|&n| r::mimg_addr_defined(&k, n, true)).unwrap_or(2)
+            (2..=5).rev().find(|&n| r::mimg_addr_defined(&k, n, true)).unwrap_or(4)
         } else {
             (1..=16).find(|&n| r::mimg_addr_defined(&k, n, false)).unwrap_or(1)
         };
