@@ -4,47 +4,7 @@
 mod common;
 use std::process::Command;
 
-fn objdump_lines(elf: &[u8]) -> Option<Vec<String>> {
-    let path = std::env::temp_dir().join(format!("emu-disasm-{}-{}.elf", std::process::id(), elf.len()));
-    std::fs::write(&path, elf).unwrap();
-    let out = Command::new("llvm-objdump-22").args(["-d", "--mcpu=gfx1100"]).arg(&path).output();
-    let _ = std::fs::remove_file(&path);
-    let Ok(out) = out else {
-        eprintln!("\n*** SKIPPED: llvm-objdump-22 not found ***\n");
-        return None;
-    };
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with('\t') || l.ends_with(">:"))
-            .map(|l| l.trim_end().to_string())
-            .collect(),
-    )
-}
-
-fn compare(what: &str, elf: &[u8]) {
-    let Some(want) = objdump_lines(elf) else { return };
-    let mine: Vec<String> = emulator::disassemble(elf)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with('\t') || l.ends_with(">:"))
-        .map(|l| l.trim_end().to_string())
-        .collect();
-    let bad: Vec<String> = want
-        .iter()
-        .zip(&mine)
-        .filter(|(a, b)| a != b)
-        .take(std::env::var("DISASM_DIFFS").ok().and_then(|v| v.parse().ok()).unwrap_or(20))
-        .map(|(a, b)| format!("  objdump: {a}\n  emu:     {b}"))
-        .collect();
-    assert!(
-        bad.is_empty() && want.len() == mine.len(),
-        "{what}: {} lines vs {}; first differences:\n{}",
-        want.len(),
-        mine.len(),
-        bad.join("\n")
-    );
-}
+use common::objdump::compare;
 
 #[test]
 fn rust_fixture() {

@@ -149,3 +149,4 @@ pub fn ff(x: u32) -> f32 {
     f32::from_bits(x)
 }
 pub mod fixture;
+pub mod objdump;
