@@ -110,7 +110,7 @@ impl KvLayer {
             ))
         };
         let values = capacity.checked_mul(n_head_kv * head_dim).ok_or_else(|| too_big("the size overflows".into()))?;
-        let rows = || KvRows::try_zeroed(ty, values, head_dim).map_err(|e| too_big(e.to_string()));
+        let rows = || KvRows::try_zeroed(ty, values, head_dim).map_err(too_big);
         Ok(KvLayer { n_head_kv, head_dim, k: rows()?, v: rows()? })
     }
 

@@ -94,15 +94,10 @@ impl KvRows {
         KvRows::try_zeroed(kv, values, row).unwrap_or_else(|e| panic!("KV rows of {values} values: {e}"))
     }
 
-    /// [`KvRows::zeroed`], with a failed reservation as an error instead of an abort: a
-    /// context length comes from a flag or a file.
-    pub fn try_zeroed(kv: KvType, values: usize, row: usize) -> Result<KvRows, std::collections::TryReserveError> {
-        fn zeros<T: Clone + Default>(n: usize) -> Result<Vec<T>, std::collections::TryReserveError> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n)?;
-            v.resize(n, T::default());
-            Ok(v)
-        }
+    /// [`KvRows::zeroed`], with memory that cannot be allocated as an error instead of an
+    /// abort: a context length comes from a flag or a file. The zeros come from the allocator
+    /// (calloc), so pages are touched only as the cache fills, as with `vec![0; n]`.
+    pub fn try_zeroed(kv: KvType, values: usize, row: usize) -> Result<KvRows, String> {
         let row = row.max(1);
         Ok(match kv {
             KvType::F16 => KvRows::F16(zeros(values)?),
@@ -200,6 +195,29 @@ impl KvRows {
             }
         }
     }
+}
+
+/// Element types whose all-zero bytes are the value 0 (what `alloc_zeroed` returns).
+trait ZeroBits: Copy {}
+impl ZeroBits for u16 {}
+impl ZeroBits for f32 {}
+impl ZeroBits for i8 {}
+
+/// `n` zeros from the allocator's zeroed memory, or an error naming the size when it cannot be
+/// had (the fallible `vec![0; n]`).
+fn zeros<T: ZeroBits>(n: usize) -> Result<Vec<T>, String> {
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| format!("{n} values overflow the address space"))?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        return Err(format!("{} bytes could not be allocated", layout.size()));
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `n` values of `T`, and all
+    // of them are initialised: zero bytes are a valid `T` (`ZeroBits`).
+    Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
 impl std::fmt::Display for KvType {
