@@ -52,8 +52,7 @@ impl ModelShape {
         for t in g.tensors() {
             let bytes =
                 t.ty.row_bytes(t.dims[0] as usize).map_or(0, |r| r as u64) * t.dims.iter().skip(1).product::<u64>();
-            let layer =
-                t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok());
+            let layer = t.block();
             if t.name.contains("_exps.") {
                 experts += bytes;
                 moe_layers.extend(layer);

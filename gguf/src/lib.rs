@@ -50,6 +50,11 @@ impl TensorInfo {
     pub fn n_elements(&self) -> u64 {
         self.dims.iter().product()
     }
+
+    /// The layer block `N` of a `blk.N.*` tensor (None for the others).
+    pub fn block(&self) -> Option<usize> {
+        self.name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+    }
 }
 
 /// Bytes of a file: a read-only memory map, or an owned buffer (tests, [`GgufFile::from_bytes`]).

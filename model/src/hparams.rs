@@ -108,11 +108,7 @@ pub fn check_finite(name: &str, values: &[f32]) -> Result<()> {
 /// How many layer blocks the file's tensors describe: one past the highest `blk.N.` index
 /// (0 when there is none).
 pub fn blocks_in_file(g: &GgufFile) -> usize {
-    g.tensors()
-        .iter()
-        .filter_map(|t| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
-        .max()
-        .map_or(0, |m| m + 1)
+    g.tensors().iter().filter_map(gguf::TensorInfo::block).max().map_or(0, |m| m + 1)
 }
 
 /// A layer count read from metadata must not exceed the layers the file holds tensors for:
