@@ -240,10 +240,11 @@ test_device!(
             let suffix = SuffixDrafter { min_match: 1, ..SuffixDrafter::default() };
             let drafters: [Box<dyn strata::spec::Drafter>; 2] = [Box::new(oracle), Box::new(suffix)];
             for mut d in drafters {
-                let mut sess = g.new_session(KvType::F16, 128).unwrap();
-                let (got, st) = generate_greedy_spec(&g, &mut sess, &prompt, n, &mut *d, SpecConfig { n_draft, min_p: 0.0 }).unwrap();
+                let mut sess: Box<dyn strata::engine::Session> = Box::new(g.new_session(KvType::F16, 128).unwrap());
+                let loaded: &dyn strata::engine::LoadedModel = &g;
+                let (got, st) = generate_greedy_spec(loaded, &mut sess, &prompt, n, &mut *d, SpecConfig { n_draft, min_p: 0.0 }).unwrap();
                 assert_eq!(got, want, "{dev} --spec {n_draft}, wrong at {wrong_at}");
-                assert_eq!(sess.n_past, prompt.len() + n - 1, "{dev} --spec {n_draft}: position");
+                assert_eq!(sess.n_past(), prompt.len() + n - 1, "{dev} --spec {n_draft}: position");
                 total.drafted += st.drafted;
                 total.accepted += st.accepted;
                 total.rollbacks += st.rollbacks;

@@ -135,6 +135,8 @@ test_device!(
             let n = 32;
             let (_, api) = device.clone();
             let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
+            // The CPU trunk through the engine's interface, for the side-by-side run.
+            let cpu = strata::cpu::CpuFlashNext(Qwen4Exp::open(&trunk).unwrap());
             let plain = crate::gpu_flash_next::greedy(&g, &prompt, n).0;
             let cpu_plain = m.generate_greedy(&mut m.new_state(KvType::F16), &prompt, n).unwrap();
             eprintln!("{dev} {what}: device greedy {} CPU greedy", if plain == cpu_plain { "==" } else { "!=" });
@@ -142,14 +144,17 @@ test_device!(
             for n_draft in [1usize, 4, 8] {
                 let cfg = SpecConfig { n_draft, min_p: 0.0 };
                 let mut d = MtpDrafter::with_head(GpuMtpHead::new(&gh, KvType::F16, 128).unwrap(), 0.0);
-                let mut sess = g.new_session(KvType::F16, 128).unwrap();
-                let (ids, s) = generate_greedy_spec(&g, &mut sess, &prompt, n, &mut d, cfg).unwrap();
+                let mut sess: Box<dyn strata::engine::Session> = Box::new(g.new_session(KvType::F16, 128).unwrap());
+                let loaded: &dyn strata::engine::LoadedModel = &g;
+                let (ids, s) = generate_greedy_spec(loaded, &mut sess, &prompt, n, &mut d, cfg).unwrap();
                 assert_eq!(ids, plain, "{dev} {what} N={n_draft}: ids differ from plain greedy ({s:?})");
-                assert_eq!(sess.n_past, prompt.len() + n - 1, "{dev} {what} N={n_draft}: position");
+                assert_eq!(sess.n_past(), prompt.len() + n - 1, "{dev} {what} N={n_draft}: position");
                 assert_eq!((d.stats.desyncs, d.stats.errors), (0, 0), "{dev} {what} N={n_draft}: {:?}", d.stats);
                 // The CPU head drafting for the CPU trunk, side by side.
                 let mut cd = MtpDrafter::new(&m, &h, KvType::F16, 0.0);
-                let (_, cs) = generate_greedy_spec(&m, &mut m.new_state(KvType::F16), &prompt, n, &mut cd, cfg).unwrap();
+                let mut cpu_sess = crate::support::session(&cpu, KvType::F16, 128);
+                let loaded: &dyn strata::engine::LoadedModel = &cpu;
+                let (_, cs) = generate_greedy_spec(loaded, &mut cpu_sess, &prompt, n, &mut cd, cfg).unwrap();
                 eprintln!("{dev} {what} N={n_draft}: device {}/{} drafts accepted, {} rollbacks; CPU {}/{}", s.accepted, s.drafted, s.rollbacks, cs.accepted, cs.drafted);
                 assert!(s.drafted > 0, "{dev} {what} N={n_draft}: {s:?}");
                 if full_acceptance {

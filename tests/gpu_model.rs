@@ -375,9 +375,10 @@ test_device!(
                 gpu.eval(&mut s, &[t], Logits::Last, &mut l).unwrap();
             }
             for n_draft in [1, 4, 8] {
-                let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
+                let mut s: Box<dyn strata::engine::Session> = Box::new(gpu.new_session(KvType::F16, 64, 512).unwrap());
                 let cfg = SpecConfig { n_draft, min_p: 0.0 };
-                let (got, st) = generate_greedy_spec(&gpu, &mut s, &prompt, n, &mut SuffixDrafter::default(), cfg).unwrap();
+                let loaded: &dyn strata::engine::LoadedModel = &gpu;
+                let (got, st) = generate_greedy_spec(loaded, &mut s, &prompt, n, &mut SuffixDrafter::default(), cfg).unwrap();
                 eprintln!("[{dev}] spec {n_draft}: {}/{} drafts accepted in {} verify steps", st.accepted, st.drafted, st.verify_steps);
                 assert_eq!(got, plain, "[{dev}] spec {n_draft} differs from greedy");
                 assert!(st.drafted > 0, "[{dev}] the drafter proposed nothing: the test checks nothing");

@@ -37,7 +37,7 @@ fn tiles() -> &'static strata::Engine {
 fn last_logits(e: &strata::Engine, prompt: &[u32]) -> Vec<f32> {
     let mut sess = e.new_session().unwrap();
     let mut logits = Vec::new();
-    e.model.eval(&mut sess, prompt, Logits::Last, &mut logits).unwrap();
+    e.eval(&mut *sess, prompt, Logits::Last, &mut logits).unwrap();
     logits
 }
 
@@ -66,11 +66,11 @@ fn gemma3_tiles_long_prompt_close_to_llama_cpp() {
     let generated = ids(&long["generated_token_ids"]);
     let mut sess = e.new_session().unwrap();
     let mut logits = Vec::new();
-    e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
+    e.eval(&mut *sess, &prompt, Logits::Last, &mut logits).unwrap();
     let mut worst = 0f64;
     for (k, entries) in long["top10_first16"].as_array().unwrap().iter().enumerate() {
         if k > 0 {
-            e.model.eval(&mut sess, &generated[k - 1..k], Logits::Last, &mut logits).unwrap();
+            e.eval(&mut *sess, &generated[k - 1..k], Logits::Last, &mut logits).unwrap();
         }
         for ent in entries.as_array().unwrap() {
             let (id, want) = (ent[0].as_u64().unwrap() as usize, ent[1].as_f64().unwrap());
@@ -133,8 +133,8 @@ fn decode_steps_diff(a: &strata::Engine, b: &strata::Engine, toks: &[u32]) -> (f
     let argmax = |l: &[f32]| l.iter().enumerate().max_by(|x, y| x.1.total_cmp(y.1)).map(|(i, _)| i).unwrap();
     let (mut worst, mut agree) = (0f32, 0);
     for t in toks {
-        a.model.eval(&mut sa, std::slice::from_ref(t), Logits::Last, &mut la).unwrap();
-        b.model.eval(&mut sb, std::slice::from_ref(t), Logits::Last, &mut lb).unwrap();
+        a.eval(&mut *sa, std::slice::from_ref(t), Logits::Last, &mut la).unwrap();
+        b.eval(&mut *sb, std::slice::from_ref(t), Logits::Last, &mut lb).unwrap();
         worst = la[..nv].iter().zip(&lb[..nv]).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
         agree += usize::from(argmax(&la[..nv]) == argmax(&lb[..nv]));
     }

@@ -41,7 +41,7 @@ fn greedy(prompt: &[u32], n: usize) -> Vec<u32> {
     let e = gemma();
     let mut sess = e.new_session().unwrap();
     let mut s = Sampler::new(SamplerConfig::greedy());
-    e.generate(&mut sess, prompt, n, &mut s, |_| true).expect("generate").0
+    e.generate(&mut *sess, prompt, n, &mut s, |_| true).expect("generate").0
 }
 
 fn first_mismatch(a: &[u32], b: &[u32]) -> Option<usize> {
@@ -89,11 +89,11 @@ fn gemma3_top10_logits_close_to_llama_cpp() {
         // tokens one at a time (batch size decides which ggml kernels run, hence the rounding).
         let mut sess = e.new_session().unwrap();
         let mut logits = Vec::new();
-        e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
+        e.eval(&mut *sess, &prompt, Logits::Last, &mut logits).unwrap();
         let tol = if prompt.len() < TILED_MIN_BATCH { TOP10_EXACT_TOL } else { TOP10_LOGIT_TOL };
         for (k, entries) in top.iter().enumerate() {
             if k > 0 {
-                e.model.eval(&mut sess, &generated[k - 1..k], Logits::Last, &mut logits).unwrap();
+                e.eval(&mut *sess, &generated[k - 1..k], Logits::Last, &mut logits).unwrap();
             }
             let row = &logits[..nv];
             for ent in entries.as_array().unwrap() {
@@ -123,7 +123,7 @@ fn gemma3_last_logits_close_to_llama_cpp() {
     assert_eq!(shape, vec![e.model.n_vocab()]);
     let mut sess = e.new_session().unwrap();
     let mut logits = Vec::new();
-    e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits).unwrap();
+    e.eval(&mut *sess, &prompt, Logits::Last, &mut logits).unwrap();
     let (mut max, mut sq, mut at) = (0f64, 0f64, 0);
     for (i, (a, b)) in logits.iter().zip(&want).enumerate() {
         let d = (*a as f64 - *b as f64).abs();
@@ -175,9 +175,17 @@ fn gemma3_chunked_prefill_and_int8_cache_agree() {
     let g = read_json("gemma3-270m-q4_k_m/greedy.json");
     let prompt = ids(&g["results"][1]["prompt_token_ids"]);
     let run = |kv, chunk| {
-        let mut sess = e.model.new_session(kv, 64, chunk).unwrap();
+        let mut sess = e
+            .model
+            .new_session(&strata::engine::SessionConfig {
+                kv,
+                max_ctx: 64,
+                prefill_chunk: chunk,
+                numerics: Default::default(),
+            })
+            .unwrap();
         let mut logits = Vec::new();
-        e.model.eval(&mut sess, &prompt, Logits::All, &mut logits).unwrap();
+        e.eval(&mut *sess, &prompt, Logits::All, &mut logits).unwrap();
         logits
     };
     let whole = run(strata::kv_cache::KvType::F16, 512);
@@ -206,9 +214,17 @@ fn gemma3_chunked_prefill_and_int8_cache_agree() {
 #[test]
 fn gemma3_context_overflow_is_a_clear_error() {
     let e = gemma();
-    let mut sess = e.model.new_session(strata::kv_cache::KvType::F16, 8, 512).unwrap();
+    let mut sess = e
+        .model
+        .new_session(&strata::engine::SessionConfig {
+            kv: strata::kv_cache::KvType::F16,
+            max_ctx: 8,
+            prefill_chunk: 512,
+            numerics: Default::default(),
+        })
+        .unwrap();
     let mut logits = Vec::new();
-    let err = e.model.eval(&mut sess, &[2; 9], Logits::Last, &mut logits).unwrap_err();
+    let err = e.eval(&mut *sess, &[2; 9], Logits::Last, &mut logits).unwrap_err();
     assert!(matches!(err, strata::EngineError::ContextFull { needed: 9, capacity: 8 }), "{err}");
     assert!(err.to_string().contains("--max-context"));
 }

@@ -5,7 +5,7 @@
 //! embedding).
 
 use strata::cpu::MatCpu;
-use strata::engine::AnyModel;
+use strata::engine::{Description, HostWeights};
 use strata::model::{Ffn, Logits, Mat};
 use strata::residency::{Placement, Weights};
 use strata::{Engine, RunOptions};
@@ -22,21 +22,19 @@ fn load(rel: &str, mmap_experts: bool) -> Engine {
 }
 
 /// (routed-expert matrices, one non-expert matrix) of a CPU model.
-fn mats(m: &AnyModel) -> (Vec<&Mat>, &Mat) {
-    match m {
-        AnyModel::Std(m) => {
+fn mats(e: &Engine) -> (Vec<&Mat>, &Mat) {
+    match e.model.description() {
+        Description::Decoder(m) => {
             let experts = m.w.layers.iter().flat_map(|l| match &l.ffn.ffn {
                 Ffn::Moe { gate, up, down, .. } => vec![gate, up, down],
                 Ffn::Dense { .. } => Vec::new(),
             });
             (experts.collect(), &m.w.layers[0].attn.wq)
         }
-        AnyModel::Flash(q) => (
+        Description::FlashNext(q) => (
             q.layers.iter().flat_map(|l| l.moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down])).collect(),
             &q.output,
         ),
-        #[cfg(feature = "gpu")]
-        _ => panic!("a CPU model was expected"),
     }
 }
 
@@ -49,7 +47,7 @@ fn exps_bytes(rel: &str) -> u64 {
 fn logits(e: &Engine, toks: &[u32]) -> Vec<f32> {
     let mut s = e.new_session().unwrap();
     let mut out = Vec::new();
-    e.model.eval(&mut s, toks, Logits::All, &mut out).unwrap();
+    e.eval(&mut *s, toks, Logits::All, &mut out).unwrap();
     out
 }
 
@@ -57,7 +55,7 @@ fn logits(e: &Engine, toks: &[u32]) -> Vec<f32> {
 fn cpu_experts_are_read_into_ram_unless_mmap_experts() {
     for rel in [MOE, FLASH] {
         let (ram, mapped) = (load(rel, false), load(rel, true));
-        let ((re, rw), (me, mw)) = (mats(&ram.model), mats(&mapped.model));
+        let ((re, rw), (me, mw)) = (mats(&ram), mats(&mapped));
         assert!(!re.is_empty() && re.len() == me.len(), "{rel}");
         assert!(re.iter().all(|m| !m.is_mapped()), "{rel}: an expert stayed mapped by default");
         assert!(me.iter().all(|m| m.is_mapped()), "{rel}: --mmap-experts copied an expert");
@@ -77,24 +75,24 @@ fn experts_that_do_not_fit_stay_mapped_with_the_reason() {
     for rel in [MOE, FLASH] {
         let mut e = load(rel, true);
         let bytes = exps_bytes(rel);
-        let p = e.model.read_experts_into_ram(Some(bytes - 1)).expect("an MoE model");
+        let p = e.read_experts_into_ram(Some(bytes - 1)).expect("an MoE model");
         assert_eq!(p, Placement::TooBig { bytes, budget: bytes - 1 }, "{rel}");
         let msg = p.message(Weights::Experts).expect("a message when they do not fit");
         assert!(msg.contains("do not fit") && msg.contains("--mmap-experts"), "{msg}");
-        assert!(mats(&e.model).0.iter().all(|m| m.is_mapped()), "{rel}");
+        assert!(mats(&e).0.iter().all(|m| m.is_mapped()), "{rel}");
         assert_eq!(
-            e.model.read_experts_into_ram(Some(bytes)),
+            e.read_experts_into_ram(Some(bytes)),
             Some(Placement::Ram { bytes }),
             "{rel}: exactly the budget fits"
         );
-        assert!(mats(&e.model).0.iter().all(|m| !m.is_mapped()), "{rel}");
+        assert!(mats(&e).0.iter().all(|m| !m.is_mapped()), "{rel}");
         // Read once: nothing left to copy.
-        assert_eq!(e.model.read_experts_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "{rel}");
+        assert_eq!(e.read_experts_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "{rel}");
     }
     // A dense model has no experts to place.
     let mut dense =
         Engine::load(&crate::models_util::gemma_path(), RunOptions { max_context: 64, ..Default::default() }).unwrap();
-    assert_eq!(dense.model.read_experts_into_ram(None), None);
+    assert_eq!(dense.read_experts_into_ram(None), None);
 }
 
 fn gemma(mmap: bool) -> Engine {
@@ -103,7 +101,7 @@ fn gemma(mmap: bool) -> Engine {
 
 /// Every matrix of a shared-decoder model, and whether its token embedding is the output head.
 fn dense_mats(e: &Engine) -> (Vec<&Mat>, &Mat, &Mat) {
-    let AnyModel::Std(m) = &e.model else { panic!("a CPU model was expected") };
+    let Description::Decoder(m) = e.model.description() else { panic!("a decoder was expected") };
     let w = &m.w;
     let layers = w.layers.iter().flat_map(|l| {
         let a = &l.attn;
@@ -143,15 +141,12 @@ fn flash_next_dense_weights_are_read_into_ram_unless_mmap() {
     let load =
         |mmap| Engine::load(&reference(FLASH), RunOptions { max_context: 64, mmap, ..Default::default() }).unwrap();
     let (mut ram, mut mapped) = (load(false), load(true));
-    let (AnyModel::Flash(r), AnyModel::Flash(m)) = (&mut ram.model, &mut mapped.model) else {
-        panic!("CPU Flash-Next models were expected")
-    };
-    let (rd, md) = (strata::residency::flash_next_dense(r), strata::residency::flash_next_dense(m));
+    let (rd, md) = (ram.model.host_matrices(HostWeights::Dense), mapped.model.host_matrices(HostWeights::Dense));
     assert!(rd.len() > 10 && rd.len() == md.len());
     assert!(rd.iter().all(|m| !m.is_mapped()) && md.iter().all(|m| m.is_mapped()));
     assert!(rd.iter().zip(&md).all(|(a, b)| a.data() == b.data()), "the copies differ from the file");
     drop((rd, md));
-    assert!(mats(&mapped.model).0.iter().all(|m| m.is_mapped()), "--mmap copied an expert");
+    assert!(mats(&mapped).0.iter().all(|m| m.is_mapped()), "--mmap copied an expert");
     let toks = [1u32, 5, 9, 300, 17];
     let (a, b) = (logits(&ram, &toks), logits(&mapped, &toks));
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "logits differ");
@@ -160,27 +155,21 @@ fn flash_next_dense_weights_are_read_into_ram_unless_mmap() {
 #[test]
 fn dense_weights_that_do_not_fit_stay_mapped_and_large_ones_are_copied_in_pieces() {
     let mut e = gemma(true);
-    let AnyModel::Std(m) = &mut e.model else { panic!("a CPU model was expected") };
-    let mats = strata::residency::decoder_dense(m);
+    let mats = e.model.host_matrices(HostWeights::Dense);
     let bytes = Mat::mapped_bytes(&mats);
     drop(mats);
-    let p = e.model.read_dense_into_ram(Some(bytes - 1)).expect("a CPU model");
+    let p = e.read_dense_into_ram(Some(bytes - 1)).expect("a CPU model");
     assert_eq!(p, Placement::TooBig { bytes, budget: bytes - 1 });
     let msg = p.message(Weights::Dense).expect("a message when they do not fit");
     assert!(msg.contains("do not fit") && msg.contains("--mmap"), "{msg}");
     assert!(dense_mats(&e).0.iter().all(|m| m.is_mapped()));
     // The copy hands back the mapped pages piece by piece: never a whole 178 MB head at once.
-    let AnyModel::Std(m) = &mut e.model else { unreachable!() };
     let mut pieces = Vec::new();
-    Mat::read_into_ram(strata::residency::decoder_dense(m), |src| pieces.push(src.len())).unwrap();
+    Mat::read_into_ram(e.model.host_matrices(HostWeights::Dense), |src| pieces.push(src.len())).unwrap();
     assert_eq!(pieces.iter().map(|&n| n as u64).sum::<u64>(), bytes);
     assert!(pieces.iter().all(|&n| n <= 8 << 20), "largest piece {:?}", pieces.iter().max());
     assert!(dense_mats(&e).0.iter().all(|m| !m.is_mapped()));
-    assert_eq!(
-        e.model.read_dense_into_ram(Some(0)),
-        Some(Placement::Ram { bytes: 0 }),
-        "read once: nothing left to copy"
-    );
+    assert_eq!(e.read_dense_into_ram(Some(0)), Some(Placement::Ram { bytes: 0 }), "read once: nothing left to copy");
 }
 
 #[test]
@@ -190,7 +179,7 @@ fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
     let g = gguf::GgufFile::open(&reference(FLASH)).unwrap();
     for mmap_experts in [false, true] {
         let e = load(FLASH, mmap_experts);
-        let AnyModel::Flash(q) = &e.model else { panic!("{FLASH}: not Flash-Next") };
+        let Description::FlashNext(q) = e.model.description() else { panic!("{FLASH}: not Flash-Next") };
         for (il, l) in q.layers.iter().enumerate() {
             let parts: [(&str, fn(&strata::model::qwen4exp::moe::SwiGlu) -> &Mat); 3] =
                 [("gate", |x| &x.gate), ("up", |x| &x.up), ("down", |x| &x.down)];
@@ -217,19 +206,19 @@ fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
 #[test]
 fn expert_activations_quantized_once_give_the_per_expert_bits() {
     use strata::cpu::flash_next::SwiGluCpu;
-    use strata::cpu::{ExpertActs, ModelMatmul, Products, matmul_prepared};
+    use strata::cpu::{ExpertActs, ModelMatmul, Numerics, matmul_prepared};
     let e = load(MOE, false);
-    let AnyModel::Std(m) = &e.model else { panic!("{MOE}: not a decoder") };
+    let Description::Decoder(m) = e.model.description() else { panic!("{MOE}: not a decoder") };
     let mut checked = 0;
     for l in &m.w.layers {
         let Ffn::Moe { gate, up, .. } = &l.ffn.ffn else { continue };
         let x: Vec<f32> = (0..gate.cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
-        let entry = m.acts_entry(Products::Llama, gate, 1).expect("quantized experts share");
+        let entry = m.acts_entry(Numerics::Llama, gate, 1).expect("quantized experts share");
         let acts = ExpertActs::new(entry, gate, up, &x, 1).expect("prepared");
         for ex in 0..gate.n_mat {
             let (mut want, mut got) = (vec![0f32; gate.rows], vec![f32::NAN; gate.rows]);
             for (w, a) in [(gate, acts.gate_up()[0]), (up, acts.gate_up()[1])] {
-                m.mm(Products::Llama, w, ex, &x, 1, &mut want);
+                m.mm(Numerics::Llama, w, ex, &x, 1, &mut want);
                 matmul_prepared(&w.matrix(ex), a, &mut got);
                 assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "expert {ex}");
                 checked += 1;

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use strata::cpu::CpuFlashNext;
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
 use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
@@ -34,21 +35,21 @@ fn plain(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize) -> (Vec<u32>, SeqSt
 }
 
 fn spec<D: Drafter>(
-    m: &Qwen4Exp,
+    m: &CpuFlashNext,
     kv: KvType,
     prompt: &[u32],
     n: usize,
     d: &mut D,
     cfg: SpecConfig,
 ) -> (Vec<u32>, SeqState, SpecStats) {
-    let mut st = m.new_state(kv);
-    let (ids, stats) = generate_greedy_spec(m, &mut st, prompt, n, d, cfg).unwrap();
-    (ids, st, stats)
+    let mut st = crate::support::session(m, kv, prompt.len() + n);
+    let (ids, stats) = generate_greedy_spec(m as &dyn strata::engine::LoadedModel, &mut st, prompt, n, d, cfg).unwrap();
+    (ids, crate::support::flash_state(&*st).clone(), stats)
 }
 
 /// Checks every N in 1..=8 and min-p in `min_ps`; returns the summed stats.
-fn check_all(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize, what: &str) -> SpecStats {
-    let (want, want_st) = plain(m, kv, prompt, n);
+fn check_all(m: &CpuFlashNext, kv: KvType, prompt: &[u32], n: usize, what: &str) -> SpecStats {
+    let (want, want_st) = plain(&m.0, kv, prompt, n);
     eprintln!("{what}: greedy {want:?}");
     let mut total = SpecStats::default();
     for n_draft in 1..=8 {
@@ -92,7 +93,7 @@ fn spec_lossless_on_llama_cpp_fixtures() {
         ("tiny-qwen4exp-public-f32.gguf", "f32-kvf32", KvType::F32),
         ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", "q8_0-split", KvType::F16),
     ] {
-        let m = Qwen4Exp::open(&ref_dir().join(file)).unwrap();
+        let m = CpuFlashNext(Qwen4Exp::open(&ref_dir().join(file)).unwrap());
         // seq1 (8 tokens) only on the f32 model; seq2 (64 tokens, an EOS inside) everywhere:
         // its suffix drafts exist and are rejected, which exercises the rollback.
         let seqs = ref_tokens(variant);
@@ -102,7 +103,7 @@ fn spec_lossless_on_llama_cpp_fixtures() {
             check_all(&m, kv, &prompt, n, &format!("{variant} seq{}", i + 1));
             if variant != "q8_0-split" {
                 // Plain greedy == llama.cpp's ids here, so speculative ids are llama.cpp's too.
-                let (ids, _) = plain(&m, kv, &prompt, n);
+                let (ids, _) = plain(&m.0, kv, &prompt, n);
                 assert_eq!(ids, greedy);
             }
         }
@@ -133,16 +134,16 @@ fn spec_rollback_mid_window_is_lossless() {
         ("tiny-qwen4exp-public-f32.gguf", KvType::F16),
         ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", KvType::F16),
     ] {
-        let m = Qwen4Exp::open(&ref_dir().join(file)).unwrap();
+        let m = CpuFlashNext(Qwen4Exp::open(&ref_dir().join(file)).unwrap());
         // seq2 holds an EOS (PLE n-gram cut), and its continuation crosses a QSA block edge.
         let prompt = ref_tokens("f32")[1].0.clone();
         let n = 24;
-        let (want, want_st) = plain(&m, kv, &prompt, n);
+        let (want, want_st) = plain(&m.0, kv, &prompt, n);
         let mut truth = prompt.clone();
         truth.extend_from_slice(&want);
         for n_draft in [1, 2, 3, 5, 8] {
             for wrong_at in 0..=n_draft {
-                let mut d = Oracle { truth: truth.clone(), wrong_at, n_vocab: m.n_vocab() as u32 };
+                let mut d = Oracle { truth: truth.clone(), wrong_at, n_vocab: m.0.n_vocab() as u32 };
                 let cfg = SpecConfig { n_draft, min_p: 0.0 };
                 let (got, st, s) = spec(&m, kv, &prompt, n, &mut d, cfg);
                 assert_eq!(got, want, "{file} N={n_draft} wrong_at={wrong_at}: {s:?}");
@@ -180,7 +181,7 @@ fn spec_lossless_with_accepted_drafts_on_synth_models() {
         cfg.matrix_type = ty;
         cfg.tied = true;
         let paths = write(&cfg, 11 + i as u64, &tmp(&format!("synth-{i}")), split).unwrap();
-        let m = Qwen4Exp::open(&paths[0]).unwrap();
+        let m = CpuFlashNext(Qwen4Exp::open(&paths[0]).unwrap());
         let base: Vec<u32> = (0..12).map(|k| (k * 37 + 5) % 1000).collect();
         let mut prompt = base.clone();
         prompt.extend_from_slice(&base);

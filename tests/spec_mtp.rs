@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use strata::EngineError;
+use strata::cpu::CpuFlashNext;
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, SeqState};
 use strata::spec::{CpuMtpHead, Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
@@ -57,7 +58,7 @@ impl Drafter for Recorder<'_> {
 
 struct Case {
     what: String,
-    model: Qwen4Exp,
+    model: CpuFlashNext,
     mtp: Mtp,
     prompt: Vec<u32>,
     kv: KvType,
@@ -65,12 +66,12 @@ struct Case {
 
 /// Plain greedy ids, final state, and the trunk hidden states of every consumed position.
 fn plain(c: &Case, n: usize) -> (Vec<u32>, SeqState, Vec<f32>) {
-    let mut st = c.model.new_state(c.kv);
-    let ids = c.model.generate_greedy(&mut st, &c.prompt, n).unwrap();
+    let mut st = c.model.0.new_state(c.kv);
+    let ids = c.model.0.generate_greedy(&mut st, &c.prompt, n).unwrap();
     let mut seq = c.prompt.clone();
     seq.extend_from_slice(&ids[..n - 1]);
-    let mut st2 = c.model.new_state(c.kv);
-    let (_, hidden) = c.model.forward_hidden(&mut st2, &seq, 0).unwrap();
+    let mut st2 = c.model.0.new_state(c.kv);
+    let (_, hidden) = c.model.0.forward_hidden(&mut st2, &seq, 0).unwrap();
     assert!(st2 == st, "{}: one pass != step-by-step state", c.what);
     (ids, st, hidden)
 }
@@ -84,18 +85,20 @@ fn run(
     want: &(Vec<u32>, SeqState, Vec<f32>),
 ) -> SpecStats {
     // One row of hidden state per position: the trunk's wide residual.
-    let (m, e) = (&c.model, c.mtp.width());
+    let (m, e) = (&c.model.0, c.mtp.width());
     let mut rec = Recorder {
         inner: MtpDrafter::new(m, &c.mtp, c.kv, cfg.min_p),
         log: Vec::new(),
         wrong_at,
         n_vocab: m.n_vocab() as u32,
     };
-    let mut st = m.new_state(c.kv);
-    let (ids, s) = generate_greedy_spec(m, &mut st, &c.prompt, n, &mut rec, cfg).unwrap();
+    let mut st = crate::support::session(&c.model, c.kv, c.prompt.len() + n);
+    let loaded: &dyn strata::engine::LoadedModel = &c.model;
+    let (ids, s) = generate_greedy_spec(loaded, &mut st, &c.prompt, n, &mut rec, cfg).unwrap();
+    let st = crate::support::flash_state(&*st);
     let tag = format!("{} N={} min_p={} wrong_at={wrong_at:?}", c.what, cfg.n_draft, cfg.min_p);
     assert_eq!(ids, want.0, "{tag}: ids differ ({s:?})");
-    assert!(st == want.1, "{tag}: final state differs");
+    assert!(*st == want.1, "{tag}: final state differs");
     assert_eq!(s.decoded as usize, n - 1, "{tag}");
     assert_eq!(s.verify_steps + s.accepted, s.decoded, "{tag}");
     let ms = rec.inner.stats;
@@ -160,7 +163,7 @@ fn synth_case(what: &str, cfg: &SynthConfig, seed: u64, split: bool, head: &Synt
     let base: Vec<u32> = (0..10).map(|k| (k * 37 + 5) % cfg.n_vocab as u32).collect();
     let mut prompt = base.clone();
     prompt.extend_from_slice(&base[..6]);
-    Case { what: what.into(), model, mtp, prompt, kv: KvType::F16 }
+    Case { what: what.into(), model: CpuFlashNext(model), mtp, prompt, kv: KvType::F16 }
 }
 
 /// Random heads are (nearly always) rejected: every window rolls back the GDN state and the
@@ -247,18 +250,20 @@ fn spec_mtp_echo_head_full_acceptance_public() {
     let mp = tmp("echo-pub-mtp.gguf");
     let echo = SynthMtp { echo: true, ..SynthMtp::default() };
     write_mtp(&cfg, &echo, 11, &mp).unwrap();
-    let m = Qwen4Exp::open(&paths[0]).unwrap();
-    let head = Mtp::open(&m, &mp).unwrap();
+    let cpu = CpuFlashNext(Qwen4Exp::open(&paths[0]).unwrap());
+    let m = &cpu.0;
+    let head = Mtp::open(m, &mp).unwrap();
     assert!(head.hc_head.is_some() && head.hnorm.len() == cfg.hc * cfg.n_embd);
     let nv = cfg.n_vocab as u32;
     let prompt: Vec<u32> = (0..16u32).map(|i| (i.wrapping_mul(2_654_435_761) % nv).max(3)).collect();
     let n = 64;
     let plain = m.generate_greedy(&mut m.new_state(KvType::F16), &prompt, n).unwrap();
     for n_draft in [1, 4, 8] {
-        let mut d = MtpDrafter::new(&m, &head, KvType::F16, 0.0);
-        let mut st = m.new_state(KvType::F16);
+        let mut d = MtpDrafter::new(m, &head, KvType::F16, 0.0);
+        let mut st = crate::support::session(&cpu, KvType::F16, prompt.len() + n);
         let cfg = SpecConfig { n_draft, min_p: 0.0 };
-        let (ids, s) = generate_greedy_spec(&m, &mut st, &prompt, n, &mut d, cfg).unwrap();
+        let loaded: &dyn strata::engine::LoadedModel = &cpu;
+        let (ids, s) = generate_greedy_spec(loaded, &mut st, &prompt, n, &mut d, cfg).unwrap();
         assert_eq!(ids, plain, "N={n_draft}: ids differ");
         assert!(s.drafted > 0 && s.accepted == s.drafted && s.rollbacks == 0, "N={n_draft}: {s:?}");
     }
@@ -292,7 +297,7 @@ fn spec_mtp_lossless_on_llama_cpp_fixture() {
     let mp = tmp("fixture-mtp.gguf");
     write_mtp(&SynthConfig::public(), &SynthMtp::default(), 3, &mp).unwrap();
     let mtp = Mtp::open(&model, &mp).unwrap_or_else(|e| panic!("{e}"));
-    let c = Case { what: "llama.cpp f32 fixture".into(), model, mtp, prompt, kv: KvType::F16 };
+    let c = Case { what: "llama.cpp f32 fixture".into(), model: CpuFlashNext(model), mtp, prompt, kv: KvType::F16 };
     let n = greedy.len();
     assert_eq!(plain(&c, n).0, greedy);
     let want = plain(&c, n);

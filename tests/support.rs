@@ -21,3 +21,21 @@ pub fn scratch_dir(area: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
     d
 }
+
+/// A fresh sequence of `m` through the engine's interface (`model::loaded`), with room for
+/// `positions` (the numerics mode the model's own: Flash-Next takes it from the model, a
+/// device from its options).
+pub fn session(
+    m: &dyn strata::engine::LoadedModel,
+    kv: strata::kv_cache::KvType,
+    positions: usize,
+) -> Box<dyn strata::engine::Session> {
+    let cfg =
+        strata::engine::SessionConfig { kv, max_ctx: positions, prefill_chunk: 512, numerics: Default::default() };
+    m.new_session(&cfg).expect("a session")
+}
+
+/// The Flash-Next state of a CPU session made by [`session`].
+pub fn flash_state(s: &dyn strata::engine::Session) -> &strata::model::qwen4exp::SeqState {
+    &s.as_any().downcast_ref::<strata::cpu::FlashSession>().expect("a CPU Flash-Next session").st
+}

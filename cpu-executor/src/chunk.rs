@@ -11,7 +11,7 @@ use cpu_kernels as ck;
 use super::matmul::{add_residual, glu_fmath, norm_rows, norm_rows_inplace, par_elementwise};
 use super::{Scratch, grow};
 use crate::kv_cache::{KvCache, LayerCache};
-use crate::{MatCpu, ModelMatmul, Products};
+use crate::{MatCpu, ModelMatmul, Numerics};
 use model::decoder::{Block, Buf, DecoderOps};
 use model::error::EngineError;
 use model::{Act, AttnSpec, Mat, Model, MoeSpec, RopeKind};
@@ -43,8 +43,8 @@ impl CpuChunk<'_> {
     fn exact(&self) -> bool {
         self.m.hp.arch.ggml_exact()
     }
-    fn kernels(&self) -> Products {
-        Products::of(self.ordered, self.tiles)
+    fn kernels(&self) -> Numerics {
+        Numerics::of(self.ordered, self.tiles)
     }
     fn norm_fn(&self) -> Norm {
         if self.exact() { ck::rms_norm_ggml } else { ck::rms_norm }
@@ -70,11 +70,11 @@ impl CpuChunk<'_> {
         *self.buf(src) = x;
         r
     }
-    /// Products of `x` with several matrices: one parallel region on the exact path (same
+    /// Numerics of `x` with several matrices: one parallel region on the exact path (same
     /// bits as one product at a time), else one product each.
     fn products(&mut self, x: &[f32], outs: &mut [(&Mat, &mut Vec<f32>)]) {
         let (m, n, p) = (self.m, self.n(), self.kernels());
-        if p != Products::Ordered {
+        if p != Numerics::Ordered {
             match outs {
                 [(a, ya), (b, yb)] => return m.mm_multi(p, x, n, [(*a, &mut ya[..]), (*b, &mut yb[..])]),
                 [(a, ya), (b, yb), (c, yc)] => {

@@ -11,16 +11,18 @@ mod chunk;
 pub mod f16;
 pub mod flash_next;
 pub mod kv_cache;
+pub mod loaded;
 mod mat;
 mod matmul;
 pub mod moe;
 
 use crate::kv_cache::{KvCache, KvType};
+pub use loaded::{CpuDecoder, CpuFlashNext, FlashSession, on_cpu};
 pub use mat::MatCpu;
 pub use matmul::ModelMatmul;
-pub use matmul::Products;
 pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
 use model::error::{EngineError, Result};
+pub use model::loaded::Numerics;
 use model::op_profile::{OpProfile, Timed};
 use model::{Logits, Model, decoder};
 
@@ -28,7 +30,9 @@ use model::{Logits, Model, decoder};
 /// `use strata::cpu::prelude::*;` (the model crate knows no backend, so these are traits).
 pub mod prelude {
     pub use super::ModelCpu;
-    pub use super::flash_next::{GdnCpu, HyperConnCpu, MatCpu, MoeCpu, MtpCpu, PleCpu, QsaCpu, Qwen4ExpCpu, SwiGluCpu};
+    pub use super::flash_next::{
+        GdnCpu, HyperConnCpu, MatCpu, MoeCpu, MtpCpu, NumericsCpu, PleCpu, QsaCpu, Qwen4ExpCpu, SwiGluCpu,
+    };
 }
 
 /// Per-sequence state: KV cache, position, and reusable scratch buffers.
@@ -51,7 +55,7 @@ pub struct Session {
     /// GPU backend computes every layer and the logits bit for bit alike. Slower.
     pub ordered: bool,
     /// `--cpu-gemm tiles`: prompt products through the exact-block row tiles
-    /// ([`Products::Tiles`]); `ordered` takes precedence.
+    /// ([`Numerics::Tiles`]); `ordered` takes precedence.
     pub tiles: bool,
     /// When set, every operation of the following forward chunks is timed into it
     /// (`strata bench --profile`).

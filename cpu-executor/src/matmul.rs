@@ -1,6 +1,6 @@
 //! Matrix products and row-wise helpers of the CPU executor.
 //!
-//! [`ModelMatmul::mm`] is the product, with the kernels a session chose ([`Products`]: by
+//! [`ModelMatmul::mm`] is the product, with the kernels a session chose ([`Numerics`]: by
 //! default ggml-order kernels for the architectures whose numerics copy llama.cpp's,
 //! `Arch::ggml_exact`; `--cpu-gemm tiles`; [`matmul_ordered`], the ordered-numerics mode's,
 //! the code the GPU's `mmv_ordered` kernel runs per output).
@@ -9,83 +9,58 @@ use cpu_kernels as ck;
 use cpu_kernels::team;
 
 use crate::MatCpu;
+use model::loaded::Numerics;
 use model::{Mat, Model};
-
-/// Which kernels the CPU executor's matrix products run (chosen per session).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Products {
-    /// The default: llama.cpp's float order for the architectures whose numerics copy it
-    /// (`Arch::ggml_exact`), the lane-order fast kernels otherwise.
-    #[default]
-    Llama,
-    /// `--cpu-gemm tiles`: prompt products of the types with row tiles (`cpu_kernels::Gemm::
-    /// tiles_apply`) through them (`cpu_kernels::Gemm::Tiles`), everything else as
-    /// [`Products::Llama`].
-    Tiles,
-    /// `--ordered`: [`matmul_ordered`].
-    Ordered,
-}
-
-impl Products {
-    /// The session flags' mode (`ordered` wins).
-    pub fn of(ordered: bool, tiles: bool) -> Products {
-        match (ordered, tiles) {
-            (true, _) => Products::Ordered,
-            (false, true) => Products::Tiles,
-            (false, false) => Products::Llama,
-        }
-    }
-}
 
 /// The CPU executor's matrix products on [`Model`] (a type of the `model` crate), also used by
 /// the GPU host side for the experts it computes on the CPU.
 pub trait ModelMatmul {
     /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack) with the kernels `p` names.
-    fn mm(&self, p: Products, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]);
+    fn mm(&self, p: Numerics, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]);
 
-    /// Products of the same activations with several matrices in one parallel region
+    /// Numerics of the same activations with several matrices in one parallel region
     /// (`cpu_kernels::try_matmul_ggml_multi` on the exact path, `try_matmul_multi_gemm`
-    /// otherwise; same bits as one [`Self::mm`] per matrix). Not for [`Products::Ordered`].
-    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&Mat, &mut [f32]); K]);
+    /// otherwise; same bits as one [`Self::mm`] per matrix). Not for [`Numerics::Ordered`].
+    fn mm_multi<const K: usize>(&self, p: Numerics, x: &[f32], n: usize, jobs: [(&Mat, &mut [f32]); K]);
 
     /// Which entry point [`Self::mm`] with `p` runs for `n` columns of `w`, when its activations
     /// can be prepared once for several matrices ([`ExpertActs`]); None for the ordered products
     /// and the prompt tiles.
-    fn acts_entry(&self, p: Products, w: &Mat, n: usize) -> Option<ck::ActsFor>;
+    fn acts_entry(&self, p: Numerics, w: &Mat, n: usize) -> Option<ck::ActsFor>;
 }
 
 impl ModelMatmul for Model {
     #[inline]
-    fn mm(&self, p: Products, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
+    fn mm(&self, p: Numerics, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         let t = w.matrix(e);
         let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);
-        let p = if p == Products::Tiles && !ck::Gemm::tiles_apply(t.ty, n) { Products::Llama } else { p };
+        let p = if p == Numerics::Tiles && !ck::Gemm::tiles_apply(t.ty, n) { Numerics::Llama } else { p };
         let r = match p {
-            Products::Ordered => matmul_ordered(&t, x, n, y).map_err(|e| e.to_string()),
-            Products::Tiles => {
+            Numerics::Ordered => matmul_ordered(&t, x, n, y).map_err(|e| e.to_string()),
+            Numerics::Tiles => {
                 ck::try_matmul_gemm(ck::best_path(), ck::Gemm::Tiles, &t, x, n, y).map_err(|e| e.to_string())
             }
-            Products::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml(&t, x, n, y).map_err(|e| e.to_string()),
-            Products::Llama => ck::try_matmul(&t, x, n, y).map_err(|e| e.to_string()),
+            Numerics::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml(&t, x, n, y).map_err(|e| e.to_string()),
+            Numerics::Llama => ck::try_matmul(&t, x, n, y).map_err(|e| e.to_string()),
         };
         if let Err(err) = r {
             panic!("matmul ({p:?}) {:?} {}x{} n={n}: {err}", t.ty, t.rows, t.cols);
         }
     }
 
-    fn mm_multi<const K: usize>(&self, p: Products, x: &[f32], n: usize, jobs: [(&Mat, &mut [f32]); K]) {
+    fn mm_multi<const K: usize>(&self, p: Numerics, x: &[f32], n: usize, jobs: [(&Mat, &mut [f32]); K]) {
         let ts: Vec<ck::QTensor> = jobs.iter().map(|(w, _)| w.qt()).collect();
         let mut ys: Vec<&mut [f32]> = jobs.into_iter().zip(&ts).map(|((_, y), t)| &mut y[..n * t.rows]).collect();
         let cols = ts[0].cols;
         let x = &x[..n * cols];
-        let p = if p == Products::Tiles && !ts.iter().any(|t| ck::Gemm::tiles_apply(t.ty, n)) {
-            Products::Llama
+        let p = if p == Numerics::Tiles && !ts.iter().any(|t| ck::Gemm::tiles_apply(t.ty, n)) {
+            Numerics::Llama
         } else {
             p
         };
         let r = match p {
-            Products::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml_multi(&ts, x, n, &mut ys),
-            Products::Tiles => ck::try_matmul_multi_gemm(ck::Gemm::Tiles, &ts, x, n, &mut ys),
+            Numerics::Llama if self.hp.arch.ggml_exact() => ck::try_matmul_ggml_multi(&ts, x, n, &mut ys),
+            Numerics::Tiles => ck::try_matmul_multi_gemm(ck::Gemm::Tiles, &ts, x, n, &mut ys),
             _ => ck::try_matmul_multi(&ts, x, n, &mut ys),
         };
         if let Err(e) = r {
@@ -93,10 +68,10 @@ impl ModelMatmul for Model {
         }
     }
 
-    fn acts_entry(&self, p: Products, w: &Mat, n: usize) -> Option<ck::ActsFor> {
+    fn acts_entry(&self, p: Numerics, w: &Mat, n: usize) -> Option<ck::ActsFor> {
         match p {
-            Products::Ordered => None,
-            Products::Tiles if ck::Gemm::tiles_apply(w.ty, n) => None,
+            Numerics::Ordered => None,
+            Numerics::Tiles if ck::Gemm::tiles_apply(w.ty, n) => None,
             _ if self.hp.arch.ggml_exact() => Some(ck::ActsFor::Ggml),
             _ => Some(ck::ActsFor::Fast),
         }

@@ -9,7 +9,7 @@
 use cpu_kernels as ck;
 
 use super::grow;
-use crate::{ModelMatmul, Products};
+use crate::{ModelMatmul, Numerics};
 use model::{Mat, Model, MoeSpec};
 
 /// Reusable buffers (only grow).
@@ -71,7 +71,7 @@ pub fn softmax_wave_order(x: &mut [f32]) {
 
 /// `out[n][d] = Σ_selected w_e · down_e(silu(gate_e x) * up_e x)` for every row of `xn`.
 ///
-/// `p`: the products' kernels; with [`Products::Ordered`] (`Session::ordered`) the GPU
+/// `p`: the products' kernels; with [`Numerics::Ordered`] (`Session::ordered`) the GPU
 /// ordered mode's numerics — [`ModelMatmul::mm`] products, [`softmax_wave_order`],
 /// `quant::fmath::silu`, and each token's expert outputs added in rank order from 0.0
 /// (`moe_combine`) instead of by increasing expert id.
@@ -85,9 +85,9 @@ pub(crate) fn moe_ffn(
     n: usize,
     out: &mut [f32],
     s: &mut MoeScratch,
-    p: Products,
+    p: Numerics,
 ) {
-    let ordered = p == Products::Ordered;
+    let ordered = p == Numerics::Ordered;
     let d = router.cols;
     let (ne, k, ff) = (spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
     grow(&mut s.logits, n * ne);

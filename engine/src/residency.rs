@@ -12,27 +12,19 @@ use model::Mat;
 const BAR_FROM: u64 = 256 << 20;
 
 /// Which weights a placement is about: they have their own flag.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Weights {
-    /// Every matrix but the routed experts (`--mmap`).
-    Dense,
-    /// The routed experts the CPU computes (`--mmap-experts`).
-    Experts,
+pub use model::loaded::HostWeights as Weights;
+
+fn name(what: Weights) -> &'static str {
+    match what {
+        Weights::Dense => "weights",
+        Weights::Experts => "routed experts",
+    }
 }
 
-impl Weights {
-    fn name(self) -> &'static str {
-        match self {
-            Weights::Dense => "weights",
-            Weights::Experts => "routed experts",
-        }
-    }
-
-    fn flag(self) -> &'static str {
-        match self {
-            Weights::Dense => "--mmap",
-            Weights::Experts => "--mmap-experts",
-        }
+fn flag(what: Weights) -> &'static str {
+    match what {
+        Weights::Dense => "--mmap",
+        Weights::Experts => "--mmap-experts",
     }
 }
 
@@ -58,7 +50,7 @@ impl Placement {
 
     /// The line to print about `what`, if any (nothing for a small copy).
     pub fn message(&self, what: Weights) -> Option<String> {
-        let (name, flag) = (what.name(), what.flag());
+        let (name, flag) = (name(what), flag(what));
         match self {
             Placement::Ram { bytes } if *bytes >= BAR_FROM => {
                 Some(format!("strata: {name} read into RAM ({})", HumanBytes(*bytes)))
@@ -88,8 +80,7 @@ pub fn read_into_ram(what: Weights, mats: Vec<&mut Mat>, budget: Option<u64>) ->
         return Placement::TooBig { bytes, budget };
     }
     let bar = if bytes >= BAR_FROM { ProgressBar::new(bytes) } else { ProgressBar::hidden() };
-    let style =
-        format!("reading {} into RAM {{bar:30}} {{binary_bytes}}/{{binary_total_bytes}} ({{eta}})", what.name());
+    let style = format!("reading {} into RAM {{bar:30}} {{binary_bytes}}/{{binary_total_bytes}} ({{eta}})", name(what));
     bar.set_style(ProgressStyle::with_template(&style).unwrap_or_else(|_| ProgressStyle::default_bar()));
     let done = Mat::read_into_ram(mapped, |src| {
         release_pages(src);
@@ -116,86 +107,4 @@ fn release_pages(bytes: &[u8]) {
         // the same bytes back in from the file.
         unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED) };
     }
-}
-
-/// The matrices of a shared-decoder model besides its routed experts: every layer's
-/// projections (and MoE router), the output head, and the token embedding when it is the
-/// head's own bytes (tied); an untied embedding is only read a row a token and stays mapped.
-pub fn decoder_dense(m: &mut model::Model) -> Vec<&mut Mat> {
-    let w = &mut m.w;
-    let tied = w.tok_embd.data().as_ptr() == w.output.data().as_ptr();
-    let mut out: Vec<&mut Mat> = vec![&mut w.output];
-    if tied {
-        out.push(&mut w.tok_embd);
-    }
-    for l in w.layers.iter_mut() {
-        let a = &mut l.attn;
-        out.extend([&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo]);
-        match &mut l.ffn.ffn {
-            model::Ffn::Dense { gate, up, down } => out.extend([gate, up, down]),
-            model::Ffn::Moe { router, .. } => out.push(router),
-        }
-    }
-    out
-}
-
-/// The routed-expert matrices of a shared-decoder model (its MoE stacks).
-pub fn decoder_experts(m: &mut model::Model) -> Vec<&mut Mat> {
-    m.w.layers
-        .iter_mut()
-        .flat_map(|l| match &mut l.ffn.ffn {
-            model::Ffn::Moe { gate, up, down, .. } => vec![gate, up, down],
-            model::Ffn::Dense { .. } => Vec::new(),
-        })
-        .collect()
-}
-
-/// The matrices of a Flash-Next model besides its routed experts: the GR mixers, GDN and
-/// attention projections (with the indexer's), routers, shared experts, the PLE block's
-/// projections, the head, and the token embedding when it is the head's bytes. (The PLE table
-/// is read by rows from its own file, `ple_io`.)
-pub fn flash_next_dense(m: &mut model::qwen4exp::Qwen4Exp) -> Vec<&mut Mat> {
-    use model::qwen4exp::{HyperConn, Mixer};
-    fn gr(h: &mut HyperConn) -> impl Iterator<Item = &mut Mat> {
-        [&mut h.down, &mut h.up].into_iter().chain(h.inject.as_mut())
-    }
-    let tied = m.tok_embd.data().as_ptr() == m.output.data().as_ptr();
-    let mut out: Vec<&mut Mat> = vec![&mut m.output];
-    if tied {
-        out.push(&mut m.tok_embd);
-    }
-    out.extend(gr(&mut m.out_hc));
-    if let Some(p) = m.ple.as_mut() {
-        out.extend([&mut p.key, &mut p.value]);
-    }
-    for l in m.layers.iter_mut() {
-        out.extend(gr(&mut l.hc_attn));
-        out.extend(gr(&mut l.hc_ffn));
-        match &mut l.mixer {
-            Mixer::Gdn(g) => out.extend([&mut g.qkv, &mut g.gate, &mut g.beta, &mut g.alpha, &mut g.out]),
-            Mixer::Attn(a) => {
-                out.extend([&mut a.q, &mut a.k, &mut a.v, &mut a.o]);
-                if let Some(ix) = a.indexer.as_mut() {
-                    out.extend([&mut ix.q, &mut ix.k]);
-                }
-            }
-        }
-        let moe = &mut l.moe;
-        out.extend([
-            &mut moe.router,
-            &mut moe.shared_gate,
-            &mut moe.shared.gate,
-            &mut moe.shared.up,
-            &mut moe.shared.down,
-        ]);
-    }
-    out
-}
-
-/// The routed-expert matrices of a Flash-Next model (not its shared experts).
-pub fn flash_next_experts(m: &mut model::qwen4exp::Qwen4Exp) -> Vec<&mut Mat> {
-    m.layers
-        .iter_mut()
-        .flat_map(|l| l.moe.experts.iter_mut().flat_map(|e| [&mut e.gate, &mut e.up, &mut e.down]))
-        .collect()
 }

@@ -25,8 +25,11 @@
 
 pub mod kfd;
 pub mod options;
+pub mod place;
+pub mod tools;
 
 pub use options::{Device, GpuOptions};
+pub use place::{Placed, Placement, place};
 
 #[cfg(feature = "gpu")]
 pub use gpu_abi as abi;
@@ -54,6 +57,8 @@ pub mod expert_swap;
 pub mod flash_next;
 #[cfg(feature = "gpu")]
 mod linear;
+#[cfg(feature = "gpu")]
+pub mod loaded;
 #[cfg(feature = "gpu")]
 pub mod model;
 #[cfg(feature = "gpu")]

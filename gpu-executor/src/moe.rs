@@ -11,7 +11,7 @@ use super::model::{GpuModel, Scratch};
 use super::ops::GluAct;
 use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use crate::options::MoePath;
-use cpu_executor::{MatCpu, ModelMatmul, Products};
+use cpu_executor::{MatCpu, ModelMatmul, Numerics};
 use model::Ffn;
 
 /// The shared activations of an expert chosen by one token (`slots` are `token·k + rank`), if
@@ -469,8 +469,8 @@ impl GpuModel {
                 cpu_executor::matmul_prepared(&up.matrix(e), au, &mut u);
             }
             None => {
-                self.model.mm(Products::of(ordered, false), gate, e, &x, r, &mut g);
-                self.model.mm(Products::of(ordered, false), up, e, &x, r, &mut u);
+                self.model.mm(Numerics::of(ordered, false), gate, e, &x, r, &mut g);
+                self.model.mm(Numerics::of(ordered, false), up, e, &x, r, &mut u);
             }
         }
         let act: Vec<f32> = if ordered {
@@ -480,7 +480,7 @@ impl GpuModel {
             cpu_kernels::swiglu(&g, &u, &mut a);
             a
         };
-        self.model.mm(Products::of(ordered, false), down, e, &act, r, &mut y);
+        self.model.mm(Numerics::of(ordered, false), down, e, &act, r, &mut y);
         Ok(y)
     }
 
@@ -489,7 +489,7 @@ impl GpuModel {
     /// empty where `mm` prepares per product (the ordered mode).
     fn shared_acts(&self, layer: usize, x: &[f32]) -> Vec<cpu_executor::ExpertActs> {
         let Ffn::Moe { gate, up, .. } = &self.model.w.layers[layer].ffn.ffn else { return Vec::new() };
-        let p = Products::of(self.opts.ordered, false);
+        let p = Numerics::of(self.opts.ordered, false);
         let Some(entry) = self.model.acts_entry(p, gate, 1).filter(|_| self.model.acts_entry(p, up, 1).is_some())
         else {
             return Vec::new();

@@ -92,6 +92,9 @@ pub enum EngineError {
     Unsupported(String),
     #[error("session of one model family passed to the other")]
     SessionMismatch,
+    /// A device asked of a build without the GPU backends (the executor's stub says so).
+    #[error("{what} needs a build with GPU support (cargo build --features gpu)")]
+    NoGpuSupport { what: String },
     /// A GPU backend failure (device, kernel launch, upload), with what was being done.
     #[error("GPU: {0}")]
     Gpu(String),

@@ -20,6 +20,7 @@ pub mod gemma3;
 pub mod hparams;
 mod kv_type;
 pub mod llama;
+pub mod loaded;
 pub mod mat;
 pub mod op_profile;
 pub mod qwen2;

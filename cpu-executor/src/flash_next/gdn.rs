@@ -2,7 +2,7 @@
 //! `model::qwen4exp::gdn`): projections, the causal conv, the delta rule per value head on the
 //! thread team (recurrent, or chunked for prefill) and the gated norm.
 
-use super::linear::{Numerics, rms_norm};
+use super::linear::{Numerics, NumericsCpu, rms_norm};
 use model::qwen4exp::{Gdn, GdnMode, GdnState};
 
 /// Per-token inputs of the delta rule for one value head.

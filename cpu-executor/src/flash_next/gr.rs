@@ -1,7 +1,7 @@
 //! The hyper-connection read (mix) and write (combine) on the CPU (described in
 //! `model::qwen4exp::gr`).
 
-use super::linear::{Numerics, rms_norm};
+use super::linear::{Numerics, NumericsCpu, rms_norm};
 use model::qwen4exp::HyperConn;
 
 /// The CPU executor's methods on [`HyperConn`] (a type of the `model` crate, which knows no backend).

@@ -46,49 +46,38 @@ pub fn rope_head(head: &mut [f32], cs: &[(f32, f32)]) {
 /// exp / sigmoid / SiLU / softplus `quant::fmath`'s (what the device kernels call), the MoE
 /// softmax in `moe_router`'s order and the expert outputs added in rank order (`moe_combine`).
 /// The sums between them are already in the device kernels' order in both modes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Numerics {
-    #[default]
-    Llama,
-    Ordered,
+/// (`Numerics::Tiles` is a prompt-product choice of the shared decoder: here as `Llama`.)
+pub use model::loaded::Numerics;
+
+/// The CPU's element-wise functions and products in a [`Numerics`] mode.
+pub trait NumericsCpu: Copy {
+    fn exp(self, x: f32) -> f32;
+    fn sigmoid(self, x: f32) -> f32;
+    fn silu(self, x: f32) -> f32;
+    fn softplus(self, x: f32) -> f32;
+    /// `y[n][rows] = x[n][cols] Wᵀ`: [`MatCpu::matmul`], or the reference order.
+    fn matmul(self, w: &Mat, x: &[f32], n: usize, y: &mut [f32]);
 }
 
-impl Numerics {
-    pub fn of(ordered: bool) -> Numerics {
-        if ordered { Numerics::Ordered } else { Numerics::Llama }
+impl NumericsCpu for Numerics {
+    fn exp(self, x: f32) -> f32 {
+        if self == Numerics::Ordered { quant::fmath::expf(x) } else { x.exp() }
     }
 
-    pub fn exp(self, x: f32) -> f32 {
-        match self {
-            Numerics::Llama => x.exp(),
-            Numerics::Ordered => quant::fmath::expf(x),
-        }
+    fn sigmoid(self, x: f32) -> f32 {
+        if self == Numerics::Ordered { quant::fmath::sigmoid(x) } else { sigmoid(x) }
     }
 
-    pub fn sigmoid(self, x: f32) -> f32 {
-        match self {
-            Numerics::Llama => sigmoid(x),
-            Numerics::Ordered => quant::fmath::sigmoid(x),
-        }
+    fn silu(self, x: f32) -> f32 {
+        if self == Numerics::Ordered { quant::fmath::silu(x) } else { silu(x) }
     }
 
-    pub fn silu(self, x: f32) -> f32 {
-        match self {
-            Numerics::Llama => silu(x),
-            Numerics::Ordered => quant::fmath::silu(x),
-        }
+    fn softplus(self, x: f32) -> f32 {
+        if self == Numerics::Ordered { quant::fmath::softplus(x) } else { softplus(x) }
     }
 
-    pub fn softplus(self, x: f32) -> f32 {
-        match self {
-            Numerics::Llama => softplus(x),
-            Numerics::Ordered => quant::fmath::softplus(x),
-        }
-    }
-
-    /// `y[n][rows] = x[n][cols] Wᵀ`: [`MatCpu::matmul`], or the reference order.
-    pub fn matmul(self, w: &Mat, x: &[f32], n: usize, y: &mut [f32]) {
-        if self == Numerics::Llama {
+    fn matmul(self, w: &Mat, x: &[f32], n: usize, y: &mut [f32]) {
+        if self != Numerics::Ordered {
             return w.matmul(x, n, y);
         }
         let (x, y) = (&x[..n * w.cols], &mut y[..n * w.rows]);

@@ -14,7 +14,7 @@ mod qsa;
 
 pub use gdn::GdnCpu;
 pub use gr::HyperConnCpu;
-pub use linear::{MatCpu, Numerics};
+pub use linear::{MatCpu, Numerics, NumericsCpu};
 pub use moe::{MoeCpu, SwiGluCpu};
 pub use mtp::MtpCpu;
 pub use ple::{PleBlock, PleCpu};

@@ -1,7 +1,7 @@
 //! Flash-Next's MoE FFN on the CPU (described in `model::qwen4exp::moe`): routing, the routed
 //! SwiGLU experts and the sigmoid-gated shared expert.
 
-use super::linear::{MatCpu, Numerics};
+use super::linear::{MatCpu, Numerics, NumericsCpu};
 use model::qwen4exp::moe::MIN_WEIGHT_SUM;
 use model::qwen4exp::{Moe, SwiGlu};
 

@@ -2,7 +2,7 @@
 //! layer's CPU arithmetic in the sibling modules (GDN, QSA, GR, MoE, PLE), which match
 //! llama.cpp on the public fixtures.
 
-use super::linear::Numerics;
+use super::linear::{Numerics, NumericsCpu};
 use crate::prelude::*;
 use model::error::EngineError;
 use model::qwen4exp::GdnMode;
@@ -52,7 +52,7 @@ impl<'a> CpuFlashChunk<'a> {
 
     /// The float order of this model's CPU run ([`Qwen4Exp::ordered`]).
     fn num(&self) -> Numerics {
-        Numerics::of(self.m.ordered)
+        Numerics::of(self.m.ordered, false)
     }
 
     fn hc(&self, layer: usize, site: Site) -> &'a model::qwen4exp::HyperConn {
@@ -110,7 +110,7 @@ impl FlashNextOps for CpuFlashChunk<'_> {
         };
         let want = self.trace.is_some() && a.indexer.is_some();
         let sel = a.forward_with(
-            Numerics::of(self.m.ordered),
+            Numerics::of(self.m.ordered, false),
             &self.x,
             self.toks.len(),
             self.st.pos,

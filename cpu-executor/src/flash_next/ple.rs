@@ -1,6 +1,6 @@
 //! The PLE n-gram block on the CPU (described in `model::qwen4exp::ple`).
 
-use super::linear::{Numerics, rms_norm};
+use super::linear::{Numerics, NumericsCpu, rms_norm};
 use model::qwen4exp::{Ple, PleState};
 
 /// The CPU executor's methods on [`Ple`] (a type of the `model` crate, which knows no backend).

@@ -2,7 +2,7 @@
 //! llama.cpp, are described in `model::qwen4exp::qsa`): projections, norms and rope, the block
 //! indexer's cell selection ([`heap_select`]), softmax attention over the kept cells.
 
-use super::linear::{Numerics, rms_norm, rope_angles, rope_head, round_f16};
+use super::linear::{Numerics, NumericsCpu, rms_norm, rope_angles, rope_head, round_f16};
 use model::qwen4exp::qsa::TAIL_BIAS;
 use model::qwen4exp::{Indexer, Qsa, QsaCache};
 

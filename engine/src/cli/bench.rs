@@ -108,16 +108,7 @@ pub struct CpuPart {
     pub share: f64,
 }
 
-/// One part of the forward pass in `gpu_decode_profile` (values per decoded token).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct GpuPart {
-    pub part: String,
-    /// Kernel launches per token (copies between buffers are not launches).
-    pub launches: f64,
-    pub instructions: f64,
-    pub global_bytes: f64,
-    pub ideal_bytes: f64,
-}
+pub use gpu_executor::tools::GpuPart;
 
 /// `strata bench --spec N` results.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -146,21 +137,8 @@ pub enum BenchTarget {
 
 /// `strata bench kernels`.
 pub fn run_kernels(a: &BenchArgs) -> Result<()> {
-    #[cfg(feature = "gpu")]
-    print!("{}", gpu_executor::bench_kernels(a.quick));
-    #[cfg(not(feature = "gpu"))]
-    {
-        let _ = a;
-        bail!(
-            "this strata was built without the gfx11 kernels: rebuild with `cargo build --release --features gpu` (./setup.sh --backend hip)"
-        );
-    }
-    #[cfg(feature = "gpu")]
-    {
-        let ops = emulator::bench_lane_ops_per_sec();
-        println!("software device speed: {:.0} million lane-operations/s on one core (target >= 50)", ops / 1e6);
-        Ok(())
-    }
+    print!("{}", gpu_executor::tools::kernel_bench_report(a.quick)?);
+    Ok(())
 }
 
 fn min_median(v: &[f64]) -> (f64, f64) {
@@ -191,13 +169,13 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         prompt[0] = b;
     }
     let cap = (a.pp).max(a.tg + 8);
-    let mut sess = e.model.new_session_with(e.opts.kv, cap, e.opts.prefill, e.opts.products())?;
+    let mut sess = e.new_session_with_capacity(cap)?;
     let mut logits = Vec::new();
     let mut pp_tok_s = Vec::new();
     for rep in 0..=a.reps {
         sess.reset();
         let t = Instant::now();
-        e.model.eval(&mut sess, &prompt, Logits::Last, &mut logits)?;
+        e.eval(&mut *sess, &prompt, Logits::Last, &mut logits)?;
         let dt = t.elapsed().as_secs_f64();
         if rep > 0 {
             pp_tok_s.push(a.pp as f64 / dt);
@@ -206,11 +184,11 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     let mut tg_tok_s = Vec::new();
     for rep in 0..=a.reps {
         sess.reset();
-        e.model.eval(&mut sess, &prompt[..prompt.len().min(8)], Logits::Last, &mut logits)?;
+        e.eval(&mut *sess, &prompt[..prompt.len().min(8)], Logits::Last, &mut logits)?;
         let t = Instant::now();
         for _ in 0..a.tg {
             let next = argmax(&logits);
-            e.model.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
+            e.eval(&mut *sess, &[next], Logits::Last, &mut logits)?;
         }
         let dt = t.elapsed().as_secs_f64();
         if rep > 0 {
@@ -242,19 +220,28 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     };
     let (pp_min, pp_median) = min_median(&pp_tok_s);
     let (tg_min, tg_median) = min_median(&tg_tok_s);
-    let (gpu_prompt_profile, gpu_decode_profile) = match gpu_profile(e, &prompt, a.tg.min(8))? {
+    let on_emu = e.opts.device == gpu_executor::Device::Emu && e.gpu.is_some();
+    let profile = if on_emu {
+        let cfg = e.session_config(prompt.len() + a.tg.min(8) + 1);
+        gpu_executor::tools::device_profile(&*e.model, &cfg, &prompt, a.tg.min(8))?
+    } else {
+        None
+    };
+    let (gpu_prompt_profile, gpu_decode_profile) = match profile {
         Some((p, d)) => (Some(p), Some(d)),
         None => (None, None),
     };
-    let (cpu_prompt_profile, cpu_decode_profile) = match &e.model {
-        crate::engine::AnyModel::Std(m) if a.profile => {
+    // The CPU's own profile and roofline: the shared decoder on the CPU.
+    let on_cpu = e.model.as_any().downcast_ref::<cpu_executor::CpuDecoder>().map(|c| &c.0);
+    let (cpu_prompt_profile, cpu_decode_profile) = match on_cpu {
+        Some(m) if a.profile => {
             let (p, d) = cpu_profile(m, e, &prompt, a.tg)?;
             (Some(p), Some(d))
         }
         _ => (None, None),
     };
-    let roofline = match &e.model {
-        crate::engine::AnyModel::Std(m) if a.roofline => {
+    let roofline = match on_cpu {
+        Some(m) if a.roofline => {
             let kv_bytes = e.opts.kv.bytes_per_value();
             let bytes = m.decode_bytes(8 + a.tg / 2, kv_bytes);
             let bw = read_bandwidth_gb_s();
@@ -360,82 +347,6 @@ fn parts(p: &model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
     let between = per(p.unaccounted());
     v.push(CpuPart { op: "(between ops)".into(), calls_per_token: 0.0, ms_per_token: between, share: between / total });
     v
-}
-
-/// The device counters (software device only) of one pass over `prompt` (per prompt token:
-/// windows or prompt chunks, as the engine runs it) and of `steps` decode steps after its
-/// first 8 tokens (per decoded token).
-#[cfg(feature = "gpu")]
-fn gpu_profile(e: &Engine, prompt: &[u32], steps: usize) -> Result<Option<(Vec<GpuPart>, Vec<GpuPart>)>> {
-    use crate::engine::AnyModel;
-    use gpu_executor::device::Device;
-    let head = &prompt[..prompt.len().min(8)];
-    let ctx = prompt.len() + steps + 1;
-    let (pp, tg) = match &e.model {
-        AnyModel::Gpu(m) if m.api().info().backend == Device::Emu => {
-            let mut logits = Vec::new();
-            let mut sess = m.new_session(e.opts.kv, ctx, e.opts.prefill)?;
-            sess.profile = Some(Default::default());
-            m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
-            let pp = sess.profile.take().expect("set above");
-            let mut sess = m.new_session(e.opts.kv, ctx, e.opts.prefill)?;
-            m.eval(&mut sess, head, Logits::Last, &mut logits)?;
-            sess.profile = Some(Default::default());
-            for _ in 0..steps {
-                let next = argmax(&logits);
-                m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
-            }
-            (pp, sess.profile.take().expect("set above"))
-        }
-        AnyModel::FlashGpu(m) if m.api().info().backend == Device::Emu => {
-            let mut logits = Vec::new();
-            let mut sess = m.new_session_chunked(e.opts.kv, ctx, e.opts.prefill)?;
-            sess.profile = Some(Default::default());
-            m.eval(&mut sess, prompt, Logits::Last, &mut logits)?;
-            let pp = sess.profile.take().expect("set above");
-            let mut sess = m.new_session_chunked(e.opts.kv, ctx, e.opts.prefill)?;
-            m.eval(&mut sess, head, Logits::Last, &mut logits)?;
-            sess.profile = Some(Default::default());
-            for _ in 0..steps {
-                let next = argmax(&logits);
-                m.eval(&mut sess, &[next], Logits::Last, &mut logits)?;
-            }
-            (pp, sess.profile.take().expect("set above"))
-        }
-        _ => return Ok(None),
-    };
-    Ok(Some((gpu_parts(&pp), gpu_parts(&tg))))
-}
-
-/// Per-token rows of a device profile, then their total.
-#[cfg(feature = "gpu")]
-fn gpu_parts(p: &gpu_executor::model::Profile) -> Vec<GpuPart> {
-    let per = |x: u64| x as f64 / p.tokens.max(1) as f64;
-    let mut parts: Vec<GpuPart> = p
-        .parts
-        .iter()
-        .map(|(k, v)| GpuPart {
-            part: k.to_string(),
-            launches: per(v.launches),
-            instructions: per(v.instructions),
-            global_bytes: per(v.global_bytes),
-            ideal_bytes: per(v.ideal_bytes),
-        })
-        .collect();
-    let total = |f: fn(&GpuPart) -> f64, parts: &[GpuPart]| parts.iter().map(f).sum::<f64>();
-    parts.push(GpuPart {
-        part: "total".into(),
-        launches: total(|p| p.launches, &parts),
-        instructions: total(|p| p.instructions, &parts),
-        global_bytes: total(|p| p.global_bytes, &parts),
-        ideal_bytes: total(|p| p.ideal_bytes, &parts),
-    });
-    parts
-}
-
-#[cfg(not(feature = "gpu"))]
-fn gpu_profile(_: &Engine, _: &[u32], _: usize) -> Result<Option<(Vec<GpuPart>, Vec<GpuPart>)>> {
-    Ok(None)
 }
 
 fn argmax(x: &[f32]) -> u32 {

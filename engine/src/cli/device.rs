@@ -310,16 +310,8 @@ pub fn render(l: &Listing) -> String {
 
 pub fn run(common: &Common, args: &DeviceArgs) -> Result<()> {
     if args.selftest {
-        #[cfg(not(feature = "gpu"))]
-        {
-            let _ = common;
-            bail!("--selftest runs the GPU kernels: rebuild with --features gpu");
-        }
-        #[cfg(feature = "gpu")]
-        {
-            // gpu-executor/src/selftest.rs: the kernel suite and its JSON report.
-            return gpu_executor::selftest::run_cli(common.run.device, args.gpu, args.report.clone());
-        }
+        // gpu-executor/src/selftest.rs: the kernel suite and its JSON report.
+        return gpu_executor::tools::selftest(common.run.device, args.gpu, args.report.clone());
     }
     let l = probe(args.gpu);
     if args.json {

@@ -8,9 +8,9 @@ use anyhow::{Result, bail};
 use clap::Args;
 
 use crate::EngineError;
-use crate::engine::{AnyModel, AnySession, Engine, TextStream};
+use crate::engine::{Description, Engine, TextStream};
 use crate::sampler::Sampler;
-use crate::spec::{MtpDrafter, MtpDrafterStats, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+use crate::spec::{MtpDrafter, MtpDrafterStats, MtpHead, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
 use model::qwen4exp::Mtp;
 
 #[derive(Args, Debug, Clone)]
@@ -76,7 +76,7 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
     let t0 = Instant::now();
     let mut t_first: Option<Instant> = None;
     let mut io_err = None;
-    let (ids, stop) = e.generate(&mut sess, &prompt, a.n_predict, &mut sampler, |t| {
+    let (ids, stop) = e.generate(&mut *sess, &prompt, a.n_predict, &mut sampler, |t| {
         t_first.get_or_insert_with(Instant::now);
         let piece = stream.push(&e.tokenizer.token_to_bytes(t));
         match out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
@@ -172,13 +172,10 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: 
 }
 
 /// `--spec N --mtp PATH`: greedy speculative generation of `n` tokens after `prompt` on a fresh
-/// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts).
+/// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts; on a
+/// device the head runs there too, its cache sized like the engine's context and typed `--kv`).
 pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
-    #[cfg(feature = "gpu")]
-    if let AnyModel::FlashGpu(g) = &e.model {
-        return mtp_generate_on_device(e, g, prompt, n, sc, path);
-    }
-    let AnyModel::Flash(m) = &e.model else {
+    let Description::FlashNext(m) = e.model.description() else {
         bail!(
             "--mtp {}: MTP heads are read for Flash-Next (qwen4exp) models only; this model is {:?} (drop --mtp to use the suffix drafter)",
             path.display(),
@@ -190,36 +187,21 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
     }
     let head = Mtp::open(m, path)?;
-    let mut d = MtpDrafter::new(m, &head, e.opts.kv, sc.min_p);
-    let mut st = m.new_state(e.opts.kv);
-    let t0 = Instant::now();
-    let (ids, stats) = generate_greedy_spec(&**m, &mut st, prompt, n, &mut d, sc)?;
-    Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
+    #[cfg(feature = "gpu")]
+    if let Some(g) = e.model.as_any().downcast_ref::<gpu_executor::flash_next::GpuFlashNext>() {
+        use gpu_executor::flash_next::{GpuMtp, GpuMtpHead};
+        let head = GpuMtp::new(g, head)?;
+        let d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, sc.min_p);
+        return run_mtp(e, prompt, n, sc, d);
+    }
+    run_mtp(e, prompt, n, sc, MtpDrafter::new(m, &head, e.opts.kv, sc.min_p))
 }
 
-/// [`mtp_generate`] on the device: the trunk and the head both run there (the head's cache
-/// sized like the engine's context, its type the engine's `--kv`).
-#[cfg(feature = "gpu")]
-fn mtp_generate_on_device(
-    e: &Engine,
-    g: &gpu_executor::flash_next::GpuFlashNext,
-    prompt: &[u32],
-    n: usize,
-    sc: SpecConfig,
-    path: &Path,
-) -> Result<SpecRun> {
-    use gpu_executor::flash_next::{GpuMtp, GpuMtpHead};
-    let needed = prompt.len() + n.saturating_sub(1);
-    if needed > e.context_size() {
-        return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
-    }
-    let head = GpuMtp::new(g, Mtp::open(&g.m, path)?)?;
-    let mut d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, sc.min_p);
-    let AnySession::FlashGpu(mut st) = e.new_session()? else {
-        bail!("internal error: a session of another model family");
-    };
+/// The speculative loop of [`mtp_generate`] with its drafter, on the engine's own session.
+fn run_mtp<H: MtpHead>(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mut d: MtpDrafter<H>) -> Result<SpecRun> {
+    let mut sess = e.new_session()?;
     let t0 = Instant::now();
-    let (ids, stats) = generate_greedy_spec(g, &mut *st, prompt, n, &mut d, sc)?;
+    let (ids, stats) = generate_greedy_spec(&*e.model, &mut sess, prompt, n, &mut d, sc)?;
     Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
 }
 
@@ -232,21 +214,9 @@ fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Resu
     }
     let mut drafter = SuffixDrafter::default();
     // The engine's own session, so every run option (--kv, --prefill, --ordered) applies.
-    let sess = e.new_session()?;
+    let mut sess = e.new_session()?;
     let t0 = Instant::now();
-    let (ids, stats) = match (&e.model, sess) {
-        (AnyModel::Std(m), AnySession::Std(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
-        (AnyModel::Flash(m), AnySession::Flash(mut s)) => {
-            generate_greedy_spec(&**m, &mut s.st, prompt, n, &mut drafter, sc)?
-        }
-        #[cfg(feature = "gpu")]
-        (AnyModel::Gpu(m), AnySession::Gpu(mut s)) => generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?,
-        #[cfg(feature = "gpu")]
-        (AnyModel::FlashGpu(m), AnySession::FlashGpu(mut s)) => {
-            generate_greedy_spec(&**m, &mut *s, prompt, n, &mut drafter, sc)?
-        }
-        _ => bail!("internal error: a session of another model family"),
-    };
+    let (ids, stats) = generate_greedy_spec(&*e.model, &mut sess, prompt, n, &mut drafter, sc)?;
     Ok((ids, stats, t0.elapsed().as_secs_f64()))
 }
 

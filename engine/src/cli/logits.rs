@@ -35,7 +35,7 @@ pub fn run(e: &Engine, a: &LogitsArgs) -> Result<()> {
     }
     let mut sess = e.new_session()?;
     let mut logits = Vec::new();
-    e.model.eval(&mut sess, &ids, Logits::All, &mut logits)?;
+    e.eval(&mut *sess, &ids, Logits::All, &mut logits)?;
     crate::npy::write_f32(&a.out, &[ids.len(), e.model.n_vocab()], &logits)
         .with_context(|| format!("writing {}", a.out.display()))?;
     eprintln!("wrote [{}, {}] logits to {}", ids.len(), e.model.n_vocab(), a.out.display());

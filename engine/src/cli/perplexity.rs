@@ -44,7 +44,7 @@ pub fn perplexity(e: &Engine, text: &str, ctx: usize, max_windows: usize) -> Res
     if ids.len() < 2 {
         bail!("text has fewer than 2 tokens");
     }
-    let mut sess = e.model.new_session_with(e.opts.kv, ctx, e.opts.prefill, e.opts.products())?;
+    let mut sess = e.new_session_with_capacity(ctx)?;
     let mut logits = Vec::new();
     let mut window = Vec::with_capacity(ctx);
     let (mut nll, mut n_scored, mut n_windows) = (0f64, 0usize, 0usize);
@@ -61,7 +61,7 @@ pub fn perplexity(e: &Engine, text: &str, ctx: usize, max_windows: usize) -> Res
             continue;
         }
         sess.reset();
-        e.model.eval(&mut sess, &window, Logits::All, &mut logits)?;
+        e.eval(&mut *sess, &window, Logits::All, &mut logits)?;
         for i in 0..window.len() - 1 {
             let row = &logits[i * nv..(i + 1) * nv];
             let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;

@@ -8,7 +8,6 @@ use anyhow::{Context, Result};
 use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
 
 use crate::EngineError;
-use crate::engine::AnySession;
 use crate::engine::Engine;
 use crate::sampler::{Sampler, SamplerConfig};
 use model::Logits;
@@ -16,7 +15,7 @@ use model::Logits;
 /// The engine behind the token protocol: one sequence at a time, the session reused.
 pub struct ServeEngine<'e> {
     e: &'e Engine,
-    sess: AnySession,
+    sess: Box<dyn crate::engine::Session>,
     logits: Vec<f32>,
     /// Expert-cache (hits, lookups) when the running request started.
     cache_at_start: Option<experts::counters::CacheStats>,
@@ -64,7 +63,7 @@ impl TokenEngine for ServeEngine<'_> {
             "mmap_experts": o.mmap_experts,
             "threads": rayon::current_num_threads(),
             // The device's options as the model runs with them (null on the CPU).
-            "gpu": m.gpu_options(),
+            "gpu": self.e.gpu,
             "model_path": self.e.path,
         });
         ModelInfo {
@@ -79,13 +78,13 @@ impl TokenEngine for ServeEngine<'_> {
 
     fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
         self.cache_at_start = self.e.model.expert_cache_stats();
-        let (m, sess) = (&self.e.model, &mut self.sess);
+        let (e, sess) = (self.e, &mut *self.sess);
         sess.reset();
         if req.tokens.len() > sess.capacity() {
             return Err(EngineError::ContextFull { needed: req.tokens.len(), capacity: sess.capacity() }.to_string());
         }
         let mut sampler = Sampler::new(sampler_config(&req.sampling));
-        m.eval(sess, &req.tokens, Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
+        e.eval(sess, &req.tokens, Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
         for &t in &req.tokens {
             sampler.accept(t);
         }
@@ -98,7 +97,7 @@ impl TokenEngine for ServeEngine<'_> {
             if sess.n_past() >= sess.capacity() {
                 return Ok(FinishReason::Length);
             }
-            m.eval(sess, &[t], Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
+            e.eval(sess, &[t], Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
         }
     }
 

@@ -17,7 +17,7 @@
 //! ```
 //! Rollback goes through [`VerifyModel::checkpoint`] / [`VerifyModel::rollback`]: a model with
 //! only a KV cache truncates it (no recomputation); a recurrent model (qwen4exp: GDN and PLE
-//! state) restores its checkpoint and re-runs the accepted prefix (see [`qwen4exp`]).
+//! state) restores its checkpoint and re-runs the accepted prefix (see [`loaded`]).
 //!
 //! Drafters here: [`SuffixDrafter`] (prompt lookup, no weights) and [`MtpDrafter`] (the
 //! qwen4exp model's own multi-token-prediction head). A drafter that needs the target's hidden
@@ -26,9 +26,8 @@
 //! state ([`Drafter::observe`]): the prompt, each single step, and of a verify window only the
 //! accepted part (whose hidden states the verify pass computed over the accepted history).
 
+mod loaded;
 mod mtp;
-mod qwen4exp;
-mod standard;
 mod suffix;
 
 pub use mtp::{CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead};
@@ -147,7 +146,7 @@ pub fn argmax(row: &[f32]) -> u32 {
 /// Greedy generation of `n_gen` tokens after `prompt` with speculation. Output and final
 /// state equal plain greedy decoding (prompt in one call, then one token per call): `st` has
 /// consumed the prompt and all generated tokens but the last.
-pub fn generate_greedy_spec<M: VerifyModel, D: Drafter + ?Sized>(
+pub fn generate_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
     model: &M,
     st: &mut M::State,
     prompt: &[u32],

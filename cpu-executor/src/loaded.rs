@@ -1,0 +1,197 @@
+//! Both model families on the CPU, behind the engine's one interface (`model::loaded`).
+
+use std::any::Any;
+
+use model::error::{EngineError, Result};
+use model::loaded::{Description, HostWeights, LoadedModel, Numerics, Session as SessionTrait, SessionConfig};
+use model::loaded::{HostModel, downcast_session};
+use model::qwen4exp::{self as q4, Qwen4Exp};
+use model::{Logits, Mat, Model};
+
+use crate::flash_next::Qwen4ExpCpu;
+use crate::{ModelCpu, Session};
+
+/// A model description on the CPU.
+pub fn on_cpu(m: HostModel) -> Box<dyn LoadedModel> {
+    match m {
+        HostModel::Decoder(m) => Box::new(CpuDecoder(*m)),
+        HostModel::FlashNext(m) => Box::new(CpuFlashNext(*m)),
+    }
+}
+
+/// The shared decoder on the CPU.
+pub struct CpuDecoder(pub Model);
+
+/// Flash-Next on the CPU.
+pub struct CpuFlashNext(pub Qwen4Exp);
+
+/// A Flash-Next sequence on the CPU: its state plus the capacity the engine enforces.
+pub struct FlashSession {
+    pub st: q4::SeqState,
+    pub capacity: usize,
+    /// The empty state, for [`SessionTrait::reset`].
+    fresh: q4::SeqState,
+}
+
+impl SessionTrait for Session {
+    fn n_past(&self) -> usize {
+        self.n_past
+    }
+    fn capacity(&self) -> usize {
+        Session::capacity(self)
+    }
+    fn reset(&mut self) {
+        Session::reset(self)
+    }
+    fn trace_chunk(&self) -> Option<usize> {
+        Some(self.prefill_chunk.max(1))
+    }
+    fn set_trace(&mut self, trace: Option<Vec<Vec<f32>>>) -> Option<Vec<Vec<f32>>> {
+        std::mem::replace(&mut self.trace, trace)
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl SessionTrait for FlashSession {
+    fn n_past(&self) -> usize {
+        self.st.pos
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn reset(&mut self) {
+        self.st = self.fresh.clone();
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl LoadedModel for CpuDecoder {
+    fn description(&self) -> Description<'_> {
+        Description::Decoder(&self.0)
+    }
+    fn backend(&self) -> String {
+        "cpu".into()
+    }
+    fn kv_in_host_memory(&self) -> bool {
+        true
+    }
+
+    fn new_session(&self, cfg: &SessionConfig) -> Result<Box<dyn SessionTrait>> {
+        let mut s = self.0.try_new_session(cfg.kv, cfg.max_ctx, cfg.prefill_chunk)?;
+        let ordered = cfg.numerics == Numerics::Ordered;
+        s.ordered_attention = ordered;
+        s.ordered = ordered;
+        s.tiles = cfg.numerics == Numerics::Tiles;
+        Ok(Box::new(s))
+    }
+
+    fn eval(&self, s: &mut dyn SessionTrait, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        self.0.eval(downcast_session::<Session>(s)?, tokens, want, out)
+    }
+
+    fn rollback(&self, s: &mut dyn SessionTrait, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize> {
+        // Positions cp..cp+keep.len() hold exactly the kept tokens' K/V (the verify window
+        // wrote them in order); later cells are rejected drafts and become free.
+        let s = downcast_session::<Session>(s)?;
+        s.n_past = checkpoint_position(cp)? + keep.len();
+        Ok(0)
+    }
+
+    fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
+        self.0.host_matrices(which)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The position a KV-only checkpoint (`LoadedModel::checkpoint`'s default) holds.
+pub fn checkpoint_position(cp: Box<dyn Any>) -> Result<usize> {
+    cp.downcast::<usize>().map(|p| *p).map_err(|_| EngineError::SessionMismatch)
+}
+
+impl LoadedModel for CpuFlashNext {
+    fn description(&self) -> Description<'_> {
+        Description::FlashNext(&self.0)
+    }
+    fn backend(&self) -> String {
+        "cpu".into()
+    }
+    fn kv_in_host_memory(&self) -> bool {
+        true
+    }
+
+    /// Flash-Next caches are f16 (the engine checks `--kv` at load); its forward pass takes
+    /// the whole window at once and its numerics from the model (`Qwen4Exp::ordered`).
+    fn new_session(&self, cfg: &SessionConfig) -> Result<Box<dyn SessionTrait>> {
+        let st = self.0.new_state(cfg.kv);
+        Ok(Box::new(FlashSession { fresh: st.clone(), st, capacity: cfg.max_ctx }))
+    }
+
+    fn eval(&self, s: &mut dyn SessionTrait, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        let f = downcast_session::<FlashSession>(s)?;
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        let needed = f.st.pos + tokens.len();
+        if needed > f.capacity {
+            return Err(EngineError::ContextFull { needed, capacity: f.capacity });
+        }
+        let pos = f.st.pos;
+        let mut l = self.0.forward(&mut f.st, tokens, pos)?;
+        if want == Logits::Last {
+            let nv = self.0.n_vocab();
+            l.drain(..l.len() - nv);
+        }
+        *out = l;
+        Ok(())
+    }
+
+    fn eval_hidden(&self, s: &mut dyn SessionTrait, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>)> {
+        let f = downcast_session::<FlashSession>(s)?;
+        let pos = f.st.pos;
+        self.0.forward_hidden(&mut f.st, tokens, pos)
+    }
+
+    /// The GDN and PLE states cannot be truncated: the checkpoint copies them (fixed size, no
+    /// KV copy).
+    fn checkpoint(&self, s: &dyn SessionTrait) -> Box<dyn Any> {
+        match s.as_any().downcast_ref::<FlashSession>() {
+            Some(f) => Box::new(self.0.checkpoint(&f.st)),
+            None => Box::new(()),
+        }
+    }
+
+    /// Restores the checkpoint (the attention caches truncated to it) and re-runs the accepted
+    /// prefix in one call: one extra batched call of m + 1 tokens per window with a rejection,
+    /// and the forward pass untouched.
+    fn rollback(&self, s: &mut dyn SessionTrait, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize> {
+        let f = downcast_session::<FlashSession>(s)?;
+        let cp = cp.downcast::<q4::Checkpoint>().map_err(|_| EngineError::SessionMismatch)?;
+        self.0.restore(&mut f.st, *cp)?;
+        if !keep.is_empty() {
+            let pos = f.st.pos;
+            self.0.forward(&mut f.st, keep, pos)?;
+        }
+        Ok(keep.len())
+    }
+
+    fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
+        self.0.host_matrices(which)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,181 @@
+//! Both model families on a gfx11 device, behind the engine's one interface (`model::loaded`).
+
+use std::any::Any;
+
+use model::error::{EngineError, Result};
+use model::loaded::{Description, HostWeights, LoadedModel, Session, SessionConfig, downcast_session};
+use model::{Logits, Mat};
+
+use crate::flash_next::{GpuCheckpoint, GpuFlashNext, GpuFlashSession};
+use crate::model::{GpuModel, GpuSession};
+
+/// `hip (gfx1100, Radeon RX 7900 XTX)` / `emu (...)`, for messages.
+fn backend_of(api: &dyn crate::device::GpuApi) -> String {
+    let i = api.info();
+    format!("{:?} ({}, {})", i.backend, i.name, i.arch).to_lowercase()
+}
+
+impl Session for GpuSession {
+    fn n_past(&self) -> usize {
+        self.n_past
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    /// The cache rows are overwritten by the next evaluation.
+    fn reset(&mut self) {
+        self.n_past = 0;
+    }
+    fn trace_chunk(&self) -> Option<usize> {
+        Some(self.chunk.max(1))
+    }
+    fn set_trace(&mut self, trace: Option<Vec<Vec<f32>>>) -> Option<Vec<Vec<f32>>> {
+        std::mem::replace(&mut self.trace, trace)
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Session for GpuFlashSession {
+    fn n_past(&self) -> usize {
+        self.n_past
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    /// The recurrent and PLE state start over too: a Flash-Next device session resets by value.
+    fn reset(&mut self) {
+        GpuFlashSession::reset(self)
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The shared decoder on the device: a KV-only sequence, so a rollback truncates. A verify
+/// window of up to 9 tokens runs MMVQ (8 + 1 columns), whose columns are computed exactly as
+/// single-token steps, so speculative output equals plain greedy output on the device too.
+impl LoadedModel for GpuModel {
+    fn description(&self) -> Description<'_> {
+        Description::Decoder(&self.model)
+    }
+    fn backend(&self) -> String {
+        backend_of(&**self.api())
+    }
+    /// The software device's memory is the host's.
+    fn kv_in_host_memory(&self) -> bool {
+        self.api().info().backend == crate::Device::Emu
+    }
+
+    /// The numerics mode is the model's, fixed at load (`GpuOptions::ordered`).
+    fn new_session(&self, cfg: &SessionConfig) -> Result<Box<dyn Session>> {
+        Ok(Box::new(GpuModel::new_session(self, cfg.kv, cfg.max_ctx, cfg.prefill_chunk)?))
+    }
+
+    fn eval(&self, s: &mut dyn Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        GpuModel::eval(self, downcast_session::<GpuSession>(s)?, tokens, want, out)
+    }
+
+    fn rollback(&self, s: &mut dyn Session, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize> {
+        let s = downcast_session::<GpuSession>(s)?;
+        s.n_past = cpu_executor::loaded::checkpoint_position(cp)? + keep.len();
+        Ok(0)
+    }
+
+    fn expert_cache_stats(&self) -> Option<experts::counters::CacheStats> {
+        GpuModel::expert_cache_stats(self)
+    }
+    fn save_expert_profile(&self, path: &std::path::Path) -> Result<bool> {
+        if GpuModel::expert_cache_stats(self).is_none() {
+            return Ok(false);
+        }
+        GpuModel::save_expert_profile(self, path).map(|()| true)
+    }
+    /// The host copies an expert cache's misses read (the weights themselves are in VRAM).
+    fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
+        if which == HostWeights::Experts && GpuModel::expert_cache_stats(self).is_some() {
+            self.model.host_matrices(which)
+        } else {
+            Vec::new()
+        }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Flash-Next on the device: the checkpoint copies the GDN and PLE states to the session's
+/// snapshot buffers on the device, the rollback copies them back, moves the position back (the
+/// attention cells after it are overwritten by the next window) and re-runs the accepted
+/// prefix. The hidden states are the wide residuals read back with the logits (what the MTP
+/// head on the device, `flash_next::GpuMtp`, reads).
+impl LoadedModel for GpuFlashNext {
+    fn description(&self) -> Description<'_> {
+        Description::FlashNext(&self.m)
+    }
+    fn backend(&self) -> String {
+        backend_of(&**self.api())
+    }
+    fn kv_in_host_memory(&self) -> bool {
+        self.api().info().backend == crate::Device::Emu
+    }
+
+    fn new_session(&self, cfg: &SessionConfig) -> Result<Box<dyn Session>> {
+        Ok(Box::new(self.new_session_chunked(cfg.kv, cfg.max_ctx, cfg.prefill_chunk)?))
+    }
+
+    fn eval(&self, s: &mut dyn Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        GpuFlashNext::eval(self, downcast_session::<GpuFlashSession>(s)?, tokens, want, out)
+    }
+
+    fn eval_hidden(&self, s: &mut dyn Session, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (mut out, mut hidden) = (Vec::new(), Vec::new());
+        let s = downcast_session::<GpuFlashSession>(s)?;
+        GpuFlashNext::eval_hidden(self, s, tokens, Logits::All, &mut out, Some(&mut hidden))?;
+        Ok((out, hidden))
+    }
+
+    fn checkpoint(&self, s: &dyn Session) -> Box<dyn Any> {
+        match s.as_any().downcast_ref::<GpuFlashSession>() {
+            Some(s) => Box::new(GpuFlashNext::checkpoint(self, s)),
+            None => Box::new(()),
+        }
+    }
+
+    fn rollback(&self, s: &mut dyn Session, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize> {
+        let cp = cp.downcast::<GpuCheckpoint>().map_err(|_| EngineError::SessionMismatch)?;
+        GpuFlashNext::rollback(self, downcast_session::<GpuFlashSession>(s)?, *cp)?;
+        if !keep.is_empty() {
+            let mut out = Vec::new();
+            LoadedModel::eval(self, s, keep, Logits::All, &mut out)?;
+        }
+        Ok(keep.len())
+    }
+
+    fn expert_cache_stats(&self) -> Option<experts::counters::CacheStats> {
+        GpuFlashNext::expert_cache_stats(self)
+    }
+    fn save_expert_profile(&self, path: &std::path::Path) -> Result<bool> {
+        if GpuFlashNext::expert_cache_stats(self).is_none() {
+            return Ok(false);
+        }
+        GpuFlashNext::save_expert_profile(self, path).map(|()| true)
+    }
+    fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
+        if which == HostWeights::Experts && GpuFlashNext::expert_cache_stats(self).is_some() {
+            self.m.host_matrices(which)
+        } else {
+            Vec::new()
+        }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
