@@ -2,7 +2,8 @@
 //! logits; the cache counters add up; the table may come from an explicit `ple_gguf` file; a
 //! model without its table refuses to load unless told to skip; refused O_DIRECT falls back to
 //! buffered reads with a warning; a table file truncated after load is an error of the
-//! forward pass in every file-backed mode (not a SIGBUS through the mapping).
+//! forward pass in every file-backed mode (not a SIGBUS through the mapping); the loop the
+//! executor passes for a batch's file reads (serial or the CPU's team) changes nothing.
 //!
 //! The baseline is the default (mmap) load, whose logits the other tests compare with
 //! llama.cpp's; here only exact equality across modes is asserted.
@@ -11,8 +12,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use strata::EngineError;
+use strata::cpu::flash_next::team_for_each;
 use strata::cpu::prelude::*;
-use strata::model::qwen4exp::{KvType, PleIo, PleOptions, Qwen4Exp};
+use strata::model::qwen4exp::ple_io::serial;
+use strata::model::qwen4exp::{KvType, ParFor, PleIo, PleOptions, Qwen4Exp};
 
 use super::{load_refs, ref_dir};
 
@@ -109,6 +112,24 @@ fn ple_io_modes_and_cache_sizes_are_bit_identical() {
             }
         }
     }
+}
+
+/// A batch of rows read from the file (`Direct`, no cache) one at a time or on the CPU
+/// executor's loop: the same rows, the same counters.
+#[test]
+fn ple_rows_read_serially_or_in_parallel_are_identical() {
+    let path = ref_dir().join(Q8);
+    let read = |par: ParFor| {
+        let m = open(&path, PleIo::Direct, 0);
+        let p = m.ple.as_ref().unwrap();
+        let rows = p.row_ids(&load_refs("f32")[1].tokens, &mut p.new_state()).unwrap();
+        (p.read_rows(&rows, par).unwrap(), m.ple_stats().unwrap())
+    };
+    let (serial_rows, serial_stats) = read(serial);
+    let (team_rows, team_stats) = read(team_for_each);
+    assert!(serial_rows == team_rows, "rows differ");
+    assert_eq!(serial_stats, team_stats);
+    assert!(serial_stats.file_reads > 0);
 }
 
 /// The q8_0 split model rewritten as a trunk file without the table plus a separate table file.

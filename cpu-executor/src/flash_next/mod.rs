@@ -17,7 +17,7 @@ pub use gr::HyperConnCpu;
 pub use linear::{MatCpu, Numerics, NumericsCpu};
 pub use moe::{MoeCpu, SwiGluCpu};
 pub use mtp::MtpCpu;
-pub use ple::{PleBlock, PleCpu};
+pub use ple::{PleBlock, PleCpu, team_for_each};
 pub use qsa::{QsaCpu, QsaProjections, heap_select};
 
 use model::error::EngineError;

@@ -19,7 +19,7 @@ impl PleCpu for Ple {
     fn forward_with(&self, num: Numerics, r: &mut [f32], toks: &[u32], st: &mut PleState) -> Result<(), String> {
         let (hc, e, n) = (self.hc, self.n_embd, toks.len());
         let hce = hc * e;
-        let emb = self.gather(toks, st)?;
+        let emb = self.gather(toks, st, team_for_each)?;
         let mut key = vec![0f32; n * hce];
         num.matmul(&self.key, &emb, n, &mut key);
         let mut val = vec![0f32; n * e];
@@ -27,6 +27,13 @@ impl PleCpu for Ple {
         PleBlock::of(self).mix_with(num, &key, &val, r, n, &mut st.hist);
         Ok(())
     }
+}
+
+/// The PLE table's parallel row reads ([`model::qwen4exp::ParFor`]) as tasks of the forward
+/// pass's thread team (`cpu_kernels::team::for_each`, rayon's loop outside a team): `model`
+/// knows no backend, so the executors hand it this loop.
+pub fn team_for_each(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    cpu_kernels::team::for_each(n, f)
 }
 
 /// The PLE block after the row gather and the key / value projections (the device runs the

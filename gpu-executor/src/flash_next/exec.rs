@@ -11,7 +11,7 @@ use crate::expert_cache::{ExpertCache, Placement};
 use crate::linear::{DispatchBuffers, Linear};
 use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use crate::upload::{DevMat, MatKind, Tmp, f32_bytes};
-use cpu_executor::flash_next::SwiGluCpu;
+use cpu_executor::flash_next::{SwiGluCpu, team_for_each};
 use model::error::{EngineError, Result};
 use model::qwen4exp::moe::SwiGlu;
 use model::qwen4exp::program::{self, FlashNextOps, Site};
@@ -81,7 +81,7 @@ pub(super) fn expert_rows(
 fn gather_ple(g: &GpuFlashNext, s: &mut GpuFlashSession, toks: &[u32]) -> Result<Option<Vec<f32>>> {
     let (Some(p), Some(ps)) = (&g.m.ple, s.ple.as_mut()) else { return Ok(None) };
     let layer = p.params.layer;
-    p.gather(toks, &mut ps.prev).map(Some).map_err(|reason| EngineError::Ple { layer, reason })
+    p.gather(toks, &mut ps.prev, team_for_each).map(Some).map_err(|reason| EngineError::Ple { layer, reason })
 }
 
 /// How `get_rows` reads a token table stored as `t`.

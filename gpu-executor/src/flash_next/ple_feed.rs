@@ -9,6 +9,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream, handoff};
+use cpu_executor::flash_next::team_for_each;
 use model::error::{EngineError, Result};
 use model::qwen4exp::Ple;
 
@@ -48,7 +49,7 @@ impl PleFeed {
     ) -> Result<R> {
         let layer = ple.params.layer;
         let read = |cancel: &AtomicBool| {
-            let (bytes, result) = match ple.read_rows(rows) {
+            let (bytes, result) = match ple.read_rows(rows, team_for_each) {
                 Ok(emb) => (emb.iter().flat_map(|v| v.to_le_bytes()).collect(), Ok(())),
                 Err(reason) => (
                     vec![0u8; rows.len() / ple.params.n_heads().max(1) * ple.n_embd * 4],

@@ -45,7 +45,7 @@ pub use hparams::{HParams, LayerKind, PleParams};
 pub use moe::{Moe, SwiGlu};
 pub use mtp::{Mtp, MtpState};
 pub use ple::{Ple, PleState};
-pub use ple_io::{PleCacheStats, PleIo, PleOptions, PleTable, RowCache};
+pub use ple_io::{ParFor, PleCacheStats, PleIo, PleOptions, PleTable, RowCache};
 pub use qsa::{Indexer, Qsa, QsaCache};
 
 /// Element type of the attention K/V and indexer-key caches: the engine's one cache type. F16

@@ -18,7 +18,7 @@
 //! with a row cache).
 
 use super::hparams::PleParams;
-use super::ple_io::PleTable;
+use super::ple_io::{ParFor, PleTable};
 use crate::Mat;
 
 /// Weights of the PLE block.
@@ -87,12 +87,12 @@ impl Ple {
     }
 
     /// The table rows of `toks` (its n-gram contexts continue `st.prev`), `[n][E]` with the
-    /// heads contiguous, read as one batch (the file source reads them in parallel); advances
-    /// `st.prev`. Both backends start the block here (the device then runs the rest). An error
-    /// names a hashed row outside the table.
-    pub fn gather(&self, toks: &[u32], st: &mut PleState) -> Result<Vec<f32>, String> {
+    /// heads contiguous, read as one batch (the file source reads them in parallel through
+    /// `par`); advances `st.prev`. Both backends start the block here (the device then runs
+    /// the rest). An error names a hashed row outside the table.
+    pub fn gather(&self, toks: &[u32], st: &mut PleState, par: ParFor) -> Result<Vec<f32>, String> {
         let rows = self.row_ids(toks, st)?;
-        self.read_rows(&rows)
+        self.read_rows(&rows, par)
     }
 
     /// The first half of [`Ple::gather`]: the hashed table rows of `toks`, `[n][heads]`
@@ -120,15 +120,15 @@ impl Ple {
     }
 
     /// The second half of [`Ple::gather`]: reads `rows` (from [`Ple::row_ids`]) from the table
-    /// (row cache, SSD), `[n][E]` with the heads contiguous. Takes `&self` only, so a thread can
-    /// read while another runs the device.
-    pub fn read_rows(&self, rows: &[usize]) -> Result<Vec<f32>, String> {
+    /// (row cache, SSD; rows not cached read in parallel through `par`), `[n][E]` with the
+    /// heads contiguous. Takes `&self` only, so a thread can read while another runs the device.
+    pub fn read_rows(&self, rows: &[usize], par: ParFor) -> Result<Vec<f32>, String> {
         let p = &self.params;
         let (e, dp) = (self.n_embd, p.head_dim);
         let n = rows.len() / p.n_heads().max(1);
         let mut emb = vec![0f32; n * e];
         if p.n_heads() * dp == e {
-            self.table.get_rows(rows, &mut emb)?;
+            self.table.get_rows(rows, &mut emb, par)?;
         } else {
             for (k, &row) in rows.iter().enumerate() {
                 let (t, i) = (k / p.n_heads(), k % p.n_heads());

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use quant::GgmlType;
 
@@ -42,6 +42,17 @@ pub enum PleIo {
     Mmap,
     /// The whole table loaded into memory at start.
     Ram,
+}
+
+/// Runs `f(i)` for every `i < n`, possibly in parallel: how a batch of PLE rows not in the
+/// cache is read from a file ([`PleTable::get_rows`]). `model` knows no backend, so the
+/// executor passes its own loop (the CPU's: its thread team, `cpu_kernels::team::for_each`);
+/// [`serial`] reads one row at a time.
+pub type ParFor = fn(n: usize, f: &(dyn Fn(usize) + Sync));
+
+/// The [`ParFor`] that runs `f(0)`, `f(1)`, … in order on the calling thread.
+pub fn serial(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    (0..n).for_each(f)
 }
 
 /// PLE loading options (what `--ple-gguf`, `--ple-io`, `--ple-cache`, `--ple-skip` set).
@@ -431,9 +442,9 @@ impl PleTable {
 
     /// Rows `rows[k]` dequantized into `out[k·cols..]`. Same results and hit/miss/eviction
     /// counts as `get_row` per row in order; for a file source the rows that are not cached
-    /// at the start are first read once each, in parallel (an SSD needs queue depth, not one
-    /// read at a time).
-    pub fn get_rows(&self, rows: &[usize], out: &mut [f32]) -> Result<(), String> {
+    /// at the start are first read once each, in parallel through `par` (an SSD needs queue
+    /// depth, not one read at a time).
+    pub fn get_rows(&self, rows: &[usize], out: &mut [f32], par: ParFor) -> Result<(), String> {
         let c = self.cols;
         if let Some(&r) = rows.iter().find(|&&r| r >= self.rows) {
             return Err(format!("PLE row {r} outside the table of {} rows", self.rows));
@@ -449,7 +460,7 @@ impl PleTable {
         let mut want: Vec<u64> = rows.iter().map(|&r| r as u64).filter(|&r| !inner.cache.contains(r)).collect();
         want.sort_unstable();
         want.dedup();
-        let fetched = self.fetch_parallel(inner, path, *base, &want)?;
+        let fetched = self.fetch_parallel(inner, path, *base, &want, par)?;
         for (k, &r) in rows.iter().enumerate() {
             let dst = &mut out[k * c..(k + 1) * c];
             let row = r as u64;
@@ -499,14 +510,15 @@ impl PleTable {
         Ok(mat.row_data(r))
     }
 
-    /// Reads rows `want` (table indices) in parallel; an O_DIRECT EINVAL reopens the file
-    /// buffered (with a warning) and reads them all again.
+    /// Reads rows `want` (table indices) in parallel through `par`; an O_DIRECT EINVAL reopens
+    /// the file buffered (with a warning) and reads them all again.
     fn fetch_parallel(
         &self,
         inner: &mut Inner,
         path: &Path,
         base: u64,
         want: &[u64],
+        par: ParFor,
     ) -> Result<HashMap<u64, Vec<u8>>, String> {
         let rb = self.row_bytes;
         loop {
@@ -514,13 +526,13 @@ impl PleTable {
                 return Err(format!("{}: PLE table file not open", path.display()));
             };
             let direct = *direct;
-            // On the forward pass's thread team (rayon's threads are all in it then).
-            let mut res: Vec<Option<std::io::Result<_>>> = want.iter().map(|_| None).collect();
-            cpu_kernels::team::chunks_mut(&mut res, 1, |i, slot| {
+            // On the CPU executor, the forward pass's thread team (rayon's threads are all in it then).
+            let res: Vec<OnceLock<std::io::Result<_>>> = want.iter().map(|_| OnceLock::new()).collect();
+            par(want.len(), &|i| {
                 let r = want[i];
-                slot[0] = Some(read_row(file, direct, base + r * rb as u64, rb).map(|x| (r, x)));
+                let _ = res[i].set(read_row(file, direct, base + r * rb as u64, rb).map(|x| (r, x)));
             });
-            let res: Vec<_> = res.into_iter().flatten().collect();
+            let res: Vec<_> = res.into_iter().filter_map(OnceLock::into_inner).collect();
             if direct && res.iter().any(|x| matches!(x, Err(e) if e.raw_os_error() == Some(EINVAL))) {
                 self.warn(format!("{}: O_DIRECT read refused; PLE rows use buffered reads", path.display()));
                 let f = open_file(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
