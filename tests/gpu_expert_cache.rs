@@ -121,7 +121,7 @@ test_device!(
 
 /// Decisions served by the admission of their expert (the first use of each admitted expert
 /// within its layer's chunk): what is neither a hit nor a CPU expert.
-fn admitted_uses(s: &strata::gpu::expert_cache::CacheStats) -> u64 {
+fn admitted_uses(s: &strata::gpu::experts::cache::CacheStats) -> u64 {
     s.lookups - s.hits - s.cpu
 }
 

@@ -1,4 +1,4 @@
-//! The expert cache's counters (`gpu::expert_cache`), plain data so that every build (with or
+//! The expert cache's counters (`gpu::experts::cache`), plain data so that every build (with or
 //! without the GPU backend) can report them: `generate`'s counter line, `strata bench`, the
 //! `--serve` done line.
 

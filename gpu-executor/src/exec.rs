@@ -58,7 +58,7 @@ impl GpuChunk<'_> {
     }
     /// The norm kernel whose float order matches the CPU backend's for this architecture.
     fn rms_norm(&self, x: DevicePtr, w: DevicePtr, y: DevicePtr, n: usize, rows: usize) -> Result<(), GpuError> {
-        let (ops, st, eps) = (&self.g.ops, &self.g.stream, self.g.model.hp.rms_eps);
+        let (ops, st, eps) = (&self.g.res.ops, &self.g.res.stream, self.g.model.hp.rms_eps);
         if self.g.model.hp.arch.ggml_exact() {
             ops.rms_norm_ggml(st, x, w, y, n as u32, rows as u32, eps)
         } else {
@@ -68,7 +68,7 @@ impl GpuChunk<'_> {
     /// Adds the device counters since the last call to `part` (profiling only).
     fn count(&mut self, part: &'static str, ideal: u64) {
         if let Some(p) = self.sess.profile.as_mut() {
-            let s = self.g.ops.api().take_stats().unwrap_or_default();
+            let s = self.g.res.ops.api().take_stats().unwrap_or_default();
             let e = p.parts.entry(part).or_default();
             e.launches += s.launches;
             e.instructions += s.instructions;
@@ -94,7 +94,16 @@ impl DecoderOps for GpuChunk<'_> {
             _ => (RowType::F32, d * 4),
         };
         let sc = &self.sess.sc;
-        self.g.ops.get_rows(&self.g.stream, ety, emb.ptr, sc.ids, n as u32, d as u32, sc.x, scale.unwrap_or(1.0))?;
+        self.g.res.ops.get_rows(
+            &self.g.res.stream,
+            ety,
+            emb.ptr,
+            sc.ids,
+            n as u32,
+            d as u32,
+            sc.x,
+            scale.unwrap_or(1.0),
+        )?;
         let ab = self.act_bytes();
         self.count("embed", (n * row_bytes) as u64 + ab);
         Ok(())
@@ -120,7 +129,7 @@ impl DecoderOps for GpuChunk<'_> {
     }
 
     fn add_bias(&mut self, buf: Buf, b: &DevicePtr) -> Result<(), GpuError> {
-        self.g.ops.add_rows(&self.g.stream, self.ptr(buf), *b, self.width(buf) as u32, self.n as u32, 0)
+        self.g.res.ops.add_rows(&self.g.res.stream, self.ptr(buf), *b, self.width(buf) as u32, self.n as u32, 0)
     }
 
     fn rope(&mut self, buf: Buf, heads: usize, spec: &AttnSpec) -> Result<(), GpuError> {
@@ -135,8 +144,8 @@ impl DecoderOps for GpuChunk<'_> {
         let (neox, exact) = (hp.rope == model::RopeKind::Neox, hp.arch.ggml_exact());
         let (hd, rd) = (hp.head_dim as u32, hp.rope_dim.min(hp.head_dim) as u32);
         let (table, posb) = (self.sess.rope_tables[i], self.sess.sc.pos);
-        self.g.ops.rope(
-            &self.g.stream,
+        self.g.res.ops.rope(
+            &self.g.res.stream,
             self.ptr(buf),
             posb,
             table,
@@ -150,14 +159,14 @@ impl DecoderOps for GpuChunk<'_> {
     }
 
     fn scale(&mut self, buf: Buf, s: f32) -> Result<(), GpuError> {
-        self.g.ops.scale(&self.g.stream, self.ptr(buf), (self.n * self.width(buf)) as u32, s)
+        self.g.res.ops.scale(&self.g.res.stream, self.ptr(buf), (self.n * self.width(buf)) as u32, s)
     }
 
     fn kv_store(&mut self, layer: usize) -> Result<(), GpuError> {
         let hp = &self.g.model.hp;
         let (n, nkv, hd) = (self.n as u32, hp.n_head_kv as u32, hp.head_dim as u32);
         let [kc, ks, vc, vs] = self.sess.kv[layer];
-        let (ops, st, fmt, posb) = (&self.g.ops, &self.g.stream, self.sess.fmt, self.sess.sc.pos);
+        let (ops, st, fmt, posb) = (&self.g.res.ops, &self.g.res.stream, self.sess.fmt, self.sess.sc.pos);
         ops.kv_store(st, fmt, self.ptr(Buf::K), kc, ks, posb, n, nkv, hd)?;
         ops.kv_store(st, fmt, self.ptr(Buf::V), vc, vs, posb, n, nkv, hd)
     }
@@ -169,9 +178,9 @@ impl DecoderOps for GpuChunk<'_> {
         let window = spec.window.map_or(0, |w| w as u32);
         let (q, att, posb) = (self.ptr(Buf::Q), self.ptr(Buf::Att), self.sess.sc.pos);
         let g = self.g;
-        g.ops.attention(
-            &g.stream,
-            g.opts.attn,
+        g.res.ops.attention(
+            &g.res.stream,
+            g.res.opts.attn,
             self.sess.fmt,
             q,
             kc,
@@ -191,7 +200,7 @@ impl DecoderOps for GpuChunk<'_> {
 
     fn glu(&mut self, src: Buf, wg: &DevMat, wu: &DevMat, act: Act) -> Result<(), GpuError> {
         let g = self.g;
-        let (ops, st, sc, n) = (&g.ops, &g.stream, &self.sess.sc, self.n);
+        let (ops, st, sc, n) = (&g.res.ops, &g.res.stream, &self.sess.sc, self.n);
         let (xn, xq, out, tmp) = (self.ptr(src), sc.xq, sc.act, self.tmp());
         let (d, ff) = (wg.cols, wg.rows);
         g.quantize(xn, xq, n, d)?;
@@ -201,7 +210,7 @@ impl DecoderOps for GpuChunk<'_> {
         };
         match (wg.kind, wu.kind) {
             // Decode / verify windows: gate, up and the activation in one launch.
-            (MatKind::Q(tg), MatKind::Q(tu)) if tg == tu && g.opts.fused_glu && n <= MAX_COLS => {
+            (MatKind::Q(tg), MatKind::Q(tu)) if tg == tu && g.res.opts.fused_glu && n <= MAX_COLS => {
                 ops.mmvq_glu(st, tg, n as u32, wg.ptr, wu.ptr, xq, out, None, ff as u32, d as u32, ff as u32, ga)
             }
             // Ordered mode, Gemma: the CPU's f16 GELU table.
@@ -244,7 +253,7 @@ impl DecoderOps for GpuChunk<'_> {
         if let Some(p) = post_norm {
             self.rms_norm(o, *p, o, d, n)?;
         }
-        self.g.ops.add_rows(&self.g.stream, x, o, d as u32, n as u32, d as u32)
+        self.g.res.ops.add_rows(&self.g.res.stream, x, o, d as u32, n as u32, d as u32)
     }
 
     fn end_block(&mut self, layer: usize, block: Block) -> Result<(), GpuError> {
@@ -290,8 +299,8 @@ impl DecoderOps for GpuChunk<'_> {
 
     fn end_layer(&mut self, _layer: usize) -> Result<(), GpuError> {
         let Some(t) = self.trace.as_mut() else { return Ok(()) };
-        let (api, d) = (self.g.ops.api(), self.n * self.g.model.hp.n_embd);
-        api.stream_synchronize(&self.g.stream)?;
+        let (api, d) = (self.g.res.ops.api(), self.n * self.g.model.hp.n_embd);
+        api.stream_synchronize(&self.g.res.stream)?;
         let mut b = vec![0u8; d * 4];
         api.memcpy_dtoh(&mut b, self.sess.sc.x)?;
         t.push(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect());
@@ -316,9 +325,9 @@ impl GpuModel {
     /// The device linear algebra with this model's options (`super::linear`).
     pub(super) fn lin(&self) -> Linear<'_> {
         Linear {
-            ops: &self.ops,
-            stream: &self.stream,
-            opts: &self.opts,
+            ops: &self.res.ops,
+            stream: &self.res.stream,
+            opts: &self.res.opts,
             lt: self.lt.as_ref(),
             xo: self.xo,
             dequant_scratch_bytes: self.dequant_scratch_bytes,
@@ -363,7 +372,7 @@ impl GpuModel {
         first_row: Option<usize>,
     ) -> std::result::Result<(), GpuError> {
         if let Some(p) = sess.profile.as_mut() {
-            let _ = self.ops.api().take_stats();
+            let _ = self.res.ops.api().take_stats();
             p.tokens += n as u64;
         }
         let trace = sess.trace.take().map(|mut t| {

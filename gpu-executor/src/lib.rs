@@ -15,9 +15,11 @@
 //! - [`device`]: the `GpuApi` boundary (HIP and the software RDNA3 device).
 //! - [`ops`]: [`GpuOps`], every kernel's launcher (shape checks, argument packing, grid math);
 //!   [`ops_host`] adds host-slice wrappers with the software device's launch counters.
-//! - [`expert_cache`], [`expert_handoff`], [`expert_swap`], [`expert_pcie`], [`staging_ring`]:
-//!   the VRAM expert cache, the per-layer handoff to the CPU pool inside graphs, adaptive swaps
-//!   on a side stream, misses read from RAM over PCIe, the ring prompt misses stream through.
+//! - [`resident`]: what a model on the device holds besides its own weights (ops, stream,
+//!   allocations, the expert cache and its companions), fit, fill, save and free once.
+//! - [`experts`]: expert tiering: the VRAM expert cache, the per-layer handoff to the CPU pool
+//!   inside graphs, adaptive swaps on a side stream, misses read from RAM over PCIe, the ring
+//!   prompt misses stream through.
 //! - [`calibrate`]: hipBLASLt calibration tables (`strata calibrate`) and their use.
 //! - [`bench`]: `bench_kernels` (instructions, bytes vs ideal, registers, occupancy).
 //! - [`selftest`]: `strata device --selftest`, every kernel against a CPU reference, timed.
@@ -46,13 +48,7 @@ pub mod device;
 #[cfg(feature = "gpu")]
 pub mod exec;
 #[cfg(feature = "gpu")]
-pub mod expert_cache;
-#[cfg(feature = "gpu")]
-pub mod expert_handoff;
-#[cfg(feature = "gpu")]
-pub mod expert_pcie;
-#[cfg(feature = "gpu")]
-pub mod expert_swap;
+pub mod experts;
 #[cfg(feature = "gpu")]
 pub mod flash_next;
 #[cfg(feature = "gpu")]
@@ -68,9 +64,9 @@ pub mod ops;
 #[cfg(feature = "gpu")]
 pub mod ops_host;
 #[cfg(feature = "gpu")]
-pub mod selftest;
+pub mod resident;
 #[cfg(feature = "gpu")]
-pub mod staging_ring;
+pub mod selftest;
 #[cfg(feature = "gpu")]
 pub mod test_device;
 #[cfg(feature = "gpu")]

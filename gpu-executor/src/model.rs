@@ -27,10 +27,11 @@
 use std::sync::Arc;
 
 use super::abi::MAX_COLS;
-use super::device::{DevicePtr, GpuApi, GpuError, Stream};
-use super::expert_cache::{CacheStats, ExpertCache};
+use super::device::{DevicePtr, GpuApi, GpuError};
+use super::experts::cache::{CacheStats, ExpertCache};
+use super::experts::staging_ring::StagingRing;
 use super::ops::{AttnMode, GpuOps, KvFormat};
-use super::staging_ring::StagingRing;
+use super::resident::Resident;
 use super::upload::{DevMat, MatKind, Uploader, gpu_err, q8_1_bytes, u32_bytes, weights_do_not_fit};
 pub use crate::options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, PrefillPath};
 use cpu_executor::kv_cache::KvType;
@@ -41,16 +42,12 @@ use model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model};
 /// A model resident on a device.
 pub struct GpuModel {
     pub model: Model,
-    pub(super) ops: GpuOps,
-    pub(super) opts: GpuOptions,
-    pub(super) stream: Stream,
+    /// The launch layer, stream, allocations and expert cache ([`Resident`]).
+    pub res: Resident,
     /// Every weight on the device, as `model::decoder` lists them.
     pub(super) w: DecoderWeights<DevMat, DevicePtr>,
     /// Distinct (rope base, rope scale) pairs; sessions build one cos/sin table per entry.
     pub(super) rope_params: Vec<(f32, f32)>,
-    pub(super) allocs: Vec<DevicePtr>,
-    /// Bytes of weights uploaded.
-    pub weight_bytes: usize,
     /// f32 bytes of the largest quantized layer matrix (the GEMM path's scratch).
     pub(super) dequant_scratch_bytes: usize,
     /// hipBLASLt calibration table (`--calibration`), consulted by `gemm`; None: hipBLAS only.
@@ -62,16 +59,6 @@ pub struct GpuModel {
     pub(super) gelu_table: DevicePtr,
     /// Every MoE layer's expert gate/up/down matrices have an MMVQ type (device dispatch possible).
     pub(super) moe_quantized: bool,
-    /// `--expert-cache N` with fewer slots than experts: the expert stacks on the device are
-    /// `N` slots per layer ([`ExpertCache`]); None: every expert resident.
-    pub(super) expert_cache: Option<ExpertCache>,
-    /// The expert cache's per-layer handoff to the CPU inside decode graphs (with the cache).
-    pub(super) handoff: Option<super::expert_handoff::ExpertHandoff>,
-    /// Adaptive residency's copies on a side stream (made at the first swap).
-    pub(super) swap_copies: std::sync::Mutex<Option<super::expert_swap::SwapCopies>>,
-    /// With an expert cache, the staging ring of the misses computed on the device from a copy
-    /// (prompt chunks, `--pcie-frac` on the host path).
-    pub(super) staging: Option<StagingRing>,
 }
 
 /// Per-sequence device state: KV cache, rope tables, scratch.
@@ -128,24 +115,6 @@ impl Drop for GpuSession {
     }
 }
 
-impl Drop for GpuModel {
-    fn drop(&mut self) {
-        let api = self.ops.api().clone();
-        for p in self.allocs.drain(..) {
-            let _ = api.free(p);
-        }
-        if let Some(h) = self.handoff.take() {
-            let _ = h.free(&*api);
-        }
-        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = c.free(&*api);
-        }
-        if let Some(r) = &self.staging {
-            let _ = r.free(&*api);
-        }
-    }
-}
-
 /// Device scratch sized for one window of [`MAX_COLS`] tokens.
 pub(super) struct Scratch {
     /// Tokens the buffers hold (the session's chunk).
@@ -195,7 +164,7 @@ pub(super) fn handoff_for(
     w: &DecoderWeights<DevMat, DevicePtr>,
     cache: Option<&ExpertCache>,
     opts: &GpuOptions,
-) -> Result<Option<super::expert_handoff::ExpertHandoff>> {
+) -> Result<Option<super::experts::handoff::ExpertHandoff>> {
     let (hp, host) = (&model.hp, &model.w);
     let (Some(m), Some(cache)) = (&hp.moe, cache) else { return Ok(None) };
     let moe_layers =
@@ -214,13 +183,21 @@ pub(super) fn handoff_for(
                 _ => None,
             })
             .collect();
-        Some(super::expert_pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
+        Some(super::experts::pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
     } else {
         None
     };
-    super::expert_handoff::ExpertHandoff::new(api, hp.n_layer, moe_layers, m.n_expert, m.n_expert_used, hp.n_embd, pcie)
-        .map(Some)
-        .map_err(gpu_err("expert cache handoff buffers"))
+    super::experts::handoff::ExpertHandoff::new(
+        api,
+        hp.n_layer,
+        moe_layers,
+        m.n_expert,
+        m.n_expert_used,
+        hp.n_embd,
+        pcie,
+    )
+    .map(Some)
+    .map_err(gpu_err("expert cache handoff buffers"))
 }
 
 impl GpuModel {
@@ -324,26 +301,11 @@ impl GpuModel {
             .zip(hp.moe.as_ref())
             .map(|(n, m)| ExpertCache::for_options(hp.n_layer, m.n_expert, n, &opts, expert_bytes.unwrap_or(0)))
             .transpose()?;
-        let handoff = handoff_for(&*api, &model, &w, expert_cache.as_ref(), &opts)?;
-        Ok(GpuModel {
-            model,
-            ops,
-            opts,
-            stream,
-            w,
-            rope_params,
-            allocs,
-            weight_bytes,
-            dequant_scratch_bytes,
-            lt: None,
-            xo,
-            gelu_table,
-            moe_quantized,
-            handoff,
-            expert_cache,
-            swap_copies: Default::default(),
-            staging,
-        })
+        let mut res = Resident::new(ops, opts, stream, allocs, weight_bytes);
+        res.handoff = handoff_for(&*api, &model, &w, expert_cache.as_ref(), &opts)?;
+        res.expert_cache = expert_cache;
+        res.staging = staging;
+        Ok(GpuModel { model, res, w, rope_params, dequant_scratch_bytes, lt: None, xo, gelu_table, moe_quantized })
     }
 
     /// Routes dense GEMMs whose shape has a row in `table` through hipBLASLt (calibrate.rs);
@@ -353,11 +315,11 @@ impl GpuModel {
         table: super::calibrate::CalibrationTable,
         source: std::path::PathBuf,
     ) -> Result<()> {
-        let api = self.ops.api().clone();
+        let api = self.res.ops.api().clone();
         let ws = super::calibrate::LtDispatch::workspace_needed(&table);
         let p = if ws > 0 { api.malloc(ws).map_err(gpu_err("hipBLASLt workspace"))? } else { 0 };
         if p != 0 {
-            self.allocs.push(p);
+            self.res.allocs.push(p);
         }
         self.lt = Some(super::calibrate::LtDispatch::new(table, source, p, ws));
         Ok(())
@@ -370,23 +332,22 @@ impl GpuModel {
 
     /// The expert cache (`--expert-cache` with fewer slots than experts).
     pub fn expert_cache(&self) -> Option<&ExpertCache> {
-        self.expert_cache.as_ref()
+        self.res.expert_cache.as_ref()
     }
 
     /// The expert cache's counters (`--expert-cache` with fewer slots than experts).
     pub fn expert_cache_stats(&self) -> Option<CacheStats> {
-        let stats = self.expert_cache.as_ref().map(ExpertCache::stats)?;
-        Some(self.handoff.as_ref().map_or(stats, |h| h.add_stats(stats)))
+        self.res.expert_cache_stats()
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {
-        self.ops.api()
+        self.res.ops.api()
     }
 
     /// The options the model runs with (the ordered mode's attention is `Ordered` whatever
     /// `--gpu-attn` said).
     pub fn opts(&self) -> &GpuOptions {
-        &self.opts
+        &self.res.opts
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -396,10 +357,10 @@ impl GpuModel {
     /// Tokens per forward call for a `--prefill` chunk: longer than a window only when the
     /// dequantize + GEMM path may run (see [`PrefillPath`]).
     fn chunk_cols(&self, prefill_chunk: usize) -> usize {
-        if self.opts.ordered {
+        if self.res.opts.ordered {
             return MAX_COLS; // the ordered kernels gain nothing from longer chunks
         }
-        match self.opts.prefill {
+        match self.res.opts.prefill {
             PrefillPath::Mmvq => MAX_COLS,
             PrefillPath::Auto | PrefillPath::DequantGemm | PrefillPath::Mmq => prefill_chunk.max(MAX_COLS),
         }
@@ -408,7 +369,7 @@ impl GpuModel {
     /// A fresh sequence with room for `max_ctx` positions.
     /// `prefill_chunk`: tokens per prompt chunk (`--prefill`); scratch is sized for it.
     pub fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<GpuSession> {
-        let api = self.ops.api().clone();
+        let api = self.res.ops.api().clone();
         let hp = &self.model.hp;
         if max_ctx > super::ops::ATTN_MAX_KV_LIMIT as usize {
             return Err(EngineError::Unsupported(format!(
@@ -417,10 +378,10 @@ impl GpuModel {
                 super::ops::ATTN_MAX_KV_LIMIT
             )));
         }
-        if max_ctx as u32 > self.ops.attn_max_kv() {
-            self.ops.set_attn_max_kv(max_ctx as u32).map_err(gpu_err("attention window"))?;
+        if max_ctx as u32 > self.res.ops.attn_max_kv() {
+            self.res.ops.set_attn_max_kv(max_ctx as u32).map_err(gpu_err("attention window"))?;
         }
-        let mut up = Uploader::new(&*api, self.opts.ordered);
+        let mut up = Uploader::new(&*api, self.res.opts.ordered);
         let fmt = match kv {
             KvType::F16 => KvFormat::F16,
             KvType::Int8 => KvFormat::Int8,
@@ -535,7 +496,7 @@ impl GpuModel {
             let ran = self.window(s, win, first_row);
             // Admissions and swaps land even after a failed window: the slot table the next
             // window's device copy is made from must only name experts that are in their slots.
-            self.adapt_expert_cache(win.len()).map_err(gpu_err("expert cache adaptation"))?;
+            self.res.adapt_expert_cache(win.len(), self)?;
             ran.map_err(gpu_err("GPU forward"))?;
             if let Some(first) = first_row {
                 let m = win.len() - first;
@@ -543,8 +504,8 @@ impl GpuModel {
                     Logits::All => &mut out[wi * c * nv..(wi * c + m) * nv],
                     Logits::Last => &mut out[..],
                 };
-                let api = self.ops.api();
-                api.stream_synchronize(&self.stream).map_err(gpu_err("GPU forward"))?;
+                let api = self.res.ops.api();
+                api.stream_synchronize(&self.res.stream).map_err(gpu_err("GPU forward"))?;
                 let mut bytes = vec![0u8; m * nv * 4];
                 api.memcpy_dtoh(&mut bytes, s.sc.logits).map_err(gpu_err("reading logits"))?;
                 for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -566,8 +527,8 @@ impl GpuModel {
         toks: &[u32],
         first_row: Option<usize>,
     ) -> std::result::Result<(), GpuError> {
-        let api = self.ops.api();
-        let st = &self.stream;
+        let api = self.res.ops.api();
+        let st = &self.res.stream;
         let n = toks.len();
         let pos: Vec<u32> = (0..n).map(|i| (sess.n_past + i) as u32).collect();
         api.stream_synchronize(st)?;
@@ -576,7 +537,7 @@ impl GpuModel {
         // Routed experts on the host-readback path read the router's choice on the host,
         // tracing and profiling copy between parts: those windows run eagerly.
         let handoff = self.moe_by_handoff(n, sess.profile.is_some());
-        if let (true, Some(h), Some(c)) = (handoff, &self.handoff, &self.expert_cache) {
+        if let (true, Some(h), Some(c)) = (handoff, &self.res.handoff, &self.res.expert_cache) {
             return h.run_window(
                 &**api,
                 st,
@@ -598,8 +559,8 @@ impl GpuModel {
         first_row: Option<usize>,
         handoff: bool,
     ) -> std::result::Result<(), GpuError> {
-        let (api, st) = (self.ops.api(), &self.stream);
-        let capturable = self.opts.graphs
+        let (api, st) = (self.res.ops.api(), &self.res.stream);
+        let capturable = self.res.opts.graphs
             && (self.model.hp.moe.is_none() || self.moe_on_device(n) || handoff)
             && sess.trace.is_none()
             && sess.profile.is_none();

@@ -3,12 +3,15 @@
 //! graph-capturable) and host readback (the choice is copied back and each selected expert
 //! runs on the tokens that chose it, like the CPU backend). Both give the same bits.
 
+use std::borrow::Cow;
+
 use super::abi::MAX_COLS;
-use super::device::GpuError;
-use super::expert_cache::{AutoFit, ExpertCache, Placement};
+use super::device::{DevicePtr, GpuError};
+use super::experts::cache::{AutoFit, ExpertCache, Placement};
 use super::linear::DispatchBuffers;
 use super::model::{GpuModel, Scratch};
 use super::ops::GluAct;
+use super::resident::ExpertStacks;
 use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use crate::options::MoePath;
 use cpu_executor::{MatCpu, ModelMatmul, Numerics};
@@ -45,11 +48,11 @@ impl GpuModel {
     /// host-readback path (e.g. ordered numerics) makes this false.
     pub(super) fn moe_on_device(&self, n: usize) -> bool {
         // Ordered mode keeps the host path: it runs every expert through `matmul` (ordered).
-        !self.opts.ordered
+        !self.res.opts.ordered
             && self.moe_quantized
-            && self.expert_cache.is_none()
+            && self.res.expert_cache.is_none()
             && !experts::trace::dumping()
-            && match self.opts.moe {
+            && match self.res.opts.moe {
                 MoePath::Host => false,
                 MoePath::Device => true,
                 MoePath::Auto => n <= MAX_COLS,
@@ -57,20 +60,20 @@ impl GpuModel {
     }
 
     /// Whether a window of `n` tokens runs its routed experts through the expert cache's
-    /// handoff (`super::expert_handoff`): hits by device dispatch over the slots, misses on the
+    /// handoff (`super::experts::handoff`): hits by device dispatch over the slots, misses on the
     /// CPU, no readback, so the window can be a graph. Fast mode only (the ordered mode's
     /// experts are the host path's `mmv_ordered` products); not while profiling (its per-layer
     /// expert counts read the choice back) or dumping the routing. With `--pcie-frac` the
-    /// device reads its share of the misses from RAM (`super::expert_pcie`).
+    /// device reads its share of the misses from RAM (`super::experts::pcie`).
     pub(super) fn moe_by_handoff(&self, n: usize, profiling: bool) -> bool {
-        self.handoff.is_some()
-            && self.expert_cache.is_some()
-            && !self.opts.ordered
+        self.res.handoff.is_some()
+            && self.res.expert_cache.is_some()
+            && !self.res.opts.ordered
             && self.moe_quantized
             && !profiling
             && !experts::trace::dumping()
             && n <= MAX_COLS
-            && self.opts.moe != MoePath::Host
+            && self.res.opts.moe != MoePath::Host
     }
 
     /// Routed experts of `layer` for `n` tokens through the handoff (see
@@ -82,12 +85,12 @@ impl GpuModel {
         n: usize,
         [router, gate, up, down]: [&DevMat; 4],
     ) -> std::result::Result<(), GpuError> {
-        let (Some(h), Some(cache)) = (&self.handoff, &self.expert_cache) else {
+        let (Some(h), Some(cache)) = (&self.res.handoff, &self.res.expert_cache) else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache handoff".into() });
         };
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
-        let (ops, st) = (&self.ops, &self.stream);
+        let (ops, st) = (&self.res.ops, &self.res.stream);
         let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
@@ -121,10 +124,10 @@ impl GpuModel {
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; the rows of hits stay zero).
     pub(super) fn handoff_misses(
         &self,
-        p: &super::expert_handoff::Published,
+        p: &super::experts::handoff::Published,
         n: usize,
-    ) -> std::result::Result<super::expert_handoff::Answer, GpuError> {
-        let Some(cache) = &self.expert_cache else {
+    ) -> std::result::Result<super::experts::handoff::Answer, GpuError> {
+        let Some(cache) = &self.res.expert_cache else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() });
         };
         let d = self.model.hp.n_embd;
@@ -157,7 +160,7 @@ impl GpuModel {
     ) -> std::result::Result<usize, GpuError> {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
-        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (api, ops, st) = (self.res.ops.api(), &self.res.ops, &self.res.stream);
         let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
@@ -204,7 +207,7 @@ impl GpuModel {
     ) -> std::result::Result<usize, GpuError> {
         let hp = &self.model.hp;
         let spec = hp.moe.as_ref().expect("moe layer without moe hparams");
-        let (api, ops, st) = (self.ops.api(), &self.ops, &self.stream);
+        let (api, ops, st) = (self.res.ops.api(), &self.res.ops, &self.res.stream);
         let (d, ne, k, ff) = (hp.n_embd, spec.n_expert, spec.n_expert_used, spec.n_ff_exp);
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
@@ -242,7 +245,7 @@ impl GpuModel {
             if slots.is_empty() {
                 continue;
             }
-            let runs = match self.expert_cache.as_ref().map(|c| c.place(layer, e, slots.len())) {
+            let runs = match self.res.expert_cache.as_ref().map(|c| c.place(layer, e, slots.len())) {
                 None => Runs::Device(e),
                 Some(Placement::Hit(s)) => Runs::Device(s),
                 Some(Placement::Admit(s)) => {
@@ -256,7 +259,7 @@ impl GpuModel {
         // Misses computed on the device from the staging ring instead of the CPU pool: all of
         // a prompt chunk's (copying an expert over PCIe costs less than the CPU computing it
         // for many tokens), the `--pcie-frac` share of a decode window's, most-used first.
-        if let (Some(c), Some(_)) = (&self.expert_cache, &self.staging) {
+        if let (Some(c), Some(_)) = (&self.res.expert_cache, &self.res.staging) {
             let prompt = n > MAX_COLS;
             let mut misses: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i].2 == Runs::Cpu).collect();
             misses.sort_by_key(|&i| (std::cmp::Reverse(chosen[i].1.len()), chosen[i].0));
@@ -331,12 +334,12 @@ impl GpuModel {
                 }
                 row += r;
             }
-            if let (Some(slot), Some(ring)) = (staged, &self.staging) {
+            if let (Some(slot), Some(ring)) = (staged, &self.res.staging) {
                 ring.launched(&**api, st, slot)?;
             }
         }
         let ran = chosen.len();
-        if let (Some(cache), false) = (&self.expert_cache, on_cpu.is_empty()) {
+        if let (Some(cache), false) = (&self.res.expert_cache, on_cpu.is_empty()) {
             let mut b = vec![0u8; n * d * 4];
             api.memcpy_dtoh(&mut b, sc.xn)?;
             let xs: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
@@ -371,11 +374,11 @@ impl GpuModel {
         layer: usize,
         e: usize,
         dev: [&DevMat; 3],
-    ) -> std::result::Result<([DevMat; 3], super::staging_ring::RingSlot), GpuError> {
-        let Some(ring) = &self.staging else {
+    ) -> std::result::Result<([DevMat; 3], super::experts::staging_ring::RingSlot), GpuError> {
+        let Some(ring) = &self.res.staging else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging ring") });
         };
-        let slot = ring.take(&**self.ops.api())?;
+        let slot = ring.take(&**self.res.ops.api())?;
         // The slot as a stack of one: the matrices back to back from its base.
         let mut at = slot.base;
         let views = dev.map(|d| {
@@ -405,41 +408,9 @@ impl GpuModel {
         for (w, d) in [gate, up, down].into_iter().zip(dev) {
             let all = w.data();
             let per = all.len() / w.n_mat;
-            self.ops.api().memcpy_htod(d.expert(slot), &all[e * per..(e + 1) * per])?;
+            self.res.ops.api().memcpy_htod(d.expert(slot), &all[e * per..(e + 1) * per])?;
         }
         Ok(())
-    }
-
-    /// After a window of `n_tokens`: admits the experts whose copies (started at the previous
-    /// window's end) have landed, then starts the copies of the experts the cache gives a slot
-    /// now (adaptive swaps, deferred admissions) on the side stream (`expert_swap`).
-    pub(super) fn adapt_expert_cache(&self, n_tokens: usize) -> std::result::Result<(), GpuError> {
-        let Some(c) = &self.expert_cache else { return Ok(()) };
-        let api = self.ops.api();
-        let mut copies = self.swap_copies.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sc) = copies.as_mut() {
-            sc.land(&**api, c)?;
-        }
-        let swaps = c.end_window(n_tokens);
-        if swaps.is_empty() {
-            return Ok(());
-        }
-        let mut parts = Vec::new();
-        for sw in &swaps {
-            if let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) =
-                (&self.model.w.layers[sw.layer].ffn.ffn, &self.w.layers[sw.layer].ffn.ffn)
-            {
-                for (h, d) in [(hg, gate), (hu, up), (hd, down)] {
-                    let per = h.data().len() / h.n_mat;
-                    parts.push((d.expert(sw.slot), &h.data()[sw.expert * per..(sw.expert + 1) * per]));
-                }
-            }
-        }
-        let sc = match copies.as_mut() {
-            Some(sc) => sc,
-            None => copies.insert(super::expert_swap::SwapCopies::new(&**api)?),
-        };
-        sc.start(&**api, &self.stream, swaps, &parts)
     }
 
     /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
@@ -459,7 +430,7 @@ impl GpuModel {
             });
         };
         let x: Vec<f32> = xs.flatten().copied().collect();
-        let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.opts.ordered);
+        let (r, ff, ordered) = (x.len() / gate.cols, gate.rows, self.res.opts.ordered);
         let (mut g, mut u, mut y) = (vec![0f32; r * ff], vec![0f32; r * ff], vec![0f32; r * down.rows]);
         match shared.filter(|a| a.gate_up()[0].n() == r) {
             // The expert's one token, quantized once for all the layer's experts (the same bits).
@@ -489,7 +460,7 @@ impl GpuModel {
     /// empty where `mm` prepares per product (the ordered mode).
     fn shared_acts(&self, layer: usize, x: &[f32]) -> Vec<cpu_executor::ExpertActs> {
         let Ffn::Moe { gate, up, .. } = &self.model.w.layers[layer].ffn.ffn else { return Vec::new() };
-        let p = Numerics::of(self.opts.ordered, false);
+        let p = Numerics::of(self.res.opts.ordered, false);
         let Some(entry) = self.model.acts_entry(p, gate, 1).filter(|_| self.model.acts_entry(p, up, 1).is_some())
         else {
             return Vec::new();
@@ -500,16 +471,7 @@ impl GpuModel {
     /// Fills the expert cache's slots from an STRP profile (most-routed first, per layer until
     /// its slots are full). Returns how many experts were copied.
     pub fn fill_expert_cache(&self, path: &std::path::Path) -> model::error::Result<usize> {
-        let (Some(cache), Some(spec)) = (&self.expert_cache, &self.model.hp.moe) else {
-            return Err(model::error::EngineError::Unsupported(format!(
-                "--expert-profile {}: no expert cache to fill (the model has no routed experts, or --expert-cache leaves every expert resident)",
-                path.display()
-            )));
-        };
-        cache.fill_from_profile(path, spec.n_expert, |l, e, slot| {
-            let Ffn::Moe { gate, up, down, .. } = &self.w.layers[l].ffn.ffn else { return Ok(()) };
-            self.upload_expert(l, e, slot, [gate, up, down]).map_err(|err| err.to_string())
-        })
+        self.res.fill_expert_cache(path, self)
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
@@ -524,7 +486,7 @@ impl GpuModel {
         prefill_chunk: usize,
     ) -> model::error::Result<Option<AutoFit>> {
         let Some(n_expert) = self.model.hp.moe.as_ref().map(|m| m.n_expert) else { return Ok(None) };
-        let api = self.ops.api().clone();
+        let api = self.res.ops.api().clone();
         let slot_bytes: u64 = self
             .w
             .layers
@@ -534,11 +496,15 @@ impl GpuModel {
                 Ffn::Dense { .. } => 0,
             })
             .sum();
-        let fit =
-            super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || {
-                self.new_session(kv, max_ctx, prefill_chunk)
-            })?;
-        let mut upl = Uploader::new(&*api, self.opts.ordered);
+        let fit = super::experts::cache::fit_auto(
+            &*api,
+            self.res.opts.vram_reserve_mib,
+            slot_bytes,
+            n_expert,
+            max_ctx,
+            || self.new_session(kv, max_ctx, prefill_chunk),
+        )?;
+        let mut upl = Uploader::new(&*api, self.res.opts.ordered);
         for (il, (host, dev)) in self.model.w.layers.iter().zip(&mut self.w.layers).enumerate() {
             let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) =
                 (&host.ffn.ffn, &mut dev.ffn.ffn)
@@ -552,33 +518,47 @@ impl GpuModel {
                 *d = if fit.all_resident() { upl.mat(h, &name)? } else { upl.slots(h, &name, fit.slots)? };
             }
         }
-        let (mut allocs, bytes) = upl.finish();
-        self.allocs.append(&mut allocs);
-        self.weight_bytes += bytes;
-        // Copies in flight belong to the cache being replaced.
-        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            c.free(&*api).map_err(super::upload::gpu_err("expert swap copies"))?;
-        }
+        let (allocs, bytes) = upl.finish();
         let per_expert = fit.slot_bytes as usize
             / self.w.layers.iter().filter(|l| matches!(l.ffn.ffn, Ffn::Moe { .. })).count().max(1);
-        self.expert_cache = (!fit.all_resident())
-            .then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.opts, per_expert))
+        let cache = (!fit.all_resident())
+            .then(|| ExpertCache::for_options(self.model.hp.n_layer, n_expert, fit.slots, &self.res.opts, per_expert))
             .transpose()?;
-        if let Some(h) = self.handoff.take() {
-            h.free(&*api).map_err(super::upload::gpu_err("freeing the expert handoff"))?;
-        }
-        self.handoff = super::model::handoff_for(&*api, &self.model, &self.w, self.expert_cache.as_ref(), &self.opts)?;
+        self.res.replace_expert_cache(allocs, bytes, cache)?;
+        self.res.handoff =
+            super::model::handoff_for(&*api, &self.model, &self.w, self.res.expert_cache.as_ref(), &self.res.opts)?;
         Ok(Some(fit))
     }
 
     /// Writes the routing counts of this run as an STRP profile (`--expert-profile-save`).
     pub fn save_expert_profile(&self, path: &std::path::Path) -> model::error::Result<()> {
-        let Some(cache) = &self.expert_cache else {
-            return Err(model::error::EngineError::Unsupported(format!(
-                "--expert-profile-save {}: no expert cache (give --expert-cache N)",
-                path.display()
-            )));
+        self.res.save_expert_profile(path)
+    }
+}
+
+/// The shared decoder's expert stacks: the MoE layers' `*_exps` tensors, one expert a slice.
+impl ExpertStacks for GpuModel {
+    fn n_expert(&self) -> usize {
+        self.model.hp.moe.as_ref().map_or(0, |m| m.n_expert)
+    }
+
+    fn expert_parts(
+        &self,
+        layer: usize,
+        expert: usize,
+        slot: usize,
+    ) -> model::error::Result<Vec<(DevicePtr, Cow<'_, [u8]>)>> {
+        let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) =
+            (&self.model.w.layers[layer].ffn.ffn, &self.w.layers[layer].ffn.ffn)
+        else {
+            return Ok(Vec::new());
         };
-        cache.save_profile(path)
+        Ok([(hg, gate), (hu, up), (hd, down)]
+            .into_iter()
+            .map(|(h, d)| {
+                let per = h.data().len() / h.n_mat;
+                (d.expert(slot), Cow::Borrowed(&h.data()[expert * per..(expert + 1) * per]))
+            })
+            .collect())
     }
 }

@@ -7,7 +7,7 @@
 use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
 use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
 use crate::device::{DevicePtr, GpuError};
-use crate::expert_cache::{ExpertCache, Placement};
+use crate::experts::cache::{ExpertCache, Placement};
 use crate::linear::{DispatchBuffers, Linear};
 use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use crate::upload::{DevMat, MatKind, Tmp, f32_bytes};
@@ -156,7 +156,7 @@ impl<'a> FlashChunk<'a> {
             PleRows::Fed => None,
         };
         let api = g.api();
-        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        api.stream_synchronize(&g.res.stream).map_err(dev("synchronize"))?;
         let pos: Vec<u32> = (s.n_past..s.n_past + toks.len()).map(|p| p as u32).collect();
         let b = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         api.memcpy_htod(s.sc.ids, &b(toks)).map_err(dev("uploading token ids"))?;
@@ -213,7 +213,7 @@ impl<'a> FlashChunk<'a> {
         let w = (g.m.hp.hc * g.m.hp.n_embd) * 4;
         let c = FlashChunk::new(g, s, toks, graph, PleRows::Now)?;
         g.api()
-            .memcpy_dtod_async(&g.stream, c.s.sc.wide, c.s.sc.r + (from_row * w) as u64, w)
+            .memcpy_dtod_async(&g.res.stream, c.s.sc.wide, c.s.sc.r + (from_row * w) as u64, w)
             .map_err(dev("chaining the MTP head's streams"))?;
         Ok(FlashChunk { head: Some(head), ..c })
     }
@@ -223,11 +223,12 @@ impl<'a> FlashChunk<'a> {
     pub(super) fn finish_top(self) -> Result<(u32, f32)> {
         let (g, n, v) = (self.g, self.toks.len(), self.g.m.hp.n_vocab);
         let sc = &self.s.sc;
-        g.ops
-            .logits_top(&g.stream, sc.logits + ((n - 1) * v * 4) as u64, sc.top, v as u32, 1)
+        g.res
+            .ops
+            .logits_top(&g.res.stream, sc.logits + ((n - 1) * v * 4) as u64, sc.top, v as u32, 1)
             .map_err(dev("draft token"))?;
         let api = g.api();
-        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        api.stream_synchronize(&g.res.stream).map_err(dev("synchronize"))?;
         let mut b = [0u8; 8];
         api.memcpy_dtoh(&mut b, sc.top).map_err(dev("reading the draft token"))?;
         self.s.n_past += n;
@@ -260,7 +261,7 @@ impl<'a> FlashChunk<'a> {
 
     /// The expert cache of the trunk's MoE layers (the head's experts are all resident).
     fn cache(&self) -> Option<&'a ExpertCache> {
-        if self.head.is_some() { None } else { self.g.expert_cache.as_ref() }
+        if self.head.is_some() { None } else { self.g.res.expert_cache.as_ref() }
     }
 
     /// The window's launches: the program, eagerly, or as a graph captured once per window size
@@ -275,7 +276,7 @@ impl<'a> FlashChunk<'a> {
             self.s.eager_windows += 1;
             return program(self);
         }
-        let (api, st, n) = (g.api(), &g.stream, self.n());
+        let (api, st, n) = (g.api(), &g.res.stream, self.n());
         if let Some((_, graph)) = self.s.graphs.iter().find(|(k, _)| *k == n) {
             self.s.graph_replays += 1;
             return api.launch_graph(graph, st).map_err(dev("graph replay"));
@@ -296,7 +297,7 @@ impl<'a> FlashChunk<'a> {
     /// layer `[n][hc][E]` (what the MTP head reads; the head's own output when running it).
     pub(super) fn finish(self, all: bool, hidden: bool) -> Result<(Vec<f32>, Vec<f32>)> {
         let api = self.g.api();
-        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        api.stream_synchronize(&self.g.res.stream).map_err(dev("synchronize"))?;
         if let Some(p) = self.s.profile.as_mut() {
             p.tokens += self.toks.len() as u64;
         }
@@ -342,9 +343,9 @@ impl<'a> FlashChunk<'a> {
     fn lin(&self) -> Linear<'_> {
         let sc = &self.s.sc;
         Linear {
-            ops: &self.g.ops,
-            stream: &self.g.stream,
-            opts: &self.g.opts,
+            ops: &self.g.res.ops,
+            stream: &self.g.res.stream,
+            opts: &self.g.res.opts,
             lt: None,
             xo: sc.xo,
             dequant_scratch_bytes: sc.wdq_bytes,
@@ -413,7 +414,7 @@ impl<'a> FlashChunk<'a> {
     /// and the low-rank activation write their outputs' quantization as well, and the down and
     /// injection products share the streams' (5 launches a read, 6 with the injection).
     fn hc_read_rows(&self, h: &DevHc, r0: usize, n: usize, wdq: DevicePtr) -> Result<()> {
-        let (ops, st, sc) = (&self.g.ops, &self.g.stream, &self.s.sc);
+        let (ops, st, sc) = (&self.g.res.ops, &self.g.res.stream, &self.s.sc);
         let r = sc.r + (r0 * (h.shape.hc * h.shape.e) as usize * 4) as u64;
         let from_flat: Vec<(&DevMat, DevicePtr)> =
             std::iter::once((&h.down, sc.lo)).chain(h.inject.as_ref().map(|inj| (inj, sc.inj))).collect();
@@ -452,7 +453,11 @@ impl<'a> FlashChunk<'a> {
     ) -> Result<()> {
         let [g, u, a] = bufs;
         self.project_with(x, n, &[(&f.gate, g), (&f.up, u)], wdq)?;
-        self.g.ops.glu(&self.g.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu).map_err(dev("SwiGLU"))?;
+        self.g
+            .res
+            .ops
+            .glu(&self.g.res.stream, g, u, a, (n * f.gate.rows) as u32, GluAct::Silu)
+            .map_err(dev("SwiGLU"))?;
         self.project_with(a, n, &[(&f.down, y)], wdq)
     }
 }
@@ -462,14 +467,15 @@ impl FlashNextOps for FlashChunk<'_> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
         let (e, hc) = (g.m.hp.n_embd, g.m.hp.hc);
         let t = &g.w.tok_embd;
-        g.ops
-            .get_rows(&g.stream, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0)
+        g.res
+            .ops
+            .get_rows(&g.res.stream, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0)
             .map_err(dev("embedding rows"))?;
         let api = g.api();
         for i in 0..n {
             for c in 0..hc {
                 let dst = sc.r + (((i * hc + c) * e) * 4) as u64;
-                api.memcpy_dtod_async(&g.stream, dst, sc.x + ((i * e) * 4) as u64, e * 4)
+                api.memcpy_dtod_async(&g.res.stream, dst, sc.x + ((i * e) * 4) as u64, e * 4)
                     .map_err(dev("residual streams"))?;
             }
         }
@@ -489,7 +495,7 @@ impl FlashNextOps for FlashChunk<'_> {
         if self.ple_fed {
             let feed =
                 g.ple_feed.as_ref().ok_or_else(|| EngineError::Gpu("qwen4exp: PLE rows fed without a feed".into()))?;
-            feed.receive(&**g.api(), &g.stream, sc.emb, n, g.m.hp.n_embd).map_err(dev("PLE rows"))?;
+            feed.receive(&**g.api(), &g.res.stream, sc.emb, n, g.m.hp.n_embd).map_err(dev("PLE rows"))?;
         }
         self.project(sc.emb, n, &[(&dp.key, sc.pkey), (&dp.value, sc.pval)])?;
         let b = PleBuffers {
@@ -502,7 +508,7 @@ impl FlashNextOps for FlashChunk<'_> {
             gv: sc.gv,
             nn: sc.nn,
         };
-        g.ops.ple_block(&g.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))?;
+        g.res.ops.ple_block(&g.res.stream, &dp.shape, &b, n as u32).map_err(dev("PLE block"))?;
         let hce = (dp.shape.hc * dp.shape.e) as usize;
         self.count(
             "ple",
@@ -534,7 +540,7 @@ impl FlashNextOps for FlashChunk<'_> {
         self.project(sc.x, n, &[(&d.qkv, sc.m), (&d.gate, sc.z), (&d.beta, sc.beta), (&d.alpha, sc.alpha)])?;
         // The gated norm writes the output product's Q8_1 input too when it reads one (MMVQ).
         let out = [(&d.out, sc.y)];
-        let out_q = !g.opts.ordered && self.reads_q8_1(n, &out, self.wdq()) && d.shape.head_dim.is_multiple_of(32);
+        let out_q = !g.res.opts.ordered && self.reads_q8_1(n, &out, self.wdq()) && d.shape.head_dim.is_multiple_of(32);
         let b = GdnBuffers {
             m: sc.m,
             z: sc.z,
@@ -550,14 +556,15 @@ impl FlashNextOps for FlashChunk<'_> {
             o: sc.o,
             o_q8_1: if out_q { sc.xq } else { 0 },
         };
-        if g.opts.ordered {
-            g.ops.gdn_mix_in_order(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+        if g.res.opts.ordered {
+            g.res.ops.gdn_mix_in_order(&g.res.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
         } else if self.prompt {
-            g.ops
-                .gdn_prefill(&g.stream, &d.shape, &b, n as u32, crate::abi::GDN_CHUNK_MAX, sc.gdn_delta)
+            g.res
+                .ops
+                .gdn_prefill(&g.res.stream, &d.shape, &b, n as u32, crate::abi::GDN_CHUNK_MAX, sc.gdn_delta)
                 .map_err(dev("GDN mixer (chunked)"))?;
         } else {
-            g.ops.gdn_mix(&g.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
+            g.res.ops.gdn_mix(&g.res.stream, &d.shape, &b, n as u32).map_err(dev("GDN mixer"))?;
         }
         self.project_from(sc.o, n, &out, self.wdq(), out_q)?;
         let w = [&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out].iter().map(|m| m.mat_bytes).sum::<usize>();
@@ -610,8 +617,9 @@ impl FlashNextOps for FlashChunk<'_> {
         };
         // A graph is replayed at every position: its attention launch is sized for a full cache.
         let start = if self.graph { self.s.capacity - n } else { self.s.n_past };
-        g.ops
-            .qsa_mix(&g.stream, &shape, &b, n as u32, start as u32, self.s.capacity as u32)
+        g.res
+            .ops
+            .qsa_mix(&g.res.stream, &shape, &b, n as u32, start as u32, self.s.capacity as u32)
             .map_err(dev("QSA attention"))?;
         self.mm(&a.o, sc.att, n, sc.y)?;
         // Weights once, each token's kept K and V rows once (and the new ones written).
@@ -633,7 +641,7 @@ impl FlashNextOps for FlashChunk<'_> {
     fn hc_combine(&mut self, layer: usize, site: Site) -> Result<()> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
         let shape = self.hc(layer, site).shape;
-        g.ops.gr_combine(&g.stream, &shape, sc.r, sc.y, sc.inj, n as u32).map_err(dev("GR combine"))?;
+        g.res.ops.gr_combine(&g.res.stream, &shape, sc.r, sc.y, sc.inj, n as u32).map_err(dev("GR combine"))?;
         let hce = (shape.hc * shape.e) as usize;
         self.count("gr write", self.act(2 * hce + shape.e as usize + shape.hc as usize));
         Ok(())
@@ -646,7 +654,7 @@ impl FlashNextOps for FlashChunk<'_> {
     fn end_layer(&mut self, layer: usize) -> Result<()> {
         let Some(t) = self.s.trace.as_mut() else { return Ok(()) };
         let (api, floats) = (self.g.api(), self.toks.len() * self.g.m.hp.hc * self.g.m.hp.n_embd);
-        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        api.stream_synchronize(&self.g.res.stream).map_err(dev("synchronize"))?;
         let mut b = vec![0u8; floats * 4];
         api.memcpy_dtoh(&mut b, self.s.sc.r).map_err(dev("reading the trace"))?;
         if t.len() <= layer {
@@ -679,14 +687,16 @@ impl FlashNextOps for FlashChunk<'_> {
         let Some((h, d)) = self.head else {
             return Err(EngineError::Unsupported("the MTP head's input outside a head window".into()));
         };
-        let (e, hc, api, st) = (h.n_embd, h.hc, g.api(), &g.stream);
+        let (e, hc, api, st) = (h.n_embd, h.hc, g.api(), &g.res.stream);
         // x = embedding rows, y = enorm(x), flat = hnorm_c of each wide stream.
         let t = d.embed.as_ref().unwrap_or(&g.w.tok_embd);
-        g.ops
+        g.res
+            .ops
             .get_rows(st, row_type(t), t.ptr, sc.ids, n as u32, e as u32, sc.x, 1.0)
             .map_err(dev("MTP embedding rows"))?;
-        g.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, None, n as u32).map_err(dev("MTP enorm"))?;
-        g.ops
+        g.res.ops.gr_stream_norm(st, &d.enorm_shape, sc.x, d.enorm, sc.y, None, n as u32).map_err(dev("MTP enorm"))?;
+        g.res
+            .ops
             .gr_stream_norm(st, &d.hnorm_shape, sc.wide, d.hnorm, sc.flat, None, n as u32)
             .map_err(dev("MTP hnorm"))?;
         // Per stream: cat[t] = [y[t] ‖ flat[t][c]], R[t][c] = W_eh · cat[t].

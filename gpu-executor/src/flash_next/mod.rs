@@ -28,10 +28,11 @@ pub use prompt::{PROMPT_CHUNK, PROMPT_MIN};
 use std::sync::Arc;
 
 use super::abi::MAX_COLS;
-use super::device::{DevicePtr, GpuApi, Stream};
-use super::expert_cache::{AutoFit, CacheStats, ExpertCache};
-use super::expert_handoff::ExpertHandoff;
+use super::device::{DevicePtr, GpuApi};
+use super::experts::cache::{AutoFit, CacheStats, ExpertCache};
+use super::experts::handoff::ExpertHandoff;
 use super::ops::{GpuOps, KvFormat};
+use super::resident::{ExpertStacks, Resident};
 use super::upload::{Uploader, gpu_err, weights_do_not_fit};
 use crate::options::{ExpertCacheSize, GpuOptions};
 use cpu_executor::kv_cache::KvType;
@@ -49,25 +50,11 @@ pub const WINDOW: usize = MAX_COLS;
 pub struct GpuFlashNext {
     /// The host model: its program, shapes, and the PLE table (read on the host).
     pub m: Qwen4Exp,
-    ops: GpuOps,
-    opts: GpuOptions,
-    stream: Stream,
+    /// The launch layer, stream, allocations and expert cache ([`Resident`]).
+    pub res: Resident,
     w: DevWeights,
-    /// `--expert-cache N` with fewer slots than experts: which expert holds which slot, and the
-    /// counters. None: every expert resident.
-    expert_cache: Option<ExpertCache>,
-    /// The expert cache's per-layer handoff to the CPU inside graphs (with the cache).
-    handoff: Option<ExpertHandoff>,
-    /// Adaptive residency's copies on a side stream (made at the first swap).
-    swap_copies: std::sync::Mutex<Option<crate::expert_swap::SwapCopies>>,
-    /// With an expert cache, the staging ring of the misses computed on the device from a copy
-    /// (prompt chunks, `--pcie-frac` on the host-readback path).
-    pub(super) staging: Option<crate::staging_ring::StagingRing>,
     /// With a PLE block, the mailbox its rows reach a running window through (`ple_feed`).
     ple_feed: Option<ple_feed::PleFeed>,
-    allocs: Vec<DevicePtr>,
-    /// Bytes of weights uploaded (with an expert cache: its empty slots included).
-    pub weight_bytes: usize,
 }
 
 /// One layer's device state.
@@ -190,21 +177,8 @@ impl Drop for GpuFlashSession {
 
 impl Drop for GpuFlashNext {
     fn drop(&mut self) {
-        let api = self.ops.api().clone();
-        for p in self.allocs.drain(..) {
-            let _ = api.free(p);
-        }
-        if let Some(h) = self.handoff.take() {
-            let _ = h.free(&*api);
-        }
-        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = c.free(&*api);
-        }
-        if let Some(r) = &self.staging {
-            let _ = r.free(&*api);
-        }
         if let Some(f) = self.ple_feed.take() {
-            let _ = f.free(&*api);
+            let _ = f.free(&**self.res.api());
         }
     }
 }
@@ -247,8 +221,9 @@ impl GpuFlashNext {
         let staging = match cache_slots {
             Some(_) => {
                 let widest = w.layers.iter().map(|l| l.moe.experts.one_bytes()).max().unwrap_or(0);
-                let base = up.zeroed(crate::staging_ring::StagingRing::bytes(widest)).map_err(weights_do_not_fit)?;
-                Some(crate::staging_ring::StagingRing::new(base, widest))
+                let base =
+                    up.zeroed(crate::experts::staging_ring::StagingRing::bytes(widest)).map_err(weights_do_not_fit)?;
+                Some(crate::experts::staging_ring::StagingRing::new(base, widest))
             }
             None => None,
         };
@@ -256,25 +231,15 @@ impl GpuFlashNext {
         let expert_cache = cache_slots
             .map(|n| ExpertCache::for_options(m.layers.len(), n_expert, n, &opts, w.expert_bytes()))
             .transpose()?;
-        let handoff = handoff_for(&*api, &m, &w, expert_cache.as_ref())?;
+        let mut res = Resident::new(ops, opts, stream, allocs, weight_bytes);
+        res.handoff = handoff_for(&*api, &m, &w, expert_cache.as_ref())?;
+        res.expert_cache = expert_cache;
+        res.staging = staging;
         let ple_feed = match &m.ple {
             Some(_) => Some(ple_feed::PleFeed::new(&*api, WINDOW, m.hp.n_embd).map_err(gpu_err("PLE row mailbox"))?),
             None => None,
         };
-        Ok(GpuFlashNext {
-            m,
-            ops,
-            opts,
-            stream,
-            w,
-            expert_cache,
-            handoff,
-            swap_copies: Default::default(),
-            staging,
-            ple_feed,
-            allocs,
-            weight_bytes,
-        })
+        Ok(GpuFlashNext { m, res, w, ple_feed })
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
@@ -289,7 +254,7 @@ impl GpuFlashNext {
     /// [`GpuFlashNext::new_session_chunked`] with `prefill_chunk` (their prompt chunk's
     /// buffers included).
     pub fn fit_expert_cache_chunked(&mut self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<AutoFit> {
-        let api = self.ops.api().clone();
+        let api = self.res.ops.api().clone();
         let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
         let mut slot_bytes = 0u64;
         for l in &self.m.layers {
@@ -298,108 +263,54 @@ impl GpuFlashNext {
                 slot_bytes += d.mat_bytes as u64;
             }
         }
-        let fit =
-            super::expert_cache::fit_auto(&*api, self.opts.vram_reserve_mib, slot_bytes, n_expert, max_ctx, || {
-                self.new_session_chunked(kv, max_ctx, prefill_chunk)
-            })?;
+        let fit = super::experts::cache::fit_auto(
+            &*api,
+            self.res.opts.vram_reserve_mib,
+            slot_bytes,
+            n_expert,
+            max_ctx,
+            || self.new_session_chunked(kv, max_ctx, prefill_chunk),
+        )?;
         let mut up = Uploader::new(&*api, false);
         let slots = (!fit.all_resident()).then_some(fit.slots);
         weights::resize_experts(&mut up, &self.m, &mut self.w, slots)?;
-        let (mut allocs, bytes) = up.finish();
-        self.allocs.append(&mut allocs);
-        self.weight_bytes += bytes;
-        // Copies in flight belong to the cache being replaced.
-        if let Some(c) = self.swap_copies.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            c.free(&*api).map_err(gpu_err("expert swap copies"))?;
-        }
-        self.expert_cache = slots
-            .map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.opts, self.w.expert_bytes()))
+        let (allocs, bytes) = up.finish();
+        let cache = slots
+            .map(|n| ExpertCache::for_options(self.m.layers.len(), n_expert, n, &self.res.opts, self.w.expert_bytes()))
             .transpose()?;
-        if let Some(h) = self.handoff.take() {
-            h.free(&*api).map_err(gpu_err("freeing the expert handoff"))?;
-        }
-        self.handoff = handoff_for(&*api, &self.m, &self.w, self.expert_cache.as_ref())?;
+        self.res.replace_expert_cache(allocs, bytes, cache)?;
+        self.res.handoff = handoff_for(&*api, &self.m, &self.w, self.res.expert_cache.as_ref())?;
         Ok(fit)
-    }
-
-    /// After a window of `n_tokens`: admits the experts whose copies (started at the previous
-    /// window's end) have landed, then starts the copies of the experts the cache gives a slot
-    /// now (adaptive swaps, deferred admissions) on the side stream (`expert_swap`).
-    fn adapt_expert_cache(&self, n_tokens: usize) -> Result<()> {
-        let Some(c) = &self.expert_cache else { return Ok(()) };
-        let api = self.ops.api();
-        let mut copies = self.swap_copies.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sc) = copies.as_mut() {
-            sc.land(&**api, c).map_err(gpu_err("expert swap copies"))?;
-        }
-        let swaps = c.end_window(n_tokens);
-        if swaps.is_empty() {
-            return Ok(());
-        }
-        let mut parts = Vec::new();
-        for sw in &swaps {
-            let host = &self.m.layers[sw.layer].moe.experts[sw.expert];
-            let p = self.w.layers[sw.layer].moe.experts.parts(host, sw.slot).map_err(|w| {
-                EngineError::Gpu(format!(
-                    "qwen4exp layer {}: swapping expert {} into slot {}: {w}",
-                    sw.layer, sw.expert, sw.slot
-                ))
-            })?;
-            parts.extend(p);
-        }
-        let parts: Vec<(DevicePtr, &[u8])> = parts.iter().map(|(d, b)| (*d, &**b)).collect();
-        let sc = match copies.as_mut() {
-            Some(sc) => sc,
-            None => copies.insert(crate::expert_swap::SwapCopies::new(&**api).map_err(gpu_err("expert swap copies"))?),
-        };
-        sc.start(&**api, &self.stream, swaps, &parts).map_err(gpu_err("expert swap copies"))
     }
 
     /// The expert cache (`--expert-cache N` with fewer slots than experts).
     pub fn expert_cache(&self) -> Option<&ExpertCache> {
-        self.expert_cache.as_ref()
+        self.res.expert_cache.as_ref()
     }
 
     /// The expert cache's counters (`--expert-cache N` with fewer slots than experts).
     pub fn expert_cache_stats(&self) -> Option<CacheStats> {
-        let stats = self.expert_cache.as_ref().map(ExpertCache::stats)?;
-        Some(self.handoff.as_ref().map_or(stats, |h| h.add_stats(stats)))
+        self.res.expert_cache_stats()
     }
 
     /// Fills the expert cache's slots from an STRP profile (`--expert-profile`, most-routed
     /// first). Returns how many experts were copied.
     pub fn fill_expert_cache(&self, path: &std::path::Path) -> Result<usize> {
-        let Some(cache) = &self.expert_cache else {
-            return Err(EngineError::Unsupported(format!(
-                "--expert-profile {}: no expert cache to fill (--expert-cache leaves every expert resident)",
-                path.display()
-            )));
-        };
-        let n_expert = self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0);
-        cache.fill_from_profile(path, n_expert, |l, e, slot| {
-            let host = self.m.layers[l].moe.experts.get(e).ok_or_else(|| format!("layer {l} has no expert {e}"))?;
-            self.w.layers[l].moe.experts.fill(&**self.ops.api(), host, slot)
-        })
+        self.res.fill_expert_cache(path, self)
     }
 
     /// Writes this run's routing counts as an STRP profile (`--expert-profile-save`).
     pub fn save_expert_profile(&self, path: &std::path::Path) -> Result<()> {
-        match &self.expert_cache {
-            Some(c) => c.save_profile(path),
-            None => Err(EngineError::Unsupported(format!(
-                "--expert-profile-save {}: no expert cache (give --expert-cache N)",
-                path.display()
-            ))),
-        }
+        self.res.save_expert_profile(path)
     }
 
     /// The GPU settings the model was loaded with.
     pub fn opts(&self) -> &GpuOptions {
-        &self.opts
+        &self.res.opts
     }
 
     pub fn api(&self) -> &Arc<dyn GpuApi> {
-        self.ops.api()
+        self.res.ops.api()
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -418,7 +329,7 @@ impl GpuFlashNext {
     /// (`prompt::chunk_cols`: windows in the ordered mode, with `--gpu-prefill mmvq` or a
     /// `prefill_chunk` of at most [`WINDOW`]). Decode and verify windows are unchanged.
     pub fn new_session_chunked(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<GpuFlashSession> {
-        let api = self.ops.api().clone();
+        let api = self.res.ops.api().clone();
         let fmt = kv_format(kv)?;
         let capacity = max_ctx.max(1);
         for (il, l) in self.w.layers.iter().enumerate() {
@@ -452,7 +363,7 @@ impl GpuFlashNext {
             }
             _ => None,
         };
-        let chunk = prompt::chunk_cols(&self.opts, prefill_chunk).min(capacity.max(WINDOW));
+        let chunk = prompt::chunk_cols(&self.res.opts, prefill_chunk).min(capacity.max(WINDOW));
         let sc = scratch::Scratch::new(&mut up, self, capacity, None, chunk)?;
         Ok(GpuFlashSession {
             n_past: 0,
@@ -514,7 +425,7 @@ impl GpuFlashNext {
         }
         if s.profile.is_some() {
             // Counters of earlier launches are not this evaluation's.
-            let _ = self.ops.api().take_stats();
+            let _ = self.res.ops.api().take_stats();
         }
         let prompt = tokens.len() > PROMPT_MIN && s.chunk > WINDOW;
         let mode = WindowMode {
@@ -542,7 +453,7 @@ impl GpuFlashNext {
             let done = self.window(s, win, ple_rows.take(), next, WindowMode { first_logit, ..mode });
             // Admissions and swaps land even after a failed window (the slot table the device
             // copies next must only name experts that are in their slots).
-            self.adapt_expert_cache(win.len())?;
+            self.res.adapt_expert_cache(win.len(), self)?;
             let done = done.inspect_err(|e| s.failed = Some(e.to_string()))?;
             if want == Logits::All || last {
                 out.extend_from_slice(&done.logits);
@@ -584,11 +495,11 @@ impl GpuFlashNext {
         if mode.prompt {
             chunk = chunk.prompt_chunk(mode.first_logit);
         }
-        let (api, st) = (&**self.ops.api(), &self.stream);
+        let (api, st) = (&**self.res.ops.api(), &self.res.stream);
         let launches = |chunk: &mut exec::FlashChunk<'_>| match (
             mode.handoff && !mode.prompt,
-            &self.handoff,
-            &self.expert_cache,
+            &self.res.handoff,
+            &self.res.expert_cache,
         ) {
             (true, Some(h), Some(c)) => {
                 let n = win.len();
@@ -614,36 +525,36 @@ impl GpuFlashNext {
     }
 
     /// Whether `s`'s windows run their routed experts through the expert cache's handoff
-    /// (`super::expert_handoff`): a cache, every layer's experts in an MMVQ type (device
+    /// (`super::experts::handoff`): a cache, every layer's experts in an MMVQ type (device
     /// dispatch), and no profiling (which reads the choice back to count experts) or trace.
     fn by_handoff(&self, s: &GpuFlashSession) -> bool {
-        self.handoff.is_some()
-            && self.expert_cache.is_some()
+        self.res.handoff.is_some()
+            && self.res.expert_cache.is_some()
             && s.profile.is_none()
             && s.trace.is_none()
-            && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
+            && self.w.layers.iter().all(|l| exec::moe_on_device(&self.res.opts, &l.moe))
     }
 
     /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
     /// back to the host (every MoE layer by device dispatch, all experts resident or through the
     /// handoff) or between operations (profiling, the trace).
     fn capturable(&self, s: &GpuFlashSession) -> bool {
-        self.opts.graphs
+        self.res.opts.graphs
             && s.profile.is_none()
             && s.trace.is_none()
-            && self.w.layers.iter().all(|l| exec::moe_on_device(&self.opts, &l.moe))
-            && (self.expert_cache.is_none() || self.by_handoff(s))
+            && self.w.layers.iter().all(|l| exec::moe_on_device(&self.res.opts, &l.moe))
+            && (self.res.expert_cache.is_none() || self.by_handoff(s))
     }
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot, on the
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; hits stay zero).
     fn handoff_misses(
         &self,
-        p: &super::expert_handoff::Published,
+        p: &super::experts::handoff::Published,
         n: usize,
-    ) -> std::result::Result<super::expert_handoff::Answer, super::device::GpuError> {
+    ) -> std::result::Result<super::experts::handoff::Answer, super::device::GpuError> {
         use super::device::GpuError;
-        let Some(cache) = &self.expert_cache else {
+        let Some(cache) = &self.res.expert_cache else {
             return Err(GpuError::Launch { kernel: "qwen4exp moe".into(), what: "no expert cache".into() });
         };
         let (e, k) = (self.m.hp.n_embd, p.ids.len() / n.max(1));
@@ -676,10 +587,10 @@ impl GpuFlashNext {
         if let Some(p) = &s.ple {
             copies.push((p.hist, p.snap, p.hist_bytes));
         }
-        let api = self.ops.api();
+        let api = self.res.ops.api();
         for (live, snap, bytes) in copies {
             let (dst, src) = if to_snapshot { (snap, live) } else { (live, snap) };
-            api.memcpy_dtod_async(&self.stream, dst, src, bytes)?;
+            api.memcpy_dtod_async(&self.res.stream, dst, src, bytes)?;
         }
         Ok(())
     }
@@ -736,7 +647,7 @@ fn handoff_for(
                 (joined(|x| &x.down, "down")?, f.down),
             ]));
         }
-        Some(super::expert_pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
+        Some(super::experts::pcie::PcieExperts::register(api, &stacks).map_err(gpu_err("--pcie-frac"))?)
     } else {
         None
     };
@@ -802,5 +713,28 @@ fn kv_format(kv: KvType) -> Result<KvFormat> {
         KvType::F32 => {
             Err(EngineError::Unsupported("--kv f32 runs on the CPU only (the device caches are f16 or int8)".into()))
         }
+    }
+}
+
+/// Flash-Next's expert stacks: each routed expert's gate, up and down, laid out as at upload.
+impl ExpertStacks for GpuFlashNext {
+    fn n_expert(&self) -> usize {
+        self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0)
+    }
+
+    fn expert_parts(
+        &self,
+        layer: usize,
+        expert: usize,
+        slot: usize,
+    ) -> Result<Vec<(DevicePtr, std::borrow::Cow<'_, [u8]>)>> {
+        let host = self.m.layers[layer]
+            .moe
+            .experts
+            .get(expert)
+            .ok_or_else(|| EngineError::Gpu(format!("qwen4exp layer {layer} has no expert {expert}")))?;
+        self.w.layers[layer].moe.experts.parts(host, slot).map_err(|w| {
+            EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {expert} into slot {slot}: {w}"))
+        })
     }
 }

@@ -70,7 +70,7 @@ pub(super) struct Scratch {
     pub(super) rw: DevicePtr,
     pub(super) ys: DevicePtr,
     pub(super) map: DevicePtr,
-    /// The handoff path (`crate::expert_handoff`): each slot's cache slot, and the combine's
+    /// The handoff path (`crate::experts::handoff`): each slot's cache slot, and the combine's
     /// rows (`ys` holds `2·cols·k` rows: the device's, then the host's).
     pub(super) rslots: DevicePtr,
     pub(super) hmap: DevicePtr,
@@ -180,7 +180,7 @@ impl Scratch {
             xq: up.zeroed(w * q8_1_bytes(widest))?,
             xh: up.zeroed(w * widest * 2)?,
             // 4 bytes a value hold any `vec_dot_type` (f32 is the widest).
-            xo: if g.opts.ordered { up.zeroed(w * widest * 4)? } else { 0 },
+            xo: if g.res.opts.ordered { up.zeroed(w * widest * 4)? } else { 0 },
             flat: f(up, w * hce)?,
             lo: f(up, w * lr)?,
             gates: f(up, w * hce)?,

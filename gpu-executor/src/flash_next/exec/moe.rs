@@ -14,8 +14,9 @@ impl FlashChunk<'_> {
         let (e, m, host) = (g.m.hp.n_embd, &self.layer(layer).moe, self.host_moe(layer));
         let (k, ne) = (m.n_used, host.experts.len());
         let x_quantized = self.moe_inputs(m)?;
-        g.ops
-            .moe_router(&g.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true)
+        g.res
+            .ops
+            .moe_router(&g.res.stream, sc.rlog, sc.rids, sc.rw, n as u32, ne as u32, k as u32, true)
             .map_err(dev("MoE router"))?;
         let ffn = |f: &DevFfn| f.gate.mat_bytes + f.up.mat_bytes + f.down.mat_bytes;
         if self.moe_on_device(m) {
@@ -24,14 +25,14 @@ impl FlashChunk<'_> {
                 Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 })
             });
         }
-        if let (Some(h), Some(cache), true) = (&g.handoff, self.cache(), !self.prompt && g.by_handoff(self.s)) {
+        if let (Some(h), Some(cache), true) = (&g.res.handoff, self.cache(), !self.prompt && g.by_handoff(self.s)) {
             // Hits from their slots by device dispatch, misses from the host thread.
             let lin = self.lin();
             if !x_quantized {
                 lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
             }
             let miss_base = WINDOW * k;
-            h.publish(&g.ops, &g.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base)
+            h.publish(&g.res.ops, &g.res.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base)
                 .map_err(dev("expert handoff"))?;
             if cache.slots() > 0 {
                 let f = &m.experts.stack;
@@ -48,7 +49,7 @@ impl FlashChunk<'_> {
                     .map_err(dev("routed experts (cache slots)"))?;
             }
             let host_rows = sc.ys + (miss_base * e * 4) as u64;
-            h.receive(&**g.api(), &g.stream, n, host_rows).map_err(dev("expert handoff"))?;
+            h.receive(&**g.api(), &g.res.stream, n, host_rows).map_err(dev("expert handoff"))?;
             if let Some(([pg, pu, pd], ids)) = h.pcie_layer(layer) {
                 // The misses the host gave back: read from RAM, their rows where the host's would be.
                 let b =
@@ -59,7 +60,7 @@ impl FlashChunk<'_> {
         }
         // The routed experts' products, launched from the ids read back (host dispatch).
         let api = g.api();
-        api.stream_synchronize(&g.stream).map_err(dev("synchronize"))?;
+        api.stream_synchronize(&g.res.stream).map_err(dev("synchronize"))?;
         let mut raw = vec![0u8; n * k * 4];
         api.memcpy_dtoh(&mut raw, sc.rids).map_err(dev("reading expert ids"))?;
         // Each chosen expert with the (token, rank) slots that chose it, by expert id.
@@ -92,7 +93,7 @@ impl FlashChunk<'_> {
                 // A prompt chunk streams its misses through the staging ring (copying an
                 // expert costs less than the CPU computing it for many tokens); a decode
                 // window its `--pcie-frac` share.
-                Some(Placement::Cpu) => match (&g.staging, self.cache()) {
+                Some(Placement::Cpu) => match (&g.res.staging, self.cache()) {
                     (Some(_), Some(c)) if c.stream_miss(slots.len(), self.prompt) => Source::Staged(&host.experts[id]),
                     _ => {
                         on_cpu.push((&host.experts[id], slots));
@@ -145,7 +146,7 @@ impl FlashChunk<'_> {
         let tmp = Tmp { wdq: self.wdq(), xh: sc.xh };
         let listed = |src: &Source<'_>, cnt: usize| {
             matches!(src, Source::Device(..))
-                && super::moe_on_device(&self.g.opts, m)
+                && super::moe_on_device(&self.g.res.opts, m)
                 && lin.is_mmvq(&stacks.stack.gate, cnt, tmp)
                 && lin.is_mmvq(&stacks.stack.down, cnt, tmp)
         };
@@ -194,8 +195,18 @@ impl FlashChunk<'_> {
         let mut at = ids.len();
         for (src, slots) in &rest {
             let cnt = slots.len();
-            g.ops
-                .get_rows(&g.stream, RowType::F32, sc.x, sc.rslots + (at * 4) as u64, cnt as u32, e as u32, sc.xg, 1.0)
+            g.res
+                .ops
+                .get_rows(
+                    &g.res.stream,
+                    RowType::F32,
+                    sc.x,
+                    sc.rslots + (at * 4) as u64,
+                    cnt as u32,
+                    e as u32,
+                    sc.xg,
+                    1.0,
+                )
                 .map_err(dev("gathering expert inputs"))?;
             self.run_expert(stacks, src, |f| {
                 self.swiglu(f, sc.xg, cnt, [sc.dg, sc.du, sc.da], sc.ys + ((base + at) * e * 4) as u64)
@@ -220,13 +231,14 @@ impl FlashChunk<'_> {
         };
         let (g, api) = (self.g, self.g.api());
         let ring = g
+            .res
             .staging
             .as_ref()
             .ok_or_else(|| EngineError::Gpu("qwen4exp: a streamed expert without a staging ring".into()))?;
         let slot = ring.take(&**api).map_err(dev("staging ring"))?;
         stacks.fill_staged(&**api, host, slot.base).map_err(|w| EngineError::Gpu(format!("staging an expert: {w}")))?;
         launch(&stacks.staged(slot.base))?;
-        ring.launched(&**api, &g.stream, slot).map_err(dev("staging ring"))
+        ring.launched(&**api, &g.res.stream, slot).map_err(dev("staging ring"))
     }
 
     /// The rest of a MoE layer once the routed experts' rows are in `sc.ys` (at the rows `map`
@@ -243,13 +255,15 @@ impl FlashChunk<'_> {
         let k = m.n_used;
         // The shared expert (its gate and up products ran with the router's,
         // [`FlashChunk::moe_inputs`]), then the combine in rank order with its σ-gated rows added.
-        g.ops
-            .glu(&g.stream, sc.shg, sc.shu, sc.sha, (n * m.shared.gate.rows) as u32, GluAct::Silu)
+        g.res
+            .ops
+            .glu(&g.res.stream, sc.shg, sc.shu, sc.sha, (n * m.shared.gate.rows) as u32, GluAct::Silu)
             .map_err(dev("SwiGLU"))?;
         self.mm(&m.shared.down, sc.sha, n, sc.sh)?;
-        g.ops
+        g.res
+            .ops
             .moe_combine_with(
-                &g.stream,
+                &g.res.stream,
                 sc.ys,
                 map,
                 sc.rw,
@@ -276,12 +290,12 @@ impl FlashChunk<'_> {
         let outs =
             [(&m.router, sc.rlog), (&m.shared_gate, sc.shgate), (&m.shared.gate, sc.shg), (&m.shared.up, sc.shu)];
         self.project(sc.x, n, &outs)?;
-        Ok(!self.g.opts.ordered && self.reads_q8_1(n, &outs, self.wdq()))
+        Ok(!self.g.res.opts.ordered && self.reads_q8_1(n, &outs, self.wdq()))
     }
 
     /// Whether this window's routed experts run by device dispatch ([`moe_on_device`]).
     fn moe_on_device(&self, m: &super::super::weights::DevMoe) -> bool {
-        self.cache().is_none() && moe_on_device(&self.g.opts, m)
+        self.cache().is_none() && moe_on_device(&self.g.res.opts, m)
     }
 
     /// The routed experts by device dispatch: `mmvq_moe_*` read the router's choice in
@@ -312,7 +326,7 @@ impl FlashChunk<'_> {
     /// The distinct experts of the window's choice (read back: profiling only).
     fn distinct_experts(&self, k: usize) -> Result<Vec<usize>> {
         let api = self.g.api();
-        api.stream_synchronize(&self.g.stream).map_err(dev("synchronize"))?;
+        api.stream_synchronize(&self.g.res.stream).map_err(dev("synchronize"))?;
         let mut raw = vec![0u8; self.n() * k * 4];
         api.memcpy_dtoh(&mut raw, self.s.sc.rids).map_err(dev("reading expert ids"))?;
         let mut ids: Vec<usize> =

@@ -12,7 +12,7 @@
 
 use std::sync::Mutex;
 
-use super::device::{DevicePtr, Event, GpuApi, GpuError, Stream};
+use crate::device::{DevicePtr, Event, GpuApi, GpuError, Stream};
 
 pub struct StagingRing {
     base: DevicePtr,

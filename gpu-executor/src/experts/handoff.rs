@@ -12,7 +12,7 @@
 //! 4. the host writes all the layer's rows into the second mailbox (host → device) and rings;
 //!    the device waits, copies them next to its own rows, and `moe_combine` weighs both alike.
 //!
-//! With `--pcie-frac F` (and the experts in RAM mapped for the device, `super::expert_pcie`)
+//! With `--pcie-frac F` (and the experts in RAM mapped for the device, `crate::experts::pcie`)
 //! the host gives that share of the misses back to the device instead of computing them: its
 //! answer carries, next to the rows, the ids of the experts the device is to read from RAM
 //! (`MOE_SLOT_MISS` elsewhere), and a second dispatch after the doorbell writes their rows
@@ -24,12 +24,12 @@
 //! ([`ExpertHandoff::sync_table`]), so admissions during a window are deferred
 //! ([`ExpertCache::place_deferred`]).
 
-use super::abi::MAX_COLS;
-use super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream};
-use super::expert_cache::ExpertCache;
-use super::expert_pcie::PcieExperts;
-use super::ops::GpuOps;
-use super::upload::DevMat;
+use crate::abi::MAX_COLS;
+use crate::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream};
+use crate::experts::cache::ExpertCache;
+use crate::experts::pcie::PcieExperts;
+use crate::ops::GpuOps;
+use crate::upload::DevMat;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Bytes of the layer tag at the start of a published payload (padded to its own line).
@@ -119,7 +119,7 @@ pub struct Answer {
 impl Answer {
     /// No rows and nothing for the device (what an error answers).
     pub fn none(slots: usize, d: usize) -> Answer {
-        Answer { rows: vec![0f32; slots * d], on_device: vec![super::abi::MOE_SLOT_MISS; slots] }
+        Answer { rows: vec![0f32; slots * d], on_device: vec![crate::abi::MOE_SLOT_MISS; slots] }
     }
 }
 
@@ -204,7 +204,7 @@ impl ExpertHandoff {
     /// `n` tokens, and maps the choice through the slot table into `slots` (what device dispatch
     /// reads) and `map` (the combine's rows: `j` for a hit, `miss_base + j` for a miss).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn publish(
+    pub(crate) fn publish(
         &self,
         ops: &GpuOps,
         st: &Stream,
@@ -230,7 +230,7 @@ impl ExpertHandoff {
     /// Device side, second half (capturable): waits for the host's rows of the layer and copies
     /// them to `rows` (`[n·k][d]`, the part `miss_base` pointed the map at), and with
     /// `--pcie-frac` the ids of the experts to read from RAM for the second dispatch ([`ExpertHandoff::pcie_layer`]).
-    pub(super) fn receive(&self, api: &dyn GpuApi, st: &Stream, n: usize, rows: DevicePtr) -> Result<(), GpuError> {
+    pub(crate) fn receive(&self, api: &dyn GpuApi, st: &Stream, n: usize, rows: DevicePtr) -> Result<(), GpuError> {
         let row_bytes = n * self.k * self.d * 4;
         match self.pcie {
             Some((_, ids)) => {
@@ -243,7 +243,7 @@ impl ExpertHandoff {
     /// For `--pcie-frac`: `layer`'s expert stacks in RAM as the device reads them, and where
     /// [`ExpertHandoff::receive`] puts the ids of the experts to read (what the second
     /// dispatch, after the receive, takes). None without `--pcie-frac`.
-    pub(super) fn pcie_layer(&self, layer: usize) -> Option<(&[DevMat; 3], DevicePtr)> {
+    pub(crate) fn pcie_layer(&self, layer: usize) -> Option<(&[DevMat; 3], DevicePtr)> {
         self.pcie.as_ref().and_then(|(p, ids)| Some((p.layer(layer)?, *ids)))
     }
 
@@ -338,7 +338,7 @@ impl ExpertHandoff {
         self.sync_table(api, cache).map_err(&host_err)?;
         let layers = &self.moe_layers[..];
         // After a device failure the host thread stops waiting for layers that never come.
-        let ran = super::device::handoff::alongside(
+        let ran = crate::device::handoff::alongside(
             api,
             st,
             "strata-handoff",

@@ -12,8 +12,8 @@
 //! The registration is made once at load, over page-disjoint spans (two registrations never
 //! share a page, which HIP would refuse).
 
-use super::device::{GpuApi, GpuError, HostRegion};
-use super::upload::DevMat;
+use crate::device::{GpuApi, GpuError, HostRegion};
+use crate::upload::DevMat;
 
 const PAGE: usize = 4096;
 
@@ -27,13 +27,13 @@ pub struct PcieExperts {
 
 /// One layer's gate, up and down for [`PcieExperts::register`]: the host bytes of all its
 /// experts (back to back) and the device stack whose layout they share.
-pub(super) type HostStacks<'a> = [(&'a [u8], DevMat); 3];
+pub(crate) type HostStacks<'a> = [(&'a [u8], DevMat); 3];
 
 impl PcieExperts {
     /// Maps `stacks` (per layer) for the device. The bytes must outlive the result and never
     /// change (weights of the model that owns it). A stack whose bytes are not `n · mat_bytes`
     /// long, or a registration the device refuses, is an error naming the layer.
-    pub(super) fn register(api: &dyn GpuApi, stacks: &[Option<HostStacks<'_>>]) -> Result<PcieExperts, GpuError> {
+    pub(crate) fn register(api: &dyn GpuApi, stacks: &[Option<HostStacks<'_>>]) -> Result<PcieExperts, GpuError> {
         let bad = |what: String| GpuError::Launch { kernel: "--pcie-frac".into(), what };
         let mut spans: Vec<(usize, usize)> = Vec::new();
         for (layer, l) in stacks.iter().enumerate() {
@@ -79,7 +79,7 @@ impl PcieExperts {
     }
 
     /// Layer `layer`'s expert stacks in host memory, as the device reads them.
-    pub(super) fn layer(&self, layer: usize) -> Option<&[DevMat; 3]> {
+    pub(crate) fn layer(&self, layer: usize) -> Option<&[DevMat; 3]> {
         self.layers.get(layer).and_then(Option::as_ref)
     }
 

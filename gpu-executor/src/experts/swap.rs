@@ -5,7 +5,7 @@
 //! the copies have landed ([`ExpertCache::land`]); until then the CPU computes them.
 
 use crate::device::{DevicePtr, Event, GpuApi, GpuError, HostAllocOptions, HostBuf, Stream};
-use crate::expert_cache::{ExpertCache, Swap};
+use crate::experts::cache::{ExpertCache, Swap};
 
 type Result<T> = std::result::Result<T, GpuError>;
 

@@ -48,8 +48,8 @@ impl AutoFit {
 /// `--expert-cache auto`'s measurement, shared by the executors: allocates one session of
 /// `max_ctx` positions (`probe`), reads the free VRAM with it in place, frees it, and fits slots
 /// of `slot_bytes` into what is left minus `reserve_mib`.
-pub(super) fn fit_auto<S, E: std::fmt::Display>(
-    api: &dyn super::device::GpuApi,
+pub(crate) fn fit_auto<S, E: std::fmt::Display>(
+    api: &dyn crate::device::GpuApi,
     reserve_mib: u64,
     slot_bytes: u64,
     n_expert: usize,
@@ -248,7 +248,7 @@ impl ExpertCache {
         true
     }
 
-    /// For a miss of `uses` decisions in a handoff window (`super::expert_pcie`): whether the
+    /// For a miss of `uses` decisions in a handoff window (`crate::experts::pcie`): whether the
     /// device reads it from RAM over PCIe instead of the CPU computing it, by the same
     /// `--pcie-frac` credit as [`ExpertCache::stream_miss`] (callers offer misses most-used
     /// first). The decisions move from the CPU's count to the streamed one.
