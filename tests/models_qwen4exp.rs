@@ -305,7 +305,7 @@ fn qwen4exp_errors_are_typed() {
     assert!(err.to_string().contains("rope.dimension_sections"), "{err}");
     let err = rebuild(None, Some("blk.3.indexer.k_norm.weight")).err().expect("missing tensor must fail");
     assert!(
-        matches!(&err, EngineError::MissingShaped { name, expected }
+        matches!(&err, EngineError::MissingTensor { name, expected }
             if name == "blk.3.indexer.k_norm.weight" && !expected.is_empty()),
         "{err}"
     );

@@ -151,8 +151,8 @@ impl ModelSteps for Model {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.n_vocab) {
-            return Err(EngineError::BadToken { id, vocab: self.n_vocab });
+        if let Some(index) = tokens.iter().position(|&t| t as usize >= self.n_vocab) {
+            return Err(EngineError::BadTokenAt { token: tokens[index], index, n_vocab: self.n_vocab });
         }
         let needed = s.n_past + tokens.len();
         if needed > s.cache.capacity {

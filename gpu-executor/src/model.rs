@@ -475,8 +475,8 @@ impl GpuModel {
             return Err(EngineError::EmptyInput);
         }
         let nv = self.model.n_vocab;
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= nv) {
-            return Err(EngineError::BadToken { id, vocab: nv });
+        if let Some(index) = tokens.iter().position(|&t| t as usize >= nv) {
+            return Err(EngineError::BadTokenAt { token: tokens[index], index, n_vocab: nv });
         }
         let needed = s.n_past + tokens.len();
         if needed > s.capacity {

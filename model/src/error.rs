@@ -10,8 +10,10 @@ pub enum EngineError {
     Tokenizer { path: PathBuf, source: tokenizer::TokenizerError },
     #[error("unsupported architecture '{0}' (supported: gemma3, llama, qwen2, qwen3, qwen3moe)")]
     UnsupportedArch(String),
-    #[error("missing tensor '{0}'")]
-    MissingTensor(String),
+    /// `expected`: its ggml shape when the loader knows it (`None` where any size is allowed;
+    /// empty: unknown), what a user needs to fix a converted file.
+    #[error("tensor {name:?} not found{}", if expected.is_empty() { String::new() } else { format!(" (expected ggml shape {})", shape(expected)) })]
+    MissingTensor { name: String, expected: Vec<Option<u64>> },
     /// `expected`: ggml dims, `None` where any size is allowed (the vocabulary of a head).
     #[error(
         "tensor '{name}': shape {found:?}, expected {} (its dimensions follow the metadata: embedding_length, head counts, key_length, feed_forward_length, expert counts)",
@@ -34,8 +36,6 @@ pub enum EngineError {
         "vocabulary mismatch: the tokenizer has {tokenizer} tokens but {tensor} has {rows} rows (a model and tokenizer of different vocabularies)"
     )]
     VocabMismatch { tokenizer: usize, tensor: &'static str, rows: usize },
-    #[error("token id {id} out of range (vocabulary has {vocab} tokens)")]
-    BadToken { id: u32, vocab: usize },
     #[error("empty input: nothing to evaluate")]
     EmptyInput,
     #[error("default model: {0}")]
@@ -50,8 +50,6 @@ pub enum EngineError {
     WrongArchitecture(String),
     #[error("metadata key {key:?} not found")]
     MissingKey { key: String },
-    #[error("tensor {name:?} not found (expected ggml shape {expected:?})")]
-    MissingShaped { name: String, expected: Vec<u64> },
     #[error("tensor {name:?}: {source}")]
     Tensor { name: String, source: MatError },
     #[error("tensor {name:?}: cannot dequantize: {reason}")]

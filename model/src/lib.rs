@@ -182,13 +182,14 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn find(&self, name: &str) -> Result<(usize, &TensorInfo)> {
+    /// The tensor `name`, or an error naming it and the shape it should have had.
+    fn find(&self, name: &str, expected: &[Option<u64>]) -> Result<(usize, &TensorInfo)> {
         self.g
             .tensors()
             .iter()
             .enumerate()
             .find(|(_, t)| t.name == name)
-            .ok_or_else(|| EngineError::MissingTensor(name.to_string()))
+            .ok_or_else(|| EngineError::MissingTensor { name: name.to_string(), expected: expected.to_vec() })
     }
 
     fn check_type(name: &str, ty: GgmlType) -> Result<()> {
@@ -201,7 +202,7 @@ impl Loader<'_> {
 
     /// A `[rows][cols]` matrix (`rows` None: any).
     fn mat(&self, name: &str, cols: usize, rows: Option<usize>) -> Result<Mat> {
-        let (tensor, t) = self.find(name)?;
+        let (tensor, t) = self.find(name, &[Some(cols as u64), rows.map(|r| r as u64)])?;
         let ok = t.dims.len() == 2 && t.dims[0] as usize == cols && rows.is_none_or(|r| t.dims[1] as usize == r);
         if !ok {
             return Err(EngineError::TensorShape {
@@ -217,8 +218,8 @@ impl Loader<'_> {
 
     /// `n` matrices `[rows][cols]` stored back to back (expert stacks).
     fn stack(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<Mat> {
-        let (tensor, t) = self.find(name)?;
         let want = vec![cols as u64, rows as u64, n as u64];
+        let (tensor, t) = self.find(name, &want.iter().map(|&d| Some(d)).collect::<Vec<_>>())?;
         if t.dims != want {
             return Err(EngineError::TensorShape {
                 name: name.into(),
@@ -233,7 +234,7 @@ impl Loader<'_> {
 
     /// A vector of `n` values (norm weights, biases), dequantized to f32.
     fn vec(&self, name: &str, n: usize) -> Result<Vec<f32>> {
-        let (_, t) = self.find(name)?;
+        let (_, t) = self.find(name, &[Some(n as u64)])?;
         let total: u64 = t.dims.iter().product();
         if total as usize != n {
             return Err(EngineError::TensorShape {
@@ -243,11 +244,8 @@ impl Loader<'_> {
             });
         }
         let mut out = vec![0f32; n];
-        quant::dequantize_row(t.ty, self.g.tensor_data(t), &mut out).map_err(|e| EngineError::TensorType {
-            name: format!("{name} ({e:?})"),
-            ty: t.ty.name(),
-            why: "cannot dequantize",
-        })?;
+        quant::dequantize_row(t.ty, self.g.tensor_data(t), &mut out)
+            .map_err(|e| EngineError::Dequant { name: name.into(), reason: format!("{e:?}") })?;
         hparams::check_finite(name, &out)?;
         Ok(out)
     }

@@ -138,7 +138,8 @@ impl HParams {
         let n_vocab = g
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
-            .ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))? as usize;
+            .ok_or_else(|| EngineError::MissingTensor { name: "token_embd.weight".into(), expected: Vec::new() })?
+            as usize;
         let n_embd = positive(g, "embedding_length")?;
         let n_block = positive(g, "block_count")?;
         // The real checkpoints count the MTP block in block_count (49 = 48 trunk + 1 MTP).

@@ -33,16 +33,19 @@ impl Loader {
     }
 
     fn find(&self, name: &str) -> Result<(usize, &gguf::TensorInfo), EngineError> {
-        let &i = self.index.get(name).ok_or_else(|| EngineError::MissingTensor(name.to_string()))?;
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| EngineError::MissingTensor { name: name.to_string(), expected: Vec::new() })?;
         Ok((i, &self.file.tensors()[i]))
     }
 
     /// [`Loader::find`] for a tensor of known shape: a missing one is reported with the shape
     /// it should have had (what a user needs to fix a converted file).
     fn find_shaped(&self, name: &str, want: &[usize]) -> Result<(usize, &gguf::TensorInfo), EngineError> {
-        self.find(name).map_err(|_| EngineError::MissingShaped {
+        self.find(name).map_err(|_| EngineError::MissingTensor {
             name: name.into(),
-            expected: want.iter().map(|&d| d as u64).collect(),
+            expected: want.iter().map(|&d| Some(d as u64)).collect(),
         })
     }
 
