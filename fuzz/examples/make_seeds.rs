@@ -460,12 +460,8 @@ fn emulator_seeds() {
     }
 }
 
-#[allow(dead_code)]
-#[path = "../../experts/src/profile.rs"]
-mod profile;
-
 fn expert_profile_seeds() {
-    use profile::{Profile, Table};
+    use experts::profile::{Profile, Table};
     // The engine's own save (a rank table) for the tiny MoE's shape, 2 layers x 8 experts with
     // two experts never routed, and a profiling script's frequency table, 4 x 8.
     let counts: Vec<Vec<u64>> = (0..2).map(|l| (0..8).map(|e| ((e * 7 + l * 3) % 9) as u64).collect()).collect();

@@ -1,7 +1,6 @@
 //! The engine's expert-profile reader (`--expert-profile FILE`, the STRP v1 format of
-//! `strata::experts::profile`): fuzzed bytes through `Profile::parse`. The reader's source
-//! file is compiled into this target as a module (it needs only std and thiserror), which
-//! spares the fuzz build the whole engine library. Properties: no panic,
+//! `experts::profile`, from the `experts` crate, which spares the fuzz build the engine
+//! library): fuzzed bytes through `Profile::parse`. Properties: no panic,
 //! no allocation beyond what the file's length allows (the header's counts are checked
 //! against the length first); a profile that parses is internally consistent (ranked entries
 //! inside n_layers x n_expert, a table of n_layers x n_expert entries) and writes back
@@ -14,10 +13,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)]
-#[path = "../../experts/src/profile.rs"]
-mod profile;
-use profile::{Profile, Table};
+use experts::profile::{Profile, Table};
 
 fuzz_target!(|data: &[u8]| {
     let path = Path::new("fuzz.strp");
