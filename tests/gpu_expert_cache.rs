@@ -13,7 +13,7 @@ use strata::cpu::prelude::*;
 use strata::gpu::model::{ExpertCacheSize, GpuModel, GpuOptions};
 use strata::gpu::test_device::TestDevice;
 use strata::kv_cache::KvType;
-use strata::model::{Logits, Model};
+use strata::model::{Decoder, Logits};
 use strata::test_device;
 
 use crate::models_util::reference;
@@ -32,7 +32,7 @@ fn argmax(v: &[f32]) -> u32 {
 fn gpu(path: &std::path::Path, ordered: bool, slots: Option<u32>, device: &TestDevice) -> GpuModel {
     let api = device.1.clone();
     let opts = GpuOptions { ordered, expert_cache: slots.map(ExpertCacheSize::Slots), ..GpuOptions::default() };
-    GpuModel::new(Model::load(path).unwrap(), api, opts).unwrap()
+    GpuModel::new(Decoder::load(path).unwrap(), api, opts).unwrap()
 }
 
 /// Prompt logits (all rows) plus 6 greedy decode steps' logits.
@@ -53,7 +53,7 @@ fn run_gpu(g: &GpuModel) -> Vec<f32> {
 }
 
 fn run_cpu_ordered(path: &std::path::Path) -> Vec<f32> {
-    let m = Model::load(path).unwrap();
+    let m = Decoder::load(path).unwrap();
     let mut s = m.new_session(KvType::F16, 64, 512);
     (s.ordered, s.ordered_attention) = (true, true);
     let mut out = Vec::new();
@@ -111,7 +111,7 @@ test_device!(
         let want = run_cpu_ordered(&path);
         let api = device.1.clone();
         let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, ..GpuOptions::default() };
-        let g = GpuModel::new(Model::load(&path).unwrap(), api, opts).unwrap();
+        let g = GpuModel::new(Decoder::load(&path).unwrap(), api, opts).unwrap();
         assert_bits("q8_0, 3 slots, adapting every token", &run_gpu(&g), &want);
         let s = g.expert_cache_stats().unwrap();
         assert!(s.swapped > 0, "{s}");
@@ -128,7 +128,7 @@ fn admitted_uses(s: &strata::gpu::experts::cache::CacheStats) -> u64 {
 test_device!(
     model fn expert_cache_fast_mode_greedy_equals_the_cpu(device) {
         let path = reference(Q8);
-        let cpu = Model::load(&path).unwrap();
+        let cpu = Decoder::load(&path).unwrap();
         let mut cs = cpu.new_session(KvType::F16, 64, 512);
         let mut out = Vec::new();
         cpu.eval(&mut cs, &prompt(), Logits::Last, &mut out).unwrap();
@@ -153,7 +153,7 @@ test_device!(
     model fn expert_cache_refuses_experts_the_device_cannot_run_as_stored(device) {
         let api = device.1.clone();
         let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(2)), ..GpuOptions::default() };
-        let err = GpuModel::new(Model::load(&reference(F32)).unwrap(), api, opts).err().expect("f32 experts are widened at upload");
+        let err = GpuModel::new(Decoder::load(&reference(F32)).unwrap(), api, opts).err().expect("f32 experts are widened at upload");
         let msg = err.to_string();
         assert!(msg.contains("blk.0.ffn_gate_exps.weight") && msg.contains("--expert-cache"), "{msg}");
     }
@@ -374,7 +374,7 @@ fn serve_done_line_reports_expert_cache_counters_per_request() {
         .filter(|v| v["type"] == "done")
         .collect();
     assert_eq!(done.len(), 2, "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    let hp = Model::load(&m).unwrap().hp;
+    let hp = Decoder::load(&m).unwrap().hp;
     let moe = (hp.n_layer as u64, hp.moe.as_ref().expect("an MoE model").n_expert_used as u64);
     let stat = |d: &serde_json::Value, k: &str| d["stats"][k].as_u64().unwrap_or_else(|| panic!("no stats.{k} in {d}"));
     // Prompt tokens + the 3 decode evaluations after the first sampled token.
@@ -418,7 +418,7 @@ test_device!(
         for (slots, frac, adapt_every) in [(0, 0.5, 0), (0, 1.0, 0), (3, 0.5, 4), (3, 1.0, 1)] {
             let what = format!("q8_0, {slots} slots, --pcie-frac {frac}, --adapt-every {adapt_every}");
             let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Slots(slots)), pcie_frac: frac, adapt_every, ..GpuOptions::default() };
-            let g = GpuModel::new(Model::load(&path).unwrap(), device.1.clone(), opts).unwrap();
+            let g = GpuModel::new(Decoder::load(&path).unwrap(), device.1.clone(), opts).unwrap();
             assert_bits(&what, &run_gpu(&g), &want);
             let s = g.expert_cache_stats().unwrap();
             assert_eq!(s.lookups, (13 + 6) * 2 * 2, "{what}: {s}");
@@ -452,12 +452,12 @@ test_device!(
             }
             ids
         };
-        let cpu = Model::load(&path).unwrap();
+        let cpu = Decoder::load(&path).unwrap();
         let mut cs = cpu.new_session(KvType::F16, 64, 512);
         let want = greedy(&mut |t, out| cpu.eval(&mut cs, t, Logits::Last, out).unwrap());
         for (frac, adapt_every) in [(0.5, 0), (1.0, 0), (0.5, 1)] {
             let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), pcie_frac: frac, adapt_every, ..GpuOptions::default() };
-            let g = GpuModel::new(Model::load(&path).unwrap(), device.1.clone(), opts).unwrap();
+            let g = GpuModel::new(Decoder::load(&path).unwrap(), device.1.clone(), opts).unwrap();
             let mut s = g.new_session(KvType::F16, 64, 512).unwrap();
             let got = greedy(&mut |t, out| g.eval(&mut s, t, Logits::Last, out).unwrap());
             assert_eq!(got, want, "--pcie-frac {frac}, --adapt-every {adapt_every}");
@@ -561,7 +561,7 @@ test_device!(
         let path = reference(Q8);
         let toks: Vec<u32> = (0..160).map(|i| (i * 37 + 5) % 1024).collect();
         let last = |opts: GpuOptions| {
-            let g = GpuModel::new(Model::load(&path).unwrap(), device.1.clone(), opts).unwrap();
+            let g = GpuModel::new(Decoder::load(&path).unwrap(), device.1.clone(), opts).unwrap();
             let mut s = g.new_session(KvType::F16, 256, 512).unwrap();
             let mut out = Vec::new();
             g.eval(&mut s, &toks, Logits::Last, &mut out).unwrap();
@@ -573,7 +573,7 @@ test_device!(
         let st = st.expect("a cache");
         assert!(st.streamed_experts >= 2 * 5 && st.cpu == 0, "{st}");
         assert_bits("3 slots vs every expert resident", &cached, &resident);
-        let cpu = Model::load(&path).unwrap();
+        let cpu = Decoder::load(&path).unwrap();
         let mut cs = cpu.new_session(KvType::F16, 256, 512);
         let mut want = Vec::new();
         cpu.eval(&mut cs, &toks, Logits::Last, &mut want).unwrap();

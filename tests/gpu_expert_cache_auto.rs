@@ -123,7 +123,7 @@ fn failed_uploads_leave_the_device_as_they_found_it() {
     assert!(g.new_session(KvType::F16, 1 << 16).is_err());
     assert_eq!(free(&**g.api()), before, "a failed Flash-Next session leaked device memory");
     // The shared decoder (qwen3moe) the same way.
-    let moe = || strata::model::Model::load(&reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf")).unwrap();
+    let moe = || strata::model::Decoder::load(&reference("tiny-qwen3moe/tiny-qwen3moe-v1024-q8_0.gguf")).unwrap();
     let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(MIB));
     assert!(strata::gpu::model::GpuModel::new(moe(), api.clone(), GpuOptions::default()).is_err());
     assert_eq!(free(&*api), MIB, "a failed decoder load leaked device memory");

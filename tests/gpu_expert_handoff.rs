@@ -13,7 +13,7 @@ use strata::cpu::prelude::*;
 use strata::gpu::model::{ExpertCacheSize, GpuModel, GpuOptions};
 use strata::gpu::test_device::TestDevice;
 use strata::kv_cache::KvType;
-use strata::model::{Logits, Model};
+use strata::model::{Decoder, Logits};
 use strata::test_device;
 
 use crate::models_util::reference;
@@ -30,7 +30,7 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 fn gpu(device: &TestDevice, opts: GpuOptions) -> GpuModel {
-    GpuModel::new(Model::load(&reference(Q8)).unwrap(), device.1.clone(), opts).unwrap()
+    GpuModel::new(Decoder::load(&reference(Q8)).unwrap(), device.1.clone(), opts).unwrap()
 }
 
 fn cached(slots: u32, adapt_every: usize, graphs: bool) -> GpuOptions {
@@ -59,7 +59,7 @@ fn decode(g: &GpuModel) -> (Vec<Vec<f32>>, Vec<u32>, usize, usize) {
 }
 
 fn cpu_tokens() -> Vec<u32> {
-    let m = Model::load(&reference(Q8)).unwrap();
+    let m = Decoder::load(&reference(Q8)).unwrap();
     let mut s = m.new_session(KvType::F16, 64, 512);
     let mut out = Vec::new();
     m.eval(&mut s, &prompt(), Logits::Last, &mut out).unwrap();

@@ -15,8 +15,8 @@ use strata::cpu::prelude::*;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::gpu::test_device::TestDevice;
 use strata::kv_cache::KvType;
+use strata::model::Decoder;
 use strata::model::Logits;
-use strata::model::Model;
 use strata::test_device;
 
 use crate::models_qwen3::qwen3_cfg;
@@ -61,14 +61,14 @@ struct Case {
 fn run_case(c: &Case, device: &TestDevice) {
     let path = tmp(&format!("{}.gguf", c.name));
     TinyModel::random(c.cfg.clone(), 7).write_gguf(&path, c.ty);
-    let cpu = Model::load(&path).unwrap();
+    let cpu = Decoder::load(&path).unwrap();
     let nv = cpu.n_vocab;
     let mut r = SplitMix64::new(99);
     // 7 prompt tokens: one window on the GPU, one chunk on the CPU, so traces line up.
     let prompt: Vec<u32> = (0..7).map(|_| ((r.symmetric() + 1.0) * 0.5 * (nv - 1) as f32) as u32).collect();
     {
         let (dev, api) = device.clone();
-        let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
+        let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
         let mut cs = cpu.new_session(c.kv, 64, 512);
         cs.ordered_attention = true;
         let mut gs = gpu.new_session(c.kv, 64, 512).unwrap();
@@ -176,7 +176,7 @@ test_device!(
             let mut runs = Vec::new();
             for graphs in [false, true] {
                 let opts = GpuOptions { graphs, ..GpuOptions::default() };
-                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api.clone(), opts).unwrap();
                 let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
                 let mut l = Vec::new();
                 let mut all = Vec::new();
@@ -211,7 +211,7 @@ test_device!(
         use strata::gpu::model::PrefillPath;
         let path = tmp("prefill.gguf");
         TinyModel::random(qwen3_cfg(), 5).write_gguf(&path, GgmlType::Q8_0);
-        let cpu = Model::load(&path).unwrap();
+        let cpu = Decoder::load(&path).unwrap();
         let nv = cpu.n_vocab;
         let prompt: Vec<u32> = (0..41).map(|i| (i * 37 + 11) % nv as u32).collect();
         // The CPU one token at a time: its matrix-vector kernels quantize activations exactly as
@@ -228,7 +228,7 @@ test_device!(
             // this tolerance. The GEMM paths skip the Q8 activation rounding: 1-2e-2 everywhere.
             for (path_kind, tol) in [(PrefillPath::Mmvq, 3e-2), (PrefillPath::DequantGemm, 3e-2), (PrefillPath::Auto, 3e-2), (PrefillPath::Mmq, 3e-2)] {
                 let opts = GpuOptions { prefill: path_kind, ..GpuOptions::default() };
-                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api.clone(), opts).unwrap();
                 // Chunks of 32: one GEMM chunk of 32 then 9 tokens (Auto: MMVQ for the 9).
                 let mut gs = gpu.new_session(KvType::F16, 64, 32).unwrap();
                 let mut got = Vec::new();
@@ -270,7 +270,7 @@ test_device!(model fn gpu_model_mmq_prefill_types_match_cpu(device) {
     for (ty, tol) in [(GgmlType::Q8_0, 3e-2), (GgmlType::Q4K, 5e-2), (GgmlType::Q6K, 5e-2), (GgmlType::IQ3XXS, 5e-2)] {
         let path = tmp(&format!("mmq-{ty:?}.gguf"));
         TinyModel::random(cfg.clone(), 13).write_gguf(&path, ty);
-        let cpu = Model::load(&path).unwrap();
+        let cpu = Decoder::load(&path).unwrap();
         let nv = cpu.n_vocab;
         let prompt: Vec<u32> = (0..41).map(|i| (i * 37 + 11) % nv as u32).collect();
         let mut cs = cpu.new_session(KvType::F16, 96, 1);
@@ -289,7 +289,7 @@ test_device!(model fn gpu_model_mmq_prefill_types_match_cpu(device) {
         {
             let (dev, api) = device.clone();
             let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
-                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api.clone(), opts).unwrap();
                 let mut gs = gpu.new_session(KvType::F16, 96, 32).unwrap();
                 let mut got = Vec::new();
                 gpu.eval(&mut gs, &prompt, Logits::All, &mut got).unwrap();
@@ -344,7 +344,7 @@ test_device!(
         TinyModel::random(qwen3_cfg(), 5).write_gguf(&path, GgmlType::Q8_0);
         {
             let (dev, api) = device.clone();
-            let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
+            let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
             let err = gpu.new_session(KvType::F32, 64, 32).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.contains("--kv f32") && err.contains("CPU"), "[{dev}] {err:?}");
             assert!(gpu.new_session(KvType::F16, 64, 32).is_ok(), "[{dev}] f16 session");
@@ -361,7 +361,7 @@ test_device!(
         TinyModel::random(qwen3_cfg(), 9).write_gguf(&path, GgmlType::Q8_0);
         {
             let (dev, api) = device.clone();
-            let gpu = GpuModel::new(Model::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
+            let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api, GpuOptions::default()).unwrap();
             let phrase = [5u32, 17, 33, 2, 71, 40];
             let prompt: Vec<u32> = phrase.iter().chain(&phrase).chain(&phrase).copied().collect();
             let n = 24;
@@ -399,7 +399,7 @@ test_device!(
         {
             let (dev, api) = device.clone();
             let run = |opts: GpuOptions| -> (Vec<f32>, Vec<u32>) {
-                let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api.clone(), opts).unwrap();
                 let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
                 let (mut l, mut all, mut toks) = (Vec::new(), Vec::new(), Vec::new());
                 gpu.eval(&mut s, &prompt, Logits::Last, &mut l).unwrap();
@@ -452,7 +452,7 @@ test_device!(
         ] {
             let path = tmp(&format!("moe-dispatch-{label}.gguf"));
             TinyModel::random(cfg, 21).write_gguf_mixed(&path, ty, down);
-            let nv = Model::load(&path).unwrap().n_vocab;
+            let nv = Decoder::load(&path).unwrap().n_vocab;
             let prompt: Vec<u32> = (0..20).map(|i| (i * 29 + 3) % nv as u32).collect();
             {
                 let (dev, api) = device.clone();
@@ -461,7 +461,7 @@ test_device!(
                     [(MoePath::Host, false, true), (MoePath::Auto, false, true), (MoePath::Auto, true, true), (MoePath::Device, true, false)]
                 {
                     let opts = GpuOptions { moe, graphs, fused_glu, ..GpuOptions::default() };
-                    let gpu = GpuModel::new(Model::load(&path).unwrap(), api.clone(), opts).unwrap();
+                    let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api.clone(), opts).unwrap();
                     let mut s = gpu.new_session(KvType::F16, 64, 512).unwrap();
                     let (mut l, mut all, mut toks) = (Vec::new(), Vec::new(), Vec::new());
                     gpu.eval(&mut s, &prompt, Logits::All, &mut l).unwrap();

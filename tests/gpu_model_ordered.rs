@@ -12,8 +12,8 @@ use strata::cpu::prelude::*;
 use strata::gpu::model::{GpuModel, GpuOptions};
 use strata::gpu::test_device::TestDevice;
 use strata::kv_cache::KvType;
+use strata::model::Decoder;
 use strata::model::Logits;
-use strata::model::Model;
 use strata::test_device;
 
 use crate::models_qwen3::qwen3_cfg;
@@ -47,7 +47,7 @@ fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
     }
 }
 
-fn ordered_cpu_session(cpu: &Model, kv: KvType) -> strata::cpu::Session {
+fn ordered_cpu_session(cpu: &Decoder, kv: KvType) -> strata::cpu::Session {
     let mut cs = cpu.new_session(kv, 64, 512);
     cs.ordered = true;
     cs.ordered_attention = true;
@@ -57,7 +57,7 @@ fn ordered_cpu_session(cpu: &Model, kv: KvType) -> strata::cpu::Session {
 fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType, device: &TestDevice) {
     let path = tmp(&format!("{name}.gguf"));
     TinyModel::random(cfg.clone(), 7).write_gguf(&path, ty);
-    let cpu = Model::load(&path).unwrap();
+    let cpu = Decoder::load(&path).unwrap();
     let nv = cpu.n_vocab;
     let mut r = SplitMix64::new(99);
     let mut tok = || ((r.symmetric() + 1.0) * 0.5 * (nv - 1) as f32) as u32;
@@ -69,7 +69,7 @@ fn run_ordered(name: &str, cfg: TinyCfg, ty: GgmlType, kv: KvType, device: &Test
     {
         let (dev, api) = device.clone();
         let opts = GpuOptions { ordered: true, ..GpuOptions::default() };
-        let gpu = GpuModel::new(Model::load(&path).unwrap(), api, opts).unwrap();
+        let gpu = GpuModel::new(Decoder::load(&path).unwrap(), api, opts).unwrap();
 
         let mut cs = ordered_cpu_session(&cpu, kv);
         let mut gs = gpu.new_session(kv, 64, 512).unwrap();

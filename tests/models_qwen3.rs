@@ -3,8 +3,8 @@
 
 use strata::cpu::prelude::*;
 use strata::kv_cache::KvType;
+use strata::model::Decoder;
 use strata::model::Logits;
-use strata::model::Model;
 
 use crate::models_util::{TinyCfg, TinyModel, max_abs_diff};
 
@@ -38,7 +38,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 pub fn check_against_reference(m: &TinyModel, ty: quant::GgmlType, tol: f64, name: &str) {
     let path = tmp(name);
     m.write_gguf(&path, ty);
-    let model = Model::load(&path).expect("load tiny model");
+    let model = Decoder::load(&path).expect("load tiny model");
     let tokens: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % m.cfg.n_vocab as u32).collect();
     let want = m.reference_logits(&tokens);
     for chunk in [512, 5, 1] {

@@ -3,8 +3,8 @@
 
 use strata::cpu::prelude::*;
 use strata::kv_cache::KvType;
+use strata::model::Decoder;
 use strata::model::Logits;
-use strata::model::Model;
 
 use crate::models_qwen3::check_against_reference;
 use crate::models_util::{TinyCfg, TinyModel, ids, read_json, reference};
@@ -24,7 +24,7 @@ fn qwen3moe_f32_matches_scalar_reference() {
 
 fn check_tiny(variant: &str, tol: f64, n_greedy: usize) {
     let g = read_json(&format!("tiny-qwen3moe/ref-{variant}/greedy.json"));
-    let model = Model::load(&reference(&format!("tiny-qwen3moe/tiny-qwen3moe-v1024-{variant}.gguf"))).unwrap();
+    let model = Decoder::load(&reference(&format!("tiny-qwen3moe/tiny-qwen3moe-v1024-{variant}.gguf"))).unwrap();
     let (shape, want) =
         strata::npy::read_f32(&reference(&format!("tiny-qwen3moe/ref-{variant}/prompt1_all_logits.npy"))).unwrap();
     let r0 = &g["results"][0];

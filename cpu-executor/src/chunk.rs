@@ -14,13 +14,13 @@ use crate::kv_cache::{KvCache, LayerCache};
 use crate::{MatCpu, ModelMatmul, Numerics};
 use model::decoder::{Block, Buf, DecoderOps};
 use model::error::EngineError;
-use model::{Act, AttnSpec, Mat, Model, MoeSpec, RopeKind};
+use model::{Act, AttnSpec, Decoder, Mat, MoeSpec, RopeKind};
 
 type Norm = fn(&[f32], &[f32], f32, &mut [f32]);
 
 /// One chunk of a CPU session: the model, the session's scratch and cache, the tokens.
 pub(super) struct CpuChunk<'a> {
-    pub m: &'a Model,
+    pub m: &'a Decoder,
     pub s: &'a mut Scratch,
     pub cache: &'a mut KvCache,
     pub toks: &'a [u32],

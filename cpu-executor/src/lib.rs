@@ -24,7 +24,7 @@ pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
 use model::error::{EngineError, Result};
 pub use model::loaded::Numerics;
 use model::op_profile::{OpProfile, Timed};
-use model::{Logits, Model, decoder};
+use model::{Decoder, Logits, decoder};
 
 /// The CPU executor's methods on the `model` crate's types, in one import:
 /// `use strata::cpu::prelude::*;` (the model crate knows no backend, so these are traits).
@@ -119,7 +119,7 @@ pub trait ModelCpu {
     fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()>;
 }
 
-impl ModelCpu for Model {
+impl ModelCpu for Decoder {
     fn try_new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<Session> {
         Ok(Session {
             cache: KvCache::try_new(kv, max_ctx, &self.cache_shape())?,
@@ -146,7 +146,7 @@ trait ModelSteps {
     fn forward_chunk(&self, sess: &mut Session, toks: &[u32], want: Logits, logits: Option<&mut [f32]>) -> Result<()>;
 }
 
-impl ModelSteps for Model {
+impl ModelSteps for Decoder {
     fn eval_on_team(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);

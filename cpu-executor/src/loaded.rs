@@ -6,7 +6,7 @@ use model::error::{EngineError, Result};
 use model::loaded::{Description, HostWeights, LoadedModel, Numerics, Session as SessionTrait, SessionConfig};
 use model::loaded::{HostModel, downcast_session};
 use model::qwen4exp::{self as q4, Qwen4Exp};
-use model::{Logits, Mat, Model};
+use model::{Decoder, Logits, Mat};
 
 use crate::flash_next::Qwen4ExpCpu;
 use crate::{ModelCpu, Session};
@@ -20,7 +20,7 @@ pub fn on_cpu(m: HostModel) -> Box<dyn LoadedModel> {
 }
 
 /// The shared decoder on the CPU.
-pub struct CpuDecoder(pub Model);
+pub struct CpuDecoder(pub Decoder);
 
 /// Flash-Next on the CPU.
 pub struct CpuFlashNext(pub Qwen4Exp);

@@ -10,7 +10,7 @@ use cpu_kernels::team;
 
 use crate::MatCpu;
 use model::loaded::Numerics;
-use model::{Mat, Model};
+use model::{Decoder, Mat};
 
 /// The CPU executor's matrix products on [`Model`] (a type of the `model` crate), also used by
 /// the GPU host side for the experts it computes on the CPU.
@@ -29,7 +29,7 @@ pub trait ModelMatmul {
     fn acts_entry(&self, p: Numerics, w: &Mat, n: usize) -> Option<ck::ActsFor>;
 }
 
-impl ModelMatmul for Model {
+impl ModelMatmul for Decoder {
     #[inline]
     fn mm(&self, p: Numerics, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         let t = w.matrix(e);

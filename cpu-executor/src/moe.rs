@@ -10,7 +10,7 @@ use cpu_kernels as ck;
 
 use super::grow;
 use crate::{ModelMatmul, Numerics};
-use model::{Mat, Model, MoeSpec};
+use model::{Decoder, Mat, MoeSpec};
 
 /// Reusable buffers (only grow).
 #[derive(Default)]
@@ -78,7 +78,7 @@ pub fn softmax_wave_order(x: &mut [f32]) {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_ffn(
     layer: usize,
-    m: &Model,
+    m: &Decoder,
     spec: &MoeSpec,
     [router, gate, up, down]: [&Mat; 4],
     xn: &[f32],

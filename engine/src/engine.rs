@@ -12,9 +12,9 @@ use tokenizer::Tokenizer;
 
 use crate::sampler::Sampler;
 pub use gpu_executor::Device;
+use model::Decoder;
 use model::KvType;
 use model::Logits;
-use model::Model;
 use model::error::{EngineError, Result};
 pub use model::loaded::{Description, HostModel, HostWeights, LoadedModel, Numerics, Session, SessionConfig};
 use model::qwen4exp::{PleOptions, Qwen4Exp};
@@ -170,7 +170,7 @@ fn release_free_heap() {
 /// Reads the model description `path` holds (either family, by `general.architecture`).
 fn read_description(gguf: gguf::GgufFile, path: &Path, opts: &RunOptions) -> Result<HostModel> {
     if model::Arch::of(&gguf, path)? != model::Arch::Qwen4Exp {
-        return Ok(HostModel::Decoder(Box::new(Model::from_gguf(gguf, path)?)));
+        return Ok(HostModel::Decoder(Box::new(Decoder::from_gguf(gguf, path)?)));
     }
     let mut m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(|e| e.in_file(path))?;
     // --ordered: the CPU in the device's float order (a device model takes the mode from

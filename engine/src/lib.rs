@@ -1,7 +1,7 @@
 //! Strata engine: models, KV cache, sampling, serving; backends over the `cpu-kernels` crate
 //! and (with `--features gpu`) the gfx11 kernels.
 //!
-//! Flow: [`fetch`] (default model) → [`model::Model::load`] (GGUF → hyperparameters and
+//! Flow: [`fetch`] (default model) → [`model::Decoder::load`] (GGUF → hyperparameters and
 //! weights) → [`engine::Engine`] (model + tokenizer) → [`cpu::Session`] per sequence
 //! (KV cache, [`kv_cache`]) → [`sampler`]. [`cli`] is the command line.
 

@@ -704,7 +704,7 @@ fn measure(
 /// type it uses — f16 for F16 weights and for MMVQ-type layer matrices (dequantized to f16 for
 /// prompt chunks of [`crate::options::GEMM_MIN_TOKENS`] tokens or more, `min_t`), f32 for the
 /// rest (widened at upload) — and, for each extra dtype in `extra`, the same shapes in that type.
-pub fn model_shapes(model: &model::Model, extra: &[DType]) -> Vec<Shape> {
+pub fn model_shapes(model: &model::Decoder, extra: &[DType]) -> Vec<Shape> {
     use model::{Ffn, Mat};
     let mut mats: Vec<(&Mat, bool)> = vec![(&model.w.output, false)];
     for l in &model.w.layers {

@@ -37,11 +37,11 @@ pub use crate::options::{ExpertCacheSize, GEMM_MIN_TOKENS, GpuOptions, MoePath, 
 use cpu_executor::kv_cache::KvType;
 use model::decoder::WeightName;
 use model::error::{EngineError, Result};
-use model::{Act, DecoderWeights, Ffn, LayerKind, Logits, Model};
+use model::{Act, Decoder, DecoderWeights, Ffn, LayerKind, Logits};
 
 /// A model resident on a device.
 pub struct GpuModel {
-    pub model: Model,
+    pub model: Decoder,
     /// The launch layer, stream, allocations and expert cache ([`Resident`]).
     pub res: Resident,
     /// Every weight on the device, as `model::decoder` lists them.
@@ -160,7 +160,7 @@ pub(super) struct Scratch {
 /// weights `w`; with `--pcie-frac` in fast mode, the experts in RAM mapped for the device.
 pub(super) fn handoff_for(
     api: &dyn GpuApi,
-    model: &Model,
+    model: &Decoder,
     w: &DecoderWeights<DevMat, DevicePtr>,
     cache: Option<&ExpertCache>,
     opts: &GpuOptions,
@@ -202,7 +202,7 @@ pub(super) fn handoff_for(
 
 impl GpuModel {
     /// Uploads `model` to the device behind `api`.
-    pub fn new(model: Model, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuModel> {
+    pub fn new(model: Decoder, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuModel> {
         // The ordered mode's attention is the ordered kernel, whatever `attn` says.
         let opts = if opts.ordered { GpuOptions { attn: AttnMode::Ordered, ..opts } } else { opts };
         let ops = GpuOps::new(api.clone()).map_err(gpu_err("loading the gfx11 kernels"))?;

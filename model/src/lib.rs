@@ -45,7 +45,7 @@ pub use kv_type::{KvRows, KvType, quantize_row_i8};
 pub use mat::{Mat, MatError};
 
 /// A loaded model: hyperparameters plus weights referencing the mapped file.
-pub struct Model {
+pub struct Decoder {
     pub hp: HParams,
     pub path: PathBuf,
     pub gguf: Arc<GgufFile>,
@@ -54,14 +54,14 @@ pub struct Model {
     pub n_vocab: usize,
 }
 
-impl Model {
+impl Decoder {
     /// Opens a GGUF file and resolves every tensor the architecture needs.
-    pub fn load(path: &Path) -> Result<Model> {
+    pub fn load(path: &Path) -> Result<Decoder> {
         let gguf = GgufFile::open(path).map_err(|source| EngineError::Gguf { path: path.to_path_buf(), source })?;
         Self::from_gguf(gguf, path)
     }
 
-    pub fn from_gguf(gguf: GgufFile, path: &Path) -> Result<Model> {
+    pub fn from_gguf(gguf: GgufFile, path: &Path) -> Result<Decoder> {
         let arch = Arch::of(&gguf, path)?;
         let keys = hparams::Keys { g: &gguf, arch };
         let hp = match arch {
@@ -128,7 +128,7 @@ impl Model {
             layers.push(LayerWeights { attn, ffn });
         }
         let w = DecoderWeights { tok_embd, output, output_norm, layers };
-        Ok(Model { hp, path: path.to_path_buf(), w, n_vocab, gguf })
+        Ok(Decoder { hp, path: path.to_path_buf(), w, n_vocab, gguf })
     }
 
     /// Per-layer (n_head_kv, head_dim) for the KV cache.

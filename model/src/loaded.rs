@@ -11,7 +11,7 @@ use gguf::GgufFile;
 
 use crate::error::Result;
 use crate::qwen4exp::Qwen4Exp;
-use crate::{KvType, Logits, Mat, Model};
+use crate::{Decoder, KvType, Logits, Mat};
 
 /// How a backend computes its products (one mode per session).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,14 +54,14 @@ pub struct SessionConfig {
 #[derive(Clone, Copy)]
 pub enum Description<'a> {
     /// The shared decoder (gemma3, llama, qwen2, qwen3, qwen3moe).
-    Decoder(&'a Model),
+    Decoder(&'a Decoder),
     /// Flash-Next (`qwen4exp`).
     FlashNext(&'a Qwen4Exp),
 }
 
 /// A model description read from a file, before a backend takes it.
 pub enum HostModel {
-    Decoder(Box<Model>),
+    Decoder(Box<Decoder>),
     FlashNext(Box<Qwen4Exp>),
 }
 
@@ -194,7 +194,7 @@ pub fn downcast_session<S: Session>(s: &mut dyn Session) -> Result<&mut S> {
     s.as_any_mut().downcast_mut::<S>().ok_or(crate::error::EngineError::SessionMismatch)
 }
 
-impl Model {
+impl Decoder {
     /// The shared decoder's host matrices. Dense: every layer's projections (and MoE router),
     /// the output head, and the token embedding when it is the head's own bytes (tied); an
     /// untied embedding is only read a row a token and stays mapped. Experts: its MoE stacks.

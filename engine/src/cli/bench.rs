@@ -307,7 +307,7 @@ fn read_bandwidth_gb_s() -> f64 {
 }
 
 /// One timed prompt pass over `prompt`, then `steps` timed decode steps (CPU executor).
-fn cpu_profile(m: &model::Model, e: &Engine, prompt: &[u32], steps: usize) -> Result<(Vec<CpuPart>, Vec<CpuPart>)> {
+fn cpu_profile(m: &model::Decoder, e: &Engine, prompt: &[u32], steps: usize) -> Result<(Vec<CpuPart>, Vec<CpuPart>)> {
     use model::op_profile::OpProfile;
     let mut sess = m.new_session(e.opts.kv, prompt.len().max(steps + 8) + 1, e.opts.prefill);
     sess.ordered_attention = e.opts.ordered_attention;

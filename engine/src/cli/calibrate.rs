@@ -68,7 +68,7 @@ pub fn run(c: &Common, a: &CalibrateArgs) -> Result<()> {
     };
     let shapes = match &c.model {
         Some(path) => {
-            let model = model::Model::load(path).with_context(|| format!("loading {}", path.display()))?;
+            let model = model::Decoder::load(path).with_context(|| format!("loading {}", path.display()))?;
             cal::model_shapes(&model, &dtypes)
         }
         None if kind == Device::Emu => {
