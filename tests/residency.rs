@@ -201,12 +201,12 @@ fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
 
 /// The GPU's CPU pool quantizes a one-token MoE input once for all the experts it computes
 /// (`cpu::ExpertActs`); every expert's gate and up products from it equal the per-expert
-/// products (`ModelMatmul::mm`, Flash-Next's `SwiGluCpu::forward`) bit for bit, on the
+/// products (`DecoderMatmul::mm`, Flash-Next's `SwiGluCpu::forward`) bit for bit, on the
 /// synthetic qwen3moe (Q8_0) and the two-shard Flash-Next Q8_0 fixtures.
 #[test]
 fn expert_activations_quantized_once_give_the_per_expert_bits() {
     use strata::cpu::flash_next::SwiGluCpu;
-    use strata::cpu::{ExpertActs, ModelMatmul, Numerics, matmul_prepared};
+    use strata::cpu::{DecoderMatmul, ExpertActs, Numerics, matmul_prepared};
     let e = load(MOE, false);
     let Description::Decoder(m) = e.model.description() else { panic!("{MOE}: not a decoder") };
     let mut checked = 0;

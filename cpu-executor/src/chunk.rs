@@ -11,7 +11,7 @@ use cpu_kernels as ck;
 use super::matmul::{add_residual, glu_fmath, norm_rows, norm_rows_inplace, par_elementwise};
 use super::{Scratch, grow};
 use crate::kv_cache::{KvCache, LayerCache};
-use crate::{MatCpu, ModelMatmul, Numerics};
+use crate::{DecoderMatmul, MatCpu, Numerics};
 use model::decoder::{Block, Buf, DecoderOps};
 use model::error::EngineError;
 use model::{Act, AttnSpec, Decoder, Mat, MoeSpec, RopeKind};

@@ -19,7 +19,7 @@ pub mod moe;
 use crate::kv_cache::{KvCache, KvType};
 pub use loaded::{CpuDecoder, CpuFlashNext, FlashSession, on_cpu};
 pub use mat::MatCpu;
-pub use matmul::ModelMatmul;
+pub use matmul::DecoderMatmul;
 pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
 use model::error::{EngineError, Result};
 pub use model::loaded::Numerics;
@@ -29,7 +29,7 @@ use model::{Decoder, Logits, decoder};
 /// The CPU executor's methods on the `model` crate's types, in one import:
 /// `use strata::cpu::prelude::*;` (the model crate knows no backend, so these are traits).
 pub mod prelude {
-    pub use super::ModelCpu;
+    pub use super::DecoderCpu;
     pub use super::flash_next::{
         GdnCpu, HyperConnCpu, MatCpu, MoeCpu, MtpCpu, NumericsCpu, PleCpu, QsaCpu, Qwen4ExpCpu, SwiGluCpu,
     };
@@ -103,14 +103,14 @@ impl Session {
 }
 
 /// The CPU executor's methods on [`Model`] (a type of the `model` crate, which knows no backend).
-pub trait ModelCpu {
+pub trait DecoderCpu {
     /// A fresh sequence with room for `max_ctx` positions (panics when its cache cannot be
-    /// allocated: [`ModelCpu::try_new_session`] is the engine's).
+    /// allocated: [`DecoderCpu::try_new_session`] is the engine's).
     fn new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Session {
         self.try_new_session(kv, max_ctx, prefill_chunk).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// [`ModelCpu::new_session`], with a cache that cannot be allocated as an error.
+    /// [`DecoderCpu::new_session`], with a cache that cannot be allocated as an error.
     fn try_new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<Session>;
 
     /// Appends `tokens` to the sequence and writes logits to `out`
@@ -119,7 +119,7 @@ pub trait ModelCpu {
     fn eval(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()>;
 }
 
-impl ModelCpu for Decoder {
+impl DecoderCpu for Decoder {
     fn try_new_session(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<Session> {
         Ok(Session {
             cache: KvCache::try_new(kv, max_ctx, &self.cache_shape())?,
@@ -140,13 +140,13 @@ impl ModelCpu for Decoder {
 }
 
 /// Steps of the methods above that stay private to this module.
-trait ModelSteps {
+trait DecoderSteps {
     fn eval_on_team(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()>;
 
     fn forward_chunk(&self, sess: &mut Session, toks: &[u32], want: Logits, logits: Option<&mut [f32]>) -> Result<()>;
 }
 
-impl ModelSteps for Decoder {
+impl DecoderSteps for Decoder {
     fn eval_on_team(&self, s: &mut Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);

@@ -9,7 +9,7 @@ use model::qwen4exp::{self as q4, Qwen4Exp};
 use model::{Decoder, Logits, Mat};
 
 use crate::flash_next::Qwen4ExpCpu;
-use crate::{ModelCpu, Session};
+use crate::{DecoderCpu, Session};
 
 /// A model description on the CPU.
 pub fn on_cpu(m: HostModel) -> Box<dyn LoadedModel> {

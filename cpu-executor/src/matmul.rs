@@ -1,6 +1,6 @@
 //! Matrix products and row-wise helpers of the CPU executor.
 //!
-//! [`ModelMatmul::mm`] is the product, with the kernels a session chose ([`Numerics`]: by
+//! [`DecoderMatmul::mm`] is the product, with the kernels a session chose ([`Numerics`]: by
 //! default ggml-order kernels for the architectures whose numerics copy llama.cpp's,
 //! `Arch::ggml_exact`; `--cpu-gemm tiles`; [`matmul_ordered`], the ordered-numerics mode's,
 //! the code the GPU's `mmv_ordered` kernel runs per output).
@@ -14,7 +14,7 @@ use model::{Decoder, Mat};
 
 /// The CPU executor's matrix products on [`Model`] (a type of the `model` crate), also used by
 /// the GPU host side for the experts it computes on the CPU.
-pub trait ModelMatmul {
+pub trait DecoderMatmul {
     /// `y[n][rows] = x[n][cols] W^T` (expert `e` of a stack) with the kernels `p` names.
     fn mm(&self, p: Numerics, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]);
 
@@ -29,7 +29,7 @@ pub trait ModelMatmul {
     fn acts_entry(&self, p: Numerics, w: &Mat, n: usize) -> Option<ck::ActsFor>;
 }
 
-impl ModelMatmul for Decoder {
+impl DecoderMatmul for Decoder {
     #[inline]
     fn mm(&self, p: Numerics, w: &Mat, e: usize, x: &[f32], n: usize, y: &mut [f32]) {
         let t = w.matrix(e);

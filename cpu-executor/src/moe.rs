@@ -9,7 +9,7 @@
 use cpu_kernels as ck;
 
 use super::grow;
-use crate::{ModelMatmul, Numerics};
+use crate::{DecoderMatmul, Numerics};
 use model::{Decoder, Mat, MoeSpec};
 
 /// Reusable buffers (only grow).
@@ -72,7 +72,7 @@ pub fn softmax_wave_order(x: &mut [f32]) {
 /// `out[n][d] = Σ_selected w_e · down_e(silu(gate_e x) * up_e x)` for every row of `xn`.
 ///
 /// `p`: the products' kernels; with [`Numerics::Ordered`] (`Session::ordered`) the GPU
-/// ordered mode's numerics — [`ModelMatmul::mm`] products, [`softmax_wave_order`],
+/// ordered mode's numerics — [`DecoderMatmul::mm`] products, [`softmax_wave_order`],
 /// `quant::fmath::silu`, and each token's expert outputs added in rank order from 0.0
 /// (`moe_combine`) instead of by increasing expert id.
 #[allow(clippy::too_many_arguments)]

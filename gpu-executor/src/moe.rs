@@ -14,7 +14,7 @@ use super::ops::GluAct;
 use super::resident::ExpertStacks;
 use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use crate::options::MoePath;
-use cpu_executor::{MatCpu, ModelMatmul, Numerics};
+use cpu_executor::{DecoderMatmul, MatCpu, Numerics};
 use model::Ffn;
 
 /// The shared activations of an expert chosen by one token (`slots` are `token·k + rank`), if
