@@ -210,7 +210,7 @@ test_device!(
 );
 
 test_device!(
-    /// In the ordered mode (`GpuOptions::ordered`, `Qwen4Exp::ordered`) the device head equals
+    /// In the ordered mode (`GpuOptions::ordered`, `SeqState::numerics` = `Ordered`) the device head equals
     /// the CPU head bit for bit: the trunk's wide residuals, then the head's logits and output
     /// streams for 12 real pairs (two windows) and a chained step; F32 and Q8_0 heads.
     model fn gpu_mtp_head_ordered_equals_cpu_head_bitwise(device) {
@@ -221,11 +221,12 @@ test_device!(
         tiny_q8.matrix_type = quant::GgmlType::Q8_0;
         let q8_head = SynthMtp { matrix_type: quant::GgmlType::Q8_0, ratio: 2, own_tables: true, ..SynthMtp::default() };
         for (what, cfg, head) in [("ordered-public-f32", &public, SynthMtp::default()), ("ordered-tiny-q8_0-own", &tiny_q8, q8_head)] {
-            let (mut m, h, trunk, head_path) = synth(what, cfg, &head, 7);
-            m.ordered = true;
+            let (m, h, trunk, head_path) = synth(what, cfg, &head, 7);
+            let mut ordered_state = m.new_state(KvType::F16);
+            ordered_state.numerics = strata::engine::Numerics::Ordered;
             let (v, w) = (m.hp.n_vocab, h.width());
             let prompt: Vec<u32> = (0..13u32).map(|i| (i * 37 + 5) % v as u32).collect();
-            let (want_logits, want_hidden) = m.forward_hidden(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
+            let (want_logits, want_hidden) = m.forward_hidden(&mut ordered_state, &prompt, 0).unwrap();
             let (_, api) = device.clone();
             let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions { ordered: true, ..GpuOptions::default() }).unwrap();
             let mut sess = g.new_session(KvType::F16, 64).unwrap();
@@ -236,7 +237,7 @@ test_device!(
             assert!(same(&logits, &want_logits), "{dev} {what}: trunk logits differ");
             let gh = GpuMtp::new(&g, Mtp::open(&g.m, &head_path).unwrap()).unwrap();
             let mut dh = GpuMtpHead::new(&gh, KvType::F16, 64).unwrap();
-            let mut ch = strata::spec::CpuMtpHead::new(&m, &h, KvType::F16);
+            let mut ch = strata::spec::CpuMtpHead::with_numerics(&m, &h, KvType::F16, strata::engine::Numerics::Ordered);
             let pairs = 12;
             let got = dh.forward(&prompt[1..=pairs], &want_hidden[..pairs * w], true).unwrap();
             let want = ch.forward(&prompt[1..=pairs], &want_hidden[..pairs * w], true).unwrap();

@@ -1,5 +1,5 @@
 //! The ordered-numerics mode on Flash-Next (`GpuOptions::ordered` on the device,
-//! `Qwen4Exp::ordered` on the CPU; the CLI's `--ordered`): the residual streams after every
+//! `SeqState::numerics` = `Ordered` on the CPU; the CLI's `--ordered`): the residual streams after every
 //! layer (the traces) and the logits are bit-identical (`to_bits`) between the CPU backend and the device on
 //! the public tiny-qwen4exp fixtures (f32, two-shard Q8_0), for prompts of one window, of
 //! several windows and of 300 tokens (the QSA indexer's sparse selection), and for greedy
@@ -18,11 +18,16 @@ use strata::test_device;
 const F32: &str = "tiny-qwen4exp-public-f32.gguf";
 const Q8: &str = "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
 
-/// `file` on the CPU in the ordered mode.
+/// `file` on the CPU (its sequences in the ordered mode: [`ordered`]).
 fn cpu(file: &str) -> Qwen4Exp {
-    let mut m = model(file);
-    m.ordered = true;
-    m
+    model(file)
+}
+
+/// A fresh sequence of `c` in the ordered mode.
+fn ordered(c: &Qwen4Exp, kv: KvType) -> strata::model::qwen4exp::SeqState {
+    let mut st = c.new_state(kv);
+    st.numerics = strata::engine::Numerics::Ordered;
+    st
 }
 
 fn device(device: &strata::gpu::test_device::TestDevice, file: &str) -> GpuFlashNext {
@@ -54,7 +59,7 @@ test_device!(
             let v = c.n_vocab();
             for s in load_refs(variant) {
                 let what = format!("{dev} {variant} {} ({} tokens)", s.name, s.tokens.len());
-                let (mut st, mut tr) = (c.new_state(KvType::F16), Trace::default());
+                let (mut st, mut tr) = (ordered(&c, KvType::F16), Trace::default());
                 let want = c.forward_traced(&mut st, &s.tokens, 0, Some(&mut tr)).unwrap();
                 let mut sess = g.new_session(KvType::F16, 512).unwrap();
                 sess.trace = Some(Vec::new());
@@ -92,7 +97,7 @@ test_device!(
             for s in load_refs(variant).into_iter().take(2) {
                 let what = format!("{dev} {variant} {}", s.name);
                 let n = s.greedy.len();
-                let mut st = c.new_state(KvType::F16);
+                let mut st = ordered(&c, KvType::F16);
                 let mut sess = g.new_session(KvType::F16, 512).unwrap();
                 let mut want = c.forward(&mut st, &s.tokens, 0).unwrap().split_off((s.tokens.len() - 1) * v);
                 let mut got = Vec::new();
@@ -146,7 +151,7 @@ test_device!(
         let dev = device_.0;
         let (c, g) = (cpu(F32), device(device_, F32));
         let s = load_refs("f32").into_iter().nth(2).expect("seq3");
-        let (mut st, mut tr) = (c.new_state(KvType::Int8), Trace::default());
+        let (mut st, mut tr) = (ordered(&c, KvType::Int8), Trace::default());
         let want = c.forward_traced(&mut st, &s.tokens, 0, Some(&mut tr)).unwrap();
         let mut sess = g.new_session(KvType::Int8, 512).unwrap();
         sess.trace = Some(Vec::new());

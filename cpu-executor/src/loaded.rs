@@ -132,10 +132,11 @@ impl LoadedModel for CpuFlashNext {
         true
     }
 
-    /// Flash-Next caches are f16 (the engine checks `--kv` at load); its forward pass takes
-    /// the whole window at once and its numerics from the model (`Qwen4Exp::ordered`).
+    /// Its forward pass takes the whole window at once, in the session's numerics
+    /// (`SeqState::numerics`).
     fn new_session(&self, cfg: &SessionConfig) -> Result<Box<dyn SessionTrait>> {
-        let st = self.0.new_state(cfg.kv);
+        let mut st = self.0.new_state(cfg.kv);
+        st.numerics = cfg.numerics;
         Ok(Box::new(FlashSession { fresh: st.clone(), st, capacity: cfg.max_ctx }))
     }
 

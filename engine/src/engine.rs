@@ -172,10 +172,7 @@ fn read_description(gguf: gguf::GgufFile, path: &Path, opts: &RunOptions) -> Res
     if model::Arch::of(&gguf, path)? != model::Arch::Qwen4Exp {
         return Ok(HostModel::Decoder(Box::new(Decoder::from_gguf(gguf, path)?)));
     }
-    let mut m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(|e| e.in_file(path))?;
-    // --ordered: the CPU in the device's float order (a device model takes the mode from
-    // `GpuOptions::ordered`).
-    m.ordered = opts.ordered_attention;
+    let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(|e| e.in_file(path))?;
     Ok(HostModel::FlashNext(Box::new(m)))
 }
 

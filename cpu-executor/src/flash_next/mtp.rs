@@ -1,6 +1,6 @@
 //! The MTP (NextN) draft head on the CPU (its layout is described in `model::qwen4exp::mtp`).
 
-use super::linear::{Numerics, NumericsCpu, rms_norm};
+use super::linear::{NumericsCpu, rms_norm};
 use crate::prelude::*;
 use model::error::EngineError;
 use model::qwen4exp::mtp::MtpOut;
@@ -169,12 +169,12 @@ impl FlashNextOps for CpuMtpChunk<'_> {
                 );
             }
         }
-        Numerics::of(self.m.ordered, false).matmul(&mtp.eh_proj, &cat, n * hc, &mut self.r);
+        self.st.numerics.matmul(&mtp.eh_proj, &cat, n * hc, &mut self.r);
         Ok(())
     }
 
     fn hc_mix(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
-        let num = Numerics::of(self.m.ordered, false);
+        let num = self.st.numerics;
         self.hc(layer, site)?.mix_with(num, &self.r, self.toks.len(), &mut self.x, Some(&mut self.inj));
         Ok(())
     }
@@ -182,7 +182,7 @@ impl FlashNextOps for CpuMtpChunk<'_> {
     fn attention(&mut self, layer: usize) -> Result<(), EngineError> {
         self.hc(layer, Site::Mixer)?;
         self.mtp.attn.forward_with(
-            Numerics::of(self.m.ordered, false),
+            self.st.numerics,
             &self.x,
             self.toks.len(),
             self.start,
@@ -194,20 +194,14 @@ impl FlashNextOps for CpuMtpChunk<'_> {
     }
 
     fn hc_combine(&mut self, layer: usize, site: Site) -> Result<(), EngineError> {
-        let num = Numerics::of(self.m.ordered, false);
+        let num = self.st.numerics;
         self.hc(layer, site)?.combine_with(num, &mut self.r, self.toks.len(), &self.y, &self.inj);
         Ok(())
     }
 
     fn moe(&mut self, layer: usize) -> Result<(), EngineError> {
         self.hc(layer, Site::Ffn)?;
-        self.mtp.moe.forward_layer_with(
-            Numerics::of(self.m.ordered, false),
-            None,
-            &self.x,
-            self.toks.len(),
-            &mut self.y,
-        );
+        self.mtp.moe.forward_layer_with(self.st.numerics, None, &self.x, self.toks.len(), &mut self.y);
         Ok(())
     }
 
@@ -217,7 +211,7 @@ impl FlashNextOps for CpuMtpChunk<'_> {
         let head = self.mtp.head.as_ref().unwrap_or(&self.m.output);
         let rows = n - self.first;
         let mut z = vec![0f32; rows * e];
-        let num = Numerics::of(self.m.ordered, false);
+        let num = self.st.numerics;
         mixer.mix_with(num, &self.r[self.first * w..], rows, &mut z, None);
         num.matmul(head, &z, rows, &mut self.logits);
         Ok(())

@@ -50,9 +50,9 @@ impl<'a> CpuFlashChunk<'a> {
         }
     }
 
-    /// The float order of this model's CPU run ([`Qwen4Exp::ordered`]).
+    /// The float order of this sequence's CPU run ([`SeqState::numerics`]).
     fn num(&self) -> Numerics {
-        Numerics::of(self.m.ordered, false)
+        self.st.numerics
     }
 
     fn hc(&self, layer: usize, site: Site) -> &'a model::qwen4exp::HyperConn {
@@ -93,7 +93,7 @@ impl FlashNextOps for CpuFlashChunk<'_> {
     fn gdn(&mut self, layer: usize) -> Result<(), EngineError> {
         let (num, m) = (self.num(), self.m);
         // The device's windows run the recurrence token by token: so does the ordered mode.
-        let mode = if m.ordered { GdnMode::Recurrent } else { m.gdn_mode };
+        let mode = if num == Numerics::Ordered { GdnMode::Recurrent } else { m.gdn_mode };
         match (&m.layers[layer].mixer, &mut self.st.layers[layer]) {
             (Mixer::Gdn(g), LayerState::Gdn(gs)) => {
                 g.forward_with(num, &self.x, self.toks.len(), gs, mode, &mut self.y)
@@ -109,15 +109,7 @@ impl FlashNextOps for CpuFlashChunk<'_> {
             return Err(EngineError::StateMismatch { layer });
         };
         let want = self.trace.is_some() && a.indexer.is_some();
-        let sel = a.forward_with(
-            Numerics::of(self.m.ordered, false),
-            &self.x,
-            self.toks.len(),
-            self.st.pos,
-            cache,
-            &mut self.y,
-            want,
-        );
+        let sel = a.forward_with(self.st.numerics, &self.x, self.toks.len(), self.st.pos, cache, &mut self.y, want);
         if let Some(tr) = self.trace.as_deref_mut().filter(|_| want) {
             match tr.qsa_selections.iter_mut().find(|(l, _)| *l == layer) {
                 Some((_, v)) => v.extend(sel),

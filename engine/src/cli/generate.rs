@@ -10,7 +10,9 @@ use clap::Args;
 use crate::EngineError;
 use crate::engine::{Description, Engine, TextStream};
 use crate::sampler::Sampler;
-use crate::spec::{MtpDrafter, MtpDrafterStats, MtpHead, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+use crate::spec::{
+    CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec,
+};
 use model::qwen4exp::Mtp;
 
 #[derive(Args, Debug, Clone)]
@@ -194,7 +196,8 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
         let d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, sc.min_p);
         return run_mtp(e, prompt, n, sc, d);
     }
-    run_mtp(e, prompt, n, sc, MtpDrafter::new(m, &head, e.opts.kv, sc.min_p))
+    let cpu_head = CpuMtpHead::with_numerics(m, &head, e.opts.kv, e.opts.numerics());
+    run_mtp(e, prompt, n, sc, MtpDrafter::with_head(cpu_head, sc.min_p))
 }
 
 /// The speculative loop of [`mtp_generate`] with its drafter, on the engine's own session.

@@ -21,6 +21,7 @@
 
 use cpu_executor::prelude::*;
 use model::error::EngineError;
+use model::loaded::Numerics;
 use model::qwen4exp::mtp::MtpOut;
 use model::qwen4exp::{KvType, Mtp, MtpState, Qwen4Exp};
 
@@ -81,7 +82,14 @@ pub struct CpuMtpHead<'a> {
 impl<'a> CpuMtpHead<'a> {
     /// `kv` should be the target's cache type.
     pub fn new(model: &'a Qwen4Exp, mtp: &'a Mtp, kv: KvType) -> CpuMtpHead<'a> {
-        CpuMtpHead { model, mtp, kv, st: mtp.new_state(kv) }
+        Self::with_numerics(model, mtp, kv, Numerics::Llama)
+    }
+
+    /// [`CpuMtpHead::new`] in the float order `numerics` (the target session's).
+    pub fn with_numerics(model: &'a Qwen4Exp, mtp: &'a Mtp, kv: KvType, numerics: Numerics) -> CpuMtpHead<'a> {
+        let mut st = mtp.new_state(kv);
+        st.numerics = numerics;
+        CpuMtpHead { model, mtp, kv, st }
     }
 
     /// The head's cache (tests compare it with a fresh run).
@@ -100,7 +108,9 @@ impl MtpHead for CpuMtpHead<'_> {
     }
 
     fn reset(&mut self) {
+        let numerics = self.st.numerics;
         self.st = self.mtp.new_state(self.kv);
+        self.st.numerics = numerics;
     }
 
     fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut, EngineError> {

@@ -264,18 +264,7 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
         }
     };
 
-    Ok(Qwen4Exp {
-        hp,
-        file,
-        tok_embd,
-        output,
-        out_hc,
-        layers,
-        ple,
-        gdn_mode: GdnMode::Recurrent,
-        ordered: false,
-        warnings,
-    })
+    Ok(Qwen4Exp { hp, file, tok_embd, output, out_hc, layers, ple, gdn_mode: GdnMode::Recurrent, warnings })
 }
 
 /// The attention weights of block `il` (`blk.{il}.attn_*`, and `blk.{il}.indexer.*` when

@@ -81,10 +81,6 @@ pub struct Qwen4Exp {
     pub ple: Option<Ple>,
     /// How multi-token GDN passes run (default: token-by-token recurrence).
     pub gdn_mode: GdnMode,
-    /// The ordered-numerics mode (`--ordered`) on the CPU: every operation in the float order
-    /// of the device's (`cpu::flash_next::linear::Numerics::Ordered`), so the CPU and the GPU
-    /// give the same bits; the GDN layers then run token by token whatever `gdn_mode` says.
-    pub ordered: bool,
     /// Load-time warnings (PLE skipped, O_DIRECT fallback), also printed to stderr.
     pub warnings: Vec<String>,
 }
@@ -101,6 +97,10 @@ pub enum LayerState {
 pub struct SeqState {
     /// Tokens consumed so far (the next position).
     pub pos: usize,
+    /// The float order the CPU runs this sequence in: `Ordered` (`--ordered`) is the device's
+    /// own, every operation as the device kernels compute it (bit for bit alike), and the GDN
+    /// recurrence token by token as the device's windows run it.
+    pub numerics: crate::loaded::Numerics,
     pub layers: Vec<LayerState>,
     pub ple: Option<PleState>,
 }
@@ -177,7 +177,7 @@ impl Qwen4Exp {
                 Mixer::Attn(a) => LayerState::Attn(a.new_cache(kv)),
             })
             .collect();
-        SeqState { pos: 0, layers, ple: self.ple.as_ref().map(Ple::new_state) }
+        SeqState { pos: 0, numerics: Default::default(), layers, ple: self.ple.as_ref().map(Ple::new_state) }
     }
 
     /// A checkpoint of `st` for [`Qwen4Exp::restore`]: copies only the fixed-size recurrent

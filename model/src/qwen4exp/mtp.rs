@@ -89,6 +89,8 @@ impl std::fmt::Debug for Mtp {
 #[derive(Clone, Debug, PartialEq)]
 pub struct MtpState {
     pub cache: QsaCache,
+    /// The float order the CPU runs the head in (as the trunk's `SeqState::numerics`).
+    pub numerics: crate::loaded::Numerics,
 }
 
 /// Output of [`Mtp::forward`].
@@ -333,7 +335,7 @@ impl Mtp {
 
     /// An empty state (`kv` as the model's: F16 rounds K/V, q and probabilities like llama.cpp).
     pub fn new_state(&self, kv: KvType) -> MtpState {
-        MtpState { cache: self.attn.new_cache(kv) }
+        MtpState { cache: self.attn.new_cache(kv), numerics: Default::default() }
     }
 
     /// Positions held by `st` (the position of the next pair).
