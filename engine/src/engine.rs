@@ -10,122 +10,16 @@ use std::path::Path;
 
 use tokenizer::Tokenizer;
 
+use crate::finite::{check_layers, check_logits, first_non_finite_layer};
+pub use crate::run_options::RunOptions;
 use crate::sampler::Sampler;
+pub use crate::text_stream::TextStream;
 pub use gpu_executor::Device;
 use model::Decoder;
-use model::KvType;
 use model::Logits;
 use model::error::{EngineError, Result};
 pub use model::loaded::{Description, HostModel, HostWeights, LoadedModel, Numerics, Session, SessionConfig};
-use model::qwen4exp::{PleOptions, Qwen4Exp};
-
-/// How sessions are built (from the validated CLI config).
-#[derive(Clone, Debug)]
-pub struct RunOptions {
-    /// Backend of the shared-decoder models (Flash-Next runs on the CPU).
-    pub device: Device,
-    /// Ordered-numerics mode on both backends (`--ordered`, alias `--ordered-attention`): the
-    /// CPU session runs `Session::ordered` (ordered attention, the `quant` crate's scalar
-    /// matmul, fmath activations) and the GPU `GpuOptions::ordered`, so `--device cpu` and
-    /// `--device emu|hip` compute whole layers and logits bit for bit alike.
-    pub ordered_attention: bool,
-    /// `--cpu-gemm tiles`: the CPU executor's prompt products through exact-block row tiles
-    /// (`Numerics::Tiles`; GPU backends ignore it).
-    pub cpu_tiles: bool,
-    pub kv: KvType,
-    /// KV capacity in positions (0: the model's training context).
-    pub max_context: usize,
-    /// Tokens per prefill chunk.
-    pub prefill: usize,
-    /// PLE table options (Flash-Next models only).
-    pub ple: PleOptions,
-    /// hipBLASLt calibration table for the GPU backends (`--calibration`); None: the default
-    /// location for the device (`gpu::calibrate::default_path`) when such a file exists.
-    pub calibration: Option<std::path::PathBuf>,
-    /// STRP profile that fills the GPU expert cache at start (`--expert-profile`).
-    pub expert_profile: Option<std::path::PathBuf>,
-    /// Where `generate` writes this run's routing counts (`--expert-profile-save`).
-    pub expert_profile_save: Option<std::path::PathBuf>,
-    /// GPU backend settings (`--gpu-*` flags / `STRATA_GPU_*`); `ordered` is set from
-    /// `ordered_attention` at load.
-    pub gpu: gpu_executor::options::GpuOptions,
-    /// `--mmap`: leave every weight memory-mapped (as llama.cpp does by default) instead of
-    /// reading the ones the CPU computes with into RAM at load ([`crate::residency`]).
-    pub mmap: bool,
-    /// `--mmap-experts`: the same for the routed experts only.
-    pub mmap_experts: bool,
-}
-
-impl RunOptions {
-    /// The numerics mode of these options' sessions.
-    pub fn numerics(&self) -> Numerics {
-        Numerics::of(self.ordered_attention, self.cpu_tiles)
-    }
-}
-
-impl Default for RunOptions {
-    fn default() -> Self {
-        RunOptions {
-            device: Device::Cpu,
-            ordered_attention: false,
-            cpu_tiles: false,
-            kv: KvType::F16,
-            max_context: 4096,
-            prefill: 512,
-            ple: PleOptions::default(),
-            calibration: None,
-            expert_profile: None,
-            expert_profile_save: None,
-            gpu: Default::default(),
-            mmap: false,
-            mmap_experts: false,
-        }
-    }
-}
-
-/// `STRATA_CHECK_FINITE=1`: scan the residual stream after every layer (read once).
-fn check_layers() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("STRATA_CHECK_FINITE").is_ok_and(|v| v == "1"))
-}
-
-/// The first row of `logits` (rows of `n_vocab`; the last token's row for `Logits::Last`)
-/// holding a NaN or an infinity is an error naming its position and token.
-fn check_logits(logits: &[f32], n_vocab: usize, pos0: usize, tokens: &[u32], want: Logits) -> Result<()> {
-    if n_vocab == 0 || logits.iter().all(|x| x.is_finite()) {
-        return Ok(());
-    }
-    let first_row = if want == Logits::All { 0 } else { tokens.len().saturating_sub(1) };
-    for (r, row) in logits.chunks(n_vocab).enumerate() {
-        let count = row.iter().filter(|x| !x.is_finite()).count();
-        if count > 0 {
-            let i = (first_row + r).min(tokens.len().saturating_sub(1));
-            return Err(EngineError::NonFinite {
-                position: pos0 + i,
-                token: tokens.get(i).copied().unwrap_or(0),
-                layer: None,
-                count,
-                of: row.len(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// In a per-layer trace (`[layer][tokens * n_embd]`), the first layer holding a non-finite
-/// value: (layer, token row, non-finite values in that row, row width).
-fn first_non_finite_layer(trace: &[Vec<f32>], n_tokens: usize) -> Option<(usize, usize, usize, usize)> {
-    trace.iter().enumerate().find_map(|(layer, x)| {
-        let d = x.len() / n_tokens.max(1);
-        if d == 0 {
-            return None;
-        }
-        x.chunks(d).enumerate().find_map(|(row, v)| {
-            let count = v.iter().filter(|x| !x.is_finite()).count();
-            (count > 0).then_some((layer, row, count, d))
-        })
-    })
-}
+use model::qwen4exp::Qwen4Exp;
 
 /// The KV capacity of a session: `--max-context`, or the model's training context for 0.
 fn context_positions(max_context: usize, n_ctx_train: usize) -> usize {
@@ -415,65 +309,5 @@ impl Engine {
             }
         }
         Ok((out, Stop::Length))
-    }
-}
-
-/// Turns a stream of token byte strings into valid UTF-8 text pieces, holding back incomplete
-/// multi-byte sequences (byte-fallback tokens split characters).
-#[derive(Default)]
-pub struct TextStream {
-    pending: Vec<u8>,
-}
-
-impl TextStream {
-    /// Adds bytes; returns the longest complete UTF-8 prefix (invalid bytes become U+FFFD).
-    pub fn push(&mut self, bytes: &[u8]) -> String {
-        self.pending.extend_from_slice(bytes);
-        let mut out = String::new();
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    out.push_str(s);
-                    self.pending.clear();
-                    return out;
-                }
-                Err(e) => {
-                    let good = e.valid_up_to();
-                    out.push_str(std::str::from_utf8(&self.pending[..good]).expect("validated prefix"));
-                    match e.error_len() {
-                        // Incomplete sequence at the end: wait for more bytes.
-                        None => {
-                            self.pending.drain(..good);
-                            return out;
-                        }
-                        Some(bad) => {
-                            out.push('\u{FFFD}');
-                            self.pending.drain(..good + bad);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Flushes what is left (lossy).
-    pub fn finish(&mut self) -> String {
-        let s = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::TextStream;
-
-    #[test]
-    fn text_stream_holds_split_characters() {
-        let mut t = TextStream::default();
-        let e = "é".as_bytes();
-        assert_eq!(t.push(&e[..1]), "");
-        assert_eq!(t.push(&e[1..]), "é");
-        assert_eq!(t.push(b"a\xffb"), "a\u{FFFD}b");
     }
 }

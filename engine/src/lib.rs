@@ -8,11 +8,14 @@
 pub mod cli;
 pub mod engine;
 pub mod fetch;
+mod finite;
 pub mod memory;
 pub mod npy;
 pub mod residency;
+pub mod run_options;
 pub mod sampler;
 pub mod spec;
+pub mod text_stream;
 
 // The architecture descriptions, the error type and the KV type are the `model` crate's.
 pub use model::{self, error};
