@@ -20,7 +20,7 @@ use std::{
 // attribute file) and the archs the kernels are built for.
 use gpu_abi::{self as abi, registry};
 
-/// Toolchain detection and nested-build flags (tested by tests/kernel_toolchain.rs).
+/// Toolchain detection and nested-build flags (tested by tests/setup/kernel_toolchain.rs).
 #[path = "build/toolchain.rs"]
 mod toolchain;
 use toolchain::{INSTALL_HELP, Toolchain};

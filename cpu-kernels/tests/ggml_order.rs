@@ -1,7 +1,7 @@
 //! `matmul_ggml` (llama.cpp's x86 summation order) against a plain f64 reference: dequantized
 //! weights times the dequantized activations each kernel pairs them with. The order differs
 //! from f64 only in rounding, so the results agree to float precision relative to Σ|w·x|.
-//! (Bit-exactness against llama.cpp itself is checked end to end in tests/models_gemma3.rs.)
+//! (Bit-exactness against llama.cpp itself is checked end to end in tests/models/models_gemma3.rs.)
 
 use cpu_kernels::{QTensor, matmul_ggml};
 use quant::GgmlType;

@@ -9,7 +9,7 @@
 //!
 //! It needs nothing of std, so it lives in this crate next to the ABI it expands; it is left
 //! out of the amdgcn build (`cfg(not(target_arch = "amdgpu"))`): no kernel needs it.
-//! `tests/gpu_kernels.rs` asserts that, for every embedded code object, the entries of its arch
+//! `tests/gpu/gpu_kernels.rs` asserts that, for every embedded code object, the entries of its arch
 //! are exactly its kernel symbols, and that each entry matches the object's metadata
 //! (docs/kernels.md, "Adding a kernel").
 use crate::{self as abi, WType};
@@ -223,7 +223,7 @@ macro_rules! mmq_entries {
         &[$(entry(stringify!($name), Family::Mmq, arg_struct!(MmqArgs, 3)).lds(abi::mmq_lds_bytes(WType::$ty))),*]
     };
 }
-// Dequantizers are not hot: they may spill (none does today; tests/gpu_kernels.rs checks).
+// Dequantizers are not hot: they may spill (none does today; tests/gpu/gpu_kernels.rs checks).
 macro_rules! dequant_entries {
     ($($name:ident $ty:ident $out:ident),* $(,)?) => {
         &[$(entry(stringify!($name), Family::Dequant, arg_struct!(DequantArgs, 2)).lds(abi::dequant_lds_bytes(WType::$ty)).scratch_allowed()),*]

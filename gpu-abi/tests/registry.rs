@@ -1,5 +1,5 @@
 //! Host checks of the ABI and the registry that need no kernel toolchain (the checks against
-//! the code objects are tests/gpu_kernels.rs). A file outside `src/`, so editing it does not
+//! the code objects are tests/gpu/gpu_kernels.rs). A file outside `src/`, so editing it does not
 //! rebuild the kernels (gpu-executor/build.rs watches `gpu-abi/src`).
 use gpu_abi::registry::{self, Family, GFX11_ARCHS};
 use gpu_abi::{MAX_COLS, MAX_GLU_COLS, WG_SIZE, WType};

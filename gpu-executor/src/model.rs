@@ -19,10 +19,10 @@
 //! Numerics differ from the CPU backend only where the kernels do: Q8_1 instead of Q8_K
 //! activations, the GELU/SiLU and norm reductions. Attention has an ordered mode
 //! ([`AttnMode::Ordered`], the default) that is bit-identical to
-//! `cpu::attention::attend_ordered` (tests/gpu_model.rs checks layers and greedy tokens).
+//! `cpu::attention::attend_ordered` (tests/gpu/gpu_model.rs checks layers and greedy tokens).
 //! The ordered-numerics mode ([`GpuOptions::ordered`]) removes the other differences: with the
 //! CPU's `Session::ordered`, every layer and the logits are bit-identical
-//! (tests/gpu_model_ordered.rs).
+//! (tests/gpu/gpu_model_ordered.rs).
 
 use std::sync::Arc;
 

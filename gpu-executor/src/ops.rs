@@ -3,7 +3,7 @@
 //! `#[repr(C)]` argument struct from `gpu-abi` and launches asynchronously on a stream; all
 //! pointers are device addresses ([`DevicePtr`]), buffers f32 row-major unless stated.
 //!
-//! Numerics (what each op equals on the CPU; tests/gpu_ops.rs checks every line):
+//! Numerics (what each op equals on the CPU; tests/gpu/gpu_ops.rs checks every line):
 //! - bit-identical: quantize (quant's reference), dequant / get_rows (quant's dequantizers,
 //!   times `scale`), rms_norm (`cpu_kernels::rms_norm`; [`GpuOps::rms_norm_ggml`]:
 //!   `rms_norm_ggml`), rope (`rope_neox` / `rope_norm` with [`GpuOps::rope_table`];
@@ -14,7 +14,7 @@
 //!   work-item): quantize_ref (`quant::quantize_row`), mmv_ordered
 //!   (`cpu::matmul_ordered`), geglu_table (`cpu_kernels::geglu_ggml`);
 //! - within named tolerances (`quant::fmath::expf` instead of libm): glu, softmax, moe_router
-//!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu_kernels.rs).
+//!   weights (its expert ids are exact); mmvq (int8 dot products, see tests/gpu/gpu_kernels.rs).
 mod gdn;
 mod gr;
 mod moe;

@@ -233,7 +233,7 @@ pub enum AttnMode {
     /// Bit-identical to `cpu::attention::attend_ordered` (fixed accumulation order).
     Ordered,
     /// WMMA f16 tiles (`v_wmma_f32_16x16x16_f16`), GQA heads sharing K/V loads, cells split
-    /// over 4 waves with an online softmax: within a tolerance of the CPU (tests/gpu_ops.rs).
+    /// over 4 waves with an online softmax: within a tolerance of the CPU (tests/gpu/gpu_ops.rs).
     Fast,
 }
 

@@ -3,10 +3,10 @@
 //! which device ran what:
 //!
 //! ```text
-//! test gpu_ops::gpu_ops_rms_norm_bitwise::emu ... ok     the software RDNA3 device, always
-//! test gpu_ops::gpu_ops_rms_norm_bitwise::hip ... ok     a card through HIP; when
-//!                                                         open_device(Device::Hip) fails it
-//!                                                         prints why and passes
+//! test gpu::gpu_ops::gpu_ops_rms_norm_bitwise::emu ... ok  the software RDNA3 device, always
+//! test gpu::gpu_ops::gpu_ops_rms_norm_bitwise::hip ... ok  a card through HIP; when
+//!                                                          open_device(Device::Hip) fails it
+//!                                                          prints why and passes
 //! ```
 //!
 //! (`name::emu` rather than `name_emu`: `macro_rules!` cannot build new identifiers, and a

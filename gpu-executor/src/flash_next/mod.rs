@@ -13,7 +13,7 @@
 //! than [`PROMPT_MIN`] tokens run in prompt chunks of up to [`PROMPT_CHUNK`] ([`prompt`]: the
 //! prompt GEMM / MMQ products and the chunked delta rule). Numerics are the fast mode's: the
 //! layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1 activations
-//! for MMVQ weights (tests/gpu_flash_next.rs compares with the CPU backend).
+//! for MMVQ weights (tests/gpu/gpu_flash_next.rs compares with the CPU backend).
 
 mod exec;
 mod mtp;

@@ -1,7 +1,7 @@
 //! Launchers of the Gated DeltaNet kernels (gpu-kernels/src/ops/gdn.rs): the token mixer of
 //! Flash-Next's recurrent layers between its projections, equal to
 //! `model::qwen4exp::gdn::Gdn::mix` in the order of every sum, with `quant::fmath`'s exp,
-//! softplus and sigmoid instead of libm (a few ulp; tests/gpu_ops_gdn.rs names the tolerance).
+//! softplus and sigmoid instead of libm (a few ulp; tests/gpu/gpu_ops_gdn.rs names the tolerance).
 use super::{GpuOps, bad, groups};
 use crate::abi;
 use crate::device::{DevicePtr, Result, Stream};

@@ -2,7 +2,7 @@
 //! `gr_stream_norm` → down matmul → `gr_lowrank_act` → up matmul → `gr_gate_mix` (plus the
 //! injection matmul of the normalised streams); a write is `gr_combine`. Equal to
 //! `model::qwen4exp::gr::HyperConn`'s steps: the norm bit for bit, the rest within
-//! `GR_TOL` (`quant::fmath` sigmoid/SiLU; tests/gpu_ops_gr.rs).
+//! `GR_TOL` (`quant::fmath` sigmoid/SiLU; tests/gpu/gpu_ops_gr.rs).
 use super::{GpuOps, bad, groups};
 use crate::abi;
 use crate::device::{DevicePtr, Result, Stream};

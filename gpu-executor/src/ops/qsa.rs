@@ -1,7 +1,7 @@
 //! Launchers of the QSA kernels (gpu-kernels/src/ops/qsa.rs): Flash-Next's attention layers
 //! between their projections, equal to `cpu::flash_next::qsa`'s `Qsa::mix` (the norms, rope,
 //! block keys, indexer scores and kept cells bit for bit; the attention output within
-//! `QSA_TOL`, `quant::fmath`'s exp and sigmoid; tests/gpu_ops_qsa.rs).
+//! `QSA_TOL`, `quant::fmath`'s exp and sigmoid; tests/gpu/gpu_ops_qsa.rs).
 //!
 //! One window of `n` tokens at positions `pos[0] ..` (consecutive) of one sequence whose cache
 //! (f16, or the engine's int8 rows) holds exactly the cells before it: q/k norm + rope, K/V (and the indexer's raw keys κ)

@@ -3,7 +3,7 @@
 //! (state update and readout, one token after another) and the gated RMS norm. The host
 //! reference is `model::qwen4exp::gdn::mix` (engine); the order of every sum is the same, the
 //! transcendental functions are `quant::fmath`'s (within 2 ulp of the CPU's libm), so results
-//! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu_ops_gdn.rs).
+//! agree to a few ulp (`GpuOps::gdn_*`, tests/gpu/gpu_ops_gdn.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
 use super::quantize::quantize_wave_q8_1;

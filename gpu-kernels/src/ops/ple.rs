@@ -4,7 +4,7 @@
 //! residual update. The host reference is `PleCpu::forward` (engine, `cpu::flash_next::ple`): the
 //! norms, the gate's dot product and the conv sum are in its order; sigmoid and SiLU are
 //! `quant::fmath`'s (within 2 ulp of libm), hence a tolerance (`GpuOps::ple_block`,
-//! tests/gpu_ops_ple.rs).
+//! tests/gpu/gpu_ops_ple.rs).
 //!
 //! Index math is u32; every kernel returns early for work-items past the end.
 use super::rms_scale_ggml;

@@ -5,7 +5,7 @@
 //! in its order and the rope angles come from the host table the CPU computes, so the norms,
 //! rope, block keys, scores and the kept cells are bit-identical; the softmax exp and the gate
 //! sigmoid are `quant::fmath`'s (within 2 ulp of libm), hence a tolerance on the attention output
-//! (`GpuOps::qsa_mix`, tests/gpu_ops_qsa.rs).
+//! (`GpuOps::qsa_mix`, tests/gpu/gpu_ops_qsa.rs).
 //!
 //! Every position comes from the device buffer `pos` (a window's tokens at consecutive
 //! positions), so a launch's arguments do not change from one decode step to the next.

@@ -13,7 +13,7 @@
 //! `M_t = e^{G_t} M₀ + Σ_{i≤t} e^{G_t−G_i} k_i δ_iᵀ`, so the chunk's `δ` solve the unit lower
 //! triangular system `δ_t + Σ_{i<t} β_t e^{G_t−G_i} (k_t·k_i) δ_i = β_t (v_t − e^{G_t} M₀ᵀ k_t)`
 //! and the outputs and final state follow from `δ` with matrix products (the prefill form used
-//! by GPU kernels). The two agree to f32 rounding (tests/models_qwen4exp.rs).
+//! by GPU kernels). The two agree to f32 rounding (tests/models/models_qwen4exp.rs).
 
 use crate::Mat;
 

@@ -1,7 +1,7 @@
 //! Fault injection against the fake engine (docs/reliability.md, "Fault injection"): the
 //! engine killed with SIGKILL mid-stream under load, an engine that hangs mid-stream
 //! (`engine_timeout`), a client that stops reading (`send_timeout`), an engine that cannot
-//! start (its stderr in the error). The same faults on the real engine: tests/server_faults.rs.
+//! start (its stderr in the error). The same faults on the real engine: tests/cli/server_faults.rs.
 
 use crate::support::*;
 use serde_json::{Value, json};

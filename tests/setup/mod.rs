@@ -1,0 +1,5 @@
+//! The checkout itself: setup.sh's GPU detection and ROCm-wheel route, the kernel toolchain
+//! detection of gpu-executor/build.rs, and a repository that needs nothing beside it.
+mod kernel_toolchain;
+mod repo_self_contained;
+mod setup_detect;
