@@ -36,8 +36,8 @@ pub fn session(
 }
 
 /// The Flash-Next state of a CPU session made by [`session`].
-pub fn flash_state(s: &dyn strata::engine::Session) -> &strata::model::qwen4exp::SeqState {
-    &s.as_any().downcast_ref::<strata::cpu::FlashSession>().expect("a CPU Flash-Next session").st
+pub fn qwen4exp_state(s: &dyn strata::engine::Session) -> &strata::model::qwen4exp::SeqState {
+    &s.as_any().downcast_ref::<strata::cpu::Qwen4ExpSession>().expect("a CPU Flash-Next session").st
 }
 
 /// A stand-in `libamdhip64.so`: the functions `HipApi` resolves, with device memory as host

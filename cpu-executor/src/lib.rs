@@ -9,15 +9,15 @@
 pub mod attention;
 mod chunk;
 pub mod f16;
-pub mod flash_next;
 pub mod kv_cache;
 pub mod loaded;
 mod mat;
 mod matmul;
 pub mod moe;
+pub mod qwen4exp;
 
 use crate::kv_cache::{KvCache, KvType};
-pub use loaded::{CpuDecoder, CpuFlashNext, FlashSession, on_cpu};
+pub use loaded::{CpuDecoder, CpuQwen4Exp, Qwen4ExpSession, on_cpu};
 pub use mat::MatCpu;
 pub use matmul::DecoderMatmul;
 pub use matmul::{ExpertActs, matmul_ordered, matmul_prepared};
@@ -30,7 +30,7 @@ use model::{Decoder, Logits, decoder};
 /// `use strata::cpu::prelude::*;` (the model crate knows no backend, so these are traits).
 pub mod prelude {
     pub use super::DecoderCpu;
-    pub use super::flash_next::{
+    pub use super::qwen4exp::{
         GdnCpu, HyperConnCpu, MatCpu, MoeCpu, MtpCpu, NumericsCpu, PleCpu, QsaCpu, Qwen4ExpCpu, SwiGluCpu,
     };
 }

@@ -8,14 +8,14 @@ use model::loaded::{HostModel, downcast_session};
 use model::qwen4exp::{self as q4, Qwen4Exp};
 use model::{Decoder, Logits, Mat};
 
-use crate::flash_next::Qwen4ExpCpu;
+use crate::qwen4exp::Qwen4ExpCpu;
 use crate::{DecoderCpu, Session};
 
 /// A model description on the CPU.
 pub fn on_cpu(m: HostModel) -> Box<dyn LoadedModel> {
     match m {
         HostModel::Decoder(m) => Box::new(CpuDecoder(*m)),
-        HostModel::FlashNext(m) => Box::new(CpuFlashNext(*m)),
+        HostModel::Qwen4Exp(m) => Box::new(CpuQwen4Exp(*m)),
     }
 }
 
@@ -23,10 +23,10 @@ pub fn on_cpu(m: HostModel) -> Box<dyn LoadedModel> {
 pub struct CpuDecoder(pub Decoder);
 
 /// Flash-Next on the CPU.
-pub struct CpuFlashNext(pub Qwen4Exp);
+pub struct CpuQwen4Exp(pub Qwen4Exp);
 
 /// A Flash-Next sequence on the CPU: its state plus the capacity the engine enforces.
-pub struct FlashSession {
+pub struct Qwen4ExpSession {
     pub st: q4::SeqState,
     pub capacity: usize,
     /// The empty state, for [`SessionTrait::reset`].
@@ -57,7 +57,7 @@ impl SessionTrait for Session {
     }
 }
 
-impl SessionTrait for FlashSession {
+impl SessionTrait for Qwen4ExpSession {
     fn n_past(&self) -> usize {
         self.st.pos
     }
@@ -121,9 +121,9 @@ pub fn checkpoint_position(cp: Box<dyn Any>) -> Result<usize> {
     cp.downcast::<usize>().map(|p| *p).map_err(|_| EngineError::SessionMismatch)
 }
 
-impl LoadedModel for CpuFlashNext {
+impl LoadedModel for CpuQwen4Exp {
     fn description(&self) -> Description<'_> {
-        Description::FlashNext(&self.0)
+        Description::Qwen4Exp(&self.0)
     }
     fn backend(&self) -> String {
         "cpu".into()
@@ -137,11 +137,11 @@ impl LoadedModel for CpuFlashNext {
     fn new_session(&self, cfg: &SessionConfig) -> Result<Box<dyn SessionTrait>> {
         let mut st = self.0.new_state(cfg.kv);
         st.numerics = cfg.numerics;
-        Ok(Box::new(FlashSession { fresh: st.clone(), st, capacity: cfg.max_ctx }))
+        Ok(Box::new(Qwen4ExpSession { fresh: st.clone(), st, capacity: cfg.max_ctx }))
     }
 
     fn eval(&self, s: &mut dyn SessionTrait, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
-        let f = downcast_session::<FlashSession>(s)?;
+        let f = downcast_session::<Qwen4ExpSession>(s)?;
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
@@ -160,7 +160,7 @@ impl LoadedModel for CpuFlashNext {
     }
 
     fn eval_hidden(&self, s: &mut dyn SessionTrait, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>)> {
-        let f = downcast_session::<FlashSession>(s)?;
+        let f = downcast_session::<Qwen4ExpSession>(s)?;
         let pos = f.st.pos;
         self.0.forward_hidden(&mut f.st, tokens, pos)
     }
@@ -168,7 +168,7 @@ impl LoadedModel for CpuFlashNext {
     /// The GDN and PLE states cannot be truncated: the checkpoint copies them (fixed size, no
     /// KV copy).
     fn checkpoint(&self, s: &dyn SessionTrait) -> Box<dyn Any> {
-        match s.as_any().downcast_ref::<FlashSession>() {
+        match s.as_any().downcast_ref::<Qwen4ExpSession>() {
             Some(f) => Box::new(self.0.checkpoint(&f.st)),
             None => Box::new(()),
         }
@@ -178,7 +178,7 @@ impl LoadedModel for CpuFlashNext {
     /// prefix in one call: one extra batched call of m + 1 tokens per window with a rejection,
     /// and the forward pass untouched.
     fn rollback(&self, s: &mut dyn SessionTrait, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize> {
-        let f = downcast_session::<FlashSession>(s)?;
+        let f = downcast_session::<Qwen4ExpSession>(s)?;
         let cp = cp.downcast::<q4::Checkpoint>().map_err(|_| EngineError::SessionMismatch)?;
         self.0.restore(&mut f.st, *cp)?;
         if !keep.is_empty() {

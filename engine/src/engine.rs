@@ -67,7 +67,7 @@ fn read_description(gguf: gguf::GgufFile, path: &Path, opts: &RunOptions) -> Res
         return Ok(HostModel::Decoder(Box::new(Decoder::from_gguf(gguf, path)?)));
     }
     let m = Qwen4Exp::from_gguf_with(gguf, &opts.ple).map_err(|e| e.in_file(path))?;
-    Ok(HostModel::FlashNext(Box::new(m)))
+    Ok(HostModel::Qwen4Exp(Box::new(m)))
 }
 
 fn open_gguf(path: &Path) -> Result<gguf::GgufFile> {
@@ -93,7 +93,7 @@ impl Engine {
         let host = read_description(gguf, path, &opts)?;
         let n_ctx_train = match host.description() {
             Description::Decoder(m) => m.hp.n_ctx_train,
-            Description::FlashNext(m) => m.hp.n_ctx_train,
+            Description::Qwen4Exp(m) => m.hp.n_ctx_train,
         };
         let placement = gpu_executor::Placement {
             path,

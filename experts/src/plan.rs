@@ -92,7 +92,7 @@ impl ModelShape {
     /// active parameters minus the routed ones (2.36 B) at `dense_bits` per weight; the
     /// embedding table is 248,320 x 2560 at the same width; the KV cache covers the 12 QSA layers
     /// (2 KV heads of 256, K and V); the 36 GDN layers read and write 48 fp32 states of 128 x 128.
-    pub fn flash_next_iq3xxs(dense_bits: f64, kv_elem_bytes: f64) -> ModelShape {
+    pub fn qwen4exp_iq3xxs(dense_bits: f64, kv_elem_bytes: f64) -> ModelShape {
         let expert_weights = 3.0 * 640.0 * 2560.0;
         let routed = 48.0 * 10.0 * expert_weights;
         let dense_params = 6.0e9 - routed;
@@ -240,8 +240,8 @@ mod tests {
     }
 
     #[test]
-    fn flash_next_shape_matches_the_published_arithmetic() {
-        let m = ModelShape::flash_next_iq3xxs(6.5625, 1.0);
+    fn qwen4exp_shape_matches_the_published_arithmetic() {
+        let m = ModelShape::qwen4exp_iq3xxs(6.5625, 1.0);
         assert_eq!(m.expert_bytes, 1_881_600, "3 x 640 x 2560 x 3.0625 bits");
         let all = m.expert_bytes * 512 * 48;
         assert!((gib(all) - 43.07).abs() < 0.01, "24,576 experts ≈ 46 GB = 43.1 GiB: {}", gib(all));
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn slots_fill_what_is_left_and_the_layer_time_is_the_slower_side() {
-        let m = ModelShape::flash_next_iq3xxs(6.5625, 1.0);
+        let m = ModelShape::qwen4exp_iq3xxs(6.5625, 1.0);
         let mc = card();
         let n = slots(&m, &mc, 4096, 1 << 30, 512 << 20);
         // Left for experts: 24 GiB - resident - KV - 1.5 GiB, in slots of 48 experts.
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn misses_sent_over_pcie_move_from_the_cpu_to_the_gpu_side() {
-        let m = ModelShape::flash_next_iq3xxs(6.5625, 1.0);
+        let m = ModelShape::qwen4exp_iq3xxs(6.5625, 1.0);
         let missed = 48.0 * 10.0 * m.expert_bytes as f64 * 0.4; // bytes a token, at 60% hits
         let at = |frac: f64| project(&m, &Machine { pcie_frac: frac, ..card() }, 4096, 1 << 30, 512 << 20, 100, 0.6);
         let (none, half, all) = (at(0.0), at(0.5), at(1.0));

@@ -270,8 +270,8 @@ mod tests {
     /// The synthetic shape reproduces the published Flash-Next figures (weak static skew, strong
     /// temporal locality), and on it the adaptive policy beats the static profile.
     #[test]
-    fn flash_next_shape_and_adaptive_beats_static() {
-        let s = TraceShape::flash_next(2000, 3);
+    fn qwen4exp_shape_and_adaptive_beats_static() {
+        let s = TraceShape::qwen4exp(2000, 3);
         let t = synthetic(&s);
         let (train, eval) = t.split_at(t.len() / 2 / 48 * 48);
         let counts = count(train, 48, 512);

@@ -166,7 +166,7 @@ pub struct TraceShape {
 impl TraceShape {
     /// Flash-Next's published shape (48 layers x 512 experts, top-10), tuned so that LRU and a
     /// learned top-32 list reproduce the measured hit rates (docs/expert-tiering.md).
-    pub fn flash_next(tokens: usize, seed: u64) -> TraceShape {
+    pub fn qwen4exp(tokens: usize, seed: u64) -> TraceShape {
         TraceShape { n_layers: 48, n_expert: 512, k: 10, tokens, topic: 48, reuse: 0.78, drift: 0.25, skew: 0.35, seed }
     }
 }

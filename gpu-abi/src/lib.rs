@@ -14,7 +14,7 @@
 //!   and `registry` (host only) lists every kernel once with how it is launched.
 //! - Plain `no_std` Rust without dependencies: the crate compiles for amdgcn and for the host.
 //!
-//! Parts by kernel family, re-exported here: `flash_next` (GDN, GR, PLE, QSA, the shared
+//! Parts by kernel family, re-exported here: `qwen4exp` (GDN, GR, PLE, QSA, the shared
 //! expert), `mmvq` (decode products), `mmq` (prefill), `ordered` (ordered-numerics mode).
 #![no_std]
 
@@ -503,8 +503,8 @@ impl_args_bytes!(
 );
 
 // Flash-Next's layer kernels (GDN, GR, the shared expert): their own file, after the macro.
-mod flash_next;
-pub use flash_next::*;
+mod qwen4exp;
+pub use qwen4exp::*;
 const _: () = assert!(core::mem::size_of::<MmqArgs>() == 40);
 const _: () = assert!(core::mem::size_of::<MmvqGluArgs>() == 64);
 const _: () = assert!(core::mem::size_of::<MmvqArgs>() == 48);

@@ -1,7 +1,7 @@
 //! The GPU executor: the host side of the gfx11 kernels. Always built: the GPU settings and
 //! the device enum ([`options`], part of the engine configuration) and the KFD topology reader
 //! ([`kfd`], `strata device` without ROCm). With the feature `gpu`: the shared decoder
-//! ([`model`], [`exec`], [`moe`]) and Flash-Next ([`flash_next`]) on the device, the expert
+//! ([`model`], [`exec`], [`moe`]) and Flash-Next ([`qwen4exp`]) on the device, the expert
 //! cache, and below them the embedded code objects, the kernel ABI
 //! and registry (the `gpu-abi` crate the kernels compile too, so names, argument layouts and
 //! launch properties exist once), the one launch layer over the device boundary, and the
@@ -50,8 +50,6 @@ pub mod exec;
 #[cfg(feature = "gpu")]
 pub mod experts;
 #[cfg(feature = "gpu")]
-pub mod flash_next;
-#[cfg(feature = "gpu")]
 mod linear;
 #[cfg(feature = "gpu")]
 pub mod loaded;
@@ -63,6 +61,8 @@ pub mod moe;
 pub mod ops;
 #[cfg(feature = "gpu")]
 pub mod ops_host;
+#[cfg(feature = "gpu")]
+pub mod qwen4exp;
 #[cfg(feature = "gpu")]
 pub mod resident;
 #[cfg(feature = "gpu")]

@@ -321,7 +321,7 @@ impl Linear<'_> {
     /// `ids[r]` (its index in the stacks) on token `cols[r]` of `b.xq`, into rows `r` of
     /// `b.act` / `b.y` (`b.ids` unused). Rows of one expert should be adjacent: they then share
     /// one read of its weights ([`Linear::experts_sorted`], and a prompt chunk's experts read
-    /// back, `flash_next`'s `experts_grouped`).
+    /// back, `qwen4exp`'s `experts_grouped`).
     pub(super) fn experts_listed(
         &self,
         mats: [&DevMat; 3],

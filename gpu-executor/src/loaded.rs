@@ -6,8 +6,8 @@ use model::error::{EngineError, Result};
 use model::loaded::{Description, HostWeights, LoadedModel, Session, SessionConfig, downcast_session};
 use model::{Logits, Mat};
 
-use crate::flash_next::{GpuCheckpoint, GpuFlashNext, GpuFlashSession};
 use crate::model::{GpuModel, GpuSession};
+use crate::qwen4exp::{GpuCheckpoint, GpuQwen4Exp, GpuQwen4ExpSession};
 
 /// `hip (gfx1100, Radeon RX 7900 XTX)` / `emu (...)`, for messages.
 fn backend_of(api: &dyn crate::device::GpuApi) -> String {
@@ -40,7 +40,7 @@ impl Session for GpuSession {
     }
 }
 
-impl Session for GpuFlashSession {
+impl Session for GpuQwen4ExpSession {
     fn n_past(&self) -> usize {
         self.n_past
     }
@@ -49,7 +49,7 @@ impl Session for GpuFlashSession {
     }
     /// The recurrent and PLE state start over too: a Flash-Next device session resets by value.
     fn reset(&mut self) {
-        GpuFlashSession::reset(self)
+        GpuQwen4ExpSession::reset(self)
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
@@ -115,10 +115,10 @@ impl LoadedModel for GpuModel {
 /// snapshot buffers on the device, the rollback copies them back, moves the position back (the
 /// attention cells after it are overwritten by the next window) and re-runs the accepted
 /// prefix. The hidden states are the wide residuals read back with the logits (what the MTP
-/// head on the device, `flash_next::GpuMtp`, reads).
-impl LoadedModel for GpuFlashNext {
+/// head on the device, `qwen4exp::GpuMtp`, reads).
+impl LoadedModel for GpuQwen4Exp {
     fn description(&self) -> Description<'_> {
-        Description::FlashNext(&self.m)
+        Description::Qwen4Exp(&self.m)
     }
     fn backend(&self) -> String {
         backend_of(&**self.api())
@@ -132,26 +132,26 @@ impl LoadedModel for GpuFlashNext {
     }
 
     fn eval(&self, s: &mut dyn Session, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
-        GpuFlashNext::eval(self, downcast_session::<GpuFlashSession>(s)?, tokens, want, out)
+        GpuQwen4Exp::eval(self, downcast_session::<GpuQwen4ExpSession>(s)?, tokens, want, out)
     }
 
     fn eval_hidden(&self, s: &mut dyn Session, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>)> {
         let (mut out, mut hidden) = (Vec::new(), Vec::new());
-        let s = downcast_session::<GpuFlashSession>(s)?;
-        GpuFlashNext::eval_hidden(self, s, tokens, Logits::All, &mut out, Some(&mut hidden))?;
+        let s = downcast_session::<GpuQwen4ExpSession>(s)?;
+        GpuQwen4Exp::eval_hidden(self, s, tokens, Logits::All, &mut out, Some(&mut hidden))?;
         Ok((out, hidden))
     }
 
     fn checkpoint(&self, s: &dyn Session) -> Box<dyn Any> {
-        match s.as_any().downcast_ref::<GpuFlashSession>() {
-            Some(s) => Box::new(GpuFlashNext::checkpoint(self, s)),
+        match s.as_any().downcast_ref::<GpuQwen4ExpSession>() {
+            Some(s) => Box::new(GpuQwen4Exp::checkpoint(self, s)),
             None => Box::new(()),
         }
     }
 
     fn rollback(&self, s: &mut dyn Session, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize> {
         let cp = cp.downcast::<GpuCheckpoint>().map_err(|_| EngineError::SessionMismatch)?;
-        GpuFlashNext::rollback(self, downcast_session::<GpuFlashSession>(s)?, *cp)?;
+        GpuQwen4Exp::rollback(self, downcast_session::<GpuQwen4ExpSession>(s)?, *cp)?;
         if !keep.is_empty() {
             let mut out = Vec::new();
             LoadedModel::eval(self, s, keep, Logits::All, &mut out)?;
@@ -160,16 +160,16 @@ impl LoadedModel for GpuFlashNext {
     }
 
     fn expert_cache_stats(&self) -> Option<experts::counters::CacheStats> {
-        GpuFlashNext::expert_cache_stats(self)
+        GpuQwen4Exp::expert_cache_stats(self)
     }
     fn save_expert_profile(&self, path: &std::path::Path) -> Result<bool> {
-        if GpuFlashNext::expert_cache_stats(self).is_none() {
+        if GpuQwen4Exp::expert_cache_stats(self).is_none() {
             return Ok(false);
         }
-        GpuFlashNext::save_expert_profile(self, path).map(|()| true)
+        GpuQwen4Exp::save_expert_profile(self, path).map(|()| true)
     }
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
-        if which == HostWeights::Experts && GpuFlashNext::expert_cache_stats(self).is_some() {
+        if which == HostWeights::Experts && GpuQwen4Exp::expert_cache_stats(self).is_some() {
             self.m.host_matrices(which)
         } else {
             Vec::new()

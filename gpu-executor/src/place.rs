@@ -57,7 +57,7 @@ pub fn place(m: HostModel, p: &Placement, reload: &dyn Fn() -> Result<HostModel>
     }
     let mut opts = p.gpu;
     opts.ordered |= p.ordered;
-    if matches!(m, HostModel::FlashNext(_)) {
+    if matches!(m, HostModel::Qwen4Exp(_)) {
         // Flash-Next's experts rarely all fit a card: size the cache from the free VRAM unless
         // told otherwise (every expert resident when they do fit).
         opts.expert_cache = opts.expert_cache.or(Some(crate::options::ExpertCacheSize::Auto));
@@ -90,9 +90,9 @@ pub fn place(m: HostModel, p: &Placement, reload: &dyn Fn() -> Result<HostModel>
             }
             Err(why) => fallback(why),
         },
-        HostModel::FlashNext(m) => match crate::flash_next::GpuFlashNext::new(*m, api, opts) {
+        HostModel::Qwen4Exp(m) => match crate::qwen4exp::GpuQwen4Exp::new(*m, api, opts) {
             Ok(mut g) => {
-                prepare_flash_next(&mut g, p)?;
+                prepare_qwen4exp(&mut g, p)?;
                 Ok(Placed { gpu: Some(*g.opts()), model: Box::new(g) })
             }
             Err(why) => fallback(why),
@@ -128,7 +128,7 @@ fn prepare_decoder(g: &mut crate::model::GpuModel, p: &Placement) -> Result<()> 
 /// Flash-Next's expert cache sized (`auto`, the default for this architecture; said only when
 /// not every expert fits or `auto` was asked for) and filled from a profile.
 #[cfg(feature = "gpu")]
-fn prepare_flash_next(g: &mut crate::flash_next::GpuFlashNext, p: &Placement) -> Result<()> {
+fn prepare_qwen4exp(g: &mut crate::qwen4exp::GpuQwen4Exp, p: &Placement) -> Result<()> {
     if g.opts().expert_cache == Some(crate::options::ExpertCacheSize::Auto) {
         let fit = g.fit_expert_cache_chunked(p.kv, p.positions, p.prefill)?;
         if !fit.all_resident() || p.gpu.expert_cache.is_some() {

@@ -14,9 +14,9 @@
 //! Shapes: small on `emu` (the whole suite in well under a minute), full-size (4096-wide
 //! decode shapes) on a card. Checks live in `selftest/checks_*.rs`, references and
 //! tolerances in `selftest/reference.rs`, the pass/fail logic in `selftest/compare.rs`.
-mod checks_flash_next;
 mod checks_matmul;
 mod checks_ops;
+mod checks_qwen4exp;
 pub mod compare;
 mod record;
 pub mod reference;
@@ -112,7 +112,7 @@ impl Check {
 pub fn all_checks() -> Vec<Check> {
     let mut v = checks_matmul::checks();
     v.extend(checks_ops::checks());
-    v.extend(checks_flash_next::checks());
+    v.extend(checks_qwen4exp::checks());
     v
 }
 

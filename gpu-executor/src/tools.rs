@@ -55,8 +55,8 @@ pub fn device_profile(
     prompt: &[u32],
     steps: usize,
 ) -> Result<Option<(Vec<GpuPart>, Vec<GpuPart>)>, EngineError> {
-    use crate::flash_next::GpuFlashSession;
     use crate::model::{GpuSession, Profile};
+    use crate::qwen4exp::GpuQwen4ExpSession;
     use model::Logits;
     /// The session's device counters: `Some` starts them, `None` takes them.
     fn profile(s: &mut dyn model::loaded::Session, p: Option<Profile>) -> Option<Profile> {
@@ -64,13 +64,13 @@ pub fn device_profile(
         if let Some(s) = any.downcast_mut::<GpuSession>() {
             return std::mem::replace(&mut s.profile, p);
         }
-        any.downcast_mut::<GpuFlashSession>().and_then(|s| std::mem::replace(&mut s.profile, p))
+        any.downcast_mut::<GpuQwen4ExpSession>().and_then(|s| std::mem::replace(&mut s.profile, p))
     }
     let argmax = |l: &[f32]| l.iter().enumerate().fold(0, |b, (i, x)| if *x > l[b] { i } else { b }) as u32;
     let head = &prompt[..prompt.len().min(8)];
     let mut logits = Vec::new();
     let mut sess = model.new_session(cfg)?;
-    if !(sess.as_any().is::<GpuSession>() || sess.as_any().is::<GpuFlashSession>()) {
+    if !(sess.as_any().is::<GpuSession>() || sess.as_any().is::<GpuQwen4ExpSession>()) {
         return Ok(None);
     }
     profile(&mut *sess, Some(Default::default()));

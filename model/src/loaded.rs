@@ -56,13 +56,13 @@ pub enum Description<'a> {
     /// The shared decoder (gemma3, llama, qwen2, qwen3, qwen3moe).
     Decoder(&'a Decoder),
     /// Flash-Next (`qwen4exp`).
-    FlashNext(&'a Qwen4Exp),
+    Qwen4Exp(&'a Qwen4Exp),
 }
 
 /// A model description read from a file, before a backend takes it.
 pub enum HostModel {
     Decoder(Box<Decoder>),
-    FlashNext(Box<Qwen4Exp>),
+    Qwen4Exp(Box<Qwen4Exp>),
 }
 
 /// Which host matrices a question is about (they have their own residency flags).
@@ -146,28 +146,28 @@ pub trait LoadedModel: Any + Send + Sync {
     fn n_vocab(&self) -> usize {
         match self.description() {
             Description::Decoder(m) => m.n_vocab,
-            Description::FlashNext(m) => m.n_vocab(),
+            Description::Qwen4Exp(m) => m.n_vocab(),
         }
     }
     /// The GGUF the model was loaded from (first shard).
     fn gguf(&self) -> &GgufFile {
         match self.description() {
             Description::Decoder(m) => &m.gguf,
-            Description::FlashNext(m) => &m.file,
+            Description::Qwen4Exp(m) => &m.file,
         }
     }
     /// Training context length (0 if the file does not say).
     fn n_ctx_train(&self) -> usize {
         match self.description() {
             Description::Decoder(m) => m.hp.n_ctx_train,
-            Description::FlashNext(m) => m.hp.n_ctx_train,
+            Description::Qwen4Exp(m) => m.hp.n_ctx_train,
         }
     }
     /// KV bytes one position takes (None on overflow).
     fn kv_bytes_per_position(&self, kv: KvType) -> Option<u64> {
         match self.description() {
             Description::Decoder(m) => m.kv_bytes_per_position(kv),
-            Description::FlashNext(m) => m.kv_bytes_per_position(kv),
+            Description::Qwen4Exp(m) => m.kv_bytes_per_position(kv),
         }
     }
 }
@@ -176,7 +176,7 @@ impl HostModel {
     pub fn description(&self) -> Description<'_> {
         match self {
             HostModel::Decoder(m) => Description::Decoder(m),
-            HostModel::FlashNext(m) => Description::FlashNext(m),
+            HostModel::Qwen4Exp(m) => Description::Qwen4Exp(m),
         }
     }
 
@@ -184,7 +184,7 @@ impl HostModel {
     pub fn matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
         match self {
             HostModel::Decoder(m) => m.host_matrices(which),
-            HostModel::FlashNext(m) => m.host_matrices(which),
+            HostModel::Qwen4Exp(m) => m.host_matrices(which),
         }
     }
 }

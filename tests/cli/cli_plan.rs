@@ -24,7 +24,7 @@ fn json(args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn plan_flash_next_on_a_7900_xtx_holds_about_as_many_experts_as_the_cpp_engine() {
+fn plan_qwen4exp_on_a_7900_xtx_holds_about_as_many_experts_as_the_cpp_engine() {
     let v = json(&["--kv", "int8"]);
     let slots = v["slots_per_layer"].as_u64().unwrap();
     assert!((209..=255).contains(&slots), "{slots} slots per layer, the C++ engine 232: {v}");

@@ -102,7 +102,7 @@ fn cli_bench_device_emu_reports_decode_profile() {
 /// Flash-Next's device forward pass reports one row per operation of its program (GR read /
 /// write, GDN, QSA, MoE, PLE, embed, head), each moving at least its weights once.
 #[test]
-fn cli_bench_device_emu_reports_flash_next_profile() {
+fn cli_bench_device_emu_reports_qwen4exp_profile() {
     let m = reference("tiny-qwen4exp/tiny-qwen4exp-public-f32.gguf");
     let out = strata()
         .args([

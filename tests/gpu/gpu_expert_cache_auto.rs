@@ -11,8 +11,8 @@ use std::process::Command;
 use crate::models::models_qwen4exp::{compare, load_refs, model, ref_dir};
 use crate::models::models_util::reference;
 use strata::gpu::device::{EmuApi, GpuApi, GpuError};
-use strata::gpu::flash_next::GpuFlashNext;
 use strata::gpu::model::{ExpertCacheSize, GpuOptions};
+use strata::gpu::qwen4exp::GpuQwen4Exp;
 use strata::model::Logits;
 use strata::model::qwen4exp::KvType;
 
@@ -41,21 +41,21 @@ fn emu_vram_size_is_enforced_and_reported() {
     assert_eq!(EmuApi::new().unwrap().mem_info().unwrap().total, 24 << 30, "24 GiB by default, like an RX 7900 XTX");
 }
 
-fn flash(vram: u64, reserve_mib: u64) -> strata::error::Result<GpuFlashNext> {
+fn flash(vram: u64, reserve_mib: u64) -> strata::error::Result<GpuQwen4Exp> {
     let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(vram));
     let opts = GpuOptions {
         expert_cache: Some(ExpertCacheSize::Auto),
         vram_reserve_mib: reserve_mib,
         ..GpuOptions::default()
     };
-    GpuFlashNext::new(model(F32), api, opts)
+    GpuQwen4Exp::new(model(F32), api, opts)
 }
 
 /// For device sizes from "the weights and a session only" to "everything", `auto` picks the
 /// largest slot count that leaves the reserve free, a session fits beside it, and the logits
-/// stay within the all-resident run's tolerance of llama.cpp's (tests/gpu/gpu_flash_next.rs).
+/// stay within the all-resident run's tolerance of llama.cpp's (tests/gpu/gpu_qwen4exp.rs).
 #[test]
-fn flash_next_auto_takes_the_largest_slot_count_that_fits() {
+fn qwen4exp_auto_takes_the_largest_slot_count_that_fits() {
     let refs = load_refs("f32");
     let s = &refs[0];
     let (ctx, reserve) = (64usize, 1u64);
@@ -97,7 +97,7 @@ fn flash_next_auto_takes_the_largest_slot_count_that_fits() {
 }
 
 #[test]
-fn flash_next_auto_too_small_a_device_is_an_error_not_a_panic() {
+fn qwen4exp_auto_too_small_a_device_is_an_error_not_a_panic() {
     let e = flash(4 * MIB, 0).err().expect("4 MiB cannot hold the weights");
     assert!(e.to_string().contains("the weights do not fit") && e.to_string().contains("--device cpu"), "{e}");
     let mut g = flash(14 * MIB, 0).expect("14 MiB holds the weights besides the experts");
@@ -114,7 +114,7 @@ fn failed_uploads_leave_the_device_as_they_found_it() {
     // Flash-Next: the weights do not fit 4 MiB (the uploader had placed some before failing).
     let api = std::sync::Arc::new(EmuApi::new().unwrap().with_vram(4 * MIB));
     let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Auto), ..GpuOptions::default() };
-    assert!(GpuFlashNext::new(model(F32), api.clone(), opts).is_err());
+    assert!(GpuQwen4Exp::new(model(F32), api.clone(), opts).is_err());
     assert_eq!(free(&*api), 4 * MIB, "a failed Flash-Next load leaked device memory");
     // A session too long for the room beside the weights.
     let g = flash(14 * MIB, 0).expect("14 MiB holds the weights");
@@ -222,7 +222,7 @@ fn cli_expert_cache_auto_sizes_itself_and_prints_the_cpu_text() {
 /// Without any flag, on a device with room for everything, Flash-Next keeps every expert
 /// resident and says nothing about a cache.
 #[test]
-fn flash_next_default_on_a_roomy_device_keeps_every_expert_resident() {
+fn qwen4exp_default_on_a_roomy_device_keeps_every_expert_resident() {
     let q4 = ref_dir().join(F32);
     let out = strata(&[
         "generate",

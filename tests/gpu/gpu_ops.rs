@@ -463,7 +463,7 @@ test_device!(
 test_device!(
     /// Flash-Next's routing (512 experts, top-10, renormalised) against its own CPU router,
     /// `qwen4exp::moe::Moe::route`: the same experts in the same order, weights within PROB_TOL.
-    fn gpu_ops_moe_router_matches_flash_next_route(ops) {
+    fn gpu_ops_moe_router_matches_qwen4exp_route(ops) {
         use strata::model::Mat;
         use strata::model::qwen4exp::moe::{Moe, SwiGlu};
         let name = device_name(ops);

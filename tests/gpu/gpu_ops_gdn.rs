@@ -6,8 +6,8 @@
 //! carries across calls. Runs as `<name>::emu` and `<name>::hip` through `test_device!`.
 
 use crate::gpu::gpu_ops::*;
-use strata::cpu::flash_next::Numerics;
 use strata::cpu::prelude::*;
+use strata::cpu::qwen4exp::Numerics;
 use strata::gpu::ops::{GdnBuffers, GdnDeviceState, GdnShape, GpuOps};
 use strata::model::Mat;
 use strata::model::qwen4exp::gdn::{Gdn, GdnMode, GdnState};

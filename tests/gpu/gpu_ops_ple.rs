@@ -7,7 +7,7 @@
 //! the conv history carries across calls. Runs as `<name>::emu` and `<name>::hip`.
 
 use crate::gpu::gpu_ops::*;
-use strata::cpu::flash_next::{Numerics, PleBlock};
+use strata::cpu::qwen4exp::{Numerics, PleBlock};
 use strata::gpu::ops::{GpuOps, PleBuffers, PleShape};
 use strata::rng::SplitMix64;
 use strata::test_device;

@@ -9,8 +9,8 @@
 //! `<name>::hip` through `test_device!`.
 
 use crate::gpu::gpu_ops::*;
-use strata::cpu::flash_next::{Numerics, QsaProjections};
 use strata::cpu::prelude::*;
+use strata::cpu::qwen4exp::{Numerics, QsaProjections};
 use strata::gpu::ops::{GpuOps, KvFormat, QsaBuffers, QsaIndexerShape, QsaShape};
 use strata::model::KvRows;
 use strata::model::Mat;

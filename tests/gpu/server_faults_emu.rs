@@ -10,7 +10,7 @@ use crate::cli::server_faults::{Serve, tmp_dir, trunk_and_table};
 use crate::models::models_util::{ids, read_json};
 
 /// On the device (`--device emu`) a decode window's PLE rows are read by a host thread while the
-/// window runs and reach it through a mailbox at the PLE layer (gpu/flash_next/ple_feed.rs). A
+/// window runs and reach it through a mailbox at the PLE layer (gpu/qwen4exp/ple_feed.rs). A
 /// table truncated mid-run fails that request with an error naming the file, promptly (the
 /// device is answered, nothing waits for rows that never come); the engine keeps serving, and
 /// once the table is whole again the answer is the first run's.

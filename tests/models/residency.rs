@@ -31,7 +31,7 @@ fn mats(e: &Engine) -> (Vec<&Mat>, &Mat) {
             });
             (experts.collect(), &m.w.layers[0].attn.wq)
         }
-        Description::FlashNext(q) => (
+        Description::Qwen4Exp(q) => (
             q.layers.iter().flat_map(|l| l.moe.experts.iter().flat_map(|e| [&e.gate, &e.up, &e.down])).collect(),
             &q.output,
         ),
@@ -139,7 +139,7 @@ fn dense_weights_are_read_into_ram_unless_mmap() {
 }
 
 #[test]
-fn flash_next_dense_weights_are_read_into_ram_unless_mmap() {
+fn qwen4exp_dense_weights_are_read_into_ram_unless_mmap() {
     let load =
         |mmap| Engine::load(&reference(FLASH), RunOptions { max_context: 64, mmap, ..Default::default() }).unwrap();
     let (mut ram, mut mapped) = (load(false), load(true));
@@ -175,13 +175,13 @@ fn dense_weights_that_do_not_fit_stay_mapped_and_large_ones_are_copied_in_pieces
 }
 
 #[test]
-fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
+fn a_qwen4exp_layers_experts_stay_one_range_in_ram_and_mapped() {
     // `--pcie-frac` lets the device read a layer's experts in place as one stack
     // (gpu/expert_pcie.rs): the copy in RAM keeps each tensor's experts back to back.
     let g = gguf::GgufFile::open(&reference(FLASH)).unwrap();
     for mmap_experts in [false, true] {
         let e = load(FLASH, mmap_experts);
-        let Description::FlashNext(q) = e.model.description() else { panic!("{FLASH}: not Flash-Next") };
+        let Description::Qwen4Exp(q) = e.model.description() else { panic!("{FLASH}: not Flash-Next") };
         for (il, l) in q.layers.iter().enumerate() {
             let parts: [(&str, fn(&strata::model::qwen4exp::moe::SwiGlu) -> &Mat); 3] =
                 [("gate", |x| &x.gate), ("up", |x| &x.up), ("down", |x| &x.down)];
@@ -207,7 +207,7 @@ fn a_flash_next_layers_experts_stay_one_range_in_ram_and_mapped() {
 /// synthetic qwen3moe (Q8_0) and the two-shard Flash-Next Q8_0 fixtures.
 #[test]
 fn expert_activations_quantized_once_give_the_per_expert_bits() {
-    use strata::cpu::flash_next::SwiGluCpu;
+    use strata::cpu::qwen4exp::SwiGluCpu;
     use strata::cpu::{DecoderMatmul, ExpertActs, Numerics, matmul_prepared};
     let e = load(MOE, false);
     let Description::Decoder(m) = e.model.description() else { panic!("{MOE}: not a decoder") };

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use strata::cpu::CpuFlashNext;
+use strata::cpu::CpuQwen4Exp;
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
 use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
@@ -35,7 +35,7 @@ fn plain(m: &Qwen4Exp, kv: KvType, prompt: &[u32], n: usize) -> (Vec<u32>, SeqSt
 }
 
 fn spec<D: Drafter>(
-    m: &CpuFlashNext,
+    m: &CpuQwen4Exp,
     kv: KvType,
     prompt: &[u32],
     n: usize,
@@ -44,11 +44,11 @@ fn spec<D: Drafter>(
 ) -> (Vec<u32>, SeqState, SpecStats) {
     let mut st = crate::support::session(m, kv, prompt.len() + n);
     let (ids, stats) = generate_greedy_spec(m as &dyn strata::engine::LoadedModel, &mut st, prompt, n, d, cfg).unwrap();
-    (ids, crate::support::flash_state(&*st).clone(), stats)
+    (ids, crate::support::qwen4exp_state(&*st).clone(), stats)
 }
 
 /// Checks every N in 1..=8 and min-p in `min_ps`; returns the summed stats.
-fn check_all(m: &CpuFlashNext, kv: KvType, prompt: &[u32], n: usize, what: &str) -> SpecStats {
+fn check_all(m: &CpuQwen4Exp, kv: KvType, prompt: &[u32], n: usize, what: &str) -> SpecStats {
     let (want, want_st) = plain(&m.0, kv, prompt, n);
     eprintln!("{what}: greedy {want:?}");
     let mut total = SpecStats::default();
@@ -93,7 +93,7 @@ fn spec_lossless_on_llama_cpp_fixtures() {
         ("tiny-qwen4exp-public-f32.gguf", "f32-kvf32", KvType::F32),
         ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", "q8_0-split", KvType::F16),
     ] {
-        let m = CpuFlashNext(Qwen4Exp::open(&ref_dir().join(file)).unwrap());
+        let m = CpuQwen4Exp(Qwen4Exp::open(&ref_dir().join(file)).unwrap());
         // seq1 (8 tokens) only on the f32 model; seq2 (64 tokens, an EOS inside) everywhere:
         // its suffix drafts exist and are rejected, which exercises the rollback.
         let seqs = ref_tokens(variant);
@@ -134,7 +134,7 @@ fn spec_rollback_mid_window_is_lossless() {
         ("tiny-qwen4exp-public-f32.gguf", KvType::F16),
         ("tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf", KvType::F16),
     ] {
-        let m = CpuFlashNext(Qwen4Exp::open(&ref_dir().join(file)).unwrap());
+        let m = CpuQwen4Exp(Qwen4Exp::open(&ref_dir().join(file)).unwrap());
         // seq2 holds an EOS (PLE n-gram cut), and its continuation crosses a QSA block edge.
         let prompt = ref_tokens("f32")[1].0.clone();
         let n = 24;
@@ -181,7 +181,7 @@ fn spec_lossless_with_accepted_drafts_on_synth_models() {
         cfg.matrix_type = ty;
         cfg.tied = true;
         let paths = write(&cfg, 11 + i as u64, &tmp(&format!("synth-{i}")), split).unwrap();
-        let m = CpuFlashNext(Qwen4Exp::open(&paths[0]).unwrap());
+        let m = CpuQwen4Exp(Qwen4Exp::open(&paths[0]).unwrap());
         let base: Vec<u32> = (0..12).map(|k| (k * 37 + 5) % 1000).collect();
         let mut prompt = base.clone();
         prompt.extend_from_slice(&base);

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use strata::EngineError;
-use strata::cpu::CpuFlashNext;
+use strata::cpu::CpuQwen4Exp;
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp, SeqState};
 use strata::spec::{CpuMtpHead, Draft, Drafter, MtpDrafter, SpecConfig, SpecStats, generate_greedy_spec};
@@ -58,7 +58,7 @@ impl Drafter for Recorder<'_> {
 
 struct Case {
     what: String,
-    model: CpuFlashNext,
+    model: CpuQwen4Exp,
     mtp: Mtp,
     prompt: Vec<u32>,
     kv: KvType,
@@ -95,7 +95,7 @@ fn run(
     let mut st = crate::support::session(&c.model, c.kv, c.prompt.len() + n);
     let loaded: &dyn strata::engine::LoadedModel = &c.model;
     let (ids, s) = generate_greedy_spec(loaded, &mut st, &c.prompt, n, &mut rec, cfg).unwrap();
-    let st = crate::support::flash_state(&*st);
+    let st = crate::support::qwen4exp_state(&*st);
     let tag = format!("{} N={} min_p={} wrong_at={wrong_at:?}", c.what, cfg.n_draft, cfg.min_p);
     assert_eq!(ids, want.0, "{tag}: ids differ ({s:?})");
     assert!(*st == want.1, "{tag}: final state differs");
@@ -163,7 +163,7 @@ fn synth_case(what: &str, cfg: &SynthConfig, seed: u64, split: bool, head: &Synt
     let base: Vec<u32> = (0..10).map(|k| (k * 37 + 5) % cfg.n_vocab as u32).collect();
     let mut prompt = base.clone();
     prompt.extend_from_slice(&base[..6]);
-    Case { what: what.into(), model: CpuFlashNext(model), mtp, prompt, kv: KvType::F16 }
+    Case { what: what.into(), model: CpuQwen4Exp(model), mtp, prompt, kv: KvType::F16 }
 }
 
 /// Random heads are (nearly always) rejected: every window rolls back the GDN state and the
@@ -250,7 +250,7 @@ fn spec_mtp_echo_head_full_acceptance_public() {
     let mp = tmp("echo-pub-mtp.gguf");
     let echo = SynthMtp { echo: true, ..SynthMtp::default() };
     write_mtp(&cfg, &echo, 11, &mp).unwrap();
-    let cpu = CpuFlashNext(Qwen4Exp::open(&paths[0]).unwrap());
+    let cpu = CpuQwen4Exp(Qwen4Exp::open(&paths[0]).unwrap());
     let m = &cpu.0;
     let head = Mtp::open(m, &mp).unwrap();
     assert!(head.hc_head.is_some() && head.hnorm.len() == cfg.hc * cfg.n_embd);
@@ -297,7 +297,7 @@ fn spec_mtp_lossless_on_llama_cpp_fixture() {
     let mp = tmp("fixture-mtp.gguf");
     write_mtp(&SynthConfig::public(), &SynthMtp::default(), 3, &mp).unwrap();
     let mtp = Mtp::open(&model, &mp).unwrap_or_else(|e| panic!("{e}"));
-    let c = Case { what: "llama.cpp f32 fixture".into(), model: CpuFlashNext(model), mtp, prompt, kv: KvType::F16 };
+    let c = Case { what: "llama.cpp f32 fixture".into(), model: CpuQwen4Exp(model), mtp, prompt, kv: KvType::F16 };
     let n = greedy.len();
     assert_eq!(plain(&c, n).0, greedy);
     let want = plain(&c, n);

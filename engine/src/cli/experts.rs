@@ -109,7 +109,7 @@ fn hit_rates(
 
 fn simulate(a: &SimulateArgs) -> Result<()> {
     let (records, n_expert, n_layers, what) =
-        load_trace(a.trace.as_deref(), a.experts, TraceShape::flash_next(a.tokens, a.seed))?;
+        load_trace(a.trace.as_deref(), a.experts, TraceShape::qwen4exp(a.tokens, a.seed))?;
     let mut rows = Vec::new();
     for &slots in &a.slots {
         rows.push((slots, hit_rates(&records, n_layers, n_expert, slots, a.adapt_every)));
@@ -212,7 +212,7 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
             ModelShape::from_gguf(&g, &p.display().to_string(), kv_elem)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
         }
-        None => ModelShape::flash_next_iq3xxs(a.dense_bits, kv_elem),
+        None => ModelShape::qwen4exp_iq3xxs(a.dense_bits, kv_elem),
     };
     for (what, v) in [
         ("--vram-gib", a.vram_gib),
@@ -247,7 +247,7 @@ pub fn plan(a: &PlanArgs, model: Option<&Path>, c: &super::CommonArgs) -> Result
     let (reserve, extra) = (c.gpu.vram_reserve_mib << 20, a.extra_mib << 20);
     let n = slots(&m, &mc, ctx, reserve, extra);
     // The trace: the given one, or Flash-Next's locality in this model's shape.
-    let mut shape = TraceShape::flash_next(a.tokens, a.seed);
+    let mut shape = TraceShape::qwen4exp(a.tokens, a.seed);
     (shape.n_layers, shape.n_expert, shape.k) = (m.n_moe_layers as u32, m.n_expert as u32, m.k as u32);
     shape.topic = (shape.topic * m.n_expert / 512).max(m.k);
     let (records, n_expert, n_layers, what) = load_trace(a.trace.as_deref(), m.n_expert as u32, shape)?;

@@ -177,7 +177,7 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: 
 /// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts; on a
 /// device the head runs there too, its cache sized like the engine's context and typed `--kv`).
 pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
-    let Description::FlashNext(m) = e.model.description() else {
+    let Description::Qwen4Exp(m) = e.model.description() else {
         bail!(
             "--mtp {}: MTP heads are read for Flash-Next (qwen4exp) models only; this model is {:?} (drop --mtp to use the suffix drafter)",
             path.display(),
@@ -190,8 +190,8 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
     }
     let head = Mtp::open(m, path)?;
     #[cfg(feature = "gpu")]
-    if let Some(g) = e.model.as_any().downcast_ref::<gpu_executor::flash_next::GpuFlashNext>() {
-        use gpu_executor::flash_next::{GpuMtp, GpuMtpHead};
+    if let Some(g) = e.model.as_any().downcast_ref::<gpu_executor::qwen4exp::GpuQwen4Exp>() {
+        use gpu_executor::qwen4exp::{GpuMtp, GpuMtpHead};
         let head = GpuMtp::new(g, head)?;
         let d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, sc.min_p);
         return run_mtp(e, prompt, n, sc, d);

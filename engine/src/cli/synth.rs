@@ -91,7 +91,7 @@ pub fn run(a: &SynthArgs) -> Result<()> {
     let mut cfg = match a.preset {
         Preset::Public => SynthConfig::public(),
         Preset::Tiny => SynthConfig::tiny(),
-        Preset::FlashNext => SynthConfig::flash_next(),
+        Preset::FlashNext => SynthConfig::qwen4exp(),
     };
     if let Some(t) = a.ty {
         cfg.matrix_type = t.ggml();

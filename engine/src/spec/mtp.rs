@@ -71,7 +71,7 @@ pub trait MtpHead {
     }
 }
 
-/// The head on the CPU (`cpu::flash_next::MtpCpu`).
+/// The head on the CPU (`cpu::qwen4exp::MtpCpu`).
 pub struct CpuMtpHead<'a> {
     pub model: &'a Qwen4Exp,
     pub mtp: &'a Mtp,
@@ -118,31 +118,31 @@ impl MtpHead for CpuMtpHead<'_> {
     }
 }
 
-/// The head on the device (`gpu::flash_next::GpuMtpHead`, whose methods these are).
+/// The head on the device (`gpu::qwen4exp::GpuMtpHead`, whose methods these are).
 #[cfg(feature = "gpu")]
-impl MtpHead for gpu_executor::flash_next::GpuMtpHead<'_> {
+impl MtpHead for gpu_executor::qwen4exp::GpuMtpHead<'_> {
     fn width(&self) -> usize {
-        gpu_executor::flash_next::GpuMtpHead::width(self)
+        gpu_executor::qwen4exp::GpuMtpHead::width(self)
     }
 
     fn truncate(&mut self, cells: usize) {
-        gpu_executor::flash_next::GpuMtpHead::truncate(self, cells)
+        gpu_executor::qwen4exp::GpuMtpHead::truncate(self, cells)
     }
 
     fn reset(&mut self) {
-        gpu_executor::flash_next::GpuMtpHead::reset(self)
+        gpu_executor::qwen4exp::GpuMtpHead::reset(self)
     }
 
     fn forward(&mut self, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut, EngineError> {
-        gpu_executor::flash_next::GpuMtpHead::forward(self, tokens, wide, all_logits)
+        gpu_executor::qwen4exp::GpuMtpHead::forward(self, tokens, wide, all_logits)
     }
 
     fn forward_top(&mut self, tokens: &[u32], wide: &[f32]) -> Option<Result<Draft, EngineError>> {
-        Some(gpu_executor::flash_next::GpuMtpHead::forward_top(self, tokens, wide).map(|(token, p)| Draft { token, p }))
+        Some(gpu_executor::qwen4exp::GpuMtpHead::forward_top(self, tokens, wide).map(|(token, p)| Draft { token, p }))
     }
 
     fn chain_top(&mut self, token: u32) -> Option<Result<Draft, EngineError>> {
-        Some(gpu_executor::flash_next::GpuMtpHead::chain(self, token).map(|(token, p)| Draft { token, p }))
+        Some(gpu_executor::qwen4exp::GpuMtpHead::chain(self, token).map(|(token, p)| Draft { token, p }))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Launchers of the PLE block kernels (gpu-kernels/src/ops/ple.rs): Flash-Next's n-gram block
 //! after the host has gathered the window's table rows and the key / value projections ran,
-//! equal to `cpu::flash_next::ple`'s `PleBlock::mix` in the order of every sum, with
+//! equal to `cpu::qwen4exp::ple`'s `PleBlock::mix` in the order of every sum, with
 //! `quant::fmath`'s sigmoid and SiLU (a few ulp; tests/gpu/gpu_ops_ple.rs names the tolerance).
 use super::{GpuOps, bad, groups};
 use crate::abi;

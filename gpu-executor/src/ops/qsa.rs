@@ -1,5 +1,5 @@
 //! Launchers of the QSA kernels (gpu-kernels/src/ops/qsa.rs): Flash-Next's attention layers
-//! between their projections, equal to `cpu::flash_next::qsa`'s `Qsa::mix` (the norms, rope,
+//! between their projections, equal to `cpu::qwen4exp::qsa`'s `Qsa::mix` (the norms, rope,
 //! block keys, indexer scores and kept cells bit for bit; the attention output within
 //! `QSA_TOL`, `quant::fmath`'s exp and sigmoid; tests/gpu/gpu_ops_qsa.rs).
 //!

@@ -1,7 +1,7 @@
 //! The PLE n-gram block of Flash-Next on the device, after the host has gathered the table rows
 //! of the window (`e`) and the key / value projections ran: the per-stream key/query gate, the
 //! gated value's norm, and the dilated causal depthwise conv over the norm's history with its
-//! residual update. The host reference is `PleCpu::forward` (engine, `cpu::flash_next::ple`): the
+//! residual update. The host reference is `PleCpu::forward` (engine, `cpu::qwen4exp::ple`): the
 //! norms, the gate's dot product and the conv sum are in its order; sigmoid and SiLU are
 //! `quant::fmath`'s (within 2 ulp of libm), hence a tolerance (`GpuOps::ple_block`,
 //! tests/gpu/gpu_ops_ple.rs).

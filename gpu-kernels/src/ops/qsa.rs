@@ -1,7 +1,7 @@
 //! QSA (Flash-Next's sparse attention layers) between the projections: q/k RMS norms with the
 //! partial NEOX rope, the block indexer (pooled block keys, ReLU head scores, libstdc++'s
 //! heap-order top-k over cells) and the gated GQA softmax attention over the kept cells of an
-//! f16 cache. The host reference is `Qsa::mix` (engine, `cpu::flash_next::qsa`): every sum is
+//! f16 cache. The host reference is `Qsa::mix` (engine, `cpu::qwen4exp::qsa`): every sum is
 //! in its order and the rope angles come from the host table the CPU computes, so the norms,
 //! rope, block keys, scores and the kept cells are bit-identical; the softmax exp and the gate
 //! sigmoid are `quant::fmath`'s (within 2 ulp of libm), hence a tolerance on the attention output

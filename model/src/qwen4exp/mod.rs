@@ -1,6 +1,6 @@
 //! Qwen3.8-Flash-Next (GGUF architecture `qwen4exp`), described once: hyperparameters, weights,
-//! sequence state and the order of operations ([`program`]). `cpu::flash_next` computes it
-//! (matching llama.cpp 0c1e570), `gpu::flash_next` runs the same program on the device.
+//! sequence state and the order of operations ([`program`]). `cpu::qwen4exp` computes it
+//! (matching llama.cpp 0c1e570), `gpu::qwen4exp` runs the same program on the device.
 //!
 //! A hybrid decoder: Gated DeltaNet layers ([`gdn`]) and sparse-attention layers ([`qsa`])
 //! over hyper-connection residual streams ([`gr`]), a 512-expert MoE with a shared expert in
@@ -8,7 +8,7 @@
 //! exact computation (and the numerics that matter: f16 KV/indexer cache rounding, libstdc++
 //! heap-order tie-breaking of the QSA top-k) is described in
 //! `testdata/reference/tiny-qwen4exp/README.md`; each module repeats its part, and its CPU
-//! arithmetic is the file of the same name in `cpu::flash_next`.
+//! arithmetic is the file of the same name in `cpu::qwen4exp`.
 //!
 //! ```text
 //! R_t[c] = token_embd[tok_t] for each of the hc streams
@@ -18,7 +18,7 @@
 //! logits = W_out · HCmix_head(R)        (no output_norm; W_out falls back to token_embd)
 //! ```
 //! Use: [`Qwen4Exp::open`], [`Qwen4Exp::new_state`], then `Qwen4Exp::forward` (the CPU's,
-//! `cpu::flash_next`) with the tokens of one or more steps; logits come back for every position.
+//! `cpu::qwen4exp`) with the tokens of one or more steps; logits come back for every position.
 
 pub mod gdn;
 pub mod gr;
@@ -121,7 +121,7 @@ pub struct Trace {
     /// `(layer, kept cells per token)` for every indexer-selected attention layer.
     pub qsa_selections: Vec<(usize, Vec<Vec<usize>>)>,
     /// The wide residual `R` after every trunk layer, `[layer][tokens][hc][E]` (the ordered
-    /// mode's parity tests compare it with the device's `GpuFlashSession::trace`).
+    /// mode's parity tests compare it with the device's `GpuQwen4ExpSession::trace`).
     pub residuals: Vec<Vec<f32>>,
 }
 

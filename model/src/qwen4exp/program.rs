@@ -1,7 +1,7 @@
 //! Flash-Next's order of operations for one micro-batch, written once ([`forward`]) over the
-//! operations a backend provides ([`FlashNextOps`]); the counterpart of `model::decoder` for
-//! this hybrid architecture. The CPU runs it in `cpu::flash_next`, the GPU executor
-//! (`gpu::flash_next`) on the device; a backend that cannot run an operation returns an error
+//! operations a backend provides ([`Qwen4ExpOps`]); the counterpart of `model::decoder` for
+//! this hybrid architecture. The CPU runs it in `cpu::qwen4exp`, the GPU executor
+//! (`gpu::qwen4exp`) on the device; a backend that cannot run an operation returns an error
 //! naming it (e.g. [`EngineError::NotOnBackend`]), never a silent fallback.
 //!
 //! ```text
@@ -39,7 +39,7 @@ pub enum Site {
 /// What a backend provides to run [`forward`] on one micro-batch (its tokens, positions and
 /// sequence state are the backend's). `x`, `y`, `inj` and the residual streams `R` are the
 /// backend's buffers, named in the comments as in the picture above.
-pub trait FlashNextOps {
+pub trait Qwen4ExpOps {
     /// `R[t][c] = token_embd[tok_t]` for every stream `c`.
     fn embed(&mut self) -> Result<(), EngineError>;
     /// The PLE n-gram block on `R` (layer `layer` only).
@@ -75,7 +75,7 @@ pub trait FlashNextOps {
 }
 
 /// One micro-batch of Flash-Next: the only place its layer order is written.
-pub fn forward<B: FlashNextOps>(b: &mut B, m: &Qwen4Exp) -> Result<(), EngineError> {
+pub fn forward<B: Qwen4ExpOps>(b: &mut B, m: &Qwen4Exp) -> Result<(), EngineError> {
     b.embed()?;
     let ple_layer = m.ple.as_ref().map(|p| p.params.layer);
     for (il, layer) in m.layers.iter().enumerate() {
@@ -90,14 +90,14 @@ pub fn forward<B: FlashNextOps>(b: &mut B, m: &Qwen4Exp) -> Result<(), EngineErr
 
 /// One micro-batch of the MTP head (`mtp.block` = the trunk's layer count): its input
 /// projection, one attention + MoE block as a trunk layer's (dense attention), its head.
-pub fn mtp_forward<B: FlashNextOps>(b: &mut B, mtp: &Mtp) -> Result<(), EngineError> {
+pub fn mtp_forward<B: Qwen4ExpOps>(b: &mut B, mtp: &Mtp) -> Result<(), EngineError> {
     b.mtp_input()?;
     block(b, mtp.block, false)?;
     b.mtp_head()
 }
 
 /// The token mixer (GDN or attention) and the MoE of layer `il`, each inside its GR read/write.
-fn block<B: FlashNextOps>(b: &mut B, il: usize, gdn: bool) -> Result<(), EngineError> {
+fn block<B: Qwen4ExpOps>(b: &mut B, il: usize, gdn: bool) -> Result<(), EngineError> {
     b.hc_mix(il, Site::Mixer)?;
     if gdn {
         b.gdn(il)?;

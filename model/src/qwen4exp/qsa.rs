@@ -11,7 +11,7 @@
 //! - Cell values: cells of the incomplete tail block `[⌊(t+1)/r⌋·r, t]` get `1e9 + s` (always
 //!   kept), earlier cells their block's score, later cells −inf. With budget `W = top_k + r − 1`
 //!   and more than W visible cells, the kept set is what libstdc++'s `std::partial_sort` keeps
-//!   (`cpu::flash_next::heap_select`): all cells of a block tie, so the heap order decides which part of the
+//!   (`cpu::qwen4exp::heap_select`): all cells of a block tie, so the heap order decides which part of the
 //!   boundary block survives, and a token whose block is complete can lose itself.
 //! - Softmax over the kept cells of `q·k/√D`, GQA (`kv head = h / (H/KV)`), then
 //!   `o_h ⊙ σ(gate_h)` and `W_o`.

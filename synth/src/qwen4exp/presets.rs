@@ -57,7 +57,7 @@ impl SynthConfig {
     /// heads, experts, FFN, vocabulary; assumed: the GDN key heads, the indexer (8 heads of
     /// 128, top-256 cells), the shared expert's width, the PLE table (small: its rows are read
     /// on the host).
-    pub fn flash_next() -> SynthConfig {
+    pub fn qwen4exp() -> SynthConfig {
         SynthConfig {
             n_vocab: 248_320,
             n_embd: 2560,

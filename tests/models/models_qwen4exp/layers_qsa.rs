@@ -1,8 +1,8 @@
 //! QSA alone (cell selection with libstdc++'s heap order, attention, decode == prefill)
 //! against a plain f64 reference; see `layers.rs` for the tolerance.
 
-use strata::cpu::flash_next::heap_select;
 use strata::cpu::prelude::*;
+use strata::cpu::qwen4exp::heap_select;
 use strata::model::KvRows;
 use strata::model::qwen4exp::{Indexer, KvType, Qsa, QsaCache};
 

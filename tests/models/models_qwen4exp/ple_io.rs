@@ -12,8 +12,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use strata::EngineError;
-use strata::cpu::flash_next::team_for_each;
 use strata::cpu::prelude::*;
+use strata::cpu::qwen4exp::team_for_each;
 use strata::model::qwen4exp::ple_io::serial;
 use strata::model::qwen4exp::{KvType, ParFor, PleIo, PleOptions, Qwen4Exp};
 

@@ -8,8 +8,8 @@
 //! equal the CPU bit for bit.
 
 use crate::gpu::gpu_ops::*;
-use strata::cpu::flash_next::Numerics;
 use strata::cpu::prelude::*;
+use strata::cpu::qwen4exp::Numerics;
 use strata::model::Mat;
 use strata::model::qwen4exp::moe::{Moe, SwiGlu};
 use strata::rng::SplitMix64;
@@ -85,7 +85,7 @@ fn on_device(
 }
 
 test_device!(
-    fn gpu_ops_flash_next_moe_with_shared_expert_matches_cpu(ops) {
+    fn gpu_ops_qwen4exp_moe_with_shared_expert_matches_cpu(ops) {
         let dev = device_name(ops);
         let mut rng = SplitMix64::new(0x4d6f65);
         let (e, ff, ne, k, n) = (32usize, 16usize, 512usize, 10usize, 3usize);
@@ -107,7 +107,7 @@ test_device!(
     /// add equal the CPU's `Moe::forward_layer_with(Numerics::Ordered)` bit for bit (the
     /// router's softmax in `moe_router`'s order, the outputs added in rank order from 0), and
     /// the choice equals `Moe::route_with`: the same experts, the same weights.
-    fn gpu_ops_flash_next_moe_equals_cpu_ordered_bitwise(ops) {
+    fn gpu_ops_qwen4exp_moe_equals_cpu_ordered_bitwise(ops) {
         let dev = device_name(ops);
         let mut rng = SplitMix64::new(0x4d6f66);
         for (e, ff, ne, k, n) in [(32usize, 16usize, 512usize, 10usize, 3usize), (64, 32, 8, 2, 8)] {

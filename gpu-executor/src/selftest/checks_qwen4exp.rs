@@ -8,10 +8,10 @@ use crate::abi;
 use crate::ops::{
     GdnBuffers, GdnShape, GpuOps, GrShape, KvFormat, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape,
 };
-use cpu_executor::flash_next::linear::sigmoid;
-use cpu_executor::flash_next::{PleBlock, QsaProjections};
 use cpu_executor::kv_cache::KvType;
 use cpu_executor::prelude::*;
+use cpu_executor::qwen4exp::linear::sigmoid;
+use cpu_executor::qwen4exp::{PleBlock, QsaProjections};
 use model::Mat;
 use model::qwen4exp::gdn::{Gdn, GdnMode};
 use model::qwen4exp::gr::HyperConn;
@@ -43,11 +43,11 @@ pub fn checks() -> Vec<Check> {
             "qwen4exp::gr::HyperConn (norm_streams bitwise, lowrank_act, gate_mix, combine)",
             gr,
         ),
-        Check::new("ple_block", vec![abi::PLE_GATE, abi::PLE_CONV], "PleBlock::mix (cpu::flash_next::ple)", ple_block),
+        Check::new("ple_block", vec![abi::PLE_GATE, abi::PLE_CONV], "PleBlock::mix (cpu::qwen4exp::ple)", ple_block),
         Check::new(
             "qsa_mix",
             vec![abi::QSA_NORM_ROPE, abi::QSA_BLOCK_KEYS, abi::QSA_INDEX_SCORES, abi::QSA_SELECT_TOPK, abi::QSA_ATTEND],
-            "Qsa::mix (cpu::flash_next::qsa: kept cells exact, output within QSA_TOL)",
+            "Qsa::mix (cpu::qwen4exp::qsa: kept cells exact, output within QSA_TOL)",
             |cx| qsa_mix(cx, KvType::F16),
         ),
         Check::new(

@@ -1,20 +1,20 @@
-//! Flash-Next's operations ([`FlashNextOps`]) as gfx11 launches for one window of up to
+//! Flash-Next's operations ([`Qwen4ExpOps`]) as gfx11 launches for one window of up to
 //! [`super::WINDOW`] tokens, or one prompt chunk (`super::prompt`), of one sequence, on the
 //! model's stream: the layer kernels (`GpuOps::gdn_mix` / `gdn_prefill`, `qsa_mix`,
 //! `ple_block`, `gr_*`, `moe_*`) between device matrix products (`gpu::linear`). Buffers are the
 //! session's [`Scratch`](super::scratch::Scratch).
 
 use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
-use super::{GpuFlashNext, GpuFlashSession, LayerState, WINDOW};
+use super::{GpuQwen4Exp, GpuQwen4ExpSession, LayerState, WINDOW};
 use crate::device::{DevicePtr, GpuError};
 use crate::experts::cache::{ExpertCache, Placement};
 use crate::linear::{DispatchBuffers, Linear};
 use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use crate::upload::{DevMat, MatKind, Tmp, f32_bytes};
-use cpu_executor::flash_next::{SwiGluCpu, team_for_each};
+use cpu_executor::qwen4exp::{SwiGluCpu, team_for_each};
 use model::error::{EngineError, Result};
 use model::qwen4exp::moe::SwiGlu;
-use model::qwen4exp::program::{self, FlashNextOps, Site};
+use model::qwen4exp::program::{self, Qwen4ExpOps, Site};
 use model::qwen4exp::{Moe, Mtp};
 
 // The MoE layer's launches (exec/moe.rs): a child module, so that it sees the window's fields.
@@ -78,7 +78,7 @@ pub(super) fn expert_rows(
 
 /// The PLE rows of `toks` (advancing the sequence's n-gram history), or None without a PLE
 /// block.
-fn gather_ple(g: &GpuFlashNext, s: &mut GpuFlashSession, toks: &[u32]) -> Result<Option<Vec<f32>>> {
+fn gather_ple(g: &GpuQwen4Exp, s: &mut GpuQwen4ExpSession, toks: &[u32]) -> Result<Option<Vec<f32>>> {
     let (Some(p), Some(ps)) = (&g.m.ple, s.ple.as_mut()) else { return Ok(None) };
     let layer = p.params.layer;
     p.gather(toks, &mut ps.prev, team_for_each).map(Some).map_err(|reason| EngineError::Ple { layer, reason })
@@ -102,11 +102,11 @@ pub(super) enum Source<'a> {
 }
 
 /// One window of a device sequence.
-pub(super) struct FlashChunk<'a> {
-    g: &'a GpuFlashNext,
-    s: &'a mut GpuFlashSession,
+pub(super) struct GpuQwen4ExpChunk<'a> {
+    g: &'a GpuQwen4Exp,
+    s: &'a mut GpuQwen4ExpSession,
     toks: &'a [u32],
-    /// Launched as a graph ([`FlashChunk::run`]): every launch must be the same at every
+    /// Launched as a graph ([`GpuQwen4ExpChunk::run`]): every launch must be the same at every
     /// position, so sizes that follow the position take their largest value.
     graph: bool,
     /// A prompt chunk (`super::prompt`): the chunked delta rule, no expert handoff.
@@ -120,7 +120,7 @@ pub(super) struct FlashChunk<'a> {
     ple_fed: bool,
 }
 
-/// Where a window's PLE rows come from ([`FlashChunk::new`]).
+/// Where a window's PLE rows come from ([`GpuQwen4ExpChunk::new`]).
 pub(super) enum PleRows {
     /// Gathered while the previous prompt chunk ran.
     Gathered(Vec<f32>),
@@ -131,17 +131,17 @@ pub(super) enum PleRows {
     Fed,
 }
 
-impl<'a> FlashChunk<'a> {
+impl<'a> GpuQwen4ExpChunk<'a> {
     /// Uploads the window's inputs (after the previous window's launches are done with the
     /// buffers): token ids, positions and the PLE rows for these tokens (`ple_rows`: gathered
     /// already while the previous window ran, gathered now, or fed while this one runs).
     pub(super) fn new(
-        g: &'a GpuFlashNext,
-        s: &'a mut GpuFlashSession,
+        g: &'a GpuQwen4Exp,
+        s: &'a mut GpuQwen4ExpSession,
         toks: &'a [u32],
         graph: bool,
         ple_rows: PleRows,
-    ) -> Result<FlashChunk<'a>> {
+    ) -> Result<GpuQwen4ExpChunk<'a>> {
         if toks.len() > s.sc.cols {
             return Err(EngineError::Gpu(format!(
                 "qwen4exp: a step of {} tokens, the session's buffers hold {}",
@@ -164,7 +164,7 @@ impl<'a> FlashChunk<'a> {
         if let Some(emb) = rows {
             api.memcpy_htod(s.sc.emb, f32_bytes(&emb)).map_err(dev("uploading PLE rows"))?;
         }
-        Ok(FlashChunk { g, s, toks, graph, prompt: false, first_logit: 0, head: None, ple_fed: fed })
+        Ok(GpuQwen4ExpChunk { g, s, toks, graph, prompt: false, first_logit: 0, head: None, ple_fed: fed })
     }
 
     /// Runs these tokens as a prompt chunk (`super::prompt`): eagerly, the chunked delta rule,
@@ -186,14 +186,14 @@ impl<'a> FlashChunk<'a> {
     /// A window of the MTP head (`s` is a head session): the trunk's wide residuals `wide`
     /// (`[n][hc][E]`) are uploaded with the tokens; a graph per window size when `graph`.
     pub(super) fn for_head(
-        g: &'a GpuFlashNext,
-        s: &'a mut GpuFlashSession,
+        g: &'a GpuQwen4Exp,
+        s: &'a mut GpuQwen4ExpSession,
         toks: &'a [u32],
         wide: &[f32],
         head: (&'a Mtp, &'a DevMtp),
         graph: bool,
-    ) -> Result<FlashChunk<'a>> {
-        let mut c = FlashChunk::new(g, s, toks, graph, PleRows::Now)?;
+    ) -> Result<GpuQwen4ExpChunk<'a>> {
+        let mut c = GpuQwen4ExpChunk::new(g, s, toks, graph, PleRows::Now)?;
         g.api().memcpy_htod(c.s.sc.wide, f32_bytes(wide)).map_err(dev("uploading the MTP head's wide residuals"))?;
         c.head = Some(head);
         Ok(c)
@@ -203,22 +203,22 @@ impl<'a> FlashChunk<'a> {
     /// streams of row `from_row` of its previous window, copied on the device (nothing crosses
     /// to the host).
     pub(super) fn for_head_chained(
-        g: &'a GpuFlashNext,
-        s: &'a mut GpuFlashSession,
+        g: &'a GpuQwen4Exp,
+        s: &'a mut GpuQwen4ExpSession,
         toks: &'a [u32],
         from_row: usize,
         head: (&'a Mtp, &'a DevMtp),
         graph: bool,
-    ) -> Result<FlashChunk<'a>> {
+    ) -> Result<GpuQwen4ExpChunk<'a>> {
         let w = (g.m.hp.hc * g.m.hp.n_embd) * 4;
-        let c = FlashChunk::new(g, s, toks, graph, PleRows::Now)?;
+        let c = GpuQwen4ExpChunk::new(g, s, toks, graph, PleRows::Now)?;
         g.api()
             .memcpy_dtod_async(&g.res.stream, c.s.sc.wide, c.s.sc.r + (from_row * w) as u64, w)
             .map_err(dev("chaining the MTP head's streams"))?;
-        Ok(FlashChunk { head: Some(head), ..c })
+        Ok(GpuQwen4ExpChunk { head: Some(head), ..c })
     }
 
-    /// [`FlashChunk::finish`] for a draft step: the last row's greedy token and its
+    /// [`GpuQwen4ExpChunk::finish`] for a draft step: the last row's greedy token and its
     /// probability (`logits_top` on the device), 8 bytes read back instead of the logits.
     pub(super) fn finish_top(self) -> Result<(u32, f32)> {
         let (g, n, v) = (self.g, self.toks.len(), self.g.m.hp.n_vocab);
@@ -375,13 +375,13 @@ impl<'a> FlashChunk<'a> {
     }
 
     /// Whether one of the products `outs` of `n` rows reads the input as Q8_1 (`sc.xq`): then
-    /// a kernel that writes the input may write its quantization too ([`FlashChunk::project_from`]).
+    /// a kernel that writes the input may write its quantization too ([`GpuQwen4ExpChunk::project_from`]).
     fn reads_q8_1(&self, n: usize, outs: &[(&DevMat, DevicePtr)], wdq: DevicePtr) -> bool {
         let (lin, tmp) = (self.lin(), Tmp { wdq, xh: self.s.sc.xh });
         outs.iter().any(|(w, _)| lin.reads_q8_1(w, n, tmp))
     }
 
-    /// [`FlashChunk::project_with`]; `quantized`: the input's Q8_1 rows are in `sc.xq` already
+    /// [`GpuQwen4ExpChunk::project_with`]; `quantized`: the input's Q8_1 rows are in `sc.xq` already
     /// (written with it by the kernel that produced it).
     fn project_from(
         &self,
@@ -410,7 +410,7 @@ impl<'a> FlashChunk<'a> {
     }
 
     /// The GR read of the `n` tokens from `r0` (their streams) into rows `0..n` of `x` / `inj`;
-    /// `wdq` as in [`FlashChunk::project_with`]. When the products read Q8_1 (MMVQ), the norm
+    /// `wdq` as in [`GpuQwen4ExpChunk::project_with`]. When the products read Q8_1 (MMVQ), the norm
     /// and the low-rank activation write their outputs' quantization as well, and the down and
     /// injection products share the streams' (5 launches a read, 6 with the injection).
     fn hc_read_rows(&self, h: &DevHc, r0: usize, n: usize, wdq: DevicePtr) -> Result<()> {
@@ -441,7 +441,7 @@ impl<'a> FlashChunk<'a> {
         self.swiglu_with(f, x, n, bufs, y, self.wdq())
     }
 
-    /// [`FlashChunk::swiglu`] with `wdq` as in [`FlashChunk::project_with`].
+    /// [`GpuQwen4ExpChunk::swiglu`] with `wdq` as in [`GpuQwen4ExpChunk::project_with`].
     fn swiglu_with(
         &self,
         f: &DevFfn,
@@ -462,7 +462,7 @@ impl<'a> FlashChunk<'a> {
     }
 }
 
-impl FlashNextOps for FlashChunk<'_> {
+impl Qwen4ExpOps for GpuQwen4ExpChunk<'_> {
     fn embed(&mut self) -> Result<()> {
         let (g, sc, n) = (self.g, &self.s.sc, self.n());
         let (e, hc) = (g.m.hp.n_embd, g.m.hp.hc);
@@ -489,7 +489,7 @@ impl FlashNextOps for FlashChunk<'_> {
     fn ple(&mut self, _layer: usize) -> Result<()> {
         let (g, n) = (self.g, self.n());
         let (Some(_), Some(dp)) = (&g.m.ple, &g.w.ple) else { return Ok(()) };
-        // The rows were uploaded with the window's inputs (`FlashChunk::new`), or are fed now.
+        // The rows were uploaded with the window's inputs (`GpuQwen4ExpChunk::new`), or are fed now.
         let Some(hist) = self.s.ple.as_ref().map(|ps| ps.hist) else { return Ok(()) };
         let sc = &self.s.sc;
         if self.ple_fed {

@@ -1,11 +1,11 @@
-//! A window's MoE layer on the device ([`FlashChunk::moe_layer`]): the router and the shared
+//! A window's MoE layer on the device ([`GpuQwen4ExpChunk::moe_layer`]): the router and the shared
 //! expert's products from one quantization of the input, then the routed experts by device
 //! dispatch (sorted by expert in a prompt chunk), through the expert cache's per-layer handoff,
 //! or from the ids read back (host dispatch: cache slots, the staging ring, the CPU pool), the
 //! combine in rank order and the sigmoid-gated shared expert.
 use super::*;
 
-impl FlashChunk<'_> {
+impl GpuQwen4ExpChunk<'_> {
     /// A MoE layer: the router and shared expert's products, the routed experts by device
     /// dispatch, through the expert handoff, or from the ids read back (host dispatch), the
     /// combine and the shared expert.
@@ -133,7 +133,7 @@ impl FlashChunk<'_> {
     /// launches for all of them, where a launch group each would be ~6 launches an expert); the
     /// others one by one (rows gathered by `get_rows`): dequantize + GEMM or MMQ from
     /// GEMM_MIN_TOKENS tokens, and the misses streamed through the staging ring
-    /// ([`FlashChunk::run_expert`]).
+    /// ([`GpuQwen4ExpChunk::run_expert`]).
     fn experts_grouped(
         &self,
         m: &super::super::weights::DevMoe,
@@ -254,7 +254,7 @@ impl FlashChunk<'_> {
         let m = &self.layer(layer).moe;
         let k = m.n_used;
         // The shared expert (its gate and up products ran with the router's,
-        // [`FlashChunk::moe_inputs`]), then the combine in rank order with its σ-gated rows added.
+        // [`GpuQwen4ExpChunk::moe_inputs`]), then the combine in rank order with its σ-gated rows added.
         g.res
             .ops
             .glu(&g.res.stream, sc.shg, sc.shu, sc.sha, (n * m.shared.gate.rows) as u32, GluAct::Silu)

@@ -1,17 +1,17 @@
 //! Flash-Next's expert cache on the device (`--expert-cache N` with `--device emu|hip`,
-//! gpu/flash_next): the routed experts live in N slots per MoE layer, admitted on first use or
+//! gpu/qwen4exp): the routed experts live in N slots per MoE layer, admitted on first use or
 //! filled from a profile; the experts without a slot run on the CPU (the CPU backend's products)
 //! and their rows join the device's combine. On the public tiny-qwen4exp fixtures (4 MoE layers,
 //! 8 experts, top 2), with 0 slots (every expert on the CPU), 3 and 7: the logits stay within the
 //! tolerances of llama.cpp's recorded ones that the all-resident device run meets
-//! (tests/gpu/gpu_flash_next.rs), greedy ids equal llama.cpp's, the counters add up; the CLI prints
+//! (tests/gpu/gpu_qwen4exp.rs), greedy ids equal llama.cpp's, the counters add up; the CLI prints
 //! them and the CPU's text; a saved profile preloads the next run.
 
 use std::process::Command;
 
 use crate::models::models_qwen4exp::{compare, load_refs, model};
-use strata::gpu::flash_next::GpuFlashNext;
 use strata::gpu::model::{ExpertCacheSize, GpuOptions};
+use strata::gpu::qwen4exp::GpuQwen4Exp;
 use strata::model::Logits;
 use strata::model::qwen4exp::KvType;
 use strata::test_device;
@@ -21,10 +21,10 @@ const Q8: &str = "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
 const LAYERS: u64 = 4;
 const TOP_K: u64 = 2;
 
-fn load(device: &strata::gpu::test_device::TestDevice, file: &str, slots: Option<u32>) -> GpuFlashNext {
+fn load(device: &strata::gpu::test_device::TestDevice, file: &str, slots: Option<u32>) -> GpuQwen4Exp {
     let (_, api) = device.clone();
     let opts = GpuOptions { expert_cache: slots.map(ExpertCacheSize::Slots), ..GpuOptions::default() };
-    GpuFlashNext::new(model(file), api, opts).unwrap_or_else(|e| panic!("{file}, {slots:?} slots: {e}"))
+    GpuQwen4Exp::new(model(file), api, opts).unwrap_or_else(|e| panic!("{file}, {slots:?} slots: {e}"))
 }
 
 test_device!(
@@ -32,7 +32,7 @@ test_device!(
     /// and the two-shard Q8_0 model: within the all-resident run's tolerances of llama.cpp; the
     /// counters: one lookup per token, layer and rank, each a hit, an admission's use or a CPU
     /// run; 0 slots sends all to the CPU, 7 of 8 admits at most 7 per layer.
-    model fn flash_next_expert_cache_logits_match_llama_cpp_at_every_size(device) {
+    model fn qwen4exp_expert_cache_logits_match_llama_cpp_at_every_size(device) {
         let dev = device.0;
         for (file, variant) in [(F32, "f32"), (Q8, "q8_0-split")] {
             for slots in [0u32, 3, 7] {
@@ -46,7 +46,7 @@ test_device!(
                     tokens += s.tokens.len() as u64;
                     // Q8_0 experts go through the handoff: every window a graph. f32 experts
                     // (no device dispatch) read the choice back: every window eager.
-                    let windows = s.tokens.len().div_ceil(strata::gpu::flash_next::WINDOW);
+                    let windows = s.tokens.len().div_ceil(strata::gpu::qwen4exp::WINDOW);
                     let want = if variant == "f32" { (0, windows) } else { (windows, 0) };
                     assert_eq!((sess.graph_replays, sess.eager_windows), want, "{dev} {variant} {slots} slots {}", s.name);
                     let c = compare(&got, &s.logits.1, v);
@@ -79,12 +79,12 @@ test_device!(
 test_device!(
     /// With every expert given a slot (`--expert-cache 8` of 8) there is no cache; with 3 slots,
     /// greedy generation prints llama.cpp's greedy ids, as the all-resident run does.
-    model fn flash_next_expert_cache_greedy_matches_llama_cpp(device) {
+    model fn qwen4exp_expert_cache_greedy_matches_llama_cpp(device) {
         let dev = device.0;
         assert!(load(device, F32, Some(8)).expert_cache_stats().is_none(), "8 of 8 experts: resident, no cache");
         let g = load(device, F32, Some(3));
         let s = load_refs("f32").into_iter().next().expect("seq1");
-        let (ids, _) = crate::gpu::gpu_flash_next::greedy(&g, &s.tokens, s.greedy.len());
+        let (ids, _) = crate::gpu::gpu_qwen4exp::greedy(&g, &s.tokens, s.greedy.len());
         assert_eq!(ids, s.greedy, "{dev} {}", s.name);
         let st = g.expert_cache_stats().unwrap();
         assert!(st.cpu > 0 && st.hits > 0, "3 of 8 slots over a generation: both sides ran experts: {st}");
@@ -94,11 +94,11 @@ test_device!(
 test_device!(
     /// Adaptive residency (`adapt_every` 1: slots re-assigned after every window) on the 64-token
     /// sequence with 3 slots: experts are swapped in, and the logits stay within the f32 rule.
-    model fn flash_next_expert_cache_adaptive_stays_within_tolerance(device) {
+    model fn qwen4exp_expert_cache_adaptive_stays_within_tolerance(device) {
         let dev = device.0;
         let (_, api) = device.clone();
         let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, ..GpuOptions::default() };
-        let g = GpuFlashNext::new(model(F32), api, opts).unwrap();
+        let g = GpuQwen4Exp::new(model(F32), api, opts).unwrap();
         let s = load_refs("f32").into_iter().nth(1).expect("seq2");
         let mut sess = g.new_session(KvType::F16, 512).unwrap();
         let mut got = Vec::new();
@@ -139,7 +139,7 @@ fn stat(err: &str, what: &str) -> u64 {
 /// second run with `--expert-profile` starts with the slots filled (12 = 3 x 4 layers), admits
 /// none and hits more, with the same text.
 #[test]
-fn cli_flash_next_expert_cache_prints_counters_and_profile_preloads() {
+fn cli_qwen4exp_expert_cache_prints_counters_and_profile_preloads() {
     let m = crate::models::models_qwen4exp::ref_dir().join(F32);
     let dir = std::env::temp_dir().join(format!("strata-flash-profile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -190,7 +190,7 @@ fn cli_flash_next_expert_cache_prints_counters_and_profile_preloads() {
 
 /// Decode of the first `n` tokens of the 64-token reference sequence one at a time (so the cache
 /// adapts between tokens), Q8_0 model, 3 slots, adapting every token; logits per step.
-fn decode_q8(g: &GpuFlashNext, n: usize) -> Vec<Vec<f32>> {
+fn decode_q8(g: &GpuQwen4Exp, n: usize) -> Vec<Vec<f32>> {
     let s = load_refs("q8_0-split").into_iter().nth(1).expect("seq2");
     let mut sess = g.new_session(KvType::F16, 512).unwrap();
     s.tokens[..n]
@@ -208,7 +208,7 @@ fn decode_q8(g: &GpuFlashNext, n: usize) -> Vec<Vec<f32>> {
 /// software device.
 const HANDOFF_TOL: f32 = 1e-3;
 
-fn q8_cache(device: &strata::gpu::test_device::TestDevice, graphs: bool) -> GpuFlashNext {
+fn q8_cache(device: &strata::gpu::test_device::TestDevice, graphs: bool) -> GpuQwen4Exp {
     let (_, api) = device.clone();
     let opts = GpuOptions {
         expert_cache: Some(ExpertCacheSize::Slots(3)),
@@ -217,14 +217,14 @@ fn q8_cache(device: &strata::gpu::test_device::TestDevice, graphs: bool) -> GpuF
         pool_workers: 2,
         ..GpuOptions::default()
     };
-    GpuFlashNext::new(model(Q8), api, opts).unwrap()
+    GpuQwen4Exp::new(model(Q8), api, opts).unwrap()
 }
 
 test_device!(
     /// The expert handoff (gpu/expert_handoff.rs) on Flash-Next: decode steps replayed as graphs
     /// give the same bits as eager launches, with experts swapped every token, and stay within
     /// HANDOFF_TOL of the all-resident device run.
-    model fn flash_next_handoff_graph_replay_equals_eager_launches(device) {
+    model fn qwen4exp_handoff_graph_replay_equals_eager_launches(device) {
         let dev = device.0;
         let graphs = decode_q8(&q8_cache(device, true), 16);
         let eager = decode_q8(&q8_cache(device, false), 16);
@@ -235,7 +235,7 @@ test_device!(
         // Against the all-resident run (every expert on the device, no handoff): the CPU's
         // products for the misses move the logits by at most HANDOFF_TOL.
         let (_, api) = device.clone();
-        let resident = decode_q8(&GpuFlashNext::new(model(Q8), api, GpuOptions::default()).unwrap(), 16);
+        let resident = decode_q8(&GpuQwen4Exp::new(model(Q8), api, GpuOptions::default()).unwrap(), 16);
         let diff = graphs.iter().zip(&resident).flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs())).fold(0f32, f32::max);
         eprintln!("{dev}: handoff vs resident max |diff| {diff:e}");
         assert!(diff <= HANDOFF_TOL, "{dev}: handoff vs resident: {diff:e}");
@@ -248,7 +248,7 @@ test_device!(
     /// until reset (its recurrent states may have moved); after a reset, the same tokens give
     /// the clean run's greedy token, its logits within 1e-2 (the failed window's admissions may
     /// move an expert from the CPU to the device).
-    model fn flash_next_handoff_worker_fault_is_an_error_then_served(device) {
+    model fn qwen4exp_handoff_worker_fault_is_an_error_then_served(device) {
         let dev = device.0;
         let clean = decode_q8(&q8_cache(device, true), 4);
         let g = q8_cache(device, true);
@@ -285,14 +285,14 @@ test_device!(
     /// logits stay within HANDOFF_TOL of the all-resident run; at 1 the CPU computes nothing.
     /// The f32 model (no device dispatch, host path) stages its share in the staging slot, and
     /// its greedy ids stay llama.cpp's.
-    model fn flash_next_pcie_frac_reads_misses_from_ram_in_handoff_graphs(device) {
+    model fn qwen4exp_pcie_frac_reads_misses_from_ram_in_handoff_graphs(device) {
         let dev = device.0;
         let (_, api) = device.clone();
-        let resident = decode_q8(&GpuFlashNext::new(model(Q8), api.clone(), GpuOptions::default()).unwrap(), 12);
+        let resident = decode_q8(&GpuQwen4Exp::new(model(Q8), api.clone(), GpuOptions::default()).unwrap(), 12);
         for frac in [0.5, 1.0] {
             let cached = |graphs: bool| {
                 let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), adapt_every: 1, graphs, pcie_frac: frac, pool_workers: 2, ..GpuOptions::default() };
-                GpuFlashNext::new(model(Q8), api.clone(), opts).unwrap()
+                GpuQwen4Exp::new(model(Q8), api.clone(), opts).unwrap()
             };
             let g = cached(true);
             let graphs = decode_q8(&g, 12);
@@ -316,9 +316,9 @@ test_device!(
             }
         }
         let opts = GpuOptions { expert_cache: Some(ExpertCacheSize::Slots(3)), pcie_frac: 0.5, ..GpuOptions::default() };
-        let g = GpuFlashNext::new(model(F32), api, opts).unwrap();
+        let g = GpuQwen4Exp::new(model(F32), api, opts).unwrap();
         let s = load_refs("f32").into_iter().next().expect("seq1");
-        let (ids, _) = crate::gpu::gpu_flash_next::greedy(&g, &s.tokens, s.greedy.len());
+        let (ids, _) = crate::gpu::gpu_qwen4exp::greedy(&g, &s.tokens, s.greedy.len());
         assert_eq!(ids, s.greedy, "{dev} f32 --pcie-frac 0.5");
         let st = g.expert_cache_stats().unwrap();
         assert!(st.streamed_experts > 0 && st.cpu > 0 && st.pcie_read_experts == 0, "{dev}: f32 stages half its misses: {st}");

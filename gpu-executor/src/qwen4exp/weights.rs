@@ -104,7 +104,7 @@ impl DevExperts {
         self.parts_into(f, dst)
     }
 
-    /// An expert's matrices laid out at `base` (a staging slot, `GpuFlashNext::staging`): a
+    /// An expert's matrices laid out at `base` (a staging slot, `GpuQwen4Exp::staging`): a
     /// stack of one, filled by [`DevExperts::staged_parts`].
     pub fn staged(&self, base: DevicePtr) -> DevFfn {
         let s = &self.stack;

@@ -13,7 +13,7 @@
 //! than [`PROMPT_MIN`] tokens run in prompt chunks of up to [`PROMPT_CHUNK`] ([`prompt`]: the
 //! prompt GEMM / MMQ products and the chunked delta rule). Numerics are the fast mode's: the
 //! layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1 activations
-//! for MMVQ weights (tests/gpu/gpu_flash_next.rs compares with the CPU backend).
+//! for MMVQ weights (tests/gpu/gpu_qwen4exp.rs compares with the CPU backend).
 
 mod exec;
 mod mtp;
@@ -47,7 +47,7 @@ use weights::{DevMixer, DevWeights};
 pub const WINDOW: usize = MAX_COLS;
 
 /// A Flash-Next model resident on a device.
-pub struct GpuFlashNext {
+pub struct GpuQwen4Exp {
     /// The host model: its program, shapes, and the PLE table (read on the host).
     pub m: Qwen4Exp,
     /// The launch layer, stream, allocations and expert cache ([`Resident`]).
@@ -117,7 +117,7 @@ pub struct GpuCheckpoint {
 }
 
 /// A Flash-Next sequence on the device.
-pub struct GpuFlashSession {
+pub struct GpuQwen4ExpSession {
     pub n_past: usize,
     pub capacity: usize,
     kv: KvFormat,
@@ -140,11 +140,11 @@ pub struct GpuFlashSession {
     pub graph_replays: usize,
     pub eager_windows: usize,
     /// Why a window failed part-way: its launches may have advanced the recurrent states, so
-    /// the sequence cannot go on until [`GpuFlashSession::reset`] or a rollback.
+    /// the sequence cannot go on until [`GpuQwen4ExpSession::reset`] or a rollback.
     failed: Option<String>,
 }
 
-impl GpuFlashSession {
+impl GpuQwen4ExpSession {
     /// Forgets the sequence: the recurrent states, PLE history and token history start over
     /// (the attention caches are overwritten from position 0). A device error leaves the
     /// session unusable; it is reported by the next evaluation.
@@ -164,7 +164,7 @@ impl GpuFlashSession {
     }
 }
 
-impl Drop for GpuFlashSession {
+impl Drop for GpuQwen4ExpSession {
     fn drop(&mut self) {
         for (_, g) in self.graphs.drain(..) {
             let _ = self.api.graph_destroy(g);
@@ -175,7 +175,7 @@ impl Drop for GpuFlashSession {
     }
 }
 
-impl Drop for GpuFlashNext {
+impl Drop for GpuQwen4Exp {
     fn drop(&mut self) {
         if let Some(f) = self.ple_feed.take() {
             let _ = f.free(&**self.res.api());
@@ -183,12 +183,12 @@ impl Drop for GpuFlashNext {
     }
 }
 
-impl GpuFlashNext {
+impl GpuQwen4Exp {
     /// Uploads `m` to the device behind `api`. Refuses, naming the tensor and the limit, a model
     /// whose dimensions the kernels do not take. With `opts.ordered` the weights stay as stored
     /// for the ordered products and every expert must be resident (the cache runs its misses
     /// with the CPU's fast products).
-    pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuFlashNext> {
+    pub fn new(m: Qwen4Exp, api: Arc<dyn GpuApi>, opts: GpuOptions) -> Result<GpuQwen4Exp> {
         if !(0.0..=1.0).contains(&opts.pcie_frac) {
             return Err(EngineError::Unsupported(format!(
                 "--pcie-frac {}: not a share between 0 and 1",
@@ -239,19 +239,19 @@ impl GpuFlashNext {
             Some(_) => Some(ple_feed::PleFeed::new(&*api, WINDOW, m.hp.n_embd).map_err(gpu_err("PLE row mailbox"))?),
             None => None,
         };
-        Ok(GpuFlashNext { m, res, w, ple_feed })
+        Ok(GpuQwen4Exp { m, res, w, ple_feed })
     }
 
     /// `--expert-cache auto`: gives the MoE layers as many expert slots as fit in the free VRAM
     /// with one session of `max_ctx` positions of `kv` allocated, minus `--vram-reserve-mib`;
-    /// every expert resident (no cache) when all fit. Called once, after [`GpuFlashNext::new`]
+    /// every expert resident (no cache) when all fit. Called once, after [`GpuQwen4Exp::new`]
     /// with `auto` (which leaves 0 slots: every expert on the CPU until then).
     pub fn fit_expert_cache(&mut self, kv: KvType, max_ctx: usize) -> Result<AutoFit> {
         self.fit_expert_cache_chunked(kv, max_ctx, WINDOW)
     }
 
-    /// [`GpuFlashNext::fit_expert_cache`] for sessions made by
-    /// [`GpuFlashNext::new_session_chunked`] with `prefill_chunk` (their prompt chunk's
+    /// [`GpuQwen4Exp::fit_expert_cache`] for sessions made by
+    /// [`GpuQwen4Exp::new_session_chunked`] with `prefill_chunk` (their prompt chunk's
     /// buffers included).
     pub fn fit_expert_cache_chunked(&mut self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<AutoFit> {
         let api = self.res.ops.api().clone();
@@ -319,16 +319,16 @@ impl GpuFlashNext {
 
     /// An empty sequence of up to `max_ctx` positions with caches of type `kv` (f16 or int8;
     /// the device has no f32 cache), whose prompts run in windows of [`WINDOW`] like decode
-    /// steps ([`GpuFlashNext::new_session_chunked`] for prompt chunks).
-    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuFlashSession> {
+    /// steps ([`GpuQwen4Exp::new_session_chunked`] for prompt chunks).
+    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuQwen4ExpSession> {
         self.new_session_chunked(kv, max_ctx, WINDOW)
     }
 
-    /// [`GpuFlashNext::new_session`] whose prompts (calls of more than [`PROMPT_MIN`] tokens)
+    /// [`GpuQwen4Exp::new_session`] whose prompts (calls of more than [`PROMPT_MIN`] tokens)
     /// run in chunks of `prefill_chunk` tokens (`--prefill`), at most [`PROMPT_CHUNK`]
     /// (`prompt::chunk_cols`: windows in the ordered mode, with `--gpu-prefill mmvq` or a
     /// `prefill_chunk` of at most [`WINDOW`]). Decode and verify windows are unchanged.
-    pub fn new_session_chunked(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<GpuFlashSession> {
+    pub fn new_session_chunked(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<GpuQwen4ExpSession> {
         let api = self.res.ops.api().clone();
         let fmt = kv_format(kv)?;
         let capacity = max_ctx.max(1);
@@ -365,7 +365,7 @@ impl GpuFlashNext {
         };
         let chunk = prompt::chunk_cols(&self.res.opts, prefill_chunk).min(capacity.max(WINDOW));
         let sc = scratch::Scratch::new(&mut up, self, capacity, None, chunk)?;
-        Ok(GpuFlashSession {
+        Ok(GpuQwen4ExpSession {
             n_past: 0,
             capacity,
             kv: fmt,
@@ -387,15 +387,15 @@ impl GpuFlashNext {
     /// Appends `tokens` to the sequence and writes their logits to `out` (`[n][n_vocab]`, or the
     /// last row), in windows of up to [`WINDOW`] tokens, or a prompt (more than [`PROMPT_MIN`]
     /// tokens) in the session's prompt chunks.
-    pub fn eval(&self, s: &mut GpuFlashSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
+    pub fn eval(&self, s: &mut GpuQwen4ExpSession, tokens: &[u32], want: Logits, out: &mut Vec<f32>) -> Result<()> {
         self.eval_hidden(s, tokens, want, out, None)
     }
 
-    /// [`GpuFlashNext::eval`] that also writes every token's wide residual to `hidden`
+    /// [`GpuQwen4Exp::eval`] that also writes every token's wide residual to `hidden`
     /// (`[n][hc][n_embd]`, the streams before the output mixer: what the MTP head reads).
     pub fn eval_hidden(
         &self,
-        s: &mut GpuFlashSession,
+        s: &mut GpuQwen4ExpSession,
         tokens: &[u32],
         want: Logits,
         out: &mut Vec<f32>,
@@ -471,7 +471,7 @@ impl GpuFlashNext {
     /// gathered now; a prompt chunk then gathers the rows of the `next` one while it runs.
     fn window(
         &self,
-        s: &mut GpuFlashSession,
+        s: &mut GpuQwen4ExpSession,
         win: &[u32],
         ple_rows: Option<Vec<f32>>,
         next: Option<&[u32]>,
@@ -491,12 +491,12 @@ impl GpuFlashNext {
             (None, Some(_)) => exec::PleRows::Fed,
             (None, None) => exec::PleRows::Now,
         };
-        let mut chunk = exec::FlashChunk::new(self, s, win, mode.graph, rows)?;
+        let mut chunk = exec::GpuQwen4ExpChunk::new(self, s, win, mode.graph, rows)?;
         if mode.prompt {
             chunk = chunk.prompt_chunk(mode.first_logit);
         }
         let (api, st) = (&**self.res.ops.api(), &self.res.stream);
-        let launches = |chunk: &mut exec::FlashChunk<'_>| match (
+        let launches = |chunk: &mut exec::GpuQwen4ExpChunk<'_>| match (
             mode.handoff && !mode.prompt,
             &self.res.handoff,
             &self.res.expert_cache,
@@ -527,7 +527,7 @@ impl GpuFlashNext {
     /// Whether `s`'s windows run their routed experts through the expert cache's handoff
     /// (`super::experts::handoff`): a cache, every layer's experts in an MMVQ type (device
     /// dispatch), and no profiling (which reads the choice back to count experts) or trace.
-    fn by_handoff(&self, s: &GpuFlashSession) -> bool {
+    fn by_handoff(&self, s: &GpuQwen4ExpSession) -> bool {
         self.res.handoff.is_some()
             && self.res.expert_cache.is_some()
             && s.profile.is_none()
@@ -538,7 +538,7 @@ impl GpuFlashNext {
     /// Whether `s`'s windows run as graphs: `--gpu-graphs on`, and nothing in a window reads
     /// back to the host (every MoE layer by device dispatch, all experts resident or through the
     /// handoff) or between operations (profiling, the trace).
-    fn capturable(&self, s: &GpuFlashSession) -> bool {
+    fn capturable(&self, s: &GpuQwen4ExpSession) -> bool {
         self.res.opts.graphs
             && s.profile.is_none()
             && s.trace.is_none()
@@ -576,7 +576,11 @@ impl GpuFlashNext {
 
     /// Copies every recurrent state (GDN conv and delta rule, PLE history) of `s` to its snapshot
     /// (`to_snapshot`) or back, on the model's stream.
-    fn copy_states(&self, s: &GpuFlashSession, to_snapshot: bool) -> std::result::Result<(), super::device::GpuError> {
+    fn copy_states(
+        &self,
+        s: &GpuQwen4ExpSession,
+        to_snapshot: bool,
+    ) -> std::result::Result<(), super::device::GpuError> {
         // (live buffer, its snapshot, bytes)
         let mut copies = Vec::new();
         for l in &s.layers {
@@ -595,16 +599,16 @@ impl GpuFlashNext {
         Ok(())
     }
 
-    /// A checkpoint of `s` for [`GpuFlashNext::rollback`]: its recurrent states copied to the
+    /// A checkpoint of `s` for [`GpuQwen4Exp::rollback`]: its recurrent states copied to the
     /// session's snapshot buffers (fixed size; the attention caches are not copied: a rollback
     /// moves the position back and the next windows overwrite the cells).
-    pub fn checkpoint(&self, s: &GpuFlashSession) -> GpuCheckpoint {
+    pub fn checkpoint(&self, s: &GpuQwen4ExpSession) -> GpuCheckpoint {
         let error = self.copy_states(s, true).err().map(|e| e.to_string());
         GpuCheckpoint { n_past: s.n_past, ple_prev: s.ple.as_ref().map(|p| p.prev.clone()), error }
     }
 
     /// Puts `s` back to `cp` (the latest checkpoint of `s`).
-    pub fn rollback(&self, s: &mut GpuFlashSession, cp: GpuCheckpoint) -> Result<()> {
+    pub fn rollback(&self, s: &mut GpuQwen4ExpSession, cp: GpuCheckpoint) -> Result<()> {
         if let Some(e) = cp.error {
             return Err(EngineError::Gpu(format!("qwen4exp checkpoint: {e}")));
         }
@@ -717,7 +721,7 @@ fn kv_format(kv: KvType) -> Result<KvFormat> {
 }
 
 /// Flash-Next's expert stacks: each routed expert's gate, up and down, laid out as at upload.
-impl ExpertStacks for GpuFlashNext {
+impl ExpertStacks for GpuQwen4Exp {
     fn n_expert(&self) -> usize {
         self.m.layers.iter().map(|l| l.moe.experts.len()).max().unwrap_or(0)
     }

@@ -8,8 +8,8 @@
 
 use crate::models::models_qwen4exp::{argmax, compare, load_refs, model};
 use strata::cpu::prelude::*;
-use strata::gpu::flash_next::GpuFlashNext;
 use strata::gpu::model::GpuOptions;
+use strata::gpu::qwen4exp::GpuQwen4Exp;
 use strata::model::Logits;
 use strata::model::qwen4exp::{KvType, Qwen4Exp, Trace};
 use strata::test_device;
@@ -29,9 +29,9 @@ fn ordered(c: &Qwen4Exp, kv: KvType) -> strata::model::qwen4exp::SeqState {
     st
 }
 
-fn device(device: &strata::gpu::test_device::TestDevice, file: &str) -> GpuFlashNext {
+fn device(device: &strata::gpu::test_device::TestDevice, file: &str) -> GpuQwen4Exp {
     let (_, api) = device.clone();
-    GpuFlashNext::new(model(file), api, GpuOptions { ordered: true, ..GpuOptions::default() })
+    GpuQwen4Exp::new(model(file), api, GpuOptions { ordered: true, ..GpuOptions::default() })
         .unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
@@ -51,7 +51,7 @@ test_device!(
     /// fixtures: the device equals the ordered CPU bit for bit, and the ordered CPU is within
     /// the fast CPU's tolerances of llama.cpp's logits (f32 with f16 caches 1e-3; Q8_0 max 0.6,
     /// mean 0.02, argmax flips only where llama.cpp is nearly tied).
-    model fn gpu_flash_next_ordered_prompts_equal_cpu(device_) {
+    model fn gpu_qwen4exp_ordered_prompts_equal_cpu(device_) {
         let dev = device_.0;
         for (file, variant) in [(F32, "f32"), (Q8, "q8_0-split")] {
             let (c, g) = (cpu(file), device(device_, file));
@@ -88,7 +88,7 @@ test_device!(
     /// gives the ordered CPU's tokens and, at every step, its logits and every layer's
     /// residual streams bit for bit, on both
     /// fixtures; on the f32 fixture they are also llama.cpp's greedy ids.
-    model fn gpu_flash_next_ordered_greedy_equals_cpu(device_) {
+    model fn gpu_qwen4exp_ordered_greedy_equals_cpu(device_) {
         let dev = device_.0;
         for (file, variant) in [(F32, "f32"), (Q8, "q8_0-split")] {
             let (c, g) = (cpu(file), device(device_, file));
@@ -130,15 +130,15 @@ test_device!(
     /// The ordered mode keeps every expert resident: `--expert-cache N` below the expert count
     /// is refused with the reason (the cache's misses would run the CPU's fast products), and
     /// `auto` leaves no cache.
-    model fn gpu_flash_next_ordered_refuses_an_expert_cache(device_) {
+    model fn gpu_qwen4exp_ordered_refuses_an_expert_cache(device_) {
         use strata::gpu::model::ExpertCacheSize;
         let (_, api) = device_.clone();
         let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Slots(3)), ..GpuOptions::default() };
-        let e = GpuFlashNext::new(model(F32), api, opts).err().expect("an expert cache with --ordered");
+        let e = GpuQwen4Exp::new(model(F32), api, opts).err().expect("an expert cache with --ordered");
         assert!(e.to_string().contains("--ordered") && e.to_string().contains("--expert-cache 3"), "{e}");
         let (_, api) = device_.clone();
         let opts = GpuOptions { ordered: true, expert_cache: Some(ExpertCacheSize::Auto), ..GpuOptions::default() };
-        let g = GpuFlashNext::new(model(F32), api, opts).unwrap();
+        let g = GpuQwen4Exp::new(model(F32), api, opts).unwrap();
         assert!(g.expert_cache().is_none() && g.opts().expert_cache.is_none(), "{:?}", g.opts());
     }
 );
@@ -146,7 +146,7 @@ test_device!(
 test_device!(
     /// With int8 caches (K, V and the indexer's keys quantized per row on both sides) the
     /// 300-token sequence's traces and logits are bit-identical too, on the f32 fixture.
-    model fn gpu_flash_next_ordered_int8_cache_equals_cpu(device_) {
+    model fn gpu_qwen4exp_ordered_int8_cache_equals_cpu(device_) {
         let dev = device_.0;
         let (c, g) = (cpu(F32), device(device_, F32));
         let s = load_refs("f32").into_iter().nth(2).expect("seq3");

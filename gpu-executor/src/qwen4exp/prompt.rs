@@ -2,7 +2,7 @@
 //! tokens (a prompt, never a decode step or a speculative verify window) goes through the
 //! program in chunks of up to the session's chunk ([`PROMPT_CHUNK`] by default) instead of
 //! windows of [`WINDOW`]; everything else about a chunk is the window's code
-//! (`exec::FlashChunk` runs `program::forward`, the one layer order), with three differences:
+//! (`exec::GpuQwen4ExpChunk` runs `program::forward`, the one layer order), with three differences:
 //!
 //! - the dense projections get the prompt rule of the shared decoder's products
 //!   (`gpu::linear`, `--gpu-prefill`): from `GEMM_MIN_TOKENS` tokens a quantized layer matrix

@@ -1,9 +1,9 @@
 //! The MTP (NextN) draft head on the device: `program::mtp_forward` over the same operations as
 //! the trunk's layers ([`super::exec`]), with the head's block uploaded once ([`GpuMtp`]) and its
-//! attention cache in a head session (a [`GpuFlashSession`] holding that one layer's state).
+//! attention cache in a head session (a [`GpuQwen4ExpSession`] holding that one layer's state).
 //!
 //! What crosses to the host: the trunk's wide residuals come back with its logits
-//! ([`GpuFlashNext::eval_hidden`]) and are uploaded with the head's real pairs (`hc · n_embd`
+//! ([`GpuQwen4Exp::eval_hidden`]) and are uploaded with the head's real pairs (`hc · n_embd`
 //! floats a token, 40 KB at Flash-Next's size). A drafter's steps ([`GpuMtpHead::forward_top`],
 //! [`GpuMtpHead::chain`]) take the greedy token on the device (`logits_top`) and chain on the
 //! head's own output streams there: 8 bytes a step come back. [`GpuMtpHead::forward`] reads the
@@ -12,10 +12,10 @@
 
 use std::sync::Arc;
 
-use super::exec::FlashChunk;
+use super::exec::GpuQwen4ExpChunk;
 use super::scratch::Scratch;
 use super::weights::{DevMixer, DevMtp, upload_mtp};
-use super::{GpuFlashNext, GpuFlashSession, WINDOW, attn_state, check_cells, kv_format};
+use super::{GpuQwen4Exp, GpuQwen4ExpSession, WINDOW, attn_state, check_cells, kv_format};
 use crate::device::{DevicePtr, GpuApi};
 use crate::upload::{Uploader, weights_do_not_fit};
 use cpu_executor::kv_cache::KvType;
@@ -23,10 +23,10 @@ use model::error::{EngineError, Result};
 use model::qwen4exp::Mtp;
 use model::qwen4exp::mtp::MtpOut;
 
-/// An MTP head resident on the device of a [`GpuFlashNext`] (whose token table, output matrix
+/// An MTP head resident on the device of a [`GpuQwen4Exp`] (whose token table, output matrix
 /// and output mixer it uses unless the head file has its own).
 pub struct GpuMtp<'a> {
-    g: &'a GpuFlashNext,
+    g: &'a GpuQwen4Exp,
     /// The head as read from its file.
     pub host: Mtp,
     w: DevMtp,
@@ -46,7 +46,7 @@ impl Drop for GpuMtp<'_> {
 
 impl<'a> GpuMtp<'a> {
     /// Uploads `host` (read with `Mtp::open` against `g.m`, which checked that they agree).
-    pub fn new(g: &'a GpuFlashNext, host: Mtp) -> Result<GpuMtp<'a>> {
+    pub fn new(g: &'a GpuQwen4Exp, host: Mtp) -> Result<GpuMtp<'a>> {
         let hp = &g.m.hp;
         if (hp.n_embd, hp.n_vocab, hp.n_layer, hp.hc) != (host.n_embd, host.n_vocab, host.block, host.hc) {
             return Err(EngineError::MtpMismatch {
@@ -63,7 +63,7 @@ impl<'a> GpuMtp<'a> {
     }
 
     /// An empty head cache of up to `max_ctx` cells of `kv` (f16 or int8), with its buffers.
-    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuFlashSession> {
+    pub fn new_session(&self, kv: KvType, max_ctx: usize) -> Result<GpuQwen4ExpSession> {
         let fmt = kv_format(kv)?;
         let capacity = max_ctx.max(1);
         let DevMixer::Attn(a) = &self.w.layer.mixer else {
@@ -75,7 +75,7 @@ impl<'a> GpuMtp<'a> {
         let state = attn_state(&mut up, a, fmt, capacity, &mut Vec::new())?;
         let sc = Scratch::new(&mut up, self.g, capacity, Some(&self.host), WINDOW)?;
         let (allocs, _) = up.finish();
-        Ok(GpuFlashSession {
+        Ok(GpuQwen4ExpSession {
             n_past: 0,
             capacity,
             kv: fmt,
@@ -98,7 +98,13 @@ impl<'a> GpuMtp<'a> {
     /// `[n][hc][n_embd]`), in windows of up to [`WINDOW`]: the logits of every pair
     /// (`all_logits`) or of the last, and the head's output streams of every pair (the CPU
     /// head's `MtpCpu::forward`, on the device).
-    pub fn forward(&self, s: &mut GpuFlashSession, tokens: &[u32], wide: &[f32], all_logits: bool) -> Result<MtpOut> {
+    pub fn forward(
+        &self,
+        s: &mut GpuQwen4ExpSession,
+        tokens: &[u32],
+        wide: &[f32],
+        all_logits: bool,
+    ) -> Result<MtpOut> {
         self.check_pairs(s, tokens, wide)?;
         let (n, w) = (tokens.len(), self.host.width());
         let mut out = MtpOut { logits: Vec::new(), hidden: Vec::with_capacity(n * w) };
@@ -106,7 +112,7 @@ impl<'a> GpuMtp<'a> {
         let graph = self.graphs(s);
         for (i, (win, wide)) in tokens.chunks(WINDOW).zip(wide.chunks(WINDOW * w)).enumerate() {
             let last = i + 1 == n_windows;
-            let mut chunk = FlashChunk::for_head(self.g, s, win, wide, (&self.host, &self.w), graph)?;
+            let mut chunk = GpuQwen4ExpChunk::for_head(self.g, s, win, wide, (&self.host, &self.w), graph)?;
             chunk.run()?;
             let (logits, hidden) = chunk.finish(all_logits, true)?;
             if all_logits || last {
@@ -121,13 +127,13 @@ impl<'a> GpuMtp<'a> {
     /// probability, taken on the device (`logits_top`), so neither the logits nor the head's
     /// output streams are read back; the streams stay for [`GpuMtp::chain`]. Returns them with
     /// the last window's row count.
-    pub fn forward_top(&self, s: &mut GpuFlashSession, tokens: &[u32], wide: &[f32]) -> Result<((u32, f32), usize)> {
+    pub fn forward_top(&self, s: &mut GpuQwen4ExpSession, tokens: &[u32], wide: &[f32]) -> Result<((u32, f32), usize)> {
         self.check_pairs(s, tokens, wide)?;
         let w = self.host.width();
         let graph = self.graphs(s);
         let mut top = None;
         for (win, wide) in tokens.chunks(WINDOW).zip(wide.chunks(WINDOW * w)) {
-            let mut chunk = FlashChunk::for_head(self.g, s, win, wide, (&self.host, &self.w), graph)?;
+            let mut chunk = GpuQwen4ExpChunk::for_head(self.g, s, win, wide, (&self.host, &self.w), graph)?;
             chunk.run()?;
             top = Some((chunk.finish_top()?, win.len()));
         }
@@ -137,7 +143,7 @@ impl<'a> GpuMtp<'a> {
     /// One chained draft step: `token` at the head session's next cell, with the head's own
     /// output streams of row `from_row` of its previous window as the wide residual (they never
     /// leave the device); its greedy token and probability.
-    pub fn chain(&self, s: &mut GpuFlashSession, token: u32, from_row: usize) -> Result<(u32, f32)> {
+    pub fn chain(&self, s: &mut GpuQwen4ExpSession, token: u32, from_row: usize) -> Result<(u32, f32)> {
         if token as usize >= self.host.n_vocab {
             return Err(EngineError::BadTokenAt { token, index: 0, n_vocab: self.host.n_vocab });
         }
@@ -146,20 +152,20 @@ impl<'a> GpuMtp<'a> {
         }
         let graph = self.graphs(s);
         let toks = [token];
-        let mut chunk = FlashChunk::for_head_chained(self.g, s, &toks, from_row, (&self.host, &self.w), graph)?;
+        let mut chunk = GpuQwen4ExpChunk::for_head_chained(self.g, s, &toks, from_row, (&self.host, &self.w), graph)?;
         chunk.run()?;
         chunk.finish_top()
     }
 
     /// Graphs as for the trunk: nothing in a head window reads back when its experts run by
     /// device dispatch.
-    fn graphs(&self, s: &GpuFlashSession) -> bool {
+    fn graphs(&self, s: &GpuQwen4ExpSession) -> bool {
         self.g.opts().graphs && s.profile.is_none() && super::exec::moe_on_device(self.g.opts(), &self.w.layer.moe)
     }
 
     /// Refuses pairs the head session cannot take (its own session, tokens in the vocabulary,
     /// one wide residual a token, room in its cache).
-    fn check_pairs(&self, s: &GpuFlashSession, tokens: &[u32], wide: &[f32]) -> Result<()> {
+    fn check_pairs(&self, s: &GpuQwen4ExpSession, tokens: &[u32], wide: &[f32]) -> Result<()> {
         let (n, w, v) = (tokens.len(), self.host.width(), self.host.n_vocab);
         if s.layers.len() != 1 || s.ple.is_some() {
             return Err(EngineError::StateMismatch { layer: self.host.block });
@@ -181,7 +187,7 @@ impl<'a> GpuMtp<'a> {
 /// A [`GpuMtp`] with its head session: what the speculative drafter (`spec::MtpDrafter`) drives.
 pub struct GpuMtpHead<'a> {
     head: &'a GpuMtp<'a>,
-    s: GpuFlashSession,
+    s: GpuQwen4ExpSession,
     /// Rows of the head's last window whose output streams are still on the device (what a
     /// chained step reads), or None.
     last_rows: Option<usize>,

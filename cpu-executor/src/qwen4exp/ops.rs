@@ -1,4 +1,4 @@
-//! Flash-Next's operations ([`FlashNextOps`]) on the host, for one micro-batch: each calls the
+//! Flash-Next's operations ([`Qwen4ExpOps`]) on the host, for one micro-batch: each calls the
 //! layer's CPU arithmetic in the sibling modules (GDN, QSA, GR, MoE, PLE), which match
 //! llama.cpp on the public fixtures.
 
@@ -6,11 +6,11 @@ use super::linear::{Numerics, NumericsCpu};
 use crate::prelude::*;
 use model::error::EngineError;
 use model::qwen4exp::GdnMode;
-use model::qwen4exp::program::{FlashNextOps, Site};
+use model::qwen4exp::program::{Qwen4ExpOps, Site};
 use model::qwen4exp::{LayerState, Mixer, Qwen4Exp, SeqState, Trace};
 
 /// One micro-batch of a Flash-Next sequence on the CPU.
-pub struct CpuFlashChunk<'a> {
+pub struct CpuQwen4ExpChunk<'a> {
     m: &'a Qwen4Exp,
     st: &'a mut SeqState,
     toks: &'a [u32],
@@ -26,7 +26,7 @@ pub struct CpuFlashChunk<'a> {
     hidden: Option<&'a mut [f32]>,
 }
 
-impl<'a> CpuFlashChunk<'a> {
+impl<'a> CpuQwen4ExpChunk<'a> {
     pub fn new(
         m: &'a Qwen4Exp,
         st: &'a mut SeqState,
@@ -36,7 +36,7 @@ impl<'a> CpuFlashChunk<'a> {
         hidden: Option<&'a mut [f32]>,
     ) -> Self {
         let (n, e, hc) = (toks.len(), m.hp.n_embd, m.hp.hc);
-        CpuFlashChunk {
+        CpuQwen4ExpChunk {
             m,
             st,
             toks,
@@ -64,7 +64,7 @@ impl<'a> CpuFlashChunk<'a> {
     }
 }
 
-impl FlashNextOps for CpuFlashChunk<'_> {
+impl Qwen4ExpOps for CpuQwen4ExpChunk<'_> {
     fn embed(&mut self) -> Result<(), EngineError> {
         let (e, hc) = (self.m.hp.n_embd, self.m.hp.hc);
         let mut emb = vec![0f32; e];

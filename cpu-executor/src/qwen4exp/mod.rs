@@ -170,7 +170,7 @@ impl Qwen4ExpSteps for Qwen4Exp {
         trace: Option<&mut Trace>,
         hidden: Option<&mut [f32]>,
     ) -> Result<(), EngineError> {
-        let mut chunk = ops::CpuFlashChunk::new(self, st, toks, logits, trace, hidden);
+        let mut chunk = ops::CpuQwen4ExpChunk::new(self, st, toks, logits, trace, hidden);
         // One spinning team for the whole micro-batch, as the shared decoders' CPU executor.
         cpu_kernels::team::with_team(|| program::forward(&mut chunk, self))?;
         st.pos += toks.len();

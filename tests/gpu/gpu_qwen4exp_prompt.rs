@@ -1,4 +1,4 @@
-//! Flash-Next's prompt chunks on the device (`gpu::flash_next::prompt`): a long prompt in
+//! Flash-Next's prompt chunks on the device (`gpu::qwen4exp::prompt`): a long prompt in
 //! chunks of up to 64 tokens (dequantize + GEMM or MMQ products, the chunked delta rule,
 //! routed experts by device dispatch or read back with an expert cache) against the same
 //! prompt in windows of 8 and against the CPU backend, on the public tiny-qwen4exp fixtures
@@ -7,11 +7,11 @@
 //! sessions here hold exactly the tokens they run, so a passing run had no out-of-bounds
 //! access. Runs as `<name>::emu` and `<name>::hip`.
 
-use crate::gpu::gpu_flash_next::greedy_in;
+use crate::gpu::gpu_qwen4exp::greedy_in;
 use crate::models::models_qwen4exp::{Cmp, compare, load_refs, model};
 use strata::cpu::prelude::*;
-use strata::gpu::flash_next::{GpuFlashNext, GpuFlashSession, PROMPT_CHUNK, WINDOW};
 use strata::gpu::model::{ExpertCacheSize, GpuOptions, PrefillPath};
+use strata::gpu::qwen4exp::{GpuQwen4Exp, GpuQwen4ExpSession, PROMPT_CHUNK, WINDOW};
 use strata::model::Logits;
 use strata::model::qwen4exp::{GdnMode, KvType};
 use strata::test_device;
@@ -28,21 +28,21 @@ fn prompt() -> Vec<u32> {
     load_refs("f32").into_iter().nth(2).expect("seq3").tokens[..N_PROMPT].to_vec()
 }
 
-fn load(device: &strata::gpu::test_device::TestDevice, file: &str, opts: GpuOptions) -> GpuFlashNext {
+fn load(device: &strata::gpu::test_device::TestDevice, file: &str, opts: GpuOptions) -> GpuQwen4Exp {
     let (_, api) = device.clone();
-    GpuFlashNext::new(model(file), api, opts).unwrap_or_else(|e| panic!("{file}: {e}"))
+    GpuQwen4Exp::new(model(file), api, opts).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
 /// All logits of `tokens` in one evaluation of a session of exactly `ctx` positions with prompt
 /// chunks of `chunk` tokens ([`WINDOW`]: windows of 8).
-fn run(g: &GpuFlashNext, kv: KvType, tokens: &[u32], ctx: usize, chunk: usize) -> (Vec<f32>, GpuFlashSession) {
+fn run(g: &GpuQwen4Exp, kv: KvType, tokens: &[u32], ctx: usize, chunk: usize) -> (Vec<f32>, GpuQwen4ExpSession) {
     let mut sess = g.new_session_chunked(kv, ctx, chunk).unwrap();
     let mut got = Vec::new();
     g.eval(&mut sess, tokens, Logits::All, &mut got).unwrap_or_else(|e| panic!("chunk {chunk}: {e}"));
     (got, sess)
 }
 
-/// Q8_0's rule against the CPU (tests/gpu/gpu_flash_next.rs: Q8_1 activations on the device, as
+/// Q8_0's rule against the CPU (tests/gpu/gpu_qwen4exp.rs: Q8_1 activations on the device, as
 /// MMVQ in windows and MMQ in chunks round them).
 fn q8_ok(c: &Cmp) -> bool {
     c.max_abs <= 0.6 && c.mean_abs <= 0.02 && c.max_flip_gap <= 0.05
@@ -63,7 +63,7 @@ test_device!(
     /// the CPU; the chunked delta rule is within `GDN_CHUNK_TOL` of the recurrence). Q8_0:
     /// within [`q8_gemm_ok`] of the CPU and of the windows (f16 GEMM activations in chunks of
     /// 32+, Q8_1 MMVQ in windows). 3 chunks, each eager.
-    model fn gpu_flash_next_prompt_chunks_match_windows_and_cpu(device) {
+    model fn gpu_qwen4exp_prompt_chunks_match_windows_and_cpu(device) {
         let dev = device.0;
         let toks = prompt();
         for (file, f32_model) in [(F32, true), (Q8, false)] {
@@ -92,7 +92,7 @@ test_device!(
     /// Against the CPU's chunked form (`GdnMode::Chunked(64)`: the same chunk boundaries as the
     /// device's 64-token chunks) the f32 model's 300-token prompt (sparse selection from
     /// position 64) stays within 1e-3, as it does against llama.cpp's recorded logits.
-    model fn gpu_flash_next_prompt_chunks_300_tokens_match_llama_cpp(device) {
+    model fn gpu_qwen4exp_prompt_chunks_300_tokens_match_llama_cpp(device) {
         let dev = device.0;
         let s = load_refs("f32").into_iter().nth(2).expect("seq3");
         let g = load(device, F32, GpuOptions::default());
@@ -117,9 +117,9 @@ test_device!(
     /// on the device, Q8_0 on the CPU) the ids equal the CPU's up to a step where the CPU's two
     /// candidates are within 0.05 (the Q8_0 rule's flip gap), with the default dequantize +
     /// f16 GEMM and with `--gpu-prefill mmq`.
-    model fn gpu_flash_next_greedy_after_prompt_chunks_equals_cpu(device) {
+    model fn gpu_qwen4exp_greedy_after_prompt_chunks_equals_cpu(device) {
         let dev = device.0;
-        let greedy = |g: &GpuFlashNext, prompt: &[u32], n: usize, graphs: bool| {
+        let greedy = |g: &GpuQwen4Exp, prompt: &[u32], n: usize, graphs: bool| {
             let mut sess = g.new_session_chunked(KvType::F16, prompt.len() + n, 512).unwrap();
             let ids = greedy_in(g, &mut sess, prompt, n);
             let chunks = prompt.len().div_ceil(PROMPT_CHUNK);
@@ -158,7 +158,7 @@ test_device!(
     /// all-resident chunk path's tolerance; the decode windows after them go through the
     /// handoff as graphs (Q8_0) and still match; the counters add up (one lookup per token,
     /// layer and rank).
-    model fn gpu_flash_next_prompt_chunks_with_expert_cache_match(device) {
+    model fn gpu_qwen4exp_prompt_chunks_with_expert_cache_match(device) {
         let dev = device.0;
         let toks = prompt();
         for (file, f32_model) in [(F32, true), (Q8, false)] {
@@ -200,7 +200,7 @@ test_device!(
     /// default (dequantize + f16 GEMM);
     /// routed experts by device dispatch equal the host-readback path bit for bit in chunks too;
     /// the ordered mode and `--gpu-prefill mmvq` keep windows of 8.
-    model fn gpu_flash_next_prompt_chunk_paths(device) {
+    model fn gpu_qwen4exp_prompt_chunk_paths(device) {
         use strata::gpu::model::MoePath;
         let dev = device.0;
         let toks = prompt();
@@ -229,7 +229,7 @@ test_device!(
     /// for bit: every expert resident by device dispatch over the slots sorted by expert
     /// (`moe_sort_slots`), 3 of 8 in cache slots by one dispatch over the list of the read-back
     /// experts' rows (`Linear::experts_listed`), and `--gpu-moe host` one expert at a time.
-    model fn gpu_flash_next_prompt_expert_paths_equal_bitwise(device) {
+    model fn gpu_qwen4exp_prompt_expert_paths_equal_bitwise(device) {
         use strata::gpu::model::MoePath;
         let dev = device.0;
         let toks = prompt();
@@ -251,7 +251,7 @@ test_device!(
     /// the Q8_0 logits with 3 of 8 slots equal the host-readback run with every expert resident
     /// bit for bit, differ from device dispatch (MMVQ) by the GEMM rounding only
     /// ([`q8_gemm_ok`]), and stay within it of the CPU backend.
-    model fn gpu_flash_next_prompt_expert_groups_take_the_prompt_rule(device) {
+    model fn gpu_qwen4exp_prompt_expert_groups_take_the_prompt_rule(device) {
         use strata::gpu::model::MoePath;
         let dev = device.0;
         let toks = prompt();

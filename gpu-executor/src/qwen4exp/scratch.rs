@@ -3,7 +3,7 @@
 //! takes (a window of [`super::WINDOW`], or a prompt chunk of up to [`super::PROMPT_CHUNK`]),
 //! and, for prompt chunks, the dequantize + GEMM staging and the chunked delta rule's scratch.
 
-use super::GpuFlashNext;
+use super::GpuQwen4Exp;
 use crate::device::DevicePtr;
 use crate::upload::{Uploader, q8_1_bytes};
 use model::error::Result;
@@ -111,7 +111,7 @@ impl Scratch {
     /// `cols` is more than a window), and of the MTP `head` if given.
     pub(super) fn new(
         up: &mut Uploader,
-        g: &GpuFlashNext,
+        g: &GpuQwen4Exp,
         capacity: usize,
         head: Option<&Mtp>,
         cols: usize,

@@ -1,4 +1,4 @@
-//! The MTP head on the device (`gpu::flash_next::GpuMtp`) against the CPU head (`MtpCpu`, which
+//! The MTP head on the device (`gpu::qwen4exp::GpuMtp`) against the CPU head (`MtpCpu`, which
 //! tests/models/spec_mtp.rs and models_qwen4exp check against a plain f64 reference of the published
 //! layout):
 //! - the trunk's wide residuals read back with the logits (`eval_hidden`) equal the CPU's
@@ -15,8 +15,8 @@
 use std::path::PathBuf;
 
 use strata::cpu::prelude::*;
-use strata::gpu::flash_next::{GpuFlashNext, GpuMtp, GpuMtpHead};
 use strata::gpu::model::GpuOptions;
+use strata::gpu::qwen4exp::{GpuMtp, GpuMtpHead, GpuQwen4Exp};
 use strata::model::Logits;
 use strata::model::qwen4exp::{KvType, Mtp, Qwen4Exp};
 use strata::spec::{MtpDrafter, MtpHead, SpecConfig, generate_greedy_spec};
@@ -75,7 +75,7 @@ test_device!(
             // The trunk's wide residuals, CPU and device.
             let (_, want_hidden) = m.forward_hidden(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
             let (_, api) = device.clone();
-            let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
+            let g = GpuQwen4Exp::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
             let mut sess = g.new_session(KvType::F16, 64).unwrap();
             let (mut logits, mut hidden) = (Vec::new(), Vec::new());
             g.eval_hidden(&mut sess, &prompt, Logits::Last, &mut logits, Some(&mut hidden)).unwrap();
@@ -133,10 +133,10 @@ test_device!(
             let prompt: Vec<u32> = (0..16u32).map(|i| (i.wrapping_mul(2_654_435_761) % nv).max(3)).collect();
             let n = 32;
             let (_, api) = device.clone();
-            let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
+            let g = GpuQwen4Exp::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
             // The CPU trunk through the engine's interface, for the side-by-side run.
-            let cpu = strata::cpu::CpuFlashNext(Qwen4Exp::open(&trunk).unwrap());
-            let plain = crate::gpu::gpu_flash_next::greedy(&g, &prompt, n).0;
+            let cpu = strata::cpu::CpuQwen4Exp(Qwen4Exp::open(&trunk).unwrap());
+            let plain = crate::gpu::gpu_qwen4exp::greedy(&g, &prompt, n).0;
             let cpu_plain = m.generate_greedy(&mut m.new_state(KvType::F16), &prompt, n).unwrap();
             eprintln!("{dev} {what}: device greedy {} CPU greedy", if plain == cpu_plain { "==" } else { "!=" });
             let gh = GpuMtp::new(&g, Mtp::open(&g.m, &head_path).unwrap()).unwrap();
@@ -182,7 +182,7 @@ test_device!(
         let (_, wide) = m.forward_hidden(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
         let run = |graphs: bool| {
             let (_, api) = device.clone();
-            let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions { graphs, ..GpuOptions::default() }).unwrap();
+            let g = GpuQwen4Exp::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions { graphs, ..GpuOptions::default() }).unwrap();
             let gh = GpuMtp::new(&g, Mtp::open(&g.m, &head_path).unwrap()).unwrap();
             let mut dh = GpuMtpHead::new(&gh, KvType::F16, 64).unwrap();
             let mut bits = Vec::new();
@@ -227,7 +227,7 @@ test_device!(
             let prompt: Vec<u32> = (0..13u32).map(|i| (i * 37 + 5) % v as u32).collect();
             let (want_logits, want_hidden) = m.forward_hidden(&mut ordered_state, &prompt, 0).unwrap();
             let (_, api) = device.clone();
-            let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions { ordered: true, ..GpuOptions::default() }).unwrap();
+            let g = GpuQwen4Exp::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions { ordered: true, ..GpuOptions::default() }).unwrap();
             let mut sess = g.new_session(KvType::F16, 64).unwrap();
             let (mut logits, mut hidden) = (Vec::new(), Vec::new());
             g.eval_hidden(&mut sess, &prompt, Logits::All, &mut logits, Some(&mut hidden)).unwrap();
@@ -266,7 +266,7 @@ test_device!(
         let prompt: Vec<u32> = (0..11u32).map(|i| (i * 29 + 7) % v as u32).collect();
         let (_, wide) = m.forward_hidden(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
         let (_, api) = device.clone();
-        let g = GpuFlashNext::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
+        let g = GpuQwen4Exp::new(Qwen4Exp::open(&trunk).unwrap(), api, GpuOptions::default()).unwrap();
         let gh = GpuMtp::new(&g, Mtp::open(&g.m, &head_path).unwrap()).unwrap();
         let top = |l: &[f32]| {
             let t = argmaxes(l, v)[0];

@@ -4,12 +4,12 @@
 //! once, the stream waits at the PLE layer on a mapped [`Mailbox`], and a host thread reads the
 //! rows (`Ple::read_rows`: row cache, direct I/O) and rings: the read overlaps the layers before
 //! the PLE layer, and the graph stays one launch per window. Prompt chunks keep gathering the
-//! next chunk's rows while the current one runs (`FlashChunk::gather_next`).
+//! next chunk's rows while the current one runs (`GpuQwen4ExpChunk::gather_next`).
 
 use std::sync::atomic::AtomicBool;
 
 use super::super::device::{DevicePtr, GpuApi, GpuError, Mailbox, Stream, handoff};
-use cpu_executor::flash_next::team_for_each;
+use cpu_executor::qwen4exp::team_for_each;
 use model::error::{EngineError, Result};
 use model::qwen4exp::Ple;
 

@@ -1,4 +1,4 @@
-//! Flash-Next's whole forward pass on the device (`gpu::flash_next`) against llama.cpp's
+//! Flash-Next's whole forward pass on the device (`gpu::qwen4exp`) against llama.cpp's
 //! recorded logits on the public tiny-qwen4exp fixtures, with the tolerances the CPU backend
 //! meets there (tests/models/models_qwen4exp.rs: f32 model with f16 caches 1e-3; the two-shard Q8_0
 //! model max 0.6 / mean 0.02, argmax flips only where llama.cpp is nearly tied), and against
@@ -8,8 +8,8 @@
 
 use crate::models::models_qwen4exp::{argmax, compare, load_refs, model};
 use strata::cpu::prelude::*;
-use strata::gpu::flash_next::GpuFlashNext;
 use strata::gpu::model::GpuOptions;
+use strata::gpu::qwen4exp::GpuQwen4Exp;
 use strata::model::Logits;
 use strata::model::qwen4exp::KvType;
 use strata::test_device;
@@ -17,15 +17,15 @@ use strata::test_device;
 const F32: &str = "tiny-qwen4exp-public-f32.gguf";
 const Q8: &str = "tiny-qwen4exp-public-q8_0-split-00001-of-00002.gguf";
 
-fn load(device: &strata::gpu::test_device::TestDevice, file: &str) -> GpuFlashNext {
+fn load(device: &strata::gpu::test_device::TestDevice, file: &str) -> GpuQwen4Exp {
     let (_, api) = device.clone();
-    GpuFlashNext::new(model(file), api, GpuOptions::default()).unwrap_or_else(|e| panic!("{file}: {e}"))
+    GpuQwen4Exp::new(model(file), api, GpuOptions::default()).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
 test_device!(
     /// Prompt logits of every reference sequence (8, 64 and 300 tokens: the last exercises the
     /// indexer's sparse selection) within the CPU backend's tolerances of llama.cpp's.
-    model fn gpu_flash_next_logits_match_llama_cpp(device) {
+    model fn gpu_qwen4exp_logits_match_llama_cpp(device) {
         let dev = device.0;
         for (file, variant, seqs) in [(F32, "f32", 3usize), (Q8, "q8_0-split", 2)] {
             let g = load(device, file);
@@ -49,7 +49,7 @@ test_device!(
 test_device!(
     /// Greedy generation (the prompt, then one token a window) prints llama.cpp's greedy ids,
     /// as the CPU backend does, on the f32 model.
-    model fn gpu_flash_next_greedy_matches_llama_cpp(device) {
+    model fn gpu_qwen4exp_greedy_matches_llama_cpp(device) {
         let dev = device.0;
         let g = load(device, F32);
         for s in load_refs("f32").into_iter().take(2) {
@@ -62,7 +62,7 @@ test_device!(
 
 /// `n` greedy ids after `prompt` (the prompt in one evaluation, then one token a window), and
 /// the session's position at the end.
-pub(crate) fn greedy(g: &GpuFlashNext, prompt: &[u32], n: usize) -> (Vec<u32>, usize) {
+pub(crate) fn greedy(g: &GpuQwen4Exp, prompt: &[u32], n: usize) -> (Vec<u32>, usize) {
     let mut sess = g.new_session(KvType::F16, 512).unwrap();
     let ids = greedy_in(g, &mut sess, prompt, n);
     (ids, sess.n_past)
@@ -70,8 +70,8 @@ pub(crate) fn greedy(g: &GpuFlashNext, prompt: &[u32], n: usize) -> (Vec<u32>, u
 
 /// [`greedy`] in the session `sess`.
 pub(crate) fn greedy_in(
-    g: &GpuFlashNext,
-    sess: &mut strata::gpu::flash_next::GpuFlashSession,
+    g: &GpuQwen4Exp,
+    sess: &mut strata::gpu::qwen4exp::GpuQwen4ExpSession,
     prompt: &[u32],
     n: usize,
 ) -> Vec<u32> {
@@ -90,13 +90,13 @@ test_device!(
     /// the default for quantized experts) give the host-readback path's logits bit for bit on the
     /// two-shard Q8_0 model, fused and unfused gate/up, over a 64-token prompt (windows of 8:
     /// 80 slots, two launches of 6 and 2 tokens) and single-token decode windows.
-    model fn gpu_flash_next_device_dispatch_equals_host_readback(device) {
+    model fn gpu_qwen4exp_device_dispatch_equals_host_readback(device) {
         use strata::gpu::model::MoePath;
         let dev = device.0;
         let s = load_refs("q8_0-split").into_iter().nth(1).expect("seq2");
         let run = |moe: MoePath, fused_glu: bool| {
             let (_, api) = device.clone();
-            let g = GpuFlashNext::new(model(Q8), api, GpuOptions { moe, fused_glu, ..GpuOptions::default() }).unwrap();
+            let g = GpuQwen4Exp::new(model(Q8), api, GpuOptions { moe, fused_glu, ..GpuOptions::default() }).unwrap();
             let mut sess = g.new_session(KvType::F16, 512).unwrap();
             let mut all = Vec::new();
             g.eval(&mut sess, &s.tokens[..56], Logits::All, &mut all).unwrap();
@@ -121,13 +121,13 @@ test_device!(
     /// device buffers; the default with every expert resident in an MMVQ type) equal eager
     /// launches bit for bit on the Q8_0 model: a 56-token prompt (windows of 8), 8 single-token
     /// windows and a 3-token window, with the f16 and the int8 cache.
-    model fn gpu_flash_next_graph_replay_equals_eager_launches(device) {
+    model fn gpu_qwen4exp_graph_replay_equals_eager_launches(device) {
         let dev = device.0;
         let s = load_refs("q8_0-split").into_iter().nth(1).expect("seq2");
         for kv in [KvType::F16, KvType::Int8] {
             let run = |graphs: bool| {
                 let (_, api) = device.clone();
-                let g = GpuFlashNext::new(model(Q8), api, GpuOptions { graphs, ..GpuOptions::default() }).unwrap();
+                let g = GpuQwen4Exp::new(model(Q8), api, GpuOptions { graphs, ..GpuOptions::default() }).unwrap();
                 let mut sess = g.new_session(kv, 512).unwrap();
                 let mut all = Vec::new();
                 g.eval(&mut sess, &s.tokens[..56], Logits::All, &mut all).unwrap();
@@ -152,7 +152,7 @@ test_device!(
     /// The int8 cache (the engine's own format) against the CPU backend's int8 cache: the same
     /// rows, so the logits differ only by the fast mode's rounding; and a reset session gives the
     /// first evaluation's logits again, bit for bit.
-    model fn gpu_flash_next_int8_cache_matches_cpu_and_reset_replays(device) {
+    model fn gpu_qwen4exp_int8_cache_matches_cpu_and_reset_replays(device) {
         let dev = device.0;
         let g = load(device, F32);
         let cpu = model(F32);
@@ -176,8 +176,8 @@ test_device!(
 test_device!(
     /// What the device path does not take is refused with the reason: an f32 cache, tokens
     /// outside the vocabulary, a window past the capacity (the ordered mode's refusals are in
-    /// tests/gpu/gpu_flash_next_ordered.rs).
-    model fn gpu_flash_next_refuses_with_reasons(device) {
+    /// tests/gpu/gpu_qwen4exp_ordered.rs).
+    model fn gpu_qwen4exp_refuses_with_reasons(device) {
         let g = load(device, F32);
         let e = g.new_session(KvType::F32, 16).err().expect("f32 cache");
         assert!(e.to_string().contains("--kv f32"), "{e}");
@@ -217,7 +217,7 @@ test_device!(
     /// device snapshots, the attention cells overwritten) prints the plain greedy ids, with
     /// drafts both accepted and rejected, for the suffix drafter and a drafter that is right
     /// then wrong mid-window.
-    model fn gpu_flash_next_speculative_equals_greedy(device) {
+    model fn gpu_qwen4exp_speculative_equals_greedy(device) {
         use strata::spec::{SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
         let dev = device.0;
         let g = load(device, F32);
@@ -259,7 +259,7 @@ test_device!(
     /// wide as the expert FFN, are not whole IQ3_XXS blocks: llama.cpp's quantizer falls back to
     /// IQ4_NL). Both run as stored by device dispatch, bit for bit what the host-readback path
     /// gives, and the logits stay within the Q8_0 model's tolerance of the CPU backend's.
-    model fn gpu_flash_next_iq3_xxs_experts_with_iq4_nl_down(device) {
+    model fn gpu_qwen4exp_iq3_xxs_experts_with_iq4_nl_down(device) {
         use strata::gpu::model::MoePath;
         use strata::synth::qwen4exp::{SynthConfig, write};
         let dev = device.0;
@@ -276,7 +276,7 @@ test_device!(
         let want = m.forward(&mut m.new_state(KvType::F16), &prompt, 0).unwrap();
         let run = |moe: MoePath| {
             let (_, api) = device.clone();
-            let g = GpuFlashNext::new(strata::model::qwen4exp::Qwen4Exp::open(&path).unwrap(), api, GpuOptions { moe, ..GpuOptions::default() }).unwrap();
+            let g = GpuQwen4Exp::new(strata::model::qwen4exp::Qwen4Exp::open(&path).unwrap(), api, GpuOptions { moe, ..GpuOptions::default() }).unwrap();
             let mut sess = g.new_session(KvType::F16, 64).unwrap();
             let mut all = Vec::new();
             g.eval(&mut sess, &prompt, Logits::All, &mut all).unwrap();

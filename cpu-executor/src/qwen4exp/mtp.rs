@@ -4,7 +4,7 @@ use super::linear::{NumericsCpu, rms_norm};
 use crate::prelude::*;
 use model::error::EngineError;
 use model::qwen4exp::mtp::MtpOut;
-use model::qwen4exp::program::{self, FlashNextOps, Site};
+use model::qwen4exp::program::{self, Qwen4ExpOps, Site};
 use model::qwen4exp::{HyperConn, Mtp, MtpState, Qwen4Exp};
 
 /// The CPU executor's methods on [`Mtp`] (a type of the `model` crate, which knows no backend).
@@ -132,7 +132,7 @@ impl<'a> CpuMtpChunk<'a> {
     }
 }
 
-impl FlashNextOps for CpuMtpChunk<'_> {
+impl Qwen4ExpOps for CpuMtpChunk<'_> {
     fn embed(&mut self) -> Result<(), EngineError> {
         Err(Self::only_head("trunk embedding"))
     }
