@@ -20,14 +20,12 @@ use std::{
 // attribute file) and the archs the kernels are built for.
 use gpu_abi::{self as abi, registry};
 
-/// Toolchain detection and nested-build flags (tested by tests/setup/kernel_toolchain.rs).
-#[path = "build/toolchain.rs"]
-mod toolchain;
+// Toolchain detection and nested-build flags (tested by tests/setup/kernel_toolchain.rs).
+use kernel_toolchain as toolchain;
 use toolchain::{INSTALL_HELP, Toolchain};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=build/toolchain.rs");
     if env::var_os("CARGO_FEATURE_GPU").is_none() {
         return; // CPU-only build: no kernels, no toolchain needed.
     }

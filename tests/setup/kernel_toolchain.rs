@@ -1,10 +1,9 @@
-//! The kernel toolchain detection of gpu-executor/build.rs (gpu-executor/build/toolchain.rs), route 2 (rustup nightly +
+//! The kernel toolchain detection of gpu-executor/build.rs (the `kernel-toolchain` crate), route 2 (rustup nightly +
 //! rust-src) in particular, which cannot be exercised end to end here: this machine's nightly
 //! has no rust-src and static.rust-lang.org is unreachable. A stand-in `rustup` script in a
 //! temporary PATH plays both cases (component present / missing); the real rustup, when
 //! installed, must give a consistent answer. Nothing here changes the process environment.
-#[path = "../../gpu-executor/build/toolchain.rs"]
-mod toolchain;
+use kernel_toolchain as toolchain;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
-//! Kernel toolchain detection and nested-build flags of `gpu-executor/build.rs`, in their own file
-//! so that `tests/setup/kernel_toolchain.rs` can compile and test them (a build script cannot be
+//! Kernel toolchain detection and nested-build flags of `gpu-executor/build.rs`, a crate of
+//! their own so that `tests/setup/kernel_toolchain.rs` can test them (a build script cannot be
 //! linked into tests). Every environment lookup goes through a `Var` function, so tests pass a
 //! fake environment (PATH with a stand-in `rustup`, `KERNEL_*` overrides) without touching the
 //! process environment.
