@@ -34,6 +34,8 @@ pub use gpu_executor as gpu;
 #[cfg(feature = "gpu")]
 pub use gpu_executor::test_device;
 pub use gpu_executor::{Device, kfd, options as gpu_options};
+// The kernels' selftest and benchmark (entry points in every build): their own crate.
+pub use kernel_tools;
 
 pub use engine::{Engine, RunOptions};
 pub use error::EngineError;

@@ -1,11 +1,11 @@
 //! The GPU executor: the host side of the gfx11 kernels. Always built: the GPU settings and
 //! the device enum ([`options`], part of the engine configuration) and the KFD topology reader
-//! ([`kfd`], `strata device` without ROCm). With the feature `gpu`: the shared decoder
-//! ([`model`], [`exec`], [`moe`]) and Flash-Next ([`qwen4exp`]) on the device, the expert
-//! cache, and below them the embedded code objects, the kernel ABI
-//! and registry (the `gpu-abi` crate the kernels compile too, so names, argument layouts and
-//! launch properties exist once), the one launch layer over the device boundary, and the
-//! kernel benchmark.
+//! ([`kfd`], `strata device` without ROCm), and placement ([`place`]). With the feature
+//! `gpu`: the shared decoder ([`model`], [`exec`], [`moe`]) and qwen4exp ([`qwen4exp`]) on
+//! the device, the expert cache, and below them the embedded code objects, the kernel ABI and
+//! registry (the `gpu-abi` crate the kernels compile too, so names, argument layouts and
+//! launch properties exist once) and the one launch layer over the device boundary. The
+//! kernels' selftest and benchmark are the `kernel-tools` crate's.
 //!
 //! - [`code_objects`]: `code_object_for("gfx1100")` → the embedded ELF.
 //! - [`abi`] (`gpu_abi`): kernel symbols, `#[repr(C)]` argument structs, LDS layouts,
@@ -21,14 +21,11 @@
 //!   inside graphs, adaptive swaps on a side stream, misses read from RAM over PCIe, the ring
 //!   prompt misses stream through.
 //! - [`calibrate`]: hipBLASLt calibration tables (`strata calibrate`) and their use.
-//! - [`bench`]: `bench_kernels` (instructions, bytes vs ideal, registers, occupancy).
-//! - [`selftest`]: `strata device --selftest`, every kernel against a CPU reference, timed.
 //! - [`test_device`]: the `test_device!` macro (one test body, one test per device).
 
 pub mod kfd;
 pub mod options;
 pub mod place;
-pub mod tools;
 
 pub use options::{Device, GpuOptions};
 pub use place::{Placed, Placement, place};
@@ -37,8 +34,6 @@ pub use place::{Placed, Placement, place};
 pub use gpu_abi as abi;
 #[cfg(feature = "gpu")]
 pub use gpu_abi::registry;
-#[cfg(feature = "gpu")]
-pub mod bench;
 #[cfg(feature = "gpu")]
 pub mod calibrate;
 #[cfg(feature = "gpu")]
@@ -66,16 +61,12 @@ pub mod qwen4exp;
 #[cfg(feature = "gpu")]
 pub mod resident;
 #[cfg(feature = "gpu")]
-pub mod selftest;
-#[cfg(feature = "gpu")]
 pub mod test_device;
 #[cfg(feature = "gpu")]
 pub mod upload;
 
 #[cfg(feature = "gpu")]
 pub use abi::WType;
-#[cfg(feature = "gpu")]
-pub use bench::bench_kernels;
 #[cfg(feature = "gpu")]
 pub use code_objects::code_object_for;
 #[cfg(feature = "gpu")]

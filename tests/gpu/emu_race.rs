@@ -10,9 +10,9 @@
 
 use std::sync::Arc;
 use strata::gpu::abi::WType;
-use strata::gpu::bench::random_blocks;
 use strata::gpu::device::{DevicePtr, EmuApi, Stream};
 use strata::gpu::ops::{AttnMode, GluAct, GpuOps, KvFormat, MmqVariant, RowType};
+use strata::kernel_tools::bench::random_blocks;
 use strata::rng::SplitMix64;
 
 const S: Stream = Stream::DEFAULT;

@@ -8,11 +8,11 @@
 use crate::support::fake_hip;
 use quant::GgmlType;
 use strata::gpu::abi::{self, DequantArgs, WType};
-use strata::gpu::bench::random_blocks;
 use strata::gpu::device::{
     ComputeType, DType, Device, EmuApi, Gemm, GpuApi, GpuError, HipApi, HipConfig, HostAllocOptions, Kernel,
     KernelSpec, LaunchConfig, Module, Stream, Transpose, open_device,
 };
+use strata::kernel_tools::bench::random_blocks;
 use strata::rng::SplitMix64;
 
 fn ggml(ty: WType) -> GgmlType {

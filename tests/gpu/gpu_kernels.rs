@@ -10,12 +10,12 @@ use quant::GgmlType;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use strata::gpu::abi::{self, WType};
-use strata::gpu::bench::{self, random_blocks, waves_per_simd};
 use strata::gpu::code_objects::code_objects;
 use strata::gpu::device::{Device, EmuApi, GpuApi};
 use strata::gpu::ops::GpuOps;
 use strata::gpu::ops_host::ActQuant;
 use strata::gpu::registry::{self, Family};
+use strata::kernel_tools::bench::{self, random_blocks, waves_per_simd};
 use strata::rng::SplitMix64;
 use strata::test_device;
 

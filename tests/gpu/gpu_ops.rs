@@ -9,15 +9,15 @@
 use quant::GgmlType;
 use strata::cpu::prelude::*;
 use strata::gpu::abi::{self, WType};
-use strata::gpu::bench::{random_blocks, random_routing};
 use strata::gpu::device::{DevicePtr, Stream};
 use strata::gpu::ops::{GluAct, GpuOps, RowType};
+use strata::kernel_tools::bench::{random_blocks, random_routing};
 use strata::rng::SplitMix64;
 use strata::test_device;
 // The references and tolerances shared with `strata device --selftest`: GLU_TOL (SiLU/GELU
 // against libm, relative with a floor of 1), PROB_TOL (softmax / router probabilities,
 // absolute), FAST_ATTN_TOL (WMMA f16 attention against `attend`, absolute, |V| ~ 1).
-use strata::gpu::selftest::reference::{GLU_TOL, PROB_TOL, q8_0_scalar_order, router_reference};
+use strata::kernel_tools::selftest::reference::{GLU_TOL, PROB_TOL, q8_0_scalar_order, router_reference};
 
 /// `attend_ordered` (f32, expf) against the CPU `attend` (libm exp, f64 sums): absolute.
 pub(crate) const ORDERED_VS_ATTEND_TOL: f32 = 2e-5;

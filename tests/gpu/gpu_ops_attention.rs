@@ -6,7 +6,7 @@
 use crate::gpu::gpu_ops::*;
 use strata::cpu::attention::{Shape, attend, attend_ordered};
 use strata::gpu::ops::{AttnMode, KvFormat};
-use strata::gpu::selftest::reference::{FAST_ATTN_TOL, raw_kv_bytes};
+use strata::kernel_tools::selftest::reference::{FAST_ATTN_TOL, raw_kv_bytes};
 use strata::kv_cache::{KvCache, KvType, LayerCache, RawRows};
 use strata::rng::SplitMix64;
 use strata::test_device;

@@ -16,7 +16,7 @@ use strata::test_device;
 
 /// Device against CPU, relative with a floor of 1 (outputs and states are O(1)); shared with
 /// `strata device --selftest`.
-const GDN_TOL: f32 = strata::gpu::selftest::reference::GDN_TOL as f32;
+const GDN_TOL: f32 = strata::kernel_tools::selftest::reference::GDN_TOL as f32;
 
 fn unused() -> Mat {
     Mat::from_f32(1, 1, &[0.0]).expect("1x1")

@@ -13,7 +13,7 @@ use strata::model::qwen4exp::gr::HyperConn;
 use strata::rng::SplitMix64;
 use strata::test_device;
 
-const GR_TOL: f32 = strata::gpu::selftest::reference::GR_TOL as f32;
+const GR_TOL: f32 = strata::kernel_tools::selftest::reference::GR_TOL as f32;
 
 fn mixer(rng: &mut SplitMix64, hc: usize, e: usize, lr: usize) -> HyperConn {
     let mut mat = |rows: usize, cols: usize| {

@@ -8,8 +8,8 @@
 use crate::gpu::gpu_ops::*;
 use quant::GgmlType;
 use strata::gpu::abi::{self, WType};
-use strata::gpu::bench::{random_blocks, random_routing};
 use strata::gpu::ops::{GluAct, GpuOps, SlotCols};
+use strata::kernel_tools::bench::{random_blocks, random_routing};
 use strata::rng::SplitMix64;
 use strata::test_device;
 

@@ -13,7 +13,7 @@ use strata::rng::SplitMix64;
 use strata::test_device;
 
 /// Device against CPU, relative with a floor of 1; shared with `strata device --selftest`.
-const PLE_TOL: f32 = strata::gpu::selftest::reference::PLE_TOL as f32;
+const PLE_TOL: f32 = strata::kernel_tools::selftest::reference::PLE_TOL as f32;
 
 /// The block's constants: (norm_key, norm_query, norm_conv, conv taps).
 struct Consts {

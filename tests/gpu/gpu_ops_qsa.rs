@@ -20,7 +20,7 @@ use strata::test_device;
 
 /// Device attention output against the CPU's: `|gpu − cpu| <= QSA_TOL · max(1, |cpu|)`
 /// (one f16 step of a probability times |v| <= 2; shared with `strata device --selftest`).
-const QSA_TOL: f32 = strata::gpu::selftest::reference::QSA_TOL as f32;
+const QSA_TOL: f32 = strata::kernel_tools::selftest::reference::QSA_TOL as f32;
 
 fn unused() -> Mat {
     Mat::from_f32(1, 1, &[0.0]).expect("1x1")

@@ -1,4 +1,4 @@
-//! `strata device --selftest` (gpu-executor/src/selftest.rs): the whole suite through the binary
+//! `strata device --selftest` (kernel-tools/src/selftest.rs): the whole suite through the binary
 //! on the software device (every kernel of the registry passes, times are null), a corrupted
 //! reference reported as a failure with a non-zero exit, every kernel covered by a check, and
 //! the timed path (GB/s, share of the peak) on the software device with a simulated card clock.
@@ -15,7 +15,7 @@ use strata::gpu::device::{
     LaunchConfig, LaunchStats, Module, Result as GpuResult, Stream, WaitCond,
 };
 use strata::gpu::registry;
-use strata::gpu::selftest::{self, Options, Shapes};
+use strata::kernel_tools::selftest::{self, Options, Shapes};
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("strata-selftest-{}-{name}", std::process::id()))

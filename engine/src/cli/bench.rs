@@ -108,7 +108,7 @@ pub struct CpuPart {
     pub share: f64,
 }
 
-pub use gpu_executor::tools::GpuPart;
+pub use kernel_tools::GpuPart;
 
 /// `strata bench --spec N` results.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -137,7 +137,7 @@ pub enum BenchTarget {
 
 /// `strata bench kernels`.
 pub fn run_kernels(a: &BenchArgs) -> Result<()> {
-    print!("{}", gpu_executor::tools::kernel_bench_report(a.quick)?);
+    print!("{}", kernel_tools::kernel_bench_report(a.quick)?);
     Ok(())
 }
 
@@ -223,7 +223,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
     let on_emu = e.opts.device == gpu_executor::Device::Emu && e.gpu.is_some();
     let profile = if on_emu {
         let cfg = e.session_config(prompt.len() + a.tg.min(8) + 1);
-        gpu_executor::tools::device_profile(&*e.model, &cfg, &prompt, a.tg.min(8))?
+        kernel_tools::device_profile(&*e.model, &cfg, &prompt, a.tg.min(8))?
     } else {
         None
     };

@@ -310,8 +310,8 @@ pub fn render(l: &Listing) -> String {
 
 pub fn run(common: &Common, args: &DeviceArgs) -> Result<()> {
     if args.selftest {
-        // gpu-executor/src/selftest.rs: the kernel suite and its JSON report.
-        return gpu_executor::tools::selftest(common.run.device, args.gpu, args.report.clone());
+        // kernel-tools/src/selftest.rs: the kernel suite and its JSON report.
+        return kernel_tools::selftest(common.run.device, args.gpu, args.report.clone());
     }
     let l = probe(args.gpu);
     if args.json {

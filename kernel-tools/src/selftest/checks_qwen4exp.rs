@@ -4,14 +4,14 @@
 //! states); the hyper-connection kernels against `qwen4exp::gr::HyperConn`'s steps.
 use super::reference::{GDN_TOL, GR_TOL, PLE_TOL, QSA_TOL};
 use super::{Check, CheckResultOf, Cx};
-use crate::abi;
-use crate::ops::{
-    GdnBuffers, GdnShape, GpuOps, GrShape, KvFormat, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape,
-};
 use cpu_executor::kv_cache::KvType;
 use cpu_executor::prelude::*;
 use cpu_executor::qwen4exp::linear::sigmoid;
 use cpu_executor::qwen4exp::{PleBlock, QsaProjections};
+use gpu_executor::abi;
+use gpu_executor::ops::{
+    GdnBuffers, GdnShape, GpuOps, GrShape, KvFormat, PleBuffers, PleShape, QsaBuffers, QsaIndexerShape, QsaShape,
+};
 use model::Mat;
 use model::qwen4exp::gdn::{Gdn, GdnMode};
 use model::qwen4exp::gr::HyperConn;

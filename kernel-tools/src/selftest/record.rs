@@ -1,7 +1,7 @@
 //! [`Recorder`]: a [`GpuApi`] that forwards every call to the device and remembers the names of
 //! the kernels launched, so a selftest check's claim "this validates kernel X" is checked
 //! against what actually ran.
-use crate::device::{
+use gpu_executor::device::{
     DeviceInfo, DevicePtr, Event, Gemm, GpuApi, Graph, HostAllocOptions, HostBuf, Kernel, KernelSpec, LaunchConfig,
     LaunchStats, LtAlgo, Module, Result, Stream, WaitCond,
 };
@@ -37,7 +37,7 @@ impl GpuApi for Recorder {
     fn function(&self, module: &Module, spec: &KernelSpec) -> Result<Kernel> {
         self.inner.function(module, spec)
     }
-    fn mem_info(&self) -> Result<super::super::device::MemInfo> {
+    fn mem_info(&self) -> Result<gpu_executor::device::MemInfo> {
         self.inner.mem_info()
     }
     fn malloc(&self, bytes: usize) -> Result<DevicePtr> {
@@ -58,11 +58,11 @@ impl GpuApi for Recorder {
     fn host_read(&self, buf: &HostBuf, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.inner.host_read(buf, offset, dst)
     }
-    unsafe fn host_register(&self, ptr: *const u8, len: usize) -> Result<super::super::device::HostRegion> {
+    unsafe fn host_register(&self, ptr: *const u8, len: usize) -> Result<gpu_executor::device::HostRegion> {
         // SAFETY: the caller's contract, passed on.
         unsafe { self.inner.host_register(ptr, len) }
     }
-    fn host_unregister(&self, region: super::super::device::HostRegion) -> Result<()> {
+    fn host_unregister(&self, region: gpu_executor::device::HostRegion) -> Result<()> {
         self.inner.host_unregister(region)
     }
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {

@@ -4,12 +4,12 @@
 //! registers, LDS, and the waves per SIMD those allow. Every launch goes through [`GpuOps`]
 //! over `GpuApi` (the engine's argument packing and grid math); the counters are the software
 //! device's, read per launch with `GpuApi::take_stats`.
-use super::abi::{self, WType};
-use super::device::{EmuApi, GpuApi, GpuError, Stream};
-use super::ops::{GpuOps, MmqVariant};
-use super::ops_host::ActQuant;
-use super::registry::{self, Family};
 use emulator::{KernelInfo, LaunchStats};
+use gpu_executor::abi::{self, WType};
+use gpu_executor::device::{EmuApi, GpuApi, GpuError, Stream};
+use gpu_executor::ops::{GpuOps, MmqVariant};
+use gpu_executor::ops_host::ActQuant;
+use gpu_executor::registry::{self, Family};
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -415,8 +415,8 @@ fn no_counters(ops: &GpuOps) -> GpuError {
 /// its instruction counters per launch) and reads their listings from the same object.
 pub fn measure_reductions(ops: &GpuOps) -> Result<Vec<ReduceMeasure>, String> {
     let api = ops.api();
-    let arch = super::device::arch_base(&api.info().arch).to_string();
-    let co = super::code_object_for(&arch).ok_or_else(|| format!("no {arch} code object"))?;
+    let arch = gpu_executor::device::arch_base(&api.info().arch).to_string();
+    let co = gpu_executor::code_object_for(&arch).ok_or_else(|| format!("no {arch} code object"))?;
     let dis = emulator::disassemble(co).map_err(|e| e.to_string())?;
     let s = Stream::DEFAULT;
     let n_waves = 64u32;
@@ -528,12 +528,12 @@ fn reduction_table(ops: &GpuOps) -> String {
     out
 }
 
-/// The forward-pass ops of [`super::ops::GpuOps`] on the software device through `GpuApi`
+/// The forward-pass ops of [`gpu_executor::ops::GpuOps`] on the software device through `GpuApi`
 /// (decode shapes of a 4096-wide, 32-head / 8-KV-head, head_dim 128 model): one table row per
 /// launch, same columns as [`bench_kernels`] (i/256w is blank; bytes are global bytes against
 /// the ideal: every input and output byte once, K/V rows once per KV head).
 pub fn bench_ops(quick: bool) -> String {
-    use super::ops::{AttnMode, GluAct, KvFormat, RowType};
+    use gpu_executor::ops::{AttnMode, GluAct, KvFormat, RowType};
     let mut out = String::new();
     let api: Arc<dyn GpuApi> = match EmuApi::new() {
         Ok(a) => Arc::new(a),
@@ -593,7 +593,7 @@ pub fn bench_ops(quick: bool) -> String {
                ideal: usize,
                lds: u32,
                waves: u32,
-               r: super::device::Result<()>| {
+               r: gpu_executor::device::Result<()>| {
         let st = api.take_stats().unwrap_or_default();
         if let Err(e) = r {
             let _ = writeln!(out, "{name} {shape}: {e}");

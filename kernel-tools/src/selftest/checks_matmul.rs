@@ -5,9 +5,9 @@
 //! operands (reference.rs).
 use super::reference::{self as refs, dot_reference, ggml, glu_reference};
 use super::{Check, CheckResultOf, Cx, Metric};
-use crate::abi::{self, WType};
-use crate::device::{DevicePtr, GpuError, Stream};
-use crate::ops::{GluAct, GpuOps, MmqVariant, RowType};
+use gpu_executor::abi::{self, WType};
+use gpu_executor::device::{DevicePtr, GpuError, Stream};
+use gpu_executor::ops::{GluAct, GpuOps, MmqVariant, RowType};
 use quant::GgmlType;
 
 fn quantize(ty: GgmlType, x: &[f32], block_bytes: usize, qk: usize) -> CheckResultOf<Vec<u8>> {

@@ -26,10 +26,10 @@ pub use compare::{Comparison, Metric};
 pub use record::Recorder;
 pub use report::{KernelSummary, PeakBandwidth, Report, peak_bandwidth};
 
-use super::WType;
-use super::bench::random_blocks;
-use super::device::{DevicePtr, Event, GpuApi, GpuError, Module, Stream};
-use super::ops::GpuOps;
+use crate::bench::random_blocks;
+use gpu_executor::WType;
+use gpu_executor::device::{DevicePtr, Event, GpuApi, GpuError, Module, Stream};
+use gpu_executor::ops::GpuOps;
 use rng::SplitMix64;
 use std::sync::Arc;
 
@@ -120,7 +120,7 @@ pub fn all_checks() -> Vec<Check> {
 /// of the loaded code object (its metadata, in case the two ever differ), sorted.
 pub fn registry(arch: &str, module: &Module) -> Vec<String> {
     let mut names: std::collections::BTreeSet<String> = module.kernels.iter().map(|k| k.name.clone()).collect();
-    names.extend(super::registry::for_arch(arch).map(|k| k.name.to_string()));
+    names.extend(gpu_executor::registry::for_arch(arch).map(|k| k.name.to_string()));
     names.into_iter().collect()
 }
 
@@ -381,8 +381,11 @@ pub fn run_suite(
 ) -> Result<Report, GpuError> {
     let t0 = std::time::Instant::now();
     let info = api.info().clone();
-    let shapes =
-        opts.shapes.unwrap_or(if info.backend == super::device::Device::Emu { Shapes::Small } else { Shapes::Full });
+    let shapes = opts.shapes.unwrap_or(if info.backend == gpu_executor::device::Device::Emu {
+        Shapes::Small
+    } else {
+        Shapes::Full
+    });
     let recorder = Arc::new(Recorder::new(api));
     let ops = GpuOps::new(recorder.clone())?;
     let module = recorder.load_module()?;
@@ -472,7 +475,7 @@ pub fn run_suite(
 }
 
 /// The peak bandwidth shares are computed against: the override, else the card table.
-fn peak_of(opts: &Options, info: &super::device::DeviceInfo) -> Option<PeakBandwidth> {
+fn peak_of(opts: &Options, info: &gpu_executor::device::DeviceInfo) -> Option<PeakBandwidth> {
     match opts.peak_gbs {
         Some(gbs) => Some(PeakBandwidth { gbs, source: "given (STRATA_PEAK_GBS)".into() }),
         None => peak_bandwidth(info),
@@ -486,13 +489,13 @@ fn peak_of(opts: &Options, info: &super::device::DeviceInfo) -> Option<PeakBandw
 /// corrupt the reference of matching checks).
 /// `device`: `--device`; `gpu`: `--gpu N`; `report`: `--report FILE`.
 pub fn run_cli(
-    device: crate::options::Device,
+    device: gpu_executor::options::Device,
     gpu: Option<usize>,
     report: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
-    use crate::device::open_device;
-    use crate::options::Device;
     use anyhow::{Context, bail};
+    use gpu_executor::device::open_device;
+    use gpu_executor::options::Device;
     let kind = match device {
         Device::Emu => Device::Emu,
         Device::Hip | Device::Auto => Device::Hip,
@@ -503,8 +506,9 @@ pub fn run_cli(
     // `--gpu N` picks a HIP device by the index `strata device` lists (else STRATA_HIP_DEVICE).
     let opened = match (kind, gpu) {
         (Device::Hip, Some(n)) => {
-            let cfg = crate::device::HipConfig { device: n as u32, ..crate::device::HipConfig::from_env() };
-            crate::device::HipApi::open(&cfg).map(|h| Box::new(h) as Box<dyn GpuApi>)
+            let cfg =
+                gpu_executor::device::HipConfig { device: n as u32, ..gpu_executor::device::HipConfig::from_env() };
+            gpu_executor::device::HipApi::open(&cfg).map(|h| Box::new(h) as Box<dyn GpuApi>)
         }
         _ => open_device(kind),
     };
@@ -534,8 +538,8 @@ pub fn run_cli(
         peak_gbs,
     };
     let info = api.info().clone();
-    let arch = crate::device::arch_base(&info.arch).to_string();
-    let emu = info.backend == crate::options::Device::Emu;
+    let arch = gpu_executor::device::arch_base(&info.arch).to_string();
+    let emu = info.backend == gpu_executor::options::Device::Emu;
     let shape_name = opts.shapes.unwrap_or(if emu { Shapes::Small } else { Shapes::Full }).name();
     println!(
         "strata selftest on {} ({arch}, {}): {shape_name} shapes{}",

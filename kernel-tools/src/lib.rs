@@ -1,6 +1,19 @@
-//! The kernel tools' entry points (`strata device --selftest`, `strata bench kernels`) in
-//! every build: without the `gpu` feature they say the build has no kernels, so the commands
-//! need no `cfg` of their own.
+//! The gfx11 kernels' own tools, kept out of the production crates:
+//!
+//! - [`selftest`]: `strata device --selftest`, every kernel of the code object against an
+//!   independent CPU reference on the chosen device, then timed.
+//! - [`bench`]: `strata bench kernels` (instructions, bytes against the ideal, registers,
+//!   occupancy) and the random blocks and routings the kernel tests draw.
+//! - [`device_profile`]: the software device's counters per part of the forward pass
+//!   (`strata bench --device emu`).
+//!
+//! The entry points exist in every build: without the `gpu` feature they say the build has no
+//! kernels, so the commands need no `cfg` of their own.
+
+#[cfg(feature = "gpu")]
+pub mod bench;
+#[cfg(feature = "gpu")]
+pub mod selftest;
 
 use model::error::EngineError;
 
@@ -11,7 +24,7 @@ pub fn kernel_bench_report(quick: bool) -> Result<String, EngineError> {
     let ops = emulator::bench_lane_ops_per_sec();
     Ok(format!(
         "{}software device speed: {:.0} million lane-operations/s on one core (target >= 50)\n",
-        crate::bench_kernels(quick),
+        crate::bench::bench_kernels(quick),
         ops / 1e6
     ))
 }
@@ -24,12 +37,20 @@ pub fn kernel_bench_report(quick: bool) -> Result<String, EngineError> {
 
 /// `strata device --selftest`: every kernel against its CPU reference on `device` (`selftest`).
 #[cfg(feature = "gpu")]
-pub fn selftest(device: crate::Device, gpu: Option<usize>, report: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+pub fn selftest(
+    device: gpu_executor::Device,
+    gpu: Option<usize>,
+    report: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
     crate::selftest::run_cli(device, gpu, report)
 }
 
 #[cfg(not(feature = "gpu"))]
-pub fn selftest(device: crate::Device, gpu: Option<usize>, report: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+pub fn selftest(
+    device: gpu_executor::Device,
+    gpu: Option<usize>,
+    report: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
     let _ = (device, gpu, report);
     Err(EngineError::NoGpuSupport { what: "--selftest (it runs the GPU kernels)".into() }.into())
 }
@@ -55,8 +76,8 @@ pub fn device_profile(
     prompt: &[u32],
     steps: usize,
 ) -> Result<Option<(Vec<GpuPart>, Vec<GpuPart>)>, EngineError> {
-    use crate::model::{GpuSession, Profile};
-    use crate::qwen4exp::GpuQwen4ExpSession;
+    use gpu_executor::model::{GpuSession, Profile};
+    use gpu_executor::qwen4exp::GpuQwen4ExpSession;
     use model::Logits;
     /// The session's device counters: `Some` starts them, `None` takes them.
     fn profile(s: &mut dyn model::loaded::Session, p: Option<Profile>) -> Option<Profile> {
@@ -100,7 +121,7 @@ pub fn device_profile(
 
 /// Per-token rows of a device profile, then their total.
 #[cfg(feature = "gpu")]
-fn parts(p: &crate::model::Profile) -> Vec<GpuPart> {
+fn parts(p: &gpu_executor::model::Profile) -> Vec<GpuPart> {
     let per = |x: u64| x as f64 / p.tokens.max(1) as f64;
     let mut parts: Vec<GpuPart> = p
         .parts

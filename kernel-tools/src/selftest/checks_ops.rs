@@ -5,11 +5,11 @@
 //! `cpu::attention::{attend, attend_ordered}`, `cpu::moe::top_k`, `quant`'s conversions.
 use super::reference::{self as refs, raw_kv_bytes, router_reference};
 use super::{Check, CheckResultOf, Cx};
-use crate::abi;
-use crate::device::{DevicePtr, GpuError, Stream};
-use crate::ops::{AttnMode, GluAct, GpuOps, KvFormat};
 use cpu_executor::attention::{Shape, attend, attend_ordered};
 use cpu_executor::kv_cache::{KvCache, KvType, LayerCache};
+use gpu_executor::abi;
+use gpu_executor::device::{DevicePtr, GpuError, Stream};
+use gpu_executor::ops::{AttnMode, GluAct, GpuOps, KvFormat};
 
 type NormLaunch = fn(&GpuOps, &Stream, DevicePtr, DevicePtr, DevicePtr, u32, u32, f32) -> Result<(), GpuError>;
 type NormRef = fn(&[f32], &[f32], f32, &mut [f32]);

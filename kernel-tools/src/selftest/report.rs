@@ -1,7 +1,7 @@
 //! The selftest report: the device, every check, a per-kernel summary, the table printed to
 //! stdout and the JSON written to `--report`; and the peak bandwidth a card is compared with.
 use super::{CheckResult, Comparison, Shapes};
-use crate::device::{Device, DeviceInfo, arch_base};
+use gpu_executor::device::{Device, DeviceInfo, arch_base};
 use serde_json::{Value, json};
 use std::fmt::Write;
 

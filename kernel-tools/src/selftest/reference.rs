@@ -1,7 +1,7 @@
 //! CPU references and tolerances shared by the selftest checks and tests/gpu/gpu_ops.rs. Every
 //! reference is independent of the kernels: the `quant` crate's scalar dequantizers and
 //! quantizers, `cpu_kernels`, and the engine's CPU attention / MoE code.
-use crate::abi::WType;
+use gpu_executor::abi::WType;
 use quant::GgmlType;
 use rayon::prelude::*;
 
