@@ -37,7 +37,7 @@ pub fn session(
 
 /// The Flash-Next state of a CPU session made by [`session`].
 pub fn qwen4exp_state(s: &dyn strata::engine::Session) -> &strata::model::qwen4exp::SeqState {
-    &s.as_any().downcast_ref::<strata::cpu::Qwen4ExpSession>().expect("a CPU Flash-Next session").st
+    &s.downcast_ref::<strata::cpu::Qwen4ExpSession>().expect("a CPU Flash-Next session").st
 }
 
 /// A stand-in `libamdhip64.so`: the functions `HipApi` resolves, with device memory as host

@@ -49,12 +49,6 @@ impl SessionTrait for Session {
     fn set_trace(&mut self, trace: Option<Vec<Vec<f32>>>) -> Option<Vec<Vec<f32>>> {
         std::mem::replace(&mut self.trace, trace)
     }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl SessionTrait for Qwen4ExpSession {
@@ -66,12 +60,6 @@ impl SessionTrait for Qwen4ExpSession {
     }
     fn reset(&mut self) {
         self.st = self.fresh.clone();
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -109,10 +97,6 @@ impl LoadedModel for CpuDecoder {
 
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
         self.0.host_matrices(which)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -168,7 +152,7 @@ impl LoadedModel for CpuQwen4Exp {
     /// The GDN and PLE states cannot be truncated: the checkpoint copies them (fixed size, no
     /// KV copy).
     fn checkpoint(&self, s: &dyn SessionTrait) -> Box<dyn Any> {
-        match s.as_any().downcast_ref::<Qwen4ExpSession>() {
+        match s.downcast_ref::<Qwen4ExpSession>() {
             Some(f) => Box::new(self.0.checkpoint(&f.st)),
             None => Box::new(()),
         }
@@ -190,9 +174,5 @@ impl LoadedModel for CpuQwen4Exp {
 
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
         self.0.host_matrices(which)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -32,12 +32,6 @@ impl Session for GpuSession {
     fn set_trace(&mut self, trace: Option<Vec<Vec<f32>>>) -> Option<Vec<Vec<f32>>> {
         std::mem::replace(&mut self.trace, trace)
     }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl Session for GpuQwen4ExpSession {
@@ -50,12 +44,6 @@ impl Session for GpuQwen4ExpSession {
     /// The recurrent and PLE state start over too: a Flash-Next device session resets by value.
     fn reset(&mut self) {
         GpuQwen4ExpSession::reset(self)
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -106,9 +94,6 @@ impl LoadedModel for GpuModel {
             Vec::new()
         }
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 /// Flash-Next on the device: the checkpoint copies the GDN and PLE states to the session's
@@ -143,7 +128,7 @@ impl LoadedModel for GpuQwen4Exp {
     }
 
     fn checkpoint(&self, s: &dyn Session) -> Box<dyn Any> {
-        match s.as_any().downcast_ref::<GpuQwen4ExpSession>() {
+        match s.downcast_ref::<GpuQwen4ExpSession>() {
             Some(s) => Box::new(GpuQwen4Exp::checkpoint(self, s)),
             None => Box::new(()),
         }
@@ -174,8 +159,5 @@ impl LoadedModel for GpuQwen4Exp {
         } else {
             Vec::new()
         }
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -81,17 +81,16 @@ pub fn device_profile(
     use model::Logits;
     /// The session's device counters: `Some` starts them, `None` takes them.
     fn profile(s: &mut dyn model::loaded::Session, p: Option<Profile>) -> Option<Profile> {
-        let any = s.as_any_mut();
-        if let Some(s) = any.downcast_mut::<GpuSession>() {
+        if let Some(s) = s.downcast_mut::<GpuSession>() {
             return std::mem::replace(&mut s.profile, p);
         }
-        any.downcast_mut::<GpuQwen4ExpSession>().and_then(|s| std::mem::replace(&mut s.profile, p))
+        s.downcast_mut::<GpuQwen4ExpSession>().and_then(|s| std::mem::replace(&mut s.profile, p))
     }
     let argmax = |l: &[f32]| l.iter().enumerate().fold(0, |b, (i, x)| if *x > l[b] { i } else { b }) as u32;
     let head = &prompt[..prompt.len().min(8)];
     let mut logits = Vec::new();
     let mut sess = model.new_session(cfg)?;
-    if !(sess.as_any().is::<GpuSession>() || sess.as_any().is::<GpuQwen4ExpSession>()) {
+    if sess.downcast_ref::<GpuSession>().is_none() && sess.downcast_ref::<GpuQwen4ExpSession>().is_none() {
         return Ok(None);
     }
     profile(&mut *sess, Some(Default::default()));

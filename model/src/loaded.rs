@@ -92,8 +92,6 @@ pub trait Session: Any + Send {
         let _ = trace;
         None
     }
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-    fn as_any(&self) -> &dyn Any;
 }
 
 /// A model on a backend, ready to run sessions.
@@ -140,8 +138,6 @@ pub trait LoadedModel: Any + Send + Sync {
     /// The host matrices this backend computes with (what RAM residency may copy): all of
     /// them on the CPU; on a device only the routed experts an expert cache reads on misses.
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat>;
-
-    fn as_any(&self) -> &dyn Any;
 
     fn n_vocab(&self) -> usize {
         match self.description() {
@@ -191,7 +187,26 @@ impl HostModel {
 
 /// The session type a backend's model expects, or [`crate::error::EngineError::SessionMismatch`].
 pub fn downcast_session<S: Session>(s: &mut dyn Session) -> Result<&mut S> {
-    s.as_any_mut().downcast_mut::<S>().ok_or(crate::error::EngineError::SessionMismatch)
+    s.downcast_mut::<S>().ok_or(crate::error::EngineError::SessionMismatch)
+}
+
+impl dyn Session {
+    /// The backend's own session type, when this is one.
+    pub fn downcast_ref<S: Session>(&self) -> Option<&S> {
+        (self as &dyn Any).downcast_ref()
+    }
+
+    pub fn downcast_mut<S: Session>(&mut self) -> Option<&mut S> {
+        (self as &mut dyn Any).downcast_mut()
+    }
+}
+
+impl dyn LoadedModel {
+    /// The backend's own model type, when this is one (the MTP head on a device, the CPU
+    /// decoder's profile).
+    pub fn downcast_ref<M: LoadedModel>(&self) -> Option<&M> {
+        (self as &dyn Any).downcast_ref()
+    }
 }
 
 impl Decoder {

@@ -232,7 +232,7 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
         None => (None, None),
     };
     // The CPU's own profile and roofline: the shared decoder on the CPU.
-    let on_cpu = e.model.as_any().downcast_ref::<cpu_executor::CpuDecoder>().map(|c| &c.0);
+    let on_cpu = e.model.downcast_ref::<cpu_executor::CpuDecoder>().map(|c| &c.0);
     let (cpu_prompt_profile, cpu_decode_profile) = match on_cpu {
         Some(m) if a.profile => {
             let (p, d) = cpu_profile(m, e, &prompt, a.tg)?;

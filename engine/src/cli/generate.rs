@@ -190,7 +190,7 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
     }
     let head = Mtp::open(m, path)?;
     #[cfg(feature = "gpu")]
-    if let Some(g) = e.model.as_any().downcast_ref::<gpu_executor::qwen4exp::GpuQwen4Exp>() {
+    if let Some(g) = e.model.downcast_ref::<gpu_executor::qwen4exp::GpuQwen4Exp>() {
         use gpu_executor::qwen4exp::{GpuMtp, GpuMtpHead};
         let head = GpuMtp::new(g, head)?;
         let d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, sc.min_p);
