@@ -11,7 +11,7 @@ fn root() -> &'static Path {
 
 /// Files tracked by git (the repository as a clone sees it); without git, every file outside
 /// `target*` and `.git`.
-fn repo_files() -> Vec<PathBuf> {
+pub(crate) fn repo_files() -> Vec<PathBuf> {
     if let Ok(out) = Command::new("git").args(["ls-files", "-z"]).current_dir(root()).output()
         && out.status.success()
     {
