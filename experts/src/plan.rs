@@ -185,7 +185,7 @@ pub fn project(
     // A half-full cache on average, and the recurrent states.
     let kv_read = (m.kv_bytes_per_pos * ctx as u64 / 2 + m.state_bytes_per_token) as f64;
     // Misses: share `pcie_frac` read by the card in place from RAM over the link (decode
-    // windows through the handoff, gpu/expert_pcie.rs: no copy, the link is the bound), the rest
+    // windows through the handoff, gpu-executor/src/experts/pcie.rs: no copy, the link is the bound), the rest
     // on the CPU pool.
     let missed = (1.0 - hit_rate) * per_layer_experts;
     let streamed = mc.pcie_frac.clamp(0.0, 1.0) * missed;

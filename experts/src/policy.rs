@@ -171,7 +171,7 @@ fn adapt(lc: &mut LayerCache, n_expert: usize, slots: usize, max_swaps: usize, r
     swaps.len() as u64
 }
 
-/// The adaptive rule for one layer (the simulator's and the live cache's, gpu/expert_cache.rs):
+/// The adaptive rule for one layer (the simulator's and the live cache's, gpu-executor/src/experts/cache.rs):
 /// up to `max_swaps` of the most-routed experts not `resident` (decayed `score` above 0, ties to
 /// the lower id), each into one of `free_slots` (`None`) or else in place of the weakest resident
 /// (`Some(victim)`, ties to the lower id) when routed at least `ratio` times as often.

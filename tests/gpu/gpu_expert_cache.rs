@@ -1,4 +1,4 @@
-//! The GPU expert cache (`--expert-cache N`, gpu/expert_cache.rs) on the software device, on
+//! The GPU expert cache (`--expert-cache N`, gpu-executor/src/experts/cache.rs) on the software device, on
 //! the synthetic MoE model llama.cpp's references were recorded on (tiny-qwen3moe: 2 layers, 8
 //! experts, top 2): with 0 slots (every expert on the CPU), 3 slots (admitted on first use, the
 //! rest on the CPU) and every expert resident, the ordered-numerics mode gives logits bit for bit
@@ -436,7 +436,7 @@ test_device!(
 
 test_device!(
     /// The fast mode with `--pcie-frac`: decode windows go through the handoff, whose host thread
-    /// gives that share of the misses back for the device to read from RAM (gpu/expert_pcie.rs);
+    /// gives that share of the misses back for the device to read from RAM (gpu-executor/src/experts/pcie.rs);
     /// the prompt streams its misses through the staging slot. Greedy tokens equal the CPU
     /// backend's, static and adaptive.
     model fn expert_cache_pcie_frac_fast_mode_greedy_equals_the_cpu(device) {

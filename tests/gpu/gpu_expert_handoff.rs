@@ -1,4 +1,4 @@
-//! The expert cache's per-layer handoff (gpu/expert_handoff.rs, issue 12 item 4) on the
+//! The expert cache's per-layer handoff (gpu-executor/src/experts/handoff.rs, issue 12 item 4) on the
 //! synthetic MoE model (tiny-qwen3moe q8_0: 2 layers, 8 experts, top 2), fast mode: decode
 //! windows with a partial cache run as captured graphs — the device maps the router's choice
 //! through its slot table, computes the hits from their slots and takes the misses' rows from a

@@ -221,7 +221,7 @@ fn q8_cache(device: &strata::gpu::test_device::TestDevice, graphs: bool) -> GpuQ
 }
 
 test_device!(
-    /// The expert handoff (gpu/expert_handoff.rs) on Flash-Next: decode steps replayed as graphs
+    /// The expert handoff (gpu-executor/src/experts/handoff.rs) on Flash-Next: decode steps replayed as graphs
     /// give the same bits as eager launches, with experts swapped every token, and stay within
     /// HANDOFF_TOL of the all-resident device run.
     model fn qwen4exp_handoff_graph_replay_equals_eager_launches(device) {
@@ -280,7 +280,7 @@ test_device!(
 
 test_device!(
     /// `--pcie-frac` on Flash-Next. Q8_0 decode goes through the handoff: the host gives that
-    /// share of the misses back and the device reads them from RAM (gpu/expert_pcie.rs) with the
+    /// share of the misses back and the device reads them from RAM (gpu-executor/src/experts/pcie.rs) with the
     /// kernels it runs its slots with. Graph replay equals eager launches bit for bit, and the
     /// logits stay within HANDOFF_TOL of the all-resident run; at 1 the CPU computes nothing.
     /// The f32 model (no device dispatch, host path) stages its share in the staging slot, and

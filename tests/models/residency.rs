@@ -177,7 +177,7 @@ fn dense_weights_that_do_not_fit_stay_mapped_and_large_ones_are_copied_in_pieces
 #[test]
 fn a_qwen4exp_layers_experts_stay_one_range_in_ram_and_mapped() {
     // `--pcie-frac` lets the device read a layer's experts in place as one stack
-    // (gpu/expert_pcie.rs): the copy in RAM keeps each tensor's experts back to back.
+    // (gpu-executor/src/experts/pcie.rs): the copy in RAM keeps each tensor's experts back to back.
     let g = gguf::GgufFile::open(&reference(FLASH)).unwrap();
     for mmap_experts in [false, true] {
         let e = load(FLASH, mmap_experts);

@@ -8,7 +8,7 @@
 //! side computed an expert: bit-identical to the all-resident run in the ordered-numerics mode).
 //!
 //! Two paths use it. Decode and verification windows (up to `MAX_COLS` tokens, fast mode) run
-//! the **handoff** (`gpu/expert_handoff.rs`): the device maps the router's choice through its
+//! the **handoff** (`gpu-executor/src/experts/handoff.rs`): the device maps the router's choice through its
 //! copy of the slot table, computes the hits by device dispatch and hands the misses to a host
 //! thread through mapped memory, inside the captured graph. Longer prompt chunks and the
 //! ordered-numerics mode read the choice back per layer (`gpu/moe.rs`, host readback).
