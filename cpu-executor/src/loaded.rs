@@ -4,7 +4,7 @@ use std::any::Any;
 
 use model::error::{EngineError, Result};
 use model::loaded::{Description, HostWeights, LoadedModel, Numerics, Session as SessionTrait, SessionConfig};
-use model::loaded::{HostModel, downcast_session};
+use model::loaded::{HostModel, checkpoint_position, downcast_session};
 use model::qwen4exp::{self as q4, Qwen4Exp};
 use model::{Decoder, Logits, Mat};
 
@@ -98,11 +98,6 @@ impl LoadedModel for CpuDecoder {
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
         self.0.host_matrices(which)
     }
-}
-
-/// The position a KV-only checkpoint (`LoadedModel::checkpoint`'s default) holds.
-pub fn checkpoint_position(cp: Box<dyn Any>) -> Result<usize> {
-    cp.downcast::<usize>().map(|p| *p).map_err(|_| EngineError::SessionMismatch)
 }
 
 impl LoadedModel for CpuQwen4Exp {

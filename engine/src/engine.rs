@@ -91,10 +91,7 @@ impl Engine {
             release_free_heap();
         }
         let host = read_description(gguf, path, &opts)?;
-        let n_ctx_train = match host.description() {
-            Description::Decoder(m) => m.hp.n_ctx_train,
-            Description::Qwen4Exp(m) => m.hp.n_ctx_train,
-        };
+        let n_ctx_train = host.description().n_ctx_train();
         let placement = gpu_executor::Placement {
             path,
             device: opts.device,
@@ -235,8 +232,7 @@ impl Engine {
         for (i, piece) in tokens.chunks(chunk).enumerate() {
             let pos = s.n_past();
             s.set_trace(Some(Vec::new()));
-            let piece_want = if want == Logits::All { Logits::All } else { Logits::Last };
-            let r = self.model.eval(s, piece, piece_want, &mut piece_out);
+            let r = self.model.eval(s, piece, want, &mut piece_out);
             let trace = s.set_trace(None).unwrap_or_default();
             r?;
             if let Some((layer, row, count, of)) = first_non_finite_layer(&trace, piece.len()) {

@@ -3,17 +3,13 @@
 use std::any::Any;
 
 use model::error::{EngineError, Result};
-use model::loaded::{Description, HostWeights, LoadedModel, Session, SessionConfig, downcast_session};
+use model::loaded::{
+    Description, HostWeights, LoadedModel, Session, SessionConfig, checkpoint_position, downcast_session,
+};
 use model::{Logits, Mat};
 
 use crate::model::{GpuModel, GpuSession};
 use crate::qwen4exp::{GpuCheckpoint, GpuQwen4Exp, GpuQwen4ExpSession};
-
-/// `hip (gfx1100, Radeon RX 7900 XTX)` / `emu (...)`, for messages.
-fn backend_of(api: &dyn crate::device::GpuApi) -> String {
-    let i = api.info();
-    format!("{:?} ({}, {})", i.backend, i.name, i.arch).to_lowercase()
-}
 
 impl Session for GpuSession {
     fn n_past(&self) -> usize {
@@ -55,11 +51,10 @@ impl LoadedModel for GpuModel {
         Description::Decoder(&self.model)
     }
     fn backend(&self) -> String {
-        backend_of(&**self.api())
+        self.res.backend()
     }
-    /// The software device's memory is the host's.
     fn kv_in_host_memory(&self) -> bool {
-        self.api().info().backend == crate::Device::Emu
+        self.res.memory_is_the_hosts()
     }
 
     /// The numerics mode is the model's, fixed at load (`GpuOptions::ordered`).
@@ -73,22 +68,19 @@ impl LoadedModel for GpuModel {
 
     fn rollback(&self, s: &mut dyn Session, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize> {
         let s = downcast_session::<GpuSession>(s)?;
-        s.n_past = cpu_executor::loaded::checkpoint_position(cp)? + keep.len();
+        s.n_past = checkpoint_position(cp)? + keep.len();
         Ok(0)
     }
 
     fn expert_cache_stats(&self) -> Option<experts::counters::CacheStats> {
-        GpuModel::expert_cache_stats(self)
+        self.res.expert_cache_stats()
     }
     fn save_expert_profile(&self, path: &std::path::Path) -> Result<bool> {
-        if GpuModel::expert_cache_stats(self).is_none() {
-            return Ok(false);
-        }
-        GpuModel::save_expert_profile(self, path).map(|()| true)
+        self.res.save_expert_profile_if_cached(path)
     }
     /// The host copies an expert cache's misses read (the weights themselves are in VRAM).
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
-        if which == HostWeights::Experts && GpuModel::expert_cache_stats(self).is_some() {
+        if which == HostWeights::Experts && self.res.expert_cache.is_some() {
             self.model.host_matrices(which)
         } else {
             Vec::new()
@@ -106,10 +98,10 @@ impl LoadedModel for GpuQwen4Exp {
         Description::Qwen4Exp(&self.m)
     }
     fn backend(&self) -> String {
-        backend_of(&**self.api())
+        self.res.backend()
     }
     fn kv_in_host_memory(&self) -> bool {
-        self.api().info().backend == crate::Device::Emu
+        self.res.memory_is_the_hosts()
     }
 
     fn new_session(&self, cfg: &SessionConfig) -> Result<Box<dyn Session>> {
@@ -145,16 +137,13 @@ impl LoadedModel for GpuQwen4Exp {
     }
 
     fn expert_cache_stats(&self) -> Option<experts::counters::CacheStats> {
-        GpuQwen4Exp::expert_cache_stats(self)
+        self.res.expert_cache_stats()
     }
     fn save_expert_profile(&self, path: &std::path::Path) -> Result<bool> {
-        if GpuQwen4Exp::expert_cache_stats(self).is_none() {
-            return Ok(false);
-        }
-        GpuQwen4Exp::save_expert_profile(self, path).map(|()| true)
+        self.res.save_expert_profile_if_cached(path)
     }
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
-        if which == HostWeights::Experts && GpuQwen4Exp::expert_cache_stats(self).is_some() {
+        if which == HostWeights::Experts && self.res.expert_cache.is_some() {
             self.m.host_matrices(which)
         } else {
             Vec::new()

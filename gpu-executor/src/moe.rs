@@ -399,18 +399,23 @@ impl GpuModel {
         slot: usize,
         dev: [&DevMat; 3],
     ) -> std::result::Result<(), GpuError> {
-        let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else {
-            return Err(GpuError::Launch {
-                kernel: "moe".into(),
-                what: format!("layer {layer} has no routed experts"),
-            });
-        };
-        for (w, d) in [gate, up, down].into_iter().zip(dev) {
-            let all = w.data();
-            let per = all.len() / w.n_mat;
-            self.res.ops.api().memcpy_htod(d.expert(slot), &all[e * per..(e + 1) * per])?;
+        let host = self.host_expert(layer, e).ok_or_else(|| GpuError::Launch {
+            kernel: "moe".into(),
+            what: format!("layer {layer} has no routed experts"),
+        })?;
+        for (bytes, d) in host.into_iter().zip(dev) {
+            self.res.ops.api().memcpy_htod(d.expert(slot), bytes)?;
         }
         Ok(())
+    }
+
+    /// Expert `e` of `layer`'s gate, up and down bytes as stored (None: a dense layer).
+    fn host_expert(&self, layer: usize, e: usize) -> Option<[&[u8]; 3]> {
+        let Ffn::Moe { gate, up, down, .. } = &self.model.w.layers[layer].ffn.ffn else { return None };
+        Some([gate, up, down].map(|w| {
+            let per = w.data().len() / w.n_mat;
+            &w.data()[e * per..(e + 1) * per]
+        }))
     }
 
     /// Expert `e` of `layer` on the CPU for the rows `xs` (normed inputs): `down(silu(gate x) ⊙
@@ -548,17 +553,11 @@ impl ExpertStacks for GpuModel {
         expert: usize,
         slot: usize,
     ) -> model::error::Result<Vec<(DevicePtr, Cow<'_, [u8]>)>> {
-        let (Ffn::Moe { gate: hg, up: hu, down: hd, .. }, Ffn::Moe { gate, up, down, .. }) =
-            (&self.model.w.layers[layer].ffn.ffn, &self.w.layers[layer].ffn.ffn)
+        let (Some(host), Ffn::Moe { gate, up, down, .. }) =
+            (self.host_expert(layer, expert), &self.w.layers[layer].ffn.ffn)
         else {
             return Ok(Vec::new());
         };
-        Ok([(hg, gate), (hu, up), (hd, down)]
-            .into_iter()
-            .map(|(h, d)| {
-                let per = h.data().len() / h.n_mat;
-                (d.expert(slot), Cow::Borrowed(&h.data()[expert * per..(expert + 1) * per]))
-            })
-            .collect())
+        Ok(host.into_iter().zip([gate, up, down]).map(|(h, d)| (d.expert(slot), Cow::Borrowed(h))).collect())
     }
 }

@@ -108,6 +108,27 @@ impl Resident {
         Some(self.handoff.as_ref().map_or(stats, |h| h.add_stats(stats)))
     }
 
+    /// Which backend runs the model, for messages: `hip (Radeon RX 7900 XTX, gfx1100)`, `emu (...)`.
+    pub fn backend(&self) -> String {
+        let i = self.api().info();
+        format!("{:?} ({}, {})", i.backend, i.name, i.arch).to_lowercase()
+    }
+
+    /// Whether the device's memory is the host's (the software device), so a session's KV cache
+    /// counts against the host's memory.
+    pub fn memory_is_the_hosts(&self) -> bool {
+        self.api().info().backend == crate::Device::Emu
+    }
+
+    /// [`Resident::save_expert_profile`] for the loaded-model interface: Ok(false) without an
+    /// expert cache.
+    pub fn save_expert_profile_if_cached(&self, path: &std::path::Path) -> Result<bool> {
+        if self.expert_cache.is_none() {
+            return Ok(false);
+        }
+        self.save_expert_profile(path).map(|()| true)
+    }
+
     /// Writes this run's routing counts as an STRP profile (`--expert-profile-save`).
     pub fn save_expert_profile(&self, path: &std::path::Path) -> Result<()> {
         match &self.expert_cache {

@@ -78,7 +78,7 @@ pub fn device_profile(
 ) -> Result<Option<(Vec<GpuPart>, Vec<GpuPart>)>, EngineError> {
     use gpu_executor::model::{GpuSession, Profile};
     use gpu_executor::qwen4exp::GpuQwen4ExpSession;
-    use model::Logits;
+    use model::{Logits, argmax};
     /// The session's device counters: `Some` starts them, `None` takes them.
     fn profile(s: &mut dyn model::loaded::Session, p: Option<Profile>) -> Option<Profile> {
         if let Some(s) = s.downcast_mut::<GpuSession>() {
@@ -86,7 +86,6 @@ pub fn device_profile(
         }
         s.downcast_mut::<GpuQwen4ExpSession>().and_then(|s| std::mem::replace(&mut s.profile, p))
     }
-    let argmax = |l: &[f32]| l.iter().enumerate().fold(0, |b, (i, x)| if *x > l[b] { i } else { b }) as u32;
     let head = &prompt[..prompt.len().min(8)];
     let mut logits = Vec::new();
     let mut sess = model.new_session(cfg)?;

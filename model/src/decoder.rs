@@ -27,6 +27,18 @@ pub enum Logits {
     All,
 }
 
+/// The greedy token of one row of logits: the lowest id on ties (the rule used everywhere in
+/// Strata).
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
 /// The activation buffers a forward chunk names; each backend maps them to its own scratch
 /// (rows of the chunk's tokens).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

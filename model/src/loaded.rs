@@ -140,28 +140,44 @@ pub trait LoadedModel: Any + Send + Sync {
     fn host_matrices(&mut self, which: HostWeights) -> Vec<&mut Mat>;
 
     fn n_vocab(&self) -> usize {
-        match self.description() {
+        self.description().n_vocab()
+    }
+    /// The GGUF the model was loaded from (first shard).
+    fn gguf(&self) -> &GgufFile {
+        self.description().gguf()
+    }
+    fn n_ctx_train(&self) -> usize {
+        self.description().n_ctx_train()
+    }
+    fn kv_bytes_per_position(&self, kv: KvType) -> Option<u64> {
+        self.description().kv_bytes_per_position(kv)
+    }
+}
+
+impl<'a> Description<'a> {
+    pub fn n_vocab(self) -> usize {
+        match self {
             Description::Decoder(m) => m.n_vocab,
             Description::Qwen4Exp(m) => m.n_vocab(),
         }
     }
-    /// The GGUF the model was loaded from (first shard).
-    fn gguf(&self) -> &GgufFile {
-        match self.description() {
+    /// The GGUF the model was read from (first shard).
+    pub fn gguf(self) -> &'a GgufFile {
+        match self {
             Description::Decoder(m) => &m.gguf,
             Description::Qwen4Exp(m) => &m.file,
         }
     }
     /// Training context length (0 if the file does not say).
-    fn n_ctx_train(&self) -> usize {
-        match self.description() {
+    pub fn n_ctx_train(self) -> usize {
+        match self {
             Description::Decoder(m) => m.hp.n_ctx_train,
             Description::Qwen4Exp(m) => m.hp.n_ctx_train,
         }
     }
     /// KV bytes one position takes (None on overflow).
-    fn kv_bytes_per_position(&self, kv: KvType) -> Option<u64> {
-        match self.description() {
+    pub fn kv_bytes_per_position(self, kv: KvType) -> Option<u64> {
+        match self {
             Description::Decoder(m) => m.kv_bytes_per_position(kv),
             Description::Qwen4Exp(m) => m.kv_bytes_per_position(kv),
         }
@@ -175,14 +191,11 @@ impl HostModel {
             HostModel::Qwen4Exp(m) => Description::Qwen4Exp(m),
         }
     }
+}
 
-    /// The host matrices of `which` kind.
-    pub fn matrices(&mut self, which: HostWeights) -> Vec<&mut Mat> {
-        match self {
-            HostModel::Decoder(m) => m.host_matrices(which),
-            HostModel::Qwen4Exp(m) => m.host_matrices(which),
-        }
-    }
+/// The position a KV-only checkpoint ([`LoadedModel::checkpoint`]'s default) holds.
+pub fn checkpoint_position(cp: Box<dyn Any>) -> Result<usize> {
+    cp.downcast::<usize>().map(|p| *p).map_err(|_| crate::error::EngineError::SessionMismatch)
 }
 
 /// The session type a backend's model expects, or [`crate::error::EngineError::SessionMismatch`].

@@ -11,7 +11,7 @@ use clap::Args;
 
 use crate::engine::Engine;
 use cpu_executor::prelude::*;
-use model::Logits;
+use model::{Logits, argmax};
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -347,16 +347,6 @@ fn parts(p: &model::op_profile::OpProfile, tokens: usize) -> Vec<CpuPart> {
     let between = per(p.unaccounted());
     v.push(CpuPart { op: "(between ops)".into(), calls_per_token: 0.0, ms_per_token: between, share: between / total });
     v
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = (0usize, f32::NEG_INFINITY);
-    for (i, &v) in x.iter().enumerate() {
-        if v > best.1 {
-            best = (i, v);
-        }
-    }
-    best.0 as u32
 }
 
 pub fn run(e: &Engine, a: &BenchArgs) -> Result<()> {

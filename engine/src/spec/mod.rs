@@ -133,15 +133,7 @@ impl SpecStats {
 }
 
 /// Lowest id on ties (the greedy rule used everywhere in Strata).
-pub fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in row.iter().enumerate() {
-        if x > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+pub use model::argmax;
 
 /// Greedy generation of `n_gen` tokens after `prompt` with speculation. Output and final
 /// state equal plain greedy decoding (prompt in one call, then one token per call): `st` has
