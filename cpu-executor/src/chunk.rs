@@ -240,7 +240,7 @@ impl DecoderOps for CpuChunk<'_> {
         let (d, n, m, p) = (self.m.hp.n_embd, self.n(), self.m, self.kernels());
         let mut moe = take(&mut self.s.moe);
         self.with_src(src, |c, x| {
-            super::moe::moe_ffn(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, p)
+            super::moe::decoder_moe(layer, m, spec, w, &x[..n * d], n, &mut c.s.o[..n * d], &mut moe, p)
         });
         self.s.moe = moe;
         Ok(())

@@ -37,7 +37,13 @@ pub struct AttnSpec {
     pub rope_scale: f32,
 }
 
-/// Mixture-of-experts FFN shape.
+/// Mixture-of-experts FFN shape, for every architecture with routed experts:
+///
+/// ```text
+/// p = softmax(W_router x);  S = top-k experts by p (ties: the lower id);  w_e = p_e, or
+/// p_e / max(Σ_S p, 6.1e-5) with norm_weights
+/// y = Σ_{e∈S} w_e · down_e(silu(gate_e x) ⊙ up_e x)  [+ σ(w_sh·x) · down_sh(silu(gate_sh x) ⊙ up_sh x)]
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeSpec {
     pub n_expert: usize,
@@ -45,7 +51,21 @@ pub struct MoeSpec {
     pub n_ff_exp: usize,
     /// Renormalise the selected experts' softmax weights to sum to 1.
     pub norm_weights: bool,
+    /// An expert every token runs besides its routed ones (qwen4exp), added scaled by its
+    /// sigmoid gate `σ(w_sh·x)`.
+    pub shared_expert: Option<SharedExpertSpec>,
 }
+
+/// The always-on shared expert of an MoE FFN: a SwiGLU of width `n_ff` whose output is scaled
+/// by `σ(ffn_gate_inp_shexp · x)` (the only shared-expert gate GGUF architectures use).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedExpertSpec {
+    pub n_ff: usize,
+}
+
+/// ggml clamps the renormalisation denominator of [`MoeSpec::norm_weights`] to the smallest
+/// normal f16.
+pub const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct HParams {

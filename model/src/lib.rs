@@ -40,7 +40,7 @@ use quant::GgmlType;
 use crate::error::{EngineError, Result};
 pub use arch::Arch;
 pub use decoder::{AttnWeights, DecoderWeights, Ffn, FfnWeights, LayerWeights, Logits, argmax};
-pub use hparams::{Act, AttnSpec, HParams, LayerKind, MoeSpec, RopeKind};
+pub use hparams::{Act, AttnSpec, HParams, LayerKind, MIN_WEIGHT_SUM, MoeSpec, RopeKind, SharedExpertSpec};
 pub use kv_type::{KvRows, KvType, quantize_row_i8};
 pub use mat::{Mat, MatError};
 

@@ -19,6 +19,7 @@ pub fn hparams(k: &Keys) -> Result<HParams> {
     }
     // Without the key llama.cpp falls back to feed_forward_length.
     let n_ff_exp = k.u32_or("expert_feed_forward_length", hp.n_ff)?;
-    hp.moe = Some(MoeSpec { n_expert, n_expert_used, n_ff_exp, norm_weights: k.bool_or("expert_weights_norm", true) });
+    let norm_weights = k.bool_or("expert_weights_norm", true);
+    hp.moe = Some(MoeSpec { n_expert, n_expert_used, n_ff_exp, norm_weights, shared_expert: None });
     Ok(hp)
 }

@@ -468,7 +468,7 @@ test_device!(
         use strata::model::qwen4exp::moe::{Moe, SwiGlu};
         let name = device_name(ops);
         let unused = || Mat::from_f32(1, 1, &[0.0]).unwrap();
-        let moe = Moe { n_used: 10, router: unused(), experts: Vec::new(), shared_gate: unused(), shared: SwiGlu { gate: unused(), up: unused(), down: unused() } };
+        let moe = Moe { spec: strata::model::qwen4exp::moe::spec(512, 10, 1, 1), router: unused(), experts: Vec::new(), shared_gate: unused(), shared: SwiGlu { gate: unused(), up: unused(), down: unused() } };
         let (ne, nt) = (512usize, 4usize);
         let mut rng = SplitMix64::new(15);
         let mut logits = rng.symmetric_vec(nt * ne, 6.0);

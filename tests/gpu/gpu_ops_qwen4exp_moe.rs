@@ -29,7 +29,7 @@ fn swiglu(rng: &mut SplitMix64, e: usize, ff: usize) -> SwiGlu {
 /// A layer of `ne` experts top-`k` over width `e`, expert FFN width `ff`.
 fn layer(rng: &mut SplitMix64, e: usize, ff: usize, ne: usize, k: usize) -> Moe {
     Moe {
-        n_used: k,
+        spec: strata::model::qwen4exp::moe::spec(ne, k, ff, ff),
         router: mat(rng, ne, e, 1.0),
         experts: (0..ne).map(|_| swiglu(rng, e, ff)).collect(),
         shared_gate: mat(rng, 1, e, 1.0),
@@ -47,7 +47,7 @@ fn on_device(
     n: usize,
     num: Numerics,
 ) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
-    let (e, ne, k) = (moe.router.cols, moe.router.rows, moe.n_used);
+    let (e, ne, k) = (moe.router.cols, moe.router.rows, moe.spec.n_expert_used);
     let mut logits = vec![0f32; n * ne];
     num.matmul(&moe.router, x, n, &mut logits);
     let lb = upf(ops, &logits);

@@ -6,16 +6,15 @@
 mod gdn;
 mod gr;
 pub mod linear;
-mod moe;
 mod mtp;
 pub mod ops;
 mod ple;
 mod qsa;
 
+pub use crate::moe::{MoeCpu, SwiGluCpu};
 pub use gdn::GdnCpu;
 pub use gr::HyperConnCpu;
 pub use linear::{MatCpu, Numerics, NumericsCpu};
-pub use moe::{MoeCpu, SwiGluCpu};
 pub use mtp::MtpCpu;
 pub use ple::{PleBlock, PleCpu, team_for_each};
 pub use qsa::{QsaCpu, QsaProjections, heap_select};

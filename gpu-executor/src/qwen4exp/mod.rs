@@ -655,9 +655,17 @@ fn handoff_for(
     } else {
         None
     };
-    ExpertHandoff::new(api, m.layers.len(), (0..m.layers.len()).collect(), n_expert, l.moe.n_used, m.hp.n_embd, pcie)
-        .map(Some)
-        .map_err(gpu_err("qwen4exp expert handoff buffers"))
+    ExpertHandoff::new(
+        api,
+        m.layers.len(),
+        (0..m.layers.len()).collect(),
+        n_expert,
+        l.moe.spec.n_expert_used,
+        m.hp.n_embd,
+        pcie,
+    )
+    .map(Some)
+    .map_err(gpu_err("qwen4exp expert handoff buffers"))
 }
 
 /// The attention kernel keeps a token's scores in LDS: a dense layer attends to every cell, an

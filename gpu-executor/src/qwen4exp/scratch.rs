@@ -153,7 +153,7 @@ impl Scratch {
                 _ => {}
             }
             ne = ne.max(moe.experts.len());
-            k = k.max(moe.n_used);
+            k = k.max(moe.spec.n_expert_used);
             ff = ff.max(moe.experts.iter().map(|x| x.gate.rows).max().unwrap_or(1));
             ffs = ffs.max(moe.shared.gate.rows);
         }

@@ -346,16 +346,20 @@ fn expert_stacks(up: &mut Uploader, m: &Moe, il: usize) -> Result<DevFfn> {
 
 fn moe(up: &mut Uploader, m: &Moe, il: usize, cache_slots: Option<usize>) -> Result<DevMoe> {
     let ne = m.experts.len();
-    if ne == 0 || ne > abi::MOE_MAX_EXPERTS as usize || m.n_used == 0 || m.n_used > (abi::MOE_MAX_K as usize).min(ne) {
+    if ne == 0
+        || ne > abi::MOE_MAX_EXPERTS as usize
+        || m.spec.n_expert_used == 0
+        || m.spec.n_expert_used > (abi::MOE_MAX_K as usize).min(ne)
+    {
         return Err(unsupported(format!(
             "blk.{il}.ffn_gate_inp: {ne} experts top-{} (the router kernel takes up to {} experts, top-{})",
-            m.n_used,
+            m.spec.n_expert_used,
             abi::MOE_MAX_EXPERTS,
             abi::MOE_MAX_K
         )));
     }
     Ok(DevMoe {
-        n_used: m.n_used,
+        n_used: m.spec.n_expert_used,
         router: mat(up, &m.router, &format!("blk.{il}.ffn_gate_inp"))?,
         experts: experts(up, m, il, cache_slots)?,
         shared_gate: mat(up, &m.shared_gate, &format!("blk.{il}.ffn_gate_inp_shexp"))?,

@@ -324,7 +324,7 @@ pub(super) fn moe(l: &Loader, hp: &HParams, il: usize) -> Result<Moe, EngineErro
     let downs = l.stack(&p("ffn_down_exps.weight"), ff, e, ne)?;
     let experts = gates.into_iter().zip(ups).zip(downs).map(|((gate, up), down)| SwiGlu { gate, up, down }).collect();
     Ok(Moe {
-        n_used: hp.n_expert_used,
+        spec: super::moe::spec(ne, hp.n_expert_used, ff, ffs),
         router: l.mat(&p("ffn_gate_inp.weight"), e, ne)?,
         experts,
         shared_gate: l.row(&p("ffn_gate_inp_shexp.weight"), e)?,

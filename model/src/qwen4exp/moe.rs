@@ -1,13 +1,9 @@
-//! Mixture-of-experts FFN with a sigmoid-gated shared expert.
-//!
-//! ```text
-//! p = softmax(W_router x);  S = top-k experts by p;  w_e = p_e / max(Σ_S p, 6.1e-5)
-//! y = Σ_{e∈S} w_e · Wd_e(silu(Wg_e x) ⊙ Wu_e x) + σ(w_sh·x) · Wd_sh(silu(Wg_sh x) ⊙ Wu_sh x)
-//! ```
-//! No expert weight scale is applied (llama.cpp does not read `expert_weights_scale` for this
-//! architecture). Ties in p keep the lower expert id.
+//! qwen4exp's MoE FFN weights: the shared [`MoeSpec`] with renormalised weights and a
+//! sigmoid-gated shared expert. Its routed experts are one matrix each (the expert tiers copy
+//! and compute them one by one). No expert weight scale is applied (llama.cpp does not read
+//! `expert_weights_scale` for this architecture).
 
-use crate::Mat;
+use crate::{Mat, MoeSpec, SharedExpertSpec};
 
 /// One SwiGLU FFN (an expert or the shared expert).
 #[derive(Debug)]
@@ -23,7 +19,8 @@ pub struct SwiGlu {
 /// Weights of one MoE FFN.
 #[derive(Debug)]
 pub struct Moe {
-    pub n_used: usize,
+    /// The shape: `norm_weights` set, `shared_expert` present.
+    pub spec: MoeSpec,
     /// `[n_expert][E]`.
     pub router: Mat,
     pub experts: Vec<SwiGlu>,
@@ -32,5 +29,16 @@ pub struct Moe {
     pub shared: SwiGlu,
 }
 
-/// ggml clamps the renormalisation denominator to the smallest normal f16.
-pub const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+pub use crate::MIN_WEIGHT_SUM;
+
+/// qwen4exp's MoE shape: `n_used` of `n_expert` experts `n_ff` wide with renormalised weights,
+/// and a shared expert `n_ff_shared` wide.
+pub fn spec(n_expert: usize, n_used: usize, n_ff: usize, n_ff_shared: usize) -> MoeSpec {
+    MoeSpec {
+        n_expert,
+        n_expert_used: n_used,
+        n_ff_exp: n_ff,
+        norm_weights: true,
+        shared_expert: Some(SharedExpertSpec { n_ff: n_ff_shared }),
+    }
+}

@@ -28,7 +28,8 @@ fn moe_matches_f64_reference() {
     let (g, gv) = rand_mat(&mut rng, ffs, e);
     let (u, uv) = rand_mat(&mut rng, ffs, e);
     let (d, dv) = rand_mat(&mut rng, e, ffs);
-    let moe = Moe { n_used: nu, router, experts, shared_gate: sg, shared: SwiGlu { gate: g, up: u, down: d } };
+    let spec = strata::model::qwen4exp::moe::spec(ne, nu, ff, ffs);
+    let moe = Moe { spec, router, experts, shared_gate: sg, shared: SwiGlu { gate: g, up: u, down: d } };
     let x = rng.symmetric_vec(n * e, 1.5);
     let mut y = vec![0f32; n * e];
     moe.forward(&x, n, &mut y);
