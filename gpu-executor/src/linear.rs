@@ -232,6 +232,7 @@ impl Linear<'_> {
 
 /// The buffers of a routed-expert run by device dispatch ([`Linear::experts_by_dispatch`]), each
 /// indexed by slot (`token·k + rank`) from the window's first token.
+#[derive(Clone, Copy)]
 pub(super) struct DispatchBuffers {
     /// The chosen expert of each slot (its index in the stacks; `abi::MOE_SLOT_MISS` skips the
     /// slot: its output row is left as it is).

@@ -7,7 +7,7 @@
 use super::weights::{DevFfn, DevHc, DevLayer, DevMixer, DevMtp};
 use super::{GpuQwen4Exp, GpuQwen4ExpSession, LayerState, WINDOW};
 use crate::device::{DevicePtr, GpuError};
-use crate::experts::cache::{ExpertCache, Placement};
+use crate::experts::cache::ExpertCache;
 use crate::linear::{DispatchBuffers, Linear};
 use crate::ops::{GdnBuffers, GluAct, PleBuffers, QsaBuffers, RowType};
 use crate::upload::{DevMat, MatKind, Tmp, f32_bytes};

@@ -4,6 +4,7 @@
 //! or from the ids read back (host dispatch: cache slots, the staging ring, the CPU pool), the
 //! combine in rank order and the sigmoid-gated shared expert.
 use super::*;
+use crate::moe::{Chosen, HandoffBuffers, Runs, distinct, experts_by_handoff, place_chosen, read_choice};
 
 impl GpuQwen4ExpChunk<'_> {
     /// A MoE layer: the router and shared expert's products, the routed experts by device
@@ -22,7 +23,7 @@ impl GpuQwen4ExpChunk<'_> {
         if self.moe_on_device(m) {
             let map = self.experts_on_device(m, x_quantized)?;
             return self.moe_tail(layer, map, |this| {
-                Ok(if this.s.profile.is_some() { this.distinct_experts(k)?.len() * ffn(&m.experts.stack) } else { 0 })
+                Ok(if this.s.profile.is_some() { this.distinct_experts(k, ne)? * ffn(&m.experts.stack) } else { 0 })
             });
         }
         if let (Some(h), Some(cache), true) = (&g.res.handoff, self.cache(), !self.prompt && g.by_handoff(self.s)) {
@@ -31,75 +32,43 @@ impl GpuQwen4ExpChunk<'_> {
             if !x_quantized {
                 lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
             }
-            let miss_base = WINDOW * k;
-            h.publish(&g.res.ops, &g.res.stream, layer, n, sc.rids, sc.x, sc.rslots, sc.hmap, miss_base)
-                .map_err(dev("expert handoff"))?;
-            if cache.slots() > 0 {
-                let f = &m.experts.stack;
-                let b = DispatchBuffers {
-                    ids: sc.rslots,
-                    xq: sc.xq,
-                    act: sc.da,
-                    act_q: sc.daq,
-                    gate: sc.dg,
-                    up: sc.du,
-                    y: sc.ys,
-                };
-                lin.experts_by_dispatch([&f.gate, &f.up, &f.down], m.experts.n, k, n, &b)
-                    .map_err(dev("routed experts (cache slots)"))?;
-            }
-            let host_rows = sc.ys + (miss_base * e * 4) as u64;
-            h.receive(&**g.api(), &g.res.stream, n, host_rows).map_err(dev("expert handoff"))?;
-            if let Some(([pg, pu, pd], ids)) = h.pcie_layer(layer) {
-                // The misses the host gave back: read from RAM, their rows where the host's would be.
-                let b =
-                    DispatchBuffers { ids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: host_rows };
-                lin.experts_by_dispatch([pg, pu, pd], ne, k, n, &b).map_err(dev("routed experts (read from RAM)"))?;
-            }
+            let b = HandoffBuffers {
+                ids: sc.rids,
+                x: sc.x,
+                slots: sc.rslots,
+                map: sc.hmap,
+                miss_base: WINDOW * k,
+                dispatch: self.dispatch_buffers(sc.rids),
+            };
+            let f = &m.experts.stack;
+            experts_by_handoff(&lin, h, cache, layer, n, [k, ne, e], [&f.gate, &f.up, &f.down], &b)
+                .map_err(dev("routed experts (expert handoff)"))?;
             return self.moe_tail(layer, sc.hmap, |_| Ok(0));
         }
         // The routed experts' products, launched from the ids read back (host dispatch).
         let api = g.api();
-        api.stream_synchronize(&g.res.stream).map_err(dev("synchronize"))?;
-        let mut raw = vec![0u8; n * k * 4];
-        api.memcpy_dtoh(&mut raw, sc.rids).map_err(dev("reading expert ids"))?;
-        // Each chosen expert with the (token, rank) slots that chose it, by expert id.
-        let mut chosen: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
-        for (slot, c) in raw.chunks_exact(4).enumerate() {
-            let id = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize;
-            if id >= ne {
-                return Err(EngineError::Gpu(format!("qwen4exp MoE layer {layer}: router chose expert {id} of {ne}")));
-            }
-            chosen.entry(id).or_default().push(slot);
-        }
+        let sel = read_choice(&**api, &g.res.stream, sc.rids, n, k, ne).map_err(dev("reading expert ids"))?;
+        let chosen = place_chosen(&sel, ne, layer, self.cache(), g.res.staging.is_some(), self.prompt, |id, s| {
+            m.experts
+                .fill(&**api, &host.experts[id], s)
+                .map_err(|w| EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}")))
+        })?;
         let mut expert_bytes = 0;
         // The experts without a slot, run on the CPU once the device's are launched.
         let mut on_cpu: Vec<(&SwiGlu, &[usize])> = Vec::new();
         // A prompt chunk's device experts, run together once placed.
         let mut grouped: Vec<(Source<'_>, &[usize])> = Vec::new();
-        for (&id, slots) in &chosen {
+        for Chosen { expert: id, slots, runs } in &chosen {
             let no_copy = || EngineError::Gpu(format!("qwen4exp MoE layer {layer}: no device copy of expert {id}"));
-            // The device copy to run from: resident, a slot of the cache, the staging ring, or
-            // none (on the CPU).
-            let src = match self.cache().map(|c| c.place(layer, id, slots.len())) {
-                None => Source::Device(id, m.experts.get(id).ok_or_else(no_copy)?),
-                Some(Placement::Hit(s)) => Source::Device(s, m.experts.get(s).ok_or_else(no_copy)?),
-                Some(Placement::Admit(s)) => {
-                    m.experts.fill(&**api, &host.experts[id], s).map_err(|w| {
-                        EngineError::Gpu(format!("qwen4exp layer {layer}: copying expert {id} to slot {s}: {w}"))
-                    })?;
-                    Source::Device(s, m.experts.get(s).ok_or_else(no_copy)?)
+            // The device copy to run from: resident or a cache slot, the staging ring, or none
+            // (on the CPU).
+            let src = match *runs {
+                Runs::Device(s) => Source::Device(s, m.experts.get(s).ok_or_else(no_copy)?),
+                Runs::Staged => Source::Staged(&host.experts[*id]),
+                Runs::Cpu => {
+                    on_cpu.push((&host.experts[*id], slots));
+                    continue;
                 }
-                // A prompt chunk streams its misses through the staging ring (copying an
-                // expert costs less than the CPU computing it for many tokens); a decode
-                // window its `--pcie-frac` share.
-                Some(Placement::Cpu) => match (&g.res.staging, self.cache()) {
-                    (Some(_), Some(c)) if c.stream_miss(slots.len(), self.prompt) => Source::Staged(&host.experts[id]),
-                    _ => {
-                        on_cpu.push((&host.experts[id], slots));
-                        continue;
-                    }
-                },
             };
             expert_bytes += m.experts.one_bytes();
             if self.prompt {
@@ -311,8 +280,7 @@ impl GpuQwen4ExpChunk<'_> {
         if !x_quantized {
             lin.quantize(sc.x, sc.xq, n, e).map_err(dev("quantizing the MoE input"))?;
         }
-        let b =
-            DispatchBuffers { ids: sc.rids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys };
+        let b = self.dispatch_buffers(sc.rids);
         let mats = [&f.gate, &f.up, &f.down];
         if n > WINDOW {
             lin.experts_sorted(mats, m.experts.n, m.n_used, n, &b, &sc.order)
@@ -323,17 +291,18 @@ impl GpuQwen4ExpChunk<'_> {
         Ok(sc.map)
     }
 
-    /// The distinct experts of the window's choice (read back: profiling only).
-    fn distinct_experts(&self, k: usize) -> Result<Vec<usize>> {
-        let api = self.g.api();
-        api.stream_synchronize(&self.g.res.stream).map_err(dev("synchronize"))?;
-        let mut raw = vec![0u8; self.n() * k * 4];
-        api.memcpy_dtoh(&mut raw, self.s.sc.rids).map_err(dev("reading expert ids"))?;
-        let mut ids: Vec<usize> =
-            raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        Ok(ids)
+    /// How many distinct experts the window's choice names (read back: profiling only).
+    fn distinct_experts(&self, k: usize, n_expert: usize) -> Result<usize> {
+        let (g, n) = (self.g, self.n());
+        let sel = read_choice(&**g.api(), &g.res.stream, self.s.sc.rids, n, k, n_expert)
+            .map_err(dev("reading expert ids"))?;
+        Ok(distinct(&sel))
+    }
+
+    /// The scratch buffers of a device-dispatch run of the routed experts reading `ids`.
+    fn dispatch_buffers(&self, ids: DevicePtr) -> DispatchBuffers {
+        let sc = &self.s.sc;
+        DispatchBuffers { ids, xq: sc.xq, act: sc.da, act_q: sc.daq, gate: sc.dg, up: sc.du, y: sc.ys }
     }
 
     /// The routed experts the cache has no slot for, on the cache's CPU pool (the CPU backend's

@@ -1,52 +1,28 @@
-//! The routed-expert FFN on the device, by its two paths ([`MoePath`]): device dispatch (the
-//! router's choice stays in a device buffer that the `mmvq_moe_*` kernels read; launch-only,
-//! graph-capturable) and host readback (the choice is copied back and each selected expert
-//! runs on the tokens that chose it, like the CPU backend). Both give the same bits.
+//! The shared decoder's routed-expert FFN on the device (`GpuModel`), by its two paths
+//! ([`MoePath`]): device dispatch and host readback (each selected expert runs on the tokens
+//! that chose it, like the CPU backend), and through the expert cache's handoff. Both paths
+//! give the same bits. The steps both families share are the parent module's.
 
 use std::borrow::Cow;
 
-use super::abi::MAX_COLS;
-use super::device::{DevicePtr, GpuError};
-use super::experts::cache::{AutoFit, ExpertCache, Placement};
-use super::linear::DispatchBuffers;
-use super::model::{GpuModel, Scratch};
-use super::ops::GluAct;
-use super::resident::ExpertStacks;
-use super::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
+use super::{Chosen, HandoffBuffers, Runs, distinct, experts_by_handoff, one_token, place_chosen, read_choice};
+use crate::abi::MAX_COLS;
+use crate::device::{DevicePtr, GpuError};
+use crate::experts::cache::{AutoFit, ExpertCache};
+use crate::linear::DispatchBuffers;
+use crate::model::{GpuModel, Scratch};
+use crate::ops::GluAct;
 use crate::options::MoePath;
+use crate::resident::ExpertStacks;
+use crate::upload::{DevMat, MatKind, Tmp, Uploader, f32_bytes, q8_1_bytes, u32_bytes};
 use cpu_executor::{DecoderMatmul, MatCpu, Numerics};
 use model::Ffn;
-
-/// The shared activations of an expert chosen by one token (`slots` are `token·k + rank`), if
-/// the layer's tokens were quantized once (`GpuModel::shared_acts`).
-pub(super) fn one_token<'s>(
-    shared: &'s [cpu_executor::ExpertActs],
-    slots: &[usize],
-    k: usize,
-) -> Option<&'s cpu_executor::ExpertActs> {
-    match slots {
-        [j] => shared.get(j / k),
-        _ => None,
-    }
-}
-
-/// Where a chosen expert runs on the host-readback path.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Runs {
-    /// From the device stacks, at this index (its slot with a cache).
-    Device(usize),
-    /// From a slot of the staging ring, copied there for this layer (prompt chunks,
-    /// `--pcie-frac` on this path).
-    Staged,
-    /// On the cache's CPU pool.
-    Cpu,
-}
 
 impl GpuModel {
     /// Whether a window of `n` tokens runs its routed experts by device dispatch
     /// ([`MoePath`]'s rule). The single switch between the two paths: a mode that needs the
     /// host-readback path (e.g. ordered numerics) makes this false.
-    pub(super) fn moe_on_device(&self, n: usize) -> bool {
+    pub(crate) fn moe_on_device(&self, n: usize) -> bool {
         // Ordered mode keeps the host path: it runs every expert through `matmul` (ordered).
         !self.res.opts.ordered
             && self.moe_quantized
@@ -65,7 +41,7 @@ impl GpuModel {
     /// experts are the host path's `mmv_ordered` products); not while profiling (its per-layer
     /// expert counts read the choice back) or dumping the routing. With `--pcie-frac` the
     /// device reads its share of the misses from RAM (`super::experts::pcie`).
-    pub(super) fn moe_by_handoff(&self, n: usize, profiling: bool) -> bool {
+    pub(crate) fn moe_by_handoff(&self, n: usize, profiling: bool) -> bool {
         self.res.handoff.is_some()
             && self.res.expert_cache.is_some()
             && !self.res.opts.ordered
@@ -78,7 +54,7 @@ impl GpuModel {
 
     /// Routed experts of `layer` for `n` tokens through the handoff (see
     /// [`GpuModel::moe_by_handoff`]); output in `sc.o`.
-    pub(super) fn moe_handoff(
+    pub(crate) fn moe_handoff(
         &self,
         sc: &Scratch,
         layer: usize,
@@ -95,38 +71,25 @@ impl GpuModel {
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
         // The host's rows go after the chunk's own rows of y_e.
-        let miss_base = sc.chunk * k;
-        h.publish(ops, st, layer, n, sc.sel_ids, sc.xn, sc.sel_slots, sc.map, miss_base)?;
-        if cache.slots() > 0 {
-            let b = DispatchBuffers {
-                ids: sc.sel_slots,
-                xq: sc.xq,
-                act: sc.act,
-                act_q: sc.xq_e,
-                gate: sc.gate,
-                up: sc.up,
-                y: sc.y_e,
-            };
-            self.lin().experts_by_dispatch([gate, up, down], cache.slots(), k, n, &b)?;
-        }
-        let host_rows = sc.y_e + (miss_base * d * 4) as u64;
-        h.receive(&**ops.api(), st, n, host_rows)?;
-        if let Some(([pg, pu, pd], ids)) = h.pcie_layer(layer) {
-            // The misses the host gave back: read from RAM, their rows where the host's would be.
-            let b =
-                DispatchBuffers { ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: host_rows };
-            self.lin().experts_by_dispatch([pg, pu, pd], ne, k, n, &b)?;
-        }
+        let b = HandoffBuffers {
+            ids: sc.sel_ids,
+            x: sc.xn,
+            slots: sc.sel_slots,
+            map: sc.map,
+            miss_base: sc.chunk * k,
+            dispatch: self.dispatch_buffers(sc, sc.sel_ids),
+        };
+        experts_by_handoff(&self.lin(), h, cache, layer, n, [k, ne, d], [gate, up, down], &b)?;
         ops.moe_combine(st, sc.y_e, sc.map, sc.sel_w, sc.o, d as u32, n as u32, k as u32)
     }
 
     /// Host side of the handoff for one layer: the rows of the experts without a slot on the
     /// cache's CPU pool, each at its slot (`[n·k][n_embd]`; the rows of hits stay zero).
-    pub(super) fn handoff_misses(
+    pub(crate) fn handoff_misses(
         &self,
-        p: &super::experts::handoff::Published,
+        p: &crate::experts::handoff::Published,
         n: usize,
-    ) -> std::result::Result<super::experts::handoff::Answer, GpuError> {
+    ) -> std::result::Result<crate::experts::handoff::Answer, GpuError> {
         let Some(cache) = &self.res.expert_cache else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: "no expert cache".into() });
         };
@@ -151,7 +114,7 @@ impl GpuModel {
     /// slots through the identity map in rank order, exactly as [`GpuModel::moe`] does. With
     /// `count` (profiling) the choice is read back afterwards to count the distinct experts
     /// (the return value); otherwise 0.
-    pub(super) fn moe_device(
+    pub(crate) fn moe_device(
         &self,
         sc: &Scratch,
         n: usize,
@@ -164,15 +127,7 @@ impl GpuModel {
         let (d, ne, k) = (hp.n_embd, spec.n_expert, spec.n_expert_used);
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
-        let b = DispatchBuffers {
-            ids: sc.sel_ids,
-            xq: sc.xq,
-            act: sc.act,
-            act_q: sc.xq_e,
-            gate: sc.gate,
-            up: sc.up,
-            y: sc.y_e,
-        };
+        let b = self.dispatch_buffers(sc, sc.sel_ids);
         // A prompt chunk sorts its slots by expert first: each expert's weights read once.
         let map = if n > MAX_COLS {
             self.lin().experts_sorted([gate, up, down], ne, k, n, &b, &sc.order)?;
@@ -185,20 +140,14 @@ impl GpuModel {
         if !count {
             return Ok(0);
         }
-        api.stream_synchronize(st)?;
-        let mut b = vec![0u8; n * k * 4];
-        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
-        let mut sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
-        sel.sort_unstable();
-        sel.dedup();
-        Ok(sel.len())
+        Ok(distinct(&read_choice(&**api, st, sc.sel_ids, n, k, ne)?))
     }
 
     /// Routed experts of `layer` for `n` tokens whose normed input is in `sc.xn` (and `sc.xq`);
     /// output in `sc.o`. Returns how many distinct experts ran on the device. Host readback path
     /// ([`MoePath`]); with an expert cache, each chosen expert runs from its slot, from a slot
     /// it is admitted into, or on the CPU ([`ExpertCache::place`]).
-    pub(super) fn moe(
+    pub(crate) fn moe(
         &self,
         sc: &Scratch,
         layer: usize,
@@ -212,16 +161,7 @@ impl GpuModel {
         self.matmul(router, 0, sc.xn, sc.xq, n, sc.router, Tmp { wdq: 0, xh: sc.xh })?;
         ops.moe_router(st, sc.router, sc.sel_ids, sc.sel_w, n as u32, ne as u32, k as u32, spec.norm_weights)?;
         // The choice comes back to the host: which experts run, on which tokens.
-        api.stream_synchronize(st)?;
-        let mut b = vec![0u8; n * k * 4];
-        api.memcpy_dtoh(&mut b, sc.sel_ids)?;
-        let sel: Vec<u32> = b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
-        if let Some(&bad) = sel.iter().find(|&&e| e as usize >= ne) {
-            return Err(GpuError::Launch {
-                kernel: "moe_router".into(),
-                what: format!("selected expert {bad} of {ne}"),
-            });
-        }
+        let sel = read_choice(&**api, st, sc.sel_ids, n, k, ne)?;
         if experts::trace::dumping() {
             let mut wb = vec![0u8; n * k * 4];
             api.memcpy_dtoh(&mut wb, sc.sel_w)?;
@@ -238,43 +178,21 @@ impl GpuModel {
             });
         }
         let (xcol, xbytes) = if quantized { (sc.xq, q8_1_bytes(d)) } else { (sc.xn, d * 4) };
-        // Where each chosen expert runs (in expert order, as the cache is asked).
-        let mut chosen: Vec<(usize, Vec<usize>, Runs)> = Vec::new();
-        for e in 0..ne {
-            let slots: Vec<usize> = (0..n * k).filter(|&j| sel[j] as usize == e).collect();
-            if slots.is_empty() {
-                continue;
-            }
-            let runs = match self.res.expert_cache.as_ref().map(|c| c.place(layer, e, slots.len())) {
-                None => Runs::Device(e),
-                Some(Placement::Hit(s)) => Runs::Device(s),
-                Some(Placement::Admit(s)) => {
-                    self.upload_expert(layer, e, s, [gate, up, down])?;
-                    Runs::Device(s)
-                }
-                Some(Placement::Cpu) => Runs::Cpu,
-            };
-            chosen.push((e, slots, runs));
-        }
-        // Misses computed on the device from the staging ring instead of the CPU pool: all of
-        // a prompt chunk's (copying an expert over PCIe costs less than the CPU computing it
-        // for many tokens), the `--pcie-frac` share of a decode window's, most-used first.
-        if let (Some(c), Some(_)) = (&self.res.expert_cache, &self.res.staging) {
-            let prompt = n > MAX_COLS;
-            let mut misses: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i].2 == Runs::Cpu).collect();
-            misses.sort_by_key(|&i| (std::cmp::Reverse(chosen[i].1.len()), chosen[i].0));
-            for i in misses {
-                if c.stream_miss(chosen[i].1.len(), prompt) {
-                    chosen[i].2 = Runs::Staged;
-                }
-            }
-        }
+        let chosen = place_chosen(
+            &sel,
+            ne,
+            layer,
+            self.res.expert_cache.as_ref(),
+            self.res.staging.is_some(),
+            n > MAX_COLS,
+            |e, slot| self.upload_expert(layer, e, slot, [gate, up, down]),
+        )?;
         let mut map = vec![0u32; n * k];
         let mut row = 0usize; // next free row of y_e
         // The experts without a slot (expert, its decisions, first output row), run on the
         // cache's CPU pool once the device's are launched.
         let mut on_cpu: Vec<(usize, Vec<usize>, usize)> = Vec::new();
-        for (e, slots, runs) in &chosen {
+        for Chosen { expert: e, slots, runs } in &chosen {
             // The expert's matrices on the device and its index in them (and its ring slot).
             let (mats, e_dev, staged) = match *runs {
                 Runs::Device(s) => ([*gate, *up, *down], s, None),
@@ -366,6 +284,11 @@ impl GpuModel {
         Ok(ran - on_cpu.len())
     }
 
+    /// The scratch buffers of a device-dispatch run of the routed experts reading `ids`.
+    fn dispatch_buffers(&self, sc: &Scratch, ids: DevicePtr) -> DispatchBuffers {
+        DispatchBuffers { ids, xq: sc.xq, act: sc.act, act_q: sc.xq_e, gate: sc.gate, up: sc.up, y: sc.y_e }
+    }
+
     /// A miss computed on the device from a copy: copies expert `e` of `layer` (gate, up,
     /// down, as stored) into the next slot of the staging ring and returns views of its
     /// matrices there (index 0) and the slot, to hand back once its products are launched.
@@ -374,7 +297,7 @@ impl GpuModel {
         layer: usize,
         e: usize,
         dev: [&DevMat; 3],
-    ) -> std::result::Result<([DevMat; 3], super::experts::staging_ring::RingSlot), GpuError> {
+    ) -> std::result::Result<([DevMat; 3], crate::experts::staging_ring::RingSlot), GpuError> {
         let Some(ring) = &self.res.staging else {
             return Err(GpuError::Launch { kernel: "moe".into(), what: format!("layer {layer}: no staging ring") });
         };
@@ -501,7 +424,7 @@ impl GpuModel {
                 Ffn::Dense { .. } => 0,
             })
             .sum();
-        let fit = super::experts::cache::fit_auto(
+        let fit = crate::experts::cache::fit_auto(
             &*api,
             self.res.opts.vram_reserve_mib,
             slot_bytes,
@@ -531,7 +454,7 @@ impl GpuModel {
             .transpose()?;
         self.res.replace_expert_cache(allocs, bytes, cache)?;
         self.res.handoff =
-            super::model::handoff_for(&*api, &self.model, &self.w, self.res.expert_cache.as_ref(), &self.res.opts)?;
+            crate::model::handoff_for(&*api, &self.model, &self.w, self.res.expert_cache.as_ref(), &self.res.opts)?;
         Ok(Some(fit))
     }
 
