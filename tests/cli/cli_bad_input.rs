@@ -267,3 +267,41 @@ fn serve_fails_a_request_with_nan_logits_and_serves_the_next() {
         "malformed request: field `max_tokens`: invalid value: integer `-5`, expected u32"
     );
 }
+
+/// A token-id file that is not one (`--tokens-file`, for prompts too long for the command
+/// line) is an error naming the file and the byte offset, or the id outside the vocabulary;
+/// the flags that cannot go together are refused by the parser.
+#[test]
+fn bad_token_files_name_the_file_and_offset() {
+    let p = fixture();
+    let m = p.to_str().unwrap();
+    let npy = tmp("ids.npy");
+    let npy = npy.to_str().unwrap();
+    let cases: [(&str, &str, &str); 4] = [
+        ("ids-letter.txt", "1, 2,\n3 x", "byte 8: 'x' where a token id was expected"),
+        ("ids-vocab.txt", "1 2 1024", "byte 4: token id 1024 is outside the vocabulary of 1024"),
+        ("ids-empty.txt", " \n", "no token ids in the file"),
+        ("ids-commas.txt", "[1,,2]", "byte 3: a comma with no token id before it"),
+    ];
+    for (name, text, want) in cases {
+        let f = tmp(name);
+        std::fs::write(&f, text).unwrap();
+        let f = f.to_str().unwrap();
+        for cmd in ["logits", "generate"] {
+            let mut args = vec![cmd, "-m", m, "--tokens-file", f];
+            args.extend(if cmd == "logits" { ["--out", npy] } else { ["-n", "1"] });
+            let err = fails(&args);
+            assert!(err.contains(&format!("{f}: {want}")), "{cmd} {text:?}: {err}");
+        }
+    }
+    let missing = tmp("no-such-ids.txt");
+    let err = fails(&["perplexity", "-m", m, "--tokens-file", missing.to_str().unwrap()]);
+    assert!(err.contains("no-such-ids.txt"), "{err}");
+    let o =
+        strata().args(["logits", "-m", m, "--tokens", "1,2", "--tokens-file", "x.txt", "--out", npy]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--tokens-file") && err.contains("cannot be used with"), "{err}");
+    let err = fails(&["logits", "-m", m, "--tokens", "1,1024", "--out", npy]);
+    assert!(err.contains("--tokens: id 1024 (number 2) is outside the vocabulary of 1024"), "{err}");
+}

@@ -73,6 +73,29 @@ pub(crate) fn seq1_max_logit_diff(variant: &str, extra: &[&str]) -> f32 {
     max
 }
 
+/// `--tokens-file` (ids one a line, as a long prompt needs: an argument list cannot carry
+/// 49K ids) reads the reference sequence: `logits` equals llama.cpp's within the same 1e-3 as
+/// `--tokens`, and `generate --temp 0` prints llama.cpp's greedy ids.
+#[test]
+fn cli_qwen4exp_tokens_file_matches_llama_cpp() {
+    let m = reference(F32);
+    let (toks, greedy) = ref_seq("f32", 0);
+    let file = tmp("seq1-ids.txt");
+    std::fs::write(&file, toks.iter().map(|t| format!("{t}\n")).collect::<String>()).unwrap();
+    let npy = tmp("seq1-from-file.npy");
+    let (m, f, out) = (m.to_str().unwrap(), file.to_str().unwrap(), npy.to_str().unwrap());
+    run_ok(&["logits", "-m", m, "--tokens-file", f, "--out", out, "-t", "2"]);
+    let (shape, got) = strata::npy::read_f32(&npy).unwrap();
+    let (wshape, want) = strata::npy::read_f32(&reference("tiny-qwen4exp/ref/f32/seq1_logits.npy")).unwrap();
+    assert_eq!(shape, wshape);
+    let max = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max <= 1e-3, "--tokens-file: max |logit diff| {max} > 1e-3");
+    let n = greedy.len().to_string();
+    let (_, err) = run_ok(&["generate", "-m", m, "--tokens-file", f, "-n", &n, "--temp", "0", "--show-ids", "-t", "2"]);
+    assert_eq!(shown_ids(&err), greedy);
+    let _ = std::fs::remove_file(npy);
+}
+
 /// `--kv f32` (the engine's one cache type, f32 caches like llama.cpp's `-ctk f32 -ctv f32`)
 /// equals llama.cpp's `ref/f32-kvf32` logits within that run's model-test tolerance (1e-4).
 /// `--kv int8` (the engine's own format, which llama.cpp has not) stays within 0.02 of them

@@ -18,16 +18,17 @@ use model::qwen4exp::Mtp;
 #[derive(Args, Debug, Clone)]
 pub struct GenerateArgs {
     /// Prompt text.
-    #[arg(short = 'p', long, required_unless_present = "tokens")]
+    #[arg(short = 'p', long, required_unless_present_any = ["tokens", "tokens_file"],
+          conflicts_with_all = ["tokens", "tokens_file"])]
     pub prompt: Option<String>,
-    /// Alternatively the prompt as comma-separated token ids (used as given: no BOS added).
-    #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "chat"])]
-    pub tokens: Vec<u32>,
+    /// Alternatively the prompt as token ids (used as given: no BOS added).
+    #[command(flatten)]
+    pub ids: super::token_ids::TokenIdsArgs,
     /// Maximum number of tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
     pub n_predict: usize,
     /// Wrap the prompt in the model's chat template as a user turn (and parse special tokens).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["tokens", "tokens_file"])]
     pub chat: bool,
     /// Optional system message (with --chat).
     #[arg(long, requires = "chat")]
@@ -51,8 +52,8 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
         bail!("--spec is lossless greedy decoding only: add --temp 0 (or drop --spec to sample)");
     }
     let text = a.prompt.clone().unwrap_or_default();
-    let prompt = if !a.tokens.is_empty() {
-        a.tokens.clone()
+    let prompt = if let Some(ids) = a.ids.read(e.model.n_vocab())? {
+        ids
     } else if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {

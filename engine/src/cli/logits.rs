@@ -11,11 +11,10 @@ use model::Logits;
 
 #[derive(Args, Debug, Clone)]
 pub struct LogitsArgs {
-    /// Comma-separated token ids, e.g. `2,818,5279`.
-    #[arg(long, value_delimiter = ',', conflicts_with = "prompt", required_unless_present = "prompt")]
-    pub tokens: Vec<u32>,
+    #[command(flatten)]
+    pub ids: super::token_ids::TokenIdsArgs,
     /// Alternatively a text, tokenized like `generate` does (BOS per the model).
-    #[arg(short = 'p', long)]
+    #[arg(short = 'p', long, conflicts_with_all = ["tokens", "tokens_file"])]
     pub prompt: Option<String>,
     /// Output file (.npy, float32, shape [positions, vocab]).
     #[arg(long)]
@@ -23,15 +22,13 @@ pub struct LogitsArgs {
 }
 
 pub fn run(e: &Engine, a: &LogitsArgs) -> Result<()> {
-    let ids = match &a.prompt {
-        Some(p) => e.encode(p, false),
-        None => a.tokens.clone(),
+    let ids = match (&a.prompt, a.ids.read(e.model.n_vocab())?) {
+        (Some(p), _) => e.encode(p, false),
+        (None, Some(ids)) => ids,
+        (None, None) => bail!("no tokens given (--tokens, --tokens-file or --prompt)"),
     };
     if ids.is_empty() {
-        match &a.prompt {
-            Some(p) => bail!("{}", e.empty_prompt(p)),
-            None => bail!("no tokens given (--tokens or --prompt)"),
-        }
+        bail!("{}", e.empty_prompt(a.prompt.as_deref().unwrap_or_default()));
     }
     let mut sess = e.new_session()?;
     let mut logits = Vec::new();

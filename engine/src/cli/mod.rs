@@ -13,6 +13,7 @@ mod logits;
 mod perplexity;
 pub mod serve;
 pub mod synth;
+mod token_ids;
 mod tokenize;
 
 pub use bench::{BenchResult, bench, peak_rss_mb};

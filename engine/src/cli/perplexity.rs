@@ -3,6 +3,7 @@
 //! The text is tokenized with BOS; it is cut into windows of `--ctx` tokens, each starting with
 //! BOS followed by the next `ctx - 1` text tokens, and every position of a window after the
 //! first predicts the next token (the same definition as testdata/reference's `perplexity`).
+//! `--tokens-file` gives the text's ids instead (the BOS of each window is still added).
 
 use std::path::PathBuf;
 
@@ -15,8 +16,12 @@ use model::Logits;
 #[derive(Args, Debug, Clone)]
 pub struct PerplexityArgs {
     /// Text file to score.
-    #[arg(short = 'f', long)]
-    pub file: PathBuf,
+    #[arg(short = 'f', long, required_unless_present = "tokens_file", conflicts_with = "tokens_file")]
+    pub file: Option<PathBuf>,
+    /// Alternatively the text's token ids (decimal, separated by commas, spaces or newlines;
+    /// no BOS: each window gets its own).
+    #[arg(long, value_name = "FILE")]
+    pub tokens_file: Option<PathBuf>,
     /// Window size in tokens (BOS included).
     #[arg(long, default_value_t = 512)]
     pub ctx: usize,
@@ -35,10 +40,14 @@ pub struct Perplexity {
 
 /// Scores `text` (see the module doc).
 pub fn perplexity(e: &Engine, text: &str, ctx: usize, max_windows: usize) -> Result<Perplexity> {
+    perplexity_of_ids(e, e.tokenizer.encode(text, false, false), ctx, max_windows)
+}
+
+/// Scores a text given as its token ids (no BOS: each window gets its own).
+pub fn perplexity_of_ids(e: &Engine, mut ids: Vec<u32>, ctx: usize, max_windows: usize) -> Result<Perplexity> {
     if ctx < 2 {
         bail!("--ctx must be >= 2");
     }
-    let mut ids = e.tokenizer.encode(text, false, false);
     let bos = e.tokenizer.bos();
     let body = ctx - bos.is_some() as usize;
     if ids.len() < 2 {
@@ -75,8 +84,16 @@ pub fn perplexity(e: &Engine, text: &str, ctx: usize, max_windows: usize) -> Res
 }
 
 pub fn run(e: &Engine, a: &PerplexityArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
-    let p = perplexity(e, &text, a.ctx, a.max_windows)?;
+    let p = match (&a.file, &a.tokens_file) {
+        (_, Some(ids)) => {
+            perplexity_of_ids(e, super::token_ids::read_token_file(ids, e.model.n_vocab())?, a.ctx, a.max_windows)?
+        }
+        (Some(f), None) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            perplexity(e, &text, a.ctx, a.max_windows)?
+        }
+        (None, None) => bail!("give the text to score: -f FILE or --tokens-file FILE"),
+    };
     println!("perplexity: {:.4} ({} tokens scored in {} windows of <= {})", p.ppl, p.n_scored, p.n_windows, a.ctx);
     Ok(())
 }
