@@ -192,6 +192,10 @@ impl Loader<'_> {
             .ok_or_else(|| EngineError::MissingTensor { name: name.to_string(), expected: expected.to_vec() })
     }
 
+    /// A weight type the engine can run: `quant` dequantizes it and dots it against its
+    /// activations, which is what the CPU runs (`cpu_kernels::SUPPORTED_TYPES`; Q2_K, Q3_K,
+    /// IQ4_XS, IQ3_S and the IQ1/IQ2 types through its portable kernel). A device backend
+    /// decides at upload which of them it runs as stored.
     fn check_type(name: &str, ty: GgmlType) -> Result<()> {
         if ty.has_reference() {
             Ok(())
