@@ -54,4 +54,4 @@ pub use ops::{
 };
 pub use prepare::quantize_q8_0_x86;
 pub use quant::GgmlType;
-pub use tensor::{Gemm, KernelError, PORTABLE_ONLY, Path, QTensor, SUPPORTED_TYPES, best_path, cpu_features};
+pub use tensor::{Gemm, KernelError, Path, QTensor, SUPPORTED_TYPES, best_path, cpu_features};

@@ -3,7 +3,7 @@
 
 use crate::acts::Acts;
 use crate::prepare;
-use crate::tensor::{Gemm, KernelError, PORTABLE_ONLY, Path, QTensor, RowsFn, best_path, kernel_supported};
+use crate::tensor::{Gemm, KernelError, Path, QTensor, RowsFn, best_path, kernel_supported};
 
 /// Output pointer shared by the row-chunk tasks; each task writes disjoint rows.
 #[derive(Clone, Copy)]
@@ -17,9 +17,6 @@ unsafe impl Sync for YPtr {}
 fn select(path: Path, ty: quant::GgmlType) -> Result<RowsFn, KernelError> {
     if !path.available() {
         return Err(KernelError::PathUnavailable(path));
-    }
-    if PORTABLE_ONLY.contains(&ty) {
-        return Ok(crate::portable::rows);
     }
     match path {
         Path::Portable => Ok(crate::portable::rows),

@@ -65,8 +65,7 @@ impl From<quant::QuantError> for KernelError {
     }
 }
 
-/// Weight types with matvec/matmul kernels (the [`PORTABLE_ONLY`] ones on every path through
-/// the portable kernel).
+/// Weight types with matvec/matmul kernels.
 pub const SUPPORTED_TYPES: &[GgmlType] = &[
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -81,21 +80,6 @@ pub const SUPPORTED_TYPES: &[GgmlType] = &[
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::F32,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::IQ4XS,
-    GgmlType::IQ3S,
-    GgmlType::IQ2XXS,
-    GgmlType::IQ2XS,
-    GgmlType::IQ2S,
-    GgmlType::IQ1S,
-    GgmlType::IQ1M,
-];
-
-/// Supported types without a SIMD kernel yet: `Path::Avx2` / `Path::Avx512` run them with the
-/// portable kernel (`quant`'s block dots on the same Q8_K activations), so every path gives
-/// the same result and a model with such tensors still loads everywhere.
-pub const PORTABLE_ONLY: &[GgmlType] = &[
     GgmlType::Q2K,
     GgmlType::Q3K,
     GgmlType::IQ4XS,

@@ -26,20 +26,30 @@ impl_block!(BlockIQ1M, GgmlType::IQ1M, QK_K);
 /// The 4 scale words.
 #[inline(always)]
 fn words(b: &BlockIQ1M) -> [u16; 4] {
-    let s = &b.scales;
+    scale_words(&b.scales)
+}
+
+/// The 4 little-endian scale words of the block's 8 scale bytes.
+#[inline(always)]
+pub fn scale_words(s: &[u8; 8]) -> [u16; 4] {
     [0, 1, 2, 3].map(|i| u16::from_le_bytes([s[2 * i], s[2 * i + 1]]))
 }
 
 /// The super-block scale (f16 bits), spread over the top nibbles of the scale words.
 #[inline(always)]
 pub fn d_bits(b: &BlockIQ1M) -> u16 {
-    let w = words(b);
+    d_bits_of(&words(b))
+}
+
+/// [`d_bits`] from the scale words.
+#[inline(always)]
+pub fn d_bits_of(w: &[u16; 4]) -> u16 {
     (w[0] >> 12) | ((w[1] >> 8) & 0x00f0) | ((w[2] >> 4) & 0x0f00) | (w[3] & 0xf000)
 }
 
 /// Scale multiplier `2s + 1` of the 16 weights `16h..16h+16` (h < 16).
 #[inline(always)]
-fn ls(w: &[u16; 4], h: usize) -> i32 {
+pub fn ls(w: &[u16; 4], h: usize) -> i32 {
     let h = h & 15;
     2 * ((w[h / 4] >> (3 * (h % 4))) & 7) as i32 + 1
 }

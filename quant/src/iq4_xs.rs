@@ -26,9 +26,15 @@ impl_block!(BlockIQ4XS, GgmlType::IQ4XS, QK_K);
 /// Signed scale (−32..=31) of group `g` (0..8).
 #[inline(always)]
 pub fn scale(b: &BlockIQ4XS, g: usize) -> i32 {
+    scale_of(b.scales_h, &b.scales_l, g)
+}
+
+/// [`scale`] from the block's scale fields (for kernels that read raw bytes).
+#[inline(always)]
+pub fn scale_of(scales_h: u16, scales_l: &[u8; 4], g: usize) -> i32 {
     let g = g & 7;
-    let low = (b.scales_l[g / 2] >> (4 * (g % 2))) & 0xf;
-    let high = ((b.scales_h >> (2 * g)) & 3) as u8;
+    let low = (scales_l[g / 2] >> (4 * (g % 2))) & 0xf;
+    let high = ((scales_h >> (2 * g)) & 3) as u8;
     (low | (high << 4)) as i32 - 32
 }
 

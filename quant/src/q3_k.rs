@@ -26,7 +26,11 @@ impl_block!(BlockQ3K, GgmlType::Q3K, QK_K);
 /// `scales[k]` (k < 8) or the high nibble of `scales[k − 8]`; its top 2 bits: bits
 /// `2(k/4)..2(k/4)+2` of `scales[8 + k%4]`.
 pub fn scales(b: &BlockQ3K) -> [i8; 16] {
-    let s = &b.scales;
+    unpack_scales(&b.scales)
+}
+
+/// [`scales`] from the block's 12 scale bytes (for kernels that read raw bytes).
+pub fn unpack_scales(s: &[u8; 12]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (k, o) in out.iter_mut().enumerate() {
         let low = if k < 8 { s[k] & 0xf } else { s[k - 8] >> 4 };
