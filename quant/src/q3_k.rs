@@ -30,6 +30,7 @@ pub fn scales(b: &BlockQ3K) -> [i8; 16] {
 }
 
 /// [`scales`] from the block's 12 scale bytes (for kernels that read raw bytes).
+#[inline]
 pub fn unpack_scales(s: &[u8; 12]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (k, o) in out.iter_mut().enumerate() {

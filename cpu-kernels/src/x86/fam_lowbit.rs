@@ -147,7 +147,7 @@ macro_rules! fam_lowbit {
             let mut acc = [_mm256_setzero_ps(); NC];
             for i in 0..nb {
                 let p = w.add(i * 110);
-                let sc = quant::q3_k::unpack_scales(&*p.add(96).cast::<[u8; 12]>());
+                let sc = crate::x86::common::q3k_scales(&*p.add(96).cast::<[u8; 12]>());
                 let hm = ld(p);
                 let mut isum = [_mm256_setzero_si256(); NC];
                 for h in 0..2 {
