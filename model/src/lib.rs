@@ -254,3 +254,23 @@ impl Loader<'_> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every type `quant` dequantizes and dots loads (the CPU runs them all); the rest are
+    /// refused naming the tensor and the type.
+    #[test]
+    fn weight_types_accepted_and_refused() {
+        for ty in [GgmlType::Q2K, GgmlType::Q3K, GgmlType::IQ4XS, GgmlType::IQ3S, GgmlType::IQ2XXS] {
+            assert!(Loader::check_type("blk.0.ffn_down.weight", ty).is_ok(), "{ty}");
+        }
+        for ty in [GgmlType::IQ2XS, GgmlType::IQ2S, GgmlType::IQ1S, GgmlType::IQ1M, GgmlType::Q4K] {
+            assert!(Loader::check_type("blk.0.ffn_down.weight", ty).is_ok(), "{ty}");
+        }
+        let e = Loader::check_type("token_embd.weight", GgmlType::TQ1_0).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("token_embd.weight") && msg.contains("tq1_0"), "{msg}");
+    }
+}
