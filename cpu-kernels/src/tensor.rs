@@ -80,6 +80,15 @@ pub const SUPPORTED_TYPES: &[GgmlType] = &[
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::F32,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::IQ4XS,
+    GgmlType::IQ3S,
+    GgmlType::IQ2XXS,
+    GgmlType::IQ2XS,
+    GgmlType::IQ2S,
+    GgmlType::IQ1S,
+    GgmlType::IQ1M,
 ];
 
 pub(crate) fn kernel_supported(ty: GgmlType) -> bool {

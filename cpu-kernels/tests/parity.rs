@@ -3,7 +3,7 @@
 //! (n = 1..9) over edge shapes: one row, odd row counts, K = one block, K = 4096.
 
 mod common;
-use common::{Rng, assert_close};
+use common::{Rng, assert_close, random_blocks};
 use cpu_kernels::{
     Gemm, GgmlType, Path, QTensor, SUPPORTED_TYPES, prepare_acts_with, try_get_row, try_matmul_gemm,
     try_matmul_prepared, try_matmul_with,
@@ -23,6 +23,9 @@ fn tolerance(ty: GgmlType) -> f64 {
 }
 
 fn make_weights(ty: GgmlType, rows: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    if !ty.has_quantizer() {
+        return random_blocks(ty, rows * k / ty.block_size(), rng);
+    }
     let rb = ty.row_bytes(k).unwrap();
     let mut w = vec![0u8; rows * rb];
     for r in 0..rows {
@@ -154,6 +157,15 @@ parity_tests! {
     parity_f16 => GgmlType::F16,
     parity_bf16 => GgmlType::BF16,
     parity_f32 => GgmlType::F32,
+    parity_q2_k => GgmlType::Q2K,
+    parity_q3_k => GgmlType::Q3K,
+    parity_iq4_xs => GgmlType::IQ4XS,
+    parity_iq3_s => GgmlType::IQ3S,
+    parity_iq2_xxs => GgmlType::IQ2XXS,
+    parity_iq2_xs => GgmlType::IQ2XS,
+    parity_iq2_s => GgmlType::IQ2S,
+    parity_iq1_s => GgmlType::IQ1S,
+    parity_iq1_m => GgmlType::IQ1M,
 }
 
 #[test]
@@ -161,7 +173,7 @@ fn paths_reported() {
     let paths = Path::all_available();
     eprintln!("available paths: {paths:?}, cpu_features() = {}", cpu_features_name());
     assert!(paths.contains(&Path::Portable));
-    assert_eq!(SUPPORTED_TYPES.len(), 13);
+    assert_eq!(SUPPORTED_TYPES.len(), 22);
 }
 
 fn cpu_features_name() -> &'static str {
@@ -233,7 +245,7 @@ fn bad_shapes_are_errors() {
     assert!(try_matmul_with(Path::Portable, &t, &[0.0; 32], 1, &mut [0.0; 3]).is_err());
     let t = QTensor { ty: GgmlType::Q8_0, data: &w, rows: 1, cols: 40 };
     assert!(try_matmul_with(Path::Portable, &t, &[0.0; 40], 1, &mut [0.0; 1]).is_err());
-    let t = QTensor { ty: GgmlType::Q2K, data: &w, rows: 1, cols: 256 };
+    let t = QTensor { ty: GgmlType::TQ1_0, data: &w, rows: 1, cols: 256 };
     assert!(try_matmul_with(Path::Portable, &t, &[0.0; 256], 1, &mut [0.0; 1]).is_err());
 }
 

@@ -192,6 +192,10 @@ impl Loader<'_> {
             .ok_or_else(|| EngineError::MissingTensor { name: name.to_string(), expected: expected.to_vec() })
     }
 
+    /// A weight type the engine can run: `quant` dequantizes it and dots it against its
+    /// activations, which is what the CPU runs (`cpu_kernels::SUPPORTED_TYPES`; Q2_K, Q3_K,
+    /// IQ4_XS, IQ3_S and the IQ1/IQ2 types through its portable kernel). A device backend
+    /// decides at upload which of them it runs as stored.
     fn check_type(name: &str, ty: GgmlType) -> Result<()> {
         if ty.has_reference() {
             Ok(())
@@ -248,5 +252,25 @@ impl Loader<'_> {
             .map_err(|e| EngineError::Dequant { name: name.into(), reason: format!("{e:?}") })?;
         hparams::check_finite(name, &out)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every type `quant` dequantizes and dots loads (the CPU runs them all); the rest are
+    /// refused naming the tensor and the type.
+    #[test]
+    fn weight_types_accepted_and_refused() {
+        for ty in [GgmlType::Q2K, GgmlType::Q3K, GgmlType::IQ4XS, GgmlType::IQ3S, GgmlType::IQ2XXS] {
+            assert!(Loader::check_type("blk.0.ffn_down.weight", ty).is_ok(), "{ty}");
+        }
+        for ty in [GgmlType::IQ2XS, GgmlType::IQ2S, GgmlType::IQ1S, GgmlType::IQ1M, GgmlType::Q4K] {
+            assert!(Loader::check_type("blk.0.ffn_down.weight", ty).is_ok(), "{ty}");
+        }
+        let e = Loader::check_type("token_embd.weight", GgmlType::TQ1_0).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("token_embd.weight") && msg.contains("tq1_0"), "{msg}");
     }
 }

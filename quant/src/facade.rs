@@ -3,7 +3,8 @@
 
 use crate::block::Block;
 use crate::{GgmlType, QuantError, float};
-use crate::{iq3_xxs, iq4_nl, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
+use crate::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_nl, iq4_xs};
+use crate::{q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k};
 
 /// `n` must be a whole number of blocks of `ty`.
 fn check_multiple(ty: GgmlType, n: usize, what: &'static str) -> Result<(), QuantError> {
@@ -72,6 +73,15 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         Q8K => deq_blocks(src, dst, q8_k::dequantize_ref),
         IQ3XXS => deq_blocks(src, dst, iq3_xxs::dequantize_ref),
         IQ4NL => deq_blocks(src, dst, iq4_nl::dequantize_ref),
+        Q2K => deq_blocks(src, dst, q2_k::dequantize_ref),
+        Q3K => deq_blocks(src, dst, q3_k::dequantize_ref),
+        IQ4XS => deq_blocks(src, dst, iq4_xs::dequantize_ref),
+        IQ3S => deq_blocks(src, dst, iq3_s::dequantize_ref),
+        IQ2XXS => deq_blocks(src, dst, iq2_xxs::dequantize_ref),
+        IQ2XS => deq_blocks(src, dst, iq2_xs::dequantize_ref),
+        IQ2S => deq_blocks(src, dst, iq2_s::dequantize_ref),
+        IQ1S => deq_blocks(src, dst, iq1_s::dequantize_ref),
+        IQ1M => deq_blocks(src, dst, iq1_m::dequantize_ref),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())
@@ -80,7 +90,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
 /// Quantize one row with the reference quantizer (ggml `quantize_row_*_ref`); `dst` must be
 /// exactly `ty.row_bytes(src.len())` bytes.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    if !ty.has_reference() {
+    if !ty.has_quantizer() {
         return Err(QuantError::Unsupported(ty));
     }
     check_multiple(ty, src.len(), "src elements (must be a multiple of the block size)")?;
@@ -136,6 +146,15 @@ pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, Quan
         Q8K => dot_blocks(w, act, q8_k::vec_dot_ref),
         IQ3XXS => dot_blocks(w, act, iq3_xxs::vec_dot_ref),
         IQ4NL => dot_blocks(w, act, iq4_nl::vec_dot_ref),
+        Q2K => dot_blocks(w, act, q2_k::vec_dot_ref),
+        Q3K => dot_blocks(w, act, q3_k::vec_dot_ref),
+        IQ4XS => dot_blocks(w, act, iq4_xs::vec_dot_ref),
+        IQ3S => dot_blocks(w, act, iq3_s::vec_dot_ref),
+        IQ2XXS => dot_blocks(w, act, iq2_xxs::vec_dot_ref),
+        IQ2XS => dot_blocks(w, act, iq2_xs::vec_dot_ref),
+        IQ2S => dot_blocks(w, act, iq2_s::vec_dot_ref),
+        IQ1S => dot_blocks(w, act, iq1_s::vec_dot_ref),
+        IQ1M => dot_blocks(w, act, iq1_m::vec_dot_ref),
         _ => return Err(QuantError::Unsupported(ty)),
     })
 }

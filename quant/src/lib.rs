@@ -10,7 +10,8 @@
 //! Layout: one module per format (`q4_0`, `q4_k`, `iq3_xxs`, ...), each with a `#[repr(C)]`
 //! block struct (size asserted at compile time) and three functions on single blocks:
 //! `dequantize_ref`, `quantize_ref` and `vec_dot_ref` (weights block × activation block in
-//! [`GgmlType::vec_dot_type`]). The row-level façade ([`dequantize_row`], [`quantize_row`],
+//! [`GgmlType::vec_dot_type`]); the formats added for reading files only (Q2_K, Q3_K, IQ4_XS
+//! and the IQ1/IQ2/IQ3_S family) have no quantizer yet ([`GgmlType::has_quantizer`]). The row-level façade ([`dequantize_row`], [`quantize_row`],
 //! [`vec_dot`]) works on raw bytes as they appear in a GGUF file and never panics on bad
 //! lengths: it returns [`QuantError::BadLength`].
 #![no_std]
@@ -22,9 +23,19 @@
 pub mod block;
 pub mod float;
 pub mod fmath;
+pub mod grids;
 pub mod half;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
 pub mod iq3_xxs;
 pub mod iq4_nl;
+pub mod iq4_xs;
+pub mod q2_k;
+pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;

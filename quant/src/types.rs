@@ -175,8 +175,15 @@ impl GgmlType {
         }
     }
 
-    /// Whether this crate implements `dequantize_row`, `quantize_row` and `vec_dot` for it.
+    /// Whether this crate implements `dequantize_row` and `vec_dot` for it: everything a
+    /// backend needs to read weights of this type.
     pub const fn has_reference(self) -> bool {
+        use GgmlType::*;
+        self.has_quantizer() || matches!(self, Q2K | Q3K | IQ4XS | IQ3S | IQ2XXS | IQ2XS | IQ2S | IQ1S | IQ1M)
+    }
+
+    /// Whether this crate also implements `quantize_row` for it (the types it writes).
+    pub const fn has_quantizer(self) -> bool {
         use GgmlType::*;
         matches!(
             self,
@@ -195,7 +202,8 @@ impl fmt::Display for GgmlType {
 /// expected.
 #[derive(Debug, Clone, PartialEq)]
 pub enum QuantError {
-    /// No reference implementation of this type in this crate (see [`GgmlType::has_reference`]).
+    /// No reference implementation of this operation for this type in this crate (see
+    /// [`GgmlType::has_reference`] and [`GgmlType::has_quantizer`]).
     Unsupported(GgmlType),
     /// A length does not fit the format. `what` names the argument and the rule;
     /// for "not a multiple of the block size" errors `expected` is the block size.

@@ -1,7 +1,7 @@
-//! Byte-exact checks against llama.cpp's own reference functions
-//! (`testdata/reference/quant-vectors`, see its `index.json`): our reference quantizers must
-//! reproduce `quantize_row_q8_{K,1,0}_ref` bytes, and our dequantizers must reproduce
-//! `dequantize_row_*` bit for bit.
+//! Byte-exact checks against llama.cpp's own reference functions and gguf-py's numpy
+//! dequantizers (`testdata/reference/quant-vectors`, see its `index.json`): our reference
+//! quantizers must reproduce `quantize_row_q8_{K,1,0}_ref` bytes, and our dequantizers must
+//! reproduce `dequantize_row_*` / `gguf.quants.dequantize` bit for bit.
 
 use quant::{GgmlType, dequantize_row, quantize_row};
 
@@ -106,6 +106,44 @@ fn dequantize_iq3_xxs_bit_exact() {
     check_deq(GgmlType::IQ3XXS, "iq3_xxs");
 }
 
+// The vectors below come from gguf-py's numpy dequantizers (`scripts/make-quant-vectors.py`).
+#[test]
+fn dequantize_q2_k_bit_exact() {
+    check_deq(GgmlType::Q2K, "q2_K");
+}
+#[test]
+fn dequantize_q3_k_bit_exact() {
+    check_deq(GgmlType::Q3K, "q3_K");
+}
+#[test]
+fn dequantize_iq4_xs_bit_exact() {
+    check_deq(GgmlType::IQ4XS, "iq4_xs");
+}
+#[test]
+fn dequantize_iq3_s_bit_exact() {
+    check_deq(GgmlType::IQ3S, "iq3_s");
+}
+#[test]
+fn dequantize_iq2_xxs_bit_exact() {
+    check_deq(GgmlType::IQ2XXS, "iq2_xxs");
+}
+#[test]
+fn dequantize_iq2_xs_bit_exact() {
+    check_deq(GgmlType::IQ2XS, "iq2_xs");
+}
+#[test]
+fn dequantize_iq2_s_bit_exact() {
+    check_deq(GgmlType::IQ2S, "iq2_s");
+}
+#[test]
+fn dequantize_iq1_s_bit_exact() {
+    check_deq(GgmlType::IQ1S, "iq1_s");
+}
+#[test]
+fn dequantize_iq1_m_bit_exact() {
+    check_deq(GgmlType::IQ1M, "iq1_m");
+}
+
 /// Every file listed in index.json is covered by a test above (guards against new vectors
 /// being added silently).
 #[test]
@@ -132,6 +170,24 @@ fn index_lists_only_covered_files() {
         "w_q4_1_deq_f32.bin",
         "w_q5_1.bin",
         "w_q5_1_deq_f32.bin",
+        "w_q2_K.bin",
+        "w_q2_K_deq_f32.bin",
+        "w_q3_K.bin",
+        "w_q3_K_deq_f32.bin",
+        "w_iq4_xs.bin",
+        "w_iq4_xs_deq_f32.bin",
+        "w_iq3_s.bin",
+        "w_iq3_s_deq_f32.bin",
+        "w_iq2_xxs.bin",
+        "w_iq2_xxs_deq_f32.bin",
+        "w_iq2_xs.bin",
+        "w_iq2_xs_deq_f32.bin",
+        "w_iq2_s.bin",
+        "w_iq2_s_deq_f32.bin",
+        "w_iq1_s.bin",
+        "w_iq1_s_deq_f32.bin",
+        "w_iq1_m.bin",
+        "w_iq1_m_deq_f32.bin",
     ];
     for part in idx.split('"').filter(|s| s.ends_with(".bin")) {
         assert!(covered.contains(&part), "index.json lists {part}, which no test covers");

@@ -46,6 +46,7 @@ fn bits(m: u32) -> __m256i {
 fam_q8!("avx2,fma,f16c,bmi2");
 fam_k!("avx2,fma,f16c,bmi2");
 fam_f!("avx2,fma,f16c,bmi2");
+fam_lowbit!("avx2,fma,f16c,bmi2");
 
 pub(crate) fn kernel(ty: GgmlType) -> Option<RowsFn> {
     kernel_table!(ty)

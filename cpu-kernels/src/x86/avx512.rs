@@ -42,6 +42,7 @@ fn bits(m: u32) -> __m256i {
 fam_q8!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni");
 fam_k!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni");
 fam_f!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni");
+fam_lowbit!("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni");
 
 pub(crate) fn kernel(ty: GgmlType) -> Option<RowsFn> {
     kernel_table!(ty)

@@ -31,6 +31,29 @@ pub(crate) fn k4_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc.to_le_bytes(), mn.to_le_bytes())
 }
 
+/// Q3_K's 16 signed scales (`quant::q3_k::scales`) four at a time in u32 lanes: the low 4 bits
+/// are the nibbles of bytes 0..8, the top 2 bits the bit pairs of bytes 8..12.
+#[inline(always)]
+pub(crate) fn q3k_scales(s: &[u8; 12]) -> [i8; 16] {
+    let a = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let b = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+    let c = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    let (lo, hi) = (0x0f0f_0f0f, 0x0303_0303);
+    let w = [
+        (a & lo) | ((c & hi) << 4),
+        (b & lo) | (((c >> 2) & hi) << 4),
+        ((a >> 4) & lo) | (((c >> 4) & hi) << 4),
+        ((b >> 4) & lo) | (((c >> 6) & hi) << 4),
+    ];
+    let mut out = [0i8; 16];
+    for (o, v) in out.chunks_exact_mut(4).zip(w) {
+        for (o, b) in o.iter_mut().zip(v.to_le_bytes()) {
+            *o = b as i8 - 32; // b < 64
+        }
+    }
+    out
+}
+
 /// ggml's `hsum_float_8` order: lanes (0+4, 1+5, 2+6, 3+7), then (0+2) + (1+3).
 #[inline]
 pub(crate) fn hsum8(l: &[f32; 8]) -> f32 {

@@ -150,6 +150,15 @@ macro_rules! kernel_table {
             GgmlType::F32 => Some(rows_f32 as RowsFn),
             GgmlType::F16 => Some(rows_f16 as RowsFn),
             GgmlType::BF16 => Some(rows_bf16 as RowsFn),
+            GgmlType::Q2K => Some(rows_q2_k as RowsFn),
+            GgmlType::Q3K => Some(rows_q3_k as RowsFn),
+            GgmlType::IQ4XS => Some(rows_iq4_xs as RowsFn),
+            GgmlType::IQ3S => Some(rows_iq3_s as RowsFn),
+            GgmlType::IQ2XXS => Some(rows_iq2_xxs as RowsFn),
+            GgmlType::IQ2XS => Some(rows_iq2_xs as RowsFn),
+            GgmlType::IQ2S => Some(rows_iq2_s as RowsFn),
+            GgmlType::IQ1S => Some(rows_iq1_s as RowsFn),
+            GgmlType::IQ1M => Some(rows_iq1_m as RowsFn),
             _ => None,
         }
     };

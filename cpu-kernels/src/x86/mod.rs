@@ -46,6 +46,8 @@ mod fam_q8;
 mod fam_k;
 #[macro_use]
 mod fam_f;
+#[macro_use]
+mod fam_lowbit;
 mod avx2;
 mod avx512;
 pub(crate) mod gemm_q0;

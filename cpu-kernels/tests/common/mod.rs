@@ -39,3 +39,34 @@ pub fn assert_close(ctx: &str, got: &[f32], want: &[f64], tol: f64) {
         );
     }
 }
+
+/// `nb` blocks of a type without a quantizer (`quant` reads them only): random bytes with
+/// finite f16 scales of magnitude 2^-5..2^3 (any other byte pattern is a valid block).
+pub fn random_blocks(ty: quant::GgmlType, nb: usize, r: &mut Rng) -> Vec<u8> {
+    use quant::GgmlType::*;
+    let scale = |r: &mut Rng| {
+        let v = r.next_u64();
+        ((v & 1) << 15) as u16 | (((10 + (v >> 1) % 9) as u16) << 10) | ((v >> 8) & 0x3ff) as u16
+    };
+    let offsets: &[usize] = match ty {
+        Q2K => &[80, 82],
+        Q3K => &[108],
+        IQ1M => &[],
+        _ => &[0],
+    };
+    let bs = ty.type_size();
+    let mut w: Vec<u8> = (0..nb * bs).map(|_| r.next_u64() as u8).collect();
+    for b in w.chunks_exact_mut(bs) {
+        for &o in offsets {
+            b[o..o + 2].copy_from_slice(&scale(r).to_le_bytes());
+        }
+        if ty == IQ1M {
+            // IQ1_M's f16 scale: nibble k is the top nibble of scale word k (bytes 48..56).
+            let d = scale(r);
+            for k in 0..4 {
+                b[49 + 2 * k] = (b[49 + 2 * k] & 0x0f) | ((((d >> (4 * k)) & 0xf) as u8) << 4);
+            }
+        }
+    }
+    w
+}
