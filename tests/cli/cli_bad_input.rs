@@ -305,3 +305,95 @@ fn bad_token_files_name_the_file_and_offset() {
     let err = fails(&["logits", "-m", m, "--tokens", "1,1024", "--out", npy]);
     assert!(err.contains("--tokens: id 1024 (number 2) is outside the vocabulary of 1024"), "{err}");
 }
+
+/// The fixture with `blk.0.attn_q.weight` ([256][256]) as `ty` blocks from `blocks` (one per
+/// row), and the same model with that tensor as the f32 values `quant` dequantizes them to
+/// (checked byte for byte against gguf-py by the quant vectors).
+fn with_low_bit_tensor(ty: quant::GgmlType, blocks: &[u8]) -> (PathBuf, PathBuf) {
+    let g = GgufFile::open(&fixture()).unwrap();
+    let mut out = Vec::new();
+    for as_f32 in [false, true] {
+        let mut w = GgufWriter::new();
+        for (k, v) in g.metadata() {
+            w.add_metadata(k.clone(), v.clone());
+        }
+        for t in g.tensors() {
+            if t.name == "blk.0.attn_q.weight" {
+                assert_eq!(t.dims, vec![256, 256]);
+                if as_f32 {
+                    let mut f = vec![0f32; 256 * 256];
+                    quant::dequantize_row(ty, blocks, &mut f).unwrap();
+                    w.add_tensor(
+                        t.name.clone(),
+                        &t.dims,
+                        quant::GgmlType::F32,
+                        f.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+                    );
+                } else {
+                    w.add_tensor(t.name.clone(), &t.dims, ty, blocks.to_vec());
+                }
+            } else {
+                w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec());
+            }
+        }
+        let p = tmp(&format!("attn-q-{}{}.gguf", ty.name(), if as_f32 { "-as-f32" } else { "" }));
+        w.write(&p).unwrap();
+        out.push(p);
+    }
+    (out.remove(0), out.remove(0))
+}
+
+/// A weight type the CPU runs and the device has no kernel for yet (Q2_K here; issue 36) runs
+/// on `--device cpu`, close to the same weights dequantized to f32 (the CPU's Q2_K dot reads
+/// Q8_K activations: same argmax at every position, logits within 2% of their range), and on
+/// `--device emu` it is refused naming the tensor and the type, never widened to f32.
+#[test]
+fn low_bit_types_run_on_the_cpu_and_are_refused_on_the_device() {
+    // Q2_K blocks: 16 scale/min bytes and 64 bytes of 2-bit weights from a fixed LCG, then
+    // d = 0.02 and dmin = 0.005 (f16).
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut byte = || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 56) as u8
+    };
+    let mut blocks = Vec::with_capacity(256 * 84);
+    for _ in 0..256 {
+        blocks.extend((0..80).map(|_| byte()));
+        blocks.extend_from_slice(&0x251f_u16.to_le_bytes());
+        blocks.extend_from_slice(&0x1d1f_u16.to_le_bytes());
+    }
+    let (q2, f32m) = with_low_bit_tensor(quant::GgmlType::Q2K, &blocks);
+    let logits = |m: &Path, device: &str| {
+        let npy = tmp(&format!("{}-{device}.npy", m.file_stem().unwrap().to_str().unwrap()));
+        let args = ["logits", "-m", m.to_str().unwrap(), "--tokens", "3,5,7,11,13", "--device", device];
+        let o = strata().args(args).args(["--out", npy.to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        strata::npy::read_f32(&npy).unwrap().1
+    };
+    let (got, want) = (logits(&q2, "cpu"), logits(&f32m, "cpu"));
+    let range = want.iter().fold(0f32, |a, &b| a.max(b.abs()));
+    let argmax = |r: &[f32]| r.iter().enumerate().fold(0, |b, (i, &x)| if x > r[b] { i } else { b });
+    for (pos, (g, w)) in got.chunks(1024).zip(want.chunks(1024)).enumerate() {
+        assert_eq!(argmax(g), argmax(w), "position {pos}");
+        let max = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(max <= 0.02 * range, "position {pos}: max |diff| {max} of range {range}");
+    }
+    let npy = tmp("q2k-emu.npy");
+    let err = fails(&[
+        "logits",
+        "-m",
+        q2.to_str().unwrap(),
+        "--tokens",
+        "3,5",
+        "--device",
+        "emu",
+        "--out",
+        npy.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains(
+            "tensor 'blk.0.attn_q.weight': type q2_K is not supported here (no gfx1100 kernel yet; the CPU runs it: --device cpu)"
+        ),
+        "{err}"
+    );
+}
