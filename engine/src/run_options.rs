@@ -41,6 +41,10 @@ pub struct RunOptions {
     pub mmap: bool,
     /// `--mmap-experts`: the same for the routed experts only.
     pub mmap_experts: bool,
+    /// Speculative decoding (`--spec N --spec-min-p P`; None: off) and its MTP head (`--mtp`;
+    /// None: the suffix drafter).
+    pub spec: Option<crate::spec::SpecConfig>,
+    pub mtp: Option<std::path::PathBuf>,
 }
 
 impl RunOptions {
@@ -66,6 +70,8 @@ impl Default for RunOptions {
             gpu: Default::default(),
             mmap: false,
             mmap_experts: false,
+            spec: None,
+            mtp: None,
         }
     }
 }

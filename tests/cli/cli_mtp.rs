@@ -43,6 +43,33 @@ pub(crate) fn acc(err: &str) -> (u64, u64) {
     (a.parse().unwrap(), b.parse().unwrap())
 }
 
+/// The tokens `strata --serve [extra]` streams for one request of [`PROMPT`] (24 tokens, no stop
+/// tokens, `sampling`), and its done line.
+fn serve(model: &str, extra: &[&str], sampling: &serde_json::Value) -> (Vec<u32>, serde_json::Value) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["-m", model, "--serve", "-t", "2"])
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting strata --serve");
+    let tokens: Vec<u32> = PROMPT.split(',').map(|t| t.parse().unwrap()).collect();
+    let req = serde_json::json!({"type": "generate", "id": 1, "tokens": tokens, "max_tokens": 24,
+        "sampling": sampling, "stop_tokens": []});
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{req}").unwrap();
+    drop(stdin); // EOF: the engine finishes the request, then exits
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "--serve {extra:?}: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ids = lines.iter().filter(|v| v["type"] == "token").map(|v| v["token"].as_u64().unwrap() as u32).collect();
+    let done = lines.iter().find(|v| v["type"] == "done").unwrap_or_else(|| panic!("no done line: {text}")).clone();
+    (ids, done)
+}
+
 pub(crate) const PROMPT: &str = "5,42,79,116,153,190,227,264,5,42,79,116";
 
 #[test]
@@ -113,6 +140,25 @@ fn cli_mtp_synth_generate_bench_and_errors() {
     std::fs::copy(&echo, dir.join("mtp.gguf")).unwrap();
     let err = generate(&["--spec", "8", "--mtp", dir.to_str().unwrap()]);
     assert_eq!(shown_ids(&err), plain, "directory head: ids differ");
+
+    // The served engine takes the same flags (the C++ engine's serve line): greedy requests
+    // stream the plain greedy ids, with drafts accepted (echo head; suffix drafter), and a
+    // sampled request decodes without drafts, as it would without --spec.
+    let greedy = serde_json::json!({"temperature": 0.0});
+    let sampled = serde_json::json!({"temperature": 0.9, "top_k": 40, "seed": 7});
+    let (served, done) = serve(&model, &[], &greedy);
+    assert_eq!(served, plain, "--serve without --spec: ids differ from generate");
+    assert!(done["stats"]["draft_offered"].is_null(), "{done}");
+    for extra in [vec!["--spec", "4", "--mtp", &echo], vec!["--spec", "4"]] {
+        let (ids, done) = serve(&model, &extra, &greedy);
+        assert_eq!(ids, plain, "--serve {extra:?}: ids differ from plain greedy");
+        let (a, d) = (done["stats"]["draft_accepted"].as_u64(), done["stats"]["draft_offered"].as_u64());
+        assert!(a.unwrap_or(0) > 0 && d >= a, "--serve {extra:?}: drafts {a:?}/{d:?} in {done}");
+    }
+    let (want, _) = serve(&model, &[], &sampled);
+    let (got, done) = serve(&model, &["--spec", "4", "--mtp", &echo], &sampled);
+    assert_eq!(got, want, "a sampled request with --spec differs from plain sampling");
+    assert!(done["stats"]["draft_offered"].is_null(), "a sampled request drafted: {done}");
 
     // bench: text and JSON.
     let (out, _) = run_ok(&[

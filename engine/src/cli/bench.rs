@@ -44,8 +44,6 @@ pub struct BenchArgs {
     /// decode step reads (weights, norms and the K/V cache at the test's mean position).
     #[arg(long)]
     pub roofline: bool,
-    #[command(flatten)]
-    pub spec: super::SpecArgs,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -195,14 +193,14 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
             tg_tok_s.push(a.tg as f64 / dt);
         }
     }
-    let spec = match a.spec.to_config()? {
+    let spec = match e.opts.spec {
         None => None,
         Some(sc) => {
             // The pseudo-text never repeats; the drafter needs repetition, so the prompt is a
             // 16-token phrase said three times.
             let phrase = &prompt[..prompt.len().min(16)];
             let p: Vec<u32> = phrase.iter().chain(phrase).chain(phrase).copied().collect();
-            let run = super::generate::spec_generate(e, &p, a.tg, sc, a.spec.mtp.as_deref())?;
+            let run = super::generate::spec_generate(e, &p, a.tg, sc, e.opts.mtp.as_deref())?;
             let (st, dt) = (run.stats, run.secs);
             Some(SpecBench {
                 mtp_head_rows: run.mtp.map(|m| m.real_rows + m.chained_rows),

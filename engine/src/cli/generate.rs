@@ -38,8 +38,6 @@ pub struct GenerateArgs {
     pub show_ids: bool,
     #[command(flatten)]
     pub sampling: super::SamplingArgs,
-    #[command(flatten)]
-    pub spec: super::SpecArgs,
 }
 
 pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
@@ -47,7 +45,7 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
         bail!("-n must be >= 1");
     }
     let cfg = a.sampling.to_config()?;
-    let spec = a.spec.to_config()?;
+    let spec = e.opts.spec;
     if spec.is_some() && cfg.temperature > 0.0 {
         bail!("--spec is lossless greedy decoding only: add --temp 0 (or drop --spec to sample)");
     }
@@ -119,7 +117,7 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
 /// ends (a window can emit several tokens at once), cut at the first end-of-generation token
 /// like plain generation.
 fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Result<()> {
-    let run = spec_generate(e, prompt, a.n_predict, sc, a.spec.mtp.as_deref())?;
+    let run = spec_generate(e, prompt, a.n_predict, sc, e.opts.mtp.as_deref())?;
     let (ids, stats, dt) = (run.ids, run.stats, run.secs);
     let (ids, stop) = match ids.iter().position(|&t| e.tokenizer.is_eog(t)) {
         Some(i) => (&ids[..i], "Eog"),
@@ -178,6 +176,39 @@ pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: 
 /// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts; on a
 /// device the head runs there too, its cache sized like the engine's context and typed `--kv`).
 pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+    let needed = prompt.len() + n.saturating_sub(1);
+    if needed > e.context_size() {
+        return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
+    }
+    with_mtp_drafter(e, path, sc.min_p, |d| {
+        let mut sess = e.new_session()?;
+        let t0 = Instant::now();
+        let (ids, stats) = generate_greedy_spec(&*e.model, &mut sess, prompt, n, &mut *d, sc)?;
+        Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.mtp_stats()) })
+    })
+}
+
+/// A drafter of speculative decoding whose MTP counters can be read (the MTP drafter's own
+/// type depends on where its head runs).
+pub trait MtpDrafting: crate::spec::Drafter {
+    fn mtp_stats(&self) -> MtpDrafterStats;
+}
+
+impl<H: MtpHead> MtpDrafting for MtpDrafter<H> {
+    fn mtp_stats(&self) -> MtpDrafterStats {
+        self.stats
+    }
+}
+
+/// Runs `f` with the MTP drafter of the Flash-Next model `e` read from `path` (`--mtp`), its
+/// head on the model's device (or the CPU), drafts cut below probability `min_p`. Errors
+/// for a model of another architecture.
+pub fn with_mtp_drafter<R>(
+    e: &Engine,
+    path: &Path,
+    min_p: f32,
+    f: impl FnOnce(&mut dyn MtpDrafting) -> Result<R>,
+) -> Result<R> {
     let Description::Qwen4Exp(m) = e.model.description() else {
         bail!(
             "--mtp {}: MTP heads are read for Flash-Next (qwen4exp) models only; this model is {:?} (drop --mtp to use the suffix drafter)",
@@ -185,28 +216,16 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
             e.model.gguf().architecture().unwrap_or("?")
         );
     };
-    let needed = prompt.len() + n.saturating_sub(1);
-    if needed > e.context_size() {
-        return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
-    }
     let head = Mtp::open(m, path)?;
     #[cfg(feature = "gpu")]
     if let Some(g) = e.model.downcast_ref::<gpu_executor::qwen4exp::GpuQwen4Exp>() {
         use gpu_executor::qwen4exp::{GpuMtp, GpuMtpHead};
         let head = GpuMtp::new(g, head)?;
-        let d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, sc.min_p);
-        return run_mtp(e, prompt, n, sc, d);
+        let mut d = MtpDrafter::with_head(GpuMtpHead::new(&head, e.opts.kv, e.context_size())?, min_p);
+        return f(&mut d);
     }
     let cpu_head = CpuMtpHead::with_numerics(m, &head, e.opts.kv, e.opts.numerics());
-    run_mtp(e, prompt, n, sc, MtpDrafter::with_head(cpu_head, sc.min_p))
-}
-
-/// The speculative loop of [`mtp_generate`] with its drafter, on the engine's own session.
-fn run_mtp<H: MtpHead>(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mut d: MtpDrafter<H>) -> Result<SpecRun> {
-    let mut sess = e.new_session()?;
-    let t0 = Instant::now();
-    let (ids, stats) = generate_greedy_spec(&*e.model, &mut sess, prompt, n, &mut d, sc)?;
-    Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.stats) })
+    f(&mut MtpDrafter::with_head(cpu_head, min_p))
 }
 
 /// Greedy speculative generation of `n` tokens after `prompt` on a fresh sequence of either

@@ -148,6 +148,8 @@ pub struct CommonArgs {
     pub pack: Option<PathBuf>,
     #[command(flatten)]
     pub gpu: gpu_executor::options::GpuOptions,
+    #[command(flatten)]
+    pub speculation: SpecArgs,
 }
 
 impl Default for CommonArgs {
@@ -230,22 +232,24 @@ pub enum Cmd {
     Gguf(gguf::GgufArgs),
 }
 
-/// Speculative decoding flags (greedy only).
-#[derive(Args, Debug, Clone)]
+/// Speculative decoding flags: `generate`, `bench` and the served engine (`--serve`,
+/// `strata server`) take them alike. Greedy requests only: a sampled one runs without drafts.
+#[derive(Args, Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SpecArgs {
     /// Speculative decoding: up to N draft tokens per verify step from the prompt-lookup
     /// (suffix) drafter, or the MTP head with --mtp, checked by the model in one batched pass
-    /// (0 = off, max 8). Lossless: the output equals plain greedy decoding. Greedy only (needs
-    /// --temp 0).
-    #[arg(long, default_value_t = 0)]
+    /// (0 = off, max 8). Lossless: the output equals plain greedy decoding. Greedy only
+    /// (`generate` needs --temp 0; the served engine drafts for its greedy requests).
+    #[arg(long, global = true, default_value_t = 0)]
     pub spec: usize,
     /// With --spec: a draft enters the verify window only while it (and every draft before it)
     /// has drafter probability >= P (the MTP head's softmax probability with --mtp).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, global = true, default_value_t = 0.0)]
     pub spec_min_p: f32,
     /// Flash-Next only, with --spec: draft with the model's MTP (NextN) head, read from this
     /// GGUF (or a directory holding one; the model file itself if it stores the head).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub mtp: Option<PathBuf>,
 }
 
@@ -456,6 +460,8 @@ impl CommonArgs {
                 gpu: self.gpu,
                 mmap: self.mmap,
                 mmap_experts: self.mmap_experts,
+                spec: self.speculation.to_config()?,
+                mtp: self.speculation.mtp.clone(),
             },
         })
     }

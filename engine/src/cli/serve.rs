@@ -10,6 +10,7 @@ use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
 use crate::EngineError;
 use crate::engine::Engine;
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::spec::{Drafter, SpecConfig, SpecStats, SuffixDrafter, stream_greedy_spec};
 use model::Logits;
 
 /// The engine behind the token protocol: one sequence at a time, the session reused.
@@ -19,11 +20,52 @@ pub struct ServeEngine<'e> {
     logits: Vec<f32>,
     /// Expert-cache (hits, lookups) when the running request started.
     cache_at_start: Option<experts::counters::CacheStats>,
+    /// `--spec`: the drafter greedy requests are decoded with (reset for each), and the
+    /// running request's draft counters.
+    spec: Option<(SpecConfig, &'e mut dyn Drafter)>,
+    drafts: Option<SpecStats>,
 }
 
 impl<'e> ServeEngine<'e> {
     pub fn new(e: &'e Engine) -> model::error::Result<Self> {
-        Ok(ServeEngine { e, sess: e.new_session()?, logits: Vec::new(), cache_at_start: None })
+        Ok(ServeEngine {
+            e,
+            sess: e.new_session()?,
+            logits: Vec::new(),
+            cache_at_start: None,
+            spec: None,
+            drafts: None,
+        })
+    }
+
+    /// Greedy requests decode speculatively with `drafter` (`--spec`).
+    pub fn with_spec(self, cfg: SpecConfig, drafter: &'e mut dyn Drafter) -> Self {
+        ServeEngine { spec: Some((cfg, drafter)), ..self }
+    }
+
+    /// A greedy request (no sampling, no repeat penalty: the model's argmax) with the drafter:
+    /// verify windows of drafts, each token emitted as soon as it is decided. The output equals
+    /// plain greedy decoding token for token ([`stream_greedy_spec`]).
+    fn generate_spec(
+        &mut self,
+        req: &GenerateRequest,
+        emit: &mut dyn FnMut(u32) -> bool,
+    ) -> Option<Result<FinishReason, String>> {
+        let cfg = sampler_config(&req.sampling);
+        let (sc, drafter) = self.spec.as_mut().filter(|_| cfg.temperature <= 0.0 && cfg.repeat_penalty == 1.0)?;
+        drafter.reset();
+        let (e, sess) = (self.e, &mut self.sess);
+        // As plain decoding: the prompt's positions, then one more per token but the last.
+        let n_gen = sess.capacity() + 1 - req.tokens.len();
+        let mut stopped = false;
+        let r = stream_greedy_spec(&*e.model, sess, &req.tokens, n_gen, &mut **drafter, *sc, &mut |t| {
+            stopped = !emit(t);
+            !stopped
+        });
+        Some(r.map_err(|e| e.to_string()).map(|stats| {
+            self.drafts = Some(stats);
+            if stopped { FinishReason::Stop } else { FinishReason::Length }
+        }))
     }
 }
 
@@ -78,11 +120,16 @@ impl TokenEngine for ServeEngine<'_> {
 
     fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
         self.cache_at_start = self.e.model.expert_cache_stats();
-        let (e, sess) = (self.e, &mut *self.sess);
-        sess.reset();
-        if req.tokens.len() > sess.capacity() {
-            return Err(EngineError::ContextFull { needed: req.tokens.len(), capacity: sess.capacity() }.to_string());
+        self.drafts = None;
+        self.sess.reset();
+        if req.tokens.len() > self.sess.capacity() {
+            let capacity = self.sess.capacity();
+            return Err(EngineError::ContextFull { needed: req.tokens.len(), capacity }.to_string());
         }
+        if let Some(r) = self.generate_spec(req, emit) {
+            return r;
+        }
+        let (e, sess) = (self.e, &mut *self.sess);
         let mut sampler = Sampler::new(sampler_config(&req.sampling));
         e.eval(sess, &req.tokens, Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
         for &t in &req.tokens {
@@ -103,26 +150,41 @@ impl TokenEngine for ServeEngine<'_> {
 
     /// The expert cache's counters for this request (GPU with `--expert-cache`).
     fn request_stats(&mut self) -> Option<server::protocol::RequestStats> {
-        let (a, b) = (self.cache_at_start?, self.e.model.expert_cache_stats()?);
+        let drafts = self.drafts.map(|d| server::protocol::RequestStats {
+            draft_accepted: Some(d.accepted),
+            draft_offered: Some(d.drafted),
+            ..Default::default()
+        });
+        let (Some(a), Some(b)) = (self.cache_at_start, self.e.model.expert_cache_stats()) else { return drafts };
         let us = |ms: f64| (ms * 1e3).round().max(0.0) as u64;
         Some(server::protocol::RequestStats {
+            draft_accepted: self.drafts.map(|d| d.accepted),
+            draft_offered: self.drafts.map(|d| d.drafted),
             expert_cache_hits: Some(b.hits - a.hits),
             expert_cache_lookups: Some(b.lookups - a.lookups),
             expert_bytes_to_vram: Some(b.copied_bytes - a.copied_bytes),
             expert_bytes_read_over_pcie: Some(b.pcie_read_bytes - a.pcie_read_bytes),
             expert_cpu_us: Some(us(b.cpu_ms - a.cpu_ms)),
             expert_handoff_wait_us: Some(us(b.handoff_wait_ms - a.handoff_wait_ms)),
-            ..Default::default()
         })
     }
 }
 
-/// `strata --serve`: protocol on stdin/stdout until stdin closes.
+/// `strata --serve`: protocol on stdin/stdout until stdin closes. With `--spec N` greedy
+/// requests decode speculatively, drafted by the MTP head (`--mtp`) or the suffix drafter.
 pub fn serve_stdio(e: &Engine) -> Result<()> {
-    let mut se = ServeEngine::new(e)?;
     // serve_loop reads its input on another thread, so it needs an owned (Send) reader.
-    let stdin = std::io::BufReader::new(std::io::stdin());
-    server::serve_loop(&mut se, stdin, std::io::stdout().lock()).context("token protocol")
+    let run = |se: &mut ServeEngine<'_>| {
+        let stdin = std::io::BufReader::new(std::io::stdin());
+        server::serve_loop(se, stdin, std::io::stdout().lock()).context("token protocol")
+    };
+    match (e.opts.spec, &e.opts.mtp) {
+        (None, _) => run(&mut ServeEngine::new(e)?),
+        (Some(sc), None) => run(&mut ServeEngine::new(e)?.with_spec(sc, &mut SuffixDrafter::default())),
+        (Some(sc), Some(path)) => super::generate::with_mtp_drafter(e, path, sc.min_p, |d| {
+            run(&mut ServeEngine::new(e)?.with_spec(sc, &mut *d))
+        }),
+    }
 }
 
 /// `strata server`: the HTTP server; its engine process is this executable with `--serve`.

@@ -59,6 +59,9 @@ pub trait Drafter {
     fn observe(&mut self, tokens: &[u32], hidden: &[f32]) {
         let _ = (tokens, hidden);
     }
+
+    /// Forgets the sequence: the next one starts at position 0 (a served engine's next request).
+    fn reset(&mut self) {}
 }
 
 /// A target model that can score a window and roll back.
@@ -146,11 +149,30 @@ pub fn generate_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
     drafter: &mut D,
     cfg: SpecConfig,
 ) -> Result<(Vec<u32>, SpecStats), M::Error> {
+    let mut out = Vec::with_capacity(n_gen);
+    let stats = stream_greedy_spec(model, st, prompt, n_gen, drafter, cfg, &mut |t| {
+        out.push(t);
+        true
+    })?;
+    Ok((out, stats))
+}
+
+/// [`generate_greedy_spec`] handing each token to `emit` as soon as it is decided (a verify
+/// window's accepted drafts one by one, in order); generation stops early when `emit` returns
+/// false (a stop token, the client gone). The served engine's speculative loop.
+pub fn stream_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
+    model: &M,
+    st: &mut M::State,
+    prompt: &[u32],
+    n_gen: usize,
+    drafter: &mut D,
+    cfg: SpecConfig,
+    emit: &mut dyn FnMut(u32) -> bool,
+) -> Result<SpecStats, M::Error> {
     let v = model.n_vocab();
     let mut stats = SpecStats::default();
-    let mut out = Vec::with_capacity(n_gen);
     if n_gen == 0 || prompt.is_empty() {
-        return Ok((out, stats));
+        return Ok(stats);
     }
     let want_hidden = drafter.wants_hidden();
     let run = |st: &mut M::State, toks: &[u32]| -> Result<(Vec<f32>, Vec<f32>), M::Error> {
@@ -158,14 +180,19 @@ pub fn generate_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
     };
     let (logits, hidden) = run(st, prompt)?;
     drafter.observe(prompt, &hidden);
-    out.push(argmax(&logits[logits.len() - v..]));
+    let first = argmax(&logits[logits.len() - v..]);
     let mut history: Vec<u32> = prompt.to_vec();
-    history.push(out[0]);
+    history.push(first);
+    if !emit(first) {
+        return Ok(stats);
+    }
+    // Tokens generated so far (the last one not yet consumed by the model).
+    let mut n_out = 1;
     let n_draft = cfg.n_draft.min(MAX_DRAFT);
-    while out.len() < n_gen {
-        let last = out[out.len() - 1];
+    while n_out < n_gen {
+        let last = history[history.len() - 1];
         // A window with k drafts emits at most k + 1 tokens: never draft past n_gen.
-        let budget = n_draft.min(n_gen - out.len() - 1);
+        let budget = n_draft.min(n_gen - n_out - 1);
         let drafts: Vec<u32> = if budget == 0 {
             Vec::new()
         } else {
@@ -182,9 +209,12 @@ pub fn generate_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
             let (l, h) = run(st, &[last])?;
             drafter.observe(&[last], &h);
             let t = argmax(&l);
-            out.push(t);
             history.push(t);
+            n_out += 1;
             stats.decoded += 1;
+            if !emit(t) {
+                return Ok(stats);
+            }
             continue;
         }
         let k = drafts.len();
@@ -208,11 +238,14 @@ pub fn generate_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
             stats.rollbacks += 1;
         }
         stats.accepted += m as u64;
-        out.extend_from_slice(&drafts[..m]);
-        out.push(next);
-        history.extend_from_slice(&drafts[..m]);
-        history.push(next);
         stats.decoded += (m + 1) as u64;
+        n_out += m + 1;
+        for &t in drafts[..m].iter().chain([&next]) {
+            history.push(t);
+            if !emit(t) {
+                return Ok(stats);
+            }
+        }
     }
-    Ok((out, stats))
+    Ok(stats)
 }

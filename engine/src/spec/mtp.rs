@@ -230,6 +230,10 @@ impl<H: MtpHead> Drafter for MtpDrafter<H> {
         true
     }
 
+    fn reset(&mut self) {
+        MtpDrafter::reset(self)
+    }
+
     fn observe(&mut self, tokens: &[u32], hidden: &[f32]) {
         let e = self.head.width();
         if hidden.len() != tokens.len() * e {
