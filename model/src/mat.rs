@@ -104,8 +104,43 @@ impl Mat {
         Mat::mapped_stack(file, tensor, start, ty, rows, cols, 1)
     }
 
+    /// [`Mat::mapped`] without the block check: for a table read by row whose reader checks
+    /// each row it reads (the 29–51 GB PLE table, which a load-time pass would read whole).
+    pub(crate) fn mapped_unchecked(
+        file: &Arc<GgufFile>,
+        tensor: usize,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Mat, MatError> {
+        Mat::window(file, tensor, 0, ty, rows, cols, 1)
+    }
+
     /// `n_mat` matrices of `rows` rows back to back from byte `start` of tensor `tensor`.
+    /// Every block's scales are checked ([`quant::check_blocks`]): one strided pass over the
+    /// window, about the machine's read rate, and it pages a mapped window in.
     pub(crate) fn mapped_stack(
+        file: &Arc<GgufFile>,
+        tensor: usize,
+        start: usize,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n_mat: usize,
+    ) -> Result<Mat, MatError> {
+        let m = Mat::window(file, tensor, start, ty, rows, cols, n_mat)?;
+        quant::check_blocks(ty, m.data()).map_err(|e| match e {
+            // Counted from the tensor's first block, not the window's (an expert of a stack).
+            quant::QuantError::BadBlock { bad, .. } => {
+                let block = start / ty.type_size() + bad.block;
+                MatError::BadBlock { ty, bad: quant::BadBlock { block, ..bad }, offset: block * ty.type_size() }
+            }
+            other => MatError::Quant(other),
+        })?;
+        Ok(m)
+    }
+
+    fn window(
         file: &Arc<GgufFile>,
         tensor: usize,
         start: usize,
