@@ -296,3 +296,27 @@ fn unique_windows(mats: &[&mut Mat]) -> (Vec<(usize, usize, usize)>, HashMap<(us
     }
     (out, index)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A window that starts inside a tensor (an expert of a stack) names the bad block by its
+    /// index in the tensor, not in the window.
+    #[test]
+    fn a_bad_block_in_a_window_counts_from_the_tensor_start() {
+        let (rows, cols) = (4usize, 64usize);
+        let rb = GgmlType::Q8_0.row_bytes(cols).unwrap(); // 2 blocks of 34 bytes
+        let mut bytes = vec![0u8; rb * rows];
+        bytes[34 * 5..34 * 5 + 2].copy_from_slice(&0x7c01u16.to_le_bytes()); // NaN in block 5
+        let mut w = gguf::GgufWriter::new();
+        w.add_metadata("general.architecture", gguf::Value::Str("llama".into()));
+        w.add_tensor("experts", &[cols as u64, 2, 2], GgmlType::Q8_0, bytes);
+        let file = Arc::new(GgufFile::from_bytes("t.gguf", w.to_bytes().unwrap()).unwrap());
+        assert!(Mat::mapped(&file, 0, 0, GgmlType::Q8_0, 2, cols).is_ok(), "first expert is fine");
+        let e = Mat::mapped(&file, 0, 2 * rb, GgmlType::Q8_0, 2, cols).unwrap_err();
+        let bad = quant::BadBlock { block: 5, field: "d", why: quant::BadScale::NaN };
+        assert_eq!(e, MatError::BadBlock { ty: GgmlType::Q8_0, bad, offset: 170 });
+        assert!(Mat::mapped_unchecked(&file, 0, GgmlType::Q8_0, 4, cols).is_ok(), "rows checked when read");
+    }
+}

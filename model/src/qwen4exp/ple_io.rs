@@ -647,3 +647,18 @@ fn dequant(ty: GgmlType, row: u64, b: &[u8], out: &mut [f32]) -> Result<(), Stri
     })?;
     quant::dequantize_row(ty, b, out).map_err(|e| format!("PLE row dequantize: {e:?}"))
 }
+
+#[cfg(test)]
+mod tests {
+    /// The table is not checked at load, so a row with a bad scale is refused when it is read.
+    #[test]
+    fn a_row_with_a_bad_scale_is_refused_when_read() {
+        let ty = quant::GgmlType::Q8_0;
+        let mut row = vec![0u8; 2 * 34];
+        let mut out = [0f32; 64];
+        assert_eq!(super::dequant(ty, 7, &row, &mut out), Ok(()));
+        row[34..36].copy_from_slice(&0x7c00u16.to_le_bytes());
+        let e = super::dequant(ty, 7, &row, &mut out).unwrap_err();
+        assert_eq!(e, "PLE row 7: block 1 has an infinite scale (d) (counted from the row's start)");
+    }
+}
