@@ -52,6 +52,16 @@ pub enum EngineError {
     MissingKey { key: String },
     #[error("tensor {name:?}: {source}")]
     Tensor { name: String, source: MatError },
+    /// A weight block whose scale is NaN or infinite: the file is corrupt (every product with
+    /// its rows would be NaN).
+    #[error("tensor '{name}': {source}")]
+    BadBlock { name: String, source: MatError },
+    /// A weight type no backend runs; the message lists the ones they do.
+    #[error(
+        "tensor '{name}': type {ty} is not supported here (no kernel for this type; supported: {})",
+        supported_types()
+    )]
+    UnsupportedType { name: String, ty: &'static str },
     #[error("tensor {name:?}: cannot dequantize: {reason}")]
     Dequant { name: String, reason: String },
     #[error("forward at position {got}, but the sequence state is at position {expected}")]
@@ -109,6 +119,13 @@ pub enum EngineError {
     NonFinite { position: usize, token: u32, layer: Option<usize>, count: usize, of: usize },
 }
 
+/// The weight types the engine loads (every type `quant` dequantizes and dots), from the
+/// `quant` type table.
+pub fn supported_types() -> String {
+    let names: Vec<&str> = quant::ALL_TYPES.iter().filter(|t| t.has_reference()).map(|t| t.name()).collect();
+    names.join(", ")
+}
+
 /// A ggml shape with `*` for a dimension of any size.
 fn shape(dims: &[Option<u64>]) -> String {
     let d: Vec<String> = dims.iter().map(|d| d.map_or("*".to_string(), |v| v.to_string())).collect();
@@ -116,6 +133,17 @@ fn shape(dims: &[Option<u64>]) -> String {
 }
 
 impl EngineError {
+    /// A [`MatError`] about tensor `name`: a bad block and an unsupported type get their own
+    /// variants (the block index; the list of supported types).
+    pub fn tensor(name: impl Into<String>, source: MatError) -> EngineError {
+        let name = name.into();
+        match source {
+            MatError::Unsupported(ty) => EngineError::UnsupportedType { name, ty: ty.name() },
+            source @ MatError::BadBlock { .. } => EngineError::BadBlock { name, source },
+            source => EngineError::Tensor { name, source },
+        }
+    }
+
     /// `self` about the file at `path`: wrapped in [`EngineError::InFile`] unless it already
     /// names a file.
     pub fn in_file(self, path: &std::path::Path) -> EngineError {
@@ -141,6 +169,12 @@ pub enum MatError {
     Ragged { ty: quant::GgmlType, cols: usize },
     #[error("{ty:?} {rows}x{cols} needs {expected} bytes, got {got}")]
     Size { ty: quant::GgmlType, rows: usize, cols: usize, expected: usize, got: usize },
+    /// A block with a NaN or infinite scale; `bad.block` counts from the tensor's first block,
+    /// `offset` is its byte offset in the tensor's data.
+    #[error("{bad}, at byte {offset} of its {ty} data")]
+    BadBlock { ty: quant::GgmlType, bad: quant::BadBlock, offset: usize },
+    #[error("{0}")]
+    Quant(quant::QuantError),
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

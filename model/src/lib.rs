@@ -197,11 +197,7 @@ impl Loader<'_> {
     /// IQ4_XS, IQ3_S and the IQ1/IQ2 types through its portable kernel). A device backend
     /// decides at upload which of them it runs as stored.
     fn check_type(name: &str, ty: GgmlType) -> Result<()> {
-        if ty.has_reference() {
-            Ok(())
-        } else {
-            Err(EngineError::TensorType { name: name.into(), ty: ty.name(), why: "no kernel for this type" })
-        }
+        if ty.has_reference() { Ok(()) } else { Err(EngineError::UnsupportedType { name: name.into(), ty: ty.name() }) }
     }
 
     /// A `[rows][cols]` matrix (`rows` None: any).
@@ -216,8 +212,7 @@ impl Loader<'_> {
             });
         }
         Self::check_type(name, t.ty)?;
-        Mat::mapped(self.g, tensor, 0, t.ty, t.dims[1] as usize, cols)
-            .map_err(|source| EngineError::Tensor { name: name.into(), source })
+        Mat::mapped(self.g, tensor, 0, t.ty, t.dims[1] as usize, cols).map_err(|e| EngineError::tensor(name, e))
     }
 
     /// `n` matrices `[rows][cols]` stored back to back (expert stacks).
@@ -232,8 +227,7 @@ impl Loader<'_> {
             });
         }
         Self::check_type(name, t.ty)?;
-        Mat::mapped_stack(self.g, tensor, 0, t.ty, rows, cols, n)
-            .map_err(|source| EngineError::Tensor { name: name.into(), source })
+        Mat::mapped_stack(self.g, tensor, 0, t.ty, rows, cols, n).map_err(|e| EngineError::tensor(name, e))
     }
 
     /// A vector of `n` values (norm weights, biases), dequantized to f32.

@@ -104,8 +104,43 @@ impl Mat {
         Mat::mapped_stack(file, tensor, start, ty, rows, cols, 1)
     }
 
+    /// [`Mat::mapped`] without the block check: for a table read by row whose reader checks
+    /// each row it reads (the 29–51 GB PLE table, which a load-time pass would read whole).
+    pub(crate) fn mapped_unchecked(
+        file: &Arc<GgufFile>,
+        tensor: usize,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Mat, MatError> {
+        Mat::window(file, tensor, 0, ty, rows, cols, 1)
+    }
+
     /// `n_mat` matrices of `rows` rows back to back from byte `start` of tensor `tensor`.
+    /// Every block's scales are checked ([`quant::check_blocks`]): one strided pass over the
+    /// window, about the machine's read rate, and it pages a mapped window in.
     pub(crate) fn mapped_stack(
+        file: &Arc<GgufFile>,
+        tensor: usize,
+        start: usize,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        n_mat: usize,
+    ) -> Result<Mat, MatError> {
+        let m = Mat::window(file, tensor, start, ty, rows, cols, n_mat)?;
+        quant::check_blocks(ty, m.data()).map_err(|e| match e {
+            // Counted from the tensor's first block, not the window's (an expert of a stack).
+            quant::QuantError::BadBlock { bad, .. } => {
+                let block = start / ty.type_size() + bad.block;
+                MatError::BadBlock { ty, bad: quant::BadBlock { block, ..bad }, offset: block * ty.type_size() }
+            }
+            other => MatError::Quant(other),
+        })?;
+        Ok(m)
+    }
+
+    fn window(
         file: &Arc<GgufFile>,
         tensor: usize,
         start: usize,
@@ -260,4 +295,28 @@ fn unique_windows(mats: &[&mut Mat]) -> (Vec<(usize, usize, usize)>, HashMap<(us
         });
     }
     (out, index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A window that starts inside a tensor (an expert of a stack) names the bad block by its
+    /// index in the tensor, not in the window.
+    #[test]
+    fn a_bad_block_in_a_window_counts_from_the_tensor_start() {
+        let (rows, cols) = (4usize, 64usize);
+        let rb = GgmlType::Q8_0.row_bytes(cols).unwrap(); // 2 blocks of 34 bytes
+        let mut bytes = vec![0u8; rb * rows];
+        bytes[34 * 5..34 * 5 + 2].copy_from_slice(&0x7c01u16.to_le_bytes()); // NaN in block 5
+        let mut w = gguf::GgufWriter::new();
+        w.add_metadata("general.architecture", gguf::Value::Str("llama".into()));
+        w.add_tensor("experts", &[cols as u64, 2, 2], GgmlType::Q8_0, bytes);
+        let file = Arc::new(GgufFile::from_bytes("t.gguf", w.to_bytes().unwrap()).unwrap());
+        assert!(Mat::mapped(&file, 0, 0, GgmlType::Q8_0, 2, cols).is_ok(), "first expert is fine");
+        let e = Mat::mapped(&file, 0, 2 * rb, GgmlType::Q8_0, 2, cols).unwrap_err();
+        let bad = quant::BadBlock { block: 5, field: "d", why: quant::BadScale::NaN };
+        assert_eq!(e, MatError::BadBlock { ty: GgmlType::Q8_0, bad, offset: 170 });
+        assert!(Mat::mapped_unchecked(&file, 0, GgmlType::Q8_0, 4, cols).is_ok(), "rows checked when read");
+    }
 }

@@ -13,7 +13,8 @@
 //! [`GgmlType::vec_dot_type`]); the formats added for reading files only (Q2_K, Q3_K, IQ4_XS
 //! and the IQ1/IQ2/IQ3_S family) have no quantizer yet ([`GgmlType::has_quantizer`]). The row-level façade ([`dequantize_row`], [`quantize_row`],
 //! [`vec_dot`]) works on raw bytes as they appear in a GGUF file and never panics on bad
-//! lengths: it returns [`QuantError::BadLength`].
+//! lengths: it returns [`QuantError::BadLength`]. [`check_blocks`] checks that every block's
+//! float scales are finite (what a loader runs over every weight).
 #![no_std]
 #![cfg_attr(target_arch = "amdgpu", feature(f16))]
 // The reference code mirrors ggml's C loops index for index on purpose (easier to audit
@@ -50,11 +51,13 @@ pub mod util;
 
 mod facade;
 mod types;
+mod validate;
 
 pub use block::Block;
 pub use facade::{dequantize_row, quantize_row, vec_dot};
 pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-pub use types::{GgmlType, QuantError};
+pub use types::{ALL_TYPES, GgmlType, QuantError};
+pub use validate::{BadBlock, BadScale, check_blocks};
 
 /// Elements per super-block of the K-quants and IQ formats (ggml's `QK_K`).
 pub const QK_K: usize = 256;

@@ -208,6 +208,8 @@ pub enum QuantError {
     /// A length does not fit the format. `what` names the argument and the rule;
     /// for "not a multiple of the block size" errors `expected` is the block size.
     BadLength { ty: GgmlType, what: &'static str, expected: usize, got: usize },
+    /// A block whose scale is NaN or infinite ([`crate::check_blocks`]).
+    BadBlock { ty: GgmlType, bad: crate::BadBlock },
 }
 
 impl fmt::Display for QuantError {
@@ -219,6 +221,7 @@ impl fmt::Display for QuantError {
             QuantError::BadLength { ty, what, expected, got } => {
                 write!(f, "{ty}: bad length of {what}: expected {expected}, got {got}")
             }
+            QuantError::BadBlock { ty, bad } => write!(f, "{ty}: {bad}"),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Bad input from the command line (issue 14 items 6 and 7), end to end through the `strata`
 //! binary: a model path that is not a file, GGUF errors (said once), NaN and out-of-range
-//! metadata (refused at load, naming the key), NaN weights (an error naming the position, and
-//! with STRATA_CHECK_FINITE=1 the layer), and bytes that are not UTF-8 on `--serve`'s stdin.
+//! metadata (refused at load, naming the key), NaN block scales (refused at load, naming the
+//! tensor and block), NaN f32 weights (an error naming the position, and with
+//! STRATA_CHECK_FINITE=1 the layer), and bytes that are not UTF-8 on `--serve`'s stdin.
 //! The bad models are the synthetic fixture rewritten with one thing changed.
 
 use std::io::Write;
@@ -181,9 +182,47 @@ fn nan_row(row: usize) -> impl Fn(&str, &mut Vec<u64>, &mut Vec<u8>) {
     }
 }
 
+/// The fixture with `token_embd.weight` widened to f32 and row `row` NaN: plain float weights
+/// have no block scales for the load check, so the NaN reaches the forward pass.
+fn nan_row_f32(name: &str, row: usize) -> PathBuf {
+    let g = GgufFile::open(&fixture()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        w.add_metadata(k.clone(), v.clone());
+    }
+    for t in g.tensors() {
+        let d = g.tensor_data(t);
+        if t.name != "token_embd.weight" {
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, d.to_vec());
+            continue;
+        }
+        let mut x = vec![0f32; t.n_elements() as usize];
+        quant::dequantize_row(t.ty, d, &mut x).unwrap();
+        let cols = t.dims[0] as usize;
+        x[row * cols..(row + 1) * cols].fill(f32::NAN);
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(t.name.clone(), &t.dims, quant::GgmlType::F32, bytes);
+    }
+    let p = tmp(name);
+    w.write(&p).unwrap();
+    p
+}
+
+/// A NaN block scale is refused at load (issue 36), naming the tensor and the block: row 5's
+/// first block is block 40.
+#[test]
+fn a_nan_block_scale_is_refused_at_load_naming_tensor_and_block() {
+    let p = rewrite("nan-embd-scales-row-5.gguf", &[], nan_row(5));
+    let err = fails_gen(&p, "3,7");
+    assert!(
+        err.contains("tensor 'token_embd.weight': block 40 has a NaN scale (d), at byte 1360 of its q8_0 data"),
+        "{err}"
+    );
+}
+
 #[test]
 fn nan_weights_are_an_error_naming_the_position() {
-    let p = rewrite("nan-embd-row-5.gguf", &[], nan_row(5));
+    let p = nan_row_f32("nan-embd-row-5.gguf", 5);
     // The prompt does not use row 5: the model runs.
     let ok = strata().args(gen_args(&p, "3,7")).output().unwrap();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
@@ -250,7 +289,7 @@ fn serve_answers_a_line_that_is_not_utf8_and_goes_on() {
 
 #[test]
 fn serve_fails_a_request_with_nan_logits_and_serves_the_next() {
-    let p = rewrite("nan-embd-row-5-serve.gguf", &[], nan_row(5));
+    let p = nan_row_f32("nan-embd-row-5-serve.gguf", 5);
     let input = concat!(
         "{\"type\":\"generate\",\"id\":1,\"tokens\":[3,5,7],\"max_tokens\":2}\n",
         "{\"type\":\"generate\",\"id\":2,\"tokens\":[3,7],\"max_tokens\":2,\"sampling\":{\"temperature\":0}}\n",

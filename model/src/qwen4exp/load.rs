@@ -65,15 +65,14 @@ impl Loader {
     pub(super) fn mat(&self, name: &str, cols: usize, rows: usize) -> Result<Mat, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols, rows])?;
         Self::check_dims(name, &t.dims, &[cols, rows])?;
-        Mat::mapped(&self.file, i, 0, t.ty, rows, cols)
-            .map_err(|source| EngineError::Tensor { name: name.into(), source })
+        Mat::mapped(&self.file, i, 0, t.ty, rows, cols).map_err(|e| EngineError::tensor(name, e))
     }
 
     /// ggml ne `[cols]` used as a 1-row matrix (the shared-expert gate).
     pub(super) fn row(&self, name: &str, cols: usize) -> Result<Mat, EngineError> {
         let (i, t) = self.find_shaped(name, &[cols])?;
         Self::check_dims(name, &t.dims, &[cols])?;
-        Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|source| EngineError::Tensor { name: name.into(), source })
+        Mat::mapped(&self.file, i, 0, t.ty, 1, cols).map_err(|e| EngineError::tensor(name, e))
     }
 
     /// ggml ne `[cols, rows, n]` → n matrices (expert stacks).
@@ -84,7 +83,7 @@ impl Loader {
         (0..n)
             .map(|e| {
                 Mat::mapped(&self.file, i, e * per, t.ty, rows, cols)
-                    .map_err(|source| EngineError::Tensor { name: format!("{name}[{e}]"), source })
+                    .map_err(|err| EngineError::tensor(format!("{name}[{e}]"), err))
             })
             .collect()
     }
@@ -241,8 +240,9 @@ pub(super) fn load(file: Arc<GgufFile>, opt: &PleOptions) -> Result<Qwen4Exp, En
                             found: vec![pp.head_dim as u64, rows as u64],
                         });
                     }
-                    let mapped = Mat::mapped(&tfile, ti, 0, t.ty, rows, pp.head_dim)
-                        .map_err(|source| EngineError::Tensor { name: PLE_TABLE.into(), source })?;
+                    // Its rows are checked as they are read (`ple_io`): 29–51 GB are not read at load.
+                    let mapped = Mat::mapped_unchecked(&tfile, ti, t.ty, rows, pp.head_dim)
+                        .map_err(|e| EngineError::tensor(PLE_TABLE, e))?;
                     let table = PleTable::open(mapped, &tpath, abs, opt)
                         .map_err(|reason| EngineError::PleIo { path: tpath.clone(), reason })?;
                     warnings.extend(table.warnings());

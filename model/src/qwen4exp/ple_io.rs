@@ -411,19 +411,19 @@ impl PleTable {
         let row = r as u64;
         if let Some(b) = inner.cache.get(row) {
             inner.hits += 1;
-            return dequant(self.ty, b, &mut out[..self.cols]);
+            return dequant(self.ty, row, b, &mut out[..self.cols]);
         }
         inner.misses += 1;
         match &self.source {
             Source::Mat(m) => {
                 let b = m.row_data(r);
                 inner.cache.insert(row, b);
-                dequant(self.ty, b, &mut out[..self.cols])
+                dequant(self.ty, row, b, &mut out[..self.cols])
             }
             Source::Mapped { mat, path, base, file } => {
                 let b = self.mapped_row(mat, path, *base, file, r)?;
                 inner.cache.insert(row, b);
-                dequant(self.ty, b, &mut out[..self.cols])
+                dequant(self.ty, row, b, &mut out[..self.cols])
             }
             Source::File { path, base } => {
                 let mut fallback = None;
@@ -433,7 +433,7 @@ impl PleTable {
                 }
                 let b = std::mem::take(&mut inner.row);
                 inner.cache.insert(row, &b);
-                let res = dequant(self.ty, &b, &mut out[..self.cols]);
+                let res = dequant(self.ty, row, &b, &mut out[..self.cols]);
                 inner.row = b;
                 res
             }
@@ -466,13 +466,13 @@ impl PleTable {
             let row = r as u64;
             if let Some(b) = inner.cache.get(row) {
                 inner.hits += 1;
-                dequant(self.ty, b, dst)?;
+                dequant(self.ty, row, b, dst)?;
                 continue;
             }
             inner.misses += 1;
             if let Some(b) = fetched.get(&row) {
                 inner.cache.insert(row, b);
-                dequant(self.ty, b, dst)?;
+                dequant(self.ty, row, b, dst)?;
                 continue;
             }
             // Cached at the start but evicted within this batch: read it again.
@@ -483,7 +483,7 @@ impl PleTable {
             }
             let b = std::mem::take(&mut inner.row);
             inner.cache.insert(row, &b);
-            let res = dequant(self.ty, &b, dst);
+            let res = dequant(self.ty, row, &b, dst);
             inner.row = b;
             res?;
         }
@@ -638,6 +638,27 @@ fn read_row(file: &File, direct: bool, off: u64, rb: usize) -> std::io::Result<(
     Ok((buf[at..at + rb].to_vec(), calls, got as u64))
 }
 
-fn dequant(ty: GgmlType, b: &[u8], out: &mut [f32]) -> Result<(), String> {
+/// Checks row `row`'s blocks (the table is too large to check at load, so each row is checked
+/// as it is used; a row is a few blocks) and dequantizes it.
+fn dequant(ty: GgmlType, row: u64, b: &[u8], out: &mut [f32]) -> Result<(), String> {
+    quant::check_blocks(ty, b).map_err(|e| match e {
+        quant::QuantError::BadBlock { bad, .. } => format!("PLE row {row}: {bad} (counted from the row's start)"),
+        e => format!("PLE row {row}: {e}"),
+    })?;
     quant::dequantize_row(ty, b, out).map_err(|e| format!("PLE row dequantize: {e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The table is not checked at load, so a row with a bad scale is refused when it is read.
+    #[test]
+    fn a_row_with_a_bad_scale_is_refused_when_read() {
+        let ty = quant::GgmlType::Q8_0;
+        let mut row = vec![0u8; 2 * 34];
+        let mut out = [0f32; 64];
+        assert_eq!(super::dequant(ty, 7, &row, &mut out), Ok(()));
+        row[34..36].copy_from_slice(&0x7c00u16.to_le_bytes());
+        let e = super::dequant(ty, 7, &row, &mut out).unwrap_err();
+        assert_eq!(e, "PLE row 7: block 1 has an infinite scale (d) (counted from the row's start)");
+    }
 }
