@@ -1,4 +1,4 @@
-//! `strata synth --mtp` and `--spec N --mtp PATH` through the binary: the written model and
+//! `strata synth --mtp-head` and `--spec N --mtp PATH` through the binary: the written model and
 //! head load, speculative ids equal plain greedy ids (echo head: accepted drafts; random head:
 //! rejected ones), a directory works as the path, `bench` reports the MTP drafter's
 //! acceptance and tokens per verify step, and bad paths/files/flag combinations fail with a
@@ -86,7 +86,7 @@ fn cli_mtp_synth_generate_bench_and_errors() {
         "--type",
         "q8_0",
         "--split-ple",
-        "--mtp",
+        "--mtp-head",
         "echo",
         "--seed",
         "3",
@@ -106,7 +106,7 @@ fn cli_mtp_synth_generate_bench_and_errors() {
         "--type",
         "q8_0",
         "--split-ple",
-        "--mtp",
+        "--mtp-head",
         "random",
         "--mtp-ratio",
         "2",
@@ -196,7 +196,7 @@ fn cli_mtp_synth_generate_bench_and_errors() {
     assert!(e.contains("cut-mtp.gguf") && e.contains("outside the file"), "{e}");
     // A head for another shape (public preset) does not fit the tiny model.
     let other = tmp("public");
-    run_ok(&["synth", "--out", other.to_str().unwrap(), "--preset", "public", "--mtp", "random"]);
+    run_ok(&["synth", "--out", other.to_str().unwrap(), "--preset", "public", "--mtp-head", "random"]);
     let e = with(&["--spec", "2", "--mtp", &format!("{}-mtp.gguf", other.display())]);
     assert!(e.contains("public-mtp.gguf") && e.contains("qwen4exp.embedding_length"), "{e}");
     // The head passed as the model.

@@ -16,7 +16,7 @@ fn cli_mtp_on_emu_drafts_on_the_device() {
         "--preset",
         "tiny",
         "--tied",
-        "--mtp",
+        "--mtp-head",
         "echo",
         "--seed",
         "3",

@@ -239,7 +239,7 @@ fn spec_mtp_echo_head_accepted_and_partial_windows() {
 }
 
 /// The echo head in the published layout (wide residual in, GR, own `hc_head` mixer) on the
-/// public-shape tied model `strata synth --preset public --tied --mtp echo --seed 11` writes,
+/// public-shape tied model `strata synth --preset public --tied --mtp-head echo --seed 11` writes,
 /// with `strata bench --pp 16`'s prompt: every draft is accepted at N = 1, 4, 8, and the ids
 /// are plain greedy's.
 #[test]

@@ -12,7 +12,7 @@ use synth::qwen4exp::{SynthConfig, SynthMtp, write, write_mtp};
 #[derive(Args, Debug, Clone)]
 pub struct SynthArgs {
     /// Output prefix: writes PREFIX.gguf (or PREFIX-0000K-of-00002.gguf with --split-ple) and,
-    /// with --mtp, PREFIX-mtp.gguf.
+    /// with --mtp-head, PREFIX-mtp.gguf.
     #[arg(long)]
     pub out: PathBuf,
     /// Shape: `public` (the llama.cpp fixtures' shape: 4 layers, hidden 256, vocab 1024),
@@ -37,8 +37,9 @@ pub struct SynthArgs {
     pub seed: u64,
     /// Also write an MTP (NextN) draft head: `random`, or `echo` (a head whose drafts repeat
     /// its input token; see the model writer's docs).
+    /// (`--mtp` itself is the engine's option: the head a speculative run drafts with.)
     #[arg(long, value_enum)]
-    pub mtp: Option<MtpKind>,
+    pub mtp_head: Option<MtpKind>,
     /// Type of the MTP head's matrices (default: --type).
     #[arg(long, value_enum)]
     pub mtp_type: Option<MatType>,
@@ -47,7 +48,7 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 0)]
     pub mtp_ratio: usize,
     /// Omit the head's own output mixer (`nextn.hc_head_*`): the model's `output_hc_*` is used.
-    /// Not with `--mtp echo`.
+    /// Not with `--mtp-head echo`.
     #[arg(long)]
     pub mtp_no_hc_head: bool,
     /// Give the MTP head its own embedding and output tables (nextn.embed_tokens,
@@ -110,7 +111,7 @@ pub fn run(a: &SynthArgs) -> Result<()> {
     for p in &paths {
         println!("{}", p.display());
     }
-    if let Some(kind) = a.mtp {
+    if let Some(kind) = a.mtp_head {
         let m = SynthMtp {
             matrix_type: a.mtp_type.or(a.ty).map_or(cfg.matrix_type, MatType::ggml),
             ratio: a.mtp_ratio,
