@@ -46,9 +46,14 @@ pub(crate) fn acc(err: &str) -> (u64, u64) {
 /// The tokens `strata --serve [extra]` streams for one request of [`PROMPT`] (24 tokens, no stop
 /// tokens, `sampling`), and its done line.
 fn serve(model: &str, extra: &[&str], sampling: &serde_json::Value) -> (Vec<u32>, serde_json::Value) {
+    serve_with(&[&["-m", model], extra].concat(), sampling)
+}
+
+/// [`serve`] with the whole engine command line given (`args`, without `--serve`).
+fn serve_with(extra: &[&str], sampling: &serde_json::Value) -> (Vec<u32>, serde_json::Value) {
     use std::io::Write;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["-m", model, "--serve", "-t", "2"])
+        .args(["--serve", "-t", "2"])
         .args(extra)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -155,6 +160,38 @@ fn cli_mtp_synth_generate_bench_and_errors() {
         let (a, d) = (done["stats"]["draft_accepted"].as_u64(), done["stats"]["draft_offered"].as_u64());
         assert!(a.unwrap_or(0) > 0 && d >= a, "--serve {extra:?}: drafts {a:?}/{d:?} in {done}");
     }
+    // The C++ engine's documented serve line for the 7900 XTX, its paths replaced (`--pack`
+    // left out, as its error advises): it starts, speculates, and equals the same line without
+    // the three speculation flags.
+    let line = [
+        "--native",
+        &model,
+        "--ple-gguf",
+        files[1],
+        "--mmap-experts",
+        "--expert-cache",
+        "auto",
+        "--prefill",
+        "512",
+        "--max-context",
+        "4096",
+        "--kv",
+        "int8",
+        "--pool-workers",
+        "15",
+        "--adapt-every",
+        "0",
+        "--pcie-frac",
+        "0",
+        "--vram-reserve-mib",
+        "1024",
+    ];
+    let (want, _) = serve_with(&line, &greedy);
+    let (got, done) =
+        serve_with(&[&line[..], &["--spec", "4", "--spec-min-p", "0.5", "--mtp", &echo]].concat(), &greedy);
+    assert_eq!(got, want, "the C++ engine's serve line: speculative ids differ from plain greedy");
+    assert!(done["stats"]["draft_accepted"].as_u64().unwrap_or(0) > 0, "the serve line accepted no drafts: {done}");
+
     let (want, _) = serve(&model, &[], &sampled);
     let (got, done) = serve(&model, &["--spec", "4", "--mtp", &echo], &sampled);
     assert_eq!(got, want, "a sampled request with --spec differs from plain sampling");

@@ -194,14 +194,15 @@ fn valu_text(i: &Inst) -> String {
         // op_sel only printed when it is not implied by true16 operand names
         let nsrc = d.src.iter().filter(|&&x| x != 0).count();
         let any16 = d.src.iter().any(|x| x & 0x10 != 0) || d.dst & 0x10 != 0;
-        if i.opsel != 0 && any16 {
-            let bits: Vec<String> = (0..nsrc)
-                .map(|k| (i.opsel >> k & 1).to_string())
-                .chain(std::iter::once((i.opsel >> 3 & 1).to_string()))
-                .collect();
-            s += &format!(" op_sel:[{}]", bits.join(","));
-        } else if i.opsel != 0 {
-            let bits: Vec<String> = (0..nsrc).map(|k| (i.opsel >> k & 1).to_string()).collect();
+        // LLVM gives v_cndmask_b16 no destination op_sel (its VOP3 form lacks the VOP3_OPSEL
+        // flag): a `.h` destination shows only in the register name, and source bits alone
+        // print.
+        let no_dst_sel = s.starts_with("v_cndmask_b16");
+        if i.opsel != 0 && !(no_dst_sel && i.opsel & 0b111 == 0) {
+            let mut bits: Vec<String> = (0..nsrc).map(|k| (i.opsel >> k & 1).to_string()).collect();
+            if any16 && !no_dst_sel {
+                bits.push((i.opsel >> 3 & 1).to_string());
+            }
             s += &format!(" op_sel:[{}]", bits.join(","));
         }
         if i.clamp {
