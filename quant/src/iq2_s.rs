@@ -7,8 +7,8 @@
 //! `2i..2i+2` of `qh[k/4]`, i = k%4, are bits 8..10 of index `k`); `scales: [u8; 8]` as IQ2_XS.
 
 use crate::block::impl_block;
-use crate::grids::{IQ2S_GRID, sign_f, signed};
-use crate::half::f16_to_f32;
+use crate::grids::IQ2S_GRID;
+use crate::iq2_octets::{self, Iq2Octets};
 use crate::q8_k::BlockQ8K;
 use crate::{GgmlType, QK_K};
 
@@ -23,45 +23,27 @@ pub struct BlockIQ2S {
 }
 impl_block!(BlockIQ2S, GgmlType::IQ2S, QK_K);
 
-/// 4-bit scale of the 16 weights `16h..16h+16` (h < 16).
-#[inline(always)]
-pub fn scale(b: &BlockIQ2S, h: usize) -> u8 {
-    (b.scales[(h & 15) / 2] >> (4 * (h % 2))) & 0xf
-}
-
-/// Grid magnitudes and sign byte of the 8 weights `8k..8k+8` (k < 32).
-#[inline(always)]
-fn octet(b: &BlockIQ2S, k: usize) -> ([u8; 8], u8) {
-    let k = k & 31;
-    let idx = b.qs[k] as usize | ((((b.qh[k / 4] >> (2 * (k % 4))) & 3) as usize) << 8);
-    (IQ2S_GRID[idx & 1023].to_le_bytes(), b.qs[32 + k])
+impl Iq2Octets for BlockIQ2S {
+    fn d_bits(&self) -> u16 {
+        self.d
+    }
+    fn scales(&self) -> &[u8; QK_K / 32] {
+        &self.scales
+    }
+    #[inline(always)]
+    fn octet(&self, k: usize) -> ([u8; 8], u8) {
+        let k = k & 31;
+        let idx = self.qs[k] as usize | ((((self.qh[k / 4] >> (2 * (k % 4))) & 3) as usize) << 8);
+        (IQ2S_GRID[idx & 1023].to_le_bytes(), self.qs[32 + k])
+    }
 }
 
 /// `dequantize_row_iq2_s` for one block.
 pub fn dequantize_ref(b: &BlockIQ2S, y: &mut [f32; QK_K]) {
-    let d = f16_to_f32(b.d);
-    for k in 0..32 {
-        let db = d * (0.5 + scale(b, k / 2) as f32) * 0.25;
-        let (grid, signs) = octet(b, k);
-        for j in 0..8 {
-            y[8 * k + j] = db * grid[j] as f32 * sign_f(signs, j);
-        }
-    }
+    iq2_octets::dequantize_ref(b, y)
 }
 
-/// `ggml_vec_dot_iq2_s_q8_K` (generic) for one block pair:
-/// `0.125 * d*da * Σ_h (2s_h+1) Σ ±grid·a` over the 16 scale groups.
+/// `ggml_vec_dot_iq2_s_q8_K` (generic) for one block pair.
 pub fn vec_dot_ref(w: &BlockIQ2S, a: &BlockQ8K) -> f32 {
-    let mut bsum = 0i32;
-    for h in 0..16 {
-        let mut sumi = 0i32;
-        for k in 2 * h..2 * h + 2 {
-            let (grid, signs) = octet(w, k);
-            for j in 0..8 {
-                sumi += signed(signs, j, grid[j] as i32 * a.qs[8 * k + j] as i32);
-            }
-        }
-        bsum += sumi * (2 * scale(w, h) as i32 + 1);
-    }
-    0.125 * ((f16_to_f32(w.d) * a.d()) * bsum as f32)
+    iq2_octets::vec_dot_ref(w, a)
 }

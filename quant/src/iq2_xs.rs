@@ -8,8 +8,8 @@
 //! nibble of `scales[g]`, last 16 in the high one).
 
 use crate::block::impl_block;
-use crate::grids::{IQ2XS_GRID, sign_f, signed};
-use crate::half::f16_to_f32;
+use crate::grids::IQ2XS_GRID;
+use crate::iq2_octets::{self, Iq2Octets};
 use crate::iq3_xxs::ksigns;
 use crate::q8_k::BlockQ8K;
 use crate::{GgmlType, QK_K};
@@ -24,44 +24,26 @@ pub struct BlockIQ2XS {
 }
 impl_block!(BlockIQ2XS, GgmlType::IQ2XS, QK_K);
 
-/// 4-bit scale of the 16 weights `16h..16h+16` (h < 16).
-#[inline(always)]
-pub fn scale(b: &BlockIQ2XS, h: usize) -> u8 {
-    (b.scales[(h & 15) / 2] >> (4 * (h % 2))) & 0xf
-}
-
-/// Grid magnitudes and sign pattern of the 8 weights `8k..8k+8` (k < 32).
-#[inline(always)]
-fn octet(b: &BlockIQ2XS, k: usize) -> ([u8; 8], u8) {
-    let q = b.qs[k & 31];
-    (IQ2XS_GRID[(q & 511) as usize].to_le_bytes(), ksigns((q >> 9) as u32))
+impl Iq2Octets for BlockIQ2XS {
+    fn d_bits(&self) -> u16 {
+        self.d
+    }
+    fn scales(&self) -> &[u8; QK_K / 32] {
+        &self.scales
+    }
+    #[inline(always)]
+    fn octet(&self, k: usize) -> ([u8; 8], u8) {
+        let q = self.qs[k & 31];
+        (IQ2XS_GRID[(q & 511) as usize].to_le_bytes(), ksigns((q >> 9) as u32))
+    }
 }
 
 /// `dequantize_row_iq2_xs` for one block.
 pub fn dequantize_ref(b: &BlockIQ2XS, y: &mut [f32; QK_K]) {
-    let d = f16_to_f32(b.d);
-    for k in 0..32 {
-        let db = d * (0.5 + scale(b, k / 2) as f32) * 0.25;
-        let (grid, signs) = octet(b, k);
-        for j in 0..8 {
-            y[8 * k + j] = db * grid[j] as f32 * sign_f(signs, j);
-        }
-    }
+    iq2_octets::dequantize_ref(b, y)
 }
 
-/// `ggml_vec_dot_iq2_xs_q8_K` (generic) for one block pair:
-/// `0.125 * d*da * Σ_h (2s_h+1) Σ ±grid·a` over the 16 scale groups.
+/// `ggml_vec_dot_iq2_xs_q8_K` (generic) for one block pair.
 pub fn vec_dot_ref(w: &BlockIQ2XS, a: &BlockQ8K) -> f32 {
-    let mut bsum = 0i32;
-    for h in 0..16 {
-        let mut sumi = 0i32;
-        for k in 2 * h..2 * h + 2 {
-            let (grid, signs) = octet(w, k);
-            for j in 0..8 {
-                sumi += signed(signs, j, grid[j] as i32 * a.qs[8 * k + j] as i32);
-            }
-        }
-        bsum += sumi * (2 * scale(w, h) as i32 + 1);
-    }
-    0.125 * ((f16_to_f32(w.d) * a.d()) * bsum as f32)
+    iq2_octets::vec_dot_ref(w, a)
 }

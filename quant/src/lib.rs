@@ -28,6 +28,7 @@ pub mod grids;
 pub mod half;
 pub mod iq1_m;
 pub mod iq1_s;
+pub mod iq2_octets;
 pub mod iq2_s;
 pub mod iq2_xs;
 pub mod iq2_xxs;

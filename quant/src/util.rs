@@ -25,10 +25,13 @@ pub fn nearest_int(x: f32) -> i32 {
 pub fn roundf_i32(x: f32) -> i32 {
     let t = x as i32; // truncation toward zero (saturating; NaN → 0)
     let frac = x - t as f32; // exact for |x| < 2^24
+    // Wrapping: out of i32 range (an inf or NaN block, whose int8 llama.cpp leaves as the low
+    // byte of x86's 0x80000000, i.e. 0) the release build has always wrapped and the vectors
+    // match that; a debug build must not trap on it.
     if frac >= 0.5 {
-        t + 1
+        t.wrapping_add(1)
     } else if frac <= -0.5 {
-        t - 1
+        t.wrapping_sub(1)
     } else {
         t
     }
