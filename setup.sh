@@ -137,6 +137,15 @@ case "$mode" in
     "$strata" fetch gemma3-270m >/dev/null
     "$strata" fetch smollm2-135m >/dev/null
     STRATA_BIN="$strata" scripts/make-testdata.sh
+    # Real weights in every quantization llama.cpp writes, and llama.cpp's logits on them
+    # (testdata/README.md, section 4): needs llama.cpp itself, built once (10-20 min).
+    echo "==> real weights requantized by llama.cpp (testdata/generated/requant-smollm2)"
+    mkdir -p testdata/generated
+    if ! "$(scripts/llamacpp-venv.sh)" testdata/reference/requant-smollm2/make_requant.py \
+      "$("$strata" fetch smollm2-135m)" testdata/generated/requant-smollm2 2>testdata/generated/requant.log; then
+      tail -20 testdata/generated/requant.log >&2
+      exit 1
+    fi
     # The rules CI enforces (docs/architecture.md): formatted code (rustfmt.toml; gpu-kernels and
     # fuzz are workspaces of their own) and no clippy warning in any target of the workspace.
     echo "==> cargo fmt --check; cargo clippy --workspace --all-targets --features gpu -- -D warnings"

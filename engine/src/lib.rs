@@ -11,6 +11,7 @@ pub mod fetch;
 mod finite;
 pub mod memory;
 pub mod npy;
+pub mod prompt_reuse;
 pub mod residency;
 pub mod run_options;
 pub mod sampler;

@@ -394,7 +394,7 @@ async fn respond(
         return Ok(Json(json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": reason, "stop_sequence": sequence,
-            "usage": {"input_tokens": input_tokens, "output_tokens": finish.completion_tokens},
+            "usage": {"input_tokens": input_tokens.saturating_sub(finish.cached_tokens as usize), "cache_read_input_tokens": finish.cached_tokens, "output_tokens": finish.completion_tokens},
         }))
         .into_response());
     }
@@ -419,7 +419,7 @@ async fn respond(
                     "message_delta",
                     json!({"type": "message_delta",
                     "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": {"input_tokens": input_tokens, "output_tokens": finish.completion_tokens}}),
+                    "usage": {"input_tokens": input_tokens.saturating_sub(finish.cached_tokens as usize), "cache_read_input_tokens": finish.cached_tokens, "output_tokens": finish.completion_tokens}}),
                 );
                 send("message_stop", json!({"type": "message_stop"}));
             }

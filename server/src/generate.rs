@@ -108,6 +108,9 @@ pub enum Ending {
 pub struct Finish {
     pub ending: Ending,
     pub completion_tokens: u32,
+    /// Prompt tokens the engine reused from its previous request instead of computing them (its
+    /// done line's `prompt_cached_tokens`; 0 when a stop string ended the generation first).
+    pub cached_tokens: u32,
     /// llama.cpp-style `timings`, measured here: submit → first token → end.
     pub timings: Value,
 }
@@ -194,6 +197,7 @@ pub async fn drive(
                     return Ok(Finish {
                         ending: stopped_by(&detok),
                         completion_tokens: n,
+                        cached_tokens: 0,
                         timings: clock.timings(prompt_n, n),
                     });
                 }
@@ -218,7 +222,8 @@ pub async fn drive(
                     Ending::StopString(_) => "stop_sequence",
                     Ending::Length => "length",
                 });
-                return Ok(Finish { ending, completion_tokens: n, timings: clock.timings(prompt_n, n) });
+                let cached_tokens = rec.stats.as_ref().and_then(|s| s.prompt_cached_tokens).unwrap_or(0) as u32;
+                return Ok(Finish { ending, completion_tokens: n, cached_tokens, timings: clock.timings(prompt_n, n) });
             }
             EngineEvent::Failed(e) => {
                 rec.outcome = Outcome::Failed(500);

@@ -160,6 +160,11 @@ impl prometheus_client::collector::Collector for Live {
                 r.draft_accepted,
             ),
             ("draft_tokens_offered", "Speculative draft tokens offered (as reported by the engine)", r.draft_offered),
+            (
+                "prompt_tokens_cached",
+                "Prompt tokens reused from the engine's previous request instead of computed (as reported by the engine)",
+                r.prompt_cached_tokens,
+            ),
         ] {
             if let Some(v) = v {
                 counter(&mut enc, name, help, v)?;
@@ -271,7 +276,8 @@ fn reported_json(r: &RequestStats) -> Value {
     json!({"expert_cache_hits": r.expert_cache_hits, "expert_cache_lookups": r.expert_cache_lookups,
            "expert_bytes_to_vram": r.expert_bytes_to_vram, "expert_bytes_read_over_pcie": r.expert_bytes_read_over_pcie,
            "expert_cpu_us": r.expert_cpu_us, "expert_handoff_wait_us": r.expert_handoff_wait_us,
-           "draft_accepted": r.draft_accepted, "draft_offered": r.draft_offered})
+           "draft_accepted": r.draft_accepted, "draft_offered": r.draft_offered,
+           "prompt_cached_tokens": r.prompt_cached_tokens})
 }
 
 fn trim(tokens: &mut VecDeque<Instant>, now: Instant) {
@@ -347,6 +353,7 @@ impl Drop for Recording {
         add(&mut s.reported.expert_handoff_wait_us, stats.expert_handoff_wait_us);
         add(&mut s.reported.draft_accepted, stats.draft_accepted);
         add(&mut s.reported.draft_offered, stats.draft_offered);
+        add(&mut s.reported.prompt_cached_tokens, stats.prompt_cached_tokens);
         let (status, finish) = match self.outcome {
             Outcome::Finished(f) => (Some(200), f),
             Outcome::Failed(code) => (Some(code), "error"),
@@ -361,6 +368,7 @@ impl Drop for Recording {
             "expert_bytes_to_vram": stats.expert_bytes_to_vram, "expert_bytes_read_over_pcie": stats.expert_bytes_read_over_pcie,
             "expert_cpu_us": stats.expert_cpu_us, "expert_handoff_wait_us": stats.expert_handoff_wait_us,
             "draft_accepted": stats.draft_accepted, "draft_offered": stats.draft_offered,
+            "prompt_cached_tokens": stats.prompt_cached_tokens,
             "finished_at": crate::http::now(),
         });
         if s.recent.len() == RECENT {

@@ -426,9 +426,10 @@ async fn respond(
     let id = st.next_id(if kind == Kind::Chat { "chatcmpl" } else { "cmpl" });
     let (created, model) = (now(), st.model_name());
     let prompt_tokens = job.prompt.len() as u32;
-    let usage = move |completion: u32| {
-        json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-               "total_tokens": prompt_tokens + completion})
+    let usage = move |f: &Finish| {
+        json!({"prompt_tokens": prompt_tokens, "completion_tokens": f.completion_tokens,
+               "total_tokens": prompt_tokens + f.completion_tokens,
+               "prompt_tokens_details": {"cached_tokens": f.cached_tokens}})
     };
     if !params.stream {
         let (mut text, mut calls) = (String::new(), Vec::new());
@@ -462,7 +463,7 @@ async fn respond(
             }
         };
         return Json(json!({"id": id, "object": object, "created": created, "model": model,
-                           "choices": [choice], "usage": usage(finish.completion_tokens),
+                           "choices": [choice], "usage": usage(&finish),
                            "timings": finish.timings}))
         .into_response();
     }
@@ -500,12 +501,12 @@ async fn respond(
         match generate::drive_pieces(&st, generation, job.stops, parser, on_piece).await {
             Ok(f) => {
                 let mut last = chunk(json!({}), Some(finish_reason(&f, calls)));
-                last["timings"] = f.timings;
+                last["timings"] = f.timings.clone();
                 send(last);
                 if include_usage {
                     let mut u = chunk(json!({}), None);
                     u["choices"] = json!([]);
-                    u["usage"] = usage(f.completion_tokens);
+                    u["usage"] = usage(&f);
                     send(u);
                 }
                 let _ = tx.send(Ok(Event::default().data("[DONE]")));

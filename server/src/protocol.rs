@@ -158,6 +158,11 @@ pub struct Done {
 /// `/v1/status`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestStats {
+    /// Prompt tokens the engine did not compute: the prefix its session already held from an
+    /// earlier request (prompt reuse). OpenAI's `prompt_tokens_details.cached_tokens`,
+    /// Anthropic's `cache_read_input_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cached_tokens: Option<u64>,
     /// Expert-cache lookups (MoE models with an expert cache) that found the expert resident.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_cache_hits: Option<u64>,

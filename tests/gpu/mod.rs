@@ -25,6 +25,7 @@ mod gpu_ops_moe_sorted;
 mod gpu_ops_ple;
 mod gpu_ops_qsa;
 mod gpu_ops_qwen4exp_moe;
+mod gpu_prompt_reuse;
 mod gpu_qwen4exp;
 mod gpu_qwen4exp_cache;
 mod gpu_qwen4exp_mtp;

@@ -9,6 +9,7 @@ use server::{FinishReason, GenerateRequest, ModelInfo, TokenEngine};
 
 use crate::EngineError;
 use crate::engine::Engine;
+use crate::prompt_reuse::PromptReuse;
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::spec::{Drafter, SpecConfig, SpecStats, SuffixDrafter, stream_greedy_spec};
 use model::Logits;
@@ -24,6 +25,10 @@ pub struct ServeEngine<'e> {
     /// running request's draft counters.
     spec: Option<(SpecConfig, &'e mut dyn Drafter)>,
     drafts: Option<SpecStats>,
+    /// What the session keeps of the previous request, and how many of the running request's
+    /// prompt tokens it did not have to compute.
+    reuse: PromptReuse,
+    cached_tokens: usize,
 }
 
 impl<'e> ServeEngine<'e> {
@@ -35,6 +40,8 @@ impl<'e> ServeEngine<'e> {
             cache_at_start: None,
             spec: None,
             drafts: None,
+            reuse: PromptReuse::default(),
+            cached_tokens: 0,
         })
     }
 
@@ -66,6 +73,39 @@ impl<'e> ServeEngine<'e> {
             self.drafts = Some(stats);
             if stopped { FinishReason::Stop } else { FinishReason::Length }
         }))
+    }
+}
+
+impl ServeEngine<'_> {
+    /// One request without drafts: the prompt after what the session already holds
+    /// ([`PromptReuse`]), then one token per step.
+    fn generate_plain(
+        &mut self,
+        req: &GenerateRequest,
+        emit: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<FinishReason, String> {
+        let (e, sess, reuse) = (self.e, &mut *self.sess, &mut self.reuse);
+        let err = |e: EngineError| e.to_string();
+        let kept = reuse.resume(&*e.model, sess, &req.tokens).map_err(err)?;
+        self.cached_tokens = kept;
+        e.eval(sess, &req.tokens[kept..], Logits::Last, &mut self.logits).map_err(err)?;
+        reuse.consumed(&req.tokens[kept..]);
+        let mut sampler = Sampler::new(sampler_config(&req.sampling));
+        for &t in &req.tokens {
+            sampler.accept(t);
+        }
+        loop {
+            let t = sampler.sample(&self.logits);
+            sampler.accept(t);
+            if !emit(t) {
+                return Ok(FinishReason::Stop);
+            }
+            if sess.n_past() >= sess.capacity() {
+                return Ok(FinishReason::Length);
+            }
+            e.eval(sess, &[t], Logits::Last, &mut self.logits).map_err(err)?;
+            reuse.consumed(&[t]);
+        }
     }
 }
 
@@ -121,52 +161,47 @@ impl TokenEngine for ServeEngine<'_> {
     fn generate(&mut self, req: &GenerateRequest, emit: &mut dyn FnMut(u32) -> bool) -> Result<FinishReason, String> {
         self.cache_at_start = self.e.model.expert_cache_stats();
         self.drafts = None;
-        self.sess.reset();
+        self.cached_tokens = 0;
         if req.tokens.len() > self.sess.capacity() {
             let capacity = self.sess.capacity();
             return Err(EngineError::ContextFull { needed: req.tokens.len(), capacity }.to_string());
         }
+        if req.tokens.is_empty() {
+            return Err("the request has no prompt tokens".into());
+        }
+        // The speculative loop runs its own checkpoints and rollbacks: it starts from scratch.
+        self.reuse.forget(&mut *self.sess);
         if let Some(r) = self.generate_spec(req, emit) {
+            self.reuse.forget(&mut *self.sess);
             return r;
         }
-        let (e, sess) = (self.e, &mut *self.sess);
-        let mut sampler = Sampler::new(sampler_config(&req.sampling));
-        e.eval(sess, &req.tokens, Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
-        for &t in &req.tokens {
-            sampler.accept(t);
+        let r = self.generate_plain(req, emit);
+        match r {
+            Ok(_) => self.reuse.finish(&*self.e.model, &*self.sess),
+            Err(_) => self.reuse.forget(&mut *self.sess),
         }
-        loop {
-            let t = sampler.sample(&self.logits);
-            sampler.accept(t);
-            if !emit(t) {
-                return Ok(FinishReason::Stop);
-            }
-            if sess.n_past() >= sess.capacity() {
-                return Ok(FinishReason::Length);
-            }
-            e.eval(sess, &[t], Logits::Last, &mut self.logits).map_err(|e| e.to_string())?;
-        }
+        r
     }
 
-    /// The expert cache's counters for this request (GPU with `--expert-cache`).
+    /// The request's counters: prompt tokens reused, drafts, and the expert cache's (GPU with
+    /// `--expert-cache`).
     fn request_stats(&mut self) -> Option<server::protocol::RequestStats> {
-        let drafts = self.drafts.map(|d| server::protocol::RequestStats {
-            draft_accepted: Some(d.accepted),
-            draft_offered: Some(d.drafted),
-            ..Default::default()
-        });
-        let (Some(a), Some(b)) = (self.cache_at_start, self.e.model.expert_cache_stats()) else { return drafts };
-        let us = |ms: f64| (ms * 1e3).round().max(0.0) as u64;
-        Some(server::protocol::RequestStats {
+        let mut stats = server::protocol::RequestStats {
+            prompt_cached_tokens: Some(self.cached_tokens as u64),
             draft_accepted: self.drafts.map(|d| d.accepted),
             draft_offered: self.drafts.map(|d| d.drafted),
-            expert_cache_hits: Some(b.hits - a.hits),
-            expert_cache_lookups: Some(b.lookups - a.lookups),
-            expert_bytes_to_vram: Some(b.copied_bytes - a.copied_bytes),
-            expert_bytes_read_over_pcie: Some(b.pcie_read_bytes - a.pcie_read_bytes),
-            expert_cpu_us: Some(us(b.cpu_ms - a.cpu_ms)),
-            expert_handoff_wait_us: Some(us(b.handoff_wait_ms - a.handoff_wait_ms)),
-        })
+            ..Default::default()
+        };
+        if let (Some(a), Some(b)) = (self.cache_at_start, self.e.model.expert_cache_stats()) {
+            let us = |ms: f64| (ms * 1e3).round().max(0.0) as u64;
+            stats.expert_cache_hits = Some(b.hits - a.hits);
+            stats.expert_cache_lookups = Some(b.lookups - a.lookups);
+            stats.expert_bytes_to_vram = Some(b.copied_bytes - a.copied_bytes);
+            stats.expert_bytes_read_over_pcie = Some(b.pcie_read_bytes - a.pcie_read_bytes);
+            stats.expert_cpu_us = Some(us(b.cpu_ms - a.cpu_ms));
+            stats.expert_handoff_wait_us = Some(us(b.handoff_wait_ms - a.handoff_wait_ms));
+        }
+        Some(stats)
     }
 }
 

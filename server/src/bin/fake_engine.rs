@@ -25,8 +25,9 @@
 //!   --report-env NAME   put the environment variable NAME (null if unset) in the hello's
 //!                       `engine.env` object (repeatable); `engine.cwd` is always the working
 //!                       directory
-//!   --stats h,l,a,o     report these counters in every done line (`stats`: expert cache
-//!                       hits, lookups, drafts accepted, offered)
+//!   --stats h,l,a,o[,b,c,w[,p[,k]]]  report these counters in every done line (`stats`:
+//!                       expert cache hits, lookups, drafts accepted, offered; bytes to VRAM,
+//!                       CPU-pool µs, handoff wait µs; bytes read over PCIe; prompt tokens cached)
 
 use server::protocol::{FinishReason, GenerateRequest, ModelInfo, RequestStats, TokenEngine, serve_loop};
 use std::io::{BufReader, Write};
@@ -167,8 +168,8 @@ fn main() {
             "--stats" => {
                 let n: Vec<u64> = val().split(',').map(|s| num(s.to_string())).collect();
                 assert!(
-                    n.len() == 4 || n.len() == 7 || n.len() == 8,
-                    "fake_engine: --stats takes hits,lookups,accepted,offered[,bytes_to_vram,cpu_us,handoff_wait_us[,bytes_read_over_pcie]]"
+                    [4, 7, 8, 9].contains(&n.len()),
+                    "fake_engine: --stats takes hits,lookups,accepted,offered[,bytes_to_vram,cpu_us,handoff_wait_us[,bytes_read_over_pcie[,prompt_cached]]]"
                 );
                 fake.stats = Some(RequestStats {
                     expert_cache_hits: Some(n[0]),
@@ -179,6 +180,7 @@ fn main() {
                     expert_cpu_us: n.get(5).copied(),
                     expert_handoff_wait_us: n.get(6).copied(),
                     expert_bytes_read_over_pcie: n.get(7).copied(),
+                    prompt_cached_tokens: n.get(8).copied(),
                 });
             }
             "--fail-on-start" => {

@@ -84,12 +84,21 @@ async fn counts_requests_statuses_and_tokens_as_the_responses_report_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_reported_counters_are_summed() {
-    let srv = start_server(&["--stats", "3,4,1,2,4096,250,40,1024"]).await;
+    let srv = start_server(&["--stats", "3,4,1,2,4096,250,40,1024,2"]).await;
     wait_healthy(&srv).await;
-    for _ in 0..2 {
-        let r = post(&srv, "/v1/completions", json!({"prompt": "Hello world", "max_tokens": 2})).await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
+    // Prompt reuse (2 cached tokens a request) reaches both APIs' usage.
+    let r = post(&srv, "/v1/completions", json!({"prompt": "Hello world", "max_tokens": 2})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let usage = &serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["usage"];
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 2, "{usage}");
+    let msg = json!({"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hello world"}]});
+    let r = post(&srv, "/v1/messages", msg.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let usage = &serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["usage"];
+    assert_eq!(usage["cache_read_input_tokens"], 2, "{usage}");
+    let counted = post(&srv, "/v1/messages/count_tokens", msg).await;
+    let prompt = serde_json::from_str::<serde_json::Value>(&counted.body).unwrap()["input_tokens"].as_u64().unwrap();
+    assert_eq!(usage["input_tokens"].as_u64(), Some(prompt - 2), "input_tokens leaves the cached ones out: {usage}");
     let s = scrape(srv.addr, &[]).await;
     assert_eq!(sample(&s, "strata_expert_cache_hits_total", &[]), Some(6.0));
     assert_eq!(sample(&s, "strata_expert_cache_lookups_total", &[]), Some(8.0));
@@ -103,6 +112,7 @@ async fn engine_reported_counters_are_summed() {
         assert_eq!(sample(&s, name, &[]), Some(want), "{name}");
     }
     assert_eq!(sample(&s, "strata_draft_tokens_offered_total", &[]), Some(4.0));
+    assert_eq!(sample(&s, "strata_prompt_tokens_cached_total", &[]), Some(4.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
