@@ -10,7 +10,9 @@ use clap::Args;
 use crate::EngineError;
 use crate::engine::{Description, Engine, TextStream};
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::spec::{CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead, SpecConfig, SpecStats, SuffixDrafter, generate_spec};
+use crate::spec::{
+    CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead, SpecConfig, SpecStats, SuffixDrafter, generate_spec,
+};
 use model::qwen4exp::Mtp;
 
 #[derive(Args, Debug, Clone)]

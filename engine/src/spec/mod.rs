@@ -214,7 +214,11 @@ pub enum Verdict {
 /// `u < p(draft)`, else draw from p without `draft`, renormalised (module docs).
 pub fn verify_draft(sampler: &mut Sampler, row: &[f32], draft: u32) -> Verdict {
     let p = sampler.distribution(row);
-    if sampler.uniform() < p.prob(draft) { Verdict::Accept } else { Verdict::Reject(p.draw_without(draft, sampler.uniform())) }
+    if sampler.uniform() < p.prob(draft) {
+        Verdict::Accept
+    } else {
+        Verdict::Reject(p.draw_without(draft, sampler.uniform()))
+    }
 }
 
 /// [`generate_spec`] handing each token to `emit` as soon as it is decided (a verify window's

@@ -150,11 +150,11 @@ fn chi2(obs: &HashMap<Vec<u32>, u64>, p: &HashMap<Vec<u32>, f64>, n: u64) -> (f6
     (stat, df, k * (1.0 - a + z * a.sqrt()).powi(3))
 }
 
-/// Histograms (first token, whole sequence) of `SEEDS` runs of `gen(seed)`.
-fn histograms(mut gen: impl FnMut(u64) -> Vec<u32>) -> [HashMap<Vec<u32>, u64>; 2] {
+/// Histograms (first token, whole sequence) of `SEEDS` runs of `run(seed)`.
+fn histograms(mut run: impl FnMut(u64) -> Vec<u32>) -> [HashMap<Vec<u32>, u64>; 2] {
     let mut h = [HashMap::new(), HashMap::new()];
     for seed in 0..SEEDS {
-        let ids = gen(seed);
+        let ids = run(seed);
         assert_eq!(ids.len(), N_GEN);
         *h[0].entry(ids[..1].to_vec()).or_insert(0) += 1;
         *h[1].entry(ids).or_insert(0) += 1;
@@ -214,7 +214,10 @@ fn spec_sampling_matches_plain_sampling_chi_square() {
         let total: f64 = p.values().sum();
         assert!((total - 1.0).abs() < 1e-4, "{total}");
         let h = histograms(|seed| plain_run(cfg, seed));
-        assert!(worst(&h, &p, &format!("cfg{ci} plain")) < 1.0, "cfg{ci}: plain sampling fails against the exact distribution");
+        assert!(
+            worst(&h, &p, &format!("cfg{ci} plain")) < 1.0,
+            "cfg{ci}: plain sampling fails against the exact distribution"
+        );
         for di in 0..3 {
             let mk = || match di {
                 0 => Toks::Fixed(0),
@@ -225,7 +228,9 @@ fn spec_sampling_matches_plain_sampling_chi_square() {
             let h = histograms(|seed| {
                 let mut s = Sampler::new(SamplerConfig { seed, ..cfg.clone() });
                 let (mut st, mut d) = (Vec::new(), mk());
-                let (ids, r) = generate_spec(&Toy, &mut st, &PROMPT, N_GEN, &mut d, SpecConfig { n_draft: 3, min_p: 0.0 }, &mut s).unwrap();
+                let (ids, r) =
+                    generate_spec(&Toy, &mut st, &PROMPT, N_GEN, &mut d, SpecConfig { n_draft: 3, min_p: 0.0 }, &mut s)
+                        .unwrap();
                 assert_eq!(st.len(), PROMPT.len() + N_GEN - 1);
                 assert_eq!(st[PROMPT.len()..], ids[..N_GEN - 1]);
                 stats.drafted += r.drafted;
@@ -257,7 +262,10 @@ fn spec_sampling_chi_square_rejects_wrong_rules() {
     }
     for (ci, cfg) in configs().iter().enumerate() {
         let p = exact(cfg);
-        for (name, rule) in [("accept-always", accept_always as fn(&mut Sampler, &[f32], u32) -> Verdict), ("resample-full", resample_full)] {
+        for (name, rule) in [
+            ("accept-always", accept_always as fn(&mut Sampler, &[f32], u32) -> Verdict),
+            ("resample-full", resample_full),
+        ] {
             let h = histograms(|seed| spec_run(cfg, &mut Toks::Cyclic, seed, rule));
             let w = worst(&h, &p, &format!("cfg{ci} {name}"));
             assert!(w > 1.0, "cfg{ci}: the wrong rule {name} passed the chi-square test");
