@@ -145,6 +145,36 @@ fn cli_mtp_synth_generate_bench_and_errors() {
     std::fs::copy(&echo, dir.join("mtp.gguf")).unwrap();
     let err = generate(&["--spec", "8", "--mtp", dir.to_str().unwrap()]);
     assert_eq!(shown_ids(&err), plain, "directory head: ids differ");
+    // Sampled (`--temp > 0`): speculative sampling with drafts verified, reproducible from the
+    // seed.
+    let sampled_gen = || {
+        run_ok(&[
+            "generate",
+            "-m",
+            &model,
+            "--tokens",
+            PROMPT,
+            "-n",
+            "24",
+            "--temp",
+            "0.9",
+            "--seed",
+            "7",
+            "--show-ids",
+            "-t",
+            "2",
+            "--spec",
+            "4",
+            "--mtp",
+            &echo,
+        ])
+        .1
+    };
+    let err = sampled_gen();
+    assert!(err.contains("sampled spec"), "{err}");
+    let (a, d) = acc(&err);
+    assert!(d > 0 && d >= a, "sampled: {a}/{d}");
+    assert_eq!(shown_ids(&sampled_gen()), shown_ids(&err), "sampled: the seed does not reproduce");
 
     // The served engine takes the same flags (the C++ engine's serve line): greedy requests
     // stream the plain greedy ids, with drafts accepted (echo head; suffix drafter), and a
