@@ -5,7 +5,9 @@
 //! repeats, so that suffix drafts are accepted. An oracle drafter that is right for the first
 //! j drafts of every window and wrong at j forces rejections mid-window (GDN/PLE rollback).
 //! The plain greedy ids of the f32 fixture are also llama.cpp's (models_qwen4exp checks that),
-//! so the speculative ids are checked against llama.cpp too.
+//! so the speculative ids are checked against llama.cpp too. Sampled speculation on the f32
+//! fixture is distributed as the model's sampling distribution (a chi-square test over seeds;
+//! the toy-model tests with negative controls are in `strata::spec`'s unit tests).
 
 use std::path::{Path, PathBuf};
 
