@@ -180,8 +180,9 @@ pub fn spec_generate(
 }
 
 /// `--spec N --mtp PATH`: speculative generation (sampled with `cfg`) of `n` tokens after
-/// `prompt` on a fresh Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts; on a
-/// device the head runs there too, its cache sized like the engine's context and typed `--kv`).
+/// `prompt` on a fresh Flash-Next sequence, drafted by the model's MTP head (loaded before the
+/// clock starts; on a device the head runs there too, its cache sized like the engine's context
+/// and typed `--kv`).
 pub fn mtp_generate(
     e: &Engine,
     prompt: &[u32],
