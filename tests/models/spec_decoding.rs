@@ -6,7 +6,7 @@
 //! j drafts of every window and wrong at j forces rejections mid-window (GDN/PLE rollback).
 //! The plain greedy ids of the f32 fixture are also llama.cpp's (models_qwen4exp checks that),
 //! so the speculative ids are checked against llama.cpp too. Sampled speculation on the f32
-//! fixture is distributed as the model's sampling distribution (a chi-square test over seeds;
+//! fixture is distributed as the model's sampling distribution (a chi-square test over 2000 seeds;
 //! the toy-model tests with negative controls are in `strata::spec`'s unit tests).
 
 use std::path::{Path, PathBuf};
@@ -322,7 +322,7 @@ fn cli_spec_honours_ordered() {
 }
 
 /// Speculative sampling on a real model (the f32 llama.cpp fixture, top-k 3 at temperature 1,
-/// repeat penalty on): over many seeds the joint histogram of the first 3 generated tokens
+/// repeat penalty on): over 2000 seeds the joint histogram of the first 3 generated tokens
 /// (27 cells) passes a chi-square test (p < 1e-4 critical value) against the exact
 /// distribution, computed from the model's logits for every prefix through
 /// `Sampler::distribution`. The oracle drafter proposes the greedy continuation by position,
@@ -367,7 +367,7 @@ fn spec_sampling_distribution_on_llama_cpp_fixture() {
     let (want, _) = plain(&m.0, KvType::F16, &prompt, n + 2);
     let mut truth = prompt.clone();
     truth.extend_from_slice(&want);
-    let seeds = 3000u64;
+    let seeds = 2000u64;
     let mut hist = std::collections::HashMap::<Vec<u32>, u64>::new();
     let mut total = SpecStats::default();
     for seed in 0..seeds {
@@ -384,16 +384,25 @@ fn spec_sampling_distribution_on_llama_cpp_fixture() {
     }
     eprintln!("{total:?}");
     assert!(total.accepted > 0 && total.rollbacks > 0 && total.windows_with_drafts > total.rollbacks, "{total:?}");
-    let mut stat = 0.0;
+    // Cells expected fewer than 5 times are pooled.
+    let (mut stat, mut bins, mut pool) = (0.0, 0, (0.0, 0.0));
     for (seq, p) in &exact {
         let e = p * seeds as f64;
-        assert!(e >= 5.0, "{seq:?}: expected count {e}");
         let o = *hist.get(seq).unwrap_or(&0) as f64;
-        stat += (o - e) * (o - e) / e;
+        if e < 5.0 {
+            pool = (pool.0 + o, pool.1 + e);
+        } else {
+            stat += (o - e) * (o - e) / e;
+            bins += 1;
+        }
+    }
+    if pool.1 > 0.0 {
+        stat += (pool.0 - pool.1) * (pool.0 - pool.1) / pool.1;
+        bins += 1;
     }
     assert_eq!(hist.keys().filter(|k| !exact.iter().any(|(s, _)| s == *k)).count(), 0, "impossible sequences");
-    // df 26, p = 1e-4: 59.0 (Wilson–Hilferty).
-    let df = (exact.len() - 1) as f64;
+    // The critical value at p = 1e-4 (Wilson–Hilferty; 59.0 for df 26).
+    let df = (bins - 1) as f64;
     let a = 2.0 / (9.0 * df);
     let crit = df * (1.0 - a + 3.719 * a.sqrt()).powi(3);
     eprintln!("chi2 {stat:.1} df {df} critical {crit:.1}");
