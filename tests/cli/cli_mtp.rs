@@ -145,10 +145,40 @@ fn cli_mtp_synth_generate_bench_and_errors() {
     std::fs::copy(&echo, dir.join("mtp.gguf")).unwrap();
     let err = generate(&["--spec", "8", "--mtp", dir.to_str().unwrap()]);
     assert_eq!(shown_ids(&err), plain, "directory head: ids differ");
+    // Sampled (`--temp > 0`): speculative sampling with drafts verified, reproducible from the
+    // seed.
+    let sampled_gen = || {
+        run_ok(&[
+            "generate",
+            "-m",
+            &model,
+            "--tokens",
+            PROMPT,
+            "-n",
+            "24",
+            "--temp",
+            "0.9",
+            "--seed",
+            "7",
+            "--show-ids",
+            "-t",
+            "2",
+            "--spec",
+            "4",
+            "--mtp",
+            &echo,
+        ])
+        .1
+    };
+    let err = sampled_gen();
+    assert!(err.contains("sampled spec"), "{err}");
+    let (a, d) = acc(&err);
+    assert!(d > 0 && d >= a, "sampled: {a}/{d}");
+    assert_eq!(shown_ids(&sampled_gen()), shown_ids(&err), "sampled: the seed does not reproduce");
 
     // The served engine takes the same flags (the C++ engine's serve line): greedy requests
     // stream the plain greedy ids, with drafts accepted (echo head; suffix drafter), and a
-    // sampled request decodes without drafts, as it would without --spec.
+    // sampled request speculates too.
     let greedy = serde_json::json!({"temperature": 0.0});
     let sampled = serde_json::json!({"temperature": 0.9, "top_k": 40, "seed": 7});
     let (served, done) = serve(&model, &[], &greedy);
@@ -192,10 +222,19 @@ fn cli_mtp_synth_generate_bench_and_errors() {
     assert_eq!(got, want, "the C++ engine's serve line: speculative ids differ from plain greedy");
     assert!(done["stats"]["draft_accepted"].as_u64().unwrap_or(0) > 0, "the serve line accepted no drafts: {done}");
 
-    let (want, _) = serve(&model, &[], &sampled);
-    let (got, done) = serve(&model, &["--spec", "4", "--mtp", &echo], &sampled);
-    assert_eq!(got, want, "a sampled request with --spec differs from plain sampling");
-    assert!(done["stats"]["draft_offered"].is_null(), "a sampled request drafted: {done}");
+    // A sampled request speculates too (speculative sampling: distributed as plain sampling,
+    // the seeded tokens differ), reports its drafts and runs to max_tokens; the same seed
+    // gives the same tokens.
+    let (plain_sampled, _) = serve(&model, &[], &sampled);
+    assert_eq!(plain_sampled.len(), 24);
+    for extra in [vec!["--spec", "4", "--mtp", &echo], vec!["--spec", "4"]] {
+        let (got, done) = serve(&model, &extra, &sampled);
+        assert_eq!(got.len(), 24, "--serve {extra:?}: a sampled request did not run to max_tokens: {done}");
+        assert_eq!(done["reason"], "length", "{done}");
+        let (a, d) = (done["stats"]["draft_accepted"].as_u64(), done["stats"]["draft_offered"].as_u64());
+        assert!(d.unwrap_or(0) > 0 && d >= a, "--serve {extra:?}: a sampled request drafted nothing: {done}");
+        assert_eq!(serve(&model, &extra, &sampled).0, got, "--serve {extra:?}: the seed does not reproduce");
+    }
 
     // bench: text and JSON.
     let (out, _) = run_ok(&[

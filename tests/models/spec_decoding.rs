@@ -5,14 +5,19 @@
 //! repeats, so that suffix drafts are accepted. An oracle drafter that is right for the first
 //! j drafts of every window and wrong at j forces rejections mid-window (GDN/PLE rollback).
 //! The plain greedy ids of the f32 fixture are also llama.cpp's (models_qwen4exp checks that),
-//! so the speculative ids are checked against llama.cpp too.
+//! so the speculative ids are checked against llama.cpp too. Sampled speculation on the f32
+//! fixture is distributed as the model's sampling distribution (a chi-square test over 2000 seeds;
+//! the toy-model tests with negative controls are in `strata::spec`'s unit tests).
 
 use std::path::{Path, PathBuf};
 
 use strata::cpu::CpuQwen4Exp;
 use strata::cpu::prelude::*;
 use strata::model::qwen4exp::{KvType, Qwen4Exp, SeqState};
-use strata::spec::{Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec};
+use strata::sampler::{Sampler, SamplerConfig};
+use strata::spec::{
+    Draft, Drafter, SpecConfig, SpecStats, SuffixDrafter, VerifyModel, generate_greedy_spec, generate_spec,
+};
 use strata::synth::qwen4exp::{SynthConfig, write};
 
 fn ref_dir() -> PathBuf {
@@ -314,4 +319,92 @@ fn cli_spec_honours_ordered() {
     assert_ne!(fast, ordered, "premise: the two modes give different greedy text on this prompt");
     assert_eq!(run(&["--ordered", "--spec", "4"]), ordered);
     assert_eq!(run(&["--spec", "4"]), fast);
+}
+
+/// Speculative sampling on a real model (the f32 llama.cpp fixture, top-k 3 at temperature 1,
+/// repeat penalty on): over 2000 seeds the joint histogram of the first 3 generated tokens
+/// (27 cells) passes a chi-square test (p < 1e-4 critical value) against the exact
+/// distribution, computed from the model's logits for every prefix through
+/// `Sampler::distribution`. The oracle drafter proposes the greedy continuation by position,
+/// so both accepted drafts (bonus tokens) and rejections (GDN/PLE rollback) occur.
+#[test]
+fn spec_sampling_distribution_on_llama_cpp_fixture() {
+    let m = CpuQwen4Exp(Qwen4Exp::open(&ref_dir().join("tiny-qwen4exp-public-f32.gguf")).unwrap());
+    let loaded = &m as &dyn strata::engine::LoadedModel;
+    let v = VerifyModel::n_vocab(loaded);
+    let prompt = ref_tokens("f32")[0].0.clone();
+    let n = 3;
+    let cfg = SamplerConfig {
+        temperature: 1.0,
+        top_k: 3,
+        top_p: 1.0,
+        min_p: 0.0,
+        repeat_penalty: 1.3,
+        repeat_last_n: 64,
+        seed: 0,
+    };
+    // Exact probabilities of every 3-token continuation.
+    let mut exact: Vec<(Vec<u32>, f64)> = vec![(Vec::new(), 1.0)];
+    for _ in 0..n {
+        let mut next = Vec::new();
+        for (seq, p) in exact {
+            let toks: Vec<u32> = prompt.iter().chain(&seq).copied().collect();
+            let mut st = crate::support::session(loaded, KvType::F16, toks.len() + 1);
+            let l = VerifyModel::forward(loaded, &mut st, &toks).unwrap();
+            let mut s = Sampler::new(cfg.clone());
+            for &t in &toks {
+                s.accept(t);
+            }
+            for (t, q) in s.distribution(&l[l.len() - v..]).cand {
+                let mut seq = seq.clone();
+                seq.push(t);
+                next.push((seq, p * q as f64));
+            }
+        }
+        exact = next;
+    }
+    assert_eq!(exact.len(), 27);
+    let (want, _) = plain(&m.0, KvType::F16, &prompt, n + 2);
+    let mut truth = prompt.clone();
+    truth.extend_from_slice(&want);
+    let seeds = 2000u64;
+    let mut hist = std::collections::HashMap::<Vec<u32>, u64>::new();
+    let mut total = SpecStats::default();
+    for seed in 0..seeds {
+        let mut st = crate::support::session(loaded, KvType::F16, prompt.len() + n);
+        let mut d = Oracle { truth: truth.clone(), wrong_at: usize::MAX, n_vocab: v as u32 };
+        let mut s = Sampler::new(SamplerConfig { seed, ..cfg.clone() });
+        let sc = SpecConfig { n_draft: 2, min_p: 0.0 };
+        let (ids, r) = generate_spec(loaded, &mut st, &prompt, n, &mut d, sc, &mut s).unwrap();
+        total.drafted += r.drafted;
+        total.accepted += r.accepted;
+        total.rollbacks += r.rollbacks;
+        total.windows_with_drafts += r.windows_with_drafts;
+        *hist.entry(ids).or_insert(0) += 1;
+    }
+    eprintln!("{total:?}");
+    assert!(total.accepted > 0 && total.rollbacks > 0 && total.windows_with_drafts > total.rollbacks, "{total:?}");
+    // Cells expected fewer than 5 times are pooled.
+    let (mut stat, mut bins, mut pool) = (0.0, 0, (0.0, 0.0));
+    for (seq, p) in &exact {
+        let e = p * seeds as f64;
+        let o = *hist.get(seq).unwrap_or(&0) as f64;
+        if e < 5.0 {
+            pool = (pool.0 + o, pool.1 + e);
+        } else {
+            stat += (o - e) * (o - e) / e;
+            bins += 1;
+        }
+    }
+    if pool.1 > 0.0 {
+        stat += (pool.0 - pool.1) * (pool.0 - pool.1) / pool.1;
+        bins += 1;
+    }
+    assert_eq!(hist.keys().filter(|k| !exact.iter().any(|(s, _)| s == *k)).count(), 0, "impossible sequences");
+    // The critical value at p = 1e-4 (Wilson–Hilferty; 59.0 for df 26).
+    let df = (bins - 1) as f64;
+    let a = 2.0 / (9.0 * df);
+    let crit = df * (1.0 - a + 3.719 * a.sqrt()).powi(3);
+    eprintln!("chi2 {stat:.1} df {df} critical {crit:.1}");
+    assert!(stat < crit, "speculative sampling differs from the model's distribution: chi2 {stat:.1} >= {crit:.1}");
 }

@@ -200,7 +200,14 @@ pub fn bench(e: &Engine, a: &BenchArgs) -> Result<BenchResult> {
             // 16-token phrase said three times.
             let phrase = &prompt[..prompt.len().min(16)];
             let p: Vec<u32> = phrase.iter().chain(phrase).chain(phrase).copied().collect();
-            let run = super::generate::spec_generate(e, &p, a.tg, sc, e.opts.mtp.as_deref())?;
+            let run = super::generate::spec_generate(
+                e,
+                &p,
+                a.tg,
+                sc,
+                crate::sampler::SamplerConfig::greedy(),
+                e.opts.mtp.as_deref(),
+            )?;
             let (st, dt) = (run.stats, run.secs);
             Some(SpecBench {
                 mtp_head_rows: run.mtp.map(|m| m.real_rows + m.chained_rows),

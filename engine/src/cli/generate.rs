@@ -9,9 +9,9 @@ use clap::Args;
 
 use crate::EngineError;
 use crate::engine::{Description, Engine, TextStream};
-use crate::sampler::Sampler;
+use crate::sampler::{Sampler, SamplerConfig};
 use crate::spec::{
-    CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead, SpecConfig, SpecStats, SuffixDrafter, generate_greedy_spec,
+    CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead, SpecConfig, SpecStats, SuffixDrafter, generate_spec,
 };
 use model::qwen4exp::Mtp;
 
@@ -46,9 +46,6 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
     }
     let cfg = a.sampling.to_config()?;
     let spec = e.opts.spec;
-    if spec.is_some() && cfg.temperature > 0.0 {
-        bail!("--spec is lossless greedy decoding only: add --temp 0 (or drop --spec to sample)");
-    }
     let text = a.prompt.clone().unwrap_or_default();
     let prompt = if let Some(ids) = a.ids.read(e.model.n_vocab())? {
         ids
@@ -67,7 +64,7 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
         bail!("{}", e.empty_prompt(&text));
     }
     if let Some(sc) = spec {
-        return run_spec(e, a, &prompt, sc);
+        return run_spec(e, a, &prompt, sc, cfg);
     }
     let mut sess = e.new_session()?;
     let mut sampler = Sampler::new(cfg);
@@ -113,11 +110,13 @@ pub fn run(e: &Engine, a: &GenerateArgs) -> Result<()> {
     Ok(())
 }
 
-/// `generate --spec N`: greedy with the suffix drafter; the text is printed once generation
-/// ends (a window can emit several tokens at once), cut at the first end-of-generation token
-/// like plain generation.
-fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Result<()> {
-    let run = spec_generate(e, prompt, a.n_predict, sc, e.opts.mtp.as_deref())?;
+/// `generate --spec N`: speculative decoding (greedy, or sampled with `--temp > 0`: distributed
+/// as plain sampling) with the suffix or MTP drafter; the text is printed once generation ends
+/// (a window can emit several tokens at once), cut at the first end-of-generation token like
+/// plain generation.
+fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig, cfg: SamplerConfig) -> Result<()> {
+    let sampled = if cfg.temperature > 0.0 { "sampled" } else { "greedy" };
+    let run = spec_generate(e, prompt, a.n_predict, sc, cfg, e.opts.mtp.as_deref())?;
     let (ids, stats, dt) = (run.ids, run.stats, run.secs);
     let (ids, stop) = match ids.iter().position(|&t| e.tokenizer.is_eog(t)) {
         Some(i) => (&ids[..i], "Eog"),
@@ -132,7 +131,7 @@ fn run_spec(e: &Engine, a: &GenerateArgs, prompt: &[u32], sc: SpecConfig) -> Res
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}")?;
     eprintln!(
-        "\n[{} prompt tokens; {} generated in {:.3}s; stop: {stop}; spec ({} drafter): {} verify steps, {:.2} tokens/step, acceptance {:.1}% ({}/{} drafts)]",
+        "\n[{} prompt tokens; {} generated in {:.3}s; stop: {stop}; {sampled} spec ({} drafter): {} verify steps, {:.2} tokens/step, acceptance {:.1}% ({}/{} drafts)]",
         prompt.len(),
         ids.len(),
         dt,
@@ -162,20 +161,36 @@ pub struct SpecRun {
     pub mtp: Option<MtpDrafterStats>,
 }
 
-/// Greedy speculative generation with the suffix drafter or, given `mtp`, with the Flash-Next
-/// model's MTP head read from that path (see [`suffix_generate`] / [`mtp_generate`]).
-pub fn spec_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, mtp: Option<&Path>) -> Result<SpecRun> {
+/// Speculative generation sampled with `cfg` (greedy at temperature 0) with the suffix drafter
+/// or, given `mtp`, with the Flash-Next model's MTP head read from that path (see
+/// [`suffix_generate`] / [`mtp_generate`]).
+pub fn spec_generate(
+    e: &Engine,
+    prompt: &[u32],
+    n: usize,
+    sc: SpecConfig,
+    cfg: SamplerConfig,
+    mtp: Option<&Path>,
+) -> Result<SpecRun> {
     if let Some(p) = mtp {
-        return mtp_generate(e, prompt, n, sc, p);
+        return mtp_generate(e, prompt, n, sc, cfg, p);
     }
-    let (ids, stats, secs) = suffix_generate(e, prompt, n, sc)?;
+    let (ids, stats, secs) = suffix_generate(e, prompt, n, sc, cfg)?;
     Ok(SpecRun { ids, stats, secs, drafter: "suffix", mtp: None })
 }
 
-/// `--spec N --mtp PATH`: greedy speculative generation of `n` tokens after `prompt` on a fresh
-/// Flash-Next sequence, drafted by the model's MTP head (loaded before the clock starts; on a
-/// device the head runs there too, its cache sized like the engine's context and typed `--kv`).
-pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: &Path) -> Result<SpecRun> {
+/// `--spec N --mtp PATH`: speculative generation (sampled with `cfg`) of `n` tokens after
+/// `prompt` on a fresh Flash-Next sequence, drafted by the model's MTP head (loaded before the
+/// clock starts; on a device the head runs there too, its cache sized like the engine's context
+/// and typed `--kv`).
+pub fn mtp_generate(
+    e: &Engine,
+    prompt: &[u32],
+    n: usize,
+    sc: SpecConfig,
+    cfg: SamplerConfig,
+    path: &Path,
+) -> Result<SpecRun> {
     let needed = prompt.len() + n.saturating_sub(1);
     if needed > e.context_size() {
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
@@ -183,7 +198,7 @@ pub fn mtp_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig, path: 
     with_mtp_drafter(e, path, sc.min_p, |d| {
         let mut sess = e.new_session()?;
         let t0 = Instant::now();
-        let (ids, stats) = generate_greedy_spec(&*e.model, &mut sess, prompt, n, &mut *d, sc)?;
+        let (ids, stats) = generate_spec(&*e.model, &mut sess, prompt, n, &mut *d, sc, &mut Sampler::new(cfg))?;
         Ok(SpecRun { ids, stats, secs: t0.elapsed().as_secs_f64(), drafter: "MTP", mtp: Some(d.mtp_stats()) })
     })
 }
@@ -228,9 +243,15 @@ pub fn with_mtp_drafter<R>(
     f(&mut MtpDrafter::with_head(cpu_head, min_p))
 }
 
-/// Greedy speculative generation of `n` tokens after `prompt` on a fresh sequence of either
-/// model family (EOG not handled: the caller cuts). Returns ids, counters and seconds.
-fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Result<(Vec<u32>, SpecStats, f64)> {
+/// Speculative generation (sampled with `cfg`) of `n` tokens after `prompt` on a fresh sequence
+/// of either model family (EOG not handled: the caller cuts). Returns ids, counters and seconds.
+fn suffix_generate(
+    e: &Engine,
+    prompt: &[u32],
+    n: usize,
+    sc: SpecConfig,
+    cfg: SamplerConfig,
+) -> Result<(Vec<u32>, SpecStats, f64)> {
     let needed = prompt.len() + n.saturating_sub(1);
     if needed > e.context_size() {
         return Err(EngineError::ContextFull { needed, capacity: e.context_size() }.into());
@@ -239,7 +260,7 @@ fn suffix_generate(e: &Engine, prompt: &[u32], n: usize, sc: SpecConfig) -> Resu
     // The engine's own session, so every run option (--kv, --prefill, --ordered) applies.
     let mut sess = e.new_session()?;
     let t0 = Instant::now();
-    let (ids, stats) = generate_greedy_spec(&*e.model, &mut sess, prompt, n, &mut drafter, sc)?;
+    let (ids, stats) = generate_spec(&*e.model, &mut sess, prompt, n, &mut drafter, sc, &mut Sampler::new(cfg))?;
     Ok((ids, stats, t0.elapsed().as_secs_f64()))
 }
 

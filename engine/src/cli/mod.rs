@@ -233,14 +233,14 @@ pub enum Cmd {
 }
 
 /// Speculative decoding flags: `generate`, `bench` and the served engine (`--serve`,
-/// `strata server`) take them alike. Greedy requests only: a sampled one runs without drafts.
+/// `strata server`) take them alike, for greedy and sampled requests.
 #[derive(Args, Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SpecArgs {
     /// Speculative decoding: up to N draft tokens per verify step from the prompt-lookup
     /// (suffix) drafter, or the MTP head with --mtp, checked by the model in one batched pass
-    /// (0 = off, max 8). Lossless: the output equals plain greedy decoding. Greedy only
-    /// (`generate` needs --temp 0; the served engine drafts for its greedy requests).
+    /// (0 = off, max 8). Lossless: greedy output equals plain greedy decoding; sampled output
+    /// (--temp > 0) is distributed exactly as plain sampling (speculative sampling rule).
     #[arg(long, global = true, default_value_t = 0)]
     pub spec: usize,
     /// With --spec: a draft enters the verify window only while it (and every draft before it)

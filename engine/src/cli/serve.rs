@@ -11,7 +11,7 @@ use crate::EngineError;
 use crate::engine::Engine;
 use crate::prompt_reuse::PromptReuse;
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::spec::{Drafter, SpecConfig, SpecStats, SuffixDrafter, stream_greedy_spec};
+use crate::spec::{Drafter, SpecConfig, SpecStats, SuffixDrafter, stream_spec};
 use model::Logits;
 
 /// The engine behind the token protocol: one sequence at a time, the session reused.
@@ -21,8 +21,8 @@ pub struct ServeEngine<'e> {
     logits: Vec<f32>,
     /// Expert-cache (hits, lookups) when the running request started.
     cache_at_start: Option<experts::counters::CacheStats>,
-    /// `--spec`: the drafter greedy requests are decoded with (reset for each), and the
-    /// running request's draft counters.
+    /// `--spec`: the drafter every request is decoded with (reset for each), and the running
+    /// request's draft counters.
     spec: Option<(SpecConfig, &'e mut dyn Drafter)>,
     drafts: Option<SpecStats>,
     /// What the session keeps of the previous request, and how many of the running request's
@@ -45,27 +45,28 @@ impl<'e> ServeEngine<'e> {
         })
     }
 
-    /// Greedy requests decode speculatively with `drafter` (`--spec`).
+    /// Every request decodes speculatively with `drafter` (`--spec`).
     pub fn with_spec(self, cfg: SpecConfig, drafter: &'e mut dyn Drafter) -> Self {
         ServeEngine { spec: Some((cfg, drafter)), ..self }
     }
 
-    /// A greedy request (no sampling, no repeat penalty: the model's argmax) with the drafter:
-    /// verify windows of drafts, each token emitted as soon as it is decided. The output equals
-    /// plain greedy decoding token for token ([`stream_greedy_spec`]).
+    /// A request (greedy or sampled) with the drafter: verify windows of drafts, each token
+    /// emitted as soon as it is decided ([`stream_spec`]). Greedy output equals plain greedy
+    /// decoding token for token; sampled output is distributed as plain sampling (its seeded
+    /// tokens differ: the acceptance tests draw from the same RNG). `None` without `--spec`.
     fn generate_spec(
         &mut self,
         req: &GenerateRequest,
         emit: &mut dyn FnMut(u32) -> bool,
     ) -> Option<Result<FinishReason, String>> {
-        let cfg = sampler_config(&req.sampling);
-        let (sc, drafter) = self.spec.as_mut().filter(|_| cfg.temperature <= 0.0 && cfg.repeat_penalty == 1.0)?;
+        let (sc, drafter) = self.spec.as_mut()?;
         drafter.reset();
+        let mut sampler = Sampler::new(sampler_config(&req.sampling));
         let (e, sess) = (self.e, &mut self.sess);
         // As plain decoding: the prompt's positions, then one more per token but the last.
         let n_gen = sess.capacity() + 1 - req.tokens.len();
         let mut stopped = false;
-        let r = stream_greedy_spec(&*e.model, sess, &req.tokens, n_gen, &mut **drafter, *sc, &mut |t| {
+        let r = stream_spec(&*e.model, sess, &req.tokens, n_gen, &mut **drafter, *sc, &mut sampler, &mut |t| {
             stopped = !emit(t);
             !stopped
         });
@@ -205,8 +206,8 @@ impl TokenEngine for ServeEngine<'_> {
     }
 }
 
-/// `strata --serve`: protocol on stdin/stdout until stdin closes. With `--spec N` greedy
-/// requests decode speculatively, drafted by the MTP head (`--mtp`) or the suffix drafter.
+/// `strata --serve`: protocol on stdin/stdout until stdin closes. With `--spec N` every
+/// request (greedy or sampled) decodes speculatively, drafted by the MTP head (`--mtp`) or the suffix drafter.
 pub fn serve_stdio(e: &Engine) -> Result<()> {
     // serve_loop reads its input on another thread, so it needs an owned (Send) reader.
     let run = |se: &mut ServeEngine<'_>| {

@@ -1,20 +1,44 @@
-//! Lossless speculative decoding (greedy).
+//! Lossless speculative decoding, greedy and sampled.
 //!
 //! A [`Drafter`] proposes up to N next tokens from the history; the target model scores
-//! `[last accepted token, d1..dk]` in ONE forward call; the longest prefix of drafts that equals
-//! the model's own argmax is accepted, and the model's argmax after it (the token it would have
-//! produced anyway) is appended. Every emitted token is therefore an argmax of target logits
-//! computed over exactly the accepted history, so the output equals plain greedy decoding
-//! (bit-identical as long as the model's batched forward is bit-identical to single steps,
-//! which the qwen4exp pass guarantees and the tests check).
+//! `[last accepted token, d1..dk]` in ONE forward call; row i of those logits is the target's
+//! next-token logits after the accepted history plus `d1..di`. The drafts are then checked one
+//! by one against the [`Sampler`]'s final distribution `p_i` of row i (repeat penalty, top-k,
+//! top-p, min-p, temperature; the penalty's history includes the drafts accepted before i):
 //!
 //! ```text
-//! window  = [last] + drafts[..k]          k ≤ N ≤ 8, each draft p ≥ min_p (and all before it)
+//! window  = [last] + drafts[..k]          k ≤ N ≤ 8, each draft p ≥ spec-min-p (and all before it)
 //! logits  = forward(window)               one call, k+1 rows
-//! m       = longest prefix with argmax(logits[i]) == drafts[i]
-//! emit drafts[..m], then argmax(logits[m])
-//! if m < k: rollback the state to "consumed last + drafts[..m]"
+//! for i in 0..k:
+//!     p_i = sampler.distribution(logits[i])
+//!     u ~ U[0,1) from the sampler's RNG
+//!     if u < p_i(d_i): accept d_i (record it in the penalty history), continue
+//!     else: emit one draw from p_i with d_i removed (renormalised), stop the window
+//! all k accepted: emit one draw from p_k (the bonus token)
+//! if a draft was rejected: rollback the state to "consumed last + accepted drafts"
 //! ```
+//!
+//! Why this is lossless. Speculative sampling (Leviathan et al. 2023, Chen et al. 2023) with a
+//! draft token x drawn from the drafter's distribution q accepts it with probability
+//! `min(1, p(x) / q(x))` and, on rejection, draws from the residual
+//! `max(0, p − q) / Σ max(0, p − q)`; the emitted token is then distributed exactly as p. Our
+//! drafters are deterministic (the suffix drafter's lookup, the MTP head's argmax; their `p` in
+//! [`Draft`] only gates the window through `--spec-min-p`), so q is a point mass on the draft d:
+//! q(d) = 1, q(x) = 0 elsewhere. Then `min(1, p(d)/1) = p(d)` (accept iff `u < p(d)`), and
+//! `max(0, p − q)` is p with d's mass removed (`max(0, p(d) − 1) = 0`, every other x keeps
+//! p(x)): the residual is p without d, renormalised. Check: P(emit d) = p(d), and for x ≠ d
+//! P(emit x) = (1 − p(d)) · p(x) / (1 − p(d)) = p(x). Applied row by row (each row's p over
+//! exactly the accepted history, rows after the first rejection discarded) every emitted token
+//! has the distribution plain sampling would give it, so the whole output is distributed as
+//! plain sampling's. The seeded token sequences differ from plain sampling's (the RNG is also
+//! drawn for acceptance tests), the distribution does not.
+//!
+//! Greedy (temperature <= 0) is the point-mass p on the argmax: a draft is accepted iff it is
+//! the argmax (`u < 1` always, `u < 0` never) and a rejection emits the argmax, whatever u is.
+//! So the greedy output equals plain greedy decoding token for token (bit-identical as long as
+//! the model's batched forward is bit-identical to single steps, which the qwen4exp pass
+//! guarantees and the tests check).
+//!
 //! Rollback goes through [`VerifyModel::checkpoint`] / [`VerifyModel::rollback`]: a model with
 //! only a KV cache truncates it (no recomputation); a recurrent model (qwen4exp: GDN and PLE
 //! state) restores its checkpoint and re-runs the accepted prefix (see [`loaded`]).
@@ -29,9 +53,13 @@
 mod loaded;
 mod mtp;
 mod suffix;
+#[cfg(test)]
+mod tests;
 
 pub use mtp::{CpuMtpHead, MtpDrafter, MtpDrafterStats, MtpHead};
 pub use suffix::SuffixDrafter;
+
+use crate::sampler::{Sampler, SamplerConfig};
 
 /// Longest verify window: drafts per step.
 pub const MAX_DRAFT: usize = 8;
@@ -138,9 +166,9 @@ impl SpecStats {
 /// Lowest id on ties (the greedy rule used everywhere in Strata).
 pub use model::argmax;
 
-/// Greedy generation of `n_gen` tokens after `prompt` with speculation. Output and final
-/// state equal plain greedy decoding (prompt in one call, then one token per call): `st` has
-/// consumed the prompt and all generated tokens but the last.
+/// Greedy speculative generation of `n_gen` tokens after `prompt`: [`generate_spec`] with a
+/// greedy sampler. Output and final state equal plain greedy decoding (prompt in one call, then
+/// one token per call): `st` has consumed the prompt and all generated tokens but the last.
 pub fn generate_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
     model: &M,
     st: &mut M::State,
@@ -149,24 +177,79 @@ pub fn generate_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
     drafter: &mut D,
     cfg: SpecConfig,
 ) -> Result<(Vec<u32>, SpecStats), M::Error> {
-    let mut out = Vec::with_capacity(n_gen);
-    let stats = stream_greedy_spec(model, st, prompt, n_gen, drafter, cfg, &mut |t| {
-        out.push(t);
-        true
-    })?;
-    Ok((out, stats))
+    generate_spec(model, st, prompt, n_gen, drafter, cfg, &mut Sampler::new(SamplerConfig::greedy()))
 }
 
-/// [`generate_greedy_spec`] handing each token to `emit` as soon as it is decided (a verify
-/// window's accepted drafts one by one, in order); generation stops early when `emit` returns
-/// false (a stop token, the client gone). The served engine's speculative loop.
-pub fn stream_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
+/// Speculative generation of `n_gen` tokens after `prompt` with `sampler` (fresh: the loop
+/// records the prompt and every emitted token in its penalty history). The output is
+/// distributed exactly as plain sampling with the same config (greedy: equal token for token);
+/// `st` has consumed the prompt and all generated tokens but the last.
+pub fn generate_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
     model: &M,
     st: &mut M::State,
     prompt: &[u32],
     n_gen: usize,
     drafter: &mut D,
     cfg: SpecConfig,
+    sampler: &mut Sampler,
+) -> Result<(Vec<u32>, SpecStats), M::Error> {
+    let mut out = Vec::with_capacity(n_gen);
+    let stats = stream_spec(model, st, prompt, n_gen, drafter, cfg, sampler, &mut |t| {
+        out.push(t);
+        true
+    })?;
+    Ok((out, stats))
+}
+
+/// How a verify window's draft fared (see [`verify_draft`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Verdict {
+    Accept,
+    /// Rejected; this token (drawn from the residual) is emitted instead and ends the window.
+    Reject(u32),
+}
+
+/// The speculative sampling rule for a deterministic (point-mass) draft `draft` against the
+/// target logits `row` (over the accepted history, recorded in `sampler`): accept iff
+/// `u < p(draft)`, else draw from p without `draft`, renormalised (module docs).
+pub fn verify_draft(sampler: &mut Sampler, row: &[f32], draft: u32) -> Verdict {
+    let p = sampler.distribution(row);
+    if sampler.uniform() < p.prob(draft) {
+        Verdict::Accept
+    } else {
+        Verdict::Reject(p.draw_without(draft, sampler.uniform()))
+    }
+}
+
+/// [`generate_spec`] handing each token to `emit` as soon as it is decided (a verify window's
+/// accepted drafts one by one, in order); generation stops early when `emit` returns false (a
+/// stop token, the client gone). The served engine's speculative loop.
+#[allow(clippy::too_many_arguments)]
+pub fn stream_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
+    model: &M,
+    st: &mut M::State,
+    prompt: &[u32],
+    n_gen: usize,
+    drafter: &mut D,
+    cfg: SpecConfig,
+    sampler: &mut Sampler,
+    emit: &mut dyn FnMut(u32) -> bool,
+) -> Result<SpecStats, M::Error> {
+    stream_spec_with(model, st, prompt, n_gen, drafter, cfg, sampler, verify_draft, emit)
+}
+
+/// [`stream_spec`] with the acceptance rule as a parameter (the tests' negative controls run
+/// the same loop with wrong rules).
+#[allow(clippy::too_many_arguments)]
+fn stream_spec_with<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
+    model: &M,
+    st: &mut M::State,
+    prompt: &[u32],
+    n_gen: usize,
+    drafter: &mut D,
+    cfg: SpecConfig,
+    sampler: &mut Sampler,
+    rule: fn(&mut Sampler, &[f32], u32) -> Verdict,
     emit: &mut dyn FnMut(u32) -> bool,
 ) -> Result<SpecStats, M::Error> {
     let v = model.n_vocab();
@@ -178,9 +261,13 @@ pub fn stream_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
     let run = |st: &mut M::State, toks: &[u32]| -> Result<(Vec<f32>, Vec<f32>), M::Error> {
         if want_hidden { model.forward_hidden(st, toks) } else { Ok((model.forward(st, toks)?, Vec::new())) }
     };
+    for &t in prompt {
+        sampler.accept(t);
+    }
     let (logits, hidden) = run(st, prompt)?;
     drafter.observe(prompt, &hidden);
-    let first = argmax(&logits[logits.len() - v..]);
+    let first = sampler.sample(&logits[logits.len() - v..]);
+    sampler.accept(first);
     let mut history: Vec<u32> = prompt.to_vec();
     history.push(first);
     if !emit(first) {
@@ -208,7 +295,8 @@ pub fn stream_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
         if drafts.is_empty() {
             let (l, h) = run(st, &[last])?;
             drafter.observe(&[last], &h);
-            let t = argmax(&l);
+            let t = sampler.sample(&l);
+            sampler.accept(t);
             history.push(t);
             n_out += 1;
             stats.decoded += 1;
@@ -225,11 +313,26 @@ pub fn stream_greedy_spec<M: VerifyModel + ?Sized, D: Drafter + ?Sized>(
         window.push(last);
         window.extend_from_slice(&drafts);
         let (l, h) = run(st, &window)?;
+        // Row m's distribution is over the accepted history: drafts[..m] are recorded first.
         let mut m = 0;
-        while m < k && argmax(&l[m * v..(m + 1) * v]) == drafts[m] {
-            m += 1;
+        let mut rejected = None;
+        while m < k {
+            match rule(sampler, &l[m * v..(m + 1) * v], drafts[m]) {
+                Verdict::Accept => {
+                    sampler.accept(drafts[m]);
+                    m += 1;
+                }
+                Verdict::Reject(t) => {
+                    rejected = Some(t);
+                    break;
+                }
+            }
         }
-        let next = argmax(&l[m * v..(m + 1) * v]);
+        let next = match rejected {
+            Some(t) => t,
+            None => sampler.sample(&l[k * v..(k + 1) * v]),
+        };
+        sampler.accept(next);
         // Rows 0..=m saw only accepted tokens: their hidden states are the real ones.
         let d = h.len() / window.len();
         drafter.observe(&window[..m + 1], &h[..(m + 1) * d]);
