@@ -4,8 +4,8 @@ requantized by llama.cpp's own quantizer, and llama.cpp's logits on each file.
 usage: python make_requant.py SOURCE.gguf OUT_DIR [TYPE...]
 Run with the llama-cpp-python venv (scripts/llamacpp-venv.sh). For each TYPE (default: all of
 TYPES) writes OUT_DIR/TYPE.gguf, OUT_DIR/TYPE.logits.npy (f32 [n_tokens][n_vocab], every
-position of PROMPT) and records the prompt ids and the tensor types in OUT_DIR/index.json.
-Idempotent: a type whose three outputs exist is kept.
+position of PROMPT in one batch), OUT_DIR/TYPE.single.npy (the same, one token a call) and records the prompt ids and the tensor types in OUT_DIR/index.json.
+Idempotent: a type whose outputs exist is kept.
 
 SmolLM2's rows are 576 wide, not a multiple of 256, so llama.cpp writes the K/IQ types only
 where the row allows (ffn_down, 1536 wide) and its own fallback elsewhere (Q4_0/Q5_0/Q5_1/Q8_0/
@@ -24,7 +24,10 @@ PROMPT = (
     "Photosynthesis is the process by which green plants and certain other organisms transform "
     "light energy into chemical energy. During photosynthesis in green plants, light energy is "
     "captured and used to convert water, carbon dioxide, and minerals into oxygen and "
-    "energy-rich organic compounds."
+    "energy-rich organic compounds. It would be impossible to overestimate the importance of "
+    "photosynthesis in the maintenance of life on Earth. If photosynthesis ceased, there would "
+    "soon be little food or other organic matter on Earth. Most organisms would disappear, and "
+    "in time Earth's atmosphere would become nearly devoid of gaseous oxygen."
 )
 GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0",
                    10: "q2_K", 11: "q3_K", 12: "q4_K", 13: "q5_K", 14: "q6_K", 16: "iq2_xxs",
@@ -93,17 +96,21 @@ def main():
     index["llama_cpp_python"] = llama_cpp.__version__
     for t in types:
         gguf, npy = os.path.join(out, f"{t}.gguf"), os.path.join(out, f"{t}.logits.npy")
-        if t in index["types"] and os.path.exists(gguf) and os.path.exists(npy):
+        single = os.path.join(out, f"{t}.single.npy")
+        if t in index["types"] and all(os.path.exists(p) for p in (gguf, npy, single)):
             continue
         quantize(src, gguf, t)
-        llm = Llama(model_path=gguf, n_ctx=256, n_threads=2, logits_all=True, verbose=False, seed=0)
-        ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
-        llm.eval(ids)
-        logits = np.array(llm.scores[: len(ids)], dtype=np.float32)
-        np.save(npy, logits)
+        # The prompt in one batch (the reference), and token by token: llama.cpp's own spread
+        # between its batched and single-token kernels, the scale the tests judge Strata's by.
+        for n_batch, path in [(512, npy), (1, single)]:
+            llm = Llama(model_path=gguf, n_ctx=256, n_batch=n_batch, n_threads=2, logits_all=True, verbose=False, seed=0)
+            ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
+            for i in range(0, len(ids), n_batch):
+                llm.eval(ids[i : i + n_batch])
+            np.save(path, np.array(llm.scores[: len(ids)], dtype=np.float32))
+            del llm
         index["prompt_ids"] = ids
         index["types"][t] = {"tensor_types": tensor_types(gguf), "n_tokens": len(ids)}
-        del llm
         json.dump(index, open(index_path, "w"), indent=1)
         print(f"{t}: {index['types'][t]['tensor_types']}", flush=True)
 
