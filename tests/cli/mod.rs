@@ -8,5 +8,6 @@ mod cli_gguf;
 pub(crate) mod cli_mtp;
 mod cli_plan;
 pub(crate) mod cli_qwen4exp;
+mod cli_serve_reuse;
 mod cli_server_config;
 pub(crate) mod server_faults;

@@ -170,11 +170,13 @@ impl TokenEngine for ServeEngine<'_> {
         if req.tokens.is_empty() {
             return Err("the request has no prompt tokens".into());
         }
-        // The speculative loop runs its own checkpoints and rollbacks: it starts from scratch.
-        self.reuse.forget(&mut *self.sess);
-        if let Some(r) = self.generate_spec(req, emit) {
+        if self.spec.is_some() {
+            // The speculative loop runs its own checkpoints and rollbacks, and its drafter
+            // follows the sequence from position 0: it starts from scratch (no reuse yet).
             self.reuse.forget(&mut *self.sess);
-            return r;
+            let r = self.generate_spec(req, emit);
+            self.reuse.forget(&mut *self.sess);
+            return r.expect("--spec is set");
         }
         let r = self.generate_plain(req, emit);
         match r {
