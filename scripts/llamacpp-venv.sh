@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the python of a venv holding llama.cpp (PyPI's llama-cpp-python 0.3.36, built from
-# source by pip, ~10-20 min on 2 cores, once) and numpy: the peer of the benchmarks and the
+# source by pip, ~10-20 min on 2 cores, once), numpy and gguf-py: the peer of the benchmarks and the
 # quantizer of the real-weight tests. The venv is ~/.cache/strata/bench-venv
 # ($STRATA_LLAMACPP_VENV); all build output goes to stderr.
 #
@@ -9,7 +9,7 @@
 # ISA extensions explicitly, minus AMX.
 set -euo pipefail
 venv="${STRATA_LLAMACPP_VENV:-$HOME/.cache/strata/bench-venv}"
-if ! "$venv/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import llama_cpp, numpy, gguf" 2>/dev/null; then
   python3 -m venv "$venv"
   if grep -qw amx_tile /proc/cpuinfo; then
     flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
@@ -22,6 +22,6 @@ if ! "$venv/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
   fi
   flags+=" -DLLAVA_BUILD=OFF"   # the multimodal library (mtmd): not used here
   echo "==> building llama-cpp-python 0.3.36 ($flags) into $venv: 10-20 min, once" >&2
-  CMAKE_ARGS="$flags" "$venv/bin/pip" install -q --disable-pip-version-check numpy llama-cpp-python==0.3.36 >&2
+  CMAKE_ARGS="$flags" "$venv/bin/pip" install -q --disable-pip-version-check numpy gguf==0.19.0 llama-cpp-python==0.3.36 >&2
 fi
 echo "$venv/bin/python"

@@ -11,12 +11,13 @@ use strata::model::Logits;
 
 use crate::models::models_util::ids;
 
-/// Teacher-forced argmax agreement with llama.cpp, the bound. Both engines quantize the
-/// activations to Q8_K / Q8_0 the same way, but sum in a different order, so a near-tie can flip.
-const MIN_ARGMAX_AGREEMENT: f64 = 0.95;
-/// Largest |logit difference| at any position and token. SmolLM2's logits span about ±30; an
-/// error in a block layout or a grid moves them by whole units (measured: see each type's line).
-const MAX_LOGIT_DIFF: f32 = 0.25;
+/// Strata against llama.cpp is judged against llama.cpp against itself: the same file's logits
+/// from its batched kernels (the reference) and from one token a call differ too (measured on
+/// these files: mean |diff| 0.19-0.23, max 1.6-2.4, argmax 93-99%), since SmolLM2's logits are
+/// large and every f16 rounding of the attention moves them. Strata's mean |diff| may be at most
+/// this multiple of llama.cpp's own, its argmax agreement at most this much lower.
+const MEAN_DIFF_FACTOR: f64 = 2.0;
+const ARGMAX_SLACK: f64 = 0.05;
 
 fn generated() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/generated/requant-smollm2"))
@@ -33,44 +34,111 @@ fn index() -> serde_json::Value {
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("parsing {}: {e}", p.display()))
 }
 
-/// `ftype`'s file on the CPU against llama.cpp, after checking the file really holds `ty`
-/// tensors (llama.cpp falls back to other types where a row is not a multiple of 256).
+/// `ftype`'s file: every quantized tensor dequantizes as gguf-py's does, byte for byte, and
+/// the CPU logits agree with llama.cpp's, after checking the file really holds `ty` tensors
+/// (llama.cpp falls back to other types where a row is not a multiple of 256).
 fn check(ftype: &str, ty: &str) {
     let index = index();
     let entry = &index["types"][ftype];
     let n_ty = entry["tensor_types"][ty].as_u64().unwrap_or(0);
     assert!(n_ty > 0, "{ftype}: llama.cpp wrote no {ty} tensor: {}", entry["tensor_types"]);
-    let prompt = ids(&index["prompt_ids"]);
-    let (shape, want) = strata::npy::read_f32(&generated().join(format!("{ftype}.logits.npy"))).unwrap();
+    let path = generated().join(format!("{ftype}.gguf"));
+    check_dequantization(&path, &entry["dequant_sha256"]);
 
+    let prompt = ids(&index["prompt_ids"]);
+    let read = |suffix: &str| strata::npy::read_f32(&generated().join(format!("{ftype}.{suffix}.npy"))).unwrap();
+    let ((shape, want), (_, single)) = (read("logits"), read("single"));
     let opts = strata::RunOptions { max_context: 512, ..Default::default() };
-    let e = strata::Engine::load(&generated().join(format!("{ftype}.gguf")), opts).unwrap();
+    let e = strata::Engine::load(&path, opts).unwrap();
     let mut sess = e.new_session().unwrap();
     let mut got = Vec::new();
     e.eval(&mut *sess, &prompt, Logits::All, &mut got).unwrap();
-    let v = shape[1];
-    assert_eq!(shape[0], prompt.len());
+    assert_eq!(shape, vec![prompt.len(), e.model.n_vocab()]);
     assert_eq!(got.len(), want.len(), "{ftype}: logits shape");
 
-    let argmax = strata::model::argmax;
-    let (mut agree, mut max_diff, mut at) = (0usize, 0f32, 0usize);
-    for (pos, (g, w)) in got.chunks(v).zip(want.chunks(v)).enumerate() {
-        agree += (argmax(g) == argmax(w)) as usize;
-        for (a, b) in g.iter().zip(w) {
-            let d = (a - b).abs();
-            if !(d <= max_diff) {
-                (max_diff, at) = (d, pos);
+    let ours = Agreement::of(&got, &want, shape[1]);
+    let theirs = Agreement::of(&single, &want, shape[1]);
+    eprintln!(
+        "{ftype} ({n_ty} {ty} tensors, {}): Strata vs llama.cpp {ours}; llama.cpp one token a call vs batched {theirs}",
+        entry["tensor_types"]
+    );
+    assert!(
+        ours.mean <= MEAN_DIFF_FACTOR * theirs.mean,
+        "{ftype}: mean |logit diff| {:.3} > {MEAN_DIFF_FACTOR} x llama.cpp's own {:.3}",
+        ours.mean,
+        theirs.mean
+    );
+    assert!(
+        ours.argmax >= theirs.argmax.min(MIN_ARGMAX_AGREEMENT) - ARGMAX_SLACK,
+        "{ftype}: argmax agrees at {:.3} of positions (llama.cpp with itself: {:.3})",
+        ours.argmax,
+        theirs.argmax
+    );
+}
+
+/// The bound: argmax at ≥ 95% of positions, or llama.cpp's own agreement if lower.
+const MIN_ARGMAX_AGREEMENT: f64 = 0.95;
+
+/// How two `[positions][vocab]` logit arrays agree.
+struct Agreement {
+    mean: f64,
+    max: f32,
+    argmax: f64,
+}
+
+impl Agreement {
+    fn of(a: &[f32], b: &[f32], vocab: usize) -> Agreement {
+        let (mut sum, mut max, mut same) = (0f64, 0f32, 0usize);
+        for (x, y) in a.chunks(vocab).zip(b.chunks(vocab)) {
+            same += (strata::model::argmax(x) == strata::model::argmax(y)) as usize;
+            for (p, q) in x.iter().zip(y) {
+                let d = (p - q).abs();
+                sum += d as f64;
+                max = if d > max || d.is_nan() { d } else { max };
             }
         }
+        let rows = a.len() / vocab;
+        Agreement { mean: sum / a.len() as f64, max, argmax: same as f64 / rows as f64 }
     }
-    let rate = agree as f64 / prompt.len() as f64;
-    eprintln!(
-        "{ftype} ({n_ty} {ty} tensors, {}): argmax {agree}/{} positions, max |logit diff| {max_diff:.3} (pos {at})",
-        entry["tensor_types"],
-        prompt.len()
-    );
-    assert!(rate >= MIN_ARGMAX_AGREEMENT, "{ftype}: argmax agrees at only {agree}/{} positions", prompt.len());
-    assert!(max_diff <= MAX_LOGIT_DIFF, "{ftype}: max |logit diff| {max_diff} at position {at}");
+}
+
+impl std::fmt::Display for Agreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "mean |diff| {:.3}, max {:.2}, argmax {:.1}%", self.mean, self.max, 100.0 * self.argmax)
+    }
+}
+
+/// Every quantized tensor of `path`, dequantized by the `quant` crate, hashes as gguf-py's
+/// dequantization of it did (`want`: name → sha256 of the little-endian f32 values).
+fn check_dequantization(path: &std::path::Path, want: &serde_json::Value) {
+    use sha2::{Digest, Sha256};
+    let file = gguf::GgufFile::open(path).unwrap();
+    let want = want.as_object().expect("dequant_sha256 in index.json (re-run make_requant.py)");
+    assert!(!want.is_empty());
+    for t in file.tensors() {
+        let Some(digest) = want.get(&t.name) else { continue };
+        let row = t.dims[0] as usize;
+        let n = t.dims.iter().product::<u64>() as usize;
+        let mut deq = vec![0f32; n];
+        let bytes = file.tensor_data(t);
+        let row_bytes = bytes.len() / (n / row);
+        for (src, dst) in bytes.chunks(row_bytes).zip(deq.chunks_mut(row)) {
+            quant::dequantize_row(t.ty, src, dst).unwrap();
+        }
+        let mut h = Sha256::new();
+        for x in &deq {
+            h.update(x.to_le_bytes());
+        }
+        let got = format!("{:x}", h.finalize());
+        assert_eq!(
+            got,
+            digest.as_str().unwrap(),
+            "{}: {} ({:?}) dequantizes unlike gguf-py",
+            path.display(),
+            t.name,
+            t.ty
+        );
+    }
 }
 
 // Each file against llama.cpp, naming the type its K/IQ tensors have: llama.cpp's mixes move

@@ -4,14 +4,18 @@ requantized by llama.cpp's own quantizer, and llama.cpp's logits on each file.
 usage: python make_requant.py SOURCE.gguf OUT_DIR [TYPE...]
 Run with the llama-cpp-python venv (scripts/llamacpp-venv.sh). For each TYPE (default: all of
 TYPES) writes OUT_DIR/TYPE.gguf, OUT_DIR/TYPE.logits.npy (f32 [n_tokens][n_vocab], every
-position of PROMPT in one batch), OUT_DIR/TYPE.single.npy (the same, one token a call) and records the prompt ids and the tensor types in OUT_DIR/index.json.
+position of PROMPT in one batch), OUT_DIR/TYPE.single.npy (the same, one token a call) and records in OUT_DIR/index.json the prompt ids, the tensor types
+and the sha256 of every quantized tensor as gguf-py dequantizes it.
 Idempotent: a type whose outputs exist is kept.
 
 SmolLM2's rows are 576 wide, not a multiple of 256, so llama.cpp writes the K/IQ types only
 where the row allows (ffn_down, 1536 wide) and its own fallback elsewhere (Q4_0/Q5_0/Q5_1/Q8_0/
 IQ4_NL): the file is what a user downloading this quantization would get.
 """
-import ctypes, json, os, sys
+import ctypes, hashlib, json, os, sys
+
+import gguf
+from gguf import GGMLQuantizationType as T
 import numpy as np
 import llama_cpp
 from llama_cpp import Llama
@@ -29,47 +33,19 @@ PROMPT = (
     "soon be little food or other organic matter on Earth. Most organisms would disappear, and "
     "in time Earth's atmosphere would become nearly devoid of gaseous oxygen."
 )
-GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0",
-                   10: "q2_K", 11: "q3_K", 12: "q4_K", 13: "q5_K", 14: "q6_K", 16: "iq2_xxs",
-                   17: "iq2_xs", 18: "iq3_xxs", 19: "iq1_s", 20: "iq4_nl", 21: "iq3_s",
-                   22: "iq2_s", 23: "iq4_xs", 29: "iq1_m", 30: "bf16"}
 
 
-def tensor_types(path):
-    """{ggml type name: tensor count} of a GGUF, from its header (the venv has no gguf-py)."""
-    import struct
-    with open(path, "rb") as f:
-        def rd(fmt):
-            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
-        def rstr():
-            return f.read(rd("Q")).decode()
-        def skip_value(t):
-            sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-            if t == 8:
-                rstr()
-            elif t == 9:
-                et, n = rd("I"), rd("Q")
-                for _ in range(n):
-                    skip_value(et)
-            else:
-                f.read(sizes[t])
-        assert f.read(4) == b"GGUF"
-        rd("I")
-        n_tensors, n_kv = rd("Q"), rd("Q")
-        for _ in range(n_kv):
-            rstr()
-            skip_value(rd("I"))
-        counts = {}
-        for _ in range(n_tensors):
-            rstr()
-            n_dims = rd("I")
-            for _ in range(n_dims):
-                rd("Q")
-            t = rd("I")
-            rd("Q")
-            name = GGML_TYPE_NAMES.get(t, f"type{t}")
-            counts[name] = counts.get(name, 0) + 1
-        return counts
+def tensors(path):
+    """{ggml type name: tensor count}, and {tensor name: sha256 of its float32 dequantization by
+    gguf-py's numpy `gguf.quants`} for every quantized tensor (Strata must match byte for byte)."""
+    counts, digests = {}, {}
+    for t in gguf.GGUFReader(path).tensors:
+        name = t.tensor_type.name.lower().replace("_k", "_K")
+        counts[name] = counts.get(name, 0) + 1
+        if t.tensor_type not in (T.F32, T.F16, T.BF16):
+            deq = gguf.quants.dequantize(t.data, t.tensor_type).astype("<f4", copy=False)
+            digests[t.name] = hashlib.sha256(deq.tobytes()).hexdigest()
+    return counts, digests
 
 
 def quantize(src, dst, name):
@@ -95,22 +71,23 @@ def main():
     index["prompt"] = PROMPT
     index["llama_cpp_python"] = llama_cpp.__version__
     for t in types:
-        gguf, npy = os.path.join(out, f"{t}.gguf"), os.path.join(out, f"{t}.logits.npy")
+        gguf_path, npy = os.path.join(out, f"{t}.gguf"), os.path.join(out, f"{t}.logits.npy")
         single = os.path.join(out, f"{t}.single.npy")
-        if t in index["types"] and all(os.path.exists(p) for p in (gguf, npy, single)):
+        if t in index["types"] and all(os.path.exists(p) for p in (gguf_path, npy, single)):
             continue
-        quantize(src, gguf, t)
+        quantize(src, gguf_path, t)
         # The prompt in one batch (the reference), and token by token: llama.cpp's own spread
         # between its batched and single-token kernels, the scale the tests judge Strata's by.
         for n_batch, path in [(512, npy), (1, single)]:
-            llm = Llama(model_path=gguf, n_ctx=256, n_batch=n_batch, n_threads=2, logits_all=True, verbose=False, seed=0)
+            llm = Llama(model_path=gguf_path, n_ctx=256, n_batch=n_batch, n_threads=2, logits_all=True, verbose=False, seed=0)
             ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
             for i in range(0, len(ids), n_batch):
                 llm.eval(ids[i : i + n_batch])
             np.save(path, np.array(llm.scores[: len(ids)], dtype=np.float32))
             del llm
         index["prompt_ids"] = ids
-        index["types"][t] = {"tensor_types": tensor_types(gguf), "n_tokens": len(ids)}
+        counts, digests = tensors(gguf_path)
+        index["types"][t] = {"tensor_types": counts, "n_tokens": len(ids), "dequant_sha256": digests}
         json.dump(index, open(index_path, "w"), indent=1)
         print(f"{t}: {index['types'][t]['tensor_types']}", flush=True)
 
