@@ -44,6 +44,7 @@ fn check(ftype: &str, ty: &str) {
     assert!(n_ty > 0, "{ftype}: llama.cpp wrote no {ty} tensor: {}", entry["tensor_types"]);
     let path = generated().join(format!("{ftype}.gguf"));
     check_dequantization(&path, &entry["dequant_sha256"]);
+    check_kernels(&path);
 
     let prompt = ids(&index["prompt_ids"]);
     let read = |suffix: &str| strata::npy::read_f32(&generated().join(format!("{ftype}.{suffix}.npy"))).unwrap();
@@ -105,6 +106,51 @@ impl Agreement {
 impl std::fmt::Display for Agreement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "mean |diff| {:.3}, max {:.2}, argmax {:.1}%", self.mean, self.max, 100.0 * self.argmax)
+    }
+}
+
+/// Every quantized tensor's CPU products (every kernel path this CPU has, one column and a
+/// prompt's 21) on its first rows of real weights, against `quant`'s scalar dot over the same
+/// activations: what random blocks may miss (real scales, grid indices, sign patterns).
+fn check_kernels(path: &std::path::Path) {
+    use cpu_kernels::{Gemm, Path, QTensor, try_matmul_gemm};
+    let file = gguf::GgufFile::open(path).unwrap();
+    let mut rng = strata::rng::SplitMix64::new(7);
+    for t in file.tensors().iter().filter(|t| t.ty.block_size() > 1 && t.dims.len() == 2) {
+        let (k, rows) = (t.dims[0] as usize, (t.dims[1] as usize).min(48));
+        let rb = t.ty.row_bytes(k).unwrap();
+        let w = &file.tensor_data(t)[..rows * rb];
+        let q = QTensor { ty: t.ty, data: w, rows, cols: k };
+        for n in [1usize, 21] {
+            let x = rng.symmetric_vec(n * k, 1.0);
+            let at = t.ty.vec_dot_type();
+            let mut want = vec![0f64; n * rows];
+            for c in 0..n {
+                let mut act = vec![0u8; at.row_bytes(k).unwrap()];
+                quant::quantize_row(at, &x[c * k..(c + 1) * k], &mut act).unwrap();
+                for r in 0..rows {
+                    want[c * rows + r] = quant::vec_dot(t.ty, k, &w[r * rb..(r + 1) * rb], &act).unwrap() as f64;
+                }
+            }
+            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
+            for p in Path::all_available() {
+                for gemm in [Gemm::Lanes, Gemm::Tiles] {
+                    let mut y = vec![f32::NAN; n * rows];
+                    try_matmul_gemm(p, gemm, &q, &x, n, &mut y).unwrap();
+                    // As cpu-kernels' parity tests: the integer block sums are exact, the f32
+                    // sums of blocks differ in order (and Q8_0 activations may round like
+                    // llama.cpp's x86 quantizer, ~1e-4 of the largest output).
+                    let err = y.iter().zip(&want).map(|(&g, &w)| (g as f64 - w).abs() / scale).fold(0f64, f64::max);
+                    assert!(
+                        err <= 5e-4,
+                        "{}: {} ({:?}) {p:?} {gemm:?} n={n}: relative error {err:.2e}",
+                        path.display(),
+                        t.name,
+                        t.ty
+                    );
+                }
+            }
+        }
     }
 }
 
