@@ -345,8 +345,9 @@ fn cli_dump_routing_cpu_and_emu_agree_and_simulate_reads_it() {
 }
 
 /// `strata --serve` with an expert cache reports each request's hits and lookups in its `done`
-/// line (the server sums them into /metrics): lookups = generated-and-prompt tokens x layers x
-/// top-k, hits <= lookups; a second identical request finds its experts resident, so hits more.
+/// line (the server sums them into /metrics): lookups = evaluated tokens x layers x top-k,
+/// hits <= lookups. A second identical request reuses the first one's prompt (all but its
+/// last token: prompt reuse) and finds its experts resident, so it hits at a higher rate.
 #[test]
 fn serve_done_line_reports_expert_cache_counters_per_request() {
     use std::io::Write;
@@ -376,18 +377,19 @@ fn serve_done_line_reports_expert_cache_counters_per_request() {
     let hp = Decoder::load(&m).unwrap().hp;
     let moe = (hp.n_layer as u64, hp.moe.as_ref().expect("an MoE model").n_expert_used as u64);
     let stat = |d: &serde_json::Value, k: &str| d["stats"][k].as_u64().unwrap_or_else(|| panic!("no stats.{k} in {d}"));
-    // Prompt tokens + the 3 decode evaluations after the first sampled token.
-    let evaluated = (prompt().len() + 3) as u64;
-    let mut hits = Vec::new();
-    for d in &done {
+    let mut rates = Vec::new();
+    for (d, cached) in done.iter().zip([0, prompt().len() - 1]) {
+        assert_eq!(stat(d, "prompt_cached_tokens"), cached as u64, "{d}");
+        // The prompt tokens not reused + the 3 decode evaluations after the first sampled token.
+        let evaluated = (prompt().len() - cached + 3) as u64;
         assert_eq!(stat(d, "expert_cache_lookups"), evaluated * moe.0 * moe.1, "{d}");
         assert!(stat(d, "expert_cache_hits") <= stat(d, "expert_cache_lookups"), "{d}");
-        hits.push(stat(d, "expert_cache_hits"));
+        rates.push(stat(d, "expert_cache_hits") as f64 / stat(d, "expert_cache_lookups") as f64);
         // The ordered mode has no handoff (its wait is zero); the CPU pool's time is measured.
         assert_eq!(stat(d, "expert_handoff_wait_us"), 0, "{d}");
         stat(d, "expert_cpu_us");
     }
-    assert!(hits[1] >= hits[0], "the second request starts with the first one's experts resident: {hits:?}");
+    assert!(rates[1] >= rates[0], "the second request starts with the first one's experts resident: {rates:?}");
     // The first request fills the 3 slots of both layers (and streams its prompt's misses).
     let bytes: Vec<u64> = done.iter().map(|d| stat(d, "expert_bytes_to_vram")).collect();
     let expert = {
