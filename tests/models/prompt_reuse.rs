@@ -22,9 +22,30 @@ pub fn load(path: &Path, device: Device) -> strata::Engine {
     strata::Engine::load(path, opts).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
+/// `n` greedy tokens from `logits` (the last call's), each run on `s` but the last (handed to
+/// `consumed` as it is): the ids and the logits every step chose from.
+fn greedy(
+    e: &strata::Engine,
+    s: &mut dyn strata::engine::Session,
+    mut logits: Vec<f32>,
+    n: usize,
+    mut consumed: impl FnMut(u32),
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let (mut ids, mut rows) = (Vec::new(), Vec::new());
+    loop {
+        let t = strata::model::argmax(&logits);
+        ids.push(t);
+        rows.push(logits.clone());
+        if ids.len() == n {
+            return (ids, rows);
+        }
+        e.eval(s, &[t], Logits::Last, &mut logits).unwrap();
+        consumed(t);
+    }
+}
+
 /// One served request as `strata --serve` runs it: the prompt after what `reuse` kept, then
-/// `n` greedy tokens, each consumed but the last. Returns (tokens kept, generated ids, the
-/// logits every step sampled from).
+/// `n` greedy tokens. Returns (tokens kept, generated ids, the logits every step chose from).
 fn request(
     e: &strata::Engine,
     s: &mut dyn strata::engine::Session,
@@ -36,17 +57,7 @@ fn request(
     let mut logits = Vec::new();
     e.eval(s, &prompt[kept..], Logits::Last, &mut logits).unwrap();
     reuse.consumed(&prompt[kept..]);
-    let (mut ids, mut rows) = (Vec::new(), Vec::new());
-    loop {
-        let t = strata::model::argmax(&logits);
-        ids.push(t);
-        rows.push(logits.clone());
-        if ids.len() == n {
-            break;
-        }
-        e.eval(s, &[t], Logits::Last, &mut logits).unwrap();
-        reuse.consumed(&[t]);
-    }
+    let (ids, rows) = greedy(e, s, logits, n, |t| reuse.consumed(&[t]));
     reuse.finish(&*e.model, s);
     (kept, ids, rows)
 }
@@ -60,16 +71,7 @@ fn cold(e: &strata::Engine, chunks: &[&[u32]], n: usize) -> (Vec<u32>, Vec<Vec<f
     for c in chunks {
         e.eval(&mut *s, c, Logits::Last, &mut logits).unwrap();
     }
-    let (mut ids, mut rows) = (Vec::new(), Vec::new());
-    loop {
-        let t = strata::model::argmax(&logits);
-        ids.push(t);
-        rows.push(logits.clone());
-        if ids.len() == n {
-            return (ids, rows);
-        }
-        e.eval(&mut *s, &[t], Logits::Last, &mut logits).unwrap();
-    }
+    greedy(e, &mut *s, logits, n, |_| {})
 }
 
 /// Turn 1, then turn 2 = turn 1's prompt + answer + new tokens on the same session, against
@@ -117,12 +119,7 @@ pub fn check_reuse(e: &strata::Engine, what: &str) {
         e.eval(&mut *s, &turn1, Logits::Last, &mut logits).unwrap();
         assert!(e.model.truncate(&mut *s, 20).unwrap());
         e.eval(&mut *s, &extra, Logits::Last, &mut logits).unwrap();
-        let mut ids = vec![strata::model::argmax(&logits)];
-        while ids.len() < 6 {
-            e.eval(&mut *s, &[ids[ids.len() - 1]], Logits::Last, &mut logits).unwrap();
-            ids.push(strata::model::argmax(&logits));
-        }
-        ids
+        greedy(e, &mut *s, logits, 6, |_| {}).0
     };
     assert_eq!(warm, want, "{what}: a branch after reuse differs from a cold run");
 }
