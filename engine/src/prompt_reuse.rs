@@ -61,7 +61,7 @@ impl PromptReuse {
     /// The request is over: a recurrent model checkpoints its states for the next one.
     pub fn finish(&mut self, model: &dyn LoadedModel, sess: &dyn Session) {
         self.checkpoint = None;
-        if !matches!(model.description(), model::loaded::Description::Decoder(_)) && !self.consumed.is_empty() {
+        if !model.kv_only() && !self.consumed.is_empty() {
             self.checkpoint = Some((self.consumed.len(), model.checkpoint(sess)));
         }
     }

@@ -125,13 +125,18 @@ pub trait LoadedModel: Any + Send + Sync {
     /// state after consuming `keep` only. Returns how many tokens were recomputed (0 when a
     /// KV-only sequence truncates: the cells after it are overwritten later).
     fn rollback(&self, s: &mut dyn Session, cp: Box<dyn Any>, keep: &[u32]) -> Result<usize>;
+    /// Whether a sequence's whole state is its KV cache (the shared decoder), so that it can be
+    /// truncated; false for Flash-Next, whose GDN and PLE states hold every token.
+    fn kv_only(&self) -> bool {
+        matches!(self.description(), Description::Decoder(_))
+    }
     /// Takes `s` back to its first `n_past` tokens when its state is its KV cache alone (the
     /// shared decoder: later cells are overwritten later; Gemma's sliding window is a mask
     /// over the whole cache). Returns false, `s` untouched, for a recurrent model (Flash-Next's
     /// GDN and PLE states hold every token: only a checkpoint takes it back) or an `n_past`
     /// past the sequence.
     fn truncate(&self, s: &mut dyn Session, n_past: usize) -> Result<bool> {
-        if !matches!(self.description(), Description::Decoder(_)) || n_past > s.n_past() {
+        if !self.kv_only() || n_past > s.n_past() {
             return Ok(false);
         }
         self.rollback(s, Box::new(n_past), &[])?;
