@@ -107,7 +107,7 @@ pub const GDN_CHUNK_LDS_BYTES: u32 =
     8 * GDN_CHUNK_MAX + 8 * GDN_CHUNK_MAX * GDN_CHUNK_MAX + 8 * GDN_CHUNK_PASS * GDN_CHUNK_MAX_HEAD_DIM;
 const _: () = assert!(GDN_CHUNK_LDS_BYTES <= 65536);
 /// Most tokens of one chunked (prefill) GDN launch.
-pub const GDN_MAX_PREFILL_TOKENS: u32 = 4096;
+pub const GDN_MAX_PREFILL_TOKENS: u32 = 8192;
 pub const GDN_GATED_NORM: &str = "gdn_gated_norm_f32";
 
 /// Hyper-connection kernels (ops/gr.rs), one struct for the four: three buffers, a Q8_1

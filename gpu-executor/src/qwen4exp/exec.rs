@@ -118,6 +118,9 @@ pub(super) struct GpuQwen4ExpChunk<'a> {
     head: Option<(&'a Mtp, &'a DevMtp)>,
     /// The PLE rows come through the feed while the window runs (`super::ple_feed`).
     ple_fed: bool,
+    /// The head's logits when they ran in more passes than the logits buffer holds, each pass
+    /// read back (rows `first_logit..n`; empty otherwise: they are in `sc.logits`).
+    logits_read: Vec<f32>,
 }
 
 /// Where a window's PLE rows come from ([`GpuQwen4ExpChunk::new`]).
@@ -164,7 +167,17 @@ impl<'a> GpuQwen4ExpChunk<'a> {
         if let Some(emb) = rows {
             api.memcpy_htod(s.sc.emb, f32_bytes(&emb)).map_err(dev("uploading PLE rows"))?;
         }
-        Ok(GpuQwen4ExpChunk { g, s, toks, graph, prompt: false, first_logit: 0, head: None, ple_fed: fed })
+        Ok(GpuQwen4ExpChunk {
+            g,
+            s,
+            toks,
+            graph,
+            prompt: false,
+            first_logit: 0,
+            head: None,
+            ple_fed: fed,
+            logits_read: Vec::new(),
+        })
     }
 
     /// Runs these tokens as a prompt chunk (`super::prompt`): eagerly, the chunked delta rule,
@@ -223,9 +236,13 @@ impl<'a> GpuQwen4ExpChunk<'a> {
     pub(super) fn finish_top(self) -> Result<(u32, f32)> {
         let (g, n, v) = (self.g, self.toks.len(), self.g.m.hp.n_vocab);
         let sc = &self.s.sc;
+        let last = (n - 1)
+            .checked_sub(self.first_logit)
+            .filter(|_| self.logits_read.is_empty())
+            .ok_or_else(|| EngineError::Gpu("qwen4exp: a draft step's last row has no logits on the device".into()))?;
         g.res
             .ops
-            .logits_top(&g.res.stream, sc.logits + ((n - 1) * v * 4) as u64, sc.top, v as u32, 1)
+            .logits_top(&g.res.stream, sc.logits + (last * v * 4) as u64, sc.top, v as u32, 1)
             .map_err(dev("draft token"))?;
         let api = g.api();
         api.stream_synchronize(&g.res.stream).map_err(dev("synchronize"))?;
@@ -307,8 +324,15 @@ impl<'a> GpuQwen4ExpChunk<'a> {
             api.memcpy_dtoh(&mut bytes, at).map_err(dev(what))?;
             Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
         };
-        let first = if all { 0 } else { n - 1 };
-        let logits = read(self.s.sc.logits + (first * v * 4) as u64, (n - first) * v, "reading logits")?;
+        // Row i of the head's output is token `first_logit + i` (none when it ran no rows).
+        let (r0, first) = (self.first_logit, if all { self.first_logit } else { n - 1 });
+        let logits = if first < r0 || first >= n {
+            Vec::new()
+        } else if !self.logits_read.is_empty() {
+            self.logits_read[(first - r0) * v..].to_vec()
+        } else {
+            read(self.s.sc.logits + ((first - r0) * v * 4) as u64, (n - first) * v, "reading logits")?
+        };
         let wide = if hidden {
             read(self.s.sc.r, n * self.g.m.hp.hc * self.g.m.hp.n_embd, "reading the wide residuals")?
         } else {
@@ -666,16 +690,29 @@ impl Qwen4ExpOps for GpuQwen4ExpChunk<'_> {
 
     /// The head of the rows from `self.first_logit` (a prompt chunk's rows whose logits nobody
     /// reads are skipped: all of a chunk before the last one unless every row's logits are
-    /// wanted). Its products take the decode rule (never staged dequantized, as the shared
-    /// decoder's head), so a row's logits do not depend on how many rows ran with it.
+    /// wanted) into rows `0..` of `sc.logits`, in passes of at most its `logit_rows` rows (each
+    /// read back when there is more than one: a long chunk's logits would not fit the device).
+    /// Its products take the decode rule (never staged dequantized, as the shared decoder's
+    /// head), so a row's logits do not depend on how many rows ran with it.
     fn head(&mut self) -> Result<()> {
         let (g, n, r0) = (self.g, self.n(), self.first_logit);
         if r0 >= n {
             return Ok(());
         }
-        let (v, sc) = (g.m.hp.n_vocab, &self.s.sc);
-        self.hc_read_rows(&g.w.out_hc, r0, n - r0, 0)?;
-        self.project_with(sc.x, n - r0, &[(&g.w.output, sc.logits + (r0 * v * 4) as u64)], 0)?;
+        let (v, rows) = (g.m.hp.n_vocab, self.s.sc.logit_rows);
+        let passes = n - r0 > rows;
+        for b0 in (r0..n).step_by(rows) {
+            let (nb, sc) = ((n - b0).min(rows), &self.s.sc);
+            self.hc_read_rows(&g.w.out_hc, b0, nb, 0)?;
+            self.project_with(sc.x, nb, &[(&g.w.output, sc.logits)], 0)?;
+            if passes {
+                let api = g.api();
+                api.stream_synchronize(&g.res.stream).map_err(dev("synchronize"))?;
+                let mut b = vec![0u8; nb * v * 4];
+                api.memcpy_dtoh(&mut b, sc.logits).map_err(dev("reading logits"))?;
+                self.logits_read.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+            }
+        }
         let h = &g.w.out_hc;
         let w = h.down.mat_bytes + h.up.mat_bytes + g.w.output.mat_bytes;
         self.count("head", w + 4 * (n - r0) * ((h.shape.hc * h.shape.e) as usize + v));

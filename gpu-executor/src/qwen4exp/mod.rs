@@ -23,7 +23,7 @@ mod scratch;
 mod weights;
 
 pub use mtp::{GpuMtp, GpuMtpHead};
-pub use prompt::{PROMPT_CHUNK, PROMPT_MIN};
+pub use prompt::{PREFILL_MAX, PROMPT_CHUNK, PROMPT_MIN};
 
 use std::sync::Arc;
 

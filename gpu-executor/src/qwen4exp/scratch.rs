@@ -101,7 +101,9 @@ pub(super) struct Scratch {
     pub(super) wide: DevicePtr,
     pub(super) cat: DevicePtr,
     pub(super) proj: DevicePtr,
+    /// The head's logits `[logit_rows][n_vocab]` (a longer chunk's head runs in passes).
     pub(super) logits: DevicePtr,
+    pub(super) logit_rows: usize,
     /// MTP head: the last row's greedy token and probability (`logits_top`), 2 u32.
     pub(super) top: DevicePtr,
 }
@@ -230,7 +232,8 @@ impl Scratch {
             wide: f(up, if head.is_some() { w * hce } else { 1 })?,
             cat: f(up, if head.is_some() { w * 2 * e } else { 1 })?,
             proj: f(up, if head.is_some() { w * e } else { 1 })?,
-            logits: f(up, w * m.hp.n_vocab)?,
+            logits: f(up, w.min(super::prompt::LOGIT_ROWS) * m.hp.n_vocab)?,
+            logit_rows: w.min(super::prompt::LOGIT_ROWS),
             top: f(up, 2)?,
         })
     }
