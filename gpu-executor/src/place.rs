@@ -132,7 +132,8 @@ fn prepare_qwen4exp(g: &mut crate::qwen4exp::GpuQwen4Exp, p: &Placement) -> Resu
     if g.opts().expert_cache == Some(crate::options::ExpertCacheSize::Auto) {
         let fit = g.fit_expert_cache_chunked(p.kv, p.positions, p.prefill)?;
         if !fit.all_resident() || p.gpu.expert_cache.is_some() {
-            eprintln!("strata: {fit}");
+            let chunk = g.prompt_chunk(p.positions, p.prefill);
+            eprintln!("strata: {fit}; sessions of {} positions, prompts in chunks of {chunk} tokens", p.positions);
         }
     }
     fill_from_profile(p, |path| g.fill_expert_cache(path))

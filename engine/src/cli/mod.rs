@@ -94,7 +94,10 @@ pub struct CommonArgs {
     /// (exact, twice f16's memory; CPU only).
     #[arg(long, global = true, default_value_t = KvType::F16, value_parser = kv_type_parser())]
     pub kv: KvType,
-    /// Prompt tokens evaluated per forward chunk (batched matrix products).
+    /// Prompt tokens evaluated per forward chunk (batched matrix products). Flash-Next on a GPU
+    /// takes up to 8192 (and the context): each chunk copies every expert it chooses that has
+    /// no VRAM slot once, so longer chunks cross PCIe less often, at the cost of larger session
+    /// buffers (taken from the expert cache).
     #[arg(long, global = true, default_value_t = 512)]
     pub prefill: usize,
     /// KV cache capacity in tokens; longer requests fail with a clear error

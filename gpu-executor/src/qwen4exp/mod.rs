@@ -10,8 +10,8 @@
 //! ids back and launches the chosen experts (the expert cache's path, which also runs the
 //! experts without a slot on the CPU). Windows are up to [`WINDOW`] tokens; without a host
 //! readback in them they are captured as graphs once per size and replayed. Prompts of more
-//! than [`PROMPT_MIN`] tokens run in prompt chunks of up to [`PROMPT_CHUNK`] ([`prompt`]: the
-//! prompt GEMM / MMQ products and the chunked delta rule). Numerics are the fast mode's: the
+//! than [`PROMPT_MIN`] tokens run in prompt chunks of up to `--prefill` tokens ([`prompt`]: the
+//! prompt GEMM / MMQ products, the chunked delta rule, each missing expert copied once a chunk). Numerics are the fast mode's: the
 //! layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1 activations
 //! for MMVQ weights (tests/gpu/gpu_qwen4exp.rs compares with the CPU backend).
 
@@ -324,8 +324,15 @@ impl GpuQwen4Exp {
         self.new_session_chunked(kv, max_ctx, WINDOW)
     }
 
+    /// The tokens of one prompt chunk of a session of `max_ctx` positions made with
+    /// `prefill_chunk` ([`GpuQwen4Exp::new_session_chunked`]): `--prefill` up to
+    /// [`PREFILL_MAX`] and the context, or a window.
+    pub fn prompt_chunk(&self, max_ctx: usize, prefill_chunk: usize) -> usize {
+        prompt::chunk_cols(&self.res.opts, prefill_chunk).min(max_ctx.max(WINDOW))
+    }
+
     /// [`GpuQwen4Exp::new_session`] whose prompts (calls of more than [`PROMPT_MIN`] tokens)
-    /// run in chunks of `prefill_chunk` tokens (`--prefill`), at most [`PROMPT_CHUNK`]
+    /// run in chunks of `prefill_chunk` tokens (`--prefill`), at most [`PREFILL_MAX`]
     /// (`prompt::chunk_cols`: windows in the ordered mode, with `--gpu-prefill mmvq` or a
     /// `prefill_chunk` of at most [`WINDOW`]). Decode and verify windows are unchanged.
     pub fn new_session_chunked(&self, kv: KvType, max_ctx: usize, prefill_chunk: usize) -> Result<GpuQwen4ExpSession> {
@@ -363,7 +370,7 @@ impl GpuQwen4Exp {
             }
             _ => None,
         };
-        let chunk = prompt::chunk_cols(&self.res.opts, prefill_chunk).min(capacity.max(WINDOW));
+        let chunk = self.prompt_chunk(capacity, prefill_chunk);
         let sc = scratch::Scratch::new(&mut up, self, capacity, None, chunk)?;
         Ok(GpuQwen4ExpSession {
             n_past: 0,

@@ -1,6 +1,6 @@
 //! The buffers of one Flash-Next sequence's windows and prompt chunks on the device
 //! ([`Scratch`]): every activation of the program for the most tokens one evaluation step
-//! takes (a window of [`super::WINDOW`], or a prompt chunk of up to [`super::PROMPT_CHUNK`]),
+//! takes (a window of [`super::WINDOW`], or a prompt chunk of up to [`super::PREFILL_MAX`]),
 //! and, for prompt chunks, the dequantize + GEMM staging and the chunked delta rule's scratch.
 
 use super::GpuQwen4Exp;
