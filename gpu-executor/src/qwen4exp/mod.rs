@@ -11,9 +11,10 @@
 //! experts without a slot on the CPU). Windows are up to [`WINDOW`] tokens; without a host
 //! readback in them they are captured as graphs once per size and replayed. Prompts of more
 //! than [`PROMPT_MIN`] tokens run in prompt chunks of up to `--prefill` tokens ([`prompt`]: the
-//! prompt GEMM / MMQ products, the chunked delta rule, each missing expert copied once a chunk). Numerics are the fast mode's: the
-//! layer kernels' documented tolerances (`quant::fmath` exp, sigmoid, SiLU), Q8_1 activations
-//! for MMVQ weights (tests/gpu/gpu_qwen4exp.rs compares with the CPU backend).
+//! prompt GEMM / MMQ products, the chunked delta rule, each missing expert copied once a
+//! chunk). Numerics are the fast mode's: the layer kernels' documented tolerances
+//! (`quant::fmath` exp, sigmoid, SiLU), Q8_1 activations for MMVQ weights
+//! (tests/gpu/gpu_qwen4exp.rs compares with the CPU backend).
 
 mod exec;
 mod mtp;
