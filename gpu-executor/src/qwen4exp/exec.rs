@@ -85,6 +85,13 @@ fn gather_ple(g: &GpuQwen4Exp, s: &mut GpuQwen4ExpSession, toks: &[u32]) -> Resu
 }
 
 /// How `get_rows` reads a token table stored as `t`.
+/// `floats` f32 values read back from `at` (the stream must be idle).
+fn read_f32(api: &dyn crate::device::GpuApi, at: DevicePtr, floats: usize, what: &'static str) -> Result<Vec<f32>> {
+    let mut bytes = vec![0u8; floats * 4];
+    api.memcpy_dtoh(&mut bytes, at).map_err(dev(what))?;
+    Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
 fn row_type(t: &DevMat) -> RowType {
     match t.kind {
         MatKind::Q(wt) => RowType::W(wt),
@@ -319,11 +326,7 @@ impl<'a> GpuQwen4ExpChunk<'a> {
             p.tokens += self.toks.len() as u64;
         }
         let (n, v) = (self.toks.len(), self.g.m.hp.n_vocab);
-        let read = |at: DevicePtr, floats: usize, what: &'static str| -> Result<Vec<f32>> {
-            let mut bytes = vec![0u8; floats * 4];
-            api.memcpy_dtoh(&mut bytes, at).map_err(dev(what))?;
-            Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-        };
+        let read = |at: DevicePtr, floats: usize, what: &'static str| read_f32(&**api, at, floats, what);
         // Row i of the head's output is token `first_logit + i` (none when it ran no rows).
         let (r0, first) = (self.first_logit, if all { self.first_logit } else { n - 1 });
         let logits = if first < r0 || first >= n {
@@ -679,12 +682,11 @@ impl Qwen4ExpOps for GpuQwen4ExpChunk<'_> {
         let Some(t) = self.s.trace.as_mut() else { return Ok(()) };
         let (api, floats) = (self.g.api(), self.toks.len() * self.g.m.hp.hc * self.g.m.hp.n_embd);
         api.stream_synchronize(&self.g.res.stream).map_err(dev("synchronize"))?;
-        let mut b = vec![0u8; floats * 4];
-        api.memcpy_dtoh(&mut b, self.s.sc.r).map_err(dev("reading the trace"))?;
+        let rows = read_f32(&**api, self.s.sc.r, floats, "reading the trace")?;
         if t.len() <= layer {
             t.resize(layer + 1, Vec::new());
         }
-        t[layer].extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        t[layer].extend(rows);
         Ok(())
     }
 
@@ -699,7 +701,7 @@ impl Qwen4ExpOps for GpuQwen4ExpChunk<'_> {
         if r0 >= n {
             return Ok(());
         }
-        let (v, rows) = (g.m.hp.n_vocab, self.s.sc.logit_rows);
+        let (v, rows) = (g.m.hp.n_vocab, self.s.sc.logit_rows());
         let passes = n - r0 > rows;
         for b0 in (r0..n).step_by(rows) {
             let (nb, sc) = ((n - b0).min(rows), &self.s.sc);
@@ -708,9 +710,7 @@ impl Qwen4ExpOps for GpuQwen4ExpChunk<'_> {
             if passes {
                 let api = g.api();
                 api.stream_synchronize(&g.res.stream).map_err(dev("synchronize"))?;
-                let mut b = vec![0u8; nb * v * 4];
-                api.memcpy_dtoh(&mut b, sc.logits).map_err(dev("reading logits"))?;
-                self.logits_read.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+                self.logits_read.extend(read_f32(&**api, sc.logits, nb * v, "reading logits")?);
             }
         }
         let h = &g.w.out_hc;

@@ -101,14 +101,18 @@ pub(super) struct Scratch {
     pub(super) wide: DevicePtr,
     pub(super) cat: DevicePtr,
     pub(super) proj: DevicePtr,
-    /// The head's logits `[logit_rows][n_vocab]` (a longer chunk's head runs in passes).
+    /// The head's logits `[logit_rows()][n_vocab]` (a longer chunk's head runs in passes).
     pub(super) logits: DevicePtr,
-    pub(super) logit_rows: usize,
     /// MTP head: the last row's greedy token and probability (`logits_top`), 2 u32.
     pub(super) top: DevicePtr,
 }
 
 impl Scratch {
+    /// Rows the logits buffer holds: the step's tokens up to one pass of the head.
+    pub(super) fn logit_rows(&self) -> usize {
+        self.cols.min(super::prompt::LOGIT_ROWS)
+    }
+
     /// Buffers for steps of up to `cols` tokens of the trunk of `g` (a prompt chunk when
     /// `cols` is more than a window), and of the MTP `head` if given.
     pub(super) fn new(
@@ -233,7 +237,6 @@ impl Scratch {
             cat: f(up, if head.is_some() { w * 2 * e } else { 1 })?,
             proj: f(up, if head.is_some() { w * e } else { 1 })?,
             logits: f(up, w.min(super::prompt::LOGIT_ROWS) * m.hp.n_vocab)?,
-            logit_rows: w.min(super::prompt::LOGIT_ROWS),
             top: f(up, 2)?,
         })
     }
